@@ -1,0 +1,108 @@
+"""The typer app: registers the commands and holds the one error boundary, nothing else.
+
+Agent wrappers run pimem every turn, so only the command being run is imported: ``main`` looks at the
+first argument and builds an app holding that one command (every command for ``--help``).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+
+import typer
+
+from .errors import PimemError
+
+# command name -> module in pimem.commands; each module has one function, ``command``
+COMMANDS = {
+    "append": "append",
+    "since": "since",
+    "message": "message",
+    "date": "date",
+    "list": "list_",
+    "status": "status",
+    "demo": "demo",
+}
+
+HELP = """Endless, lossless memory for LLM chats and coding agents.
+
+Every message is kept verbatim in an append-only log; a background model folds it into a tree of one-line
+summaries; each turn the model reads a constant-size view and can zoom, search and date back to any original.
+"""
+
+
+def guarded(func):
+    """The error boundary: a ``PimemError`` becomes ``pimem: error: …`` on stderr and its exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except PimemError as exc:
+            sys.stdout.flush()
+            sys.stderr.write(f"pimem: error: {exc}\n")
+            raise typer.Exit(exc.code) from None
+        except BrokenPipeError:
+            _quiet_stdout()
+            raise typer.Exit(0) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def _quiet_stdout() -> None:
+    """The reader went away (``pimem since … | head``): stop writing without a traceback."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def build(only: str | None = None) -> typer.Typer:
+    """The app with every command, or just ``only`` (what ``main`` runs)."""
+    app = typer.Typer(
+        name="pimem",
+        help=HELP,
+        add_completion=False,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def _root() -> None:
+        pass
+
+    _root.__doc__ = HELP
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            func = importlib.import_module(f"pimem.commands.{module}").command
+            app.command(name, help=func.__doc__)(guarded(func))
+    return app
+
+
+def command_of(args: list[str]) -> str | None:
+    """The subcommand named in ``args`` (the first word not starting with '-'), if it is one of ours."""
+    for arg in args:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+        if arg in ("-h", "--help"):
+            return None
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    app = build(command_of(args))
+    try:
+        app(args=args, prog_name="pimem")
+    except BrokenPipeError:
+        _quiet_stdout()
+        sys.exit(0)
+
+
+def app() -> typer.Typer:
+    """The whole app, for tests (``CliRunner().invoke(cli.app(), …)``) and the doc generator."""
+    return build()

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import orjson
+import typer
+
+from .. import ingest, output
+from ..errors import BadInput
+from ..memory import Memory
+from ..options import Home, Json, Name, Timeout
+
+
+def command(
+    name: Name,
+    text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default: read stdin).", show_default=False)] = None,
+    kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
+    date: Annotated[Optional[str], typer.Option("--date", help="The message's date, RFC 3339 (default: now).")] = None,
+    meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
+    ndjson: Annotated[bool, typer.Option("--ndjson", help="Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.")] = False,
+    json: Json = False,
+    timeout: Timeout = None,
+    home: Home = None,
+) -> None:
+    """Log one message (or a stream) verbatim and print its number i.
+
+    The message is acknowledged only after it is on disk (fsync). Invalid input is refused whole, before
+    anything is written, with exit 2.
+
+    Examples:
+      pimem append main "the staging db listens on 5433"
+      pimem append main -k pi < reply.txt
+      echo '{"kind":"user","text":"hi"}' | pimem append main --ndjson
+    """
+    if ndjson:
+        if text or date or meta or kind != "user":
+            raise BadInput("--ndjson reads kind, text, date and meta from each line; drop TEXT, -k, --date and --meta")
+        _append_stream(name, json, timeout, home)
+        return
+    if text:
+        body = " ".join(text)
+    elif sys.stdin.isatty():
+        raise BadInput("no text: give it as arguments or pipe it on stdin")
+    else:
+        body = ingest.read_text(sys.stdin.buffer)
+    record: dict = {"kind": kind, "text": body}
+    if date is not None:
+        record["date"] = date
+    if meta is not None:
+        try:
+            record["meta"] = orjson.loads(meta)
+        except orjson.JSONDecodeError:
+            raise BadInput("--meta is not valid JSON") from None
+    mem = Memory.at(name, home)
+    _print_ids(mem.append([record], timeout), json)
+
+
+def _append_stream(name: str, json: bool, timeout: float | None, home: str | None) -> None:
+    mem = Memory.at(name, home)
+    logged = 0
+    try:
+        for _, batch in ingest.ndjson_batches(sys.stdin.buffer):
+            prepared = mem.prepare([r for _, r in batch], [f"line {n}" for n, _ in batch])
+            _print_ids(mem.append(prepared, timeout, prepared=True), json)
+            logged += len(prepared)
+    except BadInput as exc:
+        if logged:
+            raise BadInput(f"{exc} (that batch was refused; the {logged} messages before it were logged)") from None
+        raise
+    if not logged:
+        raise BadInput("no messages on stdin")
+
+
+def _print_ids(ids: list[int], json: bool) -> None:
+    if json:
+        for i in ids:
+            output.json_line({"i": i})
+    else:
+        output.raw_line("\n".join(map(str, ids)).encode())
+    output.flush()

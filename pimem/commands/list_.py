@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import shutil
+
+from .. import output
+from ..errors import NothingFound
+from ..memory import Memory
+from ..options import Home, Json
+
+
+def command(json: Json = False, home: Home = None) -> None:
+    """List memories with their message counts, dates and the last thing the user said.
+
+    Exit 1 when there are none.
+
+    Examples:
+      pimem list
+      pimem list --json | jq -r .name
+    """
+    mems = Memory.all(home)
+    if not mems:
+        raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
+    width = shutil.get_terminal_size((100, 24)).columns
+    for mem in mems:
+        row = mem.summary()
+        if json:
+            output.json_line(row)
+            continue
+        last = (row["last"] or "")[:16].replace("T", " ")
+        head = f"{row['name']:<16} {row['messages']:>8} msgs  {last:<16}  "
+        said = output.flatten(row["last_user"] or "")
+        room = max(10, width - len(head))
+        if len(said) > room:
+            said = said[: room - 1] + "…"
+        output.line(output.style(head, "bold") + said)

@@ -1,0 +1,52 @@
+"""Exit codes (DESIGN.md §4) and the exceptions that carry them.
+
+Commands raise these; the one boundary in ``pimem.cli`` turns them into ``pimem: error: …`` on stderr and
+the exit code. Library users catch ``PimemError``.
+"""
+
+OK = 0
+NOTHING_FOUND = 1
+USAGE = 2
+NOT_FOUND = 3
+BUSY = 4
+INTEGRITY = 5
+PROVIDER = 6
+
+
+class PimemError(Exception):
+    """A failure the user can act on; ``code`` is the process exit code."""
+
+    code = USAGE
+
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class NothingFound(PimemError):
+    code = NOTHING_FOUND
+
+
+class BadInput(PimemError):
+    code = USAGE
+
+
+class NotFound(PimemError):
+    code = NOT_FOUND
+
+
+class Busy(PimemError):
+    code = BUSY
+
+
+class IntegrityError(PimemError):
+    code = INTEGRITY
+
+
+class ProviderError(PimemError):
+    code = PROVIDER

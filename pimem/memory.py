@@ -1,0 +1,229 @@
+"""``Memory``: the library API that every command, test and agent wrapper uses.
+
+A message travels one road: ``Memory.append`` → validation of the whole batch → the writer lock → the log
+(durable, fsync'd) → derived state. Nothing is written unless the whole batch is valid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import orjson
+
+from . import env, home as homes, message as msgs, when
+from .errors import BadInput, Busy, NotFound
+from .store import Log
+
+DEFAULT_CONFIG = {
+    "view": {"hi": 128_000, "lo": 64_000},
+    "cview": {"hi": 32_000, "lo": 16_000},
+    "line_bytes": 512,
+    "max_text_bytes": msgs.DEFAULT_CAP,
+    "compactor": {"provider": "extractive"},
+}
+LOCK_TIMEOUT = float(os.environ.get("PIMEM_LOCK_TIMEOUT", "60"))
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_json(path: Path, default=None):
+    try:
+        return orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        return default
+
+
+class Memory:
+    """One named memory under a home directory."""
+
+    def __init__(self, name: str, path: Path, home: Path):
+        self.name = name
+        self.path = path
+        self.home = home
+        self.log = Log(path / "main")
+        self._lock = None
+        self._lock_depth = 0
+        self._config: dict | None = None
+
+    # ---- opening -----------------------------------------------------------------------------------------
+
+    @classmethod
+    def at(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
+        """Memory ``name``, whether or not it exists yet; nothing is created until a writer appends."""
+        root = env.home(home)
+        path = homes.resolve(root, name)
+        return cls(path.name, path, root)
+
+    @classmethod
+    def open(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
+        """An existing memory; unknown names raise ``NotFound`` (exit 3) and create nothing."""
+        mem = cls.at(name, home)
+        if not mem.exists():
+            raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
+        return mem
+
+    def exists(self) -> bool:
+        return (self.path / "main").is_dir()
+
+    @classmethod
+    def all(cls, home: str | os.PathLike | None = None) -> list["Memory"]:
+        root = env.home(home)
+        return [cls(name, root / name, root) for name in homes.names(root)]
+
+    # ---- configuration -----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> dict:
+        """Defaults, overlaid by ``<home>/config.json`` (defaults for new memories), then the memory's own."""
+        if self._config is None:
+            cfg = _merge(DEFAULT_CONFIG, read_json(self.home / "config.json", {}) or {})
+            self._config = _merge(cfg, read_json(self.path / "config.json", {}) or {})
+        return self._config
+
+    def save_config(self, changes: dict) -> None:
+        own = _merge(read_json(self.path / "config.json", {}) or {}, changes)
+        homes.write_atomic(self.path / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
+        self._config = None
+
+    # ---- the writer lock ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self, timeout: float | None = None):
+        """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
+        from filelock import FileLock, Timeout
+
+        if self._lock is None:
+            self._lock = FileLock(str(self.path / "write.lock"), mode=homes.FILE_MODE)
+        try:
+            self._lock.acquire(timeout=LOCK_TIMEOUT if timeout is None else timeout)
+        except Timeout:
+            raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout") from None
+        try:
+            yield self
+        finally:
+            self._lock.release()
+
+    # ---- writing -----------------------------------------------------------------------------------------
+
+    def prepare(self, records: Iterable[dict], labels: list[str] | None = None) -> list[dict]:
+        """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels`` if given)
+        before anything is written."""
+        cap = int(self.config.get("max_text_bytes", msgs.DEFAULT_CAP))
+        records = list(records)
+        stamp = when.rfc3339(env.now())
+        out = []
+        for n, record in enumerate(records):
+            try:
+                out.append(msgs.normalise(record, cap, stamp))
+            except BadInput as exc:
+                label = labels[n] if labels else (f"message {n + 1}" if len(records) > 1 else None)
+                raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
+        return out
+
+    def append(self, records: Iterable[dict], timeout: float | None = None, prepared: bool = False) -> list[int]:
+        """Log messages durably and return their ``i``. The batch is written whole or not at all."""
+        batch = list(records) if prepared else self.prepare(records)
+        if not batch:
+            return []
+        homes.ensure_dir(self.path / "main")
+        with self.lock(timeout):
+            self.log.seal()
+            start = self.log.count()
+            ids = self.log.write(batch, start)
+            self._after_append(start, batch)
+        return ids
+
+    def _after_append(self, start: int, batch: list[dict]) -> None:
+        """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""
+
+    # ---- reading -----------------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        return self.log.count()
+
+    def messages(self, start: int = 0, stop: int | None = None) -> Iterator[dict]:
+        return self.log.read(start, stop)
+
+    def message(self, i: int) -> dict:
+        """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist."""
+        if i < 0:
+            raise NotFound(f"no message {i} in '{self.name}': message numbers start at 0")
+        for msg in self.log.read(i, i + 1):
+            return msg
+        raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} messages (0…{self.count() - 1})")
+
+    def first_at(self, moment: datetime) -> int | None:
+        """The first ``i`` whose date is at or after ``moment``."""
+        for msg in self.log.read(self._start_near(moment)):
+            if when.parse_stored(msg["date"]) >= moment:
+                return msg["i"]
+        return None
+
+    def since(self, moment: datetime, until: datetime | None = None) -> Iterator[dict]:
+        """Messages dated at or after ``moment`` (and before ``until``), in ``i`` order."""
+        for msg in self.log.read(self._start_near(moment)):
+            date = when.parse_stored(msg["date"])
+            if date >= moment and (until is None or date < until):
+                yield msg
+
+    def _start_near(self, moment: datetime) -> int:
+        """The lowest ``i`` in any file that could hold dates at or after ``moment`` (files are named by
+        local day, and UTC offsets span 26 hours, so allow two days of slack)."""
+        day = moment.date().toordinal() - 2
+        cutoff = datetime.fromordinal(day).strftime("%Y-%m-%d")
+        firsts = [first for first, _, path in self.log.ranges() if path.name[:10] >= cutoff]
+        return min(firsts) if firsts else self.count()
+
+    # ---- cursors: where a named consumer of ``since`` stopped -------------------------------------------
+
+    def cursor(self, consumer: str) -> int | None:
+        """The next ``i`` the consumer has not seen, or None for a new consumer."""
+        homes.validate_name(consumer)
+        return (read_json(self.path / "cursors.json", {}) or {}).get(consumer)
+
+    def save_cursor(self, consumer: str, next_i: int) -> None:
+        homes.validate_name(consumer)
+        cursors = read_json(self.path / "cursors.json", {}) or {}
+        cursors[consumer] = next_i
+        homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
+
+    # ---- summaries ---------------------------------------------------------------------------------------
+
+    def last_of_kind(self, kind: str, before: int | None = None) -> dict | None:
+        """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows."""
+        end = self.count() if before is None else before
+        window = 64
+        while end > 0:
+            start = max(0, end - window)
+            found = None
+            for msg in self.log.read(start, end):
+                if msg["kind"] == kind:
+                    found = msg
+            if found is not None:
+                return found
+            end, window = start, window * 4
+        return None
+
+    def summary(self) -> dict:
+        """Name, message count, first and last dates, and the last thing the user said."""
+        total = self.count()
+        first = next(self.log.read(0, 1), None) if total else None
+        last = next(self.log.read(total - 1, total), None) if total else None
+        user = self.last_of_kind("user")
+        return {
+            "name": self.name,
+            "messages": total,
+            "first": first["date"] if first else None,
+            "last": last["date"] if last else None,
+            "last_user": user["text"] if user else None,
+        }

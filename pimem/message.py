@@ -1,0 +1,92 @@
+"""The message schema (DESIGN.md §1): kinds and their aliases, ``size``, dates, the echo trim and the cap.
+
+``normalise`` checks one input record completely and returns the line to store, or raises ``BadInput``
+naming what is wrong; nothing is written until a whole batch has passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import env, when
+from .errors import BadInput
+
+KINDS = ("user", "pi", "tool", "echo", "work", "note")
+ALIASES = {"assistant": "pi", "tool_call": "tool", "tool_result": "echo", "bash": "echo", "custom": "work"}
+TOOL_KINDS = frozenset({"tool", "echo"})
+ECHO_KEEP = 30_000  # characters of tool output kept (head + tail)
+DEFAULT_CAP = 8 * 1024 * 1024  # bytes; longer text is refused, never cut
+INPUT_KEYS = {"kind", "text", "date", "meta", "i", "size"}  # i and size are assigned by the log
+
+
+def kind_of(name: str) -> str:
+    """The stored kind for a kind or alias; ``BadInput`` for anything else."""
+    kind = ALIASES.get(name, name)
+    if kind not in KINDS:
+        raise BadInput(f"unknown kind {name!r}: use one of {', '.join(KINDS)} (or {', '.join(ALIASES)})")
+    return kind
+
+
+def size_of(kind: str, text: str) -> int:
+    """UTF-8 bytes of ``"<kind>: <text>"``."""
+    return len(kind) + 2 + len(text.encode("utf-8"))
+
+
+def trim_echo(text: str) -> str:
+    """Tool output over 30,000 characters keeps its head and tail and says how much was cut."""
+    if len(text) <= ECHO_KEEP:
+        return text
+    half = ECHO_KEEP // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n[… {cut} characters of tool output cut by pimem …]\n{text[-half:]}"
+
+
+def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = None) -> dict:
+    """Validate one input record ``{kind, text, date?, meta?}`` and return the stored message without ``i``."""
+    if not isinstance(record, dict):
+        raise BadInput("a message must be a JSON object with kind and text")
+    unknown = set(record) - INPUT_KEYS
+    if unknown:
+        raise BadInput(f"unknown field {sorted(unknown)[0]!r}: a message has kind, text, date and meta")
+    raw_kind = record.get("kind")
+    if not isinstance(raw_kind, str):
+        raise BadInput("missing kind: every message needs a kind such as user or pi")
+    kind = kind_of(raw_kind)
+    text = record.get("text")
+    if not isinstance(text, str):
+        raise BadInput("missing text: every message needs a text string")
+    if not text.strip():
+        raise BadInput("empty text: there is nothing to log")
+    if "\x00" in text:
+        raise BadInput("text contains a NUL byte")
+    if kind == "echo":
+        text = trim_echo(text)
+    else:
+        length = len(text.encode("utf-8", "surrogatepass"))
+        if length > cap:
+            raise BadInput(f"text of {length} bytes is over the cap of {cap} bytes; split it into several messages")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput("text is not valid UTF-8 (it contains a lone surrogate)") from None
+    date = record.get("date")
+    if date is None:
+        date = default_date or when.rfc3339(env.now())
+    else:
+        date = when.normalise(date)
+    out = {"kind": kind, "text": text, "size": size_of(kind, text), "date": date}
+    meta = record.get("meta")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            raise BadInput("meta must be a JSON object")
+        out["meta"] = meta
+    return out
+
+
+def day_of(date: str) -> str:
+    """The log file a message goes to is named by the date part of its date string."""
+    return date[:10]
+
+
+def is_tool(message: dict) -> bool:
+    return message["kind"] in TOOL_KINDS

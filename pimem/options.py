@@ -1,0 +1,20 @@
+"""Options shared by several commands, declared once."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+Home = Annotated[
+    Optional[str],
+    typer.Option("--home", help="Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).", metavar="DIR"),
+]
+Json = Annotated[bool, typer.Option("--json", help="One JSON object per line (NDJSON).")]
+IncludeTools = Annotated[
+    bool, typer.Option("--include-tools", help="Also show tool calls and tool results (hidden by default: they hold file contents and command output).")
+]
+Timeout = Annotated[
+    Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S")
+]
+Name = Annotated[str, typer.Argument(help="Memory name.", metavar="NAME")]

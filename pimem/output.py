@@ -1,0 +1,61 @@
+"""The one output bundle every read command uses: NDJSON for machines, plain lines for people, colour only
+on a terminal; data to stdout, everything else to stderr."""
+
+from __future__ import annotations
+
+import sys
+
+import orjson
+
+from . import env
+
+_STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36", "red": "31", "match": "1;31"}
+
+
+def json_line(obj) -> None:
+    """One JSON object on one line of stdout."""
+    sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+
+
+def raw_line(data: bytes) -> None:
+    sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+
+
+def line(text: str = "") -> None:
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
+
+
+def flush() -> None:
+    sys.stdout.flush()
+
+
+def info(text: str) -> None:
+    """A message for the person, on stderr."""
+    sys.stderr.write(f"{text}\n")
+
+
+def warn(text: str) -> None:
+    sys.stderr.write(f"pimem: warning: {text}\n")
+
+
+def style(text: str, name: str) -> str:
+    """``text`` in a colour when stdout is a terminal (and NO_COLOR is unset), else unchanged."""
+    import os
+
+    if not env.stdout_is_tty() or os.environ.get("NO_COLOR"):
+        return text
+    return f"\x1b[{_STYLES[name]}m{text}\x1b[0m"
+
+
+def flatten(text: str) -> str:
+    """One physical line: newlines and tabs become spaces."""
+    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\t", " ")
+
+
+def message_line(msg: dict, memory: str | None = None, width: int | None = None) -> str:
+    """The human form of a message: ``[memory ]#i date kind: text`` on one line."""
+    head = f"{memory} " if memory else ""
+    text = flatten(msg["text"])
+    if width is not None and len(text) > width:
+        text = text[: width - 1] + "…"
+    return f"{style(head + '#' + str(msg['i']), 'cyan')} {style(msg['date'], 'dim')} {style(msg['kind'] + ':', 'bold')} {text}"
