@@ -27,6 +27,7 @@ COMMANDS = {
     "rename": "rename",
     "delete": "delete",
     "fsck": "fsck",
+    "mcp": "mcp",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
