@@ -24,6 +24,9 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "rename": "rename",
+    "delete": "delete",
+    "fsck": "fsck",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
