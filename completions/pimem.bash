@@ -26,16 +26,20 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date demo list message since status -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append date delete demo fsck list mcp message rename since status -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots=""
   case $cmd in
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1" ;;
+    delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; slots="" ;;
+    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots="" ;;
+    mcp) opts="--home -h --help"; valued="--home"; slots="" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
+    rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1" ;;
     *) return ;;

@@ -50,9 +50,13 @@ complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
 
 complete -c pimem -n __fish_use_subcommand -a append -d 'Log one message (or a stream) verbatim and print its number i.'
 complete -c pimem -n __fish_use_subcommand -a date -d 'Print the date of message I, or with --at WHEN the first message number at or after WHEN.'
+complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.'
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).'
+complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
+complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
+complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
 complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, dates, files and bytes on disk.'
 
@@ -74,15 +78,34 @@ complete -c pimem -n '__fish_seen_subcommand_from date' -l home -x -a '(__fish_c
 complete -c pimem -n '__fish_seen_subcommand_from date' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from date; and __pimem_slot 1 --at --home' -a '(__pimem_names)'
 
+# delete
+complete -c pimem -n '__fish_seen_subcommand_from delete' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from delete' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from delete' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from delete' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from delete; and __pimem_slot 1 --timeout --home' -a '(__pimem_names)'
+
 # demo
 complete -c pimem -n '__fish_seen_subcommand_from demo' -l name -x -a '(__pimem_names)' -d 'Memory to log the sample into.'
 complete -c pimem -n '__fish_seen_subcommand_from demo' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from demo' -s h -l help -d 'Show this help and exit.'
 
+# fsck
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l repair -d 'Seal torn lines and rebuild derived state; never deletes anything.'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
+
 # list
 complete -c pimem -n '__fish_seen_subcommand_from list' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from list' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from list' -s h -l help -d 'Show this help and exit.'
+
+# mcp
+complete -c pimem -n '__fish_seen_subcommand_from mcp' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from mcp' -s h -l help -d 'Show this help and exit.'
 
 # message
 complete -c pimem -n '__fish_seen_subcommand_from message' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
@@ -90,6 +113,12 @@ complete -c pimem -n '__fish_seen_subcommand_from message' -l json -d 'One JSON 
 complete -c pimem -n '__fish_seen_subcommand_from message' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from message' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from message; and __pimem_slot 1 --home' -a '(__pimem_names)'
+
+# rename
+complete -c pimem -n '__fish_seen_subcommand_from rename' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from rename' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from rename' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --timeout --home' -a '(__pimem_names)'
 
 # since
 complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -d 'Stop before this date/time or #I.'

@@ -12,7 +12,7 @@ def command(name: Name, json: Json = False, timeout: Timeout = None, home: Home 
 
     Examples:
       pimem delete scratch
-      mv "$(pimem delete scratch)" ~/.pi/memory/scratch      # undo
+      pimem delete scratch --json | jq -r .trash
     """
     dest = housekeeping.delete(name, home, timeout)
     if json:

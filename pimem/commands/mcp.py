@@ -13,7 +13,7 @@ def command(home: Home = None) -> None:
 
     Examples:
       pimem mcp
-      claude mcp add pimem -- pimem mcp
+      pimem mcp --home ~/.pi/memory
     """
     from .. import mcp_server
 

@@ -9,7 +9,7 @@ from ..options import Home, Timeout
 
 
 def command(
-    old: Annotated[str, typer.Argument(help="The memory's current name.", metavar="OLD")],
+    old: Annotated[str, typer.Argument(help="The memory's current name.", metavar="NAME")],
     new: Annotated[str, typer.Argument(help="Its new name (must be free).", metavar="NEW")],
     timeout: Timeout = None,
     home: Home = None,
