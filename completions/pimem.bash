@@ -26,7 +26,7 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date delete demo fsck list mcp message rename since status -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append date delete demo fsck list map mcp message rename since status -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots=""
@@ -37,6 +37,7 @@ _pimem() {
     demo) opts="--name --home -h --help"; valued="--name --home"; slots="" ;;
     fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots="" ;;
+    map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots="" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;

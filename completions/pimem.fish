@@ -54,6 +54,7 @@ complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
+complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
@@ -102,6 +103,14 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --ti
 complete -c pimem -n '__fish_seen_subcommand_from list' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from list' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from list' -s h -l help -d 'Show this help and exit.'
+
+# map
+complete -c pimem -n '__fish_seen_subcommand_from map' -l width -x -d 'Columns to fit (default: the terminal\'s).'
+complete -c pimem -n '__fish_seen_subcommand_from map' -l svg -x -d 'Also write the picture as an SVG image.'
+complete -c pimem -n '__fish_seen_subcommand_from map' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
+complete -c pimem -n '__fish_seen_subcommand_from map' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from map' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from map; and __pimem_slot 1 --width --svg --home' -a '(__pimem_names)'
 
 # mcp
 complete -c pimem -n '__fish_seen_subcommand_from mcp' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'

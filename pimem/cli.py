@@ -28,6 +28,7 @@ COMMANDS = {
     "delete": "delete",
     "fsck": "fsck",
     "mcp": "mcp",
+    "map": "map",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
