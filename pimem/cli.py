@@ -24,6 +24,8 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "view": "view",
+    "zoom": "zoom",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
