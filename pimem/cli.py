@@ -24,6 +24,7 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "import": "import_",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
