@@ -24,6 +24,11 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "rename": "rename",
+    "delete": "delete",
+    "fsck": "fsck",
+    "mcp": "mcp",
+    "map": "map",
     "import": "import_",
 }
 
