@@ -53,6 +53,7 @@ complete -c pimem -n __fish_use_subcommand -a date -d 'Print the date of message
 complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.'
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
+complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
@@ -60,6 +61,8 @@ complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whol
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
 complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, dates, files and bytes on disk.'
+complete -c pimem -n __fish_use_subcommand -a view -d 'Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.'
+complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.'
 
 # append
 complete -c pimem -n '__fish_seen_subcommand_from append' -s k -l kind -x -d 'user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).'
@@ -98,6 +101,14 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck' -l timeout -x -d 'Second
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
+
+# import
+complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: from the first session\'s working directory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s f -l format -x -d 'auto, pi, claude, codex or ndjson.'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s h -l help -d 'Show this help and exit.'
 
 # list
 complete -c pimem -n '__fish_seen_subcommand_from list' -l json -d 'One JSON object per line (NDJSON).'
@@ -146,3 +157,19 @@ complete -c pimem -n '__fish_seen_subcommand_from status' -l json -d 'One JSON o
 complete -c pimem -n '__fish_seen_subcommand_from status' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from status' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --home' -a '(__pimem_names)'
+
+# view
+complete -c pimem -n '__fish_seen_subcommand_from view' -l compactor -d 'The compactor\'s view (cut at its first unbuilt line).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'Wait up to S seconds for pending summaries (a running watcher builds them).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l stats -d 'Bytes, lines and lines per level instead of the lines.'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_names)'
+
+# zoom
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_names)'

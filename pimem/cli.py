@@ -24,11 +24,14 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "view": "view",
+    "zoom": "zoom",
     "rename": "rename",
     "delete": "delete",
     "fsck": "fsck",
     "mcp": "mcp",
     "map": "map",
+    "import": "import_",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
