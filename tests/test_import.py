@@ -361,6 +361,35 @@ def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):
     assert result.exit_code == 0 and result.stderr == ""
 
 
+def test_progress_bar_on_a_terminal_goes_to_stderr(home, tmp_path):
+    import pty
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem.commands.import_ import PROGRESS_MIN_BYTES
+
+    path = tmp_path / "big.ndjson"
+    line = json.dumps({"kind": "user", "text": "x" * 1000}) + "\n"
+    path.write_text(line * (PROGRESS_MIN_BYTES // len(line) + 10))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(pimem_cmd("import", path, "-n", "t"), stdout=subprocess.PIPE, stderr=slave, env=subprocess_env())
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"importing" in seen and b"MB" in seen
+    assert out.startswith(b"t: ") and b"importing" not in out
+
+
 def test_import_in_a_real_process(sh, tmp_path):
     proc = sh("import", pi_tree(tmp_path / "s.jsonl"))
     assert proc.returncode == 0

@@ -72,9 +72,10 @@ def _progress(total: int):
     if total < PROGRESS_MIN_BYTES or not env.stderr_is_tty():
         yield lambda done: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     columns = (TextColumn("importing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True) as bar:
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("import", total=total)
         yield lambda done: bar.update(task, completed=done)
