@@ -202,22 +202,21 @@ def to_svg(picture: list[Row], width: int, title: str) -> str:
 
 
 def facts_of(mem) -> Facts:
-    """Read what the picture needs from a memory: one pass over the log, and its view."""
-    said, days = 0, []
-    first = None
+    """Read what the picture needs from a memory in one pass over the log, and its view."""
+    said, days, first = 0, [], None
+    leaves = []
     for msg in mem.messages():
         said += msg["size"]
         days.append(msg["date"][:10])
         first = first or msg["date"]
-    return Facts(mem.name, len(days), first, env.now().date(), said, _spans(mem, days))
+        leaves.append(_leaf(msg))
+    return Facts(mem.name, len(days), first, env.now().date(), said, leaves)
 
 
-def _spans(mem, days: list[str]) -> list[Span]:
-    """The view's lines. Until the memory has a summary tree, the view is one leaf per message."""
-    spans = []
-    for msg in mem.messages():
-        text = msg["text"]
-        verbatim = msg["size"] <= 512
-        shown = f"{msg['kind']}: {text}" if verbatim else "(not summarized yet: zoom it)"
-        spans.append(Span(msg["i"], 1, text if verbatim else shown, len(f"{msg['i']}+1|{shown}".encode()) + 1, days[msg["i"]], msg["kind"], not verbatim))
-    return spans
+def _leaf(msg: dict) -> Span:
+    """A message as a view line of its own. Until the memory has a summary tree, the view is one leaf per
+    message: verbatim when ``kind: text`` fits a line, else a placeholder."""
+    verbatim = msg["size"] <= 512
+    shown = f"{msg['kind']}: {msg['text']}" if verbatim else "(not summarized yet: zoom it)"
+    line_bytes = len(f"{msg['i']}+1|{flatten(shown)}".encode()) + 1
+    return Span(msg["i"], 1, msg["text"] if verbatim else shown, line_bytes, msg["date"][:10], msg["kind"], not verbatim)
