@@ -24,6 +24,12 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "remember": "remember",
+    "memories": "memories",
+    "forget": "forget",
+    "compact": "compact",
+    "recall": "recall",
+    "context": "context",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
