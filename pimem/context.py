@@ -25,7 +25,6 @@ from .output import flatten
 MEMORY_CHARS = 4_000
 MEMORY_CLIP = 1_000
 EXCHANGE_BYTES = 16_000
-LINE_BYTES = 512
 
 
 def context(mem, session: str | None = None, cwd: str | None = None) -> str:
@@ -55,17 +54,7 @@ def render(p: dict) -> str:
 
 def view_text(mem) -> str:
     """The view as the model reads it, one ``id+n|text`` line per span."""
-    rendered = getattr(mem, "render_view", None)
-    if rendered is not None:
-        return rendered()
-    # until the summary tree exists: every message is its own leaf
-    lines = []
-    for msg in mem.messages():
-        text = f"{msg['kind']}: {flatten(msg['text'])}"
-        if len(text.encode()) > LINE_BYTES:
-            text = f"({msg['kind']}, {msg['size']} bytes, not summarised yet: zoom {msg['i']}+1 to read it)"
-        lines.append(f"{msg['i']}+1|{text}")
-    return "\n".join(lines)
+    return "\n".join(mem.view_lines())
 
 
 def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS) -> str:

@@ -283,14 +283,9 @@ def snippet(text: str, wanted: list[str]) -> str:
 # ---- output -----------------------------------------------------------------------------------------------
 
 
-def _held(mem, i: int):
-    held = getattr(mem, "held", None)
-    return held(i) if held else None
-
-
 def _summary(mem, r: dict, found: Found) -> dict:
     meta = r["message"].get("meta") or {}
-    item = {"id": r["id"], "kind": r["kind"], "kinds": r["kinds"], "date": r["date"], "held": _held(mem, r["id"])}
+    item = {"id": r["id"], "kind": r["kind"], "kinds": r["kinds"], "date": r["date"], "held": mem.held(r["id"])}
     for key in ("tool", "exit_code", "entry"):
         if key in meta and isinstance(meta[key], (str, int)) and not isinstance(meta[key], bool):
             item[key] = budget.clip(meta[key], 200) if isinstance(meta[key], str) else meta[key]
@@ -312,9 +307,12 @@ def _summary(mem, r: dict, found: Found) -> dict:
 
 def _block(item: dict) -> str:
     head = f"[#{item['id']}] {item['kind']} {item['date']}"
-    for key in ("tool", "exit_code", "entry", "held", "sourceClass"):
+    for key in ("tool", "exit_code", "entry", "sourceClass"):
         if item.get(key) is not None:
             head += f" {key}={item[key]}"
+    held = item.get("held")
+    if held:
+        head += f" held={held['held']}" + (f" in {held['label']}" if held["n"] > 1 else "")
     if item.get("files"):
         head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
     if "snippet" in item:

@@ -89,3 +89,29 @@ def test_across_turns_the_prefix_only_grows(run, home):
         run("append", "main", f"question {turn}: " + "q" * (turn * 40))
         run("append", "main", "-k", "pi", f"answer {turn}")
         assert run("context", "--system").stdout == system
+
+
+def test_the_readme_agent_loop_runs(home, tmp_path):
+    """The bash agent loop in the README, run as a script with a pimem that runs this checkout."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    readme = (ROOT / "README.md").read_text()
+    script = re.search(r"^```bash\n(#!/usr/bin/env bash\n# agent\.sh.*?)^```", readme, re.S | re.M).group(1)
+    (tmp_path / "agent.sh").write_text(script)
+    shim = tmp_path / "bin" / "pimem"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pimem "$@"\n')
+    shim.chmod(0o755)
+    env = subprocess_env(PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "agent.sh", "loop"], input="hello\nwhat did I say first?\n", cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    replies = proc.stdout.splitlines()
+    assert len(replies) == 2 and all(r.startswith("I read ") for r in replies)
+    logged = [(m["kind"], m["text"]) for m in Memory.open("loop").messages()]
+    assert logged == [("user", "hello"), ("pi", replies[0]), ("user", "what did I say first?"), ("pi", replies[1])]
+    assert orjson.loads((tmp_path / "system.json").read_text())["tools"]
