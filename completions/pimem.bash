@@ -26,21 +26,27 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date delete demo fsck import list map mcp message rename since status view zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append compact context date delete demo forget fsck import list map mcp memories message recall remember rename since status view zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots=""
   case $cmd in
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1" ;;
+    compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1" ;;
+    context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1" ;;
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; slots="" ;;
+    forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1" ;;
     fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+" ;;
     import) opts="-n --name -f --format --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots="" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots="" ;;
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots="" ;;
+    memories) opts="--status --kind --id --offset --limit --session --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
+    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --budget --home"; slots="1" ;;
+    remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1" ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1" ;;
