@@ -162,10 +162,14 @@ class Tree:
     def catch_up(self) -> list[tuple[int, int, str]]:
         """Index tree lines written since the last catch-up (by any process); returns the new nodes."""
         sizes = self.file_sizes()
-        if self._seen is not None and sizes == self._seen:
-            return []
+        if (self._seen is not None and sizes == self._seen) or not sizes:
+            self._seen = sizes
+            return []  # nothing new (and a memory without a tree never needs the table)
         db = self.db
         seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
+            db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
+            seen = {}
         new: list[tuple[int, int, str]] = []
         for name in sorted(sizes):
             start = seen.get(name, 0)

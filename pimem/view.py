@@ -268,12 +268,16 @@ class View:
             out.append(render_line(l, i, text))
         return out
 
-    def rows(self) -> Iterable[tuple[int, int, str | None, int]]:
-        """``(l, i, text, bytes)`` for every line (bytes of the rendered line, without its newline)."""
-        for j in range(len(self.lines)):
-            text = self.text(j)
-            l, i, _, cost = self.lines[j]
-            yield l, i, text, cost - 1
+    def line(self, j: int) -> tuple[int, int, str | None, int]:
+        """Line ``j`` as ``(l, i, text, cost)``: text None for a placeholder; cost is the rendered line's
+        bytes plus its newline."""
+        text = self.text(j)
+        l, i, _, cost = self.lines[j]
+        return l, i, text, cost
+
+    def rows(self) -> list[tuple[int, int, str | None, int]]:
+        """Every line as ``(l, i, text, cost)`` (see ``line``), texts read back as needed."""
+        return [self.line(j) for j in range(len(self.lines))]
 
     def pending(self) -> int:
         """Placeholder lines (leaves the compactor has not summarised yet)."""

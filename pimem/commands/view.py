@@ -45,7 +45,7 @@ def command(
     from ..tree import label
     from ..view import render_line
 
-    rows = list(v.rows())
+    rows = [(l, i, text, cost - 1) for l, i, text, cost in v.rows()]  # bytes without the newline
     if compactor:
         rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
     if stats:
