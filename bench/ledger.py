@@ -1,8 +1,8 @@
-"""Memories, compaction, recall and the per-turn context: what each costs, as ratios to reading the same log once.
+"""Memories, compaction, recall and the per-turn context: what each costs, as ratios to one pass over the log.
 
-Baseline: `pimem since NAME '#0' --include-tools > /dev/null`, a real process streaming every message of the
-same memory (the cost of one full pass over the log). Also: `pimem context --system` and `pimem append` as
-start-up references for what an agent wrapper runs every turn. Each figure is the median of a few runs.
+Baseline: `pimem since NAME '#0' --include-tools`, a real process streaming every message of the same memory.
+`pimem context --system` reads nothing, so it shows the start-up cost every command pays. Each figure is the
+median of a few runs.
 
     python bench/ledger.py [MESSAGES]      # default 20,000 synthetic messages
 """
@@ -10,29 +10,16 @@ start-up references for what an agent wrapper runs every turn. Each figure is th
 from __future__ import annotations
 
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.surfaces import timed  # noqa: E402  (median of a few real processes)
 from bench.synth import messages  # noqa: E402
 from pimem import Memory, memories  # noqa: E402
-
-RUNS = 3
-
-
-def timed(args: list[str], env: dict) -> float:
-    runs = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        subprocess.run(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def main() -> None:
