@@ -45,6 +45,28 @@ function __pimem_slot
     end
 end
 
+# node ids (id+n) of the memory named on the line, as `pimem view` prints them (id+n|text)
+function __pimem_nodes
+    set -l tokens (commandline -opc)
+    set -l name
+    set -l args
+    set -l skip 0
+    for w in $tokens[3..-1]
+        if test $skip -eq 1
+            set skip 0
+            set args --home $w
+        else if test "$w" = --home
+            set skip 1
+        else if string match -q -- '--home=*' $w
+            set args $w
+        else if test -z "$name"; and not string match -q -- '-*' $w
+            set name $w
+        end
+    end
+    test -n "$name"; or return
+    command pimem view $name $args 2>/dev/null | string split -f1 '|'
+end
+
 complete -c pimem -f
 complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
 
@@ -250,3 +272,4 @@ complete -c pimem -n '__fish_seen_subcommand_from zoom' -l json -d 'One JSON obj
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 2 --home' -a '(__pimem_nodes)'
