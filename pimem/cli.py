@@ -24,6 +24,12 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "rename": "rename",
+    "delete": "delete",
+    "fsck": "fsck",
+    "mcp": "mcp",
+    "map": "map",
+    "import": "import_",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
