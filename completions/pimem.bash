@@ -26,7 +26,7 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date delete demo fsck import list map mcp message rename since status -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append date delete demo fsck import list map mcp message rename since status view zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots=""
@@ -44,6 +44,8 @@ _pimem() {
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1" ;;
+    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1" ;;
+    zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
     *) return ;;
   esac
   if [[ " $valued " == *" $prev "* ]]; then

@@ -61,6 +61,8 @@ complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whol
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
 complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, dates, files and bytes on disk.'
+complete -c pimem -n __fish_use_subcommand -a view -d 'Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.'
+complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.'
 
 # append
 complete -c pimem -n '__fish_seen_subcommand_from append' -s k -l kind -x -d 'user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).'
@@ -155,3 +157,19 @@ complete -c pimem -n '__fish_seen_subcommand_from status' -l json -d 'One JSON o
 complete -c pimem -n '__fish_seen_subcommand_from status' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from status' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --home' -a '(__pimem_names)'
+
+# view
+complete -c pimem -n '__fish_seen_subcommand_from view' -l compactor -d 'The compactor\'s view (cut at its first unbuilt line).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'Wait up to S seconds for pending summaries (a running watcher builds them).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l stats -d 'Bytes, lines and lines per level instead of the lines.'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_names)'
+
+# zoom
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_names)'

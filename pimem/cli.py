@@ -24,6 +24,8 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "view": "view",
+    "zoom": "zoom",
     "rename": "rename",
     "delete": "delete",
     "fsck": "fsck",

@@ -20,12 +20,20 @@ SKIP = {
     "pip install": "installs packages (network)",
     "--follow": "never ends: it follows the log like tail -f",
     "pimem mcp": "serves MCP over stdio until its client hangs up (tests/test_mcp.py drives it)",
+    "~/.claude/": "needs a real Claude Code history (tests/test_import.py imports its own fixtures)",
 }
 # lines whose exit code is not 0 on purpose
 EXIT = {}
 # files the examples read, as a user would have them at hand
 FILES = {
     "reply.txt": "The staging db is on port 5433; I will keep it that way.\n",
+    "session.jsonl": "\n".join(orjson.dumps(entry).decode() for entry in [
+        {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-10-06T09:00:00.000Z", "cwd": "/home/dev/shop"},
+        {"type": "message", "id": "e1", "parentId": None, "timestamp": "2026-10-06T09:00:05.000Z", "message": {"role": "user", "content": "why does checkout time out?"}},
+        {"type": "message", "id": "e2", "parentId": "e1", "timestamp": "2026-10-06T09:00:09.000Z", "message": {"role": "assistant", "content": [
+            {"type": "text", "text": "Checking the pool size."}, {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {"command": "grep POOL .env"}}]}},
+        {"type": "message", "id": "e3", "parentId": "e2", "timestamp": "2026-10-06T09:00:10.000Z", "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "bash", "content": [{"type": "text", "text": "POOL=2"}]}},
+    ]) + "\n",
 }
 
 
