@@ -26,12 +26,13 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date delete demo fsck import list map mcp message rename since status view zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append build-tree date delete demo fsck import list map mcp message model rename since status view watch zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots=""
   case $cmd in
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1" ;;
+    build-tree) opts="--dry-run --max-cost --retries --wait --json --home -h --help"; valued="--max-cost --retries --wait --home"; slots="" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1" ;;
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; slots="" ;;
@@ -41,10 +42,12 @@ _pimem() {
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots="" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
+    model) opts="--base-url --key-env --command --price-in --price-out --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --home"; slots="1" ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1" ;;
     view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1" ;;
+    watch) opts="--wait --json --home -h --help"; valued="--home"; slots="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
     *) return ;;
   esac

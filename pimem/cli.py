@@ -32,6 +32,9 @@ COMMANDS = {
     "mcp": "mcp",
     "map": "map",
     "import": "import_",
+    "model": "model",
+    "build-tree": "build_tree",
+    "watch": "watch",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.

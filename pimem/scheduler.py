@@ -76,7 +76,7 @@ class Builder:
         self.lease = lease
         self.stats = Stats()
         self.count = mem.count()
-        self.stored = mem.tree.stored_keys()
+        self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
         self.messages: dict[int, dict] = {}  # the window's messages
@@ -165,7 +165,8 @@ class Builder:
         self.stats.tokens_out += meta.get("tokens_out") or 0
         self.stats.cost += meta.get("cost") or 0.0
         self.stats.seconds += meta.get("seconds") or 0.0
-        if self.tries.pop((l, i), None) is not None:
+        self.tries.pop((l, i), None)
+        if self.state.failures:
             self.state.succeeded(label(l, i))
         if l == 0:
             self.window.remove(i)
@@ -213,7 +214,7 @@ class Builder:
         return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
 
     def context(self, task: Task) -> str:
-        return self.mem.compactor_view(context_end(task.l, task.i))
+        return "\n".join(self.mem.view_lines(compactor=True, end=context_end(task.l, task.i)))
 
     def flush(self) -> None:
         """Write what was built, if this process still holds the lease."""
@@ -505,10 +506,11 @@ def _restore_signals(saved: list) -> None:
 
 
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
-               first_estimate: float | None = None, on_progress=None) -> Scheduler:
+               first_estimate: float | None = None, on_progress=None, compactor: Compactor | None = None) -> Scheduler:
     """Build every buildable node of ``mems`` once (failed nodes retried up to ``retries`` times) and return
     the scheduler (its builders hold the stats). Holds each memory's lease while building; ``Busy`` when a
-    live watcher or another build holds one (after ``wait`` seconds)."""
+    live watcher or another build holds one (after ``wait`` seconds). ``compactor`` overrides the memories'
+    own (``demo`` builds offline)."""
     from .lease import Lease
 
     scheduler = Scheduler(on_event=on_event, max_cost=max_cost, first_estimate=first_estimate, on_progress=on_progress)
@@ -517,7 +519,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
         for mem in mems:
             lease = Lease(mem).acquire(wait)
             leases.append(lease)
-            scheduler.add(Builder(mem, lease=lease, retries=retries))
+            scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
         saved = _install_signals(scheduler)
         try:
             scheduler.run(once=True)

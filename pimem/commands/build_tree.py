@@ -28,7 +28,7 @@ def command(
       pimem build-tree main
       pimem build-tree main work --dry-run
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
-      */10 * * * *  pimem build-tree main >/dev/null 2>&1
+      pimem build-tree main --retries 3 2>>~/.pi/memory/build.log   # from cron, every 10 minutes
     """
     from .. import env, scheduler
     from ..errors import BadInput, ProviderError

@@ -25,7 +25,7 @@ def command(
     Examples:
       pimem watch
       pimem watch main --json
-      nohup pimem watch >~/.pi/memory/watch.log 2>&1 &
+      pimem watch --wait 2>>~/.pi/memory/watch.log &
     """
     from .. import scheduler
 

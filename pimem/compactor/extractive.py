@@ -30,6 +30,7 @@ _FEATURES = re.compile(
     """
 )
 _SPACES = re.compile(r"[ \t\r\f\v]+")
+_EDGES = " -*#>;,，、"
 
 
 def _pieces(text: str) -> list[str]:
@@ -39,14 +40,16 @@ def _pieces(text: str) -> list[str]:
     seen = set()
     out = []
     for clause in _CLAUSE.split(text):
-        clause = _SPACES.sub(" ", clause).strip(" -*#>;")
+        clause = _SPACES.sub(" ", clause).strip(_EDGES)
         while clause:
             if len(clause) <= _PIECE:
                 piece, clause = clause, ""
-            else:
-                split = clause.rfind(" ", _PIECE // 2, _PIECE)
+            else:  # at the last comma, else the last space, else anywhere
+                split = max(clause.rfind("，", _PIECE // 2, _PIECE), clause.rfind(", ", _PIECE // 2, _PIECE)) + 1
+                if split <= 0:
+                    split = clause.rfind(" ", _PIECE // 2, _PIECE)
                 split = split if split > 0 else _PIECE
-                piece, clause = clause[:split].strip(), clause[split:].strip()
+                piece, clause = clause[:split].strip(_EDGES), clause[split:].strip(_EDGES)
             if piece and piece not in seen:
                 seen.add(piece)
                 out.append(piece)
@@ -56,15 +59,16 @@ def _pieces(text: str) -> list[str]:
 def condense(text: str, budget: int) -> str:
     """The most informative clauses of ``text`` that fit in about ``budget`` bytes, in their original order.
 
-    The first clause always comes first; the rest are chosen by how many numbers, names, paths, errors and
-    quotes they hold per byte, ties to the earlier clause."""
+    The first clause always comes first; then what the user said; the rest are chosen by how many numbers,
+    names, paths, errors and quotes they hold per byte, ties to the earlier clause."""
     pieces = _pieces(text)
     if not pieces:
         return ""
     sizes = [len(p.encode("utf-8")) + 2 for p in pieces]
     chosen = {0}
     used = sizes[0]
-    ranked = sorted(range(1, len(pieces)), key=lambda n: (-len(_FEATURES.findall(pieces[n])) / (sizes[n] + 40), n))
+    ranked = sorted(range(1, len(pieces)), key=lambda n: (not pieces[n].startswith("user:"),
+                                                          -len(_FEATURES.findall(pieces[n])) / (sizes[n] + 40), n))
     for n in ranked:
         if used >= budget:
             break
