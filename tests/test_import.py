@@ -216,6 +216,22 @@ def test_codex_pairs_calls_and_skips_boilerplate(run, home, tmp_path):
     assert msgs[0]["date"] == "2026-05-11T08:27:02.000Z"
 
 
+def test_codex_legacy_rollout_without_envelope(run, tmp_path):
+    path = write_jsonl(tmp_path / "rollout-old.jsonl", [
+        {"id": "old-1", "timestamp": "2025-06-01T10:00:00.000Z", "instructions": None, "git": {}},
+        {"record_type": "state"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<user_instructions>x</user_instructions>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+        {"type": "function_call", "name": "shell", "arguments": json.dumps({"command": ["ls", "-la"]}), "call_id": "c9"},
+        {"type": "function_call_output", "call_id": "c9", "output": json.dumps({"output": "a\nb", "metadata": {"exit_code": 0}})},
+    ])
+    assert run("import", path, "-n", "t").exit_code == 0
+    msgs = messages()
+    assert brief(msgs) == [("user", "list files"), ("tool", 'shell({"command": ["ls", "-la"]})'), ("echo", "a\nb")]
+    assert msgs[1]["meta"]["command"] == "ls -la" and msgs[2]["meta"]["exit_code"] == 0
+    assert {m["date"] for m in msgs} == {"2025-06-01T10:00:00.000Z"} and msgs[0]["meta"]["session"] == "old-1"
+
+
 # ---- NDJSON, malformed lines, the echo rules ------------------------------------------------------------
 
 def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
@@ -259,8 +275,8 @@ def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
 def test_reimport_adds_nothing_twice_even_without_state(run, home, tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", claude_lines())
     assert run("import", path, "-n", "t").stdout.startswith("t: 7 imported")
-    again = run("import", path, "-n", "t", "--json")
-    assert json.loads(again.stdout.splitlines()[0])["unchanged"] is True
+    again = run("import", path, "-n", "t")
+    assert again.stdout == "t: 0 imported, 0 already present, 0 malformed skipped; 7 messages in all (file unchanged since the last import)\n"
     for derived in ("imports.json", "imports.keys"):
         (home / "t" / derived).unlink()
     before = snapshot(home / "t" / "main")
@@ -359,6 +375,35 @@ def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):
     monkeypatch.setattr(import_, "PROGRESS_MIN_BYTES", 0)
     result = run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
     assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_progress_bar_on_a_terminal_goes_to_stderr(home, tmp_path):
+    import pty
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem.commands.import_ import PROGRESS_MIN_BYTES
+
+    path = tmp_path / "big.ndjson"
+    line = json.dumps({"kind": "user", "text": "x" * 1000}) + "\n"
+    path.write_text(line * (PROGRESS_MIN_BYTES // len(line) + 10))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(pimem_cmd("import", path, "-n", "t"), stdout=subprocess.PIPE, stderr=slave, env=subprocess_env())
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"importing" in seen and b"MB" in seen
+    assert out.startswith(b"t: ") and b"importing" not in out
 
 
 def test_import_in_a_real_process(sh, tmp_path):

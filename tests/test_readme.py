@@ -79,5 +79,5 @@ def test_readme_examples_run(home, tmp_path):
         ran.append(line)
         if proc.returncode != expected:
             failures.append(f"{line}\n  exit {proc.returncode} (expected {expected}): {proc.stderr.strip()[-500:]}")
-    assert not failures, "README examples failed:\n" + "\n".join(failures)
+    assert not failures, "README examples failed (a line that cannot run here goes into SKIP above, with its reason):\n" + "\n".join(failures)
     assert len(ran) > 15

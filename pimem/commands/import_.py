@@ -52,18 +52,20 @@ def command(
         return
     if len(reports) > 1:
         for report in reports:
-            output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({report.format}{_whence(report)})")
-    output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all")
+            how = ", ".join([report.format] + _whence(report))
+            output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
+    note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
+    output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all{note}")
 
 
 def _counts(imported: int, present: int, malformed: int) -> str:
     return f"{imported} imported, {present} already present, {malformed} malformed skipped"
 
 
-def _whence(report) -> str:
+def _whence(report) -> list[str]:
     if report.unchanged:
-        return ", unchanged since the last import"
-    return f", continued from line {report.from_line}" if report.from_line > 1 else ""
+        return ["file unchanged since the last import"]
+    return [f"read on from line {report.from_line}"] if report.from_line > 1 else []
 
 
 @contextlib.contextmanager
@@ -72,9 +74,10 @@ def _progress(total: int):
     if total < PROGRESS_MIN_BYTES or not env.stderr_is_tty():
         yield lambda done: None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
     columns = (TextColumn("importing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True) as bar:
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("import", total=total)
         yield lambda done: bar.update(task, completed=done)

@@ -6,6 +6,10 @@ their outputs (paired by ``call_id``), custom tool calls, shell calls, web searc
 imported; ``event_msg`` lines only mirror the conversation for the UI and are skipped, as are developer
 messages and the instruction and environment blocks Codex puts in front of the user's words. Lines carry
 no ids, so each message's ``entry`` is its line's number and hash.
+
+Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
+bare response items and ``{"record_type": "state"}`` lines; they are read the same way, every item dated
+by the header.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ class CodexParser(Parser):
 
     @staticmethod
     def sniff(obj: dict) -> bool:
-        return obj.get("type") in LINE_TYPES and isinstance(obj.get("payload"), dict)
+        if obj.get("type") in LINE_TYPES and isinstance(obj.get("payload"), dict):
+            return True
+        return _legacy_header(obj) or obj.get("record_type") == "state"
 
     @staticmethod
     def describe(obj: dict) -> dict:
@@ -46,7 +52,11 @@ class CodexParser(Parser):
         return {"date": payload.get("timestamp") or obj.get("timestamp"), "cwd": payload.get("cwd")}
 
     def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
-        if not isinstance(obj, dict) or not isinstance(obj.get("payload"), dict):
+        if not isinstance(obj, dict):
+            raise Malformed("not a Codex rollout line (not an object)")
+        if "payload" not in obj:
+            obj = self._legacy(obj)
+        if not isinstance(obj.get("payload"), dict):
             raise Malformed("not a Codex rollout line (no payload)")
         kind, payload = obj.get("type"), obj["payload"]
         date = self.date(obj.get("timestamp"))
@@ -65,6 +75,16 @@ class CodexParser(Parser):
             return []
         base = {"entry": line_key(line_no, raw)}
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+
+    def _legacy(self, obj: dict) -> dict:
+        """An older rollout's line in the current envelope (or unchanged when it is neither)."""
+        if _legacy_header(obj):
+            return {"type": "session_meta", "timestamp": obj.get("timestamp"), "payload": obj}
+        if obj.get("record_type") == "state":
+            return {"type": "event_msg", "payload": {}}
+        if isinstance(obj.get("type"), str):
+            return {"type": "response_item", "payload": obj}
+        return obj
 
     def _item(self, item: dict) -> list[tuple]:
         kind = item.get("type")
@@ -94,6 +114,10 @@ class CodexParser(Parser):
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
             return [("tool", call_text("web_search", action.get("query") or action), {"tool": "web_search"})]
         return []  # reasoning and items we do not know
+
+
+def _legacy_header(obj: dict) -> bool:
+    return "type" not in obj and isinstance(obj.get("id"), str) and "instructions" in obj and "timestamp" in obj
 
 
 def _content(item: dict) -> list:
