@@ -259,7 +259,11 @@ class Tree:
         self.append_many([(l, i, text, meta)])
 
     def append_many(self, nodes: list[tuple[int, int, str, dict | None]]) -> None:
+<<<<<<< HEAD
         """Write node lines ``(l, i, text, meta)`` with one write and one fsync, then index them."""
+=======
+        """Write node lines ``(l, i, text, meta)`` to today's tree file with one fsync, and index them."""
+>>>>>>> main
         data = b"".join(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}) + b"\n"
                         for l, i, text, meta in nodes)
         ensure_dir(self.dir)
@@ -268,7 +272,13 @@ class Tree:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             _seal(fd, path)
+<<<<<<< HEAD
             os.write(fd, data)
+=======
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+>>>>>>> main
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -285,6 +295,11 @@ class Tree:
         starting up)."""
         count = self.count() if count is None else count
         self.catch_up()
+<<<<<<< HEAD
+=======
+        if not self._seen:
+            return set()
+>>>>>>> main
         return {(l, i) for l, i in self.db.execute("SELECT l, i FROM tree_nodes") if (i + 1) << l <= count}
 
     # ---- what the scheduler asks -------------------------------------------------------------------
@@ -330,8 +345,8 @@ class Tree:
         out: list[int] = []
         advance = True
         i = low
+        leaves: dict[int, dict] = {}
         while len(out) < limit and (i + 1) << l <= count and i < low + limit:
-            leaves: dict[int, dict] = {}
             left = self._text(l - 1, 2 * i, count, leaves)
             right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
             if left is None or right is None:
