@@ -275,12 +275,8 @@ class Memory:
                     check_halves: bool = False) -> None:
         """Store many built nodes ``(l, i, text, meta)`` in order, with one fsync and one view save (what a
         scheduler does). Checked as ``write_node`` does, except that unless ``check_halves`` the caller
-<<<<<<< HEAD
-        vouches that each merge's halves are built (the check derives free halves from the log)."""
-=======
         vouches that each merge's halves are built and that the node is not free (those checks derive free
         nodes from the log). Nothing is written unless every node passes."""
->>>>>>> main
         from . import tree as trees, view
 
         limit = int(self.config["line_bytes"])
@@ -303,23 +299,15 @@ class Memory:
             views = view.current(self, save=False)
             count = views.T
             tree = self.tree
-<<<<<<< HEAD
-            seen = set()
-=======
             tree.catch_up()
             seen: set[tuple[int, int]] = set()
->>>>>>> main
             for l, i, _, _ in checked:
                 trees.parse_label(trees.label(l, i), count)
                 built = (l, i) in seen or tree.stored(l, i, count) is not None
                 if built or (check_halves and tree.text(l, i, count) is not None):
                     raise BadInput(f"node {trees.label(l, i)} is already built (each node is built once)")
-<<<<<<< HEAD
-                if check_halves and l and (tree.text(l - 1, 2 * i, count) is None or tree.text(l - 1, 2 * i + 1, count) is None):
-=======
                 if check_halves and l and (tree.text(l - 1, 2 * i, count) is None
                                            or tree.text(l - 1, 2 * i + 1, count) is None):
->>>>>>> main
                     raise BadInput(f"node {trees.label(l, i)}: its halves {trees.label(l - 1, 2 * i)} and "
                                    f"{trees.label(l - 1, 2 * i + 1)} must be built first")
                 seen.add((l, i))
