@@ -54,7 +54,8 @@ def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
 
 def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
     """``(records, labels)`` batches from an NDJSON stream. A batch ends at 10,000 lines, 32 MiB, end of
-    input, or whenever the input has gone quiet (so a live stream is logged as it arrives). Blank lines are
+    input, or whenever the input has gone quiet after a whole line (so a live stream is logged as it
+    arrives). Blank lines are
     skipped; a line that is not a JSON object raises ``BadInput`` with its number."""
     pending = b""
     line_no = 0
@@ -87,7 +88,8 @@ def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
             if len(records) >= BATCH_LINES or batch_bytes >= BATCH_BYTES:
                 yield records, LineLabels(numbers)
                 records, numbers, batch_bytes = [], [], 0
-        if records and (eof or (len(data) < _READ and not _more_waiting(stream))):
+        # a live stream is logged as it arrives, but never while a line is half-written: its writer is mid-line
+        if records and (eof or (len(data) < _READ and not pending and not _more_waiting(stream))):
             yield records, LineLabels(numbers)
             records, numbers, batch_bytes = [], [], 0
         if eof:
