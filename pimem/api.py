@@ -1,7 +1,9 @@
 """The read-only API for consumers outside the agent: other agents, scripts and MCP clients.
 
 Every function takes plain arguments, returns JSON-ready data, never takes the writer lock and never writes
-to a memory (the one exception, ``memory_propose``, writes a provisional memory, as the model would). Every
+to a memory (the one exception, ``memory_propose``, writes a provisional memory, as the model would).
+Derived state (view.json, index.sqlite) is brought up to date by writers; a reader finding it behind works
+the difference out in memory. Every
 message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
 ``include_tools``. Outputs are bounded so an MCP client's output limit is never hit by surprise.
 """
@@ -28,13 +30,26 @@ def _bounded(value: int, name: str, top: int = MAX_LIMIT) -> int:
     return value
 
 
-def held(mem: Memory, i: int):
-    """How the view holds message ``i`` (None while the memory has no view yet)."""
-    return mem.held(i) if hasattr(mem, "held") else None
+class _Held:
+    """``held`` for messages of one memory, with tool traffic taken out of the quoted line unless asked for;
+    each line is worked out once per call."""
 
+    def __init__(self, mem: Memory, include_tools: bool):
+        self.mem, self.include_tools = mem, include_tools
+        self.lines: dict[str, str] = {}
 
-def _with_held(mem: Memory, msg: dict) -> dict:
-    return {**msg, "held": held(mem, msg["i"])}
+    def __call__(self, msg: dict) -> dict:
+        held = self.mem.held(msg["i"])
+        if held is not None and not self.include_tools:
+            if held["label"] not in self.lines:
+                from .privacy import hide_tools
+                from .view import render_line
+
+                v = self.mem.views(create=False).view
+                l, i, text, _ = v.lines[v.covering(msg["i"])]
+                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem, [(l, i, text)])[0])
+            held["line"] = self.lines[held["label"]]
+        return {**msg, "held": held}
 
 
 def list_memories(home: Home = None) -> list[dict]:
@@ -53,7 +68,7 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
     text = msg["text"]
     if offset < 0 or offset > len(text):
         raise BadInput(f"offset must be between 0 and {len(text)}")
-    out = _with_held(mem, {**msg, "text": text[offset : offset + max_chars]})
+    out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
     if offset or offset + max_chars < len(text):
         out.update(offset=offset, chars=len(text), next_offset=offset + max_chars if offset + max_chars < len(text) else None)
     return out
@@ -71,12 +86,89 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
         start = mem.count() if first is None else first
     if start < 0:
         raise BadInput("start must be 0 or more")
-    out, position = [], start
+    out, position, held = [], start, _Held(mem, include_tools)
     for msg in mem.messages(start):
         if len(out) == limit:
             break
         position = msg["i"] + 1
         if msg["kind"] in TOOL_KINDS and not include_tools:
             continue
-        out.append(_with_held(mem, msg))
+        out.append(held(msg))
     return {"messages": out, "next": position if position < mem.count() else None}
+
+
+def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:
+    """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
+    totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
+    replaced by a marker unless ``include_tools``."""
+    from .privacy import hide_tools
+    from .view import render_line
+
+    _bounded(lines, "lines", 10_000)
+    mem = Memory.open(name, home)
+    v = mem.views(create=False)
+    rows = v.view.lines if v is not None else []
+    first = max(0, len(rows) - lines)
+    shown = [(l, i, text) for l, i, text, _ in rows[first:]]
+    texts = [t for _, _, t in shown] if include_tools else hide_tools(mem, shown)
+    return {
+        "lines": [render_line(l, i, text) for (l, i, _), text in zip(shown, texts)],
+        "first": first,
+        "total_lines": len(rows),
+        "bytes": sum(cost for *_, cost in rows),
+        "messages": v.T if v is not None else 0,
+    }
+
+
+def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -> dict:
+    """Expand a node ``id+n``: for n=1 the original message (with ``held``), else its two halves as lines
+    (``text`` null while a half is not summarised yet)."""
+    from .privacy import hide_tools
+
+    mem = Memory.open(name, home)
+    found = mem.zoom(node, include_tools=include_tools)
+    if "message" in found:
+        found["message"] = _Held(mem, include_tools)(found["message"])
+    elif not include_tools:
+        halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
+        for child, text in zip(found["children"], hide_tools(mem, halves)):
+            child["text"] = text
+    return found
+
+
+def recall(name: str, query: str = "", ids: list[str] | None = None, file: str | None = None, kind: str | None = None,
+           page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None, home: Home = None) -> dict:
+    """pimem's bounded recall (``pimem recall --json``): search, list or read messages, as one JSON document
+    never longer than ``budget`` characters, each result with ``held``."""
+    import orjson
+
+    from . import budget as budgets, recall as recalls
+
+    request = recalls.Request(query=query, ids=recalls.parse_ids(ids or []), file=file, kind=kind, page=page,
+                              limit=limit, include_tools=include_tools, budget=budget or budgets.DEFAULT, as_json=True)
+    return orjson.loads(recalls.recall(Memory.open(name, home), request))
+
+
+def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
+                  limit: int = 30, session: str | None = None, budget: int | None = None, home: Home = None) -> dict:
+    """The authoritative memories (``pimem memories --json``): live ones (pinned, active, provisional) or
+    those of ``status``, ranked by ``query`` when given, within ``budget`` characters."""
+    import orjson
+
+    from . import budget as budgets, memories
+
+    _bounded(limit, "limit", 100)
+    if offset < 0:
+        raise BadInput("offset must be 0 or more")
+    found = memories.find(memories.records(Memory.open(name, home), session), query, status, kind)
+    return orjson.loads(memories.listing(found, offset, limit, budget or budgets.DEFAULT, True))
+
+
+def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
+                   supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
+    """Propose a memory as the model would: it is written provisional, and only the user makes it active
+    (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
+    from . import memories
+
+    return memories.remember(Memory.open(name, home), text, kind=kind, priority=priority, supersede=supersede,
+                             session=session, propose=True)

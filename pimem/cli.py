@@ -25,10 +25,20 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "view": "view",
+    "zoom": "zoom",
     "rename": "rename",
     "delete": "delete",
     "fsck": "fsck",
     "mcp": "mcp",
+    "map": "map",
+    "import": "import_",
+    "remember": "remember",
+    "memories": "memories",
+    "forget": "forget",
+    "compact": "compact",
+    "recall": "recall",
+    "context": "context",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.

@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
@@ -22,7 +23,7 @@ def two(run):
 def watcher(home):
     """A live process recorded as the watcher of memory 'old' in lock.json, as `pimem watch` writes it."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    lease = {"pid": proc.pid, "token": "t1", "host": socket.gethostname(), "started": "2026-10-08T09:00:00+08:00", "beat": "2026-10-08T09:29:50+08:00"}
+    lease = {"pid": proc.pid, "token": "t1", "host": socket.gethostname(), "started": "2026-10-08T09:00:00+08:00", "beat": time.time()}
     (home / "old" / "lock.json").write_bytes(orjson.dumps(lease))
     yield proc
     proc.kill()
