@@ -1,15 +1,13 @@
 """rename, delete and fsck: moving whole memories and checking them on disk."""
 
-import os
-import socket
 import subprocess
-import sys
+
 import time
 
 import orjson
 import pytest
 
-from conftest import snapshot
+from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
 
 
@@ -20,11 +18,14 @@ def two(run):
 
 
 @pytest.fixture
-def watcher(home):
-    """A live process recorded as the watcher of memory 'old' in lock.json, as `pimem watch` writes it."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    lease = {"pid": proc.pid, "token": "t1", "host": socket.gethostname(), "started": "2026-10-08T09:00:00+08:00", "beat": time.time()}
-    (home / "old" / "lock.json").write_bytes(orjson.dumps(lease))
+def watcher(home, two):
+    """A real `pimem watch old` process, once it holds the memory's lease."""
+    proc = subprocess.Popen(pimem_cmd("watch", "old"), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = home / "old" / "lock.json"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and orjson.loads(lock.read_bytes()).get("pid") == proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "pimem watch did not take the lease"
+        time.sleep(0.05)
     yield proc
     proc.kill()
     proc.wait()
@@ -59,13 +60,13 @@ def test_rename_back_over_its_own_pointer(run, home, two):
     assert Memory.open("old").count() == 2
 
 
-def test_rename_and_delete_refuse_while_a_watcher_holds_the_memory(run, home, two, watcher):
-    before = snapshot(home)
+def test_rename_and_delete_refuse_while_a_watcher_holds_the_memory(run, home, watcher):
+    before = {k: v for k, v in snapshot(home).items() if k != "old/lock.json"}  # its heartbeat moves on
     for args in (("rename", "old", "new"), ("delete", "old")):
         out = run(*args)
         assert out.exit_code == 4
         assert f"pid {watcher.pid}" in out.stderr
-    assert snapshot(home) == before
+    assert {k: v for k, v in snapshot(home).items() if k != "old/lock.json"} == before
     watcher.kill()
     watcher.wait()
     assert run("delete", "old").exit_code == 0  # a dead watcher's lease holds nothing
