@@ -188,6 +188,7 @@ complete -c pimem -n '__fish_seen_subcommand_from memories' -l id -x -d 'Read on
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l offset -x -d 'Skip this many records (with --id: characters of its text).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l limit -x -d 'Records per page, 1-100 (default 30; with --id: characters, default 4000).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'

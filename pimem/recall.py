@@ -260,7 +260,7 @@ def search(records: list[dict], query: str, file: str | None) -> tuple[list[dict
     scored.sort(key=lambda row: row[:2])
     out = []
     for _, _, r in scored:
-        key = " ".join(r["text"].split())[:240]
+        key = " ".join(r["text"][:480].split())[:240]
         if key in seen_text:
             continue
         seen_text.add(key)
