@@ -43,6 +43,18 @@ def read_json(path: Path, default=None):
         return default
 
 
+def home_config(home: str | os.PathLike | None = None) -> dict:
+    """The defaults for memories without settings of their own: built-in, overlaid by ``<home>/config.json``."""
+    return _merge(DEFAULT_CONFIG, read_json(env.home(home) / "config.json", {}) or {})
+
+
+def save_home_config(home: str | os.PathLike | None, changes: dict) -> None:
+    """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed)."""
+    root = homes.ensure_dir(env.home(home))
+    own = _merge(read_json(root / "config.json", {}) or {}, changes)
+    homes.write_atomic(root / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
+
+
 class Memory:
     """One named memory under a home directory."""
 
