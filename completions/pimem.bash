@@ -61,7 +61,7 @@ _pimem() {
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
+    view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac
