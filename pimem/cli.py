@@ -24,6 +24,8 @@ COMMANDS = {
     "list": "list_",
     "status": "status",
     "demo": "demo",
+    "search": "search",
+    "reindex": "reindex",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
