@@ -12,6 +12,17 @@ BUSY = 4
 INTEGRITY = 5
 PROVIDER = 6
 
+# the one exit-code table: the README, the man pages and --help all show this
+EXIT_CODES = {
+    OK: "ok",
+    NOTHING_FOUND: "nothing found (like grep)",
+    USAGE: "bad usage or bad input: one line on stderr names what was wrong; nothing was written",
+    NOT_FOUND: "no such memory, message or node",
+    BUSY: "busy: a lock or lease was held past --timeout",
+    INTEGRITY: "integrity error: run 'pimem fsck'",
+    PROVIDER: "compactor or provider failure",
+}
+
 
 class PimemError(Exception):
     """A failure the user can act on; ``code`` is the process exit code."""

@@ -54,6 +54,9 @@ class Memory:
         self._lock = None
         self._lock_depth = 0
         self._config: dict | None = None
+        self._tree = None  # pimem.tree.Tree, on first use
+        self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
+        self._views_stamp = None
         self._index = None
 
     # ---- opening -----------------------------------------------------------------------------------------
@@ -146,6 +149,9 @@ class Memory:
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
         """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""
+        from . import view
+
+        view.push_batch(self, start, batch)
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -246,3 +252,109 @@ class Memory:
             "last": last["date"] if last else None,
             "last_user": user["text"] if user else None,
         }
+
+    # ---- the tree and the view (pimem.tree, pimem.view; DESIGN.md §2) ---------------------------------
+
+    @property
+    def tree(self):
+        """The summary tree (``pimem.tree.Tree``): node texts, free nodes, what the scheduler should build."""
+        if self._tree is None:
+            from .tree import Tree
+
+            self._tree = Tree(self.path, self.count, self.messages, int(self.config["line_bytes"]))
+        return self._tree
+
+    def views(self, create: bool = True):
+        """Both views (``pimem.view.Views``: ``.view`` and ``.cview``), caught up with the log and the tree.
+        Readers never wait for the writer lock (the caught-up view is saved only if the lock is free).
+        ``create=False`` returns None when the memory has no view yet."""
+        from . import view
+
+        return view.current(self, create=create)
+
+    def write_node(self, l: int, i: int, text: str, meta: dict | None = None, timeout: float | None = None) -> None:
+        """Store a node the compactor built and run the view batch. ``BadInput`` (exit 2) if the text is empty
+        or over ``line_bytes``, the node is already built (free or stored), a half of a merge is unbuilt, or
+        ``meta`` reuses a node field; ``NotFound`` (exit 3) if the node ends past the log."""
+        from . import tree as trees, view
+
+        if type(l) is not int or type(i) is not int or l < 0 or i < 0:
+            raise BadInput(f"bad node ({l!r}, {i!r}): level and index are integers ≥ 0")
+        if not isinstance(text, str) or not text.strip():
+            raise BadInput(f"node {trees.label(l, i)}: empty text")
+        limit = int(self.config["line_bytes"])
+        if trees.byte_size(text) > limit:
+            raise BadInput(f"node {trees.label(l, i)}: {trees.byte_size(text)} bytes, over the {limit}-byte line")
+        meta = dict(meta or {})
+        clash = set(meta) & set(trees.NODE_KEYS)
+        if clash:
+            raise BadInput(f"node {trees.label(l, i)}: meta may not set {sorted(clash)[0]!r}")
+        with self.lock(timeout):
+            views = view.current(self, save=False)
+            count = views.T
+            trees.parse_label(trees.label(l, i), count)
+            tree = self.tree
+            if tree.text(l, i, count) is not None:
+                raise BadInput(f"node {trees.label(l, i)} is already built (each node is built once)")
+            if l and (tree.text(l - 1, 2 * i, count) is None or tree.text(l - 1, 2 * i + 1, count) is None):
+                raise BadInput(f"node {trees.label(l, i)}: its halves {trees.label(l - 1, 2 * i)} and "
+                               f"{trees.label(l - 1, 2 * i + 1)} must be built first")
+            tree.append(l, i, text, {"date": _now_text(), **meta})
+            views.built(l, i, text)
+            views.tree_seen = tree.file_sizes()
+            view._save(self, views)
+
+    def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
+        """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
+        the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
+        ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
+        views = self.views()
+        if compactor:
+            return views.cview.render(end=end, cut_unbuilt=True)
+        return views.view.render(end=end)
+
+    def held(self, i: int) -> dict | None:
+        """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
+        "label": "id+n", "n": n, "line": rendered line}``; ``pending`` is a leaf not summarised yet (shown as a
+        placeholder). None when no view exists yet or ``i`` is not in it."""
+        views = self.views(create=False)
+        if views is None or not 0 <= i < views.T:
+            return None
+        from .tree import label
+        from .view import render_line
+
+        v = views.view
+        l, idx, text, _ = v.lines[v.covering(i)]
+        if l:
+            held = "inside"
+        elif text is None:
+            held = "pending"
+        else:
+            held = "verbatim" if self.message(i)["size"] <= int(self.config["line_bytes"]) else "summarized"
+        return {"held": held, "label": label(l, idx), "n": 1 << l, "line": render_line(l, idx, text)}
+
+    def zoom(self, node: str, include_tools: bool = False) -> dict:
+        """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →
+        ``{"label", "children": [{"label", "level", "index", "text"|None}, …]}`` (the two halves, any
+        aligned node). Malformed or misaligned ids raise ``BadInput``, ids past the log ``NotFound``; tool
+        calls and results need ``include_tools``."""
+        from . import tree as trees
+        from .message import is_tool
+
+        count = self.count()
+        l, i = trees.parse_label(node, count)
+        if l == 0:
+            msg = self.message(i)
+            if is_tool(msg) and not include_tools:
+                what = "tool call" if msg["kind"] == "tool" else "tool result"
+                raise BadInput(f"message {i} is a {what}; add --include-tools to show it")
+            return {"label": trees.label(0, i), "message": msg}
+        children = []
+        for k in (2 * i, 2 * i + 1):
+            children.append({"label": trees.label(l - 1, k), "level": l - 1, "index": k,
+                             "text": self.tree.text(l - 1, k, count)})
+        return {"label": trees.label(l, i), "children": children}
+
+
+def _now_text() -> str:
+    return when.rfc3339(env.now())

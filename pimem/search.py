@@ -50,8 +50,9 @@ def search(
     before: int | None = None,
     limit: int = DEFAULT_LIMIT,
 ) -> list[dict]:
-    """Hits ``{memory, i, date, kind, size, snippet}`` (plus ``score`` with ``rank``, and ``held`` once the
-    memory has a view), newest first or best first, at most ``limit``.
+    """Hits ``{memory, i, date, kind, size, snippet}``, plus ``score`` with ``rank``, and once the memory has
+    a view ``held`` (verbatim, summarized, pending or inside) with the ``label`` of the view line holding the
+    message (``pimem zoom`` it); newest first or best first, at most ``limit``.
 
     ``kinds`` restricts the kinds searched (naming ``tool`` or ``echo`` asks for them); otherwise tool calls
     and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before``.
@@ -205,11 +206,9 @@ def _hit(mem, row, msg: dict, low: str, folded: list[str]) -> dict:
         "snippet": snippet(msg["text"], low, folded),
         "_epoch": row[5],
     }
-    held = getattr(mem, "held", None)
+    held = mem.held(msg["i"])
     if held is not None:
-        state = held(msg["i"])
-        if state is not None:
-            hit["held"] = state
+        hit["held"], hit["label"] = held["held"], held["label"]
     return hit
 
 

@@ -46,9 +46,9 @@ def ids(result) -> list[int]:
 def test_hits_are_ndjson_newest_first_with_a_snippet(run, mem):
     out = run("search", "staging", "--json")
     assert [orjson.loads(line) for line in out.stdout.splitlines()] == [
-        {"memory": "main", "i": 5, "date": "2026-10-05T09:00:00+08:00", "kind": "user", "size": 37, "snippet": "fine, the merge is staging-only"},
-        {"memory": "main", "i": 4, "date": "2026-10-04T09:00:00+08:00", "kind": "pi", "size": 44, "snippet": "Staging is fine now. Go ahead and merge."},
-        {"memory": "main", "i": 0, "date": "2026-10-01T09:00:00+08:00", "kind": "user", "size": 36, "snippet": "the staging db listens on 5433"},
+        {"memory": "main", "i": 5, "date": "2026-10-05T09:00:00+08:00", "kind": "user", "size": 37, "snippet": "fine, the merge is staging-only", "held": "verbatim", "label": "5+1"},
+        {"memory": "main", "i": 4, "date": "2026-10-04T09:00:00+08:00", "kind": "pi", "size": 44, "snippet": "Staging is fine now. Go ahead and merge.", "held": "verbatim", "label": "4+1"},
+        {"memory": "main", "i": 0, "date": "2026-10-01T09:00:00+08:00", "kind": "user", "size": 36, "snippet": "the staging db listens on 5433", "held": "verbatim", "label": "0+1"},
     ]
 
 
@@ -56,6 +56,18 @@ def test_human_lines_name_memory_number_date_and_kind(run, mem):
     out = run("search", "listens", "main")
     assert out.exit_code == 0
     assert out.stdout == "main #0 2026-10-01T09:00:00+08:00 user: the staging db listens on 5433\n"
+
+
+def test_hits_say_how_the_view_holds_them(run, home):
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": "line 0 about the lighthouse"}])
+    mem.save_config({"view": {"hi": 200, "lo": 100}})
+    Memory.at("m").append([{"kind": "user", "text": f"line {n} about the lighthouse"} for n in range(1, 12)])
+    hits = [orjson.loads(line) for line in run("search", "lighthouse", "--json", "--limit", "100").stdout.splitlines()]
+    assert len(hits) == 12
+    inside = [h for h in hits if h["held"] == "inside"]
+    assert inside and all(int(h["label"].split("+")[1]) > 1 for h in inside)
+    assert f"[inside {inside[0]['label']}]" in run("search", f"line {inside[0]['i']} ", "m").stdout
 
 
 def test_chinese_and_mixed_queries(run, mem):

@@ -61,8 +61,9 @@ def command(
             output.json_line(hit)
             continue
         text = searching.highlight(hit["snippet"], terms, lambda s: output.style(s, "match"))
-        held = f" {output.style('[' + hit['held'] + ']', 'dim')}" if "held" in hit else ""
+        shown = {"verbatim": "", "inside": f"[inside {hit.get('label')}] "}.get(hit.get("held"), f"[{hit.get('held')}] ")
+        held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
-        output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')}{held} {text}")
+        output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
     if len(hits) == limit and len({h["memory"] for h in hits}) == 1 and not rank:
         output.info(f"pimem: {limit} hits shown; for more: --before {hits[-1]['i']}")

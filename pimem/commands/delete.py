@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from .. import housekeeping, output
+from ..options import Home, Json, Name, Timeout
+
+
+def command(name: Name, json: Json = False, timeout: Timeout = None, home: Home = None) -> None:
+    """Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.
+
+    Nothing is erased: move the directory back to restore it. Refused (exit 4) while a `pimem watch`
+    process holds the memory, naming that process.
+
+    Examples:
+      pimem delete scratch
+      pimem delete scratch --json | jq -r .trash
+    """
+    dest = housekeeping.delete(name, home, timeout)
+    if json:
+        output.json_line({"name": name, "trash": str(dest)})
+    else:
+        output.line(str(dest))

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import fsck, output
+from ..errors import IntegrityError
+from ..memory import Memory
+from ..options import Home, Json, Timeout
+
+
+def command(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to check (default: all).", metavar="NAME...", show_default=False)] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Seal torn lines and rebuild derived state; never deletes anything.")] = False,
+    json: Json = False,
+    timeout: Timeout = None,
+    home: Home = None,
+) -> None:
+    """Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the
+    derived state.
+
+    Prints one line per finding and exits 5 while a problem remains, 0 when clean. Notes (things readers
+    already tolerate, like a sealed torn write) do not count as problems. --repair only adds a newline to
+    seal a torn line or rebuilds derived state from the logs; a damaged line, a gap or a duplicate is
+    explained for a person to decide.
+
+    Examples:
+      pimem fsck main
+      pimem fsck --repair main
+      pimem fsck --json | jq -r 'select(.fatal) | .where'
+    """
+    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
+    remaining = repairable = 0
+    for mem in mems:
+        findings = fsck.check(mem, repair=repair, timeout=timeout)
+        for finding in findings:
+            if json:
+                output.json_line(finding.to_json())
+            else:
+                output.line(str(finding))
+        left = fsck.problems(findings)
+        remaining += len(left)
+        repairable += sum(1 for f in left if f.repair)
+        if not json and not findings:
+            count = mem.count()
+            output.line(f"{mem.name}: ok ({count} message{'' if count == 1 else 's'})")
+    if remaining:
+        hint = f"; {repairable} can be fixed with 'pimem fsck --repair'" if repairable and not repair else ""
+        raise IntegrityError(f"{remaining} problem{'s' if remaining != 1 else ''} found{hint}")

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import env, output
+from ..memory import Memory
+from ..options import Home, Json, Timeout
+
+PROGRESS_MIN_BYTES = 8 * 1024 * 1024
+
+
+def command(
+    files: Annotated[list[str], typer.Argument(help="Session files (or directories of *.jsonl) to import.", metavar="FILE…")],
+    name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to import into (default: from the first session's working directory).")] = None,
+    format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.")] = "auto",
+    json: Json = False,
+    timeout: Timeout = None,
+    home: Home = None,
+) -> None:
+    """Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.
+
+    The format is detected per file; several files go into one memory in the order their histories
+    start, each message with its original date and source ids in meta. Thinking is never imported, images
+    become [image]. Re-importing the same or a grown file adds only what is new. A line that cannot be read
+    is reported on stderr with its file and line number and skipped; the rest is imported.
+
+    Examples:
+      pimem import ~/.pi/agent/sessions/--home-dev-shop--/*.jsonl
+      pimem import ~/.claude/projects/-home-dev-shop/ --name shop
+      pimem import rollout-2026-05-11T11-26-55-*.jsonl --format codex --json
+      pimem since main '#0' --include-tools > main.ndjson && pimem import main.ndjson -n copy
+    """
+    from ..importers import default_name, plan, run
+
+    sources = plan(files, format)
+    if name is None:
+        name = default_name(sources)
+        output.info(f"importing into memory '{name}' (choose another with --name)")
+    mem = Memory.at(name, home)
+    with _progress(sum(s.size for s in sources)) as on_progress:
+        reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout)
+    total = {key: sum(getattr(r, key) for r in reports) for key in ("imported", "present", "malformed")}
+    messages = mem.count() if mem.exists() else 0
+    if json:
+        for report in reports:
+            output.json_line({"name": mem.name, **report.as_dict()})
+        output.json_line({"name": mem.name, "files": len(reports), **total, "messages": messages})
+        return
+    if len(reports) > 1:
+        for report in reports:
+            how = ", ".join([report.format] + _whence(report))
+            output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
+    note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
+    output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all{note}")
+
+
+def _counts(imported: int, present: int, malformed: int) -> str:
+    return f"{imported} imported, {present} already present, {malformed} malformed skipped"
+
+
+def _whence(report) -> list[str]:
+    if report.unchanged:
+        return ["file unchanged since the last import"]
+    return [f"read on from line {report.from_line}"] if report.from_line > 1 else []
+
+
+@contextlib.contextmanager
+def _progress(total: int):
+    """A progress bar on stderr for large imports on a terminal; nothing on a pipe."""
+    if total < PROGRESS_MIN_BYTES or not env.stderr_is_tty():
+        yield lambda done: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (TextColumn("importing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("import", total=total)
+        yield lambda done: bar.update(task, completed=done)

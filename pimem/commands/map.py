@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output, panorama
+from ..errors import BadInput
+from ..memory import Memory
+from ..options import Home, IncludeTools, Name
+
+
+def command(
+    name: Name,
+    width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N")] = None,
+    svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the picture as an SVG image.", metavar="FILE")] = None,
+    include_tools: IncludeTools = False,
+    home: Home = None,
+) -> None:
+    """Draw a memory's panorama: how long it is, how much each turn reads, how fine the view is.
+
+    From the top: the title (messages, since when, day N); two bars at one scale, everything said against
+    what each turn reads (lines summarising several messages in grey ▒, one-message lines in green █); a
+    two-row timeline across the whole history, taller where the view is finer; then the view's lines
+    grouped by day, newest at the bottom. No line is wider than the terminal (or --width). Colour only on
+    a terminal.
+
+    Examples:
+      pimem map main
+      pimem map main --width 100 --svg main.svg
+    """
+    if width is not None and width < panorama.MIN_WIDTH:
+        raise BadInput(f"--width must be at least {panorama.MIN_WIDTH}")
+    mem = Memory.open(name, home)
+    cols = width or shutil.get_terminal_size((80, 24)).columns
+    picture = panorama.rows(panorama.facts_of(mem), cols, include_tools)
+    output.line(panorama.to_text(picture).rstrip("\n"))
+    if svg is not None:
+        svg.write_text(panorama.to_svg(picture, cols, f"pimem map {mem.name}"), encoding="utf-8")
+        output.info(f"wrote {svg}")

@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from ..options import Home
+
+
+def command(home: Home = None) -> None:
+    """Serve the memories to an MCP client over stdio (read-only).
+
+    Tools: list_memories, search, view, zoom, message, since, recall, memory_search (all read-only: they
+    never take the writer lock or write to a memory), and memory_propose (writes a provisional memory only,
+    which the user confirms or drops). Every message and hit carries `held`; tool calls and results are
+    returned only when a call sets include_tools. Needs the `mcp` extra: pip install 'pimem[mcp]'.
+
+    Examples:
+      pimem mcp
+      pimem mcp --home ~/.pi/memory
+    """
+    from .. import mcp_server
+
+    mcp_server.serve(home)

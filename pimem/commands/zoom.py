@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .. import output
+from ..memory import Memory
+from ..options import Home, IncludeTools, Json, Name
+
+
+def command(
+    name: Name,
+    node: Annotated[str, typer.Argument(help="A node ID+N: N a power of two, ID a multiple of N.", metavar="ID+N")],
+    include_tools: IncludeTools = False,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.
+
+    Any aligned node can be zoomed, not only the view's lines. A half not summarised yet says so. Malformed or
+    misaligned ids exit 2 with the reason; ids past the end of the log exit 3. Tool calls and results need
+    --include-tools.
+
+    Examples:
+      pimem zoom main 40+8
+      pimem zoom main 42+1
+      pimem zoom main 0+1024 --json
+    """
+    from ..tree import UNBUILT_MERGE, PLACEHOLDER, flat
+
+    found = Memory.open(name, home).zoom(node, include_tools=include_tools)
+    if "message" in found:
+        msg = found["message"]
+        if json:
+            output.json_line({"label": found["label"], **msg})
+        else:
+            output.line(f"{found['label']}|{msg['kind']}: {msg['text']}")
+        return
+    for child in found["children"]:
+        if json:
+            output.json_line(child)
+        else:
+            hint = PLACEHOLDER if child["level"] == 0 else UNBUILT_MERGE
+            output.line(f"{child['label']}|{hint if child['text'] is None else flat(child['text'])}")

@@ -1,0 +1,119 @@
+"""Moving whole memories: rename (the old name keeps a pointer) and delete (into ``<home>/.trash``).
+
+Both refuse while a watcher holds the memory's lease (``lock.json``, written by ``pimem watch``), naming the
+process, and both take the writer lock so no append is cut in half by the move.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+
+from . import env, home as homes
+from .errors import BadInput, Busy, NotFound
+from .memory import Memory, read_json
+
+# a watcher on another host is taken as alive while its heartbeat is this recent (seconds)
+FOREIGN_BEAT_FRESH = 180
+
+
+def watcher(mem: Memory) -> dict | None:
+    """The live lease in ``lock.json`` (``{pid, token, host, started, beat}``), or None when there is none
+    or its holder is gone: on this host, its process no longer exists; elsewhere, its heartbeat is stale."""
+    try:
+        lease = read_json(mem.path / "lock.json")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(lease, dict) or not lease.get("pid"):
+        return None
+    if lease.get("host") in (None, socket.gethostname()):
+        return lease if _process_alive(lease["pid"]) else None
+    beat = _epoch(lease.get("beat"))
+    return lease if beat is not None and env.now().timestamp() - beat < FOREIGN_BEAT_FRESH else None
+
+
+def _process_alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
+
+
+def _epoch(beat) -> float | None:
+    """A heartbeat stored as seconds since the epoch or as an RFC 3339 string."""
+    if isinstance(beat, (int, float)):
+        return float(beat)
+    if isinstance(beat, str):
+        try:
+            return datetime.fromisoformat(beat.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def refuse_if_watched(mem: Memory, doing: str) -> None:
+    lease = watcher(mem)
+    if lease is not None:
+        where = f" on {lease['host']}" if lease.get("host") and lease["host"] != socket.gethostname() else ""
+        since = f", watching since {lease['started']}" if lease.get("started") else ""
+        raise Busy(
+            f"cannot {doing} '{mem.name}': pimem watch (pid {lease['pid']}{where}{since}) holds it; stop that process first"
+        )
+
+
+def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: float | None = None) -> Memory:
+    """Move memory ``old`` to ``new``; ``<home>/<old>`` becomes a pointer ``{"renamedTo": new}`` that every
+    command follows. ``new`` must be free: renaming back over a pointer that leads to ``old`` is allowed."""
+    homes.validate_name(new)
+    mem = Memory.open(old, home)
+    target = mem.home / new
+    if target.exists() or target.is_symlink():
+        if not (target.is_file() and _leads_to(mem.home, new, mem.path)):
+            raise BadInput(f"cannot rename '{old}' to '{new}': '{new}' already exists in {mem.home}")
+    if target == mem.path:
+        raise BadInput(f"'{old}' is already named '{new}'")
+    refuse_if_watched(mem, "rename")
+    with mem.lock(timeout):
+        refuse_if_watched(mem, "rename")
+        if target.is_file():
+            target.unlink()
+        os.rename(mem.path, target)
+        homes.write_atomic(mem.path, orjson.dumps({"renamedTo": new}) + b"\n")
+    return Memory(new, target, mem.home)
+
+
+def _leads_to(root: Path, name: str, path: Path) -> bool:
+    try:
+        return homes.resolve(root, name) == path
+    except Exception:
+        return False
+
+
+def delete(name: str, home: str | os.PathLike | None = None, timeout: float | None = None) -> Path:
+    """Move memory ``name`` whole to ``<home>/.trash/<name>-<timestamp>`` and return where it went. Rename
+    pointers that led to it are removed (they would point at nothing)."""
+    mem = Memory.open(name, home)
+    refuse_if_watched(mem, "delete")
+    trash = homes.ensure_dir(mem.home / homes.TRASH)
+    stamp = env.now().strftime("%Y%m%dT%H%M%S")
+    dest = trash / f"{mem.name}-{stamp}"
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = trash / f"{mem.name}-{stamp}-{n}"
+    with mem.lock(timeout):
+        refuse_if_watched(mem, "delete")
+        pointers = [p for p in mem.home.iterdir() if p.is_file() and homes.NAME_RE.fullmatch(p.name) and _leads_to(mem.home, p.name, mem.path)]
+        os.rename(mem.path, dest)
+    for pointer in pointers:
+        pointer.unlink()
+    return dest

@@ -1,0 +1,85 @@
+"""Claude Code transcripts (``~/.claude/projects/<cwd>/<session>.jsonl``, sub-agents in
+``subagents/agent-<id>.jsonl``).
+
+Each line carries ``type, uuid, parentUuid, sessionId, timestamp, cwd, isSidechain``. ``assistant`` lines
+hold text, thinking (dropped) and ``tool_use`` blocks, often one block per line; tool results come back as
+``user`` lines with ``tool_result`` blocks, paired by ``tool_use_id``. Lines the harness injected
+(``isMeta``) and bookkeeping lines (progress, file-history snapshots, queue operations, system notices,
+titles) are skipped; the summary that opens a compacted conversation (``isCompactSummary``) is kept as
+derived ``work``; sub-agent traffic is marked ``sidechain``.
+
+The parent chain is kept as written but not used for lineage: Claude Code hangs parallel tool calls off
+each other, so its "branch" is not a conversation branch.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, line_key, record, shell_command
+
+LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
+_EXIT = re.compile(r"\AExit code (\d+)")
+
+
+class ClaudeParser(Parser):
+    source = "claude"
+
+    @staticmethod
+    def sniff(obj: dict) -> bool:
+        return obj.get("type") in LINE_TYPES and ("sessionId" in obj or "uuid" in obj or "leafUuid" in obj or "messageId" in obj)
+
+    @staticmethod
+    def describe(obj: dict) -> dict:
+        return {"date": obj.get("timestamp"), "cwd": obj.get("cwd")}
+
+    def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
+        if not isinstance(obj, dict):
+            raise Malformed("not a Claude Code transcript line (not an object)")
+        kind = obj.get("type")
+        if kind not in ("user", "assistant"):
+            return []
+        message = obj.get("message")
+        if not isinstance(message, dict):
+            raise Malformed(f"{kind} line without a message")
+        if obj.get("isMeta"):
+            return []
+        for key, field in (("session", "sessionId"), ("cwd", "cwd")):
+            if isinstance(obj.get(field), str) and obj[field]:
+                self.state[key] = obj[field]
+        date = self.date(obj.get("timestamp"))
+        base = {"entry": obj.get("uuid") or line_key(line_no, raw), "parent": obj.get("parentUuid"), "sidechain": obj.get("isSidechain") is True}
+        parts = self._user(obj, message) if kind == "user" else self._assistant(message)
+        return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+
+    def _user(self, obj: dict, message: dict) -> list[tuple]:
+        content = message.get("content")
+        if obj.get("isCompactSummary"):
+            text = blocks_text(content)
+            return [("work", text, {"derived": True})] if text.strip() else []
+        parts = []
+        text = blocks_text(content)
+        if text.strip():
+            parts.append(("user", text, {}))
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                call_id = block.get("tool_use_id")
+                output = blocks_text(block.get("content"))
+                code = _EXIT.match(output) if block.get("is_error") else None
+                meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": int(code.group(1)) if code else None}
+                parts.append(("echo", output if output.strip() else NO_OUTPUT, meta))
+        return parts
+
+    def _assistant(self, message: dict) -> list[tuple]:
+        content = message.get("content")
+        model = message.get("model")
+        parts = []
+        text = blocks_text(content)
+        if text.strip():
+            parts.append(("pi", text, {"model": model}))
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use"):
+                call_id, name, args = block.get("id"), block.get("name"), block.get("input")
+                self.remember_call(call_id, name)
+                parts.append(("tool", call_text(name, args), {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model}))
+        return parts

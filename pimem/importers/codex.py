@@ -1,0 +1,151 @@
+"""Codex CLI rollouts (``~/.codex/sessions/YYYY/MM/DD/rollout-<ts>-<uuid>.jsonl``).
+
+Lines are ``{timestamp, type, payload}`` and linear. ``session_meta`` and ``turn_context`` give the
+session id, cwd and model; ``response_item`` lines are the conversation: messages, function calls and
+their outputs (paired by ``call_id``), custom tool calls, shell calls, web searches. Reasoning is never
+imported; ``event_msg`` lines only mirror the conversation for the UI and are skipped, as are developer
+messages and the instruction and environment blocks Codex puts in front of the user's words. Lines carry
+no ids, so each message's ``entry`` is its line's number and hash.
+
+Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
+bare response items and ``{"record_type": "state"}`` lines; they are read the same way, every item dated
+by the header.
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, line_key, record, shell_command
+
+LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
+BOILERPLATE = (
+    "<environment_context>",
+    "<user_instructions>",
+    "<permissions instructions>",
+    "<collaboration_mode>",
+    "<skills_instructions>",
+    "<plugins_instructions>",
+    "<INSTRUCTIONS>",
+    "# AGENTS.md instructions",
+)
+TEXT_TYPES = ("input_text", "output_text", "text")
+CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
+OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+_EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
+
+
+class CodexParser(Parser):
+    source = "codex"
+
+    @staticmethod
+    def sniff(obj: dict) -> bool:
+        if obj.get("type") in LINE_TYPES and isinstance(obj.get("payload"), dict):
+            return True
+        return _legacy_header(obj) or obj.get("record_type") == "state"
+
+    @staticmethod
+    def describe(obj: dict) -> dict:
+        payload = obj.get("payload") if isinstance(obj.get("payload"), dict) else {}
+        return {"date": payload.get("timestamp") or obj.get("timestamp"), "cwd": payload.get("cwd")}
+
+    def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
+        if not isinstance(obj, dict):
+            raise Malformed("not a Codex rollout line (not an object)")
+        if "payload" not in obj:
+            obj = self._legacy(obj)
+        if not isinstance(obj.get("payload"), dict):
+            raise Malformed("not a Codex rollout line (no payload)")
+        kind, payload = obj.get("type"), obj["payload"]
+        date = self.date(obj.get("timestamp"))
+        if kind == "session_meta":
+            self.state.update(session=payload.get("id"), cwd=payload.get("cwd") or self.state.get("cwd"))
+            return []
+        if kind == "turn_context":
+            self.state.update(cwd=payload.get("cwd") or self.state.get("cwd"), model=payload.get("model") or self.state.get("model"))
+            return []
+        if kind == "compacted":
+            text = payload.get("message")
+            parts = [("work", text, {"derived": True})] if isinstance(text, str) and text.strip() else []
+        elif kind == "response_item":
+            parts = self._item(payload)
+        else:
+            return []
+        base = {"entry": line_key(line_no, raw)}
+        return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+
+    def _legacy(self, obj: dict) -> dict:
+        """An older rollout's line in the current envelope (or unchanged when it is neither)."""
+        if _legacy_header(obj):
+            return {"type": "session_meta", "timestamp": obj.get("timestamp"), "payload": obj}
+        if obj.get("record_type") == "state":
+            return {"type": "event_msg", "payload": {}}
+        if isinstance(obj.get("type"), str):
+            return {"type": "response_item", "payload": obj}
+        return obj
+
+    def _item(self, item: dict) -> list[tuple]:
+        kind = item.get("type")
+        model = self.state.get("model")
+        if kind == "message":
+            role = item.get("role")
+            if role == "user":
+                text = "\n".join(blocks_text([b], TEXT_TYPES) for b in _content(item) if not _boilerplate(b))
+                return [("user", text, {})] if text.strip() else []
+            if role == "assistant":
+                text = blocks_text(_content(item), TEXT_TYPES)
+                return [("pi", text, {"model": model})] if text.strip() else []
+            return []  # developer and system messages are instructions
+        if kind in CALLS:
+            call_id = item.get("call_id") or item.get("id")
+            if kind == "local_shell_call":
+                name, args = "shell", (item.get("action") or {})
+            else:
+                name, args = item.get("name"), item.get("arguments", item.get("input"))
+            self.remember_call(call_id, name)
+            return [("tool", call_text(name, args), {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model})]
+        if kind in OUTPUTS:
+            call_id = item.get("call_id")
+            text, code = _output(item.get("output"))
+            return [("echo", text if text.strip() else NO_OUTPUT, {"call_id": call_id, "tool": self.called(call_id), "exit_code": code})]
+        if kind == "web_search_call":
+            action = item.get("action") if isinstance(item.get("action"), dict) else {}
+            return [("tool", call_text("web_search", action.get("query") or action), {"tool": "web_search"})]
+        return []  # reasoning and items we do not know
+
+
+def _legacy_header(obj: dict) -> bool:
+    return "type" not in obj and isinstance(obj.get("id"), str) and "instructions" in obj and "timestamp" in obj
+
+
+def _content(item: dict) -> list:
+    content = item.get("content")
+    return content if isinstance(content, list) else [content] if isinstance(content, str) else []
+
+
+def _boilerplate(block) -> bool:
+    text = block.get("text") if isinstance(block, dict) else block
+    return isinstance(text, str) and text.lstrip().startswith(BOILERPLATE)
+
+
+def _output(output) -> tuple[str, int | None]:
+    """Text and exit code of a call's output: plain text (exit code in a ``Process exited with code N``
+    line), or the older JSON envelope ``{"output": …, "metadata": {"exit_code": …}}``."""
+    if isinstance(output, str) and output.startswith("{"):
+        try:
+            decoded = orjson.loads(output)
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
+            code = (decoded.get("metadata") or {}).get("exit_code") if isinstance(decoded.get("metadata"), dict) else None
+            return decoded["output"], code if isinstance(code, int) else None
+    if isinstance(output, dict):
+        output = output.get("content", output.get("output", orjson.dumps(output).decode()))
+    if isinstance(output, list):
+        output = blocks_text(output, TEXT_TYPES)
+    if not isinstance(output, str):
+        return "", None
+    found = _EXITED.search(output[:4096])
+    return output, int(found.group(1)) if found else None

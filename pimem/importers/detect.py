@@ -1,0 +1,123 @@
+"""Which format a file is in, when its history starts, and what to call the memory it goes to."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import orjson
+
+from .. import when
+from ..errors import BadInput
+from ..home import NAME_RE
+from .claude import ClaudeParser
+from .codex import CodexParser
+from .ndjson import NdjsonParser
+from .parser import Parser
+from .pi import PiParser
+
+# the order matters only for lines several formats could claim: the more specific first
+FORMATS: dict[str, type[Parser]] = {"pi": PiParser, "codex": CodexParser, "claude": ClaudeParser, "ndjson": NdjsonParser}
+PEEK_LINES = 64
+PEEK_BYTES = 1024 * 1024
+_EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class Source:
+    """One file to import: its absolute path, format, size, first date and working directory (if known)."""
+
+    path: str
+    format: str
+    size: int
+    first: datetime | None = None
+    cwd: str | None = None
+
+    def sort_key(self):
+        return (self.first or _EARLIEST, self.path)
+
+
+def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
+    """The files to import, in the order their histories start. Directories stand for every ``*.jsonl``
+    under them. A missing file, or one whose format cannot be told, raises ``BadInput`` before anything is
+    written; empty files are left out."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise BadInput(f"unknown format {fmt!r}: use auto, {', '.join(FORMATS)}")
+    files: list[Path] = []
+    for given in paths:
+        path = Path(given).expanduser()
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise BadInput(f"{given}: no such file")
+    sources, seen = [], set()
+    for path in files:
+        path = path.resolve()
+        if str(path) in seen:
+            continue
+        seen.add(str(path))
+        source = _inspect(path, fmt)
+        if source is not None:
+            sources.append(source)
+    return sorted(sources, key=Source.sort_key)
+
+
+def _inspect(path: Path, fmt: str) -> Source | None:
+    objects = list(_head(path))
+    size = path.stat().st_size
+    if not objects and fmt == "auto":
+        if any(_head_lines(path)):
+            raise BadInput(f"{path}: not JSON lines; pimem imports pi, claude, codex and ndjson files")
+        return None
+    if fmt == "auto":
+        fmt = next((name for obj in objects for name, parser in FORMATS.items() if parser.sniff(obj)), None)
+        if fmt is None:
+            raise BadInput(f"{path}: cannot tell its format (pi, claude, codex or ndjson); give --format")
+    first = cwd = None
+    for obj in objects:
+        found = FORMATS[fmt].describe(obj)
+        first = first or _moment(found.get("date"))
+        cwd = cwd or (found.get("cwd") if isinstance(found.get("cwd"), str) else None)
+    return Source(str(path), fmt, size, first, cwd)
+
+
+def _head_lines(path: Path):
+    with open(path, "rb") as f:
+        data = f.read(PEEK_BYTES)
+    lines = data.split(b"\n")
+    if len(data) == PEEK_BYTES:
+        lines.pop()  # the last piece may be cut
+    return [line for line in lines if line.strip()][:PEEK_LINES]
+
+
+def _head(path: Path):
+    for line in _head_lines(path):
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def _moment(value) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return when.parse_stored(value).astimezone(timezone.utc)
+    except BadInput:
+        return None
+
+
+def default_name(sources: list[Source]) -> str:
+    """A memory name for an import without ``--name``: the basename of the first session's working
+    directory, else the first file's name, made into a valid memory name."""
+    for candidate in [Path(s.cwd).name for s in sources if s.cwd] + [Path(s.path).stem for s in sources]:
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).lstrip("._-")[:64].rstrip("._-") or ""
+        if name and NAME_RE.fullmatch(name):
+            return name
+    return "imported"

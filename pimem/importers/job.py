@@ -1,0 +1,179 @@
+"""Streaming files into a memory: parse line by line, validate each message, drop what the memory already
+holds, and log the rest through ``Memory.append`` in batches (one fsync each).
+
+A line that cannot be read is reported (file and line number) through ``on_warning`` and skipped; the rest
+of the file is imported. A file read before is continued from where that import stopped when its first
+bytes are unchanged (it grew); otherwise it is read again from the start and the keys decide what is new.
+An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import BinaryIO, Callable
+
+import orjson
+
+from .. import env, message as msgs, when
+from ..errors import BadInput
+from ..ingest import BATCH_BYTES, BATCH_LINES
+from ..memory import Memory
+from .detect import FORMATS, Source
+from .parser import Malformed
+from .state import ImportState, key_of
+
+PROGRESS_STEP = 1024 * 1024
+_HASH_CHUNK = 1024 * 1024
+
+
+@dataclass
+class FileReport:
+    """What one file gave: messages logged, already present, malformed lines skipped, and the line reading
+    started at (1 unless the file was continued from an earlier import)."""
+
+    file: str
+    format: str
+    imported: int = 0
+    present: int = 0
+    malformed: int = 0
+    from_line: int = 1
+    unchanged: bool = False
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def run(
+    mem: Memory,
+    sources: list[Source],
+    on_warning: Callable[[str], None] = lambda text: None,
+    on_progress: Callable[[int], None] = lambda done: None,
+    timeout: float | None = None,
+) -> list[FileReport]:
+    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; ``on_progress`` gets the
+    number of bytes read so far over all files."""
+    state = ImportState(mem)
+    reports = []
+    done = 0
+    for source in sources:
+        reports.append(_File(mem, state, source, on_warning, lambda n, base=done: on_progress(base + n), timeout).run())
+        done += source.size
+    on_progress(done)
+    return reports
+
+
+class _File:
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout):
+        self.mem, self.state, self.source = mem, state, source
+        self.warn, self.progress, self.timeout = on_warning, on_progress, timeout
+        self.report = FileReport(source.path, source.format)
+        self.cap = int(mem.config.get("max_text_bytes", msgs.DEFAULT_CAP))
+        self.stamp = when.rfc3339(env.now())
+        self.batch: list[tuple[dict, bytes | None]] = []
+        self.batch_bytes = 0
+
+    def run(self) -> FileReport:
+        with open(self.source.path, "rb") as f:
+            offset, line_no, carry, hasher = self._resume(f)
+            parser = FORMATS[self.source.format](self.source.path, carry)
+            self.report.from_line = line_no + 1
+            self.report.unchanged = offset == self.source.size and offset > 0
+            reported = offset
+            for raw in f:
+                line_no += 1
+                if raw.strip():
+                    try:
+                        obj = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
+                        if not raw.endswith(b"\n"):
+                            self._malformed(line_no, "unfinished last line (left for the next import)")
+                            line_no -= 1
+                            break
+                        self._malformed(line_no, "not valid JSON")
+                    else:
+                        self._take(parser, line_no, raw, obj)
+                offset += len(raw)
+                hasher.update(raw)
+                if len(self.batch) >= BATCH_LINES or self.batch_bytes >= BATCH_BYTES:
+                    self._flush(self._position(offset, line_no, parser, hasher))
+                if offset - reported >= PROGRESS_STEP:
+                    self.progress(offset)
+                    reported = offset
+            self._flush(self._position(offset, line_no, parser, hasher))
+        self.progress(self.source.size)
+        return self.report
+
+    def _resume(self, f: BinaryIO):
+        """Where to start: after the part read by an earlier import if the file still begins with it."""
+        hasher = hashlib.blake2b(digest_size=16)
+        prior = self.state.peek_file(self.source.path)
+        if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
+            return 0, 0, None, hasher
+        offset = prior["offset"]
+        if offset > self.source.size:
+            return 0, 0, None, hasher
+        left = offset
+        while left:
+            chunk = f.read(min(_HASH_CHUNK, left))
+            if not chunk:
+                break
+            hasher.update(chunk)
+            left -= len(chunk)
+        if left or hasher.hexdigest() != prior.get("head"):
+            f.seek(0)
+            return 0, 0, None, hashlib.blake2b(digest_size=16)
+        return offset, int(prior.get("line", 0)), prior.get("state"), hasher
+
+    def _position(self, offset: int, line_no: int, parser, hasher) -> dict:
+        return {
+            "format": self.source.format,
+            "offset": offset,
+            "line": line_no,
+            "head": hasher.copy().hexdigest(),
+            "state": orjson.loads(orjson.dumps(parser.state)),  # a snapshot: the parser goes on changing it
+        }
+
+    def _take(self, parser, line_no: int, raw: bytes, obj) -> None:
+        try:
+            records = parser.parse(line_no, raw, obj)
+        except Malformed as exc:
+            self._malformed(line_no, str(exc))
+            return
+        for rec in records:
+            try:
+                msg = msgs.normalise(rec, self.cap, self.stamp)
+            except BadInput as exc:
+                self._malformed(line_no, str(exc))
+                continue
+            self.batch.append((msg, key_of(msg)))
+            self.batch_bytes += msg["size"]
+
+    def _malformed(self, line_no: int, reason: str) -> None:
+        self.report.malformed += 1
+        self.warn(f"{self.source.path}:{line_no}: {reason}; skipped")
+
+    def _flush(self, position: dict) -> None:
+        """Log the batch's new messages and record how far the file has been read (under the writer lock)."""
+        batch, self.batch, self.batch_bytes = self.batch, [], 0
+        if not self.mem.exists():
+            if not batch:
+                return  # nothing to import: a writer creates a memory only by logging something
+            from ..home import ensure_dir
+
+            ensure_dir(self.mem.path / "main")
+        with self.mem.lock(self.timeout):
+            self.state.sync()
+            fresh, keys, seen = [], [], set()
+            for msg, key in batch:
+                if key is not None and (key in self.state.keys or key in seen):
+                    self.report.present += 1
+                    continue
+                if key is not None:
+                    seen.add(key)
+                    keys.append(key)
+                fresh.append(msg)
+            ids = self.mem.append(fresh, self.timeout, prepared=True)
+            self.report.imported += len(ids)
+            total = ids[-1] + 1 if ids else self.state.covered
+            self.state.commit(keys, total, self.source.path, position)

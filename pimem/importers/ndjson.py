@@ -1,0 +1,34 @@
+"""NDJSON of ``{kind, text, date?, meta?}`` (what ``pimem since`` prints and ``append --ndjson`` reads).
+
+A record's own meta is kept; ``source`` defaults to ``ndjson`` and ``entry`` to the line's number and hash,
+so re-importing an export (or a copy of a memory that was itself imported) adds nothing twice.
+"""
+
+from __future__ import annotations
+
+from .parser import Malformed, Parser, line_key
+
+
+class NdjsonParser(Parser):
+    source = "ndjson"
+
+    @staticmethod
+    def sniff(obj: dict) -> bool:
+        return isinstance(obj.get("kind"), str) and "text" in obj
+
+    @staticmethod
+    def describe(obj: dict) -> dict:
+        meta = obj.get("meta") if isinstance(obj.get("meta"), dict) else {}
+        return {"date": obj.get("date"), "cwd": meta.get("cwd")}
+
+    def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
+        if not isinstance(obj, dict):
+            raise Malformed("expected a JSON object with kind and text")
+        meta = obj.get("meta", {})
+        if not isinstance(meta, dict):
+            raise Malformed("meta must be a JSON object")
+        out = {key: obj[key] for key in obj if key not in ("meta", "i", "size")}  # the message check names any extra field
+        out["meta"] = {"source": self.source, **meta}
+        out["meta"].setdefault("entry", line_key(line_no, raw))
+        out["meta"].setdefault("file", self.file)
+        return [out]

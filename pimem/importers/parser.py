@@ -1,0 +1,150 @@
+"""What every transcript format shares: the ``Parser`` interface the import driver feeds line by line, and
+the few conversions all of them need (content blocks to text, tool calls to one line, epoch dates, shell
+commands, stable keys for lines without ids).
+
+A parser turns one decoded JSON line into zero or more input records ``{kind, text, date, meta}``; it
+raises ``Malformed`` for a line it cannot read. Its ``state`` is a small JSON-able dict (session id, cwd,
+tool names of calls still waiting for their result, …) that the driver saves with the file offset, so a
+grown file is read on from where the last import stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from datetime import datetime, timezone
+
+import orjson
+
+PENDING_CAP = 10_000  # tool names of unanswered calls / links of skipped entries kept in the saved state
+NO_OUTPUT = "(no output)"  # an empty tool result still pairs with its call, and the log refuses empty text
+
+
+class Malformed(Exception):
+    """A line that cannot be read as this format; the driver reports it with file and line and skips it."""
+
+
+class Parser:
+    """One source file's reader. Subclasses set ``source`` and implement ``sniff`` and ``parse``."""
+
+    source = ""
+
+    def __init__(self, file: str, state: dict | None = None):
+        self.file = file
+        self.state: dict = state if state is not None else {}
+
+    @staticmethod
+    def sniff(obj: dict) -> bool:
+        """Does this decoded line look like this format?"""
+        raise NotImplementedError
+
+    @staticmethod
+    def describe(obj: dict) -> dict:
+        """``{"date": …, "cwd": …}`` as far as this line tells them (for ordering files and naming memories)."""
+        raise NotImplementedError
+
+    def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
+        """The input records of one decoded line; ``Malformed`` when the line cannot be read."""
+        raise NotImplementedError
+
+    # ---- shared pieces -----------------------------------------------------------------------------------
+
+    def date(self, *candidates) -> str | None:
+        """The first usable date among ``candidates`` (strings as written, epoch milliseconds converted),
+        else the last date seen in this file, so an undated line sorts with its neighbours."""
+        for value in candidates:
+            if isinstance(value, str) and value:
+                self.state["date"] = value
+                return value
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                self.state["date"] = ms_date(value)
+                return self.state["date"]
+        return self.state.get("date")
+
+    def meta(self, **fields) -> dict:
+        """The meta every message of this file carries (source, session, cwd, file) plus ``fields``;
+        absent values are dropped, except ``parent`` (None marks a root)."""
+        out = {"source": self.source}
+        for key in ("session", "cwd"):
+            if self.state.get(key):
+                out[key] = self.state[key]
+        for key, value in fields.items():
+            if value is not None and value is not False or key == "parent":
+                out[key] = value
+        out["file"] = self.file
+        return out
+
+    def remember_call(self, call_id, name) -> None:
+        """Note a tool call's name so its result (which often lacks it) can be labelled."""
+        if call_id and name:
+            bounded_put(self.state.setdefault("calls", {}), call_id, name)
+
+    def called(self, call_id) -> str | None:
+        return self.state.get("calls", {}).pop(call_id, None) if call_id else None
+
+
+def bounded_put(table: dict, key, value, cap: int = PENDING_CAP) -> None:
+    table[key] = value
+    while len(table) > cap:
+        del table[next(iter(table))]
+
+
+def line_key(line_no: int, raw: bytes) -> str:
+    """A stable id for a line of a format without ids: its number and a hash of its bytes. Appending to a
+    file keeps the keys of its earlier lines; two identical lines at different places stay distinct."""
+    return f"{line_no}-{hashlib.blake2b(raw.strip(), digest_size=6).hexdigest()}"
+
+
+def ms_date(ms: float) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def blocks_text(content, text_types=("text",)) -> str:
+    """Text of a content field: a string as is, or a list of blocks where text blocks give their text,
+    images give ``[image]``, and thinking (and anything else unreadable) is dropped."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    parts = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, dict):
+            kind = block.get("type")
+            if kind in text_types and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            elif isinstance(kind, str) and "image" in kind:
+                parts.append("[image]")
+    return "\n".join(p for p in parts if p)
+
+
+def call_text(name, arguments) -> str:
+    """A tool call as one readable line: ``name(arguments)``, arguments as compact JSON (or as given when
+    they already are a string)."""
+    if not isinstance(arguments, str):
+        arguments = orjson.dumps(arguments).decode() if arguments is not None else ""
+    return f"{name or 'tool'}({arguments})"
+
+
+def shell_command(arguments) -> str | None:
+    """The shell command in a tool call's arguments (``command`` or ``cmd``, a string or an argv list)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            return None
+    if not isinstance(arguments, dict):
+        return None
+    command = arguments.get("command", arguments.get("cmd"))
+    if isinstance(command, list) and all(isinstance(c, str) for c in command):
+        return shlex.join(command)
+    return command if isinstance(command, str) and command else None
+
+
+def record(kind: str, text: str, date, meta: dict) -> dict:
+    out = {"kind": kind, "text": text, "meta": meta}
+    if date:
+        out["date"] = date
+    return out

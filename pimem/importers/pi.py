@@ -1,0 +1,114 @@
+"""pi sessions (``~/.pi/agent/sessions/…/<ts>_<uuid>.jsonl``): the linear v1 and the tree-shaped v2/v3.
+
+Line 1 is the header ``{type:"session", id, cwd, version?}``. v1 entries carry no ids and form one line of
+history. v2/v3 entries carry ``id`` and ``parentId``: a tree whose active branch ends at the last entry.
+Only some entries become messages (user, assistant, tool results, bash executions, custom messages,
+compaction and branch summaries); the rest (model and thinking-level changes, labels, session info,
+extension data) are skipped. So that ``recall --scope lineage`` can walk a branch through the log alone,
+a message's ``parent`` is its nearest ancestor that became a message (the ids of skipped entries are
+looked through).
+"""
+
+from __future__ import annotations
+
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, line_key, record, shell_command
+
+SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
+
+
+class PiParser(Parser):
+    source = "pi"
+
+    @staticmethod
+    def sniff(obj: dict) -> bool:
+        kind = obj.get("type")
+        if kind == "session":
+            return "payload" not in obj
+        return kind == "message" and isinstance(obj.get("message"), dict) and "role" in obj["message"]
+
+    @staticmethod
+    def describe(obj: dict) -> dict:
+        return {"date": obj.get("timestamp"), "cwd": obj.get("cwd") if obj.get("type") == "session" else None}
+
+    def parse(self, line_no: int, raw: bytes, obj) -> list[dict]:
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+            raise Malformed("not a pi session entry (no type)")
+        kind = obj["type"]
+        if kind == "session":
+            self.state.update(session=obj.get("id"), cwd=obj.get("cwd"))
+            self.date(obj.get("timestamp"))
+            return []
+        entry = obj.get("id")
+        tree = isinstance(entry, str) and bool(entry)
+        message = obj.get("message")
+        date = self.date(obj.get("timestamp"), message.get("timestamp") if isinstance(message, dict) else None)
+        if kind == "message":
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise Malformed("message entry without a message role")
+            parts = self._message(message)
+        elif kind in ("compaction", "branch_summary"):
+            summary = obj.get("summary")
+            parts = [("work", summary, {"derived": True})] if isinstance(summary, str) and summary.strip() else []
+        elif kind == "custom_message":
+            parts = self._custom(obj.get("customType"), obj.get("content"))
+        else:
+            parts = []
+        if not tree:
+            base = {"entry": line_key(line_no, raw)}
+        else:
+            base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
+            if not parts:
+                bounded_put(self.state.setdefault("skipped", {}), entry, base["parent"])
+        return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+
+    def _visible(self, parent):
+        """The nearest ancestor that became a message (skipped entries are looked through)."""
+        skipped = self.state.get("skipped", {})
+        seen = 0
+        while parent in skipped and seen < len(skipped):
+            parent, seen = skipped[parent], seen + 1
+        return parent
+
+    def _message(self, message: dict) -> list[tuple]:
+        role = message["role"]
+        content = message.get("content")
+        if role == "user":
+            text = blocks_text(content)
+            return [("user", text, {})] if text.strip() else []
+        if role == "assistant":
+            parts = []
+            text = blocks_text(content)
+            model = message.get("model")
+            if text.strip():
+                parts.append(("pi", text, {"model": model}))
+            for block in content if isinstance(content, list) else []:
+                if isinstance(block, dict) and block.get("type") == "toolCall":
+                    name, args = block.get("name"), block.get("arguments")
+                    parts.append(
+                        ("tool", call_text(name, args), {"call_id": block.get("id"), "tool": name, "command": shell_command(args), "model": model})
+                    )
+            return parts
+        if role == "toolResult":
+            text = blocks_text(content)
+            meta = {"call_id": message.get("toolCallId"), "tool": message.get("toolName")}
+            return [("echo", text if text.strip() else NO_OUTPUT, meta)]
+        if role == "bashExecution":
+            command = message.get("command") if isinstance(message.get("command"), str) else ""
+            output = message.get("output") if isinstance(message.get("output"), str) else ""
+            code = message.get("exitCode")
+            meta = {"tool": "bash", "command": command or None, "exit_code": code if isinstance(code, int) else None}
+            return [("echo", f"$ {command}\n{output}".rstrip("\n"), meta)]
+        if role in ("custom", "hookMessage"):
+            return self._custom(message.get("customType"), content)
+        if role in SUMMARY_ROLES:
+            summary = message.get("summary")
+            return [("work", summary, {"derived": True})] if isinstance(summary, str) and summary.strip() else []
+        return []  # system prompts and roles we do not know carry no conversation
+
+    @staticmethod
+    def _custom(custom_type, content) -> list[tuple]:
+        text = blocks_text(content)
+        if not text.strip():
+            return []
+        derived = custom_type in ("compaction", "branch_summary") or str(custom_type or "").startswith("pi-compact")
+        return [("work", f"[{custom_type or 'custom'}]\n{text}", {"derived": derived})]

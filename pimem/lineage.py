@@ -1,0 +1,63 @@
+"""Branches of imported tree-shaped sessions, for ``recall --scope lineage|all``.
+
+A pi session (v2/v3) is a tree: each entry names its parent, and the active branch is the chain from the
+last entry (the leaf) back to the root; the other branches are history the user stepped away from. The
+importer keeps ``meta.entry`` and ``meta.parent`` (the nearest ancestor that became a message), so the
+branch can be walked in the log alone. Messages outside such sessions (typed in, or from linear formats)
+are on every lineage.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+SCOPES = ("all", "lineage")
+TREE_SOURCES = frozenset({"pi"})  # Claude Code's parent links chain parallel tool calls, not branches
+
+
+def _tree_key(message: dict):
+    meta = message.get("meta")
+    if not isinstance(meta, dict) or meta.get("source") not in TREE_SOURCES or "parent" not in meta:
+        return None
+    entry = meta.get("entry")
+    return (meta["source"], meta.get("session")) if isinstance(entry, str) else None
+
+
+def off_lineage(messages: Iterable[dict]) -> set[int]:
+    """The ``i`` of every message on a branch that is not its session's active branch."""
+    parents: dict[tuple, dict[str, str | None]] = {}
+    leaves: dict[tuple, str] = {}
+    members: list[tuple[int, tuple, str]] = []
+    for msg in messages:
+        session = _tree_key(msg)
+        if session is None:
+            continue
+        entry = msg["meta"]["entry"]
+        parents.setdefault(session, {})[entry] = msg["meta"]["parent"]
+        leaves[session] = entry  # the last entry in log order is the leaf
+        members.append((msg["i"], session, entry))
+    active = {session: _branch(parents[session], leaf) for session, leaf in leaves.items()}
+    return {i for i, session, entry in members if entry not in active[session]}
+
+
+def _branch(parents: dict[str, str | None], leaf: str) -> set[str]:
+    """The entries from ``leaf`` back to its root (stops at an unknown parent or a loop)."""
+    branch = set()
+    entry: str | None = leaf
+    while entry is not None and entry not in branch and entry in parents:
+        branch.add(entry)
+        entry = parents[entry]
+    return branch
+
+
+def in_scope(messages: Iterable[dict], scope: str = "all") -> list[dict]:
+    """``messages`` restricted to ``scope``: ``all`` keeps every branch, ``lineage`` only active branches."""
+    messages = list(messages)
+    if scope == "all":
+        return messages
+    if scope != "lineage":
+        from .errors import BadInput
+
+        raise BadInput(f"unknown scope {scope!r}: use {' or '.join(SCOPES)}")
+    off = off_lineage(messages)
+    return [m for m in messages if m["i"] not in off]

@@ -1,0 +1,74 @@
+"""``pimem mcp``: the read-only API (``pimem.api``) as MCP tools over stdio, on the official SDK.
+
+Imported only by the ``mcp`` command, so nothing else pays for the SDK (or pydantic) at start-up.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import api
+from .errors import BadInput, PimemError
+
+INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
+Use list_memories to see the memories, search to find where something was said (original messages, newest
+first), since and message to read originals, view for the one-line-per-span view the agent reads each turn,
+and zoom to open a view line (id+n) into its two halves or, for n=1, the original. Every message and hit says
+how the view holds it (held). Tool calls and results are private: ask with include_tools only when needed."""
+
+
+def _sdk():
+    """The SDK's server class and its error for anticipated tool failures (named differently in mcp 1.x)."""
+    try:
+        from mcp.server.mcpserver import MCPServer
+        from mcp.server.mcpserver.exceptions import ToolError
+    except ImportError:
+        try:
+            from mcp.server.fastmcp import FastMCP as MCPServer
+            from mcp.server.fastmcp.exceptions import ToolError
+        except ImportError:
+            raise BadInput("pimem mcp needs the MCP SDK: pip install 'pimem[mcp]'") from None
+    return MCPServer, ToolError
+
+
+def build(home: api.Home = None):
+    """The server with every tool, reading the memories under ``home``."""
+    server_class, tool_error = _sdk()
+    server = server_class("pimem", instructions=INSTRUCTIONS, log_level="WARNING")
+
+    def tool(func):
+        """Register ``func``; a pimem error reaches the client as a tool error with its message."""
+
+        @functools.wraps(func)
+        def call(*args, **kwargs):
+            try:
+                return func(*args, **kwargs)
+            except PimemError as exc:
+                raise tool_error(str(exc)) from None
+
+        server.tool()(call)
+        return call
+
+    @tool
+    def list_memories() -> dict[str, Any]:
+        """Every memory: name, message count, first and last dates, and the last thing the user said."""
+        return {"memories": api.list_memories(home)}
+
+    @tool
+    def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = api.MESSAGE_CHARS) -> dict[str, Any]:
+        """Message i of memory `name`, exactly as logged, with how the view holds it (held). Long texts come
+        in windows of max_chars from offset; next_offset says where the rest starts."""
+        return api.message(name, i, include_tools, offset, max_chars, home)
+
+    @tool
+    def since(name: str, start: int = 0, when: str | None = None, limit: int = api.SINCE_LIMIT, include_tools: bool = False) -> dict[str, Any]:
+        """Up to `limit` messages from message number `start`, or from a date/time `when` (2026-10-08, 09:30,
+        3d, yesterday). `next` is the start for the following call (null at the end)."""
+        return api.since(name, start, when, limit, include_tools, home)
+
+    return server
+
+
+def serve(home: api.Home = None) -> None:
+    build(home).run()

@@ -1,0 +1,222 @@
+"""The panorama (``pimem map``): one picture of a memory, laid out for what people open it for, by frequency:
+checking what the model remembers now, and seeing the whole (how long, how fine).
+
+From the top: a title (messages, since when, day N); two bars at one scale, everything said against what each
+turn reads (lines summarising several messages in grey, one-message lines in green); a two-row timeline across
+the whole history whose height is how fine the view holds each stretch (``16 - 2l`` eighths of a cell for a line
+covering ``2^l`` messages); then the view's lines grouped by day, newest at the bottom.
+
+The picture is rows of styled segments measured in terminal cells (East Asian wide characters count two), so
+it never exceeds the width it is given; it renders as plain text, ANSI colour, or SVG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date
+
+from rich.cells import cell_len, set_cell_size
+
+from . import env, output
+from .output import flatten
+
+KIND_LABELS = {"user": "you", "pi": "pi", "tool": "tool", "echo": "result", "work": "work", "note": "note"}
+SUMMARY, VERBATIM = "dim", "green"  # styles of lines summarising several messages / holding one
+BLOCKS = " ▁▂▃▄▅▆▇█"
+MIN_WIDTH = 20
+
+
+@dataclass
+class Span:
+    """One line of the view: it covers messages ``[id, id+n)``."""
+
+    id: int
+    n: int
+    text: str
+    bytes: int  # what the line costs the model each turn
+    day: str  # YYYY-MM-DD of its first message
+    kind: str | None = None  # the message's kind, for a line covering one message
+    summary: bool = False  # the line is a summary, not the original words
+
+    @property
+    def label(self) -> str:
+        return f"{self.id}+{self.n}"
+
+    @property
+    def level(self) -> int:
+        return self.n.bit_length() - 1
+
+
+@dataclass
+class Facts:
+    name: str
+    messages: int
+    first: str | None  # RFC 3339 date of message 0
+    today: date
+    said: int  # bytes of every message
+    spans: list[Span] = field(default_factory=list)
+
+
+Segment = tuple[str, str | None]  # text, style
+Row = list[Segment]
+
+
+def human_bytes(n: int) -> str:
+    for unit, size in (("MB", 1_000_000), ("kB", 1_000)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def _fit(row: Row, width: int) -> Row:
+    """``row`` cut to ``width`` cells, with an ellipsis where text was cut."""
+    out, used = [], 0
+    for text, style in row:
+        cells = cell_len(text)
+        if used + cells <= width:
+            out.append((text, style))
+            used += cells
+            continue
+        room = width - used
+        if room > 0:
+            out.append((set_cell_size(text, room - 1).rstrip() + "…", style))
+        break
+    return out
+
+
+def _title(facts: Facts, width: int) -> Row:
+    """The longest form that fits: ``main · 1,234 messages since 2026-10-01 · day 8``, then shorter ones."""
+    if not facts.messages:
+        return [(facts.name, "bold"), (" · no messages yet", None)]
+    first_day = facts.first[:10]
+    day_n = (facts.today - date.fromisoformat(first_day)).days + 1
+    forms = (
+        f" · {facts.messages:,} messages since {first_day} · day {day_n}",
+        f" · {facts.messages:,} msgs · {first_day[5:]} · day {day_n}",
+        f" · {facts.messages:,} · day {day_n}",
+    )
+    room = width - cell_len(facts.name)
+    tail = next((f for f in forms if cell_len(f) <= room), forms[-1])
+    return [(facts.name, "bold"), (tail, None)]
+
+
+def _bars(facts: Facts, width: int) -> list[Row]:
+    summary = sum(s.bytes for s in facts.spans if s.n > 1 or s.summary)
+    verbatim = sum(s.bytes for s in facts.spans) - summary
+    read = summary + verbatim
+    labels = [f"said  {human_bytes(facts.said)} ", f"reads {human_bytes(read)} "]
+    pad = max(cell_len(l) for l in labels)
+    room = max(1, width - pad)
+    scale = max(facts.said, read, 1)
+
+    def cells(n: int) -> int:
+        return round(n / scale * room) if n else 0
+
+    said_row = [(labels[0].ljust(pad), None), ("█" * max(1 if facts.said else 0, cells(facts.said)), None)]
+    grey = cells(summary)
+    green = max(1 if verbatim else 0, min(room - grey, cells(read) - grey))
+    read_row = [(labels[1].ljust(pad), None), ("▒" * grey, SUMMARY), ("█" * green, VERBATIM)]
+    legend = [(" " * pad, None), ("▒", SUMMARY), (" summaries  ", None), ("█", VERBATIM), (" verbatim", None)]
+    return [said_row, read_row, legend]
+
+
+def _timeline(facts: Facts, width: int) -> list[Row]:
+    """Two rows of eighth blocks: column c shows the finest line covering its stretch of messages."""
+    total = facts.messages
+    if not total or not facts.spans:
+        return []
+    cols = width
+    top: Row = []
+    bottom: Row = []
+    spans = facts.spans
+    k = 0
+    for c in range(cols):
+        lo, hi = c * total // cols, max(c * total // cols + 1, (c + 1) * total // cols)
+        while k + 1 < len(spans) and spans[k].id + spans[k].n <= lo:
+            k += 1
+        j, finest = k, spans[k]
+        while j < len(spans) and spans[j].id < hi:
+            if spans[j].n < finest.n:
+                finest = spans[j]
+            j += 1
+        eighths = max(1, 16 - 2 * finest.level)
+        style = VERBATIM if finest.n == 1 and not finest.summary else SUMMARY
+        top.append((BLOCKS[max(0, eighths - 8)], style))
+        bottom.append((BLOCKS[min(8, eighths)], style))
+    return [_merge(top), _merge(bottom)]
+
+
+def _merge(row: Row) -> Row:
+    out: Row = []
+    for text, style in row:
+        if out and out[-1][1] == style:
+            out[-1] = (out[-1][0] + text, style)
+        else:
+            out.append((text, style))
+    return out
+
+
+def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
+    rows: list[Row] = []
+    day = None
+    shown = [s for s in facts.spans if include_tools or s.n > 1 or s.kind not in ("tool", "echo")]
+    ids = max((len(s.label) for s in shown), default=0)
+    for span in shown:
+        if span.day != day:
+            day = span.day
+            head = f"── {day} {date.fromisoformat(day).strftime('%a')} "
+            rows.append([(head + "─" * max(0, width - cell_len(head)), "cyan")])
+        tag = f"{span.n} msgs" if span.n > 1 else KIND_LABELS.get(span.kind or "", span.kind or "")
+        style = SUMMARY if span.n > 1 or span.summary else VERBATIM
+        rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(span.text), None)])
+    return rows
+
+
+def rows(facts: Facts, width: int, include_tools: bool = False) -> list[Row]:
+    """The whole picture, every row at most ``width`` cells."""
+    width = max(MIN_WIDTH, width)
+    picture = [_title(facts, width), *_bars(facts, width), [("", None)], *_timeline(facts, width), [("", None)]]
+    picture += _lines(facts, width, include_tools)
+    return [_fit(row, width) for row in picture]
+
+
+def to_text(picture: list[Row]) -> str:
+    """Plain lines, coloured when stdout is a terminal."""
+    return "\n".join("".join(output.style(t, s) if s and t else t for t, s in row).rstrip() for row in picture) + "\n"
+
+
+def to_svg(picture: list[Row], width: int, title: str) -> str:
+    """The same picture as an SVG terminal screenshot (rich's exporter)."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=io.StringIO(), width=max(MIN_WIDTH, width), record=True, force_terminal=True, color_system="truecolor")
+    for row in picture:
+        line = Text(no_wrap=True, overflow="crop")
+        for text, style in row:
+            line.append(text, style=style or "")
+        console.print(line, crop=True)
+    return console.export_svg(title=title)
+
+
+def facts_of(mem) -> Facts:
+    """Read what the picture needs from a memory in one pass over the log, and its view."""
+    said, days, first = 0, [], None
+    leaves = []
+    for msg in mem.messages():
+        said += msg["size"]
+        days.append(msg["date"][:10])
+        first = first or msg["date"]
+        leaves.append(_leaf(msg))
+    return Facts(mem.name, len(days), first, env.now().date(), said, leaves)
+
+
+def _leaf(msg: dict) -> Span:
+    """A message as a view line of its own. Until the memory has a summary tree, the view is one leaf per
+    message: verbatim when ``kind: text`` fits a line, else a placeholder."""
+    verbatim = msg["size"] <= 512
+    shown = f"{msg['kind']}: {msg['text']}" if verbatim else "(not summarized yet: zoom it)"
+    line_bytes = len(f"{msg['i']}+1|{flatten(shown)}".encode()) + 1
+    return Span(msg["i"], 1, msg["text"] if verbatim else shown, line_bytes, msg["date"][:10], msg["kind"], not verbatim)

@@ -1,0 +1,351 @@
+"""The summary tree (DESIGN.md §2): node arithmetic, labels ``id+n``, free nodes and the tree files.
+
+Node ``(l, i)`` covers messages ``[i·2^l, (i+1)·2^l)`` in one line of at most ``line_bytes`` (512) UTF-8 bytes.
+Two kinds of node need no model call and are never written anywhere, because they can always be derived:
+
+- a **free leaf**: a message whose ``"kind: text"`` fits in a line is its own leaf, verbatim (its ``size`` is
+  already in the log, so telling free from not-free costs nothing);
+- a **free merge**: two built children whose texts joined by a newline fit in a line.
+
+Writing them out would copy most of the log a second time (most messages are short), so only the nodes a
+compactor writes are stored, in ``tree/YYYY-MM-DD.jsonl`` (by build day), one JSON object a line, each node
+written once. Lookups go through a derived table in ``index.sqlite`` (``tree_nodes``), caught up from the tree
+files by byte offset, so no step reads the whole tree. Nodes that end past the end of the log are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Callable, Iterator
+
+import orjson
+
+from . import env
+from .errors import BadInput, NotFound
+from .home import FILE_MODE, ensure_dir
+
+LINE_BYTES = 512
+PLACEHOLDER = "(not summarized yet: zoom it)"
+UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
+NODE_KEYS = ("l", "i", "text", "size")
+_LABEL = re.compile(r"(\d+)\+(\d+)")
+_FLAT = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+
+
+# ---- arithmetic and labels ---------------------------------------------------------------------------------
+
+
+def label(l: int, i: int) -> str:
+    """``id+n`` for node ``(l, i)``: ``id = i·2^l``, ``n = 2^l``; e.g. (3, 5) is ``40+8``."""
+    return f"{i << l}+{1 << l}"
+
+
+def span(l: int, i: int) -> tuple[int, int]:
+    """The messages ``[start, end)`` node ``(l, i)`` covers."""
+    return i << l, (i + 1) << l
+
+
+def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
+    """``(l, i)`` for a label ``id+n``. Malformed, not a power of two or misaligned → ``BadInput`` (exit 2);
+    past the end of a log of ``count`` messages → ``NotFound`` (exit 3)."""
+    match = _LABEL.fullmatch(text.strip()) if isinstance(text, str) else None
+    if not match:
+        raise BadInput(f"malformed node id {text!r}: expected ID+N such as 0+1 or 40+8")
+    start, n = int(match[1]), int(match[2])
+    if n == 0 or n & (n - 1):
+        raise BadInput(f"bad node id {text}: N must be a power of two (1, 2, 4, 8, …), not {n}")
+    if start % n:
+        raise BadInput(
+            f"misaligned node id {text}: ID must be a multiple of N ({n}); the {n}-message spans around it are "
+            f"{start // n * n}+{n} and {start // n * n + n}+{n}"
+        )
+    if count is not None and start + n > count:
+        have = f"messages 0…{count - 1}" if count else "no messages"
+        raise NotFound(f"node {text} is out of range: it covers messages {start}…{start + n - 1}, the memory has {have}")
+    return n.bit_length() - 1, start // n
+
+
+def flat(text: str) -> str:
+    """One physical line: each newline, carriage return and tab becomes a space (byte count unchanged)."""
+    return text.translate(_FLAT)
+
+
+def leaf_text(msg: dict) -> str:
+    return f"{msg['kind']}: {msg['text']}"
+
+
+def byte_size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def free_leaf(msg: dict, line_bytes: int = LINE_BYTES) -> str | None:
+    """A message's leaf when it is free (``"kind: text"`` fits in a line), else None."""
+    return leaf_text(msg) if msg["size"] <= line_bytes else None
+
+
+def free_merge(left: str, right: str, line_bytes: int = LINE_BYTES) -> str | None:
+    """Two child lines joined by a newline when that fits in a line, else None."""
+    joined = f"{left}\n{right}"
+    return joined if byte_size(joined) <= line_bytes else None
+
+
+def context_end(l: int, i: int) -> int:
+    """The compactor's ``<chat>`` boundary for building node ``(l, i)``: lines must end at or before it
+    (exclusive message bound): a leaf sees only what precedes its message, a merge everything up to its
+    last message."""
+    return i if l == 0 else (i + 1) << l
+
+
+# ---- the stored tree ---------------------------------------------------------------------------------------
+
+
+class Tree:
+    """The built nodes of one memory: stored ones (tree files, indexed in ``index.sqlite``) and free ones.
+
+    ``count`` returns T (the log's length) and ``messages(start, stop)`` reads the log; both come from the
+    owning ``Memory``. Writers hold the memory's writer lock; readers only read.
+    """
+
+    def __init__(self, path: Path, count: Callable[[], int], messages: Callable[[int, int], Iterator[dict]],
+                 line_bytes: int = LINE_BYTES):
+        self.dir = path / "tree"
+        self.db_path = path / "index.sqlite"
+        self.count = count
+        self.messages = messages
+        self.line_bytes = line_bytes
+        self._db = None
+        self._seen: dict[str, int] | None = None  # tree file -> bytes indexed, as of the last catch-up
+
+    # ---- the derived table ---------------------------------------------------------------------------
+
+    @property
+    def db(self):
+        if self._db is None:
+            import sqlite3
+
+            fresh = not self.db_path.exists()
+            db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
+            if fresh:
+                os.chmod(self.db_path, FILE_MODE)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(
+                """
+                CREATE TABLE IF NOT EXISTS tree_nodes (
+                    l INTEGER NOT NULL, i INTEGER NOT NULL, text TEXT NOT NULL, size INTEGER NOT NULL,
+                    PRIMARY KEY (l, i)) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS tree_files (name TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS tree_low (l INTEGER PRIMARY KEY, i INTEGER NOT NULL);
+                """
+            )
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def file_sizes(self) -> dict[str, int]:
+        """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
+        if not self.dir.is_dir():
+            return {}
+        out = {}
+        for entry in os.scandir(self.dir):
+            if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
+                out[entry.name] = entry.stat().st_size
+        return out
+
+    def catch_up(self) -> list[tuple[int, int, str]]:
+        """Index tree lines written since the last catch-up (by any process); returns the new nodes."""
+        sizes = self.file_sizes()
+        if self._seen is not None and sizes == self._seen:
+            return []
+        db = self.db
+        seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        new: list[tuple[int, int, str]] = []
+        for name in sorted(sizes):
+            start = seen.get(name, 0)
+            if sizes[name] <= start:
+                continue
+            with open(self.dir / name, "rb") as f:
+                f.seek(start)
+                data = f.read(sizes[name] - start)
+            end = data.rfind(b"\n") + 1  # a torn last line waits for its newline
+            for raw in data[:end].splitlines():
+                node = _parse_node(raw)
+                if node is not None:
+                    new.append(node)
+            seen[name] = start + end
+        if new or seen != dict(db.execute("SELECT name, bytes FROM tree_files").fetchall()):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany(
+                    "INSERT OR IGNORE INTO tree_nodes (l, i, text, size) VALUES (?, ?, ?, ?)",
+                    [(l, i, text, byte_size(text)) for l, i, text in new],
+                )
+                db.executemany("INSERT OR REPLACE INTO tree_files (name, bytes) VALUES (?, ?)", seen.items())
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        self._seen = sizes
+        return new
+
+    def stored(self, l: int, i: int, count: int | None = None) -> str | None:
+        """The text of a node a compactor wrote, or None (also for nodes past the end of the log)."""
+        if (i + 1) << l > (self.count() if count is None else count):
+            return None
+        self.catch_up()
+        row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
+        return row[0] if row else None
+
+    # ---- any node ------------------------------------------------------------------------------------
+
+    def text(self, l: int, i: int, count: int | None = None) -> str | None:
+        """The text of node ``(l, i)`` if it is built (free or stored), else None."""
+        count = self.count() if count is None else count
+        if (i + 1) << l > count:
+            return None
+        return self._text(l, i, count, {})
+
+    def _text(self, l: int, i: int, count: int, leaves: dict[int, dict]) -> str | None:
+        if l == 0:
+            msg = leaves.get(i)
+            if msg is None:
+                leaves.update((m["i"], m) for m in self.messages(i, min(count, i + 64)))
+                msg = leaves[i]
+            free = free_leaf(msg, self.line_bytes)
+            return free if free is not None else self.stored(0, i, count)
+        left = self._text(l - 1, 2 * i, count, leaves)
+        right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
+        if left is not None and right is not None:
+            free = free_merge(left, right, self.line_bytes)
+            if free is not None:
+                return free
+        return self.stored(l, i, count)
+
+    def is_free(self, l: int, i: int, count: int | None = None) -> bool:
+        """Whether node ``(l, i)`` is built without a model (a short message, or a short join)."""
+        count = self.count() if count is None else count
+        if (i + 1) << l > count:
+            return False
+        if l == 0:
+            return free_leaf(next(self.messages(i, i + 1)), self.line_bytes) is not None
+        left, right = self.text(l - 1, 2 * i, count), self.text(l - 1, 2 * i + 1, count)
+        return left is not None and right is not None and free_merge(left, right, self.line_bytes) is not None
+
+    # ---- writing (caller holds the writer lock and has validated) -----------------------------------
+
+    def append(self, l: int, i: int, text: str, meta: dict | None = None) -> None:
+        """Write one node line (fsync'd) to today's tree file and index it."""
+        record = {"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}
+        ensure_dir(self.dir)
+        path = self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl"
+        created = not path.exists()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        try:
+            _seal(fd, path)
+            os.write(fd, orjson.dumps(record) + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.catch_up()
+
+    # ---- what the scheduler asks -------------------------------------------------------------------
+
+    def _low(self, l: int) -> int:
+        row = self.db.execute("SELECT i FROM tree_low WHERE l = ?", (l,)).fetchone()
+        return row[0] if row else 0
+
+    def _set_low(self, l: int, i: int) -> None:
+        self.db.execute("INSERT OR REPLACE INTO tree_low (l, i) VALUES (?, ?)", (l, i))
+
+    def pending_leaves(self, limit: int = 8) -> list[int]:
+        """The first ``limit`` leaves that need a model call (message too long for a line, no stored node),
+        scanning from a persisted low-water mark that advances past built leaves."""
+        count = self.count()
+        self.catch_up()
+        low = self._low(0)
+        out: list[int] = []
+        advance = True
+        for msg in self.messages(low, count):
+            i = msg["i"]
+            built = msg["size"] <= self.line_bytes or self.stored(0, i, count) is not None
+            if built:
+                if advance:
+                    low = i + 1
+                continue
+            advance = False
+            out.append(i)
+            if len(out) >= limit:
+                break
+        self._set_low(0, low)
+        return out
+
+    def pending_merges(self, l: int, limit: int = 64) -> list[int]:
+        """Merges ``(l, i)`` (l ≥ 1) ready for a model call: both halves built, not free, not stored. Scans
+        from a persisted low-water mark at most ``limit`` nodes and stops at the first node with an unbuilt
+        half (PE's rule: lower nodes first; the tree fills left to right)."""
+        if l < 1:
+            raise ValueError("merges have level 1 or more; leaves come from pending_leaves")
+        count = self.count()
+        self.catch_up()
+        low = self._low(l)
+        out: list[int] = []
+        advance = True
+        i = low
+        while len(out) < limit and (i + 1) << l <= count and i < low + limit:
+            leaves: dict[int, dict] = {}
+            left = self._text(l - 1, 2 * i, count, leaves)
+            right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
+            if left is None or right is None:
+                break
+            if free_merge(left, right, self.line_bytes) is not None or self.stored(l, i, count) is not None:
+                if advance:
+                    low = i + 1
+            else:
+                advance = False
+                out.append(i)
+            i += 1
+        self._set_low(l, low)
+        return out
+
+    def inputs(self, l: int, i: int) -> dict:
+        """What the compactor summarises for node ``(l, i)``: the message for a leaf, the two child lines
+        for a merge (``None`` for an unbuilt child)."""
+        count = self.count()
+        if l == 0:
+            return {"message": next(self.messages(i, i + 1))}
+        return {"left": self.text(l - 1, 2 * i, count), "right": self.text(l - 1, 2 * i + 1, count)}
+
+
+def _parse_node(raw: bytes) -> tuple[int, int, str] | None:
+    try:
+        node = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(node) is not dict:
+        return None
+    l, i, text = node.get("l"), node.get("i"), node.get("text")
+    if type(l) is not int or type(i) is not int or type(text) is not str or l < 0 or i < 0:
+        return None
+    return l, i, text
+
+
+def _seal(fd: int, path: Path) -> None:
+    """Terminate a torn last line so the next node starts on a line of its own."""
+    size = os.fstat(fd).st_size
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":
+                os.write(fd, b"\n")

@@ -1,0 +1,60 @@
+"""Generated docs stay in step with the CLI, and the static completions work without Python."""
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from pimem import cli
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import gen_docs  # noqa: E402
+
+
+def test_man_pages_and_completions_match_the_cli(tmp_path):
+    """Fails when a command changed and `python scripts/gen_docs.py` was not rerun."""
+    gen_docs.write(tmp_path)
+    for sub in ("man", "completions"):
+        fresh = {p.name: p.read_text() for p in (tmp_path / sub).iterdir()}
+        kept = {p.name: p.read_text() for p in (ROOT / sub).iterdir()}
+        assert sorted(kept) == sorted(fresh), f"{sub}/ has stale or missing files: run python scripts/gen_docs.py"
+        for name in fresh:
+            assert kept[name] == fresh[name], f"{sub}/{name} drifted from the CLI: run python scripts/gen_docs.py"
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_command_has_help_examples_a_man_page_and_a_readme_mention(name):
+    _, commands = gen_docs.describe()
+    cmd = next(c for c in commands if c.name == name)
+    assert cmd.summary and cmd.examples, f"{name}: its docstring needs a summary line and Examples:"
+    assert all(e.startswith(("pimem ", "echo ", "cat ")) or "| pimem" in e for e in cmd.examples)
+    assert (ROOT / "man" / f"pimem-{name}.1").is_file()
+    assert f"pimem {name}" in (ROOT / "README.md").read_text()
+
+
+def _bash_complete(words: list[str], env: dict) -> list[str]:
+    script = (
+        f"source {ROOT / 'completions' / 'pimem.bash'}\n"
+        'COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _pimem; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    out = subprocess.run(["bash", "-c", script, "bash", *words], capture_output=True, text=True, env=env, check=True)
+    return sorted(filter(None, out.stdout.splitlines()))
+
+
+def test_bash_completes_commands_options_and_memory_names_from_the_home(tmp_path):
+    for home, names in (("a", ["alpha", "beta"]), ("b", ["gamma"]), ("c", ["delta"])):
+        for name in names:
+            (tmp_path / home / name / "main").mkdir(parents=True)
+    (tmp_path / "a" / "not-a-memory").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "c"), "PIMEM_HOME": str(tmp_path / "a")}
+    assert _bash_complete(["pimem", "s"], env) == ["search", "since", "status"]
+    assert _bash_complete(["pimem", "since", "--inc"], env) == ["--include-tools"]
+    assert _bash_complete(["pimem", "since", ""], env) == ["alpha", "beta"]
+    assert _bash_complete(["pimem", "since", "--until", "3d", "al"], env) == ["alpha"]
+    assert _bash_complete(["pimem", "since", "--home", str(tmp_path / "b"), ""], env) == ["gamma"]
+    assert _bash_complete(["pimem", "since", "alpha", ""], env) == []  # WHEN is not a memory name
+    no_pimem_home = {k: v for k, v in env.items() if k != "PIMEM_HOME"}
+    assert _bash_complete(["pimem", "status", ""], {**no_pimem_home, "PI_MEM_HOME": str(tmp_path / "b")}) == ["gamma"]
+    (tmp_path / "c" / ".pi" / "memory" / "delta" / "main").mkdir(parents=True)
+    assert _bash_complete(["pimem", "status", ""], no_pimem_home) == ["delta"]

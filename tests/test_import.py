@@ -1,0 +1,492 @@
+"""pimem import: pi (v1 and v3 trees), Claude Code, Codex and NDJSON; re-import; malformed lines; lineage."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import snapshot
+from pimem import Memory
+from pimem.lineage import in_scope, off_lineage
+
+
+def write_jsonl(path: Path, lines) -> Path:
+    """Each item a dict (dumped as one JSON line) or a str (written as is, for malformed lines)."""
+    with open(path, "a", encoding="utf-8") as f:
+        for item in lines:
+            f.write((item if isinstance(item, str) else json.dumps(item)) + "\n")
+    return path
+
+
+def messages(name="t") -> list[dict]:
+    return list(Memory.open(name).messages())
+
+
+def brief(msgs) -> list[tuple[str, str]]:
+    return [(m["kind"], m["text"]) for m in msgs]
+
+
+# ---- pi ------------------------------------------------------------------------------------------------
+
+def pi_tree(path: Path) -> Path:
+    """A v3 session: a fix attempt on one branch, then the user went back to the first reply and asked for
+    something else (the active branch). A model change sits between two entries of the first branch."""
+    t = "2026-03-02T09:00:{:02d}.000Z".format
+    return write_jsonl(path, [
+        {"type": "session", "version": 3, "id": "sess-1", "timestamp": t(0), "cwd": "/home/dev/shop"},
+        {"type": "message", "id": "u1", "parentId": None, "timestamp": t(5),
+         "message": {"role": "user", "content": "Fix token refresh in src/auth/session.ts", "timestamp": 1}},
+        {"type": "message", "id": "a1", "parentId": "u1", "timestamp": t(9),
+         "message": {"role": "assistant", "model": "m-1", "content": [
+             {"type": "thinking", "thinking": "SECRET-THOUGHT read it first"},
+             {"type": "text", "text": "Reading the file."},
+             {"type": "toolCall", "id": "call_01", "name": "read", "arguments": {"path": "src/auth/session.ts"}}]}},
+        {"type": "message", "id": "r1", "parentId": "a1", "timestamp": t(10),
+         "message": {"role": "toolResult", "toolCallId": "call_01", "toolName": "read",
+                     "content": [{"type": "text", "text": "export function refresh() {}"}], "isError": False}},
+        {"type": "model_change", "id": "mc", "parentId": "r1", "timestamp": t(11), "provider": "x", "modelId": "m-2"},
+        {"type": "message", "id": "b1", "parentId": "mc", "timestamp": t(20),
+         "message": {"role": "bashExecution", "command": "npm test", "output": "12 passed, 1 failed", "exitCode": 1}},
+        {"type": "compaction", "id": "c1", "parentId": "b1", "timestamp": t(30), "summary": "worked on refresh",
+         "firstKeptEntryId": "a1", "tokensBefore": 100},
+        {"type": "custom", "id": "x1", "parentId": "c1", "timestamp": t(31), "customType": "ext", "data": {}},
+        {"type": "message", "id": "u2", "parentId": "a1", "timestamp": t(40),
+         "message": {"role": "user", "content": [{"type": "text", "text": "Try a mutex instead"},
+                                                  {"type": "image", "data": "AAAA", "mimeType": "image/png"}]}},
+    ])
+
+
+def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
+    result = run("import", pi_tree(tmp_path / "s.jsonl"), "--name", "t")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "t: 7 imported, 0 already present, 0 malformed skipped; 7 messages in all\n"
+    msgs = messages()
+    assert brief(msgs) == [
+        ("user", "Fix token refresh in src/auth/session.ts"),
+        ("pi", "Reading the file."),
+        ("tool", 'read({"path":"src/auth/session.ts"})'),
+        ("echo", "export function refresh() {}"),
+        ("echo", "$ npm test\n12 passed, 1 failed"),
+        ("work", "worked on refresh"),
+        ("user", "Try a mutex instead\n[image]"),
+    ]
+    assert "SECRET-THOUGHT" not in (home / "t" / "main" / "2026-03-02.jsonl").read_text()
+    assert [m["date"] for m in msgs][:2] == ["2026-03-02T09:00:05.000Z", "2026-03-02T09:00:09.000Z"]
+    tool, echo, bash, summary = msgs[2]["meta"], msgs[3]["meta"], msgs[4]["meta"], msgs[5]["meta"]
+    assert tool["call_id"] == echo["call_id"] == "call_01" and tool["tool"] == echo["tool"] == "read"
+    assert bash["command"] == "npm test" and bash["exit_code"] == 1
+    assert summary["derived"] is True
+    assert msgs[0]["meta"] == {"source": "pi", "session": "sess-1", "cwd": "/home/dev/shop", "entry": "u1", "parent": None,
+                               "file": str((tmp_path / "s.jsonl").resolve())}
+    assert bash["parent"] == "r1"  # the model change between them is looked through
+
+
+def test_lineage_follows_the_active_branch(run, home, tmp_path):
+    run("import", pi_tree(tmp_path / "s.jsonl"), "--name", "t")
+    msgs = messages()
+    on_branch = [m["meta"]["entry"] for m in in_scope(msgs, "lineage")]
+    assert on_branch == ["u1", "a1", "a1", "u2"]  # a1 gave a reply and a tool call
+    assert len(in_scope(msgs, "all")) == 7
+    # a message typed into the memory is on every lineage
+    Memory.at("t").append([{"kind": "note", "text": "typed by hand"}])
+    assert off_lineage(messages()) == {3, 4, 5}
+
+
+def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
+    path = write_jsonl(tmp_path / "v1.jsonl", [
+        {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},
+        {"type": "message", "timestamp": "2025-11-20T23:33:51.000Z", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}},
+        {"type": "thinking_level_change", "timestamp": "2025-11-20T23:33:52.000Z", "thinkingLevel": "high"},
+        {"type": "message", "timestamp": "2025-11-20T23:33:53.000Z", "message": {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}},
+        {"type": "message", "message": {"role": "assistant", "content": [{"type": "text", "text": "hi"}], "timestamp": 1763681640000}},
+    ])
+    result = run("import", path)
+    assert result.exit_code == 0
+    assert "importing into memory 'legacy'" in result.stderr
+    msgs = messages("legacy")
+    assert brief(msgs) == [("user", "hello"), ("pi", "hi")]
+    assert msgs[1]["date"] == "2025-11-20T23:34:00.000Z"  # from the message's epoch milliseconds
+    assert msgs[0]["meta"]["entry"].startswith("2-") and "parent" not in msgs[0]["meta"]
+    assert in_scope(msgs, "lineage") == msgs
+
+
+# ---- Claude Code -----------------------------------------------------------------------------------------
+
+def claude_lines(session="cs-1"):
+    base = {"sessionId": session, "cwd": "/home/dev/api", "version": "2.1", "isSidechain": False, "userType": "external"}
+    t = "2026-02-10T22:57:{:02d}.000Z".format
+    return [
+        {"type": "file-history-snapshot", "messageId": "m0", "snapshot": {}},
+        {**base, "type": "progress", "uuid": "p0", "parentUuid": None, "timestamp": t(1), "data": {}},
+        {**base, "type": "user", "uuid": "u1", "parentUuid": "p0", "timestamp": t(2), "message": {"role": "user", "content": "start the server"}},
+        {**base, "type": "user", "uuid": "meta1", "parentUuid": "u1", "timestamp": t(2), "isMeta": True,
+         "message": {"role": "user", "content": "<local-command-caveat>ignore</local-command-caveat>"}},
+        {**base, "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": t(3),
+         "message": {"id": "msg1", "model": "claude-x", "role": "assistant", "content": [{"type": "thinking", "thinking": "SECRET-THOUGHT", "signature": "s"}]}},
+        {**base, "type": "assistant", "uuid": "a2", "parentUuid": "a1", "timestamp": t(4),
+         "message": {"id": "msg1", "model": "claude-x", "role": "assistant", "content": [
+             {"type": "text", "text": "Starting it."},
+             {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "make serve"}}]}},
+        {**base, "type": "user", "uuid": "r1", "parentUuid": "a2", "timestamp": t(5), "toolUseResult": {"stdout": "x"},
+         "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
+                                                  "content": [{"type": "text", "text": "Exit code 2\nno rule"}]}]}},
+        {**base, "type": "user", "uuid": "s1", "parentUuid": None, "timestamp": t(6), "isSidechain": True,
+         "message": {"role": "user", "content": "sub-agent: list the routes"}},
+        {**base, "type": "user", "uuid": "cs", "parentUuid": None, "timestamp": t(7), "isCompactSummary": True,
+         "message": {"role": "user", "content": "This session is being continued. Summary: server started."}},
+        {**base, "type": "user", "uuid": "u2", "parentUuid": "cs", "timestamp": t(8),
+         "message": {"role": "user", "content": [{"type": "text", "text": "look at this"}, {"type": "image", "source": {"data": "AAAA"}}]}},
+        {**base, "type": "system", "subtype": "compact_boundary", "uuid": "sy", "parentUuid": None, "timestamp": t(9), "content": "x"},
+        {"type": "summary", "summary": "Server start", "leafUuid": "u2"},
+    ]
+
+
+def test_claude_pairs_tools_marks_sidechains_and_summaries(run, home, tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", claude_lines())
+    result = run("import", path)
+    assert result.exit_code == 0, result.stderr
+    msgs = messages("api")
+    assert brief(msgs) == [
+        ("user", "start the server"),
+        ("pi", "Starting it."),
+        ("tool", 'Bash({"command":"make serve"})'),
+        ("echo", "Exit code 2\nno rule"),
+        ("user", "sub-agent: list the routes"),
+        ("work", "This session is being continued. Summary: server started."),
+        ("user", "look at this\n[image]"),
+    ]
+    assert "SECRET-THOUGHT" not in "".join(p.read_text() for p in (home / "api" / "main").iterdir())
+    call, result_ = msgs[2]["meta"], msgs[3]["meta"]
+    assert (call["call_id"], call["tool"], call["command"], call["model"]) == ("toolu_1", "Bash", "make serve", "claude-x")
+    assert (result_["call_id"], result_["tool"], result_["exit_code"]) == ("toolu_1", "Bash", 2)
+    assert msgs[4]["meta"]["sidechain"] is True and "sidechain" not in msgs[0]["meta"]
+    assert msgs[5]["meta"]["derived"] is True
+    assert msgs[0]["meta"]["session"] == "cs-1" and msgs[0]["meta"]["entry"] == "u1" and msgs[0]["meta"]["parent"] == "p0"
+
+
+# ---- Codex ---------------------------------------------------------------------------------------------
+
+def codex_lines():
+    t = "2026-05-11T08:27:{:02d}.000Z".format
+    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
+    return [
+        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-1", "timestamp": t(0), "cwd": "/repo/tool", "base_instructions": {"text": "You are Codex"}}},
+        {"timestamp": t(1), "type": "turn_context", "payload": {"cwd": "/repo/tool", "model": "gpt-x"}},
+        item(1, {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "<permissions instructions>sandbox"}]}),
+        item(1, {"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "# AGENTS.md instructions for /repo/tool\n<INSTRUCTIONS>be nice</INSTRUCTIONS>"},
+            {"type": "input_text", "text": "<environment_context>\n  <cwd>/repo/tool</cwd>\n</environment_context>"}]}),
+        item(2, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the tests"}, {"type": "input_image", "image_url": "data:"}]}),
+        {"timestamp": t(2), "type": "event_msg", "payload": {"type": "user_message", "message": "run the tests"}},
+        item(3, {"type": "reasoning", "summary": [{"type": "summary_text", "text": "SECRET-THOUGHT"}], "encrypted_content": "zz"}),
+        item(4, {"type": "function_call", "name": "exec_command", "arguments": json.dumps({"cmd": "pytest -q"}), "call_id": "call_A"}),
+        item(5, {"type": "function_call_output", "call_id": "call_A", "output": "Chunk ID: 1\nProcess exited with code 1\nOutput:\n3 failed"}),
+        item(6, {"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch", "call_id": "call_B"}),
+        item(7, {"type": "custom_tool_call_output", "call_id": "call_B", "output": json.dumps({"output": "Success.", "metadata": {"exit_code": 0}})}),
+        item(8, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Fixed; tests pass."}]}),
+        {"timestamp": t(9), "type": "compacted", "payload": {"message": "summary of the turn", "replacement_history": []}},
+    ]
+
+
+def test_codex_pairs_calls_and_skips_boilerplate(run, home, tmp_path):
+    path = write_jsonl(tmp_path / "rollout.jsonl", codex_lines())
+    result = run("import", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert rows[-1] == {"name": "tool", "files": 1, "imported": 7, "present": 0, "malformed": 0, "messages": 7}
+    assert rows[0]["format"] == "codex"
+    msgs = messages("tool")
+    assert brief(msgs) == [
+        ("user", "run the tests\n[image]"),
+        ("tool", 'exec_command({"cmd": "pytest -q"})'),
+        ("echo", "Chunk ID: 1\nProcess exited with code 1\nOutput:\n3 failed"),
+        ("tool", "apply_patch(*** Begin Patch)"),
+        ("echo", "Success."),
+        ("pi", "Fixed; tests pass."),
+        ("work", "summary of the turn"),
+    ]
+    assert "SECRET-THOUGHT" not in "".join(p.read_text() for p in (home / "tool" / "main").iterdir())
+    assert msgs[1]["meta"]["command"] == "pytest -q" and msgs[1]["meta"]["model"] == "gpt-x"
+    assert [(m["meta"]["call_id"], m["meta"].get("exit_code"), m["meta"]["tool"]) for m in msgs[2:5:2]] == [
+        ("call_A", 1, "exec_command"), ("call_B", 0, "apply_patch")]
+    assert {m["meta"]["session"] for m in msgs} == {"cx-1"} and msgs[-1]["meta"]["derived"] is True
+    assert msgs[0]["date"] == "2026-05-11T08:27:02.000Z"
+
+
+def test_codex_legacy_rollout_without_envelope(run, tmp_path):
+    path = write_jsonl(tmp_path / "rollout-old.jsonl", [
+        {"id": "old-1", "timestamp": "2025-06-01T10:00:00.000Z", "instructions": None, "git": {}},
+        {"record_type": "state"},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<user_instructions>x</user_instructions>"}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "list files"}]},
+        {"type": "function_call", "name": "shell", "arguments": json.dumps({"command": ["ls", "-la"]}), "call_id": "c9"},
+        {"type": "function_call_output", "call_id": "c9", "output": json.dumps({"output": "a\nb", "metadata": {"exit_code": 0}})},
+    ])
+    assert run("import", path, "-n", "t").exit_code == 0
+    msgs = messages()
+    assert brief(msgs) == [("user", "list files"), ("tool", 'shell({"command": ["ls", "-la"]})'), ("echo", "a\nb")]
+    assert msgs[1]["meta"]["command"] == "ls -la" and msgs[2]["meta"]["exit_code"] == 0
+    assert {m["date"] for m in msgs} == {"2025-06-01T10:00:00.000Z"} and msgs[0]["meta"]["session"] == "old-1"
+
+
+# ---- NDJSON, malformed lines, the echo rules ------------------------------------------------------------
+
+def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
+    path = write_jsonl(tmp_path / "export.ndjson", [
+        {"kind": "user", "text": "one", "date": "2026-01-01T10:00:00+01:00"},
+        "{not json",
+        {"kind": "assistant", "text": "two", "date": "2026-01-01T10:00:01+01:00", "meta": {"source": "irc", "entry": "e2"}},
+        {"kind": "shout", "text": "bad kind"},
+        [1, 2],
+        {"kind": "tool_result", "text": "x" * 40_000, "date": "2026-01-01T10:00:02+01:00"},
+        {"i": 7, "size": 3, "kind": "user", "text": "three", "date": "2026-01-01T10:00:03+01:00"},
+    ])
+    result = run("import", path, "-n", "t")
+    assert result.exit_code == 0
+    assert result.stdout == "t: 4 imported, 0 already present, 3 malformed skipped; 4 messages in all\n"
+    where = str(path.resolve())
+    assert f"pimem: warning: {where}:2: not valid JSON; skipped" in result.stderr
+    assert f"{where}:4: unknown kind 'shout'" in result.stderr
+    assert f"{where}:5: expected a JSON object" in result.stderr
+    msgs = messages()
+    assert [m["kind"] for m in msgs] == ["user", "pi", "echo", "user"]
+    assert msgs[0]["date"] == "2026-01-01T10:00:00+01:00"
+    assert msgs[1]["meta"] == {"source": "irc", "entry": "e2", "file": where}
+    assert msgs[0]["meta"]["source"] == "ndjson" and msgs[0]["meta"]["entry"].startswith("1-")
+    assert len(msgs[2]["text"]) < 30_100 and "characters of tool output cut by pimem" in msgs[2]["text"]
+
+
+def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
+    run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
+    export = tmp_path / "t.ndjson"
+    export.write_text(run("since", "t", "#0", "--include-tools").stdout)
+    first = run("import", export, "-n", "copy")
+    assert first.stdout.startswith("copy: 7 imported")
+    again = run("import", pi_tree(tmp_path / "other-place.jsonl"), "-n", "copy")
+    assert again.stdout.startswith("copy: 0 imported, 7 already present")  # same pi entries, whatever the path
+    assert off_lineage(messages("copy")) == {3, 4, 5}
+
+
+# ---- re-import ----------------------------------------------------------------------------------------
+
+def test_reimport_adds_nothing_twice_even_without_state(run, home, tmp_path):
+    path = write_jsonl(tmp_path / "c.jsonl", claude_lines())
+    assert run("import", path, "-n", "t").stdout.startswith("t: 7 imported")
+    again = run("import", path, "-n", "t")
+    assert again.stdout == "t: 0 imported, 0 already present, 0 malformed skipped; 7 messages in all (file unchanged since the last import)\n"
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    before = snapshot(home / "t" / "main")
+    rebuilt = run("import", path, "-n", "t")
+    assert rebuilt.stdout == "t: 0 imported, 7 already present, 0 malformed skipped; 7 messages in all\n"
+    assert snapshot(home / "t" / "main") == before
+
+
+def test_grown_file_adds_only_the_new_lines(run, home, tmp_path):
+    lines = codex_lines()
+    path = write_jsonl(tmp_path / "rollout.jsonl", lines[:9])
+    with open(path, "a") as f:
+        f.write(json.dumps(lines[9])[:30])  # the agent is still writing this line
+    first = run("import", path, "-n", "t")
+    assert first.stdout.startswith("t: 3 imported, 0 already present, 1 malformed")
+    assert f"{path.resolve()}:10: unfinished last line" in first.stderr
+    # someone else logs in between: the import state catches up from the log
+    Memory.at("t").append([{"kind": "note", "text": "typed meanwhile"}])
+    with open(path, "a") as f:
+        f.write(json.dumps(lines[9])[30:] + "\n")
+    write_jsonl(path, lines[10:])
+    second = run("import", path, "-n", "t", "--json")
+    report = json.loads(second.stdout.splitlines()[0])
+    assert (report["imported"], report["present"], report["malformed"], report["from_line"]) == (4, 0, 0, 10)
+    kinds = [m["kind"] for m in messages()]
+    assert kinds == ["user", "tool", "echo", "note", "tool", "echo", "pi", "work"]
+    assert messages()[-3]["meta"]["tool"] == "apply_patch"  # the call's name carried over between imports
+
+
+def test_rewritten_file_is_read_again_from_the_start(run, tmp_path):
+    path = write_jsonl(tmp_path / "s.jsonl", [{"kind": "user", "text": "a"}, {"kind": "user", "text": "b"}])
+    run("import", path, "-n", "t")
+    path.write_text("")
+    write_jsonl(path, [{"kind": "user", "text": "A"}, {"kind": "user", "text": "b"}, {"kind": "user", "text": "c"}])
+    result = run("import", path, "-n", "t", "--json")
+    report = json.loads(result.stdout.splitlines()[0])
+    assert (report["from_line"], report["imported"], report["present"]) == (1, 2, 1)
+    assert [m["text"] for m in messages()] == ["a", "b", "A", "c"]
+
+
+# ---- several files, names, bad input ---------------------------------------------------------------------
+
+def test_several_files_go_in_date_order_into_one_memory(run, tmp_path):
+    late = pi_tree(tmp_path / "late.jsonl")
+    early = write_jsonl(tmp_path / "early.jsonl", claude_lines())
+    result = run("import", late, early, "--json")
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [Path(r["file"]).name for r in rows[:2]] == ["early.jsonl", "late.jsonl"]
+    assert rows[-1]["name"] == "api" and rows[-1]["imported"] == 14
+    dates = [m["date"] for m in messages("api")]
+    assert dates[0].startswith("2026-02-10") and dates[-1].startswith("2026-03-02")
+
+
+def test_a_directory_imports_its_sessions(run, tmp_path):
+    folder = tmp_path / "projects"
+    (folder / "subagents").mkdir(parents=True)
+    write_jsonl(folder / "main.jsonl", claude_lines("one"))
+    write_jsonl(folder / "subagents" / "agent-1.jsonl", claude_lines("two"))
+    (folder / "notes.txt").write_text("not a session")
+    result = run("import", folder, "-n", "t")
+    assert result.exit_code == 0 and result.stdout.endswith("t: 14 imported, 0 already present, 0 malformed skipped; 14 messages in all\n")
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["missing.jsonl"], "missing.jsonl: no such file"),
+        (["plain.txt"], "not JSON lines"),
+        (["odd.jsonl"], "cannot tell its format"),
+        (["odd.jsonl", "--format", "gpt"], "unknown format 'gpt'"),
+        (["--name", "../x"], "invalid memory name"),
+    ],
+)
+def test_bad_input_exits_2_and_writes_nothing(run, home, tmp_path, monkeypatch, args, error):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plain.txt").write_text("hello\nworld\n")
+    write_jsonl(tmp_path / "odd.jsonl", [{"hello": "world"}])
+    write_jsonl(tmp_path / "ok.jsonl", [{"kind": "user", "text": "fine"}])
+    before = snapshot(home)
+    result = run("import", "ok.jsonl", *args)
+    assert result.exit_code == 2
+    assert error in result.stderr and result.stderr.startswith("pimem: error: ")
+    assert snapshot(home) == before
+
+
+def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
+    path = write_jsonl(tmp_path / "x.jsonl", [{"kind": "user", "text": "hi"}])
+    result = run("import", path, "--format", "codex", "-n", "t")
+    assert result.exit_code == 0 and "1 malformed" in result.stdout and "no payload" in result.stderr
+    assert not (home / "t").exists()  # nothing imported: the memory is not created
+
+
+def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):
+    from pimem.commands import import_
+
+    monkeypatch.setattr(import_, "PROGRESS_MIN_BYTES", 0)
+    result = run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+def test_progress_bar_on_a_terminal_goes_to_stderr(home, tmp_path):
+    import pty
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem.commands.import_ import PROGRESS_MIN_BYTES
+
+    path = tmp_path / "big.ndjson"
+    line = json.dumps({"kind": "user", "text": "x" * 1000}) + "\n"
+    path.write_text(line * (PROGRESS_MIN_BYTES // len(line) + 10))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(pimem_cmd("import", path, "-n", "t"), stdout=subprocess.PIPE, stderr=slave, env=subprocess_env())
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=120)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"importing" in seen and b"MB" in seen
+    assert out.startswith(b"t: ") and b"importing" not in out
+
+
+def test_import_in_a_real_process(sh, tmp_path):
+    proc = sh("import", pi_tree(tmp_path / "s.jsonl"))
+    assert proc.returncode == 0
+    assert proc.stdout == b"shop: 7 imported, 0 already present, 0 malformed skipped; 7 messages in all\n"
+    assert proc.stderr == b"importing into memory 'shop' (choose another with --name)\n"
+
+
+# ---- the real samples -------------------------------------------------------------------------------------
+
+def _samples() -> Path | None:
+    """$PIMEM_SAMPLES, else ../shared/samples beside the checkout (or beside its worktree folder)."""
+    if os.environ.get("PIMEM_SAMPLES"):
+        return Path(os.environ["PIMEM_SAMPLES"])
+    root = Path(__file__).resolve().parents[1]
+    return next((p for p in (root.parent / "shared" / "samples", root.parent.parent / "shared" / "samples") if p.is_dir()), None)
+
+
+def _sample(pattern: str) -> Path:
+    folder = _samples()
+    found = sorted(folder.glob(pattern)) if folder and folder.is_dir() else []
+    if not found:
+        pytest.skip(f"no sample {pattern} in {folder or '../shared/samples'}")
+    return found[0]
+
+
+def _json_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _assert_paired(msgs):
+    calls = {m["meta"]["call_id"] for m in msgs if m["kind"] == "tool" and m["meta"].get("call_id")}
+    results = {m["meta"]["call_id"] for m in msgs if m["kind"] == "echo" and m["meta"].get("call_id")}
+    assert calls and results <= calls
+
+
+def test_sample_pi_session(run, tmp_path):
+    path = _sample("pi-*.jsonl")
+    lines = _json_lines(path)
+    result = run("import", path, "-n", "s")
+    assert result.exit_code == 0 and "0 malformed" in result.stdout
+    msgs = messages("s")
+    entries = [e for e in lines if e.get("type") == "message"]
+    roles = lambda role: [e for e in entries if e["message"]["role"] == role]  # noqa: E731
+    calls = sum(1 for e in roles("assistant") for b in e["message"]["content"] if b.get("type") == "toolCall")
+    count = lambda kind: sum(1 for m in msgs if m["kind"] == kind)  # noqa: E731
+    assert count("tool") == calls and count("echo") == len(roles("toolResult"))
+    assert count("user") == sum(1 for e in roles("user") if any(b.get("text", "").strip() for b in e["message"]["content"]))
+    _assert_paired(msgs)
+    assert [m["date"] for m in msgs if m["kind"] == "user"] == [
+        e["timestamp"] for e in roles("user") if any(b.get("text", "").strip() for b in e["message"]["content"])]
+    assert {m["meta"]["session"] for m in msgs} == {lines[0]["id"]}
+
+
+def test_sample_claude_transcript(run, tmp_path):
+    path = _sample("*tool_heavy*.jsonl")
+    lines = _json_lines(path)
+    run("import", path, "-n", "s")
+    msgs = messages("s")
+    uses = [b for e in lines if e.get("type") == "assistant" for b in e["message"]["content"] if b.get("type") == "tool_use"]
+    results = [b for e in lines if e.get("type") == "user" and isinstance(e["message"]["content"], list)
+               for b in e["message"]["content"] if b.get("type") == "tool_result"]
+    assert sum(m["kind"] == "tool" for m in msgs) == len(uses)
+    assert sum(m["kind"] == "echo" for m in msgs) == len(results)
+    _assert_paired(msgs)
+    by_uuid = {e["uuid"]: e["timestamp"] for e in lines if "uuid" in e}
+    assert all(m["date"] == by_uuid[m["meta"]["entry"]] for m in msgs)
+
+
+def test_sample_codex_rollout(run, tmp_path):
+    path = _sample("codex-*.jsonl")
+    lines = _json_lines(path)
+    run("import", path, "-n", "s")
+    msgs = messages("s")
+    items = [e["payload"] for e in lines if e["type"] == "response_item"]
+    calls = [p for p in items if p["type"] in ("function_call", "custom_tool_call")]
+    outputs = [p for p in items if p["type"] in ("function_call_output", "custom_tool_call_output")]
+    assert sum(m["kind"] == "echo" for m in msgs) == len(outputs)
+    assert sum(m["kind"] == "tool" and "call_id" in m["meta"] for m in msgs) == len(calls)
+    _assert_paired(msgs)
+    assert not any("<environment_context>" in m["text"] or "AGENTS.md instructions" in m["text"] for m in msgs)
+    first_user = next(m for m in msgs if m["kind"] == "user")
+    assert first_user["text"] == next(
+        p["content"][0]["text"] for p in items if p["type"] == "message" and p["role"] == "user" and not p["content"][0]["text"].startswith(("#", "<")))
+    assert msgs[0]["date"] >= lines[0]["timestamp"] and all(m["meta"]["session"] == lines[0]["payload"]["id"] for m in msgs)

@@ -1,0 +1,104 @@
+"""`pimem map`: the panorama fits any width (East Asian wide characters count two cells) and shows the view."""
+
+import unicodedata
+from datetime import date
+
+import pytest
+
+from pimem import panorama
+from pimem.panorama import Facts, Span
+
+
+def cells(line: str) -> int:
+    """Display width, measured independently of the code under test."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 0 if unicodedata.combining(ch) else 1 for ch in line)
+
+
+CJK = "部署讨论：staging 数据库端口是 5433，用户要求保持原样，不要动生产库。"
+
+
+def facts() -> Facts:
+    spans = [
+        Span(0, 8, CJK, 120, "2026-10-01", summary=True),
+        Span(8, 4, "caching strategy agreed 缓存策略", 80, "2026-10-03", summary=True),
+        Span(12, 2, "short", 30, "2026-10-05", summary=True),
+        Span(14, 1, "好的，端口是 5433。", 30, "2026-10-08", kind="pi"),
+        Span(15, 1, "cat .env", 20, "2026-10-08", kind="tool"),
+        Span(16, 1, "记住：不要动生产库", 30, "2026-10-08", kind="user"),
+    ]
+    return Facts("main", 17, "2026-10-01T09:00:00+08:00", date(2026, 10, 8), 620, spans)
+
+
+def test_exact_picture_at_40_columns():
+    assert panorama.to_text(panorama.rows(facts(), 40)).splitlines() == [
+        "main · 17 msgs · 10-01 · day 8",
+        "said  620 B ████████████████████████████",
+        "reads 310 B ▒▒▒▒▒▒▒▒▒▒████",
+        "            ▒ summaries  █ verbatim",
+        "",
+        "▂▂▂▂▂▂▂▂▂▂▂▂▂▂▂▂▂▂▂▄▄▄▄▄▄▄▄▄▄▆▆▆▆███████",
+        "████████████████████████████████████████",
+        "",
+        "── 2026-10-01 Thu ──────────────────────",
+        " 0+8 8 msgs 部署讨论：staging 数据库端…",
+        "── 2026-10-03 Sat ──────────────────────",
+        " 8+4 4 msgs caching strategy agreed 缓…",
+        "── 2026-10-05 Mon ──────────────────────",
+        "12+2 2 msgs short",
+        "── 2026-10-08 Thu ──────────────────────",
+        "14+1 pi     好的，端口是 5433。",
+        "16+1 you    记住：不要动生产库",
+    ]
+
+
+@pytest.mark.parametrize("width", [40, 41, 57, 80, 99, 120, 163, 200])
+def test_no_line_exceeds_the_width(width):
+    lines = panorama.to_text(panorama.rows(facts(), width, include_tools=True)).splitlines()
+    assert max(cells(l) for l in lines) <= width
+    assert cells(lines[5]) == cells(lines[6]) == width  # the timeline spans the whole width
+    assert "cat .env" in "\n".join(lines)
+
+
+@pytest.fixture
+def chat(run):
+    run("append", "main", "--date", "2026-10-06T21:00:00+08:00", CJK * 3)
+    run("append", "main", "-k", "pi", "--date", "2026-10-06T21:01:00+08:00", "好的，我记住了：端口 5433，不动生产库。")
+    run("append", "main", "-k", "tool", "cat .env")
+    run("append", "main", "deploy it today " * 40)
+
+
+@pytest.mark.parametrize("width", [40, 53, 80, 120, 200])
+def test_map_command_fits_every_width(run, chat, width):
+    out = run("map", "main", "--width", width)
+    assert out.exit_code == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("main · 4 ")
+    assert max(cells(l) for l in lines) <= width
+    assert any(l.startswith("── 2026-10-06 Tue ─") for l in lines)
+    assert any(l.startswith("── 2026-10-08 Thu ─") for l in lines)
+    assert "\x1b[" not in out.stdout  # colour only on a terminal
+    assert "cat .env" not in out.stdout  # tool calls only with --include-tools
+    assert "cat .env" in run("map", "main", "--width", width, "--include-tools").stdout
+
+
+def test_map_writes_the_same_picture_as_svg(run, chat, tmp_path):
+    path = tmp_path / "main.svg"
+    out = run("map", "main", "--width", 60, "--svg", path)
+    assert out.exit_code == 0
+    svg = path.read_text()
+    svg = svg.replace("&#160;", " ")
+    assert svg.startswith("<svg") and "pimem map main" in svg
+    assert "好的，我记住了" in svg
+
+
+def test_map_refuses_unknown_memories_and_tiny_widths(run, home, chat):
+    assert run("map", "nope").exit_code == 3
+    assert run("map", "main", "--width", 5).exit_code == 2
+
+
+def test_colour_on_a_terminal(run, chat, monkeypatch):
+    from pimem import env
+
+    monkeypatch.setattr(env, "stdout_is_tty", lambda: True)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert "\x1b[32m" in run("map", "main", "--width", 80).stdout

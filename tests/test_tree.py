@@ -1,0 +1,134 @@
+"""Tree nodes, labels, free nodes, node writing, view.json persistence, held, zoom and the commands."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from pimem import Memory
+from pimem.errors import BadInput, NotFound
+from pimem.tree import free_merge, label, parse_label
+
+from conftest import snapshot
+
+SMALL = {"view": {"hi": 300, "lo": 150}, "cview": {"hi": 200, "lo": 100}}
+
+
+def small_memory(n=0, config=SMALL, texts=None):
+    mem = Memory.at("t")
+    mem.append([{"kind": "user", "text": "hello"}])
+    mem.save_config(config)
+    mem = Memory.at("t")
+    rest = texts if texts is not None else [f"message {k}" for k in range(1, n)]
+    if rest:
+        mem.append([{"kind": "user", "text": t} for t in rest])
+    return Memory.at("t")
+
+
+def test_labels():
+    assert label(3, 5) == "40+8" and label(0, 7) == "7+1"
+    assert parse_label("40+8") == (3, 5)
+    assert parse_label("0+1", count=1) == (0, 0)
+    for bad, why in [("40", "malformed"), ("4+3", "power of two"), ("4+8", "misaligned"), ("-1+1", "malformed"),
+                     ("0+0", "power of two")]:
+        with pytest.raises(BadInput, match=why):
+            parse_label(bad)
+    with pytest.raises(NotFound, match="out of range"):
+        parse_label("8+8", count=15)
+
+
+def test_free_merge_is_the_join_when_it_fits():
+    assert free_merge("a" * 255, "b" * 256) == "a" * 255 + "\n" + "b" * 256
+    assert free_merge("a" * 256, "b" * 256) is None
+
+
+def test_write_node_validates_and_builds_once(home):
+    mem = small_memory(2, texts=["x" * 600])
+    with pytest.raises(BadInput, match="already built"):
+        mem.write_node(0, 0, "hello again")  # a short message is its own (free) leaf
+    with pytest.raises(BadInput, match="halves"):
+        mem.write_node(1, 0, "both")
+    with pytest.raises(BadInput, match="over the 512-byte line"):
+        mem.write_node(0, 1, "y" * 513)
+    with pytest.raises(NotFound, match="out of range"):
+        mem.write_node(0, 2, "nothing there")
+    before = snapshot(home)
+    with pytest.raises(BadInput, match="empty"):
+        mem.write_node(0, 1, "  ")
+    assert snapshot(home) == before
+    summary = "user: " + "a long line of x; " * 28  # 510 bytes: joined with "user: hello" it needs a model
+    mem.write_node(0, 1, summary, meta={"model": "m", "input_tokens": 10})
+    with pytest.raises(BadInput, match="already built"):
+        mem.write_node(0, 1, "again")
+    assert mem.tree.text(0, 1) == summary
+    assert mem.tree.pending_merges(1) == [0]
+    mem.write_node(1, 0, "user said hello, then a long x line")
+    (line,) = [orjson.loads(l) for f in (home / "t" / "tree").iterdir() for l in f.read_bytes().splitlines()][-1:]
+    assert {k: line[k] for k in ("l", "i", "text", "size")} == {"l": 1, "i": 0, "text": "user said hello, then a long x line", "size": 35}
+    # deleting the derived index loses nothing
+    mem.tree.close()
+    (home / "t" / "index.sqlite").unlink()
+    assert Memory.at("t").tree.text(1, 0) == "user said hello, then a long x line"
+
+
+def test_a_new_leaf_shows_a_placeholder_until_built(home, run):
+    mem = small_memory(1, texts=["z" * 700])
+    assert mem.view_lines()[-1] == "1+1|(not summarized yet: zoom it)"
+    assert mem.held(1)["held"] == "pending"
+    assert mem.tree.pending_leaves() == [1]
+    mem.write_node(0, 1, "user: seven hundred z")
+    assert mem.view_lines()[-1] == "1+1|user: seven hundred z"
+    assert mem.held(1) == {"held": "summarized", "label": "1+1", "n": 1, "line": "1+1|user: seven hundred z"}
+    assert mem.held(0)["held"] == "verbatim"
+    assert mem.tree.pending_leaves() == []
+
+
+def test_restart_gives_a_byte_identical_view(home, sh):
+    mem = small_memory(60)
+    first = mem.view_lines()
+    raw = (home / "t" / "view.json").read_bytes()
+    out = sh("view", "t")
+    assert out.returncode == 0 and out.stdout.decode().splitlines() == first
+    assert (home / "t" / "view.json").read_bytes() == raw
+
+
+def test_a_corrupt_view_json_is_refolded_with_a_warning(home, run):
+    mem = small_memory(40)
+    want = mem.view_lines()
+    path = home / "t" / "view.json"
+    data = orjson.loads(path.read_bytes())
+    data["view"]["lines"].pop(1)  # no longer tiles the log
+    path.write_bytes(orjson.dumps(data))
+    out = run("view", "t")
+    assert out.exit_code == 0
+    assert "refolding the view" in out.stderr
+    assert out.stdout.splitlines() == want  # refolding the same history gives the same view here
+    path.write_bytes(b"{not json")
+    out = run("view", "t")
+    assert "refolding the view" in out.stderr and out.stdout.splitlines() == want
+
+
+def test_zoom_command(home, run):
+    mem = small_memory(8)
+    mem.append([{"kind": "echo", "text": "secret output"}])
+    assert run("zoom", "t", "4+4").stdout == "4+2|user: message 4 user: message 5\n6+2|user: message 6 user: message 7\n"
+    assert run("zoom", "t", "3+1").stdout == "3+1|user: message 3\n"
+    out = run("zoom", "t", "8+1")
+    assert out.exit_code == 2 and "--include-tools" in out.stderr
+    assert run("zoom", "t", "8+1", "--include-tools").stdout == "8+1|echo: secret output\n"
+    before = snapshot(home)
+    for bad, code in [("3+2", 2), ("0+3", 2), ("zz", 2), ("0+16", 3), ("9+1", 3)]:
+        out = run("zoom", "t", bad)
+        assert out.exit_code == code, bad
+        assert out.stderr.startswith("pimem: error: ")
+    assert snapshot(home) == before
+    assert run("zoom", "nope", "0+1").exit_code == 3
+
+
+def test_view_json_and_stats(home, run):
+    small_memory(40)
+    rows = [orjson.loads(l) for l in run("view", "t", "--json").stdout.splitlines()]
+    assert [r["label"] for r in rows] == ["0+16", "16+16", "32+8"]
+    assert rows[2] == {"label": "32+8", "level": 3, "index": 4, "bytes": len(rows[2]["text"]) + 5, "text": rows[2]["text"]}
+    stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
+    assert stats["lines"] == 3 and stats["levels"] == {"3": 1, "4": 2} and stats["messages"] == 40
