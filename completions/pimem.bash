@@ -19,6 +19,17 @@ _pimem_names() {
   done
 }
 
+# node ids (id+n) of memory $1's view, as `pimem view` prints them (id+n|text)
+_pimem_nodes() {
+  local i w args=()
+  for ((i = 1; i < ${#COMP_WORDS[@]}; i++)); do
+    w=${COMP_WORDS[i]}
+    if [[ $w == --home ]]; then args=(--home "${COMP_WORDS[i+1]}"); fi
+    if [[ $w == --home=* ]]; then args=("$w"); fi
+  done
+  [[ -n $1 ]] && command pimem view "$1" "${args[@]}" 2>/dev/null | cut -d'|' -f1
+}
+
 _pimem() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
   local cmd="" at=0 i w
@@ -26,28 +37,34 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append date delete demo fsck import list map mcp message reindex rename search since status view zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append compact context date delete demo forget fsck import list map mcp memories message recall reindex remember rename search since status view zoom -h --help" -- "$cur"))
     return
   fi
-  local opts="" valued="" slots=""
+  local opts="" valued="" slots="" nodes=""
   case $cmd in
-    append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1" ;;
-    date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1" ;;
-    delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
-    demo) opts="--name --home -h --help"; valued="--name --home"; slots="" ;;
-    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+" ;;
-    import) opts="-n --name -f --format --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots="" ;;
-    list) opts="--json --home -h --help"; valued="--home"; slots="" ;;
-    map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1" ;;
-    mcp) opts="--home -h --help"; valued="--home"; slots="" ;;
-    message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
-    reindex) opts="--json --home -h --help"; valued="--home"; slots="1+" ;;
-    rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1" ;;
-    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; slots="2+" ;;
-    since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1" ;;
-    status) opts="--json --home -h --help"; valued="--home"; slots="1" ;;
-    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1" ;;
-    zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1" ;;
+    append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
+    compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
+    context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
+    date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
+    delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
+    demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
+    forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1"; nodes="" ;;
+    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+"; nodes="" ;;
+    import) opts="-n --name -f --format --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
+    list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
+    map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;
+    mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
+    memories) opts="--status --kind --id --offset --limit --session --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1"; nodes="" ;;
+    message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
+    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --budget --home"; slots="1"; nodes="" ;;
+    reindex) opts="--json --home -h --help"; valued="--home"; slots="1+"; nodes="" ;;
+    remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1"; nodes="" ;;
+    rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
+    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; slots="2+"; nodes="" ;;
+    since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
+    status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
+    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
+    zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac
   if [[ " $valued " == *" $prev "* ]]; then
@@ -60,14 +77,20 @@ _pimem() {
     return
   fi
   # which positional argument is being completed (options and their values do not count)
-  local n=0 skip=0
+  local n=0 skip=0 memory=""
   for ((i = at + 1; i < COMP_CWORD; i++)); do
     if ((skip)); then skip=0; continue; fi
     w=${COMP_WORDS[i]}
-    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); fi
+    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); [[ -n $memory ]] || memory=$w; fi
   done
   ((n++))
   local slot
+  for slot in $nodes; do
+    if [[ $slot == "$n" ]]; then
+      COMPREPLY=($(compgen -W "$(_pimem_nodes "$memory")" -- "$cur"))
+      return
+    fi
+  done
   for slot in $slots; do
     if [[ $slot == "$n" || ( $slot == *+ && $n -ge ${slot%+} ) ]]; then
       COMPREPLY=($(compgen -W "$(_pimem_names)" -- "$cur"))

@@ -45,20 +45,48 @@ function __pimem_slot
     end
 end
 
+# node ids (id+n) of the memory named on the line, as `pimem view` prints them (id+n|text)
+function __pimem_nodes
+    set -l tokens (commandline -opc)
+    set -l name
+    set -l args
+    set -l skip 0
+    for w in $tokens[3..-1]
+        if test $skip -eq 1
+            set skip 0
+            set args --home $w
+        else if test "$w" = --home
+            set skip 1
+        else if string match -q -- '--home=*' $w
+            set args $w
+        else if test -z "$name"; and not string match -q -- '-*' $w
+            set name $w
+        end
+    end
+    test -n "$name"; or return
+    command pimem view $name $args 2>/dev/null | string split -f1 '|'
+end
+
 complete -c pimem -f
 complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
 
 complete -c pimem -n __fish_use_subcommand -a append -d 'Log one message (or a stream) verbatim and print its number i.'
+complete -c pimem -n __fish_use_subcommand -a compact -d 'Write a deterministic compaction checkpoint and print it.'
+complete -c pimem -n __fish_use_subcommand -a context -d 'Print what an agent wrapper sends the model this turn.'
 complete -c pimem -n __fish_use_subcommand -a date -d 'Print the date of message I, or with --at WHEN the first message number at or after WHEN.'
 complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.'
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).'
+complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
 complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
+complete -c pimem -n __fish_use_subcommand -a memories -d 'List, search or read authoritative memories, within an output budget.'
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
+complete -c pimem -n __fish_use_subcommand -a recall -d 'Bounded recall over a memory\'s messages, for agent tools: list, search or read.'
 complete -c pimem -n __fish_use_subcommand -a reindex -d 'Rebuild the search and lookup index (index.sqlite) of memories from their logs.'
+complete -c pimem -n __fish_use_subcommand -a remember -d 'Write an authoritative memory and print its id.'
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
 complete -c pimem -n __fish_use_subcommand -a search -d 'Search the original messages of one or all memories; exit 1 when nothing matches.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
@@ -76,6 +104,24 @@ complete -c pimem -n '__fish_seen_subcommand_from append' -l timeout -x -d 'Seco
 complete -c pimem -n '__fish_seen_subcommand_from append' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k --kind --date --meta --timeout --home' -a '(__pimem_names)'
+
+# compact
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l dry-run -d 'Show the boundary and checkpoint; write nothing.'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from compact; and __pimem_slot 1 --keep --timeout --home' -a '(__pimem_names)'
+
+# context
+complete -c pimem -n '__fish_seen_subcommand_from context' -l system -d 'Print the system prompt and the tool schemas as one JSON object; the same bytes every time.'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l cwd -x -d 'Working directory to report (default: the current one).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from context; and __pimem_slot 1 --cwd --session --home' -a '(__pimem_names)'
 
 # date
 complete -c pimem -n '__fish_seen_subcommand_from date' -l at -x -d 'Print the first message number at or after WHEN instead.'
@@ -95,6 +141,14 @@ complete -c pimem -n '__fish_seen_subcommand_from delete; and __pimem_slot 1 --t
 complete -c pimem -n '__fish_seen_subcommand_from demo' -l name -x -a '(__pimem_names)' -d 'Memory to log the sample into.'
 complete -c pimem -n '__fish_seen_subcommand_from demo' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from demo' -s h -l help -d 'Show this help and exit.'
+
+# forget
+complete -c pimem -n '__fish_seen_subcommand_from forget' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from forget' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from forget' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from forget' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from forget' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from forget; and __pimem_slot 1 --session --timeout --home' -a '(__pimem_names)'
 
 # fsck
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l repair -d 'Seal torn lines and rebuild derived state; never deletes anything.'
@@ -129,6 +183,19 @@ complete -c pimem -n '__fish_seen_subcommand_from map; and __pimem_slot 1 --widt
 complete -c pimem -n '__fish_seen_subcommand_from mcp' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from mcp' -s h -l help -d 'Show this help and exit.'
 
+# memories
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l status -x -d 'live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l kind -x -d 'Only this kind (fact, preference, constraint, decision, working, derived).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l id -x -d 'Read one memory whole, as JSON, paged by --offset/--limit characters.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l offset -x -d 'Skip this many records (with --id: characters of its text).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l limit -x -d 'Records per page, 1-100 (default 30; with --id: characters, default 4000).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from memories; and __pimem_slot 1 --status --kind --id --offset --limit --session --budget --home' -a '(__pimem_names)'
+
 # message
 complete -c pimem -n '__fish_seen_subcommand_from message' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from message' -l json -d 'One JSON object per line (NDJSON).'
@@ -136,11 +203,42 @@ complete -c pimem -n '__fish_seen_subcommand_from message' -l home -x -a '(__fis
 complete -c pimem -n '__fish_seen_subcommand_from message' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from message; and __pimem_slot 1 --home' -a '(__pimem_names)'
 
+# recall
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l ids -x -d 'Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l file -x -d 'Only messages naming a path containing this (case-sensitive).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l kind -x -d 'user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l page -x -d 'Page of results, from 1.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l limit -x -d 'Results per page, 1-30.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw -d 'The stored messages as JSON; one long message pages by --offset/--raw-limit.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l offset -x -d 'With --raw and one id: first character of its JSON to show.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw-limit -x -d 'With --raw and one id: most characters of its JSON to show.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l source-class -x -d 'primary, derived (summaries) or all.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --budget --home' -a '(__pimem_names)'
+
 # reindex
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from reindex; and __pimem_slot 1+ --home' -a '(__pimem_names)'
+
+# remember
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l pin -d 'Pin it: pinned memories come first in every context.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l kind -x -d 'fact (default), preference, constraint, decision, working or derived.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l priority -x -d 'low, normal (default) or high.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l scope -x -d 'project (default), user, or session (needs --session).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l supersede -x -d 'Replace this memory (its text is kept when no TEXT is given).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l propose -d 'Write it as the model would: provisional until the user confirms it.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from remember; and __pimem_slot 1 --kind --priority --scope --supersede --session --timeout --home' -a '(__pimem_names)'
 
 # rename
 complete -c pimem -n '__fish_seen_subcommand_from rename' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
@@ -195,3 +293,4 @@ complete -c pimem -n '__fish_seen_subcommand_from zoom' -l json -d 'One JSON obj
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 2 --home' -a '(__pimem_nodes)'

@@ -28,13 +28,26 @@ def _bounded(value: int, name: str, top: int = MAX_LIMIT) -> int:
     return value
 
 
-def held(mem: Memory, i: int):
-    """How the view holds message ``i`` (None while the memory has no view yet)."""
-    return mem.held(i) if hasattr(mem, "held") else None
+class _Held:
+    """``held`` for messages of one memory, with tool traffic taken out of the quoted line unless asked for;
+    each line is worked out once per call."""
 
+    def __init__(self, mem: Memory, include_tools: bool):
+        self.mem, self.include_tools = mem, include_tools
+        self.lines: dict[str, str] = {}
 
-def _with_held(mem: Memory, msg: dict) -> dict:
-    return {**msg, "held": held(mem, msg["i"])}
+    def __call__(self, msg: dict) -> dict:
+        held = self.mem.held(msg["i"])
+        if held is not None and not self.include_tools:
+            if held["label"] not in self.lines:
+                from .privacy import hide_tools
+                from .view import render_line
+
+                v = self.mem.views(create=False).view
+                l, i, text, _ = v.lines[v.covering(msg["i"])]
+                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem, [(l, i, text)])[0])
+            held["line"] = self.lines[held["label"]]
+        return {**msg, "held": held}
 
 
 def list_memories(home: Home = None) -> list[dict]:
@@ -53,7 +66,7 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
     text = msg["text"]
     if offset < 0 or offset > len(text):
         raise BadInput(f"offset must be between 0 and {len(text)}")
-    out = _with_held(mem, {**msg, "text": text[offset : offset + max_chars]})
+    out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
     if offset or offset + max_chars < len(text):
         out.update(offset=offset, chars=len(text), next_offset=offset + max_chars if offset + max_chars < len(text) else None)
     return out
@@ -71,12 +84,51 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
         start = mem.count() if first is None else first
     if start < 0:
         raise BadInput("start must be 0 or more")
-    out, position = [], start
+    out, position, held = [], start, _Held(mem, include_tools)
     for msg in mem.messages(start):
         if len(out) == limit:
             break
         position = msg["i"] + 1
         if msg["kind"] in TOOL_KINDS and not include_tools:
             continue
-        out.append(_with_held(mem, msg))
+        out.append(held(msg))
     return {"messages": out, "next": position if position < mem.count() else None}
+
+
+def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:
+    """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
+    totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
+    replaced by a marker unless ``include_tools``."""
+    from .privacy import hide_tools
+    from .view import render_line
+
+    _bounded(lines, "lines", 10_000)
+    mem = Memory.open(name, home)
+    v = mem.views(create=False)
+    rows = v.view.lines if v is not None else []
+    first = max(0, len(rows) - lines)
+    shown = [(l, i, text) for l, i, text, _ in rows[first:]]
+    texts = [t for _, _, t in shown] if include_tools else hide_tools(mem, shown)
+    return {
+        "lines": [render_line(l, i, text) for (l, i, _), text in zip(shown, texts)],
+        "first": first,
+        "total_lines": len(rows),
+        "bytes": sum(cost for *_, cost in rows),
+        "messages": v.T if v is not None else 0,
+    }
+
+
+def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -> dict:
+    """Expand a node ``id+n``: for n=1 the original message (with ``held``), else its two halves as lines
+    (``text`` null while a half is not summarised yet)."""
+    from .privacy import hide_tools
+
+    mem = Memory.open(name, home)
+    found = mem.zoom(node, include_tools=include_tools)
+    if "message" in found:
+        found["message"] = _Held(mem, include_tools)(found["message"])
+    elif not include_tools:
+        halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
+        for child, text in zip(found["children"], hide_tools(mem, halves)):
+            child["text"] = text
+    return found

@@ -32,6 +32,12 @@ COMMANDS = {
     "mcp": "mcp",
     "map": "map",
     "import": "import_",
+    "remember": "remember",
+    "memories": "memories",
+    "forget": "forget",
+    "compact": "compact",
+    "recall": "recall",
+    "context": "context",
     "search": "search",
     "reindex": "reindex",
 }

@@ -67,6 +67,19 @@ def build(home: api.Home = None):
         3d, yesterday). `next` is the start for the following call (null at the end)."""
         return api.since(name, start, when, limit, include_tools, home)
 
+    @tool
+    def view(name: str, lines: int = api.VIEW_LINES, include_tools: bool = False) -> dict[str, Any]:
+        """The view the model of memory `name` reads each turn: one line per span, `id+n|text` (n messages
+        from message id; old spans coarse, new ones fine). Only the latest `lines` lines are returned;
+        `first` and `total_lines` say where they sit."""
+        return api.view(name, lines, include_tools, home)
+
+    @tool
+    def zoom(name: str, node: str, include_tools: bool = False) -> dict[str, Any]:
+        """Open a view line: `node` is its `id+n`. For n=1 the original message whole; for n>1 its two
+        halves as lines, which can be zoomed in turn."""
+        return api.zoom(name, node, include_tools, home)
+
     return server
 
 

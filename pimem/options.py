@@ -18,3 +18,9 @@ Timeout = Annotated[
     Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S")
 ]
 Name = Annotated[str, typer.Argument(help="Memory name.", metavar="NAME")]
+Budget = Annotated[
+    int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS", min=2)
+]
+Session = Annotated[
+    Optional[str], typer.Option("--session", help="The caller's session id: session-scoped memories are visible only to it.", metavar="ID")
+]

@@ -101,7 +101,7 @@ def _title(facts: Facts, width: int) -> Row:
 
 
 def _bars(facts: Facts, width: int) -> list[Row]:
-    summary = sum(s.bytes for s in facts.spans if s.n > 1 or s.summary)
+    summary = sum(s.bytes for s in facts.spans if s.summary)
     verbatim = sum(s.bytes for s in facts.spans) - summary
     read = summary + verbatim
     labels = [f"said  {human_bytes(facts.said)} ", f"reads {human_bytes(read)} "]
@@ -140,7 +140,7 @@ def _timeline(facts: Facts, width: int) -> list[Row]:
                 finest = spans[j]
             j += 1
         eighths = max(1, 16 - 2 * finest.level)
-        style = VERBATIM if finest.n == 1 and not finest.summary else SUMMARY
+        style = SUMMARY if finest.summary else VERBATIM
         top.append((BLOCKS[max(0, eighths - 8)], style))
         bottom.append((BLOCKS[min(8, eighths)], style))
     return [_merge(top), _merge(bottom)]
@@ -167,7 +167,7 @@ def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
             head = f"── {day} {date.fromisoformat(day).strftime('%a')} "
             rows.append([(head + "─" * max(0, width - cell_len(head)), "cyan")])
         tag = f"{span.n} msgs" if span.n > 1 else KIND_LABELS.get(span.kind or "", span.kind or "")
-        style = SUMMARY if span.n > 1 or span.summary else VERBATIM
+        style = SUMMARY if span.summary else VERBATIM
         rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(span.text), None)])
     return rows
 
@@ -201,22 +201,30 @@ def to_svg(picture: list[Row], width: int, title: str) -> str:
     return console.export_svg(title=title)
 
 
-def facts_of(mem) -> Facts:
-    """Read what the picture needs from a memory in one pass over the log, and its view."""
-    said, days, first = 0, [], None
-    leaves = []
+def facts_of(mem, include_tools: bool = False) -> Facts:
+    """Read what the picture needs from a memory: one pass over the log (sizes, days, kinds), and its view
+    (tool traffic inside joined lines taken out unless ``include_tools``)."""
+    from .privacy import hide_tools
+    from .tree import PLACEHOLDER
+
+    said, days, kinds, big, first_date = 0, [], [], set(), None
+    line_bytes = int(mem.config["line_bytes"])
     for msg in mem.messages():
+        first_date = first_date or msg["date"]
         said += msg["size"]
         days.append(msg["date"][:10])
-        first = first or msg["date"]
-        leaves.append(_leaf(msg))
-    return Facts(mem.name, len(days), first, env.now().date(), said, leaves)
-
-
-def _leaf(msg: dict) -> Span:
-    """A message as a view line of its own. Until the memory has a summary tree, the view is one leaf per
-    message: verbatim when ``kind: text`` fits a line, else a placeholder."""
-    verbatim = msg["size"] <= 512
-    shown = f"{msg['kind']}: {msg['text']}" if verbatim else "(not summarized yet: zoom it)"
-    line_bytes = len(f"{msg['i']}+1|{flatten(shown)}".encode()) + 1
-    return Span(msg["i"], 1, msg["text"] if verbatim else shown, line_bytes, msg["date"][:10], msg["kind"], not verbatim)
+        kinds.append(msg["kind"])
+        if msg["size"] > line_bytes:
+            big.add(msg["i"])
+    rows = mem.views().view.lines if days else []
+    shown = [(l, i, text) for l, i, text, _ in rows]
+    texts = [t for *_, t in shown] if include_tools else hide_tools(mem, shown)
+    spans = []
+    for (l, i, _, cost), text in zip(rows, texts):
+        first = i << l
+        if l == 0 and text is not None and first not in big:
+            text = text.split(": ", 1)[1]  # a verbatim leaf is "kind: text"; the kind is shown as a tag
+        summary = l > 0 or text is None or first in big
+        spans.append(Span(first, 1 << l, PLACEHOLDER if text is None else text, cost, days[first],
+                          kinds[first] if l == 0 else None, summary))
+    return Facts(mem.name, len(days), first_date, env.now().date(), said, spans)

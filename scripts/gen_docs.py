@@ -5,7 +5,9 @@ files in the repository differ from what this script writes.
 
 What it reads from each command: the docstring (summary line, details, ``Examples:``), its arguments and
 options with their help. A parameter is completed with memory names when it is an argument whose metavar is
-``NAME`` (``pimem.options.Name``; ``NAME...`` for several) or an option called ``--name``. The completions
+``NAME`` (``pimem.options.Name``; ``NAME...`` for several) or an option called ``--name``; an argument whose
+metavar is ``ID+N`` is completed with the node ids of that memory's view (``pimem view NAME``, the one
+completion that starts pimem, since the view is folded by it). The completions
 list ``$PIMEM_HOME`` (else ``$PI_MEM_HOME``, else ``~/.pi/memory``, or the ``--home`` given on the line) in
 the shell itself: completing never starts Python.
 """
@@ -184,6 +186,15 @@ def _valued(cmd: Command) -> list[str]:
     return [n for o in cmd.options if o.metavar for n in o.names]
 
 
+def _is_node_metavar(metavar: str) -> bool:
+    return metavar.strip("[].") == "ID+N"
+
+
+def _node_slots(cmd: Command) -> str:
+    """Positional slots (1-based) holding node ids ``id+n``, as a space-separated string."""
+    return " ".join(str(n) for n, (metavar, _, _) in enumerate(cmd.positionals, 1) if _is_node_metavar(metavar))
+
+
 def _memory_slots(cmd: Command) -> str:
     """Positional slots (1-based) holding memory names, as a space-separated string; ``N+`` for variadic."""
     slots = []
@@ -214,6 +225,17 @@ _pimem_names() {{
   done
 }}
 
+# node ids (id+n) of memory $1's view, as `pimem view` prints them (id+n|text)
+_pimem_nodes() {{
+  local i w args=()
+  for ((i = 1; i < ${{#COMP_WORDS[@]}}; i++)); do
+    w=${{COMP_WORDS[i]}}
+    if [[ $w == --home ]]; then args=(--home "${{COMP_WORDS[i+1]}}"); fi
+    if [[ $w == --home=* ]]; then args=("$w"); fi
+  done
+  [[ -n $1 ]] && command pimem view "$1" "${{args[@]}}" 2>/dev/null | cut -d'|' -f1
+}}
+
 _pimem() {{
   local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}}
   local cmd="" at=0 i w
@@ -224,7 +246,7 @@ _pimem() {{
     COMPREPLY=($(compgen -W "{commands} -h --help" -- "$cur"))
     return
   fi
-  local opts="" valued="" slots=""
+  local opts="" valued="" slots="" nodes=""
   case $cmd in
 {cases}
     *) return ;;
@@ -239,14 +261,20 @@ _pimem() {{
     return
   fi
   # which positional argument is being completed (options and their values do not count)
-  local n=0 skip=0
+  local n=0 skip=0 memory=""
   for ((i = at + 1; i < COMP_CWORD; i++)); do
     if ((skip)); then skip=0; continue; fi
     w=${{COMP_WORDS[i]}}
-    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); fi
+    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); [[ -n $memory ]] || memory=$w; fi
   done
   ((n++))
   local slot
+  for slot in $nodes; do
+    if [[ $slot == "$n" ]]; then
+      COMPREPLY=($(compgen -W "$(_pimem_nodes "$memory")" -- "$cur"))
+      return
+    fi
+  done
   for slot in $slots; do
     if [[ $slot == "$n" || ( $slot == *+ && $n -ge ${{slot%+}} ) ]]; then
       COMPREPLY=($(compgen -W "$(_pimem_names)" -- "$cur"))
@@ -264,7 +292,7 @@ def bash(commands: list[Command]) -> str:
     for cmd in commands:
         opts = " ".join(n for o in cmd.options for n in o.names)
         cases.append(
-            f'    {cmd.name}) opts="{opts}"; valued="{" ".join(_valued(cmd))}"; slots="{_memory_slots(cmd)}" ;;'
+            f'    {cmd.name}) opts="{opts}"; valued="{" ".join(_valued(cmd))}"; slots="{_memory_slots(cmd)}"; nodes="{_node_slots(cmd)}" ;;'
         )
     return BASH_HEAD.format(generated=GENERATED, commands=" ".join(c.name for c in commands), cases="\n".join(cases))
 
@@ -298,6 +326,20 @@ _pimem_names() {{
   local -a names
   names=($home/*/main(N/:h:t))
   compadd -a names
+}}
+
+# node ids (id+n) of the memory named on the line, as `pimem view` prints them (id+n|text)
+_pimem_nodes() {{
+  local i name="" skip=0
+  local -a args nodes
+  for ((i = 2; i < CURRENT; i++)); do
+    [[ $words[i] == --home ]] && args=(--home $words[i+1])
+    [[ $words[i] == --home=* ]] && args=($words[i])
+    if ((skip)); then skip=0; elif [[ $words[i] == --home ]]; then skip=1; elif [[ -z $name && $words[i] != -* ]]; then name=$words[i]; fi
+  done
+  [[ -n $name ]] || return
+  nodes=(${{(f)"$(command pimem view $name $args 2>/dev/null | cut -d'|' -f1)"}})
+  compadd -a nodes
 }}
 
 _pimem() {{
@@ -344,7 +386,7 @@ def zsh(commands: list[Command]) -> str:
         for n, (metavar, help_, memory) in enumerate(cmd.positionals, 1):
             position = "*" if cmd.variadic and n == len(cmd.positionals) else str(n)
             optional = ":" if position != "*" and "[" in metavar else ""
-            action = "_pimem_names" if memory else " "
+            action = "_pimem_names" if memory else "_pimem_nodes" if _is_node_metavar(metavar) else " "
             specs.append(f"'{position}:{optional}{metavar.strip('[].').lower()}:{action}'")
         body = " \\\n            ".join(specs)
         cases.append(f"        {cmd.name})\n          _arguments -s \\\n            {body}\n          ;;")
@@ -398,6 +440,28 @@ function __pimem_slot
     end
 end
 
+# node ids (id+n) of the memory named on the line, as `pimem view` prints them (id+n|text)
+function __pimem_nodes
+    set -l tokens (commandline -opc)
+    set -l name
+    set -l args
+    set -l skip 0
+    for w in $tokens[3..-1]
+        if test $skip -eq 1
+            set skip 0
+            set args --home $w
+        else if test "$w" = --home
+            set skip 1
+        else if string match -q -- '--home=*' $w
+            set args $w
+        else if test -z "$name"; and not string match -q -- '-*' $w
+            set name $w
+        end
+    end
+    test -n "$name"; or return
+    command pimem view $name $args 2>/dev/null | string split -f1 '|'
+end
+
 complete -c pimem -f
 complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
 """
@@ -424,6 +488,9 @@ def fish(commands: list[Command]) -> str:
         for slot in _memory_slots(cmd).split():
             cond = f"__fish_seen_subcommand_from {cmd.name}; and __pimem_slot {slot} {valued}".rstrip()
             out.append(f"complete -c pimem -n '{cond}' -a '(__pimem_names)'")
+        for slot in _node_slots(cmd).split():
+            cond = f"__fish_seen_subcommand_from {cmd.name}; and __pimem_slot {slot} {valued}".rstrip()
+            out.append(f"complete -c pimem -n '{cond}' -a '(__pimem_nodes)'")
     return "\n".join(out) + "\n"
 
 

@@ -102,3 +102,22 @@ def test_colour_on_a_terminal(run, chat, monkeypatch):
     monkeypatch.setattr(env, "stdout_is_tty", lambda: True)
     monkeypatch.delenv("NO_COLOR", raising=False)
     assert "\x1b[32m" in run("map", "main", "--width", 80).stdout
+
+
+def test_folded_view_and_hidden_tool_traffic(run, home):
+    home.mkdir()
+    (home / "config.json").write_text('{"view": {"hi": 200, "lo": 100}}')  # small budgets: old lines fold
+    for k in range(8):
+        run("append", "main", "--date", f"2026-10-07T1{k}:00:00+08:00", f"filler {k} 天气不错")
+    run("append", "main", "-k", "tool", "cat .env # sk-SECRET")
+    run("append", "main", "-k", "pi", "done")
+    lines = run("map", "main", "--width", 60).stdout.splitlines()
+    assert lines[0] == "main · 10 messages since 2026-10-07 · day 2"
+    assert lines[5:7] == ["▂" * 48 + "▆" * 12, "█" * 60]  # 0+8: 10 eighths high; 8+2: 14 eighths
+    assert lines[8:] == [
+        "── 2026-10-07 Wed ──────────────────────────────────────────",
+        "0+8 8 msgs user: filler 0 天气不错 user: filler 1 天气不错…",
+        "── 2026-10-08 Thu ──────────────────────────────────────────",
+        "8+2 2 msgs tool: (hidden; include tools to see it) pi: done",
+    ]
+    assert "sk-SECRET" in run("map", "main", "--width", 60, "--include-tools").stdout

@@ -32,7 +32,11 @@ def call_all(home, calls):
 
 
 @pytest.fixture
-def talk(run):
+def talk(run, home):
+    home.mkdir()
+    (home / "config.json").write_text('{"view": {"hi": 300, "lo": 150}}')  # small budgets: old lines fold
+    for k in range(8):
+        run("append", "main", f"filler message {k} about the weather")
     run("append", "main", "the staging db listens on 5433")
     run("append", "main", "-k", "tool", f"cat .env  # {SECRET}")
     run("append", "main", "-k", "echo", f"OPENAI_API_KEY={SECRET}")
@@ -43,33 +47,54 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     before = snapshot(home)
     tools, results = call_all(home, [
         ("list_memories", {}),
-        ("since", {"name": "main"}),
-        ("since", {"name": "main", "start": 1, "limit": 1, "include_tools": True}),
-        ("message", {"name": "main", "i": 3}),
-        ("message", {"name": "main", "i": 0, "offset": 4, "max_chars": 7}),
+        ("since", {"name": "main", "start": 8}),
+        ("since", {"name": "main", "start": 9, "limit": 1, "include_tools": True}),
+        ("message", {"name": "main", "i": 11}),
+        ("message", {"name": "main", "i": 8, "offset": 4, "max_chars": 7}),
         ("message", {"name": "nope", "i": 0}),
+        ("view", {"name": "main"}),
+        ("view", {"name": "main", "lines": 1}),
+        ("zoom", {"name": "main", "node": "0+4"}),
+        ("zoom", {"name": "main", "node": "8+1"}),
+        ("zoom", {"name": "main", "node": "3+2"}),
     ])
     assert snapshot(home) == before
-    assert {"list_memories", "since", "message"} <= set(tools)
-    listing, plain, tooled, reply, window, missing = results
-    assert [m["name"] for m in listing["structuredContent"]["memories"]] == ["main"]
-    assert [m["i"] for m in plain["structuredContent"]["messages"]] == [0, 3]
-    assert plain["structuredContent"]["next"] is None
-    assert all("held" in m for m in plain["structuredContent"]["messages"])
-    assert [m["kind"] for m in tooled["structuredContent"]["messages"]] == ["tool"]
-    assert tooled["structuredContent"]["next"] == 2
-    assert reply["structuredContent"]["text"] == "好的，端口是 5433。"
-    assert window["structuredContent"]["text"] == "staging" and window["structuredContent"]["next_offset"] == 11
+    assert {"list_memories", "since", "message", "view", "zoom"} <= set(tools)
+    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned = (r.get("structuredContent") or r for r in results)
+    assert [m["name"] for m in listing["memories"]] == ["main"]
+    assert [m["i"] for m in plain["messages"]] == [8, 11]
+    assert plain["next"] is None
+    assert [m["kind"] for m in tooled["messages"]] == ["tool"] and tooled["next"] == 10
+    assert reply["text"] == "好的，端口是 5433。" and reply["held"]["label"] == "8+4"
+    assert window["text"] == "staging" and window["next_offset"] == 11
     assert missing["isError"] and "no memory named 'nope'" in missing["content"][0]["text"]
+    # the old messages are folded into a line covering several; the newest are their own lines
+    assert view["lines"][0].startswith("0+8|user: filler message 0") and view["messages"] == 12
+    hidden = "(hidden; include tools to see it)"
+    line = f"8+4|user: the staging db listens on 5433 tool: {hidden} echo: {hidden} pi: 好的，端口是 5433。"
+    assert view["lines"][1] == line
+    assert plain["messages"][0]["held"] == {"held": "inside", "label": "8+4", "n": 4, "line": line}
+    assert last["lines"] == view["lines"][-1:] and last["first"] == view["total_lines"] - 1
+    assert [c["label"] for c in halves["children"]] == ["0+2", "2+2"]
+    assert halves["children"][0]["text"] == "user: filler message 0 about the weather\nuser: filler message 1 about the weather"
+    assert leaf["message"]["text"] == "the staging db listens on 5433"
+    assert misaligned["isError"] and "misaligned node id 3+2" in misaligned["content"][0]["text"]
 
 
 def test_tool_traffic_only_with_include_tools(home, talk):
     _, results = call_all(home, [
         ("since", {"name": "main"}),
-        ("message", {"name": "main", "i": 2}),
-        ("message", {"name": "main", "i": 2, "include_tools": True}),
+        ("message", {"name": "main", "i": 10}),
+        ("message", {"name": "main", "i": 10, "include_tools": True}),
+        ("view", {"name": "main"}),
+        ("zoom", {"name": "main", "node": "8+4"}),
+        ("zoom", {"name": "main", "node": "9+1"}),
+        ("view", {"name": "main", "include_tools": True}),
     ])
-    plain, refused, shown = results
-    assert SECRET not in str(plain) and SECRET not in str(refused)
+    plain, refused, shown, view, halves, leaf, tooled_view = results
+    for result in (plain, refused, view, halves, leaf):
+        assert SECRET not in str(result)
+    assert leaf["isError"] and "include-tools" in leaf["content"][0]["text"]
+    assert SECRET in tooled_view["structuredContent"]["lines"][1]
     assert refused["isError"] and "include_tools" in refused["content"][0]["text"]
     assert shown["structuredContent"]["text"] == f"OPENAI_API_KEY={SECRET}"

@@ -35,7 +35,7 @@ def command(
         raise BadInput(f"--width must be at least {panorama.MIN_WIDTH}")
     mem = Memory.open(name, home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
-    picture = panorama.rows(panorama.facts_of(mem), cols, include_tools)
+    picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)
     output.line(panorama.to_text(picture).rstrip("\n"))
     if svg is not None:
         svg.write_text(panorama.to_svg(picture, cols, f"pimem map {mem.name}"), encoding="utf-8")

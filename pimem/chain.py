@@ -1,0 +1,199 @@
+"""Hash-chained event logs: ``memory.jsonl`` (authoritative memories) and ``windows.jsonl`` (compaction
+window manifests), DESIGN.md §5.
+
+Each line is one event carrying ``seq`` (1, 2, …), ``prevHash`` (the previous event's ``hash``, ``""`` for the
+first) and ``hash``: SHA-256 (lowercase hex) of canonical JSON (keys sorted at every level, no spaces). Memory
+events hash exactly the object pi-compact hashes, so a pi-compact ``memory.jsonl`` reads as is.
+
+Reading trusts the longest valid prefix: unparsable lines (a torn write) are skipped wherever they are, and the
+first parsable event that is malformed, out of sequence, or whose hashes do not match ends the trusted part.
+Such an event blocks every later append (``IntegrityError``, exit 5) and the file is left as it is: a person
+must look at it, because silently truncating would destroy whatever came after. A torn last line is sealed
+with a newline before the next event is written, so a crash mid-write never blocks anything.
+
+Appends are made by callers holding the memory's writer lock (a kernel lock, released if the process dies).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import orjson
+
+from .errors import IntegrityError
+from .home import FILE_MODE
+
+MEMORY_TYPES = frozenset({"create", "supersede", "pin", "unpin", "resolve"})
+AUTHORS = frozenset({"user", "model", "rule"})
+
+
+def canonical(obj) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+
+
+def sha256(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def _is_int(value) -> bool:
+    return type(value) is int
+
+
+def _memory_hashed(ev: dict) -> dict:
+    return {
+        "seq": ev["seq"], "ts": ev["ts"], "type": ev["type"], "recordId": ev["recordId"], "prevHash": ev["prevHash"],
+        "author": ev["author"], "sessionId": ev.get("sessionId") or "", "payload": ev["payload"],
+    }
+
+
+def _memory_shape(ev: dict) -> str | None:
+    if not (_is_int(ev.get("seq")) and ev["seq"] >= 1):
+        return "no valid seq"
+    if not isinstance(ev.get("ts"), str):
+        return "no ts"
+    if ev.get("type") not in MEMORY_TYPES:
+        return f"unknown type {str(ev.get('type'))[:40]!r}"
+    if not (isinstance(ev.get("recordId"), str) and ev["recordId"]):
+        return "no recordId"
+    if ev.get("author") not in AUTHORS:
+        return "unknown author"
+    if ev.get("sessionId") is not None and not isinstance(ev["sessionId"], str):
+        return "sessionId is not a string"
+    if not isinstance(ev.get("payload"), dict):
+        return "payload is not an object"
+    return None
+
+
+def _window_hashed(ev: dict) -> dict:
+    return {k: v for k, v in ev.items() if k != "hash"}
+
+
+def _window_shape(ev: dict) -> str | None:
+    if not (_is_int(ev.get("seq")) and ev["seq"] >= 1):
+        return "no valid seq"
+    if ev.get("type") != "open":
+        return "type is not 'open'"
+    for key in ("ts", "windowId", "sourceHash", "previousHash"):
+        if not isinstance(ev.get(key), str):
+            return f"no {key}"
+    for key in ("sourceStart", "keptStart", "sourceCount"):
+        if not _is_int(ev.get(key)):
+            return f"no {key}"
+    return None
+
+
+@dataclass
+class Reading:
+    """The trusted prefix of a chain, and the first problem after it (None when the whole file is sound)."""
+
+    events: list[dict] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def last_hash(self) -> str:
+        return self.events[-1]["hash"] if self.events else ""
+
+
+class Chain:
+    """One hash-chained JSONL file."""
+
+    def __init__(self, path: Path, hashed: Callable[[dict], dict], shape: Callable[[dict], str | None]):
+        self.path = path
+        self._hashed = hashed
+        self._shape = shape
+
+    def hash_of(self, event: dict) -> str:
+        return sha256(canonical(self._hashed(event)))
+
+    def read(self) -> Reading:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return Reading()
+        reading = Reading()
+        prev, expected = "", 1
+        for number, raw in enumerate(data.split(b"\n"), 1):
+            if not raw.strip():
+                continue
+            try:
+                event = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue  # a torn write: tolerated wherever it is
+            problem = self._check(event, expected, prev)
+            if problem:
+                reading.problem = f"{self.path.name} line {number}: {problem}"
+                return reading
+            reading.events.append(event)
+            prev, expected = event["hash"], expected + 1
+        return reading
+
+    def _check(self, event, expected: int, prev: str) -> str | None:
+        if not isinstance(event, dict):
+            return "not an event object"
+        bad = self._shape(event)
+        if bad:
+            return f"malformed event ({bad})"
+        if event["seq"] != expected:
+            what = "duplicated" if event["seq"] < expected else "skipped"
+            return f"seq {event['seq']} where {expected} was expected (an event was {what})"
+        if event.get("prevHash") != prev:
+            return f"seq {expected}: prevHash does not match the hash of the event before it"
+        if event.get("hash") != self.hash_of(event):
+            return f"seq {expected}: hash does not match the event's content (it was changed)"
+        return None
+
+    def append(self, build: Callable[[list[dict]], list[dict]]) -> list[dict]:
+        """Read the chain, let ``build`` turn its trusted events into new events (without seq/prevHash/hash),
+        then chain and write them with one fsync. The caller holds the memory's writer lock.
+
+        ``IntegrityError`` (exit 5), with the file untouched, when a bad event follows the trusted prefix."""
+        reading = self.read()
+        if reading.problem:
+            raise IntegrityError(
+                f"{reading.problem}; appends to {self.path.name} are refused until a person repairs it "
+                "(nothing was written)"
+            )
+        new = build(reading.events)
+        if not new:
+            return []
+        seq, prev = len(reading.events), reading.last_hash
+        chained = []
+        for event in new:
+            seq += 1
+            event = {**event, "seq": seq, "prevHash": prev}
+            event["hash"] = prev = self.hash_of(event)
+            chained.append(event)
+        self._write(b"".join(canonical(e) + b"\n" for e in chained))
+        return chained
+
+    def _write(self, data: bytes) -> None:
+        created = not self.path.exists()
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # seal a torn last line so the new event starts a line of its own
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+
+def memory_chain(directory: Path) -> Chain:
+    return Chain(directory / "memory.jsonl", _memory_hashed, _memory_shape)
+
+
+def window_chain(directory: Path) -> Chain:
+    return Chain(directory / "windows.jsonl", _window_hashed, _window_shape)

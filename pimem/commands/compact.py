@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from .. import compaction, output
+from ..memory import Memory
+from ..options import Home, Json, Name, Timeout
+
+
+def command(
+    name: Name,
+    keep: Annotated[int, typer.Option("--keep", help="Bytes of recent messages to keep (message sizes).", metavar="BYTES", min=0)],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the boundary and checkpoint; write nothing.")] = False,
+    json: Json = False,
+    timeout: Timeout = None,
+    home: Home = None,
+) -> None:
+    """Write a deterministic compaction checkpoint and print it.
+
+    Chooses the latest boundary keeping at least --keep bytes of tail that never separates a tool call
+    from its result (meta.call_id), falling back to earlier ones; exit 2 when there is none. Records the
+    window in windows.jsonl and derives provisional memories (files, commands with exit codes, test counts).
+    The checkpoint holds counts and a hash, never history text. Running it again writes nothing new.
+
+    Examples:
+      pimem compact main --keep 64000
+      pimem compact main --keep 64000 --dry-run --json | jq .keptStart
+    """
+    result = compaction.compact(Memory.open(name, home), keep, dry_run=dry_run, timeout=timeout)
+    if json:
+        output.json_line(result)
+        return
+    output.line(result["checkpoint"])
+    verb = "would compact" if dry_run else "already compacted" if result["alreadyCompacted"] else "compacted"
+    fell = f" (fell back from #{result['proposedKeptStart']} to keep a tool call with its result)" if result["fellBack"] else ""
+    output.info(
+        f"{verb} #{result['sourceStart']}…#{result['keptStart'] - 1} ({result['sourceCount']} messages), keeping from "
+        f"#{result['keptStart']}{fell}; window {result['windowId']}; {len(result['derived'])} rule memories"
+    )

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import context as contexts, output
+from ..errors import BadInput
+from ..memory import Memory
+from ..options import Home, Json, Session
+
+
+def command(
+    name: Annotated[Optional[str], typer.Argument(help="Memory name (not needed with --system).", metavar="NAME", show_default=False)] = None,
+    system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
+    cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
+    session: Session = None,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Print what an agent wrapper sends the model this turn.
+
+    The view (<chat>), the user's pinned and active memories, the previous exchange (last user message and
+    last reply, if together at most 16,000 bytes) and now · cwd. Run it before logging the user's new
+    message. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns.
+
+    Examples:
+      pimem context --system | jq -r .system > system.txt
+      pimem context main --cwd "$PWD"
+      pimem context main --json | jq -r .view
+    """
+    if system:
+        if name is not None:
+            raise BadInput("--system takes no NAME: the system prompt is the same for every memory")
+        output.line(contexts.system())
+        return
+    if name is None:
+        raise BadInput("give a memory NAME (or --system)")
+    mem = Memory.open(name, home)
+    if json:
+        output.json_line(contexts.parts(mem, session, cwd))
+    else:
+        output.raw_line(contexts.context(mem, session, cwd).encode())

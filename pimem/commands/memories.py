@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import budget, memories, output
+from ..errors import BadInput, NothingFound, NotFound
+from ..memory import Memory
+from ..options import Budget, Home, Json, Name, Session
+
+
+def command(
+    name: Name,
+    words: Annotated[Optional[list[str]], typer.Argument(help="Rank by these words (BM25-style).", show_default=False)] = None,
+    status: Annotated[Optional[str], typer.Option("--status", help="live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.")] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind (fact, preference, constraint, decision, working, derived).")] = None,
+    record_id: Annotated[Optional[str], typer.Option("--id", help="Read one memory whole, as JSON, paged by --offset/--limit characters.", metavar="ID")] = None,
+    offset: Annotated[int, typer.Option("--offset", help="Skip this many records (with --id: characters of its text).", min=0)] = 0,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Records per page, 1-100 (default 30; with --id: characters, default 4000).", min=1)] = None,
+    session: Session = None,
+    max_chars: Budget = budget.DEFAULT,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """List, search or read authoritative memories, within an output budget.
+
+    Lists live memories (pinned, then active, then provisional; newest first) or ranks them by WORDS. Each
+    record shows at most 600 characters; --id reads one whole, paged by --offset. Output never exceeds
+    --budget characters; what did not fit is counted, with the --offset that continues it. Exit 1 when
+    nothing matches.
+
+    Examples:
+      pimem memories main
+      pimem memories main pnpm --status all
+      pimem memories main --kind constraint --json | jq '.records[].content'
+      pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
+    """
+    mem = Memory.open(name, home)
+    if status is not None and status not in ("live", "all", *memories.STATUSES):
+        raise BadInput(f"unknown status {status!r}: use live, all, {', '.join(memories.STATUSES)}")
+    if kind is not None and kind not in memories.KINDS:
+        raise BadInput(f"unknown kind {kind!r}: use one of {', '.join(memories.KINDS)}")
+    visible = memories.records(mem, session)
+    if record_id is not None:
+        record = next((r for r in visible if r["id"] == record_id), None)
+        if record is None:
+            raise NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{mem.name}'")
+        output.line(memories.read(record, offset, limit, max_chars))
+        return
+    if limit is not None and limit > 100:
+        raise BadInput("--limit is 1-100 records")
+    found = memories.find(visible, " ".join(words or []), status, kind)
+    output.line(memories.listing(found, offset, limit or 30, max_chars, json))
+    if not found:
+        raise NothingFound("no memories match")

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import budget, output, recall
+from ..errors import NothingFound
+from ..memory import Memory
+from ..options import Budget, Home, IncludeTools, Json, Name
+
+
+def command(
+    name: Name,
+    query: Annotated[Optional[list[str]], typer.Argument(help="Words to search for (none: list newest first).", show_default=False)] = None,
+    ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).", metavar="IDS")] = None,
+    file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.")] = None,
+    page: Annotated[int, typer.Option("--page", help="Page of results, from 1.")] = 1,
+    limit: Annotated[int, typer.Option("--limit", help="Results per page, 1-30.")] = 8,
+    raw: Annotated[bool, typer.Option("--raw", help="The stored messages as JSON; one long message pages by --offset/--raw-limit.")] = False,
+    offset: Annotated[Optional[int], typer.Option("--offset", help="With --raw and one id: first character of its JSON to show.")] = None,
+    raw_limit: Annotated[Optional[int], typer.Option("--raw-limit", help="With --raw and one id: most characters of its JSON to show.")] = None,
+    source_class: Annotated[str, typer.Option("--source-class", help="primary, derived (summaries) or all.")] = "all",
+    include_tools: IncludeTools = False,
+    max_chars: Budget = budget.DEFAULT,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Bounded recall over a memory's messages, for agent tools: list, search or read.
+
+    Without QUERY or --file, lists newest first; with them, searches (any word, rare words and paths
+    first); with --ids, reads those messages in log order. Output never exceeds --budget characters and
+    never cuts JSON: whole results only, omitted ids listed. Each result says how the view holds it
+    (held). Tool calls and results only with --include-tools or a tool --kind. Exit 1 when nothing is found.
+
+    Examples:
+      pimem recall main "refund rounding"
+      pimem recall main --file src/auth/session.ts --include-tools
+      pimem recall main --ids 12,15 --raw
+      pimem recall main --ids 40 --raw --offset 16000 --raw-limit 16000
+      pimem recall main --kind user --limit 3
+    """
+    request = recall.Request(
+        query=" ".join(query or []), ids=recall.parse_ids(ids or []), file=file, kind=kind, page=page, limit=limit,
+        raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, include_tools=include_tools,
+        budget=max_chars, as_json=json,
+    )
+    mem = Memory.open(name, home)
+    request.check()
+    found = recall.select(mem, request, recall.universe(mem, request))
+    output.line(recall.render(mem, request, found))
+    if not found.records:
+        raise NothingFound("nothing recalled")

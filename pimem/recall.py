@@ -1,0 +1,425 @@
+"""Bounded recall for agent tools (pi-compact's recall over pimem's log, DESIGN.md §5).
+
+Each message becomes a record: its number ``i``, its kind under both vocabularies (pimem's ``pi``/``tool``/
+``echo``/``work`` and pi-compact's ``assistant``/``tool_call``/``tool_result``/``bash``/``custom``), the files
+it names (tool-call arguments, shell commands; the disk is never read), and a source class (``derived`` for
+summaries marked ``meta.derived``, else ``primary``: a provenance label, not a trust label).
+
+A request lists (newest first), reads given ids (log order), or searches (any query term as a substring of
+text and files; rare terms and path hits score higher; derived records score a fifth). The universe of
+records is first narrowed by the request's scope: ``SCOPES`` maps a scope name to a function
+``(mem, records) -> records``; ``all`` keeps everything, and importers add scopes that follow ``meta.entry``/
+``meta.parent``/``meta.session`` (register with ``SCOPES["lineage"] = narrow``).
+
+Output never exceeds the budget (characters) and never cuts a JSON document: whole blocks or entries only,
+omitted ids listed as far as room allows (and counted beyond), one long entry read through an envelope
+``{id, offset, limit, totalChars, truncated, body}`` that pages by character offset.
+
+Privacy: tool calls and results (``tool``, ``echo``) are left out unless ``include_tools`` is set or the
+kind filter names them, like every read path; an agent's own recall tool sets ``include_tools`` because it is
+reading back its own work.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import orjson
+
+from . import budget, terms
+from .errors import BadInput
+from .message import TOOL_KINDS
+
+NAMES = {
+    "user": ["user"], "pi": ["pi", "assistant"], "tool": ["tool", "tool_call"], "echo": ["echo", "tool_result"],
+    "work": ["work", "custom"], "note": ["note"],
+}
+KIND_FILTERS = frozenset(n for names in NAMES.values() for n in names) | {"bash"}
+TOOL_FILTERS = frozenset({"tool", "tool_call", "echo", "tool_result", "bash"})
+SOURCE_CLASSES = ("primary", "derived", "all")
+TEXT_CLIP = 2000
+SNIPPET = 700
+_FILE_KEYS = frozenset({"path", "file", "filePath", "filename"})
+_CALL = re.compile(r"^\s*[\w.-]+\((.*)\)\s*$", re.S)
+_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
+
+
+def _keep_all(mem, records: list[dict]) -> list[dict]:
+    return records
+
+
+SCOPES: dict[str, Callable] = {"all": _keep_all}
+
+
+# ---- records --------------------------------------------------------------------------------------------
+
+
+def record(msg: dict) -> dict:
+    """The recall record of one message."""
+    meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
+    kinds = list(NAMES[msg["kind"]])
+    if msg["kind"] == "echo" and isinstance(meta.get("command"), str):
+        kinds.append("bash")
+    return {
+        "id": msg["i"], "kind": msg["kind"], "kinds": kinds, "date": msg["date"], "text": msg["text"],
+        "files": files_of(msg), "sourceClass": "derived" if meta.get("derived") is True else "primary", "message": msg,
+    }
+
+
+def files_of(msg: dict) -> list[str]:
+    """Paths a message names: ``path``/``file``/``filePath``/``filename`` values in a tool call's JSON
+    arguments, and words of a shell command (``meta.command``) that end in an extension."""
+    found: list[str] = []
+    meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
+    if msg["kind"] == "tool":
+        _walk(_arguments(msg["text"]), found)
+    command = meta.get("command")
+    if isinstance(command, str):
+        found.extend(w.strip("'\"") for w in command.split() if _EXT.search(w.strip("'\"")))
+    return list(dict.fromkeys(p for p in found if p not in (".", "..") and not p.startswith("http") and 0 < len(p) < 1000))
+
+
+def _arguments(text: str):
+    """A tool call's arguments: the text as JSON, or the JSON inside ``name(...)``."""
+    for candidate in (text, (_CALL.match(text) or [None, None])[1]):
+        if candidate and candidate.lstrip()[:1] in ("{", "["):
+            try:
+                return orjson.loads(candidate)
+            except orjson.JSONDecodeError:
+                pass
+    return None
+
+
+def _walk(value, found: list[str], depth: int = 0) -> None:
+    if depth > 32:
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key in _FILE_KEYS and isinstance(item, str):
+                found.append(item)
+            else:
+                _walk(item, found, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            if not isinstance(item, str):
+                _walk(item, found, depth + 1)
+
+
+# ---- requests ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One recall. ``ids`` are message numbers (``12``) or source entry ids (``meta.entry``; force with
+    ``entry:ID``); with ids, query/file/kind/page are ignored. No query and no file lists newest first."""
+
+    query: str = ""
+    ids: list[str] = field(default_factory=list)
+    file: str | None = None
+    kind: str | None = None
+    page: int = 1
+    limit: int = 8
+    raw: bool = False
+    offset: int | None = None
+    raw_limit: int | None = None
+    source_class: str = "all"
+    scope: str = "all"
+    include_tools: bool = False
+    budget: int = budget.DEFAULT
+    as_json: bool = False
+
+    def check(self) -> None:
+        if self.kind is not None and self.kind not in KIND_FILTERS:
+            raise BadInput(f"unknown kind {self.kind!r}: use one of {', '.join(sorted(KIND_FILTERS))}")
+        if self.source_class not in SOURCE_CLASSES:
+            raise BadInput(f"unknown source class {self.source_class!r}: use primary, derived or all")
+        if self.scope not in SCOPES:
+            raise BadInput(f"unknown scope {self.scope!r}: use {', '.join(SCOPES)}")
+        if not 1 <= self.limit <= 30:
+            raise BadInput("--limit is 1-30")
+        if self.page < 1:
+            raise BadInput("--page starts at 1")
+        if (self.offset is not None and self.offset < 0) or (self.raw_limit is not None and self.raw_limit < 1):
+            raise BadInput("--offset must be 0 or more and --raw-limit 1 or more")
+        if self.budget < 2:
+            raise BadInput("--budget must be at least 2")
+
+
+@dataclass
+class Found:
+    """What a request selected before formatting: records of the page, the total matched, ids not found or
+    hidden, and whether this is a single-entry raw read."""
+
+    action: str
+    records: list[dict]
+    total: int
+    missing: list = field(default_factory=list)
+    hidden: list = field(default_factory=list)
+    next_page: int | None = None
+    snippets: dict = field(default_factory=dict)
+
+
+def recall(mem, request: Request) -> str:
+    """The library entry point (commands and the MCP server): the text (or one JSON document) to show,
+    never longer than ``request.budget`` characters."""
+    request.check()
+    found = select(mem, request, universe(mem, request))
+    return render(mem, request, found)
+
+
+def universe(mem, request: Request) -> list[dict]:
+    """Every record the request may see: scope first, then source class and the privacy rule."""
+    records = SCOPES[request.scope](mem, [record(m) for m in mem.messages()])
+    if request.source_class != "all":
+        records = [r for r in records if r["sourceClass"] == request.source_class]
+    return records
+
+
+def _shows_tools(request: Request) -> bool:
+    return request.include_tools or (request.kind in TOOL_FILTERS)
+
+
+def select(mem, request: Request, records: list[dict]) -> Found:
+    hide = not _shows_tools(request)
+    if request.ids:
+        return _by_ids(request, records, hide)
+    records = [r for r in records if not (hide and r["kind"] in TOOL_KINDS)]
+    if request.kind:
+        records = [r for r in records if request.kind in r["kinds"]]
+    start = (request.page - 1) * request.limit
+    if not request.query.strip() and not request.file:
+        newest = records[::-1]
+        page = newest[start : start + request.limit]
+        more = start + request.limit < len(newest)
+        return Found("list", page, len(newest), next_page=request.page + 1 if more else None)
+    ranked, snippets = search(records, request.query, request.file)
+    page = ranked[start : start + request.limit]
+    more = start + request.limit < len(ranked)
+    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets)
+
+
+def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
+    by_i = {r["id"]: r for r in records}
+    by_entry: dict[str, dict] = {}
+    for r in records:
+        entry = (r["message"].get("meta") or {}).get("entry")
+        if isinstance(entry, str):
+            by_entry.setdefault(entry, r)
+    wanted: dict[int, dict] = {}
+    missing, hidden = [], []
+    for raw_id in request.ids:
+        ident = raw_id.strip()
+        if ident.startswith("entry:"):
+            rec = by_entry.get(ident[6:])
+        elif ident.lstrip("#").isdigit():
+            rec = by_i.get(int(ident.lstrip("#")))
+        else:
+            rec = by_entry.get(ident)
+        if rec is None:
+            missing.append(ident)
+        elif hide and rec["kind"] in TOOL_KINDS:
+            hidden.append(rec["id"])
+        else:
+            wanted[rec["id"]] = rec
+    chosen = [wanted[i] for i in sorted(wanted)]
+    if not (request.raw and len(chosen) == 1):
+        chosen = chosen[: request.limit]
+    return Found("read", chosen, len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)))
+
+
+def search(records: list[dict], query: str, file: str | None) -> tuple[list[dict], dict]:
+    """Records matching any query term (substring of text and files) and the file filter (case-sensitive
+    substring of a path), best first: Σ(1 + 4/df) over matched terms, +8 for a path hit, divided by
+    log10(10 + length); derived records count a fifth; ties newest first. Returns the snippets too."""
+    wanted = terms.query_terms(query)
+    if not wanted and not file:
+        return [], {}
+    if file:
+        records = [r for r in records if any(file in p for p in r["files"])]
+    candidates = []
+    for r in records:
+        hay = terms.fold(r["text"] + "\n" + "\n".join(r["files"]))
+        matched = [t for t in wanted if t in hay]
+        if wanted and not matched:
+            continue
+        candidates.append((r, matched))
+    df: dict[str, int] = {}
+    for _, matched in candidates:
+        for t in matched:
+            df[t] = df.get(t, 0) + 1
+    scored, seen_text = [], set()
+    for r, matched in candidates:
+        path_hit = bool(file) or any(t in terms.fold(p) for p in r["files"] for t in matched)
+        score = (sum(1 + 4 / df[t] for t in matched) + (8 if path_hit else 0)) / math.log10(10 + len(r["text"]))
+        if r["sourceClass"] == "derived":
+            score *= 0.2
+        scored.append((-score, -r["id"], r))
+    scored.sort(key=lambda row: row[:2])
+    out = []
+    for _, _, r in scored:
+        key = " ".join(r["text"].split())[:240]
+        if key in seen_text:
+            continue
+        seen_text.add(key)
+        out.append(r)
+    return out, {r["id"]: snippet(r["text"], wanted) for r in out[:200]} if wanted else {}
+
+
+def snippet(text: str, wanted: list[str]) -> str:
+    """About 700 characters from the start of the first line holding a term, ending at a line or sentence."""
+    folded = terms.fold(text)
+    hits = [folded.find(t) for t in wanted if folded.find(t) >= 0] if len(folded) == len(text) else []
+    start = text.rfind("\n", 0, min(hits)) + 1 if hits else 0
+    piece = text[start : start + SNIPPET]
+    if start + SNIPPET < len(text):
+        end = max(piece.rfind("\n"), piece.rfind(". "), piece.rfind("。"))
+        piece = piece[: end + 1] if end > SNIPPET // 2 else piece
+    return piece
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+
+
+def _summary(mem, r: dict, found: Found) -> dict:
+    meta = r["message"].get("meta") or {}
+    held = mem.held(r["id"])
+    if held:  # the view line itself may quote tool traffic verbatim; the model has the view anyway
+        held = {k: v for k, v in held.items() if k != "line"}
+    item = {"id": r["id"], "kind": r["kind"], "kinds": r["kinds"], "date": r["date"], "held": held}
+    for key in ("tool", "exit_code", "entry"):
+        if key in meta and isinstance(meta[key], (str, int)) and not isinstance(meta[key], bool):
+            item[key] = budget.clip(meta[key], 200) if isinstance(meta[key], str) else meta[key]
+    if r["sourceClass"] == "derived":
+        item["sourceClass"] = "derived"
+    if r["files"]:
+        shown, rest = budget.listed([budget.clip(p, 300) for p in r["files"]], 1200)
+        item["files"] = shown
+        if rest:
+            item["filesOmitted"] = rest
+    body = found.snippets.get(r["id"])
+    if body is not None:
+        item["snippet"] = budget.clip(body, SNIPPET + 60)
+    else:
+        item["text"] = budget.clip(r["text"], TEXT_CLIP)
+    item["chars"] = len(r["text"])
+    return item
+
+
+def _block(item: dict) -> str:
+    head = f"[#{item['id']}] {item['kind']} {item['date']}"
+    for key in ("tool", "exit_code", "entry", "sourceClass"):
+        if item.get(key) is not None:
+            head += f" {key}={item[key]}"
+    held = item.get("held")
+    if held:
+        head += f" held={held['held']}" + (f" in {held['label']}" if held["n"] > 1 else "")
+    if item.get("files"):
+        head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
+    if "snippet" in item:
+        return f"{head}\nsnippet: {item['snippet']}"
+    return f"{head}\n{item['text']}"
+
+
+def _notes_text(notes: dict) -> str:
+    out = []
+    for name, label in (("omitted", "omitted ids"), ("hidden", "tool traffic hidden, add --include-tools"), ("missing", "not found")):
+        if name in notes:
+            shown, rest = notes[name]
+            out.append(f"({label}: {budget.dumps(shown)}{f' and {rest} more' if rest else ''})")
+    return "\n".join(out)
+
+
+def _notes_json(doc: dict, notes: dict) -> dict:
+    for name in ("omitted", "hidden", "missing"):
+        if name in notes:
+            shown, rest = notes[name]
+            doc[f"{name}Ids"] = shown
+            if rest:
+                doc[f"{name}IdsNotListed"] = rest
+    return doc
+
+
+def _lists(found: Found, ids: list) -> Callable[[int], dict]:
+    def lists(k: int) -> dict:
+        out = {}
+        if ids[k:]:
+            out["omitted"] = ids[k:]
+        if found.hidden:
+            out["hidden"] = found.hidden
+        if found.missing:
+            out["missing"] = found.missing
+        return out
+
+    return lists
+
+
+def render(mem, request: Request, found: Found) -> str:
+    if request.raw and len(found.records) == 1 and found.action == "read":
+        return _raw_single(found.records[0], request)
+    ids = [r["id"] for r in found.records]
+    more = f"more: --page {found.next_page}" if found.next_page else None
+    if request.raw:
+        entries = [orjson.dumps(r["message"], option=orjson.OPT_INDENT_2).decode() for r in found.records]
+
+        def render_raw(k: int, notes: dict) -> str:
+            if request.as_json:
+                doc = {"source": "pimem-recall", "action": found.action, "count": found.total, "entries": [r["message"] for r in found.records[:k]], "truncated": k < len(ids)}
+                return budget.dumps(_notes_json(doc, notes))
+            head = f"pimem recall ({found.total} result{'s' if found.total != 1 else ''}" + ("" if k == len(ids) else f"; {k} included") + ")"
+            parts = [head, *(f"[#{ids[n]}]\n{entries[n]}" for n in range(k))]
+            if k < len(ids):
+                parts.append("(read a long one alone: --ids ID --raw --offset N --raw-limit N)")
+            return "\n\n".join(p for p in [*parts, _notes_text(notes), more or ""] if p)
+
+        out = budget.pack(request.budget, len(ids), render_raw, _lists(found, ids))
+        return out if out is not None else budget.fit_text(request.budget, ["{}"])
+
+    items: list[dict | None] = [None] * len(found.records)
+
+    def item(n: int) -> dict:
+        if items[n] is None:
+            items[n] = _summary(mem, found.records[n], found)
+        return items[n]
+
+    def render_pretty(k: int, notes: dict) -> str:
+        if request.as_json:
+            doc = {"source": "pimem-recall", "action": found.action, "count": found.total, "page": request.page,
+                   "results": [item(n) for n in range(k)], "truncated": k < len(ids)}
+            if found.next_page:
+                doc["nextPage"] = found.next_page
+            return budget.dumps(_notes_json(doc, notes))
+        head = f"pimem recall ({found.total} result{'s' if found.total != 1 else ''}" + ("" if k == len(ids) else f"; {k} included") + ")"
+        return "\n\n".join(p for p in [head, *(_block(item(n)) for n in range(k)), _notes_text(notes), more or ""] if p)
+
+    out = budget.pack(request.budget, len(ids), render_pretty, _lists(found, ids))
+    return out if out is not None else budget.fit_text(request.budget, ["{}"])
+
+
+def _raw_single(r: dict, request: Request) -> str:
+    """One entry raw: whole if it fits and no slice was asked for, else an envelope whose body (a slice
+    of the entry's indented JSON) is as long as fits; ``nextOffset`` continues it."""
+    whole = orjson.dumps(r["message"], option=orjson.OPT_INDENT_2).decode()
+    if request.offset is None and request.raw_limit is None and len(whole) <= request.budget:
+        return whole
+    offset = min(request.offset or 0, len(whole))
+    cap = min(len(whole) - offset, request.raw_limit or request.budget, request.budget)
+
+    def envelope(n: int) -> str:
+        doc = {"id": r["id"], "offset": offset, "limit": request.raw_limit, "totalChars": len(whole),
+               "truncated": offset + n < len(whole), "body": whole[offset : offset + n]}
+        if offset + n < len(whole):
+            doc["nextOffset"] = offset + n
+        return budget.dumps(doc)
+
+    n = budget.largest(lambda k: len(envelope(k)) <= request.budget, cap)
+    if n < 0:
+        return budget.fit_text(request.budget, ['{"error":"budget too small for an envelope"}', "{}"])
+    return envelope(n)
+
+
+def parse_ids(values: Iterable[str]) -> list[str]:
+    """``--ids 3,5 --ids entry:1c9e4b7a`` → ``["3", "5", "entry:1c9e4b7a"]``."""
+    return [part for value in values for part in value.split(",") if part.strip()]

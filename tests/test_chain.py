@@ -1,0 +1,166 @@
+"""Hash-chained event logs: exact hashes, trusted prefixes, refused appends, torn lines, real concurrency
+and kernel-released locks."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from conftest import snapshot, subprocess_env
+from pimem import Memory
+from pimem.chain import memory_chain, window_chain
+
+
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _lines(home, name="main", log="memory.jsonl"):
+    return [orjson.loads(l) for l in (home / name / log).read_bytes().splitlines() if l.strip()]
+
+
+def test_memory_events_hash_the_pi_compact_object(run, home):
+    run("remember", "main", "use pnpm")
+    run("remember", "main", "--session", "s1", "--scope", "session", "only here")
+    first, second = _lines(home)
+    for event, prev in ((first, ""), (second, first["hash"])):
+        hashed = {k: event[k] for k in ("seq", "ts", "type", "recordId", "prevHash", "author", "payload")}
+        hashed["sessionId"] = event.get("sessionId", "")
+        assert event["prevHash"] == prev
+        assert event["hash"] == hashlib.sha256(_canonical(hashed)).hexdigest()
+    assert (first["seq"], second["seq"]) == (1, 2)
+    assert "sessionId" not in first and second["sessionId"] == "s1"
+    # each line is itself canonical JSON, so the file is stable byte for byte
+    assert (home / "main" / "memory.jsonl").read_bytes().splitlines()[0] == _canonical(first)
+
+
+def _three_events(run):
+    for text in ("one", "two", "three"):
+        assert run("remember", "main", text).exit_code == 0
+
+
+def _rewrite(home, lines):
+    (home / "main" / "memory.jsonl").write_bytes(b"".join(_canonical(e) + b"\n" for e in lines))
+
+
+@pytest.mark.parametrize("damage", ["tampered", "duplicated", "skipped", "bad_prev_hash", "not_an_event"])
+def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
+    _three_events(run)
+    events = _lines(home)
+    if damage == "tampered":
+        events[1]["payload"]["content"] = "TWO"  # hash left as it was
+    elif damage == "duplicated":
+        events.insert(2, events[1])
+    elif damage == "skipped":
+        del events[1]
+    elif damage == "bad_prev_hash":
+        events[1]["prevHash"] = "0" * 64
+    else:
+        events.insert(1, [1, 2, 3])
+    _rewrite(home, events)
+    reading = memory_chain(home / "main").read()
+    trusted = 2 if damage == "duplicated" else 1
+    assert [e["seq"] for e in reading.events] == list(range(1, trusted + 1))
+    assert reading.problem and "line" in reading.problem
+    before = snapshot(home)
+    out = run("remember", "main", "four")
+    assert out.exit_code == 5
+    assert "refused" in out.stderr and "nothing was written" in out.stderr
+    assert snapshot(home) == before
+    # readers still get the trusted prefix
+    listed = run("memories", "main", "--json")
+    assert orjson.loads(listed.stdout)["count"] == trusted
+
+
+def test_torn_last_line_is_tolerated_then_sealed(run, home):
+    _three_events(run)
+    path = home / "main" / "memory.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"author":"user","hash":"ab')  # a crash mid-write
+    assert len(memory_chain(home / "main").read().events) == 3
+    assert run("remember", "main", "four").exit_code == 0
+    data = path.read_bytes()
+    assert b'"hash":"ab\n{' in data  # sealed: the new event starts a line of its own
+    reading = memory_chain(home / "main").read()
+    assert reading.problem is None and [e["seq"] for e in reading.events] == [1, 2, 3, 4]
+
+
+def test_window_chain_break_refuses_compaction(run, home):
+    lines = "\n".join(orjson.dumps({"kind": k, "text": f"{k} {n}"}).decode() for n in range(6) for k in ("user", "pi"))
+    run("append", "main", "--ndjson", input=lines + "\n")
+    assert run("compact", "main", "--keep", "10").exit_code == 0
+    events = _lines(home, log="windows.jsonl")
+    events[0]["sourceCount"] = 99
+    (home / "main" / "windows.jsonl").write_bytes(_canonical(events[0]) + b"\n")
+    assert window_chain(home / "main").read().events == []
+    run("append", "main", "more")
+    before = snapshot(home)
+    out = run("compact", "main", "--keep", "10")
+    assert out.exit_code == 5 and "windows.jsonl line 1" in out.stderr
+    assert snapshot(home) == before
+
+
+WRITER = """
+import sys
+from pimem import Memory, memories
+n = int(sys.argv[1])
+for k in range(5):
+    memories.remember(Memory.at("main"), f"process {n} note {k}")
+"""
+
+
+def test_eight_processes_remember_into_one_contiguous_chain(home):
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(n)], env=subprocess_env(), stderr=subprocess.PIPE)
+        for n in range(8)
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    reading = memory_chain(home / "main").read()
+    assert reading.problem is None
+    assert [e["seq"] for e in reading.events] == list(range(1, 41))
+    contents = sorted(e["payload"]["content"] for e in reading.events)
+    assert contents == sorted(f"process {n} note {k}" for n in range(8) for k in range(5))
+
+
+HOLDER = """
+import sys, time
+from pimem import Memory
+mem = Memory.at("main")
+with mem.lock():
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+def _hold_lock(home):
+    Memory.at("main").append([{"kind": "user", "text": "hi"}])
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], env=subprocess_env(), stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"locked\n"
+    return proc
+
+
+def test_a_live_lock_holder_makes_writers_wait_then_exit_4(sh, home):
+    proc = _hold_lock(home)
+    try:
+        before = snapshot(home)
+        out = sh("remember", "main", "--timeout", "0.3", "blocked")
+        assert out.returncode == 4 and b"locked by another writer" in out.stderr
+        assert snapshot(home) == before
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_killed_lock_holder_never_blocks_the_next_writer(sh, home):
+    proc = _hold_lock(home)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    out = sh("remember", "main", "--timeout", "5", "after the crash")
+    assert out.returncode == 0, out.stderr
+    assert [e["payload"]["content"] for e in memory_chain(home / "main").read().events] == ["after the crash"]

@@ -1,0 +1,117 @@
+"""The per-turn context: its parts, its budgets, and the prefix stability a prompt cache depends on."""
+
+import re
+
+import orjson
+
+from pimem import Memory, context
+
+
+def view_of(text: str) -> str:
+    return text.split("<chat>\n", 1)[1].split("</chat>", 1)[0]
+
+
+def test_system_prompt_and_tools_are_byte_stable_and_stateless(run, sh, home):
+    first = run("context", "--system").stdout
+    run("append", "main", "hello")
+    run("remember", "main", "--pin", "use pnpm")
+    assert run("context", "--system").stdout == first
+    assert sh("context", "--system", PIMEM_NOW="2030-01-01T00:00:00+00:00").stdout.decode() == first
+    doc = orjson.loads(first)
+    assert [t["name"] for t in doc["tools"]] == ["zoom", "search", "date", "recall", "memory_search", "memory_propose"]
+    assert not re.search(r"20\d\d-\d\d-\d\d", doc["system"]) and "use pnpm" not in first
+    for tool in doc["tools"]:
+        assert tool["parameters"]["type"] == "object" and tool["description"]
+    assert run("context", "main", "--system").exit_code == 2
+
+
+def test_context_holds_the_view_memories_previous_exchange_and_turn(run, home):
+    run("append", "main", "the staging db listens on 5433")
+    run("append", "main", "-k", "pi", "noted: 5433")
+    run("append", "main", "-k", "tool", "bash(ls)")
+    pinned = run("remember", "main", "--pin", "--kind", "constraint", "never touch prod").stdout.strip()
+    active = run("remember", "main", "use pnpm").stdout.strip()
+    run("remember", "main", "--propose", "model thinks: use yarn")
+    run("remember", "main", "--scope", "session", "--session", "S1", "session only")
+    out = run("context", "main", "--cwd", "/work/shop").stdout
+    assert out == (
+        "<chat>\n"
+        f"{view_of(out)}"
+        "</chat>\n\n"
+        "<memories>\n"
+        f"- [{pinned}] pinned constraint: never touch prod\n"
+        f"- [{active}] fact: use pnpm\n"
+        "</memories>\n\n"
+        "<previous_exchange>\n"
+        "#0 user: the staging db listens on 5433\n"
+        "#1 pi: noted: 5433\n"
+        "</previous_exchange>\n\n"
+        "<turn>now: 2026-10-08T09:30:00+08:00 (Thursday) · cwd: /work/shop</turn>\n"
+    )
+    assert "0+1|user: the staging db listens on 5433" in view_of(out)
+    assert "session only" in run("context", "main", "--session", "S1").stdout
+    parts = orjson.loads(run("context", "main", "--json", "--cwd", "/x").stdout)
+    assert sorted(parts) == ["memories", "previous_exchange", "turn", "view"]
+    assert run("context", "nope").exit_code == 3 and not (home / "nope").exists()
+
+
+def test_memories_fit_in_4000_chars_pinned_first(run, home):
+    for n in range(40):
+        run("remember", "main", f"active memory number {n} " + "x" * 150)
+    run("remember", "main", "--pin", "the pinned one")
+    block = context.memory_block(Memory.open("main"), None)
+    assert len(block) <= 4000
+    lines = block.splitlines()
+    assert "the pinned one" in lines[0] and re.fullmatch(r"\(\d+ more: use memory_search\)", lines[-1])
+    assert "active memory number 0 " in lines[1]
+
+
+def test_a_previous_exchange_over_16000_bytes_is_left_to_the_view(run, home):
+    run("append", "main", "问" * 3000)  # 9,000 bytes
+    run("append", "main", "-k", "pi", "答" * 2000)  # 6,000 bytes
+    assert "<previous_exchange>" in run("context", "main").stdout
+    run("append", "main", "-k", "pi", "答" * 2500)  # 7,500 bytes: 16,500 together
+    assert "<previous_exchange>" not in run("context", "main").stdout
+
+
+def test_across_turns_the_prefix_only_grows(run, home):
+    """An agent loop: system and tools never change; the view part of each turn's context extends the
+    previous one at its tail (no batch happens at these sizes)."""
+    system = run("context", "--system").stdout
+    previous_view = None
+    for turn in range(25):
+        ctx = run("context", "main", "--cwd", "/w").stdout if turn else None
+        if ctx is not None:
+            view = view_of(ctx)
+            if previous_view is not None:
+                assert view.startswith(previous_view) and len(view) > len(previous_view)
+            previous_view = view
+        run("append", "main", f"question {turn}: " + "q" * (turn * 40))
+        run("append", "main", "-k", "pi", f"answer {turn}")
+        assert run("context", "--system").stdout == system
+
+
+def test_the_readme_agent_loop_runs(home, tmp_path):
+    """The bash agent loop in the README, run as a script with a pimem that runs this checkout."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, subprocess_env
+
+    readme = (ROOT / "README.md").read_text()
+    script = re.search(r"^```bash\n(#!/usr/bin/env bash\n# agent\.sh.*?)^```", readme, re.S | re.M).group(1)
+    (tmp_path / "agent.sh").write_text(script)
+    shim = tmp_path / "bin" / "pimem"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m pimem "$@"\n')
+    shim.chmod(0o755)
+    env = subprocess_env(PATH=f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+    proc = subprocess.run(["bash", "agent.sh", "loop"], input="hello\nwhat did I say first?\n", cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    replies = proc.stdout.splitlines()
+    assert len(replies) == 2 and all(r.startswith("I read ") for r in replies)
+    logged = [(m["kind"], m["text"]) for m in Memory.open("loop").messages()]
+    assert logged == [("user", "hello"), ("pi", replies[0]), ("user", "what did I say first?"), ("pi", replies[1])]
+    assert orjson.loads((tmp_path / "system.json").read_text())["tools"]

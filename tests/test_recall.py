@@ -1,0 +1,177 @@
+"""Recall: records from messages, list/search/read, privacy, raw envelopes and hard budgets."""
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from pimem import Memory, recall
+
+
+def log(run, *records):
+    lines = "\n".join(orjson.dumps(r).decode() for r in records) + "\n"
+    assert run("append", "main", "--ndjson", input=lines).exit_code == 0
+
+
+SESSION = [
+    {"kind": "user", "text": "Fix token refresh in src/auth/session.ts"},
+    {"kind": "assistant", "text": "Reading it first.", "meta": {"entry": "a3f0c2d1"}},
+    {"kind": "tool_call", "text": 'read({"path": "src/auth/session.ts"})', "meta": {"call_id": "c1", "tool": "read"}},
+    {"kind": "tool_result", "text": "export function refresh() {}  // SECRET-TOKEN-123", "meta": {"call_id": "c1", "tool": "read"}},
+    {"kind": "bash", "text": "12 passed, 1 failed", "meta": {"command": "npm test -- auth.test.ts", "exit_code": 1}},
+    {"kind": "custom", "text": "compaction summary: refresh work", "meta": {"derived": True}},
+    {"kind": "user", "text": "Try a mutex instead"},
+]
+
+
+def results(run, *args):
+    out = run("recall", "main", "--json", *args)
+    return [r["id"] for r in orjson.loads(out.stdout)["results"]]
+
+
+def test_records_carry_both_vocabularies_files_and_source_class(home):
+    mem = Memory.at("main")
+    mem.append(SESSION)
+    records = [recall.record(m) for m in mem.messages()]
+    assert [r["kinds"] for r in records] == [
+        ["user"], ["pi", "assistant"], ["tool", "tool_call"], ["echo", "tool_result"], ["echo", "tool_result", "bash"],
+        ["work", "custom"], ["user"],
+    ]
+    assert records[2]["files"] == ["src/auth/session.ts"]
+    assert records[4]["files"] == ["auth.test.ts"]
+    assert records[0]["files"] == []  # paths in prose are found by search, not listed as files
+    assert [r["sourceClass"] for r in records].count("derived") == 1 and records[5]["sourceClass"] == "derived"
+
+
+def test_list_is_newest_first_and_paged(run, home):
+    log(run, *SESSION)
+    assert results(run) == [6, 5, 1, 0]  # tool traffic hidden
+    assert results(run, "--include-tools", "--limit", "3") == [6, 5, 4]
+    page2 = orjson.loads(run("recall", "main", "--json", "--include-tools", "--limit", "3", "--page", "2").stdout)
+    assert [r["id"] for r in page2["results"]] == [3, 2, 1] and page2["nextPage"] == 3
+    assert results(run, "--kind", "assistant") == results(run, "--kind", "pi") == [1]
+    assert results(run, "--kind", "bash") == [4]
+    assert results(run, "--kind", "tool_result") == [4, 3]
+    assert results(run, "--source-class", "derived") == [5]
+    assert results(run, "--source-class", "primary") == [6, 1, 0]
+
+
+def test_search_ranks_paths_and_rare_terms_first(run, home):
+    log(run, *SESSION)
+    assert results(run, "session", "--include-tools") == [2, 0]  # the path hit outranks the prose
+    assert results(run, "mutex") == [6]
+    assert results(run, "--file", "session.ts", "--include-tools") == [2]
+    assert results(run, "--file", "Session.ts", "--include-tools") == []
+    out = run("recall", "main", "the and")
+    assert out.exit_code == 1 and out.stdout.startswith("pimem recall (0 results)")
+    # derived records count a fifth: the summary mentioning refresh comes after the user's words
+    ranked = results(run, "refresh")
+    assert ranked.index(0) < ranked.index(5)
+
+
+def test_tool_traffic_stays_private_unless_asked_for(run, home):
+    log(run, *SESSION)
+    for args in ([], ["SECRET"], ["--ids", "3"], ["--ids", "3", "--raw"], ["--raw"]):
+        out = run("recall", "main", *args)
+        assert "SECRET-TOKEN" not in out.stdout, args
+    hidden = orjson.loads(run("recall", "main", "--json", "--ids", "3").stdout)
+    assert hidden["hiddenIds"] == [3] and hidden["results"] == []
+    assert "SECRET-TOKEN" in run("recall", "main", "SECRET", "--include-tools").stdout
+    assert "SECRET-TOKEN" in run("recall", "main", "SECRET", "--kind", "echo").stdout
+
+
+def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
+    log(run, *SESSION)
+    doc = orjson.loads(run("recall", "main", "--json", "--ids", "6,a3f0c2d1", "--ids", "99,entry:nope,0").stdout)
+    assert [r["id"] for r in doc["results"]] == [0, 1, 6]
+    assert doc["missingIds"] == ["99", "entry:nope"]
+    text = run("recall", "main", "--ids", "6,1").stdout
+    assert text.startswith("pimem recall (2 results)\n\n[#1] pi ")
+    assert "entry=a3f0c2d1" in text
+
+
+def test_snippet_starts_at_the_line_with_the_hit(run, home):
+    log(run, {"kind": "user", "text": "intro line\n" * 200 + "the needle is here\nafter"})
+    item = orjson.loads(run("recall", "main", "needle", "--json").stdout)["results"][0]
+    assert item["snippet"].startswith("the needle is here")
+
+
+def test_raw_single_entry_is_exact_json_or_a_paged_envelope(run, home):
+    big = "line with \"quotes\" and \\ and 中文\n" * 2000
+    log(run, {"kind": "user", "text": "short"}, {"kind": "user", "text": big})
+    whole = run("recall", "main", "--ids", "0", "--raw").stdout
+    assert orjson.loads(whole) == Memory.open("main").message(0)
+    pretty = orjson.dumps(Memory.open("main").message(1), option=orjson.OPT_INDENT_2).decode()
+    pieces, offset = [], 0
+    while True:
+        out = run("recall", "main", "--ids", "1", "--raw", "--offset", offset).stdout[:-1]
+        assert len(out) <= 16_000
+        env = orjson.loads(out)
+        assert env["id"] == 1 and env["totalChars"] == len(pretty) and env["offset"] == offset
+        pieces.append(env["body"])
+        if not env["truncated"]:
+            break
+        offset = env["nextOffset"]
+    assert "".join(pieces) == pretty
+    small = orjson.loads(run("recall", "main", "--ids", "1", "--raw", "--offset", "10", "--raw-limit", "25").stdout)
+    assert small["body"] == pretty[10:35] and small["limit"] == 25 and small["nextOffset"] == 35
+
+
+def test_raw_many_entries_are_whole_with_the_omitted_ids_listed(run, home):
+    log(run, *[{"kind": "user", "text": f"entry {n} " + "x" * 3000} for n in range(10)])
+    out = run("recall", "main", "--ids", ",".join(map(str, range(10))), "--raw", "--limit", "10").stdout
+    assert len(out) <= 16_001 and "(omitted ids: [" in out
+    assert out.count("[#") == 5  # 5 whole entries of ~3,100 characters fit in 16,000
+    first = out.split("[#0]\n", 1)[1].split("\n\n[#1]")[0]
+    assert orjson.loads(first)["i"] == 0
+    none_fit = run("recall", "main", "--ids", "0,1", "--raw", "--budget", "2000").stdout
+    assert none_fit.startswith("pimem recall (2 results; 0 included)") and "[0,1]" in none_fit
+
+
+def test_budgets_hold_with_five_thousand_huge_ids_and_escapes(run, home):
+    nasty = "\x00\x01\"\\\n\u2028" * 500
+    log(run, *[{"kind": "user", "text": nasty.replace("\x00", "") + f" needle {n}", "meta": {"entry": "e" * 3000 + str(n)}} for n in range(40)])
+    ids = ",".join(["huge-" + "z" * 200 + str(n) for n in range(5000)] + [str(n) for n in range(40)])
+    for max_chars in (2, 10, 100, 1000, 5000, 16_000):
+        for args in (["--ids", ids], ["--ids", ids, "--raw"], ["needle"], ["--raw", "needle"], ["--ids", "3", "--raw"], ["--limit", "30"]):
+            for as_json in ([], ["--json"]):
+                out = run("recall", "main", "--budget", max_chars, *args, *as_json)
+                text = out.stdout[:-1]
+                assert len(text) <= max_chars, (max_chars, args, as_json)
+                if as_json or "--ids" in args and "3" in args:
+                    assert text in ("", "{}") or isinstance(orjson.loads(text), dict)
+    doc = orjson.loads(run("recall", "main", "--json", "--ids", ids).stdout)
+    assert doc["missingIdsNotListed"] > 0 and len(doc["missingIds"]) + doc["missingIdsNotListed"] == 5000
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.text(min_size=1, max_size=300).filter(lambda t: t.strip() and "\x00" not in t), min_size=1, max_size=8),
+       max_chars=st.integers(min_value=2, max_value=4000), raw=st.booleans())
+def test_any_log_any_budget_never_overflows(home, texts, max_chars, raw):
+    mem = Memory.at("main")
+    try:
+        mem.append([{"kind": "user", "text": t} for t in texts])
+    except Exception:
+        return  # text the log refuses (lone surrogates) is not recall's concern
+    request = recall.Request(raw=raw, limit=30, budget=max_chars, as_json=True)
+    text = recall.recall(mem, request)
+    assert len(text) <= max_chars
+    assert text == "" or isinstance(orjson.loads(text), dict)
+
+
+def test_a_scope_narrows_the_universe_before_anything_else(home, monkeypatch):
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"note {n}", "meta": {"session": "A" if n % 2 else "B"}} for n in range(6)])
+    monkeypatch.setitem(recall.SCOPES, "lineage", lambda mem, records: [r for r in records if r["message"]["meta"]["session"] == "A"])
+    doc = orjson.loads(recall.recall(mem, recall.Request(query="note", scope="lineage", as_json=True)))
+    assert [r["id"] for r in doc["results"]] == [5, 3, 1]
+    read = orjson.loads(recall.recall(mem, recall.Request(ids=["0", "1"], scope="lineage", as_json=True)))
+    assert [r["id"] for r in read["results"]] == [1] and read["missingIds"] == ["0"]
+    with pytest.raises(Exception, match="unknown scope"):
+        recall.recall(mem, recall.Request(scope="nope"))
+
+
+def test_bad_requests_exit_2_and_unknown_memories_3(run, home):
+    log(run, *SESSION)
+    for args in (["--limit", "31"], ["--limit", "0"], ["--kind", "robot"], ["--source-class", "x"], ["--page", "0"]):
+        assert run("recall", "main", *args).exit_code == 2, args
+    assert run("recall", "nope").exit_code == 3 and not (home / "nope").exists()
