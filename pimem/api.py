@@ -1,7 +1,9 @@
 """The read-only API for consumers outside the agent: other agents, scripts and MCP clients.
 
 Every function takes plain arguments, returns JSON-ready data, never takes the writer lock and never writes
-to a memory (the one exception, ``memory_propose``, writes a provisional memory, as the model would). Every
+to a memory (the one exception, ``memory_propose``, writes a provisional memory, as the model would).
+Derived state (view.json, index.sqlite) is brought up to date by writers; a reader finding it behind works
+the difference out in memory. Every
 message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
 ``include_tools``. Outputs are bounded so an MCP client's output limit is never hit by surprise.
 """
@@ -132,3 +134,41 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
         for child, text in zip(found["children"], hide_tools(mem, halves)):
             child["text"] = text
     return found
+
+
+def recall(name: str, query: str = "", ids: list[str] | None = None, file: str | None = None, kind: str | None = None,
+           page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None, home: Home = None) -> dict:
+    """pimem's bounded recall (``pimem recall --json``): search, list or read messages, as one JSON document
+    never longer than ``budget`` characters, each result with ``held``."""
+    import orjson
+
+    from . import budget as budgets, recall as recalls
+
+    request = recalls.Request(query=query, ids=recalls.parse_ids(ids or []), file=file, kind=kind, page=page,
+                              limit=limit, include_tools=include_tools, budget=budget or budgets.DEFAULT, as_json=True)
+    return orjson.loads(recalls.recall(Memory.open(name, home), request))
+
+
+def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
+                  limit: int = 30, session: str | None = None, budget: int | None = None, home: Home = None) -> dict:
+    """The authoritative memories (``pimem memories --json``): live ones (pinned, active, provisional) or
+    those of ``status``, ranked by ``query`` when given, within ``budget`` characters."""
+    import orjson
+
+    from . import budget as budgets, memories
+
+    _bounded(limit, "limit", 100)
+    if offset < 0:
+        raise BadInput("offset must be 0 or more")
+    found = memories.find(memories.records(Memory.open(name, home), session), query, status, kind)
+    return orjson.loads(memories.listing(found, offset, limit, budget or budgets.DEFAULT, True))
+
+
+def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
+                   supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
+    """Propose a memory as the model would: it is written provisional, and only the user makes it active
+    (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
+    from . import memories
+
+    return memories.remember(Memory.open(name, home), text, kind=kind, priority=priority, supersede=supersede,
+                             session=session, propose=True)

@@ -80,6 +80,31 @@ def build(home: api.Home = None):
         halves as lines, which can be zoomed in turn."""
         return api.zoom(name, node, include_tools, home)
 
+    @tool
+    def recall(name: str, query: str = "", ids: list[str] | None = None, file: str | None = None, kind: str | None = None,
+               page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None) -> dict[str, Any]:
+        """Bounded recall over the messages of memory `name`: search by `query` words (rare words and paths
+        first), list newest first (no query), or read messages by `ids` (numbers or source entry ids). `file`
+        keeps messages naming a path; `kind` one kind. The answer never exceeds `budget` characters (default
+        16,000); `page` continues a search. Each result carries held."""
+        return api.recall(name, query, ids, file, kind, page, limit, include_tools, budget, home)
+
+    @tool
+    def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
+                      limit: int = 30, session: str | None = None) -> dict[str, Any]:
+        """The user's authoritative memories for `name` (facts, preferences, constraints, decisions): live
+        ones (pinned, active, provisional) or those of `status` (all, resolved, superseded, …), ranked by
+        `query` words when given. `nextOffset` continues a long list."""
+        return api.memory_search(name, query, status, kind, offset, limit, session, home=home)
+
+    @tool
+    def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
+                       supersede: str | None = None, session: str | None = None) -> dict[str, Any]:
+        """Propose a memory worth keeping (kind: fact, preference, constraint, decision, working). It is
+        stored provisional: only the user makes it active or drops it. `supersede` replaces one of your own
+        earlier proposals."""
+        return api.memory_propose(name, text, kind, priority, supersede, session, home)
+
     return server
 
 

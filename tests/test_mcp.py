@@ -41,6 +41,7 @@ def talk(run, home):
     run("append", "main", "-k", "tool", f"cat .env  # {SECRET}")
     run("append", "main", "-k", "echo", f"OPENAI_API_KEY={SECRET}")
     run("append", "main", "-k", "pi", "好的，端口是 5433。")
+    assert run("remember", "main", "never touch the production database").exit_code == 0
 
 
 def test_tools_are_listed_and_no_read_call_writes(home, talk):
@@ -57,10 +58,12 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
         ("zoom", {"name": "main", "node": "0+4"}),
         ("zoom", {"name": "main", "node": "8+1"}),
         ("zoom", {"name": "main", "node": "3+2"}),
+        ("recall", {"name": "main", "query": "5433"}),
+        ("memory_search", {"name": "main", "query": "production"}),
     ])
     assert snapshot(home) == before
     assert {"list_memories", "since", "message", "view", "zoom"} <= set(tools)
-    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned = (r.get("structuredContent") or r for r in results)
+    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned, recalled, found = (r.get("structuredContent") or r for r in results)
     assert [m["name"] for m in listing["memories"]] == ["main"]
     assert [m["i"] for m in plain["messages"]] == [8, 11]
     assert plain["next"] is None
@@ -79,6 +82,25 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     assert halves["children"][0]["text"] == "user: filler message 0 about the weather\nuser: filler message 1 about the weather"
     assert leaf["message"]["text"] == "the staging db listens on 5433"
     assert misaligned["isError"] and "misaligned node id 3+2" in misaligned["content"][0]["text"]
+    assert [(r["id"], r["held"]["label"]) for r in recalled["results"]] == [(11, "8+4"), (8, "8+4")]
+    assert [(r["content"], r["status"]) for r in found["records"]] == [("never touch the production database", "active")]
+    assert {"recall", "memory_search", "memory_propose"} <= set(tools)
+
+
+def test_memory_propose_writes_only_a_provisional_memory(home, talk):
+    before = snapshot(home)
+    _, results = call_all(home, [
+        ("memory_propose", {"name": "main", "text": "staging db port is 5433", "kind": "fact"}),
+        ("memory_propose", {"name": "main", "text": "x", "kind": "nonsense"}),
+        ("memory_search", {"name": "main", "status": "all"}),
+    ])
+    proposed, refused, listed = (r.get("structuredContent") or r for r in results)
+    assert (proposed["status"], proposed["author"]) == ("provisional", "model")
+    assert refused["isError"] and "nonsense" in refused["content"][0]["text"]
+    assert sorted((r["status"], r["content"]) for r in listed["records"]) == [
+        ("active", "never touch the production database"), ("provisional", "staging db port is 5433")]
+    after = snapshot(home)
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {"main/memory.jsonl"}
 
 
 def test_tool_traffic_only_with_include_tools(home, talk):
