@@ -184,6 +184,13 @@ class Memory:
             self._index = Index(self.path, self.log)
         return self._index
 
+    def close(self) -> None:
+        """Close the database connections and files held for derived state (reopened on next use)."""
+        if self._index is not None:
+            self._index.close()
+        if self._tree is not None:
+            self._tree.close()
+
     def has_index(self) -> bool:
         return self._index is not None or (self.path / "index.sqlite").exists()
 

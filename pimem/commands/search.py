@@ -41,21 +41,25 @@ def command(
     from .. import search as searching
 
     memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
-    hits = searching.search(
-        memories,
-        query,
-        any_term=any_term,
-        rank=rank,
-        kinds={kind_of(k) for k in kind} if kind else None,
-        include_tools=include_tools,
-        since=when.parse_when(since) if since else None,
-        until=when.parse_when(until) if until else None,
-        before=before,
-        limit=limit,
-    )
+    try:
+        hits = searching.search(
+            memories,
+            query,
+            any_term=any_term,
+            rank=rank,
+            kinds={kind_of(k) for k in kind} if kind else None,
+            include_tools=include_tools,
+            since=when.parse_when(since) if since else None,
+            until=when.parse_when(until) if until else None,
+            before=before,
+            limit=limit,
+        )
+    finally:
+        for mem in memories:
+            mem.close()
     if not hits:
         raise NothingFound(f"no message matches {query!r}")
-    terms = [t for t in searching.parse(query)]
+    terms = searching.parse(query)
     for hit in hits:
         if json:
             output.json_line(hit)
