@@ -54,9 +54,9 @@ _pimem() {
     list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
-    memories) opts="--status --kind --id --offset --limit --session --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1"; nodes="" ;;
+    memories) opts="--status --kind --id --offset --limit --session --include-tools --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1"; nodes="" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --budget --home"; slots="1"; nodes="" ;;
+    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; slots="1"; nodes="" ;;
     reindex) opts="--json --home -h --help"; valued="--home"; slots="1+"; nodes="" ;;
     remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1"; nodes="" ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;

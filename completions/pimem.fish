@@ -190,6 +190,7 @@ complete -c pimem -n '__fish_seen_subcommand_from memories' -l id -x -d 'Read on
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l offset -x -d 'Skip this many records (with --id: characters of its text).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l limit -x -d 'Records per page, 1-100 (default 30; with --id: characters, default 4000).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
@@ -213,12 +214,13 @@ complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw -d 'The stored 
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l offset -x -d 'With --raw and one id: first character of its JSON to show.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw-limit -x -d 'With --raw and one id: most characters of its JSON to show.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l source-class -x -d 'primary, derived (summaries) or all.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l scope -x -d 'all (every branch) or lineage (only the active branch of imported pi sessions).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --budget --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home' -a '(__pimem_names)'
 
 # reindex
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -l json -d 'One JSON object per line (NDJSON).'

@@ -46,7 +46,7 @@ class _Held:
                 from .view import render_line
 
                 v = self.mem.views(create=False).view
-                l, i, text, _ = v.lines[v.covering(msg["i"])]
+                l, i, text, _ = v.line(v.covering(msg["i"]))
                 self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem, [(l, i, text)])[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
@@ -107,7 +107,7 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     _bounded(lines, "lines", 10_000)
     mem = Memory.open(name, home)
     v = mem.views(create=False)
-    rows = v.view.lines if v is not None else []
+    rows = v.view.rows() if v is not None else []
     first = max(0, len(rows) - lines)
     shown = [(l, i, text) for l, i, text, _ in rows[first:]]
     texts = [t for _, _, t in shown] if include_tools else hide_tools(mem, shown)

@@ -29,8 +29,8 @@ import unicodedata
 from dataclasses import dataclass, field
 
 from . import env, when
-from .chain import canonical, sha256, window_chain
-from .errors import BadInput
+from .chain import canonical, memory_chain, sha256, window_chain
+from .errors import BadInput, IntegrityError
 from .memories import derive
 from .recall import files_of
 
@@ -183,6 +183,9 @@ def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None)
         chosen = plan(mem, keep)
         if chosen.existing is not None:
             return details(chosen, written=False, derived=[])
+        damaged = memory_chain(mem.path).read().problem if chosen.proposals else None
+        if damaged:  # refuse before the window is written, so a repaired log gets the whole compaction
+            raise IntegrityError(f"{damaged}; appends to memory.jsonl are refused until a person repairs it (nothing was written)")
         stamp = when.rfc3339(env.now())
         written = window_chain(mem.path).append(lambda events: [] if any(e["windowId"] == chosen.window_id for e in events) else [_window_event(chosen, stamp)])
         derived = derive(mem, chosen.proposals, written[0]["hash"], stamp) if written else []

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Iterable
 
-SCOPES = ("all", "lineage")
 TREE_SOURCES = frozenset({"pi"})  # Claude Code's parent links chain parallel tool calls, not branches
 
 
@@ -50,14 +49,15 @@ def _branch(parents: dict[str, str | None], leaf: str) -> set[str]:
     return branch
 
 
-def in_scope(messages: Iterable[dict], scope: str = "all") -> list[dict]:
-    """``messages`` restricted to ``scope``: ``all`` keeps every branch, ``lineage`` only active branches."""
+def on_lineage(messages: Iterable[dict]) -> list[dict]:
+    """The messages on their session's active branch (and every message outside tree-shaped sessions).
+    Pass whole sessions: the leaf is the last entry given."""
     messages = list(messages)
-    if scope == "all":
-        return messages
-    if scope != "lineage":
-        from .errors import BadInput
-
-        raise BadInput(f"unknown scope {scope!r}: use {' or '.join(SCOPES)}")
     off = off_lineage(messages)
     return [m for m in messages if m["i"] not in off]
+
+
+def narrow(mem, records: list[dict]) -> list[dict]:
+    """``recall --scope lineage``: recall records (``{"id", "message", …}``) on active branches only."""
+    off = off_lineage(r["message"] for r in records)
+    return [r for r in records if r["id"] not in off]

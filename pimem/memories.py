@@ -139,9 +139,13 @@ def visible(record: dict, session: str | None) -> bool:
 # ---- reading ----------------------------------------------------------------------------------------------
 
 
-def records(mem, session: str | None = None) -> list[dict]:
-    """The records ``session`` can see (the trusted prefix of the log), in creation order."""
-    return [r for r in project(memory_chain(mem.path).read().events).values() if visible(r, session)]
+def records(mem, session: str | None = None, include_tools: bool = False) -> list[dict]:
+    """The records ``session`` can see (the trusted prefix of the log), in creation order. Rule-derived
+    records quote tool calls and results (paths, commands), so like tool traffic they need ``include_tools``."""
+    return [
+        r for r in project(memory_chain(mem.path).read().events).values()
+        if visible(r, session) and (include_tools or r["author"] != "rule")
+    ]
 
 
 def find(items: list[dict], query: str | None = None, status: str | None = None, kind: str | None = None) -> list[dict]:
@@ -315,7 +319,7 @@ def _write(mem, build, record_id: str, session: str | None, timeout: float | Non
     homes.ensure_dir(mem.path / "main")  # remember is a writer: it may create the memory
     with mem.lock(timeout):
         memory_chain(mem.path).append(build)
-    record = next((r for r in records(mem, session) if r["id"] == record_id), None)
+    record = next((r for r in records(mem, session, include_tools=True) if r["id"] == record_id), None)
     if record is None:
         raise IntegrityError(f"memory {record_id} was written but does not read back; run 'pimem fsck'")
     return record

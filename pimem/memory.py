@@ -309,7 +309,7 @@ class Memory:
             tree.append(l, i, text, {"date": _now_text(), **meta})
             views.built(l, i, text)
             views.tree_seen = tree.file_sizes()
-            view._save(self, views)
+            view.write(self, views)
 
     def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
@@ -331,7 +331,8 @@ class Memory:
         from .view import render_line
 
         v = views.view
-        l, idx, text, _ = v.lines[v.covering(i)]
+        j = v.covering(i)
+        l, idx, text = v.lines[j][0], v.lines[j][1], v.text(j)
         if l:
             held = "inside"
         elif text is None:

@@ -216,7 +216,7 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         kinds.append(msg["kind"])
         if msg["size"] > line_bytes:
             big.add(msg["i"])
-    rows = mem.views().view.lines if days else []
+    rows = mem.views().view.rows() if days else []
     shown = [(l, i, text) for l, i, text, _ in rows]
     texts = [t for *_, t in shown] if include_tools else hide_tools(mem, shown)
     spans = []

@@ -8,8 +8,8 @@ summaries marked ``meta.derived``, else ``primary``: a provenance label, not a t
 A request lists (newest first), reads given ids (log order), or searches (any query term as a substring of
 text and files; rare terms and path hits score higher; derived records score a fifth). The universe of
 records is first narrowed by the request's scope: ``SCOPES`` maps a scope name to a function
-``(mem, records) -> records``; ``all`` keeps everything, and importers add scopes that follow ``meta.entry``/
-``meta.parent``/``meta.session`` (register with ``SCOPES["lineage"] = narrow``).
+``(mem, records) -> records``; ``all`` keeps everything, ``lineage`` only the active branch of each imported
+pi session (``pimem.lineage``, following ``meta.entry``/``meta.parent``/``meta.session``).
 
 Output never exceeds the budget (characters) and never cuts a JSON document: whole blocks or entries only,
 omitted ids listed as far as room allows (and counted beyond), one long entry read through an envelope
@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 
 import orjson
 
-from . import budget, terms
+from . import budget, lineage, terms
 from .errors import BadInput
 from .message import TOOL_KINDS
 
@@ -51,7 +51,7 @@ def _keep_all(mem, records: list[dict]) -> list[dict]:
     return records
 
 
-SCOPES: dict[str, Callable] = {"all": _keep_all}
+SCOPES: dict[str, Callable] = {"all": _keep_all, "lineage": lineage.narrow}
 
 
 # ---- records --------------------------------------------------------------------------------------------
@@ -260,7 +260,7 @@ def search(records: list[dict], query: str, file: str | None) -> tuple[list[dict
     scored.sort(key=lambda row: row[:2])
     out = []
     for _, _, r in scored:
-        key = " ".join(r["text"].split())[:240]
+        key = " ".join(r["text"][:480].split())[:240]
         if key in seen_text:
             continue
         seen_text.add(key)

@@ -21,8 +21,8 @@ STOPWORDS = frozenset(
 
 
 def fold(text: str) -> str:
-    """The form every comparison uses: NFKC, lowercase."""
-    return unicodedata.normalize("NFKC", text).lower()
+    """The form every comparison uses: NFKC, lowercase (ASCII is its own NFKC form, and common)."""
+    return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).lower()
 
 
 def tokens(text: str) -> list[str]:

@@ -27,6 +27,7 @@ from .errors import BadInput, NotFound
 from .home import FILE_MODE, ensure_dir
 
 LINE_BYTES = 512
+LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
@@ -161,10 +162,14 @@ class Tree:
     def catch_up(self) -> list[tuple[int, int, str]]:
         """Index tree lines written since the last catch-up (by any process); returns the new nodes."""
         sizes = self.file_sizes()
-        if self._seen is not None and sizes == self._seen:
-            return []
+        if (self._seen is not None and sizes == self._seen) or not sizes:
+            self._seen = sizes
+            return []  # nothing new (and a memory without a tree never needs the table)
         db = self.db
         seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
+            db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
+            seen = {}
         new: list[tuple[int, int, str]] = []
         for name in sorted(sizes):
             start = seen.get(name, 0)
@@ -195,37 +200,47 @@ class Tree:
         return new
 
     def stored(self, l: int, i: int, count: int | None = None) -> str | None:
-        """The text of a node a compactor wrote, or None (also for nodes past the end of the log)."""
+        """The text of a node a compactor wrote, or None (also for nodes past the end of the log). The
+        table is caught up on first use; long-lived callers call ``catch_up()`` to see other writers."""
         if (i + 1) << l > (self.count() if count is None else count):
             return None
-        self.catch_up()
+        if self._seen is None:
+            self.catch_up()
+        if not self._seen:
+            return None  # no tree files at all: nothing was ever stored
         row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
         return row[0] if row else None
 
     # ---- any node ------------------------------------------------------------------------------------
 
-    def text(self, l: int, i: int, count: int | None = None) -> str | None:
-        """The text of node ``(l, i)`` if it is built (free or stored), else None."""
+    def text(self, l: int, i: int, count: int | None = None, leaves: dict[int, dict] | None = None) -> str | None:
+        """The text of node ``(l, i)`` if it is built (free or stored), else None. ``leaves`` is a cache of
+        messages by ``i`` that the caller may keep between calls (the log is read in aligned chunks)."""
         count = self.count() if count is None else count
         if (i + 1) << l > count:
             return None
-        return self._text(l, i, count, {})
+        return self._text(l, i, count, {} if leaves is None else leaves)
 
     def _text(self, l: int, i: int, count: int, leaves: dict[int, dict]) -> str | None:
         if l == 0:
             msg = leaves.get(i)
             if msg is None:
-                leaves.update((m["i"], m) for m in self.messages(i, min(count, i + 64)))
+                start = i & ~(LEAF_CHUNK - 1)
+                if len(leaves) > 16 * LEAF_CHUNK:
+                    leaves.clear()
+                leaves.update((m["i"], m) for m in self.messages(start, min(count, start + LEAF_CHUNK)))
                 msg = leaves[i]
-            free = free_leaf(msg, self.line_bytes)
-            return free if free is not None else self.stored(0, i, count)
+            if msg["size"] <= self.line_bytes:
+                return leaf_text(msg)
+            return self.stored(0, i, count)
+        stored = self.stored(l, i, count)
+        if stored is not None:
+            return stored
         left = self._text(l - 1, 2 * i, count, leaves)
         right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
-        if left is not None and right is not None:
-            free = free_merge(left, right, self.line_bytes)
-            if free is not None:
-                return free
-        return self.stored(l, i, count)
+        if left is None or right is None:
+            return None
+        return free_merge(left, right, self.line_bytes)
 
     def is_free(self, l: int, i: int, count: int | None = None) -> bool:
         """Whether node ``(l, i)`` is built without a model (a short message, or a short join)."""

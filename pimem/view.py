@@ -9,10 +9,13 @@ the best pair whose parent is built.
 
 Cost per step: at one level the oldest pair is always the most due, so the best pair is found from one
 candidate per level (O(levels)); pairs whose parent is known to be unbuilt are kept apart (``blocked``), so
-waiting and the fall-back never rescan them. Nothing here reads the log or the tree: parents are resolved
-through a callback (free join, else a stored-node lookup).
+waiting and the fall-back never rescan them. Nothing here reads the log or the tree: parent texts come from a
+``resolve`` callback (a free join, else a stored node) and line texts from ``fetch``, only when needed.
 
-``Views`` holds both views of a memory and their file, ``view.json``, saved atomically after every change and
+``Views`` holds both views of a memory and their file, ``view.json``: the shape only (one character per line
+for its level, ``_`` for an unbuilt leaf), the byte totals, the batch flags and which pairs wait for an unbuilt
+parent. Texts are not saved: they are the tree's, and are read back when a line is rendered or merged, so a
+save costs a byte per line, not the view's 128 KB. The file is written atomically after every change and
 restored exactly as saved (a restart never refolds, so the bytes a model saw stay a stable cache prefix).
 """
 
@@ -27,9 +30,24 @@ import orjson
 from .tree import PLACEHOLDER, byte_size, flat, label
 
 VERSION = 1
+LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
+UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
+AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
+
+
+class _Unloaded:
+    """The text of a built line not read back from the tree yet."""
+
+    def __repr__(self) -> str:
+        return "UNLOADED"
+
+
+UNLOADED = _Unloaded()
 
 # resolve(l, i, left_text, right_text) -> the parent's text if built, else None; (l, i) is the left child
-Resolver = Callable[[int, int, "str | None", "str | None"], "str | None"]
+Resolver = Callable[[int, int, str, str], "str | None"]
+# fetch(l, i) -> the text of a built line whose text is not loaded
+Fetcher = Callable[[int, int], str]
 # cost(l, i, text, size) -> the line's weight against the budgets; size is the text's bytes when known
 Cost = Callable[[int, int, "str | None", "int | None"], int]
 
@@ -47,11 +65,14 @@ def render_line(l: int, i: int, text: str | None) -> str:
 
 
 class View:
-    """One view: lines ``[l, i, text, cost]`` (``text`` None for an unbuilt leaf) and the sawtooth state."""
+    """One view: lines ``[l, i, text, cost]`` (``text`` None for an unbuilt leaf, ``UNLOADED`` until read,
+    when ``cost`` is None too) and the sawtooth state."""
 
-    def __init__(self, hi: int, lo: int, resolve: Resolver, cost: Cost = line_bytes_cost):
+    def __init__(self, hi: int, lo: int, resolve: Resolver, fetch: Fetcher | None = None,
+                 cost: Cost = line_bytes_cost):
         self.hi, self.lo = hi, lo
         self.resolve = resolve
+        self.fetch = fetch
         self.cost = cost
         self.lines: list[list] = []
         self.starts: list[int] = []  # start message of each line, for bisect
@@ -60,7 +81,7 @@ class View:
         self.T = 0
         self.ready: dict[int, list[int]] = {}  # level -> sorted left-child i of pairs whose parent may be built
         self.blocked: dict[int, list[int]] = {}  # level -> pairs whose parent is known to be unbuilt
-        self.merges = 0  # merges done so far (for statistics and tests)
+        self.changes = 0  # pushes, merges and filled placeholders so far
 
     # ---- shape -------------------------------------------------------------------------------------------
 
@@ -75,30 +96,41 @@ class View:
         """The position of the line that covers message ``m`` (``0 <= m < T``)."""
         return bisect.bisect_right(self.starts, m) - 1
 
+    def text(self, j: int) -> str | None:
+        """The text of line ``j`` (None for a placeholder), read back from the tree if not loaded."""
+        line = self.lines[j]
+        if line[2] is UNLOADED:
+            line[2] = self.fetch(line[0], line[1])
+            line[3] = self.cost(line[0], line[1], line[2], None)
+        return line[2]
+
     def _add_pair(self, l: int, i: int) -> None:
         bisect.insort(self.ready.setdefault(l, []), i)
 
-    def _drop_pair(self, l: int, i: int) -> None:
-        for table in (self.ready, self.blocked):
-            lst = table.get(l)
-            if lst:
-                k = bisect.bisect_left(lst, i)
-                if k < len(lst) and lst[k] == i:
-                    del lst[k]
-                    return
-
-    def _block(self, l: int, i: int) -> None:
-        lst = self.ready[l]
-        del lst[bisect.bisect_left(lst, i)]
-        bisect.insort(self.blocked.setdefault(l, []), i)
-
-    def _unblock(self, l: int, i: int) -> None:
-        lst = self.blocked.get(l)
+    @staticmethod
+    def _remove(table: dict[int, list[int]], l: int, i: int) -> bool:
+        lst = table.get(l)
         if lst:
             k = bisect.bisect_left(lst, i)
             if k < len(lst) and lst[k] == i:
                 del lst[k]
-                self._add_pair(l, i)
+                return True
+        return False
+
+    def _block(self, l: int, i: int) -> None:
+        self._remove(self.ready, l, i)
+        bisect.insort(self.blocked.setdefault(l, []), i)
+
+    def _unblock(self, l: int, i: int) -> None:
+        if self._remove(self.blocked, l, i):
+            self._add_pair(l, i)
+
+    def is_blocked(self, l: int, i: int) -> bool:
+        lst = self.blocked.get(l)
+        if not lst:
+            return False
+        k = bisect.bisect_left(lst, i)
+        return k < len(lst) and lst[k] == i
 
     def unblock_all(self) -> None:
         """Forget what we knew about unbuilt parents (the tree changed behind our back)."""
@@ -106,16 +138,6 @@ class View:
             for i in lst:
                 self._add_pair(l, i)
         self.blocked = {}
-
-    def _set_lines(self, lines: list[list]) -> None:
-        self.lines = lines
-        self.starts = [ln[1] << ln[0] for ln in lines]
-        self.total = sum(ln[3] for ln in lines)
-        self.T = (lines[-1][1] + 1) << lines[-1][0] if lines else 0
-        self.ready, self.blocked = {}, {}
-        for a, b in zip(lines, lines[1:]):
-            if a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1:
-                self.ready.setdefault(a[0], []).append(a[1])
 
     # ---- changes -----------------------------------------------------------------------------------------
 
@@ -127,36 +149,35 @@ class View:
         self.starts.append(i)
         self.total += cost
         self.T = i + 1
+        self.changes += 1
         if i % 2 and len(self.lines) > 1:
             prev = self.lines[-2]
             if prev[0] == 0 and prev[1] == i - 1:
                 self._add_pair(0, i - 1)
 
-    def built(self, l: int, i: int, text: str) -> bool:
-        """Node ``(l, i)`` was just built: fill its placeholder line and let the pairs it unblocks merge.
-        Returns whether the view changed (a placeholder was filled)."""
-        changed = False
+    def built(self, l: int, i: int, text: str) -> None:
+        """Node ``(l, i)`` was just built: fill its placeholder line, and let the pairs it unblocks merge."""
         j = self.find(l, i)
         if j >= 0 and self.lines[j][2] is None:
             line = self.lines[j]
             self.total -= line[3]
             line[2], line[3] = text, self.cost(l, i, text, None)
             self.total += line[3]
+            self.changes += 1
             self._unblock(l, i & ~1)
-            changed = True
         if l > 0:
             self._unblock(l - 1, 2 * i)
-        return changed
 
     def _merge(self, l: int, i: int, text: str) -> None:
         j = self.find(l, i)
-        self._drop_pair(l, i)
+        self._remove(self.ready, l, i) or self._remove(self.blocked, l, i)
         p = i // 2
         cost = self.cost(l + 1, p, text, None)
+        self.text(j), self.text(j + 1)  # their costs are known once loaded
         self.total += cost - self.lines[j][3] - self.lines[j + 1][3]
         self.lines[j:j + 2] = [[l + 1, p, text, cost]]
         del self.starts[j + 1]
-        self.merges += 1
+        self.changes += 1
         if p % 2 == 0:
             if j + 1 < len(self.lines) and self.lines[j + 1][0] == l + 1 and self.lines[j + 1][1] == p + 1:
                 self._add_pair(l + 1, p)
@@ -165,35 +186,33 @@ class View:
 
     # ---- the batch ---------------------------------------------------------------------------------------
 
-    def _due_better(self, a: tuple[int, int], b: tuple[int, int] | None) -> bool:
-        """Whether pair ``a`` is strictly more due than pair ``b`` (exact: cross-multiplied integers),
-        or as due and older."""
+    def _more_due(self, a: tuple[int, int], b: tuple[int, int] | None) -> bool:
+        """Whether pair ``a`` is strictly more due than pair ``b``, or as due and older. Exact: the dues
+        ``(T − last)/2^l`` are compared by cross-multiplying integers."""
         if b is None:
             return True
         (la, ia), (lb, ib) = a, b
-        da = self.T - (((ia + 2) << la) - 1)
-        db = self.T - (((ib + 2) << lb) - 1)
-        x, y = da << lb, db << la
+        x = (self.T - (((ia + 2) << la) - 1)) << lb
+        y = (self.T - (((ib + 2) << lb) - 1)) << la
         return x > y or (x == y and ia << la < ib << lb)
 
     def best(self) -> tuple[int, int] | None:
-        """The most due sibling pair (left child ``(l, i)``), built parent or not."""
+        """The most due sibling pair (its left child ``(l, i)``), built parent or not. At one level the
+        oldest pair is the most due, so one candidate per level is enough."""
         pick = None
         for table in (self.ready, self.blocked):
             for l, lst in table.items():
-                if lst and self._due_better((l, lst[0]), pick):
+                if lst and self._more_due((l, lst[0]), pick):
                     pick = (l, lst[0])
         return pick
 
     def _parent(self, l: int, i: int) -> str | None:
         """The parent's text of the pair at ``(l, i)`` if built; moves the pair to ``blocked`` if not."""
-        lst = self.blocked.get(l)
-        if lst:
-            k = bisect.bisect_left(lst, i)
-            if k < len(lst) and lst[k] == i:
-                return None
+        if self.is_blocked(l, i):
+            return None
         j = self.find(l, i)
-        text = self.resolve(l, i, self.lines[j][2], self.lines[j + 1][2])
+        left, right = self.text(j), self.text(j + 1)
+        text = None if left is None or right is None else self.resolve(l, i, left, right)
         if text is None:
             self._block(l, i)
         return text
@@ -206,7 +225,7 @@ class View:
             while lst:
                 text = self._parent(l, lst[0])
                 if text is not None:
-                    if self._due_better((l, lst[0]), pick):
+                    if self._more_due((l, lst[0]), pick):
                         pick, pick_text = (l, lst[0]), text
                     break
         return None if pick is None else (pick[0], pick[1], pick_text)
@@ -240,57 +259,91 @@ class View:
         """Rendered lines; with ``end`` only lines ending at or before message ``end`` (exclusive bound); with
         ``cut_unbuilt`` stopping at the first unbuilt line (what a compactor may see)."""
         out = []
-        for l, i, text, _ in self.lines:
+        for j, (l, i, _, _) in enumerate(self.lines):
             if end is not None and (i + 1) << l > end:
                 break
+            text = self.text(j)
             if text is None and cut_unbuilt:
                 break
             out.append(render_line(l, i, text))
         return out
+
+    def line(self, j: int) -> tuple[int, int, str | None, int]:
+        """Line ``j`` as ``(l, i, text, cost)``: text None for a placeholder; cost is the rendered line's
+        bytes plus its newline."""
+        text = self.text(j)
+        l, i, _, cost = self.lines[j]
+        return l, i, text, cost
+
+    def rows(self) -> list[tuple[int, int, str | None, int]]:
+        """Every line as ``(l, i, text, cost)`` (see ``line``), texts read back as needed."""
+        return [self.line(j) for j in range(len(self.lines))]
 
     def pending(self) -> int:
         """Placeholder lines (leaves the compactor has not summarised yet)."""
         return sum(1 for ln in self.lines if ln[2] is None)
 
     def waiting(self) -> bool:
-        """Whether a batch is held up by an unbuilt parent (the view is above ``hi``)."""
+        """Whether a batch is held up (by an unbuilt parent) with the view above ``lo``."""
         return self.shrinking and self.total > self.lo
 
+    def over(self) -> bool:
+        """Past twice the budget: nothing built left to merge (a compactor is not keeping up)."""
+        return self.total > 2 * self.hi
+
+    # ---- view.json ---------------------------------------------------------------------------------------
+
     def to_json(self) -> dict:
-        return {"lines": [ln[:3] for ln in self.lines], "shrinking": self.shrinking}
+        shape = "".join(UNBUILT if ln[2] is None else LEVELS[ln[0]] for ln in self.lines)
+        blocked = sorted(i << l for l, lst in self.blocked.items() for i in lst)
+        return {"lines": shape, "bytes": self.total, "shrinking": self.shrinking, "blocked": blocked}
 
     def load(self, data: dict) -> None:
         """Restore from ``to_json`` output; ``ValueError`` says what is wrong with it."""
-        rows = data.get("lines") if isinstance(data, dict) else None
-        if not isinstance(rows, list) or not isinstance(data.get("shrinking"), bool):
-            raise ValueError("lines or shrinking missing")
-        lines, at = [], 0
-        for row in rows:
-            if not (isinstance(row, list) and len(row) == 3 and type(row[0]) is int and type(row[1]) is int):
-                raise ValueError(f"bad line {row!r:.60}")
-            l, i, text = row
-            if l < 0 or i < 0 or l > 62:
-                raise ValueError(f"bad node ({l}, {i})")
-            if i << l != at:
-                raise ValueError(f"line {label(l, i)} does not start where the previous line ends ({at})")
-            if text is None and l > 0:
-                raise ValueError(f"line {label(l, i)} is not built")
-            if text is not None and not isinstance(text, str):
-                raise ValueError(f"line {label(l, i)} has no text")
-            lines.append([l, i, text, self.cost(l, i, text, None)])
-            at = (i + 1) << l
-        self._set_lines(lines)
-        self.shrinking = data["shrinking"]
+        if not isinstance(data, dict):
+            raise ValueError("a view is missing")
+        shape, total, shrinking, blocked = (data.get(k) for k in ("lines", "bytes", "shrinking", "blocked"))
+        if not isinstance(shape, str) or type(total) is not int or type(shrinking) is not bool \
+                or not isinstance(blocked, list):
+            raise ValueError("lines, bytes, shrinking or blocked missing")
+        lines, starts, at = [], [], 0
+        for ch in shape:
+            l = 0 if ch == UNBUILT else LEVELS.find(ch)
+            if l < 0:
+                raise ValueError(f"bad level {ch!r}")
+            if at & ((1 << l) - 1):
+                raise ValueError(f"a line of {1 << l} messages cannot start at message {at}")
+            if ch == UNBUILT:
+                lines.append([0, at, None, self.cost(0, at, None, None)])
+            else:
+                lines.append([l, at >> l, UNLOADED, None])
+            starts.append(at)
+            at += 1 << l
+        self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking
+        self.ready, self.blocked = {}, {}
+        for a, b in zip(lines, lines[1:]):
+            if a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1:
+                self.ready.setdefault(a[0], []).append(a[1])
+        for start in blocked:
+            j = self.find_start(start) if type(start) is int else -1
+            l, i = (self.lines[j][0], self.lines[j][1]) if j >= 0 else (0, -1)
+            if not self._remove(self.ready, l, i):
+                raise ValueError(f"blocked pair at {start} is not a pair")
+            self.blocked.setdefault(l, []).append(i)
+
+    def find_start(self, start: int) -> int:
+        j = bisect.bisect_left(self.starts, start)
+        return j if j < len(self.starts) and self.starts[j] == start else -1
 
 
 class Views:
-    """Both views of one memory (the model's and the compactor's) and their file, ``view.json``."""
+    """Both views of one memory (the model's and the compactor's) and what ``view.json`` records."""
 
-    def __init__(self, config: dict, resolve: Resolver, cost: Cost = line_bytes_cost):
-        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, cost)
-        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, cost)
+    def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost):
+        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost)
+        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
-        self.dirty = False
+        self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
 
     @property
@@ -300,6 +353,26 @@ class Views:
     def both(self) -> tuple[View, View]:
         return self.view, self.cview
 
+    @property
+    def changes(self) -> int:
+        return self.view.changes + self.cview.changes
+
+    @property
+    def dirty(self) -> bool:
+        return self.changes != self.saved_changes
+
+    def should_save(self) -> bool:
+        """After every change, unless the views are past twice their budget and long (a compactor is not
+        keeping up, e.g. after a big import): saving the shape after every batch would then cost O(T) each
+        time, so it is saved after changes amounting to an eighth of its lines (O(1) amortised) and when the
+        process ends; a reader catches up the rest from the log, with the same result."""
+        if not self.dirty:
+            return False
+        lines = len(self.view.lines) + len(self.cview.lines)
+        if lines <= AMORTISE_LINES or not (self.view.over() or self.cview.over()):
+            return True
+        return self.changes - self.saved_changes >= lines // 8
+
     def push(self, texts: Iterable[tuple[str | None, int | None]]) -> None:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
         arrived one by one, so the result does not depend on how messages were batched)."""
@@ -307,23 +380,19 @@ class Views:
         for text, size in texts:
             view.push(text, size)
             cview.push(text, size)
-            if view.total > view.hi or view.shrinking:
+            if view.shrinking or view.total > view.hi:
                 view.fit()
-            if cview.total > cview.hi or cview.shrinking:
+            if cview.shrinking or cview.total > cview.hi:
                 cview.fit()
-        self.dirty = True
 
     def built(self, l: int, i: int, text: str) -> None:
         for v in self.both():
             v.built(l, i, text)
             v.fit()
-        self.dirty = True
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(
-            {"version": VERSION, "T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(),
-             "tree": self.tree_seen}
-        ) + b"\n"
+        body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
+        return orjson.dumps({"version": VERSION, "check": _check(body), **body}) + b"\n"
 
     def load(self, raw: bytes, count: int) -> None:
         """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
@@ -333,6 +402,9 @@ class Views:
             raise ValueError(f"not JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError("unknown format")
+        body = {k: data.get(k) for k in ("T", "view", "cview", "tree")}
+        if data.get("check") != _check(body):
+            raise ValueError("its checksum does not match (damaged or edited)")
         self.view.load(data.get("view"))
         self.cview.load(data.get("cview"))
         if self.view.T != self.cview.T or data.get("T") != self.view.T:
@@ -340,9 +412,23 @@ class Views:
         if self.view.T > count:
             raise ValueError(f"it covers {self.view.T} messages but the log has {count}")
         tree = data.get("tree")
-        if not isinstance(tree, dict) or not all(isinstance(v, int) for v in tree.values()):
+        if not isinstance(tree, dict) or not all(type(v) is int for v in tree.values()):
             raise ValueError("tree positions missing")
         self.tree_seen = tree
+        self.saved_changes = self.changes
+
+    def check_tree(self, sizes: dict[str, int]) -> None:
+        """Every line the view holds as built must still be built. The tree only grows (each node is written
+        once, never removed), so that holds unless a tree file shrank or vanished since the save."""
+        for name, size in self.tree_seen.items():
+            if sizes.get(name, -1) < size:
+                raise ValueError(f"tree/{name} lost nodes since the view was saved")
+
+
+def _check(body: dict) -> int:
+    import zlib
+
+    return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
 
 
 def warn(text: str) -> None:
@@ -352,29 +438,26 @@ def warn(text: str) -> None:
 # ---- a memory's views: load, catch up, save ----------------------------------------------------------------
 
 
-def leaf_of(msg: dict, tree, line_bytes: int, tree_empty: bool) -> tuple[str | None, int | None]:
-    """The leaf line of a message for the views: its text verbatim when free, else a stored summary, else
-    None (a placeholder)."""
-    if msg["size"] <= line_bytes:
-        return f"{msg['kind']}: {msg['text']}", msg["size"]
-    if tree_empty:
-        return None, None
-    return tree.stored(0, msg["i"], msg["i"] + 1), None
-
-
 def make(mem) -> Views:
+    """Empty views wired to a memory's tree: parents resolve to a free join or a stored node, texts are
+    read back from the tree (and the log, for leaves) through one message cache."""
     tree, line_bytes = mem.tree, int(mem.config["line_bytes"])
+    leaves: dict[int, dict] = {}
     holder: list[Views] = []
 
-    def resolve(l: int, i: int, left: str | None, right: str | None) -> str | None:
-        if left is None or right is None:
-            return None
+    def resolve(l: int, i: int, left: str, right: str) -> str | None:
         joined = f"{left}\n{right}"
         if byte_size(joined) <= line_bytes:
             return joined
-        return None if not holder[0].tree_seen else tree.stored(l + 1, i // 2, holder[0].T)
+        return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
 
-    views = Views(mem.config, resolve)
+    def fetch(l: int, i: int) -> str:
+        text = tree.text(l, i, holder[0].T, leaves)
+        if text is None:
+            raise ValueError(f"line {label(l, i)} is not built")
+        return text
+
+    views = Views(mem.config, resolve, fetch)
     holder.append(views)
     return views
 
@@ -393,33 +476,33 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
     """The memory's views, caught up with the tree and with the log (to message ``upto``, default all).
 
     Restored from ``view.json`` as saved; refolded from the log only when the file is missing or invalid (the
-    latter with a warning). ``save``: True for writers (they hold the lock), None to save only if the writer
-    lock is free right now (readers never wait for it). ``create=False`` returns None when no view exists.
+    latter with a warning). ``save``: True for writers (they hold the lock), False for none, None to save
+    only if the writer lock is free right now (readers never wait for it). ``create=False`` returns None when
+    no view exists yet.
     """
     path = mem.path / "view.json"
     stamp = _stamp(path)
-    views = mem._views if mem._views is not None and stamp is not None and mem._views_stamp == stamp else None
-    if views is None:
+    views = mem._views
+    if views is None or stamp is None or views.loaded != stamp:
         if stamp is None and not create:
             return None
         views = make(mem)
-        views.loaded = stamp
         if stamp is not None:
             try:
                 views.load(path.read_bytes(), mem.count())
+                views.check_tree(mem.tree.file_sizes())
+                views.loaded = stamp
             except (ValueError, OSError) as exc:
                 warn(f"{path} is unusable ({exc}); refolding the view from the log")
                 views = make(mem)
-                views.dirty = True
-        else:
-            views.dirty = True
+                views.loaded = stamp  # the file this refold replaces
+        mem._views = views
     _catch_up(mem, views, mem.count() if upto is None else upto)
-    if views.dirty and save is not False:
+    if save is not False and views.should_save():
         if save:
-            _save(mem, views)
+            write(mem, views)
         else:
-            _save_if_free(mem, views)
-    mem._views, mem._views_stamp = views, (_stamp(path) if not views.dirty else None)
+            _write_if_free(mem, views)
     return views
 
 
@@ -435,11 +518,20 @@ def _catch_up(mem, views: Views, upto: int) -> None:
                 if found is not None:
                     v.built(l, i, found)
             v.unblock_all()
+            v.changes += 1
             v.fit()
-        views.dirty = True
     if views.T < upto:
-        empty = not sizes
-        views.push(leaf_of(msg, tree, line_bytes, empty) for msg in mem.messages(views.T, upto))
+        views.push(leaf_of(msg, tree, line_bytes, not sizes) for msg in mem.messages(views.T, upto))
+
+
+def leaf_of(msg: dict, tree, line_bytes: int, tree_empty: bool) -> tuple[str | None, int | None]:
+    """The leaf line of a message for the views: its text verbatim when free, else a stored summary, else
+    None (a placeholder)."""
+    if msg["size"] <= line_bytes:
+        return f"{msg['kind']}: {msg['text']}", msg["size"]
+    if tree_empty:
+        return None, None
+    return tree.stored(0, msg["i"], msg["i"] + 1), None
 
 
 def push_batch(mem, start: int, batch: list[dict]) -> None:
@@ -448,31 +540,62 @@ def push_batch(mem, start: int, batch: list[dict]) -> None:
     line_bytes = int(mem.config["line_bytes"])
     tree, empty = mem.tree, not views.tree_seen
     views.push(
-        leaf_of({**msg, "i": start + n}, tree, line_bytes, empty) if msg["size"] > line_bytes
-        else (f"{msg['kind']}: {msg['text']}", msg["size"])
+        (f"{msg['kind']}: {msg['text']}", msg["size"]) if msg["size"] <= line_bytes
+        else leaf_of({**msg, "i": start + n}, tree, line_bytes, empty)
         for n, msg in enumerate(batch)
     )
-    _save(mem, views)
+    if views.should_save():
+        write(mem, views)
+    elif views.dirty:
+        _save_at_exit(mem)
 
 
-def _save(mem, views: Views) -> None:
+def write(mem, views: Views) -> None:
+    """Save ``view.json`` atomically (caller holds the writer lock)."""
     from .home import write_atomic
 
-    write_atomic(mem.path / "view.json", views.to_bytes())
-    views.dirty = False
-    mem._views_stamp = views.loaded = _stamp(mem.path / "view.json")
+    path = mem.path / "view.json"
+    write_atomic(path, views.to_bytes())
+    views.saved_changes = views.changes
+    views.loaded = _stamp(path)
 
 
-def _save_if_free(mem, views: Views) -> None:
+def _write_if_free(mem, views: Views) -> bool:
+    """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
     from filelock import FileLock, Timeout
 
     lock = FileLock(str(mem.path / "write.lock"))
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        return
+        return False
     try:
-        if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:  # nobody wrote since
-            _save(mem, views)
+        if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
+            write(mem, views)
+            return True
+        return False
     finally:
         lock.release()
+
+
+_AT_EXIT: dict[int, object] = {}
+
+
+def _save_at_exit(mem) -> None:
+    """Views left unsaved by the amortised rule are saved when the process ends, if nobody wrote since."""
+    if not _AT_EXIT:
+        import atexit
+
+        atexit.register(_flush_all)
+    _AT_EXIT[id(mem)] = mem
+
+
+def _flush_all() -> None:
+    for mem in list(_AT_EXIT.values()):
+        views = mem._views
+        if views is not None and views.dirty:
+            try:
+                _write_if_free(mem, views)
+            except Exception:  # the next reader catches up from the log anyway
+                pass
+    _AT_EXIT.clear()

@@ -117,6 +117,17 @@ def test_refuses_when_no_safe_boundary_exists(run, home):
     assert run("compact", "nope", "--keep", "0").exit_code == 3
 
 
+def test_a_damaged_memory_log_refuses_the_compaction_before_anything_is_written(run, home):
+    log(run, call("c1", 'read({"path": "a.py"})'), result("c1"), user(), pi())
+    run("remember", "main", "one")
+    path = home / "main" / "memory.jsonl"
+    path.write_bytes(path.read_bytes().replace(b'"one"', b'"One"'))
+    before = snapshot(home)
+    out = run("compact", "main", "--keep", "0")
+    assert out.exit_code == 5 and "memory.jsonl line 1" in out.stderr
+    assert snapshot(home) == before
+
+
 def test_dry_run_and_repeats_write_nothing(run, home):
     log(run, user(), pi(), user(), pi())
     before = snapshot(home)
@@ -154,7 +165,11 @@ def test_rules_derive_files_commands_and_test_counts_only(run, home):
         {"kind": "work", "text": "summary: we decided to rewrite auth", "meta": {"derived": True}},
         pi("done"), user("thanks"))
     out = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
-    records = {r["content"]: r for r in memories.records(Memory.open("main")) if r["author"] == "rule"}
+    assert memories.records(Memory.open("main")) == []  # they quote tool traffic: private by default
+    records = {r["content"]: r for r in memories.records(Memory.open("main"), include_tools=True) if r["author"] == "rule"}
+    listed = orjson.loads(run("memories", "main", "--include-tools", "--kind", "derived", "--json").stdout)
+    assert sorted(r["content"] for r in listed["records"]) == sorted(records)
+    assert run("memories", "main").exit_code == 1
     assert sorted(records) == sorted([
         "file: src/auth.py", "file: tests/test_auth.py",
         "command: pytest tests/test_auth.py exitCode=1", "tests: 12 passed, 1 failed",
@@ -178,5 +193,5 @@ def test_rules_deduplicate_across_compactions_and_stop_at_fifty(run, home):
     log(run, call("again", 'read({"path": "f0.py"})'), result("again"), user())
     second = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
     assert second["written"] and second["derived"] == []
-    contents = [r["content"] for r in memories.records(Memory.open("main"))]
+    contents = [r["content"] for r in memories.records(Memory.open("main"), include_tools=True)]
     assert len(contents) == len(set(contents)) == 50

@@ -74,21 +74,29 @@ def test_a_previous_exchange_over_16000_bytes_is_left_to_the_view(run, home):
     assert "<previous_exchange>" not in run("context", "main").stdout
 
 
-def test_across_turns_the_prefix_only_grows(run, home):
-    """An agent loop: system and tools never change; the view part of each turn's context extends the
-    previous one at its tail (no batch happens at these sizes)."""
+def test_across_turns_the_prefix_only_grows_between_batches(run, home):
+    """An agent loop with a small view budget: the system prompt and tools never change; each turn's view
+    extends the previous one at its tail, except right after a batch, which only happens once the view has
+    passed ``hi`` and shrinks it (towards ``lo``: with no compactor running it stops at unbuilt parents)."""
+    hi, lo = 1500, 800
+    home.mkdir()
+    (home / "config.json").write_bytes(orjson.dumps({"view": {"hi": hi, "lo": lo}}))
     system = run("context", "--system").stdout
-    previous_view = None
-    for turn in range(25):
-        ctx = run("context", "main", "--cwd", "/w").stdout if turn else None
-        if ctx is not None:
-            view = view_of(ctx)
-            if previous_view is not None:
-                assert view.startswith(previous_view) and len(view) > len(previous_view)
-            previous_view = view
-        run("append", "main", f"question {turn}: " + "q" * (turn * 40))
+    run("append", "main", "hello")
+    previous, batches, shrinking = None, 0, False
+    for turn in range(60):
+        view = view_of(run("context", "main", "--cwd", "/w").stdout)
+        if previous is not None and not view.startswith(previous):
+            grown = len(previous.encode()) + 2 * 40  # the two lines logged since
+            assert shrinking or grown > hi, f"turn {turn}: the view changed before passing hi"
+            assert len(view.encode()) < grown, f"turn {turn}: a batch grew the view"
+            batches += not shrinking
+            shrinking = len(view.encode()) > lo  # a batch waiting for a parent goes on at the next append
+        previous = view
+        run("append", "main", f"question {turn}")
         run("append", "main", "-k", "pi", f"answer {turn}")
         assert run("context", "--system").stdout == system
+    assert 1 <= batches <= 10
 
 
 def test_the_readme_agent_loop_runs(home, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import snapshot
 from pimem import Memory
-from pimem.lineage import in_scope, off_lineage
+from pimem.lineage import off_lineage, on_lineage
 
 
 def write_jsonl(path: Path, lines) -> Path:
@@ -87,12 +87,22 @@ def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
 def test_lineage_follows_the_active_branch(run, home, tmp_path):
     run("import", pi_tree(tmp_path / "s.jsonl"), "--name", "t")
     msgs = messages()
-    on_branch = [m["meta"]["entry"] for m in in_scope(msgs, "lineage")]
+    on_branch = [m["meta"]["entry"] for m in on_lineage(msgs)]
     assert on_branch == ["u1", "a1", "a1", "u2"]  # a1 gave a reply and a tool call
-    assert len(in_scope(msgs, "all")) == 7
     # a message typed into the memory is on every lineage
     Memory.at("t").append([{"kind": "note", "text": "typed by hand"}])
     assert off_lineage(messages()) == {3, 4, 5}
+
+
+def test_recall_scope_lineage_leaves_out_other_branches(run, tmp_path):
+    run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
+    everywhere = run("recall", "t", "npm", "--include-tools", "--scope", "all", "--json")
+    assert everywhere.exit_code == 0 and [r["id"] for r in json.loads(everywhere.stdout)["results"]] == [4]
+    lineage = run("recall", "t", "npm", "--include-tools", "--scope", "lineage")
+    assert lineage.exit_code == 1  # the test run is on the branch the user left
+    mutex = run("recall", "t", "mutex", "--scope", "lineage", "--json")
+    assert mutex.exit_code == 0 and "Try a mutex instead" in mutex.stdout
+    assert run("recall", "t", "x", "--scope", "sideways").exit_code == 2
 
 
 def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
@@ -110,7 +120,7 @@ def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
     assert brief(msgs) == [("user", "hello"), ("pi", "hi")]
     assert msgs[1]["date"] == "2025-11-20T23:34:00.000Z"  # from the message's epoch milliseconds
     assert msgs[0]["meta"]["entry"].startswith("2-") and "parent" not in msgs[0]["meta"]
-    assert in_scope(msgs, "lineage") == msgs
+    assert on_lineage(msgs) == msgs
 
 
 # ---- Claude Code -----------------------------------------------------------------------------------------

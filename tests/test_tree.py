@@ -8,6 +8,7 @@ import pytest
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
+from pimem.view import _check as view_check
 
 from conftest import snapshot
 
@@ -96,16 +97,24 @@ def test_a_corrupt_view_json_is_refolded_with_a_warning(home, run):
     mem = small_memory(40)
     want = mem.view_lines()
     path = home / "t" / "view.json"
-    data = orjson.loads(path.read_bytes())
-    data["view"]["lines"].pop(1)  # no longer tiles the log
-    path.write_bytes(orjson.dumps(data))
-    out = run("view", "t")
-    assert out.exit_code == 0
-    assert "refolding the view" in out.stderr
-    assert out.stdout.splitlines() == want  # refolding the same history gives the same view here
-    path.write_bytes(b"{not json")
-    out = run("view", "t")
-    assert "refolding the view" in out.stderr and out.stdout.splitlines() == want
+    good = path.read_bytes()
+    data = orjson.loads(good)
+    assert data["view"]["lines"] == "443"
+    bad_shapes = {"343": "cannot start", "44": "different messages", "445": "different messages"}
+    for shape, why in bad_shapes.items():
+        data["view"]["lines"] = shape
+        body = {k: data[k] for k in ("T", "view", "cview", "tree")}
+        path.write_bytes(orjson.dumps({**data, "check": view_check(body)}))
+        out = run("view", "t")
+        assert out.exit_code == 0, shape
+        assert "refolding the view" in out.stderr and why in out.stderr, (shape, out.stderr)
+        assert out.stdout.splitlines() == want  # refolding the same history gives the same view here
+        assert path.read_bytes() == good, (path.read_bytes(), good)
+    for damage in (b"{not json", good.replace(b'"443"', b'"434"'), good[: len(good) // 2]):
+        path.write_bytes(damage)
+        out = run("view", "t")
+        assert "refolding the view" in out.stderr and out.stdout.splitlines() == want
+        assert path.read_bytes() == good, (path.read_bytes(), good)
 
 
 def test_zoom_command(home, run):

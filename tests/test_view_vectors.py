@@ -9,7 +9,7 @@ from pimem.view import View
 def unit_view(hi, lo, built=lambda l, i: True):
     """A view where every line costs 1 and ``built(l, i)`` says whether node (l, i) exists."""
     return View(hi, lo, lambda l, i, a, b: f"{label(l + 1, i // 2)}" if built(l + 1, i // 2) else None,
-                cost=lambda l, i, text, size: 1)
+                fetch=lambda l, i: label(l, i), cost=lambda l, i, text, size: 1)
 
 
 def shown(v):
@@ -60,12 +60,8 @@ def test_with_hi_lo_at_the_push_length_the_view_is_rollback_push_at_every_step()
 
 def test_due_priority_beats_the_v1_rule_at_t10():
     v = unit_view(3, 3)
-    for _ in range(10):
-        v.push("x", 1)
-    v.lines, v.shrinking = [], False
-    for l, i in [(2, 0), (2, 1), (0, 8), (0, 9)]:
-        v.lines.append([l, i, "x", 1])
-    v._set_lines(v.lines)
+    v.load({"lines": "2200", "bytes": 4, "shrinking": False, "blocked": []})
+    assert shown(v) == "0+4 4+4 8+1 9+1"
     assert v.best() == (0, 8)  # due 1 for 8&9 against 3/4 for 0..7
 
 

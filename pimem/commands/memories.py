@@ -7,7 +7,7 @@ import typer
 from .. import budget, memories, output
 from ..errors import BadInput, NothingFound, NotFound
 from ..memory import Memory
-from ..options import Budget, Home, Json, Name, Session
+from ..options import Budget, Home, IncludeTools, Json, Name, Session
 
 
 def command(
@@ -19,6 +19,7 @@ def command(
     offset: Annotated[int, typer.Option("--offset", help="Skip this many records (with --id: characters of its text).", min=0)] = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Records per page, 1-100 (default 30; with --id: characters, default 4000).", min=1)] = None,
     session: Session = None,
+    include_tools: IncludeTools = False,
     max_chars: Budget = budget.DEFAULT,
     json: Json = False,
     home: Home = None,
@@ -26,13 +27,16 @@ def command(
     """List, search or read authoritative memories, within an output budget.
 
     Lists live memories (pinned, then active, then provisional; newest first) or ranks them by WORDS. Each
-    record shows at most 600 characters; --id reads one whole, paged by --offset. Output never exceeds
+    record shows at most 600 characters; --id reads one whole, paged by --offset. Memories derived by
+    compaction rules quote tool traffic (paths, commands), so they are listed only with --include-tools.
+    Output never exceeds
     --budget characters; what did not fit is counted, with the --offset that continues it. Exit 1 when
     nothing matches.
 
     Examples:
       pimem memories main
       pimem memories main pnpm --status all
+      pimem memories main --kind derived --include-tools
       pimem memories main --kind constraint --json | jq '.records[].content'
       pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
     """
@@ -41,7 +45,7 @@ def command(
         raise BadInput(f"unknown status {status!r}: use live, all, {', '.join(memories.STATUSES)}")
     if kind is not None and kind not in memories.KINDS:
         raise BadInput(f"unknown kind {kind!r}: use one of {', '.join(memories.KINDS)}")
-    visible = memories.records(mem, session)
+    visible = memories.records(mem, session, include_tools)
     if record_id is not None:
         record = next((r for r in visible if r["id"] == record_id), None)
         if record is None:

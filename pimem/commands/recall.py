@@ -22,6 +22,7 @@ def command(
     offset: Annotated[Optional[int], typer.Option("--offset", help="With --raw and one id: first character of its JSON to show.")] = None,
     raw_limit: Annotated[Optional[int], typer.Option("--raw-limit", help="With --raw and one id: most characters of its JSON to show.")] = None,
     source_class: Annotated[str, typer.Option("--source-class", help="primary, derived (summaries) or all.")] = "all",
+    scope: Annotated[str, typer.Option("--scope", help="all (every branch) or lineage (only the active branch of imported pi sessions).")] = "all",
     include_tools: IncludeTools = False,
     max_chars: Budget = budget.DEFAULT,
     json: Json = False,
@@ -40,10 +41,11 @@ def command(
       pimem recall main --ids 12,15 --raw
       pimem recall main --ids 40 --raw --offset 16000 --raw-limit 16000
       pimem recall main --kind user --limit 3
+      pimem recall shop "mutex" --scope lineage
     """
     request = recall.Request(
         query=" ".join(query or []), ids=recall.parse_ids(ids or []), file=file, kind=kind, page=page, limit=limit,
-        raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, include_tools=include_tools,
+        raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,
         budget=max_chars, as_json=json,
     )
     mem = Memory.open(name, home)

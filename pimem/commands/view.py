@@ -45,27 +45,26 @@ def command(
     from ..tree import label
     from ..view import render_line
 
-    rows = v.lines
+    rows = [(l, i, text, cost - 1) for l, i, text, cost in v.rows()]  # bytes without the newline
     if compactor:
-        cut = next((k for k, ln in enumerate(rows) if ln[2] is None), len(rows))
-        rows = rows[:cut]
+        rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
     if stats:
         levels: dict[int, int] = {}
-        for ln in rows:
-            levels[ln[0]] = levels.get(ln[0], 0) + 1
-        total = sum(ln[3] for ln in rows)
-        row = {"bytes": total, "lines": len(rows), "messages": views.T, "pending": sum(ln[2] is None for ln in rows),
-               "levels": {str(l): levels[l] for l in sorted(levels)}}
+        for l, _, _, _ in rows:
+            levels[l] = levels.get(l, 0) + 1
+        total = sum(size + 1 for *_, size in rows)
+        pending = sum(text is None for _, _, text, _ in rows)
         if json:
-            output.json_line(row)
+            output.json_line({"bytes": total, "lines": len(rows), "messages": views.T, "pending": pending,
+                              "levels": {str(l): levels[l] for l in sorted(levels)}})
             return
         output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
-        output.line(f"lines     {len(rows):,}  for {views.T:,} messages ({row['pending']} waiting for a summary)")
+        output.line(f"lines     {len(rows):,}  for {views.T:,} messages ({pending} waiting for a summary)")
         for l in sorted(levels):
             output.line(f"level {l:<3} {levels[l]:>5} lines of {1 << l} message{'s' if l else ''}")
         return
-    for l, i, text, cost in rows:
+    for l, i, text, size in rows:
         if json:
-            output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": cost - 1, "text": text})
+            output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": size, "text": text})
         else:
             output.line(render_line(l, i, text))
