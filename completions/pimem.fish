@@ -71,11 +71,12 @@ complete -c pimem -f
 complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
 
 complete -c pimem -n __fish_use_subcommand -a append -d 'Log one message (or a stream) verbatim and print its number i.'
+complete -c pimem -n __fish_use_subcommand -a build-tree -d 'Build every buildable summary node once, then exit (for cron).'
 complete -c pimem -n __fish_use_subcommand -a compact -d 'Write a deterministic compaction checkpoint and print it.'
 complete -c pimem -n __fish_use_subcommand -a context -d 'Print what an agent wrapper sends the model this turn.'
 complete -c pimem -n __fish_use_subcommand -a date -d 'Print the date of message I, or with --at WHEN the first message number at or after WHEN.'
 complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.'
-complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).'
+complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory, build its summary tree offline and print the view.'
 complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
 complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
@@ -84,14 +85,16 @@ complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama:
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
 complete -c pimem -n __fish_use_subcommand -a memories -d 'List, search or read authoritative memories, within an output budget.'
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
+complete -c pimem -n __fish_use_subcommand -a model -d 'Show or set the compactor: the model that writes a memory\'s summaries.'
 complete -c pimem -n __fish_use_subcommand -a recall -d 'Bounded recall over a memory\'s messages, for agent tools: list, search or read.'
 complete -c pimem -n __fish_use_subcommand -a reindex -d 'Rebuild the search and lookup index (index.sqlite) of memories from their logs.'
 complete -c pimem -n __fish_use_subcommand -a remember -d 'Write an authoritative memory and print its id.'
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
 complete -c pimem -n __fish_use_subcommand -a search -d 'Search the original messages of one or all memories; exit 1 when nothing matches.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
-complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, dates, files and bytes on disk.'
+complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, files on disk, and the summary tree: nodes built and pending,'
 complete -c pimem -n __fish_use_subcommand -a view -d 'Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.'
+complete -c pimem -n __fish_use_subcommand -a watch -d 'Build summaries in the background as messages arrive, until stopped (SIGTERM or Ctrl-C).'
 complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.'
 
 # append
@@ -104,6 +107,15 @@ complete -c pimem -n '__fish_seen_subcommand_from append' -l timeout -x -d 'Seco
 complete -c pimem -n '__fish_seen_subcommand_from append' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k --kind --date --meta --timeout --home' -a '(__pimem_names)'
+
+# build-tree
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Only print how many calls, tokens and money the rest would take.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Stop before spending more than this (needs prices: pimem model --price-in/--price-out).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -s h -l help -d 'Show this help and exit.'
 
 # compact
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
@@ -204,6 +216,18 @@ complete -c pimem -n '__fish_seen_subcommand_from message' -l home -x -a '(__fis
 complete -c pimem -n '__fish_seen_subcommand_from message' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from message; and __pimem_slot 1 --home' -a '(__pimem_names)'
 
+# model
+complete -c pimem -n '__fish_seen_subcommand_from model' -l base-url -x -d 'Endpoint of an OpenAI-compatible or Anthropic API.'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l key-env -x -d 'Name of the environment variable holding the API key.'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l command -x -d 'Shell command reading the prompt on stdin (provider \'command\').'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l price-in -x -d 'Price per million input tokens, for cost accounting.'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l price-out -x -d 'Price per million output tokens.'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l default -d 'Show or set the default for memories without their own (<home>/config.json).'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from model' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 1 --base-url --key-env --command --price-in --price-out --home' -a '(__pimem_names)'
+
 # recall
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l ids -x -d 'Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l file -x -d 'Only messages naming a path containing this (case-sensitive).'
@@ -288,6 +312,12 @@ complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON obj
 complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_names)'
+
+# watch
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'

@@ -38,6 +38,9 @@ COMMANDS = {
     "compact": "compact",
     "recall": "recall",
     "context": "context",
+    "model": "model",
+    "build-tree": "build_tree",
+    "watch": "watch",
     "search": "search",
     "reindex": "reindex",
 }

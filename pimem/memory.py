@@ -43,6 +43,18 @@ def read_json(path: Path, default=None):
         return default
 
 
+def home_config(home: str | os.PathLike | None = None) -> dict:
+    """The defaults for memories without settings of their own: built-in, overlaid by ``<home>/config.json``."""
+    return _merge(DEFAULT_CONFIG, read_json(env.home(home) / "config.json", {}) or {})
+
+
+def save_home_config(home: str | os.PathLike | None, changes: dict) -> None:
+    """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed)."""
+    root = homes.ensure_dir(env.home(home))
+    own = _merge(read_json(root / "config.json", {}) or {}, changes)
+    homes.write_atomic(root / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
+
+
 class Memory:
     """One named memory under a home directory."""
 
@@ -283,31 +295,52 @@ class Memory:
         """Store a node the compactor built and run the view batch. ``BadInput`` (exit 2) if the text is empty
         or over ``line_bytes``, the node is already built (free or stored), a half of a merge is unbuilt, or
         ``meta`` reuses a node field; ``NotFound`` (exit 3) if the node ends past the log."""
+        self.write_nodes([(l, i, text, meta)], timeout, check_halves=True)
+
+    def write_nodes(self, nodes: list[tuple[int, int, str, dict | None]], timeout: float | None = None,
+                    check_halves: bool = False) -> None:
+        """Store many built nodes ``(l, i, text, meta)`` in order, with one fsync and one view save (what a
+        scheduler does). Checked as ``write_node`` does, except that unless ``check_halves`` the caller
+        vouches that each merge's halves are built and that the node is not free (those checks derive free
+        nodes from the log). Nothing is written unless every node passes."""
         from . import tree as trees, view
 
-        if type(l) is not int or type(i) is not int or l < 0 or i < 0:
-            raise BadInput(f"bad node ({l!r}, {i!r}): level and index are integers ≥ 0")
-        if not isinstance(text, str) or not text.strip():
-            raise BadInput(f"node {trees.label(l, i)}: empty text")
         limit = int(self.config["line_bytes"])
-        if trees.byte_size(text) > limit:
-            raise BadInput(f"node {trees.label(l, i)}: {trees.byte_size(text)} bytes, over the {limit}-byte line")
-        meta = dict(meta or {})
-        clash = set(meta) & set(trees.NODE_KEYS)
-        if clash:
-            raise BadInput(f"node {trees.label(l, i)}: meta may not set {sorted(clash)[0]!r}")
+        checked = []
+        for l, i, text, meta in nodes:
+            if type(l) is not int or type(i) is not int or l < 0 or i < 0:
+                raise BadInput(f"bad node ({l!r}, {i!r}): level and index are integers ≥ 0")
+            if not isinstance(text, str) or not text.strip():
+                raise BadInput(f"node {trees.label(l, i)}: empty text")
+            if trees.byte_size(text) > limit:
+                raise BadInput(f"node {trees.label(l, i)}: {trees.byte_size(text)} bytes, over the {limit}-byte line")
+            meta = dict(meta or {})
+            clash = set(meta) & set(trees.NODE_KEYS)
+            if clash:
+                raise BadInput(f"node {trees.label(l, i)}: meta may not set {sorted(clash)[0]!r}")
+            checked.append((l, i, text, meta))
+        if not checked:
+            return
         with self.lock(timeout):
             views = view.current(self, save=False)
             count = views.T
-            trees.parse_label(trees.label(l, i), count)
             tree = self.tree
-            if tree.text(l, i, count) is not None:
-                raise BadInput(f"node {trees.label(l, i)} is already built (each node is built once)")
-            if l and (tree.text(l - 1, 2 * i, count) is None or tree.text(l - 1, 2 * i + 1, count) is None):
-                raise BadInput(f"node {trees.label(l, i)}: its halves {trees.label(l - 1, 2 * i)} and "
-                               f"{trees.label(l - 1, 2 * i + 1)} must be built first")
-            tree.append(l, i, text, {"date": _now_text(), **meta})
-            views.built(l, i, text)
+            tree.catch_up()
+            seen: set[tuple[int, int]] = set()
+            for l, i, _, _ in checked:
+                trees.parse_label(trees.label(l, i), count)
+                built = (l, i) in seen or tree.stored(l, i, count) is not None
+                if built or (check_halves and tree.text(l, i, count) is not None):
+                    raise BadInput(f"node {trees.label(l, i)} is already built (each node is built once)")
+                if check_halves and l and (tree.text(l - 1, 2 * i, count) is None
+                                           or tree.text(l - 1, 2 * i + 1, count) is None):
+                    raise BadInput(f"node {trees.label(l, i)}: its halves {trees.label(l - 1, 2 * i)} and "
+                                   f"{trees.label(l - 1, 2 * i + 1)} must be built first")
+                seen.add((l, i))
+            date = _now_text()
+            tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
+            for l, i, text, _ in checked:
+                views.built(l, i, text)
             views.tree_seen = tree.file_sizes()
             view.write(self, views)
 

@@ -256,14 +256,29 @@ class Tree:
 
     def append(self, l: int, i: int, text: str, meta: dict | None = None) -> None:
         """Write one node line (fsync'd) to today's tree file and index it."""
-        record = {"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}
+        self.append_many([(l, i, text, meta)])
+
+    def append_many(self, nodes: list[tuple[int, int, str, dict | None]]) -> None:
+<<<<<<< HEAD
+        """Write node lines ``(l, i, text, meta)`` with one write and one fsync, then index them."""
+=======
+        """Write node lines ``(l, i, text, meta)`` to today's tree file with one fsync, and index them."""
+>>>>>>> main
+        data = b"".join(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}) + b"\n"
+                        for l, i, text, meta in nodes)
         ensure_dir(self.dir)
         path = self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl"
         created = not path.exists()
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             _seal(fd, path)
-            os.write(fd, orjson.dumps(record) + b"\n")
+<<<<<<< HEAD
+            os.write(fd, data)
+=======
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+>>>>>>> main
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -274,6 +289,18 @@ class Tree:
             finally:
                 os.close(fd)
         self.catch_up()
+
+    def stored_keys(self, count: int | None = None) -> set[tuple[int, int]]:
+        """``(l, i)`` of every node a compactor wrote that lies within the log (one query, for a scheduler
+        starting up)."""
+        count = self.count() if count is None else count
+        self.catch_up()
+<<<<<<< HEAD
+=======
+        if not self._seen:
+            return set()
+>>>>>>> main
+        return {(l, i) for l, i in self.db.execute("SELECT l, i FROM tree_nodes") if (i + 1) << l <= count}
 
     # ---- what the scheduler asks -------------------------------------------------------------------
 
@@ -318,8 +345,8 @@ class Tree:
         out: list[int] = []
         advance = True
         i = low
+        leaves: dict[int, dict] = {}
         while len(out) < limit and (i + 1) << l <= count and i < low + limit:
-            leaves: dict[int, dict] = {}
             left = self._text(l - 1, 2 * i, count, leaves)
             right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
             if left is None or right is None:

@@ -15,7 +15,10 @@ def command(
     name: Annotated[str, typer.Option("--name", help="Memory to log the sample into.")] = "demo",
     home: Home = None,
 ) -> None:
-    """Log a bundled sample conversation into a memory and show it (run it twice: nothing is logged twice).
+    """Log a bundled sample conversation into a memory, build its summary tree offline and print the view.
+
+    The tree is built by the extractive compactor (no key, no network) whatever model is configured; run it
+    twice and nothing is logged or built twice.
 
     Examples:
       pimem demo
@@ -29,5 +32,13 @@ def command(
         output.info(f"logged {len(sample) - have} sample messages into '{mem.name}' ({mem.path})")
     else:
         output.info(f"'{mem.name}' already holds the sample ({have} messages)")
-    for msg in mem.messages():
-        output.line(output.message_line(msg, width=160))
+    from .. import scheduler
+    from ..compactor import Compactor
+
+    sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
+    stats = sched.builders[0].stats
+    if stats.calls:
+        output.info(f"built the tree: {stats.calls} nodes summarised offline, {stats.free} free")
+    for line in mem.view_lines():
+        output.line(line)
+    output.info(f"next: pimem zoom {mem.name} 0+16 · pimem search 5433 {mem.name} · pimem status {mem.name}")

@@ -1,21 +1,34 @@
 from __future__ import annotations
 
+import time
+
 from .. import output
 from ..memory import Memory
 from ..options import Home, Json, Name
 
 
 def command(name: Name, json: Json = False, home: Home = None) -> None:
-    """Show one memory's state: messages, dates, files and bytes on disk.
+    """Show one memory's state: messages, files on disk, and the summary tree: nodes built and pending,
+    the compactor, money spent, the running builder, and failing nodes with their last error.
 
     Examples:
       pimem status main
-      pimem status main --json
+      pimem status main --json | jq .tree
     """
+    from .. import compactor, lease, scheduler
+    from ..compactor.state import BuildState
+
     mem = Memory.open(name, home)
     row = mem.summary()
     files = mem.log.files()
     row.update(path=str(mem.path), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))
+    found = scheduler.survey(mem)
+    row["tree"] = {k: found[k] for k in ("nodes", "built", "pending", "leaves", "merges_ready")}
+    row["compactor"] = compactor.describe(mem.config.get("compactor") or {})
+    row["spent"] = scheduler.spent(mem)
+    row["builder"] = lease.holder(mem)
+    failures = BuildState(mem.path).failures
+    row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
     if json:
         output.json_line(row)
         return
@@ -24,3 +37,21 @@ def command(name: Name, json: Json = False, home: Home = None) -> None:
     if row["messages"]:
         output.line(f"from      {row['first']}")
         output.line(f"to        {row['last']}")
+    tree = row["tree"]
+    waiting = f" ({tree['leaves']:,} messages wait for a summary)" if tree["leaves"] else ""
+    output.line(f"tree      {tree['built']:,} of {tree['nodes']:,} nodes built, {tree['pending']:,} pending{waiting}")
+    model = row["compactor"]
+    key = f"  (key from ${model['key_env']})" if model.get("key_env") else ""
+    output.line(f"model     {model['model']}{key}")
+    spent = row["spent"]
+    if spent["calls"]:
+        cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
+        output.line(f"spent     {spent['calls']:,} calls, {spent['tokens_in']:,} tokens in, {spent['tokens_out']:,} out{cost}")
+    builder = row["builder"]
+    if builder:
+        ago = max(0.0, time.time() - builder["beat"])
+        output.line(f"builder   pid {builder['pid']} on {builder['host']} since {builder['started']} (heartbeat {ago:.0f} s ago)")
+    else:
+        output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
+    for fail in row["failures"]:
+        output.line(output.style(f"failing   {fail['node']}: {fail['error']} ({fail['tries']} tries, last {fail['at']})", "red"))

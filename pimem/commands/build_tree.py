@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from ..options import Home, Json
+
+
+def command(
+    names: Annotated[list[str], typer.Argument(help="Memories to build.", metavar="NAME…")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop before spending more than this (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
+    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N")] = 0,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S")] = None,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Build every buildable summary node once, then exit (for cron).
+
+    Short messages and short joins need no model; the rest go to the memory's compactor (pimem model), 8
+    calls at a time. Exit 0 when the tree is complete, 6 when some nodes failed (their errors are in
+    'pimem status'; the next run retries them), 4 when a watcher is building the memory. A progress bar is
+    shown on a terminal; --json prints one event per built or failed node and a summary per memory.
+
+    Examples:
+      pimem build-tree main
+      pimem build-tree main work --dry-run
+      pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
+      pimem build-tree main --retries 3 2>>~/.pi/memory/build.log   # from cron, every 10 minutes
+    """
+    from .. import env, scheduler
+    from ..errors import BadInput, ProviderError
+    from ..memory import Memory
+
+    if retries < 0:
+        raise BadInput("--retries must be 0 or more")
+    if max_cost is not None and max_cost < 0:
+        raise BadInput("--max-cost must not be negative")
+    mems = [Memory.open(name, home) for name in dict.fromkeys(names)]
+    estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
+    if max_cost is not None:
+        unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
+        if unpriced:
+            raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: "
+                           "set them with 'pimem model NAME PROVIDER/MODEL --price-in USD --price-out USD'")
+    if dry_run:
+        for row in estimates:
+            if json:
+                output.json_line(row)
+            else:
+                cost = "unknown cost (no prices set)" if row["cost"] is None else f"about ${row['cost']:.4f}"
+                output.line(f"{row['memory']}: at most {row['calls']:,} calls to {row['model']} "
+                            f"({row['leaves']:,} leaves, {row['merges']:,} merges), about {row['tokens_in']:,} tokens in "
+                            f"and {row['tokens_out']:,} out, {cost}; {row['built']:,} of {row['nodes']:,} nodes built")
+        return
+    first = None
+    if estimates:
+        calls = sum(e["calls"] for e in estimates)
+        first = sum(e["cost"] or 0.0 for e in estimates) / calls if calls else None
+
+    progress = _Progress(mems) if not json and env.stderr_is_tty() else None
+    try:
+        sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
+                                     retries=retries, wait=wait if wait is not None else 0.0, first_estimate=first,
+                                     on_progress=progress.update if progress else None)
+    finally:
+        if progress is not None:
+            progress.close()
+    failed = 0
+    for builder in sched.builders:
+        row = {"event": "done", "memory": builder.name, **builder.stats.as_dict(), "gave_up": len(builder.gave_up)}
+        failed += len(builder.gave_up)
+        if json:
+            output.json_line(row)
+        else:
+            cost = f", ${row['cost']:.4f}" if row["cost"] else ""
+            output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
+                        f"{cost}" + (f"; {len(builder.gave_up)} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
+    if sched.stopped_for_cost:
+        raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}); nodes remain unbuilt")
+    if failed:
+        raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built; the next run retries them")
+
+
+class _Progress:
+    """A rich progress bar per memory on stderr: nodes built of the full tree."""
+
+    def __init__(self, mems):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        from ..scheduler import tree_size
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                            console=Console(stderr=True), transient=True)
+        self.tasks = {mem.name: self.bar.add_task(mem.name, total=tree_size(mem.count())) for mem in mems}
+        self.bar.start()
+
+    def update(self, builders) -> None:
+        for builder in builders:
+            self.bar.update(self.tasks[builder.name], completed=builder.settled)
+
+    def close(self) -> None:
+        self.bar.stop()

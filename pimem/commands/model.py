@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from ..options import Home, Json
+
+
+def command(
+    name: Annotated[Optional[str], typer.Argument(help="Memory name (with --default: the model).", metavar="NAME")] = None,
+    spec: Annotated[Optional[str], typer.Argument(help="PROVIDER/MODEL to set, e.g. openai/gpt-4o-mini.", metavar="PROVIDER/MODEL")] = None,
+    base_url: Annotated[Optional[str], typer.Option("--base-url", help="Endpoint of an OpenAI-compatible or Anthropic API.", metavar="URL")] = None,
+    key_env: Annotated[Optional[str], typer.Option("--key-env", help="Name of the environment variable holding the API key.", metavar="VAR")] = None,
+    command_: Annotated[Optional[str], typer.Option("--command", help="Shell command reading the prompt on stdin (provider 'command').", metavar="CMD")] = None,
+    price_in: Annotated[Optional[float], typer.Option("--price-in", help="Price per million input tokens, for cost accounting.", metavar="USD")] = None,
+    price_out: Annotated[Optional[float], typer.Option("--price-out", help="Price per million output tokens.", metavar="USD")] = None,
+    default: Annotated[bool, typer.Option("--default", help="Show or set the default for memories without their own (<home>/config.json).")] = False,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Show or set the compactor: the model that writes a memory's summaries.
+
+    PROVIDER is openai (any OpenAI-compatible endpoint), anthropic, command, extractive (offline, the default),
+    or a shortcut for a known OpenAI-compatible service: deepseek, openrouter, ollama. Keys are read from the
+    environment variable named by --key-env (each shortcut has a default); they are never stored. Setting a
+    model replaces the previous provider settings. With --default the setting goes to <home>/config.json and
+    applies to every memory that has no compactor of its own.
+
+    Examples:
+      pimem model main
+      pimem model main openai/gpt-4o-mini --price-in 0.15 --price-out 0.6
+      pimem model main deepseek/deepseek-chat
+      pimem model main anthropic/claude-haiku-4-5 --key-env ANTHROPIC_API_KEY
+      pimem model main ollama/llama3.2
+      pimem model main command --command 'llm -m gpt-4o-mini'
+      pimem model --default extractive
+    """
+    from .. import compactor
+    from ..errors import BadInput
+    from ..memory import Memory, home_config, save_home_config
+
+    if default:
+        if spec is not None:
+            raise BadInput("with --default give only PROVIDER/MODEL (no memory name)")
+        name, spec = None, name
+    elif name is None:
+        raise BadInput("name a memory (or use --default for the default compactor)")
+    options = (base_url, key_env, command_, price_in, price_out)
+    if spec is None and any(v is not None for v in options):
+        raise BadInput("--base-url, --key-env, --command and prices go with a PROVIDER/MODEL to set")
+    if spec is not None:
+        cfg = compactor.parse_spec(spec, base_url, key_env, command_, price_in, price_out)
+    if default:
+        if spec is not None:
+            save_home_config(home, {"compactor": cfg})
+        shown = home_config(home).get("compactor") or {}
+        where = "default"
+    else:
+        mem = Memory.open(name, home)
+        if spec is not None:
+            mem.save_config({"compactor": cfg})
+        shown = mem.config.get("compactor") or {}
+        where = mem.name
+    row = {"memory": None if default else where, **compactor.describe(shown)}
+    if json:
+        output.json_line(row)
+        return
+    output.line(f"{where}: {row['model']}")
+    for key in ("base_url", "key_env", "command", "price_in", "price_out"):
+        if key in row:
+            output.line(f"  {key:<9} {row[key]}")

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from ..options import Home, Json
+
+
+def command(
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="[NAME…]")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Build summaries in the background as messages arrive, until stopped (SIGTERM or Ctrl-C).
+
+    One watcher per memory: it holds a lease in the memory's lock.json with a heartbeat, so a second watcher
+    on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
+    are noticed within 2 seconds; failed nodes are retried every 10 seconds for ever. On SIGTERM or SIGINT,
+    calls in flight get 15 seconds to finish and what they built is kept. Events go to stderr (--json: NDJSON
+    on stdout).
+
+    Examples:
+      pimem watch
+      pimem watch main --json
+      pimem watch --wait 2>>~/.pi/memory/watch.log &
+    """
+    from .. import scheduler
+
+    def show(event: dict) -> None:
+        if json:
+            output.json_line(event)
+            output.flush()
+        elif event["event"] == "built":
+            output.info(f"{event['memory']} {event['node']} built by {event['model']} ({event['bytes']} B, {event['seconds']:.1f} s)")
+        elif event["event"] == "failed":
+            output.info(f"{event['memory']} {event['node']} failed: {event['error']}")
+        else:
+            output.info(f"{event['memory']}: {event['event']}" + (f": {event['error']}" if event.get("error") else ""))
+
+    scheduler.watch(list(names or []), home, on_event=show, wait=wait)

@@ -1,0 +1,205 @@
+"""The compactor: writes one tree node (a line of at most 512 bytes) from a message or two child lines.
+
+``Compactor(config, state)`` wraps one provider with the harness every provider shares: the prompt with the
+compactor's view as ``<chat>``, secret redaction of everything sent, the ``max_tokens`` budget, the
+reasoning-model retry remembered per model, the cut to one line, and the build metadata (model, tokens,
+cost, seconds). ``extractive`` is the offline default and needs none of it.
+
+Configuration (``config.json`` → ``compactor``, set with ``pimem model``)::
+
+    {"provider": "openai", "model": "gpt-4o-mini", "base_url": "https://api.openai.com/v1",
+     "key_env": "OPENAI_API_KEY", "price_in": 0.15, "price_out": 0.6}
+
+Keys are read from the environment variable named by ``key_env``; they are never written anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from ..errors import BadInput
+from . import extractive
+from .cut import LINE_BYTES, cut_line
+from .providers import CallFailed, Reply
+
+__all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
+
+MAX_TOKENS = 170  # ≈512 bytes of English; the harness cuts whatever comes back
+REASONING_EXTRA = 1024  # more tokens for a model that spent its budget thinking
+THIN_REPLY = 256  # bytes: a "length" reply shorter than this was starved, not verbose
+INPUT_BYTES = 48_000  # a leaf's message beyond this is sent as head and tail (it is summarised to 512 B anyway)
+
+PROVIDERS = ("extractive", "openai", "anthropic", "command")
+# provider/model shortcuts for well-known OpenAI-compatible services: the first word names the preset
+PRESETS = {
+    "openai": {"provider": "openai", "base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY"},
+    "anthropic": {"provider": "anthropic", "base_url": "https://api.anthropic.com", "key_env": "ANTHROPIC_API_KEY"},
+    "deepseek": {"provider": "openai", "base_url": "https://api.deepseek.com", "key_env": "DEEPSEEK_API_KEY"},
+    "openrouter": {"provider": "openai", "base_url": "https://openrouter.ai/api/v1", "key_env": "OPENROUTER_API_KEY"},
+    "ollama": {"provider": "openai", "base_url": "http://localhost:11434/v1", "key_env": None},
+    "command": {"provider": "command", "base_url": None, "key_env": None},
+    "extractive": {"provider": "extractive", "base_url": None, "key_env": None},
+}
+# the keys ``pimem model`` owns; setting a new model resets all of them
+SPEC_KEYS = ("provider", "model", "base_url", "key_env", "command", "price_in", "price_out")
+
+
+def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = None, command: str | None = None,
+               price_in: float | None = None, price_out: float | None = None) -> dict:
+    """The ``compactor`` config for ``PROVIDER/MODEL`` (``openai/gpt-4o-mini``, ``deepseek/deepseek-chat``,
+    ``openrouter/qwen/qwen3-8b``, ``ollama/llama3.2``, ``anthropic/claude-haiku-4-5``, ``command``,
+    ``extractive``) and the options given with it. ``BadInput`` for anything else."""
+    word, _, model = spec.partition("/")
+    preset = PRESETS.get(word)
+    if preset is None:
+        raise BadInput(f"unknown provider {word!r} in {spec!r}: use one of {', '.join(PRESETS)} (as PROVIDER/MODEL)")
+    cfg = dict.fromkeys(SPEC_KEYS)
+    cfg.update(preset)
+    provider = cfg["provider"]
+    if provider in ("openai", "anthropic") and not model:
+        raise BadInput(f"{spec!r} names no model: write {word}/MODEL, e.g. {word}/{'gpt-4o-mini' if provider == 'openai' else 'claude-haiku-4-5'}")
+    if provider == "command" and not command:
+        raise BadInput("the command provider needs --command CMD (a shell command reading the prompt on stdin)")
+    if provider == "extractive" and (model or base_url or key_env or command):
+        raise BadInput("the extractive compactor takes no model, URL, key or command")
+    if provider != "command" and command:
+        raise BadInput("--command only goes with the command provider")
+    if key_env is not None and not key_env.replace("_", "").isalnum():
+        raise BadInput(f"--key-env wants the NAME of an environment variable, not {key_env!r}")
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise BadInput(f"--base-url must start with http:// or https://, not {base_url!r}")
+    for label, price in (("--price-in", price_in), ("--price-out", price_out)):
+        if price is not None and price < 0:
+            raise BadInput(f"{label} must not be negative")
+    cfg["model"] = model or None
+    cfg["base_url"] = base_url or cfg["base_url"]
+    cfg["key_env"] = key_env or cfg["key_env"]
+    cfg["command"] = command
+    cfg["price_in"], cfg["price_out"] = price_in, price_out
+    return cfg
+
+
+def label(cfg: dict) -> str:
+    """``provider/model`` as recorded on every node it builds."""
+    provider = cfg.get("provider") or "extractive"
+    model = cfg.get("model")
+    return f"{provider}/{model}" if model else provider
+
+
+def describe(cfg: dict) -> dict:
+    """The compactor settings worth showing (never a key: only the name of its variable)."""
+    out = {"model": label(cfg)}
+    for key in ("base_url", "key_env", "command", "price_in", "price_out"):
+        if cfg.get(key) is not None:
+            out[key] = cfg[key]
+    return out
+
+
+@dataclass(frozen=True)
+class Task:
+    """One node to write: a leaf ``(0, i)`` from message ``kind: text``, or a merge ``(l, i)`` from the two
+    child lines ``left`` and ``right``."""
+
+    l: int
+    i: int
+    kind: str = ""
+    text: str = ""
+    left: str = ""
+    right: str = ""
+
+    @property
+    def label(self) -> str:
+        n = 1 << self.l
+        return f"{self.i * n}+{n}"
+
+    def prompt(self) -> str:
+        from . import prompt
+
+        if self.l == 0:
+            text = self.text
+            data = text.encode("utf-8")
+            if len(data) > INPUT_BYTES:
+                half = INPUT_BYTES // 2
+                cut = len(data) - 2 * half
+                text = (data[:half].decode("utf-8", "ignore") + f"\n[… {cut} bytes not sent …]\n"
+                        + data[-half:].decode("utf-8", "ignore"))
+            return prompt.leaf_task(self.i, self.kind, text)
+        return prompt.merge_task(self.i << self.l, 1 << self.l, self.left, self.right)
+
+
+class Compactor:
+    """One configured provider plus the harness. ``build`` is safe to call from several threads at once."""
+
+    def __init__(self, cfg: dict, state=None):
+        self.cfg = cfg
+        self.state = state
+        self.label = label(cfg)
+        self.provider_name = cfg.get("provider") or "extractive"
+        if self.provider_name not in PROVIDERS:
+            raise BadInput(f"config.json names an unknown compactor provider {self.provider_name!r}: run 'pimem model'")
+        self.max_tokens = int(cfg.get("max_tokens") or MAX_TOKENS)
+        self.price_in = cfg.get("price_in")
+        self.price_out = cfg.get("price_out")
+        self._provider = None
+
+    @property
+    def offline(self) -> bool:
+        """True when no model is called: no context is needed and nothing leaves the machine."""
+        return self.provider_name == "extractive"
+
+    def provider(self):
+        if self._provider is None:
+            from . import providers
+
+            timeout = float(self.cfg.get("timeout") or 60)
+            if self.provider_name == "openai":
+                self._provider = providers.OpenAI(self.cfg["model"], self.cfg.get("base_url"), self.cfg.get("key_env"), timeout)
+            elif self.provider_name == "anthropic":
+                self._provider = providers.Anthropic(self.cfg["model"], self.cfg.get("base_url"), self.cfg.get("key_env"), timeout)
+            else:
+                if not self.cfg.get("command"):
+                    raise BadInput("the command compactor has no command: run 'pimem model NAME command --command CMD'")
+                self._provider = providers.Command(self.cfg["command"], self.cfg.get("model"), timeout)
+        return self._provider
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float | None:
+        if self.price_in is None and self.price_out is None:
+            return None
+        return round((tokens_in * (self.price_in or 0) + tokens_out * (self.price_out or 0)) / 1e6, 8)
+
+    def build(self, task: Task, context: str = "") -> tuple[str, dict]:
+        """The node's line (≤512 bytes) and its build metadata; ``CallFailed`` when the call failed or the
+        model wrote nothing usable."""
+        started = time.perf_counter()
+        if self.offline:
+            if task.l == 0:
+                text = extractive.leaf(task.kind, task.text, LINE_BYTES)
+            else:
+                text = extractive.merge(task.left, task.right, LINE_BYTES)
+            return text, {"model": self.label, "tokens_in": 0, "tokens_out": 0, "cost": 0.0,
+                          "seconds": round(time.perf_counter() - started, 4)}
+        from . import prompt
+        from .redact import redact
+
+        provider = self.provider()
+        system = prompt.SYSTEM
+        user = redact(prompt.user_content(context, task.prompt()))
+        extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
+        reply = provider.complete(system, user, self.max_tokens + extra)
+        tokens_in, tokens_out = reply.tokens_in, reply.tokens_out
+        if reply.finish == "length" and len(reply.text.strip().encode("utf-8")) < THIN_REPLY and not extra:
+            # a reasoning model spent the budget thinking: ask once more with room, and from now on give it that
+            if self.state is not None:
+                self.state.remember_extra(self.label, REASONING_EXTRA)
+            reply = provider.complete(system, user, self.max_tokens + REASONING_EXTRA)
+            tokens_in, tokens_out = tokens_in + reply.tokens_in, tokens_out + reply.tokens_out
+        text = cut_line(reply.text, LINE_BYTES)
+        if not text:
+            raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})")
+        return text, {"model": self.label, "tokens_in": tokens_in, "tokens_out": tokens_out,
+                      "cost": self.cost(tokens_in, tokens_out), "seconds": round(time.perf_counter() - started, 3)}
+
+    def close(self) -> None:
+        if self._provider is not None:
+            self._provider.close()

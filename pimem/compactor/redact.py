@@ -1,0 +1,42 @@
+"""Secret redaction: what leaves the machine for a compactor has its secrets replaced by placeholders.
+
+Only the outgoing request is redacted; the log keeps every original byte. The patterns aim at things that
+are secrets by their shape (provider key prefixes, private key blocks, credentials inside URLs) or by the
+name they are assigned to (``password=…``, ``"api_key": "…"``, ``Authorization: Bearer …``).
+"""
+
+from __future__ import annotations
+
+import re
+
+_PATTERNS: list[tuple[re.Pattern, str]] = [
+    (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S),
+     "[private key redacted]"),
+    # scheme://user:password@host
+    (re.compile(r"\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s/@]+(@)", re.I), r"\1[password redacted]\2"),
+    (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}"), "[anthropic key redacted]"),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[api key redacted]"),
+    (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), "[aws key redacted]"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b|\bgithub_pat_[A-Za-z0-9_]{30,}"), "[github token redacted]"),
+    (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "[gitlab token redacted]"),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[slack token redacted]"),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[google key redacted]"),
+    (re.compile(r"\b(?:sk|rk|pk)_live_[A-Za-z0-9]{16,}"), "[stripe key redacted]"),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "[huggingface token redacted]"),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[jwt redacted]"),
+    (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{12,}", re.I), r"\1 [token redacted]"),
+    # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included)
+    (re.compile(
+        r"""(?ix)
+        (\b[\w.-]*(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret|auth)[\w.-]*
+         ["']?\s*[:=]\s*["']?)
+        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;]))([^\s"',;]{6,})"""),
+     r"\1[secret redacted]"),
+]
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret the patterns recognise replaced by a placeholder naming what it was."""
+    for pattern, placeholder in _PATTERNS:
+        text = pattern.sub(placeholder, text)
+    return text

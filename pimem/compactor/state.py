@@ -1,0 +1,50 @@
+"""``<memory>/compactor.json``: what the compactor learned and what is failing, kept across runs.
+
+- ``extra_tokens``: per model label, the extra ``max_tokens`` a reasoning model needed (it answered
+  ``length`` with almost no text once; from then on it gets the headroom on the first try);
+- ``failures``: per node label, the last error, when, and how many tries failed (cleared once built).
+
+State, not configuration: deleting the file only costs one relearning call and the failure history.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import orjson
+
+from ..home import write_atomic
+
+FILE = "compactor.json"
+
+
+class BuildState:
+    def __init__(self, directory: Path):
+        self.path = directory / FILE
+        self._lock = threading.Lock()
+        try:
+            data = orjson.loads(self.path.read_bytes())
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            data = {}
+        self.extra_tokens: dict[str, int] = dict(data.get("extra_tokens") or {})
+        self.failures: dict[str, dict] = dict(data.get("failures") or {})
+
+    def save(self) -> None:
+        with self._lock:
+            data = {"extra_tokens": self.extra_tokens, "failures": self.failures}
+            write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
+
+    def remember_extra(self, model: str, tokens: int) -> None:
+        if self.extra_tokens.get(model, 0) < tokens:
+            self.extra_tokens[model] = tokens
+            self.save()
+
+    def failed(self, label: str, error: str, at: str) -> None:
+        entry = self.failures.get(label) or {"tries": 0}
+        self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1}
+        self.save()
+
+    def succeeded(self, label: str) -> None:
+        if self.failures.pop(label, None) is not None:
+            self.save()

@@ -1,0 +1,142 @@
+"""``lock.json``: the lease of the one process building a memory's tree (``watch`` or ``build-tree``).
+
+The record is ``{"pid", "token", "host", "started", "beat"}``; ``beat`` is the holder's last heartbeat in Unix
+seconds, refreshed every ``BEAT`` seconds. A lease is live while its holder is: on this host its pid must
+exist, on any host its beat must be younger than ``STALE`` seconds. A dead holder's lease is taken over.
+Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
+hold it; a holder that finds another token in the file has lost the lease and stops building.
+
+Readers (``view --wait``, ``status``) call ``holder(mem)`` to learn whether a live builder is at work.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+
+import orjson
+
+from . import env, when
+from .errors import Busy
+from .home import write_atomic
+
+FILE = "lock.json"
+BEAT = 2.0  # seconds between heartbeats
+STALE = float(os.environ.get("PIMEM_LEASE_STALE", "30"))  # a heartbeat older than this means the holder is dead
+
+
+def _read(mem) -> dict | None:
+    try:
+        record = orjson.loads((mem.path / FILE).read_bytes())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _pid_alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live(record: dict | None) -> bool:
+    """Whether the lease ``record`` belongs to a process that is still building."""
+    if not record:
+        return False
+    beat = record.get("beat")
+    if not isinstance(beat, (int, float)) or time.time() - beat > STALE:
+        return False
+    if record.get("host") == socket.gethostname():
+        return _pid_alive(record.get("pid"))
+    return True
+
+
+def holder(mem) -> dict | None:
+    """The live lease on ``mem`` (who is building its tree), or None."""
+    record = _read(mem)
+    return record if live(record) else None
+
+
+class Lease:
+    """This process's lease on one memory. ``acquire`` raises ``Busy`` while another live process holds it."""
+
+    def __init__(self, mem):
+        self.mem = mem
+        self.token = uuid.uuid4().hex
+        self.held = False
+        self._last_beat = 0.0
+
+    def _record(self) -> dict:
+        return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
+                "started": self._started, "beat": time.time()}
+
+    def try_acquire(self) -> dict | None:
+        """Take the lease if it is free or its holder is dead; otherwise return the live holder's record."""
+        with self.mem.lock():
+            current = _read(self.mem)
+            if live(current) and current.get("token") != self.token:
+                return current
+            self._started = when.rfc3339(env.now())
+            write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
+        self.held = True
+        self._last_beat = time.monotonic()
+        return None
+
+    def acquire(self, wait: float | None = 0.0, poll: float = 0.5) -> "Lease":
+        """Take the lease, waiting up to ``wait`` seconds (None: for ever) for a live holder to go away."""
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            other = self.try_acquire()
+            if other is None:
+                return self
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
+                           f"(since {other.get('started')}); use --wait to wait for it")
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+    def beat(self, force: bool = False) -> bool:
+        """Refresh the heartbeat (every ``BEAT`` seconds); False once the lease was taken by someone else."""
+        if not self.held:
+            return False
+        if not force and time.monotonic() - self._last_beat < BEAT:
+            return True
+        try:
+            with self.mem.lock(timeout=BEAT):
+                current = _read(self.mem)
+                if not current or current.get("token") != self.token:
+                    self.held = False
+                    return False
+                write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
+        except Busy:
+            return True  # a long write holds the writer lock; beat next time
+        self._last_beat = time.monotonic()
+        return True
+
+    def owned(self) -> bool:
+        """Whether the file still names this lease (checked before writing what was built)."""
+        current = _read(self.mem)
+        self.held = self.held and bool(current) and current.get("token") == self.token
+        return self.held
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        with self.mem.lock():
+            current = _read(self.mem)
+            if current and current.get("token") == self.token:
+                (self.mem.path / FILE).unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()

@@ -1,0 +1,124 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions or the Anthropic Messages API,
+records every request body, and injects faults on request (used by the tests and by bench/)."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAULTS = ("500", "429", "hang", "malformed", "empty", "long", "length")
+
+
+def summary_for(body: str) -> str:
+    """A deterministic reply naming the node the task asks for (so duplicates would show)."""
+    task = body.rsplit("Compaction:", 1)[-1]
+    m = re.search(r"message (\d+)", task) or re.search(r"lines (\d+\+\d+ and \d+\+\d+)", task)
+    what = m.group(1) if m else "?"
+    return f"user: summary of {what}; pi: done. Extra words to pad the line a little."
+
+
+class FakeLLM:
+    """``FakeLLM("openai", faults=[…])``: the n-th request gets ``faults[n]`` (None = a normal answer), or
+    ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer."""
+
+    def __init__(self, api: str = "openai", faults=None, latency: float = 0.0, hang: float = 3.0, reasoning: bool = False):
+        self.api = api
+        self.faults = faults or []
+        self.latency = latency
+        self.hang = hang
+        self.reasoning = reasoning  # answer "length" with no text unless max_tokens ≥ 1000
+        self.requests: list[dict] = []
+        self.raw: list[bytes] = []
+        self.headers: list[dict] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                with server._lock:
+                    n = len(server.raw)
+                    server.raw.append(raw)
+                    server.headers.append(dict(self.headers))
+                    try:
+                        body = json.loads(raw)
+                    except ValueError:
+                        body = {}
+                    server.requests.append(body)
+                fault = server.fault(n, body)
+                if server.latency:
+                    time.sleep(server.latency)
+                server.answer(self, body, fault)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}" + ("/v1" if api == "openai" else "")
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def fault(self, n: int, body: dict):
+        if callable(self.faults):
+            return self.faults(n, body)
+        return self.faults[n] if n < len(self.faults) else None
+
+    def text_of(self, body: dict) -> str:
+        if self.api == "openai":
+            return "\n".join(m.get("content", "") for m in body.get("messages", []))
+        return body.get("system", "") + "\n" + "\n".join(m.get("content", "") for m in body.get("messages", []))
+
+    def answer(self, handler, body: dict, fault) -> None:
+        if fault == "hang":
+            time.sleep(self.hang)
+            return self.send(handler, 200, b"{}")
+        if fault == "500":
+            return self.send(handler, 500, b'{"error": "internal"}')
+        if fault == "429":
+            return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": "1"})
+        if fault == "malformed":
+            return self.send(handler, 200, b'{"choices": [ {"message": ')
+        text, finish = summary_for(self.text_of(body)), "stop"
+        if fault == "empty":
+            text = ""
+        elif fault == "long":
+            text = ("word " * 400 + "; ") * 2  # about 4 KB
+        elif fault == "length" or (self.reasoning and body.get("max_tokens", 0) < 1000):
+            text, finish = "", "length"
+        if self.api == "openai":
+            reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                     "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
+        else:
+            reply = {"id": "x", "type": "message", "role": "assistant", "model": body.get("model"),
+                     "content": [{"type": "text", "text": text}] if text else [],
+                     "stop_reason": "max_tokens" if finish == "length" else "end_turn",
+                     "usage": {"input_tokens": 1000, "output_tokens": 100}}
+        self.send(handler, 200, json.dumps(reply).encode())
+
+    @staticmethod
+    def send(handler, status: int, data: bytes, headers: dict | None = None) -> None:
+        try:
+            handler.send_response(status)
+            handler.send_header("content-type", "application/json")
+            handler.send_header("content-length", str(len(data)))
+            for key, value in (headers or {}).items():
+                handler.send_header(key, value)
+            handler.end_headers()
+            handler.wfile.write(data)
+        except OSError:
+            pass  # the client gave up (a timeout test)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -1,0 +1,209 @@
+"""The compactor harness: size cut, redaction, the offline summariser, and both HTTP APIs against a real
+local server with injected faults."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from llm_server import FakeLLM
+from pimem.compactor import CallFailed, Compactor, Task, extractive, parse_spec
+from pimem.compactor.cut import cut_line
+from pimem.compactor.redact import redact
+from pimem.compactor.state import BuildState
+from pimem.errors import BadInput
+
+
+# ---- the cut ---------------------------------------------------------------------------------------------
+
+
+def test_cut_keeps_short_lines_and_strips_fences_and_labels():
+    assert cut_line("```\nSummary: user: fix port 5433\n```") == "user: fix port 5433"
+    assert cut_line("12+4| user: asked; pi: answered;") == "user: asked; pi: answered"
+    assert cut_line("line one\nline two") == "line one line two"
+
+
+def test_cut_at_last_clause_end_in_bytes():
+    text = "; ".join(f"item {n} is here" for n in range(60))
+    line = cut_line(text)
+    assert len(line.encode()) <= 512
+    assert line.endswith("is here") and text.startswith(line)
+
+
+def test_pure_chinese_is_cut_at_punctuation_not_hard():
+    sentence = "我们把数据库端口改成了五四三三并且重启了服务。"  # 23 characters, 69 bytes
+    line = cut_line(sentence * 20)
+    assert len(line.encode()) <= 512
+    assert line.endswith("。")
+    assert line == sentence * (512 // len(sentence.encode()))
+
+
+def test_cut_never_splits_a_character():
+    line = cut_line("汉" * 400)
+    assert len(line.encode()) <= 512
+    assert line == "汉" * 170
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(list("ab;.,。，！汉字é\n\t`") + ["🙂", "; ", ". ", " "]), max_size=700).map("".join))
+def test_cut_is_always_one_line_within_512_bytes(text):
+    line = cut_line(text)
+    assert len(line.encode("utf-8")) <= 512
+    assert "\n" not in line
+
+
+# ---- redaction -------------------------------------------------------------------------------------------
+
+SECRETS = [
+    "sk-proj-Abcdefghijklmnopqrstuvwx0123456789",
+    "sk-ant-api03-abcdefghijklmnopqrstuvwxyz",
+    "AKIAIOSFODNN7EXAMPLE",
+    "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+    "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz",
+    "xoxb-1234567890-abcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N",
+    "hunter2-Pa55word",
+]
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+def test_redaction_removes_every_kind_of_secret(secret):
+    texts = [f"use {secret} now", f"password={secret}", f"postgres://bob:{secret}@db:5432/app",
+             f"Authorization: Bearer {secret}", f'{{"api_key": "{secret}"}}']
+    for text in texts:
+        if secret.startswith("hunter2") and text.startswith("use "):
+            continue  # a plain password is only recognisable by the name it is given
+        assert secret not in redact(text), text
+
+
+def test_redaction_keeps_ordinary_text():
+    text = "port 5433, max_tokens: 170000, the password is in the vault, see /etc/app.conf"
+    assert redact(text) == text
+    block = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----"
+    assert redact(f"key:\n{block}\nend") == "key:\n[private key redacted]\nend"
+
+
+# ---- the offline compactor -------------------------------------------------------------------------------
+
+
+def test_extractive_keeps_numbers_paths_and_errors():
+    text = ("We looked around the repository for a while. " * 20
+            + "pytest failed: ConnectionError: could not connect to port 5433 (see /srv/app/db.py). "
+            + "Nothing else happened. " * 20)
+    line = extractive.leaf("echo", text)
+    assert len(line.encode()) <= 512
+    assert line.startswith("echo: We looked around")
+    assert "port 5433" in line and "/srv/app/db.py" in line and "ConnectionError" in line
+    assert extractive.leaf("echo", text) == line  # deterministic
+
+
+def test_extractive_handles_chinese():
+    text = "今天我们讨论了部署的事情。" * 30 + "报错信息：连接端口5433超时。" + "最后决定明天再试。" * 30
+    line = extractive.leaf("user", text)
+    assert len(line.encode()) <= 512
+    assert "5433" in line and line.startswith("user: 今天")
+    assert line.encode("utf-8").decode("utf-8") == line
+
+
+def test_extractive_merge_keeps_both_halves():
+    left = "user: deploy app v2.3.1 to staging; " + "pi: checked the config files one by one. " * 8
+    right = "echo: Error: permission denied on /var/run/app.sock; " + "pi: retried with sudo and it worked. " * 8
+    line = extractive.merge(left, right)
+    assert len(line.encode()) <= 512
+    assert "v2.3.1" in line and "/var/run/app.sock" in line
+
+
+# ---- model specs -----------------------------------------------------------------------------------------
+
+
+def test_parse_spec_presets_and_refusals():
+    assert parse_spec("deepseek/deepseek-chat")["base_url"] == "https://api.deepseek.com"
+    assert parse_spec("openrouter/qwen/qwen3-8b")["model"] == "qwen/qwen3-8b"
+    assert parse_spec("ollama/llama3.2")["key_env"] is None
+    assert parse_spec("command", command="llm -m gpt-4o-mini")["command"] == "llm -m gpt-4o-mini"
+    for bad in (lambda: parse_spec("nope/x"), lambda: parse_spec("openai"), lambda: parse_spec("command"),
+                lambda: parse_spec("openai/x", key_env="sk-123 secret"), lambda: parse_spec("openai/x", base_url="ftp://x")):
+        with pytest.raises(BadInput):
+            bad()
+
+
+# ---- providers against a real local server -----------------------------------------------------------------
+
+LEAF = Task(0, 7, kind="echo", text="x" * 3000 + " token=sk-abcdefghijklmnopqrstuv123 at /tmp/a.log")
+
+
+def compactor_for(server, tmp_path, api="openai", **extra):
+    cfg = {"provider": api, "model": "m1", "base_url": server.url, "key_env": "TEST_LLM_KEY", "timeout": 1,
+           "price_in": 1.0, "price_out": 2.0, **extra}
+    return Compactor(cfg, BuildState(tmp_path))
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_every_fault_fails_one_call_then_the_node_builds(api, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-testkey-abcdefghijklmnop")
+    faults = ["500", "429", "hang", "malformed", "empty"]
+    with FakeLLM(api, faults=faults, hang=2.5) as server:
+        comp = compactor_for(server, tmp_path, api)
+        errors = []
+        for _ in faults:
+            with pytest.raises(CallFailed) as exc:
+                comp.build(LEAF, "0+1|user: hello")
+            errors.append(exc.value)
+        assert errors[1].retry_after == 1.0
+        assert "500" in str(errors[0]) and "1 s" in str(errors[2]) and "not JSON" in str(errors[3]) and "no text" in str(errors[4])
+        text, meta = comp.build(LEAF, "0+1|user: hello")
+        comp.close()
+    assert text == "user: summary of 7; pi: done. Extra words to pad the line a little."
+    assert meta["model"] == f"{api}/m1" and meta["tokens_in"] == 1000 and meta["tokens_out"] == 100
+    assert meta["cost"] == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
+    body = server.raw[-1].decode()
+    assert "sk-abcdefghijklmnopqrstuv123" not in body and "sk-testkey" not in body
+    assert "[api key redacted]" in body or "[secret redacted]" in body
+    key_header = "authorization" if api == "openai" else "x-api-key"
+    sent = {k.lower(): v for k, v in server.headers[-1].items()}[key_header]
+    assert "sk-testkey-abcdefghijklmnop" in sent
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_long_output_is_cut_to_512_bytes(api, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api, faults=["long"]) as server:
+        text, _ = compactor_for(server, tmp_path, api).build(LEAF)
+    assert 256 <= len(text.encode()) <= 512
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_reasoning_model_gets_more_tokens_once_and_it_is_remembered(api, tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api, reasoning=True) as server:
+        text, meta = compactor_for(server, tmp_path, api).build(LEAF)
+        assert [r["max_tokens"] for r in server.requests] == [170, 1194]
+        assert meta["tokens_out"] == 200
+        # a new process (a new Compactor on the same state file) asks with room straight away
+        compactor_for(server, tmp_path, api).build(LEAF)
+        assert [r["max_tokens"] for r in server.requests] == [170, 1194, 1194]
+    assert text.startswith("user: summary of 7")
+    assert BuildState(tmp_path).extra_tokens == {f"{api}/m1": 1024}
+
+
+def test_missing_key_variable_is_a_call_failure(tmp_path, monkeypatch):
+    monkeypatch.delenv("TEST_LLM_KEY", raising=False)
+    with FakeLLM("openai") as server:
+        with pytest.raises(CallFailed, match="TEST_LLM_KEY"):
+            compactor_for(server, tmp_path).build(LEAF)
+        assert server.requests == []
+
+
+def test_command_provider_reads_the_prompt_on_stdin(tmp_path):
+    script = tmp_path / "fake.sh"
+    script.write_text("#!/bin/sh\ncat > \"$(dirname \"$0\")/prompt.txt\"\necho 'user: from the command'\n")
+    script.chmod(0o755)
+    comp = Compactor({"provider": "command", "command": str(script)}, BuildState(tmp_path))
+    text, meta = comp.build(LEAF, "0+1|user: hi")
+    assert text == "user: from the command"
+    prompt = (tmp_path / "prompt.txt").read_text()
+    assert "<chat>\n0+1|user: hi\n</chat>" in prompt and "Compaction: compress message 7" in prompt
+    assert "sk-abcdefghijklmnopqrstuv123" not in prompt
+    bad = Compactor({"provider": "command", "command": "exit 3"}, BuildState(tmp_path))
+    with pytest.raises(CallFailed, match="exited 3"):
+        bad.build(LEAF)

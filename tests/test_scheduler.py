@@ -1,0 +1,165 @@
+"""The scheduler, build-tree and status against real local HTTP servers with injected faults."""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+import orjson
+import pytest
+
+from llm_server import FakeLLM
+from pimem import Memory, scheduler
+from pimem.compactor.state import BuildState
+
+SECRETS = ["sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", "AKIAIOSFODNN7EXAMPLE", "ghp_0123456789abcdefghijklmnopqrstuvwxyz"]
+
+
+def long_text(n: int, words: int = 120) -> str:
+    return f"message {n}: " + " ".join(f"w{n}x{k}" for k in range(words)) + f". The port was {5000 + n}."
+
+
+def configure(home, server=None, api="openai", **compactor):
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = {"view": {"hi": 3000, "lo": 1500}, "cview": {"hi": 2000, "lo": 1000}}
+    if server is not None:
+        cfg["compactor"] = {"provider": api, "model": "m1", "base_url": server.url, "key_env": "TEST_LLM_KEY",
+                            "timeout": 1, "retry_seconds": 0.05, **compactor}
+    (home / "config.json").write_bytes(orjson.dumps(cfg))
+
+
+def fill(name: str, n: int, short_every: int = 3) -> Memory:
+    mem = Memory.at(name)
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % short_every == 0 else long_text(k)}
+                for k in range(n)])
+    return mem
+
+
+def stored_lines(mem) -> list[dict]:
+    return [orjson.loads(raw) for path in sorted((mem.path / "tree").glob("*.jsonl")) for raw in path.read_bytes().splitlines()]
+
+
+def assert_complete(mem):
+    found = scheduler.survey(Memory.open(mem.name))
+    assert found["pending"] == 0 and found["built"] == found["nodes"]
+    lines = stored_lines(mem)
+    keys = collections.Counter((n["l"], n["i"]) for n in lines)
+    assert [k for k, c in keys.items() if c > 1] == []  # no node written twice
+    assert all(0 < len(n["text"].encode()) <= 512 for n in lines)
+    return lines
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_build_tree_survives_every_fault_and_builds_every_node_once(api, run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    faults = ["500", "429", "hang", "malformed", "empty", "long", "length", "500", "long"]
+    with FakeLLM(api, faults=faults, hang=1.5) as server:
+        configure(home, server, api)
+        mem = fill("m", 24)
+        out = run("build-tree", "m", "--retries", "50", "--json")
+    assert out.exit_code == 0, out.stderr
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    failed = [e for e in events if e["event"] == "failed"]
+    assert any("HTTP 500" in e["error"] for e in failed) and any("HTTP 429" in e["error"] for e in failed)
+    assert any("no answer within 1 s" in e["error"] for e in failed) and any("not JSON" in e["error"] for e in failed)
+    lines = assert_complete(mem)
+    built = [e for e in events if e["event"] == "built"]
+    assert sorted((e["l"], e["i"]) for e in built) == sorted((n["l"], n["i"]) for n in lines)
+    # one call per node, or two for the node whose first answer was "length" with no text
+    assert all(n["model"] == f"{api}/m1" and n["tokens_in"] in (1000, 2000) for n in lines)
+    assert max(len(n["text"].encode()) for n in lines) > 400  # the 4 KB reply was cut, not dropped
+    done = events[-1]
+    assert done["event"] == "done" and done["calls"] == len(lines) and done["gave_up"] == 0
+    assert BuildState(mem.path).failures == {}
+    assert not (mem.path / "lock.json").exists()
+
+
+def test_failures_exit_6_show_in_status_and_the_next_run_retries(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "500") as server:
+        configure(home, server)
+        fill("m", 6)
+        out = run("build-tree", "m")
+        assert out.exit_code == 6
+        assert "could not be built" in out.stderr
+        status = run("status", "m")
+        assert "failing   1+1: " in status.stdout and "HTTP 500" in status.stdout
+        row = orjson.loads(run("status", "m", "--json").stdout)
+        assert row["tree"]["pending"] > 0 and row["failures"][0]["tries"] == 1
+        server.faults = []
+        assert run("build-tree", "m").exit_code == 0
+    row = orjson.loads(run("status", "m", "--json").stdout)
+    assert row["tree"]["pending"] == 0 and row["failures"] == [] and row["spent"]["calls"] > 0
+    assert row["compactor"]["model"] == "openai/m1" and row["builder"] is None
+
+
+def test_secrets_never_reach_the_server_but_stay_in_the_log(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        mem = Memory.at("m")
+        mem.append([{"kind": "user", "text": f"deploy with {SECRETS[0]} please"},  # short: in <chat> verbatim
+                    {"kind": "echo", "text": long_text(1) + f" AWS {SECRETS[1]} token {SECRETS[2]}"},
+                    {"kind": "user", "text": long_text(2) + " postgres://admin:hunter2hunter2@db/app"},
+                    {"kind": "pi", "text": long_text(3)}])
+        assert run("build-tree", "m").exit_code == 0
+    assert server.raw
+    everything = b"".join(server.raw).decode()
+    for secret in SECRETS + ["hunter2hunter2"]:
+        assert secret not in everything
+    assert "[api key redacted]" in everything and "[aws key redacted]" in everything
+    assert SECRETS[1] in Memory.open("m").message(1)["text"]
+
+
+def test_leaves_first_in_a_window_of_eight(home, monkeypatch):
+    """optchat-spec §3 vector: T=20, leaves 0–9 built, 10–19 unbuilt: leaves 10–17 take all 8 slots."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    gate = threading.Event()
+    with FakeLLM("openai", faults=lambda n, body: gate.wait(10) and None) as server:
+        configure(home, server)
+        mem = Memory.at("m")
+        mem.append([{"kind": "user", "text": long_text(k)} for k in range(20)])
+        mem.write_nodes([(0, k, f"user: leaf {k} " + "x" * 300, {}) for k in range(10)])
+        sched = scheduler.Scheduler()
+        sched.add(scheduler.Builder(Memory.open("m"), retries=0))
+        runner = threading.Thread(target=sched.run, kwargs={"once": True})
+        runner.start()
+        while len(server.requests) < 8:
+            threading.Event().wait(0.02)
+        threading.Event().wait(0.2)  # nothing else may start while 8 calls are in flight
+        first = [r["messages"][1]["content"].rsplit("compress message ", 1)[1].split()[0] for r in server.requests]
+        gate.set()
+        runner.join(30)
+    assert sorted(map(int, first)) == list(range(10, 18))
+    assert_complete(mem)
+
+
+def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.05) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 30)
+        dry = run("build-tree", "m", "--dry-run", "--json")
+        assert dry.exit_code == 0 and server.requests == []
+        row = orjson.loads(dry.stdout)
+        assert row["leaves"] == 20 and row["calls"] >= 20 and row["cost"] > 0
+        assert "at most" in run("build-tree", "m", "--dry-run").stdout
+        out = run("build-tree", "m", "--max-cost", "0.005")
+        assert out.exit_code == 6 and "stopped before spending more than $0.005" in out.stderr
+        spent = scheduler.spent(Memory.open("m"))
+        assert 0 < spent["cost"] <= 0.005 + 8 * 0.0012
+        assert spent["calls"] < 20
+    unpriced = run("model", "m", "openai/x", "--base-url", server.url)
+    assert unpriced.exit_code == 0
+    assert run("build-tree", "m", "--max-cost", "1").exit_code == 2
+
+
+def test_offline_build_tree_and_the_view(run, home):
+    configure(home)
+    mem = fill("m", 200)
+    out = run("build-tree", "m")
+    assert out.exit_code == 0 and "written by extractive" in out.stderr
+    lines = assert_complete(mem)
+    assert {n["model"] for n in lines} == {"extractive"}
+    assert "(not summarized yet" not in run("view", "m").stdout
+    assert run("build-tree", "m", "--json").stdout.splitlines()[-1].startswith('{"event":"done"')

@@ -1,0 +1,137 @@
+"""``watch`` as a real process: it notices new messages, holds the lease, shuts down on SIGTERM, and a
+successor after SIGKILL neither loses nor duplicates work."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import time
+
+import orjson
+
+from conftest import pimem_cmd, subprocess_env
+from llm_server import FakeLLM
+from pimem import Memory, lease, scheduler
+from test_scheduler import configure, fill, long_text, stored_lines
+
+
+def start_watch(*args, **env):
+    return subprocess.Popen(pimem_cmd("watch", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(TEST_LLM_KEY="k", **env))
+
+
+def until(check, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting")
+
+
+def complete(name):
+    found = scheduler.survey(Memory.open(name))
+    return found["pending"] == 0
+
+
+def test_watch_builds_new_messages_holds_the_lease_and_stops_on_sigterm(home):
+    configure(home)
+    mem = fill("m", 5)
+    watcher = start_watch("m", "--json")
+    try:
+        until(lambda: lease.holder(mem))
+        until(lambda: complete("m"))
+        mem.append([{"kind": "user", "text": long_text(k)} for k in range(5, 9)])
+        until(lambda: complete("m"), timeout=10)  # noticed within the poll, not at the next start
+        record = lease.holder(mem)
+        assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "started", "beat"}
+        second = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=60, env=subprocess_env())
+        assert second.returncode == 4 and b"being built by pid" in second.stderr
+        assert subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, timeout=60, env=subprocess_env()).returncode == 4
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert events[0] == {"event": "watching", "memory": "m"}
+    assert not (mem.path / "lock.json").exists()
+
+
+def test_a_waiting_watcher_takes_over_when_the_first_stops(home):
+    configure(home)
+    mem = fill("m", 3)
+    first = start_watch("m")
+    until(lambda: lease.holder(mem))
+    second = start_watch("m", "--wait")
+    time.sleep(1.0)
+    assert second.poll() is None and lease.holder(mem)["pid"] == first.pid
+    first.send_signal(signal.SIGINT)
+    first.communicate(timeout=30)
+    until(lambda: (lease.holder(mem) or {}).get("pid") == second.pid)
+    mem.append([{"kind": "user", "text": long_text(9)}])
+    until(lambda: complete("m"))
+    second.send_signal(signal.SIGTERM)
+    second.communicate(timeout=30)
+    assert second.returncode == 0
+
+
+def test_sigkill_mid_build_loses_and_duplicates_nothing(home):
+    with FakeLLM("openai", latency=0.15) as server:
+        configure(home, server)
+        mem = fill("m", 60, short_every=1000)
+        watcher = start_watch("m")
+        until(lambda: len(stored_lines(mem)) >= 10)
+        os.kill(watcher.pid, signal.SIGKILL)
+        watcher.communicate(timeout=30)
+        before = stored_lines(mem)
+        assert not complete("m")
+        assert orjson.loads((mem.path / "lock.json").read_bytes())["pid"] == watcher.pid  # left behind
+        successor = start_watch("m")  # the holder is dead: its lease is taken over
+        try:
+            until(lambda: complete("m"), timeout=60)
+        finally:
+            successor.send_signal(signal.SIGTERM)
+            successor.communicate(timeout=30)
+    lines = stored_lines(mem)
+    assert lines[: len(before)] == before  # nothing written before the kill was lost or rewritten
+    keys = collections.Counter((n["l"], n["i"]) for n in lines)
+    assert max(keys.values()) == 1
+    assert scheduler.survey(mem)["built"] == scheduler.tree_size(60)
+
+
+def test_two_watchers_started_together_never_both_build(home):
+    with FakeLLM("openai", latency=0.05) as server:
+        configure(home, server)
+        mem = fill("m", 30, short_every=1000)
+        a, b = start_watch("m"), start_watch("m")
+        until(lambda: a.poll() is not None or b.poll() is not None)
+        loser, winner = (a, b) if a.poll() is not None else (b, a)
+        assert loser.returncode == 4
+        until(lambda: complete("m"), timeout=60)
+        winner.send_signal(signal.SIGTERM)
+        winner.communicate(timeout=30)
+        loser.communicate(timeout=30)
+    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
+    assert max(keys.values()) == 1
+    assert len(server.requests) == len(keys)  # every call was made once, by the winner
+
+
+def test_watch_without_names_covers_every_memory_including_new_ones(home):
+    configure(home)
+    fill("a", 3)
+    watcher = start_watch()
+    try:
+        until(lambda: lease.holder(Memory.open("a")))
+        fill("b", 4)  # created after the watcher started
+        until(lambda: lease.holder(Memory.open("b")), timeout=15)
+        until(lambda: complete("a") and complete("b"))
+        again = subprocess.run(pimem_cmd("watch"), capture_output=True, timeout=60, env=subprocess_env())
+        assert again.returncode == 4 and b"already being built" in again.stderr
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=30)
+    assert watcher.returncode == 0
+    assert not (home / "a" / "lock.json").exists() and not (home / "b" / "lock.json").exists()
