@@ -259,11 +259,7 @@ class Tree:
         self.append_many([(l, i, text, meta)])
 
     def append_many(self, nodes: list[tuple[int, int, str, dict | None]]) -> None:
-<<<<<<< HEAD
-        """Write node lines ``(l, i, text, meta)`` with one write and one fsync, then index them."""
-=======
         """Write node lines ``(l, i, text, meta)`` to today's tree file with one fsync, and index them."""
->>>>>>> main
         data = b"".join(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}) + b"\n"
                         for l, i, text, meta in nodes)
         ensure_dir(self.dir)
@@ -272,13 +268,9 @@ class Tree:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         try:
             _seal(fd, path)
-<<<<<<< HEAD
-            os.write(fd, data)
-=======
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
->>>>>>> main
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -295,11 +287,8 @@ class Tree:
         starting up)."""
         count = self.count() if count is None else count
         self.catch_up()
-<<<<<<< HEAD
-=======
         if not self._seen:
             return set()
->>>>>>> main
         return {(l, i) for l, i in self.db.execute("SELECT l, i FROM tree_nodes") if (i + 1) << l <= count}
 
     # ---- what the scheduler asks -------------------------------------------------------------------
