@@ -152,6 +152,9 @@ def find(items: list[dict], query: str | None = None, status: str | None = None,
     """Filter by status (default: live; ``all`` for every status) and kind, then rank by ``query``.
 
     Without a query: pinned, then active, then provisional (then resolved, superseded), newest first."""
+    if status is not None and status not in ("live", "all", *STATUSES):
+        raise BadInput(f"unknown status {status!r}: use live, all, {', '.join(STATUSES)}")
+    _check_choice(kind, KINDS, "kind")
     if status in (None, "live"):
         items = [r for r in items if r["status"] in LIVE]
     elif status != "all":
