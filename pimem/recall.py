@@ -315,7 +315,7 @@ def _block(item: dict) -> str:
             head += f" {key}={item[key]}"
     held = item.get("held")
     if held:
-        head += f" held={held['held']}" + (f" in {held['label']}" if held["n"] > 1 else "")
+        head += f" held={held['held']}" + (f" {held['label']}" if held["n"] > 1 else "")
     if item.get("files"):
         head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
     if "snippet" in item:
