@@ -65,7 +65,7 @@ _pimem() {
     search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; slots="2+"; nodes="" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
+    view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
     watch) opts="--wait --json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;

@@ -306,8 +306,9 @@ complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --h
 
 # view
 complete -c pimem -n '__fish_seen_subcommand_from view' -l compactor -d 'The compactor\'s view (cut at its first unbuilt line).'
-complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'Wait up to S seconds for pending summaries (a running watcher builds them).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'First wait up to S seconds for summaries a running watcher is writing.'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l stats -d 'Bytes, lines and lines per level instead of the lines.'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'
