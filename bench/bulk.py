@@ -21,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 
+from startup import LOG_ONLY  # pimem with the view update switched off: the log's own cost
+
 ROOT = Path(__file__).resolve().parent.parent
 
 BASELINE_APPEND = r"""
@@ -36,9 +38,6 @@ for line in sys.stdin.buffer:
 chunk.append(b""); os.write(out, b"\n".join(chunk)); os.fsync(out)
 print(i)
 """
-
-# pimem with Memory._after_append (the view update of issue 4) switched off: the log's own cost
-LOG_ONLY = "import sys; from pimem.memory import Memory; Memory._after_append = lambda *a: None; from pimem.cli import main; main(sys.argv[1:])"
 
 BASELINE_SINCE = r"""
 import sys, orjson
