@@ -42,6 +42,8 @@ COMMANDS = {
     "model": "model",
     "build-tree": "build_tree",
     "watch": "watch",
+    "search": "search",
+    "reindex": "reindex",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.

@@ -69,6 +69,7 @@ class Memory:
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
         self._views_stamp = None
+        self._index = None
 
     # ---- opening -----------------------------------------------------------------------------------------
 
@@ -202,12 +203,37 @@ class Memory:
         return self.log.entries(start, stop)
 
     def message(self, i: int) -> dict:
-        """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist."""
+        """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
+        when there is one, else a scan of the log file that holds ``i``."""
         if i < 0:
             raise NotFound(f"no message {i} in '{self.name}': message numbers start at 0")
+        if self.has_index():
+            msg = self.index().message(i)
+            if msg is not None:
+                return msg
         for msg in self.log.read(i, i + 1):
             return msg
         raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} messages (0…{self.count() - 1})")
+
+    # ---- the derived index (index.sqlite) ----------------------------------------------------------------
+
+    def index(self):
+        """The search and lookup index (``pimem.index.Index``); callers catch it up when they need it whole."""
+        if self._index is None:
+            from .index import Index
+
+            self._index = Index(self.path, self.log)
+        return self._index
+
+    def close(self) -> None:
+        """Close the database connections and files held for derived state (reopened on next use)."""
+        if self._index is not None:
+            self._index.close()
+        if self._tree is not None:
+            self._tree.close()
+
+    def has_index(self) -> bool:
+        return self._index is not None or (self.path / "index.sqlite").exists()
 
     def first_at(self, moment: datetime) -> int | None:
         """The first ``i`` whose date is at or after ``moment``."""
