@@ -54,7 +54,7 @@ Cost = Callable[[int, int, "str | None", "int | None"], int]
 
 def line_bytes_cost(l: int, i: int, text: str | None, size: int | None) -> int:
     """Bytes of the rendered line ``id+n|text`` plus its newline."""
-    head = len(label(l, i)) + 1
+    head = len(str(i << l)) + len(str(1 << l)) + 2
     if text is None:
         return head + len(PLACEHOLDER) + 1
     return head + (byte_size(text) if size is None else size) + 1
@@ -81,6 +81,7 @@ class View:
         self.T = 0
         self.ready: dict[int, list[int]] = {}  # level -> sorted left-child i of pairs whose parent may be built
         self.blocked: dict[int, list[int]] = {}  # level -> pairs whose parent is known to be unbuilt
+        self.n_ready = 0  # pairs in ``ready``
         self.changes = 0  # pushes, merges and filled placeholders so far
 
     # ---- shape -------------------------------------------------------------------------------------------
@@ -106,6 +107,7 @@ class View:
 
     def _add_pair(self, l: int, i: int) -> None:
         bisect.insort(self.ready.setdefault(l, []), i)
+        self.n_ready += 1
 
     @staticmethod
     def _remove(table: dict[int, list[int]], l: int, i: int) -> bool:
@@ -118,8 +120,14 @@ class View:
         return False
 
     def _block(self, l: int, i: int) -> None:
-        self._remove(self.ready, l, i)
+        self._remove_ready(l, i)
         bisect.insort(self.blocked.setdefault(l, []), i)
+
+    def _remove_ready(self, l: int, i: int) -> bool:
+        if self._remove(self.ready, l, i):
+            self.n_ready -= 1
+            return True
+        return False
 
     def _unblock(self, l: int, i: int) -> None:
         if self._remove(self.blocked, l, i):
@@ -170,7 +178,7 @@ class View:
 
     def _merge(self, l: int, i: int, text: str) -> None:
         j = self.find(l, i)
-        self._remove(self.ready, l, i) or self._remove(self.blocked, l, i)
+        self._remove_ready(l, i) or self._remove(self.blocked, l, i)
         p = i // 2
         cost = self.cost(l + 1, p, text, None)
         self.text(j), self.text(j + 1)  # their costs are known once loaded
@@ -198,13 +206,24 @@ class View:
 
     def best(self) -> tuple[int, int] | None:
         """The most due sibling pair (its left child ``(l, i)``), built parent or not. At one level the
-        oldest pair is the most due, so one candidate per level is enough."""
+        oldest pair is the most due, so one candidate per level is enough. (``_more_due``, inlined: this
+        runs once per merge.)"""
+        T = self.T
         pick = None
+        pl = pi = pd = 0
         for table in (self.ready, self.blocked):
             for l, lst in table.items():
-                if lst and self._more_due((l, lst[0]), pick):
-                    pick = (l, lst[0])
-        return pick
+                if not lst:
+                    continue
+                i = lst[0]
+                d = T - (((i + 2) << l) - 1)
+                if pick is None:
+                    pick, pl, pi, pd = True, l, i, d
+                    continue
+                x, y = d << pl, pd << l
+                if x > y or (x == y and i << l < pi << pl):
+                    pl, pi, pd = l, i, d
+        return None if pick is None else (pl, pi)
 
     def _parent(self, l: int, i: int) -> str | None:
         """The parent's text of the pair at ``(l, i)`` if built; moves the pair to ``blocked`` if not."""
@@ -236,18 +255,19 @@ class View:
         if not self.shrinking and self.total > self.hi:
             self.shrinking = True
         while self.shrinking and self.total > self.lo:
-            pick = self.best()
-            if pick is None:
-                break
-            text = self._parent(*pick)
-            if text is None:  # wait for the most due pair, unless the view is past twice its budget
-                if self.total <= 2 * self.hi:
+            if self.total > 2 * self.hi:
+                # past twice the budget: the best pair whose parent is built (the most due one, if built)
+                found = self._best_built() if self.n_ready else None
+                if found is None:
                     break
-                fallback = self._best_built()
-                if fallback is None:
+                l, i, text = found
+            else:
+                pick = self.best()
+                text = None if pick is None else self._parent(*pick)
+                if text is None:  # the most due pair is not built yet: the batch waits for it
                     break
-                pick, text = fallback[:2], fallback[2]
-            self._merge(pick[0], pick[1], text)
+                l, i = pick
+            self._merge(l, i, text)
             done += 1
         if self.total <= self.lo:
             self.shrinking = False
@@ -330,6 +350,7 @@ class View:
             if not self._remove(self.ready, l, i):
                 raise ValueError(f"blocked pair at {start} is not a pair")
             self.blocked.setdefault(l, []).append(i)
+        self.n_ready = sum(len(lst) for lst in self.ready.values())
 
     def find_start(self, start: int) -> int:
         j = bisect.bisect_left(self.starts, start)
@@ -364,14 +385,14 @@ class Views:
     def should_save(self) -> bool:
         """After every change, unless the views are past twice their budget and long (a compactor is not
         keeping up, e.g. after a big import): saving the shape after every batch would then cost O(T) each
-        time, so it is saved after changes amounting to an eighth of its lines (O(1) amortised) and when the
+        time, so it is saved after as many changes as it has lines (O(1) amortised) and when the
         process ends; a reader catches up the rest from the log, with the same result."""
         if not self.dirty:
             return False
         lines = len(self.view.lines) + len(self.cview.lines)
         if lines <= AMORTISE_LINES or not (self.view.over() or self.cview.over()):
             return True
-        return self.changes - self.saved_changes >= lines // 8
+        return self.changes - self.saved_changes >= lines
 
     def push(self, texts: Iterable[tuple[str | None, int | None]]) -> None:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
@@ -446,9 +467,10 @@ def make(mem) -> Views:
     holder: list[Views] = []
 
     def resolve(l: int, i: int, left: str, right: str) -> str | None:
-        joined = f"{left}\n{right}"
-        if byte_size(joined) <= line_bytes:
-            return joined
+        if len(left) + len(right) < line_bytes:  # (characters never outnumber bytes)
+            joined = f"{left}\n{right}"
+            if byte_size(joined) <= line_bytes:
+                return joined
         return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
 
     def fetch(l: int, i: int) -> str:
@@ -551,11 +573,23 @@ def push_batch(mem, start: int, batch: list[dict]) -> None:
 
 
 def write(mem, views: Views) -> None:
-    """Save ``view.json`` atomically (caller holds the writer lock)."""
-    from .home import write_atomic
+    """Save ``view.json`` atomically (caller holds the writer lock): a temporary file renamed over it. It is
+    not fsync'd: it is derived and checksummed, so a crash can at worst leave the previous (or a damaged)
+    file, which is caught up or refolded, and an append pays one fsync (its log line), not two."""
+    import os
+
+    from .home import FILE_MODE
 
     path = mem.path / "view.json"
-    write_atomic(path, views.to_bytes())
+    tmp = path.with_name(f".view.json.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        data = memoryview(views.to_bytes())
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
     views.saved_changes = views.changes
     views.loaded = _stamp(path)
 
