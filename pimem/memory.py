@@ -379,7 +379,7 @@ class Memory:
             for l, i, text, _ in checked:
                 views.built(l, i, text)
             views.tree_seen = tree.file_sizes()
-            view.write(self, views)
+            view.save(self, views)
 
     def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:

@@ -566,6 +566,12 @@ def push_batch(mem, start: int, batch: list[dict]) -> None:
         else leaf_of({**msg, "i": start + n}, tree, line_bytes, empty)
         for n, msg in enumerate(batch)
     )
+    save(mem, views)
+
+
+def save(mem, views: Views) -> None:
+    """Save after a change (writer lock held), or leave it to the end of the process if saves are
+    amortised right now (see ``Views.should_save``)."""
     if views.should_save():
         write(mem, views)
     elif views.dirty:
