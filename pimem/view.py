@@ -364,6 +364,7 @@ class Views:
         self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost)
         self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
+        self.tree_reads = 0  # times the views caught up with the tree files
         self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
 
@@ -376,7 +377,13 @@ class Views:
 
     @property
     def changes(self) -> int:
-        return self.view.changes + self.cview.changes
+        return self.view.changes + self.cview.changes + self.tree_reads
+
+    def saw_tree(self, sizes: dict[str, int]) -> None:
+        """The views now know every node in the tree files up to these sizes (saved with them)."""
+        if sizes != self.tree_seen:
+            self.tree_seen = sizes
+            self.tree_reads += 1
 
     @property
     def dirty(self) -> bool:
@@ -533,14 +540,13 @@ def _catch_up(mem, views: Views, upto: int) -> None:
     sizes = tree.file_sizes()
     if sizes != views.tree_seen:
         tree.catch_up()
-        views.tree_seen = sizes
+        views.saw_tree(sizes)
         for v in views.both():
             for l, i, text, _ in [ln for ln in v.lines if ln[2] is None]:
                 found = tree.stored(l, i, views.T)
                 if found is not None:
                     v.built(l, i, found)
             v.unblock_all()
-            v.changes += 1
             v.fit()
     if views.T < upto:
         views.push(leaf_of(msg, tree, line_bytes, not sizes) for msg in mem.messages(views.T, upto))
