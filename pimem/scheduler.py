@@ -20,6 +20,7 @@ after checking that this process still holds the memory's lease.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import queue
 import threading
@@ -38,7 +39,8 @@ WINDOW = 8
 GRACE = 15.0
 RETRY_SECONDS = 10.0
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
-FLUSH_EVERY = 256  # nodes written per batch (offline builds); remote builds flush after every completion
+FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(view))
+FLUSH_SECONDS = 0.2  # and at least this often while nodes wait to be written (what a crash can cost)
 
 
 class LeaseLost(PimemError):
@@ -90,6 +92,7 @@ class Builder:
         self.next_leaf = 0  # the next message the leaf feed reads
         self.settled = 0  # nodes known built (replayed, free or written) in this run
         self._feed = None
+        self._cview = None  # (rendered compactor-view lines, the message each ends before)
 
     # ---- the leaf feed -----------------------------------------------------------------------------------
 
@@ -214,7 +217,13 @@ class Builder:
         return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
 
     def context(self, task: Task) -> str:
-        return "\n".join(self.mem.view_lines(compactor=True, end=context_end(task.l, task.i)))
+        """The compactor's view up to the task's boundary, from a copy refreshed after each write (rendering it
+        per call would cost more than the rest of the scheduler)."""
+        if self._cview is None:
+            lines = self.mem.view_lines(compactor=True)
+            self._cview = (lines, [_line_end(line) for line in lines])
+        lines, ends = self._cview
+        return "\n".join(lines[: bisect.bisect_right(ends, context_end(task.l, task.i))])
 
     def flush(self) -> None:
         """Write what was built, if this process still holds the lease."""
@@ -225,11 +234,18 @@ class Builder:
             raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
         batch, self.to_write = self.to_write, []
         self.mem.write_nodes(batch)
+        self._cview = None
 
     def pending(self) -> dict:
         """Counts for progress and status: nodes in the full tree of ``count`` messages that are not built."""
         return {"window": len(self.window), "ready": len(self.ready_leaves) + len(self.ready_merges),
                 "inflight": len(self.inflight), "waiting": len(self.waiting), "gave_up": len(self.gave_up)}
+
+
+def _line_end(line: str) -> int:
+    """The message a rendered line ``id+n|text`` ends before: id + n."""
+    start, _, n = line.partition("|")[0].partition("+")
+    return int(start) + int(n)
 
 
 def tree_size(count: int) -> int:
@@ -279,6 +295,7 @@ class Scheduler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _pool: _Pool | None = None
     _inflight: int = 0
+    _last_flush: float = 0.0
 
     def add(self, builder: Builder) -> None:
         self.builders.append(builder)
@@ -308,7 +325,7 @@ class Scheduler:
         progressed = False
         for builder in list(self.builders):
             if builder.compactor.offline:
-                for _ in range(FLUSH_EVERY):
+                for _ in range(256):  # then look at the other memories, the lease and the clock
                     task = builder.next_task(now)
                     if task is None:
                         break
@@ -386,16 +403,18 @@ class Scheduler:
                     last_progress = now
                     self.on_progress(self.builders)
                 if progressed:
-                    self._flush_if_big()
+                    self._flush_if_due()
                     continue
                 if once and not self._inflight and all(self._done_once(b) for b in self.builders):
                     break
                 if once and self.stopped_for_cost and not self._inflight:
                     break
                 dues = [d for d in (b.next_due() for b in self.builders) if d is not None]
+                if any(b.to_write for b in self.builders):
+                    dues.append(self._last_flush + FLUSH_SECONDS)
                 wait = min([self.poll] + [max(0.0, d - now) for d in dues])
                 self._collect(wait)
-                self._flush()
+                self._flush_if_due()
                 if time.monotonic() - last_look >= self.poll:
                     last_look = time.monotonic()
                     if not once:
@@ -410,9 +429,13 @@ class Scheduler:
         return builder.idle() or (not builder.inflight and not builder.ready_leaves and not builder.ready_merges
                                   and builder.retries is not None and not builder.waiting)
 
-    def _flush_if_big(self) -> None:
-        if any(len(b.to_write) >= FLUSH_EVERY for b in self.builders):
+    def _flush_if_due(self) -> None:
+        waiting = [b for b in self.builders if b.to_write]
+        if not waiting:
+            self._last_flush = time.monotonic()
+        elif time.monotonic() - self._last_flush >= FLUSH_SECONDS or any(len(b.to_write) >= FLUSH_EVERY for b in waiting):
             self._flush()
+            self._last_flush = time.monotonic()
 
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
