@@ -37,7 +37,7 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck import list map mcp memories message model recall remember rename since status view watch zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots="" nodes=""
@@ -59,11 +59,13 @@ _pimem() {
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
     model) opts="--base-url --key-env --command --price-in --price-out --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --home"; slots="1"; nodes="" ;;
     recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; slots="1"; nodes="" ;;
+    reindex) opts="--json --home -h --help"; valued="--home"; slots="1+"; nodes="" ;;
     remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1"; nodes="" ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
+    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; slots="2+"; nodes="" ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    view) opts="--compactor --wait --stats --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
+    view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
     watch) opts="--wait --json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;

@@ -87,8 +87,10 @@ complete -c pimem -n __fish_use_subcommand -a memories -d 'List, search or read 
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
 complete -c pimem -n __fish_use_subcommand -a model -d 'Show or set the compactor: the model that writes a memory\'s summaries.'
 complete -c pimem -n __fish_use_subcommand -a recall -d 'Bounded recall over a memory\'s messages, for agent tools: list, search or read.'
+complete -c pimem -n __fish_use_subcommand -a reindex -d 'Rebuild the search and lookup index (index.sqlite) of memories from their logs.'
 complete -c pimem -n __fish_use_subcommand -a remember -d 'Write an authoritative memory and print its id.'
 complete -c pimem -n __fish_use_subcommand -a rename -d 'Rename a memory; the old name keeps a pointer, so scripts using it still work.'
+complete -c pimem -n __fish_use_subcommand -a search -d 'Search the original messages of one or all memories; exit 1 when nothing matches.'
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
 complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, files on disk, and the summary tree: nodes built and pending,'
 complete -c pimem -n __fish_use_subcommand -a view -d 'Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.'
@@ -244,6 +246,12 @@ complete -c pimem -n '__fish_seen_subcommand_from recall' -l home -x -a '(__fish
 complete -c pimem -n '__fish_seen_subcommand_from recall' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home' -a '(__pimem_names)'
 
+# reindex
+complete -c pimem -n '__fish_seen_subcommand_from reindex' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from reindex' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from reindex' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from reindex; and __pimem_slot 1+ --home' -a '(__pimem_names)'
+
 # remember
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l pin -d 'Pin it: pinned memories come first in every context.'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l kind -x -d 'fact (default), preference, constraint, decision, working or derived.'
@@ -263,6 +271,20 @@ complete -c pimem -n '__fish_seen_subcommand_from rename' -l timeout -x -d 'Seco
 complete -c pimem -n '__fish_seen_subcommand_from rename' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from rename' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --timeout --home' -a '(__pimem_names)'
+
+# search
+complete -c pimem -n '__fish_seen_subcommand_from search' -l any -d 'Match messages holding any of the words, not all.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Best matches first (BM25 over the newest 10,000 matches) instead of newest first.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l kind -s k -x -d 'Only these kinds (repeatable).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l until -x -d 'Only messages dated before WHEN.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l before -x -d 'Only messages numbered below I (the next page after a hit #I).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l limit -s n -x -d 'At most this many hits.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l json -d 'One JSON object per line (NDJSON).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from search; and __pimem_slot 2+ --kind -k --since --until --before --limit -n --home' -a '(__pimem_names)'
 
 # since
 complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -d 'Stop before this date/time or #I.'
@@ -284,8 +306,9 @@ complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --h
 
 # view
 complete -c pimem -n '__fish_seen_subcommand_from view' -l compactor -d 'The compactor\'s view (cut at its first unbuilt line).'
-complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'Wait up to S seconds for pending summaries (a running watcher builds them).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'First wait up to S seconds for summaries a running watcher is writing.'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l stats -d 'Bytes, lines and lines per level instead of the lines.'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'

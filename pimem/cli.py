@@ -12,6 +12,7 @@ import os
 import sys
 
 import typer
+from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
 
 from .errors import PimemError
 
@@ -41,6 +42,8 @@ COMMANDS = {
     "model": "model",
     "build-tree": "build_tree",
     "watch": "watch",
+    "search": "search",
+    "reindex": "reindex",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
@@ -114,10 +117,25 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     app = build(command_of(args))
     try:
-        app(args=args, prog_name="pimem")
+        code = app(args=args, prog_name="pimem", standalone_mode=False)
     except BrokenPipeError:
         _quiet_stdout()
-        sys.exit(0)
+        code = 0
+    except ClickException as exc:
+        code = _usage_error(exc)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: ClickException) -> int:
+    """Usage errors go through the same boundary as ours: one line, ``pimem: error: …``, exit 2."""
+    if isinstance(exc, NoArgsIsHelpError):  # plain `pimem`: the help is the answer
+        exc.show()
+        return exc.exit_code
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    message = exc.format_message().rstrip(".")
+    sys.stderr.write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
+    return exc.exit_code
 
 
 def app() -> typer.Typer:

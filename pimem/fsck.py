@@ -8,9 +8,12 @@ line, a gap or a duplicate is explained, never rewritten.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Callable, Iterator
 
 import orjson
 
@@ -18,7 +21,10 @@ from . import message as msgs, when
 from .errors import PimemError
 from .memory import Memory
 
-_TORN_WRITE = re.compile(rb'\{"i":\d+[,}]')
+# how a line torn by a crash starts, per file: the first key a writer puts down
+_TORN_MESSAGE = re.compile(rb'\{"i":\d+[,}]')
+_TORN_NODE = re.compile(rb'\{"l":\d+')
+_TORN_EVENT = re.compile(rb'\{"')
 
 
 @dataclass
@@ -64,7 +70,44 @@ def _key(f: Finding) -> tuple:
 
 
 def _run_checks(mem: Memory) -> list[Finding]:
-    return check_log(mem)
+    return check_log(mem) + check_tree(mem) + check_view(mem) + check_chains(mem)
+
+
+def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern) -> Iterator[tuple[str, bytes, object]]:
+    """``(where, raw, parsed)`` for each complete line of a JSONL file. Adds a repairable finding for a torn last
+    line, a note for a torn write sealed earlier (it starts like a record of the file: ``torn_write``) and a
+    problem for any other line that is not JSON."""
+    rel = str(path.relative_to(mem.path))
+    lines = path.read_bytes().split(b"\n")
+    tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
+    for n, raw in enumerate(lines, 1):
+        where = f"{rel}:{n}"
+        if not raw.strip():
+            continue
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            if torn_write.match(raw):
+                found.append(Finding(mem.name, area, where, f"a write torn by a crash and later sealed ({len(raw)} bytes); skipped on read", fatal=False))
+            else:
+                found.append(Finding(mem.name, area, where, f"damaged line ({len(raw)} bytes) is not JSON; readers skip it, so anything it held is missing"))
+            continue
+        yield where, raw, obj
+    if tail:
+        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({len(tail)} bytes, no newline): a write cut by a crash",
+                             repair="seal it with a newline (readers already skip it)", action=functools.partial(_seal, path)))
+
+
+def _seal(path: Path, mem: Memory) -> None:
+    """End a torn last line with a newline (the only byte repair ever adds)."""
+    fd = os.open(path, os.O_RDWR | os.O_APPEND)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.write(fd, b"\n")
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def check_log(mem: Memory) -> list[Finding]:
@@ -77,21 +120,9 @@ def check_log(mem: Memory) -> list[Finding]:
         found.append(Finding(mem.name, "log", where, problem, **kw))
 
     for path in mem.log.files():
-        rel = f"main/{path.name}"
-        data = path.read_bytes()
-        lines = data.split(b"\n")
-        tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
-        for n, raw in enumerate(lines, 1):
-            where = f"{rel}:{n}"
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                obj = None
+        for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE):
             if type(obj) is not dict or type(obj.get("i")) is not int:
-                if _TORN_WRITE.match(raw) and obj is None:
-                    add(where, f"a write torn by a crash and later sealed ({len(raw)} bytes); skipped on read", fatal=False)
-                else:
-                    add(where, f"damaged line ({len(raw)} bytes) is not a message; readers skip it, so anything it held is missing")
+                add(where, f"damaged line ({len(raw)} bytes) is not a message; readers skip it, so anything it held is missing")
                 continue
             i = obj["i"]
             if i in where_is:
@@ -100,20 +131,81 @@ def check_log(mem: Memory) -> list[Finding]:
                 where_is[i] = where
             for problem in _message_problems(obj, path.name[:10]):
                 add(where, f"message {i}: {problem}")
-        if tail:
-            add(f"{rel}:{len(lines) + 1}", f"torn last line ({len(tail)} bytes, no newline): a write cut by a crash",
-                repair="seal it with a newline (readers already skip it)", action=_seal)
     for i, places in sorted(duplicates.items()):
         add(places[1], f"duplicate i={i}: also at {', '.join(p for p in places if p != places[1])}")
-    if where_is:
-        present = sorted(where_is)
-        expected = 0
-        for i in present:
-            if i > expected:
-                missing = f"i={expected}" if i == expected + 1 else f"i={expected}…{i - 1}"
-                after = f" after {where_is[expected - 1]}" if expected else ""
-                add(where_is[i], f"gap: no message {missing}{after}; readers stop here with exit 5")
-            expected = i + 1
+    expected = 0
+    for i in sorted(where_is):
+        if i > expected:
+            missing = f"i={expected}" if i == expected + 1 else f"i={expected}…{i - 1}"
+            after = f" after {where_is[expected - 1]}" if expected else ""
+            add(where_is[i], f"gap: no message {missing}{after}; readers stop here with exit 5")
+        expected = i + 1
+    return found
+
+
+def check_tree(mem: Memory) -> list[Finding]:
+    """The summary tree's files: each line a node of the log, within a line's bytes, built once."""
+    from .tree import byte_size, label
+
+    found: list[Finding] = []
+    count = mem.count()
+    line_bytes = int(mem.config["line_bytes"])
+    seen: dict[tuple[int, int], str] = {}
+    tree_dir = mem.path / "tree"
+    paths = sorted(tree_dir.glob("*.jsonl")) if tree_dir.is_dir() else []
+    for path in paths:
+        for where, raw, node in _lines(mem, "tree", path, found, _TORN_NODE):
+            l, i = (node.get("l"), node.get("i")) if type(node) is dict else (None, None)
+            if type(l) is not int or type(i) is not int or l < 0 or i < 0 or type(node.get("text")) is not str:
+                found.append(Finding(mem.name, "tree", where, f"damaged line ({len(raw)} bytes) is not a node; readers skip it"))
+                continue
+            name, text = label(l, i), node["text"]
+            if (l, i) in seen:
+                found.append(Finding(mem.name, "tree", where, f"node {name} built twice (first at {seen[l, i]}, which readers use)"))
+            seen.setdefault((l, i), where)
+            if (i + 1) << l > count:
+                found.append(Finding(mem.name, "tree", where, f"node {name} covers messages past the end of the log ({count})"))
+            if byte_size(text) > line_bytes:
+                found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the {line_bytes}-byte line"))
+            if node.get("size") != byte_size(text):
+                found.append(Finding(mem.name, "tree", where, f"node {name}: size is {node.get('size')!r}, the text makes it {byte_size(text)}"))
+    return found
+
+
+def check_view(mem: Memory) -> list[Finding]:
+    """view.json: it must restore as is (a refold would change the bytes the model has cached)."""
+    from . import view
+
+    path = mem.path / "view.json"
+    if not path.exists():
+        return [Finding(mem.name, "view", "view.json", "missing: the next reader folds the view afresh from the log and the tree", fatal=False)] if mem.count() else []
+    try:
+        view.make(mem).load(path.read_bytes(), mem.count())
+    except (ValueError, OSError) as exc:
+        return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="fold the view afresh from the log and the tree", action=_refold)]
+    return []
+
+
+def _refold(mem: Memory) -> None:
+    from . import view
+
+    view.current(mem, save=True)
+
+
+def check_chains(mem: Memory) -> list[Finding]:
+    """memory.jsonl and windows.jsonl: seq, prevHash and hash of every event (the trusted prefix ends at the
+    first bad one, and appends are refused after it until a person repairs the file)."""
+    from .chain import memory_chain, window_chain
+
+    found: list[Finding] = []
+    for chain in (memory_chain(mem.path), window_chain(mem.path)):
+        if not chain.path.exists():
+            continue
+        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT):
+            pass
+        problem = chain.read().problem
+        if problem:
+            found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), chain.path.name, f"{problem}; later events are not trusted and appends are refused"))
     return found
 
 
@@ -146,6 +238,3 @@ def problems(findings: list[Finding]) -> list[Finding]:
     """The findings that still need a person (or ``--repair``)."""
     return [f for f in findings if f.fatal and not f.repaired]
 
-
-def _seal(mem: Memory) -> None:
-    mem.log.seal()

@@ -1,72 +1,32 @@
 """Moving whole memories: rename (the old name keeps a pointer) and delete (into ``<home>/.trash``).
 
-Both refuse while a watcher holds the memory's lease (``lock.json``, written by ``pimem watch``), naming the
-process, and both take the writer lock so no append is cut in half by the move.
+Both refuse while a watcher holds the memory's lease (``lock.json``, see ``pimem.lease``), naming the process,
+and both take the writer lock, under which leases are taken, so no append or lease is cut in half by the move.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from datetime import datetime
 from pathlib import Path
 
 import orjson
 
 from . import env, home as homes
-from .errors import BadInput, Busy, NotFound
-from .memory import Memory, read_json
-
-# a watcher on another host is taken as alive while its heartbeat is this recent (seconds)
-FOREIGN_BEAT_FRESH = 180
-
-
-def watcher(mem: Memory) -> dict | None:
-    """The live lease in ``lock.json`` (``{pid, token, host, started, beat}``), or None when there is none
-    or its holder is gone: on this host, its process no longer exists; elsewhere, its heartbeat is stale."""
-    try:
-        lease = read_json(mem.path / "lock.json")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(lease, dict) or not lease.get("pid"):
-        return None
-    if lease.get("host") in (None, socket.gethostname()):
-        return lease if _process_alive(lease["pid"]) else None
-    beat = _epoch(lease.get("beat"))
-    return lease if beat is not None and env.now().timestamp() - beat < FOREIGN_BEAT_FRESH else None
-
-
-def _process_alive(pid) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except (ValueError, TypeError, OverflowError):
-        return False
-    return True
-
-
-def _epoch(beat) -> float | None:
-    """A heartbeat stored as seconds since the epoch or as an RFC 3339 string."""
-    if isinstance(beat, (int, float)):
-        return float(beat)
-    if isinstance(beat, str):
-        try:
-            return datetime.fromisoformat(beat.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
-
+from .errors import BadInput, Busy
+from .memory import Memory
 
 def refuse_if_watched(mem: Memory, doing: str) -> None:
-    lease = watcher(mem)
+    """``Busy`` naming the process while a live watcher (or build-tree) holds the memory's lease."""
+    from .lease import holder
+
+    lease = holder(mem)
     if lease is not None:
         where = f" on {lease['host']}" if lease.get("host") and lease["host"] != socket.gethostname() else ""
-        since = f", watching since {lease['started']}" if lease.get("started") else ""
+        since = f", since {lease['started']}" if lease.get("started") else ""
         raise Busy(
-            f"cannot {doing} '{mem.name}': pimem watch (pid {lease['pid']}{where}{since}) holds it; stop that process first"
+            f"cannot {doing} '{mem.name}': a tree builder, pimem watch or build-tree (pid {lease['pid']}{where}{since}), "
+            "holds it; stop that process first"
         )
 
 

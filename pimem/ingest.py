@@ -3,6 +3,7 @@ any of their lines is written."""
 
 from __future__ import annotations
 
+import select
 from typing import BinaryIO, Iterator
 
 import orjson
@@ -28,15 +29,39 @@ def read_text(stream: BinaryIO) -> str:
         raise BadInput(f"stdin is not valid UTF-8 (byte {exc.start})") from None
 
 
-def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[int, list]]:
-    """``(first line number, records)`` batches from an NDJSON stream. A batch ends at 10,000 lines,
-    32 MiB, end of input, or whenever the input has momentarily run dry (so a live stream is logged as it
-    arrives). Blank lines are skipped; a line that is not a JSON object raises ``BadInput`` with its number."""
+class LineLabels:
+    """``labels[n]`` names the ``n``-th record of a batch by its input line ("line 12"); built only when an
+    error needs it, so a million-line stream does not format a million labels."""
+
+    def __init__(self, numbers: list[int]):
+        self.numbers = numbers
+
+    def __getitem__(self, n: int) -> str:
+        return f"line {self.numbers[n]}"
+
+
+def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
+    """Whether more input arrives within ``seconds``: a pipe from a fast producer keeps filling one batch,
+    while a live stream that has gone quiet is logged at once."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(seconds * 1000))
+
+
+def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
+    """``(records, labels)`` batches from an NDJSON stream. A batch ends at 10,000 lines, 32 MiB, end of
+    input, or whenever the input has gone quiet after a whole line (so a live stream is logged as it
+    arrives). Blank lines are
+    skipped; a line that is not a JSON object raises ``BadInput`` with its number."""
     pending = b""
     line_no = 0
-    batch: list = []
+    records: list = []
+    numbers: list[int] = []
     batch_bytes = 0
-    first = 1
     read = _reader(stream)
     while True:
         data = read(_READ)
@@ -48,24 +73,24 @@ def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[int, list]]:
         pending = lines.pop()
         for raw in lines:
             line_no += 1
-            if not raw.strip():
+            if not raw or raw.isspace():
                 continue
             try:
                 record = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
                 reason = "not valid UTF-8" if "utf-8" in str(exc).lower() else "not valid JSON"
                 raise BadInput(f"line {line_no}: {reason}") from None
-            if not isinstance(record, dict):
+            if type(record) is not dict:
                 raise BadInput(f"line {line_no}: expected a JSON object with kind and text")
-            if not batch:
-                first = line_no
-            batch.append((line_no, record))
+            records.append(record)
+            numbers.append(line_no)
             batch_bytes += len(raw)
-            if len(batch) >= BATCH_LINES or batch_bytes >= BATCH_BYTES:
-                yield first, batch
-                batch, batch_bytes = [], 0
-        if batch and (eof or len(data) < _READ):
-            yield first, batch
-            batch, batch_bytes = [], 0
+            if len(records) >= BATCH_LINES or batch_bytes >= BATCH_BYTES:
+                yield records, LineLabels(numbers)
+                records, numbers, batch_bytes = [], [], 0
+        # a live stream is logged as it arrives, but never while a line is half-written: its writer is mid-line
+        if records and (eof or (len(data) < _READ and not pending and not _more_waiting(stream))):
+            yield records, LineLabels(numbers)
+            records, numbers, batch_bytes = [], [], 0
         if eof:
             return

@@ -152,6 +152,9 @@ def find(items: list[dict], query: str | None = None, status: str | None = None,
     """Filter by status (default: live; ``all`` for every status) and kind, then rank by ``query``.
 
     Without a query: pinned, then active, then provisional (then resolved, superseded), newest first."""
+    if status is not None and status not in ("live", "all", *STATUSES):
+        raise BadInput(f"unknown status {status!r}: use live, all, {', '.join(STATUSES)}")
+    _check_choice(kind, KINDS, "kind")
     if status in (None, "live"):
         items = [r for r in items if r["status"] in LIVE]
     elif status != "all":
@@ -164,6 +167,7 @@ def find(items: list[dict], query: str | None = None, status: str | None = None,
     return sorted(items, key=lambda r: STATUSES.index(r["status"]))
 
 
+K1, B, TF_CAP = 1.2, 0.75, 8
 _STATUS_BONUS = {"pinned": 0.8, "active": 0.55, "provisional": 0.0, "superseded": -0.8, "resolved": -1.2}
 _AUTHOR_BONUS = {"user": 0.4, "model": 0.0, "rule": -0.2}
 _PRIORITY_BONUS = {"high": 0.2, "normal": 0.08, "low": 0.0}
@@ -192,9 +196,9 @@ def rank(items: list[dict], query: str) -> list[dict]:
         length = sum(counts.values()) or 1
         score = 0.0
         for t in matched:
-            tf = min(counts[t], 8)
+            tf = min(counts[t], TF_CAP)
             idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
-            score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * length / (avg or 1)))
+            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / (avg or 1)))
         score += 1.6 if len(matched) == len(wanted) else 0.0
         score += 1.2 if len(wanted) > 1 and phrase in flat else 0.0
         score += _STATUS_BONUS[record["status"]] + _AUTHOR_BONUS[record["author"]] + _PRIORITY_BONUS[record["priority"]]
@@ -209,7 +213,7 @@ def rank(items: list[dict], query: str) -> list[dict]:
 def _moment(stamp: str) -> datetime:
     try:
         return when.parse_stored(stamp)
-    except Exception:
+    except BadInput:  # a hand-written event with a bad date sorts as oldest
         return datetime.fromtimestamp(0).astimezone()
 
 

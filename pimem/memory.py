@@ -11,7 +11,7 @@ import copy
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import orjson
 
@@ -69,6 +69,7 @@ class Memory:
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
         self._views_stamp = None
+        self._index = None
 
     # ---- opening -----------------------------------------------------------------------------------------
 
@@ -130,19 +131,21 @@ class Memory:
 
     # ---- writing -----------------------------------------------------------------------------------------
 
-    def prepare(self, records: Iterable[dict], labels: list[str] | None = None) -> list[dict]:
-        """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels`` if given)
-        before anything is written."""
+    def prepare(self, records: Iterable[dict], labels: Sequence[str] | None = None) -> list[dict]:
+        """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels[n]`` if given)
+        before anything is written. Records without a date get one timestamp for the whole batch."""
         cap = int(self.config.get("max_text_bytes", msgs.DEFAULT_CAP))
-        records = list(records)
+        records = records if isinstance(records, list) else list(records)
         stamp = when.rfc3339(env.now())
-        out = []
-        for n, record in enumerate(records):
-            try:
-                out.append(msgs.normalise(record, cap, stamp))
-            except BadInput as exc:
-                label = labels[n] if labels else (f"message {n + 1}" if len(records) > 1 else None)
-                raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
+        normalise = msgs.normalise
+        out: list[dict] = []
+        try:
+            for record in records:
+                out.append(normalise(record, cap, stamp))
+        except BadInput as exc:
+            n = len(out)
+            label = labels[n] if labels is not None else (f"message {n + 1}" if len(records) > 1 else None)
+            raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
         return out
 
     def append(self, records: Iterable[dict], timeout: float | None = None, prepared: bool = False) -> list[int]:
@@ -158,6 +161,33 @@ class Memory:
             self._after_append(start, batch)
         return ids
 
+    def append_stream(self, batches: Iterable[list[dict]], timeout: float | None = None) -> Iterator[list[int]]:
+        """Log a stream of batches of prepared messages, yielding each batch's ``i`` once it is durable.
+
+        While one batch is being written and fsync'd, the next is pulled from ``batches`` (read and
+        validated), so disk time overlaps parsing. Each batch is still written whole or not at all, in order.
+        When pulling a batch raises (bad input), the batch already being written is finished and yielded
+        first, then the error propagates."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        source = iter(batches)
+        with ThreadPoolExecutor(1, thread_name_prefix="pimem-append") as writer:
+            pending = None
+            while True:
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    break
+                except BaseException:
+                    if pending is not None:
+                        yield pending.result()
+                    raise
+                if pending is not None:
+                    yield pending.result()
+                pending = writer.submit(self.append, batch, timeout, True)
+            if pending is not None:
+                yield pending.result()
+
     def _after_append(self, start: int, batch: list[dict]) -> None:
         """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""
         from . import view
@@ -172,33 +202,66 @@ class Memory:
     def messages(self, start: int = 0, stop: int | None = None) -> Iterator[dict]:
         return self.log.read(start, stop)
 
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
+        """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
+        return self.log.entries(start, stop)
+
     def message(self, i: int) -> dict:
-        """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist."""
+        """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
+        when there is one, else a scan of the log file that holds ``i``."""
         if i < 0:
             raise NotFound(f"no message {i} in '{self.name}': message numbers start at 0")
+        if self.has_index():
+            msg = self.index().message(i)
+            if msg is not None:
+                return msg
         for msg in self.log.read(i, i + 1):
             return msg
         raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} messages (0…{self.count() - 1})")
 
+    # ---- the derived index (index.sqlite) ----------------------------------------------------------------
+
+    def index(self):
+        """The search and lookup index (``pimem.index.Index``); callers catch it up when they need it whole."""
+        if self._index is None:
+            from .index import Index
+
+            self._index = Index(self.path, self.log)
+        return self._index
+
+    def close(self) -> None:
+        """Close the database connections and files held for derived state (reopened on next use)."""
+        if self._index is not None:
+            self._index.close()
+        if self._tree is not None:
+            self._tree.close()
+
+    def has_index(self) -> bool:
+        return self._index is not None or (self.path / "index.sqlite").exists()
+
     def first_at(self, moment: datetime) -> int | None:
         """The first ``i`` whose date is at or after ``moment``."""
-        for msg in self.log.read(self._start_near(moment)):
-            if when.parse_stored(msg["date"]) >= moment:
-                return msg["i"]
+        for msg, _ in self.since_entries(moment):
+            return msg["i"]
         return None
 
     def since(self, moment: datetime, until: datetime | None = None) -> Iterator[dict]:
         """Messages dated at or after ``moment`` (and before ``until``), in ``i`` order."""
-        for msg in self.log.read(self._start_near(moment)):
-            date = when.parse_stored(msg["date"])
-            if date >= moment and (until is None or date < until):
-                yield msg
+        for msg, _ in self.since_entries(moment, until):
+            yield msg
 
-    def _start_near(self, moment: datetime) -> int:
-        """The lowest ``i`` in any file that could hold dates at or after ``moment`` (files are named by
-        local day, and UTC offsets span 26 hours, so allow two days of slack)."""
-        day = moment.date().toordinal() - 2
-        cutoff = datetime.fromordinal(day).strftime("%Y-%m-%d")
+    def since_entries(self, moment: datetime, until: datetime | None = None) -> Iterator[tuple[dict, bytes]]:
+        """``since`` as ``(message, stored line)`` pairs."""
+        low = when.Threshold(moment)
+        high = when.Threshold(until) if until is not None else None
+        for entry in self.log.entries(self._start_near(low)):
+            date = entry[0]["date"]
+            if low.reached_by(date) and (high is None or not high.reached_by(date)):
+                yield entry
+
+    def _start_near(self, low: when.Threshold) -> int:
+        """The lowest ``i`` in any file that could hold dates at or after the threshold."""
+        cutoff = low.first_day()
         firsts = [first for first, _, path in self.log.ranges() if path.name[:10] >= cutoff]
         return min(firsts) if firsts else self.count()
 

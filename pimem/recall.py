@@ -158,6 +158,7 @@ class Found:
     total: int
     missing: list = field(default_factory=list)
     hidden: list = field(default_factory=list)
+    beyond: list = field(default_factory=list)  # ids read past the limit: reported as omitted
     next_page: int | None = None
     snippets: dict = field(default_factory=dict)
 
@@ -225,9 +226,8 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
         else:
             wanted[rec["id"]] = rec
     chosen = [wanted[i] for i in sorted(wanted)]
-    if not (request.raw and len(chosen) == 1):
-        chosen = chosen[: request.limit]
-    return Found("read", chosen, len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)))
+    beyond = [r["id"] for r in chosen[request.limit :]]
+    return Found("read", chosen[: request.limit], len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)), beyond=beyond)
 
 
 def search(records: list[dict], query: str, file: str | None) -> tuple[list[dict], dict]:
@@ -315,7 +315,7 @@ def _block(item: dict) -> str:
             head += f" {key}={item[key]}"
     held = item.get("held")
     if held:
-        head += f" held={held['held']}" + (f" in {held['label']}" if held["n"] > 1 else "")
+        head += f" held={held['held']}" + (f" {held['label']}" if held["n"] > 1 else "")
     if item.get("files"):
         head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
     if "snippet" in item:
@@ -345,8 +345,8 @@ def _notes_json(doc: dict, notes: dict) -> dict:
 def _lists(found: Found, ids: list) -> Callable[[int], dict]:
     def lists(k: int) -> dict:
         out = {}
-        if ids[k:]:
-            out["omitted"] = ids[k:]
+        if ids[k:] or found.beyond:
+            out["omitted"] = ids[k:] + found.beyond
         if found.hidden:
             out["hidden"] = found.hidden
         if found.missing:

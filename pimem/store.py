@@ -21,7 +21,8 @@ from .errors import IntegrityError
 from .home import FILE_MODE, ensure_dir
 from .message import day_of
 
-_TAIL_CHUNK = 64 * 1024
+_PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
+_READ_BUFFER = 1024 * 1024  # for streaming whole files
 
 
 def _parse(line: bytes) -> dict | None:
@@ -37,7 +38,7 @@ def _parse(line: bytes) -> dict | None:
 
 def _lines(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
     """Complete lines of a file with their byte offsets; a final fragment without newline is not yielded."""
-    with open(path, "rb", buffering=1024 * 1024) as f:
+    with open(path, "rb", buffering=_READ_BUFFER) as f:
         if start_offset:
             f.seek(start_offset)
         offset = start_offset
@@ -48,11 +49,44 @@ def _lines(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-class _FileInfo:
-    __slots__ = ("size", "first", "last")
+def _entries(path: Path) -> Iterator[tuple[dict, bytes]]:
+    """``(message, stored line)`` for each valid line of a file, in file order (``_parse`` inlined: this
+    loop runs once per message read)."""
+    loads, error = orjson.loads, orjson.JSONDecodeError
+    with open(path, "rb", buffering=_READ_BUFFER) as f:
+        for line in f:
+            if line[-1:] != b"\n":
+                return  # a torn last line
+            try:
+                msg = loads(line)
+            except error:
+                continue
+            if type(msg) is dict and type(msg.get("i")) is int:
+                yield msg, line
 
-    def __init__(self, size: int, first: int | None, last: int | None):
-        self.size, self.first, self.last = size, first, last
+
+def _groups(ranges: list[tuple[int, int, Path]]) -> list[list[Path]]:
+    """Files in ``i`` order: runs of files whose ranges overlap (imported history) form one group, read
+    by merging; every other file is a group of its own."""
+    groups: list[list[Path]] = []
+    group_last = -1
+    for first, last, path in ranges:
+        if groups and first <= group_last:
+            groups[-1].append(path)
+        else:
+            groups.append([path])
+        group_last = max(group_last, last)
+    return groups
+
+
+class _FileInfo:
+    """What a file's head and tail say: first and last valid ``i`` and whether its last line is torn.
+    Valid while the file's size is unchanged (the log only grows)."""
+
+    __slots__ = ("size", "first", "last", "torn")
+
+    def __init__(self, size: int, first: int | None, last: int | None, torn: bool):
+        self.size, self.first, self.last, self.torn = size, first, last, torn
 
 
 class Log:
@@ -70,43 +104,19 @@ class Log:
         return sorted(p for p in self.dir.iterdir() if p.name.endswith(".jsonl") and not p.name.startswith("."))
 
     def _file_info(self, path: Path) -> _FileInfo:
-        """First and last valid ``i`` of a file, cached while its size is unchanged."""
+        """First and last valid ``i`` of a file, cached while its size is unchanged. Reads a few KB at each
+        end, not the file."""
         size = path.stat().st_size
         info = self._info.get(path.name)
         if info is not None and info.size == size:
             return info
-        first = info.first if info is not None and info.first is not None else self._first_i(path)
-        info = _FileInfo(size, first, self._last_i(path, size) if first is not None else None)
-        self._info[path.name] = info
+        with open(path, "rb", buffering=0) as f:
+            last, torn = _last_i(f, size)
+            first = None
+            if last is not None:
+                first = info.first if info is not None and info.first is not None else _first_i(f, size)
+        info = self._info[path.name] = _FileInfo(size, first, last, torn)
         return info
-
-    @staticmethod
-    def _first_i(path: Path) -> int | None:
-        for _, line in _lines(path):
-            msg = _parse(line)
-            if msg is not None:
-                return msg["i"]
-        return None
-
-    @staticmethod
-    def _last_i(path: Path, size: int) -> int | None:
-        """Read backwards from the end until a complete, valid line is found."""
-        with open(path, "rb") as f:
-            chunk = _TAIL_CHUNK
-            while True:
-                start = max(0, size - chunk)
-                f.seek(start)
-                data = f.read(size - start)
-                end = data.rfind(b"\n")  # anything after the last newline is a torn fragment
-                lines = data[: end + 1].split(b"\n")[:-1] if end >= 0 else []
-                complete = lines if start == 0 else lines[1:]  # the first piece may be partial
-                for line in reversed(complete):
-                    msg = _parse(line)
-                    if msg is not None:
-                        return msg["i"]
-                if start == 0:
-                    return None
-                chunk *= 4
 
     def ranges(self) -> list[tuple[int, int, Path]]:
         """``(first_i, last_i, path)`` for every file holding at least one message, by first ``i``."""
@@ -128,13 +138,7 @@ class Log:
     def seal(self) -> None:
         """Terminate any torn last line with a newline so the next write starts on a line of its own."""
         for path in self.files():
-            size = path.stat().st_size
-            if not size:
-                continue
-            with open(path, "rb") as f:
-                f.seek(size - 1)
-                last = f.read(1)
-            if last != b"\n":
+            if self._file_info(path).torn:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 try:
                     os.write(fd, b"\n")
@@ -150,22 +154,21 @@ class Log:
         crash leaves a prefix of the batch, never a gap. Returns the ``i`` of each message."""
         ensure_dir(self.dir)
         fds: dict[str, int] = {}
-        created = False
+        created: set[str] = set()
         try:
             run_day, run = None, []
             for n, msg in enumerate(messages):
-                day = day_of(msg["date"])
-                if day != run_day and run:
-                    created |= self._write_run(fds, run_day, run)
-                    run = []
-                run_day = day
-                run.append(orjson.dumps({"i": start + n, **msg}))
+                day = msg["date"][:10]  # day_of, inlined: once per message
+                if day != run_day:
+                    if run:
+                        # a later file must never keep messages whose predecessors an earlier file lost in a
+                        # power cut: this run (and a new file's name) is durable before the next file is written
+                        self._write_durably(fds, run_day, run, created)
+                        run = []
+                    run_day = day
+                run.append(b'{"i":%d,' % (start + n) + orjson.dumps(msg)[1:])
             if run:
-                created |= self._write_run(fds, run_day, run)
-            for fd in fds.values():
-                os.fsync(fd)
-            if created:
-                _fsync_dir(self.dir)
+                self._write_durably(fds, run_day, run, created)
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -177,67 +180,54 @@ class Log:
             name = f"{day}.jsonl"
             info = self._info.get(name)
             first = info.first if info is not None and info.first is not None else ids[0]
-            self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, ids[-1])
+            self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, ids[-1], False)
         return list(range(start, start + len(messages)))
 
-    def _write_run(self, fds: dict[str, int], day: str, lines: list[bytes]) -> bool:
-        created = False
+    def _write_durably(self, fds: dict[str, int], day: str, lines: list[bytes], created: set[str]) -> None:
+        """Append lines to a day's file and flush them to disk (and the file's name, if it is new)."""
         fd = fds.get(day)
         if fd is None:
             path = self.dir / f"{day}.jsonl"
-            created = not path.exists()
+            if not path.exists():
+                created.add(day)
             fd = fds[day] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        data = b"\n".join(lines) + b"\n"
-        view = memoryview(data)
+        lines.append(b"")  # join() then ends the data with a newline without copying it again
+        view = memoryview(b"\n".join(lines))
         while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        return created
+            view = view[os.write(fd, view) :]
+        _datasync(fd)
+        if day in created:
+            _fsync_dir(self.dir)
+            created.discard(day)
 
     # ---- reading -----------------------------------------------------------------------------------------
 
     def read(self, start: int = 0, stop: int | None = None) -> Iterator[dict]:
         """Messages ``start <= i < stop`` in ``i`` order; an ``IntegrityError`` on a gap or duplicate."""
-        ranges = [r for r in self.ranges() if r[1] >= start and (stop is None or r[0] < stop)]
-        expected = None
-        for msg in self._ordered(ranges):
-            i = msg["i"]
-            if i < start:
-                continue
-            if stop is not None and i >= stop:
-                return
-            if expected is None:
-                expected = start
-            if i != expected:
-                what = "duplicate" if i < expected else "gap"
-                raise IntegrityError(f"{what} in the log: found i={i} where i={expected} was expected; run 'pimem fsck'")
-            expected += 1
+        for msg, _ in self.entries(start, stop):
             yield msg
 
-    @staticmethod
-    def _iter_file(path: Path) -> Iterator[dict]:
-        for _, line in _lines(path):
-            msg = _parse(line)
-            if msg is not None:
-                yield msg
-
-    def _ordered(self, ranges: list[tuple[int, int, Path]]) -> Iterator[dict]:
-        """Chain files whose ranges do not overlap; merge the groups that do."""
-        group: list[Path] = []
-        group_last = -1
-        for first, last, path in ranges:
-            if group and first > group_last:
-                yield from self._group(group)
-                group = []
-            group.append(path)
-            group_last = max(group_last, last)
-        if group:
-            yield from self._group(group)
-
-    def _group(self, paths: list[Path]) -> Iterator[dict]:
-        if len(paths) == 1:
-            return self._iter_file(paths[0])
-        return heapq.merge(*(self._iter_file(p) for p in paths), key=lambda m: m["i"])
+    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
+        """``(message, stored line)`` for ``start <= i < stop`` in ``i`` order: readers that copy messages
+        out pass the line through instead of encoding the message again."""
+        ranges = [r for r in self.ranges() if r[1] >= start and (stop is None or r[0] < stop)]
+        expected = start
+        for group in _groups(ranges):
+            if len(group) == 1:
+                stream = _entries(group[0])
+            else:
+                stream = heapq.merge(*map(_entries, group), key=lambda entry: entry[0]["i"])
+            for entry in stream:
+                i = entry[0]["i"]
+                if i != expected:
+                    if i < start:
+                        continue
+                    what = "duplicate" if i < expected else "gap"
+                    raise IntegrityError(f"{what} in the log: found i={i} where i={expected} was expected; run 'pimem fsck'")
+                if stop is not None and i >= stop:
+                    return
+                expected += 1
+                yield entry
 
     def read_offsets(self, path: Path, start_offset: int = 0) -> Iterator[tuple[int, int, dict]]:
         """``(offset, length, message)`` for each valid line of one file from ``start_offset`` (for indexes)."""
@@ -255,6 +245,49 @@ class Log:
         if msg is None:
             raise IntegrityError(f"{path.name} at byte {offset} is not a message; run 'pimem reindex'")
         return msg
+
+
+def _first_i(f, size: int) -> int | None:
+    """The ``i`` of the first valid line, reading from the start in growing chunks."""
+    chunk = _PROBE
+    while True:
+        f.seek(0)
+        data = f.read(min(chunk, size))
+        end = data.rfind(b"\n")
+        for line in data[: end + 1].split(b"\n")[:-1] if end >= 0 else []:
+            msg = _parse(line)
+            if msg is not None:
+                return msg["i"]
+        if len(data) >= size:
+            return None
+        chunk *= 4
+
+
+def _last_i(f, size: int) -> tuple[int | None, bool]:
+    """The ``i`` of the last complete, valid line, reading backwards from the end in growing chunks, and
+    whether the file ends in a torn fragment (no final newline)."""
+    chunk = _PROBE
+    torn = None
+    while size:
+        start = max(0, size - chunk)
+        f.seek(start)
+        data = f.read(size - start)
+        if torn is None:
+            torn = not data.endswith(b"\n")
+        end = data.rfind(b"\n")  # anything after the last newline is a torn fragment
+        lines = data[: end + 1].split(b"\n")[:-1] if end >= 0 else []
+        complete = lines if start == 0 else lines[1:]  # the first piece may be partial
+        for line in reversed(complete):
+            msg = _parse(line)
+            if msg is not None:
+                return msg["i"], torn
+        if start == 0:
+            break
+        chunk *= 4
+    return None, bool(torn)
+
+
+_datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
 
 
 def _fsync_dir(path: Path) -> None:

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta, timezone
 
 from . import env
 from .errors import BadInput
 
 _RELATIVE = re.compile(r"(\d+)\s*(s|m|h|d|w)(?:\s*ago)?")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2})")
+_OFFSET = re.compile(r"(Z|z|[+-]\d\d:\d\d)$")
 
 
 def rfc3339(moment: datetime) -> str:
@@ -33,8 +35,41 @@ def parse_stored(text: str) -> datetime:
     return moment
 
 
+class Threshold:
+    """A moment that stored date strings are compared with, parsing a date only when its day leaves the
+    answer in doubt: a stored date's first ten characters name its local day, and no UTC offset moves a
+    moment by more than a day, so most days are wholly before or wholly at-or-after the moment."""
+
+    def __init__(self, moment: datetime):
+        self.moment = moment
+        utc = moment.astimezone(timezone.utc)
+        after = utc + timedelta(days=1)  # local day D starts no earlier than D 00:00 UTC - 24 h
+        first_sure = after.date() + timedelta(days=0 if after.time() == time(0) else 1)
+        self._reached_from = first_sure.isoformat()  # days from here on are wholly at or after the moment
+        self._before_until = (utc - timedelta(days=2)).date().isoformat()  # days up to here are wholly before
+
+    def reached_by(self, date: str) -> bool:
+        """Whether the stored ``date`` is at or after the moment."""
+        day = date[:10]
+        if day >= self._reached_from:
+            return True
+        if day <= self._before_until:
+            return False
+        return parse_stored(date) >= self.moment
+
+    def first_day(self) -> str:
+        """A file day before which no file holds a date at or after the moment."""
+        return self._before_until
+
+
 def normalise(text: str) -> str:
     """A user-supplied message date, checked and written back as RFC 3339 with an offset."""
+    if isinstance(text, str) and _RFC3339.fullmatch(text):
+        try:
+            datetime.fromisoformat(text)  # the shape is right; is the date real (no month 13)?
+            return text
+        except ValueError:
+            pass
     moment = parse_stored(text)
     if "T" not in text and " " not in text and len(text) <= 10:
         return rfc3339(moment)
@@ -42,7 +77,7 @@ def normalise(text: str) -> str:
 
 
 def _has_offset(text: str) -> bool:
-    return bool(re.search(r"(Z|z|[+-]\d\d:\d\d)$", text))
+    return bool(_OFFSET.search(text))
 
 
 def parse_when(text: str) -> datetime:

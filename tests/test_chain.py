@@ -164,3 +164,25 @@ def test_a_killed_lock_holder_never_blocks_the_next_writer(sh, home):
     out = sh("remember", "main", "--timeout", "5", "after the crash")
     assert out.returncode == 0, out.stderr
     assert [e["payload"]["content"] for e in memory_chain(home / "main").read().events] == ["after the crash"]
+
+
+def test_a_pi_compact_memory_log_reads_as_is(run, home):
+    """Events as pi-compact writes them (its field order, millisecond UTC stamps, no sessionId, its later
+    ``workspace`` scope) chain and project without conversion, and pimem appends after them."""
+    events, prev = [], ""
+    for seq, (kind, rid, payload) in enumerate([
+        ("create", "mem_3f9a0c1d2e4b5a6c", {"kind": "constraint", "content": "use pnpm", "scope": "workspace", "status": "active",
+                                            "priority": "normal", "sourceEntryIds": [], "sourceHash": "0" * 64, "provenance": "user:/remember"}),
+        ("pin", "mem_3f9a0c1d2e4b5a6c", {}),
+    ], 1):
+        event = {"type": kind, "recordId": rid, "author": "user", "payload": payload, "seq": seq,
+                 "ts": f"2026-03-02T09:0{seq}:00.000Z", "prevHash": prev}
+        hashed = {k: event[k] for k in ("seq", "ts", "type", "recordId", "prevHash", "author", "payload")}
+        event["hash"] = prev = hashlib.sha256(_canonical({**hashed, "sessionId": ""})).hexdigest()
+        events.append(json.dumps(event))
+    (home / "main" / "main").mkdir(parents=True)
+    (home / "main" / "memory.jsonl").write_text("\n".join(events) + "\n")
+    listed = orjson.loads(run("memories", "main", "--json").stdout)["records"]
+    assert [(r["id"], r["status"], r["scope"]) for r in listed] == [("mem_3f9a0c1d2e4b5a6c", "pinned", "workspace")]
+    assert run("remember", "main", "and node 22").exit_code == 0
+    assert [e["seq"] for e in memory_chain(home / "main").read().events] == [1, 2, 3]

@@ -48,7 +48,7 @@ def test_bash_completes_commands_options_and_memory_names_from_the_home(tmp_path
             (tmp_path / home / name / "main").mkdir(parents=True)
     (tmp_path / "a" / "not-a-memory").mkdir()
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "c"), "PIMEM_HOME": str(tmp_path / "a")}
-    assert _bash_complete(["pimem", "s"], env) == ["since", "status"]
+    assert _bash_complete(["pimem", "s"], env) == ["search", "since", "status"]
     assert _bash_complete(["pimem", "since", "--inc"], env) == ["--include-tools"]
     assert _bash_complete(["pimem", "since", ""], env) == ["alpha", "beta"]
     assert _bash_complete(["pimem", "since", "--until", "3d", "al"], env) == ["alpha"]

@@ -1,15 +1,13 @@
 """rename, delete and fsck: moving whole memories and checking them on disk."""
 
-import os
-import socket
 import subprocess
-import sys
+
 import time
 
 import orjson
 import pytest
 
-from conftest import snapshot
+from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
 
 
@@ -20,11 +18,14 @@ def two(run):
 
 
 @pytest.fixture
-def watcher(home):
-    """A live process recorded as the watcher of memory 'old' in lock.json, as `pimem watch` writes it."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    lease = {"pid": proc.pid, "token": "t1", "host": socket.gethostname(), "started": "2026-10-08T09:00:00+08:00", "beat": time.time()}
-    (home / "old" / "lock.json").write_bytes(orjson.dumps(lease))
+def watcher(home, two):
+    """A real `pimem watch old` process, once it holds the memory's lease."""
+    proc = subprocess.Popen(pimem_cmd("watch", "old"), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    lock = home / "old" / "lock.json"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and orjson.loads(lock.read_bytes()).get("pid") == proc.pid):
+        assert proc.poll() is None and time.monotonic() < deadline, "pimem watch did not take the lease"
+        time.sleep(0.05)
     yield proc
     proc.kill()
     proc.wait()
@@ -59,13 +60,13 @@ def test_rename_back_over_its_own_pointer(run, home, two):
     assert Memory.open("old").count() == 2
 
 
-def test_rename_and_delete_refuse_while_a_watcher_holds_the_memory(run, home, two, watcher):
-    before = snapshot(home)
+def test_rename_and_delete_refuse_while_a_watcher_holds_the_memory(run, home, watcher):
+    before = {k: v for k, v in snapshot(home).items() if k != "old/lock.json"}  # its heartbeat moves on
     for args in (("rename", "old", "new"), ("delete", "old")):
         out = run(*args)
         assert out.exit_code == 4
         assert f"pid {watcher.pid}" in out.stderr
-    assert snapshot(home) == before
+    assert {k: v for k, v in snapshot(home).items() if k != "old/lock.json"} == before
     watcher.kill()
     watcher.wait()
     assert run("delete", "old").exit_code == 0  # a dead watcher's lease holds nothing
@@ -125,7 +126,7 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert out.exit_code == 5
     rows = [orjson.loads(l) for l in out.stdout.splitlines()]
     problems = {(r["where"], r["problem"]) for r in rows}
-    assert ("main/2026-10-08.jsonl:2", "damaged line (7 bytes) is not a message; readers skip it, so anything it held is missing") in problems
+    assert ("main/2026-10-08.jsonl:2", "damaged line (7 bytes) is not JSON; readers skip it, so anything it held is missing") in problems
     assert ("main/2026-10-08.jsonl:3", "duplicate i=0: also at main/2026-10-08.jsonl:1") in problems
     assert ("main/2026-10-08.jsonl:4", "gap: no message i=1…2 after main/2026-10-08.jsonl:1; readers stop here with exit 5") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: size is 99, the text makes it 7") in problems
@@ -141,3 +142,50 @@ def test_fsck_all_memories_and_unknown_names(run, home, two):
     assert out.stdout.splitlines() == ["old: ok (2 messages)", "other: ok (1 message)"]
     assert run("fsck", "nope").exit_code == 3
     assert not (home / "nope").exists()
+
+
+def test_fsck_checks_tree_nodes(run, home, two):
+    tree = home / "old" / "tree"
+    tree.mkdir()
+    nodes = [
+        {"l": 0, "i": 0, "text": "a summary", "size": 9},
+        {"l": 0, "i": 0, "text": "again", "size": 5},
+        {"l": 1, "i": 1, "text": "past the end", "size": 12},
+        {"l": 0, "i": 1, "text": "x" * 600, "size": 600},
+    ]
+    (tree / "2026-10-08.jsonl").write_bytes(b"".join(orjson.dumps(n) + b"\n" for n in nodes) + b'{"l":1,"i":0,"te')
+    out = run("fsck", "--json", "old")
+    assert out.exit_code == 5
+    rows = {(r["where"], r["problem"]) for r in map(orjson.loads, out.stdout.splitlines())}
+    assert rows == {
+        ("tree/2026-10-08.jsonl:2", "node 0+1 built twice (first at tree/2026-10-08.jsonl:1, which readers use)"),
+        ("tree/2026-10-08.jsonl:3", "node 2+2 covers messages past the end of the log (2)"),
+        ("tree/2026-10-08.jsonl:4", "node 1+1 is 600 bytes, over the 512-byte line"),
+        ("tree/2026-10-08.jsonl:5", "torn last line (16 bytes, no newline): a write cut by a crash"),
+    }
+    out = run("fsck", "--repair", "old")
+    assert "repaired: torn last line" in out.stdout and out.exit_code == 5  # the rest is for a person
+
+
+def test_fsck_repair_refolds_an_unusable_view(run, home, two):
+    good = run("view", "old").stdout
+    (home / "old" / "view.json").write_text('{"version": 1, "view": {"lines": "nonsense"}}')
+    out = run("fsck", "old")
+    assert out.exit_code == 5
+    assert out.stdout.startswith("old: view: view.json: problem: unusable: ")
+    assert "(--repair: fold the view afresh from the log and the tree)" in out.stdout
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+    assert run("view", "old").stdout == good
+
+
+def test_fsck_reports_a_broken_hash_chain_and_leaves_it(run, home, two):
+    assert run("remember", "old", "port 5433").exit_code == 0
+    assert run("remember", "old", "never touch prod").exit_code == 0
+    path = home / "old" / "memory.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"port 5433", b"port 6543"))
+    before = snapshot(home)
+    out = run("fsck", "--repair", "old")
+    assert out.exit_code == 5
+    assert "old: memory: memory.jsonl: problem: memory.jsonl line 1: seq 1: hash does not match the event's content (it was changed); later events are not trusted" in out.stdout
+    assert snapshot(home) == before

@@ -285,8 +285,10 @@ def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
 def test_reimport_adds_nothing_twice_even_without_state(run, home, tmp_path):
     path = write_jsonl(tmp_path / "c.jsonl", claude_lines())
     assert run("import", path, "-n", "t").stdout.startswith("t: 7 imported")
+    before = snapshot(home / "t")
     again = run("import", path, "-n", "t")
     assert again.stdout == "t: 0 imported, 0 already present, 0 malformed skipped; 7 messages in all (file unchanged since the last import)\n"
+    assert snapshot(home / "t") == before
     for derived in ("imports.json", "imports.keys"):
         (home / "t" / derived).unlink()
     before = snapshot(home / "t" / "main")
@@ -314,6 +316,18 @@ def test_grown_file_adds_only_the_new_lines(run, home, tmp_path):
     kinds = [m["kind"] for m in messages()]
     assert kinds == ["user", "tool", "echo", "note", "tool", "echo", "pi", "work"]
     assert messages()[-3]["meta"]["tool"] == "apply_patch"  # the call's name carried over between imports
+
+
+def test_grown_pi_tree_links_across_imports(run, tmp_path):
+    whole = pi_tree(tmp_path / "whole.jsonl").read_text().splitlines(keepends=True)
+    path = tmp_path / "s.jsonl"
+    path.write_text("".join(whole[:5]))  # ends with the model change, which gives no message
+    assert run("import", path, "-n", "t").stdout.startswith("t: 4 imported")
+    path.write_text("".join(whole))
+    assert run("import", path, "-n", "t").stdout.startswith("t: 3 imported, 0 already present")
+    msgs = messages()
+    assert msgs[4]["meta"]["entry"] == "b1" and msgs[4]["meta"]["parent"] == "r1"
+    assert off_lineage(msgs) == {3, 4, 5}
 
 
 def test_rewritten_file_is_read_again_from_the_start(run, tmp_path):

@@ -215,6 +215,8 @@ def test_a_200000_char_memory_pages_back_exactly(run, home):
             break
         offset = page["nextOffset"]
     assert "".join(pieces) == body
+    at_end = orjson.loads(run("memories", "main", "--id", rid, "--offset", 200_000).stdout)
+    assert (at_end["content"], at_end["truncated"], at_end["offset"]) == ("", False, 200_000) and "nextOffset" not in at_end
     assert len(pieces) > 12  # escapes make each page hold fewer than 16,000 characters of text
 
 

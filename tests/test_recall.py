@@ -39,6 +39,9 @@ def test_records_carry_both_vocabularies_files_and_source_class(home):
     assert records[2]["files"] == ["src/auth/session.ts"]
     assert records[4]["files"] == ["auth.test.ts"]
     assert records[0]["files"] == []  # paths in prose are found by search, not listed as files
+    cwd_only = recall.record({"i": 9, "kind": "tool", "text": 'bash({"cwd": "/home/dev/shop", "command": "ls"})',
+                              "date": "2026-10-08T09:30:00+08:00", "meta": {"cwd": "/home/dev/shop"}})
+    assert cwd_only["files"] == []  # a working directory is not a file the agent touched
     assert [r["sourceClass"] for r in records].count("derived") == 1 and records[5]["sourceClass"] == "derived"
 
 
@@ -84,6 +87,8 @@ def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
     doc = orjson.loads(run("recall", "main", "--json", "--ids", "6,a3f0c2d1", "--ids", "99,entry:nope,0").stdout)
     assert [r["id"] for r in doc["results"]] == [0, 1, 6]
     assert doc["missingIds"] == ["99", "entry:nope"]
+    limited = orjson.loads(run("recall", "main", "--json", "--include-tools", "--ids", "0,1,2,3,4,5", "--limit", "4").stdout)
+    assert [r["id"] for r in limited["results"]] == [0, 1, 2, 3] and limited["omittedIds"] == [4, 5]
     text = run("recall", "main", "--ids", "6,1").stdout
     assert text.startswith("pimem recall (2 results)\n\n[#1] pi ")
     assert "entry=a3f0c2d1" in text
@@ -166,6 +171,9 @@ def test_a_scope_narrows_the_universe_before_anything_else(home, monkeypatch):
     assert [r["id"] for r in doc["results"]] == [5, 3, 1]
     read = orjson.loads(recall.recall(mem, recall.Request(ids=["0", "1"], scope="lineage", as_json=True)))
     assert [r["id"] for r in read["results"]] == [1] and read["missingIds"] == ["0"]
+    monkeypatch.setitem(recall.SCOPES, "empty", lambda mem, records: [])
+    for request in (recall.Request(scope="empty", as_json=True), recall.Request(query="note", scope="empty", as_json=True)):
+        assert orjson.loads(recall.recall(mem, request))["results"] == []  # never widened to everything
     with pytest.raises(Exception, match="unknown scope"):
         recall.recall(mem, recall.Request(scope="nope"))
 

@@ -141,3 +141,54 @@ def test_view_json_and_stats(home, run):
     assert rows[2] == {"label": "32+8", "level": 3, "index": 4, "bytes": len(rows[2]["text"]) + 5, "text": rows[2]["text"]}
     stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
     assert stats["lines"] == 3 and stats["levels"] == {"3": 1, "4": 2} and stats["messages"] == 40
+
+
+def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
+    mem = small_memory(2)
+    mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])
+    out = run("view", "t").stdout
+    assert "hunter2" not in out and "echo: (hidden; include tools to see it)" in out
+    assert "hunter2" in run("view", "t", "--include-tools").stdout
+    assert "hunter2" not in run("zoom", "t", "0+4").stdout + run("zoom", "t", "2+2").stdout
+    assert "echo: KEY=hunter2" in run("zoom", "t", "2+2", "--include-tools").stdout
+
+
+def test_compactor_view_is_cut_at_the_first_unbuilt_line_and_at_the_boundary(home):
+    from pimem.tree import context_end
+
+    mem = small_memory(1, config={"view": {"hi": 10**6, "lo": 10**6}, "cview": {"hi": 10**6, "lo": 10**6}},
+                       texts=["short one", "x" * 600, "short two"])
+    assert mem.view_lines(compactor=True) == ["0+1|user: hello", "1+1|user: short one"]
+    assert mem.view_lines(compactor=True, end=context_end(0, 1)) == ["0+1|user: hello"]
+    mem.write_node(0, 2, "user: six hundred x")
+    assert mem.view_lines(compactor=True, end=context_end(1, 1)) == [
+        "0+1|user: hello", "1+1|user: short one", "2+1|user: six hundred x", "3+1|user: short two"]
+    assert mem.view_lines(compactor=True, end=context_end(0, 3)) == mem.view_lines(compactor=True)[:3]
+
+
+def test_nodes_written_by_another_process_reach_the_view(home, run):
+    mem = small_memory(1, texts=["x" * 600, "y" * 600])
+    assert run("view", "t").stdout.count("not summarized yet") == 2
+    tree = home / "t" / "tree"
+    tree.mkdir()
+    lines = [{"l": 0, "i": 1, "text": "user: many x", "size": 12},
+             {"l": 0, "i": 7, "text": "past the end of the log: ignored", "size": 32}]
+    (tree / "2026-10-08.jsonl").write_bytes(b"".join(orjson.dumps(n) + b"\n" for n in lines) + b'{"l":0,"i":2,"te')
+    assert run("view", "t").stdout.splitlines()[1:] == ["1+1|user: many x", "2+1|(not summarized yet: zoom it)"]
+    assert Memory.at("t").tree.text(0, 7) is None
+    mem.append([{"kind": "user", "text": f"m{k}"} for k in range(6)])
+    assert Memory.at("t").tree.text(0, 7) == "user: m4"  # a free leaf now: the stray stored line is not its text
+
+
+def test_date_of_a_node(home, run):
+    small_memory(8)
+    assert run("date", "t", "4+4").stdout == "2026-10-08T09:30:00+08:00 2026-10-08T09:30:00+08:00\n"
+    assert run("date", "t", "4+3").exit_code == 2
+    assert run("date", "t", "8+8").exit_code == 3
+
+
+def test_wait_needs_a_watcher(home, run):
+    small_memory(1, texts=["x" * 600])
+    out = run("view", "t", "--wait", "30")
+    assert out.exit_code == 0 and "no watcher is building 't'" in out.stderr
+    assert out.stdout.endswith("1+1|(not summarized yet: zoom it)\n")

@@ -59,11 +59,11 @@ def command(
 def _append_stream(name: str, json: bool, timeout: float | None, home: str | None) -> None:
     mem = Memory.at(name, home)
     logged = 0
+    batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
     try:
-        for _, batch in ingest.ndjson_batches(sys.stdin.buffer):
-            prepared = mem.prepare([r for _, r in batch], [f"line {n}" for n, _ in batch])
-            _print_ids(mem.append(prepared, timeout, prepared=True), json)
-            logged += len(prepared)
+        for ids in mem.append_stream(batches, timeout):
+            _print_ids(ids, json)
+            logged += len(ids)
     except BadInput as exc:
         if logged:
             raise BadInput(f"{exc} (that batch was refused; the {logged} messages before it were logged)") from None

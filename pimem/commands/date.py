@@ -12,17 +12,19 @@ from ..options import Home, Json, Name
 
 def command(
     name: Name,
-    i: Annotated[Optional[int], typer.Argument(help="Message number.", metavar="I", show_default=False)] = None,
+    i: Annotated[Optional[str], typer.Argument(help="Message number, or a node ID+N for the dates of its first and last messages.", metavar="I", show_default=False)] = None,
     at: Annotated[Optional[str], typer.Option("--at", help="Print the first message number at or after WHEN instead.", metavar="WHEN")] = None,
     json: Json = False,
     home: Home = None,
 ) -> None:
     """Print the date of message I, or with --at WHEN the first message number at or after WHEN.
 
-    Exit 1 when no message is at or after WHEN.
+    For a node ID+N (a view line), print the dates of its first and last messages. Exit 1 when no message is
+    at or after WHEN.
 
     Examples:
       pimem date main 42
+      pimem date main 40+8
       pimem date main --at 2026-10-08
     """
     if (i is None) == (at is None):
@@ -33,8 +35,20 @@ def command(
         if found is None:
             raise NothingFound(f"no message in '{mem.name}' at or after {at}")
         msg = mem.message(found)
+    elif "+" in i:
+        from ..tree import parse_label, span
+
+        first, end = span(*parse_label(i, mem.count()))
+        dates = [mem.message(first)["date"], mem.message(end - 1)["date"]]
+        if json:
+            output.json_line({"label": i.strip(), "first": dates[0], "last": dates[1]})
+        else:
+            output.line(" ".join(dates))
+        return
     else:
-        msg = mem.message(i)
+        if not i.isdigit():
+            raise BadInput(f"bad message number {i!r}: give a number I or a node ID+N")
+        msg = mem.message(int(i))
     if json:
         output.json_line({"i": msg["i"], "date": msg["date"]})
     else:

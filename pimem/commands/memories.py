@@ -41,10 +41,6 @@ def command(
       pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
     """
     mem = Memory.open(name, home)
-    if status is not None and status not in ("live", "all", *memories.STATUSES):
-        raise BadInput(f"unknown status {status!r}: use live, all, {', '.join(memories.STATUSES)}")
-    if kind is not None and kind not in memories.KINDS:
-        raise BadInput(f"unknown kind {kind!r}: use one of {', '.join(memories.KINDS)}")
     visible = memories.records(mem, session, include_tools)
     if record_id is not None:
         record = next((r for r in visible if r["id"] == record_id), None)
@@ -52,9 +48,9 @@ def command(
             raise NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{mem.name}'")
         output.line(memories.read(record, offset, limit, max_chars))
         return
+    found = memories.find(visible, " ".join(words or []), status, kind)
     if limit is not None and limit > 100:
         raise BadInput("--limit is 1-100 records")
-    found = memories.find(visible, " ".join(words or []), status, kind)
     output.line(memories.listing(found, offset, limit or 30, max_chars, json))
     if not found:
         raise NothingFound("no memories match")

@@ -1,15 +1,17 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Iterator, Optional
+from typing import Annotated, Optional
 
 import typer
 
 from .. import output, when
 from ..errors import BadInput
 from ..memory import Memory
-from ..message import TOOL_KINDS, kind_of
+from ..message import KINDS, TOOL_KINDS, kind_of
 from ..options import Home, IncludeTools, Json, Name
+
+FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
 
 def command(
@@ -26,8 +28,9 @@ def command(
 ) -> None:
     """Stream messages from a date, a time or a message number, as NDJSON.
 
-    Tool calls and results are left out unless --include-tools or --kind names them. With --cursor, a
-    consumer gets each message exactly once across runs.
+    Each line is the message exactly as stored. Tool calls and results are left out unless --include-tools
+    or --kind names them. With --cursor NAME, a consumer gets each message once across runs: the cursor
+    moves only after its messages were written (a run killed midway repeats them, never skips them).
 
     Examples:
       pimem since main 2026-10-08 | jq .text
@@ -36,43 +39,47 @@ def command(
       pimem since main --cursor mailer --follow
     """
     mem = Memory.open(name, home)
-    kinds = {kind_of(k) for k in kind} if kind else None
-    hide = set() if include_tools or (kinds and kinds & TOOL_KINDS) else set(TOOL_KINDS)
+    if kind:
+        shown = {kind_of(k) for k in kind}
+    else:
+        shown = set(KINDS) if include_tools else set(KINDS) - TOOL_KINDS
     if follow and until:
         raise BadInput("--follow and --until do not go together")
     saved = mem.cursor(cursor) if cursor else None
     if saved is not None:
-        position, since_date = saved, None
+        start_i, since_date = saved, None
     elif start is not None:
-        position, since_date = _bound(start)
+        start_i, since_date = _bound(start)
     elif cursor:
-        position, since_date = 0, None
+        start_i, since_date = 0, None
     else:
         raise BadInput("give WHEN (a date, a time, or #I) or --cursor NAME")
-    if since_date is not None:
-        stream, position = mem.since(since_date), mem.count()
-    else:
-        stream = mem.messages(position)
     stop_i, stop_date = _bound(until)
+    stop = when.Threshold(stop_date) if stop_date is not None else None
+    if since_date is not None:
+        # messages logged while we read are picked up by --follow and by the next --cursor run
+        position, entries = mem.count(), mem.since_entries(since_date)
+    else:
+        position, entries = start_i, mem.entries(start_i)
+    out = output.Lines()
     while True:
-        for msg in stream:
-            if (stop_i is not None and msg["i"] >= stop_i) or (
-                stop_date is not None and when.parse_stored(msg["date"]) >= stop_date
-            ):
+        for msg, line in entries:
+            i = msg["i"]
+            if (stop_i is not None and i >= stop_i) or (stop is not None and stop.reached_by(msg["date"])):
+                position = i
                 break
-            position = max(position, msg["i"] + 1)
-            if msg["kind"] in hide or (kinds and msg["kind"] not in kinds):
-                continue
-            if text:
-                output.line(output.message_line(msg))
-            else:
-                output.json_line(msg)
-        output.flush()
+            if i >= position:
+                position = i + 1
+            if msg["kind"] in shown:
+                out.add((output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line)
+        out.flush()
         if cursor:
             mem.save_cursor(cursor, position)
         if not follow:
             return
-        stream = _wait_for(mem, position)
+        while mem.count() <= position:
+            time.sleep(FOLLOW_POLL)
+        entries = mem.entries(position)
 
 
 def _bound(value: str | None) -> tuple[int | None, object]:
@@ -88,10 +95,3 @@ def _bound(value: str | None) -> tuple[int | None, object]:
             raise BadInput(f"bad message number {value!r}: numbers start at #0")
         return i, None
     return None, when.parse_when(value)
-
-
-def _wait_for(mem: Memory, position: int) -> Iterator[dict]:
-    """Poll until messages past ``position`` exist, then stream them."""
-    while mem.count() <= position:
-        time.sleep(0.2)
-    return mem.messages(position)

@@ -8,21 +8,24 @@ import typer
 from .. import output
 from ..errors import BadInput
 from ..memory import Memory
-from ..options import Home, Json, Name
+from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
     name: Name,
     compactor: Annotated[bool, typer.Option("--compactor", help="The compactor's view (cut at its first unbuilt line).")] = False,
-    wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for pending summaries (a running watcher builds them).", metavar="S")] = None,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="First wait up to S seconds for summaries a running watcher is writing.", metavar="S")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Bytes, lines and lines per level instead of the lines.")] = False,
+    include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
 ) -> None:
     """Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.
 
-    This is what the model reads each turn. A leaf not summarised yet shows a placeholder telling the model
-    to zoom it. --json gives one object per line: label, level, index, bytes, text (null when unbuilt).
+    This is what the model reads each turn. A long message not summarised yet shows a placeholder telling the
+    model to zoom it. Tool calls and results quoted verbatim in lines are shown as markers unless
+    --include-tools (summaries are shown as written). --json gives one object per line: label, level, index,
+    bytes (of the line as the model reads it) and text (null for a placeholder).
 
     Examples:
       pimem view main
@@ -35,36 +38,68 @@ def command(
     mem = Memory.open(name, home)
     views = mem.views()
     if wait:
-        deadline = time.monotonic() + wait
-        while (views.view.pending() or views.view.waiting()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            views = mem.views()
-        if views.view.pending():
-            output.info(f"{views.view.pending()} lines still wait for a summary after {wait:g} s")
+        views = _wait(mem, views, wait)
     v = views.cview if compactor else views.view
-    from ..tree import label
-    from ..view import render_line
-
-    rows = [(l, i, text, cost - 1) for l, i, text, cost in v.rows()]  # bytes without the newline
+    rows = v.rows()
     if compactor:
         rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
     if stats:
-        levels: dict[int, int] = {}
-        for l, _, _, _ in rows:
-            levels[l] = levels.get(l, 0) + 1
-        total = sum(size + 1 for *_, size in rows)
-        pending = sum(text is None for _, _, text, _ in rows)
-        if json:
-            output.json_line({"bytes": total, "lines": len(rows), "messages": views.T, "pending": pending,
-                              "levels": {str(l): levels[l] for l in sorted(levels)}})
-            return
-        output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
-        output.line(f"lines     {len(rows):,}  for {views.T:,} messages ({pending} waiting for a summary)")
-        for l in sorted(levels):
-            output.line(f"level {l:<3} {levels[l]:>5} lines of {1 << l} message{'s' if l else ''}")
+        _stats(v, views.T, rows, json)
         return
-    for l, i, text, size in rows:
+    from ..tree import label
+    from ..view import render_line
+
+    texts = [text for _, _, text, _ in rows]
+    if not include_tools:
+        from ..privacy import hide_tools
+
+        texts = hide_tools(mem, [(l, i, text) for l, i, text, _ in rows])
+    for (l, i, _, cost), text in zip(rows, texts):
         if json:
-            output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": size, "text": text})
+            output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": cost - 1, "text": text})
         else:
             output.line(render_line(l, i, text))
+
+
+def _wait(mem, views, seconds: float):
+    """Poll until the view has no placeholder and no batch held up, or ``seconds`` pass (only while a
+    watcher holds the memory's lease: without one nothing would change)."""
+    def pending(v) -> bool:
+        return bool(v.view.pending() or v.view.waiting() and v.view.total > v.view.hi)
+
+    if not pending(views):
+        return views
+    if not _watcher_running(mem):
+        output.info(f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}'); not waiting")
+        return views
+    deadline = time.monotonic() + seconds
+    while pending(views) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        views = mem.views()
+    if pending(views):
+        output.info(f"{views.view.pending()} lines still wait for a summary after {seconds:g} s")
+    return views
+
+
+def _watcher_running(mem) -> bool:
+    try:
+        from ..lease import holder
+    except ImportError:  # before the compactor's lease exists, its file is the sign
+        return (mem.path / "lock.json").exists()
+    return holder(mem) is not None
+
+
+def _stats(v, messages: int, rows, json: bool) -> None:
+    levels: dict[int, int] = {}
+    for l, *_ in rows:
+        levels[l] = levels.get(l, 0) + 1
+    total = sum(cost for *_, cost in rows)
+    pending = sum(text is None for _, _, text, _ in rows)
+    if json:
+        output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
+                          "levels": {str(l): levels[l] for l in sorted(levels)}})
+        return
+    output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
+    output.line(f"lines     {len(rows):,}  for {messages:,} messages ({pending} waiting for a summary)")
+    for l in sorted(levels):
+        output.line(f"level {l:<3} {levels[l]:>5} lines of {1 << l} message{'s' if l else ''}")

@@ -19,8 +19,8 @@ def command(
     """Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.
 
     Any aligned node can be zoomed, not only the view's lines. A half not summarised yet says so. Malformed or
-    misaligned ids exit 2 with the reason; ids past the end of the log exit 3. Tool calls and results need
-    --include-tools.
+    misaligned ids exit 2 with the reason; ids past the end of the log exit 3. A tool call or result (ID+1)
+    needs --include-tools, and without it tool traffic quoted verbatim in a half is shown as a marker.
 
     Examples:
       pimem zoom main 40+8
@@ -29,7 +29,8 @@ def command(
     """
     from ..tree import UNBUILT_MERGE, PLACEHOLDER, flat
 
-    found = Memory.open(name, home).zoom(node, include_tools=include_tools)
+    mem = Memory.open(name, home)
+    found = mem.zoom(node, include_tools=include_tools)
     if "message" in found:
         msg = found["message"]
         if json:
@@ -37,7 +38,13 @@ def command(
         else:
             output.line(f"{found['label']}|{msg['kind']}: {msg['text']}")
         return
-    for child in found["children"]:
+    children = found["children"]
+    if not include_tools:
+        from ..privacy import hide_tools
+
+        texts = hide_tools(mem, [(c["level"], c["index"], c["text"]) for c in children])
+        children = [{**c, "text": text} for c, text in zip(children, texts)]
+    for child in children:
         if json:
             output.json_line(child)
         else:

@@ -72,6 +72,7 @@ class _File:
         self.stamp = when.rfc3339(env.now())
         self.batch: list[tuple[dict, bytes | None]] = []
         self.batch_bytes = 0
+        self.prior: dict | None = None
 
     def run(self) -> FileReport:
         with open(self.source.path, "rb") as f:
@@ -107,7 +108,7 @@ class _File:
     def _resume(self, f: BinaryIO):
         """Where to start: after the part read by an earlier import if the file still begins with it."""
         hasher = hashlib.blake2b(digest_size=16)
-        prior = self.state.peek_file(self.source.path)
+        prior = self.prior = self.state.peek_file(self.source.path)
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
             return 0, 0, None, hasher
         offset = prior["offset"]
@@ -156,6 +157,8 @@ class _File:
     def _flush(self, position: dict) -> None:
         """Log the batch's new messages and record how far the file has been read (under the writer lock)."""
         batch, self.batch, self.batch_bytes = self.batch, [], 0
+        if not batch and position == self.prior:
+            return  # nothing new since the last import: leave the state as it is
         if not self.mem.exists():
             if not batch:
                 return  # nothing to import: a writer creates a memory only by logging something

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output, when
+from ..errors import NothingFound
+from ..memory import Memory
+from ..message import kind_of
+from ..options import Home, IncludeTools, Json
+
+
+def command(
+    query: Annotated[str, typer.Argument(help='Words that must all occur, or a "quoted phrase".', metavar="QUERY", show_default=False)],
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to search (default: all).", metavar="[NAME]...", show_default=False)] = None,
+    any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
+    rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25 over the newest 10,000 matches) instead of newest first.")] = False,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday).", metavar="WHEN")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only messages dated before WHEN.", metavar="WHEN")] = None,
+    before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.")] = 20,
+    include_tools: IncludeTools = False,
+    json: Json = False,
+    home: Home = None,
+) -> None:
+    """Search the original messages of one or all memories; exit 1 when nothing matches.
+
+    Case-insensitive substring search, Chinese included, one- and two-character words too. Every word must
+    occur (--any: at least one); "a quoted phrase" must occur exactly. Newest first; --rank for relevance.
+    Each hit: memory, #i, date, kind and a snippet around the match. Tool calls and results are searched
+    only with --include-tools (or --kind tool/echo).
+
+    Examples:
+      pimem search 'staging db'
+      pimem search '"connection refused"' main --include-tools
+      pimem search 蓝鲸 --since 3d --json | jq .i
+      pimem search port --kind user --before 120 --limit 5
+    """
+    from .. import search as searching
+
+    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
+    try:
+        hits = searching.search(
+            memories,
+            query,
+            any_term=any_term,
+            rank=rank,
+            kinds={kind_of(k) for k in kind} if kind else None,
+            include_tools=include_tools,
+            since=when.parse_when(since) if since else None,
+            until=when.parse_when(until) if until else None,
+            before=before,
+            limit=limit,
+        )
+    finally:
+        for mem in memories:
+            mem.close()
+    if not hits:
+        raise NothingFound(f"no message matches {query!r}")
+    terms = searching.parse(query)
+    for hit in hits:
+        if json:
+            output.json_line(hit)
+            continue
+        text = searching.highlight(hit["snippet"], terms, lambda s: output.style(s, "match"))
+        shown = {"verbatim": "", "inside": f"[inside {hit.get('label')}] "}.get(hit.get("held"), f"[{hit.get('held')}] ")
+        held = output.style(shown, "dim") if "held" in hit and shown else ""
+        head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
+        output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
+    if len(hits) == limit and len({h["memory"] for h in hits}) == 1 and not rank:
+        output.info(f"pimem: {limit} hits shown; for more: --before {hits[-1]['i']}")

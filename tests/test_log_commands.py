@@ -1,0 +1,223 @@
+"""The log's commands: append, since, message, date, list, status, demo."""
+
+import shlex
+import subprocess
+import time
+
+import orjson
+import pytest
+
+from conftest import pimem_cmd, snapshot, subprocess_env
+from pimem import Memory
+
+# PIMEM_NOW is 2026-10-08T09:30:00+08:00
+DAY = [
+    ("user", "old question", "2026-10-06T10:00:00+08:00"),
+    ("pi", "old answer", "2026-10-06T10:01:00+08:00"),
+    ("user", "check the db", "2026-10-08T08:00:00+08:00"),
+    ("tool", "bash(psql -p 5433)", "2026-10-08T08:00:05+08:00"),
+    ("echo", "psql: connected", "2026-10-08T08:00:06+08:00"),
+    ("pi", "it listens on 5433", "2026-10-08T08:01:00+08:00"),
+    ("user", "thanks", "2026-10-08T09:00:00+08:00"),
+]
+
+
+@pytest.fixture
+def day(home):
+    Memory.at("main").append([{"kind": k, "text": t, "date": d} for k, t, d in DAY])
+    return Memory.open("main")
+
+
+def rows(out):
+    assert out.exit_code == 0, out.output
+    return [orjson.loads(line) for line in out.stdout.splitlines()]
+
+
+def ids(out):
+    return [r["i"] for r in rows(out)]
+
+
+def test_append_text_from_args_stdin_kind_date_meta(run, home):
+    assert run("append", "main", "two", "words").stdout == "0\n"
+    assert run("append", "main", "-k", "pi", input="from stdin\n").stdout == "1\n"
+    out = run("append", "main", "--json", "--date", "2026-10-07T08:00:00+08:00", "--meta", '{"source":"irc","n":1}', "x")
+    assert out.stdout == '{"i":2}\n'
+    got = list(Memory.open("main").messages())
+    assert [(m["kind"], m["text"]) for m in got] == [("user", "two words"), ("pi", "from stdin\n"), ("user", "x")]
+    assert got[2]["meta"] == {"source": "irc", "n": 1} and got[2]["date"] == "2026-10-07T08:00:00+08:00"
+
+
+def test_append_ndjson_prints_every_i_and_ignores_given_i_and_size(run, home):
+    stream = b"".join(
+        orjson.dumps(r) + b"\n"
+        for r in [{"kind": "user", "text": "a", "i": 99, "size": 1}, {"kind": "assistant", "text": "b", "meta": {"model": "m"}}]
+    ) + b"\n"  # blank lines are skipped
+    out = run("append", "main", "--ndjson", input=stream)
+    assert out.stdout == "0\n1\n"
+    assert [(m["i"], m["kind"], m["size"]) for m in Memory.open("main").messages()] == [(0, "user", 7), (1, "pi", 5)]
+
+
+def test_copying_a_memory_through_a_pipe(run, home, day):
+    dump = run("since", "main", "#0", "--include-tools").stdout
+    assert run("append", "copy", "--ndjson", input=dump).stdout == "".join(f"{i}\n" for i in range(len(DAY)))
+    assert list(Memory.open("copy").messages()) == list(day.messages())
+
+
+def test_since_is_ndjson_that_jq_style_tools_read(run, day):
+    out = run("since", "main", "2026-10-08")
+    assert [r["text"] for r in rows(out)] == ["check the db", "it listens on 5433", "thanks"]
+    for line in out.stdout.splitlines():  # each line is the stored object, whole
+        assert set(orjson.loads(line)) == {"i", "kind", "text", "size", "date"}
+
+
+def test_since_accepts_dates_times_numbers_and_relative_times(run, day):
+    assert ids(run("since", "main", "2026-10-08T08:00:30+08:00")) == [5, 6]
+    assert ids(run("since", "main", "2026-10-08T00:30:00Z")) == [6]  # 08:30 at +08:00
+    assert ids(run("since", "main", "08:30")) == [6]  # a time today, in local time
+    assert ids(run("since", "main", "#5")) == [5, 6]
+    assert ids(run("since", "main", "2h")) == [2, 5, 6]  # since 07:30
+    assert ids(run("since", "main", "3d")) == [0, 1, 2, 5, 6]
+    assert ids(run("since", "main", "yesterday")) == [2, 5, 6]
+    assert ids(run("since", "main", "today")) == [2, 5, 6]
+    assert ids(run("since", "main", "2026-10-09")) == []
+
+
+def test_since_until_and_kind(run, day):
+    assert ids(run("since", "main", "#0", "--until", "#2")) == [0, 1]
+    assert ids(run("since", "main", "2026-10-06", "--until", "2026-10-08T08:01:00+08:00")) == [0, 1, 2]
+    assert ids(run("since", "main", "#0", "--kind", "user")) == [0, 2, 6]
+    assert ids(run("since", "main", "#0", "-k", "assistant", "-k", "user")) == [0, 1, 2, 5, 6]
+
+
+def test_tool_traffic_is_private_by_default(run, day):
+    assert [r["kind"] for r in rows(run("since", "main", "#0"))] == ["user", "pi", "user", "pi", "user"]
+    assert ids(run("since", "main", "#0", "--include-tools")) == list(range(7))
+    assert ids(run("since", "main", "#0", "--kind", "tool_result")) == [4]
+    out = run("message", "main", "4")
+    assert out.exit_code == 2 and "--include-tools" in out.stderr and out.stdout == ""
+    assert run("message", "main", "4", "--include-tools").stdout == "psql: connected\n"
+
+
+def test_since_text_is_one_line_per_message(run, day):
+    out = run("since", "main", "#5", "--text")
+    assert out.stdout == "#5 2026-10-08T08:01:00+08:00 pi: it listens on 5433\n#6 2026-10-08T09:00:00+08:00 user: thanks\n"
+
+
+def test_since_bad_arguments(run, day):
+    for argv, words in [
+        (["since", "main"], "give WHEN"),
+        (["since", "main", "#x"], "bad message number"),
+        (["since", "main", "#-1"], "bad message number"),
+        (["since", "main", "next week"], "bad date 'next week'"),
+        (["since", "main", "#0", "--kind", "robot"], "unknown kind"),
+        (["since", "main", "#0", "--follow", "--until", "#3"], "--follow and --until"),
+        (["since", "main", "#0", "--cursor", "../x"], "invalid"),
+    ]:
+        out = run(*argv)
+        assert out.exit_code == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1, (argv, out.stderr)
+
+
+def test_cursor_gives_each_message_exactly_once(run, day, home):
+    assert ids(run("since", "main", "--cursor", "mailer")) == [0, 1, 2, 5, 6]
+    assert ids(run("since", "main", "--cursor", "mailer")) == []
+    Memory.open("main").append([{"kind": "user", "text": "new"}, {"kind": "tool", "text": "ls"}, {"kind": "pi", "text": "done"}])
+    assert ids(run("since", "main", "--cursor", "mailer")) == [7, 9]
+    assert ids(run("since", "main", "--cursor", "mailer")) == []
+    # a cursor starts at WHEN the first time, and WHEN is ignored once it exists
+    assert ids(run("since", "main", "#6", "--cursor", "other")) == [6, 7, 9]
+    assert ids(run("since", "main", "#0", "--cursor", "other")) == []
+    # --until stops the cursor where it stopped reading
+    assert ids(run("since", "main", "#0", "--until", "#2", "--cursor", "third")) == [0, 1]
+    assert ids(run("since", "main", "#0", "--cursor", "third")) == [2, 5, 6, 7, 9]
+    assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"mailer": 10, "other": 10, "third": 10}
+
+
+def test_follow_prints_new_messages_as_they_are_logged(sh, day, home):
+    proc = subprocess.Popen(pimem_cmd("since", "main", "#6", "--follow"), stdout=subprocess.PIPE, env=subprocess_env())
+    try:
+        assert orjson.loads(proc.stdout.readline())["text"] == "thanks"
+        for text in ("first live", "second live"):
+            assert sh("append", "main", text).returncode == 0
+            assert orjson.loads(proc.stdout.readline())["text"] == text
+        assert proc.poll() is None  # still following
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_broken_pipe_exits_quietly(home):
+    Memory.at("main").append([{"kind": "user", "text": f"message {n} " + "x" * 200} for n in range(20_000)])
+    for flags in ([], ["--text"]):
+        out = subprocess.run(
+            f"{shlex.join(pimem_cmd('since', 'main', '#0', *flags))} | head -1; exit ${{PIPESTATUS[0]}}",
+            shell=True, executable="bash", capture_output=True, env=subprocess_env(), timeout=60,
+        )
+        assert (out.returncode, out.stderr) == (0, b"")
+        assert out.stdout.startswith(b'{"i":0,' if not flags else b"#0 ")
+
+
+def test_message_prints_the_text_exactly(run, day):
+    Memory.open("main").append([{"kind": "user", "text": "  spaced\n\nlines \n"}])
+    assert run("message", "main", "7").stdout == "  spaced\n\nlines \n\n"
+    assert rows(run("message", "main", "2", "--json")) == [
+        {"i": 2, "kind": "user", "text": "check the db", "size": 18, "date": "2026-10-08T08:00:00+08:00"}
+    ]
+    for i in ("8", "-1"):
+        out = run("message", "main", "--", i)
+        assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no message")
+
+
+def test_date_and_date_at(run, day):
+    assert run("date", "main", "5").stdout == "2026-10-08T08:01:00+08:00\n"
+    assert run("date", "main", "--at", "2026-10-07").stdout == "2\n"
+    assert run("date", "main", "--at", "2026-10-08T08:00:06+08:00").stdout == "4\n"
+    assert rows(run("date", "main", "--at", "08:30", "--json")) == [{"i": 6, "date": "2026-10-08T09:00:00+08:00"}]
+    out = run("date", "main", "--at", "2026-10-09")
+    assert out.exit_code == 1 and out.stdout == ""
+    assert run("date", "main", "9").exit_code == 3
+    assert run("date", "main").exit_code == 2
+    assert run("date", "main", "1", "--at", "today").exit_code == 2
+
+
+def test_list_and_status(run, home, day):
+    Memory.at("other").append([{"kind": "user", "text": "second memory"}])
+    assert rows(run("list", "--json")) == [
+        {"name": "main", "messages": 7, "first": "2026-10-06T10:00:00+08:00", "last": "2026-10-08T09:00:00+08:00", "last_user": "thanks"},
+        {"name": "other", "messages": 1, "first": "2026-10-08T09:30:00+08:00", "last": "2026-10-08T09:30:00+08:00", "last_user": "second memory"},
+    ]
+    lines = run("list").stdout.splitlines()
+    assert lines[0].startswith("main") and lines[0].endswith("thanks") and "7 msgs" in lines[0]
+    status = rows(run("status", "main", "--json"))[0]
+    assert status["messages"] == 7 and status["log_files"] == 2
+    assert status["log_bytes"] == sum(p.stat().st_size for p in (home / "main" / "main").iterdir())
+    text = run("status", "main").stdout
+    assert "messages  7  in 2 daily files" in text
+
+
+def test_list_with_no_memories_exits_1(run, home):
+    out = run("list")
+    assert out.exit_code == 1 and out.stdout == "" and "no memories" in out.stderr
+
+
+def test_demo_logs_the_sample_once(run, home):
+    first = run("demo")
+    assert first.exit_code == 0 and "logged" in first.stderr
+    count = Memory.open("demo").count()
+    assert count > 5 and first.stdout.count("\n") == count
+    before = snapshot(home)
+    again = run("demo")
+    assert again.exit_code == 0 and again.stdout == first.stdout and "already holds" in again.stderr
+    assert snapshot(home) == before
+
+
+def test_reads_never_take_the_writer_lock(sh, day, home):
+    """A reader answers while a writer holds the lock; a writer waits and then gives up with exit 4."""
+    from filelock import FileLock
+
+    with FileLock(str(home / "main" / "write.lock")):
+        start = time.monotonic()
+        assert sh("since", "main", "#0").returncode == 0
+        out = sh("append", "main", "--timeout", "0.5", "blocked")
+        assert out.returncode == 4 and b"locked" in out.stderr
+        assert time.monotonic() - start < 50
+    assert Memory.open("main").count() == len(DAY)

@@ -1,0 +1,125 @@
+"""Bad input is refused with exit 2, one clear line on stderr, and the store exactly as it was."""
+
+import orjson
+import pytest
+
+from conftest import snapshot
+from pimem import Memory
+
+SEEDED = [{"kind": "user", "text": "the staging db listens on 5433"}, {"kind": "pi", "text": "noted"}]
+
+
+def ndjson(*records) -> bytes:
+    return b"".join(r if isinstance(r, bytes) else orjson.dumps(r) + b"\n" for r in records)
+
+
+GOOD = {"kind": "user", "text": "fine"}
+
+# (what, argv after "append", stdin, words the one stderr line must contain)
+BAD_APPENDS = [
+    ("malformed NDJSON line, refused with the good lines around it", ["main", "--ndjson"], ndjson(GOOD, b'{"kind": "user", "text": \n', GOOD), ["line 2", "not valid JSON"]),
+    ("NDJSON line that is not an object", ["main", "--ndjson"], ndjson(GOOD, b"[1, 2]\n"), ["line 2", "JSON object"]),
+    ("invalid UTF-8 on stdin", ["main"], b"caf\xc3 au lait", ["not valid UTF-8"]),
+    ("invalid UTF-8 inside an NDJSON line", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"caf\xc3"}\n'), ["line 2", "UTF-8"]),
+    ("lone surrogate escaped in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"\\ud800"}\n'), ["line 2"]),
+    ("NUL byte on stdin", ["main"], b"a\x00b", ["NUL"]),
+    ("NUL byte escaped in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "a\x00b"}), ["line 2", "NUL"]),
+    ("unknown kind", ["main", "-k", "robot", "beep"], None, ["unknown kind 'robot'"]),
+    ("unknown kind in NDJSON", ["main", "--ndjson"], ndjson(GOOD, GOOD, {"kind": "robot", "text": "x"}), ["line 3", "unknown kind 'robot'"]),
+    ("missing kind in NDJSON", ["main", "--ndjson"], ndjson({"text": "x"}), ["line 1", "missing kind"]),
+    ("unknown field in NDJSON", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "colour": "red"}), ["unknown field 'colour'"]),
+    ("bad date", ["main", "--date", "2026-13-40T25:00:00+08:00", "hello"], None, ["bad date"]),
+    ("bad date in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "x", "date": "last tuesday"}), ["line 2", "bad date"]),
+    ("meta that is not JSON", ["main", "--meta", "{oops", "hello"], None, ["--meta"]),
+    ("meta that is not an object", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "meta": [1]}), ["meta"]),
+    ("empty text argument", ["main", ""], None, ["empty text"]),
+    ("blank text argument", ["main", "  \n\t "], None, ["empty text"]),
+    ("empty stdin", ["main"], b"", ["empty text"]),
+    ("empty text in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "pi", "text": ""}), ["line 2", "empty text"]),
+    ("no lines at all with --ndjson", ["main", "--ndjson"], b"\n\n", ["no messages"]),
+    ("text with --ndjson", ["main", "--ndjson", "hello"], b"", ["--ndjson"]),
+    ("name ..", ["..", "hello"], None, ["invalid memory name '..'"]),
+    ("name a/b", ["a/b", "hello"], None, ["invalid memory name 'a/b'"]),
+    ("name -x", ["--", "-x", "hello"], None, ["invalid memory name '-x'"]),
+    ("empty name", ["", "hello"], None, ["invalid memory name ''"]),
+    ("name with a control character", ["a\x01b", "hello"], None, ["invalid memory name"]),
+    ("name too long", ["a" * 65, "hello"], None, ["invalid memory name"]),
+]
+
+
+@pytest.mark.parametrize("what,argv,stdin,words", BAD_APPENDS, ids=[c[0] for c in BAD_APPENDS])
+def test_bad_append_is_refused_whole_and_changes_nothing(run, home, what, argv, stdin, words):
+    Memory.at("main").append(SEEDED)
+    before = snapshot(home)
+    out = run("append", *argv, input=stdin)
+    assert out.exit_code == 2, out.output
+    assert out.stdout == ""
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pimem: error: "), out.stderr
+    for word in words:
+        assert word in lines[0]
+    assert snapshot(home) == before
+    assert [m["text"] for m in Memory.open("main").messages()] == [r["text"] for r in SEEDED]
+
+
+def test_bad_input_for_a_new_memory_creates_nothing(run, home):
+    assert run("append", "fresh", "-k", "robot", "x").exit_code == 2
+    assert run("append", "fresh", "--ndjson", input=ndjson(GOOD, b"{")).exit_code == 2
+    assert not (home / "fresh").exists()
+
+
+def test_text_over_the_cap_is_refused_but_long_tool_output_is_trimmed(run, home):
+    mem = Memory.at("main")
+    mem.append(SEEDED)
+    mem.save_config({"max_text_bytes": 1000})
+    before = snapshot(home)
+    out = run("append", "main", "-k", "pi", input="é" * 501)  # 1,002 bytes
+    assert out.exit_code == 2
+    assert out.stderr == "pimem: error: text of 1002 bytes is over the cap of 1000 bytes; split it into several messages\n"
+    assert snapshot(home) == before
+    # tool output is never refused for its length: it keeps its head and tail
+    out = run("append", "main", "-k", "tool_result", input="h" * 20_000 + "m" * 5_000 + "t" * 20_000)
+    assert out.exit_code == 0 and out.stdout == "2\n"
+    text = Memory.open("main").message(2)["text"]
+    assert text == "h" * 15_000 + "\n[… 15000 characters of tool output cut by pimem …]\n" + "t" * 15_000
+
+
+def test_default_cap_is_8_mib(run, home):
+    assert run("append", "main", input="x" * (8 * 1024 * 1024)).exit_code == 0
+    before = snapshot(home)
+    out = run("append", "main", input="x" * (8 * 1024 * 1024 + 1))
+    assert out.exit_code == 2 and "over the cap of 8388608 bytes" in out.stderr
+    assert snapshot(home) == before
+
+
+def test_echo_under_the_trim_limit_is_kept_whole(run, home):
+    text = "line\n" * 6_000  # exactly 30,000 characters
+    assert run("append", "main", "-k", "echo", input=text).exit_code == 0
+    assert Memory.open("main").message(0)["text"] == text
+
+
+def test_a_stream_logs_good_batches_and_refuses_the_bad_one_whole(sh, home, monkeypatch):
+    """Batches of --ndjson are validated whole; an error names the line and says what was logged before."""
+    from pimem import ingest
+
+    lines = [orjson.dumps({"kind": "user", "text": f"m{n}"}) for n in range(ingest.BATCH_LINES + 5)]
+    lines[ingest.BATCH_LINES + 2] = b'{"kind": "user"'
+    out = sh("append", "main", "--ndjson", input=b"\n".join(lines) + b"\n")
+    assert out.returncode == 2
+    assert out.stderr.decode() == (
+        f"pimem: error: line {ingest.BATCH_LINES + 3}: not valid JSON "
+        f"(that batch was refused; the {ingest.BATCH_LINES} messages before it were logged)\n"
+    )
+    assert Memory.open("main").count() == ingest.BATCH_LINES
+    assert out.stdout.decode().split() == [str(i) for i in range(ingest.BATCH_LINES)]
+
+
+def test_usage_errors_are_one_line_too(sh, home):
+    for argv, expected in [
+        (["append", "-x", "hi"], "pimem: error: no such option: -x (see 'pimem append --help')\n"),
+        (["frobnicate"], "pimem: error: no such command 'frobnicate' (see 'pimem --help')\n"),
+        (["message", "main", "abc"], "pimem: error: invalid value for 'I': 'abc' is not a valid int (see 'pimem message --help')\n"),
+    ]:
+        out = sh(*argv)
+        assert (out.returncode, out.stderr.decode()) == (2, expected)
+    assert not home.exists()

@@ -1,0 +1,114 @@
+"""Real processes: writers killed mid-append, writers racing each other, and what `pimem append` imports."""
+
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import subprocess_env
+from pimem import Memory
+
+# appends forever, printing "i text" for every message once append() has returned (= acknowledged)
+WRITER = r"""
+import random, sys
+from pimem import Memory
+mem = Memory.at("main")
+rng = random.Random(int(sys.argv[1]))
+print("ready", flush=True)
+n = 0
+while True:
+    batch = []
+    for _ in range(rng.choice([1, 1, 1, 5, 40])):
+        n += 1
+        day = rng.choice(["07", "08", "08", "08", "09"])  # some batches span several daily files
+        text = f"{sys.argv[1]}:{n} " + "x" * rng.choice([10, 200, 5000, 60000])
+        batch.append({"kind": rng.choice(["user", "pi", "echo"]), "text": text, "date": f"2026-10-{day}T10:00:00+08:00"})
+    ids = mem.append(batch)
+    sys.stdout.write("".join(f"{i} {m['text'].split()[0]}\n" for i, m in zip(ids, batch)))
+    sys.stdout.flush()
+"""
+
+
+def test_sigkill_at_random_moments_loses_no_acknowledged_message(home):
+    rng = random.Random(2)
+    acknowledged: dict[int, str] = {}
+    mid_append = 0  # rounds killed between writing and acknowledging (the interesting ones)
+    for round_ in range(50):
+        child = subprocess.Popen([sys.executable, "-c", WRITER, str(round_)], stdout=subprocess.PIPE, env=subprocess_env())
+        assert child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.0, 0.12))
+        child.send_signal(signal.SIGKILL)
+        out, _ = child.communicate()
+        for line in out.split(b"\n")[:-1]:  # complete lines only
+            i, tag = line.decode().split(" ", 1)
+            acknowledged[int(i)] = tag
+        logged = {m["i"]: m["text"].split()[0] for m in Memory.open("main").messages()}  # reads cleanly
+        for i, tag in acknowledged.items():
+            assert logged.get(i) == tag, f"round {round_}: acknowledged message {i} is not in the log"
+        torn = sum(not p.read_bytes().endswith(b"\n") for p in (home / "main" / "main").glob("*.jsonl"))
+        mid_append += bool(torn or set(logged) - set(acknowledged))
+        acknowledged.update({i: tag for i, tag in logged.items()})  # written but unacknowledged is fine too
+    assert len(acknowledged) > 50 and mid_append >= 5
+    mem = Memory.open("main")
+    total = mem.count()
+    assert mem.append([{"kind": "user", "text": "after the crashes"}]) == [total]
+    assert [m["i"] for m in mem.messages()] == list(range(total + 1))
+
+
+# 200 appends, one message each, printing each acknowledged i
+RACER = r"""
+import sys
+from pimem import Memory
+mem = Memory.at("main")
+for n in range(200):
+    (i,) = mem.append([{"kind": "user", "text": f"{sys.argv[1]}:{n}"}])
+    print(i, flush=True)
+"""
+
+
+def test_eight_writers_at_once_get_every_i_exactly_once(home):
+    racers = [subprocess.Popen([sys.executable, "-c", RACER, str(k)], stdout=subprocess.PIPE, env=subprocess_env()) for k in range(8)]
+    printed = []
+    for racer in racers:
+        out, _ = racer.communicate(timeout=240)
+        assert racer.returncode == 0
+        printed += [int(x) for x in out.split()]
+    assert sorted(printed) == list(range(1600))
+    messages = list(Memory.open("main").messages())
+    assert [m["i"] for m in messages] == list(range(1600))
+    texts = [m["text"] for m in messages]
+    assert sorted(texts) == sorted(f"{k}:{n}" for k in range(8) for n in range(200))
+    for k in range(8):  # each writer's messages are in its own order
+        mine = [int(t.split(":")[1]) for t in texts if t.startswith(f"{k}:")]
+        assert mine == list(range(200))
+
+
+HEAVY = ("rich", "httpx", "pydantic", "mcp")
+
+
+@pytest.mark.parametrize("argv,stdin", [
+    (["append", "main", "hello"], None),
+    (["append", "main", "--ndjson"], b'{"kind":"user","text":"hi"}\n'),
+    (["since", "main", "#0"], None),
+])
+def test_the_log_commands_do_not_import_heavy_modules(home, argv, stdin):
+    Memory.at("main").append([{"kind": "user", "text": "already here"}])
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "pimem", *argv], input=stdin, capture_output=True, env=subprocess_env(), timeout=60
+    )
+    assert out.returncode == 0, out.stderr.decode()[-500:]
+    loaded = {m.group(1).split(".")[0] for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", out.stderr.decode(), re.M)}
+    assert "orjson" in loaded and "pimem" in loaded  # the check sees imports at all
+    assert not loaded & set(HEAVY), f"{' '.join(argv)} imported {sorted(loaded & set(HEAVY))}"
+
+
+def test_the_import_guard_would_notice(home, tmp_path):
+    """The guard above parses real -X importtime output: a module that imports rich is caught."""
+    (tmp_path / "loud.py").write_text("import rich\n")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import loud"], capture_output=True, env={**subprocess_env(), "PYTHONPATH": str(tmp_path)})
+    loaded = {m.group(1).split(".")[0] for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", out.stderr.decode(), re.M)}
+    assert "rich" in loaded

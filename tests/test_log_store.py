@@ -1,0 +1,149 @@
+"""The message log on disk: schema, daily files, order, torn lines, integrity, permissions, home."""
+
+import os
+import stat
+
+import orjson
+import pytest
+
+from conftest import snapshot
+from pimem import Memory, env
+from pimem.errors import IntegrityError
+
+
+def stored_lines(home, name="main"):
+    out = {}
+    for path in sorted((home / name / "main").glob("*.jsonl")):
+        out[path.name] = [orjson.loads(l) for l in path.read_bytes().splitlines() if l.strip()]
+    return out
+
+
+def test_kinds_aliases_and_size(home):
+    mem = Memory.at("main")
+    given = ["user", "pi", "tool", "echo", "work", "note", "assistant", "tool_call", "tool_result", "bash", "custom"]
+    mem.append([{"kind": k, "text": "héllo 世界"} for k in given])
+    kinds = [m["kind"] for m in mem.messages()]
+    assert kinds == ["user", "pi", "tool", "echo", "work", "note", "pi", "tool", "echo", "echo", "work"]
+    for m in mem.messages():
+        assert m["size"] == len(f"{m['kind']}: héllo 世界".encode())
+
+
+def test_exact_stored_line(home):
+    Memory.at("main").append([{"kind": "user", "text": "hi", "date": "2026-10-08T09:30:00+08:00", "meta": {"source": "irc"}}])
+    assert (home / "main" / "main" / "2026-10-08.jsonl").read_bytes() == (
+        b'{"i":0,"kind":"user","text":"hi","size":8,"date":"2026-10-08T09:30:00+08:00","meta":{"source":"irc"}}\n'
+    )
+
+
+def test_dates_are_normalised_and_default_to_now(run, home):
+    assert run("append", "main", "--date", "2026-10-01", "a").exit_code == 0
+    assert run("append", "main", "--date", "2026-10-02T08:00:00Z", "b").exit_code == 0
+    assert run("append", "main", "c").exit_code == 0
+    dates = [m["date"] for m in Memory.open("main").messages()]
+    local = env.now().tzinfo  # a date without an offset is local time
+    assert dates[0].startswith("2026-10-01T00:00:00") and dates[0] != "2026-10-01" and local
+    assert dates[1:] == ["2026-10-02T08:00:00Z", "2026-10-08T09:30:00+08:00"]
+
+
+def test_daily_files_are_named_by_each_messages_date_and_read_in_i_order(home):
+    mem = Memory.at("main")
+    mem.append([
+        {"kind": "user", "text": "a", "date": "2026-10-07T23:59:59+08:00"},
+        {"kind": "user", "text": "b", "date": "2026-10-08T00:00:01+08:00"},
+        # imported history: an older day's file gets a later i, and one day's file holds two runs
+        {"kind": "user", "text": "c", "date": "2026-10-01T12:00:00+08:00"},
+        {"kind": "user", "text": "d", "date": "2026-10-08T09:00:00-05:00"},
+        {"kind": "user", "text": "e", "date": "2026-10-07T10:00:00+08:00"},
+    ])
+    files = stored_lines(home)
+    assert {name: [m["i"] for m in msgs] for name, msgs in files.items()} == {
+        "2026-10-01.jsonl": [2],
+        "2026-10-07.jsonl": [0, 4],
+        "2026-10-08.jsonl": [1, 3],
+    }
+    fresh = Memory.open("main")  # a new reader, nothing cached
+    assert [m["text"] for m in fresh.messages()] == list("abcde")
+    assert [m["text"] for m in fresh.messages(1, 4)] == list("bcd")
+    assert fresh.count() == 5 and fresh.message(4)["text"] == "e"
+
+
+def test_torn_last_line_is_skipped_then_sealed(run, home):
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "one"}, {"kind": "user", "text": "two"}])
+    path = home / "main" / "main" / "2026-10-08.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"i":2,"kind":"user","text":"thr')  # a crash mid-write
+    out = run("since", "main", "#0")
+    assert [orjson.loads(l)["text"] for l in out.stdout.splitlines()] == ["one", "two"]
+    assert Memory.open("main").count() == 2
+    assert run("append", "main", "three").stdout == "2\n"
+    lines = path.read_bytes().splitlines()
+    assert lines[2] == b'{"i":2,"kind":"user","text":"thr'  # kept, on a line of its own, never rewritten
+    assert orjson.loads(lines[3])["i"] == 2
+    assert [m["text"] for m in Memory.open("main").messages()] == ["one", "two", "three"]
+
+
+@pytest.mark.parametrize("damage,word", [("gap", "gap"), ("duplicate", "duplicate")])
+def test_gap_or_duplicate_is_an_integrity_error(run, home, damage, word):
+    Memory.at("main").append([{"kind": "user", "text": t} for t in "abc"])
+    path = home / "main" / "main" / "2026-10-08.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(lines[0] + lines[2] if damage == "gap" else lines[0] + lines[1] + lines[1] + lines[2])
+    before = snapshot(home)
+    out = run("since", "main", "#0")
+    assert out.exit_code == 5
+    assert out.stderr.splitlines()[-1].startswith(f"pimem: error: {word} in the log: found i=")
+    assert "pimem fsck" in out.stderr
+    with pytest.raises(IntegrityError):
+        list(Memory.open("main").messages())
+    assert snapshot(home) == before  # reading never repairs
+
+
+def test_permissions(run, home):
+    old = os.umask(0)
+    try:
+        assert run("append", "main", "hello").exit_code == 0
+        assert run("since", "main", "#0", "--cursor", "mailer").exit_code == 0
+        Memory.open("main").save_config({"view": {"hi": 10}})
+    finally:
+        os.umask(old)
+    for path in [home, *home.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+    assert {p.name for p in (home / "main").iterdir()} >= {"main", "cursors.json", "config.json"}
+
+
+def test_home_resolution_order(tmp_path, monkeypatch):
+    for var in ("PIMEM_HOME", "PI_MEM_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert env.home() == tmp_path / "user" / ".pi" / "memory"
+    monkeypatch.setenv("PI_MEM_HOME", str(tmp_path / "pi"))
+    assert env.home() == tmp_path / "pi"
+    monkeypatch.setenv("PIMEM_HOME", str(tmp_path / "pimem"))
+    assert env.home() == tmp_path / "pimem"
+    assert env.home(str(tmp_path / "flag")) == tmp_path / "flag"
+
+
+def test_home_flag_beats_the_environment(run, home, tmp_path):
+    other = tmp_path / "other"
+    assert run("append", "main", "--home", other, "hi").exit_code == 0
+    assert (other / "main" / "main").is_dir() and not home.exists()
+    assert run("since", "main", "#0").exit_code == 3  # not in $PIMEM_HOME
+    assert run("since", "main", "#0", "--home", other).exit_code == 0
+
+
+def test_pi_mem_home_is_used_when_pimem_home_is_unset(sh, tmp_path):
+    env = {"PIMEM_HOME": "", "PI_MEM_HOME": str(tmp_path / "pi"), "HOME": str(tmp_path / "user")}
+    assert sh("append", "main", "hi", **env).returncode == 0
+    assert (tmp_path / "pi" / "main" / "main").is_dir()
+    env = {"PIMEM_HOME": "", "PI_MEM_HOME": "", "HOME": str(tmp_path / "user")}
+    assert sh("append", "main", "hi", **env).returncode == 0
+    assert (tmp_path / "user" / ".pi" / "memory" / "main" / "main").is_dir()
+
+
+def test_readers_of_unknown_memories_exit_3_and_create_nothing(run, home):
+    for argv in (["since", "nope", "#0"], ["message", "nope", "0"], ["date", "nope", "0"], ["status", "nope"]):
+        out = run(*argv)
+        assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no memory named 'nope'")
+    assert not home.exists()

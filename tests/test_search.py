@@ -1,0 +1,303 @@
+"""Search and the index: semantics, filters, privacy, the index's catch-up after deletion, damage and crashes,
+and concurrent appends and searches in real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from conftest import pimem_cmd, snapshot, subprocess_env
+from pimem import Memory
+from pimem import search as searching
+
+SECRET = "sk-live-7f3a9c1e55d2"
+
+MESSAGES = [
+    {"kind": "user", "text": "the staging db listens on 5433", "date": "2026-10-01T09:00:00+08:00"},
+    {"kind": "pi", "text": "我们在蓝鲸副本上看到了 Go 程序的报错", "date": "2026-10-02T09:00:00+08:00"},
+    {"kind": "tool", "text": "bash('cat .env')", "date": "2026-10-03T09:00:00+08:00"},
+    {"kind": "echo", "text": f"DATABASE_URL=postgres://app@staging:5433\nAPI_KEY={SECRET}\n", "date": "2026-10-03T09:00:01+08:00"},
+    {"kind": "pi", "text": "Staging is fine now. Go ahead and merge.", "date": "2026-10-04T09:00:00+08:00"},
+    {"kind": "user", "text": "fine, the merge is staging-only", "date": "2026-10-05T09:00:00+08:00"},
+    {"kind": "note", "text": "鲸 is a whale; 蓝 is blue", "date": "2026-10-06T09:00:00+08:00"},
+]
+
+
+@pytest.fixture
+def mem(home):
+    memory = Memory.at("main")
+    memory.append(MESSAGES)
+    return memory
+
+
+def ids(result) -> list[int]:
+    """The ``i`` of each hit; no hits must come with exit 1."""
+    assert result.exit_code == (0 if result.stdout else 1), result.stderr
+    return [orjson.loads(line)["i"] for line in result.stdout.splitlines()]
+
+
+def test_hits_are_ndjson_newest_first_with_a_snippet(run, mem):
+    out = run("search", "staging", "--json")
+    assert [orjson.loads(line) for line in out.stdout.splitlines()] == [
+        {"memory": "main", "i": 5, "date": "2026-10-05T09:00:00+08:00", "kind": "user", "size": 37, "snippet": "fine, the merge is staging-only", "held": "verbatim", "label": "5+1"},
+        {"memory": "main", "i": 4, "date": "2026-10-04T09:00:00+08:00", "kind": "pi", "size": 44, "snippet": "Staging is fine now. Go ahead and merge.", "held": "verbatim", "label": "4+1"},
+        {"memory": "main", "i": 0, "date": "2026-10-01T09:00:00+08:00", "kind": "user", "size": 36, "snippet": "the staging db listens on 5433", "held": "verbatim", "label": "0+1"},
+    ]
+
+
+def test_human_lines_name_memory_number_date_and_kind(run, mem):
+    out = run("search", "listens", "main")
+    assert out.exit_code == 0
+    assert out.stdout == "main #0 2026-10-01T09:00:00+08:00 user: the staging db listens on 5433\n"
+
+
+def test_hits_say_how_the_view_holds_them(run, home):
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": "line 0 about the lighthouse"}])
+    mem.save_config({"view": {"hi": 200, "lo": 100}})
+    Memory.at("m").append([{"kind": "user", "text": f"line {n} about the lighthouse"} for n in range(1, 12)])
+    hits = [orjson.loads(line) for line in run("search", "lighthouse", "--json", "--limit", "100").stdout.splitlines()]
+    assert len(hits) == 12
+    inside = [h for h in hits if h["held"] == "inside"]
+    assert inside and all(int(h["label"].split("+")[1]) > 1 for h in inside)
+    assert f"[inside {inside[0]['label']}]" in run("search", f"line {inside[0]['i']} ", "m").stdout
+
+
+def test_chinese_and_mixed_queries(run, mem):
+    assert ids(run("search", "蓝鲸副本", "--json")) == [1]
+    assert ids(run("search", "go 程序", "--json")) == [1]  # two terms: both must occur
+    assert ids(run("search", '"Go 程序"', "--json")) == [1]  # one phrase, mixed scripts
+
+
+def test_one_and_two_character_queries(run, mem):
+    assert ids(run("search", "蓝鲸", "--json")) == [1]
+    assert ids(run("search", "鲸", "--json")) == [6, 1]
+    assert ids(run("search", "Go", "--json")) == [4, 1]  # case-insensitive: "Go" in both
+    assert ids(run("search", "蓝", "--json")) == [6, 1]
+    assert ids(run("search", "鲸 蓝", "--json")) == [6, 1]
+    assert run("search", "zq").exit_code == 1
+
+
+def test_short_query_falls_back_to_a_scan_when_it_expands_to_too_many_trigrams(run, mem, monkeypatch):
+    monkeypatch.setattr(searching, "PREFIX_TERMS", 1)
+    assert ids(run("search", "e", "--json")) == [6, 5, 4, 0]
+    assert ids(run("search", "e", "--kind", "user", "--json")) == [5, 0]
+
+
+def test_a_query_at_the_very_end_of_a_text_is_found(run, home):
+    Memory.at("m").append([{"kind": "user", "text": "ab"}, {"kind": "user", "text": "xyz"}])
+    assert ids(run("search", "ab", "--json")) == [0]
+    assert ids(run("search", "b", "--json")) == [0]
+    assert ids(run("search", "z", "--json")) == [1]
+    assert ids(run("search", "xyz", "--json")) == [1]
+
+
+def test_phrases_must_occur_exactly_words_in_any_order(run, mem):
+    assert ids(run("search", "fine staging", "--json")) == [5, 4]
+    assert ids(run("search", '"staging is fine"', "--json")) == [4]
+    assert run("search", '"fine staging"').exit_code == 1
+    assert ids(run("search", '"the merge" staging', "--json")) == [5]
+
+
+def test_any_matches_either_word(run, mem):
+    assert run("search", "5433 鲸").exit_code == 1
+    assert ids(run("search", "5433 鲸", "--any", "--json")) == [6, 1, 0]
+
+
+def test_rank_puts_the_best_match_first(run, home):
+    Memory.at("m").append([
+        {"kind": "user", "text": "refund refund refund: the refund rounding is off"},
+        {"kind": "user", "text": "one refund, and a long message about many other things " * 5},
+        {"kind": "user", "text": "nothing here"},
+    ])
+    assert ids(run("search", "refund", "--json")) == [1, 0]
+    ranked = [orjson.loads(line) for line in run("search", "refund", "--rank", "--json").stdout.splitlines()]
+    assert [h["i"] for h in ranked] == [0, 1]
+    assert ranked[0]["score"] > ranked[1]["score"] > 0
+
+
+def test_filters_kind_since_until(run, mem):
+    assert ids(run("search", "staging", "--kind", "pi", "--json")) == [4]
+    assert ids(run("search", "staging", "--since", "2026-10-04", "--json")) == [5, 4]
+    assert ids(run("search", "staging", "--until", "2026-10-04", "--json")) == [0]
+    assert ids(run("search", "staging", "--since", "2026-10-02", "--until", "2026-10-05", "--json")) == [4]
+
+
+def test_paging_with_before_and_limit(run, home):
+    Memory.at("m").append([{"kind": "user", "text": f"page {n}"} for n in range(7)])
+    first = run("search", "page", "--limit", "3", "--json")
+    assert ids(first) == [6, 5, 4]
+    assert "--before 4" in first.stderr
+    assert ids(run("search", "page", "--limit", "3", "--before", "4", "--json")) == [3, 2, 1]
+    assert ids(run("search", "page", "--limit", "3", "--before", "1", "--json")) == [0]
+
+
+def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):
+    assert run("search", SECRET).exit_code == 1
+    assert run("search", "API_KEY", "main").exit_code == 1
+    assert SECRET not in run("search", "5433").stdout
+    assert SECRET not in run("search", "staging", "--rank").stdout
+    assert SECRET not in run("since", "main", "#0").stdout
+    assert SECRET not in run("since", "main", "#0", "--text").stdout
+    shown = run("message", "main", "3")
+    assert shown.exit_code == 2 and SECRET not in shown.stdout + shown.stderr
+    # asked for: every path shows it
+    assert ids(run("search", SECRET, "--include-tools", "--json")) == [3]
+    assert ids(run("search", "api_key", "--kind", "echo", "--json")) == [3]
+    assert SECRET in run("since", "main", "#0", "--include-tools").stdout
+    assert SECRET in run("message", "main", "3", "--include-tools").stdout
+
+
+def test_all_memories_or_the_named_ones(run, mem):
+    Memory.at("other").append([{"kind": "user", "text": "staging in the other memory", "date": "2026-10-09T00:00:00+08:00"}])
+    hits = [orjson.loads(line) for line in run("search", "staging", "--json").stdout.splitlines()]
+    assert [(h["memory"], h["i"]) for h in hits] == [("other", 0), ("main", 5), ("main", 4), ("main", 0)]
+    assert ids(run("search", "staging", "other", "--json")) == [0]
+
+
+def test_nothing_found_exits_1_and_bad_input_exits_2(run, mem, home):
+    run("search", "staging")  # builds the index (derived state)
+    before = snapshot(home)
+    out = run("search", "no such words")
+    assert (out.exit_code, out.stdout) == (1, "")
+    assert run("search", "  ").exit_code == 2
+    missing = run("search", "x", "nope")
+    assert missing.exit_code == 3 and not (home / "nope").exists()
+    assert run("search", "x", "--limit", "0").exit_code == 2
+    assert run("search", "x", "--kind", "bogus").exit_code == 2
+    assert snapshot(home) == before
+
+
+# ---- the index --------------------------------------------------------------------------------------------
+
+
+def test_search_builds_the_index_and_catches_up_new_messages(run, mem):
+    assert ids(run("search", "lighthouse", "--json")) == []
+    assert (mem.path / "index.sqlite").exists()
+    mem.append([{"kind": "user", "text": "the lighthouse keeper"}])
+    assert ids(run("search", "lighthouse", "--json")) == [7]
+
+
+def test_a_message_landing_in_an_older_days_file_is_found(run, mem):
+    run("search", "staging")
+    mem.append([{"kind": "user", "text": "backdated lighthouse", "date": "2026-10-01T10:00:00+08:00"}])
+    assert ids(run("search", "lighthouse", "--json")) == [7]
+
+
+def test_deleting_the_index_loses_nothing(run, mem):
+    first = run("search", "staging", "--json").stdout
+    os.unlink(mem.path / "index.sqlite")
+    assert run("search", "staging", "--json").stdout == first
+
+
+def test_a_damaged_index_is_rebuilt(sh, mem):
+    first = sh("search", "staging", "--json").stdout
+    path = mem.path / "index.sqlite"
+    assert not (mem.path / "index.sqlite-wal").exists()  # the process checkpointed it on exit
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    out = sh("search", "staging", "--json")
+    assert out.stdout == first
+    assert b"rebuilding it from the log" in out.stderr
+
+
+def test_garbage_in_place_of_the_index_is_rebuilt(run, mem):
+    (mem.path / "index.sqlite").write_bytes(b"not a database" * 1000)
+    assert ids(run("search", "staging", "--json")) == [5, 4, 0]
+
+
+def test_torn_last_line_is_skipped_then_indexed_once_sealed(run, mem):
+    path = mem.path / "main" / "2026-10-06.jsonl"
+    with open(path, "ab") as f:
+        f.write(b'{"i":7,"kind":"user","text":"half a light')
+    assert ids(run("search", "light", "--json")) == []
+    mem.append([{"kind": "user", "text": "lighthouse again", "date": "2026-10-06T10:00:00+08:00"}])
+    assert ids(run("search", "light", "--json")) == [7]
+    assert ids(run("search", "half a", "--json")) == []
+
+
+def test_reindex_rebuilds_and_reports(run, mem):
+    run("search", "staging")
+    out = run("reindex", "main", "--json")
+    assert out.exit_code == 0
+    row = orjson.loads(out.stdout)
+    assert (row["memory"], row["messages"]) == ("main", 7)
+    assert run("reindex", "nope").exit_code == 3
+
+
+def test_message_reads_through_the_index_without_scanning_the_log(run, mem, monkeypatch):
+    run("search", "staging")
+    monkeypatch.setattr(type(mem.log), "read", lambda *a, **k: (_ for _ in ()).throw(AssertionError("scanned")))
+    assert Memory.open("main").message(4)["text"] == MESSAGES[4]["text"]
+    assert run("message", "main", "1").stdout == MESSAGES[1]["text"] + "\n"
+
+
+def test_message_falls_back_to_the_log_without_an_index(run, mem):
+    assert not (mem.path / "index.sqlite").exists()
+    assert run("message", "main", "4").stdout == MESSAGES[4]["text"] + "\n"
+    assert not (mem.path / "index.sqlite").exists()  # a lookup does not create the index
+    run("search", "staging")
+    mem.append([{"kind": "user", "text": "not indexed yet"}])
+    assert run("message", "main", "7").stdout == "not indexed yet\n"
+    assert run("message", "main", "8").exit_code == 3
+
+
+def test_the_index_holds_exactly_the_logs_messages(run, mem):
+    run("search", "staging")
+    db = sqlite3.connect(mem.path / "index.sqlite")
+    assert [row[0] for row in db.execute("SELECT i FROM msgs ORDER BY i")] == list(range(7))
+
+
+# ---- real processes ---------------------------------------------------------------------------------------
+
+
+def test_a_reindex_killed_midway_is_caught_up(sh, home):
+    mem = Memory.at("big")
+    mem.append([{"kind": "user", "text": f"message {n} about the lighthouse {n % 7}"} for n in range(30_000)])
+    for delay in (0.3, 0.6):
+        proc = subprocess.Popen(pimem_cmd("reindex", "big"), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        out = sh("search", '"lighthouse 3"', "big", "--limit", "100000", "--json")
+        assert out.returncode == 0, out.stderr
+        assert [orjson.loads(line)["i"] for line in out.stdout.splitlines()] == [n for n in range(29_999, -1, -1) if n % 7 == 3]
+        db = sqlite3.connect(mem.path / "index.sqlite")
+        assert db.execute("SELECT count(*), min(i), max(i) FROM msgs").fetchone() == (30_000, 0, 29_999)
+        db.close()
+
+
+def test_concurrent_appends_and_searches(home):
+    writers, searchers, per_writer = 3, 3, 60
+    script = "import sys\nfrom pimem import Memory\nm = Memory.at('c')\nfor n in range({n}):\n    m.append([{{'kind': 'user', 'text': f'needle w{w} n{{n}}'}}])\n"
+    search_loop = (
+        "import sys\nfrom pimem import Memory\nfrom pimem.search import search\n"
+        "for _ in range(25):\n    hits = search([Memory.open('c')], 'needle', limit=100000)\n"
+        "    assert len({(h['i']) for h in hits}) == len(hits)\n"
+    )
+    Memory.at("c").append([{"kind": "user", "text": "needle start"}])
+    env = subprocess_env()
+    procs = [subprocess.Popen([sys.executable, "-c", script.format(n=per_writer, w=w)], env=env) for w in range(writers)]
+    procs += [subprocess.Popen([sys.executable, "-c", search_loop], env=env, stderr=subprocess.PIPE) for _ in range(searchers)]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
+    hits = searching.search([Memory.open("c")], "needle", limit=100_000)
+    assert sorted(h["i"] for h in hits) == list(range(1 + writers * per_writer))
+    db = sqlite3.connect(Memory.at("c").path / "index.sqlite")
+    assert db.execute("SELECT count(*), count(DISTINCT i) FROM msgs").fetchone() == (181, 181)
+
+
+def test_append_does_not_import_sqlite(home):
+    probe = (
+        "import sys\nfrom pimem import cli\ntry:\n    cli.main(['append', 'x', 'hello'])\nexcept SystemExit:\n    pass\n"
+        "print('sqlite3' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(), capture_output=True, text=True)
+    assert out.stdout == "0\nFalse\n"

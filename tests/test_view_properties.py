@@ -1,0 +1,105 @@
+"""Properties of the view algebra (hypothesis), and what a realistic log costs in rewritten lines."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from bench.synth import messages
+from pimem.tree import free_merge, label
+from pimem.view import View, line_bytes_cost
+
+
+def shape(v):
+    return [(l, i) for l, i, _, _ in v.lines]
+
+
+def tiles(v) -> bool:
+    at = 0
+    for l, i, _, _ in v.lines:
+        if i << l != at:
+            return False
+        at = (i + 1) << l
+    return at == v.T
+
+
+def summary(l: int, i: int) -> str:
+    """What a compactor might write: a few hundred bytes."""
+    return f"summary of {label(l, i)}: " + "x" * (200 + (i * 37 + l * 11) % 280)
+
+
+class Tree:
+    """A tree whose nodes are built when ``built(l, i)`` says so: free joins, else summaries."""
+
+    def __init__(self, built=lambda l, i: True):
+        self.built = built
+
+    def resolve(self, l, i, left, right):
+        return free_merge(left, right) or (summary(l + 1, i // 2) if self.built(l + 1, i // 2) else None)
+
+
+ops = st.lists(st.tuples(st.integers(1, 700), st.booleans(), st.integers(0, 3)), min_size=1, max_size=400)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, st.integers(600, 3000))
+def test_the_view_tiles_the_log_and_between_batches_only_grows_at_its_tail(steps, hi):
+    """Messages of random sizes; some parents never get built, others are built later (each step may build
+    the parent of the most due pair). The view always tiles [0, T) and, whenever no merge happened, the old
+    lines are a prefix of the new ones."""
+    late: set[tuple[int, int]] = set()
+    tree = Tree(lambda l, i: (l * 7 + i) % 5 != 0 and (l, i) not in late)
+    v = View(hi, hi // 2, tree.resolve, fetch=None)
+    for size, long_and_unbuilt, build in steps:
+        before = shape(v)
+        text = None if long_and_unbuilt and size > 512 else "u: " + "y" * min(size, 509)
+        best = v.best()
+        if best and build >= 2:
+            parent = (best[0] + 1, best[1] // 2)
+            if build == 3 and parent in late:
+                late.discard(parent)
+                v.built(*parent, summary(*parent))  # what writing a node tells the views
+            elif build == 2 and not v.is_blocked(*best):
+                late.add(parent)
+        v.push(text)
+        merged = v.fit()
+        assert tiles(v)
+        if not merged:
+            assert shape(v)[:-1] == before
+        if v.over():  # past twice the budget, nothing built may be left to merge
+            pairs = [(a, b) for a, b in zip(v.lines, v.lines[1:]) if a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1]
+            assert all(a[2] is None or b[2] is None or tree.resolve(a[0], a[1], a[2], b[2]) is None for a, b in pairs)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(5, 600), min_size=1, max_size=1500), st.integers(11_000, 40_000))
+def test_with_every_parent_built_the_view_never_exceeds_hi(sizes, hi):
+    tree = Tree()
+    v = View(hi, hi // 2, tree.resolve)
+    for n, size in enumerate(sizes):
+        v.push("u: " + "z" * max(0, min(size, 512) - 3))
+        v.fit()
+        assert v.total <= hi, f"T={n + 1}"
+        assert not v.shrinking
+        assert v.total == sum(c for *_, c in v.lines)
+
+
+def test_realistic_log_rewrites_fewer_than_three_lines_per_message():
+    """5,000 synthetic agent messages (short turns, one in ten a long tool result), every node built as soon
+    as it is due: count the lines after the first changed one (what a prompt cache must re-read)."""
+    v = View(128_000, 64_000, Tree().resolve)
+    rewritten, batches = 0, 0
+    for msg in messages(5000, seed=3):
+        text = f"{msg['kind']}: {msg['text']}"
+        if len(text.encode()) > 512:
+            text = summary(0, v.T)
+        before = [(l, i, t) for l, i, t, _ in v.lines]
+        v.push(text)
+        if v.fit():
+            batches += 1
+            after = [(l, i, t) for l, i, t, _ in v.lines]
+            same = next((k for k, (a, b) in enumerate(zip(before, after)) if a != b), min(len(before), len(after)))
+            rewritten += len(after) - same - 1  # the new leaf is not a rewrite
+    assert batches >= 5
+    assert 64_000 <= v.total <= 128_000
+    assert rewritten / 5000 < 3, rewritten / 5000
+    print(f"lines rewritten per message: {rewritten / 5000:.2f} over {batches} batches")
