@@ -231,14 +231,22 @@ class Index:
     def message(self, i: int) -> dict | None:
         """Message ``i`` read straight from its line, or None when the index cannot say (not indexed yet,
         or no index file); never a message other than ``i``."""
+        found = self._checked(i)
+        return found[1] if found else None
+
+    def position(self, i: int) -> tuple[str, int] | None:
+        """``(log file name, byte offset)`` where message ``i``'s line starts; None when the index cannot say."""
+        found = self._checked(i)
+        return (found[0][0].name, found[0][1]) if found else None
+
+    def _checked(self, i: int) -> tuple[tuple[Path, int, int], dict] | None:
+        """Where message ``i`` is and the message, read from the log and checked to be ``i``."""
         try:
-            found = self.locate(i)
-            if found is None:
-                return None
-            msg = self.read(*found)
-        except (sqlite3.DatabaseError, OSError, IntegrityError):
+            where = self.locate(i)
+            msg = self.read(*where) if where is not None else None
+        except (sqlite3.DatabaseError, OSError):
             return None
-        return msg if msg is not None and msg.get("i") == i else None
+        return (where, msg) if msg is not None and msg.get("i") == i else None
 
     def _file_name(self, fid: int) -> str:
         name = self._file_names.get(fid)

@@ -200,11 +200,13 @@ class Memory:
         return self.log.count()
 
     def messages(self, start: int = 0, stop: int | None = None) -> Iterator[dict]:
-        return self.log.read(start, stop)
+        return (msg for msg, _ in self.entries(start, stop))
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
-        """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
-        return self.log.entries(start, stop)
+        """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim. With
+        an index, reading starts at message ``start``'s own line instead of the top of its day's file."""
+        seek = self.index().position(start) if start > 0 and self.has_index() else None
+        return self.log.entries(start, stop, seek)
 
     def message(self, i: int) -> dict:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index

@@ -49,11 +49,13 @@ def _lines(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-def _entries(path: Path) -> Iterator[tuple[dict, bytes]]:
-    """``(message, stored line)`` for each valid line of a file, in file order (``_parse`` inlined: this
-    loop runs once per message read)."""
+def _entries(path: Path, offset: int = 0) -> Iterator[tuple[dict, bytes]]:
+    """``(message, stored line)`` for each valid line of a file from byte ``offset``, in file order
+    (``_parse`` inlined: this loop runs once per message read)."""
     loads, error = orjson.loads, orjson.JSONDecodeError
     with open(path, "rb", buffering=_READ_BUFFER) as f:
+        if offset:
+            f.seek(offset)
         for line in f:
             if line[-1:] != b"\n":
                 return  # a torn last line
@@ -207,16 +209,21 @@ class Log:
         for msg, _ in self.entries(start, stop):
             yield msg
 
-    def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
+    def entries(self, start: int = 0, stop: int | None = None, seek: tuple[str, int] | None = None) -> Iterator[tuple[dict, bytes]]:
         """``(message, stored line)`` for ``start <= i < stop`` in ``i`` order: readers that copy messages
-        out pass the line through instead of encoding the message again."""
+        out pass the line through instead of encoding the message again. ``seek`` (from an index): the file
+        holding message ``start`` and the byte it starts at, so that file is not read from its beginning."""
         ranges = [r for r in self.ranges() if r[1] >= start and (stop is None or r[0] < stop)]
         expected = start
+
+        def opened(path: Path) -> Iterator[tuple[dict, bytes]]:
+            return _entries(path, seek[1] if seek is not None and path.name == seek[0] else 0)
+
         for group in _groups(ranges):
             if len(group) == 1:
-                stream = _entries(group[0])
+                stream = opened(group[0])
             else:
-                stream = heapq.merge(*map(_entries, group), key=lambda entry: entry[0]["i"])
+                stream = heapq.merge(*map(opened, group), key=lambda entry: entry[0]["i"])
             for entry in stream:
                 i = entry[0]["i"]
                 if i != expected:

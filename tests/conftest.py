@@ -66,6 +66,8 @@ def snapshot(path: Path) -> dict[str, str]:
     if not path.exists():
         return out
     for p in sorted(path.rglob("*")):
+        if p.name.endswith("-shm"):
+            continue  # SQLite's shared-memory lock file: its bytes change whenever a reader opens the index
         if p.is_file():
             out[str(p.relative_to(path))] = hashlib.sha256(p.read_bytes()).hexdigest() + oct(p.stat().st_mode)
         else:

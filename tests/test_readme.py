@@ -20,6 +20,7 @@ SKIP = {
     "pip install": "installs packages (network)",
     "--follow": "never ends: it follows the log like tail -f",
     "pimem mcp": "serves MCP over stdio until its client hangs up (tests/test_mcp.py drives it)",
+    "pimem watch": "a daemon: it runs until stopped (tests/test_watch.py runs it)",
     "~/.claude/": "needs a real Claude Code history (tests/test_import.py imports its own fixtures)",
 }
 # lines whose exit code is not 0 on purpose
@@ -37,20 +38,46 @@ FILES = {
 }
 
 
-def examples(text: str) -> list[str]:
-    """Every command line of every ```sh block, continuation lines joined."""
+CRON = re.compile(r"^(?:\S+\s+){5}(pimem .*)$")  # a crontab line: five time fields, then the command
+SCRIPT_INPUT = "hello\nwhich port does the staging db use?\n"  # what a user types into a README script
+
+
+def examples(text: str) -> list[tuple[str, str]]:
+    """In README order: ``("line", command)`` for each line of a ```sh block (continuations joined) and the
+    command of each crontab line in a ```text block; ``("script", text)`` for each ```bash block that is a
+    whole script (it starts with #!)."""
     out = []
-    for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M):
+    for lang, block in re.findall(r"^```(sh|bash|text)\n(.*?)^```", text, re.S | re.M):
+        if lang == "bash":
+            if block.startswith("#!"):
+                out.append(("script", block))
+            continue
         for line in block.replace("\\\n", " ").splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                out.append(line)
+            if lang == "text":
+                cron = CRON.match(line.strip())
+                if cron:
+                    out.append(("line", cron[1]))
+            elif line.strip() and not line.lstrip().startswith("#"):
+                out.append(("line", line))
     return out
 
 
 def test_examples_are_found():
-    lines = examples((ROOT / "README.md").read_text())
+    found = examples((ROOT / "README.md").read_text())
+    lines = [text for what, text in found if what == "line"]
     assert any(l.startswith("pimem append main") for l in lines)
+    assert any(l.startswith("pimem build-tree") and "2>>" in l for l in lines)  # the cron line
+    assert any("| jq " in l for l in lines)
+    assert any(what == "script" and "while " in text for what, text in found)  # the agent loop
     assert len(lines) > 15
+
+
+def test_every_command_has_an_example():
+    from pimem import cli
+
+    lines = [text for _, text in examples((ROOT / "README.md").read_text())]
+    missing = [c for c in cli.COMMANDS if not any(re.search(rf"(^|[;&|(]\s*|\$\()pimem {re.escape(c)}\b", l) for l in lines)]
+    assert not missing, f"commands without a shell example in README.md: {missing}"
 
 
 def test_readme_examples_run(home, tmp_path):
@@ -69,15 +96,25 @@ def test_readme_examples_run(home, tmp_path):
         for k in range(50)
     ]
     Memory.at("main").append(history)
-    env = subprocess_env(PIMEM_HOME=home, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", NO_COLOR="1", COLUMNS="100")
+    user_home = tmp_path / "user"  # the examples never see the real $HOME
+    (user_home / ".pi" / "memory").mkdir(parents=True)
+    env = subprocess_env(HOME=user_home, PIMEM_HOME=home, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", NO_COLOR="1", COLUMNS="100")
     ran, failures = [], []
-    for line in examples((ROOT / "README.md").read_text()):
-        if any(key in line for key in SKIP) or (" jq " in f" {line} " and not shutil.which("jq")):
+    for n, (what, text) in enumerate(examples((ROOT / "README.md").read_text())):
+        if what == "line" and (any(key in text for key in SKIP) or (" jq " in f" {text} " and not shutil.which("jq"))):
             continue
-        proc = subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        expected = next((code for key, code in EXIT.items() if key in line), 0)
-        ran.append(line)
+        if what == "script":
+            script = work / f"script{n}.sh"
+            script.write_text(text)
+            args, stdin, shown = ["bash", str(script), "main"], SCRIPT_INPUT, text.splitlines()[1]
+        else:
+            args, stdin, shown = ["bash", "-o", "pipefail", "-c", text], "", text
+        proc = subprocess.run(args, cwd=work, env=env, capture_output=True, text=True, timeout=120, input=stdin)
+        expected = next((code for key, code in EXIT.items() if key in text), 0)
+        ran.append(shown)
         if proc.returncode != expected:
-            failures.append(f"{line}\n  exit {proc.returncode} (expected {expected}): {proc.stderr.strip()[-500:]}")
+            failures.append(f"{shown}\n  exit {proc.returncode} (expected {expected}): {proc.stderr.strip()[-500:]}")
+        elif what == "script":
+            assert len(proc.stdout.splitlines()) == SCRIPT_INPUT.count("\n"), f"{shown}: one reply per input line"
     assert not failures, "README examples failed (a line that cannot run here goes into SKIP above, with its reason):\n" + "\n".join(failures)
     assert len(ran) > 15
