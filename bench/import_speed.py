@@ -7,6 +7,8 @@ Rows (MB/s of source file, best of ``--runs``):
   parse      read the file and decode every line with orjson: the floor any importer pays
   append     log the same messages with ``Memory.append`` in one batch (what the import writes)
   import     ``pimem.importers`` into a fresh memory: detect, parse, validate, dedup keys, log, derived state
+             (the view, and the search index when there is one)
+  log only   the same with ``Memory._after_append`` switched off: the importer's own cost
   unchanged  the same file again: recognised as read before (prefix hash), nothing parsed
   rebuild    again after deleting the import state: every key rebuilt from the log, every message present
 Ratios are against ``parse``. Nothing here is asserted; see bench/README.md for measured figures.
@@ -82,6 +84,14 @@ def main() -> None:
         def append():
             Memory.at(f"a{next(counter)}").append(records)
 
+        def log_only():
+            upkeep = Memory._after_append
+            Memory._after_append = lambda self, start, batch: None
+            try:
+                fresh_import()
+            finally:
+                Memory._after_append = upkeep
+
         def unchanged():
             run(sample, sources)
 
@@ -91,6 +101,7 @@ def main() -> None:
             run(sample, sources)
 
         rows = [("parse", best(parse, args.runs)), ("append", best(append, args.runs)), ("import", best(fresh_import, args.runs)),
+                ("log only", best(log_only, args.runs)),
                 ("unchanged", best(unchanged, args.runs)), ("rebuild", best(rebuild, args.runs))]
         index = "with" if (sample.path / "index.sqlite").exists() else "without"
         print(f"{source.name} ×{args.repeat}: {size / 1e6:.1f} MB, {len(records)} messages ({index} index.sqlite)")

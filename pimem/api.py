@@ -97,6 +97,27 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
     return {"messages": out, "next": position if position < mem.count() else None}
 
 
+def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
+           kinds: list[str] | None = None, include_tools: bool = False, since: str | None = None,
+           before: int | None = None, limit: int = 20, home: Home = None) -> dict:
+    """Where something was said: hits in the original messages of ``names`` (default: every memory), newest
+    first (``rank``: best first), each with ``held`` and the ``label`` of the view line holding it; ``before``
+    pages (only messages numbered below it). Searching may catch up ``index.sqlite``, the derived index, when
+    it lags the log, as every reader does; nothing else is written."""
+    from . import search as searching, when as whens
+    from .message import kind_of
+
+    _bounded(limit, "limit", 200)
+    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
+    hits = searching.search(mems, query, any_term=any_term, rank=rank, kinds={kind_of(k) for k in kinds} if kinds else None,
+                            include_tools=include_tools, since=whens.parse_when(since) if since else None,
+                            before=before, limit=limit)
+    for hit in hits:  # held in the shape since and message give it
+        label = hit.pop("label", None)
+        hit["held"] = {"held": hit["held"], "label": label, "n": int(label.split("+")[1])} if label else None
+    return {"hits": hits}
+
+
 def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:
     """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are

@@ -56,6 +56,17 @@ def build(home: api.Home = None):
         return {"memories": api.list_memories(home)}
 
     @tool
+    def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
+               kinds: list[str] | None = None, include_tools: bool = False, since: str | None = None,
+               before: int | None = None, limit: int = 20) -> dict[str, Any]:
+        """Where something was said: case-insensitive substring search over the original messages (never the
+        summaries) of the memories `names` (default: all), Chinese included. Every word must occur (any_term:
+        at least one); "a quoted phrase" exactly. Newest first, or best first with rank. Each hit has the
+        memory, i, date, kind, a snippet, held and the label of the view line holding it. For the next page,
+        pass before = the smallest i seen."""
+        return api.search(query, names, rank, any_term, kinds, include_tools, since, before, limit, home)
+
+    @tool
     def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = api.MESSAGE_CHARS) -> dict[str, Any]:
         """Message i of memory `name`, exactly as logged, with how the view holds it (held). Long texts come
         in windows of max_chars from offset; next_offset says where the rest starts."""

@@ -42,6 +42,7 @@ def talk(run, home):
     run("append", "main", "-k", "echo", f"OPENAI_API_KEY={SECRET}")
     run("append", "main", "-k", "pi", "好的，端口是 5433。")
     assert run("remember", "main", "never touch the production database").exit_code == 0
+    assert run("search", "5433").exit_code == 0  # derived state caught up, as after any earlier command
 
 
 def test_tools_are_listed_and_no_read_call_writes(home, talk):
@@ -60,10 +61,12 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
         ("zoom", {"name": "main", "node": "3+2"}),
         ("recall", {"name": "main", "query": "5433"}),
         ("memory_search", {"name": "main", "query": "production"}),
+        ("search", {"query": "5433"}),
+        ("search", {"query": "端口", "names": ["main"]}),
     ])
     assert snapshot(home) == before
     assert {"list_memories", "since", "message", "view", "zoom"} <= set(tools)
-    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned, recalled, found = (r.get("structuredContent") or r for r in results)
+    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned, recalled, found, hits, cjk = (r.get("structuredContent") or r for r in results)
     assert [m["name"] for m in listing["memories"]] == ["main"]
     assert [m["i"] for m in plain["messages"]] == [8, 11]
     assert plain["next"] is None
@@ -84,7 +87,18 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     assert misaligned["isError"] and "misaligned node id 3+2" in misaligned["content"][0]["text"]
     assert [(r["id"], r["held"]["label"]) for r in recalled["results"]] == [(11, "8+4"), (8, "8+4")]
     assert [(r["content"], r["status"]) for r in found["records"]] == [("never touch the production database", "active")]
-    assert {"recall", "memory_search", "memory_propose"} <= set(tools)
+    assert {"search", "recall", "memory_search", "memory_propose"} <= set(tools)
+    assert [(h["memory"], h["i"], h["held"]["label"]) for h in hits["hits"]] == [("main", 11, "8+4"), ("main", 8, "8+4")]
+    assert [(h["i"], h["snippet"]) for h in cjk["hits"]] == [(11, "好的，端口是 5433。")]
+
+
+def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
+    run("append", "main", "one more about 5433")  # the index now lags the log
+    before = snapshot(home)
+    _, results = call_all(home, [("search", {"query": "5433"}), ("since", {"name": "main", "start": 12})])
+    assert results[0]["structuredContent"]["hits"][0]["i"] == 12
+    after = snapshot(home)
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {"main/index.sqlite"}
 
 
 def test_memory_propose_writes_only_a_provisional_memory(home, talk):
@@ -112,9 +126,12 @@ def test_tool_traffic_only_with_include_tools(home, talk):
         ("zoom", {"name": "main", "node": "8+4"}),
         ("zoom", {"name": "main", "node": "9+1"}),
         ("view", {"name": "main", "include_tools": True}),
+        ("search", {"query": "SECRET"}),
+        ("search", {"query": "SECRET", "include_tools": True}),
     ])
-    plain, refused, shown, view, halves, leaf, tooled_view = results
-    for result in (plain, refused, view, halves, leaf):
+    plain, refused, shown, view, halves, leaf, tooled_view, searched, tool_hits = results
+    assert searched["structuredContent"]["hits"] == [] and len(tool_hits["structuredContent"]["hits"]) == 2
+    for result in (plain, refused, view, halves, leaf, searched):
         assert SECRET not in str(result)
     assert leaf["isError"] and "include-tools" in leaf["content"][0]["text"]
     assert SECRET in tooled_view["structuredContent"]["lines"][1]
