@@ -167,6 +167,8 @@ class Tree:
             return []  # nothing new (and a memory without a tree never needs the table)
         db = self.db
         seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        if any(sizes.get(name, -1) < done for name, done in seen.items()):
+            sizes = self.file_sizes()  # another process or thread may have caught up since we looked
         if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
             db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
             seen = {}
@@ -241,16 +243,6 @@ class Tree:
         if left is None or right is None:
             return None
         return free_merge(left, right, self.line_bytes)
-
-    def is_free(self, l: int, i: int, count: int | None = None) -> bool:
-        """Whether node ``(l, i)`` is built without a model (a short message, or a short join)."""
-        count = self.count() if count is None else count
-        if (i + 1) << l > count:
-            return False
-        if l == 0:
-            return free_leaf(next(self.messages(i, i + 1)), self.line_bytes) is not None
-        left, right = self.text(l - 1, 2 * i, count), self.text(l - 1, 2 * i + 1, count)
-        return left is not None and right is not None and free_merge(left, right, self.line_bytes) is not None
 
     # ---- writing (caller holds the writer lock and has validated) -----------------------------------
 
@@ -349,14 +341,6 @@ class Tree:
             i += 1
         self._set_low(l, low)
         return out
-
-    def inputs(self, l: int, i: int) -> dict:
-        """What the compactor summarises for node ``(l, i)``: the message for a leaf, the two child lines
-        for a merge (``None`` for an unbuilt child)."""
-        count = self.count()
-        if l == 0:
-            return {"message": next(self.messages(i, i + 1))}
-        return {"left": self.text(l - 1, 2 * i, count), "right": self.text(l - 1, 2 * i + 1, count)}
 
 
 def _parse_node(raw: bytes) -> tuple[int, int, str] | None:
