@@ -1,7 +1,7 @@
 """pimem: endless, lossless memory for LLM chats and coding agents.
 
     >>> from pimem import Memory
-    >>> mem = Memory.open("main", create=True)
+    >>> mem = Memory.at("main")  # created by its first append
     >>> mem.append([{"kind": "user", "text": "remember port 5433"}])
     [0]
 """

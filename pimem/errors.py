@@ -18,8 +18,8 @@ EXIT_CODES = {
     NOTHING_FOUND: "nothing found (like grep)",
     USAGE: "bad usage or bad input: one line on stderr names what was wrong; nothing was written",
     NOT_FOUND: "no such memory, message or node",
-    BUSY: "busy: a lock or lease was held past --timeout",
-    INTEGRITY: "integrity error: run 'pimem fsck'",
+    BUSY: "busy: a lock or lease was held past `--timeout`",
+    INTEGRITY: "integrity error: run `pimem fsck`",
     PROVIDER: "compactor or provider failure",
 }
 

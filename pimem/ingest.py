@@ -55,8 +55,8 @@ def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
 def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
     """``(records, labels)`` batches from an NDJSON stream. A batch ends at 10,000 lines, 32 MiB, end of
     input, or whenever the input has gone quiet after a whole line (so a live stream is logged as it
-    arrives). Blank lines are
-    skipped; a line that is not a JSON object raises ``BadInput`` with its number."""
+    arrives). Blank lines are skipped; a line that is not a JSON object raises ``BadInput`` with its
+    number."""
     pending = b""
     line_no = 0
     records: list = []

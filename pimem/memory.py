@@ -17,6 +17,7 @@ import orjson
 
 from . import env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, NotFound
+from .lock import WriterLock
 from .store import Log
 
 DEFAULT_CONFIG = {
@@ -64,7 +65,6 @@ class Memory:
         self.home = home
         self.log = Log(path / "main")
         self._lock = None
-        self._lock_depth = 0
         self._config: dict | None = None
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
@@ -116,14 +116,10 @@ class Memory:
     @contextlib.contextmanager
     def lock(self, timeout: float | None = None):
         """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
-        from filelock import FileLock, Timeout
-
         if self._lock is None:
-            self._lock = FileLock(str(self.path / "write.lock"), mode=homes.FILE_MODE)
-        try:
-            self._lock.acquire(timeout=LOCK_TIMEOUT if timeout is None else timeout)
-        except Timeout:
-            raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout") from None
+            self._lock = WriterLock(self.path / "write.lock")
+        if not self._lock.acquire(LOCK_TIMEOUT if timeout is None else timeout):
+            raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout")
         try:
             yield self
         finally:

@@ -129,7 +129,8 @@ def _header(title: str, summary: str) -> list[str]:
 def _exit_status() -> list[str]:
     out = [".SH EXIT STATUS"]
     for code, meaning in EXIT_CODES.items():
-        out += [".TP", f".B {code}", _roff(meaning)]
+        bold = re.sub(r"`([^`]+)`", r"\\fB\1\\fR", _roff(meaning))  # `code` in the table is bold here
+        out += [".TP", f".B {code}", bold]
     return out
 
 

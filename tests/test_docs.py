@@ -1,5 +1,6 @@
 """Generated docs stay in step with the CLI, and the static completions work without Python."""
 
+import re
 import subprocess
 import sys
 
@@ -31,6 +32,14 @@ def test_every_command_has_help_examples_a_man_page_and_a_readme_mention(name):
     assert all(e.startswith(("pimem ", "echo ", "cat ")) or "| pimem" in e for e in cmd.examples)
     assert (ROOT / "man" / f"pimem-{name}.1").is_file()
     assert f"pimem {name}" in (ROOT / "README.md").read_text()
+
+
+def test_readme_exit_code_table_is_the_one_in_errors():
+    from pimem.errors import EXIT_CODES
+
+    readme = (ROOT / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d) \| (.+) \|$", readme, re.M))
+    assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
 
 
 def _bash_complete(words: list[str], env: dict) -> list[str]:
