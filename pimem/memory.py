@@ -376,8 +376,8 @@ class Memory:
             tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
             for l, i, text, _ in checked:
                 views.built(l, i, text)
-            views.tree_seen = tree.file_sizes()
-            view.write(self, views)
+            views.saw_tree(tree.file_sizes())
+            view.save(self, views)
 
     def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:

@@ -242,16 +242,6 @@ class Tree:
             return None
         return free_merge(left, right, self.line_bytes)
 
-    def is_free(self, l: int, i: int, count: int | None = None) -> bool:
-        """Whether node ``(l, i)`` is built without a model (a short message, or a short join)."""
-        count = self.count() if count is None else count
-        if (i + 1) << l > count:
-            return False
-        if l == 0:
-            return free_leaf(next(self.messages(i, i + 1)), self.line_bytes) is not None
-        left, right = self.text(l - 1, 2 * i, count), self.text(l - 1, 2 * i + 1, count)
-        return left is not None and right is not None and free_merge(left, right, self.line_bytes) is not None
-
     # ---- writing (caller holds the writer lock and has validated) -----------------------------------
 
     def append(self, l: int, i: int, text: str, meta: dict | None = None) -> None:
@@ -349,14 +339,6 @@ class Tree:
             i += 1
         self._set_low(l, low)
         return out
-
-    def inputs(self, l: int, i: int) -> dict:
-        """What the compactor summarises for node ``(l, i)``: the message for a leaf, the two child lines
-        for a merge (``None`` for an unbuilt child)."""
-        count = self.count()
-        if l == 0:
-            return {"message": next(self.messages(i, i + 1))}
-        return {"left": self.text(l - 1, 2 * i, count), "right": self.text(l - 1, 2 * i + 1, count)}
 
 
 def _parse_node(raw: bytes) -> tuple[int, int, str] | None:

@@ -54,7 +54,7 @@ Cost = Callable[[int, int, "str | None", "int | None"], int]
 
 def line_bytes_cost(l: int, i: int, text: str | None, size: int | None) -> int:
     """Bytes of the rendered line ``id+n|text`` plus its newline."""
-    head = len(label(l, i)) + 1
+    head = len(str(i << l)) + len(str(1 << l)) + 2
     if text is None:
         return head + len(PLACEHOLDER) + 1
     return head + (byte_size(text) if size is None else size) + 1
@@ -81,6 +81,7 @@ class View:
         self.T = 0
         self.ready: dict[int, list[int]] = {}  # level -> sorted left-child i of pairs whose parent may be built
         self.blocked: dict[int, list[int]] = {}  # level -> pairs whose parent is known to be unbuilt
+        self.n_ready = 0  # pairs in ``ready``
         self.changes = 0  # pushes, merges and filled placeholders so far
 
     # ---- shape -------------------------------------------------------------------------------------------
@@ -106,6 +107,7 @@ class View:
 
     def _add_pair(self, l: int, i: int) -> None:
         bisect.insort(self.ready.setdefault(l, []), i)
+        self.n_ready += 1
 
     @staticmethod
     def _remove(table: dict[int, list[int]], l: int, i: int) -> bool:
@@ -118,8 +120,14 @@ class View:
         return False
 
     def _block(self, l: int, i: int) -> None:
-        self._remove(self.ready, l, i)
+        self._remove_ready(l, i)
         bisect.insort(self.blocked.setdefault(l, []), i)
+
+    def _remove_ready(self, l: int, i: int) -> bool:
+        if self._remove(self.ready, l, i):
+            self.n_ready -= 1
+            return True
+        return False
 
     def _unblock(self, l: int, i: int) -> None:
         if self._remove(self.blocked, l, i):
@@ -170,7 +178,7 @@ class View:
 
     def _merge(self, l: int, i: int, text: str) -> None:
         j = self.find(l, i)
-        self._remove(self.ready, l, i) or self._remove(self.blocked, l, i)
+        self._remove_ready(l, i) or self._remove(self.blocked, l, i)
         p = i // 2
         cost = self.cost(l + 1, p, text, None)
         self.text(j), self.text(j + 1)  # their costs are known once loaded
@@ -198,13 +206,24 @@ class View:
 
     def best(self) -> tuple[int, int] | None:
         """The most due sibling pair (its left child ``(l, i)``), built parent or not. At one level the
-        oldest pair is the most due, so one candidate per level is enough."""
+        oldest pair is the most due, so one candidate per level is enough. (``_more_due``, inlined: this
+        runs once per merge.)"""
+        T = self.T
         pick = None
+        pl = pi = pd = 0
         for table in (self.ready, self.blocked):
             for l, lst in table.items():
-                if lst and self._more_due((l, lst[0]), pick):
-                    pick = (l, lst[0])
-        return pick
+                if not lst:
+                    continue
+                i = lst[0]
+                d = T - (((i + 2) << l) - 1)
+                if pick is None:
+                    pick, pl, pi, pd = True, l, i, d
+                    continue
+                x, y = d << pl, pd << l
+                if x > y or (x == y and i << l < pi << pl):
+                    pl, pi, pd = l, i, d
+        return None if pick is None else (pl, pi)
 
     def _parent(self, l: int, i: int) -> str | None:
         """The parent's text of the pair at ``(l, i)`` if built; moves the pair to ``blocked`` if not."""
@@ -236,18 +255,19 @@ class View:
         if not self.shrinking and self.total > self.hi:
             self.shrinking = True
         while self.shrinking and self.total > self.lo:
-            pick = self.best()
-            if pick is None:
-                break
-            text = self._parent(*pick)
-            if text is None:  # wait for the most due pair, unless the view is past twice its budget
-                if self.total <= 2 * self.hi:
+            if self.total > 2 * self.hi:
+                # past twice the budget: the best pair whose parent is built (the most due one, if built)
+                found = self._best_built() if self.n_ready else None
+                if found is None:
                     break
-                fallback = self._best_built()
-                if fallback is None:
+                l, i, text = found
+            else:
+                pick = self.best()
+                text = None if pick is None else self._parent(*pick)
+                if text is None:  # the most due pair is not built yet: the batch waits for it
                     break
-                pick, text = fallback[:2], fallback[2]
-            self._merge(pick[0], pick[1], text)
+                l, i = pick
+            self._merge(l, i, text)
             done += 1
         if self.total <= self.lo:
             self.shrinking = False
@@ -330,6 +350,7 @@ class View:
             if not self._remove(self.ready, l, i):
                 raise ValueError(f"blocked pair at {start} is not a pair")
             self.blocked.setdefault(l, []).append(i)
+        self.n_ready = sum(len(lst) for lst in self.ready.values())
 
     def find_start(self, start: int) -> int:
         j = bisect.bisect_left(self.starts, start)
@@ -343,6 +364,7 @@ class Views:
         self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost)
         self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
+        self.tree_reads = 0  # times the views caught up with the tree files
         self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
 
@@ -355,7 +377,13 @@ class Views:
 
     @property
     def changes(self) -> int:
-        return self.view.changes + self.cview.changes
+        return self.view.changes + self.cview.changes + self.tree_reads
+
+    def saw_tree(self, sizes: dict[str, int]) -> None:
+        """The views now know every node in the tree files up to these sizes (saved with them)."""
+        if sizes != self.tree_seen:
+            self.tree_seen = sizes
+            self.tree_reads += 1
 
     @property
     def dirty(self) -> bool:
@@ -364,14 +392,14 @@ class Views:
     def should_save(self) -> bool:
         """After every change, unless the views are past twice their budget and long (a compactor is not
         keeping up, e.g. after a big import): saving the shape after every batch would then cost O(T) each
-        time, so it is saved after changes amounting to an eighth of its lines (O(1) amortised) and when the
+        time, so it is saved after as many changes as it has lines (O(1) amortised) and when the
         process ends; a reader catches up the rest from the log, with the same result."""
         if not self.dirty:
             return False
         lines = len(self.view.lines) + len(self.cview.lines)
         if lines <= AMORTISE_LINES or not (self.view.over() or self.cview.over()):
             return True
-        return self.changes - self.saved_changes >= lines // 8
+        return self.changes - self.saved_changes >= lines
 
     def push(self, texts: Iterable[tuple[str | None, int | None]]) -> None:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
@@ -446,9 +474,10 @@ def make(mem) -> Views:
     holder: list[Views] = []
 
     def resolve(l: int, i: int, left: str, right: str) -> str | None:
-        joined = f"{left}\n{right}"
-        if byte_size(joined) <= line_bytes:
-            return joined
+        if len(left) + len(right) < line_bytes:  # (characters never outnumber bytes)
+            joined = f"{left}\n{right}"
+            if byte_size(joined) <= line_bytes:
+                return joined
         return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
 
     def fetch(l: int, i: int) -> str:
@@ -511,14 +540,13 @@ def _catch_up(mem, views: Views, upto: int) -> None:
     sizes = tree.file_sizes()
     if sizes != views.tree_seen:
         tree.catch_up()
-        views.tree_seen = sizes
+        views.saw_tree(sizes)
         for v in views.both():
             for l, i, text, _ in [ln for ln in v.lines if ln[2] is None]:
                 found = tree.stored(l, i, views.T)
                 if found is not None:
                     v.built(l, i, found)
             v.unblock_all()
-            v.changes += 1
             v.fit()
     if views.T < upto:
         views.push(leaf_of(msg, tree, line_bytes, not sizes) for msg in mem.messages(views.T, upto))
@@ -544,6 +572,12 @@ def push_batch(mem, start: int, batch: list[dict]) -> None:
         else leaf_of({**msg, "i": start + n}, tree, line_bytes, empty)
         for n, msg in enumerate(batch)
     )
+    save(mem, views)
+
+
+def save(mem, views: Views) -> None:
+    """Save after a change (writer lock held), or leave it to the end of the process if saves are
+    amortised right now (see ``Views.should_save``)."""
     if views.should_save():
         write(mem, views)
     elif views.dirty:
@@ -551,11 +585,23 @@ def push_batch(mem, start: int, batch: list[dict]) -> None:
 
 
 def write(mem, views: Views) -> None:
-    """Save ``view.json`` atomically (caller holds the writer lock)."""
-    from .home import write_atomic
+    """Save ``view.json`` atomically (caller holds the writer lock): a temporary file renamed over it. It is
+    not fsync'd: it is derived and checksummed, so a crash can at worst leave the previous (or a damaged)
+    file, which is caught up or refolded, and an append pays one fsync (its log line), not two."""
+    import os
+
+    from .home import FILE_MODE
 
     path = mem.path / "view.json"
-    write_atomic(path, views.to_bytes())
+    tmp = path.with_name(f".view.json.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        data = memoryview(views.to_bytes())
+        while data:
+            data = data[os.write(fd, data):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
     views.saved_changes = views.changes
     views.loaded = _stamp(path)
 

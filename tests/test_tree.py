@@ -192,3 +192,14 @@ def test_wait_needs_a_watcher(home, run):
     out = run("view", "t", "--wait", "30")
     assert out.exit_code == 0 and "no watcher is building 't'" in out.stderr
     assert out.stdout.endswith("1+1|(not summarized yet: zoom it)\n")
+
+
+def test_a_huge_unbuilt_view_saves_amortised_and_at_exit(home, sh):
+    """Without a compactor long messages stay placeholders and the view cannot shrink; past 8,192 lines its
+    saves are amortised (O(1) a message), and the process still leaves view.json complete when it ends."""
+    lines = b"".join(orjson.dumps({"kind": "echo", "text": f"{k} " + "x" * 600}) + b"\n" for k in range(15_000))
+    out = sh("append", "big", "--ndjson", input=lines)
+    assert out.returncode == 0, out.stderr
+    data = orjson.loads((home / "big" / "view.json").read_bytes())
+    assert data["T"] == 15_000 and data["view"]["lines"] == "_" * 15_000
+    assert sh("view", "big", "--stats", "--json").stdout.startswith(b'{"bytes":')

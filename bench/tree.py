@@ -1,0 +1,194 @@
+"""The tree and the view at a million messages: the view update per appended message must stay O(1).
+
+Sets up a memory of N synthetic agent messages (bench/synth.py) whose summary tree is already written (every
+node that is not free gets a deterministic 200–480 byte summary, the way a compactor keeping up would leave
+it), then measures, in the same run:
+
+- the view update per appended message (``Memory._after_append``: push, batch, save of view.json) at T = N
+  and at T = 10,000, one message per append, next to the log's own append with its fsync;
+- bulk ``append`` in batches of 10,000 with and without the view update, on a memory with no tree at all
+  (no compactor has run: the view cannot merge what is not built, so it grows past its budget);
+- ``pimem view`` wall time against a no-op ``pimem`` command (start-up).
+
+Run: ``python bench/tree.py [--messages 1000000] [--bulk 200000]`` (needs about 1.2 GB of disk per million).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.synth import messages  # noqa: E402
+from pimem import Memory, view as views_module  # noqa: E402
+from pimem.tree import byte_size, free_merge, label  # noqa: E402
+
+SINGLE = 2000  # one-message appends measured at each size
+
+
+def summary(l: int, i: int) -> str:
+    return f"summary of {label(l, i)}: " + "x" * (200 + (i * 37 + l * 11) % 280)
+
+
+def write_tree(mem: Memory, records: list[dict]) -> int:
+    """Write every non-free node over ``records`` to one tree file, bottom-up like a binary counter (only
+    the right spine is kept in memory). Returns how many nodes were written."""
+    tree = mem.path / "tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    spine: list[str | None] = []  # spine[l]: the text of the left child waiting at level l
+    written = 0
+    with open(tree / "2026-01-01.jsonl", "wb", buffering=1 << 20) as out:
+        def node(l, i, text):
+            nonlocal written
+            out.write(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text)}) + b"\n")
+            written += 1
+
+        for i, rec in enumerate(records):
+            leaf = f"{rec['kind']}: {rec['text']}"
+            if byte_size(leaf) > 512:
+                leaf = summary(0, i)
+                node(0, i, leaf)
+            text, l, k = leaf, 0, i
+            while k % 2 == 1:
+                joined = free_merge(spine[l], text)
+                if joined is None:
+                    joined = summary(l + 1, k // 2)
+                    node(l + 1, k // 2, joined)
+                spine[l] = None
+                text, l, k = joined, l + 1, k // 2
+            if l == len(spine):
+                spine.append(None)
+            spine[l] = text
+    return written
+
+
+def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict] | None) -> tuple[Memory, float]:
+    """A memory holding ``records``, with the tree written over ``tree_over`` (which may go on past the log:
+    those nodes count once the log reaches them). Returns it and the seconds the bulk append took."""
+    mem = Memory.at(name, home)
+    prepared = mem.prepare(records)
+    mem.append(prepared[:1], prepared=True)
+    if tree_over:
+        write_tree(mem, tree_over)
+        mem.tree.catch_up()
+    started = time.perf_counter()
+    for k in range(1, len(prepared), 10_000):
+        mem.append(prepared[k:k + 10_000], prepared=True)
+    return mem, time.perf_counter() - started
+
+
+def timed_hook():
+    """Wrap the view update and the view.json save with timers; returns the lists they fill."""
+    hook, saves = [], []
+    push, write = views_module.push_batch, views_module.write
+
+    def timed_push(mem, start, batch):
+        t = time.perf_counter()
+        push(mem, start, batch)
+        hook.append(time.perf_counter() - t)
+
+    def timed_write(mem, views):
+        t = time.perf_counter()
+        write(mem, views)
+        saves.append(time.perf_counter() - t)
+
+    views_module.push_batch, views_module.write = timed_push, timed_write
+    return hook, saves, lambda: setattr(views_module, "push_batch", push) or setattr(views_module, "write", write)
+
+
+def single_appends(mem: Memory, extra: list[dict]) -> dict:
+    """Append ``extra`` one message per call (an fsync each), timing the whole append and the view update."""
+    prepared = mem.prepare(extra)
+    hook, saves, undo = timed_hook()
+    whole = []
+    try:
+        for rec in prepared:
+            t = time.perf_counter()
+            mem.append([rec], prepared=True)
+            whole.append(time.perf_counter() - t)
+    finally:
+        undo()
+    ms = lambda xs: 1000 * statistics.mean(xs)  # noqa: E731
+    hook.sort()
+    return {"append_ms": ms(whole), "view_ms": ms(hook), "view_p99_ms": 1000 * hook[int(len(hook) * 0.99)],
+            "view_max_ms": 1000 * hook[-1], "save_ms": ms(saves), "lines": len(mem.views().view.lines),
+            "view_bytes": mem.views().view.total}
+
+
+def bulk(home: Path, records: list[dict]) -> dict:
+    """Bulk append with and without the view update (no tree: the view grows past its budget)."""
+    from pimem import memory
+
+    out = {}
+    for label_, hooked in (("log only", False), ("log + view", True)):
+        saved = memory.Memory._after_append
+        if not hooked:
+            memory.Memory._after_append = lambda self, start, batch: None
+        try:
+            mem, seconds = make_memory(home, f"bulk{int(hooked)}", records, None)
+        finally:
+            memory.Memory._after_append = saved
+        out[label_] = seconds / (len(records) - 1) * 1e6
+        if hooked:
+            out["lines"] = len(mem.views().view.lines)
+            out["view.json bytes"] = (mem.path / "view.json").stat().st_size
+    return out
+
+
+def wall(args: list[str], env: dict, runs: int = 7) -> float:
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "pimem", *args], env=env, capture_output=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--bulk", type=int, default=200_000)
+    parser.add_argument("--home", help="work directory (default: a temporary one, removed afterwards)")
+    args = parser.parse_args()
+    home = Path(args.home or tempfile.mkdtemp(prefix="pimem-bench-tree-"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PIMEM_HOME": str(home)}
+    try:
+        print(f"# tree and view: {args.messages:,} messages, {SINGLE:,} single appends, bulk {args.bulk:,}")
+        for n, name in ((10_000, "small"), (args.messages, "big")):
+            records = list(messages(n + SINGLE, seed=11))
+            t = time.perf_counter()
+            mem, seconds = make_memory(home, name, records[:n], records)
+            print(f"setup T={n:,}: bulk append with a built tree {seconds / n * 1e6:.1f} us/msg "
+                  f"(setup {time.perf_counter() - t:.0f} s)")
+            row = single_appends(mem, records[n:])
+            print(f"T={n:,}: append {row['append_ms']:.2f} ms/msg (fsync'd log + view.json), of which the view "
+                  f"update {row['view_ms']:.3f} ms (p99 {row['view_p99_ms']:.2f}, max {row['view_max_ms']:.1f}; "
+                  f"view.json save {row['save_ms']:.3f} ms); view {row['lines']} lines, {row['view_bytes']:,} B")
+            if name == "big":
+                startup = wall(["list", "--home", str(home / "empty")], env)
+                shown = wall(["view", name], env)
+                print(f"pimem view at T={n:,}: {shown * 1000:.0f} ms vs start-up {startup * 1000:.0f} ms "
+                      f"(ratio {shown / startup:.2f})")
+            del records
+        row = bulk(home, list(messages(args.bulk, seed=5)))
+        print(f"bulk append, no tree, {args.bulk:,} msgs: log only {row['log only']:.1f} us/msg, log + view "
+              f"{row['log + view']:.1f} us/msg (ratio {row['log + view'] / row['log only']:.2f}); view "
+              f"{row['lines']:,} lines, view.json {row['view.json bytes']:,} B")
+    finally:
+        if not args.home:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
