@@ -20,6 +20,7 @@ after checking that this process still holds the memory's lease.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import queue
 import threading
@@ -38,7 +39,9 @@ WINDOW = 8
 GRACE = 15.0
 RETRY_SECONDS = 10.0
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
-FLUSH_EVERY = 256  # nodes written per batch (offline builds); remote builds flush after every completion
+FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(view))
+FLUSH_SECONDS = 0.2  # and at least this often while nodes wait to be written (what a crash can cost)
+OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
 
 
 class LeaseLost(PimemError):
@@ -90,6 +93,12 @@ class Builder:
         self.next_leaf = 0  # the next message the leaf feed reads
         self.settled = 0  # nodes known built (replayed, free or written) in this run
         self._feed = None
+        self._cview = None  # (rendered compactor-view lines, the message each ends before)
+        self._writer = type(mem)(mem.name, mem.path, mem.home)  # the writer thread's own Memory (own caches)
+        self._writing: threading.Thread | None = None
+        self.flush_seconds = OFFLINE_FLUSH_SECONDS if self.compactor.offline else FLUSH_SECONDS
+        self.last_flush = time.monotonic()
+        self._write_error: BaseException | None = None
 
     # ---- the leaf feed -----------------------------------------------------------------------------------
 
@@ -214,22 +223,57 @@ class Builder:
         return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
 
     def context(self, task: Task) -> str:
-        return "\n".join(self.mem.view_lines(compactor=True, end=context_end(task.l, task.i)))
+        """The compactor's view up to the task's boundary, from a copy refreshed after each write (rendering it
+        per call would cost more than the rest of the scheduler)."""
+        if self._cview is None:
+            lines = self.mem.view_lines(compactor=True)
+            self._cview = (lines, [_line_end(line) for line in lines])
+        lines, ends = self._cview
+        return "\n".join(lines[: bisect.bisect_right(ends, context_end(task.l, task.i))])
 
-    def flush(self) -> None:
-        """Write what was built, if this process still holds the lease."""
-        if not self.to_write:
+    def flush(self, wait: bool = False) -> None:
+        """Write what was built, on a writer thread so calls keep flowing while the disk syncs (one batch at a
+        time; what is built meanwhile waits for the next). ``wait``: write everything before returning.
+        ``LeaseLost`` once another process holds this memory's lease: nothing more is written."""
+        if self._writing is not None and (wait or not self._writing.is_alive()):
+            self._writing.join()
+            self._writing = None
+            error, self._write_error = self._write_error, None
+            if error is not None:
+                raise error
+        if self._writing is not None or not self.to_write:
             return
-        if self.lease is not None and not self.lease.owned():
-            self.to_write.clear()
-            raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
         batch, self.to_write = self.to_write, []
-        self.mem.write_nodes(batch)
+        if wait:
+            self._write(batch)
+            self.flush(wait=True)  # surface an error
+            return
+        self._writing = threading.Thread(target=self._write, args=(batch,), daemon=True)
+        self._writing.start()
+
+    def _write(self, batch: list) -> None:
+        from .errors import Busy
+
+        try:
+            if self.lease is not None and not self.lease.owned():
+                raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
+            self._writer.write_nodes(batch)
+            self._cview = None
+        except Busy:  # a long writer holds the lock: keep the batch for the next flush
+            self.to_write[:0] = batch
+        except BaseException as exc:  # handed to the scheduler's thread by the next flush
+            self._write_error = exc
 
     def pending(self) -> dict:
         """Counts for progress and status: nodes in the full tree of ``count`` messages that are not built."""
         return {"window": len(self.window), "ready": len(self.ready_leaves) + len(self.ready_merges),
                 "inflight": len(self.inflight), "waiting": len(self.waiting), "gave_up": len(self.gave_up)}
+
+
+def _line_end(line: str) -> int:
+    """The message a rendered line ``id+n|text`` ends before: id + n."""
+    start, _, n = line.partition("|")[0].partition("+")
+    return int(start) + int(n)
 
 
 def tree_size(count: int) -> int:
@@ -308,7 +352,7 @@ class Scheduler:
         progressed = False
         for builder in list(self.builders):
             if builder.compactor.offline:
-                for _ in range(FLUSH_EVERY):
+                for _ in range(256):  # then look at the other memories, the lease and the clock
                     task = builder.next_task(now)
                     if task is None:
                         break
@@ -358,10 +402,10 @@ class Scheduler:
             except queue.Empty:
                 return
 
-    def _flush(self) -> None:
+    def _flush(self, wait: bool = False) -> None:
         for builder in list(self.builders):
             try:
-                builder.flush()
+                builder.flush(wait)
             except LeaseLost as exc:
                 self._emit({"event": "lost", "memory": builder.name, "error": str(exc)})
                 self.builders.remove(builder)
@@ -386,16 +430,17 @@ class Scheduler:
                     last_progress = now
                     self.on_progress(self.builders)
                 if progressed:
-                    self._flush_if_big()
+                    self._flush_if_due()
                     continue
                 if once and not self._inflight and all(self._done_once(b) for b in self.builders):
                     break
                 if once and self.stopped_for_cost and not self._inflight:
                     break
                 dues = [d for d in (b.next_due() for b in self.builders) if d is not None]
+                dues += [b.last_flush + b.flush_seconds for b in self.builders if b.to_write]
                 wait = min([self.poll] + [max(0.0, d - now) for d in dues])
                 self._collect(wait)
-                self._flush()
+                self._flush_if_due()
                 if time.monotonic() - last_look >= self.poll:
                     last_look = time.monotonic()
                     if not once:
@@ -410,16 +455,25 @@ class Scheduler:
         return builder.idle() or (not builder.inflight and not builder.ready_leaves and not builder.ready_merges
                                   and builder.retries is not None and not builder.waiting)
 
-    def _flush_if_big(self) -> None:
-        if any(len(b.to_write) >= FLUSH_EVERY for b in self.builders):
-            self._flush()
+    def _flush_if_due(self) -> None:
+        now = time.monotonic()
+        for builder in list(self.builders):
+            if not builder.to_write:
+                builder.last_flush = now
+            elif now - builder.last_flush >= builder.flush_seconds or len(builder.to_write) >= FLUSH_EVERY:
+                builder.last_flush = now
+                try:
+                    builder.flush()
+                except LeaseLost as exc:
+                    self._emit({"event": "lost", "memory": builder.name, "error": str(exc)})
+                    self.builders.remove(builder)
 
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
         deadline = time.monotonic() + self.grace
         while self._inflight and time.monotonic() < deadline:
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
-        self._flush()
+        self._flush(wait=True)
 
 
 # ---- surveys, estimates, and the two ways to run -------------------------------------------------------------

@@ -167,6 +167,8 @@ class Tree:
             return []  # nothing new (and a memory without a tree never needs the table)
         db = self.db
         seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        if any(sizes.get(name, -1) < done for name, done in seen.items()):
+            sizes = self.file_sizes()  # another process or thread may have caught up since we looked
         if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
             db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
             seen = {}

@@ -482,6 +482,9 @@ def make(mem) -> Views:
 
     def fetch(l: int, i: int) -> str:
         text = tree.text(l, i, holder[0].T, leaves)
+        if text is None:  # view.json may come from a writer that stored nodes after this tree last looked
+            tree.catch_up()
+            text = tree.text(l, i, holder[0].T, leaves)
         if text is None:
             raise ValueError(f"line {label(l, i)} is not built")
         return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,8 +25,10 @@ class FakeLLM:
     """``FakeLLM("openai", faults=[…])``: the n-th request gets ``faults[n]`` (None = a normal answer), or
     ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer."""
 
-    def __init__(self, api: str = "openai", faults=None, latency: float = 0.0, hang: float = 3.0, reasoning: bool = False):
+    def __init__(self, api: str = "openai", faults=None, latency: float = 0.0, hang: float = 3.0, reasoning: bool = False,
+                 pad: int = 0):
         self.api = api
+        self.pad = pad  # bytes of filler added to every normal answer (so merges of answers are not free)
         self.faults = faults or []
         self.latency = latency
         self.hang = hang
@@ -41,6 +44,11 @@ class FakeLLM:
 
             def log_message(self, *args):
                 pass
+
+            def setup(self):
+                super().setup()
+                # headers and body go out in separate writes: without this, Nagle and delayed ACKs add 40 ms
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_POST(self):
                 length = int(self.headers.get("content-length") or 0)
@@ -84,7 +92,7 @@ class FakeLLM:
             return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": "1"})
         if fault == "malformed":
             return self.send(handler, 200, b'{"choices": [ {"message": ')
-        text, finish = summary_for(self.text_of(body)), "stop"
+        text, finish = summary_for(self.text_of(body)) + " filler" * (self.pad // 7), "stop"
         if fault == "empty":
             text = ""
         elif fault == "long":
@@ -122,3 +130,17 @@ class FakeLLM:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+if __name__ == "__main__":  # a server in its own process (bench/): prints its URL, serves until killed
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--api", default="openai")
+    parser.add_argument("--latency", type=float, default=0.05)
+    parser.add_argument("--pad", type=int, default=0)
+    args = parser.parse_args()
+    with FakeLLM(args.api, latency=args.latency, pad=args.pad) as server:
+        print(server.url, flush=True)
+        sys.stdin.read()  # until the parent closes our stdin

@@ -115,8 +115,8 @@ def test_leaves_first_in_a_window_of_eight(home, monkeypatch):
     """optchat-spec §3 vector: T=20, leaves 0–9 built, 10–19 unbuilt: leaves 10–17 take all 8 slots."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     gate = threading.Event()
-    with FakeLLM("openai", faults=lambda n, body: gate.wait(10) and None) as server:
-        configure(home, server)
+    with FakeLLM("openai", faults=lambda n, body: gate.wait(20) and None) as server:
+        configure(home, server, timeout=30)
         mem = Memory.at("m")
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(20)])
         mem.write_nodes([(0, k, f"user: leaf {k} " + "x" * 300, {}) for k in range(10)])

@@ -35,10 +35,12 @@ def command(
     from .. import scheduler
     from ..compactor import Compactor
 
-    sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
-    stats = sched.builders[0].stats
-    if stats.calls:
-        output.info(f"built the tree: {stats.calls} nodes summarised offline, {stats.free} free")
+    views = mem.views(create=False)
+    if views is None or any(v.pending() or v.waiting() for v in views.both()):  # else leave the store untouched
+        sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
+        stats = sched.builders[0].stats
+        if stats.calls:
+            output.info(f"built the tree: {stats.calls} nodes summarised offline, {stats.free} free")
     for line in mem.view_lines():
         output.line(line)
     output.info(f"next: pimem zoom {mem.name} 0+16 · pimem search 5433 {mem.name} · pimem status {mem.name}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from ..errors import BadInput
 from . import extractive
 from .cut import LINE_BYTES, cut_line
-from .providers import CallFailed, Reply
+from .providers import CallFailed
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
@@ -180,11 +180,12 @@ class Compactor:
             return text, {"model": self.label, "tokens_in": 0, "tokens_out": 0, "cost": 0.0,
                           "seconds": round(time.perf_counter() - started, 4)}
         from . import prompt
-        from .redact import redact
+        from .redact import redact, redact_line
 
         provider = self.provider()
         system = prompt.SYSTEM
-        user = redact(prompt.user_content(context, task.prompt()))
+        context = "\n".join(redact_line(line) for line in context.split("\n")) if context else ""
+        user = prompt.user_content(context, redact(task.prompt()))
         extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
         reply = provider.complete(system, user, self.max_tokens + extra)
         tokens_in, tokens_out = reply.tokens_in, reply.tokens_out

@@ -8,6 +8,7 @@ line by the same harness that cuts model replies. Chinese text is split at its o
 
 from __future__ import annotations
 
+import functools
 import re
 
 from .cut import LINE_BYTES, cut_line
@@ -67,8 +68,7 @@ def condense(text: str, budget: int) -> str:
     sizes = [len(p.encode("utf-8")) + 2 for p in pieces]
     chosen = {0}
     used = sizes[0]
-    ranked = sorted(range(1, len(pieces)), key=lambda n: (not pieces[n].startswith("user:"),
-                                                          -len(_FEATURES.findall(pieces[n])) / (sizes[n] + 40), n))
+    ranked = sorted(range(1, len(pieces)), key=lambda n: (not pieces[n].startswith("user:"), -_density(pieces[n]), n))
     for n in ranked:
         if used >= budget:
             break
@@ -76,6 +76,12 @@ def condense(text: str, budget: int) -> str:
             chosen.add(n)
             used += sizes[n]
     return _join(pieces[n] for n in sorted(chosen))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _density(piece: str) -> float:
+    """Features per byte (cached: a clause climbs the tree, so it is scored again at every level)."""
+    return len(_FEATURES.findall(piece)) / (len(piece.encode("utf-8")) + 42)
 
 
 def _join(pieces) -> str:

@@ -1,0 +1,130 @@
+"""Compactor throughput: the scheduler against a local server with a fixed latency, and build-tree offline.
+
+1. A local OpenAI-compatible server (its own process) answers every call after 50 ms. The limit is
+   8 calls in flight / 0.05 s = 160 calls/s. The baseline is 8 bare threads posting the same requests with
+   httpx in a loop; the scheduler builds a memory of long messages (every node a call) against the same server.
+   Reported: calls/s, the ratio to the limit (target ≥ 0.85) and to the bare threads, and the CPU the
+   scheduler spends per node beyond what the bare threads spend per request.
+2. build-tree of a synthetic 100,000-message memory with the offline (extractive) compactor: nodes/s (free
+   nodes included; target ≥ 2,000) against the baseline of reading the log once.
+
+    python bench/compactor.py [--messages 100000] [--calls-messages 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from bench.synth import messages  # noqa: E402
+from pimem import Memory, scheduler  # noqa: E402
+
+LATENCY = 0.05
+LIMIT = 8 / LATENCY
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llm_server.py"), "--latency", str(LATENCY), "--pad", "300"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def bare_threads(url: str, requests: int) -> tuple[float, float]:
+    """(requests/s, CPU seconds per request) for 8 threads posting in a loop."""
+    import httpx
+
+    body = {"model": "m", "messages": [{"role": "system", "content": "s" * 3000}, {"role": "user", "content": "Compaction: compress message 1 " + "x" * 3000}], "max_tokens": 170}
+    left = [requests]
+    lock = threading.Lock()
+    client = httpx.Client(timeout=30)
+
+    def work():
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            client.post(url + "/chat/completions", json=body).json()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    client.close()
+    return requests / wall, cpu / requests
+
+
+def scheduled(url: str, count: int) -> tuple[float, float, int]:
+    """(calls/s, CPU seconds per call, calls) for build-tree of ``count`` long messages."""
+    os.environ["BENCH_KEY"] = "k"
+    mem = Memory.at("calls")
+    mem.save_config({"compactor": {"provider": "openai", "model": "m", "base_url": url, "key_env": "BENCH_KEY"}}) if mem.path.mkdir(parents=True, exist_ok=True) is None else None
+    mem.append([{"kind": "user", "text": f"message {k}: " + " ".join(f"w{k}x{j}" for j in range(150))} for k in range(count)])
+    cpu, wall = time.process_time(), time.perf_counter()
+    built = scheduler.build_tree([mem])
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    calls = built.builders[0].stats.calls
+    assert scheduler.survey(mem)["pending"] == 0
+    return calls / wall, cpu / calls, calls
+
+
+def offline(count: int) -> tuple[float, float, float, int, int]:
+    """(nodes/s, compactor-written nodes/s, seconds, nodes, log read seconds) for build-tree offline."""
+    mem = Memory.at("offline")
+    batch = []
+    for record in messages(count, seed=5):
+        batch.append(record)
+        if len(batch) == 10_000:
+            mem.append(batch)
+            batch = []
+    if batch:
+        mem.append(batch)
+    read = time.perf_counter()
+    for _ in mem.messages():
+        pass
+    read = time.perf_counter() - read
+    wall = time.perf_counter()
+    built = scheduler.build_tree([mem])
+    wall = time.perf_counter() - wall
+    b = built.builders[0]
+    return b.settled / wall, b.stats.calls / wall, wall, b.settled, read
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--calls-messages", type=int, default=600)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["PIMEM_HOME"] = tmp
+        (Path(tmp) / "config.json").write_text("{}")
+        proc, url = start_server()
+        try:
+            bare_rps, bare_cpu = bare_threads(url, 2 * args.calls_messages)
+            rps, cpu, calls = scheduled(url, args.calls_messages)
+        finally:
+            proc.stdin.close()
+            proc.wait()
+        print(f"limit 8 / {LATENCY * 1000:.0f} ms             {LIMIT:8.1f} calls/s")
+        print(f"bare 8 threads (baseline)     {bare_rps:8.1f} calls/s  {bare_rps / LIMIT:.2f}× limit, {bare_cpu * 1e3:.2f} ms CPU/request")
+        print(f"scheduler ({calls} calls)      {rps:8.1f} calls/s  {rps / LIMIT:.2f}× limit, {rps / bare_rps:.2f}× bare; "
+              f"{cpu * 1e3:.2f} ms CPU/node, {max(0.0, cpu - bare_cpu) * 1e3:.2f} ms of it the scheduler's own")
+        nps, cps, wall, nodes, read = offline(args.messages)
+        print(f"offline build-tree            {args.messages:,} messages, {nodes:,} nodes in {wall:.1f} s: {nps:,.0f} nodes/s "
+              f"({cps:,.0f} summarised/s); reading the log once takes {read:.1f} s ({wall / read:.1f}× that)")
+
+
+if __name__ == "__main__":
+    main()
