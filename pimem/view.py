@@ -32,6 +32,7 @@ from .tree import PLACEHOLDER, byte_size, flat, label
 VERSION = 1
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
+PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 
 
@@ -69,10 +70,11 @@ class View:
     when ``cost`` is None too) and the sawtooth state."""
 
     def __init__(self, hi: int, lo: int, resolve: Resolver, fetch: Fetcher | None = None,
-                 cost: Cost = line_bytes_cost):
+                 cost: Cost = line_bytes_cost, prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
         self.hi, self.lo = hi, lo
         self.resolve = resolve
         self.fetch = fetch
+        self.prefetch = prefetch  # told which lines are about to be read, so their leaves come in one read
         self.cost = cost
         self.lines: list[list] = []
         self.starts: list[int] = []  # start message of each line, for bisect
@@ -279,6 +281,7 @@ class View:
         """Rendered lines; with ``end`` only lines ending at or before message ``end`` (exclusive bound); with
         ``cut_unbuilt`` stopping at the first unbuilt line (what a compactor may see)."""
         out = []
+        self._prefetch(len(self.lines) if end is None else bisect.bisect_right(self.starts, end))
         for j, (l, i, _, _) in enumerate(self.lines):
             if end is not None and (i + 1) << l > end:
                 break
@@ -297,7 +300,14 @@ class View:
 
     def rows(self) -> list[tuple[int, int, str | None, int]]:
         """Every line as ``(l, i, text, cost)`` (see ``line``), texts read back as needed."""
+        self._prefetch(len(self.lines))
         return [self.line(j) for j in range(len(self.lines))]
+
+    def _prefetch(self, upto: int) -> None:
+        if self.prefetch is not None:
+            unloaded = [(ln[0], ln[1]) for ln in self.lines[:upto] if ln[2] is UNLOADED]
+            if unloaded:
+                self.prefetch(unloaded)
 
     def pending(self) -> int:
         """Placeholder lines (leaves the compactor has not summarised yet)."""
@@ -360,9 +370,10 @@ class View:
 class Views:
     """Both views of one memory (the model's and the compactor's) and what ``view.json`` records."""
 
-    def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost):
-        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost)
-        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost)
+    def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost,
+                 prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
+        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch)
+        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
         self.tree_reads = 0  # times the views caught up with the tree files
         self.saved_changes = 0  # changes (both views) as of the last save
@@ -489,7 +500,16 @@ def make(mem) -> Views:
             raise ValueError(f"line {label(l, i)} is not built")
         return text
 
-    views = Views(mem.config, resolve, fetch)
+    def prefetch(nodes: list[tuple[int, int]]) -> None:
+        """Lines of up to 64 messages may be free joins read from their leaves: read those leaves at once
+        (in a view in budget they are the recent tail)."""
+        small = [i << l for l, i in nodes if l <= 6]
+        if small:
+            start, stop = min(small), holder[0].T
+            if stop - start <= PREFETCH_MESSAGES and any(k not in leaves for k in (start, stop - 1)):
+                leaves.update((m["i"], m) for m in mem.messages(start, stop))
+
+    views = Views(mem.config, resolve, fetch, prefetch=prefetch)
     holder.append(views)
     return views
 
@@ -514,6 +534,7 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
     """
     path = mem.path / "view.json"
     stamp = _stamp(path)
+    count = mem.count() if upto is None else upto  # (a writer passes the count it appended at)
     views = mem._views
     if views is None or stamp is None or views.loaded != stamp:
         if stamp is None and not create:
@@ -521,7 +542,7 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
         views = make(mem)
         if stamp is not None:
             try:
-                views.load(path.read_bytes(), mem.count())
+                views.load(path.read_bytes(), count)
                 views.check_tree(mem.tree.file_sizes())
                 views.loaded = stamp
             except (ValueError, OSError) as exc:
@@ -529,7 +550,7 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
                 views = make(mem)
                 views.loaded = stamp  # the file this refold replaces
         mem._views = views
-    _catch_up(mem, views, mem.count() if upto is None else upto)
+    _catch_up(mem, views, count)
     if save is not False and views.should_save():
         if save:
             write(mem, views)
