@@ -78,7 +78,7 @@ complete -c pimem -n __fish_use_subcommand -a date -d 'Print the date of message
 complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.'
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory, build its summary tree offline and print the view.'
 complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
-complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the'
+complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log, the tree, the view, the hash chains and the index.'
 complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'

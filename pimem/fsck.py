@@ -70,7 +70,7 @@ def _key(f: Finding) -> tuple:
 
 
 def _run_checks(mem: Memory) -> list[Finding]:
-    return check_log(mem) + check_tree(mem) + check_view(mem) + check_chains(mem)
+    return check_log(mem) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
 
 
 def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern) -> Iterator[tuple[str, bytes, object]]:
@@ -207,6 +207,55 @@ def check_chains(mem: Memory) -> list[Finding]:
         if problem:
             found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), chain.path.name, f"{problem}; later events are not trusted and appends are refused"))
     return found
+
+
+def check_index(mem: Memory) -> list[Finding]:
+    """index.sqlite (derived): SQLite's own check, and every message row pointing at the line holding that
+    message. Opened read-only, so checking never changes it; repair deletes it and builds it again."""
+    import sqlite3
+
+    from . import index
+
+    path = mem.path / index.FILENAME
+    if not path.exists():
+        return []
+
+    def problem(text: str) -> list[Finding]:
+        return [Finding(mem.name, "index", index.FILENAME, text, repair="delete it and build it again from the log", action=_reindex)]
+
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            if verdict != "ok":
+                return problem(f"damaged: {verdict}")
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"files", "msgs"} <= tables:
+                return []  # only the tree's tables so far: the search index has not been built
+            names = dict(db.execute("SELECT id, name FROM files"))
+            rows = db.execute("SELECT i, file, offset, length FROM msgs").fetchall()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return problem(f"unreadable: {exc}")
+    lines = {}
+    for path_ in mem.log.files():
+        for offset, length, msg in mem.log.read_offsets(path_):
+            lines[path_.name, offset] = msg["i"], length
+    # a row points at the line holding its message (its length counted with or without the newline)
+    wrong = [(i, names.get(fid), offset) for i, fid, offset, length in rows
+             if lines.get((names.get(fid), offset)) not in ((i, length), (i, length + 1))]
+    if wrong:
+        i, name, offset = wrong[0]
+        return problem(f"{len(wrong)} of {len(rows)} message rows point at the wrong line (message {i} at {name}:{offset})")
+    return []
+
+
+def _reindex(mem: Memory) -> None:
+    from . import index
+
+    mem.close()
+    index.rebuild(mem.path, mem.log)
 
 
 def _message_problems(msg: dict, day: str) -> list[str]:

@@ -189,3 +189,28 @@ def test_fsck_reports_a_broken_hash_chain_and_leaves_it(run, home, two):
     assert out.exit_code == 5
     assert "old: memory: memory.jsonl: problem: memory.jsonl line 1: seq 1: hash does not match the event's content (it was changed); later events are not trusted" in out.stdout
     assert snapshot(home) == before
+
+
+def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
+    import sqlite3
+
+    assert run("search", "5433", "old").exit_code == 0  # builds index.sqlite
+    index = home / "old" / "index.sqlite"
+    db = sqlite3.connect(index)
+    db.execute("UPDATE msgs SET offset = offset + 1 WHERE i = 1")
+    db.commit()
+    db.close()
+    def files():  # SQLite's own -wal/-shm companions come and go with any connection to a WAL database
+        return {k: v for k, v in snapshot(home).items() if not k.endswith(("-wal", "-shm"))}
+
+    before = files()
+    out = run("fsck", "old")
+    assert out.exit_code == 5
+    assert out.stdout.startswith("old: index: index.sqlite: problem: 1 of 2 message rows point at the wrong line (message 1 at 2026-10-08.jsonl:")
+    assert files() == before  # checking opened it read-only
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+    index.write_bytes(b"not a database")
+    assert "problem: unreadable: file is not a database" in run("fsck", "old").stdout
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("search", "noted", "old").stdout.startswith("old #1 ")

@@ -17,13 +17,15 @@ def command(
     timeout: Timeout = None,
     home: Home = None,
 ) -> None:
-    """Check memories on disk: the log (torn or damaged lines, gaps and duplicates in i, dates), and the
-    derived state.
+    """Check memories on disk: the log, the tree, the view, the hash chains and the index.
 
-    Prints one line per finding and exits 5 while a problem remains, 0 when clean. Notes (things readers
-    already tolerate, like a sealed torn write) do not count as problems. --repair only adds a newline to
-    seal a torn line or rebuilds derived state from the logs; a damaged line, a gap or a duplicate is
-    explained for a person to decide.
+    The log: torn or damaged lines, gaps and duplicates in i, sizes, kinds and dates. The tree: nodes past
+    the log, over a line's bytes, or built twice. view.json: it must restore as saved. memory.jsonl and
+    windows.jsonl: seq, prevHash and hash of every event. index.sqlite: SQLite's check, and every row
+    pointing at its message's line. Prints one line per finding and exits 5 while a problem remains, 0 when
+    clean; notes (things readers tolerate, like a sealed torn write) do not count. --repair only adds a
+    newline to seal a torn line, or rebuilds derived state (view.json, index.sqlite) from the logs; a
+    damaged line, a gap, a duplicate or a broken chain is explained for a person to decide.
 
     Examples:
       pimem fsck main
