@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -80,15 +81,26 @@ def timed(cmd: list[str], stdout=subprocess.DEVNULL, env=None) -> float:
     return time.perf_counter() - started
 
 
-def median(cmd: list[str], runs: int, out_path: Path | None = None, env=None) -> float:
+def ms(values: list[float]) -> str:
+    return f"{min(values) * 1000:.0f} ({statistics.median(values) * 1000:.0f})"
+
+
+def library_ms(home: Path, search_args: list[str], runs: int) -> float:
+    """Median milliseconds of ``pimem.search.search`` alone for these command-line arguments, each call on a
+    fresh ``Memory`` (a new SQLite connection), in this process."""
+    from pimem import Memory
+    from pimem.search import search
+
+    query, options = search_args[0], search_args[1:]
+    kwargs = {"include_tools": "--include-tools" in options, "rank": "--rank" in options}
     times = []
     for _ in range(runs):
-        if out_path is None:
-            times.append(timed(cmd, env=env))
-        else:
-            with open(out_path, "wb") as out:
-                times.append(timed(cmd, stdout=out, env=env))
-    return statistics.median(times)
+        mem = Memory.open("bench", home)
+        started = time.perf_counter()
+        search([mem], query, **kwargs)
+        times.append(time.perf_counter() - started)
+        mem.close()
+    return statistics.median(times) * 1000
 
 
 def size_of(path: Path) -> int:
@@ -102,9 +114,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--home", type=Path, default=None, help="store to build in and reuse (default: a temporary one)")
     parser.add_argument("--skip-reindex", action="store_true", help="reuse the existing index")
+    parser.add_argument("--skip-queries", action="store_true", help="only build and reindex")
     args = parser.parse_args()
     home = args.home or Path(tempfile.mkdtemp(prefix="pimem-bench-"))
     env = dict(os.environ, PYTHONPATH=str(ROOT), LC_ALL="C.UTF-8")
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed pimem has its .pyc files; compiling is not search
     os.environ.update(env)
     build(home, args.n, args.seed)
     mem = home / "bench"
@@ -112,22 +126,40 @@ def main() -> None:
     print(f"memory: {args.n:,} messages, log {log_bytes / 1e6:,.0f} MB in {len(list((mem / 'main').iterdir()))} files")
 
     if not args.skip_reindex or not (mem / "index.sqlite").exists():
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         seconds = timed(pimem("reindex", "bench", home=home), env=env)
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
         index_bytes = (mem / "index.sqlite").stat().st_size
-        print(f"reindex: {seconds:.1f} s, {args.n / seconds:,.0f} messages/s (target >= 30,000); "
-              f"index {index_bytes / 1e6:,.0f} MB = {index_bytes / log_bytes:.2f}x the log (target <= 3x)")
+        print(f"reindex: {seconds:.1f} s, {args.n / seconds:,.0f} messages/s (target >= 30,000); CPU {cpu:.1f} s, "
+              f"{args.n / cpu:,.0f} messages per CPU-second (what an idle core gives); load average "
+              f"{os.getloadavg()[0]:.1f}")
+        print(f"index: {index_bytes / 1e6:,.0f} MB = {index_bytes / log_bytes:.2f}x the log (target <= 3x)")
 
+    if args.skip_queries:
+        return
     empty = Path(tempfile.mkdtemp(prefix="pimem-empty-"))
-    noop = median(pimem("list", home=empty), args.runs, env=env)
-    print(f"no-op pimem (list of an empty home): {noop * 1000:.0f} ms")
     scratch = Path(tempfile.mkdtemp(prefix="pimem-grep-"))
-    print(f"{'query':<20} {'grep ms':>9} {'pimem ms':>9} {'own ms':>8} {'grep/own':>9} {'hits':>5}")
+    noop_cmd = pimem("list", home=empty)
+    print("rounds of (no-op pimem, pimem search, grep) interleaved; figures are the minimum over rounds (the "
+          "median in brackets); own = min(search) - min(no-op); library = the search call alone, in process")
+    print(f"{'query':<20} {'grep ms':>13} {'pimem ms':>11} {'own ms':>7} {'grep/own':>9} {'library ms':>11} {'hits':>5}")
+    rows, noops = [], []
     for label, search_args, pattern in QUERIES:
-        grep = median(["grep", "-rFi", "--", pattern, str(mem / "main")], args.runs, scratch / "grep.out", env=env)
-        wall = median(pimem("search", *search_args, "bench", home=home), args.runs, scratch / "pimem.out", env=env)
+        greps, walls = [], []
+        for _ in range(args.runs):
+            noops.append(timed(noop_cmd, env=env))
+            with open(scratch / "pimem.out", "wb") as out:
+                walls.append(timed(pimem("search", *search_args, "bench", home=home), stdout=out, env=env))
+            with open(scratch / "grep.out", "wb") as out:
+                greps.append(timed(["grep", "-rFi", "--", pattern, str(mem / "main")], stdout=out, env=env))
         hits = len((scratch / "pimem.out").read_bytes().splitlines())
-        own = max(wall - noop, 1e-4)
-        print(f"{label:<20} {grep * 1000:9.0f} {wall * 1000:9.0f} {own * 1000:8.1f} {grep / own:8.0f}x {hits:5d}")
+        rows.append((label, greps, walls, library_ms(home, search_args, args.runs), hits))
+    noop = min(noops)
+    for label, greps, walls, library, hits in rows:
+        own = max(min(walls) - noop, 1e-3)
+        print(f"{label:<20} {ms(greps):>13} {ms(walls):>11} {own * 1000:7.0f} {min(greps) / own:8.0f}x {library:11.1f} {hits:5d}")
+    print(f"no-op pimem (list of an empty home): {ms(noops)} ms")
     shutil.rmtree(scratch)
     shutil.rmtree(empty)
     if args.home is None:

@@ -11,8 +11,10 @@ What it holds (nothing the log does not):
   then checked against the original line in the log, which also makes the index unable to show anything but
   the log's own text.
 
-Each text is indexed with two newlines appended, so every character of it starts a trigram: a one- or
-two-character query becomes an OR of the index's trigrams that start with it (read from ``fts5vocab``).
+Texts are indexed lowercased by Python's ``str.lower`` (as queries are, so both sides fold alike; the
+tokenizer is then case-sensitive, which is also faster) with two newlines appended, so every character
+starts a trigram: a one- or two-character query becomes an OR of the index's trigrams that start with it
+(read from ``fts5vocab``).
 
 Writers never touch the index (``append --ndjson`` stays at full speed); readers catch it up. Catching up
 runs inside an ``IMMEDIATE`` SQLite transaction and re-reads the indexed offsets once it holds it, so two
@@ -38,7 +40,7 @@ from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -52,9 +54,13 @@ CREATE TABLE IF NOT EXISTS files (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNI
 CREATE TABLE IF NOT EXISTS msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS talk USING fts5(text, tokenize='trigram', content='', detail=none, columnsize=0);
-CREATE VIRTUAL TABLE IF NOT EXISTS tools USING fts5(text, tokenize='trigram', content='', detail=none, columnsize=0);
+CREATE VIRTUAL TABLE IF NOT EXISTS talk USING fts5(
+    text, tokenize='trigram case_sensitive 1', content='', detail=none, columnsize=0);
+CREATE VIRTUAL TABLE IF NOT EXISTS tools USING fts5(
+    text, tokenize='trigram case_sensitive 1', content='', detail=none, columnsize=0);
 """
+# measured on the synthetic log: fewer, larger segments cut catch-up CPU by about a tenth
+_FTS_CONFIG = {"automerge": 16, "hashsize": 16 * 1024 * 1024}
 
 
 def table_of(kind: str) -> str:
@@ -101,7 +107,12 @@ class Index:
             os.close(fd)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
-        if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):  # an index of an older pimem: derived, so build it anew
+            db.close()
+            remove_files(self.path)
+            return self._connect()
+        if version != SCHEMA_VERSION:
             self._create(db)
         db.execute("PRAGMA cache_size = -65536")
         return db
@@ -111,11 +122,14 @@ class Index:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("BEGIN IMMEDIATE")
         try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise IntegrityError(f"index.sqlite has schema {version}, not {SCHEMA_VERSION}: run 'pimem reindex'")
+            if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:  # another process won the race
+                db.execute("COMMIT")
+                return
             for statement in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(statement)
+            for table in TABLES:
+                for key, value in _FTS_CONFIG.items():
+                    db.execute(f"INSERT INTO {table} ({table}, rank) VALUES (?, ?)", (key, value))
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
@@ -150,14 +164,20 @@ class Index:
         return {name: (fid, done) for fid, name, done in self.db.execute("SELECT id, name, done FROM files")}
 
     def behind(self) -> list[tuple[Path, int]]:
-        """Log files (with their sizes) holding bytes the index has not read yet."""
+        """Log files (with their sizes) holding bytes the index has not read yet: one directory scan."""
         indexed = self._indexed()
         out = []
-        for path in self.log.files():
-            size = path.stat().st_size
-            if size != indexed.get(path.name, (0, 0))[1]:
-                out.append((path, size))
-        return out
+        try:
+            entries = list(os.scandir(self.log.dir))
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            name = entry.name
+            if name.endswith(".jsonl") and not name.startswith("."):
+                size = entry.stat().st_size
+                if size != indexed.get(name, (0, 0))[1]:
+                    out.append((Path(entry.path), size))
+        return sorted(out)
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Index every complete line the log has and the index lacks; returns how many messages were added.
@@ -304,7 +324,7 @@ class _Batch:
         except Exception:  # a damaged line, or a torn one sealed by a writer: the log skips it too
             return
         self.rows.append((i, fid, offset, len(line), KIND_CODE.get(kind, 0), epoch))
-        self.texts[table_of(kind)].append((i, text + SENTINEL))
+        self.texts[table_of(kind)].append((i, text.lower() + SENTINEL))
         self.bytes += len(line)
 
     def full(self) -> bool:

@@ -76,6 +76,13 @@ def test_chinese_and_mixed_queries(run, mem):
     assert ids(run("search", '"Go 程序"', "--json")) == [1]  # one phrase, mixed scripts
 
 
+def test_case_folds_beyond_ascii(run, home):
+    Memory.at("m").append([{"kind": "user", "text": "Привет, МИР: l'ÉCOLE est fermée"}])
+    assert ids(run("search", "мир", "--json")) == [0]
+    assert ids(run("search", "école", "--json")) == [0]
+    assert ids(run("search", "É", "--json")) == [0]
+
+
 def test_one_and_two_character_queries(run, mem):
     assert ids(run("search", "蓝鲸", "--json")) == [1]
     assert ids(run("search", "鲸", "--json")) == [6, 1]
@@ -206,6 +213,17 @@ def test_a_damaged_index_is_rebuilt(sh, mem):
     out = sh("search", "staging", "--json")
     assert out.stdout == first
     assert b"rebuilding it from the log" in out.stderr
+
+
+def test_an_index_from_an_older_schema_is_rebuilt(run, mem):
+    run("search", "staging")
+    mem.close()
+    db = sqlite3.connect(mem.path / "index.sqlite")
+    db.execute("DELETE FROM msgs")  # what an older pimem's index would not have in the same form
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    assert ids(run("search", "staging", "--json")) == [5, 4, 0]
 
 
 def test_garbage_in_place_of_the_index_is_rebuilt(run, mem):
