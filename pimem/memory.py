@@ -391,8 +391,9 @@ class Memory:
     def held(self, i: int) -> dict | None:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
         "label": "id+n", "n": n, "line": rendered line}``; ``pending`` is a leaf not summarised yet (shown as a
-        placeholder). None when no view exists yet or ``i`` is not in it."""
-        views = self.views(create=False)
+        placeholder). None when no view exists yet or ``i`` is not in it. The view is caught up on the first
+        call for this object only: a reader asking about many hits pays for one look at the log."""
+        views = self._views if self._views is not None else self.views(create=False)
         if views is None or not 0 <= i < views.T:
             return None
         from .tree import label
