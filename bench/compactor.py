@@ -1,14 +1,15 @@
 """Compactor throughput: the scheduler against a local server with a fixed latency, and build-tree offline.
 
 1. A local OpenAI-compatible server (its own process) answers every call after 50 ms. The limit is
-   8 calls in flight / 0.05 s = 160 calls/s. The baseline is 8 bare threads posting the same requests with
-   httpx in a loop; the scheduler builds a memory of long messages (every node a call) against the same server.
+   8 calls in flight / 0.05 s = 160 calls/s. The scheduler builds a memory of long messages (every node a
+   call) against it; the baseline is 8 bare threads posting a request of the same shape and typical size
+   (system prompt, half the final compactor view as context, one leaf task) with httpx in a loop.
    Reported: calls/s, the ratio to the limit (target ≥ 0.85) and to the bare threads, and the CPU the
    scheduler spends per node beyond what the bare threads spend per request.
 2. build-tree of a synthetic 100,000-message memory with the offline (extractive) compactor: nodes/s (free
    nodes included; target ≥ 2,000) against the baseline of reading the log once.
 
-    python bench/compactor.py [--messages 100000] [--calls-messages 600]
+    python bench/compactor.py [--messages 100000] [--calls-messages 1500]
 """
 
 from __future__ import annotations
@@ -38,11 +39,16 @@ def start_server() -> tuple[subprocess.Popen, str]:
     return proc, proc.stdout.readline().strip()
 
 
-def bare_threads(url: str, requests: int) -> tuple[float, float]:
-    """(requests/s, CPU seconds per request) for 8 threads posting in a loop."""
+def bare_threads(url: str, requests: int, context: str) -> tuple[float, float]:
+    """(requests/s, CPU seconds per request) for 8 threads posting one request like the scheduler's in a loop."""
     import httpx
 
-    body = {"model": "m", "messages": [{"role": "system", "content": "s" * 3000}, {"role": "user", "content": "Compaction: compress message 1 " + "x" * 3000}], "max_tokens": 170}
+    from pimem.compactor import Task, prompt
+
+    task = Task(0, 1, kind="user", text="message 1: " + " ".join(f"w1x{j}" for j in range(150)))
+    body = {"model": "m", "max_tokens": 170, "temperature": 0.2,
+            "messages": [{"role": "system", "content": prompt.SYSTEM},
+                         {"role": "user", "content": prompt.user_content(context, task.prompt())}]}
     left = [requests]
     lock = threading.Lock()
     client = httpx.Client(timeout=30)
@@ -66,18 +72,20 @@ def bare_threads(url: str, requests: int) -> tuple[float, float]:
     return requests / wall, cpu / requests
 
 
-def scheduled(url: str, count: int) -> tuple[float, float, int]:
-    """(calls/s, CPU seconds per call, calls) for build-tree of ``count`` long messages."""
+def scheduled(url: str, count: int) -> tuple[float, float, int, str]:
+    """(calls/s, CPU seconds per call, calls, a typical context) for build-tree of ``count`` long messages."""
     os.environ["BENCH_KEY"] = "k"
     mem = Memory.at("calls")
-    mem.save_config({"compactor": {"provider": "openai", "model": "m", "base_url": url, "key_env": "BENCH_KEY"}}) if mem.path.mkdir(parents=True, exist_ok=True) is None else None
+    mem.path.mkdir(parents=True, exist_ok=True)
+    mem.save_config({"compactor": {"provider": "openai", "model": "m", "base_url": url, "key_env": "BENCH_KEY"}})
     mem.append([{"kind": "user", "text": f"message {k}: " + " ".join(f"w{k}x{j}" for j in range(150))} for k in range(count)])
     cpu, wall = time.process_time(), time.perf_counter()
     built = scheduler.build_tree([mem])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     calls = built.builders[0].stats.calls
     assert scheduler.survey(mem)["pending"] == 0
-    return calls / wall, cpu / calls, calls
+    lines = mem.view_lines(compactor=True)
+    return calls / wall, cpu / calls, calls, "\n".join(lines[: len(lines) // 2])  # the context grows: half is typical
 
 
 def offline(count: int) -> tuple[float, float, float, int, int]:
@@ -105,15 +113,15 @@ def offline(count: int) -> tuple[float, float, float, int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--calls-messages", type=int, default=600)
+    parser.add_argument("--calls-messages", type=int, default=1500)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PIMEM_HOME"] = tmp
         (Path(tmp) / "config.json").write_text("{}")
         proc, url = start_server()
         try:
-            bare_rps, bare_cpu = bare_threads(url, 2 * args.calls_messages)
-            rps, cpu, calls = scheduled(url, args.calls_messages)
+            rps, cpu, calls, context = scheduled(url, args.calls_messages)
+            bare_rps, bare_cpu = bare_threads(url, 2 * args.calls_messages, context)
         finally:
             proc.stdin.close()
             proc.wait()

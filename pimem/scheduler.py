@@ -14,8 +14,8 @@ Only the texts of built nodes whose parent is not built yet are kept (the fronti
 
 A ``Scheduler`` drives any number of builders with ``CONCURRENCY`` (8) calls in flight in total, on daemon
 threads (a call stuck past shutdown's ``GRACE`` of 15 s is abandoned, not waited for). The offline compactor
-runs inline: it is faster than a thread hand-off. Built nodes are written in batches under the writer lock,
-after checking that this process still holds the memory's lease.
+runs inline: it is faster than a thread hand-off. Built nodes are written in batches (at least every 0.2 s)
+by a writer thread, under the writer lock, after checking that this process still holds the memory's lease.
 """
 
 from __future__ import annotations
@@ -223,13 +223,24 @@ class Builder:
         return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
 
     def context(self, task: Task) -> str:
-        """The compactor's view up to the task's boundary, from a copy refreshed after each write (rendering it
-        per call would cost more than the rest of the scheduler)."""
+        """The compactor's view up to the task's boundary, from a copy the writer thread renders after each
+        write (its views are in memory; rendering per call, or reloading view.json here, would cost more than
+        the rest of the scheduler). Context only helps: if the view cannot be read, the call goes without."""
         if self._cview is None:
-            lines = self.mem.view_lines(compactor=True)
-            self._cview = (lines, [_line_end(line) for line in lines])
+            self._cview = self._render(self.mem)
         lines, ends = self._cview
         return "\n".join(lines[: bisect.bisect_right(ends, context_end(task.l, task.i))])
+
+    def _render(self, mem) -> tuple[list[str], list[int]]:
+        """The compactor's view as lines and the message each line ends before."""
+        try:
+            lines = mem.view_lines(compactor=True)
+        except (ValueError, OSError, PimemError) as exc:
+            from .output import warn
+
+            warn(f"{self.name}: the compactor's view is unreadable ({exc}); building without context")
+            lines = []
+        return lines, [_line_end(line) for line in lines]
 
     def flush(self, wait: bool = False) -> None:
         """Write what was built, on a writer thread so calls keep flowing while the disk syncs (one batch at a
@@ -258,16 +269,12 @@ class Builder:
             if self.lease is not None and not self.lease.owned():
                 raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
             self._writer.write_nodes(batch)
-            self._cview = None
+            if not self.compactor.offline:  # the writer's views are in memory: render the next calls' context
+                self._cview = self._render(self._writer)
         except Busy:  # a long writer holds the lock: keep the batch for the next flush
             self.to_write[:0] = batch
         except BaseException as exc:  # handed to the scheduler's thread by the next flush
             self._write_error = exc
-
-    def pending(self) -> dict:
-        """Counts for progress and status: nodes in the full tree of ``count`` messages that are not built."""
-        return {"window": len(self.window), "ready": len(self.ready_leaves) + len(self.ready_merges),
-                "inflight": len(self.inflight), "waiting": len(self.waiting), "gave_up": len(self.gave_up)}
 
 
 def _line_end(line: str) -> int:

@@ -36,14 +36,9 @@ PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for t
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 
 
-class _Unloaded:
-    """The text of a built line not read back from the tree yet."""
-
-    def __repr__(self) -> str:
-        return "UNLOADED"
-
-
-UNLOADED = _Unloaded()
+# the text of a built line not read back from the tree yet (Ellipsis: a singleton the garbage collector does
+# not track, so lines holding it stay untracked too)
+UNLOADED = ...
 
 # resolve(l, i, left_text, right_text) -> the parent's text if built, else None; (l, i) is the left child
 Resolver = Callable[[int, int, str, str], "str | None"]
@@ -66,8 +61,9 @@ def render_line(l: int, i: int, text: str | None) -> str:
 
 
 class View:
-    """One view: lines ``[l, i, text, cost]`` (``text`` None for an unbuilt leaf, ``UNLOADED`` until read,
-    when ``cost`` is None too) and the sawtooth state."""
+    """One view: lines ``(l, i, text, cost)`` (``text`` None for an unbuilt leaf, ``UNLOADED`` until read,
+    when ``cost`` is None too) and the sawtooth state. Lines are tuples of plain values, so the garbage
+    collector stops tracking them (a view without a compactor can hold a line per message)."""
 
     def __init__(self, hi: int, lo: int, resolve: Resolver, fetch: Fetcher | None = None,
                  cost: Cost = line_bytes_cost, prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
@@ -103,8 +99,9 @@ class View:
         """The text of line ``j`` (None for a placeholder), read back from the tree if not loaded."""
         line = self.lines[j]
         if line[2] is UNLOADED:
-            line[2] = self.fetch(line[0], line[1])
-            line[3] = self.cost(line[0], line[1], line[2], None)
+            l, i = line[0], line[1]
+            text = self.fetch(l, i)
+            line = self.lines[j] = (l, i, text, self.cost(l, i, text, None))
         return line[2]
 
     def _add_pair(self, l: int, i: int) -> None:
@@ -155,7 +152,7 @@ class View:
         """Append the leaf of message T (``text`` None while it is unbuilt)."""
         i = self.T
         cost = self.cost(0, i, text, size)
-        self.lines.append([0, i, text, cost])
+        self.lines.append((0, i, text, cost))
         self.starts.append(i)
         self.total += cost
         self.T = i + 1
@@ -169,10 +166,9 @@ class View:
         """Node ``(l, i)`` was just built: fill its placeholder line, and let the pairs it unblocks merge."""
         j = self.find(l, i)
         if j >= 0 and self.lines[j][2] is None:
-            line = self.lines[j]
-            self.total -= line[3]
-            line[2], line[3] = text, self.cost(l, i, text, None)
-            self.total += line[3]
+            cost = self.cost(l, i, text, None)
+            self.total += cost - self.lines[j][3]
+            self.lines[j] = (l, i, text, cost)
             self.changes += 1
             self._unblock(l, i & ~1)
         if l > 0:
@@ -185,7 +181,7 @@ class View:
         cost = self.cost(l + 1, p, text, None)
         self.text(j), self.text(j + 1)  # their costs are known once loaded
         self.total += cost - self.lines[j][3] - self.lines[j + 1][3]
-        self.lines[j:j + 2] = [[l + 1, p, text, cost]]
+        self.lines[j:j + 2] = [(l + 1, p, text, cost)]
         del self.starts[j + 1]
         self.changes += 1
         if p % 2 == 0:
@@ -344,9 +340,9 @@ class View:
             if at & ((1 << l) - 1):
                 raise ValueError(f"a line of {1 << l} messages cannot start at message {at}")
             if ch == UNBUILT:
-                lines.append([0, at, None, self.cost(0, at, None, None)])
+                lines.append((0, at, None, self.cost(0, at, None, None)))
             else:
-                lines.append([l, at >> l, UNLOADED, None])
+                lines.append((l, at >> l, UNLOADED, None))
             starts.append(at)
             at += 1 << l
         self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking

@@ -163,3 +163,28 @@ def test_offline_build_tree_and_the_view(run, home):
     assert {n["model"] for n in lines} == {"extractive"}
     assert "(not summarized yet" not in run("view", "m").stdout
     assert run("build-tree", "m", "--json").stdout.splitlines()[-1].startswith('{"event":"done"')
+
+
+def test_each_call_sees_only_built_lines_before_its_boundary(run, home, monkeypatch):
+    import re
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", pad=200) as server:
+        configure(home, server)
+        fill("m", 40)
+        assert run("build-tree", "m").exit_code == 0
+    seen_context = 0
+    for body in server.requests:
+        system, user = (m["content"] for m in body["messages"])
+        assert "Write exactly one line" in system and body["max_tokens"] == 170
+        chat, task = user.split("</chat>\n\n")
+        leaf = re.search(r"compress message (\d+)", task)
+        merge = re.search(r"covering messages (\d+) to (\d+)", task)
+        boundary = int(leaf[1]) if leaf else int(merge[2]) + 1
+        lines = chat.removeprefix("<chat>\n").splitlines()
+        seen_context += len(lines)
+        for line in lines:
+            start, n = map(int, line.split("|", 1)[0].split("+"))
+            assert start + n <= boundary and "not summarized yet" not in line
+        assert "<input>" in task and task.count("-" * 512) == 1
+    assert seen_context > 0
