@@ -506,8 +506,9 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     if compactor.offline:
         calls, tokens_in = 0, 0
     tokens_out = calls * compactor.max_tokens
+    cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out)
     return {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
-            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": compactor.cost(tokens_in, tokens_out),
+            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
             "built": found["built"], "nodes": found["nodes"]}
 
 
