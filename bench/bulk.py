@@ -49,8 +49,8 @@ with open(sys.argv[1], "rb", buffering=1 << 20) as f:
 """
 
 
-def run(cmd: list[str], stdin_path: Path | None, stdout_path: Path, env: dict) -> tuple[float, float]:
-    """Wall seconds and peak resident memory (MB) of one process."""
+def run(cmd: list[str], stdin_path: Path | None, stdout_path: Path, env: dict) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user + system) and peak resident memory (MB) of one process."""
     with open(stdin_path or os.devnull, "rb") as stdin, open(stdout_path, "wb") as stdout:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, stdin=stdin, stdout=stdout, env=env)
@@ -58,7 +58,7 @@ def run(cmd: list[str], stdin_path: Path | None, stdout_path: Path, env: dict) -
         elapsed = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{cmd[:4]} failed")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def main() -> None:
@@ -83,31 +83,31 @@ def main() -> None:
     mb = source.stat().st_size / 1e6
     print(f"{n:,} synthetic messages, {mb:,.0f} MB of NDJSON")
 
-    base_append, _ = run([py, "-c", BASELINE_APPEND, str(work / "baseline.jsonl")], source, work / "ids.txt", env)
-    log_append, rss_log = run([py, "-c", LOG_ONLY, "append", "logonly", "--ndjson"], source, work / "ids.txt", env)
-    ours_append, rss_append = run([py, "-m", "pimem", "append", "bulk", "--ndjson"], source, work / "ids.txt", env)
+    base_append = run([py, "-c", BASELINE_APPEND, str(work / "baseline.jsonl")], source, work / "ids.txt", env)
+    log_append = run([py, "-c", LOG_ONLY, "append", "logonly", "--ndjson"], source, work / "ids.txt", env)
+    ours_append = run([py, "-m", "pimem", "append", "bulk", "--ndjson"], source, work / "ids.txt", env)
     with open(work / "ids.txt", "rb") as f:
         assert sum(1 for _ in f) == n, "append did not acknowledge every message"
 
-    base_since, _ = run([py, "-c", BASELINE_SINCE, str(work / "baseline.jsonl")], None, work / "out.ndjson", env)
-    ours_since, rss_since = run([py, "-m", "pimem", "since", "bulk", "#0", "--include-tools"], None, work / "out.ndjson", env)
+    base_since = run([py, "-c", BASELINE_SINCE, str(work / "baseline.jsonl")], None, work / "out.ndjson", env)
+    ours_since = run([py, "-m", "pimem", "since", "bulk", "#0", "--include-tools"], None, work / "out.ndjson", env)
     with open(work / "out.ndjson", "rb") as f:
         assert sum(1 for _ in f) == n, "since did not print every message"
     first_day = source.open("rb").readline().split(b'"date":"')[1][:10].decode()
-    ours_dated, rss_dated = run([py, "-m", "pimem", "since", "bulk", first_day, "--include-tools"], None, work / "out.ndjson", env)
+    ours_dated = run([py, "-m", "pimem", "since", "bulk", first_day, "--include-tools"], None, work / "out.ndjson", env)
 
-    def row(label: str, seconds: float, baseline: float | None, rss: float | None, target: str) -> None:
-        ratio = f"{seconds / baseline:5.2f}x" if baseline else "     "
-        memory = f"{rss:6.0f} MB" if rss else "         "
-        print(f"{label:<44}{seconds:7.2f} s {n / seconds:10,.0f} msg/s  {ratio}  {memory}  {target}")
+    def row(label: str, measured: tuple[float, float, float], baseline: tuple | None, target: str = "") -> None:
+        seconds, cpu, rss = measured
+        ratio = f"{seconds / baseline[0]:5.2f}x" if baseline else "     "
+        print(f"{label:<44}{seconds:7.2f} s {cpu:7.2f} s {n / seconds:10,.0f}/s {n / cpu:10,.0f}/s  {ratio} {rss:6.0f} MB  {target}")
 
-    print(f"{'':<44}{'wall':>9} {'rate':>16}  {'vs base':>6}  {'peak RSS':>9}")
-    row("baseline: parse + encode + one file", base_append, None, None, "")
-    row("pimem append --ndjson, log only (no view)", log_append, base_append, rss_log, "target >= 100,000 msg/s")
-    row("pimem append --ndjson (log + view update)", ours_append, base_append, rss_append, "")
-    row("baseline: read + parse + write", base_since, None, None, "")
-    row("pimem since '#0' --include-tools > file", ours_since, base_since, rss_since, "target >= 200,000 msg/s, <= 100 MB")
-    row(f"pimem since {first_day} --include-tools > file", ours_dated, base_since, rss_dated, "")
+    print(f"{'':<44}{'wall':>9} {'CPU':>9} {'rate':>12} {'CPU rate':>12}  {'vs base':>6} {'peak RSS':>9}")
+    row("baseline: parse + encode + one file", base_append, None)
+    row("pimem append --ndjson, log only (no view)", log_append, base_append, "target >= 100,000 msg/s")
+    row("pimem append --ndjson (log + view update)", ours_append, base_append)
+    row("baseline: read + parse + write", base_since, None)
+    row("pimem since '#0' --include-tools > file", ours_since, base_since, "target >= 200,000 msg/s, <= 100 MB")
+    row(f"pimem since {first_day} --include-tools > file", ours_dated, base_since)
     shutil.rmtree(home, ignore_errors=True)
     for name in ("baseline.jsonl", "out.ndjson", "ids.txt"):
         (work / name).unlink(missing_ok=True)

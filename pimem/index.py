@@ -177,12 +177,17 @@ class Index:
                 size = entry.stat().st_size
                 if size != indexed.get(name, (0, 0))[1]:
                     out.append((Path(entry.path), size))
-        return sorted(out)
+        return sorted(out, key=lambda item: item[0].name)
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Index every complete line the log has and the index lacks; returns how many messages were added.
         Cheap when nothing is new (a stat per log file)."""
         return self.guarded(lambda: self._catch_up(progress))
+
+    def answer(self, question: Callable, progress: Callable[[int, int], None] | None = None):
+        """Catch up, then return ``question()``; if the index file turns out damaged, it is rebuilt from the
+        log and both run again."""
+        return self.guarded(lambda: (self._catch_up(progress), question())[1])
 
     def _catch_up(self, progress) -> int:
         if not self.behind():

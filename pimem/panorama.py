@@ -72,6 +72,7 @@ def _fit(row: Row, width: int) -> Row:
     """``row`` cut to ``width`` cells, with an ellipsis where text was cut."""
     out, used = [], 0
     for text, style in row:
+        text = text[: 4 * (width - used) + 1]  # more characters than could fit need not be measured
         cells = cell_len(text)
         if used + cells <= width:
             out.append((text, style))
@@ -168,7 +169,7 @@ def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
             rows.append([(head + "─" * max(0, width - cell_len(head)), "cyan")])
         tag = f"{span.n} msgs" if span.n > 1 else KIND_LABELS.get(span.kind or "", span.kind or "")
         style = SUMMARY if span.summary else VERBATIM
-        rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(span.text), None)])
+        rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(span.text[: 4 * width]), None)])
     return rows
 
 

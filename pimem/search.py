@@ -65,8 +65,9 @@ def search(
     hits: list[dict] = []
     for mem in memories:
         index = mem.index()
-        index.catch_up(stderr_progress(mem.name))
-        found = index.guarded(lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit)))
+        question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
+        found = index.answer(question, stderr_progress(mem.name))
+        _add_held(mem, found)
         hits.extend(found)
     if rank:
         hits.sort(key=lambda h: (-h["score"], -h["_epoch"]))
@@ -197,7 +198,7 @@ def _verified(index, rows, folded: list[str], any_term: bool) -> Iterator[tuple]
 
 
 def _hit(mem, row, msg: dict, low: str, folded: list[str]) -> dict:
-    hit = {
+    return {
         "memory": mem.name,
         "i": msg["i"],
         "date": msg["date"],
@@ -206,10 +207,17 @@ def _hit(mem, row, msg: dict, low: str, folded: list[str]) -> dict:
         "snippet": snippet(msg["text"], low, folded),
         "_epoch": row[5],
     }
-    held = mem.held(msg["i"])
-    if held is not None:
-        hit["held"], hit["label"] = held["held"], held["label"]
-    return hit
+
+
+def _add_held(mem, hits: list[dict]) -> None:
+    """``held`` and ``label`` on each hit of ``mem``, once the memory has a view."""
+    if not hits:
+        return
+    each = mem.held_each([hit["i"] for hit in hits])
+    for hit in hits:
+        held = each[hit["i"]]
+        if held is not None:
+            hit["held"], hit["label"] = held["held"], held["label"]
 
 
 def snippet(text: str, low: str, folded: list[str], width: int = SNIPPET_CHARS) -> str:

@@ -207,3 +207,27 @@ def test_a_huge_unbuilt_view_saves_amortised_and_at_exit(home, sh):
     data = orjson.loads((home / "big" / "view.json").read_bytes())
     assert data["T"] == 15_000 and data["view"]["lines"] == "_" * 15_000
     assert sh("view", "big", "--stats", "--json").stdout.startswith(b'{"bytes":')
+
+
+def test_view_wait_returns_once_a_running_watcher_has_summarised(home, sh):
+    import signal
+    import subprocess
+    import time
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem import lease
+
+    mem = small_memory(1)
+    watcher = subprocess.Popen(pimem_cmd("watch", "t"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env=subprocess_env())
+    try:
+        deadline = time.monotonic() + 30
+        while lease.holder(mem) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        mem.append([{"kind": "user", "text": f"long message {k}: " + "words and more words " * 40} for k in range(3)])
+        out = sh("view", "t", "--wait", "30")  # the watcher notices new messages within 2 s: this waits
+        assert out.returncode == 0 and b"not summarized yet" not in out.stdout, out.stderr
+        assert len(out.stdout.splitlines()) >= 1
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.wait(timeout=30)
