@@ -391,23 +391,17 @@ class Memory:
     def held(self, i: int) -> dict | None:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
         "label": "id+n", "n": n, "line": rendered line}``; ``pending`` is a leaf not summarised yet (shown as a
-<<<<<<< HEAD
-        placeholder). None when no view exists yet or ``i`` is not in it. The view is caught up on the first
-        call for this object only: a reader asking about many hits pays for one look at the log."""
-        views = self._views if self._views is not None else self.views(create=False)
-        if views is None or not 0 <= i < views.T:
-            return None
-=======
         placeholder). None when no view exists yet or ``i`` is not in it."""
         return self.held_each([i])[i]
 
     def held_each(self, ids: list[int]) -> dict[int, dict | None]:
-        """``held`` for several messages, looking the view up once (search and recall report it per hit)."""
-        views = self.views(create=False)
+        """``held`` for several messages, looking the view up once (search and recall report it per hit). The
+        view is caught up on the first call for this object only: a reader asking about many hits pays for
+        one look at the log."""
+        views = self._views if self._views is not None else self.views(create=False)
         out: dict[int, dict | None] = dict.fromkeys(ids)
         if views is None:
             return out
->>>>>>> main
         from .tree import label
         from .view import render_line
 
