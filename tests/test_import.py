@@ -84,6 +84,14 @@ def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
     assert bash["parent"] == "r1"  # the model change between them is looked through
 
 
+def test_import_leaves_the_search_index_complete(run, home, tmp_path):
+    run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
+    mem = Memory.open("t")
+    assert mem.has_index() and not mem.index().behind()
+    found = run("search", "mutex", "t", "--json")
+    assert found.exit_code == 0 and "Try a mutex instead" in found.stdout
+
+
 def test_lineage_follows_the_active_branch(run, home, tmp_path):
     run("import", pi_tree(tmp_path / "s.jsonl"), "--name", "t")
     msgs = messages()

@@ -11,6 +11,7 @@ from ..memory import Memory
 from ..options import Home, Json, Timeout
 
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
+LABELS = {"import": "importing", "index": "indexing"}
 
 
 def command(
@@ -70,14 +71,21 @@ def _whence(report) -> list[str]:
 
 @contextlib.contextmanager
 def _progress(total: int):
-    """A progress bar on stderr for large imports on a terminal; nothing on a pipe."""
+    """A progress bar on stderr for large imports on a terminal (one line per task: import, index);
+    nothing on a pipe."""
     if total < PROGRESS_MIN_BYTES or not env.stderr_is_tty():
-        yield lambda done: None
+        yield lambda task, done, size: None
         return
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    columns = (TextColumn("importing"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    columns = (TextColumn("{task.description:<9}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("import", total=total)
-        yield lambda done: bar.update(task, completed=done)
+        tasks: dict[str, int] = {}
+
+        def report(task: str, done: int, size: int) -> None:
+            if task not in tasks:
+                tasks[task] = bar.add_task(LABELS.get(task, task), total=size)
+            bar.update(tasks[task], completed=done, total=size)
+
+        yield report

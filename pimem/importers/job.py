@@ -10,6 +10,7 @@ An unfinished last line (no newline, not JSON: the agent is still writing it) is
 from __future__ import annotations
 
 import hashlib
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
@@ -48,25 +49,81 @@ def run(
     mem: Memory,
     sources: list[Source],
     on_warning: Callable[[str], None] = lambda text: None,
-    on_progress: Callable[[int], None] = lambda done: None,
+    on_progress: Callable[[str, int, int], None] = lambda task, done, total: None,
     timeout: float | None = None,
 ) -> list[FileReport]:
-    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; ``on_progress`` gets the
-    number of bytes read so far over all files."""
+    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order, then bring the search
+    index up to date (a writer keeps derived state current, and one catch-up after a bulk import is cheaper
+    than one at the first search). ``on_progress(task, done, total)`` reports bytes for the tasks
+    ``import`` (source files) and ``index`` (log files)."""
     state = ImportState(mem)
+    indexer = _Indexer(mem)
     reports = []
-    done = 0
-    for source in sources:
-        reports.append(_File(mem, state, source, on_warning, lambda n, base=done: on_progress(base + n), timeout).run())
-        done += source.size
-    on_progress(done)
+    done, total = 0, sum(s.size for s in sources)
+    try:
+        for source in sources:
+            step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
+            reports.append(_File(mem, state, source, on_warning, step, timeout, indexer.poke).run())
+            done += source.size
+    finally:
+        indexer.finish()
+    on_progress("import", total, total)
+    if mem.exists():
+        mem.index().catch_up(lambda done, total: on_progress("index", done, total))
     return reports
 
 
+class _Indexer:
+    """Catches the search index up in a second thread while the import parses on. SQLite does its work
+    without holding the GIL, so indexing one batch overlaps parsing the next instead of following it."""
+
+    def __init__(self, mem: Memory):
+        self.mem = mem
+        self._wake = threading.Event()
+        self._stop = False
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def poke(self) -> None:
+        """A batch is in the log: index it (the thread starts on the first batch, once the memory exists)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="pimem-index", daemon=True)
+            self._thread.start()
+        self._wake.set()
+
+    def _loop(self) -> None:
+        from ..index import Index
+        from ..store import Log
+
+        index = Index(self.mem.path, Log(self.mem.path / "main"))  # its own connection and file cache
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                stop = self._stop
+                index.catch_up()
+                if stop:
+                    return
+        except BaseException as exc:  # handed to the importing thread by finish()
+            self._error = exc
+        finally:
+            index.close()
+
+    def finish(self) -> None:
+        if self._thread is not None:
+            self._stop = True
+            self._wake.set()
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 class _File:
-    def __init__(self, mem, state, source, on_warning, on_progress, timeout):
+    """One source file's import: read, parse, check, and log in batches."""
+
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged):
         self.mem, self.state, self.source = mem, state, source
-        self.warn, self.progress, self.timeout = on_warning, on_progress, timeout
+        self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
         self.report = FileReport(source.path, source.format)
         self.cap = int(mem.config.get("max_text_bytes", msgs.DEFAULT_CAP))
         self.stamp = when.rfc3339(env.now())
@@ -180,3 +237,5 @@ class _File:
             self.report.imported += len(ids)
             total = ids[-1] + 1 if ids else self.state.covered
             self.state.commit(keys, total, self.source.path, position)
+        if ids:
+            self.logged()
