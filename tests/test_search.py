@@ -196,7 +196,7 @@ def test_nothing_found_exits_1_and_bad_input_exits_2(run, mem, home):
 
 def test_search_builds_the_index_and_catches_up_new_messages(run, mem):
     assert ids(run("search", "lighthouse", "--json")) == []
-    assert (mem.path / "index.sqlite").exists()
+    assert (mem.path / "index.sqlite").stat().st_mode & 0o777 == 0o600
     mem.append([{"kind": "user", "text": "the lighthouse keeper"}])
     assert ids(run("search", "lighthouse", "--json")) == [7]
 
