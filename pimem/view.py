@@ -22,7 +22,6 @@ restored exactly as saved (a restart never refolds, so the bytes a model saw sta
 from __future__ import annotations
 
 import bisect
-import sys
 from typing import Callable, Iterable
 
 import orjson
@@ -148,10 +147,11 @@ class View:
 
     # ---- changes -----------------------------------------------------------------------------------------
 
-    def push(self, text: str | None, size: int | None = None) -> None:
-        """Append the leaf of message T (``text`` None while it is unbuilt)."""
+    def push(self, text: str | None, size: int | None = None, cost: int | None = None) -> None:
+        """Append the leaf of message T (``text`` None while it is unbuilt; ``cost`` if already known)."""
         i = self.T
-        cost = self.cost(0, i, text, size)
+        if cost is None:
+            cost = self.cost(0, i, text, size)
         self.lines.append((0, i, text, cost))
         self.starts.append(i)
         self.total += cost
@@ -412,9 +412,11 @@ class Views:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
         arrived one by one, so the result does not depend on how messages were batched)."""
         view, cview = self.view, self.cview
+        cost = view.cost
         for text, size in texts:
-            view.push(text, size)
-            cview.push(text, size)
+            weight = cost(0, view.T, text, size)  # the same line in both views
+            view.push(text, size, weight)
+            cview.push(text, size, weight)
             if view.shrinking or view.total > view.hi:
                 view.fit()
             if cview.shrinking or cview.total > cview.hi:
@@ -464,10 +466,6 @@ def _check(body: dict) -> int:
     import zlib
 
     return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
-
-
-def warn(text: str) -> None:
-    sys.stderr.write(f"pimem: warning: {text}\n")
 
 
 # ---- a memory's views: load, catch up, save ----------------------------------------------------------------
@@ -542,6 +540,8 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
                 views.check_tree(mem.tree.file_sizes())
                 views.loaded = stamp
             except (ValueError, OSError) as exc:
+                from .output import warn
+
                 warn(f"{path} is unusable ({exc}); refolding the view from the log")
                 views = make(mem)
                 views.loaded = stamp  # the file this refold replaces
@@ -628,20 +628,16 @@ def write(mem, views: Views) -> None:
 
 def _write_if_free(mem, views: Views) -> bool:
     """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
-    from filelock import FileLock, Timeout
+    from .errors import Busy
 
-    lock = FileLock(str(mem.path / "write.lock"))
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
-    try:
-        if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
-            write(mem, views)
-            return True
-        return False
-    finally:
-        lock.release()
+        with mem.lock(timeout=0):
+            if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
+                write(mem, views)
+                return True
+    except Busy:
+        pass
+    return False
 
 
 _AT_EXIT: dict[int, object] = {}
