@@ -70,6 +70,15 @@ def test_hits_say_how_the_view_holds_them(run, home):
     assert f"[inside {inside[0]['label']}]" in run("search", f"line {inside[0]['i']} ", "m").stdout
 
 
+def test_snippets_center_on_the_match_and_terminals_highlight_it(run, home):
+    long = "x" * 500 + " the needle is here " + "y" * 500
+    Memory.at("m").append([{"kind": "user", "text": long}])
+    snippet = orjson.loads(run("search", "needle", "--json").stdout)["snippet"]
+    assert snippet.startswith("…") and snippet.endswith("…") and "the needle is here" in snippet
+    assert len(snippet) <= searching.SNIPPET_CHARS + 2
+    assert searching.highlight("Go to 蓝鲸, go", ["go", "蓝鲸"], lambda s: f"[{s}]") == "[Go] to [蓝鲸], [go]"
+
+
 def test_chinese_and_mixed_queries(run, mem):
     assert ids(run("search", "蓝鲸副本", "--json")) == [1]
     assert ids(run("search", "go 程序", "--json")) == [1]  # two terms: both must occur
@@ -187,7 +196,7 @@ def test_nothing_found_exits_1_and_bad_input_exits_2(run, mem, home):
 
 def test_search_builds_the_index_and_catches_up_new_messages(run, mem):
     assert ids(run("search", "lighthouse", "--json")) == []
-    assert (mem.path / "index.sqlite").exists()
+    assert (mem.path / "index.sqlite").stat().st_mode & 0o777 == 0o600
     mem.append([{"kind": "user", "text": "the lighthouse keeper"}])
     assert ids(run("search", "lighthouse", "--json")) == [7]
 
