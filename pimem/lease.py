@@ -24,7 +24,7 @@ from .home import write_atomic
 
 FILE = "lock.json"
 BEAT = 2.0  # seconds between heartbeats
-STALE = float(os.environ.get("PIMEM_LEASE_STALE", "30"))  # a heartbeat older than this means the holder is dead
+STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
 
 
 def _read(mem) -> dict | None:

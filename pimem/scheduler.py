@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from . import env, when
 from .compactor import CallFailed, Compactor, Task
 from .compactor.state import BuildState
-from .errors import PimemError
+from .errors import Busy, PimemError
 from .tree import context_end, free_leaf, free_merge, label
 
 CONCURRENCY = 8
@@ -263,8 +263,6 @@ class Builder:
         self._writing.start()
 
     def _write(self, batch: list) -> None:
-        from .errors import Busy
-
         try:
             if self.lease is not None and not self.lease.owned():
                 raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
@@ -409,8 +407,17 @@ class Scheduler:
             except queue.Empty:
                 return
 
-    def _flush(self, wait: bool = False) -> None:
+    def _flush(self, wait: bool = False, due_only: bool = False) -> None:
+        """Hand built nodes to the writers (``due_only``: only where the batch is big or old enough)."""
+        now = time.monotonic()
         for builder in list(self.builders):
+            if due_only:
+                if not builder.to_write:
+                    builder.last_flush = now
+                    continue
+                if now - builder.last_flush < builder.flush_seconds and len(builder.to_write) < FLUSH_EVERY:
+                    continue
+                builder.last_flush = now
             try:
                 builder.flush(wait)
             except LeaseLost as exc:
@@ -437,9 +444,9 @@ class Scheduler:
                     last_progress = now
                     self.on_progress(self.builders)
                 if progressed:
-                    self._flush_if_due()
+                    self._flush(due_only=True)
                     continue
-                if once and not self._inflight and all(self._done_once(b) for b in self.builders):
+                if once and not self._inflight and all(b.idle() for b in self.builders):
                     break
                 if once and self.stopped_for_cost and not self._inflight:
                     break
@@ -447,7 +454,7 @@ class Scheduler:
                 dues += [b.last_flush + b.flush_seconds for b in self.builders if b.to_write]
                 wait = min([self.poll] + [max(0.0, d - now) for d in dues])
                 self._collect(wait)
-                self._flush_if_due()
+                self._flush(due_only=True)
                 if time.monotonic() - last_look >= self.poll:
                     last_look = time.monotonic()
                     if not once:
@@ -457,23 +464,6 @@ class Scheduler:
                         between()
         finally:
             self._shutdown()
-
-    def _done_once(self, builder: Builder) -> bool:
-        return builder.idle() or (not builder.inflight and not builder.ready_leaves and not builder.ready_merges
-                                  and builder.retries is not None and not builder.waiting)
-
-    def _flush_if_due(self) -> None:
-        now = time.monotonic()
-        for builder in list(self.builders):
-            if not builder.to_write:
-                builder.last_flush = now
-            elif now - builder.last_flush >= builder.flush_seconds or len(builder.to_write) >= FLUSH_EVERY:
-                builder.last_flush = now
-                try:
-                    builder.flush()
-                except LeaseLost as exc:
-                    self._emit({"event": "lost", "memory": builder.name, "error": str(exc)})
-                    self.builders.remove(builder)
 
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
@@ -516,8 +506,9 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     if compactor.offline:
         calls, tokens_in = 0, 0
     tokens_out = calls * compactor.max_tokens
+    cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out)
     return {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
-            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": compactor.cost(tokens_in, tokens_out),
+            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
             "built": found["built"], "nodes": found["nodes"]}
 
 
@@ -598,7 +589,6 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     """Run the scheduler until SIGTERM/SIGINT over the named memories, or over every memory of the home
     (including ones created later). Named memories held by a live builder raise ``Busy`` (or are waited
     for); with no names, held memories are skipped and taken over when their holder dies."""
-    from .errors import Busy
     from .lease import Lease
     from .memory import Memory
 

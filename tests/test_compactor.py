@@ -3,6 +3,7 @@ local server with injected faults."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -207,3 +208,35 @@ def test_command_provider_reads_the_prompt_on_stdin(tmp_path):
     bad = Compactor({"provider": "command", "command": "exit 3"}, BuildState(tmp_path))
     with pytest.raises(CallFailed, match="exited 3"):
         bad.build(LEAF)
+
+
+# ---- pimem model -----------------------------------------------------------------------------------------
+
+
+def test_model_sets_shows_and_defaults_without_storing_keys(run, home, monkeypatch):
+    from conftest import snapshot
+
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-real-secret-key-1234567890")
+    run("append", "main", "hello")
+    assert run("model", "main").stdout == "main: extractive\n"
+    out = run("model", "main", "deepseek/deepseek-chat", "--price-in", "0.27", "--price-out", "1.1")
+    assert out.exit_code == 0
+    assert out.stdout == ("main: openai/deepseek-chat\n  base_url  https://api.deepseek.com\n  key_env   DEEPSEEK_API_KEY\n"
+                          "  price_in  0.27\n  price_out 1.1\n")
+    stored = (home / "main" / "config.json").read_text()
+    assert "DEEPSEEK_API_KEY" in stored and "sk-real-secret" not in stored
+    # a new model replaces every provider setting (no stale base_url or price)
+    row = orjson.loads(run("model", "main", "anthropic/claude-haiku-4-5", "--json").stdout)
+    assert row == {"memory": "main", "model": "anthropic/claude-haiku-4-5", "base_url": "https://api.anthropic.com",
+                   "key_env": "ANTHROPIC_API_KEY"}
+    assert run("model", "--default", "ollama/llama3.2").stdout == "default: openai/llama3.2\n  base_url  http://localhost:11434/v1\n"
+    run("append", "other", "hi")
+    assert run("model", "other").stdout.startswith("other: openai/llama3.2")  # the default applies
+    assert run("model", "main").stdout.startswith("main: anthropic/")  # its own setting wins
+    before = snapshot(home)
+    for args in (["main", "nope/x"], ["main", "openai"], ["main", "command"], ["main", "--base-url", "http://x"],
+                 ["main", "openai/x", "--key-env", "sk-abc def"], ["main", "extractive", "--command", "cat"]):
+        bad = run("model", *args)
+        assert bad.exit_code == 2 and bad.stderr.startswith("pimem: error: "), args
+    assert run("model", "ghost", "extractive").exit_code == 3
+    assert snapshot(home) == before

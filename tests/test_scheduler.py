@@ -24,7 +24,7 @@ def configure(home, server=None, api="openai", **compactor):
     cfg = {"view": {"hi": 3000, "lo": 1500}, "cview": {"hi": 2000, "lo": 1000}}
     if server is not None:
         cfg["compactor"] = {"provider": api, "model": "m1", "base_url": server.url, "key_env": "TEST_LLM_KEY",
-                            "timeout": 1, "retry_seconds": 0.05, **compactor}
+                            "timeout": 20, "retry_seconds": 0.05, **compactor}
     (home / "config.json").write_bytes(orjson.dumps(cfg))
 
 
@@ -54,7 +54,7 @@ def test_build_tree_survives_every_fault_and_builds_every_node_once(api, run, ho
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     faults = ["500", "429", "hang", "malformed", "empty", "long", "length", "500", "long"]
     with FakeLLM(api, faults=faults, hang=1.5) as server:
-        configure(home, server, api)
+        configure(home, server, api, timeout=1)
         mem = fill("m", 24)
         out = run("build-tree", "m", "--retries", "50", "--json")
     assert out.exit_code == 0, out.stderr
@@ -116,7 +116,7 @@ def test_leaves_first_in_a_window_of_eight(home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     gate = threading.Event()
     with FakeLLM("openai", faults=lambda n, body: gate.wait(20) and None) as server:
-        configure(home, server, timeout=30)
+        configure(home, server)
         mem = Memory.at("m")
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(20)])
         mem.write_nodes([(0, k, f"user: leaf {k} " + "x" * 300, {}) for k in range(10)])

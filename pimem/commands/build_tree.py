@@ -50,7 +50,7 @@ def command(
             if json:
                 output.json_line(row)
             else:
-                cost = "unknown cost (no prices set)" if row["cost"] is None else f"about ${row['cost']:.4f}"
+                cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
                 output.line(f"{row['memory']}: at most {row['calls']:,} calls to {row['model']} "
                             f"({row['leaves']:,} leaves, {row['merges']:,} merges), about {row['tokens_in']:,} tokens in "
                             f"and {row['tokens_out']:,} out, {cost}; {row['built']:,} of {row['nodes']:,} nodes built")

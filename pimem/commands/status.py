@@ -45,8 +45,10 @@ def command(name: Name, json: Json = False, home: Home = None) -> None:
     output.line(f"model     {model['model']}{key}")
     spent = row["spent"]
     if spent["calls"]:
+        models = ", ".join(f"{model} {n:,}" for model, n in sorted(spent["models"].items()))
         cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
-        output.line(f"spent     {spent['calls']:,} calls, {spent['tokens_in']:,} tokens in, {spent['tokens_out']:,} out{cost}")
+        output.line(f"spent     {spent['calls']:,} summaries written ({models}), {spent['tokens_in']:,} tokens in, "
+                    f"{spent['tokens_out']:,} out{cost}")
     builder = row["builder"]
     if builder:
         ago = max(0.0, time.time() - builder["beat"])

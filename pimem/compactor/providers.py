@@ -13,6 +13,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 
+import orjson
+
 from ..errors import ProviderError
 
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
@@ -78,7 +80,7 @@ class HttpProvider:
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
         url = self.base_url + path
         try:
-            response = self._client.post(url, json=body, headers=headers)
+            response = self._client.post(url, content=orjson.dumps(body), headers={**headers, "content-type": "application/json"})
         except httpx.TimeoutException:
             raise CallFailed(f"{url}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
