@@ -407,8 +407,10 @@ class Memory:
         """``held`` for several messages, looking the view up once (search and recall report it per hit).
         The view is caught up on the first call for this object only: a reader asking about many hits pays
         for one look at the log."""
-        views = self._views if self._views is not None else self.views(create=False)
         out: dict[int, dict | None] = dict.fromkeys(ids)
+        if self._views is None and not (self.path / "view.json").exists():
+            return out  # no view yet: skip counting the log, which the view would do first
+        views = self._views if self._views is not None else self.views(create=False)
         if views is None:
             return out
         from .tree import label
