@@ -53,7 +53,7 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
         unknown = sorted(set(record) - INPUT_KEYS)[0]
         raise BadInput(f"unknown field {unknown!r}: a message has kind, text, date and meta")
     kind = record.get("kind")
-    if kind not in _KIND_SET:
+    if type(kind) is not str or kind not in _KIND_SET:
         if not isinstance(kind, str):
             raise BadInput("missing kind: every message needs a kind such as user or pi")
         kind = kind_of(kind)

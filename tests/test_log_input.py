@@ -27,6 +27,8 @@ BAD_APPENDS = [
     ("unknown kind", ["main", "-k", "robot", "beep"], None, ["unknown kind 'robot'"]),
     ("unknown kind in NDJSON", ["main", "--ndjson"], ndjson(GOOD, GOOD, {"kind": "robot", "text": "x"}), ["line 3", "unknown kind 'robot'"]),
     ("missing kind in NDJSON", ["main", "--ndjson"], ndjson({"text": "x"}), ["line 1", "missing kind"]),
+    ("kind that is not a string", ["main", "--ndjson"], ndjson(GOOD, {"kind": ["user"], "text": "x"}), ["line 2", "missing kind"]),
+    ("text that is not a string", ["main", "--ndjson"], ndjson({"kind": "user", "text": 42}), ["line 1", "missing text"]),
     ("unknown field in NDJSON", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "colour": "red"}), ["unknown field 'colour'"]),
     ("bad date", ["main", "--date", "2026-13-40T25:00:00+08:00", "hello"], None, ["bad date"]),
     ("bad date in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "x", "date": "last tuesday"}), ["line 2", "bad date"]),

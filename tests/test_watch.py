@@ -135,3 +135,33 @@ def test_watch_without_names_covers_every_memory_including_new_ones(home):
         watcher.communicate(timeout=30)
     assert watcher.returncode == 0
     assert not (home / "a" / "lock.json").exists() and not (home / "b" / "lock.json").exists()
+
+
+def test_sigterm_lets_calls_in_flight_finish_and_keeps_them(home):
+    with FakeLLM("openai", latency=1.5) as server:
+        configure(home, server)
+        mem = fill("m", 8, short_every=1000)
+        watcher = start_watch("m")
+        until(lambda: len(server.requests) >= 7)  # leaves 1–7 in flight (0 is short), answers 1.5 s away
+        watcher.send_signal(signal.SIGTERM)
+        _, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert sorted((n["l"], n["i"]) for n in stored_lines(mem)) == [(0, k) for k in range(1, 8)]
+    assert len(server.requests) == 7  # nothing new was started after the signal
+    assert not (mem.path / "lock.json").exists()
+
+
+def test_view_wait_waits_for_the_running_watcher(home):
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server)
+        mem = fill("m", 2)
+        watcher = start_watch("m")
+        try:
+            until(lambda: lease.holder(mem))
+            mem.append([{"kind": "user", "text": long_text(k)} for k in range(2, 6)])
+            view = subprocess.run(pimem_cmd("view", "m", "--wait", "30"), capture_output=True, timeout=60, env=subprocess_env())
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+    assert view.returncode == 0
+    assert b"not summarized yet" not in view.stdout and b"user: summary of 5" in view.stdout
