@@ -22,7 +22,6 @@ restored exactly as saved (a restart never refolds, so the bytes a model saw sta
 from __future__ import annotations
 
 import bisect
-import sys
 from typing import Callable, Iterable
 
 import orjson
@@ -466,10 +465,6 @@ def _check(body: dict) -> int:
     return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
 
 
-def warn(text: str) -> None:
-    sys.stderr.write(f"pimem: warning: {text}\n")
-
-
 # ---- a memory's views: load, catch up, save ----------------------------------------------------------------
 
 
@@ -542,6 +537,8 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
                 views.check_tree(mem.tree.file_sizes())
                 views.loaded = stamp
             except (ValueError, OSError) as exc:
+                from .output import warn
+
                 warn(f"{path} is unusable ({exc}); refolding the view from the log")
                 views = make(mem)
                 views.loaded = stamp  # the file this refold replaces
@@ -628,20 +625,16 @@ def write(mem, views: Views) -> None:
 
 def _write_if_free(mem, views: Views) -> bool:
     """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
-    from filelock import FileLock, Timeout
+    from .errors import Busy
 
-    lock = FileLock(str(mem.path / "write.lock"))
     try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return False
-    try:
-        if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
-            write(mem, views)
-            return True
-        return False
-    finally:
-        lock.release()
+        with mem.lock(timeout=0):
+            if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
+                write(mem, views)
+                return True
+    except Busy:
+        pass
+    return False
 
 
 _AT_EXIT: dict[int, object] = {}
