@@ -1,9 +1,8 @@
 """The read-only API for consumers outside the agent: other agents, scripts and MCP clients.
 
 Every function takes plain arguments, returns JSON-ready data, never takes the writer lock and never writes
-to a memory (the one exception, ``memory_propose``, writes a provisional memory, as the model would).
-Derived state (view.json, index.sqlite) is brought up to date by writers; a reader finding it behind works
-the difference out in memory. Every
+to a memory, with two exceptions: ``memory_propose`` writes a provisional memory, as the model would, and
+``search`` brings ``index.sqlite`` (derived) up to date when it lags the log, as every reader does. Every
 message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
 ``include_tools``. Outputs are bounded so an MCP client's output limit is never hit by surprise.
 """

@@ -3,7 +3,7 @@
 Each check reads one part of the memory and returns findings. A finding is a problem (``pimem fsck`` exits 5
 while one remains) or a note (something the readers already tolerate, reported so a person knows). Repair
 only ever adds (a newline sealing a torn line) or rebuilds derived state from the sources of truth; a damaged
-line, a gap or a duplicate is explained, never rewritten.
+line, a gap, a duplicate or a broken hash chain is explained, never rewritten.
 """
 
 from __future__ import annotations

@@ -13,8 +13,9 @@ from pathlib import Path
 import orjson
 
 from . import env, home as homes
-from .errors import BadInput, Busy
+from .errors import BadInput, Busy, PimemError
 from .memory import Memory
+
 
 def refuse_if_watched(mem: Memory, doing: str) -> None:
     """``Busy`` naming the process while a live watcher (or build-tree) holds the memory's lease."""
@@ -54,7 +55,7 @@ def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: f
 def _leads_to(root: Path, name: str, path: Path) -> bool:
     try:
         return homes.resolve(root, name) == path
-    except Exception:
+    except PimemError:  # a broken or looping pointer leads nowhere
         return False
 
 

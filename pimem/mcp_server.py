@@ -14,7 +14,9 @@ from .errors import BadInput, PimemError
 INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
 Use list_memories to see the memories, search to find where something was said (original messages, newest
 first), since and message to read originals, view for the one-line-per-span view the agent reads each turn,
-and zoom to open a view line (id+n) into its two halves or, for n=1, the original. Every message and hit says
+and zoom to open a view line (id+n) into its two halves or, for n=1, the original. recall searches, lists or
+reads messages within a character budget; memory_search finds what the user told the agent to remember, and
+memory_propose suggests a memory (kept provisional until the user confirms it). Every message and hit says
 how the view holds it (held). Tool calls and results are private: ask with include_tools only when needed."""
 
 

@@ -126,13 +126,13 @@ def _timeline(facts: Facts, width: int) -> list[Row]:
     total = facts.messages
     if not total or not facts.spans:
         return []
-    cols = width
     top: Row = []
     bottom: Row = []
     spans = facts.spans
     k = 0
-    for c in range(cols):
-        lo, hi = c * total // cols, max(c * total // cols + 1, (c + 1) * total // cols)
+    for c in range(width):  # column c stands for messages [lo, hi), at least one
+        lo = c * total // width
+        hi = max(lo + 1, (c + 1) * total // width)
         while k + 1 < len(spans) and spans[k].id + spans[k].n <= lo:
             k += 1
         j, finest = k, spans[k]

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT, subprocess_env
+from test_docs import _bash_complete as bash_complete
 
 
 @pytest.fixture
@@ -27,15 +28,6 @@ def shell_env(run, home, tmp_path):
 
 def view_labels(run):
     return sorted(line.split("|")[0] for line in run("view", "main").stdout.splitlines())
-
-
-def bash_complete(words: list[str], env: dict) -> list[str]:
-    script = (
-        f"source {ROOT / 'completions' / 'pimem.bash'}\n"
-        'COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); _pimem; printf "%s\\n" "${COMPREPLY[@]}"\n'
-    )
-    out = subprocess.run(["bash", "-c", script, "bash", *words], capture_output=True, text=True, env=env, check=True)
-    return sorted(filter(None, out.stdout.splitlines()))
 
 
 def test_bash_completes_memory_names_and_node_ids(run, home, shell_env, tmp_path):
