@@ -147,10 +147,11 @@ class View:
 
     # ---- changes -----------------------------------------------------------------------------------------
 
-    def push(self, text: str | None, size: int | None = None) -> None:
-        """Append the leaf of message T (``text`` None while it is unbuilt)."""
+    def push(self, text: str | None, size: int | None = None, cost: int | None = None) -> None:
+        """Append the leaf of message T (``text`` None while it is unbuilt; ``cost`` if already known)."""
         i = self.T
-        cost = self.cost(0, i, text, size)
+        if cost is None:
+            cost = self.cost(0, i, text, size)
         self.lines.append((0, i, text, cost))
         self.starts.append(i)
         self.total += cost
@@ -411,9 +412,11 @@ class Views:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
         arrived one by one, so the result does not depend on how messages were batched)."""
         view, cview = self.view, self.cview
+        cost = view.cost
         for text, size in texts:
-            view.push(text, size)
-            cview.push(text, size)
+            weight = cost(0, view.T, text, size)  # the same line in both views
+            view.push(text, size, weight)
+            cview.push(text, size, weight)
             if view.shrinking or view.total > view.hi:
                 view.fit()
             if cview.shrinking or cview.total > cview.hi:
