@@ -90,6 +90,8 @@ def test_readme_examples_run(home, tmp_path):
     shim.chmod(0o755)
     for name, content in FILES.items():
         (work / name).write_text(content)
+    for generated in ("man", "completions"):  # the examples run from a checkout
+        shutil.copytree(ROOT / generated, work / generated)
     start = datetime.fromisoformat("2026-10-07T00:00:00+08:00")
     history = [
         {"kind": ("user", "pi")[k % 2], "text": f"turn {k}: the staging db listens on 5433", "date": (start + timedelta(minutes=80 * k)).isoformat()}
