@@ -151,8 +151,7 @@ class Memory:
             return []
         homes.ensure_dir(self.path / "main")
         with self.lock(timeout):
-            self.log.seal()
-            start = self.log.count()
+            start = self.log.seal()
             ids = self.log.write(batch, start)
             self._after_append(start, batch)
         return ids

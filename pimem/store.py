@@ -90,12 +90,49 @@ class _FileInfo:
         self.size, self.first, self.last, self.torn = size, first, last, torn
 
 
+RANGES = "ranges.json"  # beside main/: each file's size and first/last i, so a new process need not open them
+
+
 class Log:
     """One memory's ``main/`` directory."""
 
     def __init__(self, directory: Path):
         self.dir = directory
         self._info: dict[str, _FileInfo] = {}
+        self._loaded = False
+
+    def _load_ranges(self) -> None:
+        """Start from what the last writer knew of each file (valid only while a file's size is unchanged):
+        with a year of daily files, every command would otherwise open each file to find its ends."""
+        self._loaded = True
+        try:
+            saved = orjson.loads((self.dir.parent / RANGES).read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return
+        if type(saved) is not dict:
+            return
+        for name, row in saved.items():
+            if (
+                name not in self._info and type(row) is list and len(row) == 4 and type(row[0]) is int
+                and all(v is None or type(v) is int for v in row[1:3]) and type(row[3]) is bool
+            ):
+                self._info[name] = _FileInfo(*row)
+
+    def save_ranges(self) -> None:
+        """Record the files' ends for the next process (writers only, under the writer lock). Derived and
+        checked against each file's size on use, so it is replaced without an fsync."""
+        rows = {name: [i.size, i.first, i.last, i.torn] for name, i in self._info.items()}
+        path = self.dir.parent / RANGES
+        tmp = path.with_name(f".{RANGES}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+            try:
+                os.write(fd, orjson.dumps(rows))
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # only a cache: the next process reads the files' ends instead
 
     # ---- files -------------------------------------------------------------------------------------------
 
@@ -108,6 +145,8 @@ class Log:
     def _file_info(self, path: Path) -> _FileInfo:
         """First and last valid ``i`` of a file, cached while its size is unchanged. Reads a few KB at each
         end, not the file."""
+        if not self._loaded:
+            self._load_ranges()
         size = path.stat().st_size
         info = self._info.get(path.name)
         if info is not None and info.size == size:
@@ -137,10 +176,14 @@ class Log:
 
     # ---- writing (caller holds the writer lock) ---------------------------------------------------------
 
-    def seal(self) -> None:
-        """Terminate any torn last line with a newline so the next write starts on a line of its own."""
+    def seal(self) -> int:
+        """Terminate any torn last line with a newline so the next write starts on a line of its own, and
+        return T. For writers, under the writer lock: nothing else changes the files meanwhile, so each file
+        is looked at once."""
+        last = -1
         for path in self.files():
-            if self._file_info(path).torn:
+            info = self._file_info(path)
+            if info.torn:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 try:
                     os.write(fd, b"\n")
@@ -148,6 +191,10 @@ class Log:
                 finally:
                     os.close(fd)
                 self._info.pop(path.name, None)
+                info = self._file_info(path)
+            if info.last is not None and info.last > last:
+                last = info.last
+        return last + 1
 
     def write(self, messages: list[dict], start: int) -> list[int]:
         """Write normalised messages as ``start, start+1, …`` and fsync every file touched.
@@ -194,6 +241,7 @@ class Log:
             elif day not in created:
                 continue  # an older file we know nothing about: read its ends when asked
             self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, last, False)
+        self.save_ranges()
         return list(range(start, start + len(messages)))
 
     # ---- reading -----------------------------------------------------------------------------------------

@@ -147,3 +147,30 @@ def test_readers_of_unknown_memories_exit_3_and_create_nothing(run, home):
         out = run(*argv)
         assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no memory named 'nope'")
     assert not home.exists()
+
+
+def test_a_new_process_starts_from_ranges_json_and_checks_it_against_file_sizes(home, monkeypatch):
+    """ranges.json spares a new process opening every daily file; a file that grew since (another writer,
+    or a crash before the cache was replaced) is read again, and a damaged cache is ignored."""
+    from pimem import store
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-{k + 1:02d}T09:00:00+00:00"} for k in range(5)])
+    saved = orjson.loads((home / "main" / "ranges.json").read_bytes())
+    assert {name: row[1:3] for name, row in saved.items()} == {f"2026-10-{k + 1:02d}.jsonl": [k, k] for k in range(5)}
+
+    opened = []
+    real_first = store._first_i
+    monkeypatch.setattr(store, "_first_i", lambda f, size: opened.append(f.name) or real_first(f, size))
+    assert Memory.open("main").count() == 5 and opened == []  # every file known from the cache
+
+    # a message written behind the cache's back (as if the cache was never replaced after a crash)
+    before = (home / "main" / "ranges.json").read_bytes()
+    Memory.at("main").append([{"kind": "user", "text": "late", "date": "2026-10-03T10:00:00+00:00"}])
+    (home / "main" / "ranges.json").write_bytes(before)
+    assert Memory.open("main").count() == 6
+    assert Memory.at("main").append([{"kind": "user", "text": "next"}]) == [6]
+
+    (home / "main" / "ranges.json").write_bytes(b'{"2026-10-01.jsonl": [1, "x", 3, false]')
+    assert Memory.open("main").count() == 7
+    assert [m["i"] for m in Memory.open("main").messages()] == list(range(7))

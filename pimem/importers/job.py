@@ -5,6 +5,7 @@ A line that cannot be read is reported (file and line number) through ``on_warni
 of the file is imported. A file read before is continued from where that import stopped when its first
 bytes are unchanged (it grew); otherwise it is read again from the start and the keys decide what is new.
 An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
+The search index is caught up batch by batch in a second thread, and completed before ``run`` returns.
 """
 
 from __future__ import annotations
