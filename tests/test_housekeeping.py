@@ -1,7 +1,6 @@
 """rename, delete and fsck: moving whole memories and checking them on disk."""
 
 import subprocess
-
 import time
 
 import orjson

@@ -10,7 +10,6 @@ import sys
 from datetime import datetime, timedelta
 
 import orjson
-import pytest
 
 from conftest import ROOT, subprocess_env
 from pimem import Memory
