@@ -382,9 +382,11 @@ class Memory:
                 seen.add((l, i))
             date = _now_text()
             tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
+            # the views resolve parents through the tree only once they know its files: tell them first, or a
+            # pair whose parent is in this very batch is taken for unbuilt and the batch waits for ever
+            views.saw_tree(tree.file_sizes())
             for l, i, text, _ in checked:
                 views.built(l, i, text)
-            views.saw_tree(tree.file_sizes())
             view.save(self, views)
 
     def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:

@@ -231,3 +231,20 @@ def test_view_wait_returns_once_a_running_watcher_has_summarised(home, sh):
     finally:
         watcher.send_signal(signal.SIGTERM)
         watcher.wait(timeout=30)
+
+
+def test_a_batch_of_built_nodes_lets_the_waiting_view_fold(home):
+    """Regression: nodes written in one batch (as build-tree does) must unblock pairs whose parent is in that
+    very batch; the view used to keep waiting above its budget with every node built."""
+    from pimem import scheduler
+    from pimem.compactor import Compactor
+
+    mem = Memory.at("fold")
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 1200, "lo": 600}, "cview": {"hi": 1200, "lo": 600}})
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k} " + "words and more words " * 7} for k in range(20)])
+    assert Memory.open("fold").views().view.total > 1200  # waiting for summaries
+    scheduler.build_tree([Memory.open("fold")], compactor=Compactor({"provider": "extractive"}))
+    view = Memory.open("fold").views().view
+    assert view.pending() == 0 and not any(view.blocked.values())
+    assert view.total <= 1200

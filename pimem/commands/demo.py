@@ -7,8 +7,12 @@ import orjson
 import typer
 
 from .. import output
+from ..home import ensure_dir
 from ..memory import Memory
 from ..options import Home
+
+
+DEMO_BUDGETS = {"view": {"hi": 2000, "lo": 1000}, "cview": {"hi": 1200, "lo": 600}}
 
 
 def command(
@@ -18,7 +22,8 @@ def command(
     """Log a bundled sample conversation into a memory, build its summary tree offline and print the view.
 
     The tree is built by the extractive compactor (no key, no network) whatever model is configured; run it
-    twice and nothing is logged or built twice.
+    twice and nothing is logged or built twice. A new demo memory gets a view budget of 1,000-2,000 bytes
+    (instead of 64-128 KB) so that twenty messages are enough to see old spans folded into summary lines.
 
     Examples:
       pimem demo
@@ -27,6 +32,10 @@ def command(
     sample = [orjson.loads(line) for line in resources.files("pimem.data").joinpath("sample.ndjson").read_bytes().splitlines() if line.strip()]
     mem = Memory.at(name, home)
     have = mem.count() if mem.exists() else 0
+    if not have:
+        # the sample is far below the real 64-128 KB budget: a small one shows the view folding old spans
+        ensure_dir(mem.path)
+        mem.save_config(DEMO_BUDGETS)
     if have < len(sample):
         mem.append(sample[have:])
         output.info(f"logged {len(sample) - have} sample messages into '{mem.name}' ({mem.path})")
