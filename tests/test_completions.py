@@ -49,3 +49,14 @@ def test_fish_completes_node_ids(run, shell_env):
     script = f"source {ROOT / 'completions' / 'pimem.fish'}; complete -C 'pimem zoom main '"
     out = subprocess.run(["fish", "--no-config", "-c", script], capture_output=True, text=True, env=shell_env, check=True)
     assert sorted(line.split("\t")[0] for line in out.stdout.splitlines()) == view_labels(run)
+
+
+@pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
+def test_zsh_node_function_lists_the_view(run, shell_env):
+    # completion widgets need a terminal, so the helper runs with a compadd stand-in that prints what it is given
+    script = (
+        f"source {ROOT / 'completions' / '_pimem'} 2>/dev/null; "
+        'compadd() { [[ $1 == -a ]] && print -l -- ${(P)2} }; words=(zoom main ""); CURRENT=3; _pimem_nodes'
+    )
+    out = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, env=shell_env)
+    assert sorted(out.stdout.split()) == view_labels(run)
