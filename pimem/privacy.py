@@ -23,16 +23,21 @@ def marker(kind: str) -> str:
     return f"{kind}: (hidden; include tools to see it)"
 
 
-def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]]) -> list[str | None]:
+def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[int, dict] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out, reading only the messages under
-    lines short enough to hold verbatim copies."""
+    lines short enough to hold verbatim copies (from ``known``, messages by ``i`` the caller has read
+    already, when it holds them all)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
     if not small:
         return [text for _, _, text in lines]
     start, stop = min(spans[k][0] for k in small), max(spans[k][1] for k in small)
-    tools = {m["i"]: m for m in mem.messages(start, stop) if is_tool(m)}
+    if known is not None and all(k in known for k in range(start, stop)):
+        source = (known[k] for k in range(start, stop))
+    else:
+        source = mem.messages(start, stop)
+    tools = {m["i"]: m for m in source if is_tool(m)}
     out = []
     for k, (l, i, text) in enumerate(lines):
         if text is not None and (1 << l) <= MAX_JOINED:

@@ -100,6 +100,7 @@ class Log:
         self.dir = directory
         self._info: dict[str, _FileInfo] = {}
         self._loaded = False
+        self._known: tuple[int, list] | None = None  # (T, ranges) as last listed, see ``entries``
 
     def _load_ranges(self) -> None:
         """Start from what the last writer knew of each file (valid only while a file's size is unchanged):
@@ -167,6 +168,7 @@ class Log:
             if info.first is not None:
                 out.append((info.first, info.last, path))
         out.sort()
+        self._known = (max(r[1] for r in out) + 1 if out else 0, out)
         return out
 
     def count(self) -> int:
@@ -255,7 +257,11 @@ class Log:
         """``(message, stored line)`` for ``start <= i < stop`` in ``i`` order: readers that copy messages
         out pass the line through instead of encoding the message again. ``seek`` (from an index): the file
         holding message ``start`` and the byte it starts at, so that file is not read from its beginning."""
-        ranges = [r for r in self.ranges() if r[1] >= start and (stop is None or r[0] < stop)]
+        # Messages below a T already seen never move, and whatever was logged since has a higher i: reading
+        # below it, the files as last listed serve (a file may have grown since, past ``stop``: see below)
+        known = self._known
+        listed = known[1] if known is not None and stop is not None and stop <= known[0] else self.ranges()
+        ranges = [r for r in listed if r[1] >= start and (stop is None or r[0] < stop)]
         expected = start
 
         def opened(path: Path) -> Iterator[tuple[dict, bytes]]:
@@ -268,13 +274,13 @@ class Log:
                 stream = heapq.merge(*map(opened, group), key=lambda entry: entry[0]["i"])
             for entry in stream:
                 i = entry[0]["i"]
+                if stop is not None and i >= stop:
+                    break  # (the next group may still hold messages below stop if this file grew since listed)
                 if i != expected:
                     if i < start:
                         continue
                     what = "duplicate" if i < expected else "gap"
                     raise IntegrityError(f"{what} in the log: found i={i} where i={expected} was expected; run 'pimem fsck'")
-                if stop is not None and i >= stop:
-                    return
                 expected += 1
                 yield entry
 

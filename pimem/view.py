@@ -374,6 +374,7 @@ class Views:
         self.tree_reads = 0  # times the views caught up with the tree files
         self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
+        self.leaves: dict[int, dict] = {}  # messages read for the lines' texts, by i (readers may reuse them)
 
     @property
     def T(self) -> int:
@@ -504,6 +505,7 @@ def make(mem) -> Views:
                 leaves.update((m["i"], m) for m in mem.messages(start, stop))
 
     views = Views(mem.config, resolve, fetch, prefetch=prefetch)
+    views.leaves = leaves
     holder.append(views)
     return views
 

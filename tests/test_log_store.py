@@ -174,3 +174,16 @@ def test_a_new_process_starts_from_ranges_json_and_checks_it_against_file_sizes(
     (home / "main" / "ranges.json").write_bytes(b'{"2026-10-01.jsonl": [1, "x", 3, false]')
     assert Memory.open("main").count() == 7
     assert [m["i"] for m in Memory.open("main").messages()] == list(range(7))
+
+
+def test_reading_below_a_known_count_survives_older_files_growing(home):
+    """A reader that listed the files once keeps reading below that count while a writer appends an old-dated
+    message to an earlier day's file (which now ends past the next file's start)."""
+    writer = Memory.at("main")
+    writer.append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-0{1 + k // 3}T09:00:00+00:00"} for k in range(6)])
+    reader = Memory.open("main")
+    assert reader.count() == 6
+    writer.append([{"kind": "user", "text": "late", "date": "2026-10-01T10:00:00+00:00"}])
+    assert [m["i"] for m in reader.messages(0, 6)] == list(range(6))
+    assert [m["i"] for m in reader.messages(2, 5)] == [2, 3, 4]
+    assert [m["i"] for m in reader.messages(0)] == list(range(7))

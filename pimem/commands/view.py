@@ -53,7 +53,7 @@ def command(
     if not include_tools:
         from ..privacy import hide_tools
 
-        texts = hide_tools(mem, [(l, i, text) for l, i, text, _ in rows])
+        texts = hide_tools(mem, [(l, i, text) for l, i, text, _ in rows], known=views.leaves)
     for (l, i, _, cost), text in zip(rows, texts):
         if json:
             output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": cost - 1, "text": text})
