@@ -17,7 +17,6 @@ Appends are made by callers holding the memory's writer lock (a kernel lock, rel
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -25,7 +24,7 @@ from typing import Callable
 import orjson
 
 from .errors import IntegrityError
-from .home import FILE_MODE
+from .home import append_durably
 
 MEMORY_TYPES = frozenset({"create", "supersede", "pin", "unpin", "resolve"})
 AUTHORS = frozenset({"user", "model", "rule"})
@@ -171,24 +170,7 @@ class Chain:
         return chained
 
     def _write(self, data: bytes) -> None:
-        created = not self.path.exists()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        try:
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # seal a torn last line so the new event starts a line of its own
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+        append_durably(self.path, data)
 
 
 def memory_chain(directory: Path) -> Chain:

@@ -82,6 +82,21 @@ def remove_files(path: Path) -> None:
             pass
 
 
+def use_wal(db: sqlite3.Connection) -> None:
+    """Switch a connection's database to WAL. The switch needs the file to itself and SQLite does not wait
+    for it (no busy handler), so two first connections to a new index (the tree's and the index's, in
+    different threads or processes) retry here instead of failing with "database is locked"."""
+    deadline = time.monotonic() + BUSY_MS / 1000
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 class Index:
     """The index of one memory: ``Index(mem.path, mem.log)``; ``catch_up()`` before asking it anything
     that must be complete."""
@@ -119,7 +134,7 @@ class Index:
 
     @staticmethod
     def _create(db: sqlite3.Connection) -> None:
-        db.execute("PRAGMA journal_mode = WAL")
+        use_wal(db)
         db.execute("BEGIN IMMEDIATE")
         try:
             if db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION:  # another process won the race

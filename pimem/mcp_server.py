@@ -21,16 +21,12 @@ how the view holds it (held). Tool calls and results are private: ask with inclu
 
 
 def _sdk():
-    """The SDK's server class and its error for anticipated tool failures (named differently in mcp 1.x)."""
+    """The SDK's server class and its error for anticipated tool failures (mcp 2.x, as pinned)."""
     try:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
     except ImportError:
-        try:
-            from mcp.server.fastmcp import FastMCP as MCPServer
-            from mcp.server.fastmcp.exceptions import ToolError
-        except ImportError:
-            raise BadInput("pimem mcp needs the MCP SDK: pip install 'pimem[mcp]'") from None
+        raise BadInput("pimem mcp needs the MCP SDK 2.x: pip install 'pimem[mcp]'") from None
     return MCPServer, ToolError
 
 

@@ -24,7 +24,7 @@ import orjson
 
 from . import env
 from .errors import BadInput, NotFound
-from .home import FILE_MODE, ensure_dir
+from .home import FILE_MODE, append_durably, ensure_dir
 
 LINE_BYTES = 512
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
@@ -130,7 +130,9 @@ class Tree:
             db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
             if fresh:
                 os.chmod(self.db_path, FILE_MODE)
-            db.execute("PRAGMA journal_mode=WAL")
+            from .index import use_wal
+
+            use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(
                 """
@@ -255,23 +257,7 @@ class Tree:
         data = b"".join(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}) + b"\n"
                         for l, i, text, meta in nodes)
         ensure_dir(self.dir)
-        path = self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl"
-        created = not path.exists()
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
-        try:
-            _seal(fd, path)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fd = os.open(self.dir, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        append_durably(self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl", data)
         self.catch_up()
 
     def stored_keys(self, count: int | None = None) -> set[tuple[int, int]]:
@@ -355,12 +341,3 @@ def _parse_node(raw: bytes) -> tuple[int, int, str] | None:
         return None
     return l, i, text
 
-
-def _seal(fd: int, path: Path) -> None:
-    """Terminate a torn last line so the next node starts on a line of its own."""
-    size = os.fstat(fd).st_size
-    if size:
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
-                os.write(fd, b"\n")

@@ -5,7 +5,6 @@ import hashlib
 import json
 
 import orjson
-import pytest
 
 from conftest import snapshot
 from pimem import Memory, compaction, memories

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from bench.synth import messages
 from pimem.tree import free_merge, label
-from pimem.view import View, line_bytes_cost
+from pimem.view import View
 
 
 def shape(v):
