@@ -572,17 +572,27 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
             lease = Lease(mem).acquire(wait)
             leases.append(lease)
             scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
-        saved = _install_signals(scheduler)
-        try:
-            scheduler.run(once=True)
-        finally:
-            _restore_signals(saved)
+        _run_with_signals(scheduler, once=True)
     finally:
-        for builder in scheduler.builders:
-            builder.compactor.close()
-        for lease in leases:
-            lease.release()
+        _close(scheduler, leases)
     return scheduler
+
+
+def _run_with_signals(scheduler: Scheduler, **run) -> None:
+    """Run the scheduler with SIGTERM/SIGINT turned into a clean shutdown, then put the handlers back."""
+    saved = _install_signals(scheduler)
+    try:
+        scheduler.run(**run)
+    finally:
+        _restore_signals(saved)
+
+
+def _close(scheduler: Scheduler, leases) -> None:
+    """Close every builder's compactor (its HTTP client) and give up the leases."""
+    for builder in scheduler.builders:
+        builder.compactor.close()
+    for lease in leases:
+        lease.release()
 
 
 def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: float = 0.5) -> Scheduler:
@@ -628,14 +638,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mems and not watched and not wait:
                 raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
             last_scan[0] = time.monotonic()
-        saved = _install_signals(scheduler)
-        try:
-            scheduler.run(between=look_for_memories)
-        finally:
-            _restore_signals(saved)
+        _run_with_signals(scheduler, between=look_for_memories)
     finally:
-        for builder in scheduler.builders:
-            builder.compactor.close()
-        for lease in watched.values():
-            lease.release()
+        _close(scheduler, watched.values())
     return scheduler
