@@ -9,7 +9,6 @@ line, a gap, a duplicate or a broken hash chain is explained, never rewritten.
 from __future__ import annotations
 
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import orjson
 
 from . import message as msgs, when
 from .errors import PimemError
+from .home import append_durably
 from .memory import Memory
 
 # how a line torn by a crash starts, per file: the first key a writer puts down
@@ -100,14 +100,7 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
 
 def _seal(path: Path, mem: Memory) -> None:
     """End a torn last line with a newline (the only byte repair ever adds)."""
-    fd = os.open(path, os.O_RDWR | os.O_APPEND)
-    try:
-        size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            os.write(fd, b"\n")
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+    append_durably(path, b"")
 
 
 def check_log(mem: Memory) -> list[Finding]:
