@@ -79,7 +79,7 @@ def main() -> None:
     env = {**os.environ, "PIMEM_HOME": str(home), "PYTHONPATH": str(ROOT)}
     py = sys.executable
     # as installed: bytecode compiled (this checkout may run with PYTHONDONTWRITEBYTECODE set)
-    subprocess.run([py, "-m", "compileall", "-q", str(ROOT / "pimem")], check=True)
+    subprocess.run([py, "-m", "compileall", "-q", "-f", str(ROOT / "pimem")], check=True)
     mb = source.stat().st_size / 1e6
     print(f"{n:,} synthetic messages, {mb:,.0f} MB of NDJSON")
 

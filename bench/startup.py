@@ -41,7 +41,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     args = parser.parse_args()
     # as installed: bytecode compiled (this checkout may run with PYTHONDONTWRITEBYTECODE set)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "pimem")], check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(ROOT / "pimem")], check=True)
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "PIMEM_HOME": home, "PYTHONPATH": str(ROOT)}
         text = "the staging db listens on 5433"

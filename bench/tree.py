@@ -146,17 +146,25 @@ def bulk(home: Path, records: list[dict]) -> dict:
     return out
 
 
-def wall(args: list[str], env: dict, runs: int = 9) -> tuple[float, float]:
-    """Fastest wall time and median CPU time (user + system: not inflated by a loaded machine)."""
-    walls, cpus = [], []
+def walls(commands: list[list[str]], env: dict, runs: int = 15) -> list[tuple[float, float]]:
+    """For each command, its fastest wall time and median CPU time (user + system: not inflated by a loaded
+    machine), the commands run alternately so that a change in the machine's load hits them alike."""
+    times: list[tuple[list, list]] = [([], []) for _ in commands]
     for _ in range(runs):
-        t = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "pimem", *args], env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        _, _, usage = os.wait4(proc.pid, 0)
-        walls.append(time.perf_counter() - t)
-        cpus.append(usage.ru_utime + usage.ru_stime)
-    return min(walls), statistics.median(cpus)
+        for args, (walls_, cpus) in zip(commands, times):
+            t = time.perf_counter()
+            proc = subprocess.Popen([sys.executable, "-m", "pimem", *args], env=env, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            _, _, usage = os.wait4(proc.pid, 0)
+            walls_.append(time.perf_counter() - t)
+            cpus.append(usage.ru_utime + usage.ru_stime)
+    return [(min(w), statistics.median(c)) for w, c in times]
+
+
+def view_vs_startup(home: Path, name: str, env: dict) -> tuple[float, float, float, float]:
+    """``pimem view NAME`` against a no-op command (``list`` of an empty home): start-up."""
+    (startup, startup_cpu), (shown, shown_cpu) = walls([["list", "--home", str(home / "empty")], ["view", name]], env)
+    return startup, startup_cpu, shown, shown_cpu
 
 
 def main() -> None:
@@ -168,9 +176,12 @@ def main() -> None:
     args = parser.parse_args()
     home = Path(args.home or tempfile.mkdtemp(prefix="pimem-bench-tree-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PIMEM_HOME": str(home)}
+    # as installed: bytecode compiled (this checkout may run with PYTHONDONTWRITEBYTECODE set); forced, since
+    # compileall trusts a .pyc whose source changed within the same second and the import system does not
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(ROOT / "pimem")], check=True)
     if args.view_only:
         mem = Memory.at("big", home)
-        (startup, startup_cpu), (shown, shown_cpu) = wall(["list", "--home", str(home / "empty")], env), wall(["view", "big"], env)
+        startup, startup_cpu, shown, shown_cpu = view_vs_startup(home, "big", env)
         print(f"pimem view at T={mem.count():,}: {shown * 1000:.0f} ms wall, {shown_cpu * 1000:.0f} ms CPU vs start-up "
               f"{startup * 1000:.0f} ms wall, {startup_cpu * 1000:.0f} ms CPU: ratio {shown / startup:.2f} wall, "
               f"{shown_cpu / startup_cpu:.2f} CPU")
@@ -188,7 +199,7 @@ def main() -> None:
                   f"update {row['view_ms']:.3f} ms (p99 {row['view_p99_ms']:.2f}, max {row['view_max_ms']:.1f}; "
                   f"view.json save {row['save_ms']:.3f} ms); view {row['lines']} lines, {row['view_bytes']:,} B")
             if name == "big":
-                (startup, startup_cpu), (shown, shown_cpu) = wall(["list", "--home", str(home / "empty")], env), wall(["view", name], env)
+                startup, startup_cpu, shown, shown_cpu = view_vs_startup(home, name, env)
                 t = time.perf_counter()
                 Memory.at(name, home).count()
                 counting = time.perf_counter() - t

@@ -121,18 +121,15 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
     replaced by a marker unless ``include_tools``."""
-    from .privacy import hide_tools
-    from .view import render_line
+    from .view import render_line, shown
 
     _bounded(lines, "lines", 10_000)
     mem = Memory.open(name, home)
     v = mem.views(create=False)
-    rows = v.view.rows() if v is not None else []
+    rows = shown(mem, v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)
-    shown = [(l, i, text) for l, i, text, _ in rows[first:]]
-    texts = [t for _, _, t in shown] if include_tools else hide_tools(mem, shown)
     return {
-        "lines": [render_line(l, i, text) for (l, i, _), text in zip(shown, texts)],
+        "lines": [render_line(l, i, text) for l, i, text, _ in rows[first:]],
         "first": first,
         "total_lines": len(rows),
         "bytes": sum(cost for *_, cost in rows),

@@ -63,13 +63,17 @@ def names(home: Path) -> list[str]:
     return sorted(p.name for p in home.iterdir() if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "main").is_dir())
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename), mode 0600."""
+def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename), mode 0600. ``durable=False``
+    skips the fsync, for derived files that a crash may leave old but never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)

@@ -274,11 +274,6 @@ class Index:
         found = self._checked(i)
         return found[1] if found else None
 
-    def position(self, i: int) -> tuple[str, int] | None:
-        """``(log file name, byte offset)`` where message ``i``'s line starts; None when the index cannot say."""
-        found = self._checked(i)
-        return (found[0][0].name, found[0][1]) if found else None
-
     def _checked(self, i: int) -> tuple[tuple[Path, int, int], dict] | None:
         """Where message ``i`` is and the message, read from the log and checked to be ``i``."""
         try:

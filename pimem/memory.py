@@ -207,10 +207,8 @@ class Memory:
         return (msg for msg, _ in self.entries(start, stop))
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
-        """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim. With
-        an index, reading starts at message ``start``'s own line instead of the top of its day's file."""
-        seek = self.index().position(start) if start > 0 and self.has_index() else None
-        return self.log.entries(start, stop, seek)
+        """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
+        return self.log.entries(start, stop)
 
     def message(self, i: int) -> dict:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
@@ -268,7 +266,7 @@ class Memory:
     def _start_near(self, low: when.Threshold) -> int:
         """The lowest ``i`` in any file that could hold dates at or after the threshold."""
         cutoff = low.first_day()
-        firsts = [first for first, _, path in self.log.ranges() if path.name[:10] >= cutoff]
+        firsts = [first for first, _, name in self.log.ranges() if name[:10] >= cutoff]
         return min(firsts) if firsts else self.count()
 
     # ---- cursors: where a named consumer of ``since`` stopped -------------------------------------------

@@ -205,8 +205,8 @@ def to_svg(picture: list[Row], width: int, title: str) -> str:
 def facts_of(mem, include_tools: bool = False) -> Facts:
     """Read what the picture needs from a memory: one pass over the log (sizes, days, kinds), and its view
     (tool traffic inside joined lines taken out unless ``include_tools``)."""
-    from .privacy import hide_tools
     from .tree import PLACEHOLDER
+    from .view import shown
 
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
@@ -217,11 +217,9 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         kinds.append(msg["kind"])
         if msg["size"] > line_bytes:
             big.add(msg["i"])
-    rows = mem.views().view.rows() if days else []
-    shown = [(l, i, text) for l, i, text, _ in rows]
-    texts = [t for *_, t in shown] if include_tools else hide_tools(mem, shown)
+    rows = shown(mem, mem.views(), include_tools) if days else []
     spans = []
-    for (l, i, _, cost), text in zip(rows, texts):
+    for l, i, text, cost in rows:
         first = i << l
         if l == 0 and text is not None and first not in big:
             text = text.split(": ", 1)[1]  # a verbatim leaf is "kind: text"; the kind is shown as a tag

@@ -287,6 +287,14 @@ class View:
             out.append(render_line(l, i, text))
         return out
 
+    def fill(self, texts: dict[str, str]) -> None:
+        """Take the texts of lines not loaded yet from ``texts`` (by label) where it has them."""
+        for j, (l, i, text, _) in enumerate(self.lines):
+            if text is UNLOADED:
+                known = texts.get(label(l, i))
+                if known is not None:
+                    self.lines[j] = (l, i, known, self.cost(l, i, known, None))
+
     def line(self, j: int) -> tuple[int, int, str | None, int]:
         """Line ``j`` as ``(l, i, text, cost)``: text None for a placeholder; cost is the rendered line's
         bytes plus its newline."""
@@ -510,6 +518,72 @@ def make(mem) -> Views:
     return views
 
 
+# ---- the lines as readers show them ------------------------------------------------------------------------
+
+TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
+TEXTS_VERSION = 1
+
+
+def shown(mem, views: Views, include_tools: bool = False, compactor: bool = False, save: bool = True) -> list[tuple[int, int, str | None, int]]:
+    """The lines a reader shows, as ``(l, i, text, cost)`` (text None for a placeholder): tool traffic taken
+    out of the texts unless ``include_tools`` (see ``privacy``); the compactor's view cut at its first unbuilt
+    line. A built line's text never changes (a node is written once, a free join is its children's), so the
+    texts shown last time come from ``lines.json`` and a turn reads only the lines that are new since
+    (``save=False``: a reader that must not write leaves the file as it is)."""
+    v = views.cview if compactor else views.view
+    line_bytes = int(mem.config["line_bytes"])
+    cached = _load_texts(mem, line_bytes)
+    v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()})
+    rows = v.rows()
+    if compactor:
+        rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
+    if include_tools:
+        return rows
+    labels = [label(l, i) for l, i, _, _ in rows]
+    todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
+    hidden = {}
+    if todo:
+        from .privacy import hide_tools
+
+        hidden = dict(zip(todo, hide_tools(mem, [rows[k][:3] for k in todo], known=views.leaves)))
+    out, keep = [], {}
+    for k, (l, i, text, cost) in enumerate(rows):
+        if text is not None:
+            entry = cached.get(labels[k])
+            if entry is None:
+                entry = text if hidden[k] == text else [text, hidden[k]]
+            keep[labels[k]] = entry
+            text = entry if type(entry) is str else entry[1]
+        out.append((l, i, text, cost))
+    if todo and save:
+        _save_texts(mem, line_bytes, keep)
+    return out
+
+
+def _load_texts(mem, line_bytes: int) -> dict:
+    try:
+        data = orjson.loads((mem.path / TEXTS).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    if type(data) is not dict or data.get("version") != TEXTS_VERSION or data.get("line_bytes") != line_bytes:
+        return {}
+    lines = data.get("lines")
+    if type(lines) is not dict:
+        return {}
+    return {key: entry for key, entry in lines.items() if type(entry) is str or (
+        type(entry) is list and len(entry) == 2 and type(entry[0]) is str and type(entry[1]) is str)}
+
+
+def _save_texts(mem, line_bytes: int, lines: dict) -> None:
+    from .home import write_atomic
+
+    try:
+        write_atomic(mem.path / TEXTS, orjson.dumps({"version": TEXTS_VERSION, "line_bytes": line_bytes,
+                                                     "lines": lines}), durable=False)
+    except OSError:
+        pass  # a reader without write access: the next one reads the lines again
+
+
 def _stamp(path) -> tuple | None:
     import os
 
@@ -610,20 +684,10 @@ def write(mem, views: Views) -> None:
     """Save ``view.json`` atomically (caller holds the writer lock): a temporary file renamed over it. It is
     not fsync'd: it is derived and checksummed, so a crash can at worst leave the previous (or a damaged)
     file, which is caught up or refolded, and an append pays one fsync (its log line), not two."""
-    import os
-
-    from .home import FILE_MODE
+    from .home import write_atomic
 
     path = mem.path / "view.json"
-    tmp = path.with_name(f".view.json.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        data = memoryview(views.to_bytes())
-        while data:
-            data = data[os.write(fd, data):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomic(path, views.to_bytes(), durable=False)
     views.saved_changes = views.changes
     views.loaded = _stamp(path)
 

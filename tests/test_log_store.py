@@ -187,3 +187,46 @@ def test_reading_below_a_known_count_survives_older_files_growing(home):
     assert [m["i"] for m in reader.messages(0, 6)] == list(range(6))
     assert [m["i"] for m in reader.messages(2, 5)] == [2, 3, 4]
     assert [m["i"] for m in reader.messages(0)] == list(range(7))
+
+
+def test_reading_from_a_message_deep_in_a_long_file_bisects_to_its_line(home, monkeypatch):
+    import pimem.store as store
+
+    mem = Memory.at("main")
+    day = [{"kind": "user", "text": f"{n} " + "x" * (40 + 37 * (n % 50)), "date": "2026-10-01T10:00:00+08:00"} for n in range(600)]
+    mem.append(day[:300])
+    mem.append([{"kind": "user", "text": "backdated", "date": "2026-09-01T10:00:00+08:00"}])  # files overlap: merged
+    mem.append(day[300:])
+    path = home / "main" / "main" / "2026-10-01.jsonl"
+    data = path.read_bytes()
+    assert len(data) > 4 * store._SKIP_MIN
+    offsets = []
+    real = store._entries
+    monkeypatch.setattr(store, "_entries", lambda p, offset=0: offsets.append((p.name, offset)) or real(p, offset))
+    everything = [m["text"] for m in Memory.at("main").messages()]
+    assert sorted(offsets) == [("2026-09-01.jsonl", 0), ("2026-10-01.jsonl", 0)]
+    line_of = {orjson.loads(line)["i"]: n for n, line in enumerate(data.splitlines(keepends=True))}
+    starts = [sum(len(l) for l in data.splitlines(keepends=True)[:n]) for n in range(len(line_of) + 1)]
+    for start in (1, 150, 299, 300, 301, 302, 450, 599, 600):
+        offsets.clear()
+        assert [m["text"] for m in Memory.at("main").messages(start)] == everything[start:]
+        (offset,) = [o for name, o in offsets if name == path.name]
+        assert offset in starts  # a line start, at or before the first line it must yield
+        assert offset <= starts[line_of[start if start != 300 else 301]]
+        if start >= 200:
+            assert offset > 0  # well past the head of the file
+
+
+def test_bisection_stops_at_a_line_it_cannot_read_and_reads_from_there(home):
+    import pimem.store as store
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"{n} " + "y" * 500, "date": "2026-10-01T10:00:00+08:00"} for n in range(400)])
+    path = home / "main" / "main" / "2026-10-01.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[200] = b"not json at all\n"  # damage: the reader skips it, and bisection must not trust it
+    path.write_bytes(b"".join(lines))
+    for start in (100, 199, 201, 350):
+        offset = store._offset_below(path, start)
+        head = path.read_bytes()[:offset]
+        assert all(orjson.loads(l)["i"] < start for l in head.splitlines() if l.startswith(b"{"))

@@ -266,19 +266,6 @@ def test_message_reads_through_the_index_without_scanning_the_log(run, mem, monk
     assert run("message", "main", "1").stdout == MESSAGES[1]["text"] + "\n"
 
 
-def test_since_a_number_starts_at_its_line_through_the_index(run, mem, monkeypatch):
-    import pimem.store as store
-
-    mem.append([{"kind": "user", "text": "backdated", "date": "2026-10-01T10:00:00+08:00"}])  # files overlap
-    without = [run("since", "main", f"#{i}", "--include-tools").stdout for i in range(9)]
-    run("search", "staging")
-    offsets = []
-    real = store._entries
-    monkeypatch.setattr(store, "_entries", lambda path, offset=0: offsets.append((path.name, offset)) or real(path, offset))
-    assert [run("since", "main", f"#{i}", "--include-tools").stdout for i in range(9)] == without
-    assert ("2026-10-01.jsonl", (mem.path / "main" / "2026-10-01.jsonl").read_bytes().index(b'{"i":7')) in offsets
-
-
 def test_message_falls_back_to_the_log_without_an_index(run, mem):
     assert not (mem.path / "index.sqlite").exists()
     assert run("message", "main", "4").stdout == MESSAGES[4]["text"] + "\n"

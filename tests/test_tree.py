@@ -248,3 +248,51 @@ def test_a_batch_of_built_nodes_lets_the_waiting_view_fold(home):
     view = Memory.open("fold").views().view
     assert view.pending() == 0 and not any(view.blocked.values())
     assert view.total <= 1200
+
+
+def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
+    """The texts shown last time are kept by label in lines.json: after appends, merges, summaries written
+    and tool traffic, the view read through it equals the view read with it deleted, both with and without
+    tool traffic."""
+    mem = small_memory(3)
+    cache = home / "t" / "lines.json"
+    for step in range(24):
+        batch = [{"kind": "user", "text": f"turn {step} " + "w" * (step % 5 * 9)}]
+        if step % 4 == 1:
+            batch += [{"kind": "tool", "text": f"cat secret{step}"}, {"kind": "echo", "text": f"KEY=hunter{step}"}]
+        if step % 6 == 2:
+            batch.append({"kind": "pi", "text": "z" * 700})  # a placeholder until summarised
+        Memory.at("t").append(batch)
+        if step % 6 == 5:
+            for k in Memory.at("t").tree.pending_leaves():
+                Memory.at("t").write_node(0, k, f"pi: summary of {k}")
+        for flags in ([], ["--include-tools"], ["--json"]):
+            through_cache = run("view", "t", *flags).stdout
+            assert cache.exists()
+            cache.unlink()
+            assert run("view", "t", *flags).stdout == through_cache
+        assert "hunter" not in run("view", "t").stdout
+    assert "hunter" in run("view", "t", "--include-tools").stdout
+
+
+def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, monkeypatch):
+    import pimem.store as store
+    from pimem.view import render_line, shown
+
+    mem = small_memory(40)
+    mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])
+    expected = run("view", "t").stdout
+    cache = home / "t" / "lines.json"
+
+    def no_reading(*_):
+        raise AssertionError("read the log although every line's text is in lines.json")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(store, "_entries", no_reading)
+        fresh = Memory.open("t")
+        rows = shown(fresh, fresh.views())
+    assert "".join(render_line(l, i, text) + "\n" for l, i, text, _ in rows) == expected
+    for damage in (b"{not json", b'{"version": 1, "line_bytes": 999, "lines": {"0+16": "user: forged"}}',
+                   b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):
+        cache.write_bytes(damage)
+        assert run("view", "t").stdout == expected

@@ -39,22 +39,16 @@ def command(
     views = mem.views()
     if wait:
         views = _wait(mem, views, wait)
-    v = views.cview if compactor else views.view
-    rows = v.rows()
-    if compactor:
-        rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
+    from ..view import shown
+
+    rows = shown(mem, views, include_tools=include_tools or stats, compactor=compactor)
     if stats:
-        _stats(v, views.T, rows, json)
+        _stats(views.cview if compactor else views.view, views.T, rows, json)
         return
     from ..tree import label
     from ..view import render_line
 
-    texts = [text for _, _, text, _ in rows]
-    if not include_tools:
-        from ..privacy import hide_tools
-
-        texts = hide_tools(mem, [(l, i, text) for l, i, text, _ in rows], known=views.leaves)
-    for (l, i, _, cost), text in zip(rows, texts):
+    for l, i, text, cost in rows:
         if json:
             output.json_line({"label": label(l, i), "level": l, "index": i, "bytes": cost - 1, "text": text})
         else:
