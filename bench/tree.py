@@ -146,12 +146,15 @@ def bulk(home: Path, records: list[dict]) -> dict:
     return out
 
 
-def walls(commands: list[list[str]], env: dict, runs: int = 15) -> list[tuple[float, float]]:
-    """For each command, its fastest wall time and median CPU time (user + system: not inflated by a loaded
-    machine), the commands run alternately so that a change in the machine's load hits them alike."""
+def walls(commands: list[tuple[list[str], list[str] | None]], env: dict, runs: int = 15) -> list[tuple[float, float]]:
+    """For each ``(command, before)``, the command's fastest wall time and median CPU time (user + system: not
+    inflated by a loaded machine), ``before`` run untimed ahead of each run; the commands alternate so that a
+    change in the machine's load hits them alike."""
     times: list[tuple[list, list]] = [([], []) for _ in commands]
     for _ in range(runs):
-        for args, (walls_, cpus) in zip(commands, times):
+        for (args, before), (walls_, cpus) in zip(commands, times):
+            if before:
+                subprocess.run([sys.executable, "-m", "pimem", *before], env=env, check=True, stdout=subprocess.DEVNULL)
             t = time.perf_counter()
             proc = subprocess.Popen([sys.executable, "-m", "pimem", *args], env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
@@ -161,10 +164,21 @@ def walls(commands: list[list[str]], env: dict, runs: int = 15) -> list[tuple[fl
     return [(min(w), statistics.median(c)) for w, c in times]
 
 
-def view_vs_startup(home: Path, name: str, env: dict) -> tuple[float, float, float, float]:
-    """``pimem view NAME`` against a no-op command (``list`` of an empty home): start-up."""
-    (startup, startup_cpu), (shown, shown_cpu) = walls([["list", "--home", str(home / "empty")], ["view", name]], env)
-    return startup, startup_cpu, shown, shown_cpu
+def view_vs_startup(home: Path, name: str, env: dict) -> str:
+    """``pimem view NAME`` against a no-op command (``list`` of an empty home): start-up. Three ways: again
+    (every line's text in lines.json), right after appending a message (an agent's turn), and cold."""
+    (startup, startup_cpu), (again, again_cpu), (turn, turn_cpu) = walls([
+        (["list", "--home", str(home / "empty")], None),
+        (["view", name], None),
+        (["view", name], ["append", name, "--kind", "pi", "one more turn of the conversation"]),
+    ], env)
+    (home / name / "lines.json").unlink(missing_ok=True)
+    [(cold, cold_cpu)] = walls([(["view", name], None)], env, runs=1)
+    row = lambda what, w, c: (f"  {what}: {w * 1000:.0f} ms wall, {c * 1000:.0f} ms CPU: "  # noqa: E731
+                              f"{w / startup:.2f}× start-up wall, {c / startup_cpu:.2f}× CPU")
+    return "\n".join([f"  start-up (a no-op command): {startup * 1000:.0f} ms wall, {startup_cpu * 1000:.0f} ms CPU",
+                      row("pimem view", again, again_cpu), row("pimem view after an append", turn, turn_cpu),
+                      row("pimem view cold (no lines.json, one run)", cold, cold_cpu)])
 
 
 def main() -> None:
@@ -181,10 +195,8 @@ def main() -> None:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(ROOT / "pimem")], check=True)
     if args.view_only:
         mem = Memory.at("big", home)
-        startup, startup_cpu, shown, shown_cpu = view_vs_startup(home, "big", env)
-        print(f"pimem view at T={mem.count():,}: {shown * 1000:.0f} ms wall, {shown_cpu * 1000:.0f} ms CPU vs start-up "
-              f"{startup * 1000:.0f} ms wall, {startup_cpu * 1000:.0f} ms CPU: ratio {shown / startup:.2f} wall, "
-              f"{shown_cpu / startup_cpu:.2f} CPU")
+        print(f"pimem view at T={mem.count():,}, {len(mem.log.files())} day files:")
+        print(view_vs_startup(home, "big", env))
         return
     try:
         print(f"# tree and view: {args.messages:,} messages, {SINGLE:,} single appends, bulk {args.bulk:,}")
@@ -199,14 +211,8 @@ def main() -> None:
                   f"update {row['view_ms']:.3f} ms (p99 {row['view_p99_ms']:.2f}, max {row['view_max_ms']:.1f}; "
                   f"view.json save {row['save_ms']:.3f} ms); view {row['lines']} lines, {row['view_bytes']:,} B")
             if name == "big":
-                startup, startup_cpu, shown, shown_cpu = view_vs_startup(home, name, env)
-                t = time.perf_counter()
-                Memory.at(name, home).count()
-                counting = time.perf_counter() - t
-                print(f"pimem view at T={n:,}: {shown * 1000:.0f} ms wall, {shown_cpu * 1000:.0f} ms CPU vs start-up "
-                      f"(no-op command) {startup * 1000:.0f} ms wall, {startup_cpu * 1000:.0f} ms CPU: ratio "
-                      f"{shown / startup:.2f} wall, {shown_cpu / startup_cpu:.2f} CPU; the log's own count over "
-                      f"{len(mem.log.files())} day files takes {counting * 1000:.0f} ms of it")
+                print(f"pimem view at T={n:,}, {len(mem.log.files())} day files:")
+                print(view_vs_startup(home, name, env))
             del records
         row = bulk(home, list(messages(args.bulk, seed=5)))
         print(f"bulk append, no tree, {args.bulk:,} msgs: log only {row['log only']:.1f} us/msg, log + view "
