@@ -22,6 +22,7 @@ restored exactly as saved (a restart never refolds, so the bytes a model saw sta
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import Callable, Iterable
 
 import orjson
@@ -32,6 +33,7 @@ VERSION = 1
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
 PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
+PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 
 
@@ -189,6 +191,101 @@ class View:
                 self._add_pair(l + 1, p)
         elif j > 0 and self.lines[j - 1][0] == l + 1 and self.lines[j - 1][1] == p - 1:
             self._add_pair(l + 1, p - 1)
+
+    def flood_line(self) -> int:
+        """Above this total, with no pair waiting to be tried, pushes take ``_push_flooded``'s road."""
+        return max(self.hi, 2 * self.hi, self.lo)
+
+    def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
+                  free_bytes: int | None = None) -> None:
+        """``push`` then ``fit`` for each leaf ``(text, cost)`` in turn. A free leaf's text may be left
+        ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of ``leaves[k]`` when a
+        line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds exactly the pairs whose
+        two lines joined by a newline fit in that many bytes (a memory with no stored node), so pairs can be
+        decided from the lines' costs, without their texts."""
+        k, n = 0, len(leaves)
+        while k < n:
+            if self.n_ready or self.total <= self.flood_line():
+                text, cost = leaves[k]
+                if text is UNLOADED:
+                    text = leaf_text(k)
+                k += 1
+                self.push(text, None, cost)
+                if self.shrinking or self.total > self.hi:
+                    self.fit()
+            else:
+                k = self._push_flooded(leaves, k, leaf_text, free_bytes)
+
+    def _push_flooded(self, leaves: list[tuple], k: int, leaf_text: Callable[[int], str] | None,
+                      free_bytes: int | None) -> int:
+        """``push_many`` from ``leaves[k]`` while the view is past ``flood_line`` and every adjacent pair in it
+        is known to have an unbuilt parent (``n_ready == 0``: a bulk import with no compactor running).
+        ``fit`` would then only try the pair a new leaf makes with its sibling, and each merge that succeeds
+        can make only one new pair, again at the tail; so only the tail is looked at, with the same merges in
+        the same order and the same pairs blocked. When a merge would bring the view down to ``flood_line``
+        the general ``fit`` takes over from that very state, and this returns how far it got. With
+        ``free_bytes`` the lines' texts are not needed: merged lines are left ``UNLOADED``."""
+        lines, starts, blocked = self.lines, self.starts, self.blocked
+        resolve, cost_of = self.resolve, self.cost
+        floor = self.flood_line()
+        total, T, changes = self.total, self.T, self.changes
+        self.shrinking = True
+        n = len(leaves)
+        try:
+            while k < n:
+                text, cost = leaves[k]
+                if text is UNLOADED and free_bytes is None:
+                    text = leaf_text(k)
+                k += 1
+                i = T
+                lines.append((0, i, text, cost))
+                starts.append(i)
+                total += cost
+                T += 1
+                changes += 1
+                l = 0
+                while i & 1:  # the tail line (l, i) is a right child: is its left sibling just before it?
+                    j = len(lines) - 2
+                    if j < 0 or lines[j][0] != l or lines[j][1] != i - 1:
+                        break
+                    i -= 1
+                    if total <= floor:
+                        self.total, self.T, self.changes = total, T, changes
+                        self._add_pair(l, i)
+                        self.fit()
+                        return k
+                    left, right = lines[j], lines[j + 1]
+                    if left[2] is None or right[2] is None:  # a placeholder: its parent cannot be built yet
+                        parent = None
+                    elif free_bytes is not None:
+                        if left[3] is None:  # (a line restored from view.json has its cost once read)
+                            self.text(j)
+                            left = lines[j]
+                        if right[3] is None:
+                            self.text(j + 1)
+                            right = lines[j + 1]
+                        # each line's text bytes, from its cost (line_bytes_cost: "id+n|" + text + newline)
+                        head = len(str(i << l))
+                        both = left[3] + right[3] - head - len(str((i + 1) << l)) - 2 * len(str(1 << l)) - 6
+                        parent = UNLOADED if both + 1 <= free_bytes else None
+                        cost = head + len(str(2 << l)) + both + 4
+                    else:
+                        left_text = self.text(j) if left[2] is UNLOADED else left[2]
+                        right_text = self.text(j + 1) if right[2] is UNLOADED else right[2]
+                        parent = resolve(l, i, left_text, right_text)
+                        if parent is not None:
+                            cost = cost_of(l + 1, i >> 1, parent, None)
+                    if parent is None:
+                        bisect.insort(blocked.setdefault(l, []), i)
+                        break
+                    l, i = l + 1, i >> 1
+                    total += cost - lines[j][3] - lines[j + 1][3]
+                    lines[j:] = [(l, i, parent, cost)]
+                    del starts[j + 1]
+                    changes += 1
+        finally:
+            self.total, self.T, self.changes = total, T, changes
+        return k
 
     # ---- the batch ---------------------------------------------------------------------------------------
 
@@ -383,6 +480,8 @@ class Views:
         self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
         self.leaves: dict[int, dict] = {}  # messages read for the lines' texts, by i (readers may reuse them)
+        # set when ``resolve`` builds exactly the free joins of this many bytes while no node is stored
+        self.free_join_bytes: int | None = None
 
     @property
     def T(self) -> int:
@@ -419,17 +518,51 @@ class Views:
 
     def push(self, texts: Iterable[tuple[str | None, int | None]]) -> None:
         """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
-        arrived one by one, so the result does not depend on how messages were batched)."""
-        view, cview = self.view, self.cview
-        cost = view.cost
-        for text, size in texts:
-            weight = cost(0, view.T, text, size)  # the same line in both views
-            view.push(text, size, weight)
-            cview.push(text, size, weight)
-            if view.shrinking or view.total > view.hi:
-                view.fit()
-            if cview.shrinking or cview.total > cview.hi:
-                cview.fit()
+        arrived one by one, so the result does not depend on how messages were batched). The two views never
+        look at each other, so each takes a chunk of leaves in turn."""
+        cost = self.view.cost
+        source = iter(texts)
+        while True:
+            chunk = list(itertools.islice(source, PUSH_CHUNK))
+            if not chunk:
+                return
+            leaves = [(text, cost(0, i, text, size)) for i, (text, size) in enumerate(chunk, self.view.T)]
+            self.view.push_many(leaves)
+            self.cview.push_many(leaves)
+
+    def push_messages(self, messages: Iterable[dict], line_bytes: int,
+                      stored_leaf: Callable[[int], str | None] | None = None) -> None:
+        """``push`` the leaves of the next messages (``kind``, ``text``, ``size``): a message whose line fits
+        in ``line_bytes`` is its own leaf, verbatim; a longer one is ``stored_leaf(i)`` (None: unbuilt).
+        Free leaves are pushed ``UNLOADED`` (their text is the log's), and read only when a line needs it;
+        while no node is stored (``free_join_bytes`` set, no tree seen) pairs are decided by size alone."""
+        if self.view.cost is not line_bytes_cost:
+            def leaf(i: int, msg: dict) -> tuple:
+                return free_leaf_of(msg, line_bytes, stored_leaf, i)
+
+            self.push(leaf(i, msg) for i, msg in enumerate(messages, self.T))
+            return
+        free_bytes = self.free_join_bytes if not self.tree_seen else None
+        source = iter(messages)
+        while True:
+            chunk = list(itertools.islice(source, PUSH_CHUNK))
+            if not chunk:
+                return
+            leaves = []
+            add = leaves.append
+            for i, msg in enumerate(chunk, self.view.T):  # (line_bytes_cost, inlined: this runs once per message)
+                size = msg["size"]
+                if size <= line_bytes:
+                    add((UNLOADED, len(str(i)) + 4 + size))
+                else:
+                    text = None if stored_leaf is None else stored_leaf(i)
+                    add((text, line_bytes_cost(0, i, text, None)))
+
+            def leaf_text(k: int, chunk: list[dict] = chunk) -> str:
+                return f"{chunk[k]['kind']}: {chunk[k]['text']}"
+
+            self.view.push_many(leaves, leaf_text, free_bytes)
+            self.cview.push_many(leaves, leaf_text, free_bytes)
 
     def built(self, l: int, i: int, text: str) -> None:
         for v in self.both():
@@ -514,6 +647,7 @@ def make(mem) -> Views:
 
     views = Views(mem.config, resolve, fetch, prefetch=prefetch)
     views.leaves = leaves
+    views.free_join_bytes = line_bytes
     holder.append(views)
     return views
 
@@ -645,29 +779,29 @@ def _catch_up(mem, views: Views, upto: int) -> None:
             v.unblock_all()
             v.fit()
     if views.T < upto:
-        views.push(leaf_of(msg, tree, line_bytes, not sizes) for msg in mem.messages(views.T, upto))
+        views.push_messages(mem.messages(views.T, upto), line_bytes, _stored_leaf(tree, views))
 
 
-def leaf_of(msg: dict, tree, line_bytes: int, tree_empty: bool) -> tuple[str | None, int | None]:
-    """The leaf line of a message for the views: its text verbatim when free, else a stored summary, else
-    None (a placeholder)."""
+def _stored_leaf(tree, views: Views) -> Callable[[int], str | None] | None:
+    """The summary a compactor stored for message i's leaf; None when no node is stored at all."""
+    if not views.tree_seen:
+        return None
+    return lambda i: tree.stored(0, i, i + 1)
+
+
+def free_leaf_of(msg: dict, line_bytes: int, stored_leaf: Callable[[int], str | None] | None,
+                 i: int) -> tuple[str | None, int | None]:
+    """The leaf line ``(text, size)`` of message ``i``: its text verbatim when free, else a stored summary,
+    else None (a placeholder)."""
     if msg["size"] <= line_bytes:
         return f"{msg['kind']}: {msg['text']}", msg["size"]
-    if tree_empty:
-        return None, None
-    return tree.stored(0, msg["i"], msg["i"] + 1), None
+    return (None if stored_leaf is None else stored_leaf(i)), None
 
 
 def push_batch(mem, start: int, batch: list[dict]) -> None:
     """After messages ``start…`` were logged (writer lock held): push their leaves and save."""
     views = current(mem, upto=start, save=False)
-    line_bytes = int(mem.config["line_bytes"])
-    tree, empty = mem.tree, not views.tree_seen
-    views.push(
-        (f"{msg['kind']}: {msg['text']}", msg["size"]) if msg["size"] <= line_bytes
-        else leaf_of({**msg, "i": start + n}, tree, line_bytes, empty)
-        for n, msg in enumerate(batch)
-    )
+    views.push_messages(batch, int(mem.config["line_bytes"]), _stored_leaf(mem.tree, views))
     save(mem, views)
 
 
