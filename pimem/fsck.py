@@ -219,9 +219,13 @@ def check_index(mem: Memory) -> list[Finding]:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
-            if verdict != "ok":
-                return problem(f"damaged: {verdict}")
+            second = path.with_name(index.SHARD_FILENAME)
+            if second.exists():
+                db.execute("ATTACH DATABASE ? AS shard", (f"file:{second}?mode=ro",))
+            for schema in ("main", "shard") if second.exists() else ("main",):
+                verdict = db.execute(f"PRAGMA {schema}.quick_check").fetchone()[0]
+                if verdict != "ok":
+                    return problem(f"damaged: {verdict}" if schema == "main" else f"{index.SHARD_FILENAME} damaged: {verdict}")
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not {"files", "msgs"} <= tables:
                 return []  # only the tree's tables so far: the search index has not been built

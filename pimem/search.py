@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Iterable, Iterator
 
 from .errors import BadInput
-from .index import KIND_CODE, stderr_progress, table_of
+from .index import KIND_CODE, SCHEMAS, stderr_progress, table_of
 from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
@@ -142,12 +142,13 @@ def _candidates(index, folded: list[str], any_term: bool, filters: _Filters) -> 
             where, params = filters.sql(None, "m.i")
             sql = f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM msgs m WHERE {where} ORDER BY m.i DESC"
             return iter(index.db.execute(sql, params))
-        where, params = filters.sql(table, f"{table}.rowid")
-        sql = (
-            f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM {table} JOIN msgs m ON m.i = {table}.rowid "
-            f"WHERE {table} MATCH ? AND {where} ORDER BY {table}.rowid DESC"
-        )
-        streams.append(index.db.execute(sql, [expr, *params]))
+        where, params = filters.sql(table, "f.rowid")
+        for schema in SCHEMAS:  # each message's text is in one of the index's two files
+            sql = (
+                f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM {schema}.{table} AS f "
+                f"JOIN main.msgs m ON m.i = f.rowid WHERE f.{table} MATCH ? AND {where} ORDER BY f.rowid DESC"
+            )
+            streams.append(index.db.execute(sql, [expr, *params]))
     if len(streams) == 1:
         return iter(streams[0])
     return heapq.merge(*streams, key=lambda row: -row[0])

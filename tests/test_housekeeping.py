@@ -213,3 +213,8 @@ def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
     assert "problem: unreadable: file is not a database" in run("fsck", "old").stdout
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("search", "noted", "old").stdout.startswith("old #1 ")
+    (home / "old" / "index-1.sqlite").write_bytes(b"not a database")  # the second file (odd messages' texts)
+    assert "problem: unreadable: file is not a database" in run("fsck", "old").stdout
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+    assert run("search", "noted", "old").stdout.startswith("old #1 ")

@@ -224,6 +224,36 @@ def test_a_damaged_index_is_rebuilt(sh, mem):
     assert b"rebuilding it from the log" in out.stderr
 
 
+def test_odd_numbered_texts_are_indexed_in_the_second_file(run, mem):
+    """The trigrams of odd-numbered messages are built in index-1.sqlite (by a second thread), the others in
+    index.sqlite; a search looks in both."""
+    assert ids(run("search", "staging", "--json")) == [5, 4, 0]
+    mem.close()
+    for name, expected in (("index.sqlite", [0, 4]), ("index-1.sqlite", [5])):
+        db = sqlite3.connect(mem.path / name)
+        assert [r[0] for r in db.execute("SELECT rowid FROM talk WHERE talk MATCH '\"sta\" AND \"ing\"' ORDER BY rowid")] == expected
+        db.close()
+
+
+@pytest.mark.parametrize("damage", ["delete", "truncate", "garbage"])
+def test_losing_the_second_file_rebuilds_what_it_held(sh, mem, damage):
+    first = sh("search", "staging", "--json").stdout
+    mem.append([{"kind": "user", "text": "staging again, after the first search"}])
+    path = mem.path / "index-1.sqlite"
+    if damage == "delete":
+        path.unlink()
+    elif damage == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(path.stat().st_size // 2)
+    else:
+        path.write_bytes(b"not a database" * 1000)
+    out = sh("search", "staging", "--json")
+    assert out.returncode == 0, out.stderr
+    assert [orjson.loads(line)["i"] for line in out.stdout.splitlines()] == [7] + [orjson.loads(line)["i"] for line in first.splitlines()]
+    db = sqlite3.connect(mem.path / "index.sqlite")
+    assert db.execute("SELECT count(*), count(DISTINCT i) FROM msgs").fetchone() == (8, 8)
+
+
 def test_an_index_from_an_older_schema_is_rebuilt(run, mem):
     run("search", "staging")
     mem.close()
@@ -288,7 +318,7 @@ def test_the_index_holds_exactly_the_logs_messages(run, mem):
 def test_a_reindex_killed_midway_is_caught_up(sh, home):
     mem = Memory.at("big")
     mem.append([{"kind": "user", "text": f"message {n} about the lighthouse {n % 7}"} for n in range(30_000)])
-    for delay in (0.3, 0.6):
+    for delay in (0.15, 0.3, 0.6):
         proc = subprocess.Popen(pimem_cmd("reindex", "big"), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
