@@ -96,6 +96,15 @@ def remove_files(path: Path) -> None:
                 pass
 
 
+def _tune(db: sqlite3.Connection) -> None:
+    """Settings of every connection that writes the index. Commits are not fsync'd (WAL with synchronous
+    NORMAL): the index is derived, a power cut can only lose its last batches, which are read again from the
+    log, and an import or a search then pays no flush per batch."""
+    db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+    db.execute("PRAGMA synchronous = NORMAL")
+    db.execute("PRAGMA cache_size = -65536")
+
+
 def _create_file(path: Path) -> None:
     """Create an empty database file with pimem's mode (SQLite gives its WAL the same mode)."""
     if not path.exists():
@@ -140,7 +149,7 @@ class Index:
     def _connect(self) -> sqlite3.Connection:
         _create_file(self.path)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+        _tune(db)
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):  # an index of an older pimem: derived, so build it anew
             db.close()
@@ -160,7 +169,6 @@ class Index:
             db.execute("ATTACH DATABASE ? AS shard", (str(self.shard_path),))
         if version != SCHEMA_VERSION:
             self._create(db, "shard", _SHARD_SCHEMA)
-        db.execute("PRAGMA cache_size = -65536")
         return db
 
     @staticmethod
@@ -284,7 +292,7 @@ class Index:
                 batch.reached[0][name] = batch.reached[1][name] = end
             added += batch.hand_over(writers, progress)
         finally:
-            errors = [writer.finish() for writer in writers]
+            errors = [writer.close() for writer in writers]
         for error in errors:
             if error is not None:
                 raise error
@@ -402,8 +410,8 @@ class _Batch:
 
 class _Writer:
     """Writes one of the index's files in a thread of its own, a transaction per batch (with how far it has
-    read each log file, so a crash leaves it consistent), while the caller parses the next batch.
-    ``finish`` waits for it and returns what it raised."""
+    read each log file, so a crash leaves it consistent), while the caller parses the next batch. ``close``
+    returns once everything handed over is written, with what went wrong if anything did."""
 
     def __init__(self, path: Path, main: bool):
         import queue
@@ -419,7 +427,7 @@ class _Writer:
         if self.error is None:
             self.queue.put((rows, texts, reached))
 
-    def finish(self) -> BaseException | None:
+    def close(self) -> BaseException | None:
         self.queue.put(None)
         self.thread.join()
         return self.error
@@ -428,38 +436,46 @@ class _Writer:
         db = None
         try:
             db = sqlite3.connect(self.path, isolation_level=None)
-            db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
-            db.execute("PRAGMA cache_size = -65536")
-            while (item := self.queue.get()) is not None:
-                if self.error is None:  # after an error the rest is drained unwritten
-                    self._write(db, *item)
+            _tune(db)
         except BaseException as exc:
             self.error = exc
-            while self.queue.get() is not None:
-                pass
-        finally:
-            if db is not None:
-                db.close()
+        while True:
+            item = self.queue.get()
+            if item is None:
+                break
+            try:
+                if self.error is None:  # after an error the rest is drained unwritten, and close() reports it
+                    self._write(db, *item)
+            except sqlite3.IntegrityError:
+                self.error = IntegrityError("the log holds a message number twice; run 'pimem fsck'")
+            except BaseException as exc:
+                self.error = exc
+        if db is not None:
+            db.close()
 
     def _write(self, db: sqlite3.Connection, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
         db.execute("BEGIN IMMEDIATE")
         try:
             if rows:
                 db.executemany("INSERT INTO msgs VALUES (?, ?, ?, ?, ?, ?)", rows)
+            # the texts are handed over as one JSON array and inserted by one statement: SQLite releases the
+            # GIL during each step of a statement, and executemany takes a step per row, handing the GIL back
+            # and forth with the parsing thread; one statement builds a whole batch's trigrams without it
             for table, values in texts.items():
                 if values:
-                    db.executemany(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", values)
+                    db.execute(f"INSERT INTO {table} (rowid, text) SELECT json_extract(value, '$[0]'), "
+                               "json_extract(value, '$[1]') FROM json_each(?)",
+                               (orjson.dumps(values).decode(),))
             if self.main:
                 db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
             else:
                 db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
                                "done = excluded.done", list(reached.items()))
             db.execute("COMMIT")
-        except BaseException as exc:  # reported by finish(); the batches after it are not written
+        except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
-            self.error = IntegrityError("the log holds a message number twice; run 'pimem fsck'") \
-                if isinstance(exc, sqlite3.IntegrityError) else exc
+            raise
 
 
 def _complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
