@@ -253,6 +253,7 @@ class View:
                         self.total, self.T, self.changes = total, T, changes
                         self._add_pair(l, i)
                         self.fit()
+                        total, T, changes = self.total, self.T, self.changes  # (what ``finally`` writes back)
                         return k
                     left, right = lines[j], lines[j + 1]
                     if left[2] is None or right[2] is None:  # a placeholder: its parent cannot be built yet
