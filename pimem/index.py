@@ -222,21 +222,14 @@ class Index:
         return {name: (fid, done, shard.get(name, 0)) for fid, name, done in self.db.execute("SELECT id, name, done FROM files")}
 
     def behind(self) -> list[tuple[Path, int]]:
-        """Log files (with their sizes) holding bytes the index has not read yet: one directory scan."""
+        """Log files (with their sizes) holding bytes the index has not read yet, by name."""
         indexed = self._indexed()
         out = []
-        try:
-            entries = list(os.scandir(self.log.dir))
-        except FileNotFoundError:
-            return []
-        for entry in entries:
-            name = entry.name
-            if name.endswith(".jsonl") and not name.startswith("."):
-                size = entry.stat().st_size
-                _, done, done_shard = indexed.get(name, (0, 0, 0))
-                if size != done or size != done_shard:
-                    out.append((Path(entry.path), size))
-        return sorted(out, key=lambda item: item[0].name)
+        for name, size in self.log.sizes().items():
+            _, done, done_shard = indexed.get(name, (0, 0, 0))
+            if size != done or size != done_shard:
+                out.append((self.log.dir / name, size))
+        return out
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Index every complete line the log has and the index lacks; returns how many messages were added.

@@ -119,40 +119,100 @@ class _FileInfo:
 
 
 RANGES = "ranges.json"  # beside main/: each file's size and first/last i, so a new process need not open them
+WRITING = "ranges.writing"  # beside it while a writer changes day files: ranges.json may be behind them
+
+
+def _boot_id() -> str | None:
+    """This boot of the machine (Linux), or None: a ranges.json written before a power cut is not trusted."""
+    global _BOOT
+    if _BOOT is False:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+                _BOOT = f.read().strip().decode() or None
+        except OSError:
+            _BOOT = None
+    return _BOOT
+
+
+_BOOT: str | None | bool = False
 
 
 class Log:
-    """One memory's ``main/`` directory."""
+    """One memory's ``main/`` directory.
+
+    ``ranges.json`` records each day file's size and first and last ``i`` as the last writer left them. A
+    reader normally checks every file's size against it (a ``stat`` each). It trusts it without doing so when
+    it can prove nobody wrote since: a writer creates ``ranges.writing`` before it touches a day file and
+    removes it only after replacing ``ranges.json``, and ``ranges.json`` names the boot it was written in. So
+    the file is trusted if the marker is absent (checked after reading it, so a write that began meanwhile
+    leaves the reader at the state before that write, as if it had run a moment earlier), the boot is this one
+    (no power cut since, which could have undone the non-fsync'd replace), and it names exactly the files
+    there are. A writer that crashed leaves the marker, and readers check sizes until the next write."""
 
     def __init__(self, directory: Path):
         self.dir = directory
         self._info: dict[str, _FileInfo] = {}
         self._loaded = False
+        self._saved: tuple[tuple, dict[str, _FileInfo], bool] | None = None  # (stamp, rows, trustworthy)
         self._known: tuple[int, list] | None = None  # (T, ranges) as last listed, see ``entries``
+
+    def _read_saved(self) -> tuple[dict[str, _FileInfo], bool]:
+        """ranges.json's rows and whether it was written complete in this boot (re-read when it changed)."""
+        path = self.dir.parent / RANGES
+        try:
+            st = os.stat(path)
+        except OSError:
+            return {}, False
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._saved is None or self._saved[0] != stamp:
+            rows, boot = {}, None
+            try:
+                saved = orjson.loads(path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                saved = None
+            if type(saved) is dict and type(saved.get("files")) is dict:
+                boot, none = saved.get("boot"), type(None)
+                for name, row in saved["files"].items():
+                    if type(row) is list and len(row) == 4:
+                        size, first, last, torn = row
+                        if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
+                            rows[name] = _FileInfo(size, first, last, torn)
+            self._saved = (stamp, rows, boot is not None and boot == _boot_id())
+        return self._saved[1], self._saved[2]
 
     def _load_ranges(self) -> None:
         """Start from what the last writer knew of each file (valid only while a file's size is unchanged):
         with a year of daily files, every command would otherwise open each file to find its ends."""
         self._loaded = True
+        rows, _ = self._read_saved()
+        for name, info in rows.items():
+            self._info.setdefault(name, info)
+
+    def _trusted(self, names: list[str]) -> bool:
+        """Whether ranges.json can stand for the files' sizes right now (see the class's note); if so its rows
+        are taken as this process's knowledge of the files."""
+        rows, this_boot = self._read_saved()
+        if not this_boot or os.path.exists(self.dir.parent / WRITING) or len(rows) != len(names) \
+                or any(name not in rows for name in names):
+            return False
+        self._info.update(rows)
+        self._loaded = True
+        return True
+
+    def begin_write(self) -> None:
+        """Before a writer changes any day file: ranges.json is no longer to be trusted blindly."""
         try:
-            saved = orjson.loads((self.dir.parent / RANGES).read_bytes())
-        except (OSError, orjson.JSONDecodeError):
-            return
-        if type(saved) is not dict:
-            return
-        info, none = self._info, type(None)
-        for name, row in saved.items():
-            if type(row) is list and len(row) == 4 and name not in info:
-                size, first, last, torn = row
-                if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
-                    info[name] = _FileInfo(size, first, last, torn)
+            os.close(os.open(self.dir.parent / WRITING, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        except OSError:
+            pass  # (the directory may not exist yet: then no reader can have trusted anything in it)
 
     def save_ranges(self) -> None:
-        """Record the files' ends for the next process (writers only, under the writer lock). Derived and
-        checked against each file's size on use, so it is replaced without an fsync."""
+        """Record the files' ends for the next process (writers only, under the writer lock), then lift the
+        marker. Derived (and never trusted across a reboot), so it is replaced without an fsync."""
         rows = {name: [i.size, i.first, i.last, i.torn] for name, i in self._info.items()}
         try:
-            write_atomic(self.dir.parent / RANGES, orjson.dumps(rows), durable=False)
+            write_atomic(self.dir.parent / RANGES, orjson.dumps({"boot": _boot_id(), "files": rows}), durable=False)
+            os.unlink(self.dir.parent / WRITING)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
 
@@ -188,13 +248,20 @@ class Log:
         info = self._info[name] = _FileInfo(size, first, last, torn)
         return info
 
+    def sizes(self) -> dict[str, int]:
+        """Each day file's size in bytes: from ranges.json when it can be trusted, else a ``stat`` each."""
+        names = self._names()
+        if self._trusted(names):
+            return {name: self._info[name].size for name in names}
+        stat, folder = os.stat, f"{self.dir}/"
+        return {name: stat(folder + name).st_size for name in names}
+
     def ranges(self) -> list[tuple[int, int, str]]:
         """``(first_i, last_i, file name)`` for every file holding at least one message, by first ``i``."""
         if not self._loaded:
             self._load_ranges()
-        out, known, stat, folder = [], self._info, os.stat, f"{self.dir}/"
-        for name in self._names():  # (this loop runs for every day file on every command: kept lean)
-            size = stat(folder + name).st_size
+        out, known = [], self._info
+        for name, size in self.sizes().items():
             info = known.get(name)
             if info is None or info.size != size:
                 info = self._file_info(name, size)
@@ -215,10 +282,12 @@ class Log:
         """Terminate any torn last line with a newline so the next write starts on a line of its own, and
         return T. For writers, under the writer lock: nothing else changes the files meanwhile, so each file
         is looked at once."""
-        last = -1
+        last, sealed = -1, False
         for name in self._names():
             info = self._file_info(name)
             if info.torn:
+                self.begin_write()
+                sealed = True
                 fd = os.open(self.dir / name, os.O_WRONLY | os.O_APPEND)
                 try:
                     os.write(fd, b"\n")
@@ -229,6 +298,8 @@ class Log:
                 info = self._file_info(name)
             if info.last is not None and info.last > last:
                 last = info.last
+        if sealed:
+            self.save_ranges()
         return last + 1
 
     def write(self, messages: list[dict], start: int) -> list[int]:
@@ -237,6 +308,7 @@ class Log:
         Consecutive messages of one day are written with one ``write``; runs are written in ``i`` order so a
         crash leaves a prefix of the batch, never a gap. Returns the ``i`` of each message."""
         ensure_dir(self.dir)
+        self.begin_write()
         fds: dict[str, int] = {}
         created: set[str] = set()
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there

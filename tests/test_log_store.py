@@ -150,30 +150,60 @@ def test_readers_of_unknown_memories_exit_3_and_create_nothing(run, home):
 
 
 def test_a_new_process_starts_from_ranges_json_and_checks_it_against_file_sizes(home, monkeypatch):
-    """ranges.json spares a new process opening every daily file; a file that grew since (another writer,
-    or a crash before the cache was replaced) is read again, and a damaged cache is ignored."""
+    """ranges.json spares a new process opening every daily file; a file that grew since (a crash before the
+    cache was replaced) is read again, and a damaged cache is ignored."""
     from pimem import store
 
     mem = Memory.at("main")
     mem.append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-{k + 1:02d}T09:00:00+00:00"} for k in range(5)])
     saved = orjson.loads((home / "main" / "ranges.json").read_bytes())
-    assert {name: row[1:3] for name, row in saved.items()} == {f"2026-10-{k + 1:02d}.jsonl": [k, k] for k in range(5)}
+    assert {name: row[1:3] for name, row in saved["files"].items()} == {f"2026-10-{k + 1:02d}.jsonl": [k, k] for k in range(5)}
+    assert not (home / "main" / store.WRITING).exists()  # a completed write lifts its marker
 
     opened = []
     real_first = store._first_i
     monkeypatch.setattr(store, "_first_i", lambda f, size: opened.append(f.name) or real_first(f, size))
     assert Memory.open("main").count() == 5 and opened == []  # every file known from the cache
 
-    # a message written behind the cache's back (as if the cache was never replaced after a crash)
+    # a writer that crashed after writing a message, before replacing the cache, left its marker
     before = (home / "main" / "ranges.json").read_bytes()
     Memory.at("main").append([{"kind": "user", "text": "late", "date": "2026-10-03T10:00:00+00:00"}])
     (home / "main" / "ranges.json").write_bytes(before)
+    (home / "main" / store.WRITING).touch()
     assert Memory.open("main").count() == 6
     assert Memory.at("main").append([{"kind": "user", "text": "next"}]) == [6]
+    assert not (home / "main" / store.WRITING).exists()
 
-    (home / "main" / "ranges.json").write_bytes(b'{"2026-10-01.jsonl": [1, "x", 3, false]')
+    (home / "main" / "ranges.json").write_bytes(b'{"boot": null, "files": {"2026-10-01.jsonl": [1, "x", 3, false]')
     assert Memory.open("main").count() == 7
     assert [m["i"] for m in Memory.open("main").messages()] == list(range(7))
+
+
+@pytest.mark.parametrize("behind_its_back", ["other boot", "new file", "marker"])
+def test_ranges_json_stands_for_the_files_only_when_no_write_can_have_happened_since(home, behind_its_back):
+    """A reader takes the files' sizes from ranges.json without a stat each only when it was written complete
+    in this boot, no writer's marker is there, and it names exactly the files there are."""
+    from pimem import store
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-{k + 1:02d}T09:00:00+00:00"} for k in range(3)])
+    cache = home / "main" / "ranges.json"
+    assert Memory.open("main").log._trusted(Memory.open("main").log._names())
+    line = b'{"i":3,"kind":"user","text":"written behind the cache","size":30,"date":"2026-10-%s"}\n'
+    if behind_its_back == "other boot":
+        saved = orjson.loads(cache.read_bytes())
+        cache.write_bytes(orjson.dumps({**saved, "boot": "a boot before a power cut"}))
+        with open(home / "main" / "main" / "2026-10-03.jsonl", "ab") as f:
+            f.write(line % b"03T10:00:00+00:00")
+    elif behind_its_back == "new file":
+        (home / "main" / "main" / "2026-10-09.jsonl").write_bytes(line % b"09T10:00:00+00:00")
+    else:
+        (home / "main" / store.WRITING).touch()
+        with open(home / "main" / "main" / "2026-10-03.jsonl", "ab") as f:
+            f.write(line % b"03T10:00:00+00:00")
+    reader = Memory.open("main")
+    assert not reader.log._trusted(reader.log._names())
+    assert reader.count() == 4 and [m["text"] for m in reader.messages(3)] == ["written behind the cache"]
 
 
 def test_reading_below_a_known_count_survives_older_files_growing(home):
