@@ -88,12 +88,16 @@ def _damaged(exc: sqlite3.DatabaseError) -> bool:
 
 def remove_files(path: Path) -> None:
     """Delete an index (``index.sqlite`` and its second file) with their WAL companions (missing is fine)."""
-    for db_path in (path, path.with_name(SHARD_FILENAME)):
-        for suffix in ("-wal", "-shm", ""):
-            try:
-                os.unlink(f"{db_path}{suffix}")
-            except FileNotFoundError:
-                pass
+    _remove_db(path)
+    _remove_db(path.with_name(SHARD_FILENAME))
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("-wal", "-shm", ""):
+        try:
+            os.unlink(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
 
 
 def _tune(db: sqlite3.Connection) -> None:
@@ -162,18 +166,20 @@ class Index:
         version = db.execute("PRAGMA shard.user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):  # (only a file left by another pimem could be)
             db.execute("DETACH DATABASE shard")
-            for suffix in ("-wal", "-shm", ""):
-                if os.path.exists(f"{self.shard_path}{suffix}"):
-                    os.unlink(f"{self.shard_path}{suffix}")
+            _remove_db(self.shard_path)
             _create_file(self.shard_path)
             db.execute("ATTACH DATABASE ? AS shard", (str(self.shard_path),))
         if version != SCHEMA_VERSION:
             self._create(db, "shard", _SHARD_SCHEMA)
+        for schema in SCHEMAS:
+            db.execute(f"PRAGMA {schema}.synchronous = NORMAL")
         return db
 
     @staticmethod
     def _create(db: sqlite3.Connection, schema: str, statements: str) -> None:
-        """Create the tables of one of the index's files."""
+        """Create the tables of one of the index's files (not flushed to disk: a file a crash leaves half made
+        is rebuilt like any damaged index)."""
+        db.execute(f"PRAGMA {schema}.synchronous = OFF")
         use_wal(db, schema)
         db.execute("BEGIN IMMEDIATE")
         try:

@@ -69,8 +69,9 @@ def run(
     finally:
         indexer.finish()
     on_progress("import", total, total)
-    if mem.exists():
+    if mem.exists() and not indexer.started:  # (the indexer's last round ran after the last batch)
         mem.index().catch_up(lambda done, total: on_progress("index", done, total))
+        mem.close()  # (its connections: closing the last one tidies SQLite's WAL files away)
     return reports
 
 
@@ -84,6 +85,10 @@ class _Indexer:
         self._stop = False
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     def poke(self) -> None:
         """A batch is in the log: index it (the thread starts on the first batch, once the memory exists)."""
