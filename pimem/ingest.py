@@ -4,7 +4,7 @@ any of their lines is written."""
 from __future__ import annotations
 
 import select
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator, TypeVar
 
 import orjson
 
@@ -13,6 +13,7 @@ from .errors import BadInput
 BATCH_LINES = 10_000
 BATCH_BYTES = 32 * 1024 * 1024
 _READ = 4 * 1024 * 1024
+T = TypeVar("T")
 
 
 def _reader(stream: BinaryIO):
@@ -53,16 +54,34 @@ def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
 
 
 def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
-    """``(records, labels)`` batches from an NDJSON stream. A batch ends at 10,000 lines, 32 MiB, end of
-    input, or whenever the input has gone quiet after a whole line (so a live stream is logged as it
-    arrives). Blank lines are skipped; a line that is not a JSON object raises ``BadInput`` with its
-    number."""
+    """``(records, labels)`` batches from an NDJSON stream (see ``read_batches``)."""
+    records: list[dict] = []
+    numbers: list[int] = []
+
+    def take(record: dict, line_no: int) -> None:
+        records.append(record)
+        numbers.append(line_no)
+
+    def batch() -> tuple[list[dict], LineLabels]:
+        nonlocal records, numbers
+        done = records, LineLabels(numbers)
+        records, numbers = [], []
+        return done
+
+    return read_batches(stream, take, batch)
+
+
+def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Callable[[], T]) -> Iterator[T]:
+    """Parse an NDJSON stream, handing each record to ``take(record, line_no)`` and yielding ``batch()`` at the
+    end of each batch: at 10,000 lines, 32 MiB, end of input, or whenever the input has gone quiet after a
+    whole line (so a live stream is logged as it arrives). Blank lines are skipped; a line that is not a JSON
+    object raises ``BadInput`` with its number."""
     pending = b""
     line_no = 0
-    records: list = []
-    numbers: list[int] = []
+    taken = 0
     batch_bytes = 0
     read = _reader(stream)
+    loads, error = orjson.loads, orjson.JSONDecodeError
     while True:
         data = read(_READ)
         eof = not data
@@ -76,21 +95,21 @@ def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
             if not raw or raw.isspace():
                 continue
             try:
-                record = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
+                record = loads(raw)
+            except error as exc:
                 reason = "not valid UTF-8" if "utf-8" in str(exc).lower() else "not valid JSON"
                 raise BadInput(f"line {line_no}: {reason}") from None
             if type(record) is not dict:
                 raise BadInput(f"line {line_no}: expected a JSON object with kind and text")
-            records.append(record)
-            numbers.append(line_no)
+            take(record, line_no)
+            taken += 1
             batch_bytes += len(raw)
-            if len(records) >= BATCH_LINES or batch_bytes >= BATCH_BYTES:
-                yield records, LineLabels(numbers)
-                records, numbers, batch_bytes = [], [], 0
+            if taken >= BATCH_LINES or batch_bytes >= BATCH_BYTES:
+                yield batch()
+                taken, batch_bytes = 0, 0
         # a live stream is logged as it arrives, but never while a line is half-written: its writer is mid-line
-        if records and (eof or (len(data) < _READ and not pending and not _more_waiting(stream))):
-            yield records, LineLabels(numbers)
-            records, numbers, batch_bytes = [], [], 0
+        if taken and (eof or (len(data) < _READ and not pending and not _more_waiting(stream))):
+            yield batch()
+            taken, batch_bytes = 0, 0
         if eof:
             return

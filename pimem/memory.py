@@ -127,10 +127,15 @@ class Memory:
 
     # ---- writing -----------------------------------------------------------------------------------------
 
+    @property
+    def text_cap(self) -> int:
+        """Bytes of text above which a message is refused (``max_text_bytes``; tool output is trimmed)."""
+        return int(self.config.get("max_text_bytes", msgs.DEFAULT_CAP))
+
     def prepare(self, records: Iterable[dict], labels: Sequence[str] | None = None) -> list[dict]:
         """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels[n]`` if given)
         before anything is written. Records without a date get one timestamp for the whole batch."""
-        cap = int(self.config.get("max_text_bytes", msgs.DEFAULT_CAP))
+        cap = self.text_cap
         records = records if isinstance(records, list) else list(records)
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
@@ -153,6 +158,18 @@ class Memory:
         with self.lock(timeout):
             start = self.log.seal()
             ids = self.log.write(batch, start)
+            self._after_append(start, batch)
+        return ids
+
+    def append_encoded(self, runs: list[tuple[str, int]], lines, batch: Sequence[dict],
+                       timeout: float | None = None) -> list[int]:
+        """``append`` for a batch validated and encoded elsewhere (``pimem.bulk``): ``runs`` are its day runs
+        ``(day, count)``, ``lines(start, first, stop)`` the stored lines of its messages ``first…stop-1``
+        numbered from ``start``, ``batch`` its messages as the derived state reads them."""
+        homes.ensure_dir(self.path / "main")
+        with self.lock(timeout):
+            start = self.log.seal()
+            ids = self.log.write_runs(runs, start, lambda first, stop: lines(start, first, stop))
             self._after_append(start, batch)
         return ids
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterable, Iterator
 
 import orjson
 
@@ -307,6 +307,18 @@ class Log:
 
         Consecutive messages of one day are written with one ``write``; runs are written in ``i`` order so a
         crash leaves a prefix of the batch, never a gap. Returns the ``i`` of each message."""
+        dumps = orjson.dumps
+
+        def lines(first: int, stop: int) -> bytes:
+            run = [b'{"i":%d,' % (start + n) + dumps(messages[n])[1:] for n in range(first, stop)]
+            run.append(b"")  # join() then ends the data with a newline without copying it again
+            return b"\n".join(run)
+
+        return self.write_runs(day_runs(msg["date"] for msg in messages), start, lines)
+
+    def write_runs(self, runs: list[tuple[str, int]], start: int, lines: Callable[[int, int], bytes]) -> list[int]:
+        """``write`` for messages given as day runs ``(day, count)`` in order, where ``lines(first, stop)``
+        gives the stored lines of the batch's messages ``first…stop-1`` (numbered from ``start``)."""
         ensure_dir(self.dir)
         self.begin_write()
         fds: dict[str, int] = {}
@@ -314,28 +326,20 @@ class Log:
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there
         try:
             # open every file first, so the new ones' names are made durable with one directory flush
-            for day in dict.fromkeys(msg["date"][:10] for msg in messages):  # day_of, inlined
-                path = self.dir / f"{day}.jsonl"
-                if not path.exists():
+            for day in dict.fromkeys(day for day, _ in runs):
+                path = f"{self.dir}/{day}.jsonl"
+                if not os.path.exists(path):
                     created.add(day)
                 fds[day] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             if created:
                 _fsync_dir(self.dir)
-            run_day, run = None, []
-            for n, msg in enumerate(messages):
-                day = msg["date"][:10]
-                if day != run_day:
-                    if run:
-                        # a later file must never keep messages whose predecessors an earlier file lost in a
-                        # power cut: this run is durable before the next file is written
-                        _write_durably(fds[run_day], run)
-                        run = []
-                    run_day = day
-                    spans.setdefault(day, [start + n, 0])
-                spans[day][1] = start + n
-                run.append(b'{"i":%d,' % (start + n) + orjson.dumps(msg)[1:])
-            if run:
-                _write_durably(fds[run_day], run)
+            n = 0
+            for day, count in runs:
+                # a later file must never keep messages whose predecessors an earlier file lost in a power cut:
+                # each run is durable before the next file is written
+                _write_durably(fds[day], lines(n, n + count))
+                spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
+                n += count
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -349,7 +353,7 @@ class Log:
                 continue  # an older file we know nothing about: read its ends when asked
             self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, last, False)
         self.save_ranges()
-        return list(range(start, start + len(messages)))
+        return list(range(start, start + n))
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -451,13 +455,28 @@ def _last_i(f, size: int) -> tuple[int | None, bool]:
 _datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
 
 
-def _write_durably(fd: int, lines: list[bytes]) -> None:
-    """Append lines to a file and flush them to disk."""
-    lines.append(b"")  # join() then ends the data with a newline without copying it again
-    view = memoryview(b"\n".join(lines))
+def _write_durably(fd: int, data: bytes) -> None:
+    """Append data to a file and flush it to disk."""
+    view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
     _datasync(fd)
+
+
+def day_runs(dates: Iterable[str]) -> list[tuple[str, int]]:
+    """``(day, count)`` for each run of consecutive messages whose dates fall on one day (the file they go to
+    is named by the date part of the date string)."""
+    runs: list[tuple[str, int]] = []
+    day, count = None, 0
+    for date in dates:
+        if date[:10] != day:
+            if count:
+                runs.append((day, count))
+            day, count = date[:10], 0
+        count += 1
+    if count:
+        runs.append((day, count))
+    return runs
 
 
 def _fsync_dir(path: Path) -> None:

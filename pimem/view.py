@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import orjson
 
@@ -531,39 +531,34 @@ class Views:
             self.view.push_many(leaves)
             self.cview.push_many(leaves)
 
-    def push_messages(self, messages: Iterable[dict], line_bytes: int,
-                      stored_leaf: Callable[[int], str | None] | None = None) -> None:
-        """``push`` the leaves of the next messages (``kind``, ``text``, ``size``): a message whose line fits
-        in ``line_bytes`` is its own leaf, verbatim; a longer one is ``stored_leaf(i)`` (None: unbuilt).
-        Free leaves are pushed ``UNLOADED`` (their text is the log's), and read only when a line needs it;
-        while no node is stored (``free_join_bytes`` set, no tree seen) pairs are decided by size alone."""
+    def push_leaves(self, sizes: Sequence[int], leaf_text: Callable[[int], str], line_bytes: int,
+                    stored_leaf: Callable[[int], str | None] | None = None) -> None:
+        """``push`` the leaves of the next messages, given by their ``size``: a message whose line fits in
+        ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a longer one is
+        ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is the log's) and
+        their text is asked for only when a line needs it; while no node is stored (``free_join_bytes`` set,
+        no tree seen) pairs are decided by size alone."""
+        T = self.T
         if self.view.cost is not line_bytes_cost:
-            def leaf(i: int, msg: dict) -> tuple:
-                return free_leaf_of(msg, line_bytes, stored_leaf, i)
-
-            self.push(leaf(i, msg) for i, msg in enumerate(messages, self.T))
+            self.push((leaf_text(k), size) if size <= line_bytes else (None if stored_leaf is None else stored_leaf(T + k), None)
+                      for k, size in enumerate(sizes))
             return
         free_bytes = self.free_join_bytes if not self.tree_seen else None
-        source = iter(messages)
-        while True:
-            chunk = list(itertools.islice(source, PUSH_CHUNK))
-            if not chunk:
-                return
+        for done in range(0, len(sizes), PUSH_CHUNK):
             leaves = []
             add = leaves.append
-            for i, msg in enumerate(chunk, self.view.T):  # (line_bytes_cost, inlined: this runs once per message)
-                size = msg["size"]
+            for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):  # (line_bytes_cost, inlined)
                 if size <= line_bytes:
                     add((UNLOADED, len(str(i)) + 4 + size))
                 else:
                     text = None if stored_leaf is None else stored_leaf(i)
                     add((text, line_bytes_cost(0, i, text, None)))
 
-            def leaf_text(k: int, chunk: list[dict] = chunk) -> str:
-                return f"{chunk[k]['kind']}: {chunk[k]['text']}"
+            def chunk_text(k: int, done: int = done) -> str:
+                return leaf_text(done + k)
 
-            self.view.push_many(leaves, leaf_text, free_bytes)
-            self.cview.push_many(leaves, leaf_text, free_bytes)
+            self.view.push_many(leaves, chunk_text, free_bytes)
+            self.cview.push_many(leaves, chunk_text, free_bytes)
 
     def built(self, l: int, i: int, text: str) -> None:
         for v in self.both():
@@ -779,8 +774,11 @@ def _catch_up(mem, views: Views, upto: int) -> None:
                     v.built(l, i, found)
             v.unblock_all()
             v.fit()
-    if views.T < upto:
-        views.push_messages(mem.messages(views.T, upto), line_bytes, _stored_leaf(tree, views))
+    while views.T < upto:
+        batch = list(mem.messages(views.T, min(upto, views.T + PREFETCH_MESSAGES)))
+        if not batch:
+            break
+        push_messages(views, batch, line_bytes, _stored_leaf(tree, views))
 
 
 def _stored_leaf(tree, views: Views) -> Callable[[int], str | None] | None:
@@ -790,19 +788,25 @@ def _stored_leaf(tree, views: Views) -> Callable[[int], str | None] | None:
     return lambda i: tree.stored(0, i, i + 1)
 
 
-def free_leaf_of(msg: dict, line_bytes: int, stored_leaf: Callable[[int], str | None] | None,
-                 i: int) -> tuple[str | None, int | None]:
-    """The leaf line ``(text, size)`` of message ``i``: its text verbatim when free, else a stored summary,
-    else None (a placeholder)."""
-    if msg["size"] <= line_bytes:
-        return f"{msg['kind']}: {msg['text']}", msg["size"]
-    return (None if stored_leaf is None else stored_leaf(i)), None
+def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
+                  stored_leaf: Callable[[int], str | None] | None) -> None:
+    """Push the leaves of the next messages (``kind``, ``text``, ``size``; a batch may carry its sizes as
+    ``.sizes`` and build its messages only when asked)."""
+    sizes = getattr(batch, "sizes", None)
+    if sizes is None:
+        sizes = [msg["size"] for msg in batch]
+
+    def leaf_text(k: int) -> str:
+        msg = batch[k]
+        return f"{msg['kind']}: {msg['text']}"
+
+    views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf)
 
 
-def push_batch(mem, start: int, batch: list[dict]) -> None:
+def push_batch(mem, start: int, batch: Sequence[dict]) -> None:
     """After messages ``start…`` were logged (writer lock held): push their leaves and save."""
     views = current(mem, upto=start, save=False)
-    views.push_messages(batch, int(mem.config["line_bytes"]), _stored_leaf(mem.tree, views))
+    push_messages(views, batch, int(mem.config["line_bytes"]), _stored_leaf(mem.tree, views))
     save(mem, views)
 
 

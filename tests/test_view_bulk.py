@@ -1,4 +1,4 @@
-"""Pushing many leaves at once (``Views.push_messages``, what ``append`` and catching up use) gives exactly the
+"""Pushing many leaves at once (``view.push_messages``, what ``append`` and catching up use) gives exactly the
 views that pushing and fitting one leaf at a time gives: the same lines, texts, costs, blocked pairs, batch
 state and change count, whatever the chunking, the budgets, and whether a tree is stored or not."""
 
@@ -60,7 +60,10 @@ def make(log: Log, hi: int, chi: int, stored_any: bool) -> Views:
 def one_at_a_time(log: Log, views: Views) -> None:
     """The reference: each leaf pushed, then each view fitted, as views were always updated."""
     for msg in log.messages:
-        leaf = views_module.free_leaf_of(msg, LINE_BYTES, log.stored_leaf if views.tree_seen else None, msg["i"])
+        if msg["size"] <= LINE_BYTES:
+            leaf = f"{msg['kind']}: {msg['text']}", msg["size"]
+        else:
+            leaf = (log.stored_leaf(msg["i"]) if views.tree_seen else None), None
         for v in views.both():
             v.push(*leaf)
             if v.shrinking or v.total > v.hi:
@@ -90,8 +93,8 @@ def test_bulk_push_equals_one_at_a_time(sizes, hi, chi, chunk, with_tree, seed):
     for start in range(0, len(sizes), chunk):  # batches as append gives them
         views_module.PUSH_CHUNK, saved = max(1, chunk // 3), views_module.PUSH_CHUNK
         try:
-            bulk.push_messages(log.messages[start:start + chunk], LINE_BYTES,
-                               log.stored_leaf if with_tree else None)
+            views_module.push_messages(bulk, log.messages[start:start + chunk], LINE_BYTES,
+                                       log.stored_leaf if with_tree else None)
         finally:
             views_module.PUSH_CHUNK = saved
     for a, b in zip(reference.both(), bulk.both()):
@@ -104,7 +107,7 @@ def test_a_bulk_push_past_twice_the_budget_leaves_free_lines_unloaded_and_reads_
     small), and the text is read back from the log when a reader renders the line."""
     log = Log([100, 150, 600, 120, 90, 80, 300, 310] * 50, set())
     bulk = make(log, 300, 100, False)
-    bulk.push_messages(log.messages, LINE_BYTES)
+    views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
     assert any(line[2] is UNLOADED for line in bulk.view.lines)
     reference = make(log, 300, 100, False)
     one_at_a_time(log, reference)
@@ -118,7 +121,7 @@ def test_pairs_whose_join_is_exactly_a_line_merge_and_one_byte_more_do_not():
     log = Log(sizes, set())
     reference, bulk = make(log, 200, 100, False), make(log, 200, 100, False)
     one_at_a_time(log, reference)
-    bulk.push_messages(log.messages, LINE_BYTES)
+    views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
     for a, b in zip(reference.both(), bulk.both()):
         assert state(a) == state(b)
     assert any(l == 1 for l, _, _, _ in bulk.view.lines) and any(l == 0 for l, _, _, _ in bulk.view.lines)

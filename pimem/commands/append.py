@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import ingest, output
+from .. import bulk, ingest, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
@@ -59,9 +59,13 @@ def command(
 def _append_stream(name: str, json: bool, timeout: float | None, home: str | None) -> None:
     mem = Memory.at(name, home)
     logged = 0
-    batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
+    if bulk.available():
+        logging = bulk.append_ndjson(mem, sys.stdin.buffer, timeout)
+    else:
+        batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
+        logging = mem.append_stream(batches, timeout)
     try:
-        for ids in mem.append_stream(batches, timeout):
+        for ids in logging:
             _print_ids(ids, json)
             logged += len(ids)
     except BadInput as exc:

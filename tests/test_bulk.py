@@ -1,0 +1,108 @@
+"""``append --ndjson`` with a reader process (``pimem.bulk``) logs exactly what the single-process road logs:
+the same files, numbers, view and errors; and a writer that fails stops its reader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import orjson
+import pytest
+
+from bench.synth import messages
+from pimem import bulk, ingest
+from pimem.memory import Memory
+
+from conftest import pimem_cmd, snapshot, subprocess_env
+
+
+def stream(n: int, seed: int = 5) -> bytes:
+    """Synthetic agent traffic over several days, some records without a date or with kind aliases."""
+    out = []
+    for k, msg in enumerate(messages(n, seed=seed)):
+        if k % 7 == 3:
+            msg.pop("date")
+        if k % 11 == 5 and msg["kind"] == "pi":
+            msg["kind"] = "assistant"
+        out.append(orjson.dumps(msg))
+        if k % 13 == 0:
+            out.append(b"  ")  # blank lines are skipped but counted
+    return b"\n".join(out) + b"\n"
+
+
+def both_roads(run, home, monkeypatch, data: bytes):
+    """The command through the reader process, then through the thread (``bulk`` unavailable)."""
+    results = []
+    for name, forked in (("forked", True), ("threaded", False)):
+        monkeypatch.setattr(bulk, "available", lambda forked=forked: forked)
+        out = run("append", name, "--ndjson", input=data)
+        results.append((out.exit_code, out.stdout, out.stderr, snapshot(home / name)))
+    return results
+
+
+@pytest.mark.parametrize("batch_lines", [1, 7, 10_000])
+def test_the_reader_process_logs_the_same_bytes_as_one_process(run, home, monkeypatch, batch_lines):
+    monkeypatch.setattr(ingest, "BATCH_LINES", batch_lines)
+    data = stream(400)
+    (code, out, err, forked), (code2, out2, err2, threaded) = both_roads(run, home, monkeypatch, data)
+    assert code == code2 == 0 and err == err2 == ""
+    assert out == out2 == "".join(f"{i}\n" for i in range(400))
+    assert forked == threaded and len(forked) > 5  # day files, ranges.json, view.json: byte for byte
+
+
+@pytest.mark.parametrize("bad", [b'{"kind": "user", "text": ', b'{"kind": "robot", "text": "x"}', b'{"kind": "user", "text": "x", "date": "May"}'])
+def test_a_bad_line_refuses_its_batch_after_the_batches_before_it_were_logged(run, home, monkeypatch, bad):
+    monkeypatch.setattr(ingest, "BATCH_LINES", 50)
+    lines = stream(200).split(b"\n")
+    lines[130] = bad
+    data = b"\n".join(lines)
+    (code, out, err, forked), (code2, out2, err2, threaded) = both_roads(run, home, monkeypatch, data)
+    assert code == code2 == 2
+    assert (out, err) == (out2, err2) and "that batch was refused" in err and "line 131" in err
+    assert forked == threaded and Memory.open("forked").count() == len(out.split())
+
+
+def test_the_first_unparsable_line_of_a_batch_is_named_even_after_a_bad_message(run, home, monkeypatch):
+    """As ``Memory.prepare`` sees a batch: it is parsed whole before its messages are checked."""
+    data = b'{"kind":"user","text":"a"}\n{"kind":"robot","text":"b"}\n{"kind":\n'
+    (code, _, err, _), (code2, _, err2, _) = both_roads(run, home, monkeypatch, data)
+    assert code == code2 == 2 and err == err2 == "pimem: error: line 3: not valid JSON\n"
+
+
+def test_a_writer_that_cannot_get_the_lock_stops_its_reader_on_a_live_stream(home):
+    """The reader waits on stdin that never ends; when the writer gives up (exit 4) it must not be left
+    behind, nor keep the command from exiting."""
+    Memory.at("main").append([{"kind": "user", "text": "hi"}])
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from pimem import Memory\n"
+                               "with Memory.at('main').lock():\n print('locked', flush=True); time.sleep(60)"],
+                              env=subprocess_env(), stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson", "--timeout", "0.5"), env=subprocess_env(),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.stdin.write(b'{"kind":"user","text":"live"}\n')
+        proc.stdin.flush()  # and the stream stays open
+        start = time.monotonic()
+        assert proc.wait(timeout=30) == 4
+        assert time.monotonic() - start < 20
+        assert b"locked by another writer" in proc.stderr.read()
+        proc.stdin.close()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert Memory.open("main").count() == 1
+
+
+def test_a_live_stream_is_logged_as_it_arrives(home):
+    proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson"), env=subprocess_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for k in range(3):
+            proc.stdin.write(b'{"kind":"user","text":"turn %d"}\n' % k)
+            proc.stdin.flush()
+            assert proc.stdout.readline() == b"%d\n" % k  # acknowledged before the next line is sent
+    finally:
+        proc.stdin.close()
+    assert proc.wait(timeout=30) == 0
+    assert [m["text"] for m in Memory.open("main").messages()] == ["turn 0", "turn 1", "turn 2"]
