@@ -70,7 +70,18 @@ def _key(f: Finding) -> tuple:
 
 
 def _run_checks(mem: Memory) -> list[Finding]:
-    return check_log(mem) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
+    return check_log(mem) + check_ranges(mem) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
+
+
+def check_ranges(mem: Memory) -> list[Finding]:
+    """ranges.json (derived): readers take the day files' sizes from it when no write can have happened since
+    it was written, so what it records must be what the files are (a file changed other than by pimem)."""
+    wrong = mem.log.stale_ranges()
+    if not wrong:
+        return []
+    return [Finding(mem.name, "log", "ranges.json", f"records {len(wrong)} day file(s) otherwise than they are "
+                    f"({wrong[0]} first), so readers miss what changed", repair="write it again from the day files",
+                    action=lambda m: m.log.rewrite_ranges())]
 
 
 def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern) -> Iterator[tuple[str, bytes, object]]:

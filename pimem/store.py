@@ -216,6 +216,30 @@ class Log:
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
 
+    def stale_ranges(self) -> list[str]:
+        """The day files that ranges.json records otherwise than they are, if readers would trust it (for
+        fsck; every file is looked at afresh)."""
+        names = self._names()
+        if not Log(self.dir)._trusted(names):
+            return []
+        recorded = self._read_saved()[0]
+        fresh = Log(self.dir)
+        fresh._loaded = True  # nothing from ranges.json: stat and read each file's ends
+        wrong = []
+        for name in names:
+            now, then = fresh._file_info(name), recorded[name]
+            if (now.size, now.first, now.last) != (then.size, then.first, then.last):
+                wrong.append(name)
+        return wrong
+
+    def rewrite_ranges(self) -> None:
+        """Write ranges.json again from the day files themselves (writers only, under the writer lock)."""
+        self._info, self._loaded = {}, True
+        for name in self._names():
+            self._file_info(name)
+        self.begin_write()
+        self.save_ranges()
+
     # ---- files -------------------------------------------------------------------------------------------
 
     def files(self) -> list[Path]:

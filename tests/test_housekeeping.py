@@ -143,6 +143,21 @@ def test_fsck_all_memories_and_unknown_names(run, home, two):
     assert not (home / "nope").exists()
 
 
+def test_fsck_finds_a_day_file_changed_behind_ranges_json_and_repair_rewrites_it(run, home, two):
+    """Readers trust ranges.json when no pimem write can have happened since; a file changed by something else
+    is what fsck is for."""
+    day = next((home / "old" / "main").glob("*.jsonl"))
+    with open(day, "ab") as f:
+        f.write(b'{"i":2,"kind":"user","text":"appended by hand","size":22,"date":"2026-10-08T09:31:00+08:00"}\n')
+    assert run("message", "old", "2").exit_code == 3  # not seen: the sizes come from ranges.json
+    out = run("fsck", "old")
+    assert out.exit_code == 5
+    assert f"old: log: ranges.json: problem: records 1 day file(s) otherwise than they are ({day.name} first)" in out.stdout
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("fsck", "old").stdout == "old: ok (3 messages)\n"
+    assert run("message", "old", "2").stdout == "appended by hand\n"
+
+
 def test_fsck_checks_tree_nodes(run, home, two):
     tree = home / "old" / "tree"
     tree.mkdir()
