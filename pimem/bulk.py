@@ -70,11 +70,13 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
         fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
     except (ImportError, AttributeError, OSError):
         pass  # a smaller pipe only means more switches
+    writer = os.getpid()
     pid = os.fork()
     if pid == 0:  # the reader: whatever happens, it ends here and never returns into the caller
         status = 1
         try:
             os.close(read_end)
+            _end_with(writer)
             status = _read(mem, stream, write_end)
         finally:
             os._exit(status)
@@ -106,6 +108,21 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
             except ProcessLookupError:
                 pass
         os.waitpid(pid, 0)
+
+
+def _end_with(writer: int) -> None:
+    """Have the kernel end this reader if the writer dies (killed, say, while stdin stays open), so it does
+    not linger waiting for input nobody will log. Linux only; elsewhere it ends at its next send."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (ImportError, OSError, AttributeError):
+        return
+    if os.getppid() != writer:  # it died before that took effect
+        os._exit(1)
 
 
 def _read(mem, stream: BinaryIO, out: int) -> int:

@@ -106,3 +106,34 @@ def test_a_live_stream_is_logged_as_it_arrives(home):
         proc.stdin.close()
     assert proc.wait(timeout=30) == 0
     assert [m["text"] for m in Memory.open("main").messages()] == ["turn 0", "turn 1", "turn 2"]
+
+
+def test_a_killed_writer_takes_its_reader_with_it(home):
+    """SIGKILL the command while its stdin stays open: nothing is left running (the reader would otherwise
+    wait on stdin for ever)."""
+    import os
+    import signal
+
+    proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson"), env=subprocess_env(),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdin.write(b'{"kind":"user","text":"hi"}\n')
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b"0\n"
+    children = open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()
+    assert len(children) == 1
+    reader = int(children[0])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{reader}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state == "Z":  # dead, waiting for whoever adopted it to reap it
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the reader outlived its writer")
+    proc.stdin.close()
+    assert Memory.open("main").count() == 1
