@@ -198,7 +198,9 @@ class View:
 
     def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
                   free_bytes: int | None = None) -> None:
-        """``push`` then ``fit`` for each leaf ``(text, cost)`` in turn. A free leaf's text may be left
+        """``push`` then ``fit`` for each leaf line ``(0, i, text, cost)`` in turn (from ``i == T``; both views
+        may hold the same line tuples, which saves memory when they hold a line per message). A free leaf's
+        text may be left
         ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of ``leaves[k]`` when a
         line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds exactly the pairs whose
         two lines joined by a newline fit in that many bytes (a memory with no stored node), so pairs can be
@@ -206,7 +208,7 @@ class View:
         k, n = 0, len(leaves)
         while k < n:
             if self.n_ready or self.total <= self.flood_line():
-                text, cost = leaves[k]
+                _, _, text, cost = leaves[k]
                 if text is UNLOADED:
                     text = leaf_text(k)
                 k += 1
@@ -233,14 +235,14 @@ class View:
         n = len(leaves)
         try:
             while k < n:
-                text, cost = leaves[k]
-                if text is UNLOADED and free_bytes is None:
-                    text = leaf_text(k)
+                line = leaves[k]
+                if line[2] is UNLOADED and free_bytes is None:
+                    line = (0, line[1], leaf_text(k), line[3])
                 k += 1
-                i = T
-                lines.append((0, i, text, cost))
+                i = line[1]
+                lines.append(line)
                 starts.append(i)
-                total += cost
+                total += line[3]
                 T += 1
                 changes += 1
                 l = 0
@@ -527,7 +529,7 @@ class Views:
             chunk = list(itertools.islice(source, PUSH_CHUNK))
             if not chunk:
                 return
-            leaves = [(text, cost(0, i, text, size)) for i, (text, size) in enumerate(chunk, self.view.T)]
+            leaves = [(0, i, text, cost(0, i, text, size)) for i, (text, size) in enumerate(chunk, self.view.T)]
             self.view.push_many(leaves)
             self.cview.push_many(leaves)
 
@@ -549,10 +551,10 @@ class Views:
             add = leaves.append
             for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):  # (line_bytes_cost, inlined)
                 if size <= line_bytes:
-                    add((UNLOADED, len(str(i)) + 4 + size))
+                    add((0, i, UNLOADED, len(str(i)) + 4 + size))
                 else:
                     text = None if stored_leaf is None else stored_leaf(i)
-                    add((text, line_bytes_cost(0, i, text, None)))
+                    add((0, i, text, line_bytes_cost(0, i, text, None)))
 
             def chunk_text(k: int, done: int = done) -> str:
                 return leaf_text(done + k)
