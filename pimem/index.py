@@ -299,27 +299,15 @@ class Index:
 
     # ---- lookups -----------------------------------------------------------------------------------------
 
-    def locate(self, i: int) -> tuple[Path, int, int] | None:
-        """Where message ``i`` is stored: ``(file, byte offset, length)``, or None if not indexed (yet)."""
-        row = self.db.execute("SELECT file, offset, length FROM msgs WHERE i = ?", (i,)).fetchone()
-        if row is None:
-            return None
-        return self.log.dir / self._file_name(row[0]), row[1], row[2]
-
     def message(self, i: int) -> dict | None:
         """Message ``i`` read straight from its line, or None when the index cannot say (not indexed yet,
         or no index file); never a message other than ``i``."""
-        found = self._checked(i)
-        return found[1] if found else None
-
-    def _checked(self, i: int) -> tuple[tuple[Path, int, int], dict] | None:
-        """Where message ``i`` is and the message, read from the log and checked to be ``i``."""
         try:
-            where = self.locate(i)
-            msg = self.read(*where) if where is not None else None
+            row = self.db.execute("SELECT file, offset, length FROM msgs WHERE i = ?", (i,)).fetchone()
+            msg = self.read_row(*row) if row is not None else None
         except (sqlite3.DatabaseError, OSError):
             return None
-        return (where, msg) if msg is not None and msg.get("i") == i else None
+        return msg if msg is not None and msg.get("i") == i else None
 
     def _file_name(self, fid: int) -> str:
         name = self._file_names.get(fid)
@@ -328,20 +316,18 @@ class Index:
             name = self._file_names[fid]
         return name
 
-    def read(self, path: Path, offset: int, length: int) -> dict | None:
-        """The message at a byte range of a log file (files stay open for the next read)."""
-        handle = self._handles.get(path)
+    def read_row(self, fid: int, offset: int, length: int) -> dict | None:
+        """The message at a byte range of the log file with id ``fid`` (files stay open for the next read; a
+        search reads thousands of candidates)."""
+        handle = self._handles.get(fid)
         if handle is None:
-            handle = self._handles[path] = open(path, "rb", buffering=0)
+            handle = self._handles[fid] = open(f"{self.log.dir}/{self._file_name(fid)}", "rb", buffering=0)
         handle.seek(offset)
         try:
             msg = orjson.loads(handle.read(length))
         except orjson.JSONDecodeError:
             return None
         return msg if type(msg) is dict else None
-
-    def read_row(self, fid: int, offset: int, length: int) -> dict | None:
-        return self.read(self.log.dir / self._file_name(fid), offset, length)
 
     def terms_with_prefix(self, table: str, prefix: str, limit: int) -> list[str] | None:
         """The index's trigrams in ``table`` that start with ``prefix`` (already case-folded), or None when

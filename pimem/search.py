@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from operator import itemgetter
 import re
 from datetime import datetime
 from typing import Iterable, Iterator
@@ -151,7 +152,7 @@ def _candidates(index, folded: list[str], any_term: bool, filters: _Filters) -> 
             streams.append(index.db.execute(sql, [expr, *params]))
     if len(streams) == 1:
         return iter(streams[0])
-    return heapq.merge(*streams, key=lambda row: -row[0])
+    return heapq.merge(*streams, key=itemgetter(0), reverse=True)  # (each stream is newest first)
 
 
 def _table_expr(index, table: str, folded: list[str], any_term: bool):
