@@ -140,7 +140,7 @@ class Index:
         self.log = log
         self._db: sqlite3.Connection | None = None
         self._file_names: dict[int, str] = {}
-        self._handles: dict[int, object] = {}
+        self._fds: dict[int, int] = {}  # open log files by file id
 
     # ---- connection --------------------------------------------------------------------------------------
 
@@ -199,9 +199,9 @@ class Index:
             raise
 
     def close(self) -> None:
-        for handle in self._handles.values():
-            handle.close()
-        self._handles.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -319,12 +319,11 @@ class Index:
     def read_row(self, fid: int, offset: int, length: int) -> dict | None:
         """The message at a byte range of the log file with id ``fid`` (files stay open for the next read; a
         search reads thousands of candidates)."""
-        handle = self._handles.get(fid)
-        if handle is None:
-            handle = self._handles[fid] = open(f"{self.log.dir}/{self._file_name(fid)}", "rb", buffering=0)
-        handle.seek(offset)
+        fd = self._fds.get(fid)
+        if fd is None:
+            fd = self._fds[fid] = os.open(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
         try:
-            msg = orjson.loads(handle.read(length))
+            msg = orjson.loads(os.pread(fd, length, offset))
         except orjson.JSONDecodeError:
             return None
         return msg if type(msg) is dict else None
