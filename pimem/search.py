@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from operator import itemgetter
 import re
 from datetime import datetime
 from typing import Iterable, Iterator
@@ -134,7 +133,7 @@ def _size(index) -> int:
 def _candidates(index, folded: list[str], any_term: bool, filters: _Filters) -> Iterator[tuple]:
     """Rows ``(i, file, offset, length, kind, epoch)`` that may match, highest ``i`` first."""
     tables = sorted({table_of(k) for k in filters.kinds})
-    streams = []
+    parts, params = [], []
     for table in tables:
         expr = _table_expr(index, table, folded, any_term)
         if expr is _NOTHING:
@@ -143,16 +142,15 @@ def _candidates(index, folded: list[str], any_term: bool, filters: _Filters) -> 
             where, params = filters.sql(None, "m.i")
             sql = f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM msgs m WHERE {where} ORDER BY m.i DESC"
             return iter(index.db.execute(sql, params))
-        where, params = filters.sql(table, "f.rowid")
+        where, where_params = filters.sql(table, "f.rowid")
         for schema in SCHEMAS:  # each message's text is in one of the index's two files
-            sql = (
-                f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM {schema}.{table} AS f "
-                f"JOIN main.msgs m ON m.i = f.rowid WHERE f.{table} MATCH ? AND {where} ORDER BY f.rowid DESC"
-            )
-            streams.append(index.db.execute(sql, [expr, *params]))
-    if len(streams) == 1:
-        return iter(streams[0])
-    return heapq.merge(*streams, key=itemgetter(0), reverse=True)  # (each stream is newest first)
+            parts.append(f"SELECT f.rowid, m.file, m.offset, m.length, m.kind, m.epoch FROM {schema}.{table} AS f "
+                         f"JOIN main.msgs m ON m.i = f.rowid WHERE f.{table} MATCH ? AND {where}")
+            params += [expr, *where_params]
+    if not parts:
+        return iter(())
+    # one statement: each part comes from FTS5 in rowid order, so SQLite merges them instead of sorting
+    return iter(index.db.execute(" UNION ALL ".join(parts) + " ORDER BY 1 DESC", params))
 
 
 def _table_expr(index, table: str, folded: list[str], any_term: bool):
