@@ -358,3 +358,18 @@ def test_append_does_not_import_sqlite(home):
     )
     out = subprocess.run([sys.executable, "-c", probe], env=subprocess_env(), capture_output=True, text=True)
     assert out.stdout == "0\nFalse\n"
+
+
+def test_an_index_of_one_file_from_the_previous_version_is_rebuilt_not_doubled(run, mem):
+    """Version 2 kept every text in index.sqlite; kept as is, the second file would index the odd-numbered
+    ones again and they would be found twice."""
+    run("search", "staging")
+    mem.close()
+    os.unlink(mem.path / "index-1.sqlite")
+    db = sqlite3.connect(mem.path / "index.sqlite")
+    for i in range(1, 7, 2):  # as version 2 held them: odd-numbered texts in index.sqlite too
+        db.execute("INSERT INTO talk (rowid, text) VALUES (?, ?)", (i, MESSAGES[i]["text"].lower() + "\n\n"))
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    assert ids(run("search", "staging", "--json")) == [5, 4, 0]
