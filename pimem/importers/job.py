@@ -228,8 +228,6 @@ class _File:
             from ..home import ensure_dir
 
             ensure_dir(self.mem.path / "main")
-        if batch:
-            self.logged()  # (a first round meanwhile opens or creates the index while this batch is written)
         with self.mem.lock(self.timeout):
             self.state.sync()
             fresh, keys, seen = [], [], set()
