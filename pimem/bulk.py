@@ -3,13 +3,13 @@ process writes the batches it sends.
 
 Python runs one thread at a time, and a bulk append is mostly parsing, checking and encoding messages (about
 two thirds of its work) with writing, flushing and the view's upkeep as the rest. A forked reader does the
-first part: it reads stdin in the same batches as ``ingest.ndjson_batches``, checks each with
-``Memory.prepare`` and sends it over a pipe as stored lines without their ``i`` (the writer numbers them
-under the lock, as ever), with each message's size and the batch's day runs. The reader never touches the
-memory's files, the lock or stdout, so everything that makes an append safe stays in one process: a bad line
-refuses its whole batch (the reader sends the error in its place, after the batches before it), each batch is
-written in ``i`` order with one flush per day file, and acknowledged only when durable. Where ``fork`` does
-not exist, ``Memory.append_stream`` does the same with a thread.
+first part: it reads stdin in the same batches as ``ingest.ndjson_batches``, checks each record as
+``Memory.prepare`` does, and sends each batch over a pipe as stored lines without their ``i`` (the writer
+numbers them under the lock, as ever), with each message's size and the batch's day runs. The reader never
+touches the memory's files, the lock or stdout, so everything that makes an append safe stays in one process:
+a bad line refuses its whole batch (the reader sends the error in its place, after the batches before it),
+each batch is written in ``i`` order with one flush per day file, and acknowledged only when durable. Where
+``fork`` does not exist, ``Memory.append_stream`` does the same with a thread.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import orjson
 
 from . import env, ingest, when
 from .errors import BadInput
+from .memory import collector_resting
 from .message import normalise
 
 dumps = orjson.dumps
@@ -83,7 +84,7 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
     os.close(write_end)
     finished = False
     try:
-        with open(read_end, "rb", buffering=0) as pipe:
+        with collector_resting(), open(read_end, "rb", buffering=0) as pipe:
             while True:
                 frame = _receive(pipe)
                 if frame is None:
@@ -129,7 +130,7 @@ def _read(mem, stream: BinaryIO, out: int) -> int:
     """The reader's work: each batch checked whole and sent, or the reason it was refused; 0 when done."""
     import gc
 
-    gc.disable()  # many small acyclic objects held for a moment (see Memory.append_stream)
+    gc.disable()  # (see memory.collector_resting)
     encoder = _Encoder(mem.text_cap)
     try:
         try:

@@ -56,6 +56,21 @@ def save_home_config(home: str | os.PathLike | None, changes: dict) -> None:
     homes.write_atomic(root / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
 
 
+@contextlib.contextmanager
+def collector_resting():
+    """The cycle collector off for a bulk stream: its batches are many small, acyclic objects held for a moment
+    (and the views a line per message), which it would keep walking for nothing (a tenth of the CPU)."""
+    import gc
+
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 class Memory:
     """One named memory under a home directory."""
 
@@ -180,15 +195,10 @@ class Memory:
         validated), so disk time overlaps parsing. Each batch is still written whole or not at all, in order.
         When pulling a batch raises (bad input), the batch already being written is finished and yielded
         first, then the error propagates."""
-        import gc
         from concurrent.futures import ThreadPoolExecutor
 
         source = iter(batches)
-        # batches are many small, acyclic objects held for a moment: the cycle collector would keep walking
-        # them for nothing (about a tenth of a bulk import's CPU), so it rests until the stream is done
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_resting():
             with ThreadPoolExecutor(1, thread_name_prefix="pimem-append") as writer:
                 pending = None
                 while True:
@@ -205,9 +215,6 @@ class Memory:
                     pending = writer.submit(self.append, batch, timeout, True)
                 if pending is not None:
                     yield pending.result()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
         """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""

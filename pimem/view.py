@@ -22,8 +22,7 @@ restored exactly as saved (a restart never refolds, so the bytes a model saw sta
 from __future__ import annotations
 
 import bisect
-import itertools
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import orjson
 
@@ -200,11 +199,10 @@ class View:
                   free_bytes: int | None = None) -> None:
         """``push`` then ``fit`` for each leaf line ``(0, i, text, cost)`` in turn (from ``i == T``; both views
         may hold the same line tuples, which saves memory when they hold a line per message). A free leaf's
-        text may be left
-        ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of ``leaves[k]`` when a
-        line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds exactly the pairs whose
-        two lines joined by a newline fit in that many bytes (a memory with no stored node), so pairs can be
-        decided from the lines' costs, without their texts."""
+        text may be left ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of
+        ``leaves[k]`` when a line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds
+        exactly the pairs whose two lines joined by a newline fit in that many bytes (a memory with no stored
+        node), so pairs can be decided from the lines' costs, without their texts."""
         k, n = 0, len(leaves)
         while k < n:
             if self.n_ready or self.total <= self.flood_line():
@@ -519,42 +517,31 @@ class Views:
             return True
         return self.changes - self.saved_changes >= lines
 
-    def push(self, texts: Iterable[tuple[str | None, int | None]]) -> None:
-        """Append leaves ``(text, size)`` for the next messages, fitting after each one (as if they had
-        arrived one by one, so the result does not depend on how messages were batched). The two views never
-        look at each other, so each takes a chunk of leaves in turn."""
-        cost = self.view.cost
-        source = iter(texts)
-        while True:
-            chunk = list(itertools.islice(source, PUSH_CHUNK))
-            if not chunk:
-                return
-            leaves = [(0, i, text, cost(0, i, text, size)) for i, (text, size) in enumerate(chunk, self.view.T)]
-            self.view.push_many(leaves)
-            self.cview.push_many(leaves)
-
     def push_leaves(self, sizes: Sequence[int], leaf_text: Callable[[int], str], line_bytes: int,
                     stored_leaf: Callable[[int], str | None] | None = None) -> None:
-        """``push`` the leaves of the next messages, given by their ``size``: a message whose line fits in
-        ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a longer one is
-        ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is the log's) and
-        their text is asked for only when a line needs it; while no node is stored (``free_join_bytes`` set,
-        no tree seen) pairs are decided by size alone."""
-        T = self.T
-        if self.view.cost is not line_bytes_cost:
-            self.push((leaf_text(k), size) if size <= line_bytes else (None if stored_leaf is None else stored_leaf(T + k), None)
-                      for k, size in enumerate(sizes))
-            return
-        free_bytes = self.free_join_bytes if not self.tree_seen else None
+        """Append the leaves of the next messages, given by their ``size``, fitting after each one (as if they
+        had arrived one by one, so the result does not depend on how messages were batched): a message whose
+        line fits in ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a
+        longer one is ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is
+        the log's) and their text is asked for only when a line needs it; while no node is stored
+        (``free_join_bytes`` set, no tree seen) pairs are decided by size alone. The two views never look at
+        each other, so each takes a chunk of leaves in turn."""
+        T, cost = self.T, self.view.cost
+        inline = cost is line_bytes_cost
+        free_bytes = self.free_join_bytes if inline and not self.tree_seen else None
         for done in range(0, len(sizes), PUSH_CHUNK):
             leaves = []
             add = leaves.append
-            for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):  # (line_bytes_cost, inlined)
+            for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):
                 if size <= line_bytes:
-                    add((0, i, UNLOADED, len(str(i)) + 4 + size))
+                    if inline:  # (line_bytes_cost, inlined: this runs once per message)
+                        add((0, i, UNLOADED, len(str(i)) + 4 + size))
+                    else:
+                        text = leaf_text(i - T)
+                        add((0, i, text, cost(0, i, text, size)))
                 else:
                     text = None if stored_leaf is None else stored_leaf(i)
-                    add((0, i, text, line_bytes_cost(0, i, text, None)))
+                    add((0, i, text, cost(0, i, text, None)))
 
             def chunk_text(k: int, done: int = done) -> str:
                 return leaf_text(done + k)

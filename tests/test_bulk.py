@@ -51,7 +51,8 @@ def test_the_reader_process_logs_the_same_bytes_as_one_process(run, home, monkey
     assert forked == threaded and len(forked) > 5  # day files, ranges.json, view.json: byte for byte
 
 
-@pytest.mark.parametrize("bad", [b'{"kind": "user", "text": ', b'{"kind": "robot", "text": "x"}', b'{"kind": "user", "text": "x", "date": "May"}'])
+@pytest.mark.parametrize("bad", [b'{"kind": "user", "text": ', b'{"kind": "robot", "text": "x"}',
+                                 b'{"kind": "user", "text": "x", "date": "May"}'])
 def test_a_bad_line_refuses_its_batch_after_the_batches_before_it_were_logged(run, home, monkeypatch, bad):
     monkeypatch.setattr(ingest, "BATCH_LINES", 50)
     lines = stream(200).split(b"\n")
@@ -111,7 +112,6 @@ def test_a_live_stream_is_logged_as_it_arrives(home):
 def test_a_killed_writer_takes_its_reader_with_it(home):
     """SIGKILL the command while its stdin stays open: nothing is left running (the reader would otherwise
     wait on stdin for ever)."""
-    import os
     import signal
 
     proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson"), env=subprocess_env(),
