@@ -11,6 +11,7 @@ NOT_FOUND = 3
 BUSY = 4
 INTEGRITY = 5
 PROVIDER = 6
+SYSTEM = 7
 
 # the one exit-code table: the README, the man pages and --help all show this
 EXIT_CODES = {
@@ -21,6 +22,7 @@ EXIT_CODES = {
     BUSY: "busy: a lock or lease was held past `--timeout`",
     INTEGRITY: "integrity error: run `pimem fsck`",
     PROVIDER: "compactor or provider failure",
+    SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
 }
 
 
