@@ -196,16 +196,19 @@ class View:
         return max(self.hi, 2 * self.hi, self.lo)
 
     def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
-                  free_bytes: int | None = None) -> None:
+                  free_bytes: int | None = None, trace: "_Trace | None" = None) -> None:
         """``push`` then ``fit`` for each leaf line ``(0, i, text, cost)`` in turn (from ``i == T``; both views
         may hold the same line tuples, which saves memory when they hold a line per message). A free leaf's
         text may be left ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of
         ``leaves[k]`` when a line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds
         exactly the pairs whose two lines joined by a newline fit in that many bytes (a memory with no stored
-        node), so pairs can be decided from the lines' costs, without their texts."""
+        node), so pairs can be decided from the lines' costs, without their texts. ``trace`` records what
+        the other view needs to take the same steps by ``replay``."""
         k, n = 0, len(leaves)
         while k < n:
             if self.n_ready or self.total <= self.flood_line():
+                if trace is not None:
+                    trace.general = True
                 _, _, text, cost = leaves[k]
                 if text is UNLOADED:
                     text = leaf_text(k)
@@ -214,10 +217,10 @@ class View:
                 if self.shrinking or self.total > self.hi:
                     self.fit()
             else:
-                k = self._push_flooded(leaves, k, leaf_text, free_bytes)
+                k = self._push_flooded(leaves, k, leaf_text, free_bytes, trace)
 
     def _push_flooded(self, leaves: list[tuple], k: int, leaf_text: Callable[[int], str] | None,
-                      free_bytes: int | None) -> int:
+                      free_bytes: int | None, trace: "_Trace | None" = None) -> int:
         """``push_many`` from ``leaves[k]`` while the view is past ``flood_line`` and every adjacent pair in it
         is known to have an unbuilt parent (``n_ready == 0``: a bulk import with no compactor running).
         ``fit`` would then only try the pair a new leaf makes with its sibling, and each merge that succeeds
@@ -231,6 +234,8 @@ class View:
         total, T, changes = self.total, self.T, self.changes
         self.shrinking = True
         n = len(leaves)
+        low, least = len(lines), total  # (for ``trace``) the lowest line looked at, the lowest total checked
+        added = []  # pairs blocked
         try:
             while k < n:
                 line = leaves[k]
@@ -246,14 +251,20 @@ class View:
                 l = 0
                 while i & 1:  # the tail line (l, i) is a right child: is its left sibling just before it?
                     j = len(lines) - 2
+                    if j < low:
+                        low = j
                     if j < 0 or lines[j][0] != l or lines[j][1] != i - 1:
                         break
                     i -= 1
+                    if total < least:
+                        least = total
                     if total <= floor:
                         self.total, self.T, self.changes = total, T, changes
                         self._add_pair(l, i)
                         self.fit()
                         total, T, changes = self.total, self.T, self.changes  # (what ``finally`` writes back)
+                        if trace is not None:
+                            trace.general = True
                         return k
                     left, right = lines[j], lines[j + 1]
                     if left[2] is None or right[2] is None:  # a placeholder: its parent cannot be built yet
@@ -278,6 +289,7 @@ class View:
                             cost = cost_of(l + 1, i >> 1, parent, None)
                     if parent is None:
                         bisect.insort(blocked.setdefault(l, []), i)
+                        added.append((l, i))
                         break
                     l, i = l + 1, i >> 1
                     total += cost - lines[j][3] - lines[j + 1][3]
@@ -286,7 +298,36 @@ class View:
                     changes += 1
         finally:
             self.total, self.T, self.changes = total, T, changes
+            if trace is not None:
+                trace.low, trace.least = min(trace.low, low), min(trace.least, least)
+                trace.blocked.extend(added)
         return k
+
+    def replay(self, other: "View", trace: "_Trace") -> bool:
+        """Take the steps ``other`` just took in ``push_many`` (traced) if they are exactly the ones this view
+        would take: both were past their flood line with nothing waiting to be tried, pairs were decided by
+        size, and the lines ``other`` looked at are the very lines this view ends with. Then only the tail
+        changed, in the same way, and it is copied; False (nothing done) otherwise."""
+        if trace.general or self.n_ready or self.total <= self.flood_line() or trace.low < 0:
+            return False
+        looked = trace.lines_before - trace.low  # old lines of ``other`` that its pushes looked at
+        if looked > len(trace.tail) or looked > len(self.lines):
+            return False
+        tail, mine = trace.tail[len(trace.tail) - looked:], self.lines[len(self.lines) - looked:]
+        if any(a is not b for a, b in zip(tail, mine)):
+            return False
+        if trace.least - trace.total_before + self.total <= self.flood_line():
+            return False  # a merge here would have brought this view down to its flood line
+        cut = len(self.lines) - looked
+        self.lines[cut:] = other.lines[trace.low:]
+        self.starts[cut:] = other.starts[trace.low:]
+        self.total += other.total - trace.total_before
+        self.changes += other.changes - trace.changes_before
+        self.T = other.T
+        self.shrinking = True
+        for l, i in trace.blocked:
+            bisect.insort(self.blocked.setdefault(l, []), i)
+        return True
 
     # ---- the batch ---------------------------------------------------------------------------------------
 
@@ -469,6 +510,21 @@ class View:
         return j if j < len(self.starts) and self.starts[j] == start else -1
 
 
+class _Trace:
+    """What ``View.push_many`` did, for ``View.replay``: the view's last lines and totals before, whether any
+    push left the flooded road, the lowest line it looked at, the lowest total it checked, the pairs it
+    blocked."""
+
+    TAIL = 64  # lines of the view kept from before: pushes that look further back are not replayed
+
+    def __init__(self, view: View):
+        self.tail = view.lines[-self.TAIL:]
+        self.lines_before, self.total_before, self.changes_before = len(view.lines), view.total, view.changes
+        self.general = bool(view.n_ready) or view.total <= view.flood_line()
+        self.low, self.least = len(view.lines), view.total
+        self.blocked: list[tuple[int, int]] = []
+
+
 class Views:
     """Both views of one memory (the model's and the compactor's) and what ``view.json`` records."""
 
@@ -546,8 +602,12 @@ class Views:
             def chunk_text(k: int, done: int = done) -> str:
                 return leaf_text(done + k)
 
-            self.view.push_many(leaves, chunk_text, free_bytes)
-            self.cview.push_many(leaves, chunk_text, free_bytes)
+            trace = None
+            if free_bytes is not None:  # the views mostly take the very same steps: the second copies them
+                trace = _Trace(self.view)
+            self.view.push_many(leaves, chunk_text, free_bytes, trace)
+            if trace is None or not self.cview.replay(self.view, trace):
+                self.cview.push_many(leaves, chunk_text, free_bytes)
 
     def built(self, l: int, i: int, text: str) -> None:
         for v in self.both():

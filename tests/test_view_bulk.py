@@ -125,3 +125,63 @@ def test_pairs_whose_join_is_exactly_a_line_merge_and_one_byte_more_do_not():
     for a, b in zip(reference.both(), bulk.both()):
         assert state(a) == state(b)
     assert any(l == 1 for l, _, _, _ in bulk.view.lines) and any(l == 0 for l, _, _, _ in bulk.view.lines)
+
+
+small_sizes = st.lists(st.one_of(st.integers(1, 60), st.integers(200, 260), st.integers(500, 700)), min_size=1,
+                       max_size=400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(small_sizes, st.integers(0, 400), st.integers(0, 400), st.integers(1, 200))
+def test_the_second_view_copying_the_first_ones_steps_changes_nothing(sizes, hi, chi, chunk):
+    """Small budgets: both views flood at once and mostly share their tail, so the compactor's view copies the
+    view's steps (``View.replay``) chunk after chunk, up to where a merge brings it to its own flood line."""
+    log = Log(sizes, set())
+    reference = make(log, hi, chi, False)
+    one_at_a_time(log, reference)
+    bulk = make(log, hi, chi, False)
+    views_module.PUSH_CHUNK, saved = chunk, views_module.PUSH_CHUNK
+    try:
+        views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
+    finally:
+        views_module.PUSH_CHUNK = saved
+    for a, b in zip(reference.both(), bulk.both()):
+        assert state(a) == state(b)
+
+
+def clone(v: View) -> View:
+    w = View(v.hi, v.lo, v.resolve, v.fetch)
+    w.lines, w.starts = list(v.lines), list(v.starts)
+    w.ready, w.blocked = ({l: list(lst) for l, lst in table.items()} for table in (v.ready, v.blocked))
+    w.total, w.shrinking, w.T, w.n_ready, w.changes = v.total, v.shrinking, v.T, v.n_ready, v.changes
+    return w
+
+
+def test_steps_are_not_copied_where_a_merge_would_bring_the_copy_to_its_own_flood_line():
+    """One-byte messages: a push that completes a deep run of free joins leaves the view smaller than before
+    it (message 159 closes five levels). A view whose flood line lies in that dip must run its own ``fit``
+    rather than copy the other's steps."""
+    log = Log([1] * 400, set())
+    texts = [f"user: {msg['text']}" for msg in log.messages]
+    a = View(0, 0, log.resolve, log.fetch)
+    for text in texts[:159]:
+        a.push(text)
+        a.fit()
+    b, c = clone(a), clone(a)  # (sharing its lines, as the two views share theirs)
+    leaves = [(0, i, UNLOADED, views_module.line_bytes_cost(0, i, texts[i], None)) for i in range(159, 200)]
+    trace = views_module._Trace(a)
+    a.push_many(leaves, lambda k: texts[159 + k], LINE_BYTES, trace)
+    assert not trace.general and trace.least < b.total - 2  # the dip below the total the chunk started from
+    for v in (b, c):
+        v.hi = (trace.least + b.total) // 4  # its flood line, 2·hi, inside the dip
+    assert b.total > b.flood_line() >= trace.least
+    assert not b.replay(a, trace)
+    b.push_many(leaves, lambda k: texts[159 + k], LINE_BYTES)
+    d = clone(c)
+    d.hi = 0  # with its flood line below the dip, the same view copies the steps
+    assert d.replay(a, trace) and state(d) == state(a)
+    for text in texts[159:200]:
+        c.push(text)
+        if c.shrinking or c.total > c.hi:
+            c.fit()
+    assert state(b) == state(c)
