@@ -251,17 +251,62 @@ class Index:
     def _catch_up(self, progress) -> int:
         if not self.behind():
             return 0
+        return self._holding_lock(lambda: self._catch_up_locked(progress))
+
+    def add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:
+        """Index a batch this process has just logged, from the messages themselves instead of reading them
+        back: ``messages`` were logged as ``start, start+1, …`` and ``written`` says where, as ``(file name,
+        offset, the bytes written there)`` in order. Only when the index holds exactly what precedes those
+        bytes in every file; otherwise (another writer, a lagging index) it catches up from the log."""
+        return self.guarded(lambda: self._holding_lock(lambda: self._add_logged(start, messages, written)))
+
+    def _holding_lock(self, work: Callable[[], int]) -> int:
+        """One catch-up at a time (two files are written, so SQLite's own write lock is not enough): the
+        holder re-reads how far each file got once it holds this, so nothing is indexed twice."""
         from .lock import WriterLock
 
-        # one catch-up at a time (two files are written, so SQLite's own write lock is not enough): the
-        # holder re-reads how far each file got once it holds this, so nothing is indexed twice
         lock = WriterLock(self.path.with_name(CATCH_UP_LOCK))
         if not lock.acquire(BUSY_MS / 1000):
             raise Busy(f"{self.path} is being caught up by another process; try again")
         try:
-            return self._catch_up_locked(progress)
+            return work()
         finally:
             lock.release()
+
+    def _add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:
+        indexed = self._indexed()
+        if any(indexed.get(name, (None, 0, 0))[1:] != (offset, offset) for name, offset, _ in written) \
+                or len({name for name, _, _ in written}) != len(written):
+            return self._catch_up_locked(None)
+        batch = _Batch(0)
+        k = 0
+        for name, offset, data in written:
+            fid = indexed[name][0] if name in indexed else \
+                self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (name,)).lastrowid
+            begin = 0
+            while begin < len(data):
+                end = data.index(b"\n", begin)
+                msg = messages[k]
+                batch.add_message(start + k, msg["kind"], msg["text"], when.parse_stored(msg["date"]).timestamp(),
+                                  fid, offset + begin, end - begin)
+                begin, k = end + 1, k + 1
+            batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
+        if k != len(messages):
+            raise ValueError(f"{len(messages)} messages logged in {k} lines")
+        return self._with_writers(lambda writers: batch.hand_over(writers, None))
+
+    def _with_writers(self, work: Callable[[tuple], int]) -> int:
+        """``work(writers)`` with one writer thread per file (SQLite builds the trigrams without the GIL while
+        this thread parses on); returns once both have written everything, or raises what one raised."""
+        writers = (_Writer(self.path, main=True), _Writer(self.shard_path, main=False))
+        try:
+            result = work(writers)
+        finally:
+            errors = [writer.close() for writer in writers]
+        for error in errors:
+            if error is not None:
+                raise error
+        return result
 
     def _catch_up_locked(self, progress) -> int:
         todo = []
@@ -277,26 +322,20 @@ class Index:
             if fid is None:
                 fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (path.name,)).lastrowid
             todo.append((fid, path, done, done_shard, size))
-        # this thread reads and parses; one thread per file writes (SQLite builds the trigrams without the GIL)
-        writers = (_Writer(self.path, main=True), _Writer(self.shard_path, main=False))
         batch = _Batch(sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo))
-        added = 0
-        try:
+
+        def work(writers) -> int:
+            added = 0
             for fid, path, done, done_shard, size in todo:
                 start, name = min(done, done_shard), path.name
                 for offset, line in _complete_lines(path, start, size):
                     batch.add(fid, name, offset, line, offset >= done, offset >= done_shard)
                     if batch.full():
                         added += batch.hand_over(writers, progress)
-                end = _last_line_end(path, start, size)
-                batch.reached[0][name] = batch.reached[1][name] = end
-            added += batch.hand_over(writers, progress)
-        finally:
-            errors = [writer.close() for writer in writers]
-        for error in errors:
-            if error is not None:
-                raise error
-        return added
+                batch.reached[0][name] = batch.reached[1][name] = _last_line_end(path, start, size)
+            return added + batch.hand_over(writers, progress)
+
+        return self._with_writers(work)
 
     # ---- lookups -----------------------------------------------------------------------------------------
 
@@ -372,12 +411,16 @@ class _Batch:
             epoch = when.parse_stored(msg["date"]).timestamp() if main else 0
         except Exception:  # a damaged line, or a torn one sealed by a writer: the log skips it too
             return
+        self.add_message(i, kind, text, epoch, fid, offset, len(line), main, shard)
+
+    def add_message(self, i: int, kind: str, text: str, epoch: float, fid: int, offset: int, length: int,
+                    main: bool = True, shard: bool = True) -> None:
         if main:
-            self.rows.append((i, fid, offset, len(line), KIND_CODE.get(kind, 0), epoch))
+            self.rows.append((i, fid, offset, length, KIND_CODE.get(kind, 0), epoch))
         wanted = shard if i % 2 else main  # odd-numbered messages' texts go to the second file
         if wanted:
             self.texts[i % 2][table_of(kind)].append((i, text.lower() + SENTINEL))
-            self.bytes += len(line)
+            self.bytes += length
 
     def full(self) -> bool:
         return len(self.rows) >= BATCH_MESSAGES or self.bytes >= BATCH_BYTES

@@ -155,6 +155,8 @@ class Log:
         self._loaded = False
         self._saved: tuple[tuple, dict[str, _FileInfo], bool] | None = None  # (stamp, rows, trustworthy)
         self._known: tuple[int, list] | None = None  # (T, ranges) as last listed, see ``entries``
+        # with keep_written, the last write as (file name, offset, bytes) per run (an importer indexes from it)
+        self.keep_written, self.written = False, []
 
     def _read_saved(self) -> tuple[dict[str, _FileInfo], bool]:
         """ranges.json's rows and whether it was written complete in this boot (re-read when it changed)."""
@@ -357,11 +359,14 @@ class Log:
                 fds[day] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             if created:
                 _fsync_dir(self.dir)
-            n = 0
+            n, self.written = 0, []
             for day, count in runs:
                 # a later file must never keep messages whose predecessors an earlier file lost in a power cut:
                 # each run is durable before the next file is written
-                _write_durably(fds[day], lines(n, n + count))
+                data = lines(n, n + count)
+                if self.keep_written:
+                    self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
+                _write_durably(fds[day], data)
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
         finally:

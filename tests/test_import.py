@@ -92,6 +92,45 @@ def test_import_leaves_the_search_index_complete(run, home, tmp_path):
     assert found.exit_code == 0 and "Try a mutex instead" in found.stdout
 
 
+def index_rows(mem: Memory) -> tuple[list, dict]:
+    """What the index holds: every msgs row and, per file and table, the rowids each trigram of a probe
+    finds (the FTS tables are contentless, so their contents are compared through queries)."""
+    import sqlite3
+
+    rows, found = None, {}
+    for name in ("index.sqlite", "index-1.sqlite"):
+        db = sqlite3.connect(mem.path / name)
+        if name == "index.sqlite":
+            rows = db.execute("SELECT i, (SELECT name FROM files WHERE id = file), offset, length, kind, epoch FROM msgs ORDER BY i").fetchall()
+        for table in ("talk", "tools"):
+            for probe in ("mut", "ex ", "the", "cat", "ls ", "\n\n", "ry "):
+                found[name, table, probe] = db.execute(f"SELECT rowid FROM {table} WHERE {table} MATCH ? ORDER BY rowid",
+                                                       ['"' + probe + '"']).fetchall()
+        db.close()
+    return rows, found
+
+
+def test_the_index_an_import_builds_from_its_own_batches_is_the_one_the_log_gives(run, home, tmp_path, monkeypatch):
+    """An import indexes each batch from the messages it just logged (nothing read back); the result must be
+    exactly what catching up from the log builds, batch after batch and across files."""
+    from pimem.importers import job
+
+    monkeypatch.setattr(job, "BATCH_LINES", 3)  # several batches, each indexed as it is logged
+    calls = []
+    from pimem.index import Index
+
+    real = Index.add_logged
+    monkeypatch.setattr(Index, "add_logged", lambda self, *a: calls.append(len(a[1])) or real(self, *a))
+    run("import", pi_tree(tmp_path / "s.jsonl"), write_jsonl(tmp_path / "c.jsonl", claude_lines()), "-n", "t")
+    mem = Memory.open("t")
+    assert len(calls) > 2 and sum(calls) == mem.count()
+    built = index_rows(mem)
+    mem.close()
+    assert run("reindex", "t").exit_code == 0
+    assert index_rows(Memory.open("t")) == built
+    assert any(built[1].values()) and len(built[0]) == mem.count()
+
+
 def test_lineage_follows_the_active_branch(run, home, tmp_path):
     run("import", pi_tree(tmp_path / "s.jsonl"), "--name", "t")
     msgs = messages()

@@ -373,3 +373,18 @@ def test_an_index_of_one_file_from_the_previous_version_is_rebuilt_not_doubled(r
     db.commit()
     db.close()
     assert ids(run("search", "staging", "--json")) == [5, 4, 0]
+
+
+def test_indexing_a_logged_batch_catches_up_instead_when_the_index_lags(home, mem):
+    """``Index.add_logged`` indexes a batch from its messages only when the index holds exactly what
+    precedes it; here an earlier message was never indexed, so it catches up from the log instead."""
+    index = mem.index()
+    index.catch_up()
+    mem.append([{"kind": "user", "text": "lagging lighthouse", "date": "2026-10-06T11:00:00+08:00"}])  # not indexed
+    mem.log.keep_written = True
+    batch = mem.prepare([{"kind": "user", "text": "logged lighthouse", "date": "2026-10-06T12:00:00+08:00"}])
+    (start,) = mem.append(batch, prepared=True)
+    assert index.add_logged(start, batch, mem.log.written) == 2  # both, read from the log
+    assert not index.behind()
+    hits = [h["i"] for h in searching.search([Memory.open("main")], "lighthouse")]
+    assert hits == [start, start - 1]

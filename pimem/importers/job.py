@@ -5,12 +5,14 @@ A line that cannot be read is reported (file and line number) through ``on_warni
 of the file is imported. A file read before is continued from where that import stopped when its first
 bytes are unchanged (it grew); otherwise it is read again from the start and the keys decide what is new.
 An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
-The search index is caught up batch by batch in a second thread, and completed before ``run`` returns.
+Each logged batch is indexed in a second thread from the messages just logged, and the index is complete
+before ``run`` returns.
 """
 
 from __future__ import annotations
 
 import hashlib
+import queue
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
@@ -64,7 +66,7 @@ def run(
     try:
         for source in sources:
             step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-            reports.append(_File(mem, state, source, on_warning, step, timeout, indexer.poke).run())
+            reports.append(_File(mem, state, source, on_warning, step, timeout, indexer.logged).run())
             done += source.size
     finally:
         indexer.finish()
@@ -76,13 +78,14 @@ def run(
 
 
 class _Indexer:
-    """Catches the search index up in a second thread while the import parses on. SQLite does its work
-    without holding the GIL, so indexing one batch overlaps parsing the next instead of following it."""
+    """Indexes each logged batch in a second thread while the import parses on, from the very messages the
+    import logged (``Index.add_logged``: nothing is read back from the log), then catches the index up once
+    more at the end. SQLite builds the trigrams without holding the GIL, so indexing one batch overlaps
+    parsing the next instead of following it."""
 
     def __init__(self, mem: Memory):
         self.mem = mem
-        self._wake = threading.Event()
-        self._stop = False
+        self._queue: queue.Queue = queue.Queue(maxsize=1)  # (a batch waiting to be indexed holds its text)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -90,12 +93,12 @@ class _Indexer:
     def started(self) -> bool:
         return self._thread is not None
 
-    def poke(self) -> None:
-        """A batch is in the log: index it (the thread starts on the first batch, once the memory exists)."""
+    def logged(self, start: int, messages: list[dict], written: list) -> None:
+        """A batch is in the log (the thread starts on the first batch, once the memory exists)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pimem-index", daemon=True)
             self._thread.start()
-        self._wake.set()
+        self._queue.put((start, messages, written))
 
     def _loop(self) -> None:
         from ..index import Index
@@ -103,13 +106,14 @@ class _Indexer:
 
         index = Index(self.mem.path, Log(self.mem.path / "main"))  # its own connection and file cache
         try:
-            while True:
-                self._wake.wait()
-                self._wake.clear()
-                stop = self._stop
+            while (batch := self._queue.get()) is not None:
+                if self._error is None:  # (after an error the rest is drained, and finish() raises it)
+                    try:
+                        index.add_logged(*batch)
+                    except BaseException as exc:
+                        self._error = exc
+            if self._error is None:
                 index.catch_up()
-                if stop:
-                    return
         except BaseException as exc:  # handed to the importing thread by finish()
             self._error = exc
         finally:
@@ -117,8 +121,7 @@ class _Indexer:
 
     def finish(self) -> None:
         if self._thread is not None:
-            self._stop = True
-            self._wake.set()
+            self._queue.put(None)
             self._thread.join()
         if self._error is not None:
             raise self._error
@@ -239,9 +242,11 @@ class _File:
                     seen.add(key)
                     keys.append(key)
                 fresh.append(msg)
+            self.mem.log.keep_written = True
             ids = self.mem.append(fresh, self.timeout, prepared=True)
+            written, self.mem.log.written = self.mem.log.written, []
             self.report.imported += len(ids)
             total = ids[-1] + 1 if ids else self.state.covered
             self.state.commit(keys, total, self.source.path, position)
         if ids:
-            self.logged()
+            self.logged(ids[0], fresh, written)
