@@ -418,6 +418,10 @@ class Memory:
         views = self.views()
         if compactor:
             return views.cview.render(end=end, cut_unbuilt=True)
+        if end is None:  # (the whole view: its texts through lines.json, as `pimem view` reads them)
+            from .view import render_line, shown
+
+            return [render_line(l, i, text) for l, i, text, _ in shown(self, views, include_tools=True)]
         return views.view.render(end=end)
 
     def held(self, i: int) -> dict | None:

@@ -716,8 +716,6 @@ def shown(mem, views: Views, include_tools: bool = False, compactor: bool = Fals
     rows = v.rows()
     if compactor:
         rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
-    if include_tools:
-        return rows
     labels = [label(l, i) for l, i, _, _ in rows]
     todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
     hidden = {}
@@ -732,7 +730,8 @@ def shown(mem, views: Views, include_tools: bool = False, compactor: bool = Fals
             if entry is None:
                 entry = text if hidden[k] == text else [text, hidden[k]]
             keep[labels[k]] = entry
-            text = entry if type(entry) is str else entry[1]
+            if not include_tools:
+                text = entry if type(entry) is str else entry[1]
         out.append((l, i, text, cost))
     if todo and save:
         _save_texts(mem, line_bytes, keep)
