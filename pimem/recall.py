@@ -72,8 +72,10 @@ def record(msg: dict) -> dict:
 def files_of(msg: dict) -> list[str]:
     """Paths a message names: ``path``/``file``/``filePath``/``filename`` values in a tool call's JSON
     arguments, and words of a shell command (``meta.command``) that end in an extension."""
-    found: list[str] = []
     meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
+    if msg["kind"] != "tool" and not isinstance(meta.get("command"), str):
+        return []  # (most messages: nothing to look at)
+    found: list[str] = []
     if msg["kind"] == "tool":
         _walk(_arguments(msg["text"]), found)
     command = meta.get("command")
