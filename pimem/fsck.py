@@ -230,10 +230,11 @@ def check_index(mem: Memory) -> list[Finding]:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
-            second = path.with_name(index.SHARD_FILENAME)
+            schemas, second = ["main"], path.with_name(index.SHARD_FILENAME)
             if second.exists():
                 db.execute("ATTACH DATABASE ? AS shard", (f"file:{second}?mode=ro",))
-            for schema in ("main", "shard") if second.exists() else ("main",):
+                schemas.append("shard")
+            for schema in schemas:
                 verdict = db.execute(f"PRAGMA {schema}.quick_check").fetchone()[0]
                 if verdict != "ok":
                     return problem(f"damaged: {verdict}" if schema == "main" else f"{index.SHARD_FILENAME} damaged: {verdict}")

@@ -227,9 +227,11 @@ class Index:
     # ---- catching up -------------------------------------------------------------------------------------
 
     def _indexed(self) -> dict[str, tuple[int, int, int]]:
-        """For each log file: its id, and how many of its bytes the main file and the second file hold."""
+        """For each log file either file knows: its id in the main file (None if not there yet), and how many of
+        its bytes the main file and the second file hold (each file may have been deleted on its own)."""
         shard = dict(self.db.execute("SELECT name, done FROM shard.files"))
-        return {name: (fid, done, shard.get(name, 0)) for fid, name, done in self.db.execute("SELECT id, name, done FROM files")}
+        main = {name: (fid, done) for fid, name, done in self.db.execute("SELECT id, name, done FROM files")}
+        return {name: (*main.get(name, (None, 0)), shard.get(name, 0)) for name in main.keys() | shard.keys()}
 
     def behind(self) -> list[tuple[Path, int]]:
         """Log files (with their sizes) holding bytes the index has not read yet, by name."""
@@ -243,7 +245,7 @@ class Index:
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Index every complete line the log has and the index lacks; returns how many messages were added.
-        Cheap when nothing is new (a stat per log file)."""
+        Cheap when nothing is new (the log files' sizes, from ranges.json when it can be trusted)."""
         return self.guarded(lambda: self._catch_up(progress))
 
     def answer(self, question: Callable, progress: Callable[[int, int], None] | None = None):
@@ -284,8 +286,9 @@ class Index:
         batch = _Batch(0)
         k = 0
         for name, offset, data in written:
-            fid = indexed[name][0] if name in indexed else \
-                self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (name,)).lastrowid
+            fid = indexed.get(name, (None,))[0]
+            if fid is None:
+                fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (name,)).lastrowid
             begin = 0
             while begin < len(data):
                 end = data.index(b"\n", begin)

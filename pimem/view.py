@@ -193,7 +193,7 @@ class View:
 
     def flood_line(self) -> int:
         """Above this total, with no pair waiting to be tried, pushes take ``_push_flooded``'s road."""
-        return max(self.hi, 2 * self.hi, self.lo)
+        return max(2 * self.hi, self.lo)
 
     def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
                   free_bytes: int | None = None, trace: "_Trace | None" = None) -> None:

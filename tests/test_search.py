@@ -207,6 +207,22 @@ def test_a_message_landing_in_an_older_days_file_is_found(run, mem):
     assert ids(run("search", "lighthouse", "--json")) == [7]
 
 
+def test_deleting_one_index_file_rebuilds_only_that_one(run, mem, monkeypatch):
+    """Each file keeps its own progress: with index.sqlite deleted, the second file's texts are not indexed
+    again (FTS5 would merge the repeats, but it would be a second full build of that file)."""
+    from pimem import index as ixm
+
+    first = run("search", "staging", "--json").stdout
+    mem.close()
+    os.unlink(mem.path / "index.sqlite")
+    handed = []
+    real_put = ixm._Writer.put
+    monkeypatch.setattr(ixm._Writer, "put", lambda self, rows, texts, reached: handed.append(
+        (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, reached))
+    assert run("search", "staging", "--json").stdout == first
+    assert {main: n for main, n in handed if n} == {True: 4}  # messages 0, 2, 4, 6 again; none of 1, 3, 5
+
+
 def test_deleting_the_index_loses_nothing(run, mem):
     first = run("search", "staging", "--json").stdout
     os.unlink(mem.path / "index.sqlite")

@@ -254,7 +254,7 @@ def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
     """The texts shown last time are kept by label in lines.json: after appends, merges, summaries written
     and tool traffic, the view read through it equals the view read with it deleted, both with and without
     tool traffic."""
-    mem = small_memory(3)
+    small_memory(3)
     cache = home / "t" / "lines.json"
     for step in range(24):
         batch = [{"kind": "user", "text": f"turn {step} " + "w" * (step % 5 * 9)}]

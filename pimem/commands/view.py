@@ -41,7 +41,7 @@ def command(
         views = _wait(mem, views, wait)
     from ..view import shown
 
-    rows = shown(mem, views, include_tools=include_tools or stats, compactor=compactor)
+    rows = shown(mem, views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json)
         return
