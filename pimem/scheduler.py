@@ -73,7 +73,7 @@ class Builder:
         cfg = mem.config
         self.line_bytes = int(cfg.get("line_bytes") or 512)
         self.state = state or BuildState(mem.path)
-        self.compactor = compactor or Compactor(cfg.get("compactor") or {}, self.state)
+        self.compactor = (compactor or Compactor(cfg.get("compactor") or {}, self.state)).for_memory(mem)
         self.retry_seconds = float((cfg.get("compactor") or {}).get("retry_seconds") or RETRY_SECONDS)
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease

@@ -142,6 +142,16 @@ class Compactor:
         self.price_in = cfg.get("price_in")
         self.price_out = cfg.get("price_out")
         self._provider = None
+        self.digest = None  # the offline compactor bound to one memory (``for_memory``)
+
+    def for_memory(self, mem) -> "Compactor":
+        """This compactor for building ``mem``'s tree: the offline one reads the memory's messages and term
+        statistics (it runs locally), so it gets its own digest per memory; a model compactor is shared."""
+        if not self.offline:
+            return self
+        bound = Compactor(self.cfg, self.state)
+        bound.digest = extractive.Digest(mem)
+        return bound
 
     @property
     def offline(self) -> bool:
@@ -173,7 +183,9 @@ class Compactor:
         model wrote nothing usable."""
         started = time.perf_counter()
         if self.offline:
-            if task.l == 0:
+            if self.digest is not None:
+                text = self.digest.leaf(task.i, task.kind, task.text) if task.l == 0 else self.digest.merge(task.l, task.i)
+            elif task.l == 0:
                 text = extractive.leaf(task.kind, task.text, LINE_BYTES)
             else:
                 text = extractive.merge(task.left, task.right, LINE_BYTES)

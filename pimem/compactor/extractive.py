@@ -1,110 +1,432 @@
-"""The offline compactor: deterministic, no key, no network, fast.
+"""The offline compactor: deterministic, no key, no network, fast, and it writes only what its inputs hold.
 
-It cannot understand a message, so it keeps what a reader is most likely to search for and what a model is
-worst at reconstructing: the opening clause (usually the ask or the verdict), then the clauses richest in
-numbers, names, paths, errors and quoted strings, in their original order, joined by ``; `` and cut to one
-line by the same harness that cuts model replies. Chinese text is split at its own punctuation.
+A line says who spoke and what about. Each message yields **units**, exact substrings of its text: the
+user's ask (the first sentence of a user message), key phrases (runs of words between stop words and
+punctuation; Chinese clauses between its punctuation) scored by how distinctive their words are against the
+whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
+numbers, dates, paths, identifiers, errors, quoted strings. Tool work becomes what ran and how it ended
+(``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's command or file
+and the result's exit code, test counts and error names; a piece taken from tool traffic is at most 15
+characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
+
+A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
+nothing again, each further unit of one message counting less), grouped by speaker (the user first, then
+the other speakers, then the tool work), in log order within a group, joined by the fixed connectives
+``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated.
+
+Offline it may read the span's original messages (it runs locally): ``Digest(mem)`` is one memory's
+compactor; a merge draws on the units of its whole span (kept per built node while its parent is pending,
+read back from the log otherwise), not on the two child lines. ``leaf``/``merge`` without a memory (tests,
+a library user) work from the message or the two child lines alone.
 """
 
 from __future__ import annotations
 
-import functools
+import heapq
+import math
 import re
+from dataclasses import dataclass
 
 from .cut import LINE_BYTES, cut_line
 
-_SCAN_HEAD = 6_000  # characters of a long input considered: its head and its tail (errors come last)
-_SCAN_TAIL = 3_000
-_PIECE = 160  # characters: longer clauses are split into pieces about this long
+TOOL_PIECE = 15  # characters: the longest piece a line copies from tool traffic (privacy masks runs of 16)
+POOL = 96  # units a span keeps for its parent to choose from
+SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
+STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
+STATS_CHARS = 2_000  # of each message's text
 
-_CLAUSE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？；])|\n+|\s+\|\s+")
-_FEATURES = re.compile(
-    r"""(?ix)
-    (?:~|\.{1,2})?/[\w.@-]+(?:/[\w.@-]+)+           # paths
-    | \b[\w-]+\.(?:py|js|ts|tsx|go|rs|c|h|cpp|java|rb|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock)\b
-    | \b(?:error|errors|exception|failed|failure|fail|fatal|panic|traceback|denied|refused|timeout|timed\ out|
-         not\ found|exit(?:\ code)?|warning|cannot|can't|unable|invalid|missing|broken)\b
-    | 错误|失败|异常|报错|超时|无法|找不到|警告|崩溃
-    | \b\d[\d,._:/-]*\b                              # numbers, versions, dates, ports
-    | \b[a-z]+[A-Z]\w*\b | \b[A-Z][a-z]+[A-Z]\w*\b | \b\w+_\w+\b | \b[A-Z]{2,}\b   # identifiers
-    | `[^`\n]{1,80}` | "[^"\n]{2,80}" | '[^'\n]{2,60}'
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(r"[^\W_]+")
+STOP = frozenset(
+    "a about after again all also am an and any are as at be because been before being both but by can could "
+    "did do does doing done don't for from get got had has have having he her here hers him his how i i'm if "
+    "in into is it it's its just let me more most my no nor not now of off oh on once only or other our out "
+    "over own really same she should so some such than that that's the their them then there these they this "
+    "those through to too under until up very was we were what when where which while who whom why will with "
+    "would yeah yes you you're your yours hey hi hello thanks thank ok okay sure well like know think great "
+    "good much lot lots way things thing something anything one two also been going get got make made see "
+    "though even still always never ever every many us them it's i've i'd you've we're they're can't "
+    "的 了 是 我 你 他 她 它 们 在 和 也 就 都 而 及 与 着 或 一个 没有 我们 你们 这个 那个 然后 需要 可以 一下 什么".split()
+)
+# facts copied exactly: paths, URLs, file names, identifiers, numbers and dates, quotes, error names
+_FACT = re.compile(
+    r"""(?x)
+    https?://[^\s<>"'`)\]]+
+    | (?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+
+    | \b[\w.-]*\w\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b
+    | \b(?:[A-Z][a-z]+){2,}(?:Error|Exception|Warning)?\b | \b[a-z]+(?:[A-Z][a-z0-9]*)+\b | \b[a-zA-Z]\w*_\w+\b
+    | \bE[A-Z]{3,}\b | \b[A-Z]{2,}[0-9]*\b
+    | \$?\b\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b | \b\d\b
+    | `[^`\n]{1,60}` | "[^"\n]{2,60}"
     """
 )
-_SPACES = re.compile(r"[ \t\r\f\v]+")
-_EDGES = " -*#>;,，、"
+_NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
+_CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
+_BREAK = re.compile(r"[\n.!?;:,()\[\]{}<>\"“”‘’|/\\]|(?<=\s)-|—|–")
+_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
+_COUNTS = re.compile(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+_ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
+_PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
+_EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
+_PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
 
 
-def _pieces(text: str) -> list[str]:
-    """Clauses of ``text`` (long ones split near whitespace), stripped, without repeats."""
-    if len(text) > _SCAN_HEAD + _SCAN_TAIL:
-        text = text[:_SCAN_HEAD] + "\n" + text[-_SCAN_TAIL:]
-    seen = set()
+def _words(text: str) -> list[str]:
+    """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces)."""
+    text = text.lower()
     out = []
-    for clause in _CLAUSE.split(text):
-        clause = _SPACES.sub(" ", clause).strip(_EDGES)
-        while clause:
-            if len(clause) <= _PIECE:
-                piece, clause = clause, ""
-            else:  # at the last comma, else the last space, else anywhere
-                split = max(clause.rfind("，", _PIECE // 2, _PIECE), clause.rfind(", ", _PIECE // 2, _PIECE)) + 1
-                if split <= 0:
-                    split = clause.rfind(" ", _PIECE // 2, _PIECE)
-                split = split if split > 0 else _PIECE
-                piece, clause = clause[:split].strip(_EDGES), clause[split:].strip(_EDGES)
-            if piece and piece not in seen:
-                seen.add(piece)
-                out.append(piece)
+    for word in _WORD.findall(text):
+        if _CJK_RUN.search(word):
+            for run in _CJK_RUN.findall(word):
+                out.extend(run[k : k + 2] for k in range(max(1, len(run) - 1)))
+            rest = _CJK_RUN.sub(" ", word).split()
+            out.extend(rest)
+        else:
+            out.append(word)
     return out
 
 
-def condense(text: str, budget: int) -> str:
-    """The most informative clauses of ``text`` that fit in about ``budget`` bytes, in their original order.
+class Stats:
+    """Document frequencies of words over (a sample of) one memory's log: what makes a word distinctive."""
 
-    The first clause always comes first; then what the user said; the rest are chosen by how many numbers,
-    names, paths, errors and quotes they hold per byte, ties to the earlier clause."""
-    pieces = _pieces(text)
-    if not pieces:
+    def __init__(self, df: dict[str, int] | None = None, docs: int = 0):
+        self.df = df or {}
+        self.docs = docs
+
+    @classmethod
+    def of(cls, messages) -> "Stats":
+        df: dict[str, int] = {}
+        docs = 0
+        for msg in messages:
+            docs += 1
+            for w in set(_words(msg["text"][:STATS_CHARS])):
+                df[w] = df.get(w, 0) + 1
+        return cls(df, docs)
+
+    def idf(self, word: str) -> float:
+        if word in STOP or (len(word) < 2 and not word.isdigit() and not _CJK_RUN.match(word)):
+            return 0.0
+        return math.log((self.docs + 1) / (self.df.get(word, 0) + 0.5)) + 1.0
+
+
+_NO_STATS = Stats()
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A candidate piece of a line: ``text`` copied from message ``i`` at ``pos`` (``tool``: tool work,
+    rendered with its connective), said by ``who`` (group ``rank``: 0 the user, 1 others, 2 tool work)."""
+
+    score: float
+    i: int
+    pos: int
+    text: str
+    who: str
+    rank: int
+    words: tuple[str, ...]
+    result: bool = False  # a tool result's outcome: joined to the call before it with " → "
+
+
+def _speaker(msg: dict) -> tuple[str, int]:
+    meta = msg.get("meta") or {}
+    who = meta.get("speaker") if isinstance(meta.get("speaker"), str) and meta.get("speaker").strip() else None
+    kind = msg.get("kind", "")
+    if kind in ("tool", "echo"):
+        return "", 2
+    return (who or kind), 0 if kind == "user" else 1
+
+
+def _scan(text: str) -> str:
+    return text if len(text) <= SCAN_HEAD + SCAN_TAIL else text[:SCAN_HEAD] + "\n" + text[-SCAN_TAIL:]
+
+
+def units(msg: dict, stats: Stats = _NO_STATS) -> list[Unit]:
+    """The candidate units of one message (see the module's docstring)."""
+    who, rank = _speaker(msg)
+    if rank == 2:
+        return _tool_units(msg, stats)
+    i = msg.get("i", 0)
+    text = _scan(msg.get("text") or "")
+    out: list[Unit] = []
+    seen: set[str] = set()
+
+    def add(piece: str, pos: int, bonus: float = 1.0) -> None:
+        piece = piece.strip(" \t'\"“”‘’*#>-")
+        if not piece or piece in seen or len(piece.encode("utf-8")) > 160:
+            return
+        ws = tuple(_words(piece))
+        score = sum(stats.idf(w) for w in set(ws)) * bonus
+        if score <= 0:
+            return
+        seen.add(piece)
+        out.append(Unit(score, i, pos, piece, who, rank, ws))
+
+    if msg.get("kind") == "user":  # the ask: the user's first sentence
+        first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0] if text.strip() else ""
+        if 0 < len(first.encode("utf-8")) <= 160:
+            add(first, text.find(first), 1.5)
+    for m in _FACT.finditer(text):
+        add(m.group(), m.start(), 1.3)
+    for m in _NAME.finditer(text):
+        add(m.group(), m.start(), 1.2)
+    if _CJK_RUN.search(text):
+        for m in _CJK_CLAUSE.finditer(text):
+            piece = m.group().strip()
+            if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
+                add(piece, m.start() + m.group().find(piece))
+    for pos, phrase in _phrases(text):
+        add(phrase, pos)
+    return out
+
+
+def _phrases(text: str):
+    """Runs of up to four content words between stop words and punctuation, with their positions."""
+    for seg in _BREAK.split(text):
+        if not seg.strip():
+            continue
+        base = text.find(seg)
+        run: list[re.Match] = []
+        for m in list(_TOKEN.finditer(seg)) + [None]:
+            if m is not None and m.group().lower() not in STOP and not _CJK_RUN.search(m.group()) and len(run) < 4:
+                run.append(m)
+                continue
+            if run:
+                start, end = run[0].start(), run[-1].end()
+                yield base + start, seg[start:end]
+                run = []
+            if m is not None and m.group().lower() not in STOP and not _CJK_RUN.search(m.group()):
+                run.append(m)
+
+
+def _short(piece: str) -> str:
+    """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name)."""
+    piece = piece.strip()
+    if len(piece) <= TOOL_PIECE:
+        return piece
+    tail = piece[-TOOL_PIECE:]
+    cut = tail.find("/")
+    return tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else ""
+
+
+def _program(command: str) -> str:
+    """The program a shell command runs: its first word that is not an assignment or a wrapper."""
+    words = command.replace("&&", " ").split()
+    k = 0
+    while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP or words[k].startswith("-")):
+        k += 1
+    if k >= len(words):
         return ""
-    sizes = [len(p.encode("utf-8")) + 2 for p in pieces]
-    chosen = {0}
-    used = sizes[0]
-    ranked = sorted(range(1, len(pieces)), key=lambda n: (not pieces[n].startswith("user:"), -_density(pieces[n]), n))
-    for n in ranked:
-        if used >= budget:
-            break
-        if used + sizes[n] <= budget:
-            chosen.add(n)
-            used += sizes[n]
-    return _join(pieces[n] for n in sorted(chosen))
+    prog = words[k].rsplit("/", 1)[-1]
+    if prog.startswith("python") and k + 2 < len(words) and words[k + 1] == "-m":
+        prog = words[k + 2]
+    return _short(prog) if re.fullmatch(r"[\w.+-]+", prog) else ""
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def _density(piece: str) -> float:
-    """Features per byte (cached: a clause climbs the tree, so it is scored again at every level)."""
-    return len(_FEATURES.findall(piece)) / (len(piece.encode("utf-8")) + 42)
+def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
+    meta = msg.get("meta") or {}
+    text = msg.get("text") or ""
+    i = msg.get("i", 0)
 
+    def unit(piece: str, result: bool = False, weight: float = 1.0) -> Unit:
+        ws = tuple(_words(piece))
+        return Unit(weight * (1.0 + sum(stats.idf(w) for w in set(ws)) / 2), i, 0, piece, "", 2, ws, result)
 
-def _join(pieces) -> str:
-    """Clauses joined by ``; ``, or by a space (none after CJK) where a clause already ends a sentence."""
-    out = ""
-    for piece in pieces:
-        if out:
-            out += "" if out[-1] in "。！？；" else " " if out[-1] in ".!?" else "; "
-        out += piece
+    if msg.get("kind") == "tool":
+        tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
+        command = meta.get("command") if isinstance(meta.get("command"), str) else ""
+        path = meta.get("file") if isinstance(meta.get("file"), str) else ""
+        if not path and _EDIT_TOOLS.search(tool or text[:40]):
+            found = _PATH_IN_TEXT.search(text)
+            path = found.group() if found else ""
+        if path and _EDIT_TOOLS.search(tool or text[:40]) and _short(path):
+            return [unit("edited " + _short(path), weight=1.5)]
+        if not command and tool in ("bash", "shell", "exec", "Bash", "shell_command", "local_shell"):
+            found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
+            command = found.group(1) if found else ""
+        prog = _program(command) if command else _short(tool) if tool else _program(text.split("(", 1)[0].split(":", 1)[0])
+        return [unit("ran " + prog)] if prog else []
+    # a tool result: how it ended
+    out = []
+    code = meta.get("exit_code")
+    head = _scan(text)
+    counts = list(dict.fromkeys(m.group() for m in _COUNTS.finditer(head)))[:2]
+    errors = [e for e in dict.fromkeys(m.group() for m in _ERROR_NAME.finditer(head)) if len(e) <= TOOL_PIECE][:1]
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        out.append(unit(f"exit {code}" + (f": {errors[0]}" if errors else ""), True, 2.0))
+        errors = []
+    out.extend(unit(c, True, 1.5) for c in counts)
+    out.extend(unit(e, True, 1.5) for e in errors)
     return out
+
+
+# ---- a line from units -----------------------------------------------------------------------------------
+
+
+def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
+    """The best units of ``pool`` that fit in ``limit`` bytes, rendered as one line."""
+    if not pool:
+        return cut_line(head, limit)
+    span_df: dict[str, int] = {}
+    for u in pool:
+        for w in set(u.words):
+            span_df[w] = span_df.get(w, 0) + 1
+    chosen: list[Unit] = []
+    said: set[str] = set()
+    per_message: dict[int, int] = {}
+    groups: set[str] = set()
+    used = len(head.encode("utf-8")) + (2 if head else 0)
+    heap = [(-_gain(u, said, 0, span_df), n, u) for n, u in enumerate(pool)]
+    heapq.heapify(heap)
+    while heap and used < limit:
+        neg, n, u = heapq.heappop(heap)
+        gain = _gain(u, said, per_message.get(u.i, 0), span_df)
+        if heap and gain < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-gain, n, u))
+            continue
+        if gain <= 0:
+            break
+        cost = len(u.text.encode("utf-8")) + 2 + (len(u.who.encode("utf-8")) + 2 if u.who not in groups else 0)
+        if used + cost > limit:
+            continue
+        used += cost
+        chosen.append(u)
+        groups.add(u.who)
+        said.update(u.words)
+        per_message[u.i] = per_message.get(u.i, 0) + 1
+    return cut_line(render(chosen, head), limit)
+
+
+def _gain(u: Unit, said: set[str], taken: int, span_df: dict[str, int]) -> float:
+    fresh = [w for w in set(u.words) if w not in said]
+    if u.words and not fresh:
+        return 0.0
+    share = len(fresh) / max(1, len(set(u.words)))
+    topic = 1.0 + 0.25 * math.log(1 + sum(span_df.get(w, 1) - 1 for w in fresh) / max(1, len(fresh)))
+    rank = 1.4 if u.rank == 0 else 1.0
+    return u.score * share * topic * rank / (len(u.text.encode("utf-8")) + 6) / (1 + taken)
+
+
+def render(chosen: list[Unit], head: str = "") -> str:
+    """Units grouped by speaker (the user first, tool work last), in log order inside each group."""
+    groups: dict[str, list[Unit]] = {}
+    order = sorted(chosen, key=lambda u: (u.rank, u.i, u.pos))
+    for u in order:
+        groups.setdefault(u.who, []).append(u)
+    parts = []
+    for who, members in sorted(groups.items(), key=lambda kv: (kv[1][0].rank, kv[1][0].i)):
+        members.sort(key=lambda u: (u.i, u.pos))
+        pieces: list[str] = []
+        after_call = False
+        for u in members:
+            if u.result and after_call:  # a call and how it ended: "ran pytest → 12 passed"
+                pieces[-1] += " → " + u.text
+            else:
+                pieces.append(u.text)
+            after_call = u.rank == 2 and not u.result
+        body = ", ".join(pieces)
+        parts.append(f"{who}: {body}" if who else body)
+    line = "; ".join(parts)
+    return f"{head}: {line}" if head else line
+
+
+def _date(msgs: list[dict]) -> str:
+    days = [m["date"][:10] for m in (msgs[0], msgs[-1]) if isinstance(m.get("date"), str) and len(m["date"]) >= 10]
+    if not days:
+        return ""
+    return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+
+
+def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
+    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=lambda u: u.score)
+
+
+# ---- one memory's offline compactor ----------------------------------------------------------------------
+
+
+class Digest:
+    """The offline compactor of one memory: term statistics from its log, the units of each built node kept
+    until its parent is built (a node built earlier, or free, is read back from the log)."""
+
+    def __init__(self, mem):
+        self.mem = mem
+        self._stats: Stats | None = None
+        self.pools: dict[tuple[int, int], tuple[list[Unit], str, str]] = {}  # (l, i) → (units, first date, last date)
+
+    @property
+    def stats(self) -> Stats:
+        if self._stats is None:
+            count = self.mem.count()
+            runs = 8
+            each = max(1, STATS_SAMPLE // runs)
+            if count <= STATS_SAMPLE:
+                msgs = self.mem.messages(0, count)
+                self._stats = Stats.of(msgs)
+            else:
+                def sample():
+                    for k in range(runs):
+                        start = k * (count - each) // (runs - 1)
+                        yield from self.mem.messages(start, start + each)
+                self._stats = Stats.of(sample())
+        return self._stats
+
+    def leaf(self, i: int, kind: str, text: str) -> str:
+        msg = next(iter(self.mem.messages(i, i + 1)), None) or {"i": i, "kind": kind, "text": text}
+        found = units(msg, self.stats)
+        self.pools[(0, i)] = (top(found), msg.get("date") or "", msg.get("date") or "")
+        return leaf_line(msg, found)
+
+    def merge(self, l: int, i: int) -> str:
+        pool, first, last = self._pool(l, i)
+        self.pools[(l, i)] = (pool, first, last)
+        days = [d[:10] for d in (first, last) if len(d) >= 10]
+        head = "" if not days else days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+        return compose(pool, head)
+
+    def _pool(self, l: int, i: int) -> tuple[list[Unit], str, str]:
+        """The units of node ``(l, i)``'s span: its children's, kept or read back from the log."""
+        kept = self.pools.pop((l, i), None)
+        if kept is not None:
+            return kept
+        if l == 0 or not any(ll < l and ii >> (l - ll) == i for ll, ii in self.pools):
+            start, end = i << l, (i + 1) << l
+            msgs = list(self.mem.messages(start, end))
+            pool: list[Unit] = []
+            for msg in msgs:
+                pool.extend(top(units(msg, self.stats), 16))
+            return top(pool), msgs[0].get("date") or "" if msgs else "", msgs[-1].get("date") or "" if msgs else ""
+        a, fa, _ = self._pool(l - 1, 2 * i)
+        b, _, lb = self._pool(l - 1, 2 * i + 1)
+        return top(a + b), fa, lb
+
+
+def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
+    """One long message as a line: its kind (and speaker), then its best units in text order."""
+    kind = msg.get("kind", "")
+    who, rank = _speaker(msg)
+    label = kind if who in ("", kind) else f"{kind} {who}"
+    if rank == 2:
+        work = ", ".join(u.text for u in found)
+        text = _scan(msg.get("text") or "")
+        # a tool leaf is shown only with --include-tools: its own text may be quoted
+        return cut_line(f"{label}: {work}; {text}" if work else f"{label}: {text}", limit)
+    body = compose([Unit(u.score, u.i, u.pos, u.text, "", u.rank, u.words) for u in found], "",
+                   limit - len(label.encode("utf-8")) - 2)
+    return cut_line(f"{label}: {body}" if body else f"{label}: {(msg.get('text') or '')[:200]}", limit)
+
+
+# ---- without a memory: from the message, or the two child lines ------------------------------------------
 
 
 def leaf(kind: str, text: str, limit: int = LINE_BYTES) -> str:
-    """One line summarising message ``kind: text``."""
-    head = f"{kind}: "
-    return cut_line(head + condense(text, limit - len(head)), limit)
+    """One line summarising message ``kind: text`` (no memory: no statistics beyond the message)."""
+    msg = {"i": 0, "kind": kind, "text": text}
+    return leaf_line(msg, units(msg), limit)
 
 
 def merge(left: str, right: str, limit: int = LINE_BYTES) -> str:
-    """One line merging two adjacent lines, giving each half what the other does not need."""
-    half = (limit - 2) // 2
-    a_size, b_size = len(left.encode("utf-8")), len(right.encode("utf-8"))
-    a_budget = max(half, limit - 2 - b_size) if a_size > half else a_size
-    a = condense(left, a_budget) if a_size > a_budget else left
-    b = condense(right, limit - 2 - len(a.encode("utf-8")))
-    return cut_line(_join(p for p in (a, b) if p), limit)
+    """One line merging two adjacent lines when only they are known (no memory to read the span from)."""
+    pool = units({"i": 0, "kind": "note", "text": left}) + units({"i": 1, "kind": "note", "text": right})
+    pool = [Unit(u.score, u.i, u.pos, u.text, "", 1, u.words) for u in pool]
+    return compose(pool, "", limit)

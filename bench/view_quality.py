@@ -1,0 +1,318 @@
+"""View quality on the development sets (../shared/data, see its README): answer coverage and zoom-path success.
+
+Each conversation (LoCoMo) or instance (LongMemEval) is logged as one memory with a 32,000-byte view
+(``view.hi`` 32,000, ``lo`` 16,000), its tree built by ``build-tree`` with each offline compactor in turn, and
+then measured, in one run, against baselines over the same questions and the same view:
+
+- ``new``: the offline compactor as shipped (``pimem.compactor.extractive``);
+- ``old``: the offline compactor before issue 15 (``bench/baselines/extractive_old.py``);
+- ``head``: the new run's view, every line replaced by the first 512 bytes of its span (``kind: text`` lines
+  joined by newlines), its halves likewise;
+- ``window``: as many bytes as the view holds, of the most recent turns verbatim (coverage only).
+
+**Answer coverage**: the share of the answer's content words (lowercase ``\\w+``, stop words removed) found in
+the view lines holding the evidence turns. **Zoom-path success**: the view's lines ranked by BM25 (k1 1.5,
+b 0.75, lowercase ``\\w+``, stop words removed) against the question; a success when a top-3 line holds an
+evidence turn and, zooming down from it, at every level the half holding that turn scores strictly higher
+than its sibling (BM25 with the view's statistics). Means over the questions with an answer and evidence
+(LoCoMo's adversarial category has neither).
+
+Tuning is kept apart from reporting: the compactor was tuned on LoCoMo conv-26 and conv-30 and on the
+LongMemEval instances at even positions; each table row gives all, the tuning part and the untuned part.
+
+    python bench/view_quality.py [--data ../shared/data] [--only locomo|longmemeval] [--limit N] [--variants new,old]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pimem import Memory, scheduler  # noqa: E402
+from pimem.compactor import Compactor  # noqa: E402
+from pimem.tree import span as node_span  # noqa: E402
+
+VIEW = {"hi": 32_000, "lo": 16_000}
+LOCOMO_TUNED = {"conv-26", "conv-30"}
+STOP = frozenset(
+    "a an and are as at be but by can could did do does for from had has have he her hers him his how i if in "
+    "into is it its me my no not of on or our she so than that the their them then there they this to was we "
+    "were what when where which who whom why will with would you your yes".split()
+)
+_WORD = re.compile(r"\w+")
+
+
+def words(text: str) -> list[str]:
+    return [w for w in _WORD.findall(text.lower()) if w not in STOP]
+
+
+# ---- the sets --------------------------------------------------------------------------------------------
+
+
+def locomo(data: Path) -> list[dict]:
+    out = []
+    for path in sorted((data / "locomo_dev").glob("*.messages.ndjson")):
+        name = path.name.split(".")[0]
+        msgs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        records = [{"kind": m["kind"], "text": m["text"] + (f" [image: {m['img_caption']}]" if m.get("img_caption") else ""),
+                    "date": m["date"] + "+00:00", "meta": {"speaker": m["speaker"]}} for m in msgs]
+        qa = [json.loads(line) for line in (data / "locomo_dev" / f"{name}.qa.ndjson").read_text().splitlines() if line.strip()]
+        questions = [{"question": q["question"], "answer": str(q["answer"]), "evidence": q["evidence_i"]}
+                     for q in qa if q.get("answer") not in (None, "") and q.get("evidence_i")]
+        out.append({"name": name, "records": records, "questions": questions, "tuned": name in LOCOMO_TUNED})
+    return out
+
+
+def longmemeval(data: Path) -> list[dict]:
+    out = []
+    for k, inst in enumerate(json.loads((data / "longmemeval_s_dev.json").read_text())):
+        records, evidence = [], []
+        for session, date in zip(inst["haystack_sessions"], inst["haystack_dates"]):
+            stamp = datetime.strptime(date.split(" (")[0] + " " + date.split(") ")[1], "%Y/%m/%d %H:%M").isoformat() + "+00:00"
+            for turn in session:
+                if turn.get("has_answer"):
+                    evidence.append(len(records))
+                records.append({"kind": "user" if turn["role"] == "user" else "pi", "text": turn["content"] or "(empty)",
+                                "date": stamp})
+        questions = [{"question": inst["question"], "answer": str(inst["answer"]), "evidence": evidence}] if evidence else []
+        out.append({"name": inst["question_id"], "records": records, "questions": questions, "tuned": k % 2 == 0})
+    return out
+
+
+# ---- compactors ------------------------------------------------------------------------------------------
+
+
+def old_compactor() -> Compactor:
+    """Today's harness with the pre-issue-15 extractive functions (a copy kept in bench/baselines)."""
+    spec = importlib.util.spec_from_file_location("extractive_old", ROOT / "bench" / "baselines" / "extractive_old.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    class Old(Compactor):
+        def for_memory(self, mem):
+            return self
+
+        def build(self, task, context=""):
+            text = module.leaf(task.kind, task.text) if task.l == 0 else module.merge(task.left, task.right)
+            return text, {"model": "extractive-old", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": 0.0}
+
+    return Old({})
+
+
+def build(home: Path, name: str, records: list[dict], compactor: Compactor | None) -> tuple[Memory, float]:
+    mem = Memory.at(name, home)
+    mem.path.mkdir(parents=True, exist_ok=True)
+    mem.save_config({"view": dict(VIEW)})
+    mem.append(records)
+    started = time.perf_counter()
+    scheduler.build_tree([mem], compactor=compactor)
+    seconds = time.perf_counter() - started
+    mem = Memory.open(name, home)
+    return mem, seconds
+
+
+# ---- measures --------------------------------------------------------------------------------------------
+
+
+class BM25:
+    def __init__(self, docs: list[list[str]], k1: float = 1.5, b: float = 0.75):
+        self.k1, self.b = k1, b
+        self.n = len(docs)
+        self.avg = sum(map(len, docs)) / max(1, self.n)
+        self.df = Counter(w for d in docs for w in set(d))
+
+    def score(self, query: list[str], doc: list[str]) -> float:
+        tf = Counter(doc)
+        out = 0.0
+        for q in set(query):
+            f = tf.get(q)
+            if not f:
+                continue
+            idf = math.log(1 + (self.n - self.df.get(q, 0) + 0.5) / (self.df.get(q, 0) + 0.5))
+            out += idf * f * (self.k1 + 1) / (f + self.k1 * (1 - self.b + self.b * len(doc) / self.avg))
+        return out
+
+
+def coverage(answer: str, texts: list[str]) -> float | None:
+    want = set(words(answer))
+    if not want:
+        return None
+    have = set(words("\n".join(texts)))
+    return len(want & have) / len(want)
+
+
+def zoom_success(question: str, lines: list[tuple[int, int, str]], evidence: list[int], node_text) -> bool:
+    """A top-3 line (by BM25) holds an evidence turn, and from it each level's half holding that turn
+    scores strictly higher than its sibling."""
+    docs = [words(text) for _, _, text in lines]
+    model = BM25(docs)
+    q = words(question)
+    ranked = sorted(range(len(lines)), key=lambda k: -model.score(q, docs[k]))[:3]
+    for k in ranked:
+        l, i, _ = lines[k]
+        start, end = node_span(l, i)
+        for e in evidence:
+            if not start <= e < end:
+                continue
+            ok, ll, ii = True, l, i
+            while ll > 0:
+                ll -= 1
+                left, right = 2 * ii, 2 * ii + 1
+                hold, other = (left, right) if e < (right << ll) else (right, left)
+                if model.score(q, words(node_text(ll, hold))) <= model.score(q, words(node_text(ll, other))):
+                    ok = False
+                    break
+                ii = hold
+            if ok:
+                return True
+    return False
+
+
+def measure(inst: dict, mem: Memory, texts_of, records: list[dict]) -> list[dict]:
+    """Per question: coverage and zoom success for the view of ``mem`` with node texts from ``texts_of``."""
+    views = mem.views()
+    rows = [(l, i) for l, i, _, _ in views.view.rows()]
+    lines = [(l, i, texts_of(l, i) or "") for l, i in rows]
+    starts = [node_span(l, i)[0] for l, i in rows]
+    import bisect
+
+    out = []
+    for q in inst["questions"]:
+        held = sorted({bisect.bisect_right(starts, e) - 1 for e in q["evidence"]})
+        cov = coverage(q["answer"], [lines[k][2] for k in held])
+        if cov is None:
+            continue
+        out.append({"coverage": cov, "zoom": zoom_success(q["question"], lines, q["evidence"], texts_of)})
+    return out
+
+
+def head_texts(records: list[dict]):
+    lines = [f"{r['kind']}: {r['text']}" for r in records]
+
+    def text(l: int, i: int) -> str:
+        start, end = node_span(l, i)
+        data = "\n".join(lines[start:end]).encode("utf-8")[:512]
+        return data.decode("utf-8", "ignore")
+
+    return text
+
+
+def window_coverage(inst: dict, records: list[dict], budget: int) -> list[float]:
+    kept, used = set(), 0
+    for k in range(len(records) - 1, -1, -1):
+        size = len(f"{records[k]['kind']}: {records[k]['text']}".encode("utf-8")) + 1
+        if used + size > budget:
+            break
+        used += size
+        kept.add(k)
+    out = []
+    for q in inst["questions"]:
+        cov = coverage(q["answer"], [f"{records[e]['kind']}: {records[e]['text']}" for e in q["evidence"] if e in kept])
+        if cov is not None:
+            out.append(cov)
+    return out
+
+
+def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
+    results: dict[str, dict[str, list]] = {}
+    build_seconds: Counter = Counter()
+    nodes: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        for n, inst in enumerate(instances):
+            part = "tuned" if inst["tuned"] else "untuned"
+            per: dict[str, list] = {}
+            for variant in variants:
+                compactor = old_compactor() if variant == "old" else None
+                mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
+                build_seconds[variant] += secs
+                count = mem.count()
+                nodes[variant] += scheduler.tree_size(count)
+                per[variant] = measure(inst, mem, lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or "", inst["records"])
+                if variant == "new":
+                    per["head"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
+                    budget = sum(len(t.encode("utf-8")) + 1 for _, _, t in
+                                 [(l, i, mem.tree.text(l, i, count) or "") for l, i, _, _ in mem.views().view.rows()])
+                    per["window"] = [{"coverage": c, "zoom": None} for c in window_coverage(inst, inst["records"], budget)]
+                mem.close()
+            for key, rows in per.items():
+                for part_key in ("all", part):
+                    results.setdefault(key, {}).setdefault(part_key, []).extend(rows)
+    return {"results": results, "seconds": build_seconds, "nodes": nodes}
+
+
+def mean(values: list) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def report(label: str, found: dict, variants: list[str]) -> None:
+    res = found["results"]
+    print(f"\n{label}: {len(res[variants[0]]['all'])} questions (tuned part {len(res[variants[0]].get('tuned', []))})")
+    print(f"{'':10} {'coverage all':>13} {'tuned':>7} {'untuned':>8}   {'zoom all':>9} {'tuned':>7} {'untuned':>8}")
+    table = {}
+    for key in [*variants, "head", "window"]:
+        if key not in res:
+            continue
+        cells = []
+        for measure_key in ("coverage", "zoom"):
+            for part in ("all", "tuned", "untuned"):
+                rows = res[key].get(part, [])
+                vals = [r[measure_key] for r in rows]
+                table[(key, measure_key, part)] = mean([float(v) if v is not None else None for v in vals])
+                cells.append(table[(key, measure_key, part)])
+        print(f"{key:10} {cells[0]:13.3f} {cells[1]:7.3f} {cells[2]:8.3f}   {cells[3]:9.3f} {cells[4]:7.3f} {cells[5]:8.3f}")
+    for base in ("head", "old"):
+        if "new" in res and base in res:
+            ratios = []
+            for measure_key in ("coverage", "zoom"):
+                for part in ("all", "untuned"):
+                    b = table[(base, measure_key, part)]
+                    ratios.append(f"{measure_key} {part} {table[('new', measure_key, part)] / b:.2f}×" if b else f"{measure_key} {part} –")
+            print(f"new / {base}: " + ", ".join(ratios))
+    if "old" in res and "head" in res:
+        print("old / head: " + ", ".join(f"{m} all {table[('old', m, 'all')] / table[('head', m, 'all')]:.2f}×"
+                                         for m in ("coverage", "zoom") if table[("head", m, "all")]))
+    for key in variants:
+        secs = found["seconds"][key]
+        print(f"build-tree {key}: {found['nodes'][key]:,} nodes in {secs:.1f} s ({found['nodes'][key] / secs:,.0f} nodes/s)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "data"))
+    ap.add_argument("--only", choices=("locomo", "longmemeval"))
+    ap.add_argument("--limit", type=int, default=None, help="instances per set")
+    ap.add_argument("--variants", default="new,old")
+    args = ap.parse_args()
+    data = Path(args.data)
+    if not data.is_dir():
+        data = Path("/work/shared/data")
+    if not data.is_dir():
+        print(f"no data at {args.data}: skipped")
+        return
+    variants = args.variants.split(",")
+    for label, loader in (("LoCoMo", locomo), ("LongMemEval_S", longmemeval)):
+        if args.only and args.only != label.lower().split("_")[0]:
+            continue
+        instances = loader(data)[: args.limit]
+        found = run_set(label, instances, variants)
+        report(label, found, variants)
+
+
+if __name__ == "__main__":
+    main()
