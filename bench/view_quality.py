@@ -46,7 +46,7 @@ from pimem import Memory, scheduler  # noqa: E402
 from pimem.compactor import Compactor  # noqa: E402
 from pimem.tree import span as node_span  # noqa: E402
 
-VIEW = {"hi": 32_000, "lo": 16_000}
+VIEW = {"hi": 32_000, "lo": 32_000}  # the view holds 32,000 bytes (``--lo 16000``: down to 16,000 after a batch)
 LOCOMO_TUNED = {"conv-26", "conv-30"}
 STOP = frozenset(
     "a an and are as at be but by can could did do does for from had has have he her hers him his how i if in "
@@ -243,8 +243,8 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                 count = mem.count()
                 nodes[variant] += scheduler.tree_size(count)
                 per[variant] = measure(inst, mem, lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or "", inst["records"])
-                if variant == "new":
-                    per["head"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
+                per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
+                if variant == variants[0]:
                     budget = sum(len(t.encode("utf-8")) + 1 for _, _, t in
                                  [(l, i, mem.tree.text(l, i, count) or "") for l, i, _, _ in mem.views().view.rows()])
                     per["window"] = [{"coverage": c, "zoom": None} for c in window_coverage(inst, inst["records"], budget)]
@@ -265,7 +265,7 @@ def report(label: str, found: dict, variants: list[str]) -> None:
     print(f"\n{label}: {len(res[variants[0]]['all'])} questions (tuned part {len(res[variants[0]].get('tuned', []))})")
     print(f"{'':10} {'coverage all':>13} {'tuned':>7} {'untuned':>8}   {'zoom all':>9} {'tuned':>7} {'untuned':>8}")
     table = {}
-    for key in [*variants, "head", "window"]:
+    for key in [*variants, "head", *(f"head@{v}" for v in variants[1:]), "window"]:
         if key not in res:
             continue
         cells = []
@@ -284,9 +284,10 @@ def report(label: str, found: dict, variants: list[str]) -> None:
                     b = table[(base, measure_key, part)]
                     ratios.append(f"{measure_key} {part} {table[('new', measure_key, part)] / b:.2f}×" if b else f"{measure_key} {part} –")
             print(f"new / {base}: " + ", ".join(ratios))
-    if "old" in res and "head" in res:
-        print("old / head: " + ", ".join(f"{m} all {table[('old', m, 'all')] / table[('head', m, 'all')]:.2f}×"
-                                         for m in ("coverage", "zoom") if table[("head", m, "all")]))
+    for v in variants[1:]:
+        base = f"head@{v}"
+        print(f"{v} / {base}: " + ", ".join(f"{m} all {table[(v, m, 'all')] / table[(base, m, 'all')]:.2f}×"
+                                           for m in ("coverage", "zoom") if table[(base, m, "all")]))
     for key in variants:
         secs = found["seconds"][key]
         print(f"build-tree {key}: {found['nodes'][key]:,} nodes in {secs:.1f} s ({found['nodes'][key] / secs:,.0f} nodes/s)")
@@ -298,6 +299,7 @@ def main() -> None:
     ap.add_argument("--only", choices=("locomo", "longmemeval"))
     ap.add_argument("--limit", type=int, default=None, help="instances per set")
     ap.add_argument("--variants", default="new,old")
+    ap.add_argument("--lo", type=int, default=32_000, help="the view's lo (hi is 32,000)")
     args = ap.parse_args()
     data = Path(args.data)
     if not data.is_dir():
@@ -306,6 +308,7 @@ def main() -> None:
         print(f"no data at {args.data}: skipped")
         return
     variants = args.variants.split(",")
+    VIEW["lo"] = args.lo
     for label, loader in (("LoCoMo", locomo), ("LongMemEval_S", longmemeval)):
         if args.only and args.only != label.lower().split("_")[0]:
             continue

@@ -45,7 +45,7 @@ _pimem() {
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
     build-tree) opts="--dry-run --max-cost --retries --wait --json --home -h --help"; valued="--max-cost --retries --wait --home"; slots=""; nodes="" ;;
     compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
-    context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
+    context) opts="--system --cwd --session --include-tools --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;

@@ -130,6 +130,7 @@ complete -c pimem -n '__fish_seen_subcommand_from compact; and __pimem_slot 1 --
 complete -c pimem -n '__fish_seen_subcommand_from context' -l system -d 'Print the system prompt and the tool schemas as one JSON object; the same bytes every time.'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l cwd -x -d 'Working directory to report (default: the current one).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -s h -l help -d 'Show this help and exit.'

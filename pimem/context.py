@@ -27,16 +27,17 @@ MEMORY_CLIP = 1_000
 EXCHANGE_BYTES = 16_000
 
 
-def context(mem, session: str | None = None, cwd: str | None = None) -> str:
+def context(mem, session: str | None = None, cwd: str | None = None, include_tools: bool = False) -> str:
     """The whole per-turn context as text."""
-    return render(parts(mem, session, cwd))
+    return render(parts(mem, session, cwd, include_tools))
 
 
-def parts(mem, session: str | None = None, cwd: str | None = None) -> dict:
-    """The context's parts, each a string (empty when there is nothing to say)."""
+def parts(mem, session: str | None = None, cwd: str | None = None, include_tools: bool = False) -> dict:
+    """The context's parts, each a string (empty when there is nothing to say); tool traffic in the view
+    only with ``include_tools`` (see ``privacy``)."""
     now = env.now()
     return {
-        "view": view_text(mem),
+        "view": view_text(mem, include_tools),
         "memories": memory_block(mem, session),
         "previous_exchange": previous_exchange(mem),
         "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {cwd or os.getcwd()}",
@@ -52,9 +53,11 @@ def render(p: dict) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def view_text(mem) -> str:
+def view_text(mem, include_tools: bool = False) -> str:
     """The view as the model reads it, one ``id+n|text`` line per span."""
-    return "\n".join(mem.view_lines())
+    from .view import render_line, shown
+
+    return "\n".join(render_line(l, i, text) for l, i, text, _ in shown(mem, mem.views(), include_tools=include_tools))
 
 
 def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS) -> str:

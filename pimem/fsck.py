@@ -173,6 +173,9 @@ def check_tree(mem: Memory) -> list[Finding]:
                 found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the {line_bytes}-byte line"))
             if node.get("size") != byte_size(text):
                 found.append(Finding(mem.name, "tree", where, f"node {name}: size is {node.get('size')!r}, the text makes it {byte_size(text)}"))
+            if node.get("suspect"):
+                found.append(Finding(mem.name, "tree", where, f"node {name} is suspect: its summary names "
+                                     f"{', '.join(map(str, node['suspect']))}, which its messages do not hold", fatal=False))
     return found
 
 

@@ -1,10 +1,15 @@
 """What read paths show of tool traffic: tool calls and results (``tool``, ``echo``) only on request.
 
 The view the model reads holds tool traffic like anything else: a short tool call is its own verbatim line,
-and short lines are joined verbatim into their parents. So a reader that shows view lines (the MCP server,
-``map``) takes tool messages out of them unless asked: a tool leaf becomes a marker, and every verbatim copy
-of a tool leaf inside a joined line is replaced by that marker. Summaries written by the compactor are kept:
-secrets were redacted before the compactor saw anything.
+and short lines are joined verbatim into their parents. So a reader that shows view lines (``view``,
+``zoom``, ``context``, ``map``, the MCP server) takes tool messages out of them unless asked: a tool leaf
+becomes a marker, and every verbatim copy of a tool leaf inside a joined line is replaced by that marker.
+A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
+``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
+the span is masked (``TOOL_TEXT``). The offline compactor never writes such a run (it copies at most 15
+characters from tool traffic); the mask catches what a model wrote. It reads the messages of the line's
+span, so only lines covering at most ``MASK_SPAN`` messages are checked (a line's text is worked out once:
+``lines.json`` keeps it).
 """
 
 from __future__ import annotations
@@ -17,35 +22,86 @@ from .tree import leaf_text
 # a join of n verbatim leaves is n lines of at least "user: x" within one line's bytes, so only lines
 # covering at most this many messages can hold a tool leaf verbatim
 MAX_JOINED = 64
+RUN = 16  # characters: a run this long found only in the span's tool traffic is masked
+MASK_SPAN = 1024  # messages: lines covering more are not read through for the mask
+TOOL_TEXT = "[tool output hidden]"
 
 
 def marker(kind: str) -> str:
     return f"{kind}: (hidden; include tools to see it)"
 
 
+def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int, int]]:
+    """The maximal ``[start, end)`` runs of ``line``, each at least ``RUN`` characters, whose every
+    ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``."""
+    if len(line) < RUN or not tools:
+        return []
+    tool_text, other_text = "\0".join(tools), "\0".join(others)
+    # a run of RUN characters holds a whole aligned block of RUN // 2: look closer only around those found
+    half = RUN // 2
+    hits = [k for k in range(0, len(line) - half + 1, half) if line[k : k + half] in tool_text]
+    if not hits:
+        return []
+    marked = bytearray(len(line))
+    starts = sorted({s for k in hits for s in range(max(0, k + half - RUN), min(k, len(line) - RUN) + 1)})
+    for s in starts:
+        window = line[s : s + RUN]
+        if window in tool_text and window not in other_text:
+            marked[s : s + RUN] = b"\1" * RUN
+    runs, k = [], 0
+    while k < len(line):
+        if marked[k]:
+            end = k
+            while end < len(line) and marked[end]:
+                end += 1
+            runs.append((k, end))
+            k = end
+        else:
+            k += 1
+    return runs
+
+
+def mask_tool_text(line: str, msgs: list[dict]) -> str:
+    """``line`` with every run it shares only with the tool traffic of ``msgs`` (its span) replaced by
+    ``TOOL_TEXT``."""
+    tools = [m["text"] for m in msgs if is_tool(m)]
+    if not tools:
+        return line
+    runs = tool_runs(line, tools, [m["text"] for m in msgs if not is_tool(m)])
+    for start, end in reversed(runs):
+        line = line[:start] + TOOL_TEXT + line[end:]
+    return line
+
+
 def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[int, dict] | None = None) -> list[str | None]:
-    """The texts of view lines ``(l, i, text)`` with tool traffic taken out, reading only the messages under
-    lines short enough to hold verbatim copies (from ``known``, messages by ``i`` the caller has read
-    already, when it holds them all)."""
+    """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, verbatim
+    copies of them as markers, runs quoted only from the span's tool traffic masked. Reads the messages under
+    lines covering at most ``MASK_SPAN`` messages (from ``known``, messages by ``i`` the caller has read
+    already, where it holds them all)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
-    if not small:
-        return [text for _, _, text in lines]
-    start, stop = min(spans[k][0] for k in small), max(spans[k][1] for k in small)
-    if known is not None and all(k in known for k in range(start, stop)):
-        source = (known[k] for k in range(start, stop))
-    else:
-        source = mem.messages(start, stop)
-    tools = {m["i"]: m for m in source if is_tool(m)}
+    joined: dict[int, dict] = {}
+    if small:  # the lines that may join tool leaves verbatim are recent and many: read their messages at once
+        start, stop = min(spans[k][0] for k in small), max(spans[k][1] for k in small)
+        if known is not None and all(k in known for k in range(start, stop)):
+            joined = {k: known[k] for k in range(start, stop)}
+        else:
+            joined = {m["i"]: m for m in mem.messages(start, stop)}
     out = []
     for k, (l, i, text) in enumerate(lines):
-        if text is not None and (1 << l) <= MAX_JOINED:
-            first, end = spans[k]
-            inside = [tools[j] for j in range(first, end) if j in tools] if len(tools) else []
-            if l == 0 and inside:
+        if text is None or (1 << l) > MASK_SPAN:
+            out.append(text)
+            continue
+        first, end = spans[k]
+        msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(mem.messages(first, end))
+        inside = [m for m in msgs if is_tool(m)]
+        if inside:
+            if l == 0:
                 text = marker(inside[0]["kind"])
-            for msg in inside:
-                text = text.replace(leaf_text(msg), marker(msg["kind"]))
+            else:
+                for msg in inside:
+                    text = text.replace(leaf_text(msg), marker(msg["kind"]))
+                text = mask_tool_text(text, msgs)
         out.append(text)
     return out

@@ -215,6 +215,36 @@ class Builder:
             return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1))
         return None
 
+    def build(self, task: Task, context: str = "") -> tuple[str, dict]:
+        """The compactor's line for ``task`` with the faithfulness guard (``compactor.faith``): a model line
+        naming a number, path or identifier its span does not hold is asked for once more, and the second
+        one is kept with ``suspect`` listing what it names unfounded. Runs on a pool thread."""
+        text, meta = self.compactor.build(task, context)
+        if self.compactor.offline:
+            return text, meta
+        from .compactor import faith
+
+        inputs = [task.text] if task.l == 0 else [task.left, task.right]
+        missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
+        if missing:
+            text, again = self.compactor.build(task, context)
+            for key in ("tokens_in", "tokens_out", "cost", "seconds"):
+                if again.get(key) is not None:
+                    again[key] = round(again[key] + (meta.get(key) or 0), 8)
+            meta = again
+            missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
+            if missing:
+                meta["suspect"] = missing[: faith.MAX_LISTED]
+        return text, meta
+
+    def _span_texts(self, task: Task) -> list[str]:
+        """The texts of the messages under ``task``'s node, read with a Memory of this thread's own."""
+        reader = type(self.mem)(self.mem.name, self.mem.path, self.mem.home)
+        try:
+            return [m["text"] for m in reader.messages(task.i << task.l, (task.i + 1) << task.l)]
+        finally:
+            reader.close()
+
     def next_due(self) -> float | None:
         return self.waiting[0][0] if self.waiting else None
 
@@ -303,7 +333,7 @@ class _Pool:
         while True:
             builder, task, context = self.tasks.get()
             try:
-                text, meta = builder.compactor.build(task, context)
+                text, meta = builder.build(task, context)
                 self.results.put((builder, task, text, meta, None))
             except CallFailed as exc:
                 self.results.put((builder, task, None, None, exc))
@@ -513,10 +543,11 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
 
 
 def spent(mem) -> dict:
-    """Calls, tokens and money recorded on the nodes a compactor wrote (read from the tree files)."""
+    """Calls, tokens and money recorded on the nodes a compactor wrote, and the nodes marked ``suspect`` by
+    the faithfulness guard (read from the tree files)."""
     import orjson
 
-    totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "models": {}}
+    totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "models": {}, "suspect": []}
     tree_dir = mem.path / "tree"
     if not tree_dir.is_dir():
         return totals
@@ -534,6 +565,8 @@ def spent(mem) -> dict:
             totals["cost"] += node.get("cost") or 0.0
             model = node.get("model") or "?"
             totals["models"][model] = totals["models"].get(model, 0) + 1
+            if node.get("suspect") and type(node.get("l")) is int and type(node.get("i")) is int:
+                totals["suspect"].append(label(node["l"], node["i"]))
     totals["cost"] = round(totals["cost"], 6)
     return totals
 

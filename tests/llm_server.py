@@ -32,6 +32,7 @@ class FakeLLM:
         self.faults = faults or []
         self.latency = latency
         self.hang = hang
+        self.reply = None  # callable(body) -> the text of every normal answer, instead of ``summary_for``
         self.reasoning = reasoning  # answer "length" with no text unless max_tokens ≥ 1000
         self.requests: list[dict] = []
         self.raw: list[bytes] = []
@@ -93,6 +94,8 @@ class FakeLLM:
         if fault == "malformed":
             return self.send(handler, 200, b'{"choices": [ {"message": ')
         text, finish = summary_for(self.text_of(body)) + " filler" * (self.pad // 7), "stop"
+        if self.reply is not None:
+            text = self.reply(body)
         if fault == "empty":
             text = ""
         elif fault == "long":

@@ -7,7 +7,7 @@ import typer
 from .. import context as contexts, output
 from ..errors import BadInput
 from ..memory import Memory
-from ..options import Home, Json, Session
+from ..options import Home, IncludeTools, Json, Session
 
 
 def command(
@@ -15,6 +15,7 @@ def command(
     system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
     cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
     session: Session = None,
+    include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
 ) -> None:
@@ -22,7 +23,8 @@ def command(
 
     The view (<chat>), the user's pinned and active memories, the previous exchange (last user message and
     last reply, if together at most 16,000 bytes) and now · cwd. Run it before logging the user's new
-    message. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns.
+    message. Tool calls and results in the view show as markers unless --include-tools (a wrapper whose
+    model reads back its own tool work passes it). --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns.
 
     Examples:
       pimem context --system | jq -r .system > system.txt
@@ -38,6 +40,6 @@ def command(
         raise BadInput("give a memory NAME (or --system)")
     mem = Memory.open(name, home)
     if json:
-        output.json_line(contexts.parts(mem, session, cwd))
+        output.json_line(contexts.parts(mem, session, cwd, include_tools))
     else:
-        output.raw_line(contexts.context(mem, session, cwd).encode())
+        output.raw_line(contexts.context(mem, session, cwd, include_tools).encode())

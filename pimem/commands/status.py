@@ -49,6 +49,10 @@ def command(name: Name, json: Json = False, home: Home = None) -> None:
         cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
         output.line(f"spent     {spent['calls']:,} summaries written ({models}), {spent['tokens_in']:,} tokens in, "
                     f"{spent['tokens_out']:,} out{cost}")
+    if spent["suspect"]:
+        shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
+        output.line(output.style(f"suspect   {len(spent['suspect']):,} summaries name a number, path or identifier "
+                                 f"their messages do not hold: {shown}", "yellow"))
     builder = row["builder"]
     if builder:
         ago = max(0.0, time.time() - builder["beat"])

@@ -43,7 +43,7 @@ def command(
 
     rows = shown(mem, views, include_tools=include_tools, compactor=compactor)
     if stats:
-        _stats(views.cview if compactor else views.view, views.T, rows, json)
+        _stats(views.cview if compactor else views.view, views.T, rows, json, mem)
         return
     from ..tree import label
     from ..view import render_line
@@ -83,7 +83,12 @@ def _watcher_running(mem) -> bool:
     return holder(mem) is not None
 
 
-def _stats(v, messages: int, rows, json: bool) -> None:
+def _stats(v, messages: int, rows, json: bool, mem) -> None:
+    from ..scheduler import spent
+    from ..tree import label
+
+    marked = set(spent(mem)["suspect"])
+    suspect = [label(l, i) for l, i, _, _ in rows if label(l, i) in marked]
     levels: dict[int, int] = {}
     for l, *_ in rows:
         levels[l] = levels.get(l, 0) + 1
@@ -91,9 +96,11 @@ def _stats(v, messages: int, rows, json: bool) -> None:
     pending = sum(text is None for _, _, text, _ in rows)
     if json:
         output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
-                          "levels": {str(l): levels[l] for l in sorted(levels)}})
+                          "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect})
         return
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
     output.line(f"lines     {len(rows):,}  for {messages:,} messages ({pending} waiting for a summary)")
+    if suspect:
+        output.line(f"suspect   {len(suspect):,} lines name what their messages do not hold: {', '.join(suspect[:10])}")
     for l in sorted(levels):
         output.line(f"level {l:<3} {levels[l]:>5} lines of {1 << l} message{'s' if l else ''}")

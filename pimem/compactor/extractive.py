@@ -34,6 +34,12 @@ POOL = 96  # units a span keeps for its parent to choose from
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
+COMMON = float(__import__("os").environ.get("T_COMMON", 1.0))
+SENTENCE = int(__import__("os").environ.get("T_SENT", 200))
+ASK = float(__import__("os").environ.get("T_ASK", 1.5))
+SPREAD = float(__import__("os").environ.get("T_SPREAD", 1.0))
+USER = float(__import__("os").environ.get("T_USER", 1.4))
+SAID = float(__import__("os").environ.get("T_SAID", 1.0))  # log of the share of messages past which a word counts for nothing
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -47,6 +53,7 @@ STOP = frozenset(
     "would yeah yes you you're your yours hey hi hello thanks thank ok okay sure well like know think great "
     "good much lot lots way things thing something anything one two also been going get got make made see "
     "though even still always never ever every many us them it's i've i'd you've we're they're can't "
+    "user pi echo tool work note assistant "
     "的 了 是 我 你 他 她 它 们 在 和 也 就 都 而 及 与 着 或 一个 没有 我们 你们 这个 那个 然后 需要 可以 一下 什么".split()
 )
 # facts copied exactly: paths, URLs, file names, identifiers, numbers and dates, quotes, error names
@@ -57,14 +64,14 @@ _FACT = re.compile(
     | \b[\w.-]*\w\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b
     | \b(?:[A-Z][a-z]+){2,}(?:Error|Exception|Warning)?\b | \b[a-z]+(?:[A-Z][a-z0-9]*)+\b | \b[a-zA-Z]\w*_\w+\b
     | \bE[A-Z]{3,}\b | \b[A-Z]{2,}[0-9]*\b
-    | \$?\b\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b | \b\d\b
+    | \b[vV]?\d+(?:[.:/-]\d+)+\b | \$?\b\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b | \b\d\b
     | `[^`\n]{1,60}` | "[^"\n]{2,60}"
     """
 )
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
-_BREAK = re.compile(r"[\n.!?;:,()\[\]{}<>\"“”‘’|/\\]|(?<=\s)-|—|–")
+_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 _COUNTS = re.compile(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
 _ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
@@ -108,7 +115,10 @@ class Stats:
     def idf(self, word: str) -> float:
         if word in STOP or (len(word) < 2 and not word.isdigit() and not _CJK_RUN.match(word)):
             return 0.0
-        return math.log((self.docs + 1) / (self.df.get(word, 0) + 0.5)) + 1.0
+        if not self.docs:  # no statistics: every other word counts the same
+            return 1.0
+        # words in more than about one message in twenty say little about any one span
+        return max(0.0, math.log((self.docs + 1) / (self.df.get(word, 0) + 0.5)) - COMMON)
 
 
 _NO_STATS = Stats()
@@ -154,7 +164,7 @@ def units(msg: dict, stats: Stats = _NO_STATS) -> list[Unit]:
 
     def add(piece: str, pos: int, bonus: float = 1.0) -> None:
         piece = piece.strip(" \t'\"“”‘’*#>-")
-        if not piece or piece in seen or len(piece.encode("utf-8")) > 160:
+        if not piece or piece in seen or len(piece.encode("utf-8")) > SENTENCE:
             return
         ws = tuple(_words(piece))
         score = sum(stats.idf(w) for w in set(ws)) * bonus
@@ -163,10 +173,10 @@ def units(msg: dict, stats: Stats = _NO_STATS) -> list[Unit]:
         seen.add(piece)
         out.append(Unit(score, i, pos, piece, who, rank, ws))
 
-    if msg.get("kind") == "user":  # the ask: the user's first sentence
-        first = _SENTENCE_END.split(text.strip(), maxsplit=1)[0] if text.strip() else ""
-        if 0 < len(first.encode("utf-8")) <= 160:
-            add(first, text.find(first), 1.5)
+    if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
+        for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
+            if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
+                add(sentence, text.find(sentence), ASK if n == 0 else SAID)
     for m in _FACT.finditer(text):
         add(m.group(), m.start(), 1.3)
     for m in _NAME.finditer(text):
@@ -242,6 +252,8 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
             path = found.group() if found else ""
         if path and _EDIT_TOOLS.search(tool or text[:40]) and _short(path):
             return [unit("edited " + _short(path), weight=1.5)]
+        if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
+            tool = text.split("(", 1)[0]
         if not command and tool in ("bash", "shell", "exec", "Bash", "shell_command", "local_shell"):
             found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
             command = found.group(1) if found else ""
@@ -251,7 +263,8 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     out = []
     code = meta.get("exit_code")
     head = _scan(text)
-    counts = list(dict.fromkeys(m.group() for m in _COUNTS.finditer(head)))[:2]
+    # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
+    counts = sorted(dict.fromkeys(m.group() for m in _COUNTS.finditer(head)), key=lambda c: "fail" not in c)[:1]
     errors = [e for e in dict.fromkeys(m.group() for m in _ERROR_NAME.finditer(head)) if len(e) <= TOOL_PIECE][:1]
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
         out.append(unit(f"exit {code}" + (f": {errors[0]}" if errors else ""), True, 2.0))
@@ -287,9 +300,16 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
             continue
         if gain <= 0:
             break
-        cost = len(u.text.encode("utf-8")) + 2 + (len(u.who.encode("utf-8")) + 2 if u.who not in groups else 0)
+        if any(u.i == c.i and u.text in c.text for c in chosen):
+            continue
+        inside = [c for c in chosen if c.i == u.i and c.text in u.text]  # said again by the new unit: drop them
+        cost = len(u.text.encode("utf-8")) + 3 + (len(u.who.encode("utf-8")) + 2 if u.who not in groups else 0)
+        cost -= sum(len(c.text.encode("utf-8")) + 2 for c in inside)
         if used + cost > limit:
             continue
+        for c in inside:
+            chosen.remove(c)
+            per_message[c.i] -= 1
         used += cost
         chosen.append(u)
         groups.add(u.who)
@@ -304,8 +324,8 @@ def _gain(u: Unit, said: set[str], taken: int, span_df: dict[str, int]) -> float
         return 0.0
     share = len(fresh) / max(1, len(set(u.words)))
     topic = 1.0 + 0.25 * math.log(1 + sum(span_df.get(w, 1) - 1 for w in fresh) / max(1, len(fresh)))
-    rank = 1.4 if u.rank == 0 else 1.0
-    return u.score * share * topic * rank / (len(u.text.encode("utf-8")) + 6) / (1 + taken)
+    rank = USER if u.rank == 0 else 1.0
+    return u.score * share * topic * rank / (len(u.text.encode("utf-8")) + 6) / (1 + SPREAD * taken)
 
 
 def render(chosen: list[Unit], head: str = "") -> str:
@@ -325,10 +345,20 @@ def render(chosen: list[Unit], head: str = "") -> str:
             else:
                 pieces.append(u.text)
             after_call = u.rank == 2 and not u.result
-        body = ", ".join(pieces)
+        body = _join(pieces, ", ", "，")
         parts.append(f"{who}: {body}" if who else body)
-    line = "; ".join(parts)
+    line = _join(parts, "; ", "；")
     return f"{head}: {line}" if head else line
+
+
+def _join(pieces: list[str], plain: str, cjk: str) -> str:
+    """Pieces joined by ``plain``, or by ``cjk`` next to Chinese (none after a piece ending a sentence)."""
+    out = ""
+    for piece in pieces:
+        if out:
+            out += "" if out[-1] in "。！？；" else cjk if _CJK_RUN.match(out[-1]) or _CJK_RUN.match(piece[0]) else plain
+        out += piece
+    return out
 
 
 def _date(msgs: list[dict]) -> str:
@@ -406,11 +436,12 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     kind = msg.get("kind", "")
     who, rank = _speaker(msg)
     label = kind if who in ("", kind) else f"{kind} {who}"
-    if rank == 2:
+    if rank == 2:  # a tool leaf is shown only with --include-tools: what ran and how it ended, then its facts
         work = ", ".join(u.text for u in found)
-        text = _scan(msg.get("text") or "")
-        # a tool leaf is shown only with --include-tools: its own text may be quoted
-        return cut_line(f"{label}: {work}; {text}" if work else f"{label}: {text}", limit)
+        head = f"{label}: {work}" if work else label
+        facts = [Unit(u.score, u.i, u.pos, u.text, "", 1, u.words) for u in units({**msg, "kind": "note"})]
+        body = compose(facts, "", limit - len(head.encode("utf-8")) - 2)
+        return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([Unit(u.score, u.i, u.pos, u.text, "", u.rank, u.words) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
     return cut_line(f"{label}: {body}" if body else f"{label}: {(msg.get('text') or '')[:200]}", limit)

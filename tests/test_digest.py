@@ -1,0 +1,199 @@
+"""The offline compactor's lines (issue 15): who said what, exact facts, only the inputs' own text, tool work
+as what ran and how it ended; the faithfulness guard's marks; tool text masked on every read path."""
+
+import re
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from llm_server import FakeLLM
+from pimem import Memory, scheduler
+from pimem.compactor import extractive, faith
+from pimem.privacy import TOOL_TEXT, tool_runs
+
+LONG = "We went through the deployment notes again and compared them with what the runbook says. " * 5
+_CONNECTIVES = re.compile(r", |; |: | → |，|；|(?<=[。！？])")
+
+
+def pieces(line: str) -> list[str]:
+    """The line cut at the compactor's fixed connectives, with the fixed words of tool work dropped."""
+    out = []
+    for piece in _CONNECTIVES.split(line):
+        for word in ("ran ", "edited ", "exit "):
+            piece = piece.removeprefix(word)
+        if piece:
+            out.append(piece)
+    return out
+
+
+def build(home, msgs, name="m"):
+    mem = Memory.at(name, home)
+    mem.append(msgs)
+    scheduler.build_tree([Memory.open(name, home)])
+    mem = Memory.open(name, home)
+    return mem, _stored(mem)
+
+
+def _stored(mem):
+    import orjson
+
+    nodes = []
+    for path in sorted((mem.path / "tree").glob("*.jsonl")):
+        for raw in path.read_bytes().splitlines():
+            node = orjson.loads(raw)
+            nodes.append((node["l"], node["i"], node["text"], node))
+    return nodes
+
+
+texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=700)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["user", "pi", "echo", "tool", "work"]), text=texts)
+def test_a_leaf_is_short_deterministic_and_made_of_its_input(kind, text):
+    line = extractive.leaf(kind, text)
+    assert len(line.encode()) <= 512
+    assert extractive.leaf(kind, text) == line
+    flat = re.sub(r"\s+", " ", text)  # (a line is one line: its whitespace runs are single spaces)
+    for piece in pieces(line.removeprefix(f"{kind}: ")):
+        assert piece.strip() in flat or piece.strip() in kind
+
+
+def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
+    text = ("I changed it: try { run(); } catch (e) { log(e) } and import { Spacer, Text } from 'ink'. "
+            + LONG + "The db on port 5433 failed with ECONNREFUSED at /srv/app/db.py in v2.3.1 on 2026-10-08.")
+    line = extractive.leaf("pi", text)
+    for fact in ("5433", "ECONNREFUSED", "/srv/app/db.py", "v2.3.1", "2026-10-08"):
+        assert fact in line
+    assert "try;" not in line and "Spacer;" not in line
+    for piece in pieces(line.removeprefix("pi: ")):
+        assert piece in text
+
+
+def test_chinese_is_cut_at_its_punctuation():
+    text = "今天我们讨论了部署的事情。" * 30 + "报错信息：连接端口5433超时。" + "最后决定明天再试。" * 30
+    line = extractive.leaf("user", text)
+    assert len(line.encode()) <= 512 and "5433" in line
+    for piece in pieces(line.removeprefix("user: ")):
+        at = text.find(piece)
+        assert at >= 0
+        assert at == 0 or text[at - 1] in "。：，"
+        assert piece[-1] in "。" or at + len(piece) == len(text) or text[at + len(piece)] in "。：，"
+
+
+def agent_session():
+    return [
+        {"kind": "user", "text": "Please fix the login bug in src/app.py, the tests fail since Monday. " + LONG},
+        {"kind": "tool", "text": "bash('python -m pytest -q tests/test_login.py')", "meta": {"tool": "bash", "command": "python -m pytest -q tests/test_login.py"}},
+        {"kind": "echo", "text": "....F\nFAILED tests/test_login.py::test_token - AssertionError\n1 failed, 12 passed in 0.31s", "meta": {"tool": "bash", "exit_code": 1}},
+        {"kind": "tool", "text": "edit(src/app.py)", "meta": {"tool": "edit", "file": "src/app.py"}},
+        {"kind": "tool", "text": "bash('curl localhost:5433/health')", "meta": {"tool": "bash", "command": "curl localhost:5433/health"}},
+        {"kind": "echo", "text": "curl: (7) Failed to connect to localhost port 5433: ECONNREFUSED", "meta": {"tool": "bash", "exit_code": 7}},
+        {"kind": "pi", "text": "The token check compared naive and aware datetimes; fixed in src/app.py. " + LONG},
+        {"kind": "user", "text": "Thanks, and is the staging db on 5433 back? " + LONG},
+    ]
+
+
+def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
+    mem, nodes = build(home, agent_session())
+    top = extractive.Digest(mem).merge(3, 0)  # the compactor's line for the whole span (the tree may join it free)
+    assert re.match(r"\d{4}-\d\d-\d\d: user: Please fix the login bug in src/app\.py", top), top
+    assert "ran pytest → 1 failed" in top
+    assert "edited src/app.py" in top and "ran curl → exit 7: ECONNREFUSED" in top
+    texts = [m["text"] for m in mem.messages(0, 8)] + [m["date"] for m in mem.messages(0, 8)]
+    for piece in pieces(top):
+        assert any(piece in t for t in texts) or piece in ("user", "pi") or piece.isdigit()
+
+
+words = st.text("abcdefghijklmnopqrstuvwxyz0123456789 ./_-", min_size=20, max_size=300)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tool_texts=st.lists(words, min_size=4, max_size=8), seed=st.integers(0, 1000))
+def test_offline_merges_quote_no_tool_only_run(home, tool_texts, seed):
+    msgs = []
+    for k, t in enumerate(tool_texts):
+        msgs.append({"kind": "user", "text": f"step {seed}-{k}: " + LONG})
+        msgs.append({"kind": "tool", "text": t, "meta": {"command": t}})
+        msgs.append({"kind": "echo", "text": t[::-1] * 3})
+    mem, nodes = build(home, msgs, name=f"h{seed}-{len(tool_texts)}")
+    all_msgs = list(mem.messages(0, mem.count()))
+    for l, i, text, _ in nodes:
+        if l:
+            span = all_msgs[i << l : (i + 1) << l]
+            tools = [m["text"] for m in span if m["kind"] in ("tool", "echo")]
+            others = [m["text"] for m in span if m["kind"] not in ("tool", "echo")]
+            assert tool_runs(text, tools, others) == []
+
+
+# ---- the faithfulness guard ------------------------------------------------------------------------------
+
+
+def test_unfounded_facts_are_found():
+    assert faith.unfounded("user: port 5433 in src/app.py, MAX_RETRIES", ["the port is 5433", "see src/app.py"]) == ["MAX_RETRIES"]
+    assert faith.unfounded("user: port 9999", ["port 5433"], lambda: ["a 9999 here"]) == []
+
+
+def test_a_model_summary_naming_what_its_span_lacks_is_rebuilt_once_then_marked(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        server.reply = lambda body: "user: deploy to port 98765 from /etc/nowhere.conf"
+        (home / "m").mkdir(parents=True)
+        mem = Memory.at("m")
+        mem.save_config({"compactor": {"provider": "openai", "model": "fake", "base_url": server.url, "key_env": "TEST_LLM_KEY"}})
+        mem.append([{"kind": "user", "text": "please deploy the app " + LONG * 2}])
+        assert run("build-tree", "m").exit_code == 0
+        assert len(server.requests) == 2  # asked again once
+    node = _stored(Memory.open("m"))[0][3]
+    assert node["suspect"] == ["98765", "/etc/nowhere.conf"] and node["tokens_in"] > 0
+    assert "suspect   1 summaries" in run("status", "m").stdout
+    out = run("fsck", "m")
+    assert out.exit_code == 0 and "node 0+1 is suspect" in out.stdout
+    assert run("view", "m", "--stats", "--json").stdout.count('"0+1"') == 1
+
+
+# ---- tool text masked on every read path -----------------------------------------------------------------
+
+SECRET = "SECRETFILE32 contents: root password is swordfish32"
+
+
+def leaky_memory(run, home):
+    """A tool call and its result, and a model-like summary over them quoting the result."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}})  # one line for the lot
+    mem.append([{"kind": "user", "text": "what is in the secret file? " + LONG * 2},
+                {"kind": "tool", "text": "cat /root/SECRETFILE32", "meta": {"command": "cat /root/SECRETFILE32"}},
+                {"kind": "echo", "text": SECRET},
+                {"kind": "pi", "text": "I read it for you. " + LONG * 2}])
+    Memory.open("main", home).write_nodes([(0, 0, "user: what is in the secret file? " + "x" * 250, {}),
+                                           (0, 3, "pi: I read it for you. " + "y" * 250, {}),
+                                           (2, 0, f"user: secret file?; the file says {SECRET}; pi: read it", {"model": "x"})])
+    assert run("view", "main", "--include-tools").stdout == f"0+4|user: secret file?; the file says {SECRET}; pi: read it\n"
+
+
+def test_tool_text_is_masked_in_view_zoom_context_and_map(run, home):
+    leaky_memory(run, home)
+    for args in (("view", "main"), ("view", "main", "--json"), ("context", "main"), ("map", "main", "--width", "300")):
+        out = run(*args)
+        assert out.exit_code == 0, out.stderr
+        assert "root password is swordfish32" not in out.stdout and "swordfish32" not in out.stdout
+    assert TOOL_TEXT in run("view", "main").stdout
+    assert SECRET in run("view", "main", "--include-tools").stdout
+    assert SECRET in run("context", "main", "--include-tools").stdout
+    zoomed = run("zoom", "main", "0+4")
+    assert zoomed.exit_code == 0 and "swordfish32" not in zoomed.stdout
+
+
+def test_tool_text_is_masked_through_mcp(run, home):
+    import pytest
+
+    pytest.importorskip("mcp")
+    from test_mcp import call_all
+
+    leaky_memory(run, home)
+    _, results = call_all(home, [("view", {"name": "main"}), ("zoom", {"name": "main", "node": "0+4"}),
+                                 ("search", {"query": "secret file"}), ("view", {"name": "main", "include_tools": True})])
+    view, halves, hits, tooled = results
+    for result in (view, halves, hits):
+        assert "swordfish32" not in str(result)
+    assert SECRET in str(tooled)
