@@ -272,8 +272,9 @@ def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
             cache.unlink()
             assert run("view", "t", *flags).stdout == through_cache
         cache.unlink()
-        chat = run("context", "t").stdout.split("<chat>\n", 1)[1].split("\n</chat>", 1)[0]  # (the model's own view)
-        assert cache.exists() and chat + "\n" == run("view", "t", "--include-tools").stdout
+        for flags in ([], ["--include-tools"]):  # context shows the view as view does
+            chat = run("context", "t", *flags).stdout.split("<chat>\n", 1)[1].split("\n</chat>", 1)[0]
+            assert cache.exists() and chat + "\n" == run("view", "t", *flags).stdout
         assert "hunter" not in run("view", "t").stdout
     assert "hunter" in run("view", "t", "--include-tools").stdout
 

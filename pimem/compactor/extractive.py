@@ -34,12 +34,12 @@ POOL = 96  # units a span keeps for its parent to choose from
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
-COMMON = float(__import__("os").environ.get("T_COMMON", 1.0))
-SENTENCE = int(__import__("os").environ.get("T_SENT", 200))
-ASK = float(__import__("os").environ.get("T_ASK", 1.5))
-SPREAD = float(__import__("os").environ.get("T_SPREAD", 1.0))
-USER = float(__import__("os").environ.get("T_USER", 1.4))
-SAID = float(__import__("os").environ.get("T_SAID", 1.0))  # log of the share of messages past which a word counts for nothing
+COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
+SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
+ASK = 1.0  # weight of the user's first sentence (the ask) against the user's other sentences
+SAID = 0.5  # weight of the user's other sentences
+SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
+USER = 1.4  # weight of what the user said against the other speakers  # log of the share of messages past which a word counts for nothing
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -369,7 +369,12 @@ def _date(msgs: list[dict]) -> str:
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
-    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=lambda u: u.score)
+    """The ``k`` best units."""
+    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_score)
+
+
+def _score(u: Unit) -> float:
+    return u.score
 
 
 # ---- one memory's offline compactor ----------------------------------------------------------------------
