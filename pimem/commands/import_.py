@@ -24,8 +24,10 @@ def command(
 ) -> None:
     """Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.
 
-    The format is detected per file; several files go into one memory in the order their histories
-    start, each message with its original date and source ids in meta. Thinking is never imported, images
+    The format is detected per file (a file with no line of the --format given is refused, naming the format
+    it looks like). Without --name each project (a session's working directory) gets its own memory, named
+    after the directory; a memory's files go in in the order their histories start, each message with its
+    original date and source ids in meta. Thinking is never imported, images
     become [image]. Re-importing the same or a grown file adds only what is new. A line that cannot be read
     is reported on stderr with its file and line number and skipped; the rest is imported.
 
@@ -35,13 +37,19 @@ def command(
       pimem import rollout-2026-05-11T11-26-55-*.jsonl --format codex --json
       pimem since main '#0' --include-tools > main.ndjson && pimem import main.ndjson -n copy
     """
-    from ..importers import default_name, plan, run
+    from ..importers import by_project, plan, run
 
     sources = plan(files, format)
-    if name is None:
-        name = default_name(sources)
-        output.info(f"importing into memory '{name}' (choose another with --name)")
-    mem = Memory.at(name, home)
+    groups = {name: sources} if name is not None else by_project(sources)
+    for memory, group in groups.items():
+        if name is None:
+            output.info(f"importing into memory '{memory}' (choose another with --name)")
+        _import(Memory.at(memory, home), group, json, timeout)
+
+
+def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> None:
+    from ..importers import run
+
     with _progress(sum(s.size for s in sources)) as on_progress:
         reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout)
     total = {key: sum(getattr(r, key) for r in reports) for key in ("imported", "present", "malformed")}
