@@ -388,6 +388,17 @@ def test_rewritten_file_is_read_again_from_the_start(run, tmp_path):
     assert [m["text"] for m in messages()] == ["a", "b", "A", "c"]
 
 
+def test_a_file_replaced_by_another_is_read_from_the_start(run, tmp_path):
+    """Same bytes up to the last position, but a new inode (written aside and renamed over): read from the
+    start, and the keys decide what is new."""
+    path = write_jsonl(tmp_path / "s.jsonl", [{"kind": "user", "text": "a"}, {"kind": "user", "text": "b"}])
+    run("import", path, "-n", "t")
+    copy = write_jsonl(tmp_path / "copy.jsonl", [{"kind": "user", "text": "a"}, {"kind": "user", "text": "b"}, {"kind": "user", "text": "c"}])
+    os.replace(copy, path)
+    report = json.loads(run("import", path, "-n", "t", "--json").stdout.splitlines()[0])
+    assert (report["from_line"], report["imported"], report["present"]) == (1, 1, 2)
+
+
 # ---- several files, names, bad input ---------------------------------------------------------------------
 
 def test_several_files_go_in_date_order_into_one_memory(run, tmp_path):
