@@ -60,13 +60,15 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
         if str(path) in seen:
             continue
         seen.add(str(path))
-        source = _inspect(path, fmt)
+        source = inspect_file(path, fmt)
         if source is not None:
             sources.append(source)
     return sorted(sources, key=Source.sort_key)
 
 
-def _inspect(path: Path, fmt: str) -> Source | None:
+def inspect_file(path: Path, fmt: str) -> Source | None:
+    """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
+    yet; ``BadInput`` when its format cannot be told or it has no line of the format forced."""
     objects = list(_head(path))
     size = path.stat().st_size
     if not objects and fmt == "auto":

@@ -196,6 +196,7 @@ class _File:
     def _resume(self, f: BinaryIO):
         """Where to start: after the part read by an earlier import if this is still that file, grown."""
         prior = self.prior = self.state.peek_file(self.source.path)
+        f.seek(0)  # (a file handed in may have been read before)
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
             return 0, 0, None
         offset = prior["offset"]
