@@ -6,6 +6,8 @@ then measured, in one run, against baselines over the same questions and the sam
 
 - ``new``: the offline compactor as shipped (``pimem.compactor.extractive``);
 - ``old``: the offline compactor before issue 15 (``bench/baselines/extractive_old.py``);
+- ``yake`` (with ``--variants new,old,yake``): the new one with YAKE! key phrases (the ``yake`` package) in
+  place of its own stop-word runs;
 - ``head``: the new run's view, every line replaced by the first 512 bytes of its span (``kind: text`` lines
   joined by newlines), its halves likewise;
 - ``window``: as many bytes as the view holds, of the most recent turns verbatim (coverage only).
@@ -111,6 +113,35 @@ def old_compactor() -> Compactor:
             return text, {"model": "extractive-old", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": 0.0}
 
     return Old({})
+
+
+class YakePhrases:
+    """The ``yake`` variant: the new compactor with its key phrases taken from YAKE! (``pip install yake``)
+    instead of its own runs of words between stop words; everything else the same."""
+
+    def __init__(self):
+        import yake
+
+        self.extractor = yake.KeywordExtractor(lan="en", n=3, top=12)
+        self.saved = None
+
+    def phrases(self, text: str):
+        lower = text.lower()
+        for phrase, _ in self.extractor.extract_keywords(text):
+            at = lower.find(phrase.lower())
+            if at >= 0:
+                yield at, text[at : at + len(phrase)]
+
+    def __enter__(self):
+        from pimem.compactor import extractive
+
+        self.saved, extractive._phrases = extractive._phrases, self.phrases
+        return self
+
+    def __exit__(self, *exc):
+        from pimem.compactor import extractive
+
+        extractive._phrases = self.saved
 
 
 def build(home: Path, name: str, records: list[dict], compactor: Compactor | None) -> tuple[Memory, float]:
@@ -246,7 +277,11 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
             per: dict[str, list] = {}
             for variant in variants:
                 compactor = old_compactor() if variant == "old" else None
-                mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
+                if variant == "yake":
+                    with YakePhrases():
+                        mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
+                else:
+                    mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
                 build_seconds[variant] += secs
                 count = mem.count()
                 nodes[variant] += scheduler.tree_size(count)
