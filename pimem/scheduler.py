@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from . import env, when
 from .compactor import CallFailed, Compactor, Task
 from .compactor.state import BuildState
-from .errors import Busy, PimemError
+from .errors import Busy, LeaseLost, PimemError
 from .tree import context_end, free_leaf, free_merge, label
 
 CONCURRENCY = 8
@@ -42,10 +42,6 @@ MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(view))
 FLUSH_SECONDS = 0.2  # and at least this often while nodes wait to be written (what a crash can cost)
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
-
-
-class LeaseLost(PimemError):
-    """Another process took this memory's lease: stop building it."""
 
 
 @dataclass
