@@ -14,6 +14,7 @@ import sys
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
 
+from . import env
 from .errors import ExitStatus, PimemError
 
 # command name -> module in pimem.commands; each module has one function, ``command``
@@ -62,16 +63,16 @@ def guarded(func):
         try:
             return func(*args, **kwargs)
         except PimemError as exc:
-            sys.stdout.flush()
-            sys.stderr.write(f"pimem: error: {exc}\n")
+            env.current().stdout.flush()
+            env.stderr().write(f"pimem: error: {exc}\n")
             raise typer.Exit(ExitStatus(exc.code)) from None
         except BrokenPipeError:
             _quiet_stdout()
             raise typer.Exit(ExitStatus.OK) from None
         except OSError as exc:  # the disk is full, a directory is not ours to write: say so, no traceback
-            sys.stdout.flush()
+            env.current().stdout.flush()
             where = f": {exc.filename}" if exc.filename else ""
-            sys.stderr.write(f"pimem: error: {exc.strerror or exc}{where}\n")
+            env.stderr().write(f"pimem: error: {exc.strerror or exc}{where}\n")
             raise typer.Exit(ExitStatus.SYSTEM) from None
         except KeyboardInterrupt:
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
@@ -82,7 +83,7 @@ def guarded(func):
 def _quiet_stdout() -> None:
     """The reader went away (``pimem since … | head``): stop writing without a traceback."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, env.current().stdout.fileno())
 
 
 def build(only: str | None = None) -> typer.Typer:
@@ -140,7 +141,7 @@ def _usage_error(exc: ClickException) -> ExitStatus:
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     message = exc.format_message().rstrip(".")
-    sys.stderr.write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
+    env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
     return ExitStatus.USAGE
 
 

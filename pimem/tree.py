@@ -23,10 +23,10 @@ from typing import Callable, Iterator
 import orjson
 
 from . import env
+from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .home import FILE_MODE, append_durably, ensure_dir
 
-LINE_BYTES = 512
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"

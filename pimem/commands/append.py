@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, output
+from .. import bulk, env, ingest, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
@@ -40,7 +40,7 @@ def command(
         return
     if text:
         body = " ".join(text)
-    elif sys.stdin.isatty():
+    elif env.stdin_is_tty():
         raise BadInput("no text: give it as arguments or pipe it on stdin")
     else:
         body = ingest.read_text(sys.stdin.buffer)

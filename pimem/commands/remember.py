@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import ingest, memories, output
+from .. import env, ingest, memories, output
 from ..memory import Memory
 from ..options import Home, Json, Name, Session, Timeout
 
@@ -37,7 +37,7 @@ def command(
       pimem remember main --propose "the staging db listens on 5433"
     """
     body = " ".join(text) if text else None
-    if body is None and not sys.stdin.isatty():
+    if body is None and not env.stdin_is_tty():
         body = ingest.read_text(sys.stdin.buffer)
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)
     record = memories.remember(
