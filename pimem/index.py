@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator

@@ -69,6 +69,10 @@ class Memory:
     def exists(self) -> bool:
         return (self.path / "main").is_dir()
 
+    def reopened(self) -> "Memory":
+        """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
+        return Memory(self.name, self.path, self.home)
+
     @classmethod
     def all(cls, home: str | os.PathLike | None = None) -> list["Memory"]:
         root = env.home(home)

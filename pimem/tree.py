@@ -260,6 +260,20 @@ class Tree:
         append_durably(self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl", data)
         self.catch_up()
 
+    def records(self) -> Iterator[dict]:
+        """Every node line of the tree files as written, with its build metadata (model, tokens, cost),
+        oldest build day first; damaged lines are skipped."""
+        if not self.dir.is_dir():
+            return
+        for name in sorted(self.file_sizes()):
+            for raw in (self.dir / name).read_bytes().splitlines():
+                try:
+                    node = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(node, dict):
+                    yield node
+
     def stored_keys(self, count: int | None = None) -> set[tuple[int, int]]:
         """``(l, i)`` of every node a compactor wrote that lies within the log (one query, for a scheduler
         starting up)."""

@@ -30,7 +30,7 @@ def command(
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
       pimem build-tree main --retries 3 2>>~/.pi/memory/build.log   # from cron, every 10 minutes
     """
-    from .. import env, scheduler
+    from .. import builder as builders, env, scheduler
     from ..errors import BadInput, ProviderError
     from ..memory import Memory
 
@@ -39,7 +39,7 @@ def command(
     if max_cost is not None and max_cost < 0:
         raise BadInput("--max-cost must not be negative")
     mems = [Memory.open(name, home) for name in dict.fromkeys(names)]
-    estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
+    estimates = [builders.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
         if unpriced:
@@ -91,7 +91,7 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from ..scheduler import tree_size
+        from ..builder import tree_size
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             console=Console(stderr=True), transient=True)
