@@ -8,7 +8,7 @@ import threading
 import orjson
 import pytest
 
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem import Memory, builder, scheduler
 from pimem.compactor.state import BuildState
 

@@ -12,7 +12,7 @@ import time
 import orjson
 
 from conftest import pimem_cmd, subprocess_env
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem import Memory, builder, lease
 from test_scheduler import configure, fill, long_text, stored_lines
 
