@@ -44,7 +44,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pimem import Memory, scheduler  # noqa: E402
+from pimem import Memory, builder, scheduler  # noqa: E402
 from pimem.compactor import Compactor  # noqa: E402
 from pimem.tree import span as node_span  # noqa: E402
 
@@ -284,7 +284,7 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                     mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
                 build_seconds[variant] += secs
                 count = mem.count()
-                nodes[variant] += scheduler.tree_size(count)
+                nodes[variant] += builder.tree_size(count)
                 per[variant] = measure(inst, mem, lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or "", inst["records"])
                 per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
                 if variant == variants[0]:

@@ -5,7 +5,7 @@ import re
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem import Memory, scheduler
 from pimem.compactor import extractive, faith
 from pimem.privacy import TOOL_TEXT, tool_runs

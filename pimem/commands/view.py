@@ -84,7 +84,7 @@ def _watcher_running(mem) -> bool:
 
 
 def _stats(v, messages: int, rows, json: bool, mem) -> None:
-    from ..scheduler import spent
+    from ..builder import spent
     from ..tree import label
 
     marked = set(spent(mem)["suspect"])
