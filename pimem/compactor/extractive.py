@@ -36,10 +36,10 @@ STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in even
 STATS_CHARS = 2_000  # of each message's text
 COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
-ASK = 1.0  # weight of the user's first sentence (the ask) against the user's other sentences
-SAID = 0.5  # weight of the user's other sentences
+ASK = 1.0  # weight of the user's first sentence (the ask)
+SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
-USER = 1.4  # weight of what the user said against the other speakers  # log of the share of messages past which a word counts for nothing
+USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
