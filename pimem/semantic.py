@@ -45,6 +45,7 @@ RUN = 16  # texts per model run (sorted by length, so little padding)
 MAX_TOKENS = 128  # the length the model was trained on
 MAX_CHARS = 2_000  # a text is cut here before tokenizing (128 tokens are rarely over 700 characters)
 FIRST_PASS = 2_000  # rows kept by the sign-bit pass before exact cosines, on big memories
+HAMMING_CHUNK = 16_384  # rows of sign bits compared at a time (the buffers stay in the cache)
 SEMANTIC_POOL = 100  # the nearest messages added to the lexical candidates
 
 _model = None
@@ -123,7 +124,9 @@ class MiniLM:
 # ---- the vectors of one memory ---------------------------------------------------------------------------
 
 class Vectors:
-    """The committed vectors of one memory, memory-mapped (``rows`` of them; empty when there are none)."""
+    """The committed vectors of one memory (``rows`` of them; none when there are none). The ids, scales and
+    sign bits (56 bytes a row) are mapped with their pages read in at once; the int8 rows are read one by one
+    where a big memory needs them (page faults over a 384-byte-a-row file cost more than reading)."""
 
     def __init__(self, memory_path: Path):
         import numpy as np
@@ -134,17 +137,27 @@ class Vectors:
         self.model = meta.get("model")
         self.dim = int(meta.get("dim") or 0)
         self.rows = int(meta.get("rows") or 0)
-        self.next = int(meta.get("next") or 0)
+        self.ids = np.zeros(0, np.int32)
         if not self.rows:
-            self.ids = np.zeros(0, np.int32)
             return
         try:
-            self.ids = np.memmap(self.path / "ids.i4", np.int32, "r", shape=(self.rows,))
-            self.q8 = np.memmap(self.path / "q8.i1", np.int8, "r", shape=(self.rows, self.dim))
-            self.scale = np.memmap(self.path / "scale.f4", np.float32, "r", shape=(self.rows,))
-            self.bits = np.memmap(self.path / "bits.u1", np.uint8, "r", shape=(self.rows, self.dim // 8))
+            self.ids = self._map("ids.i4", np.int32, 1)
+            self.scale = self._map("scale.f4", np.float32, 1)
+            self.bits = self._map("bits.u1", np.uint8, self.dim // 8)
+            if (self.path / "q8.i1").stat().st_size < self.rows * self.dim:
+                raise ValueError("q8.i1 is short")
         except (OSError, ValueError):  # shorter than meta.json says: deleted or damaged; rebuilt by a writer
             self.rows, self.ids = 0, np.zeros(0, np.int32)
+
+    def _map(self, name: str, dtype, width: int):
+        import mmap
+
+        with open(self.path / name, "rb") as f:
+            size = self.rows * width * self.np.dtype(dtype).itemsize
+            mapped = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                               prot=mmap.PROT_READ)
+        data = self.np.frombuffer(mapped, dtype)
+        return data.reshape(self.rows, width) if width > 1 else data
 
     def cosines(self, query, ids: Iterable[int]) -> dict[int, float]:
         """The cosine of each embedded message among ``ids`` with the unit vector ``query``."""
@@ -159,18 +172,15 @@ class Vectors:
 
     def nearest(self, query, count: int, keep: Callable[[int], bool] | None = None) -> dict[int, float]:
         """The ``count`` embedded messages nearest to ``query`` that ``keep`` allows, with their cosines. A
-        big memory is first narrowed to ``FIRST_PASS`` rows by the Hamming distance of the sign bits (48
-        bytes a message), then scored exactly."""
+        big memory is first narrowed to about ``FIRST_PASS`` rows by the Hamming distance of the sign bits
+        (48 bytes a message), then scored exactly."""
         np = self.np
         if not self.rows:
             return {}
         if self.rows > FIRST_PASS:
-            wide = self.dim % 64 == 0  # whole 64-bit words: 8 times fewer popcounts
-            words = self.bits.view(np.uint64) if wide else self.bits
-            signs = np.packbits(query > 0)
-            signs = signs.view(np.uint64) if wide else signs
-            distance = np.bitwise_count(words ^ signs).sum(axis=1, dtype=np.uint16)
-            rows = np.argpartition(distance, FIRST_PASS)[:FIRST_PASS]
+            distance = self._hamming(np.packbits(query > 0))
+            within = np.searchsorted(np.cumsum(np.bincount(distance)), FIRST_PASS)  # the FIRST_PASS-th's distance
+            rows = np.flatnonzero(distance <= within)
         else:
             rows = np.arange(self.rows)
         cos = self._exact(query, rows)
@@ -183,9 +193,36 @@ class Vectors:
                     break
         return best
 
+    def _hamming(self, signs):
+        """Each row's Hamming distance to the sign bits ``signs``, a chunk of rows at a time into the same
+        small buffers (fresh 48 MB temporaries cost more in page faults than the arithmetic)."""
+        np = self.np
+        wide = self.dim % 64 == 0  # whole 64-bit words: 8 times fewer popcounts
+        words, signs = (self.bits.view(np.uint64), signs.view(np.uint64)) if wide else (self.bits, signs)
+        distance = np.empty(self.rows, np.uint16)
+        xor = np.empty((HAMMING_CHUNK, words.shape[1]), words.dtype)
+        counts = np.empty(xor.shape, np.uint8)
+        for start in range(0, self.rows, HAMMING_CHUNK):
+            part = words[start:start + HAMMING_CHUNK]
+            n = len(part)
+            np.bitwise_xor(part, signs, out=xor[:n])
+            np.bitwise_count(xor[:n], out=counts[:n])
+            out = distance[start:start + n]
+            out[:] = counts[:n, 0]
+            for column in range(1, counts.shape[1]):
+                out += counts[:n, column]
+        return distance
+
     def _exact(self, query, rows):
         np = self.np
-        return (self.q8[rows].astype(np.float32) @ query) * self.scale[rows]
+        width = self.dim
+        with open(self.path / "q8.i1", "rb") as f:
+            if len(rows) == self.rows:
+                q8 = np.fromfile(f, np.int8, self.rows * width)
+            else:
+                fd = f.fileno()
+                q8 = np.frombuffer(b"".join([os.pread(fd, width, r * width) for r in rows.tolist()]), np.int8)
+        return (q8.reshape(-1, width).astype(np.float32) @ query) * self.scale[rows]
 
 
 def _read_meta(path: Path) -> dict:

@@ -238,6 +238,7 @@ def test_the_sign_bit_pass_finds_the_nearest_on_a_big_memory(stub, monkeypatch):
     mem = memory([("user", f"filler words number {n}") for n in range(60)] + [("pi", "the physician came")])
     semantic.catch_up(mem)
     monkeypatch.setattr(semantic, "FIRST_PASS", 5)
+    monkeypatch.setattr(semantic, "HAMMING_CHUNK", 7)  # several chunks, the last one short
     vectors = semantic.Vectors(mem.path)
     near = vectors.nearest(semantic.model().embed(["doctor came"])[0], 1)
     assert list(near) == [60]
