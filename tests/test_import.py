@@ -454,6 +454,7 @@ def test_a_directory_imports_its_sessions(run, tmp_path):
     [
         (["missing.jsonl"], "missing.jsonl: no such file"),
         (["plain.txt"], "not JSON lines"),
+        (["plain.txt", "--format", "codex"], "not JSON lines"),
         (["odd.jsonl"], "cannot tell its format"),
         (["odd.jsonl", "--format", "gpt"], "unknown format 'gpt'"),
         (["--name", "../x"], "invalid memory name"),
