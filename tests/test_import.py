@@ -454,7 +454,6 @@ def test_a_directory_imports_its_sessions(run, tmp_path):
     [
         (["missing.jsonl"], "missing.jsonl: no such file"),
         (["plain.txt"], "not JSON lines"),
-        (["plain.txt", "--format", "codex"], "not JSON lines"),
         (["odd.jsonl"], "cannot tell its format"),
         (["odd.jsonl", "--format", "gpt"], "unknown format 'gpt'"),
         (["--name", "../x"], "invalid memory name"),
@@ -491,6 +490,12 @@ def test_a_file_with_no_line_in_the_format_asked_for_is_refused(run, home, tmp_p
     assert f"x.jsonl: not a {fmt} file" in result.stderr
     assert (f"it looks like {looks} (give --format {looks}" if looks else "no format pimem knows") in result.stderr
     assert not home.exists() or not (home / "t").exists()  # refused before anything is written
+
+
+def test_a_file_of_no_json_is_refused_whatever_the_format(run, home, tmp_path):
+    (tmp_path / "plain.txt").write_text("hello\nworld\n")
+    result = run("import", tmp_path / "plain.txt", "--format", "codex", "-n", "t")
+    assert result.exit_code == 2 and "not JSON lines" in result.stderr and not (home / "t").exists()
 
 
 def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):
