@@ -206,7 +206,7 @@ class Builder:
             i = self.ready_leaves.popleft()
             msg = self.messages[i]
             self.inflight.add((0, i))
-            return Task(0, i, kind=msg["kind"], text=msg["text"])
+            return Task(0, i, kind=msg["kind"], text=msg["text"], meta=msg.get("meta"), date=msg.get("date"))
         if self.ready_merges:
             l, i = heapq.heappop(self.ready_merges)
             self.inflight.add((l, i))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..config import compactor_knob
 from ..errors import BadInput
@@ -116,6 +116,8 @@ class Task:
     text: str = ""
     left: str = ""
     right: str = ""
+    meta: dict | None = field(default=None, compare=False)  # a leaf's message meta and date (the offline
+    date: str | None = None  # compactor reads the speaker, the command and the exit code from them)
 
     @property
     def label(self) -> str:
@@ -193,7 +195,8 @@ class Compactor:
         started = time.perf_counter()
         if self.offline:
             if self.digest is not None:
-                text = self.digest.leaf(task.i, task.kind, task.text) if task.l == 0 else self.digest.merge(task.l, task.i)
+                text = (self.digest.leaf(task.i, task.kind, task.text, task.meta, task.date) if task.l == 0
+                        else self.digest.merge(task.l, task.i))
             elif task.l == 0:
                 text = extractive.leaf(task.kind, task.text, LINE_BYTES)
             else:

@@ -22,6 +22,7 @@ a library user) work from the message or the two child lines alone.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
@@ -31,6 +32,8 @@ from .cut import LINE_BYTES, cut_line
 
 TOOL_PIECE = 15  # characters: the longest piece a line copies from tool traffic (privacy masks runs of 16)
 POOL = 96  # units a span keeps for its parent to choose from
+LEAF_UNITS = 16  # units a message offers its spans
+LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
@@ -135,7 +138,7 @@ class Unit:
     text: str
     who: str
     rank: int
-    words: tuple[str, ...]
+    words: frozenset[str]
     result: bool = False  # a tool result's outcome: joined to the call before it with " → "
 
 
@@ -166,8 +169,8 @@ def units(msg: dict, stats: Stats = _NO_STATS) -> list[Unit]:
         piece = piece.strip(" \t'\"“”‘’*#>-")
         if not piece or piece in seen or len(piece.encode("utf-8")) > SENTENCE:
             return
-        ws = tuple(_words(piece))
-        score = sum(stats.idf(w) for w in set(ws)) * bonus
+        ws = frozenset(_words(piece))
+        score = sum(stats.idf(w) for w in ws) * bonus
         if score <= 0:
             return
         seen.add(piece)
@@ -240,8 +243,8 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     i = msg.get("i", 0)
 
     def unit(piece: str, result: bool = False, weight: float = 1.0) -> Unit:
-        ws = tuple(_words(piece))
-        return Unit(weight * (1.0 + sum(stats.idf(w) for w in set(ws)) / 2), i, 0, piece, "", 2, ws, result)
+        ws = frozenset(_words(piece))
+        return Unit(weight * (1.0 + sum(stats.idf(w) for w in ws) / 2), i, 0, piece, "", 2, ws, result)
 
     if msg.get("kind") == "tool":
         tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
@@ -283,49 +286,60 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
         return cut_line(head, limit)
     span_df: dict[str, int] = {}
     for u in pool:
-        for w in set(u.words):
+        for w in u.words:
             span_df[w] = span_df.get(w, 0) + 1
-    chosen: list[Unit] = []
+    # what a unit is worth before the words already said and its message's units already taken
+    base = [u.score * (USER if u.rank == 0 else 1.0) / (_size(u.text) + 6) for u in pool]
     said: set[str] = set()
-    per_message: dict[int, int] = {}
+
+    def gain(n: int, taken: int) -> float:
+        words = pool[n].words
+        if not words:
+            return base[n] / (1 + SPREAD * taken)
+        fresh = words - said
+        if not fresh:
+            return 0.0
+        topic = 1.0 + 0.25 * math.log(1 + (sum(span_df[w] for w in fresh) - len(fresh)) / len(fresh))
+        return base[n] * len(fresh) / len(words) * topic / (1 + SPREAD * taken)
+
+    chosen: dict[int, list[Unit]] = {}  # by message
+    taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
     groups: set[str] = set()
     used = len(head.encode("utf-8")) + (2 if head else 0)
-    heap = [(-_gain(u, said, 0, span_df), n, u) for n, u in enumerate(pool)]
+    heap = [(-gain(n, 0), n) for n in range(len(pool))]
     heapq.heapify(heap)
     while heap and used < limit:
-        neg, n, u = heapq.heappop(heap)
-        gain = _gain(u, said, per_message.get(u.i, 0), span_df)
-        if heap and gain < -heap[0][0] - 1e-12:
-            heapq.heappush(heap, (-gain, n, u))
+        _, n = heapq.heappop(heap)
+        u = pool[n]
+        mine = chosen.setdefault(u.i, [])
+        if _size(u.text) + 3 - taken_bytes.get(u.i, 0) > limit - used:
+            continue  # it cannot fit, even in place of its message's units taken so far
+        g = gain(n, len(mine))
+        if heap and g < -heap[0][0] - 1e-12:
+            heapq.heappush(heap, (-g, n))
             continue
-        if gain <= 0:
+        if g <= 0:
             break
-        if any(u.i == c.i and u.text in c.text for c in chosen):
+        if any(u.text in c.text for c in mine):
             continue
-        inside = [c for c in chosen if c.i == u.i and c.text in u.text]  # said again by the new unit: drop them
-        cost = len(u.text.encode("utf-8")) + 3 + (len(u.who.encode("utf-8")) + 2 if u.who not in groups else 0)
-        cost -= sum(len(c.text.encode("utf-8")) + 2 for c in inside)
+        inside = [c for c in mine if c.text in u.text]  # said again by the new unit: drop them
+        cost = _size(u.text) + 3 + (_size(u.who) + 2 if u.who not in groups else 0)
+        cost -= sum(_size(c.text) + 2 for c in inside)
         if used + cost > limit:
             continue
         for c in inside:
-            chosen.remove(c)
-            per_message[c.i] -= 1
+            mine.remove(c)
         used += cost
-        chosen.append(u)
+        mine.append(u)
+        taken_bytes[u.i] = sum(_size(c.text) + 2 for c in mine)
         groups.add(u.who)
         said.update(u.words)
-        per_message[u.i] = per_message.get(u.i, 0) + 1
-    return cut_line(render(chosen, head), limit)
+    return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
 
 
-def _gain(u: Unit, said: set[str], taken: int, span_df: dict[str, int]) -> float:
-    fresh = [w for w in set(u.words) if w not in said]
-    if u.words and not fresh:
-        return 0.0
-    share = len(fresh) / max(1, len(set(u.words)))
-    topic = 1.0 + 0.25 * math.log(1 + sum(span_df.get(w, 1) - 1 for w in fresh) / max(1, len(fresh)))
-    rank = USER if u.rank == 0 else 1.0
-    return u.score * share * topic * rank / (len(u.text.encode("utf-8")) + 6) / (1 + SPREAD * taken)
+@functools.lru_cache(maxsize=1 << 16)
+def _size(text: str) -> int:
+    return len(text.encode("utf-8"))
 
 
 def render(chosen: list[Unit], head: str = "") -> str:
@@ -361,8 +375,10 @@ def _join(pieces: list[str], plain: str, cjk: str) -> str:
     return out
 
 
-def _date(msgs: list[dict]) -> str:
-    days = [m["date"][:10] for m in (msgs[0], msgs[-1]) if isinstance(m.get("date"), str) and len(m["date"]) >= 10]
+def _dates(first: str, last: str) -> str:
+    """The days a span covers, from its first and last messages' dates: ``2026-10-08`` or
+    ``2026-10-08..2026-10-09``."""
+    days = [d[:10] for d in (first, last) if isinstance(d, str) and len(d) >= 10]
     if not days:
         return ""
     return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
@@ -388,6 +404,7 @@ class Digest:
         self.mem = mem
         self._stats: Stats | None = None
         self.pools: dict[tuple[int, int], tuple[list[Unit], str, str]] = {}  # (l, i) → (units, first date, last date)
+        self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
 
     @property
     def stats(self) -> Stats:
@@ -406,18 +423,23 @@ class Digest:
                 self._stats = Stats.of(sample())
         return self._stats
 
-    def leaf(self, i: int, kind: str, text: str) -> str:
-        msg = next(iter(self.mem.messages(i, i + 1)), None) or {"i": i, "kind": kind, "text": text}
+    def leaf(self, i: int, kind: str, text: str, meta: dict | None = None, date: str | None = None) -> str:
+        msg = {"i": i, "kind": kind, "text": text, "meta": meta or {}, "date": date}
         found = units(msg, self.stats)
         self.pools[(0, i)] = (top(found), msg.get("date") or "", msg.get("date") or "")
+        self._keep(i, top(found, LEAF_UNITS), msg.get("date") or "")
         return leaf_line(msg, found)
+
+    def _keep(self, i: int, found: list[Unit], date: str) -> None:
+        self.leaves[i] = (found, date)
+        if len(self.leaves) > LEAVES_KEPT:  # the oldest half goes (dicts keep insertion order)
+            for j in list(self.leaves)[: LEAVES_KEPT // 2]:
+                del self.leaves[j]
 
     def merge(self, l: int, i: int) -> str:
         pool, first, last = self._pool(l, i)
         self.pools[(l, i)] = (pool, first, last)
-        days = [d[:10] for d in (first, last) if len(d) >= 10]
-        head = "" if not days else days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
-        return compose(pool, head)
+        return compose(pool, _dates(first, last))
 
     def _pool(self, l: int, i: int) -> tuple[list[Unit], str, str]:
         """The units of node ``(l, i)``'s span: its children's, kept or read back from the log."""
@@ -426,11 +448,14 @@ class Digest:
             return kept
         if l == 0 or not any(ll < l and ii >> (l - ll) == i for ll, ii in self.pools):
             start, end = i << l, (i + 1) << l
-            msgs = list(self.mem.messages(start, end))
-            pool: list[Unit] = []
-            for msg in msgs:
-                pool.extend(top(units(msg, self.stats), 16))
-            return top(pool), msgs[0].get("date") or "" if msgs else "", msgs[-1].get("date") or "" if msgs else ""
+            missing = [j for j in range(start, end) if j not in self.leaves]
+            if missing:
+                for msg in self.mem.messages(missing[0], missing[-1] + 1):
+                    if msg["i"] not in self.leaves:
+                        self._keep(msg["i"], top(units(msg, self.stats), LEAF_UNITS), msg.get("date") or "")
+            kept = [self.leaves[j] for j in range(start, end)]
+            pool = [u for found, _ in kept for u in found]
+            return top(pool), kept[0][1], kept[-1][1]
         a, fa, _ = self._pool(l - 1, 2 * i)
         b, _, lb = self._pool(l - 1, 2 * i + 1)
         return top(a + b), fa, lb
