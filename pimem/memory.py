@@ -83,7 +83,6 @@ class Memory:
         self._config: dict | None = None
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
-        self._views_stamp = None
         self._index = None
 
     # ---- opening -----------------------------------------------------------------------------------------
@@ -341,7 +340,7 @@ class Memory:
 
     @property
     def tree(self):
-        """The summary tree (``pimem.tree.Tree``): node texts, free nodes, what the scheduler should build."""
+        """The summary tree (``pimem.tree.Tree``): node texts, free nodes, the stored nodes."""
         if self._tree is None:
             from .tree import Tree
 

@@ -140,7 +140,6 @@ class Tree:
                     l INTEGER NOT NULL, i INTEGER NOT NULL, text TEXT NOT NULL, size INTEGER NOT NULL,
                     PRIMARY KEY (l, i)) WITHOUT ROWID;
                 CREATE TABLE IF NOT EXISTS tree_files (name TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
-                CREATE TABLE IF NOT EXISTS tree_low (l INTEGER PRIMARY KEY, i INTEGER NOT NULL);
                 """
             )
             self._db = db
@@ -172,7 +171,7 @@ class Tree:
         if any(sizes.get(name, -1) < done for name, done in seen.items()):
             sizes = self.file_sizes()  # another process or thread may have caught up since we looked
         if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
-            db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
+            db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files;")
             seen = {}
         new: list[tuple[int, int, str]] = []
         for name in sorted(sizes):
@@ -268,65 +267,6 @@ class Tree:
         if not self._seen:
             return set()
         return {(l, i) for l, i in self.db.execute("SELECT l, i FROM tree_nodes") if (i + 1) << l <= count}
-
-    # ---- what the scheduler asks -------------------------------------------------------------------
-
-    def _low(self, l: int) -> int:
-        row = self.db.execute("SELECT i FROM tree_low WHERE l = ?", (l,)).fetchone()
-        return row[0] if row else 0
-
-    def _set_low(self, l: int, i: int) -> None:
-        self.db.execute("INSERT OR REPLACE INTO tree_low (l, i) VALUES (?, ?)", (l, i))
-
-    def pending_leaves(self, limit: int = 8) -> list[int]:
-        """The first ``limit`` leaves that need a model call (message too long for a line, no stored node),
-        scanning from a persisted low-water mark that advances past built leaves."""
-        count = self.count()
-        self.catch_up()
-        low = self._low(0)
-        out: list[int] = []
-        advance = True
-        for msg in self.messages(low, count):
-            i = msg["i"]
-            built = msg["size"] <= self.line_bytes or self.stored(0, i, count) is not None
-            if built:
-                if advance:
-                    low = i + 1
-                continue
-            advance = False
-            out.append(i)
-            if len(out) >= limit:
-                break
-        self._set_low(0, low)
-        return out
-
-    def pending_merges(self, l: int, limit: int = 64) -> list[int]:
-        """Merges ``(l, i)`` (l ≥ 1) ready for a model call: both halves built, not free, not stored. Scans
-        from a persisted low-water mark at most ``limit`` nodes and stops at the first node with an unbuilt
-        half (PE's rule: lower nodes first; the tree fills left to right)."""
-        if l < 1:
-            raise ValueError("merges have level 1 or more; leaves come from pending_leaves")
-        count = self.count()
-        self.catch_up()
-        low = self._low(l)
-        out: list[int] = []
-        advance = True
-        i = low
-        leaves: dict[int, dict] = {}
-        while len(out) < limit and (i + 1) << l <= count and i < low + limit:
-            left = self._text(l - 1, 2 * i, count, leaves)
-            right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
-            if left is None or right is None:
-                break
-            if free_merge(left, right, self.line_bytes) is not None or self.stored(l, i, count) is not None:
-                if advance:
-                    low = i + 1
-            else:
-                advance = False
-                out.append(i)
-            i += 1
-        self._set_low(l, low)
-        return out
 
 
 def _parse_node(raw: bytes) -> tuple[int, int, str] | None:

@@ -76,10 +76,8 @@ def _wait(mem, views, seconds: float):
 
 
 def _watcher_running(mem) -> bool:
-    try:
-        from ..lease import holder
-    except ImportError:  # before the compactor's lease exists, its file is the sign
-        return (mem.path / "lock.json").exists()
+    from ..lease import holder
+
     return holder(mem) is not None
 
 
