@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synth import messages  # noqa: E402
-from pimem import Memory, view as views_module  # noqa: E402
+from pimem import Memory  # noqa: E402
+from pimem.viewfile import ViewFile  # noqa: E402
 from pimem.tree import byte_size, free_merge, label  # noqa: E402
 
 SINGLE = 2000  # one-message appends measured at each size
@@ -91,20 +92,20 @@ def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict
 def timed_hook():
     """Wrap the view update and the view.json save with timers; returns the lists they fill."""
     hook, saves = [], []
-    push, write = views_module.push_batch, views_module.write
+    push, write = ViewFile.push, ViewFile.write
 
-    def timed_push(mem, start, batch):
+    def timed_push(self, start, batch):
         t = time.perf_counter()
-        push(mem, start, batch)
+        push(self, start, batch)
         hook.append(time.perf_counter() - t)
 
-    def timed_write(mem, views):
+    def timed_write(self, views):
         t = time.perf_counter()
-        write(mem, views)
+        write(self, views)
         saves.append(time.perf_counter() - t)
 
-    views_module.push_batch, views_module.write = timed_push, timed_write
-    return hook, saves, lambda: setattr(views_module, "push_batch", push) or setattr(views_module, "write", write)
+    ViewFile.push, ViewFile.write = timed_push, timed_write
+    return hook, saves, lambda: setattr(ViewFile, "push", push) or setattr(ViewFile, "write", write)
 
 
 def single_appends(mem: Memory, extra: list[dict]) -> dict:
@@ -122,8 +123,8 @@ def single_appends(mem: Memory, extra: list[dict]) -> dict:
     ms = lambda xs: 1000 * statistics.mean(xs)  # noqa: E731
     hook.sort()
     return {"append_ms": ms(whole), "view_ms": ms(hook), "view_p99_ms": 1000 * hook[int(len(hook) * 0.99)],
-            "view_max_ms": 1000 * hook[-1], "save_ms": ms(saves), "lines": len(mem.views().view.lines),
-            "view_bytes": mem.views().view.total}
+            "view_max_ms": 1000 * hook[-1], "save_ms": ms(saves), "lines": len(mem.views.current().view.lines),
+            "view_bytes": mem.views.current().view.total}
 
 
 def bulk(home: Path, records: list[dict]) -> dict:
@@ -141,7 +142,7 @@ def bulk(home: Path, records: list[dict]) -> dict:
             memory.Memory._after_append = saved
         out[label_] = seconds / (len(records) - 1) * 1e6
         if hooked:
-            out["lines"] = len(mem.views().view.lines)
+            out["lines"] = len(mem.views.current().view.lines)
             out["view.json bytes"] = (mem.path / "view.json").stat().st_size
     return out
 

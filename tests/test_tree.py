@@ -8,7 +8,7 @@ import pytest
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
-from pimem.view import _check as view_check
+from pimem.viewfile import _check as view_check
 
 from conftest import snapshot
 
@@ -240,9 +240,9 @@ def test_a_batch_of_built_nodes_lets_the_waiting_view_fold(home):
     mem.path.mkdir(parents=True)
     mem.save_config({"view": {"hi": 1200, "lo": 600}, "cview": {"hi": 1200, "lo": 600}})
     mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k} " + "words and more words " * 7} for k in range(20)])
-    assert Memory.open("fold").views().view.total > 1200  # waiting for summaries
+    assert Memory.open("fold").views.current().view.total > 1200  # waiting for summaries
     scheduler.build_tree([Memory.open("fold")], compactor=Compactor({"provider": "extractive"}))
-    view = Memory.open("fold").views().view
+    view = Memory.open("fold").views.current().view
     assert view.pending() == 0 and not any(view.blocked.values())
     assert view.total <= 1200
 
@@ -278,7 +278,7 @@ def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
 
 def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, monkeypatch):
     import pimem.store as store
-    from pimem.view import render_line, shown
+    from pimem.view import render_line
 
     mem = small_memory(40)
     mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])
@@ -291,7 +291,7 @@ def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, 
     with monkeypatch.context() as patched:
         patched.setattr(store, "_entries", no_reading)
         fresh = Memory.open("t")
-        rows = shown(fresh, fresh.views())
+        rows = fresh.views.shown(fresh.views.current())
     assert "".join(render_line(l, i, text) + "\n" for l, i, text, _ in rows) == expected
     for damage in (b"{not json", b'{"version": 1, "line_bytes": 999, "lines": {"0+16": "user: forged"}}',
                    b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):

@@ -36,12 +36,10 @@ def command(
     if wait is not None and wait < 0:
         raise BadInput("--wait takes a number of seconds ≥ 0")
     mem = Memory.open(name, home)
-    views = mem.views()
+    views = mem.views.current()
     if wait:
         views = _wait(mem, views, wait)
-    from ..view import shown
-
-    rows = shown(mem, views, include_tools=include_tools, compactor=compactor)
+    rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json)
         return
@@ -69,7 +67,7 @@ def _wait(mem, views, seconds: float):
     deadline = time.monotonic() + seconds
     while pending(views) and time.monotonic() < deadline:
         time.sleep(0.1)
-        views = mem.views()
+        views = mem.views.current()
     if pending(views):
         output.info(f"{views.view.pending()} lines still wait for a summary after {seconds:g} s")
     return views
