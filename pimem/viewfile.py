@@ -9,8 +9,9 @@ refolds, so the bytes a model saw stay a stable cache prefix).
 
 ``ViewFile`` is the object a ``Memory`` holds (``mem.views``): it restores the views from ``view.json``, catches
 them up with the tree files and then with the log, pushes what a writer just logged, saves, and gives
-readers the lines to show. A message goes one way: log → tree → view file → output. It reads the log
-(``store.Log``) and the tree (``tree.Tree``) it was given and nothing of the ``Memory`` that holds it.
+readers the lines to show. A message goes one way: log → tree → view file → output. The ``Memory`` that holds
+it hands it the log (``store.Log``), the tree (``tree.Tree``), the writer lock and the settings, and is
+never called back otherwise.
 """
 
 from __future__ import annotations
