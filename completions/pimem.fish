@@ -116,6 +116,7 @@ complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wai
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree; and __pimem_slot 1+ --max-cost --retries --wait --home' -a '(__pimem_names)'
 
 # compact
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
@@ -321,6 +322,7 @@ complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -d 'Also f
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --import --home' -a '(__pimem_names)'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'

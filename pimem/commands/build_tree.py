@@ -9,7 +9,7 @@ from ..options import Home, Json
 
 
 def command(
-    names: Annotated[list[str], typer.Argument(help="Memories to build.", metavar="NAME…")],
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop before spending more than this (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
     retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N")] = 0,
@@ -25,6 +25,7 @@ def command(
     shown on a terminal; --json prints one event per built or failed node and a summary per memory.
 
     Examples:
+      pimem build-tree
       pimem build-tree main
       pimem build-tree main work --dry-run
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
@@ -38,7 +39,7 @@ def command(
         raise BadInput("--retries must be 0 or more")
     if max_cost is not None and max_cost < 0:
         raise BadInput("--max-cost must not be negative")
-    mems = [Memory.open(name, home) for name in dict.fromkeys(names)]
+    mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
     estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]

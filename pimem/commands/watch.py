@@ -9,7 +9,7 @@ from ..options import Home, Json
 
 
 def command(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="[NAME…]")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
     json: Json = False,
