@@ -17,6 +17,9 @@ IncludeTools = Annotated[
 Timeout = Annotated[
     Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S")
 ]
+Log = Annotated[
+    Optional[str], typer.Option("--log", help="Append what would go to stderr to FILE, creating its directory (for cron).", metavar="FILE")
+]
 Name = Annotated[
     Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main).", metavar="NAME", show_default=False)
 ]
