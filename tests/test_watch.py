@@ -170,7 +170,7 @@ def test_view_wait_waits_for_the_running_watcher(home):
 def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home):
     with FakeLLM("openai") as server:
         configure(home, server, price_in=1.0, price_out=2.0)  # the server says 1,000 tokens in, 100 out: $0.0012
-        mem = fill("m", 40, short_every=1000)
+        fill("m", 40, short_every=1000)
         watcher = start_watch("m", "--json", "--max-cost-per-day", "0.02")
         try:
             until(lambda: len(server.requests) >= 3)
