@@ -94,7 +94,7 @@ class Builder:
         self.settled = 0  # nodes known built (replayed, free or written) in this run
         self._feed = None
         # the compactor's view as the calls see it (a model compactor's builds only: offline needs no context)
-        self.cview = ContextView(cfg, self._stored_text) if mode is Mode.BUILD and not self.compactor.offline else None
+        self.cview = ContextView(mem, self._stored_text) if mode is Mode.BUILD and not self.compactor.offline else None
         self._writer = mem.reopened() if mode is Mode.BUILD else None  # the writer thread's own (own caches)
         self._writing: threading.Thread | None = None
         self.flush_seconds = OFFLINE_FLUSH_SECONDS if self.compactor.offline else FLUSH_SECONDS
@@ -123,14 +123,15 @@ class Builder:
                 return
             i = msg["i"]
             self.next_leaf = i + 1
+            cview = self.cview if self.cview is not None and i >= self.cview.view.T else None
             if (0, i) in self.stored:
-                if self.cview is not None:
-                    self.cview.push(self._stored_text(0, i))
+                if cview is not None:
+                    cview.push(self._stored_text(0, i))
                 self._settle(0, i, None)
                 continue
             text = free_leaf(msg, self.line_bytes)
-            if self.cview is not None:
-                self.cview.push(text)
+            if cview is not None:
+                cview.push(text)
             if text is not None:
                 self.stats.free += 1
                 self._settle(0, i, text)
@@ -301,19 +302,30 @@ class ContextView:
     before; over what was read so far, each call sees its past within the view's budget (``cview`` lo–hi).
 
     The builder pushes every message it reads (its leaf's text, or None while unbuilt) and every node a
-    compactor writes; ``stored_text(l, i)`` gives nodes written before this run. Rendered lines are kept until
-    the view changes, so a call costs a bisection, not a render."""
+    compactor writes; ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept
+    up (its saved compactor view within twice its budget, with no more placeholders than a window of leaves)
+    starts from that view, which is this very view over the whole log, so only new messages are pushed; one
+    with a backlog starts from its first message. Rendered
+    lines are kept until the view changes, so a call costs a bisection, not a render."""
 
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
 
-    def __init__(self, cfg: dict, stored_text):
+    def __init__(self, mem, stored_text):
         from .view import View
 
+        cfg = mem.config
         self.line_bytes = int(cfg["line_bytes"])
         self.stored_text = stored_text
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
-        self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve)
+        self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
+                         fetch=lambda l, i: mem.tree.text(l, i))
         self._rendered: tuple[int, list[str], list[int]] | None = None  # (view.changes, lines, each one's end)
+        try:
+            saved = mem.views(create=False)
+        except (ValueError, OSError, PimemError):
+            saved = None  # (unreadable: pushed afresh, as for a backlog)
+        if saved is not None and not saved.cview.over() and saved.cview.pending() <= WINDOW:
+            self.view.load(saved.cview.to_json())
 
     def _resolve(self, l: int, i: int, left: str, right: str) -> str | None:
         """The parent of the pair at ``(l, i)`` if it is built: free, built in this run, or stored."""
