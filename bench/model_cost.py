@@ -42,7 +42,7 @@ HI = 32_000
 def pimem(checkout: Path, home: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env.update(PYTHONPATH=str(checkout), PIMEM_HOME=str(home), BENCH_KEY="k")
-    return subprocess.run([sys.executable, "-m", "pimem", *args], env=env, input=input, capture_output=True)
+    return subprocess.run([sys.executable, "-m", "pimem", *args], env=env, input=input, capture_output=True, cwd=home)
 
 
 def synthetic_turns(n: int) -> bytes:
