@@ -114,3 +114,21 @@ def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
     whole = Compactor({"provider": "command", "command": f"cat > {out}/whole; echo 'user: ok'"}, BuildState(tmp_path))
     whole.build(Task(0, 3, kind="user", text="the task's message"))
     assert (out / "whole").read_text().startswith(SYSTEM + "\n\n<chat>")
+
+
+def test_status_shows_the_share_of_input_read_from_the_prompt_cache(run, home, monkeypatch):
+    import orjson
+
+    from pimem import Memory
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes", line_bytes=300) as server:
+        Memory.at("m").append([{"kind": "user", "text": f"message {k}: " + "words " * 150} for k in range(12)])
+        assert run("model", "m", "openai/m", "--base-url", server.url, "--key-env", "TEST_LLM_KEY",
+                   "--price-in", "1", "--price-out", "5", "--price-cached-in", "0.1").exit_code == 0
+        assert run("build-tree", "m").exit_code == 0
+    spent = orjson.loads(run("status", "m", "--json").stdout)["spent"]
+    assert 0 < spent["tokens_cached"] < spent["tokens_in"]
+    share = f"{spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache"
+    assert share in run("status", "m").stdout
+    assert "price_cached_in" in run("model", "m", "--json").stdout
