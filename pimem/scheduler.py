@@ -75,6 +75,11 @@ class Scheduler:
             self.signal = signum
         self._stop.set()
 
+    @property
+    def stopped(self) -> bool:
+        """Whether ``stop()`` was called (by a signal, say)."""
+        return self._stop.is_set()
+
     def emit(self, event: dict) -> None:
         if self.on_event is not None:
             self.on_event(event)
@@ -275,7 +280,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     finally:
         _close(scheduler, leases)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
-            embedding.stop() if scheduler._stop.is_set() else embedding.finish()
+            embedding.stop() if scheduler.stopped else embedding.finish()
     return scheduler
 
 
