@@ -321,7 +321,7 @@ class ContextView:
                          fetch=lambda l, i: mem.tree.text(l, i))
         self._rendered: tuple[int, list[str], list[int]] | None = None  # (view.changes, lines, each one's end)
         try:
-            saved = mem.views(create=False)
+            saved = mem.views.current(create=False)
         except (ValueError, OSError, PimemError):
             saved = None  # (unreadable: pushed afresh, as for a backlog)
         if saved is not None and not saved.cview.over() and saved.cview.pending() <= WINDOW:

@@ -62,7 +62,7 @@ def wait_for_summaries(mem, seconds: float) -> bool:
         return False
     from .lease import wait_for_builder
 
-    return wait_for_builder(mem, seconds, lambda: not mem.views().view.pending())
+    return wait_for_builder(mem, seconds, lambda: not mem.views.current().view.pending())
 
 
 def view_text(mem) -> str:
