@@ -27,14 +27,19 @@ MEMORY_CLIP = 1_000
 EXCHANGE_BYTES = 16_000
 
 
-def context(mem, session: str | None = None, cwd: str | None = None, include_tools: bool = False) -> str:
+def context(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None,
+            include_tools: bool = False) -> str:
     """The whole per-turn context as text."""
-    return render(parts(mem, session, cwd, include_tools))
+    return render(parts(mem, session, cwd, wait, include_tools))
 
 
-def parts(mem, session: str | None = None, cwd: str | None = None, include_tools: bool = False) -> dict:
-    """The context's parts, each a string (empty when there is nothing to say); tool traffic in the view
-    only with ``include_tools`` (see ``privacy``)."""
+def parts(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None,
+          include_tools: bool = False) -> dict:
+    """The context's parts, each a string (empty when there is nothing to say). While a watcher is building
+    the memory, the view's placeholders (long messages not summarised yet: the newest) are first waited for,
+    up to ``wait`` seconds (default: ``context_wait`` in config.json, 8). Tool traffic in the view only with
+    ``include_tools`` (see ``privacy``)."""
+    wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait)
     now = env.now()
     return {
         "view": view_text(mem, include_tools),
@@ -53,11 +58,22 @@ def render(p: dict) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def wait_for_summaries(mem, seconds: float) -> bool:
+    """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
+    when none is left."""
+    if seconds <= 0 or not (mem.path / "view.json").exists():
+        return False
+    from .lease import wait_for_builder
+
+    return wait_for_builder(mem, seconds, lambda: not mem.views.current().view.pending())
+
+
 def view_text(mem, include_tools: bool = False) -> str:
     """The view as the model reads it, one ``id+n|text`` line per span."""
-    from .view import render_line, shown
+    from .view import render_line
 
-    return "\n".join(render_line(l, i, text) for l, i, text, _ in shown(mem, mem.views(), include_tools=include_tools))
+    rows = mem.views.shown(mem.views.current(), include_tools=include_tools)
+    return "\n".join(render_line(l, i, text) for l, i, text, _ in rows)
 
 
 def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS) -> str:

@@ -14,7 +14,7 @@ span, so only lines covering at most ``MASK_SPAN`` messages are checked (a line'
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 from .message import is_tool
 from .tree import leaf_text
@@ -73,11 +73,12 @@ def mask_tool_text(line: str, msgs: list[dict]) -> str:
     return line
 
 
-def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[int, dict] | None = None) -> list[str | None]:
+def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
+               known: dict[int, dict] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, verbatim
     copies of them as markers, runs quoted only from the span's tool traffic masked. Reads the messages under
-    lines covering at most ``MASK_SPAN`` messages (from ``known``, messages by ``i`` the caller has read
-    already, where it holds them all)."""
+    lines covering at most ``MASK_SPAN`` messages (``messages(start, stop)``, e.g. ``Memory.messages``, or
+    ``known``, messages by ``i`` the caller has read already, where it holds them all)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -87,14 +88,14 @@ def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[in
         if known is not None and all(k in known for k in range(start, stop)):
             joined = {k: known[k] for k in range(start, stop)}
         else:
-            joined = {m["i"]: m for m in mem.messages(start, stop)}
+            joined = {m["i"]: m for m in messages(start, stop)}
     out = []
     for k, (l, i, text) in enumerate(lines):
         if text is None or (1 << l) > MASK_SPAN:
             out.append(text)
             continue
         first, end = spans[k]
-        msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(mem.messages(first, end))
+        msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))
         inside = [m for m in msgs if is_tool(m)]
         if inside:
             if l == 0:
