@@ -14,7 +14,7 @@ import sys
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
 
-from .errors import SYSTEM, PimemError
+from .errors import PimemError, translate
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -67,13 +67,15 @@ def guarded(func):
         except BrokenPipeError:
             _quiet_stdout()
             raise typer.Exit(0) from None
-        except OSError as exc:  # the disk is full, a directory is not ours to write: say so, no traceback
-            sys.stdout.flush()
-            where = f": {exc.filename}" if exc.filename else ""
-            sys.stderr.write(f"pimem: error: {exc.strerror or exc}{where}\n")
-            raise typer.Exit(SYSTEM) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
+        except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
+            error = translate(exc)
+            if error is None:
+                raise
+            sys.stdout.flush()
+            sys.stderr.write(f"pimem: error: {error}\n")
+            raise typer.Exit(error.code) from None
 
     return wrapper
 

@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from . import api
-from .errors import BadInput, PimemError
+from .errors import BadInput, PimemError, translate
 
 INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
 Use list_memories to see the memories, search to find where something was said (original messages, newest
@@ -44,6 +44,11 @@ def build(home: api.Home = None):
                 return func(*args, **kwargs)
             except PimemError as exc:
                 raise tool_error(str(exc)) from None
+            except Exception as exc:  # an OS or SQLite failure: the reason the CLI would print, not a bare failure
+                error = translate(exc)
+                if error is None:
+                    raise
+                raise tool_error(str(error)) from None
 
         server.tool()(call)
         return call

@@ -31,7 +31,7 @@ LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
-_LABEL = re.compile(r"(\d+)\+(\d+)")
+_LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces: ids are typed and compared
 _FLAT = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
 
 
@@ -51,7 +51,7 @@ def span(l: int, i: int) -> tuple[int, int]:
 def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
     """``(l, i)`` for a label ``id+n``. Malformed, not a power of two or misaligned → ``BadInput`` (exit 2);
     past the end of a log of ``count`` messages → ``NotFound`` (exit 3)."""
-    match = _LABEL.fullmatch(text.strip()) if isinstance(text, str) else None
+    match = _LABEL.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise BadInput(f"malformed node id {text!r}: expected ID+N such as 0+1 or 40+8")
     start, n = int(match[1]), int(match[2])

@@ -162,9 +162,10 @@ def test_message_prints_the_text_exactly(run, day):
     assert rows(run("message", "main", "2", "--json")) == [
         {"i": 2, "kind": "user", "text": "check the db", "size": 18, "date": "2026-10-08T08:00:00+08:00"}
     ]
-    for i in ("8", "-1"):
-        out = run("message", "main", "--", i)
-        assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no message")
+    out = run("message", "main", "8")
+    assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no message")
+    out = run("message", "main", "--", "-1")  # not a message number at all
+    assert out.exit_code == 2 and "use a whole number from 0" in out.stderr
 
 
 def test_date_and_date_at(run, day):

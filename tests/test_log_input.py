@@ -120,7 +120,8 @@ def test_usage_errors_are_one_line_too(sh, home):
     for argv, expected in [
         (["append", "-x", "hi"], "pimem: error: no such option: -x (see 'pimem append --help')\n"),
         (["frobnicate"], "pimem: error: no such command 'frobnicate' (see 'pimem --help')\n"),
-        (["message", "main", "abc"], "pimem: error: invalid value for 'I': 'abc' is not a valid int (see 'pimem message --help')\n"),
+        (["message", "main", "abc"], "pimem: error: invalid value for 'I': 'abc': use a whole number from 0 to 9223372036854775807 "
+                                       "(see 'pimem message --help')\n"),
     ]:
         out = sh(*argv)
         assert (out.returncode, out.stderr.decode()) == (2, expected)

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, output
+from .. import bulk, ingest, output, when
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
@@ -16,7 +16,7 @@ def command(
     name: Name,
     text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default: read stdin).", show_default=False)] = None,
     kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
-    date: Annotated[Optional[str], typer.Option("--date", help="The message's date, RFC 3339 (default: now).")] = None,
+    date: Annotated[Optional[str], typer.Option("--date", help="The message's date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).", metavar="WHEN")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
     ndjson: Annotated[bool, typer.Option("--ndjson", help="Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.")] = False,
     json: Json = False,
@@ -46,7 +46,7 @@ def command(
         body = ingest.read_text(sys.stdin.buffer)
     record: dict = {"kind": kind, "text": body}
     if date is not None:
-        record["date"] = date
+        record["date"] = when.message_date(date)
     if meta is not None:
         try:
             record["meta"] = orjson.loads(meta)

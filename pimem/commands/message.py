@@ -8,12 +8,13 @@ from .. import output
 from ..errors import BadInput
 from ..memory import Memory
 from ..message import is_tool
+from ..numbers import index, param
 from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
     name: Name,
-    i: Annotated[int, typer.Argument(help="Message number.", metavar="I")],
+    i: Annotated[int, typer.Argument(help="Message number.", metavar="I", click_type=param(index, "I"))],
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,

@@ -8,6 +8,7 @@ from .. import output, when
 from ..errors import NothingFound
 from ..memory import Memory
 from ..message import kind_of
+from ..numbers import count, index, param
 from ..options import Home, IncludeTools, Json
 
 
@@ -17,10 +18,10 @@ def command(
     any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
     rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25 over the newest 10,000 matches) instead of newest first.")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday).", metavar="WHEN")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).", metavar="WHEN")] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Only messages dated before WHEN.", metavar="WHEN")] = None,
-    before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.")] = 20,
+    before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I", click_type=param(index, "I"))] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.", click_type=param(count, "N", lo=1))] = 20,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
