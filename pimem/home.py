@@ -14,6 +14,13 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 TRASH = ".trash"
+# the home's own files are named like this (config.json, and whatever pimem keeps beside the memories):
+# no memory may take such a name
+RESERVED_SUFFIXES = (".json", ".jsonl", ".lock", ".sqlite", ".tmp")
+
+
+def reserved(name: str) -> bool:
+    return name.lower().endswith(RESERVED_SUFFIXES)
 
 
 def validate_name(name: str) -> str:
@@ -23,6 +30,9 @@ def validate_name(name: str) -> str:
         raise BadInput(
             f"invalid memory name {shown}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
+    if reserved(name):
+        raise BadInput(f"invalid memory name {name!r}: names ending in {', '.join(RESERVED_SUFFIXES)} are kept for "
+                       "the home's own files (config.json, …)")
     return name
 
 

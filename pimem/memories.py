@@ -168,6 +168,7 @@ def find(items: list[dict], query: str | None = None, status: str | None = None,
 
 
 K1, B, TF_CAP = 1.2, 0.75, 8
+TEXT_CAP = 256 * 1024  # bytes of one memory's text (long ones are paged by budget; a document belongs in the log)
 _STATUS_BONUS = {"pinned": 0.8, "active": 0.55, "provisional": 0.0, "superseded": -0.8, "resolved": -1.2}
 _AUTHOR_BONUS = {"user": 0.4, "model": 0.0, "rule": -0.2}
 _PRIORITY_BONUS = {"high": 0.2, "normal": 0.08, "low": 0.0}
@@ -245,6 +246,9 @@ def remember(
     text = text if text and text.strip() else None
     if text is not None and "\x00" in text:
         raise BadInput("text contains a NUL byte")
+    if text is not None and len(text.encode("utf-8", "surrogatepass")) > TEXT_CAP:
+        raise BadInput(f"a memory's text is at most {TEXT_CAP:,} bytes; log long texts with 'pimem append' and "
+                       "remember what matters about them")
     if propose and pin:
         raise BadInput("--pin and --propose do not go together: only the user pins a memory")
     if scope == "session" and not session:

@@ -9,6 +9,7 @@ import typer
 from .. import bulk, ingest, output, when
 from ..errors import BadInput
 from ..memory import Memory
+from ..message import kind_of
 from ..options import Home, Json, Name, Timeout
 
 
@@ -38,12 +39,13 @@ def command(
             raise BadInput("--ndjson reads kind, text, date and meta from each line; drop TEXT, -k, --date and --meta")
         _append_stream(name, json, timeout, home)
         return
+    mem = Memory.at(name, home)
     if text:
         body = " ".join(text)
     elif sys.stdin.isatty():
         raise BadInput("no text: give it as arguments or pipe it on stdin")
-    else:
-        body = ingest.read_text(sys.stdin.buffer)
+    else:  # tool output is trimmed, not refused: it may be longer, up to an input line's cap
+        body = ingest.read_text(sys.stdin.buffer, ingest.line_cap(mem.text_cap) if kind_of(kind) == "echo" else mem.text_cap)
     record: dict = {"kind": kind, "text": body}
     if date is not None:
         record["date"] = when.message_date(date)
@@ -52,7 +54,6 @@ def command(
             record["meta"] = orjson.loads(meta)
         except orjson.JSONDecodeError:
             raise BadInput("--meta is not valid JSON") from None
-    mem = Memory.at(name, home)
     _print_ids(mem.append([record], timeout), json)
 
 
@@ -62,7 +63,7 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
     if bulk.available():
         logging = bulk.append_ndjson(mem, sys.stdin.buffer, timeout)
     else:
-        batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
+        batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer, mem.text_cap))
         logging = mem.append_stream(batches, timeout)
     try:
         for ids in logging:
