@@ -51,7 +51,7 @@ _pimem() {
     demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
     forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1"; nodes="" ;;
     fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+"; nodes="" ;;
-    import) opts="-n --name -f --format --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
+    import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
@@ -66,7 +66,7 @@ _pimem() {
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
-    watch) opts="--wait --json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
+    watch) opts="--wait --import --json --home -h --help"; valued="--import --home"; slots=""; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac

@@ -79,7 +79,7 @@ complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory, build its summary tree offline and print the view.'
 complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log, the tree, the view, the hash chains and the index.'
-complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
+complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into memories.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
@@ -171,8 +171,9 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show th
 complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
 
 # import
-complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: from the first session\'s working directory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: one per project, named after its working directory).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -s f -l format -x -d 'auto, pi, claude, codex or ndjson.'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l follow -d 'Keep going: import what the files (and new files in the directories) get, until stopped.'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
@@ -316,6 +317,7 @@ complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wai
 
 # watch
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'

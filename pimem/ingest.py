@@ -39,10 +39,9 @@ def read_text(stream: BinaryIO, cap: int, advice: str = "split it into several m
         raise BadInput(f"stdin is not valid UTF-8 (byte {exc.start})") from None
 
 
-def bounded_lines(f: BinaryIO, cap: int, on_skipped: Callable[[bytes], None]) -> Iterator[bytes | int]:
+def bounded_lines(f: BinaryIO, cap: int) -> Iterator[bytes | int]:
     """The lines of a file (the last may lack its newline), each of at most ``cap`` bytes. A longer line is
-    never held whole: it is read past in pieces, each handed to ``on_skipped`` (to hash it, say), and its
-    length is yielded instead of its bytes."""
+    never held whole: it is read past in pieces, and its length is yielded instead of its bytes."""
     readline = f.readline
     while True:
         raw = readline(cap + 1)
@@ -52,12 +51,10 @@ def bounded_lines(f: BinaryIO, cap: int, on_skipped: Callable[[bytes], None]) ->
             yield raw
             continue
         skipped = len(raw)
-        on_skipped(raw)
         while not raw.endswith(b"\n"):
             raw = readline(_READ)
             if not raw:
                 break
-            on_skipped(raw)
             skipped += len(raw)
         yield skipped
 
