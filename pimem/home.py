@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import BadInput, IntegrityError
+from .errors import BadInput, IntegrityError, NotFound
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
@@ -43,18 +43,28 @@ def ensure_dir(path: Path) -> Path:
         try:
             path.mkdir(mode=DIR_MODE)
         except FileExistsError:
-            pass
+            if not path.is_dir():  # a file (or a link to one) is in the way: never chmod what is not ours
+                raise NotADirectoryError(20, "Not a directory", str(path)) from None
         os.chmod(path, DIR_MODE)
     return path
 
 
+def rename_intent(home: Path, name: str) -> Path:
+    """Where ``rename`` puts the pointer of ``name`` before moving it: followed while ``<home>/<name>`` is missing
+    (a rename that crashed between its steps)."""
+    return home / f".{name}.renaming"
+
+
 def resolve(home: Path, name: str) -> Path:
     """The directory of memory ``name``, following rename pointers (a file ``<home>/<old>`` holding
-    ``{"renamedTo": "<new>"}``). The directory may not exist yet."""
-    validate_name(name)
+    ``{"renamedTo": "<new>"}``, or a rename's pointer written before it moved the memory). The directory may
+    not exist yet."""
+    given = validate_name(name)
     seen = set()
     path = home / name
-    while path.is_file():
+    while path.is_file() or (not path.exists() and rename_intent(home, name).is_file()):
+        if not path.is_file():
+            path = rename_intent(home, name)
         if name in seen or len(seen) > 16:
             raise IntegrityError(f"rename pointers loop at memory '{name}'")
         seen.add(name)
@@ -63,6 +73,10 @@ def resolve(home: Path, name: str) -> Path:
         except (orjson.JSONDecodeError, KeyError, TypeError, BadInput) as exc:
             raise IntegrityError(f"broken rename pointer {path}: {exc}") from None
         path = home / name
+        if not path.exists() and not rename_intent(home, name).is_file():
+            # only a delete interrupted before it removed the pointers leaves one leading nowhere
+            raise NotFound(f"memory '{given}' was renamed to '{name}', which was deleted; remove the pointer "
+                           f"{home / given} to use the name again")
     return path
 
 
@@ -79,14 +93,21 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # the disk is full, say: leave no half-written temp file behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def append_durably(path: Path, data: bytes) -> None:

@@ -217,10 +217,18 @@ class Memory:
                     yield pending.result()
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
-        """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""
+        """Bring derived state (tree, view) forward after a durable write; called under the writer lock. The
+        messages are logged whatever happens here: when the system refuses (a full disk), the view is left
+        behind, to be caught up from the log by the next command, and the append still succeeds (failing it
+        would have the caller log the messages again)."""
         from . import view
 
-        view.push_batch(self, start, batch)
+        try:
+            view.push_batch(self, start, batch)
+        except OSError as exc:
+            from .output import warn
+
+            warn(f"logged, but view.json was left behind ({exc.strerror or exc}); the next command catches it up")
 
     # ---- reading -----------------------------------------------------------------------------------------
 

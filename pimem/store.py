@@ -350,6 +350,7 @@ class Log:
         fds: dict[str, int] = {}
         created: set[str] = set()
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there
+        done: set[str] = set()  # the days whose runs are durable
         try:
             # open every file first, so the new ones' names are made durable with one directory flush
             for day in dict.fromkeys(day for day, _ in runs):
@@ -367,8 +368,12 @@ class Log:
                 if self.keep_written:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
                 _write_durably(fds[day], data)
+                done.add(day)
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
+        except BaseException:
+            self._undo_created(created - done, start == 0)
+            raise
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -383,6 +388,23 @@ class Log:
             self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, last, False)
         self.save_ranges()
         return list(range(start, start + n))
+
+    def _undo_created(self, days: set[str], first_write: bool) -> None:
+        """After a failed write (the disk full, say): remove the day files it created that hold none of its
+        durable runs (nothing acknowledged, nothing any reader was promised), and after a memory's first write
+        its ``main/`` too, so a failed first append leaves no empty memory behind."""
+        for day in days:
+            try:
+                os.unlink(self.dir / f"{day}.jsonl")
+            except OSError:
+                pass
+            self._info.pop(f"{day}.jsonl", None)
+        if first_write and not self._names():
+            for remove in (lambda: os.rmdir(self.dir), lambda: os.unlink(self.dir.parent / WRITING)):
+                try:
+                    remove()
+                except OSError:
+                    pass
 
     # ---- reading -----------------------------------------------------------------------------------------
 
