@@ -43,7 +43,7 @@ _pimem() {
   local opts="" valued="" slots="" nodes=""
   case $cmd in
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
-    build-tree) opts="--dry-run --max-cost --retries --wait --json --home -h --help"; valued="--max-cost --retries --wait --home"; slots=""; nodes="" ;;
+    build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; slots="1+"; nodes="" ;;
     compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
     context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
@@ -66,7 +66,7 @@ _pimem() {
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
-    watch) opts="--wait --import --json --home -h --help"; valued="--import --home"; slots=""; nodes="" ;;
+    watch) opts="--wait --import --log --json --home -h --help"; valued="--import --log --home"; slots="1+"; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac

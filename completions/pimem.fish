@@ -113,9 +113,11 @@ complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Onl
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Stop before spending more than this (needs prices: pimem model --price-in/--price-out).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree; and __pimem_slot 1+ --max-cost --retries --wait --log --home' -a '(__pimem_names)'
 
 # compact
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
@@ -318,9 +320,11 @@ complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wai
 # watch
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --import --log --home' -a '(__pimem_names)'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'

@@ -20,7 +20,12 @@ Timeout = Annotated[
     Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S",
                                    click_type=param(seconds, "S"))
 ]
-Name = Annotated[str, typer.Argument(help="Memory name.", metavar="NAME")]
+Log = Annotated[
+    Optional[str], typer.Option("--log", help="Append what would go to stderr to FILE, creating its directory (for cron).", metavar="FILE")
+]
+Name = Annotated[
+    Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main).", metavar="NAME", show_default=False)
+]
 Budget = Annotated[
     int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS",
                          click_type=param(count, "CHARS", lo=2))

@@ -5,13 +5,14 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..options import Home, Json
+from ..options import Home, Json, Log
 
 
 def command(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="[NAME…]")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
+    log: Log = None,
     json: Json = False,
     home: Home = None,
 ) -> None:
@@ -27,9 +28,10 @@ def command(
     Examples:
       pimem watch
       pimem watch main --json
-      pimem watch --wait 2>>~/.pi/memory/watch.log &
+      pimem watch --wait --log ~/.pi/memory/logs/watch.log &
       pimem watch --import ~/.codex/sessions --import ~/.claude/projects
     """
+    output.log_to(log, "watch")
     from .. import scheduler
 
     def show(event: dict) -> None:
