@@ -227,14 +227,15 @@ def test_reads_never_take_the_writer_lock(sh, day, home):
     assert Memory.open("main").count() == len(DAY)
 
 
-def test_a_full_disk_or_a_file_in_the_way_is_one_line_and_exit_7(sh, home, tmp_path):
-    """What the system refuses is said in one line (exit 7), never a traceback; what was logged stays."""
+def test_a_planted_link_or_a_file_in_the_way_is_one_line(sh, home, tmp_path):
+    """What the system refuses is said in one line (exit 7), never a traceback; a link planted as a day file
+    is never written through (exit 5; a real full disk: tests/test_full_disk.py); what was logged stays."""
     assert sh("append", "main", "--date", "2026-10-08T09:00:00+08:00", "kept").returncode == 0
     day = home / "main" / "main" / "2026-10-09.jsonl"
-    day.symlink_to("/dev/full")  # every write to it fails: No space left on device
+    day.symlink_to("/dev/full")
     out = sh("append", "main", "--date", "2026-10-09T09:00:00+08:00", "lost to a full disk")
-    assert out.returncode == 7
-    assert out.stderr.decode() == "pimem: error: No space left on device\n"
+    assert out.returncode == 5
+    assert out.stderr.decode() == f"pimem: error: {day} is a symbolic link: pimem never follows links inside its home; remove it\n"
     day.unlink()
     assert sh("since", "main", "#0", "--text").stdout.decode().count("kept") == 1
     assert sh("append", "main", "next").stdout == b"1\n"
