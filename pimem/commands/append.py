@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, naming, output, when
+from .. import bulk, env, ingest, naming, output, when
 from ..errors import BadInput
 from ..memory import Memory
 from ..message import kind_of
@@ -50,7 +50,7 @@ def command(
     mem = Memory.at(name, home)
     if text:
         body = " ".join(text)
-    elif sys.stdin.isatty():
+    elif env.stdin_is_tty():
         raise BadInput("no text: give it as arguments or pipe it on stdin")
     else:  # tool output is trimmed, not refused: it may be longer, up to an input line's cap
         body = ingest.read_text(sys.stdin.buffer, ingest.line_cap(mem.text_cap) if kind_of(kind) == "echo" else mem.text_cap)
