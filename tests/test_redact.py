@@ -9,7 +9,7 @@ import sys
 import orjson
 import pytest
 
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem import Memory
 from pimem.compactor.redact import redact
 from pimem.message import KINDS
