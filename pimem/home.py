@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 import orjson
 
 from .errors import BadInput, IntegrityError, NotFound
+from .nofollow import check_dir, open_fd, planted, read_bytes
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
@@ -37,16 +39,28 @@ def validate_name(name: str) -> str:
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` and any missing parents with mode 0700."""
-    if not path.is_dir():
+    """Create ``path`` and any missing parents with mode 0700; a link where a directory should be is refused
+    (``nofollow.planted``), never followed."""
+    if not check_dir(path):
         ensure_dir(path.parent)
         try:
             path.mkdir(mode=DIR_MODE)
         except FileExistsError:
-            if not path.is_dir():  # a file (or a link to one) is in the way: never chmod what is not ours
+            if not check_dir(path):  # a file is in the way: never chmod what is not ours
                 raise NotADirectoryError(20, "Not a directory", str(path)) from None
         os.chmod(path, DIR_MODE)
     return path
+
+
+def _kind(path: Path) -> str | None:
+    """``dir``, ``file`` or None (nothing there) for a name under the home; a link there is refused."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise planted(path)
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
 def rename_intent(home: Path, name: str) -> Path:
@@ -62,18 +76,18 @@ def resolve(home: Path, name: str) -> Path:
     given = validate_name(name)
     seen = set()
     path = home / name
-    while path.is_file() or (not path.exists() and rename_intent(home, name).is_file()):
-        if not path.is_file():
+    while (kind := _kind(path)) == "file" or (kind is None and _kind(rename_intent(home, name)) == "file"):
+        if kind is None:
             path = rename_intent(home, name)
         if name in seen or len(seen) > 16:
             raise IntegrityError(f"rename pointers loop at memory '{name}'")
         seen.add(name)
         try:
-            name = validate_name(orjson.loads(path.read_bytes())["renamedTo"])
+            name = validate_name(orjson.loads(read_bytes(path))["renamedTo"])
         except (orjson.JSONDecodeError, KeyError, TypeError, BadInput) as exc:
             raise IntegrityError(f"broken rename pointer {path}: {exc}") from None
         path = home / name
-        if not path.exists() and not rename_intent(home, name).is_file():
+        if _kind(path) is None and _kind(rename_intent(home, name)) is None:
             # only a delete interrupted before it removed the pointers leaves one leading nowhere
             raise NotFound(f"memory '{given}' was renamed to '{name}', which was deleted; remove the pointer "
                            f"{home / given} to use the name again")
@@ -84,7 +98,9 @@ def names(home: Path) -> list[str]:
     """Every memory directory under ``home`` (pointers and the trash excluded), sorted."""
     if not home.is_dir():
         return []
-    return sorted(p.name for p in home.iterdir() if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "main").is_dir())
+    return sorted(p.name for p in home.iterdir()  # (links are not memories pimem made: never listed)
+                  if not p.is_symlink() and p.is_dir() and NAME_RE.fullmatch(p.name) and not reserved(p.name)
+                  and not (p / "main").is_symlink() and (p / "main").is_dir())
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
@@ -113,7 +129,7 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, flush, rename), mode 0600. ``durable=False``
     skips the flush, for derived files that a crash may leave old but never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:
             write_all(fd, data, durable)
@@ -133,7 +149,7 @@ def append_durably(path: Path, data: bytes) -> None:
     line left by a crash is first terminated so the new lines start on lines of their own. A new file's
     name is made durable too."""
     created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

@@ -39,6 +39,7 @@ from . import env, when
 from .errors import Busy, IntegrityError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
+from .nofollow import check_database, open_binary, open_fd
 
 FILENAME = "index.sqlite"
 SCHEMA_VERSION = 3  # 3: odd-numbered messages' texts in the second file
@@ -113,8 +114,9 @@ def _tune(db: sqlite3.Connection) -> None:
 
 def _create_file(path: Path) -> None:
     """Create an empty database file with pimem's mode (SQLite gives its WAL the same mode)."""
+    check_database(path)
     if not path.exists():
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        os.close(open_fd(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
 
 
 def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
@@ -365,7 +367,7 @@ class Index:
         search reads thousands of candidates)."""
         fd = self._fds.get(fid)
         if fd is None:
-            fd = self._fds[fid] = os.open(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
+            fd = self._fds[fid] = open_fd(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
         try:
             msg = orjson.loads(os.pread(fd, length, offset))
         except orjson.JSONDecodeError:
@@ -467,6 +469,7 @@ class _Writer:
     def _run(self) -> None:
         db = None
         try:
+            check_database(self.path)
             db = sqlite3.connect(self.path, isolation_level=None)
             _tune(db)
         except BaseException as exc:
@@ -512,7 +515,7 @@ class _Writer:
 
 def _complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """``(offset, line without newline)`` for each newline-terminated line between ``start`` and ``end``."""
-    with open(path, "rb", buffering=0) as f:
+    with open_binary(path, 0) as f:
         f.seek(start)
         position = start
         rest = b""
@@ -533,7 +536,7 @@ def _complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, byt
 def _last_line_end(path: Path, start: int, end: int) -> int:
     """The byte just after the last newline in ``[start, end)`` (``start`` when there is none): the index
     stops there and reads a torn last line again once it is complete or sealed."""
-    with open(path, "rb", buffering=0) as f:
+    with open_binary(path, 0) as f:
         low = start
         while end > low:
             span = min(end - low, 64 * 1024)

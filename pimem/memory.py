@@ -18,6 +18,7 @@ from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, NotFound
 from .lock import WriterLock
 from .store import Log
+from .nofollow import check_dir
 
 @contextlib.contextmanager
 def collector_resting():
@@ -67,7 +68,7 @@ class Memory:
         return mem
 
     def exists(self) -> bool:
-        return (self.path / "main").is_dir()
+        return check_dir(self.path / "main")
 
     def reopened(self) -> "Memory":
         """This memory as a new object with caches of its own (its tree, views and index), for another thread."""

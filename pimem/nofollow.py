@@ -66,3 +66,10 @@ def check_free(path: str | os.PathLike) -> None:
 def read_bytes(path: Path) -> bytes:
     with open_binary(path) as f:
         return f.read()
+
+
+def check_database(path: str | os.PathLike) -> None:
+    """Before SQLite opens ``path`` (it follows links itself): the database, its WAL and shared-memory files
+    must not be links."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        check_free(f"{os.fspath(path)}{suffix}")

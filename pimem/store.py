@@ -19,7 +19,7 @@ import orjson
 
 from .errors import IntegrityError
 from .home import FILE_MODE, ensure_dir, sync_dir, write_all, write_atomic
-from .nofollow import lstat, open_binary, open_fd
+from .nofollow import lstat, open_binary, open_fd, read_bytes
 
 _PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
 _READ_BUFFER = 1024 * 1024  # for streaming whole files
@@ -183,7 +183,7 @@ class Log:
         if self._saved is None or self._saved[0] != stamp:
             rows, boot = {}, None
             try:
-                saved = orjson.loads(path.read_bytes())
+                saved = orjson.loads(read_bytes(path))
             except (OSError, orjson.JSONDecodeError):
                 saved = None
             if type(saved) is dict and type(saved.get("files")) is dict:
@@ -263,7 +263,7 @@ class Log:
     def begin_write(self) -> None:
         """Before a writer changes any day file: ranges.json is no longer to be trusted blindly."""
         try:
-            os.close(os.open(self.dir.parent / WRITING, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+            os.close(open_fd(self.dir.parent / WRITING, os.O_WRONLY | os.O_CREAT, FILE_MODE))
         except OSError:
             pass  # (the directory may not exist yet: then no reader can have trusted anything in it)
 

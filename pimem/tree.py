@@ -26,6 +26,7 @@ from . import env
 from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .home import FILE_MODE, append_durably, ensure_dir
+from .nofollow import check_database, check_dir, open_binary, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
@@ -126,6 +127,7 @@ class Tree:
         if self._db is None:
             import sqlite3
 
+            check_database(self.db_path)
             fresh = not self.db_path.exists()
             db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
             if fresh:
@@ -153,7 +155,7 @@ class Tree:
 
     def file_sizes(self) -> dict[str, int]:
         """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
-        if not self.dir.is_dir():
+        if not check_dir(self.dir):
             return {}
         out = {}
         for entry in os.scandir(self.dir):
@@ -179,7 +181,7 @@ class Tree:
             start = seen.get(name, 0)
             if sizes[name] <= start:
                 continue
-            with open(self.dir / name, "rb") as f:
+            with open_binary(self.dir / name) as f:
                 f.seek(start)
                 data = f.read(sizes[name] - start)
             end = data.rfind(b"\n") + 1  # a torn last line waits for its newline
@@ -263,10 +265,10 @@ class Tree:
     def records(self) -> Iterator[dict]:
         """Every node line of the tree files as written, with its build metadata (model, tokens, cost),
         oldest build day first; damaged lines are skipped."""
-        if not self.dir.is_dir():
+        if not check_dir(self.dir):
             return
         for name in sorted(self.file_sizes()):
-            for raw in (self.dir / name).read_bytes().splitlines():
+            for raw in read_bytes(self.dir / name).splitlines():
                 try:
                     node = orjson.loads(raw)
                 except orjson.JSONDecodeError:

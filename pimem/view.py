@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import orjson
 
 from .tree import PLACEHOLDER, byte_size, flat, label
+from .nofollow import read_bytes
 
 VERSION = 1
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
@@ -740,7 +741,7 @@ def shown(mem, views: Views, include_tools: bool = False, compactor: bool = Fals
 
 def _load_texts(mem, line_bytes: int) -> dict:
     try:
-        data = orjson.loads((mem.path / TEXTS).read_bytes())
+        data = orjson.loads(read_bytes(mem.path / TEXTS))
     except (OSError, orjson.JSONDecodeError):
         return {}
     if type(data) is not dict or data.get("version") != TEXTS_VERSION or data.get("line_bytes") != line_bytes:
@@ -790,7 +791,7 @@ def current(mem, upto: int | None = None, save: bool | None = None, create: bool
         views = make(mem)
         if stamp is not None:
             try:
-                views.load(path.read_bytes(), count)
+                views.load(read_bytes(path), count)
                 views.check_tree(mem.tree.file_sizes())
                 views.loaded = stamp
             except (ValueError, OSError) as exc:
