@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 
 import orjson
 
 from .errors import BadInput, IntegrityError, NotFound
-from .nofollow import check_dir, open_fd, planted, read_bytes
+from .nofollow import check_dir, kind as _kind, open_fd, read_bytes
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
@@ -51,16 +50,6 @@ def ensure_dir(path: Path) -> Path:
         os.chmod(path, DIR_MODE)
     return path
 
-
-def _kind(path: Path) -> str | None:
-    """``dir``, ``file`` or None (nothing there) for a name under the home; a link there is refused."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        raise planted(path)
-    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
 def rename_intent(home: Path, name: str) -> Path:

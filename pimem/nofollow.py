@@ -46,15 +46,20 @@ def lstat(path: str | os.PathLike) -> os.stat_result:
     return st
 
 
-def check_dir(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a real directory (False when it does not exist); a link there is ``planted``."""
+def kind(path: str | os.PathLike) -> str | None:
+    """``dir``, ``file`` or None (nothing there) for a name under the home; a link there is ``planted``."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return False
+        return None
     if stat.S_ISLNK(st.st_mode):
         raise planted(path)
-    return stat.S_ISDIR(st.st_mode)
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def check_dir(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a real directory (False when it does not exist); a link there is ``planted``."""
+    return kind(path) == "dir"
 
 
 def check_free(path: str | os.PathLike) -> None:
