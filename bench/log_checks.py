@@ -49,9 +49,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--base", type=Path, required=True, help="a checkout without the log checks")
+    parser.add_argument("--ours", type=Path, default=ROOT, help="the checkout with the checks (default: this one)")
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    envs = {"base": prepare(args.home, "base", args.base), "ours": prepare(args.home, "ours", ROOT)}
+    envs = {"base": prepare(args.home, "base", args.base), "ours": prepare(args.home, "ours", args.ours)}
     commands = {"append": ["append", "bench", "the staging db listens on 5433"], "view": ["view", "bench"]}
     results = {(cmd, who): [] for cmd in commands for who in envs}
     for _ in range(args.runs):
