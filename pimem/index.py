@@ -36,13 +36,13 @@ from typing import Callable, Iterator
 
 import orjson
 
-from . import when
+from . import rankindex, when
 from .errors import Busy, IntegrityError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 3  # 3: odd-numbered messages' texts in the second file
+SCHEMA_VERSION = 4  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -62,10 +62,10 @@ CREATE TABLE IF NOT EXISTS main.files (id INTEGER PRIMARY KEY, name TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS main.msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
-""" + _FTS_SCHEMA.replace("{schema}", "main")
+""" + _FTS_SCHEMA.replace("{schema}", "main") + rankindex.schema("main")
 _SHARD_SCHEMA = """
 CREATE TABLE IF NOT EXISTS shard.files (name TEXT PRIMARY KEY, done INTEGER NOT NULL);
-""" + _FTS_SCHEMA.replace("{schema}", "shard")
+""" + _FTS_SCHEMA.replace("{schema}", "shard") + rankindex.schema("shard")
 # The texts of odd-numbered messages are indexed in a second file by a second thread: building FTS5's
 # trigrams is most of the work and SQLite does it without the GIL, so it runs on two cores (on this 2-core
 # machine catching up a million messages took 0.7x the time). Queries look in both (``SCHEMAS``); each file
@@ -193,7 +193,7 @@ class Index:
                 return
             for statement in filter(str.strip, statements.split(";")):
                 db.execute(statement)
-            for table in TABLES:
+            for table in (*TABLES, *rankindex.WORD_TABLES.values()):
                 for key, value in _FTS_CONFIG.items():
                     db.execute(f"INSERT INTO {schema}.{table} ({table}, rank) VALUES (?, ?)", (key, value))
             db.execute(f"PRAGMA {schema}.user_version = {SCHEMA_VERSION}")
@@ -293,8 +293,8 @@ class Index:
             while begin < len(data):
                 end = data.index(b"\n", begin)
                 msg = messages[k]
-                batch.add_message(start + k, msg["kind"], msg["text"], when.parse_stored(msg["date"]).timestamp(),
-                                  fid, offset + begin, end - begin)
+                batch.add_message(start + k, msg, when.parse_stored(msg["date"]).timestamp(), fid, offset + begin,
+                                  end - begin)
                 begin, k = end + 1, k + 1
             batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
         if k != len(messages):
@@ -374,6 +374,10 @@ class Index:
             return None
         return msg if type(msg) is dict else None
 
+    def ranked(self, tables: list[str], where: tuple[str, list] | None = None) -> rankindex.Postings:
+        """The ranker's ``Source`` over ``tables`` (``talk``, ``tools``), only messages ``where`` allows."""
+        return rankindex.Postings(self.db, tables, SCHEMAS, where)
+
     def terms_with_prefix(self, table: str, prefix: str, limit: int) -> list[str] | None:
         """The index's trigrams in ``table`` that start with ``prefix`` (already case-folded), or None when
         there are more than ``limit``."""
@@ -401,6 +405,7 @@ class _Batch:
         self.rows: list[tuple] = []
         self.texts: tuple[dict[str, list], dict[str, list]] = ({t: [] for t in TABLES}, {t: [] for t in TABLES})
         self.reached: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.words = (rankindex.Pending(), rankindex.Pending())
         self.bytes = 0
 
     def add(self, fid: int, name: str, offset: int, line: bytes, main: bool, shard: bool) -> None:
@@ -417,15 +422,17 @@ class _Batch:
             epoch = when.parse_stored(msg["date"]).timestamp() if main else 0
         except Exception:  # a damaged line, or a torn one sealed by a writer: the log skips it too
             return
-        self.add_message(i, kind, text, epoch, fid, offset, len(line), main, shard)
+        self.add_message(i, msg, epoch, fid, offset, len(line), main, shard)
 
-    def add_message(self, i: int, kind: str, text: str, epoch: float, fid: int, offset: int, length: int,
+    def add_message(self, i: int, msg: dict, epoch: float, fid: int, offset: int, length: int,
                     main: bool = True, shard: bool = True) -> None:
+        kind, text = msg["kind"], msg["text"]
         if main:
             self.rows.append((i, fid, offset, length, KIND_CODE.get(kind, 0), epoch))
         wanted = shard if i % 2 else main  # odd-numbered messages' texts go to the second file
         if wanted:
             self.texts[i % 2][table_of(kind)].append((i, text.lower() + SENTINEL))
+            self.words[i % 2].add(i, table_of(kind), msg)
             self.bytes += length
 
     def full(self) -> bool:
@@ -433,8 +440,8 @@ class _Batch:
 
     def hand_over(self, writers: tuple["_Writer", "_Writer"], progress) -> int:
         """Queue each file's part for its writer and start a new batch; returns the messages handed over."""
-        writers[0].put(self.rows, self.texts[0], self.reached[0])
-        writers[1].put([], self.texts[1], self.reached[1])
+        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0])
+        writers[1].put([], self.texts[1], self.reached[1], self.words[1])
         count = len(self.rows)
         self.clear()
         if progress:
@@ -457,9 +464,9 @@ class _Writer:
         self.thread = threading.Thread(target=self._run, name=f"pimem-index-{path.name}", daemon=True)
         self.thread.start()
 
-    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
+    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int], words) -> None:
         if self.error is None:
-            self.queue.put((rows, texts, reached))
+            self.queue.put((rows, texts, reached, words))
 
     def close(self) -> BaseException | None:
         self.queue.put(None)
@@ -487,7 +494,8 @@ class _Writer:
         if db is not None:
             db.close()
 
-    def _write(self, db: sqlite3.Connection, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
+    def _write(self, db: sqlite3.Connection, rows: list[tuple], texts: dict[str, list], reached: dict[str, int],
+               words) -> None:
         db.execute("BEGIN IMMEDIATE")
         try:
             if rows:
@@ -500,6 +508,7 @@ class _Writer:
                     db.execute(f"INSERT INTO {table} (rowid, text) SELECT json_extract(value, '$[0]'), "
                                "json_extract(value, '$[1]') FROM json_each(?)",
                                (orjson.dumps(values).decode(),))
+            words.write(db)
             if self.main:
                 db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
             else:

@@ -135,8 +135,8 @@ def test_rank_puts_the_best_match_first(run, home):
     ])
     assert ids(run("search", "refund", "--json")) == [1, 0]
     ranked = [orjson.loads(line) for line in run("search", "refund", "--rank", "--json").stdout.splitlines()]
-    assert [h["i"] for h in ranked] == [0, 1]
-    assert ranked[0]["score"] > ranked[1]["score"] > 0
+    assert [h["i"] for h in ranked][:2] == [0, 1]  # (then #2, on its neighbour's credit: see test_ranker)
+    assert ranked[0]["score"] > ranked[1]["score"] > ranked[2]["score"] > 0
 
 
 def test_filters_kind_since_until(run, mem):

@@ -1,0 +1,174 @@
+"""The one ranker behind every ranked read (``search --rank``, ``recall`` with words, ``memories QUERY``,
+the MCP tools): any of the query's terms matches, best first.
+
+What a message is indexed as (``document``): the terms (``pimem.terms``) of its text, of its kind, of its
+speaker or author (``meta.speaker``, ``meta.author``, ``meta.name``) and of its date in words (``8 may 2023
+monday``), so "what did Alice say" and "what did we do in May" find their turns.
+
+How it scores (``rank``): BM25 over those terms (``K1``, length normalisation ``B``, far below the usual
+0.75: chat turns are short and their length says little), then **neighbour context**: each message also
+gets ``NEIGHBOUR`` times the BM25 scores of the messages just before and after it in the same conversation
+(the answer often sits next to the turn holding the question's words). The work is what the query's terms'
+postings hold: nothing is done per message of the memory.
+
+Where the postings come from is a ``Source``: ``Corpus`` over texts in memory (memory records, tests, the
+benchmark) or the index's tables (``pimem.rankindex``); both give the same scores for the same texts.
+
+A semantic extra may fuse its own scores in: ``rank(..., fuse=f)`` calls ``f(candidates)`` with the
+lexical ``[(i, score)]`` best first and ranks what it returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Callable, Iterable, Protocol
+
+from . import terms
+
+K1 = 1.2
+B = 0.75  # measured: lower b gains nothing on short chat turns and loses on long ones (bench/README.md)
+BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
+POOL = 1000  # candidates handed to a fuse hook
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def speaker(msg: dict) -> str | None:
+    """Who a message says wrote it: ``meta.speaker``, ``meta.author`` or ``meta.name`` (the first string)."""
+    meta = msg.get("meta")
+    if isinstance(meta, dict):
+        for key in ("speaker", "author", "name"):
+            value = meta.get(key)
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
+
+
+def date_words(date: str) -> str:
+    """``2023-05-08T13:56:00+00:00`` → ``8 may 2023 monday`` (the date as written, in its own offset)."""
+    try:
+        year, month, day = int(date[0:4]), int(date[5:7]), int(date[8:10])
+        import datetime
+
+        weekday = datetime.date(year, month, day).weekday()
+    except (ValueError, IndexError):
+        return ""
+    return f"{day} {_MONTHS[month - 1]} {year} {_WEEKDAYS[weekday]}"
+
+
+def document(msg: dict) -> tuple[set[str], int]:
+    """The distinct terms a message is indexed as, and its length in words."""
+    found, length = terms.bag(msg.get("text") or "")
+    extra = speaker(msg) or ""
+    if isinstance(msg.get("date"), str):
+        extra += " " + date_words(msg["date"])
+    more, _ = terms.bag(extra)
+    return found | more, length
+
+
+def conversation(msg: dict) -> int:
+    """A number naming the conversation a message belongs to (its ``meta.session``), for neighbour
+    context: neighbours in different conversations do not lend each other scores."""
+    meta = msg.get("meta")
+    session = meta.get("session") if isinstance(meta, dict) else None
+    if session is None:
+        return 0
+    import zlib
+
+    return zlib.crc32(str(session).encode()) or 1
+
+
+class Source(Protocol):
+    """Where the ranker reads: ``size()`` (documents, their total length in terms), ``postings(terms)``
+    (``{term: ids of the documents holding it}``), ``lengths(ids)`` (``{i: length}``), ``conversations(ids)``
+    (``{i: conversation}``, for the ids that exist and may be shown)."""
+
+    def size(self) -> tuple[int, int]: ...
+    def postings(self, wanted: list[str]) -> dict[str, list[int]]: ...
+    def lengths(self, ids: list[int]) -> dict[int, int]: ...
+    def conversations(self, ids: list[int]) -> dict[int, int]: ...
+
+
+def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
+    """BM25 of every document holding one of the ``wanted`` terms, a term counted once per document (as
+    the index keeps it: measured as good as counting repeats)."""
+    count, total = source.size()
+    if not count or not wanted:
+        return {}
+    average = total / count or 1.0
+    lists = [ids for ids in source.postings(wanted).values() if ids]
+    lengths = source.lengths(sorted({i for ids in lists for i in ids}))
+    factor = {i: (k1 + 1) / (1 + k1 * (1 - b + b * length / average)) for i, length in lengths.items()}
+    scores: dict[int, float] = dict.fromkeys(factor, 0.0)
+    for ids in lists:
+        idf = math.log(1 + (count - len(ids) + 0.5) / (len(ids) + 0.5))
+        for i in ids:
+            scores[i] += idf * factor[i]
+    return scores
+
+
+def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE,
+                    after: float = AFTER) -> dict[int, float]:
+    """Each document's score plus the larger of ``before`` times the score of the document just before it
+    and ``after`` times the one just after it, in the same conversation (a question's words are often in
+    the turn before its answer)."""
+    if not (before or after) or not scores:
+        return dict(scores)
+    around = sorted({j for i in scores for j in (i - 1, i, i + 1)})
+    conv = source.conversations(around)
+    out: dict[int, float] = {}
+    for i in around:
+        if i not in conv:
+            continue
+        lent = max(before * scores.get(i - 1, 0.0) if conv.get(i - 1) == conv[i] else 0.0,
+                   after * scores.get(i + 1, 0.0) if conv.get(i + 1) == conv[i] else 0.0)
+        own = scores.get(i, 0.0)
+        if own or lent:
+            out[i] = own + lent
+    return out
+
+
+Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
+
+
+def rank(source: Source, query: str, limit: int, *, keep: Callable[[int], bool] | None = None,
+         fuse: Fuse | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
+         after: float = AFTER) -> list[tuple[int, float]]:
+    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first);
+    ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic extra's hook) reorders the best
+    ``POOL`` and may add its own."""
+    scores = with_neighbours(source, bm25(source, terms.query_terms(query), k1, b), before, after)
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+    if keep is not None:
+        ranked = [item for item in ranked if keep(item[0])]
+    if fuse is not None:
+        ranked = fuse(ranked[:max(POOL, limit)])
+    return ranked[:limit]
+
+
+class Corpus:
+    """A ``Source`` over documents held in memory: ``Corpus(documents, conversation numbers)`` where each
+    document is ``(its distinct terms, its length)`` (``document``); document ``i`` is the ``i``-th."""
+
+    def __init__(self, documents: Iterable[tuple[Iterable[str], int]], conversations: Iterable[int] | None = None):
+        self.index: dict[str, list[int]] = {}
+        self.length: list[int] = []
+        for i, (found, length) in enumerate(documents):
+            self.length.append(length)
+            for term in found:
+                self.index.setdefault(term, []).append(i)
+        self.conv = list(conversations) if conversations is not None else [0] * len(self.length)
+
+    def size(self) -> tuple[int, int]:
+        return len(self.length), sum(self.length)
+
+    def postings(self, wanted: list[str]) -> dict[str, list[int]]:
+        return {term: self.index.get(term, []) for term in wanted}
+
+    def lengths(self, ids: list[int]) -> dict[int, int]:
+        return {i: self.length[i] for i in ids}
+
+    def conversations(self, ids: list[int]) -> dict[int, int]:
+        return {i: self.conv[i] for i in ids if 0 <= i < len(self.conv)}
