@@ -25,11 +25,13 @@ from collections import Counter
 from typing import Callable, Iterable, Protocol
 
 from . import terms
+from .message import TOOL_KINDS
 
 K1 = 1.2
 B = 0.75  # measured: lower b gains nothing on short chat turns and loses on long ones (bench/README.md)
 BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
 POOL = 1000  # candidates handed to a fuse hook
+TOOL_HEAD, TOOL_TAIL = 2000, 1000
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
@@ -59,8 +61,13 @@ def date_words(date: str) -> str:
 
 
 def document(msg: dict) -> tuple[set[str], int]:
-    """The distinct terms a message is indexed as, and its length in words."""
-    found, length = terms.bag(msg.get("text") or "")
+    """The distinct terms a message is indexed as, and its length in words. Tool traffic is ranked by the
+    head and tail of its text (``TOOL_HEAD``, ``TOOL_TAIL`` characters: most of what tokenizing a log costs is
+    long tool output; plain search still reads it whole)."""
+    text = msg.get("text") or ""
+    if msg.get("kind") in TOOL_KINDS and len(text) > TOOL_HEAD + TOOL_TAIL:
+        text = text[:TOOL_HEAD] + "\n" + text[-TOOL_TAIL:]
+    found, length = terms.bag(text)
     extra = speaker(msg) or ""
     if isinstance(msg.get("date"), str):
         extra += " " + date_words(msg["date"])
@@ -133,13 +140,17 @@ def with_neighbours(source: Source, scores: dict[int, float], before: float = BE
 Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
 
 
-def rank(source: Source, query: str, limit: int, *, keep: Callable[[int], bool] | None = None,
+def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Callable[[int], bool] | None = None,
          fuse: Fuse | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
          after: float = AFTER) -> list[tuple[int, float]]:
-    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first);
-    ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic extra's hook) reorders the best
-    ``POOL`` and may add its own."""
-    scores = with_neighbours(source, bm25(source, terms.query_terms(query), k1, b), before, after)
+    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first).
+    ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
+    holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
+    extra's hook) reorders the best ``POOL`` and may add its own."""
+    own = bm25(source, terms.query_terms(query), k1, b)
+    scores = with_neighbours(source, own, before, after)
+    if not widen:
+        scores = {i: score for i, score in scores.items() if i in own}
     ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
     if keep is not None:
         ranked = [item for item in ranked if keep(item[0])]

@@ -54,13 +54,14 @@ class Pending:
 
     def write(self, db) -> None:
         """Insert the batch (inside the writer's transaction)."""
-        if self.docs:
-            db.executemany("INSERT INTO word_docs VALUES (?, ?, ?)", self.docs)
+        if self.docs:  # (one statement, as the texts are: see index.py on executemany and the GIL)
+            db.execute("INSERT INTO word_docs SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)",
+                       (orjson.dumps(self.docs).decode(),))
         for table, rows in self.terms.items():
             if not rows:
                 continue
-            db.execute(f"INSERT INTO {WORD_TABLES[table]} (rowid, terms) SELECT json_extract(value, '$[0]'), "
-                       "json_extract(value, '$[1]') FROM json_each(?)", (orjson.dumps(rows).decode(),))
+            db.execute(f"INSERT INTO {WORD_TABLES[table]} (rowid, terms) SELECT value ->> 0, value ->> 1 "
+                       "FROM json_each(?)", (orjson.dumps(rows).decode(),))
             db.execute("INSERT INTO word_stats VALUES (?, ?, ?) ON CONFLICT (tbl) DO UPDATE SET "
                        "docs = docs + excluded.docs, length = length + excluded.length", (table, len(rows), self.length[table]))
 

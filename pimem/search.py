@@ -120,16 +120,37 @@ def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[
 
 
 def _ranked_hits(mem, index, query: str, folded: list[str], filters: "_Filters", limit: int) -> Iterator[dict]:
-    """The ranker's best ``limit`` messages the filters allow (the semantic extra fused in when present)."""
+    for row, msg, score in _ranked(mem, index, query, filters, limit, widen=True):
+        yield {**_hit(mem, row, msg, msg["text"].lower(), folded), "score": round(score, 4)}
+
+
+def _ranked(mem, index, query: str, filters: "_Filters", limit: int, widen: bool) -> Iterator[tuple]:
+    """``(row, message, score)`` of the ranker's best ``limit`` messages the filters allow (the semantic
+    extra fused in when present)."""
     from . import ranker
 
     tables = sorted({table_of(k) for k in filters.kinds})
     source = index.ranked(tables, filters.sql(None, "m.i") if filters.narrows() else None)
-    for i, score in ranker.rank(source, query, limit, fuse=_fuser(mem, query, source)):
+    for i, score in ranker.rank(source, query, limit, widen=widen, fuse=_fuser(mem, query, source)):
         row = index.db.execute("SELECT i, file, offset, length, kind, epoch FROM msgs WHERE i = ?", (i,)).fetchone()
         msg = index.read_row(*row[1:4]) if row is not None else None
         if msg is not None and msg.get("i") == i:
-            yield {**_hit(mem, row, msg, msg["text"].lower(), folded), "score": round(score, 4)}
+            yield row, msg, score
+
+
+def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True) -> list[tuple[dict, float]]:
+    """The ranker's best ``limit`` messages of ``mem`` among ``kinds``, as ``(message, score)`` best first
+    (``widen``: neighbours of matches may rank without holding a term). For other ranked reads (recall)."""
+    index, filters = mem.index(), _Filters(set(kinds), None, None, None)
+    found = index.answer(lambda: list(_ranked(mem, index, query, filters, limit, widen)), stderr_progress(mem.name))
+    return [(msg, score) for _, msg, score in found]
+
+
+def containing(mem, text: str, kinds: Iterable[str]) -> list[dict]:
+    """The messages of ``mem`` among ``kinds`` whose text holds ``text`` (case aside), newest first."""
+    index, filters, folded = mem.index(), _Filters(set(kinds), None, None, None), [text.lower()]
+    question = lambda: [msg for _, _, msg, _ in _verified(index, _candidates(index, folded, False, filters), folded, False)]  # noqa: E731
+    return index.answer(question, stderr_progress(mem.name))
 
 
 def _fuser(mem, query: str, source):
