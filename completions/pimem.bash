@@ -37,13 +37,13 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck hook import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots="" nodes=""
   case $cmd in
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
-    build-tree) opts="--dry-run --max-cost --retries --wait --json --home -h --help"; valued="--max-cost --retries --wait --home"; slots=""; nodes="" ;;
+    build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; slots="1+"; nodes="" ;;
     compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
     context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
@@ -51,7 +51,8 @@ _pimem() {
     demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
     forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1"; nodes="" ;;
     fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+"; nodes="" ;;
-    import) opts="-n --name -f --format --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
+    hook) opts="--budget --timeout -n --name --project --user --dry-run --home -h --help"; valued="--budget --timeout -n --name --home"; slots=""; nodes="" ;;
+    import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;
     mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
@@ -66,7 +67,7 @@ _pimem() {
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
-    watch) opts="--wait --json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
+    watch) opts="--wait --import --log --json --home -h --help"; valued="--import --log --home"; slots="1+"; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac

@@ -79,7 +79,8 @@ complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory, build its summary tree offline and print the view.'
 complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log, the tree, the view, the hash chains and the index.'
-complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.'
+complete -c pimem -n __fish_use_subcommand -a hook -d 'Capture an agent\'s sessions as they happen, and answer its hooks with context.'
+complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into memories.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
@@ -113,9 +114,11 @@ complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Onl
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Stop before spending more than this (needs prices: pimem model --price-in/--price-out).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree; and __pimem_slot 1+ --max-cost --retries --wait --log --home' -a '(__pimem_names)'
 
 # compact
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
@@ -170,9 +173,20 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__fish_c
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
 
+# hook
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l budget -x -d 'Most characters of context to answer with (default 4000).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l timeout -x -d 'Most seconds the hook takes (default 10; a watchdog ends it a second later).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -s n -l name -x -a '(__pimem_names)' -d 'Memory to capture into (default: the session\'s project, as import names it).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l project -d 'install: into this project\'s .claude/settings.json.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install: into ~/.claude/settings.json (the default).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install: print the merged settings, write nothing.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -s h -l help -d 'Show this help and exit.'
+
 # import
-complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: from the first session\'s working directory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: one per project, named after its working directory).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -s f -l format -x -d 'auto, pi, claude, codex or ndjson.'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l follow -d 'Keep going: import what the files (and new files in the directories) get, until stopped.'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
@@ -316,9 +330,12 @@ complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wai
 
 # watch
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --import --log --home' -a '(__pimem_names)'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import sys
 
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
+from typer.core import TyperCommand
 
 from .errors import SYSTEM, PimemError
 
@@ -44,6 +46,7 @@ COMMANDS = {
     "watch": "watch",
     "search": "search",
     "reindex": "reindex",
+    "hook": "hook",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.
@@ -84,6 +87,37 @@ def _quiet_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def usage(cmd) -> list[str]:
+    """The arguments of a command as its usage line shows them: ``NAME``, ``[NAME]``, ``FILE…``. An argument the
+    parser sees as optional only because a default NAME may come before it (``zoom [NAME] ID+N``) is named in
+    the command function's ``needs``."""
+    needs = getattr(cmd.callback, "needs", ())
+    pieces = []
+    for param in cmd.params:
+        if param.param_type_name != "argument":
+            continue
+        shown = (param.metavar or param.name.upper()).removesuffix("...").removesuffix("…")
+        if param.nargs == -1:
+            shown += "…"
+        pieces.append(shown if param.required or param.name in needs or shown.startswith("[") else f"[{shown}]")
+    return pieces
+
+
+class Command(TyperCommand):
+    """A command whose usage line reads as typed and whose help keeps indented blocks (examples) verbatim."""
+
+    def collect_usage_pieces(self, ctx) -> list[str]:
+        return ["[OPTIONS]", *usage(self)]
+
+    def format_help_text(self, ctx, formatter) -> None:
+        paragraphs = inspect.cleandoc(self.help or "").split("\n\n")
+        # click rewraps every paragraph but one starting with a \b line
+        verbatim = ["\b\n" + p if any(l[:1].isspace() for l in p.splitlines()) else p for p in paragraphs]
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text("\n\n".join(verbatim))
+
+
 def build(only: str | None = None) -> typer.Typer:
     """The app with every command, or just ``only`` (what ``main`` runs)."""
     app = typer.Typer(
@@ -104,7 +138,7 @@ def build(only: str | None = None) -> typer.Typer:
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command
-            app.command(name, help=func.__doc__)(guarded(func))
+            app.command(name, help=func.__doc__, cls=Command)(guarded(func))
     return app
 
 

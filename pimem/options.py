@@ -17,7 +17,12 @@ IncludeTools = Annotated[
 Timeout = Annotated[
     Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S")
 ]
-Name = Annotated[str, typer.Argument(help="Memory name.", metavar="NAME")]
+Log = Annotated[
+    Optional[str], typer.Option("--log", help="Append what would go to stderr to FILE, creating its directory (for cron).", metavar="FILE")
+]
+Name = Annotated[
+    Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main).", metavar="NAME", show_default=False)
+]
 Budget = Annotated[
     int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS", min=2)
 ]

@@ -45,6 +45,33 @@ def flush() -> None:
     sys.stdout.flush()
 
 
+def log_to(path: str | None, what: str) -> None:
+    """Send stderr (progress, notes, errors) to the end of the file ``path``, creating its directory (0700) and
+    the file (0600), after a line saying when ``what`` started: a cron job's log needs no shell redirection."""
+    if path is None:
+        return
+    import os
+    from pathlib import Path
+
+    from .home import FILE_MODE, ensure_dir
+    from .when import rfc3339
+
+    file = Path(path).expanduser()
+    ensure_dir(file.parent)
+    fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    sys.stderr.flush()
+    try:
+        real = sys.stderr.fileno() == 2
+    except (AttributeError, ValueError, OSError):  # an in-process runner's stderr has no descriptor
+        real = False
+    if real:  # the descriptor itself, so that child processes (a command compactor) write there too
+        os.dup2(fd, 2)
+        os.close(fd)
+    else:
+        sys.stderr = open(fd, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
+    sys.stderr.write(f"{rfc3339(env.now())} pimem {what}\n")
+
+
 def info(text: str) -> None:
     """A message for the person, on stderr."""
     sys.stderr.write(f"{text}\n")

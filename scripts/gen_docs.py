@@ -71,7 +71,7 @@ def _split_doc(doc: str) -> tuple[str, list[str], list[str]]:
 
 
 def _is_memory_metavar(metavar: str | None) -> bool:
-    return bool(metavar) and metavar.strip("[].") in ("NAME", "NAMES")
+    return bool(metavar) and metavar.strip("[].…") in ("NAME", "NAMES")
 
 
 def describe() -> tuple[str, list[Command]]:
@@ -82,14 +82,11 @@ def describe() -> tuple[str, list[Command]]:
         cmd = group.commands[name]
         summary, details, examples = _split_doc(cmd.help)
         out = Command(name, summary, details, examples, "")
-        usage = []
         for param in cmd.params:
             if param.param_type_name == "argument":
                 metavar = param.metavar or param.name.upper()
                 out.positionals.append((metavar, getattr(param, "help", "") or "", _is_memory_metavar(metavar)))
                 out.variadic = param.nargs == -1
-                shown = metavar + ("..." if out.variadic else "")
-                usage.append(shown if param.required else f"[{shown}]")
             elif param.param_type_name == "option" and not param.hidden:
                 flag = param.is_flag or param.count
                 metavar = None if flag else (param.metavar or param.name.upper())
@@ -103,7 +100,7 @@ def describe() -> tuple[str, list[Command]]:
                     )
                 )
         out.options.append(Option(["-h", "--help"], "Show this help and exit.", None))
-        out.usage = " ".join(usage + ["[OPTIONS]"])
+        out.usage = " ".join(["[OPTIONS]", *cli.usage(cmd)])  # as --help shows it
         commands.append(out)
     return inspect.cleandoc(group.help or ""), commands
 
@@ -188,7 +185,7 @@ def _valued(cmd: Command) -> list[str]:
 
 
 def _is_node_metavar(metavar: str) -> bool:
-    return metavar.strip("[].") == "ID+N"
+    return metavar.strip("[].…") == "ID+N"
 
 
 def _node_slots(cmd: Command) -> str:
@@ -388,7 +385,7 @@ def zsh(commands: list[Command]) -> str:
             position = "*" if cmd.variadic and n == len(cmd.positionals) else str(n)
             optional = ":" if position != "*" and "[" in metavar else ""
             action = "_pimem_names" if memory else "_pimem_nodes" if _is_node_metavar(metavar) else " "
-            specs.append(f"'{position}:{optional}{metavar.strip('[].').lower()}:{action}'")
+            specs.append(f"'{position}:{optional}{metavar.strip('[].…').lower()}:{action}'")
         body = " \\\n            ".join(specs)
         cases.append(f"        {cmd.name})\n          _arguments -s \\\n            {body}\n          ;;")
     return ZSH_HEAD.format(generated=GENERATED, described=described, cases="\n".join(cases))

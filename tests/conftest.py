@@ -22,6 +22,7 @@ def home(tmp_path, monkeypatch):
     path = tmp_path / "home"
     monkeypatch.setenv("PIMEM_HOME", str(path))
     monkeypatch.delenv("PI_MEM_HOME", raising=False)
+    monkeypatch.delenv("PIMEM_MEMORY", raising=False)
     monkeypatch.setenv("PIMEM_NOW", "2026-10-08T09:30:00+08:00")
     monkeypatch.setenv("PIMEM_LOCK_TIMEOUT", "60")
     return path

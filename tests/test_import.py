@@ -84,10 +84,16 @@ def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
     assert bash["parent"] == "r1"  # the model change between them is looked through
 
 
-def test_import_leaves_the_search_index_complete(run, home, tmp_path):
+def test_import_leaves_the_search_index_complete(run, home, tmp_path, monkeypatch):
+    from pimem.importers import job
+
+    monkeypatch.setattr(job, "INDEX_MIN", 7)  # a bulk import: the import indexes what it logged
     run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
     mem = Memory.open("t")
     assert mem.has_index() and not mem.index().behind()
+    monkeypatch.setattr(job, "INDEX_MIN", 8)  # a small one leaves the index to the next reader
+    run("import", pi_tree(tmp_path / "s2.jsonl"), "-n", "u")
+    assert not Memory.open("u").has_index()
     found = run("search", "mutex", "t", "--json")
     assert found.exit_code == 0 and "Try a mutex instead" in found.stdout
 
@@ -116,6 +122,7 @@ def test_the_index_an_import_builds_from_its_own_batches_is_the_one_the_log_give
     from pimem.importers import job
 
     monkeypatch.setattr(job, "BATCH_LINES", 3)  # several batches, each indexed as it is logged
+    monkeypatch.setattr(job, "INDEX_MIN", 0)
     calls = []
     from pimem.index import Index
 
@@ -388,17 +395,48 @@ def test_rewritten_file_is_read_again_from_the_start(run, tmp_path):
     assert [m["text"] for m in messages()] == ["a", "b", "A", "c"]
 
 
+def test_a_file_replaced_by_another_is_read_from_the_start(run, tmp_path):
+    """Same bytes up to the last position, but a new inode (written aside and renamed over): read from the
+    start, and the keys decide what is new."""
+    path = write_jsonl(tmp_path / "s.jsonl", [{"kind": "user", "text": "a"}, {"kind": "user", "text": "b"}])
+    run("import", path, "-n", "t")
+    copy = write_jsonl(tmp_path / "copy.jsonl", [{"kind": "user", "text": "a"}, {"kind": "user", "text": "b"}, {"kind": "user", "text": "c"}])
+    os.replace(copy, path)
+    report = json.loads(run("import", path, "-n", "t", "--json").stdout.splitlines()[0])
+    assert (report["from_line"], report["imported"], report["present"]) == (1, 1, 2)
+
+
 # ---- several files, names, bad input ---------------------------------------------------------------------
 
 def test_several_files_go_in_date_order_into_one_memory(run, tmp_path):
     late = pi_tree(tmp_path / "late.jsonl")
     early = write_jsonl(tmp_path / "early.jsonl", claude_lines())
-    result = run("import", late, early, "--json")
+    result = run("import", late, early, "--json", "--name", "api")
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [Path(r["file"]).name for r in rows[:2]] == ["early.jsonl", "late.jsonl"]
     assert rows[-1]["name"] == "api" and rows[-1]["imported"] == 14
     dates = [m["date"] for m in messages("api")]
     assert dates[0].startswith("2026-02-10") and dates[-1].startswith("2026-03-02")
+
+
+def test_without_a_name_each_project_gets_its_own_memory(run, home, tmp_path):
+    """Sessions of three projects (pi in shop, Claude Code in api twice, Codex in tool): three memories, each
+    named after its project's directory, each holding only its own sessions."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    pi_tree(folder / "pi.jsonl")
+    write_jsonl(folder / "c1.jsonl", claude_lines("one"))
+    write_jsonl(folder / "c2.jsonl", claude_lines("two"))
+    write_jsonl(folder / "rollout.jsonl", codex_lines())
+    result = run("import", folder, "--json")
+    assert result.exit_code == 0, result.stderr
+    totals = {r["name"]: r["imported"] for r in map(json.loads, result.stdout.splitlines()) if "files" in r}
+    assert totals == {"api": 14, "shop": 7, "tool": 7}
+    for name in ("api", "shop", "tool"):
+        assert f"importing into memory '{name}'" in result.stderr
+    assert {m["meta"]["session"] for m in messages("api")} == {"one", "two"}
+    assert {m["meta"]["cwd"] for m in messages("shop")} == {"/home/dev/shop"}
+    assert run("import", folder, "--json").stdout.count('"imported":0') == 7  # again: nothing new anywhere
 
 
 def test_a_directory_imports_its_sessions(run, tmp_path):
@@ -434,10 +472,24 @@ def test_bad_input_exits_2_and_writes_nothing(run, home, tmp_path, monkeypatch, 
 
 
 def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
-    path = write_jsonl(tmp_path / "x.jsonl", [{"kind": "user", "text": "hi"}])
+    path = write_jsonl(tmp_path / "x.jsonl", codex_lines()[:1] + ["[1, 2]"])
     result = run("import", path, "--format", "codex", "-n", "t")
-    assert result.exit_code == 0 and "1 malformed" in result.stdout and "no payload" in result.stderr
+    assert result.exit_code == 0 and "1 malformed" in result.stdout and "x.jsonl:2: not a Codex rollout line" in result.stderr
     assert not (home / "t").exists()  # nothing imported: the memory is not created
+
+
+@pytest.mark.parametrize(
+    "lines, fmt, looks",
+    [(claude_lines(), "codex", "claude"), (codex_lines(), "claude", "codex"), (claude_lines(), "pi", "claude"),
+     ([{"kind": "user", "text": "hi"}], "codex", "ndjson"), ([{"hello": "world"}], "ndjson", None)],
+)
+def test_a_file_with_no_line_in_the_format_asked_for_is_refused(run, home, tmp_path, lines, fmt, looks):
+    path = write_jsonl(tmp_path / "x.jsonl", lines)
+    result = run("import", path, "--format", fmt, "-n", "t")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert f"x.jsonl: not a {fmt} file" in result.stderr
+    assert (f"it looks like {looks} (give --format {looks}" if looks else "no format pimem knows") in result.stderr
+    assert not home.exists() or not (home / "t").exists()  # refused before anything is written
 
 
 def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):

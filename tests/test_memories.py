@@ -118,7 +118,7 @@ def test_command_flow(run, home):
 
 
 def test_bad_input_writes_nothing_and_creates_nothing(run, home):
-    for args in (["--kind", "bogus", "x"], ["--scope", "session", "x"], ["--pin", "--propose", "x"], []):
+    for args in (["--kind", "bogus", "x"], ["--scope", "session", "x"], ["--pin", "--propose", "x"], ["-"]):
         out = run("remember", "fresh", *args, input="")
         assert out.exit_code == 2, args
         assert out.stderr.startswith("pimem: error: ") and out.stderr.count("\n") == 1
@@ -128,13 +128,13 @@ def test_bad_input_writes_nothing_and_creates_nothing(run, home):
     assert run("remember", "main", "--priority", "urgent", "x").exit_code == 2
     assert run("remember", "main", "--supersede", "mem_missing", "x").exit_code == 3
     assert snapshot(home) == before
-    for args in (["memories", "nope"], ["forget", "nope", "mem_x"], ["remember", "nope", "--supersede", "mem_x", "y"]):
+    for args in (["memories", "nope", "x"], ["forget", "nope", "mem_x"], ["remember", "nope", "--supersede", "mem_x", "y"]):
         assert run(*args).exit_code == 3
     assert not (home / "nope").exists()
 
 
 def test_remember_creates_the_memory_and_reads_stdin(run, home):
-    assert run("remember", "fresh", input="from stdin\n").exit_code == 0
+    assert run("remember", "fresh", "-", input="from stdin\n").exit_code == 0
     assert Memory.open("fresh").count() == 0
     assert orjson.loads(run("memories", "fresh", "--json").stdout)["records"][0]["content"] == "from stdin\n"
 

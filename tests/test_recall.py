@@ -182,4 +182,5 @@ def test_bad_requests_exit_2_and_unknown_memories_3(run, home):
     log(run, *SESSION)
     for args in (["--limit", "31"], ["--limit", "0"], ["--kind", "robot"], ["--source-class", "x"], ["--page", "0"]):
         assert run("recall", "main", *args).exit_code == 2, args
-    assert run("recall", "nope").exit_code == 3 and not (home / "nope").exists()
+    assert run("recall", "nope", "x").exit_code == 3 and not (home / "nope").exists()
+    assert run("recall", "nope").exit_code == 1  # a lone word naming no memory is the query, in main

@@ -6,15 +6,15 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, output
+from .. import bulk, ingest, naming, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
 
 
 def command(
-    name: Name,
-    text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default: read stdin).", show_default=False)] = None,
+    name: Name = None,
+    text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", show_default=False)] = None,
     kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
     date: Annotated[Optional[str], typer.Option("--date", help="The message's date, RFC 3339 (default: now).")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
@@ -28,16 +28,24 @@ def command(
     The message is acknowledged only after it is on disk (fsync). Invalid input is refused whole, before
     anything is written, with exit 2.
 
+    NAME is optional ($PIMEM_MEMORY, else main): a lone word is the NAME when a memory has that name, else
+    the text; of two or more words the first is the NAME (a new name creates the memory).
+
     Examples:
+      pimem append "the staging db listens on 5433"
       pimem append main "the staging db listens on 5433"
-      pimem append main -k pi < reply.txt
+      pimem append -k pi < reply.txt
+      pimem append notes - < notes.txt
       echo '{"kind":"user","text":"hi"}' | pimem append main --ndjson
     """
-    if ndjson:
+    if ndjson:  # the one word it takes is the NAME
         if text or date or meta or kind != "user":
             raise BadInput("--ndjson reads kind, text, date and meta from each line; drop TEXT, -k, --date and --meta")
-        _append_stream(name, json, timeout, home)
+        _append_stream(name or naming.default(), json, timeout, home)
         return
+    name, text = naming.words(name, text, home, reads_stdin="append")
+    if text == ["-"]:
+        text = None
     if text:
         body = " ".join(text)
     elif sys.stdin.isatty():

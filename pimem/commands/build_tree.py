@@ -5,15 +5,16 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..options import Home, Json
+from ..options import Home, Json, Log
 
 
 def command(
-    names: Annotated[list[str], typer.Argument(help="Memories to build.", metavar="NAME…")],
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop before spending more than this (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
     retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N")] = 0,
     wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S")] = None,
+    log: Log = None,
     json: Json = False,
     home: Home = None,
 ) -> None:
@@ -25,20 +26,23 @@ def command(
     shown on a terminal; --json prints one event per built or failed node and a summary per memory.
 
     Examples:
+      pimem build-tree
       pimem build-tree main
       pimem build-tree main work --dry-run
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
-      pimem build-tree main --retries 3 2>>~/.pi/memory/build.log   # from cron, every 10 minutes
+      pimem build-tree --retries 3 --log ~/.pi/memory/logs/build.log   # from cron, every 10 minutes
     """
-    from .. import env, scheduler
+    from .. import compactor, env, scheduler
     from ..errors import BadInput, ProviderError
     from ..memory import Memory
+
+    output.log_to(log, "build-tree")
 
     if retries < 0:
         raise BadInput("--retries must be 0 or more")
     if max_cost is not None and max_cost < 0:
         raise BadInput("--max-cost must not be negative")
-    mems = [Memory.open(name, home) for name in dict.fromkeys(names)]
+    mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
     estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
@@ -55,6 +59,14 @@ def command(
                             f"({row['leaves']:,} leaves, {row['merges']:,} merges), about {row['tokens_in']:,} tokens in "
                             f"and {row['tokens_out']:,} out, {cost}; {row['built']:,} of {row['nodes']:,} nodes built")
         return
+    keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
+    for mem in mems:
+        cfg = mem.config.get("compactor") or {}
+        var = compactor.missing_key(cfg)
+        if var and scheduler.survey(mem)["pending"]:
+            keyless[mem.name] = f"{mem.name}: ${var} is not set (the API key of its compactor {compactor.label(cfg)})"
+    mems = [mem for mem in mems if mem.name not in keyless]
+    estimates = [e for e in estimates if e["memory"] not in keyless]
     first = None
     if estimates:
         calls = sum(e["calls"] for e in estimates)
@@ -78,6 +90,8 @@ def command(
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
                         f"{cost}" + (f"; {len(builder.gave_up)} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
+    if keyless:
+        raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.stopped_for_cost:
         raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}); nodes remain unbuilt")
     if failed:

@@ -4,14 +4,14 @@ from typing import Annotated
 
 import typer
 
-from .. import compaction, output
+from .. import compaction, naming, output
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
 
 
 def command(
-    name: Name,
     keep: Annotated[int, typer.Option("--keep", help="Bytes of recent messages to keep (message sizes).", metavar="BYTES", min=0)],
+    name: Name = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the boundary and checkpoint; write nothing.")] = False,
     json: Json = False,
     timeout: Timeout = None,
@@ -28,7 +28,7 @@ def command(
       pimem compact main --keep 64000
       pimem compact main --keep 64000 --dry-run --json | jq .keptStart
     """
-    result = compaction.compact(Memory.open(name, home), keep, dry_run=dry_run, timeout=timeout)
+    result = compaction.compact(Memory.open(name or naming.default(), home), keep, dry_run=dry_run, timeout=timeout)
     if json:
         output.json_line(result)
         return

@@ -4,14 +4,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import context as contexts, output
-from ..errors import BadInput
+from .. import context as contexts, naming, output
 from ..memory import Memory
-from ..options import Home, Json, Session
+from ..options import Home, Json, Name, Session
 
 
 def command(
-    name: Annotated[Optional[str], typer.Argument(help="Memory name (not needed with --system).", metavar="NAME", show_default=False)] = None,
+    name: Name = None,
     system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
     cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
     session: Session = None,
@@ -22,21 +21,18 @@ def command(
 
     The view (<chat>), the user's pinned and active memories, the previous exchange (last user message and
     last reply, if together at most 16,000 bytes) and now · cwd. Run it before logging the user's new
-    message. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns.
+    message. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns, the
+    same for every memory (a NAME given with it is ignored).
 
     Examples:
       pimem context --system | jq -r .system > system.txt
       pimem context main --cwd "$PWD"
       pimem context main --json | jq -r .view
     """
-    if system:
-        if name is not None:
-            raise BadInput("--system takes no NAME: the system prompt is the same for every memory")
+    if system:  # the same for every memory: a wrapper may pass its NAME anyway
         output.line(contexts.system())
         return
-    if name is None:
-        raise BadInput("give a memory NAME (or --system)")
-    mem = Memory.open(name, home)
+    mem = Memory.open(name or naming.default(), home)
     if json:
         output.json_line(contexts.parts(mem, session, cwd))
     else:

@@ -4,14 +4,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output, when
+from .. import naming, output, when
 from ..errors import BadInput, NothingFound
 from ..memory import Memory
 from ..options import Home, Json, Name
 
 
 def command(
-    name: Name,
+    name: Name = None,
     i: Annotated[Optional[str], typer.Argument(help="Message number, or a node ID+N for the dates of its first and last messages.", metavar="I", show_default=False)] = None,
     at: Annotated[Optional[str], typer.Option("--at", help="Print the first message number at or after WHEN instead.", metavar="WHEN")] = None,
     json: Json = False,
@@ -23,10 +23,12 @@ def command(
     at or after WHEN.
 
     Examples:
+      pimem date 42
       pimem date main 42
       pimem date main 40+8
       pimem date main --at 2026-10-08
     """
+    name, i = naming.lone(name, i, home, reads_as=lambda word: word.isdigit() or "+" in word)
     if (i is None) == (at is None):
         raise BadInput("give either a message number I or --at WHEN")
     mem = Memory.open(name, home)

@@ -1,10 +1,16 @@
 from __future__ import annotations
 
+from typing import Annotated
+
+import typer
+
 from .. import housekeeping, output
-from ..options import Home, Json, Name, Timeout
+from ..options import Home, Json, Timeout
 
 
-def command(name: Name, json: Json = False, timeout: Timeout = None, home: Home = None) -> None:
+def command(
+    name: Annotated[str, typer.Argument(help="Memory name (always given: delete never takes the default).", metavar="NAME")],
+    json: Json = False, timeout: Timeout = None, home: Home = None) -> None:
     """Move a memory to <home>/.trash/NAME-TIMESTAMP and print where it went.
 
     Nothing is erased: move the directory back to restore it. Refused (exit 4) while a `pimem watch`

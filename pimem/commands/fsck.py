@@ -11,7 +11,7 @@ from ..options import Home, Json, Timeout
 
 
 def command(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to check (default: all).", metavar="NAME...", show_default=False)] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to check (default: all).", metavar="NAME…", show_default=False)] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Seal torn lines and rebuild derived state; never deletes anything.")] = False,
     json: Json = False,
     timeout: Timeout = None,

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -16,32 +17,49 @@ LABELS = {"import": "importing", "index": "indexing"}
 
 def command(
     files: Annotated[list[str], typer.Argument(help="Session files (or directories of *.jsonl) to import.", metavar="FILE…")],
-    name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to import into (default: from the first session's working directory).")] = None,
+    name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to import into (default: one per project, named after its working directory).")] = None,
     format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.")] = "auto",
+    follow: Annotated[bool, typer.Option("--follow", help="Keep going: import what the files (and new files in the directories) get, until stopped.")] = False,
     json: Json = False,
     timeout: Timeout = None,
     home: Home = None,
 ) -> None:
-    """Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into a memory.
+    """Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into memories.
 
-    The format is detected per file; several files go into one memory in the order their histories
-    start, each message with its original date and source ids in meta. Thinking is never imported, images
-    become [image]. Re-importing the same or a grown file adds only what is new. A line that cannot be read
-    is reported on stderr with its file and line number and skipped; the rest is imported.
+    The format is detected per file (a file with no line of the --format given is refused, naming the format
+    it looks like). Without --name each project (a session's working directory) gets its own memory, named
+    after the directory. A memory's files go in in the order their histories start, each message with its
+    original date and source ids in meta. Thinking is never imported, images become [image]. Re-importing
+    the same or a grown file adds only what is new. A line that cannot be read is reported on stderr with
+    its file and line number and skipped; the rest is imported.
+
+    With --follow it keeps reading the files as they grow (a file rotated away is read to its end, a
+    truncated one again from the start), and new session files in the directories, printing a line per
+    file read, until SIGINT or SIGTERM (exit 130 or 143); a restart reads on where the last run stopped.
 
     Examples:
       pimem import ~/.pi/agent/sessions/--home-dev-shop--/*.jsonl
       pimem import ~/.claude/projects/-home-dev-shop/ --name shop
       pimem import rollout-2026-05-11T11-26-55-*.jsonl --format codex --json
       pimem since main '#0' --include-tools > main.ndjson && pimem import main.ndjson -n copy
+      pimem import --follow ~/.codex/sessions ~/.pi/agent/sessions
     """
-    from ..importers import default_name, plan, run
+    from ..importers import by_project, plan
 
+    if follow:
+        _follow(files, name, format, json, timeout, home)
+        return
     sources = plan(files, format)
-    if name is None:
-        name = default_name(sources)
-        output.info(f"importing into memory '{name}' (choose another with --name)")
-    mem = Memory.at(name, home)
+    groups = {name: sources} if name is not None else by_project(sources)
+    for memory, group in groups.items():
+        if name is None:
+            output.info(f"importing into memory '{memory}' (choose another with --name)")
+        _import(Memory.at(memory, home), group, json, timeout)
+
+
+def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> None:
+    from ..importers import run
+
     with _progress(sum(s.size for s in sources)) as on_progress:
         reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout)
     total = {key: sum(getattr(r, key) for r in reports) for key in ("imported", "present", "malformed")}
@@ -57,6 +75,43 @@ def command(
             output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
     note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
     output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all{note}")
+
+
+def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:
+    """``--follow``: import what arrives until SIGINT or SIGTERM, then exit 130 or 143 (as shells expect)."""
+    import signal
+
+    from ..importers.follow import Follower
+
+    def show(memory: str, report) -> None:
+        if json:
+            output.json_line({"name": memory, **report.as_dict()})
+        else:
+            output.line(f"{memory}: {report.imported} imported from {Path(report.file).name}")
+        output.flush()
+
+    follower = Follower(paths, home, name, fmt, on_report=show, on_warning=output.warn, timeout=timeout)
+    stop = _Signalled()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop.handler)
+    follower.run(stop)
+    raise typer.Exit(128 + stop.signum)
+
+
+class _Signalled:
+    """Set by a signal handler, which must take no lock: an ``Event.set`` there deadlocks when the signal
+    lands while the main thread is inside ``Event.wait``."""
+
+    signum = 0
+
+    def handler(self, signum: int, _frame) -> None:
+        self.signum = signum
+
+    def is_set(self) -> bool:
+        return self.signum != 0
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)  # (a signal ends the wait at the next poll, a quarter of a second at most)
 
 
 def _counts(imported: int, present: int, malformed: int) -> str:

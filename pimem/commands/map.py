@@ -6,14 +6,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output, panorama
+from .. import naming, output, panorama
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, IncludeTools, Name
 
 
 def command(
-    name: Name,
+    name: Name = None,
     width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N")] = None,
     svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the picture as an SVG image.", metavar="FILE")] = None,
     include_tools: IncludeTools = False,
@@ -33,7 +33,7 @@ def command(
     """
     if width is not None and width < panorama.MIN_WIDTH:
         raise BadInput(f"--width must be at least {panorama.MIN_WIDTH}")
-    mem = Memory.open(name, home)
+    mem = Memory.open(name or naming.default(), home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
     picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)
     output.line(panorama.to_text(picture).rstrip("\n"))

@@ -4,14 +4,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import budget, memories, output
+from .. import budget, memories, naming, output
 from ..errors import BadInput, NothingFound, NotFound
 from ..memory import Memory
 from ..options import Budget, Home, IncludeTools, Json, Name, Session
 
 
 def command(
-    name: Name,
+    name: Name = None,
     words: Annotated[Optional[list[str]], typer.Argument(help="Rank by these words (BM25-style).", show_default=False)] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.")] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind (fact, preference, constraint, decision, working, derived).")] = None,
@@ -34,12 +34,14 @@ def command(
     nothing matches.
 
     Examples:
+      pimem memories
       pimem memories main
       pimem memories main pnpm --status all
       pimem memories main --kind derived --include-tools
       pimem memories main --kind constraint --json | jq '.records[].content'
       pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
     """
+    name, words = naming.words(name, words, home)
     mem = Memory.open(name, home)
     visible = memories.records(mem, session, include_tools)
     if record_id is not None:

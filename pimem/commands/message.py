@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..message import is_tool
@@ -12,8 +12,8 @@ from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
-    name: Name,
-    i: Annotated[int, typer.Argument(help="Message number.", metavar="I")],
+    name: Name = None,
+    i: Annotated[Optional[int], typer.Argument(help="Message number.", metavar="I", show_default=False)] = None,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
@@ -21,13 +21,22 @@ def command(
     """Print one message whole: its text exactly as logged (--json for the whole record).
 
     Examples:
+      pimem message 42
       pimem message main 42
       pimem message main 42 --json | jq .date
     """
-    msg = Memory.open(name, home).message(i)
+    if i is None:  # one positional: the number, unless a memory has that name
+        name, number = naming.lone(name, None, home, reads_as=str.isdigit)
+        if number is None:
+            raise BadInput("give a message number I")
+        i = int(number)
+    msg = Memory.open(name or naming.default(), home).message(i)
     if is_tool(msg) and not include_tools:
         raise BadInput(f"message {i} is a {'tool call' if msg['kind'] == 'tool' else 'tool result'}; add --include-tools to show it")
     if json:
         output.json_line(msg)
     else:
         output.line(msg["text"])
+
+
+command.needs = ("i",)

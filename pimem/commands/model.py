@@ -4,13 +4,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..options import Home, Json
 
 
 def command(
-    name: Annotated[Optional[str], typer.Argument(help="Memory name (with --default: the model).", metavar="NAME")] = None,
-    spec: Annotated[Optional[str], typer.Argument(help="PROVIDER/MODEL to set, e.g. openai/gpt-4o-mini.", metavar="PROVIDER/MODEL")] = None,
+    name: Annotated[Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main; with --default: the model).", metavar="NAME", show_default=False)] = None,
+    spec: Annotated[Optional[str], typer.Argument(help="PROVIDER/MODEL to set, e.g. openai/gpt-4o-mini.", metavar="PROVIDER/MODEL", show_default=False)] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Endpoint of an OpenAI-compatible or Anthropic API.", metavar="URL")] = None,
     key_env: Annotated[Optional[str], typer.Option("--key-env", help="Name of the environment variable holding the API key.", metavar="VAR")] = None,
     command_: Annotated[Optional[str], typer.Option("--command", help="Shell command reading the prompt on stdin (provider 'command').", metavar="CMD")] = None,
@@ -29,6 +29,7 @@ def command(
     applies to every memory that has no compactor of its own.
 
     Examples:
+      pimem model
       pimem model main
       pimem model main openai/gpt-4o-mini --price-in 0.15 --price-out 0.6
       pimem model main deepseek/deepseek-chat
@@ -45,8 +46,8 @@ def command(
         if spec is not None:
             raise BadInput("with --default give only PROVIDER/MODEL (no memory name)")
         name, spec = None, name
-    elif name is None:
-        raise BadInput("name a memory (or use --default for the default compactor)")
+    else:
+        name, spec = naming.lone(name, spec, home, reads_as=lambda word: word.partition("/")[0] in compactor.PRESETS)
     options = (base_url, key_env, command_, price_in, price_out)
     if spec is None and any(v is not None for v in options):
         raise BadInput("--base-url, --key-env, --command and prices go with a PROVIDER/MODEL to set")
@@ -64,6 +65,10 @@ def command(
         shown = mem.config.get("compactor") or {}
         where = mem.name
     row = {"memory": None if default else where, **compactor.describe(shown)}
+    var = compactor.missing_key(shown)
+    if var:
+        output.info(f"pimem: warning: ${var} is not set here: {row['model']} cannot summarise until it is "
+                    "(cron and services need it in their own environment)")
     if json:
         output.json_line(row)
         return

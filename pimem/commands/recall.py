@@ -4,14 +4,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import budget, output, recall
+from .. import budget, naming, output, recall
 from ..errors import NothingFound
 from ..memory import Memory
 from ..options import Budget, Home, IncludeTools, Json, Name
 
 
 def command(
-    name: Name,
+    name: Name = None,
     query: Annotated[Optional[list[str]], typer.Argument(help="Words to search for (none: list newest first).", show_default=False)] = None,
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).", metavar="IDS")] = None,
     file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
@@ -36,6 +36,7 @@ def command(
     (held). Tool calls and results only with --include-tools or a tool --kind. Exit 1 when nothing is found.
 
     Examples:
+      pimem recall "refund rounding"
       pimem recall main "refund rounding"
       pimem recall main --file src/auth/session.ts --include-tools
       pimem recall main --ids 12,15 --raw
@@ -43,6 +44,7 @@ def command(
       pimem recall main --kind user --limit 3
       pimem recall shop "mutex" --scope lineage
     """
+    name, query = naming.words(name, query, home)
     request = recall.Request(
         query=" ".join(query or []), ids=recall.parse_ids(ids or []), file=file, kind=kind, page=page, limit=limit,
         raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,7 +11,7 @@ from ..options import Home, Json
 
 
 def command(
-    names: Annotated[list[str], typer.Argument(help="Memories whose index to rebuild.", metavar="NAME...", show_default=False)],
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories whose index to rebuild (default: all).", metavar="NAME…", show_default=False)] = None,
     json: Json = False,
     home: Home = None,
 ) -> None:
@@ -21,12 +21,13 @@ def command(
     damaged index is rebuilt on first use. Use it to rebuild at a time of your choosing.
 
     Examples:
+      pimem reindex
       pimem reindex main
       pimem reindex main work --json
     """
     from ..index import rebuild, stderr_progress
 
-    memories = [Memory.open(name, home) for name in names]
+    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
     for mem in memories:
         started = time.perf_counter()
         count = rebuild(mem.path, mem.log, stderr_progress(mem.name))

@@ -5,14 +5,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import ingest, memories, output
+from .. import ingest, memories, naming, output
 from ..memory import Memory
 from ..options import Home, Json, Name, Session, Timeout
 
 
 def command(
-    name: Name,
-    text: Annotated[Optional[list[str]], typer.Argument(help="What to remember (default: read stdin).", show_default=False)] = None,
+    name: Name = None,
+    text: Annotated[Optional[list[str]], typer.Argument(help="What to remember (default: read stdin; - reads stdin too).", show_default=False)] = None,
     pin: Annotated[bool, typer.Option("--pin", help="Pin it: pinned memories come first in every context.")] = False,
     kind: Annotated[Optional[str], typer.Option("--kind", help="fact (default), preference, constraint, decision, working or derived.")] = None,
     priority: Annotated[Optional[str], typer.Option("--priority", help="low, normal (default) or high.")] = None,
@@ -31,12 +31,14 @@ def command(
     superseding it. Events are appended to the hash-chained memory.jsonl; remember creates the memory.
 
     Examples:
+      pimem remember "use pnpm, not npm"
       pimem remember main "use pnpm, not npm"
       pimem remember main --pin --kind constraint "never touch the production database"
       pimem remember main --supersede mem_3f9a0c1d2e4b5a6c "use pnpm 9"
       pimem remember main --propose "the staging db listens on 5433"
     """
-    body = " ".join(text) if text else None
+    name, text = naming.words(name, text, home, reads_stdin="remember")
+    body = " ".join(text) if text and text != ["-"] else None
     if body is None and not sys.stdin.isatty():
         body = ingest.read_text(sys.stdin.buffer)
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)

@@ -13,7 +13,7 @@ from ..options import Home, IncludeTools, Json
 
 def command(
     query: Annotated[str, typer.Argument(help='Words that must all occur, or a "quoted phrase".', metavar="QUERY", show_default=False)],
-    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to search (default: all).", metavar="[NAME]...", show_default=False)] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to search (default: all).", metavar="NAME…", show_default=False)] = None,
     any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
     rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25 over the newest 10,000 matches) instead of newest first.")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,

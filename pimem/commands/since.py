@@ -5,8 +5,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output, when
-from ..errors import BadInput
+from .. import naming, output, when
+from ..errors import BadInput, PimemError
 from ..memory import Memory
 from ..message import KINDS, TOOL_KINDS, kind_of
 from ..options import Home, IncludeTools, Json, Name
@@ -15,7 +15,7 @@ FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
 
 def command(
-    name: Name,
+    name: Name = None,
     start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 3d, yesterday) or #I.", metavar="WHEN", show_default=False)] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Stop before this date/time or #I.", metavar="WHEN")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
@@ -33,11 +33,13 @@ def command(
     moves only after its messages were written (a run killed midway repeats them, never skips them).
 
     Examples:
+      pimem since 2026-10-08 | jq .text
       pimem since main 2026-10-08 | jq .text
       pimem since main '#120' --until '#130'
       pimem since main 2h --kind user --text
       pimem since main --cursor mailer --follow
     """
+    name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     mem = Memory.open(name, home)
     if kind:
         shown = {kind_of(k) for k in kind}
@@ -80,6 +82,14 @@ def command(
         while mem.count() <= position:
             time.sleep(FOLLOW_POLL)
         entries = mem.entries(position)
+
+
+def _reads_as_when(word: str) -> bool:
+    try:
+        _bound(word)
+    except PimemError:
+        return False
+    return True
 
 
 def _bound(value: str | None) -> tuple[int | None, object]:

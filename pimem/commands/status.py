@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import time
 
-from .. import output
+from .. import naming, output
 from ..memory import Memory
 from ..options import Home, Json, Name
 
 
-def command(name: Name, json: Json = False, home: Home = None) -> None:
+def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     """Show one memory's state: messages, files on disk, and the summary tree: nodes built and pending,
     the compactor, money spent, the running builder, and failing nodes with their last error.
 
@@ -18,7 +18,7 @@ def command(name: Name, json: Json = False, home: Home = None) -> None:
     from .. import compactor, lease, scheduler
     from ..compactor.state import BuildState
 
-    mem = Memory.open(name, home)
+    mem = Memory.open(name or naming.default(), home)
     row = mem.summary()
     files = mem.log.files()
     row.update(path=str(mem.path), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))

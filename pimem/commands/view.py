@@ -5,14 +5,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
-    name: Name,
+    name: Name = None,
     compactor: Annotated[bool, typer.Option("--compactor", help="The compactor's view (cut at its first unbuilt line).")] = False,
     wait: Annotated[Optional[float], typer.Option("--wait", help="First wait up to S seconds for summaries a running watcher is writing.", metavar="S")] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Bytes, lines and lines per level instead of the lines.")] = False,
@@ -35,7 +35,7 @@ def command(
     """
     if wait is not None and wait < 0:
         raise BadInput("--wait takes a number of seconds ≥ 0")
-    mem = Memory.open(name, home)
+    mem = Memory.open(name or naming.default(), home)
     views = mem.views()
     if wait:
         views = _wait(mem, views, wait)

@@ -5,12 +5,14 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..options import Home, Json
+from ..options import Home, Json, Log
 
 
 def command(
-    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="[NAME…]")] = None,
+    names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
+    imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
+    log: Log = None,
     json: Json = False,
     home: Home = None,
 ) -> None:
@@ -20,13 +22,16 @@ def command(
     on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
     are noticed within 2 seconds; failed nodes are retried every 10 seconds for ever. On SIGTERM or SIGINT,
     calls in flight get 15 seconds to finish and what they built is kept. Events go to stderr (--json: NDJSON
-    on stdout).
+    on stdout). With --import DIR it also follows the agents' session files under DIR into one memory per
+    project, as import --follow does, and builds those memories too (when no names are given).
 
     Examples:
       pimem watch
       pimem watch main --json
-      pimem watch --wait 2>>~/.pi/memory/watch.log &
+      pimem watch --wait --log ~/.pi/memory/logs/watch.log &
+      pimem watch --import ~/.codex/sessions --import ~/.claude/projects
     """
+    output.log_to(log, "watch")
     from .. import scheduler
 
     def show(event: dict) -> None:
@@ -37,7 +42,27 @@ def command(
             output.info(f"{event['memory']} {event['node']} built by {event['model']} ({event['bytes']} B, {event['seconds']:.1f} s)")
         elif event["event"] == "failed":
             output.info(f"{event['memory']} {event['node']} failed: {event['error']}")
+        elif event["event"] == "imported":
+            output.info(f"{event['memory']}: {event['messages']} imported from {event['file']}")
         else:
             output.info(f"{event['memory']}: {event['event']}" + (f": {event['error']}" if event.get("error") else ""))
 
-    scheduler.watch(list(names or []), home, on_event=show, wait=wait)
+    if not imports:
+        scheduler.watch(list(names or []), home, on_event=show, wait=wait)
+        return
+    import threading
+
+    from ..importers.follow import Follower
+
+    def imported(memory: str, report) -> None:
+        show({"event": "imported", "memory": memory, "file": report.file, "messages": report.imported})
+
+    follower = Follower(imports, home, on_report=imported, on_warning=output.warn)
+    stop = threading.Event()
+    thread = threading.Thread(target=follower.run, args=(stop,), name="pimem-follow", daemon=True)
+    thread.start()
+    try:
+        scheduler.watch(list(names or []), home, on_event=show, wait=wait)
+    finally:
+        stop.set()
+        thread.join()

@@ -1,17 +1,18 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
+from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
-    name: Name,
-    node: Annotated[str, typer.Argument(help="A node ID+N: N a power of two, ID a multiple of N.", metavar="ID+N")],
+    name: Name = None,
+    node: Annotated[Optional[str], typer.Argument(help="A node ID+N: N a power of two, ID a multiple of N.", metavar="ID+N", show_default=False)] = None,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
@@ -23,12 +24,16 @@ def command(
     needs --include-tools, and without it tool traffic quoted verbatim in a half is shown as a marker.
 
     Examples:
+      pimem zoom 40+8
       pimem zoom main 40+8
       pimem zoom main 42+1
       pimem zoom main 0+1024 --json
     """
     from ..tree import UNBUILT_MERGE, PLACEHOLDER, flat
 
+    name, node = naming.lone(name, node, home)
+    if node is None:
+        raise BadInput("give a node ID+N to zoom (a label from 'pimem view')")
     mem = Memory.open(name, home)
     found = mem.zoom(node, include_tools=include_tools)
     if "message" in found:
@@ -50,3 +55,6 @@ def command(
         else:
             hint = PLACEHOLDER if child["level"] == 0 else UNBUILT_MERGE
             output.line(f"{child['label']}|{hint if child['text'] is None else flat(child['text'])}")
+
+
+command.needs = ("node",)

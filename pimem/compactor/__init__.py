@@ -15,6 +15,7 @@ Keys are read from the environment variable named by ``key_env``; they are never
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -78,6 +79,14 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
     cfg["command"] = command
     cfg["price_in"], cfg["price_out"] = price_in, price_out
     return cfg
+
+
+def missing_key(cfg: dict) -> str | None:
+    """The name of the environment variable this compactor reads its API key from, when it is not set."""
+    var = cfg.get("key_env")
+    if (cfg.get("provider") or "extractive") in ("openai", "anthropic") and var and not os.environ.get(var):
+        return var
+    return None
 
 
 def label(cfg: dict) -> str:

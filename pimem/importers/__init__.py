@@ -10,7 +10,7 @@ written; ``run`` streams each file through its format's parser, drops what the m
 logs the rest in validated batches (one fsync each). See ``job`` for the details.
 """
 
-from .detect import FORMATS, Source, default_name, plan
+from .detect import FORMATS, Source, by_project, default_name, plan
 from .job import FileReport, run
 
-__all__ = ["FORMATS", "FileReport", "Source", "default_name", "plan", "run"]
+__all__ = ["FORMATS", "FileReport", "Source", "by_project", "default_name", "plan", "run"]

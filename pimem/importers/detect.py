@@ -60,23 +60,29 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
         if str(path) in seen:
             continue
         seen.add(str(path))
-        source = _inspect(path, fmt)
+        source = inspect_file(path, fmt)
         if source is not None:
             sources.append(source)
     return sorted(sources, key=Source.sort_key)
 
 
-def _inspect(path: Path, fmt: str) -> Source | None:
+def inspect_file(path: Path, fmt: str) -> Source | None:
+    """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
+    yet; ``BadInput`` when its format cannot be told or it has no line of the format forced."""
     objects = list(_head(path))
     size = path.stat().st_size
     if not objects and fmt == "auto":
         if any(_head_lines(path)):
             raise BadInput(f"{path}: not JSON lines; pimem imports pi, claude, codex and ndjson files")
         return None
+    looks = next((name for obj in objects for name, parser in FORMATS.items() if parser.sniff(obj)), None)
     if fmt == "auto":
-        fmt = next((name for obj in objects for name, parser in FORMATS.items() if parser.sniff(obj)), None)
-        if fmt is None:
+        if looks is None:
             raise BadInput(f"{path}: cannot tell its format (pi, claude, codex or ndjson); give --format")
+        fmt = looks
+    elif objects and not any(FORMATS[fmt].sniff(obj) for obj in objects):
+        raise BadInput(f"{path}: not a {fmt} file: " + (f"it looks like {looks} (give --format {looks}, or leave --format out)"
+                                                        if looks else "its lines are of no format pimem knows"))
     first = cwd = None
     for obj in objects:
         found = FORMATS[fmt].describe(obj)
@@ -121,3 +127,12 @@ def default_name(sources: list[Source]) -> str:
         if name and NAME_RE.fullmatch(name):
             return name
     return "imported"
+
+
+def by_project(sources: list[Source]) -> dict[str, list[Source]]:
+    """The sources grouped by the memory each goes to without ``--name``: one memory per project (the
+    session's working directory, as ``default_name`` names it), in the order the groups' histories start."""
+    groups: dict[str, list[Source]] = {}
+    for source in sources:
+        groups.setdefault(default_name([source]), []).append(source)
+    return groups

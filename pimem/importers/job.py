@@ -2,18 +2,23 @@
 holds, and log the rest through ``Memory.append`` in batches (one fsync each).
 
 A line that cannot be read is reported (file and line number) through ``on_warning`` and skipped; the rest
-of the file is imported. A file read before is continued from where that import stopped when its first
-bytes are unchanged (it grew); otherwise it is read again from the start and the keys decide what is new.
+of the file is imported. A file read before is continued from where that import stopped when it is still
+the same file (same inode) and the 64 KiB before that point are unchanged (it grew); otherwise it is read
+again from the start and the keys decide what is new. Checking only that window keeps continuing a long
+transcript cheap (a hook or a follower continues it on every change).
 An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
-Each logged batch is indexed in a second thread from the messages just logged, and the index is complete
-before ``run`` returns.
+Once an import has logged ``INDEX_MIN`` messages, each logged batch is indexed in a second thread from the
+messages just logged, and the index is complete before ``run`` returns; a smaller import (a hook's or a
+follower's few new lines) leaves the index to the next reader, as ``append`` does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import BinaryIO, Callable
 
@@ -28,7 +33,8 @@ from .parser import Malformed
 from .state import ImportState, key_of
 
 PROGRESS_STEP = 1024 * 1024
-_HASH_CHUNK = 1024 * 1024
+INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
+ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be unchanged to read on from it
 
 
 @dataclass
@@ -54,27 +60,41 @@ def run(
     on_warning: Callable[[str], None] = lambda text: None,
     on_progress: Callable[[str, int, int], None] = lambda task, done, total: None,
     timeout: float | None = None,
+    *,
+    state: ImportState | None = None,
+    deadline: float | None = None,
+    open_file: Callable[[Source], BinaryIO] | None = None,
 ) -> list[FileReport]:
-    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order, then bring the search
-    index up to date (a writer keeps derived state current, and one catch-up after a bulk import is cheaper
-    than one at the first search). ``on_progress(task, done, total)`` reports bytes for the tasks
-    ``import`` (source files) and ``index`` (log files)."""
-    state = ImportState(mem)
+    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
+    ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
+    cheaper than one at the first search). ``on_progress(task, done, total)`` reports bytes for the task
+    ``import`` (source files).
+
+    For callers that import again and again (a hook, a follower): ``state`` is the memory's ``ImportState``
+    to reuse (its keys are read once, then only what others logged since); past ``deadline`` (a
+    ``time.monotonic()`` value) each file stops after its current batch, its position recorded, so the next
+    import reads on from there; ``open_file(source)`` opens a source instead of its path (a follower hands
+    in the file it holds open, so a file rotated away is read to its end)."""
+    state = state if state is not None else ImportState(mem)
     indexer = _Indexer(mem)
     reports = []
     done, total = 0, sum(s.size for s in sources)
     try:
         for source in sources:
             step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-            reports.append(_File(mem, state, source, on_warning, step, timeout, indexer.logged).run())
+            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged)
+            job.deadline = deadline
+            with (open_file or _open)(source) as f:
+                reports.append(job.run(f))
             done += source.size
     finally:
         indexer.finish()
     on_progress("import", total, total)
-    if mem.exists() and not indexer.started:  # (the indexer's last round ran after the last batch)
-        mem.index().catch_up(lambda done, total: on_progress("index", done, total))
-        mem.close()  # (its connections: closing the last one tidies SQLite's WAL files away)
     return reports
+
+
+def _open(source: Source) -> BinaryIO:
+    return open(source.path, "rb")
 
 
 class _Indexer:
@@ -88,13 +108,19 @@ class _Indexer:
         self._queue: queue.Queue = queue.Queue(maxsize=1)  # (a batch waiting to be indexed holds its text)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self.count = 0
 
     @property
     def started(self) -> bool:
         return self._thread is not None
 
     def logged(self, start: int, messages: list[dict], written: list) -> None:
-        """A batch is in the log (the thread starts on the first batch, once the memory exists)."""
+        """A batch is in the log (the thread starts once ``INDEX_MIN`` messages were logged: a smaller
+        import, a hook's or a follower's few new lines, leaves the index to the next reader, as ``append``
+        does, rather than open it for them)."""
+        self.count += len(messages)
+        if self._thread is None and self.count < INDEX_MIN:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pimem-index", daemon=True)
             self._thread.start()
@@ -139,65 +165,57 @@ class _File:
         self.batch: list[tuple[dict, bytes | None]] = []
         self.batch_bytes = 0
         self.prior: dict | None = None
+        self.deadline: float | None = None
 
-    def run(self) -> FileReport:
-        with open(self.source.path, "rb") as f:
-            offset, line_no, carry, hasher = self._resume(f)
-            parser = FORMATS[self.source.format](self.source.path, carry)
-            self.report.from_line = line_no + 1
-            self.report.unchanged = offset == self.source.size and offset > 0
-            reported = offset
-            for raw in f:
-                line_no += 1
-                if raw.strip():
-                    try:
-                        obj = orjson.loads(raw)
-                    except orjson.JSONDecodeError:
-                        if not raw.endswith(b"\n"):
-                            self._malformed(line_no, "unfinished last line (left for the next import)")
-                            line_no -= 1
-                            break
-                        self._malformed(line_no, "not valid JSON")
-                    else:
-                        self._take(parser, line_no, raw, obj)
-                offset += len(raw)
-                hasher.update(raw)
-                if len(self.batch) >= BATCH_LINES or self.batch_bytes >= BATCH_BYTES:
-                    self._flush(self._position(offset, line_no, parser, hasher))
-                if offset - reported >= PROGRESS_STEP:
-                    self.progress(offset)
-                    reported = offset
-            self._flush(self._position(offset, line_no, parser, hasher))
+    def run(self, f: BinaryIO) -> FileReport:
+        offset, line_no, carry = self._resume(f)
+        parser = FORMATS[self.source.format](self.source.path, carry)
+        self.report.from_line = line_no + 1
+        self.report.unchanged = offset == self.source.size and offset > 0
+        reported = offset
+        for raw in f:
+            line_no += 1
+            if raw.strip():
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    if not raw.endswith(b"\n"):
+                        self._malformed(line_no, "unfinished last line (left for the next import)")
+                        line_no -= 1
+                        break
+                    self._malformed(line_no, "not valid JSON")
+                else:
+                    self._take(parser, line_no, raw, obj)
+            offset += len(raw)
+            if len(self.batch) >= BATCH_LINES or self.batch_bytes >= BATCH_BYTES:
+                self._flush(self._position(f, offset, line_no, parser))
+                if self.deadline is not None and time.monotonic() >= self.deadline:
+                    break  # out of time: the next import reads on from the position just recorded
+            if offset - reported >= PROGRESS_STEP:
+                self.progress(offset)
+                reported = offset
+        self._flush(self._position(f, offset, line_no, parser))
         self.progress(self.source.size)
         return self.report
 
     def _resume(self, f: BinaryIO):
-        """Where to start: after the part read by an earlier import if the file still begins with it."""
-        hasher = hashlib.blake2b(digest_size=16)
+        """Where to start: after the part read by an earlier import if this is still that file, grown."""
         prior = self.prior = self.state.peek_file(self.source.path)
+        f.seek(0)  # (a file handed in may have been read before)
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
-            return 0, 0, None, hasher
+            return 0, 0, None
         offset = prior["offset"]
-        if offset > self.source.size:
-            return 0, 0, None, hasher
-        left = offset
-        while left:
-            chunk = f.read(min(_HASH_CHUNK, left))
-            if not chunk:
-                break
-            hasher.update(chunk)
-            left -= len(chunk)
-        if left or hasher.hexdigest() != prior.get("head"):
-            f.seek(0)
-            return 0, 0, None, hashlib.blake2b(digest_size=16)
-        return offset, int(prior.get("line", 0)), prior.get("state"), hasher
+        if 0 < offset <= os.fstat(f.fileno()).st_size and prior.get("anchor") == _anchor(f, offset):
+            f.seek(offset)
+            return offset, int(prior.get("line", 0)), prior.get("state")
+        return 0, 0, None
 
-    def _position(self, offset: int, line_no: int, parser, hasher) -> dict:
+    def _position(self, f: BinaryIO, offset: int, line_no: int, parser) -> dict:
         return {
             "format": self.source.format,
             "offset": offset,
             "line": line_no,
-            "head": hasher.copy().hexdigest(),
+            "anchor": _anchor(f, offset),
             "state": orjson.loads(orjson.dumps(parser.state)),  # a snapshot: the parser goes on changing it
         }
 
@@ -225,6 +243,7 @@ class _File:
         batch, self.batch, self.batch_bytes = self.batch, [], 0
         if not batch and position == self.prior:
             return  # nothing new since the last import: leave the state as it is
+        self.prior = position
         if not self.mem.exists():
             if not batch:
                 return  # nothing to import: a writer creates a memory only by logging something
@@ -250,3 +269,11 @@ class _File:
             self.state.commit(keys, total, self.source.path, position)
         if ids:
             self.logged(ids[0], fresh, written)
+
+
+def _anchor(f: BinaryIO, offset: int) -> str:
+    """What identifies the first ``offset`` bytes of an open file cheaply: its inode and a hash of the (up
+    to) 64 KiB before ``offset``."""
+    start = max(0, offset - ANCHOR_BYTES)
+    data = os.pread(f.fileno(), offset - start, start)
+    return f"{os.fstat(f.fileno()).st_ino}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"

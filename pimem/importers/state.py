@@ -6,9 +6,10 @@ Every imported message carries its source ids in ``meta`` (``source``, ``session
 log is the truth; two derived files in the memory directory make the check cheap:
 
 - ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order;
-- ``imports.json``: ``{"covered": T, "keys": n, "files": {path: {offset, line, head, format, state}}}``, where
-  a file's ``head`` hashes its first ``offset`` bytes (so a file that was rewritten, not grown, is read
-  again from the start) and ``state`` is its parser's carry-over (session id, cwd, unanswered calls).
+- ``imports.json``: ``{"covered": T, "keys": n, "files": {path: {offset, line, anchor, format, state}}}``,
+  where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
+  replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
+  (session id, cwd, unanswered calls).
 
 Both are read and written only under the writer lock. Messages logged by anyone else since ``covered``
 are caught up from the log; a missing or inconsistent state is rebuilt from the log's meta; a crash

@@ -1,0 +1,257 @@
+"""Following session files as agents write them (``pimem import --follow``, ``pimem watch --import``).
+
+    >>> follower = Follower(["~/.codex/sessions", "~/.claude/projects"])
+    >>> follower.run(stop)        # until ``stop`` (a threading.Event) is set
+
+Every ``POLL`` seconds the follower looks at the directories it was given (a directory is listed again only
+when its modification time changed, so a large tree costs one ``stat`` per directory) and at every
+``*.jsonl`` file under them, and imports what grew through the import job (``job.run``): each file into
+its project's memory (named as ``import`` names it, unless a name was given), nothing twice, where it
+left off. It holds the files it follows open, so that
+
+- a file **rotated** away (renamed, a new file created at its path) is read to its end before the new file
+  at its path is read from its start;
+- a file **truncated** or rewritten is read again from the start (the keys decide what is new);
+- a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
+
+A file that cannot be read yet (empty, a first line still being written, a format it cannot tell) is
+looked at again when it changes; a problem is reported once per file and cause.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from ..errors import BadInput, PimemError
+from ..memory import Memory
+from .detect import Source, default_name, inspect_file
+from .job import FileReport, run
+from .state import ImportState
+
+POLL = 0.25  # seconds between looks at the followed files and directories
+OPEN_FILES = 128  # files held open at most (the ones that changed last); others are reopened by path
+
+
+@dataclass
+class _File:
+    """A followed file: the one open at its path (``handle``), its inode, what it was when last read."""
+
+    source: Source
+    memory: str
+    handle: BinaryIO | None
+    ino: int
+    seen: tuple = ()  # (size, mtime) when last imported
+
+
+@dataclass
+class _Target:
+    mem: Memory
+    state: ImportState = field(init=False)
+
+    def __post_init__(self):
+        self.state = ImportState(self.mem)
+
+
+class Follower:
+    """Tails the session files under ``paths`` (directories or files) into memories. ``on_report(memory,
+    report)`` is called for each file read that logged something, ``on_warning(text)`` for each problem."""
+
+    def __init__(
+        self,
+        paths: list[str],
+        home=None,
+        name: str | None = None,
+        fmt: str = "auto",
+        on_report: Callable[[str, FileReport], None] = lambda memory, report: None,
+        on_warning: Callable[[str], None] = lambda text: None,
+        timeout: float | None = None,
+    ):
+        self.home, self.name, self.fmt, self.timeout = home, name, fmt, timeout
+        self.on_report, self.on_warning = on_report, on_warning
+        self.roots: list[Path] = []
+        self.singles: list[Path] = []
+        for given in paths:
+            path = Path(given).expanduser()
+            if path.is_dir():
+                self.roots.append(path.resolve())
+            elif path.is_file():
+                self.singles.append(path.resolve())
+            else:
+                raise BadInput(f"{given}: no such file or directory")
+        self.dirs: dict[Path, int] = {}  # directory -> its mtime when last listed
+        self.children: dict[Path, list[Path]] = {}  # directory -> its subdirectories when last listed
+        self.files: dict[str, _File] = {}
+        self.pending: dict[str, tuple] = {str(p): () for p in self.singles}  # not readable yet -> (ino, size, mtime) then
+        self.warned: dict[str, str] = {}
+        self.targets: dict[str, _Target] = {}
+        self.open_order: OrderedDict[str, None] = OrderedDict()
+
+    # ---- the loop -------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, interval: float = POLL) -> None:
+        """Poll until ``stop`` is set (between two imports: what was read is logged and recorded); ``stop`` is
+        anything with ``is_set()`` and ``wait(seconds)``."""
+        try:
+            while not stop.is_set():
+                self.poll(stop)
+                stop.wait(interval)
+        finally:
+            self.close()
+
+    def poll(self, stop: threading.Event | None = None) -> int:
+        """One round: find new files, import what changed. Returns the number of messages logged."""
+        for root in self.roots:
+            self._scan(root)
+        logged = 0
+        for path in sorted(self.pending):
+            if stop is not None and stop.is_set():
+                break
+            self._discover(path)
+        for path in list(self.files):
+            if stop is not None and stop.is_set():
+                break
+            logged += self._check(path)
+        return logged
+
+    def close(self) -> None:
+        for tracked in self.files.values():
+            if tracked.handle is not None:
+                tracked.handle.close()
+                tracked.handle = None
+        for target in self.targets.values():
+            target.mem.close()
+
+    # ---- finding files --------------------------------------------------------------------------------
+
+    def _scan(self, directory: Path) -> None:
+        """List ``directory`` (and, recursively, its subdirectories) again if it changed since last time."""
+        try:
+            mtime = directory.stat().st_mtime_ns
+        except OSError:
+            self.dirs.pop(directory, None)
+            return
+        if self.dirs.get(directory) != mtime:
+            self.dirs[directory] = mtime
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                entries = []
+            self.children[directory] = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+            for entry in entries:
+                if entry.name.endswith(".jsonl") and entry.is_file() and entry.path not in self.files:
+                    self.pending.setdefault(entry.path, ())
+        for sub in self.children.get(directory, ()):
+            self._scan(sub)
+
+    def _discover(self, path: str) -> None:
+        """Start following ``path`` once its format (and so its memory) can be told."""
+        try:
+            handle = open(path, "rb")
+        except FileNotFoundError:
+            if Path(path) not in self.singles:
+                del self.pending[path]
+            return
+        st = os.fstat(handle.fileno())
+        if self.pending.get(path) == (st.st_ino, st.st_size, st.st_mtime_ns):
+            handle.close()
+            return  # not readable when last looked at, and unchanged since
+        self.pending[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
+        try:
+            source = inspect_file(Path(path), self.fmt)
+        except BadInput as exc:
+            handle.close()
+            if _ends_a_line(path):  # (else its first line is still being written)
+                self._warn(path, str(exc))
+            return
+        if source is None:  # empty so far
+            handle.close()
+            return
+        del self.pending[path]
+        self.warned.pop(path, None)
+        memory = self.name or default_name([source])
+        self.files[path] = _File(source, memory, handle, st.st_ino)
+        self._opened(path)
+
+    # ---- reading them ---------------------------------------------------------------------------------
+
+    def _check(self, path: str) -> int:
+        tracked = self.files[path]
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        if st is None or st.st_ino != tracked.ino:  # rotated or removed: read the old file to its end first
+            logged = self._read(path, tracked, tracked.handle) if tracked.handle is not None else 0
+            if tracked.handle is not None:
+                tracked.handle.close()
+            del self.files[path]
+            self.open_order.pop(path, None)
+            if st is not None or Path(path) in self.singles:
+                self.pending[path] = ()
+                self._discover(path)
+                if path in self.files:
+                    logged += self._check(path)
+            return logged
+        if (st.st_size, st.st_mtime_ns) == tracked.seen:
+            return 0
+        if tracked.handle is None:
+            tracked.handle = open(path, "rb")
+            if os.fstat(tracked.handle.fileno()).st_ino != tracked.ino:
+                tracked.handle.close()
+                tracked.handle = None
+                return 0  # replaced between the two looks: the next round sees the new inode
+        self._opened(path)
+        logged = self._read(path, tracked, tracked.handle)
+        tracked.seen = (st.st_size, st.st_mtime_ns)
+        return logged
+
+    def _read(self, path: str, tracked: _File, handle: BinaryIO) -> int:
+        tracked.source.size = os.fstat(handle.fileno()).st_size
+        target = self._target(tracked.memory)
+        opener = lambda source: os.fdopen(os.dup(handle.fileno()), "rb")  # noqa: E731  (run closes its copy)
+        try:
+            reports = run(target.mem, [tracked.source], on_warning=self.on_warning, timeout=self.timeout,
+                          state=target.state, open_file=opener)
+        except PimemError as exc:  # a busy lock, a refused batch: say so and try again next round
+            self._warn(path, f"{tracked.memory}: {exc}")
+            tracked.seen = ()
+            return 0
+        report = reports[0]
+        if report.imported:
+            self.on_report(tracked.memory, report)
+        return report.imported
+
+    def _target(self, memory: str) -> _Target:
+        if memory not in self.targets:
+            self.targets[memory] = _Target(Memory.at(memory, self.home))
+        return self.targets[memory]
+
+    def _opened(self, path: str) -> None:
+        """Keep at most ``OPEN_FILES`` files open: close the one that changed longest ago."""
+        self.open_order.pop(path, None)
+        self.open_order[path] = None
+        while len(self.open_order) > OPEN_FILES:
+            old, _ = self.open_order.popitem(last=False)
+            tracked = self.files.get(old)
+            if tracked is not None and tracked.handle is not None:
+                tracked.handle.close()
+                tracked.handle = None
+
+    def _warn(self, path: str, text: str) -> None:
+        if self.warned.get(path) != text:
+            self.warned[path] = text
+            self.on_warning(text)
+
+
+def _ends_a_line(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"

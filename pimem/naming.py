@@ -1,0 +1,62 @@
+"""Which memory a command means when its NAME is left out.
+
+Every command's NAME is optional: the default memory is ``$PIMEM_MEMORY``, else ``main``. A command whose
+NAME comes before another positional (``since [NAME] [WHEN]``, ``zoom [NAME] ID+N``) sees a lone positional
+first in NAME's place; ``lone`` moves it to the other slot unless a memory has that name. Commands whose
+NAME comes before free words (``append``, ``remember``, ``memories``, ``recall``) split them with ``words``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+from . import env
+from .errors import PimemError
+from .home import NAME_RE, resolve
+
+DEFAULT = "main"
+
+
+def default() -> str:
+    """The memory a command uses when none is named: ``$PIMEM_MEMORY``, else ``main``."""
+    return os.environ.get("PIMEM_MEMORY") or DEFAULT
+
+
+def exists(name: str, home: str | None) -> bool:
+    """A memory (or a rename pointer to one) has this name, or it is the default memory's name (before the
+    first append creates it: ``pimem append main < reply.txt``); a broken pointer counts, for the command
+    to report."""
+    if name == default():
+        return True
+    if not NAME_RE.fullmatch(name):
+        return False
+    try:
+        return (resolve(env.home(home), name) / "main").is_dir()
+    except PimemError:
+        return True
+
+
+def lone(name: str | None, other: str | None, home: str | None,
+         reads_as: Callable[[str], bool] = lambda word: True) -> tuple[str, str | None]:
+    """``(NAME, OTHER)`` for ``cmd [NAME] OTHER``: a lone positional is OTHER when no memory has that name
+    and it ``reads_as`` one (a WHEN, a message number, a node id …); otherwise it is the NAME."""
+    if other is None and name is not None and not exists(name, home) and reads_as(name):
+        return default(), name
+    return name or default(), other
+
+
+def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdin: str = "") -> tuple[str, list[str]]:
+    """``(NAME, WORDS)`` for ``cmd [NAME] [WORDS…]`` (the parser put the first word in NAME): the first word is
+    the NAME when a memory has that name or when more words follow it (so ``pimem append scratch "an idea"``
+    creates ``scratch`` as it always did, and a mistyped name is reported, not searched for). A command that
+    ``reads_stdin`` (its name) without text notes on stderr when a lone word that could name a new memory is
+    taken as the text while stdin is not a terminal (``pimem append notes < notes.txt``)."""
+    given = ([name] if name is not None else []) + list(rest or [])
+    if given and (len(given) > 1 or exists(given[0], home)):
+        return given[0], given[1:]
+    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and not sys.stdin.isatty():
+        sys.stderr.write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
+                         f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
+    return default(), given

@@ -1,0 +1,95 @@
+"""Cron as the README writes it: its crontab lines run under cron's bare environment in a real process, and a
+compactor whose key variable is unset is refused at once."""
+
+import os
+import re
+import subprocess
+import sys
+
+import orjson
+
+from conftest import ROOT
+from llm_server import FakeLLM
+from pimem import Memory
+
+README = (ROOT / "README.md").read_text()
+USER_HOME = "/home/me"  # the README's example account
+CRON_LINE = re.compile(r"^((?:\S+\s+){5})(/\S+/pimem)( .*)$")  # five time fields, pimem's absolute path, arguments
+
+
+def crontab() -> list[str]:
+    """The README's crontab block: the ```text block holding a pimem build-tree job."""
+    blocks = re.findall(r"^```text\n(.*?)^```", README, re.S | re.M)
+    return next(b for b in blocks if CRON_LINE.search(b.splitlines()[-1])).splitlines()
+
+
+def console_script(bin_dir):
+    """A ``pimem`` as pip installs it: an absolute interpreter in its #! line (cron's PATH has no python)."""
+    bin_dir.mkdir()
+    script = bin_dir / "pimem"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+                      "from pimem.cli import main\nmain()\n")
+    script.chmod(0o755)
+    return script
+
+
+def long_messages(n):
+    return [{"kind": "user", "text": f"message {k}: " + "the staging database listens on 5433. " * 20} for k in range(n)]
+
+
+def test_the_readme_crontab_runs_under_cron_environment(tmp_path):
+    account = tmp_path / "me"  # a fresh account: nothing but a memory with work to do
+    pimem = console_script(tmp_path / "bin")
+    lines = [l.replace("/home/me/.local/bin/pimem", str(pimem)).replace(USER_HOME, str(account)) for l in crontab()]
+    env = dict(l.split("=", 1) for l in lines if re.match(r"^[A-Z_]+=", l))
+    jobs = [CRON_LINE.match(l) for l in lines if CRON_LINE.match(l)]
+    assert env.keys() == {"PIMEM_HOME"} and len(jobs) == 1
+    home = env["PIMEM_HOME"]
+    Memory.at("main", home).append(long_messages(3))
+    Memory.at("work", home).append(long_messages(2))
+    command = jobs[0][2] + jobs[0][3]
+    log = re.search(r"--log (\S+)", command)[1]
+    assert not os.path.exists(os.path.dirname(log))
+    # as cron runs it: /bin/sh -c LINE with PATH=/usr/bin:/bin and the crontab's own variables, nothing else
+    proc = subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", *(f"{k}={v}" for k, v in env.items()), "/bin/sh", "-c", command],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == proc.stderr == ""  # cron mails any output: there is none
+    written = open(log).read().splitlines()
+    assert written[0].endswith(" pimem build-tree") and any(l.startswith("main: ") for l in written)
+    assert any(l.startswith("work: ") for l in written)
+    assert oct(os.stat(os.path.dirname(log)).st_mode & 0o777) == "0o700"
+    for name in ("main", "work"):
+        status = subprocess.run([str(pimem), "status", name, "--json"], capture_output=True, env={"PIMEM_HOME": home}, check=True)
+        assert orjson.loads(status.stdout)["tree"]["pending"] == 0
+    # a second run appends to the same log
+    subprocess.run(["env", "-i", "PATH=/usr/bin:/bin", f"PIMEM_HOME={home}", "/bin/sh", "-c", command], check=True, timeout=120)
+    assert sum(l.endswith(" pimem build-tree") for l in open(log).read().splitlines()) == 2
+
+
+def test_the_readme_prints_that_crontab_for_this_account(tmp_path):
+    pimem = console_script(tmp_path / "bin")
+    printf = next(l for l in re.findall(r"^```sh\n(.*?)^```", README, re.S | re.M) if "command -v pimem" in l).strip()
+    env = {"PATH": f"{pimem.parent}:/usr/bin:/bin", "HOME": str(tmp_path / "me")}
+    out = subprocess.run(["/bin/sh", "-c", printf], capture_output=True, text=True, env=env, check=True).stdout
+    expected = [l.replace("/home/me/.local/bin/pimem", str(pimem)).replace(USER_HOME, str(tmp_path / "me")) for l in crontab()]
+    assert out.splitlines() == expected
+
+
+def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, monkeypatch):
+    monkeypatch.delenv("PIMEM_TEST_KEY", raising=False)
+    Memory.at("main").append(long_messages(3))
+    Memory.at("offline").append(long_messages(2))
+    with FakeLLM("openai") as server:
+        out = run("model", "main", "openai/some-model", "--base-url", server.url, "--key-env", "PIMEM_TEST_KEY")
+        assert out.exit_code == 0 and "$PIMEM_TEST_KEY is not set" in out.stderr
+        assert "$PIMEM_TEST_KEY is not set" in run("model", "main").stderr  # shown again: a warning, every time
+        out = run("build-tree", "--retries", "3")
+        assert out.exit_code == 6
+        assert out.stderr.splitlines()[-1] == ("pimem: error: main: $PIMEM_TEST_KEY is not set (the API key of its "
+                                               "compactor openai/some-model); nothing was sent")
+        assert server.requests == []  # no call, so nothing to retry
+        assert orjson.loads(run("status", "offline", "--json").stdout)["tree"]["pending"] == 0  # the others are built
+        assert orjson.loads(run("status", "main", "--json").stdout)["failures"] == []
+        monkeypatch.setenv("PIMEM_TEST_KEY", "k-1")
+        assert run("model", "main").stderr == ""
+        assert run("build-tree").exit_code == 0 and server.requests

@@ -1,0 +1,165 @@
+"""pimem import --follow and pimem watch --import: real processes tailing session files that grow, rotate,
+get truncated, appear in new directories, and a restart that reads on where the last run stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import pimem_cmd, subprocess_env
+from pimem import Memory
+from pimem.importers.follow import Follower
+
+
+def claude_turn(session: str, n: int, cwd: str = "/home/dev/api") -> list[dict]:
+    """One exchange of a Claude Code transcript: the user's line and the assistant's reply."""
+    base = {"sessionId": session, "cwd": cwd, "version": "2.1", "isSidechain": False, "userType": "external"}
+    t = f"2026-02-10T22:{n // 60:02d}:{n % 60:02d}.000Z"
+    return [
+        {**base, "type": "user", "uuid": f"{session}-u{n}", "parentUuid": None, "timestamp": t,
+         "message": {"role": "user", "content": f"question {n} of {session}"}},
+        {**base, "type": "assistant", "uuid": f"{session}-a{n}", "parentUuid": f"{session}-u{n}", "timestamp": t,
+         "message": {"id": f"m{n}", "model": "claude-x", "role": "assistant", "content": [{"type": "text", "text": f"answer {n}"}]}},
+    ]
+
+
+def codex_rollout(session: str, cwd: str = "/repo/tool") -> list[dict]:
+    t = "2026-05-11T08:27:00.000Z"
+    item = lambda payload: {"timestamp": t, "type": "response_item", "payload": payload}  # noqa: E731
+    return [
+        {"timestamp": t, "type": "session_meta", "payload": {"id": session, "timestamp": t, "cwd": cwd}},
+        item({"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the tests"}]}),
+        item({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "they pass"}]}),
+    ]
+
+
+def append(path: Path, lines, handle=None) -> None:
+    data = "".join(json.dumps(line) + "\n" for line in lines)
+    if handle is not None:
+        handle.write(data)
+        handle.flush()
+        return
+    with open(path, "a") as f:
+        f.write(data)
+
+
+def texts(name: str) -> list[str]:
+    mem = Memory.at(name)
+    return [m["text"] for m in mem.messages()] if mem.exists() else []
+
+
+def wait_for(predicate, seconds: float = 20.0):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    assert predicate()
+
+
+def start(*args):
+    return subprocess.Popen(pimem_cmd("import", "--follow", *args, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env())
+
+
+def stop(proc, sig=signal.SIGTERM) -> tuple[int, list[dict], str]:
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    return proc.returncode, [json.loads(line) for line in out.splitlines()], err.decode()
+
+
+def test_follow_grows_rotates_truncates_and_resumes(home, tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    claude = sessions / "s1.jsonl"
+    append(claude, claude_turn("s1", 0))
+    notes = sessions / "notes.jsonl"
+    append(notes, [{"kind": "note", "text": "first note", "meta": {"cwd": "/home/dev/api"}}])
+    proc = start(sessions)
+    try:
+        wait_for(lambda: texts("api") and len(texts("api")) == 3)  # what was there already
+
+        append(claude, claude_turn("s1", 1))  # grows
+        wait_for(lambda: "answer 1" in texts("api"))
+
+        day = sessions / "2026" / "05" / "11"  # a new directory with a new file (a Codex rollout)
+        day.mkdir(parents=True)
+        append(day / "rollout-1.jsonl", codex_rollout("cx-1"))
+        wait_for(lambda: texts("tool") == ["run the tests", "they pass"])
+
+        old = open(claude, "a")  # rotated: renamed away (the agent still writes to it), a new file at its path
+        os.rename(claude, sessions / "s1.jsonl.1")
+        append(claude, claude_turn("s1", 2), handle=old)
+        old.close()
+        append(claude, claude_turn("s2", 0))
+        wait_for(lambda: "answer 2" in texts("api") and "question 0 of s2" in texts("api"))
+
+        with open(notes, "w") as f:  # truncated and written again
+            f.write(json.dumps({"kind": "note", "text": "after truncation", "meta": {"cwd": "/home/dev/api"}}) + "\n")
+        wait_for(lambda: "after truncation" in texts("api"))
+    finally:
+        code, rows, err = stop(proc)
+    assert code == 143, err
+    assert err == ""
+    assert {(r["name"], Path(r["file"]).name) for r in rows} >= {("api", "s1.jsonl"), ("tool", "rollout-1.jsonl"), ("api", "notes.jsonl")}
+
+    append(claude, claude_turn("s2", 1))  # written while nobody follows: the next run reads on from there
+    proc = start(sessions)
+    try:
+        wait_for(lambda: "answer 1" in texts("api") and texts("api").count("answer 1") == 2)
+    finally:
+        code, rows, _ = stop(proc, signal.SIGINT)
+    assert code == 130
+    assert [(Path(r["file"]).name, r["imported"], r["from_line"]) for r in rows] == [("s1.jsonl", 2, 3)]
+    assert sorted(texts("api")) == sorted([
+        "question 0 of s1", "answer 0", "question 1 of s1", "answer 1", "question 2 of s1", "answer 2",  # s1, to its end
+        "first note", "after truncation",
+        "question 0 of s2", "answer 0", "question 1 of s2", "answer 1",  # the new file at s1's path
+    ])  # each once
+
+
+def test_a_file_still_being_started_is_waited_for_without_a_warning(home, tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"kind": "user", "te')  # the first line is still being written
+    warnings = []
+    follower = Follower([str(tmp_path)], on_warning=warnings.append)
+    assert follower.poll() == 0 and warnings == []
+    with open(path, "a") as f:
+        f.write('xt": "hello"}\n')
+    assert follower.poll() == 1 and warnings == []
+    path.with_name("odd.jsonl").write_text('{"hello": "world"}\n')
+    follower.poll()
+    follower.poll()
+    assert len(warnings) == 1 and "cannot tell its format" in warnings[0]  # said once, not every round
+    follower.close()
+
+
+def test_follow_of_a_missing_path_exits_2(sh, tmp_path):
+    proc = sh("import", "--follow", tmp_path / "nowhere")
+    assert proc.returncode == 2 and proc.stderr.startswith(b"pimem: error: ") and b"no such file or directory" in proc.stderr
+
+
+def test_watch_import_follows_the_sessions_and_builds_their_memories(home, tmp_path):
+    sessions = tmp_path / "projects"
+    sessions.mkdir()
+    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=subprocess_env())
+    try:
+        turn = claude_turn("w1", 0)
+        turn[1]["message"]["content"][0]["text"] = "a long answer about the staging database. " * 40  # needs a summary
+        append(sessions / "w1.jsonl", turn)
+        wait_for(lambda: len(texts("api")) == 2)
+        from pimem import scheduler
+
+        wait_for(lambda: scheduler.survey(Memory.open("api"))["pending"] == 0 and (home / "api" / "tree").exists(), 30)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert {"event": "imported", "memory": "api", "file": str((sessions / "w1.jsonl").resolve()), "messages": 2} in events
+    assert any(e["event"] == "built" and e["memory"] == "api" for e in events)
