@@ -120,8 +120,10 @@ def okapi_system(messages):
     return search
 
 
-def index_system(messages):
-    """pimem's ranker through a real memory: log the messages, ask ``api.search(rank=True)``."""
+def index_system(messages, semantic: bool = False):
+    """pimem's ranker through a real memory: log the messages, ask ``api.search(rank=True)``; with
+    ``semantic``, the extra's vectors are built first (``pimem.semantic.catch_up``) and fused in, otherwise the
+    extra is switched off for the search."""
     import tempfile
 
     from pimem import Memory, api
@@ -129,18 +131,39 @@ def index_system(messages):
     home = tempfile.mkdtemp(prefix="pimem-rank-")
     mem = Memory.at("bench", home)
     mem.append(messages)
+    if semantic:
+        from pimem import semantic as extra
+
+        extra.catch_up(mem)
     mem.close()
 
     def search(question):
+        saved = os.environ.get("PIMEM_EMBEDDER")
+        if not semantic:
+            os.environ["PIMEM_EMBEDDER"] = "off"
         try:
             hits = api.search(question, ["bench"], rank=True, limit=max(KS), home=home)
         except Exception as exc:  # nothing found
             if getattr(exc, "code", None) == 1:
                 return []
             raise
+        finally:
+            if saved is None:
+                os.environ.pop("PIMEM_EMBEDDER", None)
+            else:
+                os.environ["PIMEM_EMBEDDER"] = saved
         return [h["i"] for h in hits["hits"]]
 
     return search
+
+
+def semantic_available() -> bool:
+    """Whether the semantic extra's module has landed and its model (or a named embedder) is there."""
+    try:
+        from pimem import semantic
+    except ImportError:
+        return False
+    return semantic.available()
 
 
 # ---- ablations ----------------------------------------------------------------------------------------------
@@ -168,20 +191,24 @@ def without(part):
 def unstemmed():
     saved = terms.stem
     terms.stem = lambda word: word
+    terms._runs.clear()  # (the terms of words already seen are cached)
     try:
         yield
     finally:
         terms.stem = saved
+        terms._runs.clear()
 
 
 @contextmanager
 def with_stopwords_kept():
     saved = terms.STOPWORDS
     terms.STOPWORDS = frozenset()
+    terms._runs.clear()
     try:
         yield
     finally:
         terms.STOPWORDS = saved
+        terms._runs.clear()
 
 
 # ---- measuring ----------------------------------------------------------------------------------------------
@@ -242,16 +269,6 @@ def table(results: dict[str, dict], splits=("tune", "held", "all"), categories=T
     return "\n".join(lines)
 
 
-def semantic_system():
-    """The ranker with the semantic extra fused in, when that module and its model are installed."""
-    try:
-        from pimem import semantic  # noqa: F401  (the optional extra's module)
-    except ImportError:
-        return None
-    build = getattr(semantic, "bench_system", None)
-    return build
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ablation", action="store_true", help="each part of the ranker taken out in turn")
@@ -275,9 +292,9 @@ def main() -> None:
                           flush=True)
         return
     results = {"pimem": measure(pimem_system(), conversations, instances)}
-    semantic = semantic_system()
-    if semantic is not None:
-        results["pimem+semantic"] = measure(semantic, conversations, instances)
+    semantic = semantic_available()
+    if semantic:
+        results["pimem+semantic"] = measure(lambda m: index_system(m, semantic=True), conversations, instances)
     if args.index:
         results["pimem (index)"] = measure(index_system, conversations, instances)
     results["BM25Okapi"] = measure(okapi_system, conversations, instances)
@@ -300,8 +317,8 @@ def main() -> None:
         print(table(results, categories=False))
         return
     print(table(results))
-    if semantic is None:
-        print("\npimem+semantic: not measured (pimem.semantic is not installed in this checkout)")
+    if not semantic:
+        print("\npimem+semantic: not measured (the semantic extra is not installed, or pimem.semantic has not landed)")
 
 
 if __name__ == "__main__":

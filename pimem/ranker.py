@@ -20,6 +20,7 @@ lexical ``[(i, score)]`` best first and ranks what it returns.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from typing import Callable, Iterable, Protocol
@@ -31,6 +32,7 @@ K1 = 1.2
 B = 0.75  # measured: lower b gains nothing on short chat turns and loses on long ones (bench/README.md)
 BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
 POOL = 1000  # candidates handed to a fuse hook
+NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
 TOOL_HEAD, TOOL_TAIL = 2000, 1000
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
@@ -88,12 +90,13 @@ def conversation(msg: dict) -> int:
 
 
 class Source(Protocol):
-    """Where the ranker reads: ``size()`` (documents, their total length in terms), ``postings(terms)``
-    (``{term: ids of the documents holding it}``), ``lengths(ids)`` (``{i: length}``), ``conversations(ids)``
-    (``{i: conversation}``, for the ids that exist and may be shown)."""
+    """Where the ranker reads: ``size()`` (documents, their total length in words), ``postings(terms)``
+    (``{term: (how many documents hold it, ids of those to score)}``: a source may leave out documents a
+    term adds little to), ``lengths(ids)`` (``{i: length}``), ``conversations(ids)`` (``{i:
+    conversation}``, for the ids that exist and may be shown)."""
 
     def size(self) -> tuple[int, int]: ...
-    def postings(self, wanted: list[str]) -> dict[str, list[int]]: ...
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]: ...
     def lengths(self, ids: list[int]) -> dict[int, int]: ...
     def conversations(self, ids: list[int]) -> dict[int, int]: ...
 
@@ -105,25 +108,25 @@ def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dic
     if not count or not wanted:
         return {}
     average = total / count or 1.0
-    lists = [ids for ids in source.postings(wanted).values() if ids]
-    lengths = source.lengths(sorted({i for ids in lists for i in ids}))
+    lists = [(df, ids) for df, ids in source.postings(wanted).values() if ids]
+    lengths = source.lengths(sorted({i for _, ids in lists for i in ids}))
     factor = {i: (k1 + 1) / (1 + k1 * (1 - b + b * length / average)) for i, length in lengths.items()}
     scores: dict[int, float] = dict.fromkeys(factor, 0.0)
-    for ids in lists:
-        idf = math.log(1 + (count - len(ids) + 0.5) / (len(ids) + 0.5))
+    for df, ids in lists:
+        idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
         for i in ids:
             scores[i] += idf * factor[i]
     return scores
 
 
-def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE,
-                    after: float = AFTER) -> dict[int, float]:
+def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE, after: float = AFTER,
+                    among: Iterable[int] | None = None) -> dict[int, float]:
     """Each document's score plus the larger of ``before`` times the score of the document just before it
     and ``after`` times the one just after it, in the same conversation (a question's words are often in
-    the turn before its answer)."""
+    the turn before its answer); for the documents ``among`` and their neighbours (default: all)."""
     if not (before or after) or not scores:
         return dict(scores)
-    around = sorted({j for i in scores for j in (i - 1, i, i + 1)})
+    around = sorted({j for i in (scores if among is None else among) for j in (i - 1, i, i + 1)})
     conv = source.conversations(around)
     out: dict[int, float] = {}
     for i in around:
@@ -148,7 +151,8 @@ def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Ca
     holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
     extra's hook) reorders the best ``POOL`` and may add its own."""
     own = bm25(source, terms.query_terms(query), k1, b)
-    scores = with_neighbours(source, own, before, after)
+    best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
+    scores = {**own, **with_neighbours(source, own, before, after, among=best)}
     if not widen:
         scores = {i: score for i, score in scores.items() if i in own}
     ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
@@ -175,8 +179,8 @@ class Corpus:
     def size(self) -> tuple[int, int]:
         return len(self.length), sum(self.length)
 
-    def postings(self, wanted: list[str]) -> dict[str, list[int]]:
-        return {term: self.index.get(term, []) for term in wanted}
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
+        return {term: (len(self.index.get(term, ())), self.index.get(term, [])) for term in wanted}
 
     def lengths(self, ids: list[int]) -> dict[int, int]:
         return {i: self.length[i] for i in ids}

@@ -28,10 +28,16 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.words_talk USING fts5(
     terms, tokenize="{tokenize}", content='', detail=none, columnsize=0);
 CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.words_tools USING fts5(
     terms, tokenize="{tokenize}", content='', detail=none, columnsize=0);
-CREATE TABLE IF NOT EXISTS {schema}.word_docs (i INTEGER PRIMARY KEY, length INTEGER NOT NULL, conv INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS {schema}.word_docs (
+    i INTEGER PRIMARY KEY, length INTEGER NOT NULL, conv INTEGER NOT NULL, tbl INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS {schema}.word_stats (tbl TEXT PRIMARY KEY, docs INTEGER NOT NULL, length INTEGER NOT NULL);
 """.replace("{tokenize}", TOKENIZE)
 WORD_TABLES = {"talk": "words_talk", "tools": "words_tools"}
+TABLE_CODE = {"talk": 0, "tools": 1}
+# a query reads its terms rarest first; once their postings name this many messages, each commoner term
+# only adds to the scores of the messages already found (its postings are intersected with theirs in SQL),
+# and a term naming more than this many messages is read for its newest ones
+FULL_POSTINGS = 5_000
 
 
 def schema(name: str) -> str:
@@ -44,18 +50,18 @@ class Pending:
     def __init__(self) -> None:
         self.terms: dict[str, list] = {table: [] for table in WORD_TABLES}
         self.length = dict.fromkeys(WORD_TABLES, 0)
-        self.docs: list[tuple[int, int, int]] = []
+        self.docs: list[tuple[int, int, int, int]] = []
 
     def add(self, i: int, table: str, msg: dict) -> None:
         found, length = ranker.document(msg)
         self.terms[table].append((i, " ".join(found)))
         self.length[table] += length
-        self.docs.append((i, length, ranker.conversation(msg)))
+        self.docs.append((i, length, ranker.conversation(msg), TABLE_CODE[table]))
 
     def write(self, db) -> None:
         """Insert the batch (inside the writer's transaction)."""
         if self.docs:  # (one statement, as the texts are: see index.py on executemany and the GIL)
-            db.execute("INSERT INTO word_docs SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?)",
+            db.execute("INSERT INTO word_docs SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)",
                        (orjson.dumps(self.docs).decode(),))
         for table, rows in self.terms.items():
             if not rows:
@@ -83,7 +89,35 @@ class Postings:
             docs, length = docs + row[0], length + row[1]
         return docs, length
 
-    def postings(self, wanted: list[str]) -> dict[str, list[int]]:
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
+        """Rarest term first: whole postings (the newest ``FULL_POSTINGS``) until they name that many
+        messages; then, for each commoner term, only the messages already found that hold it."""
+        df = {term: self._df(term) for term in wanted}
+        out: dict[str, tuple[int, list[int]]] = {}
+        found: list[str] = []
+        named = 0
+        for term in sorted((t for t in wanted if df[t]), key=df.get):
+            if named < FULL_POSTINGS:
+                ids = self._match('"' + term + '"', FULL_POSTINGS)
+                found.append(term)
+                named += len(ids)
+            else:
+                ids = self._match(f'"{term}" AND (' + " OR ".join(f'"{t}"' for t in found) + ")", None)
+            out[term] = (df[term], ids)
+        return out
+
+    def _df(self, term: str) -> int:
+        total = 0
+        for schema in self.schemas:
+            for table in self.tables:
+                vocab = f"{schema}_{WORD_TABLES[table]}_vocab"
+                self.db.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{vocab} USING fts5vocab({schema}, "
+                                f"{WORD_TABLES[table]}, row)")
+                row = self.db.execute(f"SELECT doc FROM temp.{vocab} WHERE term = ?", (term,)).fetchone()
+                total += row[0] if row else 0
+        return total
+
+    def _match(self, expr: str, limit: int | None) -> list[int]:
         parts = []
         for schema in self.schemas:
             for table in self.tables:
@@ -93,30 +127,27 @@ class Postings:
                 else:
                     parts.append(f"SELECT f.rowid FROM {schema}.{fts} f JOIN main.msgs m ON m.i = f.rowid "
                                  f"WHERE f.{fts} MATCH ? AND {self.where[0]}")
-        sql = " UNION ALL ".join(parts)
         extra = self.where[1] if self.where is not None else []
-        out = {}
-        for term in wanted:
-            expr = '"' + term + '"'
-            out[term] = [row[0] for row in self.db.execute(sql, [p for _ in parts for p in (expr, *extra)])]
-        return out
+        sql = " UNION ALL ".join(parts) + (f" ORDER BY 1 DESC LIMIT {limit}" if limit else "")
+        return [row[0] for row in self.db.execute(sql, [p for _ in parts for p in (expr, *extra)])]
 
-    def _rows(self, ids: list[int], column: str) -> dict[int, int]:
+    def _rows(self, ids: list[int], column: str, where: str = "") -> dict[int, int]:
         out: dict[int, int] = {}
         for start in range(0, len(ids), 30_000):
             chunk = ",".join(map(str, ids[start : start + 30_000]))
             for schema in self.schemas:
-                out.update(self.db.execute(f"SELECT i, {column} FROM {schema}.word_docs WHERE i IN ({chunk})"))
+                out.update(self.db.execute(f"SELECT i, {column} FROM {schema}.word_docs WHERE i IN ({chunk}){where}"))
         return out
 
     def lengths(self, ids: list[int]) -> dict[int, int]:
         return self._rows(ids, "length")
 
     def conversations(self, ids: list[int]) -> dict[int, int]:
-        """Only messages in the searched tables count as neighbours (tool traffic lends nothing to a search
-        that leaves it out)."""
-        conv = self._rows(ids, "conv")
-        if len(self.tables) == len(WORD_TABLES) and self.where is None:
+        """Only messages a search may show count as neighbours (tool traffic lends nothing to a search that
+        leaves it out)."""
+        codes = ",".join(str(TABLE_CODE[t]) for t in self.tables)
+        conv = self._rows(ids, "conv", f" AND tbl IN ({codes})")
+        if self.where is None:
             return conv
         shown = self._shown(list(conv))
         return {i: c for i, c in conv.items() if i in shown}
