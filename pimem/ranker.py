@@ -1,35 +1,35 @@
 """The one ranker behind every ranked read (``search --rank``, ``recall`` with words, ``memories QUERY``,
 the MCP tools): any of the query's terms matches, best first.
 
-What a message is indexed as (``document``): the terms (``pimem.terms``) of its text, of its kind, of its
-speaker or author (``meta.speaker``, ``meta.author``, ``meta.name``) and of its date in words (``8 may 2023
-monday``), so "what did Alice say" and "what did we do in May" find their turns.
+What a message is indexed as (``document``): the terms (``pimem.terms``) of its text, of its speaker or
+author (``meta.speaker``, ``meta.author``, ``meta.name``) and of its date in words (``8 may 2023 monday``),
+so "what did Alice say" and "what did we do in May" find their turns; its length is its text's words.
 
-How it scores (``rank``): BM25 over those terms (``K1``, length normalisation ``B``, far below the usual
-0.75: chat turns are short and their length says little), then **neighbour context**: each message also
-gets ``NEIGHBOUR`` times the BM25 scores of the messages just before and after it in the same conversation
-(the answer often sits next to the turn holding the question's words). The work is what the query's terms'
-postings hold: nothing is done per message of the memory.
+How it scores (``rank``): BM25 over those terms (``K1``, ``B``; a term counts once per message), then
+**neighbour context**: each message also gets the larger of ``BEFORE`` times the BM25 score of the message
+just before it and ``AFTER`` times the one just after it, in the same conversation (the answer often
+follows the turn holding the question's words). Each constant was chosen on the tuning split of
+``bench/rank.py`` (bench/README.md has the ablation). The work is what the query's terms' postings hold
+(a ``Source`` may bound it), nothing per message of the memory.
 
-Where the postings come from is a ``Source``: ``Corpus`` over texts in memory (memory records, tests, the
-benchmark) or the index's tables (``pimem.rankindex``); both give the same scores for the same texts.
+Where the postings come from is a ``Source``: ``Corpus`` over documents in memory (memory records, tests,
+the benchmark) or the index's tables (``pimem.rankindex.Postings``); both give the same scores.
 
 A semantic extra may fuse its own scores in: ``rank(..., fuse=f)`` calls ``f(candidates)`` with the
-lexical ``[(i, score)]`` best first and ranks what it returns.
+lexical ``[(i, score)]`` best first (the best ``POOL``) and ranks what it returns.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections import Counter
 from typing import Callable, Iterable, Protocol
 
 from . import terms
 from .message import TOOL_KINDS
 
 K1 = 1.2
-B = 0.75  # measured: lower b gains nothing on short chat turns and loses on long ones (bench/README.md)
+B = 0.75  # measured: a lower b gains a point on short chat turns and loses 9 on long ones
 BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
 POOL = 1000  # candidates handed to a fuse hook
 NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
