@@ -217,8 +217,8 @@ def test_deleting_one_index_file_rebuilds_only_that_one(run, mem, monkeypatch):
     os.unlink(mem.path / "index.sqlite")
     handed = []
     real_put = ixm._Writer.put
-    monkeypatch.setattr(ixm._Writer, "put", lambda self, rows, texts, reached: handed.append(
-        (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, reached))
+    monkeypatch.setattr(ixm._Writer, "put", lambda self, rows, texts, *rest: handed.append(
+        (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, *rest))
     assert run("search", "staging", "--json").stdout == first
     assert {main: n for main, n in handed if n} == {True: 4}  # messages 0, 2, 4, 6 again; none of 1, 3, 5
 
