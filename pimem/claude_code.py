@@ -2,8 +2,8 @@
 
 Claude Code runs a hook command on each event with a JSON object on stdin (``session_id``,
 ``transcript_path``, ``cwd``, ``hook_event_name``, and per event ``source``, ``prompt``, ``trigger``,
-``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines into the project's
-memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
+``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines (and its
+sub-agents', in ``<session>/subagents/``) into the project's memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
 ``SessionStart`` and ``UserPromptSubmit`` it answers with the context Claude Code adds for the model::
 
     {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "…"}}
@@ -91,42 +91,55 @@ class Hook:
         self.event = payload["hook_event_name"]
         self.session = payload["session_id"]
         self.warnings: list[str] = []
-        self.source = self._transcript()
+        self.context = ""
+        self.sources = self._transcripts()
         self.name = name or self._name()
 
     def run(self) -> dict | None:
         from .memory import Memory
 
         mem = Memory.at(self.name, self.home)
-        context = ""
         if self.event in ANSWERS and mem.exists():
-            context = self._guard(lambda: answer(mem, self.session, self.payload.get("prompt") if self.event == "UserPromptSubmit" else None, self.budget)) or ""
-        if self.source is not None:
+            prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
+            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget)) or ""
+        if self.sources:
             self._guard(lambda: self._capture(mem))
         mem.close()
+        return self.result()
+
+    def result(self) -> dict | None:
+        """What to print: the context (if any) and the warnings (if any)."""
         out: dict = {}
-        if context:
-            out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": context}
+        if self.context:
+            out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": self.context}
         if self.warnings:
             out["systemMessage"] = "pimem: " + "; ".join(self.warnings)
         return out or None
 
-    def _transcript(self):
+    def _transcripts(self) -> list:
+        """The session's transcript and its sub-agents' (``<session>/subagents/*.jsonl`` beside it), as
+        import ``Source``s; none while the session has written nothing."""
         from .importers.detect import inspect_file
 
         path = self.payload.get("transcript_path")
         if not path or not os.path.isfile(os.path.expanduser(path)):
-            return None  # a session that has written nothing yet
-        try:
-            return inspect_file(Path(path).expanduser().resolve(), "claude")
-        except PimemError as exc:
-            self.warnings.append(str(exc))
-            return None
+            return []
+        main = Path(path).expanduser().resolve()
+        found = []
+        for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
+            try:
+                source = inspect_file(file, "claude")
+            except PimemError as exc:
+                self.warnings.append(str(exc))
+                continue
+            if source is not None:
+                found.append(source)
+        return found
 
     def _name(self) -> str:
         from .importers.detect import Source, default_name
 
-        cwd = (self.source.cwd if self.source is not None else None) or self.payload.get("cwd") or os.getcwd()
+        cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
         return default_name([Source(path="", format="claude", size=0, cwd=cwd)])
 
     def _capture(self, mem) -> None:
@@ -134,7 +147,7 @@ class Hook:
 
         warnings: list[str] = []
         left = max(0.1, self.deadline - time.monotonic())
-        run(mem, [self.source], on_warning=warnings.append, timeout=left, deadline=self.deadline)
+        run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
         if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
             self.warnings.append(f"{len(warnings)} transcript line(s) skipped: {warnings[0]}")
         if time.monotonic() >= self.deadline:
@@ -151,30 +164,39 @@ class Hook:
 
 
 def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, timeout: float = TIMEOUT, out=None) -> int:
-    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code.
-    Past ``timeout`` seconds and one more, a watchdog prints what is ready and ends the process."""
+    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code. A
+    second past ``timeout``, a watchdog prints what is ready (the context comes before the import) and
+    ends the process."""
     out = out or sys.stdout
     deadline = time.monotonic() + timeout
     payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+    hook = Hook(payload, home, name, budget, deadline)
     printed = threading.Lock()
 
     def give_up() -> None:
         if printed.acquire(blocking=False):
-            sys.stderr.write(f"pimem: hook out of time after {timeout:g} s; the next event imports the rest\n")
-            sys.stderr.flush()
+            hook.warnings.append(f"out of time after {timeout:g} s; the next event imports the rest")
+            _print(out, hook.result())
             os._exit(0)
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()) + 1.0, give_up)
     watchdog.daemon = True
     watchdog.start()
-    try:
-        result = Hook(payload, home, name, budget, deadline).run()
-    finally:
-        watchdog.cancel()
-    if printed.acquire(blocking=False) and result is not None:
+    result = hook.run()
+    watchdog.cancel()
+    if printed.acquire(blocking=False):
+        _print(out, result)
+    return 0
+
+
+def _print(out, result: dict | None) -> None:
+    """The answer on stdout, its warning (if any) on stderr as well."""
+    if result is not None and result.get("systemMessage"):
+        sys.stderr.write(result["systemMessage"] + "\n")
+        sys.stderr.flush()
+    if result is not None:
         out.write(orjson.dumps(result).decode() + "\n")
         out.flush()
-    return 0
 
 
 # ---- the context -------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ NAME comes before free words (``append``, ``remember``, ``memories``, ``recall``
 from __future__ import annotations
 
 import os
-import sys
 from typing import Callable
 
 from . import env
@@ -56,7 +55,7 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     given = ([name] if name is not None else []) + list(rest or [])
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
-    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and not sys.stdin.isatty():
-        sys.stderr.write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
+    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and not env.stdin_is_tty():
+        env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
                          f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
     return default(), given

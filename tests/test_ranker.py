@@ -196,3 +196,22 @@ def test_the_ranker_tables_catch_up_and_are_rebuilt(run, chat, home):
     path.write_bytes(b"this is not a database" * 100)
     damaged = run("search", "staging db host", "--rank", "--json")
     assert damaged.stdout == before and "rebuilding" in damaged.stderr
+
+
+def test_search_rank_fuses_the_semantic_extra_when_present(home, run, monkeypatch):
+    pytest.importorskip("numpy")
+    from pimem import semantic
+
+    monkeypatch.setenv(semantic.ENV, "tests.embedder_stub:load")  # a tiny embedder: automobile ~ car
+    monkeypatch.setattr(semantic, "_model", None)
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "I bought a new car yesterday"}, {"kind": "pi", "text": "the weather is nice"},
+                {"kind": "echo", "text": "car car car automobile"}, {"kind": "user", "text": "an automobile show"}])
+    assert ranked(run, "automobile") == [3]  # nothing embedded yet: the lexical ranker alone
+    semantic.catch_up(mem)
+    assert ranked(run, "automobile")[:2] == [3, 0]  # the paraphrase, fused in
+    assert 0 not in ranked(run, "automobile", "--kind", "pi")  # the semantic candidates keep the filters
+    assert 2 not in ranked(run, "automobile")  # and never bring tool traffic
+    monkeypatch.setenv(semantic.ENV, "off")
+    assert ranked(run, "automobile") == [3]
+    semantic._model = None

@@ -32,7 +32,7 @@ def command(
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
       pimem build-tree --retries 3 --log ~/.pi/memory/logs/build.log   # from cron, every 10 minutes
     """
-    from .. import compactor, env, scheduler
+    from .. import builder as builders, compactor, env, scheduler
     from ..errors import BadInput, ProviderError
     from ..memory import Memory
 
@@ -43,7 +43,7 @@ def command(
     if max_cost is not None and max_cost < 0:
         raise BadInput("--max-cost must not be negative")
     mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
-    estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
+    estimates = [builders.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
         if unpriced:
@@ -63,7 +63,7 @@ def command(
     for mem in mems:
         cfg = mem.config.get("compactor") or {}
         var = compactor.missing_key(cfg)
-        if var and scheduler.survey(mem)["pending"]:
+        if var and builders.survey(mem)["pending"]:
             keyless[mem.name] = f"{mem.name}: ${var} is not set (the API key of its compactor {compactor.label(cfg)})"
     mems = [mem for mem in mems if mem.name not in keyless]
     estimates = [e for e in estimates if e["memory"] not in keyless]
@@ -105,7 +105,7 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from ..scheduler import tree_size
+        from ..builder import tree_size
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             console=Console(stderr=True), transient=True)
