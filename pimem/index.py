@@ -11,6 +11,9 @@ What it holds (nothing the log does not):
   then checked against the original line in the log, which also makes the index unable to show anything but
   the log's own text. They hold even-numbered messages; ``index-1.sqlite`` (attached as ``shard``) holds the
   same two tables for odd-numbered ones, with its own ``files`` progress;
+- the ranker's tables, beside the trigram tables in both files (``pimem.rankindex``, a module this one owns:
+  each message's distinct terms in FTS5, its length and conversation, the totals; ``Index.ranked`` hands the
+  ranker its ``Source`` over them);
 - ``tree_nodes`` and ``tree_files``: the text of each node a compactor stored, by ``(l, i)``, and how many bytes
   of each tree file are in it (``TreeNodes``; the tree catches them up from its files).
 
