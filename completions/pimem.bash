@@ -45,7 +45,7 @@ _pimem() {
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
     build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; slots="1+"; nodes="" ;;
     compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
-    context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; slots="1"; nodes="" ;;
+    context) opts="--system --cwd --wait --session --json --home -h --help"; valued="--cwd --wait --session --home"; slots="1"; nodes="" ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
@@ -58,7 +58,7 @@ _pimem() {
     mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
     memories) opts="--status --kind --id --offset --limit --session --include-tools --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1"; nodes="" ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    model) opts="--base-url --key-env --command --price-in --price-out --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --home"; slots="1"; nodes="" ;;
+    model) opts="--base-url --key-env --command --price-in --price-out --price-cached-in --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --price-cached-in --home"; slots="1"; nodes="" ;;
     recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; slots="1"; nodes="" ;;
     reindex) opts="--json --home -h --help"; valued="--home"; slots="1+"; nodes="" ;;
     remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1"; nodes="" ;;
@@ -67,7 +67,7 @@ _pimem() {
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
     status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
-    watch) opts="--wait --import --log --json --home -h --help"; valued="--import --log --home"; slots="1+"; nodes="" ;;
+    watch) opts="--wait --max-cost-per-day --import --log --json --home -h --help"; valued="--max-cost-per-day --import --log --home"; slots="1+"; nodes="" ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
     *) return ;;
   esac

@@ -47,7 +47,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if spent["calls"]:
         models = ", ".join(f"{model} {n:,}" for model, n in sorted(spent["models"].items()))
         cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
-        output.line(f"spent     {spent['calls']:,} summaries written ({models}), {spent['tokens_in']:,} tokens in, "
+        cached = f" ({spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache)" if spent["tokens_cached"] else ""
+        output.line(f"spent     {spent['calls']:,} summaries written ({models}), {spent['tokens_in']:,} tokens in{cached}, "
                     f"{spent['tokens_out']:,} out{cost}")
     builder = row["builder"]
     if builder:
