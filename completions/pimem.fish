@@ -290,7 +290,7 @@ complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --t
 
 # search
 complete -c pimem -n '__fish_seen_subcommand_from search' -l any -d 'Match messages holding any of the words, not all.'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Best matches first (BM25 over the newest 10,000 matches) instead of newest first.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l kind -s k -x -d 'Only these kinds (repeatable).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l until -x -d 'Only messages dated before WHEN.'

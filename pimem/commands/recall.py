@@ -53,7 +53,7 @@ def command(
     )
     mem = Memory.open(name, home)
     request.check()
-    found = recall.select(mem, request, recall.universe(mem, request))
+    found = recall.find(mem, request)
     output.line(recall.render(mem, request, found))
     if not found.records:
         raise NothingFound("nothing recalled")
