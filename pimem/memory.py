@@ -18,6 +18,7 @@ from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, NotFound
 from .lock import WriterLock
 from .store import Log
+from .nofollow import check_dir
 
 @contextlib.contextmanager
 def collector_resting():
@@ -66,7 +67,7 @@ class Memory:
         return mem
 
     def exists(self) -> bool:
-        return (self.path / "main").is_dir()
+        return check_dir(self.path / "main")
 
     def reopened(self) -> "Memory":
         """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
@@ -182,8 +183,16 @@ class Memory:
                     yield pending.result()
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
-        """Bring derived state (the view) forward after a durable write; called under the writer lock."""
-        self.views.push(start, batch)
+        """Bring derived state (tree, view) forward after a durable write; called under the writer lock. The
+        messages are logged whatever happens here: when the system refuses (a full disk), the view is left
+        behind, to be caught up from the log by the next command, and the append still succeeds (failing it
+        would have the caller log the messages again)."""
+        try:
+            self.views.push(start, batch)
+        except OSError as exc:
+            from .output import warn
+
+            warn(f"logged, but view.json was left behind ({exc.strerror or exc}); the next command catches it up")
 
     # ---- reading -----------------------------------------------------------------------------------------
 

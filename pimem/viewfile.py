@@ -26,6 +26,7 @@ import orjson
 from .tree import byte_size, label
 from .view import (LEVELS, MARK_EVERY, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost,
                    render_line)
+from .nofollow import read_bytes
 
 VERSION = 1
 PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
@@ -303,7 +304,7 @@ class ViewFile:
 
     def check(self) -> None:
         """Whether ``view.json`` restores as saved (``ValueError`` or ``OSError`` says why not)."""
-        self.make().load(self.path.read_bytes(), self.log.count())
+        self.make().load(read_bytes(self.path), self.log.count())
 
     def current(self, upto: int | None = None, save: bool | None = None, create: bool = True) -> Views | None:
         """The views, caught up with the tree and with the log (to message ``upto``, default all).
@@ -323,7 +324,7 @@ class ViewFile:
             views = self.make()
             if stamp is not None:
                 try:
-                    views.load(path.read_bytes(), count)
+                    views.load(read_bytes(path), count)
                     views.check_tree(self.tree.file_sizes())
                     views.loaded = stamp
                 except (ValueError, OSError) as exc:
@@ -529,7 +530,7 @@ class ViewFile:
 
     def _load_texts(self, line_bytes: int) -> dict:
         try:
-            data = orjson.loads(self.texts_path.read_bytes())
+            data = orjson.loads(read_bytes(self.texts_path))
         except (OSError, orjson.JSONDecodeError):
             return {}
         if type(data) is not dict or data.get("version") != TEXTS_VERSION or data.get("line_bytes") != line_bytes:
