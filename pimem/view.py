@@ -288,6 +288,13 @@ class View:
                     lines[j:] = [(l, i, parent, cost)]
                     del starts[j + 1]
                     changes += 1
+                if total <= floor:  # merges brought the view down to its flood line with no pair left to try
+                    self.total, self.T, self.changes = total, T, changes
+                    self.fit()  # (what ``fit`` does next: it may wait, or end the batch below ``lo``)
+                    total, T, changes = self.total, self.T, self.changes
+                    if trace is not None:
+                        trace.general = True
+                    return k
         finally:
             self.total, self.T, self.changes = total, T, changes
             if trace is not None:

@@ -84,6 +84,7 @@ sizes = st.lists(st.one_of(st.integers(1, 200), st.integers(200, 700)), min_size
 
 @settings(max_examples=400, deadline=None)
 @example(sizes=[142, 358, 1, 1], hi=0, chi=76, chunk=12, with_tree=True, seed=153)  # a merge ends the flood
+@example(sizes=[144, 200, 200, 1], hi=286, chi=300, chunk=1, with_tree=True, seed=1)  # merges end it below lo
 @given(sizes, st.integers(0, 6000), st.integers(0, 3000), st.integers(1, 300), st.booleans(), st.integers(0, 2**32))
 def test_bulk_push_equals_one_at_a_time(sizes, hi, chi, chunk, with_tree, seed):
     stored = {(l, i) for l in range(8) for i in range(700) if (l * 7 + i * 13 + seed) % 5 == 0} if with_tree else set()
