@@ -100,7 +100,7 @@ complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is th
 
 # append
 complete -c pimem -n '__fish_seen_subcommand_from append' -s k -l kind -x -d 'user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).'
-complete -c pimem -n '__fish_seen_subcommand_from append' -l date -x -d 'The message\'s date, RFC 3339 (default: now).'
+complete -c pimem -n '__fish_seen_subcommand_from append' -l date -x -d 'The message\'s date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l meta -x -d 'A JSON object stored with the message.'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l ndjson -d 'Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l json -d 'One JSON object per line (NDJSON).'
@@ -290,9 +290,9 @@ complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --t
 
 # search
 complete -c pimem -n '__fish_seen_subcommand_from search' -l any -d 'Match messages holding any of the words, not all.'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Best matches first (BM25 over the newest 10,000 matches) instead of newest first.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l kind -s k -x -d 'Only these kinds (repeatable).'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l until -x -d 'Only messages dated before WHEN.'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l before -x -d 'Only messages numbered below I (the next page after a hit #I).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l limit -s n -x -d 'At most this many hits.'

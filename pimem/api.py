@@ -14,6 +14,7 @@ import os
 from .errors import BadInput
 from .memory import Memory
 from .message import TOOL_KINDS
+from .numbers import MAX_I
 
 Home = str | os.PathLike | None
 
@@ -23,9 +24,9 @@ MESSAGE_CHARS = 50_000  # characters of one message per call by default
 VIEW_LINES = 200  # the latest view lines by default
 
 
-def _bounded(value: int, name: str, top: int = MAX_LIMIT) -> int:
-    if not 1 <= value <= top:
-        raise BadInput(f"{name} must be between 1 and {top}")
+def _bounded(value: int, name: str, top: int = MAX_LIMIT, bottom: int = 1) -> int:
+    if type(value) is not int or not bottom <= value <= top:
+        raise BadInput(f"{name} must be a whole number from {bottom} to {top}")
     return value
 
 
@@ -38,14 +39,15 @@ class _Held:
         self.lines: dict[str, str] = {}
 
     def __call__(self, msg: dict) -> dict:
-        held = self.mem.held(msg["i"])
+        held = self.mem.held_each([msg["i"]], {msg["i"]: msg["size"]}, lines=self.include_tools)[msg["i"]]
         if held is not None and not self.include_tools:
             if held["label"] not in self.lines:
                 from .privacy import hide_tools
+                from .tree import parse_label
                 from .view import render_line
 
-                v = self.mem.views.current(create=False).view
-                l, i, text, _ = v.line(v.covering(msg["i"]))
+                l, i = parse_label(held["label"])
+                text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
                 self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)])[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
@@ -59,6 +61,7 @@ def list_memories(home: Home = None) -> list[dict]:
 def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = MESSAGE_CHARS, home: Home = None) -> dict:
     """Message ``i`` whole, or a window of its text (``offset``, ``max_chars``) with ``next_offset`` when more
     remains."""
+    _bounded(i, "i", MAX_I, 0)
     mem = Memory.open(name, home)
     msg = mem.message(i)
     if msg["kind"] in TOOL_KINDS and not include_tools:
@@ -83,8 +86,7 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
     if when is not None:
         first = mem.first_at(whens.parse_when(when))
         start = mem.count() if first is None else first
-    if start < 0:
-        raise BadInput("start must be 0 or more")
+    _bounded(start, "start", MAX_I, 0)
     out, position, held = [], start, _Held(mem, include_tools)
     for msg in mem.messages(start):
         if len(out) == limit:
@@ -107,6 +109,8 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     from .message import kind_of
 
     _bounded(limit, "limit", 200)
+    if before is not None:
+        _bounded(before, "before", MAX_I, 0)
     mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
     hits = searching.search(mems, query, any_term=any_term, rank=rank, kinds={kind_of(k) for k in kinds} if kinds else None,
                             include_tools=include_tools, since=whens.parse_when(since) if since else None,
@@ -175,8 +179,7 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
     from . import budget as budgets, memories
 
     _bounded(limit, "limit", 100)
-    if offset < 0:
-        raise BadInput("offset must be 0 or more")
+    _bounded(offset, "offset", MAX_I, 0)
     found = memories.find(memories.records(Memory.open(name, home), session), query, status, kind)
     return orjson.loads(memories.listing(found, offset, limit, budget or budgets.DEFAULT, True))
 

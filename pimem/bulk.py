@@ -134,7 +134,7 @@ def _read(mem, stream: BinaryIO, out: int) -> int:
     encoder = _Encoder(mem.text_cap)
     try:
         try:
-            for data, meta in ingest.read_batches(stream, encoder.take, encoder.batch):
+            for data, meta in ingest.read_batches(stream, encoder.take, encoder.batch, mem.text_cap):
                 _send(out, data, meta)
         except BadInput as exc:
             _send(out, b"", {"error": str(exc), "bad": True})

@@ -25,6 +25,7 @@ import orjson
 
 from .errors import IntegrityError
 from .home import append_durably
+from .nofollow import read_bytes
 
 MEMORY_TYPES = frozenset({"create", "supersede", "pin", "unpin", "resolve"})
 AUTHORS = frozenset({"user", "model", "rule"})
@@ -110,7 +111,7 @@ class Chain:
 
     def read(self) -> Reading:
         try:
-            data = self.path.read_bytes()
+            data = read_bytes(self.path)
         except FileNotFoundError:
             return Reading()
         reading = Reading()

@@ -17,7 +17,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <
 from typer.core import TyperCommand
 
 from . import env
-from .errors import ExitStatus, PimemError
+from .errors import ExitStatus, PimemError, translate
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -72,13 +72,15 @@ def guarded(func):
         except BrokenPipeError:
             _quiet_stdout()
             raise typer.Exit(ExitStatus.OK) from None
-        except OSError as exc:  # the disk is full, a directory is not ours to write: say so, no traceback
-            env.current().stdout.flush()
-            where = f": {exc.filename}" if exc.filename else ""
-            env.stderr().write(f"pimem: error: {exc.strerror or exc}{where}\n")
-            raise typer.Exit(ExitStatus.SYSTEM) from None
         except KeyboardInterrupt:
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
+        except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
+            error = translate(exc)
+            if error is None:
+                raise
+            env.current().stdout.flush()
+            env.stderr().write(f"pimem: error: {error}\n")
+            raise typer.Exit(ExitStatus(error.code)) from None
 
     return wrapper
 

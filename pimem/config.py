@@ -16,6 +16,7 @@ import orjson
 
 from . import env, home as homes
 from .message import DEFAULT_CAP
+from .nofollow import read_bytes
 
 LINE_BYTES = 512  # a tree node's line, in UTF-8 bytes
 
@@ -51,7 +52,7 @@ def merged(base: dict, over: dict) -> dict:
 
 def read_json(path: Path, default=None):
     try:
-        return orjson.loads(path.read_bytes())
+        return orjson.loads(read_bytes(path))
     except FileNotFoundError:
         return default
 

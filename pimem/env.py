@@ -11,6 +11,7 @@ at a temporary directory and may freeze the clock with ``PIMEM_NOW`` (an RFC 333
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from datetime import datetime
@@ -38,8 +39,8 @@ class Environment:
         ``~/.pi/memory``."""
         for candidate in (explicit, self._home, os.environ.get("PIMEM_HOME"), os.environ.get("PI_MEM_HOME")):
             if candidate:
-                return Path(candidate).expanduser()
-        return Path.home() / ".pi" / "memory"
+                return _resolved(os.fspath(candidate))
+        return _resolved(str(Path.home() / ".pi" / "memory"))
 
     def now(self) -> datetime:
         """The current local time with its UTC offset (``$PIMEM_NOW`` overrides the wall clock, for tests)."""
@@ -101,6 +102,13 @@ def using(environment: Environment):
 
 def home(explicit: str | os.PathLike | None = None) -> Path:
     return _current.home(explicit)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolved(home: str) -> Path:
+    """The home with its links resolved, once: the home itself may be a link (the user's), while nothing under
+    it is ever followed (``pimem.nofollow``)."""
+    return Path(os.path.realpath(os.path.expanduser(home)))
 
 
 def now() -> datetime:

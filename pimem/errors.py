@@ -85,3 +85,17 @@ class IntegrityError(PimemError):
 
 class ProviderError(PimemError):
     code = ExitStatus.PROVIDER
+
+
+def translate(exc: BaseException) -> PimemError | None:
+    """The error an OS or SQLite failure stands for, with one line naming it (disk full, permission denied:
+    exit 7; a database busy past its timeout: 4; a damaged one: 5), or None for anything else. The CLI's
+    boundary and the MCP server both use it, so a client reads the same reason a shell user does."""
+    if isinstance(exc, OSError):
+        where = f": {exc.filename}" if exc.filename else ""
+        return PimemError(f"{exc.strerror or exc}{where}", ExitStatus.SYSTEM)
+    if type(exc).__module__ == "sqlite3":  # (sqlite3 is never imported just to ask)
+        text = str(exc)
+        code = ExitStatus.BUSY if "locked" in text or "busy" in text else ExitStatus.INTEGRITY if "malformed" in text or "not a database" in text else ExitStatus.SYSTEM
+        return PimemError(f"SQLite: {text}", code)
+    return None

@@ -50,6 +50,7 @@ class Finding:
 def check(mem: Memory, repair: bool = False, timeout: float | None = None) -> list[Finding]:
     """Every finding for one memory; with ``repair``, the repairable ones are fixed under the writer lock
     and marked ``repaired``."""
+    mem.log.explaining = True
     findings = _run_checks(mem)
     actions = list(dict.fromkeys(f.action for f in problems(findings) if f.action))
     if not repair or not actions:
@@ -70,18 +71,22 @@ def _key(f: Finding) -> tuple:
 
 
 def _run_checks(mem: Memory) -> list[Finding]:
-    return check_log(mem) + check_ranges(mem) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
+    log = check_log(mem)
+    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
 
 
-def check_ranges(mem: Memory) -> list[Finding]:
+def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
     """ranges.json (derived): readers take the day files' sizes from it when no write can have happened since
-    it was written, so what it records must be what the files are (a file changed other than by pimem)."""
+    it was written, so what it records must be what the files are (a file changed other than by pimem). It
+    is written again only once the log itself is sound: until then every command checks the whole log and
+    stops at its gap or duplicate."""
     wrong = mem.log.stale_ranges()
     if not wrong:
         return []
     return [Finding(mem.name, "log", "ranges.json", f"records {len(wrong)} day file(s) otherwise than they are "
-                    f"({wrong[0]} first), so readers miss what changed", repair="write it again from the day files",
-                    action=lambda m: m.log.rewrite_ranges())]
+                    f"({wrong[0]} first): something else changed them, so every command checks the whole log",
+                    repair=None if log_broken else "write it again from the day files",
+                    action=None if log_broken else (lambda m: m.log.rewrite_ranges()))]
 
 
 def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern) -> Iterator[tuple[str, bytes, object]]:

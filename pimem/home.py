@@ -8,12 +8,20 @@ from pathlib import Path
 
 import orjson
 
-from .errors import BadInput, IntegrityError
+from .errors import BadInput, IntegrityError, NotFound
+from .nofollow import check_dir, kind as _kind, open_fd, read_bytes
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 TRASH = ".trash"
+# the home's own files are named like this (config.json, and whatever pimem keeps beside the memories):
+# no memory may take such a name
+RESERVED_SUFFIXES = (".json", ".jsonl", ".lock", ".sqlite", ".tmp")
+
+
+def reserved(name: str) -> bool:
+    return name.lower().endswith(RESERVED_SUFFIXES)
 
 
 def validate_name(name: str) -> str:
@@ -23,36 +31,55 @@ def validate_name(name: str) -> str:
         raise BadInput(
             f"invalid memory name {shown}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
+    if reserved(name):
+        raise BadInput(f"invalid memory name {name!r}: names ending in {', '.join(RESERVED_SUFFIXES)} are kept for "
+                       "the home's own files (config.json, …)")
     return name
 
 
 def ensure_dir(path: Path) -> Path:
-    """Create ``path`` and any missing parents with mode 0700."""
-    if not path.is_dir():
+    """Create ``path`` and any missing parents with mode 0700; a link where a directory should be is refused
+    (``nofollow.planted``), never followed."""
+    if not check_dir(path):
         ensure_dir(path.parent)
         try:
             path.mkdir(mode=DIR_MODE)
         except FileExistsError:
-            pass
+            if not check_dir(path):  # a file is in the way: never chmod what is not ours
+                raise NotADirectoryError(20, "Not a directory", str(path)) from None
         os.chmod(path, DIR_MODE)
     return path
 
 
+
+def rename_intent(home: Path, name: str) -> Path:
+    """Where ``rename`` puts the pointer of ``name`` before moving it: followed while ``<home>/<name>`` is missing
+    (a rename that crashed between its steps)."""
+    return home / f".{name}.renaming"
+
+
 def resolve(home: Path, name: str) -> Path:
     """The directory of memory ``name``, following rename pointers (a file ``<home>/<old>`` holding
-    ``{"renamedTo": "<new>"}``). The directory may not exist yet."""
-    validate_name(name)
+    ``{"renamedTo": "<new>"}``, or a rename's pointer written before it moved the memory). The directory may
+    not exist yet."""
+    given = validate_name(name)
     seen = set()
     path = home / name
-    while path.is_file():
+    while (kind := _kind(path)) == "file" or (kind is None and _kind(rename_intent(home, name)) == "file"):
+        if kind is None:
+            path = rename_intent(home, name)
         if name in seen or len(seen) > 16:
             raise IntegrityError(f"rename pointers loop at memory '{name}'")
         seen.add(name)
         try:
-            name = validate_name(orjson.loads(path.read_bytes())["renamedTo"])
+            name = validate_name(orjson.loads(read_bytes(path))["renamedTo"])
         except (orjson.JSONDecodeError, KeyError, TypeError, BadInput) as exc:
             raise IntegrityError(f"broken rename pointer {path}: {exc}") from None
         path = home / name
+        if _kind(path) is None and _kind(rename_intent(home, name)) is None:
+            # only a delete interrupted before it removed the pointers leaves one leading nowhere
+            raise NotFound(f"memory '{given}' was renamed to '{name}', which was deleted; remove the pointer "
+                           f"{home / given} to use the name again")
     return path
 
 
@@ -60,7 +87,9 @@ def names(home: Path) -> list[str]:
     """Every memory directory under ``home`` (pointers and the trash excluded), sorted."""
     if not home.is_dir():
         return []
-    return sorted(p.name for p in home.iterdir() if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "main").is_dir())
+    return sorted(p.name for p in home.iterdir()  # (links are not memories pimem made: never listed)
+                  if not p.is_symlink() and p.is_dir() and NAME_RE.fullmatch(p.name) and not reserved(p.name)
+                  and not (p / "main").is_symlink() and (p / "main").is_dir())
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
@@ -89,12 +118,19 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, flush, rename), mode 0600. ``durable=False``
     skips the flush, for derived files that a crash may leave old but never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        write_all(fd, data, durable)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            write_all(fd, data, durable)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:  # the disk is full, say: leave no half-written temp file behind
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def append_durably(path: Path, data: bytes) -> None:
@@ -102,7 +138,7 @@ def append_durably(path: Path, data: bytes) -> None:
     line left by a crash is first terminated so the new lines start on lines of their own. A new file's
     name is made durable too."""
     created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":

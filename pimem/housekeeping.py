@@ -2,6 +2,11 @@
 
 Both refuse while a watcher holds the memory's lease (``lock.json``, see ``pimem.lease``), naming the process,
 and both take the writer lock, under which leases are taken, so no append or lease is cut in half by the move.
+
+Both are all or nothing. ``rename`` writes its pointer before it moves anything (as ``.<old>.renaming``, which
+``home.resolve`` follows while ``<old>`` is missing), so a crash or a full disk at any step leaves the old name
+leading to the memory; a step that fails is rolled back. ``delete`` is one ``rename`` into the trash, after
+which the pointers that led to it are removed (a pointer left by a crash then leads nowhere: exit 3).
 """
 
 from __future__ import annotations
@@ -45,11 +50,31 @@ def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: f
     refuse_if_watched(mem, "rename")
     with mem.lock(timeout):
         refuse_if_watched(mem, "rename")
-        if target.is_file():
-            target.unlink()
-        os.rename(mem.path, target)
-        homes.write_atomic(mem.path, orjson.dumps({"renamedTo": new}) + b"\n")
+        intent = homes.rename_intent(mem.home, mem.name)
+        homes.write_atomic(intent, orjson.dumps({"renamedTo": new}) + b"\n")  # the pointer, before any move
+        aside = mem.home / f".{new}.pointer-{os.getpid()}"
+        steps: list = []  # how to undo each step taken so far
+        try:
+            if target.is_file():  # a pointer back to old: kept aside until the move is done
+                os.rename(target, aside)
+                steps.append(lambda: os.rename(aside, target))
+            os.rename(mem.path, target)
+            steps.append(lambda: os.rename(target, mem.path))
+            os.rename(intent, mem.path)
+        except BaseException:
+            for undo in reversed(steps):
+                undo()
+            _unlink(intent)
+            raise
+        _unlink(aside)
     return Memory(new, target, mem.home)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _leads_to(root: Path, name: str, path: Path) -> bool:
@@ -75,6 +100,6 @@ def delete(name: str, home: str | os.PathLike | None = None, timeout: float | No
         refuse_if_watched(mem, "delete")
         pointers = [p for p in mem.home.iterdir() if p.is_file() and homes.NAME_RE.fullmatch(p.name) and _leads_to(mem.home, p.name, mem.path)]
         os.rename(mem.path, dest)
-    for pointer in pointers:
-        pointer.unlink()
+    for pointer in pointers + [homes.rename_intent(mem.home, mem.name)]:
+        _unlink(pointer)
     return dest

@@ -11,6 +11,9 @@ What it holds (nothing the log does not):
   then checked against the original line in the log, which also makes the index unable to show anything but
   the log's own text. They hold even-numbered messages; ``index-1.sqlite`` (attached as ``shard``) holds the
   same two tables for odd-numbered ones, with its own ``files`` progress;
+- the ranker's tables, beside the trigram tables in both files (``pimem.rankindex``, a module this one owns:
+  each message's distinct terms in FTS5, its length and conversation, the totals; ``Index.ranked`` hands the
+  ranker its ``Source`` over them);
 - ``tree_nodes`` and ``tree_files``: the text of each node a compactor stored, by ``(l, i)``, and how many bytes
   of each tree file are in it (``TreeNodes``; the tree catches them up from its files).
 
@@ -42,13 +45,14 @@ from typing import Callable, Iterator, NamedTuple
 
 import orjson
 
-from . import env, when
+from . import env, rankindex, when
 from .errors import Busy
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
+from .nofollow import check_database, open_binary, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 3  # 3: odd-numbered messages' texts in the second file
+SCHEMA_VERSION = 4  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -64,10 +68,10 @@ CREATE TABLE IF NOT EXISTS main.files (id INTEGER PRIMARY KEY, name TEXT NOT NUL
 CREATE TABLE IF NOT EXISTS main.msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
-""" + _FTS_SCHEMA.replace("{schema}", "main")
+""" + _FTS_SCHEMA.replace("{schema}", "main") + rankindex.schema("main")
 _SHARD_SCHEMA = """
 CREATE TABLE IF NOT EXISTS shard.files (name TEXT PRIMARY KEY, done INTEGER NOT NULL);
-""" + _FTS_SCHEMA.replace("{schema}", "shard")
+""" + _FTS_SCHEMA.replace("{schema}", "shard") + rankindex.schema("shard")
 # The texts of odd-numbered messages are indexed in a second file by a second thread: building FTS5's
 # trigrams is most of the work and SQLite does it without the GIL, so it runs on two cores (on this 2-core
 # machine catching up a million messages took 0.7x the time). Queries look in both (``SCHEMAS``); each file
@@ -125,8 +129,9 @@ def _tune(db: sqlite3.Connection) -> None:
 
 def _create_file(path: Path) -> None:
     """Create an empty database file with pimem's mode (SQLite gives its WAL the same mode)."""
+    check_database(path)
     if not path.exists():
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+        os.close(open_fd(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
 
 
 def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
@@ -165,6 +170,12 @@ class Filters:
         self.since = since.timestamp() if since else None
         self.until = until.timestamp() if until else None
         self.before = before
+
+    def narrows(self) -> bool:
+        """Whether the filters leave out messages of the tables their kinds are in (or none)."""
+        tables = {table_of(k) for k in self.kinds}
+        return (any(k not in self.kinds for k in KINDS if table_of(k) in tables)
+                or self.before is not None or self.since is not None or self.until is not None)
 
     def sql(self, table: str | None, column: str) -> tuple[str, list]:
         """``WHERE`` conditions on ``msgs m`` (and the FTS ``rowid`` column) and their parameters."""
@@ -242,7 +253,7 @@ class Index:
                 return
             for statement in filter(str.strip, statements.split(";")):
                 db.execute(statement)
-            for table in TABLES:
+            for table in (*TABLES, *rankindex.WORD_TABLES.values()):
                 for key, value in _FTS_CONFIG.items():
                     db.execute(f"INSERT INTO {schema}.{table} ({table}, rank) VALUES (?, ?)", (key, value))
             db.execute(f"PRAGMA {schema}.user_version = {SCHEMA_VERSION}")
@@ -344,7 +355,7 @@ class Index:
             while begin < len(data):
                 end = data.index(b"\n", begin)
                 msg = messages[k]
-                batch.add_message(start + k, msg["kind"], msg["text"], when.parse_stored(msg["date"]).timestamp(),
+                batch.add_message(start + k, msg, when.parse_stored(msg["date"]).timestamp(),
                                   fid, offset + begin, end - begin)
                 begin, k = end + 1, k + 1
             batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
@@ -422,7 +433,7 @@ class Index:
         search reads thousands of candidates)."""
         fd = self._fds.get(fid)
         if fd is None:
-            fd = self._fds[fid] = os.open(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
+            fd = self._fds[fid] = open_fd(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
         try:
             msg = orjson.loads(os.pread(fd, length, offset))
         except orjson.JSONDecodeError:
@@ -443,10 +454,15 @@ class Index:
             terms.update(dict.fromkeys(row[0] for row in rows))
         return None if len(terms) > limit else list(terms)
 
-    def size(self) -> int:
-        """One past the highest ``i`` indexed (what BM25 counts as the number of documents)."""
-        row = self.db.execute("SELECT max(i) FROM msgs").fetchone()
-        return (row[0] or 0) + 1
+    def ranked(self, filters: Filters) -> rankindex.Postings:
+        """The ranker's ``Source`` over the messages ``filters`` allow (``pimem.rankindex``)."""
+        tables = sorted({table_of(k) for k in filters.kinds})
+        return rankindex.Postings(self.db, tables, SCHEMAS, filters.sql(None, "m.i") if filters.narrows() else None)
+
+    def row(self, i: int) -> Candidate | None:
+        """Where message ``i``'s line is, or None when the index does not hold it."""
+        found = self.db.execute("SELECT i, file, offset, length, kind, epoch FROM msgs WHERE i = ?", (i,)).fetchone()
+        return Candidate._make(found) if found is not None else None
 
     def candidates(self, folded: list[str], any_term: bool, filters: Filters) -> Iterator[Candidate]:
         """The messages that may hold all the terms (``any_term``: one of them), already case-folded, within
@@ -518,6 +534,7 @@ class TreeNodes:
     def db(self) -> sqlite3.Connection:
         if self._db is None:
             _create_file(self.path)
+            check_database(self.path)
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
@@ -561,13 +578,14 @@ class TreeNodes:
 
 def connect_writer(path: Path) -> sqlite3.Connection:
     """A connection for an ``indexer.Writer`` to one of the index's files."""
+    check_database(path)
     db = sqlite3.connect(path, isolation_level=None)
     _tune(db)
     return db
 
 
 def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: dict[str, list],
-                reached: dict[str, int]) -> None:
+                reached: dict[str, int], words: rankindex.Pending) -> None:
     """One batch of an ``indexer.Writer`` in one transaction: ``msgs`` rows (main file only), texts by FTS
     table, and how far each log file has been read for this file (``main``: the main file, else the second)."""
     db.execute("BEGIN IMMEDIATE")
@@ -582,6 +600,7 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
                 db.execute(f"INSERT INTO {table} (rowid, text) SELECT json_extract(value, '$[0]'), "
                            "json_extract(value, '$[1]') FROM json_each(?)",
                            (orjson.dumps(values).decode(),))
+        words.write(db)
         if main:
             db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
         else:

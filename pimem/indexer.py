@@ -12,7 +12,7 @@ from typing import Iterator
 
 import orjson
 
-from . import when
+from . import rankindex, when
 from .errors import IntegrityError
 from .index import KIND_CODE, SENTINEL, TABLES, connect_writer, table_of, write_batch
 
@@ -33,6 +33,7 @@ class Batch:
         self.rows: list[tuple] = []
         self.texts: tuple[dict[str, list], dict[str, list]] = ({t: [] for t in TABLES}, {t: [] for t in TABLES})
         self.reached: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.words = (rankindex.Pending(), rankindex.Pending())  # the ranker's rows for each file
         self.bytes = 0
 
     def add(self, fid: int, name: str, offset: int, line: bytes, main: bool, shard: bool) -> None:
@@ -49,15 +50,17 @@ class Batch:
             epoch = when.parse_stored(msg["date"]).timestamp() if main else 0
         except Exception:  # a damaged line, or a torn one sealed by a writer: the log skips it too
             return
-        self.add_message(i, kind, text, epoch, fid, offset, len(line), main, shard)
+        self.add_message(i, msg, epoch, fid, offset, len(line), main, shard)
 
-    def add_message(self, i: int, kind: str, text: str, epoch: float, fid: int, offset: int, length: int,
+    def add_message(self, i: int, msg: dict, epoch: float, fid: int, offset: int, length: int,
                     main: bool = True, shard: bool = True) -> None:
+        kind, text = msg["kind"], msg["text"]
         if main:
             self.rows.append((i, fid, offset, length, KIND_CODE.get(kind, 0), epoch))
         wanted = shard if i % 2 else main  # odd-numbered messages' texts go to the second file
         if wanted:
             self.texts[i % 2][table_of(kind)].append((i, text.lower() + SENTINEL))
+            self.words[i % 2].add(i, table_of(kind), msg)
             self.bytes += length
 
     def full(self) -> bool:
@@ -65,8 +68,8 @@ class Batch:
 
     def hand_over(self, writers: tuple["Writer", "Writer"], progress) -> int:
         """Queue each file's part for its writer and start a new batch; returns the messages handed over."""
-        writers[0].put(self.rows, self.texts[0], self.reached[0])
-        writers[1].put([], self.texts[1], self.reached[1])
+        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0])
+        writers[1].put([], self.texts[1], self.reached[1], self.words[1])
         count = len(self.rows)
         self.clear()
         if progress:
@@ -89,9 +92,9 @@ class Writer:
         self.thread = threading.Thread(target=self._run, name=f"pimem-index-{path.name}", daemon=True)
         self.thread.start()
 
-    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
+    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int], words) -> None:
         if self.error is None:
-            self.queue.put((rows, texts, reached))
+            self.queue.put((rows, texts, reached, words))
 
     def close(self) -> BaseException | None:
         self.queue.put(None)

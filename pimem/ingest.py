@@ -21,13 +21,42 @@ def _reader(stream: BinaryIO):
     return getattr(stream, "read1", stream.read)
 
 
-def read_text(stream: BinaryIO) -> str:
-    """All of a binary stream as UTF-8 text."""
-    data = stream.read()
+def line_cap(text_cap: int) -> int:
+    """The most bytes one input line may hold (NDJSON, a session file's line): twice the text cap, room for
+    a text at the cap with JSON escapes and its fields. A longer line is refused once that much is read."""
+    return 2 * text_cap + 64 * 1024
+
+
+def read_text(stream: BinaryIO, cap: int, advice: str = "split it into several messages") -> str:
+    """All of a binary stream as UTF-8 text, refused as soon as it passes ``cap`` bytes (nothing more is
+    read: a runaway producer costs ``cap`` bytes of memory, not all it writes)."""
+    data = stream.read(cap + 1)
+    if len(data) > cap:
+        raise BadInput(f"text on stdin is over the cap of {cap} bytes (reading stopped there); {advice}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"stdin is not valid UTF-8 (byte {exc.start})") from None
+
+
+def bounded_lines(f: BinaryIO, cap: int) -> Iterator[bytes | int]:
+    """The lines of a file (the last may lack its newline), each of at most ``cap`` bytes. A longer line is
+    never held whole: it is read past in pieces, and its length is yielded instead of its bytes."""
+    readline = f.readline
+    while True:
+        raw = readline(cap + 1)
+        if len(raw) <= cap:
+            if not raw:
+                return
+            yield raw
+            continue
+        skipped = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = readline(_READ)
+            if not raw:
+                break
+            skipped += len(raw)
+        yield skipped
 
 
 class LineLabels:
@@ -53,7 +82,7 @@ def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
     return bool(poller.poll(seconds * 1000))
 
 
-def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
+def ndjson_batches(stream: BinaryIO, cap: int) -> Iterator[tuple[list[dict], LineLabels]]:
     """``(records, labels)`` batches from an NDJSON stream (see ``read_batches``)."""
     records: list[dict] = []
     numbers: list[int] = []
@@ -68,15 +97,18 @@ def ndjson_batches(stream: BinaryIO) -> Iterator[tuple[list[dict], LineLabels]]:
         records, numbers = [], []
         return done
 
-    return read_batches(stream, take, batch)
+    return read_batches(stream, take, batch, cap)
 
 
-def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Callable[[], T]) -> Iterator[T]:
+def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Callable[[], T], cap: int) -> Iterator[T]:
     """Parse an NDJSON stream, handing each record to ``take(record, line_no)`` and yielding ``batch()`` at the
     end of each batch: at 10,000 lines, 32 MiB, end of input, or whenever the input has gone quiet after a
     whole line (so a live stream is logged as it arrives). Blank lines are skipped; a line that is not a JSON
-    object raises ``BadInput`` with its number."""
-    pending = b""
+    object, or that passes ``line_cap(cap)`` bytes (refused as soon as it does), raises ``BadInput`` with its
+    number."""
+    limit = line_cap(cap)
+    pending: list[bytes] = []  # the pieces of an unfinished line, joined once its end arrives
+    pending_bytes = 0
     line_no = 0
     taken = 0
     batch_bytes = 0
@@ -85,11 +117,22 @@ def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Cal
     while True:
         data = read(_READ)
         eof = not data
-        pending += data
-        if eof and pending and not pending.endswith(b"\n"):
-            pending += b"\n"
-        lines = pending.split(b"\n")
-        pending = lines.pop()
+        if eof and pending:
+            data = b"\n"
+        lines = data.split(b"\n")
+        tail = lines.pop()
+        if pending and lines:
+            lines[0] = b"".join(pending) + lines[0]
+            pending, pending_bytes = [], 0
+        if tail:
+            pending.append(tail)
+            pending_bytes += len(tail)
+            if pending_bytes > limit:
+                raise BadInput(f"line {line_no + len(lines) + 1}: longer than {limit:,} bytes, the cap for one input line")
+        if pending_bytes + len(data) > limit:  # only then can a whole line here be over the cap
+            for n, raw in enumerate(lines):
+                if len(raw) > limit:
+                    raise BadInput(f"line {line_no + n + 1}: longer than {limit:,} bytes, the cap for one input line")
         for raw in lines:
             line_no += 1
             if not raw or raw.isspace():

@@ -21,6 +21,7 @@ import orjson
 from . import env, when
 from .errors import Busy
 from .home import write_atomic
+from .nofollow import read_bytes
 
 FILE = "lock.json"
 BEAT = 2.0  # seconds between heartbeats
@@ -29,7 +30,7 @@ STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
 
 def _read(mem) -> dict | None:
     try:
-        record = orjson.loads((mem.path / FILE).read_bytes())
+        record = orjson.loads(read_bytes(mem.path / FILE))
     except (FileNotFoundError, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None

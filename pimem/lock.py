@@ -14,6 +14,7 @@ import threading
 import time
 
 from .home import FILE_MODE
+from .nofollow import open_fd
 
 _POLL_MAX = 0.05  # seconds between tries, at most (the first tries come faster)
 
@@ -34,7 +35,7 @@ class WriterLock:
         if self._depth:
             self._depth += 1
             return True
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        fd = open_fd(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         pause = 0.001
         while True:
             try:

@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from . import api
-from .errors import BadInput, PimemError
+from .errors import BadInput, PimemError, translate
 
 INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
 Use list_memories to see the memories, search to find where something was said (original messages, newest
@@ -44,6 +44,11 @@ def build(home: api.Home = None):
                 return func(*args, **kwargs)
             except PimemError as exc:
                 raise tool_error(str(exc)) from None
+            except Exception as exc:  # an OS or SQLite failure: the reason the CLI would print, not a bare failure
+                error = translate(exc)
+                if error is None:
+                    raise
+                raise tool_error(str(error)) from None
 
         server.tool()(call)
         return call
@@ -59,7 +64,8 @@ def build(home: api.Home = None):
                before: int | None = None, limit: int = 20) -> dict[str, Any]:
         """Where something was said: case-insensitive substring search over the original messages (never the
         summaries) of the memories `names` (default: all), Chinese included. Every word must occur (any_term:
-        at least one); "a quoted phrase" exactly. Newest first, or best first with rank. Each hit has the
+        at least one); "a quoted phrase" exactly; newest first. With rank, ask a question instead: the
+        messages holding any of its words (stemmed), best first, each with a score. Each hit has the
         memory, i, date, kind, a snippet, held and the label of the view line holding it. For the next page,
         pass before = the smallest i seen."""
         return api.search(query, names, rank, any_term, kinds, include_tools, since, before, limit, home)

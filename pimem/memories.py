@@ -11,9 +11,7 @@ A ``session``-scoped record is visible only to the same session.
 
 from __future__ import annotations
 
-import math
 import uuid
-from collections import Counter
 from datetime import datetime
 from typing import Iterable
 
@@ -167,45 +165,38 @@ def find(items: list[dict], query: str | None = None, status: str | None = None,
     return sorted(items, key=lambda r: STATUSES.index(r["status"]))
 
 
-K1, B, TF_CAP = 1.2, 0.75, 8
+TEXT_CAP = 256 * 1024  # bytes of one memory's text (long ones are paged by budget; a document belongs in the log)
 _STATUS_BONUS = {"pinned": 0.8, "active": 0.55, "provisional": 0.0, "superseded": -0.8, "resolved": -1.2}
 _AUTHOR_BONUS = {"user": 0.4, "model": 0.0, "rule": -0.2}
 _PRIORITY_BONUS = {"high": 0.2, "normal": 0.08, "low": 0.0}
 
 
 def rank(items: list[dict], query: str) -> list[dict]:
-    """BM25-style ranking (pi-compact's): term scores with tf capped at 8, k1 1.2, b 0.75; bonuses for all
-    terms, the exact phrase, status, author, priority; provisional machine records fade over a month.
-    Records matching no term are dropped; a query of stopwords only finds nothing."""
+    """The ranker's BM25 (``pimem.ranker``, the same terms and scores as ``search --rank``; records are not
+    a conversation, so no neighbour context) plus bonuses for all terms, the exact phrase, status, author,
+    priority; provisional machine records fade over a month. Records matching no term are dropped; a query
+    of stop words only finds nothing."""
+    from . import ranker
+
     wanted = terms.query_terms(query)
-    if not wanted:
+    if not wanted or not items:
         return []
     phrase = " ".join(terms.fold(query).split())
+    texts = [f"{r['content']}\n{r['id']}\n{r['kind']}\n{r.get('provenance', '')}" for r in items]
+    documents = [terms.bag(text) for text in texts]
+    scores = ranker.bm25(ranker.Corpus(documents), wanted)
     now = env.now()
-    docs = []
-    for record in items:
-        text = f"{record['content']}\n{record['id']}\n{record['kind']}\n{record.get('provenance', '')}"
-        docs.append((record, Counter(terms.tokens(text)), " ".join(terms.fold(text).split())))
-    avg = sum(sum(c.values()) for _, c, _ in docs) / len(docs) if docs else 1.0
-    df = Counter(t for _, counts, _ in docs for t in wanted if counts[t])
     scored = []
-    for record, counts, flat in docs:
-        matched = [t for t in wanted if counts[t]]
-        if not matched:
-            continue
-        length = sum(counts.values()) or 1
-        score = 0.0
-        for t in matched:
-            tf = min(counts[t], TF_CAP)
-            idf = math.log(1 + (len(docs) - df[t] + 0.5) / (df[t] + 0.5))
-            score += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * length / (avg or 1)))
-        score += 1.6 if len(matched) == len(wanted) else 0.0
-        score += 1.2 if len(wanted) > 1 and phrase in flat else 0.0
+    for n, score in scores.items():
+        record, found = items[n], documents[n][0]
+        matched = sum(1 for t in wanted if t in found)
+        score += 1.6 if matched == len(wanted) else 0.0
+        score += 1.2 if len(wanted) > 1 and phrase in " ".join(terms.fold(texts[n]).split()) else 0.0
         score += _STATUS_BONUS[record["status"]] + _AUTHOR_BONUS[record["author"]] + _PRIORITY_BONUS[record["priority"]]
         if record["author"] != "user" and record["status"] not in ("active", "pinned"):
             days = max(0.0, (now - _moment(record["updatedAt"])).total_seconds() / 86400)
             score += 0.3 / (1 + days / 30)
-        scored.append((-score, -len(matched), -_moment(record["updatedAt"]).timestamp(), record["id"], record))
+        scored.append((-score, -matched, -_moment(record["updatedAt"]).timestamp(), record["id"], record))
     scored.sort(key=lambda row: row[:4])
     return [row[-1] for row in scored]
 
@@ -245,6 +236,9 @@ def remember(
     text = text if text and text.strip() else None
     if text is not None and "\x00" in text:
         raise BadInput("text contains a NUL byte")
+    if text is not None and len(text.encode("utf-8", "surrogatepass")) > TEXT_CAP:
+        raise BadInput(f"a memory's text is at most {TEXT_CAP:,} bytes; log long texts with 'pimem append' and "
+                       "remember what matters about them")
     if propose and pin:
         raise BadInput("--pin and --propose do not go together: only the user pins a memory")
     if scope == "session" and not session:

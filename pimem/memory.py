@@ -18,6 +18,7 @@ from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, NotFound
 from .lock import WriterLock
 from .store import Log
+from .nofollow import check_dir
 
 @contextlib.contextmanager
 def collector_resting():
@@ -66,7 +67,7 @@ class Memory:
         return mem
 
     def exists(self) -> bool:
-        return (self.path / "main").is_dir()
+        return check_dir(self.path / "main")
 
     def reopened(self) -> "Memory":
         """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
@@ -182,8 +183,16 @@ class Memory:
                     yield pending.result()
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
-        """Bring derived state (the view) forward after a durable write; called under the writer lock."""
-        self.views.push(start, batch)
+        """Bring derived state (tree, view) forward after a durable write; called under the writer lock. The
+        messages are logged whatever happens here: when the system refuses (a full disk), the view is left
+        behind, to be caught up from the log by the next command, and the append still succeeds (failing it
+        would have the caller log the messages again)."""
+        try:
+            self.views.push(start, batch)
+        except OSError as exc:
+            from .output import warn
+
+            warn(f"logged, but view.json was left behind ({exc.strerror or exc}); the next command catches it up")
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -384,11 +393,14 @@ class Memory:
         placeholder). None when no view exists yet or ``i`` is not in it."""
         return self.held_each([i])[i]
 
-    def held_each(self, ids: list[int]) -> dict[int, dict | None]:
-        """``held`` for several messages, looking the view up once (search and recall report it per hit).
-        The view is caught up on the first call for this object only: a reader asking about many hits pays
-        for one look at the log."""
-        return self.views.held(ids, lambda i: self.message(i)["size"])
+    def held_each(self, ids: list[int], sizes: dict[int, int] | None = None,
+                  lines: bool = True) -> dict[int, dict | None]:
+        """``held`` for several messages (search and recall report it per hit), costing what they cost, not
+        what the view costs: read from ``view.json`` around each message where it is current, else from the
+        view caught up once for this object. ``sizes``: the messages' ``size`` where the caller has them
+        (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
+        sizes = sizes or {}
+        return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
 
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →

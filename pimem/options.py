@@ -6,6 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .numbers import count, param, seconds
+
 Home = Annotated[
     Optional[str],
     typer.Option("--home", help="Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).", metavar="DIR"),
@@ -15,7 +17,8 @@ IncludeTools = Annotated[
     bool, typer.Option("--include-tools", help="Also show tool calls and tool results (hidden by default: they hold file contents and command output).")
 ]
 Timeout = Annotated[
-    Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S")
+    Optional[float], typer.Option("--timeout", help="Seconds to wait for the writer lock before exit 4 (default 60).", metavar="S",
+                                   click_type=param(seconds, "S"))
 ]
 Log = Annotated[
     Optional[str], typer.Option("--log", help="Append what would go to stderr to FILE, creating its directory (for cron).", metavar="FILE")
@@ -24,7 +27,8 @@ Name = Annotated[
     Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main).", metavar="NAME", show_default=False)
 ]
 Budget = Annotated[
-    int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS", min=2)
+    int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS",
+                         click_type=param(count, "CHARS", lo=2))
 ]
 Session = Annotated[
     Optional[str], typer.Option("--session", help="The caller's session id: session-scoped memories are visible only to it.", metavar="ID")

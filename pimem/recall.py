@@ -5,9 +5,11 @@ Each message becomes a record: its number ``i``, its kind under both vocabularie
 it names (tool-call arguments, shell commands; the disk is never read), and a source class (``derived`` for
 summaries marked ``meta.derived``, else ``primary``: a provenance label, not a trust label).
 
-A request lists (newest first), reads given ids (log order), or searches (any query term as a substring of
-text and files; rare terms and path hits score higher; derived records score a fifth). The universe of
-records is first narrowed by the request's scope: ``SCOPES`` maps a scope name to a function
+A request lists (newest first), reads given ids (log order), or searches: the ranker behind every ranked
+read (``pimem.ranker``: any of the query's terms, BM25 with neighbour context, through the index), among the
+messages holding a term; a message naming a path that holds a term counts double, derived records a fifth.
+``--file`` keeps the messages naming a path containing it (found through the index's substring search).
+The request's scope narrows what may be found: ``SCOPES`` maps a scope name to a function
 ``(mem, records) -> records``; ``all`` keeps everything, ``lineage`` only the active branch of each imported
 pi session (``pimem.lineage``, following ``meta.entry``/``meta.parent``/``meta.session``).
 
@@ -22,7 +24,6 @@ reading back its own work.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
@@ -42,6 +43,7 @@ TOOL_FILTERS = frozenset({"tool", "tool_call", "echo", "tool_result", "bash"})
 SOURCE_CLASSES = ("primary", "derived", "all")
 TEXT_CLIP = 2000
 SNIPPET = 700
+POOL = 1000  # the ranker's best messages a search looks at (then filtered, re-weighted and paged)
 _FILE_KEYS = frozenset({"path", "file", "filePath", "filename"})
 _CALL = re.compile(r"^\s*[\w.-]+\((.*)\)\s*$", re.S)
 _EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
@@ -169,8 +171,14 @@ def recall(mem, request: Request) -> str:
     """The library entry point (commands and the MCP server): the text (or one JSON document) to show,
     never longer than ``request.budget`` characters."""
     request.check()
-    found = select(mem, request, universe(mem, request))
-    return render(mem, request, found)
+    return render(mem, request, find(mem, request))
+
+
+def find(mem, request: Request) -> Found:
+    """What a (checked) request selects: a search through the index, a listing or a read of the records."""
+    if request.ids or (not request.query.strip() and not request.file):
+        return select(mem, request, universe(mem, request))
+    return _search(mem, request)
 
 
 def universe(mem, request: Request) -> list[dict]:
@@ -186,6 +194,7 @@ def _shows_tools(request: Request) -> bool:
 
 
 def select(mem, request: Request, records: list[dict]) -> Found:
+    """A listing (newest first) or a read by ids, over ``records`` (the request's universe)."""
     hide = not _shows_tools(request)
     if request.ids:
         return _by_ids(request, records, hide)
@@ -193,15 +202,10 @@ def select(mem, request: Request, records: list[dict]) -> Found:
     if request.kind:
         records = [r for r in records if request.kind in r["kinds"]]
     start = (request.page - 1) * request.limit
-    if not request.query.strip() and not request.file:
-        newest = records[::-1]
-        page = newest[start : start + request.limit]
-        more = start + request.limit < len(newest)
-        return Found("list", page, len(newest), next_page=request.page + 1 if more else None)
-    ranked, snippets = search(records, request.query, request.file)
-    page = ranked[start : start + request.limit]
-    more = start + request.limit < len(ranked)
-    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets)
+    newest = records[::-1]
+    page = newest[start : start + request.limit]
+    more = start + request.limit < len(newest)
+    return Found("list", page, len(newest), next_page=request.page + 1 if more else None)
 
 
 def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
@@ -232,42 +236,56 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
     return Found("read", chosen[: request.limit], len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)), beyond=beyond)
 
 
-def search(records: list[dict], query: str, file: str | None) -> tuple[list[dict], dict]:
-    """Records matching any query term (substring of text and files) and the file filter (case-sensitive
-    substring of a path), best first: Σ(1 + 4/df) over matched terms, +8 for a path hit, divided by
-    log10(10 + length); derived records count a fifth; ties newest first. Returns the snippets too."""
-    wanted = terms.query_terms(query)
-    if not wanted and not file:
-        return [], {}
-    if file:
-        records = [r for r in records if any(file in p for p in r["files"])]
-    candidates = []
-    for r in records:
-        hay = terms.fold(r["text"] + "\n" + "\n".join(r["files"]))
-        matched = [t for t in wanted if t in hay]
-        if wanted and not matched:
-            continue
-        candidates.append((r, matched))
-    df: dict[str, int] = {}
-    for _, matched in candidates:
-        for t in matched:
-            df[t] = df.get(t, 0) + 1
-    scored, seen_text = [], set()
-    for r, matched in candidates:
-        path_hit = bool(file) or any(t in terms.fold(p) for p in r["files"] for t in matched)
-        score = (sum(1 + 4 / df[t] for t in matched) + (8 if path_hit else 0)) / math.log10(10 + len(r["text"]))
+def _search(mem, request: Request) -> Found:
+    """The ranker's best messages holding a query term (or, with only ``--file``, the messages naming such
+    a path, newest first), filtered by the request, re-weighted for path hits and derived records, best first;
+    the same text shown once."""
+    from . import search as searching
+
+    kinds = _kinds(request)
+    wanted = terms.query_terms(request.query)
+    if wanted:
+        pool = [(record(m), score) for m, score in searching.ranked(mem, request.query, kinds, POOL, widen=False)]
+    elif request.file and not request.query.strip():
+        pool = [(record(m), 0.0) for m in searching.containing(mem, request.file, kinds)]
+    else:
+        return Found("search", [], 0)
+    pool = [(r, score) for r, score in pool if _admits(request, r)]
+    if request.scope != "all":
+        allowed = {r["id"] for r in universe(mem, request)}
+        pool = [(r, score) for r, score in pool if r["id"] in allowed]
+    scored = []
+    for r, score in pool:
+        if request.file or any(t in terms.fold(p) for p in r["files"] for t in wanted):
+            score *= 2
         if r["sourceClass"] == "derived":
             score *= 0.2
         scored.append((-score, -r["id"], r))
     scored.sort(key=lambda row: row[:2])
-    out = []
+    ranked, seen_text = [], set()
     for _, _, r in scored:
         key = " ".join(r["text"][:480].split())[:240]
-        if key in seen_text:
-            continue
-        seen_text.add(key)
-        out.append(r)
-    return out, {r["id"]: snippet(r["text"], wanted) for r in out[:200]} if wanted else {}
+        if key not in seen_text:
+            seen_text.add(key)
+            ranked.append(r)
+    start = (request.page - 1) * request.limit
+    page = ranked[start : start + request.limit]
+    more = start + request.limit < len(ranked)
+    snippets = {r["id"]: snippet(r["text"], wanted) for r in page} if wanted else {}
+    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets)
+
+
+def _kinds(request: Request) -> set[str]:
+    """The pimem kinds a search looks at: the kind filter's, else all but tool traffic unless asked for."""
+    if request.kind:
+        return {kind for kind, names in NAMES.items() if request.kind in names or (request.kind == "bash" and kind == "echo")}
+    return {kind for kind in NAMES if _shows_tools(request) or kind not in TOOL_KINDS}
+
+
+def _admits(request: Request, r: dict) -> bool:
+    return ((not request.kind or request.kind in r["kinds"])
+            and (request.source_class == "all" or r["sourceClass"] == request.source_class)
+            and (not request.file or any(request.file in p for p in r["files"])))
 
 
 def snippet(text: str, wanted: list[str]) -> str:
@@ -287,9 +305,8 @@ def snippet(text: str, wanted: list[str]) -> str:
 
 def _summary(mem, r: dict, found: Found) -> dict:
     meta = r["message"].get("meta") or {}
-    held = mem.held(r["id"])
-    if held:  # the view line itself may quote tool traffic verbatim; the model has the view anyway
-        held = {k: v for k, v in held.items() if k != "line"}
+    # (not the view line itself: it may quote tool traffic verbatim, and the model has the view anyway)
+    held = mem.held_each([r["id"]], {r["id"]: r["message"]["size"]}, lines=False)[r["id"]]
     item = {"id": r["id"], "kind": r["kind"], "kinds": r["kinds"], "date": r["date"], "held": held}
     for key in ("tool", "exit_code", "entry"):
         if key in meta and isinstance(meta[key], (str, int)) and not isinstance(meta[key], bool):

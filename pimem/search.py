@@ -1,8 +1,9 @@
 """Search the original messages of one or more memories (never the summaries), CJK included.
 
 Semantics: case-insensitive substring matching on each message's text. A query is words and ``"quoted
-phrases"``; every term must occur (``any_term`` for at least one). Hits come newest first, or by BM25 with
-``rank``. Tool calls and results (``tool``, ``echo``) are searched only when asked for.
+phrases"``; every term must occur (``any_term`` for at least one). Hits come newest first. With ``rank``
+the search is ranked retrieval instead: the ranker (``pimem.ranker``) over the index's term tables, any of
+the query's terms, best first. Tool calls and results (``tool``, ``echo``) are searched only when asked for.
 
 How: ``index.sqlite`` (see ``pimem.index``) narrows the messages down to candidates that contain the terms'
 trigrams (or, for one- and two-character terms, any trigram starting with them); each candidate's line is
@@ -11,8 +12,6 @@ then read from the log and checked, so the index can only make search fast, neve
 
 from __future__ import annotations
 
-import heapq
-import math
 import re
 from datetime import datetime
 from typing import Iterable, Iterator
@@ -22,7 +21,6 @@ from .index import Candidate, Filters, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
-RANK_POOL = 10_000  # --rank scores at most this many matches, the newest ones
 SNIPPET_CHARS = 160
 _TERMS = re.compile(r'"([^"]*)(?:"|$)|(\S+)')
 
@@ -79,24 +77,52 @@ def search(
 
 def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[dict]:
     folded = [t.lower() for t in terms]
-    verified = _verified(index, index.candidates(folded, any_term, filters), folded, any_term)
-    if not rank:
-        for _, row, msg, low in verified:
-            yield _hit(mem, row, msg, low, folded)
-            limit -= 1
-            if not limit:
-                return
+    if rank:
+        for row, msg, score in _ranked(mem, index, " ".join(terms), filters, limit, widen=True):
+            yield {**_hit(mem, row, msg, msg["text"].lower(), folded), "score": round(score, 4)}
         return
-    pool = []
-    for entry in verified:
-        pool.append(entry)
-        if len(pool) >= RANK_POOL:
-            break
-    scores = _bm25([low for _, _, _, low in pool], folded, index_size=index.size())
-    best = heapq.nlargest(limit, range(len(pool)), key=lambda n: (scores[n], pool[n][0]))
-    for n in best:
-        _, row, msg, low = pool[n]
-        yield {**_hit(mem, row, msg, low, folded), "score": round(scores[n], 4)}
+    for _, row, msg, low in _verified(index, index.candidates(folded, any_term, filters), folded, any_term):
+        yield _hit(mem, row, msg, low, folded)
+        limit -= 1
+        if not limit:
+            return
+
+
+def _ranked(mem, index, query: str, filters: Filters, limit: int, widen: bool) -> Iterator[tuple]:
+    """``(candidate, message, score)`` of the ranker's best ``limit`` messages the filters allow (the
+    semantic extra fused in when present)."""
+    from . import ranker
+
+    source = index.ranked(filters)
+    for i, score in ranker.rank(source, query, limit, widen=widen, fuse=_fuser(mem, query, source)):
+        row = index.row(i)
+        msg = index.read_row(row.file, row.offset, row.length) if row is not None else None
+        if msg is not None and msg.get("i") == i:
+            yield row, msg, score
+
+
+def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True) -> list[tuple[dict, float]]:
+    """The ranker's best ``limit`` messages of ``mem`` among ``kinds``, as ``(message, score)`` best first
+    (``widen``: neighbours of matches may rank without holding a term). For other ranked reads (recall)."""
+    index, filters = mem.index(), Filters(set(kinds), None, None, None)
+    found = index.answer(lambda: list(_ranked(mem, index, query, filters, limit, widen)), stderr_progress(mem.name))
+    return [(msg, score) for _, msg, score in found]
+
+
+def containing(mem, text: str, kinds: Iterable[str]) -> list[dict]:
+    """The messages of ``mem`` among ``kinds`` whose text holds ``text`` (case aside), newest first."""
+    index, filters, folded = mem.index(), Filters(set(kinds), None, None, None), [text.lower()]
+    question = lambda: [msg for _, _, msg, _ in _verified(index, index.candidates(folded, False, filters), folded, False)]  # noqa: E731
+    return index.answer(question, stderr_progress(mem.name))
+
+
+def _fuser(mem, query: str, source):
+    """The semantic extra's fuse hook for this search, when the extra is there (None otherwise)."""
+    try:
+        from . import semantic
+    except ImportError:
+        return None
+    return semantic.fuser(mem, query, keep=source.allows)
 
 
 def _verified(index, candidates: Iterator[Candidate], folded: list[str], any_term: bool) -> Iterator[tuple]:
@@ -128,7 +154,7 @@ def _add_held(mem, hits: list[dict]) -> None:
     """``held`` and ``label`` on each hit of ``mem``, once the memory has a view."""
     if not hits:
         return
-    each = mem.held_each([hit["i"] for hit in hits])
+    each = mem.held_each([hit["i"] for hit in hits], {hit["i"]: hit["size"] for hit in hits}, lines=False)
     for hit in hits:
         held = each[hit["i"]]
         if held is not None:
@@ -146,24 +172,6 @@ def snippet(text: str, low: str, folded: list[str], width: int = SNIPPET_CHARS) 
     start = max(0, min(start, end - width))
     out = " ".join(text[start:end].split())
     return ("…" if start > 0 else "") + out + ("…" if end < len(text) else "")
-
-
-def _bm25(texts: list[str], folded: list[str], index_size: int, k1: float = 1.2, b: float = 0.75) -> list[float]:
-    """BM25 of each matching text for the terms (term frequency = substring occurrences). Computed a term
-    at a time over all texts (list comprehensions: --rank scores up to 10,000 texts per query)."""
-    if not texts:
-        return []
-    lengths = [len(t) for t in texts]
-    average = sum(lengths) / len(lengths)
-    norms = [k1 * (1 - b + b * length / average) for length in lengths]
-    total = max(index_size, len(texts))
-    scores = [0] * len(texts)
-    for term in folded:
-        counts = [t.count(term) for t in texts]
-        df = len(counts) - counts.count(0)
-        w = math.log(1 + (total - df + 0.5) / (df + 0.5))
-        scores = [s + w * tf * (k1 + 1) / (tf + norm) if tf else s for s, tf, norm in zip(scores, counts, norms)]
-    return scores
 
 
 def highlight(snippet_text: str, terms: list[str], paint) -> str:

@@ -34,6 +34,7 @@ from typing import Callable, Iterable
 import orjson
 
 from .home import FILE_MODE, ensure_dir, write_atomic
+from .nofollow import open_binary, open_fd, read_bytes
 from .message import TOOL_KINDS
 
 ENV = "PIMEM_EMBEDDER"
@@ -152,7 +153,7 @@ class Vectors:
     def _map(self, name: str, dtype, width: int):
         import mmap
 
-        with open(self.path / name, "rb") as f:
+        with open_binary(self.path / name) as f:
             size = self.rows * width * self.np.dtype(dtype).itemsize
             mapped = mmap.mmap(f.fileno(), size, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                                prot=mmap.PROT_READ)
@@ -216,7 +217,7 @@ class Vectors:
     def _exact(self, query, rows):
         np = self.np
         width = self.dim
-        with open(self.path / "q8.i1", "rb") as f:
+        with open_binary(self.path / "q8.i1") as f:
             if len(rows) == self.rows:
                 q8 = np.fromfile(f, np.int8, self.rows * width)
             else:
@@ -227,7 +228,7 @@ class Vectors:
 
 def _read_meta(path: Path) -> dict:
     try:
-        return orjson.loads((path / "meta.json").read_bytes())
+        return orjson.loads(read_bytes(path / "meta.json"))
     except (OSError, orjson.JSONDecodeError):
         return {}
 
@@ -243,7 +244,7 @@ def catch_up(mem, stop: threading.Event | None = None, progress: Callable[[int],
     if meta.get("next", -1) >= mem.count() and meta.get("model") == model().name and _whole(path, meta):
         return 0  # nothing new (watch asks every half second)
     ensure_dir(path)
-    fd = os.open(path / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
+    fd = open_fd(path / "lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -278,7 +279,7 @@ class _Writer:
         self.next = 0 if fresh else int(meta.get("next") or 0)
         self.files = {}
         for name, width in _widths(embedder.dim).items():
-            f = open(path / name, "r+b" if (path / name).exists() else "w+b")
+            f = os.fdopen(open_fd(path / name, os.O_RDWR | os.O_CREAT, FILE_MODE), "r+b")
             size = os.fstat(f.fileno()).st_size
             if size < self.rows * width:  # a file lost or cut: start over
                 self.rows = self.next = 0

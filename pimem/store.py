@@ -19,6 +19,7 @@ import orjson
 
 from .errors import IntegrityError
 from .home import FILE_MODE, ensure_dir, sync_dir, write_all, write_atomic
+from .nofollow import lstat, open_binary, open_fd, read_bytes
 
 _PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
 _READ_BUFFER = 1024 * 1024  # for streaming whole files
@@ -38,7 +39,7 @@ def _parse(line: bytes) -> dict | None:
 
 def _lines(path: Path, start_offset: int = 0) -> Iterator[tuple[int, bytes]]:
     """Complete lines of a file with their byte offsets; a final fragment without newline is not yielded."""
-    with open(path, "rb", buffering=_READ_BUFFER) as f:
+    with open_binary(path, _READ_BUFFER) as f:
         if start_offset:
             f.seek(start_offset)
         offset = start_offset
@@ -53,7 +54,7 @@ def _entries(path: Path, offset: int = 0) -> Iterator[tuple[dict, bytes]]:
     """``(message, stored line)`` for each valid line of a file from byte ``offset``, in file order
     (``_parse`` inlined: this loop runs once per message read)."""
     loads, error = orjson.loads, orjson.JSONDecodeError
-    with open(path, "rb", buffering=_READ_BUFFER) as f:
+    with open_binary(path, _READ_BUFFER) as f:
         if offset:
             f.seek(offset)
         for line in f:
@@ -86,7 +87,7 @@ def _offset_below(path: Path, start: int) -> int:
     on the ``{"i":N,`` every stored line begins with), so reading the end of a long file skips its head.
     0 when nothing can be skipped; a line not in that form just stops the search early."""
     lo = 0
-    with open(path, "rb", buffering=0) as f:
+    with open_binary(path, 0) as f:
         hi = os.fstat(f.fileno()).st_size
         while hi - lo > _SKIP_MIN:
             mid = (lo + hi) // 2
@@ -110,12 +111,22 @@ def _offset_below(path: Path, start: int) -> int:
 
 class _FileInfo:
     """What a file's head and tail say: first and last valid ``i`` and whether its last line is torn.
-    Valid while the file's size is unchanged (the log only grows)."""
+    Valid while the file's size is unchanged (the log only grows). ``stamp`` is its ``(mtime_ns, inode)``
+    when known: a file changed behind pimem's back (edited, replaced, restored) differs in it even at the
+    same size."""
 
-    __slots__ = ("size", "first", "last", "torn")
+    __slots__ = ("size", "first", "last", "torn", "stamp")
 
-    def __init__(self, size: int, first: int | None, last: int | None, torn: bool):
-        self.size, self.first, self.last, self.torn = size, first, last, torn
+    def __init__(self, size: int, first: int | None, last: int | None, torn: bool, stamp: tuple | None = None):
+        self.size, self.first, self.last, self.torn, self.stamp = size, first, last, torn, stamp
+
+    def matches(self, st: os.stat_result) -> bool:
+        """Whether the file, as ``st`` finds it now, is as this record says."""
+        return st.st_size == self.size and (self.stamp is None or self.stamp == (st.st_mtime_ns, st.st_ino))
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int]:
+    return st.st_mtime_ns, st.st_ino
 
 
 RANGES = "ranges.json"  # beside main/: each file's size and first/last i, so a new process need not open them
@@ -155,6 +166,9 @@ class Log:
         self._loaded = False
         self._saved: tuple[tuple, dict[str, _FileInfo], bool] | None = None  # (stamp, rows, trustworthy)
         self._known: tuple[int, list] | None = None  # (T, ranges) as last listed, see ``entries``
+        self._checked: tuple | None = None  # the files found changed behind pimem's back, once checked
+        self.explaining = False  # fsck: it reads a changed log to explain it, never stops at the change
+        self._unlooked = False  # the files' sizes came from ranges.json: a file read is checked as it is opened
         # with keep_written, the last write as (file name, offset, bytes) per run (an importer indexes from it)
         self.keep_written, self.written = False, []
 
@@ -169,16 +183,17 @@ class Log:
         if self._saved is None or self._saved[0] != stamp:
             rows, boot = {}, None
             try:
-                saved = orjson.loads(path.read_bytes())
+                saved = orjson.loads(read_bytes(path))
             except (OSError, orjson.JSONDecodeError):
                 saved = None
             if type(saved) is dict and type(saved.get("files")) is dict:
                 boot, none = saved.get("boot"), type(None)
                 for name, row in saved["files"].items():
-                    if type(row) is list and len(row) == 4:
-                        size, first, last, torn = row
+                    if type(row) is list and len(row) in (4, 6):
+                        size, first, last, torn = row[:4]
+                        stamp = tuple(row[4:]) if len(row) == 6 and all(type(v) is int for v in row[4:]) else None
                         if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
-                            rows[name] = _FileInfo(size, first, last, torn)
+                            rows[name] = _FileInfo(size, first, last, torn, stamp)
             self._saved = (stamp, rows, boot is not None and boot == _boot_id())
         return self._saved[1], self._saved[2]
 
@@ -190,47 +205,95 @@ class Log:
         for name, info in rows.items():
             self._info.setdefault(name, info)
 
-    def _trusted(self, names: list[str]) -> bool:
-        """Whether ranges.json can stand for the files' sizes right now (see the class's note); if so its rows
-        are taken as this process's knowledge of the files."""
+    def _baseline(self) -> dict[str, _FileInfo]:
+        """ranges.json's rows when they claim to be the files as they are (written in this boot, no writer at
+        work): a file that differs from its row then changed behind pimem's back. Empty otherwise."""
         rows, this_boot = self._read_saved()
-        if not this_boot or os.path.exists(self.dir.parent / WRITING) or len(rows) != len(names) \
-                or any(name not in rows for name in names):
+        if not this_boot or os.path.exists(self.dir.parent / WRITING):
+            return {}
+        return rows
+
+    def _trusted(self, names: list[str]) -> bool:
+        """Whether ranges.json can stand for the files' sizes right now (see the class's note), the newest day
+        file (where appends go) checked against its row; if so its rows are taken as this process's knowledge
+        of the files."""
+        rows = self._baseline()
+        if not rows or len(rows) != len(names) or any(name not in rows for name in names):
             return False
+        if names and not rows[names[-1]].matches(lstat(f"{self.dir}/{names[-1]}")):
+            return False  # (sizes() looks at every file and checks the log)
         self._info.update(rows)
-        self._loaded = True
+        self._loaded = self._unlooked = True
         return True
+
+    def _changed_behind(self, changed: list[str]) -> None:
+        """Day files differ from what the last writer recorded with no writer at work: something else wrote
+        them. Check the whole log (every ``i`` once, none missing) before anything is read or written;
+        ``IntegrityError`` (exit 5) names a gap or duplicate. Once per change in this process."""
+        key = tuple(sorted(changed))
+        if key == self._checked or self.explaining:
+            return
+        self.check_whole(f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed behind pimem's back")
+        self._checked = key
+
+    def check_whole(self, why: str) -> int:
+        """Read every valid line's ``i``: they must be ``0…T-1``, each once. Returns T; ``IntegrityError``
+        names the first duplicate or gap."""
+        seen = bytearray()
+        for name in self._names():
+            for _, line in _lines(self.dir / name):
+                comma = line.find(b",", 5, 32) if line.startswith(b'{"i":') else -1
+                if comma > 5 and line[5:comma].isdigit():
+                    i = int(line[5:comma])
+                else:
+                    msg = _parse(line)
+                    if msg is None or msg["i"] < 0:
+                        continue  # a damaged line: readers skip it (fsck reports it)
+                    i = msg["i"]
+                if i >= len(seen):
+                    seen.extend(bytes(i + 1 - len(seen)))
+                if seen[i]:
+                    raise IntegrityError(f"{why}: duplicate in the log: i={i} twice (again in main/{name}); run 'pimem fsck'")
+                seen[i] = 1
+        missing = seen.find(0)
+        if missing >= 0:
+            raise IntegrityError(f"{why}: gap in the log: i={missing} is missing; run 'pimem fsck'")
+        return len(seen)
 
     def begin_write(self) -> None:
         """Before a writer changes any day file: ranges.json is no longer to be trusted blindly."""
         try:
-            os.close(os.open(self.dir.parent / WRITING, os.O_WRONLY | os.O_CREAT, FILE_MODE))
+            os.close(open_fd(self.dir.parent / WRITING, os.O_WRONLY | os.O_CREAT, FILE_MODE))
         except OSError:
             pass  # (the directory may not exist yet: then no reader can have trusted anything in it)
 
     def save_ranges(self) -> None:
         """Record the files' ends for the next process (writers only, under the writer lock), then lift the
         marker. Derived (and never trusted across a reboot), so it is replaced without an fsync."""
-        rows = {name: [i.size, i.first, i.last, i.torn] for name, i in self._info.items()}
+        rows = {name: [i.size, i.first, i.last, i.torn, *(i.stamp or ())] for name, i in self._info.items()}
+        path = self.dir.parent / RANGES
         try:
-            write_atomic(self.dir.parent / RANGES, orjson.dumps({"boot": _boot_id(), "files": rows}), durable=False)
+            write_atomic(path, orjson.dumps({"boot": _boot_id(), "files": rows}), durable=False)
             os.unlink(self.dir.parent / WRITING)
+            st = os.stat(path)
+            self._saved = ((st.st_ino, st.st_mtime_ns, st.st_size), dict(self._info), _boot_id() is not None)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
 
     def stale_ranges(self) -> list[str]:
-        """The day files that ranges.json records otherwise than they are, if readers would trust it (for
-        fsck; every file is looked at afresh)."""
+        """The day files that ranges.json records otherwise than they are while it claims to be current (for
+        fsck: until a write records them afresh, every command checks the whole log; every file is looked at
+        afresh)."""
         names = self._names()
-        if not Log(self.dir)._trusted(names):
+        recorded = Log(self.dir)._baseline()
+        if not recorded or set(recorded) - set(names):
             return []
-        recorded = self._read_saved()[0]
         fresh = Log(self.dir)
         fresh._loaded = True  # nothing from ranges.json: stat and read each file's ends
         wrong = []
         for name in names:
-            now, then = fresh._file_info(name), recorded[name]
-            if (now.size, now.first, now.last) != (then.size, then.first, then.last):
+            now, then = fresh._file_info(name), recorded.get(name)
+            if then is None or (now.size, now.first, now.last) != (then.size, then.first, then.last):
                 wrong.append(name)
         return wrong
 
@@ -261,17 +324,22 @@ class Log:
         if not self._loaded:
             self._load_ranges()
         path = f"{self.dir}/{name}"
+        stamp = None
         if size is None:
-            size = os.stat(path).st_size
+            st = lstat(path)
+            size, stamp = st.st_size, _stamp(st)
         info = self._info.get(name)
         if info is not None and info.size == size:
             return info
-        with open(path, "rb", buffering=0) as f:
+        with open_binary(path, 0) as f:
+            if stamp is None:
+                st = os.fstat(f.fileno())
+                size, stamp = st.st_size, _stamp(st)
             last, torn = _last_i(f, size)
             first = None
             if last is not None:
                 first = info.first if info is not None and info.first is not None else _first_i(f, size)
-        info = self._info[name] = _FileInfo(size, first, last, torn)
+        info = self._info[name] = _FileInfo(size, first, last, torn, stamp)
         return info
 
     def sizes(self) -> dict[str, int]:
@@ -279,8 +347,16 @@ class Log:
         names = self._names()
         if self._trusted(names):
             return {name: self._info[name].size for name in names}
-        stat, folder = os.stat, f"{self.dir}/"
-        return {name: stat(folder + name).st_size for name in names}
+        folder, baseline = f"{self.dir}/", self._baseline()
+        out, changed = {}, []
+        for name in names:
+            st = lstat(folder + name)
+            out[name] = st.st_size
+            if baseline and not (name in baseline and baseline[name].matches(st)):
+                changed.append(name)
+        if changed:
+            self._changed_behind(changed)
+        return out
 
     def ranges(self) -> list[tuple[int, int, str]]:
         """``(first_i, last_i, file name)`` for every file holding at least one message, by first ``i``."""
@@ -309,12 +385,12 @@ class Log:
         return T. For writers, under the writer lock: nothing else changes the files meanwhile, so each file
         is looked at once."""
         last, sealed = -1, False
-        for name in self._names():
-            info = self._file_info(name)
+        for name, size in self.sizes().items():
+            info = self._file_info(name, size)
             if info.torn:
                 self.begin_write()
                 sealed = True
-                fd = os.open(self.dir / name, os.O_WRONLY | os.O_APPEND)
+                fd = open_fd(self.dir / name, os.O_WRONLY | os.O_APPEND)
                 try:
                     write_all(fd, b"\n")
                 finally:
@@ -345,17 +421,30 @@ class Log:
         """``write`` for messages given as day runs ``(day, count)`` in order, where ``lines(first, stop)``
         gives the stored lines of the batch's messages ``first…stop-1`` (numbered from ``start``)."""
         ensure_dir(self.dir)
-        self.begin_write()
         fds: dict[str, int] = {}
         created: set[str] = set()
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there
+        done: set[str] = set()  # the days whose runs are durable
+        stamps: dict[str, os.stat_result] = {}  # each file as this write left it
+        made: set[str] = set()  # the files this write created
         try:
-            # open every file first, so the new ones' names are made durable with one directory flush
-            for day in dict.fromkeys(day for day, _ in runs):
-                path = f"{self.dir}/{day}.jsonl"
-                if not os.path.exists(path):
+            # open every file first, so the new ones' names are made durable with one directory flush; the
+            # ones there are first, each checked as it is held open (a file changed behind pimem's back stops
+            # the write before anything, the marker included, is written)
+            days = list(dict.fromkeys(day for day, _ in runs))
+            for day in days:
+                try:
+                    fds[day] = open_fd(f"{self.dir}/{day}.jsonl", os.O_WRONLY | os.O_APPEND)
+                except FileNotFoundError:
                     created.add(day)
-                fds[day] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+                    continue
+                known = self._info.get(f"{day}.jsonl")
+                if known is not None and not known.matches(os.fstat(fds[day])):
+                    self._changed_behind([f"{day}.jsonl"])
+            self.begin_write()
+            for day in created:
+                fds[day] = open_fd(f"{self.dir}/{day}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
+                made.add(day)
             if created:
                 sync_dir(self.dir)
             n, self.written = 0, []
@@ -366,8 +455,13 @@ class Log:
                 if self.keep_written:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
                 write_all(fds[day], data)
+                done.add(day)
+                stamps[day] = os.fstat(fds[day])
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
+        except BaseException:
+            self._undo_created(made - done, start == 0)
+            raise
         finally:
             for fd in fds.values():
                 os.close(fd)
@@ -379,9 +473,27 @@ class Log:
                 first = info.first
             elif day not in created:
                 continue  # an older file we know nothing about: read its ends when asked
-            self._info[name] = _FileInfo((self.dir / name).stat().st_size, first, last, False)
+            st = stamps[day]
+            self._info[name] = _FileInfo(st.st_size, first, last, False, _stamp(st))
         self.save_ranges()
         return list(range(start, start + n))
+
+    def _undo_created(self, days: set[str], first_write: bool) -> None:
+        """After a failed write (the disk full, say): remove the day files it created that hold none of its
+        durable runs (nothing acknowledged, nothing any reader was promised), and after a memory's first write
+        its ``main/`` too, so a failed first append leaves no empty memory behind."""
+        for day in days:
+            try:
+                os.unlink(self.dir / f"{day}.jsonl")
+            except OSError:
+                pass
+            self._info.pop(f"{day}.jsonl", None)
+        if first_write and not self._names():
+            for remove in (lambda: os.rmdir(self.dir), lambda: os.unlink(self.dir.parent / WRITING)):
+                try:
+                    remove()
+                except OSError:
+                    pass
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -403,6 +515,8 @@ class Log:
 
         def opened(first: int, name: str) -> Iterator[tuple[dict, bytes]]:
             path = self.dir / name
+            if self._unlooked and not self._info[name].matches(lstat(path)):
+                self._changed_behind([name])  # the sizes were taken on trust: each file read is looked at
             return _entries(path, _offset_below(path, start) if start > first else 0)
 
         for group in _groups(ranges):
@@ -432,7 +546,7 @@ class Log:
     @staticmethod
     def read_at(path: Path, offset: int, length: int) -> dict:
         """The message stored at a known byte range (as recorded by an index)."""
-        with open(path, "rb") as f:
+        with open_binary(path) as f:
             f.seek(offset)
             msg = _parse(f.read(length))
         if msg is None:

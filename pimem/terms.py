@@ -1,8 +1,17 @@
-"""Words for the small in-process rankers of memories and recall: tokens, query terms, stopwords.
+"""Terms for ranked retrieval: what a text is indexed as and what a query asks for (``pimem.ranker``).
 
-Text is NFKC-normalised and lowercased; a token is a run of letters, digits, ``_ . - /`` (so paths and
-identifiers stay whole, and their parts count too) of at least two characters. Runs of CJK characters have no spaces between words, so
-they are cut into overlapping character pairs, which a query's pairs then match.
+Text is NFKC-normalised and lowercased, then cut into runs of letters, digits and ``_ . / - :``:
+
+- a run of one word (``deploys``) gives its English stem (Snowball, PyStemmer: ``deploy``); stop words
+  (``the``, ``did``, ``what``) give nothing, in texts and queries alike;
+- a run with separators (a path ``src/auth/session.ts``, an identifier ``max_pool_size``, a number ``3.14``,
+  a date ``2023-05-08``) is kept whole, and each of its parts counts too (stemmed like words);
+- scripts written without spaces (Chinese, Japanese, Thai, Khmer, Lao, Myanmar) are cut into characters
+  and overlapping character pairs; a query's run gives its pairs (a single character: itself), so ``蓝鲸``
+  finds ``一头蓝鲸`` and ``鲸`` finds both.
+
+A term is at least two characters long, except digits (``8`` in ``8 May``) and unspaced characters.
+A run's terms are cached (chat vocabulary is small next to its length).
 """
 
 from __future__ import annotations
@@ -10,43 +19,112 @@ from __future__ import annotations
 import re
 import unicodedata
 
-_TOKEN = re.compile(r"[\w./-]+")
-_PARTS = re.compile(r"[./-]+")
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-STOPWORDS = frozenset(
-    "a an and are as at be but by can do for from has have how i in is it its me my not of on or our please "
-    "that the then this to was we what when where which who why will with you your 之前 这个 那个 然后 需要 "
-    "我们 可以 一下 什么".split()
+_RUN = re.compile(r"[\w./:-]+")
+_SEPARATORS = re.compile(r"[./:_-]+")
+_UNSPACED = re.compile(
+    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
 )
+_HANGUL = re.compile("[\uac00-\ud7af]")
+_TRIM = "./:-_"
+# the usual English stop list (NLTK's, with the contractions' pieces and a few chat fillers)
+STOPWORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being below between
+both but by can could did do does doing down during each few for from further had has have having he her
+here hers herself him himself his how i if in into is it its itself just let me more most my myself no nor
+not now of off on once only or other our ours ourselves out over own same she should so some such than that
+the their theirs them themselves then there these they this those through to too under until up very was we
+were what when where which while who whom why will with would you your yours yourself yourselves
+s t d ll m re ve don doesn didn isn aren wasn weren hasn haven hadn won wouldn shouldn couldn
+also yes oh ok okay hey hi please thanks thank us got get
+""".split())
+
+_runs: dict[str, tuple[str, ...]] = {}  # a run's terms, cached: chat repeats its words
+_stemmer = None
 
 
 def fold(text: str) -> str:
     """The form every comparison uses: NFKC, lowercase (ASCII is its own NFKC form, and common)."""
-    return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).lower()
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):  # (the quick check is ~400x cheaper)
+        return text.lower()
+    return unicodedata.normalize("NFKC", text).lower()
 
 
-def tokens(text: str) -> list[str]:
-    """Every token of ``text`` in order, repeats included (for term frequencies)."""
+def stem(word: str) -> str:
+    """The Snowball English stem of a folded word."""
+    global _stemmer
+    if _stemmer is None:
+        import Stemmer  # PyStemmer: imported only by the commands that rank
+
+        _stemmer = Stemmer.Stemmer("english")
+    return _stemmer.stemWord(word) if word.isalpha() else word
+
+
+def terms(text: str) -> list[str]:
+    """Every term of ``text`` in order, repeats included."""
     out: list[str] = []
-    for run in _TOKEN.findall(fold(text)):
-        pos = 0
-        for cjk in _CJK.finditer(run):
-            _plain(run[pos : cjk.start()], out)
-            chars = cjk.group()
-            out.extend(chars[k : k + 2] for k in range(len(chars) - 1))
-            pos = cjk.end()
-        _plain(run[pos:], out)
+    for run in _RUN.findall(fold(text)):
+        out.extend(_terms_of(run))
     return out
 
 
-def _plain(piece: str, out: list[str]) -> None:
-    piece = piece.strip(".")
-    if len(piece) >= 2:
-        out.append(piece)
-        if _PARTS.search(piece):  # src/auth/session.ts is also found by "auth" and "session"
-            out.extend(part for part in _PARTS.split(piece) if len(part) >= 2)
+def bag(text: str) -> tuple[set[str], int]:
+    """The distinct terms of ``text`` and its length in words (runs, stop words included): what the
+    index keeps of a text. Its inner loops run in C over the text's distinct words, which are cached."""
+    runs = _RUN.findall(fold(text))
+    distinct = set(runs)
+    found = list(map(_runs.get, distinct))
+    if None in found:
+        found = [known if known is not None else _terms_of(run) for known, run in zip(found, distinct)]
+    return set().union(*found), len(runs)
+
+
+def _terms_of(run: str) -> tuple[str, ...]:
+    found = _runs.get(run)
+    if found is None:
+        found = _run_terms(run)
+        if len(run) < 64:  # (long runs are rarely seen twice: Chinese sentences, hashes)
+            if len(_runs) > 500_000:
+                _runs.clear()
+            _runs[run] = found
+    return found
+
+
+def _run_terms(run: str) -> tuple[str, ...]:
+    if run.isascii() and run.isalnum():  # a plain word or number: most runs
+        if run.isdigit():
+            return (run,)
+        return () if run in STOPWORDS or len(run) < 2 else (stem(run),)
+    out: list[str] = []
+    pos = 0
+    for piece in _UNSPACED.finditer(run):
+        _spaced(run[pos : piece.start()], out)
+        chars = piece.group()
+        out.extend(chars)
+        out.extend(chars[k : k + 2] for k in range(len(chars) - 1))
+        pos = piece.end()
+    _spaced(run[pos:], out)
+    return tuple(out)
+
+
+def _spaced(run: str, out: list[str]) -> None:
+    run = run.strip(_TRIM)
+    if not run:
+        return
+    parts = [p for p in _SEPARATORS.split(run) if p]
+    if len(parts) > 1:
+        out.append(run)  # a path, an identifier, a number with a point: whole, and its parts below
+    for part in parts:
+        if part in STOPWORDS or (len(part) < 2 and not part.isdigit() and not _HANGUL.match(part)):
+            continue
+        out.append(stem(part))
 
 
 def query_terms(query: str) -> list[str]:
-    """The distinct, meaningful tokens of a query, in order (stopwords dropped)."""
-    return list(dict.fromkeys(t for t in tokens(query) if t not in STOPWORDS))
+    """The distinct terms a query asks for, in order: a text's terms, except that a run of unspaced
+    characters asks for its character pairs only (its single characters when it is one character)."""
+    wanted: list[str] = []
+    for run in _UNSPACED.split(fold(query)):
+        wanted.extend(terms(run))
+    for piece in _UNSPACED.findall(fold(query)):
+        wanted.extend([piece] if len(piece) == 1 else (piece[k : k + 2] for k in range(len(piece) - 1)))
+    return list(dict.fromkeys(wanted))

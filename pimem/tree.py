@@ -26,12 +26,13 @@ from . import env
 from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .home import append_durably, ensure_dir
+from .nofollow import check_dir, open_binary, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
-_LABEL = re.compile(r"(\d+)\+(\d+)")
+_LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces: ids are typed and compared
 _FLAT = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
 
 
@@ -51,7 +52,7 @@ def span(l: int, i: int) -> tuple[int, int]:
 def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
     """``(l, i)`` for a label ``id+n``. Malformed, not a power of two or misaligned → ``BadInput`` (exit 2);
     past the end of a log of ``count`` messages → ``NotFound`` (exit 3)."""
-    match = _LABEL.fullmatch(text.strip()) if isinstance(text, str) else None
+    match = _LABEL.fullmatch(text) if isinstance(text, str) else None
     if not match:
         raise BadInput(f"malformed node id {text!r}: expected ID+N such as 0+1 or 40+8")
     start, n = int(match[1]), int(match[2])
@@ -137,7 +138,7 @@ class Tree:
 
     def file_sizes(self) -> dict[str, int]:
         """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
-        if not self.dir.is_dir():
+        if not check_dir(self.dir):
             return {}
         out = {}
         for entry in os.scandir(self.dir):
@@ -163,7 +164,7 @@ class Tree:
             start = seen.get(name, 0)
             if sizes[name] <= start:
                 continue
-            with open(self.dir / name, "rb") as f:
+            with open_binary(self.dir / name) as f:
                 f.seek(start)
                 data = f.read(sizes[name] - start)
             end = data.rfind(b"\n") + 1  # a torn last line waits for its newline
@@ -236,10 +237,10 @@ class Tree:
     def records(self) -> Iterator[dict]:
         """Every node line of the tree files as written, with its build metadata (model, tokens, cost),
         oldest build day first; damaged lines are skipped."""
-        if not self.dir.is_dir():
+        if not check_dir(self.dir):
             return
         for name in sorted(self.file_sizes()):
-            for raw in (self.dir / name).read_bytes().splitlines():
+            for raw in read_bytes(self.dir / name).splitlines():
                 try:
                     node = orjson.loads(raw)
                 except orjson.JSONDecodeError:

@@ -1,5 +1,6 @@
-"""Dates: RFC 3339 for storage, and the WHEN expressions users type (``2026-10-08``, ``09:30``,
-``2026-10-08T09:30+08:00``, ``3d``, ``2h``, ``yesterday``, ``#42``)."""
+"""Dates: RFC 3339 for storage, and the one WHEN grammar every option that takes a time accepts
+(``2026-10-08``, ``09:30``, ``2026-10-08T09:30+08:00``, ``3d``, ``2 hours ago``, ``yesterday 9:30``,
+``last monday``; ``since`` and ``--until`` add ``#42``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from datetime import datetime, time, timedelta, timezone
 from . import env
 from .errors import BadInput
 
-_RELATIVE = re.compile(r"(\d+)\s*(s|m|h|d|w)(?:\s*ago)?")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2})")
 _OFFSET = re.compile(r"(Z|z|[+-]\d\d:\d\d)$")
 
@@ -80,30 +79,80 @@ def _has_offset(text: str) -> bool:
     return bool(_OFFSET.search(text))
 
 
+HINT = ("use a date (2026-10-08), a date and time (2026-10-08T09:30, 2026-10-08 09:30+08:00), a time today "
+        "(09:30, 9pm), a day and time (yesterday 9:30, last monday, friday 14:00), an age (15m, 2h, 3d, 1w, "
+        "2 hours ago), now, today or yesterday")
+_UNIT_WORDS = {
+    "seconds": ("s", "sec", "secs", "second", "seconds"),
+    "minutes": ("m", "min", "mins", "minute", "minutes"),
+    "hours": ("h", "hr", "hrs", "hour", "hours"),
+    "days": ("d", "day", "days"),
+    "weeks": ("w", "wk", "wks", "week", "weeks"),
+}
+_UNIT_OF = {word: unit for unit, words in _UNIT_WORDS.items() for word in words}
+_AGE = re.compile(r"([0-9]{1,12})\s*([a-z]+)(?:\s+ago)?")
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_DAY = re.compile(r"(today|yesterday|(?:last\s+)?(?:%s)|(?:last\s+)?(?:%s))(?:\s+(?:at\s+)?(.+))?"
+                  % ("|".join(_WEEKDAYS), "|".join(d[:3] for d in _WEEKDAYS)))
+_CLOCK = re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
+
+
+def _clock(text: str) -> time | None:
+    """``09:30``, ``9:30:15``, ``9pm``, ``9:30am`` as a time of day, or None."""
+    m = _CLOCK.fullmatch(text)
+    if not m or (m[2] is None and m[4] is None):
+        return None
+    hour, minute, second = int(m[1]), int(m[2] or 0), int(m[3] or 0)
+    if m[4]:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if m[4] == "pm" else 0)
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    return time(hour, minute, second)
+
+
 def parse_when(text: str) -> datetime:
-    """A moment the user typed: a date, a time today, a full date-time, ``3d``/``2h`` ago,
-    ``today``/``yesterday``/``now``."""
-    raw = text.strip()
+    """A moment the user typed, in the one grammar every option that takes a time shares (``HINT``):
+    a date or date-time, a time today, a day word with an optional time, an age, or ``now``."""
+    raw = " ".join(text.split())
     low = raw.lower()
     current = env.now()
-    if low == "now":
-        return current
-    if low in ("today", "yesterday"):
-        midnight = current.replace(hour=0, minute=0, second=0, microsecond=0)
-        return midnight - timedelta(days=1) if low == "yesterday" else midnight
-    rel = _RELATIVE.fullmatch(low)
-    if rel:
-        return current - timedelta(**{_UNITS[rel.group(2)]: int(rel.group(1))})
-    if re.fullmatch(r"\d\d?:\d\d(:\d\d)?", raw):
-        try:
-            parts = [int(p) for p in raw.split(":")] + [0]
-            return current.replace(hour=parts[0], minute=parts[1], second=parts[2], microsecond=0)
-        except ValueError:
-            pass
+    midnight = current.replace(hour=0, minute=0, second=0, microsecond=0)
+    try:
+        if low == "now":
+            return current
+        age = _AGE.fullmatch(low)
+        if age and age[2] in _UNIT_OF:
+            return current - timedelta(**{_UNIT_OF[age[2]]: int(age[1])})
+        clock = _clock(low)
+        if clock is not None:
+            return datetime.combine(current.date(), clock, current.tzinfo)
+        day = _DAY.fullmatch(low)
+        if day:
+            word, at = day[1].split()[-1], day[2]
+            if word == "today":
+                back = 0
+            elif word == "yesterday":
+                back = 1
+            else:
+                weekday = next(n for n, name in enumerate(_WEEKDAYS) if name.startswith(word))
+                back = (current.weekday() - weekday) % 7 or (7 if day[1].startswith("last") else 0)
+            clock = _clock(at) if at is not None else time(0)
+            if clock is not None:
+                return datetime.combine((midnight - timedelta(days=back)).date(), clock, current.tzinfo)
+    except (OverflowError, ValueError):
+        raise BadInput(f"date {text!r} is out of range: {HINT}") from None
     try:
         return parse_stored(raw)
     except BadInput:
-        raise BadInput(
-            f"bad date {text!r}: use 2026-10-08, 2026-10-08T09:30, a time like 09:30, 3d / 2h / 15m ago, "
-            "today, yesterday, or #I for a message number"
-        ) from None
+        raise BadInput(f"bad date {text!r}: {HINT}") from None
+
+
+def message_date(text: str) -> str:
+    """A message's date given as an option (``append --date``): RFC 3339 kept as written, anything else in the
+    WHEN grammar written as RFC 3339 with the local offset."""
+    try:
+        return normalise(text)
+    except BadInput:
+        return rfc3339(parse_when(text))

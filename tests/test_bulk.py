@@ -37,7 +37,11 @@ def both_roads(run, home, monkeypatch, data: bytes):
     for name, forked in (("forked", True), ("threaded", False)):
         monkeypatch.setattr(bulk, "available", lambda forked=forked: forked)
         out = run("append", name, "--ndjson", input=data)
-        results.append((out.exit_code, out.stdout, out.stderr, snapshot(home / name)))
+        files = snapshot(home / name)
+        if "ranges.json" in files:  # each day file's mtime and inode differ between the two, nothing else
+            rows = orjson.loads((home / name / "ranges.json").read_bytes())["files"]
+            files["ranges.json"] = {day: row[:4] for day, row in rows.items()}
+        results.append((out.exit_code, out.stdout, out.stderr, files))
     return results
 
 

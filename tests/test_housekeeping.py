@@ -130,8 +130,10 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert ("main/2026-10-08.jsonl:4", "gap: no message i=1…2 after main/2026-10-08.jsonl:1; readers stop here with exit 5") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: size is 99, the text makes it 7") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: dated 2026-10-08T10:00:00+08:00 but stored in 2026-10-09.jsonl") in problems
+    assert ("ranges.json", "records 2 day file(s) otherwise than they are (2026-10-08.jsonl first): something else "
+            "changed them, so every command checks the whole log") in problems
     assert all(r["fatal"] and not r["repaired"] for r in rows)
-    assert "5 problems found" in out.stderr
+    assert "6 problems found" in out.stderr
     assert snapshot(home) == before
 
 
@@ -144,12 +146,13 @@ def test_fsck_all_memories_and_unknown_names(run, home, two):
 
 
 def test_fsck_finds_a_day_file_changed_behind_ranges_json_and_repair_rewrites_it(run, home, two):
-    """Readers trust ranges.json when no pimem write can have happened since; a file changed by something else
-    is what fsck is for."""
+    """Readers trust ranges.json when no pimem write can have happened since, after checking the newest day
+    file against it: a line appended by something else is seen (the log checked whole first); fsck says
+    ranges.json is behind, and --repair writes it again."""
     day = next((home / "old" / "main").glob("*.jsonl"))
     with open(day, "ab") as f:
         f.write(b'{"i":2,"kind":"user","text":"appended by hand","size":22,"date":"2026-10-08T09:31:00+08:00"}\n')
-    assert run("message", "old", "2").exit_code == 3  # not seen: the sizes come from ranges.json
+    assert run("message", "old", "2").stdout == "appended by hand\n"
     out = run("fsck", "old")
     assert out.exit_code == 5
     assert f"old: log: ranges.json: problem: records 1 day file(s) otherwise than they are ({day.name} first)" in out.stdout

@@ -162,9 +162,10 @@ def test_message_prints_the_text_exactly(run, day):
     assert rows(run("message", "main", "2", "--json")) == [
         {"i": 2, "kind": "user", "text": "check the db", "size": 18, "date": "2026-10-08T08:00:00+08:00"}
     ]
-    for i in ("8", "-1"):
-        out = run("message", "main", "--", i)
-        assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no message")
+    out = run("message", "main", "8")
+    assert out.exit_code == 3 and out.stderr.startswith("pimem: error: no message")
+    out = run("message", "main", "--", "-1")  # not a message number at all
+    assert out.exit_code == 2 and "use a whole number from 0" in out.stderr
 
 
 def test_date_and_date_at(run, day):
@@ -226,14 +227,15 @@ def test_reads_never_take_the_writer_lock(sh, day, home):
     assert Memory.open("main").count() == len(DAY)
 
 
-def test_a_full_disk_or_a_file_in_the_way_is_one_line_and_exit_7(sh, home, tmp_path):
-    """What the system refuses is said in one line (exit 7), never a traceback; what was logged stays."""
+def test_a_planted_link_or_a_file_in_the_way_is_one_line(sh, home, tmp_path):
+    """What the system refuses is said in one line (exit 7), never a traceback; a link planted as a day file
+    is never written through (exit 5; a real full disk: tests/test_full_disk.py); what was logged stays."""
     assert sh("append", "main", "--date", "2026-10-08T09:00:00+08:00", "kept").returncode == 0
     day = home / "main" / "main" / "2026-10-09.jsonl"
-    day.symlink_to("/dev/full")  # every write to it fails: No space left on device
+    day.symlink_to("/dev/full")
     out = sh("append", "main", "--date", "2026-10-09T09:00:00+08:00", "lost to a full disk")
-    assert out.returncode == 7
-    assert out.stderr.decode() == "pimem: error: No space left on device\n"
+    assert out.returncode == 5
+    assert out.stderr.decode() == f"pimem: error: {day} is a symbolic link: pimem never follows links inside its home; remove it\n"
     day.unlink()
     assert sh("since", "main", "#0", "--text").stdout.decode().count("kept") == 1
     assert sh("append", "main", "next").stdout == b"1\n"

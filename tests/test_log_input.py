@@ -77,7 +77,7 @@ def test_text_over_the_cap_is_refused_but_long_tool_output_is_trimmed(run, home)
     before = snapshot(home)
     out = run("append", "main", "-k", "pi", input="é" * 501)  # 1,002 bytes
     assert out.exit_code == 2
-    assert out.stderr == "pimem: error: text of 1002 bytes is over the cap of 1000 bytes; split it into several messages\n"
+    assert out.stderr == "pimem: error: text on stdin is over the cap of 1000 bytes (reading stopped there); split it into several messages\n"
     assert snapshot(home) == before
     # tool output is never refused for its length: it keeps its head and tail
     out = run("append", "main", "-k", "tool_result", input="h" * 20_000 + "m" * 5_000 + "t" * 20_000)
@@ -120,7 +120,8 @@ def test_usage_errors_are_one_line_too(sh, home):
     for argv, expected in [
         (["append", "-x", "hi"], "pimem: error: no such option: -x (see 'pimem append --help')\n"),
         (["frobnicate"], "pimem: error: no such command 'frobnicate' (see 'pimem --help')\n"),
-        (["message", "main", "abc"], "pimem: error: invalid value for 'I': 'abc' is not a valid int (see 'pimem message --help')\n"),
+        (["message", "main", "abc"], "pimem: error: invalid value for 'I': 'abc': use a whole number from 0 to 9223372036854775807 "
+                                       "(see 'pimem message --help')\n"),
     ]:
         out = sh(*argv)
         assert (out.returncode, out.stderr.decode()) == (2, expected)

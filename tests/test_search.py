@@ -135,8 +135,8 @@ def test_rank_puts_the_best_match_first(run, home):
     ])
     assert ids(run("search", "refund", "--json")) == [1, 0]
     ranked = [orjson.loads(line) for line in run("search", "refund", "--rank", "--json").stdout.splitlines()]
-    assert [h["i"] for h in ranked] == [0, 1]
-    assert ranked[0]["score"] > ranked[1]["score"] > 0
+    assert [h["i"] for h in ranked][:2] == [0, 1]  # (then #2, on its neighbour's credit: see test_ranker)
+    assert ranked[0]["score"] > ranked[1]["score"] > ranked[2]["score"] > 0
 
 
 def test_filters_kind_since_until(run, mem):
@@ -217,8 +217,8 @@ def test_deleting_one_index_file_rebuilds_only_that_one(run, mem, monkeypatch):
     os.unlink(mem.path / "index.sqlite")
     handed = []
     real_put = ixm.Writer.put
-    monkeypatch.setattr(ixm.Writer, "put", lambda self, rows, texts, reached: handed.append(
-        (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, reached))
+    monkeypatch.setattr(ixm.Writer, "put", lambda self, rows, texts, *rest: handed.append(
+        (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, *rest))
     assert run("search", "staging", "--json").stdout == first
     assert {main: n for main, n in handed if n} == {True: 4}  # messages 0, 2, 4, 6 again; none of 1, 3, 5
 

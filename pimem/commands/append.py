@@ -6,9 +6,10 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, env, ingest, naming, output
+from .. import bulk, env, ingest, naming, output, when
 from ..errors import BadInput
 from ..memory import Memory
+from ..message import kind_of
 from ..options import Home, Json, Name, Timeout
 
 
@@ -16,7 +17,7 @@ def command(
     name: Name = None,
     text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", show_default=False)] = None,
     kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
-    date: Annotated[Optional[str], typer.Option("--date", help="The message's date, RFC 3339 (default: now).")] = None,
+    date: Annotated[Optional[str], typer.Option("--date", help="The message's date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).", metavar="WHEN")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
     ndjson: Annotated[bool, typer.Option("--ndjson", help="Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.")] = False,
     json: Json = False,
@@ -46,21 +47,21 @@ def command(
     name, text = naming.words(name, text, home, reads_stdin="append")
     if text == ["-"]:
         text = None
+    mem = Memory.at(name, home)
     if text:
         body = " ".join(text)
     elif env.stdin_is_tty():
         raise BadInput("no text: give it as arguments or pipe it on stdin")
-    else:
-        body = ingest.read_text(sys.stdin.buffer)
+    else:  # tool output is trimmed, not refused: it may be longer, up to an input line's cap
+        body = ingest.read_text(sys.stdin.buffer, ingest.line_cap(mem.text_cap) if kind_of(kind) == "echo" else mem.text_cap)
     record: dict = {"kind": kind, "text": body}
     if date is not None:
-        record["date"] = date
+        record["date"] = when.message_date(date)
     if meta is not None:
         try:
             record["meta"] = orjson.loads(meta)
         except orjson.JSONDecodeError:
             raise BadInput("--meta is not valid JSON") from None
-    mem = Memory.at(name, home)
     _print_ids(mem.append([record], timeout), json)
 
 
@@ -70,7 +71,7 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
     if bulk.available():
         logging = bulk.append_ndjson(mem, sys.stdin.buffer, timeout)
     else:
-        batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
+        batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer, mem.text_cap))
         logging = mem.append_stream(batches, timeout)
     try:
         for ids in logging:

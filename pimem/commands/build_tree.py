@@ -5,15 +5,16 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
+from ..numbers import count, param, seconds, usd
 from ..options import Home, Json, Log
 
 
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
-    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N")] = 0,
-    wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S")] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).", metavar="USD", click_type=param(usd, "USD"))] = None,
+    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N", click_type=param(count, "N", hi=10**6))] = 0,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S", click_type=param(seconds, "S"))] = None,
     log: Log = None,
     json: Json = False,
     home: Home = None,
@@ -38,10 +39,6 @@ def command(
 
     output.log_to(log, "build-tree")
 
-    if retries < 0:
-        raise BadInput("--retries must be 0 or more")
-    if max_cost is not None and max_cost < 0:
-        raise BadInput("--max-cost must not be negative")
     mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
     estimates = [builders.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:

@@ -6,11 +6,12 @@ import typer
 
 from .. import compaction, naming, output
 from ..memory import Memory
+from ..numbers import MAX_I, count, param
 from ..options import Home, Json, Name, Timeout
 
 
 def command(
-    keep: Annotated[int, typer.Option("--keep", help="Bytes of recent messages to keep (message sizes).", metavar="BYTES", min=0)],
+    keep: Annotated[int, typer.Option("--keep", help="Bytes of recent messages to keep (message sizes).", metavar="BYTES", click_type=param(count, "BYTES", hi=MAX_I))],
     name: Name = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the boundary and checkpoint; write nothing.")] = False,
     json: Json = False,

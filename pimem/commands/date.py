@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import naming, output, when
+from .. import naming, numbers, output, when
 from ..errors import BadInput, NothingFound
 from ..memory import Memory
 from ..options import Home, Json, Name
@@ -48,9 +48,7 @@ def command(
             output.line(" ".join(dates))
         return
     else:
-        if not i.isdigit():
-            raise BadInput(f"bad message number {i!r}: give a number I or a node ID+N")
-        msg = mem.message(int(i))
+        msg = mem.message(numbers.index(i))
     if json:
         output.json_line({"i": msg["i"], "date": msg["date"]})
     else:

@@ -9,12 +9,13 @@ import typer
 from .. import naming, output, panorama
 from ..errors import BadInput
 from ..memory import Memory
+from ..numbers import count, param
 from ..options import Home, IncludeTools, Name
 
 
 def command(
     name: Name = None,
-    width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N")] = None,
+    width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N", click_type=param(count, "N", lo=1, hi=100000))] = None,
     svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the picture as an SVG image.", metavar="FILE")] = None,
     include_tools: IncludeTools = False,
     home: Home = None,

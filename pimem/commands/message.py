@@ -8,12 +8,13 @@ from .. import naming, output
 from ..errors import BadInput
 from ..memory import Memory
 from ..message import is_tool
+from ..numbers import index, param
 from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
     name: Name = None,
-    i: Annotated[Optional[int], typer.Argument(help="Message number.", metavar="I", show_default=False)] = None,
+    i: Annotated[Optional[int], typer.Argument(help="Message number.", metavar="I", show_default=False, click_type=param(index, "I"))] = None,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
@@ -29,7 +30,7 @@ def command(
         name, number = naming.lone(name, None, home, reads_as=str.isdigit)
         if number is None:
             raise BadInput("give a message number I")
-        i = int(number)
+        i = index(number)
     msg = Memory.open(name or naming.default(), home).message(i)
     if is_tool(msg) and not include_tools:
         raise BadInput(f"message {i} is a {'tool call' if msg['kind'] == 'tool' else 'tool result'}; add --include-tools to show it")

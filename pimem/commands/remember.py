@@ -40,7 +40,7 @@ def command(
     name, text = naming.words(name, text, home, reads_stdin="remember")
     body = " ".join(text) if text and text != ["-"] else None
     if body is None and not env.stdin_is_tty():
-        body = ingest.read_text(sys.stdin.buffer)
+        body = ingest.read_text(sys.stdin.buffer, memories.TEXT_CAP, "a memory is a statement, not a document")
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)
     record = memories.remember(
         mem, body, pin=pin, kind=kind, priority=priority, scope=scope, supersede=supersede, session=session,

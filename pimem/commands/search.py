@@ -8,6 +8,7 @@ from .. import output, when
 from ..errors import NothingFound
 from ..memory import Memory
 from ..message import kind_of
+from ..numbers import count, index, param
 from ..options import Home, IncludeTools, Json
 
 
@@ -15,12 +16,12 @@ def command(
     query: Annotated[str, typer.Argument(help='Words that must all occur, or a "quoted phrase".', metavar="QUERY", show_default=False)],
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to search (default: all).", metavar="NAME…", show_default=False)] = None,
     any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
-    rank: Annotated[bool, typer.Option("--rank", help="Best matches first (BM25 over the newest 10,000 matches) instead of newest first.")] = False,
+    rank: Annotated[bool, typer.Option("--rank", help="Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday).", metavar="WHEN")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).", metavar="WHEN")] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Only messages dated before WHEN.", metavar="WHEN")] = None,
-    before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.")] = 20,
+    before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I", click_type=param(index, "I"))] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.", click_type=param(count, "N", lo=1))] = 20,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
@@ -28,13 +29,15 @@ def command(
     """Search the original messages of one or all memories; exit 1 when nothing matches.
 
     Case-insensitive substring search, Chinese included, one- and two-character words too. Every word must
-    occur (--any: at least one); "a quoted phrase" must occur exactly. Newest first; --rank for relevance.
+    occur (--any: at least one); "a quoted phrase" must occur exactly. Newest first. --rank asks a
+    question instead: any of its words, stemmed, best first.
     Each hit: memory, #i, date, kind and a snippet around the match. Tool calls and results are searched
     only with --include-tools (or --kind tool/echo).
 
     Examples:
       pimem search 'staging db'
       pimem search '"connection refused"' main --include-tools
+      pimem search --rank 'when did we move the staging db?'
       pimem search 蓝鲸 --since 3d --json | jq .i
       pimem search port --kind user --before 120 --limit 5
     """

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import naming, output, when
+from .. import naming, numbers, output, when
 from ..errors import BadInput, PimemError
 from ..memory import Memory
 from ..message import KINDS, TOOL_KINDS, kind_of
@@ -16,7 +16,7 @@ FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
 def command(
     name: Name = None,
-    start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 3d, yesterday) or #I.", metavar="WHEN", show_default=False)] = None,
+    start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 2 hours ago, yesterday 9:30, last monday) or #I.", metavar="WHEN", show_default=False)] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Stop before this date/time or #I.", metavar="WHEN")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new messages as they are logged, like tail -f.")] = False,
@@ -97,11 +97,5 @@ def _bound(value: str | None) -> tuple[int | None, object]:
     if value is None:
         return None, None
     if value.startswith("#"):
-        try:
-            i = int(value[1:])
-        except ValueError:
-            raise BadInput(f"bad message number {value!r}: use #I, for example #42") from None
-        if i < 0:
-            raise BadInput(f"bad message number {value!r}: numbers start at #0")
-        return i, None
+        return numbers.index(value[1:]), None
     return None, when.parse_when(value)

@@ -8,13 +8,14 @@ import typer
 from .. import naming, output
 from ..errors import BadInput
 from ..memory import Memory
+from ..numbers import param, seconds
 from ..options import Home, IncludeTools, Json, Name
 
 
 def command(
     name: Name = None,
     compactor: Annotated[bool, typer.Option("--compactor", help="The compactor's view (cut at its first unbuilt line).")] = False,
-    wait: Annotated[Optional[float], typer.Option("--wait", help="First wait up to S seconds for summaries a running watcher is writing.", metavar="S")] = None,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="First wait up to S seconds for summaries a running watcher is writing.", metavar="S", click_type=param(seconds, "S"))] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Bytes, lines and lines per level instead of the lines.")] = False,
     include_tools: IncludeTools = False,
     json: Json = False,

@@ -1,13 +1,24 @@
 """Secret redaction: what leaves the machine for a compactor has its secrets replaced by placeholders.
 
-Only the outgoing request is redacted; the log keeps every original byte. The patterns aim at things that
-are secrets by their shape (provider key prefixes, private key blocks, credentials inside URLs) or by the
-name they are assigned to (``password=…``, ``"api_key": "…"``, ``Authorization: Bearer …``).
+Only the outgoing request is redacted; the log keeps every original byte. Three layers, in this order:
+
+1. pimem's own patterns: whole private key blocks, credentials inside URLs, provider key prefixes, webhook
+   URLs, connection-string keys (``AccountKey=``), an AWS secret key beside its key id, and values assigned
+   to secret-looking names (``password=…``, ``"api_key": "…"``, ``Authorization: Bearer …``);
+2. credentials by position, kept only when they look random (entropy and a mix of character classes): the
+   password of ``curl -u user:PASS``, ``mysql -pPASS``, the word after ``password``/``secret``/``token`` in
+   prose;
+3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
+   start-up) except the public-IP one: whatever shape it knows is redacted too.
+
+Ordinary text — commit hashes, UUIDs, base64 images, numbers, paths — is left as it is unless it stands where
+a credential stands.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import re
 
 # (pattern, placeholder, hints): a pattern runs only when one of its hints occurs in the text (in lower
@@ -15,10 +26,21 @@ import re
 _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S),
      "[private key redacted]", ("private key",)),
+    (re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]+"), "[slack webhook redacted]",
+     ("hooks.slack.com",)),
+    (re.compile(r"https://(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]+"), "[discord webhook redacted]",
+     ("/api/webhooks/",)),
+    # any other webhook URL: its long path segments are the credential
+    (re.compile(r"(https?://[^\s/]*webhook[^\s/]*/|https?://\S*?/webhooks?/)(\S+)", re.I), lambda m: m.group(1) + _segments(m.group(2)),
+     ("webhook",)),
     # scheme://user:password@host
     (re.compile(r"\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s/@]+(@)", re.I), r"\1[password redacted]\2", ("://",)),
     (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}"), "[anthropic key redacted]", ("sk-ant-",)),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[api key redacted]", ("sk-",)),
+    (re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), "[sendgrid key redacted]", ("sg.",)),
+    # an AWS secret access key beside its key id (a credentials CSV row, an env dump): before the id goes
+    (re.compile(r"\b((?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16})([\s,;:=|\"']{1,8})([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+=])"),
+     r"[aws key redacted]\2[aws secret redacted]", ("akia", "asia", "abia", "acca")),
     (re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b"), "[aws key redacted]", ("akia", "asia", "abia", "acca")),
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b|\bgithub_pat_[A-Za-z0-9_]{30,}"), "[github token redacted]",
      ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
@@ -27,8 +49,13 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[google key redacted]", ("aiza",)),
     (re.compile(r"\b(?:sk|rk|pk)_live_[A-Za-z0-9]{16,}"), "[stripe key redacted]", ("_live_",)),
     (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "[huggingface token redacted]", ("hf_",)),
+    (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "[npm token redacted]", ("npm_",)),
+    (re.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), "[pypi token redacted]", ("pypi-",)),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[jwt redacted]", ("eyj",)),
     (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{12,}", re.I), r"\1 [token redacted]", ("bearer", "basic", "token")),
+    # connection strings: Azure storage and service bus keys, shared access signatures
+    (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
+     ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
     # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included)
     (re.compile(
         r"""(?ix)
@@ -36,17 +63,84 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
          ["']?\s*[:=]\s*["']?)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;]))([^\s"',;]{6,})"""),
      r"\1[secret redacted]", ("pass", "pwd", "secret", "token", "key", "auth")),
+    # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
+    (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)([^\s\"'@]{4,})"), r"\1[password redacted]",
+     ("-u",)),
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)([^\s\"']+)"), r"\1[password redacted]",
+     ("mysql", "mariadb")),
+    (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
+     ("-p",)),
+    (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)([^\s\"',;]+)"),
+     lambda m: m.group(1) + _if_random(m.group(2), "[secret redacted]"), ("pass", "secret", "token", "credential")),
 ]
+
+_CLASSES = (re.compile(r"[a-z]"), re.compile(r"[A-Z]"), re.compile(r"[0-9]"), re.compile(r"[^A-Za-z0-9]"))
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    counts: dict[str, int] = {}
+    for ch in text:
+        counts[ch] = counts.get(ch, 0) + 1
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in counts.values())
+
+
+def looks_random(word: str) -> bool:
+    """Whether a word standing where a credential stands is one: 8+ characters, three character classes (or
+    two with a digit), and no less than 3 bits of entropy a character. Words, paths and numbers are not."""
+    word = word.rstrip(".")
+    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http")):
+        return False
+    classes = [bool(c.search(word)) for c in _CLASSES]
+    if sum(classes) < 2 or (sum(classes) == 2 and not classes[2]) or word.isdigit():
+        return False
+    return _entropy(word) >= 3.0
+
+
+def _if_random(word: str, placeholder: str) -> str:
+    return placeholder if looks_random(word) else word
+
+
+def _segments(path: str) -> str:
+    """A webhook URL's path with each long segment (the ids and tokens in it) replaced."""
+    return "/".join("[webhook token redacted]" if len(seg) >= 16 or looks_random(seg) else seg for seg in path.split("/"))
+
+
+@functools.lru_cache(maxsize=1)
+def _detectors() -> list:
+    """The regex detectors of detect-secrets (imported here, on the first redaction), as ``(name, plugin)``; an
+    empty list when the library is not installed (pimem's own patterns still apply)."""
+    try:
+        from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+        from detect_secrets.plugins.base import RegexBasedDetector
+    except ImportError:  # pragma: no cover - it is a dependency; a broken install still redacts with our patterns
+        return []
+    out = []
+    for secret_type, cls in sorted(get_mapping_from_secret_type_to_class().items()):
+        if issubclass(cls, RegexBasedDetector) and cls.__name__ != "IPPublicDetector":
+            out.append((secret_type.lower(), cls()))
+    return out
+
+
+def library_redact(text: str) -> str:
+    """Every secret a detect-secrets regex detector finds in ``text``, replaced by ``[<type> redacted]``."""
+    for secret_type, plugin in _detectors():
+        found = {s for s in plugin.analyze_string(text) if isinstance(s, str) and len(s) >= 8}
+        for secret in sorted(found, key=len, reverse=True):
+            text = text.replace(secret, f"[{secret_type} redacted]")
+    return text
 
 
 def redact(text: str) -> str:
-    """``text`` with every secret the patterns recognise replaced by a placeholder naming what it was."""
+    """``text`` with every secret the patterns or the library recognise replaced by a placeholder naming what
+    it was."""
     lower = text.lower()
     for pattern, placeholder, hints in _PATTERNS:
         if any(hint in lower for hint in hints):
             text = pattern.sub(placeholder, text)
             lower = text.lower()
-    return text
+    return library_redact(text)
 
 
 @functools.lru_cache(maxsize=1 << 14)

@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from ..home import write_atomic
+from ..nofollow import read_bytes
 
 FILE = "compactor.json"
 
@@ -24,7 +25,7 @@ class BuildState:
         self.path = directory / FILE
         self._lock = threading.Lock()
         try:
-            data = orjson.loads(self.path.read_bytes())
+            data = orjson.loads(read_bytes(self.path))
         except (FileNotFoundError, orjson.JSONDecodeError):
             data = {}
         self.extra_tokens: dict[str, int] = dict(data.get("extra_tokens") or {})

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 
 from .. import when
-from ..errors import BadInput
-from ..home import NAME_RE
+from ..errors import BadInput, NothingFound
+from ..home import NAME_RE, reserved
 from .claude import ClaudeParser
 from .codex import CodexParser
 from .ndjson import NdjsonParser
@@ -41,17 +41,23 @@ class Source:
 
 def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
     """The files to import, in the order their histories start. Directories stand for every ``*.jsonl``
-    under them. A missing file, or one whose format cannot be told, raises ``BadInput`` before anything is
-    written; empty files are left out."""
+    under them. A missing file, a device or pipe, or a file whose format cannot be told, raises ``BadInput``
+    before anything is written; empty files are left out, and ``NothingFound`` (exit 1) says why when
+    nothing is left."""
     if fmt != "auto" and fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}: use auto, {', '.join(FORMATS)}")
     files: list[Path] = []
     for given in paths:
         path = Path(given).expanduser()
         if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*.jsonl") if p.is_file()))
+            found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+            if not found:
+                raise NothingFound(f"nothing to import: no session files (*.jsonl) under {given}")
+            files.extend(found)
         elif path.is_file():
             files.append(path)
+        elif path.exists():
+            raise BadInput(f"{given}: not a regular file (a device, pipe or socket); import reads session files")
         else:
             raise BadInput(f"{given}: no such file")
     sources, seen = [], set()
@@ -63,6 +69,9 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
         source = inspect_file(path, fmt)
         if source is not None:
             sources.append(source)
+    if not sources:
+        what = f"{files[0]} is empty" if len(files) == 1 else f"all {len(files)} session files are empty"
+        raise NothingFound(f"nothing to import: {what}")
     return sorted(sources, key=Source.sort_key)
 
 
@@ -124,7 +133,7 @@ def default_name(sources: list[Source]) -> str:
     directory, else the first file's name, made into a valid memory name."""
     for candidate in [Path(s.cwd).name for s in sources if s.cwd] + [Path(s.path).stem for s in sources]:
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).lstrip("._-")[:64].rstrip("._-") or ""
-        if name and NAME_RE.fullmatch(name):
+        if name and NAME_RE.fullmatch(name) and not reserved(name):
             return name
     return "imported"
 

@@ -26,7 +26,7 @@ import orjson
 
 from .. import env, message as msgs, when
 from ..errors import BadInput
-from ..ingest import BATCH_BYTES, BATCH_LINES
+from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
 from .detect import FORMATS, Source
 from .parser import Malformed
@@ -168,8 +168,13 @@ class _File:
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
-        for raw in f:
+        limit = line_cap(self.cap)
+        for raw in bounded_lines(f, limit):
             line_no += 1
+            if type(raw) is int:  # a line over the cap, read past without holding it
+                self._malformed(line_no, f"a line of {raw:,} bytes is over the cap of {limit:,} for one line")
+                offset += raw
+                continue
             if raw.strip():
                 try:
                     obj = orjson.loads(raw)

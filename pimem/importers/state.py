@@ -27,6 +27,7 @@ import orjson
 from .. import home as homes
 from ..config import read_json
 from ..memory import Memory
+from ..nofollow import open_fd, read_bytes
 
 KEY_BYTES = 16
 STATE = "imports.json"
@@ -112,7 +113,7 @@ class ImportState:
         if disk is None:
             self._reset()
         elif (disk["covered"], disk["keys"]) != self._loaded:
-            data = self._keys_path.read_bytes() if self._keys_path.exists() else b""
+            data = read_bytes(self._keys_path) if self._keys_path.exists() or self._keys_path.is_symlink() else b""
             if len(data) < disk["keys"] * KEY_BYTES:
                 self._reset()
             else:
@@ -157,7 +158,7 @@ class ImportState:
 
     def _write(self, digests: bytes, total: int) -> None:
         homes.ensure_dir(self.mem.path)
-        fd = os.open(self._keys_path, os.O_RDWR | os.O_CREAT, homes.FILE_MODE)
+        fd = open_fd(self._keys_path, os.O_RDWR | os.O_CREAT, homes.FILE_MODE)
         try:
             os.ftruncate(fd, self.count * KEY_BYTES)  # drop keys a crashed import wrote after its last state
             os.lseek(fd, 0, os.SEEK_END)

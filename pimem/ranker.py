@@ -1,0 +1,189 @@
+"""The one ranker behind every ranked read (``search --rank``, ``recall`` with words, ``memories QUERY``,
+the MCP tools): any of the query's terms matches, best first.
+
+What a message is indexed as (``document``): the terms (``pimem.terms``) of its text, of its speaker or
+author (``meta.speaker``, ``meta.author``, ``meta.name``) and of its date in words (``8 may 2023 monday``),
+so "what did Alice say" and "what did we do in May" find their turns; its length is its text's words.
+
+How it scores (``rank``): BM25 over those terms (``K1``, ``B``; a term counts once per message), then
+**neighbour context**: each message also gets the larger of ``BEFORE`` times the BM25 score of the message
+just before it and ``AFTER`` times the one just after it, in the same conversation (the answer often
+follows the turn holding the question's words). Each constant was chosen on the tuning split of
+``bench/rank.py`` (bench/README.md has the ablation). The work is what the query's terms' postings hold
+(a ``Source`` may bound it), nothing per message of the memory.
+
+Where the postings come from is a ``Source``: ``Corpus`` over documents in memory (memory records, tests,
+the benchmark) or the index's tables (``pimem.rankindex.Postings``); both give the same scores.
+
+A semantic extra may fuse its own scores in: ``rank(..., fuse=f)`` calls ``f(candidates)`` with the
+lexical ``[(i, score)]`` best first (the best ``POOL``) and ranks what it returns.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Callable, Iterable, Protocol
+
+from . import terms
+from .message import TOOL_KINDS
+
+K1 = 1.2
+B = 0.75  # measured: a lower b gains a point on short chat turns and loses 9 on long ones
+BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
+POOL = 1000  # candidates handed to a fuse hook
+NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
+TOOL_HEAD, TOOL_TAIL = 2000, 1000
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+
+
+def speaker(msg: dict) -> str | None:
+    """Who a message says wrote it: ``meta.speaker``, ``meta.author`` or ``meta.name`` (the first string)."""
+    meta = msg.get("meta")
+    if isinstance(meta, dict):
+        for key in ("speaker", "author", "name"):
+            value = meta.get(key)
+            if isinstance(value, str) and value.strip():
+                return value
+    return None
+
+
+def date_words(date: str) -> str:
+    """``2023-05-08T13:56:00+00:00`` → ``8 may 2023 monday`` (the date as written, in its own offset)."""
+    try:
+        year, month, day = int(date[0:4]), int(date[5:7]), int(date[8:10])
+        import datetime
+
+        weekday = datetime.date(year, month, day).weekday()
+    except (ValueError, IndexError):
+        return ""
+    return f"{day} {_MONTHS[month - 1]} {year} {_WEEKDAYS[weekday]}"
+
+
+def document(msg: dict) -> tuple[set[str], int]:
+    """The distinct terms a message is indexed as, and its length in words. Tool traffic is ranked by the
+    head and tail of its text (``TOOL_HEAD``, ``TOOL_TAIL`` characters: most of what tokenizing a log costs is
+    long tool output; plain search still reads it whole)."""
+    text = msg.get("text") or ""
+    if msg.get("kind") in TOOL_KINDS and len(text) > TOOL_HEAD + TOOL_TAIL:
+        text = text[:TOOL_HEAD] + "\n" + text[-TOOL_TAIL:]
+    found, length = terms.bag(text)
+    extra = speaker(msg) or ""
+    if isinstance(msg.get("date"), str):
+        extra += " " + date_words(msg["date"])
+    more, _ = terms.bag(extra)
+    return found | more, length
+
+
+def conversation(msg: dict) -> int:
+    """A number naming the conversation a message belongs to (its ``meta.session``), for neighbour
+    context: neighbours in different conversations do not lend each other scores."""
+    meta = msg.get("meta")
+    session = meta.get("session") if isinstance(meta, dict) else None
+    if session is None:
+        return 0
+    import zlib
+
+    return zlib.crc32(str(session).encode()) or 1
+
+
+class Source(Protocol):
+    """Where the ranker reads: ``size()`` (documents, their total length in words), ``postings(terms)``
+    (``{term: (how many documents hold it, ids of those to score)}``: a source may leave out documents a
+    term adds little to), ``lengths(ids)`` (``{i: length}``), ``conversations(ids)`` (``{i:
+    conversation}``, for the ids that exist and may be shown)."""
+
+    def size(self) -> tuple[int, int]: ...
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]: ...
+    def lengths(self, ids: list[int]) -> dict[int, int]: ...
+    def conversations(self, ids: list[int]) -> dict[int, int]: ...
+
+
+def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
+    """BM25 of every document holding one of the ``wanted`` terms, a term counted once per document (as
+    the index keeps it: measured as good as counting repeats)."""
+    count, total = source.size()
+    if not count or not wanted:
+        return {}
+    average = total / count or 1.0
+    lists = [(df, ids) for df, ids in source.postings(wanted).values() if ids]
+    lengths = source.lengths(sorted({i for _, ids in lists for i in ids}))
+    factor = {i: (k1 + 1) / (1 + k1 * (1 - b + b * length / average)) for i, length in lengths.items()}
+    scores: dict[int, float] = dict.fromkeys(factor, 0.0)
+    for df, ids in lists:
+        idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
+        for i in ids:
+            scores[i] += idf * factor[i]
+    return scores
+
+
+def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE, after: float = AFTER,
+                    among: Iterable[int] | None = None) -> dict[int, float]:
+    """Each document's score plus the larger of ``before`` times the score of the document just before it
+    and ``after`` times the one just after it, in the same conversation (a question's words are often in
+    the turn before its answer); for the documents ``among`` and their neighbours (default: all)."""
+    if not (before or after) or not scores:
+        return dict(scores)
+    around = sorted({j for i in (scores if among is None else among) for j in (i - 1, i, i + 1)})
+    conv = source.conversations(around)
+    out: dict[int, float] = {}
+    for i in around:
+        if i not in conv:
+            continue
+        lent = max(before * scores.get(i - 1, 0.0) if conv.get(i - 1) == conv[i] else 0.0,
+                   after * scores.get(i + 1, 0.0) if conv.get(i + 1) == conv[i] else 0.0)
+        own = scores.get(i, 0.0)
+        if own or lent:
+            out[i] = own + lent
+    return out
+
+
+Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
+
+
+def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Callable[[int], bool] | None = None,
+         fuse: Fuse | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
+         after: float = AFTER) -> list[tuple[int, float]]:
+    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first).
+    ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
+    holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
+    extra's hook) reorders the best ``POOL`` and may add its own."""
+    own = bm25(source, terms.query_terms(query), k1, b)
+    best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
+    scores = {**own, **with_neighbours(source, own, before, after, among=best)}
+    if not widen:
+        scores = {i: score for i, score in scores.items() if i in own}
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+    if keep is not None:
+        ranked = [item for item in ranked if keep(item[0])]
+    if fuse is not None:
+        ranked = fuse(ranked[:max(POOL, limit)])
+    return ranked[:limit]
+
+
+class Corpus:
+    """A ``Source`` over documents held in memory: ``Corpus(documents, conversation numbers)`` where each
+    document is ``(its distinct terms, its length)`` (``document``); document ``i`` is the ``i``-th."""
+
+    def __init__(self, documents: Iterable[tuple[Iterable[str], int]], conversations: Iterable[int] | None = None):
+        self.index: dict[str, list[int]] = {}
+        self.length: list[int] = []
+        for i, (found, length) in enumerate(documents):
+            self.length.append(length)
+            for term in found:
+                self.index.setdefault(term, []).append(i)
+        self.conv = list(conversations) if conversations is not None else [0] * len(self.length)
+
+    def size(self) -> tuple[int, int]:
+        return len(self.length), sum(self.length)
+
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
+        return {term: (len(self.index.get(term, ())), self.index.get(term, [])) for term in wanted}
+
+    def lengths(self, ids: list[int]) -> dict[int, int]:
+        return {i: self.length[i] for i in ids}
+
+    def conversations(self, ids: list[int]) -> dict[int, int]:
+        return {i: self.conv[i] for i in ids if 0 <= i < len(self.conv)}

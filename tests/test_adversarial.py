@@ -1,0 +1,172 @@
+"""An adversarial argument corpus: every entry, run as a real process, prints exactly one line on stderr
+(``pimem: error: …``), exits with the documented code, and leaves the store byte-for-byte as it was. Then
+the same kinds of input through MCP: the client reads the reason, never a bare failure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from conftest import pimem_cmd, snapshot, subprocess_env
+
+BIG = str(10**30)
+LONG_ZERO = "0+" + "0" * 5000
+
+# (argv, stdin, exit code)
+CORPUS = [
+    # numbers and ids out of range or not in ASCII digits
+    (["message", "m", BIG], None, 2),
+    (["message", "m", "١"], None, 2),
+    (["message", "m", "--", "-1"], None, 2),
+    (["message", "m", "4 "], None, 2),
+    (["message", "m", "99"], None, 3),
+    (["date", "m", BIG], None, 2),
+    (["date", "m", "١٢"], None, 2),
+    (["search", "staging", "m", "--before", BIG], None, 2),
+    (["search", "staging", "m", "--limit", "0"], None, 2),
+    (["search", "staging", "m", "--limit", BIG], None, 2),
+    (["since", "m", "#" + BIG], None, 2),
+    (["since", "m", "#-1"], None, 2),
+    (["since", "m", "#١"], None, 2),
+    (["zoom", "m", LONG_ZERO], None, 2),
+    (["zoom", "m", "١+١"], None, 2),
+    (["zoom", "m", "0+1 "], None, 2),
+    (["zoom", "m", " 0+1"], None, 2),
+    (["zoom", "m", "0+3"], None, 2),
+    (["zoom", "m", "1+2"], None, 2),
+    (["zoom", "m", "1024+1024"], None, 3),
+    (["date", "m", "1024+1024"], None, 3),
+    (["recall", "m", "staging", "--page", "0"], None, 2),
+    (["recall", "m", "staging", "--limit", BIG], None, 2),
+    (["memories", "m", "--limit", "0"], None, 2),
+    (["map", "m", "--width", "0"], None, 2),
+    (["compact", "m", "--keep", "-5"], None, 2),
+    # durations and money
+    (["append", "m", "x", "--timeout", "nan"], None, 2),
+    (["append", "m", "x", "--timeout", "inf"], None, 2),
+    (["append", "m", "x", "--timeout", "-1"], None, 2),
+    (["append", "m", "x", "--timeout", "1e400"], None, 2),
+    (["build-tree", "m", "--max-cost", "NaN"], None, 2),
+    (["build-tree", "m", "--max-cost", "-0.5"], None, 2),
+    (["build-tree", "m", "--wait", "NaN"], None, 2),
+    (["view", "m", "--wait", "inf"], None, 2),
+    (["model", "m", "extractive", "--price-in", "nan"], None, 2),
+    # WHENs
+    (["since", "m", "10000000000d"], None, 2),
+    (["since", "m", "999999999999 weeks ago"], None, 2),
+    (["since", "m", "next week"], None, 2),
+    (["since", "m", "#0", "--until", "10000000000d"], None, 2),
+    (["date", "m", "--at", "10000000000d"], None, 2),
+    (["search", "staging", "m", "--since", "10000000000d"], None, 2),
+    (["search", "staging", "m", "--until", "25:61"], None, 2),
+    (["append", "m", "--date", "10000000000d", "x"], None, 2),
+    (["append", "m", "--date", "last fortnight", "x"], None, 2),
+    # names
+    (["append", "config.json", "x"], None, 2),
+    (["append", "notes.jsonl", "x"], None, 2),
+    (["append", "write.lock", "x"], None, 2),
+    (["append", "index.sqlite", "x"], None, 2),
+    (["append", "../escape", "x"], None, 2),
+    (["append", ".trash", "x"], None, 2),
+    (["append", "", "x"], None, 2),
+    (["append", "a" * 65, "x"], None, 2),
+    (["rename", "m", "config.json"], None, 2),
+    (["rename", "m", "m"], None, 2),
+    (["remember", "config.json", "x"], None, 2),
+    (["message", "nope", "0"], None, 3),
+    (["delete", "nope"], None, 3),
+    # input
+    (["append", "m", "-k", "bogus", "x"], None, 2),
+    (["append", "m", "--meta", "[1]", "x"], None, 2),
+    (["append", "m", "--meta", "{", "x"], None, 2),
+    (["append", "m"], b"   \n", 2),
+    (["append", "m"], b"\xff\xfe not utf-8", 2),
+    (["append", "m"], b"a\x00b", 2),
+    (["append", "m", "--ndjson"], b'{"kind":"user"}\n', 2),
+    (["append", "m", "--ndjson"], b'{"kind":"user","text":"ok"}\n[1,2]\n', 2),
+    (["append", "m", "--ndjson"], b'{"kind":"user","text":"' + b"a" * (17 * 1024 * 1024) + b'"}\n', 2),
+    (["append", "m"], b"a" * (8 * 1024 * 1024 + 1), 2),
+    (["remember", "m"], b"m" * (256 * 1024 + 1), 2),
+    (["import", "/dev/zero"], None, 2),
+    (["import", "/no/such/file.jsonl"], None, 2),
+]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the whole corpus (no entry may change it, so each runs against the same bytes): a memory
+    with a few messages and a memory, derived state caught up as after any earlier command."""
+    home = tmp_path_factory.mktemp("adversarial") / "home"
+    records = [{"kind": "user", "text": f"message {n}: the staging db listens on {5000 + n}"} for n in range(5)]
+    assert pimem(home, "append", "m", "--ndjson", input=b"".join(orjson.dumps(r) + b"\n" for r in records)).returncode == 0
+    assert pimem(home, "remember", "m", "never touch production").returncode == 0
+    for warm in (["search", "staging", "m"], ["view", "m"], ["status", "m"], ["date", "m", "--at", "yesterday"]):
+        pimem(home, *warm)
+    return home
+
+
+def pimem(home, *argv, input: bytes = b""):
+    env = subprocess_env(PIMEM_HOME=home, PIMEM_NOW="2026-10-08T09:30:00+08:00")
+    env.pop("PI_MEM_HOME", None)
+    return subprocess.run(pimem_cmd(*argv), input=input, capture_output=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("argv,stdin,code", CORPUS, ids=[" ".join(a)[:60] for a, _, _ in CORPUS])
+def test_every_bad_argument_is_one_line_its_code_and_changes_nothing(store, argv, stdin, code):
+    before = snapshot(store)
+    out = pimem(store, *argv, input=stdin if stdin is not None else b"")
+    err = out.stderr.decode("utf-8", "replace")
+    assert out.returncode == code, err
+    assert err.count("\n") == 1 and err.startswith("pimem: error: ") and "Traceback" not in err, err
+    assert snapshot(store) == before
+
+
+def test_a_directory_with_no_sessions_says_there_is_nothing_to_import(store, tmp_path):
+    empty = tmp_path / "sessions"
+    empty.mkdir()
+    before = snapshot(store)
+    out = pimem(store, "import", str(empty))
+    assert out.returncode == 1 and out.stderr.decode() == f"pimem: error: nothing to import: no session files (*.jsonl) under {empty}\n"
+    (empty / "a.jsonl").write_bytes(b"")
+    out = pimem(store, "import", str(empty))
+    assert out.returncode == 1 and b"is empty" in out.stderr
+    assert snapshot(store) == before
+
+
+def test_mcp_errors_carry_the_reason(tmp_path):
+    mcp = pytest.importorskip("mcp")
+    import anyio
+
+    store = tmp_path / "home"
+    assert pimem(store, "append", "m", "the staging db listens on 5433").returncode == 0
+
+    calls = [
+        ("message", {"name": "m", "i": 10**30}),
+        ("message", {"name": "m", "i": 2**63}),
+        ("since", {"name": "m", "when": "10000000000d"}),
+        ("since", {"name": "m", "start": 2**64}),
+        ("search", {"query": "staging", "before": 2**70}),
+        ("zoom", {"name": "m", "node": LONG_ZERO}),
+        ("zoom", {"name": "m", "node": "١+١"}),
+        ("memory_propose", {"name": "m", "text": "x" * (256 * 1024 + 1)}),
+    ]
+    (store / "m" / "main" / "2000-01-01.jsonl").mkdir()  # a directory where a day file should be: the OS refuses
+    calls.append(("since", {"name": "m", "start": 0}))
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=store))
+        async with mcp.stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                await client.initialize()
+                return [(await client.call_tool(name, args)).model_dump(by_alias=True, mode="json") for name, args in calls]
+
+    before = snapshot(store)
+    for (name, args), result in zip(calls, anyio.run(session)):
+        text = result["content"][0]["text"]
+        assert result["isError"], (name, args)
+        assert "Error executing tool" not in text or ":" in text.split("Error executing tool", 1)[1], text
+        assert any(word in text for word in ("whole number", "out of range", "malformed", "at most", "Is a directory")), (name, text)
+    assert snapshot(store) == before

@@ -1,0 +1,93 @@
+"""A log changed behind pimem's back (an editor, a sync tool, a restore) is noticed before any command answers
+or writes: readers and writers check the newest day file, and the files they read or append to, against
+ranges.json, and on any difference check the whole log. A valid change is seen; a gap or duplicate is exit 5,
+and ``append`` then writes nothing. Real processes throughout."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from conftest import snapshot
+
+DAYS = ["2026-10-06", "2026-10-07", "2026-10-08"]
+
+
+@pytest.fixture
+def log(sh, home):
+    """Nine messages over three day files, derived state caught up (view, index)."""
+    records = [{"kind": "user", "text": f"message {n} about the staging db", "date": f"{DAYS[n // 3]}T09:0{n % 3}:00+08:00"}
+               for n in range(9)]
+    assert sh("append", "m", "--ndjson", input=b"".join(orjson.dumps(r) + b"\n" for r in records)).returncode == 0
+    assert sh("search", "staging", "m").returncode == 0 and sh("view", "m").returncode == 0
+    return home / "m" / "main"
+
+
+def line(i: int, text: str, day: str = DAYS[-1]) -> bytes:
+    msg = {"kind": "user", "text": text, "size": 6 + len(text), "date": f"{day}T10:00:00+08:00"}
+    return b'{"i":%d,' % i + orjson.dumps(msg)[1:] + b"\n"
+
+
+def append_behind(path, data: bytes) -> None:
+    with open(path, "ab") as f:
+        f.write(data)
+
+
+def test_a_valid_line_added_behind_its_back_is_seen_by_every_reader_and_writer(sh, log):
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored by a sync tool"))
+    assert sh("search", "restored", "m").stdout.decode().startswith("m #9 ")
+    assert b"restored by a sync tool" in sh("since", "m", "#9").stdout
+    assert sh("message", "m", "9").stdout == b"restored by a sync tool\n"
+    assert b"restored by a sync tool" in sh("view", "m").stdout
+    assert sh("append", "m", "next").stdout == b"10\n"
+    assert sh("fsck", "m").returncode == 0
+
+
+@pytest.mark.parametrize("wrong,what", [(11, "gap"), (4, "duplicate")])
+def test_a_gap_or_duplicate_added_behind_its_back_stops_every_command(sh, log, wrong, what):
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(wrong, "written by an editor"))
+    before = snapshot(log.parent)
+    out = sh("append", "m", "must not be logged")
+    err = out.stderr.decode()
+    assert out.returncode == 5 and err.count("\n") == 1 and f"{what} in the log" in err and "changed behind" in err
+    assert snapshot(log.parent) == before  # nothing written, not even the marker
+    for argv in (["since", "m", "#0"], ["search", "staging", "m"], ["view", "m"], ["status", "m"], ["append", "m", "--ndjson"]):
+        out = sh(*argv, input=b'{"kind":"user","text":"x"}\n')
+        assert out.returncode == 5 and out.stderr.count(b"\n") == 1, (argv, out.stderr)
+        assert snapshot(log.parent) == before, argv
+    assert snapshot(log.parent) == before
+
+
+def test_an_older_day_file_appended_to_is_checked_by_the_writer_and_by_readers_of_it(sh, log):
+    """The newest file is unchanged, so ranges.json is trusted; the writer appending to an older day's file
+    checks that file (it holds it open) and a reader checks each file it reads."""
+    append_behind(log / f"{DAYS[0]}.jsonl", line(2, "a duplicate restored from a backup", DAYS[0]))
+    before = snapshot(log.parent)
+    out = sh("append", "m", "--date", f"{DAYS[0]}T11:00:00+08:00", "late news")
+    assert out.returncode == 5 and b"duplicate in the log" in out.stderr
+    assert snapshot(log.parent) == before
+    out = sh("since", "m", "#0")
+    assert out.returncode == 5 and out.stderr.count(b"\n") == 1
+
+
+def test_a_same_size_edit_is_noticed(sh, log):
+    """An editor rewriting the newest file (a new inode, the same size) changes its i's: the stamp differs."""
+    path = log / f"{DAYS[-1]}.jsonl"
+    data = path.read_bytes().replace(b'{"i":8,', b'{"i":7,')
+    path.unlink()
+    path.write_bytes(data)
+    assert len(data) == os.path.getsize(path)
+    before = snapshot(log.parent)
+    out = sh("append", "m", "x")
+    assert out.returncode == 5 and b"duplicate in the log: i=7" in out.stderr
+    assert snapshot(log.parent) == before
+
+
+def test_fsck_repair_records_a_valid_change_so_commands_stop_checking_the_whole_log(sh, log):
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "added by hand"))
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and b"ranges.json" in out.stdout
+    assert sh("fsck", "--repair", "m").returncode == 0
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"

@@ -1,0 +1,156 @@
+"""A real full file system (a small tmpfs mounted for the test; skipped where mounting is not allowed): every
+write that fails says so in one line (exit 7) and leaves nothing behind, and rename and delete are all or
+nothing."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import orjson
+import pytest
+
+from conftest import snapshot
+from pimem import Memory, home as homes
+
+
+@pytest.fixture
+def disk(tmp_path, monkeypatch):
+    """A 2 MiB tmpfs as the store home; ``disk.fill()`` fills it to the last byte, ``disk.free()`` frees it."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+
+    class Disk:
+        home = mount / "home"
+
+        def fill(self):
+            fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            try:
+                for size in (1 << 16, 4096, 512, 64, 1):
+                    try:
+                        while True:
+                            os.write(fd, b"x" * size)
+                    except OSError as exc:
+                        assert exc.errno == errno.ENOSPC
+            finally:
+                os.close(fd)
+
+        def free(self):
+            os.unlink(mount / "filler")
+
+    monkeypatch.setenv("PIMEM_HOME", str(Disk.home))
+    yield Disk()
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def one_line_exit_7(out) -> str:
+    err = out.stderr.decode()
+    assert out.returncode == 7, err
+    assert err.count("\n") == 1 and err.startswith("pimem: error: ") and "Traceback" not in err
+    return err
+
+
+def no_temp_files(path) -> list[str]:
+    return [p.name for p in path.rglob("*.tmp")] + [p.name for p in path.rglob(".*.pointer-*")]
+
+
+def test_a_failed_first_append_leaves_no_memory(sh, disk):
+    assert sh("append", "kept", "one").returncode == 0
+    disk.fill()
+    before = snapshot(disk.home)
+    err = one_line_exit_7(sh("append", "fresh", "lost to a full disk"))
+    assert "No space left on device" in err
+    assert not (disk.home / "fresh" / "main").exists()
+    assert sh("list").stdout.decode().split()[:1] == ["kept"] and b"fresh" not in sh("list").stdout
+    assert snapshot(disk.home).keys() - before.keys() <= {"fresh/", "fresh/write.lock"}
+    disk.free()
+    assert sh("append", "fresh", "now it fits").stdout == b"0\n"
+
+
+def test_failed_writes_leave_no_temp_files(sh, disk, tmp_path):
+    assert sh("append", "m", "a message worth keeping").returncode == 0
+    session = tmp_path / "s.jsonl"
+    session.write_bytes(b"".join(orjson.dumps({"kind": "user", "text": f"imported {n} " + "y" * 200}) + b"\n" for n in range(50)))
+    disk.fill()
+    before = snapshot(disk.home)
+    for argv in (["model", "m", "extractive"], ["import", str(session), "-n", "m"], ["build-tree", "m"]):
+        out = sh(*argv)
+        assert out.returncode in (0, 7), (argv, out.stderr)
+        if out.returncode == 7:
+            one_line_exit_7(out)
+        assert no_temp_files(disk.home) == [], argv
+    assert Memory.open("m").count() in (1, 51)  # the import went in whole or not at all
+    disk.free()
+    if Memory.open("m").count() == 1:
+        assert snapshot(disk.home)["m/main/" + next(iter(os.listdir(disk.home / "m" / "main")))] == \
+            before["m/main/" + next(iter(os.listdir(disk.home / "m" / "main")))]
+
+
+def test_search_and_reindex_on_a_full_disk_say_so(sh, disk):
+    Memory.at("m").append([{"kind": "user", "text": f"message {n} about the staging database " * 4} for n in range(3000)])
+    disk.fill()
+    for argv in (["reindex", "m"], ["search", "staging", "m"]):
+        err = one_line_exit_7(sh(*argv))
+        assert "full" in err or "No space" in err, err
+    disk.free()
+    assert sh("search", "staging", "m", "--limit", "1").returncode == 0
+
+
+def test_rename_on_a_full_disk_is_all_or_nothing(sh, disk):
+    assert sh("append", "old", "first").returncode == 0
+    disk.fill()
+    before = snapshot(disk.home)
+    one_line_exit_7(sh("rename", "old", "new"))
+    assert snapshot(disk.home) == before  # nothing moved, no pointer half-written
+    assert b"first" in sh("since", "old", "#0").stdout  # old is still the memory
+    disk.free()
+    assert sh("append", "old", "second").stdout == b"1\n"  # the same history, not a second one
+    assert sh("rename", "old", "new").returncode == 0
+    assert sh("append", "old", "third").stdout == b"2\n"
+    assert [m["text"] for m in Memory.open("new").messages(0)] == ["first", "second", "third"]
+
+
+def test_delete_on_a_full_disk_is_all_or_nothing(sh, disk):
+    assert sh("append", "gone", "first").returncode == 0
+    assert sh("rename", "gone", "gone2").returncode == 0
+    disk.fill()
+    out = sh("delete", "gone2")
+    if out.returncode == 0:  # a move needs no space: done whole
+        assert not (disk.home / "gone2").exists() and not (disk.home / "gone").exists()
+        assert sh("since", "gone", "#0").returncode == 3
+    else:
+        one_line_exit_7(out)
+        assert [m["text"] for m in Memory.open("gone").messages(0)] == ["first"]
+
+
+def test_a_rename_stopped_between_its_steps_still_leads_to_the_memory(sh, home):
+    """The state a crash after the move and before the pointer is in place leaves: the pointer written first
+    (``.old.renaming``) is followed, so the next append continues the history instead of starting another."""
+    assert sh("append", "old", "first").returncode == 0
+    homes.write_atomic(homes.rename_intent(home, "old"), orjson.dumps({"renamedTo": "new"}))
+    os.rename(home / "old", home / "new")
+    assert sh("append", "old", "second").stdout == b"1\n"
+    assert [m["text"] for m in Memory.open("new").messages(0)] == ["first", "second"]
+    assert sh("list").stdout.decode().split()[0] == "new"
+
+
+def test_a_pointer_left_by_a_stopped_delete_leads_nowhere(sh, home):
+    assert sh("append", "a", "first").returncode == 0
+    assert sh("rename", "a", "b").returncode == 0
+    os.rename(home / "b", home / "elsewhere")  # the move into the trash done, the pointer not yet removed
+    for argv in (["append", "a", "into a memory that was deleted"], ["since", "a", "#0"]):
+        out = sh(*argv)
+        assert out.returncode == 3 and b"was deleted" in out.stderr
+    assert not (home / "b").exists()
+
+
+def test_a_home_that_is_a_file_is_refused_and_not_chmodded(sh, tmp_path):
+    blocker = tmp_path / "home-file"
+    blocker.write_text("not a directory")
+    blocker.chmod(0o644)
+    one_line_exit_7(sh("append", "m", "hi", "--home", str(blocker)))
+    assert oct(blocker.stat().st_mode & 0o777) == "0o644" and blocker.read_text() == "not a directory"

@@ -1,0 +1,217 @@
+"""The ranker: terms (stems, stop words, unspaced scripts, identifiers), what a message is indexed as
+(speaker, date in words), BM25 with neighbour context, the fuse hook, its tables in the index (catch-up,
+rebuild, the same scores as in-process) and the privacy default of every ranked read."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from pimem import Memory, api, memories, ranker, recall, terms
+from pimem.chain import memory_chain
+
+SECRET = "sk-live-7f3a9c1e55d2"
+
+
+def ranked(run, query, *args) -> list[int]:
+    out = run("search", query, "--rank", "--json", *args)
+    return [orjson.loads(line)["i"] for line in out.stdout.splitlines()]
+
+
+# ---- terms ----------------------------------------------------------------------------------------------------
+
+
+def test_english_words_are_stemmed_and_stop_words_dropped_from_queries():
+    assert terms.query_terms("What did Alice say about the deploys?") == ["alic", "say", "deploy"]
+    assert terms.terms("deploying deployed") == ["deploy", "deploy"]
+    assert terms.query_terms("the and with what") == []
+    assert "the" not in terms.terms("the staging db")  # nor indexed
+
+
+def test_identifiers_paths_and_numbers_are_kept_whole_and_split():
+    found = terms.terms("src/auth/session.ts max_pool_size 3.14 2023-05-08 v2")
+    for term in ("src/auth/session.ts", "auth", "session", "ts", "max_pool_size", "pool", "size", "3.14", "3", "14",
+                 "2023-05-08", "2023", "05", "v2"):
+        assert term in found, term
+    assert terms.query_terms("session.ts") == ["session.ts", "session", "ts"]
+    assert terms.terms("port 8 and 5433") == ["port", "8", "5433"]  # a lone digit counts (8 May)
+
+
+def test_unspaced_scripts_by_characters_and_pairs():
+    found = terms.terms("我们在蓝鲸副本上")
+    assert "蓝鲸" in found and "鲸" in found and "我们" in found
+    assert terms.query_terms("蓝鲸") == ["蓝鲸"]
+    assert terms.query_terms("数据库") == ["数据", "据库"]
+    assert terms.query_terms("鲸") == ["鲸"]
+    assert "ภาษ" not in terms.terms("ภาษาไทย") and "ภา" in terms.terms("ภาษาไทย")  # Thai: pairs too
+    assert terms.terms("Ünïcode CAFÉ") == ["ünïcode", "café"]  # (Snowball English leaves them be)
+
+
+def test_a_message_is_indexed_as_its_text_speaker_and_date_in_words():
+    found, length = ranker.document({"kind": "user", "text": "lunch at noon", "date": "2023-05-08T13:56:00+00:00",
+                                     "meta": {"speaker": "Caroline"}})
+    assert {"lunch", "noon", "carolin", "8", "may", "2023", "monday"} <= found
+    assert length == 3  # the text's words: the speaker and date add terms, not length
+    assert ranker.speaker({"meta": {"author": "Bob"}}) == "Bob"
+    assert ranker.speaker({"meta": {"name": "ci-bot"}}) == "ci-bot"
+    assert ranker.speaker({"meta": {}}) is None
+    assert ranker.date_words("2026-10-08T09:30:00+08:00") == "8 october 2026 thursday"  # in its own offset
+
+
+# ---- scoring ----------------------------------------------------------------------------------------------
+
+
+def corpus(texts, conversations=None):
+    return ranker.Corpus([terms.bag(t) for t in texts], conversations)
+
+
+def test_bm25_rare_terms_and_short_messages_first():
+    source = corpus(["refund rounding off by one cent", "refund " + "and many other words " * 10, "refund policy",
+                     "nothing here"])
+    best = ranker.rank(source, "refund rounding", 10, before=0, after=0)
+    assert [i for i, _ in best][:1] == [0] and 3 not in dict(best)
+    assert dict(best)[2] > dict(best)[1]  # the same term in a shorter message counts more
+
+
+def test_neighbour_context_lifts_the_answer_after_the_question():
+    texts = ["where should we host the staging database?", "on the box in Frankfurt", "lunch was good",
+             "the weather is fine", "staging database backups run nightly"]
+    without = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10, before=0, after=0))
+    assert 1 not in without
+    scores = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10))
+    assert scores[1] == pytest.approx(ranker.BEFORE * without[0])  # it holds no term: its neighbour's share
+    assert scores[0] == pytest.approx(without[0] + ranker.AFTER * 0)  # (1 has no score of its own to lend)
+    assert 3 in scores and scores[3] == pytest.approx(ranker.AFTER * without[4])
+    # a neighbour in another conversation lends nothing
+    apart = dict(ranker.rank(corpus(texts, [1, 2, 2, 2, 2]), "where is the staging database hosted", 10))
+    assert 1 not in apart
+    narrow = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10, widen=False))
+    assert set(narrow) == {0, 4}
+
+
+def test_a_fuse_hook_reorders_the_candidates():
+    seen = []
+
+    def fuse(candidates):
+        seen.append(candidates)
+        return [(i, 1.0 / (1 + n)) for n, (i, _) in enumerate(reversed(candidates))]
+
+    source = corpus(["alpha beta", "alpha", "gamma"])
+    plain = ranker.rank(source, "alpha beta", 10, before=0, after=0)
+    fused = ranker.rank(source, "alpha beta", 10, before=0, after=0, fuse=fuse)
+    assert seen == [plain] and [i for i, _ in fused] == [i for i, _ in reversed(plain)]
+
+
+# ---- through the index --------------------------------------------------------------------------------------
+
+CHAT = [
+    {"kind": "user", "text": "Should we move the staging db to the new host?", "date": "2026-10-05T09:00:00+08:00",
+     "meta": {"speaker": "Alice"}},
+    {"kind": "pi", "text": "Yes, moved it this morning; it listens on 5433.", "date": "2026-10-05T09:01:00+08:00",
+     "meta": {"speaker": "Bob"}},
+    {"kind": "user", "text": "Great. Lunch?", "date": "2026-10-06T12:00:00+08:00", "meta": {"speaker": "Bob"}},
+    {"kind": "pi", "text": "The deploys are green again", "date": "2026-10-07T09:00:00+08:00", "meta": {"speaker": "Alice"}},
+    {"kind": "tool", "text": "bash('cat .env')", "date": "2026-10-07T09:01:00+08:00"},
+    {"kind": "echo", "text": f"DATABASE_URL=postgres://staging:5433\nAPI_KEY={SECRET}", "date": "2026-10-07T09:01:01+08:00"},
+]
+
+
+@pytest.fixture
+def chat(home):
+    mem = Memory.at("main")
+    mem.append(CHAT)
+    mem.close()
+    return home
+
+
+def test_rank_matches_any_term_of_a_question(run, chat):
+    question = "when did we move the staging db?"
+    assert run("search", question).exit_code == 1  # plain search: every word must occur
+    hits = ranked(run, question)
+    assert hits[:2] == [0, 1]  # the question's turn, then its answer (neighbour context)
+    assert ranked(run, "deploying")[:1] == [3]  # stems: deploying finds deploys
+    assert run("search", "the and what", "--rank").exit_code == 1  # stop words only: nothing to rank by
+
+
+def test_speaker_and_date_terms_find_their_turns(run, chat):
+    assert set(ranked(run, "what did Alice say")[:2]) == {0, 3}
+    assert set(ranked(run, "Bob")[:2]) == {1, 2}
+    assert ranked(run, "what happened on Wednesday", "--limit", "1") == [3]  # 7 October 2026
+    assert ranked(run, "lunch on 6 October")[:1] == [2]
+
+
+def test_rank_filters_kind_dates_and_before(run, chat):
+    assert ranked(run, "5433", "--kind", "pi") == [1]
+    assert ranked(run, "staging", "--kind", "pi") == []  # (a neighbour of another kind lends nothing then)
+    assert ranked(run, "staging db", "--before", "1") == [0]
+    assert 0 not in ranked(run, "staging", "--since", "2026-10-05T09:00:30+08:00")
+
+
+def test_every_ranked_read_keeps_tool_traffic_private_by_default(run, chat):
+    assert SECRET not in run("search", "API_KEY staging", "--rank").stdout
+    assert ranked(run, "API_KEY") == []
+    assert 5 in ranked(run, "API_KEY", "--include-tools")
+    assert SECRET not in run("recall", "main", "API_KEY staging").stdout
+    assert SECRET in run("recall", "main", "API_KEY", "--include-tools").stdout
+    found = api.search("API_KEY staging", ["main"], rank=True)["hits"]  # the MCP search tool's call
+    assert all(SECRET not in hit["snippet"] for hit in found) and 5 not in [h["i"] for h in found]
+    assert 5 in [h["i"] for h in api.search("API_KEY", ["main"], rank=True, include_tools=True)["hits"]]
+    assert SECRET not in orjson.dumps(api.recall("main", "API_KEY staging")).decode()  # the MCP recall tool's
+    # memories: rule-derived records quote tool traffic, so they too need include_tools
+    mem = Memory.open("main")
+    memory_chain(mem.path).append(lambda events: [{"type": "create", "recordId": "r1", "author": "rule", "ts": "2026-10-07T09:02:00+08:00",
+                                    "payload": {"kind": "derived", "content": f"edited .env ({SECRET})", "scope": "project",
+                                                "status": "provisional", "priority": "normal"}}])
+    assert memories.rank(memories.records(mem), SECRET) == []
+    assert [r["id"] for r in memories.rank(memories.records(mem, include_tools=True), SECRET)] == ["r1"]
+
+
+def test_recall_searches_through_the_ranker(run, chat):
+    doc = orjson.loads(run("recall", "main", "moving the staging database", "--json").stdout)
+    assert [r["id"] for r in doc["results"]][:1] == [0] and 2 not in [r["id"] for r in doc["results"]]
+    assert recall.find(Memory.open("main"), recall.Request(query="deploying")).records[0]["id"] == 3
+
+
+def test_the_index_gives_the_in_process_scores(run, chat):
+    messages = list(Memory.open("main").messages())
+    talk = [m for m in messages if m["kind"] not in ("tool", "echo")]
+    source = ranker.Corpus([ranker.document(m) for m in talk], [ranker.conversation(m) for m in talk])
+    for query in ("when did we move the staging db", "Alice deploys", "5433 lunch"):
+        expected = [(talk[n]["i"], round(score, 4)) for n, score in ranker.rank(source, query, 10)]
+        hits = api.search(query, ["main"], rank=True, limit=10)["hits"]
+        assert [(h["i"], h["score"]) for h in hits] == expected, query
+
+
+def test_the_ranker_tables_catch_up_and_are_rebuilt(run, chat, home):
+    assert ranked(run, "frankfurt") == []
+    assert run("append", "main", "the new host is in Frankfurt").exit_code == 0
+    assert ranked(run, "frankfurt")[:1] == [6]  # caught up from the log by the next search
+    before = run("search", "staging db host", "--rank", "--json").stdout
+    path = home / "main" / "index.sqlite"
+    for name in ("index.sqlite", "index-1.sqlite"):
+        os.unlink(home / "main" / name)
+    assert run("search", "staging db host", "--rank", "--json").stdout == before
+    path.write_bytes(b"this is not a database" * 100)
+    damaged = run("search", "staging db host", "--rank", "--json")
+    assert damaged.stdout == before and "rebuilding" in damaged.stderr
+
+
+def test_search_rank_fuses_the_semantic_extra_when_present(home, run, monkeypatch):
+    pytest.importorskip("numpy")
+    from pimem import semantic
+
+    monkeypatch.setenv(semantic.ENV, "tests.embedder_stub:load")  # a tiny embedder: automobile ~ car
+    monkeypatch.setattr(semantic, "_model", None)
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "I bought a new car yesterday"}, {"kind": "pi", "text": "the weather is nice"},
+                {"kind": "echo", "text": "car car car automobile"}, {"kind": "user", "text": "an automobile show"}])
+    assert ranked(run, "automobile") == [3]  # nothing embedded yet: the lexical ranker alone
+    semantic.catch_up(mem)
+    assert ranked(run, "automobile")[:2] == [3, 0]  # the paraphrase, fused in
+    assert 0 not in ranked(run, "automobile", "--kind", "pi")  # the semantic candidates keep the filters
+    assert 2 not in ranked(run, "automobile")  # and never bring tool traffic
+    monkeypatch.setenv(semantic.ENV, "off")
+    assert ranked(run, "automobile") == [3]
+    semantic._model = None
