@@ -82,8 +82,7 @@ def run(
     try:
         for source in sources:
             step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged)
-            job.deadline = deadline
+            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged, deadline)
             with (open_file or _open)(source) as f:
                 reports.append(job.run(f))
             done += source.size
@@ -109,10 +108,6 @@ class _Indexer:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.count = 0
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
 
     def logged(self, start: int, messages: list[dict], written: list) -> None:
         """A batch is in the log (the thread starts once ``INDEX_MIN`` messages were logged: a smaller
@@ -156,7 +151,7 @@ class _Indexer:
 class _File:
     """One source file's import: read, parse, check, and log in batches."""
 
-    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged):
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None):
         self.mem, self.state, self.source = mem, state, source
         self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
         self.report = FileReport(source.path, source.format)
@@ -165,7 +160,7 @@ class _File:
         self.batch: list[tuple[dict, bytes | None]] = []
         self.batch_bytes = 0
         self.prior: dict | None = None
-        self.deadline: float | None = None
+        self.deadline: float | None = deadline
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
