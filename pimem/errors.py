@@ -23,6 +23,8 @@ EXIT_CODES = {
     INTEGRITY: "integrity error: run `pimem fsck`",
     PROVIDER: "compactor or provider failure",
     SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
+    130: "stopped by SIGINT (Ctrl-C): what was durable is kept, one line says what (128 + the signal, as shells expect)",
+    143: "stopped by SIGTERM: the same",
 }
 
 

@@ -38,7 +38,7 @@ def test_readme_exit_code_table_is_the_one_in_errors():
     from pimem.errors import EXIT_CODES
 
     readme = (ROOT / "README.md").read_text()
-    rows = dict(re.findall(r"^\| (\d) \| (.+) \|$", readme, re.M))
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, re.M))
     assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
 
 

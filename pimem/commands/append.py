@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, naming, output
+from .. import bulk, ingest, naming, output, stopping
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import Home, Json, Name, Timeout
@@ -73,9 +73,14 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
         batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer))
         logging = mem.append_stream(batches, timeout)
     try:
-        for ids in logging:
-            _print_ids(ids, json)
-            logged += len(ids)
+        with stopping.armed():
+            for ids in logging:
+                _print_ids(ids, json)
+                logged += len(ids)
+    except stopping.Interrupted as exc:
+        output.info(f"pimem: interrupted: {output.count(logged, 'message')} logged and printed; "
+                    "the rest of stdin was not logged")
+        raise typer.Exit(exc.code) from None
     except BadInput as exc:
         if logged:
             raise BadInput(f"{exc} (that batch was refused; the {logged} messages before it were logged)") from None

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import env, output
+from .. import env, output, stopping
 from ..memory import Memory
 from ..options import Home, Json, Timeout
 
@@ -50,10 +50,19 @@ def command(
         return
     sources = plan(files, format)
     groups = {name: sources} if name is not None else by_project(sources)
-    for memory, group in groups.items():
-        if name is None:
-            output.info(f"importing into memory '{memory}' (choose another with --name)")
-        _import(Memory.at(memory, home), group, json, timeout)
+    mems = {memory: Memory.at(memory, home) for memory in groups}
+    before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
+    try:
+        with stopping.armed():
+            for memory, group in groups.items():
+                if name is None:
+                    output.info(f"importing into memory '{memory}' (choose another with --name)")
+                _import(mems[memory], group, json, timeout)
+    except stopping.Interrupted as exc:
+        logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
+        output.info(f"pimem: interrupted: {output.count(logged, 'message')} imported; "
+                    "the same import again reads on from where this one stopped")
+        raise typer.Exit(exc.code) from None
 
 
 def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> None:
