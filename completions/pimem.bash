@@ -37,7 +37,7 @@ _pimem() {
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck hook import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
     return
   fi
   local opts="" valued="" slots="" nodes=""
@@ -51,6 +51,7 @@ _pimem() {
     demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
     forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1"; nodes="" ;;
     fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+"; nodes="" ;;
+    hook) opts="--budget --timeout -n --name --project --user --dry-run --home -h --help"; valued="--budget --timeout -n --name --home"; slots=""; nodes="" ;;
     import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
     list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
     map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;

@@ -79,6 +79,7 @@ complete -c pimem -n __fish_use_subcommand -a delete -d 'Move a memory to <home>
 complete -c pimem -n __fish_use_subcommand -a demo -d 'Log a bundled sample conversation into a memory, build its summary tree offline and print the view.'
 complete -c pimem -n __fish_use_subcommand -a forget -d 'Resolve a memory: it stays in the log but leaves listings and the context.'
 complete -c pimem -n __fish_use_subcommand -a fsck -d 'Check memories on disk: the log, the tree, the view, the hash chains and the index.'
+complete -c pimem -n __fish_use_subcommand -a hook -d 'Capture an agent\'s sessions as they happen, and answer its hooks with context.'
 complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into memories.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
@@ -171,6 +172,16 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck' -l timeout -x -d 'Second
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show this help and exit.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
+
+# hook
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l budget -x -d 'Most characters of context to answer with (default 4000).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l timeout -x -d 'Most seconds the hook takes (default 10; a watchdog ends it a second later).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -s n -l name -x -a '(__pimem_names)' -d 'Memory to capture into (default: the session\'s project, as import names it).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l project -d 'install: into this project\'s .claude/settings.json.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install: into ~/.claude/settings.json (the default).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install: print the merged settings, write nothing.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -s h -l help -d 'Show this help and exit.'
 
 # import
 complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: one per project, named after its working directory).'

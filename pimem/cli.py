@@ -46,6 +46,7 @@ COMMANDS = {
     "watch": "watch",
     "search": "search",
     "reindex": "reindex",
+    "hook": "hook",
 }
 
 HELP = """Endless, lossless memory for LLM chats and coding agents.

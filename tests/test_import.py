@@ -84,10 +84,16 @@ def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
     assert bash["parent"] == "r1"  # the model change between them is looked through
 
 
-def test_import_leaves_the_search_index_complete(run, home, tmp_path):
+def test_import_leaves_the_search_index_complete(run, home, tmp_path, monkeypatch):
+    from pimem.importers import job
+
+    monkeypatch.setattr(job, "INDEX_MIN", 7)  # a bulk import: the import indexes what it logged
     run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
     mem = Memory.open("t")
     assert mem.has_index() and not mem.index().behind()
+    monkeypatch.setattr(job, "INDEX_MIN", 8)  # a small one leaves the index to the next reader
+    run("import", pi_tree(tmp_path / "s2.jsonl"), "-n", "u")
+    assert not Memory.open("u").has_index()
     found = run("search", "mutex", "t", "--json")
     assert found.exit_code == 0 and "Try a mutex instead" in found.stdout
 
@@ -116,6 +122,7 @@ def test_the_index_an_import_builds_from_its_own_batches_is_the_one_the_log_give
     from pimem.importers import job
 
     monkeypatch.setattr(job, "BATCH_LINES", 3)  # several batches, each indexed as it is logged
+    monkeypatch.setattr(job, "INDEX_MIN", 0)
     calls = []
     from pimem.index import Index
 

@@ -21,6 +21,8 @@ SKIP = {
     "pimem mcp": "serves MCP over stdio until its client hangs up (tests/test_mcp.py drives it)",
     "pimem watch": "a daemon: it runs until stopped (tests/test_watch.py runs it)",
     "~/.claude/": "needs a real Claude Code history (tests/test_import.py imports its own fixtures)",
+    "~/.codex/sessions": "needs Codex's sessions (tests/test_agents.py runs the live-capture lines with its own)",
+    "~/.pi/agent/sessions": "needs pi's sessions (tests/test_agents.py runs the live-capture lines with its own)",
 }
 # lines whose exit code is not 0 on purpose
 EXIT = {}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -88,7 +89,6 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> No
 def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:
     """``--follow``: import what arrives until SIGINT or SIGTERM, then exit 130 or 143 (as shells expect)."""
     import signal
-    import threading
 
     from ..importers.follow import Follower
 
@@ -100,11 +100,27 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
         output.flush()
 
     follower = Follower(paths, home, name, fmt, on_report=show, on_warning=output.warn, timeout=timeout)
-    stop, stopped_by = threading.Event(), []
+    stop = _Signalled()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda signum, _frame: (stopped_by.append(signum), stop.set()))
+        signal.signal(sig, stop.handler)
     follower.run(stop)
-    raise typer.Exit(128 + stopped_by[0] if stopped_by else 0)
+    raise typer.Exit(128 + stop.signum)
+
+
+class _Signalled:
+    """Set by a signal handler, which must take no lock: an ``Event.set`` there deadlocks when the signal
+    lands while the main thread is inside ``Event.wait``."""
+
+    signum = 0
+
+    def handler(self, signum: int, _frame) -> None:
+        self.signum = signum
+
+    def is_set(self) -> bool:
+        return self.signum != 0
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(seconds)  # (a signal ends the wait at the next poll, a quarter of a second at most)
 
 
 def _counts(imported: int, present: int, malformed: int) -> str:

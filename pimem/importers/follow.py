@@ -94,7 +94,8 @@ class Follower:
     # ---- the loop -------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event, interval: float = POLL) -> None:
-        """Poll until ``stop`` is set (between two imports: what was read is logged and recorded)."""
+        """Poll until ``stop`` is set (between two imports: what was read is logged and recorded); ``stop`` is
+        anything with ``is_set()`` and ``wait(seconds)``."""
         try:
             while not stop.is_set():
                 self.poll(stop)

@@ -7,8 +7,9 @@ the same file (same inode) and the 64 KiB before that point are unchanged (it gr
 again from the start and the keys decide what is new. Checking only that window keeps continuing a long
 transcript cheap (a hook or a follower continues it on every change).
 An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
-Each logged batch is indexed in a second thread from the messages just logged, and the index is complete
-before ``run`` returns.
+Once an import has logged ``INDEX_MIN`` messages, each logged batch is indexed in a second thread from the
+messages just logged, and the index is complete before ``run`` returns; a smaller import (a hook's or a
+follower's few new lines) leaves the index to the next reader, as ``append`` does.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .parser import Malformed
 from .state import ImportState, key_of
 
 PROGRESS_STEP = 1024 * 1024
+INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
 ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be unchanged to read on from it
 
 
@@ -63,10 +65,10 @@ def run(
     deadline: float | None = None,
     open_file: Callable[[Source], BinaryIO] | None = None,
 ) -> list[FileReport]:
-    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order, then bring the search
-    index up to date (a writer keeps derived state current, and one catch-up after a bulk import is cheaper
-    than one at the first search). ``on_progress(task, done, total)`` reports bytes for the tasks
-    ``import`` (source files) and ``index`` (log files).
+    """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
+    ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
+    cheaper than one at the first search). ``on_progress(task, done, total)`` reports bytes for the task
+    ``import`` (source files).
 
     For callers that import again and again (a hook, a follower): ``state`` is the memory's ``ImportState``
     to reuse (its keys are read once, then only what others logged since); past ``deadline`` (a
@@ -88,9 +90,6 @@ def run(
     finally:
         indexer.finish()
     on_progress("import", total, total)
-    if mem.exists() and not indexer.started:  # (the indexer's last round ran after the last batch)
-        mem.index().catch_up(lambda done, total: on_progress("index", done, total))
-        mem.close()  # (its connections: closing the last one tidies SQLite's WAL files away)
     return reports
 
 
@@ -109,13 +108,19 @@ class _Indexer:
         self._queue: queue.Queue = queue.Queue(maxsize=1)  # (a batch waiting to be indexed holds its text)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self.count = 0
 
     @property
     def started(self) -> bool:
         return self._thread is not None
 
     def logged(self, start: int, messages: list[dict], written: list) -> None:
-        """A batch is in the log (the thread starts on the first batch, once the memory exists)."""
+        """A batch is in the log (the thread starts once ``INDEX_MIN`` messages were logged: a smaller
+        import, a hook's or a follower's few new lines, leaves the index to the next reader, as ``append``
+        does, rather than open it for them)."""
+        self.count += len(messages)
+        if self._thread is None and self.count < INDEX_MIN:
+            return
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pimem-index", daemon=True)
             self._thread.start()

@@ -1,0 +1,313 @@
+"""Claude Code's hooks: capture every session into the project's memory and answer with context.
+
+Claude Code runs a hook command on each event with a JSON object on stdin (``session_id``,
+``transcript_path``, ``cwd``, ``hook_event_name``, and per event ``source``, ``prompt``, ``trigger``,
+``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines into the project's
+memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
+``SessionStart`` and ``UserPromptSubmit`` it answers with the context Claude Code adds for the model::
+
+    {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "…"}}
+
+within a character budget: the user's pinned and active memories and, for a prompt, the best ranked
+messages of EARLIER sessions (the current one is in the agent's context already) that pass ``relevant``.
+
+The exit codes are Claude Code's: 2 blocks (a prompt is erased), so only a payload that cannot be read
+exits 2; once it is read, every failure is a warning (stderr, and ``systemMessage``, which Claude Code
+shows the user) and the hook exits 0. Time is bounded: imports stop between batches at the deadline (the
+next event reads on), and a watchdog ends the process a second after it.
+
+``install`` merges the hooks block into a Claude Code settings file, keeping everything already there.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+from .errors import BadInput, PimemError
+
+EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
+ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
+BUDGET = 4_000  # characters of context, at most
+TIMEOUT = 10.0  # seconds the hook may take (then one more for the watchdog)
+PAYLOAD_BYTES = 16 * 1024 * 1024
+HITS = 6  # earlier messages shown at most
+QUERY_TERMS = 12  # the prompt's first meaningful words searched for
+HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
+
+
+# ---- the payload -------------------------------------------------------------------------------------------
+
+
+def read_payload(stream, deadline: float) -> dict:
+    """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``; ``BadInput``
+    (exit 2) for anything that is not a hook payload."""
+    import select
+
+    data = bytearray()
+    fd = stream.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise BadInput("hook payload: nothing on stdin (Claude Code sends the event as JSON)")
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        data += chunk
+        if len(data) > PAYLOAD_BYTES:
+            raise BadInput(f"hook payload: over {PAYLOAD_BYTES} bytes")
+    if not data.strip():
+        raise BadInput("hook payload: empty (Claude Code sends the event as JSON on stdin)")
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"hook payload: not JSON ({exc})") from None
+    if not isinstance(payload, dict):
+        raise BadInput("hook payload: not a JSON object")
+    for field in ("hook_event_name", "session_id"):
+        if not isinstance(payload.get(field), str) or not payload[field]:
+            raise BadInput(f"hook payload: no {field}")
+    for field in ("transcript_path", "cwd", "prompt"):
+        if payload.get(field) is not None and not isinstance(payload[field], str):
+            raise BadInput(f"hook payload: {field} is not a string")
+    return payload
+
+
+# ---- one event ---------------------------------------------------------------------------------------------
+
+
+class Hook:
+    """One event: ``run`` returns the JSON object to print (None: print nothing) and records warnings."""
+
+    def __init__(self, payload: dict, home=None, name: str | None = None, budget: int = BUDGET, deadline: float | None = None):
+        self.payload, self.home, self.budget = payload, home, budget
+        self.deadline = deadline if deadline is not None else time.monotonic() + TIMEOUT
+        self.event = payload["hook_event_name"]
+        self.session = payload["session_id"]
+        self.warnings: list[str] = []
+        self.source = self._transcript()
+        self.name = name or self._name()
+
+    def run(self) -> dict | None:
+        from .memory import Memory
+
+        mem = Memory.at(self.name, self.home)
+        context = ""
+        if self.event in ANSWERS and mem.exists():
+            context = self._guard(lambda: answer(mem, self.session, self.payload.get("prompt") if self.event == "UserPromptSubmit" else None, self.budget)) or ""
+        if self.source is not None:
+            self._guard(lambda: self._capture(mem))
+        mem.close()
+        out: dict = {}
+        if context:
+            out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": context}
+        if self.warnings:
+            out["systemMessage"] = "pimem: " + "; ".join(self.warnings)
+        return out or None
+
+    def _transcript(self):
+        from .importers.detect import inspect_file
+
+        path = self.payload.get("transcript_path")
+        if not path or not os.path.isfile(os.path.expanduser(path)):
+            return None  # a session that has written nothing yet
+        try:
+            return inspect_file(Path(path).expanduser().resolve(), "claude")
+        except PimemError as exc:
+            self.warnings.append(str(exc))
+            return None
+
+    def _name(self) -> str:
+        from .importers.detect import Source, default_name
+
+        cwd = (self.source.cwd if self.source is not None else None) or self.payload.get("cwd") or os.getcwd()
+        return default_name([Source(path="", format="claude", size=0, cwd=cwd)])
+
+    def _capture(self, mem) -> None:
+        from .importers import run
+
+        warnings: list[str] = []
+        left = max(0.1, self.deadline - time.monotonic())
+        run(mem, [self.source], on_warning=warnings.append, timeout=left, deadline=self.deadline)
+        if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
+            self.warnings.append(f"{len(warnings)} transcript line(s) skipped: {warnings[0]}")
+        if time.monotonic() >= self.deadline:
+            self.warnings.append("out of time; the next event imports the rest of the transcript")
+
+    def _guard(self, work):
+        try:
+            return work()
+        except PimemError as exc:
+            self.warnings.append(str(exc))
+        except OSError as exc:
+            self.warnings.append(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}")
+        return None
+
+
+def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, timeout: float = TIMEOUT, out=None) -> int:
+    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code.
+    Past ``timeout`` seconds and one more, a watchdog prints what is ready and ends the process."""
+    out = out or sys.stdout
+    deadline = time.monotonic() + timeout
+    payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+    printed = threading.Lock()
+
+    def give_up() -> None:
+        if printed.acquire(blocking=False):
+            sys.stderr.write(f"pimem: hook out of time after {timeout:g} s; the next event imports the rest\n")
+            sys.stderr.flush()
+            os._exit(0)
+
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()) + 1.0, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        result = Hook(payload, home, name, budget, deadline).run()
+    finally:
+        watchdog.cancel()
+    if printed.acquire(blocking=False) and result is not None:
+        out.write(orjson.dumps(result).decode() + "\n")
+        out.flush()
+    return 0
+
+
+# ---- the context -------------------------------------------------------------------------------------------
+
+
+def answer(mem, session: str, prompt: str | None, budget: int) -> str:
+    """The context for the model: the user's memories and, for a prompt, relevant messages of earlier
+    sessions, in at most ``budget`` characters (whole lines only); empty when there is nothing to say."""
+    from . import budget as budgets, context
+
+    head = f"pimem memory '{mem.name}' (this project's earlier sessions; `pimem message {mem.name} I` shows message I whole):"
+    hits = earlier(mem, session, prompt) if prompt else []
+    lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
+    room = budget - len(head) - 1
+    share = room // 2 if lines else room  # the memories leave at least half to relevant hits
+    mine = context.memory_block(mem, session, max(0, share - len("<memories>\n\n</memories>\n")))
+    parts = [f"<memories>\n{mine}\n</memories>"] if mine else []
+    room -= sum(len(p) + 1 for p in parts)
+
+    def render(k: int, _notes: dict) -> str:
+        return "<earlier_sessions>\n" + "\n".join(lines[:k]) + "\n</earlier_sessions>" if k else ""
+
+    found = budgets.pack(max(0, room), len(lines), render)
+    return "\n".join([head] + parts + ([found] if found else [])) if parts or found else ""
+
+
+def earlier(mem, session: str, prompt: str) -> list[dict]:
+    """The best ranked messages for ``prompt`` logged by other sessions than ``session``, relevant ones only."""
+    from . import search, terms
+
+    words = terms.query_terms(prompt)[:QUERY_TERMS]
+    if not words:
+        return []
+    hits = search.search([mem], " ".join(words), any_term=True, rank=True, limit=HITS * 4)
+    mine = []
+    for hit in hits:
+        msg = mem.message(hit["i"])
+        if (msg.get("meta") or {}).get("session") != session:
+            mine.append((hit, msg["text"]))
+    return relevant(mine, words)[:HITS]
+
+
+def relevant(hits: list[tuple[dict, str]], words: list[str]) -> list[dict]:
+    """The relevance threshold, in one place: of ranked ``(hit, text)`` pairs, those whose text holds at least
+    a third of the query's words (1 to 3 of them) and whose score is at least half the best one's."""
+    from .terms import fold
+
+    need = min(3, max(1, math.ceil(len(words) / 3)))
+    kept = [h for h, text in hits if sum(w in fold(text) for w in words) >= need]
+    if not kept:
+        return []
+    best = max(h.get("score", 0) for h in kept)
+    return [h for h in kept if h.get("score", 0) >= best / 2]
+
+
+# ---- install -----------------------------------------------------------------------------------------------
+
+
+def settings_path(project: bool) -> Path:
+    return (Path.cwd() if project else Path.home()) / ".claude" / "settings.json"
+
+
+def hook_command(home: str | None = None) -> str:
+    """The command Claude Code runs: this pimem by its absolute path (Claude Code's PATH may not find it)."""
+    import shlex
+
+    argv0 = Path(sys.argv[0])
+    exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -m pimem"
+    return f"{exe} hook claude-code" + (f" --home {shlex.quote(str(Path(home).expanduser().absolute()))}" if home else "")
+
+
+def is_ours(hook) -> bool:
+    return isinstance(hook, dict) and "hook claude-code" in str(hook.get("command", "")) and "pimem" in str(hook.get("command", ""))
+
+
+def merge(settings: dict, command: str) -> list[str]:
+    """Add a pimem hook for each of ``EVENTS`` that has none to ``settings`` (in place); the events added.
+    Nothing already there is changed or removed."""
+    hooks = settings.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise BadInput("its \"hooks\" is not a JSON object; fix it by hand first")
+    added = []
+    for event in EVENTS:
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise BadInput(f"its hooks.{event} is not a list; fix it by hand first")
+        if any(is_ours(h) for g in groups if isinstance(g, dict) for h in (g.get("hooks") or [])):
+            continue
+        groups.append({"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]})
+        added.append(event)
+    return added
+
+
+def install(path: Path, command: str, dry_run: bool = False) -> tuple[dict, list[str], Path | None]:
+    """Merge the hooks into the settings file ``path``: ``(settings, events added, backup)``. The file is
+    copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept); a file that is not a JSON
+    object is refused (exit 2) and left alone; ``dry_run`` writes nothing."""
+    original = path.read_bytes() if path.exists() else None
+    try:
+        settings = orjson.loads(original) if original and original.strip() else {}
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not JSON ({exc}); fix it by hand first") from None
+    if not isinstance(settings, dict):
+        raise BadInput(f"{path}: not a JSON object; fix it by hand first")
+    try:
+        added = merge(settings, command)
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}") from None
+    backup = None
+    if added and not dry_run:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = path.stat().st_mode & 0o777 if original is not None else None
+        if original is not None:
+            backup = path.with_name(f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.bak")
+            _write(backup, original, mode)
+        _write(path, render(settings), mode)
+    return settings, added, backup
+
+
+def render(settings: dict) -> bytes:
+    return orjson.dumps(settings, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def _write(path: Path, data: bytes, mode: int | None) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+        if mode is not None:
+            os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from .. import output
+from ..errors import BadInput
+from ..options import Home
+
+AGENTS = ("claude-code",)
+
+
+def command(
+    words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), or install claude-code.", metavar="[install] AGENT")],
+    budget: Annotated[int, typer.Option("--budget", help="Most characters of context to answer with (default 4000).", metavar="CHARS", min=0)] = 4_000,
+    timeout: Annotated[float, typer.Option("--timeout", help="Most seconds the hook takes (default 10; a watchdog ends it a second later).", metavar="S", min=0.1)] = 10.0,
+    name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to capture into (default: the session's project, as import names it).")] = None,
+    project: Annotated[bool, typer.Option("--project", help="install: into this project's .claude/settings.json.")] = False,
+    user: Annotated[bool, typer.Option("--user", help="install: into ~/.claude/settings.json (the default).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="install: print the merged settings, write nothing.")] = False,
+    home: Home = None,
+) -> None:
+    """Capture an agent's sessions as they happen, and answer its hooks with context.
+
+    pimem hook claude-code is the command for Claude Code's hooks: it reads the event's JSON on stdin and
+    imports the session transcript's new lines into the project's memory (named as import names it),
+    nothing twice. On SessionStart and UserPromptSubmit it prints the context Claude Code adds
+    (hookSpecificOutput.additionalContext, at most --budget characters): the user's pinned and active
+    memories and, for a prompt, the best ranked relevant messages of earlier sessions. Only a payload it
+    cannot read exits 2 (which Claude Code treats as blocking); any later failure is a warning and exit 0.
+
+    pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
+    SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
+    and writing a backup first.
+
+    Examples:
+      pimem hook install claude-code --dry-run
+      pimem hook install claude-code
+      pimem hook install claude-code --project
+      echo '{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/home/dev/shop"}' | pimem hook claude-code
+    """
+    from .. import claude_code
+
+    if words[:1] == ["install"]:
+        agent = _agent(words[1:])
+        if project and user:
+            raise BadInput("give --project or --user, not both")
+        path = claude_code.settings_path(project)
+        settings, added, backup = claude_code.install(path, claude_code.hook_command(home), dry_run)
+        if dry_run:
+            output.line(claude_code.render(settings).decode().rstrip("\n"))
+            output.info(f"would add {', '.join(added)} to {path}" if added else f"{agent} hooks already in {path}")
+        elif added:
+            output.line(f"added pimem's {', '.join(added)} hooks to {path}" + (f" (backup: {backup})" if backup else ""))
+        else:
+            output.line(f"pimem's {agent} hooks are already in {path}; nothing changed")
+        return
+    _agent(words)
+    if project or user or dry_run:
+        raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
+    code = claude_code.handle(sys.stdin.buffer, home, name, budget, timeout)
+    raise typer.Exit(code)
+
+
+def _agent(words: list[str]) -> str:
+    if len(words) != 1 or words[0] not in AGENTS:
+        raise BadInput(f"unknown agent {' '.join(words)!r}: use 'pimem hook claude-code' or 'pimem hook install claude-code'")
+    return words[0]

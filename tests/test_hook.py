@@ -1,0 +1,256 @@
+"""pimem hook claude-code with Claude Code's payloads (SessionStart, UserPromptSubmit, PreCompact, Stop) over a
+growing transcript, as real processes; malformed payloads; bounded time; pimem hook install."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import pimem_cmd, snapshot, subprocess_env
+from pimem import Memory
+from pimem.claude_code import merge, relevant
+
+CWD = "/home/dev/api"
+
+
+def line(session: str, kind: str, uuid: str, text: str, second: int) -> dict:
+    """A Claude Code transcript line (the fields Claude Code writes on every user and assistant line)."""
+    base = {"parentUuid": None, "isSidechain": False, "userType": "external", "cwd": CWD, "sessionId": session,
+            "version": "2.1.38", "gitBranch": "main", "type": kind, "uuid": uuid, "timestamp": f"2026-10-0{1 + second // 60}T09:{second % 60:02d}:00.000Z"}
+    if kind == "user":
+        return {**base, "message": {"role": "user", "content": text}}
+    return {**base, "requestId": "req_1", "message": {"id": f"msg_{uuid}", "type": "message", "role": "assistant", "model": "claude-x",
+                                                     "content": [{"type": "text", "text": text}], "stop_reason": None}}
+
+
+def grow(path, *lines) -> None:
+    with open(path, "a") as f:
+        for item in lines:
+            f.write(json.dumps(item) + "\n")
+
+
+def payload(event: str, session: str, transcript, **extra) -> bytes:
+    """What Claude Code writes on the hook's stdin."""
+    return json.dumps({"session_id": session, "transcript_path": str(transcript), "cwd": CWD, "permission_mode": "default",
+                       "hook_event_name": event, **extra}).encode()
+
+
+def hook(data: bytes, *args, **env):
+    proc = subprocess.run(pimem_cmd("hook", "claude-code", *args), input=data, capture_output=True, timeout=60, env=subprocess_env(**env))
+    answer = json.loads(proc.stdout) if proc.stdout.strip() else None
+    return proc.returncode, answer, proc.stderr.decode()
+
+
+def context_of(answer) -> str:
+    assert answer is not None and set(answer) == {"hookSpecificOutput"}, answer
+    return answer["hookSpecificOutput"]["additionalContext"]
+
+
+def texts(name="api") -> list[str]:
+    return [m["text"] for m in Memory.open(name).messages()]
+
+
+def test_a_session_captured_event_by_event_and_answered_from_earlier_ones(home, tmp_path):
+    earlier = tmp_path / "earlier.jsonl"
+    grow(earlier, line("s-old", "user", "o1", "how do we deploy the staging database?", 1),
+         line("s-old", "assistant", "o2", "Run make deploy-staging; the staging db listens on port 5433.", 2),
+         line("s-old", "user", "o3", "and the tests?", 3))
+    code, answer, err = hook(payload("Stop", "s-old", earlier, stop_hook_active=False))
+    assert (code, answer, err) == (0, None, "")  # Stop: captured, nothing to say
+    assert texts() == ["how do we deploy the staging database?", "Run make deploy-staging; the staging db listens on port 5433.", "and the tests?"]
+    assert Memory.open("api").message(0)["meta"]["session"] == "s-old"
+    assert subprocess.run(pimem_cmd("remember", "api", "--pin", "never deploy on fridays"), capture_output=True, env=subprocess_env()).returncode == 0
+
+    current = tmp_path / "current.jsonl"  # a new session: Claude Code has not written its transcript yet
+    code, answer, err = hook(payload("SessionStart", "s-new", current, source="startup"))
+    assert code == 0 and err == ""
+    said = context_of(answer)
+    assert answer["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert "<memories>" in said and "never deploy on fridays" in said and "earlier_sessions" not in said
+
+    prompt = "which port does the staging db listen on?"
+    grow(current, line("s-new", "user", "n1", "the staging db is slow today, which port does it listen on", 10))
+    code, answer, err = hook(payload("UserPromptSubmit", "s-new", current, prompt=prompt))
+    assert code == 0 and err == ""
+    said = context_of(answer)
+    assert "never deploy on fridays" in said
+    assert "#1 " in said and "listens on port 5433" in said  # the earlier session's answer
+    assert "slow today" not in said  # the current session's own line is the agent's already
+    assert "and the tests?" not in said  # below the threshold: no word of the prompt
+    assert len(said) <= 4000
+    assert texts()[-1] == "the staging db is slow today, which port does it listen on"  # captured as well
+
+    grow(current, line("s-new", "assistant", "n2", "Port 5433, as before.", 11), line("s-new", "user", "n3", "thanks", 12))
+    code, answer, err = hook(payload("PreCompact", "s-new", current, trigger="auto", custom_instructions=""))
+    assert (code, answer, err) == (0, None, "")
+    assert texts()[-2:] == ["Port 5433, as before.", "thanks"]
+    for _ in range(2):  # Stop, and Stop again: nothing twice
+        assert hook(payload("Stop", "s-new", current, stop_hook_active=False)) == (0, None, "")
+    assert len(texts()) == 6
+
+    subprocess.run(pimem_cmd("import", earlier, current, "-n", "copy"), capture_output=True, env=subprocess_env(), check=True)
+    assert texts("copy") == texts("api")  # the hook logs exactly what import logs
+
+
+def test_a_prompt_with_nothing_relevant_gets_only_the_memories(home, tmp_path):
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "rename the billing module", 1))
+    hook(payload("Stop", "s1", earlier))
+    code, answer, _ = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="what is the weather like"))
+    assert (code, answer) == (0, None)  # no memories, no relevant hit: nothing to add
+
+
+def test_the_context_stays_within_the_budget(home, tmp_path):
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, *[line("s1", "user", f"u{k}", f"staging deploy step {k}: " + "details " * 30, k) for k in range(20)])
+    hook(payload("Stop", "s1", earlier))
+    mem = Memory.open("api")
+    from pimem import memories
+
+    for k in range(30):
+        memories.remember(mem, f"rule {k}: " + "be careful " * 20, pin=k % 2 == 0)
+    for budget in (4000, 1200, 300):
+        args = () if budget == 4000 else ("--budget", budget)
+        code, answer, _ = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging deploy"), *args)
+        said = context_of(answer)
+        assert code == 0 and len(said) <= budget
+        if budget > 300:
+            assert "<memories>" in said and "<earlier_sessions>" in said and "more: use memory_search" in said
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"", "empty"),
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"session_id": "s"}', "no hook_event_name"),
+        (b'{"hook_event_name": "Stop"}', "no session_id"),
+        (b'{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": 3}', "prompt is not a string"),
+    ],
+)
+def test_a_malformed_payload_exits_2_with_one_line_and_writes_nothing(home, tmp_path, data, reason):
+    Memory.at("api").append([{"kind": "user", "text": "hi"}])
+    before = snapshot(home)
+    code, answer, err = hook(data)
+    assert code == 2 and answer is None
+    assert err.startswith("pimem: error: hook payload: ") and reason in err and err.count("\n") == 1
+    assert snapshot(home) == before
+
+
+def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
+    read, write = os.pipe()  # stdin stays open and silent
+    try:
+        proc = subprocess.run(pimem_cmd("hook", "claude-code", "--timeout", "0.5"), stdin=read, capture_output=True, timeout=30,
+                              env=subprocess_env())
+    finally:
+        os.close(read)
+        os.close(write)
+    assert proc.returncode == 2 and b"nothing on stdin" in proc.stderr
+
+
+def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    current = tmp_path / "c.jsonl"
+    grow(current, line("s2", "user", "u2", "hello", 2))
+    with Memory.open("api").lock(60):  # another writer holds the memory past the hook's time
+        code, answer, err = hook(payload("UserPromptSubmit", "s2", current, prompt="staging db port"), "--timeout", "1")
+    assert code == 0
+    assert "5433" in answer["hookSpecificOutput"]["additionalContext"]  # the answer still comes
+    assert answer["systemMessage"].startswith("pimem: ") and "lock" in answer["systemMessage"]
+    assert hook(payload("Stop", "s2", current)) == (0, None, "")  # the next event catches up
+    assert texts()[-1] == "hello"
+
+
+def test_relevance_keeps_hits_holding_enough_of_the_words_and_near_the_best_score():
+    words = ["staging", "db", "port", "listen", "deploy"]  # five words: a hit must hold two
+    hits = [({"i": 1, "score": 9.0}, "the Staging DB listens on port 5433"), ({"i": 2, "score": 8.0}, "staging is down"),
+            ({"i": 3, "score": 3.0}, "deploy to staging"), ({"i": 4, "score": 5.0}, "db port 5432 for deploy")]
+    assert [h["i"] for h in relevant(hits, words)] == [1, 4]  # 2: one word; 3: under half the best score
+    assert relevant([({"i": 5, "score": 1.0}, "nothing here")], ["staging"]) == []
+
+
+# ---- install ---------------------------------------------------------------------------------------------
+
+
+def install(*args, home_dir, cwd=None):
+    return subprocess.run(pimem_cmd("hook", "install", "claude-code", *args), capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env=subprocess_env(HOME=home_dir))
+
+
+def test_install_merges_into_the_settings_keeping_everything_and_a_backup(home, tmp_path):
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    theirs = {"model": "opus", "permissions": {"allow": ["Bash(ls:*)"]},
+              "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}],
+                        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}]}}
+    settings.write_text(json.dumps(theirs, indent=4))
+    os.chmod(settings, 0o640)
+    original = settings.read_bytes()
+
+    dry = install("--dry-run", home_dir=user)
+    assert dry.returncode == 0 and settings.read_bytes() == original and len(list(settings.parent.iterdir())) == 1
+    assert "would add SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd" in dry.stderr
+
+    done = install(home_dir=user)
+    assert done.returncode == 0, done.stderr
+    merged = json.loads(settings.read_text())
+    assert json.loads(dry.stdout) == merged
+    assert merged["model"] == "opus" and merged["permissions"] == theirs["permissions"]
+    assert merged["hooks"]["PreToolUse"] == theirs["hooks"]["PreToolUse"]
+    assert merged["hooks"]["Stop"][0] == theirs["hooks"]["Stop"][0] and len(merged["hooks"]["Stop"]) == 2
+    for event in ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd"):
+        ours = merged["hooks"][event][-1]["hooks"][0]
+        assert ours["type"] == "command" and ours["command"].endswith(" hook claude-code") and ours["timeout"] == 30
+    backups = [p for p in settings.parent.iterdir() if p.name.endswith(".bak")]
+    assert len(backups) == 1 and backups[0].read_bytes() == original and f"(backup: {backups[0]})" in done.stdout
+    assert settings.stat().st_mode & 0o777 == 0o640
+
+    again = install(home_dir=user)
+    assert again.returncode == 0 and "already" in again.stdout
+    assert json.loads(settings.read_text()) == merged and len(list(settings.parent.iterdir())) == 2
+
+    # the command written there works as Claude Code runs it: through a shell, the payload on stdin
+    transcript = tmp_path / "t.jsonl"
+    grow(transcript, line("s9", "user", "u1", "captured through the installed hook", 1))
+    command = merged["hooks"]["Stop"][-1]["hooks"][0]["command"]
+    ran = subprocess.run(["sh", "-c", command], input=payload("Stop", "s9", transcript), capture_output=True, env=subprocess_env())
+    assert ran.returncode == 0, ran.stderr
+    assert texts() == ["captured through the installed hook"]
+
+
+def test_install_into_the_project_and_refusals(home, tmp_path):
+    user, work = tmp_path / "user", tmp_path / "work"
+    user.mkdir()
+    work.mkdir()
+    done = install("--project", home_dir=user, cwd=work)
+    assert done.returncode == 0 and "backup" not in done.stdout  # a new file: nothing to back up
+    assert set(json.loads((work / ".claude" / "settings.json").read_text())["hooks"]) >= {"SessionStart", "Stop"}
+    assert not (user / ".claude").exists()
+
+    broken = user / ".claude" / "settings.json"
+    broken.parent.mkdir()
+    broken.write_text('{"hooks": ')
+    refused = install(home_dir=user)
+    assert refused.returncode == 2 and "not JSON" in refused.stderr and broken.read_text() == '{"hooks": '
+    assert len(list(broken.parent.iterdir())) == 1
+    both = install("--project", "--user", home_dir=user)
+    assert both.returncode == 2 and "not both" in both.stderr
+    wrong = subprocess.run(pimem_cmd("hook", "install", "cursor"), capture_output=True, text=True, env=subprocess_env())
+    assert wrong.returncode == 2 and "unknown agent 'cursor'" in wrong.stderr
+
+
+def test_merge_leaves_odd_settings_alone():
+    settings = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "/opt/pimem hook claude-code --home /x"}]}]}}
+    assert merge(settings, "pimem hook claude-code") == ["SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd"]
+    assert len(settings["hooks"]["Stop"]) == 1  # already there (another path, another home): left as it is
+    from pimem.errors import BadInput
+
+    with pytest.raises(BadInput):
+        merge({"hooks": []}, "x")
