@@ -11,6 +11,7 @@ import importlib
 import inspect
 import os
 import sys
+from typing import Annotated
 
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
@@ -118,6 +119,14 @@ class Command(TyperCommand):
             formatter.write_text("\n\n".join(verbatim))
 
 
+def _version(given: bool) -> None:
+    if given:
+        from . import __version__
+
+        sys.stdout.write(f"pimem {__version__}\n")
+        raise typer.Exit(0)
+
+
 def build(only: str | None = None) -> typer.Typer:
     """The app with every command, or just ``only`` (what ``main`` runs)."""
     app = typer.Typer(
@@ -131,7 +140,9 @@ def build(only: str | None = None) -> typer.Typer:
     )
 
     @app.callback()
-    def _root() -> None:
+    def _root(
+        version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=_version)] = False,
+    ) -> None:
         pass
 
     _root.__doc__ = HELP

@@ -9,13 +9,13 @@ import typer
 from .. import bulk, ingest, naming, output, stopping
 from ..errors import BadInput
 from ..memory import Memory
-from ..options import Home, Json, Name, Timeout
+from ..options import MESSAGE_KINDS, Home, Json, Name, Timeout
 
 
 def command(
     name: Name = None,
     text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", show_default=False)] = None,
-    kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
+    kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).", autocompletion=MESSAGE_KINDS)] = "user",
     date: Annotated[Optional[str], typer.Option("--date", help="The message's date, RFC 3339 (default: now).")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
     ndjson: Annotated[bool, typer.Option("--ndjson", help="Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.")] = False,
@@ -83,7 +83,7 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
         raise typer.Exit(exc.code) from None
     except BadInput as exc:
         if logged:
-            raise BadInput(f"{exc} (that batch was refused; the {logged} messages before it were logged)") from None
+            raise BadInput(f"{exc} (that batch was refused; the {output.count(logged, 'message')} before it were logged)") from None
         raise
     if not logged:
         raise BadInput("no messages on stdin")

@@ -55,9 +55,10 @@ def command(
                 output.json_line(row)
             else:
                 cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
-                output.line(f"{row['memory']}: at most {row['calls']:,} calls to {row['model']} "
-                            f"({row['leaves']:,} leaves, {row['merges']:,} merges), about {row['tokens_in']:,} tokens in "
-                            f"and {row['tokens_out']:,} out, {cost}; {row['built']:,} of {row['nodes']:,} nodes built")
+                output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
+                            f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
+                            f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
+                            f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
         return
     keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
     for mem in mems:
@@ -89,7 +90,7 @@ def command(
         else:
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
-                        f"{cost}" + (f"; {len(builder.gave_up)} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
+                        f"{cost}" + (f"; {len(builder.gave_up):,} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.stopped_for_cost:

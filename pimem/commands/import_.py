@@ -9,7 +9,7 @@ import typer
 
 from .. import env, output, stopping
 from ..memory import Memory
-from ..options import Home, Json, Timeout
+from ..options import Home, Json, Timeout, offer
 
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
 LABELS = {"import": "importing", "index": "indexing"}
@@ -18,7 +18,7 @@ LABELS = {"import": "importing", "index": "indexing"}
 def command(
     files: Annotated[list[str], typer.Argument(help="Session files (or directories of *.jsonl) to import.", metavar="FILE…")],
     name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to import into (default: one per project, named after its working directory).")] = None,
-    format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.")] = "auto",
+    format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.", autocompletion=offer("auto", "pi", "claude", "codex", "ndjson"))] = "auto",
     follow: Annotated[bool, typer.Option("--follow", help="Keep going: import what the files (and new files in the directories) get, until stopped.")] = False,
     json: Json = False,
     timeout: Timeout = None,
@@ -83,7 +83,7 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> No
             how = ", ".join([report.format] + _whence(report))
             output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
     note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
-    output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all{note}")
+    output.line(f"{mem.name}: {_counts(**total)}; {output.count(messages, 'message')} in all{note}")
 
 
 def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:

@@ -35,4 +35,4 @@ def command(
         if json:
             output.json_line({"memory": mem.name, "messages": count, "seconds": round(seconds, 3)})
         else:
-            output.line(f"{mem.name}: {count} messages indexed in {seconds:.1f} s")
+            output.line(f"{mem.name}: {output.count(count, 'message')} indexed in {seconds:.1f} s")

@@ -9,7 +9,7 @@ from .. import naming, output, when
 from ..errors import BadInput, PimemError
 from ..memory import Memory
 from ..message import KINDS, TOOL_KINDS, kind_of
-from ..options import Home, IncludeTools, Json, Name
+from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name
 
 FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
@@ -18,7 +18,7 @@ def command(
     name: Name = None,
     start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 3d, yesterday) or #I.", metavar="WHEN", show_default=False)] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Stop before this date/time or #I.", metavar="WHEN")] = None,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).", autocompletion=MESSAGE_KINDS)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new messages as they are logged, like tail -f.")] = False,
     cursor: Annotated[Optional[str], typer.Option("--cursor", help="Resume where the consumer NAME stopped, and remember where it stops now.", metavar="NAME")] = None,
     include_tools: IncludeTools = False,
