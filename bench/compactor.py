@@ -24,17 +24,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path.insert(0, str(ROOT))
 
 from bench.synth import messages  # noqa: E402
-from pimem import Memory, scheduler  # noqa: E402
+from pimem import Memory, builder, scheduler  # noqa: E402
 
 LATENCY = 0.05
 LIMIT = 8 / LATENCY
 
 
 def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "llm_server.py"), "--latency", str(LATENCY), "--pad", "300"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "llm_server.py"), "--latency", str(LATENCY), "--pad", "300"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     return proc, proc.stdout.readline().strip()
 
@@ -83,7 +83,7 @@ def scheduled(url: str, count: int) -> tuple[float, float, int, str]:
     built = scheduler.build_tree([mem])
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     calls = built.builders[0].stats.calls
-    assert scheduler.survey(mem)["pending"] == 0
+    assert builder.survey(mem)["pending"] == 0
     lines = mem.view_lines(compactor=True)
     return calls / wall, cpu / calls, calls, "\n".join(lines[: len(lines) // 2])  # the context grows: half is typical
 

@@ -4,10 +4,13 @@ Sets up a memory of N synthetic agent messages (bench/synth.py) whose summary tr
 node that is not free gets a deterministic 200–480 byte summary, the way a compactor keeping up would leave
 it), then measures, in the same run:
 
-- the view update per appended message (``Memory._after_append``: push, batch, save of view.json) at T = N
-  and at T = 10,000, one message per append, next to the log's own append with its fsync;
+- the view update per appended message (push, batch, save of view.json) at T = N and at T = 10,000, one
+  message per append, next to the log's own append with its fsync: each message is written to the log alone
+  (``log_append``: the writer lock, ``Log.seal`` and ``Log.write``, what ``Memory.append`` does before the
+  derived state), then ``Memory.views()`` brings the view up to it (reading the message back from the log);
 - bulk ``append`` in batches of 10,000 with and without the view update, on a memory with no tree at all
-  (no compactor has run: the view cannot merge what is not built, so it grows past its budget);
+  (no compactor has run: the view cannot merge what is not built, so it grows past its budget).
+  Only the library's public API is used (no patching).
 - ``pimem view`` wall time against a no-op ``pimem`` command (start-up).
 
 Run: ``python bench/tree.py [--messages 1000000] [--bulk 200000]`` (needs about 1.2 GB of disk per million).
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synth import messages  # noqa: E402
-from pimem import Memory, view as views_module  # noqa: E402
+from pimem import Memory  # noqa: E402
 from pimem.tree import byte_size, free_merge, label  # noqa: E402
 
 SINGLE = 2000  # one-message appends measured at each size
@@ -73,9 +76,11 @@ def write_tree(mem: Memory, records: list[dict]) -> int:
     return written
 
 
-def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict] | None) -> tuple[Memory, float]:
+def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict] | None,
+                with_view: bool = True) -> tuple[Memory, float]:
     """A memory holding ``records``, with the tree written over ``tree_over`` (which may go on past the log:
-    those nodes count once the log reaches them). Returns it and the seconds the bulk append took."""
+    those nodes count once the log reaches them). Returns it and the seconds the bulk append took (without
+    the view update unless ``with_view``)."""
     mem = Memory.at(name, home)
     prepared = mem.prepare(records)
     mem.append(prepared[:1], prepared=True)
@@ -84,61 +89,43 @@ def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict
         mem.tree.catch_up()
     started = time.perf_counter()
     for k in range(1, len(prepared), 10_000):
-        mem.append(prepared[k:k + 10_000], prepared=True)
+        if with_view:
+            mem.append(prepared[k:k + 10_000], prepared=True)
+        else:
+            log_append(mem, prepared[k:k + 10_000])
     return mem, time.perf_counter() - started
 
 
-def timed_hook():
-    """Wrap the view update and the view.json save with timers; returns the lists they fill."""
-    hook, saves = [], []
-    push, write = views_module.push_batch, views_module.write
-
-    def timed_push(mem, start, batch):
-        t = time.perf_counter()
-        push(mem, start, batch)
-        hook.append(time.perf_counter() - t)
-
-    def timed_write(mem, views):
-        t = time.perf_counter()
-        write(mem, views)
-        saves.append(time.perf_counter() - t)
-
-    views_module.push_batch, views_module.write = timed_push, timed_write
-    return hook, saves, lambda: setattr(views_module, "push_batch", push) or setattr(views_module, "write", write)
+def log_append(mem: Memory, batch: list[dict]) -> None:
+    """Write prepared messages to the log alone (durably, under the writer lock), leaving the view behind."""
+    with mem.lock():
+        mem.log.write(batch, mem.log.seal())
 
 
 def single_appends(mem: Memory, extra: list[dict]) -> dict:
-    """Append ``extra`` one message per call (an fsync each), timing the whole append and the view update."""
+    """Append ``extra`` one message per call (an fsync each): the log write, then the view brought up to it."""
     prepared = mem.prepare(extra)
-    hook, saves, undo = timed_hook()
-    whole = []
-    try:
-        for rec in prepared:
-            t = time.perf_counter()
-            mem.append([rec], prepared=True)
-            whole.append(time.perf_counter() - t)
-    finally:
-        undo()
+    whole, hook = [], []
+    mem.views()
+    for rec in prepared:
+        t = time.perf_counter()
+        log_append(mem, [rec])
+        logged = time.perf_counter()
+        mem.views()
+        done = time.perf_counter()
+        whole.append(done - t)
+        hook.append(done - logged)
     ms = lambda xs: 1000 * statistics.mean(xs)  # noqa: E731
     hook.sort()
     return {"append_ms": ms(whole), "view_ms": ms(hook), "view_p99_ms": 1000 * hook[int(len(hook) * 0.99)],
-            "view_max_ms": 1000 * hook[-1], "save_ms": ms(saves), "lines": len(mem.views().view.lines),
-            "view_bytes": mem.views().view.total}
+            "view_max_ms": 1000 * hook[-1], "lines": len(mem.views().view.lines), "view_bytes": mem.views().view.total}
 
 
 def bulk(home: Path, records: list[dict]) -> dict:
     """Bulk append with and without the view update (no tree: the view grows past its budget)."""
-    from pimem import memory
-
     out = {}
     for label_, hooked in (("log only", False), ("log + view", True)):
-        saved = memory.Memory._after_append
-        if not hooked:
-            memory.Memory._after_append = lambda self, start, batch: None
-        try:
-            mem, seconds = make_memory(home, f"bulk{int(hooked)}", records, None)
-        finally:
-            memory.Memory._after_append = saved
+        mem, seconds = make_memory(home, f"bulk{int(hooked)}", records, None, with_view=hooked)
         out[label_] = seconds / (len(records) - 1) * 1e6
         if hooked:
             out["lines"] = len(mem.views().view.lines)
@@ -208,8 +195,8 @@ def main() -> None:
                   f"(setup {time.perf_counter() - t:.0f} s)")
             row = single_appends(mem, records[n:])
             print(f"T={n:,}: append {row['append_ms']:.2f} ms/msg (fsync'd log + view.json), of which the view "
-                  f"update {row['view_ms']:.3f} ms (p99 {row['view_p99_ms']:.2f}, max {row['view_max_ms']:.1f}; "
-                  f"view.json save {row['save_ms']:.3f} ms); view {row['lines']} lines, {row['view_bytes']:,} B")
+                  f"update {row['view_ms']:.3f} ms (p99 {row['view_p99_ms']:.2f}, max {row['view_max_ms']:.1f}); "
+                  f"view {row['lines']} lines, {row['view_bytes']:,} B")
             if name == "big":
                 print(f"pimem view at T={n:,}, {len(mem.log.files())} day files:")
                 print(view_vs_startup(home, name, env))

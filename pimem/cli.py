@@ -17,7 +17,8 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
 from typer.core import TyperCommand
 
-from .errors import SYSTEM, PimemError
+from . import env
+from .errors import ExitStatus, PimemError
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -58,26 +59,27 @@ summaries; each turn the model reads a constant-size view and can zoom, search a
 
 
 def guarded(func):
-    """The error boundary: a ``PimemError`` becomes ``pimem: error: …`` on stderr and its exit code."""
+    """The error boundary: every failure leaves as an ``ExitStatus``; a ``PimemError`` becomes
+    ``pimem: error: …`` on stderr and its own status."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except PimemError as exc:
-            sys.stdout.flush()
-            sys.stderr.write(f"pimem: error: {exc}\n")
-            raise typer.Exit(exc.code) from None
+            env.current().stdout.flush()
+            env.stderr().write(f"pimem: error: {exc}\n")
+            raise typer.Exit(ExitStatus(exc.code)) from None
         except BrokenPipeError:
             _quiet_stdout()
-            raise typer.Exit(0) from None
+            raise typer.Exit(ExitStatus.OK) from None
         except OSError as exc:  # the disk is full, a directory is not ours to write: say so, no traceback
-            sys.stdout.flush()
+            env.current().stdout.flush()
             where = f": {exc.filename}" if exc.filename else ""
-            sys.stderr.write(f"pimem: error: {exc.strerror or exc}{where}\n")
-            raise typer.Exit(SYSTEM) from None
+            env.stderr().write(f"pimem: error: {exc.strerror or exc}{where}\n")
+            raise typer.Exit(ExitStatus.SYSTEM) from None
         except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+            raise typer.Exit(ExitStatus.INTERRUPTED) from None
 
     return wrapper
 
@@ -85,7 +87,7 @@ def guarded(func):
 def _quiet_stdout() -> None:
     """The reader went away (``pimem since … | head``): stop writing without a traceback."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    os.dup2(devnull, env.current().stdout.fileno())
 
 
 def usage(cmd) -> list[str]:
@@ -170,22 +172,22 @@ def main(argv: list[str] | None = None) -> None:
         code = app(args=args, prog_name="pimem", standalone_mode=False)
     except BrokenPipeError:
         _quiet_stdout()
-        code = 0
+        code = ExitStatus.OK
     except ClickException as exc:
         code = _usage_error(exc)
-    sys.exit(code if isinstance(code, int) else 0)
+    sys.exit(int(code) if isinstance(code, int) else ExitStatus.OK)
 
 
-def _usage_error(exc: ClickException) -> int:
+def _usage_error(exc: ClickException) -> ExitStatus:
     """Usage errors go through the same boundary as ours: one line, ``pimem: error: …``, exit 2."""
     if isinstance(exc, NoArgsIsHelpError):  # plain `pimem`: the help is the answer
         exc.show()
-        return exc.exit_code
+        return ExitStatus.USAGE
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     message = exc.format_message().rstrip(".")
-    sys.stderr.write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
-    return exc.exit_code
+    env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
+    return ExitStatus.USAGE
 
 
 def app() -> typer.Typer:

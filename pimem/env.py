@@ -1,37 +1,127 @@
-"""The injected environment: home directory, clock and terminal flags come from here and nowhere else.
+"""The injected environment: home directory, clock, streams, their terminal flags and the lock timeout come
+from here and nowhere else, read when asked (never at import time).
 
-Tests point ``PIMEM_HOME`` at a temporary directory and may freeze the clock with ``PIMEM_NOW``
-(an RFC 3339 date-time).
+As httpie's ``Environment``: an object whose attributes default to the process's own (``sys.stderr``,
+``$PIMEM_HOME``, ``$PIMEM_LOCK_TIMEOUT``, the wall clock) and that tests build with keyword overrides and
+install with ``using(…)`` instead of patching globals. The module functions (``home()``, ``now()``,
+``stderr()``, ``stderr_is_tty()``, ``lock_timeout()``…) ask the current one. Tests also point ``PIMEM_HOME``
+at a temporary directory and may freeze the clock with ``PIMEM_NOW`` (an RFC 3339 date-time).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Callable, TextIO
+
+LOCK_TIMEOUT = 60.0  # seconds a writer waits for a lock, unless $PIMEM_LOCK_TIMEOUT says otherwise
+
+
+class Environment:
+    """Where pimem runs. Every argument left out is read from the process when asked, so an ``Environment()``
+    follows ``sys.stdout`` being replaced (as CliRunner does) and variables set after it was made."""
+
+    def __init__(self, *, home: str | os.PathLike | None = None, now: Callable[[], datetime] | None = None,
+                 stdin: TextIO | None = None, stdout: TextIO | None = None, stderr: TextIO | None = None,
+                 stdin_isatty: bool | None = None, stdout_isatty: bool | None = None,
+                 stderr_isatty: bool | None = None, lock_timeout: float | None = None):
+        self._home, self._now = home, now
+        self._stdin, self._stdout, self._stderr = stdin, stdout, stderr
+        self._isatty = {"stdin": stdin_isatty, "stdout": stdout_isatty, "stderr": stderr_isatty}
+        self._lock_timeout = lock_timeout
+
+    def home(self, explicit: str | os.PathLike | None = None) -> Path:
+        """The store home: ``--home``, then this environment's, ``$PIMEM_HOME``, ``$PI_MEM_HOME``,
+        ``~/.pi/memory``."""
+        for candidate in (explicit, self._home, os.environ.get("PIMEM_HOME"), os.environ.get("PI_MEM_HOME")):
+            if candidate:
+                return Path(candidate).expanduser()
+        return Path.home() / ".pi" / "memory"
+
+    def now(self) -> datetime:
+        """The current local time with its UTC offset (``$PIMEM_NOW`` overrides the wall clock, for tests)."""
+        if self._now is not None:
+            return self._now()
+        frozen = os.environ.get("PIMEM_NOW")
+        if frozen:
+            moment = datetime.fromisoformat(frozen)
+            return moment if moment.tzinfo else moment.astimezone()
+        return datetime.now().astimezone()
+
+    @property
+    def stdin(self) -> TextIO:
+        return self._stdin or sys.stdin
+
+    @property
+    def stdout(self) -> TextIO:
+        return self._stdout or sys.stdout
+
+    @property
+    def stderr(self) -> TextIO:
+        return self._stderr or sys.stderr
+
+    def isatty(self, stream: str) -> bool:
+        """Whether ``stream`` ("stdin", "stdout" or "stderr") is a terminal."""
+        flag = self._isatty[stream]
+        if flag is not None:
+            return flag
+        try:
+            return getattr(self, stream).isatty()
+        except (AttributeError, ValueError):  # a closed or a fake stream
+            return False
+
+    @property
+    def lock_timeout(self) -> float:
+        """Seconds a writer or an index reader waits for a lock when no ``--timeout`` says otherwise."""
+        if self._lock_timeout is not None:
+            return self._lock_timeout
+        return float(os.environ.get("PIMEM_LOCK_TIMEOUT") or LOCK_TIMEOUT)
+
+
+_current = Environment()
+
+
+def current() -> Environment:
+    return _current
+
+
+@contextlib.contextmanager
+def using(environment: Environment):
+    """Run with ``environment`` in place of the current one (for tests and embedding programs)."""
+    global _current
+    saved, _current = _current, environment
+    try:
+        yield environment
+    finally:
+        _current = saved
 
 
 def home(explicit: str | os.PathLike | None = None) -> Path:
-    """Resolve the store home: ``--home``, then ``$PIMEM_HOME``, ``$PI_MEM_HOME``, ``~/.pi/memory``."""
-    for candidate in (explicit, os.environ.get("PIMEM_HOME"), os.environ.get("PI_MEM_HOME")):
-        if candidate:
-            return Path(candidate).expanduser()
-    return Path.home() / ".pi" / "memory"
+    return _current.home(explicit)
 
 
 def now() -> datetime:
-    """The current local time with its UTC offset (``$PIMEM_NOW`` overrides it, for tests)."""
-    frozen = os.environ.get("PIMEM_NOW")
-    if frozen:
-        moment = datetime.fromisoformat(frozen)
-        return moment if moment.tzinfo else moment.astimezone()
-    return datetime.now().astimezone()
+    return _current.now()
+
+
+def stderr() -> TextIO:
+    return _current.stderr
 
 
 def stdout_is_tty() -> bool:
-    return sys.stdout.isatty()
+    return _current.isatty("stdout")
 
 
 def stderr_is_tty() -> bool:
-    return sys.stderr.isatty()
+    return _current.isatty("stderr")
+
+
+def stdin_is_tty() -> bool:
+    return _current.isatty("stdin")
+
+
+def lock_timeout() -> float:
+    return _current.lock_timeout

@@ -1,42 +1,57 @@
-"""Exit codes (DESIGN.md §4) and the exceptions that carry them.
+"""Exit statuses (DESIGN.md §4) and the exceptions that carry them.
 
-Commands raise these; the one boundary in ``pimem.cli`` turns them into ``pimem: error: …`` on stderr and
-the exit code. Library users catch ``PimemError``.
+``ExitStatus`` is the one exit-code table: the README's table, the man pages and ``--help`` are generated from
+or checked against it. Commands raise the exceptions below; the one boundary in ``pimem.cli`` maps every
+failure (these, usage errors, the system's refusals, a closed pipe, Ctrl-C) to ``pimem: error: …`` on stderr
+and a status of this enum. Library users catch ``PimemError``.
 """
 
-OK = 0
-NOTHING_FOUND = 1
-USAGE = 2
-NOT_FOUND = 3
-BUSY = 4
-INTEGRITY = 5
-PROVIDER = 6
-SYSTEM = 7
+from enum import IntEnum
 
-# the one exit-code table: the README, the man pages and --help all show this
-EXIT_CODES = {
-    OK: "ok",
-    NOTHING_FOUND: "nothing found (like grep)",
-    USAGE: "bad usage or bad input: one line on stderr names what was wrong; nothing was written",
-    NOT_FOUND: "no such memory, message or node",
-    BUSY: "busy: a lock or lease was held past `--timeout`",
-    INTEGRITY: "integrity error: run `pimem fsck`",
-    PROVIDER: "compactor or provider failure",
-    SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
-    130: "stopped by SIGINT (Ctrl-C): what was durable is kept, one line says what (128 + the signal, as shells expect)",
-    143: "stopped by SIGTERM: the same",
+
+class ExitStatus(IntEnum):
+    OK = 0
+    NOTHING_FOUND = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    BUSY = 4
+    INTEGRITY = 5
+    PROVIDER = 6
+    SYSTEM = 7
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+    TERMINATED = 143  # 128 + SIGTERM
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS = {
+    ExitStatus.OK: "ok",
+    ExitStatus.NOTHING_FOUND: "nothing found (like grep)",
+    ExitStatus.USAGE: "bad usage or bad input: one line on stderr names what was wrong; nothing was written",
+    ExitStatus.NOT_FOUND: "no such memory, message or node",
+    ExitStatus.BUSY: "busy: a lock or lease was held past `--timeout`, or a builder's lease was taken over",
+    ExitStatus.INTEGRITY: "integrity error: run `pimem fsck`",
+    ExitStatus.PROVIDER: "compactor or provider failure",
+    ExitStatus.SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
+    ExitStatus.INTERRUPTED: "interrupted (Ctrl-C, SIGINT): what was durable stays, one line says what",
+    ExitStatus.TERMINATED: "stopped by SIGTERM: the same",
 }
+
+# the table as the README and the man pages print it
+EXIT_CODES = {int(status): status.meaning for status in ExitStatus}
 
 
 class PimemError(Exception):
-    """A failure the user can act on; ``code`` is the process exit code."""
+    """A failure the user can act on; ``code`` is the process exit status (an ``ExitStatus``)."""
 
-    code = USAGE
+    code = ExitStatus.USAGE
 
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: ExitStatus | None = None):
         super().__init__(message)
         if code is not None:
-            self.code = code
+            self.code = ExitStatus(code)
 
     @property
     def message(self) -> str:
@@ -44,24 +59,31 @@ class PimemError(Exception):
 
 
 class NothingFound(PimemError):
-    code = NOTHING_FOUND
+    code = ExitStatus.NOTHING_FOUND
 
 
 class BadInput(PimemError):
-    code = USAGE
+    code = ExitStatus.USAGE
 
 
 class NotFound(PimemError):
-    code = NOT_FOUND
+    code = ExitStatus.NOT_FOUND
 
 
 class Busy(PimemError):
-    code = BUSY
+    code = ExitStatus.BUSY
+
+
+class LeaseLost(PimemError):
+    """Another process took this memory's lease: stop building it (nothing more is written). Not a ``Busy``,
+    which a builder waits out; this one it does not."""
+
+    code = ExitStatus.BUSY
 
 
 class IntegrityError(PimemError):
-    code = INTEGRITY
+    code = ExitStatus.INTEGRITY
 
 
 class ProviderError(PimemError):
-    code = PROVIDER
+    code = ExitStatus.PROVIDER

@@ -63,24 +63,42 @@ def names(home: Path) -> list[str]:
     return sorted(p.name for p in home.iterdir() if p.is_dir() and NAME_RE.fullmatch(p.name) and (p / "main").is_dir())
 
 
+_datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
+
+
+def write_all(fd: int, data: bytes, durable: bool = True) -> None:
+    """Write all of ``data`` at ``fd``'s position and (``durable``) flush it to the disk before returning:
+    the one durable write every file pimem keeps goes through."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    if durable:
+        _datasync(fd)
+
+
+def sync_dir(path: Path) -> None:
+    """Make the names created in directory ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename), mode 0600. ``durable=False``
-    skips the fsync, for derived files that a crash may leave old but never half-written."""
+    """Replace ``path`` with ``data`` atomically (temp file, flush, rename), mode 0600. ``durable=False``
+    skips the flush, for derived files that a crash may leave old but never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
+        write_all(fd, data, durable)
     finally:
         os.close(fd)
     os.replace(tmp, path)
 
 
 def append_durably(path: Path, data: bytes) -> None:
-    """Append ``data`` (whole lines) to ``path``, creating it 0600, and fsync before returning; a torn last
+    """Append ``data`` (whole lines) to ``path``, creating it 0600, durably before returning; a torn last
     line left by a crash is first terminated so the new lines start on lines of their own. A new file's
     name is made durable too."""
     created = not path.exists()
@@ -89,15 +107,8 @@ def append_durably(path: Path, data: bytes) -> None:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        write_all(fd, data)
     finally:
         os.close(fd)
     if created:
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        sync_dir(path.parent)

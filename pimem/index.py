@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import orjson
 
-from . import when
+from . import env, when
 from .errors import Busy, IntegrityError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
@@ -49,7 +48,6 @@ SENTINEL = "\n\n"  # appended to every indexed text: each character then starts 
 BATCH_MESSAGES = 20_000  # messages per committed catch-up transaction
 BATCH_BYTES = 32 * 1024 * 1024  # (two writers each hold a batch and one queued: memory stays near 100 MB)
 READ_CHUNK = 8 * 1024 * 1024
-BUSY_MS = int(float(os.environ.get("PIMEM_LOCK_TIMEOUT", "60")) * 1000)
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.talk USING fts5(
@@ -105,7 +103,7 @@ def _tune(db: sqlite3.Connection) -> None:
     """Settings of every connection that writes the index. Commits are not fsync'd (WAL with synchronous
     NORMAL): the index is derived, a power cut can only lose its last batches, which are read again from the
     log, and an import or a search then pays no flush per batch."""
-    db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+    db.execute(f"PRAGMA busy_timeout = {int(env.lock_timeout() * 1000)}")
     db.execute("PRAGMA synchronous = NORMAL")
     db.execute("PRAGMA cache_size = -65536")
     # a checkpoint flushes twice; letting the WAL reach 64 MB first spares an import of a few MB any but the
@@ -123,7 +121,7 @@ def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
     """Switch a connection's database to WAL. The switch needs the file to itself and SQLite does not wait
     for it (no busy handler), so two first connections to a new index (the tree's and the index's, in
     different threads or processes) retry here instead of failing with "database is locked"."""
-    deadline = time.monotonic() + BUSY_MS / 1000
+    deadline = time.monotonic() + env.lock_timeout()
     while True:
         try:
             db.execute(f"PRAGMA {schema}.journal_mode = WAL")
@@ -219,7 +217,7 @@ class Index:
                 if "locked" in str(exc) or "busy" in str(exc):
                     raise Busy(f"{self.path} is busy; try again") from None
                 raise
-            sys.stderr.write(f"pimem: warning: {self.path} was damaged ({exc}); rebuilding it from the log\n")
+            env.stderr().write(f"pimem: warning: {self.path} was damaged ({exc}); rebuilding it from the log\n")
             self.close()
             remove_files(self.path)
             return work()
@@ -271,7 +269,7 @@ class Index:
         from .lock import WriterLock
 
         lock = WriterLock(self.path.with_name(CATCH_UP_LOCK))
-        if not lock.acquire(BUSY_MS / 1000):
+        if not lock.acquire(env.lock_timeout()):
             raise Busy(f"{self.path} is being caught up by another process; try again")
         try:
             return work()
@@ -560,14 +558,15 @@ def rebuild(directory: Path, log, progress=None) -> int:
 
 def stderr_progress(label: str) -> Callable[[int, int], None] | None:
     """A one-line progress report for long catch-ups, on a terminal only."""
-    if not sys.stderr.isatty():
+    if not env.stderr_is_tty():
         return None
+    stderr = env.stderr()
     started = time.monotonic()
 
     def report(done: int, total: int) -> None:
         if time.monotonic() - started > 1:
             end = "\n" if done >= total else ""
-            sys.stderr.write(f"\rpimem: indexing {label}: {100 * done // max(total, 1)}%{end}")
-            sys.stderr.flush()
+            stderr.write(f"\rpimem: indexing {label}: {100 * done // max(total, 1)}%{end}")
+            stderr.flush()
 
     return report

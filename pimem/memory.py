@@ -7,7 +7,6 @@ A message travels one road: ``Memory.append`` → validation of the whole batch 
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 from datetime import datetime
 from pathlib import Path
@@ -15,46 +14,10 @@ from typing import Iterable, Iterator, Sequence
 
 import orjson
 
-from . import env, home as homes, message as msgs, when
+from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, NotFound
 from .lock import WriterLock
 from .store import Log
-
-DEFAULT_CONFIG = {
-    "view": {"hi": 128_000, "lo": 64_000},
-    "cview": {"hi": 32_000, "lo": 16_000},
-    "line_bytes": 512,
-    "max_text_bytes": msgs.DEFAULT_CAP,
-    "compactor": {"provider": "extractive"},
-}
-LOCK_TIMEOUT = float(os.environ.get("PIMEM_LOCK_TIMEOUT", "60"))
-
-
-def _merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
-
-
-def read_json(path: Path, default=None):
-    try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        return default
-
-
-def home_config(home: str | os.PathLike | None = None) -> dict:
-    """The defaults for memories without settings of their own: built-in, overlaid by ``<home>/config.json``."""
-    return _merge(DEFAULT_CONFIG, read_json(env.home(home) / "config.json", {}) or {})
-
-
-def save_home_config(home: str | os.PathLike | None, changes: dict) -> None:
-    """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed)."""
-    root = homes.ensure_dir(env.home(home))
-    own = _merge(read_json(root / "config.json", {}) or {}, changes)
-    homes.write_atomic(root / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
-
 
 @contextlib.contextmanager
 def collector_resting():
@@ -106,6 +69,10 @@ class Memory:
     def exists(self) -> bool:
         return (self.path / "main").is_dir()
 
+    def reopened(self) -> "Memory":
+        """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
+        return Memory(self.name, self.path, self.home)
+
     @classmethod
     def all(cls, home: str | os.PathLike | None = None) -> list["Memory"]:
         root = env.home(home)
@@ -115,15 +82,14 @@ class Memory:
 
     @property
     def config(self) -> dict:
-        """Defaults, overlaid by ``<home>/config.json`` (defaults for new memories), then the memory's own."""
+        """Defaults, overlaid by ``<home>/config.json`` (defaults for new memories), then the memory's own
+        (``pimem.config``)."""
         if self._config is None:
-            cfg = _merge(DEFAULT_CONFIG, read_json(self.home / "config.json", {}) or {})
-            self._config = _merge(cfg, read_json(self.path / "config.json", {}) or {})
+            self._config = configs.of_memory(self.path, self.home)
         return self._config
 
     def save_config(self, changes: dict) -> None:
-        own = _merge(read_json(self.path / "config.json", {}) or {}, changes)
-        homes.write_atomic(self.path / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")
+        configs.save(self.path, changes)
         self._config = None
 
     # ---- the writer lock ---------------------------------------------------------------------------------
@@ -133,7 +99,7 @@ class Memory:
         """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
         if self._lock is None:
             self._lock = WriterLock(self.path / "write.lock")
-        if not self._lock.acquire(LOCK_TIMEOUT if timeout is None else timeout):
+        if not self._lock.acquire(env.lock_timeout() if timeout is None else timeout):
             raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout")
         try:
             yield self
@@ -298,11 +264,11 @@ class Memory:
     def cursor(self, consumer: str) -> int | None:
         """The next ``i`` the consumer has not seen, or None for a new consumer."""
         homes.validate_name(consumer)
-        return (read_json(self.path / "cursors.json", {}) or {}).get(consumer)
+        return (configs.read_json(self.path / "cursors.json", {}) or {}).get(consumer)
 
     def save_cursor(self, consumer: str, next_i: int) -> None:
         homes.validate_name(consumer)
-        cursors = read_json(self.path / "cursors.json", {}) or {}
+        cursors = configs.read_json(self.path / "cursors.json", {}) or {}
         cursors[consumer] = next_i
         homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from typing import Callable
 
 from . import env
@@ -59,14 +58,14 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
     if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():
-        sys.stderr.write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
+        env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
                          f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
     return default(), given
 
 
 def _unread_file_on_stdin() -> bool:
     try:
-        fd = sys.stdin.fileno()
+        fd = env.current().stdin.fileno()
         info = os.fstat(fd)
         return stat.S_ISREG(info.st_mode) and info.st_size > os.lseek(fd, 0, os.SEEK_CUR)
     except (AttributeError, ValueError, OSError):  # no descriptor (an in-process runner), or not seekable

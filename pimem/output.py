@@ -14,25 +14,26 @@ _STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36",
 
 def json_line(obj) -> None:
     """One JSON object on one line of stdout."""
-    sys.stdout.buffer.write(orjson.dumps(obj) + b"\n")
+    env.current().stdout.buffer.write(orjson.dumps(obj) + b"\n")
 
 
 def raw_line(data: bytes) -> None:
-    sys.stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+    env.current().stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
 
 
 def line(text: str = "") -> None:
-    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
+    env.current().stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
 
 
 class Lines:
     """Lines for stdout gathered into large writes: a million-line stream in a few thousand system calls."""
 
     def __init__(self, size: int = 1024 * 1024):
-        sys.stdout.flush()
-        self._out = sys.stdout.buffer
+        stdout = env.current().stdout
+        stdout.flush()
+        self._out = stdout.buffer
         try:  # a large buffer straight over the descriptor; in-process test runners have none
-            self._out = open(sys.stdout.fileno(), "wb", buffering=size, closefd=False)
+            self._out = open(stdout.fileno(), "wb", buffering=size, closefd=False)
         except (OSError, ValueError, AttributeError):
             pass
         self.add = self._out.write  # add(line): one line, ending in a newline
@@ -42,7 +43,7 @@ class Lines:
 
 
 def flush() -> None:
-    sys.stdout.flush()
+    env.current().stdout.flush()
 
 
 def log_to(path: str | None, what: str) -> None:
@@ -79,11 +80,11 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 def info(text: str) -> None:
     """A message for the person, on stderr."""
-    sys.stderr.write(f"{text}\n")
+    env.stderr().write(f"{text}\n")
 
 
 def warn(text: str) -> None:
-    sys.stderr.write(f"pimem: warning: {text}\n")
+    env.stderr().write(f"pimem: warning: {text}\n")
 
 
 def style(text: str, name: str) -> str:

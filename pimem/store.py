@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Iterator
 import orjson
 
 from .errors import IntegrityError
-from .home import FILE_MODE, ensure_dir, write_atomic
+from .home import FILE_MODE, ensure_dir, sync_dir, write_all, write_atomic
 
 _PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
 _READ_BUFFER = 1024 * 1024  # for streaming whole files
@@ -316,8 +316,7 @@ class Log:
                 sealed = True
                 fd = os.open(self.dir / name, os.O_WRONLY | os.O_APPEND)
                 try:
-                    os.write(fd, b"\n")
-                    os.fsync(fd)
+                    write_all(fd, b"\n")
                 finally:
                     os.close(fd)
                 self._info.pop(name, None)
@@ -358,7 +357,7 @@ class Log:
                     created.add(day)
                 fds[day] = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
             if created:
-                _fsync_dir(self.dir)
+                sync_dir(self.dir)
             n, self.written = 0, []
             for day, count in runs:
                 # a later file must never keep messages whose predecessors an earlier file lost in a power cut:
@@ -366,7 +365,7 @@ class Log:
                 data = lines(n, n + count)
                 if self.keep_written:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
-                _write_durably(fds[day], data)
+                write_all(fds[day], data)
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
         finally:
@@ -481,17 +480,6 @@ def _last_i(f, size: int) -> tuple[int | None, bool]:
     return None, bool(torn)
 
 
-_datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
-
-
-def _write_durably(fd: int, data: bytes) -> None:
-    """Append data to a file and flush it to disk."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    _datasync(fd)
-
-
 def day_runs(dates: Iterable[str]) -> list[tuple[str, int]]:
     """``(day, count)`` for each run of consecutive messages whose dates fall on one day (the file they go to
     is named by the date part of the date string)."""
@@ -506,11 +494,3 @@ def day_runs(dates: Iterable[str]) -> list[tuple[str, int]]:
     if count:
         runs.append((day, count))
     return runs
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -23,10 +23,10 @@ from typing import Callable, Iterator
 import orjson
 
 from . import env
+from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .home import FILE_MODE, append_durably, ensure_dir
 
-LINE_BYTES = 512
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
@@ -259,6 +259,20 @@ class Tree:
         ensure_dir(self.dir)
         append_durably(self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl", data)
         self.catch_up()
+
+    def records(self) -> Iterator[dict]:
+        """Every node line of the tree files as written, with its build metadata (model, tokens, cost),
+        oldest build day first; damaged lines are skipped."""
+        if not self.dir.is_dir():
+            return
+        for name in sorted(self.file_sizes()):
+            for raw in (self.dir / name).read_bytes().splitlines():
+                try:
+                    node = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(node, dict):
+                    yield node
 
     def stored_keys(self, count: int | None = None) -> set[tuple[int, int]]:
         """``(l, i)`` of every node a compactor wrote that lies within the log (one query, for a scheduler

@@ -7,7 +7,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem.compactor import CallFailed, Compactor, Task, extractive, parse_spec
 from pimem.compactor.cut import cut_line
 from pimem.compactor.redact import redact

@@ -9,7 +9,7 @@ import sys
 import orjson
 
 from conftest import ROOT
-from llm_server import FakeLLM
+from bench.llm_server import FakeLLM
 from pimem import Memory
 
 README = (ROOT / "README.md").read_text()

@@ -42,6 +42,16 @@ def test_readme_exit_code_table_is_the_one_in_errors():
     assert {int(code): meaning for code, meaning in rows.items()} == EXIT_CODES
 
 
+def test_every_exception_carries_a_status_of_the_one_enum():
+    from pimem import errors
+
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.PimemError)]
+    assert {c.__name__ for c in classes} >= {"PimemError", "NotFound", "Busy", "LeaseLost", "ProviderError"}
+    assert all(type(c.code) is errors.ExitStatus for c in classes)
+    assert errors.LeaseLost.code == errors.ExitStatus.BUSY == 4
+    assert errors.PimemError("x", code=6).code is errors.ExitStatus.PROVIDER
+
+
 def _bash_complete(words: list[str], env: dict) -> list[str]:
     script = (
         f"source {ROOT / 'completions' / 'pimem.bash'}\n"

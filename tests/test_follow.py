@@ -153,9 +153,9 @@ def test_watch_import_follows_the_sessions_and_builds_their_memories(home, tmp_p
         turn[1]["message"]["content"][0]["text"] = "a long answer about the staging database. " * 40  # needs a summary
         append(sessions / "w1.jsonl", turn)
         wait_for(lambda: len(texts("api")) == 2)
-        from pimem import scheduler
+        from pimem import builder
 
-        wait_for(lambda: scheduler.survey(Memory.open("api"))["pending"] == 0 and (home / "api" / "tree").exists(), 30)
+        wait_for(lambda: builder.survey(Memory.open("api"))["pending"] == 0 and (home / "api" / "tree").exists(), 30)
     finally:
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=30)

@@ -8,8 +8,8 @@ import threading
 import orjson
 import pytest
 
-from llm_server import FakeLLM
-from pimem import Memory, scheduler
+from bench.llm_server import FakeLLM
+from pimem import Memory, builder, scheduler
 from pimem.compactor.state import BuildState
 
 SECRETS = ["sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2", "AKIAIOSFODNN7EXAMPLE", "ghp_0123456789abcdefghijklmnopqrstuvwxyz"]
@@ -40,7 +40,7 @@ def stored_lines(mem) -> list[dict]:
 
 
 def assert_complete(mem):
-    found = scheduler.survey(Memory.open(mem.name))
+    found = builder.survey(Memory.open(mem.name))
     assert found["pending"] == 0 and found["built"] == found["nodes"]
     lines = stored_lines(mem)
     keys = collections.Counter((n["l"], n["i"]) for n in lines)
@@ -121,7 +121,7 @@ def test_leaves_first_in_a_window_of_eight(home, monkeypatch):
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(20)])
         mem.write_nodes([(0, k, f"user: leaf {k} " + "x" * 300, {}) for k in range(10)])
         sched = scheduler.Scheduler()
-        sched.add(scheduler.Builder(Memory.open("m"), retries=0))
+        sched.add(builder.Builder(Memory.open("m"), retries=0))
         runner = threading.Thread(target=sched.run, kwargs={"once": True})
         runner.start()
         while len(server.requests) < 8:
@@ -146,7 +146,7 @@ def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch
         assert "at most" in run("build-tree", "m", "--dry-run").stdout
         out = run("build-tree", "m", "--max-cost", "0.005")
         assert out.exit_code == 6 and "stopped before spending more than $0.005" in out.stderr
-        spent = scheduler.spent(Memory.open("m"))
+        spent = builder.spent(Memory.open("m"))
         assert 0 < spent["cost"] <= 0.005 + 8 * 0.0012
         assert spent["calls"] < 20
     unpriced = run("model", "m", "openai/x", "--base-url", server.url)

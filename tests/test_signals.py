@@ -92,3 +92,25 @@ def test_import_stopped_keeps_whole_batches_and_the_next_import_reads_on(home, t
     summary = orjson.loads(again.stdout.splitlines()[-1])
     assert summary["imported"] == total - kept and summary["present"] == 0 and summary["messages"] == total
     assert [m["text"] for m in Memory.open("big").messages(0)] == [f"message {k} about the staging database" for k in range(total)]
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, sig, code):
+    from bench.llm_server import FakeLLM
+    from pimem import builder
+    from test_scheduler import configure, fill
+
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server)
+        fill("m", 40, short_every=1000)  # forty leaves to summarise, eight calls at a time
+        proc = subprocess.Popen(pimem_cmd("build-tree"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(TEST_LLM_KEY="k"))
+        wait_for(lambda: len(server.requests) >= 8)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        asked = len(server.requests)
+    assert proc.returncode == code and out == b""
+    left = builder.survey(Memory.open("m"))
+    assert 0 < left["built"] and left["pending"] > 0 and asked < 40  # the calls in flight were kept, no new one started
+    assert err.decode().startswith(f"pimem: interrupted: {left['pending']:,} nodes still pending (") and err.count(b"\n") == 1
+    assert not (home / "m" / "lock.json").exists()

@@ -12,8 +12,8 @@ import time
 import orjson
 
 from conftest import pimem_cmd, subprocess_env
-from llm_server import FakeLLM
-from pimem import Memory, lease, scheduler
+from bench.llm_server import FakeLLM
+from pimem import Memory, builder, lease
 from test_scheduler import configure, fill, long_text, stored_lines
 
 
@@ -33,7 +33,7 @@ def until(check, timeout=30.0):
 
 
 def complete(name):
-    found = scheduler.survey(Memory.open(name))
+    found = builder.survey(Memory.open(name))
     return found["pending"] == 0
 
 
@@ -99,7 +99,7 @@ def test_sigkill_mid_build_loses_and_duplicates_nothing(home):
     assert lines[: len(before)] == before  # nothing written before the kill was lost or rewritten
     keys = collections.Counter((n["l"], n["i"]) for n in lines)
     assert max(keys.values()) == 1
-    assert scheduler.survey(mem)["built"] == scheduler.tree_size(60)
+    assert builder.survey(mem)["built"] == builder.tree_size(60)
 
 
 def test_two_watchers_started_together_never_both_build(home):

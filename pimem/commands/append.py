@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, ingest, naming, output, stopping
+from .. import bulk, env, ingest, naming, output, stopping
 from ..errors import BadInput
 from ..memory import Memory
 from ..options import MESSAGE_KINDS, Home, Json, Name, Timeout
@@ -48,7 +48,7 @@ def command(
         text = None
     if text:
         body = " ".join(text)
-    elif sys.stdin.isatty():
+    elif env.stdin_is_tty():
         raise BadInput("no text: give it as arguments or pipe it on stdin")
     else:
         body = ingest.read_text(sys.stdin.buffer)

@@ -32,7 +32,7 @@ def command(
       pimem build-tree main --max-cost 0.50 --json | jq -c 'select(.event=="failed")'
       pimem build-tree --retries 3 --log ~/.pi/memory/logs/build.log   # from cron, every 10 minutes
     """
-    from .. import compactor, env, scheduler
+    from .. import builder as builders, compactor, env, scheduler
     from ..errors import BadInput, ProviderError
     from ..memory import Memory
 
@@ -43,7 +43,7 @@ def command(
     if max_cost is not None and max_cost < 0:
         raise BadInput("--max-cost must not be negative")
     mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
-    estimates = [scheduler.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
+    estimates = [builders.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
         if unpriced:
@@ -64,7 +64,7 @@ def command(
     for mem in mems:
         cfg = mem.config.get("compactor") or {}
         var = compactor.missing_key(cfg)
-        if var and scheduler.survey(mem)["pending"]:
+        if var and builders.survey(mem)["pending"]:
             keyless[mem.name] = f"{mem.name}: ${var} is not set (the API key of its compactor {compactor.label(cfg)})"
     mems = [mem for mem in mems if mem.name not in keyless]
     estimates = [e for e in estimates if e["memory"] not in keyless]
@@ -81,16 +81,20 @@ def command(
     finally:
         if progress is not None:
             progress.close()
-    failed = 0
-    for builder in sched.builders:
-        row = {"event": "done", "memory": builder.name, **builder.stats.as_dict(), "gave_up": len(builder.gave_up)}
-        failed += len(builder.gave_up)
-        if json:
+    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up)} for b in sched.builders]
+    if json:
+        for row in rows:
             output.json_line(row)
-        else:
+    if sched.signal is not None:  # stopped: the calls in flight were kept, nothing new was started
+        output.info(f"pimem: interrupted: {output.count(sched.pending(), 'node')} still pending "
+                    f"({sum(row['calls'] for row in rows):,} written in this run; the next run builds the rest)")
+        raise typer.Exit(128 + sched.signal)
+    failed = sum(row["gave_up"] for row in rows)
+    for builder, row in zip(sched.builders, rows):
+        if not json:
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
-                        f"{cost}" + (f"; {len(builder.gave_up):,} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
+                        f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.stopped_for_cost:
@@ -106,7 +110,7 @@ class _Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from ..scheduler import tree_size
+        from ..builder import tree_size
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                             console=Console(stderr=True), transient=True)

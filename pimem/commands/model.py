@@ -38,9 +38,9 @@ def command(
       pimem model main command --command 'llm -m gpt-4o-mini'
       pimem model --default extractive
     """
-    from .. import compactor
+    from .. import compactor, config
     from ..errors import BadInput
-    from ..memory import Memory, home_config, save_home_config
+    from ..memory import Memory
 
     if default:
         if spec is not None:
@@ -55,8 +55,8 @@ def command(
         cfg = compactor.parse_spec(spec, base_url, key_env, command_, price_in, price_out)
     if default:
         if spec is not None:
-            save_home_config(home, {"compactor": cfg})
-        shown = home_config(home).get("compactor") or {}
+            config.save_home(home, {"compactor": cfg})
+        shown = config.of_home(home).get("compactor") or {}
         where = "default"
     else:
         mem = Memory.open(name, home)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import ingest, memories, naming, output
+from .. import env, ingest, memories, naming, output
 from ..memory import Memory
 from ..options import Home, Json, Name, Session, Timeout, offer
 
@@ -39,7 +39,7 @@ def command(
     """
     name, text = naming.words(name, text, home, reads_stdin="remember")
     body = " ".join(text) if text and text != ["-"] else None
-    if body is None and not sys.stdin.isatty():
+    if body is None and not env.stdin_is_tty():
         body = ingest.read_text(sys.stdin.buffer)
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)
     record = memories.remember(

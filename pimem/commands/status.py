@@ -15,17 +15,17 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
       pimem status main
       pimem status main --json | jq .tree
     """
-    from .. import compactor, lease, scheduler
+    from .. import builder, compactor, lease
     from ..compactor.state import BuildState
 
     mem = Memory.open(name or naming.default(), home)
     row = mem.summary()
     files = mem.log.files()
     row.update(path=str(mem.path), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))
-    found = scheduler.survey(mem)
+    found = builder.survey(mem)
     row["tree"] = {k: found[k] for k in ("nodes", "built", "pending", "leaves", "merges_ready")}
     row["compactor"] = compactor.describe(mem.config.get("compactor") or {})
-    row["spent"] = scheduler.spent(mem)
+    row["spent"] = builder.spent(mem)
     row["builder"] = lease.holder(mem)
     failures = BuildState(mem.path).failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]

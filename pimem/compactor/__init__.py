@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from ..config import compactor_knob
 from ..errors import BadInput
 from . import extractive
 from .cut import LINE_BYTES, cut_line
@@ -26,7 +27,6 @@ from .providers import CallFailed
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
-MAX_TOKENS = 170  # ≈512 bytes of English; the harness cuts whatever comes back
 REASONING_EXTRA = 1024  # more tokens for a model that spent its budget thinking
 THIN_REPLY = 256  # bytes: a "length" reply shorter than this was starved, not verbose
 INPUT_BYTES = 48_000  # a leaf's message beyond this is sent as head and tail (it is summarised to 512 B anyway)
@@ -147,7 +147,7 @@ class Compactor:
         self.provider_name = cfg.get("provider") or "extractive"
         if self.provider_name not in PROVIDERS:
             raise BadInput(f"config.json names an unknown compactor provider {self.provider_name!r}: run 'pimem model'")
-        self.max_tokens = int(cfg.get("max_tokens") or MAX_TOKENS)
+        self.max_tokens = int(compactor_knob(cfg, "max_tokens"))
         self.price_in = cfg.get("price_in")
         self.price_out = cfg.get("price_out")
         self._provider = None
@@ -161,7 +161,7 @@ class Compactor:
         if self._provider is None:
             from . import providers
 
-            timeout = float(self.cfg.get("timeout") or 60)
+            timeout = float(compactor_knob(self.cfg, "timeout"))
             if self.provider_name == "openai":
                 self._provider = providers.OpenAI(self.cfg["model"], self.cfg.get("base_url"), self.cfg.get("key_env"), timeout)
             elif self.provider_name == "anthropic":

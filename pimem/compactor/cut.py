@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-LINE_BYTES = 512
+from ..config import LINE_BYTES
 
 _FENCE = re.compile(r"^\s*```[\w+-]*\s*$", re.M)
 _WHITESPACE = re.compile(r"\s+")

@@ -25,7 +25,8 @@ import os
 import orjson
 
 from .. import home as homes
-from ..memory import Memory, read_json
+from ..config import read_json
+from ..memory import Memory
 
 KEY_BYTES = 16
 STATE = "imports.json"
@@ -123,9 +124,7 @@ class ImportState:
         try:
             os.ftruncate(fd, self.count * KEY_BYTES)  # drop keys a crashed import wrote after its last state
             os.lseek(fd, 0, os.SEEK_END)
-            view = memoryview(digests)
-            while view:
-                view = view[os.write(fd, view) :]
+            homes.write_all(fd, digests, durable=False)
         finally:
             os.close(fd)
         self.count += len(digests) // KEY_BYTES

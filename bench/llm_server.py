@@ -1,5 +1,5 @@
 """A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions or the Anthropic Messages API,
-records every request body, and injects faults on request (used by the tests and by bench/)."""
+records every request body, and injects faults on request (used by the tests and the benchmarks)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,41 @@
+"""The injected environment: tests build one with overrides instead of patching globals, and everything
+(the lock timeout, the streams and their terminal flags, the clock, the home) is read from it when asked."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+import pytest
+
+from pimem import Memory, env, index, output
+from pimem.errors import Busy
+
+
+def test_an_environment_overrides_home_clock_streams_flags_and_lock_timeout(tmp_path):
+    err = io.StringIO()
+    moment = datetime(2026, 1, 2, 3, 4, tzinfo=timezone.utc)
+    with env.using(env.Environment(home=tmp_path, now=lambda: moment, stderr=err, stderr_isatty=True,
+                                   stdout_isatty=False, lock_timeout=0.25)):
+        assert env.home() == tmp_path and env.home("/elsewhere").as_posix() == "/elsewhere"
+        assert env.now() == moment
+        assert env.stderr_is_tty() and not env.stdout_is_tty()
+        assert env.lock_timeout() == 0.25
+        output.warn("careful")
+        assert index.stderr_progress("m") is not None  # a terminal: progress is shown, on the injected stream
+    assert err.getvalue() == "pimem: warning: careful\n"
+    assert index.stderr_progress("m") is None  # pytest's captured stderr is no terminal
+
+
+def test_the_lock_timeout_is_read_when_a_lock_is_taken_not_at_import(home, monkeypatch):
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": "hi"}])
+    monkeypatch.setenv("PIMEM_LOCK_TIMEOUT", "0.2")  # after pimem.memory was imported
+    assert env.lock_timeout() == 0.2
+    with mem.lock():
+        with pytest.raises(Busy):  # another Memory (another descriptor) waits 0.2 s, not 60
+            Memory.open("m").append([{"kind": "user", "text": "blocked"}])
+    with env.using(env.Environment(lock_timeout=0.1)), mem.lock():
+        with pytest.raises(Busy):
+            Memory.open("m").append([{"kind": "user", "text": "blocked"}])
+    assert [m["text"] for m in Memory.open("m").messages()] == ["hi"]
