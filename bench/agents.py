@@ -1,6 +1,6 @@
 """Live capture: `pimem hook claude-code` per event, and `pimem import --follow` lag.
 
-hook: a memory of N messages (synthetic, indexed, five pinned memories) gets a Claude Code session's
+hook: a memory of N messages (synthetic, indexed, its tree built, five pinned memories) gets a Claude Code session's
 transcript; each round writes what Claude Code would (a prompt line, a reply line) and runs the hook for
 SessionStart, UserPromptSubmit, PreCompact and Stop, alternating with the start-up baseline: a minimal typer
 app with one no-op command (bench/typer_noop.py), the floor of every pimem command, and `pimem --version`
@@ -62,6 +62,9 @@ def build(home: Path, messages: int, env: dict) -> None:
     subprocess.run([sys.executable, "-m", "pimem", "append", "api", "--ndjson"], stdin=synth.stdout, env=env, check=True, stdout=subprocess.DEVNULL)
     synth.wait()
     subprocess.run([sys.executable, "-m", "pimem", "reindex", "api"], env=env, check=True, capture_output=True)
+    # its summaries, as a running `pimem watch` keeps them (without them the view cannot shrink, and every
+    # append, the hook's included, pays for loading a view of tens of thousands of lines)
+    subprocess.run([sys.executable, "-m", "pimem", "build-tree", "api"], env=env, check=True, capture_output=True)
     for k in range(5):
         subprocess.run([sys.executable, "-m", "pimem", "remember", "api", "--pin", f"rule {k}: never deploy staging on a friday"], env=env,
                        check=True, capture_output=True)
@@ -156,7 +159,7 @@ def main() -> None:
         env = {**os.environ, "PIMEM_HOME": str(home), "PYTHONPATH": str(ROOT)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         build(home, args.messages, env)
-        print(f"memory 'api': {args.messages:,} messages, indexed; load average {os.getloadavg()[0]:.1f}")
+        print(f"memory 'api': {args.messages:,} messages, indexed, tree built; load average {os.getloadavg()[0]:.1f}")
         bench_hook(home, env, args.runs)
         bench_follow(home, env, args.lines)
         print(f"load average {os.getloadavg()[0]:.1f}")

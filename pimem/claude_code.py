@@ -91,6 +91,7 @@ class Hook:
         self.event = payload["hook_event_name"]
         self.session = payload["session_id"]
         self.warnings: list[str] = []
+        self.context = ""
         self.source = self._transcript()
         self.name = name or self._name()
 
@@ -98,15 +99,19 @@ class Hook:
         from .memory import Memory
 
         mem = Memory.at(self.name, self.home)
-        context = ""
         if self.event in ANSWERS and mem.exists():
-            context = self._guard(lambda: answer(mem, self.session, self.payload.get("prompt") if self.event == "UserPromptSubmit" else None, self.budget)) or ""
+            prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
+            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget)) or ""
         if self.source is not None:
             self._guard(lambda: self._capture(mem))
         mem.close()
+        return self.result()
+
+    def result(self) -> dict | None:
+        """What to print: the context (if any) and the warnings (if any)."""
         out: dict = {}
-        if context:
-            out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": context}
+        if self.context:
+            out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": self.context}
         if self.warnings:
             out["systemMessage"] = "pimem: " + "; ".join(self.warnings)
         return out or None
@@ -151,30 +156,39 @@ class Hook:
 
 
 def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, timeout: float = TIMEOUT, out=None) -> int:
-    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code.
-    Past ``timeout`` seconds and one more, a watchdog prints what is ready and ends the process."""
+    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code. A
+    second past ``timeout``, a watchdog prints what is ready (the context comes before the import) and
+    ends the process."""
     out = out or sys.stdout
     deadline = time.monotonic() + timeout
     payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+    hook = Hook(payload, home, name, budget, deadline)
     printed = threading.Lock()
 
     def give_up() -> None:
         if printed.acquire(blocking=False):
-            sys.stderr.write(f"pimem: hook out of time after {timeout:g} s; the next event imports the rest\n")
-            sys.stderr.flush()
+            hook.warnings.append(f"out of time after {timeout:g} s; the next event imports the rest")
+            _print(out, hook.result())
             os._exit(0)
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()) + 1.0, give_up)
     watchdog.daemon = True
     watchdog.start()
-    try:
-        result = Hook(payload, home, name, budget, deadline).run()
-    finally:
-        watchdog.cancel()
-    if printed.acquire(blocking=False) and result is not None:
+    result = hook.run()
+    watchdog.cancel()
+    if printed.acquire(blocking=False):
+        _print(out, result)
+    return 0
+
+
+def _print(out, result: dict | None) -> None:
+    """The answer on stdout, its warning (if any) on stderr as well."""
+    if result is not None and result.get("systemMessage"):
+        sys.stderr.write(result["systemMessage"] + "\n")
+        sys.stderr.flush()
+    if result is not None:
         out.write(orjson.dumps(result).decode() + "\n")
         out.flush()
-    return 0
 
 
 # ---- the context -------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -254,3 +255,18 @@ def test_merge_leaves_odd_settings_alone():
 
     with pytest.raises(BadInput):
         merge({"hooks": []}, "x")
+
+
+def test_a_stuck_import_is_cut_off_by_the_watchdog_and_the_context_still_comes(home, tmp_path):
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    current = tmp_path / "c.jsonl"
+    grow(current, line("s2", "user", "u2", "hello", 2))
+    stuck = ("import sys, time; import pimem.importers as imp; imp.run = lambda *a, **k: time.sleep(600); "
+             "from pimem.cli import main; main(sys.argv[1:])")  # an import that never ends (a hung disk)
+    proc = subprocess.run([sys.executable, "-c", stuck, "hook", "claude-code", "--timeout", "0.5"], capture_output=True, timeout=60,
+                          input=payload("UserPromptSubmit", "s2", current, prompt="staging db port"), env=subprocess_env())
+    assert proc.returncode == 0 and b"out of time after 0.5 s" in proc.stderr
+    answer = json.loads(proc.stdout)
+    assert "5433" in answer["hookSpecificOutput"]["additionalContext"] and "out of time" in answer["systemMessage"]

@@ -492,6 +492,12 @@ def test_a_file_with_no_line_in_the_format_asked_for_is_refused(run, home, tmp_p
     assert not home.exists() or not (home / "t").exists()  # refused before anything is written
 
 
+def test_a_file_of_no_json_is_refused_whatever_the_format(run, home, tmp_path):
+    (tmp_path / "plain.txt").write_text("hello\nworld\n")
+    result = run("import", tmp_path / "plain.txt", "--format", "codex", "-n", "t")
+    assert result.exit_code == 2 and "not JSON lines" in result.stderr and not (home / "t").exists()
+
+
 def test_no_progress_bar_on_a_pipe(run, tmp_path, monkeypatch):
     from pimem.commands import import_
 

@@ -71,7 +71,7 @@ def inspect_file(path: Path, fmt: str) -> Source | None:
     yet; ``BadInput`` when its format cannot be told or it has no line of the format forced."""
     objects = list(_head(path))
     size = path.stat().st_size
-    if not objects and fmt == "auto":
+    if not objects:
         if any(_head_lines(path)):
             raise BadInput(f"{path}: not JSON lines; pimem imports pi, claude, codex and ndjson files")
         return None
