@@ -59,7 +59,7 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
         return given[0], given[1:]
     if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():
         env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
-                         f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
+                           f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
     return default(), given
 
 

@@ -21,13 +21,14 @@ class Interrupted(Exception):
         self.code = 128 + signum
 
 
-_pending: list[int] = []  # the first signal that arrived while a batch was held
-_holding = [0]
+class _State:
+    holding = 0  # how many held() are open
+    pending: int | None = None  # the first signal that arrived while one was
 
 
 def _handle(signum, _frame) -> None:
-    if _holding[0]:
-        _pending[:] = _pending or [signum]
+    if _State.holding:
+        _State.pending = _State.pending or signum
         return
     raise Interrupted(signum)
 
@@ -44,20 +45,21 @@ def armed():
     finally:
         for sig, handler in saved:
             signal.signal(sig, handler)
-        _pending.clear()
+        _State.pending = None
 
 
 @contextlib.contextmanager
 def held():
     """A write that must finish once begun (and be acknowledged: a generator may yield inside): a signal
     arriving meanwhile is raised when it ends."""
-    _holding[0] += 1
+    _State.holding += 1
     try:
         yield
     finally:
-        _holding[0] -= 1
-    if not _holding[0] and _pending:
-        raise Interrupted(_pending.pop())
+        _State.holding -= 1
+    if not _State.holding and _State.pending:
+        signum, _State.pending = _State.pending, None
+        raise Interrupted(signum)
 
 
 def child() -> None:
