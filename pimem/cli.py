@@ -121,6 +121,16 @@ class Command(TyperCommand):
             formatter.write_text("\n\n".join(verbatim))
 
 
+def _root() -> None:
+    pass
+
+
+def _root_with_version(
+    version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=lambda given: _version(given))] = False,
+) -> None:
+    pass
+
+
 def _version(given: bool) -> None:
     if given:
         from . import __version__
@@ -141,13 +151,9 @@ def build(only: str | None = None) -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
-    @app.callback()
-    def _root(
-        version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=_version)] = False,
-    ) -> None:
-        pass
-
-    _root.__doc__ = HELP
+    # the root's own option only when no command runs (`pimem --version`, `pimem --help`): typer reads every
+    # parameter's annotations as it builds the app, and agent wrappers run a command every turn
+    app.callback(help=HELP)(_root if only is not None else _root_with_version)
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command
