@@ -7,7 +7,7 @@ it), then measures, in the same run:
 - the view update per appended message (push, batch, save of view.json) at T = N and at T = 10,000, one
   message per append, next to the log's own append with its fsync: each message is written to the log alone
   (``log_append``: the writer lock, ``Log.seal`` and ``Log.write``, what ``Memory.append`` does before the
-  derived state), then ``Memory.views()`` brings the view up to it (reading the message back from the log);
+  derived state), then ``Memory.views.current()`` brings the view up to it (reading the message back from the log);
 - bulk ``append`` in batches of 10,000 with and without the view update, on a memory with no tree at all
   (no compactor has run: the view cannot merge what is not built, so it grows past its budget).
   Only the library's public API is used (no patching).
@@ -106,19 +106,20 @@ def single_appends(mem: Memory, extra: list[dict]) -> dict:
     """Append ``extra`` one message per call (an fsync each): the log write, then the view brought up to it."""
     prepared = mem.prepare(extra)
     whole, hook = [], []
-    mem.views()
+    mem.views.current()
     for rec in prepared:
         t = time.perf_counter()
         log_append(mem, [rec])
         logged = time.perf_counter()
-        mem.views()
+        mem.views.current()
         done = time.perf_counter()
         whole.append(done - t)
         hook.append(done - logged)
     ms = lambda xs: 1000 * statistics.mean(xs)  # noqa: E731
     hook.sort()
     return {"append_ms": ms(whole), "view_ms": ms(hook), "view_p99_ms": 1000 * hook[int(len(hook) * 0.99)],
-            "view_max_ms": 1000 * hook[-1], "lines": len(mem.views().view.lines), "view_bytes": mem.views().view.total}
+            "view_max_ms": 1000 * hook[-1], "lines": len(mem.views.current().view.lines),
+            "view_bytes": mem.views.current().view.total}
 
 
 def bulk(home: Path, records: list[dict]) -> dict:
@@ -128,7 +129,7 @@ def bulk(home: Path, records: list[dict]) -> dict:
         mem, seconds = make_memory(home, f"bulk{int(hooked)}", records, None, with_view=hooked)
         out[label_] = seconds / (len(records) - 1) * 1e6
         if hooked:
-            out["lines"] = len(mem.views().view.lines)
+            out["lines"] = len(mem.views.current().view.lines)
             out["view.json bytes"] = (mem.path / "view.json").stat().st_size
     return out
 

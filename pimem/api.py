@@ -44,9 +44,9 @@ class _Held:
                 from .privacy import hide_tools
                 from .view import render_line
 
-                v = self.mem.views(create=False).view
+                v = self.mem.views.current(create=False).view
                 l, i, text, _ = v.line(v.covering(msg["i"]))
-                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem, [(l, i, text)])[0])
+                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)])[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
 
@@ -121,12 +121,12 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
     replaced by a marker unless ``include_tools``."""
-    from .view import render_line, shown
+    from .view import render_line
 
     _bounded(lines, "lines", 10_000)
     mem = Memory.open(name, home)
-    v = mem.views(create=False)
-    rows = shown(mem, v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
+    v = mem.views.current(create=False)
+    rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)
     return {
         "lines": [render_line(l, i, text) for l, i, text, _ in rows[first:]],
@@ -148,7 +148,7 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
         found["message"] = _Held(mem, include_tools)(found["message"])
     elif not include_tools:
         halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
-        for child, text in zip(found["children"], hide_tools(mem, halves)):
+        for child, text in zip(found["children"], hide_tools(mem.messages, halves)):
             child["text"] = text
     return found
 

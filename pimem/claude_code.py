@@ -2,8 +2,8 @@
 
 Claude Code runs a hook command on each event with a JSON object on stdin (``session_id``,
 ``transcript_path``, ``cwd``, ``hook_event_name``, and per event ``source``, ``prompt``, ``trigger``,
-``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines into the project's
-memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
+``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines (and its
+sub-agents', in ``<session>/subagents/``) into the project's memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
 ``SessionStart`` and ``UserPromptSubmit`` it answers with the context Claude Code adds for the model::
 
     {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "…"}}
@@ -92,7 +92,7 @@ class Hook:
         self.session = payload["session_id"]
         self.warnings: list[str] = []
         self.context = ""
-        self.source = self._transcript()
+        self.sources = self._transcripts()
         self.name = name or self._name()
 
     def run(self) -> dict | None:
@@ -102,7 +102,7 @@ class Hook:
         if self.event in ANSWERS and mem.exists():
             prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
             self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget)) or ""
-        if self.source is not None:
+        if self.sources:
             self._guard(lambda: self._capture(mem))
         mem.close()
         return self.result()
@@ -116,22 +116,30 @@ class Hook:
             out["systemMessage"] = "pimem: " + "; ".join(self.warnings)
         return out or None
 
-    def _transcript(self):
+    def _transcripts(self) -> list:
+        """The session's transcript and its sub-agents' (``<session>/subagents/*.jsonl`` beside it), as
+        import ``Source``s; none while the session has written nothing."""
         from .importers.detect import inspect_file
 
         path = self.payload.get("transcript_path")
         if not path or not os.path.isfile(os.path.expanduser(path)):
-            return None  # a session that has written nothing yet
-        try:
-            return inspect_file(Path(path).expanduser().resolve(), "claude")
-        except PimemError as exc:
-            self.warnings.append(str(exc))
-            return None
+            return []
+        main = Path(path).expanduser().resolve()
+        found = []
+        for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
+            try:
+                source = inspect_file(file, "claude")
+            except PimemError as exc:
+                self.warnings.append(str(exc))
+                continue
+            if source is not None:
+                found.append(source)
+        return found
 
     def _name(self) -> str:
         from .importers.detect import Source, default_name
 
-        cwd = (self.source.cwd if self.source is not None else None) or self.payload.get("cwd") or os.getcwd()
+        cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
         return default_name([Source(path="", format="claude", size=0, cwd=cwd)])
 
     def _capture(self, mem) -> None:
@@ -139,7 +147,7 @@ class Hook:
 
         warnings: list[str] = []
         left = max(0.1, self.deadline - time.monotonic())
-        run(mem, [self.source], on_warning=warnings.append, timeout=left, deadline=self.deadline)
+        run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
         if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
             self.warnings.append(f"{len(warnings)} transcript line(s) skipped: {warnings[0]}")
         if time.monotonic() >= self.deadline:

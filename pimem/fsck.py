@@ -179,22 +179,18 @@ def check_tree(mem: Memory) -> list[Finding]:
 
 def check_view(mem: Memory) -> list[Finding]:
     """view.json: it must restore as is (a refold would change the bytes the model has cached)."""
-    from . import view
-
     path = mem.path / "view.json"
     if not path.exists():
         return [Finding(mem.name, "view", "view.json", "missing: the next reader folds the view afresh from the log and the tree", fatal=False)] if mem.count() else []
     try:
-        view.make(mem).load(path.read_bytes(), mem.count())
+        mem.views.check()
     except (ValueError, OSError) as exc:
         return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="fold the view afresh from the log and the tree", action=_refold)]
     return []
 
 
 def _refold(mem: Memory) -> None:
-    from . import view
-
-    view.current(mem, save=True)
+    mem.views.current(save=True)
 
 
 def check_chains(mem: Memory) -> list[Finding]:

@@ -10,7 +10,13 @@ What it holds (nothing the log does not):
   ``detail=none``: the index only answers "which messages contain all these trigrams"; every candidate is
   then checked against the original line in the log, which also makes the index unable to show anything but
   the log's own text. They hold even-numbered messages; ``index-1.sqlite`` (attached as ``shard``) holds the
-  same two tables for odd-numbered ones, with its own ``files`` progress.
+  same two tables for odd-numbered ones, with its own ``files`` progress;
+- ``tree_nodes`` and ``tree_files``: the text of each node a compactor stored, by ``(l, i)``, and how many bytes
+  of each tree file are in it (``TreeNodes``; the tree catches them up from its files).
+
+The SQL that reads them is here too: ``Index.candidates`` turns a search's folded terms and filters into one
+FTS5 statement and returns named rows (``Candidate``), as a table that owns its FTS schema builds its search
+SQL; ``pimem.search`` only validates, calls and checks the candidates against the log.
 
 Texts are indexed lowercased by Python's ``str.lower`` (as queries are, so both sides fold alike; the
 tokenizer is then case-sensitive, which is also faster) with two newlines appended, so every character
@@ -30,13 +36,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import orjson
 
 from . import env, when
-from .errors import Busy, IntegrityError
+from .errors import Busy
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
 
@@ -45,9 +52,6 @@ SCHEMA_VERSION = 3  # 3: odd-numbered messages' texts in the second file
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
-BATCH_MESSAGES = 20_000  # messages per committed catch-up transaction
-BATCH_BYTES = 32 * 1024 * 1024  # (two writers each hold a batch and one queued: memory stays near 100 MB)
-READ_CHUNK = 8 * 1024 * 1024
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.talk USING fts5(
@@ -73,6 +77,14 @@ SCHEMAS = ("main", "shard")
 CATCH_UP_LOCK = "index.lock"
 # measured on the synthetic log: fewer, larger segments cut catch-up CPU by about a tenth
 _FTS_CONFIG = {"automerge": 16, "hashsize": 16 * 1024 * 1024}
+_TREE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tree_nodes (
+    l INTEGER NOT NULL, i INTEGER NOT NULL, text TEXT NOT NULL, size INTEGER NOT NULL,
+    PRIMARY KEY (l, i)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tree_files (name TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
+"""
+PREFIX_TERMS = 500  # a short term expanding to more trigrams than this is found by scanning instead
+_NOTHING = object()  # a term that cannot occur in a table at all
 
 
 def table_of(kind: str) -> str:
@@ -130,6 +142,45 @@ def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+class Candidate(NamedTuple):
+    """A message that may match a search: its ``i``, where its line is (``Index.read_row(file, offset,
+    length)``), its kind's code and its date as a POSIX timestamp."""
+
+    i: int
+    file: int
+    offset: int
+    length: int
+    kind: int
+    epoch: float
+
+
+class Filters:
+    """What a search is restricted to: kinds (by name), dates (``since`` inclusive, ``until`` exclusive) and
+    messages below ``before``."""
+
+    def __init__(self, kinds: set[str], since: datetime | None, until: datetime | None, before: int | None):
+        self.kinds = kinds
+        self.since = since.timestamp() if since else None
+        self.until = until.timestamp() if until else None
+        self.before = before
+
+    def sql(self, table: str | None, column: str) -> tuple[str, list]:
+        """``WHERE`` conditions on ``msgs m`` (and the FTS ``rowid`` column) and their parameters."""
+        codes = sorted(KIND_CODE[k] for k in self.kinds if table is None or table_of(k) == table)
+        where = [f"m.kind IN ({','.join(map(str, codes))})"]
+        params: list = []
+        if self.before is not None:
+            where.append(f"{column} < ?")
+            params.append(self.before)
+        if self.since is not None:
+            where.append("m.epoch >= ?")
+            params.append(self.since)
+        if self.until is not None:
+            where.append("m.epoch < ?")
+            params.append(self.until)
+        return " AND ".join(where), params
 
 
 class Index:
@@ -277,11 +328,13 @@ class Index:
             lock.release()
 
     def _add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:
+        from .indexer import Batch
+
         indexed = self._indexed()
         if any(indexed.get(name, (None, 0, 0))[1:] != (offset, offset) for name, offset, _ in written) \
                 or len({name for name, _, _ in written}) != len(written):
             return self._catch_up_locked(None)
-        batch = _Batch(0)
+        batch = Batch(0)
         k = 0
         for name, offset, data in written:
             fid = indexed.get(name, (None,))[0]
@@ -302,7 +355,9 @@ class Index:
     def _with_writers(self, work: Callable[[tuple], int]) -> int:
         """``work(writers)`` with one writer thread per file (SQLite builds the trigrams without the GIL while
         this thread parses on); returns once both have written everything, or raises what one raised."""
-        writers = (_Writer(self.path, main=True), _Writer(self.shard_path, main=False))
+        from .indexer import Writer
+
+        writers = (Writer(self.path, main=True), Writer(self.shard_path, main=False))
         try:
             result = work(writers)
         finally:
@@ -313,6 +368,8 @@ class Index:
         return result
 
     def _catch_up_locked(self, progress) -> int:
+        from .indexer import Batch, complete_lines, last_line_end
+
         todo = []
         indexed = self._indexed()
         for path, size in self.behind():
@@ -326,17 +383,17 @@ class Index:
             if fid is None:
                 fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (path.name,)).lastrowid
             todo.append((fid, path, done, done_shard, size))
-        batch = _Batch(sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo))
+        batch = Batch(sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo))
 
         def work(writers) -> int:
             added = 0
             for fid, path, done, done_shard, size in todo:
                 start, name = min(done, done_shard), path.name
-                for offset, line in _complete_lines(path, start, size):
+                for offset, line in complete_lines(path, start, size):
                     batch.add(fid, name, offset, line, offset >= done, offset >= done_shard)
                     if batch.full():
                         added += batch.hand_over(writers, progress)
-                batch.reached[0][name] = batch.reached[1][name] = _last_line_end(path, start, size)
+                batch.reached[0][name] = batch.reached[1][name] = last_line_end(path, start, size)
             return added + batch.hand_over(writers, progress)
 
         return self._with_writers(work)
@@ -386,164 +443,155 @@ class Index:
             terms.update(dict.fromkeys(row[0] for row in rows))
         return None if len(terms) > limit else list(terms)
 
+    def size(self) -> int:
+        """One past the highest ``i`` indexed (what BM25 counts as the number of documents)."""
+        row = self.db.execute("SELECT max(i) FROM msgs").fetchone()
+        return (row[0] or 0) + 1
 
-class _Batch:
-    """Rows parsed from the log and not yet written: for each of the index's two files, the texts to index
-    and how far each log file (by name) has been read for it; the ``msgs`` rows go to the main file."""
+    def candidates(self, folded: list[str], any_term: bool, filters: Filters) -> Iterator[Candidate]:
+        """The messages that may hold all the terms (``any_term``: one of them), already case-folded, within
+        ``filters``, highest ``i`` first: those whose texts hold the terms' trigrams (a term of one or two
+        characters: a trigram starting with it), or every message in the filters when the index cannot
+        narrow the search down. Only a superset: the caller checks each against its line in the log."""
+        tables = sorted({table_of(k) for k in filters.kinds})
+        parts, params = [], []
+        for table in tables:
+            expr = self._table_expr(table, folded, any_term)
+            if expr is _NOTHING:
+                continue
+            if expr is None:  # no usable index filter: walk the messages, newest first
+                where, params = filters.sql(None, "m.i")
+                sql = f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM msgs m WHERE {where} ORDER BY m.i DESC"
+                return map(Candidate._make, self.db.execute(sql, params))
+            where, where_params = filters.sql(table, "f.rowid")
+            for schema in SCHEMAS:  # each message's text is in one of the index's two files
+                parts.append(f"SELECT f.rowid, m.file, m.offset, m.length, m.kind, m.epoch FROM {schema}.{table} AS f "
+                             f"JOIN main.msgs m ON m.i = f.rowid WHERE f.{table} MATCH ? AND {where}")
+                params += [expr, *where_params]
+        if not parts:
+            return iter(())
+        # one statement: each part comes from FTS5 in rowid order, so SQLite merges them instead of sorting
+        return map(Candidate._make, self.db.execute(" UNION ALL ".join(parts) + " ORDER BY 1 DESC", params))
 
-    def __init__(self, total: int):
-        self.total, self.seen = total, 0
-        self.clear()
+    def _table_expr(self, table: str, folded: list[str], any_term: bool):
+        """An FTS5 MATCH expression every matching message in ``table`` satisfies; None when the index cannot
+        narrow the search down, ``_NOTHING`` when nothing in the table can match."""
+        exprs = [self._term_expr(table, term) for term in folded]
+        if any_term:
+            if any(e is None for e in exprs):
+                return None
+            parts = [e for e in exprs if e is not _NOTHING]
+            return " OR ".join(f"({e})" for e in parts) if parts else _NOTHING
+        if any(e is _NOTHING for e in exprs):
+            return _NOTHING
+        parts = [e for e in exprs if e is not None]
+        return " AND ".join(f"({e})" for e in parts) if parts else None
+
+    def _term_expr(self, table: str, term: str):
+        """What the index knows about one folded term: a term of three or more characters needs all its
+        trigrams (those spanning spaces make phrases selective); a shorter one needs a trigram starting with
+        it."""
+        if len(term) >= 3:
+            return " AND ".join(map(_quote, dict.fromkeys(term[k : k + 3] for k in range(len(term) - 2))))
+        trigrams = self.terms_with_prefix(table, term, PREFIX_TERMS)
+        if trigrams is None:
+            return None
+        if not trigrams:
+            return _NOTHING
+        return " OR ".join(map(_quote, trigrams))
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace('"', '""') + '"'
+
+
+class TreeNodes:
+    """The tree's lookup tables in a memory's ``index.sqlite``: ``tree_nodes`` (the text of each stored node
+    by ``(l, i)``) and ``tree_files`` (how many bytes of each tree file they hold). ``pimem.tree.Tree`` catches
+    them up from its files and asks them for nodes; the connection is opened on first use."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / FILENAME
+        self._db: sqlite3.Connection | None = None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            _create_file(self.path)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            use_wal(db)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_TREE_SCHEMA)
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def files(self) -> dict[str, int]:
+        """Bytes of each tree file whose nodes the tables hold."""
+        return dict(self.db.execute("SELECT name, bytes FROM tree_files").fetchall())
 
     def clear(self) -> None:
-        self.rows: list[tuple] = []
-        self.texts: tuple[dict[str, list], dict[str, list]] = ({t: [] for t in TABLES}, {t: [] for t in TABLES})
-        self.reached: tuple[dict[str, int], dict[str, int]] = ({}, {})
-        self.bytes = 0
+        self.db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files;")
 
-    def add(self, fid: int, name: str, offset: int, line: bytes, main: bool, shard: bool) -> None:
-        """A log line at ``offset``, for the main file and/or the second (each skips what it already has)."""
-        end = offset + len(line) + 1
-        self.seen += len(line) + 1
-        if main:
-            self.reached[0][name] = end
-        if shard:
-            self.reached[1][name] = end
-        try:
-            msg = orjson.loads(line)
-            i, kind, text = msg["i"], msg["kind"], msg["text"]
-            epoch = when.parse_stored(msg["date"]).timestamp() if main else 0
-        except Exception:  # a damaged line, or a torn one sealed by a writer: the log skips it too
-            return
-        self.add_message(i, kind, text, epoch, fid, offset, len(line), main, shard)
-
-    def add_message(self, i: int, kind: str, text: str, epoch: float, fid: int, offset: int, length: int,
-                    main: bool = True, shard: bool = True) -> None:
-        if main:
-            self.rows.append((i, fid, offset, length, KIND_CODE.get(kind, 0), epoch))
-        wanted = shard if i % 2 else main  # odd-numbered messages' texts go to the second file
-        if wanted:
-            self.texts[i % 2][table_of(kind)].append((i, text.lower() + SENTINEL))
-            self.bytes += length
-
-    def full(self) -> bool:
-        return len(self.rows) >= BATCH_MESSAGES or self.bytes >= BATCH_BYTES
-
-    def hand_over(self, writers: tuple["_Writer", "_Writer"], progress) -> int:
-        """Queue each file's part for its writer and start a new batch; returns the messages handed over."""
-        writers[0].put(self.rows, self.texts[0], self.reached[0])
-        writers[1].put([], self.texts[1], self.reached[1])
-        count = len(self.rows)
-        self.clear()
-        if progress:
-            progress(self.seen, self.total)
-        return count
-
-
-class _Writer:
-    """Writes one of the index's files in a thread of its own, a transaction per batch (with how far it has
-    read each log file, so a crash leaves it consistent), while the caller parses the next batch. ``close``
-    returns once everything handed over is written, with what went wrong if anything did."""
-
-    def __init__(self, path: Path, main: bool):
-        import queue
-        import threading
-
-        self.path, self.main = path, main
-        self.queue: queue.Queue = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"pimem-index-{path.name}", daemon=True)
-        self.thread.start()
-
-    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
-        if self.error is None:
-            self.queue.put((rows, texts, reached))
-
-    def close(self) -> BaseException | None:
-        self.queue.put(None)
-        self.thread.join()
-        return self.error
-
-    def _run(self) -> None:
-        db = None
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None)
-            _tune(db)
-        except BaseException as exc:
-            self.error = exc
-        while True:
-            item = self.queue.get()
-            if item is None:
-                break
-            try:
-                if self.error is None:  # after an error the rest is drained unwritten, and close() reports it
-                    self._write(db, *item)
-            except sqlite3.IntegrityError:
-                self.error = IntegrityError("the log holds a message number twice; run 'pimem fsck'")
-            except BaseException as exc:
-                self.error = exc
-        if db is not None:
-            db.close()
-
-    def _write(self, db: sqlite3.Connection, rows: list[tuple], texts: dict[str, list], reached: dict[str, int]) -> None:
+    def add(self, nodes: list[tuple[int, int, str, int]], files: dict[str, int]) -> None:
+        """Nodes ``(l, i, text, size)`` read from the tree files, and how far each file was read, in one
+        transaction (a node already there is kept: each is written once)."""
+        db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            if rows:
-                db.executemany("INSERT INTO msgs VALUES (?, ?, ?, ?, ?, ?)", rows)
-            # the texts are handed over as one JSON array and inserted by one statement: SQLite releases the
-            # GIL during each step of a statement, and executemany takes a step per row, handing the GIL back
-            # and forth with the parsing thread; one statement builds a whole batch's trigrams without it
-            for table, values in texts.items():
-                if values:
-                    db.execute(f"INSERT INTO {table} (rowid, text) SELECT json_extract(value, '$[0]'), "
-                               "json_extract(value, '$[1]') FROM json_each(?)",
-                               (orjson.dumps(values).decode(),))
-            if self.main:
-                db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
-            else:
-                db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
-                               "done = excluded.done", list(reached.items()))
+            db.executemany("INSERT OR IGNORE INTO tree_nodes (l, i, text, size) VALUES (?, ?, ?, ?)", nodes)
+            db.executemany("INSERT OR REPLACE INTO tree_files (name, bytes) VALUES (?, ?)", files.items())
             db.execute("COMMIT")
         except BaseException:
-            if db.in_transaction:
-                db.execute("ROLLBACK")
+            db.execute("ROLLBACK")
             raise
 
+    def text(self, l: int, i: int) -> str | None:
+        row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
+        return row[0] if row else None
 
-def _complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
-    """``(offset, line without newline)`` for each newline-terminated line between ``start`` and ``end``."""
-    with open(path, "rb", buffering=0) as f:
-        f.seek(start)
-        position = start
-        rest = b""
-        while position < end:
-            chunk = f.read(min(READ_CHUNK, end - position))
-            if not chunk:
-                break
-            data = rest + chunk
-            offset = position - len(rest)
-            position += len(chunk)
-            lines = data.split(b"\n")
-            rest = lines.pop()
-            for line in lines:
-                yield offset, line
-                offset += len(line) + 1
+    def keys(self) -> list[tuple[int, int]]:
+        """``(l, i)`` of every stored node."""
+        return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()
 
 
-def _last_line_end(path: Path, start: int, end: int) -> int:
-    """The byte just after the last newline in ``[start, end)`` (``start`` when there is none): the index
-    stops there and reads a torn last line again once it is complete or sealed."""
-    with open(path, "rb", buffering=0) as f:
-        low = start
-        while end > low:
-            span = min(end - low, 64 * 1024)
-            f.seek(end - span)
-            data = f.read(span)
-            newline = data.rfind(b"\n")
-            if newline >= 0:
-                return end - span + newline + 1
-            end -= span
-        return start
+def connect_writer(path: Path) -> sqlite3.Connection:
+    """A connection for an ``indexer.Writer`` to one of the index's files."""
+    db = sqlite3.connect(path, isolation_level=None)
+    _tune(db)
+    return db
+
+
+def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: dict[str, list],
+                reached: dict[str, int]) -> None:
+    """One batch of an ``indexer.Writer`` in one transaction: ``msgs`` rows (main file only), texts by FTS
+    table, and how far each log file has been read for this file (``main``: the main file, else the second)."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if rows:
+            db.executemany("INSERT INTO msgs VALUES (?, ?, ?, ?, ?, ?)", rows)
+        # the texts are handed over as one JSON array and inserted by one statement: SQLite releases the
+        # GIL during each step of a statement, and executemany takes a step per row, handing the GIL back
+        # and forth with the parsing thread; one statement builds a whole batch's trigrams without it
+        for table, values in texts.items():
+            if values:
+                db.execute(f"INSERT INTO {table} (rowid, text) SELECT json_extract(value, '$[0]'), "
+                           "json_extract(value, '$[1]') FROM json_each(?)",
+                           (orjson.dumps(values).decode(),))
+        if main:
+            db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
+        else:
+            db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
+                           "done = excluded.done", list(reached.items()))
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
 
 
 def rebuild(directory: Path, log, progress=None) -> int:

@@ -45,8 +45,7 @@ class Memory:
         self._lock = None
         self._config: dict | None = None
         self._tree = None  # pimem.tree.Tree, on first use
-        self._views = None  # pimem.view.Views as last loaded or saved, and view.json's identity then
-        self._views_stamp = None
+        self._views = None  # pimem.viewfile.ViewFile, on first use
         self._index = None
 
     # ---- opening -----------------------------------------------------------------------------------------
@@ -183,10 +182,8 @@ class Memory:
                     yield pending.result()
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
-        """Bring derived state (tree, view) forward after a durable write; called under the writer lock."""
-        from . import view
-
-        view.push_batch(self, start, batch)
+        """Bring derived state (the view) forward after a durable write; called under the writer lock."""
+        self.views.push(start, batch)
 
     # ---- reading -----------------------------------------------------------------------------------------
 
@@ -303,24 +300,27 @@ class Memory:
             "last_user": user["text"] if user else None,
         }
 
-    # ---- the tree and the view (pimem.tree, pimem.view; DESIGN.md §2) ---------------------------------
+    # ---- the tree and the view (pimem.tree, pimem.viewfile; DESIGN.md §2) -----------------------------
 
     @property
     def tree(self):
-        """The summary tree (``pimem.tree.Tree``): node texts, free nodes, what the scheduler should build."""
+        """The summary tree (``pimem.tree.Tree``): node texts, free nodes, the stored nodes."""
         if self._tree is None:
             from .tree import Tree
 
             self._tree = Tree(self.path, self.count, self.messages, int(self.config["line_bytes"]))
         return self._tree
 
-    def views(self, create: bool = True):
-        """Both views (``pimem.view.Views``: ``.view`` and ``.cview``), caught up with the log and the tree.
-        Readers never wait for the writer lock (the caught-up view is saved only if the lock is free).
-        ``create=False`` returns None when the memory has no view yet."""
-        from . import view
+    @property
+    def views(self):
+        """The view files (``pimem.viewfile.ViewFile``): ``views.current()`` gives both views (``.view`` and
+        ``.cview``), caught up with the log and the tree; readers never wait for the writer lock (the caught-up
+        view is saved only if the lock is free)."""
+        if self._views is None:
+            from .viewfile import ViewFile
 
-        return view.current(self, create=create)
+            self._views = ViewFile(self.path, self.log, self.tree, self.lock, lambda: self.config)
+        return self._views
 
     def write_node(self, l: int, i: int, text: str, meta: dict | None = None, timeout: float | None = None) -> None:
         """Store a node the compactor built and run the view batch. ``BadInput`` (exit 2) if the text is empty
@@ -334,7 +334,7 @@ class Memory:
         scheduler does). Checked as ``write_node`` does, except that unless ``check_halves`` the caller
         vouches that each merge's halves are built and that the node is not free (those checks derive free
         nodes from the log). Nothing is written unless every node passes."""
-        from . import tree as trees, view
+        from . import tree as trees
 
         limit = int(self.config["line_bytes"])
         checked = []
@@ -353,7 +353,7 @@ class Memory:
         if not checked:
             return
         with self.lock(timeout):
-            views = view.current(self, save=False)
+            views = self.views.current(save=False)
             count = views.T
             tree = self.tree
             tree.catch_up()
@@ -370,25 +370,13 @@ class Memory:
                 seen.add((l, i))
             date = _now_text()
             tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
-            # the views resolve parents through the tree only once they know its files: tell them first, or a
-            # pair whose parent is in this very batch is taken for unbuilt and the batch waits for ever
-            views.saw_tree(tree.file_sizes())
-            for l, i, text, _ in checked:
-                views.built(l, i, text)
-            view.save(self, views)
+            self.views.built(views, checked)
 
     def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
         ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
-        views = self.views()
-        if compactor:
-            return views.cview.render(end=end, cut_unbuilt=True)
-        if end is None:  # (the whole view: its texts through lines.json, as `pimem view` reads them)
-            from .view import render_line, shown
-
-            return [render_line(l, i, text) for l, i, text, _ in shown(self, views, include_tools=True)]
-        return views.view.render(end=end)
+        return self.views.lines(compactor, end)
 
     def held(self, i: int) -> dict | None:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
@@ -400,29 +388,7 @@ class Memory:
         """``held`` for several messages, looking the view up once (search and recall report it per hit).
         The view is caught up on the first call for this object only: a reader asking about many hits pays
         for one look at the log."""
-        out: dict[int, dict | None] = dict.fromkeys(ids)
-        if self._views is None and not (self.path / "view.json").exists():
-            return out  # no view yet: skip counting the log, which the view would do first
-        views = self._views if self._views is not None else self.views(create=False)
-        if views is None:
-            return out
-        from .tree import label
-        from .view import render_line
-
-        v = views.view
-        for i in ids:
-            if not 0 <= i < views.T:
-                continue
-            j = v.covering(i)
-            l, idx, text = v.lines[j][0], v.lines[j][1], v.text(j)
-            if l:
-                held = "inside"
-            elif text is None:
-                held = "pending"
-            else:
-                held = "verbatim" if self.message(i)["size"] <= int(self.config["line_bytes"]) else "summarized"
-            out[i] = {"held": held, "label": label(l, idx), "n": 1 << l, "line": render_line(l, idx, text)}
-        return out
+        return self.views.held(ids, lambda i: self.message(i)["size"])
 
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →

@@ -206,7 +206,6 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
     """Read what the picture needs from a memory: one pass over the log (sizes, days, kinds), and its view
     (tool traffic inside joined lines taken out unless ``include_tools``)."""
     from .tree import PLACEHOLDER
-    from .view import shown
 
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
@@ -217,7 +216,7 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         kinds.append(msg["kind"])
         if msg["size"] > line_bytes:
             big.add(msg["i"])
-    rows = shown(mem, mem.views(), include_tools) if days else []
+    rows = mem.views.shown(mem.views.current(), include_tools) if days else []
     spans = []
     for l, i, text, cost in rows:
         first = i << l

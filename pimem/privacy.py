@@ -9,7 +9,7 @@ secrets were redacted before the compactor saw anything.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 from .message import is_tool
 from .tree import leaf_text
@@ -23,10 +23,11 @@ def marker(kind: str) -> str:
     return f"{kind}: (hidden; include tools to see it)"
 
 
-def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[int, dict] | None = None) -> list[str | None]:
+def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
+               known: dict[int, dict] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out, reading only the messages under
-    lines short enough to hold verbatim copies (from ``known``, messages by ``i`` the caller has read
-    already, when it holds them all)."""
+    lines short enough to hold verbatim copies (``messages(start, stop)``, e.g. ``Memory.messages``, or
+    ``known``, messages by ``i`` the caller has read already, when it holds them all)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -36,7 +37,7 @@ def hide_tools(mem, lines: Iterable[tuple[int, int, str | None]], known: dict[in
     if known is not None and all(k in known for k in range(start, stop)):
         source = (known[k] for k in range(start, stop))
     else:
-        source = mem.messages(start, stop)
+        source = messages(start, stop)
     tools = {m["i"]: m for m in source if is_tool(m)}
     out = []
     for k, (l, i, text) in enumerate(lines):

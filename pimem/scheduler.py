@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from . import semantic
 from .builder import Builder
 from .compactor import CallFailed, Compactor, Task
 from .errors import Busy, LeaseLost
@@ -250,14 +251,19 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
 
     scheduler = Scheduler(on_event=on_event, max_cost=max_cost, first_estimate=first_estimate, on_progress=on_progress)
     leases = []
+    embedding = semantic.background()
     try:
         for mem in mems:
             lease = Lease(mem).acquire(wait)
             leases.append(lease)
             scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
+            if embedding:
+                embedding.add(mem)
         _run_with_signals(scheduler, once=True)
     finally:
         _close(scheduler, leases)
+        if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
+            embedding.stop() if scheduler._stop.is_set() else embedding.finish()
     return scheduler
 
 
@@ -287,6 +293,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
 
     scheduler = Scheduler(on_event=on_event, poll=poll)
     watched: dict[str, Lease] = {}
+    embedding = semantic.background()
     explicit = [Memory.open(name, home) for name in names]
 
     def take(mem, block: bool) -> None:
@@ -302,6 +309,9 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     last_scan = [0.0]
 
     def look_for_memories() -> None:
+        if embedding:  # new messages: their vectors (in the background)
+            for builder in scheduler.builders:
+                embedding.add(builder.mem)
         if explicit or time.monotonic() - last_scan[0] < 2.0:
             return
         last_scan[0] = time.monotonic()
@@ -324,4 +334,6 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         _run_with_signals(scheduler, between=look_for_memories)
     finally:
         _close(scheduler, watched.values())
+        if embedding:
+            embedding.stop()
     return scheduler

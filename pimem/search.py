@@ -18,14 +18,12 @@ from datetime import datetime
 from typing import Iterable, Iterator
 
 from .errors import BadInput
-from .index import KIND_CODE, SCHEMAS, stderr_progress, table_of
+from .index import Candidate, Filters, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
 RANK_POOL = 10_000  # --rank scores at most this many matches, the newest ones
-PREFIX_TERMS = 500  # a short term expanding to more trigrams than this is found by scanning instead
 SNIPPET_CHARS = 160
-_NOTHING = object()  # a term that cannot occur in a table at all
 _TERMS = re.compile(r'"([^"]*)(?:"|$)|(\S+)')
 
 
@@ -61,7 +59,7 @@ def search(
         raise BadInput("--limit must be at least 1")
     terms = parse(query)
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
-    filters = _Filters(wanted, since, until, before)
+    filters = Filters(wanted, since, until, before)
     hits: list[dict] = []
     for mem in memories:
         index = mem.index()
@@ -79,33 +77,9 @@ def search(
     return hits
 
 
-class _Filters:
-    def __init__(self, kinds: set[str], since: datetime | None, until: datetime | None, before: int | None):
-        self.kinds = kinds
-        self.since = since.timestamp() if since else None
-        self.until = until.timestamp() if until else None
-        self.before = before
-
-    def sql(self, table: str | None, column: str) -> tuple[str, list]:
-        """``WHERE`` conditions on ``msgs m`` (and the FTS ``rowid`` column) and their parameters."""
-        codes = sorted(KIND_CODE[k] for k in self.kinds if table is None or table_of(k) == table)
-        where = [f"m.kind IN ({','.join(map(str, codes))})"]
-        params: list = []
-        if self.before is not None:
-            where.append(f"{column} < ?")
-            params.append(self.before)
-        if self.since is not None:
-            where.append("m.epoch >= ?")
-            params.append(self.since)
-        if self.until is not None:
-            where.append("m.epoch < ?")
-            params.append(self.until)
-        return " AND ".join(where), params
-
-
 def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[dict]:
     folded = [t.lower() for t in terms]
-    verified = _verified(index, _candidates(index, folded, any_term, filters), folded, any_term)
+    verified = _verified(index, index.candidates(folded, any_term, filters), folded, any_term)
     if not rank:
         for _, row, msg, low in verified:
             yield _hit(mem, row, msg, low, folded)
@@ -118,87 +92,27 @@ def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[
         pool.append(entry)
         if len(pool) >= RANK_POOL:
             break
-    scores = _bm25([low for _, _, _, low in pool], folded, index_size=_size(index))
+    scores = _bm25([low for _, _, _, low in pool], folded, index_size=index.size())
     best = heapq.nlargest(limit, range(len(pool)), key=lambda n: (scores[n], pool[n][0]))
     for n in best:
         _, row, msg, low = pool[n]
         yield {**_hit(mem, row, msg, low, folded), "score": round(scores[n], 4)}
 
 
-def _size(index) -> int:
-    row = index.db.execute("SELECT max(i) FROM msgs").fetchone()
-    return (row[0] or 0) + 1
-
-
-def _candidates(index, folded: list[str], any_term: bool, filters: _Filters) -> Iterator[tuple]:
-    """Rows ``(i, file, offset, length, kind, epoch)`` that may match, highest ``i`` first."""
-    tables = sorted({table_of(k) for k in filters.kinds})
-    parts, params = [], []
-    for table in tables:
-        expr = _table_expr(index, table, folded, any_term)
-        if expr is _NOTHING:
-            continue
-        if expr is None:  # no usable index filter: walk the messages, newest first
-            where, params = filters.sql(None, "m.i")
-            sql = f"SELECT m.i, m.file, m.offset, m.length, m.kind, m.epoch FROM msgs m WHERE {where} ORDER BY m.i DESC"
-            return iter(index.db.execute(sql, params))
-        where, where_params = filters.sql(table, "f.rowid")
-        for schema in SCHEMAS:  # each message's text is in one of the index's two files
-            parts.append(f"SELECT f.rowid, m.file, m.offset, m.length, m.kind, m.epoch FROM {schema}.{table} AS f "
-                         f"JOIN main.msgs m ON m.i = f.rowid WHERE f.{table} MATCH ? AND {where}")
-            params += [expr, *where_params]
-    if not parts:
-        return iter(())
-    # one statement: each part comes from FTS5 in rowid order, so SQLite merges them instead of sorting
-    return iter(index.db.execute(" UNION ALL ".join(parts) + " ORDER BY 1 DESC", params))
-
-
-def _table_expr(index, table: str, folded: list[str], any_term: bool):
-    """An FTS5 MATCH expression every matching message in ``table`` satisfies; None when the index cannot
-    narrow the search down, ``_NOTHING`` when nothing in the table can match."""
-    exprs = [_term_expr(index, table, term) for term in folded]
-    if any_term:
-        if any(e is None for e in exprs):
-            return None
-        parts = [e for e in exprs if e is not _NOTHING]
-        return " OR ".join(f"({e})" for e in parts) if parts else _NOTHING
-    if any(e is _NOTHING for e in exprs):
-        return _NOTHING
-    parts = [e for e in exprs if e is not None]
-    return " AND ".join(f"({e})" for e in parts) if parts else None
-
-
-def _term_expr(index, table: str, term: str):
-    """What the index knows about one folded term: a term of three or more characters needs all its
-    trigrams (those spanning spaces make phrases selective); a shorter one needs a trigram starting with it."""
-    if len(term) >= 3:
-        return " AND ".join(map(_quote, dict.fromkeys(term[k : k + 3] for k in range(len(term) - 2))))
-    trigrams = index.terms_with_prefix(table, term, PREFIX_TERMS)
-    if trigrams is None:
-        return None
-    if not trigrams:
-        return _NOTHING
-    return " OR ".join(map(_quote, trigrams))
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace('"', '""') + '"'
-
-
-def _verified(index, rows, folded: list[str], any_term: bool) -> Iterator[tuple]:
-    """``(i, row, message, folded text)`` for the candidates whose text really holds the terms."""
+def _verified(index, candidates: Iterator[Candidate], folded: list[str], any_term: bool) -> Iterator[tuple]:
+    """``(i, candidate, message, folded text)`` for the candidates whose text really holds the terms."""
     test = any if any_term else all
     read, single = index.read_row, folded[0] if len(folded) == 1 else None
-    for row in rows:
-        msg = read(row[1], row[2], row[3])
-        if msg is None or msg.get("i") != row[0]:
+    for c in candidates:
+        msg = read(c.file, c.offset, c.length)
+        if msg is None or msg.get("i") != c.i:
             continue
         low = msg["text"].lower()
         if single in low if single is not None else test(term in low for term in folded):
-            yield row[0], row, msg, low
+            yield c.i, c, msg, low
 
 
-def _hit(mem, row, msg: dict, low: str, folded: list[str]) -> dict:
+def _hit(mem, candidate: Candidate, msg: dict, low: str, folded: list[str]) -> dict:
     return {
         "memory": mem.name,
         "i": msg["i"],
@@ -206,7 +120,7 @@ def _hit(mem, row, msg: dict, low: str, folded: list[str]) -> dict:
         "kind": msg["kind"],
         "size": msg.get("size"),
         "snippet": snippet(msg["text"], low, folded),
-        "_epoch": row[5],
+        "_epoch": candidate.epoch,
     }
 
 

@@ -9,8 +9,8 @@ Two kinds of node need no model call and are never written anywhere, because the
 
 Writing them out would copy most of the log a second time (most messages are short), so only the nodes a
 compactor writes are stored, in ``tree/YYYY-MM-DD.jsonl`` (by build day), one JSON object a line, each node
-written once. Lookups go through a derived table in ``index.sqlite`` (``tree_nodes``), caught up from the tree
-files by byte offset, so no step reads the whole tree. Nodes that end past the end of the log are ignored.
+written once. Lookups go through derived tables the index keeps (``pimem.index.TreeNodes``), caught up from the
+tree files by byte offset, so no step reads the whole tree. Nodes that end past the end of the log are ignored.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import orjson
 from . import env
 from .config import LINE_BYTES
 from .errors import BadInput, NotFound
-from .home import FILE_MODE, append_durably, ensure_dir
+from .home import append_durably, ensure_dir
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
@@ -112,44 +112,28 @@ class Tree:
     def __init__(self, path: Path, count: Callable[[], int], messages: Callable[[int, int], Iterator[dict]],
                  line_bytes: int = LINE_BYTES):
         self.dir = path / "tree"
-        self.db_path = path / "index.sqlite"
+        self.root = path  # (the memory's directory, where the index keeps the lookup tables)
         self.count = count
         self.messages = messages
         self.line_bytes = line_bytes
-        self._db = None
+        self._nodes = None
         self._seen: dict[str, int] | None = None  # tree file -> bytes indexed, as of the last catch-up
 
     # ---- the derived table ---------------------------------------------------------------------------
 
     @property
-    def db(self):
-        if self._db is None:
-            import sqlite3
+    def nodes(self):
+        """The lookup tables of stored nodes in ``index.sqlite`` (``pimem.index.TreeNodes``)."""
+        if self._nodes is None:
+            from .index import TreeNodes
 
-            fresh = not self.db_path.exists()
-            db = sqlite3.connect(self.db_path, timeout=30, isolation_level=None, check_same_thread=False)
-            if fresh:
-                os.chmod(self.db_path, FILE_MODE)
-            from .index import use_wal
-
-            use_wal(db)
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS tree_nodes (
-                    l INTEGER NOT NULL, i INTEGER NOT NULL, text TEXT NOT NULL, size INTEGER NOT NULL,
-                    PRIMARY KEY (l, i)) WITHOUT ROWID;
-                CREATE TABLE IF NOT EXISTS tree_files (name TEXT PRIMARY KEY, bytes INTEGER NOT NULL);
-                CREATE TABLE IF NOT EXISTS tree_low (l INTEGER PRIMARY KEY, i INTEGER NOT NULL);
-                """
-            )
-            self._db = db
-        return self._db
+            self._nodes = TreeNodes(self.root)
+        return self._nodes
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        if self._nodes is not None:
+            self._nodes.close()
+            self._nodes = None
 
     def file_sizes(self) -> dict[str, int]:
         """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
@@ -167,12 +151,12 @@ class Tree:
         if (self._seen is not None and sizes == self._seen) or not sizes:
             self._seen = sizes
             return []  # nothing new (and a memory without a tree never needs the table)
-        db = self.db
-        seen = dict(db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        nodes = self.nodes
+        seen = nodes.files()
         if any(sizes.get(name, -1) < done for name, done in seen.items()):
             sizes = self.file_sizes()  # another process or thread may have caught up since we looked
         if any(sizes.get(name, -1) < done for name, done in seen.items()):  # files replaced: start over
-            db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files; DELETE FROM tree_low;")
+            nodes.clear()
             seen = {}
         new: list[tuple[int, int, str]] = []
         for name in sorted(sizes):
@@ -188,18 +172,8 @@ class Tree:
                 if node is not None:
                     new.append(node)
             seen[name] = start + end
-        if new or seen != dict(db.execute("SELECT name, bytes FROM tree_files").fetchall()):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(
-                    "INSERT OR IGNORE INTO tree_nodes (l, i, text, size) VALUES (?, ?, ?, ?)",
-                    [(l, i, text, byte_size(text)) for l, i, text in new],
-                )
-                db.executemany("INSERT OR REPLACE INTO tree_files (name, bytes) VALUES (?, ?)", seen.items())
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        if new or seen != nodes.files():
+            nodes.add([(l, i, text, byte_size(text)) for l, i, text in new], seen)
         self._seen = sizes
         return new
 
@@ -212,8 +186,7 @@ class Tree:
             self.catch_up()
         if not self._seen:
             return None  # no tree files at all: nothing was ever stored
-        row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
-        return row[0] if row else None
+        return self.nodes.text(l, i)
 
     # ---- any node ------------------------------------------------------------------------------------
 
@@ -281,66 +254,7 @@ class Tree:
         self.catch_up()
         if not self._seen:
             return set()
-        return {(l, i) for l, i in self.db.execute("SELECT l, i FROM tree_nodes") if (i + 1) << l <= count}
-
-    # ---- what the scheduler asks -------------------------------------------------------------------
-
-    def _low(self, l: int) -> int:
-        row = self.db.execute("SELECT i FROM tree_low WHERE l = ?", (l,)).fetchone()
-        return row[0] if row else 0
-
-    def _set_low(self, l: int, i: int) -> None:
-        self.db.execute("INSERT OR REPLACE INTO tree_low (l, i) VALUES (?, ?)", (l, i))
-
-    def pending_leaves(self, limit: int = 8) -> list[int]:
-        """The first ``limit`` leaves that need a model call (message too long for a line, no stored node),
-        scanning from a persisted low-water mark that advances past built leaves."""
-        count = self.count()
-        self.catch_up()
-        low = self._low(0)
-        out: list[int] = []
-        advance = True
-        for msg in self.messages(low, count):
-            i = msg["i"]
-            built = msg["size"] <= self.line_bytes or self.stored(0, i, count) is not None
-            if built:
-                if advance:
-                    low = i + 1
-                continue
-            advance = False
-            out.append(i)
-            if len(out) >= limit:
-                break
-        self._set_low(0, low)
-        return out
-
-    def pending_merges(self, l: int, limit: int = 64) -> list[int]:
-        """Merges ``(l, i)`` (l ≥ 1) ready for a model call: both halves built, not free, not stored. Scans
-        from a persisted low-water mark at most ``limit`` nodes and stops at the first node with an unbuilt
-        half (PE's rule: lower nodes first; the tree fills left to right)."""
-        if l < 1:
-            raise ValueError("merges have level 1 or more; leaves come from pending_leaves")
-        count = self.count()
-        self.catch_up()
-        low = self._low(l)
-        out: list[int] = []
-        advance = True
-        i = low
-        leaves: dict[int, dict] = {}
-        while len(out) < limit and (i + 1) << l <= count and i < low + limit:
-            left = self._text(l - 1, 2 * i, count, leaves)
-            right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
-            if left is None or right is None:
-                break
-            if free_merge(left, right, self.line_bytes) is not None or self.stored(l, i, count) is not None:
-                if advance:
-                    low = i + 1
-            else:
-                advance = False
-                out.append(i)
-            i += 1
-        self._set_low(l, low)
-        return out
+        return {(l, i) for l, i in self.nodes.keys() if (i + 1) << l <= count}
 
 
 def _parse_node(raw: bytes) -> tuple[int, int, str] | None:

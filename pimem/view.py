@@ -12,28 +12,19 @@ candidate per level (O(levels)); pairs whose parent is known to be unbuilt are k
 waiting and the fall-back never rescan them. Nothing here reads the log or the tree: parent texts come from a
 ``resolve`` callback (a free join, else a stored node) and line texts from ``fetch``, only when needed.
 
-``Views`` holds both views of a memory and their file, ``view.json``: the shape only (one character per line
-for its level, ``_`` for an unbuilt leaf), the byte totals, the batch flags and which pairs wait for an unbuilt
-parent. Texts are not saved: they are the tree's, and are read back when a line is rendered or merged, so a
-save costs a byte per line, not the view's 128 KB. The file is written atomically after every change and
-restored exactly as saved (a restart never refolds, so the bytes a model saw stay a stable cache prefix).
+Both views of a memory and their file, ``view.json``, are ``pimem.viewfile``'s: this module is the algebra
+only, with no file, log or tree in it.
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Sequence
-
-import orjson
+from typing import Callable
 
 from .tree import PLACEHOLDER, byte_size, flat, label
 
-VERSION = 1
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
-PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
-PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
-AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 
 
 # the text of a built line not read back from the tree yet (Ellipsis: a singleton the garbage collector does
@@ -196,7 +187,7 @@ class View:
         return max(2 * self.hi, self.lo)
 
     def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
-                  free_bytes: int | None = None, trace: "_Trace | None" = None) -> None:
+                  free_bytes: int | None = None, trace: "Trace | None" = None) -> None:
         """``push`` then ``fit`` for each leaf line ``(0, i, text, cost)`` in turn (from ``i == T``; both views
         may hold the same line tuples, which saves memory when they hold a line per message). A free leaf's
         text may be left ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of
@@ -220,7 +211,7 @@ class View:
                 k = self._push_flooded(leaves, k, leaf_text, free_bytes, trace)
 
     def _push_flooded(self, leaves: list[tuple], k: int, leaf_text: Callable[[int], str] | None,
-                      free_bytes: int | None, trace: "_Trace | None" = None) -> int:
+                      free_bytes: int | None, trace: "Trace | None" = None) -> int:
         """``push_many`` from ``leaves[k]`` while the view is past ``flood_line`` and every adjacent pair in it
         is known to have an unbuilt parent (``n_ready == 0``: a bulk import with no compactor running).
         ``fit`` would then only try the pair a new leaf makes with its sibling, and each merge that succeeds
@@ -303,7 +294,7 @@ class View:
                 trace.blocked.extend(added)
         return k
 
-    def replay(self, other: "View", trace: "_Trace") -> bool:
+    def replay(self, other: "View", trace: "Trace") -> bool:
         """Take the steps ``other`` just took in ``push_many`` (traced) if they are exactly the ones this view
         would take: both were past their flood line with nothing waiting to be tried, pairs were decided by
         size, and the lines ``other`` looked at are the very lines this view ends with. Then only the tail
@@ -510,7 +501,7 @@ class View:
         return j if j < len(self.starts) and self.starts[j] == start else -1
 
 
-class _Trace:
+class Trace:
     """What ``View.push_many`` did, for ``View.replay``: the view's last lines and totals before, whether any
     push left the flooded road, the lowest line it looked at, the lowest total it checked, the pairs it
     blocked."""
@@ -523,394 +514,3 @@ class _Trace:
         self.general = bool(view.n_ready) or view.total <= view.flood_line()
         self.low, self.least = len(view.lines), view.total
         self.blocked: list[tuple[int, int]] = []
-
-
-class Views:
-    """Both views of one memory (the model's and the compactor's) and what ``view.json`` records."""
-
-    def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost,
-                 prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
-        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch)
-        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch)
-        self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
-        self.tree_reads = 0  # times the views caught up with the tree files
-        self.saved_changes = 0  # changes (both views) as of the last save
-        self.loaded: tuple | None = None  # view.json's identity when read or last written by us
-        self.leaves: dict[int, dict] = {}  # messages read for the lines' texts, by i (readers may reuse them)
-        # set when ``resolve`` builds exactly the free joins of this many bytes while no node is stored
-        self.free_join_bytes: int | None = None
-
-    @property
-    def T(self) -> int:
-        return self.view.T
-
-    def both(self) -> tuple[View, View]:
-        return self.view, self.cview
-
-    @property
-    def changes(self) -> int:
-        return self.view.changes + self.cview.changes + self.tree_reads
-
-    def saw_tree(self, sizes: dict[str, int]) -> None:
-        """The views now know every node in the tree files up to these sizes (saved with them)."""
-        if sizes != self.tree_seen:
-            self.tree_seen = sizes
-            self.tree_reads += 1
-
-    @property
-    def dirty(self) -> bool:
-        return self.changes != self.saved_changes
-
-    def should_save(self) -> bool:
-        """After every change, unless the views are past twice their budget and long (a compactor is not
-        keeping up, e.g. after a big import): saving the shape after every batch would then cost O(T) each
-        time, so it is saved after as many changes as it has lines (O(1) amortised) and when the
-        process ends; a reader catches up the rest from the log, with the same result."""
-        if not self.dirty:
-            return False
-        lines = len(self.view.lines) + len(self.cview.lines)
-        if lines <= AMORTISE_LINES or not (self.view.over() or self.cview.over()):
-            return True
-        return self.changes - self.saved_changes >= lines
-
-    def push_leaves(self, sizes: Sequence[int], leaf_text: Callable[[int], str], line_bytes: int,
-                    stored_leaf: Callable[[int], str | None] | None = None) -> None:
-        """Append the leaves of the next messages, given by their ``size``, fitting after each one (as if they
-        had arrived one by one, so the result does not depend on how messages were batched): a message whose
-        line fits in ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a
-        longer one is ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is
-        the log's) and their text is asked for only when a line needs it; while no node is stored
-        (``free_join_bytes`` set, no tree seen) pairs are decided by size alone. The two views never look at
-        each other, so each takes a chunk of leaves in turn."""
-        T, cost = self.T, self.view.cost
-        inline = cost is line_bytes_cost
-        free_bytes = self.free_join_bytes if inline and not self.tree_seen else None
-        for done in range(0, len(sizes), PUSH_CHUNK):
-            leaves = []
-            add = leaves.append
-            for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):
-                if size <= line_bytes:
-                    if inline:  # (line_bytes_cost, inlined: this runs once per message)
-                        add((0, i, UNLOADED, len(str(i)) + 4 + size))
-                    else:
-                        text = leaf_text(i - T)
-                        add((0, i, text, cost(0, i, text, size)))
-                else:
-                    text = None if stored_leaf is None else stored_leaf(i)
-                    add((0, i, text, cost(0, i, text, None)))
-
-            def chunk_text(k: int, done: int = done) -> str:
-                return leaf_text(done + k)
-
-            trace = None
-            if free_bytes is not None:  # the views mostly take the very same steps: the second copies them
-                trace = _Trace(self.view)
-            self.view.push_many(leaves, chunk_text, free_bytes, trace)
-            if trace is None or not self.cview.replay(self.view, trace):
-                self.cview.push_many(leaves, chunk_text, free_bytes)
-
-    def built(self, l: int, i: int, text: str) -> None:
-        for v in self.both():
-            v.built(l, i, text)
-            v.fit()
-
-    def to_bytes(self) -> bytes:
-        body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
-        return orjson.dumps({"version": VERSION, "check": _check(body), **body}) + b"\n"
-
-    def load(self, raw: bytes, count: int) -> None:
-        """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"not JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("version") != VERSION:
-            raise ValueError("unknown format")
-        body = {k: data.get(k) for k in ("T", "view", "cview", "tree")}
-        if data.get("check") != _check(body):
-            raise ValueError("its checksum does not match (damaged or edited)")
-        self.view.load(data.get("view"))
-        self.cview.load(data.get("cview"))
-        if self.view.T != self.cview.T or data.get("T") != self.view.T:
-            raise ValueError("the two views cover different messages")
-        if self.view.T > count:
-            raise ValueError(f"it covers {self.view.T} messages but the log has {count}")
-        tree = data.get("tree")
-        if not isinstance(tree, dict) or not all(type(v) is int for v in tree.values()):
-            raise ValueError("tree positions missing")
-        self.tree_seen = tree
-        self.saved_changes = self.changes
-
-    def check_tree(self, sizes: dict[str, int]) -> None:
-        """Every line the view holds as built must still be built. The tree only grows (each node is written
-        once, never removed), so that holds unless a tree file shrank or vanished since the save."""
-        for name, size in self.tree_seen.items():
-            if sizes.get(name, -1) < size:
-                raise ValueError(f"tree/{name} lost nodes since the view was saved")
-
-
-def _check(body: dict) -> int:
-    import zlib
-
-    return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
-
-
-# ---- a memory's views: load, catch up, save ----------------------------------------------------------------
-
-
-def make(mem) -> Views:
-    """Empty views wired to a memory's tree: parents resolve to a free join or a stored node, texts are
-    read back from the tree (and the log, for leaves) through one message cache."""
-    tree, line_bytes = mem.tree, int(mem.config["line_bytes"])
-    leaves: dict[int, dict] = {}
-    holder: list[Views] = []
-
-    def resolve(l: int, i: int, left: str, right: str) -> str | None:
-        if len(left) + len(right) < line_bytes:  # (characters never outnumber bytes)
-            joined = f"{left}\n{right}"
-            if byte_size(joined) <= line_bytes:
-                return joined
-        return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
-
-    def fetch(l: int, i: int) -> str:
-        text = tree.text(l, i, holder[0].T, leaves)
-        if text is None:  # view.json may come from a writer that stored nodes after this tree last looked
-            tree.catch_up()
-            text = tree.text(l, i, holder[0].T, leaves)
-        if text is None:
-            raise ValueError(f"line {label(l, i)} is not built")
-        return text
-
-    def prefetch(nodes: list[tuple[int, int]]) -> None:
-        """Lines of up to 64 messages may be free joins read from their leaves: read those leaves at once
-        (in a view in budget they are the recent tail)."""
-        small = [i << l for l, i in nodes if l <= 6]
-        if small:
-            start, stop = min(small), holder[0].T
-            if stop - start <= PREFETCH_MESSAGES and any(k not in leaves for k in (start, stop - 1)):
-                leaves.update((m["i"], m) for m in mem.messages(start, stop))
-
-    views = Views(mem.config, resolve, fetch, prefetch=prefetch)
-    views.leaves = leaves
-    views.free_join_bytes = line_bytes
-    holder.append(views)
-    return views
-
-
-# ---- the lines as readers show them ------------------------------------------------------------------------
-
-TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 1
-
-
-def shown(mem, views: Views, include_tools: bool = False, compactor: bool = False, save: bool = True) -> list[tuple[int, int, str | None, int]]:
-    """The lines a reader shows, as ``(l, i, text, cost)`` (text None for a placeholder): tool traffic taken
-    out of the texts unless ``include_tools`` (see ``privacy``); the compactor's view cut at its first unbuilt
-    line. A built line's text never changes (a node is written once, a free join is its children's), so the
-    texts shown last time come from ``lines.json`` and a turn reads only the lines that are new since
-    (``save=False``: a reader that must not write leaves the file as it is)."""
-    v = views.cview if compactor else views.view
-    line_bytes = int(mem.config["line_bytes"])
-    cached = _load_texts(mem, line_bytes)
-    v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()})
-    rows = v.rows()
-    if compactor:
-        rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
-    labels = [label(l, i) for l, i, _, _ in rows]
-    todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
-    hidden = {}
-    if todo:
-        from .privacy import hide_tools
-
-        hidden = dict(zip(todo, hide_tools(mem, [rows[k][:3] for k in todo], known=views.leaves)))
-    out, keep = [], {}
-    for k, (l, i, text, cost) in enumerate(rows):
-        if text is not None:
-            entry = cached.get(labels[k])
-            if entry is None:
-                entry = text if hidden[k] == text else [text, hidden[k]]
-            keep[labels[k]] = entry
-            if not include_tools:
-                text = entry if type(entry) is str else entry[1]
-        out.append((l, i, text, cost))
-    if todo and save:
-        _save_texts(mem, line_bytes, keep)
-    return out
-
-
-def _load_texts(mem, line_bytes: int) -> dict:
-    try:
-        data = orjson.loads((mem.path / TEXTS).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return {}
-    if type(data) is not dict or data.get("version") != TEXTS_VERSION or data.get("line_bytes") != line_bytes:
-        return {}
-    lines = data.get("lines")
-    if type(lines) is not dict:
-        return {}
-    return {key: entry for key, entry in lines.items() if type(entry) is str or (
-        type(entry) is list and len(entry) == 2 and type(entry[0]) is str and type(entry[1]) is str)}
-
-
-def _save_texts(mem, line_bytes: int, lines: dict) -> None:
-    from .home import write_atomic
-
-    try:
-        write_atomic(mem.path / TEXTS, orjson.dumps({"version": TEXTS_VERSION, "line_bytes": line_bytes,
-                                                     "lines": lines}), durable=False)
-    except OSError:
-        pass  # a reader without write access: the next one reads the lines again
-
-
-def _stamp(path) -> tuple | None:
-    import os
-
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
-def current(mem, upto: int | None = None, save: bool | None = None, create: bool = True) -> Views | None:
-    """The memory's views, caught up with the tree and with the log (to message ``upto``, default all).
-
-    Restored from ``view.json`` as saved; refolded from the log only when the file is missing or invalid (the
-    latter with a warning). ``save``: True for writers (they hold the lock), False for none, None to save
-    only if the writer lock is free right now (readers never wait for it). ``create=False`` returns None when
-    no view exists yet.
-    """
-    path = mem.path / "view.json"
-    stamp = _stamp(path)
-    count = mem.count() if upto is None else upto  # (a writer passes the count it appended at)
-    views = mem._views
-    if views is None or stamp is None or views.loaded != stamp:
-        if stamp is None and not create:
-            return None
-        views = make(mem)
-        if stamp is not None:
-            try:
-                views.load(path.read_bytes(), count)
-                views.check_tree(mem.tree.file_sizes())
-                views.loaded = stamp
-            except (ValueError, OSError) as exc:
-                from .output import warn
-
-                warn(f"{path} is unusable ({exc}); refolding the view from the log")
-                views = make(mem)
-                views.loaded = stamp  # the file this refold replaces
-        mem._views = views
-    _catch_up(mem, views, count)
-    if save is not False and views.should_save():
-        if save:
-            write(mem, views)
-        else:
-            _write_if_free(mem, views)
-    return views
-
-
-def _catch_up(mem, views: Views, upto: int) -> None:
-    tree, line_bytes = mem.tree, int(mem.config["line_bytes"])
-    sizes = tree.file_sizes()
-    if sizes != views.tree_seen:
-        tree.catch_up()
-        views.saw_tree(sizes)
-        for v in views.both():
-            for l, i, text, _ in [ln for ln in v.lines if ln[2] is None]:
-                found = tree.stored(l, i, views.T)
-                if found is not None:
-                    v.built(l, i, found)
-            v.unblock_all()
-            v.fit()
-    while views.T < upto:
-        batch = list(mem.messages(views.T, min(upto, views.T + PREFETCH_MESSAGES)))
-        if not batch:
-            break
-        push_messages(views, batch, line_bytes, _stored_leaf(tree, views))
-
-
-def _stored_leaf(tree, views: Views) -> Callable[[int], str | None] | None:
-    """The summary a compactor stored for message i's leaf; None when no node is stored at all."""
-    if not views.tree_seen:
-        return None
-    return lambda i: tree.stored(0, i, i + 1)
-
-
-def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
-                  stored_leaf: Callable[[int], str | None] | None) -> None:
-    """Push the leaves of the next messages (``kind``, ``text``, ``size``; a batch may carry its sizes as
-    ``.sizes`` and build its messages only when asked)."""
-    sizes = getattr(batch, "sizes", None)
-    if sizes is None:
-        sizes = [msg["size"] for msg in batch]
-
-    def leaf_text(k: int) -> str:
-        msg = batch[k]
-        return f"{msg['kind']}: {msg['text']}"
-
-    views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf)
-
-
-def push_batch(mem, start: int, batch: Sequence[dict]) -> None:
-    """After messages ``start…`` were logged (writer lock held): push their leaves and save."""
-    views = current(mem, upto=start, save=False)
-    push_messages(views, batch, int(mem.config["line_bytes"]), _stored_leaf(mem.tree, views))
-    save(mem, views)
-
-
-def save(mem, views: Views) -> None:
-    """Save after a change (writer lock held), or leave it to the end of the process if saves are
-    amortised right now (see ``Views.should_save``)."""
-    if views.should_save():
-        write(mem, views)
-    elif views.dirty:
-        _save_at_exit(mem)
-
-
-def write(mem, views: Views) -> None:
-    """Save ``view.json`` atomically (caller holds the writer lock): a temporary file renamed over it. It is
-    not fsync'd: it is derived and checksummed, so a crash can at worst leave the previous (or a damaged)
-    file, which is caught up or refolded, and an append pays one fsync (its log line), not two."""
-    from .home import write_atomic
-
-    path = mem.path / "view.json"
-    write_atomic(path, views.to_bytes(), durable=False)
-    views.saved_changes = views.changes
-    views.loaded = _stamp(path)
-
-
-def _write_if_free(mem, views: Views) -> bool:
-    """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
-    from .errors import Busy
-
-    try:
-        with mem.lock(timeout=0):
-            if _stamp(mem.path / "view.json") == views.loaded and mem.count() == views.T:
-                write(mem, views)
-                return True
-    except Busy:
-        pass
-    return False
-
-
-_AT_EXIT: dict[int, object] = {}
-
-
-def _save_at_exit(mem) -> None:
-    """Views left unsaved by the amortised rule are saved when the process ends, if nobody wrote since."""
-    if not _AT_EXIT:
-        import atexit
-
-        atexit.register(_flush_all)
-    _AT_EXIT[id(mem)] = mem
-
-
-def _flush_all() -> None:
-    for mem in list(_AT_EXIT.values()):
-        views = mem._views
-        if views is not None and views.dirty:
-            try:
-                _write_if_free(mem, views)
-            except Exception:  # the next reader catches up from the log anyway
-                pass
-    _AT_EXIT.clear()

@@ -88,11 +88,15 @@ def test_a_session_captured_event_by_event_and_answered_from_earlier_ones(home, 
     code, answer, err = hook(payload("PreCompact", "s-new", current, trigger="auto", custom_instructions=""))
     assert (code, answer, err) == (0, None, "")
     assert texts()[-2:] == ["Port 5433, as before.", "thanks"]
+    agent = tmp_path / "current" / "subagents" / "agent-a1.jsonl"  # a sub-agent's transcript, beside the session's
+    agent.parent.mkdir(parents=True)
+    grow(agent, {**line("s-new", "user", "sa1", "sub-agent: list the routes", 13), "isSidechain": True})
     for _ in range(2):  # Stop, and Stop again: nothing twice
         assert hook(payload("Stop", "s-new", current, stop_hook_active=False)) == (0, None, "")
-    assert len(texts()) == 6
+    assert len(texts()) == 7 and texts()[-1] == "sub-agent: list the routes"
+    assert Memory.open("api").message(6)["meta"]["sidechain"] is True
 
-    subprocess.run(pimem_cmd("import", earlier, current, "-n", "copy"), capture_output=True, env=subprocess_env(), check=True)
+    subprocess.run(pimem_cmd("import", earlier, current, agent, "-n", "copy"), capture_output=True, env=subprocess_env(), check=True)
     assert texts("copy") == texts("api")  # the hook logs exactly what import logs
 
 

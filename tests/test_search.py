@@ -15,7 +15,7 @@ import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
-from pimem import search as searching
+from pimem import index as indexing, search as searching
 
 SECRET = "sk-live-7f3a9c1e55d2"
 
@@ -102,7 +102,7 @@ def test_one_and_two_character_queries(run, mem):
 
 
 def test_short_query_falls_back_to_a_scan_when_it_expands_to_too_many_trigrams(run, mem, monkeypatch):
-    monkeypatch.setattr(searching, "PREFIX_TERMS", 1)
+    monkeypatch.setattr(indexing, "PREFIX_TERMS", 1)
     assert ids(run("search", "e", "--json")) == [6, 5, 4, 0]
     assert ids(run("search", "e", "--kind", "user", "--json")) == [5, 0]
 
@@ -210,14 +210,14 @@ def test_a_message_landing_in_an_older_days_file_is_found(run, mem):
 def test_deleting_one_index_file_rebuilds_only_that_one(run, mem, monkeypatch):
     """Each file keeps its own progress: with index.sqlite deleted, the second file's texts are not indexed
     again (FTS5 would merge the repeats, but it would be a second full build of that file)."""
-    from pimem import index as ixm
+    from pimem import indexer as ixm
 
     first = run("search", "staging", "--json").stdout
     mem.close()
     os.unlink(mem.path / "index.sqlite")
     handed = []
-    real_put = ixm._Writer.put
-    monkeypatch.setattr(ixm._Writer, "put", lambda self, rows, texts, reached: handed.append(
+    real_put = ixm.Writer.put
+    monkeypatch.setattr(ixm.Writer, "put", lambda self, rows, texts, reached: handed.append(
         (self.main, sum(map(len, texts.values())))) or real_put(self, rows, texts, reached))
     assert run("search", "staging", "--json").stdout == first
     assert {main: n for main, n in handed if n} == {True: 4}  # messages 0, 2, 4, 6 again; none of 1, 3, 5

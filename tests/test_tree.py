@@ -8,7 +8,7 @@ import pytest
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
-from pimem.view import _check as view_check
+from pimem.viewfile import _check as view_check
 
 from conftest import snapshot
 
@@ -62,7 +62,6 @@ def test_write_node_validates_and_builds_once(home):
     with pytest.raises(BadInput, match="already built"):
         mem.write_node(0, 1, "again")
     assert mem.tree.text(0, 1) == summary
-    assert mem.tree.pending_merges(1) == [0]
     mem.write_node(1, 0, "user said hello, then a long x line")
     (line,) = [orjson.loads(l) for f in (home / "t" / "tree").iterdir() for l in f.read_bytes().splitlines()][-1:]
     assert {k: line[k] for k in ("l", "i", "text", "size")} == {"l": 1, "i": 0, "text": "user said hello, then a long x line", "size": 35}
@@ -76,12 +75,10 @@ def test_a_new_leaf_shows_a_placeholder_until_built(home, run):
     mem = small_memory(1, texts=["z" * 700])
     assert mem.view_lines()[-1] == "1+1|(not summarized yet: zoom it)"
     assert mem.held(1)["held"] == "pending"
-    assert mem.tree.pending_leaves() == [1]
     mem.write_node(0, 1, "user: seven hundred z")
     assert mem.view_lines()[-1] == "1+1|user: seven hundred z"
     assert mem.held(1) == {"held": "summarized", "label": "1+1", "n": 1, "line": "1+1|user: seven hundred z"}
     assert mem.held(0)["held"] == "verbatim"
-    assert mem.tree.pending_leaves() == []
 
 
 def test_restart_gives_a_byte_identical_view(home, sh):
@@ -243,9 +240,9 @@ def test_a_batch_of_built_nodes_lets_the_waiting_view_fold(home):
     mem.path.mkdir(parents=True)
     mem.save_config({"view": {"hi": 1200, "lo": 600}, "cview": {"hi": 1200, "lo": 600}})
     mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k} " + "words and more words " * 7} for k in range(20)])
-    assert Memory.open("fold").views().view.total > 1200  # waiting for summaries
+    assert Memory.open("fold").views.current().view.total > 1200  # waiting for summaries
     scheduler.build_tree([Memory.open("fold")], compactor=Compactor({"provider": "extractive"}))
-    view = Memory.open("fold").views().view
+    view = Memory.open("fold").views.current().view
     assert view.pending() == 0 and not any(view.blocked.values())
     assert view.total <= 1200
 
@@ -264,8 +261,9 @@ def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
             batch.append({"kind": "pi", "text": "z" * 700})  # a placeholder until summarised
         Memory.at("t").append(batch)
         if step % 6 == 5:
-            for k in Memory.at("t").tree.pending_leaves():
-                Memory.at("t").write_node(0, k, f"pi: summary of {k}")
+            mem = Memory.at("t")
+            for k in [m["i"] for m in mem.messages() if m["size"] > 512 and mem.tree.stored(0, m["i"]) is None]:
+                mem.write_node(0, k, f"pi: summary of {k}")
         for flags in ([], ["--include-tools"], ["--json"]):
             through_cache = run("view", "t", *flags).stdout
             assert cache.exists()
@@ -280,7 +278,7 @@ def test_lines_json_gives_the_same_view_as_reading_everything_again(home, run):
 
 def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, monkeypatch):
     import pimem.store as store
-    from pimem.view import render_line, shown
+    from pimem.view import render_line
 
     mem = small_memory(40)
     mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])
@@ -293,7 +291,7 @@ def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, 
     with monkeypatch.context() as patched:
         patched.setattr(store, "_entries", no_reading)
         fresh = Memory.open("t")
-        rows = shown(fresh, fresh.views())
+        rows = fresh.views.shown(fresh.views.current())
     assert "".join(render_line(l, i, text) + "\n" for l, i, text, _ in rows) == expected
     for damage in (b"{not json", b'{"version": 1, "line_bytes": 999, "lines": {"0+16": "user: forged"}}',
                    b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):

@@ -1,4 +1,4 @@
-"""Pushing many leaves at once (``view.push_messages``, what ``append`` and catching up use) gives exactly the
+"""Pushing many leaves at once (``viewfile.push_messages``, what ``append`` and catching up use) gives exactly the
 views that pushing and fitting one leaf at a time gives: the same lines, texts, costs, blocked pairs, batch
 state and change count, whatever the chunking, the budgets, and whether a tree is stored or not."""
 
@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings, strategies as st
 
-from pimem import view as views_module
+from pimem import view, viewfile
 from pimem.tree import byte_size, free_merge, label
-from pimem.view import UNLOADED, View, Views
+from pimem.view import UNLOADED, View
+from pimem.viewfile import Views
 
 LINE_BYTES = 512
 
@@ -34,7 +35,7 @@ class Log:
         return self.stored_node(0, i)
 
     def resolve(self, l: int, i: int, left: str, right: str) -> str | None:
-        """What ``view.make`` resolves: the free join, else a stored node."""
+        """What ``ViewFile.make`` resolves: the free join, else a stored node."""
         return free_merge(left, right, LINE_BYTES) or self.stored_node(l + 1, i // 2)
 
     def fetch(self, l: int, i: int) -> str:
@@ -91,12 +92,12 @@ def test_bulk_push_equals_one_at_a_time(sizes, hi, chi, chunk, with_tree, seed):
     one_at_a_time(log, reference)
     bulk = make(log, hi, chi, with_tree)
     for start in range(0, len(sizes), chunk):  # batches as append gives them
-        views_module.PUSH_CHUNK, saved = max(1, chunk // 3), views_module.PUSH_CHUNK
+        viewfile.PUSH_CHUNK, saved = max(1, chunk // 3), viewfile.PUSH_CHUNK
         try:
-            views_module.push_messages(bulk, log.messages[start:start + chunk], LINE_BYTES,
+            viewfile.push_messages(bulk, log.messages[start:start + chunk], LINE_BYTES,
                                        log.stored_leaf if with_tree else None)
         finally:
-            views_module.PUSH_CHUNK = saved
+            viewfile.PUSH_CHUNK = saved
     for a, b in zip(reference.both(), bulk.both()):
         assert state(a) == state(b)
     assert reference.to_bytes() == bulk.to_bytes()
@@ -107,7 +108,7 @@ def test_a_bulk_push_past_twice_the_budget_leaves_free_lines_unloaded_and_reads_
     small), and the text is read back from the log when a reader renders the line."""
     log = Log([100, 150, 600, 120, 90, 80, 300, 310] * 50, set())
     bulk = make(log, 300, 100, False)
-    views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
+    viewfile.push_messages(bulk, log.messages, LINE_BYTES, None)
     assert any(line[2] is UNLOADED for line in bulk.view.lines)
     reference = make(log, 300, 100, False)
     one_at_a_time(log, reference)
@@ -121,7 +122,7 @@ def test_pairs_whose_join_is_exactly_a_line_merge_and_one_byte_more_do_not():
     log = Log(sizes, set())
     reference, bulk = make(log, 200, 100, False), make(log, 200, 100, False)
     one_at_a_time(log, reference)
-    views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
+    viewfile.push_messages(bulk, log.messages, LINE_BYTES, None)
     for a, b in zip(reference.both(), bulk.both()):
         assert state(a) == state(b)
     assert any(l == 1 for l, _, _, _ in bulk.view.lines) and any(l == 0 for l, _, _, _ in bulk.view.lines)
@@ -140,11 +141,11 @@ def test_the_second_view_copying_the_first_ones_steps_changes_nothing(sizes, hi,
     reference = make(log, hi, chi, False)
     one_at_a_time(log, reference)
     bulk = make(log, hi, chi, False)
-    views_module.PUSH_CHUNK, saved = chunk, views_module.PUSH_CHUNK
+    viewfile.PUSH_CHUNK, saved = chunk, viewfile.PUSH_CHUNK
     try:
-        views_module.push_messages(bulk, log.messages, LINE_BYTES, None)
+        viewfile.push_messages(bulk, log.messages, LINE_BYTES, None)
     finally:
-        views_module.PUSH_CHUNK = saved
+        viewfile.PUSH_CHUNK = saved
     for a, b in zip(reference.both(), bulk.both()):
         assert state(a) == state(b)
 
@@ -168,8 +169,8 @@ def test_steps_are_not_copied_where_a_merge_would_bring_the_copy_to_its_own_floo
         a.push(text)
         a.fit()
     b, c = clone(a), clone(a)  # (sharing its lines, as the two views share theirs)
-    leaves = [(0, i, UNLOADED, views_module.line_bytes_cost(0, i, texts[i], None)) for i in range(159, 200)]
-    trace = views_module._Trace(a)
+    leaves = [(0, i, UNLOADED, view.line_bytes_cost(0, i, texts[i], None)) for i in range(159, 200)]
+    trace = view.Trace(a)
     a.push_many(leaves, lambda k: texts[159 + k], LINE_BYTES, trace)
     assert not trace.general and trace.least < b.total - 2  # the dip below the total the chunk started from
     for v in (b, c):

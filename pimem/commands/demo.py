@@ -44,7 +44,7 @@ def command(
     from .. import scheduler
     from ..compactor import Compactor
 
-    views = mem.views(create=False)
+    views = mem.views.current(create=False)
     if views is None or any(v.pending() or v.waiting() for v in views.both()):  # else leave the store untouched
         sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
         stats = sched.builders[0].stats

@@ -25,8 +25,8 @@ def command(
     """Capture an agent's sessions as they happen, and answer its hooks with context.
 
     pimem hook claude-code is the command for Claude Code's hooks: it reads the event's JSON on stdin and
-    imports the session transcript's new lines into the project's memory (named as import names it),
-    nothing twice. On SessionStart and UserPromptSubmit it prints the context Claude Code adds
+    imports the session transcript's new lines (and its sub-agents') into the project's memory (named as
+    import names it), nothing twice. On SessionStart and UserPromptSubmit it prints the context Claude Code adds
     (hookSpecificOutput.additionalContext, at most --budget characters): the user's pinned and active
     memories and, for a prompt, the best ranked relevant messages of earlier sessions. Only a payload it
     cannot read exits 2 (which Claude Code treats as blocking); any later failure is a warning and exit 0.

@@ -36,12 +36,10 @@ def command(
     if wait is not None and wait < 0:
         raise BadInput("--wait takes a number of seconds ≥ 0")
     mem = Memory.open(name or naming.default(), home)
-    views = mem.views()
+    views = mem.views.current()
     if wait:
         views = _wait(mem, views, wait)
-    from ..view import shown
-
-    rows = shown(mem, views, include_tools=include_tools, compactor=compactor)
+    rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json)
         return
@@ -69,7 +67,7 @@ def _wait(mem, views, seconds: float):
     deadline = time.monotonic() + seconds
     while pending(views) and time.monotonic() < deadline:
         time.sleep(0.1)
-        views = mem.views()
+        views = mem.views.current()
     if pending(views):
         pending = views.view.pending()
         output.info(f"{output.count(pending, 'line')} still wait{'s' if pending == 1 else ''} for a summary after {seconds:g} s")
@@ -77,10 +75,8 @@ def _wait(mem, views, seconds: float):
 
 
 def _watcher_running(mem) -> bool:
-    try:
-        from ..lease import holder
-    except ImportError:  # before the compactor's lease exists, its file is the sign
-        return (mem.path / "lock.json").exists()
+    from ..lease import holder
+
     return holder(mem) is not None
 
 

@@ -1,0 +1,482 @@
+"""One memory's view files: ``view.json`` (both views' shapes) and ``lines.json`` (the texts last shown).
+
+``Views`` holds both views of a memory (``pimem.view.View``: the model's and the compactor's) and what
+``view.json`` records: the shape only (one character per line for its level, ``_`` for an unbuilt leaf), the
+byte totals, the batch flags and which pairs wait for an unbuilt parent. Texts are not saved: they are the
+tree's, and are read back when a line is rendered or merged, so a save costs a byte per line, not the view's
+128 KB. The file is written atomically after every change and restored exactly as saved (a restart never
+refolds, so the bytes a model saw stay a stable cache prefix).
+
+``ViewFile`` is the object a ``Memory`` holds (``mem.views``): it restores the views from ``view.json``, catches
+them up with the tree files and then with the log, pushes what a writer just logged, saves, and gives
+readers the lines to show. A message goes one way: log → tree → view file → output. The ``Memory`` that holds
+it hands it the log (``store.Log``), the tree (``tree.Tree``), the writer lock and the settings, and is
+never called back otherwise.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+import orjson
+
+from .tree import byte_size, label
+from .view import UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost, render_line
+
+VERSION = 1
+PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
+PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
+AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
+TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
+TEXTS_VERSION = 1
+
+
+class Views:
+    """Both views of one memory (the model's and the compactor's) and what ``view.json`` records."""
+
+    def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost,
+                 prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
+        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch)
+        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch)
+        self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
+        self.tree_reads = 0  # times the views caught up with the tree files
+        self.saved_changes = 0  # changes (both views) as of the last save
+        self.loaded: tuple | None = None  # view.json's identity when read or last written by us
+        self.leaves: dict[int, dict] = {}  # messages read for the lines' texts, by i (readers may reuse them)
+        # set when ``resolve`` builds exactly the free joins of this many bytes while no node is stored
+        self.free_join_bytes: int | None = None
+
+    @property
+    def T(self) -> int:
+        return self.view.T
+
+    def both(self) -> tuple[View, View]:
+        return self.view, self.cview
+
+    @property
+    def changes(self) -> int:
+        return self.view.changes + self.cview.changes + self.tree_reads
+
+    def saw_tree(self, sizes: dict[str, int]) -> None:
+        """The views now know every node in the tree files up to these sizes (saved with them)."""
+        if sizes != self.tree_seen:
+            self.tree_seen = sizes
+            self.tree_reads += 1
+
+    @property
+    def dirty(self) -> bool:
+        return self.changes != self.saved_changes
+
+    def should_save(self) -> bool:
+        """After every change, unless the views are past twice their budget and long (a compactor is not
+        keeping up, e.g. after a big import): saving the shape after every batch would then cost O(T) each
+        time, so it is saved after as many changes as it has lines (O(1) amortised) and when the
+        process ends; a reader catches up the rest from the log, with the same result."""
+        if not self.dirty:
+            return False
+        lines = len(self.view.lines) + len(self.cview.lines)
+        if lines <= AMORTISE_LINES or not (self.view.over() or self.cview.over()):
+            return True
+        return self.changes - self.saved_changes >= lines
+
+    def push_leaves(self, sizes: Sequence[int], leaf_text: Callable[[int], str], line_bytes: int,
+                    stored_leaf: Callable[[int], str | None] | None = None) -> None:
+        """Append the leaves of the next messages, given by their ``size``, fitting after each one (as if they
+        had arrived one by one, so the result does not depend on how messages were batched): a message whose
+        line fits in ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a
+        longer one is ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is
+        the log's) and their text is asked for only when a line needs it; while no node is stored
+        (``free_join_bytes`` set, no tree seen) pairs are decided by size alone. The two views never look at
+        each other, so each takes a chunk of leaves in turn."""
+        T, cost = self.T, self.view.cost
+        inline = cost is line_bytes_cost
+        free_bytes = self.free_join_bytes if inline and not self.tree_seen else None
+        for done in range(0, len(sizes), PUSH_CHUNK):
+            leaves = []
+            add = leaves.append
+            for i, size in enumerate(sizes[done:done + PUSH_CHUNK], T + done):
+                if size <= line_bytes:
+                    if inline:  # (line_bytes_cost, inlined: this runs once per message)
+                        add((0, i, UNLOADED, len(str(i)) + 4 + size))
+                    else:
+                        text = leaf_text(i - T)
+                        add((0, i, text, cost(0, i, text, size)))
+                else:
+                    text = None if stored_leaf is None else stored_leaf(i)
+                    add((0, i, text, cost(0, i, text, None)))
+
+            def chunk_text(k: int, done: int = done) -> str:
+                return leaf_text(done + k)
+
+            trace = None
+            if free_bytes is not None:  # the views mostly take the very same steps: the second copies them
+                trace = Trace(self.view)
+            self.view.push_many(leaves, chunk_text, free_bytes, trace)
+            if trace is None or not self.cview.replay(self.view, trace):
+                self.cview.push_many(leaves, chunk_text, free_bytes)
+
+    def built(self, l: int, i: int, text: str) -> None:
+        for v in self.both():
+            v.built(l, i, text)
+            v.fit()
+
+    def to_bytes(self) -> bytes:
+        body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
+        return orjson.dumps({"version": VERSION, "check": _check(body), **body}) + b"\n"
+
+    def load(self, raw: bytes, count: int) -> None:
+        """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"not JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            raise ValueError("unknown format")
+        body = {k: data.get(k) for k in ("T", "view", "cview", "tree")}
+        if data.get("check") != _check(body):
+            raise ValueError("its checksum does not match (damaged or edited)")
+        self.view.load(data.get("view"))
+        self.cview.load(data.get("cview"))
+        if self.view.T != self.cview.T or data.get("T") != self.view.T:
+            raise ValueError("the two views cover different messages")
+        if self.view.T > count:
+            raise ValueError(f"it covers {self.view.T} messages but the log has {count}")
+        tree = data.get("tree")
+        if not isinstance(tree, dict) or not all(type(v) is int for v in tree.values()):
+            raise ValueError("tree positions missing")
+        self.tree_seen = tree
+        self.saved_changes = self.changes
+
+    def check_tree(self, sizes: dict[str, int]) -> None:
+        """Every line the view holds as built must still be built. The tree only grows (each node is written
+        once, never removed), so that holds unless a tree file shrank or vanished since the save."""
+        for name, size in self.tree_seen.items():
+            if sizes.get(name, -1) < size:
+                raise ValueError(f"tree/{name} lost nodes since the view was saved")
+
+
+def _check(body: dict) -> int:
+    import zlib
+
+    return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+
+
+
+def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
+                  stored_leaf: Callable[[int], str | None] | None) -> None:
+    """Push the leaves of the next messages (``kind``, ``text``, ``size``; a batch may carry its sizes as
+    ``.sizes`` and build its messages only when asked)."""
+    sizes = getattr(batch, "sizes", None)
+    if sizes is None:
+        sizes = [msg["size"] for msg in batch]
+
+    def leaf_text(k: int) -> str:
+        msg = batch[k]
+        return f"{msg['kind']}: {msg['text']}"
+
+    views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf)
+
+
+class ViewFile:
+    """The views of one memory and their files. ``log`` is the memory's ``store.Log``, ``tree`` its
+    ``tree.Tree``, ``lock(timeout=…)`` its writer lock (a context manager raising ``Busy``), ``config()`` its
+    settings (the budgets and ``line_bytes``). The views last loaded or saved are kept, with ``view.json``'s
+    identity then, so a process reads the file once."""
+
+    def __init__(self, path: Path, log, tree, lock: Callable, config: Callable[[], dict]):
+        self.path = path / "view.json"
+        self.texts_path = path / TEXTS
+        self.log, self.tree, self.lock, self.config = log, tree, lock, config
+        self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
+
+    @property
+    def line_bytes(self) -> int:
+        return int(self.config()["line_bytes"])
+
+    # ---- loading and catching up ---------------------------------------------------------------------
+
+    def make(self) -> Views:
+        """Empty views wired to the tree: parents resolve to a free join or a stored node, texts are read back
+        from the tree (and the log, for leaves) through one message cache."""
+        tree, line_bytes, log = self.tree, self.line_bytes, self.log
+        leaves: dict[int, dict] = {}
+        holder: list[Views] = []
+
+        def resolve(l: int, i: int, left: str, right: str) -> str | None:
+            if len(left) + len(right) < line_bytes:  # (characters never outnumber bytes)
+                joined = f"{left}\n{right}"
+                if byte_size(joined) <= line_bytes:
+                    return joined
+            return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
+
+        def fetch(l: int, i: int) -> str:
+            text = tree.text(l, i, holder[0].T, leaves)
+            if text is None:  # view.json may come from a writer that stored nodes after this tree last looked
+                tree.catch_up()
+                text = tree.text(l, i, holder[0].T, leaves)
+            if text is None:
+                raise ValueError(f"line {label(l, i)} is not built")
+            return text
+
+        def prefetch(nodes: list[tuple[int, int]]) -> None:
+            """Lines of up to 64 messages may be free joins read from their leaves: read those leaves at once
+            (in a view in budget they are the recent tail)."""
+            small = [i << l for l, i in nodes if l <= 6]
+            if small:
+                start, stop = min(small), holder[0].T
+                if stop - start <= PREFETCH_MESSAGES and any(k not in leaves for k in (start, stop - 1)):
+                    leaves.update((m["i"], m) for m in log.read(start, stop))
+
+        views = Views(self.config(), resolve, fetch, prefetch=prefetch)
+        views.leaves = leaves
+        views.free_join_bytes = line_bytes
+        holder.append(views)
+        return views
+
+    def check(self) -> None:
+        """Whether ``view.json`` restores as saved (``ValueError`` or ``OSError`` says why not)."""
+        self.make().load(self.path.read_bytes(), self.log.count())
+
+    def current(self, upto: int | None = None, save: bool | None = None, create: bool = True) -> Views | None:
+        """The views, caught up with the tree and with the log (to message ``upto``, default all).
+
+        Restored from ``view.json`` as saved; refolded from the log only when the file is missing or invalid
+        (the latter with a warning). ``save``: True for writers (they hold the lock), False for none, None to
+        save only if the writer lock is free right now (readers never wait for it). ``create=False`` returns
+        None when no view exists yet.
+        """
+        path = self.path
+        stamp = _stamp(path)
+        count = self.log.count() if upto is None else upto  # (a writer passes the count it appended at)
+        views = self.loaded
+        if views is None or stamp is None or views.loaded != stamp:
+            if stamp is None and not create:
+                return None
+            views = self.make()
+            if stamp is not None:
+                try:
+                    views.load(path.read_bytes(), count)
+                    views.check_tree(self.tree.file_sizes())
+                    views.loaded = stamp
+                except (ValueError, OSError) as exc:
+                    from .output import warn
+
+                    warn(f"{path} is unusable ({exc}); refolding the view from the log")
+                    views = self.make()
+                    views.loaded = stamp  # the file this refold replaces
+            self.loaded = views
+        self._catch_up(views, count)
+        if save is not False and views.should_save():
+            if save:
+                self.write(views)
+            else:
+                self._write_if_free(views)
+        return views
+
+    def _catch_up(self, views: Views, upto: int) -> None:
+        tree, line_bytes = self.tree, self.line_bytes
+        sizes = tree.file_sizes()
+        if sizes != views.tree_seen:
+            tree.catch_up()
+            views.saw_tree(sizes)
+            for v in views.both():
+                for l, i, text, _ in [ln for ln in v.lines if ln[2] is None]:
+                    found = tree.stored(l, i, views.T)
+                    if found is not None:
+                        v.built(l, i, found)
+                v.unblock_all()
+                v.fit()
+        while views.T < upto:
+            batch = list(self.log.read(views.T, min(upto, views.T + PREFETCH_MESSAGES)))
+            if not batch:
+                break
+            push_messages(views, batch, line_bytes, self._stored_leaf(views))
+
+    def _stored_leaf(self, views: Views) -> Callable[[int], str | None] | None:
+        """The summary a compactor stored for message i's leaf; None when no node is stored at all."""
+        if not views.tree_seen:
+            return None
+        tree = self.tree
+        return lambda i: tree.stored(0, i, i + 1)
+
+    # ---- changes (the writer lock held) --------------------------------------------------------------
+
+    def push(self, start: int, batch: Sequence[dict]) -> None:
+        """After messages ``start…`` were logged: push their leaves and save."""
+        views = self.current(upto=start, save=False)
+        push_messages(views, batch, self.line_bytes, self._stored_leaf(views))
+        self.save(views)
+
+    def built(self, views: Views, nodes: list[tuple]) -> None:
+        """The tree just stored ``nodes`` ``(l, i, text, …)``: fill their lines in ``views`` (as ``current``
+        returned them before the nodes were written), run the batch and save."""
+        # the views resolve parents through the tree only once they know its files: tell them first, or a
+        # pair whose parent is in this very batch is taken for unbuilt and the batch waits for ever
+        views.saw_tree(self.tree.file_sizes())
+        for l, i, text, *_ in nodes:
+            views.built(l, i, text)
+        self.save(views)
+
+    def save(self, views: Views) -> None:
+        """Save after a change, or leave it to the end of the process if saves are amortised right now (see
+        ``Views.should_save``)."""
+        if views.should_save():
+            self.write(views)
+        elif views.dirty:
+            _save_at_exit(self)
+
+    def write(self, views: Views) -> None:
+        """Save ``view.json`` atomically: a temporary file renamed over it. It is not fsync'd: it is derived
+        and checksummed, so a crash can at worst leave the previous (or a damaged) file, which is caught up or
+        refolded, and an append pays one fsync (its log line), not two."""
+        from .home import write_atomic
+
+        write_atomic(self.path, views.to_bytes(), durable=False)
+        views.saved_changes = views.changes
+        views.loaded = _stamp(self.path)
+
+    def _write_if_free(self, views: Views) -> bool:
+        """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
+        from .errors import Busy
+
+        try:
+            with self.lock(timeout=0):
+                if _stamp(self.path) == views.loaded and self.log.count() == views.T:
+                    self.write(views)
+                    return True
+        except Busy:
+            pass
+        return False
+
+    def flush(self) -> None:
+        """Save views left unsaved by the amortised rule, if nobody wrote since (at the end of the process)."""
+        views = self.loaded
+        if views is not None and views.dirty:
+            self._write_if_free(views)
+
+    # ---- reading -------------------------------------------------------------------------------------
+
+    def shown(self, views: Views, include_tools: bool = False, compactor: bool = False,
+              save: bool = True) -> list[tuple[int, int, str | None, int]]:
+        """The lines a reader shows, as ``(l, i, text, cost)`` (text None for a placeholder): tool traffic
+        taken out of the texts unless ``include_tools`` (see ``privacy``); the compactor's view cut at its
+        first unbuilt line. A built line's text never changes (a node is written once, a free join is its
+        children's), so the texts shown last time come from ``lines.json`` and a turn reads only the lines
+        that are new since (``save=False``: a reader that must not write leaves the file as it is)."""
+        v = views.cview if compactor else views.view
+        line_bytes = self.line_bytes
+        cached = self._load_texts(line_bytes)
+        v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()})
+        rows = v.rows()
+        if compactor:
+            rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
+        labels = [label(l, i) for l, i, _, _ in rows]
+        todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
+        hidden = {}
+        if todo:
+            from .privacy import hide_tools
+
+            hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves)))
+        out, keep = [], {}
+        for k, (l, i, text, cost) in enumerate(rows):
+            if text is not None:
+                entry = cached.get(labels[k])
+                if entry is None:
+                    entry = text if hidden[k] == text else [text, hidden[k]]
+                keep[labels[k]] = entry
+                if not include_tools:
+                    text = entry if type(entry) is str else entry[1]
+            out.append((l, i, text, cost))
+        if todo and save:
+            self._save_texts(line_bytes, keep)
+        return out
+
+    def lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
+        """The rendered view, one ``id+n|text`` line each (see ``Memory.view_lines``)."""
+        views = self.current()
+        if compactor:
+            return views.cview.render(end=end, cut_unbuilt=True)
+        if end is None:  # (the whole view: its texts through lines.json, as `pimem view` reads them)
+            return [render_line(l, i, text) for l, i, text, _ in self.shown(views, include_tools=True)]
+        return views.view.render(end=end)
+
+    def held(self, ids: list[int], size_of: Callable[[int], int]) -> dict[int, dict | None]:
+        """How the view holds each message (see ``Memory.held``); ``size_of(i)`` gives message i's ``size``.
+        The views are caught up on the first call only: a reader asking about many hits pays for one look at
+        the log."""
+        out: dict[int, dict | None] = dict.fromkeys(ids)
+        if self.loaded is None and not self.path.exists():
+            return out  # no view yet: skip counting the log, which the view would do first
+        views = self.loaded if self.loaded is not None else self.current(create=False)
+        if views is None:
+            return out
+        v = views.view
+        for i in ids:
+            if not 0 <= i < views.T:
+                continue
+            j = v.covering(i)
+            l, idx, text = v.lines[j][0], v.lines[j][1], v.text(j)
+            if l:
+                held = "inside"
+            elif text is None:
+                held = "pending"
+            else:
+                held = "verbatim" if size_of(i) <= self.line_bytes else "summarized"
+            out[i] = {"held": held, "label": label(l, idx), "n": 1 << l, "line": render_line(l, idx, text)}
+        return out
+
+    # ---- lines.json ----------------------------------------------------------------------------------
+
+    def _load_texts(self, line_bytes: int) -> dict:
+        try:
+            data = orjson.loads(self.texts_path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            return {}
+        if type(data) is not dict or data.get("version") != TEXTS_VERSION or data.get("line_bytes") != line_bytes:
+            return {}
+        lines = data.get("lines")
+        if type(lines) is not dict:
+            return {}
+        return {key: entry for key, entry in lines.items() if type(entry) is str or (
+            type(entry) is list and len(entry) == 2 and type(entry[0]) is str and type(entry[1]) is str)}
+
+    def _save_texts(self, line_bytes: int, lines: dict) -> None:
+        from .home import write_atomic
+
+        try:
+            write_atomic(self.texts_path, orjson.dumps({"version": TEXTS_VERSION, "line_bytes": line_bytes,
+                                                        "lines": lines}), durable=False)
+        except OSError:
+            pass  # a reader without write access: the next one reads the lines again
+
+
+def _stamp(path) -> tuple | None:
+    import os
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+_AT_EXIT: dict[int, ViewFile] = {}
+
+
+def _save_at_exit(views: ViewFile) -> None:
+    """Views left unsaved by the amortised rule are saved when the process ends, if nobody wrote since."""
+    if not _AT_EXIT:
+        import atexit
+
+        atexit.register(_flush_all)
+    _AT_EXIT[id(views)] = views
+
+
+def _flush_all() -> None:
+    for views in list(_AT_EXIT.values()):
+        try:
+            views.flush()
+        except Exception:  # the next reader catches up from the log anyway
+            pass
+    _AT_EXIT.clear()
