@@ -121,22 +121,22 @@ class Command(TyperCommand):
             formatter.write_text("\n\n".join(verbatim))
 
 
-def _root() -> None:
-    pass
-
-
-def _root_with_version(
-    version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=lambda given: _version(given))] = False,
-) -> None:
-    pass
-
-
 def _version(given: bool) -> None:
     if given:
         from . import __version__
 
         sys.stdout.write(f"pimem {__version__}\n")
         raise typer.Exit(0)
+
+
+def _root() -> None:
+    pass
+
+
+def _root_with_version(
+    version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=_version)] = False,
+) -> None:
+    pass
 
 
 def build(only: str | None = None) -> typer.Typer:
