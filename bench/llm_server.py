@@ -4,6 +4,7 @@ records every request body, and injects faults on request (used by the tests and
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import threading
@@ -26,9 +27,15 @@ class FakeLLM:
     ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer."""
 
     def __init__(self, api: str = "openai", faults=None, latency: float = 0.0, hang: float = 3.0, reasoning: bool = False,
-                 pad: int = 0):
+                 pad: int = 0, line_bytes: int | None = None, usage: str = "fixed"):
         self.api = api
         self.pad = pad  # bytes of filler added to every normal answer (so merges of answers are not free)
+        self.line_bytes = line_bytes  # every normal answer padded or cut to exactly this many bytes
+        # "fixed": 1000 tokens in, 100 out; "bytes": a token per 4 bytes of the prompt and the answer, with the
+        # bytes the prompt shares with the previous request's (from its start, in 1024-byte blocks) reported as
+        # cached, as OpenAI's automatic prefix cache and Anthropic's cache_control would
+        self.usage = usage
+        self._previous = ""
         self.faults = faults or []
         self.latency = latency
         self.hang = hang
@@ -78,9 +85,13 @@ class FakeLLM:
         return self.faults[n] if n < len(self.faults) else None
 
     def text_of(self, body: dict) -> str:
+        """The prompt's text: the system prompt and the messages, content blocks joined."""
+        def text(content) -> str:
+            return content if isinstance(content, str) else "".join(b.get("text", "") for b in content or [])
+
         if self.api == "openai":
-            return "\n".join(m.get("content", "") for m in body.get("messages", []))
-        return body.get("system", "") + "\n" + "\n".join(m.get("content", "") for m in body.get("messages", []))
+            return "\n".join(text(m.get("content", "")) for m in body.get("messages", []))
+        return text(body.get("system", "")) + "\n" + "\n".join(text(m.get("content", "")) for m in body.get("messages", []))
 
     def answer(self, handler, body: dict, fault) -> None:
         if fault == "hang":
@@ -92,22 +103,37 @@ class FakeLLM:
             return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": "1"})
         if fault == "malformed":
             return self.send(handler, 200, b'{"choices": [ {"message": ')
-        text, finish = summary_for(self.text_of(body)) + " filler" * (self.pad // 7), "stop"
+        prompt = self.text_of(body)
+        text, finish = summary_for(prompt) + " filler" * (self.pad // 7), "stop"
+        if self.line_bytes:
+            text = (text + " filler" * (self.line_bytes // 7 + 1)).encode()[: self.line_bytes].decode("utf-8", "ignore")
         if fault == "empty":
             text = ""
         elif fault == "long":
             text = ("word " * 400 + "; ") * 2  # about 4 KB
         elif fault == "length" or (self.reasoning and body.get("max_tokens", 0) < 1000):
             text, finish = "", "length"
+        tokens_in, tokens_out, cached = 1000, 100, 0
+        if self.usage == "bytes":
+            with self._lock:
+                shared = len(os.path.commonprefix([prompt, self._previous]))
+                self._previous = prompt
+            tokens_in, tokens_out = len(prompt.encode()) // 4, len(text.encode()) // 4
+            cached = min(tokens_in, shared // 1024 * 1024 // 4)
         if self.api == "openai":
             reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-                     "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
-        else:
+                     "usage": {"prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                               "total_tokens": tokens_in + tokens_out}}
+            if cached:
+                reply["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+        else:  # Anthropic counts cached input apart from input_tokens
             reply = {"id": "x", "type": "message", "role": "assistant", "model": body.get("model"),
                      "content": [{"type": "text", "text": text}] if text else [],
                      "stop_reason": "max_tokens" if finish == "length" else "end_turn",
-                     "usage": {"input_tokens": 1000, "output_tokens": 100}}
+                     "usage": {"input_tokens": tokens_in - cached, "output_tokens": tokens_out}}
+            if cached:
+                reply["usage"]["cache_read_input_tokens"] = cached
         self.send(handler, 200, json.dumps(reply).encode())
 
     @staticmethod
@@ -140,7 +166,9 @@ if __name__ == "__main__":  # a server in its own process (bench/): prints its U
     parser.add_argument("--api", default="openai")
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--pad", type=int, default=0)
+    parser.add_argument("--line-bytes", type=int)
+    parser.add_argument("--usage", default="fixed", choices=("fixed", "bytes"))
     args = parser.parse_args()
-    with FakeLLM(args.api, latency=args.latency, pad=args.pad) as server:
+    with FakeLLM(args.api, latency=args.latency, pad=args.pad, line_bytes=args.line_bytes, usage=args.usage) as server:
         print(server.url, flush=True)
         sys.stdin.read()  # until the parent closes our stdin

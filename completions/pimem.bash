@@ -145,7 +145,7 @@ _pimem() {
     append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; last=2 ;;
     build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; last=1 ;;
     compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; last=0 ;;
-    context) opts="--system --cwd --session --json --home -h --help"; valued="--cwd --session --home"; last=0 ;;
+    context) opts="--system --cwd --wait --session --json --home -h --help"; valued="--cwd --wait --session --home"; last=0 ;;
     date) opts="--at --json --home -h --help"; valued="--at --home"; last=0 ;;
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; last=0 ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; last=0 ;;
@@ -158,7 +158,7 @@ _pimem() {
     mcp) opts="--home -h --help"; valued="--home"; last=0 ;;
     memories) opts="--status --kind --id --offset --limit --session --include-tools --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; last=2 ;;
     message) opts="--include-tools --json --home -h --help"; valued="--home"; last=0 ;;
-    model) opts="--base-url --key-env --command --price-in --price-out --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --home"; last=0 ;;
+    model) opts="--base-url --key-env --command --price-in --price-out --price-cached-in --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --price-cached-in --home"; last=0 ;;
     recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; last=2 ;;
     reindex) opts="--json --home -h --help"; valued="--home"; last=1 ;;
     remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; last=2 ;;
@@ -167,7 +167,7 @@ _pimem() {
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; last=0 ;;
     status) opts="--json --home -h --help"; valued="--home"; last=0 ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; last=0 ;;
-    watch) opts="--wait --import --log --json --home -h --help"; valued="--import --log --home"; last=1 ;;
+    watch) opts="--wait --max-cost-per-day --import --log --json --home -h --help"; valued="--max-cost-per-day --import --log --home"; last=1 ;;
     zoom) opts="--include-tools --json --home -h --help"; valued="--home"; last=0 ;;
     *) return ;;
   esac

@@ -129,7 +129,7 @@ complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k 
 
 # build-tree
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Only print how many calls, tokens and money the rest would take.'
-complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Stop before spending more than this (needs prices: pimem model --price-in/--price-out).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
@@ -150,11 +150,12 @@ complete -c pimem -n '__fish_seen_subcommand_from compact; and __pimem_slot 1 --
 # context
 complete -c pimem -n '__fish_seen_subcommand_from context' -l system -d 'Print the system prompt and the tool schemas as one JSON object; the same bytes every time.'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l cwd -x -a '(__pimem_words @dirs)' -d 'Working directory to report (default: the current one).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l wait -x -d 'While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from context; and __pimem_slot 1 --cwd --session --home' -a '(__pimem_words @names)'
+complete -c pimem -n '__fish_seen_subcommand_from context; and __pimem_slot 1 --cwd --wait --session --home' -a '(__pimem_words @names)'
 
 # date
 complete -c pimem -n '__fish_seen_subcommand_from date' -l at -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Print the first message number at or after WHEN instead.'
@@ -255,12 +256,13 @@ complete -c pimem -n '__fish_seen_subcommand_from model' -l key-env -x -d 'Name 
 complete -c pimem -n '__fish_seen_subcommand_from model' -l command -x -d 'Shell command reading the prompt on stdin (provider \'command\').'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l price-in -x -d 'Price per million input tokens, for cost accounting.'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l price-out -x -d 'Price per million output tokens.'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l price-cached-in -x -d 'Price per million input tokens read from the provider\'s prompt cache (default: --price-in).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l default -d 'Show or set the default for memories without their own (<home>/config.json).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 1 --base-url --key-env --command --price-in --price-out --home' -a '(__pimem_words @names openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
-complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 2 --base-url --key-env --command --price-in --price-out --home' -a '(__pimem_words openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
+complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 1 --base-url --key-env --command --price-in --price-out --price-cached-in --home' -a '(__pimem_words @names openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
+complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 2 --base-url --key-env --command --price-in --price-out --price-cached-in --home' -a '(__pimem_words openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
 
 # recall
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l ids -x -d 'Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).'
@@ -351,12 +353,13 @@ complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wai
 
 # watch
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l max-cost-per-day -x -d 'Spend at most this on each memory\'s compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -a '(__pimem_words @dirs)' -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --import --log --home' -a '(__pimem_words @names)'
+complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --max-cost-per-day --import --log --home' -a '(__pimem_words @names)'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'

@@ -51,6 +51,7 @@ class Stats:
     failed: int = 0  # failed attempts
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0  # of tokens_in, read from the provider's prompt cache
     cost: float = 0.0
     seconds: float = 0.0  # summed call time
 
@@ -62,7 +63,7 @@ class Builder:
     """One memory's build state: the leaf window, the merge queue, the retry timers, the frontier."""
 
     def __init__(self, mem, compactor: Compactor | None = None, state: BuildState | None = None, lease=None,
-                 retries: int | None = None, mode: Mode = Mode.BUILD):
+                 retries: int | None = None, mode: Mode = Mode.BUILD, max_cost_per_day: float | None = None):
         self.mem = mem
         self.mode = mode
         self.window_size = WINDOW if mode is Mode.BUILD else float("inf")
@@ -74,6 +75,8 @@ class Builder:
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease
+        self.max_cost_per_day = max_cost_per_day  # dollars a local day (``watch``); None: no cap
+        self._day: tuple[str, float] | None = None  # (the day, what the compactor's nodes of that day cost)
         self.stats = Stats()
         self.count = mem.count()
         self.stored = mem.tree.stored_keys(self.count)
@@ -90,7 +93,8 @@ class Builder:
         self.next_leaf = 0  # the next message the leaf feed reads
         self.settled = 0  # nodes known built (replayed, free or written) in this run
         self._feed = None
-        self._cview = None  # (rendered compactor-view lines, the message each ends before)
+        # the compactor's view as the calls see it (a model compactor's builds only: offline needs no context)
+        self.cview = ContextView(mem, self._stored_text) if mode is Mode.BUILD and not self.compactor.offline else None
         self._writer = mem.reopened() if mode is Mode.BUILD else None  # the writer thread's own (own caches)
         self._writing: threading.Thread | None = None
         self.flush_seconds = OFFLINE_FLUSH_SECONDS if self.compactor.offline else FLUSH_SECONDS
@@ -119,10 +123,15 @@ class Builder:
                 return
             i = msg["i"]
             self.next_leaf = i + 1
+            cview = self.cview if self.cview is not None and i >= self.cview.view.T else None
             if (0, i) in self.stored:
+                if cview is not None:
+                    cview.push(self._stored_text(0, i))
                 self._settle(0, i, None)
                 continue
             text = free_leaf(msg, self.line_bytes)
+            if cview is not None:
+                cview.push(text)
             if text is not None:
                 self.stats.free += 1
                 self._settle(0, i, text)
@@ -132,6 +141,9 @@ class Builder:
             self.messages[i] = msg if self.mode is Mode.BUILD else {"size": msg["size"]}
 
     # ---- settling built nodes ----------------------------------------------------------------------------
+
+    def _stored_text(self, l: int, i: int) -> str | None:
+        return self.mem.tree.stored(l, i, self.count) if (l, i) in self.stored else None
 
     def _text(self, l: int, i: int) -> str:
         text = self.frontier[(l, i)]
@@ -170,7 +182,11 @@ class Builder:
         self.stats.calls += 1
         self.stats.tokens_in += meta.get("tokens_in") or 0
         self.stats.tokens_out += meta.get("tokens_out") or 0
+        self.stats.tokens_cached += meta.get("tokens_cached") or 0
         self.stats.cost += meta.get("cost") or 0.0
+        if self._day is not None:
+            day, spent = self.spent_today()
+            self._day = (day, spent + (meta.get("cost") or 0.0))
         self.stats.seconds += meta.get("seconds") or 0.0
         self.tries.pop((l, i), None)
         if self.state.failures:
@@ -178,6 +194,8 @@ class Builder:
         if l == 0:
             self.window.remove(i)
             self.messages.pop(i, None)
+        if self.cview is not None:
+            self.cview.built(l, i, text)
         self._settle(l, i, text)
 
     def failed(self, l: int, i: int, error: str, retry_after: float | None = None) -> None:
@@ -194,7 +212,10 @@ class Builder:
     # ---- what to build next ------------------------------------------------------------------------------
 
     def next_task(self, now: float) -> Task | None:
-        """The next node to build (leaves first, then the lowest merge), or None."""
+        """The next node to build, or None: a ready merge first (lowest level, then oldest), then a leaf. A
+        merge starts as soon as both halves exist, beside the leaves, so the compactor's view can fold the
+        history already built while the rest is still being summarised: a backlog's context stays near the
+        view's budget instead of growing with every leaf that waits for its parent."""
         while self.waiting and self.waiting[0][0] <= now:
             _, l, i = heapq.heappop(self.waiting)
             if l == 0:
@@ -202,16 +223,34 @@ class Builder:
             else:
                 heapq.heappush(self.ready_merges, (l, i))
         self.admit()
+        if self.ready_merges:
+            l, i = heapq.heappop(self.ready_merges)
+            self.inflight.add((l, i))
+            return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1))
         if self.ready_leaves:
             i = self.ready_leaves.popleft()
             msg = self.messages[i]
             self.inflight.add((0, i))
             return Task(0, i, kind=msg["kind"], text=msg["text"])
-        if self.ready_merges:
-            l, i = heapq.heappop(self.ready_merges)
-            self.inflight.add((l, i))
-            return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1))
         return None
+
+    def spent_today(self) -> tuple[str, float]:
+        """Today's local date and what this memory's compactor nodes built today cost (read from the tree
+        once, then kept up as nodes are built)."""
+        today = env.now().date().isoformat()
+        if self._day is None:
+            self._day = (today, spent(self.mem, day=today)["cost"])
+        elif self._day[0] != today:
+            self._day = (today, 0.0)
+        return self._day
+
+    def put_back(self, task: Task) -> None:
+        """A task ``next_task`` gave that will not start now (no budget for it): back to the front of its queue."""
+        self.inflight.discard((task.l, task.i))
+        if task.l == 0:
+            self.ready_leaves.appendleft(task.i)
+        else:
+            heapq.heappush(self.ready_merges, (task.l, task.i))
 
     def next_due(self) -> float | None:
         return self.waiting[0][0] if self.waiting else None
@@ -221,24 +260,8 @@ class Builder:
         return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
 
     def context(self, task: Task) -> str:
-        """The compactor's view up to the task's boundary, from a copy the writer thread renders after each
-        write (its views are in memory; rendering per call, or reloading view.json here, would cost more than
-        the rest of the scheduler). Context only helps: if the view cannot be read, the call goes without."""
-        if self._cview is None:
-            self._cview = self._render(self.mem)
-        lines, ends = self._cview
-        return "\n".join(lines[: bisect.bisect_right(ends, context_end(task.l, task.i))])
-
-    def _render(self, mem) -> tuple[list[str], list[int]]:
-        """The compactor's view as lines and the message each line ends before."""
-        try:
-            lines = mem.view_lines(compactor=True)
-        except (ValueError, OSError, PimemError) as exc:
-            from .output import warn
-
-            warn(f"{self.name}: the compactor's view is unreadable ({exc}); building without context")
-            lines = []
-        return lines, [_line_end(line) for line in lines]
+        """The compactor's view up to the task's boundary (``ContextView``); empty for offline builds."""
+        return self.cview.context(task.l, task.i) if self.cview is not None else ""
 
     def flush(self, wait: bool = False) -> None:
         """Write what was built, on a writer thread so calls keep flowing while the disk syncs (one batch at a
@@ -265,12 +288,76 @@ class Builder:
             if self.lease is not None and not self.lease.owned():
                 raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
             self._writer.write_nodes(batch)
-            if not self.compactor.offline:  # the writer's views are in memory: render the next calls' context
-                self._cview = self._render(self._writer)
         except Busy:  # a long writer holds the lock: keep the batch for the next flush
             self.to_write[:0] = batch
         except BaseException as exc:  # handed to the scheduler's thread by the next flush
             self._write_error = exc
+
+
+class ContextView:
+    """The compactor's view as the calls see it: over the messages the builder has read so far, not over the
+    whole log, folded as their nodes are built, as a compactor keeping up with a live conversation would have
+    had it. Over the whole log, a backlog (an import, then ``build-tree``) would show each call the rest of
+    the history as placeholders and verbatim short messages, leaving room for only a sliver of what came
+    before; over what was read so far, each call sees its past within the view's budget (``cview`` lo–hi).
+
+    The builder pushes every message it reads (its leaf's text, or None while unbuilt) and every node a
+    compactor writes; ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept
+    up (its saved compactor view within twice its budget, with no more placeholders than a window of leaves)
+    starts from that view, which is this very view over the whole log, so only new messages are pushed; one
+    with a backlog starts from its first message. Rendered
+    lines are kept until the view changes, so a call costs a bisection, not a render."""
+
+    PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
+
+    def __init__(self, mem, stored_text):
+        from .view import View
+
+        cfg = mem.config
+        self.line_bytes = int(cfg["line_bytes"])
+        self.stored_text = stored_text
+        self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
+        self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
+                         fetch=lambda l, i: mem.tree.text(l, i))
+        self._rendered: tuple[int, list[str], list[int]] | None = None  # (view.changes, lines, each one's end)
+        try:
+            saved = mem.views.current(create=False)
+        except (ValueError, OSError, PimemError):
+            saved = None  # (unreadable: pushed afresh, as for a backlog)
+        if saved is not None and not saved.cview.over() and saved.cview.pending() <= WINDOW:
+            self.view.load(saved.cview.to_json())
+
+    def _resolve(self, l: int, i: int, left: str, right: str) -> str | None:
+        """The parent of the pair at ``(l, i)`` if it is built: free, built in this run, or stored."""
+        parent = (l + 1, i >> 1)
+        return free_merge(left, right, self.line_bytes) or self.texts.get(parent) or self.stored_text(*parent)
+
+    def push(self, text: str | None) -> None:
+        self.view.push(text)
+        self.view.fit()
+
+    def built(self, l: int, i: int, text: str) -> None:
+        self.texts[(l, i)] = text
+        self.view.built(l, i, text)
+        self.view.fit()
+        if len(self.texts) >= self.PRUNE_EVERY and len(self.texts) % self.PRUNE_EVERY == 0:
+            self._prune()
+
+    def _prune(self) -> None:
+        """Drop the texts of nodes inside a line of their level or coarser: no pair of the view needs them."""
+        view = self.view
+        for (l, i) in list(self.texts):
+            start = i << l
+            if start < view.T and view.lines[view.covering(start)][0] >= l:
+                del self.texts[(l, i)]
+
+    def context(self, l: int, i: int) -> str:
+        """The view's built lines that end at or before node ``(l, i)``'s boundary (``tree.context_end``)."""
+        if self._rendered is None or self._rendered[0] != self.view.changes:
+            lines = self.view.render(cut_unbuilt=True)
+            self._rendered = (self.view.changes, lines, [_line_end(line) for line in lines])
+        _, lines, ends = self._rendered
+        return "\n".join(lines[: bisect.bisect_right(ends, context_end(l, i))])
 
 
 def _line_end(line: str) -> int:
@@ -303,10 +390,15 @@ def survey(mem) -> dict:
 
 
 def estimate(mem, compactor: Compactor | None = None) -> dict:
-    """What building the rest would take: at most how many calls, and the tokens and cost they would use.
+    """What building the rest would take: how many calls, and the tokens and cost they would use.
 
-    Leaves are counted exactly; every pending merge is counted as a call (some will turn out free). Each call
-    sends the system prompt, the task and the compactor's view (about its average size once the memory is big)."""
+    Leaves are counted exactly; every pending merge is counted as a call (a few turn out free). Each call
+    sends the system prompt, its task and the compactor's view, which a build keeps near its budget (the
+    middle of ``cview`` lo–hi once the history is that long; ``ContextView``); each reply is taken for about
+    a full line (``line_bytes``), or for what this memory's replies used so far. Tokens are counted as 4 bytes.
+    ``cost`` takes no input from the prompt cache. With a ``price_cached_in`` set, ``cost_cached`` counts the
+    cache too: the share of input this memory's calls read from it so far, or before any call the system
+    prompt and the whole view of every call (a lower bound: a provider keeps less)."""
     from .compactor import INPUT_BYTES, prompt as prompts
 
     cfg = mem.config
@@ -315,26 +407,48 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     merges = found["pending"] - found["leaves"]
     calls = found["leaves"] + merges
     context = min((int(cfg["cview"]["hi"]) + int(cfg["cview"]["lo"])) // 2, 300 * found["messages"])
-    overhead = len(prompts.SYSTEM) + 700 + context  # system prompt, task text with its ruler, <chat>
-    tokens_in = (calls * overhead + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100) // 4
+    prefix = len(prompts.SYSTEM) + context  # the system prompt and <chat>: what a prompt cache can keep
+    sent = calls * (prefix + 700) + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100
+    so_far = spent(mem) if not compactor.offline else None
+    per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"]
+                 else min(compactor.max_tokens, int(cfg["line_bytes"]) // 4))
     if compactor.offline:
-        calls, tokens_in = 0, 0
-    tokens_out = calls * compactor.max_tokens
+        calls, sent = 0, 0
+    tokens_in, tokens_out = sent // 4, round(calls * per_reply)
+    if so_far and so_far["tokens_cached"]:
+        tokens_cached = round(tokens_in * so_far["tokens_cached"] / so_far["tokens_in"])
+    else:
+        tokens_cached = calls * prefix // 4
     cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out)
-    return {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
-            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
-            "built": found["built"], "nodes": found["nodes"]}
+    row = {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
+           "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
+           "built": found["built"], "nodes": found["nodes"]}
+    if compactor.price_cached_in is not None and not compactor.offline:
+        row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in))
+    return row
 
 
-def spent(mem) -> dict:
-    """Calls, tokens and money recorded on the nodes a compactor wrote (``Tree.records``)."""
-    totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "models": {}}
+def spent(mem, day: str | None = None) -> dict:
+    """Calls, tokens (``tokens_cached``: input read from the provider's prompt cache) and money recorded on
+    the nodes a compactor wrote (``Tree.records``); ``day`` (YYYY-MM-DD): only the nodes built that local day."""
+    totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "tokens_cached": 0, "cost": 0.0, "models": {}}
     for node in mem.tree.records():
+        if day is not None and not _built_on(node, day):
+            continue
         totals["calls"] += 1
         totals["tokens_in"] += node.get("tokens_in") or 0
         totals["tokens_out"] += node.get("tokens_out") or 0
+        totals["tokens_cached"] += node.get("tokens_cached") or 0
         totals["cost"] += node.get("cost") or 0.0
         model = node.get("model") or "?"
         totals["models"][model] = totals["models"].get(model, 0) + 1
     totals["cost"] = round(totals["cost"], 6)
     return totals
+
+
+def _built_on(node: dict, day: str) -> bool:
+    """Whether a node's ``date`` (RFC 3339, with its offset) falls on local day ``day``."""
+    try:
+        return when.parse_stored(node["date"]).astimezone(env.now().tzinfo).date().isoformat() == day
+    except (KeyError, TypeError, ValueError, PimemError):
+        return False

@@ -27,13 +27,16 @@ MEMORY_CLIP = 1_000
 EXCHANGE_BYTES = 16_000
 
 
-def context(mem, session: str | None = None, cwd: str | None = None) -> str:
+def context(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None) -> str:
     """The whole per-turn context as text."""
-    return render(parts(mem, session, cwd))
+    return render(parts(mem, session, cwd, wait))
 
 
-def parts(mem, session: str | None = None, cwd: str | None = None) -> dict:
-    """The context's parts, each a string (empty when there is nothing to say)."""
+def parts(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None) -> dict:
+    """The context's parts, each a string (empty when there is nothing to say). While a watcher is building
+    the memory, the view's placeholders (long messages not summarised yet: the newest) are first waited for,
+    up to ``wait`` seconds (default: ``context_wait`` in config.json, 8)."""
+    wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait)
     now = env.now()
     return {
         "view": view_text(mem),
@@ -50,6 +53,16 @@ def render(p: dict) -> str:
             blocks.append(f"<{tag}>\n{p[tag]}\n</{tag}>")
     blocks.append(f"<turn>{p['turn']}</turn>")
     return "\n\n".join(blocks) + "\n"
+
+
+def wait_for_summaries(mem, seconds: float) -> bool:
+    """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
+    when none is left."""
+    if seconds <= 0 or not (mem.path / "view.json").exists():
+        return False
+    from .lease import wait_for_builder
+
+    return wait_for_builder(mem, seconds, lambda: not mem.views.current().view.pending())
 
 
 def view_text(mem) -> str:

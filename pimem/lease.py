@@ -65,6 +65,17 @@ def holder(mem) -> dict | None:
     return record if live(record) else None
 
 
+def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
+    """Wait up to ``seconds`` for ``ready()`` while a live builder holds ``mem``'s lease (without one nothing
+    would change, so nothing is waited for); True once it is ready."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() >= deadline or holder(mem) is None:
+            return False
+        time.sleep(poll)
+    return True
+
+
 class Lease:
     """This process's lease on one memory. ``acquire`` raises ``Busy`` while another live process holds it."""
 

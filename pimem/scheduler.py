@@ -56,14 +56,15 @@ class Scheduler:
     poll: float = 0.5
     on_event: object = None  # callable(dict) for every built/failed node
     on_progress: object = None  # callable(builders), about ten times a second
-    max_cost: float | None = None
-    first_estimate: float | None = None  # the cost of one call before any was made (from ``estimate``)
+    max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
     stopped_for_cost: bool = False
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
     _pool: _Pool | None = None
     _inflight: int = 0
+    _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
+    _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
 
     def add(self, builder: Builder) -> None:
         self.builders.append(builder)
@@ -73,6 +74,11 @@ class Scheduler:
         if signum is not None and self.signal is None:
             self.signal = signum
         self._stop.set()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether ``stop()`` was called (by a signal, say)."""
+        return self._stop.is_set()
 
     def emit(self, event: dict) -> None:
         if self.on_event is not None:
@@ -88,14 +94,25 @@ class Scheduler:
 
         return sum(survey(b.mem)["pending"] for b in self.builders)
 
-    def _affordable(self, builder: Builder) -> bool:
-        if self.max_cost is None:
+    def _affordable(self, builder: Builder, worst: float | None) -> bool:
+        """Whether a call that may cost ``worst`` can start without any cap being passed, whatever the calls
+        in flight turn out to cost."""
+        cap = builder.max_cost_per_day  # per memory and local day (``watch``), counted alike
+        if self.max_cost is None and cap is None:
             return True
-        calls = sum(b.stats.calls for b in self.builders)
-        per_call = self.spent() / calls if calls else (self.first_estimate or 0.0)
-        if self.spent() + (self._inflight + 1) * per_call > self.max_cost:
+        worst = worst or 0.0
+        if self.max_cost is not None and self.spent() + sum(self._reserved.values()) + worst > self.max_cost:
             self.stopped_for_cost = True
             return False
+        if cap is not None:
+            day, today = builder.spent_today()
+            inflight = sum(cost for (b, _, _), cost in self._reserved.items() if b is builder)
+            if today + inflight + worst > cap:
+                if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
+                    self._capped[builder] = day
+                    self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
+                               "max_cost_per_day": cap})
+                return False
         return True
 
     def _dispatch(self, now: float) -> bool:
@@ -112,13 +129,19 @@ class Scheduler:
                     builder.built(task.l, task.i, text, meta)
                     self._emit_built(builder, task, text, meta)
                 continue
-            while self._inflight < self.concurrency and self._affordable(builder):
+            while self._inflight < self.concurrency:
                 task = builder.next_task(now)
                 if task is None:
                     break
+                context = builder.context(task)
+                worst = builder.compactor.worst_cost(task, context)
+                if not self._affordable(builder, worst):
+                    builder.put_back(task)
+                    break
                 if self._pool is None:
                     self._pool = _Pool(self.concurrency)
-                self._pool.tasks.put((builder, task, builder.context(task)))
+                self._reserved[(builder, task.l, task.i)] = worst or 0.0
+                self._pool.tasks.put((builder, task, context))
                 self._inflight += 1
         return progressed
 
@@ -140,6 +163,7 @@ class Scheduler:
         while True:
             builder, task, text, meta, error = item
             self._inflight -= 1
+            self._reserved.pop((builder, task.l, task.i), None)
             if builder in self.builders:
                 if error is None:
                     builder.built(task.l, task.i, text, meta)
@@ -242,14 +266,14 @@ def _restore_signals(saved: list) -> None:
 
 
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
-               first_estimate: float | None = None, on_progress=None, compactor: Compactor | None = None) -> Scheduler:
+               on_progress=None, compactor: Compactor | None = None) -> Scheduler:
     """Build every buildable node of ``mems`` once (failed nodes retried up to ``retries`` times) and return
     the scheduler (its builders hold the stats). Holds each memory's lease while building; ``Busy`` when a
     live watcher or another build holds one (after ``wait`` seconds). ``compactor`` overrides the memories'
     own (``demo`` builds offline)."""
     from .lease import Lease
 
-    scheduler = Scheduler(on_event=on_event, max_cost=max_cost, first_estimate=first_estimate, on_progress=on_progress)
+    scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress)
     leases = []
     embedding = semantic.background()
     try:
@@ -263,7 +287,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     finally:
         _close(scheduler, leases)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
-            embedding.stop() if scheduler._stop.is_set() else embedding.finish()
+            embedding.stop() if scheduler.stopped else embedding.finish()
     return scheduler
 
 
@@ -284,10 +308,12 @@ def _close(scheduler: Scheduler, leases) -> None:
         lease.release()
 
 
-def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: float = 0.5) -> Scheduler:
+def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: float = 0.5,
+          max_cost_per_day: float | None = None) -> Scheduler:
     """Run the scheduler until SIGTERM/SIGINT over the named memories, or over every memory of the home
     (including ones created later). Named memories held by a live builder raise ``Busy`` (or are waited
-    for); with no names, held memories are skipped and taken over when their holder dies."""
+    for); with no names, held memories are skipped and taken over when their holder dies. Each memory's
+    compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day."""
     from .lease import Lease
     from .memory import Memory
 
@@ -303,7 +329,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         elif lease.try_acquire() is not None:
             return
         watched[mem.name] = lease
-        scheduler.add(Builder(mem, lease=lease))
+        cap = max_cost_per_day if max_cost_per_day is not None else mem.config.get("max_cost_per_day")
+        scheduler.add(Builder(mem, lease=lease, max_cost_per_day=None if cap is None else float(cap)))
         scheduler.emit({"event": "watching", "memory": mem.name})
 
     last_scan = [0.0]

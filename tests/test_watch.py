@@ -165,3 +165,57 @@ def test_view_wait_waits_for_the_running_watcher(home):
             watcher.communicate(timeout=30)
     assert view.returncode == 0
     assert b"not summarized yet" not in view.stdout and b"user: summary of 5" in view.stdout
+
+
+def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home):
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)  # the server says 1,000 tokens in, 100 out: $0.0012
+        fill("m", 40, short_every=1000)
+        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.02")
+        try:
+            until(lambda: len(server.requests) >= 3)
+            time.sleep(2.0)
+            calls = len(server.requests)
+            time.sleep(1.5)
+            assert len(server.requests) == calls  # capped: no more calls today
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+        capped = [e for e in map(orjson.loads, out.splitlines()) if e["event"] == "capped"]
+        assert len(capped) == 1, err
+        today = capped[0]["day"]
+        spent = builder.spent(Memory.open("m"), day=today)
+        assert 0 < spent["cost"] <= 0.02 and not complete("m")
+        assert capped[0] == {"event": "capped", "memory": "m", "day": today, "spent": round(spent["cost"], 6),
+                             "max_cost_per_day": 0.02}
+        Memory.open("m").save_config({"max_cost_per_day": 0.02})  # from config.json this time
+        again = start_watch("m", "--json")
+        try:
+            time.sleep(3.0)
+        finally:
+            again.send_signal(signal.SIGTERM)
+            out, _ = again.communicate(timeout=30)
+        assert [orjson.loads(line)["event"] for line in out.splitlines()] == ["watching", "capped"]
+        assert len(server.requests) == calls  # what was spent today counts: no call at all
+
+
+def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(home, sh):
+    with FakeLLM("openai", latency=1.0) as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m")
+        try:
+            until(lambda: complete("m"))
+            mem.append([{"kind": "user", "text": long_text(7)}])
+            assert "(not summarized yet" in Memory.open("m").view_lines()[-1]
+            waited = sh("context", "m")  # waits (up to 8 s) for the call in flight
+            assert waited.returncode == 0 and b"(not summarized yet" not in waited.stdout
+            assert b"2+1|user: summary of 2" in waited.stdout
+            mem.append([{"kind": "user", "text": long_text(8)}])
+            hurried = sh("context", "m", "--wait", "0")
+            assert b"3+1|(not summarized yet" in hurried.stdout
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+    alone = sh("context", "m")  # no watcher: nothing to wait for, at once
+    assert alone.returncode == 0

@@ -11,7 +11,7 @@ from ..options import Home, Json, Log
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
-    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Stop before spending more than this (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
+    max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).", metavar="USD")] = None,
     retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N")] = 0,
     wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S")] = None,
     log: Log = None,
@@ -55,6 +55,8 @@ def command(
                 output.json_line(row)
             else:
                 cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
+                if row.get("cost_cached") is not None:
+                    cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
                 output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
                             f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
                             f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
@@ -68,15 +70,10 @@ def command(
             keyless[mem.name] = f"{mem.name}: ${var} is not set (the API key of its compactor {compactor.label(cfg)})"
     mems = [mem for mem in mems if mem.name not in keyless]
     estimates = [e for e in estimates if e["memory"] not in keyless]
-    first = None
-    if estimates:
-        calls = sum(e["calls"] for e in estimates)
-        first = sum(e["cost"] or 0.0 for e in estimates) / calls if calls else None
-
     progress = _Progress(mems) if not json and env.stderr_is_tty() else None
     try:
         sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
-                                     retries=retries, wait=wait if wait is not None else 0.0, first_estimate=first,
+                                     retries=retries, wait=wait if wait is not None else 0.0,
                                      on_progress=progress.update if progress else None)
     finally:
         if progress is not None:

@@ -13,6 +13,7 @@ def command(
     name: Name = None,
     system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
     cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).", metavar="S")] = None,
     session: Session = None,
     json: Json = False,
     home: Home = None,
@@ -21,7 +22,8 @@ def command(
 
     The view (<chat>), the user's pinned and active memories, the previous exchange (last user message and
     last reply, if together at most 16,000 bytes) and now · cwd. Run it before logging the user's new
-    message. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns, the
+    message. While a watcher is building the memory, it first waits up to 8 seconds (--wait) for the
+    summaries of long messages the view still shows as placeholders. --system prints {"system": …, "tools": […]}: no date, no state, byte-stable across turns, the
     same for every memory (a NAME given with it is ignored).
 
     Examples:
@@ -32,8 +34,12 @@ def command(
     if system:  # the same for every memory: a wrapper may pass its NAME anyway
         output.line(contexts.system())
         return
+    if wait is not None and wait < 0:
+        from ..errors import BadInput
+
+        raise BadInput("--wait takes a number of seconds ≥ 0")
     mem = Memory.open(name or naming.default(), home)
     if json:
-        output.json_line(contexts.parts(mem, session, cwd))
+        output.json_line(contexts.parts(mem, session, cwd, wait))
     else:
-        output.raw_line(contexts.context(mem, session, cwd).encode())
+        output.raw_line(contexts.context(mem, session, cwd, wait).encode())

@@ -16,6 +16,7 @@ def command(
     command_: Annotated[Optional[str], typer.Option("--command", help="Shell command reading the prompt on stdin (provider 'command').", metavar="CMD")] = None,
     price_in: Annotated[Optional[float], typer.Option("--price-in", help="Price per million input tokens, for cost accounting.", metavar="USD")] = None,
     price_out: Annotated[Optional[float], typer.Option("--price-out", help="Price per million output tokens.", metavar="USD")] = None,
+    price_cached_in: Annotated[Optional[float], typer.Option("--price-cached-in", help="Price per million input tokens read from the provider's prompt cache (default: --price-in).", metavar="USD")] = None,
     default: Annotated[bool, typer.Option("--default", help="Show or set the default for memories without their own (<home>/config.json).")] = False,
     json: Json = False,
     home: Home = None,
@@ -48,11 +49,11 @@ def command(
         name, spec = None, name
     else:
         name, spec = naming.lone(name, spec, home, reads_as=lambda word: word.partition("/")[0] in compactor.PRESETS)
-    options = (base_url, key_env, command_, price_in, price_out)
+    options = (base_url, key_env, command_, price_in, price_out, price_cached_in)
     if spec is None and any(v is not None for v in options):
         raise BadInput("--base-url, --key-env, --command and prices go with a PROVIDER/MODEL to set")
     if spec is not None:
-        cfg = compactor.parse_spec(spec, base_url, key_env, command_, price_in, price_out)
+        cfg = compactor.parse_spec(spec, base_url, key_env, command_, price_in, price_out, price_cached_in)
     if default:
         if spec is not None:
             config.save_home(home, {"compactor": cfg})

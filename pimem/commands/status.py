@@ -47,7 +47,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if spent["calls"]:
         models = ", ".join(f"{model} {n:,}" for model, n in sorted(spent["models"].items()))
         cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
-        output.line(f"spent     {output.count(spent['calls'], 'summary', 'summaries')} written ({models}), {output.count(spent['tokens_in'], 'token')} in, "
+        cached = f" ({spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache)" if spent["tokens_cached"] else ""
+        output.line(f"spent     {output.count(spent['calls'], 'summary', 'summaries')} written ({models}), "
+                    f"{output.count(spent['tokens_in'], 'token')} in{cached}, "
                     f"{spent['tokens_out']:,} out{cost}")
     builder = row["builder"]
     if builder:

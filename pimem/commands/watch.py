@@ -11,6 +11,7 @@ from ..options import Home, Json, Log
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
+    max_cost_per_day: Annotated[Optional[float], typer.Option("--max-cost-per-day", help="Spend at most this on each memory's compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.", metavar="USD")] = None,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
     log: Log = None,
     json: Json = False,
@@ -28,11 +29,16 @@ def command(
     Examples:
       pimem watch
       pimem watch main --json
+      pimem watch --max-cost-per-day 2
       pimem watch --wait --log ~/.pi/memory/logs/watch.log &
       pimem watch --import ~/.codex/sessions --import ~/.claude/projects
     """
     output.log_to(log, "watch")
     from .. import scheduler
+    from ..errors import BadInput
+
+    if max_cost_per_day is not None and max_cost_per_day < 0:
+        raise BadInput("--max-cost-per-day must not be negative")
 
     def show(event: dict) -> None:
         if json:
@@ -42,13 +48,16 @@ def command(
             output.info(f"{event['memory']} {event['node']} built by {event['model']} ({event['bytes']} B, {event['seconds']:.1f} s)")
         elif event["event"] == "failed":
             output.info(f"{event['memory']} {event['node']} failed: {event['error']}")
+        elif event["event"] == "capped":
+            output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on {event['day']}; "
+                        "waiting for the next day")
         elif event["event"] == "imported":
             output.info(f"{event['memory']}: {event['messages']} imported from {event['file']}")
         else:
             output.info(f"{event['memory']}: {event['event']}" + (f": {event['error']}" if event.get("error") else ""))
 
     if not imports:
-        scheduler.watch(list(names or []), home, on_event=show, wait=wait)
+        scheduler.watch(list(names or []), home, on_event=show, wait=wait, max_cost_per_day=max_cost_per_day)
         return
     import threading
 
@@ -62,7 +71,7 @@ def command(
     thread = threading.Thread(target=follower.run, args=(stop,), name="pimem-follow", daemon=True)
     thread.start()
     try:
-        scheduler.watch(list(names or []), home, on_event=show, wait=wait)
+        scheduler.watch(list(names or []), home, on_event=show, wait=wait, max_cost_per_day=max_cost_per_day)
     finally:
         stop.set()
         thread.join()

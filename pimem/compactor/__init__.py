@@ -43,11 +43,12 @@ PRESETS = {
     "extractive": {"provider": "extractive", "base_url": None, "key_env": None},
 }
 # the keys ``pimem model`` owns; setting a new model resets all of them
-SPEC_KEYS = ("provider", "model", "base_url", "key_env", "command", "price_in", "price_out")
+SPEC_KEYS = ("provider", "model", "base_url", "key_env", "command", "price_in", "price_out", "price_cached_in")
 
 
 def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = None, command: str | None = None,
-               price_in: float | None = None, price_out: float | None = None) -> dict:
+               price_in: float | None = None, price_out: float | None = None,
+               price_cached_in: float | None = None) -> dict:
     """The ``compactor`` config for ``PROVIDER/MODEL`` (``openai/gpt-4o-mini``, ``deepseek/deepseek-chat``,
     ``openrouter/qwen/qwen3-8b``, ``ollama/llama3.2``, ``anthropic/claude-haiku-4-5``, ``command``,
     ``extractive``) and the options given with it. ``BadInput`` for anything else."""
@@ -70,14 +71,14 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
         raise BadInput(f"--key-env wants the NAME of an environment variable, not {key_env!r}")
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise BadInput(f"--base-url must start with http:// or https://, not {base_url!r}")
-    for label, price in (("--price-in", price_in), ("--price-out", price_out)):
+    for label, price in (("--price-in", price_in), ("--price-out", price_out), ("--price-cached-in", price_cached_in)):
         if price is not None and price < 0:
             raise BadInput(f"{label} must not be negative")
     cfg["model"] = model or None
     cfg["base_url"] = base_url or cfg["base_url"]
     cfg["key_env"] = key_env or cfg["key_env"]
     cfg["command"] = command
-    cfg["price_in"], cfg["price_out"] = price_in, price_out
+    cfg["price_in"], cfg["price_out"], cfg["price_cached_in"] = price_in, price_out, price_cached_in
     return cfg
 
 
@@ -99,7 +100,7 @@ def label(cfg: dict) -> str:
 def describe(cfg: dict) -> dict:
     """The compactor settings worth showing (never a key: only the name of its variable)."""
     out = {"model": label(cfg)}
-    for key in ("base_url", "key_env", "command", "price_in", "price_out"):
+    for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if cfg.get(key) is not None:
             out[key] = cfg[key]
     return out
@@ -150,6 +151,7 @@ class Compactor:
         self.max_tokens = int(compactor_knob(cfg, "max_tokens"))
         self.price_in = cfg.get("price_in")
         self.price_out = cfg.get("price_out")
+        self.price_cached_in = cfg.get("price_cached_in")  # None: cached input costs price_in
         self._provider = None
 
     @property
@@ -172,10 +174,30 @@ class Compactor:
                 self._provider = providers.Command(self.cfg["command"], self.cfg.get("model"), timeout)
         return self._provider
 
-    def cost(self, tokens_in: int, tokens_out: int) -> float | None:
+    def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> float | None:
+        """Dollars for a call (None without prices); ``tokens_cached`` of ``tokens_in`` came from the provider's
+        prompt cache and cost ``price_cached_in`` when that is set."""
         if self.price_in is None and self.price_out is None:
             return None
-        return round((tokens_in * (self.price_in or 0) + tokens_out * (self.price_out or 0)) / 1e6, 8)
+        cached_price = self.price_in if self.price_cached_in is None else self.price_cached_in
+        dollars = ((tokens_in - tokens_cached) * (self.price_in or 0) + tokens_cached * (cached_price or 0)
+                   + tokens_out * (self.price_out or 0))
+        return round(dollars / 1e6, 8)
+
+    def worst_cost(self, task: Task, context: str = "") -> float | None:
+        """The most a call for ``task`` can cost (None without prices): every byte sent taken for a token (no
+        tokenizer makes more tokens than bytes; 16 more for the framing), none of it from the cache, every
+        output token used, and, until this model is known not to need it, the second request a reasoning
+        model may take."""
+        if self.offline:
+            return 0.0
+        from . import prompt
+
+        sent = len(prompt.SYSTEM.encode()) + len(prompt.chat(context).encode()) + len(task.prompt().encode()) + 16
+        extra = self.state.extra_tokens.get(self.label) if self.state is not None else None
+        if extra:
+            return self.cost(sent, self.max_tokens + extra)
+        return self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA)
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
         """The node's line (≤512 bytes) and its build metadata; ``CallFailed`` when the call failed or the
@@ -194,21 +216,23 @@ class Compactor:
         provider = self.provider()
         system = prompt.SYSTEM
         context = "\n".join(redact_line(line) for line in context.split("\n")) if context else ""
-        user = prompt.user_content(context, redact(task.prompt()))
+        chat, task_text = prompt.chat(context), redact(task.prompt())
         extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
-        reply = provider.complete(system, user, self.max_tokens + extra)
-        tokens_in, tokens_out = reply.tokens_in, reply.tokens_out
+        reply = provider.complete(system, chat, task_text, self.max_tokens + extra)
+        tokens_in, tokens_out, tokens_cached = reply.tokens_in, reply.tokens_out, reply.tokens_cached
         if reply.finish == "length" and len(reply.text.strip().encode("utf-8")) < THIN_REPLY and not extra:
             # a reasoning model spent the budget thinking: ask once more with room, and from now on give it that
             if self.state is not None:
                 self.state.remember_extra(self.label, REASONING_EXTRA)
-            reply = provider.complete(system, user, self.max_tokens + REASONING_EXTRA)
+            reply = provider.complete(system, chat, task_text, self.max_tokens + REASONING_EXTRA)
             tokens_in, tokens_out = tokens_in + reply.tokens_in, tokens_out + reply.tokens_out
+            tokens_cached += reply.tokens_cached
         text = cut_line(reply.text, LINE_BYTES)
         if not text:
             raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})")
-        return text, {"model": self.label, "tokens_in": tokens_in, "tokens_out": tokens_out,
-                      "cost": self.cost(tokens_in, tokens_out), "seconds": round(time.perf_counter() - started, 3)}
+        return text, {"model": self.label, "tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cached": tokens_cached,
+                      "cost": self.cost(tokens_in, tokens_out, tokens_cached),
+                      "seconds": round(time.perf_counter() - started, 3)}
 
     def close(self) -> None:
         if self._provider is not None:

@@ -51,6 +51,12 @@ def merge_task(start: int, n: int, left: str, right: str) -> str:
     )
 
 
+def chat(context: str) -> str:
+    """The stable head of the request's user turn: the compactor's view as ``<chat>``, then a blank line
+    (what a provider's prompt cache can reuse from one call to the next; the task follows it)."""
+    return f"<chat>\n{context}\n</chat>\n\n" if context else "<chat>\n</chat>\n\n"
+
+
 def user_content(context: str, task: str) -> str:
     """The request's user turn: the compactor's view, a blank line, the task."""
-    return f"<chat>\n{context}\n</chat>\n\n{task}" if context else f"<chat>\n</chat>\n\n{task}"
+    return chat(context) + task

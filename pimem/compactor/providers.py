@@ -32,8 +32,9 @@ class CallFailed(ProviderError):
 class Reply:
     text: str
     finish: str  # "stop", or "length" when the token limit cut the reply
-    tokens_in: int
+    tokens_in: int  # every input token, cached or not
     tokens_out: int
+    tokens_cached: int = 0  # of tokens_in, those read from the provider's prompt cache
 
 
 def _estimate_tokens(text: str) -> int:
@@ -107,11 +108,14 @@ class OpenAI(HttpProvider):
 
     kind = "openai"
 
-    def complete(self, system: str, user: str, max_tokens: int) -> Reply:
+    def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
+        """One call; ``chat`` (the compactor's view) then ``task`` make the user turn. The provider caches
+        the longest prefix it saw before by itself; the reply's ``cached_tokens`` say how much was reused."""
         headers = {}
         key = self.key()
         if key:
             headers["authorization"] = f"Bearer {key}"
+        user = chat + task
         body = {
             "model": self.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -125,12 +129,14 @@ class OpenAI(HttpProvider):
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
             raise CallFailed(f"unexpected chat-completions reply: {str(data)[:200]}") from None
-        usage = data.get("usage") or {}
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         return Reply(
             str(text),
             "length" if finish == "length" else str(finish),
             int(usage.get("prompt_tokens") or _estimate_tokens(system + user)),
             int(usage.get("completion_tokens") or _estimate_tokens(str(text))),
+            int(details.get("cached_tokens") or 0),
         )
 
 
@@ -139,15 +145,19 @@ class Anthropic(HttpProvider):
 
     kind = "anthropic"
 
-    def complete(self, system: str, user: str, max_tokens: int) -> Reply:
+    def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
+        """One call; the stable prefix (the system prompt, then ``chat``, the compactor's view) is marked with
+        ``cache_control`` so the next call that shares it reads it from the cache; ``task`` follows."""
         headers = {"anthropic-version": "2023-06-01"}
         key = self.key()
         if key:
             headers["x-api-key"] = key
+        cached = {"type": "ephemeral"}
         body = {
             "model": self.model,
-            "system": system,
-            "messages": [{"role": "user", "content": user}],
+            "system": [{"type": "text", "text": system, "cache_control": cached}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": chat, "cache_control": cached},
+                                                      {"type": "text", "text": task}]}],
             "max_tokens": max_tokens,
             "temperature": 0.2,
         }
@@ -156,18 +166,28 @@ class Anthropic(HttpProvider):
             text = "".join(block.get("text", "") for block in data["content"] if block.get("type") == "text")
         except (KeyError, TypeError, AttributeError):
             raise CallFailed(f"unexpected messages reply: {str(data)[:200]}") from None
-        usage = data.get("usage") or {}
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         stop = data.get("stop_reason") or "end_turn"
+        read = int(usage.get("cache_read_input_tokens") or 0)  # input_tokens counts only the uncached rest
+        written = int(usage.get("cache_creation_input_tokens") or 0)
+        fresh = usage.get("input_tokens")
         return Reply(
             text,
             "length" if stop == "max_tokens" else str(stop),
-            int(usage.get("input_tokens") or _estimate_tokens(system + user)),
+            int(fresh) + read + written if fresh is not None else _estimate_tokens(system + chat + task),
             int(usage.get("output_tokens") or _estimate_tokens(text)),
+            read,
         )
 
 
 class Command:
-    """A shell command that reads the whole prompt on stdin and prints the line (``llm -m MODEL``)."""
+    """A shell command that reads the prompt on stdin and prints the line (``llm -n -m MODEL -s {system}``).
+
+    The system prompt reaches it apart from the task: ``{system}`` in the command is replaced by it (shell-
+    quoted), and ``$PIMEM_SYSTEM_FILE`` names a file holding it; stdin then carries only the task (the
+    compactor's view and the task). A command without ``{system}`` gets the system prompt at the head of stdin
+    too, as one input. The command runs in a process group of its own, killed whole on timeout (and whatever
+    it left running once it has answered), so no child outlives a call."""
 
     kind = "command"
 
@@ -175,18 +195,53 @@ class Command:
         self.command = command
         self.model = model or command.split()[0]
         self.timeout = timeout
+        self._system_file: str | None = None
 
-    def complete(self, system: str, user: str, max_tokens: int) -> Reply:
-        prompt = f"{system}\n\n{user}\n"
+    def _system_path(self, system: str) -> str:
+        if self._system_file is None:
+            import tempfile
+
+            fd, path = tempfile.mkstemp(prefix="pimem-system-", suffix=".txt")  # mode 0600
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(system)
+            self._system_file = path
+        return self._system_file
+
+    def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
+        import shlex
+        import signal
+
+        apart = "{system}" in self.command
+        command = self.command.replace("{system}", shlex.quote(system)) if apart else self.command
+        prompt = f"{chat}{task}\n" if apart else f"{system}\n\n{chat}{task}\n"
+        env = {**os.environ, "PIMEM_SYSTEM_FILE": self._system_path(system)}
+        proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, start_new_session=True)
         try:
-            done = subprocess.run(self.command, shell=True, input=prompt.encode("utf-8"), capture_output=True, timeout=self.timeout)
+            out, err = proc.communicate(prompt.encode("utf-8"), timeout=self.timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc.pid, signal.SIGKILL)
+            proc.communicate()
             raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s") from None
-        if done.returncode != 0:
-            detail = " ".join(done.stderr.decode("utf-8", "replace").split())[-300:]
-            raise CallFailed(f"command {self.command!r} exited {done.returncode}: {detail}")
-        text = done.stdout.decode("utf-8", "replace")
-        return Reply(text, "stop", _estimate_tokens(prompt), _estimate_tokens(text))
+        finally:
+            _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
+        if proc.returncode != 0:
+            detail = " ".join(err.decode("utf-8", "replace").split())[-300:]
+            raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
+        text = out.decode("utf-8", "replace")
+        return Reply(text, "stop", _estimate_tokens(system + chat + task), _estimate_tokens(text))
 
     def close(self) -> None:
+        if self._system_file is not None:
+            try:
+                os.unlink(self._system_file)
+            except FileNotFoundError:
+                pass
+            self._system_file = None
+
+
+def _kill_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
         pass

@@ -1,0 +1,139 @@
+"""Model-build cost of a backlog: an import, then `build-tree`, against a local fake OpenAI-compatible server.
+
+The backlog is the three transcripts in ../shared/samples imported into one memory, plus short synthetic
+turns up to ``--messages`` (2,000). The server (bench/llm_server.py, in this process) answers every call after
+``--latency`` seconds with a line of ``--answer-bytes`` (480) bytes and reports a token per 4 bytes, with the
+prefix a request shares with the one before it as cached tokens. Prices: $1 in, $0.10 cached in, $5 out per
+million tokens. Reported, for each checkout given (this one first; ``--compare DIR`` adds e.g. the previous
+commit's, measured in the same run):
+
+- calls per message, bytes sent per message;
+- the compactor's context (the ``<chat>`` of each request) in bytes: median, 90th percentile and max, against
+  the compactor view's ``hi`` (32,000: designed 16–32 KB, bounds: median ≤ hi, max ≤ 2·hi);
+- the dry run's prediction (calls, tokens in and out, dollars) against what the run then recorded, as ratios
+  (target: within ±15%);
+- the cache-hit share of input tokens.
+
+    python bench/model_cost.py [--messages 2000] [--compare /path/to/other/checkout]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.llm_server import FakeLLM  # noqa: E402
+
+SAMPLES = next((p for p in (Path(os.environ.get("PIMEM_SAMPLES", "")), ROOT.parent / "shared" / "samples",
+                             ROOT.parent.parent / "shared" / "samples") if str(p) != "." and p.is_dir()), None)
+HI = 32_000
+
+
+def pimem(checkout: Path, home: Path, *args: str, input: bytes | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(PYTHONPATH=str(checkout), PIMEM_HOME=str(home), BENCH_KEY="k")
+    return subprocess.run([sys.executable, "-m", "pimem", *args], env=env, input=input, capture_output=True, cwd=home)
+
+
+def synthetic_turns(n: int) -> bytes:
+    """Short user/agent turns (every one a free leaf)."""
+    topics = ["the staging db", "the retry loop", "flaky test_orders", "the deploy script", "pnpm lockfile"]
+    lines = []
+    for k in range(n):
+        topic = topics[k % len(topics)]
+        if k % 2 == 0:
+            text = f"can you look at {topic} again? step {k}: check the logs for errors around port {5400 + k % 90}"
+            lines.append({"kind": "user", "text": text})
+        else:
+            text = f"checked {topic} (step {k}): nothing new in the logs; the fix from step {k - 1} holds, tests pass"
+            lines.append({"kind": "pi", "text": text})
+    return b"".join(json.dumps(rec).encode() + b"\n" for rec in lines)
+
+
+def context_bytes(body: dict) -> int:
+    user = body["messages"][-1]["content"]
+    text = user if isinstance(user, str) else "".join(b.get("text", "") for b in user)
+    chat = text.split("<chat>\n", 1)[1].split("</chat>", 1)[0]
+    return len(chat.encode())
+
+
+def measure(checkout: Path, messages: int, latency: float, answer_bytes: int) -> dict:
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(checkout / "pimem")], check=True)
+    with tempfile.TemporaryDirectory() as tmp, FakeLLM("openai", latency=latency, line_bytes=answer_bytes,
+                                                       usage="bytes") as server:
+        home = Path(tmp)
+        if SAMPLES is None:
+            sys.exit("no samples found: set PIMEM_SAMPLES to ../shared/samples")
+        samples = sorted(str(p) for p in SAMPLES.glob("*.jsonl"))
+        done = pimem(checkout, home, "import", *samples, "--name", "backlog")
+        assert done.returncode == 0, done.stderr
+        imported = int(json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["messages"])
+        done = pimem(checkout, home, "append", "backlog", "--ndjson", input=synthetic_turns(max(0, messages - imported)))
+        assert done.returncode == 0, done.stderr
+        done = pimem(checkout, home, "model", "backlog", "openai/fake", "--base-url", server.url, "--key-env", "BENCH_KEY",
+                     "--price-in", "1", "--price-out", "5", *(["--price-cached-in", "0.1"] if _has_cached_price(checkout) else []))
+        assert done.returncode == 0, done.stderr
+        total = int(json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["messages"])
+        predicted = json.loads(pimem(checkout, home, "build-tree", "backlog", "--dry-run", "--json").stdout)
+        started = time.perf_counter()
+        done = pimem(checkout, home, "build-tree", "backlog", "--json")
+        seconds = time.perf_counter() - started
+        assert done.returncode == 0, done.stderr[-2000:]
+        status = json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)
+        recorded = status["spent"]
+        # the same calls priced without the cache (input at $1, output at $5 per million tokens)
+        recorded["cost_uncached"] = (recorded["tokens_in"] * 1 + recorded["tokens_out"] * 5) / 1e6
+        contexts = sorted(context_bytes(body) for body in server.requests)
+        sent = sum(len(raw) for raw in server.raw)
+        return {"messages": total, "requests": len(server.requests), "seconds": seconds, "sent": sent,
+                "contexts": contexts, "predicted": predicted, "recorded": recorded,
+                "pending": status["tree"]["pending"]}
+
+
+def _has_cached_price(checkout: Path) -> bool:
+    return "price-cached-in" in (checkout / "pimem" / "commands" / "model.py").read_text()
+
+
+def report(name: str, row: dict) -> None:
+    n, contexts, pred, rec = row["messages"], row["contexts"], row["predicted"], row["recorded"]
+    q = statistics.quantiles(contexts, n=10) if len(contexts) > 1 else contexts * 9
+    print(f"{name}: {n:,} messages, {row['requests']:,} requests in {row['seconds']:.1f} s, {row['pending']} nodes left")
+    print(f"  calls per message      {row['requests'] / n:.3f}")
+    print(f"  bytes sent per message {row['sent'] / n:,.0f}")
+    print(f"  context bytes          median {statistics.median(contexts):,.0f} ({statistics.median(contexts) / HI:.2f}× hi), "
+          f"p90 {q[8]:,.0f}, max {contexts[-1]:,} ({contexts[-1] / HI:.2f}× hi)")
+    for key in ("calls", "tokens_in", "tokens_out", "cost"):
+        p, r = pred.get(key) or 0, rec.get(key) or 0
+        if key == "cost" and "cost_cached" in pred:  # what the run recorded had the cache's prices
+            p, r = pred["cost"], rec["cost_uncached"]
+            print(f"  dry run vs run: {'cost':<10} {p:>14,.4f} predicted {r:>14,.4f} recorded at full input price  "
+                  f"({p / r if r else float('nan'):.2f}×)")
+            p, r, key = pred["cost_cached"], rec["cost"], "cost, cache"
+        print(f"  dry run vs run: {key:<10} {p:>14,.4f} predicted {r:>14,.4f} recorded  ({p / r if r else float('nan'):.2f}×)")
+    if rec.get("tokens_cached") is not None and rec.get("tokens_in"):
+        print(f"  input tokens from the cache: {rec['tokens_cached'] / rec['tokens_in']:.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--latency", type=float, default=0.02)
+    parser.add_argument("--answer-bytes", type=int, default=480)
+    parser.add_argument("--compare", type=Path, action="append", default=[], help="another checkout, measured alike")
+    args = parser.parse_args()
+    for checkout in [ROOT, *args.compare]:
+        report(str(checkout), measure(checkout.resolve(), args.messages, args.latency, args.answer_bytes))
+
+
+if __name__ == "__main__":
+    main()

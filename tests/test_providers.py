@@ -1,0 +1,134 @@
+"""Providers as good citizens: prompt caching fields against real fake servers on 127.0.0.1, and the command
+provider's own process group (killed whole: no process left) and its system prompt apart from the task."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.llm_server import FakeLLM
+from pimem.compactor import CallFailed, Compactor, Task
+from pimem.compactor.prompt import SYSTEM
+from pimem.compactor.state import BuildState
+
+CONTEXT = "\n".join(f"{k}+1|user: line {k} of the compactor's view " + "x" * 200 for k in range(40))
+
+
+def _compactor(server, api, tmp_path, **extra) -> Compactor:
+    return Compactor({"provider": api, "model": "m", "base_url": server.url, "key_env": "TEST_LLM_KEY",
+                      "price_in": 1.0, "price_out": 5.0, **extra}, BuildState(tmp_path))
+
+
+def test_anthropic_marks_the_system_prompt_and_the_view_as_a_cached_prefix(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("anthropic", usage="bytes") as server:
+        comp = _compactor(server, "anthropic", tmp_path, price_cached_in=0.1)
+        comp.build(Task(0, 40, kind="user", text="x" * 900), CONTEXT)
+        text, meta = comp.build(Task(0, 41, kind="user", text="y" * 900), CONTEXT)
+    body = server.requests[-1]
+    assert body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
+    chat, task = body["messages"][0]["content"]
+    assert chat["cache_control"] == {"type": "ephemeral"} and chat["text"].startswith("<chat>\n0+1|user: line 0")
+    assert chat["text"].endswith("</chat>\n\n") and "cache_control" not in task
+    assert task["text"].startswith("Compaction: compress message 41")
+    # input_tokens counts only the uncached part: pimem adds the cache reads back and prices them apart
+    assert 0 < meta["tokens_cached"] < meta["tokens_in"]
+    fresh = meta["tokens_in"] - meta["tokens_cached"]
+    assert meta["cost"] == pytest.approx((fresh * 1.0 + meta["tokens_cached"] * 0.1 + meta["tokens_out"] * 5.0) / 1e6)
+
+
+def test_openai_cached_tokens_are_read_and_priced_when_a_cached_price_is_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        for price in (None, 0.25):
+            comp = _compactor(server, "openai", tmp_path, price_cached_in=price)
+            comp.build(Task(0, 40, kind="user", text="x" * 900), CONTEXT)
+            _, meta = comp.build(Task(0, 41, kind="user", text="y" * 900), CONTEXT)
+            cached = meta["tokens_cached"]
+            assert 0 < cached < meta["tokens_in"]
+            cached_price = 1.0 if price is None else price
+            assert meta["cost"] == pytest.approx(((meta["tokens_in"] - cached) * 1.0 + cached * cached_price
+                                                  + meta["tokens_out"] * 5.0) / 1e6)
+    user = server.requests[-1]["messages"][1]["content"]
+    assert isinstance(user, str) and user.startswith("<chat>\n0+1|")  # one string: the provider caches prefixes itself
+
+
+def _alive(marker: str) -> list[int]:
+    """Processes whose command line holds ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(int(entry))
+    return found
+
+
+def _gone(marker: str) -> bool:
+    deadline = time.monotonic() + 5
+    while _alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(marker)
+
+
+def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_path):
+    marker = "31.4159"
+    command = f"sleep {marker} & sleep {marker} & (sleep {marker}; echo late) & cat > /dev/null; sleep {marker}"
+    comp = Compactor({"provider": "command", "command": command, "timeout": 1}, BuildState(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(CallFailed, match="no answer within 1 s"):
+        comp.build(Task(0, 0, kind="user", text="a long message"))
+    assert time.monotonic() - started < 10
+    assert _gone(marker), "children of the command were left running"
+
+
+def test_a_command_that_answers_leaves_nothing_running_behind_it(tmp_path):
+    marker = "27.1828"
+    command = f"(sleep {marker} &); cat > /dev/null; echo 'user: answered'"
+    comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    text, _ = comp.build(Task(0, 0, kind="user", text="a long message"))
+    assert text == "user: answered"
+    assert _gone(marker)
+
+
+def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    apart = (f"printf %s {{system}} > {out}/arg; cp \"$PIMEM_SYSTEM_FILE\" {out}/file; cat > {out}/stdin; "
+             "echo 'user: ok'")
+    comp = Compactor({"provider": "command", "command": apart}, BuildState(tmp_path))
+    assert comp.build(Task(0, 3, kind="user", text="the task's message"), "0+1|user: hi")[0] == "user: ok"
+    assert (out / "arg").read_text() == SYSTEM and (out / "file").read_text() == SYSTEM
+    stdin = (out / "stdin").read_text()
+    assert SYSTEM not in stdin and stdin.startswith("<chat>\n0+1|user: hi\n</chat>\n\nCompaction: compress message 3")
+    system_file = comp.provider()._system_file
+    comp.close()
+    assert not Path(system_file).exists()
+    # without {system}: one input, the system prompt first (commands that take a single prompt)
+    whole = Compactor({"provider": "command", "command": f"cat > {out}/whole; echo 'user: ok'"}, BuildState(tmp_path))
+    whole.build(Task(0, 3, kind="user", text="the task's message"))
+    assert (out / "whole").read_text().startswith(SYSTEM + "\n\n<chat>")
+
+
+def test_status_shows_the_share_of_input_read_from_the_prompt_cache(run, home, monkeypatch):
+    import orjson
+
+    from pimem import Memory
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes", line_bytes=300) as server:
+        Memory.at("m").append([{"kind": "user", "text": f"message {k}: " + "words " * 150} for k in range(12)])
+        assert run("model", "m", "openai/m", "--base-url", server.url, "--key-env", "TEST_LLM_KEY",
+                   "--price-in", "1", "--price-out", "5", "--price-cached-in", "0.1").exit_code == 0
+        assert run("build-tree", "m").exit_code == 0
+    spent = orjson.loads(run("status", "m", "--json").stdout)["spent"]
+    assert 0 < spent["tokens_cached"] < spent["tokens_in"]
+    share = f"{spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache"
+    assert share in run("status", "m").stdout
+    assert "price_cached_in" in run("model", "m", "--json").stdout
