@@ -1,6 +1,7 @@
 """Live capture: `pimem hook claude-code` per event, and `pimem import --follow` lag.
 
-hook: a memory of N messages (synthetic, indexed, its tree built, five pinned memories) gets a Claude Code session's
+hook: a memory of N messages (synthetic, imported from earlier sessions as far as its import keys go,
+indexed, its tree built, five pinned memories) gets a Claude Code session's
 transcript; each round writes what Claude Code would (a prompt line, a reply line) and runs the hook for
 SessionStart, UserPromptSubmit, PreCompact and Stop, alternating with the start-up baseline: a minimal typer
 app with one no-op command (bench/typer_noop.py), the floor of every pimem command, and `pimem --version`
@@ -58,9 +59,15 @@ def measure(cmd: list[str], env: dict, stdin: bytes | None = None) -> tuple[floa
 
 
 def build(home: Path, messages: int, env: dict) -> None:
-    synth = subprocess.Popen([sys.executable, str(ROOT / "bench" / "synth.py"), str(messages), "--seed", "3"], stdout=subprocess.PIPE)
-    subprocess.run([sys.executable, "-m", "pimem", "append", "api", "--ndjson"], stdin=synth.stdout, env=env, check=True, stdout=subprocess.DEVNULL)
-    synth.wait()
+    """The memory: synthetic messages marked as imported from earlier Claude Code sessions (so the memory's
+    import keys hold one key each, as a real history's do)."""
+    from bench.synth import messages as synthetic
+
+    lines = bytearray()
+    for n, record in enumerate(synthetic(messages, seed=3)):
+        record["meta"] = {**record.get("meta", {}), "source": "claude", "session": f"old-{n // 500}", "entry": f"e{n}"}
+        lines += json.dumps(record).encode() + b"\n"
+    subprocess.run([sys.executable, "-m", "pimem", "append", "api", "--ndjson"], input=bytes(lines), env=env, check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, "-m", "pimem", "reindex", "api"], env=env, check=True, capture_output=True)
     # its summaries, as a running `pimem watch` keeps them (without them the view cannot shrink, and every
     # append, the hook's included, pays for loading a view of tens of thousands of lines)
@@ -77,7 +84,7 @@ def bench_hook(home: Path, env: dict, runs: int) -> None:
     hook = [sys.executable, "-m", "pimem", "hook", "claude-code"]
     payload = lambda event, **extra: json.dumps({"session_id": "cur", "transcript_path": str(transcript), "cwd": CWD,  # noqa: E731
                                                  "hook_event_name": event, **extra}).encode()
-    measure(hook, env, payload("Stop"))  # the session's first 200 lines, and the memory's import state
+    measure(hook, env, payload("Stop"))  # the session's first 200 lines, and the memory's import keys (built once)
     baselines = {"minimal typer app, one no-op command": [sys.executable, str(ROOT / "bench" / "typer_noop.py"), "noop", "x"]}
     if subprocess.run([sys.executable, "-m", "pimem", "--version"], env=env, capture_output=True).returncode == 0:
         baselines["pimem --version"] = [sys.executable, "-m", "pimem", "--version"]

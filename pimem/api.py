@@ -38,14 +38,15 @@ class _Held:
         self.lines: dict[str, str] = {}
 
     def __call__(self, msg: dict) -> dict:
-        held = self.mem.held(msg["i"])
+        held = self.mem.held_each([msg["i"]], {msg["i"]: msg["size"]}, lines=self.include_tools)[msg["i"]]
         if held is not None and not self.include_tools:
             if held["label"] not in self.lines:
                 from .privacy import hide_tools
+                from .tree import parse_label
                 from .view import render_line
 
-                v = self.mem.views.current(create=False).view
-                l, i, text, _ = v.line(v.covering(msg["i"]))
+                l, i = parse_label(held["label"])
+                text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
                 self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)])[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}

@@ -384,11 +384,14 @@ class Memory:
         placeholder). None when no view exists yet or ``i`` is not in it."""
         return self.held_each([i])[i]
 
-    def held_each(self, ids: list[int]) -> dict[int, dict | None]:
-        """``held`` for several messages, looking the view up once (search and recall report it per hit).
-        The view is caught up on the first call for this object only: a reader asking about many hits pays
-        for one look at the log."""
-        return self.views.held(ids, lambda i: self.message(i)["size"])
+    def held_each(self, ids: list[int], sizes: dict[int, int] | None = None,
+                  lines: bool = True) -> dict[int, dict | None]:
+        """``held`` for several messages (search and recall report it per hit), costing what they cost, not
+        what the view costs: read from ``view.json`` around each message where it is current, else from the
+        view caught up once for this object. ``sizes``: the messages' ``size`` where the caller has them
+        (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
+        sizes = sizes or {}
+        return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
 
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →

@@ -287,9 +287,8 @@ def snippet(text: str, wanted: list[str]) -> str:
 
 def _summary(mem, r: dict, found: Found) -> dict:
     meta = r["message"].get("meta") or {}
-    held = mem.held(r["id"])
-    if held:  # the view line itself may quote tool traffic verbatim; the model has the view anyway
-        held = {k: v for k, v in held.items() if k != "line"}
+    # (not the view line itself: it may quote tool traffic verbatim, and the model has the view anyway)
+    held = mem.held_each([r["id"]], {r["id"]: r["message"]["size"]}, lines=False)[r["id"]]
     item = {"id": r["id"], "kind": r["kind"], "kinds": r["kinds"], "date": r["date"], "held": held}
     for key in ("tool", "exit_code", "entry"):
         if key in meta and isinstance(meta[key], (str, int)) and not isinstance(meta[key], bool):

@@ -128,7 +128,7 @@ def _add_held(mem, hits: list[dict]) -> None:
     """``held`` and ``label`` on each hit of ``mem``, once the memory has a view."""
     if not hits:
         return
-    each = mem.held_each([hit["i"] for hit in hits])
+    each = mem.held_each([hit["i"] for hit in hits], {hit["i"]: hit["size"] for hit in hits}, lines=False)
     for hit in hits:
         held = each[hit["i"]]
         if held is not None:

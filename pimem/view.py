@@ -25,6 +25,7 @@ from .tree import PLACEHOLDER, byte_size, flat, label
 
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
+MARK_EVERY = 256  # view.json marks the first message of every this many lines
 
 
 # the text of a built line not read back from the tree yet (Ellipsis: a singleton the garbage collector does
@@ -458,9 +459,14 @@ class View:
     # ---- view.json ---------------------------------------------------------------------------------------
 
     def to_json(self) -> dict:
+        """The shape (a character per line: its level, ``_`` for a placeholder), the first message of every
+        ``MARK_EVERY``-th line (so a reader finds the line covering a message by reading ``MARK_EVERY``
+        characters of the shape, not all of it: ``pimem.viewfile.SavedShape``), the bytes, the batch flag
+        and the pairs waiting for a parent."""
         shape = "".join(UNBUILT if ln[2] is None else LEVELS[ln[0]] for ln in self.lines)
         blocked = sorted(i << l for l, lst in self.blocked.items() for i in lst)
-        return {"lines": shape, "bytes": self.total, "shrinking": self.shrinking, "blocked": blocked}
+        return {"lines": shape, "marks": self.starts[::MARK_EVERY], "bytes": self.total,
+                "shrinking": self.shrinking, "blocked": blocked}
 
     def load(self, data: dict) -> None:
         """Restore from ``to_json`` output; ``ValueError`` says what is wrong with it."""
@@ -483,6 +489,9 @@ class View:
                 lines.append((l, at >> l, UNLOADED, None))
             starts.append(at)
             at += 1 << l
+        marks = data.get("marks")
+        if marks is not None and marks != starts[::MARK_EVERY]:  # (a view.json of an older pimem has none)
+            raise ValueError("its marks do not match its lines")
         self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking
         self.ready, self.blocked = {}, {}
         for a, b in zip(lines, lines[1:]):

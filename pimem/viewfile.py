@@ -16,13 +16,16 @@ never called back otherwise.
 
 from __future__ import annotations
 
+import bisect
+import re
 from pathlib import Path
 from typing import Callable, Sequence
 
 import orjson
 
 from .tree import byte_size, label
-from .view import UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost, render_line
+from .view import (LEVELS, MARK_EVERY, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost,
+                   render_line)
 
 VERSION = 1
 PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
@@ -40,6 +43,7 @@ class Views:
         self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch)
         self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
+        self.unmarked = False  # restored from a view.json without marks (see ``View.to_json``)
         self.tree_reads = 0  # times the views caught up with the tree files
         self.saved_changes = 0  # changes (both views) as of the last save
         self.loaded: tuple | None = None  # view.json's identity when read or last written by us
@@ -147,6 +151,7 @@ class Views:
             raise ValueError("tree positions missing")
         self.tree_seen = tree
         self.saved_changes = self.changes
+        self.unmarked = "marks" not in data["view"]  # (written by a pimem before the marks: rewrite it)
 
     def check_tree(self, sizes: dict[str, int]) -> None:
         """Every line the view holds as built must still be built. The tree only grows (each node is written
@@ -178,6 +183,67 @@ def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
     views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf)
 
 
+class SavedShape:
+    """The model's view as ``view.json`` saved it, read only where it is asked about. ``Views.to_bytes`` writes
+    the file in a fixed order (orjson keeps the keys' order): ``version``, ``check``, ``T``, then the view's
+    shape (a character per line) directly followed by its marks (the first message of every ``MARK_EVERY``-th
+    line). So the line covering a message is found by bisecting the marks and reading at most
+    ``MARK_EVERY`` characters of the shape: the file is mapped, not parsed, and no view is built (at a
+    million lines, what a search's ``held`` costs is its hits'). Anything unexpected reads as None, and the
+    caller loads the view instead, which checks the whole file against its checksum and says what is
+    wrong."""
+
+    _HEAD = re.compile(rb'\{"version":(\d+),"check":\d+,"T":(\d+),"view":\{"lines":"')
+    _MARKS = b'","marks":['
+
+    def __init__(self, data, start: int, end: int, T: int, marks: list[int], tree: dict):
+        self.data, self.start, self.end = data, start, end  # the shape is data[start:end]
+        self.T, self.marks, self.tree = T, marks, tree
+
+    @classmethod
+    def read(cls, path: Path) -> "SavedShape | None":
+        import mmap
+
+        try:
+            with open(path, "rb") as f:
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):  # (an empty file cannot be mapped)
+            return None
+        head = cls._HEAD.match(data[:256])
+        if head is None or int(head[1]) != VERSION:
+            return None
+        start = head.end()
+        end = data.find(b'"', start)
+        if end < 0 or data[end:end + len(cls._MARKS)] != cls._MARKS:
+            return None  # (a file of an older pimem has no marks: the caller loads it)
+        close = data.find(b"]", end)
+        tree_at = data.rfind(b',"tree":')
+        try:
+            marks = orjson.loads(data[end + len(cls._MARKS) - 1:close + 1])
+            tree = orjson.loads(data[tree_at + 8:len(data) - 2]) if data[-2:] == b"}\n" and tree_at > close else None
+        except orjson.JSONDecodeError:
+            return None
+        lines = end - start
+        if type(marks) is not list or len(marks) != -(-lines // MARK_EVERY) or (marks and marks[0] != 0) \
+                or type(tree) is not dict:
+            return None
+        return cls(data, start, end, int(head[2]), marks, tree)
+
+    def covering(self, m: int) -> tuple[int, int, bool] | None:
+        """The line covering message ``m`` (``0 <= m < T``) as ``(l, i, built)``, or None if the shape there
+        does not tile the messages."""
+        k = bisect.bisect_right(self.marks, m) - 1
+        at, first = self.marks[k], self.start + k * MARK_EVERY
+        for ch in self.data[first:min(first + MARK_EVERY, self.end)].decode("ascii", "replace"):
+            l = 0 if ch == UNBUILT else LEVELS.find(ch)
+            if l < 0 or at & ((1 << l) - 1):
+                return None
+            if m < at + (1 << l):
+                return l, at >> l, ch != UNBUILT
+            at += 1 << l
+        return None
+
+
 class ViewFile:
     """The views of one memory and their files. ``log`` is the memory's ``store.Log``, ``tree`` its
     ``tree.Tree``, ``lock(timeout=…)`` its writer lock (a context manager raising ``Busy``), ``config()`` its
@@ -189,6 +255,7 @@ class ViewFile:
         self.texts_path = path / TEXTS
         self.log, self.tree, self.lock, self.config = log, tree, lock, config
         self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
+        self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
 
     @property
     def line_bytes(self) -> int:
@@ -267,7 +334,7 @@ class ViewFile:
                     views.loaded = stamp  # the file this refold replaces
             self.loaded = views
         self._catch_up(views, count)
-        if save is not False and views.should_save():
+        if save is not False and (views.should_save() or views.unmarked):
             if save:
                 self.write(views)
             else:
@@ -333,7 +400,7 @@ class ViewFile:
         from .home import write_atomic
 
         write_atomic(self.path, views.to_bytes(), durable=False)
-        views.saved_changes = views.changes
+        views.saved_changes, views.unmarked = views.changes, False
         views.loaded = _stamp(self.path)
 
     def _write_if_free(self, views: Views) -> bool:
@@ -401,30 +468,62 @@ class ViewFile:
             return [render_line(l, i, text) for l, i, text, _ in self.shown(views, include_tools=True)]
         return views.view.render(end=end)
 
-    def held(self, ids: list[int], size_of: Callable[[int], int]) -> dict[int, dict | None]:
-        """How the view holds each message (see ``Memory.held``); ``size_of(i)`` gives message i's ``size``.
-        The views are caught up on the first call only: a reader asking about many hits pays for one look at
-        the log."""
+    def held(self, ids: list[int], size_of: Callable[[int], int], lines: bool = True) -> dict[int, dict | None]:
+        """How the view holds each message (see ``Memory.held``); ``size_of(i)`` gives message i's ``size``;
+        ``lines=False`` leaves out the rendered ``line`` (so no text is read). When ``view.json`` holds the
+        view as it is now (it covers the whole log and knows every tree node), each message's line is read
+        from its saved shape around the message (``SavedShape``): the cost is the hits', not the view's. Else
+        the views are caught up, on the first call only (a reader asking about many hits pays for one look
+        at the log)."""
         out: dict[int, dict | None] = dict.fromkeys(ids)
-        if self.loaded is None and not self.path.exists():
-            return out  # no view yet: skip counting the log, which the view would do first
-        views = self.loaded if self.loaded is not None else self.current(create=False)
+        found: dict[int, tuple[int, int, bool]] = {}
+        views = self.loaded
         if views is None:
-            return out
-        v = views.view
-        for i in ids:
-            if not 0 <= i < views.T:
-                continue
-            j = v.covering(i)
-            l, idx, text = v.lines[j][0], v.lines[j][1], v.text(j)
+            shape = self._saved_shape()
+            if shape is not None:
+                found = {i: shape.covering(i) for i in ids if 0 <= i < shape.T}
+            if shape is None or None in found.values():
+                if not self.path.exists():
+                    return out  # no view yet: skip counting the log, which the view would do first
+                views = self.current(create=False)
+                if views is None:
+                    return out
+        if views is not None:
+            v = views.view
+            found = {}
+            for i in ids:
+                if 0 <= i < views.T:
+                    line = v.lines[v.covering(i)]
+                    found[i] = line[0], line[1], line[2] is not None
+        leaves: dict[int, dict] = {}
+        for i, (l, idx, built) in found.items():
             if l:
                 held = "inside"
-            elif text is None:
+            elif not built:
                 held = "pending"
             else:
                 held = "verbatim" if size_of(i) <= self.line_bytes else "summarized"
-            out[i] = {"held": held, "label": label(l, idx), "n": 1 << l, "line": render_line(l, idx, text)}
+            out[i] = {"held": held, "label": label(l, idx), "n": 1 << l}
+            if lines:
+                if views is not None:
+                    text = views.view.text(views.view.covering(i))
+                else:
+                    text = self.tree.text(l, idx, None, leaves) if built else None
+                out[i]["line"] = render_line(l, idx, text)
         return out
+
+    def _saved_shape(self) -> "SavedShape | None":
+        """``view.json``'s shape if it holds the view as it is now: it covers the whole log and knows every
+        tree node (otherwise the views must first be caught up). Read once per version of the file."""
+        stamp = _stamp(self.path)
+        if stamp is None:
+            return None
+        if self._shape is None or self._shape[0] != stamp:
+            self._shape = stamp, SavedShape.read(self.path)
+        shape = self._shape[1]
+        if shape is None or shape.T != self.log.count() or shape.tree != self.tree.file_sizes():
+            return None
+        return shape
 
     # ---- lines.json ----------------------------------------------------------------------------------
 

@@ -163,3 +163,27 @@ def test_watch_import_follows_the_sessions_and_builds_their_memories(home, tmp_p
     events = [json.loads(line) for line in out.splitlines()]
     assert {"event": "imported", "memory": "api", "file": str((sessions / "w1.jsonl").resolve()), "messages": 2} in events
     assert any(e["event"] == "built" and e["memory"] == "api" for e in events)
+
+
+def test_the_real_codex_and_pi_samples_followed_as_they_grow_equal_their_import(home, tmp_path):
+    from test_import import _sample
+
+    folder = tmp_path / "live"
+    folder.mkdir()
+    follower = Follower([str(folder)])
+    wholes = []
+    for n, pattern in enumerate(("codex-*.jsonl", "pi-*.jsonl")):
+        sample = _sample(pattern)
+        raw = sample.read_bytes().splitlines(keepends=True)
+        step = max(1, len(raw) // 7)
+        with open(folder / sample.name, "ab") as f:
+            for k in range(0, len(raw), step):  # the agent appends; the follower looks in between
+                f.writelines(raw[k : k + step])
+                f.flush()
+                follower.poll()
+        subprocess.run(pimem_cmd("import", sample, "-n", f"whole{n}"), capture_output=True, env=subprocess_env(), check=True)
+        wholes.append(f"whole{n}")
+    follower.close()
+    strip = lambda name: [(m["kind"], m["text"], m["date"], m["meta"].get("entry")) for m in Memory.open(name).messages()]  # noqa: E731
+    followed = {t.memory for t in follower.files.values()}
+    assert len(followed) == 2 and sorted(map(strip, followed)) == sorted(map(strip, wholes))

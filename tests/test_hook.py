@@ -274,3 +274,21 @@ def test_a_stuck_import_is_cut_off_by_the_watchdog_and_the_context_still_comes(h
     assert proc.returncode == 0 and b"out of time after 0.5 s" in proc.stderr
     answer = json.loads(proc.stdout)
     assert "5433" in answer["hookSpecificOutput"]["additionalContext"] and "out of time" in answer["systemMessage"]
+
+
+def test_the_real_claude_code_sample_captured_as_it_grows_equals_its_import(home, tmp_path):
+    from test_import import _sample
+
+    sample = _sample("*tool_heavy*.jsonl")
+    raw = sample.read_bytes().splitlines(keepends=True)
+    first = next(json.loads(l) for l in raw if b'"sessionId"' in l)
+    transcript = tmp_path / "live.jsonl"
+    for cut in (len(raw) // 3, 2 * len(raw) // 3, len(raw)):  # Claude Code writes it while the hooks fire
+        with open(transcript, "wb") as f:
+            f.writelines(raw[:cut])
+        code, _, err = hook(payload("Stop", first["sessionId"], transcript))
+        assert code == 0 and err == ""
+    subprocess.run(pimem_cmd("import", sample, "-n", "whole"), capture_output=True, env=subprocess_env(), check=True)
+    project = first["cwd"].rstrip("/").rsplit("/", 1)[-1]
+    strip = lambda msgs: [(m["kind"], m["text"], m["date"], m["meta"]["entry"]) for m in msgs]  # noqa: E731
+    assert strip(Memory.open(project).messages()) == strip(Memory.open("whole").messages())

@@ -619,3 +619,18 @@ def test_sample_codex_rollout(run, tmp_path):
     assert first_user["text"] == next(
         p["content"][0]["text"] for p in items if p["type"] == "message" and p["role"] == "user" and not p["content"][0]["text"].startswith(("#", "<")))
     assert msgs[0]["date"] >= lines[0]["timestamp"] and all(m["meta"]["session"] == lines[0]["payload"]["id"] for m in msgs)
+
+
+def test_the_key_set_scans_for_a_few_keys_and_builds_a_set_for_many():
+    from pimem.importers.state import KeySet
+
+    keys = [bytes([n]) * 16 for n in range(1, 100)]
+    data = b"".join(keys)
+    straddling = data[8:24]  # the end of one key and the start of the next: not a key
+    found = KeySet(data)
+    assert keys[5] in found and straddling not in found and b"\0" * 16 not in found
+    found.add(b"\0" * 16)
+    assert b"\0" * 16 in found
+    for _ in range(KeySet.SCANS):
+        assert keys[7] in found
+    assert found._set is not None and keys[98] in found and straddling not in found  # a set by now, same answers

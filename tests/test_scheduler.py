@@ -213,6 +213,8 @@ def test_a_backlog_build_keeps_every_context_within_twice_hi_and_its_median_with
         assert run("build-tree", "m").exit_code == 0
     contexts = [chat_bytes(body) for body in server.requests]
     assert len(contexts) > 300
-    assert 4000 <= max(contexts) <= 2 * 8000  # the budget is used, and never exceeded twice over
+    # (no lower bound: <chat> stops at the first unbuilt leaf, so one slow call on a loaded machine keeps every
+    # context after it short; the whole-log view this replaces gave 29 KB here)
+    assert max(contexts) <= 2 * 8000
     assert statistics.median(contexts) <= 8000
     assert_complete(Memory.open("m"))

@@ -42,13 +42,50 @@ def key_of(message: dict) -> bytes | None:
     return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
+class KeySet:
+    """The keys of ``imports.keys`` (its bytes, 16 a key) and those added since: a set once it is asked
+    often, a scan of the bytes before (a hook or a follower checks a few keys against a memory of a
+    hundred thousand, where building the set would cost more than the scans)."""
+
+    SCANS = 64  # lookups answered by scanning the bytes before the set is built
+
+    def __init__(self, data: bytes = b""):
+        self._data, self._set, self._added, self._asked = data, None, set(), 0
+
+    def __contains__(self, key: bytes) -> bool:
+        if key in self._added:
+            return True
+        if self._set is None:
+            self._asked += 1
+            if self._asked <= self.SCANS:
+                return _holds(self._data, key)
+            self._set = {self._data[n : n + KEY_BYTES] for n in range(0, len(self._data), KEY_BYTES)}
+        return key in self._set
+
+    def add(self, key: bytes) -> None:
+        self._added.add(key)
+
+    def update(self, keys) -> None:
+        self._added.update(keys)
+
+
+def _holds(data: bytes, key: bytes) -> bool:
+    """Is ``key`` one of the 16-byte records of ``data`` (a match across two records does not count)?"""
+    at = data.find(key)
+    while at >= 0:
+        if at % KEY_BYTES == 0:
+            return True
+        at = data.find(key, at + 1)
+    return False
+
+
 class ImportState:
     """The keys a memory holds and the read position of each imported file. Call ``sync`` under the
     writer lock before filtering a batch, and ``commit`` after logging it."""
 
     def __init__(self, mem: Memory):
         self.mem = mem
-        self.keys: set[bytes] = set()
+        self.keys = KeySet()
         self.covered = 0
         self.count = 0
         self.files: dict[str, dict] = {}
@@ -79,7 +116,7 @@ class ImportState:
             if len(data) < disk["keys"] * KEY_BYTES:
                 self._reset()
             else:
-                self.keys = {data[n : n + KEY_BYTES] for n in range(0, disk["keys"] * KEY_BYTES, KEY_BYTES)}
+                self.keys = KeySet(data[: disk["keys"] * KEY_BYTES])
                 self.covered, self.count, self.files = disk["covered"], disk["keys"], disk["files"]
                 self._loaded = (self.covered, self.count)
         total = self.mem.count()
@@ -107,7 +144,7 @@ class ImportState:
         return {"covered": covered, "keys": count, "files": files}
 
     def _reset(self) -> None:
-        self.keys, self.covered, self.count, self._loaded = set(), 0, 0, None
+        self.keys, self.covered, self.count, self._loaded = KeySet(), 0, 0, None
         self.files = {}
 
     def commit(self, keys: list[bytes], total: int, file: str | None = None, position: dict | None = None) -> None:
