@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from .. import env, message as msgs, when
+from .. import env, message as msgs, stopping, when
 from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
@@ -238,6 +238,7 @@ class _File:
         self.report.malformed += 1
         self.warn(f"{self.source.path}:{line_no}: {reason}; skipped")
 
+    @stopping.held()  # a signal waits for the batch, its position and its hand-over to the indexer
     def _flush(self, position: dict) -> None:
         """Log the batch's new messages and record how far the file has been read (under the writer lock)."""
         batch, self.batch, self.batch_bytes = self.batch, [], 0
