@@ -19,7 +19,7 @@ _pimem_names() {
   done
 }
 
-# node ids (id+n) of memory $1's view, as `pimem view` prints them (id+n|text)
+# node ids (id+n) of memory $1's view (the default memory's when $1 is empty), as `pimem view` prints them
 _pimem_nodes() {
   local i w args=()
   for ((i = 1; i < ${#COMP_WORDS[@]}; i++)); do
@@ -27,53 +27,154 @@ _pimem_nodes() {
     if [[ $w == --home ]]; then args=(--home "${COMP_WORDS[i+1]}"); fi
     if [[ $w == --home=* ]]; then args=("$w"); fi
   done
-  [[ -n $1 ]] && command pimem view "$1" "${args[@]}" 2>/dev/null | cut -d'|' -f1
+  command pimem view ${1:+"$1"} "${args[@]}" 2>/dev/null | cut -d'|' -f1
+}
+
+# what completes a value: "$cmd $option" or "$cmd $slot" (a positional's number) -> words, @names, @nodes,
+# @files, @dirs
+_pimem_words() {
+  case $1 in
+    "append -k"|"append --kind") echo "user pi tool echo work note assistant tool_call tool_result bash custom" ;;
+    "append --date") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "append --home") echo "@dirs" ;;
+    "append 1") echo "@names" ;;
+    "build-tree --log") echo "@files" ;;
+    "build-tree --home") echo "@dirs" ;;
+    "build-tree 1") echo "@names" ;;
+    "compact --home") echo "@dirs" ;;
+    "compact 1") echo "@names" ;;
+    "context --cwd") echo "@dirs" ;;
+    "context --home") echo "@dirs" ;;
+    "context 1") echo "@names" ;;
+    "date --at") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "date --home") echo "@dirs" ;;
+    "date 1") echo "@names" ;;
+    "delete --home") echo "@dirs" ;;
+    "delete 1") echo "@names" ;;
+    "demo --name") echo "@names" ;;
+    "demo --home") echo "@dirs" ;;
+    "forget --home") echo "@dirs" ;;
+    "forget 1") echo "@names" ;;
+    "fsck --home") echo "@dirs" ;;
+    "fsck 1") echo "@names" ;;
+    "hook -n"|"hook --name") echo "@names" ;;
+    "hook --home") echo "@dirs" ;;
+    "import -n"|"import --name") echo "@names" ;;
+    "import -f"|"import --format") echo "auto pi claude codex ndjson" ;;
+    "import --home") echo "@dirs" ;;
+    "import 1") echo "@files" ;;
+    "list --home") echo "@dirs" ;;
+    "map --svg") echo "@files" ;;
+    "map --home") echo "@dirs" ;;
+    "map 1") echo "@names" ;;
+    "mcp --home") echo "@dirs" ;;
+    "memories --status") echo "live all pinned active provisional resolved superseded" ;;
+    "memories --kind") echo "fact preference constraint decision working derived" ;;
+    "memories --home") echo "@dirs" ;;
+    "memories 1") echo "@names" ;;
+    "message --home") echo "@dirs" ;;
+    "message 1") echo "@names" ;;
+    "model --home") echo "@dirs" ;;
+    "model 1") echo "@names openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive" ;;
+    "model 2") echo "openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive" ;;
+    "recall --kind") echo "user pi tool echo work note assistant tool_call tool_result bash custom" ;;
+    "recall --source-class") echo "primary derived all" ;;
+    "recall --scope") echo "all lineage" ;;
+    "recall --home") echo "@dirs" ;;
+    "recall 1") echo "@names" ;;
+    "reindex --home") echo "@dirs" ;;
+    "reindex 1") echo "@names" ;;
+    "remember --kind") echo "fact preference constraint decision working derived" ;;
+    "remember --priority") echo "low normal high" ;;
+    "remember --scope") echo "project user session" ;;
+    "remember --home") echo "@dirs" ;;
+    "remember 1") echo "@names" ;;
+    "rename --home") echo "@dirs" ;;
+    "rename 1") echo "@names" ;;
+    "search --kind"|"search -k") echo "user pi tool echo work note assistant tool_call tool_result bash custom" ;;
+    "search --since") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "search --until") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "search --home") echo "@dirs" ;;
+    "search 2") echo "@names" ;;
+    "since --until") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "since --kind"|"since -k") echo "user pi tool echo work note assistant tool_call tool_result bash custom" ;;
+    "since --home") echo "@dirs" ;;
+    "since 1") echo "@names today yesterday 1h 2h 1d 3d 1w" ;;
+    "since 2") echo "today yesterday 1h 2h 1d 3d 1w" ;;
+    "status --home") echo "@dirs" ;;
+    "status 1") echo "@names" ;;
+    "view --home") echo "@dirs" ;;
+    "view 1") echo "@names" ;;
+    "watch --import") echo "@dirs" ;;
+    "watch --log") echo "@files" ;;
+    "watch --home") echo "@dirs" ;;
+    "watch 1") echo "@names" ;;
+    "zoom --home") echo "@dirs" ;;
+    "zoom 1") echo "@names @nodes" ;;
+    "zoom 2") echo "@nodes" ;;
+  esac
+}
+
+# COMPREPLY from such a list, for the word $cur (and $memory, the memory named on the line, for @nodes)
+_pimem_reply() {
+  local w words=""
+  for w in $1; do
+    case $w in
+      @names) words+=" $(_pimem_names)" ;;
+      @nodes) words+=" $(_pimem_nodes "$memory")" ;;
+      @files) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -f -- "$cur")) ;;
+      @dirs) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -d -- "$cur")) ;;
+      *) words+=" $w" ;;
+    esac
+  done
+  COMPREPLY+=($(compgen -W "$words" -- "$cur"))
 }
 
 _pimem() {
   local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]}
   local cmd="" at=0 i w
+  COMPREPLY=()
   for ((i = 1; i < COMP_CWORD; i++)); do
     if [[ ${COMP_WORDS[i]} != -* ]]; then cmd=${COMP_WORDS[i]}; at=$i; break; fi
   done
   if [[ -z $cmd ]]; then
-    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck hook import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help" -- "$cur"))
+    COMPREPLY=($(compgen -W "append build-tree compact context date delete demo forget fsck hook import list map mcp memories message model recall reindex remember rename search since status view watch zoom -h --help --version" -- "$cur"))
     return
   fi
-  local opts="" valued="" slots="" nodes=""
+  local opts="" valued="" last=0
   case $cmd in
-    append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; slots="1"; nodes="" ;;
-    build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; slots="1+"; nodes="" ;;
-    compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; slots="1"; nodes="" ;;
-    context) opts="--system --cwd --wait --session --include-tools --json --home -h --help"; valued="--cwd --wait --session --home"; slots="1"; nodes="" ;;
-    date) opts="--at --json --home -h --help"; valued="--at --home"; slots="1"; nodes="" ;;
-    delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
-    demo) opts="--name --home -h --help"; valued="--name --home"; slots=""; nodes="" ;;
-    forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; slots="1"; nodes="" ;;
-    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; slots="1+"; nodes="" ;;
-    hook) opts="--budget --timeout -n --name --project --user --dry-run --home -h --help"; valued="--budget --timeout -n --name --home"; slots=""; nodes="" ;;
-    import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; slots=""; nodes="" ;;
-    list) opts="--json --home -h --help"; valued="--home"; slots=""; nodes="" ;;
-    map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; slots="1"; nodes="" ;;
-    mcp) opts="--home -h --help"; valued="--home"; slots=""; nodes="" ;;
-    memories) opts="--status --kind --id --offset --limit --session --include-tools --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; slots="1"; nodes="" ;;
-    message) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    model) opts="--base-url --key-env --command --price-in --price-out --price-cached-in --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --price-cached-in --home"; slots="1"; nodes="" ;;
-    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; slots="1"; nodes="" ;;
-    reindex) opts="--json --home -h --help"; valued="--home"; slots="1+"; nodes="" ;;
-    remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; slots="1"; nodes="" ;;
-    rename) opts="--timeout --home -h --help"; valued="--timeout --home"; slots="1"; nodes="" ;;
-    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; slots="2+"; nodes="" ;;
-    since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; slots="1"; nodes="" ;;
-    status) opts="--json --home -h --help"; valued="--home"; slots="1"; nodes="" ;;
-    view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; slots="1"; nodes="" ;;
-    watch) opts="--wait --max-cost-per-day --import --log --json --home -h --help"; valued="--max-cost-per-day --import --log --home"; slots="1+"; nodes="" ;;
-    zoom) opts="--include-tools --json --home -h --help"; valued="--home"; slots="1"; nodes="2" ;;
+    append) opts="-k --kind --date --meta --ndjson --json --timeout --home -h --help"; valued="-k --kind --date --meta --timeout --home"; last=2 ;;
+    build-tree) opts="--dry-run --max-cost --retries --wait --log --json --home -h --help"; valued="--max-cost --retries --wait --log --home"; last=1 ;;
+    compact) opts="--keep --dry-run --json --timeout --home -h --help"; valued="--keep --timeout --home"; last=0 ;;
+    context) opts="--system --cwd --wait --session --include-tools --json --home -h --help"; valued="--cwd --wait --session --home"; last=0 ;;
+    date) opts="--at --json --home -h --help"; valued="--at --home"; last=0 ;;
+    delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; last=0 ;;
+    demo) opts="--name --home -h --help"; valued="--name --home"; last=0 ;;
+    forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; last=0 ;;
+    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; last=1 ;;
+    hook) opts="--budget --timeout -n --name --project --user --dry-run --home -h --help"; valued="--budget --timeout -n --name --home"; last=1 ;;
+    import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; last=1 ;;
+    list) opts="--json --home -h --help"; valued="--home"; last=0 ;;
+    map) opts="--width --svg --include-tools --home -h --help"; valued="--width --svg --home"; last=0 ;;
+    mcp) opts="--home -h --help"; valued="--home"; last=0 ;;
+    memories) opts="--status --kind --id --offset --limit --session --include-tools --budget --json --home -h --help"; valued="--status --kind --id --offset --limit --session --budget --home"; last=2 ;;
+    message) opts="--include-tools --json --home -h --help"; valued="--home"; last=0 ;;
+    model) opts="--base-url --key-env --command --price-in --price-out --price-cached-in --default --json --home -h --help"; valued="--base-url --key-env --command --price-in --price-out --price-cached-in --home"; last=0 ;;
+    recall) opts="--ids --file --kind --page --limit --raw --offset --raw-limit --source-class --scope --include-tools --budget --json --home -h --help"; valued="--ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home"; last=2 ;;
+    reindex) opts="--json --home -h --help"; valued="--home"; last=1 ;;
+    remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; last=2 ;;
+    rename) opts="--timeout --home -h --help"; valued="--timeout --home"; last=0 ;;
+    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; last=2 ;;
+    since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; last=0 ;;
+    status) opts="--json --home -h --help"; valued="--home"; last=0 ;;
+    view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; last=0 ;;
+    watch) opts="--wait --max-cost-per-day --import --log --json --home -h --help"; valued="--max-cost-per-day --import --log --home"; last=1 ;;
+    zoom) opts="--include-tools --json --home -h --help"; valued="--home"; last=0 ;;
     *) return ;;
   esac
+  local memory=""
   if [[ " $valued " == *" $prev "* ]]; then
-    if [[ $prev == --home ]]; then COMPREPLY=($(compgen -d -- "$cur"));
-    elif [[ $prev == --name ]]; then COMPREPLY=($(compgen -W "$(_pimem_names)" -- "$cur")); fi
+    _pimem_reply "$(_pimem_words "$cmd $prev")"
     return
   fi
   if [[ $cur == -* ]]; then
@@ -81,26 +182,16 @@ _pimem() {
     return
   fi
   # which positional argument is being completed (options and their values do not count)
-  local n=0 skip=0 memory=""
+  local n=0 skip=0 first=""
   for ((i = at + 1; i < COMP_CWORD; i++)); do
     if ((skip)); then skip=0; continue; fi
     w=${COMP_WORDS[i]}
-    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); [[ -n $memory ]] || memory=$w; fi
+    if [[ " $valued " == *" $w "* ]]; then skip=1; elif [[ $w != -* ]]; then ((n++)); [[ -n $first ]] || first=$w; fi
   done
   ((n++))
-  local slot
-  for slot in $nodes; do
-    if [[ $slot == "$n" ]]; then
-      COMPREPLY=($(compgen -W "$(_pimem_nodes "$memory")" -- "$cur"))
-      return
-    fi
-  done
-  for slot in $slots; do
-    if [[ $slot == "$n" || ( $slot == *+ && $n -ge ${slot%+} ) ]]; then
-      COMPREPLY=($(compgen -W "$(_pimem_names)" -- "$cur"))
-      return
-    fi
-  done
+  ((n > 1)) && memory=$first
+  ((last && n > last)) && n=$last
+  _pimem_reply "$(_pimem_words "$cmd $n")"
 }
 
-complete -o default -F _pimem pimem
+complete -F _pimem pimem

@@ -45,7 +45,7 @@ function __pimem_slot
     end
 end
 
-# node ids (id+n) of the memory named on the line, as `pimem view` prints them (id+n|text)
+# node ids (id+n) of the memory named before the word being completed (else the default memory's view)
 function __pimem_nodes
     set -l tokens (commandline -opc)
     set -l name
@@ -63,12 +63,30 @@ function __pimem_nodes
             set name $w
         end
     end
-    test -n "$name"; or return
     command pimem view $name $args 2>/dev/null | string split -f1 '|'
+end
+
+# what completes a value: words, and @names @nodes @files @dirs
+function __pimem_words
+    for w in $argv
+        switch $w
+            case @names
+                __pimem_names
+            case @nodes
+                __pimem_nodes
+            case @files
+                __fish_complete_path (commandline -ct)
+            case @dirs
+                __fish_complete_directories (commandline -ct)
+            case '*'
+                echo $w
+        end
+    end
 end
 
 complete -c pimem -f
 complete -c pimem -n __fish_use_subcommand -s h -l help -d 'Show help'
+complete -c pimem -n __fish_use_subcommand -l version -d 'Print the version and exit'
 
 complete -c pimem -n __fish_use_subcommand -a append -d 'Log one message (or a stream) verbatim and print its number i.'
 complete -c pimem -n __fish_use_subcommand -a build-tree -d 'Build every buildable summary node once, then exit (for cron).'
@@ -99,121 +117,122 @@ complete -c pimem -n __fish_use_subcommand -a watch -d 'Build summaries in the b
 complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.'
 
 # append
-complete -c pimem -n '__fish_seen_subcommand_from append' -s k -l kind -x -d 'user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).'
-complete -c pimem -n '__fish_seen_subcommand_from append' -l date -x -d 'The message\'s date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).'
+complete -c pimem -n '__fish_seen_subcommand_from append' -s k -l kind -x -a '(__pimem_words user pi tool echo work note assistant tool_call tool_result bash custom)' -d 'user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).'
+complete -c pimem -n '__fish_seen_subcommand_from append' -l date -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'The message\'s date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l meta -x -d 'A JSON object stored with the message.'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l ndjson -d 'Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from append' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from append' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from append' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k --kind --date --meta --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k --kind --date --meta --timeout --home' -a '(__pimem_words @names)'
 
 # build-tree
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Only print how many calls, tokens and money the rest would take.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
-complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from build-tree; and __pimem_slot 1+ --max-cost --retries --wait --log --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree; and __pimem_slot 1+ --max-cost --retries --wait --log --home' -a '(__pimem_words @names)'
 
 # compact
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l keep -x -d 'Bytes of recent messages to keep (message sizes).'
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l dry-run -d 'Show the boundary and checkpoint; write nothing.'
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from compact' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from compact' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from compact' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from compact' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from compact; and __pimem_slot 1 --keep --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from compact; and __pimem_slot 1 --keep --timeout --home' -a '(__pimem_words @names)'
 
 # context
 complete -c pimem -n '__fish_seen_subcommand_from context' -l system -d 'Print the system prompt and the tool schemas as one JSON object; the same bytes every time.'
-complete -c pimem -n '__fish_seen_subcommand_from context' -l cwd -x -d 'Working directory to report (default: the current one).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l cwd -x -a '(__pimem_words @dirs)' -d 'Working directory to report (default: the current one).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l wait -x -d 'While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from context' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from context' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from context' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from context; and __pimem_slot 1 --cwd --wait --session --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from context; and __pimem_slot 1 --cwd --wait --session --home' -a '(__pimem_words @names)'
 
 # date
-complete -c pimem -n '__fish_seen_subcommand_from date' -l at -x -d 'Print the first message number at or after WHEN instead.'
+complete -c pimem -n '__fish_seen_subcommand_from date' -l at -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Print the first message number at or after WHEN instead.'
 complete -c pimem -n '__fish_seen_subcommand_from date' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from date' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from date' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from date' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from date; and __pimem_slot 1 --at --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from date; and __pimem_slot 1 --at --home' -a '(__pimem_words @names)'
 
 # delete
 complete -c pimem -n '__fish_seen_subcommand_from delete' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from delete' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from delete' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from delete' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from delete' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from delete; and __pimem_slot 1 --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from delete; and __pimem_slot 1 --timeout --home' -a '(__pimem_words @names)'
 
 # demo
-complete -c pimem -n '__fish_seen_subcommand_from demo' -l name -x -a '(__pimem_names)' -d 'Memory to log the sample into.'
-complete -c pimem -n '__fish_seen_subcommand_from demo' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from demo' -l name -x -a '(__pimem_words @names)' -d 'Memory to log the sample into.'
+complete -c pimem -n '__fish_seen_subcommand_from demo' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from demo' -s h -l help -d 'Show this help and exit.'
 
 # forget
 complete -c pimem -n '__fish_seen_subcommand_from forget' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
 complete -c pimem -n '__fish_seen_subcommand_from forget' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from forget' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from forget' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from forget' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from forget' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from forget; and __pimem_slot 1 --session --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from forget; and __pimem_slot 1 --session --timeout --home' -a '(__pimem_words @names)'
 
 # fsck
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l repair -d 'Seal torn lines and rebuild derived state; never deletes anything.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --timeout --home' -a '(__pimem_words @names)'
 
 # hook
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l budget -x -d 'Most characters of context to answer with (default 4000).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l timeout -x -d 'Most seconds the hook takes (default 10; a watchdog ends it a second later).'
-complete -c pimem -n '__fish_seen_subcommand_from hook' -s n -l name -x -a '(__pimem_names)' -d 'Memory to capture into (default: the session\'s project, as import names it).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -s n -l name -x -a '(__pimem_words @names)' -d 'Memory to capture into (default: the session\'s project, as import names it).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l project -d 'install: into this project\'s .claude/settings.json.'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install: into ~/.claude/settings.json (the default).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install: print the merged settings, write nothing.'
-complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -s h -l help -d 'Show this help and exit.'
 
 # import
-complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_names)' -d 'Memory to import into (default: one per project, named after its working directory).'
-complete -c pimem -n '__fish_seen_subcommand_from import' -s f -l format -x -d 'auto, pi, claude, codex or ndjson.'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_words @names)' -d 'Memory to import into (default: one per project, named after its working directory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -s f -l format -x -a '(__pimem_words auto pi claude codex ndjson)' -d 'auto, pi, claude, codex or ndjson.'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l follow -d 'Keep going: import what the files (and new files in the directories) get, until stopped.'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from import' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from import' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from import' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from import; and __pimem_slot 1+ -n --name -f --format --timeout --home' -a '(__pimem_words @files)'
 
 # list
 complete -c pimem -n '__fish_seen_subcommand_from list' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from list' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from list' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from list' -s h -l help -d 'Show this help and exit.'
 
 # map
 complete -c pimem -n '__fish_seen_subcommand_from map' -l width -x -d 'Columns to fit (default: the terminal\'s).'
-complete -c pimem -n '__fish_seen_subcommand_from map' -l svg -x -d 'Also write the picture as an SVG image.'
+complete -c pimem -n '__fish_seen_subcommand_from map' -l svg -x -a '(__pimem_words @files)' -d 'Also write the picture as an SVG image.'
 complete -c pimem -n '__fish_seen_subcommand_from map' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
-complete -c pimem -n '__fish_seen_subcommand_from map' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from map' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from map' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from map; and __pimem_slot 1 --width --svg --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from map; and __pimem_slot 1 --width --svg --home' -a '(__pimem_words @names)'
 
 # mcp
-complete -c pimem -n '__fish_seen_subcommand_from mcp' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from mcp' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from mcp' -s h -l help -d 'Show this help and exit.'
 
 # memories
-complete -c pimem -n '__fish_seen_subcommand_from memories' -l status -x -d 'live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.'
-complete -c pimem -n '__fish_seen_subcommand_from memories' -l kind -x -d 'Only this kind (fact, preference, constraint, decision, working, derived).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l status -x -a '(__pimem_words live all pinned active provisional resolved superseded)' -d 'live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l kind -x -a '(__pimem_words fact preference constraint decision working derived)' -d 'Only this kind (fact, preference, constraint, decision, working, derived).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l id -x -d 'Read one memory whole, as JSON, paged by --offset/--limit characters.'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l offset -x -d 'Skip this many records (with --id: characters of its text).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l limit -x -d 'Records per page, 1-100 (default 30; with --id: characters, default 4000).'
@@ -221,16 +240,16 @@ complete -c pimem -n '__fish_seen_subcommand_from memories' -l session -x -d 'Th
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from memories' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from memories' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from memories' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from memories; and __pimem_slot 1 --status --kind --id --offset --limit --session --budget --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from memories; and __pimem_slot 1 --status --kind --id --offset --limit --session --budget --home' -a '(__pimem_words @names)'
 
 # message
 complete -c pimem -n '__fish_seen_subcommand_from message' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from message' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from message' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from message' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from message' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from message; and __pimem_slot 1 --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from message; and __pimem_slot 1 --home' -a '(__pimem_words @names)'
 
 # model
 complete -c pimem -n '__fish_seen_subcommand_from model' -l base-url -x -d 'Endpoint of an OpenAI-compatible or Anthropic API.'
@@ -241,85 +260,87 @@ complete -c pimem -n '__fish_seen_subcommand_from model' -l price-out -x -d 'Pri
 complete -c pimem -n '__fish_seen_subcommand_from model' -l price-cached-in -x -d 'Price per million input tokens read from the provider\'s prompt cache (default: --price-in).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l default -d 'Show or set the default for memories without their own (<home>/config.json).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from model' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from model' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from model' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 1 --base-url --key-env --command --price-in --price-out --price-cached-in --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 1 --base-url --key-env --command --price-in --price-out --price-cached-in --home' -a '(__pimem_words @names openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
+complete -c pimem -n '__fish_seen_subcommand_from model; and __pimem_slot 2 --base-url --key-env --command --price-in --price-out --price-cached-in --home' -a '(__pimem_words openai/ anthropic/ deepseek/ openrouter/ ollama/ command extractive)'
 
 # recall
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l ids -x -d 'Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l file -x -d 'Only messages naming a path containing this (case-sensitive).'
-complete -c pimem -n '__fish_seen_subcommand_from recall' -l kind -x -d 'user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l kind -x -a '(__pimem_words user pi tool echo work note assistant tool_call tool_result bash custom)' -d 'user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l page -x -d 'Page of results, from 1.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l limit -x -d 'Results per page, 1-30.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw -d 'The stored messages as JSON; one long message pages by --offset/--raw-limit.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l offset -x -d 'With --raw and one id: first character of its JSON to show.'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l raw-limit -x -d 'With --raw and one id: most characters of its JSON to show.'
-complete -c pimem -n '__fish_seen_subcommand_from recall' -l source-class -x -d 'primary, derived (summaries) or all.'
-complete -c pimem -n '__fish_seen_subcommand_from recall' -l scope -x -d 'all (every branch) or lineage (only the active branch of imported pi sessions).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l source-class -x -a '(__pimem_words primary derived all)' -d 'primary, derived (summaries) or all.'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l scope -x -a '(__pimem_words all lineage)' -d 'all (every branch) or lineage (only the active branch of imported pi sessions).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l budget -x -d 'Most characters to print (the output is never longer and never cuts JSON).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from recall' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from recall' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from recall' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from recall; and __pimem_slot 1 --ids --file --kind --page --limit --offset --raw-limit --source-class --scope --budget --home' -a '(__pimem_words @names)'
 
 # reindex
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from reindex' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from reindex' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from reindex' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from reindex; and __pimem_slot 1+ --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from reindex; and __pimem_slot 1+ --home' -a '(__pimem_words @names)'
 
 # remember
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l pin -d 'Pin it: pinned memories come first in every context.'
-complete -c pimem -n '__fish_seen_subcommand_from remember' -l kind -x -d 'fact (default), preference, constraint, decision, working or derived.'
-complete -c pimem -n '__fish_seen_subcommand_from remember' -l priority -x -d 'low, normal (default) or high.'
-complete -c pimem -n '__fish_seen_subcommand_from remember' -l scope -x -d 'project (default), user, or session (needs --session).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l kind -x -a '(__pimem_words fact preference constraint decision working derived)' -d 'fact (default), preference, constraint, decision, working or derived.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l priority -x -a '(__pimem_words low normal high)' -d 'low, normal (default) or high.'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l scope -x -a '(__pimem_words project user session)' -d 'project (default), user, or session (needs --session).'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l supersede -x -d 'Replace this memory (its text is kept when no TEXT is given).'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l propose -d 'Write it as the model would: provisional until the user confirms it.'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l session -x -d 'The caller\'s session id: session-scoped memories are visible only to it.'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from remember' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from remember' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from remember' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from remember; and __pimem_slot 1 --kind --priority --scope --supersede --session --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from remember; and __pimem_slot 1 --kind --priority --scope --supersede --session --timeout --home' -a '(__pimem_words @names)'
 
 # rename
 complete -c pimem -n '__fish_seen_subcommand_from rename' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'
-complete -c pimem -n '__fish_seen_subcommand_from rename' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from rename' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from rename' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --timeout --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from rename; and __pimem_slot 1 --timeout --home' -a '(__pimem_words @names)'
 
 # search
 complete -c pimem -n '__fish_seen_subcommand_from search' -l any -d 'Match messages holding any of the words, not all.'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l rank -d 'Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l kind -s k -x -d 'Only these kinds (repeatable).'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l until -x -d 'Only messages dated before WHEN.'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l kind -s k -x -a '(__pimem_words user pi tool echo work note assistant tool_call tool_result bash custom)' -d 'Only these kinds (repeatable).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l since -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l until -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Only messages dated before WHEN.'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l before -x -d 'Only messages numbered below I (the next page after a hit #I).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l limit -s n -x -d 'At most this many hits.'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from search' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from search' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from search' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from search; and __pimem_slot 2+ --kind -k --since --until --before --limit -n --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from search; and __pimem_slot 2+ --kind -k --since --until --before --limit -n --home' -a '(__pimem_words @names)'
 
 # since
-complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -d 'Stop before this date/time or #I.'
-complete -c pimem -n '__fish_seen_subcommand_from since' -l kind -s k -x -d 'Only these kinds (repeatable).'
+complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Stop before this date/time or #I.'
+complete -c pimem -n '__fish_seen_subcommand_from since' -l kind -s k -x -a '(__pimem_words user pi tool echo work note assistant tool_call tool_result bash custom)' -d 'Only these kinds (repeatable).'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l follow -s f -d 'Keep printing new messages as they are logged, like tail -f.'
-complete -c pimem -n '__fish_seen_subcommand_from since' -l cursor -x -d 'Resume where the consumer NAME stopped, and remember where it stops now.'
+complete -c pimem -n '__fish_seen_subcommand_from since' -l cursor -x -d 'Resume where this consumer stopped, and remember where it stops now.'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l text -d 'Print one readable line per message instead of NDJSON.'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from since' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from since' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from since' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from since; and __pimem_slot 1 --until --kind -k --cursor --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from since; and __pimem_slot 1 --until --kind -k --cursor --home' -a '(__pimem_words @names today yesterday 1h 2h 1d 3d 1w)'
+complete -c pimem -n '__fish_seen_subcommand_from since; and __pimem_slot 2 --until --kind -k --cursor --home' -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)'
 
 # status
 complete -c pimem -n '__fish_seen_subcommand_from status' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from status' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from status' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from status' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from status; and __pimem_slot 1 --home' -a '(__pimem_words @names)'
 
 # view
 complete -c pimem -n '__fish_seen_subcommand_from view' -l compactor -d 'The compactor\'s view (cut at its first unbuilt line).'
@@ -327,24 +348,24 @@ complete -c pimem -n '__fish_seen_subcommand_from view' -l wait -x -d 'First wai
 complete -c pimem -n '__fish_seen_subcommand_from view' -l stats -d 'Bytes, lines and lines per level instead of the lines.'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from view' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_words @names)'
 
 # watch
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l max-cost-per-day -x -d 'Spend at most this on each memory\'s compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.'
-complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
-complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -a '(__pimem_words @dirs)' -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --max-cost-per-day --import --log --home' -a '(__pimem_names)'
+complete -c pimem -n '__fish_seen_subcommand_from watch; and __pimem_slot 1+ --max-cost-per-day --import --log --home' -a '(__pimem_words @names)'
 
 # zoom
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l include-tools -d 'Also show tool calls and tool results (hidden by default: they hold file contents and command output).'
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -l json -d 'One JSON object per line (NDJSON).'
-complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__fish_complete_directories)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
+complete -c pimem -n '__fish_seen_subcommand_from zoom' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from zoom' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_names)'
-complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 2 --home' -a '(__pimem_nodes)'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 1 --home' -a '(__pimem_words @names @nodes)'
+complete -c pimem -n '__fish_seen_subcommand_from zoom; and __pimem_slot 2 --home' -a '(__pimem_words @nodes)'

@@ -20,7 +20,7 @@ from typing import BinaryIO, Iterator, Sequence
 
 import orjson
 
-from . import env, ingest, when
+from . import env, ingest, stopping, when
 from .errors import BadInput
 from .memory import collector_resting
 from .message import normalise
@@ -76,6 +76,7 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
     if pid == 0:  # the reader: whatever happens, it ends here and never returns into the caller
         status = 1
         try:
+            stopping.child()
             os.close(read_end)
             _end_with(writer)
             status = _read(mem, stream, write_end)
@@ -99,7 +100,8 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
                     return
                 batch = EncodedBatch(data, meta["ends"], meta["sizes"])
                 runs = [(day, count) for day, count in meta["runs"]]
-                yield mem.append_encoded(runs, batch.lines, batch, timeout)
+                with stopping.held():  # a signal stops the stream only after this batch is durable and printed
+                    yield mem.append_encoded(runs, batch.lines, batch, timeout)
     finally:
         if not finished:
             import signal

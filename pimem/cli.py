@@ -11,6 +11,7 @@ import importlib
 import inspect
 import os
 import sys
+from typing import Annotated
 
 import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
@@ -122,6 +123,24 @@ class Command(TyperCommand):
             formatter.write_text("\n\n".join(verbatim))
 
 
+def _version(given: bool) -> None:
+    if given:
+        from . import __version__
+
+        sys.stdout.write(f"pimem {__version__}\n")
+        raise typer.Exit(0)
+
+
+def _root() -> None:
+    pass
+
+
+def _root_with_version(
+    version: Annotated[bool, typer.Option("--version", help="Print pimem's version and exit.", is_eager=True, callback=_version)] = False,
+) -> None:
+    pass
+
+
 def build(only: str | None = None) -> typer.Typer:
     """The app with every command, or just ``only`` (what ``main`` runs)."""
     app = typer.Typer(
@@ -134,11 +153,9 @@ def build(only: str | None = None) -> typer.Typer:
         context_settings={"help_option_names": ["-h", "--help"]},
     )
 
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    _root.__doc__ = HELP
+    # the root's own option only when no command runs (`pimem --version`, `pimem --help`): typer reads every
+    # parameter's annotations as it builds the app, and agent wrappers run a command every turn
+    app.callback(help=HELP)(_root if only is not None else _root_with_version)
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command

@@ -33,6 +33,7 @@ from .chain import canonical, memory_chain, sha256, window_chain
 from .errors import BadInput, IntegrityError
 from .memories import derive
 from .recall import files_of
+from .output import count
 
 MAX_DERIVED = 50
 _PASSED = re.compile(r"(\d+)\s+(?:passed|passing)\b", re.I)
@@ -130,7 +131,7 @@ def plan(mem, keep: int) -> Plan:
         return Plan(parent["sourceStart"], parent["keptStart"], parent["keptStart"], parent.get("isSplitTurn", False),
                     parent["sourceHash"], parent["windowId"], None, existing=parent)
     if proposed <= start:
-        raise BadInput(f"nothing to compact: keeping {keep} bytes of tail (and at least one message) leaves no message before it")
+        raise BadInput(f"nothing to compact: keeping {count(keep, 'byte')} of tail (and at least one message) leaves no message before it")
     if cut is None:
         raise BadInput(
             f"no safe boundary between #{start + 1} and #{proposed}: every cut there would separate a tool call "

@@ -19,6 +19,7 @@ class ExitStatus(IntEnum):
     PROVIDER = 6
     SYSTEM = 7
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
+    TERMINATED = 143  # 128 + SIGTERM
 
     @property
     def meaning(self) -> str:
@@ -34,7 +35,8 @@ _MEANINGS = {
     ExitStatus.INTEGRITY: "integrity error: run `pimem fsck`",
     ExitStatus.PROVIDER: "compactor or provider failure",
     ExitStatus.SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
-    ExitStatus.INTERRUPTED: "interrupted (Ctrl-C): what was durable before stays",
+    ExitStatus.INTERRUPTED: "interrupted (Ctrl-C, SIGINT): what was durable stays, one line says what",
+    ExitStatus.TERMINATED: "stopped by SIGTERM: the same",
 }
 
 # the table as the README and the man pages print it

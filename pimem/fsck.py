@@ -20,6 +20,7 @@ from . import message as msgs, when
 from .errors import PimemError
 from .home import append_durably
 from .memory import Memory
+from .output import count
 
 # how a line torn by a crash starts, per file: the first key a writer puts down
 _TORN_MESSAGE = re.compile(rb'\{"i":\d+[,}]')
@@ -104,13 +105,13 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
             if torn_write.match(raw):
-                found.append(Finding(mem.name, area, where, f"a write torn by a crash and later sealed ({len(raw)} bytes); skipped on read", fatal=False))
+                found.append(Finding(mem.name, area, where, f"a write torn by a crash and later sealed ({count(len(raw), 'byte')}); skipped on read", fatal=False))
             else:
-                found.append(Finding(mem.name, area, where, f"damaged line ({len(raw)} bytes) is not JSON; readers skip it, so anything it held is missing"))
+                found.append(Finding(mem.name, area, where, f"damaged line ({count(len(raw), 'byte')}) is not JSON; readers skip it, so anything it held is missing"))
             continue
         yield where, raw, obj
     if tail:
-        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({len(tail)} bytes, no newline): a write cut by a crash",
+        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({count(len(tail), 'byte')}, no newline): a write cut by a crash",
                              repair="seal it with a newline (readers already skip it)", action=functools.partial(_seal, path)))
 
 
@@ -131,7 +132,7 @@ def check_log(mem: Memory) -> list[Finding]:
     for path in mem.log.files():
         for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE):
             if type(obj) is not dict or type(obj.get("i")) is not int:
-                add(where, f"damaged line ({len(raw)} bytes) is not a message; readers skip it, so anything it held is missing")
+                add(where, f"damaged line ({count(len(raw), 'byte')}) is not a message; readers skip it, so anything it held is missing")
                 continue
             i = obj["i"]
             if i in where_is:
@@ -166,7 +167,7 @@ def check_tree(mem: Memory) -> list[Finding]:
         for where, raw, node in _lines(mem, "tree", path, found, _TORN_NODE):
             l, i = (node.get("l"), node.get("i")) if type(node) is dict else (None, None)
             if type(l) is not int or type(i) is not int or l < 0 or i < 0 or type(node.get("text")) is not str:
-                found.append(Finding(mem.name, "tree", where, f"damaged line ({len(raw)} bytes) is not a node; readers skip it"))
+                found.append(Finding(mem.name, "tree", where, f"damaged line ({count(len(raw), 'byte')}) is not a node; readers skip it"))
                 continue
             name, text = label(l, i), node["text"]
             if (l, i) in seen:
@@ -299,4 +300,3 @@ def _message_problems(msg: dict, day: str) -> list[str]:
 def problems(findings: list[Finding]) -> list[Finding]:
     """The findings that still need a person (or ``--repair``)."""
     return [f for f in findings if f.fatal and not f.repaired]
-

@@ -217,7 +217,7 @@ class Memory:
                 return msg
         for msg in self.log.read(i, i + 1):
             return msg
-        raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} messages (0…{self.count() - 1})")
+        raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} message{'s' if self.count() != 1 else ''} (0…{self.count() - 1})")
 
     # ---- the derived index (index.sqlite) ----------------------------------------------------------------
 

@@ -9,6 +9,7 @@ NAME comes before free words (``append``, ``remember``, ``memories``, ``recall``
 from __future__ import annotations
 
 import os
+import stat
 from typing import Callable
 
 from . import env
@@ -51,11 +52,21 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     the NAME when a memory has that name or when more words follow it (so ``pimem append scratch "an idea"``
     creates ``scratch`` as it always did, and a mistyped name is reported, not searched for). A command that
     ``reads_stdin`` (its name) without text notes on stderr when a lone word that could name a new memory is
-    taken as the text while stdin is not a terminal (``pimem append notes < notes.txt``)."""
+    taken as the text while stdin is a file with something left to read (``pimem append notes < notes.txt``;
+    a pipe cannot be told from an agent wrapper's, so it gets no note)."""
     given = ([name] if name is not None else []) + list(rest or [])
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
-    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and not env.stdin_is_tty():
+    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():
         env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
-                         f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
+                           f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
     return default(), given
+
+
+def _unread_file_on_stdin() -> bool:
+    try:
+        fd = env.current().stdin.fileno()
+        info = os.fstat(fd)
+        return stat.S_ISREG(info.st_mode) and info.st_size > os.lseek(fd, 0, os.SEEK_CUR)
+    except (AttributeError, ValueError, OSError):  # no descriptor (an in-process runner), or not seekable
+        return False

@@ -7,6 +7,18 @@ from typing import Annotated, Optional
 import typer
 
 from .numbers import count, param, seconds
+from .message import ALIASES, KINDS
+
+# what the shell completions offer for a WHEN (every metavar WHEN); each must parse (tests/test_completions.py)
+WHEN_WORDS = ("today", "yesterday", "1h", "2h", "1d", "3d", "1w")
+
+
+def offer(*values: str):
+    """``autocompletion=`` for a parameter taking one of ``values``: the generated shell completions list them."""
+    return lambda: list(values)
+
+
+MESSAGE_KINDS = offer(*KINDS, *ALIASES)
 
 Home = Annotated[
     Optional[str],

@@ -73,6 +73,11 @@ def log_to(path: str | None, what: str) -> None:
     sys.stderr.write(f"{rfc3339(env.now())} pimem {what}\n")
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 message``, ``2 messages``, ``10,000 messages``."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def info(text: str) -> None:
     """A message for the person, on stderr."""
     env.stderr().write(f"{text}\n")

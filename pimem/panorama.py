@@ -92,8 +92,8 @@ def _title(facts: Facts, width: int) -> Row:
     first_day = facts.first[:10]
     day_n = (facts.today - date.fromisoformat(first_day)).days + 1
     forms = (
-        f" · {facts.messages:,} messages since {first_day} · day {day_n}",
-        f" · {facts.messages:,} msgs · {first_day[5:]} · day {day_n}",
+        f" · {facts.messages:,} message{'s' if facts.messages != 1 else ''} since {first_day} · day {day_n}",
+        f" · {facts.messages:,} msg{'s' if facts.messages != 1 else ''} · {first_day[5:]} · day {day_n}",
         f" · {facts.messages:,} · day {day_n}",
     )
     room = width - cell_len(facts.name)

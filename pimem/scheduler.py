@@ -87,6 +87,13 @@ class Scheduler:
     def spent(self) -> float:
         return sum(b.stats.cost for b in self.builders)
 
+    def pending(self) -> int:
+        """Nodes of the builders' memories not built yet, counted afresh (a stopped run has not looked at
+        every node it would have replayed)."""
+        from .builder import survey
+
+        return sum(survey(b.mem)["pending"] for b in self.builders)
+
     def _affordable(self, builder: Builder, worst: float | None) -> bool:
         """Whether a call that may cost ``worst`` can start without any cap being passed, whatever the calls
         in flight turn out to cost."""

@@ -1,5 +1,6 @@
-"""The generated completions complete node ids for `zoom` from the memory's view, in a real bash and fish,
-with a `pimem` on PATH that runs this checkout (memory names are tested in test_docs.py)."""
+"""The generated completions in a real bash, zsh and fish, with a `pimem` on PATH that runs this checkout:
+node ids for `zoom` from the memory's view, option values and WHEN words, and file names only where a file
+is meant (memory names are tested in test_docs.py)."""
 
 import os
 import shutil
@@ -9,6 +10,8 @@ import sys
 import pytest
 
 from conftest import ROOT, subprocess_env
+from pimem import message, when
+from pimem.options import WHEN_WORDS
 from test_docs import _bash_complete as bash_complete
 
 
@@ -34,7 +37,7 @@ def test_bash_completes_memory_names_and_node_ids(run, home, shell_env, tmp_path
     labels = view_labels(run)
     assert "15+1" in labels and any(not l.endswith("+1") for l in labels)  # the view folded: coarse and fine lines
     assert bash_complete(["pimem", "zoom", "m"], shell_env) == ["main"]
-    assert bash_complete(["pimem", "zoom", ""], shell_env) == ["main", "other"]
+    assert bash_complete(["pimem", "zoom", ""], shell_env) == sorted(["main", "other", *labels])  # NAME, or main's ids
     assert bash_complete(["pimem", "zoom", "main", ""], shell_env) == labels
     assert bash_complete(["pimem", "zoom", "--include-tools", "main", "0"], shell_env) == [l for l in labels if l.startswith("0")]
     moved = tmp_path / "moved"
@@ -60,3 +63,63 @@ def test_zsh_node_function_lists_the_view(run, shell_env):
     )
     out = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, env=shell_env)
     assert sorted(out.stdout.split()) == view_labels(run)
+
+
+KINDS = sorted([*message.KINDS, *message.ALIASES])
+PROVIDERS = ["anthropic/", "command", "deepseek/", "extractive", "ollama/", "openai/", "openrouter/"]
+
+
+def test_every_when_word_offered_parses(home):
+    for word in WHEN_WORDS:
+        when.parse_when(word)
+
+
+def test_bash_completes_option_values_and_files_only_where_a_file_is_meant(shell_env, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.jsonl").write_text("")  # a file to be offered only where a file makes sense
+    assert bash_complete(["pimem", "since", "--kind", ""], shell_env) == KINDS
+    assert bash_complete(["pimem", "append", "-k", "to"], shell_env) == ["tool", "tool_call", "tool_result"]
+    assert bash_complete(["pimem", "import", "--format", ""], shell_env) == ["auto", "claude", "codex", "ndjson", "pi"]
+    assert bash_complete(["pimem", "memories", "--status", "p"], shell_env) == ["pinned", "provisional"]
+    assert bash_complete(["pimem", "model", "main", ""], shell_env) == PROVIDERS
+    assert bash_complete(["pimem", "model", "o"], shell_env) == ["ollama/", "openai/", "openrouter/", "other"]
+    assert bash_complete(["pimem", "search", "db", "--since", ""], shell_env) == sorted(WHEN_WORDS)
+    assert bash_complete(["pimem", "since", "main", "y"], shell_env) == ["yesterday"]
+    for words in (["view", "--wait", ""], ["since", "main", "--until", "n"], ["append", "main", ""], ["search", ""],
+                  ["recall", "main", "--file", ""], ["status", "main", "n"]):
+        assert "notes.jsonl" not in bash_complete(["pimem", *words], shell_env), words
+    assert bash_complete(["pimem", "import", "no"], shell_env) == ["notes.jsonl"]
+    assert bash_complete(["pimem", "map", "--svg", "no"], shell_env) == ["notes.jsonl"]
+    assert bash_complete(["pimem", "--v"], shell_env) == ["--version"]
+
+
+@pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
+def test_fish_completes_option_values_and_when_words(shell_env, tmp_path):
+    (tmp_path / "notes.jsonl").write_text("")
+
+    def complete(line):
+        script = f"source {ROOT / 'completions' / 'pimem.fish'}; complete -C '{line}'"
+        out = subprocess.run(["fish", "--no-config", "-c", script], capture_output=True, text=True, env=shell_env, cwd=tmp_path, check=True)
+        return sorted(l.split("\t")[0] for l in out.stdout.splitlines())
+
+    assert complete("pimem since --kind ") == KINDS
+    assert complete("pimem since main ") == sorted(WHEN_WORDS)
+    assert complete("pimem since ") == sorted(["main", "other", *WHEN_WORDS])
+    assert complete("pimem model main ") == PROVIDERS
+    assert complete("pimem view --wait ") == [] and complete("pimem append main ") == []
+    assert complete("pimem import no") == ["notes.jsonl"]
+
+
+@pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
+def test_zsh_offers_the_same_words(shell_env):
+    spec = (ROOT / "completions" / "_pimem").read_text()
+    since = spec[spec.index("        since)"):spec.index(";;", spec.index("        since)"))]
+    assert f"_pimem_words {' '.join([*message.KINDS, *message.ALIASES])}" in since
+    assert f"'1::name:_pimem_words @names {' '.join(WHEN_WORDS)}'" in since
+    # completion widgets need a terminal, so the helper runs with a compadd stand-in that prints what it is given
+    script = (
+        f"source {ROOT / 'completions' / '_pimem'} 2>/dev/null; "
+        'compadd() { [[ $1 == -a ]] && print -l -- ${(P)2} }; words=(since ""); CURRENT=2; _pimem_words @names today 2h'
+    )
+    out = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, env=shell_env)
+    assert sorted(out.stdout.split()) == ["2h", "main", "other", "today"]

@@ -93,3 +93,21 @@ def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, mon
         monkeypatch.setenv("PIMEM_TEST_KEY", "k-1")
         assert run("model", "main").stderr == ""
         assert run("build-tree").exit_code == 0 and server.requests
+
+
+def test_watch_writes_its_log_where_it_is_told(home, tmp_path):
+    import signal
+    import time
+
+    from conftest import pimem_cmd, subprocess_env
+
+    Memory.at("main").append(long_messages(2))
+    log = tmp_path / "logs" / "deep" / "watch.log"
+    proc = subprocess.Popen(pimem_cmd("watch", "--log", log), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+    deadline = time.monotonic() + 60
+    while "main: watching" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() is not None else "timed out"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert err == b"" and log.read_text().splitlines()[0].endswith(" pimem watch")

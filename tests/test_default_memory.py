@@ -1,9 +1,12 @@
 """Every command's NAME is optional: $PIMEM_MEMORY, else main; a lone positional is taken as what it reads as
 (a WHEN, a number, a node id, text, a query) unless a memory has that name."""
 
+import subprocess
+
 import orjson
 import pytest
 
+from conftest import pimem_cmd, subprocess_env
 from pimem import Memory
 
 
@@ -28,14 +31,19 @@ def test_append_without_a_name_logs_into_main(run, home):
     assert [p.name for p in home.iterdir()] == ["main"]
 
 
-def test_append_one_word_is_a_name_only_when_a_memory_has_it(run, home):
+def test_append_one_word_is_a_name_only_when_a_memory_has_it(run, home, tmp_path):
     run("append", "notes", "first note")  # two words: the first is the NAME, and a new one creates it
     assert run("append", "notes", input="from stdin\n").exit_code == 0  # notes exists: the NAME
-    out = run("append", "scratch", input="meant for scratch\n")  # no memory 'scratch': the text, said so
-    assert out.exit_code == 0 and "no memory is named 'scratch'" in out.stderr and "pimem append scratch -" in out.stderr
+    assert run("append", "scratch", input="").stderr == ""  # no memory 'scratch': the text (a pipe: no note)
+    (tmp_path / "scratch.txt").write_text("meant for scratch\n")
+    with open(tmp_path / "scratch.txt", "rb") as stdin:  # pimem append scratch < scratch.txt: the text, said so
+        out = subprocess.run(pimem_cmd("append", "scratch"), stdin=stdin, capture_output=True, text=True, env=subprocess_env())
+    assert out.returncode == 0 and out.stderr == (
+        "pimem: no memory is named 'scratch': taking it as the text for 'main' "
+        "(to fill a new memory from stdin: pimem append scratch -)\n")
     assert run("append", "scratch", "-", input="now in scratch\n").exit_code == 0  # `-` reads stdin
     assert [m["text"] for m in Memory.open("notes").messages(0)] == ["first note", "from stdin\n"]
-    assert [m["text"] for m in Memory.open("main").messages(0)] == ["scratch"]
+    assert [m["text"] for m in Memory.open("main").messages(0)] == ["scratch", "scratch"]
     assert [m["text"] for m in Memory.open("scratch").messages(0)] == ["now in scratch\n"]
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT
 from pimem import cli
+from pimem.options import WHEN_WORDS
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import gen_docs  # noqa: E402
@@ -69,11 +70,49 @@ def test_bash_completes_commands_options_and_memory_names_from_the_home(tmp_path
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "c"), "PIMEM_HOME": str(tmp_path / "a")}
     assert _bash_complete(["pimem", "s"], env) == ["search", "since", "status"]
     assert _bash_complete(["pimem", "since", "--inc"], env) == ["--include-tools"]
-    assert _bash_complete(["pimem", "since", ""], env) == ["alpha", "beta"]
+    assert _bash_complete(["pimem", "since", ""], env) == sorted(["alpha", "beta", *WHEN_WORDS])  # NAME or WHEN
     assert _bash_complete(["pimem", "since", "--until", "3d", "al"], env) == ["alpha"]
-    assert _bash_complete(["pimem", "since", "--home", str(tmp_path / "b"), ""], env) == ["gamma"]
-    assert _bash_complete(["pimem", "since", "alpha", ""], env) == []  # WHEN is not a memory name
+    assert _bash_complete(["pimem", "since", "--home", str(tmp_path / "b"), "g"], env) == ["gamma"]
+    assert _bash_complete(["pimem", "since", "alpha", ""], env) == sorted(WHEN_WORDS)  # WHEN is not a memory name
     no_pimem_home = {k: v for k, v in env.items() if k != "PIMEM_HOME"}
     assert _bash_complete(["pimem", "status", ""], {**no_pimem_home, "PI_MEM_HOME": str(tmp_path / "b")}) == ["gamma"]
     (tmp_path / "c" / ".pi" / "memory" / "delta" / "main").mkdir(parents=True)
     assert _bash_complete(["pimem", "status", ""], no_pimem_home) == ["delta"]
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_help_and_man_page_show_what_the_generator_makes(name):
+    """The usage line reads NAME, [NAME], FILE…; the examples come one a line, exactly as typed, in --help and
+    in the man page alike."""
+    from typer.testing import CliRunner
+
+    _, commands = gen_docs.describe()
+    cmd = next(c for c in commands if c.name == name)
+    assert not re.search(r"[{}]|\.\.\.|…\.", cmd.usage), cmd.usage
+    shown = CliRunner().invoke(cli.build(name), [name, "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    assert shown[0] == f"Usage: pimem {name} {cmd.usage}"
+    examples = shown[shown.index("  Examples:") + 1 : shown.index("  Examples:") + 1 + len(cmd.examples)]
+    assert examples == [f"    {e}" for e in cmd.examples]
+    page = (ROOT / "man" / f"pimem-{name}.1").read_text().splitlines()
+    assert page[page.index(".SH SYNOPSIS") + 1 : page.index(".SH SYNOPSIS") + 3] == [f".B pimem {gen_docs._roff(name)}", gen_docs._roff(cmd.usage)]
+    start = page.index(".SH EXAMPLES") + 3  # after .nf and .RS
+    assert page[start : start + len(cmd.examples)] == [gen_docs._roff(e) for e in cmd.examples]
+
+
+def test_usage_lines_name_optional_and_repeated_arguments_as_typed():
+    _, commands = gen_docs.describe()
+    usage = {c.name: c.usage for c in commands}
+    assert usage["since"] == "[OPTIONS] [NAME] [WHEN]"
+    assert usage["zoom"] == "[OPTIONS] [NAME] ID+N"
+    assert usage["import"] == "[OPTIONS] FILE…"
+    assert usage["search"] == "[OPTIONS] QUERY [NAME…]"
+    assert usage["delete"] == "[OPTIONS] NAME"
+
+
+def test_version(run):
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    out = run("--version")
+    assert out.exit_code == 0 and out.stdout == f"pimem {version}\n"
+    assert "--version" in (ROOT / "man" / "pimem.1").read_text().replace("\\-", "-")

@@ -187,12 +187,14 @@ def test_list_and_status(run, home, day):
         {"name": "other", "messages": 1, "first": "2026-10-08T09:30:00+08:00", "last": "2026-10-08T09:30:00+08:00", "last_user": "second memory"},
     ]
     lines = run("list").stdout.splitlines()
-    assert lines[0].startswith("main") and lines[0].endswith("thanks") and "7 msgs" in lines[0]
+    assert lines[0].startswith("main") and lines[0].endswith("thanks") and " 7 messages  " in lines[0]
+    assert " 1 message   " in lines[1] and len(lines[0]) - len("thanks") == len(lines[1]) - len("second memory")
     status = rows(run("status", "main", "--json"))[0]
     assert status["messages"] == 7 and status["log_files"] == 2
     assert status["log_bytes"] == sum(p.stat().st_size for p in (home / "main" / "main").iterdir())
     text = run("status", "main").stdout
     assert "messages  7  in 2 daily files" in text
+    assert "in 1 daily file, " in run("status", "other").stdout and "1 of 1 node built" in run("status", "other").stdout
 
 
 def test_list_with_no_memories_exits_1(run, home):

@@ -110,7 +110,7 @@ def test_a_stream_logs_good_batches_and_refuses_the_bad_one_whole(sh, home, monk
     assert out.returncode == 2
     assert out.stderr.decode() == (
         f"pimem: error: line {ingest.BATCH_LINES + 3}: not valid JSON "
-        f"(that batch was refused; the {ingest.BATCH_LINES} messages before it were logged)\n"
+        f"(that batch was refused; the {ingest.BATCH_LINES:,} messages before it were logged)\n"
     )
     assert Memory.open("main").count() == ingest.BATCH_LINES
     assert out.stdout.decode().split() == [str(i) for i in range(ingest.BATCH_LINES)]

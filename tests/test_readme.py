@@ -17,6 +17,8 @@ from pimem import Memory
 # lines that cannot run here, each with its reason (matched as substrings of the line)
 SKIP = {
     "pip install": "installs packages (network)",
+    "pipx install": "installs packages (network)",
+    "bin/pip install": "installs packages (network)",
     "--follow": "never ends: it follows the log like tail -f",
     "pimem mcp": "serves MCP over stdio until its client hangs up (tests/test_mcp.py drives it)",
     "pimem watch": "a daemon: it runs until stopped (tests/test_watch.py runs it)",

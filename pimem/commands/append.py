@@ -6,17 +6,17 @@ from typing import Annotated, Optional
 import orjson
 import typer
 
-from .. import bulk, env, ingest, naming, output, when
+from .. import bulk, env, ingest, naming, output, stopping, when
 from ..errors import BadInput
 from ..memory import Memory
 from ..message import kind_of
-from ..options import Home, Json, Name, Timeout
+from ..options import MESSAGE_KINDS, Home, Json, Name, Timeout
 
 
 def command(
     name: Name = None,
     text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", show_default=False)] = None,
-    kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).")] = "user",
+    kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).", autocompletion=MESSAGE_KINDS)] = "user",
     date: Annotated[Optional[str], typer.Option("--date", help="The message's date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).", metavar="WHEN")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,
     ndjson: Annotated[bool, typer.Option("--ndjson", help="Read a stream of {kind,text,date?,meta?} lines from stdin; one fsync per batch.")] = False,
@@ -74,12 +74,17 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
         batches = (mem.prepare(records, labels) for records, labels in ingest.ndjson_batches(sys.stdin.buffer, mem.text_cap))
         logging = mem.append_stream(batches, timeout)
     try:
-        for ids in logging:
-            _print_ids(ids, json)
-            logged += len(ids)
+        with stopping.armed():
+            for ids in logging:
+                _print_ids(ids, json)
+                logged += len(ids)
+    except stopping.Interrupted as exc:
+        output.info(f"pimem: interrupted: {output.count(logged, 'message')} logged and printed; "
+                    "the rest of stdin was not logged")
+        raise typer.Exit(exc.code) from None
     except BadInput as exc:
         if logged:
-            raise BadInput(f"{exc} (that batch was refused; the {logged} messages before it were logged)") from None
+            raise BadInput(f"{exc} (that batch was refused; the {output.count(logged, 'message')} before it were logged)") from None
         raise
     if not logged:
         raise BadInput("no messages on stdin")

@@ -54,9 +54,10 @@ def command(
                 cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
                 if row.get("cost_cached") is not None:
                     cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
-                output.line(f"{row['memory']}: at most {row['calls']:,} calls to {row['model']} "
-                            f"({row['leaves']:,} leaves, {row['merges']:,} merges), about {row['tokens_in']:,} tokens in "
-                            f"and {row['tokens_out']:,} out, {cost}; {row['built']:,} of {row['nodes']:,} nodes built")
+                output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
+                            f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
+                            f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
+                            f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
         return
     keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
     for mem in mems:
@@ -74,16 +75,20 @@ def command(
     finally:
         if progress is not None:
             progress.close()
-    failed = 0
-    for builder in sched.builders:
-        row = {"event": "done", "memory": builder.name, **builder.stats.as_dict(), "gave_up": len(builder.gave_up)}
-        failed += len(builder.gave_up)
-        if json:
+    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up)} for b in sched.builders]
+    if json:
+        for row in rows:
             output.json_line(row)
-        else:
+    if sched.signal is not None:  # stopped: the calls in flight were kept, nothing new was started
+        output.info(f"pimem: interrupted: {output.count(sched.pending(), 'node')} still pending "
+                    f"({sum(row['calls'] for row in rows):,} written in this run; the next run builds the rest)")
+        raise typer.Exit(128 + sched.signal)
+    failed = sum(row["gave_up"] for row in rows)
+    for builder, row in zip(sched.builders, rows):
+        if not json:
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
-                        f"{cost}" + (f"; {len(builder.gave_up)} failed (see 'pimem status {builder.name}')" if builder.gave_up else ""))
+                        f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.stopped_for_cost:

@@ -37,6 +37,6 @@ def command(
     verb = "would compact" if dry_run else "already compacted" if result["alreadyCompacted"] else "compacted"
     fell = f" (fell back from #{result['proposedKeptStart']} to keep a tool call with its result)" if result["fellBack"] else ""
     output.info(
-        f"{verb} #{result['sourceStart']}…#{result['keptStart'] - 1} ({result['sourceCount']} messages), keeping from "
-        f"#{result['keptStart']}{fell}; window {result['windowId']}; {len(result['derived'])} rule memories"
+        f"{verb} #{result['sourceStart']}…#{result['keptStart'] - 1} ({output.count(result['sourceCount'], 'message')}), keeping from "
+        f"#{result['keptStart']}{fell}; window {result['windowId']}; {output.count(len(result['derived']), 'rule memory', 'rule memories')}"
     )

@@ -40,7 +40,7 @@ def command(
         mem.append(sample[have:])
         output.info(f"logged {len(sample) - have} sample messages into '{mem.name}' ({mem.path})")
     else:
-        output.info(f"'{mem.name}' already holds the sample ({have} messages)")
+        output.info(f"'{mem.name}' already holds the sample ({output.count(have, 'message')})")
     from .. import scheduler
     from ..compactor import Compactor
 
@@ -49,7 +49,7 @@ def command(
         sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
         stats = sched.builders[0].stats
         if stats.calls:
-            output.info(f"built the tree: {stats.calls} nodes summarised offline, {stats.free} free")
+            output.info(f"built the tree: {output.count(stats.calls, 'node')} summarised offline, {stats.free:,} free")
     for line in mem.view_lines():
         output.line(line)
     output.info(f"next: pimem zoom {mem.name} 0+16 · pimem search 5433 {mem.name} · pimem status {mem.name}")

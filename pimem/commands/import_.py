@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import env, output
+from .. import env, output, stopping
 from ..memory import Memory
-from ..options import Home, Json, Timeout
+from ..options import Home, Json, Timeout, offer
 
 PROGRESS_MIN_BYTES = 8 * 1024 * 1024
 LABELS = {"import": "importing", "index": "indexing"}
@@ -18,7 +18,7 @@ LABELS = {"import": "importing", "index": "indexing"}
 def command(
     files: Annotated[list[str], typer.Argument(help="Session files (or directories of *.jsonl) to import.", metavar="FILE…")],
     name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to import into (default: one per project, named after its working directory).")] = None,
-    format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.")] = "auto",
+    format: Annotated[str, typer.Option("-f", "--format", help="auto, pi, claude, codex or ndjson.", autocompletion=offer("auto", "pi", "claude", "codex", "ndjson"))] = "auto",
     follow: Annotated[bool, typer.Option("--follow", help="Keep going: import what the files (and new files in the directories) get, until stopped.")] = False,
     json: Json = False,
     timeout: Timeout = None,
@@ -51,10 +51,19 @@ def command(
         return
     sources = plan(files, format)
     groups = {name: sources} if name is not None else by_project(sources)
-    for memory, group in groups.items():
-        if name is None:
-            output.info(f"importing into memory '{memory}' (choose another with --name)")
-        _import(Memory.at(memory, home), group, json, timeout)
+    mems = {memory: Memory.at(memory, home) for memory in groups}
+    before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
+    try:
+        with stopping.armed():
+            for memory, group in groups.items():
+                if name is None:
+                    output.info(f"importing into memory '{memory}' (choose another with --name)")
+                _import(mems[memory], group, json, timeout)
+    except stopping.Interrupted as exc:
+        logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
+        output.info(f"pimem: interrupted: {output.count(logged, 'message')} imported; "
+                    "the same import again reads on from where this one stopped")
+        raise typer.Exit(exc.code) from None
 
 
 def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> None:
@@ -74,7 +83,7 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> No
             how = ", ".join([report.format] + _whence(report))
             output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
     note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
-    output.line(f"{mem.name}: {_counts(**total)}; {messages} messages in all{note}")
+    output.line(f"{mem.name}: {_counts(**total)}; {output.count(messages, 'message')} in all{note}")
 
 
 def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:

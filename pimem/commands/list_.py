@@ -27,7 +27,8 @@ def command(json: Json = False, home: Home = None) -> None:
             output.json_line(row)
             continue
         last = (row["last"] or "")[:16].replace("T", " ")
-        head = f"{row['name']:<16} {row['messages']:>8} msgs  {last:<16}  "
+        noun = "message " if row["messages"] == 1 else "messages"
+        head = f"{row['name']:<16} {row['messages']:>8,} {noun}  {last:<16}  "
         said = output.flatten(row["last_user"] or "")
         room = max(10, width - len(head))
         if len(said) > room:

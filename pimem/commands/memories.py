@@ -8,14 +8,14 @@ from .. import budget, memories, naming, output
 from ..errors import BadInput, NothingFound, NotFound
 from ..memory import Memory
 from ..numbers import count, param
-from ..options import Budget, Home, IncludeTools, Json, Name, Session
+from ..options import Budget, Home, IncludeTools, Json, Name, Session, offer
 
 
 def command(
     name: Name = None,
     words: Annotated[Optional[list[str]], typer.Argument(help="Rank by these words (BM25-style).", show_default=False)] = None,
-    status: Annotated[Optional[str], typer.Option("--status", help="live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.")] = None,
-    kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind (fact, preference, constraint, decision, working, derived).")] = None,
+    status: Annotated[Optional[str], typer.Option("--status", help="live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.", autocompletion=offer("live", "all", *memories.STATUSES))] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind (fact, preference, constraint, decision, working, derived).", autocompletion=offer(*memories.KINDS))] = None,
     record_id: Annotated[Optional[str], typer.Option("--id", help="Read one memory whole, as JSON, paged by --offset/--limit characters.", metavar="ID")] = None,
     offset: Annotated[int, typer.Option("--offset", help="Skip this many records (with --id: characters of its text).", click_type=param(count, "INTEGER"))] = 0,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Records per page, 1-100 (default 30; with --id: characters, default 4000).", click_type=param(count, "INTEGER", lo=1))] = None,

@@ -11,7 +11,7 @@ from ..options import Home, Json
 
 def command(
     name: Annotated[Optional[str], typer.Argument(help="Memory name (default: $PIMEM_MEMORY, else main; with --default: the model).", metavar="NAME", show_default=False)] = None,
-    spec: Annotated[Optional[str], typer.Argument(help="PROVIDER/MODEL to set, e.g. openai/gpt-4o-mini.", metavar="PROVIDER/MODEL", show_default=False)] = None,
+    spec: Annotated[Optional[str], typer.Argument(help="PROVIDER/MODEL to set, e.g. openai/gpt-4o-mini.", metavar="PROVIDER/MODEL", show_default=False, autocompletion=lambda: _providers())] = None,
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Endpoint of an OpenAI-compatible or Anthropic API.", metavar="URL")] = None,
     key_env: Annotated[Optional[str], typer.Option("--key-env", help="Name of the environment variable holding the API key.", metavar="VAR")] = None,
     command_: Annotated[Optional[str], typer.Option("--command", help="Shell command reading the prompt on stdin (provider 'command').", metavar="CMD")] = None,
@@ -78,3 +78,10 @@ def command(
     for key in ("base_url", "key_env", "command", "price_in", "price_out"):
         if key in row:
             output.line(f"  {key:<9} {row[key]}")
+
+
+def _providers() -> list[str]:
+    """What completion offers for PROVIDER/MODEL: each provider, with its slash when it needs a model."""
+    from ..compactor import PRESETS
+
+    return [word if PRESETS[word]["provider"] in ("command", "extractive") else f"{word}/" for word in PRESETS]

@@ -8,7 +8,7 @@ from .. import budget, naming, output, recall
 from ..errors import NothingFound
 from ..memory import Memory
 from ..numbers import count, param
-from ..options import Budget, Home, IncludeTools, Json, Name
+from ..options import MESSAGE_KINDS, Budget, Home, IncludeTools, Json, Name, offer
 
 
 def command(
@@ -16,14 +16,14 @@ def command(
     query: Annotated[Optional[list[str]], typer.Argument(help="Words to search for (none: list newest first).", show_default=False)] = None,
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).", metavar="IDS")] = None,
     file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
-    kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.")] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.", autocompletion=MESSAGE_KINDS)] = None,
     page: Annotated[int, typer.Option("--page", help="Page of results, from 1.", click_type=param(count, "INTEGER", lo=1))] = 1,
     limit: Annotated[int, typer.Option("--limit", help="Results per page, 1-30.", click_type=param(count, "INTEGER", lo=1))] = 8,
     raw: Annotated[bool, typer.Option("--raw", help="The stored messages as JSON; one long message pages by --offset/--raw-limit.")] = False,
     offset: Annotated[Optional[int], typer.Option("--offset", help="With --raw and one id: first character of its JSON to show.", click_type=param(count, "INTEGER"))] = None,
     raw_limit: Annotated[Optional[int], typer.Option("--raw-limit", help="With --raw and one id: most characters of its JSON to show.", click_type=param(count, "INTEGER"))] = None,
-    source_class: Annotated[str, typer.Option("--source-class", help="primary, derived (summaries) or all.")] = "all",
-    scope: Annotated[str, typer.Option("--scope", help="all (every branch) or lineage (only the active branch of imported pi sessions).")] = "all",
+    source_class: Annotated[str, typer.Option("--source-class", help="primary, derived (summaries) or all.", autocompletion=offer("primary", "derived", "all"))] = "all",
+    scope: Annotated[str, typer.Option("--scope", help="all (every branch) or lineage (only the active branch of imported pi sessions).", autocompletion=offer("all", "lineage"))] = "all",
     include_tools: IncludeTools = False,
     max_chars: Budget = budget.DEFAULT,
     json: Json = False,

@@ -42,5 +42,5 @@ def command(
         if json:
             output.json_line(row)
         else:
-            embedded = f"; {row['embedded']} embedded in {row['embed_seconds']:.1f} s" if "embedded" in row else ""
-            output.line(f"{mem.name}: {count} messages indexed in {seconds:.1f} s{embedded}")
+            embedded = f"; {row['embedded']:,} embedded in {row['embed_seconds']:.1f} s" if "embedded" in row else ""
+            output.line(f"{mem.name}: {output.count(count, 'message')} indexed in {seconds:.1f} s{embedded}")

@@ -7,16 +7,16 @@ import typer
 
 from .. import env, ingest, memories, naming, output
 from ..memory import Memory
-from ..options import Home, Json, Name, Session, Timeout
+from ..options import Home, Json, Name, Session, Timeout, offer
 
 
 def command(
     name: Name = None,
     text: Annotated[Optional[list[str]], typer.Argument(help="What to remember (default: read stdin; - reads stdin too).", show_default=False)] = None,
     pin: Annotated[bool, typer.Option("--pin", help="Pin it: pinned memories come first in every context.")] = False,
-    kind: Annotated[Optional[str], typer.Option("--kind", help="fact (default), preference, constraint, decision, working or derived.")] = None,
-    priority: Annotated[Optional[str], typer.Option("--priority", help="low, normal (default) or high.")] = None,
-    scope: Annotated[Optional[str], typer.Option("--scope", help="project (default), user, or session (needs --session).")] = None,
+    kind: Annotated[Optional[str], typer.Option("--kind", help="fact (default), preference, constraint, decision, working or derived.", autocompletion=offer(*memories.KINDS))] = None,
+    priority: Annotated[Optional[str], typer.Option("--priority", help="low, normal (default) or high.", autocompletion=offer(*memories.PRIORITIES))] = None,
+    scope: Annotated[Optional[str], typer.Option("--scope", help="project (default), user, or session (needs --session).", autocompletion=offer(*memories.SCOPES))] = None,
     supersede: Annotated[Optional[str], typer.Option("--supersede", help="Replace this memory (its text is kept when no TEXT is given).", metavar="ID")] = None,
     propose: Annotated[bool, typer.Option("--propose", help="Write it as the model would: provisional until the user confirms it.")] = False,
     session: Session = None,

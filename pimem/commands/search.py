@@ -9,7 +9,7 @@ from ..errors import NothingFound
 from ..memory import Memory
 from ..message import kind_of
 from ..numbers import count, index, param
-from ..options import Home, IncludeTools, Json
+from ..options import MESSAGE_KINDS, Home, IncludeTools, Json
 
 
 def command(
@@ -17,7 +17,7 @@ def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to search (default: all).", metavar="NAME…", show_default=False)] = None,
     any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
     rank: Annotated[bool, typer.Option("--rank", help="Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).")] = False,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).", autocompletion=MESSAGE_KINDS)] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).", metavar="WHEN")] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Only messages dated before WHEN.", metavar="WHEN")] = None,
     before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I", click_type=param(index, "I"))] = None,
@@ -73,4 +73,4 @@ def command(
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
     if len(hits) == limit and len({h["memory"] for h in hits}) == 1 and not rank:
-        output.info(f"pimem: {limit} hits shown; for more: --before {hits[-1]['i']}")
+        output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")

@@ -9,7 +9,7 @@ from .. import naming, numbers, output, when
 from ..errors import BadInput, PimemError
 from ..memory import Memory
 from ..message import KINDS, TOOL_KINDS, kind_of
-from ..options import Home, IncludeTools, Json, Name
+from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name
 
 FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
@@ -18,9 +18,9 @@ def command(
     name: Name = None,
     start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 2 hours ago, yesterday 9:30, last monday) or #I.", metavar="WHEN", show_default=False)] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Stop before this date/time or #I.", metavar="WHEN")] = None,
-    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).")] = None,
+    kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).", autocompletion=MESSAGE_KINDS)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new messages as they are logged, like tail -f.")] = False,
-    cursor: Annotated[Optional[str], typer.Option("--cursor", help="Resume where the consumer NAME stopped, and remember where it stops now.", metavar="NAME")] = None,
+    cursor: Annotated[Optional[str], typer.Option("--cursor", help="Resume where this consumer stopped, and remember where it stops now.", metavar="CONSUMER")] = None,
     include_tools: IncludeTools = False,
     text: Annotated[bool, typer.Option("--text", help="Print one readable line per message instead of NDJSON.")] = False,
     json: Json = True,
@@ -29,7 +29,7 @@ def command(
     """Stream messages from a date, a time or a message number, as NDJSON.
 
     Each line is the message exactly as stored. Tool calls and results are left out unless --include-tools
-    or --kind names them. With --cursor NAME, a consumer gets each message once across runs: the cursor
+    or --kind names them. With --cursor CONSUMER, a consumer gets each message once across runs: the cursor
     moves only after its messages were written (a run killed midway repeats them, never skips them).
 
     Examples:
@@ -55,7 +55,7 @@ def command(
     elif cursor:
         start_i, since_date = 0, None
     else:
-        raise BadInput("give WHEN (a date, a time, or #I) or --cursor NAME")
+        raise BadInput("give WHEN (a date, a time, or #I) or --cursor CONSUMER")
     stop_i, stop_date = _bound(until)
     stop = when.Threshold(stop_date) if stop_date is not None else None
     if since_date is not None:

@@ -33,13 +33,13 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.json_line(row)
         return
     output.line(f"memory    {row['name']}  ({row['path']})")
-    output.line(f"messages  {row['messages']}  in {row['log_files']} daily files, {row['log_bytes']:,} bytes")
+    output.line(f"messages  {row['messages']:,}  in {output.count(row['log_files'], 'daily file')}, {output.count(row['log_bytes'], 'byte')}")
     if row["messages"]:
         output.line(f"from      {row['first']}")
         output.line(f"to        {row['last']}")
     tree = row["tree"]
-    waiting = f" ({tree['leaves']:,} messages wait for a summary)" if tree["leaves"] else ""
-    output.line(f"tree      {tree['built']:,} of {tree['nodes']:,} nodes built, {tree['pending']:,} pending{waiting}")
+    waiting = f" ({output.count(tree['leaves'], 'message')} wait{'s' if tree['leaves'] == 1 else ''} for a summary)" if tree["leaves"] else ""
+    output.line(f"tree      {tree['built']:,} of {output.count(tree['nodes'], 'node')} built, {tree['pending']:,} pending{waiting}")
     model = row["compactor"]
     key = f"  (key from ${model['key_env']})" if model.get("key_env") else ""
     output.line(f"model     {model['model']}{key}")
@@ -48,7 +48,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         models = ", ".join(f"{model} {n:,}" for model, n in sorted(spent["models"].items()))
         cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
         cached = f" ({spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache)" if spent["tokens_cached"] else ""
-        output.line(f"spent     {spent['calls']:,} summaries written ({models}), {spent['tokens_in']:,} tokens in{cached}, "
+        output.line(f"spent     {output.count(spent['calls'], 'summary', 'summaries')} written ({models}), "
+                    f"{output.count(spent['tokens_in'], 'token')} in{cached}, "
                     f"{spent['tokens_out']:,} out{cost}")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
@@ -61,4 +62,4 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
     for fail in row["failures"]:
-        output.line(output.style(f"failing   {fail['node']}: {fail['error']} ({fail['tries']} tries, last {fail['at']})", "red"))
+        output.line(output.style(f"failing   {fail['node']}: {fail['error']} ({output.count(fail['tries'], 'try', 'tries')}, last {fail['at']})", "red"))

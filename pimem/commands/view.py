@@ -70,7 +70,8 @@ def _wait(mem, views, seconds: float):
         time.sleep(0.1)
         views = mem.views.current()
     if pending(views):
-        output.info(f"{views.view.pending()} lines still wait for a summary after {seconds:g} s")
+        pending = views.view.pending()
+        output.info(f"{output.count(pending, 'line')} still wait{'s' if pending == 1 else ''} for a summary after {seconds:g} s")
     return views
 
 
@@ -96,8 +97,8 @@ def _stats(v, messages: int, rows, json: bool, mem) -> None:
                           "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect})
         return
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
-    output.line(f"lines     {len(rows):,}  for {messages:,} messages ({pending} waiting for a summary)")
+    output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
     if suspect:
         output.line(f"suspect   {len(suspect):,} lines name what their messages do not hold: {', '.join(suspect[:10])}")
     for l in sorted(levels):
-        output.line(f"level {l:<3} {levels[l]:>5} lines of {1 << l} message{'s' if l else ''}")
+        output.line(f"level {l:<3} {levels[l]:>5} line{'s' if levels[l] != 1 else ' '} of {output.count(1 << l, 'message')}")

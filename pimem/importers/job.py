@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from .. import env, message as msgs, when
+from .. import env, message as msgs, stopping, when
 from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
@@ -82,8 +82,7 @@ def run(
     try:
         for source in sources:
             step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged)
-            job.deadline = deadline
+            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged, deadline)
             with (open_file or _open)(source) as f:
                 reports.append(job.run(f))
             done += source.size
@@ -109,10 +108,6 @@ class _Indexer:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.count = 0
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
 
     def logged(self, start: int, messages: list[dict], written: list) -> None:
         """A batch is in the log (the thread starts once ``INDEX_MIN`` messages were logged: a smaller
@@ -156,7 +151,7 @@ class _Indexer:
 class _File:
     """One source file's import: read, parse, check, and log in batches."""
 
-    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged):
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None):
         self.mem, self.state, self.source = mem, state, source
         self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
         self.report = FileReport(source.path, source.format)
@@ -165,7 +160,7 @@ class _File:
         self.batch: list[tuple[dict, bytes | None]] = []
         self.batch_bytes = 0
         self.prior: dict | None = None
-        self.deadline: float | None = None
+        self.deadline: float | None = deadline
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
@@ -243,6 +238,7 @@ class _File:
         self.report.malformed += 1
         self.warn(f"{self.source.path}:{line_no}: {reason}; skipped")
 
+    @stopping.held()  # a signal waits for the batch, its position and its hand-over to the indexer
     def _flush(self, position: dict) -> None:
         """Log the batch's new messages and record how far the file has been read (under the writer lock)."""
         batch, self.batch, self.batch_bytes = self.batch, [], 0

@@ -1,0 +1,68 @@
+"""SIGINT and SIGTERM during a long write (``append --ndjson``, ``import``): stop, but never mid-batch.
+
+``armed()`` turns either signal into ``Interrupted`` in the main thread, at once while the command waits or
+parses; a batch being made durable (``held()``) is finished and acknowledged first. The command then says
+what was kept in one line and exits 130 or 143 (128 + the signal, as shells expect).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+
+class Interrupted(Exception):
+    """A signal stopped the command; ``code`` is its exit status."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.code = 128 + signum
+
+
+class _State:
+    holding = 0  # how many held() are open
+    pending: int | None = None  # the first signal that arrived while one was
+
+
+def _handle(signum, _frame) -> None:
+    if _State.holding:
+        _State.pending = _State.pending or signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def armed():
+    """SIGINT and SIGTERM raise ``Interrupted`` while this lasts (only the main thread can take signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = [(sig, signal.signal(sig, _handle)) for sig in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+        _State.pending = None
+
+
+@contextlib.contextmanager
+def held():
+    """A write that must finish once begun (and be acknowledged: a generator may yield inside): a signal
+    arriving meanwhile is raised when it ends."""
+    _State.holding += 1
+    try:
+        yield
+    finally:
+        _State.holding -= 1
+    if not _State.holding and _State.pending:
+        signum, _State.pending = _State.pending, None
+        raise Interrupted(signum)
+
+
+def child() -> None:
+    """In a forked helper (the NDJSON reader): the writer decides when to stop, and ends it with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -1,0 +1,116 @@
+"""Stopped means stopped: SIGINT and SIGTERM to real processes keep what is durable, say so in one line and
+exit 130 or 143 (never 0)."""
+
+import signal
+import subprocess
+import threading
+import time
+
+import orjson
+import pytest
+
+from conftest import pimem_cmd, subprocess_env
+from pimem import Memory
+
+SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
+
+
+def line(k: int) -> bytes:
+    return orjson.dumps({"kind": "user", "text": f"message {k} about the staging database", "date": "2026-10-08T09:00:00+08:00"}) + b"\n"
+
+
+def start(*args, stdin=None):
+    return subprocess.Popen(pimem_cmd(*args), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+
+
+def wait_for(predicate, seconds=60.0):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_append_ndjson_waiting_on_a_live_stream(home, sig, code):
+    proc = start("append", "--ndjson", stdin=subprocess.PIPE)
+    proc.stdin.write(line(0) + line(1))
+    proc.stdin.flush()  # the stream goes quiet after whole lines: that batch is logged and printed
+    assert [proc.stdout.readline(), proc.stdout.readline()] == [b"0\n", b"1\n"]
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == code and out == b""
+    assert err.decode() == "pimem: interrupted: 2 messages logged and printed; the rest of stdin was not logged\n"
+    assert Memory.open("main").count() == 2
+    assert subprocess.run(pimem_cmd("fsck"), env=subprocess_env()).returncode == 0
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_append_ndjson_stopped_mid_stream_logs_exactly_what_it_printed(home, sig, code):
+    proc = start("append", "fast", "--ndjson", stdin=subprocess.PIPE)
+    stop = threading.Event()
+
+    def feed():  # a stream that never ends by itself
+        k = 0
+        try:
+            while not stop.is_set():
+                proc.stdin.write(b"".join(line(k + n) for n in range(1000)))
+                k += 1000
+        except (BrokenPipeError, ValueError):
+            pass
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    first = proc.stdout.readline()
+    assert first == b"0\n"
+    proc.send_signal(sig)  # most likely while a batch is being written: it is finished and printed first
+    out, err = proc.stdout.read(), proc.stderr.read()  # (not communicate: it would skip what readline buffered)
+    proc.wait(timeout=60)
+    stop.set()
+    printed = [first] + out.splitlines(keepends=True)
+    assert proc.returncode == code
+    assert err.decode().startswith(f"pimem: interrupted: {len(printed):,} message") and err.count(b"\n") == 1
+    assert printed == [b"%d\n" % i for i in range(len(printed))]
+    assert Memory.open("fast").count() == len(printed)  # every printed i is durable, nothing unprinted was logged
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_import_stopped_keeps_whole_batches_and_the_next_import_reads_on(home, tmp_path, sig, code):
+    source = tmp_path / "big.ndjson"
+    total = 60_000  # six batches of 10,000
+    source.write_bytes(b"".join(line(k) for k in range(total)))
+    proc = start("import", source, "--name", "big")
+    wait_for(lambda: Memory.at("big").exists() and Memory.at("big").count() > 0)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    kept = Memory.open("big").count()
+    assert 0 < kept < total and kept % 10_000 == 0
+    assert err.decode() == (f"pimem: interrupted: {kept:,} messages imported; "
+                            "the same import again reads on from where this one stopped\n")
+    again = subprocess.run(pimem_cmd("import", source, "--name", "big", "--json"), capture_output=True, env=subprocess_env())
+    assert again.returncode == 0
+    summary = orjson.loads(again.stdout.splitlines()[-1])
+    assert summary["imported"] == total - kept and summary["present"] == 0 and summary["messages"] == total
+    assert [m["text"] for m in Memory.open("big").messages(0)] == [f"message {k} about the staging database" for k in range(total)]
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, sig, code):
+    from bench.llm_server import FakeLLM
+    from pimem import builder
+    from test_scheduler import configure, fill
+
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server)
+        fill("m", 40, short_every=1000)  # forty leaves to summarise, eight calls at a time
+        proc = subprocess.Popen(pimem_cmd("build-tree"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(TEST_LLM_KEY="k"))
+        wait_for(lambda: len(server.requests) >= 8)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        asked = len(server.requests)
+    assert proc.returncode == code and out == b""
+    left = builder.survey(Memory.open("m"))
+    assert 0 < left["built"] and left["pending"] > 0 and asked < 40  # the calls in flight were kept, no new one started
+    assert err.decode().startswith(f"pimem: interrupted: {left['pending']:,} nodes still pending (") and err.count(b"\n") == 1
+    assert not (home / "m" / "lock.json").exists()
