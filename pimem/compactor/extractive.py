@@ -37,6 +37,7 @@ LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
+IDF_KEPT = 1 << 18  # words whose weight a memory's statistics remember
 COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
 ASK = 1.0  # weight of the user's first sentence (the ask)
@@ -104,6 +105,7 @@ class Stats:
     def __init__(self, df: dict[str, int] | None = None, docs: int = 0):
         self.df = df or {}
         self.docs = docs
+        self._idf: dict[str, float] = {}  # words already weighed (a bounded number)
 
     @classmethod
     def of(cls, messages) -> "Stats":
@@ -116,6 +118,14 @@ class Stats:
         return cls(df, docs)
 
     def idf(self, word: str) -> float:
+        got = self._idf.get(word)
+        if got is None:
+            got = self._weigh(word)
+            if len(self._idf) < IDF_KEPT:
+                self._idf[word] = got
+        return got
+
+    def _weigh(self, word: str) -> float:
         if word in STOP or (len(word) < 2 and not word.isdigit() and not _CJK_RUN.match(word)):
             return 0.0
         if not self.docs:  # no statistics: every other word counts the same
@@ -291,16 +301,36 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     # what a unit is worth before the words already said and its message's units already taken
     base = [u.score * (USER if u.rank == 0 else 1.0) / (_size(u.text) + 6) for u in pool]
     said: set[str] = set()
+    # each unit's words not yet said, kept up to date as words are said: how many, their span frequencies
+    # summed, and where each word occurs (so a gain is arithmetic, not set operations)
+    fresh_n = [len(u.words) for u in pool]
+    fresh_df = [sum(span_df[w] for w in u.words) for u in pool]
+    where: dict[str, list[int]] = {}
+    for n, u in enumerate(pool):
+        for w in u.words:
+            where.setdefault(w, []).append(n)
+    total_n = [len(u.words) for u in pool]
+    sizes = [_size(u.text) for u in pool]
 
     def gain(n: int, taken: int) -> float:
-        words = pool[n].words
-        if not words:
+        total = total_n[n]
+        if not total:
             return base[n] / (1 + SPREAD * taken)
-        fresh = words - said
+        fresh = fresh_n[n]
         if not fresh:
             return 0.0
-        topic = 1.0 + 0.25 * math.log(1 + (sum(span_df[w] for w in fresh) - len(fresh)) / len(fresh))
-        return base[n] * len(fresh) / len(words) * topic / (1 + SPREAD * taken)
+        topic = 1.0 + 0.25 * math.log(1 + (fresh_df[n] - fresh) / fresh)
+        return base[n] * fresh / total * topic / (1 + SPREAD * taken)
+
+    def say(words) -> None:
+        for w in words:
+            if w in said:
+                continue
+            said.add(w)
+            df = span_df.get(w)
+            for m in where.get(w, ()):
+                fresh_n[m] -= 1
+                fresh_df[m] -= df
 
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
@@ -308,22 +338,23 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     used = len(head.encode("utf-8")) + (2 if head else 0)
     heap = [(-gain(n, 0), n) for n in range(len(pool))]
     heapq.heapify(heap)
+    heappop, heappush = heapq.heappop, heapq.heappush
     while heap and used < limit:
-        _, n = heapq.heappop(heap)
+        _, n = heappop(heap)
         u = pool[n]
         mine = chosen.setdefault(u.i, [])
-        if _size(u.text) + 3 - taken_bytes.get(u.i, 0) > limit - used:
+        if sizes[n] + 3 - taken_bytes.get(u.i, 0) > limit - used:
             continue  # it cannot fit, even in place of its message's units taken so far
         g = gain(n, len(mine))
         if heap and g < -heap[0][0] - 1e-12:
-            heapq.heappush(heap, (-g, n))
+            heappush(heap, (-g, n))
             continue
         if g <= 0:
             break
         if any(u.text in c.text for c in mine):
             continue
         inside = [c for c in mine if c.text in u.text]  # said again by the new unit: drop them
-        cost = _size(u.text) + 3 + (_size(u.who) + 2 if u.who not in groups else 0)
+        cost = sizes[n] + 3 + (_size(u.who) + 2 if u.who not in groups else 0)
         cost -= sum(_size(c.text) + 2 for c in inside)
         if used + cost > limit:
             continue
@@ -333,7 +364,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
         mine.append(u)
         taken_bytes[u.i] = sum(_size(c.text) + 2 for c in mine)
         groups.add(u.who)
-        said.update(u.words)
+        say(u.words)
     return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
 
 
