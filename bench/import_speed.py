@@ -7,8 +7,6 @@ Rows (MB/s of source file by wall time and by CPU time, best of ``--runs``):
   parse      read the file and decode every line with orjson: the floor any importer pays
   append     log the same messages with ``Memory.append`` in one batch (what the import writes)
   import     ``pimem.importers`` into a fresh memory: parse, validate, dedup keys, log, the view, the index
-  no index   the same without the search index catch-up
-  log only   the same without the index and without ``Memory._after_append`` (the view): the importer's own cost
   unchanged  the same file again: recognised as read before (prefix hash), nothing parsed
   rebuild    again after deleting the import state: every key rebuilt from the log, every message present
 Ratios are against ``parse``. Nothing here is asserted; see bench/README.md for measured figures.
@@ -30,7 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pimem import Memory  # noqa: E402
-from pimem.index import Index  # noqa: E402
 from pimem.importers import plan, run  # noqa: E402
 from pimem.importers.state import KEYS, STATE  # noqa: E402
 
@@ -88,24 +85,6 @@ def main() -> None:
         def append():
             Memory.at(f"a{next(counter)}").append(records)
 
-        def without(*patches):
-            """``fresh_import`` with some derived-state upkeep switched off."""
-
-            def measured():
-                saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
-                try:
-                    for owner, name, stub in patches:
-                        setattr(owner, name, stub)
-                    fresh_import()
-                finally:
-                    for owner, name, value in saved:
-                        setattr(owner, name, value)
-
-            return measured
-
-        no_index = [(Index, "catch_up", lambda self, progress=None: 0), (Index, "add_logged", lambda self, *batch: 0)]
-        no_view = [(Memory, "_after_append", lambda self, start, batch: None)]
-
         def unchanged():
             run(sample, sources)
 
@@ -115,7 +94,6 @@ def main() -> None:
             run(sample, sources)
 
         rows = [("parse", best(parse, args.runs)), ("append", best(append, args.runs)), ("import", best(fresh_import, args.runs)),
-                ("no index", best(without(*no_index), args.runs)), ("log only", best(without(*no_index, *no_view), args.runs)),
                 ("unchanged", best(unchanged, args.runs)), ("rebuild", best(rebuild, args.runs))]
         print(f"{source.name} ×{args.repeat}: {size / 1e6:.1f} MB, {len(records)} messages")
         base = rows[0][1][0]
