@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # users have bytecode
+os.environ.setdefault("PIMEM_EMBEDDER", "off")  # build-tree would also embed every message (the semantic extra)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
