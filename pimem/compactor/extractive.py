@@ -55,7 +55,7 @@ STOP = frozenset(
     "over own really same she should so some such than that that's the their them then there these they this "
     "those through to too under until up very was we were what when where which while who whom why will with "
     "would yeah yes you you're your yours hey hi hello thanks thank ok okay sure well like know think great "
-    "good much lot lots way things thing something anything one two also been going get got make made see "
+    "good much lot lots way things thing something anything one also been going get got make made see "
     "though even still always never ever every many us them it's i've i'd you've we're they're can't "
     "user pi echo tool work note assistant "
     "的 了 是 我 你 他 她 它 们 在 和 也 就 都 而 及 与 着 或 一个 没有 我们 你们 这个 那个 然后 需要 可以 一下 什么".split()
