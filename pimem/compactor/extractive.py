@@ -15,8 +15,10 @@ the other speakers, then the tool work), in log order within a group, joined by 
 ``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated.
 
 Offline it may read the span's original messages (it runs locally): ``Digest(mem)`` is one memory's
-compactor; a merge draws on the units of its whole span (kept per built node while its parent is pending,
-read back from the log otherwise), not on the two child lines. ``leaf``/``merge`` without a memory (tests,
+compactor; a merge draws on the units of its whole span, not on the two child lines: its children's pools
+(kept per built node while its parent is pending), down to the messages' own units (made once per message,
+from one forward read of the log). Every sum is taken in text order, so lines do not depend on string
+hashing (``PYTHONHASHSEED``). ``leaf``/``merge`` without a memory (tests,
 a library user) work from the message or the two child lines alone.
 """
 
@@ -425,15 +427,16 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     heap = [(-gain(n, 0), n) for n in range(len(pool))]
     heapq.heapify(heap)
     heappop, heappushpop = heapq.heappop, heapq.heappushpop
-    top = heappop(heap)
+    best = heappop(heap)
     while used < limit:
-        n = top[1]
+        n = best[1]
         u = pool[n]
         mine = chosen.setdefault(u.i, [])
-        if u.size + 3 - taken_bytes.get(u.i, 0) <= limit - used:  # (else it cannot fit, even in place of
-            g = gain(n, len(mine))                                  # its message's units taken so far)
+        # (a unit that cannot fit, even in place of its message's units taken so far, is passed over)
+        if u.size + 3 - taken_bytes.get(u.i, 0) <= limit - used:
+            g = gain(n, len(mine))
             if heap and g < -heap[0][0] - 1e-12:  # worth less than it was: back in, and the best one out
-                top = heappushpop(heap, (-g, n))
+                best = heappushpop(heap, (-g, n))
                 continue
             if g <= 0:
                 break
@@ -444,7 +447,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                     take(u, mine, inside, cost)
         if not heap:
             break
-        top = heappop(heap)
+        best = heappop(heap)
     return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
 
 
