@@ -8,7 +8,9 @@ so "what did Alice say" and "what did we do in May" find their turns; its length
 How it scores (``rank``): BM25 over those terms (``K1``, ``B``; a term counts once per message), then
 **neighbour context**: each message also gets the larger of ``BEFORE`` times the BM25 score of the message
 just before it and ``AFTER`` times the one just after it, in the same conversation (the answer often
-follows the turn holding the question's words). Each constant was chosen on the tuning split of
+follows the turn holding the question's words). A question's first-person words (``terms.first_person``:
+"what did *I* cook for *my* friend?") add their BM25 to the messages holding them, lent to no neighbour,
+when the question has other terms: its asker's own turns. Each constant was chosen on the tuning split of
 ``bench/rank.py`` (bench/README.md has the ablation). The work is what the query's terms' postings hold
 (a ``Source`` may bound it), nothing per message of the memory.
 
@@ -104,19 +106,28 @@ class Source(Protocol):
 def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
     """BM25 of every document holding one of the ``wanted`` terms, a term counted once per document (as
     the index keeps it: measured as good as counting repeats)."""
+    return bm25_apart(source, wanted, [], k1, b)[0]
+
+
+def bm25_apart(source: Source, wanted: list[str], apart: list[str], k1: float = K1,
+               b: float = B) -> tuple[dict[int, float], dict[int, float]]:
+    """``bm25`` of the ``wanted`` terms, and apart from it that of the ``apart`` terms (one read of the
+    postings of both)."""
     count, total = source.size()
     if not count or not wanted:
-        return {}
+        return {}, {}
     average = total / count or 1.0
-    lists = [(df, ids) for df, ids in source.postings(wanted).values() if ids]
-    lengths = source.lengths(sorted({i for _, ids in lists for i in ids}))
+    postings = source.postings(wanted + [t for t in apart if t not in wanted])
+    lists = [[postings[t] for t in group if postings.get(t, (0, []))[1]] for group in (wanted, apart)]
+    lengths = source.lengths(sorted({i for group in lists for _, ids in group for i in ids}))
     factor = {i: (k1 + 1) / (1 + k1 * (1 - b + b * length / average)) for i, length in lengths.items()}
-    scores: dict[int, float] = dict.fromkeys(factor, 0.0)
-    for df, ids in lists:
-        idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for i in ids:
-            scores[i] += idf * factor[i]
-    return scores
+    out: tuple[dict[int, float], dict[int, float]] = ({}, {})
+    for group, scores in zip(lists, out):
+        for df, ids in group:
+            idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
+            for i in ids:
+                scores[i] = scores.get(i, 0.0) + idf * factor[i]
+    return out
 
 
 def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE, after: float = AFTER,
@@ -150,9 +161,11 @@ def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Ca
     ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
     holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
     extra's hook) reorders the best ``POOL`` and may add its own."""
-    own = bm25(source, terms.query_terms(query), k1, b)
+    own, personal = bm25_apart(source, terms.query_terms(query), terms.first_person(query), k1, b)
     best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
     scores = {**own, **with_neighbours(source, own, before, after, among=best)}
+    for i, score in personal.items():  # (not lent: they say who wrote a message, not what it is about)
+        scores[i] = scores.get(i, 0.0) + score
     if not widen:
         scores = {i: score for i, score in scores.items() if i in own}
     ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))

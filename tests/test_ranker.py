@@ -91,6 +91,23 @@ def test_neighbour_context_lifts_the_answer_after_the_question():
     assert set(narrow) == {0, 4}
 
 
+def test_first_person_words_find_the_askers_own_turns_and_are_not_lent():
+    assert terms.terms("I fixed my bike myself") == ["i", "fix", "my", "bike", "myself"]  # indexed
+    assert terms.query_terms("what did I cook for my friend?") == ["cook", "friend"]
+    assert terms.first_person("What did I cook for my friend? I") == ["i", "my"]
+    texts = ["I baked banana bread for the dinner party", "banana bread is easy to bake", "dinner for a friend",
+             "sounds lovely", "the friend left"]
+    scores = dict(ranker.rank(corpus(texts), "what did I cook for my friend?", 10))
+    assert 0 in scores  # no content word of the question, but its asker's "I"
+    plain = dict(ranker.rank(corpus(texts), "what did they cook for a friend?", 10))
+    assert 0 not in plain
+    # the first person adds to the turns holding it and is lent to no neighbour
+    assert scores[3] == pytest.approx(plain[3]) and scores[1] == pytest.approx(plain.get(1, 0.0))
+    assert ranker.rank(corpus(texts), "what did I do?", 10) == []  # first person only: nothing to rank by
+    narrow = dict(ranker.rank(corpus(texts), "what did I cook for my friend?", 10, widen=False))
+    assert set(narrow) == {2, 4}
+
+
 def test_a_fuse_hook_reorders_the_candidates():
     seen = []
 
