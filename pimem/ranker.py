@@ -167,17 +167,17 @@ Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
 
 
 def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Callable[[int], bool] | None = None,
-         fuse: Fuse | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
-         after: float = AFTER, reply: float = REPLY) -> list[tuple[int, float]]:
+         fuse: Fuse | None = None, max_terms: int | None = None, k1: float = K1, b: float = B,
+         before: float = BEFORE, after: float = AFTER, reply: float = REPLY) -> list[tuple[int, float]]:
     """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: the one holding the
     terms, then the newest).
     ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
     holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
-    extra's hook) reorders the best ``POOL`` and may add its own. A question in the first person is about
-    its asker's own turns: they score by its first-person words, and a question turn lends its reply no
-    more than any turn does (``before``, not ``reply``)."""
+    extra's hook) reorders the best ``POOL`` and may add its own; ``max_terms``: only the query's first terms.
+    A question in the first person is about its asker's own turns: they score by its first-person words,
+    and a question turn lends its reply no more than any turn does (``before``, not ``reply``)."""
     first_person = terms.first_person(query)
-    own, personal = bm25_apart(source, terms.query_terms(query), first_person, k1, b)
+    own, personal = bm25_apart(source, terms.query_terms(query)[:max_terms], first_person, k1, b)
     best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
     scores = {**own, **with_neighbours(source, own, before, after, among=best,
                                        reply=before if first_person else reply)}
