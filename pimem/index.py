@@ -52,7 +52,7 @@ from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_binary, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 4  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables
+SCHEMA_VERSION = 5  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -454,10 +454,12 @@ class Index:
             terms.update(dict.fromkeys(row[0] for row in rows))
         return None if len(terms) > limit else list(terms)
 
-    def ranked(self, filters: Filters) -> rankindex.Postings:
-        """The ranker's ``Source`` over the messages ``filters`` allow (``pimem.rankindex``)."""
+    def ranked(self, filters: Filters, pool: int | None = None) -> rankindex.Postings:
+        """The ranker's ``Source`` over the messages ``filters`` allow (``pimem.rankindex``); ``pool`` bounds
+        the postings read per term (``Postings.postings``)."""
         tables = sorted({table_of(k) for k in filters.kinds})
-        return rankindex.Postings(self.db, tables, SCHEMAS, filters.sql(None, "m.i") if filters.narrows() else None)
+        where = filters.sql(None, "m.i") if filters.narrows() else None
+        return rankindex.Postings(self.db, tables, SCHEMAS, where, pool)
 
     def row(self, i: int) -> Candidate | None:
         """Where message ``i``'s line is, or None when the index does not hold it."""
