@@ -217,10 +217,9 @@ def _scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
     return first + "\n" + last
 
 
-def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int = SCAN_TAIL,
-          facts_only: bool = False) -> list[Unit]:
+def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> list[Unit]:
     """The candidate units of one message (see the module's docstring), from the first ``head`` and the last
-    ``tail`` characters of a long one; ``facts_only``: its facts and names, no sentences or phrases."""
+    ``tail`` characters of a long one."""
     who, rank = _speaker(msg)
     if rank == 2:
         return _tool_units(msg, stats)
@@ -240,7 +239,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if score > 0:
             out.append(Unit(score, i, pos, piece, who, rank, ws))
 
-    if msg.get("kind") == "user" and not facts_only:  # the ask (its first sentence) and what the user said
+    if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
         for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
@@ -250,8 +249,6 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         add(m.group(), m.start(), 1.3)
     for m in _NAME.finditer(text):
         add(m.group(), m.start(), 1.2)
-    if facts_only:
-        return out
     cjk = not text.isascii() and _CJK_RUN.search(text)
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
@@ -606,8 +603,8 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     if rank == 2:  # a tool leaf is shown only with --include-tools: what ran and how it ended, then its facts
         work = ", ".join(u.text for u in found)
         head = f"{label}: {work}" if work else label
-        said = units({**msg, "kind": "note"}, head=TOOL_SCAN_HEAD, tail=TOOL_SCAN_TAIL, facts_only=True)
-        facts = [u.told("", 1) for u in top(said, POOL // 2)]
+        said = units({**msg, "kind": "note"}, head=TOOL_SCAN_HEAD, tail=TOOL_SCAN_TAIL)
+        facts = [u.told("", 1) for u in top(said, POOL // 2) if u.text not in work]
         body = compose(facts, "", limit - len(head.encode("utf-8")) - 2)
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([u.told("", u.rank) for u in found], "",
