@@ -465,6 +465,11 @@ class Index:
         tables = sorted({table_of(k) for k in filters.kinds})
         return rankindex.Postings(self.db, tables, SCHEMAS, filters.sql(None, "m.i") if filters.narrows() else None)
 
+    def count_kinds(self, kinds: set[str]) -> int:
+        """How many messages the index holds of these kinds."""
+        codes = ",".join(str(KIND_CODE[k]) for k in sorted(kinds)) or "NULL"
+        return self.db.execute(f"SELECT count(*) FROM msgs WHERE kind IN ({codes})").fetchone()[0]
+
     def row(self, i: int) -> Candidate | None:
         """Where message ``i``'s line is, or None when the index does not hold it."""
         found = self.db.execute("SELECT i, file, offset, length, kind, epoch FROM msgs WHERE i = ?", (i,)).fetchone()
