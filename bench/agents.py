@@ -12,7 +12,10 @@ follow: `pimem import --follow DIR --json` runs against the same memory while th
 to a transcript every 50-250 ms; the lag of a line is from its write to the follower's report that it was
 logged (printed after the batch is durable). Target: max < 2 s.
 
-    python bench/agents.py [--messages 100000] [--runs 20] [--lines 100]
+    python bench/agents.py [--messages 100000] [--runs 20] [--lines 100] [--home DIR]
+
+``--home DIR`` keeps the memory it builds in DIR/home and runs on a copy of it (built once, reused).
+The memory has no sentence vectors (``PIMEM_EMBEDDER=off`` while it is built): the hook ranks lexically.
 """
 
 from __future__ import annotations
@@ -159,13 +162,19 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--lines", type=int, default=100)
+    parser.add_argument("--home", type=Path, help="keep the built memory here (reused when already built)")
     args = parser.parse_args()
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(ROOT / "pimem")], check=True)  # as installed
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
+        built = args.home.absolute() / "home" if args.home else home
+        built.parent.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PIMEM_HOME": str(home), "PYTHONPATH": str(ROOT)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        build(home, args.messages, env)
+        if not (built / "api").exists():
+            build(built, args.messages, {**env, "PIMEM_HOME": str(built), "PIMEM_EMBEDDER": "off"})
+        if built != home:  # each run starts from the memory as built
+            subprocess.run(["cp", "-a", str(built), str(home)], check=True)
         print(f"memory 'api': {args.messages:,} messages, indexed, tree built; load average {os.getloadavg()[0]:.1f}")
         bench_hook(home, env, args.runs)
         bench_follow(home, env, args.lines)

@@ -22,7 +22,8 @@ than its sibling (BM25 with the view's statistics). Means over the questions wit
 Tuning is kept apart from reporting: the compactor was tuned on LoCoMo conv-26 and conv-30 and on the
 LongMemEval instances at even positions; each table row gives all, the tuning part and the untuned part.
 
-    python bench/view_quality.py [--data ../shared/data] [--only locomo|longmemeval] [--limit N] [--variants new,old]
+    python bench/view_quality.py [--data ../shared/data] [--only locomo|longmemeval] [--part tuned|untuned]
+                                 [--limit N] [--variants new,old]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+os.environ.setdefault("PIMEM_EMBEDDER", "off")  # build-tree would also embed every message (the semantic extra)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -221,7 +223,7 @@ def zoom_success(question: str, lines: list[tuple[int, int, str]], evidence: lis
 
 def measure(inst: dict, mem: Memory, texts_of, records: list[dict]) -> list[dict]:
     """Per question: coverage and zoom success for the view of ``mem`` with node texts from ``texts_of``."""
-    views = mem.views()
+    views = mem.views.current()
     rows = [(l, i) for l, i, _, _ in views.view.rows()]
     lines = [(l, i, texts_of(l, i) or "") for l, i in rows]
     starts = [node_span(l, i)[0] for l, i in rows]
@@ -289,7 +291,7 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                 per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
                 if variant == variants[0]:
                     budget = sum(len(t.encode("utf-8")) + 1 for _, _, t in
-                                 [(l, i, mem.tree.text(l, i, count) or "") for l, i, _, _ in mem.views().view.rows()])
+                                 [(l, i, mem.tree.text(l, i, count) or "") for l, i, _, _ in mem.views.current().view.rows()])
                     per["window"] = [{"coverage": c, "coverage*": c2, "zoom": None}
                                      for c, c2 in window_coverage(inst, inst["records"], budget)]
                 mem.close()
@@ -344,6 +346,7 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT.parent.parent / "shared" / "data"))
     ap.add_argument("--only", choices=("locomo", "longmemeval"))
     ap.add_argument("--limit", type=int, default=None, help="instances per set")
+    ap.add_argument("--part", choices=("tuned", "untuned"), help="only the tuning part, or only the untuned part")
     ap.add_argument("--variants", default="new,old")
     ap.add_argument("--lo", type=int, default=16_000, help="the view's lo (hi is 32,000); 32000: the view always full")
     args = ap.parse_args()
@@ -358,7 +361,8 @@ def main() -> None:
     for label, loader in (("LoCoMo", locomo), ("LongMemEval_S", longmemeval)):
         if args.only and args.only != label.lower().split("_")[0]:
             continue
-        instances = loader(data)[: args.limit]
+        instances = [inst for inst in loader(data) if args.part is None or inst["tuned"] == (args.part == "tuned")]
+        instances = instances[: args.limit]
         found = run_set(label, instances, variants)
         report(label, found, variants)
 

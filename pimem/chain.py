@@ -16,13 +16,13 @@ Appends are made by callers holding the memory's writer lock (a kernel lock, rel
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import orjson
 
+from . import hashes
 from .errors import IntegrityError
 from .home import append_durably
 from .nofollow import read_bytes
@@ -36,7 +36,7 @@ def canonical(obj) -> bytes:
 
 
 def sha256(data: bytes | str) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+    return hashes.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
 def _is_int(value) -> bool:

@@ -38,7 +38,8 @@ BUDGET = 4_000  # characters of context, at most
 TIMEOUT = 10.0  # seconds the hook may take (then one more for the watchdog)
 PAYLOAD_BYTES = 16 * 1024 * 1024
 HITS = 6  # earlier messages shown at most
-QUERY_TERMS = 12  # the prompt's first meaningful words searched for
+QUERY_TERMS = 12  # the prompt's first terms searched for
+POOL = 200  # postings the ranked search reads per term (search --rank: 5,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
 
 
@@ -163,11 +164,10 @@ class Hook:
         return None
 
 
-def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, timeout: float = TIMEOUT, out=None) -> int:
-    """Read one event from ``stream``, act on it, print the answer to ``out`` (stdout); the exit code. A
-    second past ``timeout``, a watchdog prints what is ready (the context comes before the import) and
-    ends the process."""
-    out = out or sys.stdout
+def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, timeout: float = TIMEOUT) -> int:
+    """Read one event from ``stream``, act on it, print the answer on the environment's stdout (``pimem.env``);
+    the exit code. A second past ``timeout``, a watchdog prints what is ready (the context comes before the
+    import) and ends the process."""
     deadline = time.monotonic() + timeout
     payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
     hook = Hook(payload, home, name, budget, deadline)
@@ -176,7 +176,7 @@ def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, tim
     def give_up() -> None:
         if printed.acquire(blocking=False):
             hook.warnings.append(f"out of time after {timeout:g} s; the next event imports the rest")
-            _print(out, hook.result())
+            _print(hook.result())
             os._exit(0)
 
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()) + 1.0, give_up)
@@ -185,18 +185,22 @@ def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, tim
     result = hook.run()
     watchdog.cancel()
     if printed.acquire(blocking=False):
-        _print(out, result)
+        _print(result)
     return 0
 
 
-def _print(out, result: dict | None) -> None:
-    """The answer on stdout, its warning (if any) on stderr as well."""
-    if result is not None and result.get("systemMessage"):
-        sys.stderr.write(result["systemMessage"] + "\n")
-        sys.stderr.flush()
-    if result is not None:
-        out.write(orjson.dumps(result).decode() + "\n")
-        out.flush()
+def _print(result: dict | None) -> None:
+    """The answer on stdout, its warning (if any) on stderr as well (flushed: the watchdog ends the process
+    right after)."""
+    from . import env, output
+
+    if result is None:
+        return
+    if result.get("systemMessage"):
+        output.info(result["systemMessage"])
+        env.stderr().flush()
+    output.json_line(result)
+    env.current().stdout.flush()
 
 
 # ---- the context -------------------------------------------------------------------------------------------
@@ -224,32 +228,35 @@ def answer(mem, session: str, prompt: str | None, budget: int) -> str:
 
 
 def earlier(mem, session: str, prompt: str) -> list[dict]:
-    """The best ranked messages for ``prompt`` logged by other sessions than ``session``, relevant ones only."""
+    """The best ranked messages for ``prompt`` logged by other sessions than ``session``, relevant ones only,
+    as ``{i, date, kind, snippet, score}``. The ranker gets the prompt as typed (it finds and stems its terms)
+    and reads its first ``QUERY_TERMS`` terms, ``POOL`` postings each, lexically: the hook runs every turn,
+    so it loads no sentence vectors (the semantic extra) and reads no view."""
     from . import search, terms
+    from .message import KINDS, TOOL_KINDS
 
-    words = terms.query_terms(prompt)[:QUERY_TERMS]
+    words = terms.query_terms(prompt)[:QUERY_TERMS]  # what the ranker reads, for the threshold
     if not words:
         return []
-    hits = search.search([mem], " ".join(words), any_term=True, rank=True, limit=HITS * 4)
-    mine = []
-    for hit in hits:
-        msg = mem.message(hit["i"])
-        if (msg.get("meta") or {}).get("session") != session:
-            mine.append((hit, msg["text"]))
-    return relevant(mine, words)[:HITS]
+    talk = [k for k in KINDS if k not in TOOL_KINDS]
+    found = search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS, semantic=False)
+    others = [(msg, score) for msg, score in found if (msg.get("meta") or {}).get("session") != session]
+    return [{"i": msg["i"], "date": msg["date"], "kind": msg["kind"], "score": score,
+             "snippet": search.snippet(msg["text"], msg["text"].lower(), words)} for msg, score in relevant(others, words)[:HITS]]
 
 
-def relevant(hits: list[tuple[dict, str]], words: list[str]) -> list[dict]:
-    """The relevance threshold, in one place: of ranked ``(hit, text)`` pairs, those whose text holds at least
-    a third of the query's words (1 to 3 of them) and whose score is at least half the best one's."""
-    from .terms import fold
+def relevant(hits: list[tuple[dict, float]], words: list[str]) -> list[tuple[dict, float]]:
+    """The relevance threshold, in one place: of ranked ``(message, score)`` pairs, those whose text holds at
+    least a third of the query's terms ``words`` (1 to 3 of them; terms as ``pimem.terms`` makes them, so
+    compared with the text's terms) and whose score is at least half the best one's."""
+    from .terms import bag
 
     need = min(3, max(1, math.ceil(len(words) / 3)))
-    kept = [h for h, text in hits if sum(w in fold(text) for w in words) >= need]
+    kept = [(msg, score) for msg, score in hits if len(bag(msg["text"])[0].intersection(words)) >= need]
     if not kept:
         return []
-    best = max(h.get("score", 0) for h in kept)
-    return [h for h in kept if h.get("score", 0) >= best / 2]
+    best = max(score for _, score in kept)
+    return [(msg, score) for msg, score in kept if score >= best / 2]
 
 
 # ---- install -----------------------------------------------------------------------------------------------

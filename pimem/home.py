@@ -58,10 +58,40 @@ def rename_intent(home: Path, name: str) -> Path:
     return home / f".{name}.renaming"
 
 
+def delete_intent(home: Path, name: str) -> Path:
+    """Where ``delete`` records, before it moves memory ``name`` into the trash, where it goes and the rename
+    pointers that lead to it: ``{"trash": "<name>-<stamp>", "pointers": ["<old>", …]}``."""
+    return home / f".{name}.deleting"
+
+
+def finish_delete(home: Path, name: str) -> bool:
+    """Finish a delete of ``name`` whose memory is in the trash (its intent says where): remove the pointers
+    that led to it, then the intent. Whether one was finished: False while there is no intent, or the memory
+    has not moved (a delete under way, or one stopped before its move, whose intent is harmless)."""
+    intent = delete_intent(home, name)
+    if _kind(intent) != "file":
+        return False
+    try:
+        record = orjson.loads(read_bytes(intent))
+        trash, pointers = record["trash"], [validate_name(p) for p in record["pointers"]]
+        validate_name(trash)
+    except (orjson.JSONDecodeError, KeyError, TypeError, BadInput) as exc:
+        raise IntegrityError(f"broken delete record {intent}: {exc}") from None
+    if _kind(home / name) == "dir" or _kind(home / TRASH / trash) != "dir":
+        return False
+    for path in [home / p for p in pointers] + [rename_intent(home, name), intent]:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return True
+
+
 def resolve(home: Path, name: str) -> Path:
     """The directory of memory ``name``, following rename pointers (a file ``<home>/<old>`` holding
     ``{"renamedTo": "<new>"}``, or a rename's pointer written before it moved the memory). The directory may
-    not exist yet."""
+    not exist yet. A delete stopped between its move into the trash and the removal of its pointers is
+    finished first (``finish_delete``), so its names are free as after a whole delete."""
     given = validate_name(name)
     seen = set()
     path = home / name
@@ -77,9 +107,12 @@ def resolve(home: Path, name: str) -> Path:
             raise IntegrityError(f"broken rename pointer {path}: {exc}") from None
         path = home / name
         if _kind(path) is None and _kind(rename_intent(home, name)) is None:
-            # only a delete interrupted before it removed the pointers leaves one leading nowhere
+            if finish_delete(home, name):  # a delete stopped before it removed the pointers: finished now
+                return resolve(home, given)
             raise NotFound(f"memory '{given}' was renamed to '{name}', which was deleted; remove the pointer "
                            f"{home / given} to use the name again")
+    if kind is None:
+        finish_delete(home, name)  # (so that a memory made under a deleted name inherits no old pointer)
     return path
 
 

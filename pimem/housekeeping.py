@@ -5,8 +5,10 @@ and both take the writer lock, under which leases are taken, so no append or lea
 
 Both are all or nothing. ``rename`` writes its pointer before it moves anything (as ``.<old>.renaming``, which
 ``home.resolve`` follows while ``<old>`` is missing), so a crash or a full disk at any step leaves the old name
-leading to the memory; a step that fails is rolled back. ``delete`` is one ``rename`` into the trash, after
-which the pointers that led to it are removed (a pointer left by a crash then leads nowhere: exit 3).
+leading to the memory; a step that fails is rolled back. ``delete`` first records where the memory goes and the
+pointers that lead to it (``.<name>.deleting``), then moves it into the trash with one ``rename``, then removes
+those pointers and the record (``home.finish_delete``); a crash after the move leaves the record, and the next
+command that meets the name or a pointer to it finishes the delete, so the names end free either way.
 """
 
 from __future__ import annotations
@@ -98,8 +100,14 @@ def delete(name: str, home: str | os.PathLike | None = None, timeout: float | No
         dest = trash / f"{mem.name}-{stamp}-{n}"
     with mem.lock(timeout):
         refuse_if_watched(mem, "delete")
-        pointers = [p for p in mem.home.iterdir() if p.is_file() and homes.NAME_RE.fullmatch(p.name) and _leads_to(mem.home, p.name, mem.path)]
-        os.rename(mem.path, dest)
-    for pointer in pointers + [homes.rename_intent(mem.home, mem.name)]:
-        _unlink(pointer)
+        pointers = [p.name for p in mem.home.iterdir() if p.is_file() and homes.NAME_RE.fullmatch(p.name) and _leads_to(mem.home, p.name, mem.path)]
+        intent = homes.delete_intent(mem.home, mem.name)
+        homes.write_atomic(intent, orjson.dumps({"trash": dest.name, "pointers": pointers}) + b"\n")  # before the move
+        homes.sync_dir(mem.home)
+        try:
+            os.rename(mem.path, dest)
+        except BaseException:
+            _unlink(intent)
+            raise
+    homes.finish_delete(mem.home, mem.name)
     return dest

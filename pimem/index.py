@@ -460,10 +460,12 @@ class Index:
             terms.update(dict.fromkeys(row[0] for row in rows))
         return None if len(terms) > limit else list(terms)
 
-    def ranked(self, filters: Filters) -> rankindex.Postings:
-        """The ranker's ``Source`` over the messages ``filters`` allow (``pimem.rankindex``)."""
+    def ranked(self, filters: Filters, pool: int | None = None) -> rankindex.Postings:
+        """The ranker's ``Source`` over the messages ``filters`` allow (``pimem.rankindex``); ``pool`` bounds
+        the postings read per term (``Postings.postings``)."""
         tables = sorted({table_of(k) for k in filters.kinds})
-        return rankindex.Postings(self.db, tables, SCHEMAS, filters.sql(None, "m.i") if filters.narrows() else None)
+        where = filters.sql(None, "m.i") if filters.narrows() else None
+        return rankindex.Postings(self.db, tables, SCHEMAS, where, pool)
 
     def count_kinds(self, kinds: set[str]) -> int:
         """How many messages the index holds of these kinds."""

@@ -140,7 +140,7 @@ class Memory:
             return []
         homes.ensure_dir(self.path / "main")
         with self.lock(timeout):
-            start = self.log.seal()
+            start = self._ready()
             ids = self.log.write(batch, start)
             self._after_append(start, batch)
         return ids
@@ -152,7 +152,7 @@ class Memory:
         numbered from ``start``, ``batch`` its messages as the derived state reads them."""
         homes.ensure_dir(self.path / "main")
         with self.lock(timeout):
-            start = self.log.seal()
+            start = self._ready()
             ids = self.log.write_runs(runs, start, lambda first, stop: lines(start, first, stop))
             self._after_append(start, batch)
         return ids
@@ -184,6 +184,14 @@ class Memory:
                     pending = writer.submit(self.append, batch, timeout, True)
                 if pending is not None:
                     yield pending.result()
+
+    def _ready(self) -> int:
+        """Under the writer lock, before a batch is written: the log sealed and the derived state the append
+        brings forward (the views, the tree files they read) loaded, so that what would refuse it there (a
+        planted link: exit 5) refuses it before anything is logged. The ``i`` the batch starts at."""
+        start = self.log.seal()
+        self.views.current(upto=start, save=False)
+        return start
 
     def _after_append(self, start: int, batch: list[dict]) -> None:
         """Bring derived state (tree, view) forward after a durable write; called under the writer lock. The

@@ -144,13 +144,13 @@ Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
 
 
 def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Callable[[int], bool] | None = None,
-         fuse: Fuse | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
+         fuse: Fuse | None = None, max_terms: int | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
          after: float = AFTER) -> list[tuple[int, float]]:
     """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first).
     ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
     holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
-    extra's hook) reorders the best ``POOL`` and may add its own."""
-    own = bm25(source, terms.query_terms(query), k1, b)
+    extra's hook) reorders the best ``POOL`` and may add its own; ``max_terms``: only the query's first terms."""
+    own = bm25(source, terms.query_terms(query)[:max_terms], k1, b)
     best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
     scores = {**own, **with_neighbours(source, own, before, after, among=best)}
     if not widen:

@@ -77,8 +77,9 @@ class Postings:
     optional SQL condition on ``msgs m`` (kinds, dates, ``before``) with its parameters, applied to the
     postings so that only messages a search may show are candidates."""
 
-    def __init__(self, db, tables: list[str], schemas: tuple[str, ...], where: tuple[str, list] | None = None):
-        self.db, self.tables, self.schemas, self.where = db, tables, schemas, where
+    def __init__(self, db, tables: list[str], schemas: tuple[str, ...], where: tuple[str, list] | None = None,
+                 pool: int | None = None):
+        self.db, self.tables, self.schemas, self.where, self.pool = db, tables, schemas, where, pool
 
     def size(self) -> tuple[int, int]:
         names = ",".join(f"'{t}'" for t in self.tables)
@@ -91,18 +92,21 @@ class Postings:
 
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
         """Rarest term first: whole postings (the newest ``FULL_POSTINGS``) until they name that many
-        messages; then, for each commoner term, only the messages already found that hold it."""
+        messages; then, for each commoner term, only the messages holding it and one of those terms. With a
+        ``pool``, a bounded read for readers that must stay cheap: each term's newest ``pool`` at most, and
+        whole postings only until they name that many."""
+        full = self.pool or FULL_POSTINGS
         df = {term: self._df(term) for term in wanted}
         out: dict[str, tuple[int, list[int]]] = {}
         found: list[str] = []
         named = 0
         for term in sorted((t for t in wanted if df[t]), key=df.get):
-            if named < FULL_POSTINGS:
-                ids = self._match('"' + term + '"', FULL_POSTINGS)
+            if named < full:
+                ids = self._match('"' + term + '"', full)
                 found.append(term)
                 named += len(ids)
             else:
-                ids = self._match(f'"{term}" AND (' + " OR ".join(f'"{t}"' for t in found) + ")", None)
+                ids = self._match(f'"{term}" AND (' + " OR ".join(f'"{t}"' for t in found) + ")", self.pool)
             out[term] = (df[term], ids)
         return out
 

@@ -88,24 +88,31 @@ def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[
             return
 
 
-def _ranked(mem, index, query: str, filters: Filters, limit: int, widen: bool) -> Iterator[tuple]:
+def _ranked(mem, index, query: str, filters: Filters, limit: int, widen: bool, pool: int | None = None,
+            max_terms: int | None = None, semantic: bool = True) -> Iterator[tuple]:
     """``(candidate, message, score)`` of the ranker's best ``limit`` messages the filters allow (the
-    semantic extra fused in when present)."""
+    semantic extra fused in when present and ``semantic``; the bounds as ``ranked`` says)."""
     from . import ranker
 
-    source = index.ranked(filters)
-    for i, score in ranker.rank(source, query, limit, widen=widen, fuse=_fuser(mem, query, source)):
+    source = index.ranked(filters, pool)
+    fuse = _fuser(mem, query, source) if semantic else None
+    for i, score in ranker.rank(source, query, limit, widen=widen, fuse=fuse, max_terms=max_terms):
         row = index.row(i)
         msg = index.read_row(row.file, row.offset, row.length) if row is not None else None
         if msg is not None and msg.get("i") == i:
             yield row, msg, score
 
 
-def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True) -> list[tuple[dict, float]]:
+def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True, *, pool: int | None = None,
+           max_terms: int | None = None, semantic: bool = True) -> list[tuple[dict, float]]:
     """The ranker's best ``limit`` messages of ``mem`` among ``kinds``, as ``(message, score)`` best first
-    (``widen``: neighbours of matches may rank without holding a term). For other ranked reads (recall)."""
+    (``widen``: neighbours of matches may rank without holding a term). For other ranked reads (recall, the
+    Claude Code hook). A reader that must stay cheap bounds the work: ``pool`` (postings read per term),
+    ``max_terms`` (the query's first terms only), ``semantic=False`` (no sentence vectors, nothing of the
+    semantic extra imported)."""
     index, filters = mem.index(), Filters(set(kinds), None, None, None)
-    found = index.answer(lambda: list(_ranked(mem, index, query, filters, limit, widen)), stderr_progress(mem.name))
+    question = lambda: list(_ranked(mem, index, query, filters, limit, widen, pool, max_terms, semantic))  # noqa: E731
+    found = index.answer(question, stderr_progress(mem.name))
     return [(msg, score) for _, msg, score in found]
 
 

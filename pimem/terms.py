@@ -21,10 +21,8 @@ import unicodedata
 
 _RUN = re.compile(r"[\w./:-]+")
 _SEPARATORS = re.compile(r"[./:_-]+")
-_UNSPACED = re.compile(
-    "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
-)
-_HANGUL = re.compile("[\uac00-\ud7af]")
+_UNSPACED_CHARS = "[\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+"
+_unspaced_re = None  # compiled on the first text that is not ASCII (its charset costs ~1 ms to compile)
 _TRIM = "./:-_"
 # the usual English stop list (NLTK's, with the contractions' pieces and a few chat fillers)
 STOPWORDS = frozenset("""
@@ -89,14 +87,25 @@ def _terms_of(run: str) -> tuple[str, ...]:
     return found
 
 
+def _unspaced():
+    """The pattern of runs of unspaced scripts, compiled when first needed (never for ASCII)."""
+    global _unspaced_re
+    if _unspaced_re is None:
+        _unspaced_re = re.compile(_UNSPACED_CHARS)
+    return _unspaced_re
+
+
 def _run_terms(run: str) -> tuple[str, ...]:
     if run.isascii() and run.isalnum():  # a plain word or number: most runs
         if run.isdigit():
             return (run,)
         return () if run in STOPWORDS or len(run) < 2 else (stem(run),)
     out: list[str] = []
+    if run.isascii():  # a path, an identifier, a number with a point
+        _spaced(run, out)
+        return tuple(out)
     pos = 0
-    for piece in _UNSPACED.finditer(run):
+    for piece in _unspaced().finditer(run):
         _spaced(run[pos : piece.start()], out)
         chars = piece.group()
         out.extend(chars)
@@ -114,7 +123,7 @@ def _spaced(run: str, out: list[str]) -> None:
     if len(parts) > 1:
         out.append(run)  # a path, an identifier, a number with a point: whole, and its parts below
     for part in parts:
-        if part in STOPWORDS or (len(part) < 2 and not part.isdigit() and not _HANGUL.match(part)):
+        if part in STOPWORDS or (len(part) < 2 and not part.isdigit() and not "\uac00" <= part <= "\ud7af"):  # (Hangul)
             continue
         out.append(stem(part))
 
@@ -122,9 +131,12 @@ def _spaced(run: str, out: list[str]) -> None:
 def query_terms(query: str) -> list[str]:
     """The distinct terms a query asks for, in order: a text's terms, except that a run of unspaced
     characters asks for its character pairs only (its single characters when it is one character)."""
+    folded = fold(query)
+    if folded.isascii():
+        return list(dict.fromkeys(terms(folded)))
     wanted: list[str] = []
-    for run in _UNSPACED.split(fold(query)):
+    for run in _unspaced().split(folded):
         wanted.extend(terms(run))
-    for piece in _UNSPACED.findall(fold(query)):
+    for piece in _unspaced().findall(folded):
         wanted.extend([piece] if len(piece) == 1 else (piece[k : k + 2] for k in range(len(piece) - 1)))
     return list(dict.fromkeys(wanted))

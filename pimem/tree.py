@@ -26,7 +26,7 @@ from . import env
 from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .home import append_durably, ensure_dir
-from .nofollow import check_dir, open_binary, read_bytes
+from .nofollow import check_dir, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 PLACEHOLDER = "(not summarized yet: zoom it)"
@@ -143,7 +143,9 @@ class Tree:
         out = {}
         for entry in os.scandir(self.dir):
             if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
-                out[entry.name] = entry.stat().st_size
+                if entry.is_symlink():  # (known from the listing: no extra system call)
+                    raise planted(entry.path)
+                out[entry.name] = entry.stat(follow_symlinks=False).st_size
         return out
 
     def catch_up(self) -> list[tuple[int, int, str]]:

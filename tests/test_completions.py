@@ -123,3 +123,45 @@ def test_zsh_offers_the_same_words(shell_env):
     )
     out = subprocess.run(["zsh", "-f", "-c", script], capture_output=True, text=True, env=shell_env)
     assert sorted(out.stdout.split()) == ["2h", "main", "other", "today"]
+
+
+# zsh's real completion system (compinit, the _pimem widget, _arguments) in an interactive zsh on a
+# pseudo-terminal (zsh/zpty): a line is typed with a TAB, and compadd, wrapped, prints what it offers
+ZSH_CAPTURE = r"""
+zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "fpath=($COMPLETIONS \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z 'compadd () { builtin compadd "$@"; local -a hits; builtin compadd -O hits "$@"; print -rl -- "" "HITS_""BEGIN" $hits "HITS_""END" }'
+zpty -w -n z "$LINE"$'\t'
+zpty -r z out '*HITS_END*'
+integer quiet=0
+while (( quiet < 10 )); do
+  if zpty -r -t z more; then out+=$more; quiet=0; else sleep 0.1; (( quiet++ )); fi
+done
+zpty -d z
+print -r -- "$out"
+"""
+
+
+def zsh_complete(line: str, env: dict, cwd) -> list[str]:
+    out = subprocess.run(["zsh", "-f", "-c", ZSH_CAPTURE], capture_output=True, text=True, timeout=60, cwd=cwd,
+                         env={**env, "COMPLETIONS": str(ROOT / "completions"), "LINE": line})
+    offered, inside = set(), False
+    for word in out.stdout.replace("\r", "").splitlines():
+        if word in ("HITS_BEGIN", "HITS_END"):
+            inside = word == "HITS_BEGIN"
+        elif inside and word and not word.startswith("-"):  # (compsys' own group options, -J -default-)
+            offered.add(word)
+    return sorted(offered)
+
+
+@pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
+def test_zsh_completion_widget_on_a_terminal(run, shell_env, tmp_path):
+    (tmp_path / "notes.jsonl").write_text("")
+    (tmp_path / "y.jsonl").write_text("")  # a file to be offered only where a file makes sense
+    assert zsh_complete("pimem zoom main ", shell_env, tmp_path) == view_labels(run)
+    assert zsh_complete("pimem since ", shell_env, tmp_path) == sorted(["main", "other", *WHEN_WORDS])
+    assert zsh_complete("pimem since --kind ", shell_env, tmp_path) == KINDS
+    assert zsh_complete("pimem model main ", shell_env, tmp_path) == PROVIDERS
+    assert zsh_complete("pimem since main --until y", shell_env, tmp_path) == ["yesterday"]  # a WHEN, never a file
+    assert zsh_complete("pimem import no", shell_env, tmp_path) == ["notes.jsonl"]

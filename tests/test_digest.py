@@ -2,13 +2,17 @@
 as what ran and how it ended; the faithfulness guard's marks; tool text masked on every read path."""
 
 import re
+import subprocess
 
+import orjson
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
 from pimem import Memory, scheduler
 from pimem.compactor import extractive, faith
 from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
+
+from conftest import pimem_cmd, subprocess_env
 
 LONG = "We went through the deployment notes again and compared them with what the runbook says. " * 5
 _CONNECTIVES = re.compile(r", |; |: | → |，|；|(?<=[。！？])")
@@ -102,6 +106,26 @@ def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
     texts = [m["text"] for m in mem.messages(0, 8)] + [m["date"] for m in mem.messages(0, 8)]
     for piece in pieces(top):
         assert any(piece in t for t in texts) or piece in ("user", "pi") or piece.isdigit()
+
+
+def test_lines_do_not_depend_on_the_hash_seed(tmp_path):
+    """Two real processes with different ``PYTHONHASHSEED`` build the same lines from the same log (a third of
+    it Chinese, whose clauses share many word pairs: a sum of word weights in a set's order differed)."""
+    from bench.synth import messages
+
+    log = b"".join(orjson.dumps(record) + b"\n" for record in messages(150, seed=11))
+    trees = []
+    for seed in ("1", "2"):
+        env = subprocess_env(PIMEM_HOME=tmp_path / seed, PYTHONHASHSEED=seed, PIMEM_EMBEDDER="off")
+        for args in (("append", "m", "--ndjson"), ("build-tree", "m")):
+            done = subprocess.run(pimem_cmd(*args), input=log if args[0] == "append" else None, env=env,
+                                  capture_output=True, timeout=120)
+            assert done.returncode == 0, done.stderr
+        nodes = [orjson.loads(raw) for path in sorted((tmp_path / seed / "m" / "tree").glob("*.jsonl"))
+                 for raw in path.read_bytes().splitlines()]
+        trees.append(sorted((node["l"], node["i"], node["text"]) for node in nodes))
+    assert len(trees[0]) > 100 and any("，" in text for _, _, text in trees[0])
+    assert trees[0] == trees[1]
 
 
 words = st.text("abcdefghijklmnopqrstuvwxyz0123456789 ./_-", min_size=20, max_size=300)

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
+from pimem import terms
 from pimem.claude_code import merge, relevant
 
 CWD = "/home/dev/api"
@@ -173,11 +174,48 @@ def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
 
 
 def test_relevance_keeps_hits_holding_enough_of_the_words_and_near_the_best_score():
-    words = ["staging", "db", "port", "listen", "deploy"]  # five words: a hit must hold two
-    hits = [({"i": 1, "score": 9.0}, "the Staging DB listens on port 5433"), ({"i": 2, "score": 8.0}, "staging is down"),
-            ({"i": 3, "score": 3.0}, "deploy to staging"), ({"i": 4, "score": 5.0}, "db port 5432 for deploy")]
-    assert [h["i"] for h in relevant(hits, words)] == [1, 4]  # 2: one word; 3: under half the best score
-    assert relevant([({"i": 5, "score": 1.0}, "nothing here")], ["staging"]) == []
+    words = terms.query_terms("staging db port listening deploys")  # five terms, stemmed: a hit must hold two
+    hits = [({"i": 1, "text": "the Staging DB listens on port 5433"}, 9.0), ({"i": 2, "text": "staging is down"}, 8.0),
+            ({"i": 3, "text": "deploy to staging"}, 3.0), ({"i": 4, "text": "db port 5432 for deploying"}, 5.0)]
+    assert [m["i"] for m, _ in relevant(hits, words)] == [1, 4]  # 2: one word; 3: under half the best score
+    assert relevant([({"i": 5, "text": "nothing here"}, 1.0)], terms.query_terms("staging")) == []
+
+
+def test_a_prompt_finds_what_an_earlier_session_said_in_other_forms_of_its_words(home, tmp_path):
+    """The prompt goes to the ranker as typed, stemmed once: "databases" finds "database" (stemming the
+    stems again made it "databa", which no message holds)."""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging database was moved to db2.internal", 1),
+         line("s1", "user", "u2", "happy with the new happiness metric", 2))
+    hook(payload("Stop", "s1", earlier))
+    for prompt, said in (("where did the databases go?", "db2.internal"), ("are we happy", "happiness metric")):
+        code, answer, _ = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt=prompt))
+        assert code == 0 and said in context_of(answer), prompt
+
+
+def test_the_hook_writes_through_the_environment_streams(home, tmp_path):
+    import io
+
+    from pimem import claude_code, env
+
+    def stdin(data: bytes):
+        read, write = os.pipe()
+        os.write(write, data)
+        os.close(write)
+        return open(read, "rb")
+
+    earlier, current = tmp_path / "e.jsonl", tmp_path / "c.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    grow(current, line("s2", "user", "u2", "hello", 2))
+    stdout, stderr = io.TextIOWrapper(io.BytesIO()), io.StringIO()
+    with env.using(env.Environment(stdout=stdout, stderr=stderr)):
+        assert claude_code.handle(stdin(payload("Stop", "s1", earlier))) == 0
+        assert stdout.buffer.getvalue() == b"" and stderr.getvalue() == ""  # Stop: captured, nothing to say
+        with Memory.open("api").lock(60):  # busy: the answer comes, with its warning on stderr
+            assert claude_code.handle(stdin(payload("UserPromptSubmit", "s2", current, prompt="staging db port")), timeout=1) == 0
+    answer = json.loads(stdout.buffer.getvalue())
+    assert "5433" in answer["hookSpecificOutput"]["additionalContext"]
+    assert stderr.getvalue() == answer["systemMessage"] + "\n"
 
 
 # ---- install ---------------------------------------------------------------------------------------------
@@ -292,3 +330,27 @@ def test_the_real_claude_code_sample_captured_as_it_grows_equals_its_import(home
     project = first["cwd"].rstrip("/").rsplit("/", 1)[-1]
     strip = lambda msgs: [(m["kind"], m["text"], m["date"], m["meta"]["entry"]) for m in msgs]  # noqa: E731
     assert strip(Memory.open(project).messages()) == strip(Memory.open("whole").messages())
+
+
+def test_a_prompt_is_answered_without_the_semantic_extra_or_openssl(home, tmp_path):
+    """The hook runs every turn: its ranked search reads no sentence vectors and imports nothing of the extra,
+    and its hashes are CPython's own (``pimem.hashes``: hashlib would load OpenSSL first)."""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    probe = ("import sys\ntry:\n    from pimem.cli import main; main(sys.argv[1:])\nfinally:\n"
+             "    sys.stderr.write(' '.join(m for m in ('pimem.semantic', 'numpy', 'onnxruntime', 'hashlib') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", probe, "hook", "claude-code"], capture_output=True, timeout=60, env=subprocess_env(),
+                          input=payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging db port"))
+    assert proc.returncode == 0 and "5433" in context_of(json.loads(proc.stdout))
+    assert proc.stderr == b""
+
+
+def test_pimem_hashes_are_hashlibs():
+    import hashlib
+
+    from pimem import hashes
+
+    for data in (b"", b"abc", bytes(range(256)) * 300):
+        assert hashes.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+        assert hashes.blake2b(data, digest_size=16).digest() == hashlib.blake2b(data, digest_size=16).digest()

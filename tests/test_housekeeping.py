@@ -1,6 +1,8 @@
 """rename, delete and fsck: moving whole memories and checking them on disk."""
 
+import signal
 import subprocess
+import sys
 import time
 
 import orjson
@@ -236,3 +238,49 @@ def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
     assert run("search", "noted", "old").stdout.startswith("old #1 ")
+
+
+# a real `pimem delete` process SIGKILLed just before or just after its move into the trash
+KILLED_AT_THE_MOVE = """
+import os, signal, sys
+real = os.rename
+def rename(src, dst, *args, **kwargs):
+    if "/.trash/" in os.fspath(dst) and sys.argv[1] == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(src, dst, *args, **kwargs)
+    if "/.trash/" in os.fspath(dst):
+        os.kill(os.getpid(), signal.SIGKILL)
+os.rename = rename
+from pimem.cli import main
+main(sys.argv[2:])
+"""
+
+
+def killed_delete(when: str, name: str) -> None:
+    proc = subprocess.run([sys.executable, "-c", KILLED_AT_THE_MOVE, when, "delete", name], capture_output=True, timeout=60,
+                          env=subprocess_env())
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_delete_killed_after_its_move_is_finished_by_the_next_command(sh, home):
+    assert sh("append", "a", "first").returncode == 0
+    assert sh("rename", "a", "b").returncode == 0
+    killed_delete("after", "b")
+    trashed = list((home / ".trash").iterdir())
+    assert len(trashed) == 1 and not (home / "b").exists() and (home / "a").is_file()  # moved; its pointer left behind
+    out = sh("since", "a", "#0")
+    assert out.returncode == 3 and b"no memory named 'a'" in out.stderr  # as after a whole delete, not "was deleted"
+    assert sorted(p.name for p in home.iterdir()) == [".trash"]  # the pointer and the delete's record are gone
+    assert sh("append", "b", "a new b").stdout == b"0\n" and sh("append", "a", "a new a").stdout == b"0\n"
+    assert [m["text"] for m in Memory.open("a").messages()] == ["a new a"]  # its own history, not the new b's
+    assert [orjson.loads(l)["text"] for l in next((trashed[0] / "main").iterdir()).read_bytes().splitlines()] == ["first"]
+
+
+def test_a_delete_killed_before_its_move_deleted_nothing(sh, home):
+    assert sh("append", "a", "first").returncode == 0
+    assert sh("rename", "a", "b").returncode == 0
+    killed_delete("before", "b")
+    assert sh("append", "a", "second").stdout == b"1\n"  # the same memory, through the same pointer
+    assert [m["text"] for m in Memory.open("b").messages()] == ["first", "second"]
+    assert sh("delete", "b").returncode == 0
+    assert sorted(p.name for p in home.iterdir()) == [".trash"] and sh("since", "a", "#0").returncode == 3

@@ -215,3 +215,18 @@ def test_search_rank_fuses_the_semantic_extra_when_present(home, run, monkeypatc
     monkeypatch.setenv(semantic.ENV, "off")
     assert ranked(run, "automobile") == [3]
     semantic._model = None
+
+
+def test_a_bounded_ranked_read_reads_each_term_in_its_newest_messages(home):
+    """``search.ranked(..., pool=N)`` (the Claude Code hook's, which runs every turn) reads a term's newest N
+    messages only, commoner terms included; ``max_terms`` the query's first terms; unbounded it reads all."""
+    from pimem import search
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"deploy number {k}" + (" to staging" if k % 2 else "")} for k in range(12)])
+    talk = ["user", "pi"]
+    every = sorted(m["i"] for m, _ in search.ranked(mem, "staging deploy", talk, 50, widen=False))
+    assert every == list(range(12))
+    bounded = [m["i"] for m, _ in search.ranked(mem, "staging deploy", talk, 50, widen=False, pool=3)]
+    assert sorted(bounded) == [7, 9, 11]  # staging (the rarer): its newest 3; deploy: only beside staging
+    assert sorted(m["i"] for m, _ in search.ranked(mem, "staging number", talk, 50, widen=False, max_terms=1)) == [1, 3, 5, 7, 9, 11]

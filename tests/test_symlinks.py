@@ -101,3 +101,18 @@ def test_the_home_itself_may_be_a_link(sh, home, tmp_path):
     assert sh("append", "m", "via the link", "--home", str(linked)).stdout == b"0\n"
     assert (real / "m" / "main").is_dir()
     assert sh("since", "m", "#0", "--text", "--home", str(linked)).returncode == 0
+
+
+@pytest.mark.parametrize("where", ["tree", "view.json"])
+def test_an_append_refused_for_a_planted_derived_file_logs_nothing(sh, home, memory, outside, where):
+    """A link among the files append brings forward after logging (a tree file, view.json) is found before the
+    log is written: exit 5 and the log byte-identical, not messages logged and then refused."""
+    link = next((memory / "tree").glob("*.jsonl")) if where == "tree" else memory / where
+    plant(link, outside / "victim.jsonl")
+    before, outside_before = snapshot(memory / "main"), snapshot(outside)
+    for argv in (["append", "m", "x"], ["append", "m", "--ndjson"]):
+        out = sh(*argv, input=b'{"kind": "user", "text": "y"}\n' if "--ndjson" in argv else None)
+        err = out.stderr.decode()
+        assert out.returncode == 5 and err.count("\n") == 1 and str(link) in err, (argv, err)
+        assert snapshot(memory / "main") == before, argv  # nothing logged
+    assert snapshot(outside) == outside_before

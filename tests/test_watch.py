@@ -54,7 +54,7 @@ def test_watch_builds_new_messages_holds_the_lease_and_stops_on_sigterm(home):
     finally:
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=30)
-    assert watcher.returncode == 0, err
+    assert watcher.returncode == 0, err  # a daemon stopped cleanly exits 0, not 143 (README: exit codes)
     events = [orjson.loads(line) for line in out.splitlines()]
     assert events[0] == {"event": "watching", "memory": "m"}
     assert not (mem.path / "lock.json").exists()
@@ -70,6 +70,7 @@ def test_a_waiting_watcher_takes_over_when_the_first_stops(home):
     assert second.poll() is None and lease.holder(mem)["pid"] == first.pid
     first.send_signal(signal.SIGINT)
     first.communicate(timeout=30)
+    assert first.returncode == 0  # a daemon stopped cleanly (README: exit codes), Ctrl-C as SIGTERM
     until(lambda: (lease.holder(mem) or {}).get("pid") == second.pid)
     mem.append([{"kind": "user", "text": long_text(9)}])
     until(lambda: complete("m"))

@@ -1,11 +1,10 @@
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import env, output
 from ..errors import BadInput
 from ..options import Home
 
@@ -60,7 +59,7 @@ def command(
     _agent(words)
     if project or user or dry_run:
         raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
-    code = claude_code.handle(sys.stdin.buffer, home, name, budget, timeout)
+    code = claude_code.handle(env.current().stdin.buffer, home, name, budget, timeout)
     raise typer.Exit(code)
 
 

@@ -26,7 +26,6 @@ import functools
 import heapq
 import math
 import re
-from dataclasses import dataclass
 
 from .cut import LINE_BYTES, cut_line
 
@@ -35,6 +34,7 @@ POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
 LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
+TOOL_SCAN_HEAD, TOOL_SCAN_TAIL = 1_000, 500  # characters of a tool's text its own leaf takes facts from
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
 IDF_KEPT = 1 << 18  # words whose weight a memory's statistics remember
@@ -60,16 +60,23 @@ STOP = frozenset(
     "user pi echo tool work note assistant "
     "的 了 是 我 你 他 她 它 们 在 和 也 就 都 而 及 与 着 或 一个 没有 我们 你们 这个 那个 然后 需要 可以 一下 什么".split()
 )
-# facts copied exactly: paths, URLs, file names, identifiers, numbers and dates, quotes, error names
+# facts copied exactly: URLs, paths, file names, identifiers (CamelCase, camelCase, snake_case, ECODES,
+# ACRONYMS), versions, numbers and dates, quotes. The alternatives that start a word sit behind one ``\b``
+# and are sorted by the word's first character (a lowercase letter, a capital, a digit), keeping their order,
+# so each word start tries only the few that can match there: the same matches, in half the time.
+_EXT = r"[\w.-]*\w\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b"
+_NUMBER = r"\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b"
 _FACT = re.compile(
-    r"""(?x)
+    rf"""(?x)
     https?://[^\s<>"'`)\]]+
-    | (?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+
-    | \b[\w.-]*\w\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b
-    | \b(?:[A-Z][a-z]+){2,}(?:Error|Exception|Warning)?\b | \b[a-z]+(?:[A-Z][a-z0-9]*)+\b | \b[a-zA-Z]\w*_\w+\b
-    | \bE[A-Z]{3,}\b | \b[A-Z]{2,}[0-9]*\b
-    | \b[vV]?\d+(?:[.:/-]\d+)+\b | \$?\b\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b | \b\d\b
-    | `[^`\n]{1,60}` | "[^"\n]{2,60}"
+    | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
+    | \b(?: (?=[a-z])(?: {_EXT} | [a-z]+(?:[A-Z][a-z0-9]*)+\b | [a-zA-Z]\w*_\w+\b | v\d+(?:[.:/-]\d+)+\b )
+          | (?=[A-Z])(?: {_EXT} | (?:[A-Z][a-z]+){{2,}}(?:Error|Exception|Warning)?\b | [a-zA-Z]\w*_\w+\b
+                       | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V\d+(?:[.:/-]\d+)+\b )
+          | (?=\d)(?: {_EXT} | \d+(?:[.:/-]\d+)+\b | {_NUMBER} | \d\b )
+          | {_EXT} )
+    | \$\b{_NUMBER}
+    | `[^`\n]{{1,60}}` | "[^"\n]{{2,60}}"
     """
 )
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
@@ -87,6 +94,8 @@ _PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx
 def _words(text: str) -> list[str]:
     """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces)."""
     text = text.lower()
+    if text.isascii() or not _CJK_RUN.search(text):
+        return _WORD.findall(text)
     out = []
     for word in _WORD.findall(text):
         if _CJK_RUN.search(word):
@@ -97,6 +106,13 @@ def _words(text: str) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _wordset(piece: str) -> tuple[str, ...]:
+    """The distinct words of ``piece`` in text order (an order that does not depend on string hashing, so
+    sums over them are the same in every process)."""
+    return tuple(dict.fromkeys(_words(piece)))
 
 
 class Stats:
@@ -125,6 +141,14 @@ class Stats:
                 self._idf[word] = got
         return got
 
+    def weight(self, words) -> float:
+        """The summed weights of ``words``, added in their order (the same float in every process)."""
+        known, total = self._idf, 0.0
+        for w in words:
+            got = known.get(w)
+            total += self.idf(w) if got is None else got
+        return total
+
     def _weigh(self, word: str) -> float:
         if word in STOP or (len(word) < 2 and not word.isdigit() and not _CJK_RUN.match(word)):
             return 0.0
@@ -137,19 +161,29 @@ class Stats:
 _NO_STATS = Stats()
 
 
-@dataclass(frozen=True, slots=True)
 class Unit:
     """A candidate piece of a line: ``text`` copied from message ``i`` at ``pos`` (``tool``: tool work,
-    rendered with its connective), said by ``who`` (group ``rank``: 0 the user, 1 others, 2 tool work)."""
+    rendered with its connective), said by ``who`` (group ``rank``: 0 the user, 1 others, 2 tool work);
+    ``words``: its distinct words in text order; ``size``: its bytes; ``value``: its score per byte (the
+    user's words weighing ``USER`` times more). Units are shared by the pools of a span's nodes: never
+    changed once made."""
 
-    score: float
-    i: int
-    pos: int
-    text: str
-    who: str
-    rank: int
-    words: frozenset[str]
-    result: bool = False  # a tool result's outcome: joined to the call before it with " → "
+    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value")
+
+    def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
+                 result: bool = False):
+        self.score, self.i, self.pos, self.text, self.who, self.rank = score, i, pos, text, who, rank
+        self.words = words
+        self.result = result  # a tool result's outcome: joined to the call before it with " → "
+        self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
+
+    def told(self, who: str, rank: int) -> "Unit":
+        """The same piece said by ``who`` in group ``rank``."""
+        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result)
+
+    def __repr__(self) -> str:
+        return f"Unit({self.text!r}, i={self.i}, who={self.who!r}, score={self.score:.3f})"
 
 
 def _speaker(msg: dict) -> tuple[str, int]:
@@ -161,66 +195,104 @@ def _speaker(msg: dict) -> tuple[str, int]:
     return (who or kind), 0 if kind == "user" else 1
 
 
-def _scan(text: str) -> str:
-    return text if len(text) <= SCAN_HEAD + SCAN_TAIL else text[:SCAN_HEAD] + "\n" + text[-SCAN_TAIL:]
+_BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
 
 
-def units(msg: dict, stats: Stats = _NO_STATS) -> list[Unit]:
-    """The candidate units of one message (see the module's docstring)."""
+def _scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
+    """The first ``head`` and last ``tail`` characters of a long ``text``, each cut at a space or punctuation
+    (a word or Chinese clause is never cut in two) when there is one near the cut."""
+    if len(text) <= head + tail:
+        return text
+    first, last = text[:head], text[-tail:]
+    for k in range(head - 1, max(-1, head - 200), -1):
+        if first[k] in _BREAKS:
+            first = first[: k + 1]
+            break
+    for k in range(min(tail, 200)):
+        if last[k] in _BREAKS:
+            last = last[k:]
+            break
+    return first + "\n" + last
+
+
+def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> list[Unit]:
+    """The candidate units of one message (see the module's docstring), from the first ``head`` and the last
+    ``tail`` characters of a long one."""
     who, rank = _speaker(msg)
     if rank == 2:
         return _tool_units(msg, stats)
     i = msg.get("i", 0)
-    text = _scan(msg.get("text") or "")
+    text = _scan(msg.get("text") or "", head, tail)
     out: list[Unit] = []
     seen: set[str] = set()
+    weight = stats.weight
 
     def add(piece: str, pos: int, bonus: float = 1.0) -> None:
-        piece = piece.strip(" \t'\"“”‘’*#>-")
-        if not piece or piece in seen or len(piece.encode("utf-8")) > SENTENCE:
-            return
-        ws = frozenset(_words(piece))
-        score = sum(stats.idf(w) for w in ws) * bonus
-        if score <= 0:
+        piece = piece.strip(_STRIP)
+        if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
             return
         seen.add(piece)
-        out.append(Unit(score, i, pos, piece, who, rank, ws))
+        ws = _wordset(piece)
+        score = weight(ws) * bonus
+        if score > 0:
+            out.append(Unit(score, i, pos, piece, who, rank, ws))
 
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
+        at = 0
         for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
-                add(sentence, text.find(sentence), ASK if n == 0 else SAID)
+                at = text.find(sentence, at)
+                add(sentence, at, ASK if n == 0 else SAID)
     for m in _FACT.finditer(text):
         add(m.group(), m.start(), 1.3)
     for m in _NAME.finditer(text):
         add(m.group(), m.start(), 1.2)
-    if _CJK_RUN.search(text):
+    cjk = not text.isascii() and _CJK_RUN.search(text)
+    if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
                 add(piece, m.start() + m.group().find(piece))
-    for pos, phrase in _phrases(text):
+    for pos, phrase in _phrases(text, bool(cjk)):
         add(phrase, pos)
     return out
 
 
-def _phrases(text: str):
-    """Runs of up to four content words between stop words and punctuation, with their positions."""
-    for seg in _BREAK.split(text):
-        if not seg.strip():
+_STRIP = " \t'\"“”‘’*#>-"
+
+
+def _phrases(text: str, cjk: bool = True):
+    """Runs of up to four content words between stop words and punctuation, with their positions: one pass
+    over the text's tokens (a token never spans a break), a run ending at a stop word, a CJK token, its
+    fourth word or a break between two tokens."""
+    breaks = [m.start() for m in _BREAK.finditer(text)]
+    breaks.append(len(text) + 1)
+    b = 0
+    start = end = -1  # the run in hand
+    words = 0
+    for m in _TOKEN.finditer(text):
+        s, e = m.span()
+        if breaks[b] < s:
+            while breaks[b] < s:
+                b += 1
+            if start >= 0:  # a break since the run's last word
+                yield start, text[start:end]
+                start = -1
+        token = m.group()
+        if token.lower() in STOP or (cjk and _CJK_RUN.search(token)):
+            if start >= 0:
+                yield start, text[start:end]
+                start = -1
             continue
-        base = text.find(seg)
-        run: list[re.Match] = []
-        for m in list(_TOKEN.finditer(seg)) + [None]:
-            if m is not None and m.group().lower() not in STOP and not _CJK_RUN.search(m.group()) and len(run) < 4:
-                run.append(m)
-                continue
-            if run:
-                start, end = run[0].start(), run[-1].end()
-                yield base + start, seg[start:end]
-                run = []
-            if m is not None and m.group().lower() not in STOP and not _CJK_RUN.search(m.group()):
-                run.append(m)
+        if start >= 0 and words == 4:
+            yield start, text[start:end]
+            start = -1
+        if start < 0:
+            start, words = s, 0
+        end = e
+        words += 1
+    if start >= 0:
+        yield start, text[start:end]
 
 
 def _short(piece: str) -> str:
@@ -253,8 +325,8 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     i = msg.get("i", 0)
 
     def unit(piece: str, result: bool = False, weight: float = 1.0) -> Unit:
-        ws = frozenset(_words(piece))
-        return Unit(weight * (1.0 + sum(stats.idf(w) for w in ws) / 2), i, 0, piece, "", 2, ws, result)
+        ws = _wordset(piece)
+        return Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result)
 
     if msg.get("kind") == "tool":
         tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
@@ -291,80 +363,85 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
 
 
 def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
-    """The best units of ``pool`` that fit in ``limit`` bytes, rendered as one line."""
+    """The best units of ``pool`` that fit in ``limit`` bytes, rendered as one line: greedy by gain (a unit's
+    value per byte, times the share of its words not said yet, times how common those words are in the
+    span, divided by 1 + ``SPREAD`` × the units its message has given), taken lazily from a heap."""
     if not pool:
         return cut_line(head, limit)
-    span_df: dict[str, int] = {}
-    for u in pool:
-        for w in u.words:
-            span_df[w] = span_df.get(w, 0) + 1
-    # what a unit is worth before the words already said and its message's units already taken
-    base = [u.score * (USER if u.rank == 0 else 1.0) / (_size(u.text) + 6) for u in pool]
-    said: set[str] = set()
-    # each unit's words not yet said, kept up to date as words are said: how many, their span frequencies
-    # summed, and where each word occurs (so a gain is arithmetic, not set operations)
-    fresh_n = [len(u.words) for u in pool]
-    fresh_df = [sum(span_df[w] for w in u.words) for u in pool]
+    # where each word occurs; each unit's words not yet said, kept up to date as words are said: how many,
+    # and their span frequencies summed (so a gain is arithmetic, not set operations)
     where: dict[str, list[int]] = {}
     for n, u in enumerate(pool):
         for w in u.words:
-            where.setdefault(w, []).append(n)
+            got = where.get(w)
+            if got is None:
+                where[w] = [n]
+            else:
+                got.append(n)
     total_n = [len(u.words) for u in pool]
-    sizes = [_size(u.text) for u in pool]
+    fresh_n = total_n[:]
+    fresh_df = [sum(map(len, map(where.__getitem__, u.words))) for u in pool]
+    said: set[str] = set()
+    log = math.log
+    # units of one message all count less alike as it gives more: no need to re-weigh them for it
+    spread = SPREAD if any(u.i != pool[0].i for u in pool) else 0.0
 
     def gain(n: int, taken: int) -> float:
+        u = pool[n]
         total = total_n[n]
         if not total:
-            return base[n] / (1 + SPREAD * taken)
+            return u.value / (1 + spread * taken)
         fresh = fresh_n[n]
         if not fresh:
             return 0.0
-        topic = 1.0 + 0.25 * math.log(1 + (fresh_df[n] - fresh) / fresh)
-        return base[n] * fresh / total * topic / (1 + SPREAD * taken)
-
-    def say(words) -> None:
-        for w in words:
-            if w in said:
-                continue
-            said.add(w)
-            df = span_df.get(w)
-            for m in where.get(w, ()):
-                fresh_n[m] -= 1
-                fresh_df[m] -= df
+        topic = 1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)
+        return u.value * fresh / total * topic / (1 + spread * taken)
 
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
     groups: set[str] = set()
     used = len(head.encode("utf-8")) + (2 if head else 0)
-    heap = [(-gain(n, 0), n) for n in range(len(pool))]
-    heapq.heapify(heap)
-    heappop, heappush = heapq.heappop, heapq.heappush
-    while heap and used < limit:
-        _, n = heappop(heap)
-        u = pool[n]
-        mine = chosen.setdefault(u.i, [])
-        if sizes[n] + 3 - taken_bytes.get(u.i, 0) > limit - used:
-            continue  # it cannot fit, even in place of its message's units taken so far
-        g = gain(n, len(mine))
-        if heap and g < -heap[0][0] - 1e-12:
-            heappush(heap, (-g, n))
-            continue
-        if g <= 0:
-            break
-        if any(u.text in c.text for c in mine):
-            continue
-        inside = [c for c in mine if c.text in u.text]  # said again by the new unit: drop them
-        cost = sizes[n] + 3 + (_size(u.who) + 2 if u.who not in groups else 0)
-        cost -= sum(_size(c.text) + 2 for c in inside)
-        if used + cost > limit:
-            continue
+
+    def take(u: Unit, mine: list[Unit], inside: list[Unit], cost: int) -> None:
+        nonlocal used
+        used += cost
         for c in inside:
             mine.remove(c)
-        used += cost
         mine.append(u)
-        taken_bytes[u.i] = sum(_size(c.text) + 2 for c in mine)
+        taken_bytes[u.i] = sum(c.size + 2 for c in mine)
         groups.add(u.who)
-        say(u.words)
+        for w in u.words:  # said now: the units holding it have one fresh word less
+            if w not in said:
+                said.add(w)
+                holders = where[w]
+                df = len(holders)
+                for m in holders:
+                    fresh_n[m] -= 1
+                    fresh_df[m] -= df
+
+    heap = [(-gain(n, 0), n) for n in range(len(pool))]
+    heapq.heapify(heap)
+    heappop, heappushpop = heapq.heappop, heapq.heappushpop
+    top = heappop(heap)
+    while used < limit:
+        n = top[1]
+        u = pool[n]
+        mine = chosen.setdefault(u.i, [])
+        if u.size + 3 - taken_bytes.get(u.i, 0) <= limit - used:  # (else it cannot fit, even in place of
+            g = gain(n, len(mine))                                  # its message's units taken so far)
+            if heap and g < -heap[0][0] - 1e-12:  # worth less than it was: back in, and the best one out
+                top = heappushpop(heap, (-g, n))
+                continue
+            if g <= 0:
+                break
+            if not any(u.text in c.text for c in mine):  # (said already)
+                inside = [c for c in mine if c.text in u.text]  # said again by the new unit: they go
+                cost = u.size + 3 + (_size(u.who) + 2 if u.who not in groups else 0) - sum(c.size + 2 for c in inside)
+                if used + cost <= limit:
+                    take(u, mine, inside, cost)
+        if not heap:
+            break
+        top = heappop(heap)
     return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
 
 
@@ -436,6 +513,9 @@ class Digest:
         self._stats: Stats | None = None
         self.pools: dict[tuple[int, int], tuple[list[Unit], str, str]] = {}  # (l, i) → (units, first date, last date)
         self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
+        self.passed: dict[int, dict] = {}  # messages the forward read passed, their units not made yet
+        self._feed = None  # the forward read of the log that serves ``_leaf``
+        self._next = -1  # the message it read last
 
     @property
     def stats(self) -> Stats:
@@ -463,9 +543,35 @@ class Digest:
 
     def _keep(self, i: int, found: list[Unit], date: str) -> None:
         self.leaves[i] = (found, date)
-        if len(self.leaves) > LEAVES_KEPT:  # the oldest half goes (dicts keep insertion order)
-            for j in list(self.leaves)[: LEAVES_KEPT // 2]:
-                del self.leaves[j]
+        self.passed.pop(i, None)
+        for kept in (self.leaves, self.passed):
+            if len(kept) > LEAVES_KEPT:  # the oldest half goes (dicts keep insertion order)
+                for j in list(kept)[: LEAVES_KEPT // 2]:
+                    del kept[j]
+
+    def _leaf(self, i: int) -> tuple[list[Unit], str]:
+        """Message ``i``'s units and date: kept, or made from the log. Merges come in log order (lowest level
+        first, then oldest), so one forward read of the log serves them: it keeps the messages it passes
+        until their units are asked for (a long one among them may be built as a leaf first), and it starts
+        again only for a message behind it that is no longer kept."""
+        kept = self.leaves.get(i)
+        if kept is not None:
+            return kept
+        msg = self.passed.pop(i, None)
+        if msg is None:
+            if self._feed is None or i <= self._next:
+                self._feed = self.mem.messages(i)
+            for msg in self._feed:
+                j = self._next = msg["i"]
+                if j == i:
+                    break
+                if j not in self.leaves:
+                    self.passed[j] = msg
+            else:  # logged after the read began
+                self._feed = None
+                msg = next(self.mem.messages(i, i + 1))
+        self._keep(i, top(units(msg, self.stats), LEAF_UNITS), msg.get("date") or "")
+        return self.leaves[i]
 
     def merge(self, l: int, i: int) -> str:
         pool, first, last = self._pool(l, i)
@@ -473,23 +579,17 @@ class Digest:
         return compose(pool, _dates(first, last))
 
     def _pool(self, l: int, i: int) -> tuple[list[Unit], str, str]:
-        """The units of node ``(l, i)``'s span: its children's, kept or read back from the log."""
+        """The units of node ``(l, i)``'s span and its first and last dates: kept since the node was built,
+        else its children's (a message's own units at the bottom)."""
         kept = self.pools.pop((l, i), None)
         if kept is not None:
             return kept
-        if l == 0 or not any(ll < l and ii >> (l - ll) == i for ll, ii in self.pools):
-            start, end = i << l, (i + 1) << l
-            missing = [j for j in range(start, end) if j not in self.leaves]
-            if missing:
-                for msg in self.mem.messages(missing[0], missing[-1] + 1):
-                    if msg["i"] not in self.leaves:
-                        self._keep(msg["i"], top(units(msg, self.stats), LEAF_UNITS), msg.get("date") or "")
-            kept = [self.leaves[j] for j in range(start, end)]
-            pool = [u for found, _ in kept for u in found]
-            return top(pool), kept[0][1], kept[-1][1]
-        a, fa, _ = self._pool(l - 1, 2 * i)
-        b, _, lb = self._pool(l - 1, 2 * i + 1)
-        return top(a + b), fa, lb
+        if l == 0:
+            found, date = self._leaf(i)
+            return found, date, date
+        a, first, _ = self._pool(l - 1, 2 * i)
+        b, _, last = self._pool(l - 1, 2 * i + 1)
+        return top(a + b), first, last
 
 
 def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
@@ -500,10 +600,10 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     if rank == 2:  # a tool leaf is shown only with --include-tools: what ran and how it ended, then its facts
         work = ", ".join(u.text for u in found)
         head = f"{label}: {work}" if work else label
-        facts = [Unit(u.score, u.i, u.pos, u.text, "", 1, u.words) for u in units({**msg, "kind": "note"})]
+        facts = [u.told("", 1) for u in top(units({**msg, "kind": "note"}, head=TOOL_SCAN_HEAD, tail=TOOL_SCAN_TAIL), POOL // 2)]
         body = compose(facts, "", limit - len(head.encode("utf-8")) - 2)
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
-    body = compose([Unit(u.score, u.i, u.pos, u.text, "", u.rank, u.words) for u in found], "",
+    body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
     return cut_line(f"{label}: {body}" if body else f"{label}: {(msg.get('text') or '')[:200]}", limit)
 
@@ -520,5 +620,5 @@ def leaf(kind: str, text: str, limit: int = LINE_BYTES) -> str:
 def merge(left: str, right: str, limit: int = LINE_BYTES) -> str:
     """One line merging two adjacent lines when only they are known (no memory to read the span from)."""
     pool = units({"i": 0, "kind": "note", "text": left}) + units({"i": 1, "kind": "note", "text": right})
-    pool = [Unit(u.score, u.i, u.pos, u.text, "", 1, u.words) for u in pool]
+    pool = [u.told("", 1) for u in pool]
     return compose(pool, "", limit)

@@ -14,7 +14,6 @@ follower's few new lines) leaves the index to the next reader, as ``append`` doe
 
 from __future__ import annotations
 
-import hashlib
 import os
 import queue
 import threading
@@ -24,7 +23,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from .. import env, message as msgs, stopping, when
+from .. import env, hashes, message as msgs, stopping, when
 from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
@@ -277,4 +276,4 @@ def _anchor(f: BinaryIO, offset: int) -> str:
     to) 64 KiB before ``offset``."""
     start = max(0, offset - ANCHOR_BYTES)
     data = os.pread(f.fileno(), offset - start, start)
-    return f"{os.fstat(f.fileno()).st_ino}:{hashlib.blake2b(data, digest_size=16).hexdigest()}"
+    return f"{os.fstat(f.fileno()).st_ino}:{hashes.blake2b(data, digest_size=16).hexdigest()}"

@@ -10,11 +10,12 @@ grown file is read on from where the last import stopped.
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 from datetime import datetime, timezone
 
 import orjson
+
+from .. import hashes
 
 PENDING_CAP = 10_000  # tool names of unanswered calls / links of skipped entries kept in the saved state
 NO_OUTPUT = "(no output)"  # an empty tool result still pairs with its call, and the log refuses empty text
@@ -92,7 +93,7 @@ def bounded_put(table: dict, key, value, cap: int = PENDING_CAP) -> None:
 def line_key(line_no: int, raw: bytes) -> str:
     """A stable id for a line of a format without ids: its number and a hash of its bytes. Appending to a
     file keeps the keys of its earlier lines; two identical lines at different places stay distinct."""
-    return f"{line_no}-{hashlib.blake2b(raw.strip(), digest_size=6).hexdigest()}"
+    return f"{line_no}-{hashes.blake2b(raw.strip(), digest_size=6).hexdigest()}"
 
 
 def ms_date(ms: float) -> str:

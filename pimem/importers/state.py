@@ -19,12 +19,11 @@ Deleting both files loses nothing.
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import orjson
 
-from .. import home as homes
+from .. import hashes, home as homes
 from ..config import read_json
 from ..memory import Memory
 from ..nofollow import open_fd, read_bytes
@@ -40,7 +39,7 @@ def key_of(message: dict) -> bytes | None:
     if not isinstance(meta, dict) or not meta.get("source") or meta.get("entry") is None:
         return None
     ident = orjson.dumps([meta["source"], meta.get("session"), meta["entry"], message["kind"], meta.get("call_id")])
-    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
+    return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
 class KeySet:
