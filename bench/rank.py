@@ -93,7 +93,7 @@ def longmemeval() -> list[dict]:
 
 def pimem_system(documents=ranker.document, **params):
     def build(messages):
-        corpus = ranker.Corpus([documents(m) for m in messages])
+        corpus = ranker.Corpus.of(messages, documents)
         return lambda question: [i for i, _ in ranker.rank(corpus, question, max(KS), **params)]
     return build
 
@@ -300,7 +300,8 @@ def main() -> None:
     results["BM25Okapi"] = measure(okapi_system, conversations, instances)
     if args.ablation:
         variants = {
-            "- neighbours": pimem_system(before=0.0, after=0.0),
+            "- neighbours": pimem_system(before=0.0, after=0.0, reply=0.0),
+            "- question turns lend their replies more": pimem_system(reply=ranker.BEFORE),
             "symmetric neighbours 0.3": pimem_system(before=0.3, after=0.3),
             "- speaker": pimem_system(without("speaker")),
             "- date words": pimem_system(without("date")),

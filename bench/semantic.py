@@ -96,7 +96,7 @@ def system(fusion=None, pool: int = semantic.SEMANTIC_POOL):
         mem = Memory.at("bench", home)
         mem.append(messages)
         semantic.catch_up(mem)
-        corpus = ranker.Corpus([ranker.document(m) for m in messages])
+        corpus = ranker.Corpus.of(messages)
 
         def search(question):
             fuse = semantic.fuser(mem, question, pool=pool, fusion=fusion)

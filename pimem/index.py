@@ -52,7 +52,7 @@ from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_binary, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 4  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables
+SCHEMA_VERSION = 5  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram

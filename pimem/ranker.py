@@ -7,8 +7,12 @@ so "what did Alice say" and "what did we do in May" find their turns; its length
 
 How it scores (``rank``): BM25 over those terms (``K1``, ``B``; a term counts once per message), then
 **neighbour context**: each message also gets the larger of ``BEFORE`` times the BM25 score of the message
-just before it and ``AFTER`` times the one just after it, in the same conversation (the answer often
-follows the turn holding the question's words). Each constant was chosen on the tuning split of
+just before it (``REPLY`` times it when that message asks a question: its reply is likely the answer)
+and ``AFTER`` times the one just after it, in the same conversation (the answer often follows the turn
+holding the question's words). A question's first-person words (``terms.first_person``:
+"what did *I* cook for *my* friend?") add their BM25 to the messages holding them, lent to no neighbour,
+when the question has other terms: its asker's own turns (and then a question turn lends its reply
+only ``BEFORE``). Each constant was chosen on the tuning split of
 ``bench/rank.py`` (bench/README.md has the ablation). The work is what the query's terms' postings hold
 (a ``Source`` may bound it), nothing per message of the memory.
 
@@ -31,6 +35,7 @@ from .message import TOOL_KINDS
 K1 = 1.2
 B = 0.75  # measured: a lower b gains a point on short chat turns and loses 9 on long ones
 BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
+REPLY = 1.0  # the share it takes of the message before it when that one asks (ends in a question mark)
 POOL = 1000  # candidates handed to a fuse hook
 NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
 TOOL_HEAD, TOOL_TAIL = 2000, 1000
@@ -77,6 +82,12 @@ def document(msg: dict) -> tuple[set[str], int]:
     return found | more, length
 
 
+def asks(msg: dict) -> bool:
+    """Whether a message asks a question (its text ends with a question mark): the turn after it is likely
+    its answer, so it lends that turn its whole score (``REPLY``)."""
+    return (msg.get("text") or "").rstrip().endswith(("?", "\uff1f"))
+
+
 def conversation(msg: dict) -> int:
     """A number naming the conversation a message belongs to (its ``meta.session``), for neighbour
     context: neighbours in different conversations do not lend each other scores."""
@@ -92,48 +103,60 @@ def conversation(msg: dict) -> int:
 class Source(Protocol):
     """Where the ranker reads: ``size()`` (documents, their total length in words), ``postings(terms)``
     (``{term: (how many documents hold it, ids of those to score)}``: a source may leave out documents a
-    term adds little to), ``lengths(ids)`` (``{i: length}``), ``conversations(ids)`` (``{i:
-    conversation}``, for the ids that exist and may be shown)."""
+    term adds little to), ``lengths(ids)`` (``{i: length}``), ``turns(ids)`` (``{i: (conversation,
+    whether it asks)}``, for the ids that exist and may be shown)."""
 
     def size(self) -> tuple[int, int]: ...
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]: ...
     def lengths(self, ids: list[int]) -> dict[int, int]: ...
-    def conversations(self, ids: list[int]) -> dict[int, int]: ...
+    def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]: ...
 
 
 def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
     """BM25 of every document holding one of the ``wanted`` terms, a term counted once per document (as
     the index keeps it: measured as good as counting repeats)."""
+    return bm25_apart(source, wanted, [], k1, b)[0]
+
+
+def bm25_apart(source: Source, wanted: list[str], apart: list[str], k1: float = K1,
+               b: float = B) -> tuple[dict[int, float], dict[int, float]]:
+    """``bm25`` of the ``wanted`` terms, and apart from it that of the ``apart`` terms (one read of the
+    postings of both)."""
     count, total = source.size()
     if not count or not wanted:
-        return {}
+        return {}, {}
     average = total / count or 1.0
-    lists = [(df, ids) for df, ids in source.postings(wanted).values() if ids]
-    lengths = source.lengths(sorted({i for _, ids in lists for i in ids}))
+    postings = source.postings(wanted + [t for t in apart if t not in wanted])
+    lists = [[postings[t] for t in group if postings.get(t, (0, []))[1]] for group in (wanted, apart)]
+    lengths = source.lengths(sorted({i for group in lists for _, ids in group for i in ids}))
     factor = {i: (k1 + 1) / (1 + k1 * (1 - b + b * length / average)) for i, length in lengths.items()}
-    scores: dict[int, float] = dict.fromkeys(factor, 0.0)
-    for df, ids in lists:
-        idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
-        for i in ids:
-            scores[i] += idf * factor[i]
-    return scores
+    out: tuple[dict[int, float], dict[int, float]] = ({}, {})
+    for group, scores in zip(lists, out):
+        for df, ids in group:
+            idf = math.log(1 + (count - df + 0.5) / (df + 0.5))
+            for i in ids:
+                scores[i] = scores.get(i, 0.0) + idf * factor[i]
+    return out
 
 
 def with_neighbours(source: Source, scores: dict[int, float], before: float = BEFORE, after: float = AFTER,
-                    among: Iterable[int] | None = None) -> dict[int, float]:
+                    among: Iterable[int] | None = None, reply: float | None = None) -> dict[int, float]:
     """Each document's score plus the larger of ``before`` times the score of the document just before it
-    and ``after`` times the one just after it, in the same conversation (a question's words are often in
-    the turn before its answer); for the documents ``among`` and their neighbours (default: all)."""
-    if not (before or after) or not scores:
+    (``reply`` times it when that one asks a question; default ``before``) and ``after`` times the one just
+    after it, in the same conversation (a question's words are often in the turn before its answer); for
+    the documents ``among`` and their neighbours (default: all)."""
+    if not (before or after or reply) or not scores:
         return dict(scores)
+    reply = before if reply is None else reply
     around = sorted({j for i in (scores if among is None else among) for j in (i - 1, i, i + 1)})
-    conv = source.conversations(around)
+    turns = source.turns(around)
     out: dict[int, float] = {}
     for i in around:
-        if i not in conv:
+        if i not in turns:
             continue
-        lent = max(before * scores.get(i - 1, 0.0) if conv.get(i - 1) == conv[i] else 0.0,
-                   after * scores.get(i + 1, 0.0) if conv.get(i + 1) == conv[i] else 0.0)
+        conv, previous, following = turns[i][0], turns.get(i - 1), turns.get(i + 1)
+        lent = max((reply if previous[1] else before) * scores.get(i - 1, 0.0) if previous and previous[0] == conv else 0.0,
+                   after * scores.get(i + 1, 0.0) if following and following[0] == conv else 0.0)
         own = scores.get(i, 0.0)
         if own or lent:
             out[i] = own + lent
@@ -144,18 +167,25 @@ Fuse = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
 
 
 def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Callable[[int], bool] | None = None,
-         fuse: Fuse | None = None, max_terms: int | None = None, k1: float = K1, b: float = B, before: float = BEFORE,
-         after: float = AFTER) -> list[tuple[int, float]]:
-    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: newest first).
+         fuse: Fuse | None = None, max_terms: int | None = None, k1: float = K1, b: float = B,
+         before: float = BEFORE, after: float = AFTER, reply: float = REPLY) -> list[tuple[int, float]]:
+    """The best ``limit`` documents for ``query`` as ``(i, score)``, best first (ties: the one holding the
+    terms, then the newest).
     ``widen``: a neighbour of a match may rank on its neighbour's credit alone (otherwise only documents
     holding a term are candidates); ``keep(i)`` filters candidates before the cut; ``fuse`` (the semantic
-    extra's hook) reorders the best ``POOL`` and may add its own; ``max_terms``: only the query's first terms."""
-    own = bm25(source, terms.query_terms(query)[:max_terms], k1, b)
+    extra's hook) reorders the best ``POOL`` and may add its own; ``max_terms``: only the query's first terms.
+    A question in the first person is about its asker's own turns: they score by its first-person words,
+    and a question turn lends its reply no more than any turn does (``before``, not ``reply``)."""
+    first_person = terms.first_person(query)
+    own, personal = bm25_apart(source, terms.query_terms(query)[:max_terms], first_person, k1, b)
     best = own if len(own) <= NEIGHBOUR_POOL else heapq.nlargest(NEIGHBOUR_POOL, own, key=own.__getitem__)
-    scores = {**own, **with_neighbours(source, own, before, after, among=best)}
+    scores = {**own, **with_neighbours(source, own, before, after, among=best,
+                                       reply=before if first_person else reply)}
+    for i, score in personal.items():  # (not lent: they say who wrote a message, not what it is about)
+        scores[i] = scores.get(i, 0.0) + score
     if not widen:
         scores = {i: score for i, score in scores.items() if i in own}
-    ranked = sorted(scores.items(), key=lambda item: (-item[1], -item[0]))
+    ranked = sorted(scores.items(), key=lambda item: (-item[1], -own.get(item[0], 0.0), -item[0]))
     if keep is not None:
         ranked = [item for item in ranked if keep(item[0])]
     if fuse is not None:
@@ -164,10 +194,16 @@ def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Ca
 
 
 class Corpus:
-    """A ``Source`` over documents held in memory: ``Corpus(documents, conversation numbers)`` where each
-    document is ``(its distinct terms, its length)`` (``document``); document ``i`` is the ``i``-th."""
+    """A ``Source`` over documents held in memory: ``Corpus(documents, conversation numbers, whether each
+    asks)`` where each document is ``(its distinct terms, its length)`` (``document``); document ``i`` is
+    the ``i``-th. ``Corpus.of(messages)`` ranks messages as the index does."""
 
-    def __init__(self, documents: Iterable[tuple[Iterable[str], int]], conversations: Iterable[int] | None = None):
+    @classmethod
+    def of(cls, messages: list[dict], documents: Callable[[dict], tuple[set[str], int]] = document) -> "Corpus":
+        return cls(map(documents, messages), map(conversation, messages), map(asks, messages))
+
+    def __init__(self, documents: Iterable[tuple[Iterable[str], int]], conversations: Iterable[int] | None = None,
+                 asking: Iterable[bool] | None = None):
         self.index: dict[str, list[int]] = {}
         self.length: list[int] = []
         for i, (found, length) in enumerate(documents):
@@ -175,6 +211,7 @@ class Corpus:
             for term in found:
                 self.index.setdefault(term, []).append(i)
         self.conv = list(conversations) if conversations is not None else [0] * len(self.length)
+        self.asks = list(asking) if asking is not None else [False] * len(self.length)
 
     def size(self) -> tuple[int, int]:
         return len(self.length), sum(self.length)
@@ -185,5 +222,5 @@ class Corpus:
     def lengths(self, ids: list[int]) -> dict[int, int]:
         return {i: self.length[i] for i in ids}
 
-    def conversations(self, ids: list[int]) -> dict[int, int]:
-        return {i: self.conv[i] for i in ids if 0 <= i < len(self.conv)}
+    def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]:
+        return {i: (self.conv[i], self.asks[i]) for i in ids if 0 <= i < len(self.conv)}

@@ -5,8 +5,8 @@ through this module): each message's distinct terms (``pimem.ranker.document``) 
   contentless and ``detail=none`` (postings only: which messages hold a term); the ``ascii`` tokenizer with
   ``. _ / : -`` as word characters splits exactly at the spaces (pimem already cut, folded and stemmed the
   terms; non-ASCII characters are word characters to it);
-- ``word_docs``: ``i → (length in words, conversation)`` for BM25's length normalisation and neighbour
-  context;
+- ``word_docs``: ``i → (length in words, conversation, whether it asks a question)`` for BM25's length
+  normalisation and neighbour context;
 - ``word_stats``: per table, how many messages and words, kept up to date in the same transactions (so
   the collection statistics cost one row, not a scan).
 
@@ -29,7 +29,8 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.words_talk USING fts5(
 CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.words_tools USING fts5(
     terms, tokenize="{tokenize}", content='', detail=none, columnsize=0);
 CREATE TABLE IF NOT EXISTS {schema}.word_docs (
-    i INTEGER PRIMARY KEY, length INTEGER NOT NULL, conv INTEGER NOT NULL, tbl INTEGER NOT NULL);
+    i INTEGER PRIMARY KEY, length INTEGER NOT NULL, conv INTEGER NOT NULL, tbl INTEGER NOT NULL,
+    asks INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS {schema}.word_stats (tbl TEXT PRIMARY KEY, docs INTEGER NOT NULL, length INTEGER NOT NULL);
 """.replace("{tokenize}", TOKENIZE)
 WORD_TABLES = {"talk": "words_talk", "tools": "words_tools"}
@@ -51,18 +52,19 @@ class Pending:
     def __init__(self) -> None:
         self.terms: dict[str, list] = {table: [] for table in WORD_TABLES}
         self.length = dict.fromkeys(WORD_TABLES, 0)
-        self.docs: list[tuple[int, int, int, int]] = []
+        self.docs: list[tuple[int, int, int, int, int]] = []
 
     def add(self, i: int, table: str, msg: dict) -> None:
         found, length = ranker.document(msg)
         self.terms[table].append((i, " ".join(found)))
         self.length[table] += length
-        self.docs.append((i, length, ranker.conversation(msg), TABLE_CODE[table]))
+        self.docs.append((i, length, ranker.conversation(msg), TABLE_CODE[table], int(ranker.asks(msg))))
 
     def write(self, db) -> None:
         """Insert the batch (inside the writer's transaction)."""
         if self.docs:  # (one statement, as the texts are: see index.py on executemany and the GIL)
-            db.execute("INSERT INTO word_docs SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3 FROM json_each(?)",
+            db.execute("INSERT INTO word_docs SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4 "
+                       "FROM json_each(?)",
                        (orjson.dumps(self.docs).decode(),))
         for table, rows in self.terms.items():
             if not rows:
@@ -137,26 +139,27 @@ class Postings:
         sql = " UNION ALL ".join(parts) + (f" ORDER BY 1 DESC LIMIT {limit}" if limit else "")
         return [row[0] for row in self.db.execute(sql, [p for _ in parts for p in (expr, *extra)])]
 
-    def _rows(self, ids: list[int], column: str, where: str = "") -> dict[int, int]:
-        out: dict[int, int] = {}
+    def _rows(self, ids: list[int], columns: str, where: str = "") -> dict:
+        out: dict = {}
         for start in range(0, len(ids), 30_000):
             chunk = ",".join(map(str, ids[start : start + 30_000]))
             for schema in self.schemas:
-                out.update(self.db.execute(f"SELECT i, {column} FROM {schema}.word_docs WHERE i IN ({chunk}){where}"))
+                out.update((row[0], row[1] if len(row) == 2 else row[1:]) for row in self.db.execute(
+                    f"SELECT i, {columns} FROM {schema}.word_docs WHERE i IN ({chunk}){where}"))
         return out
 
     def lengths(self, ids: list[int]) -> dict[int, int]:
         return self._rows(ids, "length")
 
-    def conversations(self, ids: list[int]) -> dict[int, int]:
+    def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]:
         """Only messages a search may show count as neighbours (tool traffic lends nothing to a search that
         leaves it out)."""
         codes = ",".join(str(TABLE_CODE[t]) for t in self.tables)
-        conv = self._rows(ids, "conv", f" AND tbl IN ({codes})")
+        turns = self._rows(ids, "conv, asks", f" AND tbl IN ({codes})")
         if self.where is None:
-            return conv
-        shown = self._shown(list(conv))
-        return {i: c for i, c in conv.items() if i in shown}
+            return turns
+        shown = self._shown(list(turns))
+        return {i: turn for i, turn in turns.items() if i in shown}
 
     def allows(self, i: int) -> bool:
         """Whether message ``i`` may be a candidate (for a fuse hook adding candidates of its own)."""

@@ -64,14 +64,14 @@ def search(
         question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
         found = index.answer(question, stderr_progress(mem.name))
         _add_held(mem, found)
-        hits.extend(found)
-    if rank:
-        hits.sort(key=lambda h: (-h["score"], -h["_epoch"]))
+        hits.extend({**hit, "_n": n} for n, hit in enumerate(found))
+    if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
+        hits.sort(key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
     else:
         hits.sort(key=lambda h: -h["_epoch"])
     hits = hits[:limit]
     for hit in hits:
-        del hit["_epoch"]
+        del hit["_epoch"], hit["_n"]
     return hits
 
 

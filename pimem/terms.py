@@ -4,13 +4,15 @@ Text is NFKC-normalised and lowercased, then cut into runs of letters, digits an
 
 - a run of one word (``deploys``) gives its English stem (Snowball, PyStemmer: ``deploy``); stop words
   (``the``, ``did``, ``what``) give nothing, in texts and queries alike;
+- first-person words (``I``, ``me``, ``my``, ``myself``: ``FIRST_PERSON``) are terms of a text, but
+  not of a query's ``query_terms``: the ranker weighs them apart (``first_person``), as who is speaking;
 - a run with separators (a path ``src/auth/session.ts``, an identifier ``max_pool_size``, a number ``3.14``,
   a date ``2023-05-08``) is kept whole, and each of its parts counts too (stemmed like words);
 - scripts written without spaces (Chinese, Japanese, Thai, Khmer, Lao, Myanmar) are cut into characters
   and overlapping character pairs; a query's run gives its pairs (a single character: itself), so ``蓝鲸``
   finds ``一头蓝鲸`` and ``鲸`` finds both.
 
-A term is at least two characters long, except digits (``8`` in ``8 May``) and unspaced characters.
+A term is at least two characters long, except digits (``8`` in ``8 May``), ``i`` and unspaced characters.
 A run's terms are cached (chat vocabulary is small next to its length).
 """
 
@@ -28,13 +30,16 @@ _TRIM = "./:-_"
 STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being below between
 both but by can could did do does doing down during each few for from further had has have having he her
-here hers herself him himself his how i if in into is it its itself just let me more most my myself no nor
+here hers herself him himself his how if in into is it its itself just let more most no nor
 not now of off on once only or other our ours ourselves out over own same she should so some such than that
 the their theirs them themselves then there these they this those through to too under until up very was we
 were what when where which while who whom why will with would you your yours yourself yourselves
 s t d ll m re ve don doesn didn isn aren wasn weren hasn haven hadn won wouldn shouldn couldn
 also yes oh ok okay hey hi please thanks thank us got get
 """.split())
+# the asker's own words: a question in the first person ("what did I cook for my friend?") is about the turns
+# its asker wrote in the first person (measured on LongMemEval's tuning half: recall@5 82.7 -> 92.3)
+FIRST_PERSON = frozenset(("i", "me", "my", "myself"))
 
 _runs: dict[str, tuple[str, ...]] = {}  # a run's terms, cached: chat repeats its words
 _stemmer = None
@@ -99,7 +104,7 @@ def _run_terms(run: str) -> tuple[str, ...]:
     if run.isascii() and run.isalnum():  # a plain word or number: most runs
         if run.isdigit():
             return (run,)
-        return () if run in STOPWORDS or len(run) < 2 else (stem(run),)
+        return () if run in STOPWORDS or (len(run) < 2 and run != "i") else (stem(run),)
     out: list[str] = []
     if run.isascii():  # a path, an identifier, a number with a point
         _spaced(run, out)
@@ -123,20 +128,27 @@ def _spaced(run: str, out: list[str]) -> None:
     if len(parts) > 1:
         out.append(run)  # a path, an identifier, a number with a point: whole, and its parts below
     for part in parts:
-        if part in STOPWORDS or (len(part) < 2 and not part.isdigit() and not "\uac00" <= part <= "\ud7af"):  # (Hangul)
+        if part in STOPWORDS or (len(part) < 2 and not part.isdigit() and part != "i"
+                                 and not "\uac00" <= part <= "\ud7af"):  # (Hangul)
             continue
         out.append(stem(part))
 
 
 def query_terms(query: str) -> list[str]:
     """The distinct terms a query asks for, in order: a text's terms, except that a run of unspaced
-    characters asks for its character pairs only (its single characters when it is one character)."""
+    characters asks for its character pairs only (its single characters when it is one character), and
+    first-person words are left to ``first_person``."""
     folded = fold(query)
     if folded.isascii():
-        return list(dict.fromkeys(terms(folded)))
+        return list(dict.fromkeys(t for t in terms(folded) if t not in FIRST_PERSON))
     wanted: list[str] = []
     for run in _unspaced().split(folded):
-        wanted.extend(terms(run))
+        wanted.extend(t for t in terms(run) if t not in FIRST_PERSON)
     for piece in _unspaced().findall(folded):
         wanted.extend([piece] if len(piece) == 1 else (piece[k : k + 2] for k in range(len(piece) - 1)))
     return list(dict.fromkeys(wanted))
+
+
+def first_person(query: str) -> list[str]:
+    """The first-person words of a query (``FIRST_PERSON``, each once, in order)."""
+    return list(dict.fromkeys(w for w in _RUN.findall(fold(query)) if w in FIRST_PERSON))

@@ -64,7 +64,7 @@ def test_a_message_is_indexed_as_its_text_speaker_and_date_in_words():
 
 
 def corpus(texts, conversations=None):
-    return ranker.Corpus([terms.bag(t) for t in texts], conversations)
+    return ranker.Corpus([terms.bag(t) for t in texts], conversations, [ranker.asks({"text": t}) for t in texts])
 
 
 def test_bm25_rare_terms_and_short_messages_first():
@@ -78,17 +78,40 @@ def test_bm25_rare_terms_and_short_messages_first():
 def test_neighbour_context_lifts_the_answer_after_the_question():
     texts = ["where should we host the staging database?", "on the box in Frankfurt", "lunch was good",
              "the weather is fine", "staging database backups run nightly"]
-    without = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10, before=0, after=0))
+    without = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10, before=0, after=0, reply=0))
     assert 1 not in without
     scores = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10))
-    assert scores[1] == pytest.approx(ranker.BEFORE * without[0])  # it holds no term: its neighbour's share
+    assert scores[1] == pytest.approx(ranker.REPLY * without[0])  # it holds no term: the share of the question
     assert scores[0] == pytest.approx(without[0] + ranker.AFTER * 0)  # (1 has no score of its own to lend)
     assert 3 in scores and scores[3] == pytest.approx(ranker.AFTER * without[4])
+    plain = dict(ranker.rank(corpus([t.rstrip("?") for t in texts]), "where is the staging database hosted", 10))
+    assert plain[1] == pytest.approx(ranker.BEFORE * without[0])  # a turn that asks nothing lends less
+    # a question in the first person is about its asker's turns: a question turn lends as any turn does
+    mine = dict(ranker.rank(corpus(texts), "where did I host the staging database", 10))
+    assert mine[1] == pytest.approx(ranker.BEFORE * mine[0])
+    assert ranker.asks({"text": "lunch?  \n"}) and ranker.asks({"text": "午饭？"}) and not ranker.asks({"text": "? no"})
     # a neighbour in another conversation lends nothing
     apart = dict(ranker.rank(corpus(texts, [1, 2, 2, 2, 2]), "where is the staging database hosted", 10))
     assert 1 not in apart
     narrow = dict(ranker.rank(corpus(texts), "where is the staging database hosted", 10, widen=False))
     assert set(narrow) == {0, 4}
+
+
+def test_first_person_words_find_the_askers_own_turns_and_are_not_lent():
+    assert terms.terms("I fixed my bike myself") == ["i", "fix", "my", "bike", "myself"]  # indexed
+    assert terms.query_terms("what did I cook for my friend?") == ["cook", "friend"]
+    assert terms.first_person("What did I cook for my friend? I") == ["i", "my"]
+    texts = ["I baked banana bread for the dinner party", "banana bread is easy to bake", "dinner for a friend",
+             "sounds lovely", "the friend left"]
+    scores = dict(ranker.rank(corpus(texts), "what did I cook for my friend?", 10))
+    assert 0 in scores  # no content word of the question, but its asker's "I"
+    plain = dict(ranker.rank(corpus(texts), "what did they cook for a friend?", 10))
+    assert 0 not in plain
+    # the first person adds to the turns holding it and is lent to no neighbour
+    assert scores[3] == pytest.approx(plain[3]) and scores[1] == pytest.approx(plain.get(1, 0.0))
+    assert ranker.rank(corpus(texts), "what did I do?", 10) == []  # first person only: nothing to rank by
+    narrow = dict(ranker.rank(corpus(texts), "what did I cook for my friend?", 10, widen=False))
+    assert set(narrow) == {2, 4}
 
 
 def test_a_fuse_hook_reorders_the_candidates():
@@ -111,7 +134,7 @@ CHAT = [
      "meta": {"speaker": "Alice"}},
     {"kind": "pi", "text": "Yes, moved it this morning; it listens on 5433.", "date": "2026-10-05T09:01:00+08:00",
      "meta": {"speaker": "Bob"}},
-    {"kind": "user", "text": "Great. Lunch?", "date": "2026-10-06T12:00:00+08:00", "meta": {"speaker": "Bob"}},
+    {"kind": "user", "text": "Great. Lunch at noon.", "date": "2026-10-06T12:00:00+08:00", "meta": {"speaker": "Bob"}},
     {"kind": "pi", "text": "The deploys are green again", "date": "2026-10-07T09:00:00+08:00", "meta": {"speaker": "Alice"}},
     {"kind": "tool", "text": "bash('cat .env')", "date": "2026-10-07T09:01:00+08:00"},
     {"kind": "echo", "text": f"DATABASE_URL=postgres://staging:5433\nAPI_KEY={SECRET}", "date": "2026-10-07T09:01:01+08:00"},
@@ -130,7 +153,7 @@ def test_rank_matches_any_term_of_a_question(run, chat):
     question = "when did we move the staging db?"
     assert run("search", question).exit_code == 1  # plain search: every word must occur
     hits = ranked(run, question)
-    assert hits[:2] == [0, 1]  # the question's turn, then its answer (neighbour context)
+    assert hits[:2] == [1, 0]  # the answer (the reply to a turn that asks: neighbour context), then the question
     assert ranked(run, "deploying")[:1] == [3]  # stems: deploying finds deploys
     assert run("search", "the and what", "--rank").exit_code == 1  # stop words only: nothing to rank by
 
@@ -170,15 +193,15 @@ def test_every_ranked_read_keeps_tool_traffic_private_by_default(run, chat):
 
 def test_recall_searches_through_the_ranker(run, chat):
     doc = orjson.loads(run("recall", "main", "moving the staging database", "--json").stdout)
-    assert [r["id"] for r in doc["results"]][:1] == [0] and 2 not in [r["id"] for r in doc["results"]]
+    assert [r["id"] for r in doc["results"]][:2] == [1, 0] and 2 not in [r["id"] for r in doc["results"]]  # the answer first
     assert recall.find(Memory.open("main"), recall.Request(query="deploying")).records[0]["id"] == 3
 
 
 def test_the_index_gives_the_in_process_scores(run, chat):
     messages = list(Memory.open("main").messages())
     talk = [m for m in messages if m["kind"] not in ("tool", "echo")]
-    source = ranker.Corpus([ranker.document(m) for m in talk], [ranker.conversation(m) for m in talk])
-    for query in ("when did we move the staging db", "Alice deploys", "5433 lunch"):
+    source = ranker.Corpus.of(talk)
+    for query in ("when did we move the staging db", "Alice deploys", "5433 lunch", "did I move the db?"):
         expected = [(talk[n]["i"], round(score, 4)) for n, score in ranker.rank(source, query, 10)]
         hits = api.search(query, ["main"], rank=True, limit=10)["hits"]
         assert [(h["i"], h["score"]) for h in hits] == expected, query
