@@ -3,10 +3,13 @@ messages (~870 day files), this checkout against another one without the checks 
 alternating. Target: at most 5% slower.
 
 Each checkout gets its own copy of the same store (its appends must not disturb the other's ranges.json), made
-once under DIR from DIR/main-src (a million-message log: built with bench/search.py's build when missing).
+once under DIR from DIR/main-src (a million-message log: built with bench/search.py's build when missing), or
+with ``--built MEMORY`` from a memory whose tree is built (its log and tree are copied; each checkout derives its
+own view and index from them), so that an append folds a view of a few hundred lines, not a million.
 
     git worktree add --detach /tmp/pimem-base <commit without the checks>
     python bench/log_checks.py --home /tmp/robust-1m --base /tmp/pimem-base [--runs 30]
+    python bench/log_checks.py --home /tmp/lc-1m --base /tmp/pimem-base --built /tmp/b1m/built/bench
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ from startup import measure
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def prepare(home: Path, name: str, code: Path) -> dict:
-    """DIR/<name>/bench: a copy of the million-message log, its view and index built by ``code``."""
+def prepare(home: Path, name: str, code: Path, built: Path | None) -> dict:
+    """DIR/<name>/bench: a copy of the million-message log (and ``built``'s tree), its view and index built by
+    ``code``."""
     store = home / name
     if not (store / "bench" / "main").is_dir():
-        source = home / "main-src"
-        if not source.is_dir():
+        source = built / "main" if built else home / "main-src"
+        if built:
+            shutil.copytree(built / "tree", store / "bench" / "tree")
+        elif not source.is_dir():
             sys.path.insert(0, str(ROOT))
             from bench.search import build
 
@@ -50,9 +56,10 @@ def main() -> None:
     parser.add_argument("--home", type=Path, required=True)
     parser.add_argument("--base", type=Path, required=True, help="a checkout without the log checks")
     parser.add_argument("--ours", type=Path, default=ROOT, help="the checkout with the checks (default: this one)")
+    parser.add_argument("--built", type=Path, help="a memory with its tree built: copy its log and tree")
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    envs = {"base": prepare(args.home, "base", args.base), "ours": prepare(args.home, "ours", args.ours)}
+    envs = {who: prepare(args.home, who, code, args.built) for who, code in (("base", args.base), ("ours", args.ours))}
     commands = {"append": ["append", "bench", "the staging db listens on 5433"], "view": ["view", "bench"]}
     results = {(cmd, who): [] for cmd in commands for who in envs}
     for _ in range(args.runs):

@@ -48,7 +48,7 @@ class _Held:
 
                 l, i = parse_label(held["label"])
                 text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
-                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)])[0])
+                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds)[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
 
@@ -152,7 +152,7 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
         found["message"] = _Held(mem, include_tools)(found["message"])
     elif not include_tools:
         halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
-        for child, text in zip(found["children"], hide_tools(mem.messages, halves)):
+        for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds)):
             child["text"] = text
     return found
 

@@ -163,19 +163,22 @@ class Candidate(NamedTuple):
 
 class Filters:
     """What a search is restricted to: kinds (by name), dates (``since`` inclusive, ``until`` exclusive) and
-    messages below ``before``."""
+    messages below ``before`` (and from ``start`` on)."""
 
-    def __init__(self, kinds: set[str], since: datetime | None, until: datetime | None, before: int | None):
+    def __init__(self, kinds: set[str], since: datetime | None, until: datetime | None, before: int | None,
+                 start: int | None = None):
         self.kinds = kinds
         self.since = since.timestamp() if since else None
         self.until = until.timestamp() if until else None
         self.before = before
+        self.start = start
 
     def narrows(self) -> bool:
         """Whether the filters leave out messages of the tables their kinds are in (or none)."""
         tables = {table_of(k) for k in self.kinds}
         return (any(k not in self.kinds for k in KINDS if table_of(k) in tables)
-                or self.before is not None or self.since is not None or self.until is not None)
+                or self.before is not None or self.start is not None or self.since is not None
+                or self.until is not None)
 
     def sql(self, table: str | None, column: str) -> tuple[str, list]:
         """``WHERE`` conditions on ``msgs m`` (and the FTS ``rowid`` column) and their parameters."""
@@ -185,6 +188,9 @@ class Filters:
         if self.before is not None:
             where.append(f"{column} < ?")
             params.append(self.before)
+        if self.start is not None:
+            where.append(f"{column} >= ?")
+            params.append(self.start)
         if self.since is not None:
             where.append("m.epoch >= ?")
             params.append(self.since)
@@ -460,6 +466,11 @@ class Index:
         tables = sorted({table_of(k) for k in filters.kinds})
         where = filters.sql(None, "m.i") if filters.narrows() else None
         return rankindex.Postings(self.db, tables, SCHEMAS, where, pool)
+
+    def count_kinds(self, kinds: set[str]) -> int:
+        """How many messages the index holds of these kinds."""
+        codes = ",".join(str(KIND_CODE[k]) for k in sorted(kinds)) or "NULL"
+        return self.db.execute(f"SELECT count(*) FROM msgs WHERE kind IN ({codes})").fetchone()[0]
 
     def row(self, i: int) -> Candidate | None:
         """Where message ``i``'s line is, or None when the index does not hold it."""

@@ -20,6 +20,9 @@ from .lock import WriterLock
 from .store import Log
 from .nofollow import check_dir
 
+SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
+
+
 @contextlib.contextmanager
 def collector_resting():
     """The cycle collector off for a bulk stream: its batches are many small, acyclic objects held for a moment
@@ -237,6 +240,29 @@ class Memory:
             self._index = Index(self.path, self.log)
         return self._index
 
+    def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
+        """Whether a message in ``[start, stop)`` holds ``text`` (case-sensitive): among the tool calls and
+        results if ``tools``, else among the other messages. Asks the index (caught up first) and checks its
+        candidates against the log; past ``SPAN_CANDIDATES`` unconfirmed ones it answers ``tools`` (so the
+        tool-text mask errs on the side of hiding)."""
+        from .index import Filters
+        from .message import KINDS, TOOL_KINDS
+
+        index = self.index()
+        kinds = set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
+
+        def question() -> bool:
+            found = index.candidates([text.lower()], False, Filters(kinds, None, None, stop, start))
+            for n, c in enumerate(found):
+                if n == SPAN_CANDIDATES:
+                    return tools
+                msg = index.read_row(c.file, c.offset, c.length)
+                if msg is not None and text in msg["text"]:
+                    return True
+            return False
+
+        return index.answer(question)
+
     def close(self) -> None:
         """Close the database connections and files held for derived state (reopened on next use)."""
         if self._index is not None:
@@ -336,7 +362,7 @@ class Memory:
         if self._views is None:
             from .viewfile import ViewFile
 
-            self._views = ViewFile(self.path, self.log, self.tree, self.lock, lambda: self.config)
+            self._views = ViewFile(self.path, self.log, self.tree, self.lock, lambda: self.config, self.span_holds)
         return self._views
 
     def write_node(self, l: int, i: int, text: str, meta: dict | None = None, timeout: float | None = None) -> None:

@@ -7,9 +7,9 @@ becomes a marker, and every verbatim copy of a tool leaf inside a joined line is
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
 the span is masked (``TOOL_TEXT``). The offline compactor never writes such a run (it copies at most 15
-characters from tool traffic); the mask catches what a model wrote. It reads the messages of the line's
-span, so only lines covering at most ``MASK_SPAN`` messages are checked (a line's text is worked out once:
-``lines.json`` keeps it).
+characters from tool traffic); the mask catches what a model wrote. It reads the messages of a line's span
+when it covers at most ``MASK_SPAN`` messages and asks the index about a longer one's runs (a line's text is
+worked out once: ``lines.json`` keeps it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .tree import leaf_text
 # covering at most this many messages can hold a tool leaf verbatim
 MAX_JOINED = 64
 RUN = 16  # characters: a run this long found only in the span's tool traffic is masked
-MASK_SPAN = 1024  # messages: lines covering more are not read through for the mask
+MASK_SPAN = 1024  # messages: a longer line is checked through the index, not by reading its span
 TOOL_TEXT = "[tool output hidden]"
 
 
@@ -34,19 +34,27 @@ def marker(kind: str) -> str:
 def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int, int]]:
     """The maximal ``[start, end)`` runs of ``line``, each at least ``RUN`` characters, whose every
     ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``."""
-    if len(line) < RUN or not tools:
+    if not tools:
         return []
     tool_text, other_text = "\0".join(tools), "\0".join(others)
+    return runs_where(line, tool_text.__contains__, other_text.__contains__)
+
+
+def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[str], bool]) -> list[tuple[int, int]]:
+    """``tool_runs`` with the span's texts asked through ``in_tools(s)`` and ``in_others(s)`` (whether some
+    tool call or result, some other message, holds ``s``)."""
+    if len(line) < RUN:
+        return []
     # a run of RUN characters holds a whole aligned block of RUN // 2: look closer only around those found
     half = RUN // 2
-    hits = [k for k in range(0, len(line) - half + 1, half) if line[k : k + half] in tool_text]
+    hits = [k for k in range(0, len(line) - half + 1, half) if in_tools(line[k : k + half])]
     if not hits:
         return []
     marked = bytearray(len(line))
     starts = sorted({s for k in hits for s in range(max(0, k + half - RUN), min(k, len(line) - RUN) + 1)})
     for s in starts:
         window = line[s : s + RUN]
-        if window in tool_text and window not in other_text:
+        if in_tools(window) and not in_others(window):
             marked[s : s + RUN] = b"\1" * RUN
     runs, k = [], 0
     while k < len(line):
@@ -61,24 +69,27 @@ def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int,
     return runs
 
 
-def mask_tool_text(line: str, msgs: list[dict]) -> str:
-    """``line`` with every run it shares only with the tool traffic of ``msgs`` (its span) replaced by
-    ``TOOL_TEXT``."""
-    tools = [m["text"] for m in msgs if is_tool(m)]
-    if not tools:
-        return line
-    runs = tool_runs(line, tools, [m["text"] for m in msgs if not is_tool(m)])
+def _masked(line: str, runs: list[tuple[int, int]]) -> str:
     for start, end in reversed(runs):
         line = line[:start] + TOOL_TEXT + line[end:]
     return line
 
 
+def mask_tool_text(line: str, msgs: list[dict]) -> str:
+    """``line`` with every run it shares only with the tool traffic of ``msgs`` (its span) replaced by
+    ``TOOL_TEXT``."""
+    tools = [m["text"] for m in msgs if is_tool(m)]
+    return _masked(line, tool_runs(line, tools, [m["text"] for m in msgs if not is_tool(m)]))
+
+
 def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
-               known: dict[int, dict] | None = None) -> list[str | None]:
+               known: dict[int, dict] | None = None,
+               holds: Callable[[str, int, int, bool], bool] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, verbatim
     copies of them as markers, runs quoted only from the span's tool traffic masked. Reads the messages under
     lines covering at most ``MASK_SPAN`` messages (``messages(start, stop)``, e.g. ``Memory.messages``, or
-    ``known``, messages by ``i`` the caller has read already, where it holds them all)."""
+    ``known``, messages by ``i`` the caller has read already, where it holds them all); a longer line's runs
+    are looked up with ``holds(text, start, stop, tools)`` (``Memory.span_holds``: through the index)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -91,10 +102,13 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
             joined = {m["i"]: m for m in messages(start, stop)}
     out = []
     for k, (l, i, text) in enumerate(lines):
+        first, end = spans[k]
         if text is None or (1 << l) > MASK_SPAN:
+            if text is not None and holds is not None:
+                text = _masked(text, runs_where(text, lambda s: holds(s, first, end, True),
+                                                lambda s: holds(s, first, end, False)))
             out.append(text)
             continue
-        first, end = spans[k]
         msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))
         inside = [m for m in msgs if is_tool(m)]
         if inside:

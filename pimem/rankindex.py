@@ -36,9 +36,10 @@ CREATE TABLE IF NOT EXISTS {schema}.word_stats (tbl TEXT PRIMARY KEY, docs INTEG
 WORD_TABLES = {"talk": "words_talk", "tools": "words_tools"}
 TABLE_CODE = {"talk": 0, "tools": 1}
 # a query reads its terms rarest first; once their postings name this many messages, each commoner term
-# only adds to the scores of the messages already found (its postings are intersected with theirs in SQL),
-# and a term naming more than this many messages is read for its newest ones
+# only adds to the scores of the messages already named (its postings from the oldest of them on, at most
+# SCAN_POSTINGS, are intersected with them), and a term naming more than this many is read for its newest
 FULL_POSTINGS = 5_000
+SCAN_POSTINGS = 100_000
 
 
 def schema(name: str) -> str:
@@ -94,21 +95,21 @@ class Postings:
 
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
         """Rarest term first: whole postings (the newest ``FULL_POSTINGS``) until they name that many
-        messages; then, for each commoner term, only the messages holding it and one of those terms. With a
-        ``pool``, a bounded read for readers that must stay cheap: each term's newest ``pool`` at most, and
-        whole postings only until they name that many."""
+        messages; then, for each commoner term, only the messages already named that hold it (read from
+        its postings from the oldest of those on, at most ``SCAN_POSTINGS`` of them). With a ``pool``, a
+        bounded read for readers that must stay cheap: each term's newest ``pool`` at most, and whole
+        postings only until they name that many."""
         full = self.pool or FULL_POSTINGS
         df = {term: self._df(term) for term in wanted}
         out: dict[str, tuple[int, list[int]]] = {}
-        found: list[str] = []
-        named = 0
+        named: set[int] = set()
         for term in sorted((t for t in wanted if df[t]), key=df.get):
-            if named < full:
-                ids = self._match('"' + term + '"', full)
-                found.append(term)
-                named += len(ids)
+            if len(named) < full:
+                ids = self._match(f'"{term}"', full)
+                named.update(ids)
             else:
-                ids = self._match(f'"{term}" AND (' + " OR ".join(f'"{t}"' for t in found) + ")", self.pool)
+                low = min(named)
+                ids = [i for i in self._match(f'"{term}"', SCAN_POSTINGS, low) if i in named]
             out[term] = (df[term], ids)
         return out
 
@@ -123,17 +124,18 @@ class Postings:
                 total += row[0] if row else 0
         return total
 
-    def _match(self, expr: str, limit: int | None) -> list[int]:
+    def _match(self, expr: str, limit: int | None, low: int | None = None) -> list[int]:
+        """The messages matching ``expr`` (from ``low`` on), newest first, at most ``limit``."""
         parts = []
         for schema in self.schemas:
             for table in self.tables:
                 fts = WORD_TABLES[table]
                 if self.where is None:
-                    parts.append(f"SELECT rowid FROM {schema}.{fts} WHERE {fts} MATCH ?")
+                    parts.append(f"SELECT rowid FROM {schema}.{fts} WHERE {fts} MATCH ?" + (" AND rowid >= ?" if low is not None else ""))
                 else:
                     parts.append(f"SELECT f.rowid FROM {schema}.{fts} f JOIN main.msgs m ON m.i = f.rowid "
-                                 f"WHERE f.{fts} MATCH ? AND {self.where[0]}")
-        extra = self.where[1] if self.where is not None else []
+                                 f"WHERE f.{fts} MATCH ? AND {self.where[0]}" + (" AND f.rowid >= ?" if low is not None else ""))
+        extra = (self.where[1] if self.where is not None else []) + ([low] if low is not None else [])
         sql = " UNION ALL ".join(parts) + (f" ORDER BY 1 DESC LIMIT {limit}" if limit else "")
         return [row[0] for row in self.db.execute(sql, [p for _ in parts for p in (expr, *extra)])]
 

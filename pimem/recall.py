@@ -175,10 +175,65 @@ def recall(mem, request: Request) -> str:
 
 
 def find(mem, request: Request) -> Found:
-    """What a (checked) request selects: a search through the index, a listing or a read of the records."""
-    if request.ids or (not request.query.strip() and not request.file):
+    """What a (checked) request selects: a search through the index, a listing or a read of the records.
+    Within scope ``all`` a listing reads the log backwards only as far as its page, and a read by message
+    numbers reads those messages; entry ids and other scopes look at every record."""
+    if request.ids:
+        if request.scope == "all" and all(_number(raw) is not None for raw in request.ids):
+            return _by_ids(request, _numbered(mem, request), not _shows_tools(request))
+        return select(mem, request, universe(mem, request))
+    if not request.query.strip() and not request.file:
+        if request.scope == "all":
+            return _listing(mem, request)
         return select(mem, request, universe(mem, request))
     return _search(mem, request)
+
+
+def _number(raw: str) -> int | None:
+    ident = raw.strip().lstrip("#")
+    return int(ident) if ident.isascii() and ident.isdigit() else None
+
+
+def _numbered(mem, request: Request) -> list[dict]:
+    """The records of the messages ``request.ids`` names by number (those that exist), in the request's
+    source class."""
+    total = mem.count()
+    wanted = sorted({n for n in map(_number, request.ids) if n < total})
+    records = [record(mem.message(i)) for i in wanted]
+    return [r for r in records if request.source_class in ("all", r["sourceClass"])]
+
+
+LIST_WINDOW = 256  # messages a listing reads back at a time
+
+
+def _listing(mem, request: Request) -> Found:
+    """Newest first, as ``select`` lists ``universe``'s records, reading the log backwards a window at a
+    time until the page and one more record are found; the total is counted through the index when it
+    depends on kinds alone, else by reading every message's record."""
+    hide = not _shows_tools(request)
+    start = (request.page - 1) * request.limit
+    wanted = start + request.limit + 1
+    found: list[dict] = []
+    stop = mem.count()
+    while stop > 0 and len(found) < wanted:
+        first = max(0, stop - LIST_WINDOW)
+        window = [record(m) for m in mem.messages(first, stop)]
+        found += [r for r in reversed(window) if _listed(request, r, hide)]
+        stop = first
+    if stop == 0:
+        total = len(found)
+    elif request.source_class == "all" and request.kind != "bash":
+        total = mem.index().answer(lambda: mem.index().count_kinds(_kinds(request)))
+    else:
+        total = sum(1 for m in mem.messages() if _listed(request, record(m), hide))
+    page = found[start : start + request.limit]
+    more = start + request.limit < total
+    return Found("list", page, total, next_page=request.page + 1 if more else None)
+
+
+def _listed(request: Request, r: dict, hide: bool) -> bool:
+    return (not (hide and r["kind"] in TOOL_KINDS) and (not request.kind or request.kind in r["kinds"])
+            and request.source_class in ("all", r["sourceClass"]))
 
 
 def universe(mem, request: Request) -> list[dict]:

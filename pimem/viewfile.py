@@ -248,13 +248,15 @@ class SavedShape:
 class ViewFile:
     """The views of one memory and their files. ``log`` is the memory's ``store.Log``, ``tree`` its
     ``tree.Tree``, ``lock(timeout=…)`` its writer lock (a context manager raising ``Busy``), ``config()`` its
-    settings (the budgets and ``line_bytes``). The views last loaded or saved are kept, with ``view.json``'s
+    settings (the budgets and ``line_bytes``), ``holds`` what the tool-text mask asks of a long line's span
+    (``Memory.span_holds``). The views last loaded or saved are kept, with ``view.json``'s
     identity then, so a process reads the file once."""
 
-    def __init__(self, path: Path, log, tree, lock: Callable, config: Callable[[], dict]):
+    def __init__(self, path: Path, log, tree, lock: Callable, config: Callable[[], dict],
+                 holds: Callable[[str, int, int, bool], bool] | None = None):
         self.path = path / "view.json"
         self.texts_path = path / TEXTS
-        self.log, self.tree, self.lock, self.config = log, tree, lock, config
+        self.log, self.tree, self.lock, self.config, self.holds = log, tree, lock, config, holds
         self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
         self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
 
@@ -445,7 +447,8 @@ class ViewFile:
         if todo:
             from .privacy import hide_tools
 
-            hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves)))
+            hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves,
+                                                       holds=self.holds)))
         out, keep = [], {}
         for k, (l, i, text, cost) in enumerate(rows):
             if text is not None:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from bench.llm_server import FakeLLM
 from pimem import Memory, scheduler
 from pimem.compactor import extractive, faith
-from pimem.privacy import TOOL_TEXT, tool_runs
+from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
 
 from conftest import pimem_cmd, subprocess_env
 
@@ -221,3 +221,34 @@ def test_tool_text_is_masked_through_mcp(run, home):
     for result in (view, halves, hits):
         assert "swordfish32" not in str(result)
     assert SECRET in str(tooled)
+
+
+def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the_span(run, home, monkeypatch):
+    """A model line over 2,048 messages (the tree's first half of 4,096) quotes a tool result, and a phrase
+    the user said too: the first is masked (the index answers for the span; its messages are not read), the
+    second is kept."""
+    said = "the staging database moved to port 5433 last night"
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    msgs = [{"kind": "user" if k % 2 else "pi", "text": f"turn {k}: {LONG}"} for k in range(4096)]
+    msgs[700] = {"kind": "echo", "text": f"{SECRET} and {said}. {LONG}"}
+    msgs[900] = {"kind": "user", "text": f"remember: {said}. {LONG}"}
+    mem.append(msgs)
+    line = f"user: ports; the file says {SECRET}; user: {said}"
+    nodes = [(l, i, line if (l, i) == (11, 0) else f"summary {l}+{i}", {"model": "x"})
+             for l in range(1, 13) for i in range(4096 >> l)]
+    Memory.open("main", home).write_nodes(nodes)
+    assert f"0+2048|{line}" in run("zoom", "main", "0+4096", "--include-tools").stdout
+
+    def no_span_reads(self, start=0, stop=None):
+        assert stop is not None and stop - start <= 1, f"read messages {start}…{stop}"
+        return iter(())
+
+    monkeypatch.setattr(Memory, "messages", no_span_reads)
+    zoomed = run("zoom", "main", "0+4096")
+    assert zoomed.exit_code == 0, zoomed.stderr
+    row = next(r for r in zoomed.stdout.splitlines() if r.startswith("0+2048|"))
+    assert "swordfish32" not in row and TOOL_TEXT in row and said in row
+    mem = Memory.open("main", home)  # what the view's reader (ViewFile.shown) calls for a line it has not shown yet
+    assert mem.views.holds == mem.span_holds
+    assert hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds) == [row.removeprefix("0+2048|")]

@@ -253,3 +253,17 @@ def test_a_bounded_ranked_read_reads_each_term_in_its_newest_messages(home):
     bounded = [m["i"] for m, _ in search.ranked(mem, "staging deploy", talk, 50, widen=False, pool=3)]
     assert sorted(bounded) == [7, 9, 11]  # staging (the rarer): its newest 3; deploy: only beside staging
     assert sorted(m["i"] for m, _ in search.ranked(mem, "staging number", talk, 50, widen=False, max_terms=1)) == [1, 3, 5, 7, 9, 11]
+
+
+def test_commoner_terms_only_add_to_the_messages_the_rarer_ones_named(home, monkeypatch):
+    """Past ``FULL_POSTINGS`` named messages a commoner term scores only those (read from the oldest of them
+    on), so a question of common words costs what its rarest terms name, not every message."""
+    from pimem import rankindex, search
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"deploy {k}" + (" staging" if k % 10 == 0 else "")} for k in range(40)])
+    monkeypatch.setattr(rankindex, "FULL_POSTINGS", 3)
+    found = search.ranked(mem, "staging deploy", ["user", "pi"], 50, widen=False)
+    assert sorted(m["i"] for m, _ in found) == [10, 20, 30]  # staging's newest 3; deploy adds no candidate
+    scores = {m["i"]: score for m, score in found}
+    assert len(set(scores.values())) == 1  # each holds both words

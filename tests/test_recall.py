@@ -82,6 +82,37 @@ def test_tool_traffic_stays_private_unless_asked_for(run, home):
     assert "SECRET-TOKEN" in run("recall", "main", "SECRET", "--kind", "echo").stdout
 
 
+def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypatch):
+    """5,000 messages: the last page of users' words and two messages by number come without reading the
+    log from its start; the count and the pages are those of a listing of every record."""
+    mem = Memory.at("main")
+    mem.append([{"kind": ("user", "pi", "tool", "echo")[k % 4], "text": f"message {k}"} for k in range(5000)])
+    requests = [recall.Request(limit=3, page=2), recall.Request(kind="user", limit=3, page=2),
+                recall.Request(kind="bash", include_tools=True), recall.Request(limit=30, page=167)]
+    every = [recall.select(mem, r, recall.universe(mem, r)) for r in requests]  # the listing of every record
+    reads = []
+    real = Memory.messages
+
+    def recorded(self, start=0, stop=None):
+        reads.append((start, stop))
+        return real(self, start, stop)
+
+    monkeypatch.setattr(Memory, "messages", recorded)
+    for k, (request, expected) in enumerate(zip(requests, every)):
+        reads.clear()
+        found = recall.find(mem, request)
+        assert (found.records, found.total, found.next_page) == (expected.records, expected.total, expected.next_page)
+        if k < 2:  # the pages of the latest messages: the last window read, the count from the index
+            assert reads == [(5000 - recall.LIST_WINDOW, 5000)]
+    assert [r["id"] for r in every[0].records] == [4992, 4989, 4988] and every[0].total == 2500
+    assert [r["id"] for r in every[1].records] == [4984, 4980, 4976] and every[1].next_page == 3
+    assert every[2].total == 0 and every[3].next_page is None
+    reads.clear()
+    read = orjson.loads(recall.recall(mem, recall.Request(ids=["#4001", "17", "9999"], as_json=True)))
+    assert [r["id"] for r in read["results"]] == [17, 4001] and read["missingIds"] == ["9999"]
+    assert all(stop - start <= 1 for start, stop in reads), reads  # (one message each, or the index)
+
+
 def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
     log(run, *SESSION)
     doc = orjson.loads(run("recall", "main", "--json", "--ids", "6,a3f0c2d1", "--ids", "99,entry:nope,0").stdout)

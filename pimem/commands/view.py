@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import time
 from typing import Annotated, Optional
 
 import typer
@@ -57,28 +56,26 @@ def command(
 def _wait(mem, views, seconds: float):
     """Poll until the view has no placeholder and no batch held up, or ``seconds`` pass (only while a
     watcher holds the memory's lease: without one nothing would change)."""
+    from ..lease import holder, wait_for_builder
+
     def pending(v) -> bool:
         return bool(v.view.pending() or v.view.waiting() and v.view.total > v.view.hi)
 
     if not pending(views):
         return views
-    if not _watcher_running(mem):
+    if holder(mem) is None:
         output.info(f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}'); not waiting")
         return views
-    deadline = time.monotonic() + seconds
-    while pending(views) and time.monotonic() < deadline:
-        time.sleep(0.1)
-        views = mem.views.current()
-    if pending(views):
-        pending = views.view.pending()
-        output.info(f"{output.count(pending, 'line')} still wait{'s' if pending == 1 else ''} for a summary after {seconds:g} s")
-    return views
+    latest = [views]
 
+    def ready() -> bool:
+        latest[0] = mem.views.current()
+        return not pending(latest[0])
 
-def _watcher_running(mem) -> bool:
-    from ..lease import holder
-
-    return holder(mem) is not None
+    if not wait_for_builder(mem, seconds, ready):
+        n = latest[0].view.pending()
+        output.info(f"{output.count(n, 'line')} still wait{'s' if n == 1 else ''} for a summary after {seconds:g} s")
+    return latest[0]
 
 
 def _stats(v, messages: int, rows, json: bool, mem) -> None:

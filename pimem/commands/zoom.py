@@ -47,7 +47,8 @@ def command(
     if not include_tools:
         from ..privacy import hide_tools
 
-        texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in children])
+        texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in children],
+                           holds=mem.span_holds)
         children = [{**c, "text": text} for c, text in zip(children, texts)]
     for child in children:
         if json:
