@@ -200,14 +200,15 @@ def unstemmed():
 
 
 @contextmanager
-def with_stopwords_kept():
-    saved = terms.STOPWORDS
-    terms.STOPWORDS = frozenset()
-    terms._runs.clear()
+def stop_words(listed: frozenset = frozenset(), first_person: frozenset = terms.FIRST_PERSON):
+    """The ranker with another stop list and other first-person words (for the ablation)."""
+    saved = terms.STOPWORDS, terms.FIRST_PERSON
+    terms.STOPWORDS, terms.FIRST_PERSON = listed, first_person
+    terms._runs.clear()  # (the terms of words already seen are cached)
     try:
         yield
     finally:
-        terms.STOPWORDS = saved
+        terms.STOPWORDS, terms.FIRST_PERSON = saved
         terms._runs.clear()
 
 
@@ -313,8 +314,10 @@ def main() -> None:
             results[name] = measure(build, conversations, instances)
         with unstemmed():
             results["- stemming"] = measure(pimem_system(), conversations, instances)
-        with with_stopwords_kept():
+        with stop_words():
             results["- stop words"] = measure(pimem_system(), conversations, instances)
+        with stop_words(terms.STOPWORDS | terms.FIRST_PERSON, frozenset()):
+            results["- first person (stop words)"] = measure(pimem_system(), conversations, instances)
         print(table(results, categories=False))
         return
     print(table(results))

@@ -155,8 +155,11 @@ def with_neighbours(source: Source, scores: dict[int, float], before: float = BE
         if i not in turns:
             continue
         conv, previous, following = turns[i][0], turns.get(i - 1), turns.get(i + 1)
-        lent = max((reply if previous[1] else before) * scores.get(i - 1, 0.0) if previous and previous[0] == conv else 0.0,
-                   after * scores.get(i + 1, 0.0) if following and following[0] == conv else 0.0)
+        lent = 0.0
+        if previous and previous[0] == conv:
+            lent = (reply if previous[1] else before) * scores.get(i - 1, 0.0)
+        if following and following[0] == conv:
+            lent = max(lent, after * scores.get(i + 1, 0.0))
         own = scores.get(i, 0.0)
         if own or lent:
             out[i] = own + lent
