@@ -91,8 +91,9 @@ def scheduled(url: str, count: int) -> tuple[float, float, int, str]:
     return calls / wall, cpu / calls, calls, "\n".join(lines[: len(lines) // 2])  # the context grows: half is typical
 
 
-def offline(count: int) -> tuple[float, float, float, int, int]:
-    """(nodes/s, compactor-written nodes/s, seconds, nodes, log read seconds) for build-tree offline."""
+def offline(count: int) -> tuple[float, float, float, int, float, float]:
+    """(nodes/s, compactor-written nodes/s, seconds, nodes, log read seconds, nodes per CPU-second) for
+    build-tree offline."""
     mem = Memory.at("offline")
     batch = []
     for record in messages(count, seed=5):

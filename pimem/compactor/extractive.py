@@ -35,6 +35,7 @@ TOOL_PIECE = 15  # characters: the longest piece a line copies from tool traffic
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
 LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
+PASSED_KEPT = 1 << 10  # messages read ahead, whole, until their units are asked for (a build holds ~50)
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 TOOL_SCAN_HEAD, TOOL_SCAN_TAIL = 1_000, 500  # characters of a tool's text its own leaf takes facts from
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
@@ -547,9 +548,9 @@ class Digest:
     def _keep(self, i: int, found: list[Unit], date: str) -> None:
         self.leaves[i] = (found, date)
         self.passed.pop(i, None)
-        for kept in (self.leaves, self.passed):
-            if len(kept) > LEAVES_KEPT:  # the oldest half goes (dicts keep insertion order)
-                for j in list(kept)[: LEAVES_KEPT // 2]:
+        for kept, most in ((self.leaves, LEAVES_KEPT), (self.passed, PASSED_KEPT)):
+            if len(kept) > most:  # the oldest half goes (dicts keep insertion order)
+                for j in list(kept)[: most // 2]:
                     del kept[j]
 
     def _leaf(self, i: int) -> tuple[list[Unit], str]:
