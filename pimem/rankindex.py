@@ -38,7 +38,7 @@ TABLE_CODE = {"talk": 0, "tools": 1}
 # a query reads its terms rarest first; once their postings name this many messages, each commoner term
 # only adds to the scores of the messages already named (its postings from the oldest of them on, at most
 # SCAN_POSTINGS, are intersected with them), and a term naming more than this many is read for its newest
-FULL_POSTINGS = 5_000
+FULL_POSTINGS = 2_000
 SCAN_POSTINGS = 100_000
 
 
