@@ -39,7 +39,7 @@ TIMEOUT = 10.0  # seconds the hook may take (then one more for the watchdog)
 PAYLOAD_BYTES = 16 * 1024 * 1024
 HITS = 6  # earlier messages shown at most
 QUERY_TERMS = 12  # the prompt's first terms searched for
-POOL = 200  # postings the ranked search reads per term (search --rank: 5,000): the hook runs every turn
+POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
 
 

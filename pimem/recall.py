@@ -253,9 +253,7 @@ def select(mem, request: Request, records: list[dict]) -> Found:
     hide = not _shows_tools(request)
     if request.ids:
         return _by_ids(request, records, hide)
-    records = [r for r in records if not (hide and r["kind"] in TOOL_KINDS)]
-    if request.kind:
-        records = [r for r in records if request.kind in r["kinds"]]
+    records = [r for r in records if _listed(request, r, hide)]
     start = (request.page - 1) * request.limit
     newest = records[::-1]
     page = newest[start : start + request.limit]
