@@ -487,13 +487,36 @@ def _join(pieces: list[str], plain: str, cjk: str) -> str:
     return out
 
 
-def _dates(first: str, last: str) -> str:
-    """The days a span covers, from its first and last messages' dates: ``2026-10-08`` or
-    ``2026-10-08..2026-10-09``."""
+_MONTHS = "January February March April May June July August September October November December".split()
+
+
+def _dates(first: str, last: str, iso: bool = False) -> str:
+    """The days a span covers, from its first and last messages' dates, as a reader says them:
+    ``8 October 2026``, ``8..9 October 2026``, ``30 September..2 October 2026``, ``30 December 2026..2
+    January 2027`` (a question asks "in May?", an answer says "7 May 2023"); ``iso``: ``2026-10-08`` or
+    ``2026-10-08..2026-10-09`` (for a span in Chinese, whose readers write dates so)."""
     days = [d[:10] for d in (first, last) if isinstance(d, str) and len(d) >= 10]
     if not days:
         return ""
-    return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+    if iso:
+        return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+    try:
+        (y1, m1, d1), (y2, m2, d2) = (map(int, (d[:4], d[5:7], d[8:10])) for d in (days[0], days[-1]))
+        name1, name2 = _MONTHS[m1 - 1], _MONTHS[m2 - 1]
+    except (ValueError, IndexError):  # not a date as the log writes it
+        return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+    if (y1, m1, d1) == (y2, m2, d2):
+        return f"{d1} {name1} {y1}"
+    if (y1, m1) == (y2, m2):
+        return f"{d1}..{d2} {name2} {y2}"
+    if y1 == y2:
+        return f"{d1} {name1}..{d2} {name2} {y2}"
+    return f"{d1} {name1} {y1}..{d2} {name2} {y2}"
+
+
+def _chinese(pool: list[Unit]) -> bool:
+    """True when most of ``pool``'s units are Chinese (or another unspaced script)."""
+    return 2 * sum(1 for u in pool if not u.text.isascii() and _CJK_RUN.search(u.text)) > len(pool)
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
@@ -580,7 +603,7 @@ class Digest:
     def merge(self, l: int, i: int) -> str:
         pool, first, last = self._pool(l, i)
         self.pools[(l, i)] = (pool, first, last)
-        return compose(pool, _dates(first, last))
+        return compose(pool, _dates(first, last, _chinese(pool)))
 
     def _pool(self, l: int, i: int) -> tuple[list[Unit], str, str]:
         """The units of node ``(l, i)``'s span and its first and last dates: kept since the node was built,
