@@ -74,12 +74,19 @@ def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
 
 
 def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
-    assert extractive._dates("2023-05-08T13:56:00+00:00", "2023-05-08T14:00:00+00:00") == "8 May 2023"
-    assert extractive._dates("2023-05-08T13:56:00+00:00", "2023-05-25T09:00:00+00:00") == "8..25 May 2023"
-    assert extractive._dates("2023-05-30T10:00:00+08:00", "2023-06-02T10:00:00+08:00") == "30 May..2 June 2023"
-    assert extractive._dates("2023-12-30T10:00:00Z", "2024-01-02T10:00:00Z") == "30 December 2023..2 January 2024"
-    assert extractive._dates("2023-05-30T10:00:00+08:00", "2023-06-02T10:00:00+08:00", iso=True) == "2023-05-30..2023-06-02"
-    assert extractive._dates("", "") == ""
+    days = extractive._days
+    span = days(days(("2023-05-08",), ("2023-05-08",)), days(("2023-05-25",), ("2023-06-09", "2023-06-27")))
+    assert span == ("2023-05-08", "2023-05-25", "2023-06-09", "2023-06-27")
+    assert extractive._dates(span) == "8, 25 May, 9, 27 June 2023"
+    longer = days(span, ("2023-07-02",))  # past DAYS days: the first and the last
+    assert longer == ("2023-05-08", "", "2023-07-02") and days(longer, ("2023-07-03",))[1] == ""
+    assert extractive._dates(longer) == "8 May..2 July 2023"
+    assert extractive._dates(("2023-05-08", "", "2023-05-28")) == "8..28 May 2023"
+    assert extractive._dates(("2023-12-30", "2024-01-02")) == "30 December 2023, 2 January 2024"
+    assert extractive._dates(("2023-12-08", "", "2024-01-02")) == "8 December 2023..2 January 2024"
+    assert extractive._dates(("2023-05-08",)) == "8 May 2023" and extractive._dates(()) == ""
+    assert extractive._dates(("2023-05-08", "2023-05-25"), iso=True) == "2023-05-08..2023-05-25"
+    assert extractive._dates(("2023-05-08", "not a day")) == "2023-05-08..not a day"  # (shown as logged)
     chinese = [extractive.Unit(1.0, 0, 0, "连接端口5433超时", "user", 0, ("端口",))]
     assert extractive._chinese(chinese) and not extractive._chinese([extractive.Unit(1.0, 0, 0, "port 5433", "user", 0, ("port",))])
 
@@ -112,8 +119,8 @@ def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
     mem, nodes = build(home, agent_session())
     top = extractive.Digest(mem).merge(3, 0)  # the compactor's line for the whole span (the tree may join it free)
     msgs = list(mem.messages(0, 8))
-    day = extractive._dates(msgs[0]["date"], msgs[-1]["date"])  # the span's days as a reader says them
-    assert re.fullmatch(r"\d{1,2}(\.\.\d{1,2})? [A-Z][a-z]+ \d{4}", day), day
+    day = extractive._dates(tuple(dict.fromkeys(m["date"][:10] for m in msgs)))  # as a reader says them
+    assert re.fullmatch(r"\d{1,2}(, \d{1,2})? [A-Z][a-z]+ \d{4}", day), day
     assert top.startswith(f"{day}: user: Please fix the login bug in src/app.py"), top
     assert "ran pytest → 1 failed" in top
     assert "edited src/app.py" in top and "ran curl → exit 7: ECONNREFUSED" in top
