@@ -73,6 +73,24 @@ def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
         assert piece in text
 
 
+def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
+    days = extractive._days
+    span = days(days(("2023-05-08",), ("2023-05-08",)), days(("2023-05-25",), ("2023-06-09", "2023-06-27")))
+    assert span == ("2023-05-08", "2023-05-25", "2023-06-09", "2023-06-27")
+    assert extractive._dates(span) == "8, 25 May, 9, 27 June 2023"
+    longer = days(span, ("2023-07-02",))  # past DAYS days: the first and the last
+    assert longer == ("2023-05-08", "", "2023-07-02") and days(longer, ("2023-07-03",))[1] == ""
+    assert extractive._dates(longer) == "8 May..2 July 2023"
+    assert extractive._dates(("2023-05-08", "", "2023-05-28")) == "8..28 May 2023"
+    assert extractive._dates(("2023-12-30", "2024-01-02")) == "30 December 2023, 2 January 2024"
+    assert extractive._dates(("2023-12-08", "", "2024-01-02")) == "8 December 2023..2 January 2024"
+    assert extractive._dates(("2023-05-08",)) == "8 May 2023" and extractive._dates(()) == ""
+    assert extractive._dates(("2023-05-08", "2023-05-25"), iso=True) == "2023-05-08..2023-05-25"
+    assert extractive._dates(("2023-05-08", "not a day")) == "2023-05-08..not a day"  # (shown as logged)
+    chinese = [extractive.Unit(1.0, 0, 0, "连接端口5433超时", "user", 0, ("端口",))]
+    assert extractive._chinese(chinese) and not extractive._chinese([extractive.Unit(1.0, 0, 0, "port 5433", "user", 0, ("port",))])
+
+
 def test_chinese_is_cut_at_its_punctuation():
     text = "今天我们讨论了部署的事情。" * 30 + "报错信息：连接端口5433超时。" + "最后决定明天再试。" * 30
     line = extractive.leaf("user", text)
@@ -100,11 +118,14 @@ def agent_session():
 def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
     mem, nodes = build(home, agent_session())
     top = extractive.Digest(mem).merge(3, 0)  # the compactor's line for the whole span (the tree may join it free)
-    assert re.match(r"\d{4}-\d\d-\d\d: user: Please fix the login bug in src/app\.py", top), top
+    msgs = list(mem.messages(0, 8))
+    day = extractive._dates(tuple(dict.fromkeys(m["date"][:10] for m in msgs)))  # as a reader says them
+    assert re.fullmatch(r"\d{1,2}(, \d{1,2})? [A-Z][a-z]+ \d{4}", day), day
+    assert top.startswith(f"{day}: user: Please fix the login bug in src/app.py"), top
     assert "ran pytest → 1 failed" in top
     assert "edited src/app.py" in top and "ran curl → exit 7: ECONNREFUSED" in top
-    texts = [m["text"] for m in mem.messages(0, 8)] + [m["date"] for m in mem.messages(0, 8)]
-    for piece in pieces(top):
+    texts = [m["text"] for m in msgs]
+    for piece in pieces(top.removeprefix(f"{day}: ")):
         assert any(piece in t for t in texts) or piece in ("user", "pi") or piece.isdigit()
 
 

@@ -46,6 +46,7 @@ SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
 ASK = 1.0  # weight of the user's first sentence (the ask)
 SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
+DAYS = 4  # days a merge's head names one by one (a span over more says its first and last)
 USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -487,13 +488,56 @@ def _join(pieces: list[str], plain: str, cjk: str) -> str:
     return out
 
 
-def _dates(first: str, last: str) -> str:
-    """The days a span covers, from its first and last messages' dates: ``2026-10-08`` or
-    ``2026-10-08..2026-10-09``."""
-    days = [d[:10] for d in (first, last) if isinstance(d, str) and len(d) >= 10]
-    if not days:
+_MONTHS = "January February March April May June July August September October November December".split()
+
+
+def _day(date: str) -> tuple[int, int, int] | None:
+    """(year, month, day) of a log date (``2026-10-08T09:30:00+08:00``), or None."""
+    try:
+        y, m, d = int(date[:4]), int(date[5:7]), int(date[8:10])
+    except (TypeError, ValueError):
+        return None
+    return (y, m, d) if 1 <= m <= 12 and len(date) >= 10 and date[4] == date[7] == "-" else None
+
+
+def _days(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    """The days of two adjacent spans (each a tuple of ``YYYY-MM-DD`` in log order, ``""`` standing for days
+    left out): every day while there are at most ``DAYS``, else the first, ``""`` and the last."""
+    out = a + b[1:] if a and b and a[-1] == b[0] else a + b
+    return out if len(out) <= DAYS and "" not in out else (out[0], "", out[-1])
+
+
+def _dates(days: tuple[str, ...], iso: bool = False) -> str:
+    """A span's days (see ``_days``) as a reader says them: ``8 October 2026``, ``8, 9, 12 October 2026``,
+    ``30 September, 2 October 2026``, ``30 December 2026, 2 January 2027``, or a range over more days than
+    ``DAYS``: ``8..30 October 2026`` (a question asks "in May?", an answer says "7 May 2023"); ``iso``:
+    ``2026-10-08`` or ``2026-10-08..2026-10-30`` (for a span in Chinese, whose readers write dates so)."""
+    named = [(d, _day(d)) for d in days if d]
+    if not named:
         return ""
-    return days[0] if days[0] == days[-1] else f"{days[0]}..{days[-1]}"
+    if iso or any(ymd is None for _, ymd in named):
+        return named[0][0] if len(named) == 1 else f"{named[0][0]}..{named[-1][0]}"
+    if "" in days:  # a range
+        (y1, m1, d1), (y2, m2, d2) = named[0][1], named[-1][1]
+        if (y1, m1) == (y2, m2):
+            return f"{d1}..{d2} {_MONTHS[m2 - 1]} {y2}"
+        return f"{d1} {_MONTHS[m1 - 1]}{'' if y1 == y2 else f' {y1}'}..{d2} {_MONTHS[m2 - 1]} {y2}"
+    out = ""
+    for k, (_, (y, m, d)) in enumerate(named):
+        out += str(d)
+        after = named[k + 1][1] if k + 1 < len(named) else None
+        if after is None or after[:2] != (y, m):
+            out += f" {_MONTHS[m - 1]}"
+        if after is None or after[0] != y:
+            out += f" {y}"
+        if after is not None:
+            out += ", "
+    return out
+
+
+def _chinese(pool: list[Unit]) -> bool:
+    """True when most of ``pool``'s units are Chinese (or another unspaced script)."""
+    return 2 * sum(1 for u in pool if not u.text.isascii() and _CJK_RUN.search(u.text)) > len(pool)
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
@@ -515,7 +559,7 @@ class Digest:
     def __init__(self, mem):
         self.mem = mem
         self._stats: Stats | None = None
-        self.pools: dict[tuple[int, int], tuple[list[Unit], str, str]] = {}  # (l, i) → (units, first date, last date)
+        self.pools: dict[tuple[int, int], tuple[list[Unit], tuple[str, ...]]] = {}  # (l, i) → (units, days)
         self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
         self.passed: dict[int, dict] = {}  # messages the forward read passed, their units not made yet
         self._feed = None  # the forward read of the log that serves ``_leaf``
@@ -541,7 +585,7 @@ class Digest:
     def leaf(self, i: int, kind: str, text: str, meta: dict | None = None, date: str | None = None) -> str:
         msg = {"i": i, "kind": kind, "text": text, "meta": meta or {}, "date": date}
         found = units(msg, self.stats)
-        self.pools[(0, i)] = (top(found), msg.get("date") or "", msg.get("date") or "")
+        self.pools[(0, i)] = (top(found), _leaf_days(date))
         self._keep(i, top(found, LEAF_UNITS), msg.get("date") or "")
         return leaf_line(msg, found)
 
@@ -578,22 +622,26 @@ class Digest:
         return self.leaves[i]
 
     def merge(self, l: int, i: int) -> str:
-        pool, first, last = self._pool(l, i)
-        self.pools[(l, i)] = (pool, first, last)
-        return compose(pool, _dates(first, last))
+        pool, days = self._pool(l, i)
+        self.pools[(l, i)] = (pool, days)
+        return compose(pool, _dates(days, _chinese(pool)))
 
-    def _pool(self, l: int, i: int) -> tuple[list[Unit], str, str]:
-        """The units of node ``(l, i)``'s span and its first and last dates: kept since the node was built,
-        else its children's (a message's own units at the bottom)."""
+    def _pool(self, l: int, i: int) -> tuple[list[Unit], tuple[str, ...]]:
+        """The units of node ``(l, i)``'s span and its days (``_days``): kept since the node was built, else
+        its children's (a message's own units at the bottom)."""
         kept = self.pools.pop((l, i), None)
         if kept is not None:
             return kept
         if l == 0:
             found, date = self._leaf(i)
-            return found, date, date
-        a, first, _ = self._pool(l - 1, 2 * i)
-        b, _, last = self._pool(l - 1, 2 * i + 1)
-        return top(a + b), first, last
+            return found, _leaf_days(date)
+        a, first = self._pool(l - 1, 2 * i)
+        b, last = self._pool(l - 1, 2 * i + 1)
+        return top(a + b), _days(first, last)
+
+
+def _leaf_days(date: str | None) -> tuple[str, ...]:
+    return (date[:10],) if isinstance(date, str) and len(date) >= 10 else ()
 
 
 def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
