@@ -188,6 +188,19 @@ def without(part):
 
 
 @contextmanager
+def constants(**values):
+    """The ranker with other module constants (``TAIL``, ``REACH``, ``TAIL_WORDS``: the deeper tier's)."""
+    saved = {name: getattr(ranker, name) for name in values}
+    for name, value in values.items():
+        setattr(ranker, name, value)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(ranker, name, value)
+
+
+@contextmanager
 def unstemmed():
     saved = terms.stem
     terms.stem = lambda word: word
@@ -312,6 +325,10 @@ def main() -> None:
         }
         for name, build in variants.items():
             results[name] = measure(build, conversations, instances)
+        for name, values in (("- deeper tier", {"TAIL": 10**9}), ("- its turns around the best", {"REACH": 0}),
+                             ("- its word overlap", {"TAIL_WORDS": 0.0})):
+            with constants(**values):
+                results[name] = measure(pimem_system(), conversations, instances)
         with unstemmed():
             results["- stemming"] = measure(pimem_system(), conversations, instances)
         with stop_words():

@@ -112,9 +112,13 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
     mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
-    hits = searching.search(mems, query, any_term=any_term, rank=rank, kinds={kind_of(k) for k in kinds} if kinds else None,
-                            include_tools=include_tools, since=whens.parse_when(since) if since else None,
-                            before=before, limit=limit)
+    try:
+        hits = searching.search(mems, query, any_term=any_term, rank=rank,
+                                kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
+                                since=whens.parse_when(since) if since else None, before=before, limit=limit)
+    finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
+        for mem in mems:
+            mem.close()
     for hit in hits:  # held in the shape since and message give it
         label = hit.pop("label", None)
         hit["held"] = {"held": hit["held"], "label": label, "n": int(label.split("+")[1])} if label else None

@@ -465,12 +465,25 @@ class Index:
         the postings read per term (``Postings.postings``)."""
         tables = sorted({table_of(k) for k in filters.kinds})
         where = filters.sql(None, "m.i") if filters.narrows() else None
-        return rankindex.Postings(self.db, tables, SCHEMAS, where, pool)
+        return rankindex.Postings(self.db, tables, SCHEMAS, where, pool, self.texts)
 
     def count_kinds(self, kinds: set[str]) -> int:
         """How many messages the index holds of these kinds."""
         codes = ",".join(str(KIND_CODE[k]) for k in sorted(kinds)) or "NULL"
         return self.db.execute(f"SELECT count(*) FROM msgs WHERE kind IN ({codes})").fetchone()[0]
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        """The texts the ranker ranks messages ``ids`` by (``ranker.ranked_text``), read from the log."""
+        from .ranker import ranked_text
+
+        out: dict[int, str] = {}
+        for start in range(0, len(ids), 30_000):
+            chunk = ",".join(map(str, ids[start : start + 30_000]))
+            for i, fid, offset, length in self.db.execute(f"SELECT i, file, offset, length FROM msgs WHERE i IN ({chunk})"):
+                msg = self.read_row(fid, offset, length)
+                if msg is not None and msg.get("i") == i:
+                    out[i] = ranked_text(msg)
+        return out
 
     def row(self, i: int) -> Candidate | None:
         """Where message ``i``'s line is, or None when the index does not hold it."""

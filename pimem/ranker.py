@@ -12,15 +12,19 @@ and ``AFTER`` times the one just after it, in the same conversation (the answer 
 holding the question's words). A question's first-person words (``terms.first_person``:
 "what did *I* cook for *my* friend?") add their BM25 to the messages holding them, lent to no neighbour,
 when the question has other terms: its asker's own turns (and then a question turn lends its reply
-only ``BEFORE``). Each constant was chosen on the tuning split of
-``bench/rank.py`` (bench/README.md has the ablation). The work is what the query's terms' postings hold
-(a ``Source`` may bound it), nothing per message of the memory.
+only ``BEFORE``). Past the first ``TAIL`` places, where the matches left hold a common word or two, a
+deeper tier (``tail``) orders the rest: the turns around the best hits first, then the weaker matches by
+their score and their overlap with the question's words as typed, stop words included. Each constant
+was chosen on the tuning split of ``bench/rank.py`` (bench/README.md has the ablation). The work is what
+the query's terms' postings hold (a ``Source`` may bound it), nothing per message of the memory; the tier
+adds a few turns' rows and ``TAIL_POOL`` texts.
 
 Where the postings come from is a ``Source``: ``Corpus`` over documents in memory (memory records, tests,
 the benchmark) or the index's tables (``pimem.rankindex.Postings``); both give the same scores.
 
 A semantic extra may fuse its own scores in: ``rank(..., fuse=f)`` calls ``f(candidates)`` with the
-lexical ``[(i, score)]`` best first (the best ``POOL``) and ranks what it returns.
+lexical ``[(i, score)]`` best first (the best ``POOL``) and ranks what it returns (the deeper tier then
+applies to the fused ranking).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ B = 0.75  # measured: a lower b gains a point on short chat turns and loses 9 on
 BEFORE, AFTER = 0.5, 0.2  # the share a message takes of the message before it, and of the one after it
 REPLY = 1.0  # the share it takes of the message before it when that one asks (ends in a question mark)
 POOL = 1000  # candidates handed to a fuse hook
+# past the first TAIL places (where a question's words run out of good matches) a deeper tier orders the
+# rest (``tail``): first the turns up to REACH places around the ANCHORS best, then the next TAIL_POOL matches
+# by their score and, TAIL_WORDS of it, their overlap with the question's words as typed (stop words too)
+TAIL, ANCHORS, REACH, TAIL_POOL, TAIL_WORDS = 25, 5, 2, 100, 0.3
 NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
 TOOL_HEAD, TOOL_TAIL = 2000, 1000
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -71,15 +79,20 @@ def document(msg: dict) -> tuple[set[str], int]:
     """The distinct terms a message is indexed as, and its length in words. Tool traffic is ranked by the
     head and tail of its text (``TOOL_HEAD``, ``TOOL_TAIL`` characters: most of what tokenizing a log costs is
     long tool output; plain search still reads it whole)."""
-    text = msg.get("text") or ""
-    if msg.get("kind") in TOOL_KINDS and len(text) > TOOL_HEAD + TOOL_TAIL:
-        text = text[:TOOL_HEAD] + "\n" + text[-TOOL_TAIL:]
-    found, length = terms.bag(text)
+    found, length = terms.bag(ranked_text(msg))
     extra = speaker(msg) or ""
     if isinstance(msg.get("date"), str):
         extra += " " + date_words(msg["date"])
     more, _ = terms.bag(extra)
     return found | more, length
+
+
+def ranked_text(msg: dict) -> str:
+    """The text a message is ranked by: all of it, but for long tool traffic its head and tail."""
+    text = msg.get("text") or ""
+    if msg.get("kind") in TOOL_KINDS and len(text) > TOOL_HEAD + TOOL_TAIL:
+        text = text[:TOOL_HEAD] + "\n" + text[-TOOL_TAIL:]
+    return text
 
 
 def asks(msg: dict) -> bool:
@@ -104,12 +117,14 @@ class Source(Protocol):
     """Where the ranker reads: ``size()`` (documents, their total length in words), ``postings(terms)``
     (``{term: (how many documents hold it, ids of those to score)}``: a source may leave out documents a
     term adds little to), ``lengths(ids)`` (``{i: length}``), ``turns(ids)`` (``{i: (conversation,
-    whether it asks)}``, for the ids that exist and may be shown)."""
+    whether it asks)}``, for the ids that exist and may be shown), ``texts(ids)`` (``{i: text}``, the text a
+    message is ranked by; a source without texts may give none)."""
 
     def size(self) -> tuple[int, int]: ...
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]: ...
     def lengths(self, ids: list[int]) -> dict[int, int]: ...
     def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]: ...
+    def texts(self, ids: list[int]) -> dict[int, str]: ...
 
 
 def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
@@ -193,7 +208,66 @@ def rank(source: Source, query: str, limit: int, *, widen: bool = True, keep: Ca
         ranked = [item for item in ranked if keep(item[0])]
     if fuse is not None:
         ranked = fuse(ranked[:max(POOL, limit)])
+    if widen and limit > TAIL:
+        ranked = tail(source, ranked, query, keep)
     return ranked[:limit]
+
+
+def tail(source: Source, ranked: list[tuple[int, float]], query: str,
+         keep: Callable[[int], bool] | None = None) -> list[tuple[int, float]]:
+    """``ranked`` with a deeper tier past its first ``TAIL``, where the matches left hold a common word or
+    two of the question: first the turns up to ``REACH`` places around the ``ANCHORS`` best, in the same
+    conversation (the same speaker's turn before and after: a topic runs over several turns), then the next
+    ``TAIL_POOL`` matches by their score relative to the last one kept, and ``TAIL_WORDS`` of it by their
+    BM25 over the question's words as typed, stop words included, among themselves ("can you … some … for
+    my" finds the request a question repeats). Scores stay in order: the turns around the best take the
+    last kept score, a match that score times its blend. What it reads is bounded: a few turns' rows and
+    ``TAIL_POOL`` texts."""
+    head, rest = ranked[:TAIL], ranked[TAIL:TAIL + TAIL_POOL]
+    if len(head) < TAIL:
+        return ranked
+    last = head[-1][1]
+    placed = {i for i, _ in head}
+    anchors = [i for i, _ in head[:ANCHORS]]
+    near = [j for a in anchors for d in range(1, REACH + 1) for j in (a - d, a + d) if j >= 0 and j not in placed]
+    turns = source.turns(sorted(set(near) | set(anchors)))
+    conv = {a: turns[a][0] for a in anchors if a in turns}
+    around: dict[int, None] = {}
+    for a in anchors:
+        for d in range(1, REACH + 1):
+            for j in (a - d, a + d):
+                if j in turns and j not in placed and turns[j][0] == conv.get(a) and (keep is None or keep(j)):
+                    around[j] = None
+    pool = [(i, score) for i, score in rest if i not in around]
+    ids = [i for i, _ in pool]
+    overlap = _word_bm25(source.texts(ids), source.lengths(ids), query)
+    top = max(overlap.values(), default=0.0) or 1.0
+    blend = {i: (1 - TAIL_WORDS) * min(score / last, 1.0) + TAIL_WORDS * overlap.get(i, 0.0) / top
+             for i, score in pool} if last > 0 else {i: 0.0 for i, _ in pool}
+    matched = sorted(pool, key=lambda item: -blend[item[0]])
+    return head + [(j, last) for j in around] + [(i, last * blend[i]) for i, _ in matched]
+
+
+def _word_bm25(texts: dict[int, str], lengths: dict[int, int], query: str) -> dict[int, float]:
+    """BM25 of each text (of ``lengths`` words) over the query's words (lowercase ``\\w+``, repeats
+    counted), the collection being these texts."""
+    import re
+    from collections import Counter
+
+    wanted = set(re.findall(r"\w+", terms.fold(query)))
+    if not texts or not wanted:
+        return {}
+    words = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, wanted), key=len, reverse=True)) + r")\b")
+    counts = {i: Counter(words.findall(terms.fold(text))) for i, text in texts.items()}
+    average = sum(lengths.get(i, 0) for i in counts) / len(counts) or 1.0
+    df = Counter(w for c in counts.values() for w in c if w in wanted)
+    n = len(counts)
+    out = {}
+    for i, c in counts.items():
+        norm = K1 * (1 - B + B * lengths.get(i, 0) / average)
+        out[i] = sum(math.log(1 + (n - df[w] + 0.5) / (df[w] + 0.5)) * c[w] * (K1 + 1) / (c[w] + norm)
+                     for w in wanted if w in c)
+    return out
 
 
 class Corpus:
@@ -203,10 +277,11 @@ class Corpus:
 
     @classmethod
     def of(cls, messages: list[dict], documents: Callable[[dict], tuple[set[str], int]] = document) -> "Corpus":
-        return cls(map(documents, messages), map(conversation, messages), map(asks, messages))
+        return cls(map(documents, messages), map(conversation, messages), map(asks, messages),
+                   map(ranked_text, messages))
 
     def __init__(self, documents: Iterable[tuple[Iterable[str], int]], conversations: Iterable[int] | None = None,
-                 asking: Iterable[bool] | None = None):
+                 asking: Iterable[bool] | None = None, texts: Iterable[str] | None = None):
         self.index: dict[str, list[int]] = {}
         self.length: list[int] = []
         for i, (found, length) in enumerate(documents):
@@ -215,6 +290,7 @@ class Corpus:
                 self.index.setdefault(term, []).append(i)
         self.conv = list(conversations) if conversations is not None else [0] * len(self.length)
         self.asks = list(asking) if asking is not None else [False] * len(self.length)
+        self.text = list(texts) if texts is not None else []
 
     def size(self) -> tuple[int, int]:
         return len(self.length), sum(self.length)
@@ -227,3 +303,6 @@ class Corpus:
 
     def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]:
         return {i: (self.conv[i], self.asks[i]) for i in ids if 0 <= i < len(self.conv)}
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        return {i: self.text[i] for i in ids if 0 <= i < len(self.text)}

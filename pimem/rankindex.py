@@ -18,6 +18,8 @@ the rows of the messages those name, nothing per message of the memory.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import orjson
 
 from . import ranker
@@ -76,13 +78,15 @@ class Pending:
 
 
 class Postings:
-    """The ranker's ``Source`` over the index: ``Postings(db, tables, schemas, where)``; ``where`` is an
-    optional SQL condition on ``msgs m`` (kinds, dates, ``before``) with its parameters, applied to the
-    postings so that only messages a search may show are candidates."""
+    """The ranker's ``Source`` over the index: ``Postings(db, tables, schemas, where, pool, texts)``;
+    ``where`` is an optional SQL condition on ``msgs m`` (kinds, dates, ``before``) with its parameters,
+    applied to the postings so that only messages a search may show are candidates; ``texts(ids)`` reads
+    messages' texts from the log (for the ranker's deeper tier)."""
 
     def __init__(self, db, tables: list[str], schemas: tuple[str, ...], where: tuple[str, list] | None = None,
-                 pool: int | None = None):
+                 pool: int | None = None, texts: Callable[[list[int]], dict[int, str]] | None = None):
         self.db, self.tables, self.schemas, self.where, self.pool = db, tables, schemas, where, pool
+        self._texts = texts
 
     def size(self) -> tuple[int, int]:
         names = ",".join(f"'{t}'" for t in self.tables)
@@ -160,6 +164,10 @@ class Postings:
             return turns
         shown = self._shown(list(turns))
         return {i: turn for i, turn in turns.items() if i in shown}
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        """The texts of messages ``ids`` (read from the log by the index's ``texts``; none without it)."""
+        return self._texts(ids) if self._texts is not None and ids else {}
 
     def allows(self, i: int) -> bool:
         """Whether message ``i`` may be a candidate (for a fuse hook adding candidates of its own)."""

@@ -127,6 +127,38 @@ def test_a_fuse_hook_reorders_the_candidates():
     assert seen == [plain] and [i for i, _ in fused] == [i for i, _ in reversed(plain)]
 
 
+def test_past_the_first_places_a_deeper_tier_takes_the_turns_around_the_best(monkeypatch):
+    texts = ["the weather was lovely", "let us talk about gadgets", "can you recommend a wallet case for my phone?",
+             "sure, here are three brands", "also a screen protector please", "a long way off", "phone numbers",
+             "case closed"]
+    source = corpus(texts, [2, 1, 1, 1, 1, 1, 3, 3])  # 0 is another conversation
+    question = "suggest a case for my phone"
+    before = ranker.rank(source, question, 50)
+    assert [i for i, _ in before] == [2, 7, 6, 3, 1]  # (the tier starts past ranker.TAIL: not reached here)
+    monkeypatch.setattr(ranker, "TAIL", 2)
+    monkeypatch.setattr(ranker, "ANCHORS", 1)
+    deep = ranker.rank(source, question, 50)
+    assert deep[:2] == before[:2] == ranker.rank(source, question, 2)  # the first places as they were
+    # then the turns up to two places around the best, in its conversation, before the weaker matches
+    assert [i for i, _ in deep] == [2, 7, 1, 3, 4, 6]
+    scores = [score for _, score in deep]
+    assert scores == sorted(scores, reverse=True)  # scores stay in order across the tiers
+    assert [i for i, _ in ranker.rank(source, question, 50, widen=False)] == [2, 7, 6]  # only turns holding a term
+
+
+def test_the_deeper_tier_orders_weak_matches_by_the_question_s_words_stop_words_too(monkeypatch):
+    texts = ["phone case holster", "the case was closed last week", "can you find some case for it"]
+    messages = [{"kind": "user", "text": t, "meta": {"session": n}} for n, t in enumerate(texts)]  # (no neighbours)
+    question = "can you suggest some case for my phone?"
+    with_texts = ranker.Corpus.of(messages)
+    plain = ranker.Corpus([ranker.document(m) for m in messages], map(ranker.conversation, messages))  # no texts
+    assert [i for i, _ in ranker.rank(with_texts, question, 3)] == [0, 1, 2]  # "case" in a shorter turn
+    monkeypatch.setattr(ranker, "TAIL", 1)
+    assert [i for i, _ in ranker.rank(with_texts, question, 3)] == [0, 2, 1]  # "can you … some … for"
+    assert [i for i, _ in ranker.rank(plain, question, 3)] == [0, 1, 2]  # (a source without texts: by score)
+    assert ranker.rank(with_texts, question, 1) == ranker.rank(plain, question, 1)
+
+
 # ---- through the index --------------------------------------------------------------------------------------
 
 CHAT = [
@@ -207,6 +239,20 @@ def test_the_index_gives_the_in_process_scores(run, chat):
         assert [(h["i"], h["score"]) for h in hits] == expected, query
 
 
+def test_the_index_gives_the_deeper_tier_and_keeps_tool_traffic_out_of_it(run, chat, monkeypatch):
+    monkeypatch.setattr(ranker, "TAIL", 1)
+    messages = list(Memory.open("main").messages())
+    talk = [m for m in messages if m["kind"] not in ("tool", "echo")]
+    source = ranker.Corpus.of(talk)
+    for query in ("are the deploys green again?", "did the db move to the new host", "lunch staging"):
+        expected = [(talk[n]["i"], round(score, 4)) for n, score in ranker.rank(source, query, 10)]
+        hits = api.search(query, ["main"], rank=True, limit=10)["hits"]
+        assert [(h["i"], h["score"]) for h in hits] == expected, query  # the texts read from the log
+    around = ranked(run, "are the deploys green again?")
+    assert around[0] == 3 and 4 not in around and 5 not in around  # its neighbours are tool traffic
+    assert {4, 5} <= set(ranked(run, "are the deploys green again?", "--include-tools"))
+
+
 def test_the_ranker_tables_catch_up_and_are_rebuilt(run, chat, home):
     assert ranked(run, "frankfurt") == []
     assert run("append", "main", "the new host is in Frankfurt").exit_code == 0
@@ -267,3 +313,16 @@ def test_commoner_terms_only_add_to_the_messages_the_rarer_ones_named(home, monk
     assert sorted(m["i"] for m, _ in found) == [10, 20, 30]  # staging's newest 3; deploy adds no candidate
     scores = {m["i"]: score for m, score in found}
     assert len(set(scores.values())) == 1  # each holds both words
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc")
+def test_api_search_closes_the_log_files_it_read(home):
+    """The MCP server calls ``api.search`` for ever: the files a search opened must not outlive it."""
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"deploy {k}", "date": f"2026-09-{k + 1:02d}T09:00:00+08:00"} for k in range(30)])
+    mem.close()
+    api.search("deploy", ["main"], rank=True, limit=50)
+    opened = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        assert len(api.search("deploy", ["main"], rank=True, limit=50)["hits"]) == 30  # one day file each
+    assert len(os.listdir("/proc/self/fd")) < opened + 30
