@@ -229,15 +229,10 @@ def tail(source: Source, ranked: list[tuple[int, float]], query: str,
     last = head[-1][1]
     placed = {i for i, _ in head}
     anchors = [i for i, _ in head[:ANCHORS]]
-    near = [j for a in anchors for d in range(1, REACH + 1) for j in (a - d, a + d) if j >= 0 and j not in placed]
-    turns = source.turns(sorted(set(near) | set(anchors)))
-    conv = {a: turns[a][0] for a in anchors if a in turns}
-    around: dict[int, None] = {}
-    for a in anchors:
-        for d in range(1, REACH + 1):
-            for j in (a - d, a + d):
-                if j in turns and j not in placed and turns[j][0] == conv.get(a) and (keep is None or keep(j)):
-                    around[j] = None
+    near = [(a, j) for a in anchors for d in range(1, REACH + 1) for j in (a - d, a + d) if j >= 0 and j not in placed]
+    turns = source.turns(sorted({j for _, j in near} | set(anchors)))
+    around = dict.fromkeys(j for a, j in near if a in turns and j in turns and turns[j][0] == turns[a][0]
+                           and (keep is None or keep(j)))
     pool = [(i, score) for i, score in rest if i not in around]
     ids = [i for i, _ in pool]
     overlap = _word_bm25(source.texts(ids), source.lengths(ids), query)
