@@ -273,3 +273,21 @@ def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the
     mem = Memory.open("main", home)  # what the view's reader (ViewFile.shown) calls for a line it has not shown yet
     assert mem.views.holds == mem.span_holds
     assert hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds) == [row.removeprefix("0+2048|")]
+
+
+def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
+    """The span's pool weighs the user's pieces as the line does: a model's long replies, full of phrases of
+    rare words, do not crowd the user's facts out of the merges above (before, the top line was all model)."""
+    made = iter(range(1, 10**6))
+
+    def rare() -> str:  # a word no other message holds
+        return "".join("bcdfghjklmnprstvz"[int(c)] for c in str(next(made) * 7919)) + "o"
+
+    msgs = []
+    for k in range(32):
+        msgs.append({"kind": "user", "text": f"Thanks! My locker code is now C{k:02d}X{k * 7 % 10}. What should I pack?"})
+        msgs.append({"kind": "pi", "text": " ".join(f"Try {rare()} {rare()} {rare()} {rare()}, then the {rare()} {rare()} {rare()}."
+                                                     for _ in range(12))})
+    mem, _ = build(home, msgs)
+    top = extractive.Digest(mem).merge(6, 0)
+    assert ": user: " in top and sum(f"C{k:02d}X{k * 7 % 10}" in top for k in range(32)) >= 4, top

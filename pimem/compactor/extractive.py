@@ -541,12 +541,16 @@ def _chinese(pool: list[Unit]) -> bool:
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
-    """The ``k`` best units."""
+    """The ``k`` best units (``_score``)."""
     return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_score)
 
 
 def _score(u: Unit) -> float:
-    return u.score
+    """A unit's weight for a span's pool: what the line will weigh it at, the user's ``USER`` times when the
+    user talks to a model (an unnamed user); named speakers, people talking to each other, keep their own
+    weights, so each keeps pieces to choose from. (Without it a model's long replies fill the pool, and the
+    user's facts never reach the merges above.)"""
+    return u.score * USER if u.rank == 0 and u.who == "user" else u.score
 
 
 # ---- one memory's offline compactor ----------------------------------------------------------------------
