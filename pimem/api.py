@@ -55,22 +55,26 @@ class _Held:
 
 def list_memories(home: Home = None) -> list[dict]:
     """Every memory: name, message count, first and last dates, the last thing the user said."""
-    return [mem.summary() for mem in Memory.all(home)]
+    out = []
+    for mem in Memory.all(home):
+        with mem:
+            out.append(mem.summary())
+    return out
 
 
 def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = MESSAGE_CHARS, home: Home = None) -> dict:
     """Message ``i`` whole, or a window of its text (``offset``, ``max_chars``) with ``next_offset`` when more
     remains."""
     _bounded(i, "i", MAX_I, 0)
-    mem = Memory.open(name, home)
-    msg = mem.message(i)
-    if msg["kind"] in TOOL_KINDS and not include_tools:
-        raise BadInput(f"message {i} is a {msg['kind']} message (tool traffic); ask again with include_tools")
     _bounded(max_chars, "max_chars", 1_000_000)
-    text = msg["text"]
-    if offset < 0 or offset > len(text):
-        raise BadInput(f"offset must be between 0 and {len(text)}")
-    out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
+    with Memory.open(name, home) as mem:
+        msg = mem.message(i)
+        if msg["kind"] in TOOL_KINDS and not include_tools:
+            raise BadInput(f"message {i} is a {msg['kind']} message (tool traffic); ask again with include_tools")
+        text = msg["text"]
+        if offset < 0 or offset > len(text):
+            raise BadInput(f"offset must be between 0 and {len(text)}")
+        out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
     if offset or offset + max_chars < len(text):
         out.update(offset=offset, chars=len(text), next_offset=offset + max_chars if offset + max_chars < len(text) else None)
     return out
@@ -81,21 +85,21 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
     to ask for next (None at the end)."""
     from . import when as whens
 
-    mem = Memory.open(name, home)
     _bounded(limit, "limit")
-    if when is not None:
-        first = mem.first_at(whens.parse_when(when))
-        start = mem.count() if first is None else first
-    _bounded(start, "start", MAX_I, 0)
-    out, position, held = [], start, _Held(mem, include_tools)
-    for msg in mem.messages(start):
-        if len(out) == limit:
-            break
-        position = msg["i"] + 1
-        if msg["kind"] in TOOL_KINDS and not include_tools:
-            continue
-        out.append(held(msg))
-    return {"messages": out, "next": position if position < mem.count() else None}
+    with Memory.open(name, home) as mem:
+        if when is not None:
+            first = mem.first_at(whens.parse_when(when))
+            start = mem.count() if first is None else first
+        _bounded(start, "start", MAX_I, 0)
+        out, position, held = [], start, _Held(mem, include_tools)
+        for msg in mem.messages(start):
+            if len(out) == limit:
+                break
+            position = msg["i"] + 1
+            if msg["kind"] in TOOL_KINDS and not include_tools:
+                continue
+            out.append(held(msg))
+        return {"messages": out, "next": position if position < mem.count() else None}
 
 
 def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
@@ -132,9 +136,9 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     from .view import render_line
 
     _bounded(lines, "lines", 10_000)
-    mem = Memory.open(name, home)
-    v = mem.views.current(create=False)
-    rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
+    with Memory.open(name, home) as mem:
+        v = mem.views.current(create=False)
+        rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)
     return {
         "lines": [render_line(l, i, text) for l, i, text, _ in rows[first:]],
@@ -150,14 +154,14 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
     (``text`` null while a half is not summarised yet)."""
     from .privacy import hide_tools
 
-    mem = Memory.open(name, home)
-    found = mem.zoom(node, include_tools=include_tools)
-    if "message" in found:
-        found["message"] = _Held(mem, include_tools)(found["message"])
-    elif not include_tools:
-        halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
-        for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds)):
-            child["text"] = text
+    with Memory.open(name, home) as mem:
+        found = mem.zoom(node, include_tools=include_tools)
+        if "message" in found:
+            found["message"] = _Held(mem, include_tools)(found["message"])
+        elif not include_tools:
+            halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
+            for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds)):
+                child["text"] = text
     return found
 
 
@@ -171,7 +175,8 @@ def recall(name: str, query: str = "", ids: list[str] | None = None, file: str |
 
     request = recalls.Request(query=query, ids=recalls.parse_ids(ids or []), file=file, kind=kind, page=page,
                               limit=limit, include_tools=include_tools, budget=budget or budgets.DEFAULT, as_json=True)
-    return orjson.loads(recalls.recall(Memory.open(name, home), request))
+    with Memory.open(name, home) as mem:
+        return orjson.loads(recalls.recall(mem, request))
 
 
 def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
@@ -184,7 +189,8 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
-    found = memories.find(memories.records(Memory.open(name, home), session), query, status, kind)
+    with Memory.open(name, home) as mem:
+        found = memories.find(memories.records(mem, session), query, status, kind)
     return orjson.loads(memories.listing(found, offset, limit, budget or budgets.DEFAULT, True))
 
 
@@ -194,5 +200,6 @@ def memory_propose(name: str, text: str, kind: str | None = None, priority: str 
     (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
     from . import memories
 
-    return memories.remember(Memory.open(name, home), text, kind=kind, priority=priority, supersede=supersede,
-                             session=session, propose=True)
+    with Memory.open(name, home) as mem:
+        return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,
+                                 propose=True)

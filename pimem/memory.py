@@ -264,11 +264,19 @@ class Memory:
         return index.answer(question)
 
     def close(self) -> None:
-        """Close the database connections and files held for derived state (reopened on next use)."""
+        """Close the database connections, files and mappings held for derived state (reopened on next use)."""
         if self._index is not None:
             self._index.close()
         if self._tree is not None:
             self._tree.close()
+        if self._views is not None:
+            self._views.close()
+
+    def __enter__(self) -> "Memory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def has_index(self) -> bool:
         return self._index is not None or (self.path / "index.sqlite").exists()

@@ -260,6 +260,12 @@ class ViewFile:
         self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
         self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
 
+    def close(self) -> None:
+        """Let go of ``view.json``'s mapping (read again on next use)."""
+        if self._shape is not None and self._shape[1] is not None:
+            self._shape[1].data.close()
+        self._shape = None
+
     @property
     def line_bytes(self) -> int:
         return int(self.config()["line_bytes"])

@@ -138,3 +138,32 @@ def test_tool_traffic_only_with_include_tools(home, talk):
     assert SECRET in tooled_view["structuredContent"]["lines"][1]
     assert refused["isError"] and "include_tools" in refused["content"][0]["text"]
     assert shown["structuredContent"]["text"] == f"OPENAI_API_KEY={SECRET}"
+
+
+def test_no_api_call_keeps_a_file_open(run, home):
+    """The MCP server calls the api for ever: a call's index connections, log files and view.json mapping
+    must be let go when it returns, without waiting for the garbage collector (which may never run)."""
+    import gc
+    import os
+
+    from pimem import Memory, api
+
+    home.mkdir()
+    (home / "config.json").write_text('{"view": {"hi": 300, "lo": 150}}')
+    Memory.at("main").append([{"kind": "user" if k % 2 else "pi", "text": f"deploy note {k} on port {5000 + k}",
+                               "date": f"2026-09-{k % 28 + 1:02d}T09:00:00+08:00"} for k in range(60)])
+    assert run("build-tree", "main").exit_code == 0 and run("view", "main").exit_code == 0
+    calls = [lambda: api.list_memories(), lambda: api.message("main", 3), lambda: api.since("main", 0, limit=5),
+             lambda: api.search("deploy", ["main"]), lambda: api.search("deploy", ["main"], rank=True, limit=50),
+             lambda: api.view("main"), lambda: api.zoom("main", "0+2"), lambda: api.recall("main", "deploy"),
+             lambda: api.recall("main"), lambda: api.memory_search("main")]
+    gc.disable()
+    try:
+        for call in calls:
+            call()
+            opened = sorted(os.listdir("/proc/self/fd"))
+            for _ in range(3):
+                call()
+            assert sorted(os.listdir("/proc/self/fd")) == opened
+    finally:
+        gc.enable()

@@ -313,16 +313,3 @@ def test_commoner_terms_only_add_to_the_messages_the_rarer_ones_named(home, monk
     assert sorted(m["i"] for m, _ in found) == [10, 20, 30]  # staging's newest 3; deploy adds no candidate
     scores = {m["i"]: score for m, score in found}
     assert len(set(scores.values())) == 1  # each holds both words
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc")
-def test_api_search_closes_the_log_files_it_read(home):
-    """The MCP server calls ``api.search`` for ever: the files a search opened must not outlive it."""
-    mem = Memory.at("main")
-    mem.append([{"kind": "user", "text": f"deploy {k}", "date": f"2026-09-{k + 1:02d}T09:00:00+08:00"} for k in range(30)])
-    mem.close()
-    api.search("deploy", ["main"], rank=True, limit=50)
-    opened = len(os.listdir("/proc/self/fd"))
-    for _ in range(5):
-        assert len(api.search("deploy", ["main"], rank=True, limit=50)["hits"]) == 30  # one day file each
-    assert len(os.listdir("/proc/self/fd")) < opened + 30
