@@ -12,12 +12,14 @@ characters, so no line shown without tools quotes a tool's output (``privacy`` m
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
 nothing again, each further unit of one message counting less), grouped by speaker (the user first, then
 the other speakers, then the tool work), in log order within a group, joined by the fixed connectives
-``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated.
+``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated. A merge's line is
+headed by its span's days, from the messages' dates, as a reader says them (``8, 25 May 2023``; ISO for a
+span in Chinese).
 
 Offline it may read the span's original messages (it runs locally): ``Digest(mem)`` is one memory's
 compactor; a merge draws on the units of its whole span, not on the two child lines: its children's pools
-(kept per built node while its parent is pending), down to the messages' own units (made once per message,
-from one forward read of the log). Every sum is taken in text order, so lines do not depend on string
+(kept per built node while its parent is pending, each the best ``POOL`` by what the line weighs them at),
+down to the messages' own units (made once per message, from one forward read of the log). Every sum is taken in text order, so lines do not depend on string
 hashing (``PYTHONHASHSEED``). ``leaf``/``merge`` without a memory (tests,
 a library user) work from the message or the two child lines alone.
 """
