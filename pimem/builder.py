@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import enum
 import heapq
+import itertools
 import threading
 import time
 from collections import deque
@@ -349,7 +350,8 @@ class ContextView:
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
-        self._rendered: tuple[int, list[str], list[int]] | None = None  # (view.changes, lines, each one's end)
+        # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
+        self._rendered: tuple[int, list[str], list[int], list[int]] | None = None
         try:
             saved = mem.views.current(create=False)
         except (ValueError, OSError, PimemError):
@@ -382,12 +384,22 @@ class ContextView:
                 del self.texts[(l, i)]
 
     def context(self, l: int, i: int) -> str:
-        """The view's built lines that end at or before node ``(l, i)``'s boundary (``tree.context_end``)."""
+        """The view's built lines that end at or before node ``(l, i)``'s boundary (``tree.context_end``),
+        never more than twice ``hi`` bytes of them: if the view has fallen that far behind, the call is sent
+        its oldest lines within ``hi`` and its newest in the rest, not those between (their ids show the gap).
+        Within that bound the view is sent whole, so the prefix a prompt cache keeps grows from call to call."""
         if self._rendered is None or self._rendered[0] != self.view.changes:
             lines = self.view.render(cut_unbuilt=True)
-            self._rendered = (self.view.changes, lines, [_line_end(line) for line in lines])
-        _, lines, ends = self._rendered
-        return "\n".join(lines[: bisect.bisect_right(ends, context_end(l, i))])
+            before = [0, *itertools.accumulate(len(line.encode()) + 1 for line in lines)]
+            self._rendered = (self.view.changes, lines, [_line_end(line) for line in lines], before)
+        _, lines, ends, before = self._rendered
+        stop = bisect.bisect_right(ends, context_end(l, i))
+        most = 2 * self.view.hi
+        if before[stop] <= most:
+            return "\n".join(lines[:stop])
+        head = bisect.bisect_right(before, most // 2, 0, stop) - 1
+        recent = bisect.bisect_left(before, before[stop] - (most - before[head]), head, stop)
+        return "\n".join(lines[:head] + lines[recent:stop])
 
 
 def _line_end(line: str) -> int:

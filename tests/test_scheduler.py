@@ -222,3 +222,23 @@ def test_a_backlog_build_keeps_every_context_within_twice_hi_and_its_median_with
     assert max(contexts) <= 2 * 8000
     assert statistics.median(contexts) <= 8000
     assert_complete(Memory.open("m"))
+
+
+def test_a_view_that_fell_behind_is_sent_within_twice_hi_its_oldest_and_newest_lines(home, monkeypatch):
+    """No merge built, 100 leaves of 300 bytes against hi 2,000: the view cannot fold, yet a call's <chat> stays
+    within 2·hi, keeping the view's first lines (the prefix a prompt cache holds) and the newest ones."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        mem = fill("m", 100, short_every=1000)
+        view = builder.ContextView(Memory.open("m"), lambda l, i: None)
+        for k in range(100):
+            view.push(f"user: leaf {k} " + "x" * 280)
+        whole = view.view.render(cut_unbuilt=True)
+        assert len("\n".join(whole).encode()) > 10 * 2000  # nothing folded
+        sent = view.context(0, 100).splitlines()
+        assert len("\n".join(sent).encode()) <= 2 * 2000
+        assert sent[0] == whole[0] and sent[-1] == whole[-1]
+        assert [line for line in whole if line in sent] == sent  # the view's own lines, in order
+        assert view.context(0, 5).splitlines() == whole[:5]  # within the bound: whole
+    mem.close()
