@@ -476,14 +476,8 @@ class Index:
         """The texts the ranker ranks messages ``ids`` by (``ranker.ranked_text``), read from the log."""
         from .ranker import ranked_text
 
-        out: dict[int, str] = {}
-        for start in range(0, len(ids), 30_000):
-            chunk = ",".join(map(str, ids[start : start + 30_000]))
-            for i, fid, offset, length in self.db.execute(f"SELECT i, file, offset, length FROM msgs WHERE i IN ({chunk})"):
-                msg = self.read_row(fid, offset, length)
-                if msg is not None and msg.get("i") == i:
-                    out[i] = ranked_text(msg)
-        return out
+        found = {i: self.message(i) for i in ids}
+        return {i: ranked_text(msg) for i, msg in found.items() if msg is not None}
 
     def row(self, i: int) -> Candidate | None:
         """Where message ``i``'s line is, or None when the index does not hold it."""

@@ -19,9 +19,9 @@ span in Chinese).
 Offline it may read the span's original messages (it runs locally): ``Digest(mem)`` is one memory's
 compactor; a merge draws on the units of its whole span, not on the two child lines: its children's pools
 (kept per built node while its parent is pending, each the best ``POOL`` by what the line weighs them at),
-down to the messages' own units (made once per message, from one forward read of the log). Every sum is taken in text order, so lines do not depend on string
-hashing (``PYTHONHASHSEED``). ``leaf``/``merge`` without a memory (tests,
-a library user) work from the message or the two child lines alone.
+down to the messages' own units (made once per message, from one forward read of the log). Every sum is
+taken in text order, so lines do not depend on string hashing (``PYTHONHASHSEED``). ``leaf``/``merge``
+without a memory (tests, a library user) work from the message or the two child lines alone.
 """
 
 from __future__ import annotations
