@@ -122,7 +122,7 @@ def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
     day = extractive._dates(tuple(dict.fromkeys(m["date"][:10] for m in msgs)))  # as a reader says them
     assert re.fullmatch(r"\d{1,2}(, \d{1,2})? [A-Z][a-z]+ \d{4}", day), day
     assert top.startswith(f"{day}: user: Please fix the login bug in src/app.py"), top
-    assert "ran pytest → 1 failed" in top
+    assert "ran pytest → exit 1, 1 failed" in top
     assert "edited src/app.py" in top and "ran curl → exit 7: ECONNREFUSED" in top
     texts = [m["text"] for m in msgs]
     for piece in pieces(top.removeprefix(f"{day}: ")):

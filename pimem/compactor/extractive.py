@@ -33,7 +33,9 @@ import re
 
 from .cut import LINE_BYTES, cut_line
 
-TOOL_PIECE = 15  # characters: the longest piece a line copies from tool traffic (privacy masks runs of 16)
+# characters: the longest piece a line copies from tool traffic. Privacy masks runs of 16, and a piece sits
+# between connectives whose edge characters (a space, a comma) the tool's text may hold around it too
+TOOL_PIECE = 13
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
 LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
