@@ -48,6 +48,7 @@ TAIL, ANCHORS, REACH, TAIL_POOL, TAIL_WORDS = 25, 5, 2, 100, 0.3
 NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
 TOOL_HEAD, TOOL_TAIL = 2000, 1000
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_extras: dict[tuple, set[str]] = {}  # the terms of a speaker and a day (``document``), cached
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
 
@@ -80,11 +81,18 @@ def document(msg: dict) -> tuple[set[str], int]:
     head and tail of its text (``TOOL_HEAD``, ``TOOL_TAIL`` characters: most of what tokenizing a log costs is
     long tool output; plain search still reads it whole)."""
     found, length = terms.bag(ranked_text(msg))
-    extra = speaker(msg) or ""
-    if isinstance(msg.get("date"), str):
-        extra += " " + date_words(msg["date"])
-    more, _ = terms.bag(extra)
-    return found | more, length
+    date = msg.get("date")
+    key = (speaker(msg), date[:10] if isinstance(date, str) else None)  # (all date_words reads)
+    more = _extras.get(key)
+    if more is None:
+        if len(_extras) > 10_000:
+            _extras.clear()
+        extra = key[0] or ""
+        if key[1] is not None:
+            extra += " " + date_words(key[1])
+        more = _extras[key] = terms.bag(extra)[0]
+    found |= more  # (a set of its own: bag makes a new one)
+    return found, length
 
 
 def ranked_text(msg: dict) -> str:

@@ -42,6 +42,15 @@ also yes oh ok okay hey hi please thanks thank us got get
 FIRST_PERSON = frozenset(("i", "me", "my", "myself"))
 
 _runs: dict[str, tuple[str, ...]] = {}  # a run's terms, cached: chat repeats its words
+_words: dict[str, set[str]] = {}  # a whitespace-separated word's terms (``bag``), and how many runs it has
+_word_runs: dict[str, int] = {}
+WORD_CACHE = 500_000
+_LONG = 64  # (a word this long is not cached)
+# characters a word is cut at into pieces for the cache (``_learn``): punctuation that is no run character
+# and stays none under NFKC, lowercase and its neighbours (not ``' ^ ` · ‧``: they change how ``Σ`` lowercases)
+BREAKS = ('!"#$%&()*+,;?@[\\]{|}~！＂＃＄％＆（）＊＋，；？＠［＼］｛｜｝～、。〃〄〈〉《》「」『』【】〒〓〔〕〖〗〘〙〚〛〜〝〞〟'
+          '‐‑‒–—―‖‗‚‛“”„‟†‡•‣«»‹›')
+_PIECES = re.compile("[^" + re.escape(BREAKS) + "]+")
 _stemmer = None
 
 
@@ -72,13 +81,54 @@ def terms(text: str) -> list[str]:
 
 def bag(text: str) -> tuple[set[str], int]:
     """The distinct terms of ``text`` and its length in words (runs, stop words included): what the
-    index keeps of a text. Its inner loops run in C over the text's distinct words, which are cached."""
+    index keeps of a text, as ``runs_bag`` defines it. Its inner loops run in C over the text's
+    whitespace-separated words, whose terms are cached (``_learn``; chat repeats its words)."""
+    if len(_words) > WORD_CACHE:
+        _words.clear()
+        _word_runs.clear()
+    words = text.split()
+    distinct = set(words)
+    found = list(map(_words.get, distinct))
+    if None not in found:
+        return set().union(*found), sum(map(_word_runs.__getitem__, words))
+    once = [word for word, known in zip(distinct, found) if known is None and not _learn(word)]
+    found = list(map(_words.__getitem__, distinct))
+    length = sum(map(_word_runs.__getitem__, words))
+    for word in once:
+        del _words[word], _word_runs[word]
+    return set().union(*found), length
+
+
+def runs_bag(text: str) -> tuple[set[str], int]:
+    """``bag`` by its definition: the terms of the runs of the folded text, and how many runs it has."""
     runs = _RUN.findall(fold(text))
     distinct = set(runs)
     found = list(map(_runs.get, distinct))
     if None in found:
         found = [known if known is not None else _terms_of(run) for known, run in zip(found, distinct)]
     return set().union(*found), len(runs)
+
+
+def _learn(word: str) -> bool:
+    """Caches a word's terms and runs (``runs_bag``), from those of its pieces between ``BREAKS`` (each
+    cached too: ``句子，句子`` or ``f(x,`` share them); whether it is kept (a long word is not: Chinese
+    sentences and hashes are rarely seen twice). Whitespace and ``BREAKS`` are safe places to cut a text:
+    what they and their neighbours turn into under NFKC and lowercasing holds no run character and joins
+    nothing across them (tests/test_terms.py checks every break against the characters that could)."""
+    pieces = _PIECES.findall(word)
+    if len(pieces) == 1 and len(pieces[0]) == len(word):
+        found, length = runs_bag(word)
+    else:
+        new = [piece for piece in dict.fromkeys(pieces) if piece not in _words]
+        for piece in new:
+            _words[piece], _word_runs[piece] = runs_bag(piece)
+        found = set().union(*map(_words.__getitem__, pieces))
+        length = sum(map(_word_runs.__getitem__, pieces))
+        for piece in new:
+            if len(piece) >= _LONG:
+                del _words[piece], _word_runs[piece]
+    _words[word], _word_runs[word] = found, length
+    return len(word) < _LONG
 
 
 def _terms_of(run: str) -> tuple[str, ...]:
