@@ -29,6 +29,7 @@ from .home import append_durably, ensure_dir
 from .nofollow import check_dir, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
+FREE_SPAN = 64  # the most messages a free node can join (each leaf is 4 bytes or more, and a newline)
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
@@ -203,16 +204,20 @@ class Tree:
 
     def _text(self, l: int, i: int, count: int, leaves: dict[int, dict]) -> str | None:
         if l == 0:
-            msg = leaves.get(i)
-            if msg is None:
-                start = i & ~(LEAF_CHUNK - 1)
-                if len(leaves) > 16 * LEAF_CHUNK:
-                    leaves.clear()
-                leaves.update((m["i"], m) for m in self.messages(start, min(count, start + LEAF_CHUNK)))
-                msg = leaves[i]
+            msg = self._leaf(i, count, leaves)
             if msg["size"] <= self.line_bytes:
                 return leaf_text(msg)
             return self.stored(0, i, count)
+        if 1 << l <= FREE_SPAN:  # messages whose leaves, a newline between each, fit in a line: free (never stored)
+            first, end = span(l, i)
+            size, msgs = -1, []
+            for k in range(first, end):
+                msgs.append(self._leaf(k, count, leaves))
+                size += msgs[-1]["size"] + 1
+                if size > self.line_bytes:
+                    break
+            else:
+                return "\n".join(map(leaf_text, msgs))
         stored = self.stored(l, i, count)
         if stored is not None:
             return stored
@@ -221,6 +226,17 @@ class Tree:
         if left is None or right is None:
             return None
         return free_merge(left, right, self.line_bytes)
+
+    def _leaf(self, i: int, count: int, leaves: dict[int, dict]) -> dict:
+        """Message ``i`` from ``leaves``, which is filled from the log a chunk at a time."""
+        msg = leaves.get(i)
+        if msg is None:
+            start = i & ~(LEAF_CHUNK - 1)
+            if len(leaves) > 16 * LEAF_CHUNK:
+                leaves.clear()
+            leaves.update((m["i"], m) for m in self.messages(start, min(count, start + LEAF_CHUNK)))
+            msg = leaves[i]
+        return msg
 
     # ---- writing (caller holds the writer lock and has validated) -----------------------------------
 

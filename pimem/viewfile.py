@@ -259,6 +259,7 @@ class ViewFile:
         self.log, self.tree, self.lock, self.config, self.holds = log, tree, lock, config, holds
         self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
         self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
+        self._batch: dict[tuple[int, int], str] = {}  # the nodes ``built`` is handing to the views, by (l, i)
 
     def close(self) -> None:
         """Let go of ``view.json``'s mapping (read again on next use)."""
@@ -284,7 +285,10 @@ class ViewFile:
                 joined = f"{left}\n{right}"
                 if byte_size(joined) <= line_bytes:
                     return joined
-            return tree.stored(l + 1, i // 2, holder[0].T) if holder[0].tree_seen else None
+            if not holder[0].tree_seen:
+                return None
+            text = self._batch.get((l + 1, i // 2))
+            return tree.stored(l + 1, i // 2, holder[0].T) if text is None else text
 
         def fetch(l: int, i: int) -> str:
             text = tree.text(l, i, holder[0].T, leaves)
@@ -390,8 +394,12 @@ class ViewFile:
         # the views resolve parents through the tree only once they know its files: tell them first, or a
         # pair whose parent is in this very batch is taken for unbuilt and the batch waits for ever
         views.saw_tree(self.tree.file_sizes())
-        for l, i, text, *_ in nodes:
-            views.built(l, i, text)
+        self._batch = {(l, i): text for l, i, text, *_ in nodes}  # (the parents it unblocks, without a lookup)
+        try:
+            for l, i, text, *_ in nodes:
+                views.built(l, i, text)
+        finally:
+            self._batch = {}
         self.save(views)
 
     def save(self, views: Views) -> None:
