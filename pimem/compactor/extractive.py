@@ -6,7 +6,7 @@ punctuation; Chinese clauses between its punctuation) scored by how distinctive 
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
 numbers, dates, paths, identifiers, errors, quoted strings. Tool work becomes what ran and how it ended
 (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's command or file
-and the result's exit code, test counts and error names; a piece taken from tool traffic is at most 15
+and the result's exit code, test counts and error names; a piece taken from tool traffic is at most 13
 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
 
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
@@ -283,8 +283,7 @@ def _phrases(text: str, cjk: bool = True):
     b = 0
     start = end = -1  # the run in hand
     words = 0
-    folded = text.lower() if text.isascii() else None  # (ASCII folds in place: the same tokens, lowercase)
-    for m in _TOKEN.finditer(folded or text):
+    for m in _TOKEN.finditer(text):
         s, e = m.span()
         if breaks[b] < s:
             while breaks[b] < s:
@@ -293,7 +292,7 @@ def _phrases(text: str, cjk: bool = True):
                 yield start, text[start:end]
                 start = -1
         token = m.group()
-        if (token if folded else token.lower()) in STOP or (cjk and _CJK_RUN.search(token)):
+        if token.lower() in STOP or (cjk and _CJK_RUN.search(token)):
             if start >= 0:
                 yield start, text[start:end]
                 start = -1
@@ -435,7 +434,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                         fresh_df[m] -= df
 
     # gain(n, 0) while every word is fresh (the same float, without a call per unit)
-    heap = [(-(u.value / 1 if not t else u.value * t / t * (1.0 + 0.25 * log(1 + (d - t) / t)) / 1), n)
+    heap = [(-(u.value if not t else u.value * t / t * (1.0 + 0.25 * log(1 + (d - t) / t))), n)
             for n, (u, t, d) in enumerate(zip(pool, total_n, fresh_df))]
     heapq.heapify(heap)
     heappop, heappushpop = heapq.heappop, heapq.heappushpop
