@@ -7,7 +7,7 @@
 
 Each run is a fresh process importing pimem from its checkout (``PIMEM_EMBEDDER=off``, bytecode on);
 ``--no-terms`` patches ``rankindex.Pending.add`` out (what the ranker's tables cost). Prints wall time,
-messages/s, the threads' CPU and the ratio of each checkout's median wall to the first's. Asserts nothing.
+messages/s, the threads' CPU, the peak RSS and the ratio of each checkout's median wall to the first's. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ def worker(home: str, no_terms: bool) -> None:
         cli.main()
     except SystemExit:
         pass
-    print(f"{time.perf_counter() - started:.2f} {time.thread_time() - cpu:.2f} {' '.join(f'{w:.2f}' for w in writers)}")
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{time.perf_counter() - started:.2f} {peak:.0f} {time.thread_time() - cpu:.2f} {' '.join(f'{w:.2f}' for w in writers)}")
 
 
 def main() -> None:
@@ -67,10 +70,10 @@ def main() -> None:
                                  cwd=checkout, env=env, capture_output=True, text=True, check=True)
             report, times = out.stdout.strip().splitlines()
             count = int(report.split()[1].replace(",", "")) if count is None else count
-            wall, parsing, *writers = map(float, times.split())
+            wall, peak, parsing, *writers = map(float, times.split())
             walls[checkout].append(wall)
             print(f"{checkout:24} {wall:7.1f} s {count / wall:8,.0f} msg/s  CPU: parsing {parsing:6.1f} s, writers "
-                  f"{' / '.join(f'{w:.1f}' for w in writers)} s  (load {load:.2f})", flush=True)
+                  f"{' / '.join(f'{w:.1f}' for w in writers)} s, peak {peak:.0f} MB  (load {load:.2f})", flush=True)
     first = statistics.median(walls[args.checkouts[0]])
     for checkout, values in walls.items():
         print(f"{checkout:24} median {statistics.median(values):7.1f} s = {statistics.median(values) / first:.2f}x")

@@ -13,7 +13,7 @@ Text is NFKC-normalised and lowercased, then cut into runs of letters, digits an
   finds ``一头蓝鲸`` and ``鲸`` finds both.
 
 A term is at least two characters long, except digits (``8`` in ``8 May``), ``i`` and unspaced characters.
-A run's terms are cached (chat vocabulary is small next to its length).
+A run's terms are cached, and a word's (chat vocabulary is small next to its length).
 """
 
 from __future__ import annotations
