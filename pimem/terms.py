@@ -42,9 +42,9 @@ also yes oh ok okay hey hi please thanks thank us got get
 FIRST_PERSON = frozenset(("i", "me", "my", "myself"))
 
 _runs: dict[str, tuple[str, ...]] = {}  # a run's terms, cached: chat repeats its words
-_words: dict[str, set[str]] = {}  # a whitespace-separated word's terms (``bag``), and how many runs it has
+_words: dict[str, set[str] | tuple[str, ...]] = {}  # a whitespace-separated word's terms (``bag``), and how many runs it has
 _word_runs: dict[str, int] = {}
-WORD_CACHE = 500_000
+WORD_CACHE = 200_000  # (words; with _compact about 100 MB at most)
 _LONG = 64  # (a word this long is not cached)
 # characters a word is cut at into pieces for the cache (``_learn``): punctuation that is no run character
 # and stays none under NFKC, lowercase and its neighbours (not ``' ^ ` · ‧``: they change how ``Σ`` lowercases)
@@ -121,14 +121,21 @@ def _learn(word: str) -> bool:
     else:
         new = [piece for piece in dict.fromkeys(pieces) if piece not in _words]
         for piece in new:
-            _words[piece], _word_runs[piece] = runs_bag(piece)
+            found, _word_runs[piece] = runs_bag(piece)
+            _words[piece] = _compact(found)
         found = set().union(*map(_words.__getitem__, pieces))
         length = sum(map(_word_runs.__getitem__, pieces))
         for piece in new:
             if len(piece) >= _LONG:
                 del _words[piece], _word_runs[piece]
-    _words[word], _word_runs[word] = found, length
+    _words[word], _word_runs[word] = _compact(found), length
     return len(word) < _LONG
+
+
+def _compact(found: set[str]) -> set[str] | tuple[str, ...]:
+    """A cached word's terms: a set while small (``bag`` unites sets fastest), else a tuple (a Chinese
+    clause's characters and pairs as a set took ~2 KB a word: 80 MB for 40,000 words)."""
+    return found if len(found) <= 4 else tuple(found)
 
 
 def _terms_of(run: str) -> tuple[str, ...]:
