@@ -29,7 +29,7 @@ from .home import append_durably, ensure_dir
 from .nofollow import check_dir, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
-FREE_SPAN = 64  # the most messages a free node can join (each leaf is 4 bytes or more, and a newline)
+FREE_SPAN = 64  # a node over this many messages is looked up before its leaves are joined (it is seldom free)
 PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
@@ -208,8 +208,8 @@ class Tree:
             if msg["size"] <= self.line_bytes:
                 return leaf_text(msg)
             return self.stored(0, i, count)
-        if 1 << l <= FREE_SPAN:  # messages whose leaves, a newline between each, fit in a line: free (never stored)
-            first, end = span(l, i)
+        first, end = span(l, i)
+        if 1 << l <= FREE_SPAN and first in leaves:  # leaves at hand that fit in a line: free (never stored)
             size, msgs = -1, []
             for k in range(first, end):
                 msgs.append(self._leaf(k, count, leaves))
