@@ -91,9 +91,8 @@ def scheduled(url: str, count: int) -> tuple[float, float, int, str]:
     return calls / wall, cpu / calls, calls, "\n".join(lines[: len(lines) // 2])  # the context grows: half is typical
 
 
-def offline(count: int) -> tuple[float, float, float, int, float, float]:
-    """(nodes/s, compactor-written nodes/s, seconds, nodes, log read seconds, nodes per CPU-second) for
-    build-tree offline."""
+def synthetic(count: int) -> Memory:
+    """Memory ``offline`` of ``count`` synthetic messages (seed 5), appended 10,000 at a time."""
     mem = Memory.at("offline")
     batch = []
     for record in messages(count, seed=5):
@@ -103,6 +102,13 @@ def offline(count: int) -> tuple[float, float, float, int, float, float]:
             batch = []
     if batch:
         mem.append(batch)
+    return mem
+
+
+def offline(count: int) -> tuple[float, float, float, int, float, float]:
+    """(nodes/s, compactor-written nodes/s, seconds, nodes, log read seconds, nodes per CPU-second) for
+    build-tree offline."""
+    mem = synthetic(count)
     read = time.perf_counter()
     for _ in mem.messages():
         pass
