@@ -120,15 +120,16 @@ class Lease:
             return False
         if not force and time.monotonic() - self._last_beat < BEAT:
             return True
-        try:
-            with self.mem.lock(timeout=BEAT):
+        try:  # without waiting: the lock's holder is most often this very builder's writer thread, and the
+            # scheduler's thread would stand idle while it syncs; the beat is tried again on its next round
+            with self.mem.lock(timeout=0):
                 current = _read(self.mem)
                 if not current or current.get("token") != self.token:
                     self.held = False
                     return False
                 write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
         except Busy:
-            return True  # a long write holds the writer lock; beat next time
+            return True  # a write holds the writer lock: beat next time
         self._last_beat = time.monotonic()
         return True
 
