@@ -26,9 +26,12 @@ without a memory (tests, a library user) work from the message or the two child 
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
+import itertools
 import math
+import operator
 import re
 
 from .cut import LINE_BYTES, cut_line
@@ -96,8 +99,9 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
-_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
-_COUNTS = re.compile(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+_TOKENS = re.compile(r"([^\W_][\w'’+#.-]*[^\W_]|[^\W_])")  # (captured: a split keeps the tokens)
+# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``_outcome`` checks it)
+_COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
 _ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
@@ -274,38 +278,37 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 _STRIP = " \t'\"“”‘’*#>-"
 
 
-def _phrases(text: str, cjk: bool = True):
-    """Runs of up to four content words between stop words and punctuation, with their positions: one pass
-    over the text's tokens (a token never spans a break), a run ending at a stop word, a CJK token, its
-    fourth word or a break between two tokens."""
-    breaks = [m.start() for m in _BREAK.finditer(text)]
-    breaks.append(len(text) + 1)
-    b = 0
-    start = end = -1  # the run in hand
-    words = 0
-    for m in _TOKEN.finditer(text):
-        s, e = m.span()
-        if breaks[b] < s:
-            while breaks[b] < s:
-                b += 1
-            if start >= 0:  # a break since the run's last word
-                yield start, text[start:end]
-                start = -1
-        token = m.group()
-        if token.lower() in STOP or (cjk and _CJK_RUN.search(token)):
-            if start >= 0:
-                yield start, text[start:end]
-                start = -1
-            continue
-        if start >= 0 and words == 4:
-            yield start, text[start:end]
-            start = -1
-        if start < 0:
-            start, words = s, 0
-        end = e
-        words += 1
-    if start >= 0:
-        yield start, text[start:end]
+def _phrases(text: str, cjk: bool = True) -> list[tuple[int, str]]:
+    """Runs of up to four content words between stop words and punctuation, with their positions: the text's
+    tokens cut at each stop word, CJK token and break between two tokens (a token never spans a break), each
+    stretch between two cuts taken four words at a time. (The tokens, their positions and which are stop words
+    come from C loops: a split, running sums of lengths, maps; Python steps only from cut to cut.)"""
+    parts = _TOKENS.split(text)  # gap, token, gap, …, token, gap
+    tokens = parts[1::2]
+    if not tokens:
+        return []
+    ends = list(itertools.accumulate(map(len, parts)))  # token k is text[ends[2k]:ends[2k + 1]]
+    stops = map(STOP.__contains__, map(str.lower, tokens))
+    if cjk:
+        stops = map(operator.or_, stops, map(bool, map(_CJK_RUN.search, tokens)))
+    # cuts in token order, each 2k + 1 for a stop word at token k, 2k for a break just before it
+    cuts = [2 * k + 1 for k in itertools.compress(range(len(tokens)), stops)]
+    starts = ends[0::2]
+    for m in _BREAK.finditer(text):
+        k = bisect.bisect(starts, m.start(), 0, len(tokens))
+        if k < len(tokens):  # (a break after the last token cuts nothing)
+            cuts.append(2 * k)
+    cuts.sort()
+    cuts.append(2 * len(tokens))
+    out = []
+    first = 0  # the stretch's first token
+    for cut in cuts:
+        last, stop = divmod(cut, 2)  # the stretch ends before token ``last``
+        for a in range(first, last, 4):
+            at = ends[2 * a]
+            out.append((at, text[at : ends[2 * min(a + 4, last) - 1]]))
+        first = last + stop
+    return out
 
 
 def _short(piece: str) -> str:
@@ -360,16 +363,29 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     # a tool result: how it ended
     out = []
     code = meta.get("exit_code")
-    head = _scan(text)
     # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
-    counts = sorted(dict.fromkeys(m.group() for m in _COUNTS.finditer(head)), key=lambda c: "fail" not in c)[:1]
-    errors = [e for e in dict.fromkeys(m.group() for m in _ERROR_NAME.finditer(head)) if len(e) <= TOOL_PIECE][:1]
+    count, error = _outcome(_scan(text))
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-        out.append(unit(f"exit {code}" + (f": {errors[0]}" if errors else ""), True, 2.0))
-        errors = []
-    out.extend(unit(c, True, 1.5) for c in counts)
-    out.extend(unit(e, True, 1.5) for e in errors)
+        out.append(unit(f"exit {code}" + (f": {error}" if error else ""), True, 2.0))
+        error = None
+    out.extend(unit(piece, True, 1.5) for piece in (count, error) if piece)
     return out
+
+
+def _outcome(text: str) -> tuple[str | None, str | None]:
+    """The first test count in ``text`` that says what failed (else its first count), and its first error
+    name of at most ``TOOL_PIECE`` characters."""
+    first = None
+    for m in _COUNTS.finditer(text):
+        at = m.start()
+        if at and (text[at - 1].isalnum() or text[at - 1] == "_"):  # (inside a word: not a count)
+            continue
+        if "fail" in m.group():
+            first = m.group()
+            break
+        first = first or m.group()
+    error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
+    return first, error
 
 
 # ---- a line from units -----------------------------------------------------------------------------------
@@ -399,17 +415,6 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     # units of one message all count less alike as it gives more: no need to re-weigh them for it
     spread = SPREAD if any(u.i != pool[0].i for u in pool) else 0.0
 
-    def gain(n: int, taken: int) -> float:
-        u = pool[n]
-        total = total_n[n]
-        if not total:
-            return u.value / (1 + spread * taken)
-        fresh = fresh_n[n]
-        if not fresh:
-            return 0.0
-        topic = 1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)
-        return u.value * fresh / total * topic / (1 + spread * taken)
-
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
     groups: set[str] = set()
@@ -433,7 +438,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                         fresh_n[m] -= 1
                         fresh_df[m] -= df
 
-    # gain(n, 0) while every word is fresh (the same float, without a call per unit)
+    # the gains while every word is fresh
     heap = [(-(u.value if not t else u.value * t / t * (1.0 + 0.25 * log(1 + (d - t) / t))), n)
             for n, (u, t, d) in enumerate(zip(pool, total_n, fresh_df))]
     heapq.heapify(heap)
@@ -442,12 +447,18 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     while used < limit:
         n = best[1]
         u = pool[n]
-        mine = chosen.get(u.i)
-        if mine is None:
-            mine = chosen[u.i] = []
         # (a unit that cannot fit, even in place of its message's units taken so far, is passed over)
         if u.size + 3 - taken_bytes.get(u.i, 0) <= limit - used:
-            g = gain(n, len(mine))
+            mine = chosen.get(u.i)
+            if mine is None:
+                mine = chosen[u.i] = []
+            # its gain now (see the docstring)
+            total = total_n[n]
+            if not total:
+                g = u.value / (1 + spread * len(mine))
+            else:
+                fresh = fresh_n[n]
+                g = u.value * fresh / total * (1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)) / (1 + spread * len(mine)) if fresh else 0.0
             if heap and g < -heap[0][0] - 1e-12:  # worth less than it was: back in, and the best one out
                 best = heappushpop(heap, (-g, n))
                 continue
