@@ -27,6 +27,7 @@ without a memory (tests, a library user) work from the message or the two child 
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import heapq
 import itertools
@@ -142,12 +143,11 @@ class Stats:
 
     @classmethod
     def of(cls, messages) -> "Stats":
-        df: dict[str, int] = {}
+        df: collections.Counter[str] = collections.Counter()
         docs = 0
         for msg in messages:
             docs += 1
-            for w in set(_words(msg["text"][:STATS_CHARS])):
-                df[w] = df.get(w, 0) + 1
+            df.update(set(_words(msg["text"][:STATS_CHARS])))
         return cls(df, docs)
 
     def idf(self, word: str) -> float:
@@ -182,10 +182,10 @@ class Unit:
     """A candidate piece of a line: ``text`` copied from message ``i`` at ``pos`` (``tool``: tool work,
     rendered with its connective), said by ``who`` (group ``rank``: 0 the user, 1 others, 2 tool work);
     ``words``: its distinct words in text order; ``size``: its bytes; ``value``: its score per byte (the
-    user's words weighing ``USER`` times more). Units are shared by the pools of a span's nodes: never
-    changed once made."""
+    user's words weighing ``USER`` times more); ``keep``: its weight for a span's pool (``top``). Units are
+    shared by the pools of a span's nodes: never changed once made."""
 
-    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value")
+    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value", "keep")
 
     def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
                  result: bool = False):
@@ -194,6 +194,11 @@ class Unit:
         self.result = result  # a tool result's outcome: joined to the call before it with " → "
         self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
         self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
+        # what the line will weigh it at, the user's ``USER`` times when the user talks to a model (an unnamed
+        # user); named speakers, people talking to each other, keep their own weights, so each keeps pieces
+        # to choose from. (Without it a model's long replies fill the pool, and the user's facts never reach
+        # the merges above.)
+        self.keep = score * USER if rank == 0 and who == "user" else score
 
     def told(self, who: str, rank: int) -> "Unit":
         """The same piece said by ``who`` in group ``rank``."""
@@ -570,16 +575,11 @@ def _chinese(pool: list[Unit]) -> bool:
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
-    """The ``k`` best units (``_score``)."""
-    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_score)
+    """The ``k`` best units (by ``Unit.keep``)."""
+    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_KEEP)
 
 
-def _score(u: Unit) -> float:
-    """A unit's weight for a span's pool: what the line will weigh it at, the user's ``USER`` times when the
-    user talks to a model (an unnamed user); named speakers, people talking to each other, keep their own
-    weights, so each keeps pieces to choose from. (Without it a model's long replies fill the pool, and the
-    user's facts never reach the merges above.)"""
-    return u.score * USER if u.rank == 0 and u.who == "user" else u.score
+_KEEP = operator.attrgetter("keep")
 
 
 # ---- one memory's offline compactor ----------------------------------------------------------------------
