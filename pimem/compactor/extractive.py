@@ -26,11 +26,9 @@ without a memory (tests, a library user) work from the message or the two child 
 
 from __future__ import annotations
 
-import bisect
 import collections
 import functools
 import heapq
-import itertools
 import math
 import operator
 import re
@@ -100,7 +98,7 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
-_TOKENS = re.compile(r"([^\W_][\w'’+#.-]*[^\W_]|[^\W_])")  # (captured: a split keeps the tokens)
+_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 # (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``_outcome`` checks it)
 _COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
 _ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
@@ -283,37 +281,38 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 _STRIP = " \t'\"“”‘’*#>-"
 
 
-def _phrases(text: str, cjk: bool = True) -> list[tuple[int, str]]:
-    """Runs of up to four content words between stop words and punctuation, with their positions: the text's
-    tokens cut at each stop word, CJK token and break between two tokens (a token never spans a break), each
-    stretch between two cuts taken four words at a time. (The tokens, their positions and which are stop words
-    come from C loops: a split, running sums of lengths, maps; Python steps only from cut to cut.)"""
-    parts = _TOKENS.split(text)  # gap, token, gap, …, token, gap
-    tokens = parts[1::2]
-    if not tokens:
-        return []
-    ends = list(itertools.accumulate(map(len, parts)))  # token k is text[ends[2k]:ends[2k + 1]]
-    stops = map(STOP.__contains__, map(str.lower, tokens))
-    if cjk:
-        stops = map(operator.or_, stops, map(bool, map(_CJK_RUN.search, tokens)))
-    # cuts in token order, each 2k + 1 for a stop word at token k, 2k for a break just before it
-    cuts = [2 * k + 1 for k in itertools.compress(range(len(tokens)), stops)]
-    starts = ends[0::2]
-    for m in _BREAK.finditer(text):
-        k = bisect.bisect(starts, m.start(), 0, len(tokens))
-        if k < len(tokens):  # (a break after the last token cuts nothing)
-            cuts.append(2 * k)
-    cuts.sort()
-    cuts.append(2 * len(tokens))
-    out = []
-    first = 0  # the stretch's first token
-    for cut in cuts:
-        last, stop = divmod(cut, 2)  # the stretch ends before token ``last``
-        for a in range(first, last, 4):
-            at = ends[2 * a]
-            out.append((at, text[at : ends[2 * min(a + 4, last) - 1]]))
-        first = last + stop
-    return out
+def _phrases(text: str, cjk: bool = True):
+    """Runs of up to four content words between stop words and punctuation, with their positions: one pass
+    over the text's tokens (a token never spans a break), a run ending at a stop word, a CJK token, its
+    fourth word or a break between two tokens."""
+    breaks = [m.start() for m in _BREAK.finditer(text)]
+    breaks.append(len(text) + 1)
+    b = 0
+    start = end = -1  # the run in hand
+    words = 0
+    for m in _TOKEN.finditer(text):
+        s, e = m.span()
+        if breaks[b] < s:
+            while breaks[b] < s:
+                b += 1
+            if start >= 0:  # a break since the run's last word
+                yield start, text[start:end]
+                start = -1
+        token = m.group()
+        if token.lower() in STOP or (cjk and _CJK_RUN.search(token)):
+            if start >= 0:
+                yield start, text[start:end]
+                start = -1
+            continue
+        if start >= 0 and words == 4:
+            yield start, text[start:end]
+            start = -1
+        if start < 0:
+            start, words = s, 0
+        end = e
+        words += 1
+    if start >= 0:
+        yield start, text[start:end]
 
 
 def _short(piece: str) -> str:
