@@ -591,6 +591,11 @@ class TreeNodes:
         row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
         return row[0] if row else None
 
+    def among(self, keys: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Which of the nodes ``keys`` (``(l, i)``, 64-bit) are stored, in one query."""
+        return set(self.db.execute("SELECT l, i FROM tree_nodes WHERE (l, i) IN (SELECT json_extract(value, '$[0]'), "
+                                   "json_extract(value, '$[1]') FROM json_each(?))", (orjson.dumps(keys).decode(),)))
+
     def keys(self) -> list[tuple[int, int]]:
         """``(l, i)`` of every stored node."""
         return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()

@@ -408,10 +408,11 @@ class Memory:
             count = views.T
             tree = self.tree
             tree.catch_up()
+            stored = tree.stored_among([(l, i) for l, i, _, _ in checked], count)
             seen: set[tuple[int, int]] = set()
             for l, i, _, _ in checked:
                 trees.parse_label(trees.label(l, i), count)
-                built = (l, i) in seen or tree.stored(l, i, count) is not None
+                built = (l, i) in seen or (l, i) in stored
                 if built or (check_halves and tree.text(l, i, count) is not None):
                     raise BadInput(f"node {trees.label(l, i)} is already built (each node is built once)")
                 if check_halves and l and (tree.text(l - 1, 2 * i, count) is None

@@ -192,6 +192,16 @@ class Tree:
             return None  # no tree files at all: nothing was ever stored
         return self.nodes.text(l, i)
 
+    def stored_among(self, keys: list[tuple[int, int]], count: int) -> set[tuple[int, int]]:
+        """Which of the nodes ``keys`` ``(l, i)`` a compactor wrote, of those within a log of ``count``
+        messages: ``stored`` for a whole batch, in one query."""
+        within = [(l, i) for l, i in keys if l < 64 and (i + 1) << l <= count]  # (no node of 2^64 messages fits)
+        if self._seen is None:
+            self.catch_up()
+        if not self._seen or not within:
+            return set()
+        return self.nodes.among(within)
+
     # ---- any node ------------------------------------------------------------------------------------
 
     def text(self, l: int, i: int, count: int | None = None, leaves: dict[int, dict] | None = None) -> str | None:
@@ -245,12 +255,22 @@ class Tree:
         self.append_many([(l, i, text, meta)])
 
     def append_many(self, nodes: list[tuple[int, int, str, dict | None]]) -> None:
-        """Write node lines ``(l, i, text, meta)`` to today's tree file with one fsync, and index them."""
+        """Write node lines ``(l, i, text, meta)`` to today's tree file with one fsync, and index them. When
+        the table held every line of the files before and the file grew by exactly these lines (nobody else
+        wrote, no torn line was ended), they are indexed as given, else read back (``catch_up``)."""
         data = b"".join(orjson.dumps({"l": l, "i": i, "text": text, "size": byte_size(text), **(meta or {})}) + b"\n"
                         for l, i, text, meta in nodes)
         ensure_dir(self.dir)
-        append_durably(self.dir / f"{env.now().strftime('%Y-%m-%d')}.jsonl", data)
-        self.catch_up()
+        name = f"{env.now().strftime('%Y-%m-%d')}.jsonl"
+        before = self.file_sizes()
+        in_step = self.nodes.files() == before
+        append_durably(self.dir / name, data)
+        after = self.file_sizes()
+        if in_step and after == {**before, name: before.get(name, 0) + len(data)}:
+            self.nodes.add([(l, i, text, byte_size(text)) for l, i, text, _ in nodes], after)
+            self._seen = after
+        else:
+            self.catch_up()
 
     def records(self) -> Iterator[dict]:
         """Every node line of the tree files as written, with its build metadata (model, tokens, cost),

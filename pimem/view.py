@@ -91,10 +91,15 @@ class View:
         """The text of line ``j`` (None for a placeholder), read back from the tree if not loaded."""
         line = self.lines[j]
         if line[2] is UNLOADED:
-            l, i = line[0], line[1]
-            text = self.fetch(l, i)
-            line = self.lines[j] = (l, i, text, self.cost(l, i, text, None))
+            line = self.lines[j] = self._loaded(line)
         return line[2]
+
+    def _loaded(self, line: tuple) -> tuple:
+        if line[2] is not UNLOADED:
+            return line
+        l, i = line[0], line[1]
+        text = self.fetch(l, i)
+        return l, i, text, self.cost(l, i, text, None)
 
     def _add_pair(self, l: int, i: int) -> None:
         bisect.insort(self.ready.setdefault(l, []), i)
@@ -166,6 +171,74 @@ class View:
             self._unblock(l, i & ~1)
         if l > 0:
             self._unblock(l - 1, 2 * i)
+
+    def built_many(self, nodes: list[tuple[int, int, str]]) -> None:
+        """``built`` then ``fit`` for each node ``(l, i, text)`` in turn. Past twice the budget ``fit`` merges
+        every pair whose parent is built, and in which order does not change what it ends with; so when the
+        view stays past twice its budget throughout (its total less every step that lowers it, taken first,
+        is still above 2·hi), all the nodes are filled first and the lines they touch are merged in one sweep
+        (``_sweep``), one list splice instead of one list shift per merge (a backlog's view holds a line per
+        message). Otherwise that is undone and the nodes are taken one by one."""
+        if not nodes:
+            return
+        saved = (list(self.lines), list(self.starts), {l: list(lst) for l, lst in self.ready.items()},
+                 {l: list(lst) for l, lst in self.blocked.items()}, self.total, self.n_ready, self.changes,
+                 self.shrinking)
+        least = self.total  # the lowest total the nodes one by one could reach on the way
+        for l, i, text in nodes:
+            before = self.total
+            self.built(l, i, text)
+            least += min(0, self.total - before)
+        if least > 2 * self.hi and self._sweep(least) > 2 * self.hi:
+            self.shrinking = True  # (as ``fit`` sets it above ``hi``)
+            return
+        (self.lines, self.starts, self.ready, self.blocked, self.total, self.n_ready, self.changes,
+         self.shrinking) = saved
+        for l, i, text in nodes:
+            self.built(l, i, text)
+            self.fit()
+
+    def _sweep(self, least: int) -> int:
+        """Merge every pair whose parent is built, on a stack, from the first pair that may be built (in
+        ``ready``) until the lines left are those no merge can reach; pairs found unbuilt are blocked, as
+        ``fit`` leaves them. Returns ``least`` lowered by each merge that lowers the total."""
+        if not self.n_ready:
+            return least
+        lines, resolve = self.lines, self.resolve
+        first = min(lst[0] << l for l, lst in self.ready.items() if lst)
+        last = max((lst[-1] + 2) << l for l, lst in self.ready.items() if lst)  # (the end of the last ready pair)
+        a = k = self.find_start(first)
+        stack: list[tuple] = []
+        new = 0  # whether the top of the stack was made in this sweep (only a new line makes a new pair)
+        while True:
+            if len(stack) < 2 and new and a and stack[0][1] & 1:
+                stack.insert(0, lines[a - 1])  # a new right child: its left sibling is before the sweep
+                a -= 1
+            if len(stack) >= 2 and stack[-2][0] == stack[-1][0] and stack[-2][1] % 2 == 0 \
+                    and stack[-1][1] == stack[-2][1] + 1 and not self.is_blocked(stack[-2][0], stack[-2][1]):
+                left, right = self._loaded(stack[-2]), self._loaded(stack[-1])
+                l, i = left[0], left[1]
+                text = None if left[2] is None or right[2] is None else resolve(l, i, left[2], right[2])
+                if text is not None:
+                    self._remove_ready(l, i)
+                    cost = self.cost(l + 1, i >> 1, text, None)
+                    delta = cost - left[3] - right[3]
+                    self.total += delta
+                    least += min(0, delta)
+                    self.changes += 1
+                    stack[-2:] = [(l + 1, i >> 1, text, cost)]
+                    new = 1
+                    continue
+                self._block(l, i)
+                stack[-2:] = [left, right]
+            if k >= len(lines) or (lines[k][1] << lines[k][0] >= last and not new):
+                break
+            stack.append(lines[k])
+            k += 1
+            new = 0
+        lines[a:k] = stack
+        self.starts[a:k] = [ln[1] << ln[0] for ln in stack]
+        return least
 
     def _merge(self, l: int, i: int, text: str) -> None:
         j = self.find(l, i)

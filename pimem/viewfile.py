@@ -121,10 +121,9 @@ class Views:
             if trace is None or not self.cview.replay(self.view, trace):
                 self.cview.push_many(leaves, chunk_text, free_bytes)
 
-    def built(self, l: int, i: int, text: str) -> None:
+    def built(self, nodes: list[tuple[int, int, str]]) -> None:
         for v in self.both():
-            v.built(l, i, text)
-            v.fit()
+            v.built_many(nodes)
 
     def to_bytes(self) -> bytes:
         body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
@@ -396,8 +395,7 @@ class ViewFile:
         views.saw_tree(self.tree.file_sizes())
         self._batch = {(l, i): text for l, i, text, *_ in nodes}  # (the parents it unblocks, without a lookup)
         try:
-            for l, i, text, *_ in nodes:
-                views.built(l, i, text)
+            views.built([(l, i, text) for l, i, text, *_ in nodes])
         finally:
             self._batch = {}
         self.save(views)

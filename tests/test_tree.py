@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 
@@ -69,6 +71,64 @@ def test_write_node_validates_and_builds_once(home):
     mem.tree.close()
     (home / "t" / "index.sqlite").unlink()
     assert Memory.at("t").tree.text(1, 0) == "user said hello, then a long x line"
+
+
+def test_a_batch_with_a_node_already_built_is_rejected_whole(home):
+    """``write_nodes`` looks a batch's nodes up in one query: a node stored before (by this Memory or another
+    one), or twice in the batch, rejects the whole batch, and nothing is written."""
+    mem = small_memory(texts=["x" * 600] * 7)
+    mem.write_nodes([(0, 1, "user: long 1", {}), (0, 3, "user: long 3", {})])
+    Memory.at("t").write_nodes([(0, 6, "user: long 6", {})])
+    before = snapshot(home)
+    for batch, built in [([(0, 5, "user: long 5", {}), (0, 3, "again", {})], "3+1"),
+                         ([(0, 5, "user: long 5", {}), (0, 6, "again", {})], "6+1"),
+                         ([(0, 5, "user: long 5", {}), (0, 5, "twice", {})], "5+1")]:
+        with pytest.raises(BadInput, match=rf"node {re.escape(built)} is already built"):
+            mem.write_nodes(batch)
+        assert snapshot(home) == before
+    with pytest.raises(NotFound, match="out of range"):  # the first failing node decides, as before
+        mem.write_nodes([(0, 9, "past the log", {}), (0, 3, "again", {})])
+    mem.write_nodes([(0, 5, "user: long 5", {})])
+    assert [Memory.at("t").tree.text(0, k) for k in (1, 3, 5, 6)] == [f"user: long {k}" for k in (1, 3, 5, 6)]
+
+
+def test_nodes_written_after_a_torn_tree_line_are_read_back(home):
+    """A crash can cut a tree line before its newline: the next write ends that line and reads the file back
+    from where the table stopped (the new lines are not indexed as given, so the ended line is not lost)."""
+    mem = small_memory(texts=["x" * 600] * 4)
+    mem.write_nodes([(0, 1, "user: long 1", {})])
+    (path,) = (home / "t" / "tree").iterdir()
+    with open(path, "ab") as f:
+        f.write(orjson.dumps({"l": 0, "i": 4, "text": "user: long 4", "size": 12}))  # (no newline)
+    mem.write_nodes([(0, 2, "user: long 2", {}), (0, 3, "user: long 3", {})])
+    assert path.read_bytes().count(b"\n") == 4
+    for reader in (mem, Memory.at("t")):
+        assert [reader.tree.text(0, k) for k in range(1, 5)] == [f"user: long {k}" for k in range(1, 5)]
+    with pytest.raises(BadInput, match=r"node 4\+1 is already built"):
+        mem.write_nodes([(0, 4, "again", {})])
+
+
+def test_tree_lines_the_table_does_not_hold_are_read_back_on_the_next_append(home, monkeypatch):
+    """Lines another writer added that the table does not hold yet, before an append or during it, are read
+    back with it (an append's own lines are indexed as given only when they are all that is new)."""
+    from pimem import tree
+
+    mem = small_memory(texts=["x" * 600] * 4)
+    mem.write_nodes([(0, 1, "user: long 1", {})])
+    (path,) = (home / "t" / "tree").iterdir()
+
+    def another_writer(k):
+        with open(path, "ab") as f:
+            f.write(orjson.dumps({"l": 0, "i": k, "text": f"user: long {k}", "size": 12}) + b"\n")
+
+    another_writer(2)
+    mem.tree.append(0, 3, "user: long 3")
+    append_durably = tree.append_durably
+    monkeypatch.setattr(tree, "append_durably", lambda *args: (another_writer(4), append_durably(*args)))
+    mem.tree.append(1, 0, "user: long 1 and 2")
+    got = Memory.at("t").tree
+    assert [got.text(0, k) for k in range(1, 5)] + [got.text(1, 0)] == [f"user: long {k}" for k in range(1, 5)] + [
+        "user: long 1 and 2"]
 
 
 def test_a_new_leaf_shows_a_placeholder_until_built(home, run):

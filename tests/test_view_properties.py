@@ -83,6 +83,49 @@ def test_with_every_parent_built_the_view_never_exceeds_hi(sizes, hi):
         assert v.total == sum(c for *_, c in v.lines)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 700), st.booleans()), min_size=2, max_size=300), st.integers(300, 4000),
+       st.data())
+def test_a_batch_of_built_nodes_ends_as_node_by_node(messages_, hi, data):
+    """``built_many`` (a writer's batch: all filled, then one sweep while the view stays past twice its
+    budget) leaves a view exactly as ``built`` then ``fit`` node by node does: lines, texts, totals, the
+    batch flag and the pairs waiting, whatever the nodes and however far past its budget the view is."""
+    stored: set[tuple[int, int]] = set()
+
+    def resolve(l, i, left, right):
+        return free_merge(left, right) or (summary(l + 1, i // 2) if (l + 1, i // 2) in stored else None)
+
+    batch, one = View(hi, hi // 2, resolve), View(hi, hi // 2, resolve)
+    for size, unbuilt in messages_:
+        text = None if unbuilt and size > 512 else "u: " + "y" * min(size, 509)
+        for v in (batch, one):
+            v.push(text)
+            v.fit()
+    T = batch.T
+    for _ in range(data.draw(st.integers(1, 6))):
+        # unbuilt leaves, and the parents (and grandparents) of pairs in the view, in any order
+        lines = batch.lines
+        leaves = [(0, i) for l, i, text, _ in lines if text is None]
+        pairs = [(a[0] + 1 + up, a[1] >> 1 + up) for a, b in zip(lines, lines[1:]) for up in (0, 1)
+                 if a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1]
+        choices = [n for n in dict.fromkeys(leaves + pairs) if n not in stored and (n[1] + 1) << n[0] <= T]
+        if not choices:
+            break
+        nodes = list(dict.fromkeys(data.draw(st.lists(st.sampled_from(choices), max_size=60))))
+        stored.update(nodes)
+        built = [(l, i, f"u: {i}" if l == 0 and i % 3 == 0 else summary(l, i)) for l, i in nodes]  # (some shorter than a placeholder)
+        batch.built_many(built)
+        for node in built:
+            one.built(*node)
+            one.fit()
+        assert batch.lines == one.lines and batch.starts == one.starts
+        assert (batch.total, batch.changes, batch.shrinking, batch.n_ready) == (one.total, one.changes, one.shrinking,
+                                                                               one.n_ready)
+        for table in ("ready", "blocked"):
+            assert {l: lst for l, lst in getattr(batch, table).items() if lst} == {
+                l: lst for l, lst in getattr(one, table).items() if lst}, table
+
+
 def test_realistic_log_rewrites_fewer_than_three_lines_per_message():
     """5,000 synthetic agent messages (short turns, one in ten a long tool result), every node built as soon
     as it is due: count the lines after the first changed one (what a prompt cache must re-read)."""
