@@ -25,6 +25,7 @@ from .nofollow import read_bytes
 
 FILE = "lock.json"
 BEAT = 2.0  # seconds between heartbeats
+RETRY = 0.1  # seconds before a heartbeat that found the writer lock held is tried again
 STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
 
 
@@ -84,7 +85,7 @@ class Lease:
         self.mem = mem
         self.token = uuid.uuid4().hex
         self.held = False
-        self._last_beat = 0.0
+        self._due = 0.0  # when the next heartbeat is (monotonic seconds)
 
     def _record(self) -> dict:
         return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
@@ -99,7 +100,7 @@ class Lease:
             self._started = when.rfc3339(env.now())
             write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
         self.held = True
-        self._last_beat = time.monotonic()
+        self._due = time.monotonic() + BEAT
         return None
 
     def acquire(self, wait: float | None = 0.0, poll: float = 0.5) -> "Lease":
@@ -118,18 +119,20 @@ class Lease:
         """Refresh the heartbeat (every ``BEAT`` seconds); False once the lease was taken by someone else."""
         if not self.held:
             return False
-        if not force and time.monotonic() - self._last_beat < BEAT:
+        if not force and time.monotonic() < self._due:
             return True
-        try:
-            with self.mem.lock(timeout=BEAT):
+        try:  # without waiting: the lock's holder is most often this very builder's writer thread, and the
+            # scheduler's thread would stand idle while it syncs
+            with self.mem.lock(timeout=0):
                 current = _read(self.mem)
                 if not current or current.get("token") != self.token:
                     self.held = False
                     return False
                 write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
-        except Busy:
-            return True  # a long write holds the writer lock; beat next time
-        self._last_beat = time.monotonic()
+        except Busy:  # a write holds the writer lock: again shortly
+            self._due = time.monotonic() + RETRY
+            return True
+        self._due = time.monotonic() + BEAT
         return True
 
     def owned(self) -> bool:

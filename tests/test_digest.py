@@ -291,3 +291,57 @@ def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
     mem, _ = build(home, msgs)
     top = extractive.Digest(mem).merge(6, 0)
     assert ": user: " in top and sum(f"C{k:02d}X{k * 7 % 10}" in top for k in range(32)) >= 4, top
+
+
+# ---- the phrase scan and a tool result's outcome, against their plain definitions ------------------------
+
+_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
+
+
+def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
+    """Runs of up to four content tokens, token by token: a run ends at a stop word, a CJK token, its fourth
+    word, or a break (``extractive._BREAK``) between two of its tokens."""
+    breaks = [m.start() for m in extractive._BREAK.finditer(text)]
+    out, run = [], []  # run: the (start, end) of its tokens
+    for m in _TOKEN.finditer(text):
+        if run and any(run[-1][1] <= b < m.start() for b in breaks):
+            out.append(run)
+            run = []
+        if m.group().lower() in extractive.STOP or (cjk and extractive._CJK_RUN.search(m.group())):
+            out.append(run)
+            run = []
+            continue
+        if len(run) == 4:
+            out.append(run)
+            run = []
+        run.append(m.span())
+    out.append(run)
+    return [(r[0][0], text[r[0][0] : r[-1][1]]) for r in out if r]
+
+
+def plain_outcome(text: str) -> tuple[str | None, str | None]:
+    counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)]
+    errors = [m.group() for m in extractive._ERROR_NAME.finditer(text) if len(m.group()) <= extractive.TOOL_PIECE]
+    failed = [c for c in counts if "fail" in c]
+    return (failed or counts or [None])[0], (errors or [None])[0]
+
+
+PHRASE_CASES = [
+    "", "   ", "the", "a b c d e f g h i", "Hello, world. This is: a test - of breaks (and) [more] {so} <on> \"q\" | end",
+    "don't stop the staging database refuses connections since this morning; port 5433!",
+    "预发环境的数据库从今天早上开始拒绝连接，帮我查一下原因。服务在 5433 端口监听",
+    "x .y a—b c – d e.f.g h:i j: k, l,m", "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
+    "FAILED tests/test_orders.py::test_refund_roundtrip - AssertionError: assert 1 == 2\n12 passed, 1 failed",
+    "x12 passed a 3 failed _4 tests ٣ errors 2 warnings", "Timeout, permission denied, EADDRINUSE; KeyboardInterruptError",
+]
+
+
+@given(st.lists(st.sampled_from(["the", "a", "Deploy", "db", "5433", " ", "  ", ", ", ". ", "; ", " - ", "\n", ":", "x.y",
+                                 "don't", "预发", "数据库", "，", "。", "_", "-", "passed", "1 failed", "Error", "Σ", "２"]),
+                max_size=40).map("".join))
+@settings(max_examples=300, deadline=None)
+def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):
+    for case in [text, *PHRASE_CASES]:
+        for cjk in (True, False):
+            assert list(extractive._phrases(case, cjk)) == plain_phrases(case, cjk)
+        assert extractive._outcome(case) == plain_outcome(case)

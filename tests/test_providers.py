@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,11 @@ def _alive(marker: str) -> list[int]:
     return found
 
 
+def _marker(seconds: int) -> str:
+    """A ``sleep`` duration no other process on the machine runs (another copy of this suite among them)."""
+    return f"{seconds}.{uuid.uuid4().int % 10**12:012d}"
+
+
 def _gone(marker: str) -> bool:
     deadline = time.monotonic() + 5
     while _alive(marker) and time.monotonic() < deadline:
@@ -78,7 +84,7 @@ def _gone(marker: str) -> bool:
 
 
 def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_path):
-    marker = "31.4159"
+    marker = _marker(31)
     command = f"sleep {marker} & sleep {marker} & (sleep {marker}; echo late) & cat > /dev/null; sleep {marker}"
     comp = Compactor({"provider": "command", "command": command, "timeout": 1}, BuildState(tmp_path))
     started = time.monotonic()
@@ -89,7 +95,7 @@ def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_pa
 
 
 def test_a_command_that_answers_leaves_nothing_running_behind_it(tmp_path):
-    marker = "27.1828"
+    marker = _marker(27)
     command = f"(sleep {marker} &); cat > /dev/null; echo 'user: answered'"
     comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
     text, _ = comp.build(Task(0, 0, kind="user", text="a long message"))

@@ -26,9 +26,11 @@ without a memory (tests, a library user) work from the message or the two child 
 
 from __future__ import annotations
 
+import collections
 import functools
 import heapq
 import math
+import operator
 import re
 
 from .cut import LINE_BYTES, cut_line
@@ -97,7 +99,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
-_COUNTS = re.compile(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``_outcome`` checks it)
+_COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
 _ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
@@ -138,12 +141,11 @@ class Stats:
 
     @classmethod
     def of(cls, messages) -> "Stats":
-        df: dict[str, int] = {}
+        df: collections.Counter[str] = collections.Counter()
         docs = 0
         for msg in messages:
             docs += 1
-            for w in set(_words(msg["text"][:STATS_CHARS])):
-                df[w] = df.get(w, 0) + 1
+            df.update(set(_words(msg["text"][:STATS_CHARS])))
         return cls(df, docs)
 
     def idf(self, word: str) -> float:
@@ -178,10 +180,10 @@ class Unit:
     """A candidate piece of a line: ``text`` copied from message ``i`` at ``pos`` (``tool``: tool work,
     rendered with its connective), said by ``who`` (group ``rank``: 0 the user, 1 others, 2 tool work);
     ``words``: its distinct words in text order; ``size``: its bytes; ``value``: its score per byte (the
-    user's words weighing ``USER`` times more). Units are shared by the pools of a span's nodes: never
-    changed once made."""
+    user's words weighing ``USER`` times more); ``keep``: its weight for a span's pool (``top``). Units are
+    shared by the pools of a span's nodes: never changed once made."""
 
-    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value")
+    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value", "keep")
 
     def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
                  result: bool = False):
@@ -190,6 +192,11 @@ class Unit:
         self.result = result  # a tool result's outcome: joined to the call before it with " → "
         self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
         self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
+        # what the line will weigh it at, the user's ``USER`` times when the user talks to a model (an unnamed
+        # user); named speakers, people talking to each other, keep their own weights, so each keeps pieces
+        # to choose from. (Without it a model's long replies fill the pool, and the user's facts never reach
+        # the merges above.)
+        self.keep = score * USER if rank == 0 and who == "user" else score
 
     def told(self, who: str, rank: int) -> "Unit":
         """The same piece said by ``who`` in group ``rank``."""
@@ -360,16 +367,29 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     # a tool result: how it ended
     out = []
     code = meta.get("exit_code")
-    head = _scan(text)
     # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
-    counts = sorted(dict.fromkeys(m.group() for m in _COUNTS.finditer(head)), key=lambda c: "fail" not in c)[:1]
-    errors = [e for e in dict.fromkeys(m.group() for m in _ERROR_NAME.finditer(head)) if len(e) <= TOOL_PIECE][:1]
+    count, error = _outcome(_scan(text))
     if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-        out.append(unit(f"exit {code}" + (f": {errors[0]}" if errors else ""), True, 2.0))
-        errors = []
-    out.extend(unit(c, True, 1.5) for c in counts)
-    out.extend(unit(e, True, 1.5) for e in errors)
+        out.append(unit(f"exit {code}" + (f": {error}" if error else ""), True, 2.0))
+        error = None
+    out.extend(unit(piece, True, 1.5) for piece in (count, error) if piece)
     return out
+
+
+def _outcome(text: str) -> tuple[str | None, str | None]:
+    """The first test count in ``text`` that says what failed (else its first count), and its first error
+    name of at most ``TOOL_PIECE`` characters."""
+    first = None
+    for m in _COUNTS.finditer(text):
+        at = m.start()
+        if at and (text[at - 1].isalnum() or text[at - 1] == "_"):  # (inside a word: not a count)
+            continue
+        if "fail" in m.group():
+            first = m.group()
+            break
+        first = first or m.group()
+    error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
+    return first, error
 
 
 # ---- a line from units -----------------------------------------------------------------------------------
@@ -399,17 +419,6 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     # units of one message all count less alike as it gives more: no need to re-weigh them for it
     spread = SPREAD if any(u.i != pool[0].i for u in pool) else 0.0
 
-    def gain(n: int, taken: int) -> float:
-        u = pool[n]
-        total = total_n[n]
-        if not total:
-            return u.value / (1 + spread * taken)
-        fresh = fresh_n[n]
-        if not fresh:
-            return 0.0
-        topic = 1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)
-        return u.value * fresh / total * topic / (1 + spread * taken)
-
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
     groups: set[str] = set()
@@ -433,7 +442,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                         fresh_n[m] -= 1
                         fresh_df[m] -= df
 
-    # gain(n, 0) while every word is fresh (the same float, without a call per unit)
+    # the gains while every word is fresh
     heap = [(-(u.value if not t else u.value * t / t * (1.0 + 0.25 * log(1 + (d - t) / t))), n)
             for n, (u, t, d) in enumerate(zip(pool, total_n, fresh_df))]
     heapq.heapify(heap)
@@ -442,12 +451,18 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     while used < limit:
         n = best[1]
         u = pool[n]
-        mine = chosen.get(u.i)
-        if mine is None:
-            mine = chosen[u.i] = []
         # (a unit that cannot fit, even in place of its message's units taken so far, is passed over)
         if u.size + 3 - taken_bytes.get(u.i, 0) <= limit - used:
-            g = gain(n, len(mine))
+            mine = chosen.get(u.i)
+            if mine is None:
+                mine = chosen[u.i] = []
+            # its gain now (see the docstring)
+            total = total_n[n]
+            if not total:
+                g = u.value / (1 + spread * len(mine))
+            else:
+                fresh = fresh_n[n]
+                g = u.value * fresh / total * (1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)) / (1 + spread * len(mine)) if fresh else 0.0
             if heap and g < -heap[0][0] - 1e-12:  # worth less than it was: back in, and the best one out
                 best = heappushpop(heap, (-g, n))
                 continue
@@ -559,16 +574,11 @@ def _chinese(pool: list[Unit]) -> bool:
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
-    """The ``k`` best units (``_score``)."""
-    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_score)
+    """The ``k`` best units (by ``Unit.keep``)."""
+    return pool if len(pool) <= k else heapq.nlargest(k, pool, key=_KEEP)
 
 
-def _score(u: Unit) -> float:
-    """A unit's weight for a span's pool: what the line will weigh it at, the user's ``USER`` times when the
-    user talks to a model (an unnamed user); named speakers, people talking to each other, keep their own
-    weights, so each keeps pieces to choose from. (Without it a model's long replies fill the pool, and the
-    user's facts never reach the merges above.)"""
-    return u.score * USER if u.rank == 0 and u.who == "user" else u.score
+_KEEP = operator.attrgetter("keep")
 
 
 # ---- one memory's offline compactor ----------------------------------------------------------------------
