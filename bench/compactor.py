@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # users have bytecode
+sys.dont_write_bytecode = False  # (the variable was read at start-up: this process writes its bytecode too)
 os.environ.setdefault("PIMEM_EMBEDDER", "off")  # build-tree would also embed every message (the semantic extra)
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

@@ -35,6 +35,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False  # (the variable was read at start-up: this process writes its bytecode too)
 
 from pimem import ranker, terms  # noqa: E402
 

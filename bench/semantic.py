@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).absolute().parent.parent))
 sys.path.insert(0, str(Path(__file__).absolute().parent))
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False  # (the variable was read at start-up: this process writes its bytecode too)
 
 from pimem import semantic  # noqa: E402
 
