@@ -442,7 +442,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                         fresh_n[m] -= 1
                         fresh_df[m] -= df
 
-    # the gains while every word is fresh
+    # the gains while every word is fresh (in the loop's own arithmetic, so the floats are the same)
     heap = [(-(u.value if not t else u.value * t / t * (1.0 + 0.25 * log(1 + (d - t) / t))), n)
             for n, (u, t, d) in enumerate(zip(pool, total_n, fresh_df))]
     heapq.heapify(heap)
@@ -460,9 +460,12 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
             total = total_n[n]
             if not total:
                 g = u.value / (1 + spread * len(mine))
-            else:
+            elif fresh_n[n]:
                 fresh = fresh_n[n]
-                g = u.value * fresh / total * (1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)) / (1 + spread * len(mine)) if fresh else 0.0
+                topic = 1.0 + 0.25 * log(1 + (fresh_df[n] - fresh) / fresh)
+                g = u.value * fresh / total * topic / (1 + spread * len(mine))
+            else:
+                g = 0.0
             if heap and g < -heap[0][0] - 1e-12:  # worth less than it was: back in, and the best one out
                 best = heappushpop(heap, (-g, n))
                 continue
