@@ -121,8 +121,9 @@ class Lease:
             return False
         if not force and time.monotonic() < self._due:
             return True
-        try:  # without waiting: the lock's holder is most often this very builder's writer thread, and the
-            # scheduler's thread would stand idle while it syncs
+        # without waiting: the lock's holder is most often this very builder's writer thread, and the
+        # scheduler's thread would stand idle while it syncs
+        try:
             with self.mem.lock(timeout=0):
                 current = _read(self.mem)
                 if not current or current.get("token") != self.token:

@@ -48,9 +48,9 @@ TAIL, ANCHORS, REACH, TAIL_POOL, TAIL_WORDS = 25, 5, 2, 100, 0.3
 NEIGHBOUR_POOL = 2000  # the best matches whose neighbours are looked at (lending lifts no weak match to the top)
 TOOL_HEAD, TOOL_TAIL = 2000, 1000
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_extras: dict[tuple, set[str]] = {}  # the terms of a speaker and a day (``document``), cached
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
+_extras: dict[tuple, set[str]] = {}  # the terms of a speaker and a day (``document``), cached
 
 
 def speaker(msg: dict) -> str | None:
