@@ -4,7 +4,7 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
 
 - **leaves** come from one sequential read of the log; short messages and stored leaves are built already,
   the others enter a window of at most ``WINDOW`` (8) unbuilt leaves, so a leaf starts only when fewer than 8
-  unbuilt leaves precede it;
+  unbuilt leaves precede it (``window_size``: 256 while the offline compactor's worker processes build);
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s; longer if the server asked with ``Retry-After``) and goes
@@ -28,10 +28,10 @@ from collections import deque
 from dataclasses import dataclass
 
 from . import env, when
-from .compactor import Compactor, Task
+from .compactor import Compactor, Task, worker
 from .compactor.state import BuildState
 from .config import compactor_knob
-from .errors import Busy, LeaseLost, PimemError
+from .errors import BadInput, Busy, LeaseLost, PimemError
 from .tree import context_end, free_leaf, free_merge, label
 
 WINDOW = 8
@@ -74,6 +74,9 @@ class Builder:
         self.state = state or BuildState(mem.path)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
+        self.workers = cfg["compactor"].get("workers", worker.MOST)  # the offline compactor's processes, at most
+        if type(self.workers) is not int or self.workers < 0:
+            raise BadInput(f"config.json: compactor.workers must be a whole number of processes, 0 or more, not {self.workers!r}")
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease
         self.max_cost_per_day = max_cost_per_day  # dollars a local day (``watch``); None: no cap

@@ -3,21 +3,24 @@ drivers, ``build_tree`` (once) and ``watch`` (for ever). What to build is ``pime
 
 A ``Scheduler`` drives any number of builders with ``CONCURRENCY`` (8) calls in flight in total, on daemon
 threads (a call stuck past shutdown's ``GRACE`` of 15 s is abandoned, not waited for). The offline compactor
-runs inline: it is faster than a thread hand-off. Built nodes are written in batches (at least every 0.2 s)
-by each builder's writer thread, under the writer lock, after checking that this process still holds the
-memory's lease. SIGTERM and SIGINT stop a driver cleanly; ``Scheduler.signal`` says which one did.
+runs inline: it is faster than a thread hand-off; for a backlog of ``worker.MIN_BACKLOG`` messages or more,
+on a machine with a second core, it runs in worker processes (``pimem.compactor.worker``) fed batches
+ahead, so lines are composed on every core while this thread settles them (the lines are the same). Built
+nodes are written in batches (at least every 0.2 s) by each builder's writer thread, under the writer lock,
+after checking that this process still holds the memory's lease. SIGTERM and SIGINT stop a driver cleanly; ``Scheduler.signal`` says which one did.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
 from . import semantic
-from .builder import Builder
-from .compactor import CallFailed, Compactor, Task
+from .builder import WINDOW, Builder
+from .compactor import CallFailed, Compactor, Task, worker
 from .errors import Busy, LeaseLost
 
 CONCURRENCY = 8
@@ -28,9 +31,9 @@ FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(
 class _Pool:
     """``CONCURRENCY`` daemon threads running compactor calls; results come back on one queue."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, results: queue.Queue):
         self.tasks: queue.Queue = queue.Queue()
-        self.results: queue.Queue = queue.Queue()
+        self.results = results
         for _ in range(size):
             threading.Thread(target=self._work, daemon=True).start()
 
@@ -62,7 +65,11 @@ class Scheduler:
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
     _pool: _Pool | None = None
-    _inflight: int = 0
+    _inflight: int = 0  # model calls in flight
+    _results: queue.Queue = field(default_factory=queue.Queue)  # the pool's and the workers' finished tasks
+    _workers: dict = field(default_factory=dict)  # builder -> its offline compactor's worker processes
+    _offloaded: int = 0  # tasks the workers hold
+    _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
     _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
 
@@ -120,6 +127,8 @@ class Scheduler:
         progressed = False
         for builder in list(self.builders):
             if builder.compactor.offline:
+                if self._offload(builder, now):
+                    continue
                 for _ in range(256):  # then look at the other memories, the lease and the clock
                     task = builder.next_task(now)
                     if task is None:
@@ -139,11 +148,43 @@ class Scheduler:
                     builder.put_back(task)
                     break
                 if self._pool is None:
-                    self._pool = _Pool(self.concurrency)
+                    self._pool = _Pool(self.concurrency, self._results)
                 self._reserved[(builder, task.l, task.i)] = worst or 0.0
                 self._pool.tasks.put((builder, task, context))
                 self._inflight += 1
         return progressed
+
+    def _offload(self, builder: Builder, now: float) -> bool:
+        """Keep the builder's workers ``AHEAD`` batches ahead, starting them for a long backlog and ending them
+        once the builder is idle. False: build inline."""
+        work = self._workers.get(builder)
+        if work is None:
+            size = 0 if builder in self._inline else worker.crew_size(builder.count - builder.next_leaf, builder.workers)
+            if not size:
+                return False
+            try:
+                work = self._workers[builder] = worker.Crew(builder, self._results, size)
+            except OSError:  # no interpreter to start (an embedding application's): build inline
+                self._inline.add(builder)
+                return False
+            builder.window_size = worker.WINDOW
+        if work.gone:  # failed: its tasks are coming back, and ``_collect`` ends it
+            return True
+        while work.pending < worker.BATCH * worker.AHEAD:
+            batch = list(itertools.islice(iter(lambda: builder.next_task(now), None), worker.BATCH))
+            if not batch:
+                break
+            self._offloaded += len(batch)
+            work.send(batch)
+        if not work.pending and builder.idle():
+            self._end_worker(builder)
+        return True
+
+    def _end_worker(self, builder: Builder) -> None:
+        work = self._workers.pop(builder, None)
+        if work is not None:
+            self._offloaded -= work.close()
+            builder.window_size = WINDOW
 
     def _emit_built(self, builder: Builder, task: Task, text: str, meta: dict) -> None:
         if self.on_event is not None:
@@ -152,19 +193,26 @@ class Scheduler:
 
     def _collect(self, timeout: float) -> None:
         """Take finished calls (waiting up to ``timeout`` for the first one)."""
-        if self._pool is None or not self._inflight:
+        if not (self._inflight or self._offloaded):
             if timeout > 0:
                 self._stop.wait(timeout)
             return
         try:
-            item = self._pool.results.get(timeout=timeout)
+            item = self._results.get(timeout=timeout)
         except queue.Empty:
             return
         while True:
             builder, task, text, meta, error = item
-            self._inflight -= 1
-            self._reserved.pop((builder, task.l, task.i), None)
-            if builder in self.builders:
+            if builder.compactor.offline:
+                self._offloaded -= 1
+            else:
+                self._inflight -= 1
+                self._reserved.pop((builder, task.l, task.i), None)
+            if isinstance(error, worker.WorkerGone):
+                self._end_worker(builder)
+                self._inline.add(builder)
+                builder.put_back(task)
+            elif builder in self.builders:
                 if error is None:
                     builder.built(task.l, task.i, text, meta)
                     self._emit_built(builder, task, text, meta)
@@ -173,7 +221,7 @@ class Scheduler:
                     self.emit({"event": "failed", "memory": builder.name, "node": task.label, "l": task.l,
                                 "i": task.i, "error": str(error)})
             try:
-                item = self._pool.results.get_nowait()
+                item = self._results.get_nowait()
             except queue.Empty:
                 return
 
@@ -192,14 +240,18 @@ class Scheduler:
                 builder.flush(wait)
             except LeaseLost as exc:
                 self.emit({"event": "lost", "memory": builder.name, "error": str(exc)})
-                self.builders.remove(builder)
+                self._drop(builder)
+
+    def _drop(self, builder: Builder) -> None:
+        self.builders.remove(builder)
+        self._end_worker(builder)
 
     def _beat(self) -> None:
         for builder in list(self.builders):
             if builder.lease is not None and not builder.lease.beat():
                 self.emit({"event": "lost", "memory": builder.name, "error": "lease taken over"})
                 builder.to_write.clear()
-                self.builders.remove(builder)
+                self._drop(builder)
 
     def run(self, once: bool = False, between=None) -> None:
         """Build until idle (``once``) or until stopped. ``between()`` is called about every ``poll`` seconds
@@ -238,8 +290,10 @@ class Scheduler:
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
         deadline = time.monotonic() + self.grace
-        while self._inflight and time.monotonic() < deadline:
+        while (self._inflight or self._offloaded) and time.monotonic() < deadline:
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
+        for builder in list(self._workers):
+            self._end_worker(builder)
         self._flush(wait=True)
 
 

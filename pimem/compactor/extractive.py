@@ -599,6 +599,7 @@ class Digest:
         self.passed: dict[int, dict] = {}  # messages the forward read passed, their units not made yet
         self._feed = None  # the forward read of the log that serves ``_leaf``
         self._next = -1  # the message it read last
+        self.mine = None  # which messages' units it will be asked for (a worker's: ``compactor.worker``), if not all
 
     @property
     def stats(self) -> Stats:
@@ -648,7 +649,7 @@ class Digest:
                 j = self._next = msg["i"]
                 if j == i:
                     break
-                if j not in self.leaves:
+                if j not in self.leaves and (self.mine is None or self.mine(j)):
                     self.passed[j] = msg
             else:  # logged after the read began
                 self._feed = None
