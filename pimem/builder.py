@@ -76,7 +76,8 @@ class Builder:
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
         self.workers = cfg["compactor"].get("workers", worker.MOST)  # the offline compactor's processes, at most
         if type(self.workers) is not int or self.workers < 0:
-            raise BadInput(f"config.json: compactor.workers must be a whole number of processes, 0 or more, not {self.workers!r}")
+            raise BadInput(f"config.json: compactor.workers must be a whole number of processes, 0 or more, "
+                           f"not {self.workers!r}")
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease
         self.max_cost_per_day = max_cost_per_day  # dollars a local day (``watch``); None: no cap

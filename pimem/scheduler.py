@@ -7,7 +7,8 @@ runs inline: it is faster than a thread hand-off; for a backlog of ``worker.MIN_
 on a machine with a second core, it runs in worker processes (``pimem.compactor.worker``) fed batches
 ahead, so lines are composed on every core while this thread settles them (the lines are the same). Built
 nodes are written in batches (at least every 0.2 s) by each builder's writer thread, under the writer lock,
-after checking that this process still holds the memory's lease. SIGTERM and SIGINT stop a driver cleanly; ``Scheduler.signal`` says which one did.
+after checking that this process still holds the memory's lease. SIGTERM and SIGINT stop a driver cleanly;
+``Scheduler.signal`` says which one did.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ class Scheduler:
         once the builder is idle. False: build inline."""
         work = self._workers.get(builder)
         if work is None:
-            size = 0 if builder in self._inline else worker.crew_size(builder.count - builder.next_leaf, builder.workers)
+            backlog = builder.count - builder.next_leaf
+            size = 0 if builder in self._inline else worker.crew_size(backlog, builder.workers)
             if not size:
                 return False
             try:

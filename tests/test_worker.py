@@ -36,8 +36,8 @@ def synthetic(home, name: str, n: int, workers: int | None = None) -> Memory:
     mem = Memory.at(name)
     batch = list(messages(n, seed=3))
     for k in range(0, n, 5):  # long replies: more units than a message offers a span (``LEAF_UNITS``)
-        batch[k] = {"kind": "pi", "text": " ".join(f"Step {k}.{j} moved the {WORDS[(k + j) % 12]} cache to port {5000 + j}."
-                                                   for j in range(30))}
+        steps = (f"Step {k}.{j} moved the {WORDS[(k + j) % 12]} cache to port {5000 + j}." for j in range(30))
+        batch[k] = {"kind": "pi", "text": " ".join(steps)}
     mem.append(batch)
     return mem
 
@@ -220,7 +220,8 @@ def test_a_stopped_build_takes_its_workers_with_it_and_keeps_what_it_built(home,
     assert gone(mem)
     kept = nodes(mem)
     assert kept and builder.survey(Memory.open("m"))["pending"] > 0  # stopped part way, what it built kept
-    done = subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, env=subprocess_env(PIMEM_HOME=home), timeout=300)
+    done = subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, env=subprocess_env(PIMEM_HOME=home),
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     assert builder.survey(Memory.open("m"))["pending"] == 0
     assert set(kept) <= set(nodes(mem))

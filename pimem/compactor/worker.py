@@ -2,14 +2,14 @@
 hands nodes to the writer while worker processes compose the lines, so a long ``build-tree`` uses every
 core it may (up to ``MOST``).
 
-A worker is ``python -m pimem.compactor.worker NAME PATH HOME N BLOCK K`` (the K-th of N): one memory's
+A worker is ``python -P -m pimem.compactor.worker NAME PATH HOME N BLOCK K`` (the K-th of N): one memory's
 ``Digest``, fed batches of tasks on stdin and answering each batch on stdout, in order, as frames (a 4-byte
-length, then JSON). It reads the log itself, as the digest in the builder's process does. The tree is dealt out in blocks of ``2**BLOCK``
-messages, block ``b`` to worker ``b % n``, and every node above the blocks to worker 0; a block's top node
-built elsewhere sends its pool (the units its parent chooses from) with its line, and it goes to worker 0
-with the parent's task. So each merge draws on the same units as inline, and the lines are the same. A
-worker ignores SIGINT (the terminal's ^C reaches the builder, which stops it) and ends at the end of its
-input, so it never outlives its builder.
+length, then JSON). It reads the log itself, as the digest in the builder's process does. The tree is dealt
+out in blocks of ``2**BLOCK`` messages, block ``b`` to worker ``b % n``, and every node above the blocks to
+worker 0; a block's top node built elsewhere sends its pool (the units its parent chooses from) with its
+line, and it goes to worker 0 with the parent's task. So each merge draws on the same units as inline, and
+the lines are the same. A worker ignores SIGINT (the terminal's ^C reaches the builder, which stops it) and
+ends at the end of its input, so it never outlives its builder.
 
 ``Crew`` is the builder's side: ``send`` a batch, and a reader thread per worker puts one result per task on
 the scheduler's queue. When a worker fails in any way (it died, or a task raised), every task the crew still
@@ -103,8 +103,9 @@ class Crew:
             for task in tasks:
                 k = (task.i << task.l >> block) % len(self._procs) if task.l <= block else 0
                 ship = task.l == block and k > 0
-                given = [] if task.l != block + 1 else [
-                    [c, *self._pools.pop((block, c))] for c in (2 * task.i, 2 * task.i + 1) if (block, c) in self._pools]
+                given = [] if task.l != block + 1 else [  # the pools of its children that worker 0 lacks
+                    [c, *self._pools.pop((block, c))] for c in (2 * task.i, 2 * task.i + 1)
+                    if (block, c) in self._pools]
                 frames[k].append([task.l, task.i, task.kind, task.text, task.meta, task.date, ship, given])
                 self._held[k].append(task)
             self.pending += len(tasks)
