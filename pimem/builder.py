@@ -145,6 +145,10 @@ class Builder:
             self.ready_leaves.append(i)
             self.messages[i] = msg if self.mode is Mode.BUILD else {"size": msg["size"]}
 
+    def summarised(self, i: int) -> bool:
+        """Whether message ``i`` lies under a node a compactor wrote (one lookup a level)."""
+        return any((l, i >> l) in self.stored for l in range(self.count.bit_length() + 1))
+
     # ---- settling built nodes ----------------------------------------------------------------------------
 
     def _stored_text(self, l: int, i: int) -> str | None:

@@ -82,15 +82,21 @@ def eager(monkeypatch):
     monkeypatch.setattr(worker, "cores", lambda: 2)
 
 
-def test_workers_build_the_same_tree_as_inline(tmp_path, monkeypatch, eager):
-    trees, started = [], []
-    original = worker.Crew.__init__
+@pytest.fixture
+def started(monkeypatch) -> list[int]:
+    """The size of every crew started, in order."""
+    sizes, original = [], worker.Crew.__init__
 
     def spy(self, *args, **kwargs):
-        started.append(args[-1])
+        sizes.append(args[-1])
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(worker.Crew, "__init__", spy)
+    return sizes
+
+
+def test_workers_build_the_same_tree_as_inline(tmp_path, monkeypatch, eager, started):
+    trees = []
     for workers in (0, 2):
         home = tmp_path / f"home{workers}"
         monkeypatch.setenv("PIMEM_HOME", str(home))
@@ -104,6 +110,17 @@ def test_workers_build_the_same_tree_as_inline(tmp_path, monkeypatch, eager):
         trees.append(nodes(mem))
     assert trees[0] == trees[1]
     assert len(trees[0]) > 300
+
+
+def test_a_memory_built_but_for_its_newest_messages_starts_no_worker(home, eager, started, monkeypatch):
+    monkeypatch.setattr(worker, "MIN_BACKLOG", 64)
+    mem = synthetic(home, "m", 300)
+    scheduler.build_tree([mem])
+    assert started == [2]  # the backlog: every message unread and unsummarised
+    mem.append(list(messages(10, seed=4)))
+    scheduler.build_tree([Memory.open("m")])
+    assert started == [2]  # its 300 messages are read again, but the tree covers all but the newest 10
+    assert builder.survey(Memory.open("m"))["pending"] == 0
 
 
 def test_a_killed_worker_leaves_the_rest_to_the_builder(tmp_path, monkeypatch, eager):

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import orjson
 
-MIN_BACKLOG = 4096  # unread messages before a build starts workers (each one's start-up costs about 0.1 s)
+MIN_BACKLOG = 4096  # unread messages, not yet summarised, before a build starts workers (each one's start-up
+# costs about 0.1 s)
 MOST = 4  # workers at most, by default (``compactor.workers`` in config.json; 0: always inline)
 BLOCK = 6  # log2 of the messages a worker takes at a time (small: the tasks in flight span several blocks)
 BATCH = 256  # tasks in flight a frame, about
