@@ -160,12 +160,14 @@ class Scheduler:
         once the builder is idle. False: build inline."""
         work = self._workers.get(builder)
         if work is None:
+            if builder in self._inline:
+                return False
             # unread messages; none worth a worker when the tree already covers all but the last MIN_BACKLOG
             # (a cron run over a memory built up to its newest messages)
             backlog = builder.count - builder.next_leaf
             if backlog >= worker.MIN_BACKLOG and builder.summarised(builder.count - worker.MIN_BACKLOG):
                 backlog = 0
-            size = 0 if builder in self._inline else worker.crew_size(backlog, builder.workers)
+            size = worker.crew_size(backlog, builder.workers)
             if not size:
                 return False
             try:

@@ -106,6 +106,11 @@ def describe(cfg: dict) -> dict:
     return out
 
 
+def offline_meta(label: str, seconds: float) -> dict:
+    """The build metadata of a node the offline compactor wrote (in this process or a worker's)."""
+    return {"model": label, "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": seconds}
+
+
 @dataclass(frozen=True)
 class Task:
     """One node to write: a leaf ``(0, i)`` from message ``kind: text``, or a merge ``(l, i)`` from the two
@@ -223,8 +228,7 @@ class Compactor:
                 text = extractive.leaf(task.kind, task.text, LINE_BYTES)
             else:
                 text = extractive.merge(task.left, task.right, LINE_BYTES)
-            return text, {"model": self.label, "tokens_in": 0, "tokens_out": 0, "cost": 0.0,
-                          "seconds": round(time.perf_counter() - started, 4)}
+            return text, offline_meta(self.label, round(time.perf_counter() - started, 4))
         from . import prompt
         from .redact import redact, redact_line
 

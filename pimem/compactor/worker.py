@@ -32,6 +32,8 @@ from pathlib import Path
 
 import orjson
 
+from . import offline_meta
+
 MIN_BACKLOG = 4096  # unread messages, not yet summarised, before a build starts workers (each one's start-up
 # costs about 0.1 s)
 MOST = 4  # workers at most, by default (``compactor.workers`` in config.json; 0: always inline)
@@ -138,8 +140,7 @@ class Crew:
                         self.pending -= 1
                         if pool is not None:
                             self._pools[(task.l, task.i)] = pool
-                    meta = {"model": self.label, "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": seconds}
-                    self.results.put((self.builder, task, text, meta, None))
+                    self.results.put((self.builder, task, text, offline_meta(self.label, seconds), None))
         except (OSError, ValueError, IndexError):
             pass
         self._end()
