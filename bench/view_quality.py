@@ -19,11 +19,15 @@ evidence turn and, zooming down from it, at every level the half holding that tu
 than its sibling (BM25 with the view's statistics). Means over the questions with an answer and evidence
 (LoCoMo's adversarial category has neither).
 
+``--cuts 0.55,0.7,0.85,1`` logs each instance up to each of those shares of its turns, one memory each, and asks
+the questions on the logged turns: the view's lines move with its phase (it is merged down to ``lo`` each time
+it passes ``hi``), and the figures at one point of that cycle can be a lucky or an unlucky one.
+
 Tuning is kept apart from reporting: the compactor was tuned on LoCoMo conv-26 and conv-30 and on the
 LongMemEval instances at even positions; each table row gives all, the tuning part and the untuned part.
 
     python bench/view_quality.py [--data ../shared/data] [--only locomo|longmemeval] [--part tuned|untuned]
-                                 [--limit N] [--variants new,old]
+                                 [--limit N] [--variants new,old] [--cuts 0.55,0.7,0.85,1]
 """
 
 from __future__ import annotations
@@ -96,6 +100,15 @@ def longmemeval(data: Path) -> list[dict]:
         questions = [{"question": inst["question"], "answer": str(inst["answer"]), "evidence": evidence}] if evidence else []
         out.append({"name": inst["question_id"], "records": records, "questions": questions, "tuned": k % 2 == 0})
     return out
+
+
+def cut(inst: dict, share: float) -> dict:
+    """``inst`` logged up to ``share`` of its turns, with the questions whose evidence lies in them."""
+    if share >= 1:
+        return inst
+    n = int(len(inst["records"]) * share)
+    return {**inst, "records": inst["records"][:n],
+            "questions": [q for q in inst["questions"] if max(q["evidence"]) < n]}
 
 
 # ---- compactors ------------------------------------------------------------------------------------------
@@ -237,7 +250,8 @@ def measure(inst: dict, mem: Memory, texts_of, records: list[dict]) -> list[dict
         if cov is None:
             continue
         out.append({"coverage": cov, "coverage*": coverage(q["answer"], [lines[k][2] for k in held], markers=False),
-                    "zoom": zoom_success(q["question"], lines, q["evidence"], texts_of)})
+                    "zoom": zoom_success(q["question"], lines, q["evidence"], texts_of),
+                    "line": rows[held[0]]})
     return out
 
 
@@ -288,8 +302,11 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                 build_seconds[variant] += secs
                 count = mem.count()
                 nodes[variant] += builder.tree_size(count)
-                per[variant] = measure(inst, mem, lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or "", inst["records"])
-                per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head_texts(inst["records"]), inst["records"])
+                texts, head = (lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or ""), head_texts(inst["records"])
+                per[variant] = measure(inst, mem, texts, inst["records"])
+                per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head, inst["records"])
+                for row in per[variant]:  # the evidence's line the same in both (a span shown verbatim) or not
+                    row["alike"] = texts(*row["line"]) == head(*row["line"])
                 if variant == variants[0]:
                     budget = sum(len(t.encode("utf-8")) + 1 for _, _, t in
                                  [(l, i, mem.tree.text(l, i, count) or "") for l, i, _, _ in mem.views.current().view.rows()])
@@ -337,6 +354,12 @@ def report(label: str, found: dict, variants: list[str]) -> None:
         base = f"head@{v}"
         print(f"{v} / {base}: " + ", ".join(f"{m} all {table[(v, m, 'all')] / table[(base, m, 'all')]:.2f}×"
                                            for m in ("coverage", "zoom") if table[(base, m, "all")]))
+    if "new" in res and "head" in res:  # zoom on the questions under lines new and head show alike, and the rest
+        rows, heads = res["new"]["all"], res["head"]["all"]
+        for alike, what in ((True, "lines shown verbatim by both (the same text)"), (False, "the other lines")):
+            pairs = [(r["zoom"], h["zoom"]) for r, h in zip(rows, heads) if r["alike"] == alike]
+            a, b = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
+            print(f"zoom under {what}: {len(pairs)} questions, new {a}, head {b}" + (f" ({a / b:.2f}×)" if b else ""))
     for key in variants:
         secs = found["seconds"][key]
         print(f"build-tree {key}: {found['nodes'][key]:,} nodes in {secs:.1f} s ({found['nodes'][key] / secs:,.0f} nodes/s)")
@@ -350,6 +373,8 @@ def main() -> None:
     ap.add_argument("--part", choices=("tuned", "untuned"), help="only the tuning part, or only the untuned part")
     ap.add_argument("--variants", default="new,old")
     ap.add_argument("--lo", type=int, default=16_000, help="the view's lo (hi is 32,000); 32000: the view always full")
+    ap.add_argument("--cuts", default="1", help="shares of each instance's turns to log, one memory each (questions "
+                    "on the logged turns): 0.55,0.7,0.85,1 measures over the view's phase, not at one point of it")
     args = ap.parse_args()
     data = Path(args.data)
     if not data.is_dir():
@@ -363,7 +388,7 @@ def main() -> None:
         if args.only and args.only != label.lower().split("_")[0]:
             continue
         instances = [inst for inst in loader(data) if args.part is None or inst["tuned"] == (args.part == "tuned")]
-        instances = instances[: args.limit]
+        instances = [cut(inst, float(share)) for inst in instances[: args.limit] for share in args.cuts.split(",")]
         found = run_set(label, instances, variants)
         report(label, found, variants)
 
