@@ -102,6 +102,16 @@ def test_chinese_is_cut_at_its_punctuation():
         assert piece[-1] in "。" or at + len(piece) == len(text) or text[at + len(piece)] in "。：，"
 
 
+def test_a_chinese_clause_keeps_its_brackets_whole():
+    """A clause does not end inside the bracket it opened, so no piece holds half a pair."""
+    text = "好的：数据库端口是 5433，不再改回 5432；退款测试（test_refund_rounding、test_refund_currency）暂不处理。" * 3
+    line = extractive.leaf("pi", text + "另外（这个括号没有关上。那个）多出来了。")
+    assert "退款测试（test_refund_rounding、test_refund_currency）暂不处理" in line
+    body = line.removeprefix("pi: ")
+    for piece in pieces(body):
+        assert piece.count("（") == piece.count("）") and piece.count("(") == piece.count(")"), piece
+
+
 def agent_session():
     return [
         {"kind": "user", "text": "Please fix the login bug in src/app.py, the tests fail since Monday. " + LONG},

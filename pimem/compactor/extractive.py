@@ -96,7 +96,9 @@ _FACT = re.compile(
 )
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
-_CJK_CLAUSE = re.compile(r"[^，。！？；、：,;:!?\n]+")
+# a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
+# one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
+_CJK_CLAUSE = re.compile(r"(?:（[^（）。！？\n]{0,60}）|\([^()。！？\n]{0,60}\)|[^，。！？；、：,;:!?\n（）()])+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 # (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``_outcome`` checks it)
