@@ -28,7 +28,10 @@ def main() -> None:
         env = {**os.environ, "PIMEM_HOME": home, "PYTHONPATH": str(ROOT)}
         os.environ["PIMEM_HOME"] = home
         mem = Memory.at("bench")
-        mem.append(list(messages(count, seed=7)))
+        logged = list(messages(count, seed=7))
+        for k, msg in enumerate(logged):  # source entry ids, as an importer keeps them
+            msg["meta"] = {**(msg.get("meta") or {}), "entry": f"{k * 2654435761 % 2**32:08x}"}
+        mem.append(logged)
         for n in range(200):
             memories.remember(mem, f"memory {n}: the staging db listens on {5000 + n}", pin=n % 20 == 0)
         pimem = [sys.executable, "-m", "pimem"]
@@ -42,6 +45,8 @@ def main() -> None:
             ("recall refund rounding (search)", ["recall", "bench", "refund", "rounding", "--include-tools"]),
             ("recall --kind user --limit 8 (list)", ["recall", "bench", "--kind", "user"]),
             ("recall --ids 5,500 --raw (read)", ["recall", "bench", "--ids", "5,500", "--raw", "--include-tools"]),
+            ("recall --ids entry:… (read by entry id)",
+             ["recall", "bench", "--ids", f"entry:{count // 2 * 2654435761 % 2**32:08x}", "--include-tools"]),
             ("compact --keep 64000 --dry-run", ["compact", "bench", "--keep", "64000", "--dry-run"]),
         ]
         for label, args in cases:

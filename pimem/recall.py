@@ -177,10 +177,10 @@ def recall(mem, request: Request) -> str:
 def find(mem, request: Request) -> Found:
     """What a (checked) request selects: a search through the index, a listing or a read of the records.
     Within scope ``all`` a listing reads the log backwards only as far as its page, and a read by message
-    numbers reads those messages; entry ids and other scopes look at every record."""
+    numbers reads those messages, one by entry ids the lines holding them; other scopes look at every record."""
     if request.ids:
-        if request.scope == "all" and all(_number(raw) is not None for raw in request.ids):
-            return _by_ids(request, _numbered(mem, request), not _shows_tools(request))
+        if request.scope == "all":
+            return _by_ids(request, _named(mem, request), not _shows_tools(request))
         return select(mem, request, universe(mem, request))
     if not request.query.strip() and not request.file:
         if request.scope == "all":
@@ -194,13 +194,32 @@ def _number(raw: str) -> int | None:
     return int(ident) if ident.isascii() and ident.isdigit() else None
 
 
-def _numbered(mem, request: Request) -> list[dict]:
-    """The records of the messages ``request.ids`` names by number (those that exist), in the request's
-    source class."""
+def _named(mem, request: Request) -> list[dict]:
+    """The records ``request.ids`` can name, in the request's source class and in log order: the messages
+    named by number (those that exist), and for entry ids the messages whose stored line holds one, found
+    by a byte search of the log (``Log.holding``) rather than by reading every message. When an entry id
+    is not found so (its line written by another hand), every message is read after all."""
     total = mem.count()
-    wanted = sorted({n for n in map(_number, request.ids) if n < total})
-    records = [record(mem.message(i)) for i in wanted]
+    numbers = {n for n in map(_number, request.ids) if n is not None and n < total}
+    entries = {_entry(raw) for raw in request.ids if _number(raw) is None}
+    messages = {i: mem.message(i) for i in numbers}
+    if entries:
+        found = [m for m in mem.log.holding([orjson.dumps(e) for e in entries]) if _entry_of(m) in entries]
+        if {_entry_of(m) for m in found} != entries:
+            found = [m for m in mem.messages() if _entry_of(m) in entries]
+        messages.update((m["i"], m) for m in found)
+    records = [record(messages[i]) for i in sorted(messages)]
     return [r for r in records if request.source_class in ("all", r["sourceClass"])]
+
+
+def _entry(raw: str) -> str:
+    ident = raw.strip()
+    return ident[6:] if ident.startswith("entry:") else ident
+
+
+def _entry_of(msg: dict) -> str | None:
+    entry = (msg.get("meta") or {}).get("entry")
+    return entry if isinstance(entry, str) else None
 
 
 LIST_WINDOW = 256  # messages a listing reads back at a time
@@ -265,19 +284,15 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
     by_i = {r["id"]: r for r in records}
     by_entry: dict[str, dict] = {}
     for r in records:
-        entry = (r["message"].get("meta") or {}).get("entry")
-        if isinstance(entry, str):
+        entry = _entry_of(r["message"])
+        if entry is not None:
             by_entry.setdefault(entry, r)
     wanted: dict[int, dict] = {}
     missing, hidden = [], []
     for raw_id in request.ids:
         ident = raw_id.strip()
-        if ident.startswith("entry:"):
-            rec = by_entry.get(ident[6:])
-        elif ident.lstrip("#").isdigit():
-            rec = by_i.get(int(ident.lstrip("#")))
-        else:
-            rec = by_entry.get(ident)
+        number = _number(ident)
+        rec = by_i.get(number) if number is not None else by_entry.get(_entry(ident))
         if rec is None:
             missing.append(ident)
         elif hide and rec["kind"] in TOOL_KINDS:

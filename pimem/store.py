@@ -11,6 +11,7 @@ Writers must hold the memory's writer lock (``Memory.lock``); readers take no lo
 from __future__ import annotations
 
 import heapq
+import mmap
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -535,6 +536,29 @@ class Log:
                     raise IntegrityError(f"{what} in the log: found i={i} where i={expected} was expected; run 'pimem fsck'")
                 expected += 1
                 yield entry
+
+    def holding(self, needles: list[bytes]) -> list[dict]:
+        """The messages whose stored lines hold one of ``needles``, in ``i`` order: a byte search through each
+        day file, only the lines it finds parsed. For a lookup by a value as the log stores it (a source entry
+        id, ``orjson``-encoded): the caller checks each message, and a value written otherwise is not found."""
+        found: dict[int, dict] = {}
+        for _, _, name in self.ranges():
+            with open_binary(self.dir / name, 0) as f:
+                if not os.fstat(f.fileno()).st_size:
+                    continue  # (emptied since it was listed: nothing to map)
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            with data:
+                for needle in needles:
+                    at = data.find(needle)
+                    while at >= 0:
+                        end = data.find(b"\n", at)
+                        if end < 0:
+                            break  # a torn last line
+                        msg = _parse(data[data.rfind(b"\n", 0, at) + 1 : end + 1])
+                        if msg is not None:
+                            found.setdefault(msg["i"], msg)
+                        at = data.find(needle, end)
+        return [found[i] for i in sorted(found)]
 
     def read_offsets(self, path: Path, start_offset: int = 0) -> Iterator[tuple[int, int, dict]]:
         """``(offset, length, message)`` for each valid line of one file from ``start_offset`` (for indexes)."""

@@ -82,14 +82,8 @@ def test_tool_traffic_stays_private_unless_asked_for(run, home):
     assert "SECRET-TOKEN" in run("recall", "main", "SECRET", "--kind", "echo").stdout
 
 
-def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypatch):
-    """5,000 messages: the last page of users' words and two messages by number come without reading the
-    log from its start; the count and the pages are those of a listing of every record."""
-    mem = Memory.at("main")
-    mem.append([{"kind": ("user", "pi", "tool", "echo")[k % 4], "text": f"message {k}"} for k in range(5000)])
-    requests = [recall.Request(limit=3, page=2), recall.Request(kind="user", limit=3, page=2),
-                recall.Request(kind="bash", include_tools=True), recall.Request(limit=30, page=167)]
-    every = [recall.select(mem, r, recall.universe(mem, r)) for r in requests]  # the listing of every record
+def recorded_reads(monkeypatch) -> list:
+    """The ``(start, stop)`` of every ``Memory.messages`` read from now on."""
     reads = []
     real = Memory.messages
 
@@ -98,6 +92,18 @@ def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypat
         return real(self, start, stop)
 
     monkeypatch.setattr(Memory, "messages", recorded)
+    return reads
+
+
+def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypatch):
+    """5,000 messages: the last page of users' words and two messages by number come without reading the
+    log from its start; the count and the pages are those of a listing of every record."""
+    mem = Memory.at("main")
+    mem.append([{"kind": ("user", "pi", "tool", "echo")[k % 4], "text": f"message {k}"} for k in range(5000)])
+    requests = [recall.Request(limit=3, page=2), recall.Request(kind="user", limit=3, page=2),
+                recall.Request(kind="bash", include_tools=True), recall.Request(limit=30, page=167)]
+    every = [recall.select(mem, r, recall.universe(mem, r)) for r in requests]  # the listing of every record
+    reads = recorded_reads(monkeypatch)
     for k, (request, expected) in enumerate(zip(requests, every)):
         reads.clear()
         found = recall.find(mem, request)
@@ -123,6 +129,30 @@ def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
     text = run("recall", "main", "--ids", "6,1").stdout
     assert text.startswith("pimem recall (2 results)\n\n[#1] pi ")
     assert "entry=a3f0c2d1" in text
+
+
+def test_entry_ids_are_found_without_reading_every_message(home, monkeypatch):
+    """An entry id is found by a byte search of the log: only lines holding it are parsed, the earliest
+    message carrying it wins, and a line merely quoting it is not taken for it. An id whose line was written
+    by another hand (an escape the log's writer does not use) is still found, by reading every message."""
+    mem = Memory.at("main")
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": f"turn {k}", "meta": {"entry": f"e{k:04x}"}}
+                for k in range(3000)])
+    mem.append([{"kind": "user", "text": "a child of e0100", "meta": {"parent": "e0100"}},
+                {"kind": "pi", "text": "the same entry again", "meta": {"entry": "e0bb7"}}])
+    reads = recorded_reads(monkeypatch)
+
+    def ids(*wanted):
+        doc = orjson.loads(recall.recall(mem, recall.Request(ids=list(wanted), as_json=True)))
+        return [r["id"] for r in doc["results"]], doc.get("missingIds", [])
+
+    assert ids("entry:e0100", "e0bb7", "7", "entry:e0007") == ([7, 256, 2999], [])
+    assert ids("entry:e0bb9") == ([], ["entry:e0bb9"])
+    assert reads == [(0, None)]  # only the id not found read every message
+    day = next(mem.path.joinpath("main").glob("*.jsonl"))
+    day.write_bytes(day.read_bytes().replace(b'"entry":"e0123"', b'"entry":"\\u0065\\u0030123"'))
+    mem = Memory.at("main")
+    assert ids("e0123") == ([291], [])
 
 
 def test_snippet_starts_at_the_line_with_the_hit(run, home):
