@@ -94,6 +94,17 @@ _FACT = re.compile(
     | `[^`\n]{{1,60}}` | "[^"\n]{{2,60}}"
     """
 )
+# a list item's number ("1. ", "2) " opening a line): it orders the list, it is not a fact of it
+_LIST_MARKER = re.compile(r"\d{1,2}[.)][ \t]")
+
+
+def _list_marker(text: str, start: int) -> int:
+    """The length of the list item's number at ``start`` in ``text`` (digits opening their line, then ``.`` or
+    ``)`` and a space), else 0."""
+    m = _LIST_MARKER.match(text, start)
+    return m.end() - start if m and not text[text.rfind("\n", 0, start) + 1 : start].strip() else 0
+
+
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
@@ -250,6 +261,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     weight = stats.weight
 
     def add(piece: str, pos: int, bonus: float = 1.0) -> None:
+        if piece[:1].isdigit() or piece[:1].isspace():
+            lead = len(piece) - len(piece.lstrip())
+            marker = _list_marker(text, pos + lead) if piece[lead : lead + 1].isdigit() else 0
+            if marker:  # "1. " says where in a list, not what
+                piece, pos = piece[lead + marker :], pos + lead + marker
+        if "`" in piece and piece.count("`") % 2:
+            piece, pos = _code_span(text, piece, pos)
         piece = piece.strip(_STRIP)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
             return
@@ -281,6 +299,15 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 
 
 _STRIP = " \t'\"“”‘’*#>-"
+
+
+def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
+    """``piece`` (at ``pos`` in ``text``) holding an unpaired backtick, and where it starts, with its code
+    span whole: up to the backtick that closes it right after the piece, else cut off at that backtick."""
+    if text.startswith("`", pos + len(piece)):
+        return piece + "`", pos
+    cut = piece.rfind("`")
+    return (piece[:cut], pos) if piece[:cut].strip(_STRIP) else (piece[cut + 1 :], pos + cut + 1)
 
 
 def _phrases(text: str, cjk: bool = True):
