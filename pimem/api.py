@@ -48,7 +48,8 @@ class _Held:
 
                 l, i = parse_label(held["label"])
                 text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
-                self.lines[held["label"]] = render_line(l, i, hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds)[0])
+                hidden = hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds, stored=self.mem.leaf_line)
+                self.lines[held["label"]] = render_line(l, i, hidden[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
 
@@ -160,7 +161,8 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
             found["message"] = _Held(mem, include_tools)(found["message"])
         elif not include_tools:
             halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
-            for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds)):
+            for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds,
+                                                                 stored=mem.leaf_line)):
                 child["text"] = text
     return found
 

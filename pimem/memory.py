@@ -240,6 +240,10 @@ class Memory:
             self._index = Index(self.path, self.log)
         return self._index
 
+    def leaf_line(self, i: int) -> str | None:
+        """The line a compactor wrote for message ``i`` (a long one's), or None."""
+        return self.tree.stored(0, i)
+
     def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
         """Whether a message in ``[start, stop)`` holds ``text`` (case-sensitive): among the tool calls and
         results if ``tools``, else among the other messages. Asks the index (caught up first) and checks its

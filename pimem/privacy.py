@@ -3,7 +3,8 @@
 The view the model reads holds tool traffic like anything else: a short tool call is its own verbatim line,
 and short lines are joined verbatim into their parents. So a reader that shows view lines (``view``,
 ``zoom``, ``context``, ``map``, the MCP server) takes tool messages out of them unless asked: a tool leaf
-becomes a marker, and every verbatim copy of a tool leaf inside a joined line is replaced by that marker.
+becomes a marker, and inside a joined line so does every copy of a tool leaf: its text verbatim, or the line
+a compactor wrote for a long one (what ran and its facts, each short: a parent joins that line too).
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
 the span is masked (``TOOL_TEXT``). The offline compactor never writes such a run (it copies at most 15
@@ -84,12 +85,14 @@ def mask_tool_text(line: str, msgs: list[dict]) -> str:
 
 def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
                known: dict[int, dict] | None = None,
-               holds: Callable[[str, int, int, bool], bool] | None = None) -> list[str | None]:
-    """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, verbatim
-    copies of them as markers, runs quoted only from the span's tool traffic masked. Reads the messages under
-    lines covering at most ``MASK_SPAN`` messages (``messages(start, stop)``, e.g. ``Memory.messages``, or
-    ``known``, messages by ``i`` the caller has read already, where it holds them all); a longer line's runs
-    are looked up with ``holds(text, start, stop, tools)`` (``Memory.span_holds``: through the index)."""
+               holds: Callable[[str, int, int, bool], bool] | None = None,
+               stored: Callable[[int], str | None] | None = None) -> list[str | None]:
+    """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, copies of
+    them in joined lines as markers (verbatim, or the line ``stored(i)`` a compactor wrote for long message
+    ``i``, e.g. ``Tree.stored``'s), runs quoted only from the span's tool traffic masked. Reads the messages
+    under lines covering at most ``MASK_SPAN`` messages (``messages(start, stop)``, e.g. ``Memory.messages``,
+    or ``known``, messages by ``i`` the caller has read already, where it holds them all); a longer line's
+    runs are looked up with ``holds(text, start, stop, tools)`` (``Memory.span_holds``: through the index)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -116,7 +119,11 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
                 text = marker(inside[0]["kind"])
             else:
                 for msg in inside:
-                    text = text.replace(leaf_text(msg), marker(msg["kind"]))
+                    verbatim = leaf_text(msg)
+                    if verbatim in text:
+                        text = text.replace(verbatim, marker(msg["kind"]))
+                    elif stored is not None and "\n" in text and (own := stored(msg["i"])):  # (a joined line)
+                        text = text.replace(own, marker(msg["kind"]))
                 text = mask_tool_text(text, msgs)
         out.append(text)
     return out

@@ -33,7 +33,7 @@ PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for t
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 1
+TEXTS_VERSION = 2  # 2: a long tool message's own line is hidden inside a joined line too
 
 
 class Views:
@@ -460,7 +460,7 @@ class ViewFile:
             from .privacy import hide_tools
 
             hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves,
-                                                       holds=self.holds)))
+                                               holds=self.holds, stored=lambda i: self.tree.stored(0, i, views.T))))
         out, keep = [], {}
         for k, (l, i, text, cost) in enumerate(rows):
             if text is not None:

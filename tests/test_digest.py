@@ -5,6 +5,7 @@ import re
 import subprocess
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
@@ -254,8 +255,6 @@ def test_tool_text_is_masked_in_view_zoom_context_and_map(run, home):
 
 
 def test_tool_text_is_masked_through_mcp(run, home):
-    import pytest
-
     pytest.importorskip("mcp")
     from test_mcp import call_all
 
@@ -266,6 +265,32 @@ def test_tool_text_is_masked_through_mcp(run, home):
     for result in (view, halves, hits):
         assert "swordfish32" not in str(result)
     assert SECRET in str(tooled)
+
+
+def test_a_long_tool_results_own_line_is_hidden_inside_a_joined_line(run, home):
+    """A tool result too long to be its own leaf gets a line of its own (what ran and its facts, each short),
+    and its parent joins that line with its neighbours': shown without tools, the joined line holds the
+    marker in its place, through the view, context, map, zoom and MCP alike."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}})  # one line for the lot
+    mem.append([{"kind": "user", "text": "what is in the secret file?"},
+                {"kind": "tool", "text": "cat /root/SECRETFILE32", "meta": {"command": "cat /root/SECRETFILE32"}},
+                {"kind": "echo", "text": SECRET + ". " + "The quick brown fox jumps over the lazy dog. " * 12},
+                {"kind": "pi", "text": "I read it for you."}])
+    assert run("build-tree").exit_code == 0
+    tooled = run("view", "main", "--include-tools").stdout
+    assert tooled.startswith("0+4|") and "swordfish32" in tooled  # the result's own line, joined into 0+4
+    for args in (("view", "main"), ("view", "main", "--json"), ("context", "main"), ("map", "main", "--width", "300"),
+                 ("zoom", "main", "0+4")):
+        out = run(*args)
+        assert out.exit_code == 0 and "swordfish32" not in out.stdout, (args, out.stdout)
+    assert "echo: (hidden; include tools to see it)" in run("view", "main").stdout
+    pytest.importorskip("mcp")
+    from test_mcp import call_all
+
+    _, results = call_all(home, [("view", {"name": "main"}), ("zoom", {"name": "main", "node": "0+4"})])
+    assert all("swordfish32" not in str(result) for result in results)
 
 
 def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the_span(run, home, monkeypatch):

@@ -48,7 +48,7 @@ def command(
         from ..privacy import hide_tools
 
         texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in children],
-                           holds=mem.span_holds)
+                           holds=mem.span_holds, stored=mem.leaf_line)
         children = [{**c, "text": text} for c, text in zip(children, texts)]
     for child in children:
         if json:
