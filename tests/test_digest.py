@@ -115,16 +115,19 @@ def test_a_chinese_clause_keeps_its_brackets_whole():
 
 def test_list_numbers_are_not_facts_and_code_spans_stay_whole():
     """A list item's number says where in a list, not what: no piece is one (a number in prose stays). A
-    phrase running into a code span takes the span whole, never half of it."""
+    phrase running into a code span takes the span whole, never half of it; nor half of a bold span."""
     text = ("Changes:\n1. Removed the local `DynamicBorder` class\n2. Updated the header of `tui-renderer.ts`\n"
-            " 3) Ported the selector in 4 steps\n\nI properly ported `user-message-selector.ts` and `theme.ts` today.")
+            " 3) Ported the selector in 4 steps\n\nI properly ported `user-message-selector.ts` and `theme.ts` today."
+            " Added **five new explicit tokens** for the border.")
     for kind in ("user", "pi"):
         found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
         assert not {"1", "2", "3", "1.", "2.", "3)"} & set(found), found
         assert "4 steps" in found and "properly ported `user-message-selector.ts`" in found
-        assert all(piece.count("`") % 2 == 0 for piece in found), found
+        assert all(piece.count("`") % 2 == 0 and piece.count("**") % 2 == 0 for piece in found), found
+        assert "five new explicit" in found
         line = extractive.leaf(kind, text)
-        assert line.count("`") % 2 == 0 and not {"1", "2", "3"} & set(pieces(line.split(": ", 1)[1])), line
+        assert line.count("`") % 2 == 0 and line.count("**") % 2 == 0, line
+        assert not {"1", "2", "3"} & set(pieces(line.split(": ", 1)[1])), line
 
 
 def agent_session():

@@ -268,6 +268,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 piece, pos = piece[lead + marker :], pos + lead + marker
         if "`" in piece and piece.count("`") % 2:
             piece, pos = _code_span(text, piece, pos)
+        if "**" in piece and piece.strip(_STRIP).count("**") % 2:  # half of a bold span: the larger side
+            cut = piece.rfind("**")
+            before, after = piece[:cut], piece[cut + 2 :]
+            piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         piece = piece.strip(_STRIP)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
             return
