@@ -77,9 +77,10 @@ class Crew:
         self._held: list[deque] = [deque() for _ in range(size)]  # each worker's tasks, in order
         self._pools: dict[tuple[int, int], list] = {}  # a block's top node built by worker > 0 → its pool
         self._lock = threading.Lock()
-        self.block = BLOCK
+        self.block = BLOCK  # (read once: the workers are told the blocks ``send`` deals out)
         # -P and PYTHONPATH: the workers run this process's pimem, not a ``pimem/`` in the current directory
-        argv = [sys.executable, "-P", "-m", __name__, mem.name, str(mem.path), str(mem.home), str(size), str(BLOCK)]
+        argv = [sys.executable, "-P", "-m", __name__, mem.name, str(mem.path), str(mem.home), str(size),
+                str(self.block)]
         root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
         self._procs: list[subprocess.Popen] = []
