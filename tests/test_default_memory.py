@@ -70,6 +70,16 @@ def test_since_takes_a_lone_when(run, main):
     assert out.exit_code == 2 and "give WHEN" in out.stderr
     out = run("since", "nosuch")  # neither a memory nor a WHEN: the name, unknown
     assert out.exit_code == 3 and "no memory named 'nosuch'" in out.stderr
+    for mistyped, why in (("2026-13-01", "bad date '2026-13-01'"), ("25:99", "bad date '25:99'"), ("#x", "bad message number")):
+        out = run("since", mistyped)  # a WHEN gone wrong: said as one, not as a memory no one named
+        assert out.exit_code == 2 and why in out.stderr and len(out.stderr.splitlines()) == 1, (mistyped, out.stderr)
+
+
+def test_a_bad_when_is_reported_before_a_missing_default_memory(run, home):
+    out = run("since", "2026-13-01")
+    assert out.exit_code == 2 and "bad date" in out.stderr
+    out = run("since", "main", "#0", "--until", "2026-99-01")
+    assert out.exit_code == 2 and "bad date '2026-99-01'" in out.stderr
 
 
 def test_a_memory_named_like_a_when_is_the_memory(run, main):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Optional
 
@@ -40,6 +41,7 @@ def command(
       pimem since main --cursor mailer --follow
     """
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
+    start_bound, until_bound = _bound(start), _bound(until)  # (a bad WHEN is reported before a missing memory)
     mem = Memory.open(name, home)
     if kind:
         shown = {kind_of(k) for k in kind}
@@ -51,12 +53,12 @@ def command(
     if saved is not None:
         start_i, since_date = saved, None
     elif start is not None:
-        start_i, since_date = _bound(start)
+        start_i, since_date = start_bound
     elif cursor:
         start_i, since_date = 0, None
     else:
         raise BadInput("give WHEN (a date, a time, or #I) or --cursor CONSUMER")
-    stop_i, stop_date = _bound(until)
+    stop_i, stop_date = until_bound
     stop = when.Threshold(stop_date) if stop_date is not None else None
     if since_date is not None:
         # messages logged while we read are picked up by --follow and by the next --cursor run
@@ -84,7 +86,12 @@ def command(
         entries = mem.entries(position)
 
 
+_WHEN_LIKE = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a WHEN, perhaps mistyped (2026-13-01), not a memory's name
+
+
 def _reads_as_when(word: str) -> bool:
+    if _WHEN_LIKE.match(word):  # (its parse says what is wrong with it, not "no memory named …")
+        return True
     try:
         _bound(word)
     except PimemError:
