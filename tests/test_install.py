@@ -38,9 +38,14 @@ def test_the_wheel_carries_every_man_page_and_completion(wheel):
 @pytest.mark.skipif(not shutil.which("man"), reason="man is not installed")
 def test_man_finds_the_pages_of_an_install_from_path(wheel, tmp_path):
     prefix = tmp_path / "prefix"  # as a venv or pipx lays it out: <prefix>/bin/pimem, <prefix>/share/man
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--prefix", str(prefix), str(wheel)],
+    installed = _installed_here()
+    # --ignore-installed: without it pip uninstalls the pimem of the environment running the tests (a
+    # developer's editable install) before it installs under the prefix
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--ignore-installed",
+                    "--prefix", str(prefix), str(wheel)],
                    check=True, capture_output=True, timeout=300)
     assert (prefix / "bin" / "pimem").is_file()
+    assert _installed_here() == installed  # the environment running the tests keeps its own pimem
     env = {k: v for k, v in os.environ.items() if k != "MANPATH"}
     env["PATH"] = f"{prefix / 'bin'}{os.pathsep}/usr/bin:/bin"
     for page in ("pimem", "pimem-search"):
@@ -48,3 +53,10 @@ def test_man_finds_the_pages_of_an_install_from_path(wheel, tmp_path):
         assert found.stdout.strip() == str(prefix / "share" / "man" / "man1" / f"{page}.1"), found.stderr
     shown = subprocess.run(["man", "pimem-search"], capture_output=True, text=True, env={**env, "MANPAGER": "cat", "MANWIDTH": "100"})
     assert "pimem search [OPTIONS] QUERY [NAME…]" in shown.stdout
+
+
+def _installed_here() -> str:
+    """The version of this environment's installed pimem, as a fresh process finds it: empty when none is
+    installed (the tests run from a checkout)."""
+    probe = "import importlib.metadata as m\ntry: print(m.version('pimem'))\nexcept m.PackageNotFoundError: pass"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/").stdout.strip()
