@@ -3,8 +3,10 @@
 The view the model reads holds tool traffic like anything else: a short tool call is its own verbatim line,
 and short lines are joined verbatim into their parents. So a reader that shows view lines (``view``,
 ``zoom``, ``context``, ``map``, the MCP server) takes tool messages out of them unless asked: a tool leaf
-becomes a marker, and inside a joined line so does every copy of a tool leaf: its text verbatim, or the line
-a compactor wrote for a long one (what ran and its facts, each short: a parent joins that line too).
+becomes a marker saying what it ran or how it ended (``tool: ran pytest (details hidden; …)``, ``echo: exit 1:
+ECONNREFUSED (…)``: ``toolwork``, pieces of at most 13 characters), and inside a joined line so does every
+copy of a tool leaf: its text verbatim, or the line a compactor wrote for a long one (what ran and its facts,
+each short: a parent joins that line too).
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
 the span is masked (``TOOL_TEXT``). The offline compactor never writes such a run (it copies at most 15
@@ -28,8 +30,12 @@ MASK_SPAN = 1024  # messages: a longer line is checked through the index, not by
 TOOL_TEXT = "[tool output hidden]"
 
 
-def marker(kind: str) -> str:
-    return f"{kind}: (hidden; include tools to see it)"
+def marker(msg: dict) -> str:
+    """What a line shows of tool message ``msg``: what it ran or how it ended (``toolwork``), the rest hidden."""
+    from . import toolwork  # (its patterns are compiled only for a view that shows tool traffic)
+
+    work = toolwork.summary(msg)
+    return f"{msg['kind']}: {work} (details hidden; include tools to see it)" if work else f"{msg['kind']}: (hidden; include tools to see it)"
 
 
 def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int, int]]:
@@ -116,14 +122,14 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
         inside = [m for m in msgs if is_tool(m)]
         if inside:
             if l == 0:
-                text = marker(inside[0]["kind"])
+                text = marker(inside[0])
             else:
                 for msg in inside:
                     verbatim = leaf_text(msg)
                     if verbatim in text:
-                        text = text.replace(verbatim, marker(msg["kind"]))
+                        text = text.replace(verbatim, marker(msg))
                     elif stored is not None and "\n" in text and (own := stored(msg["i"])):  # (a joined line)
-                        text = text.replace(own, marker(msg["kind"]))
+                        text = text.replace(own, marker(msg))
                 text = mask_tool_text(text, msgs)
         out.append(text)
     return out

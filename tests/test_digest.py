@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
-from pimem import Memory, scheduler
+from pimem import Memory, scheduler, toolwork
 from pimem.compactor import extractive, faith
 from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
 
@@ -373,7 +373,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
 
 def plain_outcome(text: str) -> tuple[str | None, str | None]:
     counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)]
-    errors = [m.group() for m in extractive._ERROR_NAME.finditer(text) if len(m.group()) <= extractive.TOOL_PIECE]
+    errors = [m.group() for m in toolwork._ERROR_NAME.finditer(text) if len(m.group()) <= toolwork.TOOL_PIECE]
     failed = [c for c in counts if "fail" in c]
     return (failed or counts or [None])[0], (errors or [None])[0]
 
@@ -396,4 +396,4 @@ def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):
     for case in [text, *PHRASE_CASES]:
         for cjk in (True, False):
             assert list(extractive._phrases(case, cjk)) == plain_phrases(case, cjk)
-        assert extractive._outcome(case) == plain_outcome(case)
+        assert toolwork.outcome(case) == plain_outcome(case)

@@ -214,6 +214,24 @@ def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
     assert "echo: KEY=hunter2" in run("zoom", "t", "2+2", "--include-tools").stdout
 
 
+def test_a_hidden_tool_message_says_what_it_ran_and_how_it_ended(home, run):
+    mem = small_memory(2)
+    mem.append([
+        {"kind": "tool", "text": "bash: psql -h db.internal -U admin -c 'select password from users'", "meta": {"tool": "bash", "command": "psql -h db.internal -U admin -c 'select password from users'"}},
+        {"kind": "echo", "text": "psql: error: connection to server failed: ECONNREFUSED (password swordfish32)", "meta": {"exit_code": 2}},
+        {"kind": "tool", "text": "edit src/app.py: replace 5432 with 5433", "meta": {"tool": "edit", "file": "src/app.py"}},
+        {"kind": "echo", "text": "EXTREMELY long diff, all fine"},
+    ])
+    lines = run("view", "t").stdout.splitlines()
+    assert lines[-4:] == [
+        "2+1|tool: ran psql (details hidden; include tools to see it)",  # what ran, not its arguments
+        "3+1|echo: exit 2: ECONNREFUSED (details hidden; include tools to see it)",  # how it ended, not its text
+        "4+1|tool: edited src/app.py (details hidden; include tools to see it)",
+        "5+1|echo: (hidden; include tools to see it)",  # it ended well and says nothing more ("EXTREMELY" is no errno)
+    ], lines
+    assert "swordfish32" not in run("view", "t").stdout + run("zoom", "t", "2+2").stdout
+
+
 def test_compactor_view_is_cut_at_the_first_unbuilt_line_and_at_the_boundary(home):
     from pimem.tree import context_end
 

@@ -33,16 +33,14 @@ import math
 import operator
 import re
 
+from .. import toolwork
+from ..toolwork import SCAN_HEAD, SCAN_TAIL, scan as _scan
 from .cut import LINE_BYTES, cut_line
 
-# characters: the longest piece a line copies from tool traffic. Privacy masks runs of 16, and a piece sits
-# between connectives whose edge characters (a space, a comma) the tool's text may hold around it too
-TOOL_PIECE = 13
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
 LEAVES_KEPT = 1 << 14  # messages whose units are kept for the merges above them
 PASSED_KEPT = 1 << 10  # messages read ahead, whole, until their units are asked for (a build holds ~50)
-SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 TOOL_SCAN_HEAD, TOOL_SCAN_TAIL = 1_000, 500  # characters of a tool's text its own leaf takes facts from
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
@@ -112,12 +110,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 _CJK_CLAUSE = re.compile(r"(?:（[^（）。！？\n]{0,60}）|\([^()。！？\n]{0,60}\)|[^，。！？；、：,;:!?\n（）()])+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
-# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``_outcome`` checks it)
-_COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
-_ERROR_NAME = re.compile(r"\b(?:E[A-Z]{3,}|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
-_PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
-_EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
-_PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
 
 
 def _words(text: str) -> list[str]:
@@ -228,26 +220,6 @@ def _speaker(msg: dict) -> tuple[str, int]:
     return (who or kind), 0 if kind == "user" else 1
 
 
-_BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
-
-
-def _scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
-    """The first ``head`` and last ``tail`` characters of a long ``text``, each cut at a space or punctuation
-    (a word or Chinese clause is never cut in two) when there is one near the cut."""
-    if len(text) <= head + tail:
-        return text
-    first, last = text[:head], text[-tail:]
-    for k in range(head - 1, max(-1, head - 200), -1):
-        if first[k] in _BREAKS:
-            first = first[: k + 1]
-            break
-    for k in range(min(tail, 200)):
-        if last[k] in _BREAKS:
-            last = last[k:]
-            break
-    return first + "\n" + last
-
-
 def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> list[Unit]:
     """The candidate units of one message (see the module's docstring), from the first ``head`` and the last
     ``tail`` characters of a long one."""
@@ -348,81 +320,13 @@ def _phrases(text: str, cjk: bool = True):
         yield start, text[start:end]
 
 
-def _short(piece: str) -> str:
-    """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name)."""
-    piece = piece.strip()
-    if len(piece) <= TOOL_PIECE:
-        return piece
-    tail = piece[-TOOL_PIECE:]
-    cut = tail.find("/")
-    return tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else ""
-
-
-def _program(command: str) -> str:
-    """The program a shell command runs: its first word that is not an assignment or a wrapper."""
-    words = command.replace("&&", " ").split()
-    k = 0
-    while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP or words[k].startswith("-")):
-        k += 1
-    if k >= len(words):
-        return ""
-    prog = words[k].rsplit("/", 1)[-1]
-    if prog.startswith("python") and k + 2 < len(words) and words[k + 1] == "-m":
-        prog = words[k + 2]
-    return _short(prog) if re.fullmatch(r"[\w.+-]+", prog) else ""
-
-
 def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
-    meta = msg.get("meta") or {}
-    text = msg.get("text") or ""
     i = msg.get("i", 0)
-
-    def unit(piece: str, result: bool = False, weight: float = 1.0) -> Unit:
-        ws = _wordset(piece)
-        return Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result)
-
-    if msg.get("kind") == "tool":
-        tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
-        command = meta.get("command") if isinstance(meta.get("command"), str) else ""
-        path = meta.get("file") if isinstance(meta.get("file"), str) else ""
-        if not path and _EDIT_TOOLS.search(tool or text[:40]):
-            found = _PATH_IN_TEXT.search(text)
-            path = found.group() if found else ""
-        if path and _EDIT_TOOLS.search(tool or text[:40]) and _short(path):
-            return [unit("edited " + _short(path), weight=1.5)]
-        if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
-            tool = text.split("(", 1)[0]
-        if not command and tool in ("bash", "shell", "exec", "Bash", "shell_command", "local_shell"):
-            found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
-            command = found.group(1) if found else ""
-        prog = _program(command) if command else _short(tool) if tool else _program(text.split("(", 1)[0].split(":", 1)[0])
-        return [unit("ran " + prog)] if prog else []
-    # a tool result: how it ended
     out = []
-    code = meta.get("exit_code")
-    # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
-    count, error = _outcome(_scan(text))
-    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-        out.append(unit(f"exit {code}" + (f": {error}" if error else ""), True, 2.0))
-        error = None
-    out.extend(unit(piece, True, 1.5) for piece in (count, error) if piece)
+    for piece, result, weight in toolwork.pieces(msg):
+        ws = _wordset(piece)
+        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result))
     return out
-
-
-def _outcome(text: str) -> tuple[str | None, str | None]:
-    """The first test count in ``text`` that says what failed (else its first count), and its first error
-    name of at most ``TOOL_PIECE`` characters."""
-    first = None
-    for m in _COUNTS.finditer(text):
-        at = m.start()
-        if at and (text[at - 1].isalnum() or text[at - 1] == "_"):  # (inside a word: not a count)
-            continue
-        if "fail" in m.group():
-            first = m.group()
-            break
-        first = first or m.group()
-    error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
-    return first, error
 
 
 # ---- a line from units -----------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""Tool work in a few words: what a tool call ran (``ran pytest``, ``edited app.py``) and how its result ended
+(``exit 1: ECONNREFUSED``, ``12 passed``), from the call's command or file and the result's exit code, test
+counts and error names. A piece copied from tool traffic is at most ``TOOL_PIECE`` characters, so a line
+shown without tools can say what ran without quoting a tool's output (``privacy`` masks runs of 16).
+
+The offline compactor makes its tool units from these pieces; the read paths that hide tool traffic show
+them in a tool message's marker. Small and quick to import: ``view`` runs every turn.
+"""
+
+from __future__ import annotations
+
+import re
+
+# characters: the longest piece taken from tool traffic. Privacy masks runs of 16, and a piece sits between
+# connectives whose edge characters (a space, a comma) the tool's text may hold around it too
+TOOL_PIECE = 13
+SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
+
+# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``outcome`` checks it)
+_COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+# POSIX's errno names (not any capital word opening with E: "EXTREMELY" is no error), longest first
+_ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY BADF BADMSG BUSY CANCELED CHILD
+    CONNABORTED CONNREFUSED CONNRESET DEADLK DESTADDRREQ DOM DQUOT EXIST FAULT FBIG HOSTDOWN HOSTUNREACH IDRM ILSEQ
+    INPROGRESS INTR INVAL IO ISCONN ISDIR LOOP MFILE MLINK MSGSIZE MULTIHOP NAMETOOLONG NETDOWN NETRESET NETUNREACH
+    NFILE NOBUFS NODATA NODEV NOENT NOEXEC NOLCK NOLINK NOMEM NOMSG NOPROTOOPT NOSPC NOSR NOSTR NOSYS NOTCONN NOTDIR
+    NOTEMPTY NOTRECOVERABLE NOTSOCK NOTSUP NOTTY NXIO OPNOTSUPP OVERFLOW OWNERDEAD PERM PIPE PROTO PROTONOSUPPORT
+    PROTOTYPE RANGE ROFS SPIPE SRCH STALE TIME TIMEDOUT TXTBSY WOULDBLOCK XDEV""".split(), key=len, reverse=True)
+_ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
+_PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
+_EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
+_PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
+_SHELLS = ("bash", "shell", "exec", "Bash", "shell_command", "local_shell")
+_BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
+
+
+def scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
+    """The first ``head`` and last ``tail`` characters of a long ``text``, each cut at a space or punctuation
+    (a word or Chinese clause is never cut in two) when there is one near the cut."""
+    if len(text) <= head + tail:
+        return text
+    first, last = text[:head], text[-tail:]
+    for k in range(head - 1, max(-1, head - 200), -1):
+        if first[k] in _BREAKS:
+            first = first[: k + 1]
+            break
+    for k in range(min(tail, 200)):
+        if last[k] in _BREAKS:
+            last = last[k:]
+            break
+    return first + "\n" + last
+
+
+def pieces(msg: dict) -> list[tuple[str, bool, float]]:
+    """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran or edited, for a
+    result how it ended (``result`` True: the outcome of the call before it); empty when it says nothing
+    (a result that ended well without a count)."""
+    meta = msg.get("meta") or {}
+    text = msg.get("text") or ""
+    if msg.get("kind") == "tool":
+        tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
+        command = meta.get("command") if isinstance(meta.get("command"), str) else ""
+        path = meta.get("file") if isinstance(meta.get("file"), str) else ""
+        if not path and _EDIT_TOOLS.search(tool or text[:40]):
+            found = _PATH_IN_TEXT.search(text)
+            path = found.group() if found else ""
+        if path and _EDIT_TOOLS.search(tool or text[:40]) and short(path):
+            return [("edited " + short(path), False, 1.5)]
+        if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
+            tool = text.split("(", 1)[0]
+        if not command and tool in _SHELLS:
+            found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
+            command = found.group(1) if found else ""
+        prog = program(command) if command else short(tool) if tool else program(text.split("(", 1)[0].split(":", 1)[0])
+        return [("ran " + prog, False, 1.0)] if prog else []
+    out = []
+    code = meta.get("exit_code")
+    # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
+    count, error = outcome(scan(text))
+    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+        out.append((f"exit {code}" + (f": {error}" if error else ""), True, 2.0))
+        error = None
+    out.extend((piece, True, 1.5) for piece in (count, error) if piece)
+    return out
+
+
+def summary(msg: dict) -> str:
+    """``pieces`` as a few words (``ran pytest``, ``exit 1: ECONNREFUSED, 1 failed``), or ``""``."""
+    return ", ".join(text for text, _, _ in pieces(msg))
+
+
+def short(piece: str) -> str:
+    """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name)."""
+    piece = piece.strip()
+    if len(piece) <= TOOL_PIECE:
+        return piece
+    tail = piece[-TOOL_PIECE:]
+    cut = tail.find("/")
+    return tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else ""
+
+
+def program(command: str) -> str:
+    """The program a shell command runs: its first word that is not an assignment or a wrapper."""
+    words = command.replace("&&", " ").split()
+    k = 0
+    while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP or words[k].startswith("-")):
+        k += 1
+    if k >= len(words):
+        return ""
+    prog = words[k].rsplit("/", 1)[-1]
+    if prog.startswith("python") and k + 2 < len(words) and words[k + 1] == "-m":
+        prog = words[k + 2]
+    return short(prog) if re.fullmatch(r"[\w.+-]+", prog) else ""
+
+
+def outcome(text: str) -> tuple[str | None, str | None]:
+    """The first test count in ``text`` that says what failed (else its first count), and its first error
+    name of at most ``TOOL_PIECE`` characters."""
+    first = None
+    for m in _COUNTS.finditer(text):
+        at = m.start()
+        if at and (text[at - 1].isalnum() or text[at - 1] == "_"):  # (inside a word: not a count)
+            continue
+        if "fail" in m.group():
+            first = m.group()
+            break
+        first = first or m.group()
+    error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
+    return first, error
