@@ -57,7 +57,10 @@ def on_lineage(messages: Iterable[dict]) -> list[dict]:
     return [m for m in messages if m["i"] not in off]
 
 
-def narrow(mem, records: list[dict]) -> list[dict]:
-    """``recall --scope lineage``: recall records (``{"id", "message", …}``) on active branches only."""
-    off = off_lineage(r["message"] for r in records)
-    return [r for r in records if r["id"] not in off]
+def left_out(mem) -> dict[int, dict]:
+    """``recall --scope lineage``: the messages on branches their sessions stepped away from, by ``i``. Only
+    a message with a parent link can be one, so only the stored lines holding that key (``"parent":``, as
+    the log writes it) are read (``Log.holding``)."""
+    linked = mem.log.holding([b'"parent":'])
+    off = off_lineage(linked)
+    return {m["i"]: m for m in linked if m["i"] in off}

@@ -9,9 +9,9 @@ A request lists (newest first), reads given ids (log order), or searches: the ra
 read (``pimem.ranker``: any of the query's terms, BM25 with neighbour context, through the index), among the
 messages holding a term; a message naming a path that holds a term counts double, derived records a fifth.
 ``--file`` keeps the messages naming a path containing it (found through the index's substring search).
-The request's scope narrows what may be found: ``SCOPES`` maps a scope name to a function
-``(mem, records) -> records``; ``all`` keeps everything, ``lineage`` only the active branch of each imported
-pi session (``pimem.lineage``, following ``meta.entry``/``meta.parent``/``meta.session``).
+The request's scope narrows what may be found: ``SCOPES`` maps a scope name to a function ``mem -> {i:
+message}`` giving the messages it leaves out; ``all`` leaves out none, ``lineage`` the branches each imported
+pi session stepped away from (``pimem.lineage``, following ``meta.entry``/``meta.parent``/``meta.session``).
 
 Output never exceeds the budget (characters) and never cuts a JSON document: whole blocks or entries only,
 omitted ids listed as far as room allows (and counted beyond), one long entry read through an envelope
@@ -25,7 +25,7 @@ reading back its own work.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 import orjson
@@ -49,11 +49,11 @@ _CALL = re.compile(r"^\s*[\w.-]+\((.*)\)\s*$", re.S)
 _EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 
 
-def _keep_all(mem, records: list[dict]) -> list[dict]:
-    return records
+def _none(mem) -> dict[int, dict]:
+    return {}
 
 
-SCOPES: dict[str, Callable] = {"all": _keep_all, "lineage": lineage.narrow}
+SCOPES: dict[str, Callable[..., dict[int, dict]]] = {"all": _none, "lineage": lineage.left_out}
 
 
 # ---- records --------------------------------------------------------------------------------------------
@@ -61,14 +61,20 @@ SCOPES: dict[str, Callable] = {"all": _keep_all, "lineage": lineage.narrow}
 
 def record(msg: dict) -> dict:
     """The recall record of one message."""
+    facets = _facets(msg)
+    return {
+        "id": msg["i"], "kind": msg["kind"], "kinds": facets["kinds"], "date": msg["date"], "text": msg["text"],
+        "files": files_of(msg), "sourceClass": facets["sourceClass"], "message": msg,
+    }
+
+
+def _facets(msg: dict) -> dict:
+    """What a listing filters a message's record by: its kind, the names of its kind, its source class."""
     meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
     kinds = list(NAMES[msg["kind"]])
     if msg["kind"] == "echo" and isinstance(meta.get("command"), str):
         kinds.append("bash")
-    return {
-        "id": msg["i"], "kind": msg["kind"], "kinds": kinds, "date": msg["date"], "text": msg["text"],
-        "files": files_of(msg), "sourceClass": "derived" if meta.get("derived") is True else "primary", "message": msg,
-    }
+    return {"kind": msg["kind"], "kinds": kinds, "sourceClass": "derived" if meta.get("derived") is True else "primary"}
 
 
 def files_of(msg: dict) -> list[str]:
@@ -175,18 +181,15 @@ def recall(mem, request: Request) -> str:
 
 
 def find(mem, request: Request) -> Found:
-    """What a (checked) request selects: a search through the index, a listing or a read of the records.
-    Within scope ``all`` a listing reads the log backwards only as far as its page, and a read by message
-    numbers reads those messages, one by entry ids the lines holding them; other scopes look at every record."""
+    """What a (checked) request selects, never a message its scope leaves out: a search through the index, a
+    listing (the log read backwards only as far as its page) or a read by ids (those messages, or the lines
+    holding the entry ids)."""
+    out = SCOPES[request.scope](mem)
     if request.ids:
-        if request.scope == "all":
-            return _by_ids(request, _named(mem, request), not _shows_tools(request))
-        return select(mem, request, universe(mem, request))
+        return _by_ids(request, [r for r in _named(mem, request) if r["id"] not in out], not _shows_tools(request))
     if not request.query.strip() and not request.file:
-        if request.scope == "all":
-            return _listing(mem, request)
-        return select(mem, request, universe(mem, request))
-    return _search(mem, request)
+        return _listing(mem, request, out)
+    return _search(mem, request, out)
 
 
 def _number(raw: str) -> int | None:
@@ -225,29 +228,47 @@ def _entry_of(msg: dict) -> str | None:
 LIST_WINDOW = 256  # messages a listing reads back at a time
 
 
-def _listing(mem, request: Request) -> Found:
-    """Newest first, as ``select`` lists ``universe``'s records, reading the log backwards a window at a
-    time until the page and one more record are found; the total is counted through the index when it
-    depends on kinds alone, else by reading every message's record."""
+def _listing(mem, request: Request, out: dict[int, dict]) -> Found:
+    """The records a listing shows, newest first, reading little. A filter on a meta field
+    (``--kind bash``: a result with ``meta.command``; ``--source-class derived``: ``meta.derived``) reads only
+    the lines whose bytes hold that field as the log writes it (``Log.holding``), each checked, and makes
+    records of the page's alone. Otherwise the log is read backwards a window at a time until the page and
+    one more record are found, and the total is counted through the index (less the derived messages, for
+    ``primary``, and those the scope leaves ``out``)."""
     hide = not _shows_tools(request)
-    start = (request.page - 1) * request.limit
-    wanted = start + request.limit + 1
-    found: list[dict] = []
-    stop = mem.count()
-    while stop > 0 and len(found) < wanted:
-        first = max(0, stop - LIST_WINDOW)
-        window = [record(m) for m in mem.messages(first, stop)]
-        found += [r for r in reversed(window) if _listed(request, r, hide)]
-        stop = first
-    if stop == 0:
-        total = len(found)
-    elif request.source_class == "all" and request.kind != "bash":
-        total = mem.index().answer(lambda: mem.index().count_kinds(_kinds(request)))
+    start, end = (request.page - 1) * request.limit, request.page * request.limit
+    if request.kind == "bash" or request.source_class == "derived":
+        needle = _COMMAND_KEY if request.kind == "bash" else _DERIVED
+        listed = [m for m in reversed(mem.log.holding([needle])) if m["i"] not in out and _listed(request, _facets(m), hide)]
+        page, total = [record(m) for m in listed[start:end]], len(listed)
     else:
-        total = sum(1 for m in mem.messages() if _listed(request, record(m), hide))
-    page = found[start : start + request.limit]
-    more = start + request.limit < total
-    return Found("list", page, total, next_page=request.page + 1 if more else None)
+        found, stop = [], mem.count()
+        while stop > 0 and len(found) <= end:
+            first = max(0, stop - LIST_WINDOW)
+            window = [record(m) for m in mem.messages(first, stop)]
+            found += [r for r in reversed(window) if r["id"] not in out and _listed(request, r, hide)]
+            stop = first
+        if stop == 0:
+            total = len(found)
+        else:
+            total = _total(mem, request, hide) - sum(1 for m in out.values() if _listed(request, _facets(m), hide))
+        page = found[start:end]
+    return Found("list", page, total, next_page=request.page + 1 if end < total else None)
+
+
+# the meta fields a listing may filter on, as the log writes them (orjson: no space after the colon)
+_COMMAND_KEY, _DERIVED = b'"command":', b'"derived":true'
+
+
+def _total(mem, request: Request, hide: bool) -> int:
+    """How many messages a listing on kinds alone lists, or on ``primary`` ones: the index counts them by
+    kind, less the derived ones among them for ``primary``."""
+    by_kinds = mem.index().answer(lambda: mem.index().count_kinds(_kinds(request)))
+    if request.source_class == "all":
+        return by_kinds
+    either = replace(request, source_class="all")
+    return by_kinds - sum(1 for m in mem.log.holding([_DERIVED])
+                          if (r := _facets(m))["sourceClass"] == "derived" and _listed(either, r, hide))
 
 
 def _listed(request: Request, r: dict, hide: bool) -> bool:
@@ -255,29 +276,8 @@ def _listed(request: Request, r: dict, hide: bool) -> bool:
             and request.source_class in ("all", r["sourceClass"]))
 
 
-def universe(mem, request: Request) -> list[dict]:
-    """Every record the request may see: scope first, then source class and the privacy rule."""
-    records = SCOPES[request.scope](mem, [record(m) for m in mem.messages()])
-    if request.source_class != "all":
-        records = [r for r in records if r["sourceClass"] == request.source_class]
-    return records
-
-
 def _shows_tools(request: Request) -> bool:
     return request.include_tools or (request.kind in TOOL_FILTERS)
-
-
-def select(mem, request: Request, records: list[dict]) -> Found:
-    """A listing (newest first) or a read by ids, over ``records`` (the request's universe)."""
-    hide = not _shows_tools(request)
-    if request.ids:
-        return _by_ids(request, records, hide)
-    records = [r for r in records if _listed(request, r, hide)]
-    start = (request.page - 1) * request.limit
-    newest = records[::-1]
-    page = newest[start : start + request.limit]
-    more = start + request.limit < len(newest)
-    return Found("list", page, len(newest), next_page=request.page + 1 if more else None)
 
 
 def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
@@ -304,7 +304,7 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
     return Found("read", chosen[: request.limit], len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)), beyond=beyond)
 
 
-def _search(mem, request: Request) -> Found:
+def _search(mem, request: Request, out: dict[int, dict]) -> Found:
     """The ranker's best messages holding a query term (or, with only ``--file``, the messages naming such
     a path, newest first), filtered by the request, re-weighted for path hits and derived records, best first;
     the same text shown once."""
@@ -318,10 +318,7 @@ def _search(mem, request: Request) -> Found:
         pool = [(record(m), 0.0) for m in searching.containing(mem, request.file, kinds)]
     else:
         return Found("search", [], 0)
-    pool = [(r, score) for r, score in pool if _admits(request, r)]
-    if request.scope != "all":
-        allowed = {r["id"] for r in universe(mem, request)}
-        pool = [(r, score) for r, score in pool if r["id"] in allowed]
+    pool = [(r, score) for r, score in pool if r["id"] not in out and _admits(request, r)]
     scored = []
     for r, score in pool:
         if request.file or any(t in terms.fold(p) for p in r["files"] for t in wanted):

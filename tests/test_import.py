@@ -159,6 +159,30 @@ def test_recall_scope_lineage_leaves_out_other_branches(run, tmp_path):
     assert run("recall", "t", "x", "--scope", "sideways").exit_code == 2
 
 
+def test_recall_scope_lineage_is_the_slow_way_s_answer_and_reads_only_the_linked_lines(run, tmp_path, monkeypatch):
+    from pimem import recall
+    from test_recall import recorded_reads, reference
+
+    run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
+    mem = Memory.at("t")
+    mem.append([{"kind": ("user", "pi", "echo", "work")[k % 4], "text": f"later {k} mutex",
+                 "meta": {"command": "npm test"} if k % 4 == 2 else {"derived": True} if k % 4 == 3 else {}} for k in range(600)])
+    requests = [recall.Request(scope="lineage", kind=kind, source_class=source, include_tools=tools, limit=4, page=page)
+                for kind in (None, "bash", "user", "tool_call") for source in ("all", "primary", "derived")
+                for tools in (False, True) for page in (1, 40)]
+    requests += [recall.Request(scope="lineage", ids=["0", "3", "4", "a1", "entry:u2", "600"], include_tools=True),
+                 recall.Request(scope="lineage", query="mutex", include_tools=True)]
+    expected = [reference(mem, r) for r in requests[:-1]]
+    reads = recorded_reads(monkeypatch)
+    for request, want in zip(requests, expected):
+        reads.clear()
+        found = recall.find(mem, request)
+        assert (found.records, found.total, found.next_page, found.missing) == (want.records, want.total, want.next_page, want.missing), request
+        assert (0, None) not in reads and all(stop is not None for _, stop in reads), (request, reads)  # never the whole log
+    searched = [r["id"] for r in recall.find(mem, requests[-1]).records]
+    assert searched and not set(searched) & off_lineage(messages("t"))
+
+
 def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
     path = write_jsonl(tmp_path / "v1.jsonl", [
         {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},

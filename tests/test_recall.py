@@ -5,6 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from pimem import Memory, recall
+from pimem.lineage import off_lineage
 
 
 def log(run, *records):
@@ -82,6 +83,21 @@ def test_tool_traffic_stays_private_unless_asked_for(run, home):
     assert "SECRET-TOKEN" in run("recall", "main", "SECRET", "--kind", "echo").stdout
 
 
+def reference(mem, request: recall.Request) -> recall.Found:
+    """What ``request`` lists or reads, worked out the slow way: a record of every message, less those its
+    scope leaves out (lineage: ``off_lineage`` over every message), the source class and the filters applied
+    to each, newest first (or the ids)."""
+    msgs = list(mem.messages())
+    out = off_lineage(msgs) if request.scope == "lineage" else set(recall.SCOPES[request.scope](mem))
+    hide = not recall._shows_tools(request)
+    records = [r for r in map(recall.record, msgs) if r["id"] not in out and request.source_class in ("all", r["sourceClass"])]
+    if request.ids:
+        return recall._by_ids(request, records, hide)
+    listed = [r for r in records if recall._listed(request, r, hide)][::-1]
+    start, end = (request.page - 1) * request.limit, request.page * request.limit
+    return recall.Found("list", listed[start:end], len(listed), next_page=request.page + 1 if end < len(listed) else None)
+
+
 def recorded_reads(monkeypatch) -> list:
     """The ``(start, stop)`` of every ``Memory.messages`` read from now on."""
     reads = []
@@ -102,7 +118,7 @@ def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypat
     mem.append([{"kind": ("user", "pi", "tool", "echo")[k % 4], "text": f"message {k}"} for k in range(5000)])
     requests = [recall.Request(limit=3, page=2), recall.Request(kind="user", limit=3, page=2),
                 recall.Request(kind="bash", include_tools=True), recall.Request(limit=30, page=167)]
-    every = [recall.select(mem, r, recall.universe(mem, r)) for r in requests]  # the listing of every record
+    every = [reference(mem, r) for r in requests]  # the listing of every record
     reads = recorded_reads(monkeypatch)
     for k, (request, expected) in enumerate(zip(requests, every)):
         reads.clear()
@@ -117,6 +133,41 @@ def test_a_listing_and_a_read_by_number_read_only_what_they_show(home, monkeypat
     read = orjson.loads(recall.recall(mem, recall.Request(ids=["#4001", "17", "9999"], as_json=True)))
     assert [r["id"] for r in read["results"]] == [17, 4001] and read["missingIds"] == ["9999"]
     assert all(stop - start <= 1 for start, stop in reads), reads  # (one message each, or the index)
+
+
+def test_a_listing_on_a_meta_field_reads_only_the_lines_holding_it(home, monkeypatch):
+    """``--kind bash`` and a source class: the same pages and totals as a listing of every record, with the
+    messages that hold the field found by a byte search, not by reading the log (nor fooled by a text that
+    spells the field out, or by the field nested elsewhere, or false)."""
+    def message(k: int) -> dict:
+        shape = k % 7
+        if shape == 0:
+            return {"kind": "echo", "text": f"ok {k}", "meta": {"command": f"pytest -k t{k}", "exit_code": 0}}
+        if shape == 1:
+            return {"kind": "work", "text": f"summary {k}", "meta": {"derived": True}}
+        if shape == 2:
+            return {"kind": "tool", "text": f'bash({{"command": "ls {k}"}})', "meta": {"args": {"command": "ls"}}}
+        if shape == 3:
+            return {"kind": "user", "text": f'{{"command": "x", "derived":true}} {k}', "meta": {"derived": False}}
+        return {"kind": ("user", "pi", "echo")[shape - 4], "text": f"message {k}"}
+
+    mem = Memory.at("main")
+    mem.append([message(k) for k in range(3000)])
+    mem.append([{"kind": "pi", "text": f"recent {k}"} for k in range(600)])  # the fields' messages all lie behind
+    requests = [recall.Request(kind=kind, source_class=source, include_tools=tools, limit=5, page=page)
+                for kind in (None, "bash", "user", "work", "echo") for source in ("all", "primary", "derived")
+                for tools in (False, True) for page in (1, 3)]
+    every = [reference(mem, r) for r in requests]
+    reads = recorded_reads(monkeypatch)
+    for request, expected in zip(requests, every):
+        reads.clear()
+        found = recall.find(mem, request)
+        assert (found.records, found.total, found.next_page) == (expected.records, expected.total, expected.next_page), request
+        if request.kind == "bash" or request.source_class == "derived":
+            assert reads == [], (request, reads)
+    counts = {(r.kind, r.source_class, r.include_tools): e.total for r, e in zip(requests, every)}
+    assert counts[("bash", "all", False)] == 429 and counts[("work", "derived", False)] == 429
+    assert counts[(None, "derived", False)] == 429 and counts[("user", "derived", False)] == 0
 
 
 def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
@@ -227,12 +278,12 @@ def test_any_log_any_budget_never_overflows(home, texts, max_chars, raw):
 def test_a_scope_narrows_the_universe_before_anything_else(home, monkeypatch):
     mem = Memory.at("main")
     mem.append([{"kind": "user", "text": f"note {n}", "meta": {"session": "A" if n % 2 else "B"}} for n in range(6)])
-    monkeypatch.setitem(recall.SCOPES, "lineage", lambda mem, records: [r for r in records if r["message"]["meta"]["session"] == "A"])
+    monkeypatch.setitem(recall.SCOPES, "lineage", lambda mem: {m["i"]: m for m in mem.messages() if m["meta"]["session"] == "B"})
     doc = orjson.loads(recall.recall(mem, recall.Request(query="note", scope="lineage", as_json=True)))
     assert [r["id"] for r in doc["results"]] == [5, 3, 1]
     read = orjson.loads(recall.recall(mem, recall.Request(ids=["0", "1"], scope="lineage", as_json=True)))
     assert [r["id"] for r in read["results"]] == [1] and read["missingIds"] == ["0"]
-    monkeypatch.setitem(recall.SCOPES, "empty", lambda mem, records: [])
+    monkeypatch.setitem(recall.SCOPES, "empty", lambda mem: {m["i"]: m for m in mem.messages()})
     for request in (recall.Request(scope="empty", as_json=True), recall.Request(query="note", scope="empty", as_json=True)):
         assert orjson.loads(recall.recall(mem, request))["results"] == []  # never widened to everything
     with pytest.raises(Exception, match="unknown scope"):
