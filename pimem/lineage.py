@@ -60,7 +60,7 @@ def on_lineage(messages: Iterable[dict]) -> list[dict]:
 def left_out(mem) -> dict[int, dict]:
     """``recall --scope lineage``: the messages on branches their sessions stepped away from, by ``i``. Only
     a message with a parent link can be one, so only the stored lines holding that key (``"parent":``, as
-    the log writes it) are read (``Log.holding``)."""
-    linked = mem.log.holding([b'"parent":'])
+    the log writes it) are read (``Log.holding``), and of each only its number, kind and meta are kept."""
+    linked = mem.log.holding([b'"parent":'], keep=lambda m: {"i": m["i"], "kind": m["kind"], "meta": m.get("meta")})
     off = off_lineage(linked)
     return {m["i"]: m for m in linked if m["i"] in off}

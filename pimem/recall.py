@@ -239,8 +239,8 @@ def _listing(mem, request: Request, out: dict[int, dict]) -> Found:
     start, end = (request.page - 1) * request.limit, request.page * request.limit
     if request.kind == "bash" or request.source_class == "derived":
         needle = _COMMAND_KEY if request.kind == "bash" else _DERIVED
-        listed = [m for m in reversed(mem.log.holding([needle])) if m["i"] not in out and _listed(request, _facets(m), hide)]
-        page, total = [record(m) for m in listed[start:end]], len(listed)
+        listed = [m for m in reversed(mem.log.holding([needle], keep=_light)) if m["i"] not in out and _listed(request, m, hide)]
+        page, total = [record(mem.message(m["i"])) for m in listed[start:end]], len(listed)
     else:
         found, stop = [], mem.count()
         while stop > 0 and len(found) <= end:
@@ -267,8 +267,12 @@ def _total(mem, request: Request, hide: bool) -> int:
     if request.source_class == "all":
         return by_kinds
     either = replace(request, source_class="all")
-    return by_kinds - sum(1 for m in mem.log.holding([_DERIVED])
-                          if (r := _facets(m))["sourceClass"] == "derived" and _listed(either, r, hide))
+    return by_kinds - sum(1 for r in mem.log.holding([_DERIVED], keep=_light) if r["sourceClass"] == "derived" and _listed(either, r, hide))
+
+
+def _light(msg: dict) -> dict:
+    """Of a message a byte search found, what a listing filters it by (many may be found)."""
+    return {"i": msg["i"], **_facets(msg)}
 
 
 def _listed(request: Request, r: dict, hide: bool) -> bool:

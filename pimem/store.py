@@ -537,10 +537,11 @@ class Log:
                 expected += 1
                 yield entry
 
-    def holding(self, needles: list[bytes]) -> list[dict]:
+    def holding(self, needles: list[bytes], keep: Callable[[dict], dict] | None = None) -> list[dict]:
         """The messages whose stored lines hold one of ``needles``, in ``i`` order: a byte search through each
         day file, only the lines it finds parsed. For a lookup by a value as the log stores it (a source entry
-        id, ``orjson``-encoded): the caller checks each message, and a value written otherwise is not found."""
+        id, ``orjson``-encoded): the caller checks each message, and a value written otherwise is not found.
+        ``keep``: what is kept of each message (its ``i`` included), for a search finding many."""
         found: dict[int, dict] = {}
         for _, _, name in self.ranges():
             with open_binary(self.dir / name, 0) as f:
@@ -556,7 +557,7 @@ class Log:
                             break  # a torn last line
                         msg = _parse(data[data.rfind(b"\n", 0, at) + 1 : end + 1])
                         if msg is not None:
-                            found.setdefault(msg["i"], msg)
+                            found.setdefault(msg["i"], msg if keep is None else keep(msg))
                         at = data.find(needle, end)
         return [found[i] for i in sorted(found)]
 
