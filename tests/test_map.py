@@ -91,6 +91,11 @@ def test_map_writes_the_same_picture_as_svg(run, chat, tmp_path):
     assert "好的，我记住了" in svg
 
 
+def test_an_svg_that_cannot_be_written_ends_the_map_before_it_prints(run, chat, tmp_path):
+    out = run("map", "main", "--svg", tmp_path / "no-such-dir" / "main.svg")
+    assert out.exit_code == 7 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+
+
 def test_map_refuses_unknown_memories_and_tiny_widths(run, home, chat):
     assert run("map", "nope").exit_code == 3
     assert run("map", "main", "--width", 5).exit_code == 2

@@ -37,7 +37,8 @@ def command(
     mem = Memory.open(name or naming.default(), home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
     picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)
+    if svg is not None:  # (first: a file that cannot be written ends the command before it prints)
+        svg.write_text(panorama.to_svg(picture, cols, f"pimem map {mem.name}"), encoding="utf-8")
     output.line(panorama.to_text(picture).rstrip("\n"))
     if svg is not None:
-        svg.write_text(panorama.to_svg(picture, cols, f"pimem map {mem.name}"), encoding="utf-8")
         output.info(f"wrote {svg}")
