@@ -71,7 +71,7 @@ def record(msg: dict) -> dict:
 def _facets(msg: dict) -> dict:
     """What a listing filters a message's record by: its kind, the names of its kind, its source class."""
     meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
-    kinds = list(NAMES[msg["kind"]])
+    kinds = list(NAMES.get(msg["kind"], [msg["kind"]]))  # (a kind written by another hand: fsck names it)
     if msg["kind"] == "echo" and isinstance(meta.get("command"), str):
         kinds.append("bash")
     return {"kind": msg["kind"], "kinds": kinds, "sourceClass": "derived" if meta.get("derived") is True else "primary"}
@@ -231,7 +231,7 @@ LIST_WINDOW = 256  # messages a listing reads back at a time
 def _listing(mem, request: Request, out: dict[int, dict]) -> Found:
     """The records a listing shows, newest first, reading little. A filter on a meta field
     (``--kind bash``: a result with ``meta.command``; ``--source-class derived``: ``meta.derived``) reads only
-    the lines whose bytes hold that field as the log writes it (``Log.holding``), each checked, and makes
+    the lines whose bytes hold that field's key (``Log.holding``), each checked, and makes
     records of the page's alone. Otherwise the log is read backwards a window at a time until the page and
     one more record are found, and the total is counted through the index (less the derived messages, for
     ``primary``, and those the scope leaves ``out``)."""
@@ -256,8 +256,8 @@ def _listing(mem, request: Request, out: dict[int, dict]) -> Found:
     return Found("list", page, total, next_page=request.page + 1 if end < total else None)
 
 
-# the meta fields a listing may filter on, as the log writes them (orjson: no space after the colon)
-_COMMAND_KEY, _DERIVED = b'"command":', b'"derived":true'
+# the meta fields a listing may filter on, as keys (a line written by another hand may space its values)
+_COMMAND_KEY, _DERIVED = b'"command":', b'"derived":'
 
 
 def _total(mem, request: Request, hide: bool) -> int:

@@ -5,6 +5,7 @@ and ``append`` then writes nothing. Real processes throughout."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import orjson
@@ -91,3 +92,29 @@ def test_fsck_repair_records_a_valid_change_so_commands_stop_checking_the_whole_
     assert out.returncode == 5 and b"ranges.json" in out.stdout
     assert sh("fsck", "--repair", "m").returncode == 0
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+
+
+def test_a_line_written_with_spaces_is_listed_by_the_recall_filters_that_search_the_log_bytes(sh, log):
+    """``recall --kind bash`` and ``--source-class derived`` find their lines by a byte search of the log for
+    the meta key; a line another tool wrote with spaces after its colons is found all the same."""
+    records = [{"kind": "echo", "text": "ok", "meta": {"command": "ls -la"}},
+               {"kind": "work", "text": "summary of the staging work", "meta": {"derived": True}}]
+    append_behind(log / f"{DAYS[-1]}.jsonl", b"".join(
+        json.dumps({"i": 9 + n, **r, "size": 2, "date": f"{DAYS[-1]}T10:00:00+08:00"}).encode() + b"\n"
+        for n, r in enumerate(records)))
+    def ids(*args):
+        out = sh("recall", "m", "--json", *args)
+        assert out.returncode == 0, out.stderr
+        return [r["id"] for r in orjson.loads(out.stdout)["results"]]
+    assert ids("--kind", "bash") == [9]
+    assert ids("--source-class", "derived") == [10]
+    assert 10 not in ids("--source-class", "primary")
+
+
+def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh, log):
+    append_behind(log / f"{DAYS[-1]}.jsonl", b'{"i":9,"kind":"custom","text":"handmade note","size":13,"date":"2026-10-08T10:00:00+08:00"}\n')
+    for argv in (["recall", "m", "--json"], ["recall", "m", "handmade", "--json"], ["since", "m", "#9"], ["view", "m"]):
+        out = sh(*argv)
+        assert out.returncode == 0 and b"handmade" in out.stdout, (argv, out.stderr)
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and b"unknown kind 'custom'" in out.stdout

@@ -9,7 +9,7 @@ import typer
 from .. import naming, numbers, output, when
 from ..errors import BadInput, PimemError
 from ..memory import Memory
-from ..message import KINDS, TOOL_KINDS, kind_of
+from ..message import TOOL_KINDS, kind_of
 from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name
 
 FOLLOW_POLL = 0.2  # seconds between looks at the log while following
@@ -43,10 +43,8 @@ def command(
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     start_bound, until_bound = _bound(start), _bound(until)  # (a bad WHEN is reported before a missing memory)
     mem = Memory.open(name, home)
-    if kind:
-        shown = {kind_of(k) for k in kind}
-    else:
-        shown = set(KINDS) if include_tools else set(KINDS) - TOOL_KINDS
+    kinds = {kind_of(k) for k in kind or ()}
+    hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
     if follow and until:
         raise BadInput("--follow and --until do not go together")
     saved = mem.cursor(cursor) if cursor else None
@@ -74,7 +72,7 @@ def command(
                 break
             if i >= position:
                 position = i + 1
-            if msg["kind"] in shown:
+            if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
                 out.add((output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line)
         out.flush()
         if cursor:
