@@ -99,7 +99,9 @@ class Hook:
     def run(self) -> dict | None:
         from .memory import Memory
 
-        mem = Memory.at(self.name, self.home)
+        mem = self._guard(lambda: Memory.at(self.name, self.home))  # (a bad --name or --home: a warning)
+        if mem is None:
+            return self.result()
         if self.event in ANSWERS and mem.exists():
             prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
             self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget)) or ""
@@ -128,11 +130,7 @@ class Hook:
         main = Path(path).expanduser().resolve()
         found = []
         for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
-            try:
-                source = inspect_file(file, "claude")
-            except PimemError as exc:
-                self.warnings.append(str(exc))
-                continue
+            source = self._guard(lambda: inspect_file(file, "claude") if file.is_file() else None)
             if source is not None:
                 found.append(source)
         return found
@@ -148,10 +146,10 @@ class Hook:
 
         warnings: list[str] = []
         left = max(0.1, self.deadline - time.monotonic())
-        run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
+        reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
         if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
             self.warnings.append(f"{len(warnings)} transcript line(s) skipped: {warnings[0]}")
-        if time.monotonic() >= self.deadline:
+        if any(r.cut_short for r in reports):
             self.warnings.append("out of time; the next event imports the rest of the transcript")
 
     def _guard(self, work):

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -171,6 +172,38 @@ def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
     assert answer["systemMessage"].startswith("pimem: ") and "lock" in answer["systemMessage"]
     assert hook(payload("Stop", "s2", current)) == (0, None, "")  # the next event catches up
     assert texts()[-1] == "hello"
+
+
+def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_prompt(home, tmp_path):
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    agents = tmp_path / "s1" / "subagents"
+    agents.mkdir(parents=True)
+    (agents / "agent-gone.jsonl").symlink_to(tmp_path / "nowhere.jsonl")  # a dangling link
+    (agents / "agent-dir.jsonl").mkdir()  # a directory named like a transcript
+    grow(agents / "agent-a.jsonl", line("s1", "user", "a1", "sub-agent: list the routes", 2))
+    assert hook(payload("Stop", "s1", transcript)) == (0, None, "")  # the odd ones passed over, the others captured
+    assert sorted(texts()) == ["sub-agent: list the routes", "the staging db listens on 5433"]
+    before = snapshot(home)
+    for args, why in ((("-n", "bad name"), "invalid memory name 'bad name'"), (("--home", "/dev/null"), "Not a directory")):
+        code, answer, err = hook(payload("UserPromptSubmit", "s1", transcript, prompt="staging port"), *args)
+        assert code == 0 and why in answer["systemMessage"] and err.count("\n") == 1, (args, answer, err)
+    assert snapshot(home) == before
+
+
+def test_out_of_time_is_said_only_when_the_transcript_was_left_unread(home, tmp_path, monkeypatch):
+    from pimem.claude_code import Hook
+    from pimem.importers import job
+
+    monkeypatch.setattr(job, "BATCH_LINES", 3)
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, *(line("s1", "user", f"u{k}", f"message {k}", k) for k in range(5)))
+
+    def past_its_deadline():  # one batch a file, then it stops if there is more
+        return Hook(json.loads(payload("Stop", "s1", transcript)), deadline=time.monotonic() - 1).run()
+
+    assert "out of time" in past_its_deadline()["systemMessage"] and len(texts()) == 3
+    assert past_its_deadline() is None and len(texts()) == 5  # the rest read to its end: nothing to warn of
 
 
 def test_relevance_keeps_hits_holding_enough_of_the_words_and_near_the_best_score():

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import snapshot
 from pimem import Memory
+from pimem.errors import BadInput
 from pimem.lineage import off_lineage, on_lineage
 
 
@@ -358,6 +359,23 @@ def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
     assert off_lineage(messages("copy")) == {3, 4, 5}
 
 
+def test_exports_that_overlap_or_differ_in_what_they_show_add_nothing_twice(run, tmp_path):
+    """An export's line holds its ``i``: that, not the line's place in the file, says which message it is."""
+    for n in range(10):
+        run("append", "src", "-k", ("user", "tool", "echo", "pi")[n % 4], f"message {n}")
+    def export(name, *args):
+        path = tmp_path / name
+        path.write_text(run("since", "src", *args).stdout)
+        return path
+    assert run("import", export("talk.ndjson", "#0"), "-n", "bk").stdout.startswith("bk: 5 imported")
+    assert run("import", export("all.ndjson", "#0", "--include-tools"), "-n", "bk").stdout.startswith("bk: 5 imported, 5 already present")
+    assert run("import", export("late.ndjson", "#5", "--include-tools"), "-n", "bk").stdout.startswith("bk: 0 imported, 5 already present")
+    assert [m["text"] for m in messages("bk")] == [f"message {n}" for n in (0, 3, 4, 7, 8, 1, 2, 5, 6, 9)]
+    same_text = tmp_path / "typed.ndjson"  # lines without an i (written by hand): their places tell them apart
+    same_text.write_text('{"kind":"user","text":"again"}\n{"kind":"user","text":"again"}\n')
+    assert run("import", same_text, "-n", "typed").stdout.startswith("typed: 2 imported")
+
+
 # ---- re-import ----------------------------------------------------------------------------------------
 
 def test_reimport_adds_nothing_twice_even_without_state(run, home, tmp_path):
@@ -461,6 +479,30 @@ def test_without_a_name_each_project_gets_its_own_memory(run, home, tmp_path):
     assert {m["meta"]["session"] for m in messages("api")} == {"one", "two"}
     assert {m["meta"]["cwd"] for m in messages("shop")} == {"/home/dev/shop"}
     assert run("import", folder, "--json").stdout.count('"imported":0') == 7  # again: nothing new anywhere
+
+
+def test_a_first_line_longer_than_the_peek_is_read_whole_to_tell_the_format(run, tmp_path, monkeypatch):
+    """Detection reads a file's head a piece at a time: a first message longer than that piece (a pasted log)
+    is not an empty file, and a first line over the line cap is passed over, as the import passes over it."""
+    from pimem.importers import detect
+
+    monkeypatch.setattr(detect, "PEEK_BYTES", 4096)
+    long_first = claude_lines("long")
+    long_first[2]["message"]["content"] = "start the server " + "x" * 10_000
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    write_jsonl(folder / "long.jsonl", long_first)
+    result = run("import", folder, "-n", "t")
+    assert result.exit_code == 0 and result.stdout.startswith("t: 7 imported"), (result.stdout, result.stderr)
+    assert messages()[0]["text"].endswith("x" * 10_000)
+    export = tmp_path / "t.ndjson"
+    export.write_text(run("since", "t", "#0", "--include-tools").stdout)
+    assert run("import", export, "-n", "copy").stdout.startswith("copy: 7 imported")  # its first line the long one
+    monkeypatch.setattr(detect.ingest, "line_cap", lambda cap: 8192)  # a first line over the cap: the next ones tell
+    assert detect.inspect_file(folder / "long.jsonl", "auto").format == "claude"
+    (tmp_path / "one.jsonl").write_text(json.dumps({"kind": "user", "text": "y" * 20_000}) + "\n")
+    with pytest.raises(BadInput, match="its only line is over the 8,192-byte line cap"):
+        detect.inspect_file(tmp_path / "one.jsonl", "auto")
 
 
 def test_a_directory_imports_its_sessions(run, tmp_path):

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import orjson
 
-from .. import when
+from .. import ingest, when
 from ..errors import BadInput, NothingFound
 from ..home import NAME_RE, reserved
+from ..message import DEFAULT_CAP
 from .claude import ClaudeParser
 from .codex import CodexParser
 from .ndjson import NdjsonParser
@@ -78,11 +79,14 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
 def inspect_file(path: Path, fmt: str) -> Source | None:
     """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
     yet; ``BadInput`` when its format cannot be told or it has no line of the format forced."""
-    objects = list(_head(path))
+    lines, passed = _head_lines(path)
+    objects = list(_objects(lines))
     size = path.stat().st_size
     if not objects:
-        if any(_head_lines(path)):
+        if lines:
             raise BadInput(f"{path}: not JSON lines; pimem imports pi, claude, codex and ndjson files")
+        if passed:
+            raise BadInput(f"{path}: its only line is over the {ingest.line_cap(DEFAULT_CAP):,}-byte line cap")
         return None
     looks = next((name for obj in objects for name, parser in FORMATS.items() if parser.sniff(obj)), None)
     if fmt == "auto":
@@ -100,17 +104,35 @@ def inspect_file(path: Path, fmt: str) -> Source | None:
     return Source(str(path), fmt, size, first, cwd)
 
 
-def _head_lines(path: Path):
+def _head_lines(path: Path) -> tuple[list[bytes], bool]:
+    """The file's first ``PEEK_LINES`` lines that are not blank, read ``PEEK_BYTES`` at a time, and whether a
+    line was passed over: a line longer than that (a long first message) is read whole up to the importers'
+    line cap; one longer still is passed over, as the import passes over it. A last line without its newline
+    is kept (it may be whole)."""
+    lines: list[bytes] = []
+    cap = ingest.line_cap(DEFAULT_CAP)
+    pending, skipping, passed, budget = b"", False, False, PEEK_BYTES + cap
     with open(path, "rb") as f:
-        data = f.read(PEEK_BYTES)
-    lines = data.split(b"\n")
-    if len(data) == PEEK_BYTES:
-        lines.pop()  # the last piece may be cut
-    return [line for line in lines if line.strip()][:PEEK_LINES]
+        while len(lines) < PEEK_LINES and budget > 0:
+            chunk = f.read(PEEK_BYTES)
+            if not chunk:
+                lines += [] if skipping else [pending]
+                break
+            if skipping:  # (the rest of a line over the cap)
+                cut = chunk.find(b"\n")
+                if cut < 0:
+                    continue
+                chunk, skipping = chunk[cut + 1:], False
+            budget -= len(chunk)
+            *whole, pending = (pending + chunk).split(b"\n")
+            lines += whole
+            if len(pending) > cap:
+                pending, skipping, passed = b"", True, True
+    return [line for line in lines if line.strip()][:PEEK_LINES], passed
 
 
-def _head(path: Path):
-    for line in _head_lines(path):
+def _objects(lines: list[bytes]):
+    for line in lines:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:

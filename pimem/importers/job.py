@@ -39,7 +39,8 @@ ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be uncha
 @dataclass
 class FileReport:
     """What one file gave: messages logged, already present, malformed lines skipped, and the line reading
-    started at (1 unless the file was continued from an earlier import)."""
+    started at (1 unless the file was continued from an earlier import); ``cut_short`` when the deadline
+    stopped it before the file's end (not in ``as_dict``: ``import`` has no deadline)."""
 
     file: str
     format: str
@@ -48,9 +49,10 @@ class FileReport:
     malformed: int = 0
     from_line: int = 1
     unchanged: bool = False
+    cut_short: bool = False
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {key: value for key, value in self.__dict__.items() if key != "cut_short"}
 
 
 def run(
@@ -189,7 +191,8 @@ class _File:
             if len(self.batch) >= BATCH_LINES or self.batch_bytes >= BATCH_BYTES:
                 self._flush(self._position(f, offset, line_no, parser))
                 if self.deadline is not None and time.monotonic() >= self.deadline:
-                    break  # out of time: the next import reads on from the position just recorded
+                    self.report.cut_short = True  # out of time: the next import reads on from the position just recorded
+                    break
             if offset - reported >= PROGRESS_STEP:
                 self.progress(offset)
                 reported = offset

@@ -1,7 +1,9 @@
 """NDJSON of ``{kind, text, date?, meta?}`` (what ``pimem since`` prints and ``append --ndjson`` reads).
 
 A record's own meta is kept; ``source`` defaults to ``ndjson`` and ``entry`` to the line's number and hash,
-so re-importing an export (or a copy of a memory that was itself imported) adds nothing twice.
+or for a line of a memory's export (it holds its ``i``) to that ``i`` and the line's hash, so re-importing an
+export, a copy of a memory that was itself imported, or exports that overlap (``since main 2h`` each hour)
+adds nothing twice.
 """
 
 from __future__ import annotations
@@ -29,6 +31,6 @@ class NdjsonParser(Parser):
             raise Malformed("meta must be a JSON object")
         out = {key: obj[key] for key in obj if key not in ("meta", "i", "size")}  # the message check names any extra field
         out["meta"] = {"source": self.source, **meta}
-        out["meta"].setdefault("entry", line_key(line_no, raw))
+        out["meta"].setdefault("entry", line_key(f"i{obj['i']}" if type(obj.get("i")) is int else line_no, raw))
         out["meta"].setdefault("file", self.file)
         return [out]

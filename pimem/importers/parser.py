@@ -90,9 +90,10 @@ def bounded_put(table: dict, key, value, cap: int = PENDING_CAP) -> None:
         del table[next(iter(table))]
 
 
-def line_key(line_no: int, raw: bytes) -> str:
-    """A stable id for a line of a format without ids: its number and a hash of its bytes. Appending to a
-    file keeps the keys of its earlier lines; two identical lines at different places stay distinct."""
+def line_key(line_no: int | str, raw: bytes) -> str:
+    """A stable id for a line of a format without ids: its number (or another place: an export's ``i``) and
+    a hash of its bytes. Appending to a file keeps the keys of its earlier lines; two identical lines at
+    different places stay distinct."""
     return f"{line_no}-{hashes.blake2b(raw.strip(), digest_size=6).hexdigest()}"
 
 
