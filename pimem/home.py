@@ -138,6 +138,17 @@ def write_all(fd: int, data: bytes, durable: bool = True) -> None:
         _datasync(fd)
 
 
+def cut_back(fd: int, size: int) -> None:
+    """Undo a failed append at ``fd``: its file cut back to the ``size`` it had before, durably (shrinking
+    needs no space, so this works on a full disk); best effort, the write's own error is the one to tell."""
+    try:
+        if os.fstat(fd).st_size != size:
+            os.ftruncate(fd, size)
+            os.fsync(fd)
+    except OSError:
+        pass
+
+
 def sync_dir(path: Path) -> None:
     """Make the names created in directory ``path`` durable."""
     fd = os.open(path, os.O_RDONLY)
@@ -169,14 +180,21 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
 def append_durably(path: Path, data: bytes) -> None:
     """Append ``data`` (whole lines) to ``path``, creating it 0600, durably before returning; a torn last
     line left by a crash is first terminated so the new lines start on lines of their own. A new file's
-    name is made durable too."""
+    name is made durable too. A write that fails (the disk full) leaves the file as it was: cut back to
+    its size before, or removed if this write created it."""
     created = not path.exists()
     fd = open_fd(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, FILE_MODE)
     try:
         size = os.fstat(fd).st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
-        write_all(fd, data)
+        try:
+            write_all(fd, data)
+        except BaseException:
+            cut_back(fd, size)
+            if created:
+                path.unlink(missing_ok=True)
+            raise
     finally:
         os.close(fd)
     if created:

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator
 import orjson
 
 from .errors import IntegrityError
-from .home import FILE_MODE, ensure_dir, sync_dir, write_all, write_atomic
+from .home import FILE_MODE, cut_back, ensure_dir, sync_dir, write_all, write_atomic
 from .nofollow import lstat, open_binary, open_fd, read_bytes
 
 _PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
@@ -425,9 +425,9 @@ class Log:
         fds: dict[str, int] = {}
         created: set[str] = set()
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there
-        done: set[str] = set()  # the days whose runs are durable
         stamps: dict[str, os.stat_result] = {}  # each file as this write left it
         made: set[str] = set()  # the files this write created
+        sizes: dict[str, int] = {}  # each file there before, its size then
         try:
             # open every file first, so the new ones' names are made durable with one directory flush; the
             # ones there are first, each checked as it is held open (a file changed behind pimem's back stops
@@ -439,9 +439,10 @@ class Log:
                 except FileNotFoundError:
                     created.add(day)
                     continue
-                known = self._info.get(f"{day}.jsonl")
-                if known is not None and not known.matches(os.fstat(fds[day])):
+                known, st = self._info.get(f"{day}.jsonl"), os.fstat(fds[day])
+                if known is not None and not known.matches(st):
                     self._changed_behind([f"{day}.jsonl"])
+                sizes[day] = st.st_size
             self.begin_write()
             for day in created:
                 fds[day] = open_fd(f"{self.dir}/{day}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
@@ -456,12 +457,13 @@ class Log:
                 if self.keep_written:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
                 write_all(fds[day], data)
-                done.add(day)
                 stamps[day] = os.fstat(fds[day])
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
-        except BaseException:
-            self._undo_created(made - done, start == 0)
+        except BaseException:  # all or nothing: no message of a batch that failed stays for a retry to log twice
+            for day, size in sizes.items():
+                cut_back(fds[day], size)
+            self._undo_created(made, start == 0)
             raise
         finally:
             for fd in fds.values():
@@ -480,9 +482,9 @@ class Log:
         return list(range(start, start + n))
 
     def _undo_created(self, days: set[str], first_write: bool) -> None:
-        """After a failed write (the disk full, say): remove the day files it created that hold none of its
-        durable runs (nothing acknowledged, nothing any reader was promised), and after a memory's first write
-        its ``main/`` too, so a failed first append leaves no empty memory behind."""
+        """After a failed write (the disk full, say): remove the day files it created (none of their messages
+        was acknowledged), and after a memory's first write its ``main/`` too, so a failed first append leaves
+        no empty memory behind."""
         for day in days:
             try:
                 os.unlink(self.dir / f"{day}.jsonl")

@@ -27,7 +27,8 @@ def disk(tmp_path, monkeypatch):
     class Disk:
         home = mount / "home"
 
-        def fill(self):
+        def fill(self, leave: int = 0):
+            """Fill the disk, then (``leave``) free that many bytes again."""
             fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             try:
                 for size in (1 << 16, 4096, 512, 64, 1):
@@ -36,6 +37,8 @@ def disk(tmp_path, monkeypatch):
                             os.write(fd, b"x" * size)
                     except OSError as exc:
                         assert exc.errno == errno.ENOSPC
+                if leave:
+                    os.ftruncate(fd, os.fstat(fd).st_size - leave)
             finally:
                 os.close(fd)
 
@@ -69,6 +72,26 @@ def test_a_failed_first_append_leaves_no_memory(sh, disk):
     assert snapshot(disk.home).keys() - before.keys() <= {"fresh/", "fresh/write.lock"}
     disk.free()
     assert sh("append", "fresh", "now it fits").stdout == b"0\n"
+
+
+def test_a_batch_that_fits_in_part_leaves_exactly_the_acknowledged_messages_and_a_retry_logs_the_rest_once(sh, disk):
+    assert sh("append", "m", "first").returncode == 0
+    lines = [orjson.dumps({"kind": "user", "text": f"batch line {n} " + "y" * 60}) + b"\n" for n in range(3000)]
+    disk.fill(leave=48 * 1024)
+    out = sh("append", "m", "--ndjson", input=b"".join(lines))
+    one_line_exit_7(out)
+    acked = out.stdout.split()
+    assert acked == [str(i).encode() for i in range(1, 1 + len(acked))] and len(acked) < 3000
+    day = next((disk.home / "m" / "main").glob("*.jsonl"))
+    assert day.read_bytes().endswith(b"\n") and day.read_bytes().count(b"\n") == 1 + len(acked)  # no torn line
+    assert Memory.open("m").count() == 1 + len(acked) and sh("fsck", "m").returncode == 0
+    before = snapshot(disk.home / "m")
+    one_line_exit_7(sh("remember", "m", "-", input=b"z" * 200_000))  # the memory log too: as it was (here: never made)
+    assert snapshot(disk.home / "m").keys() - before.keys() <= {"write.lock"} and not (disk.home / "m" / "memory.jsonl").exists()
+    disk.free()
+    assert sh("append", "m", "--ndjson", input=b"".join(lines[len(acked):])).returncode == 0
+    texts = [m["text"] for m in Memory.open("m").messages()]
+    assert texts == ["first"] + [f"batch line {n} " + "y" * 60 for n in range(3000)]  # each once
 
 
 def test_failed_writes_leave_no_temp_files(sh, disk, tmp_path):
