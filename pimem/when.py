@@ -11,7 +11,6 @@ from . import env
 from .errors import BadInput
 
 _RFC3339 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?(?:Z|[+-][0-9]{2}:[0-9]{2})")
-_OFFSET = re.compile(r"(Z|z|[+-]\d\d:\d\d)$")
 
 
 def rfc3339(moment: datetime) -> str:
@@ -27,11 +26,18 @@ def parse_stored(text: str) -> datetime:
         raise BadInput(f"bad date {text!r}: expected RFC 3339 like 2026-10-08T09:30:00+08:00")
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        if moment.tzinfo is None:
+            moment = moment.astimezone()
+        moment.astimezone(timezone.utc)  # (year 1 or 9999 in a zone that moves it out of range)
     except ValueError:
         raise BadInput(f"bad date {text!r}: expected RFC 3339 like 2026-10-08T09:30:00+08:00") from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()
+    except OverflowError:
+        raise OutOfRange(f"bad date {text!r}: out of the range of dates (years 1 to 9999, in UTC too)") from None
     return moment
+
+
+class OutOfRange(BadInput):
+    """A well-formed date at the ends of the range that a conversion to UTC moves out of it."""
 
 
 class Threshold:
@@ -42,10 +48,16 @@ class Threshold:
     def __init__(self, moment: datetime):
         self.moment = moment
         utc = moment.astimezone(timezone.utc)
-        after = utc + timedelta(days=1)  # local day D starts no earlier than D 00:00 UTC - 24 h
-        first_sure = after.date() + timedelta(days=0 if after.time() == time(0) else 1)
-        self._reached_from = first_sure.isoformat()  # days from here on are wholly at or after the moment
-        self._before_until = (utc - timedelta(days=2)).date().isoformat()  # days up to here are wholly before
+        try:
+            after = utc + timedelta(days=1)  # local day D starts no earlier than D 00:00 UTC - 24 h
+            first_sure = after.date() + timedelta(days=0 if after.time() == time(0) else 1)
+            self._reached_from = first_sure.isoformat()  # days from here on are wholly at or after the moment
+        except OverflowError:
+            self._reached_from = "~"  # (past every day: at the end of the range each is parsed)
+        try:
+            self._before_until = (utc - timedelta(days=2)).date().isoformat()  # days up to here are wholly before
+        except OverflowError:
+            self._before_until = ""
 
     def reached_by(self, date: str) -> bool:
         """Whether the stored ``date`` is at or after the moment."""
@@ -63,20 +75,18 @@ class Threshold:
 
 def normalise(text: str) -> str:
     """A user-supplied message date, checked and written back as RFC 3339 with an offset."""
-    if isinstance(text, str) and _RFC3339.fullmatch(text):
+    if isinstance(text, str) and _RFC3339.fullmatch(text) and text[:4] not in ("0001", "9999"):
         try:
             datetime.fromisoformat(text)  # the shape is right; is the date real (no month 13)?
             return text
         except ValueError:
             pass
-    moment = parse_stored(text)
-    if "T" not in text and " " not in text and len(text) <= 10:
-        return rfc3339(moment)
-    return text if _has_offset(text) else rfc3339(moment)
-
-
-def _has_offset(text: str) -> bool:
-    return bool(_OFFSET.search(text))
+    moment = parse_stored(text)  # any other ISO 8601 form Python reads (20261008T093000Z, a space, no offset)
+    offset = moment.utcoffset()
+    if offset.seconds % 60 or offset.microseconds:
+        raise BadInput(f"bad date {text!r}: a UTC offset is whole minutes, like +05:30 (RFC 3339)")
+    micro = moment.microsecond
+    return moment.isoformat(timespec="seconds" if not micro else "milliseconds" if micro % 1000 == 0 else "microseconds")
 
 
 HINT = ("use a date (2026-10-08), a date and time (2026-10-08T09:30, 2026-10-08 09:30+08:00), a time today "
@@ -145,6 +155,8 @@ def parse_when(text: str) -> datetime:
         raise BadInput(f"date {text!r} is out of range: {HINT}") from None
     try:
         return parse_stored(raw)
+    except OutOfRange:
+        raise
     except BadInput:
         raise BadInput(f"bad date {text!r}: {HINT}") from None
 

@@ -4,6 +4,8 @@ from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, strategies as st
 
+import pytest
+
 from pimem import when
 
 offsets = st.integers(-(23 * 60 + 59), 23 * 60 + 59).map(lambda m: timezone(timedelta(minutes=m)))
@@ -29,9 +31,39 @@ def test_stored_dates_are_kept_as_given_when_already_rfc3339():
     assert when.normalise("2026-10-08T09:30:00+0800") == "2026-10-08T09:30:00+08:00"  # written back as RFC 3339
 
 
-# ---- one WHEN grammar for every option that takes a time --------------------------------------------------
+@pytest.mark.parametrize("given,stored", [
+    ("20261008T093000Z", "2026-10-08T09:30:00+00:00"),  # ISO 8601's basic form: the file is named by the day
+    ("2026-W41-1T10:00Z", "2026-10-05T10:00:00+00:00"),
+    ("2026-10-08T0930+05:30", "2026-10-08T09:30:00+05:30"),
+    ("2026-10-08T09:30:00,5Z", "2026-10-08T09:30:00.500+00:00"),
+    ("2026-10-08 09:30:00+05:00", "2026-10-08T09:30:00+05:00"),
+    ("2026-10-08T09:30:00.123456-01:00", "2026-10-08T09:30:00.123456-01:00"),
+    ("9999-12-31T23:59:59+05:00", "9999-12-31T23:59:59+05:00"),
+])
+def test_any_iso_date_is_stored_as_rfc3339(given, stored):
+    assert when.normalise(given) == stored and stored[:10] == when.parse_stored(stored).date().isoformat()
 
-import pytest  # noqa: E402
+
+@pytest.mark.parametrize("given,why", [
+    ("2026-10-08T09:30:00+00:30:15", "whole minutes"),  # RFC 3339 has no seconds in an offset
+    ("9999-12-31T23:59:59-05:00", "out of the range"),  # in UTC it is the year 10000
+    ("0001-01-01T00:00:00+01:00", "out of the range"),
+])
+def test_a_date_rfc3339_cannot_hold_is_refused(given, why):
+    with pytest.raises(when.BadInput, match=why):
+        when.normalise(given)
+
+
+def test_whens_at_the_ends_of_the_range_are_answered_or_refused_in_one_line(run, home):
+    run("append", "m", "a message")
+    for argv, code in ((["since", "m", "9999-12-31T23:59:59"], 0), (["date", "m", "--at", "9999-12-31"], 1),
+                       (["since", "m", "0001-01-02"], 0), (["search", "message", "m", "--since", "0001-01-02"], 0),
+                       (["since", "m", "0001-01-01T00:00:00+01:00"], 2)):
+        out = run(*argv)
+        assert out.exit_code == code and "Traceback" not in out.stderr and out.stderr.count("\n") <= 1, (argv, out.stderr)
+
+
+# ---- one WHEN grammar for every option that takes a time --------------------------------------------------
 
 from pimem import Memory, api  # noqa: E402
 
