@@ -15,6 +15,7 @@ from pathlib import Path
 import orjson
 
 from . import env, home as homes
+from .errors import BadInput
 from .message import DEFAULT_CAP
 from .nofollow import read_bytes
 
@@ -57,9 +58,39 @@ def read_json(path: Path, default=None):
         return default
 
 
+# what each setting a person may write must be, for a hand-edited config.json to be refused in one line
+_NUMBER, _COUNT = (int, float), int
+_SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": _COUNT, "compactor": dict,
+           "max_cost_per_day": (*_NUMBER, type(None)), "context_wait": _NUMBER}
+
+
+def settings(path: Path) -> dict:
+    """A ``config.json``'s own settings ({} when there is none); ``BadInput`` naming the file when it is not
+    a JSON object or a setting is of the wrong type (a hand edit gone wrong: every command says so)."""
+    try:
+        data = read_bytes(path)
+        own = orjson.loads(data) if data.strip() else {}  # (an emptied file: no settings of its own)
+    except FileNotFoundError:
+        return {}
+    except orjson.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not valid JSON ({exc}); fix it or remove it") from None
+    if not isinstance(own, dict):
+        raise BadInput(f"{path}: not a JSON object; fix it or remove it")
+    for key, value in own.items():
+        shape = _SHAPES.get(key)
+        wrong = shape is not None and (not isinstance(value, shape) or isinstance(value, bool))
+        if key in ("view", "cview") and not wrong:
+            wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
+        elif isinstance(value, (int, float)) and not wrong:
+            wrong = value < 0 or (shape is _COUNT and value == 0)
+        if wrong:
+            raise BadInput(f"{path}: {key} cannot be {orjson.dumps(value).decode()[:80]}; fix it or remove it")
+    return own
+
+
 def of_home(home: str | os.PathLike | None = None) -> dict:
     """The defaults for memories without settings of their own: ``DEFAULTS``, overlaid by the home's."""
-    return merged(DEFAULTS, read_json(env.home(home) / "config.json", {}) or {})
+    return merged(DEFAULTS, settings(env.home(home) / "config.json"))
 
 
 def save_home(home: str | os.PathLike | None, changes: dict) -> None:
@@ -69,10 +100,10 @@ def save_home(home: str | os.PathLike | None, changes: dict) -> None:
 
 def of_memory(path: Path, home: Path) -> dict:
     """A memory's settings: the home's defaults, overlaid by its own ``config.json``."""
-    return merged(of_home(home), read_json(path / "config.json", {}) or {})
+    return merged(of_home(home), settings(path / "config.json"))
 
 
 def save(directory: Path, changes: dict) -> None:
     """Merge ``changes`` into ``directory/config.json`` (a home's or a memory's directory, which exists)."""
-    own = merged(read_json(directory / "config.json", {}) or {}, changes)
+    own = merged(settings(directory / "config.json"), changes)
     homes.write_atomic(directory / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")

@@ -24,15 +24,15 @@ def reserved(name: str) -> bool:
     return name.lower().endswith(RESERVED_SUFFIXES)
 
 
-def validate_name(name: str) -> str:
-    """Refuse anything that is not a plain memory name, before the disk is touched."""
+def validate_name(name: str, what: str = "memory") -> str:
+    """Refuse anything that is not a plain memory name (or a consumer's, ``what``), before the disk is touched."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name) or name in (".", ".."):
         shown = repr(name) if name else "''"
         raise BadInput(
-            f"invalid memory name {shown}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            f"invalid {what} name {shown}: use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
     if reserved(name):
-        raise BadInput(f"invalid memory name {name!r}: names ending in {', '.join(RESERVED_SUFFIXES)} are kept for "
+        raise BadInput(f"invalid {what} name {name!r}: names ending in {', '.join(RESERVED_SUFFIXES)} are kept for "
                        "the home's own files (config.json, …)")
     return name
 

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Sequence
 import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
-from .errors import BadInput, Busy, NotFound
+from .errors import BadInput, Busy, IntegrityError, NotFound
 from .lock import WriterLock
 from .store import Log
 from .nofollow import check_dir
@@ -315,14 +315,27 @@ class Memory:
 
     def cursor(self, consumer: str) -> int | None:
         """The next ``i`` the consumer has not seen, or None for a new consumer."""
-        homes.validate_name(consumer)
-        return (configs.read_json(self.path / "cursors.json", {}) or {}).get(consumer)
+        homes.validate_name(consumer, "consumer")
+        at = self._cursors().get(consumer)
+        if at is not None and (type(at) is not int or at < 0):
+            raise IntegrityError(f"cursors.json: consumer {consumer!r} is at {orjson.dumps(at).decode()[:40]}, not a "
+                                 "message number; fix it or remove the entry (the consumer then starts at WHEN)")
+        return at
 
     def save_cursor(self, consumer: str, next_i: int) -> None:
-        homes.validate_name(consumer)
-        cursors = configs.read_json(self.path / "cursors.json", {}) or {}
+        homes.validate_name(consumer, "consumer")
+        cursors = self._cursors()
         cursors[consumer] = next_i
         homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
+
+    def _cursors(self) -> dict:
+        try:
+            cursors = configs.read_json(self.path / "cursors.json", {})
+        except orjson.JSONDecodeError:
+            cursors = None
+        if not isinstance(cursors, dict):
+            raise IntegrityError("cursors.json is not a JSON object of consumers; fix it or remove it")
+        return cursors
 
     # ---- summaries ---------------------------------------------------------------------------------------
 

@@ -118,3 +118,32 @@ def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh,
         assert out.returncode == 0 and b"handmade" in out.stdout, (argv, out.stderr)
     out = sh("fsck", "m")
     assert out.returncode == 5 and b"unknown kind 'custom'" in out.stdout
+
+
+@pytest.mark.parametrize("config", [b"{x", b"[1]", b'{"view":{"hi":"128k"}}', b'{"view":[]}', b'{"context_wait":-1}', b'{"line_bytes":true}'])
+@pytest.mark.parametrize("where", ["memory", "home"])
+def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(sh, log, config, where):
+    path = (log.parent if where == "memory" else log.parent.parent) / "config.json"
+    path.write_bytes(config)
+    before = snapshot(log.parent.parent)
+    for argv in (["view", "m"], ["append", "m", "not logged"], ["status", "m"], ["search", "staging"], ["build-tree", "m"]):
+        out = sh(*argv)
+        err = out.stderr.decode()
+        assert out.returncode == 2 and err.count("\n") == 1 and str(path) in err and "fix it or remove it" in err, (argv, err)
+    assert snapshot(log.parent.parent) == before
+    path.write_bytes(b"")  # emptied: no settings of its own
+    assert sh("view", "m").returncode == 0
+
+
+def test_damaged_cursors_and_import_state_are_one_line_or_rebuilt(sh, log, tmp_path):
+    for cursors, why in ((b'{"mailer":"x"}', b"not a message number"), (b'{"mailer":-5}', b"not a message number"),
+                         (b"garbage", b"not a JSON object")):
+        (log.parent / "cursors.json").write_bytes(cursors)
+        out = sh("since", "m", "--cursor", "mailer")
+        assert out.returncode == 5 and why in out.stderr and out.stderr.count(b"\n") == 1, out.stderr
+    (log.parent / "cursors.json").unlink()
+    assert b"invalid consumer name ''" in sh("since", "m", "--cursor", "").stderr
+    (log.parent / "imports.json").write_bytes(b"zz")  # derived: rebuilt from the log's meta
+    (tmp_path / "q.ndjson").write_bytes(b'{"kind":"user","text":"imported after all"}\n')
+    assert sh("import", str(tmp_path / "q.ndjson"), "-n", "m").returncode == 0
+    assert sh("message", "m", "9").stdout == b"imported after all\n"

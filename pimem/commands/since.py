@@ -47,12 +47,12 @@ def command(
     hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
     if follow and until:
         raise BadInput("--follow and --until do not go together")
-    saved = mem.cursor(cursor) if cursor else None
+    saved = mem.cursor(cursor) if cursor is not None else None
     if saved is not None:
         start_i, since_date = saved, None
     elif start is not None:
         start_i, since_date = start_bound
-    elif cursor:
+    elif cursor is not None:
         start_i, since_date = 0, None
     else:
         raise BadInput("give WHEN (a date, a time, or #I) or --cursor CONSUMER")
@@ -75,7 +75,7 @@ def command(
             if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
                 out.add((output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line)
         out.flush()
-        if cursor:
+        if cursor is not None:
             mem.save_cursor(cursor, position)
         if not follow:
             return

@@ -101,8 +101,8 @@ class ImportState:
 
     def peek_file(self, path: str) -> dict | None:
         """Where an earlier import of ``path`` stopped (read without the lock: only a hint, keys decide)."""
-        state = read_json(self._state_path, None) if self.mem.exists() else None
-        files = state.get("files") if isinstance(state, dict) else None
+        state = self._read_state() if self.mem.exists() else None
+        files = state.get("files") if state is not None else None
         entry = files.get(path) if isinstance(files, dict) else None
         return entry if isinstance(entry, dict) else None
 
