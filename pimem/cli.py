@@ -74,6 +74,7 @@ def guarded(func):
             _quiet_stdout()
             raise typer.Exit(ExitStatus.OK) from None
         except KeyboardInterrupt:
+            env.stderr().write("pimem: interrupted\n")
             raise typer.Exit(ExitStatus.INTERRUPTED) from None
         except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
             error = translate(exc)
@@ -174,6 +175,8 @@ def command_of(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if None in (sys.stdin, sys.stdout, sys.stderr):
+        _closed_streams()
     args = sys.argv[1:] if argv is None else argv
     app = build(command_of(args))
     try:
@@ -187,6 +190,18 @@ def main(argv: list[str] | None = None) -> None:
     if command_of(args) == "hook":
         _exit_now(status)
     sys.exit(status)
+
+
+def _closed_streams() -> None:
+    """A standard stream the caller closed (``>&-``) is ``/dev/null`` instead: what the command writes there
+    goes nowhere, as to a reader that went away, and no file opened later takes its number."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="surrogateescape", closefd=False))
 
 
 def _exit_now(status: int) -> None:

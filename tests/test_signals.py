@@ -114,3 +114,29 @@ def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, si
     assert 0 < left["built"] and left["pending"] > 0 and asked < 40  # the calls in flight were kept, no new one started
     assert err.decode().startswith(f"pimem: interrupted: {left['pending']:,} nodes still pending (") and err.count(b"\n") == 1
     assert not (home / "m" / "lock.json").exists()
+
+
+def test_ctrl_c_while_a_command_waits_says_so_in_one_line(home):
+    assert subprocess.run(pimem_cmd("append", "m", "first"), env=subprocess_env(), capture_output=True).returncode == 0
+    for args in (["append", "m", "-"], ["since", "m", "#0", "--follow"]):
+        proc = start(*args, stdin=subprocess.PIPE)
+        time.sleep(1.0)  # (waiting on stdin, or for new messages)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130 and err == b"pimem: interrupted\n", (args, err)
+    assert Memory.open("m").count() == 1
+
+
+def test_a_command_whose_standard_streams_were_closed_does_its_work_without_a_traceback(home):
+    import os
+
+    def closed(*fds):
+        return lambda: [os.close(fd) for fd in fds]
+
+    for fds in ((1,), (0, 1), (1, 2)):
+        proc = subprocess.run(pimem_cmd("append", "m", f"logged with {fds} closed"), env=subprocess_env(),
+                              stderr=subprocess.PIPE, preexec_fn=closed(*fds))
+        assert proc.returncode == 0 and (2 in fds or proc.stderr == b""), (fds, proc.stderr)
+    proc = subprocess.run(pimem_cmd("view", "m"), env=subprocess_env(), stderr=subprocess.PIPE, preexec_fn=closed(1))
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert [m["text"] for m in Memory.open("m").messages()] == [f"logged with {fds} closed" for fds in ((1,), (0, 1), (1, 2))]
