@@ -85,8 +85,28 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
     if meta is not None:
         if not isinstance(meta, dict):
             raise BadInput("meta must be a JSON object")
+        if not all(type(v) is str for v in meta.values()):  # (most metas: strings only, nothing to look at)
+            _check_meta(meta, 0)
         out["meta"] = meta
     return out
+
+
+META_DEPTH = 250  # objects and lists within meta (the JSON encoder stops at 254)
+_BIG = 2.0**63  # integers beyond -2^63…2^64 lose their digits (a 64-bit parser reads them as floats)
+
+
+def _check_meta(value: Any, depth: int) -> None:
+    """Refuse a meta that could not be stored as given: nested too deeply, or holding a number that an
+    integer of its size became (18446744073709551617 read as 1.8446744073709552e+19), never kept silently."""
+    if depth > META_DEPTH:
+        raise BadInput(f"meta is nested deeper than {META_DEPTH} levels")
+    kind = type(value)
+    if kind is dict or kind is list:
+        for item in value.values() if kind is dict else value:
+            if type(item) is not str:
+                _check_meta(item, depth + 1)
+    elif (kind is int or (kind is float and value.is_integer())) and not -_BIG <= value < 2 * _BIG:
+        raise BadInput("meta holds an integer beyond 64 bits, which cannot be kept exactly; write it as a string")
 
 
 def day_of(date: str) -> str:
