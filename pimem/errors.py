@@ -91,11 +91,14 @@ class ProviderError(PimemError):
 
 def translate(exc: BaseException) -> PimemError | None:
     """The error an OS or SQLite failure stands for, with one line naming it (disk full, permission denied:
-    exit 7; a database busy past its timeout: 4; a damaged one: 5), or None for anything else. The CLI's
+    exit 7; a database busy past its timeout: 4; a damaged one: 5; text that is not UTF-8 where it must be:
+    2), or None for anything else. The CLI's
     boundary and the MCP server both use it, so a client reads the same reason a shell user does."""
     if isinstance(exc, OSError):
         where = f": {exc.filename}" if exc.filename else ""
         return PimemError(f"{exc.strerror or exc}{where}", ExitStatus.SYSTEM)
+    if isinstance(exc, UnicodeEncodeError) or (isinstance(exc, TypeError) and "surrogates not allowed" in str(exc)):
+        return BadInput("not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8")
     if type(exc).__module__ == "sqlite3":  # (sqlite3 is never imported just to ask)
         text = str(exc)
         code = ExitStatus.BUSY if "locked" in text or "busy" in text else ExitStatus.INTEGRITY if "malformed" in text or "not a database" in text else ExitStatus.SYSTEM
