@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import BadInput
+from .errors import BadInput, PimemError
 from .memory import Memory
 from .message import TOOL_KINDS
 from .numbers import MAX_I
@@ -55,11 +55,15 @@ class _Held:
 
 
 def list_memories(home: Home = None) -> list[dict]:
-    """Every memory: name, message count, first and last dates, the last thing the user said."""
+    """Every memory: name, message count, first and last dates, the last thing the user said; for one that
+    cannot be read (its log damaged), its name and the ``error``."""
     out = []
     for mem in Memory.all(home):
         with mem:
-            out.append(mem.summary())
+            try:
+                out.append(mem.summary())
+            except PimemError as exc:
+                out.append({"name": mem.name, "error": str(exc)})
     return out
 
 
@@ -108,7 +112,8 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
            before: int | None = None, limit: int = 20, home: Home = None) -> dict:
     """Where something was said: hits in the original messages of ``names`` (default: every memory), newest
     first (``rank``: best first), each with ``held`` and the ``label`` of the view line holding it; ``before``
-    pages (only messages numbered below it). Searching may catch up ``index.sqlite``, the derived index, when
+    pages (only messages numbered below it); ``unread`` names the memories that could not be read (a damaged
+    log), the others searched. Searching may catch up ``index.sqlite``, the derived index, when
     it lags the log, as every reader does; nothing else is written."""
     from . import search as searching, when as whens
     from .message import kind_of
@@ -117,17 +122,19 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
     mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
+    unread: list[dict] = []
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
-                                since=whens.parse_when(since) if since else None, before=before, limit=limit)
+                                since=whens.parse_when(since) if since else None, before=before, limit=limit,
+                                unread=lambda mem, exc: unread.append({"memory": mem.name, "error": str(exc)}))
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()
     for hit in hits:  # held in the shape since and message give it
         label = hit.pop("label", None)
         hit["held"] = {"held": hit["held"], "label": label, "n": int(label.split("+")[1])} if label else None
-    return {"hits": hits}
+    return {"hits": hits, **({"unread": unread} if unread else {})}
 
 
 def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:

@@ -87,6 +87,25 @@ def warn(text: str) -> None:
     env.stderr().write(f"pimem: warning: {text}\n")
 
 
+class Unread:
+    """The memories a command over many could not read (one damaged, say): each said in one line as it is
+    met, the others done; ``check()`` at the end exits with the worst status."""
+
+    def __init__(self):
+        self.code = 0
+
+    def __call__(self, mem, exc) -> None:
+        said = str(exc)
+        env.stderr().write(f"pimem: error: {said if said.startswith(mem.name + ':') else f'{mem.name}: {said}'}\n")
+        self.code = max(self.code, int(exc.code))
+
+    def check(self) -> None:
+        if self.code:
+            import typer
+
+            raise typer.Exit(self.code)
+
+
 def style(text: str, name: str) -> str:
     """``text`` in a colour when stdout is a terminal (and NO_COLOR is unset), else unchanged."""
     import os

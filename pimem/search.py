@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from .errors import BadInput
+from .errors import BadInput, PimemError
 from .index import Candidate, Filters, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
@@ -45,6 +45,7 @@ def search(
     until: datetime | None = None,
     before: int | None = None,
     limit: int = DEFAULT_LIMIT,
+    unread: Callable | None = None,
 ) -> list[dict]:
     """Hits ``{memory, i, date, kind, size, snippet}``, plus ``score`` with ``rank``, and once the memory has
     a view ``held`` (verbatim, summarized, pending or inside) with the ``label`` of the view line holding the
@@ -52,6 +53,8 @@ def search(
 
     ``kinds`` restricts the kinds searched (naming ``tool`` or ``echo`` asks for them); otherwise tool calls
     and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before``.
+    ``unread(mem, error)``, when given, takes a memory that cannot be read (its log damaged) and the others
+    are searched; without it the error is raised.
     """
     if limit < 1:
         raise BadInput("--limit must be at least 1")
@@ -60,10 +63,16 @@ def search(
     filters = Filters(wanted, since, until, before)
     hits: list[dict] = []
     for mem in memories:
-        index = mem.index()
-        question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
-        found = index.answer(question, stderr_progress(mem.name))
-        _add_held(mem, found)
+        try:
+            index = mem.index()
+            question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
+            found = index.answer(question, stderr_progress(mem.name))
+            _add_held(mem, found)
+        except PimemError as exc:
+            if unread is None:
+                raise
+            unread(mem, exc)
+            continue
         hits.extend({**hit, "_n": n} for n, hit in enumerate(found))
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
         hits.sort(key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))

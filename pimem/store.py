@@ -254,12 +254,19 @@ class Log:
                 if i >= len(seen):
                     seen.extend(bytes(i + 1 - len(seen)))
                 if seen[i]:
-                    raise IntegrityError(f"{why}: duplicate in the log: i={i} twice (again in main/{name}); run 'pimem fsck'")
+                    raise IntegrityError(f"{self._whose()}{why}: duplicate in the log: i={i} twice (again in main/{name}); {self._fsck()}")
                 seen[i] = 1
         missing = seen.find(0)
         if missing >= 0:
-            raise IntegrityError(f"{why}: gap in the log: i={missing} is missing; run 'pimem fsck'")
+            raise IntegrityError(f"{self._whose()}{why}: gap in the log: i={missing} is missing; {self._fsck()}")
         return len(seen)
+
+    def _whose(self) -> str:
+        """``memory: `` for an error that names this log (many memories may be read in one command)."""
+        return f"{self.dir.parent.name}: "
+
+    def _fsck(self) -> str:
+        return f"run 'pimem fsck {self.dir.parent.name}'"
 
     def begin_write(self) -> None:
         """Before a writer changes any day file: ranges.json is no longer to be trusted blindly."""
@@ -535,7 +542,7 @@ class Log:
                     if i < start:
                         continue
                     what = "duplicate" if i < expected else "gap"
-                    raise IntegrityError(f"{what} in the log: found i={i} where i={expected} was expected; run 'pimem fsck'")
+                    raise IntegrityError(f"{self._whose()}{what} in the log: found i={i} where i={expected} was expected; {self._fsck()}")
                 expected += 1
                 yield entry
 

@@ -147,3 +147,19 @@ def test_damaged_cursors_and_import_state_are_one_line_or_rebuilt(sh, log, tmp_p
     (tmp_path / "q.ndjson").write_bytes(b'{"kind":"user","text":"imported after all"}\n')
     assert sh("import", str(tmp_path / "q.ndjson"), "-n", "m").returncode == 0
     assert sh("message", "m", "9").stdout == b"imported after all\n"
+
+
+def test_one_damaged_memory_is_named_and_the_others_are_still_listed_searched_and_reindexed(sh, log, home):
+    from pimem import api
+
+    assert sh("append", "other", "the staging db of another project").returncode == 0
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(11, "written by an editor"))  # m: a gap
+    for argv, shown in ((["list"], b"other "), (["search", "staging"], b"other #0 "), (["reindex"], b"other: 1 message indexed")):
+        out = sh(*argv)
+        err = out.stderr.decode()
+        assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: ") and "pimem fsck m" in err, (argv, err)
+        assert out.stdout.startswith(shown) and b"\nm " not in out.stdout, (argv, out.stdout)
+    assert sh("search", "nowhere").returncode == 5  # nothing found, yet a memory went unread: the worse says
+    found = api.search("staging", home=home)
+    assert {h["memory"] for h in found["hits"]} == {"other"} and [u["memory"] for u in found["unread"]] == ["m"]
+    assert [row.get("error", "")[:3] for row in api.list_memories(home)] == ["m: ", ""]

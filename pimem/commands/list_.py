@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 
 from .. import output
-from ..errors import NothingFound
+from ..errors import NothingFound, PimemError
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -11,7 +11,8 @@ from ..options import Home, Json
 def command(json: Json = False, home: Home = None) -> None:
     """List memories with their message counts, dates and the last thing the user said.
 
-    Exit 1 when there are none.
+    Exit 1 when there are none. A memory that cannot be read (its log damaged) is one line on stderr, the
+    others listed, and the exit its error's (5).
 
     Examples:
       pimem list
@@ -21,8 +22,13 @@ def command(json: Json = False, home: Home = None) -> None:
     if not mems:
         raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
     width = shutil.get_terminal_size((100, 24)).columns
+    unread = output.Unread()
     for mem in mems:
-        row = mem.summary()
+        try:
+            row = mem.summary()
+        except PimemError as exc:
+            unread(mem, exc)
+            continue
         if json:
             output.json_line(row)
             continue
@@ -34,3 +40,4 @@ def command(json: Json = False, home: Home = None) -> None:
         if len(said) > room:
             said = said[: room - 1] + "…"
         output.line(output.style(head, "bold") + said)
+    unread.check()

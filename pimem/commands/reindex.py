@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
+from ..errors import PimemError
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -30,9 +31,14 @@ def command(
     from ..index import rebuild, stderr_progress
 
     memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
+    unread = output.Unread()
     for mem in memories:
         started = time.perf_counter()
-        count = rebuild(mem.path, mem.log, stderr_progress(mem.name))
+        try:
+            count = rebuild(mem.path, mem.log, stderr_progress(mem.name))
+        except PimemError as exc:
+            unread(mem, exc)
+            continue
         seconds = time.perf_counter() - started
         row = {"memory": mem.name, "messages": count, "seconds": round(seconds, 3)}
         if semantic.available():  # the semantic extra's vectors: caught up, not rebuilt (delete vectors/ for that)
@@ -44,3 +50,4 @@ def command(
         else:
             embedded = f"; {row['embedded']:,} embedded in {row['embed_seconds']:.1f} s" if "embedded" in row else ""
             output.line(f"{mem.name}: {output.count(count, 'message')} indexed in {seconds:.1f} s{embedded}")
+    unread.check()

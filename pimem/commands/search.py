@@ -44,6 +44,7 @@ def command(
     from .. import search as searching
 
     memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
+    unread = output.Unread()
     try:
         hits = searching.search(
             memories,
@@ -56,11 +57,13 @@ def command(
             until=when.parse_when(until) if until else None,
             before=before,
             limit=limit,
+            unread=unread,
         )
     finally:
         for mem in memories:
             mem.close()
     if not hits:
+        unread.check()
         raise NothingFound(f"no message matches {query!r}")
     terms = searching.parse(query)
     for hit in hits:
@@ -74,3 +77,4 @@ def command(
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
     if len(hits) == limit and len({h["memory"] for h in hits}) == 1 and not rank:
         output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")
+    unread.check()
