@@ -53,6 +53,12 @@ CORPUS = [
     (["build-tree", "m", "--max-cost", "-0.5"], None, 2),
     (["build-tree", "m", "--wait", "NaN"], None, 2),
     (["view", "m", "--wait", "inf"], None, 2),
+    (["context", "m", "--wait", "nan"], None, 2),
+    (["context", "m", "--wait", "99999999999"], None, 2),
+    (["context", "m", "--wait", "٣"], None, 2),
+    (["watch", "--max-cost-per-day", "nan"], None, 2),
+    (["hook", "claude-code", "--timeout", "nan"], None, 2),
+    (["hook", "claude-code", "--budget", "-5"], None, 2),
     (["model", "m", "extractive", "--price-in", "nan"], None, 2),
     # WHENs
     (["since", "m", "10000000000d"], None, 2),

@@ -6,6 +6,7 @@ import typer
 
 from .. import context as contexts, naming, output
 from ..memory import Memory
+from ..numbers import param, seconds
 from ..options import Home, IncludeTools, Json, Name, Session
 
 
@@ -13,7 +14,7 @@ def command(
     name: Name = None,
     system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
     cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
-    wait: Annotated[Optional[float], typer.Option("--wait", help="While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).", metavar="S")] = None,
+    wait: Annotated[Optional[float], typer.Option("--wait", help="While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).", metavar="S", click_type=param(seconds, "S"))] = None,
     session: Session = None,
     include_tools: IncludeTools = False,
     json: Json = False,
@@ -37,10 +38,6 @@ def command(
     if system:  # the same for every memory: a wrapper may pass its NAME anyway
         output.line(contexts.system())
         return
-    if wait is not None and wait < 0:
-        from ..errors import BadInput
-
-        raise BadInput("--wait takes a number of seconds ≥ 0")
     mem = Memory.open(name or naming.default(), home)
     if json:
         output.json_line(contexts.parts(mem, session, cwd, wait, include_tools))

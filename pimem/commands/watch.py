@@ -5,13 +5,14 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
+from ..numbers import param, usd
 from ..options import Home, Json, Log
 
 
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
     wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
-    max_cost_per_day: Annotated[Optional[float], typer.Option("--max-cost-per-day", help="Spend at most this on each memory's compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.", metavar="USD")] = None,
+    max_cost_per_day: Annotated[Optional[float], typer.Option("--max-cost-per-day", help="Spend at most this on each memory's compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.", metavar="USD", click_type=param(usd, "USD"))] = None,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
     log: Log = None,
     json: Json = False,
@@ -35,10 +36,6 @@ def command(
     """
     output.log_to(log, "watch")
     from .. import scheduler
-    from ..errors import BadInput
-
-    if max_cost_per_day is not None and max_cost_per_day < 0:
-        raise BadInput("--max-cost-per-day must not be negative")
 
     def show(event: dict) -> None:
         if json:
