@@ -115,9 +115,15 @@ def style(text: str, name: str) -> str:
     return f"\x1b[{_STYLES[name]}m{text}\x1b[0m"
 
 
+# for a line a person reads: newlines and tabs are spaces, and the other control characters are shown, not
+# obeyed (an ESC from a transcript must not recolour the terminal, a BEL ring it), as ``cat -v`` shows them
+_FLAT = {**{c: f"^{chr(c + 64)}" for c in range(32)}, 9: " ", 10: " ", 13: " ", 127: "^?",
+         **{c: "\ufffd" for c in range(0x80, 0xA0)}}
+
+
 def flatten(text: str) -> str:
-    """One physical line: newlines and tabs become spaces."""
-    return text.replace("\r\n", " ").replace("\n", " ").replace("\r", " ").replace("\t", " ")
+    """One physical line of plain text: newlines and tabs become spaces, other control characters ``^[``."""
+    return text.replace("\r\n", " ").translate(_FLAT)
 
 
 def message_line(msg: dict, memory: str | None = None, width: int | None = None) -> str:

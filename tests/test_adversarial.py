@@ -43,6 +43,7 @@ CORPUS = [
     (["recall", "m", "staging", "--limit", BIG], None, 2),
     (["memories", "m", "--limit", "0"], None, 2),
     (["map", "m", "--width", "0"], None, 2),
+    (["map", "m", "--width", "19"], None, 2),
     (["compact", "m", "--keep", "-5"], None, 2),
     # durations and money
     (["append", "m", "x", "--timeout", "nan"], None, 2),

@@ -247,3 +247,16 @@ def test_a_planted_link_or_a_file_in_the_way_is_one_line(sh, home, tmp_path):
     out = sh("append", "main", "hi", "--home", str(blocker))
     assert out.returncode == 7 and out.stderr.decode().startswith("pimem: error: ")
     assert out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr
+
+
+def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh, home):
+    """``since --text``, ``search``, ``list`` and ``map`` print one line a terminal shows as it is: an escape
+    sequence or a bell from a transcript is written ``^[`` / ``^G``, not obeyed; ``message`` gives the text
+    exactly."""
+    text = "ansi \x1b[31mRED\x1b[0m and bell \x07 end\r\nnext \x9b line"
+    run("append", "m", text)
+    for argv in (["since", "m", "#0", "--text"], ["search", "ansi"], ["list"], ["map", "m", "--width", "80"]):
+        out = run(*argv).stdout
+        assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 for c in out), (argv, out)
+        assert "^[[31mRED" in out and "^G" in out, (argv, out)
+    assert sh("message", "m", "0").stdout == (text + "\n").encode()

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 import typer
 
 from .. import naming, output, panorama
-from ..errors import BadInput
 from ..memory import Memory
 from ..numbers import count, param
 from ..options import Home, IncludeTools, Name
@@ -15,7 +14,7 @@ from ..options import Home, IncludeTools, Name
 
 def command(
     name: Name = None,
-    width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N", click_type=param(count, "N", lo=1, hi=100000))] = None,
+    width: Annotated[Optional[int], typer.Option("--width", help="Columns to fit (default: the terminal's).", metavar="N", click_type=param(count, "N", lo=panorama.MIN_WIDTH, hi=100000))] = None,
     svg: Annotated[Optional[Path], typer.Option("--svg", help="Also write the picture as an SVG image.", metavar="FILE")] = None,
     include_tools: IncludeTools = False,
     home: Home = None,
@@ -32,8 +31,6 @@ def command(
       pimem map main
       pimem map main --width 100 --svg main.svg
     """
-    if width is not None and width < panorama.MIN_WIDTH:
-        raise BadInput(f"--width must be at least {panorama.MIN_WIDTH}")
     mem = Memory.open(name or naming.default(), home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
     picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)

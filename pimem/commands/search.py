@@ -70,7 +70,7 @@ def command(
         if json:
             output.json_line(hit)
             continue
-        text = searching.highlight(hit["snippet"], terms, lambda s: output.style(s, "match"))
+        text = searching.highlight(output.flatten(hit["snippet"]), terms, lambda s: output.style(s, "match"))
         shown = {"verbatim": "", "inside": f"[inside {hit.get('label')}] "}.get(hit.get("held"), f"[{hit.get('held')}] ")
         held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
