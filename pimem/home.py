@@ -128,14 +128,19 @@ def names(home: Path) -> list[str]:
 _datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times
 
 
-def write_all(fd: int, data: bytes, durable: bool = True) -> None:
+def write_all(fd: int, data: bytes, durable: bool = True, path: str | os.PathLike | None = None) -> None:
     """Write all of ``data`` at ``fd``'s position and (``durable``) flush it to the disk before returning:
-    the one durable write every file pimem keeps goes through."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-    if durable:
-        _datasync(fd)
+    the one durable write every file pimem keeps goes through. A failure (the disk full) names ``path``."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            _datasync(fd)
+    except OSError as exc:
+        if path is None or exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
 def cut_back(fd: int, size: int) -> None:
@@ -165,7 +170,7 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         try:
-            write_all(fd, data, durable)
+            write_all(fd, data, durable, path)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -189,7 +194,7 @@ def append_durably(path: Path, data: bytes) -> None:
         if size and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data
         try:
-            write_all(fd, data)
+            write_all(fd, data, path=path)
         except BaseException:
             cut_back(fd, size)
             if created:

@@ -400,7 +400,7 @@ class Log:
                 sealed = True
                 fd = open_fd(self.dir / name, os.O_WRONLY | os.O_APPEND)
                 try:
-                    write_all(fd, b"\n")
+                    write_all(fd, b"\n", path=self.dir / name)
                 finally:
                     os.close(fd)
                 self._info.pop(name, None)
@@ -463,7 +463,7 @@ class Log:
                 data = lines(n, n + count)
                 if self.keep_written:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
-                write_all(fds[day], data)
+                write_all(fds[day], data, path=f"{self.dir}/{day}.jsonl")
                 stamps[day] = os.fstat(fds[day])
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count

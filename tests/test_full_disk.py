@@ -79,7 +79,7 @@ def test_a_batch_that_fits_in_part_leaves_exactly_the_acknowledged_messages_and_
     lines = [orjson.dumps({"kind": "user", "text": f"batch line {n} " + "y" * 60}) + b"\n" for n in range(3000)]
     disk.fill(leave=48 * 1024)
     out = sh("append", "m", "--ndjson", input=b"".join(lines))
-    one_line_exit_7(out)
+    assert "No space left on device: " in one_line_exit_7(out) and "/m/main/" in out.stderr.decode()  # the file named
     acked = out.stdout.split()
     assert acked == [str(i).encode() for i in range(1, 1 + len(acked))] and len(acked) < 3000
     day = next((disk.home / "m" / "main").glob("*.jsonl"))

@@ -161,7 +161,7 @@ class ImportState:
         try:
             os.ftruncate(fd, self.count * KEY_BYTES)  # drop keys a crashed import wrote after its last state
             os.lseek(fd, 0, os.SEEK_END)
-            homes.write_all(fd, digests, durable=False)
+            homes.write_all(fd, digests, durable=False, path=self._keys_path)
         finally:
             os.close(fd)
         self.count += len(digests) // KEY_BYTES
