@@ -103,7 +103,7 @@ complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their 
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
 complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
 complete -c pimem -n __fish_use_subcommand -a memories -d 'List, search or read authoritative memories, within an output budget.'
-complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged (--json for the whole record).'
+complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged, then a newline (--json for the whole record).'
 complete -c pimem -n __fish_use_subcommand -a model -d 'Show or set the compactor: the model that writes a memory\'s summaries.'
 complete -c pimem -n __fish_use_subcommand -a recall -d 'Bounded recall over a memory\'s messages, for agent tools: list, search or read.'
 complete -c pimem -n __fish_use_subcommand -a reindex -d 'Rebuild the search and lookup index (index.sqlite) of memories from their logs.'

@@ -19,7 +19,7 @@ def command(
     json: Json = False,
     home: Home = None,
 ) -> None:
-    """Print one message whole: its text exactly as logged (--json for the whole record).
+    """Print one message whole: its text exactly as logged, then a newline (--json for the whole record).
 
     Examples:
       pimem message 42
