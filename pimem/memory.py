@@ -323,10 +323,21 @@ class Memory:
         return at
 
     def save_cursor(self, consumer: str, next_i: int) -> None:
+        """Record where ``consumer`` stopped. Consumers of one memory may save at once: each read, change and
+        replace of ``cursors.json`` holds its own lock (not the writer's: a reader never waits for writers),
+        so no consumer's cursor is lost to another's save."""
         homes.validate_name(consumer, "consumer")
-        cursors = self._cursors()
-        cursors[consumer] = next_i
-        homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
+        if type(next_i) is not int or next_i < 0:
+            raise BadInput(f"a cursor is a message number, not {next_i!r}")
+        lock = WriterLock(self.path / "cursors.lock")
+        if not lock.acquire(env.lock_timeout()):
+            raise Busy(f"the cursors of memory '{self.name}' are locked by another consumer; try again")
+        try:
+            cursors = self._cursors()
+            cursors[consumer] = next_i
+            homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
+        finally:
+            lock.release()
 
     def _cursors(self) -> dict:
         try:

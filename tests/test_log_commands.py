@@ -9,6 +9,7 @@ import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
+from pimem.errors import BadInput
 
 # PIMEM_NOW is 2026-10-08T09:30:00+08:00
 DAY = [
@@ -130,6 +131,17 @@ def test_cursor_gives_each_message_exactly_once(run, day, home):
     assert ids(run("since", "main", "#0", "--until", "#2", "--cursor", "third")) == [0, 1]
     assert ids(run("since", "main", "#0", "--cursor", "third")) == [2, 5, 6, 7, 9]
     assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"mailer": 10, "other": 10, "third": 10}
+
+
+def test_consumers_saving_their_cursors_at_once_lose_none_of_each_others(day, home):
+    procs = [subprocess.Popen(pimem_cmd("since", "main", "--cursor", f"c{k}"), stdout=subprocess.DEVNULL, env=subprocess_env())
+             for k in range(12)]
+    assert [p.wait(timeout=60) for p in procs] == [0] * 12
+    assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {f"c{k}": 7 for k in range(12)}
+    mem = Memory.open("main")
+    for bad in (-1, "3", 1.5, True):  # (the library too: a cursor is a message number)
+        with pytest.raises(BadInput):
+            mem.save_cursor("c0", bad)
 
 
 def test_follow_prints_new_messages_as_they_are_logged(sh, day, home):
