@@ -78,7 +78,7 @@ def _apply(records: dict[str, dict], event: dict) -> None:
     old = records.get(rid)
     if old is None or old["status"] in TERMINAL:
         return
-    if author != "user" and (old["author"] == "user" or old["status"] != "provisional" or kind not in ("supersede", "resolve")):
+    if author != "user" and (old["author"] != author or old["status"] != "provisional" or kind not in ("supersede", "resolve")):
         return  # the model and the rules may only edit or withdraw their own provisional records
     if kind == "pin":
         old.update(status="pinned", pinned=True, updatedAt=ts)
@@ -266,7 +266,7 @@ def remember(
             target_pinned = False
         else:
             target = _live_target(project(events), supersede, session)
-            if propose and (target["author"] == "user" or target["status"] != "provisional"):
+            if propose and (target["author"] != "model" or target["status"] != "provisional"):
                 raise BadInput(f"a proposal may only replace the model's own provisional proposals; {supersede} is {target['author']}'s and {target['status']}")
             content = text or target["content"]
             payload = {"newRecordId": new, "content": content, "status": status, "sourceHash": sha256(content), "provenance": provenance}

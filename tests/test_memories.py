@@ -55,6 +55,36 @@ def test_machines_cannot_make_anything_active_or_pinned(author):
     assert records["users"]["status"] == "active"
 
 
+def test_the_model_and_the_rules_touch_only_their_own_provisional_records():
+    records = memories.project([
+        create(1, "rules", "rule", status="provisional"),
+        create(2, "models", "model", status="provisional"),
+        ev(3, "supersede", "rules", "model", {"newRecordId": "x", "content": "the model rewrote a rule's", "status": "provisional"}),
+        ev(4, "resolve", "models", "rule"),
+        ev(5, "supersede", "models", "model", {"newRecordId": "y", "content": "its own, edited", "status": "provisional"}),
+    ])
+    assert "x" not in records and records["rules"]["status"] == "provisional" and records["y"]["supersedes"] == "models"
+
+
+def test_a_proposal_cannot_replace_a_rule_derived_memory(run, home):
+    from pimem import api
+
+    Memory.at("main").append([
+        {"kind": "user", "text": "please fix the tests"},
+        {"kind": "tool", "text": "pytest -q", "meta": {"call_id": "c1", "command": "pytest -q"}},
+        {"kind": "echo", "text": "3 passed, 1 failed", "meta": {"call_id": "c1", "command": "pytest -q", "exit_code": 1}},
+        {"kind": "pi", "text": "fixed it"}, {"kind": "user", "text": "thanks"}])
+    run("compact", "main", "--keep", "10")
+    rules = [r for r in orjson.loads(run("memories", "main", "--include-tools", "--json").stdout)["records"] if r["author"] == "rule"]
+    assert rules, "compact derives a memory from the failed run"
+    before = snapshot(home / "main")
+    out = run("remember", "main", "--propose", "--supersede", rules[0]["id"], "the model rewrote the rule memory")
+    assert out.exit_code == 2 and "the model's own provisional proposals" in out.stderr
+    with pytest.raises(memories.BadInput):
+        api.memory_propose("main", "again", supersede=rules[0]["id"], home=home)
+    assert snapshot(home / "main") == before
+
+
 def test_supersede_chain_versions_and_terminal_records_are_immutable():
     records = memories.project([
         create(1, "a"),
