@@ -98,9 +98,32 @@ def test_a_command_that_answers_leaves_nothing_running_behind_it(tmp_path):
     marker = _marker(27)
     command = f"(sleep {marker} &); cat > /dev/null; echo 'user: answered'"
     comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    started = time.monotonic()
     text, _ = comp.build(Task(0, 0, kind="user", text="a long message"))
     assert text == "user: answered"
+    assert time.monotonic() - started < 10  # the answer counts once the command exits (its child holds stdout)
     assert _gone(marker)
+
+
+def test_calls_still_running_when_pimem_exits_are_killed_with_their_children(tmp_path):
+    """A build stopped by a signal gives up on calls still running after its grace (daemon threads); the
+    process's exit kills their commands whole. A real process that exits with a call in flight."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    marker = _marker(29)
+    script = (
+        "import threading, time\n"
+        "from pimem.compactor.providers import Command\n"
+        f"call = Command('cat > /dev/null; sleep {marker} & sleep {marker}')\n"
+        "threading.Thread(target=lambda: call.complete('s', '', 'task', 10), daemon=True).start()\n"
+        "time.sleep(1.0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    assert done.returncode == 0
+    assert _gone(marker), "a command outlived the process that started it"
 
 
 def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):

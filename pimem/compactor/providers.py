@@ -7,6 +7,7 @@ scheduler retries it later. httpx is imported only when a remote provider is fir
 
 from __future__ import annotations
 
+import atexit
 import email.utils
 import os
 import subprocess
@@ -210,25 +211,34 @@ class Command:
     def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
         import shlex
         import signal
+        import tempfile
 
         apart = "{system}" in self.command
         command = self.command.replace("{system}", shlex.quote(system)) if apart else self.command
         prompt = f"{chat}{task}\n" if apart else f"{system}\n\n{chat}{task}\n"
         env = {**os.environ, "PIMEM_SYSTEM_FILE": self._system_path(system)}
-        proc = subprocess.Popen(command, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, start_new_session=True)
-        try:
-            out, err = proc.communicate(prompt.encode("utf-8"), timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s") from None
-        finally:
-            _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
+        # files, not pipes, for its streams: the call ends when the command exits, even if something it left
+        # running still holds them open, and a command that never reads its stdin cannot block the write
+        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            stdin.write(prompt.encode("utf-8"))
+            stdin.seek(0)
+            proc = subprocess.Popen(command, shell=True, stdin=stdin, stdout=out, stderr=err, env=env, start_new_session=True)
+            _RUNNING.add(proc.pid)
+            try:
+                proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s") from None
+            finally:
+                _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
+                _RUNNING.discard(proc.pid)
+            out.seek(0)
+            err.seek(0)
+            text, detail = out.read().decode("utf-8", "replace"), err.read()[-4096:]
         if proc.returncode != 0:
-            detail = " ".join(err.decode("utf-8", "replace").split())[-300:]
+            detail = " ".join(detail.decode("utf-8", "replace").split())[-300:]
             raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
-        text = out.decode("utf-8", "replace")
         return Reply(text, "stop", _estimate_tokens(system + chat + task), _estimate_tokens(text))
 
     def close(self) -> None:
@@ -238,6 +248,18 @@ class Command:
             except FileNotFoundError:
                 pass
             self._system_file = None
+
+
+_RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
+
+
+@atexit.register
+def _kill_running() -> None:
+    """At exit (a build stopped by a signal leaves the calls it gave up on running): no command outlives pimem."""
+    import signal
+
+    for pgid in list(_RUNNING):
+        _kill_group(pgid, signal.SIGKILL)
 
 
 def _kill_group(pgid: int, sig: int) -> None:
