@@ -14,7 +14,7 @@ import os
 from .errors import BadInput, PimemError
 from .memory import Memory
 from .message import TOOL_KINDS
-from .numbers import MAX_I
+from .numbers import MAX_COUNT, MAX_I
 
 Home = str | os.PathLike | None
 
@@ -22,6 +22,13 @@ SINCE_LIMIT = 100  # messages per since call by default
 MAX_LIMIT = 1000
 MESSAGE_CHARS = 50_000  # characters of one message per call by default
 VIEW_LINES = 200  # the latest view lines by default
+
+
+def _budget(budget: int | None) -> int:
+    """A reply's budget in characters: at least 2 (room for ``{}``, the reply when nothing fits)."""
+    from .budget import DEFAULT
+
+    return DEFAULT if budget is None else _bounded(budget, "budget", MAX_COUNT, 2)
 
 
 def _bounded(value: int, name: str, top: int = MAX_LIMIT, bottom: int = 1) -> int:
@@ -77,8 +84,8 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
         if msg["kind"] in TOOL_KINDS and not include_tools:
             raise BadInput(f"message {i} is a {msg['kind']} message (tool traffic); ask again with include_tools")
         text = msg["text"]
-        if offset < 0 or offset > len(text):
-            raise BadInput(f"offset must be between 0 and {len(text)}")
+        if type(offset) is not int or not 0 <= offset <= len(text):
+            raise BadInput(f"offset must be a whole number from 0 to {len(text)}")
         out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
     if offset or offset + max_chars < len(text):
         out.update(offset=offset, chars=len(text), next_offset=offset + max_chars if offset + max_chars < len(text) else None)
@@ -180,10 +187,12 @@ def recall(name: str, query: str = "", ids: list[str] | None = None, file: str |
     never longer than ``budget`` characters, each result with ``held``."""
     import orjson
 
-    from . import budget as budgets, recall as recalls
+    from . import recall as recalls
 
-    request = recalls.Request(query=query, ids=recalls.parse_ids(ids or []), file=file, kind=kind, page=page,
-                              limit=limit, include_tools=include_tools, budget=budget or budgets.DEFAULT, as_json=True)
+    if not isinstance(query, str) or not all(isinstance(i, (str, int)) and type(i) is not bool for i in ids or []):
+        raise BadInput("query is a string and ids a list of message numbers or entry ids")
+    request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []]), file=file, kind=kind, page=page,
+                              limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     with Memory.open(name, home) as mem:
         return orjson.loads(recalls.recall(mem, request))
 
@@ -194,13 +203,13 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
     those of ``status``, ranked by ``query`` when given, within ``budget`` characters."""
     import orjson
 
-    from . import budget as budgets, memories
+    from . import memories
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
     with Memory.open(name, home) as mem:
         found = memories.find(memories.records(mem, session), query, status, kind)
-    return orjson.loads(memories.listing(found, offset, limit, budget or budgets.DEFAULT, True))
+    return orjson.loads(memories.listing(found, offset, limit, _budget(budget), True))
 
 
 def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,

@@ -401,7 +401,9 @@ def listing(found: list[dict], offset: int, limit: int, max_chars: int, as_json:
         return text
 
     text = budget.pack(max_chars, len(page), render)
-    return text if text is not None else budget.fit_text(max_chars, ["{}"])
+    if text is not None:
+        return text
+    return budget.fit_text(max_chars, ["{}"] if as_json else [f"pimem memories ({len(found)}; none fits in {max_chars} characters)", "…"])
 
 
 def _block(r: dict) -> str:

@@ -17,6 +17,7 @@ import orjson
 from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, IntegrityError, NotFound
 from .lock import WriterLock
+from .numbers import MAX_I
 from .store import Log
 from .nofollow import check_dir
 
@@ -215,13 +216,17 @@ class Memory:
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
         """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
+        if type(start) is not int or start < 0 or (stop is not None and type(stop) is not int):
+            raise BadInput(f"messages are read from a message number (0 or more), not {start!r}")
         return self.log.entries(start, stop)
 
     def message(self, i: int) -> dict:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
         when there is one, else a scan of the log file that holds ``i``."""
-        if i < 0:
-            raise NotFound(f"no message {i} in '{self.name}': message numbers start at 0")
+        if type(i) is not int:
+            raise BadInput(f"a message number is a whole number, not {i!r}")
+        if not 0 <= i <= MAX_I:
+            raise NotFound(f"no message {i} in '{self.name}': message numbers run from 0")
         if self.has_index():
             msg = self.index().message(i)
             if msg is not None:

@@ -509,5 +509,12 @@ def _raw_single(r: dict, request: Request) -> str:
 
 
 def parse_ids(values: Iterable[str]) -> list[str]:
-    """``--ids 3,5 --ids entry:1c9e4b7a`` → ``["3", "5", "entry:1c9e4b7a"]``."""
-    return [part for value in values for part in value.split(",") if part.strip()]
+    """``--ids 3,5 --ids entry:1c9e4b7a`` → ``["3", "5", "entry:1c9e4b7a"]``; ``BadInput`` for an ``--ids``
+    that names none (``""``, ``,,``: read nothing, rather than list instead)."""
+    out = []
+    for value in values:
+        parts = [part for part in value.split(",") if part.strip()]
+        if not parts:
+            raise BadInput(f"--ids {value!r} names no message: give numbers or entry ids, comma-separated")
+        out += parts
+    return out

@@ -44,6 +44,8 @@ CORPUS = [
     (["memories", "m", "--limit", "0"], None, 2),
     (["map", "m", "--width", "0"], None, 2),
     (["map", "m", "--width", "19"], None, 2),
+    (["recall", "m", "--ids", ""], None, 2),
+    (["recall", "m", "--ids", ",,,"], None, 2),
     (["compact", "m", "--keep", "-5"], None, 2),
     # durations and money
     (["append", "m", "x", "--timeout", "nan"], None, 2),
@@ -129,6 +131,25 @@ def test_every_bad_argument_is_one_line_its_code_and_changes_nothing(store, argv
     assert out.returncode == code, err
     assert err.count("\n") == 1 and err.startswith("pimem: error: ") and "Traceback" not in err, err
     assert snapshot(store) == before
+
+
+def test_the_python_api_refuses_bad_values_as_pimem_errors(store):
+    """The library's own entry points: every bad value is a ``PimemError`` with its exit code, not a
+    ``TypeError`` from deep inside, nor a false integrity alarm."""
+    from pimem import Memory, api
+    from pimem.errors import BadInput, NotFound
+
+    home = store
+    mem = Memory.open("m", home)
+    for call, error in ((lambda: list(mem.messages(-5)), BadInput), (lambda: mem.message(2**63), NotFound),
+                        (lambda: mem.message("3"), BadInput), (lambda: mem.save_cursor("c", -1), BadInput),
+                        (lambda: api.memory_search("m", budget=1, home=home), BadInput),
+                        (lambda: api.recall("m", query=None, home=home), BadInput),
+                        (lambda: api.message("m", 0, offset=1.5, home=home), BadInput)):
+        with pytest.raises(error):
+            call()
+    assert api.memory_search("m", budget=2, home=home) == {}  # nothing fits: the empty document
+    assert [r["id"] for r in api.recall("m", ids=[0], home=home)["results"]] == [0]  # numbers as numbers
 
 
 def test_a_directory_with_no_sessions_says_there_is_nothing_to_import(store, tmp_path):

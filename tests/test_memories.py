@@ -293,3 +293,10 @@ def test_thirty_big_hits_page_without_overlap(run, home):
     second = orjson.loads(run("memories", "main", "needle", "--json", "--offset", first["nextOffset"]).stdout)
     ids1, ids2 = {r["id"] for r in first["records"]}, {r["id"] for r in second["records"]}
     assert len(ids1) == first["nextOffset"] and ids1.isdisjoint(ids2)
+
+
+def test_a_text_listing_too_small_for_any_record_says_so_in_text(run, home):
+    run("remember", "main", "a")
+    run("remember", "main", "b")
+    assert run("memories", "main", "--budget", "60").stdout == "pimem memories (2; none fits in 60 characters)\n"
+    assert run("memories", "main", "--budget", "60", "--json").stdout == "{}\n"  # JSON: the empty document
