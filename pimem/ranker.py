@@ -228,7 +228,7 @@ def tail(source: Source, ranked: list[tuple[int, float]], query: str,
     conversation (the same speaker's turn before and after: a topic runs over several turns), then the next
     ``TAIL_POOL`` matches by their score relative to the last one kept, and ``TAIL_WORDS`` of it by their
     BM25 over the question's words as typed, stop words included, among themselves ("can you … some … for
-    my" finds the request a question repeats). Scores stay in order: the turns around the best take the
+    my" finds the request a question repeats), then every match after those, as ranked. Scores stay in order: the turns around the best take the
     last kept score, a match that score times its blend. What it reads is bounded: a few turns' rows and
     ``TAIL_POOL`` texts."""
     head, rest = ranked[:TAIL], ranked[TAIL:TAIL + TAIL_POOL]
@@ -248,7 +248,9 @@ def tail(source: Source, ranked: list[tuple[int, float]], query: str,
     blend = {i: (1 - TAIL_WORDS) * min(score / last, 1.0) + TAIL_WORDS * overlap.get(i, 0.0) / top
              for i, score in pool} if last > 0 else {i: 0.0 for i, _ in pool}
     matched = sorted(pool, key=lambda item: -blend[item[0]])
-    return head + [(j, last) for j in around] + [(i, last * blend[i]) for i, _ in matched]
+    out = head + [(j, last) for j in around] + [(i, last * blend[i]) for i, _ in matched]
+    floor = out[-1][1]  # the matches past the pool follow in their own order, their scores kept in order
+    return out + [(i, min(score, floor)) for i, score in ranked[TAIL + TAIL_POOL:] if i not in around]
 
 
 def _word_bm25(texts: dict[int, str], lengths: dict[int, int], query: str) -> dict[int, float]:

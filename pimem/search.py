@@ -12,6 +12,7 @@ then read from the log and checked, so the index can only make search fast, neve
 
 from __future__ import annotations
 
+import heapq
 import re
 from datetime import datetime
 from typing import Callable, Iterable, Iterator
@@ -61,7 +62,7 @@ def search(
     terms = parse(query)
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
     filters = Filters(wanted, since, until, before)
-    hits: list[dict] = []
+    per_memory: list[list[dict]] = []
     for mem in memories:
         try:
             index = mem.index()
@@ -73,11 +74,11 @@ def search(
                 raise
             unread(mem, exc)
             continue
-        hits.extend({**hit, "_n": n} for n, hit in enumerate(found))
+        per_memory.append([{**hit, "_n": n} for n, hit in enumerate(found)])
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
-        hits.sort(key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
-    else:
-        hits.sort(key=lambda h: -h["_epoch"])
+        hits = sorted((h for found in per_memory for h in found), key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
+    else:  # each memory's hits newest logged first (what --before pages by), the memories merged by date
+        hits = list(heapq.merge(*per_memory, key=lambda h: -h["_epoch"]))
     hits = hits[:limit]
     for hit in hits:
         del hit["_epoch"], hit["_n"]

@@ -155,6 +155,31 @@ def test_paging_with_before_and_limit(run, home):
     assert ids(run("search", "page", "--limit", "3", "--before", "1", "--json")) == [0]
 
 
+def test_paging_shows_every_hit_once_when_dates_are_not_in_log_order(run, home):
+    """A backdated import, or two appenders stamping before the lock: dates out of ``i`` order. A memory's hits
+    come newest logged first, which is what ``--before`` pages by, so pages neither repeat nor skip."""
+    days = ["05", "01", "04", "02", "03", "06"]
+    Memory.at("m").append([{"kind": "user", "text": f"deploy note day {d}", "date": f"2026-10-{d}T10:00:00Z"} for d in days])
+    seen, before = [], []
+    while True:
+        out = run("search", "deploy", "--limit", "2", "--json", *before)
+        seen += ids(out)
+        if "--before" not in out.stderr:
+            break
+        before = ["--before", out.stderr.split("--before ")[1].split()[0]]
+    assert seen == [5, 4, 3, 2, 1, 0] and ids(run("search", "deploy", "--json")) == seen
+    Memory.at("n").append([{"kind": "user", "text": "deploy note elsewhere", "date": "2026-10-03T12:00:00Z"}])
+    merged = [(h["memory"], h["i"]) for h in map(orjson.loads, run("search", "deploy", "--json").stdout.splitlines())]
+    assert [h for h in merged if h[0] == "m"] == [("m", i) for i in seen] and ("n", 0) in merged  # each memory in its order
+
+
+def test_rank_returns_every_match_up_to_the_limit(run, home):
+    Memory.at("m").append([{"kind": "user", "text": f"deploy number {n}"} for n in range(300)])
+    ranked = [orjson.loads(line) for line in run("search", "--rank", "deploy", "--limit", "1000", "--json").stdout.splitlines()]
+    assert sorted(h["i"] for h in ranked) == list(range(300))  # past the deeper tier's pool too
+    assert all(a["score"] >= b["score"] for a, b in zip(ranked, ranked[1:]))
+
+
 def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):
     assert run("search", SECRET).exit_code == 1
     assert run("search", "API_KEY", "main").exit_code == 1
