@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import BadInput, PimemError
+from .errors import BadInput, as_error
 from .memory import Memory
 from .message import TOOL_KINDS
 from .numbers import MAX_COUNT, MAX_I
@@ -65,12 +65,14 @@ def list_memories(home: Home = None) -> list[dict]:
     """Every memory: name, message count, first and last dates, the last thing the user said; for one that
     cannot be read (its log damaged), its name and the ``error``."""
     out = []
-    for mem in Memory.all(home):
+    for mem in Memory.all(home, refused=lambda mem, exc: out.append({"name": mem.name, "error": str(exc)})):
         with mem:
             try:
                 out.append(mem.summary())
-            except PimemError as exc:
-                out.append({"name": mem.name, "error": str(exc)})
+            except Exception as exc:
+                if (error := as_error(exc)) is None:
+                    raise
+                out.append({"name": mem.name, "error": str(error)})
     return out
 
 
@@ -128,8 +130,9 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     _bounded(limit, "limit", 200)
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
-    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
     unread: list[dict] = []
+    mems = [Memory.open(n, home) for n in names] if names else \
+        Memory.all(home, refused=lambda mem, exc: unread.append({"memory": mem.name, "error": str(exc)}))
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,

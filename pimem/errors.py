@@ -104,3 +104,10 @@ def translate(exc: BaseException) -> PimemError | None:
         code = ExitStatus.BUSY if "locked" in text or "busy" in text else ExitStatus.INTEGRITY if "malformed" in text or "not a database" in text else ExitStatus.SYSTEM
         return PimemError(f"SQLite: {text}", code)
     return None
+
+
+def as_error(exc: BaseException) -> PimemError | None:
+    """``exc`` as the ``PimemError`` it stands for (an OS or SQLite failure translated: a file the user may
+    not read is exit 7), or None for anything else (a bug, to be raised): for commands over many memories,
+    which name a memory they cannot read and go on with the others."""
+    return exc if isinstance(exc, PimemError) else translate(exc)

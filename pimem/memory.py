@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Sequence
 import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
-from .errors import BadInput, Busy, IntegrityError, NotFound
+from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError
 from .lock import WriterLock
 from .numbers import MAX_I
 from .store import Log
@@ -78,9 +78,22 @@ class Memory:
         return Memory(self.name, self.path, self.home)
 
     @classmethod
-    def all(cls, home: str | os.PathLike | None = None) -> list["Memory"]:
+    def all(cls, home: str | os.PathLike | None = None, refused=None) -> list["Memory"]:
+        """Every memory under the home. One whose ``main/`` is refused (a link) raises, or with ``refused``
+        is handed to ``refused(mem, error)`` and left out (a command over many names it and goes on)."""
         root = env.home(home)
-        return [cls(name, root / name, root) for name in homes.names(root)]
+        out = []
+        for name in homes.names(root):
+            mem = cls(name, root / name, root)
+            try:
+                mem.exists()
+            except PimemError as exc:
+                if refused is None:
+                    raise
+                refused(mem, exc)
+                continue
+            out.append(mem)
+        return out
 
     # ---- configuration -----------------------------------------------------------------------------------
 

@@ -405,7 +405,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             return
         last_scan[0] = time.monotonic()
         active = {b.name for b in scheduler.builders}
-        for mem in Memory.all(home):
+        for mem in Memory.all(home, refused=lambda mem, exc: None):  # (a refused one: build-tree NAME says why)
             if mem.name not in active:
                 watched.pop(mem.name, None)
                 take(mem, block=False)

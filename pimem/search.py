@@ -17,7 +17,7 @@ import re
 from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
-from .errors import BadInput, PimemError
+from .errors import BadInput, as_error
 from .index import Candidate, Filters, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
@@ -69,10 +69,11 @@ def search(
             question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
             found = index.answer(question, stderr_progress(mem.name))
             _add_held(mem, found)
-        except PimemError as exc:
-            if unread is None:
+        except Exception as exc:
+            error = as_error(exc)
+            if unread is None or error is None:
                 raise
-            unread(mem, exc)
+            unread(mem, error)
             continue
         per_memory.append([{**hit, "_n": n} for n, hit in enumerate(found)])
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)

@@ -435,6 +435,7 @@ class Log:
         stamps: dict[str, os.stat_result] = {}  # each file as this write left it
         made: set[str] = set()  # the files this write created
         sizes: dict[str, int] = {}  # each file there before, its size then
+        began = False
         try:
             # open every file first, so the new ones' names are made durable with one directory flush; the
             # ones there are first, each checked as it is held open (a file changed behind pimem's back stops
@@ -451,6 +452,7 @@ class Log:
                     self._changed_behind([f"{day}.jsonl"])
                 sizes[day] = st.st_size
             self.begin_write()
+            began = True
             for day in created:
                 fds[day] = open_fd(f"{self.dir}/{day}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
                 made.add(day)
@@ -470,7 +472,12 @@ class Log:
         except BaseException:  # all or nothing: no message of a batch that failed stays for a retry to log twice
             for day, size in sizes.items():
                 cut_back(fds[day], size)
+                info = self._info.get(f"{day}.jsonl")
+                if info is not None and info.size == size:  # as before, but for its times: recorded afresh
+                    info.stamp = _stamp(os.fstat(fds[day]))
             self._undo_created(made, start == 0)
+            if began and self.dir.is_dir():
+                self.save_ranges()  # the files as recorded again, the marker lifted (on a full disk it may stay)
             raise
         finally:
             for fd in fds.values():

@@ -163,3 +163,56 @@ def test_one_damaged_memory_is_named_and_the_others_are_still_listed_searched_an
     found = api.search("staging", home=home)
     assert {h["memory"] for h in found["hits"]} == {"other"} and [u["memory"] for u in found["unread"]] == ["m"]
     assert [row.get("error", "")[:3] for row in api.list_memories(home)] == ["m: ", ""]
+
+
+def _as_a_user(argv: list[str]) -> list[str]:
+    """``argv`` run so that file modes bind (root without its capabilities), or skip where that cannot be."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return argv
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: file modes do not bind")
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", *argv]
+
+
+def test_a_memory_the_user_may_not_read_is_named_and_the_others_still_answered(sh, log, home):
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    assert sh("append", "other", "the staging db of another project").returncode == 0
+    for day in log.glob("*.jsonl"):
+        day.chmod(0)
+    try:
+        for argv, shown in ((["list"], b"other "), (["search", "staging"], b"other #0 "), (["fsck"], b"other: ok"),
+                            (["reindex"], b"other: 1 message indexed")):
+            out = subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+            err = out.stderr.decode()
+            assert out.returncode == 7 and err.count("\n") == 1 and err.startswith("pimem: error: m: Permission denied: "), (argv, err)
+            assert shown in out.stdout, (argv, out.stdout)
+    finally:
+        for day in log.glob("*.jsonl"):
+            day.chmod(0o600)
+
+
+def test_another_projects_main_directory_in_the_home_is_not_a_memory(sh, log, home):
+    project = home / "proj"
+    (project / "main" / "src").mkdir(parents=True)
+    (project / "main" / "README.md").write_text("staging notes\n")
+    before = snapshot(project)
+    for argv in (["search", "staging"], ["reindex"], ["build-tree"], ["fsck"], ["list"]):
+        assert b"proj" not in sh(*argv).stdout, argv
+    assert snapshot(project) == before  # nothing written into it
+
+
+def test_a_memory_whose_main_is_a_link_is_refused_by_name_in_commands_over_many(sh, log, home, tmp_path):
+    assert sh("append", "other", "the staging db of another project").returncode == 0
+    elsewhere = tmp_path / "elsewhere"
+    log.rename(elsewhere)
+    log.symlink_to(elsewhere)
+    for argv, shown in ((["list"], b"other "), (["search", "staging"], b"other #0 "), (["fsck"], b"other: ok")):
+        out = sh(*argv)
+        err = out.stderr.decode()
+        assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: ") and "symbolic link" in err, (argv, err)
+        assert out.stdout.startswith(shown) and b"staging db listens" not in out.stdout, (argv, out.stdout)

@@ -84,6 +84,7 @@ def test_a_batch_that_fits_in_part_leaves_exactly_the_acknowledged_messages_and_
     assert acked == [str(i).encode() for i in range(1, 1 + len(acked))] and len(acked) < 3000
     day = next((disk.home / "m" / "main").glob("*.jsonl"))
     assert day.read_bytes().endswith(b"\n") and day.read_bytes().count(b"\n") == 1 + len(acked)  # no torn line
+    assert not (disk.home / "m" / "ranges.writing").exists()  # the files recorded as they are again
     assert Memory.open("m").count() == 1 + len(acked) and sh("fsck", "m").returncode == 0
     before = snapshot(disk.home / "m")
     one_line_exit_7(sh("remember", "m", "-", input=b"z" * 200_000))  # the memory log too: as it was (here: never made)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import fsck, output
-from ..errors import IntegrityError
+from ..errors import IntegrityError, as_error
 from ..memory import Memory
 from ..options import Home, Json, Timeout
 
@@ -32,10 +32,17 @@ def command(
       pimem fsck --repair main
       pimem fsck --json | jq -r 'select(.fatal) | .where'
     """
-    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home)
+    unread = output.Unread()
+    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home, refused=unread)
     remaining = repairable = 0
     for mem in mems:
-        findings = fsck.check(mem, repair=repair, timeout=timeout)
+        try:
+            findings = fsck.check(mem, repair=repair, timeout=timeout)
+        except Exception as exc:  # (a memory it may not read: named, the others checked)
+            if (error := as_error(exc)) is None:
+                raise
+            unread(mem, error)
+            continue
         for finding in findings:
             if json:
                 output.json_line(finding.to_json())
@@ -50,3 +57,4 @@ def command(
     if remaining:
         hint = f"; {repairable} can be fixed with 'pimem fsck --repair'" if repairable and not repair else ""
         raise IntegrityError(f"{remaining} problem{'s' if remaining != 1 else ''} found{hint}")
+    unread.check()

@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 
 from .. import output
-from ..errors import NothingFound, PimemError
+from ..errors import NothingFound, as_error
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -18,16 +18,19 @@ def command(json: Json = False, home: Home = None) -> None:
       pimem list
       pimem list --json | jq -r .name
     """
-    mems = Memory.all(home)
+    unread = output.Unread()
+    mems = Memory.all(home, refused=unread)
     if not mems:
+        unread.check()
         raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
     width = shutil.get_terminal_size((100, 24)).columns
-    unread = output.Unread()
     for mem in mems:
         try:
             row = mem.summary()
-        except PimemError as exc:
-            unread(mem, exc)
+        except Exception as exc:
+            if (error := as_error(exc)) is None:
+                raise
+            unread(mem, error)
             continue
         if json:
             output.json_line(row)

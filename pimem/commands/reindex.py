@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..errors import PimemError
+from ..errors import as_error
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -30,14 +30,16 @@ def command(
     from .. import semantic
     from ..index import rebuild, stderr_progress
 
-    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
     unread = output.Unread()
+    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home, refused=unread)
     for mem in memories:
         started = time.perf_counter()
         try:
             count = rebuild(mem.path, mem.log, stderr_progress(mem.name))
-        except PimemError as exc:
-            unread(mem, exc)
+        except Exception as exc:
+            if (error := as_error(exc)) is None:
+                raise
+            unread(mem, error)
             continue
         seconds = time.perf_counter() - started
         row = {"memory": mem.name, "messages": count, "seconds": round(seconds, 3)}

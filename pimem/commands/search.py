@@ -43,8 +43,8 @@ def command(
     """
     from .. import search as searching
 
-    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home)
     unread = output.Unread()
+    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home, refused=unread)
     try:
         hits = searching.search(
             memories,
