@@ -83,6 +83,21 @@ def _gone(marker: str) -> bool:
     return not _alive(marker)
 
 
+def test_the_api_key_never_appears_in_an_error_and_a_stray_line_end_is_dropped(tmp_path, monkeypatch):
+    from pimem.compactor import providers
+
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-SECRET123456789\r\n")  # (as a .env file written on Windows leaves it)
+    with FakeLLM("openai") as server:
+        _compactor(server, "openai", tmp_path).build(Task(0, 0, kind="user", text="x" * 900))
+    assert {k.lower(): v for k, v in server.headers[-1].items()}["authorization"] == "Bearer sk-SECRET123456789"
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-SECRET\n123456789")
+    with FakeLLM("openai") as server, pytest.raises(CallFailed) as failed:
+        _compactor(server, "openai", tmp_path).build(Task(0, 0, kind="user", text="x" * 900))
+    assert "SECRET" not in str(failed.value) and "TEST_LLM_KEY" in str(failed.value) and not server.requests
+    provider = providers.OpenAI("m", key_env="TEST_LLM_KEY")  # a server's error that quotes the request back
+    assert "SECRET" not in provider._hidden("Illegal header value b'Bearer sk-SECRET\\n123456789' from sk-SECRET\n123456789")
+
+
 def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_path):
     marker = _marker(31)
     command = f"sleep {marker} & sleep {marker} & (sleep {marker}; echo late) & cat > /dev/null; sleep {marker}"

@@ -68,12 +68,23 @@ class HttpProvider:
         self._client = None
 
     def key(self) -> str | None:
+        """The API key, without the spaces or line end a ``.env`` file may leave around it; never shown."""
         if not self.key_env:
             return None
-        value = os.environ.get(self.key_env)
+        value = (os.environ.get(self.key_env) or "").strip()
         if not value:
             raise CallFailed(f"environment variable {self.key_env} (the API key for {self.kind}) is not set")
+        if not (value.isascii() and value.isprintable()):
+            raise CallFailed(f"environment variable {self.key_env} (the API key for {self.kind}) holds characters "
+                             "no HTTP header can carry (a line break, a non-ASCII letter); it is not shown here")
         return value
+
+    def _hidden(self, text: str) -> str:
+        """``text`` with the API key (as the environment holds it) replaced, for errors that quote a request."""
+        raw = os.environ.get(self.key_env or "") or ""
+        for secret in {raw, raw.strip()} - {""}:
+            text = text.replace(secret, "[API key]").replace(repr(secret.encode())[2:-1], "[API key]")
+        return text
 
     def post(self, path: str, body: dict, headers: dict) -> dict:
         import httpx
@@ -86,9 +97,9 @@ class HttpProvider:
         except httpx.TimeoutException:
             raise CallFailed(f"{url}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise CallFailed(f"{url}: {type(exc).__name__}: {exc}") from None
+            raise CallFailed(self._hidden(f"{url}: {type(exc).__name__}: {exc}")) from None
         if response.status_code >= 400:
-            detail = " ".join(response.text.split())[:300]
+            detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
             raise CallFailed(f"{url}: HTTP {response.status_code}: {detail}", _retry_after(response.headers.get("retry-after")))
         try:
             data = response.json()
