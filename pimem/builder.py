@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from . import env, when
-from .compactor import Compactor, Task, worker
+from .compactor import CallFailed, Compactor, Task, worker
 from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import BadInput, Busy, LeaseLost, PimemError
@@ -37,6 +37,7 @@ from .tree import context_end, free_leaf, free_merge, label
 WINDOW = 8
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
+PAID = ("tokens_in", "tokens_out", "tokens_cached", "cost")  # what a call costs, kept on its node
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
 
 
@@ -189,13 +190,7 @@ class Builder:
         self.to_write.append((l, i, text, meta))
         self.stored.add((l, i))
         self.stats.calls += 1
-        self.stats.tokens_in += meta.get("tokens_in") or 0
-        self.stats.tokens_out += meta.get("tokens_out") or 0
-        self.stats.tokens_cached += meta.get("tokens_cached") or 0
-        self.stats.cost += meta.get("cost") or 0.0
-        if self._day is not None:
-            day, spent = self.spent_today()
-            self._day = (day, spent + (meta.get("cost") or 0.0))
+        self._paid(meta)
         self.stats.seconds += meta.get("seconds") or 0.0
         self.tries.pop((l, i), None)
         if self.state.failures:
@@ -207,9 +202,21 @@ class Builder:
             self.cview.built(l, i, text)
         self._settle(l, i, text)
 
-    def failed(self, l: int, i: int, error: str, retry_after: float | None = None) -> None:
+    def _paid(self, meta: dict) -> None:
+        self.stats.tokens_in += meta.get("tokens_in") or 0
+        self.stats.tokens_out += meta.get("tokens_out") or 0
+        self.stats.tokens_cached += meta.get("tokens_cached") or 0
+        self.stats.cost += meta.get("cost") or 0.0
+        if self._day is not None:
+            day, spent = self.spent_today()
+            self._day = (day, spent + (meta.get("cost") or 0.0))
+
+    def failed(self, l: int, i: int, error: str, retry_after: float | None = None, spent: dict | None = None) -> None:
+        """A call for node ``(l, i)`` failed: retried later (or given up past ``retries``); what its answered
+        requests cost (``spent``: an empty reply is billed) counts against ``--max-cost`` and today's cap."""
         self.inflight.discard((l, i))
         self.stats.failed += 1
+        self._paid(spent or {})
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         self.state.failed(label(l, i), error, when.rfc3339(env.now()))
         if self.retries is not None and tries > self.retries:
@@ -273,8 +280,12 @@ class Builder:
         inputs = [task.text] if task.l == 0 else [task.left, task.right]
         missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
         if missing:
-            text, again = self.compactor.build(task, context)
-            for key in ("tokens_in", "tokens_out", "cost", "seconds"):
+            try:
+                text, again = self.compactor.build(task, context)
+            except CallFailed as exc:  # (the first line was paid for too)
+                exc.spent = {key: (exc.spent.get(key) or 0) + (meta.get(key) or 0) for key in PAID}
+                raise
+            for key in (*PAID, "seconds"):
                 if again.get(key) is not None:
                     again[key] = round(again[key] + (meta.get(key) or 0), 8)
             meta = again

@@ -225,7 +225,7 @@ class Scheduler:
                     builder.built(task.l, task.i, text, meta)
                     self._emit_built(builder, task, text, meta)
                 else:
-                    builder.failed(task.l, task.i, str(error), getattr(error, "retry_after", None))
+                    builder.failed(task.l, task.i, str(error), getattr(error, "retry_after", None), getattr(error, "spent", None))
                     self.emit({"event": "failed", "memory": builder.name, "node": task.label, "l": task.l,
                                 "i": task.i, "error": str(error)})
             try:

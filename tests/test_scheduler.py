@@ -158,6 +158,33 @@ def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch
     assert run("build-tree", "m", "--max-cost", "1").exit_code == 2
 
 
+def test_empty_replies_are_billed_and_count_against_max_cost(run, home, monkeypatch):
+    """A 200 with no text is still paid for: its tokens count against --max-cost, so a model that keeps
+    answering nothing stops the build at the cap instead of being retried for ever."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "empty") as server:  # 1,000 tokens in and 100 out each
+        configure(home, server, price_in=1.0, price_out=2.0, retry_seconds=0.01)
+        fill("m", 6)
+        out = run("build-tree", "m", "--max-cost", "0.05", "--retries", "1000")
+        billed = len(server.requests) * (1000 * 1.0 + 100 * 2.0) / 1e6
+    assert out.exit_code == 6 and "stopped before spending more than $0.05" in out.stderr, out.stderr
+    assert 0 < billed <= 0.05  # what the server billed, within the cap (uncounted, it ran on to 1,000 retries a node)
+
+
+def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monkeypatch):
+    """A line naming what its span lacks is asked for once more: a call's worst case is two."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        server.reply = lambda body: "user: fixed port 9999 in zzz_unknown.py"  # unfounded every time
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 10)
+        run("build-tree", "m", "--max-cost", "0.05")
+        billed = len(server.requests) * (1000 * 1.0 + 100 * 2.0) / 1e6
+    spent = builder.spent(Memory.open("m"))
+    assert 0 < spent["cost"] <= 0.05 and billed <= 0.05 + 1e-9 and spent["suspect"]
+    assert spent["tokens_cached"] == 0 and spent["tokens_in"] == 2000 * spent["calls"]  # both calls on the node
+
+
 def test_offline_build_tree_and_the_view(run, home):
     configure(home)
     mem = fill("m", 200)

@@ -205,16 +205,15 @@ class Compactor:
         """The most a call for ``task`` can cost (None without prices): every byte sent taken for a token (no
         tokenizer makes more tokens than bytes; 16 more for the framing), none of it from the cache, every
         output token used, and, until this model is known not to need it, the second request a reasoning
-        model may take."""
+        model may take; twice that, for the faithfulness guard may ask for the line once more."""
         if self.offline:
             return 0.0
         from . import prompt
 
         sent = len(prompt.SYSTEM.encode()) + len(prompt.chat(context).encode()) + len(task.prompt().encode()) + 16
         extra = self.state.extra_tokens.get(self.label) if self.state is not None else None
-        if extra:
-            return self.cost(sent, self.max_tokens + extra)
-        return self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA)
+        once = self.cost(sent, self.max_tokens + extra) if extra else self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA)
+        return None if once is None else 2 * once
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
         """The node's line (≤512 bytes) and its build metadata; ``CallFailed`` when the call failed or the
@@ -247,11 +246,11 @@ class Compactor:
             tokens_in, tokens_out = tokens_in + reply.tokens_in, tokens_out + reply.tokens_out
             tokens_cached += reply.tokens_cached
         text = cut_line(reply.text, LINE_BYTES)
+        paid = {"tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cached": tokens_cached,
+                "cost": self.cost(tokens_in, tokens_out, tokens_cached)}
         if not text:
-            raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})")
-        return text, {"model": self.label, "tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cached": tokens_cached,
-                      "cost": self.cost(tokens_in, tokens_out, tokens_cached),
-                      "seconds": round(time.perf_counter() - started, 3)}
+            raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})", spent=paid)
+        return text, {"model": self.label, **paid, "seconds": round(time.perf_counter() - started, 3)}
 
     def close(self) -> None:
         if self._provider is not None:

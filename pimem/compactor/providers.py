@@ -22,11 +22,13 @@ DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api
 
 
 class CallFailed(ProviderError):
-    """One model call failed; ``retry_after`` is the delay the server asked for, if any."""
+    """One model call failed; ``retry_after`` is the delay the server asked for, if any; ``spent`` what the
+    requests that were answered cost all the same (an empty reply is billed): tokens and ``cost``."""
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, spent: dict | None = None):
         super().__init__(message)
         self.retry_after = retry_after
+        self.spent = spent or {}
 
 
 @dataclass
