@@ -14,12 +14,13 @@ after checking that this process still holds the memory's lease. SIGTERM and SIG
 from __future__ import annotations
 
 import itertools
+import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
-from . import semantic
+from . import env, semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
 from .errors import Busy, LeaseLost
@@ -89,8 +90,16 @@ class Scheduler:
         return self._stop.is_set()
 
     def emit(self, event: dict) -> None:
+        """Tell ``on_event``; a reader of the events that went away (``build-tree --json | head``) stops the
+        telling, not the build: what was paid for is still built and kept."""
         if self.on_event is not None:
-            self.on_event(event)
+            try:
+                self.on_event(event)
+            except BrokenPipeError:
+                self.on_event = None
+                null = os.open(os.devnull, os.O_WRONLY)  # (the stream's unflushed rest goes nowhere, quietly)
+                os.dup2(null, env.current().stdout.fileno())
+                os.close(null)
 
     def spent(self) -> float:
         return sum(b.stats.cost for b in self.builders)

@@ -185,6 +185,24 @@ def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monke
     assert spent["tokens_cached"] == 0 and spent["tokens_in"] == 2000 * spent["calls"]  # both calls on the node
 
 
+def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(home, monkeypatch):
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    with FakeLLM("openai", latency=0.05) as server:
+        configure(home, server)
+        fill("m", 12)
+        proc = subprocess.Popen(pimem_cmd("build-tree", "m", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(TEST_LLM_KEY="k"))
+        assert proc.stdout.readline().startswith(b"{")
+        proc.stdout.close()  # (as `| head -1` does)
+        assert proc.wait(60) == 0 and proc.stderr.read() == b""
+        paid = len(server.requests)
+    assert_complete(Memory.open("m"))  # every call paid for is kept
+    assert builder.spent(Memory.open("m"))["calls"] == paid
+
+
 def test_offline_build_tree_and_the_view(run, home):
     configure(home)
     mem = fill("m", 200)
