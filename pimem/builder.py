@@ -320,18 +320,23 @@ class Builder:
         if self._writing is not None and (wait or not self._writing.is_alive()):
             self._writing.join()
             self._writing = None
-            error, self._write_error = self._write_error, None
-            if error is not None:
-                raise error
+            self._raise_write_error()
         if self._writing is not None or not self.to_write:
             return
         batch, self.to_write = self.to_write, []
         if wait:
             self._write(batch)
-            self.flush(wait=True)  # surface an error
+            self._raise_write_error()  # (the disk full on the last batch: said, not dropped)
+            if self.to_write:  # (put back: the writer lock was busy)
+                self.flush(wait=True)
             return
         self._writing = threading.Thread(target=self._write, args=(batch,), daemon=True)
         self._writing.start()
+
+    def _raise_write_error(self) -> None:
+        error, self._write_error = self._write_error, None
+        if error is not None:
+            raise error
 
     def _write(self, batch: list) -> None:
         try:

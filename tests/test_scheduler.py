@@ -203,6 +203,28 @@ def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(h
     assert builder.spent(Memory.open("m"))["calls"] == paid
 
 
+def test_a_write_that_fails_on_the_last_batch_is_said_not_dropped(home, monkeypatch):
+    import errno
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def full(self, nodes):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path / "tree"))
+
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        Memory.at("m").append([{"kind": "user", "text": long_text(0)}])  # one call, its node written inline at the end
+        monkeypatch.setattr(Memory, "write_nodes", full)
+        with pytest.raises(OSError, match="No space left"):
+            scheduler.build_tree([Memory.open("m")])
+
+
+def test_a_usage_count_that_is_not_a_sane_number_is_not_billed():
+    from pimem.compactor.providers import MAX_TOKENS_A_CALL, _count
+
+    assert [_count(v) for v in (1200, 1200.0, 1.5e30, -3, "12", None, True, MAX_TOKENS_A_CALL + 1)] == [1200, 1200, 0, 0, 0, 0, 0, 0]
+
+
 def test_offline_build_tree_and_the_view(run, home):
     configure(home)
     mem = fill("m", 200)

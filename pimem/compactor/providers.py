@@ -148,9 +148,9 @@ class OpenAI(HttpProvider):
         return Reply(
             str(text),
             "length" if finish == "length" else str(finish),
-            int(usage.get("prompt_tokens") or _estimate_tokens(system + user)),
-            int(usage.get("completion_tokens") or _estimate_tokens(str(text))),
-            int(details.get("cached_tokens") or 0),
+            _count(usage.get("prompt_tokens")) or _estimate_tokens(system + user),
+            _count(usage.get("completion_tokens")) or _estimate_tokens(str(text)),
+            _count(details.get("cached_tokens")),
         )
 
 
@@ -182,16 +182,27 @@ class Anthropic(HttpProvider):
             raise CallFailed(f"unexpected messages reply: {str(data)[:200]}") from None
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         stop = data.get("stop_reason") or "end_turn"
-        read = int(usage.get("cache_read_input_tokens") or 0)  # input_tokens counts only the uncached rest
-        written = int(usage.get("cache_creation_input_tokens") or 0)
+        read = _count(usage.get("cache_read_input_tokens"))  # input_tokens counts only the uncached rest
+        written = _count(usage.get("cache_creation_input_tokens"))
         fresh = usage.get("input_tokens")
         return Reply(
             text,
             "length" if stop == "max_tokens" else str(stop),
-            int(fresh) + read + written if fresh is not None else _estimate_tokens(system + chat + task),
-            int(usage.get("output_tokens") or _estimate_tokens(text)),
+            _count(fresh) + read + written if fresh is not None else _estimate_tokens(system + chat + task),
+            _count(usage.get("output_tokens")) or _estimate_tokens(text),
             read,
         )
+
+
+MAX_TOKENS_A_CALL = 10**8  # a usage count beyond this (or not a number) is a server's mistake, not a bill
+
+
+def _count(value) -> int:
+    """A token count from a reply's usage: a whole number from 0 to ``MAX_TOKENS_A_CALL``, else 0 (and the
+    caller's estimate where it has one)."""
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    return value if type(value) is int and 0 <= value <= MAX_TOKENS_A_CALL else 0
 
 
 class Command:
