@@ -172,7 +172,7 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
     with FakeLLM("openai") as server:
         configure(home, server, price_in=1.0, price_out=2.0)  # the server says 1,000 tokens in, 100 out: $0.0012
         fill("m", 40, short_every=1000)
-        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.02")
+        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
         try:
             until(lambda: len(server.requests) >= 3)
             time.sleep(2.0)
@@ -186,10 +186,10 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
         assert len(capped) == 1, err
         today = capped[0]["day"]
         spent = builder.spent(Memory.open("m"), day=today)
-        assert 0 < spent["cost"] <= 0.02 and not complete("m")
+        assert 0 < spent["cost"] <= 0.05 and not complete("m")
         assert capped[0] == {"event": "capped", "memory": "m", "day": today, "spent": round(spent["cost"], 6),
-                             "max_cost_per_day": 0.02}
-        Memory.open("m").save_config({"max_cost_per_day": 0.02})  # from config.json this time
+                             "max_cost_per_day": 0.05}
+        Memory.open("m").save_config({"max_cost_per_day": 0.05})  # from config.json this time
         again = start_watch("m", "--json")
         try:
             time.sleep(3.0)
