@@ -131,13 +131,16 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
     unread: list[dict] = []
-    mems = [Memory.open(n, home) for n in names] if names else \
-        Memory.all(home, refused=lambda mem, exc: unread.append({"memory": mem.name, "error": str(exc)}))
+
+    def note(mem, exc) -> None:
+        unread.append({"memory": mem.name, "error": str(exc)})
+
+    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home, refused=note)
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
                                 since=whens.parse_when(since) if since else None, before=before, limit=limit,
-                                unread=lambda mem, exc: unread.append({"memory": mem.name, "error": str(exc)}))
+                                unread=note)
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()

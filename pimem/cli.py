@@ -17,7 +17,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
 from typer.core import TyperCommand
 
-from . import env
+from . import env, output
 from .errors import ExitStatus, PimemError, translate
 
 # command name -> module in pimem.commands; each module has one function, ``command``
@@ -71,7 +71,7 @@ def guarded(func):
             env.stderr().write(f"pimem: error: {exc}\n")
             raise typer.Exit(ExitStatus(exc.code)) from None
         except BrokenPipeError:
-            _quiet_stdout()
+            output.quiet_stdout()
             raise typer.Exit(ExitStatus.OK) from None
         except KeyboardInterrupt:
             env.stderr().write("pimem: interrupted\n")
@@ -86,11 +86,6 @@ def guarded(func):
 
     return wrapper
 
-
-def _quiet_stdout() -> None:
-    """The reader went away (``pimem since … | head``): stop writing without a traceback."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, env.current().stdout.fileno())
 
 
 def usage(cmd) -> list[str]:
@@ -182,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = app(args=args, prog_name="pimem", standalone_mode=False)
     except BrokenPipeError:
-        _quiet_stdout()
+        output.quiet_stdout()
         code = ExitStatus.OK
     except ClickException as exc:
         code = _usage_error(exc)

@@ -3,6 +3,7 @@ on a terminal; data to stdout, everything else to stderr."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import orjson
@@ -87,12 +88,32 @@ def warn(text: str) -> None:
     env.stderr().write(f"pimem: warning: {text}\n")
 
 
+def quiet_stdout() -> None:
+    """The reader went away (``pimem since … | head``): what is still written goes nowhere, quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, env.current().stdout.fileno())
+    os.close(devnull)
+
+
 class Unread:
     """The memories a command over many could not read (one damaged, say): each said in one line as it is
     met, the others done; ``check()`` at the end exits with the worst status."""
 
     def __init__(self):
         self.code = 0
+
+    def run(self, mem, work):
+        """``work()`` for ``mem``, or None when it failed in a way the command passes over (said here): a
+        ``PimemError``, or an OS or SQLite failure (``errors.as_error``: a file it may not read); a bug is raised."""
+        from .errors import as_error
+
+        try:
+            return work()
+        except Exception as exc:
+            if (error := as_error(exc)) is None:
+                raise
+            self(mem, error)
+            return None
 
     def __call__(self, mem, exc) -> None:
         said = str(exc)

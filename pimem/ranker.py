@@ -228,9 +228,9 @@ def tail(source: Source, ranked: list[tuple[int, float]], query: str,
     conversation (the same speaker's turn before and after: a topic runs over several turns), then the next
     ``TAIL_POOL`` matches by their score relative to the last one kept, and ``TAIL_WORDS`` of it by their
     BM25 over the question's words as typed, stop words included, among themselves ("can you … some … for
-    my" finds the request a question repeats), then every match after those, as ranked. Scores stay in order: the turns around the best take the
-    last kept score, a match that score times its blend. What it reads is bounded: a few turns' rows and
-    ``TAIL_POOL`` texts."""
+    my" finds the request a question repeats), then every match after those, as ranked. Scores stay in
+    order: the turns around the best take the last kept score, a match that score times its blend. What it
+    reads is bounded: a few turns' rows and ``TAIL_POOL`` texts."""
     head, rest = ranked[:TAIL], ranked[TAIL:TAIL + TAIL_POOL]
     if len(head) < TAIL:
         return ranked

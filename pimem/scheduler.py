@@ -14,13 +14,12 @@ after checking that this process still holds the memory's lease. SIGTERM and SIG
 from __future__ import annotations
 
 import itertools
-import os
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
 
-from . import env, semantic
+from . import semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
 from .errors import Busy, LeaseLost
@@ -96,10 +95,10 @@ class Scheduler:
             try:
                 self.on_event(event)
             except BrokenPipeError:
+                from . import output
+
                 self.on_event = None
-                null = os.open(os.devnull, os.O_WRONLY)  # (the stream's unflushed rest goes nowhere, quietly)
-                os.dup2(null, env.current().stdout.fileno())
-                os.close(null)
+                output.quiet_stdout()
 
     def spent(self) -> float:
         return sum(b.stats.cost for b in self.builders)

@@ -182,7 +182,7 @@ def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monke
         billed = len(server.requests) * (1000 * 1.0 + 100 * 2.0) / 1e6
     spent = builder.spent(Memory.open("m"))
     assert 0 < spent["cost"] <= 0.05 and billed <= 0.05 + 1e-9 and spent["suspect"]
-    assert spent["tokens_cached"] == 0 and spent["tokens_in"] == 2000 * spent["calls"]  # both calls on the node
+    assert spent["tokens_in"] == 2000 * spent["calls"]  # both calls on the node
 
 
 def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(home, monkeypatch):

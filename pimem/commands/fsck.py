@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import fsck, output
-from ..errors import IntegrityError, as_error
+from ..errors import IntegrityError
 from ..memory import Memory
 from ..options import Home, Json, Timeout
 
@@ -36,12 +36,8 @@ def command(
     mems = [Memory.open(n, home) for n in names] if names else Memory.all(home, refused=unread)
     remaining = repairable = 0
     for mem in mems:
-        try:
-            findings = fsck.check(mem, repair=repair, timeout=timeout)
-        except Exception as exc:  # (a memory it may not read: named, the others checked)
-            if (error := as_error(exc)) is None:
-                raise
-            unread(mem, error)
+        findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout))
+        if findings is None:  # (a memory it may not read: named, the others checked)
             continue
         for finding in findings:
             if json:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import shutil
 
 from .. import output
-from ..errors import NothingFound, as_error
+from ..errors import NothingFound
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -25,12 +25,8 @@ def command(json: Json = False, home: Home = None) -> None:
         raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
     width = shutil.get_terminal_size((100, 24)).columns
     for mem in mems:
-        try:
-            row = mem.summary()
-        except Exception as exc:
-            if (error := as_error(exc)) is None:
-                raise
-            unread(mem, error)
+        row = unread.run(mem, mem.summary)
+        if row is None:
             continue
         if json:
             output.json_line(row)

@@ -6,7 +6,6 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..errors import as_error
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -34,12 +33,8 @@ def command(
     memories = [Memory.open(name, home) for name in names] if names else Memory.all(home, refused=unread)
     for mem in memories:
         started = time.perf_counter()
-        try:
-            count = rebuild(mem.path, mem.log, stderr_progress(mem.name))
-        except Exception as exc:
-            if (error := as_error(exc)) is None:
-                raise
-            unread(mem, error)
+        count = unread.run(mem, lambda: rebuild(mem.path, mem.log, stderr_progress(mem.name)))
+        if count is None:
             continue
         seconds = time.perf_counter() - started
         row = {"memory": mem.name, "messages": count, "seconds": round(seconds, 3)}
