@@ -62,6 +62,7 @@ class Scheduler:
     on_progress: object = None  # callable(builders), about ten times a second
     max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
+    lost: list[Builder] = field(default_factory=list)  # builders stopped because another process took their lease
     stopped_for_cost: bool = False
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -101,7 +102,7 @@ class Scheduler:
                 output.quiet_stdout()
 
     def spent(self) -> float:
-        return sum(b.stats.cost for b in self.builders)
+        return sum(b.stats.cost for b in self.builders + self.lost)
 
     def pending(self) -> int:
         """Nodes of the builders' memories not built yet, counted afresh (a stopped run has not looked at
@@ -259,7 +260,9 @@ class Scheduler:
                 self._drop(builder)
 
     def _drop(self, builder: Builder) -> None:
+        """Stop building ``builder``'s memory: another process holds its lease now."""
         self.builders.remove(builder)
+        self.lost.append(builder)
         self._end_worker(builder)
 
     def _beat(self) -> None:
@@ -372,7 +375,7 @@ def _run_with_signals(scheduler: Scheduler, **run) -> None:
 
 def _close(scheduler: Scheduler, leases) -> None:
     """Close every builder's compactor (its HTTP client) and give up the leases."""
-    for builder in scheduler.builders:
+    for builder in scheduler.builders + scheduler.lost:
         builder.compactor.close()
     for lease in leases:
         lease.release()
@@ -409,11 +412,13 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if embedding:  # new messages: their vectors (in the background)
             for builder in scheduler.builders:
                 embedding.add(builder.mem)
-        if explicit or time.monotonic() - last_scan[0] < 2.0:
+        if time.monotonic() - last_scan[0] < 2.0:
             return
         last_scan[0] = time.monotonic()
         active = {b.name for b in scheduler.builders}
-        for mem in Memory.all(home, refused=lambda mem, exc: None):  # (a refused one: build-tree NAME says why)
+        # new memories, and ones whose lease another process took (taken back once it lets go); a refused
+        # memory is skipped (build-tree NAME says why)
+        for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
             if mem.name not in active:
                 watched.pop(mem.name, None)
                 take(mem, block=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -101,6 +102,70 @@ def test_sigkill_mid_build_loses_and_duplicates_nothing(home):
     keys = collections.Counter((n["l"], n["i"]) for n in lines)
     assert max(keys.values()) == 1
     assert builder.survey(mem)["built"] == builder.tree_size(60)
+
+
+def take_over(mem, holder) -> None:
+    """Write ``lock.json`` as another builder does that took the lease over (``holder``: its live process)."""
+    record = {"pid": holder.pid, "token": "another", "host": socket.gethostname(), "started": "2026-12-03T00:00:00Z",
+              "beat": time.time()}
+    (mem.path / "lock.new").write_bytes(orjson.dumps(record) + b"\n")
+    os.replace(mem.path / "lock.new", mem.path / "lock.json")
+
+
+def test_build_tree_whose_lease_was_taken_over_stops_and_exits_4(home):
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server)
+        mem = fill("m", 40, short_every=1000)
+        build = subprocess.Popen(pimem_cmd("build-tree", "m", "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=subprocess_env(TEST_LLM_KEY="k"))
+        other = subprocess.Popen(["sleep", "60"])
+        try:
+            until(lambda: len(stored_lines(mem)) >= 3)
+            take_over(mem, other)
+            out, err = build.communicate(timeout=60)
+            asked = len(server.requests)
+            time.sleep(0.5)
+            assert len(server.requests) == asked  # nothing more was asked once it stopped
+        finally:
+            other.kill()
+            other.wait()
+    assert build.returncode == 4, err
+    assert err.decode().count("\n") == 1 and "another builder took over the lease" in err.decode()
+    done = [e for e in map(orjson.loads, out.splitlines()) if e["event"] == "done"]
+    assert done == [{**done[0], "memory": "m", "lost": True}]
+    assert orjson.loads((mem.path / "lock.json").read_bytes())["token"] == "another"  # the new holder's, kept
+    assert not complete("m")
+    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
+    assert max(keys.values()) == 1
+
+
+def test_a_watcher_whose_lease_was_taken_over_takes_it_back_when_the_holder_dies(home):
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server)
+        mem = fill("m", 40, short_every=1000)
+        watcher = start_watch("m", "--json")
+        other = subprocess.Popen(["sleep", "60"])
+        try:
+            until(lambda: len(stored_lines(mem)) >= 3)
+            take_over(mem, other)
+            time.sleep(3.0)  # past a heartbeat: the watcher has seen it
+            assert orjson.loads((mem.path / "lock.json").read_bytes())["token"] == "another"
+            written = len(stored_lines(mem))
+            time.sleep(1.0)
+            assert len(stored_lines(mem)) == written  # it builds no more while the other holds the lease
+            other.kill()
+            other.wait()
+            until(lambda: (lease.holder(mem) or {}).get("pid") == watcher.pid, timeout=15)
+            until(lambda: complete("m"), timeout=60)
+        finally:
+            other.kill()
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line)["event"] for line in out.splitlines()]
+    assert events.count("lost") == 1 and events.count("watching") == 2
+    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
+    assert max(keys.values()) == 1
 
 
 def test_two_watchers_started_together_never_both_build(home):

@@ -23,7 +23,8 @@ def command(
 
     Short messages and short joins need no model; the rest go to the memory's compactor (pimem model), 8
     calls at a time. Exit 0 when the tree is complete, 6 when some nodes failed (their errors are in
-    'pimem status'; the next run retries them), 4 when a watcher is building the memory. A progress bar is
+    'pimem status'; the next run retries them), 4 when a watcher is building the memory (or took its
+    lease over mid-run: this run stalled past the heartbeat). A progress bar is
     shown on a terminal; --json prints one event per built or failed node and a summary per memory.
 
     Examples:
@@ -34,7 +35,7 @@ def command(
       pimem build-tree --retries 3 --log ~/.pi/memory/logs/build.log   # from cron, every 10 minutes
     """
     from .. import builder as builders, compactor, env, scheduler
-    from ..errors import BadInput, ProviderError
+    from ..errors import BadInput, Busy, ProviderError
     from ..memory import Memory
 
     output.log_to(log, "build-tree")
@@ -75,7 +76,9 @@ def command(
     finally:
         if progress is not None:
             progress.close()
-    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up)} for b in sched.builders]
+    built = sched.builders + sched.lost
+    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up),
+             **({"lost": True} if b in sched.lost else {})} for b in built]
     if json:
         for row in rows:
             output.json_line(row)
@@ -84,11 +87,14 @@ def command(
                     f"({sum(row['calls'] for row in rows):,} written in this run; the next run builds the rest)")
         raise typer.Exit(128 + sched.signal)
     failed = sum(row["gave_up"] for row in rows)
-    for builder, row in zip(sched.builders, rows):
+    for builder, row in zip(built, rows):
         if not json:
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
                         f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
+    if sched.lost:
+        raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
+                   "stalled past its heartbeat); stopped building there, and kept what was written")
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.stopped_for_cost:
