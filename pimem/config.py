@@ -62,6 +62,18 @@ def read_json(path: Path, default=None):
 _NUMBER, _COUNT = (int, float), int
 _SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": _COUNT, "compactor": dict,
            "max_cost_per_day": (*_NUMBER, type(None)), "context_wait": _NUMBER}
+# the compactor object's settings (``pimem model`` writes them; each may also be null: unset). The provider's
+# name and ``workers`` are checked where they are read, with their own advice
+_COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": str, "command": str,
+                     "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
+                     "retry_seconds": _NUMBER, "max_tokens": _COUNT}
+
+
+def _wrong(value, shape) -> bool:
+    """Whether ``value`` is not of ``shape``: a bool is no number, a number is never negative, a count never 0."""
+    if not isinstance(value, shape) or isinstance(value, bool):
+        return True
+    return isinstance(value, (int, float)) and (value < 0 or (shape is _COUNT and value == 0))
 
 
 def settings(path: Path) -> dict:
@@ -78,11 +90,14 @@ def settings(path: Path) -> dict:
         raise BadInput(f"{path}: not a JSON object; fix it or remove it")
     for key, value in own.items():
         shape = _SHAPES.get(key)
-        wrong = shape is not None and (not isinstance(value, shape) or isinstance(value, bool))
+        wrong = shape is not None and _wrong(value, shape)
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
-        elif isinstance(value, (int, float)) and not wrong:
-            wrong = value < 0 or (shape is _COUNT and value == 0)
+        elif key == "compactor" and not wrong:
+            for knob, knob_value in value.items():
+                if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(knob_value, _COMPACTOR_SHAPES[knob]):
+                    key, value, wrong = f"compactor.{knob}", knob_value, True
+                    break
         if wrong:
             raise BadInput(f"{path}: {key} cannot be {orjson.dumps(value).decode()[:80]}; fix it or remove it")
     return own
