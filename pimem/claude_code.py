@@ -261,7 +261,9 @@ def relevant(hits: list[tuple[dict, float]], words: list[str]) -> list[tuple[dic
 
 
 def settings_path(project: bool) -> Path:
-    return (Path.cwd() if project else Path.home()) / ".claude" / "settings.json"
+    from .env import user_home
+
+    return (Path.cwd() if project else Path(user_home())) / ".claude" / "settings.json"
 
 
 def hook_command(home: str | None = None) -> str:

@@ -40,7 +40,7 @@ class Environment:
         for candidate in (explicit, self._home, os.environ.get("PIMEM_HOME"), os.environ.get("PI_MEM_HOME")):
             if candidate:
                 return _resolved(os.fspath(candidate))
-        return _resolved(str(Path.home() / ".pi" / "memory"))
+        return _resolved(os.path.join(user_home(), ".pi", "memory"))
 
     def now(self) -> datetime:
         """The current local time with its UTC offset (``$PIMEM_NOW`` overrides the wall clock, for tests)."""
@@ -102,6 +102,23 @@ def using(environment: Environment):
 
 def home(explicit: str | os.PathLike | None = None) -> Path:
     return _current.home(explicit)
+
+
+def user_home() -> str:
+    """``$HOME`` when it is an absolute path, else the account's home directory: an empty or relative ``$HOME``
+    (as some service managers leave it) would put the memory at ``/`` or under the working directory."""
+    home = os.environ.get("HOME", "")
+    if os.path.isabs(home):
+        return home
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        from .errors import BadInput
+
+        raise BadInput("$HOME is not an absolute path and this account has no home directory: "
+                       "set PIMEM_HOME (or --home)") from None
 
 
 @functools.lru_cache(maxsize=64)

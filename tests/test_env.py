@@ -39,3 +39,27 @@ def test_the_lock_timeout_is_read_when_a_lock_is_taken_not_at_import(home, monke
         with pytest.raises(Busy):
             Memory.open("m").append([{"kind": "user", "text": "blocked"}])
     assert [m["text"] for m in Memory.open("m").messages()] == ["hi"]
+
+
+@pytest.mark.parametrize("given", ["", "relative/dir"])
+def test_an_empty_or_relative_home_variable_falls_back_to_the_accounts_home(monkeypatch, tmp_path, given):
+    import pwd
+    import types
+
+    from pimem.errors import BadInput
+
+    for var in ("PIMEM_HOME", "PI_MEM_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", given)
+    monkeypatch.setattr(pwd, "getpwuid", lambda uid: types.SimpleNamespace(pw_dir=str(tmp_path)))
+    assert env.home() == tmp_path / ".pi" / "memory"  # not /.pi/memory, nor one under the working directory
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    assert env.home() == tmp_path / "me" / ".pi" / "memory"
+
+    def unknown(uid):
+        raise KeyError(uid)
+
+    monkeypatch.setenv("HOME", given)
+    monkeypatch.setattr(pwd, "getpwuid", unknown)
+    with pytest.raises(BadInput, match="set PIMEM_HOME"):
+        env.home()
