@@ -9,6 +9,7 @@ line, a gap, a duplicate or a broken hash chain is explained, never rewritten.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,24 +221,32 @@ def check_chains(mem: Memory) -> list[Finding]:
 
 def check_index(mem: Memory) -> list[Finding]:
     """index.sqlite (derived): SQLite's own check, and every message row pointing at the line holding that
-    message. Opened read-only, so checking never changes it; repair deletes it and builds it again."""
+    message. Only read, never created; opened as a search opens it, so that the last connection to close
+    takes its WAL files away (a read-only connection would leave them behind), or read-only where nothing
+    may be written. Repair deletes it and builds it again."""
     import sqlite3
 
     from . import index
 
-    path = mem.path / index.FILENAME
-    if not path.exists():
+    path, second = mem.path / index.FILENAME, mem.path / index.SHARD_FILENAME
+    if not path.exists() and not path.is_symlink():
         return []
 
     def problem(text: str) -> list[Finding]:
         return [Finding(mem.name, "index", index.FILENAME, text, repair="delete it and build it again from the log", action=_reindex)]
 
+    for file in (path, second):
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            if os.path.islink(f"{file}{suffix}"):  # SQLite would follow it
+                return problem(f"{file.name}{suffix} is a symbolic link: pimem never follows links inside its home")
+    writable = os.access(mem.path, os.W_OK)
+    uri = (lambda file: f"{file.as_uri()}?mode=rw") if writable else index.read_only_uri
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = sqlite3.connect(uri(path), uri=True)
         try:
-            schemas, second = ["main"], path.with_name(index.SHARD_FILENAME)
+            schemas = ["main"]
             if second.exists():
-                db.execute("ATTACH DATABASE ? AS shard", (f"file:{second}?mode=ro",))
+                db.execute("ATTACH DATABASE ? AS shard", (uri(second),))
                 schemas.append("shard")
             for schema in schemas:
                 verdict = db.execute(f"PRAGMA {schema}.quick_check").fetchone()[0]

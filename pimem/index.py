@@ -46,7 +46,7 @@ from typing import Callable, Iterator, NamedTuple
 import orjson
 
 from . import env, rankindex, when
-from .errors import Busy
+from .errors import Busy, ExitStatus, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_binary, open_fd
@@ -134,6 +134,12 @@ def _create_file(path: Path) -> None:
         os.close(open_fd(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
 
 
+def read_only_uri(path: Path) -> str:
+    """The URI that opens a database where nothing may be written: without a WAL file to read, SQLite is
+    told the file is immutable, so it makes no shared-memory file either."""
+    return f"{path.as_uri()}?mode=ro" + ("" if os.path.exists(f"{path}-wal") else "&immutable=1")
+
+
 def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
     """Switch a connection's database to WAL. The switch needs the file to itself and SQLite does not wait
     for it (no busy handler), so two first connections to a new index (the tree's and the index's, in
@@ -211,6 +217,7 @@ class Index:
         self._db: sqlite3.Connection | None = None
         self._file_names: dict[int, str] = {}
         self._fds: dict[int, int] = {}  # open log files by file id
+        self.read_only = False  # the memory's directory cannot be written: the index is read as it is
 
     # ---- connection --------------------------------------------------------------------------------------
 
@@ -221,6 +228,8 @@ class Index:
         return self._db
 
     def _connect(self) -> sqlite3.Connection:
+        if not os.access(self.path.parent, os.W_OK):
+            return self._connect_read_only()
         _create_file(self.path)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         _tune(db)
@@ -244,6 +253,25 @@ class Index:
         for schema in SCHEMAS:
             db.execute(f"PRAGMA {schema}.synchronous = NORMAL")
         return db
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """The index of a memory whose directory cannot be written (a read-only mount, a backup, another
+        account's memory), read as it is: never created, caught up or rebuilt here."""
+        self.read_only = True
+        for path in (self.path, self.shard_path):
+            check_database(path)
+            if not path.exists():
+                raise self._unwritable("has no search index yet")
+        db = sqlite3.connect(read_only_uri(self.path), uri=True, isolation_level=None, check_same_thread=False)
+        db.execute("ATTACH DATABASE ? AS shard", (read_only_uri(self.shard_path),))
+        if any(db.execute(f"PRAGMA {schema}.user_version").fetchone()[0] != SCHEMA_VERSION for schema in SCHEMAS):
+            db.close()
+            raise self._unwritable("has an index of another pimem version")
+        return db
+
+    def _unwritable(self, why: str) -> PimemError:
+        return PimemError(f"{self.path.parent}: this memory {why} and its directory cannot be written (read-only): "
+                          "search it where it can be written, or run 'pimem reindex' there", ExitStatus.SYSTEM)
 
     @staticmethod
     def _create(db: sqlite3.Connection, schema: str, statements: str) -> None:
@@ -322,6 +350,8 @@ class Index:
     def _catch_up(self, progress) -> int:
         if not self.behind():
             return 0
+        if self.read_only:
+            raise self._unwritable("has messages its search index lacks")
         return self._holding_lock(lambda: self._catch_up_locked(progress))
 
     def add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:

@@ -218,3 +218,51 @@ def test_a_memory_whose_main_is_a_link_is_refused_by_name_in_commands_over_many(
         err = out.stderr.decode()
         assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: ") and "symbolic link" in err, (argv, err)
         assert out.stdout.startswith(shown) and b"staging db listens" not in out.stdout, (argv, out.stdout)
+
+
+def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, home):
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    memory = log.parent
+    def run(*argv):
+        return subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+
+    paths = [memory, *memory.rglob("*")]
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(modes[path] & 0o555)
+    before = snapshot(memory)
+    try:
+        for argv, shown in ((["search", "staging", "m"], b"m #8 "), (["search", "--rank", "which staging db", "m"], b"m #"),
+                            (["recall", "m", "staging"], b"#8"), (["fsck", "m"], b"m: ok"), (["view", "m"], b"message 8")):
+            out = run(*argv)
+            assert out.returncode == 0 and shown in out.stdout, (argv, out.stderr)
+        assert snapshot(memory) == before and sorted(memory.iterdir()) == sorted(p for p in paths if p.parent == memory)
+        for path in paths:  # a message the index lacks: one line naming the memory, not a bare SQLite error
+            path.chmod(modes[path])
+        append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored from a backup"))
+        for path in paths:
+            path.chmod(modes[path] & 0o555)
+        out = run("search", "backup", "m")
+        err = out.stderr.decode()
+        assert out.returncode == 7 and err.count("\n") == 1 and str(memory) in err and "cannot be written" in err, err
+    finally:
+        for path in paths:
+            path.chmod(modes[path])
+    assert sh("search", "backup", "m").returncode == 0  # writable again: caught up as ever
+
+
+def test_fsck_leaves_no_wal_files_behind_and_refuses_a_linked_index(sh, log, tmp_path):
+    memory = log.parent
+    before = sorted(p.name for p in memory.iterdir())
+    assert sh("fsck", "m").returncode == 0
+    assert sorted(p.name for p in memory.iterdir()) == before  # no index.sqlite-wal, -shm left behind
+    (memory / "index.sqlite").rename(tmp_path / "index.sqlite")
+    (memory / "index.sqlite").symlink_to(tmp_path / "index.sqlite")
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and b"index.sqlite is a symbolic link" in out.stdout
+    assert sh("fsck", "m", "--repair").returncode == 0
+    assert not (memory / "index.sqlite").is_symlink() and (tmp_path / "index.sqlite").exists()  # the target untouched
+    assert sh("search", "staging", "m").returncode == 0
