@@ -74,6 +74,19 @@ def test_a_failed_first_append_leaves_no_memory(sh, disk):
     assert sh("append", "fresh", "now it fits").stdout == b"0\n"
 
 
+def test_a_demo_on_a_full_disk_leaves_no_memory_and_runs_once_there_is_room(sh, disk):
+    assert sh("append", "kept", "one").returncode == 0
+    disk.fill(leave=4096)  # room for the demo's config.json, not for its messages
+    before = snapshot(disk.home)
+    one_line_exit_7(sh("demo"))
+    assert snapshot(disk.home).keys() - before.keys() <= {"demo/", "demo/write.lock"}  # no config.json left
+    assert b"demo" not in sh("list").stdout
+    disk.free()
+    out = sh("demo")
+    assert out.returncode == 0 and b"logged 20 sample messages" in out.stderr
+    assert orjson.loads((disk.home / "demo" / "config.json").read_bytes())["view"] == {"hi": 2000, "lo": 1000}
+
+
 def test_a_batch_that_fits_in_part_leaves_exactly_the_acknowledged_messages_and_a_retry_logs_the_rest_once(sh, disk):
     assert sh("append", "m", "first").returncode == 0
     lines = [orjson.dumps({"kind": "user", "text": f"batch line {n} " + "y" * 60}) + b"\n" for n in range(3000)]

@@ -32,12 +32,19 @@ def command(
     sample = [orjson.loads(line) for line in resources.files("pimem.data").joinpath("sample.ndjson").read_bytes().splitlines() if line.strip()]
     mem = Memory.at(name, home)
     have = mem.count() if mem.exists() else 0
+    config = mem.path / "config.json"
+    made_config = not have and not config.exists()
     if not have:
         # the sample is far below the real 64-128 KB budget: a small one shows the view folding old spans
         ensure_dir(mem.path)
         mem.save_config(DEMO_BUDGETS)
     if have < len(sample):
-        mem.append(sample[have:])
+        try:
+            mem.append(sample[have:])
+        except BaseException:
+            if made_config and not mem.exists():  # a failed first write leaves no memory, nor its budgets
+                config.unlink(missing_ok=True)
+            raise
         output.info(f"logged {len(sample) - have} sample messages into '{mem.name}' ({mem.path})")
     else:
         output.info(f"'{mem.name}' already holds the sample ({output.count(have, 'message')})")
