@@ -91,15 +91,15 @@ def delete(name: str, home: str | os.PathLike | None = None, timeout: float | No
     pointers that led to it are removed (they would point at nothing)."""
     mem = Memory.open(name, home)
     refuse_if_watched(mem, "delete")
-    trash = homes.ensure_dir(mem.home / homes.TRASH)
     stamp = env.now().strftime("%Y%m%dT%H%M%S")
-    dest = trash / f"{mem.name}-{stamp}"
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = trash / f"{mem.name}-{stamp}-{n}"
     with mem.lock(timeout):
         refuse_if_watched(mem, "delete")
+        trash = homes.ensure_dir(mem.home / homes.TRASH)
+        dest = trash / f"{mem.name}-{stamp}"
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = trash / f"{mem.name}-{stamp}-{n}"
         pointers = [p.name for p in mem.home.iterdir() if p.is_file() and homes.NAME_RE.fullmatch(p.name) and _leads_to(mem.home, p.name, mem.path)]
         intent = homes.delete_intent(mem.home, mem.name)
         homes.write_atomic(intent, orjson.dumps({"trash": dest.name, "pointers": pointers}) + b"\n")  # before the move

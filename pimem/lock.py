@@ -13,10 +13,24 @@ import os
 import threading
 import time
 
+from .errors import NotFound
 from .home import FILE_MODE
 from .nofollow import open_fd
 
 _POLL_MAX = 0.05  # seconds between tries, at most (the first tries come faster)
+
+
+class Moved(NotFound):
+    """The locked file is no longer at its path: its memory was renamed or deleted meanwhile (exit 3)."""
+
+
+def _same_file(fd: int, path: str) -> bool:
+    try:
+        here = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
 
 
 class WriterLock:
@@ -48,6 +62,11 @@ class WriterLock:
                     return False
                 time.sleep(pause)
                 pause = min(pause * 2, _POLL_MAX)
+        if not _same_file(fd, self.path):  # its directory was moved away (a rename, a delete) while we waited
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            self._threads.release()
+            raise Moved(f"{os.path.dirname(self.path)} was renamed or deleted while this waited for it; nothing was written")
         self._fd, self._depth = fd, 1
         return True
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from datetime import datetime
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -16,7 +17,7 @@ import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError
-from .lock import WriterLock
+from .lock import Moved, WriterLock
 from .numbers import MAX_I
 from .store import Log
 from .nofollow import check_dir
@@ -48,6 +49,7 @@ class Memory:
         self.home = home
         self.log = Log(path / "main")
         self._lock = None
+        self._identity: tuple[int, int] | None = None  # the directory's, once locked (``identity``)
         self._config: dict | None = None
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.viewfile.ViewFile, on first use
@@ -72,6 +74,14 @@ class Memory:
 
     def exists(self) -> bool:
         return check_dir(self.path / "main")
+
+    def identity(self) -> tuple[int, int] | None:
+        """The directory's device and inode (the same memory after a rename), None when it is not there."""
+        try:
+            found = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
 
     def reopened(self) -> "Memory":
         """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
@@ -116,12 +126,28 @@ class Memory:
         """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
         if self._lock is None:
             self._lock = WriterLock(self.path / "write.lock")
-        if not self._lock.acquire(env.lock_timeout() if timeout is None else timeout):
+        try:
+            acquired = self._lock.acquire(env.lock_timeout() if timeout is None else timeout)
+        except (Moved, FileNotFoundError, NotADirectoryError) as exc:
+            if not isinstance(exc, Moved) and self.path.is_dir():
+                raise  # (not a move: the system's own error)
+            raise self._moved() from None
+        if not acquired:
             raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout")
+        identity = self.identity()  # the directory this object first wrote in, not one made since at its path
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            self._lock.release()
+            raise self._moved()
         try:
             yield self
         finally:
             self._lock.release()
+
+    def _moved(self) -> NotFound:
+        return NotFound(f"memory '{self.name}' was renamed or deleted while this had it open; nothing more was "
+                        "written: run again")
 
     # ---- writing -----------------------------------------------------------------------------------------
 

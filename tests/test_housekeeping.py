@@ -226,7 +226,7 @@ def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
     out = run("fsck", "old")
     assert out.exit_code == 5
     assert out.stdout.startswith("old: index: index.sqlite: problem: 1 of 2 message rows point at the wrong line (message 1 at 2026-10-08.jsonl:")
-    assert files() == before  # checking opened it read-only
+    assert files() == before  # checking changed nothing
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
     index.write_bytes(b"not a database")
@@ -284,3 +284,62 @@ def test_a_delete_killed_before_its_move_deleted_nothing(sh, home):
     assert [m["text"] for m in Memory.open("b").messages()] == ["first", "second"]
     assert sh("delete", "b").returncode == 0
     assert sorted(p.name for p in home.iterdir()) == [".trash"] and sh("since", "a", "#0").returncode == 3
+
+
+# holds old's writer lock until told, then moves the memory away as a rename would (the lock's file goes with it)
+HOLD_THEN_MOVE = """
+import fcntl, os, sys
+home = sys.argv[1]
+fd = os.open(os.path.join(home, "old", "write.lock"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+sys.stdin.readline()
+os.rename(os.path.join(home, "old"), os.path.join(home, "moved"))
+if sys.argv[2] == "recreate":
+    os.makedirs(os.path.join(home, "old", "main"))
+    open(os.path.join(home, "old", "write.lock"), "w").close()
+fcntl.flock(fd, fcntl.LOCK_UN)
+"""
+
+
+@pytest.mark.parametrize("after", ["renamed", "recreate"])
+def test_a_writer_queued_behind_the_lock_of_a_memory_moved_meanwhile_writes_nothing(home, two, after):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THEN_MOVE, str(home), after], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, env=subprocess_env())
+    assert holder.stdout.readline() == b"locked\n"
+    queued = {argv[0]: subprocess.Popen(pimem_cmd(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
+              for argv in (["append", "old", "written after the move"], ["rename", "old", "other"], ["delete", "old"])}
+    time.sleep(1.0)  # each waits for the lock
+    moved = snapshot(home / "old")
+    holder.communicate(b"go\n", timeout=30)
+    for command, proc in queued.items():
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 3 and err.count(b"\n") == 1 and b"was renamed or deleted while this" in err, (command, err)
+    assert snapshot(home / "moved") == moved  # nothing written, renamed or trashed
+    assert not (home / "other").exists() and not (home / ".trash").exists()
+    assert [m["text"] for m in Memory.open("moved").messages()] == ["the staging db listens on 5433", "noted"]
+
+
+def test_an_append_stream_stops_when_its_memory_is_deleted_and_made_anew(home, two):
+    stream = subprocess.Popen(pimem_cmd("append", "old", "--ndjson"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=subprocess_env())
+    stream.stdin.write(b'{"kind":"user","text":"before the delete"}\n')
+    stream.stdin.flush()
+    assert stream.stdout.readline() == b"2\n"
+    assert subprocess.run(pimem_cmd("delete", "old"), capture_output=True, env=subprocess_env()).returncode == 0
+    assert subprocess.run(pimem_cmd("append", "old", "a new memory of that name"), capture_output=True, env=subprocess_env()).returncode == 0
+    out, err = stream.communicate(b'{"kind":"user","text":"after the delete"}\n', timeout=60)
+    assert stream.returncode == 3 and b"was renamed or deleted while this had it open" in err, err
+    assert [m["text"] for m in Memory.open("old").messages()] == ["a new memory of that name"]  # not continued at #3
+
+
+def test_since_follow_follows_a_rename_and_stops_at_a_delete(home, two):
+    follow = subprocess.Popen(pimem_cmd("since", "old", "#0", "--follow"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=subprocess_env())
+    assert orjson.loads(follow.stdout.readline())["i"] == 0 and orjson.loads(follow.stdout.readline())["i"] == 1
+    for argv in (["rename", "old", "new"], ["append", "new", "logged after the rename"]):
+        assert subprocess.run(pimem_cmd(*argv), capture_output=True, env=subprocess_env()).returncode == 0
+    assert orjson.loads(follow.stdout.readline())["text"] == "logged after the rename"
+    assert subprocess.run(pimem_cmd("delete", "new"), capture_output=True, env=subprocess_env()).returncode == 0
+    out, err = follow.communicate(timeout=30)
+    assert follow.returncode == 3 and err == b"pimem: error: memory 'new' was deleted while it was followed\n"

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import naming, numbers, output, when
-from ..errors import BadInput, PimemError
+from ..errors import BadInput, NotFound, PimemError
 from ..memory import Memory
 from ..message import TOOL_KINDS, kind_of
 from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name
@@ -64,6 +64,7 @@ def command(
     else:
         position, entries = start_i, mem.entries(start_i)
     out = output.Lines()
+    followed = mem.identity()
     while True:
         for msg, line in entries:
             i = msg["i"]
@@ -79,9 +80,23 @@ def command(
             mem.save_cursor(cursor, position)
         if not follow:
             return
-        while mem.count() <= position:
+        while (mem := _followed(mem, followed, home)).count() <= position:
             time.sleep(FOLLOW_POLL)
         entries = mem.entries(position)
+
+
+def _followed(mem: Memory, identity: tuple, home) -> Memory:
+    """The memory being followed, after a ``rename`` too (found again through the pointer its old name keeps);
+    ``NotFound`` once it was deleted."""
+    if mem.identity() == identity:
+        return mem
+    try:
+        moved = Memory.open(mem.name, home)
+    except NotFound:
+        moved = None
+    if moved is None or moved.identity() != identity:
+        raise NotFound(f"memory '{mem.name}' was deleted while it was followed")
+    return moved
 
 
 _WHEN_LIKE = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a WHEN, perhaps mistyped (2026-13-01), not a memory's name
