@@ -138,18 +138,26 @@ def plan(mem, keep: int) -> Plan:
             "from its result (meta.call_id) or drop a call that may still be running; nothing was written"
         )
     digest = hashlib.sha256(b"[")
+    proposals = _proposals(mem, start, cut, lambda n, msg: digest.update((b"," if n else b"") + canonical(msg)))
+    digest.update(b"]")
+    source_hash = digest.hexdigest()
+    window_id = "win_" + sha256(f"{start}\n{cut}\n{source_hash}")[:24]
+    return Plan(start, cut, proposed, shape[cut - start][1] != "user", source_hash, window_id, parent, proposals)
+
+
+def _proposals(mem, start: int, cut: int, each=None) -> list[dict]:
+    """The rule memories of messages ``start <= i < cut`` (at most ``MAX_DERIVED``); ``each(n, msg)`` sees
+    every message on the way."""
     proposals, seen = [], set()
     for n, msg in enumerate(mem.messages(start, cut)):
-        digest.update((b"," if n else b"") + canonical(msg))
+        if each is not None:
+            each(n, msg)
         if len(proposals) < MAX_DERIVED:
             for found in _derivations(msg):
                 if found["id"] not in seen and len(proposals) < MAX_DERIVED:
                     seen.add(found["id"])
                     proposals.append(found)
-    digest.update(b"]")
-    source_hash = digest.hexdigest()
-    window_id = "win_" + sha256(f"{start}\n{cut}\n{source_hash}")[:24]
-    return Plan(start, cut, proposed, shape[cut - start][1] != "user", source_hash, window_id, parent, proposals)
+    return proposals
 
 
 def _derivations(msg: dict) -> list[dict]:
@@ -183,7 +191,13 @@ def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None)
     with mem.lock(timeout):
         chosen = plan(mem, keep)
         if chosen.existing is not None:
-            return details(chosen, written=False, derived=[])
+            # its window stands; its rule memories are written now if they were not then (the disk was full,
+            # or the process died between the two writes); a damaged memory.jsonl is left to a person
+            window, derived = chosen.existing, []
+            if not memory_chain(mem.path).read().problem:
+                proposals = _proposals(mem, window["sourceStart"], window["keptStart"])
+                derived = derive(mem, proposals, window["hash"], when.rfc3339(env.now())) if proposals else []
+            return details(chosen, written=False, derived=derived)
         damaged = memory_chain(mem.path).read().problem if chosen.proposals else None
         if damaged:  # refuse before the window is written, so a repaired log gets the whole compaction
             raise IntegrityError(f"{damaged}; appends to memory.jsonl are refused until a person repairs it (nothing was written)")

@@ -185,6 +185,22 @@ def test_rules_derive_files_commands_and_test_counts_only(run, home):
     assert "<memories>" not in run("context", "main").stdout
 
 
+def test_a_compaction_whose_rule_memories_were_not_written_gets_them_on_the_next_run(run, home):
+    log(run, user("fix it"), call("c1", 'read({"path": "src/auth.py"})'), result("c1", "def login(): ..."), pi(), user())
+    first = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
+    assert first["written"] and len(first["derived"]) == 1
+    (home / "main" / "memory.jsonl").unlink()  # as a full disk or a crash between the two writes leaves it
+    again = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
+    assert (again["written"], again["alreadyCompacted"], again["derived"]) == (False, True, first["derived"])
+    window = window_chain(home / "main").read().events
+    assert len(window) == 1
+    records = memories.records(Memory.open("main"), include_tools=True)
+    assert [(r["content"], r["sourceHash"]) for r in records] == [("file: src/auth.py", window[0]["hash"])]
+    after = snapshot(home)
+    assert orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)["derived"] == []  # once
+    assert snapshot(home) == after
+
+
 def test_rules_deduplicate_across_compactions_and_stop_at_fifty(run, home):
     log(run, *[r for n in range(60) for r in (call(f"c{n}", f'read({{"path": "f{n}.py"}})'), result(f"c{n}"))], user())
     out = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
