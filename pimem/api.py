@@ -135,7 +135,7 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     def note(mem, exc) -> None:
         unread.append({"memory": mem.name, "error": str(exc)})
 
-    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home, refused=note)
+    mems = Memory.named(names, home) if names else Memory.all(home, refused=note)
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,

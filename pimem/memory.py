@@ -72,6 +72,16 @@ class Memory:
             raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
         return mem
 
+    @classmethod
+    def named(cls, names: Iterable[str], home: str | os.PathLike | None = None) -> list["Memory"]:
+        """The existing memories ``names``, each once (a name given twice, or two names of one memory: an old
+        name's rename pointer and the new one); unknown names raise ``NotFound``."""
+        found: dict[Path, Memory] = {}
+        for name in names:
+            mem = cls.open(name, home)
+            found.setdefault(mem.path, mem)
+        return list(found.values())
+
     def exists(self) -> bool:
         return check_dir(self.path / "main")
 

@@ -393,7 +393,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     scheduler = Scheduler(on_event=on_event, poll=poll)
     watched: dict[str, Lease] = {}
     embedding = semantic.background()
-    explicit = [Memory.open(name, home) for name in names]
+    explicit = Memory.named(names, home)
 
     def take(mem, block: bool) -> None:
         lease = Lease(mem)

@@ -155,6 +155,19 @@ def test_paging_with_before_and_limit(run, home):
     assert ids(run("search", "page", "--limit", "3", "--before", "1", "--json")) == [0]
 
 
+def test_a_full_page_over_several_memories_names_each_memorys_next_page(run, home):
+    Memory.at("a").append([{"kind": "user", "text": f"zebra a{n}", "date": f"2026-05-0{n + 1}T09:00:00Z"} for n in range(4)])
+    Memory.at("b").append([{"kind": "user", "text": f"zebra b{n}", "date": f"2026-06-0{n + 1}T09:00:00Z"} for n in range(4)])
+    first = run("search", "zebra", "--limit", "3", "--json")
+    assert [(h["memory"], h["i"]) for h in map(orjson.loads, first.stdout.splitlines())] == [("b", 3), ("b", 2), ("b", 1)]
+    assert "one memory at a time: b --before 1 (and the other memories alone)" in first.stderr
+    # following the hint shows every hit once: b's last, then a's four
+    assert ids(run("search", "zebra", "b", "--limit", "3", "--before", "1", "--json")) == [0]
+    assert ids(run("search", "zebra", "a", "--limit", "4", "--json")) == [3, 2, 1, 0]
+    both = run("search", "zebra", "--limit", "5", "--json")
+    assert "b --before 0, a --before 3" in both.stderr and "other memories" not in both.stderr
+
+
 def test_paging_shows_every_hit_once_when_dates_are_not_in_log_order(run, home):
     """A backdated import, or two appenders stamping before the lock: dates out of ``i`` order. A memory's hits
     come newest logged first, which is what ``--before`` pages by, so pages neither repeat nor skip."""
@@ -429,3 +442,12 @@ def test_indexing_a_logged_batch_catches_up_instead_when_the_index_lags(home, me
     assert not index.behind()
     hits = [h["i"] for h in searching.search([Memory.open("main")], "lighthouse")]
     assert hits == [start, start - 1]
+
+
+def test_a_memory_named_twice_or_by_its_old_name_too_is_searched_and_checked_once(run, home):
+    Memory.at("c").append([{"kind": "user", "text": "one test"}])
+    assert run("rename", "c", "d").exit_code == 0
+    for argv in (["search", "one test", "c", "d", "c"], ["search", "--rank", "one test", "d", "d"]):
+        assert run(*argv).stdout.count("d #0 ") == 1, argv
+    assert run("fsck", "c", "d").stdout == "d: ok (1 message)\n"
+    assert run("reindex", "d", "d").stdout.count("d: 1 message indexed") == 1

@@ -40,7 +40,7 @@ def command(
 
     output.log_to(log, "build-tree")
 
-    mems = [Memory.open(name, home) for name in dict.fromkeys(names)] if names else Memory.all(home)
+    mems = Memory.named(names, home) if names else Memory.all(home)
     estimates = [builders.estimate(mem) for mem in mems] if dry_run or max_cost is not None else []
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]

@@ -33,7 +33,7 @@ def command(
       pimem fsck --json | jq -r 'select(.fatal) | .where'
     """
     unread = output.Unread()
-    mems = [Memory.open(n, home) for n in names] if names else Memory.all(home, refused=unread)
+    mems = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     remaining = repairable = 0
     for mem in mems:
         findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout))

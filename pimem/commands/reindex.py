@@ -30,7 +30,7 @@ def command(
     from ..index import rebuild, stderr_progress
 
     unread = output.Unread()
-    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home, refused=unread)
+    memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     for mem in memories:
         started = time.perf_counter()
         count = unread.run(mem, lambda: rebuild(mem.path, mem.log, stderr_progress(mem.name)))

@@ -44,7 +44,7 @@ def command(
     from .. import search as searching
 
     unread = output.Unread()
-    memories = [Memory.open(name, home) for name in names] if names else Memory.all(home, refused=unread)
+    memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:
         hits = searching.search(
             memories,
@@ -75,6 +75,12 @@ def command(
         held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
-    if len(hits) == limit and len({h["memory"] for h in hits}) == 1 and not rank:
-        output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")
+    if len(hits) == limit and not rank:
+        last = {h["memory"]: h["i"] for h in hits}  # each memory's oldest hit shown
+        if len(memories) == 1:
+            output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")
+        else:  # --before pages one memory's numbering: the next page of several is one memory at a time
+            pages = ", ".join(f"{name} --before {i}" for name, i in last.items())
+            others = " (and the other memories alone)" if len(last) < len(memories) else ""
+            output.info(f"pimem: {output.count(limit, 'hit')} shown; for more, one memory at a time: {pages}{others}")
     unread.check()
