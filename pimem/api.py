@@ -213,9 +213,11 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
+    damaged: list[str] = []
     with Memory.open(name, home) as mem:
-        found = memories.find(memories.records(mem, session), query, status, kind)
-    return orjson.loads(memories.listing(found, offset, limit, _budget(budget), True))
+        found = memories.find(memories.records(mem, session, on_damage=damaged.append), query, status, kind)
+    listing = orjson.loads(memories.listing(found, offset, limit, _budget(budget), True))
+    return {**listing, "damaged": damaged[0]} if damaged else listing
 
 
 def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,

@@ -137,11 +137,16 @@ def visible(record: dict, session: str | None) -> bool:
 # ---- reading ----------------------------------------------------------------------------------------------
 
 
-def records(mem, session: str | None = None, include_tools: bool = False) -> list[dict]:
+def records(mem, session: str | None = None, include_tools: bool = False, on_damage=None) -> list[dict]:
     """The records ``session`` can see (the trusted prefix of the log), in creation order. Rule-derived
-    records quote tool calls and results (paths, commands), so like tool traffic they need ``include_tools``."""
+    records quote tool calls and results (paths, commands), so like tool traffic they need ``include_tools``.
+    A damaged log is read up to the damage, and ``on_damage(text)`` says what is left out (default: a warning)."""
+    reading = memory_chain(mem.path).read()
+    if reading.problem:
+        text = f"{mem.name}: {reading.problem}; it and the memories after it are left out until a person repairs it ('pimem fsck')"
+        (on_damage or (lambda said: env.stderr().write(f"pimem: warning: {said}\n")))(text)
     return [
-        r for r in project(memory_chain(mem.path).read().events).values()
+        r for r in project(reading.events).values()
         if visible(r, session) and (include_tools or r["author"] != "rule")
     ]
 

@@ -72,9 +72,16 @@ def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
     assert out.exit_code == 5
     assert "refused" in out.stderr and "nothing was written" in out.stderr
     assert snapshot(home) == before
-    # readers still get the trusted prefix
+    # readers still get the trusted prefix, and are told what is left out
     listed = run("memories", "main", "--json")
     assert orjson.loads(listed.stdout)["count"] == trusted
+    assert listed.exit_code == 5 and listed.stderr.count("\n") == 1 and "left out until a person repairs it" in listed.stderr
+    context = run("context", "main")
+    assert context.exit_code == 0 and "- [" in context.stdout  # the agent's turn goes on, with the trusted ones
+    assert "pimem: warning: main: memory.jsonl line" in context.stderr
+    from pimem import api
+
+    assert "left out" in api.memory_search("main", home=home)["damaged"]
 
 
 def test_torn_last_line_is_tolerated_then_sealed(run, home):

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import budget, memories, naming, output
-from ..errors import BadInput, NothingFound, NotFound
+from ..errors import BadInput, IntegrityError, NothingFound, NotFound
 from ..memory import Memory
 from ..numbers import count, param
 from ..options import Budget, Home, IncludeTools, Json, Name, Session, offer
@@ -44,7 +44,8 @@ def command(
     """
     name, words = naming.words(name, words, home)
     mem = Memory.open(name, home)
-    visible = memories.records(mem, session, include_tools)
+    damaged: list[str] = []
+    visible = memories.records(mem, session, include_tools, on_damage=damaged.append)
     if record_id is not None:
         record = next((r for r in visible if r["id"] == record_id), None)
         if record is None:
@@ -55,5 +56,7 @@ def command(
     if limit is not None and limit > 100:
         raise BadInput("--limit is 1-100 records")
     output.line(memories.listing(found, offset, limit or 30, max_chars, json))
+    if damaged:
+        raise IntegrityError(damaged[0])
     if not found:
         raise NothingFound("no memories match")
