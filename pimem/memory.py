@@ -374,6 +374,10 @@ class Memory:
         if at is not None and (type(at) is not int or at < 0):
             raise IntegrityError(f"cursors.json: consumer {consumer!r} is at {orjson.dumps(at).decode()[:40]}, not a "
                                  "message number; fix it or remove the entry (the consumer then starts at WHEN)")
+        if at is not None and at > (count := self.count()):  # it would wait there, skipping all that comes first
+            raise IntegrityError(f"cursors.json: consumer {consumer!r} is at #{at}, past the log's {count:,} messages "
+                                 "(a log restored from an older copy?); fix it or remove the entry (the consumer then "
+                                 "starts at WHEN)")
         return at
 
     def save_cursor(self, consumer: str, next_i: int) -> None:

@@ -139,10 +139,12 @@ def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(s
 
 def test_damaged_cursors_and_import_state_are_one_line_or_rebuilt(sh, log, tmp_path):
     for cursors, why in ((b'{"mailer":"x"}', b"not a message number"), (b'{"mailer":-5}', b"not a message number"),
-                         (b"garbage", b"not a JSON object")):
+                         (b"garbage", b"not a JSON object"), (b'{"mailer":99999}', b"past the log's 9 messages")):
         (log.parent / "cursors.json").write_bytes(cursors)
         out = sh("since", "m", "--cursor", "mailer")
         assert out.returncode == 5 and why in out.stderr and out.stderr.count(b"\n") == 1, out.stderr
+    (log.parent / "cursors.json").write_bytes(b'{"mailer":9}')  # at the end: waits for the next message, as ever
+    assert sh("since", "m", "--cursor", "mailer").returncode == 0
     (log.parent / "cursors.json").unlink()
     assert b"invalid consumer name ''" in sh("since", "m", "--cursor", "").stderr
     (log.parent / "imports.json").write_bytes(b"zz")  # derived: rebuilt from the log's meta
