@@ -93,13 +93,14 @@ class Hook:
         self.session = payload["session_id"]
         self.warnings: list[str] = []
         self.context = ""
-        self.sources = self._transcripts()
-        self.name = name or self._name()
+        self.sources = self._guard(self._transcripts) or []
+        self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
 
     def run(self) -> dict | None:
         from .memory import Memory
 
-        mem = self._guard(lambda: Memory.at(self.name, self.home))  # (a bad --name or --home: a warning)
+        # (a bad --name or --home: a warning)
+        mem = self._guard(lambda: Memory.at(self.name, self.home)) if self.name else None
         if mem is None:
             return self.result()
         if self.event in ANSWERS and mem.exists():

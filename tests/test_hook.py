@@ -388,3 +388,18 @@ def test_pimem_hashes_are_hashlibs():
     for data in (b"", b"abc", bytes(range(256)) * 300):
         assert hashes.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
         assert hashes.blake2b(data, digest_size=16).digest() == hashlib.blake2b(data, digest_size=16).digest()
+
+
+def test_a_working_directory_gone_is_a_warning_not_a_blocked_prompt(home, tmp_path):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    data = json.dumps({"session_id": "s1", "transcript_path": str(tmp_path / "none.jsonl"), "permission_mode": "default",
+                       "hook_event_name": "UserPromptSubmit", "prompt": "staging port"}).encode()  # no cwd in it
+    from conftest import ROOT
+
+    command = " ".join(f"'{part}'" for part in pimem_cmd("hook", "claude-code"))
+    # (PYTHONPATH without an empty entry: Python itself cannot start with one in a deleted directory)
+    proc = subprocess.run(["sh", "-c", f"cd '{gone}' && rmdir '{gone}' && exec {command}"], input=data,
+                          capture_output=True, timeout=60, env=subprocess_env(PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr
+    assert "No such file or directory" in json.loads(proc.stdout)["systemMessage"]
