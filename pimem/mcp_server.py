@@ -96,7 +96,7 @@ def build(home: api.Home = None):
         return api.zoom(name, node, include_tools, home)
 
     @tool
-    def recall(name: str, query: str = "", ids: list[str] | None = None, file: str | None = None, kind: str | None = None,
+    def recall(name: str, query: str = "", ids: list[int | str] | None = None, file: str | None = None, kind: str | None = None,
                page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None) -> dict[str, Any]:
         """Bounded recall over the messages of memory `name`: search by `query` words (rare words and paths
         first), list newest first (no query), or read messages by `ids` (numbers or source entry ids). `file`

@@ -63,10 +63,11 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
         ("memory_search", {"name": "main", "query": "production"}),
         ("search", {"query": "5433"}),
         ("search", {"query": "端口", "names": ["main"]}),
+        ("recall", {"name": "main", "ids": [8, "11"]}),  # numbers as JSON numbers or strings
     ])
     assert snapshot(home) == before
     assert {"list_memories", "since", "message", "view", "zoom"} <= set(tools)
-    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned, recalled, found, hits, cjk = (r.get("structuredContent") or r for r in results)
+    listing, plain, tooled, reply, window, missing, view, last, halves, leaf, misaligned, recalled, found, hits, cjk, by_id = (r.get("structuredContent") or r for r in results)
     assert [m["name"] for m in listing["memories"]] == ["main"]
     assert [m["i"] for m in plain["messages"]] == [8, 11]
     assert plain["next"] is None
@@ -90,6 +91,7 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     assert {"search", "recall", "memory_search", "memory_propose"} <= set(tools)
     assert [(h["memory"], h["i"], h["held"]["label"]) for h in hits["hits"]] == [("main", 11, "8+4"), ("main", 8, "8+4")]
     assert [(h["i"], h["snippet"]) for h in cjk["hits"]] == [(11, "好的，端口是 5433。")]
+    assert [r["id"] for r in by_id["results"]] == [8, 11]
 
 
 def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
