@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import orjson
 
-from .tree import byte_size, label
+from .tree import LINE_BYTES, byte_size, label
 from .view import (LEVELS, MARK_EVERY, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost,
                    render_line)
 from .nofollow import read_bytes
@@ -128,7 +128,7 @@ class Views:
 
     def to_bytes(self) -> bytes:
         body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
-        return orjson.dumps({"version": VERSION, "check": _check(body), **body}) + b"\n"
+        return orjson.dumps({"version": VERSION, "line_bytes": self.free_join_bytes, "check": _check(body), **body}) + b"\n"
 
     def load(self, raw: bytes, count: int) -> None:
         """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
@@ -138,6 +138,10 @@ class Views:
             raise ValueError(f"not JSON ({exc})") from None
         if not isinstance(data, dict) or data.get("version") != VERSION:
             raise ValueError("unknown format")
+        folded = data.get("line_bytes") or LINE_BYTES  # (files from before it was recorded: the default)
+        if self.free_join_bytes is not None and folded != self.free_join_bytes:
+            # which lines are free (a span that fits its line, shown as it is) depends on it
+            raise ValueError(f"it was folded with {folded}-byte lines, and line_bytes is now {self.free_join_bytes}")
         body = {k: data.get(k) for k in ("T", "view", "cview", "tree")}
         if data.get("check") != _check(body):
             raise ValueError("its checksum does not match (damaged or edited)")

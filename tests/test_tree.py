@@ -178,6 +178,22 @@ def test_a_corrupt_view_json_is_refolded_with_a_warning(home, run):
         assert path.read_bytes() == good, (path.read_bytes(), good)
 
 
+def test_a_changed_line_bytes_refolds_the_view_instead_of_failing(home, run):
+    long = "word " * 80  # 400 bytes: a line of its own at 512 bytes, to be summarised at 256
+    assert run("append", "lb", long).exit_code == 0
+    assert run("view", "lb").stdout == f"0+1|user: {long}\n"
+    (home / "lb" / "config.json").write_bytes(b'{"line_bytes": 256}')
+    for argv in (["view", "lb"], ["context", "lb"]):
+        out = run(*argv)
+        assert out.exit_code == 0 and "0+1|(not summarized yet: zoom it)" in out.stdout, (argv, out.stderr)
+        if argv[0] == "view":  # said once, then saved as refolded
+            assert "folded with 512-byte lines, and line_bytes is now 256" in out.stderr
+    assert run("build-tree", "lb").exit_code == 0
+    assert run("view", "lb").stdout.startswith("0+1|user: word word") and run("view", "lb").stderr == ""
+    (home / "lb" / "config.json").write_bytes(b"{}")  # back to 512: the message is its own line again
+    assert run("view", "lb").stdout == f"0+1|user: {long}\n"
+
+
 def test_zoom_command(home, run):
     mem = small_memory(8)
     mem.append([{"kind": "echo", "text": "secret output"}])
