@@ -171,6 +171,7 @@ class Found:
     beyond: list = field(default_factory=list)  # ids read past the limit: reported as omitted
     next_page: int | None = None
     snippets: dict = field(default_factory=dict)
+    capped: bool = False  # a search that looked at the ranker's best POOL messages only: more may match
 
 
 def recall(mem, request: Request) -> str:
@@ -318,8 +319,9 @@ def _search(mem, request: Request, out: dict[int, dict]) -> Found:
     wanted = terms.query_terms(request.query)
     if wanted:
         pool = [(record(m), score) for m, score in searching.ranked(mem, request.query, kinds, POOL, widen=False)]
+        capped = len(pool) >= POOL
     elif request.file and not request.query.strip():
-        pool = [(record(m), 0.0) for m in searching.containing(mem, request.file, kinds)]
+        pool, capped = [(record(m), 0.0) for m in searching.containing(mem, request.file, kinds)], False
     else:
         return Found("search", [], 0)
     pool = [(r, score) for r, score in pool if r["id"] not in out and _admits(request, r)]
@@ -341,7 +343,8 @@ def _search(mem, request: Request, out: dict[int, dict]) -> Found:
     page = ranked[start : start + request.limit]
     more = start + request.limit < len(ranked)
     snippets = {r["id"]: snippet(r["text"], wanted) for r in page} if wanted else {}
-    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets)
+    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets,
+                 capped=capped)
 
 
 def _kinds(request: Request) -> set[str]:
@@ -476,10 +479,14 @@ def render(mem, request: Request, found: Found) -> str:
         if request.as_json:
             doc = {"source": "pimem-recall", "action": found.action, "count": found.total, "page": request.page,
                    "results": [item(n) for n in range(k)], "truncated": k < len(ids)}
+            if found.capped:
+                doc["capped"] = True
             if found.next_page:
                 doc["nextPage"] = found.next_page
             return budget.dumps(_notes_json(doc, notes))
-        head = f"pimem recall ({found.total} result{'s' if found.total != 1 else ''}" + ("" if k == len(ids) else f"; {k} included") + ")"
+        total = f"{found.total}{'+' if found.capped else ''} result{'s' if found.total != 1 else ''}"
+        capped = f": the ranker's best {POOL:,} looked at" if found.capped else ""
+        head = f"pimem recall ({total}" + capped + ("" if k == len(ids) else f"; {k} included") + ")"
         return "\n\n".join(p for p in [head, *(_block(item(n)) for n in range(k)), _notes_text(notes), more or ""] if p)
 
     out = budget.pack(request.budget, len(ids), render_pretty, _lists(found, ids))

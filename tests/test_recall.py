@@ -72,6 +72,17 @@ def test_search_ranks_paths_and_rare_terms_first(run, home):
     assert ranked.index(0) < ranked.index(5)
 
 
+def test_a_search_matching_more_than_it_looks_at_says_so(run, home, monkeypatch):
+    monkeypatch.setattr(recall, "POOL", 20)
+    Memory.at("main").append([{"kind": "user", "text": f"deploy note {n}"} for n in range(30)])
+    found = orjson.loads(run("recall", "main", "deploy", "--json").stdout)
+    assert (found["count"], found["capped"]) == (20, True)
+    assert run("recall", "main", "deploy").stdout.startswith("pimem recall (20+ results: the ranker's best 20 looked at)")
+    Memory.open("main").append([{"kind": "user", "text": "a mutex instead"}])
+    few = orjson.loads(run("recall", "main", "mutex", "--json").stdout)
+    assert few["count"] == 1 and "capped" not in few
+
+
 def test_tool_traffic_stays_private_unless_asked_for(run, home):
     log(run, *SESSION)
     for args in ([], ["SECRET"], ["--ids", "3"], ["--ids", "3", "--raw"], ["--raw"]):
