@@ -45,7 +45,7 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
         "view": view_text(mem, include_tools),
         "memories": memory_block(mem, session),
         "previous_exchange": previous_exchange(mem),
-        "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {cwd or os.getcwd()}",
+        "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {flatten(cwd or os.getcwd())}",
     }
 
 

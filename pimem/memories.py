@@ -418,7 +418,9 @@ def _block(r: dict) -> str:
     content = r["content"]
     if r.get("contentTruncated"):
         content += f" (read it whole: pimem memories NAME --id {r['id']})"
-    return head + "\n  " + content.replace("\n", "\n  ")
+    from .output import flatten  # (each line shown, not obeyed: an ESC in a memory must not drive the terminal)
+
+    return head + "\n  " + "\n  ".join(flatten(part) for part in content.split("\n"))
 
 
 def read(record: dict, offset: int = 0, limit: int | None = None, max_chars: int = budget.DEFAULT) -> str:

@@ -265,10 +265,13 @@ def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh
     """``since --text``, ``search``, ``list`` and ``map`` print one line a terminal shows as it is: an escape
     sequence or a bell from a transcript is written ``^[`` / ``^G``, not obeyed; ``message`` gives the text
     exactly."""
-    text = "ansi \x1b[31mRED\x1b[0m and bell \x07 end\r\nnext \x9b line"
+    text = "ansi \x1b[31mRED\x1b[0m and bell \x07 end\r\nnext \x9b line \u202ereversed"
     run("append", "m", text)
-    for argv in (["since", "m", "#0", "--text"], ["search", "ansi"], ["list"], ["map", "m", "--width", "80"]):
+    run("remember", "m", text)  # a memory's lines too, each shown as such
+    for argv in (["since", "m", "#0", "--text"], ["search", "ansi"], ["list"], ["map", "m", "--width", "80"],
+                 ["memories", "m"]):
         out = run(*argv).stdout
-        assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 for c in out), (argv, out)
+        assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 or c == "\u202e" for c in out), (argv, out)
         assert "^[[31mRED" in out and "^G" in out, (argv, out)
     assert sh("message", "m", "0").stdout == (text + "\n").encode()
+    assert run("context", "m", "--cwd", "/tmp/a\nb").stdout.rstrip().splitlines()[-1].endswith("cwd: /tmp/a b</turn>")

@@ -94,6 +94,9 @@ def test_map_writes_the_same_picture_as_svg(run, chat, tmp_path):
 def test_an_svg_that_cannot_be_written_ends_the_map_before_it_prints(run, chat, tmp_path):
     out = run("map", "main", "--svg", tmp_path / "no-such-dir" / "main.svg")
     assert out.exit_code == 7 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
+    for directory in ("", str(tmp_path)):  # (an empty name is the working directory): a usage error
+        out = run("map", "main", "--svg", directory)
+        assert out.exit_code == 2 and "is a directory" in out.stderr and out.stdout == "", out.stderr
 
 
 def test_map_refuses_unknown_memories_and_tiny_widths(run, home, chat):

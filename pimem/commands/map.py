@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import naming, output, panorama
+from ..errors import BadInput
 from ..memory import Memory
 from ..numbers import count, param
 from ..options import Home, IncludeTools, Name
@@ -31,6 +32,8 @@ def command(
       pimem map main
       pimem map main --width 100 --svg main.svg
     """
+    if svg is not None and svg.is_dir():
+        raise BadInput(f"--svg wants a file to write, and {str(svg)!r} is a directory")
     mem = Memory.open(name or naming.default(), home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
     picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)
