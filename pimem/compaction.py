@@ -187,7 +187,9 @@ def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None)
     ``dry_run`` nothing is written (and no lock is taken). Idempotent: repeating it writes nothing new."""
     if dry_run:
         chosen = plan(mem, keep)
-        return details(chosen, written=False, derived=[p["id"] for p in chosen.proposals])
+        if chosen.existing is None:  # what the real run would refuse, it says
+            _refuse_damage(mem, chosen)
+        return details(chosen, written=False, derived=[p["id"] for p in chosen.proposals or []])
     with mem.lock(timeout):
         chosen = plan(mem, keep)
         if chosen.existing is not None:
@@ -198,13 +200,21 @@ def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None)
                 proposals = _proposals(mem, window["sourceStart"], window["keptStart"])
                 derived = derive(mem, proposals, window["hash"], when.rfc3339(env.now())) if proposals else []
             return details(chosen, written=False, derived=derived)
-        damaged = memory_chain(mem.path).read().problem if chosen.proposals else None
-        if damaged:  # refuse before the window is written, so a repaired log gets the whole compaction
-            raise IntegrityError(f"{damaged}; appends to memory.jsonl are refused until a person repairs it (nothing was written)")
+        _refuse_damage(mem, chosen)
         stamp = when.rfc3339(env.now())
         written = window_chain(mem.path).append(lambda events: [] if any(e["windowId"] == chosen.window_id for e in events) else [_window_event(chosen, stamp)])
         derived = derive(mem, chosen.proposals, written[0]["hash"], stamp) if written else []
     return details(chosen, written=bool(written), derived=derived)
+
+
+def _refuse_damage(mem, chosen: Plan) -> None:
+    """``IntegrityError`` when a log this compaction would append to is damaged: refused before the window is
+    written, so a repaired log gets the whole compaction."""
+    for chain, needed in ((window_chain(mem.path), True), (memory_chain(mem.path), bool(chosen.proposals))):
+        damaged = chain.read().problem if needed else None
+        if damaged:
+            raise IntegrityError(f"{damaged}; appends to {chain.path.name} are refused until a person repairs it "
+                                 "(nothing was written)")
 
 
 def _window_event(chosen: Plan, stamp: str) -> dict:

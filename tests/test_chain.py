@@ -107,9 +107,10 @@ def test_window_chain_break_refuses_compaction(run, home):
     assert window_chain(home / "main").read().events == []
     run("append", "main", "more")
     before = snapshot(home)
-    out = run("compact", "main", "--keep", "10")
-    assert out.exit_code == 5 and "windows.jsonl line 1" in out.stderr
-    assert snapshot(home) == before
+    for dry in ([], ["--dry-run"]):  # the dry run says what the run would refuse
+        out = run("compact", "main", "--keep", "10", *dry)
+        assert out.exit_code == 5 and "windows.jsonl line 1" in out.stderr, dry
+        assert snapshot(home) == before
 
 
 WRITER = """

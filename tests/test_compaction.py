@@ -122,9 +122,10 @@ def test_a_damaged_memory_log_refuses_the_compaction_before_anything_is_written(
     path = home / "main" / "memory.jsonl"
     path.write_bytes(path.read_bytes().replace(b'"one"', b'"One"'))
     before = snapshot(home)
-    out = run("compact", "main", "--keep", "0")
-    assert out.exit_code == 5 and "memory.jsonl line 1" in out.stderr
-    assert snapshot(home) == before
+    for dry in ([], ["--dry-run"]):
+        out = run("compact", "main", "--keep", "0", *dry)
+        assert out.exit_code == 5 and "memory.jsonl line 1" in out.stderr, dry
+        assert snapshot(home) == before
 
 
 def test_dry_run_and_repeats_write_nothing(run, home):
