@@ -93,6 +93,7 @@ def settings(path: Path) -> dict:
         wrong = shape is not None and _wrong(value, shape)
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
+            wrong = wrong or ("hi" in value and "lo" in value and value["lo"] > value["hi"])  # it folds down to lo
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(knob_value, _COMPACTOR_SHAPES[knob]):
