@@ -217,6 +217,8 @@ class Builder:
         self.inflight.discard((l, i))
         self.stats.failed += 1
         self._paid(spent or {})
+        if (spent or {}).get("cost"):  # no node records it: kept for the daily cap across restarts
+            self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         self.state.failed(label(l, i), error, when.rfc3339(env.now()))
         if self.retries is not None and tries > self.retries:
@@ -251,11 +253,11 @@ class Builder:
         return None
 
     def spent_today(self) -> tuple[str, float]:
-        """Today's local date and what this memory's compactor nodes built today cost (read from the tree
-        once, then kept up as nodes are built)."""
+        """Today's local date and what this memory's compactor spent today: the nodes built today (read from
+        the tree once, then kept up as nodes are built) and the calls that built none (``compactor.json``)."""
         today = env.now().date().isoformat()
         if self._day is None:
-            self._day = (today, spent(self.mem, day=today)["cost"])
+            self._day = (today, spent(self.mem, day=today)["cost"] + self.state.unbuilt_cost.get(today, 0.0))
         elif self._day[0] != today:
             self._day = (today, 0.0)
         return self._day

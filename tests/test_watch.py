@@ -265,6 +265,40 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
         assert len(server.requests) == calls  # what was spent today counts: no call at all
 
 
+def unbuilt_cost(memory) -> float:
+    try:
+        return sum(orjson.loads((memory / "compactor.json").read_bytes()).get("unbuilt_cost", {}).values())
+    except (FileNotFoundError, orjson.JSONDecodeError):
+        return 0.0
+
+
+def test_the_daily_cap_counts_billed_calls_that_built_nothing_after_a_restart_too(home):
+    with FakeLLM("openai", faults=lambda n, body: "empty") as server:  # billed: 1,000 tokens in, 100 out, no text
+        configure(home, server, price_in=1.0, price_out=2.0, retry_seconds=0.05)  # $0.0012 a call
+        fill("m", 40, short_every=1000)
+        Memory.open("m").save_config({"max_cost_per_day": 0.05})
+        watcher = start_watch("m", "--json")
+        try:
+            until(lambda: len(server.requests) >= 3)
+            time.sleep(2.0)
+            calls = len(server.requests)
+            time.sleep(1.5)
+            assert len(server.requests) == calls  # capped
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+        assert builder.spent(Memory.open("m"))["cost"] == 0  # no node records what was paid
+        assert 0.0012 * (calls - 8) <= unbuilt_cost(home / "m") <= 0.05  # (the last calls' answers may be cut off)
+        again = start_watch("m", "--json")
+        try:
+            time.sleep(3.0)
+        finally:
+            again.send_signal(signal.SIGTERM)
+            out, _ = again.communicate(timeout=30)
+        assert [orjson.loads(line)["event"] for line in out.splitlines()] == ["watching", "capped"]
+        assert len(server.requests) == calls  # what the failed calls cost today counts: no call at all
+
+
 def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(home, sh):
     with FakeLLM("openai", latency=1.0) as server:
         configure(home, server)

@@ -2,7 +2,10 @@
 
 - ``extra_tokens``: per model label, the extra ``max_tokens`` a reasoning model needed (it answered
   ``length`` with almost no text once; from then on it gets the headroom on the first try);
-- ``failures``: per node label, the last error, when, and how many tries failed (cleared once built).
+- ``failures``: per node label, the last error, when, and how many tries failed (cleared once built);
+- ``unbuilt_cost``: per local day, the dollars paid for calls that built no node (a billed empty reply, a
+  failed second call of the faithfulness guard), which no node records: a daily cap counts them after a
+  restart too (the last 31 days are kept).
 
 State, not configuration: deleting the file only costs one relearning call and the failure history.
 """
@@ -30,10 +33,14 @@ class BuildState:
             data = {}
         self.extra_tokens: dict[str, int] = dict(data.get("extra_tokens") or {})
         self.failures: dict[str, dict] = dict(data.get("failures") or {})
+        self.unbuilt_cost: dict[str, float] = {day: cost for day, cost in (data.get("unbuilt_cost") or {}).items()
+                                               if isinstance(cost, (int, float)) and not isinstance(cost, bool)}
 
     def save(self) -> None:
         with self._lock:
             data = {"extra_tokens": self.extra_tokens, "failures": self.failures}
+            if self.unbuilt_cost:
+                data["unbuilt_cost"] = self.unbuilt_cost
             write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
 
     def remember_extra(self, model: str, tokens: int) -> None:
@@ -44,6 +51,13 @@ class BuildState:
     def failed(self, label: str, error: str, at: str) -> None:
         entry = self.failures.get(label) or {"tries": 0}
         self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1}
+        self.save()
+
+    def paid_unbuilt(self, day: str, cost: float) -> None:
+        """``cost`` dollars paid on local ``day`` (YYYY-MM-DD) for a call that built nothing."""
+        with self._lock:
+            self.unbuilt_cost[day] = round(self.unbuilt_cost.get(day, 0.0) + cost, 9)
+            self.unbuilt_cost = dict(sorted(self.unbuilt_cost.items())[-31:])
         self.save()
 
     def succeeded(self, label: str) -> None:
