@@ -169,18 +169,23 @@ def write_atomic(path: Path, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, flush, rename), mode 0600. ``durable=False``
     skips the flush, for derived files that a crash may leave old but never half-written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    try:
+        fd = open_fd(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    except OSError as exc:  # (named by the file the user knows, not its temporary twin)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         try:
             write_all(fd, data, durable, path)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:  # the disk is full, say: leave no half-written temp file behind
+    except BaseException as exc:  # the disk is full, say: leave no half-written temp file behind
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and exc.filename == str(tmp):
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 

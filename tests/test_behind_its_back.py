@@ -242,6 +242,9 @@ def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, 
             out = run(*argv)
             assert out.returncode == 0 and shown in out.stdout, (argv, out.stderr)
         assert snapshot(memory) == before and sorted(memory.iterdir()) == sorted(p for p in paths if p.parent == memory)
+        out = run("model", "m", "openai/gpt-4o-mini")  # a write there: named by its file, not a temporary one
+        err = out.stderr.decode()
+        assert out.returncode == 7 and err.endswith(f"Permission denied: {memory / 'config.json'}\n"), err
         for path in paths:  # a message the index lacks: one line naming the memory, not a bare SQLite error
             path.chmod(modes[path])
         append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored from a backup"))
