@@ -128,7 +128,7 @@ class Views:
 
     def to_bytes(self) -> bytes:
         body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
-        return orjson.dumps({"version": VERSION, "line_bytes": self.free_join_bytes, "check": _check(body), **body}) + b"\n"
+        return orjson.dumps({"version": VERSION, "check": _check(body), "line_bytes": self.free_join_bytes, **body}) + b"\n"
 
     def load(self, raw: bytes, count: int) -> None:
         """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
@@ -190,7 +190,8 @@ def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
 
 class SavedShape:
     """The model's view as ``view.json`` saved it, read only where it is asked about. ``Views.to_bytes`` writes
-    the file in a fixed order (orjson keeps the keys' order): ``version``, ``check``, ``T``, then the view's
+    the file in a fixed order (orjson keeps the keys' order): ``version``, ``check``, ``line_bytes`` (not in
+    files of an older pimem), ``T``, then the view's
     shape (a character per line) directly followed by its marks (the first message of every ``MARK_EVERY``-th
     line). So the line covering a message is found by bisecting the marks and reading at most
     ``MARK_EVERY`` characters of the shape: the file is mapped, not parsed, and no view is built (at a
@@ -198,12 +199,12 @@ class SavedShape:
     caller loads the view instead, which checks the whole file against its checksum and says what is
     wrong."""
 
-    _HEAD = re.compile(rb'\{"version":(\d+),"check":\d+,"T":(\d+),"view":\{"lines":"')
+    _HEAD = re.compile(rb'\{"version":(\d+),"check":\d+,(?:"line_bytes":(\d+),)?"T":(\d+),"view":\{"lines":"')
     _MARKS = b'","marks":['
 
-    def __init__(self, data, start: int, end: int, T: int, marks: list[int], tree: dict):
+    def __init__(self, data, start: int, end: int, T: int, marks: list[int], tree: dict, line_bytes: int):
         self.data, self.start, self.end = data, start, end  # the shape is data[start:end]
-        self.T, self.marks, self.tree = T, marks, tree
+        self.T, self.marks, self.tree, self.line_bytes = T, marks, tree, line_bytes
 
     @classmethod
     def read(cls, path: Path) -> "SavedShape | None":
@@ -232,7 +233,7 @@ class SavedShape:
         if type(marks) is not list or len(marks) != -(-lines // MARK_EVERY) or (marks and marks[0] != 0) \
                 or type(tree) is not dict:
             return None
-        return cls(data, start, end, int(head[2]), marks, tree)
+        return cls(data, start, end, int(head[3]), marks, tree, int(head[2] or LINE_BYTES))
 
     def covering(self, m: int) -> tuple[int, int, bool] | None:
         """The line covering message ``m`` (``0 <= m < T``) as ``(l, i, built)``, or None if the shape there
@@ -542,7 +543,8 @@ class ViewFile:
         if self._shape is None or self._shape[0] != stamp:
             self._shape = stamp, SavedShape.read(self.path)
         shape = self._shape[1]
-        if shape is None or shape.T != self.log.count() or shape.tree != self.tree.file_sizes():
+        if shape is None or shape.T != self.log.count() or shape.tree != self.tree.file_sizes() \
+                or shape.line_bytes != self.line_bytes:
             return None
         return shape
 
