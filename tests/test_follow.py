@@ -187,3 +187,22 @@ def test_the_real_codex_and_pi_samples_followed_as_they_grow_equal_their_import(
     strip = lambda name: [(m["kind"], m["text"], m["date"], m["meta"].get("entry")) for m in Memory.open(name).messages()]  # noqa: E731
     followed = {t.memory for t in follower.files.values()}
     assert len(followed) == 2 and sorted(map(strip, followed)) == sorted(map(strip, wholes))
+
+
+def test_a_line_written_again_later_is_a_message_again_as_the_file_grows(home, tmp_path):
+    """Lines without ids are keyed by their bytes and how often the same line came before in the file: the
+    follower counts on across its reads as a fresh import counts from the start."""
+    path = tmp_path / "agent.ndjson"
+    yes = {"kind": "user", "text": "yes"}
+    append(path, [{"kind": "pi", "text": "go on?"}, yes])
+    follower = Follower([str(path)], name="mine", fmt="ndjson")
+    assert follower.poll() == 2
+    for question in ("really?", "sure?"):
+        append(path, [{"kind": "pi", "text": question}, yes])
+        assert follower.poll() == 2
+    follower.close()
+    assert texts("mine") == ["go on?", "yes", "really?", "yes", "sure?", "yes"]
+    again = subprocess.run(pimem_cmd("import", path, "-n", "copy", "--format", "ndjson"), capture_output=True, env=subprocess_env())
+    assert again.returncode == 0 and texts("copy") == texts("mine")
+    entries = lambda name: [m["meta"]["entry"] for m in Memory.open(name).messages()]  # noqa: E731
+    assert entries("copy") == entries("mine") and len(set(entries("mine"))) == 6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 from pathlib import Path
 
@@ -184,7 +185,7 @@ def test_recall_scope_lineage_is_the_slow_way_s_answer_and_reads_only_the_linked
     assert searched and not set(searched) & off_lineage(messages("t"))
 
 
-def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
+def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
     path = write_jsonl(tmp_path / "v1.jsonl", [
         {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},
         {"type": "message", "timestamp": "2025-11-20T23:33:51.000Z", "message": {"role": "user", "content": [{"type": "text", "text": "hello"}]}},
@@ -198,7 +199,7 @@ def test_pi_v1_is_linear_with_line_keys(run, tmp_path):
     msgs = messages("legacy")
     assert brief(msgs) == [("user", "hello"), ("pi", "hi")]
     assert msgs[1]["date"] == "2025-11-20T23:34:00.000Z"  # from the message's epoch milliseconds
-    assert msgs[0]["meta"]["entry"].startswith("2-") and "parent" not in msgs[0]["meta"]
+    assert re.fullmatch("[0-9a-f]{12}", msgs[0]["meta"]["entry"]) and "parent" not in msgs[0]["meta"]  # the line's hash
     assert on_lineage(msgs) == msgs
 
 
@@ -344,7 +345,7 @@ def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
     assert [m["kind"] for m in msgs] == ["user", "pi", "echo", "user"]
     assert msgs[0]["date"] == "2026-01-01T10:00:00+01:00"
     assert msgs[1]["meta"] == {"source": "irc", "entry": "e2", "file": where}
-    assert msgs[0]["meta"]["source"] == "ndjson" and msgs[0]["meta"]["entry"].startswith("1-")
+    assert msgs[0]["meta"]["source"] == "ndjson" and re.fullmatch("[0-9a-f]{12}", msgs[0]["meta"]["entry"])
     assert len(msgs[2]["text"]) < 30_100 and "characters of tool output cut by pimem" in msgs[2]["text"]
 
 
@@ -435,6 +436,88 @@ def test_rewritten_file_is_read_again_from_the_start(run, tmp_path):
     report = json.loads(result.stdout.splitlines()[0])
     assert (report["from_line"], report["imported"], report["present"]) == (1, 2, 1)
     assert [m["text"] for m in messages()] == ["a", "b", "A", "c"]
+
+
+def pi_v1_lines():
+    t = "2025-11-20T23:33:{:02d}.000Z".format
+    say = lambda s, role, text: {"type": "message", "timestamp": t(s), "message": {"role": role, "content": [{"type": "text", "text": text}]}}  # noqa: E731
+    return [{"type": "session", "id": "old", "timestamp": t(0), "cwd": "/w/legacy"}] + [
+        say(n, ("user", "assistant")[n % 2], f"line {n}") for n in range(1, 12)]
+
+
+def ndjson_lines():
+    return [{"kind": ("user", "pi")[n % 2], "text": f"line {n}"} for n in range(12)]
+
+
+@pytest.mark.parametrize("lines", [codex_lines, pi_v1_lines, ndjson_lines], ids=["codex", "pi-v1", "ndjson"])
+def test_a_line_deleted_or_inserted_leaves_the_other_lines_present(run, tmp_path, lines):
+    """Lines without ids are keyed by their bytes, not their place: an edit elsewhere in the file moves no key."""
+    lines = lines()
+    path = write_jsonl(tmp_path / "s.jsonl", lines)
+    first = json.loads(run("import", path, "-n", "t", "--json").stdout.splitlines()[-1])["imported"]
+    path.unlink()  # as sed -i does: a new file at the path
+    write_jsonl(path, lines[:4] + lines[5:])  # (line 5 is a user's message in each)
+    assert run("import", path, "-n", "t").stdout == f"t: 0 imported, {first - 1} already present, 0 malformed skipped; {first} messages in all\n"
+    typed = json.loads(json.dumps(lines[4]).replace("run the tests", "typed in between").replace("line 4", "typed in between"))
+    path.unlink()
+    write_jsonl(path, lines[:2] + [typed] + lines[2:])
+    assert run("import", path, "-n", "t").stdout == f"t: 1 imported, {first} already present, 0 malformed skipped; {first + 1} messages in all\n"
+    assert messages()[-1]["text"].startswith("typed in between")
+
+
+def test_the_same_line_twice_is_two_messages_also_across_imports(run, home, tmp_path):
+    same = {"kind": "user", "text": "yes"}
+    path = write_jsonl(tmp_path / "s.ndjson", [{"kind": "pi", "text": "sure?"}, same, {"kind": "pi", "text": "really?"}, same])
+    assert run("import", path, "-n", "t").stdout.startswith("t: 4 imported")
+    write_jsonl(path, [{"kind": "pi", "text": "once more?"}, same])  # grown: read on from line 5
+    grown = json.loads(run("import", path, "-n", "t", "--json").stdout.splitlines()[0])
+    assert (grown["from_line"], grown["imported"]) == (5, 2)
+    assert [m["text"] for m in messages()] == ["sure?", "yes", "really?", "yes", "once more?", "yes"]
+    assert [m["meta"]["entry"].partition(".")[2] for m in messages() if m["text"] == "yes"] == ["", "1", "2"]
+    text = path.read_text().splitlines(keepends=True)
+    path.unlink()
+    path.write_text("".join(text[1:]))  # the first line deleted: every "yes" is still the one it was
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 5 already present")
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 5 already present")
+    path.write_text("".join(text[1:4]))  # two of the three gone: nothing new, nothing lost
+    assert run("import", path, "-n", "t").stdout == "t: 0 imported, 3 already present, 0 malformed skipped; 6 messages in all\n"
+
+
+def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):
+    """What pimem wrote before ``imports.json`` had a version: each line's entry its number and hash, keys
+    of those, no version. The first import after the upgrade rebuilds the keys once, positions kept."""
+    from pimem import hashes
+    from pimem.importers.state import key_of
+
+    lines = codex_lines() + [codex_lines()[4]]  # the user's line once more, later: two messages
+    path = write_jsonl(tmp_path / "rollout.jsonl", lines)
+    assert run("import", path, "-n", "new").stdout.startswith("new: 8 imported")
+    number = {}
+    for n, line in enumerate(path.read_bytes().splitlines(), 1):
+        digest = hashes.blake2b(line.strip(), digest_size=6).hexdigest()
+        number.setdefault(digest, []).append(n)
+    old = []
+    for msg in messages("new"):
+        digest, _, repeat = msg["meta"]["entry"].partition(".")
+        meta = {**msg["meta"], "entry": f"{number[digest][int(repeat or 0)]}-{digest}"}
+        old.append({"kind": msg["kind"], "text": msg["text"], "date": msg["date"], "meta": meta})
+    Memory.at("old").append(old)
+    keys = b"".join(key_of(msg) for msg in messages("old"))
+    (home / "old" / "imports.keys").write_bytes(keys)
+    files = json.loads((home / "new" / "imports.json").read_text())["files"]
+    (home / "old" / "imports.json").write_text(json.dumps({"covered": 8, "keys": 8, "files": files}))
+
+    assert run("import", path, "-n", "old").stdout.endswith("8 messages in all (file unchanged since the last import)\n")
+    path.unlink()
+    write_jsonl(path, lines[:3] + lines[5:])  # a line deleted above the rest: read again from the start
+    assert run("import", path, "-n", "old").stdout == "old: 0 imported, 7 already present, 0 malformed skipped; 8 messages in all\n"
+    state = json.loads((home / "old" / "imports.json").read_text())
+    assert state["version"] == 2 and state["files"].keys() == files.keys()
+    path.unlink()
+    write_jsonl(path, lines)  # both user lines back
+    assert run("import", path, "-n", "old").stdout.startswith("old: 0 imported, 8 already present")
 
 
 def test_a_file_replaced_by_another_is_read_from_the_start(run, tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, line_key, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
 
 LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
 _EXIT = re.compile(r"\AExit code (\d+)")
@@ -48,7 +48,7 @@ class ClaudeParser(Parser):
             if isinstance(obj.get(field), str) and obj[field]:
                 self.state[key] = obj[field]
         date = self.date(obj.get("timestamp"))
-        base = {"entry": obj.get("uuid") or line_key(line_no, raw), "parent": obj.get("parentUuid"), "sidechain": obj.get("isSidechain") is True}
+        base = {"entry": obj.get("uuid") or self.line_entry(raw), "parent": obj.get("parentUuid"), "sidechain": obj.get("isSidechain") is True}
         parts = self._user(obj, message) if kind == "user" else self._assistant(message)
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
 

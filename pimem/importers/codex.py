@@ -5,7 +5,7 @@ session id, cwd and model; ``response_item`` lines are the conversation: message
 their outputs (paired by ``call_id``), custom tool calls, shell calls, web searches. Reasoning is never
 imported; ``event_msg`` lines only mirror the conversation for the UI and are skipped, as are developer
 messages and the instruction and environment blocks Codex puts in front of the user's words. Lines carry
-no ids, so each message's ``entry`` is its line's number and hash.
+no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 
 Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
 bare response items and ``{"record_type": "state"}`` lines; they are read the same way, every item dated
@@ -18,7 +18,7 @@ import re
 
 import orjson
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, line_key, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
 BOILERPLATE = (
@@ -73,7 +73,7 @@ class CodexParser(Parser):
             parts = self._item(payload)
         else:
             return []
-        base = {"entry": line_key(line_no, raw)}
+        base = {"entry": self.line_entry(raw)}
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
 
     def _legacy(self, obj: dict) -> dict:

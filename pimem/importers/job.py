@@ -165,7 +165,7 @@ class _File:
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
-        parser = FORMATS[self.source.format](self.source.path, carry)
+        parser = FORMATS[self.source.format](self.source.path, carry, earlier=self.state.counts_before(self.source.path, self.prior, f, offset))
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
@@ -196,7 +196,9 @@ class _File:
             if offset - reported >= PROGRESS_STEP:
                 self.progress(offset)
                 reported = offset
-        self._flush(self._position(f, offset, line_no, parser))
+        position = self._position(f, offset, line_no, parser)
+        self._flush(position)
+        self.state.keep_counts(self.source.path, position, parser)
         self.progress(self.source.size)
         return self.report
 

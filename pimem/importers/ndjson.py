@@ -1,14 +1,14 @@
 """NDJSON of ``{kind, text, date?, meta?}`` (what ``pimem since`` prints and ``append --ndjson`` reads).
 
-A record's own meta is kept; ``source`` defaults to ``ndjson`` and ``entry`` to the line's number and hash,
-or for a line of a memory's export (it holds its ``i``) to that ``i`` and the line's hash, so re-importing an
-export, a copy of a memory that was itself imported, or exports that overlap (``since main 2h`` each hour)
-adds nothing twice.
+A record's own meta is kept; ``source`` defaults to ``ndjson`` and ``entry`` to the line's hash (``.n`` after
+it for the n-th repeat of the same line, ``Parser.line_entry``), or for a line of a memory's export (it holds
+its ``i``) to that ``i`` and the line's hash, so re-importing an export, a copy of a memory that was itself
+imported, or exports that overlap (``since main 2h`` each hour) adds nothing twice.
 """
 
 from __future__ import annotations
 
-from .parser import Malformed, Parser, line_key
+from .parser import Malformed, Parser, line_digest
 
 
 class NdjsonParser(Parser):
@@ -31,6 +31,7 @@ class NdjsonParser(Parser):
             raise Malformed("meta must be a JSON object")
         out = {key: obj[key] for key in obj if key not in ("meta", "i", "size")}  # the message check names any extra field
         out["meta"] = {"source": self.source, **meta}
-        out["meta"].setdefault("entry", line_key(f"i{obj['i']}" if type(obj.get("i")) is int else line_no, raw))
+        if "entry" not in out["meta"]:
+            out["meta"]["entry"] = f"i{obj['i']}-{line_digest(raw)}" if type(obj.get("i")) is int else self.line_entry(raw)
         out["meta"].setdefault("file", self.file)
         return [out]

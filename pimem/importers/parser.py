@@ -1,6 +1,6 @@
 """What every transcript format shares: the ``Parser`` interface the import driver feeds line by line, and
 the few conversions all of them need (content blocks to text, tool calls to one line, epoch dates, shell
-commands, stable keys for lines without ids).
+commands, keys for lines without ids that stay put when other lines are added or removed).
 
 A parser turns one decoded JSON line into zero or more input records ``{kind, text, date, meta}``; it
 raises ``Malformed`` for a line it cannot read. Its ``state`` is a small JSON-able dict (session id, cwd,
@@ -10,8 +10,10 @@ grown file is read on from where the last import stopped.
 
 from __future__ import annotations
 
+import os
 import shlex
 from datetime import datetime, timezone
+from typing import BinaryIO, Callable
 
 import orjson
 
@@ -30,9 +32,11 @@ class Parser:
 
     source = ""
 
-    def __init__(self, file: str, state: dict | None = None):
+    def __init__(self, file: str, state: dict | None = None, earlier: Callable[[], dict] | None = None):
         self.file = file
         self.state: dict = state if state is not None else {}
+        self.earlier = earlier  # the line counts of the part of the file read before (``line_counts``)
+        self.counted: dict | None = None  # line digest -> how often it occurred so far (once asked for)
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -75,6 +79,17 @@ class Parser:
         out["file"] = self.file
         return out
 
+    def line_entry(self, raw: bytes) -> str:
+        """A line's ``entry`` in a format without ids: a hash of its bytes, and for the n-th repeat of the
+        very same line in this file, ``.n`` after it. So the entry does not move when other lines are added
+        or removed, and a message written twice stays two messages."""
+        digest = line_digest(raw)
+        if self.counted is None:  # (a file read on from an earlier import: count the lines read then)
+            self.counted = self.earlier() if self.earlier is not None else {}
+        n = self.counted.get(digest, 0)
+        self.counted[digest] = n + 1
+        return digest if n == 0 else f"{digest}.{n}"
+
     def remember_call(self, call_id, name) -> None:
         """Note a tool call's name so its result (which often lacks it) can be labelled."""
         if call_id and name:
@@ -90,11 +105,29 @@ def bounded_put(table: dict, key, value, cap: int = PENDING_CAP) -> None:
         del table[next(iter(table))]
 
 
-def line_key(line_no: int | str, raw: bytes) -> str:
-    """A stable id for a line of a format without ids: its number (or another place: an export's ``i``) and
-    a hash of its bytes. Appending to a file keeps the keys of its earlier lines; two identical lines at
-    different places stay distinct."""
-    return f"{line_no}-{hashes.blake2b(raw.strip(), digest_size=6).hexdigest()}"
+def line_digest(raw: bytes) -> str:
+    return hashes.blake2b(raw.strip(), digest_size=6).hexdigest()
+
+
+def line_counts(f: BinaryIO, stop: int, chunk: int = 1024 * 1024) -> dict:
+    """How often each line (by ``line_digest``) occurs in the first ``stop`` bytes of open file ``f``
+    (which ends a line there): what ``Parser.line_entry`` counted when that part was read."""
+    counts: dict = {}
+    at, pending = 0, b""
+    while at < stop:
+        data = os.pread(f.fileno(), min(chunk, stop - at), at)
+        if not data:
+            break
+        at += len(data)
+        *whole, pending = (pending + data).split(b"\n")
+        for line in whole:
+            if line.strip():
+                digest = line_digest(line)
+                counts[digest] = counts.get(digest, 0) + 1
+    if pending.strip():
+        digest = line_digest(pending)
+        counts[digest] = counts.get(digest, 0) + 1
+    return counts
 
 
 def ms_date(ms: float) -> str:

@@ -11,7 +11,7 @@ looked through).
 
 from __future__ import annotations
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, line_key, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
 
@@ -54,7 +54,7 @@ class PiParser(Parser):
         else:
             parts = []
         if not tree:
-            base = {"entry": line_key(line_no, raw)}
+            base = {"entry": self.line_entry(raw)}
         else:
             base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
             if not parts:

@@ -5,8 +5,11 @@ Every imported message carries its source ids in ``meta`` (``source``, ``session
 ``call_id`` where one entry gave several messages); its *key* is a 16-byte hash of those and its kind. The
 log is the truth; two derived files in the memory directory make the check cheap:
 
-- ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order;
-- ``imports.json``: ``{"covered": T, "keys": n, "files": {path: {offset, line, anchor, format, state}}}``,
+- ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order (a
+  message imported by pimem before version 2 of this file, from a line without ids, also has the key that
+  line gives now: ``alias_of``);
+- ``imports.json``: ``{"version": 2, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
+  state}}}``,
   where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
   replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
   (session id, cwd, unanswered calls).
@@ -14,12 +17,14 @@ log is the truth; two derived files in the memory directory make the check cheap
 Both are read and written only under the writer lock. Messages logged by anyone else since ``covered``
 are caught up from the log; a missing or inconsistent state is rebuilt from the log's meta; a crash
 between the log write and the state write leaves extra key bytes that are cut off on the next write.
-Deleting both files loses nothing.
+Deleting both files loses nothing; a state of an earlier version has its keys rebuilt from the log once
+(the files' positions are kept).
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import orjson
 
@@ -27,19 +32,44 @@ from .. import hashes, home as homes
 from ..config import read_json
 from ..memory import Memory
 from ..nofollow import open_fd, read_bytes
+from .parser import line_counts
 
 KEY_BYTES = 16
 STATE = "imports.json"
 KEYS = "imports.keys"
+COUNTS_KEPT = 32  # files whose line counts a long-lived state (a follower's) keeps between reads
 
 
-def key_of(message: dict) -> bytes | None:
-    """The dedup key of an imported message (None for messages that did not come from an import)."""
+VERSION = 2  # 2: the keys of lines without ids are their hashes; 1 (no version) keyed them by line number too
+_NUMBERED = re.compile(r"(\d+)-([0-9a-f]{12})")  # a line's entry as version 1 wrote it: its number and hash
+
+
+def key_of(message: dict, entry=None) -> bytes | None:
+    """The dedup key of an imported message (None for messages that did not come from an import); with
+    ``entry``, the key it would have with that entry instead."""
     meta = message.get("meta")
     if not isinstance(meta, dict) or not meta.get("source") or meta.get("entry") is None:
         return None
-    ident = orjson.dumps([meta["source"], meta.get("session"), meta["entry"], message["kind"], meta.get("call_id")])
+    ident = orjson.dumps([meta["source"], meta.get("session"), entry or meta["entry"], message["kind"], meta.get("call_id")])
     return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
+
+
+def alias_of(message: dict, repeats: dict) -> bytes | None:
+    """For a message imported by version 1 from a line without ids (its entry the line's number and hash),
+    the key that line gives now (its hash, ``.n`` for the n-th repeat of the same line in the file:
+    ``repeats`` counts them in log order), so a file read again after an upgrade finds what it gave."""
+    meta = message.get("meta")
+    entry = meta.get("entry") if isinstance(meta, dict) else None
+    found = _NUMBERED.fullmatch(entry) if isinstance(entry, str) else None
+    if found is None:
+        return None
+    digest = found.group(2)
+    line = (meta.get("source"), meta.get("session"), meta.get("file"), digest, entry)
+    if line[:4] not in repeats:
+        repeats[line[:4]] = {}
+    seen = repeats[line[:4]]  # the lines of that hash seen so far (one line may have given several messages)
+    n = seen.setdefault(entry, len(seen))
+    return key_of(message, digest if n == 0 else f"{digest}.{n}")
 
 
 class KeySet:
@@ -90,6 +120,31 @@ class ImportState:
         self.count = 0
         self.files: dict[str, dict] = {}
         self._loaded = None  # (covered, count) of the state on disk when we last read it
+        self._counts: dict[str, tuple] = {}  # path -> ((offset, anchor), its line counts): ``counts_before``
+        self._lent: dict[str, dict] = {}
+
+    def counts_before(self, path: str, prior: dict | None, f, offset: int):
+        """What ``Parser.line_entry`` needs when ``path`` is read on from ``offset`` (``prior``, its saved
+        position): the line counts of the part read before, as the last read left them if this state did
+        it (a follower), else counted from the file when first asked for."""
+        kept = self._counts.pop(path, None)  # (lent to this read: kept again by ``keep_counts`` if it ends well)
+        self._lent.pop(path, None)
+        if not offset:
+            return None
+        if kept is not None and prior is not None and kept[0] == (prior.get("offset"), prior.get("anchor")):
+            self._lent[path] = kept[1]
+            return lambda: kept[1]
+        return lambda: line_counts(f, offset)
+
+    def keep_counts(self, path: str, position: dict, parser) -> None:
+        """Keep the line counts of a file read to ``position`` for the next read of it (the last few files;
+        a read that asked for none leaves those it was lent as they were, and as true)."""
+        counts = parser.counted if parser.counted is not None else self._lent.get(path)
+        self._lent.pop(path, None)
+        if counts is not None:
+            self._counts[path] = ((position["offset"], position["anchor"]), counts)
+            while len(self._counts) > COUNTS_KEPT:
+                del self._counts[next(iter(self._counts))]
 
     @property
     def _state_path(self):
@@ -111,6 +166,9 @@ class ImportState:
         disk = self._read_state()
         if disk is None:
             self._reset()
+        elif disk["version"] != VERSION:  # written by an earlier pimem: the keys again from the log, positions kept
+            self._reset()
+            self.files = disk["files"]
         elif (disk["covered"], disk["keys"]) != self._loaded:
             data = read_bytes(self._keys_path) if self._keys_path.exists() or self._keys_path.is_symlink() else b""
             if len(data) < disk["keys"] * KEY_BYTES:
@@ -122,12 +180,12 @@ class ImportState:
         total = self.mem.count()
         if total < self.covered:  # the memory was replaced under us: start over from its log
             self._reset()
-        fresh = bytearray()
+        fresh, repeats = bytearray(), {}
         for msg in self.mem.messages(self.covered, total):
-            key = key_of(msg)
-            if key is not None and key not in self.keys:
-                self.keys.add(key)
-                fresh += key
+            for key in (key_of(msg), alias_of(msg, repeats)):
+                if key is not None and key not in self.keys:
+                    self.keys.add(key)
+                    fresh += key
         if fresh or total != self.covered:
             self._write(bytes(fresh), total)
 
@@ -141,7 +199,7 @@ class ImportState:
         covered, count, files = state.get("covered"), state.get("keys"), state.get("files", {})
         if type(covered) is not int or type(count) is not int or not isinstance(files, dict) or min(covered, count) < 0:
             return None
-        return {"covered": covered, "keys": count, "files": files}
+        return {"covered": covered, "keys": count, "files": files, "version": state.get("version", 1)}
 
     def _reset(self) -> None:
         self.keys, self.covered, self.count, self._loaded = KeySet(), 0, 0, None
@@ -166,6 +224,6 @@ class ImportState:
             os.close(fd)
         self.count += len(digests) // KEY_BYTES
         self.covered = total
-        state = {"covered": self.covered, "keys": self.count, "files": self.files}
+        state = {"version": VERSION, "covered": self.covered, "keys": self.count, "files": self.files}
         homes.write_atomic(self._state_path, orjson.dumps(state) + b"\n")
         self._loaded = (self.covered, self.count)
