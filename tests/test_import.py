@@ -360,6 +360,23 @@ def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
     assert off_lineage(messages("copy")) == {3, 4, 5}
 
 
+def test_a_memory_s_own_export_read_back_into_it_adds_only_what_is_new(run, tmp_path):
+    """Appended messages carry no source ids; an export's line names its message by ``i``, and the memory holds
+    it there (same kind, text and date)."""
+    run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "own")  # imported messages: keyed
+    for n, kind in enumerate(("user", "tool", "user", "user")):
+        run("append", "own", "-k", kind, "the same words" if n > 1 else f"typed {n}")  # appended: no keys
+    export = tmp_path / "own.ndjson"
+    export.write_text(run("since", "own", "#0", "--include-tools").stdout)
+    assert run("import", export, "-n", "own").stdout == "own: 0 imported, 11 already present, 0 malformed skipped; 11 messages in all\n"
+    lines = export.read_text().splitlines(keepends=True)
+    edited = json.loads(lines[8])
+    edited["text"] = "other words"  # i 8 with another text is another message
+    export.write_text("".join(lines[:8] + [json.dumps(edited) + "\n"] + lines[9:]))
+    assert run("import", export, "-n", "own").stdout.startswith("own: 1 imported, 10 already present")
+    assert [m["text"] for m in messages("own")][7:] == ["typed 0", "typed 1", "the same words", "the same words", "other words"]
+
+
 def test_exports_that_overlap_or_differ_in_what_they_show_add_nothing_twice(run, tmp_path):
     """An export's line holds its ``i``: that, not the line's place in the file, says which message it is."""
     for n in range(10):

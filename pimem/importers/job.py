@@ -158,7 +158,7 @@ class _File:
         self.report = FileReport(source.path, source.format)
         self.cap = int(mem.config.get("max_text_bytes", msgs.DEFAULT_CAP))
         self.stamp = when.rfc3339(env.now())
-        self.batch: list[tuple[dict, bytes | None]] = []
+        self.batch: list[tuple[dict, bytes | None, int | None]] = []  # (message, key, the i an export's line names)
         self.batch_bytes = 0
         self.prior: dict | None = None
         self.deadline: float | None = deadline
@@ -235,7 +235,7 @@ class _File:
             except BadInput as exc:
                 self._malformed(line_no, str(exc))
                 continue
-            self.batch.append((msg, key_of(msg)))
+            self.batch.append((msg, key_of(msg), rec.get("i") if type(rec.get("i")) is int else None))
             self.batch_bytes += msg["size"]
 
     def _malformed(self, line_no: int, reason: str) -> None:
@@ -257,9 +257,10 @@ class _File:
             ensure_dir(self.mem.path / "main")
         with self.mem.lock(self.timeout):
             self.state.sync()
+            held = self._held(batch)
             fresh, keys, seen = [], [], set()
-            for msg, key in batch:
-                if key is not None and (key in self.state.keys or key in seen):
+            for msg, key, at in batch:
+                if key is not None and (key in self.state.keys or key in seen) or at in held and held[at] == _same(msg):
                     self.report.present += 1
                     continue
                 if key is not None:
@@ -274,6 +275,18 @@ class _File:
             self.state.commit(keys, total, self.source.path, position)
         if ids:
             self.logged(ids[0], fresh, written)
+
+    def _held(self, batch: list) -> dict:
+        """What the memory holds at the ``i`` of the batch's export lines, as ``_same`` sees it (so a memory's
+        own export read back is found there, keyed or not). Caller holds the writer lock."""
+        wanted = {at for _, _, at in batch if at is not None and 0 <= at < self.state.covered}
+        if not wanted:
+            return {}
+        return {msg["i"]: _same(msg) for msg in self.mem.messages(min(wanted), max(wanted) + 1) if msg["i"] in wanted}
+
+
+def _same(msg: dict) -> tuple:
+    return msg["kind"], msg["text"], msg["date"]
 
 
 def _anchor(f: BinaryIO, offset: int) -> str:

@@ -3,7 +3,9 @@
 A record's own meta is kept; ``source`` defaults to ``ndjson`` and ``entry`` to the line's hash (``.n`` after
 it for the n-th repeat of the same line, ``Parser.line_entry``), or for a line of a memory's export (it holds
 its ``i``) to that ``i`` and the line's hash, so re-importing an export, a copy of a memory that was itself
-imported, or exports that overlap (``since main 2h`` each hour) adds nothing twice.
+imported, or exports that overlap (``since main 2h`` each hour) adds nothing twice. An export's line whose
+``i`` names a message the memory holds with the same kind, text and date is that message (a memory's own
+export read back into it: its appended messages have no source ids to key them by).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class NdjsonParser(Parser):
         if not isinstance(meta, dict):
             raise Malformed("meta must be a JSON object")
         out = {key: obj[key] for key in obj if key not in ("meta", "i", "size")}  # the message check names any extra field
+        if type(obj.get("i")) is int:
+            out["i"] = obj["i"]  # (the import looks there for the message itself: ``job``)
         out["meta"] = {"source": self.source, **meta}
         if "entry" not in out["meta"]:
             out["meta"]["entry"] = f"i{obj['i']}-{line_digest(raw)}" if type(obj.get("i")) is int else self.line_entry(raw)
