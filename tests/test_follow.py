@@ -206,3 +206,84 @@ def test_a_line_written_again_later_is_a_message_again_as_the_file_grows(home, t
     assert again.returncode == 0 and texts("copy") == texts("mine")
     entries = lambda name: [m["meta"]["entry"] for m in Memory.open(name).messages()]  # noqa: E731
     assert entries("copy") == entries("mine") and len(set(entries("mine"))) == 6
+
+
+def as_a_user(argv: list[str]) -> list[str]:
+    """``argv`` run so that file modes bind (root without its capabilities), or skip where that cannot be."""
+    import shutil
+
+    import pytest
+
+    if os.geteuid() != 0:
+        return argv
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: file modes do not bind")
+    return ["setpriv", "--bounding-set=-all", "--inh-caps=-all", *argv]
+
+
+def test_an_unreadable_file_or_directory_is_said_once_and_the_others_are_followed(home, tmp_path):
+    sessions = tmp_path / "projects"
+    (sessions / "locked").mkdir(parents=True)
+    append(sessions / "locked" / "l1.jsonl", claude_turn("l1", 0))
+    append(sessions / "shut.jsonl", claude_turn("shut", 0))
+    append(sessions / "open.jsonl", claude_turn("open", 0))
+    (sessions / "locked").chmod(0)
+    (sessions / "shut.jsonl").chmod(0)
+    proc = subprocess.Popen(as_a_user(pimem_cmd("import", "--follow", sessions, "--json")), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        wait_for(lambda: len(texts("api")) == 2)
+        for n in (1, 2):  # rounds go on past the two that cannot be read
+            append(sessions / "open.jsonl", claude_turn("open", n))
+            wait_for(lambda: len(texts("api")) == 2 + 2 * n)
+        (sessions / "shut.jsonl").chmod(0o644)
+        (sessions / "locked").chmod(0o755)
+        wait_for(lambda: len(texts("api")) == 10)  # both read once they can be
+    finally:
+        (sessions / "shut.jsonl").chmod(0o644)
+        (sessions / "locked").chmod(0o755)
+        code, rows, err = stop(proc)
+    assert code == 143
+    lines = err.splitlines()
+    assert lines == [f"pimem: warning: {sessions.resolve() / name}: Permission denied; following the others, trying it again"
+                     for name in ("locked", "shut.jsonl")], err
+    assert {Path(r["file"]).name for r in rows} == {"open.jsonl", "shut.jsonl", "l1.jsonl"}
+
+
+def test_a_followed_file_that_turns_into_a_directory_is_said_once_and_followed_again_when_it_is_a_file(home, tmp_path):
+    single, other = tmp_path / "agent.ndjson", tmp_path / "other.ndjson"
+    append(single, [{"kind": "user", "text": "one"}])
+    append(other, [{"kind": "user", "text": "a"}])
+    warnings = []
+    follower = Follower([str(single), str(other)], name="mine", fmt="ndjson", on_warning=warnings.append)
+    assert follower.poll() == 2
+    single.unlink()
+    single.mkdir()
+    for text in ("b", "c"):
+        append(other, [{"kind": "user", "text": text}])
+        assert follower.poll() == 1
+    assert warnings == [f"{single.resolve()}: a directory, not a session file; following the others, trying it again"]
+    single.rmdir()
+    append(single, [{"kind": "user", "text": "two"}])
+    assert follower.poll() == 1
+    follower.close()
+    assert texts("mine") == ["one", "a", "b", "c", "two"] and len(warnings) == 1
+
+
+def test_watch_import_goes_on_when_a_session_file_turns_into_a_directory(home, tmp_path):
+    sessions = tmp_path / "projects"
+    sessions.mkdir()
+    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=subprocess_env())
+    try:
+        append(sessions / "w1.jsonl", claude_turn("w1", 0))
+        wait_for(lambda: len(texts("api")) == 2)
+        (sessions / "w1.jsonl").unlink()
+        (sessions / "w1.jsonl").mkdir()
+        append(sessions / "w2.jsonl", claude_turn("w2", 0))
+        wait_for(lambda: len(texts("api")) == 4)  # (the follower's thread did not die on the directory)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert err.decode().count("a directory, not a session file") == 1

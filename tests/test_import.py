@@ -815,3 +815,21 @@ def test_past_its_deadline_an_import_stops_after_a_batch_and_the_next_reads_on(h
     second = run(mem, plan([str(path)]))
     assert (second[0].from_line, second[0].imported, second[0].present) == (4, 7, 0)
     assert [m["text"] for m in mem.messages()] == [f"m{k}" for k in range(10)]
+
+
+def test_an_unreadable_directory_under_an_imported_one_fails_the_import_as_an_unreadable_file_does(home, tmp_path):
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+    from test_follow import as_a_user
+
+    folder = tmp_path / "sessions"
+    for sub, text in (("ok", "a"), ("locked", "b")):
+        write_jsonl((folder / sub).mkdir(parents=True) or folder / sub / "s.jsonl", [{"kind": "user", "text": text}])
+    (folder / "locked").chmod(0)
+    try:
+        out = subprocess.run(as_a_user(pimem_cmd("import", folder, "-n", "t")), capture_output=True, env=subprocess_env(), timeout=60)
+    finally:
+        (folder / "locked").chmod(0o755)
+    assert out.returncode == 7 and out.stderr.decode() == f"pimem: error: Permission denied: {folder / 'locked'}\n"
+    assert not (home / "t").exists()  # nothing written, as for a file that cannot be read

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -43,15 +44,15 @@ class Source:
 def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
     """The files to import, in the order their histories start. Directories stand for every ``*.jsonl``
     under them. A missing file, a device or pipe, or a file whose format cannot be told, raises ``BadInput``
-    before anything is written; empty files are left out, and ``NothingFound`` (exit 1) says why when
-    nothing is left."""
+    before anything is written, and a file or directory that cannot be read its ``OSError`` (exit 7); empty
+    files are left out, and ``NothingFound`` (exit 1) says why when nothing is left."""
     if fmt != "auto" and fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}: use auto, {', '.join(FORMATS)}")
     files: list[Path] = []
     for given in paths:
         path = Path(given).expanduser()
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*.jsonl") if p.is_file())
+            found = sessions_under(path)
             if not found:
                 raise NothingFound(f"nothing to import: no session files (*.jsonl) under {given}")
             files.extend(found)
@@ -74,6 +75,21 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
         what = f"{files[0]} is empty" if len(files) == 1 else f"all {len(files)} session files are empty"
         raise NothingFound(f"nothing to import: {what}")
     return sorted(sources, key=Source.sort_key)
+
+
+def sessions_under(directory: Path) -> list[Path]:
+    """Every ``*.jsonl`` file under ``directory``, sorted (links to directories are not followed). A
+    directory that cannot be listed raises its ``OSError``, as a file that cannot be read does: an import
+    that would leave its sessions out says so instead of leaving them out unsaid."""
+
+    def fail(exc: OSError) -> None:
+        if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):  # (gone meanwhile: nothing to read)
+            raise exc
+
+    found = []
+    for folder, _, names in os.walk(directory, onerror=fail):
+        found += [path for name in names if name.endswith(".jsonl") and (path := Path(folder, name)).is_file()]
+    return sorted(found)
 
 
 def inspect_file(path: Path, fmt: str) -> Source | None:

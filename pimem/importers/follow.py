@@ -15,12 +15,16 @@ left off. It holds the files it follows open, so that
 - a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
 
 A file that cannot be read yet (empty, a first line still being written, a format it cannot tell) is
-looked at again when it changes; a problem is reported once per file and cause.
+looked at again when it changes; one that cannot be read at all (its mode, a directory now at its path, a
+read that fails) and a directory that cannot be listed are tried again every round. A problem is reported
+once per file (or directory) and cause, and the other files are followed on meanwhile.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -111,11 +115,19 @@ class Follower:
         for path in sorted(self.pending):
             if stop is not None and stop.is_set():
                 break
-            self._discover(path)
+            try:
+                self._discover(path)
+            except OSError as exc:  # unreadable, or a directory now: said once, the others go on
+                self._warn(path, _cannot(path, exc))
+                if path in self.pending:
+                    self.pending[path] = ()  # (looked at again next round, changed or not)
         for path in list(self.files):
             if stop is not None and stop.is_set():
                 break
-            logged += self._check(path)
+            try:
+                logged += self._check(path)
+            except OSError as exc:  # (its last read not recorded as seen: read again next round)
+                self._warn(path, _cannot(path, exc))
         return logged
 
     def close(self) -> None:
@@ -132,25 +144,38 @@ class Follower:
         """List ``directory`` (and, recursively, its subdirectories) again if it changed since last time."""
         try:
             mtime = directory.stat().st_mtime_ns
-        except OSError:
+        except OSError as exc:
             self.dirs.pop(directory, None)
+            if not isinstance(exc, FileNotFoundError):
+                self._warn(str(directory), _cannot(str(directory), exc))
             return
         if self.dirs.get(directory) != mtime:
-            self.dirs[directory] = mtime
             try:
                 entries = list(os.scandir(directory))
-            except OSError:
-                entries = []
-            self.children[directory] = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
-            for entry in entries:
-                if entry.name.endswith(".jsonl") and entry.is_file() and entry.path not in self.files:
-                    self.pending.setdefault(entry.path, ())
+                subs = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
+                found = [e.path for e in entries if e.name.endswith(".jsonl") and e.is_file()]
+            except FileNotFoundError:
+                return
+            except OSError as exc:  # an unreadable directory: said once, listed again every round until it can be
+                self._warn(str(directory), _cannot(str(directory), exc))
+                subs, found = self.children.get(directory, []), []
+            else:
+                self.dirs[directory] = mtime
+                self.warned.pop(str(directory), None)
+            self.children[directory] = subs
+            for path in found:
+                if path not in self.files:
+                    self.pending.setdefault(path, ())
         for sub in self.children.get(directory, ()):
             self._scan(sub)
 
     def _discover(self, path: str) -> None:
         """Start following ``path`` once its format (and so its memory) can be told."""
         try:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):  # (a directory now at its path, say; a pipe would block the open)
+                raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL,
+                              "a directory, not a session file" if stat.S_ISDIR(mode) else "not a regular file", path)
             handle = open(path, "rb")
         except FileNotFoundError:
             if Path(path) not in self.singles:
@@ -168,6 +193,9 @@ class Follower:
             if _ends_a_line(path):  # (else its first line is still being written)
                 self._warn(path, str(exc))
             return
+        except OSError:
+            handle.close()
+            raise
         if source is None:  # empty so far
             handle.close()
             return
@@ -200,7 +228,7 @@ class Follower:
         if (st.st_size, st.st_mtime_ns) == tracked.seen:
             return 0
         if tracked.handle is None:
-            tracked.handle = open(path, "rb")
+            tracked.handle = open(path, "rb")  # (an OSError: said by ``poll``, tried again next round)
             if os.fstat(tracked.handle.fileno()).st_ino != tracked.ino:
                 tracked.handle.close()
                 tracked.handle = None
@@ -221,6 +249,10 @@ class Follower:
             self._warn(path, f"{tracked.memory}: {exc}")
             tracked.seen = ()
             return 0
+        except OSError:  # a read or write that failed: ``poll`` says so, and it is tried again next round
+            tracked.seen = ()
+            raise
+        self.warned.pop(path, None)
         report = reports[0]
         if report.imported:
             self.on_report(tracked.memory, report)
@@ -246,6 +278,12 @@ class Follower:
         if self.warned.get(path) != text:
             self.warned[path] = text
             self.on_warning(text)
+
+
+def _cannot(path: str, exc: OSError) -> str:
+    """One line for a file or directory that cannot be read now (the others are followed on)."""
+    where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
+    return f"{path}: {exc.strerror or exc}{where}; following the others, trying it again"
 
 
 def _ends_a_line(path: str) -> bool:
