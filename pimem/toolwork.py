@@ -1,6 +1,7 @@
 """Tool work in a few words: what a tool call ran (``ran pytest``, ``edited app.py``) and how its result ended
-(``exit 1: ECONNREFUSED``, ``12 passed``), from the call's command or file and the result's exit code, test
-counts and error names. A piece copied from tool traffic is at most ``TOOL_PIECE`` characters, so a line
+(``exit 1: ECONNREFUSED``, ``12 passed``), from the call's command or the path its arguments name (for a
+message not imported, its ``meta.file``; an imported one's names the transcript) and the result's exit code,
+test counts and error names. A piece copied from tool traffic is at most ``TOOL_PIECE`` characters, so a line
 shown without tools can say what ran without quoting a tool's output (``privacy`` masks runs of 16).
 
 The offline compactor makes its tool units from these pieces; the read paths that hide tool traffic show
@@ -10,6 +11,8 @@ them in a tool message's marker. Small and quick to import: ``view`` runs every 
 from __future__ import annotations
 
 import re
+
+import orjson
 
 # characters: the longest piece taken from tool traffic. Privacy masks runs of 16, and a piece sits between
 # connectives whose edge characters (a space, a comma) the tool's text may hold around it too
@@ -28,6 +31,7 @@ _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY B
 _ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
+_PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file", "notebook_path")
 _PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
 _SHELLS = ("bash", "shell", "exec", "Bash", "shell_command", "local_shell")
 _BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
@@ -59,11 +63,15 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
     if msg.get("kind") == "tool":
         tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
         command = meta.get("command") if isinstance(meta.get("command"), str) else ""
-        path = meta.get("file") if isinstance(meta.get("file"), str) else ""
-        if not path and _EDIT_TOOLS.search(tool or text[:40]):
+        edits = _EDIT_TOOLS.search(tool or text[:40])
+        # an imported message's meta.file is the transcript it came from, never the file it edited
+        path = meta.get("file") if isinstance(meta.get("file"), str) and not meta.get("source") else ""
+        if not path and edits:
+            path = argument_path(text)
+        if not path and edits:
             found = _PATH_IN_TEXT.search(text)
             path = found.group() if found else ""
-        if path and _EDIT_TOOLS.search(tool or text[:40]) and short(path):
+        if path and edits and short(path):
             return [("edited " + short(path), False, 1.5)]
         if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
             tool = text.split("(", 1)[0]
@@ -81,6 +89,21 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
         error = None
     out.extend((piece, True, 1.5) for piece in (count, error) if piece)
     return out
+
+
+def argument_path(text: str) -> str:
+    """The path a call's JSON arguments name (``edit({"path": "src/app.py", …})``, Claude Code's
+    ``file_path``), or ``""``."""
+    head, paren, rest = text.partition("(")
+    if not paren or not rest.startswith("{") or not rest.endswith(")") or not re.fullmatch(r"[\w.:-]*", head):
+        return ""
+    try:
+        arguments = orjson.loads(rest[:-1])
+    except orjson.JSONDecodeError:
+        return ""
+    if not isinstance(arguments, dict):
+        return ""
+    return next((v for k in _PATH_KEYS if isinstance(v := arguments.get(k), str) and v.strip()), "")
 
 
 def summary(msg: dict) -> str:

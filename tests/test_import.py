@@ -833,3 +833,20 @@ def test_an_unreadable_directory_under_an_imported_one_fails_the_import_as_an_un
         (folder / "locked").chmod(0o755)
     assert out.returncode == 7 and out.stderr.decode() == f"pimem: error: Permission denied: {folder / 'locked'}\n"
     assert not (home / "t").exists()  # nothing written, as for a file that cannot be read
+
+
+def test_an_imported_edit_is_summarised_by_the_path_its_arguments_name_not_by_the_transcript(run, tmp_path):
+    """An imported message's meta.file is the transcript it came from; the edited file is in the call."""
+    typed = write_jsonl(tmp_path / "ed.ndjson", [
+        {"kind": "user", "text": "please fix the bug in the app"},
+        {"kind": "tool", "text": 'edit({"path":"src/app.py","old":"a","new":"b"})', "meta": {"tool": "edit", "call_id": "c1"}},
+        {"kind": "echo", "text": "ok", "meta": {"tool": "edit", "call_id": "c1"}},
+    ])
+    assert run("import", typed, "-n", "ed").exit_code == 0
+    lines = claude_lines()
+    lines[5]["message"]["content"][1] = {"type": "tool_use", "id": "toolu_1", "name": "Edit",
+                                         "input": {"old_string": "see docs/old.md", "new_string": "x", "file_path": "/home/dev/api/src/db.py"}}
+    assert run("import", write_jsonl(tmp_path / "c.jsonl", lines), "-n", "cc").exit_code == 0
+    for name, edited in (("ed", "src/app.py"), ("cc", "src/db.py")):
+        shown = run("view", name).stdout
+        assert f"tool: edited {edited} (details hidden" in shown and "ed.ndjson" not in shown and "c.jsonl" not in shown, shown
