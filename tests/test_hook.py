@@ -174,6 +174,17 @@ def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
     assert texts()[-1] == "hello"
 
 
+def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_path):
+    current = tmp_path / "c.jsonl"
+    grow(current, line("s1", "user", "u1", "hello", 1))
+    with open(current, "a") as f:
+        f.write(json.dumps(line("s1", "assistant", "a1", "hi there", 2))[:40])  # Claude Code is writing it
+    assert hook(payload("Stop", "s1", current)) == (0, None, "")  # nothing said: nothing was skipped
+    with open(current, "a") as f:
+        f.write(json.dumps(line("s1", "assistant", "a1", "hi there", 2))[40:] + "\n")
+    assert hook(payload("Stop", "s1", current)) == (0, None, "") and texts() == ["hello", "hi there"]
+
+
 def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_prompt(home, tmp_path):
     transcript = tmp_path / "s1.jsonl"
     grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))

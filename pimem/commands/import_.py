@@ -71,6 +71,9 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> No
 
     with _progress(sum(s.size for s in sources)) as on_progress:
         reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout)
+    for report in reports:
+        if report.unfinished:
+            output.info(f"{report.file}:{report.unfinished}: last line still being written; left for the next import")
     total = {key: sum(getattr(r, key) for r in reports) for key in ("imported", "present", "malformed")}
     messages = mem.count() if mem.exists() else 0
     if json:

@@ -6,7 +6,8 @@ of the file is imported. A file read before is continued from where that import 
 the same file (same inode) and the 64 KiB before that point are unchanged (it grew); otherwise it is read
 again from the start and the keys decide what is new. Checking only that window keeps continuing a long
 transcript cheap (a hook or a follower continues it on every change).
-An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import.
+An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import;
+it is not a malformed line (``FileReport.unfinished``).
 Once an import has logged ``INDEX_MIN`` messages, each logged batch is indexed in a second thread from the
 messages just logged, and the index is complete before ``run`` returns; a smaller import (a hook's or a
 follower's few new lines) leaves the index to the next reader, as ``append`` does.
@@ -40,7 +41,9 @@ ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be uncha
 class FileReport:
     """What one file gave: messages logged, already present, malformed lines skipped, and the line reading
     started at (1 unless the file was continued from an earlier import); ``cut_short`` when the deadline
-    stopped it before the file's end (not in ``as_dict``: ``import`` has no deadline)."""
+    stopped it before the file's end (not in ``as_dict``: ``import`` has no deadline); ``unfinished``, the
+    number of a last line still being written (no newline, not JSON yet), left for the next import and
+    neither malformed nor skipped (not in ``as_dict`` either: the next import reads it)."""
 
     file: str
     format: str
@@ -50,9 +53,10 @@ class FileReport:
     from_line: int = 1
     unchanged: bool = False
     cut_short: bool = False
+    unfinished: int = 0
 
     def as_dict(self) -> dict:
-        return {key: value for key, value in self.__dict__.items() if key != "cut_short"}
+        return {key: value for key, value in self.__dict__.items() if key not in ("cut_short", "unfinished")}
 
 
 def run(
@@ -181,7 +185,7 @@ class _File:
                     obj = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     if not raw.endswith(b"\n"):
-                        self._malformed(line_no, "unfinished last line (left for the next import)")
+                        self.report.unfinished = line_no  # (being written: no malformed line, nothing skipped)
                         line_no -= 1
                         break
                     self._malformed(line_no, "not valid JSON")
