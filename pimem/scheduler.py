@@ -13,6 +13,7 @@ after checking that this process still holds the memory's lease. SIGTERM and SIG
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
 import threading
@@ -63,6 +64,8 @@ class Scheduler:
     max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
     lost: list[Builder] = field(default_factory=list)  # builders stopped because another process took their lease
+    refused: dict = field(default_factory=dict)  # memory name -> the exception it stopped building that memory on
+    retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -102,7 +105,7 @@ class Scheduler:
                 output.quiet_stdout()
 
     def spent(self) -> float:
-        return sum(b.stats.cost for b in self.builders + self.lost)
+        return sum(b.stats.cost for b in self.builders + self.retired)
 
     def pending(self) -> int:
         """Nodes of the builders' memories not built yet, counted afresh (a stopped run has not looked at
@@ -136,33 +139,60 @@ class Scheduler:
         """Start what can start; True when something was built inline (so look again at once)."""
         progressed = False
         for builder in list(self.builders):
-            if builder.compactor.offline:
-                if self._offload(builder, now):
-                    continue
-                for _ in range(256):  # then look at the other memories, the lease and the clock
-                    task = builder.next_task(now)
-                    if task is None:
-                        break
-                    progressed = True
-                    text, meta = builder.compactor.build(task)
-                    builder.built(task.l, task.i, text, meta)
-                    self._emit_built(builder, task, text, meta)
-                continue
-            while self._inflight < self.concurrency:
+            with self.refusing(builder.name, builder):
+                progressed = self._dispatch_one(builder, now) or progressed
+        return progressed
+
+    def _dispatch_one(self, builder: Builder, now: float) -> bool:
+        if builder.compactor.offline:
+            if self._offload(builder, now):
+                return False
+            progressed = False
+            for _ in range(256):  # then look at the other memories, the lease and the clock
                 task = builder.next_task(now)
                 if task is None:
                     break
-                context = builder.context(task)
-                worst = builder.compactor.worst_cost(task, context)
-                if not self._affordable(builder, worst):
-                    builder.put_back(task)
-                    break
-                if self._pool is None:
-                    self._pool = _Pool(self.concurrency, self._results)
-                self._reserved[(builder, task.l, task.i)] = worst or 0.0
-                self._pool.tasks.put((builder, task, context))
-                self._inflight += 1
-        return progressed
+                progressed = True
+                text, meta = builder.compactor.build(task)
+                builder.built(task.l, task.i, text, meta)
+                self._emit_built(builder, task, text, meta)
+            return progressed
+        while self._inflight < self.concurrency:
+            task = builder.next_task(now)
+            if task is None:
+                break
+            context = builder.context(task)
+            worst = builder.compactor.worst_cost(task, context)
+            if not self._affordable(builder, worst):
+                builder.put_back(task)
+                break
+            if self._pool is None:
+                self._pool = _Pool(self.concurrency, self._results)
+            self._reserved[(builder, task.l, task.i)] = worst or 0.0
+            self._pool.tasks.put((builder, task, context))
+            self._inflight += 1
+        return False
+
+    @contextlib.contextmanager
+    def refusing(self, name: str, builder: Builder | None = None):
+        """Work on memory ``name``; a failure the user can act on (its log damaged behind pimem's back, a file
+        it may not read) stops building that memory, with a ``refused`` event, and the others go on."""
+        try:
+            yield
+        except Exception as exc:
+            from .errors import as_error
+
+            error = as_error(exc)
+            if error is None or isinstance(error, LeaseLost):
+                raise
+            self.emit({"event": "refused", "memory": name, "error": str(error)})
+            self.refused[name] = exc
+            if builder is not None and builder in self.builders:
+                self.builders.remove(builder)
+                self.retired.append(builder)
+                self._end_worker(builder)
+                if builder.lease is not None:
+                    builder.lease.release()
 
     def _offload(self, builder: Builder, now: float) -> bool:
         """Keep the builder's workers ``AHEAD`` batches ahead, starting them for a long backlog and ending them
@@ -254,7 +284,8 @@ class Scheduler:
                     continue
                 builder.last_flush = now
             try:
-                builder.flush(wait)
+                with self.refusing(builder.name, builder):
+                    builder.flush(wait)
             except LeaseLost as exc:
                 self.emit({"event": "lost", "memory": builder.name, "error": str(exc)})
                 self._drop(builder)
@@ -263,6 +294,7 @@ class Scheduler:
         """Stop building ``builder``'s memory: another process holds its lease now."""
         self.builders.remove(builder)
         self.lost.append(builder)
+        self.retired.append(builder)
         self._end_worker(builder)
 
     def _beat(self) -> None:
@@ -299,8 +331,9 @@ class Scheduler:
                 if time.monotonic() - last_look >= self.poll:
                     last_look = time.monotonic()
                     if not once:
-                        for builder in self.builders:
-                            builder.refresh()
+                        for builder in list(self.builders):
+                            with self.refusing(builder.name, builder):
+                                builder.refresh()
                     if between is not None:
                         between()
         finally:
@@ -339,11 +372,13 @@ def _restore_signals(saved: list) -> None:
 
 
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
-               on_progress=None, compactor: Compactor | None = None) -> Scheduler:
+               on_progress=None, compactor: Compactor | None = None, keep_going: bool = False) -> Scheduler:
     """Build every buildable node of ``mems`` once (failed nodes retried up to ``retries`` times) and return
     the scheduler (its builders hold the stats). Holds each memory's lease while building; ``Busy`` when a
     live watcher or another build holds one (after ``wait`` seconds). ``compactor`` overrides the memories'
-    own (``demo`` builds offline)."""
+    own (``demo`` builds offline). A memory whose log or files fail (damaged behind pimem's back, a full
+    disk) is left, the others built, and its exception raised at the end; ``keep_going``: only recorded in
+    the scheduler's ``refused``."""
     from .lease import Lease
 
     scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress)
@@ -353,14 +388,17 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
         for mem in mems:
             lease = Lease(mem).acquire(wait)
             leases.append(lease)
-            scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
-            if embedding:
-                embedding.add(mem)
+            with scheduler.refusing(mem.name):
+                scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
+                if embedding:
+                    embedding.add(mem)
         _run_with_signals(scheduler, once=True)
     finally:
         _close(scheduler, leases)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
             embedding.stop() if scheduler.stopped else embedding.finish()
+    if scheduler.refused and not keep_going:
+        raise next(iter(scheduler.refused.values()))
     return scheduler
 
 
@@ -375,7 +413,7 @@ def _run_with_signals(scheduler: Scheduler, **run) -> None:
 
 def _close(scheduler: Scheduler, leases) -> None:
     """Close every builder's compactor (its HTTP client) and give up the leases."""
-    for builder in scheduler.builders + scheduler.lost:
+    for builder in scheduler.builders + scheduler.retired:
         builder.compactor.close()
     for lease in leases:
         lease.release()
@@ -401,9 +439,14 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             lease.acquire(None if wait else 0.0)
         elif lease.try_acquire() is not None:
             return
+        try:
+            cap = max_cost_per_day if max_cost_per_day is not None else mem.config.get("max_cost_per_day")
+            built = Builder(mem, lease=lease, max_cost_per_day=None if cap is None else float(cap))
+        except BaseException:
+            lease.release()
+            raise
         watched[mem.name] = lease
-        cap = max_cost_per_day if max_cost_per_day is not None else mem.config.get("max_cost_per_day")
-        scheduler.add(Builder(mem, lease=lease, max_cost_per_day=None if cap is None else float(cap)))
+        scheduler.add(built)
         scheduler.emit({"event": "watching", "memory": mem.name})
 
     last_scan = [0.0]
@@ -415,13 +458,15 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if time.monotonic() - last_scan[0] < 2.0:
             return
         last_scan[0] = time.monotonic()
-        active = {b.name for b in scheduler.builders}
+        # (a memory stopped on an error waits for the next start, once a person mended it)
+        active = {b.name for b in scheduler.builders} | set(scheduler.refused)
         # new memories, and ones whose lease another process took (taken back once it lets go); a refused
         # memory is skipped (build-tree NAME says why)
         for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
             if mem.name not in active:
                 watched.pop(mem.name, None)
-                take(mem, block=False)
+                with scheduler.refusing(mem.name):
+                    take(mem, block=False)
 
     try:
         for mem in explicit:
@@ -429,8 +474,9 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if not explicit:
             mems = Memory.all(home)
             for mem in mems:
-                take(mem, block=False)
-            if mems and not watched and not wait:
+                with scheduler.refusing(mem.name):
+                    take(mem, block=False)
+            if mems and not watched and not wait and not scheduler.refused:
                 raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
             last_scan[0] = time.monotonic()
         _run_with_signals(scheduler, between=look_for_memories)

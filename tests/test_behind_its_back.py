@@ -164,6 +164,12 @@ def test_one_damaged_memory_is_named_and_the_others_are_still_listed_searched_an
         assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: ") and "pimem fsck m" in err, (argv, err)
         assert out.stdout.startswith(shown) and b"\nm " not in out.stdout, (argv, out.stdout)
     assert sh("search", "nowhere").returncode == 5  # nothing found, yet a memory went unread: the worse says
+    out = sh("build-tree", "--json")  # the other memory built, the damaged one named
+    err = out.stderr.decode()
+    assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: ") and "pimem fsck m" in err, err
+    events = [orjson.loads(e) for e in out.stdout.splitlines()]
+    assert {e["memory"] for e in events if e["event"] == "done"} == {"other"}
+    assert sh("view", "other").returncode == 0 and not (home / "m" / "lock.json").exists()
     found = api.search("staging", home=home)
     assert {h["memory"] for h in found["hits"]} == {"other"} and [u["memory"] for u in found["unread"]] == ["m"]
     assert [row.get("error", "")[:3] for row in api.list_memories(home)] == ["m: ", ""]

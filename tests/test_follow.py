@@ -287,3 +287,30 @@ def test_watch_import_goes_on_when_a_session_file_turns_into_a_directory(home, t
         out, err = watcher.communicate(timeout=30)
     assert watcher.returncode == 0, err
     assert err.decode().count("a directory, not a session file") == 1
+
+
+def test_watch_import_says_once_what_stops_an_import_and_goes_on_once_it_is_mended(home, tmp_path):
+    sessions = tmp_path / "projects"
+    sessions.mkdir()
+    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=subprocess_env())
+    try:
+        append(sessions / "w1.jsonl", claude_turn("w1", 0))
+        wait_for(lambda: len(texts("api")) == 2)
+        day = next((home / "api" / "main").glob("*.jsonl"))
+        good = day.read_bytes()
+        day.write_bytes(good + good.splitlines(keepends=True)[0].replace(b'{"i":0,', b'{"i":7,'))  # a gap: exit 5
+        append(sessions / "w1.jsonl", claude_turn("w1", 1))
+        time.sleep(5.0)  # rounds of the follower meet the damage
+        assert day.read_bytes().count(b"\n") == 3  # nothing logged past the damage
+        assert watcher.poll() is None, watcher.communicate()  # it goes on, having stopped building that memory
+        day.write_bytes(good)  # mended by a person
+        wait_for(lambda: len(texts("api")) == 4)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    err = err.decode()
+    assert err.count("gap in the log") == 1 and "Traceback" not in err, err  # the import's failure, said once
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["memory"] for e in events if e["event"] == "refused"] == ["api"]

@@ -35,7 +35,7 @@ def command(
       pimem build-tree --retries 3 --log ~/.pi/memory/logs/build.log   # from cron, every 10 minutes
     """
     from .. import builder as builders, compactor, env, scheduler
-    from ..errors import BadInput, Busy, ProviderError
+    from ..errors import BadInput, Busy, PimemError, ProviderError, as_error
     from ..memory import Memory
 
     output.log_to(log, "build-tree")
@@ -72,11 +72,11 @@ def command(
     try:
         sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
                                      retries=retries, wait=wait if wait is not None else 0.0,
-                                     on_progress=progress.update if progress else None)
+                                     on_progress=progress.update if progress else None, keep_going=True)
     finally:
         if progress is not None:
             progress.close()
-    built = sched.builders + sched.lost
+    built = sched.builders + sched.retired
     rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up),
              **({"lost": True} if b in sched.lost else {})} for b in built]
     if json:
@@ -92,6 +92,10 @@ def command(
             cost = f", ${row['cost']:.4f}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
                         f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
+    if sched.refused:  # built the others; this one is said in its own words (a damaged log: exit 5)
+        name, exc = next(iter(sched.refused.items()))
+        error = as_error(exc)
+        raise PimemError(f"{error}" if str(error).startswith(f"{name}: ") else f"{name}: {error}", error.code)
     if sched.lost:
         raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
                    "stalled past its heartbeat); stopped building there, and kept what was written")

@@ -48,6 +48,9 @@ def command(
         elif event["event"] == "capped":
             output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on {event['day']}; "
                         "waiting for the next day")
+        elif event["event"] == "refused":
+            output.warn(f"stopped building {event['memory']}: {event['error']} (the watcher's next start takes it "
+                        "again, once it is mended)")
         elif event["event"] == "imported":
             output.info(f"{event['memory']}: {event['messages']} imported from {event['file']}")
         else:
@@ -65,7 +68,26 @@ def command(
 
     follower = Follower(imports, home, on_report=imported, on_warning=output.warn)
     stop = threading.Event()
-    thread = threading.Thread(target=follower.run, args=(stop,), name="pimem-follow", daemon=True)
+
+    def follow() -> None:
+        """Follow the imports until stopped; a failure the user can act on (a memory busy or damaged) is said
+        once and the rounds go on, so that the watcher never stops importing silently."""
+        from ..errors import as_error
+
+        said: set[str] = set()
+        while not stop.is_set():
+            try:
+                follower.run(stop)
+            except Exception as exc:
+                error = as_error(exc)
+                if error is None:
+                    raise  # (a bug: its traceback)
+                if str(error) not in said:
+                    said.add(str(error))
+                    output.warn(f"importing: {error}; trying again every round")
+                stop.wait(2.0)
+
+    thread = threading.Thread(target=follow, name="pimem-follow", daemon=True)
     thread.start()
     try:
         scheduler.watch(list(names or []), home, on_event=show, wait=wait, max_cost_per_day=max_cost_per_day)

@@ -92,6 +92,7 @@ class Follower:
         self.files: dict[str, _File] = {}
         self.pending: dict[str, tuple] = {str(p): () for p in self.singles}  # not readable yet -> (ino, size, mtime) then
         self.warned: dict[str, str] = {}
+        self.failed: set[str] = set()  # files whose last import failed (``_forget``)
         self.targets: dict[str, _Target] = {}
         self.open_order: OrderedDict[str, None] = OrderedDict()
 
@@ -200,7 +201,8 @@ class Follower:
             handle.close()
             return
         del self.pending[path]
-        self.warned.pop(path, None)
+        if path not in self.failed:  # (readable again; a failed import is said again only if it changes)
+            self.warned.pop(path, None)
         memory = self.name or default_name([source])
         self.files[path] = _File(source, memory, handle, st.st_ino)
         self._opened(path)
@@ -217,7 +219,7 @@ class Follower:
             logged = self._read(path, tracked, tracked.handle) if tracked.handle is not None else 0
             if tracked.handle is not None:
                 tracked.handle.close()
-            del self.files[path]
+            self.files.pop(path, None)  # (gone already when that read failed)
             self.open_order.pop(path, None)
             if st is not None or Path(path) in self.singles:
                 self.pending[path] = ()
@@ -246,17 +248,32 @@ class Follower:
             reports = run(target.mem, [tracked.source], on_warning=self.on_warning, timeout=self.timeout,
                           state=target.state, open_file=opener)
         except PimemError as exc:  # a busy lock, a refused batch: say so and try again next round
-            self._warn(path, f"{tracked.memory}: {exc}")
-            tracked.seen = ()
+            self._warn(path, f"{tracked.memory}: {exc}" if not str(exc).startswith(f"{tracked.memory}: ") else str(exc))
+            self._forget(path, tracked)
             return 0
         except OSError:  # a read or write that failed: ``poll`` says so, and it is tried again next round
-            tracked.seen = ()
+            self._forget(path, tracked)
             raise
         self.warned.pop(path, None)
+        self.failed.discard(path)
         report = reports[0]
         if report.imported:
             self.on_report(tracked.memory, report)
         return report.imported
+
+    def _forget(self, path: str, tracked: _File) -> None:
+        """After a failed read: the file is found again next round, with its memory and import state read
+        afresh (the failed run may have moved them past lines it did not log)."""
+        tracked.seen = ()
+        target = self.targets.pop(tracked.memory, None)
+        if target is not None:
+            target.mem.close()
+        if tracked.handle is not None:
+            tracked.handle.close()
+        self.files.pop(path, None)
+        self.open_order.pop(path, None)
+        self.pending[path] = ()
+        self.failed.add(path)
 
     def _target(self, memory: str) -> _Target:
         if memory not in self.targets:
