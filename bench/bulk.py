@@ -35,7 +35,7 @@ def batch():
     records.clear()
     return out
 out = sys.stdout
-for chunk in ingest.read_batches(sys.stdin.buffer, lambda record, n: records.append(record), batch, mem.text_cap):
+for chunk in ingest.read_batches(sys.stdin.buffer, lambda record, n, raw: records.append(record), batch, mem.text_cap):
     prepared = mem.prepare(chunk)
     with mem.lock():
         out.write("".join(f"{i}\n" for i in mem.log.write(prepared, mem.log.seal())))

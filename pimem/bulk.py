@@ -170,13 +170,13 @@ class _Encoder:
         self.stamp = None
         self.error = None
 
-    def take(self, record: dict, line_no: int) -> None:
+    def take(self, record: dict, line_no: int, raw: bytes) -> None:
         if self.error is not None:
             return  # the batch is refused; the rest of it is only parsed (a later unparsable line is named first)
         if self.stamp is None:
             self.stamp = when.rfc3339(env.now())
         try:
-            msg = normalise(record, self.cap, self.stamp)
+            msg = normalise(record, self.cap, self.stamp, raw)
         except BadInput as exc:
             self.error = f"line {line_no}: {exc}"
             return

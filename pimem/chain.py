@@ -5,6 +5,10 @@ Each line is one event carrying ``seq`` (1, 2, …), ``prevHash`` (the previous 
 first) and ``hash``: SHA-256 (lowercase hex) of canonical JSON (keys sorted at every level, no spaces). Memory
 events hash exactly the object pi-compact hashes, so a pi-compact ``memory.jsonl`` reads as is.
 
+A line holding a lone surrogate escape (``JSON.stringify`` writes one for a string cut inside a surrogate
+pair) reads with U+FFFD in its place, and its hash is checked over the escape as written
+(``pimem.decoder``); the file is never rewritten.
+
 Reading trusts the longest valid prefix: unparsable lines (a torn write) are skipped wherever they are, and the
 first parsable event that is malformed, out of sequence, or whose hashes do not match ends the trusted part.
 Such an event blocks every later append (``IntegrityError``, exit 5) and the file is left as it is: a person
@@ -22,7 +26,7 @@ from typing import Callable
 
 import orjson
 
-from . import hashes
+from . import decoder, hashes
 from .errors import IntegrityError
 from .home import append_durably
 from .nofollow import read_bytes
@@ -120,10 +124,10 @@ class Chain:
             if not raw.strip():
                 continue
             try:
-                event = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                event, written = decoder.loads_keeping(raw)
+            except decoder.JSONDecodeError:
                 continue  # a torn write: tolerated wherever it is
-            problem = self._check(event, expected, prev)
+            problem = self._check(event, expected, prev, written)
             if problem:
                 reading.problem = f"{self.path.name} line {number}: {problem}"
                 return reading
@@ -131,7 +135,10 @@ class Chain:
             prev, expected = event["hash"], expected + 1
         return reading
 
-    def _check(self, event, expected: int, prev: str) -> str | None:
+    def _check(self, event, expected: int, prev: str, written=None) -> str | None:
+        """The problem with ``event``, None if it is the next sound event. ``written`` is the event with its
+        lone surrogates as written, when it held any (``decoder.loads_keeping``): its writer hashed those,
+        so they are hashed again as written, not as the U+FFFD the event holds."""
         if not isinstance(event, dict):
             return "not an event object"
         bad = self._shape(event)
@@ -142,7 +149,8 @@ class Chain:
             return f"seq {event['seq']} where {expected} was expected (an event was {what})"
         if event.get("prevHash") != prev:
             return f"seq {expected}: prevHash does not match the hash of the event before it"
-        if event.get("hash") != self.hash_of(event):
+        digest = self.hash_of(event) if written is None else sha256(decoder.canonical(self._hashed(written)))
+        if event.get("hash") != digest:
             return f"seq {expected}: hash does not match the event's content (it was changed)"
         return None
 

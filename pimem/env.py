@@ -48,7 +48,12 @@ class Environment:
             return self._now()
         frozen = os.environ.get("PIMEM_NOW")
         if frozen:
-            moment = datetime.fromisoformat(frozen)
+            try:
+                moment = datetime.fromisoformat(frozen)
+            except ValueError:
+                from .errors import BadInput
+
+                raise BadInput(f"bad $PIMEM_NOW {frozen!r}: use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00") from None
             return moment if moment.tzinfo else moment.astimezone()
         return datetime.now().astimezone()
 
@@ -76,10 +81,16 @@ class Environment:
 
     @property
     def lock_timeout(self) -> float:
-        """Seconds a writer or an index reader waits for a lock when no ``--timeout`` says otherwise."""
+        """Seconds a writer or an index reader waits for a lock when no ``--timeout`` says otherwise;
+        ``$PIMEM_LOCK_TIMEOUT`` is held to the rule of ``--timeout`` (``BadInput`` naming it otherwise)."""
         if self._lock_timeout is not None:
             return self._lock_timeout
-        return float(os.environ.get("PIMEM_LOCK_TIMEOUT") or LOCK_TIMEOUT)
+        given = os.environ.get("PIMEM_LOCK_TIMEOUT")
+        if not given:
+            return LOCK_TIMEOUT
+        from .numbers import seconds
+
+        return seconds(given, "$PIMEM_LOCK_TIMEOUT")
 
 
 _current = Environment()

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import orjson
 
-from . import message as msgs, when
+from . import decoder, message as msgs, when
 from .errors import PimemError
 from .home import append_durably
 from .memory import Memory
@@ -91,10 +91,11 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
                     action=None if log_broken else (lambda m: m.log.rewrite_ranges()))]
 
 
-def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern) -> Iterator[tuple[str, bytes, object]]:
-    """``(where, raw, parsed)`` for each complete line of a JSONL file. Adds a repairable finding for a torn last
-    line, a note for a torn write sealed earlier (it starts like a record of the file: ``torn_write``) and a
-    problem for any other line that is not JSON."""
+def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern,
+           loads: Callable = orjson.loads) -> Iterator[tuple[str, bytes, object]]:
+    """``(where, raw, parsed)`` for each complete line of a JSONL file, each parsed as its readers parse it
+    (``loads``). Adds a repairable finding for a torn last line, a note for a torn write sealed earlier (it
+    starts like a record of the file: ``torn_write``) and a problem for any other line that is not JSON."""
     rel = str(path.relative_to(mem.path))
     lines = path.read_bytes().split(b"\n")
     tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
@@ -103,7 +104,7 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
         if not raw.strip():
             continue
         try:
-            obj = orjson.loads(raw)
+            obj = loads(raw)
         except orjson.JSONDecodeError:
             if torn_write.match(raw):
                 found.append(Finding(mem.name, area, where, f"a write torn by a crash and later sealed ({count(len(raw), 'byte')}); skipped on read", fatal=False))
@@ -211,7 +212,7 @@ def check_chains(mem: Memory) -> list[Finding]:
     for chain in (memory_chain(mem.path), window_chain(mem.path)):
         if not chain.path.exists():
             continue
-        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT):
+        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads):
             pass
         problem = chain.read().problem
         if problem:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import select
 from typing import BinaryIO, Callable, Iterator, TypeVar
 
-import orjson
-
+from . import decoder
 from .errors import BadInput
+from .message import ECHO_KEEP
 
 BATCH_LINES = 10_000
 BATCH_BYTES = 32 * 1024 * 1024
@@ -21,10 +21,43 @@ def _reader(stream: BinaryIO):
     return getattr(stream, "read1", stream.read)
 
 
+def _without_bom(read: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """``read`` with a UTF-8 BOM at the very start of the stream left out (some Windows tools write one)."""
+    started, ended = False, False
+
+    def read_on(size: int) -> bytes:
+        nonlocal started, ended
+        if ended:
+            return b""
+        data = read(size)
+        if started:
+            return data
+        while data and len(data) < len(decoder.BOM) and decoder.BOM.startswith(data):  # (a pipe's first bytes)
+            more = read(size)
+            if not more:
+                ended = True
+                break
+            data += more
+        started = True
+        if data.startswith(decoder.BOM):
+            data = data[len(decoder.BOM):]
+            if not data and not ended:
+                return read(size)  # (empty would say the stream ended)
+        return data
+
+    return read_on
+
+
+ESCAPED = 6  # the most bytes JSON writes for one byte (or character) of text: a control character as \u0001
+_ECHO_CHARS = ECHO_KEEP + 100  # trimmed tool output with its marker, characters at most
+
+
 def line_cap(text_cap: int) -> int:
-    """The most bytes one input line may hold (NDJSON, a session file's line): twice the text cap, room for
-    a text at the cap with JSON escapes and its fields. A longer line is refused once that much is read."""
-    return 2 * text_cap + 64 * 1024
+    """The most bytes one input line may hold (NDJSON, a session file's line): room for any line pimem
+    writes (``since``) for a message it accepts, whose text is at most ``text_cap`` bytes (or trimmed tool
+    output) even if every one is a control character written in six, and 64 KiB for its other fields. A
+    longer line is refused once that much is read."""
+    return ESCAPED * max(text_cap, _ECHO_CHARS) + 64 * 1024
 
 
 def read_text(stream: BinaryIO, cap: int, advice: str = "split it into several messages") -> str:
@@ -84,10 +117,16 @@ def _more_waiting(stream: BinaryIO, seconds: float = 0.01) -> bool:
 
 def ndjson_batches(stream: BinaryIO, cap: int) -> Iterator[tuple[list[dict], LineLabels]]:
     """``(records, labels)`` batches from an NDJSON stream (see ``read_batches``)."""
+    from .message import check_numbers
+
     records: list[dict] = []
     numbers: list[int] = []
 
-    def take(record: dict, line_no: int) -> None:
+    def take(record: dict, line_no: int, raw: bytes) -> None:
+        try:
+            check_numbers(record, raw)  # (the batch's records are checked whole later, without their lines)
+        except BadInput as exc:
+            raise BadInput(f"line {line_no}: {exc}") from None
         records.append(record)
         numbers.append(line_no)
 
@@ -100,20 +139,20 @@ def ndjson_batches(stream: BinaryIO, cap: int) -> Iterator[tuple[list[dict], Lin
     return read_batches(stream, take, batch, cap)
 
 
-def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Callable[[], T], cap: int) -> Iterator[T]:
-    """Parse an NDJSON stream, handing each record to ``take(record, line_no)`` and yielding ``batch()`` at the
-    end of each batch: at 10,000 lines, 32 MiB, end of input, or whenever the input has gone quiet after a
-    whole line (so a live stream is logged as it arrives). Blank lines are skipped; a line that is not a JSON
-    object, or that passes ``line_cap(cap)`` bytes (refused as soon as it does), raises ``BadInput`` with its
-    number."""
+def read_batches(stream: BinaryIO, take: Callable[[dict, int, bytes], None], batch: Callable[[], T], cap: int) -> Iterator[T]:
+    """Parse an NDJSON stream, handing each record to ``take(record, line_no, raw)`` (``raw``: its line) and
+    yielding ``batch()`` at the end of each batch: at 10,000 lines, 32 MiB, end of input, or whenever the input
+    has gone quiet after a whole line (so a live stream is logged as it arrives). Blank lines are skipped, and
+    a BOM opening the stream; a line that is not a JSON object (``pimem.decoder`` reads it), or that passes
+    ``line_cap(cap)`` bytes (refused as soon as it does), raises ``BadInput`` with its number."""
     limit = line_cap(cap)
     pending: list[bytes] = []  # the pieces of an unfinished line, joined once its end arrives
     pending_bytes = 0
     line_no = 0
     taken = 0
     batch_bytes = 0
-    read = _reader(stream)
-    loads, error = orjson.loads, orjson.JSONDecodeError
+    read = _without_bom(_reader(stream))
+    loads, error = decoder.loads, decoder.JSONDecodeError
     while True:
         data = read(_READ)
         eof = not data
@@ -144,7 +183,7 @@ def read_batches(stream: BinaryIO, take: Callable[[dict, int], None], batch: Cal
                 raise BadInput(f"line {line_no}: {reason}") from None
             if type(record) is not dict:
                 raise BadInput(f"line {line_no}: expected a JSON object with kind and text")
-            take(record, line_no)
+            take(record, line_no, raw)
             taken += 1
             batch_bytes += len(raw)
             if taken >= BATCH_LINES or batch_bytes >= BATCH_BYTES:

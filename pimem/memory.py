@@ -59,9 +59,11 @@ class Memory:
 
     @classmethod
     def at(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
-        """Memory ``name``, whether or not it exists yet; nothing is created until a writer appends."""
+        """Memory ``name``, whether or not it exists yet; nothing is created until a writer appends. A bad
+        ``$PIMEM_LOCK_TIMEOUT`` is refused here, before a writer creates anything."""
         root = env.home(home)
         path = homes.resolve(root, name)
+        env.lock_timeout()
         return cls(path.name, path, root)
 
     @classmethod

@@ -33,17 +33,27 @@ def size_of(kind: str, text: str) -> int:
     return len(kind) + 2 + len(text.encode("utf-8"))
 
 
+_CUT_OPEN, _CUT_CLOSE = "\n[… ", " characters of tool output cut by pimem …]\n"
+
+
 def trim_echo(text: str) -> str:
-    """Tool output over 30,000 characters keeps its head and tail and says how much was cut."""
+    """Tool output over 30,000 characters keeps its head and tail and says how much was cut. Output trimmed
+    so already (a memory's export logged again) is kept as it is: trimming it again would cut its marker."""
     if len(text) <= ECHO_KEEP:
         return text
     half = ECHO_KEEP // 2
+    marker = text[half:-half]
+    if marker.startswith(_CUT_OPEN) and marker.endswith(_CUT_CLOSE):
+        cut = marker[len(_CUT_OPEN):-len(_CUT_CLOSE)]
+        if cut.isascii() and cut.isdigit():
+            return text
     cut = len(text) - 2 * half
-    return f"{text[:half]}\n[… {cut} characters of tool output cut by pimem …]\n{text[-half:]}"
+    return f"{text[:half]}{_CUT_OPEN}{cut}{_CUT_CLOSE}{text[-half:]}"
 
 
-def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = None) -> dict:
+def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = None, source: bytes | None = None) -> dict:
     """Validate one input record ``{kind, text, date?, meta?}`` and return the stored message without ``i``.
+    ``source`` is the JSON text the record was decoded from, if it was (see ``check_numbers``).
 
     Bulk imports run this once per message, so the common case takes the short road: a known kind, ASCII
     text (its length is its size in bytes) and a date already in RFC 3339."""
@@ -86,27 +96,52 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
         if not isinstance(meta, dict):
             raise BadInput("meta must be a JSON object")
         if not all(type(v) is str for v in meta.values()):  # (most metas: strings only, nothing to look at)
-            _check_meta(meta, 0)
+            if _check_meta(meta, 0) and source is not None:
+                _check_source(source)
         out["meta"] = meta
     return out
 
 
 META_DEPTH = 250  # objects and lists within meta (the JSON encoder stops at 254)
-_BIG = 2.0**63  # integers beyond -2^63…2^64 lose their digits (a 64-bit parser reads them as floats)
+_INT_LOW, _INT_END = -(2**63), 2**64  # the integers a 64-bit parser keeps; beyond them it makes floats
+_WIDE = "meta holds an integer beyond 64 bits, which cannot be kept exactly; write it as a string"
 
 
-def _check_meta(value: Any, depth: int) -> None:
-    """Refuse a meta that could not be stored as given: nested too deeply, or holding a number that an
-    integer of its size became (18446744073709551617 read as 1.8446744073709552e+19), never kept silently."""
+def check_numbers(record: Any, source: bytes | str) -> None:
+    """``BadInput`` when ``record`` (decoded from the JSON text ``source``) has a meta holding a number that
+    an integer beyond 64 bits became: orjson reads 18446744073709551617 as 1.8446744073709552e+19. Such a
+    float (whole, and -2^63 or less, or 2^64 or more) is looked up in the text only when there is one; a
+    float written as one (1e300) is kept."""
+    meta = record.get("meta") if type(record) is dict else None
+    if type(meta) is dict and not all(type(v) is str for v in meta.values()) and _check_meta(meta, 0):
+        _check_source(source)
+
+
+def _check_source(source: bytes | str) -> None:
+    from .decoder import holds_wide_integer
+
+    if holds_wide_integer(source):
+        raise BadInput(_WIDE)
+
+
+def _check_meta(value: Any, depth: int) -> bool:
+    """Refuse a meta that could not be stored as given: nested too deeply, or holding an integer beyond 64
+    bits (given as a Python ``int``). True when it holds a float that such an integer may have become in a
+    parser (whole, at or beyond -2^63 or 2^64), which only the JSON text it came from can tell."""
     if depth > META_DEPTH:
         raise BadInput(f"meta is nested deeper than {META_DEPTH} levels")
     kind = type(value)
     if kind is dict or kind is list:
+        wide = False
         for item in value.values() if kind is dict else value:
             if type(item) is not str:
-                _check_meta(item, depth + 1)
-    elif (kind is int or (kind is float and value.is_integer())) and not -_BIG <= value < 2 * _BIG:
-        raise BadInput("meta holds an integer beyond 64 bits, which cannot be kept exactly; write it as a string")
+                wide = _check_meta(item, depth + 1) or wide
+        return wide
+    if kind is int:
+        if not _INT_LOW <= value < _INT_END:
+            raise BadInput(_WIDE)
+        return False
+    return kind is float and value.is_integer() and not _INT_LOW < value < _INT_END
 
 
 def day_of(date: str) -> str:

@@ -63,3 +63,19 @@ def test_an_empty_or_relative_home_variable_falls_back_to_the_accounts_home(monk
     monkeypatch.setattr(pwd, "getpwuid", unknown)
     with pytest.raises(BadInput, match="set PIMEM_HOME"):
         env.home()
+
+
+@pytest.mark.parametrize("value", ["abc", "inf", "1e400", "-1", "nan", " "])
+def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(sh, home, value):
+    out = sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT=value)
+    assert out.returncode == 2
+    assert out.stderr == f"pimem: error: bad $PIMEM_LOCK_TIMEOUT {value!r}: use a number from 0 to 31,622,400\n".encode()
+    assert not home.exists()  # no empty memory left behind
+    assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
+
+
+def test_a_bad_frozen_clock_is_one_line_and_creates_nothing(sh, home):
+    out = sh("append", "fresh", "x", PIMEM_NOW="garbage")
+    assert out.returncode == 2
+    assert out.stderr == b"pimem: error: bad $PIMEM_NOW 'garbage': use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00\n"
+    assert not home.exists()

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import snapshot
 from pimem import Memory
+from pimem.errors import BadInput
 
 SEEDED = [{"kind": "user", "text": "the staging db listens on 5433"}, {"kind": "pi", "text": "noted"}]
 
@@ -23,7 +24,6 @@ BAD_APPENDS = [
     ("NDJSON line that is not an object", ["main", "--ndjson"], ndjson(GOOD, b"[1, 2]\n"), ["line 2", "JSON object"]),
     ("invalid UTF-8 on stdin", ["main"], b"caf\xc3 au lait", ["not valid UTF-8"]),
     ("invalid UTF-8 inside an NDJSON line", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"caf\xc3"}\n'), ["line 2", "UTF-8"]),
-    ("lone surrogate escaped in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"\\ud800"}\n'), ["line 2"]),
     ("NUL byte on stdin", ["main"], b"a\x00b", ["NUL"]),
     ("NUL byte escaped in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "a\x00b"}), ["line 2", "NUL"]),
     ("unknown kind", ["main", "-k", "robot", "beep"], None, ["unknown kind 'robot'"]),
@@ -37,6 +37,8 @@ BAD_APPENDS = [
     ("meta that is not JSON", ["main", "--meta", "{oops", "hello"], None, ["--meta"]),
     ("meta that is not an object", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "meta": [1]}), ["meta"]),
     ("meta integer beyond 64 bits", ["main", "--meta", '{"id":18446744073709551617}', "hello"], None, ["beyond 64 bits"]),
+    ("meta integer just below -2^63 (the nearest float is -2^63)", ["main", "--meta", '{"id":-9223372036854775809}', "hello"], None, ["beyond 64 bits"]),
+    ("meta integer just below -2^63 in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"x","meta":{"id":-9223372036854775809}}\n'), ["line 2", "beyond 64 bits"]),
     ("meta integer beyond 64 bits in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"x","meta":{"a":[1,-123456789012345678901234567890]}}\n'), ["line 2", "beyond 64 bits"]),
     ("meta nested too deeply", ["main", "--meta", '{"a":' * 300 + "1" + "}" * 300, "hello"], None, ["nested deeper"]),
     ("meta nested too deeply in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"x","meta":' + b'{"a":' * 300 + b"1" + b"}" * 301 + b"\n"), ["line 2", "nested deeper"]),
@@ -90,6 +92,50 @@ def test_text_over_the_cap_is_refused_but_long_tool_output_is_trimmed(run, home)
     assert out.exit_code == 0 and out.stdout == "2\n"
     text = Memory.open("main").message(2)["text"]
     assert text == "h" * 15_000 + "\n[… 15000 characters of tool output cut by pimem …]\n" + "t" * 15_000
+
+
+def test_meta_floats_and_64_bit_integers_are_kept_as_given(sh, home):
+    """A float is kept whatever its size (JSON writes it back as it was); only an integer beyond 64 bits,
+    which a parser would round, is refused."""
+    meta = '{"big":1e300,"low":-9.223372036854776e18,"top":18446744073709551615,"bottom":-9223372036854775808,"f":0.5}'
+    assert sh("append", "main", "--meta", meta, "hello").returncode == 0
+    line = b'{"kind":"user","text":"x","meta":' + meta.encode() + b"}\n"
+    out = sh("append", "main", "--ndjson", input=line)
+    assert out.returncode == 0, out.stderr
+    for m in Memory.open("main").messages():
+        assert m["meta"] == {"big": 1e300, "low": -(2.0**63), "top": 2**64 - 1, "bottom": -(2**63), "f": 0.5}
+    Memory.at("main").append([{"kind": "user", "text": "x", "meta": {"n": 1e300}}])  # (Python values are what they say)
+    with pytest.raises(BadInput, match="beyond 64 bits"):
+        Memory.at("main").append([{"kind": "user", "text": "x", "meta": {"n": -(2**63) - 1}}])
+
+
+def test_a_copy_of_a_memory_keeps_trimmed_tool_output_as_it_is(sh, home):
+    """Trimmed tool output logged again (since | append --ndjson) is not trimmed again: same text, same size."""
+    assert sh("append", "rt", "-k", "echo", "E" * 40_000).returncode == 0
+    export = sh("since", "rt", "#0", "--include-tools")
+    assert sh("append", "rtcopy", "--ndjson", input=export.stdout).returncode == 0
+    original, copy = Memory.open("rt").message(0), Memory.open("rtcopy").message(0)
+    assert "\n[… 10000 characters of tool output cut by pimem …]\n" in copy["text"]
+    assert (copy["text"], copy["size"]) == (original["text"], original["size"])
+    again = sh("since", "rtcopy", "#0", "--include-tools")
+    assert orjson.loads(again.stdout)["text"] == orjson.loads(export.stdout)["text"]
+
+
+def test_an_export_of_text_at_the_cap_all_control_characters_reads_back(sh, home, tmp_path):
+    """Each control character is six bytes in JSON (\\u0001): the line cap admits any line pimem writes."""
+    from pimem import config
+
+    config.save_home(None, {"max_text_bytes": 65_536})
+    text = "\x01\x02" * 32_768  # 65,536 bytes: at the cap
+    assert sh("append", "ctl", "-", input=text.encode()).returncode == 0
+    export = sh("since", "ctl", "#0")
+    assert len(export.stdout) > 6 * 65_536  # over the old cap of twice the text cap plus 64 KiB
+    copied = sh("append", "ctlcopy", "--ndjson", input=export.stdout)
+    assert copied.returncode == 0, copied.stderr
+    (tmp_path / "ctl.jsonl").write_bytes(export.stdout)
+    imported = sh("import", tmp_path / "ctl.jsonl", "-n", "ctlimport")
+    assert imported.returncode == 0 and b"skipped" not in imported.stderr, imported.stderr
+    assert Memory.open("ctlcopy").message(0)["text"] == Memory.open("ctlimport").message(0)["text"] == text
 
 
 def test_default_cap_is_8_mib(run, home):

@@ -3,13 +3,12 @@ from __future__ import annotations
 import sys
 from typing import Annotated, Optional
 
-import orjson
 import typer
 
-from .. import bulk, env, ingest, naming, output, stopping, when
+from .. import bulk, decoder, env, ingest, naming, output, stopping, when
 from ..errors import BadInput
 from ..memory import Memory
-from ..message import kind_of
+from ..message import check_numbers, kind_of
 from ..options import MESSAGE_KINDS, Home, Json, Name, Timeout
 
 
@@ -59,9 +58,10 @@ def command(
         record["date"] = when.message_date(date)
     if meta is not None:
         try:
-            record["meta"] = orjson.loads(meta)
-        except orjson.JSONDecodeError:
+            record["meta"] = decoder.loads(meta)
+        except decoder.JSONDecodeError:
             raise BadInput("--meta is not valid JSON") from None
+        check_numbers(record, meta)
     _print_ids(mem.append([record], timeout), json)
 
 

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import orjson
-
-from .. import ingest, when
+from .. import decoder, ingest, when
 from ..errors import BadInput, NothingFound
 from ..home import NAME_RE, reserved
 from ..message import DEFAULT_CAP
@@ -124,13 +122,15 @@ def _head_lines(path: Path) -> tuple[list[bytes], bool]:
     """The file's first ``PEEK_LINES`` lines that are not blank, read ``PEEK_BYTES`` at a time, and whether a
     line was passed over: a line longer than that (a long first message) is read whole up to the importers'
     line cap; one longer still is passed over, as the import passes over it. A last line without its newline
-    is kept (it may be whole)."""
+    is kept (it may be whole); a BOM opening the file is left out, as the import leaves it out."""
     lines: list[bytes] = []
     cap = ingest.line_cap(DEFAULT_CAP)
     pending, skipping, passed, budget = b"", False, False, PEEK_BYTES + cap
     with open(path, "rb") as f:
         while len(lines) < PEEK_LINES and budget > 0:
             chunk = f.read(PEEK_BYTES)
+            if f.tell() == len(chunk):  # the first chunk: a BOM opening the file is no part of its first line
+                chunk = chunk.removeprefix(decoder.BOM)
             if not chunk:
                 lines += [] if skipping else [pending]
                 break
@@ -150,8 +150,8 @@ def _head_lines(path: Path) -> tuple[list[bytes], bool]:
 def _objects(lines: list[bytes]):
     for line in lines:
         try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
+            obj = decoder.loads(line)
+        except decoder.JSONDecodeError:
             continue
         if isinstance(obj, dict):
             yield obj

@@ -24,7 +24,7 @@ from typing import BinaryIO, Callable
 
 import orjson
 
-from .. import env, hashes, message as msgs, stopping, when
+from .. import decoder, env, hashes, message as msgs, stopping, when
 from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
@@ -180,17 +180,18 @@ class _File:
                 self._malformed(line_no, f"a line of {raw:,} bytes is over the cap of {limit:,} for one line")
                 offset += raw
                 continue
-            if raw.strip():
+            line = raw[len(decoder.BOM):] if offset == 0 and raw.startswith(decoder.BOM) else raw  # (a BOM opening the file)
+            if line.strip():
                 try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError:
+                    obj = decoder.loads(line)
+                except decoder.JSONDecodeError:
                     if not raw.endswith(b"\n"):
                         self.report.unfinished = line_no  # (being written: no malformed line, nothing skipped)
                         line_no -= 1
                         break
                     self._malformed(line_no, "not valid JSON")
                 else:
-                    self._take(parser, line_no, raw, obj)
+                    self._take(parser, line_no, line, obj)
             offset += len(raw)
             if len(self.batch) >= BATCH_LINES or self.batch_bytes >= BATCH_BYTES:
                 self._flush(self._position(f, offset, line_no, parser))
@@ -235,7 +236,7 @@ class _File:
             return
         for rec in records:
             try:
-                msg = msgs.normalise(rec, self.cap, self.stamp)
+                msg = msgs.normalise(rec, self.cap, self.stamp, raw)
             except BadInput as exc:
                 self._malformed(line_no, str(exc))
                 continue
