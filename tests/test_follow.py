@@ -47,6 +47,12 @@ def append(path: Path, lines, handle=None) -> None:
         f.write(data)
 
 
+def watch_import(sessions: Path) -> subprocess.Popen:
+    """A real ``pimem watch --import SESSIONS --json`` process."""
+    return subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env())
+
+
 def texts(name: str) -> list[str]:
     mem = Memory.at(name)
     return [m["text"] for m in mem.messages()] if mem.exists() else []
@@ -146,8 +152,7 @@ def test_follow_of_a_missing_path_exits_2(sh, tmp_path):
 def test_watch_import_follows_the_sessions_and_builds_their_memories(home, tmp_path):
     sessions = tmp_path / "projects"
     sessions.mkdir()
-    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=subprocess_env())
+    watcher = watch_import(sessions)
     try:
         turn = claude_turn("w1", 0)
         turn[1]["message"]["content"][0]["text"] = "a long answer about the staging database. " * 40  # needs a summary
@@ -273,8 +278,7 @@ def test_a_followed_file_that_turns_into_a_directory_is_said_once_and_followed_a
 def test_watch_import_goes_on_when_a_session_file_turns_into_a_directory(home, tmp_path):
     sessions = tmp_path / "projects"
     sessions.mkdir()
-    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=subprocess_env())
+    watcher = watch_import(sessions)
     try:
         append(sessions / "w1.jsonl", claude_turn("w1", 0))
         wait_for(lambda: len(texts("api")) == 2)
@@ -292,8 +296,7 @@ def test_watch_import_goes_on_when_a_session_file_turns_into_a_directory(home, t
 def test_watch_import_says_once_what_stops_an_import_and_goes_on_once_it_is_mended(home, tmp_path):
     sessions = tmp_path / "projects"
     sessions.mkdir()
-    watcher = subprocess.Popen(pimem_cmd("watch", "--import", sessions, "--json"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=subprocess_env())
+    watcher = watch_import(sessions)
     try:
         append(sessions / "w1.jsonl", claude_turn("w1", 0))
         wait_for(lambda: len(texts("api")) == 2)

@@ -33,6 +33,12 @@ def until(check, timeout=30.0):
     raise AssertionError("timed out waiting")
 
 
+def assert_built_once(mem):
+    """No node stored twice."""
+    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
+    assert max(keys.values()) == 1
+
+
 def complete(name):
     found = builder.survey(Memory.open(name))
     return found["pending"] == 0
@@ -135,8 +141,7 @@ def test_build_tree_whose_lease_was_taken_over_stops_and_exits_4(home):
     assert done == [{**done[0], "memory": "m", "lost": True}]
     assert orjson.loads((mem.path / "lock.json").read_bytes())["token"] == "another"  # the new holder's, kept
     assert not complete("m")
-    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
-    assert max(keys.values()) == 1
+    assert_built_once(mem)
 
 
 def test_a_watcher_whose_lease_was_taken_over_takes_it_back_when_the_holder_dies(home):
@@ -164,8 +169,7 @@ def test_a_watcher_whose_lease_was_taken_over_takes_it_back_when_the_holder_dies
     assert watcher.returncode == 0, err
     events = [orjson.loads(line)["event"] for line in out.splitlines()]
     assert events.count("lost") == 1 and events.count("watching") == 2
-    keys = collections.Counter((n["l"], n["i"]) for n in stored_lines(mem))
-    assert max(keys.values()) == 1
+    assert_built_once(mem)
 
 
 def test_two_watchers_started_together_never_both_build(home):
@@ -233,17 +237,35 @@ def test_view_wait_waits_for_the_running_watcher(home):
     assert b"not summarized yet" not in view.stdout and b"user: summary of 5" in view.stdout
 
 
+def calls_once_capped(server) -> int:
+    """The calls a watcher made once it stopped making them (its daily cap reached)."""
+    until(lambda: len(server.requests) >= 3)
+    time.sleep(2.0)
+    calls = len(server.requests)
+    time.sleep(1.5)
+    assert len(server.requests) == calls  # capped: no more calls today
+    return calls
+
+
+def restart_calls_nothing(server, calls: int) -> None:
+    """A watcher of "m" started again the same day is capped at once: it makes no call."""
+    again = start_watch("m", "--json")
+    try:
+        time.sleep(3.0)
+    finally:
+        again.send_signal(signal.SIGTERM)
+        out, _ = again.communicate(timeout=30)
+    assert [orjson.loads(line)["event"] for line in out.splitlines()] == ["watching", "capped"]
+    assert len(server.requests) == calls
+
+
 def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home):
     with FakeLLM("openai") as server:
         configure(home, server, price_in=1.0, price_out=2.0)  # the server says 1,000 tokens in, 100 out: $0.0012
         fill("m", 40, short_every=1000)
         watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
         try:
-            until(lambda: len(server.requests) >= 3)
-            time.sleep(2.0)
-            calls = len(server.requests)
-            time.sleep(1.5)
-            assert len(server.requests) == calls  # capped: no more calls today
+            calls = calls_once_capped(server)
         finally:
             watcher.send_signal(signal.SIGTERM)
             out, err = watcher.communicate(timeout=30)
@@ -255,14 +277,7 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
         assert capped[0] == {"event": "capped", "memory": "m", "day": today, "spent": round(spent["cost"], 6),
                              "max_cost_per_day": 0.05}
         Memory.open("m").save_config({"max_cost_per_day": 0.05})  # from config.json this time
-        again = start_watch("m", "--json")
-        try:
-            time.sleep(3.0)
-        finally:
-            again.send_signal(signal.SIGTERM)
-            out, _ = again.communicate(timeout=30)
-        assert [orjson.loads(line)["event"] for line in out.splitlines()] == ["watching", "capped"]
-        assert len(server.requests) == calls  # what was spent today counts: no call at all
+        restart_calls_nothing(server, calls)  # what was spent today counts
 
 
 def unbuilt_cost(memory) -> float:
@@ -279,24 +294,13 @@ def test_the_daily_cap_counts_billed_calls_that_built_nothing_after_a_restart_to
         Memory.open("m").save_config({"max_cost_per_day": 0.05})
         watcher = start_watch("m", "--json")
         try:
-            until(lambda: len(server.requests) >= 3)
-            time.sleep(2.0)
-            calls = len(server.requests)
-            time.sleep(1.5)
-            assert len(server.requests) == calls  # capped
+            calls = calls_once_capped(server)
         finally:
             watcher.send_signal(signal.SIGTERM)
             watcher.communicate(timeout=30)
         assert builder.spent(Memory.open("m"))["cost"] == 0  # no node records what was paid
         assert 0.0012 * (calls - 8) <= unbuilt_cost(home / "m") <= 0.05  # (the last calls' answers may be cut off)
-        again = start_watch("m", "--json")
-        try:
-            time.sleep(3.0)
-        finally:
-            again.send_signal(signal.SIGTERM)
-            out, _ = again.communicate(timeout=30)
-        assert [orjson.loads(line)["event"] for line in out.splitlines()] == ["watching", "capped"]
-        assert len(server.requests) == calls  # what the failed calls cost today counts: no call at all
+        restart_calls_nothing(server, calls)  # what the failed calls cost today counts
 
 
 def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(home, sh):
