@@ -301,23 +301,27 @@ class Memory:
         return self.tree.stored(0, i)
 
     def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
-        """Whether a message in ``[start, stop)`` holds ``text`` (case-sensitive): among the tool calls and
-        results if ``tools``, else among the other messages. Asks the index (caught up first) and checks its
-        candidates against the log; past ``SPAN_CANDIDATES`` unconfirmed ones it answers ``tools`` (so the
-        tool-text mask errs on the side of hiding)."""
+        """Whether a message in ``[start, stop)`` holds ``text`` (case-sensitive, white space aside: its runs
+        of it as one space): among the tool calls and results if ``tools``, else among the other messages.
+        Asks the index (caught up first) for the messages holding each of its words and checks them against
+        the log; past ``SPAN_CANDIDATES`` unconfirmed ones it answers ``tools`` (so the tool-text mask errs on
+        the side of hiding)."""
         from .index import Filters
         from .message import KINDS, TOOL_KINDS
+        from .privacy import flat
 
         index = self.index()
         kinds = set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
+        text = flat(text)
 
         def question() -> bool:
-            found = index.candidates([text.lower()], False, Filters(kinds, None, None, stop, start))
+            words = list(dict.fromkeys(text.lower().split()))
+            found = index.candidates(words, False, Filters(kinds, None, None, stop, start))
             for n, c in enumerate(found):
                 if n == SPAN_CANDIDATES:
                     return tools
                 msg = index.read_row(c.file, c.offset, c.length)
-                if msg is not None and text in msg["text"]:
+                if msg is not None and text in flat(msg["text"]):
                     return True
             return False
 

@@ -38,13 +38,41 @@ def marker(msg: dict) -> str:
     return f"{msg['kind']}: {work} (details hidden; include tools to see it)" if work else f"{msg['kind']}: (hidden; include tools to see it)"
 
 
+def flat(text: str) -> str:
+    """``text`` with every run of white space one space: a summary joins a quoted output's lines so."""
+    return " ".join(text.split())
+
+
+def _flattened(line: str) -> tuple[str, list[int]]:
+    """``flat(line)`` and where each of its characters is in ``line``."""
+    out, where, space = [], [], None
+    for k, c in enumerate(line):
+        if c.isspace():
+            space = k if space is None else space
+            continue
+        if space is not None and out:
+            out.append(" ")
+            where.append(space)
+        space = None
+        out.append(c)
+        where.append(k)
+    return "".join(out), where
+
+
+def _flat_runs(line: str, find: Callable[[str], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """The runs ``find`` finds in ``flat(line)``, as runs of ``line``."""
+    flattened, where = _flattened(line)
+    return [(where[start], where[end - 1] + 1) for start, end in find(flattened)]
+
+
 def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int, int]]:
     """The maximal ``[start, end)`` runs of ``line``, each at least ``RUN`` characters, whose every
-    ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``."""
+    ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``, white space
+    aside (a run that crossed a line break of the output is found with a space in its place)."""
     if not tools:
         return []
-    tool_text, other_text = "\0".join(tools), "\0".join(others)
-    return runs_where(line, tool_text.__contains__, other_text.__contains__)
+    tool_text, other_text = "\0".join(map(flat, tools)), "\0".join(map(flat, others))
+    return _flat_runs(line, lambda flattened: runs_where(flattened, tool_text.__contains__, other_text.__contains__))
 
 
 def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[str], bool]) -> list[tuple[int, int]]:
@@ -113,9 +141,9 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
     for k, (l, i, text) in enumerate(lines):
         first, end = spans[k]
         if text is None or (1 << l) > MASK_SPAN:
-            if text is not None and holds is not None:
-                text = _masked(text, runs_where(text, lambda s: holds(s, first, end, True),
-                                                lambda s: holds(s, first, end, False)))
+            if text is not None and holds is not None:  # (``holds`` is asked white space aside too)
+                text = _masked(text, _flat_runs(text, lambda flattened: runs_where(
+                    flattened, lambda s: holds(s, first, end, True), lambda s: holds(s, first, end, False))))
             out.append(text)
             continue
         msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))

@@ -397,3 +397,24 @@ def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):
         for cjk in (True, False):
             assert list(extractive._phrases(case, cjk)) == plain_phrases(case, cjk)
         assert toolwork.outcome(case) == plain_outcome(case)
+
+
+def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, home):
+    """A model joins a quoted output's lines with spaces: the mask compares white space aside."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}})
+    output = "DB_USER=admin\nDB_PASS=Hunt3r2!\nDB_HOST=10.9.8.7\nPORT=5433\n" + "\n".join(f"K{k:02d}=v{k:02d}" for k in range(20))
+    mem.append([{"kind": "user", "text": "please show me the staging config file " + LONG * 2},
+                {"kind": "tool", "text": "cat config/staging.env", "meta": {"command": "cat config/staging.env"}},
+                {"kind": "echo", "text": output},
+                {"kind": "pi", "text": "Here is the config. " + LONG * 2}])
+    quoted = " ".join(output.split())
+    Memory.open("main", home).write_nodes([(0, 0, "user: show the staging config " + "x" * 250, {}),
+                                           (0, 3, "pi: here it is " + "y" * 250, {}),
+                                           (2, 0, f"user: staging config; echo: {quoted}; pi: done", {"model": "x"})])
+    for args in (("view", "main"), ("zoom", "main", "0+4"), ("context", "main"), ("view", "main", "--json")):
+        out = run(*args).stdout
+        assert "admin" not in out and "K07=v07" not in out and "PORT=5433" not in out, (args, out)
+    assert f"0+4|user: staging config; echo: {TOOL_TEXT}; pi: done" in run("view", "main").stdout
+    assert quoted in run("view", "main", "--include-tools").stdout
