@@ -244,12 +244,13 @@ class Builder:
         if self.ready_merges:
             l, i = heapq.heappop(self.ready_merges)
             self.inflight.add((l, i))
-            return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1))
+            return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1), limit=self.line_bytes)
         if self.ready_leaves:
             i = self.ready_leaves.popleft()
             msg = self.messages[i]
             self.inflight.add((0, i))
-            return Task(0, i, kind=msg["kind"], text=msg["text"], meta=msg.get("meta"), date=msg.get("date"))
+            return Task(0, i, kind=msg["kind"], text=msg["text"], meta=msg.get("meta"), date=msg.get("date"),
+                        limit=self.line_bytes)
         return None
 
     def spent_today(self) -> tuple[str, float]:

@@ -236,6 +236,22 @@ def test_offline_build_tree_and_the_view(run, home):
     assert run("build-tree", "m", "--json").stdout.splitlines()[-1].startswith('{"event":"done"')
 
 
+@pytest.mark.parametrize("api", ["extractive", "openai"])
+def test_a_memory_with_shorter_lines_gets_lines_that_fit_them(run, home, monkeypatch, api):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", line_bytes=480) as server:  # a model that writes 480-byte lines whatever it is told
+        configure(home, server if api == "openai" else None)
+        mem = fill("m", 40)
+        mem.save_config({"line_bytes": 128})
+        out = run("build-tree", "m")
+        assert out.exit_code == 0, out.stderr
+        lines = assert_complete(Memory.open("m"))
+        assert lines and max(len(n["text"].encode()) for n in lines) <= 128
+        if api == "openai":
+            assert all("at most 128 bytes" in r["messages"][-1]["content"] for r in server.requests)
+    assert run("fsck", "m").exit_code == 0
+
+
 def test_each_call_sees_only_built_lines_before_its_boundary(run, home, monkeypatch):
     import re
 

@@ -124,6 +124,7 @@ class Task:
     right: str = ""
     meta: dict | None = field(default=None, compare=False)  # a leaf's message meta and date (the offline
     date: str | None = None  # compactor reads the speaker, the command and the exit code from them)
+    limit: int = field(default=LINE_BYTES, compare=False)  # the memory's line_bytes
 
     @property
     def label(self) -> str:
@@ -141,8 +142,8 @@ class Task:
                 cut = len(data) - 2 * half
                 text = (data[:half].decode("utf-8", "ignore") + f"\n[… {cut} bytes not sent …]\n"
                         + data[-half:].decode("utf-8", "ignore"))
-            return prompt.leaf_task(self.i, self.kind, text)
-        return prompt.merge_task(self.i << self.l, 1 << self.l, self.left, self.right)
+            return prompt.leaf_task(self.i, self.kind, text, self.limit)
+        return prompt.merge_task(self.i << self.l, 1 << self.l, self.left, self.right, self.limit)
 
 
 class Compactor:
@@ -216,7 +217,7 @@ class Compactor:
         return None if once is None else 2 * once
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
-        """The node's line (≤512 bytes) and its build metadata; ``CallFailed`` when the call failed or the
+        """The node's line (at most ``task.limit`` bytes: 512) and its build metadata; ``CallFailed`` when the call failed or the
         model wrote nothing usable."""
         started = time.perf_counter()
         if self.offline:
@@ -224,9 +225,9 @@ class Compactor:
                 text = (self.digest.leaf(task.i, task.kind, task.text, task.meta, task.date) if task.l == 0
                         else self.digest.merge(task.l, task.i))
             elif task.l == 0:
-                text = extractive.leaf(task.kind, task.text, LINE_BYTES)
+                text = extractive.leaf(task.kind, task.text, task.limit)
             else:
-                text = extractive.merge(task.left, task.right, LINE_BYTES)
+                text = extractive.merge(task.left, task.right, task.limit)
             return text, offline_meta(self.label, round(time.perf_counter() - started, 4))
         from . import prompt
         from .redact import redact, redact_line
@@ -245,7 +246,7 @@ class Compactor:
             reply = provider.complete(system, chat, task_text, self.max_tokens + REASONING_EXTRA)
             tokens_in, tokens_out = tokens_in + reply.tokens_in, tokens_out + reply.tokens_out
             tokens_cached += reply.tokens_cached
-        text = cut_line(reply.text, LINE_BYTES)
+        text = cut_line(reply.text, task.limit)
         paid = {"tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cached": tokens_cached,
                 "cost": self.cost(tokens_in, tokens_out, tokens_cached)}
         if not text:

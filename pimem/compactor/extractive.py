@@ -530,6 +530,7 @@ class Digest:
 
     def __init__(self, mem):
         self.mem = mem
+        self.limit = int(mem.config["line_bytes"])  # each line's bytes, at most
         self._stats: Stats | None = None
         self.pools: dict[tuple[int, int], tuple[list[Unit], tuple[str, ...]]] = {}  # (l, i) → (units, days)
         self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
@@ -560,7 +561,7 @@ class Digest:
         found = units(msg, self.stats)
         self.pools[(0, i)] = (top(found), _leaf_days(date))
         self._keep(i, top(found, LEAF_UNITS), msg.get("date") or "")
-        return leaf_line(msg, found)
+        return leaf_line(msg, found, self.limit)
 
     def _keep(self, i: int, found: list[Unit], date: str) -> None:
         self.leaves[i] = (found, date)
@@ -597,7 +598,7 @@ class Digest:
     def merge(self, l: int, i: int) -> str:
         pool, days = self._pool(l, i)
         self.pools[(l, i)] = (pool, days)
-        return compose(pool, _dates(days, _chinese(pool)))
+        return compose(pool, _dates(days, _chinese(pool)), self.limit)
 
     def _pool(self, l: int, i: int) -> tuple[list[Unit], tuple[str, ...]]:
         """The units of node ``(l, i)``'s span and its days (``_days``): kept since the node was built, else

@@ -31,22 +31,19 @@ than dropping them. Never make work look further along than it was.
 - The limit is 512 bytes: about 70 English words or 170 Chinese characters (non-ASCII characters take 2-4 bytes).\
 """
 
-RULER = "-" * LINE_BYTES
-
-
-def leaf_task(i: int, kind: str, text: str) -> str:
+def leaf_task(i: int, kind: str, text: str, limit: int = LINE_BYTES) -> str:
     return (
-        f"Compaction: compress message {i} into one line of at most {LINE_BYTES} bytes, no longer than this "
-        f"ruler:\n{RULER}\n<input>{kind}: {text}</input>"
+        f"Compaction: compress message {i} into one line of at most {limit} bytes, no longer than this "
+        f"ruler:\n{'-' * limit}\n<input>{kind}: {text}</input>"
     )
 
 
-def merge_task(start: int, n: int, left: str, right: str) -> str:
+def merge_task(start: int, n: int, left: str, right: str, limit: int = LINE_BYTES) -> str:
     half = n // 2
     return (
         f"Compaction: merge the two adjacent lines {start}+{half} and {start + half}+{half} into one line of "
-        f"at most {LINE_BYTES} bytes covering messages {start} to {start + n - 1}, no longer than this ruler:\n"
-        f"{RULER}\n<chat> may show parts of these messages in more detail; you may draw on it.\n"
+        f"at most {limit} bytes covering messages {start} to {start + n - 1}, no longer than this ruler:\n"
+        f"{'-' * limit}\n<chat> may show parts of these messages in more detail; you may draw on it.\n"
         f"<input>{start}+{half}|{left}\n{start + half}+{half}|{right}</input>"
     )
 
