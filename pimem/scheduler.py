@@ -174,16 +174,17 @@ class Scheduler:
         return False
 
     @contextlib.contextmanager
-    def refusing(self, name: str, builder: Builder | None = None):
+    def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,)):
         """Work on memory ``name``; a failure the user can act on (its log damaged behind pimem's back, a file
-        it may not read) stops building that memory, with a ``refused`` event, and the others go on."""
+        it may not read) stops building that memory, with a ``refused`` event, and the others go on. The
+        errors of ``passing`` are raised."""
         try:
             yield
         except Exception as exc:
             from .errors import as_error
 
             error = as_error(exc)
-            if error is None or isinstance(error, LeaseLost):
+            if error is None or isinstance(error, passing):
                 raise
             self.emit({"event": "refused", "memory": name, "error": str(error)})
             self.refused[name] = exc
@@ -386,9 +387,9 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     embedding = semantic.background()
     try:
         for mem in mems:
-            lease = Lease(mem).acquire(wait)
-            leases.append(lease)
-            with scheduler.refusing(mem.name):
+            with scheduler.refusing(mem.name, passing=(Busy,)):  # (held by a watcher: exit 4, as ever)
+                lease = Lease(mem).acquire(wait)
+                leases.append(lease)
                 scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
                 if embedding:
                     embedding.add(mem)
@@ -470,7 +471,10 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
 
     try:
         for mem in explicit:
-            take(mem, block=True)
+            with scheduler.refusing(mem.name, passing=(Busy,)):
+                take(mem, block=True)
+        if explicit and not scheduler.builders:  # nothing of what was named can be built
+            raise next(iter(scheduler.refused.values()))
         if not explicit:
             mems = Memory.all(home)
             for mem in mems:

@@ -237,6 +237,8 @@ def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, 
     def run(*argv):
         return subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
 
+    assert sh("append", "other", "a long note: " + "words to summarise " * 60).returncode == 0  # writable, unbuilt
+
     paths = [memory, *memory.rglob("*")]
     modes = {path: path.stat().st_mode for path in paths}
     for path in paths:
@@ -251,6 +253,12 @@ def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, 
         out = run("model", "m", "openai/gpt-4o-mini")  # a write there: named by its file, not a temporary one
         err = out.stderr.decode()
         assert out.returncode == 7 and err.endswith(f"Permission denied: {memory / 'config.json'}\n"), err
+        out = run("build-tree")  # its lease cannot be written: the other memory is built, this one named
+        err = out.stderr.decode()
+        assert out.returncode == 7 and err.splitlines()[-1].startswith("pimem: error: m: Permission denied"), err
+        from pimem import Memory, builder
+
+        assert "other: 1 written" in err and builder.survey(Memory.open("other", home))["pending"] == 0
         for path in paths:  # a message the index lacks: one line naming the memory, not a bare SQLite error
             path.chmod(modes[path])
         append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored from a backup"))
