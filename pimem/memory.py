@@ -157,6 +157,13 @@ class Memory:
         finally:
             self._lock.release()
 
+    def _make_dirs(self) -> None:
+        """The memory's directories, made for a first write; not again where this object's memory was moved
+        away from (a rename or delete while an ``append --ndjson`` stream runs)."""
+        if self._identity is not None and self.identity() != self._identity:
+            raise self._moved()
+        homes.ensure_dir(self.path / "main")
+
     def _moved(self) -> NotFound:
         return NotFound(f"memory '{self.name}' was renamed or deleted while this had it open; nothing more was "
                         "written: run again")
@@ -190,7 +197,7 @@ class Memory:
         batch = list(records) if prepared else self.prepare(records)
         if not batch:
             return []
-        homes.ensure_dir(self.path / "main")
+        self._make_dirs()
         with self.lock(timeout):
             start = self._ready()
             ids = self.log.write(batch, start)
@@ -202,7 +209,7 @@ class Memory:
         """``append`` for a batch validated and encoded elsewhere (``pimem.bulk``): ``runs`` are its day runs
         ``(day, count)``, ``lines(start, first, stop)`` the stored lines of its messages ``first…stop-1``
         numbered from ``start``, ``batch`` its messages as the derived state reads them."""
-        homes.ensure_dir(self.path / "main")
+        self._make_dirs()
         with self.lock(timeout):
             start = self._ready()
             ids = self.log.write_runs(runs, start, lambda first, stop: lines(start, first, stop))

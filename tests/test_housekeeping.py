@@ -320,17 +320,22 @@ def test_a_writer_queued_behind_the_lock_of_a_memory_moved_meanwhile_writes_noth
     assert [m["text"] for m in Memory.open("moved").messages()] == ["the staging db listens on 5433", "noted"]
 
 
-def test_an_append_stream_stops_when_its_memory_is_deleted_and_made_anew(home, two):
+@pytest.mark.parametrize("move,anew", [(["delete", "old"], False), (["rename", "old", "new"], False),
+                                       (["delete", "old"], True)])
+def test_an_append_stream_stops_when_its_memory_is_moved_away(home, two, move, anew):
     stream = subprocess.Popen(pimem_cmd("append", "old", "--ndjson"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=subprocess_env())
-    stream.stdin.write(b'{"kind":"user","text":"before the delete"}\n')
+    stream.stdin.write(b'{"kind":"user","text":"before the move"}\n')
     stream.stdin.flush()
     assert stream.stdout.readline() == b"2\n"
-    assert subprocess.run(pimem_cmd("delete", "old"), capture_output=True, env=subprocess_env()).returncode == 0
-    assert subprocess.run(pimem_cmd("append", "old", "a new memory of that name"), capture_output=True, env=subprocess_env()).returncode == 0
-    out, err = stream.communicate(b'{"kind":"user","text":"after the delete"}\n', timeout=60)
-    assert stream.returncode == 3 and b"was renamed or deleted while this had it open" in err, err
-    assert [m["text"] for m in Memory.open("old").messages()] == ["a new memory of that name"]  # not continued at #3
+    assert subprocess.run(pimem_cmd(*move), capture_output=True, env=subprocess_env()).returncode == 0
+    if anew:  # a new memory took the name
+        assert subprocess.run(pimem_cmd("append", "old", "a new memory of that name"), capture_output=True,
+                              env=subprocess_env()).returncode == 0
+    before = snapshot(home)
+    out, err = stream.communicate(b'{"kind":"user","text":"after the move"}\n', timeout=60)
+    assert stream.returncode == 3 and err.count(b"\n") == 1 and b"was renamed or deleted while this had it open" in err, err
+    assert snapshot(home) == before  # nothing written: no empty memory made again at the old name either
 
 
 def test_since_follow_follows_a_rename_and_stops_at_a_delete(home, two):
