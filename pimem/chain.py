@@ -120,13 +120,19 @@ class Chain:
             return Reading()
         reading = Reading()
         prev, expected = "", 1
+        if data.startswith(decoder.BOM):  # (an editor's byte order mark: its first event is still an event)
+            data = data[len(decoder.BOM):]
         for number, raw in enumerate(data.split(b"\n"), 1):
             if not raw.strip():
                 continue
             try:
                 event, written = decoder.loads_keeping(raw)
             except decoder.JSONDecodeError:
-                continue  # a torn write: tolerated wherever it is
+                if raw.startswith(b'{"'):
+                    continue  # a torn write (an event cut short): tolerated wherever it is
+                # anything else is damage, and an event it was would be forked by the next append
+                reading.problem = f"{self.path.name} line {number}: a damaged line that is not an event"
+                return reading
             problem = self._check(event, expected, prev, written)
             if problem:
                 reading.problem = f"{self.path.name} line {number}: {problem}"

@@ -94,10 +94,14 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
 def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern,
            loads: Callable = orjson.loads) -> Iterator[tuple[str, bytes, object]]:
     """``(where, raw, parsed)`` for each complete line of a JSONL file, each parsed as its readers parse it
-    (``loads``). Adds a repairable finding for a torn last line, a note for a torn write sealed earlier (it
-    starts like a record of the file: ``torn_write``) and a problem for any other line that is not JSON."""
+    (``loads``; ``decoder.loads``: a byte order mark first is read past, as the chains' reader does). Adds a
+    repairable finding for a torn last line, a note for a torn write sealed earlier (it starts like a record of
+    the file: ``torn_write``) and a problem for any other line that is not JSON."""
     rel = str(path.relative_to(mem.path))
-    lines = path.read_bytes().split(b"\n")
+    data = path.read_bytes()
+    if loads is decoder.loads and data.startswith(decoder.BOM):
+        data = data[len(decoder.BOM):]
+    lines = data.split(b"\n")
     tail = lines.pop()  # bytes after the last newline: empty unless the last line is torn
     for n, raw in enumerate(lines, 1):
         where = f"{rel}:{n}"

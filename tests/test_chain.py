@@ -48,7 +48,7 @@ def _rewrite(home, lines):
     (home / "main" / "memory.jsonl").write_bytes(b"".join(_canonical(e) + b"\n" for e in lines))
 
 
-@pytest.mark.parametrize("damage", ["tampered", "duplicated", "skipped", "bad_prev_hash", "not_an_event"])
+@pytest.mark.parametrize("damage", ["tampered", "duplicated", "skipped", "bad_prev_hash", "not_an_event", "garbled"])
 def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
     _three_events(run)
     events = _lines(home)
@@ -60,9 +60,14 @@ def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
         del events[1]
     elif damage == "bad_prev_hash":
         events[1]["prevHash"] = "0" * 64
-    else:
+    elif damage == "not_an_event":
         events.insert(1, [1, 2, 3])
     _rewrite(home, events)
+    if damage == "garbled":  # an event garbled where it starts (not a write cut short): the next would fork it
+        path = home / "main" / "memory.jsonl"
+        first, rest = path.read_bytes().split(b"\n", 1)
+        second, rest = rest.split(b"\n", 1)
+        path.write_bytes(first + b"\n" + b"#" + second[1:] + b"\n" + rest)
     reading = memory_chain(home / "main").read()
     trusted = 2 if damage == "duplicated" else 1
     assert [e["seq"] for e in reading.events] == list(range(1, trusted + 1))
@@ -82,6 +87,17 @@ def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
     from pimem import api
 
     assert "left out" in api.memory_search("main", home=home)["damaged"]
+
+
+def test_a_byte_order_mark_an_editor_put_first_keeps_the_first_event(run, home):
+    _three_events(run)
+    path = home / "main" / "memory.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert [e["seq"] for e in memory_chain(home / "main").read().events] == [1, 2, 3]
+    assert run("remember", "main", "four").exit_code == 0
+    reading = memory_chain(home / "main").read()
+    assert reading.problem is None and [e["seq"] for e in reading.events] == [1, 2, 3, 4]  # no second seq 1
+    assert run("fsck", "main").exit_code == 0
 
 
 def test_torn_last_line_is_tolerated_then_sealed(run, home):
