@@ -65,10 +65,10 @@ def read_payload(stream, deadline: float) -> dict:
             raise BadInput(f"hook payload: over {PAYLOAD_BYTES} bytes")
     if not data.strip():
         raise BadInput("hook payload: empty (Claude Code sends the event as JSON on stdin)")
-    from .decoder import JSONDecodeError, loads
+    from .decoder import BOM, JSONDecodeError, loads
 
     try:
-        payload = loads(data)  # (a prompt cut inside a surrogate pair is valid JSON as Claude Code writes it)
+        payload = loads(data.removeprefix(BOM))  # (a prompt cut inside a surrogate pair is valid JSON as Claude Code writes it)
     except JSONDecodeError as exc:
         raise BadInput(f"hook payload: not JSON ({exc})") from None
     if not isinstance(payload, dict):

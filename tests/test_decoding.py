@@ -86,6 +86,9 @@ def test_a_hook_payload_with_a_prompt_cut_inside_a_surrogate_pair_is_answered(ho
     proc = subprocess.run(pimem_cmd("hook", "claude-code"), input=payload, capture_output=True, timeout=60, env=subprocess_env())
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
     assert texts("api") == [KEPT]
+    proc = subprocess.run(pimem_cmd("hook", "claude-code"), input=b"\xef\xbb\xbf" + payload, capture_output=True,
+                          timeout=60, env=subprocess_env())  # a byte order mark first: read past, not exit 2
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
 
 
 def _pi_compact_event(seq: int, prev: str, content: str) -> tuple[bytes, str]:
