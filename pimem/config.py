@@ -93,7 +93,6 @@ def settings(path: Path) -> dict:
         wrong = shape is not None and _wrong(value, shape)
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
-            wrong = wrong or ("hi" in value and "lo" in value and value["lo"] > value["hi"])  # it folds down to lo
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(knob_value, _COMPACTOR_SHAPES[knob]):
@@ -106,7 +105,19 @@ def settings(path: Path) -> dict:
 
 def of_home(home: str | os.PathLike | None = None) -> dict:
     """The defaults for memories without settings of their own: ``DEFAULTS``, overlaid by the home's."""
-    return merged(DEFAULTS, settings(env.home(home) / "config.json"))
+    path = env.home(home) / "config.json"
+    return _budgets_checked(merged(DEFAULTS, settings(path)), path)
+
+
+def _budgets_checked(cfg: dict, *paths: Path) -> dict:
+    """``cfg``, once each view's ``lo`` is at most its ``hi`` (a view folds down to ``lo`` past ``hi``), as the
+    files ``paths`` (and the defaults) set them together; ``BadInput`` naming them otherwise."""
+    for key in ("view", "cview"):
+        if cfg[key]["lo"] > cfg[key]["hi"]:
+            where = " with ".join(str(p) for p in paths if p.exists()) or str(paths[0])
+            raise BadInput(f"{where}: {key} lo {cfg[key]['lo']} is above its hi {cfg[key]['hi']} "
+                           f"(the default lo is {DEFAULTS[key]['lo']}); fix it or remove it")
+    return cfg
 
 
 def save_home(home: str | os.PathLike | None, changes: dict) -> None:
@@ -116,7 +127,8 @@ def save_home(home: str | os.PathLike | None, changes: dict) -> None:
 
 def of_memory(path: Path, home: Path) -> dict:
     """A memory's settings: the home's defaults, overlaid by its own ``config.json``."""
-    return merged(of_home(home), settings(path / "config.json"))
+    return _budgets_checked(merged(of_home(home), settings(path / "config.json")), env.home(home) / "config.json",
+                            path / "config.json")
 
 
 def save(directory: Path, changes: dict) -> None:
