@@ -583,11 +583,14 @@ class TreeNodes:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            _create_file(self.path)
-            check_database(self.path)
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-            use_wal(db)
-            db.execute("PRAGMA synchronous=NORMAL")
+            if not os.access(self.path.parent, os.W_OK):  # a memory that cannot be written: the tables are
+                db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)  # made in memory
+            else:  # (from the tree files, as for a new index)
+                _create_file(self.path)
+                check_database(self.path)
+                db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+                use_wal(db)
+                db.execute("PRAGMA synchronous=NORMAL")
             db.executescript(_TREE_SCHEMA)
             self._db = db
         return self._db

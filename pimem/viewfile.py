@@ -17,6 +17,7 @@ never called back otherwise.
 from __future__ import annotations
 
 import bisect
+import os
 import re
 from pathlib import Path
 from typing import Callable, Sequence
@@ -425,9 +426,12 @@ class ViewFile:
         views.loaded = _stamp(self.path)
 
     def _write_if_free(self, views: Views) -> bool:
-        """Save if the writer lock is free right now and nobody wrote since we read (readers never wait)."""
+        """Save if the writer lock is free right now and nobody wrote since we read (readers never wait); a
+        memory that cannot be written is read as it is, its views made in memory."""
         from .errors import Busy
 
+        if not os.access(self.path.parent, os.W_OK):
+            return False
         try:
             with self.lock(timeout=0):
                 if _stamp(self.path) == views.loaded and self.log.count() == views.T:

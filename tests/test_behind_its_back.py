@@ -285,3 +285,35 @@ def test_fsck_leaves_no_wal_files_behind_and_refuses_a_linked_index(sh, log, tmp
     assert sh("fsck", "m", "--repair").returncode == 0
     assert not (memory / "index.sqlite").is_symlink() and (tmp_path / "index.sqlite").exists()  # the target untouched
     assert sh("search", "staging", "m").returncode == 0
+
+
+def test_a_read_only_memory_whose_view_files_are_gone_is_viewed_from_its_tree(sh, home):
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    records = [{"kind": "user" if k % 2 else "pi", "text": f"note {k}: " + "about the staging database " * 30} for k in range(40)]
+    (home / "b").mkdir(parents=True)
+    (home / "b" / "config.json").write_bytes(b'{"view": {"hi": 4000, "lo": 2000}}')
+    assert sh("append", "b", "--ndjson", input=b"".join(orjson.dumps(r) + b"\n" for r in records)).returncode == 0
+    assert sh("build-tree", "b").returncode == 0
+    shown = {argv: sh(*argv).stdout for argv in (("view", "b"), ("zoom", "b", "0+4"), ("view", "b", "--stats"))}
+    memory = home / "b"
+    for name in ("view.json", "lines.json"):  # a backup taken without them, say
+        (memory / name).unlink(missing_ok=True)
+    paths = [memory, *memory.rglob("*")]
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(modes[path] & 0o555)
+    before = snapshot(memory)
+    try:
+        for argv, out in shown.items():
+            done = subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+            assert done.returncode == 0 and done.stdout == out, (argv, done.stderr)
+        for argv in (("context", "b"), ("map", "b"), ("status", "b")):
+            done = subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+            assert done.returncode == 0, (argv, done.stderr)
+        assert snapshot(memory) == before  # nothing written: no view.json, no index file, no -wal
+    finally:
+        for path in paths:
+            path.chmod(modes[path])
