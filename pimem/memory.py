@@ -558,7 +558,7 @@ class Memory:
             msg = self.message(i)
             if is_tool(msg) and not include_tools:
                 what = "tool call" if msg["kind"] == "tool" else "tool result"
-                raise BadInput(f"message {i} is a {what}; add --include-tools to show it")
+                raise BadInput(f"message {i} is a {what}; add --include-tools (include_tools over MCP) to show it")
             return {"label": trees.label(0, i), "message": msg}
         children = []
         for k in (2 * i, 2 * i + 1):

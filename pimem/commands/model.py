@@ -75,7 +75,7 @@ def command(
         output.json_line(row)
         return
     output.line(f"{where}: {row['model']}")
-    for key in ("base_url", "key_env", "command", "price_in", "price_out"):
+    for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if key in row:
             output.line(f"  {key:<9} {row[key]}")
 

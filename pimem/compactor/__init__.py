@@ -42,6 +42,9 @@ PRESETS = {
     "command": {"provider": "command", "base_url": None, "key_env": None},
     "extractive": {"provider": "extractive", "base_url": None, "key_env": None},
 }
+# a model of each preset, for the hint when none is named
+EXAMPLES = {"anthropic": "claude-haiku-4-5", "deepseek": "deepseek-chat", "openrouter": "qwen/qwen3-8b",
+            "ollama": "llama3.2"}
 # the keys ``pimem model`` owns; setting a new model resets all of them
 SPEC_KEYS = ("provider", "model", "base_url", "key_env", "command", "price_in", "price_out", "price_cached_in")
 
@@ -60,11 +63,12 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
     cfg.update(preset)
     provider = cfg["provider"]
     if provider in ("openai", "anthropic") and not model:
-        raise BadInput(f"{spec!r} names no model: write {word}/MODEL, e.g. {word}/{'gpt-4o-mini' if provider == 'openai' else 'claude-haiku-4-5'}")
+        raise BadInput(f"{spec!r} names no model: write {word}/MODEL, e.g. {word}/{EXAMPLES.get(word, 'gpt-4o-mini')}")
     if provider == "command" and not command:
         raise BadInput("the command provider needs --command CMD (a shell command reading the prompt on stdin)")
-    if provider == "extractive" and (model or base_url or key_env or command):
-        raise BadInput("the extractive compactor takes no model, URL, key or command")
+    if provider == "extractive" and (model or base_url or key_env or command
+                                     or any(p is not None for p in (price_in, price_out, price_cached_in))):
+        raise BadInput("the extractive compactor takes no model, URL, key, command or price (it calls nothing)")
     if provider != "command" and command:
         raise BadInput("--command only goes with the command provider")
     if key_env is not None and not key_env.replace("_", "").isalnum():
