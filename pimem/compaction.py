@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from . import env, when
 from .chain import canonical, memory_chain, sha256, window_chain
 from .errors import BadInput, IntegrityError
-from .memories import derive
+from .memories import derive, unwritten
 from .recall import files_of
 from .output import count
 
@@ -185,26 +185,35 @@ def _derivations(msg: dict) -> list[dict]:
 def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None) -> dict:
     """Compact ``mem`` keeping ``keep`` bytes of tail; returns the checkpoint and its details. With
     ``dry_run`` nothing is written (and no lock is taken). Idempotent: repeating it writes nothing new."""
-    if dry_run:
+    if dry_run:  # what the run would write, and refuse
         chosen = plan(mem, keep)
-        if chosen.existing is None:  # what the real run would refuse, it says
+        if chosen.existing is None:
             _refuse_damage(mem, chosen)
-        return details(chosen, written=False, derived=[p["id"] for p in chosen.proposals or []])
+        return details(chosen, written=False, derived=[p["id"] for p in _to_derive(mem, chosen)])
     with mem.lock(timeout):
         chosen = plan(mem, keep)
         if chosen.existing is not None:
-            # its window stands; its rule memories are written now if they were not then (the disk was full,
-            # or the process died between the two writes); a damaged memory.jsonl is left to a person
-            window, derived = chosen.existing, []
-            if not memory_chain(mem.path).read().problem:
-                proposals = _proposals(mem, window["sourceStart"], window["keptStart"])
-                derived = derive(mem, proposals, window["hash"], when.rfc3339(env.now())) if proposals else []
+            window, proposals = chosen.existing, _to_derive(mem, chosen)
+            derived = derive(mem, proposals, window["hash"], when.rfc3339(env.now())) if proposals else []
             return details(chosen, written=False, derived=derived)
         _refuse_damage(mem, chosen)
         stamp = when.rfc3339(env.now())
         written = window_chain(mem.path).append(lambda events: [] if any(e["windowId"] == chosen.window_id for e in events) else [_window_event(chosen, stamp)])
         derived = derive(mem, chosen.proposals, written[0]["hash"], stamp) if written else []
     return details(chosen, written=bool(written), derived=derived)
+
+
+def _to_derive(mem, chosen: Plan) -> list[dict]:
+    """The rule memories this compaction would write: its proposals that ``memory.jsonl`` lacks. A standing
+    window's are written now if they were not then (the disk was full, or the process died between the two
+    writes); a damaged ``memory.jsonl`` is left to a person then."""
+    reading = memory_chain(mem.path).read()
+    if chosen.existing is None:
+        return unwritten(reading.events, chosen.proposals)
+    if reading.problem:
+        return []
+    window = chosen.existing
+    return unwritten(reading.events, _proposals(mem, window["sourceStart"], window["keptStart"]))
 
 
 def _refuse_damage(mem, chosen: Plan) -> None:

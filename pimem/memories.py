@@ -328,19 +328,27 @@ def _write(mem, build, record_id: str, session: str | None, timeout: float | Non
     return record
 
 
+def unwritten(events: list[dict], proposals: list[dict]) -> list[dict]:
+    """The rule-derived ``proposals`` that the memory log ``events`` does not hold yet (by id or content),
+    each content once."""
+    projected = project(events)
+    contents = {r["content"] for r in projected.values() if r["author"] == "rule"}
+    out = []
+    for p in proposals:
+        if p["id"] not in projected and p["content"] not in contents:
+            contents.add(p["content"])
+            out.append(p)
+    return out
+
+
 def derive(mem, proposals: list[dict], source_hash: str, stamp: str) -> list[str]:
     """Write rule-derived provisional records (compaction), skipping ids and contents already present.
     ``proposals``: ``{"id", "content", "provenance", "sourceEntryIds"}``. Caller holds the writer lock."""
     written: list[str] = []
 
     def build(events: list[dict]) -> list[dict]:
-        projected = project(events)
-        contents = {r["content"] for r in projected.values() if r["author"] == "rule"}
         out = []
-        for p in proposals:
-            if p["id"] in projected or p["content"] in contents:
-                continue
-            contents.add(p["content"])
+        for p in unwritten(events, proposals):
             payload = {
                 "kind": "derived", "content": p["content"], "scope": "project", "status": "provisional", "priority": "low",
                 "sourceEntryIds": p["sourceEntryIds"], "sourceHash": source_hash, "provenance": p["provenance"],

@@ -191,6 +191,8 @@ def test_a_compaction_whose_rule_memories_were_not_written_gets_them_on_the_next
     first = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
     assert first["written"] and len(first["derived"]) == 1
     (home / "main" / "memory.jsonl").unlink()  # as a full disk or a crash between the two writes leaves it
+    dry = orjson.loads(run("compact", "main", "--keep", "0", "--json", "--dry-run").stdout)
+    assert dry["derived"] == first["derived"]  # the dry run says what the run then writes
     again = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
     assert (again["written"], again["alreadyCompacted"], again["derived"]) == (False, True, first["derived"])
     window = window_chain(home / "main").read().events
@@ -198,7 +200,8 @@ def test_a_compaction_whose_rule_memories_were_not_written_gets_them_on_the_next
     records = memories.records(Memory.open("main"), include_tools=True)
     assert [(r["content"], r["sourceHash"]) for r in records] == [("file: src/auth.py", window[0]["hash"])]
     after = snapshot(home)
-    assert orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)["derived"] == []  # once
+    for dry in (["--dry-run"], []):
+        assert orjson.loads(run("compact", "main", "--keep", "0", "--json", *dry).stdout)["derived"] == []  # once
     assert snapshot(home) == after
 
 
@@ -207,6 +210,8 @@ def test_rules_deduplicate_across_compactions_and_stop_at_fifty(run, home):
     out = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
     assert len(out["derived"]) == compaction.MAX_DERIVED
     log(run, call("again", 'read({"path": "f0.py"})'), result("again"), user())
+    dry = orjson.loads(run("compact", "main", "--keep", "0", "--json", "--dry-run").stdout)
+    assert dry["derived"] == []  # "file: f0.py" is there already: the dry run does not promise it
     second = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
     assert second["written"] and second["derived"] == []
     contents = [r["content"] for r in memories.records(Memory.open("main"), include_tools=True)]
