@@ -61,13 +61,14 @@ def line_cap(text_cap: int) -> int:
 
 
 def read_text(stream: BinaryIO, cap: int, advice: str = "split it into several messages") -> str:
-    """All of a binary stream as UTF-8 text, refused as soon as it passes ``cap`` bytes (nothing more is
-    read: a runaway producer costs ``cap`` bytes of memory, not all it writes)."""
+    """All of a binary stream as UTF-8 text (a byte order mark first read past, as an editor may have put it
+    there), refused as soon as it passes ``cap`` bytes (nothing more is read: a runaway producer costs ``cap``
+    bytes of memory, not all it writes)."""
     data = stream.read(cap + 1)
     if len(data) > cap:
         raise BadInput(f"text on stdin is over the cap of {cap} bytes (reading stopped there); {advice}")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BadInput(f"stdin is not valid UTF-8 (byte {exc.start})") from None
 

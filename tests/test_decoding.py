@@ -150,6 +150,10 @@ def test_append_ndjson_ignores_a_bom_opening_the_stream_only(sh, home):
     assert texts("main") == ["first", "second"]
     out = sh("append", "main", "--ndjson", input=js({"kind": "user", "text": "x"}) + BOM + js({"kind": "user", "text": "y"}))
     assert out.returncode == 2 and out.stderr.startswith(b"pimem: error: line 2: not valid")  # (inside a stream it is no BOM)
+    for argv in (["append", "main", "-"], ["remember", "main", "-"]):  # plain text from an editor's file
+        assert sh(*argv, input=BOM + "tabs, not spaces".encode()).returncode == 0, argv
+    assert texts("main")[-1] == "tabs, not spaces"
+    assert "\ufeff" not in sh("memories", "main").stdout.decode()
 
 
 def test_a_bom_arriving_a_byte_at_a_time_is_still_left_out():
