@@ -238,6 +238,9 @@ def remember(
     _check_choice(kind, KINDS, "kind")
     _check_choice(priority, PRIORITIES, "priority")
     _check_choice(scope, SCOPES, "scope")
+    for name, value in (("text", text), ("session", session), ("supersede", supersede)):
+        if value is not None and not isinstance(value, str):  # (the library's callers: the log keeps strings)
+            raise BadInput(f"{name} must be a string, not {type(value).__name__}")
     text = text if text and text.strip() else None
     if text is not None and "\x00" in text:
         raise BadInput("text contains a NUL byte")

@@ -300,3 +300,17 @@ def test_a_text_listing_too_small_for_any_record_says_so_in_text(run, home):
     run("remember", "main", "b")
     assert run("memories", "main", "--budget", "60").stdout == "pimem memories (2; none fits in 60 characters)\n"
     assert run("memories", "main", "--budget", "60", "--json").stdout == "{}\n"  # JSON: the empty document
+
+
+@pytest.mark.parametrize("wrong", [{"session": 5}, {"session": ["S"]}, {"text": 5}, {"supersede": 5}])
+def test_a_library_call_with_a_wrong_type_writes_nothing(run, home, wrong):
+    from pimem import api
+    from pimem.errors import BadInput
+
+    assert run("remember", "main", "seed").exit_code == 0
+    before = snapshot(home)
+    args = {"text": "x", **wrong}
+    with pytest.raises(BadInput, match="must be a string"):
+        api.memory_propose("main", args.pop("text"), home=home, **args)
+    assert snapshot(home) == before
+    assert run("remember", "main", "still writable").exit_code == 0  # nothing blocks the log
