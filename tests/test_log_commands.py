@@ -226,6 +226,10 @@ def test_demo_logs_the_sample_once(run, home):
     again = run("demo")
     assert again.exit_code == 0 and again.stdout == first.stdout and "already holds" in again.stderr
     assert snapshot(log) == before  # nothing logged twice (derived state such as the index may be touched)
+    assert run("append", "mine", "my own note").exit_code == 0
+    before = snapshot(home / "mine")
+    out = run("demo", "--name", "mine")  # a memory of the user's own: the sample is not poured into it
+    assert out.exit_code == 2 and "holds messages of its own" in out.stderr and snapshot(home / "mine") == before
 
 
 def test_reads_never_take_the_writer_lock(sh, day, home):

@@ -7,6 +7,7 @@ import orjson
 import typer
 
 from .. import output
+from ..errors import BadInput
 from ..home import ensure_dir
 from ..memory import Memory
 from ..options import Home
@@ -32,6 +33,10 @@ def command(
     sample = [orjson.loads(line) for line in resources.files("pimem.data").joinpath("sample.ndjson").read_bytes().splitlines() if line.strip()]
     mem = Memory.at(name, home)
     have = mem.count() if mem.exists() else 0
+    held = [(m["kind"], m["text"]) for m in mem.messages(0, min(have, len(sample)))] if have else []
+    if have > len(sample) or held != [(m["kind"], m["text"]) for m in sample[: len(held)]]:
+        raise BadInput(f"'{mem.name}' holds messages of its own, not the demo's sample: run the demo into a memory of "
+                       "its own (pimem demo --name NAME)")
     config = mem.path / "config.json"
     made_config = not have and not config.exists()
     if not have:
