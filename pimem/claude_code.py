@@ -41,6 +41,7 @@ HITS = 6  # earlier messages shown at most
 QUERY_TERMS = 12  # the prompt's first terms searched for
 POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
+PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 
 
 # ---- the payload -------------------------------------------------------------------------------------------
@@ -54,8 +55,8 @@ def read_payload(stream, deadline: float) -> dict:
     data = bytearray()
     fd = stream.fileno()
     while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        left = max(deadline - time.monotonic(), PAYLOAD_WAIT)  # (a payload there is read, whatever --timeout)
+        if not select.select([fd], [], [], left)[0]:
             raise BadInput("hook payload: nothing on stdin (Claude Code sends the event as JSON)")
         chunk = os.read(fd, 1 << 16)
         if not chunk:
@@ -269,22 +270,26 @@ def settings_path(project: bool) -> Path:
     return (Path.cwd() if project else Path(user_home())) / ".claude" / "settings.json"
 
 
-def hook_command(home: str | None = None) -> str:
-    """The command Claude Code runs: this pimem by its absolute path (Claude Code's PATH may not find it)."""
+def hook_command(home: str | None = None, name: str | None = None, budget: int | None = None,
+                 timeout: float | None = None) -> str:
+    """The command Claude Code runs: this pimem by its absolute path (Claude Code's PATH may not find it),
+    with the options given to ``install`` (those left out keep their defaults)."""
     import shlex
 
     argv0 = Path(sys.argv[0])
     exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -m pimem"
-    return f"{exe} hook claude-code" + (f" --home {shlex.quote(str(Path(home).expanduser().absolute()))}" if home else "")
+    options = [("--home", home and str(Path(home).expanduser().absolute())), ("--name", name),
+               ("--budget", budget), ("--timeout", timeout and f"{timeout:g}")]
+    return f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options if value)
 
 
 def is_ours(hook) -> bool:
     return isinstance(hook, dict) and "hook claude-code" in str(hook.get("command", "")) and "pimem" in str(hook.get("command", ""))
 
 
-def merge(settings: dict, command: str) -> list[str]:
-    """Add a pimem hook for each of ``EVENTS`` that has none to ``settings`` (in place); the events added.
-    Nothing already there is changed or removed."""
+def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> list[str]:
+    """Add a pimem hook for each of ``EVENTS`` that has none to ``settings`` (in place), Claude Code giving it
+    ``timeout`` seconds; the events added. Nothing already there is changed or removed."""
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise BadInput("its \"hooks\" is not a JSON object; fix it by hand first")
@@ -293,26 +298,34 @@ def merge(settings: dict, command: str) -> list[str]:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise BadInput(f"its hooks.{event} is not a list; fix it by hand first")
+        if any(isinstance(g, dict) and not isinstance(g.get("hooks") or [], list) for g in groups):
+            raise BadInput(f"its hooks.{event} holds a group whose \"hooks\" is not a list; fix it by hand first")
         if any(is_ours(h) for g in groups if isinstance(g, dict) for h in (g.get("hooks") or [])):
             continue
-        groups.append({"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT}]})
+        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
         added.append(event)
     return added
 
 
-def install(path: Path, command: str, dry_run: bool = False) -> tuple[dict, list[str], Path | None]:
+def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK_TIMEOUT) -> tuple[dict, list[str], Path | None]:
     """Merge the hooks into the settings file ``path``: ``(settings, events added, backup)``. The file is
-    copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept); a file that is not a JSON
-    object is refused (exit 2) and left alone; ``dry_run`` writes nothing."""
+    copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept; a link is written through
+    to the file it names); a file that is not a JSON object is refused (exit 2) and left alone; ``dry_run``
+    writes nothing. Read and written by the standard library's json, which keeps every number as written
+    (orjson would make an integer past 64 bits a float)."""
+    import json
+
+    if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
+        path = path.resolve()
     original = path.read_bytes() if path.exists() else None
     try:
-        settings = orjson.loads(original) if original and original.strip() else {}
-    except orjson.JSONDecodeError as exc:
+        settings = json.loads(original) if original and original.strip() else {}
+    except (ValueError, RecursionError) as exc:
         raise BadInput(f"{path}: not JSON ({exc}); fix it by hand first") from None
     if not isinstance(settings, dict):
         raise BadInput(f"{path}: not a JSON object; fix it by hand first")
     try:
-        added = merge(settings, command)
+        added = merge(settings, command, timeout)
     except BadInput as exc:
         raise BadInput(f"{path}: {exc}") from None
     backup = None
@@ -322,24 +335,36 @@ def install(path: Path, command: str, dry_run: bool = False) -> tuple[dict, list
         if original is not None:
             backup = path.with_name(f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.bak")
             _write(backup, original, mode)
-        _write(path, render(settings), mode)
+        try:
+            _write(path, render(settings), mode)
+        except BaseException:
+            if backup is not None:  # (the file is as it was: no backup of it is left either)
+                backup.unlink(missing_ok=True)
+            raise
     return settings, added, backup
 
 
 def render(settings: dict) -> bytes:
-    return orjson.dumps(settings, option=orjson.OPT_INDENT_2) + b"\n"
+    import json
+
+    return json.dumps(settings, indent=2, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:
+    """Replace ``path`` with ``data`` atomically; a failed write leaves no temporary file and names ``path``."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-        if mode is not None:
-            os.fchmod(fd, mode)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            if mode is not None:
+                os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from None

@@ -414,3 +414,29 @@ def test_a_working_directory_gone_is_a_warning_not_a_blocked_prompt(home, tmp_pa
                           capture_output=True, timeout=60, env=subprocess_env(PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr
     assert "No such file or directory" in json.loads(proc.stdout)["systemMessage"]
+
+
+def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_options(home, tmp_path):
+    user, dotfiles = tmp_path / "user", tmp_path / "dotfiles"
+    (user / ".claude").mkdir(parents=True)
+    dotfiles.mkdir()
+    (dotfiles / "settings.json").write_text('{"x": 123456789012345678901234567890, "hooks": {}}')
+    settings = user / ".claude" / "settings.json"
+    settings.symlink_to(dotfiles / "settings.json")
+    done = install("-n", "shop", "--budget", "100", "--timeout", "40", home_dir=user)
+    assert done.returncode == 0, done.stderr
+    assert settings.is_symlink()  # the link stays; the file it names gets the hooks
+    written = (dotfiles / "settings.json").read_text()
+    assert '"x": 123456789012345678901234567890' in written  # as written, not a float
+    ours = json.loads(written)["hooks"]["Stop"][0]["hooks"][0]
+    assert ours["command"].endswith(" hook claude-code --name shop --budget 100 --timeout 40") and ours["timeout"] == 45
+    settings.unlink()
+    settings.write_text('{"hooks": {"Stop": [{"hooks": 5}]}}')
+    refused = install(home_dir=user)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "is not a list" in refused.stderr
+    assert sorted(p.name for p in settings.parent.iterdir()) == ["settings.json"]  # no backup, no temporary file
+
+
+def test_a_timeout_of_zero_still_reads_the_payload_there(home, tmp_path):
+    code, answer, err = hook(payload("Stop", "s1", tmp_path / "none.jsonl"), "--timeout", "0")
+    assert code == 0, err

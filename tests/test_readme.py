@@ -42,7 +42,7 @@ FILES = {
 
 
 CRON = re.compile(r"^(?:\S+\s+){5}(pimem .*)$")  # a crontab line: five time fields, then the command
-SCRIPT_INPUT = "hello\nwhich port does the staging db use?\n"  # what a user types into a README script
+SCRIPT_INPUT = "hello\nwhich port does the staging db use?\n-\n--help\n-k\n"  # what a user types into a README script (odd lines too)
 
 
 def examples(text: str) -> list[tuple[str, str]]:

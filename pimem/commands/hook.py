@@ -48,7 +48,11 @@ def command(
         if project and user:
             raise BadInput("give --project or --user, not both")
         path = claude_code.settings_path(project)
-        settings, added, backup = claude_code.install(path, claude_code.hook_command(home), dry_run)
+        # (the hook's own options go into the installed command, when they are not the defaults)
+        command_line = claude_code.hook_command(home, name, budget if budget != claude_code.BUDGET else None,
+                                                timeout if timeout != claude_code.TIMEOUT else None)
+        hook_timeout = max(claude_code.HOOK_TIMEOUT, int(timeout) + 5)  # Claude Code's, above the watchdog's
+        settings, added, backup = claude_code.install(path, command_line, dry_run, hook_timeout)
         if dry_run:
             output.line(claude_code.render(settings).decode().rstrip("\n"))
             output.info(f"would add {', '.join(added)} to {path}" if added else f"{agent} hooks already in {path}")
