@@ -141,6 +141,8 @@ def _check_meta(value: Any, depth: int) -> bool:
         if not _INT_LOW <= value < _INT_END:
             raise BadInput(_WIDE)
         return False
+    if kind is float and value - value != 0:  # NaN or an infinity (a library caller's): JSON has neither
+        raise BadInput(f"meta holds {value}, which JSON cannot hold")
     return kind is float and value.is_integer() and not _INT_LOW < value < _INT_END
 
 

@@ -188,3 +188,13 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(sh, home):
         out = sh(*map(os.fsdecode, argv))  # (the bytes as the process gets them)
         assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"UTF-8" in out.stderr, (argv, out.stderr)
     assert {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k} == before
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_a_library_meta_holding_nan_or_an_infinity_is_refused_not_stored_as_null(home, value):
+    from pimem import Memory
+    from pimem.errors import BadInput
+
+    with pytest.raises(BadInput, match="JSON cannot hold"):
+        Memory.at("lib").append([{"kind": "user", "text": "x", "meta": {"a": [value]}}])
+    assert not Memory.at("lib").exists()
