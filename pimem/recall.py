@@ -448,7 +448,8 @@ def _lists(found: Found, ids: list) -> Callable[[int], dict]:
 
 
 def render(mem, request: Request, found: Found) -> str:
-    if request.raw and len(found.records) == 1 and found.action == "read":
+    if request.raw and len(found.records) == 1 and found.action == "read" \
+            and not (found.missing or found.hidden or found.beyond):  # (else those are said as a listing says them)
         return _raw_single(found.records[0], request)
     ids = [r["id"] for r in found.records]
     more = f"more: --page {found.next_page}" if found.next_page else None

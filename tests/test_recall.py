@@ -307,3 +307,12 @@ def test_bad_requests_exit_2_and_unknown_memories_3(run, home):
         assert run("recall", "main", *args).exit_code == 2, args
     assert run("recall", "nope", "x").exit_code == 3 and not (home / "nope").exists()
     assert run("recall", "nope").exit_code == 1  # a lone word naming no memory is the query, in main
+
+
+def test_a_raw_read_left_with_one_entry_still_names_the_ids_it_left_out(run, home):
+    Memory.at("main").append([{"kind": "user", "text": f"msg {n}"} for n in range(8)])
+    for args, key, ids in ((["--ids", "0,3,7", "--limit", "1"], "omittedIds", [3, 7]), (["--ids", "0,999"], "missingIds", ["999"])):
+        out = orjson.loads(run("recall", "main", "--raw", "--json", *args).stdout)
+        assert [e["i"] for e in out["entries"]] == [0] and out[key] == ids, (args, out)
+    alone = run("recall", "main", "--ids", "0", "--raw").stdout  # asked for one, got it: the entry itself
+    assert orjson.loads(alone)["text"] == "msg 0"
