@@ -47,6 +47,18 @@ def lone(name: str | None, other: str | None, home: str | None,
     return name or default(), other
 
 
+def text_argument(value: str | None) -> str | None:
+    """``value``, an argument meant as text; ``BadInput`` (exit 2) when it holds bytes that are not UTF-8."""
+    if value is not None:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            from .errors import translate
+
+            raise translate(exc) from None
+    return value
+
+
 def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdin: str = "") -> tuple[str, list[str]]:
     """``(NAME, WORDS)`` for ``cmd [NAME] [WORDS…]`` (the parser put the first word in NAME): the first word is
     the NAME when a memory has that name or when more words follow it (so ``pimem append scratch "an idea"``
@@ -55,6 +67,8 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     taken as the text while stdin is a file with something left to read (``pimem append notes < notes.txt``;
     a pipe cannot be told from an agent wrapper's, so it gets no note)."""
     given = ([name] if name is not None else []) + list(rest or [])
+    for word in given:  # (words are text: one not UTF-8 is a usage error, not a search that finds nothing)
+        text_argument(word)
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
     if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():

@@ -43,6 +43,7 @@ def command(
       pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
     """
     name, words = naming.words(name, words, home)
+    naming.text_argument(record_id), naming.text_argument(session)
     mem = Memory.open(name, home)
     damaged: list[str] = []
     visible = memories.records(mem, session, include_tools, on_damage=damaged.append)
