@@ -5,6 +5,7 @@ and ``append`` then writes nothing. Real processes throughout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -228,23 +229,37 @@ def test_a_memory_whose_main_is_a_link_is_refused_by_name_in_commands_over_many(
         assert out.stdout.startswith(shown) and b"staging db listens" not in out.stdout, (argv, out.stdout)
 
 
-def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, home):
-    import subprocess
-
-    from conftest import pimem_cmd, subprocess_env
-
-    memory = log.parent
-    def run(*argv):
-        return subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
-
-    assert sh("append", "other", "a long note: " + "words to summarise " * 60).returncode == 0  # writable, unbuilt
-
+@contextlib.contextmanager
+def read_only(memory):
+    """``memory``'s directories and files without write permission (as ``_as_a_user`` sees them) meanwhile;
+    yields its paths."""
     paths = [memory, *memory.rglob("*")]
     modes = {path: path.stat().st_mode for path in paths}
     for path in paths:
         path.chmod(modes[path] & 0o555)
-    before = snapshot(memory)
     try:
+        yield paths
+    finally:
+        for path in paths:
+            path.chmod(modes[path])
+
+
+def as_a_user(*argv):
+    """``pimem ARGV`` as a real process whose file modes bind."""
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    return subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+
+
+def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, home):
+    from pimem import Memory, builder
+
+    memory, run = log.parent, as_a_user
+    assert sh("append", "other", "a long note: " + "words to summarise " * 60).returncode == 0  # writable, unbuilt
+    with read_only(memory) as paths:
+        before = snapshot(memory)
         for argv, shown in ((["search", "staging", "m"], b"m #8 "), (["search", "--rank", "which staging db", "m"], b"m #"),
                             (["recall", "m", "staging"], b"#8"), (["fsck", "m"], b"m: ok"), (["view", "m"], b"message 8")):
             out = run(*argv)
@@ -256,20 +271,12 @@ def test_a_read_only_memory_is_searched_and_checked_and_left_as_it_was(sh, log, 
         out = run("build-tree")  # its lease cannot be written: the other memory is built, this one named
         err = out.stderr.decode()
         assert out.returncode == 7 and err.splitlines()[-1].startswith("pimem: error: m: Permission denied"), err
-        from pimem import Memory, builder
-
         assert "other: 1 written" in err and builder.survey(Memory.open("other", home))["pending"] == 0
-        for path in paths:  # a message the index lacks: one line naming the memory, not a bare SQLite error
-            path.chmod(modes[path])
-        append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored from a backup"))
-        for path in paths:
-            path.chmod(modes[path] & 0o555)
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "restored from a backup"))
+    with read_only(memory):  # a message the index lacks: one line naming the memory, not a bare SQLite error
         out = run("search", "backup", "m")
         err = out.stderr.decode()
         assert out.returncode == 7 and err.count("\n") == 1 and str(memory) in err and "cannot be written" in err, err
-    finally:
-        for path in paths:
-            path.chmod(modes[path])
     assert sh("search", "backup", "m").returncode == 0  # writable again: caught up as ever
 
 
@@ -288,10 +295,6 @@ def test_fsck_leaves_no_wal_files_behind_and_refuses_a_linked_index(sh, log, tmp
 
 
 def test_a_read_only_memory_whose_view_files_are_gone_is_viewed_from_its_tree(sh, home):
-    import subprocess
-
-    from conftest import pimem_cmd, subprocess_env
-
     records = [{"kind": "user" if k % 2 else "pi", "text": f"note {k}: " + "about the staging database " * 30} for k in range(40)]
     (home / "b").mkdir(parents=True)
     (home / "b" / "config.json").write_bytes(b'{"view": {"hi": 4000, "lo": 2000}}')
@@ -301,19 +304,12 @@ def test_a_read_only_memory_whose_view_files_are_gone_is_viewed_from_its_tree(sh
     memory = home / "b"
     for name in ("view.json", "lines.json"):  # a backup taken without them, say
         (memory / name).unlink(missing_ok=True)
-    paths = [memory, *memory.rglob("*")]
-    modes = {path: path.stat().st_mode for path in paths}
-    for path in paths:
-        path.chmod(modes[path] & 0o555)
-    before = snapshot(memory)
-    try:
+    with read_only(memory):
+        before = snapshot(memory)
         for argv, out in shown.items():
-            done = subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+            done = as_a_user(*argv)
             assert done.returncode == 0 and done.stdout == out, (argv, done.stderr)
         for argv in (("context", "b"), ("map", "b"), ("status", "b")):
-            done = subprocess.run(_as_a_user(pimem_cmd(*argv)), capture_output=True, env=subprocess_env(), timeout=60)
+            done = as_a_user(*argv)
             assert done.returncode == 0, (argv, done.stderr)
         assert snapshot(memory) == before  # nothing written: no view.json, no index file, no -wal
-    finally:
-        for path in paths:
-            path.chmod(modes[path])
