@@ -202,6 +202,7 @@ complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install: int
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install: print the merged settings, write nothing.'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -s h -l help -d 'Show this help and exit.'
+complete -c pimem -n '__fish_seen_subcommand_from hook; and __pimem_slot 1+ --budget --timeout -n --name --home' -a '(__pimem_words install claude-code)'
 
 # import
 complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_words @names)' -d 'Memory to import into (default: one per project, named after its working directory).'

@@ -411,6 +411,11 @@ def _zsh_action(words: list[str]) -> str:
     return f"_pimem_words {' '.join(words)}" if words else " "
 
 
+def _zsh_message(metavar: str) -> str:
+    """A positional's metavar as the message of a zsh spec, which ends at a colon and takes no brackets."""
+    return re.sub(r"[][:.…]", "", metavar).strip().lower()
+
+
 def _zsh_option(opt: Option) -> str:
     desc = _zsh_text(opt.help)
     action = f":{opt.metavar.lower()}:{_zsh_action(opt.words)}" if opt.metavar else ""
@@ -428,7 +433,7 @@ def zsh(commands: list[Command]) -> str:
         for slot, arg in _slots(cmd):
             position = "*" if slot.endswith("+") else slot
             optional = ":" if arg.optional and position != "*" else ""
-            specs.append(f"'{position}:{optional}{arg.metavar.strip('[].…').lower()}:{_zsh_action(arg.words)}'")
+            specs.append(f"'{position}:{optional}{_zsh_message(arg.metavar)}:{_zsh_action(arg.words)}'")
         body = " \\\n            ".join(specs)
         cases.append(f"        {cmd.name})\n          _arguments -s \\\n            {body}\n          ;;")
     return ZSH_HEAD.format(generated=GENERATED, described=described, cases="\n".join(cases))

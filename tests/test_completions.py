@@ -91,6 +91,7 @@ def test_bash_completes_option_values_and_files_only_where_a_file_is_meant(shell
     assert bash_complete(["pimem", "import", "no"], shell_env) == ["notes.jsonl"]
     assert bash_complete(["pimem", "map", "--svg", "no"], shell_env) == ["notes.jsonl"]
     assert bash_complete(["pimem", "--v"], shell_env) == ["--version"]
+    assert bash_complete(["pimem", "hook", ""], shell_env) == ["claude-code", "install"]
 
 
 @pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")
@@ -108,6 +109,7 @@ def test_fish_completes_option_values_and_when_words(shell_env, tmp_path):
     assert complete("pimem model main ") == PROVIDERS
     assert complete("pimem view --wait ") == [] and complete("pimem append main ") == []
     assert complete("pimem import no") == ["notes.jsonl"]
+    assert complete("pimem hook ") == ["claude-code", "install"]
 
 
 @pytest.mark.skipif(not shutil.which("zsh"), reason="zsh is not installed")
@@ -165,3 +167,4 @@ def test_zsh_completion_widget_on_a_terminal(run, shell_env, tmp_path):
     assert zsh_complete("pimem model main ", shell_env, tmp_path) == PROVIDERS
     assert zsh_complete("pimem since main --until y", shell_env, tmp_path) == ["yesterday"]  # a WHEN, never a file
     assert zsh_complete("pimem import no", shell_env, tmp_path) == ["notes.jsonl"]
+    assert zsh_complete("pimem hook ", shell_env, tmp_path) == ["claude-code", "install"]

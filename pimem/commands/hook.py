@@ -7,13 +7,13 @@ import typer
 from .. import env, output
 from ..errors import BadInput
 from ..numbers import count, param, seconds
-from ..options import Home
+from ..options import Home, offer
 
 AGENTS = ("claude-code",)
 
 
 def command(
-    words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), or install claude-code.", metavar="[install] AGENT")],
+    words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), or install claude-code.", metavar="[install] AGENT", autocompletion=offer("install", *AGENTS))],
     budget: Annotated[int, typer.Option("--budget", help="Most characters of context to answer with (default 4000).", metavar="CHARS", click_type=param(count, "CHARS"))] = 4_000,
     timeout: Annotated[float, typer.Option("--timeout", help="Most seconds the hook takes (default 10; a watchdog ends it a second later).", metavar="S", click_type=param(seconds, "S"))] = 10.0,
     name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to capture into (default: the session's project, as import names it).")] = None,
