@@ -311,15 +311,14 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
     """Merge the hooks into the settings file ``path``: ``(settings, events added, backup)``. The file is
     copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept; a link is written through
     to the file it names); a file that is not a JSON object is refused (exit 2) and left alone; ``dry_run``
-    writes nothing. Read and written by the standard library's json, which keeps every number as written
-    (orjson would make an integer past 64 bits a float)."""
+    writes nothing. Every number stays as written (``1.50``, ``1E2``, ``-0``: see ``Number``)."""
     import json
 
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
         path = path.resolve()
     original = path.read_bytes() if path.exists() else None
     try:
-        settings = json.loads(original) if original and original.strip() else {}
+        settings = json.loads(original, parse_float=Number, parse_int=Number, parse_constant=Number) if original and original.strip() else {}
     except (ValueError, RecursionError) as exc:
         raise BadInput(f"{path}: not JSON ({exc}); fix it by hand first") from None
     if not isinstance(settings, dict):
@@ -344,10 +343,34 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
     return settings, added, backup
 
 
-def render(settings: dict) -> bytes:
-    import json
+class Number:
+    """A number of a settings file, kept as its text: the standard library's json would write ``1.50`` back as
+    ``1.5``, ``1E2`` as ``100.0`` and ``1e400`` as ``Infinity``, which JavaScript's JSON.parse refuses."""
 
-    return json.dumps(settings, indent=2, ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def render(settings: dict) -> bytes:
+    """``settings`` as indented JSON, each ``Number`` written as it was read: json gives it a placeholder
+    string (one a settings file cannot hold: a fresh random tag), replaced by the number's text after."""
+    import json
+    import re
+    import secrets
+
+    tag, numbers = secrets.token_hex(8), []
+
+    def placeholder(value):
+        if not isinstance(value, Number):
+            raise TypeError(f"{type(value).__name__} is not JSON")
+        numbers.append(value.text)
+        return f"{tag}{len(numbers) - 1}{tag}"
+
+    text = json.dumps(settings, indent=2, ensure_ascii=False, default=placeholder)
+    text = re.sub(f'"{tag}(\\d+){tag}"', lambda m: numbers[int(m[1])], text)
+    return text.encode("utf-8", "surrogatepass") + b"\n"
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:

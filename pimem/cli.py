@@ -10,6 +10,7 @@ import functools
 import importlib
 import inspect
 import os
+import signal
 import sys
 from typing import Annotated
 
@@ -73,9 +74,9 @@ def guarded(func):
         except BrokenPipeError:
             output.quiet_stdout()
             raise typer.Exit(ExitStatus.OK) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # (SIGTERM too: see main)
             env.stderr().write("pimem: interrupted\n")
-            raise typer.Exit(ExitStatus.INTERRUPTED) from None
+            raise typer.Exit(_interrupted(exc)) from None
         except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
             error = translate(exc)
             if error is None:
@@ -173,18 +174,36 @@ def main(argv: list[str] | None = None) -> None:
     if None in (sys.stdin, sys.stdout, sys.stderr):
         _closed_streams()
     args = sys.argv[1:] if argv is None else argv
-    app = build(command_of(args))
+    if argv is None:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
+        app = build(command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
     except BrokenPipeError:
         output.quiet_stdout()
         code = ExitStatus.OK
     except ClickException as exc:
         code = _usage_error(exc)
+    except KeyboardInterrupt as exc:  # (before a command began, or after it ended)
+        env.stderr().write("pimem: interrupted\n")
+        code = _interrupted(exc)
     status = int(code) if isinstance(code, int) else ExitStatus.OK
     if command_of(args) == "hook":
         _exit_now(status)
     sys.exit(status)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where a command does not take it itself (``watch``, ``build-tree``, ``import`` and ``append
+    --ndjson`` do): the command stops as at Ctrl-C, with one line and exit 143, not silently."""
+
+
+def _terminate(_signum, _frame) -> None:
+    raise Terminated
+
+
+def _interrupted(exc: KeyboardInterrupt) -> ExitStatus:
+    return ExitStatus.TERMINATED if isinstance(exc, Terminated) else ExitStatus.INTERRUPTED
 
 
 def _closed_streams() -> None:

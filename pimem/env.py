@@ -48,13 +48,16 @@ class Environment:
             return self._now()
         frozen = os.environ.get("PIMEM_NOW")
         if frozen:
-            try:
-                moment = datetime.fromisoformat(frozen)
+            import re
+
+            try:  # RFC 3339 only: a date alone, or a time with no offset, would be a guess
+                if not re.fullmatch(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", frozen):
+                    raise ValueError
+                return datetime.fromisoformat(frozen.upper())
             except ValueError:
                 from .errors import BadInput
 
                 raise BadInput(f"bad $PIMEM_NOW {frozen!r}: use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00") from None
-            return moment if moment.tzinfo else moment.astimezone()
         return datetime.now().astimezone()
 
     @property

@@ -61,6 +61,11 @@ def log_to(path: str | None, what: str) -> None:
     file = Path(path).expanduser()
     ensure_dir(file.parent)
     fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    try:  # the first line written before stderr goes there: a log that refuses it is said where stderr is now
+        os.write(fd, f"{rfc3339(env.now())} pimem {what}\n".encode())
+    except OSError as exc:
+        os.close(fd)
+        raise OSError(exc.errno, exc.strerror, str(file)) from None
     sys.stderr.flush()
     try:
         real = sys.stderr.fileno() == 2
@@ -71,7 +76,6 @@ def log_to(path: str | None, what: str) -> None:
         os.close(fd)
     else:
         sys.stderr = open(fd, "a", encoding="utf-8", errors="backslashreplace", buffering=1)
-    sys.stderr.write(f"{rfc3339(env.now())} pimem {what}\n")
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

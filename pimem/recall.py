@@ -467,7 +467,7 @@ def render(mem, request: Request, found: Found) -> str:
             return "\n\n".join(p for p in [*parts, _notes_text(notes), more or ""] if p)
 
         out = budget.pack(request.budget, len(ids), render_raw, _lists(found, ids))
-        return out if out is not None else budget.fit_text(request.budget, ["{}"])
+        return out if out is not None else _nothing_fits(request, found)
 
     items: list[dict | None] = [None] * len(found.records)
 
@@ -491,7 +491,16 @@ def render(mem, request: Request, found: Found) -> str:
         return "\n\n".join(p for p in [head, *(_block(item(n)) for n in range(k)), _notes_text(notes), more or ""] if p)
 
     out = budget.pack(request.budget, len(ids), render_pretty, _lists(found, ids))
-    return out if out is not None else budget.fit_text(request.budget, ["{}"])
+    return out if out is not None else _nothing_fits(request, found)
+
+
+def _nothing_fits(request: Request, found: Found) -> str:
+    """What a budget too small for even the bare listing still says: how many there were."""
+    if request.as_json:
+        return budget.fit_text(request.budget, [budget.dumps({"source": "pimem-recall", "action": found.action, "count": found.total, "truncated": True}),
+                                                budget.dumps({"count": found.total, "truncated": True}), "{}"])
+    results = f"{found.total} result{'s' if found.total != 1 else ''}"
+    return budget.fit_text(request.budget, [f"pimem recall ({results}; none fits in {request.budget} characters)", f"({results})", "…"])
 
 
 def _raw_single(r: dict, request: Request) -> str:

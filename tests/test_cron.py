@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 
 from conftest import ROOT
 from bench.llm_server import FakeLLM
@@ -111,3 +112,13 @@ def test_watch_writes_its_log_where_it_is_told(home, tmp_path):
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert err == b"" and log.read_text().splitlines()[0].endswith(" pimem watch")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_log_that_refuses_writes_is_said_on_the_terminal(home):
+    from conftest import pimem_cmd, subprocess_env
+
+    Memory.at("main").append(long_messages(2))
+    done = subprocess.run(pimem_cmd("build-tree", "--log", "/dev/full"), capture_output=True, env=subprocess_env())
+    assert done.returncode == 7 and done.stderr == b"pimem: error: No space left on device: /dev/full\n"
+    assert not list(Memory.at("main").tree.records())  # (refused before anything was built)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import datetime, timezone
 
 import pytest
@@ -74,8 +75,11 @@ def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(s
     assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
 
 
-def test_a_bad_frozen_clock_is_one_line_and_creates_nothing(sh, home):
-    out = sh("append", "fresh", "x", PIMEM_NOW="garbage")
+@pytest.mark.parametrize("value", ["garbage", "2026-10-08", "2026-10-08T09:30:00", "2026-10-08T09:30+08:00", "2026-13-08T09:30:00Z"])
+def test_a_bad_frozen_clock_is_one_line_and_creates_nothing(sh, home, value):
+    out = sh("append", "fresh", "x", PIMEM_NOW=value)
     assert out.returncode == 2
-    assert out.stderr == b"pimem: error: bad $PIMEM_NOW 'garbage': use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00\n"
+    assert out.stderr == f"pimem: error: bad $PIMEM_NOW {value!r}: use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00\n".encode()
     assert not home.exists()
+    assert sh("append", "fresh", "x", PIMEM_NOW="2026-10-08t01:30:00.5z").returncode == 0
+    assert json.loads(sh("since", "fresh", "#0").stdout)["date"] == "2026-10-08T01:30:00.500+00:00"

@@ -110,7 +110,7 @@ def test_follow_grows_rotates_truncates_and_resumes(home, tmp_path):
     finally:
         code, rows, err = stop(proc)
     assert code == 143, err
-    assert err == ""
+    assert err == f"pimem: interrupted: {sum(r['imported'] for r in rows)} messages imported while following; the next run reads on from where this one stopped\n"
     assert {(r["name"], Path(r["file"]).name) for r in rows} >= {("api", "s1.jsonl"), ("tool", "rollout-1.jsonl"), ("api", "notes.jsonl")}
 
     append(claude, claude_turn("s2", 1))  # written while nobody follows: the next run reads on from there
@@ -250,8 +250,9 @@ def test_an_unreadable_file_or_directory_is_said_once_and_the_others_are_followe
         code, rows, err = stop(proc)
     assert code == 143
     lines = err.splitlines()
-    assert lines == [f"pimem: warning: {sessions.resolve() / name}: Permission denied; following the others, trying it again"
-                     for name in ("locked", "shut.jsonl")], err
+    assert lines == [*(f"pimem: warning: {sessions.resolve() / name}: Permission denied; following the others, trying it again"
+                       for name in ("locked", "shut.jsonl")),
+                     "pimem: interrupted: 10 messages imported while following; the next run reads on from where this one stopped"], err
     assert {Path(r["file"]).name for r in rows} == {"open.jsonl", "shut.jsonl", "l1.jsonl"}
 
 
@@ -307,7 +308,9 @@ def test_watch_import_says_once_what_stops_an_import_and_goes_on_once_it_is_mend
         time.sleep(5.0)  # rounds of the follower meet the damage
         assert day.read_bytes().count(b"\n") == 3  # nothing logged past the damage
         assert watcher.poll() is None, watcher.communicate()  # it goes on, having stopped building that memory
-        day.write_bytes(good)  # mended by a person
+        mended = day.with_name(".mended")  # mended by a person, atomically: a file truncated and rewritten in
+        mended.write_bytes(good)           # place could be read, or appended to, while empty
+        os.replace(mended, day)
         wait_for(lambda: len(texts("api")) == 4)
     finally:
         watcher.send_signal(signal.SIGTERM)

@@ -420,7 +420,7 @@ def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_opt
     user, dotfiles = tmp_path / "user", tmp_path / "dotfiles"
     (user / ".claude").mkdir(parents=True)
     dotfiles.mkdir()
-    (dotfiles / "settings.json").write_text('{"x": 123456789012345678901234567890, "hooks": {}}')
+    (dotfiles / "settings.json").write_text('{"x": 123456789012345678901234567890, "y": [1.50, 1E2, -0, 1e400], "hooks": {}}')
     settings = user / ".claude" / "settings.json"
     settings.symlink_to(dotfiles / "settings.json")
     done = install("-n", "shop", "--budget", "100", "--timeout", "40", home_dir=user)
@@ -428,6 +428,8 @@ def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_opt
     assert settings.is_symlink()  # the link stays; the file it names gets the hooks
     written = (dotfiles / "settings.json").read_text()
     assert '"x": 123456789012345678901234567890' in written  # as written, not a float
+    assert json.loads(written)["y"] == [1.5, 100.0, 0, float("inf")]  # (1e400 as written: not Infinity, which
+    assert "1.50,\n    1E2,\n    -0,\n    1e400\n" in written         # JavaScript's JSON.parse refuses)
     ours = json.loads(written)["hooks"]["Stop"][0]["hooks"][0]
     assert ours["command"].endswith(" hook claude-code --name shop --budget 100 --timeout 40") and ours["timeout"] == 45
     settings.unlink()

@@ -640,8 +640,19 @@ def test_bad_input_exits_2_and_writes_nothing(run, home, tmp_path, monkeypatch, 
 def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", codex_lines()[:1] + ["[1, 2]"])
     result = run("import", path, "--format", "codex", "-n", "t")
-    assert result.exit_code == 0 and "1 malformed" in result.stdout and "x.jsonl:2: not a Codex rollout line" in result.stderr
+    assert result.exit_code == 1 and "1 malformed" in result.stdout and "x.jsonl:2: not a Codex rollout line" in result.stderr
+    assert result.stderr.endswith("pimem: error: nothing to import: 1 malformed line skipped and no message read\n")
     assert not (home / "t").exists()  # nothing imported: the memory is not created
+
+
+def test_a_nul_in_an_imported_text_keeps_the_message_and_says_so(run, home, tmp_path):
+    lines = claude_lines()
+    lines[6]["message"]["content"][0]["content"] = [{"type": "text", "text": "Exit code 2\nbinary\u0000output"}]
+    result = run("import", write_jsonl(tmp_path / "c.jsonl", lines))
+    assert result.exit_code == 0 and "7 imported" in result.stdout
+    assert f"{(tmp_path / 'c.jsonl').resolve()}:7: its NUL characters are logged as \u2400 (U+2400)" in result.stderr
+    assert brief(messages("api"))[2:4] == [("tool", 'Bash({"command":"make serve"})'), ("echo", "Exit code 2\nbinary\u2400output")]
+    assert run("append", "api", "a\u0000b").exit_code == 2  # (what a person gives pimem itself is refused, not changed)
 
 
 @pytest.mark.parametrize(

@@ -299,7 +299,10 @@ def test_a_text_listing_too_small_for_any_record_says_so_in_text(run, home):
     run("remember", "main", "a")
     run("remember", "main", "b")
     assert run("memories", "main", "--budget", "60").stdout == "pimem memories (2; none fits in 60 characters)\n"
-    assert run("memories", "main", "--budget", "60", "--json").stdout == "{}\n"  # JSON: the empty document
+    assert run("memories", "main", "--budget", "20").stdout == "(2)\n"
+    assert orjson.loads(run("memories", "main", "--budget", "80", "--json").stdout) == {"source": "memory-log", "count": 2, "offset": 0, "truncated": True}
+    assert run("memories", "main", "--budget", "30", "--json").stdout == '{"count":2,"truncated":true}\n'  # the count, while it fits
+    assert run("memories", "main", "--budget", "20", "--json").stdout == "{}\n"  # then the empty document
 
 
 @pytest.mark.parametrize("wrong", [{"session": 5}, {"session": ["S"]}, {"text": 5}, {"supersede": 5}])

@@ -253,6 +253,9 @@ def test_raw_many_entries_are_whole_with_the_omitted_ids_listed(run, home):
     assert orjson.loads(first)["i"] == 0
     none_fit = run("recall", "main", "--ids", "0,1", "--raw", "--budget", "2000").stdout
     assert none_fit.startswith("pimem recall (2 results; 0 included)") and "[0,1]" in none_fit
+    tiny = [run("recall", "main", "--ids", "0,1", "--budget", b).stdout for b in (12, 60)]  # too small for a listing:
+    assert tiny == ["(2 results)\n", "pimem recall (2 results; none fits in 60 characters)\n"]  # still the count
+    assert orjson.loads(run("recall", "main", "--ids", "0,1", "--budget", "80", "--json").stdout) == {"source": "pimem-recall", "action": "read", "count": 2, "truncated": True}
 
 
 def test_budgets_hold_with_five_thousand_huge_ids_and_escapes(run, home):
@@ -305,6 +308,8 @@ def test_bad_requests_exit_2_and_unknown_memories_3(run, home):
     log(run, *SESSION)
     for args in (["--limit", "31"], ["--limit", "0"], ["--kind", "robot"], ["--source-class", "x"], ["--page", "0"]):
         assert run("recall", "main", *args).exit_code == 2, args
+    for limit in ("0", "31"):  # one range, said the same way either side of it
+        assert "from 1 to 30" in run("recall", "main", "--limit", limit).stderr
     assert run("recall", "nope", "x").exit_code == 3 and not (home / "nope").exists()
     assert run("recall", "nope").exit_code == 1  # a lone word naming no memory is the query, in main
 

@@ -116,14 +116,15 @@ def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, si
     assert not (home / "m" / "lock.json").exists()
 
 
-def test_ctrl_c_while_a_command_waits_says_so_in_one_line(home):
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_a_signal_while_a_command_waits_says_so_in_one_line(home, sig, code):
     assert subprocess.run(pimem_cmd("append", "m", "first"), env=subprocess_env(), capture_output=True).returncode == 0
-    for args in (["append", "m", "-"], ["since", "m", "#0", "--follow"]):
+    for args in (["append", "m", "-"], ["since", "m", "#0", "--follow"]):  # (SIGTERM too: not a silent death)
         proc = start(*args, stdin=subprocess.PIPE)
         time.sleep(1.0)  # (waiting on stdin, or for new messages)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130 and err == b"pimem: interrupted\n", (args, err)
+        assert proc.returncode == code and err == b"pimem: interrupted\n", (args, err)
     assert Memory.open("m").count() == 1
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import env, output, stopping
+from ..errors import NothingFound
 from ..memory import Memory
 from ..options import Home, Json, Timeout, offer
 
@@ -53,20 +54,25 @@ def command(
     groups = {name: sources} if name is not None else by_project(sources)
     mems = {memory: Memory.at(memory, home) for memory in groups}
     before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
+    read = malformed = 0
     try:
         with stopping.armed():
             for memory, group in groups.items():
                 if name is None:
                     output.info(f"importing into memory '{memory}' (choose another with --name)")
-                _import(mems[memory], group, json, timeout)
+                reports = _import(mems[memory], group, json, timeout)
+                read += sum(r.imported + r.present for r in reports)
+                malformed += sum(r.malformed for r in reports)
     except stopping.Interrupted as exc:
         logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
         output.info(f"pimem: interrupted: {output.count(logged, 'message')} imported; "
                     "the same import again reads on from where this one stopped")
         raise typer.Exit(exc.code) from None
+    if malformed and not read:
+        raise NothingFound(f"nothing to import: {output.count(malformed, 'malformed line')} skipped and no message read")
 
 
-def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> None:
+def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> list:
     from ..importers import run
 
     with _progress(sum(s.size for s in sources)) as on_progress:
@@ -80,13 +86,14 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> No
         for report in reports:
             output.json_line({"name": mem.name, **report.as_dict()})
         output.json_line({"name": mem.name, "files": len(reports), **total, "messages": messages})
-        return
+        return reports
     if len(reports) > 1:
         for report in reports:
             how = ", ".join([report.format] + _whence(report))
             output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
     note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
     output.line(f"{mem.name}: {_counts(**total)}; {output.count(messages, 'message')} in all{note}")
+    return reports
 
 
 def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:
@@ -95,7 +102,11 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
 
     from ..importers.follow import Follower
 
+    imported = 0
+
     def show(memory: str, report) -> None:
+        nonlocal imported
+        imported += report.imported
         if json:
             output.json_line({"name": memory, **report.as_dict()})
         else:
@@ -107,6 +118,8 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, stop.handler)
     follower.run(stop)
+    output.info(f"pimem: interrupted: {output.count(imported, 'message')} imported while following; "
+                "the next run reads on from where this one stopped")
     raise typer.Exit(128 + stop.signum)
 
 

@@ -18,7 +18,7 @@ def command(
     file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.", autocompletion=MESSAGE_KINDS)] = None,
     page: Annotated[int, typer.Option("--page", help="Page of results, from 1.", click_type=param(count, "INTEGER", lo=1))] = 1,
-    limit: Annotated[int, typer.Option("--limit", help="Results per page, 1-30.", click_type=param(count, "INTEGER", lo=1))] = 8,
+    limit: Annotated[int, typer.Option("--limit", help="Results per page, 1-30.", click_type=param(count, "INTEGER", lo=1, hi=30))] = 8,
     raw: Annotated[bool, typer.Option("--raw", help="The stored messages as JSON; one long message pages by --offset/--raw-limit.")] = False,
     offset: Annotated[Optional[int], typer.Option("--offset", help="With --raw and one id: first character of its JSON to show.", click_type=param(count, "INTEGER"))] = None,
     raw_limit: Annotated[Optional[int], typer.Option("--raw-limit", help="With --raw and one id: most characters of its JSON to show.", click_type=param(count, "INTEGER"))] = None,

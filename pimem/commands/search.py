@@ -41,8 +41,10 @@ def command(
       pimem search 蓝鲸 --since 3d --json | jq .i
       pimem search port --kind user --before 120 --limit 5
     """
+    from .. import naming
     from .. import search as searching
 
+    naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
     unread = output.Unread()
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:

@@ -35,6 +35,7 @@ from .state import ImportState, key_of
 PROGRESS_STEP = 1024 * 1024
 INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
 ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be unchanged to read on from it
+NUL_SHOWN = "\u2400"  # ␀: a NUL in an imported text is logged as this, the message kept (the log holds no NUL)
 
 
 @dataclass
@@ -235,6 +236,10 @@ class _File:
             self._malformed(line_no, str(exc))
             return
         for rec in records:
+            text = rec.get("text")
+            if isinstance(text, str) and "\x00" in text:  # (a tool's binary output, say: kept, its NULs shown)
+                rec = {**rec, "text": text.replace("\x00", NUL_SHOWN)}
+                self.warn(f"{self.source.path}:{line_no}: its NUL characters are logged as {NUL_SHOWN} (U+2400): the log holds no NUL")
             try:
                 msg = msgs.normalise(rec, self.cap, self.stamp, raw)
             except BadInput as exc:
