@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("500", "429", "hang", "malformed", "empty", "long", "length")
+FAULTS = ("500", "429", "hang", "malformed", "empty", "nochoices", "long", "length")
 
 
 def summary_for(body: str) -> str:
@@ -130,6 +130,8 @@ class FakeLLM:
                                "total_tokens": tokens_in + tokens_out}}
             if cached:
                 reply["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+            if fault == "nochoices":  # (no choice at all, the tokens still counted)
+                reply["choices"] = []
         else:  # Anthropic counts cached input apart from input_tokens
             reply = {"id": "x", "type": "message", "role": "assistant", "model": body.get("model"),
                      "content": [{"type": "text", "text": text}] if text else [],

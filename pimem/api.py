@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from . import budget
 from .errors import BadInput, as_error
 from .memory import Memory
 from .message import TOOL_KINDS
@@ -21,7 +22,71 @@ Home = str | os.PathLike | None
 SINCE_LIMIT = 100  # messages per since call by default
 MAX_LIMIT = 1000
 MESSAGE_CHARS = 50_000  # characters of one message per call by default
+SINCE_CHARS = 200_000  # characters of text a since call returns at most (then ``next`` goes on)
+LAST_USER_CHARS = 500  # characters of the last thing the user said, in a listing
 VIEW_LINES = 200  # the latest view lines by default
+
+
+def _checked(func):
+    """``func`` refusing an argument of the wrong type with ``BadInput`` naming it (``message: i must be int,
+    not str``) before anything is read, as it refuses one out of bounds: a caller's mistake is a
+    ``PimemError`` like any other, never a ``TypeError`` from deep inside. Text must be UTF-8."""
+    import functools
+    import inspect
+    import typing
+
+    signature, hints = inspect.signature(func), typing.get_type_hints(func)
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            given = signature.bind(*args, **kwargs).arguments
+        except TypeError as exc:
+            raise BadInput(f"{func.__name__}: {exc}") from None
+        for name, value in given.items():
+            if not _fits(value, hints[name]):
+                raise BadInput(f"{func.__name__}: {name} must be {_named(hints[name])}, not {type(value).__name__}")
+            for text in value if isinstance(value, list) else [value]:
+                if isinstance(text, str) and not _utf8(text):
+                    raise BadInput(f"{func.__name__}: {name} is not valid UTF-8 (it holds a lone surrogate)")
+        return func(*args, **kwargs)
+
+    return call
+
+
+def _fits(value, hint) -> bool:
+    import types
+    import typing
+
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return any(_fits(value, option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is list:
+        (item,) = typing.get_args(hint)
+        return isinstance(value, list) and all(_fits(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint in (int, float):
+        return isinstance(value, hint) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _named(hint) -> str:
+    import typing
+
+    if typing.get_origin(hint) is list:
+        return f"a list of {_named(typing.get_args(hint)[0])}"
+    args = typing.get_args(hint)
+    if args:
+        return " or ".join(_named(a) for a in args)
+    return {type(None): "None", os.PathLike: "a path"}.get(hint, getattr(hint, "__name__", str(hint)))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _budget(budget: int | None) -> int:
@@ -61,6 +126,7 @@ class _Held:
         return {**msg, "held": held}
 
 
+@_checked
 def list_memories(home: Home = None) -> list[dict]:
     """Every memory: name, message count, first and last dates, the last thing the user said; for one that
     cannot be read (its log damaged), its name and the ``error``."""
@@ -68,7 +134,10 @@ def list_memories(home: Home = None) -> list[dict]:
     for mem in Memory.all(home, refused=lambda mem, exc: out.append({"name": mem.name, "error": str(exc)})):
         with mem:
             try:
-                out.append(mem.summary())
+                row = mem.summary()
+                if row["last_user"] is not None:
+                    row["last_user"] = budget.clip(row["last_user"], LAST_USER_CHARS)
+                out.append(row)
             except Exception as exc:
                 if (error := as_error(exc)) is None:
                     raise
@@ -76,6 +145,7 @@ def list_memories(home: Home = None) -> list[dict]:
     return out
 
 
+@_checked
 def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = MESSAGE_CHARS, home: Home = None) -> dict:
     """Message ``i`` whole, or a window of its text (``offset``, ``max_chars``) with ``next_offset`` when more
     remains."""
@@ -94,9 +164,12 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
     return out
 
 
+@_checked
 def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE_LIMIT, include_tools: bool = False, home: Home = None) -> dict:
     """Up to ``limit`` messages from message ``start`` (or from the date/time ``when``), and ``next``: the ``i``
-    to ask for next (None at the end)."""
+    to ask for next (None at the end). At most ``SINCE_CHARS`` characters of text come back: a message's text
+    past ``MESSAGE_CHARS`` is cut, with ``chars`` and ``next_offset`` for ``message`` to read on, and the call
+    ends early (``next`` says where) once its texts reach the bound."""
     from . import when as whens
 
     _bounded(limit, "limit")
@@ -105,17 +178,22 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
             first = mem.first_at(whens.parse_when(when))
             start = mem.count() if first is None else first
         _bounded(start, "start", MAX_I, 0)
-        out, position, held = [], start, _Held(mem, include_tools)
+        out, position, held, chars = [], start, _Held(mem, include_tools), 0
         for msg in mem.messages(start):
-            if len(out) == limit:
+            if len(out) == limit or chars >= SINCE_CHARS:
                 break
             position = msg["i"] + 1
             if msg["kind"] in TOOL_KINDS and not include_tools:
                 continue
+            text = msg["text"]
+            if len(text) > MESSAGE_CHARS:
+                msg = {**msg, "text": text[:MESSAGE_CHARS], "chars": len(text), "next_offset": MESSAGE_CHARS}
+            chars += len(msg["text"])
             out.append(held(msg))
         return {"messages": out, "next": position if position < mem.count() else None}
 
 
+@_checked
 def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
            kinds: list[str] | None = None, include_tools: bool = False, since: str | None = None,
            before: int | None = None, limit: int = 20, home: Home = None) -> dict:
@@ -150,6 +228,7 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     return {"hits": hits, **({"unread": unread} if unread else {})}
 
 
+@_checked
 def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:
     """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
@@ -170,6 +249,7 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     }
 
 
+@_checked
 def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -> dict:
     """Expand a node ``id+n``: for n=1 the original message (with ``held``), else its two halves as lines
     (``text`` null while a half is not summarised yet)."""
@@ -187,7 +267,8 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
     return found
 
 
-def recall(name: str, query: str = "", ids: list[str] | None = None, file: str | None = None, kind: str | None = None,
+@_checked
+def recall(name: str, query: str = "", ids: list[int | str] | None = None, file: str | None = None, kind: str | None = None,
            page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None, home: Home = None) -> dict:
     """pimem's bounded recall (``pimem recall --json``): search, list or read messages, as one JSON document
     never longer than ``budget`` characters, each result with ``held``."""
@@ -195,14 +276,13 @@ def recall(name: str, query: str = "", ids: list[str] | None = None, file: str |
 
     from . import recall as recalls
 
-    if not isinstance(query, str) or not all(isinstance(i, (str, int)) and type(i) is not bool for i in ids or []):
-        raise BadInput("query is a string and ids a list of message numbers or entry ids")
     request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []]), file=file, kind=kind, page=page,
                               limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     with Memory.open(name, home) as mem:
         return orjson.loads(recalls.recall(mem, request))
 
 
+@_checked
 def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
                   limit: int = 30, session: str | None = None, budget: int | None = None, home: Home = None) -> dict:
     """The authoritative memories (``pimem memories --json``): live ones (pinned, active, provisional) or
@@ -220,6 +300,7 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
     return {**listing, "damaged": damaged[0]} if damaged else listing
 
 
+@_checked
 def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
                    supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
     """Propose a memory as the model would: it is written provisional, and only the user makes it active

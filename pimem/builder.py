@@ -372,8 +372,10 @@ class ContextView:
         from .view import View
 
         cfg = mem.config
+        self.mem = mem
         self.line_bytes = int(cfg["line_bytes"])
         self.stored_text = stored_text
+        self.shown: dict[tuple[int, int], str] = {}  # each line as a reader sees it (tool traffic taken out)
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
@@ -416,7 +418,7 @@ class ContextView:
         its oldest lines within ``hi`` and its newest in the rest, not those between (their ids show the gap).
         Within that bound the view is sent whole, so the prefix a prompt cache keeps grows from call to call."""
         if self._rendered is None or self._rendered[0] != self.view.changes:
-            lines = self.view.render(cut_unbuilt=True)
+            lines = self._shown_lines()
             before = [0, *itertools.accumulate(len(line.encode()) + 1 for line in lines)]
             self._rendered = (self.view.changes, lines, [_line_end(line) for line in lines], before)
         _, lines, ends, before = self._rendered
@@ -427,6 +429,21 @@ class ContextView:
         head = bisect.bisect_right(before, most // 2, 0, stop) - 1
         recent = bisect.bisect_left(before, before[stop] - (most - before[head]), head, stop)
         return "\n".join(lines[:head] + lines[recent:stop])
+
+    def _shown_lines(self) -> list[str]:
+        """The built lines as a reader without tools sees them (``privacy.hide_tools``), so a call is never
+        shown the tool traffic of another span to quote: what a summary quotes of tool traffic is its own
+        span's, which the read paths mask. Each line is worked out once (a built line never changes)."""
+        from .privacy import hide_tools
+        from .view import render_line
+
+        rows = self.view.texts(cut_unbuilt=True)
+        todo = [row for row in rows if row[:2] not in self.shown]
+        if todo:
+            shown = hide_tools(self.mem.messages, todo, holds=self.mem.span_holds, stored=self.mem.leaf_line)
+            self.shown.update(((l, i), text) for (l, i, _), text in zip(todo, shown))
+        self.shown = {(l, i): self.shown[(l, i)] for l, i, _ in rows}  # (only the lines the view still holds)
+        return [render_line(l, i, self.shown[(l, i)]) for l, i, _ in rows]
 
 
 def _line_end(line: str) -> int:

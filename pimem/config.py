@@ -67,6 +67,7 @@ _SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": 
 _COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": str, "command": str,
                      "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
                      "retry_seconds": _NUMBER, "max_tokens": _COUNT}
+_COMPACTOR_MOST = {"timeout": 31_622_400, "retry_seconds": 31_622_400}  # seconds: a year, as --timeout takes
 
 
 def _wrong(value, shape) -> bool:
@@ -95,7 +96,8 @@ def settings(path: Path) -> dict:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
-                if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(knob_value, _COMPACTOR_SHAPES[knob]):
+                if knob in _COMPACTOR_SHAPES and knob_value is not None and (
+                        _wrong(knob_value, _COMPACTOR_SHAPES[knob]) or knob_value > _COMPACTOR_MOST.get(knob, knob_value)):
                     key, value, wrong = f"compactor.{knob}", knob_value, True
                     break
         if wrong:

@@ -36,6 +36,7 @@ deleted and rebuilt; deleting it loses nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
@@ -46,7 +47,7 @@ from typing import Callable, Iterator, NamedTuple
 import orjson
 
 from . import env, rankindex, when
-from .errors import Busy, ExitStatus, PimemError
+from .errors import Busy, ExitStatus, IntegrityError, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_binary, open_fd
@@ -215,6 +216,7 @@ class Index:
         self.shard_path = directory / SHARD_FILENAME
         self.log = log
         self._db: sqlite3.Connection | None = None
+        self._files: tuple = ()  # the index files the connection opened (``_identities``)
         self._file_names: dict[int, str] = {}
         self._fds: dict[int, int] = {}  # open log files by file id
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
@@ -225,6 +227,7 @@ class Index:
     def db(self) -> sqlite3.Connection:
         if self._db is None:
             self._db = self._connect()
+            self._files = self._identities()  # what it opened (see _holding_lock)
         return self._db
 
     def _connect(self) -> sqlite3.Connection:
@@ -315,8 +318,26 @@ class Index:
                 raise
             env.stderr().write(f"pimem: warning: {self.path} was damaged ({exc}); rebuilding it from the log\n")
             self.close()
-            remove_files(self.path)
+            with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
+                remove_files(self.path)
             return work()
+
+    def empty(self) -> None:
+        """Take every message out of the search index (both files, one transaction); the tree's tables stay."""
+        db = self.db
+        if self.read_only:
+            raise self._unwritable("cannot have its search index rebuilt")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for schema in SCHEMAS:
+                for table in (*TABLES, *rankindex.WORD_TABLES.values()):  # (contentless FTS5: emptied so)
+                    db.execute(f"INSERT INTO {schema}.{table} ({table}) VALUES ('delete-all')")
+                for table in ("files", "word_docs", "word_stats", *(("msgs",) if schema == "main" else ())):
+                    db.execute(f"DELETE FROM {schema}.{table}")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     # ---- catching up -------------------------------------------------------------------------------------
 
@@ -363,16 +384,23 @@ class Index:
 
     def _holding_lock(self, work: Callable[[], int]) -> int:
         """One catch-up at a time (two files are written, so SQLite's own write lock is not enough): the
-        holder re-reads how far each file got once it holds this, so nothing is indexed twice."""
-        from .lock import WriterLock
-
-        lock = WriterLock(self.path.with_name(CATCH_UP_LOCK))
-        if not lock.acquire(env.lock_timeout()):
-            raise Busy(f"{self.path} is being caught up by another process; try again")
-        try:
+        holder re-reads how far each file got once it holds this, so nothing is indexed twice, from the files
+        now at the index's paths (a rebuild may have replaced those this connection opened)."""
+        with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
+            if self._db is not None and self._files != self._identities():
+                self.close()  # (the next use of db connects to the files there now)
             return work()
-        finally:
-            lock.release()
+
+    def _identities(self) -> tuple:
+        """The index files now at its paths, as (device, inode), None where there is none."""
+        out = []
+        for path in (self.path, self.shard_path):
+            try:
+                st = os.stat(path)
+                out.append((st.st_dev, st.st_ino))
+            except FileNotFoundError:
+                out.append(None)
+        return tuple(out)
 
     def _add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:
         from .indexer import Batch
@@ -672,13 +700,36 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
 
 
 def rebuild(directory: Path, log, progress=None) -> int:
-    """Delete the index and build it again from the log; returns how many messages it holds."""
-    remove_files(directory / FILENAME)
+    """Build the search index again from the log; returns how many messages it holds. It is emptied in one
+    transaction while ``index.lock`` is held, not deleted: readers that have it open go on reading it (a
+    file deleted under them would fail their next query); a damaged one is deleted, under the lock too (a
+    reader that opened it notices, once it holds the lock, and opens the new files)."""
     index = Index(directory, log)
     try:
+        with _catch_up_lock(directory / CATCH_UP_LOCK):
+            try:
+                index.empty()
+            except (sqlite3.DatabaseError, IntegrityError) as exc:  # damaged, or a link planted in its place
+                if isinstance(exc, sqlite3.DatabaseError) and not _damaged(exc):
+                    raise
+                index.close()
+                remove_files(directory / FILENAME)
         return index.catch_up(progress)
     finally:
         index.close()
+
+
+@contextlib.contextmanager
+def _catch_up_lock(path: Path):
+    from .lock import WriterLock
+
+    lock = WriterLock(path)
+    if not lock.acquire(env.lock_timeout()):
+        raise Busy(f"{path.with_name(FILENAME)} is being caught up by another process; try again")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def stderr_progress(label: str) -> Callable[[int, int], None] | None:

@@ -30,10 +30,28 @@ def _sdk():
     return MCPServer, ToolError
 
 
+def _arguments_refused(exc) -> str:
+    """A pydantic ``ValidationError`` of a call's arguments as one line: each field and what it must be."""
+    return "bad arguments: " + "; ".join(
+        f"{'.'.join(str(part) for part in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
+
+
 def build(home: api.Home = None):
     """The server with every tool, reading the memories under ``home``."""
     server_class, tool_error = _sdk()
-    server = server_class("pimem", instructions=INSTRUCTIONS, log_level="WARNING")
+    from pydantic import ValidationError
+
+    class Server(server_class):
+        async def call_tool(self, name, arguments, context=None):
+            """Arguments the schema refuses come back in one line, not pydantic's report of many."""
+            try:
+                return await super().call_tool(name, arguments, context)
+            except tool_error as exc:
+                if isinstance(exc.__cause__, ValidationError):
+                    raise tool_error(f"Error executing tool {name}: {_arguments_refused(exc.__cause__)}") from exc.__cause__
+                raise
+
+    server = Server("pimem", instructions=INSTRUCTIONS, log_level="WARNING")
 
     def tool(func):
         """Register ``func``; a pimem error reaches the client as a tool error with its message."""

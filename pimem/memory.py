@@ -179,16 +179,29 @@ class Memory:
         """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels[n]`` if given)
         before anything is written. Records without a date get one timestamp for the whole batch."""
         cap = self.text_cap
+        if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
+            raise BadInput(f"the records to log are a list of messages ({{kind, text, …}}), not a {type(records).__name__}")
         records = records if isinstance(records, list) else list(records)
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
         out: list[dict] = []
         try:
             for record in records:
-                out.append(normalise(record, cap, stamp))
+                msg = normalise(record, cap, stamp)
+                if "meta" in msg:  # (a library caller's: non-string keys, a set, a lone surrogate are JSON's refusals)
+                    try:
+                        orjson.dumps(msg["meta"])
+                    except TypeError as exc:
+                        raise BadInput(f"meta cannot be stored as JSON: {exc}") from None
+                out.append(msg)
         except BadInput as exc:
             n = len(out)
-            label = labels[n] if labels is not None else (f"message {n + 1}" if len(records) > 1 else None)
+            try:
+                label = labels[n] if labels is not None else None
+            except IndexError:  # (fewer labels than records: numbered instead)
+                label = None
+            if label is None and len(records) > 1:
+                label = f"message {n + 1}"
             raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
         return out
 
@@ -365,6 +378,9 @@ class Memory:
 
     def since_entries(self, moment: datetime, until: datetime | None = None) -> Iterator[tuple[dict, bytes]]:
         """``since`` as ``(message, stored line)`` pairs."""
+        for value, what in ((moment, "moment"), (until, "until")):
+            if (value is not None or what == "moment") and not (isinstance(value, datetime) and value.utcoffset() is not None):
+                raise BadInput(f"{what} must be a datetime with its UTC offset (an aware datetime), not {value!r:.60}")
         low = when.Threshold(moment)
         high = when.Threshold(until) if until is not None else None
         for entry in self.log.entries(self._start_near(low)):
@@ -400,6 +416,10 @@ class Memory:
         homes.validate_name(consumer, "consumer")
         if type(next_i) is not int or next_i < 0:
             raise BadInput(f"a cursor is a message number, not {next_i!r}")
+        if not self.exists():
+            raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')")
+        if next_i > (count := self.count()):  # (a consumer cannot have seen what is not logged yet)
+            raise BadInput(f"a cursor is at most the log's {count:,} messages, not #{next_i}")
         lock = WriterLock(self.path / "cursors.lock")
         if not lock.acquire(env.lock_timeout()):
             raise Busy(f"the cursors of memory '{self.name}' are locked by another consumer; try again")

@@ -138,6 +138,9 @@ class Scheduler:
     def _dispatch(self, now: float) -> bool:
         """Start what can start; True when something was built inline (so look again at once)."""
         progressed = False
+        # said again by this pass if a call still cannot be afforded: one refused while others were in flight
+        # may well fit once they have cost what they did, not their worst case
+        self.stopped_for_cost = False
         for builder in list(self.builders):
             with self.refusing(builder.name, builder):
                 progressed = self._dispatch_one(builder, now) or progressed

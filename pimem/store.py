@@ -243,7 +243,9 @@ class Log:
         seen = bytearray()
         for name in self._names():
             for _, line in _lines(self.dir / name):
-                comma = line.find(b",", 5, 32) if line.startswith(b'{"i":') else -1
+                # (the number read off the line's head only when it ends as an object does: a torn line
+                # sealed by a writer keeps its head, and is no message)
+                comma = line.find(b",", 5, 32) if line.startswith(b'{"i":') and line.endswith(b"}") else -1
                 if comma > 5 and line[5:comma].isdigit():
                     i = int(line[5:comma])
                 else:

@@ -487,6 +487,10 @@ class View:
     def render(self, end: int | None = None, cut_unbuilt: bool = False) -> list[str]:
         """Rendered lines; with ``end`` only lines ending at or before message ``end`` (exclusive bound); with
         ``cut_unbuilt`` stopping at the first unbuilt line (what a compactor may see)."""
+        return [render_line(l, i, text) for l, i, text in self.texts(end, cut_unbuilt)]
+
+    def texts(self, end: int | None = None, cut_unbuilt: bool = False) -> list[tuple[int, int, str | None]]:
+        """``(l, i, text)`` of the lines ``render`` renders."""
         out = []
         self._prefetch(len(self.lines) if end is None else bisect.bisect_right(self.starts, end))
         for j, (l, i, _, _) in enumerate(self.lines):
@@ -495,7 +499,7 @@ class View:
             text = self.text(j)
             if text is None and cut_unbuilt:
                 break
-            out.append(render_line(l, i, text))
+            out.append((l, i, text))
         return out
 
     def fill(self, texts: dict[str, str]) -> None:

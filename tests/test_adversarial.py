@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime
 
 import orjson
 import pytest
@@ -141,13 +142,22 @@ def test_the_python_api_refuses_bad_values_as_pimem_errors(store):
 
     home = store
     mem = Memory.open("m", home)
+    before = snapshot(home)
     for call, error in ((lambda: list(mem.messages(-5)), BadInput), (lambda: mem.message(2**63), NotFound),
                         (lambda: mem.message("3"), BadInput), (lambda: mem.save_cursor("c", -1), BadInput),
+                        (lambda: mem.save_cursor("c", mem.count() + 1), BadInput),  # (past the log: never seen)
+                        (lambda: Memory.at("ghost", home).save_cursor("c", 0), NotFound),
+                        (lambda: mem.first_at(datetime(2026, 10, 8)), BadInput),  # naive: which zone?
+                        (lambda: list(mem.since("2026-10-08")), BadInput), (lambda: mem.append(None), BadInput),
+                        (lambda: mem.append([{"kind": "user", "text": "x", "meta": {1: "a"}}]), BadInput),
+                        (lambda: mem.append([{"kind": "user", "text": "x", "meta": {"k": "\udcff"}}]), BadInput),
+                        (lambda: mem.prepare([{"kind": "user", "text": "x"}, {"kind": "robot"}], labels=["line 7"]), BadInput),
                         (lambda: api.memory_search("m", budget=1, home=home), BadInput),
                         (lambda: api.recall("m", query=None, home=home), BadInput),
                         (lambda: api.message("m", 0, offset=1.5, home=home), BadInput)):
         with pytest.raises(error):
             call()
+    assert snapshot(home) == before  # (refused before the writer lock: ranges.json not even rewritten)
     assert api.memory_search("m", budget=2, home=home) == {}  # nothing fits: the empty document
     assert [r["id"] for r in api.recall("m", ids=[0], home=home)["results"]] == [0]  # numbers as numbers
 

@@ -47,6 +47,17 @@ def test_a_valid_line_added_behind_its_back_is_seen_by_every_reader_and_writer(s
     assert sh("fsck", "m").returncode == 0
 
 
+def test_a_valid_line_added_behind_its_back_after_a_sealed_torn_line_is_seen(sh, log):
+    """A crash tore the last line; the next append sealed it (it keeps the head ``{"i":9,``) and logged #9
+    itself: a line then added by hand is a change like any other, not a duplicate of the torn head."""
+    day = log / f"{DAYS[-1]}.jsonl"
+    append_behind(day, line(9, "torn by a crash")[:-20])
+    assert sh("append", "m", "after the crash").stdout == b"9\n"
+    append_behind(day, line(10, "restored by a sync tool"))
+    assert b"restored by a sync tool" in sh("since", "m", "#10").stdout
+    assert sh("append", "m", "next").stdout == b"11\n" and sh("fsck", "m").returncode == 0
+
+
 @pytest.mark.parametrize("wrong,what", [(11, "gap"), (4, "duplicate")])
 def test_a_gap_or_duplicate_added_behind_its_back_stops_every_command(sh, log, wrong, what):
     append_behind(log / f"{DAYS[-1]}.jsonl", line(wrong, "written by an editor"))
@@ -123,7 +134,8 @@ def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh,
 
 @pytest.mark.parametrize("config", [b"{x", b"[1]", b'{"view":{"hi":"128k"}}', b'{"view":[]}', b'{"context_wait":-1}', b'{"line_bytes":true}',
                                     b'{"view":{"hi":1000,"lo":2000}}', b'{"view":{"hi":200}}', b'{"compactor":{"price_in":"0.15"}}', b'{"compactor":{"timeout":"60s"}}',
-                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"model":["m"]}}'])
+                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
+                                    b'{"compactor":{"retry_seconds":31622401}}'])
 @pytest.mark.parametrize("where", ["memory", "home"])
 def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(sh, log, config, where):
     path = (log.parent if where == "memory" else log.parent.parent) / "config.json"

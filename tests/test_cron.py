@@ -91,6 +91,11 @@ def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, mon
         assert server.requests == []  # no call, so nothing to retry
         assert orjson.loads(run("status", "offline", "--json").stdout)["tree"]["pending"] == 0  # the others are built
         assert orjson.loads(run("status", "main", "--json").stdout)["failures"] == []
+        for key, said in (("   ", "is blank"), ("sk-abc\ndef\n", "holds a control character")):
+            monkeypatch.setenv("PIMEM_TEST_KEY", key)  # (no call could use it either)
+            assert f"$PIMEM_TEST_KEY {said}" in run("model", "main").stderr
+            out = run("build-tree", "--retries", "3")
+            assert out.exit_code == 6 and f"main: $PIMEM_TEST_KEY {said}" in out.stderr and server.requests == []
         monkeypatch.setenv("PIMEM_TEST_KEY", "k-1")
         assert run("model", "main").stderr == ""
         assert run("build-tree").exit_code == 0 and server.requests

@@ -418,3 +418,28 @@ def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, hom
         assert "admin" not in out and "K07=v07" not in out and "PORT=5433" not in out, (args, out)
     assert f"0+4|user: staging config; echo: {TOOL_TEXT}; pi: done" in run("view", "main").stdout
     assert quoted in run("view", "main", "--include-tools").stdout
+
+
+def test_a_model_is_never_shown_another_span_s_tool_output_to_quote(run, home, tmp_path):
+    """The compactor's context is the view as a reader without tools sees it: a summary can quote only its
+    own span's tool traffic (which the read paths mask), never a result from before it that no mask of its
+    span would catch."""
+    quoter = tmp_path / "quoter.sh"  # a model that quotes any secret it is shown
+    quoter.write_text("#!/bin/sh\nk=$(grep -o 'SECRETFILE32 contents: root password is [a-z0-9]*' | head -1)\n"
+                      'echo "summary of work; earlier output: $k"\n')
+    quoter.chmod(0o755)
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 3000, "lo": 1500}, "cview": {"hi": 4000, "lo": 2000},
+                     "compactor": {"provider": "command", "command": str(quoter)}})
+    mem.append([{"kind": "user", "text": "what is in the secret file?"},
+                {"kind": "tool", "text": "cat /root/SECRETFILE32", "meta": {"command": "cat /root/SECRETFILE32"}},
+                {"kind": "echo", "text": SECRET},
+                {"kind": "pi", "text": "I read it for you."}]
+               + [{"kind": "user", "text": f"long message {k} " + LONG * 2} for k in range(12)])
+    assert run("build-tree").exit_code == 0
+    leaves = [Memory.open("main", home).tree.stored(0, i) for i in range(4, 16)]
+    assert all(leaf == "summary of work; earlier output" for leaf in leaves), leaves  # shown no secret to quote
+    for args in (("view", "main"), ("context", "main")):
+        assert "swordfish32" not in run(*args).stdout, args
+    assert run("view", "main", "--include-tools").stdout.count("swordfish32") == 1  # (the result itself, asked for)

@@ -94,6 +94,16 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     assert [r["id"] for r in by_id["results"]] == [8, 11]
 
 
+def test_arguments_the_schema_refuses_come_back_in_one_line(home, talk):
+    _, results = call_all(home, [("message", {"name": "main", "i": "abc"}), ("message", {}),
+                                 ("recall", {"name": "main", "ids": [None]}), ("search", {"query": 5})])
+    texts = [r["content"][0]["text"] for r in results]
+    assert all(r["isError"] for r in results) and all("\n" not in t for t in texts), texts
+    assert texts[0] == "Error executing tool message: bad arguments: i: Input should be a valid integer, unable to parse string as an integer"
+    assert texts[1] == "Error executing tool message: bad arguments: name: Field required; i: Field required"
+    assert texts[3] == "Error executing tool search: bad arguments: query: Input should be a valid string"
+
+
 def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
     run("append", "main", "one more about 5433")  # the index now lags the log
     before = snapshot(home)
@@ -169,3 +179,40 @@ def test_no_api_call_keeps_a_file_open(run, home):
             assert sorted(os.listdir("/proc/self/fd")) == opened
     finally:
         gc.enable()
+
+
+def test_since_and_the_listing_stay_bounded_however_long_the_messages(home):
+    from pimem import Memory, api
+
+    Memory.at("big").append([{"kind": "user", "text": f"{k} " + "x" * 150_000} for k in range(5)])
+    got = api.since("big")
+    assert [(m["i"], len(m["text"]), m["chars"], m["next_offset"]) for m in got["messages"]] == \
+        [(i, api.MESSAGE_CHARS, 150_002, api.MESSAGE_CHARS) for i in range(4)] and got["next"] == 4  # 4 × 50,000: the bound
+    rest = api.message("big", 0, offset=got["messages"][0]["next_offset"], max_chars=200_000)
+    assert got["messages"][0]["text"] + rest["text"] == Memory.open("big").message(0)["text"]  # read on, nothing lost
+    assert api.since("big", got["next"])["messages"][0]["i"] == 4
+    [row] = api.list_memories()
+    assert len(row["last_user"]) <= api.LAST_USER_CHARS and row["last_user"].startswith("4 xxx") and "more chars]" in row["last_user"]
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda api: api.since("main", when=5), "since: when must be str or None, not int"),
+    (lambda api: api.search(None), "search: query must be str, not NoneType"),
+    (lambda api: api.search("5433", names="main"), "search: names must be a list of str or None, not str"),
+    (lambda api: api.search("a\udcffb"), "search: query is not valid UTF-8"),
+    (lambda api: api.recall("main", page="1"), "recall: page must be int, not str"),
+    (lambda api: api.recall("main", ids=[None]), "recall: ids must be a list of int or str or None, not list"),
+    (lambda api: api.message("main", True), "message: i must be int, not bool"),
+    (lambda api: api.message("main"), "message: missing a required argument: 'i'"),
+    (lambda api: api.memory_propose("main", "a\udcff"), "memory_propose: text is not valid UTF-8"),
+    (lambda api: api.list_memories(home=5), "list_memories: home must be str or a path or None, not int"),
+])
+def test_an_api_argument_of_the_wrong_type_is_a_bad_input_naming_it(home, call, said):
+    from pimem import Memory, api
+    from pimem.errors import BadInput
+
+    Memory.at("main").append([{"kind": "user", "text": "the staging db listens on 5433"}])
+    before = snapshot(home)
+    with pytest.raises(BadInput) as refused:
+        call(api)
+    assert str(refused.value).startswith(said) and snapshot(home) == before

@@ -151,13 +151,35 @@ def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
     assert (out / "arg").read_text() == SYSTEM and (out / "file").read_text() == SYSTEM
     stdin = (out / "stdin").read_text()
     assert SYSTEM not in stdin and stdin.startswith("<chat>\n0+1|user: hi\n</chat>\n\nCompaction: compress message 3")
-    system_file = comp.provider()._system_file
+    [system_file] = comp.provider()._system_files.values()
     comp.close()
     assert not Path(system_file).exists()
     # without {system}: one input, the system prompt first (commands that take a single prompt)
     whole = Compactor({"provider": "command", "command": f"cat > {out}/whole; echo 'user: ok'"}, BuildState(tmp_path))
     whole.build(Task(0, 3, kind="user", text="the task's message"))
     assert (out / "whole").read_text().startswith(SYSTEM + "\n\n<chat>")
+
+
+def test_calls_at_once_share_one_system_file_and_leave_none(tmp_path, monkeypatch):
+    import threading
+
+    from pimem.compactor.providers import Command
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # (read TMPDIR again)
+    call = Command('cat > /dev/null; echo "$PIMEM_SYSTEM_FILE"; sleep 0.2')
+    seen = []
+    calls = [threading.Thread(target=lambda: seen.append(call.complete("the system prompt", "", "task", 10).text.strip()))
+             for _ in range(8)]
+    for thread in calls:
+        thread.start()
+    for thread in calls:
+        thread.join(30)
+    assert len(seen) == 8 and len(set(seen)) == 1 and Path(seen[0]).read_text() == "the system prompt"
+    call.close()
+    assert [p.name for p in temp.iterdir() if p.name.startswith("pimem-system-")] == []
 
 
 def test_status_shows_the_share_of_input_read_from_the_prompt_cache(run, home, monkeypatch):
@@ -176,3 +198,13 @@ def test_status_shows_the_share_of_input_read_from_the_prompt_cache(run, home, m
     share = f"{spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache"
     assert share in run("status", "m").stdout
     assert "price_cached_in" in run("model", "m", "--json").stdout
+
+
+def test_a_providers_control_characters_are_shown_not_obeyed(run, home):
+    from pimem import Memory
+
+    Memory.at("m").append([{"kind": "user", "text": "words " * 200}])
+    assert run("model", "m", "command", "--command", r"printf '\033[31mred\007 boom' >&2; exit 1").exit_code == 0
+    assert run("build-tree", "m", "--retries", "0").exit_code == 6
+    status = run("status", "m").stdout
+    assert "^[[31mred^G boom" in status and "\x1b" not in status and "\x07" not in status

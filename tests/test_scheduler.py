@@ -158,6 +158,19 @@ def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch
     assert run("build-tree", "m", "--max-cost", "1").exit_code == 2
 
 
+def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
+    """Calls held back while others were in flight at their worst case start once those cost what they did: a
+    build whose real cost fits the cap ends complete, exit 0, not "stopped before spending more"."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.05) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 12)
+        out = run("build-tree", "m", "--max-cost", "0.05")  # (8 calls at their worst case pass it; their real cost does not)
+    assert out.exit_code == 0, out.stderr
+    assert 0 < builder.spent(Memory.open("m"))["cost"] <= 0.05
+    assert_complete(Memory.open("m"))
+
+
 def test_empty_replies_are_billed_and_count_against_max_cost(run, home, monkeypatch):
     """A 200 with no text is still paid for: its tokens count against --max-cost, so a model that keeps
     answering nothing stops the build at the cap instead of being retried for ever."""
@@ -169,6 +182,19 @@ def test_empty_replies_are_billed_and_count_against_max_cost(run, home, monkeypa
         billed = len(server.requests) * (1000 * 1.0 + 100 * 2.0) / 1e6
     assert out.exit_code == 6 and "stopped before spending more than $0.05" in out.stderr, out.stderr
     assert 0 < billed <= 0.05  # what the server billed, within the cap (uncounted, it ran on to 1,000 retries a node)
+
+
+@pytest.mark.parametrize("fault", ["empty", "nochoices"])
+def test_what_calls_that_built_nothing_cost_is_in_status(run, home, monkeypatch, fault):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: fault) as server:  # 1,000 tokens in and 100 out each
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 3)
+        assert run("build-tree", "m", "--retries", "1").exit_code == 6
+        billed = len(server.requests) * (1000 * 1.0 + 100 * 2.0) / 1e6
+    spent = orjson.loads(run("status", "m", "--json").stdout)["spent"]
+    assert spent["calls"] == 0 and spent["cost_unbuilt"] == pytest.approx(billed) and billed > 0
+    assert f"spent     ${billed:.4f} more on calls that built nothing" in run("status", "m").stdout
 
 
 def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monkeypatch):

@@ -405,6 +405,26 @@ def test_concurrent_appends_and_searches(home):
     assert db.execute("SELECT count(*), count(DISTINCT i) FROM msgs").fetchone() == (181, 181)
 
 
+def test_a_rebuild_beside_appends_and_searches_leaves_an_index_that_answers(home):
+    """``reindex`` deletes the index while readers catch it up: it does so holding their lock, and a reader
+    that opened the old files catches up into the new ones, never half into each (rows without their
+    offsets: every later search refused as "a message number twice")."""
+    writers, per_writer = 2, 40
+    script = "from pimem import Memory\nm = Memory.at('c')\nfor n in range({n}):\n    m.append([{{'kind': 'user', 'text': f'needle w{w} n{{n}}'}}])\n"
+    search_loop = ("from pimem import Memory, PimemError\nfrom pimem.search import search\nfor _ in range(30):\n"
+                   "    try:\n        search([Memory.open('c')], 'needle', limit=1)\n    except PimemError:\n        pass\n")
+    rebuild_loop = ("from pimem import Memory, PimemError\nfrom pimem.index import rebuild\nfor _ in range(12):\n"
+                    "    m = Memory.open('c')\n    try:\n        rebuild(m.path, m.log)\n    except PimemError:\n        pass\n")
+    Memory.at("c").append([{"kind": "user", "text": "needle start"}])
+    env = subprocess_env()
+    procs = [subprocess.Popen([sys.executable, "-c", script.format(n=per_writer, w=w)], env=env) for w in range(writers)]
+    procs += [subprocess.Popen([sys.executable, "-c", code], env=env) for code in (search_loop, search_loop, rebuild_loop)]
+    for proc in procs:
+        assert proc.wait(timeout=180) == 0
+    hits = searching.search([Memory.open("c")], "needle", limit=100_000)  # (what the runs left answers, whole)
+    assert sorted(h["i"] for h in hits) == list(range(1 + writers * per_writer))
+
+
 def test_append_does_not_import_sqlite(home):
     probe = (
         "import sys\nfrom pimem import cli\ntry:\n    cli.main(['append', 'x', 'hello'])\nexcept SystemExit:\n    pass\n"

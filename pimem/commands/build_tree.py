@@ -63,9 +63,9 @@ def command(
     keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
     for mem in mems:
         cfg = mem.config.get("compactor") or {}
-        var = compactor.missing_key(cfg)
-        if var and builders.survey(mem)["pending"]:
-            keyless[mem.name] = f"{mem.name}: ${var} is not set (the API key of its compactor {compactor.label(cfg)})"
+        wrong = compactor.key_problem(cfg)
+        if wrong and builders.survey(mem)["pending"]:
+            keyless[mem.name] = f"{mem.name}: {wrong} (the API key of its compactor {compactor.label(cfg)})"
     mems = [mem for mem in mems if mem.name not in keyless]
     estimates = [e for e in estimates if e["memory"] not in keyless]
     progress = _Progress(mems) if not json and env.stderr_is_tty() else None

@@ -67,9 +67,9 @@ def command(
         shown = mem.config.get("compactor") or {}
         where = mem.name
     row = {"memory": None if default else where, **compactor.describe(shown)}
-    var = compactor.missing_key(shown)
-    if var:
-        output.info(f"pimem: warning: ${var} is not set here: {row['model']} cannot summarise until it is "
+    wrong = compactor.key_problem(shown)
+    if wrong:
+        output.info(f"pimem: warning: {wrong} here: {row['model']} cannot summarise until it is set right "
                     "(cron and services need it in their own environment)")
     if json:
         output.json_line(row)

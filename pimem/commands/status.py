@@ -27,7 +27,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["compactor"] = compactor.describe(mem.config.get("compactor") or {})
     row["spent"] = builder.spent(mem)
     row["builder"] = lease.holder(mem)
-    failures = BuildState(mem.path).failures
+    state = BuildState(mem.path)
+    row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()), 9)  # (billed calls that built nothing)
+    failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
     if json:
         output.json_line(row)
@@ -51,6 +53,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(f"spent     {output.count(spent['calls'], 'summary', 'summaries')} written ({models}), "
                     f"{output.count(spent['tokens_in'], 'token')} in{cached}, "
                     f"{spent['tokens_out']:,} out{cost}")
+    if spent["cost_unbuilt"]:
+        output.line(f"{'' if spent['calls'] else 'spent':<10}${spent['cost_unbuilt']:.4f} more on calls that built nothing "
+                    "(empty or refused answers, over the last 31 days)")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
         output.line(output.style(f"suspect   {len(spent['suspect']):,} summaries name a number, path or identifier "
@@ -62,4 +67,4 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
     for fail in row["failures"]:
-        output.line(output.style(f"failing   {fail['node']}: {fail['error']} ({output.count(fail['tries'], 'try', 'tries')}, last {fail['at']})", "red"))
+        output.line(output.style(f"failing   {fail['node']}: {output.flatten(fail['error'])} ({output.count(fail['tries'], 'try', 'tries')}, last {fail['at']})", "red"))

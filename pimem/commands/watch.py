@@ -44,7 +44,7 @@ def command(
         elif event["event"] == "built":
             output.info(f"{event['memory']} {event['node']} built by {event['model']} ({event['bytes']} B, {event['seconds']:.1f} s)")
         elif event["event"] == "failed":
-            output.info(f"{event['memory']} {event['node']} failed: {event['error']}")
+            output.info(f"{event['memory']} {event['node']} failed: {output.flatten(event['error'])}")  # (a server's words)
         elif event["event"] == "capped":
             output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on {event['day']}; "
                         "waiting for the next day")

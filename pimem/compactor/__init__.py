@@ -86,11 +86,20 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
     return cfg
 
 
-def missing_key(cfg: dict) -> str | None:
-    """The name of the environment variable this compactor reads its API key from, when it is not set."""
+def key_problem(cfg: dict) -> str | None:
+    """What is wrong with the API key of this compactor here (``$VAR is not set``), when no call could use it:
+    unset, blank, or holding a control character within it (a line break pasted in with it: the spaces and
+    line end around a key are dropped when it is used)."""
     var = cfg.get("key_env")
-    if (cfg.get("provider") or "extractive") in ("openai", "anthropic") and var and not os.environ.get(var):
-        return var
+    if (cfg.get("provider") or "extractive") not in ("openai", "anthropic") or not var:
+        return None
+    key = os.environ.get(var)
+    if not key:
+        return f"${var} is not set"
+    if not key.strip():
+        return f"${var} is blank"
+    if not key.strip().isprintable():
+        return f"${var} holds a control character (a line break pasted in with the key?)"
     return None
 
 

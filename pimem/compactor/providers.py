@@ -11,6 +11,7 @@ import atexit
 import email.utils
 import os
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 
@@ -138,7 +139,8 @@ class OpenAI(HttpProvider):
         }
         data = self.post("/chat/completions", body, headers)
         try:
-            choice = data["choices"][0]
+            choices = data["choices"]
+            choice = choices[0] if choices != [] else {"message": {}}  # (no choice: an empty answer, billed as one)
             text = choice["message"].get("content") or ""
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
@@ -220,17 +222,19 @@ class Command:
         self.command = command
         self.model = model or command.split()[0]
         self.timeout = timeout
-        self._system_file: str | None = None
+        self._system_files: dict[str, str] = {}  # system prompt -> the file holding it
+        self._lock = threading.Lock()  # (calls run at once, each in a thread of the pool: one file a prompt)
 
     def _system_path(self, system: str) -> str:
-        if self._system_file is None:
-            import tempfile
+        with self._lock:
+            if system not in self._system_files:
+                import tempfile
 
-            fd, path = tempfile.mkstemp(prefix="pimem-system-", suffix=".txt")  # mode 0600
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(system)
-            self._system_file = path
-        return self._system_file
+                fd, path = tempfile.mkstemp(prefix="pimem-system-", suffix=".txt")  # mode 0600
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(system)
+                self._system_files[system] = path
+            return self._system_files[system]
 
     def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
         import shlex
@@ -266,12 +270,13 @@ class Command:
         return Reply(text, "stop", _estimate_tokens(system + chat + task), _estimate_tokens(text))
 
     def close(self) -> None:
-        if self._system_file is not None:
+        with self._lock:
+            paths, self._system_files = list(self._system_files.values()), {}
+        for path in paths:
             try:
-                os.unlink(self._system_file)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
-            self._system_file = None
 
 
 _RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
