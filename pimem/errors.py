@@ -102,6 +102,8 @@ def translate(exc: BaseException) -> PimemError | None:
     if type(exc).__module__ == "sqlite3":  # (sqlite3 is never imported just to ask)
         text = str(exc)
         code = ExitStatus.BUSY if "locked" in text or "busy" in text else ExitStatus.INTEGRITY if "malformed" in text or "not a database" in text else ExitStatus.SYSTEM
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_IOERR", "SQLITE_FULL")):
+            text += " in index.sqlite, the memory's derived index (is the disk full? the log is not affected)"
         return PimemError(f"SQLite: {text}", code)
     return None
 

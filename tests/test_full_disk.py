@@ -191,3 +191,16 @@ def test_a_home_that_is_a_file_is_refused_and_not_chmodded(sh, tmp_path):
     blocker.chmod(0o644)
     one_line_exit_7(sh("append", "m", "hi", "--home", str(blocker)))
     assert oct(blocker.stat().st_mode & 0o777) == "0o644" and blocker.read_text() == "not a directory"
+
+
+def test_an_sqlite_disk_error_names_the_index_and_the_likely_cause():
+    import sqlite3
+
+    from pimem.errors import translate
+
+    exc = sqlite3.OperationalError("disk I/O error")
+    exc.sqlite_errorname = "SQLITE_IOERR_WRITE"  # (as SQLite sets it when a write of the index fails)
+    error = translate(exc)
+    assert error.code == 7 and str(error) == ("SQLite: disk I/O error in index.sqlite, the memory's derived index "
+                                              "(is the disk full? the log is not affected)")
+    assert str(translate(sqlite3.OperationalError("no such table: x"))) == "SQLite: no such table: x"
