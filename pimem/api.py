@@ -35,6 +35,8 @@ def _checked(func):
     import inspect
     import typing
 
+    from . import naming
+
     signature, hints = inspect.signature(func), typing.get_type_hints(func)
 
     @functools.wraps(func)
@@ -47,7 +49,7 @@ def _checked(func):
             if not _fits(value, hints[name]):
                 raise BadInput(f"{func.__name__}: {name} must be {_named(hints[name])}, not {type(value).__name__}")
             for text in value if isinstance(value, list) else [value]:
-                if isinstance(text, str) and not _utf8(text):
+                if isinstance(text, str) and not naming.is_utf8(text):
                     raise BadInput(f"{func.__name__}: {name} is not valid UTF-8 (it holds a lone surrogate)")
         return func(*args, **kwargs)
 
@@ -79,14 +81,6 @@ def _named(hint) -> str:
     if args:
         return " or ".join(_named(a) for a in args)
     return {type(None): "None", os.PathLike: "a path"}.get(hint, getattr(hint, "__name__", str(hint)))
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _budget(budget: int | None) -> int:

@@ -69,6 +69,17 @@ def fit_text(budget: int, candidates: Sequence[str]) -> str:
     return ""
 
 
+def counted(max_chars: int, as_json: bool, count: int, doc: dict, head: str, counts: str = "") -> str:
+    """What a budget too small for even a bare listing still says, as ``fit_text`` fits it: how many there
+    were (``doc`` with ``count`` and ``truncated``, then those two alone, then ``{}``; in text ``head (count
+    counts; none fits in N characters)``, then ``(count counts)``, then ``…``)."""
+    if as_json:
+        return fit_text(max_chars, [dumps({**doc, "count": count, "truncated": True}),
+                                    dumps({"count": count, "truncated": True}), "{}"])
+    shown = f"{count} {counts}" if counts else str(count)
+    return fit_text(max_chars, [f"{head} ({shown}; none fits in {max_chars} characters)", f"({shown})", "…"])
+
+
 def pack(max_chars: int, count: int, render: Callable[[int, dict], str], lists: Callable[[int], dict] = lambda k: {}) -> str | None:
     """Render as many of ``count`` items as fit in ``max_chars``, then list in the room left the ids that
     ``lists(k)`` names (e.g. what was omitted). ``render(k, notes)`` gets ``notes[name] = (shown_ids,

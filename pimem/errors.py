@@ -89,6 +89,9 @@ class ProviderError(PimemError):
     code = ExitStatus.PROVIDER
 
 
+NOT_UTF8 = "not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8"
+
+
 def translate(exc: BaseException) -> PimemError | None:
     """The error an OS or SQLite failure stands for, with one line naming it (disk full, permission denied:
     exit 7; a database busy past its timeout: 4; a damaged one: 5; text that is not UTF-8 where it must be:
@@ -98,7 +101,7 @@ def translate(exc: BaseException) -> PimemError | None:
         where = f": {exc.filename}" if exc.filename else ""
         return PimemError(f"{exc.strerror or exc}{where}", ExitStatus.SYSTEM)
     if isinstance(exc, UnicodeEncodeError) or (isinstance(exc, TypeError) and "surrogates not allowed" in str(exc)):
-        return BadInput("not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8")
+        return BadInput(NOT_UTF8)
     if type(exc).__module__ == "sqlite3":  # (sqlite3 is never imported just to ask)
         text = str(exc)
         code = ExitStatus.BUSY if "locked" in text or "busy" in text else ExitStatus.INTEGRITY if "malformed" in text or "not a database" in text else ExitStatus.SYSTEM

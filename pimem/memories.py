@@ -419,10 +419,7 @@ def listing(found: list[dict], offset: int, limit: int, max_chars: int, as_json:
     text = budget.pack(max_chars, len(page), render)
     if text is not None:
         return text
-    if as_json:
-        return budget.fit_text(max_chars, [budget.dumps({"source": "memory-log", "count": len(found), "offset": offset, "truncated": True}),
-                                           budget.dumps({"count": len(found), "truncated": True}), "{}"])
-    return budget.fit_text(max_chars, [f"pimem memories ({len(found)}; none fits in {max_chars} characters)", f"({len(found)})", "…"])
+    return budget.counted(max_chars, as_json, len(found), {"source": "memory-log", "offset": offset}, "pimem memories")
 
 
 def _block(r: dict) -> str:

@@ -47,15 +47,21 @@ def lone(name: str | None, other: str | None, home: str | None,
     return name or default(), other
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (an argument's bytes that are not arrive as lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def text_argument(value: str | None) -> str | None:
     """``value``, an argument meant as text; ``BadInput`` (exit 2) when it holds bytes that are not UTF-8."""
-    if value is not None:
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            from .errors import translate
+    if value is not None and not is_utf8(value):
+        from .errors import NOT_UTF8, BadInput
 
-            raise translate(exc) from None
+        raise BadInput(NOT_UTF8)
     return value
 
 

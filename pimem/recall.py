@@ -495,12 +495,9 @@ def render(mem, request: Request, found: Found) -> str:
 
 
 def _nothing_fits(request: Request, found: Found) -> str:
-    """What a budget too small for even the bare listing still says: how many there were."""
-    if request.as_json:
-        return budget.fit_text(request.budget, [budget.dumps({"source": "pimem-recall", "action": found.action, "count": found.total, "truncated": True}),
-                                                budget.dumps({"count": found.total, "truncated": True}), "{}"])
-    results = f"{found.total} result{'s' if found.total != 1 else ''}"
-    return budget.fit_text(request.budget, [f"pimem recall ({results}; none fits in {request.budget} characters)", f"({results})", "…"])
+    """A budget too small for even the bare listing: how many there were (``budget.counted``)."""
+    return budget.counted(request.budget, request.as_json, found.total, {"source": "pimem-recall", "action": found.action},
+                          "pimem recall", "result" if found.total == 1 else "results")
 
 
 def _raw_single(r: dict, request: Request) -> str:
