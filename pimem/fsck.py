@@ -265,6 +265,8 @@ def check_index(mem: Memory) -> list[Finding]:
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_IOERR", "SQLITE_FULL")):
+            raise  # the disk, not the file (full, or failing): said as such, exit 7, and nothing to rebuild
         return problem(f"unreadable: {exc}")
     lines = {}
     for path_ in mem.log.files():

@@ -296,7 +296,7 @@ class Index:
             db.execute(f"PRAGMA {schema}.user_version = {SCHEMA_VERSION}")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def close(self) -> None:
@@ -336,7 +336,7 @@ class Index:
                     db.execute(f"DELETE FROM {schema}.{table}")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     # ---- catching up -------------------------------------------------------------------------------------
@@ -645,7 +645,7 @@ class TreeNodes:
             db.executemany("INSERT OR REPLACE INTO tree_files (name, bytes) VALUES (?, ?)", files.items())
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
 
     def text(self, l: int, i: int) -> str | None:
@@ -660,6 +660,13 @@ class TreeNodes:
     def keys(self) -> list[tuple[int, int]]:
         """``(l, i)`` of every stored node."""
         return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo the transaction a failure interrupted, if SQLite has not already (it does on a full disk, and a
+    ROLLBACK then would hide the error that matters behind "no transaction is active")."""
+    if db.in_transaction:
+        db.execute("ROLLBACK")
 
 
 def connect_writer(path: Path) -> sqlite3.Connection:
@@ -694,8 +701,7 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
                            "done = excluded.done", list(reached.items()))
         db.execute("COMMIT")
     except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
+        _rollback(db)
         raise
 
 

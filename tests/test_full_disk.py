@@ -17,7 +17,8 @@ from pimem import Memory, home as homes
 
 @pytest.fixture
 def disk(tmp_path, monkeypatch):
-    """A 2 MiB tmpfs as the store home; ``disk.fill()`` fills it to the last byte, ``disk.free()`` frees it."""
+    """A 2 MiB tmpfs as the store home; ``disk.fill()`` fills it to the last byte, ``disk.free()`` frees it,
+    ``disk.resize("64m")`` changes its size."""
     mount = tmp_path / "fs"
     mount.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mount)], capture_output=True)
@@ -44,6 +45,9 @@ def disk(tmp_path, monkeypatch):
 
         def free(self):
             os.unlink(mount / "filler")
+
+        def resize(self, size: str):
+            subprocess.run(["mount", "-o", f"remount,size={size}", str(mount)], check=True)
 
     monkeypatch.setenv("PIMEM_HOME", str(Disk.home))
     yield Disk()
@@ -108,6 +112,22 @@ def test_a_batch_that_fits_in_part_leaves_exactly_the_acknowledged_messages_and_
     assert texts == ["first"] + [f"batch line {n} " + "y" * 60 for n in range(3000)]  # each once
 
 
+def test_an_import_a_full_disk_stops_says_how_many_went_in_and_the_same_import_reads_on(sh, disk, tmp_path):
+    session = tmp_path / "s.jsonl"
+    texts = [f"imported {n}" for n in range(25_000)]  # batches of 10,000: the disk is full in the second or third
+    disk.resize("3m")
+    session.write_bytes(b"".join(orjson.dumps({"kind": "user", "text": text}) + b"\n" for text in texts))
+    err = one_line_exit_7(sh("import", str(session), "-n", "m"))
+    logged = Memory.open("m").count()
+    assert 0 < logged < len(texts), err
+    assert err.endswith(f"; {logged:,} messages imported; the same import again reads on from where this one stopped\n"), err
+    disk.resize("64m")
+    out = sh("import", str(session), "-n", "m")
+    assert out.returncode == 0 and f"{len(texts) - logged} imported".encode() in out.stdout, out.stderr
+    assert [m["text"] for m in Memory.open("m").messages()] == texts  # each once
+    assert sh("fsck", "m").returncode == 0
+
+
 def test_failed_writes_leave_no_temp_files(sh, disk, tmp_path):
     assert sh("append", "m", "a message worth keeping").returncode == 0
     session = tmp_path / "s.jsonl"
@@ -135,6 +155,19 @@ def test_search_and_reindex_on_a_full_disk_say_so(sh, disk):
         assert "full" in err or "No space" in err, err
     disk.free()
     assert sh("search", "staging", "m", "--limit", "1").returncode == 0
+
+
+def test_fsck_on_a_full_disk_blames_the_disk_not_the_index(sh, disk):
+    Memory.at("m").append([{"kind": "user", "text": f"message {n}"} for n in range(2000)])
+    assert sh("search", "message", "m", "--limit", "1").returncode == 0  # the index built
+    disk.fill()
+    before = snapshot(disk.home)
+    err = one_line_exit_7(sh("fsck", "m"))  # SQLite cannot make its WAL files: a disk I/O error
+    assert "index.sqlite" in err and "is the disk full?" in err and "--repair" not in err, err
+    after = snapshot(disk.home)  # (SQLite may have made an empty WAL file before it ran out of room)
+    assert {k: v for k, v in after.items() if not k.endswith(("-wal", "-shm"))} == {k: v for k, v in before.items() if not k.endswith(("-wal", "-shm"))}
+    disk.free()
+    assert sh("fsck", "m").stdout == b"m: ok (2000 messages)\n"
 
 
 def test_rename_on_a_full_disk_is_all_or_nothing(sh, disk):

@@ -417,10 +417,10 @@ def test_a_rebuild_beside_appends_and_searches_leaves_an_index_that_answers(home
                     "    m = Memory.open('c')\n    try:\n        rebuild(m.path, m.log)\n    except PimemError:\n        pass\n")
     Memory.at("c").append([{"kind": "user", "text": "needle start"}])
     env = subprocess_env()
-    procs = [subprocess.Popen([sys.executable, "-c", script.format(n=per_writer, w=w)], env=env) for w in range(writers)]
-    procs += [subprocess.Popen([sys.executable, "-c", code], env=env) for code in (search_loop, search_loop, rebuild_loop)]
+    codes = [script.format(n=per_writer, w=w) for w in range(writers)] + [search_loop, search_loop, rebuild_loop]
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE) for code in codes]
     for proc in procs:
-        assert proc.wait(timeout=180) == 0
+        assert proc.wait(timeout=180) == 0, proc.stderr.read().decode()
     hits = searching.search([Memory.open("c")], "needle", limit=100_000)  # (what the runs left answers, whole)
     assert sorted(h["i"] for h in hits) == list(range(1 + writers * per_writer))
 

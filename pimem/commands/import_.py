@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import env, output, stopping
-from ..errors import NothingFound
+from ..errors import NothingFound, PimemError, as_error
 from ..memory import Memory
 from ..options import Home, Json, Timeout, offer
 
@@ -64,12 +64,24 @@ def command(
                 read += sum(r.imported + r.present for r in reports)
                 malformed += sum(r.malformed for r in reports)
     except stopping.Interrupted as exc:
-        logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
-        output.info(f"pimem: interrupted: {output.count(logged, 'message')} imported; "
-                    "the same import again reads on from where this one stopped")
+        output.info(f"pimem: interrupted: {_logged(mems, before)}")
         raise typer.Exit(exc.code) from None
+    except Exception as exc:  # a full disk, a lock held too long: say what went in before it stopped
+        error = as_error(exc)
+        if error is None:
+            raise
+        try:
+            said = _logged(mems, before)
+        except Exception:  # (the memory cannot be read now either: the error alone)
+            raise error from None
+        raise PimemError(f"{error.message}; {said}", error.code) from None
     if malformed and not read:
         raise NothingFound(f"nothing to import: {output.count(malformed, 'malformed line')} skipped and no message read")
+
+
+def _logged(mems: dict[str, Memory], before: dict[str, int]) -> str:
+    logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
+    return f"{output.count(logged, 'message')} imported; the same import again reads on from where this one stopped"
 
 
 def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> list:
