@@ -132,6 +132,10 @@ class FakeLLM:
                 reply["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
             if fault == "nochoices":  # (no choice at all, the tokens still counted)
                 reply["choices"] = []
+            elif fault == "parts":  # the text as content parts, as some servers send it
+                reply["choices"][0]["message"]["content"] = [{"type": "text", "text": text}]
+            elif fault == "number":
+                reply["choices"][0]["message"]["content"] = 12345
         else:  # Anthropic counts cached input apart from input_tokens
             reply = {"id": "x", "type": "message", "role": "assistant", "model": body.get("model"),
                      "content": [{"type": "text", "text": text}] if text else [],

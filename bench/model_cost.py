@@ -14,7 +14,10 @@ commit's, measured in the same run):
   (target: within ±15%);
 - the cache-hit share of input tokens.
 
-    python bench/model_cost.py [--messages 2000] [--compare /path/to/other/checkout]
+    python bench/model_cost.py [--messages 2000] [--samples GLOB] [--compare /path/to/other/checkout]
+
+``--samples 'codex*' --messages 0`` (or ``'spotter*'``) measures a small memory alone: there the first calls see
+little history, and the dry run must say so.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ def context_bytes(body: dict) -> int:
     return len(chat.encode())
 
 
-def measure(checkout: Path, messages: int, latency: float, answer_bytes: int) -> dict:
+def measure(checkout: Path, messages: int, latency: float, answer_bytes: int, pattern: str = "*.jsonl") -> dict:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(checkout / "pimem")], check=True)
     with tempfile.TemporaryDirectory() as tmp, FakeLLM("openai", latency=latency, line_bytes=answer_bytes,
                                                        usage="bytes") as server:
@@ -77,12 +80,13 @@ def measure(checkout: Path, messages: int, latency: float, answer_bytes: int) ->
         server.reply = lambda body: ("a summary of the span" + " filler" * answer_bytes)[:answer_bytes]
         if SAMPLES is None:
             sys.exit("no samples found: set PIMEM_SAMPLES to ../shared/samples")
-        samples = sorted(str(p) for p in SAMPLES.glob("*.jsonl"))
+        samples = sorted(str(p) for p in SAMPLES.glob(pattern))
         done = pimem(checkout, home, "import", *samples, "--name", "backlog")
         assert done.returncode == 0, done.stderr
         imported = int(json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["messages"])
-        done = pimem(checkout, home, "append", "backlog", "--ndjson", input=synthetic_turns(max(0, messages - imported)))
-        assert done.returncode == 0, done.stderr
+        if messages > imported:
+            done = pimem(checkout, home, "append", "backlog", "--ndjson", input=synthetic_turns(messages - imported))
+            assert done.returncode == 0, done.stderr
         done = pimem(checkout, home, "model", "backlog", "openai/fake", "--base-url", server.url, "--key-env", "BENCH_KEY",
                      "--price-in", "1", "--price-out", "5", *(["--price-cached-in", "0.1"] if _has_cached_price(checkout) else []))
         assert done.returncode == 0, done.stderr
@@ -133,9 +137,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.02)
     parser.add_argument("--answer-bytes", type=int, default=480)
     parser.add_argument("--compare", type=Path, action="append", default=[], help="another checkout, measured alike")
+    parser.add_argument("--samples", default="*.jsonl", help="which samples make the backlog (a glob)")
     args = parser.parse_args()
     for checkout in [ROOT, *args.compare]:
-        report(str(checkout), measure(checkout.resolve(), args.messages, args.latency, args.answer_bytes))
+        report(str(checkout), measure(checkout.resolve(), args.messages, args.latency, args.answer_bytes, args.samples))
 
 
 if __name__ == "__main__":

@@ -32,9 +32,11 @@ from .compactor import CallFailed, Compactor, Task, worker
 from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import BadInput, Busy, LeaseLost, PimemError
+from .message import is_tool
 from .tree import context_end, free_leaf, free_merge, label
 
 WINDOW = 8
+MARKER_BYTES = 64  # about what a tool message shows a compactor in its place (``privacy.marker``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 PAID = ("tokens_in", "tokens_out", "tokens_cached", "cost")  # what a call costs, kept on its node
@@ -88,6 +90,9 @@ class Builder:
         self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
+        # what a survey for an estimate records (``_survey``): each message's bytes in a view, the nodes settled
+        self.line_costs: list[int] | None = None
+        self.settled_keys: set[tuple[int, int]] | None = None
         self.messages: dict[int, dict] = {}  # the window's messages
         self.ready_leaves: deque[int] = deque()
         self.ready_merges: list[tuple[int, int]] = []  # heap of (l, i)
@@ -129,6 +134,9 @@ class Builder:
                 return
             i = msg["i"]
             self.next_leaf = i + 1
+            if self.line_costs is not None:  # its leaf's line (the message, its summary, or for tool traffic the
+                # marker a compactor is shown in its place: ``ContextView``), with its label
+                self.line_costs.append(min(msg["size"], MARKER_BYTES if is_tool(msg) else self.line_bytes) + 8)
             cview = self.cview if self.cview is not None and i >= self.cview.view.T else None
             if (0, i) in self.stored:
                 if cview is not None:
@@ -165,6 +173,8 @@ class Builder:
         """Node ``(l, i)`` is built (``text`` None: stored, read when needed); settle its ancestors."""
         while True:
             self.settled += 1
+            if self.settled_keys is not None:
+                self.settled_keys.add((l, i))
             sibling = (l, i ^ 1)
             if sibling not in self.frontier:
                 self.frontier[(l, i)] = text
@@ -467,20 +477,45 @@ def tree_size(count: int) -> int:
 def survey(mem) -> dict:
     """How far the tree is: nodes in the full tree, built, leaves waiting for a call (and their bytes), and
     merges ready now. One read of the log; no call, no write."""
+    return _survey(mem)[0]
+
+
+def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
+    """``survey``, and the builder that surveyed (``detail``: with its ``line_costs`` and ``settled_keys``)."""
     builder = Builder(mem, mode=Mode.SURVEY)
+    if detail:
+        builder.line_costs, builder.settled_keys = [], set()
     builder.admit()
     total = tree_size(builder.count)
-    return {"messages": builder.count, "nodes": total, "built": builder.settled, "pending": total - builder.settled,
-            "leaves": len(builder.window), "leaf_bytes": sum(m["size"] for m in builder.messages.values()),
-            "merges_ready": len(builder.ready_merges)}
+    return ({"messages": builder.count, "nodes": total, "built": builder.settled, "pending": total - builder.settled,
+             "leaves": len(builder.window), "leaf_bytes": sum(m["size"] for m in builder.messages.values()),
+             "merges_ready": len(builder.ready_merges)}, builder)
+
+
+def _context_bytes(surveyed: "Builder", hi: int, lo: int) -> int:
+    """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
+    shown the lines before its ``context_end``, all of them until they pass ``hi`` (a history's first calls
+    see little), then a view kept between ``lo`` and ``hi`` (their middle)."""
+    costs, settled, n = surveyed.line_costs, surveyed.settled_keys, surveyed.count
+    shown = [0]
+    for cost in costs:
+        shown.append(shown[-1] + cost)
+    total = calls = 0
+    for l in range(n.bit_length()):
+        for i in range(n >> l):
+            if (l, i) not in settled:
+                before = shown[context_end(l, i)]
+                total += before if before <= hi else (hi + lo) // 2
+                calls += 1
+    return total // max(1, calls)
 
 
 def estimate(mem, compactor: Compactor | None = None) -> dict:
     """What building the rest would take: how many calls, and the tokens and cost they would use.
 
     Leaves are counted exactly; every pending merge is counted as a call (a few turn out free). Each call
-    sends the system prompt, its task and the compactor's view, which a build keeps near its budget (the
-    middle of ``cview`` lo–hi once the history is that long; ``ContextView``); each reply is taken for about
+    sends the system prompt, its task and the compactor's view of what came before it (``_context_bytes``:
+    the whole history until it passes ``cview``'s hi, then near the middle of lo–hi; ``ContextView``); each reply is taken for about
     a full line (``line_bytes``), or for what this memory's replies used so far. Tokens are counted as 4 bytes.
     ``cost`` takes no input from the prompt cache. With a ``price_cached_in`` set, ``cost_cached`` counts the
     cache too: the share of input this memory's calls read from it so far, or before any call the system
@@ -489,10 +524,10 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
 
     cfg = mem.config
     compactor = compactor or Compactor(cfg["compactor"], BuildState(mem.path))
-    found = survey(mem)
+    found, surveyed = _survey(mem, detail=True)
     merges = found["pending"] - found["leaves"]
     calls = found["leaves"] + merges
-    context = min((int(cfg["cview"]["hi"]) + int(cfg["cview"]["lo"])) // 2, 300 * found["messages"])
+    context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]))
     prefix = len(prompts.SYSTEM) + context  # the system prompt and <chat>: what a prompt cache can keep
     sent = calls * (prefix + 700) + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100
     so_far = spent(mem) if not compactor.offline else None

@@ -47,6 +47,10 @@ PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the 
 # ---- the payload -------------------------------------------------------------------------------------------
 
 
+class TooLarge(PimemError):
+    """A payload past ``PAYLOAD_BYTES``: an event like any other (a pasted log as the prompt), not one to block."""
+
+
 def read_payload(stream, deadline: float) -> dict:
     """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``; ``BadInput``
     (exit 2) for anything that is not a hook payload."""
@@ -63,7 +67,8 @@ def read_payload(stream, deadline: float) -> dict:
             break
         data += chunk
         if len(data) > PAYLOAD_BYTES:
-            raise BadInput(f"hook payload: over {PAYLOAD_BYTES} bytes")
+            raise TooLarge(f"the event was over {PAYLOAD_BYTES // (1 << 20)} MiB and was not read; "
+                           "the next event imports the session's transcript")
     if not data.strip():
         raise BadInput("hook payload: empty (Claude Code sends the event as JSON on stdin)")
     from .decoder import BOM, JSONDecodeError, loads
@@ -108,7 +113,7 @@ class Hook:
             return self.result()
         if self.event in ANSWERS and mem.exists():
             prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
-            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget)) or ""
+            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append)) or ""
         if self.sources:
             self._guard(lambda: self._capture(mem))
         mem.close()
@@ -171,7 +176,11 @@ def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, tim
     the exit code. A second past ``timeout``, a watchdog prints what is ready (the context comes before the
     import) and ends the process."""
     deadline = time.monotonic() + timeout
-    payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+    try:
+        payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+    except TooLarge as exc:
+        _print({"systemMessage": f"pimem: {exc}"})
+        return 0
     hook = Hook(payload, home, name, budget, deadline)
     printed = threading.Lock()
 
@@ -208,9 +217,10 @@ def _print(result: dict | None) -> None:
 # ---- the context -------------------------------------------------------------------------------------------
 
 
-def answer(mem, session: str, prompt: str | None, budget: int) -> str:
+def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None) -> str:
     """The context for the model: the user's memories and, for a prompt, relevant messages of earlier
-    sessions, in at most ``budget`` characters (whole lines only); empty when there is nothing to say."""
+    sessions, in at most ``budget`` characters (whole lines only); empty when there is nothing to say. A
+    damaged memory log is said through ``on_damage`` (the hook's warnings, which the user sees)."""
     from . import budget as budgets, context
 
     head = f"pimem memory '{mem.name}' (this project's earlier sessions; `pimem message {mem.name} I` shows message I whole):"
@@ -218,7 +228,7 @@ def answer(mem, session: str, prompt: str | None, budget: int) -> str:
     lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
     room = budget - len(head) - 1
     share = room // 2 if lines else room  # the memories leave at least half to relevant hits
-    mine = context.memory_block(mem, session, max(0, share - len("<memories>\n\n</memories>\n")))
+    mine = context.memory_block(mem, session, max(0, share - len("<memories>\n\n</memories>\n")), on_damage)
     parts = [f"<memories>\n{mine}\n</memories>"] if mine else []
     room -= sum(len(p) + 1 for p in parts)
 
@@ -298,7 +308,7 @@ def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> list[str
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise BadInput(f"its hooks.{event} is not a list; fix it by hand first")
-        if any(isinstance(g, dict) and not isinstance(g.get("hooks") or [], list) for g in groups):
+        if any(isinstance(g, dict) and "hooks" in g and not isinstance(g["hooks"], list) for g in groups):
             raise BadInput(f"its hooks.{event} holds a group whose \"hooks\" is not a list; fix it by hand first")
         if any(is_ours(h) for g in groups if isinstance(g, dict) for h in (g.get("hooks") or [])):
             continue
@@ -315,7 +325,10 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
     import json
 
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
-        path = path.resolve()
+        try:
+            path = path.resolve()
+        except RuntimeError:  # (a loop of links)
+            raise BadInput(f"{path}: a loop of symbolic links; fix it by hand first") from None
     original = path.read_bytes() if path.exists() else None
     try:
         settings = json.loads(original, parse_float=Number, parse_int=Number, parse_constant=Number) if original and original.strip() else {}
@@ -370,7 +383,9 @@ def render(settings: dict) -> bytes:
 
     text = json.dumps(settings, indent=2, ensure_ascii=False, default=placeholder)
     text = re.sub(f'"{tag}(\\d+){tag}"', lambda m: numbers[int(m[1])], text)
-    return text.encode("utf-8", "surrogatepass") + b"\n"
+    # a lone surrogate ("\ud800" in the file: no character of its own) stays the escape it was read from
+    text = re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m[0]):04x}", text)
+    return text.encode("utf-8") + b"\n"
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:

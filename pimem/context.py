@@ -76,10 +76,12 @@ def view_text(mem, include_tools: bool = False) -> str:
     return "\n".join(render_line(l, i, text) for l, i, text, _ in rows)
 
 
-def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS) -> str:
+def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_damage=None) -> str:
     """The user's pinned, then active memories (creation order, so the block is stable), whole lines while
-    they fit in ``max_chars``; the rest counted with a pointer to the memory search tool."""
-    mine = [r for r in memories.records(mem, session) if r["author"] == "user" and r["status"] in ("pinned", "active")]
+    they fit in ``max_chars``; the rest counted with a pointer to the memory search tool (``on_damage``: see
+    ``memories.records``)."""
+    mine = [r for r in memories.records(mem, session, on_damage=on_damage)
+            if r["author"] == "user" and r["status"] in ("pinned", "active")]
     mine.sort(key=lambda r: r["status"] != "pinned")
     lines = [
         f"- [{r['id']}]{' pinned' if r['pinned'] else ''} {r['kind']}: {budget.clip(flatten(r['content']), MEMORY_CLIP)}"

@@ -449,9 +449,13 @@ class Index:
         indexed = self._indexed()
         for path, size in self.behind():
             fid, done, done_shard = indexed.get(path.name, (None, 0, 0))
-            if size < max(done, done_shard):
-                # the log lost bytes the index had read (a power cut after an unsynced write): the index
-                # must not hold them, so start over from the log
+            if size < max(done, done_shard) or not _reads_on(path, min(done, done_shard)):
+                # the log lost bytes the index had read (a power cut after an unsynced write), or what it
+                # read was changed (an edit by hand moved the lines): the index must not hold them, so
+                # start over from the log
+                if size >= max(done, done_shard):
+                    env.stderr().write(f"pimem: warning: {path} was changed before the end the index had read; "
+                                       "rebuilding the index from the log\n")
                 self.close()
                 remove_files(self.path)
                 return self._catch_up_locked(progress)
@@ -660,6 +664,19 @@ class TreeNodes:
     def keys(self) -> list[tuple[int, int]]:
         """``(l, i)`` of every stored node."""
         return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()
+
+
+def _reads_on(path: Path, done: int) -> bool:
+    """Whether the index, having read ``path`` up to ``done``, can read on from there: a line ends there (else
+    the bytes before it were changed since, and the lines moved)."""
+    if done == 0:
+        return True
+    try:
+        with open(path, "rb") as f:
+            f.seek(done - 1)
+            return f.read(1) == b"\n"
+    except OSError:
+        return True  # (said by the read that follows)
 
 
 def _rollback(db: sqlite3.Connection) -> None:

@@ -111,8 +111,9 @@ class Lease:
             if other is None:
                 return self
             if deadline is not None and time.monotonic() >= deadline:
+                then = f"still after waiting {wait:g} s" if wait else "use --wait to wait for it"
                 raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
-                           f"(since {other.get('started')}); use --wait to wait for it")
+                           f"(since {other.get('started')}); {then}")
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
     def beat(self, force: bool = False) -> bool:

@@ -241,6 +241,8 @@ def remember(
     for name, value in (("text", text), ("session", session), ("supersede", supersede)):
         if value is not None and not isinstance(value, str):  # (the library's callers: the log keeps strings)
             raise BadInput(f"{name} must be a string, not {type(value).__name__}")
+    if supersede is not None and text and not text.strip():
+        raise BadInput("the new text is blank: give the memory's new text, or none to keep its text")
     text = text if text and text.strip() else None
     if text is not None and "\x00" in text:
         raise BadInput("text contains a NUL byte")

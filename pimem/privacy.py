@@ -9,32 +9,46 @@ copy of a tool leaf: its text verbatim, or the line a compactor wrote for a long
 each short: a parent joins that line too).
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
-the span is masked (``TOOL_TEXT``). The offline compactor never writes such a run (it copies at most 15
-characters from tool traffic); the mask catches what a model wrote. It reads the messages of a line's span
+the span is masked (``TOOL_TEXT``), unless it is other messages' words joined by a line's connectives. The
+offline compactor never writes such a run (it copies at most 13 characters from tool traffic); the mask
+catches what a model wrote. It reads the messages of a line's span
 when it covers at most ``MASK_SPAN`` messages and asks the index about a longer one's runs (a line's text is
 worked out once: ``lines.json`` keeps it).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Iterable, Iterator
 
 from .message import is_tool
 from .tree import leaf_text
 
-# a join of n verbatim leaves is n lines of at least "user: x" within one line's bytes, so only lines
-# covering at most this many messages can hold a tool leaf verbatim
+# a join of n verbatim leaves is n lines of at least "user: x" (8 bytes with its newline): only a line of at
+# least 8n - 1 bytes can be one; at the default 512 bytes a line covering at most this many messages
 MAX_JOINED = 64
+LEAST_LEAF = 8
 RUN = 16  # characters: a run this long found only in the span's tool traffic is masked
 MASK_SPAN = 1024  # messages: a longer line is checked through the index, not by reading its span
 TOOL_TEXT = "[tool output hidden]"
+_CONNECTIVE = re.compile(r"\s*[,;:，；：→]\s*")  # what a line joins its pieces with
 
 
-def marker(msg: dict) -> str:
-    """What a line shows of tool message ``msg``: what it ran or how it ended (``toolwork``), the rest hidden."""
+def _joined_from(window: str, in_others: Callable[[str], bool]) -> bool:
+    """Whether ``window`` holds a connective and each piece it joins occurs in the span's other messages."""
+    pieces = _CONNECTIVE.split(window)
+    return len(pieces) > 1 and all(in_others(piece) for piece in pieces if piece)
+
+
+def marker(msg: dict, joined: bool = False) -> str:
+    """What a line shows of tool message ``msg``: what it ran or how it ended (``toolwork``), the rest hidden;
+    ``joined``: inside a line joining it with its neighbours, as briefly (``tool: ran ls (hidden)``), so a
+    line of many short tool messages does not grow much past its bytes."""
     from . import toolwork  # (its patterns are compiled only for a view that shows tool traffic)
 
     work = toolwork.summary(msg)
+    if joined:
+        return f"{msg['kind']}: {work} (hidden)" if work else f"{msg['kind']}: (hidden)"
     return f"{msg['kind']}: {work} (details hidden; include tools to see it)" if work else f"{msg['kind']}: (hidden; include tools to see it)"
 
 
@@ -89,7 +103,9 @@ def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[
     starts = sorted({s for k in hits for s in range(max(0, k + half - RUN), min(k, len(line) - RUN) + 1)})
     for s in starts:
         window = line[s : s + RUN]
-        if in_tools(window) and not in_others(window):
+        # (a window that is other messages' words joined by connectives, "WidgetTree, padd" of a line's
+        # "renderWidgetTree, paddingOptions", is how a line joins pieces, not a quote of the output)
+        if in_tools(window) and not in_others(window) and not _joined_from(window, in_others):
             marked[s : s + RUN] = b"\1" * RUN
     runs, k = [], 0
     while k < len(line):
@@ -140,7 +156,8 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
     out = []
     for k, (l, i, text) in enumerate(lines):
         first, end = spans[k]
-        if text is None or (1 << l) > MASK_SPAN:
+        # (a line over MASK_SPAN messages is a summary, unless a larger ``line_bytes`` let it join them all)
+        if text is None or (1 << l) > MASK_SPAN and (1 << l) * LEAST_LEAF - 1 > len(text.encode("utf-8")):
             if text is not None and holds is not None:  # (``holds`` is asked white space aside too)
                 text = _masked(text, _flat_runs(text, lambda flattened: runs_where(
                     flattened, lambda s: holds(s, first, end, True), lambda s: holds(s, first, end, False))))
@@ -155,9 +172,9 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
                 for msg in inside:
                     verbatim = leaf_text(msg)
                     if verbatim in text:
-                        text = text.replace(verbatim, marker(msg))
+                        text = text.replace(verbatim, marker(msg, joined=True))
                     elif stored is not None and "\n" in text and (own := stored(msg["i"])):  # (a joined line)
-                        text = text.replace(own, marker(msg))
+                        text = text.replace(own, marker(msg, joined=True))
                 text = mask_tool_text(text, msgs)
         out.append(text)
     return out

@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 
 import orjson
 
-from . import budget, lineage, terms
+from . import budget, lineage, numbers, terms
 from .errors import BadInput
 from .message import TOOL_KINDS
 
@@ -502,8 +502,9 @@ def _nothing_fits(request: Request, found: Found) -> str:
 
 def _raw_single(r: dict, request: Request) -> str:
     """One entry raw: whole if it fits and no slice was asked for, else an envelope whose body (a slice
-    of the entry's indented JSON) is as long as fits; ``nextOffset`` continues it."""
-    whole = orjson.dumps(r["message"], option=orjson.OPT_INDENT_2).decode()
+    of the entry's indented JSON; with ``--json`` its one-line JSON, as NDJSON is) is as long as fits;
+    ``nextOffset`` continues it."""
+    whole = orjson.dumps(r["message"], option=0 if request.as_json else orjson.OPT_INDENT_2).decode()
     if request.offset is None and request.raw_limit is None and len(whole) <= request.budget:
         return whole
     offset = min(request.offset or 0, len(whole))
@@ -530,5 +531,8 @@ def parse_ids(values: Iterable[str]) -> list[str]:
         parts = [part for part in value.split(",") if part.strip()]
         if not parts:
             raise BadInput(f"--ids {value!r} names no message: give numbers or entry ids, comma-separated")
+        for part in parts:  # a number past any message's (2^63 - 1) is a usage error, as everywhere
+            if part.strip().isascii() and part.strip().isdigit():
+                numbers.index(part.strip(), "--ids message number")
         out += parts
     return out

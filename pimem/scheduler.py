@@ -20,10 +20,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import semantic
+from . import errors, semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
-from .errors import Busy, LeaseLost
+from .errors import BadInput, Busy, LeaseLost
 
 CONCURRENCY = 8
 GRACE = 15.0
@@ -177,10 +177,10 @@ class Scheduler:
         return False
 
     @contextlib.contextmanager
-    def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,)):
+    def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,), tell: bool = True):
         """Work on memory ``name``; a failure the user can act on (its log damaged behind pimem's back, a file
-        it may not read) stops building that memory, with a ``refused`` event, and the others go on. The
-        errors of ``passing`` are raised."""
+        it may not read) stops building that memory, with a ``refused`` event (``tell=False``: the caller says
+        it), and the others go on. The errors of ``passing`` are raised."""
         try:
             yield
         except Exception as exc:
@@ -189,7 +189,8 @@ class Scheduler:
             error = as_error(exc)
             if error is None or isinstance(error, passing):
                 raise
-            self.emit({"event": "refused", "memory": name, "error": str(error)})
+            if tell:
+                self.emit({"event": "refused", "memory": name, "error": str(error)})
             self.refused[name] = exc
             if builder is not None and builder in self.builders:
                 self.builders.remove(builder)
@@ -446,6 +447,9 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         try:
             cap = max_cost_per_day if max_cost_per_day is not None else mem.config.get("max_cost_per_day")
             built = Builder(mem, lease=lease, max_cost_per_day=None if cap is None else float(cap))
+            if cap is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
+                raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
+                               f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
         except BaseException:
             lease.release()
             raise
@@ -474,10 +478,12 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
 
     try:
         for mem in explicit:
-            with scheduler.refusing(mem.name, passing=(Busy,)):
+            with scheduler.refusing(mem.name, passing=(Busy,), tell=False):
                 take(mem, block=True)
-        if explicit and not scheduler.builders:  # nothing of what was named can be built
+        if explicit and not scheduler.builders:  # nothing of what was named can be built: the error, once
             raise next(iter(scheduler.refused.values()))
+        for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
+            scheduler.emit({"event": "refused", "memory": name, "error": str(errors.as_error(exc))})
         if not explicit:
             mems = Memory.all(home)
             for mem in mems:

@@ -141,8 +141,8 @@ def outcome(text: str) -> tuple[str | None, str | None]:
     first = None
     for m in _COUNTS.finditer(text):
         at = m.start()
-        if at and (text[at - 1].isalnum() or text[at - 1] == "_"):  # (inside a word: not a count)
-            continue
+        if at and (text[at - 1].isalnum() or text[at - 1] == "_") or m.end() - at > TOOL_PIECE:
+            continue  # inside a word (not a count), or too long to be one (a card number "passed" validation)
         if "fail" in m.group():
             first = m.group()
             break

@@ -34,8 +34,9 @@ PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for t
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 3  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
-# what the tool ran or how it ended (``privacy.marker``)
+TEXTS_VERSION = 4  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
+# what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares a
+# connective's edge, a count is at most 13 characters
 
 
 class Views:
@@ -478,8 +479,9 @@ class ViewFile:
                 if entry is None:
                     entry = text if hidden[k] == text else [text, hidden[k]]
                 keep[labels[k]] = entry
-                if not include_tools:
-                    text = entry if type(entry) is str else entry[1]
+                if not include_tools and type(entry) is not str:  # (its cost: the bytes shown)
+                    text = entry[1]
+                    cost = line_bytes_cost(l, i, text, None)
             out.append((l, i, text, cost))
         if todo and save:
             self._save_texts(line_bytes, keep)

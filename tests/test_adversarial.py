@@ -47,6 +47,8 @@ CORPUS = [
     (["map", "m", "--width", "19"], None, 2),
     (["recall", "m", "--ids", ""], None, 2),
     (["recall", "m", "--ids", ",,,"], None, 2),
+    (["recall", "m", "--ids", "9223372036854775808"], None, 2),
+    (["recall", "m", "--ids", "3,99999999999999999999999"], None, 2),
     (["compact", "m", "--keep", "-5"], None, 2),
     # durations and money
     (["append", "m", "x", "--timeout", "nan"], None, 2),
@@ -64,6 +66,9 @@ CORPUS = [
     (["hook", "claude-code", "--timeout", "nan"], None, 2),
     (["hook", "claude-code", "--budget", "-5"], None, 2),
     (["model", "m", "extractive", "--price-in", "nan"], None, 2),
+    (["model", "m", "openai/gpt-4o-mini", "--base-url", "http://"], None, 2),
+    (["model", "m", "openai/gpt-4o-mini", "--base-url", "http://exa mple.com/v1"], None, 2),
+    (["model", "m", "openai/gpt-4o\nmini"], None, 2),
     # WHENs
     (["since", "m", "10000000000d"], None, 2),
     (["since", "m", "999999999999 weeks ago"], None, 2),

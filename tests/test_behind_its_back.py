@@ -98,6 +98,21 @@ def test_a_same_size_edit_is_noticed(sh, log):
     assert snapshot(log.parent) == before
 
 
+def test_a_text_edited_by_hand_moves_the_lines_and_the_index_is_rebuilt_not_left_pointing_wrong(sh, log):
+    path = log / f"{DAYS[-1]}.jsonl"
+    data = path.read_bytes()
+    edited = data.replace(b'"text":"message 7 about the staging db","size":36', b'"text":"message 7 about the great white sharks","size":44')
+    assert len(edited) > len(data)  # (the file grew: as if a line had been appended)
+    path.write_bytes(edited)
+    out = sh("search", "staging", "m", "--limit", "20")
+    hits = sorted(int(row.split()[1][1:]) for row in out.stdout.decode().splitlines())
+    assert hits == [0, 1, 2, 3, 4, 5, 6, 8], out.stdout  # none silently missing past the edit
+    assert b"rebuilding the index" in out.stderr and out.stderr.count(b"\n") == 1
+    assert sh("search", "sharks", "m").stdout.decode().startswith("m #7 ")
+    assert b"ranges.json" in sh("fsck", "m").stdout  # (the edit is named; --repair records the files afresh)
+    assert sh("fsck", "--repair", "m").returncode == 0 and sh("fsck", "m").returncode == 0
+
+
 def test_fsck_repair_records_a_valid_change_so_commands_stop_checking_the_whole_log(sh, log):
     append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "added by hand"))
     out = sh("fsck", "m")

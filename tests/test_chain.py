@@ -81,6 +81,11 @@ def test_damage_keeps_the_prefix_and_refuses_appends(run, home, damage):
     listed = run("memories", "main", "--json")
     assert orjson.loads(listed.stdout)["count"] == trusted
     assert listed.exit_code == 5 and listed.stderr.count("\n") == 1 and "left out until a person repairs it" in listed.stderr
+    trusted_id, past = events[0]["recordId"], events[-1]["recordId"]  # (one read before the damage, one after)
+    one = run("memories", "main", "--id", trusted_id)
+    assert one.exit_code == 5 and '"id"' in one.stdout and "left out until a person repairs it" in one.stderr
+    gone = run("memories", "main", "--id", past)
+    assert gone.exit_code == 5 and "left out until a person repairs it" in gone.stderr  # not "no memory …"
     context = run("context", "main")
     assert context.exit_code == 0 and "- [" in context.stdout  # the agent's turn goes on, with the trusted ones
     assert "pimem: warning: main: memory.jsonl line" in context.stderr

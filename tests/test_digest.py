@@ -72,6 +72,11 @@ def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
     assert "try;" not in line and "Spacer;" not in line
     for piece in pieces(line.removeprefix("pi: ")):
         assert piece in text
+    code = "Rewrite the billing service in C#\n" + LONG + "\n  int maxRetries = 3;\n  while (retries--)"
+    line = extractive.leaf("user", code)
+    assert "in C#" in line and "retries--" in line, line  # the marks code ends in stay
+    assert extractive.compose([extractive.Unit(1.0, 0, 0, "int maxRetries = 3;", "pi", 1, ("maxretries",))]) == \
+        "pi: int maxRetries = 3;"  # (a line that fits is not trimmed as a model's reply is)
 
 
 def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
@@ -90,6 +95,15 @@ def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
     assert extractive._dates(("2023-05-08", "not a day")) == "2023-05-08..not a day"  # (shown as logged)
     chinese = [extractive.Unit(1.0, 0, 0, "连接端口5433超时", "user", 0, ("端口",))]
     assert extractive._chinese(chinese) and not extractive._chinese([extractive.Unit(1.0, 0, 0, "port 5433", "user", 0, ("port",))])
+
+
+def test_a_long_message_in_a_tiny_memory_gets_its_pieces_not_its_first_characters(home):
+    mem = Memory.at("tiny", home)
+    text = "Please rotate the staging credentials before Friday. " + LONG + "The vault path is /srv/vault/staging.hcl."
+    mem.append([{"kind": "user", "text": text}, {"kind": "pi", "text": "will do"}])
+    scheduler.build_tree([Memory.open("tiny", home)])
+    line = Memory.open("tiny", home).tree.text(0, 0, 2)
+    assert "/srv/vault/staging.hcl" in line and not text.startswith(line.removeprefix("user: ")), line
 
 
 def test_chinese_is_cut_at_its_punctuation():
@@ -288,7 +302,7 @@ def test_a_long_tool_results_own_line_is_hidden_inside_a_joined_line(run, home):
                  ("zoom", "main", "0+4")):
         out = run(*args)
         assert out.exit_code == 0 and "swordfish32" not in out.stdout, (args, out.stdout)
-    assert "echo: (hidden; include tools to see it)" in run("view", "main").stdout
+    assert "tool: ran cat (hidden) echo: (hidden) pi: I read it for you." in run("view", "main").stdout
     pytest.importorskip("mcp")
     from test_mcp import call_all
 
@@ -372,7 +386,8 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
 
 
 def plain_outcome(text: str) -> tuple[str | None, str | None]:
-    counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)]
+    counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)
+              if len(m.group()) <= toolwork.TOOL_PIECE]  # (longer is no count: "4111222233334444 passed")
     errors = [m.group() for m in toolwork._ERROR_NAME.finditer(text) if len(m.group()) <= toolwork.TOOL_PIECE]
     failed = [c for c in counts if "fail" in c]
     return (failed or counts or [None])[0], (errors or [None])[0]
@@ -385,6 +400,7 @@ PHRASE_CASES = [
     "x .y a—b c – d e.f.g h:i j: k, l,m", "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
     "FAILED tests/test_orders.py::test_refund_roundtrip - AssertionError: assert 1 == 2\n12 passed, 1 failed",
     "x12 passed a 3 failed _4 tests ٣ errors 2 warnings", "Timeout, permission denied, EADDRINUSE; KeyboardInterruptError",
+    "card 4111222233334444 passed validation, 1234 warnings, 12345 warnings",
 ]
 
 

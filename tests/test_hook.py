@@ -148,6 +148,28 @@ def test_a_malformed_payload_exits_2_with_one_line_and_writes_nothing(home, tmp_
     assert snapshot(home) == before
 
 
+def test_an_event_over_the_payload_limit_is_a_warning_not_a_blocked_prompt(home, tmp_path):
+    from pimem.claude_code import PAYLOAD_BYTES
+
+    Memory.at("api").append([{"kind": "user", "text": "hi"}])
+    before = snapshot(home)
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", tmp_path / "none.jsonl", prompt="x" * (PAYLOAD_BYTES + 1)))
+    assert code == 0 and "over 16 MiB and was not read" in answer["systemMessage"], (code, err)
+    assert err.count("\n") == 1 and snapshot(home) == before
+
+
+def test_a_damaged_memory_log_is_told_to_the_user_not_only_to_stderr(home, tmp_path):
+    from pimem import memories
+
+    mem = Memory.at("api")
+    mem.append([{"kind": "user", "text": "hi"}])
+    memories.remember(mem, "the staging db listens on 5433")
+    path = mem.path / "memory.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"5433", b"5434", 1))  # changed behind pimem's back
+    code, answer, err = hook(payload("SessionStart", "s1", tmp_path / "none.jsonl", source="startup"))
+    assert code == 0 and "hash does not match" in answer["systemMessage"] and "left out" in answer["systemMessage"], (answer, err)
+
+
 def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
     read, write = os.pipe()  # stdin stays open and silent
     try:
@@ -331,6 +353,26 @@ def test_install_into_the_project_and_refusals(home, tmp_path):
     assert both.returncode == 2 and "not both" in both.stderr
     wrong = subprocess.run(pimem_cmd("hook", "install", "cursor"), capture_output=True, text=True, env=subprocess_env())
     assert wrong.returncode == 2 and "unknown agent 'cursor'" in wrong.stderr
+
+
+def test_install_refuses_a_bad_name_a_link_loop_and_an_empty_hooks_value_and_keeps_a_lone_surrogate(home, tmp_path):
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    bad = install("--name", "../x", home_dir=user)
+    assert bad.returncode == 2 and "invalid memory name" in bad.stderr and not settings.exists()
+    settings.symlink_to(settings)
+    loop = install(home_dir=user)
+    assert loop.returncode == 2 and "loop of symbolic links" in loop.stderr and loop.stderr.count("\n") == 1, loop.stderr
+    settings.unlink()
+    for empty in ("{}", '""', "0", "false", "null"):
+        settings.write_text('{"hooks": {"Stop": [{"hooks": %s}]}}' % empty)
+        refused = install(home_dir=user)
+        assert refused.returncode == 2 and "is not a list" in refused.stderr, (empty, refused.stderr)
+    settings.write_text('{"s": "\\ud800x", "e": "\\ud83d\\ude00"}')
+    assert install(home_dir=user).returncode == 0
+    written = settings.read_bytes()
+    assert b'"s": "\\ud800x"' in written and json.loads(written.decode("utf-8"))["e"] == "\U0001F600"
 
 
 def test_merge_leaves_odd_settings_alone():

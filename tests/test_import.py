@@ -581,6 +581,18 @@ def test_without_a_name_each_project_gets_its_own_memory(run, home, tmp_path):
     assert run("import", folder, "--json").stdout.count('"imported":0') == 7  # again: nothing new anywhere
 
 
+def test_projects_in_directories_whose_names_keep_nothing_are_still_apart():
+    from pimem.importers.detect import Source, default_name
+
+    def name(cwd):
+        return default_name([Source(path="/tmp/s.jsonl", format="claude", size=0, cwd=cwd)])
+
+    assert name("/home/dev/shop") == "shop" and name("/home/dev/项目2") == "2"
+    apart = {name("/home/dev/项目"), name("/home/dev/工作"), name("/"), name("/srv/проект")}
+    assert len(apart) == 4 and all(n.startswith("dir-") and len(n) == 12 for n in apart), apart
+    assert name("/home/dev/项目") == name("/home/dev/项目")  # the same project, the same memory
+
+
 def test_a_first_line_longer_than_the_peek_is_read_whole_to_tell_the_format(run, tmp_path, monkeypatch):
     """Detection reads a file's head a piece at a time: a first message longer than that piece (a pasted log)
     is not an empty file, and a first line over the line cap is passed over, as the import passes over it."""

@@ -185,7 +185,8 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(sh, home):
     before = {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k}  # (derived)
     for argv in (["search", b"a\xffb", "main"], ["search", b"a\xffb"], ["remember", "main", b"a\xffb"], ["context", "main", "--cwd", b"/tmp/\xff"],
                  ["recall", "main", "--ids", b"entry:\xff"], ["append", "main", b"caf\xff"], ["recall", "main", b"\xff"],
-                 ["memories", "main", b"\xff"], ["memories", "main", "--id", b"\xff"], ["memories", "main", "--session", b"\xff"]):
+                 ["memories", "main", b"\xff"], ["memories", "main", "--id", b"\xff"], ["memories", "main", "--session", b"\xff"],
+                 ["forget", "main", b"mem_\xff"], ["remember", "main", "--supersede", b"a\xff", "t"]):
         out = sh(*map(os.fsdecode, argv))  # (the bytes as the process gets them)
         assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"UTF-8" in out.stderr, (argv, out.stderr)
         assert b"main:" not in out.stderr and b"other:" not in out.stderr  # (the bytes are the argument's, not a memory's)

@@ -126,7 +126,7 @@ def test_folded_view_and_hidden_tool_traffic(run, home):
         "── 2026-10-07 Wed ──────────────────────────────────────────",
         "0+8 8 msgs user: filler 0 天气不错 user: filler 1 天气不错…",
         "── 2026-10-08 Thu ──────────────────────────────────────────",
-        "8+2 2 msgs tool: ran cat (details hidden; include tools to…",  # what ran, not what it read
+        "8+2 2 msgs tool: ran cat (hidden) pi: done",  # what ran, not what it read
     ]
     assert "sk-SECRET" not in "\n".join(lines)
     assert "sk-SECRET" in run("map", "main", "--width", 60, "--include-tools").stdout

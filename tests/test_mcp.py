@@ -77,8 +77,8 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     assert missing["isError"] and "no memory named 'nope'" in missing["content"][0]["text"]
     # the old messages are folded into a line covering several; the newest are their own lines
     assert view["lines"][0].startswith("0+8|user: filler message 0") and view["messages"] == 12
-    hidden = "(hidden; include tools to see it)"  # the call says what it ran, not what it read
-    line = f"8+4|user: the staging db listens on 5433 tool: ran cat (details hidden; include tools to see it) echo: {hidden} pi: 好的，端口是 5433。"
+    # the call says what it ran, not what it read (briefly: a joined line of tool calls stays near its bytes)
+    line = "8+4|user: the staging db listens on 5433 tool: ran cat (hidden) echo: (hidden) pi: 好的，端口是 5433。"
     assert view["lines"][1] == line
     assert plain["messages"][0]["held"] == {"held": "inside", "label": "8+4", "n": 4, "line": line}
     assert last["lines"] == view["lines"][-1:] and last["first"] == view["total_lines"] - 1

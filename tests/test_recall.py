@@ -228,6 +228,8 @@ def test_raw_single_entry_is_exact_json_or_a_paged_envelope(run, home):
     log(run, {"kind": "user", "text": "short"}, {"kind": "user", "text": big})
     whole = run("recall", "main", "--ids", "0", "--raw").stdout
     assert orjson.loads(whole) == Memory.open("main").message(0)
+    line = run("recall", "main", "--ids", "0", "--raw", "--json").stdout  # NDJSON: one line
+    assert line.count("\n") == 1 and orjson.loads(line) == Memory.open("main").message(0)
     pretty = orjson.dumps(Memory.open("main").message(1), option=orjson.OPT_INDENT_2).decode()
     pieces, offset = [], 0
     while True:

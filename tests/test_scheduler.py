@@ -197,6 +197,32 @@ def test_what_calls_that_built_nothing_cost_is_in_status(run, home, monkeypatch,
     assert f"spent     ${billed:.4f} more on calls that built nothing" in run("status", "m").stdout
 
 
+def test_a_reply_in_content_parts_is_its_text_and_one_that_is_no_text_fails(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "parts") as server:
+        configure(home, server)
+        fill("m", 4)
+        assert run("build-tree", "m").exit_code == 0
+    shown = run("view", "m", "--include-tools").stdout
+    assert "summary of" in shown and "'type': 'text'" not in shown, shown
+    with FakeLLM("openai", faults=lambda n, body: "number") as server:
+        configure(home, server)
+        fill("n", 4)
+        out = run("build-tree", "n", "--retries", "0")
+    assert out.exit_code == 6 and "2 nodes could not be built" in out.stderr, out.stderr
+    assert "unexpected chat-completions reply" in run("status", "n").stdout
+
+
+def test_a_command_that_prints_more_than_it_was_asked_for_costs_no_more_than_max_cost(run, home):
+    configure(home)
+    fill("m", 30)
+    assert run("model", "m", "command", "--command", "cat >/dev/null; python3 -c 'print(\"user: asked; pi: said. \" * 4000)'",
+               "--price-in", "1", "--price-out", "10").exit_code == 0
+    out = run("build-tree", "m", "--max-cost", "0.05")
+    spent = builder.spent(Memory.open("m"))
+    assert out.exit_code == 6 and 0 < spent["cost"] <= 0.05, (spent, out.stderr)
+
+
 def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monkeypatch):
     """A line naming what its span lacks is asked for once more: a call's worst case is two."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")

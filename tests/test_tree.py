@@ -230,6 +230,43 @@ def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
     assert "echo: KEY=hunter2" in run("zoom", "t", "2+2", "--include-tools").stdout
 
 
+def test_a_joined_line_of_short_tool_messages_hides_them_briefly_and_says_the_bytes_it_shows(home, run):
+    mem = small_memory(2, config={"view": {"hi": 60, "lo": 30}})
+    mem.append([{"kind": "tool" if k % 2 == 0 else "echo", "text": "ls" if k % 2 == 0 else "ok"} for k in range(6)])
+    assert run("build-tree", "t").exit_code == 0
+    rows = [orjson.loads(l) for l in run("view", "t", "--json").stdout.splitlines()]
+    for row in rows:  # every line's bytes are the bytes it shows ("id+n|text")
+        assert row["bytes"] == len(f"{row['label']}|{row['text']}".encode()), row
+    shown = "".join(r["text"] for r in rows)
+    assert "tool: ran ls (hidden)" in shown and "echo: (hidden)" in shown and "echo: ok" not in shown, shown
+    stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
+    assert stats["bytes"] == sum(r["bytes"] + 1 for r in rows)
+
+
+def test_a_larger_line_bytes_joins_more_messages_and_their_tool_traffic_is_still_hidden(home, run):
+    mem = small_memory(0, config={"line_bytes": 40_000, "view": {"hi": 1000, "lo": 500}})
+    rows = [{"kind": "user", "text": f"note {k}"} for k in range(1, 2100)]
+    rows[10], rows[11] = {"kind": "tool", "text": "cat pw.txt"}, {"kind": "echo", "text": "pw=hunter2"}
+    mem.append(rows)
+    assert run("build-tree", "t").exit_code == 0
+    lines = run("view", "t").stdout.splitlines()
+    assert any(line.startswith("0+2048|") for line in lines), lines[:2]  # 2,048 messages joined whole in one line
+    assert "hunter2" not in "\n".join(lines) and "cat pw.txt" not in "\n".join(lines)
+    assert "pw=hunter2" in run("view", "t", "--include-tools").stdout
+
+
+def test_the_mask_spares_a_line_that_joins_another_speakers_words_as_a_tool_printed_them(home, run):
+    mem = small_memory(0, config={"view": {"hi": 100, "lo": 50}})
+    mem.append([{"kind": "tool", "text": "read src/index.ts"},
+                {"kind": "echo", "text": "import { renderWidgetTree, paddingOptions } from './widget';\n" + "// filler\n" * 80},
+                {"kind": "pi", "text": "The module exports renderWidgetTree. It also exports paddingOptions. " + "Both are used widely. " * 20}])
+    assert run("build-tree", "t").exit_code == 0
+    mem.append([{"kind": "user", "text": "ok"}])
+    shown = run("view", "t").stdout
+    assert shown.startswith("0+4|") and "renderWidgetTree, " in shown, shown  # the pi's words, joined by ", "
+    assert "[tool output hidden]" not in shown, shown
+
+
 def test_a_hidden_tool_message_says_what_it_ran_and_how_it_ended(home, run):
     mem = small_memory(2)
     mem.append([

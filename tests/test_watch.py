@@ -12,7 +12,7 @@ import time
 
 import orjson
 
-from conftest import pimem_cmd, subprocess_env
+from conftest import pimem_cmd, snapshot, subprocess_env
 from bench.llm_server import FakeLLM
 from pimem import Memory, builder, lease
 from test_scheduler import configure, fill, long_text, stored_lines
@@ -56,8 +56,10 @@ def test_watch_builds_new_messages_holds_the_lease_and_stops_on_sigterm(home):
         record = lease.holder(mem)
         assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "started", "beat"}
         second = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=60, env=subprocess_env())
-        assert second.returncode == 4 and b"being built by pid" in second.stderr
+        assert second.returncode == 4 and b"being built by pid" in second.stderr and b"use --wait" in second.stderr
         assert subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, timeout=60, env=subprocess_env()).returncode == 4
+        waited = subprocess.run(pimem_cmd("build-tree", "m", "--wait", "0.5"), capture_output=True, timeout=60, env=subprocess_env())
+        assert waited.returncode == 4 and b"still after waiting 0.5 s" in waited.stderr, waited.stderr
     finally:
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=30)
@@ -278,6 +280,17 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
                              "max_cost_per_day": 0.05}
         Memory.open("m").save_config({"max_cost_per_day": 0.05})  # from config.json this time
         restart_calls_nothing(server, calls)  # what was spent today counts
+
+
+def test_a_daily_cap_on_a_compactor_without_prices_is_refused_not_ignored(home, run):
+    with FakeLLM("openai") as server:
+        configure(home, server)  # no prices: what a call costs is unknown
+        fill("m", 6, short_every=1000)
+        before = snapshot(home / "m")
+        watcher = start_watch("m", "--max-cost-per-day", "0.01")
+        out, err = watcher.communicate(timeout=30)
+        assert watcher.returncode == 2 and err.decode().count("\n") == 1 and "needs prices" in err.decode(), err
+        assert server.requests == [] and snapshot(home / "m").keys() == before.keys()
 
 
 def unbuilt_cost(memory) -> float:

@@ -47,6 +47,10 @@ def command(
         agent = _agent(words[1:])
         if project and user:
             raise BadInput("give --project or --user, not both")
+        if name is not None:  # (refused now, not at every event it would then capture nothing)
+            from ..home import validate_name
+
+            validate_name(name)
         path = claude_code.settings_path(project)
         # (the hook's own options go into the installed command, when they are not the defaults)
         command_line = claude_code.hook_command(home, name, budget if budget != claude_code.BUDGET else None,

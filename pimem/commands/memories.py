@@ -49,9 +49,11 @@ def command(
     visible = memories.records(mem, session, include_tools, on_damage=damaged.append)
     if record_id is not None:
         record = next((r for r in visible if r["id"] == record_id), None)
-        if record is None:
-            raise NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{mem.name}'")
+        if record is None:  # (past the damage, it may be there: the damage is what to say)
+            raise IntegrityError(damaged[0]) if damaged else NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{mem.name}'")
         output.line(memories.read(record, offset, limit, max_chars))
+        if damaged:  # (it was read before the damage; say what is left out, as a listing does)
+            raise IntegrityError(damaged[0])
         return
     found = memories.find(visible, " ".join(words or []), status, kind)
     if limit is not None and limit > 100:

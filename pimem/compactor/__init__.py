@@ -16,6 +16,7 @@ Keys are read from the environment variable named by ``key_env``; they are never
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -73,8 +74,10 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
         raise BadInput("--command only goes with the command provider")
     if key_env is not None and not key_env.replace("_", "").isalnum():
         raise BadInput(f"--key-env wants the NAME of an environment variable, not {key_env!r}")
-    if base_url is not None and not base_url.startswith(("http://", "https://")):
-        raise BadInput(f"--base-url must start with http:// or https://, not {base_url!r}")
+    if base_url is not None and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", base_url):
+        raise BadInput(f"--base-url must be an http:// or https:// URL naming a host, without spaces, not {base_url!r}")
+    if model and not model.isprintable():
+        raise BadInput(f"the model name {model!r} holds a control character")
     for label, price in (("--price-in", price_in), ("--price-out", price_out), ("--price-cached-in", price_cached_in)):
         if price is not None and price < 0:
             raise BadInput(f"{label} must not be negative")

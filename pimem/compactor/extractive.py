@@ -35,7 +35,7 @@ import re
 
 from .. import toolwork
 from ..toolwork import SCAN_HEAD, SCAN_TAIL, scan as _scan
-from .cut import LINE_BYTES, cut_line
+from .cut import LINE_BYTES, cut_line as _cut_reply, flatten
 
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
@@ -44,6 +44,7 @@ PASSED_KEPT = 1 << 10  # messages read ahead, whole, until their units are asked
 TOOL_SCAN_HEAD, TOOL_SCAN_TAIL = 1_000, 500  # characters of a tool's text its own leaf takes facts from
 STATS_SAMPLE = 20_000  # messages read for the memory's term statistics, in evenly spaced runs
 STATS_CHARS = 2_000  # of each message's text
+FEW = 16  # messages: fewer give no word statistics (every other word counts the same)
 IDF_KEPT = 1 << 18  # words whose weight a memory's statistics remember
 COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
@@ -172,7 +173,7 @@ class Stats:
     def _weigh(self, word: str) -> float:
         if word in STOP or (len(word) < 2 and not word.isdigit() and not _CJK_RUN.match(word)):
             return 0.0
-        if not self.docs:  # no statistics: every other word counts the same
+        if self.docs < FEW:  # no statistics, or too few to tell a rare word from a common one
             return 1.0
         # words in more than about one message in twenty say little about any one span
         return max(0.0, math.log((self.docs + 1) / (self.df.get(word, 0) + 0.5)) - COMMON)
@@ -240,11 +241,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 piece, pos = piece[lead + marker :], pos + lead + marker
         if "`" in piece and piece.count("`") % 2:
             piece, pos = _code_span(text, piece, pos)
-        if "**" in piece and piece.strip(_STRIP).count("**") % 2:  # half of a bold span: the larger side
+        if "**" in piece and _bare(piece).count("**") % 2:  # half of a bold span: the larger side
             cut = piece.rfind("**")
             before, after = piece[:cut], piece[cut + 2 :]
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
-        piece = piece.strip(_STRIP)
+        piece = _bare(piece)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
             return
         seen.add(piece)
@@ -274,7 +275,14 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     return out
 
 
-_STRIP = " \t'\"“”‘’*#>-"
+_QUOTES = " \t'\"“”‘’*"
+# quotes, bold and quote marks, and a heading's or a bullet's marker before a space ("## ", "- "), at the start
+_OPENING = re.compile(r"[\s'\"“”‘’*>]*(?:[#-]+\s[\s'\"“”‘’*>]*)*")
+
+
+def _bare(piece: str) -> str:
+    """``piece`` without the quotes and markup around it; the marks code ends in stay (``C#``, ``i--``)."""
+    return piece[_OPENING.match(piece).end() :].rstrip(_QUOTES)
 
 
 def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
@@ -283,7 +291,7 @@ def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
     if text.startswith("`", pos + len(piece)):
         return piece + "`", pos
     cut = piece.rfind("`")
-    return (piece[:cut], pos) if piece[:cut].strip(_STRIP) else (piece[cut + 1 :], pos + cut + 1)
+    return (piece[:cut], pos) if _bare(piece[:cut]) else (piece[cut + 1 :], pos + cut + 1)
 
 
 def _phrases(text: str, cjk: bool = True):
@@ -422,6 +430,13 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
 @functools.lru_cache(maxsize=1 << 16)
 def _size(text: str) -> int:
     return len(text.encode("utf-8"))
+
+
+def cut_line(text: str, limit: int = LINE_BYTES) -> str:
+    """``text`` as one line of at most ``limit`` bytes: as written when it fits (down to a code line's own
+    ``;``), else cut as a model's reply is (``cut.cut_line``)."""
+    line = flatten(text)
+    return line if len(line.encode("utf-8")) <= limit else _cut_reply(line, limit)
 
 
 def render(chosen: list[Unit], head: str = "") -> str:
@@ -632,7 +647,8 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
-    return cut_line(f"{label}: {body}" if body else f"{label}: {(msg.get('text') or '')[:200]}", limit)
+    body = body or flatten(msg.get("text") or "")[:200]
+    return cut_line(f"{label}: {body}" if body else label, limit)
 
 
 # ---- without a memory: from the message, or the two child lines ------------------------------------------

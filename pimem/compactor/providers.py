@@ -142,16 +142,20 @@ class OpenAI(HttpProvider):
             choices = data["choices"]
             choice = choices[0] if choices != [] else {"message": {}}  # (no choice: an empty answer, billed as one)
             text = choice["message"].get("content") or ""
+            if isinstance(text, list):  # content parts (some servers answer so): their text, in order
+                text = "".join(part["text"] for part in text if part.get("type") == "text")
+            if not isinstance(text, str):
+                raise TypeError(text)
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
             raise CallFailed(f"unexpected chat-completions reply: {str(data)[:200]}") from None
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         return Reply(
-            str(text),
+            text,
             "length" if finish == "length" else str(finish),
             _count(usage.get("prompt_tokens")) or _estimate_tokens(system + user),
-            _count(usage.get("completion_tokens")) or _estimate_tokens(str(text)),
+            _count(usage.get("completion_tokens")) or _estimate_tokens(text),
             _count(details.get("cached_tokens")),
         )
 
@@ -261,13 +265,18 @@ class Command:
             finally:
                 _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
                 _RUNNING.discard(proc.pid)
+            # (a line is its first bytes: what a command prints past COMMAND_OUTPUT is not read)
+            size = out.seek(0, os.SEEK_END)
             out.seek(0)
-            err.seek(0)
-            text, detail = out.read().decode("utf-8", "replace"), err.read()[-4096:]
+            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
+            text, detail = out.read(COMMAND_OUTPUT).decode("utf-8", "ignore"), err.read()
         if proc.returncode != 0:
             detail = " ".join(detail.decode("utf-8", "replace").split())[-300:]
             raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
-        return Reply(text, "stop", _estimate_tokens(system + chat + task), _estimate_tokens(text))
+        # its tokens out, as estimated, count up to the ``max_tokens`` asked for (a model stops there): so a call
+        # costs no more than the worst case ``--max-cost`` counted for it, whatever the command printed
+        return Reply(text, "length" if size > COMMAND_OUTPUT else "stop", _estimate_tokens(system + chat + task),
+                     min(_estimate_tokens(text), max_tokens))
 
     def close(self) -> None:
         with self._lock:
@@ -279,6 +288,7 @@ class Command:
                 pass
 
 
+COMMAND_OUTPUT = 1 << 20  # bytes of a command's answer read, at most
 _RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
 
 

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import decoder, ingest, when
+from ..hashes import sha256
 from ..errors import BadInput, NothingFound
 from ..home import NAME_RE, reserved
 from ..message import DEFAULT_CAP
@@ -168,12 +169,22 @@ def _moment(value) -> datetime | None:
 
 def default_name(sources: list[Source]) -> str:
     """A memory name for an import without ``--name``: the basename of the first session's working
-    directory, else the first file's name, made into a valid memory name."""
-    for candidate in [Path(s.cwd).name for s in sources if s.cwd] + [Path(s.path).stem for s in sources]:
-        name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).lstrip("._-")[:64].rstrip("._-") or ""
-        if name and NAME_RE.fullmatch(name) and not reserved(name):
+    directory, else the first file's name, made into a valid memory name. A directory whose name keeps
+    nothing (``项目``, ``/``) is named by its path, ``dir-`` and 8 hex digits of its hash: projects in two
+    such directories are two memories, not one."""
+    for s in sources:
+        if s.cwd:
+            return _valid(Path(s.cwd).name) or "dir-" + sha256(s.cwd.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    for s in sources:
+        if name := _valid(Path(s.path).stem):
             return name
     return "imported"
+
+
+def _valid(candidate: str) -> str:
+    """``candidate`` as a memory name (what ``NAME_RE`` allows of it), or "" when nothing of it is left."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).lstrip("._-")[:64].rstrip("._-")
+    return name if name and NAME_RE.fullmatch(name) and not reserved(name) else ""
 
 
 def by_project(sources: list[Source]) -> dict[str, list[Source]]:
