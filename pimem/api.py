@@ -148,7 +148,8 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
     with Memory.open(name, home) as mem:
         msg = mem.message(i)
         if msg["kind"] in TOOL_KINDS and not include_tools:
-            raise BadInput(f"message {i} is a {msg['kind']} message (tool traffic); ask again with include_tools")
+            raise BadInput(f"message {i} is a {'tool call' if msg['kind'] == 'tool' else 'tool result'}; "
+                           "ask again with include_tools to show it")
         text = msg["text"]
         if type(offset) is not int or not 0 <= offset <= len(text):
             raise BadInput(f"offset must be a whole number from 0 to {len(text)}")

@@ -108,6 +108,16 @@ def safe_cuts(messages: list[tuple[int, str, object]], start: int, total: int) -
     return ok
 
 
+def _proposal(sizes: list[int], start: int, total: int, keep: int) -> int:
+    """The latest cut keeping at least ``keep`` bytes of tail, and at least one message (``sizes``: of the
+    messages from ``start`` on), not before ``start``."""
+    proposed, tail = total - 1, sizes[-1] if sizes else 0
+    while proposed > start and tail < keep:
+        proposed -= 1
+        tail += sizes[proposed - start]
+    return proposed
+
+
 def plan(mem, keep: int) -> Plan:
     """Choose the boundary and build the checkpoint, window and derived memories, writing nothing."""
     if keep < 0:
@@ -120,16 +130,15 @@ def plan(mem, keep: int) -> Plan:
     for msg in mem.messages(start):
         shape.append((msg["i"], msg["kind"], _call_id(msg)))
         sizes.append(int(msg.get("size", 0)))
-    # the latest cut keeping ≥ keep bytes of tail, and at least one message
-    proposed, tail = total - 1, sizes[-1] if sizes else 0
-    while proposed > start and tail < keep:
-        proposed -= 1
-        tail += sizes[proposed - start]
+    proposed = _proposal(sizes, start, total, keep)
     ok = safe_cuts(shape, start, total) if proposed > start else []
     cut = next((c for c in range(proposed, start, -1) if ok[c - start]), None)
-    if cut is None and parent is not None:  # the boundary cannot move: the last compaction still stands
-        return Plan(parent["sourceStart"], parent["keptStart"], parent["keptStart"], parent.get("isSplitTurn", False),
-                    parent["sourceHash"], parent["windowId"], None, existing=parent)
+    if cut is None and parent is not None:  # the boundary cannot move: the last compaction still stands, and
+        # is said as it was chosen (its proposal over the same messages: the same details, run after run)
+        source = parent["sourceStart"]
+        before = [int(msg.get("size", 0)) for msg in mem.messages(source, start)] if source < start else []
+        return Plan(source, parent["keptStart"], _proposal(before + sizes, source, total, keep),
+                    parent.get("isSplitTurn", False), parent["sourceHash"], parent["windowId"], None, existing=parent)
     if proposed <= start:
         raise BadInput(f"nothing to compact: keeping {count(keep, 'byte')} of tail (and at least one message) leaves no message before it")
     if cut is None:

@@ -8,7 +8,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import api
+try:  # (arguments as the API takes them: no "0" for 0, no true for 1)
+    from pydantic import StrictBool, StrictInt, StrictStr
+except ImportError:  # (no SDK: ``_sdk`` says so)
+    StrictBool, StrictInt, StrictStr = bool, int, str
+
+from . import api, budget
 from .errors import BadInput, PimemError, translate
 
 INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
@@ -21,13 +26,15 @@ how the view holds it (held). Tool calls and results are private: ask with inclu
 
 
 def _sdk():
-    """The SDK's server class and its error for anticipated tool failures (mcp 2.x, as pinned)."""
+    """The SDK's server class, its error for anticipated tool failures, and its result and text types (mcp 2.x,
+    as pinned)."""
     try:
         from mcp.server.mcpserver import MCPServer
         from mcp.server.mcpserver.exceptions import ToolError
+        from mcp.types import CallToolResult, TextContent
     except ImportError:
         raise BadInput("pimem mcp needs the MCP SDK 2.x: pip install 'pimem[mcp]'") from None
-    return MCPServer, ToolError
+    return MCPServer, ToolError, CallToolResult, TextContent
 
 
 def _arguments_refused(exc) -> str:
@@ -38,7 +45,7 @@ def _arguments_refused(exc) -> str:
 
 def build(home: api.Home = None):
     """The server with every tool, reading the memories under ``home``."""
-    server_class, tool_error = _sdk()
+    server_class, tool_error, call_result, text_content = _sdk()
     from pydantic import ValidationError
 
     class Server(server_class):
@@ -58,8 +65,9 @@ def build(home: api.Home = None):
 
         @functools.wraps(func)
         def call(*args, **kwargs):
-            try:
-                return func(*args, **kwargs)
+            try:  # (its text the compact JSON budgets are measured on, not the SDK's indented dump of it)
+                result = func(*args, **kwargs)
+                return call_result(content=[text_content(type="text", text=budget.dumps(result))], structured_content=result)
             except PimemError as exc:
                 raise tool_error(str(exc)) from None
             except Exception as exc:  # an OS or SQLite failure: the reason the CLI would print, not a bare failure
@@ -77,9 +85,9 @@ def build(home: api.Home = None):
         return {"memories": api.list_memories(home)}
 
     @tool
-    def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
-               kinds: list[str] | None = None, include_tools: bool = False, since: str | None = None,
-               before: int | None = None, limit: int = 20) -> dict[str, Any]:
+    def search(query: StrictStr, names: list[StrictStr] | None = None, rank: StrictBool = False, any_term: StrictBool = False,
+               kinds: list[StrictStr] | None = None, include_tools: StrictBool = False, since: StrictStr | None = None,
+               before: StrictInt | None = None, limit: StrictInt = 20) -> dict[str, Any]:
         """Where something was said: case-insensitive substring search over the original messages (never the
         summaries) of the memories `names` (default: all), Chinese included. Every word must occur (any_term:
         at least one); "a quoted phrase" exactly; newest first. With rank, ask a question instead: the
@@ -89,33 +97,33 @@ def build(home: api.Home = None):
         return api.search(query, names, rank, any_term, kinds, include_tools, since, before, limit, home)
 
     @tool
-    def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max_chars: int = api.MESSAGE_CHARS) -> dict[str, Any]:
+    def message(name: StrictStr, i: StrictInt, include_tools: StrictBool = False, offset: StrictInt = 0, max_chars: StrictInt = api.MESSAGE_CHARS) -> dict[str, Any]:
         """Message i of memory `name`, exactly as logged, with how the view holds it (held). Long texts come
         in windows of max_chars from offset; next_offset says where the rest starts."""
         return api.message(name, i, include_tools, offset, max_chars, home)
 
     @tool
-    def since(name: str, start: int = 0, when: str | None = None, limit: int = api.SINCE_LIMIT, include_tools: bool = False) -> dict[str, Any]:
+    def since(name: StrictStr, start: StrictInt = 0, when: StrictStr | None = None, limit: StrictInt = api.SINCE_LIMIT, include_tools: StrictBool = False) -> dict[str, Any]:
         """Up to `limit` messages from message number `start`, or from a date/time `when` (2026-10-08, 09:30,
         3d, yesterday). `next` is the start for the following call (null at the end)."""
         return api.since(name, start, when, limit, include_tools, home)
 
     @tool
-    def view(name: str, lines: int = api.VIEW_LINES, include_tools: bool = False) -> dict[str, Any]:
+    def view(name: StrictStr, lines: StrictInt = api.VIEW_LINES, include_tools: StrictBool = False) -> dict[str, Any]:
         """The view the model of memory `name` reads each turn: one line per span, `id+n|text` (n messages
         from message id; old spans coarse, new ones fine). Only the latest `lines` lines are returned;
         `first` and `total_lines` say where they sit."""
         return api.view(name, lines, include_tools, home)
 
     @tool
-    def zoom(name: str, node: str, include_tools: bool = False) -> dict[str, Any]:
+    def zoom(name: StrictStr, node: StrictStr, include_tools: StrictBool = False) -> dict[str, Any]:
         """Open a view line: `node` is its `id+n`. For n=1 the original message whole; for n>1 its two
         halves as lines, which can be zoomed in turn."""
         return api.zoom(name, node, include_tools, home)
 
     @tool
-    def recall(name: str, query: str = "", ids: list[int | str] | None = None, file: str | None = None, kind: str | None = None,
-               page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None) -> dict[str, Any]:
+    def recall(name: StrictStr, query: StrictStr = "", ids: list[StrictInt | StrictStr] | None = None, file: StrictStr | None = None, kind: StrictStr | None = None,
+               page: StrictInt = 1, limit: StrictInt = 8, include_tools: StrictBool = False, budget: StrictInt | None = None) -> dict[str, Any]:
         """Bounded recall over the messages of memory `name`: search by `query` words (rare words and paths
         first), list newest first (no query), or read messages by `ids` (numbers or source entry ids). `file`
         keeps messages naming a path; `kind` one kind. The answer never exceeds `budget` characters (default
@@ -123,16 +131,16 @@ def build(home: api.Home = None):
         return api.recall(name, query, ids, file, kind, page, limit, include_tools, budget, home)
 
     @tool
-    def memory_search(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
-                      limit: int = 30, session: str | None = None) -> dict[str, Any]:
+    def memory_search(name: StrictStr, query: StrictStr = "", status: StrictStr | None = None, kind: StrictStr | None = None, offset: StrictInt = 0,
+                      limit: StrictInt = 30, session: StrictStr | None = None) -> dict[str, Any]:
         """The user's authoritative memories for `name` (facts, preferences, constraints, decisions): live
         ones (pinned, active, provisional) or those of `status` (all, resolved, superseded, …), ranked by
         `query` words when given. `nextOffset` continues a long list."""
         return api.memory_search(name, query, status, kind, offset, limit, session, home=home)
 
     @tool
-    def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
-                       supersede: str | None = None, session: str | None = None) -> dict[str, Any]:
+    def memory_propose(name: StrictStr, text: StrictStr, kind: StrictStr | None = None, priority: StrictStr | None = None,
+                       supersede: StrictStr | None = None, session: StrictStr | None = None) -> dict[str, Any]:
         """Propose a memory worth keeping (kind: fact, preference, constraint, decision, working). It is
         stored provisional: only the user makes it active or drops it. `supersede` replaces one of your own
         earlier proposals."""

@@ -287,8 +287,8 @@ class Memory:
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
         """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
-        if type(start) is not int or start < 0 or (stop is not None and type(stop) is not int):
-            raise BadInput(f"messages are read from a message number (0 or more), not {start!r}")
+        if type(start) is not int or not 0 <= start <= MAX_I or (stop is not None and type(stop) is not int):
+            raise BadInput(f"messages are read from a message number (0 to {MAX_I}), not {start!r}")
         return self.log.entries(start, stop)
 
     def message(self, i: int) -> dict:
@@ -296,8 +296,8 @@ class Memory:
         when there is one, else a scan of the log file that holds ``i``."""
         if type(i) is not int:
             raise BadInput(f"a message number is a whole number, not {i!r}")
-        if not 0 <= i <= MAX_I:
-            raise NotFound(f"no message {i} in '{self.name}': message numbers run from 0")
+        if not 0 <= i <= MAX_I:  # (no message can have it: bad input, exit 2, as the CLI says of it)
+            raise BadInput(f"bad message number {i}: use a whole number from 0 to {MAX_I}")
         if self.has_index():
             msg = self.index().message(i)
             if msg is not None:

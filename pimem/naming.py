@@ -24,6 +24,12 @@ def default() -> str:
     return os.environ.get("PIMEM_MEMORY") or DEFAULT
 
 
+def given(name: str | None) -> str:
+    """The memory a command was given: ``name``, or the default one when none was (an empty name given is
+    refused by the memory's name check, not read as the default)."""
+    return default() if name is None else name
+
+
 def exists(name: str, home: str | None) -> bool:
     """A memory (or a rename pointer to one) has this name, or it is the default memory's name (before the
     first append creates it: ``pimem append main < reply.txt``); a broken pointer counts, for the command
@@ -44,7 +50,7 @@ def lone(name: str | None, other: str | None, home: str | None,
     and it ``reads_as`` one (a WHEN, a message number, a node id …); otherwise it is the NAME."""
     if other is None and name is not None and not exists(name, home) and reads_as(name):
         return default(), name
-    return name or default(), other
+    return given(name), other
 
 
 def is_utf8(text: str) -> bool:

@@ -287,23 +287,24 @@ def _shows_tools(request: Request) -> bool:
 
 def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
     by_i = {r["id"]: r for r in records}
-    by_entry: dict[str, dict] = {}
-    for r in records:
+    by_entry: dict[str, list[dict]] = {}  # (an entry id names every message logged from that entry: a pi
+    for r in records:                     # entry's text and its tool calls are messages of their own)
         entry = _entry_of(r["message"])
         if entry is not None:
-            by_entry.setdefault(entry, r)
+            by_entry.setdefault(entry, []).append(r)
     wanted: dict[int, dict] = {}
     missing, hidden = [], []
     for raw_id in request.ids:
         ident = raw_id.strip()
         number = _number(ident)
-        rec = by_i.get(number) if number is not None else by_entry.get(_entry(ident))
-        if rec is None:
+        found = ([by_i[number]] if number in by_i else []) if number is not None else by_entry.get(_entry(ident), [])
+        if not found:
             missing.append(ident)
-        elif hide and rec["kind"] in TOOL_KINDS:
-            hidden.append(rec["id"])
-        else:
-            wanted[rec["id"]] = rec
+        for rec in found:
+            if hide and rec["kind"] in TOOL_KINDS:
+                hidden.append(rec["id"])
+            else:
+                wanted[rec["id"]] = rec
     chosen = [wanted[i] for i in sorted(wanted)]
     beyond = [r["id"] for r in chosen[request.limit :]]
     return Found("read", chosen[: request.limit], len(wanted), missing=missing, hidden=list(dict.fromkeys(hidden)), beyond=beyond)

@@ -80,6 +80,9 @@ CORPUS = [
     (["append", "m", "--date", "10000000000d", "x"], None, 2),
     (["append", "m", "--date", "last fortnight", "x"], None, 2),
     # names
+    (["message", "", "0"], None, 2),  # (an empty name given is no name: not the default memory)
+    (["view", ""], None, 2),
+    (["since", "", "#0"], None, 2),
     (["append", "config.json", "x"], None, 2),
     (["append", "notes.jsonl", "x"], None, 2),
     (["append", "write.lock", "x"], None, 2),
@@ -148,7 +151,8 @@ def test_the_python_api_refuses_bad_values_as_pimem_errors(store):
     home = store
     mem = Memory.open("m", home)
     before = snapshot(home)
-    for call, error in ((lambda: list(mem.messages(-5)), BadInput), (lambda: mem.message(2**63), NotFound),
+    for call, error in ((lambda: list(mem.messages(-5)), BadInput), (lambda: mem.message(2**63), BadInput),
+                        (lambda: mem.message(-1), BadInput), (lambda: list(mem.messages(2**70)), BadInput),
                         (lambda: mem.message("3"), BadInput), (lambda: mem.save_cursor("c", -1), BadInput),
                         (lambda: mem.save_cursor("c", mem.count() + 1), BadInput),  # (past the log: never seen)
                         (lambda: Memory.at("ghost", home).save_cursor("c", 0), NotFound),

@@ -1,5 +1,6 @@
 """`pimem mcp` as a real subprocess, driven by the MCP SDK's own stdio client."""
 
+import json
 import sys
 
 import anyio
@@ -96,12 +97,27 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
 
 def test_arguments_the_schema_refuses_come_back_in_one_line(home, talk):
     _, results = call_all(home, [("message", {"name": "main", "i": "abc"}), ("message", {}),
-                                 ("recall", {"name": "main", "ids": [None]}), ("search", {"query": 5})])
+                                 ("recall", {"name": "main", "ids": [None]}), ("search", {"query": 5}),
+                                 ("message", {"name": "main", "i": False}), ("message", {"name": "main", "i": "0"}),
+                                 ("since", {"name": "main", "limit": True}),
+                                 ("message", {"name": "main", "i": 1, "include_tools": "yes"})])
     texts = [r["content"][0]["text"] for r in results]
     assert all(r["isError"] for r in results) and all("\n" not in t for t in texts), texts
-    assert texts[0] == "Error executing tool message: bad arguments: i: Input should be a valid integer, unable to parse string as an integer"
+    assert texts[0] == "Error executing tool message: bad arguments: i: Input should be a valid integer"
+    # (no coercion: false is not message 0, "0" not 0, true not a limit of 1, "yes" not true; as the API)
+    assert [t.rsplit(": ", 1)[1] for t in texts[4:]] == ["Input should be a valid integer"] * 3 + ["Input should be a valid boolean"]
     assert texts[1] == "Error executing tool message: bad arguments: name: Field required; i: Field required"
     assert texts[3] == "Error executing tool search: bad arguments: query: Input should be a valid string"
+
+
+def test_a_tools_text_is_its_compact_json_within_the_budget(run, home, talk):
+    for k in range(40):
+        run("append", "main", f"message {k} about the staging database, its port and the deploy script " * 3)
+    _, results = call_all(home, [("recall", {"name": "main", "ids": list(range(40)), "budget": 300}),
+                                 ("recall", {"name": "main", "query": "staging deploy", "limit": 30, "budget": 2000})])
+    for result, most in zip(results, (300, 2000)):
+        text = result["content"][0]["text"]
+        assert len(text) <= most and json.loads(text) == result["structuredContent"] and "\n" not in text, len(text)
 
 
 def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):

@@ -194,8 +194,9 @@ def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
 
 
 def test_entry_ids_are_found_without_reading_every_message(home, monkeypatch):
-    """An entry id is found by a byte search of the log: only lines holding it are parsed, the earliest
-    message carrying it wins, and a line merely quoting it is not taken for it. An id whose line was written
+    """An entry id is found by a byte search of the log: only lines holding it are parsed, every message
+    carrying it is read (an entry's text and its tool calls are messages of their own), and a line
+    merely quoting it is not taken for it. An id whose line was written
     by another hand (an escape the log's writer does not use) is still found, by reading every message."""
     mem = Memory.at("main")
     mem.append([{"kind": "user" if k % 2 else "pi", "text": f"turn {k}", "meta": {"entry": f"e{k:04x}"}}
@@ -208,7 +209,7 @@ def test_entry_ids_are_found_without_reading_every_message(home, monkeypatch):
         doc = orjson.loads(recall.recall(mem, recall.Request(ids=list(wanted), as_json=True)))
         return [r["id"] for r in doc["results"]], doc.get("missingIds", [])
 
-    assert ids("entry:e0100", "e0bb7", "7", "entry:e0007") == ([7, 256, 2999], [])
+    assert ids("entry:e0100", "e0bb7", "7", "entry:e0007") == ([7, 256, 2999, 3001], [])
     assert ids("entry:e0bb9") == ([], ["entry:e0bb9"])
     assert reads == [(0, None)]  # only the id not found read every message
     day = next(mem.path.joinpath("main").glob("*.jsonl"))

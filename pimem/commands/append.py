@@ -41,7 +41,7 @@ def command(
     if ndjson:  # the one word it takes is the NAME
         if text or date or meta or kind != "user":
             raise BadInput("--ndjson reads kind, text, date and meta from each line; drop TEXT, -k, --date and --meta")
-        _append_stream(name or naming.default(), json, timeout, home)
+        _append_stream(naming.given(name), json, timeout, home)
         return
     name, text = naming.words(name, text, home, reads_stdin="append")
     if text == ["-"]:

@@ -29,7 +29,7 @@ def command(
       pimem compact main --keep 64000
       pimem compact main --keep 64000 --dry-run --json | jq .keptStart
     """
-    result = compaction.compact(Memory.open(name or naming.default(), home), keep, dry_run=dry_run, timeout=timeout)
+    result = compaction.compact(Memory.open(naming.given(name), home), keep, dry_run=dry_run, timeout=timeout)
     if json:
         output.json_line(result)
         return

@@ -38,7 +38,7 @@ def command(
     if system:  # the same for every memory: a wrapper may pass its NAME anyway
         output.line(contexts.system())
         return
-    mem = Memory.open(name or naming.default(), home)
+    mem = Memory.open(naming.given(name), home)
     if json:
         output.json_line(contexts.parts(mem, session, cwd, wait, include_tools))
     else:

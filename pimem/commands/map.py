@@ -34,7 +34,7 @@ def command(
     """
     if svg is not None and svg.is_dir():
         raise BadInput(f"--svg wants a file to write, and {str(svg)!r} is a directory")
-    mem = Memory.open(name or naming.default(), home)
+    mem = Memory.open(naming.given(name), home)
     cols = width or shutil.get_terminal_size((80, 24)).columns
     picture = panorama.rows(panorama.facts_of(mem, include_tools), cols, include_tools)
     if svg is not None:  # (first: a file that cannot be written ends the command before it prints)

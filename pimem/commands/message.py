@@ -31,7 +31,7 @@ def command(
         if number is None:
             raise BadInput("give a message number I")
         i = index(number)
-    msg = Memory.open(name or naming.default(), home).message(i)
+    msg = Memory.open(naming.given(name), home).message(i)
     if is_tool(msg) and not include_tools:
         raise BadInput(f"message {i} is a {'tool call' if msg['kind'] == 'tool' else 'tool result'}; add --include-tools to show it")
     if json:

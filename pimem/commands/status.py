@@ -18,7 +18,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     from .. import builder, compactor, lease
     from ..compactor.state import BuildState
 
-    mem = Memory.open(name or naming.default(), home)
+    mem = Memory.open(naming.given(name), home)
     row = mem.summary()
     files = mem.log.files()
     row.update(path=str(mem.path), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))

@@ -35,7 +35,7 @@ def command(
     """
     if wait is not None and wait < 0:
         raise BadInput("--wait takes a number of seconds ≥ 0")
-    mem = Memory.open(name or naming.default(), home)
+    mem = Memory.open(naming.given(name), home)
     views = mem.views.current()
     if wait:
         views = _wait(mem, views, wait)
