@@ -25,6 +25,7 @@ import orjson
 from . import env
 from .config import LINE_BYTES
 from .errors import BadInput, NotFound
+from .numbers import MAX_I
 from .home import append_durably, ensure_dir
 from .nofollow import check_dir, open_binary, planted, read_bytes
 
@@ -57,6 +58,8 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
     if not match:
         raise BadInput(f"malformed node id {text!r}: expected ID+N such as 0+1 or 40+8")
     start, n = int(match[1]), int(match[2])
+    if start + n - 1 > MAX_I:  # (no message can have such a number: a usage error, as a message number is)
+        raise BadInput(f"bad node id {text}: it covers messages past {MAX_I}, the last number a message can have")
     if n == 0 or n & (n - 1):
         raise BadInput(f"bad node id {text}: N must be a power of two (1, 2, 4, 8, …), not {n}")
     if start % n:

@@ -39,6 +39,9 @@ CORPUS = [
     (["zoom", "m", "0+3"], None, 2),
     (["zoom", "m", "1+2"], None, 2),
     (["zoom", "m", "1024+1024"], None, 3),
+    (["zoom", "m", "9223372036854775808+1"], None, 2),  # (past any message's number: bad input, not "not found")
+    (["date", "m", "9223372036854775808+2"], None, 2),
+    (["date", "m", "9223372036854775806+2"], None, 3),  # (the last two numbers a message may have: past the log)
     (["date", "m", "1024+1024"], None, 3),
     (["recall", "m", "staging", "--page", "0"], None, 2),
     (["recall", "m", "staging", "--limit", BIG], None, 2),

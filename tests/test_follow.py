@@ -78,6 +78,22 @@ def stop(proc, sig=signal.SIGTERM) -> tuple[int, list[dict], str]:
     return proc.returncode, [json.loads(line) for line in out.splitlines()], err.decode()
 
 
+def test_a_file_truncated_and_rewritten_in_another_format_is_told_afresh(home, tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    session = sessions / "x.jsonl"
+    append(session, claude_turn("s1", 0))
+    proc = start(session, "--name", "rw")
+    try:
+        wait_for(lambda: texts("rw") and "answer 0" in texts("rw"))
+        with open(session, "w") as f:  # truncated, then NDJSON where a Claude Code transcript was
+            f.write(json.dumps({"kind": "user", "text": "after the rewrite"}) + "\n")
+        wait_for(lambda: "after the rewrite" in texts("rw"))
+    finally:
+        code, _, err = stop(proc)
+    assert code == 143 and "skipped" not in err, err
+
+
 def test_follow_grows_rotates_truncates_and_resumes(home, tmp_path):
     sessions = tmp_path / "sessions"
     sessions.mkdir()

@@ -11,7 +11,8 @@ left off. It holds the files it follows open, so that
 
 - a file **rotated** away (renamed, a new file created at its path) is read to its end before the new file
   at its path is read from its start;
-- a file **truncated** or rewritten is read again from the start (the keys decide what is new);
+- a file **truncated** or rewritten is read again from the start (the keys decide what is new), its format
+  told afresh (a rewrite may hold another);
 - a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
 
 A file that cannot be read yet (empty, a first line still being written, a format it cannot tell) is
@@ -215,6 +216,15 @@ class Follower:
             st = os.stat(path)
         except FileNotFoundError:
             st = None
+        truncated = st is not None and st.st_ino == tracked.ino and st.st_size < (tracked.source.size or 0)
+        if truncated:  # rewritten in place: told afresh, as a new file (it may be another format now)
+            if tracked.handle is not None:
+                tracked.handle.close()
+            self.files.pop(path, None)
+            self.open_order.pop(path, None)
+            self.pending[path] = ()
+            self._discover(path)
+            return self._check(path) if path in self.files else 0
         if st is None or st.st_ino != tracked.ino:  # rotated or removed: read the old file to its end first
             logged = self._read(path, tracked, tracked.handle) if tracked.handle is not None else 0
             if tracked.handle is not None:
