@@ -7,7 +7,7 @@ The small parts that change every turn come after it:
 
     <chat>             the view, one line per span (id+n|text)
     <memories>         what the user told us to remember: pinned, then active; user-authored only, ≤4,000 chars
-    <previous_exchange> the last user message and the last reply, verbatim, if together ≤16,000 bytes
+    <previous_exchange> the last user message and the last reply, verbatim, if their lines ≤16,000 bytes
     <turn>             now · cwd
 
 Render the context before logging the new user message (the view must not already hold it).
@@ -96,8 +96,8 @@ def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_dam
 
 
 def previous_exchange(mem, max_bytes: int = EXCHANGE_BYTES) -> str:
-    """The last user message and the last reply, verbatim, oldest first; empty when together they are
-    over ``max_bytes`` (the view and zoom still hold them)."""
+    """The last user message and the last reply, verbatim, oldest first, as ``#i kind: text`` lines; empty
+    when those lines are over ``max_bytes`` together (the view and zoom still hold them)."""
     found = [m for m in (mem.last_of_kind("user"), mem.last_of_kind("pi")) if m is not None]
     found.sort(key=lambda m: m["i"])
     text = "\n".join(f"#{m['i']} {m['kind']}: {m['text']}" for m in found)

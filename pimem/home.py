@@ -119,11 +119,12 @@ def resolve(home: Path, name: str) -> Path:
 def names(home: Path) -> list[str]:
     """Every memory directory under ``home`` (pointers and the trash excluded), sorted: a directory holding
     ``main/`` and the ``write.lock`` every writer leaves (another project's ``main/`` is not a memory). A
-    ``main`` that is a link is listed, for its readers to refuse by name."""
+    ``main``, or a memory's directory, that is a link is listed, for its readers to refuse by name (a link
+    is nothing pimem made, and is never followed)."""
     if not home.is_dir():
         return []
-    return sorted(p.name for p in home.iterdir()  # (links are not memories pimem made: never listed)
-                  if not p.is_symlink() and p.is_dir() and NAME_RE.fullmatch(p.name) and not reserved(p.name)
+    return sorted(p.name for p in home.iterdir()
+                  if p.is_dir() and NAME_RE.fullmatch(p.name) and not reserved(p.name)
                   and os.path.lexists(p / "main") and os.path.lexists(p / "write.lock"))
 
 

@@ -615,17 +615,40 @@ class TreeNodes:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None:
-            if not os.access(self.path.parent, os.W_OK):  # a memory that cannot be written: the tables are
-                db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)  # made in memory
-            else:  # (from the tree files, as for a new index)
-                _create_file(self.path)
-                check_database(self.path)
-                db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            try:
+                self._db = self._open()
+            except sqlite3.DatabaseError as exc:
+                if not _damaged(exc):
+                    raise
+                self._rebuild(exc)
+                self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        if not os.access(self.path.parent, os.W_OK):  # a memory that cannot be written: the tables are
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)  # made in memory
+        else:  # (from the tree files, as for a new index)
+            _create_file(self.path)
+            check_database(self.path)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            try:
                 use_wal(db)
                 db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_TREE_SCHEMA)
-            self._db = db
-        return self._db
+                db.executescript(_TREE_SCHEMA)
+            except BaseException:
+                db.close()
+                raise
+            return db
+        db.executescript(_TREE_SCHEMA)
+        return db
+
+    def _rebuild(self, exc: sqlite3.DatabaseError) -> None:
+        """A damaged index file: deleted (under the catch-up lock), to be made again, the tree's tables from the
+        tree files and the search index from the log (as a search rebuilds it), with a warning."""
+        env.stderr().write(f"pimem: warning: {self.path} was damaged ({exc}); rebuilding it from the log\n")
+        self.close()
+        with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
+            remove_files(self.path)
 
     def close(self) -> None:
         if self._db is not None:
@@ -633,8 +656,14 @@ class TreeNodes:
             self._db = None
 
     def files(self) -> dict[str, int]:
-        """Bytes of each tree file whose nodes the tables hold."""
-        return dict(self.db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        """Bytes of each tree file whose nodes the tables hold (a damaged file found only now: rebuilt)."""
+        try:
+            return dict(self.db.execute("SELECT name, bytes FROM tree_files").fetchall())
+        except sqlite3.DatabaseError as exc:
+            if not _damaged(exc):
+                raise
+            self._rebuild(exc)
+            return dict(self.db.execute("SELECT name, bytes FROM tree_files").fetchall())
 
     def clear(self) -> None:
         self.db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files;")

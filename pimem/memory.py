@@ -20,7 +20,7 @@ from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError
 from .lock import Moved, WriterLock
 from .numbers import MAX_I
 from .store import Log
-from .nofollow import check_dir
+from .nofollow import check_dir, planted
 
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
 
@@ -108,6 +108,8 @@ class Memory:
         for name in homes.names(root):
             mem = cls(name, root / name, root)
             try:
+                if mem.path.is_symlink():  # (a memory's directory that is a link: named, never followed)
+                    raise planted(mem.path)
                 mem.exists()
             except PimemError as exc:
                 if refused is None:

@@ -128,10 +128,10 @@ def _check_meta(value: Any, depth: int) -> bool:
     """Refuse a meta that could not be stored as given: nested too deeply, or holding an integer beyond 64
     bits (given as a Python ``int``). True when it holds a float that such an integer may have become in a
     parser (whole, at or beyond -2^63 or 2^64), which only the JSON text it came from can tell."""
-    if depth > META_DEPTH:
-        raise BadInput(f"meta is nested deeper than {META_DEPTH} levels")
     kind = type(value)
     if kind is dict or kind is list:
+        if depth > META_DEPTH:  # (containers count: meta's objects and lists, within meta itself)
+            raise BadInput(f"meta is nested deeper than {META_DEPTH} levels")
         wide = False
         for item in value.values() if kind is dict else value:
             if type(item) is not str:

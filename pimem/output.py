@@ -120,6 +120,8 @@ class Unread:
             return None
 
     def __call__(self, mem, exc) -> None:
+        if not os.path.isdir(mem.path) and not os.path.islink(mem.path):  # renamed or deleted meanwhile, by
+            return  # another command: no longer one of the memories to go over, nothing to say of it
         said = str(exc)
         env.stderr().write(f"pimem: error: {said if said.startswith(mem.name + ':') else f'{mem.name}: {said}'}\n")
         self.code = max(self.code, int(exc.code))

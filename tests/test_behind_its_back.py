@@ -113,6 +113,33 @@ def test_a_text_edited_by_hand_moves_the_lines_and_the_index_is_rebuilt_not_left
     assert sh("fsck", "--repair", "m").returncode == 0 and sh("fsck", "m").returncode == 0
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_index_is_rebuilt_by_every_reader_and_fsck_repairs_it_beside_a_damaged_view(sh, log, damage):
+    for k in range(4):  # (long ones: the tree has stored nodes, which readers look up in the index)
+        assert sh("append", "m", f"a long message {k} about the staging db: " + "words " * 150).returncode == 0
+    assert sh("build-tree", "m").returncode == 0
+    index = log.parent / "index.sqlite"
+
+    def spoil():
+        for side in ("-wal", "-shm"):
+            (log.parent / f"index.sqlite{side}").unlink(missing_ok=True)
+        index.write_bytes(b"xx" if damage == "garbage" else index.read_bytes()[:8192])
+
+    warned = 0
+    for argv in (["status", "m"], ["view", "m"], ["map", "m"], ["context", "m"], ["zoom", "m", "8+1"]):
+        spoil()
+        out = sh(*argv)  # (each reads on; one that looks a node up in the index rebuilds it, and says so)
+        assert out.returncode == 0 and b"error" not in out.stderr, (argv, out.stderr)
+        warned += b"rebuilding it from the log" in out.stderr
+    assert warned >= 2
+    spoil()
+    (log.parent / "view.json").write_text("garbage")
+    assert sh("fsck", "m").returncode == 5
+    repaired = sh("fsck", "--repair", "m")
+    assert repaired.returncode == 0, repaired.stderr
+    assert sh("fsck", "m").returncode == 0 and sh("search", "staging", "m", "--limit", "20").stdout.count(b"\n") == 13
+
+
 def test_fsck_repair_records_a_valid_change_so_commands_stop_checking_the_whole_log(sh, log):
     append_behind(log / f"{DAYS[-1]}.jsonl", line(9, "added by hand"))
     out = sh("fsck", "m")

@@ -43,6 +43,22 @@ def test_rename_leaves_a_pointer_that_commands_follow(run, home, two):
     assert run("list", "--json").stdout.count('"name"') == 1
 
 
+def test_a_memory_renamed_while_a_command_goes_over_every_memory_is_passed_over_not_an_error(run, home, two, capsys):
+    """The command listed it, another renamed it before it was read: what reading it failed on (its directory
+    now a pointer file) is no problem of the memories there are."""
+    from pimem import output
+    from pimem.errors import PimemError
+
+    assert run("append", "other", "another memory").exit_code == 0
+    mems = Memory.all(home)
+    assert [m.name for m in mems] == ["old", "other"]
+    assert run("rename", "old", "elsewhere").exit_code == 0
+    unread = output.Unread()
+    assert unread.run(mems[0], lambda: (_ for _ in ()).throw(NotADirectoryError(20, "Not a directory", str(mems[0].path / "index.lock")))) is None
+    unread(mems[1], PimemError("damaged", 5))  # (one still there is named)
+    assert capsys.readouterr().err.count("\n") == 1 and unread.code == 5
+
+
 def test_rename_refuses_a_taken_name_and_leaves_everything(run, home, two):
     run("append", "taken", "x")
     before = snapshot(home)

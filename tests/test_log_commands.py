@@ -230,6 +230,10 @@ def test_demo_logs_the_sample_once(run, home):
     before = snapshot(home / "mine")
     out = run("demo", "--name", "mine")  # a memory of the user's own: the sample is not poured into it
     assert out.exit_code == 2 and "holds messages of its own" in out.stderr and snapshot(home / "mine") == before
+    copy = run("since", "demo", "#0", "--until", "#10", "--include-tools").stdout  # part of the sample, copied
+    assert run("append", "part", "--ndjson", input=copy).exit_code == 0
+    assert run("demo", "--name", "part").exit_code == 0  # the rest logged, and its tree built
+    assert orjson.loads(run("status", "part", "--json").stdout)["tree"]["pending"] == 0
 
 
 def test_reads_never_take_the_writer_lock(sh, day, home):

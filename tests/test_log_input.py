@@ -109,6 +109,22 @@ def test_meta_floats_and_64_bit_integers_are_kept_as_given(sh, home):
         Memory.at("main").append([{"kind": "user", "text": "x", "meta": {"n": -(2**63) - 1}}])
 
 
+def test_meta_may_hold_250_levels_of_objects_and_lists_whatever_is_inside_the_last(home):
+    from pimem.message import META_DEPTH
+
+    def nested(levels: int, inner):
+        for _ in range(levels):
+            inner = [inner]
+        return inner
+
+    mem = Memory.at("deep")
+    for inner in ([], [1], {}):  # 250 levels of lists inside meta: kept, empty or not
+        mem.append([{"kind": "user", "text": "x", "meta": {"a": nested(META_DEPTH - 1, inner)}}])
+    with pytest.raises(BadInput, match="nested deeper than 250"):  # one more: refused
+        mem.append([{"kind": "user", "text": "x", "meta": {"a": nested(META_DEPTH, [])}}])
+    assert Memory.open("deep").count() == 3
+
+
 def test_a_copy_of_a_memory_keeps_trimmed_tool_output_as_it_is(sh, home):
     """Trimmed tool output logged again (since | append --ndjson) is not trimmed again: same text, same size."""
     assert sh("append", "rt", "-k", "echo", "E" * 40_000).returncode == 0

@@ -93,6 +93,15 @@ def test_a_memory_directory_planted_as_a_link_is_refused(sh, home, memory, outsi
     assert snapshot(outside) == before
 
 
+def test_a_link_to_a_memory_is_named_by_the_commands_over_every_memory(sh, home, memory):
+    (home / "linked").symlink_to(memory)  # (a memory of its own, to look at)
+    for argv in (["list"], ["fsck"], ["search", "staging"], ["reindex"]):
+        out = sh(*argv)
+        err = out.stderr.decode()
+        assert out.returncode == 5 and f"linked: {home / 'linked'} is a symbolic link" in err, (argv, err)
+        assert b"linked" not in out.stdout, argv  # named, never read through
+
+
 def test_the_home_itself_may_be_a_link(sh, home, tmp_path):
     real = tmp_path / "real-home"
     real.mkdir()

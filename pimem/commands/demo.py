@@ -56,8 +56,11 @@ def command(
     from .. import scheduler
     from ..compactor import Compactor
 
+    from ..builder import survey
+
     views = mem.views.current(create=False)
-    if views is None or any(v.pending() or v.waiting() for v in views.both()):  # else leave the store untouched
+    # (the tree unbuilt, or its view waiting for it: built; else the store is left untouched)
+    if views is None or any(v.pending() or v.waiting() for v in views.both()) or survey(mem)["pending"]:
         sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
         stats = sched.builders[0].stats
         if stats.calls:
