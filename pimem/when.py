@@ -27,7 +27,10 @@ def parse_stored(text: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
         if moment.tzinfo is None:
-            moment = moment.astimezone()
+            try:
+                moment = moment.astimezone()
+            except (ValueError, OverflowError):  # (year 1 or 9999: local time cannot be asked; today's offset)
+                moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
         moment.astimezone(timezone.utc)  # (year 1 or 9999 in a zone that moves it out of range)
     except ValueError:
         raise BadInput(f"bad date {text!r}: expected RFC 3339 like 2026-10-08T09:30:00+08:00") from None

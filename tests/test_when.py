@@ -64,6 +64,19 @@ def test_whens_at_the_ends_of_the_range_are_answered_or_refused_in_one_line(run,
         assert out.exit_code == code and "Traceback" not in out.stderr and out.stderr.count("\n") <= 1, (argv, out.stderr)
 
 
+def test_local_midnight_of_year_one_is_a_date_where_the_zone_keeps_it_in_range(monkeypatch):
+    import time
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:  # (the platform's local time cannot be asked about year 1: today's offset, UTC here)
+        assert when.parse_stored("0001-01-01") == datetime(1, 1, 1, tzinfo=timezone.utc)
+        assert when.parse_stored("0001-01-01T00:00") == datetime(1, 1, 1, tzinfo=timezone.utc)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
 # ---- one WHEN grammar for every option that takes a time --------------------------------------------------
 
 from pimem import Memory, api  # noqa: E402
