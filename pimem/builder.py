@@ -24,6 +24,7 @@ import heapq
 import itertools
 import threading
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass
 
@@ -90,9 +91,10 @@ class Builder:
         self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
-        # what a survey for an estimate records (``_survey``): each message's bytes in a view, the nodes settled
-        self.line_costs: list[int] | None = None
-        self.settled_keys: set[tuple[int, int]] | None = None
+        # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
+        # byte per node, 1 once settled (two bytes a message: a million messages' tree in 2 MB)
+        self.line_costs: array | None = None
+        self.settled_marks: list[bytearray] | None = None
         self.messages: dict[int, dict] = {}  # the window's messages
         self.ready_leaves: deque[int] = deque()
         self.ready_merges: list[tuple[int, int]] = []  # heap of (l, i)
@@ -173,8 +175,8 @@ class Builder:
         """Node ``(l, i)`` is built (``text`` None: stored, read when needed); settle its ancestors."""
         while True:
             self.settled += 1
-            if self.settled_keys is not None:
-                self.settled_keys.add((l, i))
+            if self.settled_marks is not None:
+                self.settled_marks[l][i] = 1
             sibling = (l, i ^ 1)
             if sibling not in self.frontier:
                 self.frontier[(l, i)] = text
@@ -481,10 +483,11 @@ def survey(mem) -> dict:
 
 
 def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
-    """``survey``, and the builder that surveyed (``detail``: with its ``line_costs`` and ``settled_keys``)."""
+    """``survey``, and the builder that surveyed (``detail``: with its ``line_costs`` and ``settled_marks``)."""
     builder = Builder(mem, mode=Mode.SURVEY)
     if detail:
-        builder.line_costs, builder.settled_keys = [], set()
+        builder.line_costs = array("I")
+        builder.settled_marks = [bytearray(builder.count >> l) for l in range(builder.count.bit_length())]
     builder.admit()
     total = tree_size(builder.count)
     return ({"messages": builder.count, "nodes": total, "built": builder.settled, "pending": total - builder.settled,
@@ -496,17 +499,16 @@ def _context_bytes(surveyed: "Builder", hi: int, lo: int) -> int:
     """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
     shown the lines before its ``context_end``, all of them until they pass ``hi`` (a history's first calls
     see little), then a view kept between ``lo`` and ``hi`` (their middle)."""
-    costs, settled, n = surveyed.line_costs, surveyed.settled_keys, surveyed.count
-    shown = [0]
-    for cost in costs:
-        shown.append(shown[-1] + cost)
+    shown = array("Q", [0])
+    shown.extend(itertools.accumulate(surveyed.line_costs))
     total = calls = 0
-    for l in range(n.bit_length()):
-        for i in range(n >> l):
-            if (l, i) not in settled:
-                before = shown[context_end(l, i)]
-                total += before if before <= hi else (hi + lo) // 2
-                calls += 1
+    for l, marks in enumerate(surveyed.settled_marks):
+        i = marks.find(0)
+        while i >= 0:  # (the unsettled nodes only: a built tree's few are found at C speed)
+            before = shown[context_end(l, i)]
+            total += before if before <= hi else (hi + lo) // 2
+            calls += 1
+            i = marks.find(0, i + 1)
     return total // max(1, calls)
 
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 import re
 from typing import Callable, Iterable, Iterator
 
+from .config import LINE_BYTES
 from .message import is_tool
 from .tree import leaf_text
 
 # a join of n verbatim leaves is n lines of at least "user: x" (8 bytes with its newline): only a line of at
-# least 8n - 1 bytes can be one; at the default 512 bytes a line covering at most this many messages
-MAX_JOINED = 64
+# least 8n - 1 bytes can be one, so at the default 512 bytes only lines covering at most 64 messages can
 LEAST_LEAF = 8
+MAX_JOINED = LINE_BYTES // LEAST_LEAF
 RUN = 16  # characters: a run this long found only in the span's tool traffic is masked
 MASK_SPAN = 1024  # messages: a longer line is checked through the index, not by reading its span
 TOOL_TEXT = "[tool output hidden]"

@@ -35,8 +35,8 @@ PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
 TEXTS_VERSION = 4  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
-# what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares a
-# connective's edge, a count is at most 13 characters
+# what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares
+# other messages' words a line joins, a count is at most 13 characters
 
 
 class Views:

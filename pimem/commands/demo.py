@@ -54,9 +54,8 @@ def command(
     else:
         output.info(f"'{mem.name}' already holds the sample ({output.count(have, 'message')})")
     from .. import scheduler
-    from ..compactor import Compactor
-
     from ..builder import survey
+    from ..compactor import Compactor
 
     views = mem.views.current(create=False)
     # (the tree unbuilt, or its view waiting for it: built; else the store is left untouched)
