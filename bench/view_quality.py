@@ -19,6 +19,12 @@ evidence turn and, zooming down from it, at every level the half holding that tu
 than its sibling (BM25 with the view's statistics). Means over the questions with an answer and evidence
 (LoCoMo's adversarial category has neither).
 
+Zoom-path success is also printed as its two steps, for ``new`` and ``head``: a top-3 line holds an evidence
+turn, and the descent from the line holding it passes (whatever that line's rank); and its **bound**, zoom-path
+with every step between two summarised halves taken as passed: the steps between two halves shown verbatim
+(a span whose turns fit in one line) are the same for every line maker, so with the same top-3 lines no
+summaries below them can do better.
+
 ``--cuts 0.55,0.7,0.85,1`` logs each instance up to each of those shares of its turns, one memory each, and asks
 the questions on the logged turns: the view's lines move with its phase (it is merged down to ``lo`` each time
 it passes ``hi``), and the figures at one point of that cycle can be a lucky or an unlucky one.
@@ -208,35 +214,48 @@ def coverage(answer: str, texts: list[str], markers: bool = True) -> float | Non
     return len(want & have) / len(want)
 
 
-def zoom_success(question: str, lines: list[tuple[int, int, str]], evidence: list[int], node_text) -> bool:
-    """A top-3 line (by BM25) holds an evidence turn, and from it each level's half holding that turn
-    scores strictly higher than its sibling."""
+def zoom_steps(question: str, lines: list[tuple[int, int, str]], evidence: list[int], node_text, verbatim) -> dict:
+    """Zoom-path success and its two steps. ``zoom``: a top-3 line (by BM25) holds an evidence turn, and from it
+    each level's half holding that turn scores strictly higher than its sibling. ``top3``: a top-3 line holds an
+    evidence turn. ``descent``: from the view line holding an evidence turn, whatever its rank, every level's half
+    holding it scores higher. ``bound``: ``zoom`` with every step between two summarised halves taken as passed,
+    only the steps between two halves shown verbatim (``verbatim(l, i)``, the same for every line maker) counted:
+    what the best lines could reach on this view."""
     docs = [words(text) for _, _, text in lines]
     model = BM25(docs)
     q = words(question)
-    ranked = sorted(range(len(lines)), key=lambda k: -model.score(q, docs[k]))[:3]
-    for k in ranked:
-        l, i, _ = lines[k]
+    ranked = set(sorted(range(len(lines)), key=lambda k: -model.score(q, docs[k]))[:3])
+
+    def down(l: int, i: int, e: int) -> tuple[bool, bool]:
+        """(every step passes, every step between verbatim halves passes) from node (l, i) to turn e."""
+        strict = loose = True
+        while l > 0 and loose:
+            l -= 1
+            left, right = 2 * i, 2 * i + 1
+            hold, other = (left, right) if e < (right << l) else (right, left)
+            if model.score(q, words(node_text(l, hold))) <= model.score(q, words(node_text(l, other))):
+                strict = False
+                loose = not (verbatim(l, hold) and verbatim(l, other))
+            i = hold
+        return strict, loose
+
+    out = dict.fromkeys(("zoom", "top3", "descent", "bound"), False)
+    for k, (l, i, _) in enumerate(lines):
         start, end = node_span(l, i)
         for e in evidence:
-            if not start <= e < end:
-                continue
-            ok, ll, ii = True, l, i
-            while ll > 0:
-                ll -= 1
-                left, right = 2 * ii, 2 * ii + 1
-                hold, other = (left, right) if e < (right << ll) else (right, left)
-                if model.score(q, words(node_text(ll, hold))) <= model.score(q, words(node_text(ll, other))):
-                    ok = False
-                    break
-                ii = hold
-            if ok:
-                return True
-    return False
+            if start <= e < end:
+                strict, loose = down(l, i, e)
+                out["descent"] |= strict
+                if k in ranked:
+                    out["top3"] = True
+                    out["zoom"] |= strict
+                    out["bound"] |= loose
+    return out
 
 
-def measure(inst: dict, mem: Memory, texts_of, records: list[dict]) -> list[dict]:
-    """Per question: coverage and zoom success for the view of ``mem`` with node texts from ``texts_of``."""
+def measure(inst: dict, mem: Memory, texts_of, records: list[dict], verbatim) -> list[dict]:
+    """Per question: coverage and zoom success (with its steps: ``zoom_steps``) for the view of ``mem`` with node
+    texts from ``texts_of``."""
     views = mem.views.current()
     rows = [(l, i) for l, i, _, _ in views.view.rows()]
     lines = [(l, i, texts_of(l, i) or "") for l, i in rows]
@@ -250,8 +269,7 @@ def measure(inst: dict, mem: Memory, texts_of, records: list[dict]) -> list[dict
         if cov is None:
             continue
         out.append({"coverage": cov, "coverage*": coverage(q["answer"], [lines[k][2] for k in held], markers=False),
-                    "zoom": zoom_success(q["question"], lines, q["evidence"], texts_of),
-                    "line": rows[held[0]]})
+                    **zoom_steps(q["question"], lines, q["evidence"], texts_of, verbatim), "line": rows[held[0]]})
     return out
 
 
@@ -264,6 +282,18 @@ def head_texts(records: list[dict]):
         return data.decode("utf-8", "ignore")
 
     return text
+
+
+def verbatim_spans(records: list[dict], limit: int = 512):
+    """Whether node (l, i) is shown verbatim: its span's ``kind: text`` lines joined by newlines fit in a line
+    (DESIGN: a leaf that fits is stored as it is, a merge whose two child lines fit joined is that join)."""
+    sizes = [len(f"{r['kind']}: {r['text']}".encode("utf-8")) for r in records]
+
+    def verbatim(l: int, i: int) -> bool:
+        start, end = node_span(l, i)
+        return sum(sizes[start:end]) + (end - start - 1) <= limit
+
+    return verbatim
 
 
 def window_coverage(inst: dict, records: list[dict], budget: int) -> list[float]:
@@ -303,8 +333,9 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                 count = mem.count()
                 nodes[variant] += builder.tree_size(count)
                 texts, head = (lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or ""), head_texts(inst["records"])
-                per[variant] = measure(inst, mem, texts, inst["records"])
-                per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head, inst["records"])
+                verbatim = verbatim_spans(inst["records"])
+                per[variant] = measure(inst, mem, texts, inst["records"], verbatim)
+                per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head, inst["records"], verbatim)
                 for row in per[variant]:  # the evidence's line the same in both (a span shown verbatim) or not
                     row["alike"] = texts(*row["line"]) == head(*row["line"])
                 if variant == variants[0]:
@@ -360,6 +391,14 @@ def report(label: str, found: dict, variants: list[str]) -> None:
             pairs = [(r["zoom"], h["zoom"]) for r, h in zip(rows, heads) if r["alike"] == alike]
             a, b = sum(p[0] for p in pairs), sum(p[1] for p in pairs)
             print(f"zoom under {what}: {len(pairs)} questions, new {a}, head {b}" + (f" ({a / b:.2f}×)" if b else ""))
+        # zoom's two steps, and what the best lines could reach on this view (``zoom_steps``)
+        steps = {key: {m: mean([float(r[m]) for r in res[key]["all"]]) for m in ("top3", "descent", "bound")}
+                 for key in ("new", "head")}
+        for m, what in (("top3", "a top-3 line holds the evidence"), ("descent", "the descent from its line passes"),
+                        ("bound", "zoom with every step between summarised halves passed")):
+            a, b = steps["new"][m], steps["head"][m]
+            print(f"zoom step, {what}: new {a:.3f}, head {b:.3f}" + (f" ({a / b:.2f}×)" if b else ""))
+        print(f"zoom bound of new over head's zoom: {steps['new']['bound'] / table[('head', 'zoom', 'all')]:.2f}×")
     for key in variants:
         secs = found["seconds"][key]
         print(f"build-tree {key}: {found['nodes'][key]:,} nodes in {secs:.1f} s ({found['nodes'][key] / secs:,.0f} nodes/s)")

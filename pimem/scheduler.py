@@ -56,7 +56,7 @@ class Scheduler:
     """Drives builders: ``run(once=True)`` builds what is buildable and returns; ``run()`` loops until
     ``stop()`` (SIGTERM/SIGINT), noticing new messages within ``poll`` seconds."""
 
-    concurrency: int = CONCURRENCY
+    concurrency: int = field(default_factory=lambda: CONCURRENCY)  # (read when made: a test may lower it)
     grace: float = GRACE
     poll: float = 0.5
     on_event: object = None  # callable(dict) for every built/failed node

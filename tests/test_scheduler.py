@@ -161,10 +161,11 @@ def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch
 def test_the_dry_run_of_a_small_memory_counts_the_little_history_its_first_calls_see(run, home, monkeypatch):
     """A call is shown the view of what came before it: small until the history passes ``cview``'s hi (here a
     memory far below it), with tool traffic as the markers a compactor is shown. So the input the dry run
-    predicts is near what the build records (the code before took every call for a view near the budget's
-    middle: 2.4× here). The bound is looser than the README's 15% (``bench/model_cost.py`` measures that on
-    the samples): which lines are built when a call starts, and so what it is shown, depends on the timing of
-    the calls in flight (1.13–1.33× in runs here)."""
+    predicts is what the build records (the code before took every call for a view near the budget's middle:
+    2.4× here). One call at a time, so that every call is shown all that was built before it: with 8 in flight
+    a call is shown the lines built when it starts, which depends on the timing of the others (1.13–1.33× in
+    runs here, 2× on a loaded machine; ``bench/model_cost.py`` measures a backlog built 8 at once)."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", usage="bytes") as server:  # (tokens: a quarter of the bytes sent)
         server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]  # (a full line: no free merges)
@@ -178,7 +179,7 @@ def test_the_dry_run_of_a_small_memory_counts_the_little_history_its_first_calls
         predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)["tokens_in"]
         assert run("build-tree", "m").exit_code == 0
     recorded = builder.spent(Memory.open("m"))["tokens_in"]
-    assert 0.7 <= predicted / recorded <= 1.5, (predicted, recorded)
+    assert 0.85 <= predicted / recorded <= 1.15, (predicted, recorded)
 
 
 def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
