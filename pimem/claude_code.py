@@ -61,6 +61,9 @@ def read_payload(stream, deadline: float) -> dict:
     while True:
         left = max(deadline - time.monotonic(), PAYLOAD_WAIT)  # (a payload there is read, whatever --timeout)
         if not select.select([fd], [], [], left)[0]:
+            if data:
+                raise BadInput(f"hook payload: cut off ({len(data):,} bytes came, then nothing until the timeout; "
+                               "Claude Code sends the whole event as JSON and closes stdin)")
             raise BadInput("hook payload: nothing on stdin (Claude Code sends the event as JSON)")
         chunk = os.read(fd, 1 << 16)
         if not chunk:

@@ -92,7 +92,9 @@ def settings(path: Path) -> dict:
     for key, value in own.items():
         shape = _SHAPES.get(key)
         wrong = shape is not None and _wrong(value, shape)
-        if key in ("view", "cview") and not wrong:
+        if key == "context_wait" and not wrong:
+            wrong = value > _COMPACTOR_MOST["timeout"]  # (seconds: a year at most, as --wait takes)
+        elif key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():

@@ -170,15 +170,26 @@ def test_a_damaged_memory_log_is_told_to_the_user_not_only_to_stderr(home, tmp_p
     assert code == 0 and "hash does not match" in answer["systemMessage"] and "left out" in answer["systemMessage"], (answer, err)
 
 
-def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
-    read, write = os.pipe()  # stdin stays open and silent
+def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
+    """The hook given ``sent`` on a stdin that then stays open and silent."""
+    read, write = os.pipe()
+    os.write(write, sent)
     try:
-        proc = subprocess.run(pimem_cmd("hook", "claude-code", "--timeout", "0.5"), stdin=read, capture_output=True, timeout=30,
-                              env=subprocess_env())
+        return subprocess.run(pimem_cmd("hook", "claude-code", "--timeout", "0.5"), stdin=read, capture_output=True,
+                              timeout=30, env=subprocess_env())
     finally:
         os.close(read)
         os.close(write)
+
+
+def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
+    proc = hook_on_a_silent_stdin()
     assert proc.returncode == 2 and b"nothing on stdin" in proc.stderr
+
+
+def test_a_payload_cut_off_says_so(home):
+    proc = hook_on_a_silent_stdin(b'{"hook_event_name":')
+    assert proc.returncode == 2 and proc.stderr.count(b"\n") == 1 and b"cut off (19 bytes came" in proc.stderr, proc.stderr
 
 
 def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):

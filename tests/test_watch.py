@@ -336,3 +336,23 @@ def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(ho
             watcher.communicate(timeout=30)
     alone = sh("context", "m")  # no watcher: nothing to wait for, at once
     assert alone.returncode == 0
+
+
+def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, sh):
+    """A broken compactor (a bad key, a dead server) must not cost every turn the whole wait: a placeholder
+    whose node ``compactor.json`` reports failing is not waited for."""
+    with FakeLLM("openai", faults=lambda n, body: "malformed") as server:
+        configure(home, server, retry_seconds=30)
+        mem = fill("m", 2, short_every=1000)  # message 1 is long: a placeholder until its call succeeds
+        watcher = start_watch("m")
+        try:
+            until(lambda: "1+1" in orjson.loads((home / "m" / "compactor.json").read_bytes()).get("failures", {})
+                  if (home / "m" / "compactor.json").exists() else False)
+            started = time.monotonic()
+            out = sh("context", "m", "--wait", "20")
+            assert out.returncode == 0 and b"1+1|(not summarized yet" in out.stdout
+            assert time.monotonic() - started < 10  # not the 20 s asked for
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+    assert mem.count() == 2
