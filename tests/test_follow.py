@@ -319,7 +319,9 @@ def test_watch_import_says_once_what_stops_an_import_and_goes_on_once_it_is_mend
         wait_for(lambda: len(texts("api")) == 2)
         day = next((home / "api" / "main").glob("*.jsonl"))
         good = day.read_bytes()
-        day.write_bytes(good + good.splitlines(keepends=True)[0].replace(b'{"i":0,', b'{"i":7,'))  # a gap: exit 5
+        damaged = day.with_name(".damaged")  # a gap (exit 5), written atomically: a file truncated and rewritten
+        damaged.write_bytes(good + good.splitlines(keepends=True)[0].replace(b'{"i":0,', b'{"i":7,'))  # in place
+        os.replace(damaged, day)  # could be read, or appended to, while empty (1 CI run in many)
         append(sessions / "w1.jsonl", claude_turn("w1", 1))
         time.sleep(5.0)  # rounds of the follower meet the damage
         assert day.read_bytes().count(b"\n") == 3  # nothing logged past the damage
