@@ -322,6 +322,7 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
         for n, inst in enumerate(instances):
             part = "tuned" if inst["tuned"] else "untuned"
             per: dict[str, list] = {}
+            verbatim = verbatim_spans(inst["records"])  # (the same for every variant's view)
             for variant in variants:
                 compactor = old_compactor() if variant == "old" else None
                 if variant == "yake":
@@ -333,7 +334,6 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
                 count = mem.count()
                 nodes[variant] += builder.tree_size(count)
                 texts, head = (lambda l, i, mem=mem, count=count: mem.tree.text(l, i, count) or ""), head_texts(inst["records"])
-                verbatim = verbatim_spans(inst["records"])
                 per[variant] = measure(inst, mem, texts, inst["records"], verbatim)
                 per["head" if variant == variants[0] else f"head@{variant}"] = measure(inst, mem, head, inst["records"], verbatim)
                 for row in per[variant]:  # the evidence's line the same in both (a span shown verbatim) or not

@@ -17,6 +17,7 @@ import orjson
 from . import env, home as homes
 from .errors import BadInput
 from .message import DEFAULT_CAP
+from .numbers import MAX_SECONDS
 from .nofollow import read_bytes
 
 LINE_BYTES = 512  # a tree node's line, in UTF-8 bytes
@@ -67,14 +68,16 @@ _SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": 
 _COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": str, "command": str,
                      "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
                      "retry_seconds": _NUMBER, "max_tokens": _COUNT}
-_COMPACTOR_MOST = {"timeout": 31_622_400, "retry_seconds": 31_622_400}  # seconds: a year, as --timeout takes
+_COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS}  # seconds: a year, as --timeout takes
+_MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)
 
 
-def _wrong(value, shape) -> bool:
-    """Whether ``value`` is not of ``shape``: a bool is no number, a number is never negative, a count never 0."""
+def _wrong(value, shape, most: float = float("inf")) -> bool:
+    """Whether ``value`` is not of ``shape``: a bool is no number, a number is never negative nor past ``most``,
+    a count never 0."""
     if not isinstance(value, shape) or isinstance(value, bool):
         return True
-    return isinstance(value, (int, float)) and (value < 0 or (shape is _COUNT and value == 0))
+    return isinstance(value, (int, float)) and (value < 0 or value > most or (shape is _COUNT and value == 0))
 
 
 def settings(path: Path) -> dict:
@@ -91,15 +94,13 @@ def settings(path: Path) -> dict:
         raise BadInput(f"{path}: not a JSON object; fix it or remove it")
     for key, value in own.items():
         shape = _SHAPES.get(key)
-        wrong = shape is not None and _wrong(value, shape)
-        if key == "context_wait" and not wrong:
-            wrong = value > _COMPACTOR_MOST["timeout"]  # (seconds: a year at most, as --wait takes)
-        elif key in ("view", "cview") and not wrong:
+        wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
+        if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
-                if knob in _COMPACTOR_SHAPES and knob_value is not None and (
-                        _wrong(knob_value, _COMPACTOR_SHAPES[knob]) or knob_value > _COMPACTOR_MOST.get(knob, knob_value)):
+                if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(
+                        knob_value, _COMPACTOR_SHAPES[knob], _COMPACTOR_MOST.get(knob, float("inf"))):
                     key, value, wrong = f"compactor.{knob}", knob_value, True
                     break
         if wrong:

@@ -60,19 +60,25 @@ def render(p: dict) -> str:
 
 def wait_for_summaries(mem, seconds: float) -> bool:
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
-    when none is left. Nodes the compactor reports failing (``compactor.json``) are not waited for: a broken
-    compactor would otherwise cost every turn the whole wait."""
+    once nothing is left to wait for. Nodes the compactor reports failing (``compactor.json``) are not waited
+    for: a broken compactor would otherwise cost every turn the whole wait."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
-    from .compactor.state import BuildState
-    from .lease import wait_for_builder
-    from .tree import label
+    from .lease import holder, wait_for_builder
 
     def settled() -> bool:
-        waiting = [label(ln[0], ln[1]) for ln in mem.views.current().view.lines if ln[2] is None]
-        return not waiting or all(name in BuildState(mem.path).failures for name in waiting)
+        waiting = mem.views.current().view.placeholders()
+        if not waiting:
+            return True
+        if holder(mem) is None:  # no watcher: nothing is waited for (nor the compactor's package imported)
+            return False
+        from .compactor.state import BuildState
+        from .tree import label
 
-    return wait_for_builder(mem, seconds, settled) and not mem.views.current().view.pending()
+        failing = BuildState(mem.path).failures
+        return all(label(l, i) in failing for l, i in waiting)
+
+    return wait_for_builder(mem, seconds, settled)
 
 
 def view_text(mem, include_tools: bool = False) -> str:

@@ -530,7 +530,11 @@ class View:
 
     def pending(self) -> int:
         """Placeholder lines (leaves the compactor has not summarised yet)."""
-        return sum(1 for ln in self.lines if ln[2] is None)
+        return len(self.placeholders())
+
+    def placeholders(self) -> list[tuple[int, int]]:
+        """The nodes ``(l, i)`` the placeholder lines stand for."""
+        return [(ln[0], ln[1]) for ln in self.lines if ln[2] is None]
 
     def waiting(self) -> bool:
         """Whether a batch is held up (by an unbuilt parent) with the view above ``lo``."""
