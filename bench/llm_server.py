@@ -143,6 +143,10 @@ class FakeLLM:
                      "usage": {"input_tokens": tokens_in - cached, "output_tokens": tokens_out}}
             if cached:
                 reply["usage"]["cache_read_input_tokens"] = cached
+            if fault == "written":  # the prompt written to the cache (billed at 1.25× the input price)
+                reply["usage"]["cache_creation_input_tokens"] = 2000
+            elif fault == "number":
+                reply["content"] = None
         self.send(handler, 200, json.dumps(reply).encode())
 
     @staticmethod

@@ -41,7 +41,8 @@ COMPACTOR_KNOBS = {
 
 def compactor_knob(cfg: dict, key: str):
     """A compactor setting from its config object, else its default."""
-    return cfg.get(key) or COMPACTOR_KNOBS[key]
+    value = cfg.get(key)
+    return COMPACTOR_KNOBS[key] if value is None else value  # (0 seconds between retries is 0, not the default)
 
 
 def merged(base: dict, over: dict) -> dict:
@@ -69,6 +70,7 @@ _COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": 
                      "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
                      "retry_seconds": _NUMBER, "max_tokens": _COUNT}
 _COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS}  # seconds: a year, as --timeout takes
+_COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
 _MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)
 
 
@@ -99,8 +101,9 @@ def settings(path: Path) -> dict:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
-                if knob in _COMPACTOR_SHAPES and knob_value is not None and _wrong(
-                        knob_value, _COMPACTOR_SHAPES[knob], _COMPACTOR_MOST.get(knob, float("inf"))):
+                if knob in _COMPACTOR_SHAPES and knob_value is not None and (_wrong(
+                        knob_value, _COMPACTOR_SHAPES[knob], _COMPACTOR_MOST.get(knob, float("inf")))
+                        or knob in _COMPACTOR_NONZERO and knob_value == 0):
                     key, value, wrong = f"compactor.{knob}", knob_value, True
                     break
         if wrong:

@@ -60,8 +60,9 @@ def render(p: dict) -> str:
 
 def wait_for_summaries(mem, seconds: float) -> bool:
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
-    once nothing is left to wait for. Nodes the compactor reports failing (``compactor.json``) are not waited
-    for: a broken compactor would otherwise cost every turn the whole wait."""
+    once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing
+    (``compactor.json``: the others wait behind it) or the watcher's daily spend cap was reached today: a
+    broken or capped compactor would otherwise cost every turn the whole wait."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
     from .lease import holder, wait_for_builder
@@ -72,13 +73,23 @@ def wait_for_summaries(mem, seconds: float) -> bool:
             return True
         if holder(mem) is None:  # no watcher: nothing is waited for (nor the compactor's package imported)
             return False
-        from .compactor.state import BuildState
-        from .tree import label
-
-        failing = BuildState(mem.path).failures
-        return all(label(l, i) in failing for l, i in waiting)
+        return stalled(mem) is not None
 
     return wait_for_builder(mem, seconds, settled)
+
+
+def stalled(mem) -> str | None:
+    """Why the watcher will not write summaries soon (``compactor.json``): a node failing (the others wait
+    behind it), or the daily spend cap reached today; else None."""
+    from . import env
+    from .compactor.state import BuildState
+
+    state = BuildState(mem.path)
+    if state.failures:
+        return f"the compactor is failing ({len(state.failures):,} node{'s' if len(state.failures) > 1 else ''}: see 'pimem status {mem.name}')"
+    if state.capped == env.now().date().isoformat():
+        return "the watcher reached its daily spend cap (max_cost_per_day) today"
+    return None
 
 
 def view_text(mem, include_tools: bool = False) -> str:

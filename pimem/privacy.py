@@ -33,6 +33,8 @@ RUN = 16  # characters: a run this long found only in the span's tool traffic is
 MASK_SPAN = 1024  # messages: a longer line is checked through the index, not by reading its span
 TOOL_TEXT = "[tool output hidden]"
 _CONNECTIVE = re.compile(r"\s*[,;:，；：→]\s*")  # what a line joins its pieces with
+_HOLE = "\ud800"  # where a marker goes in: a lone surrogate, which no logged text holds (``decoder``)
+_HOLES = re.compile(f"{_HOLE}(\\d+){_HOLE}")
 
 
 def _joined_from(window: str, in_others: Callable[[str], bool]) -> bool:
@@ -105,8 +107,10 @@ def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[
     for s in starts:
         window = line[s : s + RUN]
         # (a window that is other messages' words joined by connectives, "WidgetTree, padd" of a line's
-        # "renderWidgetTree, paddingOptions", is how a line joins pieces, not a quote of the output)
-        if in_tools(window) and not in_others(window) and not _joined_from(window, in_others):
+        # "renderWidgetTree, paddingOptions", is how a line joins pieces, not a quote of the output; nor is
+        # one whose words another message holds, the space a connective put before them aside)
+        if (in_tools(window) and not in_others(window) and not _joined_from(window, in_others)
+                and not (window != (bare := window.strip()) and in_others(bare))):
             marked[s : s + RUN] = b"\1" * RUN
     runs, k = [], 0
     while k < len(line):
@@ -170,12 +174,15 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
             if l == 0:
                 text = marker(inside[0])
             else:
+                # each copy of a tool leaf goes, then the mask runs, then the markers go in: a marker's words
+                # ("exit 7: ECONNREFUSED") may be the output's too, and are still the line's to say
+                markers = []
                 for msg in inside:
                     verbatim = leaf_text(msg)
-                    if verbatim in text:
-                        text = text.replace(verbatim, marker(msg, joined=True))
-                    elif stored is not None and "\n" in text and (own := stored(msg["i"])):  # (a joined line)
-                        text = text.replace(own, marker(msg, joined=True))
-                text = mask_tool_text(text, msgs)
+                    own = verbatim if verbatim in text else (stored(msg["i"]) if stored is not None and "\n" in text else None)
+                    if own and own in text:  # (a joined line holds the leaf, or the line written for a long one)
+                        text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
+                        markers.append(marker(msg, joined=True))
+                text = _HOLES.sub(lambda m: markers[int(m.group(1))], mask_tool_text(text, msgs))
         out.append(text)
     return out

@@ -130,6 +130,7 @@ class Scheduler:
             if today + inflight + worst > cap:
                 if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
                     self._capped[builder] = day
+                    builder.state.cap_reached(day)
                     self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
                                "max_cost_per_day": cap})
                 return False

@@ -21,6 +21,7 @@ SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (
 
 # (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``outcome`` checks it)
 _COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+_FAILING = re.compile(r"fail|error")  # a count that says something went wrong
 # POSIX's errno names (not any capital word opening with E: "EXTREMELY" is no error), longest first
 _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY BADF BADMSG BUSY CANCELED CHILD
     CONNABORTED CONNREFUSED CONNRESET DEADLK DESTADDRREQ DOM DQUOT EXIST FAULT FBIG HOSTDOWN HOSTUNREACH IDRM ILSEQ
@@ -56,8 +57,9 @@ def scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
 
 def pieces(msg: dict) -> list[tuple[str, bool, float]]:
     """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran or edited, for a
-    result how it ended (``result`` True: the outcome of the call before it); empty when it says nothing
-    (a result that ended well without a count)."""
+    result how it ended (``result`` True): ``exit N`` or ``error`` (a harness's error flag without a code) and
+    the error's name when it failed; when it ended well its first test count, else ``exit 0`` if its exit code
+    says so; when nothing says how it ended, its first count (failures first) and error name."""
     meta = msg.get("meta") or {}
     text = msg.get("text") or ""
     if msg.get("kind") == "tool":
@@ -80,12 +82,19 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
             command = found.group(1) if found else ""
         prog = program(command) if command else short(tool) if tool else program(text.split("(", 1)[0].split(":", 1)[0])
         return [("ran " + prog, False, 1.0)] if prog else []
-    out = []
     code = meta.get("exit_code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else None
+    flag = meta.get("is_error") if isinstance(meta.get("is_error"), bool) else None  # a harness's error flag
     # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
     count, error = outcome(scan(text))
-    if isinstance(code, int) and not isinstance(code, bool) and code != 0:
-        out.append((f"exit {code}" + (f": {error}" if error else ""), True, 2.0))
+    if code == 0 or code is None and flag is False:  # it ended well: error names in its output are what it
+        # printed (a file, a grep's hits)
+        count = count if count and not _FAILING.search(count) else None  # ("400 errors" of a changelog it read)
+        return [(count, True, 1.5)] if count else [("exit 0", True, 1.0)] if code == 0 else []
+    out = []
+    if code is not None or flag:
+        said = f"exit {code}" if code is not None else "error"
+        out.append((said + (f": {error}" if error else ""), True, 2.0))
         error = None
     out.extend((piece, True, 1.5) for piece in (count, error) if piece)
     return out
@@ -136,14 +145,14 @@ def program(command: str) -> str:
 
 
 def outcome(text: str) -> tuple[str | None, str | None]:
-    """The first test count in ``text`` that says what failed (else its first count), and its first error
-    name of at most ``TOOL_PIECE`` characters."""
+    """The first test count in ``text`` that says what failed or errored (else its first count), and its
+    first error name of at most ``TOOL_PIECE`` characters."""
     first = None
     for m in _COUNTS.finditer(text):
         at = m.start()
         if at and (text[at - 1].isalnum() or text[at - 1] == "_") or m.end() - at > TOOL_PIECE:
             continue  # inside a word (not a count), or too long to be one (a card number "passed" validation)
-        if "fail" in m.group():
+        if _FAILING.search(m.group()):
             first = m.group()
             break
         first = first or m.group()

@@ -176,7 +176,7 @@ def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh,
 
 @pytest.mark.parametrize("config", [b"{x", b"[1]", b'{"view":{"hi":"128k"}}', b'{"view":[]}', b'{"context_wait":-1}', b'{"line_bytes":true}',
                                     b'{"view":{"hi":1000,"lo":2000}}', b'{"view":{"hi":200}}', b'{"compactor":{"price_in":"0.15"}}', b'{"compactor":{"timeout":"60s"}}',
-                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
+                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
                                     b'{"compactor":{"retry_seconds":31622401}}', b'{"context_wait":99999999999}'])
 @pytest.mark.parametrize("where", ["memory", "home"])
 def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(sh, log, config, where):

@@ -236,11 +236,12 @@ def test_model_sets_shows_and_defaults_without_storing_keys(run, home, monkeypat
     before = snapshot(home)
     for args in (["main", "nope/x"], ["main", "openai"], ["main", "command"], ["main", "--base-url", "http://x"],
                  ["main", "openai/x", "--key-env", "sk-abc def"], ["main", "extractive", "--command", "cat"],
-                 ["main", "extractive", "--price-in", "1"]):
+                 ["main", "extractive", "--price-in", "1"], ["main", "openai/x", "--price-in", "1"],
+                 ["main", "openai/x", "--price-out", "1"], ["main", "openai/x", "--price-cached-in", "1"]):
         bad = run("model", *args)
         assert bad.exit_code == 2 and bad.stderr.startswith("pimem: error: "), args
     assert "e.g. ollama/llama3.2" in run("model", "main", "ollama").stderr  # a model of that service
     assert run("model", "ghost", "extractive").exit_code == 3
     assert snapshot(home) == before
-    cached = run("model", "other", "openai/gpt-4o-mini", "--price-in", "0.15", "--price-cached-in", "0.075")
-    assert cached.stdout.endswith("  price_in  0.15\n  price_cached_in 0.075\n")  # as --json shows it
+    cached = run("model", "other", "openai/gpt-4o-mini", "--price-in", "0.15", "--price-out", "0.6", "--price-cached-in", "0.075")
+    assert cached.stdout.endswith("  price_in  0.15\n  price_out 0.6\n  price_cached_in 0.075\n")  # as --json shows it

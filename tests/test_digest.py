@@ -72,6 +72,16 @@ def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
     assert "try;" not in line and "Spacer;" not in line
     for piece in pieces(line.removeprefix("pi: ")):
         assert piece in text
+    signed = ("Overnight the freezer hit -42 degrees and −5 °C outside; the balance is -$1,200.50 and uptime "
+              "99.95%. " + LONG + "Release v2.3.1-rc.1 fixes PR #3307 in pkg/net/http_client.go. and src/app.py.")
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": signed})]
+    for fact in ("-42", "−5", "-$1,200.50", "99.95%", "v2.3.1-rc.1", "#3307", "pkg/net/http_client.go", "src/app.py"):
+        assert fact in found, (fact, found)
+    assert not any(piece.startswith("/net") or piece.endswith(".") for piece in found if "/" in piece), found
+    chinese = "日志显示昨晚共有18342次超时，集中在22:00到22:40之间。修改config/pool.yaml中的max_pool_size参数。"
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": chinese})]
+    assert {"22:00", "22:40", "config/pool.yaml", "max_pool_size", "集中在22:00到22:40之间"} <= set(found), found
+    assert not any(piece.startswith(("yaml", "00", "40")) for piece in found), found
     code = "Rewrite the billing service in C#\n" + LONG + "\n  int maxRetries = 3;\n  while (retries--)"
     line = extractive.leaf("user", code)
     assert "in C#" in line and "retries--" in line, line  # the marks code ends in stay
@@ -169,6 +179,53 @@ def test_a_merge_says_who_asked_what_and_what_ran_how_it_ended(home):
     texts = [m["text"] for m in msgs]
     for piece in pieces(top.removeprefix(f"{day}: ")):
         assert any(piece in t for t in texts) or piece in ("user", "pi") or piece.isdigit()
+
+
+def test_a_result_is_joined_to_its_own_call_even_beside_another(home):
+    """Parallel calls (two calls, then their two results) and a call whose result is not shown: a result
+    joins its own call (by call id, else the call just before it), never the call shown before it."""
+    mem, _ = build(home, [
+        {"kind": "tool", "text": "bash('pytest -q')", "meta": {"tool": "bash", "command": "pytest -q", "call_id": "a"}},
+        {"kind": "tool", "text": "bash('ls -la')", "meta": {"tool": "bash", "command": "ls -la", "call_id": "b"}},
+        {"kind": "echo", "text": "FFF\n3 failed in 0.2s", "meta": {"tool": "bash", "exit_code": 1, "call_id": "a"}},
+        {"kind": "echo", "text": "total 0", "meta": {"tool": "bash", "exit_code": 0, "call_id": "b"}},
+        {"kind": "tool", "text": "bash('cat notes.txt')", "meta": {"tool": "bash", "command": "cat notes.txt"}},
+        {"kind": "echo", "text": "some notes", "meta": {"tool": "bash"}},
+        {"kind": "tool", "text": "{}"},  # a call that says nothing of what it ran
+        {"kind": "echo", "text": "make: *** [all] Error 2", "meta": {"tool": "bash", "exit_code": 2}},
+    ])
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "ran pytest → exit 1, 3 failed" in line and "ran ls → exit 0" in line, line
+    assert "ran cat, exit 2" in line, line
+
+
+@pytest.mark.parametrize("meta, text, said", [
+    ({"exit_code": 0}, "grep hits: TimeoutError in src/net.py, ECONNREFUSED in docs", ["exit 0"]),  # what it printed
+    ({"exit_code": 0}, "12 passed in 0.3s", ["12 passed"]),
+    ({"is_error": False}, "export type T = NodeJS.Timeout; // 400 errors in the changelog", []),
+    ({"is_error": True}, "ENOENT: no such file or directory", ["error: ENOENT"]),
+    ({"is_error": True}, "Command aborted", ["error"]),
+    ({"exit_code": 1, "is_error": True}, "npm error\nCommand exited with code 1", ["exit 1"]),
+    ({}, "==== 12 passed, 1 error in 0.2s ====", ["1 error"]),  # nothing says how it ended: its output does
+    ({}, "curl: (7) ECONNREFUSED", ["ECONNREFUSED"]),
+])
+def test_how_a_result_ended_comes_from_its_exit_code_and_flag_before_its_output(meta, text, said):
+    assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": meta})] == said
+
+
+def test_a_merge_with_nothing_to_say_names_who_spoke(home):
+    mem, nodes = build(home, [
+        {"kind": "tool", "text": "bash('ls')", "meta": {"tool": "bash", "command": "ls", "call_id": "a"}},
+        {"kind": "tool", "text": "bash('ls')", "meta": {"tool": "bash", "command": "ls", "call_id": "b"}},
+        {"kind": "echo", "text": LONG, "meta": {"tool": "bash", "is_error": False, "call_id": "a"}},
+        {"kind": "echo", "text": LONG, "meta": {"tool": "bash", "is_error": False, "call_id": "b"}},
+        {"kind": "user", "text": "Z" * 600 + " ok", "meta": {"speaker": "Q" * 600}},
+        {"kind": "user", "text": "hello there", "meta": {"speaker": "Q" * 600}},
+    ])
+    lines = {(l, i): text for l, i, text, _ in nodes}
+    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]+ \d{4}: echo", lines[(1, 1)]), lines[(1, 1)]
+    assert lines[(0, 4)].startswith("user " + "Q" * 40 + ": Z"), lines[(0, 4)]
+    assert all(not text.endswith(":") for text in lines.values()), lines
 
 
 def test_lines_do_not_depend_on_the_hash_seed(tmp_path):
@@ -284,6 +341,26 @@ def test_tool_text_is_masked_through_mcp(run, home):
     assert SECRET in str(tooled)
 
 
+def test_the_mask_leaves_a_speakers_own_words_and_the_markers_whole(run, home):
+    """A run the tool's output shares with what the model said (after a connective's space) is the model's,
+    not a quote; and a marker's words stay when the output holds them too ("exit 7: ECONNREFUSED")."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}})  # one line for the lot
+    mem.append([{"kind": "user", "text": "run the colour test " + LONG * 2},
+                {"kind": "tool", "text": "bash('node rgb.js')", "meta": {"command": "node rgb.js"}},
+                {"kind": "echo", "text": "=== Direct RGB Test === failed with exit 7: ECONNREFUSED", "meta": {"exit_code": 7}},
+                {"kind": "pi", "text": 'If the "Direct RGB Test" section shows three grays, it works. ' + LONG * 2}])
+    Memory.open("main", home).write_nodes([(0, 0, "user: run the colour test " + "x" * 250, {}),
+                                           (0, 3, "pi: If the section shows three grays " + "y" * 250, {}),
+                                           (2, 0, "user: colour test; pi: Run, Direct RGB Test, section shows", {"model": "x"})])
+    assert run("view", "main").stdout == "0+4|user: colour test; pi: Run, Direct RGB Test, section shows\n"
+    pair = [{**msg, "i": k} for k, msg in enumerate(mem.messages(1, 3))]  # the call and its result, joined
+    joined = "tool: bash('node rgb.js')\necho: === Direct RGB Test === failed with exit 7: ECONNREFUSED"
+    assert hide_tools(lambda a, b: iter(pair[a:b]), [(1, 0, joined)]) == [
+        "tool: ran node (hidden)\necho: exit 7: ECONNREFUSED (hidden)"]
+
+
 def test_a_long_tool_results_own_line_is_hidden_inside_a_joined_line(run, home):
     """A tool result too long to be its own leaf gets a line of its own (what ran and its facts, each short),
     and its parent joins that line with its neighbours': shown without tools, the joined line holds the
@@ -389,7 +466,7 @@ def plain_outcome(text: str) -> tuple[str | None, str | None]:
     counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)
               if len(m.group()) <= toolwork.TOOL_PIECE]  # (longer is no count: "4111222233334444 passed")
     errors = [m.group() for m in toolwork._ERROR_NAME.finditer(text) if len(m.group()) <= toolwork.TOOL_PIECE]
-    failed = [c for c in counts if "fail" in c]
+    failed = [c for c in counts if "fail" in c or "error" in c]
     return (failed or counts or [None])[0], (errors or [None])[0]
 
 
@@ -400,7 +477,7 @@ PHRASE_CASES = [
     "x .y a—b c – d e.f.g h:i j: k, l,m", "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
     "FAILED tests/test_orders.py::test_refund_roundtrip - AssertionError: assert 1 == 2\n12 passed, 1 failed",
     "x12 passed a 3 failed _4 tests ٣ errors 2 warnings", "Timeout, permission denied, EADDRINUSE; KeyboardInterruptError",
-    "card 4111222233334444 passed validation, 1234 warnings, 12345 warnings",
+    "card 4111222233334444 passed validation, 1234 warnings, 12345 warnings", "==== 12 passed, 1 error in 0.2s ====",
 ]
 
 

@@ -79,6 +79,7 @@ def test_pi_tree_keeps_ids_pairs_tools_and_drops_thinking(run, home, tmp_path):
     assert [m["date"] for m in msgs][:2] == ["2026-03-02T09:00:05.000Z", "2026-03-02T09:00:09.000Z"]
     tool, echo, bash, summary = msgs[2]["meta"], msgs[3]["meta"], msgs[4]["meta"], msgs[5]["meta"]
     assert tool["call_id"] == echo["call_id"] == "call_01" and tool["tool"] == echo["tool"] == "read"
+    assert echo["is_error"] is False and "exit_code" not in echo  # pi's flag: it ended well
     assert bash["command"] == "npm test" and bash["exit_code"] == 1
     assert summary["derived"] is True
     assert msgs[0]["meta"] == {"source": "pi", "session": "sess-1", "cwd": "/home/dev/shop", "entry": "u1", "parent": None,
@@ -205,6 +206,28 @@ def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
 
 # ---- Claude Code -----------------------------------------------------------------------------------------
 
+def test_pi_keeps_how_a_failed_tool_ended(run, tmp_path):
+    """pi flags a failed tool call (``isError``) and its bash tool ends the output with the exit code."""
+    t = "2026-03-02T09:00:{:02d}.000Z".format
+    result = lambda k, text, failed: {"type": "message", "id": f"r{k}", "parentId": f"a{k}", "timestamp": t(k + 1), "message": {
+        "role": "toolResult", "toolCallId": f"call_{k}", "toolName": "bash", "content": [{"type": "text", "text": text}],
+        "isError": failed}}
+    call = lambda k, command: {"type": "message", "id": f"a{k}", "parentId": f"r{k - 2}" if k > 1 else None, "timestamp": t(k),
+                               "message": {"role": "assistant", "content": [{"type": "toolCall", "id": f"call_{k}", "name": "bash",
+                                                                             "arguments": {"command": command}}]}}
+    path = write_jsonl(tmp_path / "s.jsonl", [
+        {"type": "session", "version": 3, "id": "sess-1", "timestamp": t(0), "cwd": "/home/dev/shop"},
+        call(1, "npm run check"), result(1, "npm error command failed\n\n\nCommand exited with code 2", True),
+        call(3, "sleep 99"), result(3, "Command aborted", True),
+        call(5, "cat src/net.ts"), result(5, "export type T = NodeJS.Timeout; // 400 errors", False),
+    ])
+    assert run("import", path, "--name", "t").exit_code == 0
+    ended = [(m["meta"].get("exit_code"), m["meta"]["is_error"]) for m in messages() if m["kind"] == "echo"]
+    assert ended == [(2, True), (None, True), (None, False)]
+    marks = run("view", "t").stdout
+    assert "echo: exit 2 (" in marks and "echo: error (" in marks and "Timeout" not in marks and "400" not in marks, marks
+
+
 def claude_lines(session="cs-1"):
     base = {"sessionId": session, "cwd": "/home/dev/api", "version": "2.1", "isSidechain": False, "userType": "external"}
     t = "2026-02-10T22:57:{:02d}.000Z".format
@@ -251,7 +274,7 @@ def test_claude_pairs_tools_marks_sidechains_and_summaries(run, home, tmp_path):
     assert "SECRET-THOUGHT" not in "".join(p.read_text() for p in (home / "api" / "main").iterdir())
     call, result_ = msgs[2]["meta"], msgs[3]["meta"]
     assert (call["call_id"], call["tool"], call["command"], call["model"]) == ("toolu_1", "Bash", "make serve", "claude-x")
-    assert (result_["call_id"], result_["tool"], result_["exit_code"]) == ("toolu_1", "Bash", 2)
+    assert (result_["call_id"], result_["tool"], result_["exit_code"], result_["is_error"]) == ("toolu_1", "Bash", 2, True)
     assert msgs[4]["meta"]["sidechain"] is True and "sidechain" not in msgs[0]["meta"]
     assert msgs[5]["meta"]["derived"] is True
     assert msgs[0]["meta"]["session"] == "cs-1" and msgs[0]["meta"]["entry"] == "u1" and msgs[0]["meta"]["parent"] == "p0"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.llm_server import FakeLLM
-from pimem.compactor import CallFailed, Compactor, Task
+from pimem.compactor import REASONING_EXTRA, CallFailed, Compactor, Task
 from pimem.compactor.prompt import SYSTEM
 from pimem.compactor.state import BuildState
 
@@ -55,6 +55,39 @@ def test_openai_cached_tokens_are_read_and_priced_when_a_cached_price_is_set(tmp
                                                   + meta["tokens_out"] * 5.0) / 1e6)
     user = server.requests[-1]["messages"][1]["content"]
     assert isinstance(user, str) and user.startswith("<chat>\n0+1|")  # one string: the provider caches prefixes itself
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_billed_reply_that_cannot_be_read_still_counts(tmp_path, monkeypatch, api):
+    """A 200 whose body is in no shape we read (content a number, or null) fails the call, and its usage is
+    what the call spent: ``--max-cost`` and the daily cap count it."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api, faults=["number"]) as server:
+        with pytest.raises(CallFailed, match="unexpected") as failed:
+            _compactor(server, api, tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert failed.value.spent["tokens_in"] == 1000 and failed.value.spent["cost"] == pytest.approx((1000 + 100 * 5.0) / 1e6)
+
+
+def test_a_reasoning_models_first_request_counts_when_the_second_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=["length", "500"]) as server:
+        with pytest.raises(CallFailed) as failed:
+            _compactor(server, "openai", tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert len(server.requests) == 2 and server.requests[1]["max_tokens"] > server.requests[0]["max_tokens"]
+    assert failed.value.spent["cost"] == pytest.approx((1000 + 100 * 5.0) / 1e6)  # the first one, billed
+
+
+def test_anthropic_cache_writes_cost_a_quarter_more_and_the_cap_reserves_for_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("anthropic", faults=["written"]) as server:
+        comp = _compactor(server, "anthropic", tmp_path)
+        task = Task(0, 3, kind="user", text="x" * 900)
+        _, meta = comp.build(task)
+    assert meta["tokens_in"] == 3000  # 1000 fresh and 2000 written to the cache
+    assert meta["cost"] == pytest.approx((1000 + 2000 * 1.25 + 100 * 5.0) / 1e6)
+    openai = _compactor(server, "openai", tmp_path)
+    worst_in = openai.worst_cost(task) - 2 * (2 * comp.max_tokens + REASONING_EXTRA) * 5.0 / 1e6  # (what it sends)
+    assert comp.worst_cost(task) - openai.worst_cost(task) == pytest.approx(0.25 * worst_in)
 
 
 def _alive(marker: str) -> list[int]:
@@ -105,6 +138,7 @@ def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_pa
     started = time.monotonic()
     with pytest.raises(CallFailed, match="no answer within 1 s"):
         comp.build(Task(0, 0, kind="user", text="a long message"))
+    comp.close()
     assert time.monotonic() - started < 10
     assert _gone(marker), "children of the command were left running"
 
@@ -115,6 +149,7 @@ def test_a_command_that_answers_leaves_nothing_running_behind_it(tmp_path):
     comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
     started = time.monotonic()
     text, _ = comp.build(Task(0, 0, kind="user", text="a long message"))
+    comp.close()
     assert text == "user: answered"
     assert time.monotonic() - started < 10  # the answer counts once the command exits (its child holds stdout)
     assert _gone(marker)
@@ -136,9 +171,13 @@ def test_calls_still_running_when_pimem_exits_are_killed_with_their_children(tmp
         "threading.Thread(target=lambda: call.complete('s', '', 'task', 10), daemon=True).start()\n"
         "time.sleep(1.0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)})
     assert done.returncode == 0
     assert _gone(marker), "a command outlived the process that started it"
+    assert list(temp.iterdir()) == []  # nor its system prompt file
 
 
 def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
@@ -157,6 +196,7 @@ def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
     # without {system}: one input, the system prompt first (commands that take a single prompt)
     whole = Compactor({"provider": "command", "command": f"cat > {out}/whole; echo 'user: ok'"}, BuildState(tmp_path))
     whole.build(Task(0, 3, kind="user", text="the task's message"))
+    whole.close()
     assert (out / "whole").read_text().startswith(SYSTEM + "\n\n<chat>")
 
 

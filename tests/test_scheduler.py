@@ -401,3 +401,11 @@ def test_a_view_that_fell_behind_is_sent_within_twice_hi_its_oldest_and_newest_l
         assert [line for line in whole if line in sent] == sent  # the view's own lines, in order
         assert view.context(0, 5).splitlines() == whole[:5]  # within the bound: whole
     mem.close()
+
+
+def test_a_zero_retry_delay_is_kept_not_replaced_by_the_default(home):
+    mem = fill("z", 2)
+    mem.save_config({"compactor": {"provider": "openai", "model": "m", "retry_seconds": 0}})
+    assert builder.Builder(Memory.open("z")).retry_seconds == 0.0
+    mem.save_config({"compactor": {"provider": "openai", "model": "m", "retry_seconds": None}})
+    assert builder.Builder(Memory.open("z")).retry_seconds == 10.0  # unset: the default

@@ -268,6 +268,12 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
         watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
         try:
             calls = calls_once_capped(server)
+            started = time.monotonic()  # capped for the day: a turn does not wait for what it will not build
+            waited = subprocess.run(pimem_cmd("context", "m", "--wait", "20"), capture_output=True, timeout=60, env=subprocess_env())
+            assert waited.returncode == 0 and b"(not summarized yet" in waited.stdout
+            assert time.monotonic() - started < 10
+            status = subprocess.run(pimem_cmd("status", "m"), capture_output=True, timeout=60, env=subprocess_env())
+            assert b"capped    the daily spend cap was reached on " in status.stdout
         finally:
             watcher.send_signal(signal.SIGTERM)
             out, err = watcher.communicate(timeout=30)
@@ -339,20 +345,23 @@ def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(ho
 
 
 def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, sh):
-    """A broken compactor (a bad key, a dead server) must not cost every turn the whole wait: a placeholder
-    whose node ``compactor.json`` reports failing is not waited for."""
+    """A broken compactor (a bad key, a dead server) must not cost every turn the whole wait: nothing is waited
+    for while it reports a node failing, neither the failing nodes nor the leaves queued behind them (only 8
+    are tried at once)."""
     with FakeLLM("openai", faults=lambda n, body: "malformed") as server:
         configure(home, server, retry_seconds=30)
-        mem = fill("m", 2, short_every=1000)  # message 1 is long: a placeholder until its call succeeds
+        mem = fill("m", 12, short_every=1000)  # long messages: placeholders until their calls succeed
         watcher = start_watch("m")
         try:
             until(lambda: "1+1" in orjson.loads((home / "m" / "compactor.json").read_bytes()).get("failures", {})
                   if (home / "m" / "compactor.json").exists() else False)
             started = time.monotonic()
             out = sh("context", "m", "--wait", "20")
-            assert out.returncode == 0 and b"1+1|(not summarized yet" in out.stdout
-            assert time.monotonic() - started < 10  # not the 20 s asked for
+            assert out.returncode == 0 and b"11+1|(not summarized yet" in out.stdout
+            view = sh("view", "m", "--wait", "20")
+            assert b"the compactor is failing" in view.stderr and b"not waiting" in view.stderr
+            assert time.monotonic() - started < 10  # not the 20 s asked for, twice
         finally:
             watcher.send_signal(signal.SIGTERM)
             watcher.communicate(timeout=30)
-    assert mem.count() == 2
+    assert mem.count() == 12

@@ -15,7 +15,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
       pimem status main
       pimem status main --json | jq .tree
     """
-    from .. import builder, compactor, lease
+    from .. import builder, compactor, env, lease
     from ..compactor.state import BuildState
 
     mem = Memory.open(naming.given(name), home)
@@ -31,6 +31,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()), 9)  # (billed calls that built nothing)
     failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
+    row["capped"] = state.capped if state.capped == env.now().date().isoformat() else None  # (the daily cap: today)
     if json:
         output.json_line(row)
         return
@@ -66,5 +67,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(f"builder   pid {builder['pid']} on {builder['host']} since {builder['started']} (heartbeat {ago:.0f} s ago)")
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
+    if row["capped"]:
+        output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']}: nothing more is built "
+                                 "today", "yellow"))
     for fail in row["failures"]:
         output.line(output.style(f"failing   {fail['node']}: {output.flatten(fail['error'])} ({output.count(fail['tries'], 'try', 'tries')}, last {fail['at']})", "red"))

@@ -66,6 +66,12 @@ def _wait(mem, views, seconds: float):
     if holder(mem) is None:
         output.info(f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}'); not waiting")
         return views
+    from ..context import stalled
+
+    why = stalled(mem)
+    if why:
+        output.info(f"{why}; not waiting")
+        return views
     latest = [views]
 
     def ready() -> bool:

@@ -28,6 +28,8 @@ from .providers import CallFailed
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
+CACHE_WRITE = 1.25  # a token written to the provider's prompt cache costs this many input tokens (Anthropic)
+TOKENS = ("tokens_in", "tokens_out", "tokens_cached", "tokens_written")  # a reply's billed tokens, as ``cost`` takes them
 REASONING_EXTRA = 1024  # more tokens for a model that spent its budget thinking
 THIN_REPLY = 256  # bytes: a "length" reply shorter than this was starved, not verbose
 INPUT_BYTES = 48_000  # a leaf's message beyond this is sent as head and tail (it is summarised to 512 B anyway)
@@ -81,6 +83,9 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
     for label, price in (("--price-in", price_in), ("--price-out", price_out), ("--price-cached-in", price_cached_in)):
         if price is not None and price < 0:
             raise BadInput(f"{label} must not be negative")
+    if (price_in is None) != (price_out is None) or price_cached_in is not None and price_in is None:
+        raise BadInput("--price-in and --price-out go together (and --price-cached-in with them): a cost or a cap "
+                       "counted with half the prices would take the other tokens for free")
     cfg["model"] = model or None
     cfg["base_url"] = base_url or cfg["base_url"]
     cfg["key_env"] = key_env or cfg["key_env"]
@@ -208,14 +213,15 @@ class Compactor:
                 self._provider = providers.Command(self.cfg["command"], self.cfg.get("model"), timeout)
         return self._provider
 
-    def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> float | None:
+    def cost(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0, tokens_written: int = 0) -> float | None:
         """Dollars for a call (None without prices); ``tokens_cached`` of ``tokens_in`` came from the provider's
-        prompt cache and cost ``price_cached_in`` when that is set."""
+        prompt cache and cost ``price_cached_in`` when that is set, ``tokens_written`` went into it and cost
+        ``CACHE_WRITE`` times ``price_in`` (Anthropic's price for its five-minute cache)."""
         if self.price_in is None and self.price_out is None:
             return None
         cached_price = self.price_in if self.price_cached_in is None else self.price_cached_in
-        dollars = ((tokens_in - tokens_cached) * (self.price_in or 0) + tokens_cached * (cached_price or 0)
-                   + tokens_out * (self.price_out or 0))
+        dollars = ((tokens_in - tokens_cached + (CACHE_WRITE - 1) * tokens_written) * (self.price_in or 0)
+                   + tokens_cached * (cached_price or 0) + tokens_out * (self.price_out or 0))
         return round(dollars / 1e6, 8)
 
     def worst_cost(self, task: Task, context: str = "") -> float | None:
@@ -229,7 +235,9 @@ class Compactor:
 
         sent = len(prompt.SYSTEM.encode()) + len(prompt.chat(context).encode()) + len(task.prompt().encode()) + 16
         extra = self.state.extra_tokens.get(self.label) if self.state is not None else None
-        once = self.cost(sent, self.max_tokens + extra) if extra else self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA)
+        write = sent if self.provider_name == "anthropic" else 0  # (all of it may go into its cache)
+        once = (self.cost(sent, self.max_tokens + extra, 0, write) if extra
+                else self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA, 0, 2 * write))
         return None if once is None else 2 * once
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
@@ -253,18 +261,31 @@ class Compactor:
         context = "\n".join(redact_line(line) for line in context.split("\n")) if context else ""
         chat, task_text = prompt.chat(context), redact(task.prompt())
         extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
-        reply = provider.complete(system, chat, task_text, self.max_tokens + extra)
-        tokens_in, tokens_out, tokens_cached = reply.tokens_in, reply.tokens_out, reply.tokens_cached
+        tokens = dict.fromkeys(TOKENS, 0)  # what the requests answered so far were billed
+
+        def bill() -> dict:
+            return {**{k: tokens[k] for k in TOKENS[:3]}, "cost": self.cost(*tokens.values())}
+
+        def ask(max_tokens: int):
+            try:
+                reply = provider.complete(system, chat, task_text, max_tokens)
+            except CallFailed as exc:  # (an answer we could not read is billed all the same, and so are those before it)
+                for key in TOKENS:
+                    tokens[key] += exc.spent.get(key) or 0
+                exc.spent = bill()
+                raise
+            for key in TOKENS:
+                tokens[key] += getattr(reply, key)
+            return reply
+
+        reply = ask(self.max_tokens + extra)
         if reply.finish == "length" and len(reply.text.strip().encode("utf-8")) < THIN_REPLY and not extra:
             # a reasoning model spent the budget thinking: ask once more with room, and from now on give it that
             if self.state is not None:
                 self.state.remember_extra(self.label, REASONING_EXTRA)
-            reply = provider.complete(system, chat, task_text, self.max_tokens + REASONING_EXTRA)
-            tokens_in, tokens_out = tokens_in + reply.tokens_in, tokens_out + reply.tokens_out
-            tokens_cached += reply.tokens_cached
+            reply = ask(self.max_tokens + REASONING_EXTRA)
         text = cut_line(reply.text, task.limit)
-        paid = {"tokens_in": tokens_in, "tokens_out": tokens_out, "tokens_cached": tokens_cached,
-                "cost": self.cost(tokens_in, tokens_out, tokens_cached)}
+        paid = bill()
         if not text:
             raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})", spent=paid)
         return text, {"model": self.label, **paid, "seconds": round(time.perf_counter() - started, 3)}

@@ -52,6 +52,8 @@ ASK = 1.0  # weight of the user's first sentence (the ask)
 SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
 DAYS = 4  # days a merge's head names one by one (a span over more says its first and last)
+SPEAKER = 40  # characters of a speaker's name a line shows
+LABELLED = 64  # messages: a merge with nothing to say of a span this short names who spoke in it
 USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
@@ -76,23 +78,32 @@ STOP = frozenset(
 # follows its first run of small letters and digits can make one of them (a capital, ``_``, ``.``, ``-``, a
 # letter beyond ASCII), and a file name's only when a dot follows its first run of word characters; the
 # quantifiers that cannot give back what they took are possessive: the same matches, in a quarter less time.
-_EXT = r"(?=[\w-]*+\.)[\w.-]*\w\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b"
-_NUMBER = r"\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?\b"
-_MORE = r"(?:[A-Z_.\-]|[^\W\x00-\x7f])"  # what can follow a word's first run of small letters and digits in a fact
-_SNAKE = r"(?=[^\W_]*+_)[a-zA-Z]\w*_\w+\b"
-_FACT = re.compile(
-    rf"""(?x)
+_EXTS = "py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log"
+_EXT = rf"(?=[\w-]*+\.)[\w.-]*\w\.(?:{_EXTS})\b"
+# a relative path (ASCII, so it stops at Chinese around it): two slashes or more, or one before a file name
+_PC, _PD = r"[A-Za-z0-9_@+-]", r"[A-Za-z0-9_.@+-]"
+_REL = rf"(?=[\w.@+-]*+/){_PC}{_PD}*+/(?:(?:{_PD}++/)+{_PD}*{_PC} | {_PD}*\w\.(?:{_EXTS})(?![A-Za-z0-9_]))"
+_END = rf"(?![^\W{_CJK}])"  # a number's end: no letter, digit or _ after it (Chinese may follow: 22:00到)
+_NUMBER = rf"\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?{_END}"
+_DIGITS = rf"{_NUMBER}|\d+(?:[.:/-]\d+)+{_END}|\d%?{_END}"  # a number, a date, a time, a share (99.95%)
+_VERSION = r"\d+(?:[.:/-]\d+)+(?:-[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?\b"  # after its v: v2.3.1, v2.3.1-rc.1
+_MORE = r"(?:[A-Z_./\-]|[^\W\x00-\x7f])"  # what can follow a word's first run of small letters and digits in a fact
+_SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"  # (not into Chinese around it)
+_FACT_PATTERN = rf"""(?x)
     https?://[^\s<>"'`)\]]+
     | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
-    | \b(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z])(?: {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v\d+(?:[.:/-]\d+)+\b )
-          | (?=[A-Z][a-z0-9]*+{_MORE})(?: {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
-                       | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V\d+(?:[.:/-]\d+)+\b )
-          | (?=\d)(?: {_EXT} | \d+(?:[.:/-]\d+)+\b | {_NUMBER} | \d\b )
+    | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
+    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z])(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
+          | (?=[A-Z][a-z0-9]*+{_MORE})(?: {_REL} | {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
+                       | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
+          | (?=\d)(?: {_EXT} | {_DIGITS} )
           | (?![a-zA-Z0-9]){_EXT} )
-    | \$\b{_NUMBER}
+    | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
     | `[^`\n]{{1,60}}` | "[^"\n]{{2,60}}"
     """
-)
+_FACT = re.compile(_FACT_PATTERN.replace("START", r"\b"))
+# in text with Chinese a fact may start right after a Chinese character too ("修改max_pool_size参数")
+_FACT_CJK = re.compile(_FACT_PATTERN.replace("START", rf"(?:\b|(?<=[{_CJK}]))"))
 # a list item's number ("1. ", "2) " opening a line): it orders the list, it is not a fact of it
 _LIST_MARKER = re.compile(r"\d{1,2}[.)][ \t]")
 
@@ -108,7 +119,7 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
 # one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
-_CJK_CLAUSE = re.compile(r"(?:（[^（）。！？\n]{0,60}）|\([^()。！？\n]{0,60}\)|[^，。！？；、：,;:!?\n（）()])+")
+_CJK_CLAUSE = re.compile(r"(?:（[^（）。！？\n]{0,60}）|\([^()。！？\n]{0,60}\)|(?<=\d)[:,](?=\d)|[^，。！？；、：,;:!?\n（）()])+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 
@@ -189,13 +200,14 @@ class Unit:
     user's words weighing ``USER`` times more); ``keep``: its weight for a span's pool (``top``). Units are
     shared by the pools of a span's nodes: never changed once made."""
 
-    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "size", "value", "keep")
+    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "call", "size", "value", "keep")
 
     def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
-                 result: bool = False):
+                 result: bool = False, call=None):
         self.score, self.i, self.pos, self.text, self.who, self.rank = score, i, pos, text, who, rank
         self.words = words
-        self.result = result  # a tool result's outcome: joined to the call before it with " → "
+        self.result = result  # a tool result's outcome: joined to its own call with " → "
+        self.call = call  # tool work: which call it is or answers (its call id, else the call's message)
         self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
         self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
         # what the line will weigh it at, the user's ``USER`` times when the user talks to a model (an unnamed
@@ -206,7 +218,7 @@ class Unit:
 
     def told(self, who: str, rank: int) -> "Unit":
         """The same piece said by ``who`` in group ``rank``."""
-        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result)
+        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result, self.call)
 
     def __repr__(self) -> str:
         return f"Unit({self.text!r}, i={self.i}, who={self.who!r}, score={self.score:.3f})"
@@ -215,6 +227,7 @@ class Unit:
 def _speaker(msg: dict) -> tuple[str, int]:
     meta = msg.get("meta") or {}
     who = meta.get("speaker") if isinstance(meta.get("speaker"), str) and meta.get("speaker").strip() else None
+    who = who[:SPEAKER].strip() if who and len(who) > SPEAKER else who  # (a name, not what the line is for)
     kind = msg.get("kind", "")
     if kind in ("tool", "echo"):
         return "", 2
@@ -260,11 +273,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
                 at = text.find(sentence, at)
                 add(sentence, at, ASK if n == 0 else SAID)
-    for m in _FACT.finditer(text):
+    cjk = not text.isascii() and _CJK_RUN.search(text)
+    for m in (_FACT_CJK if cjk else _FACT).finditer(text):
         add(m.group(), m.start(), 1.3)
     for m in _NAME.finditer(text):
         add(m.group(), m.start(), 1.2)
-    cjk = not text.isascii() and _CJK_RUN.search(text)
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
@@ -330,10 +343,13 @@ def _phrases(text: str, cjk: bool = True):
 
 def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     i = msg.get("i", 0)
+    call_id = (msg.get("meta") or {}).get("call_id")
     out = []
     for piece, result, weight in toolwork.pieces(msg):
         ws = _wordset(piece)
-        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result))
+        # a call and its result share a key: the call's id, else the call's message (the one before a result)
+        call = call_id if isinstance(call_id, str) and call_id else i - 1 if result else i
+        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call))
     return out
 
 
@@ -449,17 +465,21 @@ def render(chosen: list[Unit], head: str = "") -> str:
     for who, members in sorted(groups.items(), key=lambda kv: (kv[1][0].rank, kv[1][0].i)):
         members.sort(key=lambda u: (u.i, u.pos))
         pieces: list[str] = []
-        after_call = False
+        calls: dict[object, int] = {}  # a call shown: its piece
+        answered: set[object] = set()
         for u in members:
-            if u.result and after_call:  # a call and how it ended: "ran pytest → 12 passed"
-                pieces[-1] += " → " + u.text
+            at = calls.get(u.call) if u.result else None
+            if at is not None:  # a call and how it ended: "ran pytest → exit 1, 1 failed" (parallel calls too)
+                pieces[at] += (", " if u.call in answered else " → ") + u.text
+                answered.add(u.call)
             else:
+                if u.rank == 2 and not u.result:
+                    calls[u.call] = len(pieces)
                 pieces.append(u.text)
-            after_call = u.rank == 2 and not u.result
         body = _join(pieces, ", ", "，")
         parts.append(f"{who}: {body}" if who else body)
     line = _join(parts, "; ", "；")
-    return f"{head}: {line}" if head else line
+    return f"{head}: {line}" if head and line else head or line
 
 
 def _join(pieces: list[str], plain: str, cjk: str) -> str:
@@ -613,7 +633,13 @@ class Digest:
     def merge(self, l: int, i: int) -> str:
         pool, days = self._pool(l, i)
         self.pools[(l, i)] = (pool, days)
-        return compose(pool, _dates(days, _chinese(pool)), self.limit)
+        head = _dates(days, _chinese(pool))
+        line = compose(pool, head, self.limit)
+        if line == head and (1 << l) <= LABELLED:  # nothing to say of it (results that ended well): who spoke
+            start = i << l
+            labels = dict.fromkeys(_label(m) for m in self.mem.messages(start, start + (1 << l)))
+            line = cut_line(f"{head}: {', '.join(labels)}" if head else ", ".join(labels), self.limit)
+        return line
 
     def _pool(self, l: int, i: int) -> tuple[list[Unit], tuple[str, ...]]:
         """The units of node ``(l, i)``'s span and its days (``_days``): kept since the node was built, else
@@ -633,11 +659,17 @@ def _leaf_days(date: str | None) -> tuple[str, ...]:
     return (date[:10],) if isinstance(date, str) and len(date) >= 10 else ()
 
 
+def _label(msg: dict) -> str:
+    """A message's kind, and its speaker when it names one."""
+    kind = msg.get("kind", "")
+    who, _ = _speaker(msg)
+    return kind if who in ("", kind) else f"{kind} {who}"
+
+
 def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     """One long message as a line: its kind (and speaker), then its best units in text order."""
-    kind = msg.get("kind", "")
+    label = _label(msg)
     who, rank = _speaker(msg)
-    label = kind if who in ("", kind) else f"{kind} {who}"
     if rank == 2:  # a tool leaf is shown only with --include-tools: what ran and how it ended, then its facts
         work = ", ".join(u.text for u in found)
         head = f"{label}: {work}" if work else label

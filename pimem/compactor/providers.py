@@ -39,6 +39,19 @@ class Reply:
     tokens_in: int  # every input token, cached or not
     tokens_out: int
     tokens_cached: int = 0  # of tokens_in, those read from the provider's prompt cache
+    tokens_written: int = 0  # of tokens_in, those written to it (Anthropic bills them at 1.25× the input price)
+
+
+def _unreadable(what: str, data, tokens_in, tokens_out, tokens_cached=0, tokens_written=0) -> CallFailed:
+    """A reply in a shape we cannot read: the call failed, but its usage (when it says one) was billed."""
+    spent = {"tokens_in": _count(tokens_in), "tokens_out": _count(tokens_out), "tokens_cached": _count(tokens_cached),
+             "tokens_written": _count(tokens_written)}
+    return CallFailed(f"unexpected {what} reply: {str(data)[:200]}", spent=spent)
+
+
+def _usage(data) -> dict:
+    usage = data.get("usage") if isinstance(data, dict) else None
+    return usage if isinstance(usage, dict) else {}
 
 
 def _estimate_tokens(text: str) -> int:
@@ -148,8 +161,11 @@ class OpenAI(HttpProvider):
                 raise TypeError(text)
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise CallFailed(f"unexpected chat-completions reply: {str(data)[:200]}") from None
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            usage = _usage(data)
+            details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+            raise _unreadable("chat-completions", data, usage.get("prompt_tokens"), usage.get("completion_tokens"),
+                              details.get("cached_tokens")) from None
+        usage = _usage(data)
         details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         return Reply(
             text,
@@ -185,8 +201,11 @@ class Anthropic(HttpProvider):
         try:
             text = "".join(block.get("text", "") for block in data["content"] if block.get("type") == "text")
         except (KeyError, TypeError, AttributeError):
-            raise CallFailed(f"unexpected messages reply: {str(data)[:200]}") from None
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+            usage = _usage(data)
+            read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
+            raise _unreadable("messages", data, _count(usage.get("input_tokens")) + _count(read) + _count(written),
+                              usage.get("output_tokens"), read, written) from None
+        usage = _usage(data)
         stop = data.get("stop_reason") or "end_turn"
         read = _count(usage.get("cache_read_input_tokens"))  # input_tokens counts only the uncached rest
         written = _count(usage.get("cache_creation_input_tokens"))
@@ -197,6 +216,7 @@ class Anthropic(HttpProvider):
             _count(fresh) + read + written if fresh is not None else _estimate_tokens(system + chat + task),
             _count(usage.get("output_tokens")) or _estimate_tokens(text),
             read,
+            written,
         )
 
 
@@ -238,6 +258,7 @@ class Command:
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     f.write(system)
                 self._system_files[system] = path
+                _SYSTEM_FILES.add(path)
             return self._system_files[system]
 
     def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
@@ -281,24 +302,32 @@ class Command:
     def close(self) -> None:
         with self._lock:
             paths, self._system_files = list(self._system_files.values()), {}
-        for path in paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        _unlink(paths)
 
 
 COMMAND_OUTPUT = 1 << 20  # bytes of a command's answer read, at most
 _RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
+_SYSTEM_FILES: set[str] = set()  # the system prompt files of commands not closed yet, removed at exit
 
 
 @atexit.register
 def _kill_running() -> None:
-    """At exit (a build stopped by a signal leaves the calls it gave up on running): no command outlives pimem."""
+    """At exit (a build stopped by a signal leaves the calls it gave up on running): no command outlives pimem,
+    and no system prompt file it was given stays behind."""
     import signal
 
     for pgid in list(_RUNNING):
         _kill_group(pgid, signal.SIGKILL)
+    _unlink(list(_SYSTEM_FILES))
+
+
+def _unlink(paths: list[str]) -> None:
+    for path in paths:
+        _SYSTEM_FILES.discard(path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _kill_group(pgid: int, sig: int) -> None:

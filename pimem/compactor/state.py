@@ -5,7 +5,9 @@
 - ``failures``: per node label, the last error, when, and how many tries failed (cleared once built);
 - ``unbuilt_cost``: per local day, the dollars paid for calls that built no node (a billed empty reply, a
   failed second call of the faithfulness guard), which no node records: a daily cap counts them after a
-  restart too (the last 31 days are kept).
+  restart too (the last 31 days are kept);
+- ``capped``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``): it builds
+  nothing more that day, so ``context`` does not wait for it and ``status`` says so.
 
 State, not configuration: deleting the file only costs one relearning call and the failure history.
 """
@@ -35,12 +37,15 @@ class BuildState:
         self.failures: dict[str, dict] = dict(data.get("failures") or {})
         self.unbuilt_cost: dict[str, float] = {day: cost for day, cost in (data.get("unbuilt_cost") or {}).items()
                                                if isinstance(cost, (int, float)) and not isinstance(cost, bool)}
+        self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
 
     def save(self) -> None:
         with self._lock:
             data = {"extra_tokens": self.extra_tokens, "failures": self.failures}
             if self.unbuilt_cost:
                 data["unbuilt_cost"] = self.unbuilt_cost
+            if self.capped:
+                data["capped"] = self.capped
             write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
 
     def remember_extra(self, model: str, tokens: int) -> None:
@@ -59,6 +64,12 @@ class BuildState:
             self.unbuilt_cost[day] = round(self.unbuilt_cost.get(day, 0.0) + cost, 9)
             self.unbuilt_cost = dict(sorted(self.unbuilt_cost.items())[-31:])
         self.save()
+
+    def cap_reached(self, day: str) -> None:
+        """The daily spend cap was reached on local ``day`` (YYYY-MM-DD)."""
+        if self.capped != day:
+            self.capped = day
+            self.save()
 
     def succeeded(self, label: str) -> None:
         if self.failures.pop(label, None) is not None:

@@ -66,7 +66,9 @@ class ClaudeParser(Parser):
                 call_id = block.get("tool_use_id")
                 output = blocks_text(block.get("content"))
                 code = _EXIT.match(output) if block.get("is_error") else None
-                meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": int(code.group(1)) if code else None}
+                failed = block.get("is_error")
+                meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": int(code.group(1)) if code else None,
+                        "is_error": failed if isinstance(failed, bool) else None}
                 parts.append(("echo", output if output.strip() else NO_OUTPUT, meta))
         return parts
 

@@ -68,13 +68,14 @@ class Parser:
 
     def meta(self, **fields) -> dict:
         """The meta every message of this file carries (source, session, cwd, file) plus ``fields``;
-        absent values are dropped, except ``parent`` (None marks a root)."""
+        absent values (None, False) are dropped, except ``parent`` (None marks a root) and ``is_error`` (a
+        harness's flag that a tool ended well, False, is worth keeping)."""
         out = {"source": self.source}
         for key in ("session", "cwd"):
             if self.state.get(key):
                 out[key] = self.state[key]
         for key, value in fields.items():
-            if value is not None and value is not False or key == "parent":
+            if value is not None and (value is not False or key == "is_error") or key == "parent":
                 out[key] = value
         out["file"] = self.file
         return out

@@ -11,7 +11,11 @@ looked through).
 
 from __future__ import annotations
 
+import re
+
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
+
+_EXITED = re.compile(r"^Command exited with code (-?\d+)\s*\Z", re.M)  # how pi's bash tool ends a failure
 
 SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
 
@@ -90,7 +94,11 @@ class PiParser(Parser):
             return parts
         if role == "toolResult":
             text = blocks_text(content)
-            meta = {"call_id": message.get("toolCallId"), "tool": message.get("toolName")}
+            failed = message.get("isError")
+            code = _EXITED.search(text[-200:]) if failed is True else None
+            meta = {"call_id": message.get("toolCallId"), "tool": message.get("toolName"),
+                    "exit_code": int(code.group(1)) if code else None,
+                    "is_error": failed if isinstance(failed, bool) else None}
             return [("echo", text if text.strip() else NO_OUTPUT, meta)]
         if role == "bashExecution":
             command = message.get("command") if isinstance(message.get("command"), str) else ""
