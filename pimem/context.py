@@ -86,7 +86,7 @@ def stalled(mem) -> str | None:
 
     state = BuildState(mem.path)
     if state.failures:
-        return f"the compactor is failing ({len(state.failures):,} node{'s' if len(state.failures) > 1 else ''}: see 'pimem status {mem.name}')"
+        return f"the compactor is failing (see 'pimem status {mem.name}')"
     if state.capped == env.now().date().isoformat():
         return "the watcher reached its daily spend cap (max_cost_per_day) today"
     return None

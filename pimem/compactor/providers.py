@@ -151,6 +151,8 @@ class OpenAI(HttpProvider):
             "temperature": 0.2,
         }
         data = self.post("/chat/completions", body, headers)
+        usage = _usage(data)
+        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         try:
             choices = data["choices"]
             choice = choices[0] if choices != [] else {"message": {}}  # (no choice: an empty answer, billed as one)
@@ -161,12 +163,8 @@ class OpenAI(HttpProvider):
                 raise TypeError(text)
             finish = choice.get("finish_reason") or "stop"
         except (KeyError, IndexError, TypeError, AttributeError):
-            usage = _usage(data)
-            details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
             raise _unreadable("chat-completions", data, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                               details.get("cached_tokens")) from None
-        usage = _usage(data)
-        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
         return Reply(
             text,
             "length" if finish == "length" else str(finish),
@@ -198,18 +196,15 @@ class Anthropic(HttpProvider):
             "temperature": 0.2,
         }
         data = self.post("/v1/messages", body, headers)
-        try:
-            text = "".join(block.get("text", "") for block in data["content"] if block.get("type") == "text")
-        except (KeyError, TypeError, AttributeError):
-            usage = _usage(data)
-            read, written = usage.get("cache_read_input_tokens"), usage.get("cache_creation_input_tokens")
-            raise _unreadable("messages", data, _count(usage.get("input_tokens")) + _count(read) + _count(written),
-                              usage.get("output_tokens"), read, written) from None
         usage = _usage(data)
-        stop = data.get("stop_reason") or "end_turn"
         read = _count(usage.get("cache_read_input_tokens"))  # input_tokens counts only the uncached rest
         written = _count(usage.get("cache_creation_input_tokens"))
         fresh = usage.get("input_tokens")
+        try:
+            text = "".join(block.get("text", "") for block in data["content"] if block.get("type") == "text")
+        except (KeyError, TypeError, AttributeError):
+            raise _unreadable("messages", data, _count(fresh) + read + written, usage.get("output_tokens"), read, written) from None
+        stop = data.get("stop_reason") or "end_turn"
         return Reply(
             text,
             "length" if stop == "max_tokens" else str(stop),
