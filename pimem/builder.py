@@ -286,7 +286,8 @@ class Builder:
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
         """The compactor's line for ``task`` with the faithfulness guard (``compactor.faith``): a model line
         naming a number, path or identifier its span does not hold is asked for once more, and the second
-        one is kept with ``suspect`` listing what it names unfounded. Runs on a pool thread."""
+        one (the first, when the second call fails) is kept with ``suspect`` listing what it names unfounded.
+        Runs on a pool thread."""
         text, meta = self.compactor.build(task, context)
         if self.compactor.offline:
             return text, meta
@@ -295,16 +296,17 @@ class Builder:
         inputs = [task.text] if task.l == 0 else [task.left, task.right]
         missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
         if missing:
+            first = text
             try:
                 text, again = self.compactor.build(task, context)
-            except CallFailed as exc:  # (the first line was paid for too)
-                exc.spent = {key: (exc.spent.get(key) or 0) + (meta.get(key) or 0) for key in PAID}
-                raise
-            for key in (*PAID, "seconds"):
-                if again.get(key) is not None:
-                    again[key] = round(again[key] + (meta.get(key) or 0), 8)
+            except CallFailed as exc:  # asked once more, with no answer: the first line is kept, marked
+                again = {"model": meta.get("model"), **{key: exc.spent.get(key) for key in PAID}, "seconds": 0.0}
+                text = first
+            for key in (*PAID, "seconds"):  # both calls are paid for
+                if again.get(key) is not None or meta.get(key) is not None:
+                    again[key] = round((again.get(key) or 0) + (meta.get(key) or 0), 8)
             meta = again
-            missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
+            missing = missing if text == first else faith.unfounded(text, inputs, lambda: self._span_texts(task))
             if missing:
                 meta["suspect"] = missing[: faith.MAX_LISTED]
         return text, meta

@@ -295,6 +295,22 @@ def test_a_model_summary_naming_what_its_span_lacks_is_rebuilt_once_then_marked(
     assert run("view", "m", "--stats", "--json").stdout.count('"0+1"') == 1
 
 
+def test_when_the_second_call_fails_the_first_line_is_kept_marked_and_both_paid(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=[None, "500"]) as server:
+        server.reply = lambda body: "user: deploy to port 98765"
+        (home / "m").mkdir(parents=True)
+        mem = Memory.at("m")
+        mem.save_config({"compactor": {"provider": "openai", "model": "fake", "base_url": server.url, "key_env": "TEST_LLM_KEY",
+                                       "price_in": 1.0, "price_out": 5.0}})
+        mem.append([{"kind": "user", "text": "please deploy the app " + LONG * 2}])
+        assert run("build-tree", "m").exit_code == 0
+        assert len(server.requests) == 2
+    node = _stored(Memory.open("m"))[0][3]
+    assert node["text"] == "user: deploy to port 98765" and node["suspect"] == ["98765"]
+    assert node["cost"] == pytest.approx((1000 + 100 * 5.0) / 1e6)  # the first call's; the second had no answer
+
+
 # ---- tool text masked on every read path -----------------------------------------------------------------
 
 SECRET = "SECRETFILE32 contents: root password is swordfish32"
