@@ -178,11 +178,13 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
                 # ("exit 7: ECONNREFUSED") may be the output's too, and are still the line's to say
                 markers = []
                 for msg in inside:
-                    verbatim = leaf_text(msg)
-                    own = verbatim if verbatim in text else (stored(msg["i"]) if stored is not None and "\n" in text else None)
-                    if own and own in text:  # (a joined line holds the leaf, or the line written for a long one)
-                        text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
-                        markers.append(marker(msg, joined=True))
+                    own = leaf_text(msg)
+                    if own not in text:  # (a joined line holds the leaf, or the line written for a long one)
+                        own = stored(msg["i"]) if stored is not None and "\n" in text else None
+                        if not own or own not in text:
+                            continue
+                    text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
+                    markers.append(marker(msg, joined=True))
                 text = _HOLES.sub(lambda m: markers[int(m.group(1))], mask_tool_text(text, msgs))
         out.append(text)
     return out

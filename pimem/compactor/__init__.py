@@ -264,7 +264,7 @@ class Compactor:
         tokens = dict.fromkeys(TOKENS, 0)  # what the requests answered so far were billed
 
         def bill() -> dict:
-            return {**{k: tokens[k] for k in TOKENS[:3]}, "cost": self.cost(*tokens.values())}
+            return {**{k: tokens[k] for k in TOKENS[:3]}, "cost": self.cost(**tokens)}
 
         def ask(max_tokens: int):
             try:

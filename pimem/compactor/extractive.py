@@ -637,7 +637,7 @@ class Digest:
         line = compose(pool, head, self.limit)
         if line == head and (1 << l) <= LABELLED:  # nothing to say of it (results that ended well): who spoke
             start = i << l
-            labels = dict.fromkeys(_label(m) for m in self.mem.messages(start, start + (1 << l)))
+            labels = dict.fromkeys(_label(m.get("kind", ""), _speaker(m)[0]) for m in self.mem.messages(start, start + (1 << l)))
             line = cut_line(f"{head}: {', '.join(labels)}" if head else ", ".join(labels), self.limit)
         return line
 
@@ -659,17 +659,15 @@ def _leaf_days(date: str | None) -> tuple[str, ...]:
     return (date[:10],) if isinstance(date, str) and len(date) >= 10 else ()
 
 
-def _label(msg: dict) -> str:
-    """A message's kind, and its speaker when it names one."""
-    kind = msg.get("kind", "")
-    who, _ = _speaker(msg)
+def _label(kind: str, who: str) -> str:
+    """A message's kind, and its speaker (``_speaker``) when it names one."""
     return kind if who in ("", kind) else f"{kind} {who}"
 
 
 def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     """One long message as a line: its kind (and speaker), then its best units in text order."""
-    label = _label(msg)
     who, rank = _speaker(msg)
+    label = _label(msg.get("kind", ""), who)
     if rank == 2:  # a tool leaf is shown only with --include-tools: what ran and how it ended, then its facts
         work = ", ".join(u.text for u in found)
         head = f"{label}: {work}" if work else label

@@ -3,8 +3,8 @@
 - ``extra_tokens``: per model label, the extra ``max_tokens`` a reasoning model needed (it answered
   ``length`` with almost no text once; from then on it gets the headroom on the first try);
 - ``failures``: per node label, the last error, when, and how many tries failed (cleared once built);
-- ``unbuilt_cost``: per local day, the dollars paid for calls that built no node (a billed empty reply, a
-  failed second call of the faithfulness guard), which no node records: a daily cap counts them after a
+- ``unbuilt_cost``: per local day, the dollars paid for calls that built no node (a billed empty or
+  unreadable reply, a reasoning model's first request when its second failed), which no node records: a daily cap counts them after a
   restart too (the last 31 days are kept);
 - ``capped``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``): it builds
   nothing more that day, so ``context`` does not wait for it and ``status`` says so.
