@@ -32,7 +32,7 @@ from . import env, when
 from .compactor import CallFailed, Compactor, Task, worker
 from .compactor.state import BuildState
 from .config import compactor_knob
-from .errors import BadInput, Busy, LeaseLost, PimemError
+from .errors import Busy, LeaseLost, PimemError
 from .message import is_tool
 from .tree import context_end, free_leaf, free_merge, label
 
@@ -78,10 +78,8 @@ class Builder:
         self.state = state or BuildState(mem.path)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
-        self.workers = cfg["compactor"].get("workers", worker.MOST)  # the offline compactor's processes, at most
-        if type(self.workers) is not int or self.workers < 0:
-            raise BadInput(f"config.json: compactor.workers must be a whole number of processes, 0 or more, "
-                           f"not {self.workers!r}")
+        workers = cfg["compactor"].get("workers")  # the offline compactor's processes, at most (checked in config)
+        self.workers = worker.MOST if workers is None else workers
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease
         self.max_cost_per_day = max_cost_per_day  # dollars a local day (``watch``); None: no cap

@@ -65,10 +65,10 @@ _NUMBER, _COUNT = (int, float), int
 _SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": _COUNT, "compactor": dict,
            "max_cost_per_day": (*_NUMBER, type(None)), "context_wait": _NUMBER}
 # the compactor object's settings (``pimem model`` writes them; each may also be null: unset). The provider's
-# name and ``workers`` are checked where they are read, with their own advice
+# name is checked where it is read, with its own advice
 _COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": str, "command": str,
                      "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
-                     "retry_seconds": _NUMBER, "max_tokens": _COUNT}
+                     "retry_seconds": _NUMBER, "max_tokens": _COUNT, "workers": (int,)}  # (0 workers: inline)
 _COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS}  # seconds: a year, as --timeout takes
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
 _MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)

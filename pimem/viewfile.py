@@ -363,6 +363,9 @@ class ViewFile:
 
     def _catch_up(self, views: Views, upto: int) -> None:
         tree, line_bytes = self.tree, self.line_bytes
+        for v in views.both():
+            if v.total > v.hi and not v.shrinking:  # its budget was lowered in config.json since it was saved
+                v.fit()
         sizes = tree.file_sizes()
         if sizes != views.tree_seen:
             tree.catch_up()

@@ -176,7 +176,7 @@ def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh,
 
 @pytest.mark.parametrize("config", [b"{x", b"[1]", b'{"view":{"hi":"128k"}}', b'{"view":[]}', b'{"context_wait":-1}', b'{"line_bytes":true}',
                                     b'{"view":{"hi":1000,"lo":2000}}', b'{"view":{"hi":200}}', b'{"compactor":{"price_in":"0.15"}}', b'{"compactor":{"timeout":"60s"}}',
-                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
+                                    b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"workers":-1}}', b'{"compactor":{"workers":1.5}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
                                     b'{"compactor":{"retry_seconds":31622401}}', b'{"context_wait":99999999999}'])
 @pytest.mark.parametrize("where", ["memory", "home"])
 def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(sh, log, config, where):
@@ -367,3 +367,15 @@ def test_a_read_only_memory_whose_view_files_are_gone_is_viewed_from_its_tree(sh
             done = as_a_user(*argv)
             assert done.returncode == 0, (argv, done.stderr)
         assert snapshot(memory) == before  # nothing written: no view.json, no index file, no -wal
+
+
+def test_a_view_budget_lowered_in_config_json_is_kept_at_the_next_read(sh, home):
+    records = [{"kind": "user" if k % 2 else "pi", "text": f"note {k} on the staging database, port {5000 + k}"} for k in range(400)]
+    assert sh("append", "b", "--ndjson", input=b"".join(orjson.dumps(r) + b"\n" for r in records)).returncode == 0
+    assert sh("build-tree", "b").returncode == 0
+    before = sh("view", "b").stdout
+    assert len(before) > 8000  # (the default budget holds it nearly whole)
+    (home / "b" / "config.json").write_bytes(b'{"view": {"hi": 4000, "lo": 2000}}')
+    after = sh("view", "b").stdout  # no append in between
+    assert len(after) <= 4000 and after.count(b"\n") < before.count(b"\n")
+    assert sh("view", "b").stdout == after  # (and saved as such)

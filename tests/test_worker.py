@@ -204,9 +204,8 @@ def test_workers_are_off_for_a_short_backlog_one_core_or_workers_0(monkeypatch):
 
 @pytest.mark.parametrize("bad", [-1, "2", 1.5, True])
 def test_a_bad_workers_setting_is_one_clear_error(home, bad):
-    mem = synthetic(home, "m", 3, bad)
-    with pytest.raises(BadInput, match="compactor.workers"):
-        builder.Builder(mem)
+    with pytest.raises(BadInput, match=rf"{home / 'config.json'}: compactor.workers cannot be"):
+        builder.Builder(synthetic(home, "m", 3, bad))
 
 
 def start_build(home, mem) -> subprocess.Popen:
