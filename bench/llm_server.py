@@ -123,6 +123,10 @@ class FakeLLM:
                 self._previous = prompt
             tokens_in, tokens_out = len(prompt.encode()) // 4, len(text.encode()) // 4
             cached = min(tokens_in, shared // 1024 * 1024 // 4)
+        if fault == "overcached":  # more tokens from the cache than the prompt had (a server's mistake)
+            cached = 100 * tokens_in
+        elif fault == "overbilled":  # a million tokens for a few kilobytes sent
+            tokens_in = 1_000_000
         if self.api == "openai":
             reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],

@@ -77,6 +77,7 @@ class Scheduler:
     _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
     _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
+    overbilled: dict = field(default_factory=dict)  # builder -> why its calls were billed past their worst case
 
     def add(self, builder: Builder) -> None:
         self.builders.append(builder)
@@ -121,6 +122,9 @@ class Scheduler:
         if self.max_cost is None and cap is None:
             return True
         worst = worst or 0.0
+        if builder in self.overbilled or (self.max_cost is not None and self.overbilled):  # no cap can be kept
+            self.stopped_for_cost = self.max_cost is not None
+            return False
         if self.max_cost is not None and self.spent() + sum(self._reserved.values()) + worst > self.max_cost:
             self.stopped_for_cost = True
             return False
@@ -260,7 +264,8 @@ class Scheduler:
                 self._offloaded -= 1
             else:
                 self._inflight -= 1
-                self._reserved.pop((builder, task.l, task.i), None)
+                self._overbilled(builder, task, meta if error is None else getattr(error, "spent", None),
+                                 self._reserved.pop((builder, task.l, task.i), None))
             if isinstance(error, worker.WorkerGone):
                 self._end_worker(builder)
                 self._inline.add(builder)
@@ -277,6 +282,19 @@ class Scheduler:
                 item = self._results.get_nowait()
             except queue.Empty:
                 return
+
+    def _overbilled(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
+        """A call billed past the worst case it was reserved at (the provider counted more tokens than bytes
+        were sent, or more output than ``max_tokens``): what it cost is kept as billed, and no capped call of
+        that compactor (with ``--max-cost``, none at all) starts again in this run, for no cap holds then."""
+        cost = (paid or {}).get("cost")
+        if not worst or not cost or cost <= worst * (1 + 1e-6) or builder in self.overbilled:
+            return
+        why = self.overbilled[builder] = (
+            f"{builder.compactor.label} billed ${cost:.4f} for node {task.label}, past the ${worst:.4f} it can cost "
+            "(more tokens than the bytes sent, or more output than max_tokens): no spending cap holds with such bills")
+        self.emit({"event": "overbilled", "memory": builder.name, "node": task.label, "cost": cost,
+                   "worst": round(worst, 8), "error": why})
 
     def _flush(self, wait: bool = False, due_only: bool = False) -> None:
         """Hand built nodes to the writers (``due_only``: only where the batch is big or old enough)."""

@@ -261,6 +261,39 @@ def test_the_faithfulness_guards_second_call_is_within_max_cost(run, home, monke
     assert spent["tokens_in"] == 2000 * spent["calls"]  # both calls on the node
 
 
+def test_more_cached_tokens_than_prompt_tokens_cost_no_less_than_nothing_and_the_cap_holds(run, home, monkeypatch):
+    """A reply claiming 100 times its prompt from the cache: the cached count is held to the prompt's, so a
+    call never costs less than nothing (a negative spend lifted --max-cost: every node was built for $-3.69)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "overcached") as server:  # 1,000 in (100,000 "cached"), 100 out
+        configure(home, server, price_in=1.0, price_out=2.0, price_cached_in=0.1)
+        fill("m", 30)
+        out = run("build-tree", "m", "--max-cost", "1")
+        calls = len(server.requests)
+    spent = builder.spent(Memory.open("m"))
+    assert out.exit_code == 0, out.stderr
+    assert spent["cost"] == pytest.approx(calls * (1000 * 0.1 + 100 * 2.0) / 1e6) and spent["cost"] > 0
+    assert spent["tokens_cached"] == spent["tokens_in"]
+    assert "100% from the prompt cache" in run("status", "m").stdout
+
+
+def test_a_provider_billing_past_a_calls_worst_case_stops_the_run_and_says_so(run, home, monkeypatch):
+    """A million tokens reported for a few kilobytes sent: no reservation can hold such a bill, so what it cost
+    is kept as billed, no call starts after it, and the error says why the cap was passed."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.2, faults=lambda n, body: "overbilled" if n == 0 else None) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 30)
+        out = run("build-tree", "m", "--max-cost", "0.5", "--json")
+        calls = len(server.requests)
+    assert out.exit_code == 6, out.stderr
+    assert "m1 billed $1.0002 for node" in out.stderr and "against --max-cost $0.5; nodes remain unbuilt" in out.stderr
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    assert [e["cost"] for e in events if e["event"] == "overbilled"] == [pytest.approx(1.0002)]
+    assert calls <= scheduler.CONCURRENCY  # only the calls already in flight with it
+    assert builder.spent(Memory.open("m"))["cost"] == pytest.approx(1.0002 + (calls - 1) * 0.0012)
+
+
 def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(home, monkeypatch):
     import subprocess
 

@@ -101,6 +101,9 @@ def command(
                    "stalled past its heartbeat); stopped building there, and kept what was written")
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
+    if sched.overbilled and max_cost is not None:
+        raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
+                            f"--max-cost ${max_cost:g}; nodes remain unbuilt")
     if sched.stopped_for_cost:
         raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}); nodes remain unbuilt")
     if failed:

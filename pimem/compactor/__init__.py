@@ -220,6 +220,9 @@ class Compactor:
         if self.price_in is None and self.price_out is None:
             return None
         cached_price = self.price_in if self.price_cached_in is None else self.price_cached_in
+        # (parts of ``tokens_in``: a reply claiming more is held to it, so no call costs less than nothing)
+        tokens_cached = min(tokens_cached, tokens_in)
+        tokens_written = min(tokens_written, tokens_in - tokens_cached)
         dollars = ((tokens_in - tokens_cached + (CACHE_WRITE - 1) * tokens_written) * (self.price_in or 0)
                    + tokens_cached * (cached_price or 0) + tokens_out * (self.price_out or 0))
         return round(dollars / 1e6, 8)

@@ -41,6 +41,10 @@ class Reply:
     tokens_cached: int = 0  # of tokens_in, those read from the provider's prompt cache
     tokens_written: int = 0  # of tokens_in, those written to it (Anthropic bills them at 1.25× the input price)
 
+    def __post_init__(self):  # (parts of tokens_in: a reply claiming more is held to it)
+        self.tokens_cached = min(self.tokens_cached, self.tokens_in)
+        self.tokens_written = min(self.tokens_written, self.tokens_in - self.tokens_cached)
+
 
 def _unreadable(what: str, data, tokens_in, tokens_out, tokens_cached=0, tokens_written=0) -> CallFailed:
     """A reply in a shape we cannot read: the call failed, but its usage (when it says one) was billed."""
