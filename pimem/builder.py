@@ -111,6 +111,10 @@ class Builder:
         self.flush_seconds = OFFLINE_FLUSH_SECONDS if self.compactor.offline else FLUSH_SECONDS
         self.last_flush = time.monotonic()
         self._write_error: BaseException | None = None
+        # (l, i) -> the facts a node was marked ``suspect`` for: none of them is evidence for its parent's line.
+        # Read from the tree at the first merge of a model build (None until then), and kept as nodes are built
+        self.suspects: dict[tuple[int, int], list] | None = None
+        self._suspects_built: dict[tuple[int, int], list] = {}
 
     # ---- the leaf feed -----------------------------------------------------------------------------------
 
@@ -203,6 +207,8 @@ class Builder:
         self._paid(meta)
         self.stats.seconds += meta.get("seconds") or 0.0
         self.tries.pop((l, i), None)
+        if meta.get("suspect"):
+            self._suspects_built[(l, i)] = meta["suspect"]
         if self.state.failures:
             self.state.succeeded(label(l, i))
         if l == 0:
@@ -254,6 +260,8 @@ class Builder:
         if self.ready_merges:
             l, i = heapq.heappop(self.ready_merges)
             self.inflight.add((l, i))
+            if self.suspects is None and not self.compactor.offline:
+                self.suspects = suspect_marks(self.mem)
             return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1), limit=self.line_bytes)
         if self.ready_leaves:
             i = self.ready_leaves.popleft()
@@ -292,8 +300,9 @@ class Builder:
         from .compactor import faith
 
         inputs = [task.text] if task.l == 0 else [task.left, task.right]
-        missing = faith.unfounded(text, inputs, lambda: self._span_texts(task))
-        if missing:
+        inherited = self._inherited(task)
+        missing = faith.unfounded(text, inputs, lambda: self._span_texts(task), inherited)
+        if missing and not set(missing) <= inherited:  # (a line that only repeats its children's is not asked again)
             first = text
             try:
                 text, again = self.compactor.build(task, context)
@@ -304,10 +313,18 @@ class Builder:
                 if again.get(key) is not None or meta.get(key) is not None:
                     again[key] = round((again.get(key) or 0) + (meta.get(key) or 0), 8)
             meta = again
-            missing = missing if text == first else faith.unfounded(text, inputs, lambda: self._span_texts(task))
-            if missing:
-                meta["suspect"] = missing[: faith.MAX_LISTED]
+            missing = missing if text == first else faith.unfounded(text, inputs, lambda: self._span_texts(task), inherited)
+        if missing:
+            meta["suspect"] = missing[: faith.MAX_LISTED]
         return text, meta
+
+    def _inherited(self, task: Task) -> set[str]:
+        """The facts a merge's two child lines were marked ``suspect`` for (looked up in its span instead)."""
+        if task.l == 0:
+            return set()
+        children = ((task.l - 1, 2 * task.i), (task.l - 1, 2 * task.i + 1))
+        return {str(fact) for key in children
+                for fact in (self._suspects_built.get(key) or (self.suspects or {}).get(key) or ())}
 
     def _span_texts(self, task: Task) -> list[str]:
         """The texts of the messages under ``task``'s node, read with a Memory of this thread's own."""
@@ -549,6 +566,12 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     if compactor.price_cached_in is not None and not compactor.offline:
         row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in))
     return row
+
+
+def suspect_marks(mem) -> dict[tuple[int, int], list]:
+    """``(l, i)`` -> the facts each stored node was marked ``suspect`` for."""
+    return {(node["l"], node["i"]): node["suspect"] for node in mem.tree.records(b'"suspect"')
+            if type(node.get("l")) is int and type(node.get("i")) is int and isinstance(node.get("suspect"), list)}
 
 
 def spent(mem, day: str | None = None) -> dict:

@@ -275,13 +275,15 @@ class Tree:
         else:
             self.catch_up()
 
-    def records(self) -> Iterator[dict]:
+    def records(self, having: bytes = b"") -> Iterator[dict]:
         """Every node line of the tree files as written, with its build metadata (model, tokens, cost),
-        oldest build day first; damaged lines are skipped."""
+        oldest build day first; damaged lines are skipped, and so are those without the bytes ``having``."""
         if not check_dir(self.dir):
             return
         for name in sorted(self.file_sizes()):
             for raw in read_bytes(self.dir / name).splitlines():
+                if having not in raw:
+                    continue
                 try:
                     node = orjson.loads(raw)
                 except orjson.JSONDecodeError:

@@ -294,6 +294,41 @@ def test_a_provider_billing_past_a_calls_worst_case_stops_the_run_and_says_so(ru
     assert builder.spent(Memory.open("m"))["cost"] == pytest.approx(1.0002 + (calls - 1) * 0.0012)
 
 
+def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run, home, monkeypatch):
+    """Two leaves name a port and a path their messages lack (marked suspect); merges faithfully repeat their
+    left child. The child's line is no evidence for those facts, so the merges above them are marked as well,
+    without being asked again, also over a child stored by an earlier run (before, the mark stopped at the leaves, and a
+    folded view showed the invented port with no warning)."""
+    import re
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def reply(body):
+        task = body["messages"][1]["content"]
+        if "compress message 0 " in task or "compress message 1 " in task:  # (too long for a free merge)
+            return "user: set port 65432 in /etc/fake/thing.conf; pi: " + "agreed " * 60
+        if "compress message" in task:
+            n = int(re.search(r"compress message (\d+)", task).group(1))
+            return f"user: the port was {5000 + n}; pi: " + "agreed " * 60
+        return re.search(r"<input>\d+\+\d+\|(.*)\n", task).group(1)  # a merge: its left child's line
+
+    with FakeLLM("openai") as server:
+        server.reply = reply
+        configure(home, server)
+        mem = Memory.at("m")
+        mem.append([{"kind": "user", "text": long_text(k)} for k in (0, 1)])
+        assert run("build-tree", "m").exit_code == 0
+        mem.append([{"kind": "user", "text": long_text(k)} for k in (2, 3)])
+        assert run("build-tree", "m").exit_code == 0
+        merges = [b for b in server.requests if "compress message" not in b["messages"][1]["content"]]
+    nodes = {(n["l"], n["i"]): n for n in stored_lines(mem)}
+    assert set(nodes) == {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0)}
+    marked = {k: sorted(n["suspect"]) for k, n in nodes.items() if "suspect" in n}
+    assert marked == dict.fromkeys([(0, 0), (0, 1), (1, 0), (2, 0)], ["/etc/fake/thing.conf", "65432"])
+    assert len(merges) == 3  # each asked once: it said what it was given
+    assert "suspect   4 summaries" in run("status", "m").stdout
+
+
 def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(home, monkeypatch):
     import subprocess
 

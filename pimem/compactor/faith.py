@@ -4,7 +4,9 @@ A model may write a port, a version or a file name its input never held. ``unfou
 the facts of a summary found in none of ``texts`` (exact substrings); the builder asks for a model summary
 that names one again, once, and keeps the second reply with its unfounded facts as ``suspect`` in the
 node's metadata, which ``status``, ``fsck`` and ``view --stats`` report. A merge's facts are looked up in its
-two child lines first (they come from the span), and only those missing there in the span's messages.
+two child lines first (they come from the span), and only those missing there in the span's messages; a fact a
+child line was itself marked for is no evidence, so a merge repeating it is marked too (without asking again:
+it said what it was given).
 The offline compactor copies facts from the messages, so it is not checked.
 """
 
@@ -30,10 +32,13 @@ def facts(text: str) -> list[str]:
     return list(dict.fromkeys(m.group().rstrip(".,:") for m in _FACT.finditer(text)))
 
 
-def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[str]] | None = None) -> list[str]:
+def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[str]] | None = None,
+              distrust: Iterable[str] = ()) -> list[str]:
     """The facts of ``summary`` that occur in none of ``texts`` nor (looked up only if some are missing)
-    in the texts ``more()`` yields."""
-    missing = [f for f in facts(summary) if not any(f in t for t in texts)]
+    in the texts ``more()`` yields; a fact of ``distrust`` (a child line's own unfounded ones) is looked up in
+    ``more()`` alone."""
+    distrust = set(distrust)
+    missing = [f for f in facts(summary) if f in distrust or not any(f in t for t in texts)]
     if missing and more is not None:
         rest = list(more())
         missing = [f for f in missing if not any(f in t for t in rest)]
