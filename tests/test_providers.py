@@ -3,7 +3,10 @@ provider's own process group (killed whole: no process left) and its system prom
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -88,6 +91,73 @@ def test_anthropic_cache_writes_cost_a_quarter_more_and_the_cap_reserves_for_the
     openai = _compactor(server, "openai", tmp_path)
     worst_in = openai.worst_cost(task) - 2 * (2 * comp.max_tokens + REASONING_EXTRA) * 5.0 / 1e6  # (what it sends)
     assert comp.worst_cost(task) - openai.worst_cost(task) == pytest.approx(0.25 * worst_in)
+
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture
+def proxy_env(monkeypatch):
+    """No proxy variable from the machine running the tests; ``set(NAME=value)`` sets one (the upper-case
+    spelling)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    return lambda **names: [monkeypatch.setenv(name, value) for name, value in names.items()]
+
+
+@contextlib.contextmanager
+def _refusing_port():
+    """A port on 127.0.0.1 that refuses every connection (bound, never listening) while the block runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_a_server_on_this_machine_is_never_reached_through_a_proxy(tmp_path, proxy_env, host):
+    """A proxy elsewhere cannot reach this machine's Ollama or vLLM: HTTP_PROXY and ALL_PROXY (a socks one,
+    whose package is not even needed) are passed by for loopback, as curl passes them by with NO_PROXY."""
+    from pimem.compactor import providers
+
+    with _refusing_port() as port, FakeLLM("openai") as server:
+        proxy_env(HTTP_PROXY=f"http://127.0.0.1:{port}", HTTPS_PROXY=f"http://127.0.0.1:{port}",
+                  ALL_PROXY=f"socks5://127.0.0.1:{port}")
+        server.url = server.url.replace("127.0.0.1", host)
+        text, _ = _compactor(server, "openai", tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert text.startswith("user: summary of 3") and len(server.requests) == 1
+    assert providers._proxy_for("http://[::1]:8000/v1") is None and providers._proxy_for("http://localhost:11434/v1") is None
+
+
+def test_a_remote_server_is_reached_through_the_proxy_and_its_failure_names_the_proxy(tmp_path, proxy_env):
+    from pimem.compactor import providers
+
+    remote = "http://llm.example.invalid/v1"  # (no such host: only the proxy can answer for it)
+    with FakeLLM("openai") as proxy:  # (it answers whatever is asked of it, an absolute URL as well)
+        proxy_env(HTTP_PROXY=proxy.url.removesuffix("/v1"))
+        proxy.url = remote
+        text, _ = _compactor(proxy, "openai", tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert text.startswith("user: summary of 3") and len(proxy.requests) == 1
+    with _refusing_port() as port:
+        proxy_env(HTTP_PROXY=f"http://someone:s3cret@127.0.0.1:{port}")
+        with pytest.raises(CallFailed) as failed:
+            _compactor(proxy, "openai", tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert str(failed.value).startswith(f"{remote}/chat/completions via proxy http://127.0.0.1:{port}: ConnectError")
+    assert "s3cret" not in str(failed.value)
+    proxy_env(NO_PROXY="example.invalid")
+    assert providers._proxy_for(remote) is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("socksio") is not None, reason="socksio is installed here")
+def test_a_socks_proxy_without_its_package_is_one_line_saying_so(tmp_path, proxy_env):
+    proxy_env(ALL_PROXY="socks5://127.0.0.1:1080")
+    comp = Compactor({"provider": "openai", "model": "m", "base_url": "http://llm.example.invalid/v1"}, BuildState(tmp_path))
+    with pytest.raises(CallFailed) as failed:
+        comp.build(Task(0, 3, kind="user", text="x" * 900))
+    message = str(failed.value)
+    assert message.startswith("http://llm.example.invalid/v1/chat/completions via proxy socks5://127.0.0.1:1080: ")
+    assert "socksio" in message and "\n" not in message
 
 
 def _alive(marker: str) -> list[int]:

@@ -75,6 +75,41 @@ def _retry_after(value: str | None) -> float | None:
             return None
 
 
+def _proxy_for(url: str) -> str | None:
+    """The proxy a request to ``url`` goes through, from the environment as curl and requests read it
+    (``HTTPS_PROXY`` or ``HTTP_PROXY`` by the URL's scheme, else ``ALL_PROXY``; none for a host ``NO_PROXY``
+    names). None for a server on this machine (localhost, 127.0.0.0/8, ::1) whatever the environment says: a
+    local Ollama, vLLM or llama.cpp is never reached through a proxy."""
+    import ipaddress
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    host = (parts.hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return None
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    if urllib.request.proxy_bypass(parts.netloc.rpartition("@")[2]):
+        return None
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _without_password(url: str) -> str:
+    """``url`` as an error may show it: without the user and password a proxy URL may carry."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 class HttpProvider:
     """Shared HTTP plumbing: one pooled client, key from the environment, errors as ``CallFailed``."""
 
@@ -86,6 +121,7 @@ class HttpProvider:
         self.key_env = key_env
         self.timeout = timeout
         self._client = None
+        self._via = ""  # " via proxy URL" when requests go through a proxy, for the errors to say so
 
     def key(self) -> str | None:
         """The API key, without the spaces or line end a ``.env`` file may leave around it; never shown."""
@@ -109,18 +145,26 @@ class HttpProvider:
     def post(self, path: str, body: dict, headers: dict) -> dict:
         import httpx
 
-        if self._client is None:
-            self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)))
         url = self.base_url + path
+        if self._client is None:
+            proxy = _proxy_for(self.base_url)
+            self._via = f" via proxy {_without_password(proxy)}" if proxy else ""
+            try:  # (a transport of our own: httpx then reads no proxy from the environment itself)
+                transport = httpx.HTTPTransport(proxy=proxy)
+            except ImportError as exc:  # a socks proxy without the socksio package
+                raise CallFailed(f"{url}{self._via}: {exc}") from None
+            self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
+                                        transport=transport)
+        where = url + self._via
         try:
             response = self._client.post(url, content=orjson.dumps(body), headers={**headers, "content-type": "application/json"})
         except httpx.TimeoutException:
-            raise CallFailed(f"{url}: no answer within {self.timeout:g} s") from None
+            raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
-            raise CallFailed(self._hidden(f"{url}: {type(exc).__name__}: {exc}")) from None
+            raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
         if response.status_code >= 400:
             detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
-            raise CallFailed(f"{url}: HTTP {response.status_code}: {detail}", _retry_after(response.headers.get("retry-after")))
+            raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers.get("retry-after")))
         try:
             data = response.json()
         except ValueError:
