@@ -78,6 +78,7 @@ class Scheduler:
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
     _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
     overbilled: dict = field(default_factory=dict)  # builder -> why its calls were billed past their worst case
+    held: set = field(default_factory=set)  # builders that start nothing new (to be replaced once their calls are in)
 
     def add(self, builder: Builder) -> None:
         self.builders.append(builder)
@@ -147,8 +148,9 @@ class Scheduler:
         # may well fit once they have cost what they did, not their worst case
         self.stopped_for_cost = False
         for builder in list(self.builders):
-            with self.refusing(builder.name, builder):
-                progressed = self._dispatch_one(builder, now) or progressed
+            if builder not in self.held:
+                with self.refusing(builder.name, builder):
+                    progressed = self._dispatch_one(builder, now) or progressed
         return progressed
 
     def _dispatch_one(self, builder: Builder, now: float) -> bool:
@@ -198,11 +200,16 @@ class Scheduler:
                 self.emit({"event": "refused", "memory": name, "error": str(error)})
             self.refused[name] = exc
             if builder is not None and builder in self.builders:
-                self.builders.remove(builder)
-                self.retired.append(builder)
-                self._end_worker(builder)
+                self.retire(builder)
                 if builder.lease is not None:
                     builder.lease.release()
+
+    def retire(self, builder: Builder) -> None:
+        """Build no more with ``builder`` (what it spent still counts: ``retired``)."""
+        self.builders.remove(builder)
+        self.retired.append(builder)
+        self.held.discard(builder)
+        self._end_worker(builder)
 
     def _offload(self, builder: Builder, now: float) -> bool:
         """Keep the builder's workers ``AHEAD`` batches ahead, starting them for a long backlog and ending them
@@ -316,10 +323,8 @@ class Scheduler:
 
     def _drop(self, builder: Builder) -> None:
         """Stop building ``builder``'s memory: another process holds its lease now."""
-        self.builders.remove(builder)
+        self.retire(builder)
         self.lost.append(builder)
-        self.retired.append(builder)
-        self._end_worker(builder)
 
     def _beat(self) -> None:
         for builder in list(self.builders):
@@ -449,6 +454,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     (including ones created later). Named memories held by a live builder raise ``Busy`` (or are waited
     for); with no names, held memories are skipped and taken over when their holder dies. Each memory's
     compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day."""
+    from . import config as configs
     from .lease import Lease
     from .memory import Memory
 
@@ -457,16 +463,21 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     embedding = semantic.background()
     explicit = Memory.named(names, home)
 
-    def take(mem, block: bool) -> None:
-        lease = Lease(mem)
-        if block:
-            lease.acquire(None if wait else 0.0)
-        elif lease.try_acquire() is not None:
-            return
+    def cap_of(cfg: dict) -> float | None:
+        cap = max_cost_per_day if max_cost_per_day is not None else cfg.get("max_cost_per_day")
+        return None if cap is None else float(cap)
+
+    def take(mem, block: bool, lease: Lease | None = None) -> None:
+        """Build ``mem`` (``lease``: already held, by the builder this one replaces)."""
+        if lease is None:
+            lease = Lease(mem)
+            if block:
+                lease.acquire(None if wait else 0.0)
+            elif lease.try_acquire() is not None:
+                return
         try:
-            cap = max_cost_per_day if max_cost_per_day is not None else mem.config.get("max_cost_per_day")
-            built = Builder(mem, lease=lease, max_cost_per_day=None if cap is None else float(cap))
-            if cap is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
+            built = Builder(mem, lease=lease, max_cost_per_day=cap_of(mem.config))
+            if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
                 raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
                                f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
         except BaseException:
@@ -478,13 +489,41 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
 
     last_scan = [0.0]
 
+    def switch(builder: Builder) -> None:
+        """A memory whose compactor settings (or daily cap) changed since its builder started (``pimem model``):
+        its builder starts nothing new, and once its calls in flight are in and written, a new one takes over
+        with the new settings, as a restarted watcher would."""
+        if builder not in scheduler.held:
+            cfg = configs.of_memory(builder.mem.path, builder.mem.home)
+            if cfg["compactor"] == builder.compactor.cfg and cap_of(cfg) == builder.max_cost_per_day:
+                return
+            scheduler.held.add(builder)
+        if builder.inflight:
+            return
+        try:
+            builder.flush(wait=True)
+        except LeaseLost as exc:
+            scheduler.emit({"event": "lost", "memory": builder.name, "error": str(exc)})
+            scheduler._drop(builder)
+            return
+        scheduler.retire(builder)
+        take(builder.mem.reopened(), block=False, lease=builder.lease)
+        new = scheduler.builders[-1]
+        scheduler.emit({"event": "switched", "memory": new.name, "model": new.compactor.label})
+
     def look_for_memories() -> None:
         if embedding:  # new messages: their vectors (in the background)
             for builder in scheduler.builders:
                 embedding.add(builder.mem)
+        for builder in list(scheduler.held):  # (replaced as soon as their calls are in)
+            with scheduler.refusing(builder.name, builder):
+                switch(builder)
         if time.monotonic() - last_scan[0] < 2.0:
             return
         last_scan[0] = time.monotonic()
+        for builder in list(scheduler.builders):
+            with scheduler.refusing(builder.name, builder):
+                switch(builder)
         # (a memory stopped on an error waits for the next start, once a person mended it)
         active = {b.name for b in scheduler.builders} | set(scheduler.refused)
         # new memories, and ones whose lease another process took (taken back once it lets go); a refused

@@ -365,3 +365,30 @@ def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, s
             watcher.send_signal(signal.SIGTERM)
             watcher.communicate(timeout=30)
     assert mem.count() == 12
+
+
+def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
+    """``pimem model`` while a watcher runs: the next messages are built by the new model at its own server,
+    not by the old one until the watcher is restarted (before, the old model kept every call)."""
+    with FakeLLM("openai") as first, FakeLLM("openai") as second:
+        configure(home, first)
+        mem = fill("m", 4, short_every=1000)
+        watcher = start_watch("m", "--json")
+        try:
+            until(lambda: complete("m"))
+            done = subprocess.run(pimem_cmd("model", "m", "openai/m2", "--base-url", second.url, "--key-env", "TEST_LLM_KEY"),
+                                  capture_output=True, timeout=60, env=subprocess_env())
+            assert done.returncode == 0, done.stderr
+            old = len(first.requests)
+            time.sleep(3)  # (the watcher looks at the settings every 2 s)
+            mem.append([{"kind": "user", "text": long_text(k)} for k in range(4, 8)])
+            until(lambda: complete("m"))
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert len(first.requests) == old and {b["model"] for b in second.requests} == {"m2"}
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert {"event": "switched", "memory": "m", "model": "openai/m2"} in events
+    assert {n["model"] for n in stored_lines(mem) if n["i"] >= 4 and n["l"] == 0} == {"openai/m2"}
+    assert_built_once(mem)

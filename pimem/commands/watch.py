@@ -51,6 +51,8 @@ def command(
         elif event["event"] == "refused":
             output.warn(f"stopped building {event['memory']}: {event['error']} (the watcher's next start takes it "
                         "again, once it is mended)")
+        elif event["event"] == "switched":
+            output.info(f"{event['memory']}: its compactor settings changed; built by {event['model']} from now on")
         elif event["event"] == "imported":
             output.info(f"{event['memory']}: {event['messages']} imported from {event['file']}")
         else:
