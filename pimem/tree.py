@@ -35,7 +35,12 @@ PLACEHOLDER = "(not summarized yet: zoom it)"
 UNBUILT_MERGE = "(not summarized yet: zoom it for its two halves)"
 NODE_KEYS = ("l", "i", "text", "size")
 _LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces: ids are typed and compared
-_FLAT = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
+# a view line is one physical line that cannot steer the terminal or the reader: every control character (an
+# ESC from a transcript would recolour or clear the screen) and every line or paragraph separator (U+0085,
+# U+2028, U+2029 end a line for many readers) is a space; a bidirectional embedding, override or isolate, which
+# would reorder what follows, is U+FFFD (as wide in bytes). One character for one, none longer
+_FLAT = {**{c: " " for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)},
+         **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}}
 
 
 # ---- arithmetic and labels ---------------------------------------------------------------------------------
@@ -74,8 +79,16 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
 
 
 def flat(text: str) -> str:
-    """One physical line: each newline, carriage return and tab becomes a space (byte count unchanged)."""
+    """One physical line, inert on a terminal (``_FLAT``): never more bytes than ``text``, one character for each."""
     return text.translate(_FLAT)
+
+
+_INERT = {c: r for c, r in _FLAT.items() if c not in (9, 10)}
+
+
+def inert(text: str) -> str:
+    """``flat`` but for its newlines and tabs: verbatim lines that cannot steer a terminal."""
+    return text.replace("\r\n", "\n").translate(_INERT)
 
 
 def leaf_text(msg: dict) -> str:

@@ -283,3 +283,20 @@ def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh
         assert "^[[31mRED" in out and "^G" in out, (argv, out)
     assert sh("message", "m", "0").stdout == (text + "\n").encode()
     assert run("context", "m", "--cwd", "/tmp/a\nb").stdout.rstrip().splitlines()[-1].endswith("cwd: /tmp/a b</turn>")
+
+
+def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
+    """``view``, ``context`` and ``zoom`` show a message's line as one physical line that steers nothing: an
+    escape sequence, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces, a
+    bidirectional override is U+FFFD; every reader's ``splitlines`` then counts the lines ``view --stats``
+    does (before, ``ESC[2J`` cleared the screen and U+2028 split a line in two)."""
+    text = "clear \x1b[2J bell \x07 csi \x9b nel \x85 ls \u2028 ps \u2029 vt \x0b ff \x0c fs \x1c \u202ereversed"
+    run("append", "m", text)
+    run("append", "m", "ok")
+    shown = {"view": run("view", "m").stdout, "context": run("context", "m").stdout, "zoom": run("zoom", "m", "0+2").stdout}
+    for name, out in shown.items():
+        assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 or c in "\u2028\u2029\u202e" for c in out), (name, out)
+        assert "clear  [2J bell" in out and "\ufffdreversed" in out, (name, out)
+    assert shown["view"].splitlines() == shown["view"].split("\n")[:-1] and len(shown["view"].splitlines()) == 2
+    first = orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])
+    assert first["text"] == "user: " + text  # the JSON gives the text exactly
