@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("500", "429", "hang", "malformed", "empty", "nochoices", "long", "length")
+FAULTS = ("500", "429", "hang", "malformed", "empty", "nochoices", "long", "length", "redirect")
 
 
 def summary_for(body: str) -> str:
@@ -41,6 +41,7 @@ class FakeLLM:
         self.hang = hang
         self.reply = None  # callable(body) -> the text of every normal answer, instead of ``summary_for``
         self.reasoning = reasoning  # answer "length" with no text unless max_tokens ≥ 1000
+        self.location = "/moved/chat/completions"  # where the "redirect" fault sends the client (307)
         self.requests: list[dict] = []
         self.raw: list[bytes] = []
         self.headers: list[dict] = []
@@ -102,6 +103,8 @@ class FakeLLM:
             return self.send(handler, 500, b'{"error": "internal"}')
         if fault == "429":
             return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": "1"})
+        if fault == "redirect":
+            return self.send(handler, 307, b"", {"Location": self.location})
         if fault == "malformed":
             return self.send(handler, 200, b'{"choices": [ {"message": ')
         prompt = self.text_of(body)

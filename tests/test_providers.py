@@ -93,6 +93,24 @@ def test_anthropic_cache_writes_cost_a_quarter_more_and_the_cap_reserves_for_the
     assert comp.worst_cost(task) - openai.worst_cost(task) == pytest.approx(0.25 * worst_in)
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_redirect_is_one_line_naming_where_it_points_and_is_not_followed(tmp_path, monkeypatch, api):
+    """A POST with the API key is not resent elsewhere (another host may be anyone's): the error says where
+    the provider points, absolute, for --base-url."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    path = "/chat/completions" if api == "openai" else "/v1/messages"
+    with FakeLLM(api) as elsewhere, FakeLLM(api, faults=["redirect", "redirect"]) as server:
+        server.location = elsewhere.url + path
+        with pytest.raises(CallFailed) as failed:
+            _compactor(server, api, tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+        assert str(failed.value) == (f"{server.url}{path}: HTTP 307 redirect to {elsewhere.url}{path} "
+                                     "(not followed: set --base-url to where it points)")
+        server.location = "/moved" + path  # (relative: shown as the URL it names)
+        with pytest.raises(CallFailed, match=f"redirect to http://127.0.0.1:[0-9]+/moved{path} "):
+            _compactor(server, api, tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+    assert len(server.requests) == 2 and elsewhere.requests == []
+
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 

@@ -162,6 +162,11 @@ class HttpProvider:
             raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
+        if 300 <= response.status_code < 400:  # (not followed: the request, key and all, goes where it was set to)
+            location = response.headers.get("location")
+            target = str(response.url.join(location)) if location else "nowhere (no Location header)"
+            raise CallFailed(self._hidden(f"{where}: HTTP {response.status_code} redirect to {target} "
+                                          "(not followed: set --base-url to where it points)"))
         if response.status_code >= 400:
             detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
             raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers.get("retry-after")))
