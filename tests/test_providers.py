@@ -288,6 +288,20 @@ def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
     assert (out / "whole").read_text().startswith(SYSTEM + "\n\n<chat>")
 
 
+def test_a_quoted_system_placeholder_is_replaced_quotes_and_all(tmp_path):
+    """``"{system}"`` as shells are written: the system prompt (backticks, quotes, parentheses) arrives whole,
+    not as a syntax error in every call."""
+    assert "`" in SYSTEM and "(" in SYSTEM
+    out = tmp_path / "out"
+    out.mkdir()
+    command = (f"printf %s \"{{system}}\" > {out}/double; printf %s '{{system}}' > {out}/single; "
+               "cat > /dev/null; echo 'user: ok'")
+    comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    assert comp.build(Task(0, 3, kind="user", text="the task's message"))[0] == "user: ok"
+    comp.close()
+    assert (out / "double").read_text() == SYSTEM and (out / "single").read_text() == SYSTEM
+
+
 def test_calls_at_once_share_one_system_file_and_leave_none(tmp_path, monkeypatch):
     import threading
 

@@ -283,7 +283,7 @@ class Command:
     """A shell command that reads the prompt on stdin and prints the line (``llm -n -m MODEL -s {system}``).
 
     The system prompt reaches it apart from the task: ``{system}`` in the command is replaced by it (shell-
-    quoted), and ``$PIMEM_SYSTEM_FILE`` names a file holding it; stdin then carries only the task (the
+    quoted; ``"{system}"`` and ``'{system}'`` as a whole), and ``$PIMEM_SYSTEM_FILE`` names a file holding it; stdin then carries only the task (the
     compactor's view and the task). A command without ``{system}`` gets the system prompt at the head of stdin
     too, as one input. The command runs in a process group of its own, killed whole on timeout (and whatever
     it left running once it has answered), so no child outlives a call."""
@@ -315,7 +315,11 @@ class Command:
         import tempfile
 
         apart = "{system}" in self.command
-        command = self.command.replace("{system}", shlex.quote(system)) if apart else self.command
+        command = self.command
+        if apart:  # a placeholder the user quoted ("{system}", '{system}') is replaced quotes and all
+            quoted = shlex.quote(system)
+            for placeholder in ('"{system}"', "'{system}'", "{system}"):
+                command = command.replace(placeholder, quoted)
         prompt = f"{chat}{task}\n" if apart else f"{system}\n\n{chat}{task}\n"
         env = {**os.environ, "PIMEM_SYSTEM_FILE": self._system_path(system)}
         # files, not pipes, for its streams: the call ends when the command exits, even if something it left
