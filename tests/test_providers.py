@@ -302,6 +302,13 @@ def test_a_quoted_system_placeholder_is_replaced_quotes_and_all(tmp_path):
     assert (out / "double").read_text() == SYSTEM and (out / "single").read_text() == SYSTEM
 
 
+def test_bytes_of_a_commands_answer_that_are_not_utf8_are_shown_replaced(tmp_path):
+    comp = Compactor({"provider": "command", "command": r"cat > /dev/null; printf 'user: port \377\376 of it \303(end)\n'"},
+                     BuildState(tmp_path))
+    assert comp.build(Task(0, 3, kind="user", text="the task's message"))[0] == "user: port \ufffd\ufffd of it \ufffd(end)"
+    comp.close()
+
+
 def test_calls_at_once_share_one_system_file_and_leave_none(tmp_path, monkeypatch):
     import threading
 

@@ -342,7 +342,8 @@ class Command:
             size = out.seek(0, os.SEEK_END)
             out.seek(0)
             err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
-            text, detail = out.read(COMMAND_OUTPUT).decode("utf-8", "ignore"), err.read()
+            # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
+            text, detail = out.read(COMMAND_OUTPUT).decode("utf-8", "replace"), err.read()
         if proc.returncode != 0:
             detail = " ".join(detail.decode("utf-8", "replace").split())[-300:]
             raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
