@@ -11,6 +11,7 @@ them in a tool message's marker. Small and quick to import: ``view`` runs every 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import orjson
 
@@ -18,6 +19,7 @@ import orjson
 # connectives whose edge characters (a space, a comma) the tool's text may hold around it too
 TOOL_PIECE = 13
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
+SEAM = "\n\n"  # between the two: a blank line, which no pattern of the offline compactor matches across
 
 # (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``outcome`` checks it)
 _COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
@@ -39,20 +41,40 @@ _BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
 
 
 def scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
-    """The first ``head`` and last ``tail`` characters of a long ``text``, each cut at a space or punctuation
-    (a word or Chinese clause is never cut in two) when there is one near the cut."""
+    """The first ``head`` and last ``tail`` characters of a long ``text``, joined by ``SEAM``. Each is cut at a
+    space or punctuation when there is one near the cut (a word or Chinese clause is never cut in two), else at
+    the nearest end of a word: no word or number is ever cut in two (``_between_words``), so nothing read holds
+    half of one."""
     if len(text) <= head + tail:
         return text
-    first, last = text[:head], text[-tail:]
-    for k in range(head - 1, max(-1, head - 200), -1):
-        if first[k] in _BREAKS:
-            first = first[: k + 1]
-            break
-    for k in range(min(tail, 200)):
-        if last[k] in _BREAKS:
-            last = last[k:]
-            break
-    return first + "\n" + last
+    end = next((k + 1 for k in range(head - 1, max(-1, head - 200), -1)
+                if text[k] in _BREAKS and _between_words(text, k + 1)), None)
+    if end is None:  # no punctuation near: back to the start of the word the cut falls in
+        end = next(k for k in range(head, -1, -1) if _between_words(text, k))
+    cut = len(text) - tail
+    start = next((k for k in range(cut, min(cut + 200, len(text))) if text[k] in _BREAKS and _between_words(text, k)), None)
+    if start is None:  # on to the end of the word the cut falls in
+        start = next(k for k in range(cut, len(text) + 1) if _between_words(text, k))
+    return text[:end] + SEAM + text[start:]
+
+
+def _between_words(text: str, at: int) -> bool:
+    """True when position ``at`` of ``text`` is not inside a word or number: not between two word characters
+    (letters with their combining marks, digits, ``_``), nor at a ``.``, ``,`` or ``:`` that has one on each side
+    (``3.14``, ``1,200``, ``12:30``)."""
+    if at <= 0 or at >= len(text):
+        return True
+    before, after = _in_word(text[at - 1]), _in_word(text[at])
+    if before and after:
+        return False
+    if text[at - 1] in ".,:" and after and at >= 2 and _in_word(text[at - 2]):
+        return False
+    return not (text[at] in ".,:" and before and at + 1 < len(text) and _in_word(text[at + 1]))
+
+
+def _in_word(ch: str) -> bool:
+    """A character of a word: a letter, a digit, ``_``, or a combining mark (an accent, a vowel sign)."""
+    return ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
 
 
 def pieces(msg: dict) -> list[tuple[str, bool, float]]:

@@ -116,6 +116,30 @@ def test_a_long_message_in_a_tiny_memory_gets_its_pieces_not_its_first_character
     assert "/srv/vault/staging.hcl" in line and not text.startswith(line.removeprefix("user: ")), line
 
 
+def test_a_long_message_is_read_in_two_parts_without_half_a_word():
+    """Its first 6,000 and last 2,000 characters: no piece runs from one into the other, and where no space or
+    punctuation is near a cut, the word it falls in is left out (no half word or number is a fact)."""
+    head = "word " * 1160 + "-" * 195 + "Alphanumeric"  # no break in the 200 characters before the cut
+    tail = "Omega" + "-" * 1966 + " and the Delta team finished."  # the last 2,000 start at "Omega"
+    text = head + " filler" * 500 + tail
+    assert text[5995:6000] == "Alpha" and text[-2000:].startswith("Omega")
+    line = extractive.leaf("user", text)
+    assert "Delta team finished" in line and "Alpha" not in line and "Omega" not in line, line
+    number = "word " * 1199 + "3.14159" + " tail" * 600  # the cut falls in "3.14159", just after "3.141"
+    assert number[5995:6000] == "3.141" and "3." not in toolwork.scan(number)
+    assert not {"3", "3.", "14159"} & {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": number})}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("ab1Z_.,-/ ") + ["\u0301", "，"]), min_size=95, max_size=160))
+def test_the_two_parts_are_the_text_s_own_and_cut_between_words(text):
+    read = toolwork.scan(text, 60, 30)
+    first, seam, last = read.partition(toolwork.SEAM)
+    assert seam and text.startswith(first) and text.endswith(last)
+    assert toolwork._between_words(text, len(first)) and toolwork._between_words(text, len(text) - len(last))
+    for u in extractive.units({"i": 0, "kind": "user", "text": text}, head=60, tail=30):
+        assert u.text in first or u.text in last, (u.text, read)
+
 def test_chinese_is_cut_at_its_punctuation():
     text = "今天我们讨论了部署的事情。" * 30 + "报错信息：连接端口5433超时。" + "最后决定明天再试。" * 30
     line = extractive.leaf("user", text)
