@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from pathlib import Path
 
 import orjson
@@ -60,16 +61,25 @@ def read_json(path: Path, default=None):
         return default
 
 
+MAX_PRICE = 1e6  # dollars per million tokens, at most (--price-in and the rest too): a cost that stays finite
+# the compactor providers, as pimem.compactor names them (importing it here would load the offline compactor
+# at every start)
+PROVIDERS = ("extractive", "openai", "anthropic", "command")
+_URL = re.compile(r"https?://[^\s/?#]+[^\s]*")  # an http:// or https:// URL naming a host, as --base-url takes
+
 # what each setting a person may write must be, for a hand-edited config.json to be refused in one line
 _NUMBER, _COUNT = (int, float), int
 _SHAPES = {"view": dict, "cview": dict, "line_bytes": _COUNT, "max_text_bytes": _COUNT, "compactor": dict,
            "max_cost_per_day": (*_NUMBER, type(None)), "context_wait": _NUMBER}
-# the compactor object's settings (``pimem model`` writes them; each may also be null: unset). The provider's
-# name is checked where it is read, with its own advice
+# the compactor object's settings (``pimem model`` writes them; each may also be null: unset)
 _COMPACTOR_SHAPES = {"provider": str, "model": str, "base_url": str, "key_env": str, "command": str,
                      "price_in": _NUMBER, "price_out": _NUMBER, "price_cached_in": _NUMBER, "timeout": _NUMBER,
                      "retry_seconds": _NUMBER, "max_tokens": _COUNT, "workers": (int,)}  # (0 workers: inline)
-_COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS}  # seconds: a year, as --timeout takes
+_COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS,  # seconds: a year, as --timeout takes
+                   "price_in": MAX_PRICE, "price_out": MAX_PRICE, "price_cached_in": MAX_PRICE}
+_COMPACTOR_RULES = {"provider": f"one of {', '.join(PROVIDERS)}", "base_url": "an http:// or https:// URL naming a host",
+                    **dict.fromkeys(("price_in", "price_out", "price_cached_in"),
+                                    f"dollars per million tokens, from 0 to {MAX_PRICE:,.0f}")}  # (said as "use …")
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
 _MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)
 
@@ -80,6 +90,18 @@ def _wrong(value, shape, most: float = float("inf")) -> bool:
     if not isinstance(value, shape) or isinstance(value, bool):
         return True
     return isinstance(value, (int, float)) and (value < 0 or value > most or (shape is _COUNT and value == 0))
+
+
+def _wrong_knob(knob: str, value) -> bool:
+    """Whether a compactor setting (not null) is one ``pimem model`` would not write: of the wrong type or out
+    of range, an unknown provider, a base URL that is not http(s)."""
+    if knob == "provider":
+        return value not in PROVIDERS
+    if knob == "base_url":
+        return not isinstance(value, str) or not _URL.fullmatch(value)
+    shape = _COMPACTOR_SHAPES.get(knob)
+    return shape is not None and (_wrong(value, shape, _COMPACTOR_MOST.get(knob, float("inf")))
+                                  or knob in _COMPACTOR_NONZERO and value == 0)
 
 
 def settings(path: Path) -> dict:
@@ -95,36 +117,50 @@ def settings(path: Path) -> dict:
     if not isinstance(own, dict):
         raise BadInput(f"{path}: not a JSON object; fix it or remove it")
     for key, value in own.items():
-        shape = _SHAPES.get(key)
+        shape, rule = _SHAPES.get(key), ""
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
-                if knob in _COMPACTOR_SHAPES and knob_value is not None and (_wrong(
-                        knob_value, _COMPACTOR_SHAPES[knob], _COMPACTOR_MOST.get(knob, float("inf")))
-                        or knob in _COMPACTOR_NONZERO and knob_value == 0):
+                if knob_value is not None and _wrong_knob(knob, knob_value):
+                    rule = f" (use {_COMPACTOR_RULES[knob]})" if knob in _COMPACTOR_RULES else ""
                     key, value, wrong = f"compactor.{knob}", knob_value, True
                     break
         if wrong:
-            raise BadInput(f"{path}: {key} cannot be {orjson.dumps(value).decode()[:80]}; fix it or remove it")
+            raise BadInput(f"{path}: {key} cannot be {orjson.dumps(value).decode()[:80]}{rule}; fix it or remove it")
     return own
 
 
 def of_home(home: str | os.PathLike | None = None) -> dict:
     """The defaults for memories without settings of their own: ``DEFAULTS``, overlaid by the home's."""
     path = env.home(home) / "config.json"
-    return _budgets_checked(merged(DEFAULTS, settings(path)), path)
+    return _checked(merged(DEFAULTS, settings(path)), path)
 
 
-def _budgets_checked(cfg: dict, *paths: Path) -> dict:
-    """``cfg``, once each view's ``lo`` is at most its ``hi`` (a view folds down to ``lo`` past ``hi``), as the
-    files ``paths`` (and the defaults) set them together; ``BadInput`` naming them otherwise."""
+def _checked(cfg: dict, *paths: Path) -> dict:
+    """``cfg``, as the files ``paths`` (and the defaults) set it together, once the settings that go together
+    agree: each view's ``lo`` at most its ``hi`` (a view folds down to ``lo`` past ``hi``), a model provider's
+    model and a command provider's command named, both prices or neither (a cost counted with one would take
+    the other tokens for free); ``BadInput`` naming the files otherwise."""
+    def where() -> str:
+        return " with ".join(str(p) for p in paths if p.exists()) or str(paths[0])
+
     for key in ("view", "cview"):
         if cfg[key]["lo"] > cfg[key]["hi"]:
-            where = " with ".join(str(p) for p in paths if p.exists()) or str(paths[0])
-            raise BadInput(f"{where}: {key} lo {cfg[key]['lo']} is above its hi {cfg[key]['hi']} "
+            raise BadInput(f"{where()}: {key} lo {cfg[key]['lo']} is above its hi {cfg[key]['hi']} "
                            f"(the default lo is {DEFAULTS[key]['lo']}); fix it or remove it")
+    compactor = cfg["compactor"]
+    provider = compactor.get("provider") or "extractive"
+    needed = {"openai": "model", "anthropic": "model", "command": "command"}.get(provider)
+    named = compactor.get(needed)
+    if needed and not (isinstance(named, str) and named.strip() and (needed == "command" or named.isprintable())):
+        raise BadInput(f"{where()}: compactor.{needed} cannot be {orjson.dumps(named).decode()[:80]} with provider "
+                       f"{provider} ('pimem model' sets both); fix it or remove it")
+    price_in, price_out, price_cached_in = (compactor.get(k) for k in ("price_in", "price_out", "price_cached_in"))
+    if (price_in is None) != (price_out is None) or price_cached_in is not None and price_in is None:
+        raise BadInput(f"{where()}: compactor.price_in and price_out go together (and price_cached_in with them): a "
+                       "cost counted with half the prices would take the other tokens for free; fix it or remove it")
     return cfg
 
 
@@ -135,7 +171,7 @@ def save_home(home: str | os.PathLike | None, changes: dict) -> None:
 
 def of_memory(path: Path, home: Path) -> dict:
     """A memory's settings: the home's defaults, overlaid by its own ``config.json``."""
-    return _budgets_checked(merged(of_home(home), settings(path / "config.json")), env.home(home) / "config.json",
+    return _checked(merged(of_home(home), settings(path / "config.json")), env.home(home) / "config.json",
                             path / "config.json")
 
 

@@ -177,7 +177,10 @@ def test_a_line_of_an_unknown_kind_is_read_by_every_reader_and_named_by_fsck(sh,
 @pytest.mark.parametrize("config", [b"{x", b"[1]", b'{"view":{"hi":"128k"}}', b'{"view":[]}', b'{"context_wait":-1}', b'{"line_bytes":true}',
                                     b'{"view":{"hi":1000,"lo":2000}}', b'{"view":{"hi":200}}', b'{"compactor":{"price_in":"0.15"}}', b'{"compactor":{"timeout":"60s"}}',
                                     b'{"compactor":{"max_tokens":0}}', b'{"compactor":{"timeout":0}}', b'{"compactor":{"workers":-1}}', b'{"compactor":{"workers":1.5}}', b'{"compactor":{"model":["m"]}}', b'{"compactor":{"timeout":1e300}}',
-                                    b'{"compactor":{"retry_seconds":31622401}}', b'{"context_wait":99999999999}'])
+                                    b'{"compactor":{"retry_seconds":31622401}}', b'{"context_wait":99999999999}',
+                                    b'{"compactor":{"provider":"gemini"}}', b'{"compactor":{"base_url":"ftp://x"}}',
+                                    b'{"compactor":{"provider":"openai","model":null}}', b'{"compactor":{"provider":"command","command":""}}',
+                                    b'{"compactor":{"price_in":1e308,"price_out":1e308}}', b'{"compactor":{"price_in":0.15}}'])
 @pytest.mark.parametrize("where", ["memory", "home"])
 def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(sh, log, config, where):
     path = (log.parent if where == "memory" else log.parent.parent) / "config.json"
@@ -190,6 +193,14 @@ def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(s
     assert snapshot(log.parent.parent) == before
     path.write_bytes(b"")  # emptied: no settings of its own
     assert sh("view", "m").returncode == 0
+
+
+def test_pimem_model_takes_the_prices_config_json_takes(sh, log):
+    """A price up to a million dollars per million tokens, as config.json holds it: a cost stays finite."""
+    out = sh("model", "m", "openai/m", "--price-in", "1000001", "--price-out", "1")
+    assert out.returncode == 2 and b"from 0 to 1,000,000" in out.stderr and not (log.parent / "config.json").exists()
+    assert sh("model", "m", "openai/m", "--price-in", "1000000", "--price-out", "1").returncode == 0
+    assert sh("status", "m").returncode == 0
 
 
 def test_damaged_cursors_and_import_state_are_one_line_or_rebuilt(sh, log, tmp_path):

@@ -5,8 +5,12 @@ from typing import Annotated, Optional
 import typer
 
 from .. import naming, output
-from ..numbers import param, usd
+from ..config import MAX_PRICE
+from ..numbers import decimal, param
 from ..options import Home, Json
+
+
+PRICE = param(decimal, "USD", hi=MAX_PRICE)  # (as config.json takes it: a cost that stays finite)
 
 
 def command(
@@ -15,9 +19,9 @@ def command(
     base_url: Annotated[Optional[str], typer.Option("--base-url", help="Endpoint of an OpenAI-compatible or Anthropic API.", metavar="URL")] = None,
     key_env: Annotated[Optional[str], typer.Option("--key-env", help="Name of the environment variable holding the API key.", metavar="VAR")] = None,
     command_: Annotated[Optional[str], typer.Option("--command", help="Shell command reading the prompt on stdin (provider 'command').", metavar="CMD")] = None,
-    price_in: Annotated[Optional[float], typer.Option("--price-in", help="Price per million input tokens, for cost accounting.", metavar="USD", click_type=param(usd, "USD"))] = None,
-    price_out: Annotated[Optional[float], typer.Option("--price-out", help="Price per million output tokens.", metavar="USD", click_type=param(usd, "USD"))] = None,
-    price_cached_in: Annotated[Optional[float], typer.Option("--price-cached-in", help="Price per million input tokens read from the provider's prompt cache (default: --price-in).", metavar="USD", click_type=param(usd, "USD"))] = None,
+    price_in: Annotated[Optional[float], typer.Option("--price-in", help="Price per million input tokens, for cost accounting.", metavar="USD", click_type=PRICE)] = None,
+    price_out: Annotated[Optional[float], typer.Option("--price-out", help="Price per million output tokens.", metavar="USD", click_type=PRICE)] = None,
+    price_cached_in: Annotated[Optional[float], typer.Option("--price-cached-in", help="Price per million input tokens read from the provider's prompt cache (default: --price-in).", metavar="USD", click_type=PRICE)] = None,
     default: Annotated[bool, typer.Option("--default", help="Show or set the default for memories without their own (<home>/config.json).")] = False,
     json: Json = False,
     home: Home = None,
