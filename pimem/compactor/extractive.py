@@ -89,15 +89,19 @@ _DIGITS = rf"{_NUMBER}|\d+(?:[.:/-]\d+)+{_END}|\d%?{_END}"  # a number, a date, 
 _VERSION = r"\d+(?:[.:/-]\d+)+(?:-[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?\b"  # after its v: v2.3.1, v2.3.1-rc.1
 _MORE = r"(?:[A-Z_./\-]|[^\W\x00-\x7f])"  # what can follow a word's first run of small letters and digits in a fact
 _SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"  # (not into Chinese around it)
+# no fact starts inside a run of ``SENTENCE`` characters or more of names and paths without a space (a blob:
+# base64, a hash, minified code): what it took there would be longer than a piece, or a slice of the blob; and
+# the scans ahead (a path's ``/``, a file name's extension) never run over a whole blob from each of its words
+_INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
 _FACT_PATTERN = rf"""(?x)
     https?://[^\s<>"'`)\]]+
     | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
-    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z])(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
-          | (?=[A-Z][a-z0-9]*+{_MORE})(?: {_REL} | {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
+    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
+          | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL} | {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
                        | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
-          | (?=\d)(?: {_EXT} | {_DIGITS} )
-          | (?![a-zA-Z0-9]){_EXT} )
+          | (?=\d){_INSIDE}(?: {_EXT} | {_DIGITS} )
+          | (?![a-zA-Z0-9]){_INSIDE}{_EXT} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
     | `[^`\n]{{1,60}}` | "[^"\n]{{2,60}}"
     """
