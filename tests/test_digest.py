@@ -3,6 +3,7 @@ as what ran and how it ended; the faithfulness guard's marks; tool text masked o
 
 import re
 import subprocess
+import unicodedata
 
 import orjson
 import pytest
@@ -107,6 +108,31 @@ def test_runs_without_spaces_take_linear_time_and_no_slice_of_a_blob_is_a_fact()
     assert {"src/app.py", "5433", "ECONNREFUSED"} <= {u.text for u in found}
     at = text.index(token)
     assert not [u.text for u in found if at <= u.pos < at + len(token)]
+
+
+def _word_char(ch: str) -> bool:
+    return ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
+
+
+def test_a_word_keeps_its_combining_marks():
+    """Python's ``\\w`` leaves out combining marks: accents written apart (NFD, as macOS and Vietnamese input
+    write them), Devanagari's vowel signs. A word keeps them, and no piece starts or ends inside a word."""
+    nfd = lambda text: unicodedata.normalize("NFD", text)
+    cases = [(nfd("Nous avons déployé le nouveau café résumé près de la fenêtre. Le problème est réglé à Genève, "
+                  "RÉSUMÉ FINAL."), [nfd("Nous avons déployé"), nfd("fenêtre")]),
+             (nfd("Cơ sở dữ liệu không kết nối được vì cổng 5433 sai. Vui lòng kiểm tra cấu hình trong tệp config.yaml."),
+              [nfd("Cơ sở dữ liệu"), "5433", "config.yaml"]),
+             ("डेटाबेस कनेक्शन विफल हो गया क्योंकि पोर्ट 5433 गलत है। कृपया config.yaml फ़ाइल में सेटिंग्स जांचें।",
+              ["डेटाबेस कनेक्शन विफल हो", "5433", "config.yaml"])]
+    for text, said in cases:
+        for kind in ("user", "pi"):
+            found = extractive.units({"i": 0, "kind": kind, "text": text})
+            for u in found:
+                at, end = u.pos, u.pos + len(u.text)
+                assert text[at:end] == u.text
+                assert not (at and _word_char(text[at - 1])) and not (end < len(text) and _word_char(text[end])), u.text
+            assert all(any(piece in u.text for u in found) for piece in said), [u.text for u in found]
+
 
 def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
     days = extractive._days
@@ -497,7 +523,8 @@ def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
 
 # ---- the phrase scan and a tool result's outcome, against their plain definitions ------------------------
 
-_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
+_MARKS = "".join(re.escape(chr(c)) for c in range(0x110000) if unicodedata.category(chr(c))[0] == "M")
+_TOKEN = re.compile(rf"[^\W_][\w'’+#.\-{_MARKS}]*(?:[^\W_]|[{_MARKS}])|[^\W_]")  # (a word holds its marks)
 
 
 def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
@@ -536,12 +563,14 @@ PHRASE_CASES = [
     "x .y a—b c – d e.f.g h:i j: k, l,m", "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
     "FAILED tests/test_orders.py::test_refund_roundtrip - AssertionError: assert 1 == 2\n12 passed, 1 failed",
     "x12 passed a 3 failed _4 tests ٣ errors 2 warnings", "Timeout, permission denied, EADDRINUSE; KeyboardInterruptError",
+    "de\u0301ploye\u0301 le cafe\u0301 ; कनेक्शन विफल, ก\u0e34น",
     "card 4111222233334444 passed validation, 1234 warnings, 12345 warnings", "==== 12 passed, 1 error in 0.2s ====",
 ]
 
 
 @given(st.lists(st.sampled_from(["the", "a", "Deploy", "db", "5433", " ", "  ", ", ", ". ", "; ", " - ", "\n", ":", "x.y",
-                                 "don't", "预发", "数据库", "，", "。", "_", "-", "passed", "1 failed", "Error", "Σ", "２"]),
+                                 "don't", "预发", "数据库", "，", "。", "_", "-", "passed", "1 failed", "Error", "Σ", "２",
+                                 "e\u0301", "\u0301", "कि"]),
                 max_size=40).map("".join))
 @settings(max_examples=300, deadline=None)
 def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):

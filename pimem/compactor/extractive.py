@@ -32,6 +32,7 @@ import heapq
 import math
 import operator
 import re
+import unicodedata
 
 from .. import toolwork
 from ..toolwork import SCAN_HEAD, SCAN_TAIL, scan as _scan
@@ -128,13 +129,50 @@ _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[�
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 
 
+@functools.cache
+def _marks() -> str:
+    """The combining marks (Unicode's Mn, Mc, Me: accents, vowel signs) as the body of a character class. Python's
+    ``\\w`` leaves them out, so a word written with them (``é`` as ``e`` + U+0301, as macOS and Vietnamese input
+    write it; every Thai or Devanagari word) would fall apart at each. Made on the first text that is not ASCII
+    (~10 ms; no mark lies past U+1E950 but the variation selectors)."""
+    body, start, last = [], None, None
+    for lo, hi in ((0x300, 0x1E950), (0xE0100, 0xE01F0)):
+        for c in range(lo, hi):
+            if unicodedata.category(chr(c))[0] == "M":
+                if last != c - 1:
+                    if start is not None:
+                        body.append(f"{chr(start)}-{chr(last)}")
+                    start = c
+                last = c
+    body.append(f"{chr(start)}-{chr(last)}")
+    return "".join(body)
+
+
+@functools.cache
+def _marked() -> tuple[re.Pattern, re.Pattern]:
+    """``_WORD`` and ``_TOKEN`` for text that is not ASCII: a word holds its combining marks."""
+    marks = _marks()
+    return (re.compile(rf"[^\W_]+(?:[{marks}]+[^\W_]*)*"),
+            re.compile(rf"[^\W_](?:[\w'’+#.\-{marks}]*(?:[^\W_]|[{marks}]))?"))
+
+
+def _in_word(text: str, start: int, end: int) -> bool:
+    """True when ``text[start:end]`` starts or ends inside a word: right after or before a combining mark (which
+    belongs to the letter before it)."""
+    return bool(start and unicodedata.category(text[start - 1])[0] == "M"
+                or end < len(text) and unicodedata.category(text[end])[0] == "M")
+
+
 def _words(text: str) -> list[str]:
     """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces)."""
     text = text.lower()
-    if text.isascii() or not _CJK_RUN.search(text):
+    if text.isascii():
         return _WORD.findall(text)
+    words = _marked()[0].findall(text)
+    if not _CJK_RUN.search(text):
+        return words
     out = []
-    for word in _WORD.findall(text):
+    for word in words:
         if _CJK_RUN.search(word):
             for run in _CJK_RUN.findall(word):
                 out.extend(run[k : k + 2] for k in range(max(1, len(run) - 1)))
@@ -278,10 +316,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 at = text.find(sentence, at)
                 add(sentence, at, ASK if n == 0 else SAID)
     cjk = not text.isascii() and _CJK_RUN.search(text)
+    marks = not text.isascii()  # (a fact or name next to a combining mark is part of a word)
     for m in (_FACT_CJK if cjk else _FACT).finditer(text):
-        add(m.group(), m.start(), 1.3)
+        if not (marks and _in_word(text, m.start(), m.end())):
+            add(m.group(), m.start(), 1.3)
     for m in _NAME.finditer(text):
-        add(m.group(), m.start(), 1.2)
+        if not (marks and _in_word(text, m.start(), m.end())):
+            add(m.group(), m.start(), 1.2)
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
@@ -320,7 +361,7 @@ def _phrases(text: str, cjk: bool = True):
     b = 0
     start = end = -1  # the run in hand
     words = 0
-    for m in _TOKEN.finditer(text):
+    for m in (_TOKEN if text.isascii() else _marked()[1]).finditer(text):
         s, e = m.span()
         if breaks[b] < s:
             while breaks[b] < s:
