@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
 from pimem import Memory, scheduler, toolwork
-from pimem.compactor import extractive, faith
+from pimem.compactor import cut, extractive, faith
 from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
 
 from conftest import pimem_cmd, subprocess_env
@@ -133,6 +133,19 @@ def test_a_word_keeps_its_combining_marks():
                 assert not (at and _word_char(text[at - 1])) and not (end < len(text) and _word_char(text[end])), u.text
             assert all(any(piece in u.text for u in found) for piece in said), [u.text for u in found]
 
+
+
+def test_a_line_is_never_cut_inside_what_reads_as_one_character():
+    """A message with no words to pick (emoji) shows its opening, and a line too long is cut, between whole
+    characters as a reader sees them: no dangling joiner or skin tone, no half of a family or a flag, no letter
+    without its accent."""
+    family = "🧑🏿\u200d🤝\u200d🧑🏻"  # seven code points
+    for text, unit in ((family * 60, family), ("🇯🇵" * 200, "🇯🇵"), ("👍🏾" * 150, "👍🏾")):
+        body = extractive.leaf("pi", text).removeprefix("pi: ")
+        assert body and text.startswith(body) and len(body) % len(unit) == 0, body[-8:]
+    for text, unit, limit in ((family * 60, family, 100), ("🇯🇵" * 100, "🇯🇵", 100), ("e\u0301" * 400, "e\u0301", 101)):
+        line = cut.cut_line(text, limit)
+        assert line and len(line.encode()) <= limit and len(line) % len(unit) == 0, line[-8:]
 
 def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
     days = extractive._days

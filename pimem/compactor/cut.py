@@ -8,6 +8,7 @@ in bytes, so a line of pure Chinese is cut at its own punctuation, never in the 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from ..config import LINE_BYTES
 
@@ -42,6 +43,38 @@ def strip_label(text: str) -> str:
     return text.strip()
 
 
+def boundary(text: str, at: int) -> int:
+    """The last position at or before ``at`` that does not cut ``text`` inside what reads as one character (a
+    grapheme cluster, as far as a few rules tell): not before a combining mark, a variation selector, a zero-width
+    joiner, a skin tone, a tag or a Hangul vowel or final jamo; not after a joiner; not between the two halves of a
+    flag. 0 when ``text[:at]`` is one cluster."""
+    while 0 < at < len(text):
+        before, after = text[at - 1], text[at]
+        if not (before == "\u200d" or _extends(after) or _flag_half(text, at)):
+            break
+        at -= 1
+    return max(at, 0)
+
+
+def _extends(ch: str) -> bool:
+    """True for a character that belongs to the one before it."""
+    if ch < "\u0300":
+        return False
+    return (unicodedata.category(ch)[0] == "M" or ch == "\u200d" or "\U0001f3fb" <= ch <= "\U0001f3ff"
+            or "\U000e0020" <= ch <= "\U000e007f" or "\u1160" <= ch <= "\u11ff")
+
+
+def _flag_half(text: str, at: int) -> bool:
+    """True when ``at`` falls between the two regional indicators of a flag (they pair from the start of a run)."""
+    flag = lambda ch: "\U0001f1e6" <= ch <= "\U0001f1ff"
+    if not (flag(text[at - 1]) and flag(text[at])):
+        return False
+    k = at
+    while k and flag(text[k - 1]):
+        k -= 1
+    return (at - k) % 2 == 1
+
+
 def _last_cut(data: bytes, marks, floor: int, limit: int) -> int:
     """The furthest cut position past ``floor`` bytes at one of ``marks`` that keeps the line within ``limit``."""
     best = -1
@@ -58,7 +91,8 @@ def cut_line(text: str, limit: int = LINE_BYTES) -> str:
     """A model's reply as one line of at most ``limit`` bytes, cut at the last clause or sentence end.
 
     Past half the limit, cut after the last ``; `` / ``。`` / ``. `` / ``！`` …; failing that at the last comma
-    (``, ``, ``，``, ``、``); failing that at a character boundary. Trailing separators are stripped."""
+    (``, ``, ``，``, ``、``); failing that at the last whole character (``boundary``: an emoji, a letter with
+    its accents). Trailing separators are stripped."""
     line = strip_label(flatten(text))
     data = line.encode("utf-8")
     if len(data) <= limit:
@@ -68,6 +102,7 @@ def cut_line(text: str, limit: int = LINE_BYTES) -> str:
     at = _last_cut(window, _CLAUSE_ENDS, floor, limit)
     if at < 0:
         at = _last_cut(window, _COMMAS, floor, limit)
-    if at < 0:
-        at = limit
+    if at < 0:  # no clause or comma: at the last whole character (a cluster larger than a line is cut in it)
+        head = data[:limit].decode("utf-8", "ignore")
+        return head[: boundary(line, len(head)) or len(head)].rstrip(_TRAILING)
     return data[:at].decode("utf-8", "ignore").rstrip(_TRAILING)

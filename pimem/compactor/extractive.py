@@ -36,7 +36,7 @@ import unicodedata
 
 from .. import toolwork
 from ..toolwork import SCAN_HEAD, SCAN_TAIL, scan as _scan
-from .cut import LINE_BYTES, cut_line as _cut_reply, flatten
+from .cut import LINE_BYTES, boundary, cut_line as _cut_reply, flatten
 
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
@@ -722,7 +722,9 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
-    body = body or flatten(msg.get("text") or "")[:200]
+    if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters
+        text = flatten(msg.get("text") or "")
+        body = text[: boundary(text, 200) or 200]
     return cut_line(f"{label}: {body}" if body else label, limit)
 
 
