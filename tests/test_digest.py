@@ -161,6 +161,11 @@ def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
     assert extractive._dates(("2023-05-08",)) == "8 May 2023" and extractive._dates(()) == ""
     assert extractive._dates(("2023-05-08", "2023-05-25"), iso=True) == "2023-05-08..2023-05-25"
     assert extractive._dates(("2023-05-08", "not a day")) == "2023-05-08..not a day"  # (shown as logged)
+    # messages logged out of date order (a backfill): the span's earliest and latest days, never a reversed range
+    odd = days(days(("2026-10-30",), ("2026-10-02",)), days(("2026-10-01",), ("2026-11-15",)))
+    assert extractive._dates(odd) == "1, 2, 30 October, 15 November 2026"
+    assert extractive._dates(days(odd, days(("2025-01-05",), ("2026-10-04",)))) == "5 January 2025..15 November 2026"
+    assert days(("2026-10-30", "", "2026-11-02"), ("2026-10-04",)) == ("2026-10-04", "", "2026-11-02")
     chinese = [extractive.Unit(1.0, 0, 0, "连接端口5433超时", "user", 0, ("端口",))]
     assert extractive._chinese(chinese) and not extractive._chinese([extractive.Unit(1.0, 0, 0, "port 5433", "user", 0, ("port",))])
 

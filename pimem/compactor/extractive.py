@@ -554,10 +554,13 @@ def _day(date: str) -> tuple[int, int, int] | None:
 
 
 def _days(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
-    """The days of two adjacent spans (each a tuple of ``YYYY-MM-DD`` in log order, ``""`` standing for days
-    left out): every day while there are at most ``DAYS``, else the first, ``""`` and the last."""
-    out = a + b[1:] if a and b and a[-1] == b[0] else a + b
-    return out if len(out) <= DAYS and "" not in out else (out[0], "", out[-1])
+    """The days of two adjacent spans (each a tuple of ``YYYY-MM-DD`` in date order, ``""`` standing for days
+    left out): every day while there are at most ``DAYS``, else the earliest, ``""`` and the latest. In date
+    order, not log order: a log may hold its messages out of it (a backfill, an import of several sources)."""
+    days = sorted({*a, *b} - {""})
+    if len(days) <= DAYS and "" not in a and "" not in b:
+        return tuple(days)
+    return (days[0], "", days[-1])
 
 
 def _dates(days: tuple[str, ...], iso: bool = False) -> str:
