@@ -170,6 +170,19 @@ def test_a_span_says_its_days_in_words_and_a_chinese_span_in_digits():
     assert extractive._chinese(chinese) and not extractive._chinese([extractive.Unit(1.0, 0, 0, "port 5433", "user", 0, ("port",))])
 
 
+
+def test_only_chinese_takes_chinese_commas_and_iso_days():
+    """Japanese and Korean are written with kana and Hangul beside their Chinese characters: their pieces are
+    joined by ", " and their spans' days said in words, as for every language but Chinese."""
+    unit = lambda text, i: extractive.Unit(1.0, i, 0, text, "user", 0, (text,))
+    ko = [unit("데이터베이스 연결이 시간 초과되었습니다.", 0), unit("포트는 5433입니다.", 1)]
+    ja = [unit("データベース接続", 0), unit("タイムアウトしました", 1)]
+    zh = [unit("数据库连接超时", 0), unit("端口是5433", 1)]
+    assert extractive.compose(ko) == "user: 데이터베이스 연결이 시간 초과되었습니다., 포트는 5433입니다."
+    assert extractive.compose(ja) == "user: データベース接続, タイムアウトしました"
+    assert extractive.compose(zh) == "user: 数据库连接超时，端口是5433"
+    assert not extractive._chinese(ko) and not extractive._chinese(ja) and extractive._chinese(zh)
+
 def test_a_long_message_in_a_tiny_memory_gets_its_pieces_not_its_first_characters(home):
     mem = Memory.at("tiny", home)
     text = "Please rotate the staging credentials before Friday. " + LONG + "The vault path is /srv/vault/staging.hcl."

@@ -59,6 +59,8 @@ USER = 3.0  # weight of what the user said against the other speakers (the user'
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # Chinese characters (kanji, hanja too)
+_KANA_HANGUL = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af]")  # Japanese, Korean
 _WORD = re.compile(r"[^\W_]+")
 STOP = frozenset(
     "a about after again all also am an and any are as at be because been before being both but by can could "
@@ -528,15 +530,21 @@ def render(chosen: list[Unit], head: str = "") -> str:
 
 
 def _join(pieces: list[str], plain: str, cjk: str) -> str:
-    """Pieces joined by ``plain``, or by ``cjk`` next to Chinese (none after a piece ending a sentence)."""
+    """Pieces joined by ``plain``, or by ``cjk`` next to a Chinese character (none after a piece ending a
+    sentence); Japanese and Korean (pieces with kana or Hangul) take ``plain``, as their writers do."""
     out = ""
+    chinese = None  # (asked once, at the first join beside a character that is not ASCII)
     for piece in pieces:
         if out:
             last = out[-1]
             if last < "\x80" and piece[0] < "\x80":  # (ASCII on both sides: neither is Chinese)
                 out += plain
+            elif last in "。！？；":
+                pass
             else:
-                out += "" if last in "。！？；" else cjk if _CJK_RUN.match(last) or _CJK_RUN.match(piece[0]) else plain
+                if chinese is None:
+                    chinese = not any(_KANA_HANGUL.search(p) for p in pieces)
+                out += cjk if chinese and (_HAN.match(last) or _HAN.match(piece[0])) else plain
         out += piece
     return out
 
@@ -592,8 +600,9 @@ def _dates(days: tuple[str, ...], iso: bool = False) -> str:
 
 
 def _chinese(pool: list[Unit]) -> bool:
-    """True when most of ``pool``'s units are Chinese (or another unspaced script)."""
-    return 2 * sum(1 for u in pool if not u.text.isascii() and _CJK_RUN.search(u.text)) > len(pool)
+    """True when most of ``pool``'s units are Chinese (Chinese characters, no kana or Hangul)."""
+    return 2 * sum(1 for u in pool if not u.text.isascii() and _HAN.search(u.text)
+                   and not _KANA_HANGUL.search(u.text)) > len(pool)
 
 
 def top(pool: list[Unit], k: int = POOL) -> list[Unit]:
