@@ -110,6 +110,25 @@ def test_runs_without_spaces_take_linear_time_and_no_slice_of_a_blob_is_a_fact()
     assert not [u.text for u in found if at <= u.pos < at + len(token)]
 
 
+
+def test_a_url_is_whole_or_cut_at_a_path_boundary_and_base64_is_no_piece():
+    """A URL is one fact (up to a path boundary when it is longer than a piece), never a phrase running into it
+    or a name inside it; a base64 run gives nothing."""
+    import base64
+    import random
+
+    url = ("https://github.com/example-org/very-long-repository-name/blob/4f2a9c1d7e8b6a5f4e3d2c1b0a9f8e7d6c5b4a39/"
+           "packages/frontend/src/components/dashboard/widgets/charts/TimeSeriesChart.tsx#L120-L188")
+    blob = base64.b64encode(random.Random(3).randbytes(600)).decode()
+    text = (f"Why does the Chart crash? See {url} and the trace below. Here is the screenshot: "
+            f"data:image/png;base64,{blob} can you tell me what the red banner says? Docs: https://example.com/a/b?x=1 now.")
+    found = extractive.units({"i": 0, "kind": "user", "text": text})
+    at, blob_at = text.index(url), text.index(blob)
+    on_url = [u.text for u in found if u.pos < at + len(url) and at < u.pos + len(u.text)]
+    assert on_url and all(url.startswith(piece) and url[len(piece)] in "/?#&" for piece in on_url), on_url
+    assert not [u.text for u in found if u.pos < blob_at + len(blob) and blob_at < u.pos + len(u.text)]
+    assert {"https://example.com/a/b?x=1", "red banner says"} <= {u.text for u in found}
+
 def _word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
 

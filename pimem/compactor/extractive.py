@@ -319,20 +319,53 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 add(sentence, at, ASK if n == 0 else SAID)
     cjk = not text.isascii() and _CJK_RUN.search(text)
     marks = not text.isascii()  # (a fact or name next to a combining mark is part of a word)
+    urls, blobs = _blobs(text)
     for m in (_FACT_CJK if cjk else _FACT).finditer(text):
-        if not (marks and _in_word(text, m.start(), m.end())):
-            add(m.group(), m.start(), 1.3)
+        if marks and _in_word(text, m.start(), m.end()) or blobs and _inside(blobs, m.start(), m.end()):
+            continue
+        piece = m.group()
+        if len(piece) > SENTENCE and piece.startswith("http"):  # a long URL: up to a path boundary
+            piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
+            if piece.count("/") < 3:
+                continue
+        add(piece, m.start(), 1.3)
     for m in _NAME.finditer(text):
-        if not (marks and _in_word(text, m.start(), m.end())):
+        if not (marks and _in_word(text, m.start(), m.end()) or (urls or blobs) and _inside(urls + blobs, m.start(), m.end())):
             add(m.group(), m.start(), 1.2)
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
                 add(piece, m.start() + m.group().find(piece))
+    for start, end in urls + blobs:  # no phrase runs into a URL or a blob (a line break ends a phrase)
+        text = text[:start] + "\n" * (end - start) + text[end:]
     for pos, phrase in _phrases(text, bool(cjk)):
         add(phrase, pos)
     return out
+
+
+_URL = re.compile(r"""https?://[^\s<>"'`)\]]+""")
+_BASE64 = re.compile(r"(?<![\w+/=.-])[\w+/=.-]{64,}")
+
+
+def _blobs(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Where ``text`` holds URLs, and runs of base64 outside them (64 characters or more of its alphabet, an
+    eighth or more of them capitals and as many small letters, with digits: not a path or an identifier): a URL
+    is a fact whole (or up to a path boundary), never a phrase's words or a name; a blob is none of them."""
+    urls = [m.span() for m in _URL.finditer(text)] if "://" in text else []
+    blobs = []
+    if len(text) < 64 or max(map(len, text.split()), default=0) < 64:  # (no word that long: most texts)
+        return urls, blobs
+    for m in _BASE64.finditer(text):
+        run = m.group()
+        if (run.isascii() and 8 * sum(map(str.isupper, run)) >= len(run) and 8 * sum(map(str.islower, run)) >= len(run)
+                and any(map(str.isdigit, run)) and not _inside(urls, *m.span())):
+            blobs.append(m.span())
+    return urls, blobs
+
+
+def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    return any(s < end and start < e for s, e in spans)
 
 
 _QUOTES = " \t'\"“”‘’*"
