@@ -130,6 +130,8 @@ class FakeLLM:
             cached = 100 * tokens_in
         elif fault == "overbilled":  # a million tokens for a few kilobytes sent
             tokens_in = 1_000_000
+        elif fault == "overbilled_huge":  # 200 million
+            tokens_in = 200_000_000
         if self.api == "openai":
             reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
                      "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],

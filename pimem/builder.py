@@ -320,11 +320,15 @@ class Builder:
 
     def _inherited(self, task: Task) -> set[str]:
         """The facts a merge's two child lines were marked ``suspect`` for (looked up in its span instead)."""
-        if task.l == 0:
-            return set()
-        children = ((task.l - 1, 2 * task.i), (task.l - 1, 2 * task.i + 1))
-        return {str(fact) for key in children
-                for fact in (self._suspects_built.get(key) or (self.suspects or {}).get(key) or ())}
+        return set() if task.l == 0 else self._marks(task.l - 1, 2 * task.i) | self._marks(task.l - 1, 2 * task.i + 1)
+
+    def _marks(self, l: int, i: int) -> set[str]:
+        """The suspect facts node ``(l, i)``'s line shows: its own mark, or, for a free line (its two children's
+        lines joined), theirs."""
+        marked = self._suspects_built.get((l, i)) or (self.suspects or {}).get((l, i))
+        if marked or l == 0 or (l, i) in self.stored:
+            return set(map(str, marked or ()))
+        return self._marks(l - 1, 2 * i) | self._marks(l - 1, 2 * i + 1)
 
     def _span_texts(self, task: Task) -> list[str]:
         """The texts of the messages under ``task``'s node, read with a Memory of this thread's own."""

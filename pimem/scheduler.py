@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import errors, semantic
+from . import env, errors, semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
 from .errors import BadInput, Busy, LeaseLost
@@ -67,6 +67,7 @@ class Scheduler:
     refused: dict = field(default_factory=dict)  # memory name -> the exception it stopped building that memory on
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
+    next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
     _pool: _Pool | None = None
@@ -128,6 +129,7 @@ class Scheduler:
             return False
         if self.max_cost is not None and self.spent() + sum(self._reserved.values()) + worst > self.max_cost:
             self.stopped_for_cost = True
+            self.next_worst = worst
             return False
         if cap is not None:
             day, today = builder.spent_today()
@@ -137,7 +139,7 @@ class Scheduler:
                     self._capped[builder] = day
                     builder.state.cap_reached(day)
                     self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
-                               "max_cost_per_day": cap})
+                               "max_cost_per_day": cap, "next_call": round(worst, 6)})
                 return False
         return True
 
@@ -462,6 +464,27 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     watched: dict[str, Lease] = {}
     embedding = semantic.background()
     explicit = Memory.named(names, home)
+    refused_at: dict[str, tuple] = {}  # memory refused on its settings -> those files as they were then
+
+    @contextlib.contextmanager
+    def on_settings(mem):
+        """Read ``mem``'s settings: refused on them, the files are noted as they were."""
+        try:
+            yield
+        except BadInput:
+            refused_at[mem.name] = settings_stamp(mem)
+            raise
+
+    def settings_stamp(mem) -> tuple:
+        """The home's and the memory's config.json as they are now (changed: looked at again)."""
+        stamps = []
+        for path in (env.home(home) / "config.json", mem.path / "config.json"):
+            try:
+                stat = path.stat()
+                stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
+            except OSError:
+                stamps.append(None)
+        return tuple(stamps)
 
     def cap_of(cfg: dict) -> float | None:
         cap = max_cost_per_day if max_cost_per_day is not None else cfg.get("max_cost_per_day")
@@ -476,10 +499,11 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             elif lease.try_acquire() is not None:
                 return
         try:
-            built = Builder(mem, lease=lease, max_cost_per_day=cap_of(mem.config))
-            if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
-                raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
-                               f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
+            with on_settings(mem):
+                built = Builder(mem, lease=lease, max_cost_per_day=cap_of(mem.config))
+                if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
+                    raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
+                                   f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
         except BaseException:
             lease.release()
             raise
@@ -494,7 +518,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         its builder starts nothing new, and once its calls in flight are in and written, a new one takes over
         with the new settings, as a restarted watcher would."""
         if builder not in scheduler.held:
-            cfg = configs.of_memory(builder.mem.path, builder.mem.home)
+            with on_settings(builder.mem):
+                cfg = configs.of_memory(builder.mem.path, builder.mem.home)
             if cfg["compactor"] == builder.compactor.cfg and cap_of(cfg) == builder.max_cost_per_day:
                 return
             scheduler.held.add(builder)
@@ -507,6 +532,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             scheduler._drop(builder)
             return
         scheduler.retire(builder)
+        builder.state.cap_lifted()  # (marked again by the new builder if its cap is reached too)
         take(builder.mem.reopened(), block=False, lease=builder.lease)
         new = scheduler.builders[-1]
         scheduler.emit({"event": "switched", "memory": new.name, "model": new.compactor.label})
@@ -524,12 +550,14 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         for builder in list(scheduler.builders):
             with scheduler.refusing(builder.name, builder):
                 switch(builder)
-        # (a memory stopped on an error waits for the next start, once a person mended it)
-        active = {b.name for b in scheduler.builders} | set(scheduler.refused)
+        building = {b.name for b in scheduler.builders}
         # new memories, and ones whose lease another process took (taken back once it lets go); a refused
-        # memory is skipped (build-tree NAME says why)
+        # memory is skipped (build-tree NAME says why) until the next start, once a person mended it, but one
+        # refused on its settings (a config.json saved half-written, say) is taken again once they change
         for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
-            if mem.name not in active:
+            if mem.name in refused_at and settings_stamp(mem) != refused_at[mem.name]:
+                del scheduler.refused[mem.name], refused_at[mem.name]
+            if mem.name not in building and mem.name not in scheduler.refused:
                 watched.pop(mem.name, None)
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)

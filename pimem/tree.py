@@ -37,9 +37,10 @@ NODE_KEYS = ("l", "i", "text", "size")
 _LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces: ids are typed and compared
 # a view line is one physical line that cannot steer the terminal or the reader: every control character (an
 # ESC from a transcript would recolour or clear the screen) and every line or paragraph separator (U+0085,
-# U+2028, U+2029 end a line for many readers) is a space; a bidirectional embedding, override or isolate, which
-# would reorder what follows, is U+FFFD (as wide in bytes). One character for one, none longer
-_FLAT = {**{c: " " for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)},
+# U+2028, U+2029 end a line for many readers) is white space; a bidirectional embedding, override or isolate,
+# which would reorder what follows, is U+FFFD. Each takes the bytes it replaces, so a line shows what its size
+# counted: one space a byte
+_FLAT = {**{c: " " * len(chr(c).encode()) for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)},
          **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}}
 
 
@@ -79,7 +80,7 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
 
 
 def flat(text: str) -> str:
-    """One physical line, inert on a terminal (``_FLAT``): never more bytes than ``text``, one character for each."""
+    """One physical line, inert on a terminal (``_FLAT``), of as many bytes as ``text``."""
     return text.translate(_FLAT)
 
 

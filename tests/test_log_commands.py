@@ -287,9 +287,10 @@ def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh
 
 def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     """``view``, ``context`` and ``zoom`` show a message's line as one physical line that steers nothing: an
-    escape sequence, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces, a
-    bidirectional override is U+FFFD; every reader's ``splitlines`` then counts the lines ``view --stats``
-    does (before, ``ESC[2J`` cleared the screen and U+2028 split a line in two)."""
+    escape sequence, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces (one a
+    byte, so the line is the size ``view --stats`` counted), a bidirectional override is U+FFFD; every reader's
+    ``splitlines`` then counts the lines ``view --stats`` does (before, ``ESC[2J`` cleared the screen and
+    U+2028 split a line in two)."""
     text = "clear \x1b[2J bell \x07 csi \x9b nel \x85 ls \u2028 ps \u2029 vt \x0b ff \x0c fs \x1c \u202ereversed"
     run("append", "m", text)
     run("append", "m", "ok")
@@ -298,5 +299,9 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
         assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 or c in "\u2028\u2029\u202e" for c in out), (name, out)
         assert "clear  [2J bell" in out and "\ufffdreversed" in out, (name, out)
     assert shown["view"].splitlines() == shown["view"].split("\n")[:-1] and len(shown["view"].splitlines()) == 2
+    assert len(shown["view"].encode()) == orjson.loads(run("view", "m", "--stats", "--json").stdout)["bytes"]
+    whole = run("zoom", "m", "0+1").stdout  # the message itself: its newlines kept, its controls inert too
+    assert whole == "0+1|user: " + text.translate({0x1b: " ", 7: " ", 0x9b: "  ", 0x85: "  ", 0x2028: "   ", 0x2029: "   ",
+                                                   0xb: " ", 0xc: " ", 0x1c: " ", 0x202e: "\ufffd"}) + "\n"
     first = orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])
     assert first["text"] == "user: " + text  # the JSON gives the text exactly

@@ -178,6 +178,22 @@ def test_a_socks_proxy_without_its_package_is_one_line_saying_so(tmp_path, proxy
     assert "socksio" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_cached_price_above_the_input_price_is_within_the_worst_case(tmp_path, api):
+    """A cache priced above fresh input (a cache-write price entered as --price-cached-in, say): the worst case
+    takes every token sent from the cache, so an honest bill is never taken for an overbilled one."""
+    task = Task(0, 3, kind="user", text="x" * 900)
+    cheap, dear = (Compactor({"provider": api, "model": "m", "price_in": 1.0, "price_out": 5.0, "price_cached_in": price},
+                             BuildState(tmp_path)) for price in (0.1, 20.0))
+    from pimem.compactor.prompt import chat
+
+    sent = 2 * (len(SYSTEM.encode()) + len(chat("").encode()) + len(task.prompt().encode()) + 16)  # (a reasoning model's two)
+    out = 2 * cheap.max_tokens + REASONING_EXTRA
+    written = 1.25 if api == "anthropic" else 1.0
+    assert cheap.worst_cost(task) == pytest.approx(2 * (sent * written + out * 5.0) / 1e6)
+    assert dear.worst_cost(task) == pytest.approx(2 * (sent * 20.0 + out * 5.0) / 1e6)
+
+
 def _alive(marker: str) -> list[int]:
     """Processes whose command line holds ``marker``."""
     found = []

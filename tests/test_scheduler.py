@@ -150,6 +150,7 @@ def test_dry_run_counts_calls_and_max_cost_stops_spending(run, home, monkeypatch
         assert "at most" in run("build-tree", "m", "--dry-run").stdout
         out = run("build-tree", "m", "--max-cost", "0.02")
         assert out.exit_code == 6 and "stopped before spending more than $0.02" in out.stderr
+        assert "and the next call may cost up to $0.0" in out.stderr and "nodes remain unbuilt" in out.stderr
         spent = builder.spent(Memory.open("m"))
         assert 0 < spent["cost"] <= 0.02  # never passed: the calls in flight count at their worst case
         assert spent["calls"] < 20
@@ -277,21 +278,23 @@ def test_more_cached_tokens_than_prompt_tokens_cost_no_less_than_nothing_and_the
     assert "100% from the prompt cache" in run("status", "m").stdout
 
 
-def test_a_provider_billing_past_a_calls_worst_case_stops_the_run_and_says_so(run, home, monkeypatch):
+@pytest.mark.parametrize("fault, billed", [("overbilled", 1.0002), ("overbilled_huge", 200.0002)])
+def test_a_provider_billing_past_a_calls_worst_case_stops_the_run_and_says_so(run, home, monkeypatch, fault, billed):
     """A million tokens reported for a few kilobytes sent: no reservation can hold such a bill, so what it cost
     is kept as billed, no call starts after it, and the error says why the cap was passed."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
-    with FakeLLM("openai", latency=0.2, faults=lambda n, body: "overbilled" if n == 0 else None) as server:
+    with FakeLLM("openai", latency=0.2, faults=lambda n, body: fault if n == 0 else None) as server:
         configure(home, server, price_in=1.0, price_out=2.0)
         fill("m", 30)
         out = run("build-tree", "m", "--max-cost", "0.5", "--json")
         calls = len(server.requests)
     assert out.exit_code == 6, out.stderr
-    assert "m1 billed $1.0002 for node" in out.stderr and "against --max-cost $0.5; nodes remain unbuilt" in out.stderr
+    assert f"m1 billed ${billed:.4f} for node" in out.stderr and "against --max-cost $0.5;" in out.stderr
     events = [orjson.loads(line) for line in out.stdout.splitlines()]
-    assert [e["cost"] for e in events if e["event"] == "overbilled"] == [pytest.approx(1.0002)]
+    assert [e["cost"] for e in events if e["event"] == "overbilled"] == [pytest.approx(billed)]
+    assert [e.get("overbilled") for e in events if e["event"] == "done"] == [True]
     assert calls <= scheduler.CONCURRENCY  # only the calls already in flight with it
-    assert builder.spent(Memory.open("m"))["cost"] == pytest.approx(1.0002 + (calls - 1) * 0.0012)
+    assert builder.spent(Memory.open("m"))["cost"] == pytest.approx(billed + (calls - 1) * 0.0012)
 
 
 def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run, home, monkeypatch):
@@ -329,6 +332,39 @@ def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run,
     assert "suspect   4 summaries" in run("status", "m").stdout
 
 
+def test_the_mark_follows_a_suspect_fact_through_free_lines(run, home, monkeypatch):
+    """Short leaf lines, joined for free up to four messages, name a port no message holds; the model merge
+    over eight repeats it from the free line it was given, so it is marked, and ``view --stats`` counts a free
+    line showing a suspect one (before, a free line broke the chain: the merge went unmarked, and so did the
+    view's line)."""
+    import re
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def reply(body):
+        task = body["messages"][1]["content"]
+        found = re.search(r"compress message (\d+) ", task)
+        if found:
+            n = int(found.group(1))
+            return (f"user: port 65432 {n}" if n < 4 else f"user: the port was {5000 + n}") + " ok" * 30
+        return re.search(r"<input>\d+\+\d+\|(.{1,200})", task).group(1)  # a merge: the start of its left line
+
+    with FakeLLM("openai") as server:
+        server.reply = reply
+        configure(home, server)
+        mem = Memory.at("m")
+        mem.append([{"kind": "user", "text": long_text(k)} for k in range(8)])
+        assert run("build-tree", "m").exit_code == 0
+        merges = [b for b in server.requests if "compress message" not in b["messages"][1]["content"]]
+    nodes = {(n["l"], n["i"]): n for n in stored_lines(mem)}
+    assert (2, 0) not in nodes and (3, 0) in nodes and len(merges) == 1  # 0+4 free, 0+8 asked once
+    assert {k for k, n in nodes.items() if "suspect" in n} == {(0, 0), (0, 1), (0, 2), (0, 3), (3, 0)}
+    mem.save_config({"view": {"hi": 920, "lo": 900}})  # (folded just enough: 0+4 and 4+4 shown, both free)
+    stats = orjson.loads(run("view", "m", "--stats", "--json").stdout)
+    assert [line.split("|")[0] for line in run("view", "m").stdout.splitlines()] == ["0+4", "4+4"]
+    assert stats["suspect"] == ["0+4"]
+
+
 def test_a_reader_of_the_events_that_goes_away_stops_the_telling_not_the_build(home, monkeypatch):
     import subprocess
 
@@ -363,10 +399,13 @@ def test_a_write_that_fails_on_the_last_batch_is_said_not_dropped(home, monkeypa
             scheduler.build_tree([Memory.open("m")])
 
 
-def test_a_usage_count_that_is_not_a_sane_number_is_not_billed():
+def test_a_usage_count_that_is_not_a_number_is_not_billed_and_a_huge_one_is_held_not_dropped():
+    """A count past any call's worst case is a bill all the same (dropped, it hid the worst overbilling of all
+    behind the local estimate): held to a bound that keeps the cost finite, it stops a capped run."""
     from pimem.compactor.providers import MAX_TOKENS_A_CALL, _count
 
-    assert [_count(v) for v in (1200, 1200.0, 1.5e30, -3, "12", None, True, MAX_TOKENS_A_CALL + 1)] == [1200, 1200, 0, 0, 0, 0, 0, 0]
+    assert [_count(v) for v in (1200, 1200.0, 2e8, 1.5e30, -3, "12", None, True, 1.5, MAX_TOKENS_A_CALL + 1)] == \
+        [1200, 1200, 200_000_000, MAX_TOKENS_A_CALL, 0, 0, 0, 0, 0, MAX_TOKENS_A_CALL]
 
 
 def test_offline_build_tree_and_the_view(run, home):

@@ -283,7 +283,8 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
         spent = builder.spent(Memory.open("m"), day=today)
         assert 0 < spent["cost"] <= 0.05 and not complete("m")
         assert capped[0] == {"event": "capped", "memory": "m", "day": today, "spent": round(spent["cost"], 6),
-                             "max_cost_per_day": 0.05}
+                             "max_cost_per_day": 0.05, "next_call": capped[0]["next_call"]}
+        assert capped[0]["spent"] + capped[0]["next_call"] > 0.05  # (the call it held back)
         Memory.open("m").save_config({"max_cost_per_day": 0.05})  # from config.json this time
         restart_calls_nothing(server, calls)  # what was spent today counts
 
@@ -297,6 +298,27 @@ def test_a_daily_cap_on_a_compactor_without_prices_is_refused_not_ignored(home, 
         out, err = watcher.communicate(timeout=30)
         assert watcher.returncode == 2 and err.decode().count("\n") == 1 and "needs prices" in err.decode(), err
         assert server.requests == [] and snapshot(home / "m").keys() == before.keys()
+
+
+def test_a_daily_cap_below_one_calls_worst_case_says_so_and_raising_it_builds_and_lifts_the_mark(home, sh):
+    """A cap no call fits under is not "waiting for the next day": it is said as such; raised in config.json
+    while the watcher runs, the memory is built, and ``status`` and ``context`` no longer take it for capped."""
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 4, short_every=1000)
+        mem.save_config({"max_cost_per_day": 0.0001})
+        watcher = start_watch("m")
+        try:
+            until(lambda: b"capped" in sh("status", "m").stdout)
+            assert server.requests == []
+            mem.save_config({"max_cost_per_day": 1.0})
+            until(lambda: complete("m"))
+            assert b"capped" not in sh("status", "m").stdout
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+    assert b"more than the daily cap of $0.0001: nothing is built until it is raised" in err, err
+    assert b"switched" in err or b"built by openai/m1 from now on" in err
 
 
 def unbuilt_cost(memory) -> float:
@@ -391,4 +413,28 @@ def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
     events = [orjson.loads(line) for line in out.splitlines()]
     assert {"event": "switched", "memory": "m", "model": "openai/m2"} in events
     assert {n["model"] for n in stored_lines(mem) if n["i"] >= 4 and n["l"] == 0} == {"openai/m2"}
+    assert_built_once(mem)
+
+
+def test_a_memory_refused_on_a_half_written_config_json_is_taken_again_once_it_is_mended(home):
+    """An editor's save caught half-written stops that memory (a ``refused`` event); once the file is whole
+    again, the running watcher takes the memory back and builds what comes (before, it was dropped until the
+    watcher was restarted)."""
+    configure(home)
+    mem = fill("m", 6)
+    whole = (mem.path / "config.json").read_bytes() if (mem.path / "config.json").exists() else b"{}\n"
+    watcher = start_watch("m", "--json")
+    try:
+        until(lambda: complete("m"))
+        (mem.path / "config.json").write_bytes(b'{"compactor": {"prov')
+        until(lambda: lease.holder(mem) is None)  # refused: its lease let go
+        (mem.path / "config.json").write_bytes(whole)
+        mem.append([{"kind": "user", "text": long_text(k)} for k in range(6, 10)])
+        until(lambda: complete("m"), timeout=15)
+        assert lease.holder(mem)["pid"] == watcher.pid
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    events = [orjson.loads(line)["event"] for line in out.splitlines()]
+    assert events.count("refused") == 1 and events.count("watching") == 2, events
     assert_built_once(mem)

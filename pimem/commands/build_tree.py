@@ -78,7 +78,8 @@ def command(
             progress.close()
     built = sched.builders + sched.retired
     rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up),
-             **({"lost": True} if b in sched.lost else {})} for b in built]
+             **({"lost": True} if b in sched.lost else {}), **({"overbilled": True} if b in sched.overbilled else {})}
+            for b in built]
     if json:
         for row in rows:
             output.json_line(row)
@@ -102,10 +103,13 @@ def command(
     if keyless:
         raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
     if sched.overbilled and max_cost is not None:
+        pending = sched.pending()
         raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
-                            f"--max-cost ${max_cost:g}; nodes remain unbuilt")
+                            f"--max-cost ${max_cost:g}" + (f"; {output.count(pending, 'node')} remain unbuilt" if pending else ""))
     if sched.stopped_for_cost:
-        raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}); nodes remain unbuilt")
+        raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}, and the next "
+                            f"call may cost up to ${sched.next_worst:.4f} at its worst case); "
+                            f"{output.count(sched.pending(), 'node')} remain unbuilt")
     if failed:
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built; the next run retries them")
 

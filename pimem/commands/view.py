@@ -85,11 +85,19 @@ def _wait(mem, views, seconds: float):
 
 
 def _stats(v, messages: int, rows, json: bool, mem) -> None:
-    from ..builder import spent
+    from ..builder import suspect_marks
     from ..tree import label
 
-    marked = set(spent(mem)["suspect"])
-    suspect = [label(l, i) for l, i, _, _ in rows if label(l, i) in marked]
+    marked = suspect_marks(mem)
+
+    def shows_mark(l: int, i: int) -> bool:  # marked, or a free line (its children's joined) showing one
+        if (l, i) in marked:
+            return True
+        if l == 0 or not marked or mem.tree.stored(l, i) is not None:
+            return False
+        return shows_mark(l - 1, 2 * i) or shows_mark(l - 1, 2 * i + 1)
+
+    suspect = [label(l, i) for l, i, text, _ in rows if text is not None and shows_mark(l, i)]
     levels: dict[int, int] = {}
     for l, *_ in rows:
         levels[l] = levels.get(l, 0) + 1

@@ -46,8 +46,12 @@ def command(
         elif event["event"] == "failed":
             output.info(f"{event['memory']} {event['node']} failed: {output.flatten(event['error'])}")  # (a server's words)
         elif event["event"] == "capped":
-            output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on {event['day']}; "
-                        "waiting for the next day")
+            if event["next_call"] > event["max_cost_per_day"]:
+                output.warn(f"{event['memory']}: a call may cost up to ${event['next_call']:.4f} at its worst case, more "
+                            f"than the daily cap of ${event['max_cost_per_day']:g}: nothing is built until it is raised")
+            else:
+                output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on "
+                            f"{event['day']}; waiting for the next day")
         elif event["event"] == "refused":
             output.warn(f"stopped building {event['memory']}: {event['error']} (the watcher's next start takes it "
                         "again, once it is mended)")

@@ -29,7 +29,7 @@ def command(
       pimem zoom main 42+1
       pimem zoom main 0+1024 --json
     """
-    from ..tree import UNBUILT_MERGE, PLACEHOLDER, flat
+    from ..tree import UNBUILT_MERGE, PLACEHOLDER, flat, inert
 
     name, node = naming.lone(name, node, home)
     if node is None:
@@ -41,7 +41,7 @@ def command(
         if json:
             output.json_line({"label": found["label"], **msg})
         else:
-            output.line(f"{found['label']}|{msg['kind']}: {msg['text']}")
+            output.line(f"{found['label']}|{msg['kind']}: {inert(msg['text'])}")
         return
     children = found["children"]
     if not include_tools:

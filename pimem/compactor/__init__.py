@@ -239,8 +239,10 @@ class Compactor:
         sent = len(prompt.SYSTEM.encode()) + len(prompt.chat(context).encode()) + len(task.prompt().encode()) + 16
         extra = self.state.extra_tokens.get(self.label) if self.state is not None else None
         write = sent if self.provider_name == "anthropic" else 0  # (all of it may go into its cache)
-        once = (self.cost(sent, self.max_tokens + extra, 0, write) if extra
-                else self.cost(2 * sent, 2 * self.max_tokens + REASONING_EXTRA, 0, 2 * write))
+        tokens_in, tokens_out = (sent, self.max_tokens + extra) if extra else (2 * sent, 2 * self.max_tokens + REASONING_EXTRA)
+        # (all of it from the cache instead, when that is priced above the rest)
+        once = max((self.cost(tokens_in, tokens_out, 0, tokens_in if write else 0),
+                    self.cost(tokens_in, tokens_out, tokens_in)), key=lambda c: c or 0)
         return None if once is None else 2 * once
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:

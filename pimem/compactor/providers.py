@@ -268,15 +268,16 @@ class Anthropic(HttpProvider):
         )
 
 
-MAX_TOKENS_A_CALL = 10**8  # a usage count beyond this (or not a number) is a server's mistake, not a bill
+MAX_TOKENS_A_CALL = 10**12  # a count held to this keeps a cost finite (and far past any call's worst case)
 
 
 def _count(value) -> int:
-    """A token count from a reply's usage: a whole number from 0 to ``MAX_TOKENS_A_CALL``, else 0 (and the
-    caller's estimate where it has one)."""
+    """A token count from a reply's usage: a whole number from 0, held to ``MAX_TOKENS_A_CALL`` (a bill past a
+    call's worst case is kept as billed, and stops a capped run: ``Scheduler._overbilled``); anything else is
+    no count, 0 (and the caller's estimate where it has one)."""
     if type(value) is float and value.is_integer():
         value = int(value)
-    return value if type(value) is int and 0 <= value <= MAX_TOKENS_A_CALL else 0
+    return min(value, MAX_TOKENS_A_CALL) if type(value) is int and value >= 0 else 0
 
 
 class Command:

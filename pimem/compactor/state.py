@@ -65,6 +65,12 @@ class BuildState:
             self.unbuilt_cost = dict(sorted(self.unbuilt_cost.items())[-31:])
         self.save()
 
+    def cap_lifted(self) -> None:
+        """The daily cap was changed: not capped until it is reached again."""
+        if self.capped is not None:
+            self.capped = None
+            self.save()
+
     def cap_reached(self, day: str) -> None:
         """The daily spend cap was reached on local ``day`` (YYYY-MM-DD)."""
         if self.capped != day:
