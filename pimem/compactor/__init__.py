@@ -20,7 +20,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from ..config import compactor_knob
+from ..config import PROVIDERS, compactor_knob
 from ..errors import BadInput
 from . import extractive
 from .cut import LINE_BYTES, cut_line
@@ -34,7 +34,6 @@ REASONING_EXTRA = 1024  # more tokens for a model that spent its budget thinking
 THIN_REPLY = 256  # bytes: a "length" reply shorter than this was starved, not verbose
 INPUT_BYTES = 48_000  # a leaf's message beyond this is sent as head and tail (it is summarised to 512 B anyway)
 
-PROVIDERS = ("extractive", "openai", "anthropic", "command")
 # provider/model shortcuts for well-known OpenAI-compatible services: the first word names the preset
 PRESETS = {
     "openai": {"provider": "openai", "base_url": "https://api.openai.com/v1", "key_env": "OPENAI_API_KEY"},
