@@ -367,6 +367,25 @@ def test_lines_do_not_depend_on_the_hash_seed(tmp_path):
     assert trees[0] == trees[1]
 
 
+def test_a_long_running_digest_takes_its_word_statistics_again_once_the_log_has_doubled(home):
+    """A watcher started on a memory of four messages has no word statistics (too few to say anything); once
+    the log has doubled since they were taken, the next leaf takes them again, and writes the line a fresh
+    build of the grown log writes (before, the watcher kept weighing every word alike for as long as it ran:
+    "project meeting, project budget" before the message's own words)."""
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": f"hello {k}"} for k in range(4)])
+    running = extractive.Digest(mem)
+    running.leaf(3, "user", "hello 3")
+
+    def text(k: int) -> str:
+        return f"the project meeting about the project budget for project {k}: " + " ".join(f"topic{k}x{j} project" for j in range(60))
+
+    mem.append([{"kind": "user", "text": text(k)} for k in range(4, 64)])
+    line = running.leaf(40, "user", text(40))
+    assert line == extractive.Digest(Memory.open("m")).leaf(40, "user", text(40))
+    assert line.startswith("user: topic40x0 project"), line
+
+
 words = st.text("abcdefghijklmnopqrstuvwxyz0123456789 ./_-", min_size=20, max_size=300)
 
 

@@ -657,6 +657,7 @@ class Digest:
         self.mem = mem
         self.limit = int(mem.config["line_bytes"])  # each line's bytes, at most
         self._stats: Stats | None = None
+        self._stats_count = 0  # the log's messages when the statistics were taken
         self.pools: dict[tuple[int, int], tuple[list[Unit], tuple[str, ...]]] = {}  # (l, i) → (units, days)
         self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
         self.passed: dict[int, dict] = {}  # messages the forward read passed, their units not made yet
@@ -667,7 +668,7 @@ class Digest:
     @property
     def stats(self) -> Stats:
         if self._stats is None:
-            count = self.mem.count()
+            count = self._stats_count = self.mem.count()
             runs = 8
             each = max(1, STATS_SAMPLE // runs)
             if count <= STATS_SAMPLE:
@@ -682,6 +683,8 @@ class Digest:
         return self._stats
 
     def leaf(self, i: int, kind: str, text: str, meta: dict | None = None, date: str | None = None) -> str:
+        if i >= 2 * self._stats_count > 0:  # the log has doubled since (a watcher's): taken again
+            self._stats = None
         msg = {"i": i, "kind": kind, "text": text, "meta": meta or {}, "date": date}
         found = units(msg, self.stats)
         self.pools[(0, i)] = (top(found), _leaf_days(date))
