@@ -202,6 +202,23 @@ def test_only_chinese_takes_chinese_commas_and_iso_days():
     assert extractive.compose(zh) == "user: 数据库连接超时，端口是5433"
     assert not extractive._chinese(ko) and not extractive._chinese(ja) and extractive._chinese(zh)
 
+def test_chat_typed_without_punctuation_gives_clauses_and_phrases_in_chinese_japanese_and_korean():
+    """Chinese chat often sets its sentences apart by spaces, Korean ends them with ". " and spaces its words:
+    those end a clause too (a space between two Chinese characters, not one around a Latin word), and Korean
+    words run in phrases as English ones do. Before, each such message was one clause over the size limit and
+    gave no piece: the merges above said only who spoke."""
+    def pieces(text: str) -> set[str]:
+        return {u.text for u in extractive.units({"i": 0, "kind": "user", "text": text})}
+
+    zh = pieces("服务器又挂了 你能帮我看一下日志吗 我把数据库端口改成5433了 我把 Redis 重启了")
+    assert {"服务器又挂了", "你能帮我看一下日志吗", "我把数据库端口改成5433了", "我把 Redis 重启了"} <= zh, zh
+    ja = pieces("新しいバージョンは金曜日の夜にリリースします 明日の午前十時に会議があります")
+    assert {"新しいバージョンは金曜日の夜にリリースします", "明日の午前十時に会議があります"} <= ja, ja
+    ko = pieces("데이터베이스 연결이 시간 초과되었습니다. 설정 파일을 확인하세요. 포트는 5433입니다.")
+    assert {"데이터베이스 연결이 시간 초과되었습니다", "설정 파일을 확인하세요"} <= ko, ko
+    assert "새 버전은 금요일 저녁에" in pieces("새 버전은 금요일 저녁에 배포할 예정입니다 내일 오전 열 시에 회의가 있습니다")
+
+
 def test_a_long_message_in_a_tiny_memory_gets_its_pieces_not_its_first_characters(home):
     mem = Memory.at("tiny", home)
     text = "Please rotate the staging credentials before Friday. " + LONG + "The vault path is /srv/vault/staging.hcl."

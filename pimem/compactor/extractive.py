@@ -126,7 +126,13 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
 # one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
-_CJK_CLAUSE = re.compile(r"(?:（[^（）。！？\n]{0,60}）|\([^()。！？\n]{0,60}\)|(?<=\d)[:,](?=\d)|[^，。！？；、：,;:!?\n（）()])+")
+# and, in chat typed without punctuation, at a space between two Chinese or Japanese characters (Korean spaces its
+# words) and at a full stop before a space (Korean ends its sentences so)
+_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN_KANA_RUN = re.compile(f"[{_HAN_KANA}]+")
+_CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)|(?<=\d)[:,](?=\d)"
+                         rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
+                         rf"|\.(?![ \t]|$)|[^，。！？；、：,;:!?\n（）() \t.])+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 
@@ -389,8 +395,8 @@ def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
 
 def _phrases(text: str, cjk: bool = True):
     """Runs of up to four content words between stop words and punctuation, with their positions: one pass
-    over the text's tokens (a token never spans a break), a run ending at a stop word, a CJK token, its
-    fourth word or a break between two tokens."""
+    over the text's tokens (a token never spans a break), a run ending at a stop word, a Chinese or Japanese
+    token (a clause, not a word: those are taken as clauses), its fourth word or a break between two tokens."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
     b = 0
@@ -405,7 +411,7 @@ def _phrases(text: str, cjk: bool = True):
                 yield start, text[start:end]
                 start = -1
         token = m.group()
-        if token.lower() in STOP or (cjk and _CJK_RUN.search(token)):
+        if token.lower() in STOP or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
             if start >= 0:
                 yield start, text[start:end]
                 start = -1
