@@ -556,7 +556,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         # refused on its settings (a config.json saved half-written, say) is taken again once they change
         for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
             if mem.name in refused_at and settings_stamp(mem) != refused_at[mem.name]:
-                del scheduler.refused[mem.name], refused_at[mem.name]
+                scheduler.refused.pop(mem.name, None)
+                del refused_at[mem.name]
             if mem.name not in building and mem.name not in scheduler.refused:
                 watched.pop(mem.name, None)
                 with scheduler.refusing(mem.name):
