@@ -386,7 +386,7 @@ def test_lines_do_not_depend_on_the_hash_seed(tmp_path):
 
 def test_a_long_running_digest_takes_its_word_statistics_again_once_the_log_has_doubled(home):
     """A watcher started on a memory of four messages has no word statistics (too few to say anything); once
-    the log has doubled since they were taken, the next leaf takes them again, and writes the line a fresh
+    the log has doubled since they were taken, the next leaf or merge takes them again, and writes the line a fresh
     build of the grown log writes (before, the watcher kept weighing every word alike for as long as it ran:
     "project meeting, project budget" before the message's own words)."""
     mem = Memory.at("m")
@@ -401,6 +401,16 @@ def test_a_long_running_digest_takes_its_word_statistics_again_once_the_log_has_
     line = running.leaf(40, "user", text(40))
     assert line == extractive.Digest(Memory.open("m")).leaf(40, "user", text(40))
     assert line.startswith("user: topic40x0 project"), line
+    # a chat of short messages has no leaf to write: its merges take them again as well
+    chat = Memory.at("chat")
+    chat.append([{"kind": "user", "text": f"hello {k}"} for k in range(4)])
+    running = extractive.Digest(chat)
+    running.merge(1, 0)
+    chat.append([{"kind": "user" if k % 2 else "pi", "text": f"the project plan {k} needs topic{k} project work"}
+                 for k in range(4, 64)])
+    line = running.merge(4, 1)
+    assert line == extractive.Digest(Memory.open("chat")).merge(4, 1)
+    assert "topic17 project" in line, line
 
 
 words = st.text("abcdefghijklmnopqrstuvwxyz0123456789 ./_-", min_size=20, max_size=300)

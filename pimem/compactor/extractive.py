@@ -689,8 +689,7 @@ class Digest:
         return self._stats
 
     def leaf(self, i: int, kind: str, text: str, meta: dict | None = None, date: str | None = None) -> str:
-        if i >= 2 * self._stats_count > 0:  # the log has doubled since (a watcher's): taken again
-            self._stats = None
+        self._grown(i + 1)
         msg = {"i": i, "kind": kind, "text": text, "meta": meta or {}, "date": date}
         found = units(msg, self.stats)
         self.pools[(0, i)] = (top(found), _leaf_days(date))
@@ -729,7 +728,14 @@ class Digest:
         self._keep(i, top(units(msg, self.stats), LEAF_UNITS), msg.get("date") or "")
         return self.leaves[i]
 
+    def _grown(self, end: int) -> None:
+        """Messages up to ``end`` are being summarised: once the log has doubled since the word statistics were
+        taken (a watcher's, started on a small memory), they are taken again."""
+        if end > 2 * self._stats_count > 0:
+            self._stats = None
+
     def merge(self, l: int, i: int) -> str:
+        self._grown((i + 1) << l)
         pool, days = self._pool(l, i)
         self.pools[(l, i)] = (pool, days)
         head = _dates(days, _chinese(pool))
