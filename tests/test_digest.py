@@ -202,6 +202,30 @@ def test_only_chinese_takes_chinese_commas_and_iso_days():
     assert extractive.compose(zh) == "user: 数据库连接超时，端口是5433"
     assert not extractive._chinese(ko) and not extractive._chinese(ja) and extractive._chinese(zh)
 
+def test_a_version_or_number_is_taken_whole_or_not_at_all():
+    """A dotted number ends where its run ends: with the small letters a version may carry, and before a
+    Chinese character; never one part of it (``1.1`` of ``1.1.1w`` states another version)."""
+    def pieces(text: str) -> set[str]:
+        return {u.text for u in extractive.units({"i": 0, "kind": "user", "text": text})}
+
+    found = pieces("upgrade OpenSSL 1.1.1w and Python 3.11.4rc1 now; numpy 1.26.4post1 pinned, Chrome 120.0.6099.109beta")
+    assert {"1.1.1w", "3.11.4rc1", "1.26.4post1", "120.0.6099.109beta"} <= found, found
+    assert not {"1.1", "3.11", "1.26", "120.0.6099"} & found, found
+    found = pieces("请升级到v2.3.1版本")
+    assert "v2.3.1" in found and "v2.3" not in found and "1" not in found, found
+    assert "3.5kg" in pieces("the box weighs 3.5kg today")
+
+
+def test_a_path_is_one_piece_its_leading_dot_kept():
+    """A phrase never ends inside a path (``web/src, components/…`` re-punctuated it), and a path under a dot
+    directory keeps its dot (``github/workflows/ci.yml`` names another file)."""
+    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text":
+             "Please patch web/src/components/TimeSeriesChart.tsx today; the job in .github/workflows/ci.yml fails"})}
+    assert {"web/src/components/TimeSeriesChart.tsx", ".github/workflows/ci.yml"} <= found, found
+    paths = [p for p in found if "/" in p]
+    assert all("web/src/components/TimeSeriesChart.tsx" in p or p == ".github/workflows/ci.yml" for p in paths), found
+
+
 def test_chat_typed_without_punctuation_gives_clauses_and_phrases_in_chinese_japanese_and_korean():
     """Chinese chat often sets its sentences apart by spaces, Korean ends them with ". " and spaces its words:
     those end a clause too (a space between two Chinese characters, not one around a Latin word), and Korean
@@ -217,6 +241,9 @@ def test_chat_typed_without_punctuation_gives_clauses_and_phrases_in_chinese_jap
     ko = pieces("데이터베이스 연결이 시간 초과되었습니다. 설정 파일을 확인하세요. 포트는 5433입니다.")
     assert {"데이터베이스 연결이 시간 초과되었습니다", "설정 파일을 확인하세요"} <= ko, ko
     assert "새 버전은 금요일 저녁에" in pieces("새 버전은 금요일 저녁에 배포할 예정입니다 내일 오전 열 시에 회의가 있습니다")
+    url = "https://例え.テスト/パス/ファイル?q=日本語&lang=ja#見出し"
+    found = pieces(f"请打开{url} 看看页面能不能加载")  # a URL is no clause's part: whole, or not in the piece
+    assert {url, "请打开", "看看页面能不能加载"} <= found and all(url in p for p in found if "http" in p or "テスト" in p), found
 
 
 def test_a_long_message_in_a_tiny_memory_gets_its_pieces_not_its_first_characters(home):
@@ -624,15 +651,17 @@ _TOKEN = re.compile(rf"[^\W_][\w'’+#.\-{_MARKS}]*(?:[^\W_]|[{_MARKS}])|[^\W_]"
 
 
 def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
-    """Runs of up to four content tokens, token by token: a run ends at a stop word, a CJK token, its fourth
-    word, or a break (``extractive._BREAK``) between two of its tokens."""
+    """Runs of up to four content tokens, token by token: a run ends at a stop word, a Chinese or Japanese
+    token, a token after a dot that opens a word (``.github/…``), its fourth word, or a break
+    (``extractive._BREAK``) between two of its tokens."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     out, run = [], []  # run: the (start, end) of its tokens
     for m in _TOKEN.finditer(text):
         if run and any(run[-1][1] <= b < m.start() for b in breaks):
             out.append(run)
             run = []
-        if m.group().lower() in extractive.STOP or (cjk and extractive._CJK_RUN.search(m.group())):
+        dotted = re.search(r"(?:^|\s)\.$", text[: m.start()])
+        if dotted or m.group().lower() in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
             out.append(run)
             run = []
             continue

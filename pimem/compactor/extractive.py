@@ -86,10 +86,13 @@ _EXT = rf"(?=[\w-]*+\.)[\w.-]*\w\.(?:{_EXTS})\b"
 # a relative path (ASCII, so it stops at Chinese around it): two slashes or more, or one before a file name
 _PC, _PD = r"[A-Za-z0-9_@+-]", r"[A-Za-z0-9_.@+-]"
 _REL = rf"(?=[\w.@+-]*+/){_PC}{_PD}*+/(?:(?:{_PD}++/)+{_PD}*{_PC} | {_PD}*\w\.(?:{_EXTS})(?![A-Za-z0-9_]))"
-_END = rf"(?![^\W{_CJK}])"  # a number's end: no letter, digit or _ after it (Chinese may follow: 22:00到)
-_NUMBER = rf"\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM))?{_END}"
-_DIGITS = rf"{_NUMBER}|\d+(?:[.:/-]\d+)+{_END}|\d%?{_END}"  # a number, a date, a time, a share (99.95%)
-_VERSION = r"\d+(?:[.:/-]\d+)+(?:-[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?\b"  # after its v: v2.3.1, v2.3.1-rc.1
+# a number's end: no letter, digit or _ after it (Chinese may follow: 22:00到), and no more of a dotted run
+# (1.1 is not a fact of 1.1.1w); a dotted number may end in a few small letters (1.1.1w, 3.11.4rc1, 3.5kg)
+_END = rf"(?![^\W{_CJK}])(?!\.\d)"
+_SUFFIX = r"(?<=\d)(?:[a-z]{1,6}\d*)?"
+_NUMBER = rf"\d[\d,._:/-]*\d(?:\s?(?:%|[kKMG]B|ms|s|px|am|pm|AM|PM)|{_SUFFIX}){_END}"
+_DIGITS = rf"{_NUMBER}|\d+(?:[.:/-]\d+)+{_SUFFIX}{_END}|\d%?{_END}"  # a number, a date, a time, a share (99.95%)
+_VERSION = rf"\d+(?:[.:/-]\d+)+{_SUFFIX}(?:-[A-Za-z0-9]+(?:\.[A-Za-z0-9]+)*)?{_END}"  # after its v: v2.3.1, v2.3.1-rc.1
 _MORE = r"(?:[A-Z_./\-]|[^\W\x00-\x7f])"  # what can follow a word's first run of small letters and digits in a fact
 _SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"  # (not into Chinese around it)
 # no fact starts inside a run of ``SENTENCE`` characters or more of names and paths without a space (a blob:
@@ -99,6 +102,7 @@ _INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
 _FACT_PATTERN = rf"""(?x)
     https?://[^\s<>"'`)\]]+
     | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
+    | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
     | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
           | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL} | {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
@@ -134,7 +138,7 @@ _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！�
                          rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
                          rf"|\.(?![ \t]|$)|[^，。！？；、：,;:!?\n（）() \t.])+")
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
-_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
+_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")  # (a path is one: a phrase never ends inside one)
 
 
 @functools.cache
@@ -338,15 +342,16 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for m in _NAME.finditer(text):
         if not (marks and _in_word(text, m.start(), m.end()) or (urls or blobs) and _inside(urls + blobs, m.start(), m.end())):
             add(m.group(), m.start(), 1.2)
+    for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
+        text = text[:start] + "\n" * (end - start) + text[end:]
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
                 add(piece, m.start() + m.group().find(piece))
-    for start, end in urls + blobs:  # no phrase runs into a URL or a blob (a line break ends a phrase)
-        text = text[:start] + "\n" * (end - start) + text[end:]
     for pos, phrase in _phrases(text, bool(cjk)):
-        add(phrase, pos)
+        if text[pos - 1 : pos] != "/" != text[pos + len(phrase) : pos + len(phrase) + 1]:  # (a path's part: its fact)
+            add(phrase, pos)
     return out
 
 
@@ -411,7 +416,8 @@ def _phrases(text: str, cjk: bool = True):
                 yield start, text[start:end]
                 start = -1
         token = m.group()
-        if token.lower() in STOP or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
+        dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
+        if dotted or token.lower() in STOP or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
             if start >= 0:
                 yield start, text[start:end]
                 start = -1
