@@ -226,6 +226,16 @@ def test_a_path_is_one_piece_its_leading_dot_kept():
     assert all("web/src/components/TimeSeriesChart.tsx" in p or p == ".github/workflows/ci.yml" for p in paths), found
 
 
+def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():
+    def pieces(text: str) -> set[str]:
+        return {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+
+    assert {"सर्वर बंद हो गया", "कृपया लॉग देखें"} <= pieces("सर्वर बंद हो गया। कृपया लॉग देखें")
+    assert {"الخادم متوقف", "يرجى التحقق"} <= pieces("الخادم متوقف، يرجى التحقق؟ شكرا")
+    url = "https://en.wikipedia.org/wiki/Python_(programming_language)"
+    assert url in pieces(f"read {url} first") and "https://a.b/c" in pieces("a [link](https://a.b/c) here")
+
+
 def test_chat_typed_without_punctuation_gives_clauses_and_phrases_in_chinese_japanese_and_korean():
     """Chinese chat often sets its sentences apart by spaces, Korean ends them with ". " and spaces its words:
     those end a clause too (a space between two Chinese characters, not one around a Latin word), and Korean

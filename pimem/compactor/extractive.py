@@ -100,7 +100,7 @@ _SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"
 # the scans ahead (a path's ``/``, a file name's extension) never run over a whole blob from each of its words
 _INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
 _FACT_PATTERN = rf"""(?x)
-    https?://[^\s<>"'`)\]]+
+    https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+
     | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
     | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
@@ -137,7 +137,9 @@ _HAN_KANA_RUN = re.compile(f"[{_HAN_KANA}]+")
 _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)|(?<=\d)[:,](?=\d)"
                          rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
                          rf"|\.(?![ \t]|$)|[^，。！？；、：,;:!?\n（）() \t.])+")
-_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、]")
+# (and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
+# Armenian and Ethiopic full stops, halfwidth and fullwidth stops)
+_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
 _TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")  # (a path is one: a phrase never ends inside one)
 
 
@@ -355,7 +357,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     return out
 
 
-_URL = re.compile(r"""https?://[^\s<>"'`)\]]+""")
+_URL = re.compile(r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+""")  # (a pair of brackets in it is its own)
 _BASE64 = re.compile(r"(?<![\w+/=.-])[\w+/=.-]{64,}")
 
 
