@@ -99,8 +99,9 @@ _SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"
 # base64, a hash, minified code): what it took there would be longer than a piece, or a slice of the blob; and
 # the scans ahead (a path's ``/``, a file name's extension) never run over a whole blob from each of its words
 _INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
+_URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of brackets in it is its own)
 _FACT_PATTERN = rf"""(?x)
-    https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+
+    {_URL_TEXT}
     | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
     | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
@@ -140,7 +141,7 @@ _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！�
 # (and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
 # Armenian and Ethiopic full stops, halfwidth and fullwidth stops)
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
-_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")  # (a path is one: a phrase never ends inside one)
+_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
 
 
 @functools.cache
@@ -357,7 +358,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     return out
 
 
-_URL = re.compile(r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+""")  # (a pair of brackets in it is its own)
+_URL = re.compile(_URL_TEXT)
 _BASE64 = re.compile(r"(?<![\w+/=.-])[\w+/=.-]{64,}")
 
 
