@@ -497,6 +497,13 @@ def test_a_model_summary_naming_what_its_span_lacks_is_rebuilt_once_then_marked(
     assert run("view", "m", "--stats", "--json").stdout.count('"0+1"') == 1
 
 
+def test_a_fact_is_founded_only_by_itself_whole():
+    """``9999`` is not in a message that says ``19999``, nor ``1.2`` in one that says ``1.23``; a fact at the
+    end of a sentence, or a path with more after a dot, still is."""
+    assert faith.unfounded("user: port 9999, version 1.2", ["ports 19999 and version 1.23"]) == ["9999", "1.2"]
+    assert faith.unfounded("user: port 9999 in /etc/a.conf", ["set port 9999. See /etc/a.conf.bak"]) == []
+
+
 def test_when_the_second_call_fails_the_first_line_is_kept_marked_and_both_paid(run, home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", faults=[None, "500"]) as server:

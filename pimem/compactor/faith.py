@@ -1,9 +1,9 @@
 """The faithfulness guard: a summary's numbers, paths and identifiers must occur in its span's messages.
 
 A model may write a port, a version or a file name its input never held. ``unfounded(summary, texts)`` lists
-the facts of a summary found in none of ``texts`` (exact substrings); the builder asks for a model summary
-that names one again, once, and keeps the second reply with its unfounded facts as ``suspect`` in the
-node's metadata, which ``status``, ``fsck`` and ``view --stats`` report. A merge's facts are looked up in its
+the facts of a summary found in none of ``texts`` (exact substrings, whole: ``9999`` is not one of ``19999``);
+the builder asks for a model summary that names one again, once, and keeps the second reply with its
+unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and ``view --stats`` report. A merge's facts are looked up in its
 two child lines first (they come from the span), and only those missing there in the span's messages; a fact a
 child line was itself marked for is no evidence, so a merge repeating it is marked too (without asking again:
 it said what it was given).
@@ -38,8 +38,9 @@ def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[st
     in the texts ``more()`` yields; a fact of ``distrust`` (a child line's own unfounded ones) is looked up in
     ``more()`` alone."""
     distrust = set(distrust)
-    missing = [f for f in facts(summary) if f in distrust or not any(f in t for t in texts)]
+    found = {f: re.compile(rf"(?<![\w.]){re.escape(f)}(?!\w)") for f in facts(summary)}  # whole: not 9999 of 19999
+    missing = [f for f, holds in found.items() if f in distrust or not any(holds.search(t) for t in texts)]
     if missing and more is not None:
         rest = list(more())
-        missing = [f for f in missing if not any(f in t for t in rest)]
+        missing = [f for f in missing if not any(found[f].search(t) for t in rest)]
     return missing
