@@ -320,15 +320,16 @@ class Builder:
 
     def _inherited(self, task: Task) -> set[str]:
         """The facts a merge's two child lines were marked ``suspect`` for (looked up in its span instead)."""
-        return set() if task.l == 0 else self._marks(task.l - 1, 2 * task.i) | self._marks(task.l - 1, 2 * task.i + 1)
+        if task.l == 0:
+            return set()
 
-    def _marks(self, l: int, i: int) -> set[str]:
-        """The suspect facts node ``(l, i)``'s line shows: its own mark, or, for a free line (its two children's
-        lines joined), theirs."""
-        marked = self._suspects_built.get((l, i)) or (self.suspects or {}).get((l, i))
-        if marked or l == 0 or (l, i) in self.stored:
-            return set(map(str, marked or ()))
-        return self._marks(l - 1, 2 * i) | self._marks(l - 1, 2 * i + 1)
+        def marked(l: int, i: int):
+            return self._suspects_built.get((l, i)) or (self.suspects or {}).get((l, i))
+
+        def stored(l: int, i: int) -> bool:
+            return (l, i) in self.stored
+
+        return shown_marks(task.l - 1, 2 * task.i, marked, stored) | shown_marks(task.l - 1, 2 * task.i + 1, marked, stored)
 
     def _span_texts(self, task: Task) -> list[str]:
         """The texts of the messages under ``task``'s node, read with a Memory of this thread's own."""
@@ -570,6 +571,15 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     if compactor.price_cached_in is not None and not compactor.offline:
         row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in))
     return row
+
+
+def shown_marks(l: int, i: int, marked, stored) -> set[str]:
+    """The suspect facts node ``(l, i)``'s line shows: its own mark (``marked(l, i)``), or, for a free line (its
+    two children's lines joined: not ``stored(l, i)``), theirs."""
+    own = marked(l, i)
+    if own or l == 0 or stored(l, i):
+        return set(map(str, own or ()))
+    return shown_marks(l - 1, 2 * i, marked, stored) | shown_marks(l - 1, 2 * i + 1, marked, stored)
 
 
 def suspect_marks(mem) -> dict[tuple[int, int], list]:

@@ -273,7 +273,7 @@ class Scheduler:
                 self._offloaded -= 1
             else:
                 self._inflight -= 1
-                self._overbilled(builder, task, meta if error is None else getattr(error, "spent", None),
+                self._check_bill(builder, task, meta if error is None else getattr(error, "spent", None),
                                  self._reserved.pop((builder, task.l, task.i), None))
             if isinstance(error, worker.WorkerGone):
                 self._end_worker(builder)
@@ -292,7 +292,7 @@ class Scheduler:
             except queue.Empty:
                 return
 
-    def _overbilled(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
+    def _check_bill(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
         """A call billed past the worst case it was reserved at (the provider counted more tokens than bytes
         were sent, or more output than ``max_tokens``): what it cost is kept as billed, and no capped call of
         that compactor (with ``--max-cost``, none at all) starts again in this run, for no cap holds then."""

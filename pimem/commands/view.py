@@ -85,19 +85,12 @@ def _wait(mem, views, seconds: float):
 
 
 def _stats(v, messages: int, rows, json: bool, mem) -> None:
-    from ..builder import suspect_marks
+    from ..builder import shown_marks, suspect_marks
     from ..tree import label
 
-    marked = suspect_marks(mem)
-
-    def shows_mark(l: int, i: int) -> bool:  # marked, or a free line (its children's joined) showing one
-        if (l, i) in marked:
-            return True
-        if l == 0 or not marked or mem.tree.stored(l, i) is not None:
-            return False
-        return shows_mark(l - 1, 2 * i) or shows_mark(l - 1, 2 * i + 1)
-
-    suspect = [label(l, i) for l, i, text, _ in rows if text is not None and shows_mark(l, i)]
+    marked = suspect_marks(mem)  # (a line shows a mark: its own, or a free line's that it joins)
+    suspect = [label(l, i) for l, i, text, _ in rows if marked and text is not None and shown_marks(
+        l, i, lambda l, i: marked.get((l, i)), lambda l, i: mem.tree.stored(l, i) is not None)]
     levels: dict[int, int] = {}
     for l, *_ in rows:
         levels[l] = levels.get(l, 0) + 1

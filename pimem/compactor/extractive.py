@@ -57,9 +57,11 @@ SPEAKER = 40  # characters of a speaker's name a line shows
 LABELLED = 64  # messages: a merge with nothing to say of a span this short names who spoke in it
 USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_HAN_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Chinese characters (kanji, hanja too)
+_HAN_KANA = "\u3040-\u30ff" + _HAN_RANGES  # and Japanese kana: scripts written without spaces between words
+_CJK = _HAN_KANA + "\uac00-\ud7af"  # and Korean syllables
 _CJK_RUN = re.compile(f"[{_CJK}]+")
-_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # Chinese characters (kanji, hanja too)
+_HAN = re.compile(f"[{_HAN_RANGES}]")
 _KANA_HANGUL = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af]")  # Japanese, Korean
 _WORD = re.compile(r"[^\W_]+")
 STOP = frozenset(
@@ -133,7 +135,6 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
 # and, in chat typed without punctuation, at a space between two Chinese or Japanese characters (Korean spaces its
 # words) and at a full stop before a space (Korean ends its sentences so)
-_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _HAN_KANA_RUN = re.compile(f"[{_HAN_KANA}]+")
 _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)|(?<=\d)[:,](?=\d)"
                          rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"

@@ -3,10 +3,10 @@
 A model may write a port, a version or a file name its input never held. ``unfounded(summary, texts)`` lists
 the facts of a summary found in none of ``texts`` (exact substrings, whole: ``9999`` is not one of ``19999``);
 the builder asks for a model summary that names one again, once, and keeps the second reply with its
-unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and ``view --stats`` report. A merge's facts are looked up in its
-two child lines first (they come from the span), and only those missing there in the span's messages; a fact a
-child line was itself marked for is no evidence, so a merge repeating it is marked too (without asking again:
-it said what it was given).
+unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and ``view --stats`` report.
+A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
+there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
+is marked too (without asking again: it said what it was given).
 The offline compactor copies facts from the messages, so it is not checked.
 """
 

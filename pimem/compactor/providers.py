@@ -273,7 +273,7 @@ MAX_TOKENS_A_CALL = 10**12  # a count held to this keeps a cost finite (and far 
 
 def _count(value) -> int:
     """A token count from a reply's usage: a whole number from 0, held to ``MAX_TOKENS_A_CALL`` (a bill past a
-    call's worst case is kept as billed, and stops a capped run: ``Scheduler._overbilled``); anything else is
+    call's worst case is kept as billed, and stops a capped run: ``Scheduler._check_bill``); anything else is
     no count, 0 (and the caller's estimate where it has one)."""
     if type(value) is float and value.is_integer():
         value = int(value)
