@@ -116,6 +116,12 @@ def settings(path: Path) -> dict:
         raise BadInput(f"{path}: not valid JSON ({exc}); fix it or remove it") from None
     if not isinstance(own, dict):
         raise BadInput(f"{path}: not a JSON object; fix it or remove it")
+    return _shaped(own, path)
+
+
+def _shaped(own: dict, path: Path) -> dict:
+    """``own``, the settings of the file ``path``, once each is of its shape; ``BadInput`` naming the first that
+    is not."""
     for key, value in own.items():
         shape, rule = _SHAPES.get(key), ""
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
@@ -166,7 +172,11 @@ def _checked(cfg: dict, *paths: Path) -> dict:
 
 def save_home(home: str | os.PathLike | None, changes: dict) -> None:
     """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed)."""
-    save(homes.ensure_dir(env.home(home)), changes)
+    directory = env.home(home)
+    path = directory / "config.json"
+    own = _shaped(merged(settings(path), changes), path)
+    _checked(merged(DEFAULTS, own), path)
+    _write(homes.ensure_dir(directory), own)
 
 
 def of_memory(path: Path, home: Path) -> dict:
@@ -175,7 +185,15 @@ def of_memory(path: Path, home: Path) -> dict:
                             path / "config.json")
 
 
-def save(directory: Path, changes: dict) -> None:
-    """Merge ``changes`` into ``directory/config.json`` (a home's or a memory's directory, which exists)."""
-    own = merged(settings(directory / "config.json"), changes)
+def save(directory: Path, home: Path, changes: dict) -> None:
+    """Merge ``changes`` into the ``config.json`` of the memory at ``directory`` (which exists), of the home
+    ``home``; ``BadInput`` (the file as it was) when a setting is not of its shape or the memory's settings would
+    not agree with each other or with the home's, as every command would read them."""
+    path = directory / "config.json"
+    own = _shaped(merged(settings(path), changes), path)
+    _checked(merged(of_home(home), own), env.home(home) / "config.json", path)
+    _write(directory, own)
+
+
+def _write(directory: Path, own: dict) -> None:
     homes.write_atomic(directory / "config.json", orjson.dumps(own, option=orjson.OPT_INDENT_2) + b"\n")

@@ -130,7 +130,9 @@ class Memory:
         return self._config
 
     def save_config(self, changes: dict) -> None:
-        configs.save(self.path, changes)
+        """Merge ``changes`` into the memory's ``config.json``; ``BadInput`` (nothing written) when the settings
+        would not read back (``pimem.config.save``)."""
+        configs.save(self.path, self.home, changes)
         self._config = None
 
     # ---- the writer lock ---------------------------------------------------------------------------------

@@ -195,6 +195,24 @@ def test_a_config_edited_wrong_by_hand_is_one_line_naming_it_for_every_command(s
     assert sh("view", "m").returncode == 0
 
 
+@pytest.mark.parametrize("changes", [{"view": {"hi": "128k"}}, {"view": {"lo": 300000}}, {"context_wait": -1},
+                                     {"compactor": {"provider": "gemini"}}, {"compactor": {"price_in": 0.15}},
+                                     {"compactor": {"provider": "openai"}}, {"compactor": {"timeout": 0}}])
+def test_settings_saved_from_python_that_would_not_read_back_are_refused_and_the_file_kept(log, home, changes):
+    """``Memory.save_config`` checks as every command reads: a value of the wrong shape, a lo above the home's hi,
+    a provider without its model, one price: ``BadInput``, config.json as it was."""
+    from pimem import Memory
+    from pimem.errors import BadInput
+
+    (home / "config.json").write_bytes(b'{"view":{"hi":256000}}')
+    mem = Memory.open("m", home)
+    mem.save_config({"view": {"lo": 200000}})  # below the home's hi: fine, though above the default's
+    before = (log.parent / "config.json").read_bytes()
+    with pytest.raises(BadInput, match="config.json"):
+        mem.save_config(changes)
+    assert (log.parent / "config.json").read_bytes() == before and mem.config["view"] == {"hi": 256000, "lo": 200000}
+
+
 def test_pimem_model_takes_the_prices_config_json_takes(sh, log):
     """A price up to a million dollars per million tokens, as config.json holds it: a cost stays finite."""
     out = sh("model", "m", "openai/m", "--price-in", "1000001", "--price-out", "1")
