@@ -325,8 +325,9 @@ class Memory:
         return self.tree.stored(0, i)
 
     def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
-        """Whether a message in ``[start, stop)`` holds ``text`` (case-sensitive, white space aside: its runs
-        of it as one space): among the tool calls and results if ``tools``, else among the other messages.
+        """Whether a message in ``[start, stop)`` holds ``text`` (as the tool-text mask compares,
+        ``privacy.flat``: case, width and white space aside): among the tool calls and results if ``tools``, else
+        among the other messages.
         Asks the index (caught up first) for the messages holding each of its words and checks them against
         the log; past ``SPAN_CANDIDATES`` unconfirmed ones it answers ``tools`` (so the tool-text mask errs on
         the side of hiding)."""

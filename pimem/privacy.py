@@ -9,7 +9,10 @@ copy of a tool leaf: its text verbatim, or the line a compactor wrote for a long
 each short: a parent joins that line too).
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
-the span is masked (``TOOL_TEXT``), unless it is other messages' words joined by a line's connectives. The
+the span is masked (``TOOL_TEXT``), unless it is other messages' words joined by a line's connectives. Texts
+are compared folded (case, width, normal form, invisible characters and white space aside: ``flat``), so a
+model that writes an output in capitals or full width, or joins a token wrapped over lines, quotes it all the
+same. The
 offline compactor never writes such a run (it copies at most 13 characters from tool traffic); the mask
 catches what a model wrote. It reads the messages of a line's span
 when it covers at most ``MASK_SPAN`` messages and asks the index about a longer one's runs (a line's text is
@@ -19,6 +22,7 @@ worked out once: ``lines.json`` keeps it).
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable, Iterable, Iterator
 
 from .config import LINE_BYTES
@@ -35,6 +39,15 @@ TOOL_TEXT = "[tool output hidden]"
 _CONNECTIVE = re.compile(r"\s*[,;:，；：→]\s*")  # what a line joins its pieces with
 _HOLE = "\ud800"  # where a marker goes in: a lone surrogate, which no logged text holds (``decoder``)
 _HOLES = re.compile(f"{_HOLE}(\\d+){_HOLE}")
+# what the mask compares leaves out: Unicode's default-ignorable characters (zero-width spaces and joiners, the
+# soft hyphen, bidirectional marks, variation selectors, tags), and writes dashes, the minus and curly quotes
+# plain
+_IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+                        "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+                        "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+_PLAIN = str.maketrans({**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+                        **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
+                        **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')})
 
 
 def _joined_from(window: str, in_others: Callable[[str], bool]) -> bool:
@@ -56,40 +69,85 @@ def marker(msg: dict, joined: bool = False) -> str:
 
 
 def flat(text: str) -> str:
-    """``text`` with every run of white space one space: a summary joins a quoted output's lines so."""
-    return " ".join(text.split())
+    """``text`` as the mask compares it: folded (``_fold``), every run of white space one space (a summary joins
+    a quoted output's lines so)."""
+    return " ".join(_fold(text).split())
 
 
-def _flattened(line: str) -> tuple[str, list[int]]:
-    """``flat(line)`` and where each of its characters is in ``line``."""
-    out, where, space = [], [], None
-    for k, c in enumerate(line):
-        if c.isspace():
-            space = k if space is None else space
-            continue
-        if space is not None and out:
-            out.append(" ")
-            where.append(space)
-        space = None
-        out.append(c)
-        where.append(k)
-    return "".join(out), where
+def _solid(text: str) -> str:
+    """``flat(text)`` without its spaces (a model joins a secret wrapped over short lines of output whole)."""
+    return "".join(_fold(text).split())
 
 
-def _flat_runs(line: str, find: Callable[[str], list[tuple[int, int]]]) -> list[tuple[int, int]]:
-    """The runs ``find`` finds in ``flat(line)``, as runs of ``line``."""
-    flattened, where = _flattened(line)
-    return [(where[start], where[end - 1] + 1) for start, end in find(flattened)]
+def _fold(text: str) -> str:
+    """``text`` in one case, width and normal form (NFKC, case folded), invisible characters left out, dashes
+    and curly quotes plain: a model quoting an output may write it in capitals, in full-width letters, composed
+    where it was decomposed, with zero-width spaces or typographic quotes in it."""
+    if text.isascii():
+        return text.lower()
+    text = _IGNORABLE.sub("", text)
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).translate(_PLAIN)
+
+
+def _keyed(line: str, spaced: bool) -> tuple[str, list[int], list[int]]:
+    """``flat(line)`` (``spaced``, else ``_solid(line)``) and where in ``line`` each of its characters starts
+    and ends: a character is folded with the combining marks after it (an accent written apart)."""
+    out: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    space, k, n = None, 0, len(line)
+    while k < n:
+        end = k + 1
+        if line[k].isascii():
+            key = line[k].lower()
+        else:
+            while end < n and (unicodedata.combining(line[end]) or _IGNORABLE.match(line[end])):
+                end += 1
+            key = _fold(line[k:end])
+        for c in key:
+            if c.isspace():
+                space = k if space is None else space
+                continue
+            if space is not None and out and spaced:
+                out.append(" ")
+                starts.append(space)
+                ends.append(space + 1)
+            space = None
+            out.append(c)
+            starts.append(k)
+            ends.append(end)
+        k = end
+    return "".join(out), starts, ends
+
+
+def _key_runs(line: str, find: Callable[[str], list[tuple[int, int]]], spaced: bool = True) -> list[tuple[int, int]]:
+    """The runs ``find`` finds in ``flat(line)`` (``spaced``, else ``_solid(line)``), as runs of ``line``."""
+    keyed, starts, ends = _keyed(line, spaced)
+    return [(starts[start], ends[end - 1]) for start, end in find(keyed)]
+
+
+def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(runs):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int, int]]:
     """The maximal ``[start, end)`` runs of ``line``, each at least ``RUN`` characters, whose every
-    ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``, white space
-    aside (a run that crossed a line break of the output is found with a space in its place)."""
+    ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``, folded
+    (``_fold``: case, width, normal form, invisible characters aside) and white space aside: a run that crossed
+    a line break of the output is found with a space in its place, or with none."""
     if not tools:
         return []
-    tool_text, other_text = "\0".join(map(flat, tools)), "\0".join(map(flat, others))
-    return _flat_runs(line, lambda flattened: runs_where(flattened, tool_text.__contains__, other_text.__contains__))
+    runs = []
+    for spaced, key in ((True, flat), (False, _solid)):
+        tool_text, other_text = "\0".join(map(key, tools)), "\0".join(map(key, others))
+        runs += _key_runs(line, lambda keyed: runs_where(keyed, tool_text.__contains__, other_text.__contains__), spaced)
+    return _merged(runs)
 
 
 def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[str], bool]) -> list[tuple[int, int]]:
@@ -164,8 +222,8 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
         # (a line over MASK_SPAN messages is a summary, unless a larger ``line_bytes`` let it join them all)
         if text is None or (1 << l) > MASK_SPAN and (1 << l) * LEAST_LEAF - 1 > len(text.encode("utf-8")):
             if text is not None and holds is not None:  # (``holds`` is asked white space aside too)
-                text = _masked(text, _flat_runs(text, lambda flattened: runs_where(
-                    flattened, lambda s: holds(s, first, end, True), lambda s: holds(s, first, end, False))))
+                text = _masked(text, _key_runs(text, lambda keyed: runs_where(
+                    keyed, lambda s: holds(s, first, end, True), lambda s: holds(s, first, end, False))))
             out.append(text)
             continue
         msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))

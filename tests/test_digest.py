@@ -641,6 +641,10 @@ def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the
     mem = Memory.open("main", home)  # what the view's reader (ViewFile.shown) calls for a line it has not shown yet
     assert mem.views.holds == mem.span_holds
     assert hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds) == [row.removeprefix("0+2048|")]
+    # (in capitals the quote is the result's all the same, and the phrase the user's)
+    shouted = f"user: ports; the file says {SECRET.upper()}; user: {said.upper()}"
+    assert hide_tools(mem.messages, [(11, 0, shouted)], holds=mem.span_holds) == [
+        row.removeprefix("0+2048|").replace(said, said.upper())]
 
 
 def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
@@ -741,6 +745,59 @@ def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, hom
         assert "admin" not in out and "K07=v07" not in out and "PORT=5433" not in out, (args, out)
     assert f"0+4|user: staging config; echo: {TOOL_TEXT}; pi: done" in run("view", "main").stdout
     assert quoted in run("view", "main", "--include-tools").stdout
+
+
+def _full_width(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
+
+
+OUTPUT = 'SECRETFILE32 contents: root-password is "swordfish32"'
+
+
+@pytest.mark.parametrize("quoted", [
+    OUTPUT.upper(),  # in capitals
+    _full_width(OUTPUT),  # in full-width letters
+    "\u200b".join(OUTPUT),  # a zero-width space between every two characters
+    OUTPUT.replace(" ", "\u00ad "),  # soft hyphens
+    OUTPUT.replace('"swordfish32"', "\u201cswordfish32\u201d").replace("-", "\u2011"),  # curly quotes, a hyphen
+])
+def test_a_summary_quoting_tool_output_in_another_case_width_or_with_invisible_characters_is_masked(run, home, quoted):
+    """What a model writes of an output in capitals, full width or with invisible characters in it is the
+    output all the same: the mask compares folded text (NFKC, case folded, invisible characters left out)."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}})
+    mem.append([{"kind": "user", "text": "what is in the SECRET FILE? " + LONG * 2},
+                {"kind": "tool", "text": "cat /root/SECRETFILE32", "meta": {"command": "cat /root/SECRETFILE32"}},
+                {"kind": "echo", "text": OUTPUT},
+                {"kind": "pi", "text": "I read it for you. " + LONG * 2}])
+    Memory.open("main", home).write_nodes([(0, 0, "user: what is in the secret file? " + "x" * 250, {}),
+                                           (0, 3, "pi: I read it for you. " + "y" * 250, {}),
+                                           (2, 0, f"user: what is in the secret file?; echo: {quoted}; pi: read it", {"model": "x"})])
+    assert run("view", "main").stdout == f"0+4|user: what is in the secret file?; echo: {TOOL_TEXT}; pi: read it\n"
+    assert quoted in run("view", "main", "--include-tools").stdout
+
+
+def test_a_summary_joining_a_secret_wrapped_over_lines_of_output_is_masked():
+    """An output that printed a token over two short lines, quoted whole (no space where the line broke)."""
+    tool = "token:\n  9f8e7d6c5b4a\n  3f2e1d0c9b8a\nexpires in 3600 s"
+    msgs = [{"i": 0, "kind": "user", "text": "show me the token"}, {"i": 1, "kind": "tool", "text": "vault read token"},
+            {"i": 2, "kind": "echo", "text": tool}, {"i": 3, "kind": "pi", "text": "there it is"}]
+    line = "user: show me the token; echo: token 9f8e7d6c5b4a3f2e1d0c9b8a"
+    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: show me the token; echo: token {TOOL_TEXT}"]
+
+
+def test_the_mask_folds_decomposed_accents_and_spares_the_users_words_in_another_case():
+    """An output's ``é`` written apart (``e`` and a combining accent, as macOS names files) is the model's ``é``;
+    words the user said are the user's in any case, whatever the output printed."""
+    name = "Résumé-Brûlée-Crème-2026.pdf"
+    msgs = [{"i": 0, "kind": "user", "text": "Please RENAME THE QUARTERLY REPORT for me"},
+            {"i": 1, "kind": "tool", "text": "ls ~/Documents"},
+            {"i": 2, "kind": "echo", "text": unicodedata.normalize("NFD", name) + "\nrename the quarterly report.txt"},
+            {"i": 3, "kind": "pi", "text": "found it"}]
+    line = f"user: please rename the quarterly report for me; echo: {name}"
+    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [
+        f"user: please rename the quarterly report for me; echo: {TOOL_TEXT}"]
 
 
 def test_a_model_is_never_shown_another_span_s_tool_output_to_quote(run, home, tmp_path):
