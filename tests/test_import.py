@@ -280,6 +280,26 @@ def test_claude_pairs_tools_marks_sidechains_and_summaries(run, home, tmp_path):
     assert msgs[0]["meta"]["session"] == "cs-1" and msgs[0]["meta"]["entry"] == "u1" and msgs[0]["meta"]["parent"] == "p0"
 
 
+def test_claude_bash_mode_and_command_output_are_tool_traffic(run, home, tmp_path):
+    """``!cat .env`` in Claude Code comes as user lines (``<bash-input>``, ``<bash-stdout>``), a slash command's
+    output too (``<local-command-stdout>``): they are tool traffic, private without --include-tools, as pi's
+    bash executions are."""
+    base = {"sessionId": "cs-2", "cwd": "/home/dev/api", "version": "2.1", "isSidechain": False, "userType": "external"}
+    said = [("u1", "what is in the env file?"), ("b1", "<bash-input>cat .env.production</bash-input>"),
+            ("b2", "<bash-stdout>STRIPE_SIGNING=whsec_quokka-lantern-9931</bash-stdout><bash-stderr></bash-stderr>"),
+            ("c1", "<command-name>/mcp</command-name>\n<command-args></command-args>"),
+            ("c2", "<local-command-stdout>Reconnected to tidewave-secret-server.</local-command-stdout>")]
+    lines = [{**base, "type": "user", "uuid": uuid, "parentUuid": None, "timestamp": f"2026-02-10T22:57:0{k}.000Z",
+              "message": {"role": "user", "content": text}} for k, (uuid, text) in enumerate(said)]
+    assert run("import", write_jsonl(tmp_path / "c.jsonl", lines)).exit_code == 0
+    msgs = messages("api")
+    assert brief(msgs) == [(kind, text) for kind, (_, text) in zip(["user", "tool", "echo", "user", "echo"], said)]
+    assert msgs[1]["meta"]["command"] == "cat .env.production" and msgs[2]["meta"]["tool"] == "Bash"
+    shown = run("view", "api").stdout
+    assert "quokka" not in shown and "tidewave" not in shown and "tool: ran cat (" in shown, shown
+    assert "tidewave" not in run("list").stdout
+
+
 # ---- Codex ---------------------------------------------------------------------------------------------
 
 def codex_lines():
@@ -808,8 +828,9 @@ def test_sample_claude_transcript(run, tmp_path):
     uses = [b for e in lines if e.get("type") == "assistant" for b in e["message"]["content"] if b.get("type") == "tool_use"]
     results = [b for e in lines if e.get("type") == "user" and isinstance(e["message"]["content"], list)
                for b in e["message"]["content"] if b.get("type") == "tool_result"]
+    printed = [e for e in lines if e.get("type") == "user" and str(e["message"]["content"]).startswith("<local-command-stdout>")]
     assert sum(m["kind"] == "tool" for m in msgs) == len(uses)
-    assert sum(m["kind"] == "echo" for m in msgs) == len(results)
+    assert sum(m["kind"] == "echo" for m in msgs) == len(results) + len(printed)  # (a slash command's output too)
     _assert_paired(msgs)
     by_uuid = {e["uuid"]: e["timestamp"] for e in lines if "uuid" in e}
     assert all(m["date"] == by_uuid[m["meta"]["entry"]] for m in msgs)

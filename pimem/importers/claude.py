@@ -6,7 +6,10 @@ hold text, thinking (dropped) and ``tool_use`` blocks, often one block per line;
 ``user`` lines with ``tool_result`` blocks, paired by ``tool_use_id``. Lines the harness injected
 (``isMeta``) and bookkeeping lines (progress, file-history snapshots, queue operations, system notices,
 titles) are skipped; the summary that opens a compacted conversation (``isCompactSummary``) is kept as
-derived ``work``; sub-agent traffic is marked ``sidechain``.
+derived ``work``; sub-agent traffic is marked ``sidechain``. A command the user ran in bash mode (``!cmd``:
+``<bash-input>``) and what it printed (``<bash-stdout>``, ``<bash-stderr>``), and a slash command's output
+(``<local-command-stdout>``), come as ``user`` lines but are tool traffic (``tool``, ``echo``), kept as
+written: private like pi's bash executions.
 
 The parent chain is kept as written but not used for lineage: Claude Code hangs parallel tool calls off
 each other, so its "branch" is not a conversation branch.
@@ -20,6 +23,9 @@ from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record
 
 LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
 _EXIT = re.compile(r"\AExit code (\d+)")
+_SHELL_INPUT = re.compile(r"\A\s*<bash-input>(.*?)</bash-input>\s*\Z", re.S)
+_SHELL_OUTPUT = re.compile(r"\A\s*(?:<bash-stdout>.*?</bash-stdout>\s*|<bash-stderr>.*?</bash-stderr>\s*|"
+                           r"<local-command-stdout>.*?</local-command-stdout>\s*)+\Z", re.S)
 
 
 class ClaudeParser(Parser):
@@ -59,7 +65,11 @@ class ClaudeParser(Parser):
             return [("work", text, {"derived": True})] if text.strip() else []
         parts = []
         text = blocks_text(content)
-        if text.strip():
+        if (shell := _SHELL_INPUT.match(text)) is not None:
+            parts.append(("tool", text, {"tool": "Bash", "command": shell.group(1)}))
+        elif _SHELL_OUTPUT.match(text):
+            parts.append(("echo", text, {"tool": "Bash"} if "<bash-" in text else {}))
+        elif text.strip():
             parts.append(("user", text, {}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":
