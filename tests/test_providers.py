@@ -318,6 +318,85 @@ def test_a_quoted_system_placeholder_is_replaced_quotes_and_all(tmp_path):
     assert (out / "double").read_text() == SYSTEM and (out / "single").read_text() == SYSTEM
 
 
+def test_a_system_placeholder_inside_a_longer_word_arrives_whole(tmp_path):
+    """``"Rules: {system}"``, ``'Rules: {system}'`` and ``{system}.``: the system prompt (apostrophes, backticks,
+    parentheses) arrives inside the word as written, never as a syntax error in every call or a backtick run."""
+    assert "'" in SYSTEM and "`" in SYSTEM
+    out = tmp_path / "out"
+    out.mkdir()
+    command = (f"printf %s \"Rules: {{system}}\" > {out}/double; printf %s 'Rules: {{system}}' > {out}/single; "
+               f"printf %s {{system}}. > {out}/bare; printf %s '{{}}' > {out}/braces; cat > /dev/null; echo 'user: ok'")
+    comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    assert comp.build(Task(0, 3, kind="user", text="the task's message"))[0] == "user: ok"
+    comp.close()
+    assert (out / "double").read_text() == "Rules: " + SYSTEM and (out / "single").read_text() == "Rules: " + SYSTEM
+    assert (out / "bare").read_text() == SYSTEM + "." and (out / "braces").read_text() == "{}"
+
+
+def _temp_bytes_held(temp: Path) -> int:
+    """Bytes of the files under ``temp`` this process holds open (deleted or not)."""
+    held = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(str(temp)):
+                held += os.stat(f"/proc/self/fd/{fd}").st_size
+        except OSError:
+            pass
+    return held
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_flood_of_output_is_read_in_bounded_memory_and_never_kept_on_disk(tmp_path, monkeypatch, stream):
+    """What a command prints past its answer's first MiB is read and dropped, not stored: ``yes`` until the
+    timeout would otherwise fill the temporary directory (gigabytes a second, eight calls at once)."""
+    import threading
+
+    from pimem.compactor.providers import COMMAND_OUTPUT, Command
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)  # (read TMPDIR again)
+    redirect = "" if stream == "stdout" else " >&2"
+    call = Command(f"cat > /dev/null; echo 'user: the head'; head -c 67108864 /dev/zero{redirect}", timeout=60)
+    most, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            most[0] = max(most[0], _temp_bytes_held(temp))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        reply = call.complete("the system prompt", "", "task", 10)
+    finally:
+        done.set()
+        watcher.join()
+        call.close()
+    assert reply.text.startswith("user: the head\n")
+    assert reply.finish == ("length" if stream == "stdout" else "stop") and len(reply.text) <= COMMAND_OUTPUT
+    assert most[0] < COMMAND_OUTPUT, f"{most[0]:,} bytes of output kept on disk"
+
+
+def test_a_daemon_holding_the_commands_output_does_not_hold_the_call(tmp_path):
+    """A child that left the group (``setsid``) escapes the kill, but not with the call: the answer counts when
+    the command exits."""
+    marker = _marker(26)
+    command = f"cat > /dev/null; setsid sleep {marker} & echo 'user: answered'; echo 'a warning' >&2"
+    comp = Compactor({"provider": "command", "command": command, "timeout": 20}, BuildState(tmp_path))
+    started = time.monotonic()
+    try:
+        text, _ = comp.build(Task(0, 0, kind="user", text="a long message"))
+    finally:
+        comp.close()
+        for pid in _alive(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+    assert text == "user: answered" and time.monotonic() - started < 10
+
+
 def test_bytes_of_a_commands_answer_that_are_not_utf8_are_shown_replaced(tmp_path):
     comp = Compactor({"provider": "command", "command": r"cat > /dev/null; printf 'user: port \377\376 of it \303(end)\n'"},
                      BuildState(tmp_path))

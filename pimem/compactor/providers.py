@@ -283,11 +283,13 @@ def _count(value) -> int:
 class Command:
     """A shell command that reads the prompt on stdin and prints the line (``llm -n -m MODEL -s {system}``).
 
-    The system prompt reaches it apart from the task: ``{system}`` in the command is replaced by it (shell-
-    quoted; ``"{system}"`` and ``'{system}'`` as a whole), and ``$PIMEM_SYSTEM_FILE`` names a file holding it; stdin then carries only the task (the
-    compactor's view and the task). A command without ``{system}`` gets the system prompt at the head of stdin
-    too, as one input. The command runs in a process group of its own, killed whole on timeout (and whatever
-    it left running once it has answered), so no child outlives a call."""
+    The system prompt reaches it apart from the task: ``{system}`` in the command stands for it, as the shell
+    reads ``$PIMEM_SYSTEM`` where it stands (quoted or not, alone or inside a longer word); ``$PIMEM_SYSTEM_FILE``
+    names a file holding it; stdin then carries only the task (the compactor's view and the task). A command
+    without ``{system}`` gets the system prompt at the head of stdin too, as one input. The command runs in a
+    process group of its own, killed whole on timeout (and whatever it left running once it has answered), so
+    no child outlives a call. Its output is read from pipes as it comes: the answer's first ``COMMAND_OUTPUT``
+    bytes and the last 4 KiB of its stderr are kept, the rest dropped, so no flood fills the memory or a disk."""
 
     kind = "command"
 
@@ -311,42 +313,35 @@ class Command:
             return self._system_files[system]
 
     def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
-        import shlex
         import signal
         import tempfile
 
         apart = "{system}" in self.command
-        command = self.command
-        if apart:  # a placeholder the user quoted ("{system}", '{system}') is replaced quotes and all
-            quoted = shlex.quote(system)
-            for placeholder in ('"{system}"', "'{system}'", "{system}"):
-                command = command.replace(placeholder, quoted)
+        command = _placed(self.command) if apart else self.command
         prompt = f"{chat}{task}\n" if apart else f"{system}\n\n{chat}{task}\n"
-        env = {**os.environ, "PIMEM_SYSTEM_FILE": self._system_path(system)}
-        # files, not pipes, for its streams: the call ends when the command exits, even if something it left
-        # running still holds them open, and a command that never reads its stdin cannot block the write
-        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        env = {**os.environ, "PIMEM_SYSTEM": system, "PIMEM_SYSTEM_FILE": self._system_path(system)}
+        # stdin from a file: a command that never reads it cannot block the write; stdout and stderr are pipes
+        # read as they come, so what is kept of them is bounded however much the command prints
+        with tempfile.TemporaryFile() as stdin:
             stdin.write(prompt.encode("utf-8"))
             stdin.seek(0)
-            proc = subprocess.Popen(command, shell=True, stdin=stdin, stdout=out, stderr=err, env=env, start_new_session=True)
-            _RUNNING.add(proc.pid)
-            try:
-                proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s") from None
-            finally:
-                _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
-                _RUNNING.discard(proc.pid)
-            # (a line is its first bytes: what a command prints past COMMAND_OUTPUT is not read)
-            size = out.seek(0, os.SEEK_END)
-            out.seek(0)
-            err.seek(max(0, err.seek(0, os.SEEK_END) - 4096))
-            # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
-            text, detail = out.read(COMMAND_OUTPUT).decode("utf-8", "replace"), err.read()
+            proc = subprocess.Popen(command, shell=True, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env, start_new_session=True)
+        _RUNNING.add(proc.pid)
+        try:
+            answered, head, size, tail = _read_until_exit(proc, self.timeout)
+        finally:
+            _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
+            _RUNNING.discard(proc.pid)
+            proc.stdout.close()
+            proc.stderr.close()
+            proc.wait()
+        if not answered:
+            raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s")
+        # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
+        text = bytes(head).decode("utf-8", "replace")
         if proc.returncode != 0:
-            detail = " ".join(detail.decode("utf-8", "replace").split())[-300:]
+            detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
             raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
         # its tokens out, as estimated, count up to the ``max_tokens`` asked for (a model stops there): so a call
         # costs no more than the worst case ``--max-cost`` counted for it, whatever the command printed
@@ -360,8 +355,102 @@ class Command:
 
 
 COMMAND_OUTPUT = 1 << 20  # bytes of a command's answer read, at most
+COMMAND_STDERR = 4096  # bytes of a command's stderr kept (its last), for the error a failure shows
 _RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
 _SYSTEM_FILES: set[str] = set()  # the system prompt files of commands not closed yet, removed at exit
+
+
+def _placed(command: str) -> str:
+    """``command`` with each ``{system}`` made an expansion of ``$PIMEM_SYSTEM`` fit for the quotes it stands
+    in: ``"${PIMEM_SYSTEM}"`` outside quotes, ``${PIMEM_SYSTEM}`` inside double quotes, and inside single
+    quotes those closed around it. The shell expands a variable once and never reads its value as code, so
+    the system prompt's quotes and backticks arrive as written wherever the placeholder is (pasting the text
+    itself in, quoted, broke inside a quoted word: ``"Rules: {system}"``). A backslash-escaped one stays."""
+    placed, quote, k = [], "", 0
+    while k < len(command):
+        if command.startswith("{system}", k):
+            placed.append({"": '"${PIMEM_SYSTEM}"', '"': "${PIMEM_SYSTEM}", "'": "'\"${PIMEM_SYSTEM}\"'"}[quote])
+            k += len("{system}")
+            continue
+        char = command[k]
+        if char == "\\" and quote != "'":  # (escapes the next character, placeholder or quote)
+            placed.append(command[k:k + 2])
+            k += 2
+            continue
+        if char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        placed.append(char)
+        k += 1
+    return "".join(placed)
+
+
+def _read_until_exit(proc: subprocess.Popen, timeout: float) -> tuple[bool, bytearray, int, bytearray]:
+    """Read ``proc``'s stdout and stderr until it exits or ``timeout`` passes: whether it exited, the first
+    ``COMMAND_OUTPUT`` bytes of its stdout, how many bytes it printed there, and the last ``COMMAND_STDERR``
+    of its stderr. The answer counts when the command exits: its group is killed then (before it is reaped,
+    so under its own id), what it wrote is read from the pipes, and a child that left the group and still
+    holds them is not waited for."""
+    import selectors
+    import signal
+
+    deadline = time.monotonic() + timeout
+    head, tail, size = bytearray(), bytearray(), 0
+    streams = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+    try:  # (readable when the command exits: Linux 5.3; elsewhere its exit is looked at every 10 ms)
+        exit_fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        exit_fd = None
+    with selectors.DefaultSelector() as selector:
+        for fd in streams:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
+
+        def read(fd: int) -> None:  # (one read a turn: a flood never keeps the loop from the clock)
+            nonlocal size
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return
+            if not chunk:
+                selector.unregister(fd)
+            elif streams[fd] == "out":
+                head.extend(chunk[:max(0, COMMAND_OUTPUT - len(head))])
+                size += len(chunk)
+            else:
+                tail.extend(chunk)
+                del tail[:-COMMAND_STDERR]
+
+        try:
+            while not _exited(proc):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False, head, size, tail
+                for key, _ in selector.select(left if exit_fd is not None else min(left, 0.01)):
+                    if key.fd in streams:
+                        read(key.fd)
+            _kill_group(proc.pid, signal.SIGKILL)  # (nothing of its group writes more)
+            while any(fd in streams for fd in selector.get_map()) and time.monotonic() < deadline:
+                ready = [key.fd for key, _ in selector.select(0) if key.fd in streams]
+                if not ready:
+                    break
+                for fd in ready:
+                    read(fd)
+        finally:
+            if exit_fd is not None:
+                os.close(exit_fd)
+    return True, head, size, tail
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether the command has exited, without reaping it where the system can say so (``waitid``)."""
+    if not hasattr(os, "waitid"):  # (macOS before Python 3.13)
+        return proc.poll() is not None
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 @atexit.register
