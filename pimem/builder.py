@@ -554,10 +554,48 @@ def _context_bytes(surveyed: "Builder", hi: int, lo: int) -> int:
     return total // max(1, calls)
 
 
+def _reply_bytes(mem, line_bytes: int) -> int:
+    """The bytes of the lines this memory's model compactor wrote, on average (at most ``line_bytes``)."""
+    sizes = [node["size"] for node in mem.tree.records(b'"tokens_in"') if type(node.get("size")) is int
+             and node.get("tokens_in")]
+    return min(line_bytes, round(sum(sizes) / len(sizes))) if sizes else line_bytes
+
+
+def _merge_calls(surveyed: "Builder", reply_bytes: int, line_bytes: int) -> int:
+    """The pending merges that will take a call: those whose two child lines, built or foreseen (a
+    compactor's line taken for ``reply_bytes``, a free join for its two lines), do not fit in one line
+    together. A short message beside a summary, or two short summaries, join free."""
+    # (a stored line's text, None in the frontier, is read only where it decides a pending merge)
+    size = {node: None if text is None else len(text.encode()) for node, text in surveyed.frontier.items()}
+    for i in surveyed.window:
+        size[(0, i)] = reply_bytes
+    calls = 0
+    for l, marks in enumerate(surveyed.settled_marks):
+        if l == 0:
+            continue
+        i = marks.find(0)
+        while i >= 0:
+            halves = []
+            for child in ((l - 1, 2 * i), (l - 1, 2 * i + 1)):
+                if size.get(child, 0) is None:
+                    size[child] = len(surveyed._text(*child).encode())
+                halves.append(size.get(child, reply_bytes))
+            joined = halves[0] + 1 + halves[1]
+            if joined <= line_bytes:
+                size[(l, i)] = joined
+            else:
+                size[(l, i)] = reply_bytes
+                calls += 1
+            i = marks.find(0, i + 1)
+    return calls
+
+
 def estimate(mem, compactor: Compactor | None = None) -> dict:
     """What building the rest would take: how many calls, and the tokens and cost they would use.
 
-    Leaves are counted exactly; every pending merge is counted as a call (a few turn out free). Each call
+    Leaves are counted exactly; a pending merge is counted as a call unless its two lines fit in one together
+    (``_merge_calls``: a line not written yet taken for the size of this memory's lines so far, or a full
+    line before any). Each call
     sends the system prompt, its task and the compactor's view of what came before it (``_context_bytes``:
     the whole history until it passes ``cview``'s hi, then near the middle of lo–hi; ``ContextView``); each reply is taken for about
     a full line (``line_bytes``), or for what this memory's replies used so far. Tokens are counted as 4 bytes.
@@ -569,12 +607,14 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     cfg = mem.config
     compactor = compactor or Compactor(cfg["compactor"], BuildState(mem.path))
     found, surveyed = _survey(mem, detail=True)
-    merges = found["pending"] - found["leaves"]
+    so_far = spent(mem) if not compactor.offline else None
+    line_bytes = int(cfg["line_bytes"])
+    reply_bytes = _reply_bytes(mem, line_bytes) if so_far and so_far["calls"] else line_bytes
+    merges = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
     context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]))
     prefix = len(prompts.SYSTEM) + context  # the system prompt and <chat>: what a prompt cache can keep
     sent = calls * (prefix + 700) + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100
-    so_far = spent(mem) if not compactor.offline else None
     per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"]
                  else min(compactor.max_tokens, int(cfg["line_bytes"]) // 4))
     if compactor.offline:

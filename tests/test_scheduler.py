@@ -183,6 +183,26 @@ def test_the_dry_run_of_a_small_memory_counts_the_little_history_its_first_calls
     assert 0.85 <= predicted / recorded <= 1.15, (predicted, recorded)
 
 
+def test_the_dry_run_after_appends_counts_the_merges_that_join_free(run, home, monkeypatch):
+    """A summary of 480 bytes beside a short message fits in a line with it: that merge costs no call. Once
+    the memory's lines are known, the dry run says so (it took every pending merge for a call: 1.25× the
+    calls and 1.35× the tokens the build then took here)."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 24)
+        assert run("build-tree", "m").exit_code == 0
+        mem.append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % 3 == 0 else long_text(k)}
+                    for k in range(24, 120)])
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        out = run("build-tree", "m", "--json")
+    done = orjson.loads(out.stdout.splitlines()[-1])
+    assert done["event"] == "done" and done["calls"] == predicted["calls"]
+    assert 0.85 <= predicted["tokens_in"] / done["tokens_in"] <= 1.15, (predicted, done)
+
+
 def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
     """Calls held back while others were in flight at their worst case start once those cost what they did: a
     build whose real cost fits the cap ends complete, exit 0, not "stopped before spending more"."""
