@@ -45,6 +45,8 @@ _HOLES = re.compile(f"{_HOLE}(\\d+){_HOLE}")
 _IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
                         "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
                         "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+_ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string escape, as call arguments are logged
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _PLAIN = str.maketrans({**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
                         **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
                         **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')})
@@ -126,6 +128,13 @@ def _key_runs(line: str, find: Callable[[str], list[tuple[int, int]]], spaced: b
     return [(starts[start], ends[end - 1]) for start, end in find(keyed)]
 
 
+def _unescaped(text: str) -> str:
+    """``text`` with its JSON string escapes read (``\\n``, ``\\"``, ``\\u00e9``): a tool call's arguments are
+    logged as JSON, so a file a call wrote is in its text with every line break and quote escaped, and a model
+    quotes it as it reads."""
+    return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), text)
+
+
 def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for start, end in sorted(runs):
@@ -140,9 +149,11 @@ def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int,
     """The maximal ``[start, end)`` runs of ``line``, each at least ``RUN`` characters, whose every
     ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``, folded
     (``_fold``: case, width, normal form, invisible characters aside) and white space aside: a run that crossed
-    a line break of the output is found with a space in its place, or with none."""
+    a line break of the output is found with a space in its place, or with none; a tool text's JSON escapes
+    are read too (``_unescaped``)."""
     if not tools:
         return []
+    tools = [*tools, *(plain for text in tools if "\\" in text and (plain := _unescaped(text)) != text)]
     runs = []
     for spaced, key in ((True, flat), (False, _solid)):
         tool_text, other_text = "\0".join(map(key, tools)), "\0".join(map(key, others))

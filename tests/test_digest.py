@@ -787,6 +787,16 @@ def test_a_summary_joining_a_secret_wrapped_over_lines_of_output_is_masked():
     assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: show me the token; echo: token {TOOL_TEXT}"]
 
 
+def test_a_summary_quoting_a_file_a_tool_call_wrote_is_masked():
+    """A call's arguments are logged as JSON, every line break and quote of the file it wrote escaped; a model
+    quotes the file as it reads, and that is the call's text all the same."""
+    call = "Write(" + orjson.dumps({"file_path": "/app/.env", "content": 'PG_PASSWORD="Zx9-quartz"\nPG_USER=admin\n'}).decode() + ")"
+    msgs = [{"i": 0, "kind": "user", "text": "please write the env file"}, {"i": 1, "kind": "tool", "text": call},
+            {"i": 2, "kind": "echo", "text": "File created successfully"}, {"i": 3, "kind": "pi", "text": "done"}]
+    line = 'user: write the env file; tool: wrote PG_PASSWORD="Zx9-quartz" PG_USER=admin; pi: done'
+    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: write the env file; tool: wrote {TOOL_TEXT}; pi: done"]
+
+
 def test_the_mask_folds_decomposed_accents_and_spares_the_users_words_in_another_case():
     """An output's ``é`` written apart (``e`` and a combining accent, as macOS names files) is the model's ``é``;
     words the user said are the user's in any case, whatever the output printed."""
