@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import socket
 import time
 import uuid
@@ -284,6 +285,45 @@ def test_calls_still_running_when_pimem_exits_are_killed_with_their_children(tmp
     assert list(temp.iterdir()) == []  # nor its system prompt file
 
 
+@pytest.mark.parametrize("signum", [9, 1])  # SIGKILL, and SIGHUP (a terminal closed, an ssh link dropped)
+def test_calls_in_flight_die_with_a_pimem_killed_by_a_signal_it_cannot_handle(tmp_path, signum):
+    """A signal that ends pimem without its exit handlers (SIGKILL, a SIGHUP nothing catches) still takes its
+    commands along: they are in sessions of their own, which a terminal's hangup never reaches, and would
+    otherwise run to their own end, past every timeout. Their system prompt file goes with them."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    marker = _marker(28)
+    script = (
+        "import threading, time\n"
+        "from pimem.compactor.providers import Command\n"
+        f"call = Command('cat > /dev/null; sleep {marker} & sleep {marker}')\n"
+        "threading.Thread(target=lambda: call.complete('s', '', 'task', 10), daemon=True).start()\n"
+        "time.sleep(60)\n"
+    )
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    pimem = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)})
+    try:
+        deadline = time.monotonic() + 30
+        while len(_alive(marker)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _alive(marker), "the command did not start"
+        pimem.send_signal(signum)
+        assert pimem.wait(30) == -signum
+        assert _gone(marker), "a command outlived the process that started it"
+        assert list(temp.iterdir()) == []  # nor its system prompt file
+    finally:
+        pimem.kill()
+        for pid in _alive(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_the_system_prompt_reaches_a_command_apart_from_the_task(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -395,6 +435,20 @@ def test_a_daemon_holding_the_commands_output_does_not_hold_the_call(tmp_path):
             with contextlib.suppress(OSError):
                 os.kill(pid, 9)
     assert text == "user: answered" and time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize(("command", "said"), [
+    ("cat > /dev/null; echo 'rate limited' >&2; echo 'try again in 20 s' >&2; exit 3", "exited 3: rate limited try again in 20 s"),
+    ("cat > /dev/null; exit 3", "exited 3"),
+    ("cat > /dev/null; kill -TERM $$", "was killed by SIGTERM"),
+    ("no-such-model-command -m x", "exited 127: /bin/sh: .*no-such-model-command: .*not found"),  # (dash, bash)
+])
+def test_a_failed_command_says_how_it_ended_in_one_line(tmp_path, command, said):
+    comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    with pytest.raises(CallFailed) as failed:
+        comp.build(Task(0, 3, kind="user", text="the task's message"))
+    comp.close()
+    assert re.fullmatch(re.escape(f"command {command!r} ") + said, str(failed.value))
 
 
 def test_bytes_of_a_commands_answer_that_are_not_utf8_are_shown_replaced(tmp_path):

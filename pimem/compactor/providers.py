@@ -325,8 +325,10 @@ class Command:
         with tempfile.TemporaryFile() as stdin:
             stdin.write(prompt.encode("utf-8"))
             stdin.seek(0)
-            proc = subprocess.Popen(command, shell=True, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=env, start_new_session=True)
+            lifeline = _lifeline()
+            proc = subprocess.Popen(["/bin/sh", "-c", _watched(lifeline), "sh", command], stdin=stdin,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                    pass_fds=() if lifeline is None else (lifeline,))
         _RUNNING.add(proc.pid)
         try:
             answered, head, size, tail = _read_until_exit(proc, self.timeout)
@@ -342,7 +344,7 @@ class Command:
         text = bytes(head).decode("utf-8", "replace")
         if proc.returncode != 0:
             detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
-            raise CallFailed(f"command {self.command!r} exited {proc.returncode}: {detail}")
+            raise CallFailed(f"command {self.command!r} {_ended(proc.returncode)}" + (f": {detail}" if detail else ""))
         # its tokens out, as estimated, count up to the ``max_tokens`` asked for (a model stops there): so a call
         # costs no more than the worst case ``--max-cost`` counted for it, whatever the command printed
         return Reply(text, "length" if size > COMMAND_OUTPUT else "stop", _estimate_tokens(system + chat + task),
@@ -358,6 +360,31 @@ COMMAND_OUTPUT = 1 << 20  # bytes of a command's answer read, at most
 COMMAND_STDERR = 4096  # bytes of a command's stderr kept (its last), for the error a failure shows
 _RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
 _SYSTEM_FILES: set[str] = set()  # the system prompt files of commands not closed yet, removed at exit
+
+
+_LIFELINE: list[int] = []  # a pipe's ends: the write end is this process's alone, so it closes when it ends
+_LIFELINE_LOCK = threading.Lock()
+
+
+def _lifeline() -> int | None:
+    """The read end of this process's lifeline, which a command's watchdog reads to its end (None where
+    ``/dev/fd`` cannot reopen it)."""
+    with _LIFELINE_LOCK:
+        if not _LIFELINE:
+            _LIFELINE.extend(os.pipe())  # (not inherited: each command is passed the read end alone)
+        return _LIFELINE[0] if os.path.exists(f"/dev/fd/{_LIFELINE[0]}") else None
+
+
+def _watched(lifeline: int | None) -> str:
+    """The script that runs a command (``$1``) in its group beside a watchdog: when this process ends in any
+    way, even by a signal that runs no exit handler (SIGKILL, a SIGHUP nothing catches: a terminal closed),
+    the watchdog reads the lifeline's end, removes the system prompt file and kills the group, so no command
+    runs on, past every timeout, after pimem. Killed with the group when the command has answered."""
+    run = 'exec /bin/sh -c "$1"'  # (exec: the group's leader is the command, whose exit ends the call)
+    if lifeline is None:
+        return run
+    return (f'( exec < /dev/fd/{lifeline} || exit; read -r _; rm -f "$PIMEM_SYSTEM_FILE"; kill -KILL 0 ) '
+            f'< /dev/null > /dev/null 2>&1 &\n{run}')
 
 
 def _placed(command: str) -> str:
@@ -441,6 +468,18 @@ def _read_until_exit(proc: subprocess.Popen, timeout: float) -> tuple[bool, byte
             if exit_fd is not None:
                 os.close(exit_fd)
     return True, head, size, tail
+
+
+def _ended(returncode: int) -> str:
+    """How a command that failed ended: ``exited 3``, or ``was killed by SIGTERM``."""
+    import signal
+
+    if returncode >= 0:
+        return f"exited {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
 
 
 def _exited(proc: subprocess.Popen) -> bool:
