@@ -8,6 +8,10 @@ then measured, in one run, against baselines over the same questions and the sam
 - ``old``: the offline compactor before issue 15 (``bench/baselines/extractive_old.py``);
 - ``yake`` (with ``--variants new,old,yake``): the new one with YAKE! key phrases (the ``yake`` package) in
   place of its own stop-word runs;
+- ``lexrank`` (with ``--variants new,old,lexrank``): a sentence-scoring library in place of the hand-written
+  weights: each line is the merge's days (as ``new`` writes them) and the span's sentences that LexRank (the
+  ``sumy`` package's, with its English stop words and Snowball stemmer) rates most central, as many as fit,
+  in text order under their speakers;
 - ``head``: the new run's view, every line replaced by the first 512 bytes of its span (``kind: text`` lines
   joined by newlines), its halves likewise;
 - ``window``: as many bytes as the view holds, of the most recent turns verbatim (coverage only).
@@ -135,6 +139,80 @@ def old_compactor() -> Compactor:
             return text, {"model": "extractive-old", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": 0.0}
 
     return Old({})
+
+
+def lexrank_compactor() -> Compactor:
+    """The ``lexrank`` variant (``pip install sumy numpy``): a line is the span's days, then the sentences sumy's
+    LexRank rates most central among the span's (over more than eight messages: among the ``EACH`` each half
+    rated best), as many as fit in 512 bytes, shown in text order under their speakers."""
+    import numpy
+    from sumy.models.dom import ObjectDocumentModel, Paragraph, Sentence
+    from sumy.nlp.stemmers import Stemmer
+    from sumy.summarizers.lex_rank import LexRankSummarizer
+    from sumy.utils import get_stop_words
+
+    from pimem.compactor import extractive
+
+    EACH = 96  # sentences a span keeps for its parent to rate
+    rater = LexRankSummarizer(Stemmer("english"))
+    rater.stop_words = get_stop_words("english")
+
+    class Words:  # sumy's tokenizer interface, without the nltk data its own needs
+        language = "english"
+
+        @staticmethod
+        def to_words(text):
+            return _WORD.findall(text)
+
+    class Lex(Compactor):
+        def for_memory(self, mem):
+            self.mem, self.rated = mem, {}
+            return self
+
+        def sentences(self, l: int, i: int) -> list[tuple[int, int, str, str]]:
+            """Node (l, i)'s candidate sentences, best first: (message, position, speaker, sentence)."""
+            if (l, i) in self.rated:
+                return self.rated[(l, i)]
+            start, end = node_span(l, i)
+            found = []
+            if end - start <= 8 or l == 0:
+                for msg in self.mem.messages(start, end):
+                    who = extractive._speaker(msg)[0]
+                    for k, text in enumerate(extractive._SENTENCE_END.split(msg["text"] or "")):
+                        if text.strip():
+                            found.append((msg["i"], k, who, text.strip()))
+            if not found or len(found) > EACH:
+                found = self.sentences(l - 1, 2 * i) + self.sentences(l - 1, 2 * i + 1) if l else found[:EACH]
+            doc = ObjectDocumentModel([Paragraph([Sentence(t[3], Words) for t in found])])
+            words = [rater._to_words_set(s) for s in doc.sentences]  # (LexRank's own steps, for its ratings)
+            tf, idf = rater._compute_tf(words), rater._compute_idf(words)
+            with numpy.errstate(invalid="ignore"):  # (sentences of stop words only: no centrality, all NaN)
+                scores = numpy.nan_to_num(rater.power_method(rater._create_matrix(words, rater.threshold, tf, idf),
+                                                             rater.epsilon))
+            best = [t for _, t in sorted(zip(scores, found), key=lambda st: -st[0])][:EACH]
+            self.rated[(l, i)] = best
+            return best
+
+        def build(self, task, context=""):
+            start, end = node_span(task.l, task.i)
+            days = ()
+            for msg in self.mem.messages(start, end):
+                days = extractive._days(days, extractive._leaf_days(msg.get("date")))
+            head = extractive._dates(days)
+            chosen, used = [], len(head.encode()) + 2
+            for t in self.sentences(task.l, task.i):
+                size = len(t[3].encode()) + len(t[2]) + 3
+                if used + size <= task.limit:
+                    chosen.append(t)
+                    used += size
+            parts, who = [], None
+            for t in sorted(chosen):
+                parts.append(t[3] if t[2] == who else f"{t[2]}: {t[3]}")
+                who = t[2]
+            text = extractive.cut_line(f"{head}: {' '.join(parts)}" if head else " ".join(parts), task.limit)
+            return text, {"model": "lexrank", "tokens_in": 0, "tokens_out": 0, "cost": 0.0, "seconds": 0.0}
+
+    return Lex({})
 
 
 class YakePhrases:
@@ -324,7 +402,7 @@ def run_set(label: str, instances: list[dict], variants: list[str]) -> dict:
             per: dict[str, list] = {}
             verbatim = verbatim_spans(inst["records"])  # (the same for every variant's view)
             for variant in variants:
-                compactor = old_compactor() if variant == "old" else None
+                compactor = old_compactor() if variant == "old" else lexrank_compactor() if variant == "lexrank" else None
                 if variant == "yake":
                     with YakePhrases():
                         mem, secs = build(home, f"{variant}-{n}", inst["records"], compactor)
