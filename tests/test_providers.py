@@ -248,6 +248,28 @@ def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_pa
     assert _gone(marker), "children of the command were left running"
 
 
+@pytest.mark.parametrize("answers", [False, True])
+def test_a_child_in_a_process_group_of_its_own_goes_with_the_command(tmp_path, answers):
+    """coreutils' ``timeout`` (and a shell with job control, ``set -m``) moves itself into a process group of
+    its own, still in the command's session: it is killed with the command, whether the command answers or
+    passes its timeout."""
+    marker = _marker(25)
+    command = f"cat > /dev/null; timeout 100 sleep {marker} | cat & " + ("sleep 0.5; echo 'user: answered'" if answers else "wait")
+    comp = Compactor({"provider": "command", "command": command, "timeout": 2}, BuildState(tmp_path))
+    try:
+        if answers:
+            assert comp.build(Task(0, 0, kind="user", text="a long message"))[0] == "user: answered"
+        else:
+            with pytest.raises(CallFailed, match="no answer within 2 s"):
+                comp.build(Task(0, 0, kind="user", text="a long message"))
+        comp.close()
+        assert _gone(marker), "a child in a group of its own outlived the call"
+    finally:
+        for pid in _alive(marker):
+            with contextlib.suppress(OSError):
+                os.kill(pid, 9)
+
+
 def test_a_command_that_answers_leaves_nothing_running_behind_it(tmp_path):
     marker = _marker(27)
     command = f"(sleep {marker} &); cat > /dev/null; echo 'user: answered'"
@@ -300,7 +322,7 @@ def test_calls_in_flight_die_with_a_pimem_killed_by_a_signal_it_cannot_handle(tm
     script = (
         "import threading, time\n"
         "from pimem.compactor.providers import Command\n"
-        f"call = Command('cat > /dev/null; sleep {marker} & sleep {marker}')\n"
+        f"call = Command('cat > /dev/null; timeout 100 sleep {marker} | cat & sleep {marker}')\n"
         "threading.Thread(target=lambda: call.complete('s', '', 'task', 10), daemon=True).start()\n"
         "time.sleep(60)\n"
     )

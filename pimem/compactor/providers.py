@@ -287,8 +287,8 @@ class Command:
     reads ``$PIMEM_SYSTEM`` where it stands (quoted or not, alone or inside a longer word); ``$PIMEM_SYSTEM_FILE``
     names a file holding it; stdin then carries only the task (the compactor's view and the task). A command
     without ``{system}`` gets the system prompt at the head of stdin too, as one input. The command runs in a
-    process group of its own, killed whole on timeout (and whatever it left running once it has answered), so
-    no child outlives a call. Its output is read from pipes as it comes: the answer's first ``COMMAND_OUTPUT``
+    session of its own, killed whole on timeout (and whatever it left running once it has answered), so no
+    child outlives a call, nor pimem however it ends (``_watched``). Its output is read from pipes as it comes: the answer's first ``COMMAND_OUTPUT``
     bytes and the last 4 KiB of its stderr are kept, the rest dropped, so no flood fills the memory or a disk."""
 
     kind = "command"
@@ -313,7 +313,6 @@ class Command:
             return self._system_files[system]
 
     def complete(self, system: str, chat: str, task: str, max_tokens: int) -> Reply:
-        import signal
         import tempfile
 
         apart = "{system}" in self.command
@@ -333,7 +332,7 @@ class Command:
         try:
             answered, head, size, tail = _read_until_exit(proc, self.timeout)
         finally:
-            _kill_group(proc.pid, signal.SIGKILL)  # anything it started and left behind
+            _kill_call(proc.pid)  # anything it started and left behind
             _RUNNING.discard(proc.pid)
             proc.stdout.close()
             proc.stderr.close()
@@ -383,8 +382,8 @@ def _watched(lifeline: int | None) -> str:
     run = 'exec /bin/sh -c "$1"'  # (exec: the group's leader is the command, whose exit ends the call)
     if lifeline is None:
         return run
-    return (f'( exec < /dev/fd/{lifeline} || exit; read -r _; rm -f "$PIMEM_SYSTEM_FILE"; kill -KILL 0 ) '
-            f'< /dev/null > /dev/null 2>&1 &\n{run}')
+    return (f'( exec < /dev/fd/{lifeline} || exit; read -r _; rm -f "$PIMEM_SYSTEM_FILE"; pkill -KILL -s 0; '
+            f'kill -KILL 0 ) < /dev/null > /dev/null 2>&1 &\n{run}')  # (pkill -s 0: its session's other groups)
 
 
 def _placed(command: str) -> str:
@@ -496,10 +495,8 @@ def _exited(proc: subprocess.Popen) -> bool:
 def _kill_running() -> None:
     """At exit (a build stopped by a signal leaves the calls it gave up on running): no command outlives pimem,
     and no system prompt file it was given stays behind."""
-    import signal
-
-    for pgid in list(_RUNNING):
-        _kill_group(pgid, signal.SIGKILL)
+    for sid in list(_RUNNING):
+        _kill_call(sid)
     _unlink(list(_SYSTEM_FILES))
 
 
@@ -510,6 +507,41 @@ def _unlink(paths: list[str]) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+
+
+def _kill_call(sid: int) -> None:
+    """Kill a call's command and all it started: its process group, then every other group of its session
+    (a child that moved to a group of its own: coreutils' ``timeout`` does, as does a shell with job control).
+    Only a child that left the session (``setsid``, a daemon) escapes."""
+    import signal
+
+    _kill_group(sid, signal.SIGKILL)
+    for _ in range(3):  # (a child forked while the session was looked at is in a group found the next time)
+        groups = _session_groups(sid)
+        if not groups:
+            return
+        for pgid in groups:
+            _kill_group(pgid, signal.SIGKILL)
+
+
+def _session_groups(sid: int) -> set[int]:
+    """The process groups of session ``sid`` that hold a live process, from ``/proc`` (none without it)."""
+    groups = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return groups
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # (gone meanwhile)
+                continue
+            state, _, pgid, session = stat[stat.rindex(b")") + 2:].split(b" ", 4)[:4]
+            if int(session) == sid and state != b"Z":
+                groups.add(int(pgid))
+    return groups
 
 
 def _kill_group(pgid: int, sig: int) -> None:
