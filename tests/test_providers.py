@@ -464,6 +464,9 @@ def test_a_daemon_holding_the_commands_output_does_not_hold_the_call(tmp_path):
     ("cat > /dev/null; exit 3", "exited 3"),
     ("cat > /dev/null; kill -TERM $$", "was killed by SIGTERM"),
     ("no-such-model-command -m x", "exited 127: /bin/sh: .*no-such-model-command: .*not found"),  # (dash, bash)
+    ("cat > /dev/null; sh -c \"echo 'Error: unknown model x' >&2; exit 1\" | head -1",
+     "exited 0 with no answer: Error: unknown model x"),  # (a pipeline exits as its last command)
+    ("cat > /dev/null; printf ' \\n\\t\\n'", "exited 0 with no answer"),
 ])
 def test_a_failed_command_says_how_it_ended_in_one_line(tmp_path, command, said):
     comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))

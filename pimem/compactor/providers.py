@@ -341,9 +341,12 @@ class Command:
             raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s")
         # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
         text = bytes(head).decode("utf-8", "replace")
+        detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
         if proc.returncode != 0:
-            detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
             raise CallFailed(f"command {self.command!r} {_ended(proc.returncode)}" + (f": {detail}" if detail else ""))
+        if not text.strip():  # (its stderr says why, as a failure's does: a pipeline's end, `| head -1`, exits 0)
+            raise CallFailed(f"command {self.command!r} exited 0 with no answer" + (f": {detail}" if detail else ""),
+                             spent={"tokens_in": _estimate_tokens(system + chat + task)})
         # its tokens out, as estimated, count up to the ``max_tokens`` asked for (a model stops there): so a call
         # costs no more than the worst case ``--max-cost`` counted for it, whatever the command printed
         return Reply(text, "length" if size > COMMAND_OUTPUT else "stop", _estimate_tokens(system + chat + task),
