@@ -288,8 +288,9 @@ class Command:
     names a file holding it; stdin then carries only the task (the compactor's view and the task). A command
     without ``{system}`` gets the system prompt at the head of stdin too, as one input. The command runs in a
     session of its own, killed whole on timeout (and whatever it left running once it has answered), so no
-    child outlives a call, nor pimem however it ends (``_watched``). Its output is read from pipes as it comes: the answer's first ``COMMAND_OUTPUT``
-    bytes and the last 4 KiB of its stderr are kept, the rest dropped, so no flood fills the memory or a disk."""
+    child outlives a call, nor pimem however it ends (``_watched``). Its output is read from pipes as it
+    comes: the answer's first ``COMMAND_OUTPUT`` bytes and the last ``COMMAND_STDERR`` of its stderr are kept,
+    the rest dropped, so no flood fills the memory or a disk."""
 
     kind = "command"
 
@@ -360,7 +361,7 @@ class Command:
 
 COMMAND_OUTPUT = 1 << 20  # bytes of a command's answer read, at most
 COMMAND_STDERR = 4096  # bytes of a command's stderr kept (its last), for the error a failure shows
-_RUNNING: set[int] = set()  # the process groups of calls in flight, killed when pimem exits with them running
+_RUNNING: set[int] = set()  # the sessions of calls in flight, killed when pimem exits with them running
 _SYSTEM_FILES: set[str] = set()  # the system prompt files of commands not closed yet, removed at exit
 
 
@@ -378,10 +379,10 @@ def _lifeline() -> int | None:
 
 
 def _watched(lifeline: int | None) -> str:
-    """The script that runs a command (``$1``) in its group beside a watchdog: when this process ends in any
+    """The script that runs a command (``$1``) in its session beside a watchdog: when this process ends in any
     way, even by a signal that runs no exit handler (SIGKILL, a SIGHUP nothing catches: a terminal closed),
-    the watchdog reads the lifeline's end, removes the system prompt file and kills the group, so no command
-    runs on, past every timeout, after pimem. Killed with the group when the command has answered."""
+    the watchdog reads the lifeline's end, removes the system prompt file and kills the session, so no command
+    runs on, past every timeout, after pimem. Killed with the session when the command has answered."""
     run = 'exec /bin/sh -c "$1"'  # (exec: the group's leader is the command, whose exit ends the call)
     if lifeline is None:
         return run
