@@ -254,7 +254,8 @@ def test_a_child_in_a_process_group_of_its_own_goes_with_the_command(tmp_path, a
     its own, still in the command's session: it is killed with the command, whether the command answers or
     passes its timeout."""
     marker = _marker(25)
-    command = f"cat > /dev/null; timeout 100 sleep {marker} | cat & " + ("sleep 0.5; echo 'user: answered'" if answers else "wait")
+    then = "sleep 0.5; echo 'user: answered'" if answers else "wait"
+    command = f"cat > /dev/null; timeout 100 sleep {marker} | cat & {then}"
     comp = Compactor({"provider": "command", "command": command, "timeout": 2}, BuildState(tmp_path))
     try:
         if answers:
@@ -460,7 +461,8 @@ def test_a_daemon_holding_the_commands_output_does_not_hold_the_call(tmp_path):
 
 
 @pytest.mark.parametrize(("command", "said"), [
-    ("cat > /dev/null; echo 'rate limited' >&2; echo 'try again in 20 s' >&2; exit 3", "exited 3: rate limited try again in 20 s"),
+    ("cat > /dev/null; echo 'rate limited' >&2; echo 'try again in 20 s' >&2; exit 3",
+     "exited 3: rate limited try again in 20 s"),
     ("cat > /dev/null; exit 3", "exited 3"),
     ("cat > /dev/null; kill -TERM $$", "was killed by SIGTERM"),
     ("no-such-model-command -m x", "exited 127: /bin/sh: .*no-such-model-command: .*not found"),  # (dash, bash)
