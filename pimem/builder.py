@@ -141,7 +141,7 @@ class Builder:
             if self.line_costs is not None:  # its leaf's line (the message, its summary, or for tool traffic the
                 # marker a compactor is shown in its place: ``ContextView``), with its label
                 self.line_costs.append(min(msg["size"], MARKER_BYTES if is_tool(msg) else self.line_bytes) + 8)
-            cview = self.cview if self.cview is not None and i >= self.cview.end else None
+            cview = self.cview if self.cview is not None and i >= self.cview.view.T else None
             if (0, i) in self.stored:
                 if cview is not None:
                     cview.push(self._stored_text(0, i))
@@ -393,12 +393,12 @@ class ContextView:
     the history as placeholders and verbatim short messages, leaving room for only a sliver of what came
     before; over what was read so far, each call sees its past within the view's budget (``cview`` lo–hi).
 
-    The builder pushes every message it reads (its leaf's text, or None while unbuilt: it and the leaves after
-    it are held back until it is built) and every node a compactor writes; ``stored_text(l, i)`` gives nodes
-    written before this run. A memory whose compactor kept up (its saved compactor view within twice its
-    budget, with no more placeholders than a window of leaves) starts from that view, which is this very view
-    over the whole log, so only new messages are pushed; one with a backlog starts from its first message.
-    Rendered lines are kept until the view changes, so a call costs a bisection, not a render."""
+    The builder pushes every message it reads (its leaf's text, or None while unbuilt) and every node a
+    compactor writes; ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept
+    up (its saved compactor view within twice its budget, with no more placeholders than a window of leaves)
+    starts from that view, which is this very view over the whole log, so only new messages are pushed; one
+    with a backlog starts from its first message. Rendered
+    lines are kept until the view changes, so a call costs a bisection, not a render."""
 
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
 
@@ -411,7 +411,6 @@ class ContextView:
         self.stored_text = stored_text
         self.shown: dict[tuple[int, int], str] = {}  # each line as a reader sees it (tool traffic taken out)
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
-        self.held: deque[str | None] = deque()  # leaves from the first unbuilt one on, not pushed yet (``push``)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
@@ -428,33 +427,14 @@ class ContextView:
         parent = (l + 1, i >> 1)
         return free_merge(left, right, self.line_bytes) or self.texts.get(parent) or self.stored_text(*parent)
 
-    @property
-    def end(self) -> int:
-        """The messages pushed so far, those still held back included."""
-        return self.view.T + len(self.held)
-
     def push(self, text: str | None) -> None:
-        """The next message's leaf (None: not built yet). A leaf after an unbuilt one is held back until those
-        before it are built, as a live conversation's would not have arrived yet: a call is shown nothing past
-        its first unbuilt line anyway, and a placeholder in the view would hold its batch up (its most due pair
-        is then a recent one waiting for a leaf in flight) while the leaves after it are sent the unfolded
-        view (a median of 1.5-2x ``hi`` when ``hi`` holds a few dozen lines)."""
-        if text is None or self.held:
-            self.held.append(text)
-            return
         self.view.push(text)
         self.view.fit()
 
     def built(self, l: int, i: int, text: str) -> None:
         self.texts[(l, i)] = text
-        if l == 0 and i >= self.view.T:  # (held back: pushed with those after it once none before is unbuilt)
-            self.held[i - self.view.T] = text
-            while self.held and self.held[0] is not None:
-                self.view.push(self.held.popleft())
-                self.view.fit()
-        else:
-            self.view.built(l, i, text)
-            self.view.fit()
+        self.view.built(l, i, text)
+        self.view.fit()
         if len(self.texts) >= self.PRUNE_EVERY and len(self.texts) % self.PRUNE_EVERY == 0:
             self._prune()
 

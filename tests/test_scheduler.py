@@ -510,26 +510,6 @@ def test_a_backlog_build_keeps_every_context_within_twice_hi_and_its_median_with
     assert_complete(Memory.open("m"))
 
 
-def test_a_budget_of_a_few_lines_keeps_the_median_context_within_hi_too(run, home, monkeypatch):
-    """Full lines (480 bytes) against hi 8,000: 16 lines. A leaf in flight used to be a placeholder in the
-    compactor's view, whose most due pair was then a recent one waiting for it, so the view did not fold
-    while the leaves after it were sent it whole: a median of about 1.5× hi here, 1.77× with 2,048-byte
-    lines against the default hi. Leaves after an unbuilt one are now pushed once it is built."""
-    import statistics
-
-    monkeypatch.setenv("TEST_LLM_KEY", "k")
-    with FakeLLM("openai", latency=0.01) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
-        configure(home, server)
-        mem = fill("m", 400, short_every=5)
-        mem.save_config({"cview": {"hi": 8000, "lo": 4000}})
-        assert run("build-tree", "m").exit_code == 0
-    contexts = [chat_bytes(body) for body in server.requests]
-    assert max(contexts) <= 2 * 8000
-    assert statistics.median(contexts) <= 8000, statistics.median(contexts)
-    assert_complete(Memory.open("m"))
-
-
 def test_a_view_that_fell_behind_is_sent_within_twice_hi_its_oldest_and_newest_lines(home, monkeypatch):
     """No merge built, 100 leaves of 300 bytes against hi 2,000: the view cannot fold, yet a call's <chat> stays
     within 2·hi, keeping the view's first lines (the prefix a prompt cache holds) and the newest ones."""
