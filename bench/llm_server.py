@@ -12,6 +12,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FAULTS = ("500", "429", "hang", "malformed", "empty", "nochoices", "long", "length", "redirect")
+BAD_COUNTS = {"negative": -5, "text": "1000", "fraction": 999.5}  # faults: the reply's input count so
 
 
 def summary_for(body: str) -> str:
@@ -156,6 +157,8 @@ class FakeLLM:
                 reply["usage"]["cache_creation_input_tokens"] = 2000
             elif fault == "number":
                 reply["content"] = None
+        if fault in BAD_COUNTS:  # an input count that is no count
+            reply["usage"]["prompt_tokens" if self.api == "openai" else "input_tokens"] = BAD_COUNTS[fault]
         self.send(handler, 200, json.dumps(reply).encode())
 
     @staticmethod

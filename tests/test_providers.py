@@ -81,6 +81,18 @@ def test_a_reasoning_models_first_request_counts_when_the_second_fails(tmp_path,
     assert failed.value.spent["cost"] == pytest.approx((1000 + 100 * 5.0) / 1e6)  # the first one, billed
 
 
+@pytest.mark.parametrize("fault", ["negative", "text", "fraction"])
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_an_input_count_that_is_no_count_is_taken_from_the_bytes_sent(tmp_path, monkeypatch, api, fault):
+    """A usage of -5, "1000" or 999.5 input tokens: the call is billed for the input it sent (a token per 4
+    bytes), never for none of it."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api, faults=[fault]) as server:
+        _, meta = _compactor(server, api, tmp_path).build(Task(0, 3, kind="user", text="x" * 9000), CONTEXT)
+    sent = len(SYSTEM) + len(CONTEXT) + 9000
+    assert sent // 4 <= meta["tokens_in"] < sent // 3 and meta["cost"] >= (sent // 4 + 100 * 5.0) / 1e6
+
+
 def test_anthropic_cache_writes_cost_a_quarter_more_and_the_cap_reserves_for_them(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("anthropic", faults=["written"]) as server:

@@ -261,7 +261,9 @@ class Anthropic(HttpProvider):
         return Reply(
             text,
             "length" if stop == "max_tokens" else str(stop),
-            _count(fresh) + read + written if fresh is not None else _estimate_tokens(system + chat + task),
+            # (no readable count of the uncached rest: the input estimated from the bytes sent, never below the
+            # cache's part of it)
+            _count(fresh) + read + written if _counted(fresh) else max(read + written, _estimate_tokens(system + chat + task)),
             _count(usage.get("output_tokens")) or _estimate_tokens(text),
             read,
             written,
@@ -271,13 +273,16 @@ class Anthropic(HttpProvider):
 MAX_TOKENS_A_CALL = 10**12  # a count held to this keeps a cost finite (and far past any call's worst case)
 
 
+def _counted(value) -> bool:
+    """Whether ``value`` is a token count ``_count`` reads as given (a whole number from 0)."""
+    return (type(value) is int or type(value) is float and value.is_integer()) and value >= 0
+
+
 def _count(value) -> int:
     """A token count from a reply's usage: a whole number from 0, held to ``MAX_TOKENS_A_CALL`` (a bill past a
     call's worst case is kept as billed, and stops a capped run: ``Scheduler._check_bill``); anything else is
     no count, 0 (and the caller's estimate where it has one)."""
-    if type(value) is float and value.is_integer():
-        value = int(value)
-    return min(value, MAX_TOKENS_A_CALL) if type(value) is int and value >= 0 else 0
+    return min(int(value), MAX_TOKENS_A_CALL) if _counted(value) else 0
 
 
 class Command:
