@@ -417,7 +417,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     embedding = semantic.background()
     try:
         for mem in mems:
-            with scheduler.refusing(mem.name, passing=(Busy,)):  # (held by a watcher: exit 4, as ever)
+            with scheduler.refusing(mem.name):  # (held by a watcher: the others built, then exit 4)
                 lease = Lease(mem).acquire(wait)
                 leases.append(lease)
                 scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))

@@ -192,6 +192,8 @@ def test_the_dry_run_after_appends_counts_the_merges_that_join_free(run, home, m
     with FakeLLM("openai", usage="bytes") as server:
         server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
         configure(home, server, price_in=1.0, price_out=2.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "cview": {"hi": 32_000, "lo": 16_000}}))
         mem = fill("m", 24)
         assert run("build-tree", "m").exit_code == 0
         mem.append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % 3 == 0 else long_text(k)}
@@ -536,3 +538,47 @@ def test_a_zero_retry_delay_is_kept_not_replaced_by_the_default(home):
     assert builder.Builder(Memory.open("z")).retry_seconds == 0.0
     mem.save_config({"compactor": {"provider": "openai", "model": "m", "retry_seconds": None}})
     assert builder.Builder(Memory.open("z")).retry_seconds == 10.0  # unset: the default
+
+
+HOLDER = """
+import sys
+from pimem import Memory, lease
+held = lease.Lease(Memory.at("a")).acquire()
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_build_tree_of_every_memory_builds_those_a_watcher_does_not_hold_then_exits_4(run, home):
+    """A cron ``pimem build-tree`` while a watcher builds one memory (a real process holds its lease): the
+    others are built, the held one is named, exit 4."""
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    configure(home)
+    for name in ("a", "b", "c"):
+        fill(name, 12)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], env=subprocess_env(), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline() == b"held\n"
+        out = run("build-tree")
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    assert out.exit_code == 4 and "memory 'a' is being built by pid" in out.stderr, out.stderr
+    pending = {name: orjson.loads(run("status", name, "--json").stdout)["tree"]["pending"] for name in "abc"}
+    assert pending["a"] > 0 and pending["b"] == pending["c"] == 0, pending
+
+
+def test_nodes_given_up_name_the_first_ones_error(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "500") as server:
+        configure(home, server)
+        fill("m", 6)
+        out = run("build-tree", "m", "--retries", "0")
+    error = [line for line in out.stderr.splitlines() if line.startswith("pimem: error: ")]
+    assert out.exit_code == 6 and len(error) == 1 and "could not be built (first m 1+1: " in error[0], out.stderr
+    assert "HTTP 500" in error[0]

@@ -23,8 +23,8 @@ def command(
 
     Short messages and short joins need no model; the rest go to the memory's compactor (pimem model), 8
     calls at a time. Exit 0 when the tree is complete, 6 when some nodes failed (their errors are in
-    'pimem status'; the next run retries them), 4 when a watcher is building the memory (or took its
-    lease over mid-run: this run stalled past the heartbeat). A progress bar is
+    'pimem status'; the next run retries them), 4 when a watcher is building the memory (the others are built
+    first) or took its lease over mid-run (this run stalled past the heartbeat). A progress bar is
     shown on a terminal; --json prints one event per built or failed node and a summary per memory.
 
     Examples:
@@ -37,6 +37,7 @@ def command(
     from .. import builder as builders, compactor, env, scheduler
     from ..errors import BadInput, Busy, PimemError, ProviderError, as_error
     from ..memory import Memory
+    from ..tree import label
 
     output.log_to(log, "build-tree")
 
@@ -111,7 +112,10 @@ def command(
                             f"call may cost up to ${sched.next_worst:.4f} at its worst case); "
                             f"{output.count(sched.pending(), 'node')} remain unbuilt")
     if failed:
-        raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built; the next run retries them")
+        builder, node = next((b, node) for b in built for node in sorted(b.gave_up))
+        error = builder.state.failures.get(label(*node), {}).get("error", "")
+        raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
+                            f"{label(*node)}: {error[:200]}); the next run retries them")
 
 
 class _Progress:
