@@ -384,13 +384,14 @@ class Scheduler:
 
 
 def _install_signals(scheduler: Scheduler) -> list:
-    """SIGTERM and SIGINT stop the scheduler gracefully (main thread only); returns what to restore."""
+    """SIGTERM, SIGINT and SIGHUP (a closed terminal, a dropped ssh link) stop the scheduler gracefully (main
+    thread only); returns what to restore."""
     import signal
 
     if threading.current_thread() is not threading.main_thread():
         return []
     saved = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         saved.append((sig, signal.signal(sig, lambda signum, _: scheduler.stop(signum))))
     return saved
 

@@ -94,7 +94,7 @@ def test_import_stopped_keeps_whole_batches_and_the_next_import_reads_on(home, t
     assert [m["text"] for m in Memory.open("big").messages(0)] == [f"message {k} about the staging database" for k in range(total)]
 
 
-@pytest.mark.parametrize("sig,code", SIGNALS)
+@pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])  # (SIGHUP: its terminal closed)
 def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, sig, code):
     from bench.llm_server import FakeLLM
     from pimem import builder
