@@ -533,6 +533,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             scheduler._drop(builder)
             return
         scheduler.retire(builder)
+        builder.compactor.close()  # (its HTTP client, a command's system prompt file: no call of it is left)
         builder.state.cap_lifted()  # (marked again by the new builder if its cap is reached too)
         take(builder.mem.reopened(), block=False, lease=builder.lease)
         new = scheduler.builders[-1]

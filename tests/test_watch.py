@@ -438,3 +438,29 @@ def test_a_memory_refused_on_a_half_written_config_json_is_taken_again_once_it_i
     events = [orjson.loads(line)["event"] for line in out.splitlines()]
     assert events.count("refused") == 1 and events.count("watching") == 2, events
     assert_built_once(mem)
+
+
+def test_a_compactor_switched_away_from_is_closed_at_once(home, tmp_path):
+    """The old builder's compactor is closed when its successor takes over, not when the watcher exits: a
+    command compactor's system prompt file goes then."""
+    seen = tmp_path / "files"
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        mem = fill("m", 4, short_every=1000)
+        done = subprocess.run(pimem_cmd("model", "m", "command", "--command",
+                                        f'echo "$PIMEM_SYSTEM_FILE" >> {seen}; cat >/dev/null; echo a summary of the span'),
+                              capture_output=True, timeout=60, env=subprocess_env())
+        assert done.returncode == 0, done.stderr
+        watcher = start_watch("m", "--json")
+        try:
+            until(lambda: complete("m"))
+            files = set(seen.read_text().split())
+            assert files and all(os.path.exists(f) for f in files)  # (kept for the calls to come)
+            done = subprocess.run(pimem_cmd("model", "m", "openai/m2", "--base-url", server.url, "--key-env", "TEST_LLM_KEY"),
+                                  capture_output=True, timeout=60, env=subprocess_env())
+            assert done.returncode == 0, done.stderr
+            until(lambda: not any(os.path.exists(f) for f in files))
+            assert watcher.poll() is None
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
