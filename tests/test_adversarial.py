@@ -145,6 +145,13 @@ def test_every_bad_argument_is_one_line_its_code_and_changes_nothing(store, argv
     assert snapshot(store) == before
 
 
+def test_a_blank_command_is_refused_as_the_argument_it_is(store):
+    """``--command "   "`` names the option, not a config.json that was never written."""
+    out = pimem(store, "model", "m", "command", "--command", "   ")
+    err = out.stderr.decode()
+    assert out.returncode == 2 and "needs --command" in err and "config.json" not in err, err
+
+
 def test_the_python_api_refuses_bad_values_as_pimem_errors(store):
     """The library's own entry points: every bad value is a ``PimemError`` with its exit code, not a
     ``TypeError`` from deep inside, nor a false integrity alarm."""

@@ -66,7 +66,7 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
     provider = cfg["provider"]
     if provider in ("openai", "anthropic") and not model:
         raise BadInput(f"{spec!r} names no model: write {word}/MODEL, e.g. {word}/{EXAMPLES.get(word, 'gpt-4o-mini')}")
-    if provider == "command" and not command:
+    if provider == "command" and not (command and command.strip()):
         raise BadInput("the command provider needs --command CMD (a shell command reading the prompt on stdin)")
     if provider == "extractive" and (model or base_url or key_env or command
                                      or any(p is not None for p in (price_in, price_out, price_cached_in))):
