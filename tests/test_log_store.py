@@ -104,7 +104,7 @@ def test_permissions(run, home):
     try:
         assert run("append", "main", "hello").exit_code == 0
         assert run("since", "main", "#0", "--cursor", "mailer").exit_code == 0
-        Memory.open("main").save_config({"view": {"hi": 10}})
+        Memory.open("main").save_config({"view": {"hi": 10, "lo": 5}})
     finally:
         os.umask(old)
     for path in [home, *home.rglob("*")]:
