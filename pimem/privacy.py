@@ -47,6 +47,7 @@ _IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180
                         "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 _ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string escape, as call arguments are logged
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # a terminal's colours
 _PLAIN = str.maketrans({**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
                         **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
                         **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')})
@@ -150,10 +151,11 @@ def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int,
     ``RUN``-character window occurs in one of the ``tools`` texts and in none of the ``others``, folded
     (``_fold``: case, width, normal form, invisible characters aside) and white space aside: a run that crossed
     a line break of the output is found with a space in its place, or with none; a tool text's JSON escapes
-    are read too (``_unescaped``)."""
+    are read too (``_unescaped``), and its terminal escape sequences (colours) left out."""
     if not tools:
         return []
     tools = [*tools, *(plain for text in tools if "\\" in text and (plain := _unescaped(text)) != text)]
+    tools = [*tools, *(plain for text in tools if "\x1b" in text and (plain := _ANSI.sub("", text)) != text)]
     runs = []
     for spaced, key in ((True, flat), (False, _solid)):
         tool_text, other_text = "\0".join(map(key, tools)), "\0".join(map(key, others))

@@ -34,10 +34,10 @@ PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for t
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 6  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
+TEXTS_VERSION = 7  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
 # what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares
 # other messages' words a line joins, a count is at most 13 characters; 5: the mask folds case, width and
-# normal form; 6: and reads a call's JSON escapes
+# normal form; 6: and reads a call's JSON escapes; 7: and leaves a terminal's colour codes out
 
 
 class Views:

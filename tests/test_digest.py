@@ -797,6 +797,15 @@ def test_a_summary_quoting_a_file_a_tool_call_wrote_is_masked():
     assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: write the env file; tool: wrote {TOOL_TEXT}; pi: done"]
 
 
+def test_a_summary_quoting_coloured_tool_output_is_masked():
+    """An output in colour holds escape sequences between its words; a model quotes what a terminal shows."""
+    tool = "\x1b[1mDATABASE_URL\x1b[0m=\x1b[32mpostgres://admin:Tr0ub4dor@db.internal:5432/prod\x1b[0m"
+    msgs = [{"i": 0, "kind": "user", "text": "print the env"}, {"i": 1, "kind": "tool", "text": "env | grep DATABASE"},
+            {"i": 2, "kind": "echo", "text": tool}, {"i": 3, "kind": "pi", "text": "there it is"}]
+    line = "user: print the env; echo: DATABASE_URL=postgres://admin:Tr0ub4dor@db.internal:5432/prod"
+    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: print the env; echo: {TOOL_TEXT}"]
+
+
 def test_the_mask_folds_decomposed_accents_and_spares_the_users_words_in_another_case():
     """An output's ``é`` written apart (``e`` and a combining accent, as macOS names files) is the model's ``é``;
     words the user said are the user's in any case, whatever the output printed."""
