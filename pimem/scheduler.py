@@ -70,6 +70,7 @@ class Scheduler:
     next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
     signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
+    _hurry: threading.Event = field(default_factory=threading.Event)  # a second signal: no more grace
     _pool: _Pool | None = None
     _inflight: int = 0  # model calls in flight
     _results: queue.Queue = field(default_factory=queue.Queue)  # the pool's and the workers' finished tasks
@@ -85,7 +86,10 @@ class Scheduler:
         self.builders.append(builder)
 
     def stop(self, signum: int | None = None) -> None:
-        """Stop after the calls in flight (``signum``: the signal that asked, kept in ``signal``)."""
+        """Stop after the calls in flight (``signum``: the signal that asked, kept in ``signal``); a second
+        signal stops without waiting for them (what they would have built is built by the next run)."""
+        if signum is not None and self._stop.is_set():
+            self._hurry.set()
         if signum is not None and self.signal is None:
             self.signal = signum
         self._stop.set()
@@ -373,7 +377,7 @@ class Scheduler:
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
         deadline = time.monotonic() + self.grace
-        while (self._inflight or self._offloaded) and time.monotonic() < deadline:
+        while (self._inflight or self._offloaded) and time.monotonic() < deadline and not self._hurry.is_set():
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
         for builder in list(self._workers):
             self._end_worker(builder)

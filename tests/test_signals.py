@@ -116,6 +116,28 @@ def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, si
     assert not (home / "m" / "lock.json").exists()
 
 
+def test_a_second_ctrl_c_stops_build_tree_without_waiting_for_the_calls_in_flight(home):
+    """The first Ctrl-C gives the calls in flight their grace (15 s); a second one ends the run now, keeping
+    what was built and the lease given up."""
+    from bench.llm_server import FakeLLM
+    from pimem import builder
+    from test_scheduler import configure, fill
+
+    with FakeLLM("openai", latency=12.0) as server:  # (answers after the run has ended)
+        configure(home, server)
+        fill("m", 20, short_every=1000)
+        proc = subprocess.Popen(pimem_cmd("build-tree"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(TEST_LLM_KEY="k"))
+        wait_for(lambda: len(server.requests) >= 8)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert proc.poll() is None  # (waiting for the calls in flight)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=8)  # (before any call is answered, let alone the grace runs out)
+    assert proc.returncode == 130 and err.startswith(b"pimem: interrupted: ") and err.count(b"\n") == 1, err
+    assert builder.survey(Memory.open("m"))["pending"] > 0 and not (home / "m" / "lock.json").exists()
+
+
 @pytest.mark.parametrize("sig,code", SIGNALS)
 def test_a_signal_while_a_command_waits_says_so_in_one_line(home, sig, code):
     assert subprocess.run(pimem_cmd("append", "m", "first"), env=subprocess_env(), capture_output=True).returncode == 0
