@@ -37,7 +37,8 @@ from .message import is_tool
 from .tree import context_end, free_leaf, free_merge, label
 
 WINDOW = 8
-MARKER_BYTES = 64  # about what a tool message shows a compactor in its place (``privacy.marker``)
+MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
+# it ran, "(details hidden; include tools to see it)")
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 PAID = ("tokens_in", "tokens_out", "tokens_cached", "cost")  # what a call costs, kept on its node
@@ -92,6 +93,7 @@ class Builder:
         # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
         # byte per node, 1 once settled (two bytes a message: a million messages' tree in 2 MB)
         self.line_costs: array | None = None
+        self.leaf_sizes: array | None = None
         self.settled_marks: list[bytearray] | None = None
         self.messages: dict[int, dict] = {}  # the window's messages
         self.ready_leaves: deque[int] = deque()
@@ -140,8 +142,9 @@ class Builder:
             self.next_leaf = i + 1
             if self.line_costs is not None:  # its leaf's line (the message, its summary, or for tool traffic the
                 # marker a compactor is shown in its place: ``ContextView``), with its label
-                self.line_costs.append(min(msg["size"], MARKER_BYTES if is_tool(msg) else self.line_bytes) + 8)
-            cview = self.cview if self.cview is not None and i >= self.cview.view.T else None
+                self.line_costs.append((MARKER_BYTES if is_tool(msg) else min(msg["size"], self.line_bytes)) + 8)
+                self.leaf_sizes.append(msg["size"] if msg["size"] <= self.line_bytes else 0)  # (0: a summary)
+            cview = self.cview if self.cview is not None and i >= self.cview.end else None
             if (0, i) in self.stored:
                 if cview is not None:
                     cview.push(self._stored_text(0, i))
@@ -393,12 +396,12 @@ class ContextView:
     the history as placeholders and verbatim short messages, leaving room for only a sliver of what came
     before; over what was read so far, each call sees its past within the view's budget (``cview`` lo–hi).
 
-    The builder pushes every message it reads (its leaf's text, or None while unbuilt) and every node a
-    compactor writes; ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept
-    up (its saved compactor view within twice its budget, with no more placeholders than a window of leaves)
-    starts from that view, which is this very view over the whole log, so only new messages are pushed; one
-    with a backlog starts from its first message. Rendered
-    lines are kept until the view changes, so a call costs a bisection, not a render."""
+    The builder pushes every message it reads (its leaf's text, or None while unbuilt: it and the leaves after
+    it are held back until it is built) and every node a compactor writes; ``stored_text(l, i)`` gives nodes
+    written before this run. A memory whose compactor kept up (its saved compactor view within twice its
+    budget, with no more placeholders than a window of leaves) starts from that view, which is this very view
+    over the whole log, so only new messages are pushed; one with a backlog starts from its first message.
+    Rendered lines are kept until the view changes, so a call costs a bisection, not a render."""
 
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
 
@@ -411,6 +414,7 @@ class ContextView:
         self.stored_text = stored_text
         self.shown: dict[tuple[int, int], str] = {}  # each line as a reader sees it (tool traffic taken out)
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
+        self.held: deque[str | None] = deque()  # leaves from the first unbuilt one on, not pushed yet (``push``)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
@@ -427,14 +431,33 @@ class ContextView:
         parent = (l + 1, i >> 1)
         return free_merge(left, right, self.line_bytes) or self.texts.get(parent) or self.stored_text(*parent)
 
+    @property
+    def end(self) -> int:
+        """The messages pushed so far, those still held back included."""
+        return self.view.T + len(self.held)
+
     def push(self, text: str | None) -> None:
+        """The next message's leaf (None: not built yet). A leaf after an unbuilt one is held back until those
+        before it are built, as a live conversation's would not have arrived yet: a call is shown nothing past
+        its first unbuilt line anyway, and a placeholder in the view would hold its batch up (its most due pair
+        is then a recent one waiting for a leaf in flight) while the leaves after it are sent the unfolded
+        view (a median of 1.5-2x ``hi`` when ``hi`` holds a few dozen lines)."""
+        if text is None or self.held:
+            self.held.append(text)
+            return
         self.view.push(text)
         self.view.fit()
 
     def built(self, l: int, i: int, text: str) -> None:
         self.texts[(l, i)] = text
-        self.view.built(l, i, text)
-        self.view.fit()
+        if l == 0 and i >= self.view.T:  # (held back: pushed with those after it once none before is unbuilt)
+            self.held[i - self.view.T] = text
+            while self.held and self.held[0] is not None:
+                self.view.push(self.held.popleft())
+                self.view.fit()
+        else:
+            self.view.built(l, i, text)
+            self.view.fit()
         if len(self.texts) >= self.PRUNE_EVERY and len(self.texts) % self.PRUNE_EVERY == 0:
             self._prune()
 
@@ -508,7 +531,7 @@ def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
     """``survey``, and the builder that surveyed (``detail``: with its ``line_costs`` and ``settled_marks``)."""
     builder = Builder(mem, mode=Mode.SURVEY)
     if detail:
-        builder.line_costs = array("I")
+        builder.line_costs, builder.leaf_sizes = array("I"), array("I")
         builder.settled_marks = [bytearray(builder.count >> l) for l in range(builder.count.bit_length())]
     builder.admit()
     total = tree_size(builder.count)
@@ -517,21 +540,54 @@ def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
              "merges_ready": len(builder.ready_merges)}, builder)
 
 
-def _context_bytes(surveyed: "Builder", hi: int, lo: int) -> int:
+def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int) -> int:
     """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
-    shown the lines before its ``context_end``, all of them until they pass ``hi`` (a history's first calls
-    see little), then a view kept between ``lo`` and ``hi`` (their middle)."""
-    shown = array("Q", [0])
-    shown.extend(itertools.accumulate(surveyed.line_costs))
+    shown the compactor's view over the messages before its ``context_end`` (``_shown_views``)."""
+    if all(marks.find(0) < 0 for marks in surveyed.settled_marks):
+        return 0  # (nothing left to build)
+    shown = _shown_views(surveyed, hi, lo, line_bytes, reply_bytes)
     total = calls = 0
     for l, marks in enumerate(surveyed.settled_marks):
         i = marks.find(0)
         while i >= 0:  # (the unsettled nodes only: a built tree's few are found at C speed)
-            before = shown[context_end(l, i)]
-            total += before if before <= hi else (hi + lo) // 2
+            total += min(shown[context_end(l, i)], 2 * hi)
             calls += 1
             i = marks.find(0, i + 1)
     return total // max(1, calls)
+
+
+def _shown_views(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int) -> array:
+    """For each message count ``e``, the bytes of the compactor's view over the first ``e`` messages as a call
+    is shown them (``ContextView``): the view run as a build runs it, on the lines' sizes alone (a line is a
+    pair: its bytes in the view's count, and as a call is shown it, tool traffic as a marker), every node
+    built as soon as it is asked for (a leaf as the message, or a summary of ``reply_bytes`` past
+    ``line_bytes``; a merge as its two lines joined when they fit in one, else a summary)."""
+    from .view import View
+
+    class Sizes(View):
+        shown = 0
+
+        def push(self, text, size=None, cost=None):
+            self.shown += text[1] + 8
+            super().push(text, size, cost)
+
+        def _merge(self, l, i, text):
+            j = self.find(l, i)
+            self.shown += text[1] - self.lines[j][2][1] - self.lines[j + 1][2][1] - 8
+            super()._merge(l, i, text)
+
+    def resolve(l, i, left, right):
+        joined = left[0] + 1 + right[0]
+        return (joined, left[1] + 1 + right[1]) if joined <= line_bytes else (reply_bytes, reply_bytes)
+
+    view = Sizes(hi, lo, resolve, cost=lambda l, i, text, size: text[0] + 8)
+    out = array("Q", [0])
+    for size, cost in zip(surveyed.leaf_sizes, surveyed.line_costs):
+        stored = size or reply_bytes
+        view.push((stored, min(stored, cost - 8)))
+        view.fit()
+        out.append(view.shown)
+    return out
 
 
 def _reply_bytes(mem, line_bytes: int) -> int:
@@ -576,8 +632,8 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     Leaves are counted exactly; a pending merge is counted as a call unless its two lines fit in one together
     (``_merge_calls``: a line not written yet taken for the size of this memory's lines so far, or a full
     line before any). Each call
-    sends the system prompt, its task and the compactor's view of what came before it (``_context_bytes``:
-    the whole history until it passes ``cview``'s hi, then near the middle of lo–hi; ``ContextView``); each reply is taken for about
+    sends the system prompt, its task and the compactor's view of what came before it (``_context_bytes``: the
+    view run over the lines' sizes, as ``ContextView`` runs it in a build); each reply is taken for about
     a full line (``line_bytes``), or for what this memory's replies used so far. Tokens are counted as 4 bytes.
     ``cost`` takes no input from the prompt cache. With a ``price_cached_in`` set, ``cost_cached`` counts the
     cache too: the share of input this memory's calls read from it so far, or before any call the system
@@ -592,7 +648,7 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     reply_bytes = _reply_bytes(mem, line_bytes) if so_far and so_far["calls"] else line_bytes
     merges = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
-    context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]))
+    context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes)
     prefix = len(prompts.SYSTEM) + context  # the system prompt and <chat>: what a prompt cache can keep
     sent = calls * (prefix + 700) + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100
     per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"]

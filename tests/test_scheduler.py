@@ -192,8 +192,6 @@ def test_the_dry_run_after_appends_counts_the_merges_that_join_free(run, home, m
     with FakeLLM("openai", usage="bytes") as server:
         server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
         configure(home, server, price_in=1.0, price_out=2.0)
-        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
-                                                        "cview": {"hi": 32_000, "lo": 16_000}}))
         mem = fill("m", 24)
         assert run("build-tree", "m").exit_code == 0
         mem.append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % 3 == 0 else long_text(k)}
@@ -509,6 +507,26 @@ def test_a_backlog_build_keeps_every_context_within_twice_hi_and_its_median_with
     # context after it short; the whole-log view this replaces gave 29 KB here)
     assert max(contexts) <= 2 * 8000
     assert statistics.median(contexts) <= 8000
+    assert_complete(Memory.open("m"))
+
+
+def test_a_budget_of_a_few_lines_keeps_the_median_context_within_hi_too(run, home, monkeypatch):
+    """Full lines (480 bytes) against hi 8,000: 16 lines. A leaf in flight used to be a placeholder in the
+    compactor's view, whose most due pair was then a recent one waiting for it, so the view did not fold
+    while the leaves after it were sent it whole: a median of about 1.5× hi here, 1.77× with 2,048-byte
+    lines against the default hi. Leaves after an unbuilt one are now pushed once it is built."""
+    import statistics
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.01) as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        configure(home, server)
+        mem = fill("m", 400, short_every=5)
+        mem.save_config({"cview": {"hi": 8000, "lo": 4000}})
+        assert run("build-tree", "m").exit_code == 0
+    contexts = [chat_bytes(body) for body in server.requests]
+    assert max(contexts) <= 2 * 8000
+    assert statistics.median(contexts) <= 8000, statistics.median(contexts)
     assert_complete(Memory.open("m"))
 
 
