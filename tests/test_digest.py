@@ -778,32 +778,24 @@ def test_a_summary_quoting_tool_output_in_another_case_width_or_with_invisible_c
     assert quoted in run("view", "main", "--include-tools").stdout
 
 
-def test_a_summary_joining_a_secret_wrapped_over_lines_of_output_is_masked():
-    """An output that printed a token over two short lines, quoted whole (no space where the line broke)."""
-    tool = "token:\n  9f8e7d6c5b4a\n  3f2e1d0c9b8a\nexpires in 3600 s"
-    msgs = [{"i": 0, "kind": "user", "text": "show me the token"}, {"i": 1, "kind": "tool", "text": "vault read token"},
-            {"i": 2, "kind": "echo", "text": tool}, {"i": 3, "kind": "pi", "text": "there it is"}]
-    line = "user: show me the token; echo: token 9f8e7d6c5b4a3f2e1d0c9b8a"
-    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: show me the token; echo: token {TOOL_TEXT}"]
+_WRITE = "Write(" + orjson.dumps({"file_path": "/app/.env", "content": 'PG_PASSWORD="Zx9-quartz"\nPG_USER=admin\n'}).decode() + ")"
 
 
-def test_a_summary_quoting_a_file_a_tool_call_wrote_is_masked():
-    """A call's arguments are logged as JSON, every line break and quote of the file it wrote escaped; a model
-    quotes the file as it reads, and that is the call's text all the same."""
-    call = "Write(" + orjson.dumps({"file_path": "/app/.env", "content": 'PG_PASSWORD="Zx9-quartz"\nPG_USER=admin\n'}).decode() + ")"
-    msgs = [{"i": 0, "kind": "user", "text": "please write the env file"}, {"i": 1, "kind": "tool", "text": call},
-            {"i": 2, "kind": "echo", "text": "File created successfully"}, {"i": 3, "kind": "pi", "text": "done"}]
-    line = 'user: write the env file; tool: wrote PG_PASSWORD="Zx9-quartz" PG_USER=admin; pi: done'
-    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: write the env file; tool: wrote {TOOL_TEXT}; pi: done"]
-
-
-def test_a_summary_quoting_coloured_tool_output_is_masked():
-    """An output in colour holds escape sequences between its words; a model quotes what a terminal shows."""
-    tool = "\x1b[1mDATABASE_URL\x1b[0m=\x1b[32mpostgres://admin:Tr0ub4dor@db.internal:5432/prod\x1b[0m"
-    msgs = [{"i": 0, "kind": "user", "text": "print the env"}, {"i": 1, "kind": "tool", "text": "env | grep DATABASE"},
-            {"i": 2, "kind": "echo", "text": tool}, {"i": 3, "kind": "pi", "text": "there it is"}]
-    line = "user: print the env; echo: DATABASE_URL=postgres://admin:Tr0ub4dor@db.internal:5432/prod"
-    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: print the env; echo: {TOOL_TEXT}"]
+@pytest.mark.parametrize("call,output,quote,kept", [
+    # an output that printed a token over two short lines, quoted whole (no space where the line broke)
+    ("vault read token", "token:\n  9f8e7d6c5b4a\n  3f2e1d0c9b8a\nexpires in 3600 s", "token 9f8e7d6c5b4a3f2e1d0c9b8a", "token "),
+    # a call's arguments are logged as JSON, every line break and quote of the file it wrote escaped; a model
+    # quotes the file as it reads, and that is the call's text all the same
+    (_WRITE, "File created successfully", 'PG_PASSWORD="Zx9-quartz" PG_USER=admin', ""),
+    # an output in colour holds escape sequences between its words; a model quotes what a terminal shows
+    ("env | grep DATABASE", "\x1b[1mDATABASE_URL\x1b[0m=\x1b[32mpostgres://admin:Tr0ub4dor@db.internal:5432/prod\x1b[0m",
+     "DATABASE_URL=postgres://admin:Tr0ub4dor@db.internal:5432/prod", ""),
+])
+def test_a_summary_quoting_tool_traffic_as_a_reader_sees_it_is_masked(call, output, quote, kept):
+    msgs = [{"i": 0, "kind": "user", "text": "show me"}, {"i": 1, "kind": "tool", "text": call},
+            {"i": 2, "kind": "echo", "text": output}, {"i": 3, "kind": "pi", "text": "there it is"}]
+    line = f"user: show me; tool: {quote}; pi: done"
+    assert hide_tools(lambda a, b: iter(msgs[a:b]), [(2, 0, line)]) == [f"user: show me; tool: {kept}{TOOL_TEXT}; pi: done"]
 
 
 def test_the_mask_folds_decomposed_accents_and_spares_the_users_words_in_another_case():
