@@ -240,6 +240,8 @@ class Builder:
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         self.state.failed(label(l, i), error, when.rfc3339(env.now()))
+        if l == 0 and self.cview is not None:
+            self.cview.failed(i)
         if self.retries is not None and tries > self.retries:
             self.gave_up.add((l, i))
             return
@@ -415,6 +417,7 @@ class ContextView:
         self.shown: dict[tuple[int, int], str] = {}  # each line as a reader sees it (tool traffic taken out)
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
         self.held: deque[str | None] = deque()  # leaves from the first unbuilt one on, not pushed yet (``push``)
+        self.failing: set[int] = set()  # leaves whose call failed: they hold nothing back, and are not shown
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
@@ -448,8 +451,23 @@ class ContextView:
         self.view.push(text)
         self.view.fit()
 
+    def failed(self, i: int) -> None:
+        """Leaf ``i``'s call failed: it waits for a retry (for ever, under ``watch``, if it fails every time), so
+        it holds nothing back any more. The leaves held behind it are pushed, it a placeholder among them, and
+        the view folds around it (past twice ``hi`` the best pair built) rather than keep every later leaf in
+        memory; a call is shown the view's lines without its own (``_shown_lines``), not cut there."""
+        self.failing.add(i)
+        self._rendered = None
+        if i >= self.view.T:
+            while self.held:
+                self.view.push(self.held.popleft())
+                self.view.fit()
+
     def built(self, l: int, i: int, text: str) -> None:
         self.texts[(l, i)] = text
+        if l == 0 and self.failing:
+            self.failing.discard(i)
+            self._rendered = None
         if l == 0 and i >= self.view.T:  # (held back: pushed with those after it once none before is unbuilt)
             self.held[i - self.view.T] = text
             while self.held and self.held[0] is not None:
@@ -494,7 +512,11 @@ class ContextView:
         from .privacy import hide_tools
         from .view import render_line
 
-        rows = self.view.texts(cut_unbuilt=True)
+        rows = self.view.texts(cut_unbuilt=not self.failing)
+        if self.failing:  # (cut at the first unbuilt line but a failed leaf's, which is left out)
+            unbuilt = next((k for k, (l, i, text) in enumerate(rows)
+                            if text is None and not (l == 0 and i in self.failing)), len(rows))
+            rows = [row for row in rows[:unbuilt] if row[2] is not None]
         todo = [row for row in rows if row[:2] not in self.shown]
         if todo:
             shown = hide_tools(self.mem.messages, todo, holds=self.mem.span_holds, stored=self.mem.leaf_line)

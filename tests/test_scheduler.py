@@ -600,3 +600,39 @@ def test_nodes_given_up_name_the_first_ones_error(run, home, monkeypatch):
     error = [line for line in out.stderr.splitlines() if line.startswith("pimem: error: ")]
     assert out.exit_code == 6 and len(error) == 1 and "could not be built (first m 1+1: " in error[0], out.stderr
     assert "HTTP 500" in error[0]
+
+
+def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_past_it(home, monkeypatch):
+    """Message 10's call fails every time (a provider refusing that one message). The leaves after it used to be
+    held back from the compactor's view for as long as it stayed unbuilt: kept in memory, one per message (a
+    watcher's grew with the log for good), and every later call was shown the history before message 10 only.
+    A failed leaf is a placeholder in that view (its line is left out of what a call is shown); the others
+    after it are pushed and folded."""
+    import re
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def refuse_10(n, body):
+        return "500" if "compress message 10 " in body["messages"][-1]["content"] else None
+
+    with FakeLLM("openai", faults=refuse_10) as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        configure(home, server)
+        fill("m", 300)
+        sched = scheduler.build_tree([Memory.open("m")], retries=2)
+    built = sched.builders[0] if sched.builders else sched.retired[0]
+    assert built.gave_up == {(0, 10)}
+    cview = built.cview
+    assert len(cview.held) <= builder.WINDOW and cview.view.T == 300
+    assert cview.view.total <= 2 * 2000 + 600  # folded as the leaves came (a line past 2·hi at most)
+    late = []
+    for body in server.requests:
+        chat, task = body["messages"][-1]["content"].split("</chat>\n\n")
+        leaf = re.search(r"compress message (\d+)", task)
+        if leaf and int(leaf[1]) >= 100:
+            starts = [int(line.split("+", 1)[0]) for line in chat.removeprefix("<chat>\n").splitlines()]
+            assert "not summarized yet" not in chat and chat_bytes(body) <= 2 * 2000
+            late.append(max(starts, default=0))
+    assert late and min(late) > 50  # each is shown its recent past, not only messages 0-9
+    found = builder.survey(Memory.open("m"))
+    assert found["leaves"] == 1 and found["pending"] == 9  # message 10 and its 8 ancestors, nothing else
