@@ -103,8 +103,9 @@ class Lease:
         self._due = time.monotonic() + BEAT
         return None
 
-    def acquire(self, wait: float | None = 0.0, poll: float = 0.5) -> "Lease":
-        """Take the lease, waiting up to ``wait`` seconds (None: for ever) for a live holder to go away."""
+    def acquire(self, wait: float | None = 0.0, poll: float = 0.5, stop=None) -> "Lease | None":
+        """Take the lease, waiting up to ``wait`` seconds (None: for ever) for a live holder to go away; None
+        once ``stop`` (a ``threading.Event``: a signal's) is set while waiting."""
         deadline = None if wait is None else time.monotonic() + wait
         while True:
             other = self.try_acquire()
@@ -114,7 +115,11 @@ class Lease:
                 then = f"still after waiting {wait:g} s" if wait else "use --wait to wait for it"
                 raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
                            f"(since {other.get('started')}); {then}")
-            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+            pause = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
+            if stop is None:
+                time.sleep(pause)
+            elif stop.wait(pause):
+                return None
 
     def beat(self, force: bool = False) -> bool:
         """Refresh the heartbeat (every ``BEAT`` seconds); False once the lease was taken by someone else."""

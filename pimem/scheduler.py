@@ -7,8 +7,8 @@ runs inline: it is faster than a thread hand-off; for a backlog of ``worker.MIN_
 on a machine with a second core, it runs in worker processes (``pimem.compactor.worker``) fed batches
 ahead, so lines are composed on every core while this thread settles them (the lines are the same). Built
 nodes are written in batches (at least every 0.2 s) by each builder's writer thread, under the writer lock,
-after checking that this process still holds the memory's lease. SIGTERM and SIGINT stop a driver cleanly;
-``Scheduler.signal`` says which one did.
+after checking that this process still holds the memory's lease. SIGTERM, SIGINT and SIGHUP stop a driver
+cleanly, from its first lease on (a lease waited for included); ``Scheduler.signal`` says which one did.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Scheduler:
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
     next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
-    signal: int | None = None  # the signal (SIGTERM, SIGINT) that stopped the run, if one did
+    signal: int | None = None  # the signal (SIGTERM, SIGINT, SIGHUP) that stopped the run, if one did
     _stop: threading.Event = field(default_factory=threading.Event)
     _hurry: threading.Event = field(default_factory=threading.Event)  # a second signal: no more grace
     _pool: _Pool | None = None
@@ -420,31 +420,28 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress)
     leases = []
     embedding = semantic.background()
+    saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)
     try:
         for mem in mems:
             with scheduler.refusing(mem.name):  # (held by a watcher: the others built, then exit 4)
-                lease = Lease(mem).acquire(wait)
+                lease = Lease(mem).acquire(wait, stop=scheduler._stop)
+                if lease is None:  # (stopped while waiting for it)
+                    break
                 leases.append(lease)
                 scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
                 if embedding:
                     embedding.add(mem)
-        _run_with_signals(scheduler, once=True)
+            if scheduler.stopped:
+                break
+        scheduler.run(once=True)
     finally:
         _close(scheduler, leases)
+        _restore_signals(saved)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
             embedding.stop() if scheduler.stopped else embedding.finish()
     if scheduler.refused and not keep_going:
         raise next(iter(scheduler.refused.values()))
     return scheduler
-
-
-def _run_with_signals(scheduler: Scheduler, **run) -> None:
-    """Run the scheduler with SIGTERM/SIGINT turned into a clean shutdown, then put the handlers back."""
-    saved = _install_signals(scheduler)
-    try:
-        scheduler.run(**run)
-    finally:
-        _restore_signals(saved)
 
 
 def _close(scheduler: Scheduler, leases) -> None:
@@ -500,7 +497,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if lease is None:
             lease = Lease(mem)
             if block:
-                lease.acquire(None if wait else 0.0)
+                if lease.acquire(None if wait else 0.0, stop=scheduler._stop) is None:  # (a signal: stopped)
+                    return
             elif lease.try_acquire() is not None:
                 return
         try:
@@ -569,11 +567,14 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)
 
+    saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)
     try:
         for mem in explicit:
+            if scheduler.stopped:
+                break
             with scheduler.refusing(mem.name, passing=(Busy,), tell=False):
                 take(mem, block=True)
-        if explicit and not scheduler.builders:  # nothing of what was named can be built: the error, once
+        if explicit and not scheduler.builders and not scheduler.stopped:  # nothing named can be built: the error
             raise next(iter(scheduler.refused.values()))
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
             scheduler.emit({"event": "refused", "memory": name, "error": str(errors.as_error(exc))})
@@ -585,9 +586,10 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mems and not watched and not wait and not scheduler.refused:
                 raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
             last_scan[0] = time.monotonic()
-        _run_with_signals(scheduler, between=look_for_memories)
+        scheduler.run(between=look_for_memories)
     finally:
         _close(scheduler, watched.values())
+        _restore_signals(saved)
         if embedding:
             embedding.stop()
     return scheduler

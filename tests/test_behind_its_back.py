@@ -408,3 +408,40 @@ def test_a_view_budget_lowered_in_config_json_is_kept_at_the_next_read(sh, home)
     after = sh("view", "b").stdout  # no append in between
     assert len(after) <= 4000 and after.count(b"\n") < before.count(b"\n")
     assert sh("view", "b").stdout == after  # (and saved as such)
+
+
+def test_build_tree_of_every_memory_builds_past_a_damaged_one_a_bad_config_and_a_held_one(sh, log, home):
+    """Each memory a build cannot take is left and the others built; the one line names the one a person must
+    mend first (a damaged log before a memory a watcher holds, the usual under a watcher) and the rest, and
+    --json has a ``refused`` event for each. A bad config.json stopped the whole run before (exit 2, nothing
+    built), a damaged log the whole dry run."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem import Memory, builder, lease
+
+    for name in ("a", "held", "odd", "z"):
+        assert sh("append", name, "--ndjson", input=b"".join(
+            orjson.dumps({"kind": "user", "text": f"message {n} about the staging db " * 12}) + b"\n" for n in range(9))).returncode == 0
+    (home / "odd" / "config.json").write_text('{"view": {"hi": "big"}}')
+    append_behind(log / f"{DAYS[-1]}.jsonl", line(11, "written by an editor"))  # m: a gap
+    watcher = subprocess.Popen(pimem_cmd("watch", "held"), stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        while lease.holder(Memory.open("held")) is None:
+            time.sleep(0.05)
+        out = sh("build-tree", "--json")
+        dry = sh("build-tree", "--dry-run")
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=60)
+    err = out.stderr.decode()
+    assert out.returncode == 5 and err.count("\n") == 1 and err.startswith("pimem: error: m: "), err
+    assert err.endswith("run 'pimem fsck m' (also not built: odd, held)\n"), err
+    events = [orjson.loads(e) for e in out.stdout.splitlines()]
+    assert {e["memory"] for e in events if e["event"] == "done"} == {"a", "z"}
+    assert {e["memory"] for e in events if e["event"] == "refused"} == {"m", "odd", "held"}
+    assert all(builder.survey(Memory.open(name))["pending"] == 0 for name in ("a", "z"))
+    assert dry.returncode == 5 and dry.stderr.decode().endswith("(also not built: odd)\n")
+    assert [row.split(":")[0] for row in dry.stdout.decode().splitlines()] == ["a", "held", "z"]

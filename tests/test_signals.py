@@ -163,3 +163,39 @@ def test_a_command_whose_standard_streams_were_closed_does_its_work_without_a_tr
     proc = subprocess.run(pimem_cmd("view", "m"), env=subprocess_env(), stderr=subprocess.PIPE, preexec_fn=closed(1))
     assert proc.returncode == 0 and proc.stderr == b""
     assert [m["text"] for m in Memory.open("m").messages()] == [f"logged with {fds} closed" for fds in ((1,), (0, 1), (1, 2))]
+
+
+@pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])
+def test_a_signal_while_build_tree_and_watch_wait_for_a_lease_stops_them_as_while_they_build(home, sig, code):
+    """``--wait`` stands by while a watcher holds the memory: a signal then stops the wait as it stops a build
+    (SIGHUP killed them silently; SIGTERM and Ctrl-C stopped a standing-by ``watch`` with 143 and 130), and
+    the watcher's lease is untouched."""
+    from pimem import lease
+
+    assert subprocess.run(pimem_cmd("append", "m", "first"), env=subprocess_env(), capture_output=True).returncode == 0
+    holder = start("watch", "m")
+    try:
+        wait_for(lambda: lease.holder(Memory.open("m")) is not None)
+        said = b"pimem: interrupted: 0 nodes still pending (0 written in this run; the next run builds the rest)\n"
+        for args, status, said in ((["build-tree", "m", "--wait", "60"], code, said), (["watch", "m", "--wait"], 0, b"")):
+            proc = start(*args)
+            time.sleep(1.5)  # (waiting for the watcher to let go)
+            proc.send_signal(sig)
+            out, err = proc.communicate(timeout=30)
+            assert (proc.returncode, err) == (status, said), args
+            assert lease.holder(Memory.open("m"))["pid"] == holder.pid
+    finally:
+        holder.send_signal(signal.SIGTERM)
+        holder.communicate(timeout=60)
+    assert holder.returncode == 0 and not (home / "m" / "lock.json").exists()
+
+
+def test_sighup_during_a_dry_run_says_so_in_one_line(home, tmp_path):
+    source = tmp_path / "big.ndjson"
+    source.write_bytes(b"".join(line(k) for k in range(60_000)))
+    assert subprocess.run(pimem_cmd("import", source, "--name", "big"), env=subprocess_env(), capture_output=True).returncode == 0
+    proc = start("build-tree", "--dry-run")
+    time.sleep(0.5)  # (surveying the tree: seconds for 60,000 messages)
+    proc.send_signal(signal.SIGHUP)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 129 and err == b"pimem: interrupted\n" and out == b"", err
