@@ -619,15 +619,16 @@ def _reply_bytes(mem, line_bytes: int) -> int:
     return min(line_bytes, round(sum(sizes) / len(sizes))) if sizes else line_bytes
 
 
-def _merge_calls(surveyed: "Builder", reply_bytes: int, line_bytes: int) -> int:
+def _merge_calls(surveyed: "Builder", reply_bytes: int, line_bytes: int) -> tuple[int, int]:
     """The pending merges that will take a call: those whose two child lines, built or foreseen (a
     compactor's line taken for ``reply_bytes``, a free join for its two lines), do not fit in one line
-    together. A short message beside a summary, or two short summaries, join free."""
+    together. A short message beside a summary, or two short summaries, join free. Returns the calls and
+    the bytes of the lines they are given."""
     # (a stored line's text, None in the frontier, is read only where it decides a pending merge)
     size = {node: None if text is None else len(text.encode()) for node, text in surveyed.frontier.items()}
     for i in surveyed.window:
         size[(0, i)] = reply_bytes
-    calls = 0
+    calls = given = 0
     for l, marks in enumerate(surveyed.settled_marks):
         if l == 0:
             continue
@@ -644,19 +645,31 @@ def _merge_calls(surveyed: "Builder", reply_bytes: int, line_bytes: int) -> int:
             else:
                 size[(l, i)] = reply_bytes
                 calls += 1
+                given += joined
             i = marks.find(0, i + 1)
-    return calls
+    return calls, given
+
+
+def _task_bytes(line_bytes: int) -> tuple[int, int]:
+    """What a leaf's and a merge's request carry besides the system prompt, the view and their input: the
+    ``<chat>`` tags, the task's words and its ruler, ``line_bytes`` long (a node's label taken for 6 digits)."""
+    from .compactor import prompt as prompts
+
+    tags = len(prompts.chat("-").encode()) - 1
+    return (tags + len(prompts.leaf_task(100_000, "user", "", line_bytes).encode()),
+            tags + len(prompts.merge_task(100_000, 1024, "", "", line_bytes).encode()))
 
 
 def estimate(mem, compactor: Compactor | None = None) -> dict:
     """What building the rest would take: how many calls, and the tokens and cost they would use.
 
     Leaves are counted exactly; a pending merge is counted as a call unless its two lines fit in one together
-    (``_merge_calls``: a line not written yet taken for the size of this memory's lines so far, or a full
-    line before any). Each call
-    sends the system prompt, its task and the compactor's view of what came before it (``_context_bytes``: the
-    view run over the lines' sizes, as ``ContextView`` runs it in a build); each reply is taken for about
-    a full line (``line_bytes``), or for what this memory's replies used so far. Tokens are counted as 4 bytes.
+    (``_merge_calls``: a line not written yet taken for the size of this memory's lines so far, or before any
+    for a full line, or as much as ``max_tokens`` holds at 4 bytes a token when that is less). Each call sends
+    the system prompt, its task (its words, a ruler of ``line_bytes`` and its input: ``_task_bytes``) and the
+    compactor's view of what came before it (``_context_bytes``: the view run over the lines' sizes, as
+    ``ContextView`` runs it in a build); each reply is taken for that line, or for what this memory's replies
+    used so far. Tokens are counted as 4 bytes.
     ``cost`` takes no input from the prompt cache. With a ``price_cached_in`` set, ``cost_cached`` counts the
     cache too: the share of input this memory's calls read from it so far, or before any call the system
     prompt and the whole view of every call (a lower bound: a provider keeps less)."""
@@ -667,14 +680,16 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     found, surveyed = _survey(mem, detail=True)
     so_far = spent(mem) if not compactor.offline else None
     line_bytes = int(cfg["line_bytes"])
-    reply_bytes = _reply_bytes(mem, line_bytes) if so_far and so_far["calls"] else line_bytes
-    merges = _merge_calls(surveyed, reply_bytes, line_bytes)
+    longest = min(line_bytes, 4 * compactor.max_tokens)  # (a model asked for 170 tokens writes no 2 KB line)
+    reply_bytes = min(longest, _reply_bytes(mem, line_bytes)) if so_far and so_far["calls"] else longest
+    merges, merged_bytes = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
     context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes)
-    prefix = len(prompts.SYSTEM) + context  # the system prompt and <chat>: what a prompt cache can keep
-    sent = calls * (prefix + 700) + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES) + merges * 1100
-    per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"]
-                 else min(compactor.max_tokens, int(cfg["line_bytes"]) // 4))
+    prefix = len(prompts.SYSTEM.encode()) + context  # the system prompt and <chat>: what a prompt cache can keep
+    leaf_task, merge_task = _task_bytes(line_bytes)
+    sent = (calls * prefix + found["leaves"] * leaf_task + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES)
+            + merges * merge_task + merged_bytes)
+    per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"] else reply_bytes // 4)
     if compactor.offline:
         calls, sent = 0, 0
     tokens_in, tokens_out = sent // 4, round(calls * per_reply)

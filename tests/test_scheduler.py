@@ -636,3 +636,26 @@ def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_pas
     assert late and min(late) > 50  # each is shown its recent past, not only messages 0-9
     found = builder.survey(Memory.open("m"))
     assert found["leaves"] == 1 and found["pending"] == 9  # message 10 and its 8 ancestors, nothing else
+
+
+@pytest.mark.parametrize("line_bytes", [256, 2048])
+def test_the_dry_run_of_shorter_or_longer_lines_is_within_15_percent(run, home, monkeypatch, line_bytes):
+    """Each task carries a ruler of ``line_bytes`` and a merge its two lines, and a model's line is at most what
+    ``max_tokens`` (170) lets it write (about 680 bytes, however long a line may be): the dry run took every task
+    for one of 512-byte lines and, before any call, every line for ``line_bytes`` long. Off by 1.3× the input
+    with 256-byte lines, 1.9× the calls and 1.5× the input with 2,048-byte ones."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    answer = min(line_bytes, 4 * 170)  # (a full line, or all that 170 tokens hold)
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 400)[:answer]
+        configure(home, server, price_in=1.0, price_out=2.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "line_bytes": line_bytes, "cview": {"hi": 32_000, "lo": 16_000}}))
+        Memory.at("m").append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % 3 == 0 else long_text(k, 400)}
+                               for k in range(160)])
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m").exit_code == 0
+    recorded = builder.spent(Memory.open("m"))
+    for key in ("calls", "tokens_in", "tokens_out", "cost"):
+        assert 0.85 <= predicted[key] / recorded[key] <= 1.15, (key, predicted, recorded)
