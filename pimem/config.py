@@ -82,6 +82,7 @@ _COMPACTOR_RULES = {"provider": f"one of {', '.join(PROVIDERS)}", "base_url": "a
                                     f"dollars per million tokens, from 0 to {MAX_PRICE:,.0f}")}  # (said as "use …")
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
 _MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)
+_LARGEST = 2**63 - 1  # a number JSON keeps here at most (orjson writes no larger integer, and NaN as null)
 
 
 def _wrong(value, shape, most: float = float("inf")) -> bool:
@@ -89,7 +90,8 @@ def _wrong(value, shape, most: float = float("inf")) -> bool:
     a count never 0."""
     if not isinstance(value, shape) or isinstance(value, bool):
         return True
-    return isinstance(value, (int, float)) and (value < 0 or value > most or (shape is _COUNT and value == 0))
+    return isinstance(value, (int, float)) and (not value >= 0 or value > min(most, _LARGEST)  # (NaN: not >= 0)
+                                                or (shape is _COUNT and value == 0))
 
 
 def _wrong_knob(knob: str, value) -> bool:
@@ -126,7 +128,7 @@ def _shaped(own: dict, path: Path) -> dict:
         shape, rule = _SHAPES.get(key), ""
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
         if key in ("view", "cview") and not wrong:
-            wrong = any(type(value.get(end)) is not int or value[end] <= 0 for end in ("hi", "lo") if end in value)
+            wrong = any(type(value.get(end)) is not int or not 0 < value[end] <= _LARGEST for end in ("hi", "lo") if end in value)
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob_value is not None and _wrong_knob(knob, knob_value):
@@ -134,8 +136,16 @@ def _shaped(own: dict, path: Path) -> dict:
                     key, value, wrong = f"compactor.{knob}", knob_value, True
                     break
         if wrong:
-            raise BadInput(f"{path}: {key} cannot be {orjson.dumps(value).decode()[:80]}{rule}; fix it or remove it")
+            raise BadInput(f"{path}: {key} cannot be {_said(value)}{rule}; fix it or remove it")
     return own
+
+
+def _said(value) -> str:
+    """``value`` as JSON, shortened (a number JSON cannot keep, as Python writes it)."""
+    try:
+        return orjson.dumps(value).decode()[:80] if value == value else "NaN"
+    except TypeError:
+        return repr(value)[:80]
 
 
 def of_home(home: str | os.PathLike | None = None) -> dict:

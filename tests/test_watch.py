@@ -11,6 +11,7 @@ import subprocess
 import time
 
 import orjson
+import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from bench.llm_server import FakeLLM
@@ -464,3 +465,19 @@ def test_a_compactor_switched_away_from_is_closed_at_once(home, tmp_path):
         finally:
             watcher.send_signal(signal.SIGTERM)
             watcher.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("changes", [{"context_wait": float("nan")}, {"max_cost_per_day": float("inf")},
+                                     {"line_bytes": 10**30}, {"view": {"hi": 10**30}}, {"compactor": {"max_tokens": 2**64}}])
+def test_save_config_refuses_a_number_json_cannot_keep_and_writes_nothing(home, changes):
+    """NaN and infinity were saved as null, which no command then read (every one exited 2 on that memory, a
+    watcher refused it); an integer past 64 bits raised orjson's TypeError. Both are now BadInput, nothing
+    written, the memory's settings as they were."""
+    from pimem.errors import BadInput
+
+    mem = fill("m", 1)
+    mem.save_config({"context_wait": 2.0})
+    before = (mem.path / "config.json").read_bytes()
+    with pytest.raises(BadInput, match=r"config\.json: .* cannot be .*; fix it or remove it"):
+        mem.save_config(changes)
+    assert (mem.path / "config.json").read_bytes() == before and Memory.open("m").config["context_wait"] == 2.0
