@@ -113,7 +113,7 @@ complete -c pimem -n __fish_use_subcommand -a search -d 'Search the original mes
 complete -c pimem -n __fish_use_subcommand -a since -d 'Stream messages from a date, a time or a message number, as NDJSON.'
 complete -c pimem -n __fish_use_subcommand -a status -d 'Show one memory\'s state: messages, files on disk, and the summary tree: nodes built and pending,'
 complete -c pimem -n __fish_use_subcommand -a view -d 'Print the view: one line per span, old spans coarse, new ones fine, each as ID+N|text.'
-complete -c pimem -n __fish_use_subcommand -a watch -d 'Build summaries in the background as messages arrive, until stopped (SIGTERM or Ctrl-C).'
+complete -c pimem -n __fish_use_subcommand -a watch -d 'Build summaries in the background as messages arrive, until stopped (SIGTERM, SIGHUP or Ctrl-C).'
 complete -c pimem -n __fish_use_subcommand -a zoom -d 'Expand a node: ID+1 is the original message whole; ID+N (N>1) is its two halves as lines.'
 
 # append

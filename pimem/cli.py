@@ -176,6 +176,7 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if argv is None:
         signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGHUP, _hang_up)
     try:
         app = build(command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
@@ -198,11 +199,21 @@ class Terminated(KeyboardInterrupt):
     --ndjson`` do): the command stops as at Ctrl-C, with one line and exit 143, not silently."""
 
 
+class HungUp(KeyboardInterrupt):
+    """SIGHUP (the terminal closed) where a command does not take it itself: as SIGTERM, exit 129."""
+
+
 def _terminate(_signum, _frame) -> None:
     raise Terminated
 
 
+def _hang_up(_signum, _frame) -> None:
+    raise HungUp
+
+
 def _interrupted(exc: KeyboardInterrupt) -> ExitStatus:
+    if isinstance(exc, HungUp):
+        return ExitStatus.HANGUP
     return ExitStatus.TERMINATED if isinstance(exc, Terminated) else ExitStatus.INTERRUPTED
 
 

@@ -18,7 +18,7 @@ class ExitStatus(IntEnum):
     INTEGRITY = 5
     PROVIDER = 6
     SYSTEM = 7
-    HANGUP = 129  # 128 + SIGHUP: a build whose terminal closed
+    HANGUP = 129  # 128 + SIGHUP: the terminal closed
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as shells report it
     TERMINATED = 143  # 128 + SIGTERM
 
@@ -36,7 +36,7 @@ _MEANINGS = {
     ExitStatus.INTEGRITY: "integrity error: run `pimem fsck`",
     ExitStatus.PROVIDER: "compactor or provider failure",
     ExitStatus.SYSTEM: "the system refused: disk full, permission denied, a read-only file system (one line names it)",
-    ExitStatus.HANGUP: "`build-tree` stopped by SIGHUP (its terminal closed): what was built stays, one line says what",
+    ExitStatus.HANGUP: "stopped by SIGHUP (its terminal closed): the same",
     ExitStatus.INTERRUPTED: "interrupted (Ctrl-C, SIGINT): what was durable stays, one line says what",
     ExitStatus.TERMINATED: "stopped by SIGTERM: the same",
 }

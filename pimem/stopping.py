@@ -1,8 +1,8 @@
-"""SIGINT and SIGTERM during a long write (``append --ndjson``, ``import``): stop, but never mid-batch.
+"""SIGINT, SIGTERM and SIGHUP during a long write (``append --ndjson``, ``import``): stop, but never mid-batch.
 
-``armed()`` turns either signal into ``Interrupted`` in the main thread, at once while the command waits or
+``armed()`` turns each signal into ``Interrupted`` in the main thread, at once while the command waits or
 parses; a batch being made durable (``held()``) is finished and acknowledged first. The command then says
-what was kept in one line and exits 130 or 143 (128 + the signal, as shells expect).
+what was kept in one line and exits 130, 143 or 129 (128 + the signal, as shells expect).
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ def _handle(signum, _frame) -> None:
 
 @contextlib.contextmanager
 def armed():
-    """SIGINT and SIGTERM raise ``Interrupted`` while this lasts (only the main thread can take signals)."""
+    """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` while this lasts (only the main thread can take
+    signals)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = [(sig, signal.signal(sig, _handle)) for sig in (signal.SIGINT, signal.SIGTERM)]
+    saved = [(sig, signal.signal(sig, _handle)) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
     try:
         yield
     finally:
@@ -65,4 +66,5 @@ def held():
 def child() -> None:
     """In a forked helper (the NDJSON reader): the writer decides when to stop, and ends it with SIGTERM."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

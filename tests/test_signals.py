@@ -1,5 +1,5 @@
-"""Stopped means stopped: SIGINT and SIGTERM to real processes keep what is durable, say so in one line and
-exit 130 or 143 (never 0)."""
+"""Stopped means stopped: SIGINT, SIGTERM and SIGHUP to real processes keep what is durable, say so in one line
+and exit 130, 143 or 129 (never 0)."""
 
 import signal
 import subprocess
@@ -12,7 +12,7 @@ import pytest
 from conftest import pimem_cmd, subprocess_env
 from pimem import Memory
 
-SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
+SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]  # (SIGHUP: its terminal closed)
 
 
 def line(k: int) -> bytes:
@@ -94,7 +94,7 @@ def test_import_stopped_keeps_whole_batches_and_the_next_import_reads_on(home, t
     assert [m["text"] for m in Memory.open("big").messages(0)] == [f"message {k} about the staging database" for k in range(total)]
 
 
-@pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])  # (SIGHUP: its terminal closed)
+@pytest.mark.parametrize("sig,code", SIGNALS)
 def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, sig, code):
     from bench.llm_server import FakeLLM
     from pimem import builder

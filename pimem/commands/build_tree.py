@@ -1,12 +1,10 @@
 from __future__ import annotations
 
-import contextlib
 from typing import Annotated, Optional
 
 import typer
 
 from .. import output
-from ..errors import ExitStatus
 from ..numbers import count, param, seconds, usd
 from ..options import Home, Json, Log
 
@@ -42,56 +40,55 @@ def command(
     from ..tree import label
 
     output.log_to(log, "build-tree")
-    with _hangup_stops():
-        mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
-        refused = {}  # memory name -> what it was left on before building (its settings, its damaged log)
+    mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
+    refused = {}  # memory name -> what it was left on before building (its settings, its damaged log)
 
-        def reading(mem, read):
-            """``read(mem)``; a failure the user can act on leaves that memory out (named at the end), not the run."""
-            try:
-                return read(mem)
-            except Exception as exc:
-                error = as_error(exc)
-                if error is None:
-                    raise
-                refused[mem.name] = exc
-                if json:
-                    output.json_line({"event": "refused", "memory": mem.name, "error": str(error)})
-                return None
+    def reading(mem, read):
+        """``read(mem)``; a failure the user can act on leaves that memory out (named at the end), not the run."""
+        try:
+            return read(mem)
+        except Exception as exc:
+            error = as_error(exc)
+            if error is None:
+                raise
+            refused[mem.name] = exc
+            if json:
+                output.json_line({"event": "refused", "memory": mem.name, "error": str(error)})
+            return None
 
-        estimates = [row for row in (reading(mem, builders.estimate) for mem in mems) if row is not None] \
-            if dry_run or max_cost is not None else []
-        if max_cost is not None:
-            unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
-            if unpriced:
-                raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: "
-                               "set them with 'pimem model NAME PROVIDER/MODEL --price-in USD --price-out USD'")
-        if dry_run:
-            for row in estimates:
-                if json:
-                    output.json_line(row)
-                else:
-                    cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
-                    if row.get("cost_cached") is not None:
-                        cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
-                    output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
-                                f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
-                                f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
-                                f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
-            _raise_first(refused, mems_named)
-            return
-        keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
+    estimates = [row for row in (reading(mem, builders.estimate) for mem in mems) if row is not None] \
+        if dry_run or max_cost is not None else []
+    if max_cost is not None:
+        unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
+        if unpriced:
+            raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: "
+                           "set them with 'pimem model NAME PROVIDER/MODEL --price-in USD --price-out USD'")
+    if dry_run:
+        for row in estimates:
+            if json:
+                output.json_line(row)
+            else:
+                cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
+                if row.get("cost_cached") is not None:
+                    cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
+                output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
+                            f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
+                            f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
+                            f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
+        _raise_first(refused, mems_named)
+        return
+    keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
 
-        def key_problem(mem):
-            cfg = mem.config.get("compactor") or {}
-            wrong = compactor.key_problem(cfg)
-            if wrong and builders.survey(mem)["pending"]:
-                keyless[mem.name] = f"{mem.name}: {wrong} (the API key of its compactor {compactor.label(cfg)})"
-            return mem
+    def key_problem(mem):
+        cfg = mem.config.get("compactor") or {}
+        wrong = compactor.key_problem(cfg)
+        if wrong and builders.survey(mem)["pending"]:
+            keyless[mem.name] = f"{mem.name}: {wrong} (the API key of its compactor {compactor.label(cfg)})"
+        return mem
 
-        mems = [mem for mem in mems if reading(mem, key_problem) is not None and mem.name not in keyless]
-        estimates = [e for e in estimates if e["memory"] in {mem.name for mem in mems}]
-        progress = _Progress(mems) if not json and env.stderr_is_tty() else None
+    mems = [mem for mem in mems if reading(mem, key_problem) is not None and mem.name not in keyless]
+    estimates = [e for e in estimates if e["memory"] in {mem.name for mem in mems}]
+    progress = _Progress(mems) if not json and env.stderr_is_tty() else None
     try:
         sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
                                      retries=retries, wait=wait if wait is not None else 0.0,
@@ -137,32 +134,6 @@ def command(
         error = builder.state.failures.get(label(*node), {}).get("error", "")
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
                             f"{label(*node)}: {error[:200]}); the next run retries them")
-
-
-@contextlib.contextmanager
-def _hangup_stops():
-    """SIGHUP (a closed terminal) before the build starts, or while a dry run or an estimate reads, stops the
-    command as Ctrl-C does, with exit 129 (while building, the scheduler takes it: the calls in flight are kept)."""
-    import signal
-    import threading
-
-    class HungUp(KeyboardInterrupt):
-        pass
-
-    def hang_up(_signum, _frame):
-        raise HungUp
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = signal.signal(signal.SIGHUP, hang_up)
-    try:
-        yield
-    except HungUp:
-        output.info("pimem: interrupted")
-        raise typer.Exit(ExitStatus.HANGUP) from None
-    finally:
-        signal.signal(signal.SIGHUP, saved)
 
 
 def _raise_first(refused: dict, mems: list) -> None:
