@@ -39,6 +39,7 @@ from .tree import context_end, free_leaf, free_merge, label
 WINDOW = 8
 MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
 # it ran, "(details hidden; include tools to see it)")
+HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (``ContextView.push``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 PAID = ("tokens_in", "tokens_out", "tokens_cached", "cost")  # what a call costs, kept on its node
@@ -240,8 +241,8 @@ class Builder:
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         self.state.failed(label(l, i), error, when.rfc3339(env.now()))
-        if l == 0 and self.cview is not None:
-            self.cview.failed(i)
+        if self.cview is not None:
+            self.cview.failed(l, i)
         if self.retries is not None and tries > self.retries:
             self.gave_up.add((l, i))
             return
@@ -399,7 +400,8 @@ class ContextView:
     before; over what was read so far, each call sees its past within the view's budget (``cview`` lo–hi).
 
     The builder pushes every message it reads (its leaf's text, or None while unbuilt: it and the leaves after
-    it are held back until it is built) and every node a compactor writes; ``stored_text(l, i)`` gives nodes
+    it are held back until it is built, and so are the leaves that come while the view's batch waits for a
+    merge in flight; a node whose call failed holds nothing back) and every node a compactor writes; ``stored_text(l, i)`` gives nodes
     written before this run. A memory whose compactor kept up (its saved compactor view within twice its
     budget, with no more placeholders than a window of leaves) starts from that view, which is this very view
     over the whole log, so only new messages are pushed; one with a backlog starts from its first message.
@@ -417,7 +419,9 @@ class ContextView:
         self.shown: dict[tuple[int, int], str] = {}  # each line as a reader sees it (tool traffic taken out)
         self.texts: dict[tuple[int, int], str] = {}  # nodes built in this run (a parent the view may want)
         self.held: deque[str | None] = deque()  # leaves from the first unbuilt one on, not pushed yet (``push``)
-        self.failing: set[int] = set()  # leaves whose call failed: they hold nothing back, and are not shown
+        self.held_bytes = 0  # their bytes, about: past ``HELD_MOST`` (or 2·hi) they are pushed all the same
+        self.failing: set[tuple[int, int]] = set()  # nodes whose call failed: they hold nothing back (a leaf's
+        # line is not shown either)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i))
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
@@ -444,38 +448,65 @@ class ContextView:
         before it are built, as a live conversation's would not have arrived yet: a call is shown nothing past
         its first unbuilt line anyway, and a placeholder in the view would hold its batch up (its most due pair
         is then a recent one waiting for a leaf in flight) while the leaves after it are sent the unfolded
-        view (a median of 1.5-2x ``hi`` when ``hi`` holds a few dozen lines)."""
-        if text is None or self.held:
+        view (a median of 1.5-2x ``hi`` when ``hi`` holds a few dozen lines). So is a leaf that comes while the
+        batch waits for a merge (``_waits``)."""
+        if text is None or self.held or self._waits():
             self.held.append(text)
+            self.held_bytes += _held_bytes(text)
+            if self.held_bytes > max(2 * self.view.hi, HELD_MOST):  # (what they wait for is not coming: a
+                self._release(everything=True)  # watcher over its daily cap, say)
             return
         self.view.push(text)
         self.view.fit()
 
-    def failed(self, i: int) -> None:
+    def _waits(self) -> bool:
+        """Whether the view's batch waits for a merge a call is building (or is queued for): within twice
+        ``hi``, the most due pair's parent is not built and has not failed. A live build would have had it
+        before the next message came, so the leaves after it are held back until it is built (as those after a
+        leaf in flight are: a slow call holds up the view the calls after it are shown, up to ``HELD_MOST``)."""
+        view = self.view
+        if not view.waiting() or view.total > 2 * view.hi:
+            return False
+        pick = view.best()
+        if pick is None or not view.is_blocked(*pick) or (pick[0] + 1, pick[1] >> 1) in self.failing:
+            return False
+        j = view.find(*pick)
+        return view.text(j) is not None and view.text(j + 1) is not None  # (not a failed leaf's pair)
+
+    def _release(self, everything: bool = False) -> None:
+        """Push the held-back leaves up to the first unbuilt one, while the batch waits for no merge;
+        ``everything``: all of them, unbuilt ones as placeholders (held back past ``HELD_MOST`` bytes, what they
+        wait for is not coming soon: the view folds around them as it does past 2·hi)."""
+        while self.held and (everything or (self.held[0] is not None and not self._waits())):
+            text = self.held.popleft()
+            self.held_bytes -= _held_bytes(text)
+            self.view.push(text)
+            self.view.fit()
+
+    def failed(self, l: int, i: int) -> None:
         """Leaf ``i``'s call failed: it waits for a retry (for ever, under ``watch``, if it fails every time), so
         it holds nothing back any more. The leaves held behind it are pushed, it a placeholder among them, and
         the view folds around it (past twice ``hi`` the best pair built) rather than keep every later leaf in
         memory; a call is shown the view's lines without its own (``_shown_lines``), not cut there."""
-        self.failing.add(i)
+        self.failing.add((l, i))
         self._rendered = None
-        if i >= self.view.T:
-            while self.held:
-                self.view.push(self.held.popleft())
-                self.view.fit()
+        if l > 0:  # (a merge the batch waited for: it waits no more)
+            self._release()
+        elif i >= self.view.T:
+            self._release(everything=True)
 
     def built(self, l: int, i: int, text: str) -> None:
         self.texts[(l, i)] = text
-        if l == 0 and self.failing:
-            self.failing.discard(i)
+        if self.failing and (l, i) in self.failing:
+            self.failing.discard((l, i))
             self._rendered = None
         if l == 0 and i >= self.view.T:  # (held back: pushed with those after it once none before is unbuilt)
             self.held[i - self.view.T] = text
-            while self.held and self.held[0] is not None:
-                self.view.push(self.held.popleft())
-                self.view.fit()
+            self.held_bytes += _held_bytes(text)
         else:
             self.view.built(l, i, text)
             self.view.fit()
+        self._release()
         if len(self.texts) >= self.PRUNE_EVERY and len(self.texts) % self.PRUNE_EVERY == 0:
             self._prune()
 
@@ -515,7 +546,7 @@ class ContextView:
         rows = self.view.texts(cut_unbuilt=not self.failing)
         if self.failing:  # (cut at the first unbuilt line but a failed leaf's, which is left out)
             unbuilt = next((k for k, (l, i, text) in enumerate(rows)
-                            if text is None and not (l == 0 and i in self.failing)), len(rows))
+                            if text is None and (l, i) not in self.failing), len(rows))
             rows = [row for row in rows[:unbuilt] if row[2] is not None]
         todo = [row for row in rows if row[:2] not in self.shown]
         if todo:
@@ -523,6 +554,10 @@ class ContextView:
             self.shown.update(((l, i), text) for (l, i, _), text in zip(todo, shown))
         self.shown = {(l, i): self.shown[(l, i)] for l, i, _ in rows}  # (only the lines the view still holds)
         return [render_line(l, i, self.shown[(l, i)]) for l, i, _ in rows]
+
+
+def _held_bytes(text: str | None) -> int:
+    return 8 + (len(text.encode()) if text is not None else 0)
 
 
 def _line_end(line: str) -> int:
