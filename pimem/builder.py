@@ -401,10 +401,11 @@ class ContextView:
 
     The builder pushes every message it reads (its leaf's text, or None while unbuilt: it and the leaves after
     it are held back until it is built, and so are the leaves that come while the view's batch waits for a
-    merge in flight; a node whose call failed holds nothing back) and every node a compactor writes; ``stored_text(l, i)`` gives nodes
-    written before this run. A memory whose compactor kept up (its saved compactor view within twice its
-    budget, with no more placeholders than a window of leaves) starts from that view, which is this very view
-    over the whole log, so only new messages are pushed; one with a backlog starts from its first message.
+    merge in flight; a node whose call failed holds nothing back) and every node a compactor writes;
+    ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept up (its saved
+    compactor view within twice its budget, with no more placeholders than a window of leaves) starts from
+    that view, which is this very view over the whole log, so only new messages are pushed; one with a
+    backlog starts from its first message.
     Rendered lines are kept until the view changes, so a call costs a bisection, not a render."""
 
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
