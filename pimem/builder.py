@@ -720,7 +720,8 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     reply_bytes = min(longest, _reply_bytes(mem, line_bytes)) if so_far and so_far["calls"] else longest
     merges, merged_bytes = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
-    context = _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes)
+    context = 0 if compactor.offline else _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]),
+                                                         line_bytes, reply_bytes)  # (offline: no call is sent)
     prefix = len(prompts.SYSTEM.encode()) + context  # the system prompt and <chat>: what a prompt cache can keep
     leaf_task, merge_task = _task_bytes(line_bytes)
     sent = (calls * prefix + found["leaves"] * leaf_task + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES)

@@ -194,6 +194,9 @@ def test_sighup_during_a_dry_run_says_so_in_one_line(home, tmp_path):
     source = tmp_path / "big.ndjson"
     source.write_bytes(b"".join(line(k) for k in range(60_000)))
     assert subprocess.run(pimem_cmd("import", source, "--name", "big"), env=subprocess_env(), capture_output=True).returncode == 0
+    # (a model compactor: its dry run also runs the compactor's view over every message)
+    assert subprocess.run(pimem_cmd("model", "big", "openai/m", "--base-url", "http://127.0.0.1:9"),
+                          env=subprocess_env(), capture_output=True).returncode == 0
     proc = start("build-tree", "--dry-run")
     time.sleep(0.5)  # (surveying the tree: seconds for 60,000 messages)
     proc.send_signal(signal.SIGHUP)
