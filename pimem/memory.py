@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 from datetime import datetime
 from pathlib import Path
@@ -328,25 +329,28 @@ class Memory:
         """Whether a message in ``[start, stop)`` holds ``text`` (as the tool-text mask compares,
         ``privacy.flat``: case, width and white space aside): among the tool calls and results if ``tools``, else
         among the other messages.
-        Asks the index (caught up first) for the messages holding each of its words and checks them against
-        the log; past ``SPAN_CANDIDATES`` unconfirmed ones it answers ``tools`` (so the tool-text mask errs on
-        the side of hiding)."""
+        A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without colours).
+        Asks the index (caught up first) for the messages holding each of its ASCII words (the index holds
+        texts lowercased, not folded) and checks them against the log; past ``SPAN_CANDIDATES`` unconfirmed
+        ones it answers ``tools`` (so the tool-text mask errs on the side of hiding)."""
         from .index import Filters
         from .message import KINDS, TOOL_KINDS
-        from .privacy import flat
+        from .privacy import flat, readings
 
         index = self.index()
         kinds = set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
-        text = flat(text)
+        # (a space at either end counts, as where the mask reads the span: `flat` drops it)
+        text = " " * text[:1].isspace() + flat(text) + " " * text[-1:].isspace()
+        # (split at what a JSON escape writes apart too: a quote's `"x"` is `\"x\"` in a call's arguments)
+        words = [word for word in dict.fromkeys(re.split(r'[\s"\\/]+', text)) if word and word.isascii()]
 
         def question() -> bool:
-            words = list(dict.fromkeys(text.lower().split()))
             found = index.candidates(words, False, Filters(kinds, None, None, stop, start))
             for n, c in enumerate(found):
                 if n == SPAN_CANDIDATES:
                     return tools
                 msg = index.read_row(c.file, c.offset, c.length)
-                if msg is not None and text in flat(msg["text"]):
+                if msg is not None and any(text in flat(form) for form in (readings(msg["text"]) if tools else [msg["text"]])):
                     return True
             return False
 

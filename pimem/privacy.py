@@ -136,6 +136,15 @@ def _unescaped(text: str) -> str:
     return _ESCAPE.sub(lambda m: _ESCAPES.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), text)
 
 
+def readings(text: str) -> list[str]:
+    """The ways a tool text may be quoted: as logged, with its JSON escapes read (``_unescaped``), and each
+    without its terminal escape sequences (colours)."""
+    forms = [text]
+    if "\\" in text and (plain := _unescaped(text)) != text:
+        forms.append(plain)
+    return forms + [plain for form in forms if "\x1b" in form and (plain := _ANSI.sub("", form)) != form]
+
+
 def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for start, end in sorted(runs):
@@ -154,8 +163,7 @@ def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int,
     are read too (``_unescaped``), and its terminal escape sequences (colours) left out."""
     if not tools:
         return []
-    tools = [*tools, *(plain for text in tools if "\\" in text and (plain := _unescaped(text)) != text)]
-    tools = [*tools, *(plain for text in tools if "\x1b" in text and (plain := _ANSI.sub("", text)) != text)]
+    tools = [form for text in tools for form in readings(text)]
     runs = []
     for spaced, key in ((True, flat), (False, _solid)):
         tool_text, other_text = "\0".join(map(key, tools)), "\0".join(map(key, others))

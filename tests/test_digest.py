@@ -647,6 +647,31 @@ def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the
         row.removeprefix("0+2048|").replace(said, said.upper())]
 
 
+def test_the_index_reads_a_calls_json_escapes_and_an_outputs_colours_as_the_mask_does(home):
+    """Over a span of 2,048 messages (checked through the index), a model line quoting a file a call wrote
+    (logged with its line breaks escaped) and an output in colour (its escape codes in the log) has both
+    quotes masked, as the mask over a short span does; the user's own words stay."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    msgs = [{"kind": "user" if k % 2 else "pi", "text": f"turn {k}: {LONG}"} for k in range(4096)]
+    msgs[300] = {"kind": "tool", "text": 'write {"path": "notes.txt", "content": "vault token\\nwinterhaven-7781\\n"}'}
+    msgs[500] = {"kind": "echo", "text": "\x1b[1;31mdeploy\x1b[0m key \x1b[33mqv81-kk20-mmv7\x1b[0m rotated"}
+    msgs[900] = {"kind": "user", "text": f"please keep the notes short. {LONG}"}
+    mem.append(msgs)
+    line = "the file: vault token winterhaven-7781; the output: deploy key qv81-kk20-mmv7; user: please keep the notes short"
+    span = msgs[:2048]
+    [shown] = hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds)
+    assert shown == f"the file: {TOOL_TEXT}; the output: {TOOL_TEXT}; user: please keep the notes short"
+    assert shown == tool_runs_masked(line, span)
+
+
+def tool_runs_masked(line: str, msgs: list[dict]) -> str:
+    for start, end in reversed(tool_runs(line, [m["text"] for m in msgs if m["kind"] in ("tool", "echo")],
+                                         [m["text"] for m in msgs if m["kind"] not in ("tool", "echo")])):
+        line = line[:start] + TOOL_TEXT + line[end:]
+    return line
+
+
 def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
     """The span's pool weighs the user's pieces as the line does: a model's long replies, full of phrases of
     rare words, do not crowd the user's facts out of the merges above (before, the top line was all model)."""
