@@ -424,7 +424,7 @@ class ContextView:
         self.failing: set[tuple[int, int]] = set()  # nodes whose call failed: they hold nothing back (a leaf's
         # line is not shown either)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
-                         fetch=lambda l, i: mem.tree.text(l, i))
+                         fetch=lambda l, i: mem.tree.text(l, i), stuck=self._stuck)
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
         self._rendered: tuple[int, list[str], list[int], list[int]] | None = None
         try:
@@ -438,6 +438,12 @@ class ContextView:
         """The parent of the pair at ``(l, i)`` if it is built: free, built in this run, or stored."""
         parent = (l + 1, i >> 1)
         return free_merge(left, right, self.line_bytes) or self.texts.get(parent) or self.stored_text(*parent)
+
+    def _stuck(self, l: int, i: int) -> bool:
+        """Whether the pair at ``(l, i)`` waits on a failed call (its parent's, or a leaf's of its own): the
+        view's batch folds the rest around it rather than wait (which kept later calls' views near 2·hi)."""
+        failing = self.failing
+        return bool(failing) and ((l + 1, i >> 1) in failing or l == 0 and ((0, i) in failing or (0, i + 1) in failing))
 
     @property
     def end(self) -> int:
@@ -491,6 +497,7 @@ class ContextView:
         memory; a call is shown the view's lines without its own (``_shown_lines``), not cut there."""
         self.failing.add((l, i))
         self._rendered = None
+        self.view.fit()  # (the batch may have waited for it)
         if l > 0:  # (a merge the batch waited for: it waits no more)
             self._release()
         elif i >= self.view.T:

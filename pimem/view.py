@@ -58,9 +58,13 @@ class View:
     collector stops tracking them (a view without a compactor can hold a line per message)."""
 
     def __init__(self, hi: int, lo: int, resolve: Resolver, fetch: Fetcher | None = None,
-                 cost: Cost = line_bytes_cost, prefetch: Callable[[list[tuple[int, int]]], None] | None = None):
+                 cost: Cost = line_bytes_cost, prefetch: Callable[[list[tuple[int, int]]], None] | None = None,
+                 stuck: Callable[[int, int], bool] | None = None):
         self.hi, self.lo = hi, lo
         self.resolve = resolve
+        # stuck(l, i): whether the parent of the pair at (l, i) is not coming (a call for it or a child failed):
+        # the batch does not wait for it but merges the best pair built, as past twice the budget
+        self.stuck = stuck
         self.fetch = fetch
         self.prefetch = prefetch  # told which lines are about to be read, so their leaves come in one read
         self.cost = cost
@@ -473,9 +477,14 @@ class View:
             else:
                 pick = self.best()
                 text = None if pick is None else self._parent(*pick)
-                if text is None:  # the most due pair is not built yet: the batch waits for it
-                    break
-                l, i = pick
+                if text is None:  # the most due pair is not built yet: the batch waits for it, if it is coming
+                    stuck = pick is not None and self.stuck is not None and self.stuck(*pick)
+                    found = self._best_built() if stuck else None
+                    if found is None:
+                        break
+                    l, i, text = found
+                else:
+                    l, i = pick
             self._merge(l, i, text)
             done += 1
         if self.total <= self.lo:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import re
 import threading
 
 import orjson
@@ -640,6 +641,29 @@ def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_pas
     assert late and min(late) > 10 and max(late) > 150, late
     found = builder.survey(Memory.open("m"))
     assert found["leaves"] == 1 and found["pending"] == 9  # message 10 and its 8 ancestors, nothing else
+
+
+def test_with_a_leaf_that_fails_every_time_the_calls_after_it_are_sent_within_hi(home, monkeypatch):
+    """Message 10's call fails every time. Its pair was the view's most due, so the batch waited for it until
+    the view passed twice ``hi`` and only then merged other pairs: the calls after it were sent 2× ``hi``
+    (a median of 15,847 bytes against hi 8,000). The batch now folds the rest around a pair whose call
+    failed; what stays is one line a level on either side of the hole, which no merge can cross."""
+    import statistics
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def refuse_10(n, body):
+        return "500" if "compress message 10 " in body["messages"][-1]["content"] else None
+
+    with FakeLLM("openai", faults=refuse_10, latency=0.01) as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        configure(home, server)
+        fill("m", 800).save_config({"cview": {"hi": 8000, "lo": 4000}})
+        scheduler.build_tree([Memory.open("m")], retries=2)
+    late = [chat_bytes(body) for body in server.requests
+            if (leaf := re.search(r"compress message (\d+)", body["messages"][-1]["content"])) and int(leaf[1]) >= 100]
+    assert len(late) > 300 and max(late) <= 2 * 8000
+    assert statistics.median(late) <= 8000, statistics.median(late)
 
 
 @pytest.mark.parametrize("line_bytes", [256, 2048])
