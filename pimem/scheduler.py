@@ -510,6 +510,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         except BaseException:
             lease.release()
             raise
+        built.state.cap_lifted()  # (a mark an earlier watcher left is not this one's: set again if it is capped too)
         watched[mem.name] = lease
         scheduler.add(built)
         scheduler.emit({"event": "watching", "memory": mem.name})
@@ -536,7 +537,6 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             return
         scheduler.retire(builder)
         builder.compactor.close()  # (its HTTP client, a command's system prompt file: no call of it is left)
-        builder.state.cap_lifted()  # (marked again by the new builder if its cap is reached too)
         take(builder.mem.reopened(), block=False, lease=builder.lease)
         new = scheduler.builders[-1]
         scheduler.emit({"event": "switched", "memory": new.name, "model": new.compactor.label})

@@ -322,6 +322,32 @@ def test_a_daily_cap_below_one_calls_worst_case_says_so_and_raising_it_builds_an
     assert b"its compactor settings changed; built by openai/m1 from now on" in err
 
 
+def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh):
+    """The mark a capped watcher left for the day (``compactor.json``) is its own: a watcher started again the
+    same day with a cap it is within builds, and ``status`` and ``context`` no longer take the memory for
+    capped (before, ``status`` said "nothing more is built today" while it built, and ``context`` did not wait
+    for its summaries)."""
+    with FakeLLM("openai", latency=1.5) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 4, short_every=1000)
+        watcher = start_watch("m", "--max-cost-per-day", "0.0001")
+        try:
+            until(lambda: b"capped" in sh("status", "m").stdout)
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+        watcher = start_watch("m", "--max-cost-per-day", "1")
+        try:
+            until(lambda: complete("m"))
+            assert b"capped" not in sh("status", "m").stdout
+            mem.append([{"kind": "user", "text": long_text(9)}])
+            waited = sh("context", "m")  # waits for the watcher's call in flight
+            assert waited.returncode == 0 and b"4+1|user: summary of 4" in waited.stdout, waited.stdout
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+
+
 def unbuilt_cost(memory) -> float:
     try:
         return sum(orjson.loads((memory / "compactor.json").read_bytes()).get("unbuilt_cost", {}).values())
