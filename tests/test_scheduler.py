@@ -605,14 +605,9 @@ def test_nodes_given_up_name_the_first_ones_error(run, home, monkeypatch):
     assert "HTTP 500" in error[0]
 
 
-def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_past_it(home, monkeypatch):
-    """Message 10's call fails every time (a provider refusing that one message). The leaves after it used to be
-    held back from the compactor's view for as long as it stayed unbuilt: kept in memory, one per message (a
-    watcher's grew with the log for good), and every later call was shown the history before message 10 only.
-    A failed leaf is a placeholder in that view (its line is left out of what a call is shown); the others
-    after it are pushed and folded."""
-    import re
-
+def build_refusing_message_10(home, monkeypatch, n: int, cview: dict | None = None):
+    """``build-tree`` of ``n`` messages against a server that fails message 10's leaf every time: the
+    scheduler and the requests it sent."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
 
     def refuse_10(n, body):
@@ -621,15 +616,26 @@ def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_pas
     with FakeLLM("openai", faults=refuse_10, latency=0.01) as server:
         server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
         configure(home, server)
-        fill("m", 300)
-        sched = scheduler.build_tree([Memory.open("m")], retries=2)
+        mem = fill("m", n)
+        if cview:
+            mem.save_config({"cview": cview})
+        return scheduler.build_tree([Memory.open("m")], retries=2), server.requests
+
+
+def test_a_leaf_that_fails_every_time_holds_nothing_back_and_later_calls_see_past_it(home, monkeypatch):
+    """Message 10's call fails every time (a provider refusing that one message). The leaves after it used to be
+    held back from the compactor's view for as long as it stayed unbuilt: kept in memory, one per message (a
+    watcher's grew with the log for good), and every later call was shown the history before message 10 only.
+    A failed leaf is a placeholder in that view (its line is left out of what a call is shown); the others
+    after it are pushed and folded."""
+    sched, requests = build_refusing_message_10(home, monkeypatch, 300)
     built = sched.builders[0] if sched.builders else sched.retired[0]
     assert built.gave_up == {(0, 10)}
     cview = built.cview
     assert len(cview.held) <= builder.WINDOW and cview.view.T == 300
     assert cview.view.total <= 2 * 2000 + 600  # folded as the leaves came (a line past 2·hi at most)
     late = []
-    for body in server.requests:
+    for body in requests:
         chat, task = body["messages"][-1]["content"].split("</chat>\n\n")
         leaf = re.search(r"compress message (\d+)", task)
         if leaf and int(leaf[1]) >= 100:
@@ -650,17 +656,8 @@ def test_with_a_leaf_that_fails_every_time_the_calls_after_it_are_sent_within_hi
     failed; what stays is one line a level on either side of the hole, which no merge can cross."""
     import statistics
 
-    monkeypatch.setenv("TEST_LLM_KEY", "k")
-
-    def refuse_10(n, body):
-        return "500" if "compress message 10 " in body["messages"][-1]["content"] else None
-
-    with FakeLLM("openai", faults=refuse_10, latency=0.01) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
-        configure(home, server)
-        fill("m", 800).save_config({"cview": {"hi": 8000, "lo": 4000}})
-        scheduler.build_tree([Memory.open("m")], retries=2)
-    late = [chat_bytes(body) for body in server.requests
+    _, requests = build_refusing_message_10(home, monkeypatch, 800, {"hi": 8000, "lo": 4000})
+    late = [chat_bytes(body) for body in requests
             if (leaf := re.search(r"compress message (\d+)", body["messages"][-1]["content"])) and int(leaf[1]) >= 100]
     assert len(late) > 300 and max(late) <= 2 * 8000
     assert statistics.median(late) <= 8000, statistics.median(late)
