@@ -245,3 +245,27 @@ def test_model_sets_shows_and_defaults_without_storing_keys(run, home, monkeypat
     assert snapshot(home) == before
     cached = run("model", "other", "openai/gpt-4o-mini", "--price-in", "0.15", "--price-out", "0.6", "--price-cached-in", "0.075")
     assert cached.stdout.endswith("  price_in  0.15\n  price_out 0.6\n  price_cached_in 0.075\n")  # as --json shows it
+
+
+@pytest.mark.parametrize("damage", [b"null", b"[]", b'{"extra_tokens": {"openai/m1": "big"}, "failures": {"0+1": "x"}, '
+                                                  b'"unbuilt_cost": {"2026-10-08": -1}, "capped": 5}'])
+def test_a_compactor_json_of_another_shape_is_state_lost_not_a_crash(damage, run, home, monkeypatch):
+    """``compactor.json`` is state (deleting it costs a relearning call): one that holds JSON of another shape
+    (a hand edit, another tool's file) is read as far as it makes sense, as an unreadable one is, and the
+    money it would miscount (a negative cost paid) is left out (before, status, context's wait and build-tree
+    stopped on a traceback)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        home.mkdir()
+        (home / "config.json").write_bytes(orjson.dumps({"compactor": {
+            "provider": "openai", "model": "m1", "base_url": server.url, "key_env": "TEST_LLM_KEY", "price_in": 1.0,
+            "price_out": 2.0}}))
+        assert run("append", "m", "long words here " * 100).exit_code == 0
+        (home / "m" / "compactor.json").write_bytes(damage)
+        status = run("status", "m", "--json")
+        assert status.exit_code == 0, status.output
+        row = orjson.loads(status.stdout)
+        assert (row["failures"], row["spent"]["cost_unbuilt"], row["capped"]) == ([], 0, None)
+        built = run("build-tree", "m")
+        assert built.exit_code == 0, built.output
+    assert orjson.loads(run("status", "m", "--json").stdout)["tree"]["pending"] == 0

@@ -33,10 +33,14 @@ class BuildState:
             data = orjson.loads(read_bytes(self.path))
         except (FileNotFoundError, orjson.JSONDecodeError):
             data = {}
-        self.extra_tokens: dict[str, int] = dict(data.get("extra_tokens") or {})
-        self.failures: dict[str, dict] = dict(data.get("failures") or {})
-        self.unbuilt_cost: dict[str, float] = {day: cost for day, cost in (data.get("unbuilt_cost") or {}).items()
-                                               if isinstance(cost, (int, float)) and not isinstance(cost, bool)}
+        if not isinstance(data, dict):  # (another shape: state lost, as an unreadable file's is)
+            data = {}
+        # each entry of the shape this module writes; another (a hand edit) is dropped, never miscounted
+        self.extra_tokens: dict[str, int] = _entries(data, "extra_tokens", lambda n: type(n) is int and n >= 0)
+        self.failures: dict[str, dict] = _entries(data, "failures", lambda f: isinstance(f, dict) and type(
+            f.get("tries")) is int and isinstance(f.get("error"), str) and isinstance(f.get("at"), str))
+        self.unbuilt_cost: dict[str, float] = _entries(data, "unbuilt_cost", lambda cost: type(cost) in (int, float)
+                                                       and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
 
     def save(self) -> None:
@@ -80,3 +84,9 @@ class BuildState:
     def succeeded(self, label: str) -> None:
         if self.failures.pop(label, None) is not None:
             self.save()
+
+
+def _entries(data: dict, key: str, fits) -> dict:
+    """The entries of the object ``data[key]`` whose value ``fits``."""
+    entries = data.get(key)
+    return {k: v for k, v in entries.items() if fits(v)} if isinstance(entries, dict) else {}
