@@ -39,7 +39,7 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
     the memory, the view's placeholders (long messages not summarised yet: the newest) are first waited for,
     up to ``wait`` seconds (default: ``context_wait`` in config.json, 8). Tool traffic in the view only with
     ``include_tools`` (see ``privacy``)."""
-    wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait)
+    wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait, include_tools)
     now = env.now()
     return {
         "view": view_text(mem, include_tools),
@@ -58,17 +58,18 @@ def render(p: dict) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def wait_for_summaries(mem, seconds: float) -> bool:
+def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool:
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
     once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing
     (``compactor.json``: the others wait behind it) or the watcher's daily spend cap was reached today: a
-    broken or capped compactor would otherwise cost every turn the whole wait."""
+    broken or capped compactor would otherwise cost every turn the whole wait. Without ``include_tools`` a
+    tool message's placeholder is not waited for: its marker is shown in its place, summary or not."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
     from .lease import holder, wait_for_builder
 
     def settled() -> bool:
-        waiting = mem.views.current().view.placeholders()
+        waiting = mem.views.waiting(mem.views.current(), include_tools)
         if not waiting:
             return True
         if holder(mem) is None:  # no watcher: nothing is waited for (nor the compactor's package imported)

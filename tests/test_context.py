@@ -124,3 +124,27 @@ def test_the_readme_agent_loop_runs(home, tmp_path):
     logged = [(m["kind"], m["text"]) for m in Memory.open("loop").messages()]
     assert logged == [("user", "hello"), ("pi", replies[0]), ("user", "what did I say first?"), ("pi", replies[1])]
     assert orjson.loads((tmp_path / "system.json").read_text())["tools"]
+
+
+def test_a_tool_result_not_summarised_yet_shows_its_marker_and_is_not_waited_for(run, home):
+    """A long tool result whose summary a watcher has not written yet: a reader without tools would be shown
+    that summary as a marker anyway, so it sees the marker at once, rather than "(not summarized yet: zoom
+    it)" (zoom refuses it without tools), and `context` does not spend its wait on it."""
+    from pimem import lease
+
+    run("append", "main", "run the tests please")
+    run("append", "main", "-k", "echo", "--meta", '{"exit_code": 0}', "all green here\n" * 300)
+    mem = Memory.open("main")
+    marker = "1+1|echo: exit 0 (details hidden; include tools to see it)"
+    with lease.Lease(mem) as watcher:  # a watcher holds the memory (this process), the summary not written yet
+        assert watcher.try_acquire() is None
+        assert context.wait_for_summaries(Memory.open("main"), 0.3)  # nothing shown is waiting
+        assert not context.wait_for_summaries(Memory.open("main"), 0.3, include_tools=True)
+        assert view_of(run("context", "main", "--wait", "0").stdout).splitlines()[-1] == marker
+        waited = run("view", "main", "--wait", "0.3")
+        assert waited.stdout.splitlines()[-1] == marker and "still waits" not in waited.stderr
+        assert "1 line still waits" in run("view", "main", "--wait", "0.3", "--include-tools").stderr
+        assert orjson.loads(run("view", "main", "--json").stdout.splitlines()[-1])["text"] == marker.split("|", 1)[1]
+        assert "1+1|(not summarized yet: zoom it)" in run("view", "main", "--include-tools").stdout
+        assert "1+1|(not summarized yet: zoom it)" in view_of(run("context", "main", "--include-tools", "--wait", "0").stdout)
+        assert run("view", "main").stdout.splitlines()[-1] == marker  # (as lines.json keeps it, too)

@@ -38,7 +38,7 @@ def command(
     mem = Memory.open(naming.given(name), home)
     views = mem.views.current()
     if wait:
-        views = _wait(mem, views, wait)
+        views = _wait(mem, views, wait, include_tools)
     rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json, mem)
@@ -53,13 +53,14 @@ def command(
             output.line(render_line(l, i, text))
 
 
-def _wait(mem, views, seconds: float):
-    """Poll until the view has no placeholder and no batch held up, or ``seconds`` pass (only while a
-    watcher holds the memory's lease: without one nothing would change)."""
+def _wait(mem, views, seconds: float, include_tools: bool):
+    """Poll until the view has no placeholder it shows (a tool message's is shown as its marker without
+    ``include_tools``) and no batch held up, or ``seconds`` pass (only while a watcher holds the memory's
+    lease: without one nothing would change)."""
     from ..lease import holder, wait_for_builder
 
     def pending(v) -> bool:
-        return bool(v.view.pending() or v.view.waiting() and v.view.total > v.view.hi)
+        return bool(mem.views.waiting(v, include_tools) or v.view.waiting() and v.view.total > v.view.hi)
 
     if not pending(views):
         return views
@@ -79,7 +80,7 @@ def _wait(mem, views, seconds: float):
         return not pending(latest[0])
 
     if not wait_for_builder(mem, seconds, ready):
-        n = latest[0].view.pending()
+        n = len(mem.views.waiting(latest[0], include_tools))
         output.info(f"{output.count(n, 'line')} still wait{'s' if n == 1 else ''} for a summary after {seconds:g} s")
     return latest[0]
 
