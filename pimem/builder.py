@@ -34,7 +34,7 @@ from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import Busy, LeaseLost, PimemError
 from .message import is_tool
-from .tree import context_end, free_leaf, free_merge, label
+from .tree import context_end, free_leaf, free_merge, label, recorded
 
 WINDOW = 8
 MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
@@ -773,13 +773,11 @@ def spent(mem, day: str | None = None) -> dict:
         if day is not None and not _built_on(node, day):
             continue
         totals["calls"] += 1
-        totals["tokens_in"] += node.get("tokens_in") or 0
-        totals["tokens_out"] += node.get("tokens_out") or 0
-        totals["tokens_cached"] += node.get("tokens_cached") or 0
-        totals["cost"] += node.get("cost") or 0.0
-        model = node.get("model") or "?"
+        for key in ("tokens_in", "tokens_out", "tokens_cached", "cost"):
+            totals[key] += recorded(node, key)
+        model = node.get("model") if isinstance(node.get("model"), str) else "?"
         totals["models"][model] = totals["models"].get(model, 0) + 1
-        if node.get("suspect") and type(node.get("l")) is int and type(node.get("i")) is int:
+        if node.get("suspect") and isinstance(node["suspect"], list) and type(node.get("l")) is int and type(node.get("i")) is int:
             totals["suspect"].append(label(node["l"], node["i"]))
     totals["cost"] = round(totals["cost"], 6)
     return totals

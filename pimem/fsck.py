@@ -161,7 +161,7 @@ def check_log(mem: Memory) -> list[Finding]:
 
 def check_tree(mem: Memory) -> list[Finding]:
     """The summary tree's files: each line a node of the log, within a line's bytes, built once."""
-    from .tree import byte_size, label
+    from .tree import byte_size, label, unrecorded
 
     found: list[Finding] = []
     count = mem.count()
@@ -185,7 +185,11 @@ def check_tree(mem: Memory) -> list[Finding]:
                 found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the {line_bytes}-byte line"))
             if node.get("size") != byte_size(text):
                 found.append(Finding(mem.name, "tree", where, f"node {name}: size is {node.get('size')!r}, the text makes it {byte_size(text)}"))
-            if node.get("suspect"):
+            wrong = unrecorded(node)
+            if wrong:
+                found.append(Finding(mem.name, "tree", where, f"node {name}: its {'; '.join(wrong)} (counted as none)",
+                                     fatal=False))
+            if node.get("suspect") and isinstance(node["suspect"], list):
                 found.append(Finding(mem.name, "tree", where, f"node {name} is suspect: its summary names "
                                      f"{', '.join(map(str, node['suspect']))}, which its messages do not hold", fatal=False))
     return found

@@ -52,6 +52,28 @@ def label(l: int, i: int) -> str:
     return f"{i << l}+{1 << l}"
 
 
+def recorded(node: dict, key: str):
+    """What a stored node's build metadata says of ``key`` (``tokens_in``, ``tokens_out``, ``tokens_cached``,
+    ``cost``) as it counts: a whole number of tokens, a finite cost, from 0; anything else (metadata a caller
+    of ``write_nodes`` made up, a hand edit) counts as none, 0, and ``fsck`` says so."""
+    value = node.get(key)
+    return value if type(value) in ((int, float) if key == "cost" else (int,)) and 0 <= value < float("inf") else 0
+
+
+def unrecorded(node: dict) -> list[str]:
+    """What of ``node``'s build metadata does not count (``recorded``; a ``suspect`` that is no list), said as
+    ``cost "0.5" is no number from 0``."""
+    def said(key: str) -> str:
+        return f"{key} {orjson.dumps(node[key]).decode()[:40]}"
+
+    wrong = [f"{said(key)} is no {'number' if key == 'cost' else 'whole number'} from 0"
+             for key in ("tokens_in", "tokens_out", "tokens_cached", "cost")
+             if node.get(key) is not None and recorded(node, key) is not node.get(key)]
+    if node.get("suspect") is not None and not isinstance(node["suspect"], list):
+        wrong.append(f"{said('suspect')} is no list")
+    return wrong
+
+
 def span(l: int, i: int) -> tuple[int, int]:
     """The messages ``[start, end)`` node ``(l, i)`` covers."""
     return i << l, (i + 1) << l

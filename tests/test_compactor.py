@@ -269,3 +269,25 @@ def test_a_compactor_json_of_another_shape_is_state_lost_not_a_crash(damage, run
         built = run("build-tree", "m")
         assert built.exit_code == 0, built.output
     assert orjson.loads(run("status", "m", "--json").stdout)["tree"]["pending"] == 0
+
+
+def test_build_metadata_of_another_shape_on_a_node_is_not_counted_and_stops_nothing(run, home):
+    """A node written through the library with build metadata that is no count or cost (``"cost": "0.5"``, a
+    ``suspect`` that is no list) is counted as none, in ``status``, the dry run and a watcher's day, and said by
+    ``fsck`` (before, each stopped on a traceback while ``fsck`` found nothing wrong, or fsck stopped too)."""
+    from pimem import Memory, builder
+
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": f"message {k} " + "words " * 200} for k in range(2)])
+    mem.write_nodes([(0, 0, "user: one", {"model": "openai/m1", "cost": "0.5", "tokens_in": "many", "tokens_out": None}),
+                     (0, 1, "user: two", {"model": "openai/m1", "cost": True, "tokens_cached": 1.5, "suspect": 7})])
+    status = run("status", "m", "--json")
+    assert status.exit_code == 0, status.output
+    spent = orjson.loads(status.stdout)["spent"]
+    assert (spent["calls"], spent["tokens_in"], spent["tokens_cached"], spent["cost"], spent["suspect"]) == (2, 0, 0, 0, [])
+    assert builder.spent(Memory.open("m"), day="2026-10-08")["cost"] == 0
+    mem.save_config({"compactor": {"provider": "openai", "model": "m1", "price_in": 1.0, "price_out": 2.0}})
+    assert run("build-tree", "m", "--dry-run").exit_code == 0
+    checked = run("fsck", "m")
+    said = "node 1+1: its tokens_cached 1.5 is no whole number from 0; cost true is no number from 0; suspect 7 is no list"
+    assert checked.exit_code == 0 and said + " (counted as none)" in checked.stdout, checked.output
