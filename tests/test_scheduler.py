@@ -663,6 +663,37 @@ def test_with_a_leaf_that_fails_every_time_the_calls_after_it_are_sent_within_hi
     assert statistics.median(late) <= 8000, statistics.median(late)
 
 
+def test_the_view_folds_around_a_leaf_that_keeps_failing_and_waits_again_once_it_is_built(run, home, monkeypatch):
+    """The reader's view, hi 8,000: message 10's call failed 3 times (``compactor.json``). Its pair was the
+    most due, so the batch waited for it until twice ``hi`` and stayed there: every turn's view 15,879 bytes.
+    It now folds the rest around it. A node that failed fewer times is still waited for (a call in flight
+    after a 429, say), and once it is built the view takes it in."""
+    from pimem import viewfile
+
+    build_refusing_message_10(home, monkeypatch, 800)
+    mem = Memory.open("m")
+    mem.save_config({"view": {"hi": 8000, "lo": 4000}})
+    (mem.path / "view.json").unlink()  # (folded afresh with the new budget)
+    assert Memory.open("m").views.failing() == {"10+1"}
+    shown = run("view", "m").stdout
+    assert len(shown.encode()) <= 8000 and "10+1|" in shown
+
+    state = orjson.loads((mem.path / "compactor.json").read_bytes())
+    state["failures"]["10+1"]["tries"] = viewfile.STUCK_TRIES - 1
+    (mem.path / "compactor.json").write_bytes(orjson.dumps(state))
+    (mem.path / "view.json").unlink()
+    assert Memory.open("m").views.failing() == set()
+    assert len(run("view", "m").stdout.encode()) > 1.5 * 8000  # (waiting, as for a node on its way)
+
+    with FakeLLM("openai") as server:  # the provider takes message 10 at last
+        server.reply = lambda body: "message ten, summarised at last"
+        configure(home, server)
+        assert run("build-tree", "m").exit_code == 0
+    shown = run("view", "m").stdout
+    assert len(shown.encode()) <= 8000 and "not summarized yet" not in shown
+    assert Memory.open("m").views.failing() == set()
+
+
 @pytest.mark.parametrize("line_bytes", [256, 2048])
 def test_the_dry_run_of_shorter_or_longer_lines_is_within_15_percent(run, home, monkeypatch, line_bytes):
     """Each task carries a ruler of ``line_bytes`` and a merge its two lines, and a model's line is at most what
