@@ -31,6 +31,7 @@ from .nofollow import read_bytes
 
 VERSION = 1
 PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
+READ_THROUGH = 256  # messages between two placeholders read through rather than bisected to (``tool_placeholders``)
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 FAILURES_FILE = "compactor.json"  # (``compactor.state``: what is failing, kept across runs)
 STUCK_TRIES = 3  # a node that failed this many times in a row (30 s of retries) is taken for one that keeps failing
@@ -271,6 +272,7 @@ class ViewFile:
         self.loaded: Views | None = None  # the views as last loaded or saved (``.loaded``: the file's identity)
         self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
         self._batch: dict[tuple[int, int], str] = {}  # the nodes ``built`` is handing to the views, by (l, i)
+        self._markers: dict[int, str] = {}  # placeholders' markers (``tool_placeholders``; "": not a tool message)
         self._failing: tuple[tuple, set[str]] | None = None  # (compactor.json's identity, ``failing()`` then)
 
     def close(self) -> None:
@@ -495,6 +497,8 @@ class ViewFile:
         v = views.cview if compactor else views.view
         line_bytes = self.line_bytes
         cached = self._load_texts(line_bytes)
+        known = len(self._markers)
+        markers = {} if include_tools or compactor else self.tool_placeholders(views)
         v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()})
         rows = v.rows()
         if compactor:
@@ -517,10 +521,47 @@ class ViewFile:
                 if not include_tools and type(entry) is not str:  # (its cost: the bytes shown)
                     text = entry[1]
                     cost = line_bytes_cost(l, i, text, None)
+            elif l == 0 and markers.get(i):
+                text = markers[i]
+                cost = line_bytes_cost(l, i, text, None)
             out.append((l, i, text, cost))
-        if todo and save:
+        if (todo or len(self._markers) > known) and save:
             self._save_texts(line_bytes, keep)
         return out
+
+    def waiting(self, views: Views, include_tools: bool = False) -> list[tuple[int, int]]:
+        """The placeholders a reader is shown (``placeholders``), but for tool messages' without
+        ``include_tools`` (``tool_placeholders``)."""
+        found = views.view.placeholders()
+        hidden = {} if include_tools or not found else self.tool_placeholders(views)
+        return [(l, i) for l, i in found if not (l == 0 and i in hidden)]
+
+    def tool_placeholders(self, views: Views) -> dict[int, str]:
+        """The view's placeholders that stand for tool messages, by message i, as the marker a reader without
+        tools sees in their place (``privacy.marker``): the summary would be shown as that marker all the same,
+        so such a reader is neither told to zoom what zoom refuses it nor kept waiting for the summary. Each
+        message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts)."""
+        ids = [i for l, i in views.view.placeholders() if l == 0]
+        todo = [i for i in ids if i not in self._markers]
+        if todo:
+            from .message import is_tool
+            from .privacy import marker
+
+            found = {i: views.leaves[i] for i in todo if i in views.leaves}
+            runs: list[list[int]] = []  # (placeholders close together are read in one pass, not one by one)
+            for i in todo:
+                if i in found:
+                    continue
+                if runs and i - runs[-1][1] < READ_THROUGH:
+                    runs[-1][1] = i + 1
+                else:
+                    runs.append([i, i + 1])
+            for start, stop in runs:
+                found.update((msg["i"], msg) for msg in self.log.read(start, stop))
+            for i in todo:
+                msg = found.get(i)
+                self._markers[i] = marker(msg) if msg is not None and is_tool(msg) else ""
+        return {i: self._markers[i] for i in ids if self._markers[i]}
 
     def lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (see ``Memory.view_lines``)."""
@@ -601,15 +642,27 @@ class ViewFile:
         lines = data.get("lines")
         if type(lines) is not dict:
             return {}
+        markers = data.get("markers")
+        if type(markers) is dict:  # (a message never changes: its marker is kept whatever the lines)
+            for key, text in markers.items():
+                if type(text) is str and key.isascii() and key.isdigit():
+                    self._markers.setdefault(int(key), text)
         return {key: entry for key, entry in lines.items() if type(entry) is str or (
             type(entry) is list and len(entry) == 2 and type(entry[0]) is str and type(entry[1]) is str)}
+
+    def _shown_markers(self) -> dict[str, str]:
+        """The markers of the placeholders the view still shows (those summarised since are left out)."""
+        views = self.loaded
+        ids = {i for l, i in views.view.placeholders() if l == 0} if views is not None else set()
+        return {str(i): text for i, text in self._markers.items() if i in ids}
 
     def _save_texts(self, line_bytes: int, lines: dict) -> None:
         from .home import write_atomic
 
         try:
             write_atomic(self.texts_path, orjson.dumps({"version": TEXTS_VERSION, "line_bytes": line_bytes,
-                                                        "lines": lines}), durable=False)
+                                                        "lines": lines, "markers": self._shown_markers()}),
+                         durable=False)
         except OSError:
             pass  # a reader without write access: the next one reads the lines again
 

@@ -148,3 +148,4 @@ def test_a_tool_result_not_summarised_yet_shows_its_marker_and_is_not_waited_for
         assert "1+1|(not summarized yet: zoom it)" in run("view", "main", "--include-tools").stdout
         assert "1+1|(not summarized yet: zoom it)" in view_of(run("context", "main", "--include-tools", "--wait", "0").stdout)
         assert run("view", "main").stdout.splitlines()[-1] == marker  # (as lines.json keeps it, too)
+        assert "(1 waiting for a summary)" in run("view", "main", "--stats").stdout  # (it still is)

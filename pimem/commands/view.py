@@ -96,7 +96,8 @@ def _stats(v, messages: int, rows, json: bool, mem) -> None:
     for l, *_ in rows:
         levels[l] = levels.get(l, 0) + 1
     total = sum(cost for *_, cost in rows)
-    pending = sum(text is None for _, _, text, _ in rows)
+    waiting = set(v.placeholders())  # (a tool message's shows its marker, but waits for its summary all the same)
+    pending = sum((l, i) in waiting for l, i, _, _ in rows)
     if json:
         output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
                           "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect})
