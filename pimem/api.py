@@ -246,14 +246,18 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
 
 @_checked
 def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -> dict:
-    """Expand a node ``id+n``: for n=1 the original message (with ``held``), else its two halves as lines
-    (``text`` null while a half is not summarised yet)."""
+    """Expand a node ``id+n``: for n=1 the original message (with ``held``; a text past ``MESSAGE_CHARS`` cut
+    as ``since`` cuts it, with ``chars`` and ``next_offset`` for ``message`` to read on), else its two halves
+    as lines (``text`` null while a half is not summarised yet)."""
     from .privacy import hide_tools
 
     with Memory.open(name, home) as mem:
         found = mem.zoom(node, include_tools=include_tools)
         if "message" in found:
-            found["message"] = _Held(mem, include_tools)(found["message"])
+            msg = found["message"]
+            if len(msg["text"]) > MESSAGE_CHARS:
+                msg = {**msg, "text": msg["text"][:MESSAGE_CHARS], "chars": len(msg["text"]), "next_offset": MESSAGE_CHARS}
+            found["message"] = _Held(mem, include_tools)(msg)
         elif not include_tools:
             halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
             for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds,

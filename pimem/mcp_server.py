@@ -117,7 +117,8 @@ def build(home: api.Home = None):
 
     @tool
     def zoom(name: StrictStr, node: StrictStr, include_tools: StrictBool = False) -> dict[str, Any]:
-        """Open a view line: `node` is its `id+n`. For n=1 the original message whole; for n>1 its two
+        """Open a view line: `node` is its `id+n`. For n=1 the original message (a text past 50,000
+        characters is cut: `chars` is its length and `message` reads on from `next_offset`); for n>1 its two
         halves as lines, which can be zoomed in turn."""
         return api.zoom(name, node, include_tools, home)
 

@@ -211,6 +211,21 @@ def test_since_and_the_listing_stay_bounded_however_long_the_messages(home):
     assert len(row["last_user"]) <= api.LAST_USER_CHARS and row["last_user"].startswith("4 xxx") and "more chars]" in row["last_user"]
 
 
+def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
+    """``zoom id+1`` over MCP gave the original whole: a message of megabytes in one tool result, past what a
+    client takes (Claude Code's is 25,000 tokens). It is cut as ``since`` cuts it, and ``message`` reads on."""
+    from pimem import Memory, api
+
+    text = "the start " + "y" * 150_000 + " the end"
+    Memory.at("big").append([{"kind": "user", "text": text}, {"kind": "pi", "text": "short"}])
+    _, (long, short) = call_all(home, [("zoom", {"name": "big", "node": "0+1"}), ("zoom", {"name": "big", "node": "1+1"})])
+    assert not long["isError"] and len(long["content"][0]["text"]) < api.MESSAGE_CHARS + 1_000
+    got = long["structuredContent"]["message"]
+    assert (got["text"], got["chars"], got["next_offset"]) == (text[: api.MESSAGE_CHARS], len(text), api.MESSAGE_CHARS)
+    assert got["text"] + api.message("big", 0, offset=got["next_offset"], max_chars=200_000)["text"] == text
+    assert short["structuredContent"]["message"]["text"] == "short" and "chars" not in short["structuredContent"]["message"]
+
+
 @pytest.mark.parametrize("call, said", [
     (lambda api: api.since("main", when=5), "since: when must be str or None, not int"),
     (lambda api: api.search(None), "search: query must be str, not NoneType"),
