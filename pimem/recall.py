@@ -44,7 +44,10 @@ SOURCE_CLASSES = ("primary", "derived", "all")
 TEXT_CLIP = 2000
 SNIPPET = 700
 POOL = 1000  # the ranker's best messages a search looks at (then filtered, re-weighted and paged)
-_FILE_KEYS = frozenset({"path", "file", "filePath", "filename"})
+# the argument naming a call's file: pi's, Claude Code's (Read, Edit, Write; NotebookEdit), Cursor's (as
+# ``toolwork._PATH_KEYS``, kept apart so that recall need not compile toolwork's patterns)
+_FILE_KEYS = frozenset({"path", "file", "filePath", "filename", "file_path", "notebook_path", "target_file"})
+_PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)  # Codex's apply_patch
 _CALL = re.compile(r"^\s*[\w.-]+\((.*)\)\s*$", re.S)
 _EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 
@@ -78,14 +81,17 @@ def _facets(msg: dict) -> dict:
 
 
 def files_of(msg: dict) -> list[str]:
-    """Paths a message names: ``path``/``file``/``filePath``/``filename`` values in a tool call's JSON
-    arguments, and words of a shell command (``meta.command``) that end in an extension."""
+    """Paths a message names: ``path``/``file_path``/``filePath``/``filename`` … values in a tool call's JSON
+    arguments, the files a patch adds, updates, deletes or moves to (``*** Update File: …``), and words of a
+    shell command (``meta.command``) that end in an extension."""
     meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
     if msg["kind"] != "tool" and not isinstance(meta.get("command"), str):
         return []  # (most messages: nothing to look at)
     found: list[str] = []
     if msg["kind"] == "tool":
         _walk(_arguments(msg["text"]), found)
+        if "*** " in msg["text"]:
+            found.extend(a or b for a, b in _PATCH_FILE.findall(msg["text"]))
     command = meta.get("command")
     if isinstance(command, str):
         found.extend(w.strip("'\"") for w in command.split() if _EXT.search(w.strip("'\"")))

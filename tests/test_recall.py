@@ -46,6 +46,25 @@ def test_records_carry_both_vocabularies_files_and_source_class(home):
     assert [r["sourceClass"] for r in records].count("derived") == 1 and records[5]["sourceClass"] == "derived"
 
 
+def test_files_are_the_paths_claude_code_and_codex_calls_name(run, home):
+    """Claude Code names a file ``file_path`` (Read, Edit, Write) or ``notebook_path``, Codex's apply_patch in its
+    patch's headers: --file found none of them, nor did compaction's file memories name them."""
+    calls = ['Edit({"file_path": "/home/dev/shop/src/cart.py", "old_string": "a", "new_string": "b"})',
+             'NotebookEdit({"notebook_path": "/home/dev/shop/analysis.ipynb", "new_source": "x = 1"})',
+             "apply_patch(*** Begin Patch\n*** Update File: src/agents/plugin.ts\n@@\n-a\n+b\n"
+             "*** Add File: docs/new.md\n+hello\n*** Delete File: old/gone.txt\n*** End Patch)"]
+    log(run, *[{"kind": "tool", "text": text} for text in calls])
+    assert [recall.record(m)["files"] for m in Memory.open("main").messages()] == [
+        ["/home/dev/shop/src/cart.py"], ["/home/dev/shop/analysis.ipynb"],
+        ["src/agents/plugin.ts", "docs/new.md", "old/gone.txt"]]
+    assert results(run, "--file", "cart.py", "--include-tools") == [0]
+    assert results(run, "--file", "plugin.ts", "--include-tools") == [2]
+    log(run, {"kind": "user", "text": "thanks"})
+    assert run("compact", "main", "--keep", "1").exit_code == 0
+    derived = run("memories", "main", "--kind", "derived", "--include-tools").stdout
+    assert all(f"file: {path}" in derived for path in ("/home/dev/shop/src/cart.py", "src/agents/plugin.ts", "docs/new.md"))
+
+
 def test_list_is_newest_first_and_paged(run, home):
     log(run, *SESSION)
     assert results(run) == [6, 5, 1, 0]  # tool traffic hidden
