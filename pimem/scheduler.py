@@ -379,6 +379,11 @@ class Scheduler:
         deadline = time.monotonic() + self.grace
         while (self._inflight or self._offloaded) and time.monotonic() < deadline and not self._hurry.is_set():
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
+        # calls given up on are answered and billed all the same: a daily cap counts them at their worst case,
+        # after a restart too (``compactor.json``), for nothing else will record them
+        for (builder, _, _), worst in self._reserved.items():
+            if worst and builder.max_cost_per_day is not None:
+                builder.state.paid_unbuilt(env.now().date().isoformat(), worst)
         for builder in list(self._workers):
             self._end_worker(builder)
         self._flush(wait=True)

@@ -348,6 +348,36 @@ def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh)
             watcher.communicate(timeout=30)
 
 
+def test_calls_a_capped_watcher_gave_up_on_at_a_stop_count_after_a_restart(home):
+    """Stopped twice (no grace), a watcher gives up on its calls in flight, which the provider answers and bills
+    all the same: they count against the day's cap at their worst case (``compactor.json``), so a watcher
+    started again that day counts them too (before, nothing recorded them, and it could spend the cap again)."""
+    with FakeLLM("openai", latency=3.0) as server:  # (billed $0.0012 a call, far less than its worst case)
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 40, short_every=1000)
+        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
+        try:
+            until(lambda: server.requests)
+            time.sleep(0.5)  # (each call it could afford has started)
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+        calls = len(server.requests)
+        assert not stored_lines(Memory.open("m"))  # (none answered in time)
+        given_up = unbuilt_cost(home / "m")
+        assert 0.0012 * calls < given_up <= 0.05
+        again = start_watch("m", "--json", "--max-cost-per-day", "0.05")
+        try:
+            until(lambda: b"capped" in again.stdout.readline())
+        finally:
+            again.send_signal(signal.SIGTERM)
+            out, _ = again.communicate(timeout=30)
+        spent = builder.spent(Memory.open("m"), day="2026-10-08")["cost"]
+        assert spent + given_up <= 0.05  # what the restart spent, with what the calls given up may have cost
+
+
 def unbuilt_cost(memory) -> float:
     try:
         return sum(orjson.loads((memory / "compactor.json").read_bytes()).get("unbuilt_cost", {}).values())
