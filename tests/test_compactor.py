@@ -291,3 +291,12 @@ def test_build_metadata_of_another_shape_on_a_node_is_not_counted_and_stops_noth
     checked = run("fsck", "m")
     said = "node 1+1: its tokens_cached 1.5 is no whole number from 0; cost true is no number from 0; suspect 7 is no list"
     assert checked.exit_code == 0 and said + " (counted as none)" in checked.stdout, checked.output
+
+
+def test_a_run_the_cap_stops_before_its_one_node_says_it_remains(run, home, monkeypatch):
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    assert run("append", "m", "long words here " * 100).exit_code == 0
+    assert run("model", "m", "openai/m1", "--base-url", "http://127.0.0.1:9/v1", "--key-env", "TEST_LLM_KEY",
+               "--price-in", "1", "--price-out", "2").exit_code == 0
+    out = run("build-tree", "m", "--max-cost", "0")
+    assert out.exit_code == 6 and out.stderr.endswith("; 1 node remains unbuilt\n"), out.stderr

@@ -124,16 +124,20 @@ def command(
     if sched.overbilled and max_cost is not None:
         pending = sched.pending()
         raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
-                            f"--max-cost ${max_cost:g}" + (f"; {output.count(pending, 'node')} remain unbuilt" if pending else ""))
+                            f"--max-cost ${max_cost:g}" + (f"; {_remain(pending)}" if pending else ""))
     if sched.stopped_for_cost:
         raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}, and the next "
                             f"call may cost up to ${sched.next_worst:.4f} at its worst case); "
-                            f"{output.count(sched.pending(), 'node')} remain unbuilt")
+                            f"{_remain(sched.pending())}")
     if failed:
         builder, node = next((b, node) for b in built for node in sorted(b.gave_up))
         error = builder.state.failures.get(label(*node), {}).get("error", "")
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
                             f"{label(*node)}: {error[:200]}); the next run retries them")
+
+
+def _remain(pending: int) -> str:
+    return f"{output.count(pending, 'node')} remain{'s' if pending == 1 else ''} unbuilt"
 
 
 def _raise_first(refused: dict, mems: list) -> None:
