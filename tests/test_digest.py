@@ -504,6 +504,73 @@ def test_a_fact_is_founded_only_by_itself_whole():
     assert faith.unfounded("user: port 9999 in /etc/a.conf", ["set port 9999. See /etc/a.conf.bak"]) == []
 
 
+@pytest.mark.parametrize("summary, message", [
+    ("user: edit src/pimem/a.py", "please edit src/pimem/a.py"),  # a relative path as written
+    ("user: edit ./src/a.py", "please edit src/a.py"),
+    ("user: edit src/a.py", "please edit ./src/a.py"),
+    ("user: clean /var/lib/app/", "clean /var/lib/app please"),
+    ("user: edit C:\\Users\\me\\a.py", "edit C:/Users/me/a.py"),
+    ("user: read ~/.config/pimem/x.toml", "read /home/ann/.config/pimem/x.toml"),
+    ("user: 1,200 rows", "load 1200 rows"),
+    ("user: 1200 rows", "load 1,200 rows"),
+    ("user: about 1.2k rows", "load 1200 rows"),
+    ("user: 1200 rows", "load 1.2k rows"),
+    ("user: costs $1,500", "it costs $1500.00"),
+    ("user: Python 3.0", "use Python 3"),
+    ("user: at 05:30", "at 5:30"),
+    ("user: the 23rd try", "try 23 failed"),
+    ("user: on 2026-10-08", "due on Oct 8, 2026"),
+    ("user: on 2026-10-08", "due 8 October 2026"),
+    ("user: at 2026-10-08 12:00", "at 2026-10-08T12:00:00Z"),
+    ("user: port 8080", "端口 ８０８０"),
+    ("user: 端口8080", "端口是8080"),
+    ("user: 50 ms", "took 50ms"),
+    ("user: 512 MB", "raise it to 512MB"),
+    ("user: version 1.2.3", "bump to v1.2.3"),
+    ("user: v1.2.3", "bump to 1.2.3"),
+    ("user: 15% slower", "15 percent slower"),
+    ("user: set MAX_RETRIES", "set max_retries = 3"),
+    ("user: call self.fooBar", "call self.fooBar()"),
+    ("user: commit 3fa9c21", "merged 3fa9c21d0e5b7a"),
+])
+def test_a_fact_written_another_way_is_founded(summary, message):
+    """A number, path or identifier the messages hold, as the summary writes it (grouped, glued to a unit, as
+    a date in words, a path spelt another way, in another case, in full-width digits) is no unfounded fact."""
+    assert faith.unfounded(summary, [message]) == []
+
+
+@pytest.mark.parametrize("summary, message, missing", [
+    ("user: 12 items", "in 2012", ["12"]),
+    ("user: 200 rows", "load 1,200 rows", ["200"]),
+    ("user: 12 rows", "load 12,000 rows", ["12"]),
+    ("user: 2.3", "bump to 1.2.3", ["2.3"]),
+    ("user: 10.0.0.1", "host 10.0.0.12", ["10.0.0.1"]),
+    ("user: raise to 512MB", "raise to 256MB", ["512"]),
+    ("user: 端口9999", "端口8080", ["9999"]),
+    ("user: build abc123def", "build abc124def", ["abc123def"]),
+    ("user: commit 3fa9c21", "commit 3fa9c22", ["3fa9c21"]),
+    ("user: edit src/pimem/b.py", "edit src/pimem/a.py", ["src/pimem/b.py"]),
+    ("user: edit src/core/a.py", "edit src/pimem/a.py", ["src/core/a.py"]),
+    ("user: read /etc/x/y/z", "read /etc/x/q/z", ["/etc/x/y/z"]),
+    ("user: read /etc/a.conf", "read /opt/etc/a.conf", ["/etc/a.conf"]),
+    ("user: on 2026-10-09", "due on Oct 8, 2026", ["2026-10-09"]),
+    ("user: 1.5k rows", "load 1200 rows", ["1.5"]),
+])
+def test_an_invented_fact_is_unfounded(summary, message, missing):
+    """A number inside a word or a longer number, a hex id, a path one segment off: not in the messages."""
+    assert faith.unfounded(summary, [message]) == missing
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["1", "12", "1.2", "000", "2026-10-08", "/", "\\", "~", ".", ",", "-", ":", "_", "@",
+                                 "+", "$", " ", "a", "A", "f3", "x", "k", "M", "T", "Oct", "home", "b.py", "０", "é", "端"]),
+                max_size=40).map("".join))
+def test_a_summary_copying_its_message_names_nothing_unfounded(text):
+    """Every fact is found in the text it was read from, alone or among other words: the facts are read and
+    looked up with the same boundaries."""
+    assert faith.unfounded(text, [text]) == [] and faith.unfounded(text, [f"so {text} then"]) == []
+
+
 def test_when_the_second_call_fails_the_first_line_is_kept_marked_and_both_paid(run, home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", faults=[None, "500"]) as server:

@@ -1,9 +1,15 @@
 """The faithfulness guard: a summary's numbers, paths and identifiers must occur in its span's messages.
 
 A model may write a port, a version or a file name its input never held. ``unfounded(summary, texts)`` lists
-the facts of a summary found in none of ``texts`` (exact substrings, whole: ``9999`` is not one of ``19999``);
-the builder asks for a model summary that names one again, once, and keeps the second reply with its
-unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and ``view --stats`` report.
+the facts of a summary found in none of ``texts`` (whole: ``9999`` is not one of ``19999``, nor ``200`` of
+``1,200``, nor ``2.3`` of ``1.2.3``); the builder asks for a model summary that names one again, once, and keeps
+the second reply with its unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and
+``view --stats`` report.
+A fact is found however the messages write it: a number grouped or not (``1,200``, ``1200``, ``1.2k``), with
+leading or trailing zeros (``05``, ``3.0``), glued to a word or a unit (``v1.2.3``, ``50ms``, ``端口8080``), in
+full-width digits, an ISO date as words (``Oct 8, 2026``); a path with or without ``./``, a trailing slash,
+backslashes or ``~`` for a home directory, or a shorter tail of a longer relative path; an identifier in another
+case; a hex id as a prefix of a longer one (a short commit hash).
 A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
 there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
 is marked too (without asking again: it said what it was given).
@@ -13,34 +19,127 @@ The offline compactor copies facts from the messages, so it is not checked.
 from __future__ import annotations
 
 import re
+import unicodedata
+from decimal import Decimal
 from typing import Callable, Iterable
 
-# numbers of two characters or more (ports, versions, sizes, dates), paths and file names, identifiers
+_EXT = r"(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)"
+_SEG = r"[\w.@+-]+"
+# numbers of two characters or more (ports, versions, sizes, dates, also inside a word), paths and file names,
+# hex ids, identifiers; ASCII word boundaries, so a number or a name glued to Chinese text is one too
 _FACT = re.compile(
-    r"""(?x)
-    (?:~|\.{1,2})?/[\w.@+-]+(?:/[\w.@+-]+)+
-    | \b[\w-]+\.(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)\b
-    | \b[a-z]+(?:[A-Z][a-z0-9]*)+\b | \b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b | \b[A-Za-z][A-Za-z0-9]*_\w+\b
-    | \b\d[\d.:,/-]*\d\b
+    rf"""(?xa)
+    (?P<path>(?<![\w.@+~-])(?:~|\.{{1,2}})?/{_SEG}(?:/{_SEG})+
+      | (?<![\w.@+~/-])(?=[\w.@+/-]*[A-Za-z])[\w@+-][\w.@+-]*(?:(?:/{_SEG}){{2,}}|(?:/{_SEG})*/[\w-]+\.{_EXT}(?![\w@+-])))
+    | (?P<file>(?<![\w.-])[\w-]+\.{_EXT}(?![\w-]))
+    | (?P<hex>\b0[xX][0-9a-fA-F]{{2,}}\b | \b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{{7,}}\b)
+    | (?P<ident>\b[a-z]+(?:[A-Z][a-z0-9]*)+\b | \b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b | \b[A-Za-z][A-Za-z0-9]*_\w+\b)
+    | (?P<number>(?<!\d)(?<!\d\.)(?!(?<=\d,)\d{{3}}(?!\d))\d+(?:(?:[.:/-]|,(?=\d{{3}}(?!\d)))\d+)*)
     """
 )
 MAX_LISTED = 8  # facts kept in a node's ``suspect`` mark
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                "november", "december")
+_SCALES = (("[kK]", 1000), ("M", 10**6))  # 1.2k, 3M (not 5m: minutes; not 5kB: a unit)
+
+
+def _plain(text: str) -> str:
+    """``text`` as facts are read from it: full-width digits and letters as ASCII (NFKC), a Windows path's
+    backslashes (escaped or not) as slashes."""
+    return re.sub(r"(?<=[\w.~:])\\+(?=[\w.~])", "/", unicodedata.normalize("NFKC", text))
+
+
+def _found(text: str) -> Iterable[tuple[str, str, str]]:
+    """Each fact of ``text`` as (its kind, the fact, the three characters after it: a ``k`` scales a number)."""
+    for m in _FACT.finditer(_plain(text)):
+        fact = m.group().rstrip(".,:")
+        if m.lastgroup == "path":
+            fact = fact.removeprefix("./")
+        if m.lastgroup != "number" or len(fact) >= 2:
+            yield m.lastgroup, fact, m.string[m.end():m.end() + 3]
 
 
 def facts(text: str) -> list[str]:
     """The numbers, paths and identifiers of ``text``, in order, once each."""
-    return list(dict.fromkeys(m.group().rstrip(".,:") for m in _FACT.finditer(text)))
+    return list(dict.fromkeys(fact for _, fact, _ in _found(text)))
 
 
 def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[str]] | None = None,
               distrust: Iterable[str] = ()) -> list[str]:
     """The facts of ``summary`` that occur in none of ``texts`` nor (looked up only if some are missing)
-    in the texts ``more()`` yields; a fact of ``distrust`` (a child line's own unfounded ones) is looked up in
-    ``more()`` alone."""
-    distrust = set(distrust)
-    found = {f: re.compile(rf"(?<![\w.]){re.escape(f)}(?!\w)") for f in facts(summary)}  # whole: not 9999 of 19999
-    missing = [f for f, holds in found.items() if f in distrust or not any(holds.search(t) for t in texts)]
+    in the texts ``more()`` yields; a fact of ``distrust`` (a child line's own unfounded ones, as written there)
+    is looked up in ``more()`` alone."""
+    distrust = [_plain(d) for d in distrust]
+    found: dict[str, re.Pattern] = {}
+    for kind, fact, after in _found(summary):
+        found.setdefault(fact, _pattern(kind, fact, after))
+    texts = [_plain(t) for t in texts]
+    missing = [f for f, holds in found.items()
+               if any(holds.search(d) for d in distrust) or not any(holds.search(t) for t in texts)]
     if missing and more is not None:
-        rest = list(more())
+        rest = [_plain(t) for t in more()]
         missing = [f for f in missing if not any(found[f].search(t) for t in rest)]
     return missing
+
+
+def _pattern(kind: str, fact: str, after: str) -> re.Pattern:
+    """What finds ``fact`` (of ``kind``; ``after``: what follows it in the summary) in a text, whole."""
+    if kind == "number":
+        return re.compile(_number(fact, after), re.ASCII)
+    if kind == "path":  # a relative path may be the tail of a longer one (src/a.py of /repo/src/a.py)
+        home = re.match(r"~(?=/)|/(?:home|Users)/[^/]+(?=/)|/root(?=/)", fact)
+        rest = re.escape(fact[home.end():].rstrip("/")) if home else re.escape(fact.rstrip("/"))
+        if home:  # ~/x is /home/me/x
+            rest = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+|/Users/[^/\s]+|/root)" + rest
+        return re.compile(rf"(?<![\w.@+~-]){rest}(?![\w@+-])", re.ASCII)
+    if kind == "file":
+        return re.compile(rf"(?<![\w.-]){re.escape(fact)}(?![\w-])", re.ASCII)
+    if kind == "hex":  # a short commit hash is a prefix of the long one
+        longer = "" if fact[1:2] in "xX" else "[0-9a-f]*"
+        return re.compile(rf"(?<![0-9A-Za-z_]){re.escape(fact)}{longer}(?![0-9A-Za-z_])", re.IGNORECASE | re.ASCII)
+    return re.compile(rf"(?<![0-9A-Za-z_]){re.escape(fact)}(?![0-9A-Za-z_])", re.IGNORECASE | re.ASCII)  # identifiers
+
+
+def _number(fact: str, after: str) -> str:
+    """The pattern of a number fact: its digits however grouped, padded or scaled, not part of a longer number."""
+    plain = fact.replace(",", "")
+    ways = [_digits(plain), re.escape(fact)]
+    scale = next((factor for unit, factor in _SCALES if re.match(rf"\s?{unit}(?![A-Za-z])", after, re.ASCII)), None)
+    if scale and re.fullmatch(r"\d+(?:\.\d+)?", plain):  # 1.2k: 1200
+        value = Decimal(plain) * scale
+        if value == value.to_integral_value():
+            ways.append(_digits(str(int(value))))
+    if plain.isdigit():  # 1200: 1.2k
+        for unit, factor in _SCALES:
+            if int(plain) >= factor:
+                short = format(Decimal(plain) / factor, "f")
+                short = short.rstrip("0").rstrip(".") if "." in short else short
+                ways.append(re.escape(short) + rf"\s?{unit}(?![A-Za-z])")
+    date = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)", plain)
+    if date and 1 <= int(date[2]) <= 12:  # 2026-10-08: Oct 8, 2026 or 8 October 2026
+        year, month, day = date[1], _MONTHS[int(date[2]) - 1], rf"0*{int(date[3])}(?:st|nd|rd|th)?"
+        name = rf"(?i:{month}(?:{_MONTH_NAMES[int(date[2]) - 1][3:]})?\.?)"
+        ways.append(rf"{name}\s+{day},?\s+{year}|{day}\s+(?:of\s+)?{name},?\s+{year}")
+    first = re.match(r"\d+", plain)[0]
+    before = r"(?<!\d)(?<!\d\.)" + (r"(?<!\d,)" if len(first) == 3 else "")
+    return rf"{before}(?:{'|'.join(ways)})(?!\d)(?!\.\d)(?!,\d{{3}}(?!\d))"
+
+
+def _digits(number: str) -> str:
+    """A number's digits with leading zeros optional (``05`` is ``5``, ``9:05`` is ``09:05``; not in a fraction:
+    ``1.05`` is no ``1.5``), thousands commas optional, a trailing ``.0`` optional (``3.0`` is ``3``)."""
+    parts = re.split(r"([.:/-])", number)
+    while len(parts) >= 3 and parts[-2] == "." and not parts[-1].strip("0"):
+        del parts[-2:]
+    out = []
+    for k, part in enumerate(parts):
+        if k % 2:
+            out.append(re.escape(part))
+        elif k and parts[k - 1] == ".":
+            out.append(part)
+        else:
+            digits = part.lstrip("0") or "0"
+            groups = [digits[max(0, e - 3):e] for e in range(len(digits), 0, -3)][::-1]
+            out.append("0*" + ",?".join(groups))
+    return "".join(out) + r"(?:\.0+)*"
