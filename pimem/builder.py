@@ -760,9 +760,15 @@ def shown_marks(l: int, i: int, marked, stored) -> set[str]:
 
 
 def suspect_marks(mem) -> dict[tuple[int, int], list]:
-    """``(l, i)`` -> the facts each stored node was marked ``suspect`` for."""
-    return {(node["l"], node["i"]): node["suspect"] for node in mem.tree.records(b'"suspect"')
-            if type(node.get("l")) is int and type(node.get("i")) is int and isinstance(node.get("suspect"), list)}
+    """``(l, i)`` -> the facts each stored node was marked ``suspect`` for: the mark of the line readers use (a
+    node written twice shows its first), within the log."""
+    count, marks = mem.count(), {}
+    for node in mem.tree.records(b'"suspect"'):
+        key = (node.get("l"), node.get("i"))
+        if (type(key[0]) is int and type(key[1]) is int and isinstance(node.get("suspect"), list) and node["suspect"]
+                and key not in marks and node.get("text") == mem.tree.stored(*key, count)):
+            marks[key] = node["suspect"]
+    return marks
 
 
 def spent(mem, day: str | None = None) -> dict:
@@ -777,9 +783,8 @@ def spent(mem, day: str | None = None) -> dict:
             totals[key] += recorded(node, key)
         model = node.get("model") if isinstance(node.get("model"), str) else "?"
         totals["models"][model] = totals["models"].get(model, 0) + 1
-        if node.get("suspect") and isinstance(node["suspect"], list) and type(node.get("l")) is int and type(node.get("i")) is int:
-            totals["suspect"].append(label(node["l"], node["i"]))
     totals["cost"] = round(totals["cost"], 6)
+    totals["suspect"] = [label(l, i) for l, i in suspect_marks(mem)] if day is None else []
     return totals
 
 

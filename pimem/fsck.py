@@ -189,7 +189,7 @@ def check_tree(mem: Memory) -> list[Finding]:
             if wrong:
                 found.append(Finding(mem.name, "tree", where, f"node {name}: its {'; '.join(wrong)} (counted as none)",
                                      fatal=False))
-            if node.get("suspect") and isinstance(node["suspect"], list):
+            if node.get("suspect") and isinstance(node["suspect"], list) and seen[l, i] == where:  # (readers' line)
                 found.append(Finding(mem.name, "tree", where, f"node {name} is suspect: its summary names "
                                      f"{', '.join(map(str, node['suspect']))}, which its messages do not hold", fatal=False))
     return found

@@ -571,6 +571,23 @@ def test_a_summary_copying_its_message_names_nothing_unfounded(text):
     assert faith.unfounded(text, [text]) == [] and faith.unfounded(text, [f"so {text} then"]) == []
 
 
+def test_the_mark_that_counts_is_on_the_line_readers_use(run, home):
+    """A node written twice (two builders, a hand edit): readers use its first line, and so do ``status``,
+    ``view --stats`` and ``fsck`` for its mark (before, a later line's mark was reported for a first line
+    without one, and a first line's mark was lost to a later one without: a merge repeating it went unmarked)."""
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": f"message {k} " + LONG} for k in range(4)])
+    mem.write_nodes([(0, 0, "user: one", {"model": "openai/m1"}),
+                     (0, 2, "user: three at 55555", {"model": "openai/m1", "suspect": ["55555"]})])
+    with open(next((mem.path / "tree").glob("*.jsonl")), "ab") as tree:
+        for node in ({"l": 0, "i": 0, "text": "user: one at 98765", "suspect": ["98765"]}, {"l": 0, "i": 2, "text": "user: three"}):
+            tree.write(orjson.dumps({**node, "size": len(node["text"]), "model": "openai/m1"}) + b"\n")
+    assert orjson.loads(run("status", "m", "--json").stdout)["spent"]["suspect"] == ["2+1"]
+    assert orjson.loads(run("view", "m", "--stats", "--json").stdout)["suspect"] == ["2+1"]
+    checked = run("fsck", "m").stdout
+    assert "node 2+1 is suspect" in checked and "node 0+1 is suspect" not in checked
+
+
 def test_when_the_second_call_fails_the_first_line_is_kept_marked_and_both_paid(run, home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", faults=[None, "500"]) as server:
