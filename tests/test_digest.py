@@ -521,6 +521,8 @@ def test_a_fact_is_founded_only_by_itself_whole():
     ("user: the 23rd try", "try 23 failed"),
     ("user: on 2026-10-08", "due on Oct 8, 2026"),
     ("user: on 2026-10-08", "due 8 October 2026"),
+    ("user: on 2026-10-08", "due 10/8/2026"),
+    ("user: on 2026-10-08", "due 2026/10/08"),
     ("user: at 2026-10-08 12:00", "at 2026-10-08T12:00:00Z"),
     ("user: port 8080", "端口 ８０８０"),
     ("user: 端口8080", "端口是8080"),
@@ -532,10 +534,15 @@ def test_a_fact_is_founded_only_by_itself_whole():
     ("user: set MAX_RETRIES", "set max_retries = 3"),
     ("user: call self.fooBar", "call self.fooBar()"),
     ("user: commit 3fa9c21", "merged 3fa9c21d0e5b7a"),
+    # a tool call's arguments as logged (JSON: line breaks, quotes and slashes escaped), an output in colour
+    ("tool: wrote PG_USER to /app/.env", 'Write({"file_path":"/app/.env","content":"PG_HOST=db\\nPG_USER=admin\\n"})'),
+    ("tool: ran tests/test_a.py", 'Bash({"command": "pytest tests\\/test_a.py -q"})'),
+    ("echo: DATABASE_URL is set", "\x1b[1mDATABASE_URL\x1b[0m=\x1b[32mpostgres://db:5432/prod\x1b[0m"),
 ])
 def test_a_fact_written_another_way_is_founded(summary, message):
     """A number, path or identifier the messages hold, as the summary writes it (grouped, glued to a unit, as
-    a date in words, a path spelt another way, in another case, in full-width digits) is no unfounded fact."""
+    a date in words, a path spelt another way, in another case, in full-width digits, in a tool call's JSON or
+    an output's colours) is no unfounded fact."""
     assert faith.unfounded(summary, [message]) == []
 
 
@@ -554,6 +561,7 @@ def test_a_fact_written_another_way_is_founded(summary, message):
     ("user: read /etc/x/y/z", "read /etc/x/q/z", ["/etc/x/y/z"]),
     ("user: read /etc/a.conf", "read /opt/etc/a.conf", ["/etc/a.conf"]),
     ("user: on 2026-10-09", "due on Oct 8, 2026", ["2026-10-09"]),
+    ("user: on 2026-10-09", "due 10/8/2026 or 2026/10/8", ["2026-10-09"]),
     ("user: 1.5k rows", "load 1200 rows", ["1.5"]),
 ])
 def test_an_invented_fact_is_unfounded(summary, message, missing):

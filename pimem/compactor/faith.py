@@ -9,7 +9,8 @@ A fact is found however the messages write it: a number grouped or not (``1,200`
 leading or trailing zeros (``05``, ``3.0``), glued to a word or a unit (``v1.2.3``, ``50ms``, ``端口8080``), in
 full-width digits, an ISO date as words (``Oct 8, 2026``); a path with or without ``./``, a trailing slash,
 backslashes or ``~`` for a home directory, or a shorter tail of a longer relative path; an identifier in another
-case; a hex id as a prefix of a longer one (a short commit hash).
+case; a hex id as a prefix of a longer one (a short commit hash); in a tool call's JSON (``\\nPG_USER``) or
+between an output's colour codes.
 A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
 there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
 is marked too (without asking again: it said what it was given).
@@ -22,6 +23,8 @@ import re
 import unicodedata
 from decimal import Decimal
 from typing import Callable, Iterable
+
+from ..privacy import readings
 
 _EXT = r"(?:py|js|mjs|ts|tsx|jsx|go|rs|c|h|cc|cpp|hpp|java|kt|rb|php|sh|md|json|jsonl|toml|yaml|yml|txt|sql|html|css|lock|cfg|ini|xml|csv|log)"
 _SEG = r"[\w.@+-]+"
@@ -74,13 +77,19 @@ def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[st
     found: dict[str, re.Pattern] = {}
     for kind, fact, after in _found(summary):
         found.setdefault(fact, _pattern(kind, fact, after))
-    texts = [_plain(t) for t in texts]
+    texts = _read(texts)
     missing = [f for f, holds in found.items()
                if any(holds.search(d) for d in distrust) or not any(holds.search(t) for t in texts)]
     if missing and more is not None:
-        rest = [_plain(t) for t in more()]
+        rest = _read(more())
         missing = [f for f in missing if not any(found[f].search(t) for t in rest)]
     return missing
+
+
+def _read(texts: Iterable[str]) -> list[str]:
+    """``texts`` as a fact is looked up in them: each as logged and as a reader sees it (``privacy.readings``:
+    a tool call's JSON escapes read, an output's colour codes left out), ``_plain``."""
+    return [_plain(form) for text in texts for form in readings(text)]
 
 
 def _pattern(kind: str, fact: str, after: str) -> re.Pattern:
@@ -117,10 +126,12 @@ def _number(fact: str, after: str) -> str:
                 short = short.rstrip("0").rstrip(".") if "." in short else short
                 ways.append(re.escape(short) + rf"\s?{unit}(?![A-Za-z])")
     date = re.fullmatch(r"(\d{4})-(\d\d)-(\d\d)", plain)
-    if date and 1 <= int(date[2]) <= 12:  # 2026-10-08: Oct 8, 2026 or 8 October 2026
+    if date and 1 <= int(date[2]) <= 12:  # 2026-10-08: Oct 8, 2026, 8 October 2026, 2026/10/08, 10/8/2026, 8.10.2026
         year, month, day = date[1], _MONTHS[int(date[2]) - 1], rf"0*{int(date[3])}(?:st|nd|rd|th)?"
         name = rf"(?i:{month}(?:{_MONTH_NAMES[int(date[2]) - 1][3:]})?\.?)"
         ways.append(rf"{name}\s+{day},?\s+{year}|{day}\s+(?:of\s+)?{name},?\s+{year}")
+        m, d = f"0*{int(date[2])}", f"0*{int(date[3])}"
+        ways.append(rf"{year}[/.]{m}[/.]{d}|{m}[/.]{d}[/.]{year}|{d}[/.]{m}[/.]{year}")
     first = re.match(r"\d+", plain)[0]
     before = r"(?<!\d)(?<!\d\.)" + (r"(?<!\d,)" if len(first) == 3 else "")
     return rf"{before}(?:{'|'.join(ways)})(?!\d)(?!\.\d)(?!,\d{{3}}(?!\d))"
