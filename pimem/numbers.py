@@ -17,7 +17,8 @@ MAX_I = 2**63 - 1  # message numbers are SQLite INTEGERs
 MAX_SECONDS = 366 * 86400.0  # the longest wait anyone means (a year); past it the clock overflows
 MAX_COUNT = 10**9
 _DIGITS = re.compile(r"[0-9]{1,19}")
-_DECIMAL = re.compile(r"[0-9]{1,12}(?:\.[0-9]{0,12})?|\.[0-9]{1,12}")
+# (as many decimals as a float's shortest repr has, and some: a script passing on Python's 1/3 is not refused)
+_DECIMAL = re.compile(r"[0-9]{1,12}(?:\.[0-9]{0,24})?|\.[0-9]{1,24}")
 
 
 def _refuse(text: str, what: str | None, rule: str) -> BadInput:

@@ -75,6 +75,16 @@ def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(s
     assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
 
 
+def test_an_amount_with_all_a_floats_decimals_is_taken():
+    """``str(3.024 / 3)`` in a script ('1.0080000000000002'): 16 decimals, which were refused as out of range."""
+    from pimem import numbers
+    from pimem.errors import BadInput
+
+    assert numbers.usd(str(3.024 / 3)) == 3.024 / 3 and numbers.seconds("0.1000000000000000055511") == 0.1
+    with pytest.raises(BadInput, match="use a number from 0 to 1,000,000,000"):
+        numbers.usd("1" * 13)
+
+
 @pytest.mark.parametrize("value", ["garbage", "2026-10-08", "2026-10-08T09:30:00", "2026-10-08T09:30+08:00", "2026-13-08T09:30:00Z"])
 def test_a_bad_frozen_clock_is_one_line_and_creates_nothing(sh, home, value):
     out = sh("append", "fresh", "x", PIMEM_NOW=value)
