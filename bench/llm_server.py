@@ -23,6 +23,33 @@ def summary_for(body: str) -> str:
     return f"user: summary of {what}; pi: done. Extra words to pad the line a little."
 
 
+class Server(ThreadingHTTPServer):
+    """A thread per connection, and a listen backlog for a client's every connection at once: with the default
+    of 5, the 6th to 8th of a build's 8 first connections were dropped and tried again a second later (TCP's
+    retry), so calls the builder sent first reached the server after hundreds of others, holding the
+    compactor's view back that long."""
+
+    daemon_threads = True
+    request_queue_size = 128
+
+
+CACHE_LEAST = 1024  # tokens: a shorter prefix Anthropic does not cache
+
+
+def cache_marks(body: dict) -> list[str]:
+    """The prefixes of an Anthropic request that end at a ``cache_control`` mark, shortest first (the system
+    blocks, then the messages' content blocks, in order)."""
+    blocks = [*(body.get("system") if isinstance(body.get("system"), list) else []),
+              *(block for message in body.get("messages", []) if isinstance(message.get("content"), list)
+                for block in message["content"])]
+    marks, text = [], ""
+    for block in blocks:
+        text += block.get("text", "")
+        if block.get("cache_control"):
+            marks.append(text)
+    return marks
+
+
 class FakeLLM:
     """``FakeLLM("openai", faults=[…])``: the n-th request gets ``faults[n]`` (None = a normal answer), or
     ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer."""
@@ -34,9 +61,11 @@ class FakeLLM:
         self.line_bytes = line_bytes  # every normal answer padded or cut to exactly this many bytes
         # "fixed": 1000 tokens in, 100 out; "bytes": a token per 4 bytes of the prompt and the answer, with the
         # bytes the prompt shares with the previous request's (from its start, in 1024-byte blocks) reported as
-        # cached, as OpenAI's automatic prefix cache and Anthropic's cache_control would
+        # cached, as OpenAI's automatic prefix cache would; for Anthropic, the longest prefix up to a cache_control
+        # mark that an earlier request wrote is read from the cache, and the longer ones it marks are written
         self.usage = usage
         self._previous = ""
+        self._cached: set[str] = set()  # the prefixes Anthropic's cache holds (``usage="bytes"``)
         self.faults = faults or []
         self.latency = latency
         self.hang = hang
@@ -77,8 +106,7 @@ class FakeLLM:
                     time.sleep(server.latency)
                 server.answer(self, body, fault)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}" + ("/v1" if api == "openai" else "")
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -127,6 +155,15 @@ class FakeLLM:
                 self._previous = prompt
             tokens_in, tokens_out = len(prompt.encode()) // 4, len(text.encode()) // 4
             cached = min(tokens_in, shared // 1024 * 1024 // 4)
+        written = 0
+        if self.usage == "bytes" and self.api == "anthropic":  # its cache keeps the prefixes marked cache_control
+            marks = cache_marks(body)
+            with self._lock:
+                hit = max((mark for mark in marks if mark in self._cached), key=len, default="")
+                new = [mark for mark in marks if len(mark) > len(hit) and len(mark.encode()) // 4 >= CACHE_LEAST]
+                self._cached.update(new)
+            cached = len(hit.encode()) // 4
+            written = len(new[-1].encode()) // 4 - cached if new else 0
         if fault == "overcached":  # more tokens from the cache than the prompt had (a server's mistake)
             cached = 100 * tokens_in
         elif fault == "overbilled":  # a million tokens for a few kilobytes sent
@@ -150,9 +187,11 @@ class FakeLLM:
             reply = {"id": "x", "type": "message", "role": "assistant", "model": body.get("model"),
                      "content": [{"type": "text", "text": text}] if text else [],
                      "stop_reason": "max_tokens" if finish == "length" else "end_turn",
-                     "usage": {"input_tokens": tokens_in - cached, "output_tokens": tokens_out}}
+                     "usage": {"input_tokens": tokens_in - cached - written, "output_tokens": tokens_out}}
             if cached:
                 reply["usage"]["cache_read_input_tokens"] = cached
+            if written:
+                reply["usage"]["cache_creation_input_tokens"] = written
             if fault == "written":  # the prompt written to the cache (billed at 1.25× the input price)
                 reply["usage"]["cache_creation_input_tokens"] = 2000
             elif fault == "number":

@@ -34,15 +34,15 @@ from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import Busy, LeaseLost, PimemError
 from .message import is_tool
-from .tree import context_end, free_leaf, free_merge, label, recorded
+from .tree import PAID, context_end, free_leaf, free_merge, label, recorded
 
 WINDOW = 8
+CACHE_LEAST = 1024  # tokens: a shorter prefix Anthropic does not cache
 MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
 # it ran, "(details hidden; include tools to see it)")
 HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (``ContextView.push``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
-PAID = ("tokens_in", "tokens_out", "tokens_cached", "cost")  # what a call costs, kept on its node
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
 
 
@@ -313,7 +313,7 @@ class Builder:
             try:
                 text, again = self.compactor.build(task, context)
             except CallFailed as exc:  # asked once more, with no answer: the first line is kept, marked
-                again = {"model": meta.get("model"), **{key: exc.spent.get(key) for key in PAID}, "seconds": 0.0}
+                again = {"model": meta.get("model"), **{key: exc.spent[key] for key in PAID if key in exc.spent}, "seconds": 0.0}
                 text = first
             for key in (*PAID, "seconds"):  # both calls are paid for
                 if again.get(key) is not None or meta.get(key) is not None:
@@ -605,20 +605,30 @@ def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
              "merges_ready": len(builder.ready_merges)}, builder)
 
 
-def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int) -> int:
+def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int,
+                   system: int) -> tuple[int, int]:
     """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
-    shown the compactor's view over the messages before its ``context_end`` (``_shown_views``)."""
+    shown the compactor's view over the messages before its ``context_end`` (``_shown_views``); and the bytes
+    a cache of marked prefixes (Anthropic's: the ``system`` prompt's bytes and the view) would write over those
+    calls: calls whose views end at the same message are shown the same view, so the first of them writes its
+    prefix and the others read it (a prefix under ``CACHE_LEAST`` tokens is not cached)."""
     if all(marks.find(0) < 0 for marks in surveyed.settled_marks):
-        return 0  # (nothing left to build)
+        return 0, 0  # (nothing left to build)
     shown = _shown_views(surveyed, hi, lo, line_bytes, reply_bytes)
-    total = calls = 0
+    total = calls = written = 0
+    seen = set()
     for l, marks in enumerate(surveyed.settled_marks):
         i = marks.find(0)
         while i >= 0:  # (the unsettled nodes only: a built tree's few are found at C speed)
-            total += min(shown[context_end(l, i)], 2 * hi)
+            end = context_end(l, i)
+            size = min(shown[end], 2 * hi)
+            total += size
             calls += 1
+            if end not in seen and system + size >= 4 * CACHE_LEAST:
+                seen.add(end)
+                written += system + size
             i = marks.find(0, i + 1)
-    return total // max(1, calls)
+    return total // max(1, calls), written
 
 
 def _shown_views(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int) -> array:
@@ -713,9 +723,11 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     compactor's view of what came before it (``_context_bytes``: the view run over the lines' sizes, as
     ``ContextView`` runs it in a build); each reply is taken for that line, or for what this memory's replies
     used so far. Tokens are counted as 4 bytes.
-    ``cost`` takes no input from the prompt cache. With a ``price_cached_in`` set, ``cost_cached`` counts the
-    cache too: the share of input this memory's calls read from it so far, or before any call the system
-    prompt and the whole view of every call (a lower bound: a provider keeps less)."""
+    ``cost`` takes no input from the prompt cache (what it reads is billed as input), but counts what is written
+    to it where that is billed (Anthropic, 1.25×): the share of input this memory's calls wrote so far, or
+    before any call what ``_context_bytes`` works out. With a ``price_cached_in`` set, ``cost_cached`` counts the
+    cache's reads too: the shares this memory's calls read and wrote so far, or before any call the best case,
+    the system prompt and the whole view of every call read and nothing written (a provider keeps less)."""
     from .compactor import INPUT_BYTES, prompt as prompts
 
     cfg = mem.config
@@ -727,9 +739,10 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     reply_bytes = min(longest, _reply_bytes(mem, line_bytes)) if so_far and so_far["calls"] else longest
     merges, merged_bytes = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
-    context = 0 if compactor.offline else _context_bytes(surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]),
-                                                         line_bytes, reply_bytes)  # (offline: no call is sent)
-    prefix = len(prompts.SYSTEM.encode()) + context  # the system prompt and <chat>: what a prompt cache can keep
+    system = len(prompts.SYSTEM.encode())
+    context, written = (0, 0) if compactor.offline else _context_bytes(  # (offline: no call is sent)
+        surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes, system)
+    prefix = system + context  # the system prompt and <chat>: what a prompt cache can keep
     leaf_task, merge_task = _task_bytes(line_bytes)
     sent = (calls * prefix + found["leaves"] * leaf_task + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES)
             + merges * merge_task + merged_bytes)
@@ -737,16 +750,19 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     if compactor.offline:
         calls, sent = 0, 0
     tokens_in, tokens_out = sent // 4, round(calls * per_reply)
-    if so_far and so_far["tokens_cached"]:
-        tokens_cached = round(tokens_in * so_far["tokens_cached"] / so_far["tokens_in"])
-    else:
-        tokens_cached = calls * prefix // 4
-    cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out)
+    if so_far and so_far["tokens_in"] and (so_far["tokens_cached"] or so_far["tokens_written"]):
+        tokens_cached, tokens_written = (round(tokens_in * so_far[key] / so_far["tokens_in"])
+                                         for key in ("tokens_cached", "tokens_written"))
+        written_best = tokens_written
+    else:  # (Anthropic caches the prefixes a request marks and bills what it writes: at best, nothing)
+        tokens_cached, written_best = calls * prefix // 4, 0
+        tokens_written = written // 4 if compactor.provider_name == "anthropic" else 0
+    cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out, 0, tokens_written)
     row = {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
            "built": found["built"], "nodes": found["nodes"]}
     if compactor.price_cached_in is not None and not compactor.offline:
-        row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in))
+        row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in), written_best)
     return row
 
 
@@ -772,14 +788,15 @@ def suspect_marks(mem) -> dict[tuple[int, int], list]:
 
 
 def spent(mem, day: str | None = None) -> dict:
-    """Calls, tokens (``tokens_cached``: input read from the provider's prompt cache) and money recorded on
-    the nodes a compactor wrote (``Tree.records``); ``day`` (YYYY-MM-DD): only the nodes built that local day."""
-    totals = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "tokens_cached": 0, "cost": 0.0, "models": {}, "suspect": []}
+    """Calls, tokens (``tokens_cached``, ``tokens_written``: input read from and written to the provider's prompt
+    cache) and money recorded on the nodes a compactor wrote (``Tree.records``); ``day`` (YYYY-MM-DD): only the
+    nodes built that local day."""
+    totals = {"calls": 0, **dict.fromkeys(PAID, 0), "cost": 0.0, "models": {}, "suspect": []}
     for node in mem.tree.records():
         if day is not None and not _built_on(node, day):
             continue
         totals["calls"] += 1
-        for key in ("tokens_in", "tokens_out", "tokens_cached", "cost"):
+        for key in PAID:
             totals[key] += recorded(node, key)
         model = node.get("model") if isinstance(node.get("model"), str) else "?"
         totals["models"][model] = totals["models"].get(model, 0) + 1

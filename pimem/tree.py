@@ -52,10 +52,15 @@ def label(l: int, i: int) -> str:
     return f"{i << l}+{1 << l}"
 
 
+# what a call was billed, kept on its node (``tokens_cached``, ``tokens_written``: of ``tokens_in``, read from and
+# written to the provider's prompt cache; the last only where it bills writes, and only when there were some)
+PAID = ("tokens_in", "tokens_out", "tokens_cached", "tokens_written", "cost")
+
+
 def recorded(node: dict, key: str):
-    """What a stored node's build metadata says of ``key`` (``tokens_in``, ``tokens_out``, ``tokens_cached``,
-    ``cost``) as it counts: a whole number of tokens, a finite cost, from 0; anything else (metadata a caller
-    of ``write_nodes`` made up, a hand edit) counts as none, 0, and ``fsck`` says so."""
+    """What a stored node's build metadata says of ``key`` (one of ``PAID``) as it counts: a whole number of
+    tokens, a finite cost, from 0; anything else (metadata a caller of ``write_nodes`` made up, a hand edit)
+    counts as none, 0, and ``fsck`` says so."""
     value = node.get(key)
     return value if type(value) in ((int, float) if key == "cost" else (int,)) and 0 <= value < float("inf") else 0
 
@@ -67,7 +72,7 @@ def unrecorded(node: dict) -> list[str]:
         return f"{key} {orjson.dumps(node[key]).decode()[:40]}"
 
     wrong = [f"{said(key)} is no {'number' if key == 'cost' else 'whole number'} from 0"
-             for key in ("tokens_in", "tokens_out", "tokens_cached", "cost")
+             for key in PAID
              if node.get(key) is not None and recorded(node, key) is not node.get(key)]
     if node.get("suspect") is not None and not isinstance(node["suspect"], list):
         wrong.append(f"{said('suspect')} is no list")

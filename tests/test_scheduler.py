@@ -694,6 +694,32 @@ def test_the_view_folds_around_a_leaf_that_keeps_failing_and_waits_again_once_it
     assert Memory.open("m").views.failing() == set()
 
 
+def test_the_dry_run_of_an_anthropic_build_counts_its_cache_writes(run, home, monkeypatch):
+    """Anthropic caches the prefixes a request marks (the system prompt and the view) and bills what it writes
+    at 1.25x the input price; calls whose views end at the same message share one (the fake server caches as
+    it does). The dry run counted no writes: 0.90x the dollars the run recorded. It now counts a write for each
+    view first sent (1.00x), and once calls were made, the share they wrote; the best case (every prefix read
+    at the cached price, none written) stays below what was recorded."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("anthropic", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:512]
+        configure(home, server, api="anthropic", price_in=1.0, price_out=2.0, price_cached_in=1.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "cview": {"hi": 32_000, "lo": 16_000}}))
+        fill("m", 240)
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m", "--max-cost", f"{predicted['cost'] / 3:.6f}").exit_code == 6
+        first = builder.spent(Memory.open("m"))
+        again = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m").exit_code == 0
+    total = builder.spent(Memory.open("m"))
+    assert 0 < first["tokens_written"] < total["tokens_written"] < total["tokens_in"]
+    assert 0.95 <= predicted["cost"] / total["cost"] <= 1.05, (predicted, total)
+    assert 0.90 <= again["cost"] / (total["cost"] - first["cost"]) <= 1.10, (again, total, first)
+    assert predicted["cost_cached"] < total["cost"]
+
+
 @pytest.mark.parametrize("line_bytes", [256, 2048])
 def test_the_dry_run_of_shorter_or_longer_lines_is_within_15_percent(run, home, monkeypatch, line_bytes):
     """Each task carries a ruler of ``line_bytes`` and a merge its two lines, and a model's line is at most what

@@ -267,8 +267,8 @@ class Compactor:
         extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
         tokens = dict.fromkeys(TOKENS, 0)  # what the requests answered so far were billed
 
-        def bill() -> dict:
-            return {**{k: tokens[k] for k in TOKENS[:3]}, "cost": self.cost(**tokens)}
+        def bill() -> dict:  # (tokens written to a cache only where there were some: Anthropic bills them)
+            return {**{k: tokens[k] for k in TOKENS if tokens[k] or k != "tokens_written"}, "cost": self.cost(**tokens)}
 
         def ask(max_tokens: int):
             try:
