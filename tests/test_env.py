@@ -75,6 +75,18 @@ def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(s
     assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
 
 
+@pytest.mark.parametrize("args", [["list"], ["append", "notes", "hi"], ["view", "notes"], ["build-tree"], ["status"]])
+def test_a_home_that_is_a_file_is_one_line_and_the_file_is_kept(sh, tmp_path, args):
+    """$PIMEM_HOME naming a file (a typo, a path mixed up): ``list`` said there were no memories yet (exit 1),
+    ``build-tree`` built nothing and exited 0, the others said 'Not a directory: FILE/notes'."""
+    home = tmp_path / "memory"
+    home.write_bytes(b"not a home\n")
+    out = sh(*args, PIMEM_HOME=home)
+    assert out.returncode == 2 and out.stdout == b""
+    assert out.stderr == f"pimem: error: the home {home} is not a directory: set --home or $PIMEM_HOME to one\n".encode()
+    assert home.read_bytes() == b"not a home\n"
+
+
 def test_an_amount_with_all_a_floats_decimals_is_taken():
     """``str(3.024 / 3)`` in a script ('1.0080000000000002'): 16 decimals, which were refused as out of range."""
     from pimem import numbers
