@@ -11,6 +11,11 @@ from typing import Any
 from . import env, when
 from .errors import BadInput
 
+
+class OverCap(BadInput):
+    """A text longer than the memory's cap (``max_text_bytes``): refused, never cut."""
+
+
 KINDS = ("user", "pi", "tool", "echo", "work", "note")
 ALIASES = {"assistant": "pi", "tool_call": "tool", "tool_result": "echo", "bash": "echo", "custom": "work"}
 TOOL_KINDS = frozenset({"tool", "echo"})
@@ -84,7 +89,7 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
         except UnicodeEncodeError:
             raise BadInput("text is not valid UTF-8 (it contains a lone surrogate)") from None
     if length > cap and kind != "echo":
-        raise BadInput(f"text of {length} bytes is over the cap of {cap} bytes; split it into several messages")
+        raise OverCap(f"text of {length} bytes is over the cap of {cap} bytes; split it into several messages")
     date = record.get("date")
     if date is None:
         date = default_date or when.rfc3339(env.now())

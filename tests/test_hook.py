@@ -229,7 +229,7 @@ def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_
     assert hook(payload("Stop", "s1", transcript)) == (0, None, "")  # the odd ones passed over, the others captured
     assert sorted(texts()) == ["sub-agent: list the routes", "the staging db listens on 5433"]
     before = snapshot(home)
-    for args, why in ((("-n", "bad name"), "invalid memory name 'bad name'"), (("--home", "/dev/null"), "Not a directory")):
+    for args, why in ((("-n", "bad name"), "invalid memory name 'bad name'"), (("--home", "/dev/null"), "the home /dev/null is not a directory")):
         code, answer, err = hook(payload("UserPromptSubmit", "s1", transcript, prompt="staging port"), *args)
         assert code == 0 and why in answer["systemMessage"] and err.count("\n") == 1, (args, answer, err)
     assert snapshot(home) == before

@@ -475,6 +475,30 @@ def test_grown_file_adds_only_the_new_lines(run, home, tmp_path):
     assert messages()[-3]["meta"]["tool"] == "apply_patch"  # the call's name carried over between imports
 
 
+def test_a_message_over_the_cap_is_logged_once_the_cap_is_raised_and_the_file_imported_again(run, home, tmp_path):
+    """A prompt over ``max_text_bytes`` is skipped with a warning that says how to log it. It said 'split it
+    into several messages', which an import cannot do, and raising the cap did not help: the file counted as
+    read, so the next import took it for unchanged and the prompt never reached the memory."""
+    from pimem import config
+
+    lines = claude_lines()
+    lines[2]["message"]["content"] = "deploy plan: " + "step " * 600  # 3,013 bytes
+    path = write_jsonl(tmp_path / "session.jsonl", lines)
+    config.save_home(None, {"max_text_bytes": 2000})
+    first = run("import", path, "-n", "t")
+    assert first.exit_code == 0 and "1 malformed skipped" in first.stdout
+    assert first.stderr == (f"pimem: warning: {path.resolve()}:3: text of 3013 bytes is over the cap of 2000 bytes (raise max_text_bytes "
+                            "in config.json and import the file again to log it); skipped\n")
+    assert "unchanged" in run("import", path, "-n", "t").stdout  # (the same cap: nothing to read again)
+    before = brief(messages())
+    config.save_home(None, {"max_text_bytes": 10_000})
+    again = run("import", path, "-n", "t")
+    assert again.exit_code == 0 and again.stdout.startswith(f"t: 1 imported, {len(before)} already present, 0 malformed")
+    after = brief(messages())
+    assert after[:-1] == before and after[-1] == ("user", "deploy plan: " + "step " * 600)
+    assert "unchanged" in run("import", path, "-n", "t").stdout
+
+
 def test_grown_pi_tree_links_across_imports(run, tmp_path):
     whole = pi_tree(tmp_path / "whole.jsonl").read_text().splitlines(keepends=True)
     path = tmp_path / "s.jsonl"

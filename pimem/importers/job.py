@@ -34,6 +34,7 @@ from .state import ImportState, key_of
 
 PROGRESS_STEP = 1024 * 1024
 INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
+RAISE_CAP = "raise max_text_bytes in config.json and import the file again to log it"
 ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be unchanged to read on from it
 NUL_SHOWN = "\u2400"  # ␀: a NUL in an imported text is logged as this, the message kept (the log holds no NUL)
 
@@ -167,6 +168,8 @@ class _File:
         self.batch_bytes = 0
         self.prior: dict | None = None
         self.deadline: float | None = deadline
+        self.capped = False  # a message or line over the cap was skipped: said in the position, so that a
+        # later import with a larger cap reads the file again from the start (the keys drop what is logged)
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
@@ -178,7 +181,9 @@ class _File:
         for raw in bounded_lines(f, limit):
             line_no += 1
             if type(raw) is int:  # a line over the cap, read past without holding it
-                self._malformed(line_no, f"a line of {raw:,} bytes is over the cap of {limit:,} for one line")
+                self.capped = True
+                self._malformed(line_no, f"a line of {raw:,} bytes is over the cap of {limit:,} for one line "
+                                         f"({RAISE_CAP})")
                 offset += raw
                 continue
             line = raw[len(decoder.BOM):] if offset == 0 and raw.startswith(decoder.BOM) else raw  # (a BOM opening the file)
@@ -215,8 +220,12 @@ class _File:
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
             return 0, 0, None
         offset = prior["offset"]
+        capped = prior.get("capped")
+        if type(capped) is int and self.cap > capped:  # (skipped over a cap since raised: read it all again)
+            return 0, 0, None
         if 0 < offset <= os.fstat(f.fileno()).st_size and prior.get("anchor") == _anchor(f, offset):
             f.seek(offset)
+            self.capped = type(capped) is int
             return offset, int(prior.get("line", 0)), prior.get("state")
         return 0, 0, None
 
@@ -227,6 +236,7 @@ class _File:
             "line": line_no,
             "anchor": _anchor(f, offset),
             "state": orjson.loads(orjson.dumps(parser.state)),  # a snapshot: the parser goes on changing it
+            **({"capped": self.cap} if self.capped else {}),
         }
 
     def _take(self, parser, line_no: int, raw: bytes, obj) -> None:
@@ -242,6 +252,10 @@ class _File:
                 self.warn(f"{self.source.path}:{line_no}: its NUL characters are logged as {NUL_SHOWN} (U+2400): the log holds no NUL")
             try:
                 msg = msgs.normalise(rec, self.cap, self.stamp, raw)
+            except msgs.OverCap as exc:
+                self.capped = True
+                self._malformed(line_no, f"{str(exc).partition('; ')[0]} ({RAISE_CAP})")
+                continue
             except BadInput as exc:
                 self._malformed(line_no, str(exc))
                 continue
