@@ -801,7 +801,8 @@ def spent(mem, day: str | None = None) -> dict:
         model = node.get("model") if isinstance(node.get("model"), str) else "?"
         totals["models"][model] = totals["models"].get(model, 0) + 1
     totals["cost"] = round(totals["cost"], 6)
-    totals["suspect"] = [label(l, i) for l, i in suspect_marks(mem)] if day is None else []
+    totals["suspect"] = ([label(l, i) for l, i in sorted(suspect_marks(mem), key=lambda node: (node[1] << node[0], node[0]))]
+                         if day is None else [])  # (by the messages they cover, as ``view --stats`` lists them)
     return totals
 
 

@@ -81,7 +81,7 @@ _COMPACTOR_RULES = {"provider": f"one of {', '.join(PROVIDERS)}", "base_url": "a
                     **dict.fromkeys(("price_in", "price_out", "price_cached_in"),
                                     f"dollars per million tokens, from 0 to {MAX_PRICE:,.0f}")}  # (said as "use …")
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
-_MOST = {"context_wait": MAX_SECONDS}  # (as --wait takes)
+_MOST = {"context_wait": MAX_SECONDS, "max_cost_per_day": 1e9}  # (as --wait and --max-cost-per-day take)
 _LARGEST = 2**63 - 1  # a number JSON keeps here at most (orjson writes no larger integer, and NaN as null)
 
 

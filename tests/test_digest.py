@@ -596,6 +596,15 @@ def test_the_mark_that_counts_is_on_the_line_readers_use(run, home):
     assert "node 2+1 is suspect" in checked and "node 0+1 is suspect" not in checked
 
 
+def test_status_lists_suspect_lines_in_the_order_of_the_messages_they_cover(run, home):
+    """As ``view --stats`` lists them (it listed them in the tree files' order: ``6+1, 0+1, 2+2``)."""
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": f"message {k} " + LONG} for k in range(8)])
+    mem.write_nodes([(l, i, f"user: at {90000 + i}", {"model": "openai/m1", "suspect": [str(90000 + i)]})
+                     for l, i in ((0, 6), (0, 0), (1, 1))])
+    assert orjson.loads(run("status", "m", "--json").stdout)["spent"]["suspect"] == ["0+1", "2+2", "6+1"]
+
+
 def test_when_the_second_call_fails_the_first_line_is_kept_marked_and_both_paid(run, home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", faults=[None, "500"]) as server:

@@ -524,6 +524,7 @@ def test_a_compactor_switched_away_from_is_closed_at_once(home, tmp_path):
 
 
 @pytest.mark.parametrize("changes", [{"context_wait": float("nan")}, {"max_cost_per_day": float("inf")},
+                                     {"max_cost_per_day": 2e9},  # (past what --max-cost-per-day takes)
                                      {"line_bytes": 10**30}, {"view": {"hi": 10**30}}, {"compactor": {"max_tokens": 2**64}}])
 def test_save_config_refuses_a_number_json_cannot_keep_and_writes_nothing(home, changes):
     """NaN and infinity were saved as null, which no command then read (every one exited 2 on that memory, a
