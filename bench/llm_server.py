@@ -52,11 +52,14 @@ def cache_marks(body: dict) -> list[str]:
 
 class FakeLLM:
     """``FakeLLM("openai", faults=[…])``: the n-th request gets ``faults[n]`` (None = a normal answer), or
-    ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer."""
+    ``faults`` may be a function ``(n, body) -> fault``. ``latency`` delays every answer: seconds, or a function
+    ``(n, body) -> seconds`` (calls that take their time apart, as a real provider's do). ``retry_after``: what
+    the "429" fault's ``Retry-After`` header says."""
 
     def __init__(self, api: str = "openai", faults=None, latency: float = 0.0, hang: float = 3.0, reasoning: bool = False,
-                 pad: int = 0, line_bytes: int | None = None, usage: str = "fixed"):
+                 pad: int = 0, line_bytes: int | None = None, usage: str = "fixed", retry_after: str = "1"):
         self.api = api
+        self.retry_after = retry_after
         self.pad = pad  # bytes of filler added to every normal answer (so merges of answers are not free)
         self.line_bytes = line_bytes  # every normal answer padded or cut to exactly this many bytes
         # "fixed": 1000 tokens in, 100 out; "bytes": a token per 4 bytes of the prompt and the answer, with the
@@ -102,8 +105,9 @@ class FakeLLM:
                         body = {}
                     server.requests.append(body)
                 fault = server.fault(n, body)
-                if server.latency:
-                    time.sleep(server.latency)
+                latency = server.latency(n, body) if callable(server.latency) else server.latency
+                if latency:
+                    time.sleep(latency)
                 server.answer(self, body, fault)
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
@@ -131,7 +135,7 @@ class FakeLLM:
         if fault == "500":
             return self.send(handler, 500, b'{"error": "internal"}')
         if fault == "429":
-            return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": "1"})
+            return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": self.retry_after})
         if fault == "redirect":
             return self.send(handler, 307, b"", {"Location": self.location})
         if fault == "malformed":

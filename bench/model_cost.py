@@ -12,7 +12,12 @@ commit's, measured in the same run):
   the compactor view's ``hi`` (32,000: designed 16–32 KB, bounds: median ≤ hi, max ≤ 2·hi);
 - the dry run's prediction (calls, tokens in and out, dollars) against what the run then recorded, as ratios
   (target: within ±15%);
-- the cache-hit share of input tokens.
+- the cache-hit share of input tokens;
+- how far behind its message the view a leaf's call was shown ends (messages; 0: everything before it).
+
+Calls that take their time apart, as a real provider's do: ``--slow-every 20 --slow 2`` (one request in 20 answers
+after 2 s, the others after ``--latency``), or ``--tail 1.2 --slow 20`` (Pareto-distributed delays, at most 20 s).
+``--hi`` sets the compactor view's budget (``lo`` half of it).
 
     python bench/model_cost.py [--messages 2000] [--samples GLOB] [--compare /path/to/other/checkout]
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -70,11 +76,46 @@ def context_bytes(body: dict) -> int:
     return len(chat.encode())
 
 
-def measure(checkout: Path, messages: int, latency: float, answer_bytes: int, pattern: str = "*.jsonl") -> dict:
+def lag(body: dict) -> int | None:
+    """How many messages before a leaf's own the compactor's view it was shown ends (None for a merge): 0 when
+    it was shown everything before its message, as a live build keeping up would have it."""
+    user = body["messages"][-1]["content"]
+    text = user if isinstance(user, str) else "".join(b.get("text", "") for b in user)
+    leaf = re.search(r"compress message (\d+) ", text.rsplit("</chat>", 1)[-1])
+    if leaf is None:
+        return None
+    chat = text.split("<chat>\n", 1)[1].split("</chat>", 1)[0]
+    ends = [sum(map(int, m.groups())) for m in re.finditer(r"^(\d+)\+(\d+)\|", chat, re.M)]
+    return int(leaf[1]) - max(ends, default=0)
+
+
+def latencies(latency: float, slow_every: int, slow: float, tail: float):
+    """``latency``, or a function of the request (``FakeLLM``'s) when calls take their time apart: every
+    ``slow_every``-th request (by a hash of its body, so not in step with the scheduler) ``slow`` seconds; or with
+    ``tail`` a Pareto-distributed delay of shape ``tail`` (heavy: most near ``latency``, a few far longer, at most
+    ``slow``)."""
+    import random
+    import zlib
+
+    if not slow_every and not tail:
+        return latency
+    rng = random.Random(7)
+
+    def delay(n: int, body: dict) -> float:
+        if tail:
+            return min(slow, latency * rng.paretovariate(tail))
+        return slow if zlib.crc32(json.dumps(body).encode()) % slow_every == 0 else latency
+    return delay
+
+
+def measure(checkout: Path, messages: int, latency, answer_bytes: int, pattern: str = "*.jsonl", faults=None,
+            hi: int = HI) -> dict:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(checkout / "pimem")], check=True)
     with tempfile.TemporaryDirectory() as tmp, FakeLLM("openai", latency=latency, line_bytes=answer_bytes,
-                                                       usage="bytes") as server:
+                                                       usage="bytes", faults=faults) as server:
         home = Path(tmp)
+        if hi != HI:
+            (home / "config.json").write_text(json.dumps({"cview": {"hi": hi, "lo": hi // 2}}))
         # a faithful line (no number or name its span does not hold), so the faithfulness guard asks again only
         # where a real model would have made something up; ``summary_for``'s node numbers would fail it every time
         server.reply = lambda body: ("a summary of the span" + " filler" * answer_bytes)[:answer_bytes]
@@ -101,10 +142,11 @@ def measure(checkout: Path, messages: int, latency: float, answer_bytes: int, pa
         # the same calls priced without the cache (input at $1, output at $5 per million tokens)
         recorded["cost_uncached"] = (recorded["tokens_in"] * 1 + recorded["tokens_out"] * 5) / 1e6
         contexts = sorted(context_bytes(body) for body in server.requests)
+        lags = sorted(k for k in map(lag, server.requests) if k is not None)
         sent = sum(len(raw) for raw in server.raw)
         return {"messages": total, "requests": len(server.requests), "seconds": seconds, "sent": sent,
-                "contexts": contexts, "predicted": predicted, "recorded": recorded,
-                "pending": status["tree"]["pending"]}
+                "contexts": contexts, "lags": lags, "predicted": predicted, "recorded": recorded,
+                "pending": status["tree"]["pending"], "hi": hi}
 
 
 def _has_cached_price(checkout: Path) -> bool:
@@ -112,13 +154,17 @@ def _has_cached_price(checkout: Path) -> bool:
 
 
 def report(name: str, row: dict) -> None:
-    n, contexts, pred, rec = row["messages"], row["contexts"], row["predicted"], row["recorded"]
+    n, contexts, pred, rec, hi = row["messages"], row["contexts"], row["predicted"], row["recorded"], row["hi"]
     q = statistics.quantiles(contexts, n=10) if len(contexts) > 1 else contexts * 9
     print(f"{name}: {n:,} messages, {row['requests']:,} requests in {row['seconds']:.1f} s, {row['pending']} nodes left")
     print(f"  calls per message      {row['requests'] / n:.3f}")
     print(f"  bytes sent per message {row['sent'] / n:,.0f}")
-    print(f"  context bytes          median {statistics.median(contexts):,.0f} ({statistics.median(contexts) / HI:.2f}× hi), "
-          f"p90 {q[8]:,.0f}, max {contexts[-1]:,} ({contexts[-1] / HI:.2f}× hi)")
+    print(f"  context bytes          median {statistics.median(contexts):,.0f} ({statistics.median(contexts) / hi:.2f}× hi), "
+          f"p90 {q[8]:,.0f}, max {contexts[-1]:,} ({contexts[-1] / hi:.2f}× hi)")
+    lags = row["lags"]
+    if lags:
+        print(f"  a leaf's view behind its message: median {statistics.median(lags):,.0f} messages, "
+              f"p90 {lags[int(0.9 * (len(lags) - 1))]:,}, p99 {lags[int(0.99 * (len(lags) - 1))]:,}, max {lags[-1]:,}")
     for key in ("calls", "tokens_in", "tokens_out", "cost"):
         p, r = pred.get(key) or 0, rec.get(key) or 0
         if key == "cost" and "cost_cached" in pred:  # what the run recorded had the cache's prices
@@ -138,9 +184,15 @@ def main() -> None:
     parser.add_argument("--answer-bytes", type=int, default=480)
     parser.add_argument("--compare", type=Path, action="append", default=[], help="another checkout, measured alike")
     parser.add_argument("--samples", default="*.jsonl", help="which samples make the backlog (a glob)")
+    parser.add_argument("--slow-every", type=int, default=0, help="one request in N answers after --slow seconds")
+    parser.add_argument("--slow", type=float, default=2.0, help="seconds of a slow answer (--tail: the longest)")
+    parser.add_argument("--tail", type=float, default=0.0, help="Pareto shape of every answer's delay (e.g. 1.2)")
+    parser.add_argument("--hi", type=int, default=HI, help="the compactor view's hi (lo: half)")
     args = parser.parse_args()
+    latency = latencies(args.latency, args.slow_every, args.slow, args.tail)
     for checkout in [ROOT, *args.compare]:
-        report(str(checkout), measure(checkout.resolve(), args.messages, args.latency, args.answer_bytes, args.samples))
+        report(str(checkout), measure(checkout.resolve(), args.messages, latency, args.answer_bytes, args.samples,
+                                      hi=args.hi))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ CACHE_LEAST = 1024  # tokens: a shorter prefix Anthropic does not cache
 MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
 # it ran, "(details hidden; include tools to see it)")
 HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (``ContextView.push``)
+LATE_CALLS = 3 * WINDOW  # calls in since one holding the compactor's view up started: it is late (``ContextView``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
@@ -290,6 +291,8 @@ class Builder:
     def put_back(self, task: Task) -> None:
         """A task ``next_task`` gave that will not start now (no budget for it): back to the front of its queue."""
         self.inflight.discard((task.l, task.i))
+        if self.cview is not None:
+            self.cview.unsent(task.l, task.i)
         if task.l == 0:
             self.ready_leaves.appendleft(task.i)
         else:
@@ -354,7 +357,10 @@ class Builder:
 
     def context(self, task: Task) -> str:
         """The compactor's view up to the task's boundary (``ContextView``); empty for offline builds."""
-        return self.cview.context(task.l, task.i) if self.cview is not None else ""
+        if self.cview is None:
+            return ""
+        self.cview.sending(task.l, task.i)
+        return self.cview.context(task.l, task.i)
 
     def flush(self, wait: bool = False) -> None:
         """Write what was built, on a writer thread so calls keep flowing while the disk syncs (one batch at a
@@ -422,7 +428,9 @@ class ContextView:
         self.held: deque[str | None] = deque()  # leaves from the first unbuilt one on, not pushed yet (``push``)
         self.held_bytes = 0  # their bytes, about: past ``HELD_MOST`` (or 2·hi) they are pushed all the same
         self.failing: set[tuple[int, int]] = set()  # nodes whose call failed: they hold nothing back (a leaf's
-        # line is not shown either)
+        # line is not shown either); and those whose call is late (``_late``)
+        self.sent: dict[tuple[int, int], int] = {}  # node in flight -> ``done`` when its call started
+        self.done = 0  # calls in (built or failed)
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
                          fetch=lambda l, i: mem.tree.text(l, i), stuck=self._stuck)
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
@@ -460,11 +468,47 @@ class ContextView:
         if text is None or self.held or self._waits():
             self.held.append(text)
             self.held_bytes += _held_bytes(text)
+            self._late()
             if self.held_bytes > max(2 * self.view.hi, HELD_MOST):  # (what they wait for is not coming: a
                 self._release(everything=True)  # watcher over its daily cap, say)
             return
         self.view.push(text)
         self.view.fit()
+
+    def _late(self) -> None:
+        """The call holding the view up (the first held-back leaf's, or the merge the batch waits for) is late once
+        ``LATE_CALLS`` calls are in since it started (two thirds of them started after it, 8 at once), as a
+        provider's slowest are (seconds where most take tenths, or a call that hangs to its timeout): held back
+        behind it, the calls after it were shown a view ever further behind their messages (a median of 74
+        messages with one call in 20 taking 2 s, up to 539 with a heavy tail). A late node is taken for one whose
+        call failed until it is built: the view folds around it and a call is shown the lines past it without
+        its own."""
+        while True:
+            if self.held and self.held[0] is None:
+                node = (0, self.view.T)
+            elif self.held and self._waits():
+                l, i = self.view.best()
+                node = (l + 1, i >> 1)
+            else:
+                return
+            if node not in self.sent or self.done - self.sent[node] < LATE_CALLS:
+                return
+            self.failing.add(node)
+            self._rendered = None
+            if node[0] == 0:
+                self.held.popleft()
+                self.held_bytes -= _held_bytes(None)
+                self.view.push(None)
+            self.view.fit()
+            self._release()
+
+    def sending(self, l: int, i: int) -> None:
+        """A call for node ``(l, i)`` starts (``_late`` counts the calls that come in after it started)."""
+        self.sent[(l, i)] = self.done
+
+    def unsent(self, l: int, i: int) -> None:
+        """The call for node ``(l, i)`` did not start after all."""
+        self.sent.pop((l, i), None)
 
     def _waits(self) -> bool:
         """Whether the view's batch waits for a merge a call is building (or is queued for): within twice
@@ -496,15 +540,20 @@ class ContextView:
         the view folds around it (past twice ``hi`` the best pair built) rather than keep every later leaf in
         memory; a call is shown the view's lines without its own (``_shown_lines``), not cut there."""
         self.failing.add((l, i))
+        self.sent.pop((l, i), None)
+        self.done += 1
         self._rendered = None
         self.view.fit()  # (the batch may have waited for it)
         if l > 0:  # (a merge the batch waited for: it waits no more)
             self._release()
         elif i >= self.view.T:
             self._release(everything=True)
+        self._late()
 
     def built(self, l: int, i: int, text: str) -> None:
         self.texts[(l, i)] = text
+        self.sent.pop((l, i), None)
+        self.done += 1
         if self.failing and (l, i) in self.failing:
             self.failing.discard((l, i))
             self._rendered = None
@@ -515,6 +564,7 @@ class ContextView:
             self.view.built(l, i, text)
             self.view.fit()
         self._release()
+        self._late()
         if len(self.texts) >= self.PRUNE_EVERY and len(self.texts) % self.PRUNE_EVERY == 0:
             self._prune()
 

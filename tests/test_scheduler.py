@@ -769,3 +769,42 @@ def test_a_budget_of_eight_lines_keeps_the_median_within_hi_and_the_dry_run_with
     assert statistics.median(contexts) <= 4000, statistics.median(contexts)
     recorded = builder.spent(Memory.open("n"))
     assert 0.85 <= predicted["tokens_in"] / recorded["tokens_in"] <= 1.15, (predicted, recorded)
+def leaf_lags(requests, least: int) -> list[int]:
+    """For each leaf call of a message from ``least`` on: how many messages before its own the view it was
+    shown ends."""
+    lags = []
+    for body in requests:
+        chat, task = body["messages"][-1]["content"].split("</chat>\n\n")
+        leaf = re.search(r"compress message (\d+) ", task)
+        if leaf and int(leaf[1]) >= least:
+            ends = [int(a) + int(b) for a, b in re.findall(r"^(\d+)\+(\d+)\|", chat.removeprefix("<chat>\n"), re.M)]
+            lags.append(int(leaf[1]) - max(ends, default=0))
+    return lags
+
+
+@pytest.mark.parametrize("slow", ["leaf", "merge"])
+def test_a_call_far_slower_than_the_others_does_not_hold_the_view_of_the_calls_after_it_back(home, monkeypatch, slow):
+    """Providers answer most calls in tenths of a second and a few in seconds (or at their timeout). The leaves
+    after a leaf in flight, and those that come while the view's batch waits for a merge in flight, are held
+    back from the compactor's view until it is built: with message 31's leaf (or the merge of 32+32) answered
+    after 4 s, every later call was shown the history before it, up to 250 messages behind. Once 24 calls are
+    in since it started, such a call is late: the view folds around it, as around a failed call, and takes
+    its line when it comes."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    needle = "compress message 31 " if slow == "leaf" else "lines 32+16 and 48+16 "
+
+    def latency(n, body):
+        return 4.0 if needle in body["messages"][-1]["content"] else 0.01
+
+    with FakeLLM("openai", latency=latency) as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        configure(home, server)
+        mem = fill("m", 300)
+        sched = scheduler.build_tree([Memory.open("m")])
+        requests = server.requests
+    assert any(needle in body["messages"][-1]["content"] for body in requests)
+    lags = leaf_lags(requests, 120)
+    assert len(lags) > 50 and max(lags) <= 60, lags
+    assert max(chat_bytes(body) for body in requests) <= 2 * 2000
+    assert not sched.builders[0].cview.failing and not sched.builders[0].cview.held
+    assert_complete(mem)
