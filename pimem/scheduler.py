@@ -153,13 +153,28 @@ class Scheduler:
         # said again by this pass if a call still cannot be afforded: one refused while others were in flight
         # may well fit once they have cost what they did, not their worst case
         self.stopped_for_cost = False
+        calling = []  # the builders of a model compactor, sharing the ``concurrency`` calls
         for builder in list(self.builders):
             if builder not in self.held:
+                if not builder.compactor.offline:
+                    calling.append(builder)
+                    continue
                 with self.refusing(builder.name, builder):
                     progressed = self._dispatch_one(builder, now) or progressed
+        # a free call goes to the memory with the fewest in flight: taken in the builders' order, a backlog in
+        # the first memory (an import) had every call until it was nearly built, and a memory watched beside it
+        # none (the second of two 300-message memories got its first call after 389 of the first's 396)
+        while calling and self._inflight < self.concurrency:
+            builder = min(calling, key=lambda b: len(b.inflight))
+            started = False
+            with self.refusing(builder.name, builder):
+                started = self._call(builder, now)
+            if not started:
+                calling.remove(builder)
         return progressed
 
     def _dispatch_one(self, builder: Builder, now: float) -> bool:
+        """Build what ``builder``'s offline compactor can; True when something was built."""
         if builder.compactor.offline:
             if self._offload(builder, now):
                 return False
@@ -173,21 +188,24 @@ class Scheduler:
                 builder.built(task.l, task.i, text, meta)
                 self._emit_built(builder, task, text, meta)
             return progressed
-        while self._inflight < self.concurrency:
-            task = builder.next_task(now)
-            if task is None:
-                break
-            context = builder.context(task)
-            worst = builder.compactor.worst_cost(task, context)
-            if not self._affordable(builder, worst):
-                builder.put_back(task)
-                break
-            if self._pool is None:
-                self._pool = _Pool(self.concurrency, self._results)
-            self._reserved[(builder, task.l, task.i)] = worst or 0.0
-            self._pool.tasks.put((builder, task, context))
-            self._inflight += 1
         return False
+
+    def _call(self, builder: Builder, now: float) -> bool:
+        """Start ``builder``'s next model call; False when it has none that can start now."""
+        task = builder.next_task(now)
+        if task is None:
+            return False
+        context = builder.context(task)
+        worst = builder.compactor.worst_cost(task, context)
+        if not self._affordable(builder, worst):
+            builder.put_back(task)
+            return False
+        if self._pool is None:
+            self._pool = _Pool(self.concurrency, self._results)
+        self._reserved[(builder, task.l, task.i)] = worst or 0.0
+        self._pool.tasks.put((builder, task, context))
+        self._inflight += 1
+        return True
 
     @contextlib.contextmanager
     def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,), tell: bool = True):

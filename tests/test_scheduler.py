@@ -808,3 +808,24 @@ def test_a_call_far_slower_than_the_others_does_not_hold_the_view_of_the_calls_a
     assert max(chat_bytes(body) for body in requests) <= 2 * 2000
     assert not sched.builders[0].cview.failing and not sched.builders[0].cview.held
     assert_complete(mem)
+
+
+def test_memories_built_together_share_the_calls(home, monkeypatch):
+    """``build-tree`` of two memories (or ``watch`` over a memory keeping up beside an import): the calls went to
+    the memories in their order, so the first one's backlog had all 8 until it was nearly built and the second
+    got its first call after 389 of the first's 396. A free call now goes to the memory with the fewest in
+    flight."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.01) as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        configure(home, server)
+        fill("a", 300)
+        Memory.at("b").append([{"kind": "user", "text": f"short {k}" if k % 3 == 0 else "zebra " + long_text(k)}
+                               for k in range(300)])
+        scheduler.build_tree([Memory.open("a"), Memory.open("b")])
+        tasks = [body["messages"][-1]["content"].rsplit("</chat>", 1)[-1] for body in server.requests]
+    theirs = ["zebra" in task for task in tasks if "compress message" in task]  # (b's leaves)
+    first = theirs[: len(theirs) // 2]
+    assert 0.3 <= sum(first) / len(first) <= 0.7, (sum(first), len(first))
+    for name in ("a", "b"):
+        assert_complete(Memory.open(name))
