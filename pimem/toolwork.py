@@ -38,6 +38,8 @@ _PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file"
 _PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
 _SHELLS = ("bash", "shell", "exec", "Bash", "shell_command", "local_shell")
 _BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
+# the bidirectional controls (marks, embeddings, overrides, isolates): unseen, they reorder what follows on a line
+BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def scan(text: str, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> str:
@@ -143,8 +145,11 @@ def summary(msg: dict) -> str:
 
 
 def short(piece: str) -> str:
-    """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name)."""
+    """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name), and none
+    before a bidirectional control (it would reorder the line that shows it: ``BIDI``)."""
     piece = piece.strip()
+    if not piece.isascii():
+        piece = BIDI.split(piece)[-1].strip()
     if len(piece) <= TOOL_PIECE:
         return piece
     tail = piece[-TOOL_PIECE:]

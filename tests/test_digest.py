@@ -327,6 +327,112 @@ def test_list_numbers_are_not_facts_and_code_spans_stay_whole():
         assert not {"1", "2", "3"} & set(pieces(line.split(": ", 1)[1])), line
 
 
+_DANGLING = re.compile(r"^(?:[-+*/%&|^!<>:?~]*=[=>]*|&&|\|\|)\s|\s(?:[-+*/%&|^!<>:?~]*=[=>]*|&&|\|\|)$")
+
+
+def test_code_gives_no_half_a_statement_no_code_between_two_strings_and_no_half_a_quote():
+    """A line of code ending in ``=`` (or ``&&``) goes on on the next one: no piece starts or ends at such an
+    operator (``const DEFAULT_CONFIG =``, ``= createHandler(…);`` were user sentences). A quoted string is the one
+    its quotes open and close, never the code between two strings (``, 1, 1, (text: string) => theme.bg(`` was a
+    fact). No piece holds half a pair of quotes (``NO_COLOR' env`` was a phrase, ``prod" : "dev"`` a sentence
+    without its first quote)."""
+    text = ('In the new version we changed the defaults:\nconst DEFAULT_CONFIG =\n  Object.freeze({ retries: 3 });\n'
+            "let handler\n  = createHandler(DEFAULT_CONFIG);\ncd build &&\n  make check\n"
+            'this.contentText = new Text("", 1, 1, (text: string) => theme.bg("toolPendingBg", text));\n'
+            '"prod" : "dev" are the modes; the \'NO_COLOR\' env is ignored due to \'FORCE_COLOR\' being set.')
+    for kind in ("user", "pi"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert {"const DEFAULT_CONFIG", "toolPendingBg", "NO_COLOR"} <= set(found), found
+        assert kind == "pi" or {"createHandler(DEFAULT_CONFIG);", '"prod" : "dev" are the modes; the \'NO_COLOR\' '
+                                "env is ignored due to 'FORCE_COLOR' being set."} <= set(found), found
+        for piece in found:
+            assert not _DANGLING.search(piece) and piece.count('"') % 2 == 0, piece
+            assert len(re.findall(r"(?<!\w)'|'(?!\w)", piece)) % 2 == 0, piece
+        line = extractive.leaf(kind, text)
+        assert not _DANGLING.search(line) and line.count('"') % 2 == 0, line
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": '他说"数据库连接超时"然后重启了服务'})]
+    assert "数据库连接超时" in found, found  # (a quote beside a Chinese character is one)
+
+
+def test_an_ellipsis_or_a_dash_ends_a_phrase_spaced_or_not():
+    """``logs…nothing``, ``deploy—which`` and ``loop...never`` are two words each, not one phrase; a range's en
+    dash stays (``10–12``)."""
+    text = ("I checked the logs…nothing. The deploy—which had been green all week—failed on the migration step; the "
+            "retry loop...never ran. Pages 10–12 cover the rollback–hotfix plan.")
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert {"logs", "nothing", "deploy", "week", "failed", "retry loop", "rollback", "hotfix plan"} <= set(found), found
+    assert "Pages 10–12 cover" in found and not [p for p in found if re.search(r"[—…]|\.\.\.|[a-z]–", p)], found
+
+
+def test_base64_or_hex_cut_by_code_marks_is_no_piece():
+    """A token cut by ``=;(`` into parts each shorter than 64 characters is one blob (its parts went into the
+    line whole); so is base64 filling a run in brackets, and a hex run longer than a commit's 40 digits. A
+    commit's hash, and the words around a blob, stay."""
+    import base64
+    import hashlib
+    import random
+
+    rand = random.Random(7)
+    b64 = lambda n: base64.b64encode(rand.randbytes(n)).decode()
+    token, sig, digest = f"{b64(36)}=;({b64(30)})", f"sig=({b64(45)})", hashlib.sha256(b"x").hexdigest()
+    commit = hashlib.sha1(b"x").hexdigest()
+    text = (f"The session token {token} leaked. The signature {sig} did not verify. The image digest {digest} "
+            f"is cached. Commit {commit} fixed it.")
+    for kind in ("user", "pi"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        for blob in (token, sig.removeprefix("sig="), digest):
+            at = text.index(blob)
+            assert not [u.text for u in found if u.pos < at + len(blob) and at < u.pos + len(u.text)], blob
+        assert any(commit in u.text for u in found) and {"leaked", "verify"} <= {w for u in found for w in u.words}
+
+
+def test_no_line_holds_a_bidirectional_control():
+    """The bidirectional marks, embeddings, overrides and isolates reorder how a terminal shows the rest of a
+    line (``invoice\\u202eexe.pdf`` shows as ``invoicefdp.exe``): none reaches a line, from a message's text, a
+    speaker's name or a tool's path. Each ends the piece it falls in."""
+    controls = "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    for c in controls:
+        text = (f"Open invoice{c}exe.pdf from the mail. The {c}Billing Service{c} at /srv/{c}app/db.py failed on "
+                f"port 54{c}33 with ECONN{c}REFUSED; the variable {c}access_level{c} is \"ad{c}min\". " + LONG)
+        lines = [extractive.leaf(kind, text) for kind in ("user", "pi")]
+        lines.append(extractive.leaf_line({"kind": "pi", "text": text, "meta": {"speaker": f"{c}Dana"}},
+                                          extractive.units({"kind": "pi", "text": text, "meta": {"speaker": f"{c}Dana"}})))
+        lines.append(extractive.leaf("tool", f'edit({{"path": "docs/invoice{c}fdp.exe"}})'))
+        lines.append(extractive.leaf("pi", f"🎉{c}🎉"))
+        lines.append(extractive.merge(lines[0], lines[1]))
+        for line in lines:
+            assert not re.search(f"[{controls}]", line), (hex(ord(c)), line)
+        assert "invoice" in lines[0] and "exe.pdf" in lines[0] and "edited fdp.exe" in lines[3], lines
+
+
+def test_a_windows_path_is_one_piece_and_no_phrase_ends_inside_one():
+    r"""A Windows path is a fact, from its drive (a folder's name with spaces in it too) or relative to a file, its
+    backslashes doubled as a JSON string writes them too; no phrase starts or ends inside one (``reads
+    C:\Users\nathan``, ``AppData``, ``bin\pimem.exe`` were pieces), and a path ends before a sentence's stop."""
+    paths = [r"C:\Program Files\Pimem\bin\pimem.exe", r"C:\Users\nathan\AppData\Roaming\pimem\config.json",
+             r"D:\work\new_project\tests\test_app.py", r"src\app\main.py", r"C:\\Users\\nathan\\out.log", "/srv/app/db.log"]
+    text = (f"The installer writes to {paths[0]} and reads {paths[1]}; the test {paths[2]} fails, and so does "
+            f'{paths[3]}. The call was edit({{"path": "{paths[4]}"}}) and the log is at {paths[5]}.')
+    for kind in ("user", "pi"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        assert set(paths) <= {u.text for u in found}, [u.text for u in found]
+        for u in found:
+            assert text[u.pos - 1 : u.pos] != "\\" != text[u.pos + len(u.text) : u.pos + len(u.text) + 1], u.text
+            assert not (u.text.endswith(".") and ("\\" in u.text or "/" in u.text) and " " not in u.text), u.text
+
+
+def test_a_json_strings_escapes_are_no_letters_of_its_words():
+    r"""A tool call's arguments (or any text written as a JSON string) escape its line breaks and quotes: ``\n``
+    and ``\t`` are no letters of the word after them (``nclass``, ``tthis.onSelectCallback``), nor ``\"`` the end
+    of a phrase (``from \``); an escaped backslash is one (``C:\\Users\\nathan`` keeps its ``nathan``)."""
+    call = ('edit({"path":"src/ui/list.ts","oldText":"import { Text } from \\"@scope/tui\\";\\n\\nclass DynamicBorder {'
+            '\\n\\tprivate colorFn;\\n\\tthis.onSelectCallback = cb;\\n}","cwd":"C:\\\\Users\\\\nathan"})')
+    lines = [extractive.leaf("tool", call), extractive.leaf("pi", "The edit was " + call)]
+    for line in lines:
+        assert {"DynamicBorder", "colorFn", "this.onSelectCallback", "nathan"} <= set(re.findall(r"[\w.]+", line)), line
+        assert not re.search(r"\b(?:nclass|nimport|n\\t|tprivate|tthis)|\\(?:$|,)", line), line
+
+
 def agent_session():
     return [
         {"kind": "user", "text": "Please fix the login bug in src/app.py, the tests fail since Monday. " + LONG},
@@ -794,7 +900,8 @@ def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
 # ---- the phrase scan and a tool result's outcome, against their plain definitions ------------------------
 
 _MARKS = "".join(re.escape(chr(c)) for c in range(0x110000) if unicodedata.category(chr(c))[0] == "M")
-_TOKEN = re.compile(rf"[^\W_][\w'’+#.\-{_MARKS}]*(?:[^\W_]|[{_MARKS}])|[^\W_]")  # (a word holds its marks)
+# (a word holds its marks, and dots but no three in a row: "logs...nothing" is two words)
+_TOKEN = re.compile(rf"[^\W_](?:[\w'’+#\-{_MARKS}]|\.(?!\.\.))*(?:[^\W_]|[{_MARKS}])|[^\W_]")
 
 
 def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
@@ -832,7 +939,8 @@ PHRASE_CASES = [
     "", "   ", "the", "a b c d e f g h i", "Hello, world. This is: a test - of breaks (and) [more] {so} <on> \"q\" | end",
     "don't stop the staging database refuses connections since this morning; port 5433!",
     "预发环境的数据库从今天早上开始拒绝连接，帮我查一下原因。服务在 5433 端口监听",
-    "x .y a—b c – d e.f.g h:i j: k, l,m", "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
+    "x .y a—b c – d e.f.g h:i j: k, l,m", "logs…nothing, a...b..c....d e…. 1990–1995 x–y 'q' it's q' ‘r’ s’",
+    "ΣΑΣ σας' ^x `y` ·z", "２３ ١٢٣ _a_ __ a_b",
     "FAILED tests/test_orders.py::test_refund_roundtrip - AssertionError: assert 1 == 2\n12 passed, 1 failed",
     "x12 passed a 3 failed _4 tests ٣ errors 2 warnings", "Timeout, permission denied, EADDRINUSE; KeyboardInterruptError",
     "de\u0301ploye\u0301 le cafe\u0301 ; कनेक्शन विफल, ก\u0e34น",
@@ -842,7 +950,7 @@ PHRASE_CASES = [
 
 @given(st.lists(st.sampled_from(["the", "a", "Deploy", "db", "5433", " ", "  ", ", ", ". ", "; ", " - ", "\n", ":", "x.y",
                                  "don't", "预发", "数据库", "，", "。", "_", "-", "passed", "1 failed", "Error", "Σ", "２",
-                                 "e\u0301", "\u0301", "कि"]),
+                                 "e\u0301", "\u0301", "कि", "...", "..", ".", "…", "—", "–", "'", "’", "‘", "7"]),
                 max_size=40).map("".join))
 @settings(max_examples=300, deadline=None)
 def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):

@@ -4,7 +4,10 @@ A line says who spoke and what about. Each message yields **units**, exact subst
 user's ask (the first sentence of a user message), key phrases (runs of words between stop words and
 punctuation; Chinese clauses between its punctuation) scored by how distinctive their words are against the
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
-numbers, dates, paths, identifiers, errors, quoted strings. Tool work becomes what ran and how it ended
+numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. No unit holds half a pair of quotes,
+a statement's operator at its edge (``const config =``), base64 or hex, or a bidirectional control (it would
+reorder the line on a terminal); an ellipsis or a dash ends a phrase, and a JSON string's escapes (``\\n``) are
+no letters of its words. Tool work becomes what ran and how it ended
 (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's command or file
 and the result's exit code, test counts and error names; a piece taken from tool traffic is at most 13
 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
@@ -35,7 +38,9 @@ import re
 import unicodedata
 
 from .. import toolwork
-from ..toolwork import SCAN_HEAD, SCAN_TAIL, scan as _scan
+# (the bidirectional controls: unseen, they reorder how a terminal shows what follows them on a line. No piece
+# holds one: each ends what it is in, a word, a phrase, a fact)
+from ..toolwork import BIDI as _BIDI, SCAN_HEAD, SCAN_TAIL, scan as _scan
 from .cut import LINE_BYTES, boundary, cut_line as _cut_reply, flatten
 
 POOL = 96  # units a span keeps for its parent to choose from
@@ -101,10 +106,21 @@ _SNAKE = rf"(?=[^\W_{_CJK}]*+_)[a-zA-Z][^\W{_CJK}]*_[^\W{_CJK}]+(?![^\W{_CJK}])"
 # base64, a hash, minified code): what it took there would be longer than a piece, or a slice of the blob; and
 # the scans ahead (a path's ``/``, a file name's extension) never run over a whole blob from each of its words
 _INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
+# a Windows path: from its drive (``C:\Program Files\app\bin``; a folder's name may hold a few spaces when a
+# backslash follows it), or a relative one to a file (``src\app\main.py``); its backslashes doubled too, as a
+# JSON string writes them
+_WSEG = r"[\w.@+~$-]++"
+_WIN = rf"(?:\\{{1,2}}{_WSEG}(?:[ ]{_WSEG}){{0,3}}(?=\\))*\\{{1,2}}[\w.@+~$-]*[\w@+~$-]"
+_WIN_REL = rf"(?:\\{{1,2}}{_WSEG})*?\\{{1,2}}[\w.@+~$-]*\w\.(?:{_EXTS}|exe|dll|bat|cmd|ps1)(?!\w|\.\w)"
 _URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of brackets in it is its own)
+# (an absolute path ends before a sentence's full stop; a quoted string is one string: its quotes open and close
+# it, with no word (but a Chinese or Japanese one) or quote outside them and no space just inside them, never the
+# code between two strings: ``Text("", 1, (t) => bg("x", t))`` gave ``, 1, (t) => bg(``)
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
-    | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+
+    | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+(?<!\.)
+    | (?<![\w\\])[A-Za-z]:{_WIN}
+    | (?<![\w.@+~$\\-])(?=[\w.@+~$-]{{1,{SENTENCE}}}\\){_WSEG}{_WIN_REL}
     | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
     | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
@@ -113,7 +129,7 @@ _FACT_PATTERN = rf"""(?x)
           | (?=\d){_INSIDE}(?: {_EXT} | {_DIGITS} )
           | (?![a-zA-Z0-9]){_INSIDE}{_EXT} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
-    | `[^`\n]{{1,60}}` | "[^"\n]{{2,60}}"
+    | `[^`\n]{{1,60}}` | (?<![^\W{_CJK}])(?<!")"[^"\s][^"\n]{{1,59}}(?<!\s)"(?![^\W{_CJK}])
     """
 _FACT = re.compile(_FACT_PATTERN.replace("START", r"\b"))
 # in text with Chinese a fact may start right after a Chinese character too ("修改max_pool_size参数")
@@ -140,9 +156,12 @@ _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！�
                          rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
                          rf"|\.(?![ \t]|$)|[^，。！？；、：,;:!?\n（）() \t.])+")
 # (and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
-# Armenian and Ethiopic full stops, halfwidth and fullwidth stops)
-_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|]|[.,:](?=\s|$)|\s[-—–]\s|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
-_TOKEN = re.compile(r"[^\W_][\w'’+#.-]*[^\W_]|[^\W_]")
+# Armenian and Ethiopic full stops, halfwidth and fullwidth stops); an ellipsis or a dash, spaced or not
+# ("logs…nothing", "deploy—which": two words, not one), but for a range's en dash (1990–1995)
+_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|—…]|[.,:](?=\s|$)|\.\.\.|\s[-–]\s|(?<!\d)–|–(?!\d)"
+                    r"|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
+# (a word holds dots, but no three in a row: "logs...nothing" is two words and an ellipsis)
+_TOKEN = re.compile(r"[^\W_](?:[\w'’+#-]*\.(?!\.\.))*[\w'’+#-]*[^\W_]|[^\W_]")
 
 
 @functools.cache
@@ -169,7 +188,7 @@ def _marked() -> tuple[re.Pattern, re.Pattern]:
     """``_WORD`` and ``_TOKEN`` for text that is not ASCII: a word holds its combining marks."""
     marks = _marks()
     return (re.compile(rf"[^\W_]+(?:[{marks}]+[^\W_]*)*"),
-            re.compile(rf"[^\W_](?:[\w'’+#.\-{marks}]*(?:[^\W_]|[{marks}]))?"))
+            re.compile(rf"[^\W_](?:(?:[\w'’+#\-{marks}]*\.(?!\.\.))*[\w'’+#\-{marks}]*(?:[^\W_]|[{marks}]))?"))
 
 
 def _in_word(text: str, start: int, end: int) -> bool:
@@ -286,6 +305,8 @@ def _speaker(msg: dict) -> tuple[str, int]:
     meta = msg.get("meta") or {}
     who = meta.get("speaker") if isinstance(meta.get("speaker"), str) and meta.get("speaker").strip() else None
     who = who[:SPEAKER].strip() if who and len(who) > SPEAKER else who  # (a name, not what the line is for)
+    if who and not who.isascii() and _BIDI.search(who):  # (its bidirectional controls would reorder the line)
+        who = _BIDI.sub("", who).strip() or None
     kind = msg.get("kind", "")
     if kind in ("tool", "echo"):
         return "", 2
@@ -299,7 +320,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     if rank == 2:
         return _tool_units(msg, stats)
     i = msg.get("i", 0)
-    text = _scan(msg.get("text") or "", head, tail)
+    text = read = _scan(msg.get("text") or "", head, tail)
+    bidi = not text.isascii() and _BIDI.search(text)
+    if bidi:  # (a line break, of the same length, in their place: no piece runs over one)
+        text = _BIDI.sub("\n", text)
+    if "\\" in text and _ESCAPED.search(text):  # a JSON string's escapes: line breaks (``\n`` is not a word's n)
+        text = _unescaped(text)
     out: list[Unit] = []
     seen: set[str] = set()
     weight = stats.weight
@@ -316,7 +342,17 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             cut = piece.rfind("**")
             before, after = piece[:cut], piece[cut + 2 :]
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
-        piece = _bare(piece)
+        start, end = _bared(piece)
+        piece, pos = piece[start:end], pos + start
+        if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
+            # statement, taken without its operator
+            head, tail = _DANGLING_HEAD.match(piece), _DANGLING_TAIL.search(piece)
+            if head or tail:
+                start, end = head.end() if head else 0, tail.start() if tail else len(piece)
+                start, end = _bared(piece[start:end], start) if start < end else (0, 0)
+                piece, pos = piece[start:end], pos + start
+        if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
+            return  # (a name or number over one)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
             return
         seen.add(piece)
@@ -325,15 +361,17 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if score > 0:
             out.append(Unit(score, i, pos, piece, who, rank, ws))
 
+    urls, blobs = _blobs(text)
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
         for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
                 at = text.find(sentence, at)
-                add(sentence, at, ASK if n == 0 else SAID)
+                if not (blobs and _inside(blobs, at, at + len(sentence))):  # (no sentence holding a blob)
+                    add(sentence, at, ASK if n == 0 else SAID)
     cjk = not text.isascii() and _CJK_RUN.search(text)
     marks = not text.isascii()  # (a fact or name next to a combining mark is part of a word)
-    urls, blobs = _blobs(text)
+    paths: list[tuple[int, int]] = []
     for m in (_FACT_CJK if cjk else _FACT).finditer(text):
         if marks and _in_word(text, m.start(), m.end()) or blobs and _inside(blobs, m.start(), m.end()):
             continue
@@ -342,9 +380,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
             if piece.count("/") < 3:
                 continue
+        elif "/" in piece or "\\" in piece:  # a path (or a string holding one): no name is a folder of it
+            paths.append(m.span())
         add(piece, m.start(), 1.3)
     for m in _NAME.finditer(text):
-        if not (marks and _in_word(text, m.start(), m.end()) or (urls or blobs) and _inside(urls + blobs, m.start(), m.end())):
+        if not (marks and _in_word(text, m.start(), m.end()) or (urls or blobs or paths)
+                and _inside(urls + blobs + paths, m.start(), m.end())):
             add(m.group(), m.start(), 1.2)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
@@ -354,29 +395,76 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
                 add(piece, m.start() + m.group().find(piece))
     for pos, phrase in _phrases(text, bool(cjk)):
-        if text[pos - 1 : pos] != "/" != text[pos + len(phrase) : pos + len(phrase) + 1]:  # (a path's part: its fact)
-            add(phrase, pos)
+        # (half a pair of quotes in it: the words on each side)
+        parts = _quoted(phrase) if "'" in phrase or "’" in phrase or "‘" in phrase else ((0, phrase),)
+        for at, part in parts:
+            start, end = pos + at, pos + at + len(part)
+            if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES:  # (a path's part:
+                # its fact)
+                add(part, start)
     return out
 
 
 _URL = re.compile(_URL_TEXT)
-_BASE64 = re.compile(r"(?<![\w+/=.-])[\w+/=.-]{64,}")
+_SLASHES = ("/", "\\")  # (a path's, a Windows path's)
+# text written as a JSON string (a tool call's arguments, a quoted log line) or a string in code escapes its
+# quotes and line breaks: ``\"chalk\";\n\tprivate`` read as words gave ``from \``, ``n\tprivate``, ``tthis.x``.
+# Such text (an escaped quote, or a line break escaped before another escape, a quote, a space or the end) reads
+# each escape as line breaks of its length (a quote's escape before the quote), but for an escaped backslash
+# (``C:\\Users\\nathan`` keeps its n)
+_ESCAPED = re.compile(r'\\"|\\[nrt](?:[\\"\'\s]|$)')
+_ESCAPE = re.compile(r'\\(?:[nrt"]|u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|\\)')
+
+
+def _unescaped(text: str) -> str:
+    """``text`` with its escapes read (``_ESCAPED``), but in a code span (``printf "%s\n"`` is a fact whole)."""
+    spans = [m.span() for m in _CODE_SPAN.finditer(text)] if "`" in text else []
+
+    def read(m: re.Match) -> str:
+        escape = m.group()
+        if escape == "\\\\" or spans and _inside(spans, *m.span()):
+            return escape
+        return '\n"' if escape == '\\"' else "\n" * len(escape)
+
+    return _ESCAPE.sub(read, text)
+
+
+_CODE_SPAN = re.compile(r"`[^`\n]{1,60}`")
+_UNSPACED = re.compile(r"\S{64,}")
+_BASE64 = re.compile(r"[\w+/=.-]{16,}")
 
 
 def _blobs(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """Where ``text`` holds URLs, and runs of base64 outside them (64 characters or more of its alphabet, an
-    eighth or more of them capitals and as many small letters, with digits: not a path or an identifier): a URL
-    is a fact whole (or up to a path boundary), never a phrase's words or a name; a blob is none of them."""
+    """Where ``text`` holds URLs, and base64 or hex outside them: in a run without spaces, its parts of 16
+    characters or more of base64's alphabet, each an eighth or more capitals and as many small letters, with
+    digits, or hex digits (not a path or an identifier; a commit's 40 hex digits alone are no blob), when they
+    make 64 characters or more, or three quarters of the run: a token cut by ``=;(`` is one blob, not parts each
+    too short to be one. A URL is a fact whole (or up to a path boundary), never a phrase's words or a name; a
+    blob is none of them."""
     urls = [m.span() for m in _URL.finditer(text)] if "://" in text else []
     blobs = []
     if len(text) < 64 or max(map(len, text.split()), default=0) < 64:  # (no word that long: most texts)
         return urls, blobs
-    for m in _BASE64.finditer(text):
-        run = m.group()
-        if (run.isascii() and 8 * sum(map(str.isupper, run)) >= len(run) and 8 * sum(map(str.islower, run)) >= len(run)
-                and any(map(str.isdigit, run)) and not _inside(urls, *m.span())):
-            blobs.append(m.span())
+    for run in _UNSPACED.finditer(text):
+        parts = [m.span() for m in _BASE64.finditer(text, *run.span()) if _random(m.group())]
+        size = sum(end - start for start, end in parts)
+        if size >= 64 or 4 * size >= 3 * (run.end() - run.start()):
+            blobs.extend(span for span in parts if not _inside(urls, *span))
     return urls, blobs
+
+
+def _random(run: str) -> bool:
+    """True when ``run`` reads as base64 (ASCII, an eighth or more of it capitals and as many small letters, with
+    digits) or hex (digits and letters a to f)."""
+    if not run.isascii():
+        return False
+    digits = sum(map(str.isdigit, run))
+    if _HEX.fullmatch(run):
+        return 0 < digits < len(run)
+    return 8 * sum(map(str.isupper, run)) >= len(run) and 8 * sum(map(str.islower, run)) >= len(run) and digits > 0
+
+
+_HEX = re.compile(r"[0-9a-f]+|[0-9A-F]+")
 
 
 def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
@@ -388,9 +476,54 @@ _QUOTES = " \t'\"“”‘’*"
 _OPENING = re.compile(r"[\s'\"“”‘’*>]*(?:[#-]+\s[\s'\"“”‘’*>]*)*")
 
 
+# a statement's operator at a piece's edge: the piece is half of a statement ("const config =" at a line's end)
+_OPERATOR = r"(?:[-+*/%&|^!<>:?~]*=[=>]*|&&|\|\|)"
+_DANGLING_HEAD, _DANGLING_TAIL = re.compile(rf"{_OPERATOR}\s+"), re.compile(rf"\s+{_OPERATOR}$")
+_QUOTE_LIKE = re.compile(r"(?<![^\W_])'|'(?![^\W_])")  # a ' that is no apostrophe (not inside a word)
+_QUOTE_MARK = re.compile(r"(?<!\w)['’]|['’](?!\w)|‘")  # (a ' or ’ not inside a word, a ‘)
+
+
+def _quoted(phrase: str) -> list[tuple[int, str]]:
+    """``phrase`` whole (at 0) when its quote marks pair up, each opening (not after a letter or digit) before
+    one closing (not before one), else its parts between them, with where each starts: no phrase holds half a
+    pair (``NO_COLOR' env`` of "the 'NO_COLOR' env", ``function 'appendWrite``)."""
+    marks = [m.start() for m in _QUOTE_MARK.finditer(phrase)]
+    if not marks:
+        return [(0, phrase)]
+    opens = [at == 0 or not phrase[at - 1].isalnum() for at in marks]
+    closes = [at + 1 == len(phrase) or not phrase[at + 1].isalnum() for at in marks]
+    if len(marks) % 2 == 0 and all(opens[k] != (k % 2) and closes[k] == (k % 2) for k in range(len(marks))):
+        return [(0, phrase)]
+    out, start = [], 0
+    for at in marks + [len(phrase)]:
+        part = phrase[start:at]
+        lead = len(part) - len(part.lstrip())
+        part = part.strip().rstrip("=:").rstrip()  # (host=, key: of host='a', key: 'b)
+        if part:
+            out.append((start + lead, part))
+        start = at + 1
+    return out
+
+
 def _bare(piece: str) -> str:
     """``piece`` without the quotes and markup around it; the marks code ends in stay (``C#``, ``i--``)."""
-    return piece[_OPENING.match(piece).end() :].rstrip(_QUOTES)
+    start, end = _bared(piece)
+    return piece[start:end]
+
+
+def _bared(piece: str, at: int = 0) -> tuple[int, int]:
+    """Where ``piece`` starts and ends (from ``at``) without the quotes and markup around it (``_bare``), but for
+    quotes of a kind it holds inside: those at its ends stay, so no piece holds half a pair (``"a" or "b"`` is
+    not ``a" or "b``)."""
+    start, end = _OPENING.match(piece).end(), len(piece.rstrip(_QUOTES))
+    if start < end and (start or end < len(piece)):
+        body = piece[start:end]
+        for quotes, inside in (('"', '"' in body), ("“”", "“" in body or "”" in body),
+                               ("'", "'" in body and _QUOTE_LIKE.search(body))):
+            if inside:
+                start = min([start] + [k for q in quotes if 0 <= (k := piece.find(q)) < start])
+                end = max([end] + [k + 1 for q in quotes if (k := piece.rfind(q)) >= end])
+    return at + start, at + end
 
 
 def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
@@ -792,8 +925,9 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
-    if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters
-        text = flatten(msg.get("text") or "")
+    if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters (and before a
+        # bidirectional control)
+        text = _BIDI.split(flatten(msg.get("text") or ""), 1)[0]
         body = text[: boundary(text, 200) or 200]
     return cut_line(f"{label}: {body}" if body else label, limit)
 
