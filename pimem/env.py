@@ -138,13 +138,14 @@ def user_home() -> str:
 @functools.lru_cache(maxsize=64)
 def _resolved(home: str) -> Path:
     """The home with its links resolved, once: the home itself may be a link (the user's), while nothing under
-    it is ever followed (``pimem.nofollow``). A home that is there and no directory is refused (``BadInput``):
-    every command would fail on it, ``list`` saying no memory was there."""
+    it is ever followed (``pimem.nofollow``). A home that is there and no directory is refused (exit 7, as the
+    system refuses to make anything under it): every command would fail on it, ``list`` saying no memory was
+    there."""
     path = os.path.realpath(os.path.expanduser(home))
     if os.path.exists(path) and not os.path.isdir(path):
-        from .errors import BadInput
+        from .errors import ExitStatus, PimemError
 
-        raise BadInput(f"the home {path} is not a directory: set --home or $PIMEM_HOME to one")
+        raise PimemError(f"the home {path} is not a directory: set --home or $PIMEM_HOME to one", ExitStatus.SYSTEM)
     return Path(path)
 
 

@@ -82,7 +82,7 @@ def test_a_home_that_is_a_file_is_one_line_and_the_file_is_kept(sh, tmp_path, ar
     home = tmp_path / "memory"
     home.write_bytes(b"not a home\n")
     out = sh(*args, PIMEM_HOME=home)
-    assert out.returncode == 2 and out.stdout == b""
+    assert out.returncode == 7 and out.stdout == b""
     assert out.stderr == f"pimem: error: the home {home} is not a directory: set --home or $PIMEM_HOME to one\n".encode()
     assert home.read_bytes() == b"not a home\n"
 
