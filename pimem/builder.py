@@ -450,8 +450,9 @@ class ContextView:
     def _stuck(self, l: int, i: int) -> bool:
         """Whether the pair at ``(l, i)`` waits on a failed call (its parent's, or a leaf's of its own): the
         view's batch folds the rest around it rather than wait (which kept later calls' views near 2·hi)."""
-        failing = self.failing
-        return bool(failing) and ((l + 1, i >> 1) in failing or l == 0 and ((0, i) in failing or (0, i + 1) in failing))
+        from .view import waits_on
+
+        return bool(self.failing) and any(node in self.failing for node in waits_on(l, i))
 
     @property
     def end(self) -> int:

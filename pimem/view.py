@@ -40,6 +40,12 @@ Fetcher = Callable[[int, int], str]
 Cost = Callable[[int, int, "str | None", "int | None"], int]
 
 
+def waits_on(l: int, i: int) -> tuple[tuple[int, int], ...]:
+    """The nodes the pair at ``(l, i)`` waits for to merge: its parent, and at level 0 its own leaves (a
+    placeholder's): one that keeps failing makes the pair ``stuck``."""
+    return ((l + 1, i >> 1), (0, i), (0, i + 1)) if l == 0 else ((l + 1, i >> 1),)
+
+
 def line_bytes_cost(l: int, i: int, text: str | None, size: int | None) -> int:
     """Bytes of the rendered line ``id+n|text`` plus its newline."""
     head = len(str(i << l)) + len(str(1 << l)) + 2

@@ -26,7 +26,7 @@ import orjson
 
 from .tree import LINE_BYTES, byte_size, label
 from .view import (LEVELS, MARK_EVERY, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost,
-                   render_line)
+                   render_line, waits_on)
 from .nofollow import read_bytes
 
 VERSION = 1
@@ -309,8 +309,7 @@ class ViewFile:
         the batch then folds the rest around it rather than wait, past twice the budget, for what may never
         come (a provider refusing one message)."""
         failing = self.failing()
-        return bool(failing) and (label(l + 1, i >> 1) in failing
-                                  or l == 0 and (label(0, i) in failing or label(0, i + 1) in failing))
+        return bool(failing) and any(label(*node) in failing for node in waits_on(l, i))
 
     # ---- loading and catching up ---------------------------------------------------------------------
 
