@@ -17,7 +17,8 @@ commit's, measured in the same run):
 
 Calls that take their time apart, as a real provider's do: ``--slow-every 20 --slow 2`` (one request in 20 answers
 after 2 s, the others after ``--latency``), or ``--tail 1.2 --slow 20`` (Pareto-distributed delays, at most 20 s).
-``--hi`` sets the compactor view's budget (``lo`` half of it).
+``--hi`` sets the compactor view's budget (``lo`` half of it). ``--fail-every 15 [--fault 429|500]`` refuses one
+request in 15 (the 429 with ``Retry-After: 1``), and ``build-tree`` then runs with ``--retries 5``.
 
     python bench/model_cost.py [--messages 2000] [--samples GLOB] [--compare /path/to/other/checkout]
 
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +97,6 @@ def latencies(latency: float, slow_every: int, slow: float, tail: float):
     ``tail`` a Pareto-distributed delay of shape ``tail`` (heavy: most near ``latency``, a few far longer, at most
     ``slow``)."""
     import random
-    import zlib
 
     if not slow_every and not tail:
         return latency
@@ -134,7 +135,7 @@ def measure(checkout: Path, messages: int, latency, answer_bytes: int, pattern: 
         total = int(json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["messages"])
         predicted = json.loads(pimem(checkout, home, "build-tree", "backlog", "--dry-run", "--json").stdout)
         started = time.perf_counter()
-        done = pimem(checkout, home, "build-tree", "backlog", "--json")
+        done = pimem(checkout, home, "build-tree", "backlog", "--json", *(["--retries", "5"] if faults else []))
         seconds = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-2000:]
         status = json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)
@@ -188,11 +189,17 @@ def main() -> None:
     parser.add_argument("--slow", type=float, default=2.0, help="seconds of a slow answer (--tail: the longest)")
     parser.add_argument("--tail", type=float, default=0.0, help="Pareto shape of every answer's delay (e.g. 1.2)")
     parser.add_argument("--hi", type=int, default=HI, help="the compactor view's hi (lo: half)")
+    parser.add_argument("--fail-every", type=int, default=0, help="one request in N is refused (--fault)")
+    parser.add_argument("--fault", default="429", help="how it is refused: 429 (Retry-After: 1), 500, …")
     args = parser.parse_args()
+
+    def refused(n: int, body: dict) -> str | None:  # (by the request's number too: its retry may be answered)
+        return args.fault if zlib.crc32(f"{n}{json.dumps(body)}".encode()) % args.fail_every == 0 else None
+
     latency = latencies(args.latency, args.slow_every, args.slow, args.tail)
     for checkout in [ROOT, *args.compare]:
         report(str(checkout), measure(checkout.resolve(), args.messages, latency, args.answer_bytes, args.samples,
-                                      hi=args.hi))
+                                      faults=refused if args.fail_every else None, hi=args.hi))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
   unbuilt leaves precede it (``window_size``: 256 while the offline compactor's worker processes build);
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
-- a **failed** node waits ``retry_seconds`` (10 s; longer if the server asked with ``Retry-After``) and goes
-  back to its queue, for ever, without backoff.
+- a **failed** node waits ``retry_seconds`` (10 s; what the server asked for with ``Retry-After``, sooner or
+  later) and goes back to its queue, for ever, without backoff.
 
 Only the texts of built nodes whose parent is not built yet are kept (the frontier), so memory stays small.
 A builder runs in one of two modes: ``BUILD`` (the scheduler drives it: calls, writes) or ``SURVEY`` (one read
@@ -35,6 +35,7 @@ from .config import compactor_knob
 from .errors import Busy, LeaseLost, PimemError
 from .message import is_tool
 from .tree import PAID, context_end, free_leaf, free_merge, label, recorded
+from .view import STUCK_TRIES, View, render_line, waits_on
 
 WINDOW = 8
 CACHE_LEAST = 1024  # tokens: a shorter prefix Anthropic does not cache
@@ -43,6 +44,7 @@ MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (`
 HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (``ContextView.push``)
 LATE_CALLS = 3 * WINDOW  # calls in since one holding the compactor's view up started: it is late (``ContextView``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
+LEAST_RETRY_WAIT = 1.0  # a Retry-After below this (0: at once) is not honoured in full, nor retry_seconds
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
 
@@ -242,12 +244,15 @@ class Builder:
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         self.state.failed(label(l, i), error, when.rfc3339(env.now()))
+        gives_up = self.retries is not None and tries > self.retries
         if self.cview is not None:
-            self.cview.failed(l, i)
-        if self.retries is not None and tries > self.retries:
+            self.cview.failed(l, i, retried=not gives_up and tries < STUCK_TRIES)
+        if gives_up:
             self.gave_up.add((l, i))
             return
-        delay = max(self.retry_seconds, min(retry_after or 0.0, MAX_RETRY_WAIT))
+        delay = self.retry_seconds
+        if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
+            delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
         heapq.heappush(self.waiting, (time.monotonic() + delay, l, i))
 
     # ---- what to build next ------------------------------------------------------------------------------
@@ -417,8 +422,6 @@ class ContextView:
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
 
     def __init__(self, mem, stored_text):
-        from .view import View
-
         cfg = mem.config
         self.mem = mem
         self.line_bytes = int(cfg["line_bytes"])
@@ -450,8 +453,6 @@ class ContextView:
     def _stuck(self, l: int, i: int) -> bool:
         """Whether the pair at ``(l, i)`` waits on a failed call (its parent's, or a leaf's of its own): the
         view's batch folds the rest around it rather than wait (which kept later calls' views near 2·hi)."""
-        from .view import waits_on
-
         return bool(self.failing) and any(node in self.failing for node in waits_on(l, i))
 
     @property
@@ -535,14 +536,21 @@ class ContextView:
             self.view.push(text)
             self.view.fit()
 
-    def failed(self, l: int, i: int) -> None:
-        """Leaf ``i``'s call failed: it waits for a retry (for ever, under ``watch``, if it fails every time), so
-        it holds nothing back any more. The leaves held behind it are pushed, it a placeholder among them, and
+    def failed(self, l: int, i: int, retried: bool = False) -> None:
+        """Node ``(l, i)``'s call failed. ``retried``: it failed fewer than ``STUCK_TRIES`` times in a row and is
+        retried soon (after a 429's short ``Retry-After``, say), so it is taken for a call still in flight,
+        late by the same count (``_late``): folded around at once, each node waiting for its retry was a hole
+        no merge can cross, and with one call in 15 refused a dozen of them held contexts near twice ``hi``.
+        Otherwise it waits for a retry for ever (under ``watch``, if it fails every time) or not at all, so it
+        holds nothing back any more. The leaves held behind it are pushed, it a placeholder among them, and
         the view folds around it (past twice ``hi`` the best pair built) rather than keep every later leaf in
         memory; a call is shown the view's lines without its own (``_shown_lines``), not cut there."""
+        self.done += 1
+        if retried:
+            self._late()
+            return
         self.failing.add((l, i))
         self.sent.pop((l, i), None)
-        self.done += 1
         self._rendered = None
         self.view.fit()  # (the batch may have waited for it)
         if l > 0:  # (a merge the batch waited for: it waits no more)
@@ -600,7 +608,6 @@ class ContextView:
         shown the tool traffic of another span to quote: what a summary quotes of tool traffic is its own
         span's, which the read paths mask. Each line is worked out once (a built line never changes)."""
         from .privacy import hide_tools
-        from .view import render_line
 
         rows = self.view.texts(cut_unbuilt=not self.failing)
         if self.failing:  # (cut at the first unbuilt line but a failed leaf's, which is left out)
@@ -688,8 +695,6 @@ def _shown_views(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_b
     pair: its bytes in the view's count, and as a call is shown it, tool traffic as a marker), every node
     built as soon as it is asked for (a leaf as the message, or a summary of ``reply_bytes`` past
     ``line_bytes``; a merge as its two lines joined when they fit in one, else a summary)."""
-    from .view import View
-
     class Sizes(View):
         shown = 0
 

@@ -40,6 +40,9 @@ Fetcher = Callable[[int, int], str]
 Cost = Callable[[int, int, "str | None", "int | None"], int]
 
 
+STUCK_TRIES = 3  # a node that failed this many times in a row is taken for one that keeps failing (``stuck``)
+
+
 def waits_on(l: int, i: int) -> tuple[tuple[int, int], ...]:
     """The nodes the pair at ``(l, i)`` waits for to merge: its parent, and at level 0 its own leaves (a
     placeholder's): one that keeps failing makes the pair ``stuck``."""

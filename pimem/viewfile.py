@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import orjson
 
 from .tree import LINE_BYTES, byte_size, label
-from .view import (LEVELS, MARK_EVERY, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View, line_bytes_cost,
-                   render_line, waits_on)
+from .view import (LEVELS, MARK_EVERY, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View,
+                   line_bytes_cost, render_line, waits_on)
 from .nofollow import read_bytes
 
 VERSION = 1
@@ -34,7 +34,6 @@ PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for t
 READ_THROUGH = 256  # messages between two placeholders read through rather than bisected to (``tool_placeholders``)
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 FAILURES_FILE = "compactor.json"  # (``compactor.state``: what is failing, kept across runs)
-STUCK_TRIES = 3  # a node that failed this many times in a row (30 s of retries) is taken for one that keeps failing
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
 TEXTS_VERSION = 7  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says

@@ -62,8 +62,15 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text.encode("utf-8")) // 4)
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (a number of seconds or an HTTP date)."""
+def _retry_after(headers) -> float | None:
+    """Seconds the server asked to wait: ``retry-after-ms`` (OpenAI's), else ``Retry-After`` (seconds or an HTTP
+    date)."""
+    try:
+        if headers.get("retry-after-ms"):
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+    except ValueError:
+        pass
+    value = headers.get("retry-after")
     if not value:
         return None
     try:
@@ -169,7 +176,7 @@ class HttpProvider:
                                           "(not followed: set --base-url to where it points)"))
         if response.status_code >= 400:
             detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
-            raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers.get("retry-after")))
+            raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers))
         try:
             data = response.json()
         except ValueError:
