@@ -622,6 +622,8 @@ def test_a_fact_is_founded_only_by_itself_whole():
     ("user: about 1.2k rows", "load 1200 rows"),
     ("user: 1200 rows", "load 1.2k rows"),
     ("user: costs $1,500", "it costs $1500.00"),
+    ("user: limits 100 and 200", "limits = [100,200]"),  # a list, not the grouped 100200
+    ("user: sizes [100,200,300]", "sizes = [100, 200, 300]"),
     ("user: Python 3.0", "use Python 3"),
     ("user: at 05:30", "at 5:30"),
     ("user: the 23rd try", "try 23 failed"),
@@ -656,6 +658,7 @@ def test_a_fact_written_another_way_is_founded(summary, message):
     ("user: 12 items", "in 2012", ["12"]),
     ("user: 200 rows", "load 1,200 rows", ["200"]),
     ("user: 12 rows", "load 12,000 rows", ["12"]),
+    ("user: 100200 rows", "sizes = [100,200]", ["100200"]),
     ("user: 2.3", "bump to 1.2.3", ["2.3"]),
     ("user: 10.0.0.1", "host 10.0.0.12", ["10.0.0.1"]),
     ("user: raise to 512MB", "raise to 256MB", ["512"]),

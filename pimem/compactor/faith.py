@@ -5,7 +5,8 @@ the facts of a summary found in none of ``texts`` (whole: ``9999`` is not one of
 ``1,200``, nor ``2.3`` of ``1.2.3``); the builder asks for a model summary that names one again, once, and keeps
 the second reply with its unfounded facts as ``suspect`` in the node's metadata, which ``status``, ``fsck`` and
 ``view --stats`` report.
-A fact is found however the messages write it: a number grouped or not (``1,200``, ``1200``, ``1.2k``), with
+A fact is found however the messages write it: a number grouped or not (``1,200``, ``1200``, ``1.2k``; in a
+bracketed list ``[100,200]`` two numbers), with
 leading or trailing zeros (``05``, ``3.0``), glued to a word or a unit (``v1.2.3``, ``50ms``, ``端口8080``), in
 full-width digits, an ISO date as words (``Oct 8, 2026``); a path with or without ``./``, a trailing slash,
 backslashes or ``~`` for a home directory, or a shorter tail of a longer relative path; an identifier in another
@@ -45,12 +46,15 @@ _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct",
 _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
                 "november", "december")
 _SCALES = (("[kK]", 1000), ("M", 10**6))  # 1.2k, 3M (not 5m: minutes; not 5kB: a unit)
+_LIST = re.compile(r"\[-?\d+(?:,\s*-?\d+)+\]", re.ASCII)
 
 
 def _plain(text: str) -> str:
     """``text`` as facts are read from it: full-width digits and letters as ASCII (NFKC), a Windows path's
-    backslashes (escaped or not) as slashes."""
-    return re.sub(r"(?<=[\w.~:])\\+(?=[\w.~])", "/", unicodedata.normalize("NFKC", text))
+    backslashes (escaped or not) as slashes, a bracketed list of whole numbers spaced (``[100,200]`` is 100 and
+    200, not the grouped 100200 that ``100,200`` is in prose)."""
+    text = re.sub(r"(?<=[\w.~:])\\+(?=[\w.~])", "/", unicodedata.normalize("NFKC", text))
+    return _LIST.sub(lambda m: m.group().replace(",", ", "), text) if "[" in text else text
 
 
 def _found(text: str) -> Iterable[tuple[str, str, str]]:
