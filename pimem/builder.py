@@ -316,7 +316,8 @@ class Builder:
         inputs = [task.text] if task.l == 0 else [task.left, task.right]
         inherited = self._inherited(task)
         missing = faith.unfounded(text, inputs, lambda: self._span_texts(task), inherited)
-        if missing and not set(missing) <= inherited:  # (a line that only repeats its children's is not asked again)
+        if missing and not faith.inherited(text, missing, inherited):  # (a line only repeating its children's
+            # unfounded facts, however written, is not asked again)
             first = text
             try:
                 text, again = self.compactor.build(task, context)

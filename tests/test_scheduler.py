@@ -319,11 +319,13 @@ def test_a_provider_billing_past_a_calls_worst_case_stops_the_run_and_says_so(ru
     assert builder.spent(Memory.open("m"))["cost"] == pytest.approx(billed * calls)
 
 
-def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run, home, monkeypatch):
+@pytest.mark.parametrize("port", ["65432", "65,432"])
+def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run, home, monkeypatch, port):
     """Two leaves name a port and a path their messages lack (marked suspect); merges faithfully repeat their
     left child. The child's line is no evidence for those facts, so the merges above them are marked as well,
     without being asked again, also over a child stored by an earlier run (before, the mark stopped at the leaves, and a
-    folded view showed the invented port with no warning)."""
+    folded view showed the invented port with no warning), and also when they write the port another way
+    (``65,432``: it was asked again)."""
     import re
 
     monkeypatch.setenv("TEST_LLM_KEY", "k")
@@ -335,7 +337,8 @@ def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run,
         if "compress message" in task:
             n = int(re.search(r"compress message (\d+)", task).group(1))
             return f"user: the port was {5000 + n}; pi: " + "agreed " * 60
-        return re.search(r"<input>\d+\+\d+\|(.*)\n", task).group(1)  # a merge: its left child's line
+        return re.search(r"<input>\d+\+\d+\|(.*)\n", task).group(1).replace("65432", port)  # a merge: its left
+        # child's line
 
     with FakeLLM("openai") as server:
         server.reply = reply
@@ -349,7 +352,8 @@ def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run,
     nodes = {(n["l"], n["i"]): n for n in stored_lines(mem)}
     assert set(nodes) == {(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 1), (2, 0)}
     marked = {k: sorted(n["suspect"]) for k, n in nodes.items() if "suspect" in n}
-    assert marked == dict.fromkeys([(0, 0), (0, 1), (1, 0), (2, 0)], ["/etc/fake/thing.conf", "65432"])
+    assert marked == {**dict.fromkeys([(0, 0), (0, 1)], ["/etc/fake/thing.conf", "65432"]),
+                      **dict.fromkeys([(1, 0), (2, 0)], ["/etc/fake/thing.conf", port])}
     assert len(merges) == 3  # each asked once: it said what it was given
     assert "suspect   4 summaries" in run("status", "m").stdout
 

@@ -14,7 +14,7 @@ case; a hex id as a prefix of a longer one (a short commit hash); in a tool call
 between an output's colour codes.
 A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
 there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
-is marked too (without asking again: it said what it was given).
+is marked too (without asking again, however it writes them: it said what it was given).
 The offline compactor copies facts from the messages, so it is not checked.
 """
 
@@ -88,6 +88,14 @@ def unfounded(summary: str, texts: Iterable[str], more: Callable[[], Iterable[st
         rest = _read(more())
         missing = [f for f in missing if not any(found[f].search(t) for t in rest)]
     return missing
+
+
+def inherited(summary: str, missing: Iterable[str], distrust: Iterable[str]) -> bool:
+    """Whether every fact of ``summary`` in ``missing`` is one of ``distrust`` (its child lines' own unfounded
+    ones), however either writes it (``65432`` of a child's ``65,432``): such a line said what it was given."""
+    distrust, missing = [_plain(d) for d in distrust], set(missing)
+    return all(any(_pattern(kind, fact, after).search(d) for d in distrust)
+               for kind, fact, after in _found(summary) if fact in missing)
 
 
 def _read(texts: Iterable[str]) -> list[str]:
