@@ -14,7 +14,7 @@ case; a hex id as a prefix of a longer one (a short commit hash); in a tool call
 between an output's colour codes.
 A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
 there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
-is marked too (without asking again, however it writes them: it said what it was given).
+is marked too (without asking again, however it writes it: it said what it was given).
 The offline compactor copies facts from the messages, so it is not checked.
 """
 
