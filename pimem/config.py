@@ -181,10 +181,11 @@ def _checked(cfg: dict, *paths: Path) -> dict:
 
 
 def save_home(home: str | os.PathLike | None, changes: dict) -> None:
-    """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed)."""
+    """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed; a None removes its setting,
+    back to the default: ``_changed``)."""
     directory = env.home(home)
     path = directory / "config.json"
-    own = _shaped(merged(settings(path), changes), path)
+    own = _shaped(_changed(settings(path), changes), path)
     _checked(merged(DEFAULTS, own), path)
     _write(homes.ensure_dir(directory), own)
 
@@ -197,12 +198,31 @@ def of_memory(path: Path, home: Path) -> dict:
 
 def save(directory: Path, home: Path, changes: dict) -> None:
     """Merge ``changes`` into the ``config.json`` of the memory at ``directory`` (which exists), of the home
-    ``home``; ``BadInput`` (the file as it was) when a setting is not of its shape or the memory's settings would
-    not agree with each other or with the home's, as every command would read them."""
+    ``home`` (a None removes its setting: ``_changed``); ``BadInput`` (the file as it was) when a setting is not of
+    its shape or the memory's settings would not agree with each other or with the home's, as every command would
+    read them."""
     path = directory / "config.json"
-    own = _shaped(merged(settings(path), changes), path)
+    own = _shaped(_changed(settings(path), changes), path)
     _checked(merged(of_home(home), own), env.home(home) / "config.json", path)
     _write(directory, own)
+
+
+def _changed(own: dict, changes: dict, within: str = "") -> dict:
+    """``own`` (a file's settings) with ``changes`` merged in, objects key by key, a None removing its setting, so
+    that what lies under it applies again (the home's, else the default): written as null, it would hide them, a
+    memory's ``"max_cost_per_day": null`` the home's cap, and most settings cannot be null at all. A compactor's
+    knob is the exception: null there is the knob unset in this file, not taken from the home's compactor
+    (``pimem model`` writes every knob it does not set so, and a memory's model takes no price or URL of the
+    home's)."""
+    out = dict(own)
+    for key, value in changes.items():
+        if value is None and within != "compactor":
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            out[key] = _changed(out[key] if isinstance(out.get(key), dict) else {}, value, within or key)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def _write(directory: Path, own: dict) -> None:

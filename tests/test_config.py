@@ -1,0 +1,43 @@
+"""Settings saved from Python and by ``pimem model``: what a None means in the changes."""
+
+from __future__ import annotations
+
+import orjson
+
+
+def test_a_none_saved_removes_the_setting_so_the_home_s_or_the_default_applies_again(run, home):
+    """``save_config({"key": None})`` takes the memory's own setting away (it read as null, which hid the home's
+    cap and which most settings cannot be): the home's applies again, and the home's own None the default."""
+    from pimem import Memory, config
+
+    assert run("append", "m", "hello").exit_code == 0
+    config.save_home(None, {"max_cost_per_day": 5, "context_wait": 2})
+    mem = Memory.open("m")
+    mem.save_config({"max_cost_per_day": 1, "view": {"hi": 200_000, "lo": 150_000}, "context_wait": 3})
+    assert (mem.config["max_cost_per_day"], mem.config["context_wait"]) == (1, 3)
+
+    mem.save_config({"max_cost_per_day": None, "view": {"lo": None}, "context_wait": None, "never_set": None})
+    own = orjson.loads((mem.path / "config.json").read_bytes())
+    assert own == {"view": {"hi": 200_000}}  # (no null left behind)
+    assert (mem.config["max_cost_per_day"], mem.config["context_wait"]) == (5, 2)  # the home's
+    assert mem.config["view"] == {"hi": 200_000, "lo": 64_000}  # (the default lo)
+    assert run("status", "m").exit_code == 0
+
+    config.save_home(None, {"max_cost_per_day": None})
+    assert "max_cost_per_day" not in orjson.loads((home / "config.json").read_bytes())
+    assert Memory.open("m").config["max_cost_per_day"] is None  # the default: no cap
+
+
+def test_pimem_model_still_unsets_what_the_home_s_compactor_sets(run, home):
+    """Within the compactor a null is kept: the knobs ``pimem model`` does not set are written null, so a memory's
+    model takes no price or URL from the home's default model."""
+    from pimem import Memory
+
+    assert run("append", "m", "hello").exit_code == 0
+    assert run("model", "--default", "openai/big", "--base-url", "http://example.com/v1", "--price-in", "3",
+               "--price-out", "15").exit_code == 0
+    assert run("model", "m", "ollama/llama3.2").exit_code == 0
+    cfg = Memory.open("m").config["compactor"]
+    assert cfg["model"] == "llama3.2" and cfg["price_in"] is None and cfg["price_out"] is None
+    assert cfg["base_url"] != "http://example.com/v1"
+    assert orjson.loads((home / "m" / "config.json").read_bytes())["compactor"]["price_in"] is None
