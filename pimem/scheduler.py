@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from . import env, errors, semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
+from .compactor.providers import Unusable
 from .errors import BadInput, Busy, LeaseLost
 
 CONCURRENCY = 8
@@ -301,6 +302,10 @@ class Scheduler:
                 self._end_worker(builder)
                 self._inline.add(builder)
                 builder.put_back(task)
+            elif isinstance(error, Unusable):  # (no retry can succeed: said once, as a memory left on its settings)
+                if builder in self.builders:
+                    with self.refusing(builder.name, builder):
+                        raise error
             elif builder in self.builders:
                 if error is None:
                     builder.built(task.l, task.i, text, meta)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import heapq
 import re
+import sys
 import threading
 
 import orjson
@@ -878,3 +879,27 @@ def test_memories_built_together_share_the_calls(home, monkeypatch):
     assert 0.3 <= sum(first) / len(first) <= 0.7, (sum(first), len(first))
     for name in ("a", "b"):
         assert_complete(Memory.open(name))
+
+
+@pytest.mark.parametrize("proxy, why", [("socks5://127.0.0.1:1080", "a socks proxy needs the socksio package: pip install 'httpx[socks]'"),
+                                        ("socks4://127.0.0.1:1080", "Unknown scheme for proxy URL")])
+def test_a_socks_proxy_without_its_package_stops_the_memory_in_one_line_not_retried(run, home, monkeypatch, proxy, why):
+    """No call can go out through a socks proxy without the socksio package, nor through a proxy of a scheme
+    httpx does not know (a setup to mend, not a server down): build-tree says so in one line at once and exits
+    6, retrying nothing and recording no failure."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    monkeypatch.setitem(sys.modules, "socksio", None)  # (absent, installed here or not: its import fails)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALL_PROXY", proxy)
+    with FakeLLM("openai") as server:
+        server.url = "http://llm.example.invalid/v1"  # (remote: a server on this machine is never proxied)
+        configure(home, server)
+        mem = fill("m", 6)
+        out = run("build-tree", "m", "--retries", "50", "--json")
+    assert out.exit_code == 6 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"pimem: error: m: http://llm.example.invalid/v1/chat/completions via proxy "
+                                 f"{proxy}: {why}"), out.stderr
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    assert [e["event"] for e in events if e["event"] != "done"] == ["refused"] and server.requests == []
+    assert BuildState(mem.path).failures == {}

@@ -538,3 +538,32 @@ def test_save_config_refuses_a_number_json_cannot_keep_and_writes_nothing(home, 
     with pytest.raises(BadInput, match=r"config\.json: .* cannot be .*; fix it or remove it"):
         mem.save_config(changes)
     assert (mem.path / "config.json").read_bytes() == before and Memory.open("m").config["context_wait"] == 2.0
+
+
+def test_a_socks_proxy_without_its_package_is_one_line_not_retried_for_ever(home, tmp_path):
+    """A socks proxy needs a package no retry installs: the watcher stops building that memory with one line
+    saying what to install (a ``refused`` event), where each call failed again every ``retry_seconds``."""
+    fake = tmp_path / "nosocks"
+    fake.mkdir()
+    (fake / "socksio.py").write_text("raise ImportError('no socksio here')\n")  # (absent, installed here or not)
+    with FakeLLM("openai") as server:
+        server.url = "http://llm.example.invalid/v1"  # (remote: a server on this machine is never proxied)
+        configure(home, server)
+        mem = fill("m", 6)
+        unset = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"), "")
+        socks = dict.fromkeys(("ALL_PROXY", "all_proxy"), "socks5://127.0.0.1:1080")  # (a blank one unsets it)
+        watcher = start_watch("m", "--json", **socks, **unset,
+                              PYTHONPATH=os.pathsep.join((str(fake), subprocess_env()["PYTHONPATH"])))
+        try:
+            first = [watcher.stdout.readline(), watcher.stdout.readline()]  # watching, then what became of it
+            time.sleep(0.5)  # (a retry would have come by now: retry_seconds is 0.05)
+            assert lease.holder(mem) is None, first  # refused: its lease let go
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line) for line in first + out.splitlines()]
+    assert [e["event"] for e in events] == ["watching", "refused"], events
+    assert events[1]["error"] == ("http://llm.example.invalid/v1/chat/completions via proxy socks5://127.0.0.1:1080: "
+                                  "a socks proxy needs the socksio package: pip install 'httpx[socks]'")
+    assert server.requests == [] and not complete("m")

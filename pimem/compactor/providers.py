@@ -2,7 +2,8 @@
 any shell command that reads a prompt on stdin and prints the line.
 
 Every failure (HTTP status, timeout, malformed JSON, a command's non-zero exit) becomes ``CallFailed``; the
-scheduler retries it later. httpx is imported only when a remote provider is first used.
+scheduler retries it later, but for ``Unusable`` (no retry can succeed until a person mends the setup). httpx is
+imported only when a remote provider is first used.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ class CallFailed(ProviderError):
         super().__init__(message)
         self.retry_after = retry_after
         self.spent = spent or {}
+
+
+class Unusable(CallFailed):
+    """No call of this compactor can go out from here until a person changes the environment (a socks proxy
+    without the package that speaks socks, a proxy of a scheme httpx does not know): retried, every call failed
+    the same way, for ever under ``watch``, as if the server were down. The scheduler stops building that memory
+    instead, saying this one line (``Scheduler._collect``)."""
 
 
 @dataclass
@@ -158,8 +166,11 @@ class HttpProvider:
             self._via = f" via proxy {_without_password(proxy)}" if proxy else ""
             try:  # (a transport of our own: httpx then reads no proxy from the environment itself)
                 transport = httpx.HTTPTransport(proxy=proxy)
-            except ImportError as exc:  # a socks proxy without the socksio package
-                raise CallFailed(f"{url}{self._via}: {exc}") from None
+            except ImportError:  # a socks proxy without the socksio package
+                raise Unusable(f"{url}{self._via}: a socks proxy needs the socksio package: pip install "
+                               "'httpx[socks]'") from None
+            except ValueError as exc:  # (a scheme httpx does not know: socks4://, ftp://)
+                raise Unusable(f"{url}{self._via}: {exc}; use an http://, https:// or socks5:// proxy") from None
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
                                         transport=transport)
         where = url + self._via
