@@ -81,6 +81,8 @@ class Builder:
         cfg = mem.config
         self.line_bytes = int(cfg["line_bytes"])
         self.state = state or BuildState(mem.path)
+        if mode is Mode.BUILD and lease is not None:  # (calls a builder before this one sent and died with:
+            self.state.abandoned()  # billed all the same, at their worst case for all anyone knows)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
         workers = cfg["compactor"].get("workers")  # the offline compactor's processes, at most (checked in config)
@@ -398,6 +400,7 @@ class Builder:
             if self.lease is not None and not self.lease.owned():
                 raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
             self._writer.write_nodes(batch)
+            self.state.settled(label(l, i) for l, i, _, _ in batch)  # (their cost is on them now)
         except Busy:  # a long writer holds the lock: keep the batch for the next flush
             self.to_write[:0] = batch
         except BaseException as exc:  # handed to the scheduler's thread by the next flush

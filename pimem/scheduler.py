@@ -25,6 +25,7 @@ from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, worker
 from .compactor.providers import Unusable
 from .errors import BadInput, Busy, LeaseLost
+from .tree import label
 
 CONCURRENCY = 8
 GRACE = 15.0
@@ -203,6 +204,9 @@ class Scheduler:
             return False
         if self._pool is None:
             self._pool = _Pool(self.concurrency, self._results)
+        if worst and builder.max_cost_per_day is not None:  # a daily cap outlives this process: the call is kept
+            # pending in compactor.json (a write a call, so only under a cap) till its node is written or it fails
+            builder.state.sending(task.label, env.now().date().isoformat(), worst)
         self._reserved[(builder, task.l, task.i)] = worst or 0.0
         self._pool.tasks.put((builder, task, context))
         self._inflight += 1
@@ -403,10 +407,12 @@ class Scheduler:
         while (self._inflight or self._offloaded) and time.monotonic() < deadline and not self._hurry.is_set():
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
         # calls given up on are answered and billed all the same: a daily cap counts them at their worst case,
-        # after a restart too (``compactor.json``), for nothing else will record them
-        for (builder, _, _), worst in self._reserved.items():
-            if worst and builder.max_cost_per_day is not None:
-                builder.state.paid_unbuilt(env.now().date().isoformat(), worst)
+        # after a restart too (``compactor.json``, where they were pending), for nothing else will record them
+        given_up: dict[Builder, list[str]] = {}
+        for builder, l, i in self._reserved:
+            given_up.setdefault(builder, []).append(label(l, i))
+        for builder, labels in given_up.items():
+            builder.state.abandoned(labels)
         for builder in list(self._workers):
             self._end_worker(builder)
         self._flush(wait=True)

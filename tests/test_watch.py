@@ -280,6 +280,7 @@ def test_watch_spends_at_most_its_daily_cap_and_a_restart_remembers_the_day(home
             out, err = watcher.communicate(timeout=30)
         capped = [e for e in map(orjson.loads, out.splitlines()) if e["event"] == "capped"]
         assert len(capped) == 1, err
+        assert "pending" not in orjson.loads((home / "m" / "compactor.json").read_bytes())  # (each call settled)
         today = capped[0]["day"]
         spent = builder.spent(Memory.open("m"), day=today)
         assert 0 < spent["cost"] <= 0.05 and not complete("m")
@@ -376,6 +377,37 @@ def test_calls_a_capped_watcher_gave_up_on_at_a_stop_count_after_a_restart(home)
             out, _ = again.communicate(timeout=30)
         spent = builder.spent(Memory.open("m"), day="2026-10-08")["cost"]
         assert spent + given_up <= 0.05  # what the restart spent, with what the calls given up may have cost
+
+
+def test_calls_a_capped_watcher_killed_with_sigkill_had_in_flight_count_after_a_restart(home):
+    """A watcher killed with SIGKILL runs nothing as it dies, yet its calls in flight are answered and billed:
+    each was kept pending in ``compactor.json`` at its worst case before it was sent, so the next watcher counts
+    them against the day's cap (before, nothing recorded them, and a restart could spend the cap again)."""
+    with FakeLLM("openai", latency=3.0) as server:  # (billed $0.0012 a call, far less than its worst case)
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 40, short_every=1000)
+        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
+        try:
+            until(lambda: server.requests)
+            time.sleep(0.5)  # (each call it could afford has started)
+        finally:
+            watcher.kill()
+            watcher.communicate(timeout=30)
+        calls = len(server.requests)
+        assert not stored_lines(Memory.open("m")) and unbuilt_cost(home / "m") == 0  # (none answered in time)
+        pending = orjson.loads((home / "m" / "compactor.json").read_bytes())["pending"]
+        assert len(pending) == calls and 0.0012 * calls < sum(call["cost"] for call in pending.values()) <= 0.05
+        again = start_watch("m", "--json", "--max-cost-per-day", "0.05")
+        try:
+            until(lambda: b"capped" in again.stdout.readline())
+        finally:
+            again.send_signal(signal.SIGTERM)
+            again.communicate(timeout=30)
+        given_up = unbuilt_cost(home / "m")  # (counted as calls that built nothing, at their worst case)
+        assert given_up == pytest.approx(sum(call["cost"] for call in pending.values()))
+        assert "pending" not in orjson.loads((home / "m" / "compactor.json").read_bytes())
+        spent = builder.spent(Memory.open("m"), day="2026-10-08")["cost"]
+        assert spent + given_up <= 0.05  # what the restart spent, with what the calls killed may have cost
 
 
 def unbuilt_cost(memory) -> float:

@@ -56,8 +56,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                     f"{spent['tokens_out']:,} out{cost}")
     if spent["cost_unbuilt"]:
         output.line(f"{'' if spent['calls'] else 'spent':<10}${spent['cost_unbuilt']:.4f} more on calls that built nothing "
-                    "(empty or refused answers; a capped watcher's calls given up at a stop, at their worst case; over "
-                    "the last 31 days)")
+                    "(empty or refused answers; a capped watcher's calls given up at a stop or cut off by its death, at "
+                    "their worst case; over the last 31 days)")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
         output.line(output.style(f"suspect   {len(spent['suspect']):,} summaries name a number, path or identifier "

@@ -7,7 +7,11 @@
   unreadable reply, a reasoning model's first request when its second failed), which no node records: a daily cap counts them after a
   restart too (the last 31 days are kept);
 - ``capped``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``): it builds
-  nothing more that day, so ``context`` does not wait for it and ``status`` says so.
+  nothing more that day, so ``context`` does not wait for it and ``status`` says so;
+- ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
+  day each was sent, until its node is written or its failure recorded: a watcher killed (SIGKILL, a crash)
+  with calls in flight leaves them here, and the next builder of the memory counts them as paid, at their
+  worst case, in ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
 
 State, not configuration: deleting the file only costs one relearning call and the failure history.
 """
@@ -42,6 +46,8 @@ class BuildState:
         self.unbuilt_cost: dict[str, float] = _entries(data, "unbuilt_cost", lambda cost: type(cost) in (int, float)
                                                        and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
+        self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
+            call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
 
     def save(self) -> None:
         with self._lock:
@@ -50,6 +56,8 @@ class BuildState:
                 data["unbuilt_cost"] = self.unbuilt_cost
             if self.capped:
                 data["capped"] = self.capped
+            if self.pending:
+                data["pending"] = self.pending
             write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
 
     def remember_extra(self, model: str, tokens: int) -> None:
@@ -58,9 +66,38 @@ class BuildState:
             self.save()
 
     def failed(self, label: str, error: str, at: str) -> None:
+        """The call for node ``label`` failed (what it was billed, if anything, is in ``paid_unbuilt``)."""
         entry = self.failures.get(label) or {"tries": 0}
         self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1}
+        with self._lock:
+            self.pending.pop(label, None)
         self.save()
+
+    def sending(self, label: str, day: str, worst: float) -> None:
+        """A call for node ``label`` that may cost ``worst`` dollars is about to be sent on local ``day``: kept
+        until ``settled`` (its node written) or ``failed``, so that a process dying meanwhile leaves it counted."""
+        with self._lock:
+            self.pending[label] = {"day": day, "cost": worst}
+        self.save()
+
+    def settled(self, labels) -> None:
+        """The nodes ``labels`` are written (their cost recorded on them): their calls are pending no more."""
+        with self._lock:
+            gone = [self.pending.pop(label, None) for label in labels] if self.pending else []
+        if any(call is not None for call in gone):
+            self.save()
+
+    def abandoned(self, labels=None) -> None:
+        """The pending calls ``labels`` (None: all of them, left by a builder that died) will never be settled:
+        each counts as paid at its worst case on the day it was sent, as a call that built nothing."""
+        with self._lock:
+            gone = [self.pending.pop(label) for label in (list(self.pending) if labels is None else labels)
+                    if label in self.pending]
+            for call in gone:
+                self.unbuilt_cost[call["day"]] = round(self.unbuilt_cost.get(call["day"], 0.0) + call["cost"], 9)
+            self.unbuilt_cost = dict(sorted(self.unbuilt_cost.items())[-31:])
+        if gone:
+            self.save()
 
     def paid_unbuilt(self, day: str, cost: float) -> None:
         """``cost`` dollars paid on local ``day`` (YYYY-MM-DD) for a call that built nothing."""
