@@ -19,6 +19,7 @@ run (threads, the loop, signals, ``build-tree`` and ``watch``) is ``pimem.schedu
 from __future__ import annotations
 
 import bisect
+import datetime
 import enum
 import heapq
 import itertools
@@ -245,16 +246,18 @@ class Builder:
         if (spent or {}).get("cost"):  # no node records it: kept for the daily cap across restarts
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
-        self.state.failed(label(l, i), error, when.rfc3339(env.now()))
         gives_up = self.retries is not None and tries > self.retries
+        delay = self.retry_seconds
+        if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
+            delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
+        now = env.now()
+        self.state.failed(label(l, i), error, when.rfc3339(now),
+                          None if gives_up else when.rfc3339(now + datetime.timedelta(seconds=delay)))
         if self.cview is not None:
             self.cview.failed(l, i, retried=not gives_up and tries < STUCK_TRIES)
         if gives_up:
             self.gave_up.add((l, i))
             return
-        delay = self.retry_seconds
-        if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
-            delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
         heapq.heappush(self.waiting, (time.monotonic() + delay, l, i))
 
     # ---- what to build next ------------------------------------------------------------------------------

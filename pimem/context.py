@@ -60,10 +60,11 @@ def render(p: dict) -> str:
 
 def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool:
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
-    once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing
-    (``compactor.json``: the others wait behind it) or the watcher's daily spend cap was reached today: a
-    broken or capped compactor would otherwise cost every turn the whole wait. Without ``include_tools`` a
-    tool message's placeholder is not waited for: its marker is shown in its place, summary or not."""
+    once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing that is
+    not retried within the wait (``compactor.json``: the others wait behind it) or the watcher's daily spend cap
+    was reached today: a broken or capped compactor would otherwise cost every turn the whole wait. Without
+    ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its place, summary
+    or not."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
     from .lease import holder, wait_for_builder
@@ -74,20 +75,30 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
             return True
         if holder(mem) is None:  # no watcher: nothing is waited for (nor the compactor's package imported)
             return False
-        return stalled(mem) is not None
+        return stalled(mem, seconds) is not None
 
     return wait_for_builder(mem, seconds, settled)
 
 
-def stalled(mem) -> str | None:
-    """Why the watcher will not write summaries soon (``compactor.json``): a node failing (the others wait
-    behind it), or the daily spend cap reached today; else None."""
+def stalled(mem, within: float = 0.0) -> str | None:
+    """Why the watcher will not write summaries within ``within`` seconds (``compactor.json``): a node failing
+    (the others wait behind it) that failed ``STUCK_TRIES`` times in a row or is not retried by then (a 429's
+    short ``Retry-After`` is), or the daily spend cap reached today; else None."""
+    import datetime
+
     from . import env
     from .compactor.state import BuildState
+    from .view import STUCK_TRIES
 
     state = BuildState(mem.path)
-    if state.failures:
-        return f"the compactor is failing (see 'pimem status {mem.name}')"
+    soon = env.now() + datetime.timedelta(seconds=within)
+    for entry in state.failures.values():
+        try:
+            retried = entry["tries"] < STUCK_TRIES and datetime.datetime.fromisoformat(entry["retry"]) <= soon
+        except (KeyError, TypeError, ValueError):  # (not retried in this run, or a hand edit)
+            retried = False
+        if not retried:
+            return f"the compactor is failing (see 'pimem status {mem.name}')"
     if state.capped == env.now().date().isoformat():
         return "the watcher reached its daily spend cap (max_cost_per_day) today"
     return None

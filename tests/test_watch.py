@@ -455,6 +455,35 @@ def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(ho
     assert alone.returncode == 0
 
 
+def test_context_waits_for_a_summary_the_server_asked_to_retry_soon(home, sh):
+    """A 429 with ``Retry-After: 3`` for the newest message's call: its node is in ``compactor.json``'s failures,
+    so ``context`` took the compactor for a failing one and did not wait, though the watcher was to retry within
+    the wait. A failure retried within the wait (and failed fewer than 3 times in a row) is waited for."""
+    refused = []
+
+    def once(n, body):
+        if "compress message 2 " in body["messages"][-1]["content"] and not refused:
+            refused.append(n)
+            return "429"
+        return None
+
+    with FakeLLM("openai", faults=once, retry_after="3") as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m")
+        try:
+            until(lambda: complete("m"))
+            mem.append([{"kind": "user", "text": long_text(7)}])
+            until(lambda: (home / "m" / "compactor.json").exists() and "2+1" in orjson.loads(
+                (home / "m" / "compactor.json").read_bytes()).get("failures", {}))
+            waited = sh("context", "m")  # (waits up to 8 s)
+            assert waited.returncode == 0 and b"2+1|user: summary of 2" in waited.stdout, waited.stdout[-300:]
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+    assert refused
+
+
 def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, sh):
     """A broken compactor (a bad key, a dead server) must not cost every turn the whole wait: nothing is waited
     for while it reports a node failing, neither the failing nodes nor the leaves queued behind them (only 8

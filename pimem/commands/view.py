@@ -69,7 +69,7 @@ def _wait(mem, views, seconds: float, include_tools: bool):
         return views
     from ..context import stalled
 
-    why = stalled(mem)
+    why = stalled(mem, seconds)
     if why:
         output.info(f"{why}; not waiting")
         return views
