@@ -251,8 +251,11 @@ class Builder:
         if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
             delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
         now = env.now()
-        self.state.failed(label(l, i), error, when.rfc3339(now),
-                          None if gives_up else when.rfc3339(now + datetime.timedelta(seconds=delay)))
+        try:
+            retry = None if gives_up else when.rfc3339(now + datetime.timedelta(seconds=delay))
+        except OverflowError:  # (a clock set to the year 9999)
+            retry = None
+        self.state.failed(label(l, i), error, when.rfc3339(now), retry)
         if self.cview is not None:
             self.cview.failed(l, i, retried=not gives_up and tries < STUCK_TRIES)
         if gives_up:
