@@ -91,10 +91,11 @@ def stalled(mem, within: float = 0.0) -> str | None:
     from .view import STUCK_TRIES
 
     state = BuildState(mem.path)
-    soon = env.now() + datetime.timedelta(seconds=within)
+    now = env.now()
     for entry in state.failures.values():
         try:
-            retried = entry["tries"] < STUCK_TRIES and datetime.datetime.fromisoformat(entry["retry"]) <= soon
+            retry = datetime.datetime.fromisoformat(entry["retry"])
+            retried = entry["tries"] < STUCK_TRIES and (retry - now).total_seconds() <= within
         except (KeyError, TypeError, ValueError):  # (not retried in this run, or a hand edit)
             retried = False
         if not retried:
