@@ -476,6 +476,8 @@ def test_context_waits_for_a_summary_the_server_asked_to_retry_soon(home, sh):
             mem.append([{"kind": "user", "text": long_text(7)}])
             until(lambda: (home / "m" / "compactor.json").exists() and "2+1" in orjson.loads(
                 (home / "m" / "compactor.json").read_bytes()).get("failures", {}))
+            status = sh("status", "m").stdout  # (when the watcher retries it)
+            assert b"failing   2+1: " in status and b", next 20" in status
             waited = sh("context", "m")  # (waits up to 8 s)
             assert waited.returncode == 0 and b"2+1|user: summary of 2" in waited.stdout, waited.stdout[-300:]
         finally:

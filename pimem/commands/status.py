@@ -72,4 +72,6 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']}: nothing more is built "
                                  "today", "yellow"))
     for fail in row["failures"]:
-        output.line(output.style(f"failing   {fail['node']}: {output.flatten(fail['error'])} ({output.count(fail['tries'], 'try', 'tries')}, last {fail['at']})", "red"))
+        retry = f", next {fail['retry']}" if isinstance(fail.get("retry"), str) else ""
+        output.line(output.style(f"failing   {fail['node']}: {output.flatten(fail['error'])} ({output.count(fail['tries'], 'try', 'tries')}, "
+                                 f"last {fail['at']}{retry})", "red"))
