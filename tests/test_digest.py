@@ -226,6 +226,19 @@ def test_a_path_is_one_piece_its_leading_dot_kept():
     assert all("web/src/components/TimeSeriesChart.tsx" in p or p == ".github/workflows/ci.yml" for p in paths), found
 
 
+def test_a_home_or_variable_path_is_copied_exactly_and_no_phrase_holds_part_of_one():
+    """A path from the home directory or a variable is one fact, its ``~`` or ``$HOME`` kept, one name after it
+    enough (``~/.bashrc``); no phrase holds part of a path (``config/x`` of ``~/.config/x`` names another file)."""
+    paths = ["~/.config/x", "~/.config/pimem/config.json", "~/.bashrc", "~/notes.md", "$HOME/.config/x",
+             "${XDG_CONFIG_HOME}/pimem/config.json", "~alice/.ssh/config"]
+    text = (f"Settings live in {paths[0]} now. I put it in {paths[1]}, also {paths[2]} and {paths[3]}; "
+            f"on the server it is {paths[4]} or {paths[5]} and {paths[6]}. The file `{paths[0]}` is read.")
+    for kind in ("user", "pi"):
+        found = {u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})}
+        assert set(paths) <= found and "file `~/.config/x`" in found, found
+        assert not [piece for piece in found for path in paths if piece in path and piece not in paths], found
+
+
 def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():
     def pieces(text: str) -> set[str]:
         return {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
@@ -362,6 +375,120 @@ def test_an_ellipsis_or_a_dash_ends_a_phrase_spaced_or_not():
     found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
     assert {"logs", "nothing", "deploy", "week", "failed", "retry loop", "rollback", "hotfix plan"} <= set(found), found
     assert "Pages 10–12 cover" in found and not [p for p in found if re.search(r"[—…]|\.\.\.|[a-z]–", p)], found
+
+
+def test_a_chinese_or_japanese_ellipsis_or_dash_ends_a_clause():
+    """Chinese and Japanese write an ellipsis as ``……`` and a dash as ``——`` (or ``―``): each ends a clause as
+    ``...`` and ``—`` end an English phrase (``我检查了日志……什么也没有`` was one clause); a version's dots stay."""
+    for text, said in (("我检查了日志……什么也没有。部署——本周一直是绿色的——在迁移步骤失败了。重试循环...从未运行，版本1.2.3",
+                        {"我检查了日志", "什么也没有", "本周一直是绿色的", "在迁移步骤失败了", "重试循环", "从未运行", "版本1.2.3"}),
+                       ("ログを確認しました……何もありませんでした。デプロイ――今週ずっと緑だった――は失敗しました",
+                        {"ログを確認しました", "何もありませんでした", "今週ずっと緑だった"})):
+        found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+        assert said <= set(found) and not [p for p in found if re.search(r"[—―…]|\.\.", p)], found
+
+
+LISTING = ["import os", "", "def load_config(path):", "    with open(path) as fh:", "        return json.load(fh)",
+           "", "class ConfigError(Exception):", "    pass", "PORT = 5433"]
+
+
+def test_a_listings_line_numbers_are_no_pieces_and_its_code_is_read_as_code():
+    """``cat -n`` (a tab after each number) and an editor tool's listing (an arrow) number its lines: the numbers
+    were facts (``1``, ``2``…) and ``1\timport os`` a phrase. The code after them is read as code, as a JSON string
+    holding the listing too; a table whose first column does not count up a line at a time keeps its numbers."""
+    for gutter in ("{:6d}\t", "{:6d}→", "{}\t"):
+        listing = "\n".join(gutter.format(n) + line for n, line in enumerate(LISTING, 12))
+        for kind, text in (("user", "Look at this:\n" + listing), ("pi", "The file now reads\n" + listing + "\nDone."),
+                           ("pi", "The call was read(" + orjson.dumps({"out": listing}).decode() + ")")):
+            found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+            assert not [p for p in found if re.match(r"\s*\d+(?:\t|→|\\t|\s)|(?:1\d|20)$", p)], found
+            assert {"def load_config", "class ConfigError", "PORT", "5433"} <= set(found), found
+            assert kind == "pi" or {"import os", "def load_config(path):", "PORT = 5433"} <= set(found), found
+            line = extractive.leaf(kind, text)
+            assert not re.search(r"(?:^|, )1[0-9]\b", line.split(": ", 1)[1]), line
+    table = "id\tname\n42\tAlice Smith\n7\tBob Jones"
+    assert {"42", "7"} <= {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": table})}
+
+
+DIFF = """diff --git a/src/app.py b/src/app.py
+index 83db48f..bf269f4 100644
+--- a/src/app.py
++++ b/src/app.py
+@@ -12,7 +12,9 @@ def load_config(path):
+     with open(path) as fh:
+-        return json.load(fh)
++        data = json.load(fh)
++        validate_schema(data)
++        return data
+@@ -40,3 +42,4 @@ class Server:
+     def start(self):
+-        self.port = 5432
++        self.port = 5433
+\\ No newline at end of file
+- and a list item after it
+"""
+
+
+def test_a_unified_diff_is_read_as_a_diff():
+    """A diff's hunk headers gave ``-12,7``, ``12,7 +12,9`` and ``@@ -12,7 +12,9 @@ def load_config(path):``, its
+    file lines ``a/src/app.py``, its added lines ``+        data = json.load(fh)``. Its marks are not its text: the
+    pieces are its file, the function each hunk is in, and its code, in a JSON string too; a list item after the
+    last hunk is one still."""
+    for kind, text in (("user", "apply this patch\n" + DIFF), ("pi", "I changed it:\n" + DIFF),
+                       ("pi", "edit(" + orjson.dumps({"patch": DIFF}).decode() + ")")):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert not [p for p in found if re.search(r"@@|^[-+]|\d+,\d+|[ab]/src|No newline|83db48f", p)], found
+        assert {"src/app.py", "def load_config", "validate_schema", "class Server", "5433"} <= set(found), found
+        assert kind == "pi" or {"def load_config(path):", "data = json.load(fh)", "self.port = 5433"} <= set(found), found
+        assert "list item" in {w for p in found for w in p.split()} or "list item" in " ".join(found), found
+
+
+def _minified(seed: int, size: int = 5000) -> str:
+    import random
+
+    rand = random.Random(seed)
+    name = lambda: rand.choice("abcdefghijklmnopqrstuvwxyz")
+    shapes = ["{a}.{b}=function({c}){{return {c}&&{a}({b})}};", "var {a}={b}.{c}||{{}};", "if({a}){{{b}.push({c})}}",
+              "{a}.prototype.render=function(){{return this.{b}}};", '{a}.exports={{render:{b},mount:"{c}"}};']
+    out = ""
+    while len(out) < size:
+        out += rand.choice(shapes).format(a=name(), b=name(), c=name())
+    return out
+
+
+def test_minified_code_gives_no_pieces():
+    """A line of minified code (a bundle pasted whole) gave a salad of its one-letter names (``return z&&e``,
+    ``render:x,mount``, ``var p=u.m``): it gives nothing, the words around it their pieces; a message of minified
+    code alone is shown as its label (its opening was a line of it)."""
+    code = _minified(1)
+    text = f"The bundle below fails in Safari with a TypeError:\n{code}\nIt worked in v2.3.1 last week."
+    for kind in ("user", "pi"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        at = text.index(code)
+        assert not [u.text for u in found if u.pos < at + len(code) and at < u.pos + len(u.text)]
+        assert {"Safari", "TypeError", "v2.3.1"} <= {u.text for u in found}
+        assert extractive.leaf(kind, code) == kind
+    escaped = code.replace("(", '(\\"\\x1f\\"+')  # (a string's escapes in it do not cut its line in pieces)
+    assert not extractive.units({"i": 0, "kind": "pi", "text": escaped})
+    readable = "\n".join(f"    const value{n} = compute(input, {n}); // step {n}" for n in range(40))
+    assert extractive.units({"i": 0, "kind": "pi", "text": readable})  # (code written for people is read)
+
+
+_CODE_LINES = st.sampled_from(["     1\timport os", "     2\t", "     3→x = 1", "@@ -1,2 +1,3 @@ def f():", "@@ -7 +7 @@",
+                               "+    y = 2", "-    y = 3", " context", "--- a/f.py", "+++ b/f.py", "\\ No newline",
+                               "- a bullet", "Then I ran it", "12\tAlice", "13\tBob", "", "a.b=function(c){return c&&d(e)};" * 9])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_CODE_LINES, min_size=1, max_size=14), st.sampled_from(["user", "pi"]))
+def test_pieces_of_listings_and_diffs_are_the_texts_own(lines, kind):
+    text = "\n".join(lines)
+    for u in extractive.units({"i": 0, "kind": kind, "text": text}):
+        assert text[u.pos : u.pos + len(u.text)] == u.text, u
+    line = extractive.leaf(kind, text)
+    flat = re.sub(r"\s+", " ", text)
+    for piece in pieces(line.removeprefix(f"{kind}: ")):
+        assert piece.strip() in flat or piece == kind, piece
 
 
 def test_base64_or_hex_cut_by_code_marks_is_no_piece():

@@ -5,12 +5,13 @@ user's ask (the first sentence of a user message), key phrases (runs of words be
 punctuation; Chinese clauses between its punctuation) scored by how distinctive their words are against the
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
 numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. No unit holds half a pair of quotes,
-a statement's operator at its edge (``const config =``), base64 or hex, or a bidirectional control (it would
-reorder the line on a terminal); an ellipsis or a dash ends a phrase, and a JSON string's escapes (``\\n``) are
-no letters of its words. Tool work becomes what ran and how it ended
-(``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's command or file
-and the result's exit code, test counts and error names; a piece taken from tool traffic is at most 13
-characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
+a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
+(``cat -n``) or a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``), or a bidirectional control (it would
+reorder the line on a terminal); an ellipsis or a dash ends a phrase (a Chinese clause too), a path from ``~`` or
+``$HOME`` is copied with it, and a JSON string's escapes (``\\n``) are no letters of its words. Tool work becomes
+what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's
+command or file and the result's exit code, test counts and error names; a piece taken from tool traffic is at most
+13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
 
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
 nothing again, each further unit of one message counting less), grouped by speaker (the user first, then
@@ -61,6 +62,7 @@ DAYS = 4  # days a merge's head names one by one (a span over more says its firs
 SPEAKER = 40  # characters of a speaker's name a line shows
 LABELLED = 64  # messages: a merge with nothing to say of a span this short names who spoke in it
 USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
+CODE_LINE = 256  # characters: a line this long may be minified code (``_minified``)
 
 _HAN_RANGES = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # Chinese characters (kanji, hanja too)
 _HAN_KANA = "\u3040-\u30ff" + _HAN_RANGES  # and Japanese kana: scripts written without spaces between words
@@ -116,9 +118,13 @@ _URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of bra
 # (an absolute path ends before a sentence's full stop; a quoted string is one string: its quotes open and close
 # it, with no word (but a Chinese or Japanese one) or quote outside them and no space just inside them, never the
 # code between two strings: ``Text("", 1, (t) => bg("x", t))`` gave ``, 1, (t) => bg(``)
+# a path's start that says where it is without a ``/``: the home directory (``~``, ``~alice``) or a variable (``$HOME``,
+# ``${XDG_CONFIG_HOME}``), not after a word: one name after it makes a path (``~/.bashrc``)
+_HOME = (rf"(?:~(?<![^\W{_CJK}~$]~)(?:[A-Za-z_][\w.-]*)?"
+         rf"|\$(?<![^\W{_CJK}~$]\$)(?:\{{[A-Za-z_]\w*\}}|[A-Za-z_]\w*))")
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
-    | (?:~|\.{{1,2}})?/[\w.@+-]+(?:/[\w.@+-]+)+(?<!\.)
+    | (?: {_HOME}/[\w.@+-]+(?:/[\w.@+-]+)* | \.{{0,2}}/[\w.@+-]+(?:/[\w.@+-]+)+ )(?<!\.)
     WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
     | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
@@ -154,15 +160,16 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
 # one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
 # and, in chat typed without punctuation, at a space between two Chinese or Japanese characters (Korean spaces its
-# words) and at a full stop before a space (Korean ends its sentences so)
+# words) and at a full stop before a space (Korean ends its sentences so); an ellipsis or a dash ends one as it
+# ends a phrase ("日志……什么也没有", "部署——本周": two clauses each), written ``……``, ``——``, ``―`` or ``...``
 _HAN_KANA_RUN = re.compile(f"[{_HAN_KANA}]+")
 _CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)|(?<=\d)[:,](?=\d)"
                          rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
-                         rf"|\.(?![ \t]|$)|[^，。！？；、：,;:!?\n（）() \t.])+")
+                         rf"|(?<!\.)\.(?![ \t.]|$)|[^，。！？；、：,;:!?\n（）() \t.…—―])+")
 # (and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
 # Armenian and Ethiopic full stops, halfwidth and fullwidth stops); an ellipsis or a dash, spaced or not
 # ("logs…nothing", "deploy—which": two words, not one), but for a range's en dash (1990–1995)
-_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|—…]|[.,:](?=\s|$)|\.(?=\.\.)|\s[-–]\s|–(?!(?<=\d–)\d)"
+_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|—―…]|[.,:](?=\s|$)|\.(?=\.\.)|\s[-–]\s|–(?!(?<=\d–)\d)"
                     r"|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
 # (a word holds dots, but no three in a row: "logs...nothing" is two words and an ellipsis)
 _TOKEN = re.compile(r"[^\W_](?:[\w'’+#-]*\.(?!\.\.))*[\w'’+#-]*[^\W_]|[^\W_]")
@@ -328,8 +335,14 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     bidi = not text.isascii() and _BIDI.search(text)
     if bidi:  # (a line break, of the same length, in their place: no piece runs over one)
         text = _BIDI.sub("\n", text)
+    if "\t" in text or "→" in text or "\\t" in text:  # a listing's line numbers (``cat -n``): not its text
+        text = _ungutted(text)
+    # (minified code is found before the escapes are read: its own, ``"\x1f"``, would cut its line in pieces)
+    code = _minified(text) if len(text) >= CODE_LINE else []
     if "\\" in text and _ESCAPED.search(text):  # a JSON string's escapes: line breaks (``\n`` is not a word's n)
         text = _unescaped(text)
+    if "@@ -" in text:  # a unified diff's hunk headers and line marks: not its code
+        text = _undiffed(text)
     out: list[Unit] = []
     seen: set[str] = set()
     weight = stats.weight
@@ -365,7 +378,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if score > 0:
             out.append(Unit(score, i, pos, piece, who, rank, ws))
 
-    urls, blobs = _blobs(text)
+    urls, blobs = _blobs(text, code)
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
         for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
@@ -385,8 +398,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
             if piece.count("/") < 3:
                 continue
-        elif "/" in piece or "\\" in piece:  # a path (or a string holding one): no name is a folder of it
-            paths.append(m.span())
+        elif "/" in piece or "\\" in piece:  # a path (or a string holding one): no name is a folder of it, and no
+            # phrase holds part of it (a quoted one's quotes are not the path's: a phrase may run up to them)
+            start, end = m.span()
+            paths.append((start + 1, end - 1) if piece[0] in "`\"" else (start, end))
         add(piece, m.start(), 1.3)
     skip = urls + blobs + paths
     for m in _NAME.finditer(text):
@@ -403,11 +418,19 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
             for at, part in _quoted(phrase):
                 start, end = pos + at, pos + at + len(part)
-                if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES:
+                if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES and not (
+                        paths and _astride(paths, start, end)):
                     add(part, start)
-        elif text[pos - 1 : pos] not in _SLASHES and text[pos + len(phrase) : pos + len(phrase) + 1] not in _SLASHES:
+        elif text[pos - 1 : pos] not in _SLASHES and text[pos + len(phrase) : pos + len(phrase) + 1] not in _SLASHES \
+                and not (paths and _astride(paths, pos, pos + len(phrase))):
             add(phrase, pos)  # (a path's part: its fact)
     return out
+
+
+def _astride(spans: list[tuple[int, int]], start: int, end: int) -> bool:
+    """True when ``start:end`` starts or ends inside one of ``spans``: a phrase holding part of a path, not all
+    of it (``config/x`` of ``~/.config/x``, ``HOME/.config`` of ``$HOME/.config``)."""
+    return any(s < end and start < e and (start > s or end < e) for s, e in spans)
 
 
 _URL = re.compile(_URL_TEXT)
@@ -434,20 +457,100 @@ def _unescaped(text: str) -> str:
     return _ESCAPE.sub(read, text)
 
 
+# a listing's line number (``cat -n``, ``nl``, an editor tool's ``     1→``): digits opening a line (a real one, or
+# one a JSON string escapes, or its first), then a tab or an arrow
+_GUTTER = re.compile(r"(?m)(?:^|(?<=\\n)|(?<=\")) *(\d{1,7})(?:\t|→|\\t)")
+
+
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each of ``spans`` written over by spaces: every other character stays where it was."""
+    out, at = [], 0
+    for start, end in spans:  # (in order; one may overlap the one before)
+        start = max(start, at)
+        if end <= start:
+            continue
+        out.append(text[at:start])
+        out.append(" " * (end - start))
+        at = end
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _ungutted(text: str) -> str:
+    """``text`` without the line numbers of a listing in it (``     1\\timport os``): a number opening a line,
+    then a tab or an arrow, where the line before or after opens with the number next to it. They number the
+    listing, they say nothing of it (each was a fact, ``1\\timport os`` a phrase); the code after them is read as
+    code. A table's first column that happens to hold a number is left alone unless it counts up one a line."""
+    found = list(_GUTTER.finditer(text))
+    if len(found) < 2:
+        return text
+    numbers = [int(m.group(1)) for m in found]
+    spans = [m.span() for k, m in enumerate(found)
+             if k and numbers[k - 1] + 1 == numbers[k] or k + 1 < len(found) and numbers[k] + 1 == numbers[k + 1]]
+    return _blank(text, spans) if spans else text
+
+
+# a unified diff: a hunk's header (its counts: lines of the old file, of the new; then the function it is in, kept),
+# the two file lines before it (``--- a/``, ``+++ b/``), and git's own (``diff --git a/… b/…``, ``index 83db48f..``),
+# each opening a line (or a JSON string)
+_HUNK = re.compile(r"(?m)(?:^|(?<=\"))@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
+_DIFF_FILES = re.compile(r"(?m)(?:^|(?<=\"))(--- (?:a/)?)\S.*\n+(\+\+\+ (?:b/)?)\S.*\n+(?=@@ -)")
+_NO_NEWLINE = re.compile(r"\n+\\")  # (a hunk's last line may be followed by "\ No newline at end of file")
+_GIT_HEAD = re.compile(r"(?m)(?:^|(?<=\"))(diff --git a/)\S+( b/\S+)$|^index [0-9a-f]{7,}\.\.[0-9a-f]{7,}(?: \d{6})?$")
+
+
+def _undiffed(text: str) -> str:
+    """``text`` with a unified diff's marks written over: each hunk's header up to its function (``@@ -12,7
+    +12,9 @@``: its counts were facts, ``-12,7``), the ``+``, ``-`` opening its lines (as many as its counts say,
+    blank lines not counted: a JSON string's escaped line breaks make them) and a ``\\ No newline`` line, the
+    ``--- a/``, ``+++ b/`` of the file lines before it (the path stays) and git's header lines. What is left is
+    the diff's code and files, read as code."""
+    spans = []
+    for m in _HUNK.finditer(text):
+        spans.append(m.span())
+        old, new = int(m.group(1) or 1), int(m.group(2) or 1)
+        at = text.find("\n", m.end())
+        while at >= 0 and (old > 0 or new > 0 or _NO_NEWLINE.match(text, at)):
+            start = at + 1
+            at = text.find("\n", start)
+            mark = text[start : start + 1]
+            if mark == "-":
+                old -= 1
+            elif mark == "+":
+                new -= 1
+            elif mark == " ":
+                old, new = old - 1, new - 1
+            elif mark == "\\":  # ("\ No newline at end of file")
+                spans.append((start, len(text) if at < 0 else at))
+                continue
+            elif mark not in ("\n", "\r", ""):
+                break
+            if mark in ("+", "-"):
+                spans.append((start, start + 1))
+    if not spans:
+        return text
+    for m in _DIFF_FILES.finditer(text):
+        spans.extend((m.start(k), m.end(k)) for k in (1, 2))
+    for m in _GIT_HEAD.finditer(text):
+        spans.extend([(m.start(1), m.end(1)), m.span(2)] if m.group(1) else [m.span()])
+    spans.sort()
+    return _blank(text, spans)
+
+
 _CODE_SPAN = re.compile(r"`[^`\n]{1,60}`")
 _UNSPACED = re.compile(r"\S{64,}")
 _BASE64 = re.compile(r"[\w+/=.-]{16,}")
 
 
-def _blobs(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+def _blobs(text: str, code: list[tuple[int, int]] | None = None) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """Where ``text`` holds URLs, and base64 or hex outside them: in a run without spaces, its parts of 16
     characters or more of base64's alphabet, each an eighth or more capitals and as many small letters, with
     digits, or hex digits (not a path or an identifier; a commit's 40 hex digits alone are no blob), when they
     make 64 characters or more, or three quarters of the run: a token cut by ``=;(`` is one blob, not parts each
     too short to be one. A URL is a fact whole (or up to a path boundary), never a phrase's words or a name; a
-    blob is none of them."""
+    blob is none of them, nor is a line of minified code (``code``, else ``_minified``'s)."""
     urls = [m.span() for m in _URL.finditer(text)] if "://" in text else []
-    blobs = []
+    blobs = code[:] if code is not None else _minified(text) if len(text) >= CODE_LINE else []
     if len(text) < 64 or max(map(len, text.split()), default=0) < 64:  # (no word that long: most texts)
         return urls, blobs
     for run in _UNSPACED.finditer(text):
@@ -456,6 +559,20 @@ def _blobs(text: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         if size >= 64 or 4 * size >= 3 * (run.end() - run.start()):
             blobs.extend(span for span in parts if not _inside(urls, *span))
     return urls, blobs
+
+
+def _minified(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` holds lines of minified code (a bundle's ``a.b=function(c){return c&&d(e)}…``): lines of
+    ``CODE_LINE`` characters or more, fewer than one in 12 of them spaces (prose and code written for people
+    space every fifth to eighth character) and one in 20 or more ``(){};=``. Its names were made short by a
+    machine: any of them in a line, and the phrases between them, are a salad of one-letter words."""
+    spans, at = [], 0
+    for line in text.split("\n"):
+        n = len(line)
+        if n >= CODE_LINE and 12 * line.count(" ") < n and 20 * sum(map(line.count, "(){};=")) >= n:
+            spans.append((at, at + n))
+        at += n + 1
+    return spans
 
 
 def _random(run: str) -> bool:
@@ -935,8 +1052,10 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2)
     if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters (and before a
-        # bidirectional control)
-        text = _BIDI.split(flatten(msg.get("text") or ""), 1)[0]
+        # bidirectional control, and a blob: base64, minified code is no text to show, the label alone says more)
+        text = msg.get("text") or ""
+        blobs = _blobs(text)[1]
+        text = _BIDI.split(flatten(text[: min(blobs)[0]] if blobs else text), 1)[0]
         body = text[: boundary(text, 200) or 200]
     return cut_line(f"{label}: {body}" if body else label, limit)
 
