@@ -61,13 +61,17 @@ def render(p: dict) -> str:
 def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool:
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
     once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing that is
-    not retried within the wait (``compactor.json``: the others wait behind it) or the watcher's daily spend cap
-    was reached today: a broken or capped compactor would otherwise cost every turn the whole wait. Without
-    ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its place, summary
-    or not."""
+    not retried within what is left of the wait (``compactor.json``: the others wait behind it) or the watcher's
+    daily spend cap was reached today: a broken or capped compactor would otherwise cost every turn the whole
+    wait. Without ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its
+    place, summary or not."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
+    import time
+
     from .lease import holder, wait_for_builder
+
+    deadline = time.monotonic() + seconds
 
     def settled() -> bool:
         waiting = mem.views.waiting(mem.views.current(), include_tools)
@@ -75,7 +79,9 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
             return True
         if holder(mem) is None:  # no watcher: nothing is waited for (nor the compactor's package imported)
             return False
-        return stalled(mem, seconds) is not None
+        # (what is left of the wait, not all of it: a node refused again with a Retry-After past the deadline
+        # would otherwise be waited for until the deadline, for nothing)
+        return stalled(mem, deadline - time.monotonic()) is not None
 
     return wait_for_builder(mem, seconds, settled)
 

@@ -509,6 +509,60 @@ def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, s
     assert mem.count() == 12
 
 
+def test_the_wait_stops_once_a_node_is_refused_past_what_is_left_of_it(home, sh):
+    """The newest message's call is refused with ``Retry-After: 2`` (waited for), then with ``Retry-After: 19``:
+    retried after the wait's end. ``context`` went on waiting, to the end of its 20 s, because 19 s is within
+    the whole wait; what is left of it is what counts."""
+    asked = []
+
+    def refused(n, body):
+        if "compress message 2 " in body["messages"][-1]["content"] and len(asked) < 2:
+            asked.append(n)
+            server.retry_after = "2" if len(asked) == 1 else "19"
+            return "429"
+        return None
+
+    with FakeLLM("openai", faults=refused) as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m")
+        try:
+            until(lambda: complete("m"))
+            mem.append([{"kind": "user", "text": long_text(7)}])
+            until(lambda: asked)
+            started = time.monotonic()
+            out = sh("context", "m", "--wait", "20")
+            assert out.returncode == 0 and b"2+1|(not summarized yet" in out.stdout
+            assert len(asked) == 2 and time.monotonic() - started < 12  # (not the 20 s asked for)
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+
+
+def test_view_wait_stops_once_the_compactor_fails_while_it_waits(home, sh):
+    """``view --wait`` looked at ``compactor.json`` only before its wait: a call in flight then, refused with a
+    ``Retry-After`` of 5 minutes while it waited, cost it the whole wait (``context`` stopped at once)."""
+
+    def message_2(n, body):
+        return "compress message 2 " in body["messages"][-1]["content"]
+
+    with FakeLLM("openai", faults=lambda n, body: "429" if message_2(n, body) else None,
+                 latency=lambda n, body: 3.0 if message_2(n, body) else 0.0, retry_after="300") as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m")
+        try:
+            until(lambda: complete("m"))
+            mem.append([{"kind": "user", "text": long_text(7)}])
+            until(lambda: any(message_2(0, body) for body in server.requests))  # (in flight: nothing failed yet)
+            out = sh("view", "m", "--wait", "12")
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+    assert out.returncode == 0 and b"2+1|(not summarized yet" in out.stdout
+    assert out.stderr == b"the compactor is failing (see 'pimem status m'); not waiting any longer\n"
+
+
 def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
     """``pimem model`` while a watcher runs: the next messages are built by the new model at its own server,
     not by the old one until the watcher is restarted (before, the old model kept every call)."""

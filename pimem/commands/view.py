@@ -56,7 +56,11 @@ def command(
 def _wait(mem, views, seconds: float, include_tools: bool):
     """Poll until the view has no placeholder it shows (a tool message's is shown as its marker without
     ``include_tools``) and no batch held up, or ``seconds`` pass (only while a watcher holds the memory's
-    lease: without one nothing would change)."""
+    lease: without one nothing would change), or the compactor starts failing as ``context`` takes it
+    (``context.stalled``: a node refused meanwhile with a long ``Retry-After``, or for the third time in a
+    row), as ``context`` stops then too: it looked only before the wait, and waited out all of it."""
+    import time
+
     from ..lease import holder, wait_for_builder
 
     def pending(v) -> bool:
@@ -73,15 +77,23 @@ def _wait(mem, views, seconds: float, include_tools: bool):
     if why:
         output.info(f"{why}; not waiting")
         return views
-    latest = [views]
+    latest, gave_up = [views], []
+    deadline = time.monotonic() + seconds
 
     def ready() -> bool:
         latest[0] = mem.views.current()
-        return not pending(latest[0])
+        if not pending(latest[0]):
+            return True
+        why = stalled(mem, deadline - time.monotonic())
+        if why:
+            gave_up.append(why)
+        return bool(why)
 
     if not wait_for_builder(mem, seconds, ready):
         n = len(mem.views.waiting(latest[0], include_tools))
         output.info(f"{output.count(n, 'line')} still wait{'s' if n == 1 else ''} for a summary after {seconds:g} s")
+    elif gave_up:
+        output.info(f"{gave_up[0]}; not waiting any longer")
     return latest[0]
 
 
