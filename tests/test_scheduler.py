@@ -608,6 +608,34 @@ def test_a_retry_after_in_milliseconds_is_read_first():
     assert _retry_after(httpx.Headers({"Retry-After-Ms": "250", "Retry-After": "7"})) == 0.25
     assert _retry_after(httpx.Headers({"retry-after-ms": "soon", "retry-after": "7"})) == 7.0
     assert _retry_after(httpx.Headers({"retry-after": "-3"})) == 0.0
+
+
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York"])
+def test_a_retry_after_date_is_gmt_whatever_the_local_time_zone(zone, monkeypatch):
+    """An HTTP date with ``-0000`` (as Python's ``email.utils.formatdate`` writes it) or no zone was read as this
+    machine's local time: 20 s asked for was none in Tokyo, five hours (held to 5 minutes) in New York. And a
+    delay that is no number (``nan``) was read as 0, a retry at once, where a word is no delay asked for."""
+    import email.utils
+    import time
+
+    import httpx
+
+    from pimem.compactor.providers import _retry_after
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        soon = time.time() + 20
+        for date in (email.utils.formatdate(soon), email.utils.formatdate(soon, usegmt=True),
+                     email.utils.formatdate(soon).removesuffix(" -0000")):
+            assert 15 < _retry_after(httpx.Headers({"retry-after": date})) <= 20, date
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    for word in ("nan", "inf", "-inf", "1e3", "soon"):
+        assert _retry_after(httpx.Headers({"retry-after": word})) is None
+        assert _retry_after(httpx.Headers({"retry-after-ms": word})) is None
+    assert _retry_after(httpx.Headers({"retry-after": " 2.5 "})) == 2.5
     assert _retry_after(httpx.Headers({})) is None
 
 

@@ -9,8 +9,10 @@ imported only when a remote provider is first used.
 from __future__ import annotations
 
 import atexit
+import datetime
 import email.utils
 import os
+import re
 import subprocess
 import threading
 import time
@@ -20,6 +22,7 @@ import orjson
 
 from ..errors import ProviderError
 
+_DELAY = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # seconds (or ms) in a Retry-After header
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
 
 
@@ -72,22 +75,25 @@ def _estimate_tokens(text: str) -> int:
 
 def _retry_after(headers) -> float | None:
     """Seconds the server asked to wait: ``retry-after-ms`` (OpenAI's), else ``Retry-After`` (seconds or an HTTP
-    date)."""
-    try:
-        if headers.get("retry-after-ms"):
-            return max(0.0, float(headers["retry-after-ms"]) / 1000)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
+    date). A number is ASCII digits (a negative one asks for no wait); ``nan``, ``inf`` and other words are no
+    number, so nothing was asked for (``nan`` read as a number was 0, a retry at once). An HTTP date is GMT: one
+    written with ``-0000`` (Python's ``email.utils.formatdate``) or with no zone is too, where it was read as
+    this machine's local time (in Tokyo 20 s became none, in New York 5 hours)."""
+    ms = (headers.get("retry-after-ms") or "").strip()
+    if _DELAY.fullmatch(ms):
+        return max(0.0, float(ms) / 1000)
+    value = (headers.get("retry-after") or "").strip()
     if not value:
         return None
-    try:
+    if _DELAY.fullmatch(value):
         return max(0.0, float(value))
-    except ValueError:
-        try:
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return max(0.0, moment.timestamp() - time.time())
 
 
 def _proxy_for(url: str) -> str | None:
