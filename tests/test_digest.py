@@ -228,7 +228,8 @@ def test_a_path_is_one_piece_its_leading_dot_kept():
 
 def test_a_home_or_variable_path_is_copied_exactly_and_no_phrase_holds_part_of_one():
     """A path from the home directory or a variable is one fact, its ``~`` or ``$HOME`` kept, one name after it
-    enough (``~/.bashrc``); no phrase holds part of a path (``config/x`` of ``~/.config/x`` names another file)."""
+    enough (``~/.bashrc``); no phrase holds part of a path (``config/x`` of ``~/.config/x`` names another file), and
+    none runs on into the Chinese after it (``~/.config/x文件``)."""
     paths = ["~/.config/x", "~/.config/pimem/config.json", "~/.bashrc", "~/notes.md", "$HOME/.config/x",
              "${XDG_CONFIG_HOME}/pimem/config.json", "~alice/.ssh/config"]
     text = (f"Settings live in {paths[0]} now. I put it in {paths[1]}, also {paths[2]} and {paths[3]}; "
@@ -237,6 +238,10 @@ def test_a_home_or_variable_path_is_copied_exactly_and_no_phrase_holds_part_of_o
         found = {u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})}
         assert set(paths) <= found and "file `~/.config/x`" in found, found
         assert not [piece for piece in found for path in paths if piece in path and piece not in paths], found
+    # a path in Chinese ends where Chinese is written on after its name (a name in Chinese stays whole)
+    text = "修改~/.config/x文件，把配置写到/etc/app/config.yaml里，报告在/home/张三/文档/报告.md"
+    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+    assert {"~/.config/x", "/etc/app/config.yaml", "/home/张三/文档/报告.md"} <= found, found
 
 
 def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():

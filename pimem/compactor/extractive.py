@@ -400,8 +400,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 continue
         elif "/" in piece or "\\" in piece:  # a path (or a string holding one): no name is a folder of it, and no
             # phrase holds part of it (a quoted one's quotes are not the path's: a phrase may run up to them)
-            start, end = m.span()
-            paths.append((start + 1, end - 1) if piece[0] in "`\"" else (start, end))
+            if cjk and not piece.isascii() and piece[0] not in "`\"" and "://" not in piece:
+                into = _PATH_INTO_CJK.search(piece)  # (Chinese written on after it: not its file's name)
+                piece = piece[: into.start()].rstrip(".") if into else piece
+            start = m.start()
+            paths.append((start + 1, start + len(piece) - 1) if piece[0] in "`\"" else (start, start + len(piece)))
         add(piece, m.start(), 1.3)
     skip = urls + blobs + paths
     for m in _NAME.finditer(text):
@@ -425,6 +428,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 and not (paths and _astride(paths, pos, pos + len(phrase))):
             add(phrase, pos)  # (a path's part: its fact)
     return out
+
+
+# a path's last name running from ASCII into Chinese or Japanese: "修改~/.config/x文件", "写到/etc/app/config.yaml里"
+# (a folder's or file's name in those scripts stays whole: "/home/张三/文档")
+_PATH_INTO_CJK = re.compile(rf"(?<=[A-Za-z0-9_.@+-])[{_HAN_KANA}][^/\\]*$")
 
 
 def _astride(spans: list[tuple[int, int]], start: int, end: int) -> bool:
