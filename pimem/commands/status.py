@@ -72,6 +72,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']}: nothing more is built "
                                  "today", "yellow"))
     for fail in row["failures"]:
-        retry = f", next {fail['retry']}" if isinstance(fail.get("retry"), str) else ""
-        output.line(output.style(f"failing   {fail['node']}: {output.flatten(fail['error'])} ({output.count(fail['tries'], 'try', 'tries')}, "
-                                 f"last {fail['at']}{retry})", "red"))
+        # (when the builder that failed it retries it: with none running, nothing does until one starts, so a
+        # time then, past or not, would say what will not happen)
+        retry = f", next {fail['retry']}" if builder and isinstance(fail.get("retry"), str) else ""
+        output.line(output.style(f"failing   {output.flatten(fail['node'])}: {output.flatten(fail['error'])} "
+                                 f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(fail['at'])}{retry})", "red"))

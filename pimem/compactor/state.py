@@ -44,6 +44,11 @@ class BuildState:
         self.extra_tokens: dict[str, int] = _entries(data, "extra_tokens", lambda n: type(n) is int and n >= 0)
         self.failures: dict[str, dict] = _entries(data, "failures", lambda f: isinstance(f, dict) and type(
             f.get("tries")) is int and isinstance(f.get("error"), str) and isinstance(f.get("at"), str))
+        # a retry time that is no date-time with its offset (a hand edit's "tomorrow") is dropped: the node is
+        # taken for one not retried in this run, rather than one shown by status as retried "next tomorrow"
+        for entry in self.failures.values():
+            if "retry" in entry and not _moment(entry["retry"]):
+                del entry["retry"]
         self.unbuilt_cost: dict[str, float] = _entries(data, "unbuilt_cost", lambda cost: type(cost) in (int, float)
                                                        and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
@@ -129,3 +134,13 @@ def _entries(data: dict, key: str, fits) -> dict:
     """The entries of the object ``data[key]`` whose value ``fits``."""
     entries = data.get(key)
     return {k: v for k, v in entries.items() if fits(v)} if isinstance(entries, dict) else {}
+
+
+def _moment(text) -> bool:
+    """Whether ``text`` is a date-time with its UTC offset, as ``failed`` writes a retry time (RFC 3339)."""
+    import datetime
+
+    try:
+        return datetime.datetime.fromisoformat(text).tzinfo is not None
+    except (TypeError, ValueError):
+        return False
