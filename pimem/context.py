@@ -89,7 +89,8 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
 def stalled(mem, within: float = 0.0) -> str | None:
     """Why the watcher will not write summaries within ``within`` seconds (``compactor.json``): a node failing
     (the others wait behind it) that failed ``STUCK_TRIES`` times in a row or is not retried by then (a 429's
-    short ``Retry-After`` is), or the daily spend cap reached today; else None."""
+    short ``Retry-After`` is), the daily spend cap reached today, or a call billed past its worst case (under a
+    daily cap the watcher calls that compactor no more); else None."""
     import datetime
 
     from . import env
@@ -108,6 +109,8 @@ def stalled(mem, within: float = 0.0) -> str | None:
             return f"the compactor is failing (see 'pimem status {mem.name}')"
     if state.capped == env.now().date().isoformat():
         return "the watcher reached its daily spend cap (max_cost_per_day) today"
+    if state.overbilled:
+        return f"the watcher calls the compactor no more (see 'pimem status {mem.name}')"
     return None
 
 

@@ -335,6 +335,9 @@ class Scheduler:
             "(more tokens than the bytes sent, or more output than max_tokens): no spending cap holds with such bills")
         self.emit({"event": "overbilled", "memory": builder.name, "node": task.label, "cost": cost,
                    "worst": round(worst, 8), "error": why})
+        if builder.max_cost_per_day is not None and builder in self.builders:  # (a watcher goes on without its
+            # calls: said in compactor.json, or context would wait its whole wait every turn for what never comes)
+            builder.state.calls_stopped(why)
 
     def _flush(self, wait: bool = False, due_only: bool = False) -> None:
         """Hand built nodes to the writers (``due_only``: only where the batch is big or old enough)."""

@@ -563,6 +563,37 @@ def test_view_wait_stops_once_the_compactor_fails_while_it_waits(home, sh):
     assert out.stderr == b"the compactor is failing (see 'pimem status m'); not waiting any longer\n"
 
 
+def test_context_does_not_wait_for_a_watcher_that_calls_its_compactor_no_more(home, sh):
+    """A call billed past its worst case under a daily cap: the watcher calls that compactor no more (no cap
+    holds with such bills), but nothing said so outside it, so ``context`` waited its whole 8 s every turn and
+    ``view --wait`` all of its wait for summaries that were never coming, and ``status`` showed nothing wrong.
+    A watcher started again calls it again, and is waited for again."""
+    with FakeLLM("openai", faults=lambda n, body: "overbilled" if n == 0 else None) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m", "--json", "--max-cost-per-day", "100")
+        try:
+            until(lambda: b'"overbilled"' in watcher.stdout.readline())  # (the first call's, then built)
+            mem.append([{"kind": "user", "text": long_text(7)}])
+            started = time.monotonic()
+            out = sh("context", "m", "--wait", "20")
+            assert out.returncode == 0 and b"2+1|(not summarized yet" in out.stdout
+            assert time.monotonic() - started < 10  # (not the 20 s asked for)
+            view = sh("view", "m", "--wait", "20")
+            assert view.stderr == b"the watcher calls the compactor no more (see 'pimem status m'); not waiting\n"
+            assert b"\nstopped   openai/m1 billed $1.0002 for node 1+1, past the $" in sh("status", "m").stdout
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+        watcher = start_watch("m", "--max-cost-per-day", "100")
+        try:
+            until(lambda: complete("m"))
+            assert b"stopped" not in sh("status", "m").stdout
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+
+
 def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
     """``pimem model`` while a watcher runs: the next messages are built by the new model at its own server,
     not by the old one until the watcher is restarted (before, the old model kept every call)."""

@@ -32,6 +32,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
     row["capped"] = state.capped if state.capped == env.now().date().isoformat() else None  # (the daily cap: today)
+    row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
     if json:
         output.json_line(row)
         return
@@ -71,6 +72,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["capped"]:
         output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']}: nothing more is built "
                                  "today", "yellow"))
+    if row["stopped"]:
+        output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
+                                 "more until it is started again", "red"))
     for fail in row["failures"]:
         # (when the builder that failed it retries it: with none running, nothing does until one starts, so a
         # time then, past or not, would say what will not happen)

@@ -9,6 +9,9 @@
   restart too (the last 31 days are kept);
 - ``capped``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``): it builds
   nothing more that day, so ``context`` does not wait for it and ``status`` says so;
+- ``overbilled``: why the watcher calls this memory's compactor no more (a call billed past its worst case
+  under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
+  ``context`` does not wait for it and ``status`` says so;
 - ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
   day each was sent, until its node is written or its failure recorded: a watcher killed (SIGKILL, a crash)
   with calls in flight leaves them here, and the next builder of the memory counts them as paid, at their
@@ -52,6 +55,7 @@ class BuildState:
         self.unbuilt_cost: dict[str, float] = _entries(data, "unbuilt_cost", lambda cost: type(cost) in (int, float)
                                                        and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
+        self.overbilled: str | None = data.get("overbilled") if isinstance(data.get("overbilled"), str) else None
         self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
             call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
 
@@ -62,6 +66,8 @@ class BuildState:
                 data["unbuilt_cost"] = self.unbuilt_cost
             if self.capped:
                 data["capped"] = self.capped
+            if self.overbilled:
+                data["overbilled"] = self.overbilled
             if self.pending:
                 data["pending"] = self.pending
             write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
@@ -123,6 +129,13 @@ class BuildState:
         """The daily spend cap was reached on local ``day`` (YYYY-MM-DD)."""
         if self.capped != day:
             self.capped = day
+            self.save()
+
+    def calls_stopped(self, why: str | None) -> None:
+        """The builder calls the compactor no more (``why``: a call billed past its worst case), or a builder
+        took the memory again (None: its predecessor's stop is not its own)."""
+        if self.overbilled != why:
+            self.overbilled = why
             self.save()
 
     def succeeded(self, label: str) -> None:
