@@ -246,6 +246,8 @@ def test_the_api_key_never_appears_in_an_error_and_a_stray_line_end_is_dropped(t
     assert "SECRET" not in str(failed.value) and "TEST_LLM_KEY" in str(failed.value) and not server.requests
     provider = providers.OpenAI("m", key_env="TEST_LLM_KEY")  # a server's error that quotes the request back
     assert "SECRET" not in provider._hidden("Illegal header value b'Bearer sk-SECRET\\n123456789' from sk-SECRET\n123456789")
+    monkeypatch.setenv("TEST_LLM_KEY", "x")  # a local server's stand-in: no secret, and each x of the error stays
+    assert provider._hidden("http://api.example.invalid: no key x") == "http://api.example.invalid: no key x"
 
 
 def test_a_command_past_its_timeout_is_killed_with_every_child_it_started(tmp_path):

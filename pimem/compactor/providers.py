@@ -69,6 +69,8 @@ def _usage(data) -> dict:
     return usage if isinstance(usage, dict) else {}
 
 
+KEY_LEAST = 8  # characters of an API key worth hiding in an error (``_hidden``)
+
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text.encode("utf-8")) // 4)
 
@@ -157,10 +159,13 @@ class HttpProvider:
         return value
 
     def _hidden(self, text: str) -> str:
-        """``text`` with the API key (as the environment holds it) replaced, for errors that quote a request."""
+        """``text`` with the API key (as the environment holds it) replaced, for errors that quote a request. A
+        key under ``KEY_LEAST`` characters (``x``, ``1``: a local server's stand-in) is no secret, and hidden it
+        would be every such letter of the error (``http://api.e[API key]ample.invalid``)."""
         raw = os.environ.get(self.key_env or "") or ""
         for secret in {raw, raw.strip()} - {""}:
-            text = text.replace(secret, "[API key]").replace(repr(secret.encode())[2:-1], "[API key]")
+            if len(secret.strip()) >= KEY_LEAST:
+                text = text.replace(secret, "[API key]").replace(repr(secret.encode())[2:-1], "[API key]")
         return text
 
     def post(self, path: str, body: dict, headers: dict) -> dict:
