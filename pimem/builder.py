@@ -257,8 +257,9 @@ class Builder:
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
         self.state.failed(label(l, i), error, when.rfc3339(now), retry)
-        if self.cview is not None:
-            self.cview.failed(l, i, retried=not gives_up and tries < STUCK_TRIES)
+        if self.cview is not None:  # (failed in a row as compactor.json counts, across runs, as readers count it)
+            in_a_row = self.state.failures.get(label(l, i), {}).get("tries", tries)
+            self.cview.failed(l, i, retried=not gives_up and in_a_row < STUCK_TRIES)
         if gives_up:
             self.gave_up.add((l, i))
             return

@@ -594,6 +594,11 @@ def test_a_node_waiting_for_its_retry_is_a_call_in_flight_until_it_keeps_failing
         assert (0, 1) in watch.cview.failing and watch.cview.view.T == 1 + builder.WINDOW  # folded around
         assert builder.MAX_RETRY_WAIT - 1 < failed(1e9) <= builder.MAX_RETRY_WAIT
 
+        again = builder.Builder(Memory.open("m"))  # a watcher started again: the node failed 4 times in a row
+        again.admit()
+        again.failed(0, 1, "HTTP 429: slow down", 1.0)
+        assert (0, 1) in again.cview.failing  # (folded around, as readers' views fold it: compactor.json counts)
+
         once = builder.Builder(Memory.open("m"), retries=0)  # build-tree: given up at once, so folded around
         once.admit()
         once.failed(0, 1, "HTTP 429: slow down", 1.0)
