@@ -349,10 +349,13 @@ def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh)
             watcher.communicate(timeout=30)
 
 
-def test_calls_a_capped_watcher_gave_up_on_at_a_stop_count_after_a_restart(home):
-    """Stopped twice (no grace), a watcher gives up on its calls in flight, which the provider answers and bills
-    all the same: they count against the day's cap at their worst case (``compactor.json``), so a watcher
-    started again that day counts them too (before, nothing recorded them, and it could spend the cap again)."""
+@pytest.mark.parametrize("stop", ["twice", "kill"])
+def test_calls_a_capped_watcher_had_in_flight_count_after_a_restart(home, stop):
+    """A watcher stopped twice (no grace: it gives up on its calls in flight) or killed with SIGKILL (it runs
+    nothing as it dies): the provider answers and bills those calls all the same. They count against the day's
+    cap at their worst case (``compactor.json``: given up, or kept pending from before each was sent), so a
+    watcher started again that day counts them too (before, nothing recorded them, and it could spend the cap
+    again)."""
     with FakeLLM("openai", latency=3.0) as server:  # (billed $0.0012 a call, far less than its worst case)
         configure(home, server, price_in=1.0, price_out=2.0)
         fill("m", 40, short_every=1000)
@@ -361,42 +364,23 @@ def test_calls_a_capped_watcher_gave_up_on_at_a_stop_count_after_a_restart(home)
             until(lambda: server.requests)
             time.sleep(0.5)  # (each call it could afford has started)
         finally:
-            watcher.send_signal(signal.SIGTERM)
-            time.sleep(0.2)
-            watcher.send_signal(signal.SIGTERM)
+            if stop == "kill":
+                watcher.kill()
+            else:
+                watcher.send_signal(signal.SIGTERM)
+                time.sleep(0.2)
+                watcher.send_signal(signal.SIGTERM)
             watcher.communicate(timeout=30)
         calls = len(server.requests)
         assert not stored_lines(Memory.open("m"))  # (none answered in time)
-        given_up = unbuilt_cost(home / "m")
-        assert 0.0012 * calls < given_up <= 0.05
-        again = start_watch("m", "--json", "--max-cost-per-day", "0.05")
-        try:
-            until(lambda: b"capped" in again.stdout.readline())
-        finally:
-            again.send_signal(signal.SIGTERM)
-            out, _ = again.communicate(timeout=30)
-        spent = builder.spent(Memory.open("m"), day="2026-10-08")["cost"]
-        assert spent + given_up <= 0.05  # what the restart spent, with what the calls given up may have cost
-
-
-def test_calls_a_capped_watcher_killed_with_sigkill_had_in_flight_count_after_a_restart(home):
-    """A watcher killed with SIGKILL runs nothing as it dies, yet its calls in flight are answered and billed:
-    each was kept pending in ``compactor.json`` at its worst case before it was sent, so the next watcher counts
-    them against the day's cap (before, nothing recorded them, and a restart could spend the cap again)."""
-    with FakeLLM("openai", latency=3.0) as server:  # (billed $0.0012 a call, far less than its worst case)
-        configure(home, server, price_in=1.0, price_out=2.0)
-        fill("m", 40, short_every=1000)
-        watcher = start_watch("m", "--json", "--max-cost-per-day", "0.05")
-        try:
-            until(lambda: server.requests)
-            time.sleep(0.5)  # (each call it could afford has started)
-        finally:
-            watcher.kill()
-            watcher.communicate(timeout=30)
-        calls = len(server.requests)
-        assert not stored_lines(Memory.open("m")) and unbuilt_cost(home / "m") == 0  # (none answered in time)
-        pending = orjson.loads((home / "m" / "compactor.json").read_bytes())["pending"]
-        assert len(pending) == calls and 0.0012 * calls < sum(call["cost"] for call in pending.values()) <= 0.05
+        if stop == "kill":
+            assert unbuilt_cost(home / "m") == 0
+            pending = orjson.loads((home / "m" / "compactor.json").read_bytes())["pending"]
+            assert len(pending) == calls
+            worst = sum(call["cost"] for call in pending.values())
+        else:
+            worst = unbuilt_cost(home / "m")
+        assert 0.0012 * calls < worst <= 0.05
         again = start_watch("m", "--json", "--max-cost-per-day", "0.05")
         try:
             until(lambda: b"capped" in again.stdout.readline())
@@ -404,10 +388,10 @@ def test_calls_a_capped_watcher_killed_with_sigkill_had_in_flight_count_after_a_
             again.send_signal(signal.SIGTERM)
             again.communicate(timeout=30)
         given_up = unbuilt_cost(home / "m")  # (counted as calls that built nothing, at their worst case)
-        assert given_up == pytest.approx(sum(call["cost"] for call in pending.values()))
+        assert given_up == pytest.approx(worst)
         assert "pending" not in orjson.loads((home / "m" / "compactor.json").read_bytes())
         spent = builder.spent(Memory.open("m"), day="2026-10-08")["cost"]
-        assert spent + given_up <= 0.05  # what the restart spent, with what the calls killed may have cost
+        assert spent + given_up <= 0.05  # what the restart spent, with what the calls given up may have cost
 
 
 def unbuilt_cost(memory) -> float:
