@@ -4,6 +4,7 @@ successor after SIGKILL neither loses nor duplicates work."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import signal
 import socket
@@ -22,6 +23,17 @@ from test_scheduler import configure, fill, long_text, stored_lines
 def start_watch(*args, **env):
     return subprocess.Popen(pimem_cmd("watch", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=subprocess_env(TEST_LLM_KEY="k", **env))
+
+
+@contextlib.contextmanager
+def watching(*args, **env):
+    """A watcher for the block, stopped with SIGTERM after it (whatever the block raised)."""
+    watcher = start_watch(*args, **env)
+    try:
+        yield watcher
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=30)
 
 
 def until(check, timeout=30.0):
@@ -195,17 +207,13 @@ def test_two_watchers_started_together_never_both_build(home):
 def test_watch_without_names_covers_every_memory_including_new_ones(home):
     configure(home)
     fill("a", 3)
-    watcher = start_watch()
-    try:
+    with watching() as watcher:
         until(lambda: lease.holder(Memory.open("a")))
         fill("b", 4)  # created after the watcher started
         until(lambda: lease.holder(Memory.open("b")), timeout=15)
         until(lambda: complete("a") and complete("b"))
         again = subprocess.run(pimem_cmd("watch"), capture_output=True, timeout=60, env=subprocess_env())
         assert again.returncode == 4 and b"already being built" in again.stderr
-    finally:
-        watcher.send_signal(signal.SIGTERM)
-        watcher.communicate(timeout=30)
     assert watcher.returncode == 0
     assert not (home / "a" / "lock.json").exists() and not (home / "b" / "lock.json").exists()
 
@@ -228,14 +236,10 @@ def test_view_wait_waits_for_the_running_watcher(home):
     with FakeLLM("openai", latency=0.3) as server:
         configure(home, server)
         mem = fill("m", 2)
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: lease.holder(mem))
             mem.append([{"kind": "user", "text": long_text(k)} for k in range(2, 6)])
             view = subprocess.run(pimem_cmd("view", "m", "--wait", "30"), capture_output=True, timeout=60, env=subprocess_env())
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
     assert view.returncode == 0
     assert b"not summarized yet" not in view.stdout and b"user: summary of 5" in view.stdout
 
@@ -331,22 +335,14 @@ def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh)
     with FakeLLM("openai", latency=1.5) as server:
         configure(home, server, price_in=1.0, price_out=2.0)
         mem = fill("m", 4, short_every=1000)
-        watcher = start_watch("m", "--max-cost-per-day", "0.0001")
-        try:
+        with watching("m", "--max-cost-per-day", "0.0001") as watcher:
             until(lambda: b"capped" in sh("status", "m").stdout)
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
-        watcher = start_watch("m", "--max-cost-per-day", "1")
-        try:
+        with watching("m", "--max-cost-per-day", "1") as watcher:
             until(lambda: complete("m"))
             assert b"capped" not in sh("status", "m").stdout
             mem.append([{"kind": "user", "text": long_text(9)}])
             waited = sh("context", "m")  # waits for the watcher's call in flight
             assert waited.returncode == 0 and b"4+1|user: summary of 4" in waited.stdout, waited.stdout
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("stop", ["twice", "kill"])
@@ -381,12 +377,8 @@ def test_calls_a_capped_watcher_had_in_flight_count_after_a_restart(home, stop):
         else:
             worst = unbuilt_cost(home / "m")
         assert 0.0012 * calls < worst <= 0.05
-        again = start_watch("m", "--json", "--max-cost-per-day", "0.05")
-        try:
+        with watching("m", "--json", "--max-cost-per-day", "0.05") as again:
             until(lambda: b"capped" in again.stdout.readline())
-        finally:
-            again.send_signal(signal.SIGTERM)
-            again.communicate(timeout=30)
         given_up = unbuilt_cost(home / "m")  # (counted as calls that built nothing, at their worst case)
         assert given_up == pytest.approx(worst)
         assert "pending" not in orjson.loads((home / "m" / "compactor.json").read_bytes())
@@ -406,12 +398,8 @@ def test_the_daily_cap_counts_billed_calls_that_built_nothing_after_a_restart_to
         configure(home, server, price_in=1.0, price_out=2.0, retry_seconds=0.05)  # $0.0012 a call
         fill("m", 40, short_every=1000)
         Memory.open("m").save_config({"max_cost_per_day": 0.05})
-        watcher = start_watch("m", "--json")
-        try:
+        with watching("m", "--json") as watcher:
             calls = calls_once_capped(server)
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
         assert builder.spent(Memory.open("m"))["cost"] == 0  # no node records what was paid
         assert 0.0012 * (calls - 8) <= unbuilt_cost(home / "m") <= 0.05  # (the last calls' answers may be cut off)
         restart_calls_nothing(server, calls)  # what the failed calls cost today counts
@@ -421,8 +409,7 @@ def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(ho
     with FakeLLM("openai", latency=1.0) as server:
         configure(home, server)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: complete("m"))
             mem.append([{"kind": "user", "text": long_text(7)}])
             assert "(not summarized yet" in Memory.open("m").view_lines()[-1]
@@ -432,9 +419,6 @@ def test_context_waits_for_a_running_watcher_to_summarise_the_newest_messages(ho
             mem.append([{"kind": "user", "text": long_text(8)}])
             hurried = sh("context", "m", "--wait", "0")
             assert b"3+1|(not summarized yet" in hurried.stdout
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
     alone = sh("context", "m")  # no watcher: nothing to wait for, at once
     assert alone.returncode == 0
 
@@ -454,8 +438,7 @@ def test_context_waits_for_a_summary_the_server_asked_to_retry_soon(home, sh):
     with FakeLLM("openai", faults=once, retry_after="3") as server:
         configure(home, server)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: complete("m"))
             mem.append([{"kind": "user", "text": long_text(7)}])
             until(lambda: (home / "m" / "compactor.json").exists() and "2+1" in orjson.loads(
@@ -464,9 +447,6 @@ def test_context_waits_for_a_summary_the_server_asked_to_retry_soon(home, sh):
             assert b"failing   2+1: " in status and b", next 20" in status
             waited = sh("context", "m")  # (waits up to 8 s)
             assert waited.returncode == 0 and b"2+1|user: summary of 2" in waited.stdout, waited.stdout[-300:]
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
     assert refused
 
 
@@ -477,8 +457,7 @@ def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, s
     with FakeLLM("openai", faults=lambda n, body: "malformed") as server:
         configure(home, server, retry_seconds=30)
         mem = fill("m", 12, short_every=1000)  # long messages: placeholders until their calls succeed
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: "1+1" in orjson.loads((home / "m" / "compactor.json").read_bytes()).get("failures", {})
                   if (home / "m" / "compactor.json").exists() else False)
             started = time.monotonic()
@@ -487,9 +466,6 @@ def test_context_does_not_wait_for_a_summary_the_compactor_keeps_failing(home, s
             view = sh("view", "m", "--wait", "20")
             assert b"the compactor is failing" in view.stderr and b"not waiting" in view.stderr
             assert time.monotonic() - started < 10  # not the 20 s asked for, twice
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
     assert mem.count() == 12
 
 
@@ -509,8 +485,7 @@ def test_the_wait_stops_once_a_node_is_refused_past_what_is_left_of_it(home, sh)
     with FakeLLM("openai", faults=refused) as server:
         configure(home, server)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: complete("m"))
             mem.append([{"kind": "user", "text": long_text(7)}])
             until(lambda: asked)
@@ -518,9 +493,6 @@ def test_the_wait_stops_once_a_node_is_refused_past_what_is_left_of_it(home, sh)
             out = sh("context", "m", "--wait", "20")
             assert out.returncode == 0 and b"2+1|(not summarized yet" in out.stdout
             assert len(asked) == 2 and time.monotonic() - started < 12  # (not the 20 s asked for)
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
 
 
 def test_view_wait_stops_once_the_compactor_fails_while_it_waits(home, sh):
@@ -534,15 +506,11 @@ def test_view_wait_stops_once_the_compactor_fails_while_it_waits(home, sh):
                  latency=lambda n, body: 3.0 if message_2(n, body) else 0.0, retry_after="300") as server:
         configure(home, server)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m")
-        try:
+        with watching("m") as watcher:
             until(lambda: complete("m"))
             mem.append([{"kind": "user", "text": long_text(7)}])
             until(lambda: any(message_2(0, body) for body in server.requests))  # (in flight: nothing failed yet)
             out = sh("view", "m", "--wait", "12")
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
     assert out.returncode == 0 and b"2+1|(not summarized yet" in out.stdout
     assert out.stderr == b"the compactor is failing (see 'pimem status m'); not waiting any longer\n"
 
@@ -555,8 +523,7 @@ def test_context_does_not_wait_for_a_watcher_that_calls_its_compactor_no_more(ho
     with FakeLLM("openai", faults=lambda n, body: "overbilled" if n == 0 else None) as server:
         configure(home, server, price_in=1.0, price_out=2.0)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m", "--json", "--max-cost-per-day", "100")
-        try:
+        with watching("m", "--json", "--max-cost-per-day", "100") as watcher:
             until(lambda: b'"overbilled"' in watcher.stdout.readline())  # (the first call's, then built)
             mem.append([{"kind": "user", "text": long_text(7)}])
             started = time.monotonic()
@@ -566,16 +533,9 @@ def test_context_does_not_wait_for_a_watcher_that_calls_its_compactor_no_more(ho
             view = sh("view", "m", "--wait", "20")
             assert view.stderr == b"the watcher calls the compactor no more (see 'pimem status m'); not waiting\n"
             assert b"\nstopped   openai/m1 billed $1.0002 for node 1+1, past the $" in sh("status", "m").stdout
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
-        watcher = start_watch("m", "--max-cost-per-day", "100")
-        try:
+        with watching("m", "--max-cost-per-day", "100") as watcher:
             until(lambda: complete("m"))
             assert b"stopped" not in sh("status", "m").stdout
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
 
 
 def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
@@ -640,8 +600,7 @@ def test_a_compactor_switched_away_from_is_closed_at_once(home, tmp_path):
                                         f'echo "$PIMEM_SYSTEM_FILE" >> {seen}; cat >/dev/null; echo a summary of the span'),
                               capture_output=True, timeout=60, env=subprocess_env())
         assert done.returncode == 0, done.stderr
-        watcher = start_watch("m", "--json")
-        try:
+        with watching("m", "--json") as watcher:
             until(lambda: complete("m"))
             files = set(seen.read_text().split())
             assert files and all(os.path.exists(f) for f in files)  # (kept for the calls to come)
@@ -650,9 +609,6 @@ def test_a_compactor_switched_away_from_is_closed_at_once(home, tmp_path):
             assert done.returncode == 0, done.stderr
             until(lambda: not any(os.path.exists(f) for f in files))
             assert watcher.poll() is None
-        finally:
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("changes", [{"context_wait": float("nan")}, {"max_cost_per_day": float("inf")},
