@@ -479,6 +479,21 @@ def test_minified_code_gives_no_pieces():
     assert extractive.units({"i": 0, "kind": "pi", "text": readable})  # (code written for people is read)
 
 
+def test_code_indented_with_tabs_in_a_json_string_is_no_minified_line():
+    """An edit's code indented with tabs, written as a JSON string (one line, its breaks ``\\n``, its tabs ``\\t``,
+    hardly a space in it) was read as minified code: a tool call's line with tools was its label alone
+    (``tool: ran edit``), no file, no code. Its escaped line breaks end its lines; a bundle's line is still one."""
+    code = "".join(f"\t\tif (this.item{n}) {{\n\t\t\tthis.ui.addChild(new Border(chalk.yellow));\n\t\t}}\n"
+                   for n in range(6))
+    text = "edit(" + orjson.dumps({"path": "packages/tui/src/renderer.ts", "oldText": code, "newText": code}).decode() + ")"
+    found = {u.text for u in extractive.units({"i": 0, "kind": "note", "text": text})}  # (a tool leaf's facts)
+    assert {"packages/tui/src/renderer.ts", "this.ui.addChild"} <= found, found
+    assert "packages/tui/src/renderer.ts" in extractive.leaf("tool", text).split("; ", 1)[-1]
+    bundle = _minified(2, 2000)
+    bundle = bundle[:900] + '.join("\\n")+' + bundle[900:]  # (a bundle's own "\n" does not cut its line)
+    assert not extractive.units({"i": 0, "kind": "pi", "text": bundle})
+
+
 _CODE_LINES = st.sampled_from(["     1\timport os", "     2\t", "     3→x = 1", "@@ -1,2 +1,3 @@ def f():", "@@ -7 +7 @@",
                                "+    y = 2", "-    y = 3", " context", "--- a/f.py", "+++ b/f.py", "\\ No newline",
                                "- a bullet", "Then I ran it", "12\tAlice", "13\tBob", "", "a.b=function(c){return c&&d(e)};" * 9])

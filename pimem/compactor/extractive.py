@@ -573,11 +573,16 @@ def _minified(text: str) -> list[tuple[int, int]]:
     """Where ``text`` holds lines of minified code (a bundle's ``a.b=function(c){return c&&d(e)}…``): lines of
     ``CODE_LINE`` characters or more, fewer than one in 12 of them spaces (prose and code written for people
     space every fifth to eighth character) and one in 20 or more ``(){};=``. Its names were made short by a
-    machine: any of them in a line, and the phrases between them, are a salad of one-letter words."""
+    machine: any of them in a line, and the phrases between them, are a salad of one-letter words. A JSON
+    string's escaped line breaks (``\\n``) end a line as its own do: an edit's code indented with tabs, written
+    in one line of JSON (``"\\t\\tif (x) {\\n\\t\\t\\treturn;\\n…"``), is no minified line; a line of a
+    bundle is tested whole if a part of it between them is one (a ``"\\n"`` in its code does not cut it)."""
     spans, at = [], 0
     for line in text.split("\n"):
         n = len(line)
-        if n >= CODE_LINE and 12 * line.count(" ") < n and 20 * sum(map(line.count, "(){};=")) >= n:
+        if n >= CODE_LINE and any(len(part) >= CODE_LINE and 12 * part.count(" ") < len(part)
+                                  and 20 * sum(map(part.count, "(){};=")) >= len(part)
+                                  for part in (line.split("\\n") if "\\n" in line else (line,))):
             spans.append((at, at + n))
         at += n + 1
     return spans
