@@ -258,7 +258,7 @@ class Builder:
             retry = None
         self.state.failed(label(l, i), error, when.rfc3339(now), retry)
         if self.cview is not None:  # (failed in a row as compactor.json counts, across runs, as readers count it)
-            in_a_row = self.state.failures.get(label(l, i), {}).get("tries", tries)
+            in_a_row = self.state.failures[label(l, i)]["tries"]
             self.cview.failed(l, i, retried=not gives_up and in_a_row < STUCK_TRIES)
         if gives_up:
             self.gave_up.add((l, i))

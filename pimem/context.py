@@ -67,13 +67,9 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
     place, summary or not."""
     if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
-    import time
-
     from .lease import holder, wait_for_builder
 
-    deadline = time.monotonic() + seconds
-
-    def settled() -> bool:
+    def settled(left: float) -> bool:
         waiting = mem.views.waiting(mem.views.current(), include_tools)
         if not waiting:
             return True
@@ -81,7 +77,7 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
             return False
         # (what is left of the wait, not all of it: a node refused again with a Retry-After past the deadline
         # would otherwise be waited for until the deadline, for nothing)
-        return stalled(mem, deadline - time.monotonic()) is not None
+        return stalled(mem, left) is not None
 
     return wait_for_builder(mem, seconds, settled)
 
@@ -99,15 +95,12 @@ def stalled(mem, within: float = 0.0) -> str | None:
 
     state = BuildState(mem.path)
     now = env.now()
-    for entry in state.failures.values():
-        try:
-            retry = datetime.datetime.fromisoformat(entry["retry"])
-            retried = entry["tries"] < STUCK_TRIES and (retry - now).total_seconds() <= within
-        except (KeyError, TypeError, ValueError):  # (not retried in this run, or a hand edit)
-            retried = False
-        if not retried:
+    for entry in state.failures.values():  # (a retry time is one with its offset: ``BuildState`` drops others)
+        retry = entry.get("retry")  # (None: not retried in this run)
+        if retry is None or entry["tries"] >= STUCK_TRIES or (
+                datetime.datetime.fromisoformat(retry) - now).total_seconds() > within:
             return f"the compactor is failing (see 'pimem status {mem.name}')"
-    if state.capped == env.now().date().isoformat():
+    if state.capped == now.date().isoformat():
         return "the watcher reached its daily spend cap (max_cost_per_day) today"
     if state.overbilled:
         return f"the watcher calls the compactor no more (see 'pimem status {mem.name}')"

@@ -68,10 +68,10 @@ def holder(mem) -> dict | None:
 
 
 def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
-    """Wait up to ``seconds`` for ``ready()`` while a live builder holds ``mem``'s lease (without one nothing
-    would change, so nothing is waited for); True once it is ready."""
+    """Wait up to ``seconds`` for ``ready(left)`` (``left``: the seconds left of the wait) while a live builder
+    holds ``mem``'s lease (without one nothing would change, so nothing is waited for); True once it is ready."""
     deadline = time.monotonic() + seconds
-    while not ready():
+    while not ready(deadline - time.monotonic()):
         if time.monotonic() >= deadline or holder(mem) is None:
             return False
         time.sleep(poll)

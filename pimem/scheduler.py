@@ -162,7 +162,7 @@ class Scheduler:
                     calling.append(builder)
                     continue
                 with self.refusing(builder.name, builder):
-                    progressed = self._dispatch_one(builder, now) or progressed
+                    progressed = self._build_offline(builder, now) or progressed
         # a free call goes to the memory with the fewest in flight: taken in the builders' order, a backlog in
         # the first memory (an import) had every call until it was nearly built, and a memory watched beside it
         # none (the second of two 300-message memories got its first call after 389 of the first's 396)
@@ -175,22 +175,20 @@ class Scheduler:
                 calling.remove(builder)
         return progressed
 
-    def _dispatch_one(self, builder: Builder, now: float) -> bool:
+    def _build_offline(self, builder: Builder, now: float) -> bool:
         """Build what ``builder``'s offline compactor can; True when something was built."""
-        if builder.compactor.offline:
-            if self._offload(builder, now):
-                return False
-            progressed = False
-            for _ in range(256):  # then look at the other memories, the lease and the clock
-                task = builder.next_task(now)
-                if task is None:
-                    break
-                progressed = True
-                text, meta = builder.compactor.build(task)
-                builder.built(task.l, task.i, text, meta)
-                self._emit_built(builder, task, text, meta)
-            return progressed
-        return False
+        if self._offload(builder, now):
+            return False
+        progressed = False
+        for _ in range(256):  # then look at the other memories, the lease and the clock
+            task = builder.next_task(now)
+            if task is None:
+                break
+            progressed = True
+            text, meta = builder.compactor.build(task)
+            builder.built(task.l, task.i, text, meta)
+            self._emit_built(builder, task, text, meta)
+        return progressed
 
     def _call(self, builder: Builder, now: float) -> bool:
         """Start ``builder``'s next model call; False when it has none that can start now."""

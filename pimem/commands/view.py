@@ -59,8 +59,6 @@ def _wait(mem, views, seconds: float, include_tools: bool):
     lease: without one nothing would change), or the compactor starts failing as ``context`` takes it
     (``context.stalled``: a node refused meanwhile with a long ``Retry-After``, or for the third time in a
     row), as ``context`` stops then too: it looked only before the wait, and waited out all of it."""
-    import time
-
     from ..lease import holder, wait_for_builder
 
     def pending(v) -> bool:
@@ -78,13 +76,12 @@ def _wait(mem, views, seconds: float, include_tools: bool):
         output.info(f"{why}; not waiting")
         return views
     latest, gave_up = [views], []
-    deadline = time.monotonic() + seconds
 
-    def ready() -> bool:
+    def ready(left: float) -> bool:
         latest[0] = mem.views.current()
         if not pending(latest[0]):
             return True
-        why = stalled(mem, deadline - time.monotonic())
+        why = stalled(mem, left)
         if why:
             gave_up.append(why)
         return bool(why)

@@ -24,6 +24,7 @@ from ..errors import ProviderError
 
 _DELAY = re.compile(r"-?[0-9]+(\.[0-9]+)?")  # seconds (or ms) in a Retry-After header
 DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+KEY_LEAST = 8  # characters of an API key worth hiding in an error (``_hidden``)
 
 
 class CallFailed(ProviderError):
@@ -68,8 +69,6 @@ def _usage(data) -> dict:
     usage = data.get("usage") if isinstance(data, dict) else None
     return usage if isinstance(usage, dict) else {}
 
-
-KEY_LEAST = 8  # characters of an API key worth hiding in an error (``_hidden``)
 
 def _estimate_tokens(text: str) -> int:
     return max(1, len(text.encode("utf-8")) // 4)
