@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 from ..config import PROVIDERS, compactor_knob
 from ..errors import BadInput
-from . import extractive
 from .cut import LINE_BYTES, cut_line
 from .providers import CallFailed
 
@@ -188,6 +187,9 @@ class Compactor:
         statistics (it runs locally), so it gets its own digest per memory; a model compactor is shared."""
         if not self.offline:
             return self
+        from . import extractive  # (imported for a build only: its patterns take a tenth of a second to compile,
+        # which status and view --stats, importing this module, need not pay)
+
         bound = Compactor(self.cfg, self.state)
         bound.digest = extractive.Digest(mem)
         return bound
@@ -249,6 +251,8 @@ class Compactor:
         model wrote nothing usable."""
         started = time.perf_counter()
         if self.offline:
+            from . import extractive
+
             if self.digest is not None:
                 text = (self.digest.leaf(task.i, task.kind, task.text, task.meta, task.date) if task.l == 0
                         else self.digest.merge(task.l, task.i))
