@@ -24,6 +24,7 @@ from .store import Log
 from .nofollow import check_dir, planted
 
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
+FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
 
 
 @contextlib.contextmanager
@@ -55,6 +56,7 @@ class Memory:
         self._tree = None  # pimem.tree.Tree, on first use
         self._views = None  # pimem.viewfile.ViewFile, on first use
         self._index = None
+        self._flat: dict[tuple, tuple[str, ...]] = {}  # a logged message's texts as the mask compares them
 
     # ---- opening -----------------------------------------------------------------------------------------
 
@@ -349,8 +351,14 @@ class Memory:
             for n, c in enumerate(found):
                 if n == SPAN_CANDIDATES:
                     return tools
-                msg = index.read_row(c.file, c.offset, c.length)
-                if msg is not None and any(text in flat(form) for form in (readings(msg["text"]) if tools else [msg["text"]])):
+                key = (c.file, c.offset, c.length, tools)
+                if (forms := self._flat.get(key)) is None:  # (a view's lines ask of the same messages again and again)
+                    msg = index.read_row(c.file, c.offset, c.length)
+                    forms = () if msg is None else tuple(map(flat, readings(msg["text"]) if tools else [msg["text"]]))
+                    if len(self._flat) >= FLAT_KEPT:
+                        self._flat.clear()
+                    self._flat[key] = forms
+                if any(text in form for form in forms):
                     return True
             return False
 

@@ -21,6 +21,7 @@ worked out once: ``lines.json`` keeps it).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from typing import Callable, Iterable, Iterator
@@ -48,9 +49,10 @@ _IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180
 _ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string escape, as call arguments are logged
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # a terminal's colours
-_PLAIN = str.maketrans({**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
-                        **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
-                        **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')})
+_PLAIN = {**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+          **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
+          **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')}
+_FANCY = re.compile(f"[{''.join(_PLAIN)}]")  # (substituted: ``str.translate`` is slow on a long text)
 
 
 def _joined_from(window: str, in_others: Callable[[str], bool]) -> bool:
@@ -77,11 +79,6 @@ def flat(text: str) -> str:
     return " ".join(_fold(text).split())
 
 
-def _solid(text: str) -> str:
-    """``flat(text)`` without its spaces (a model joins a secret wrapped over short lines of output whole)."""
-    return "".join(_fold(text).split())
-
-
 def _fold(text: str) -> str:
     """``text`` in one case, width and normal form (NFKC, case folded), invisible characters left out, dashes
     and curly quotes plain: a model quoting an output may write it in capitals, in full-width letters, composed
@@ -89,11 +86,18 @@ def _fold(text: str) -> str:
     if text.isascii():
         return text.lower()
     text = _IGNORABLE.sub("", text)
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold()).translate(_PLAIN)
+    text = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text).casefold())
+    return _FANCY.sub(lambda m: _PLAIN[m.group()], text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(char: str) -> str:
+    """``_fold`` of one character and the combining marks after it (a line's are folded one by one)."""
+    return _fold(char)
 
 
 def _keyed(line: str, spaced: bool) -> tuple[str, list[int], list[int]]:
-    """``flat(line)`` (``spaced``, else ``_solid(line)``) and where in ``line`` each of its characters starts
+    """``flat(line)`` (``spaced``, else without its spaces) and where in ``line`` each of its characters starts
     and ends: a character is folded with the combining marks after it (an accent written apart)."""
     out: list[str] = []
     starts: list[int] = []
@@ -106,7 +110,7 @@ def _keyed(line: str, spaced: bool) -> tuple[str, list[int], list[int]]:
         else:
             while end < n and (unicodedata.combining(line[end]) or _IGNORABLE.match(line[end])):
                 end += 1
-            key = _fold(line[k:end])
+            key = _fold_char(line[k:end])
         for c in key:
             if c.isspace():
                 space = k if space is None else space
@@ -124,7 +128,7 @@ def _keyed(line: str, spaced: bool) -> tuple[str, list[int], list[int]]:
 
 
 def _key_runs(line: str, find: Callable[[str], list[tuple[int, int]]], spaced: bool = True) -> list[tuple[int, int]]:
-    """The runs ``find`` finds in ``flat(line)`` (``spaced``, else ``_solid(line)``), as runs of ``line``."""
+    """The runs ``find`` finds in ``flat(line)`` (``spaced``, else without its spaces), as runs of ``line``."""
     keyed, starts, ends = _keyed(line, spaced)
     return [(starts[start], ends[end - 1]) for start, end in find(keyed)]
 
@@ -163,10 +167,12 @@ def tool_runs(line: str, tools: list[str], others: list[str]) -> list[tuple[int,
     are read too (``_unescaped``), and its terminal escape sequences (colours) left out."""
     if not tools:
         return []
-    tools = [form for text in tools for form in readings(text)]
+    tools = [_fold(form).split() for text in tools for form in readings(text)]
+    others = [_fold(text).split() for text in others]
     runs = []
-    for spaced, key in ((True, flat), (False, _solid)):
-        tool_text, other_text = "\0".join(map(key, tools)), "\0".join(map(key, others))
+    # (flat, then without spaces: a model joins a secret wrapped over short lines of output whole)
+    for spaced, space in ((True, " "), (False, "")):
+        tool_text, other_text = ("\0".join(space.join(words) for words in texts) for texts in (tools, others))
         runs += _key_runs(line, lambda keyed: runs_where(keyed, tool_text.__contains__, other_text.__contains__), spaced)
     return _merged(runs)
 

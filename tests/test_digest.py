@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
-from pimem import Memory, scheduler, toolwork
+from pimem import Memory, memory, scheduler, toolwork
 from pimem.compactor import cut, extractive, faith
 from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
 
@@ -1002,6 +1002,11 @@ def test_a_line_over_a_long_span_is_masked_through_the_index_without_reading_the
     shouted = f"user: ports; the file says {SECRET.upper()}; user: {said.upper()}"
     assert hide_tools(mem.messages, [(11, 0, shouted)], holds=mem.span_holds) == [
         row.removeprefix("0+2048|").replace(said, said.upper())]
+    # (the texts folded for one question are kept for the next, up to FLAT_KEPT messages: the same answers)
+    monkeypatch.setattr(memory, "FLAT_KEPT", 1)
+    mem = Memory.open("main", home)
+    assert hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds) == [row.removeprefix("0+2048|")]
+    assert len(mem._flat) == 1
 
 
 def test_the_index_reads_a_calls_json_escapes_and_an_outputs_colours_as_the_mask_does(home):
