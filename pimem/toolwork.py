@@ -33,6 +33,8 @@ _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY B
     PROTOTYPE RANGE ROFS SPIPE SRCH STALE TIME TIMEDOUT TXTBSY WOULDBLOCK XDEV""".split(), key=len, reverse=True)
 _ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
+_SETUP = frozenset("cd pushd export source . set".split())  # commands that only prepare the next one
+_COMMANDS = re.compile(r"&&|\|\||;")  # (a quoted separator splits too: the first command is still the one run)
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
 _PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file", "notebook_path")
 _PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
@@ -158,11 +160,17 @@ def short(piece: str) -> str:
 
 
 def program(command: str) -> str:
-    """The program a shell command runs: its first word that is not an assignment or a wrapper."""
-    words = command.replace("&&", " ").split()
-    k = 0
-    while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP or words[k].startswith("-")):
-        k += 1
+    """The program a shell command runs: its first word that is not an assignment or a wrapper, in its first
+    command that does more than set up the next (``cd /repo && git add .`` runs git)."""
+    words, k = [], 0
+    for part in _COMMANDS.split(command):
+        at, skip = part.split(), 0
+        while skip < len(at) and ("=" in at[skip] or at[skip] in _PROGRAM_SKIP or at[skip].startswith("-")):
+            skip += 1
+        if skip < len(at):
+            words, k = at, skip
+            if at[skip] not in _SETUP:
+                break
     if k >= len(words):
         return ""
     prog = words[k].rsplit("/", 1)[-1]

@@ -639,6 +639,20 @@ def test_how_a_result_ended_comes_from_its_exit_code_and_flag_before_its_output(
     assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": meta})] == said
 
 
+@pytest.mark.parametrize("command, said", [
+    ("cd /repo && git add .", "ran git"),  # (pi's agent opens 72 of its 391 calls on the sample so)
+    ("cd /repo && npm run check 2>&1 | tail -20", "ran npm"),
+    ("cd /repo; FOO=1 make -j4", "ran make"),
+    ("source .venv/bin/activate && python -m pytest -q", "ran pytest"),
+    ("set -e; export X=1; cargo build", "ran cargo"),
+    ("cd /repo", "ran cd"),  # nothing after it: the cd is what ran
+    ("echo 'a && b'", "ran echo"),
+])
+def test_a_command_that_sets_up_another_names_the_other(command, said):
+    msg = {"kind": "tool", "text": f"bash({orjson.dumps({'command': command}).decode()})", "meta": {"tool": "bash"}}
+    assert toolwork.summary(msg) == said
+
+
 def test_a_merge_with_nothing_to_say_names_who_spoke(home):
     mem, nodes = build(home, [
         {"kind": "tool", "text": "bash('ls')", "meta": {"tool": "bash", "command": "ls", "call_id": "a"}},
