@@ -62,8 +62,8 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
     """Give a running watcher up to ``seconds`` to summarise what the view still shows as placeholders; True
     once nothing is left to wait for. Nothing is waited for while the compactor reports a node failing that is
     not retried within what is left of the wait (``compactor.json``: the others wait behind it) or the watcher's
-    daily spend cap was reached today: a broken or capped compactor would otherwise cost every turn the whole
-    wait. Without ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its
+    daily spend cap holds (till its day ends): a broken or capped compactor would otherwise cost every turn the
+    whole wait. Without ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its
     place, summary or not. Without a watcher nothing is waited for, and False at once: what the view waits for
     is not even looked at (with a big import not summarised yet, its tool messages' markers cost half a second a
     turn)."""
@@ -88,8 +88,8 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
 def stalled(mem, within: float = 0.0) -> str | None:
     """Why the watcher will not write summaries within ``within`` seconds (``compactor.json``): a node failing
     (the others wait behind it) that failed ``STUCK_TRIES`` times in a row or is not retried by then (a 429's
-    short ``Retry-After`` is), the daily spend cap reached today, or a call billed past its worst case (under a
-    daily cap the watcher calls that compactor no more); else None."""
+    short ``Retry-After`` is), the daily spend cap reached (till the watcher's day ends), or a call billed past
+    its worst case (under a daily cap the watcher calls that compactor no more); else None."""
     import datetime
 
     from . import env
@@ -103,8 +103,10 @@ def stalled(mem, within: float = 0.0) -> str | None:
         if retry is None or entry["tries"] >= STUCK_TRIES or (
                 datetime.datetime.fromisoformat(retry) - now).total_seconds() > within:
             return f"the compactor is failing (see 'pimem status {mem.name}')"
-    if state.capped == now.date().isoformat():
-        return "the watcher reached its daily spend cap (max_cost_per_day) today"
+    lifts = state.cap_lifts(now)  # (the end of the watcher's day, whatever the time zone here)
+    if lifts:
+        return (f"the watcher reached its daily spend cap (max_cost_per_day): nothing more is built until "
+                f"{when.rfc3339(lifts.astimezone(now.tzinfo))}")
     if state.overbilled:
         return f"the watcher calls the compactor no more (see 'pimem status {mem.name}')"
     return None

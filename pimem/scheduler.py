@@ -143,7 +143,7 @@ class Scheduler:
             if today + inflight + worst > cap:
                 if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
                     self._capped[builder] = day
-                    builder.state.cap_reached(day)
+                    builder.state.cap_reached(day, _day_end(day))
                     self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
                                "max_cost_per_day": cap, "next_call": round(worst, 6)})
                 return False
@@ -420,6 +420,19 @@ class Scheduler:
 
 
 # ---- the two ways to run -------------------------------------------------------------------------------------
+
+
+def _day_end(day: str) -> str | None:
+    """When the builder's local ``day`` ends, in UTC (RFC 3339): what the readers of its capped mark compare
+    their clocks with, whatever their time zones (None at the end of the range of dates)."""
+    import datetime
+
+    from . import when
+
+    try:
+        return when.rfc3339(when.day_end(day, env.now()).astimezone(datetime.timezone.utc))
+    except OverflowError:
+        return None
 
 
 def _install_signals(scheduler: Scheduler) -> list:

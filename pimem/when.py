@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, time, timedelta, timezone
+from datetime import date, datetime, time, timedelta, timezone
 
 from . import env
 from .errors import BadInput
@@ -17,6 +17,19 @@ def rfc3339(moment: datetime) -> str:
     """Format an aware datetime as RFC 3339 with its offset, seconds precision unless it has microseconds."""
     spec = "seconds" if moment.microsecond == 0 else "milliseconds"
     return moment.isoformat(timespec=spec)
+
+
+def day_end(day: str, zone: datetime) -> datetime:
+    """When local ``day`` (YYYY-MM-DD) ends, at the next midnight, in the time zone of the moment ``zone``: the
+    system's when ``zone`` is in it (an offset that changes that night is followed), else ``zone``'s offset (a
+    clock given by ``$PIMEM_NOW``). ValueError for no such day, OverflowError past the range of dates."""
+    midnight = datetime.combine(date.fromisoformat(day) + timedelta(days=1), time(0))
+    if zone.astimezone().utcoffset() != zone.utcoffset():
+        return midnight.replace(tzinfo=zone.tzinfo)
+    # the first moment of the next day: a midnight the clocks skip (put forward at 00:00) is read as the hour
+    # after it, one they go through twice (put back at 01:00) as the first
+    starts = [midnight.replace(fold=fold).astimezone() for fold in (0, 1)]
+    return min(start for start in starts if start.date() >= midnight.date())
 
 
 def parse_stored(text: str) -> datetime:

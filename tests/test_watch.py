@@ -16,7 +16,7 @@ import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from bench.llm_server import FakeLLM
-from pimem import Memory, builder, lease
+from pimem import Memory, builder, context, lease
 from test_scheduler import configure, fill, long_text, stored_lines
 
 
@@ -343,6 +343,65 @@ def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh)
             mem.append([{"kind": "user", "text": long_text(9)}])
             waited = sh("context", "m")  # waits for the watcher's call in flight
             assert waited.returncode == 0 and b"4+1|user: summary of 4" in waited.stdout, waited.stdout
+
+
+def test_readers_in_other_time_zones_agree_with_a_capped_watcher_until_its_day_ends(home, sh, monkeypatch):
+    """A watcher run on UTC (a service) is capped for its day, 2026-10-08 UTC, which ends at 00:00 UTC; a
+    reader in Tokyo is on 2026-10-09 from 15:00 UTC, one in New York on 2026-10-08 till 04:00 UTC the next day.
+    ``status`` (``--json`` too) and the wait of ``view --wait`` and ``context`` (``context.stalled``) take the
+    memory for capped exactly until the watcher's day ends, wherever they run (before, each compared its own
+    date with the watcher's: Tokyo's evening saw no cap and waited for nothing, New York's saw one all its
+    evening while the watcher built)."""
+    utc = {"TZ": "UTC", "PIMEM_NOW": "2026-10-08T20:00:00+00:00"}
+    capped_at = {"Asia/Tokyo": ("2026-10-09T05:00:00+09:00", "2026-10-09T09:00:00+09:00"),  # (now there, the day's end)
+                 "America/New_York": ("2026-10-08T16:00:00-04:00", "2026-10-08T20:00:00-04:00")}
+    lifted_at = {"Asia/Tokyo": "2026-10-09T09:30:00+09:00", "America/New_York": "2026-10-08T20:30:00-04:00"}
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 4, short_every=1000)
+        with watching("m", "--json", "--max-cost-per-day", "0.0001", **utc) as watcher:
+            until(lambda: b"capped" in watcher.stdout.readline())
+            for zone, (now, ends) in capped_at.items():
+                row = orjson.loads(sh("status", "m", "--json", TZ=zone, PIMEM_NOW=now).stdout)
+                assert (row["capped"], row["capped_until"]) == ("2026-10-08", ends), zone
+                assert (f"capped    the daily spend cap was reached on 2026-10-08 (the watcher's day): nothing more is "
+                        f"built until {ends}\n").encode() in sh("status", "m", TZ=zone, PIMEM_NOW=now).stdout
+                waited = sh("view", "m", "--wait", "5", TZ=zone, PIMEM_NOW=now)
+                assert waited.returncode == 0 and (f"the watcher reached its daily spend cap (max_cost_per_day): nothing "
+                                                   f"more is built until {ends}; not waiting\n").encode() in waited.stderr, waited.stderr
+                monkeypatch.setenv("PIMEM_NOW", now)
+                assert "daily spend cap" in context.stalled(Memory.open("m"))
+            for zone, now in lifted_at.items():
+                row = orjson.loads(sh("status", "m", "--json", TZ=zone, PIMEM_NOW=now).stdout)
+                assert (row["capped"], row["capped_until"]) == (None, None), zone
+                assert b"\ncapped  " not in sh("status", "m", TZ=zone, PIMEM_NOW=now).stdout
+                waited = sh("view", "m", "--wait", "0.5", TZ=zone, PIMEM_NOW=now)
+                assert waited.returncode == 0 and b"not waiting" not in waited.stderr, waited.stderr
+                monkeypatch.setenv("PIMEM_NOW", now)
+                assert context.stalled(Memory.open("m")) is None
+    assert server.requests == []
+    state = orjson.loads((home / "m" / "compactor.json").read_bytes())
+    assert (state["capped"], state["capped_until"]) == ("2026-10-08", "2026-10-09T00:00:00+00:00")
+
+
+def test_a_capped_mark_of_the_day_alone_holds_for_that_day_where_it_is_read(home, run, monkeypatch):
+    """A ``compactor.json`` an earlier pimem wrote marks the day alone (``capped``): it is taken for a day of the
+    reader's time zone, as that pimem read it; so is one whose ``capped_until`` is no date-time with its offset
+    (a hand edit), and one whose day is no date is no cap at all (not a crash)."""
+    configure(home)
+    mem = fill("m", 2)
+    for state in ({"capped": "2026-10-08"}, {"capped": "2026-10-08", "capped_until": "tomorrow"}):
+        (mem.path / "compactor.json").write_bytes(orjson.dumps(state))
+        monkeypatch.setenv("PIMEM_NOW", "2026-10-08T23:59:00+08:00")
+        row = orjson.loads(run("status", "m", "--json").stdout)
+        assert (row["capped"], row["capped_until"]) == ("2026-10-08", "2026-10-09T00:00:00+08:00"), state
+        assert "daily spend cap" in context.stalled(mem)
+        monkeypatch.setenv("PIMEM_NOW", "2026-10-09T00:00:00+08:00")
+        row = orjson.loads(run("status", "m", "--json").stdout)
+        assert (row["capped"], row["capped_until"]) == (None, None) and context.stalled(mem) is None, state
+    (mem.path / "compactor.json").write_bytes(b'{"capped": "someday"}')
+    status = run("status", "m")
+    assert status.exit_code == 0 and "\ncapped  " not in status.stdout and context.stalled(mem) is None
 
 
 @pytest.mark.parametrize("stop", ["twice", "kill"])

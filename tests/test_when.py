@@ -1,5 +1,6 @@
 """Dates: the day shortcut that lets `since` skip parsing most stored dates must agree with parsing them."""
 
+import os
 from datetime import datetime, timedelta, timezone
 
 from hypothesis import given, strategies as st
@@ -72,6 +73,32 @@ def test_local_midnight_of_year_one_is_a_date_where_the_zone_keeps_it_in_range(m
     try:  # (the platform's local time cannot be asked about year 1: today's offset, UTC here)
         assert when.parse_stored("0001-01-01") == datetime(1, 1, 1, tzinfo=timezone.utc)
         assert when.parse_stored("0001-01-01T00:00") == datetime(1, 1, 1, tzinfo=timezone.utc)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/zoneinfo/America/Santiago"), reason="no time zone database")
+def test_a_day_ends_at_the_first_moment_of_the_next_in_the_zone_of_the_moment_given(monkeypatch):
+    """``day_end`` (when a capped watcher's day ends): the next midnight in the system's time zone, as its
+    clock's date changes, where the clocks change at midnight too (Santiago puts them forward at 24:00 into
+    01:00, and back at 24:00 to 23:00; Havana back at 01:00, through midnight twice); in a moment's own offset
+    when the moment is in another zone (``$PIMEM_NOW``)."""
+    import time
+
+    monkeypatch.setenv("TZ", "America/Santiago")
+    time.tzset()
+    try:
+        here = datetime(2026, 9, 5, 12).astimezone()
+        assert when.day_end("2026-09-05", here).isoformat() == "2026-09-06T01:00:00-03:00"  # (00:00 is skipped)
+        assert when.day_end("2026-04-04", here).isoformat() == "2026-04-05T00:00:00-04:00"  # (a day of 25 hours)
+        assert when.day_end("2026-10-08", here).isoformat() == "2026-10-09T00:00:00-03:00"
+        elsewhere = datetime.fromisoformat("2026-10-08T20:00:00+09:00")
+        assert when.day_end("2026-10-08", elsewhere).isoformat() == "2026-10-09T00:00:00+09:00"
+        monkeypatch.setenv("TZ", "America/Havana")
+        time.tzset()
+        there = datetime(2026, 10, 31, 12).astimezone()
+        assert when.day_end("2026-10-31", there).isoformat() == "2026-11-01T00:00:00-04:00"  # (the first of two)
     finally:
         monkeypatch.undo()
         time.tzset()

@@ -15,7 +15,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
       pimem status main
       pimem status main --json | jq .tree
     """
-    from .. import builder, compactor, env, lease
+    from .. import builder, compactor, env, lease, when
     from ..compactor.state import BuildState
 
     mem = Memory.open(naming.given(name), home)
@@ -31,7 +31,10 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()), 9)  # (billed calls that built nothing)
     failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
-    row["capped"] = state.capped if state.capped == env.now().date().isoformat() else None  # (the daily cap: today)
+    now = env.now()
+    lifts = state.cap_lifts(now)  # (the daily cap: until the watcher's day ends, whatever the time zone here)
+    row["capped"] = state.capped if lifts else None  # (the watcher's local day)
+    row["capped_until"] = when.rfc3339(lifts.astimezone(now.tzinfo)) if lifts else None
     row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
     if json:
         output.json_line(row)
@@ -70,8 +73,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
     if row["capped"]:
-        output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']}: nothing more is built "
-                                 "today", "yellow"))
+        output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']} (the watcher's day): "
+                                 f"nothing more is built until {row['capped_until']}", "yellow"))
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))

@@ -4,16 +4,21 @@
   ``length`` with almost no text once; from then on it gets the headroom on the first try);
 - ``failures``: per node label, the last error, when, how many tries failed, and when it is retried (cleared
   once built);
-- ``unbuilt_cost``: per local day, the dollars paid for calls that built no node (a billed empty or
-  unreadable reply, a reasoning model's first request when its second failed), which no node records: a daily cap counts them after a
-  restart too (the last 31 days are kept);
-- ``capped``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``): it builds
-  nothing more that day, so ``context`` does not wait for it and ``status`` says so;
+- ``unbuilt_cost``: per local day (the builder's that paid them), the dollars paid for calls that built no node
+  (a billed empty or unreadable reply, a reasoning model's first request when its second failed), which no node
+  records: a daily cap counts them after a restart too (the last 31 days are kept; only a builder reads a day's,
+  for its own today, and ``status`` their sum);
+- ``capped``, ``capped_until``: the local day a watcher's daily spend cap was reached (``--max-cost-per-day``),
+  in the watcher's time zone, and when that day ends (RFC 3339, in UTC): it builds nothing more until then, so
+  ``context`` does not wait for it and ``status`` says so. A reader compares its clock with ``capped_until``,
+  never its own date with the day: a reader in another time zone (the watcher a service on UTC, the shell
+  in Tokyo) is on another date for part of every day; a mark with the day alone (an earlier pimem's) is taken
+  for a day of the reader's time zone, as that pimem read it;
 - ``overbilled``: why the watcher calls this memory's compactor no more (a call billed past its worst case
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
 - ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
-  day each was sent, until its node is written or its failure recorded: a watcher killed (SIGKILL, a crash)
+  day (the sender's) each was sent, until its node is written or its failure recorded: a watcher killed (SIGKILL, a crash)
   with calls in flight leaves them here, and the next builder of the memory counts them as paid, at their
   worst case, in ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
 
@@ -55,6 +60,7 @@ class BuildState:
         self.unbuilt_cost: dict[str, float] = _entries(data, "unbuilt_cost", lambda cost: type(cost) in (int, float)
                                                        and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
+        self.capped_until: str | None = data.get("capped_until") if self.capped and _moment(data.get("capped_until")) else None
         self.overbilled: str | None = data.get("overbilled") if isinstance(data.get("overbilled"), str) else None
         self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
             call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
@@ -66,6 +72,8 @@ class BuildState:
                 data["unbuilt_cost"] = self.unbuilt_cost
             if self.capped:
                 data["capped"] = self.capped
+                if self.capped_until:
+                    data["capped_until"] = self.capped_until
             if self.overbilled:
                 data["overbilled"] = self.overbilled
             if self.pending:
@@ -122,14 +130,29 @@ class BuildState:
     def cap_lifted(self) -> None:
         """The daily cap was changed: not capped until it is reached again."""
         if self.capped is not None:
-            self.capped = None
+            self.capped = self.capped_until = None
             self.save()
 
-    def cap_reached(self, day: str) -> None:
-        """The daily spend cap was reached on local ``day`` (YYYY-MM-DD)."""
-        if self.capped != day:
-            self.capped = day
+    def cap_reached(self, day: str, until: str | None) -> None:
+        """The daily spend cap was reached on local ``day`` (YYYY-MM-DD), which ends at ``until`` (RFC 3339)."""
+        if (self.capped, self.capped_until) != (day, until):
+            self.capped, self.capped_until = day, until
             self.save()
+
+    def cap_lifts(self, now):
+        """When the daily spend cap a watcher reached lifts, if it still holds at ``now`` (an aware datetime),
+        else None; a mark with its day alone (an earlier pimem's) lifts at that day's end in ``now``'s time zone."""
+        import datetime
+
+        from ..when import day_end
+
+        if self.capped is None:
+            return None
+        try:
+            until = datetime.datetime.fromisoformat(self.capped_until) if self.capped_until else day_end(self.capped, now)
+            return until if now < until else None
+        except (ValueError, OverflowError):  # (a hand edit's day, or one at the end of the range of dates)
+            return None
 
     def calls_stopped(self, why: str | None) -> None:
         """The builder calls the compactor no more (``why``: a call billed past its worst case), or a builder
