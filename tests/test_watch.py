@@ -306,14 +306,16 @@ def test_a_daily_cap_on_a_compactor_without_prices_is_refused_not_ignored(home, 
         assert server.requests == [] and snapshot(home / "m").keys() == before.keys()
 
 
-def test_a_daily_cap_below_one_calls_worst_case_says_so_and_raising_it_builds_and_lifts_the_mark(home, sh):
-    """A cap no call fits under is not "waiting for the next day": it is said as such; raised in config.json
-    while the watcher runs, the memory is built, and ``status`` and ``context`` no longer take it for capped."""
+@pytest.mark.parametrize("events", [(), ("--json",)])
+def test_a_daily_cap_below_one_calls_worst_case_says_so_and_raising_it_builds_and_lifts_the_mark(home, sh, events):
+    """A cap no call fits under is not "waiting for the next day": it is said as such (on stderr with --json
+    too: a person must raise it); raised in config.json while the watcher runs, the memory is built, and
+    ``status`` and ``context`` no longer take it for capped."""
     with FakeLLM("openai") as server:
         configure(home, server, price_in=1.0, price_out=2.0)
         mem = fill("m", 4, short_every=1000)
         mem.save_config({"max_cost_per_day": 0.0001})
-        watcher = start_watch("m")
+        watcher = start_watch("m", *events)
         try:
             until(lambda: b"capped" in sh("status", "m").stdout)
             assert server.requests == []
@@ -324,7 +326,10 @@ def test_a_daily_cap_below_one_calls_worst_case_says_so_and_raising_it_builds_an
             watcher.send_signal(signal.SIGTERM)
             out, err = watcher.communicate(timeout=30)
     assert b"more than the daily cap of $0.0001: nothing is built until it is raised" in err, err
-    assert b"its compactor settings changed; built by openai/m1 from now on" in err
+    if events:
+        assert b"its compactor settings changed" not in err and b'"event":"switched"' in out, err
+    else:
+        assert b"its compactor settings changed; built by openai/m1 from now on" in err
 
 
 def test_a_watcher_restarted_with_a_higher_cap_is_not_taken_for_capped(home, sh):

@@ -42,7 +42,9 @@ def command(
         if json:
             output.json_line(event)
             output.flush()
-        elif event["event"] == "built":
+            if not _for_a_person(event):  # (said on stderr too: the events may go where nobody reads them)
+                return
+        if event["event"] == "built":
             output.info(f"{event['memory']} {event['node']} built by {event['model']} ({event['bytes']} B, {event['seconds']:.1f} s)")
         elif event["event"] == "failed":
             output.info(f"{event['memory']} {event['node']} failed: {output.flatten(event['error'])}")  # (a server's words)
@@ -101,3 +103,8 @@ def command(
     finally:
         stop.set()
         thread.join()
+
+
+def _for_a_person(event: dict) -> bool:
+    """A memory refused, or a daily cap below one call's worst case: nothing is built until a person acts."""
+    return event["event"] == "refused" or event["event"] == "capped" and event["next_call"] > event["max_cost_per_day"]
