@@ -758,7 +758,8 @@ def test_a_model_summary_naming_what_its_span_lacks_is_rebuilt_once_then_marked(
         assert len(server.requests) == 2  # asked again once
     node = _stored(Memory.open("m"))[0][3]
     assert node["suspect"] == ["98765", "/etc/nowhere.conf"] and node["tokens_in"] > 0
-    assert "suspect   1 summaries" in run("status", "m").stdout
+    assert "suspect   1 summary names a number" in run("status", "m").stdout
+    assert "suspect   1 line names what" in run("view", "m", "--stats").stdout
     out = run("fsck", "m")
     assert out.exit_code == 0 and "node 0+1 is suspect" in out.stdout
     assert run("view", "m", "--stats", "--json").stdout.count('"0+1"') == 1

@@ -64,8 +64,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                     "their worst case; over the last 31 days)")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
-        output.line(output.style(f"suspect   {len(spent['suspect']):,} summaries name a number, path or identifier "
-                                 f"their messages do not hold: {shown}", "yellow"))
+        marked = len(spent["suspect"])
+        output.line(output.style(f"suspect   {output.count(marked, 'summary', 'summaries')} {'names' if marked == 1 else 'name'} "
+                                 f"a number, path or identifier their messages do not hold: {shown}", "yellow"))
     builder = row["builder"]
     if builder:
         ago = max(0.0, time.time() - builder["beat"])

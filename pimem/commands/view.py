@@ -114,6 +114,7 @@ def _stats(v, messages: int, rows, json: bool, mem) -> None:
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
     output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
     if suspect:
-        output.line(f"suspect   {len(suspect):,} lines name what their messages do not hold: {', '.join(suspect[:10])}")
+        output.line(f"suspect   {output.count(len(suspect), 'line')} {'names' if len(suspect) == 1 else 'name'} what their "
+                    f"messages do not hold: {', '.join(suspect[:10])}")
     for l in sorted(levels):
         output.line(f"level {l:<3} {levels[l]:>5} line{'s' if levels[l] != 1 else ' '} of {output.count(1 << l, 'message')}")
