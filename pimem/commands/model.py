@@ -41,7 +41,7 @@ def command(
       pimem model main deepseek/deepseek-chat
       pimem model main anthropic/claude-haiku-4-5 --key-env ANTHROPIC_API_KEY
       pimem model main ollama/llama3.2
-      pimem model main command --command 'llm -m gpt-4o-mini'
+      pimem model main command --command 'llm -n -m gpt-4o-mini -s {system}'
       pimem model --default extractive
     """
     from .. import compactor, config
