@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from . import env, errors, semantic
 from .builder import WINDOW, Builder
-from .compactor import CallFailed, Compactor, Task, worker
+from .compactor import CallFailed, Compactor, Task, key_problem, worker
 from .compactor.providers import Unusable
-from .errors import BadInput, Busy, LeaseLost
+from .errors import BadInput, Busy, LeaseLost, ProviderError
 from .tree import label
 
 CONCURRENCY = 8
@@ -505,7 +505,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     """Run the scheduler until SIGTERM/SIGINT over the named memories, or over every memory of the home
     (including ones created later). Named memories held by a live builder raise ``Busy`` (or are waited
     for); with no names, held memories are skipped and taken over when their holder dies. Each memory's
-    compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day."""
+    compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day. A memory
+    whose compactor's API key is not set here is refused as on its settings (taken again once they change)."""
     from . import config as configs
     from .lease import Lease
     from .memory import Memory
@@ -521,7 +522,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         """Read ``mem``'s settings: refused on them, the files are noted as they were."""
         try:
             yield
-        except BadInput:
+        except (BadInput, ProviderError):
             refused_at[mem.name] = settings_stamp(mem)
             raise
 
@@ -555,6 +556,11 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
                     raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
                                    f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
+                wrong = None if built.compactor.offline else key_problem(built.compactor.cfg)
+                if wrong:  # (no call could go out: this process's environment never changes, its settings may)
+                    raise ProviderError(f"{wrong} (the API key of the compactor of {mem.name}, {built.compactor.label}):"
+                                        " set it where the watcher starts, or choose another with "
+                                        f"'pimem model {mem.name}'")
         except BaseException:
             lease.release()
             raise
@@ -610,6 +616,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mem.name in refused_at and settings_stamp(mem) != refused_at[mem.name]:
                 scheduler.refused.pop(mem.name, None)
                 del refused_at[mem.name]
+                mem = mem.reopened()  # (its settings read again: a named memory's object kept the refused ones)
             if mem.name not in building and mem.name not in scheduler.refused:
                 watched.pop(mem.name, None)
                 with scheduler.refusing(mem.name):

@@ -91,7 +91,8 @@ def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, mon
         assert server.requests == []  # no call, so nothing to retry
         assert orjson.loads(run("status", "offline", "--json").stdout)["tree"]["pending"] == 0  # the others are built
         assert orjson.loads(run("status", "main", "--json").stdout)["failures"] == []
-        for key, said in (("   ", "is blank"), ("sk-abc\ndef\n", "holds a control character")):
+        for key, said in (("   ", "is blank"), ("sk-abc\ndef\n", "holds a control character"),
+                          ("sk-abc–def", "holds a character no HTTP header can carry")):
             monkeypatch.setenv("PIMEM_TEST_KEY", key)  # (no call could use it either)
             assert f"$PIMEM_TEST_KEY {said}" in run("model", "main").stderr
             out = run("build-tree", "--retries", "3")

@@ -719,3 +719,34 @@ def test_a_socks_proxy_without_its_package_is_one_line_not_retried_for_ever(home
     assert events[1]["error"] == ("http://llm.example.invalid/v1/chat/completions via proxy socks5://127.0.0.1:1080: "
                                   "a socks proxy needs the socksio package: pip install 'httpx[socks]'")
     assert server.requests == [] and not complete("m")
+
+
+def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
+    """The API key's variable is unset where the watcher runs: no call can go out until a person sets it there
+    (a running process never sees it) or changes the compactor. A memory named alone is refused at once (exit 6,
+    one line saying what to set), as build-tree does; beside another, it is refused with a ``refused`` event and
+    taken again once ``pimem model`` gives it a key the watcher has, with those settings (before, each call
+    failed again every ``retry_seconds``, for ever, as if the server were down)."""
+    from pimem.compactor.state import BuildState
+
+    with FakeLLM("openai") as server:
+        configure(home, server, key_env="PIMEM_UNSET_KEY")
+        mem = fill("m", 6)
+        fill("a", 2).save_config({"compactor": {"key_env": "TEST_LLM_KEY"}})
+        env = subprocess_env(TEST_LLM_KEY="k")
+        env.pop("PIMEM_UNSET_KEY", None)
+        said = ("$PIMEM_UNSET_KEY is not set (the API key of the compactor of m, openai/m1): set it where the watcher "
+                "starts, or choose another with 'pimem model m'")
+        alone = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=30, env=env)
+        assert (alone.returncode, alone.stderr.decode()) == (6, f"pimem: error: {said}\n")
+        with watching("a", "m", "--json") as watcher:
+            events = [orjson.loads(watcher.stdout.readline()) for _ in range(2)]
+            assert events == [{"event": "watching", "memory": "a"}, {"event": "refused", "memory": "m", "error": said}]
+            assert lease.holder(mem) is None and BuildState(mem.path).failures == {}
+            done = subprocess.run(pimem_cmd("model", "m", "openai/m1", "--base-url", server.url, "--key-env", "TEST_LLM_KEY"),
+                                  capture_output=True, timeout=60, env=env)
+            assert done.returncode == 0, done.stderr
+            taken = next(e for e in map(orjson.loads, iter(watcher.stdout.readline, b"")) if e["memory"] == "m")
+            assert taken == {"event": "watching", "memory": "m"}
+            until(lambda: complete("m"))
+        assert watcher.returncode == 0

@@ -23,6 +23,8 @@ def command(
     One watcher per memory: it holds a lease in the memory's lock.json with a heartbeat, so a second watcher
     on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
     are noticed within 2 seconds; failed nodes are retried after 10 seconds (or when the server asks) for ever.
+    A memory whose compactor's API key is not set here is left with one line (exit 6 when nothing else named
+    can be built), and taken again once its settings change (pimem model).
     On SIGTERM, SIGHUP or SIGINT, calls in flight get 15 seconds to finish and what they built is kept. Events
     go to stderr (--json: NDJSON on stdout). With --import DIR it also follows the agents' session files under
     DIR into one memory per project, as import --follow does, and builds those memories too (when no names are

@@ -95,7 +95,7 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
 def key_problem(cfg: dict) -> str | None:
     """What is wrong with the API key of this compactor here (``$VAR is not set``), when no call could use it:
     unset, blank, or holding a control character within it (a line break pasted in with it: the spaces and
-    line end around a key are dropped when it is used)."""
+    line end around a key are dropped when it is used) or a character that is not ASCII (``HttpProvider.key``)."""
     var = cfg.get("key_env")
     if (cfg.get("provider") or "extractive") not in ("openai", "anthropic") or not var:
         return None
@@ -106,6 +106,8 @@ def key_problem(cfg: dict) -> str | None:
         return f"${var} is blank"
     if not key.strip().isprintable():
         return f"${var} holds a control character (a line break pasted in with the key?)"
+    if not key.strip().isascii():
+        return f"${var} holds a character no HTTP header can carry (not ASCII)"
     return None
 
 
