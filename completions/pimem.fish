@@ -130,7 +130,7 @@ complete -c pimem -n '__fish_seen_subcommand_from append; and __pimem_slot 1 -k 
 # build-tree
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l dry-run -d 'Only print how many calls, tokens and money the rest would take.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l max-cost -x -d 'Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).'
-complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up.'
+complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l retries -x -d 'Retry a failed node this many times (after the retry delay) before giving up; one the server asks to wait more than a minute for (Retry-After) is left to the next run.'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l wait -x -d 'Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'
 complete -c pimem -n '__fish_seen_subcommand_from build-tree' -l json -d 'One JSON object per line (NDJSON).'

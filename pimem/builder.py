@@ -8,7 +8,8 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s; what the server asked for with ``Retry-After``, sooner or
-  later) and goes back to its queue, for ever, without backoff.
+  later) and goes back to its queue, for ever, without backoff (``build-tree``: ``retries`` times, and not
+  when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run retries it).
 
 Only the texts of built nodes whose parent is not built yet are kept (the frontier), so memory stays small.
 A builder runs in one of two modes: ``BUILD`` (the scheduler drives it: calls, writes) or ``SURVEY`` (one read
@@ -46,6 +47,7 @@ HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (
 LATE_CALLS = 3 * WINDOW  # calls in since one holding the compactor's view up started: it is late (``ContextView``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 LEAST_RETRY_WAIT = 1.0  # a Retry-After below this (0: at once) is not honoured in full, nor retry_seconds
+ONCE_RETRY_WAIT = 60.0  # build-tree asked by the server to wait longer for a node leaves it to the next run
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
 
@@ -251,6 +253,9 @@ class Builder:
         delay = self.retry_seconds
         if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
             delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
+        # a one-shot build does not sleep minutes for one node (a cron run every 10 minutes would still be waiting
+        # when the next one starts): the node is left for the next run, its retry time recorded all the same
+        later = self.retries is not None and not gives_up and retry_after is not None and delay > ONCE_RETRY_WAIT
         now = env.now()
         try:
             retry = None if gives_up else when.rfc3339(now + datetime.timedelta(seconds=delay))
@@ -259,8 +264,8 @@ class Builder:
         self.state.failed(label(l, i), error, when.rfc3339(now), retry)
         if self.cview is not None:  # (failed in a row as compactor.json counts, across runs, as readers count it)
             in_a_row = self.state.failures[label(l, i)]["tries"]
-            self.cview.failed(l, i, retried=not gives_up and in_a_row < STUCK_TRIES)
-        if gives_up:
+            self.cview.failed(l, i, retried=not (gives_up or later) and in_a_row < STUCK_TRIES)
+        if gives_up or later:
             self.gave_up.add((l, i))
             return
         heapq.heappush(self.waiting, (time.monotonic() + delay, l, i))

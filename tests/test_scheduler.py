@@ -605,6 +605,31 @@ def test_a_node_waiting_for_its_retry_is_a_call_in_flight_until_it_keeps_failing
         assert (0, 1) in once.cview.failing and once.cview.view.T == 1 + builder.WINDOW and once.waiting == []
 
 
+def test_build_tree_leaves_a_node_the_server_asks_to_wait_minutes_for_to_the_next_run(home, sh):
+    """A 429 with ``Retry-After: 300`` to ``build-tree --retries 3``: the run slept 5 minutes before each retry (15
+    in all, so a cron run every 10 minutes found the next one's lease held and exited 4). A wait past
+    ``ONCE_RETRY_WAIT`` (a minute) leaves the node to the next run: it is a failed node (exit 6), and
+    ``compactor.json`` keeps the time the server allows. A watcher waits as asked (``retries`` None)."""
+    import datetime
+
+    with FakeLLM("openai", faults=lambda n, body: "429" if n == 0 else None, retry_after="300") as server:
+        configure(home, server)
+        mem = fill("m", 6)
+        out = sh("build-tree", "m", "--retries", "3", timeout=60, TEST_LLM_KEY="k")
+        assert out.returncode == 6 and b"1 node could not be built" in out.stderr and b"HTTP 429" in out.stderr
+        assert len(server.requests) == 4  # (the three others built, the refused one not retried)
+        (failure,) = BuildState(mem.path).failures.values()
+        assert failure["tries"] == 1
+        asked = datetime.datetime.fromisoformat(failure["retry"]) - datetime.datetime.fromisoformat(failure["at"])
+        assert asked == datetime.timedelta(seconds=300)
+        again = sh("build-tree", "m", "--retries", "3", timeout=60, TEST_LLM_KEY="k")
+        assert again.returncode == 0, again.stderr
+    assert_complete(mem)
+    watch = builder.Builder(Memory.open("m"))
+    watch.failed(0, 1, "HTTP 429: slow down", 300.0)
+    assert watch.gave_up == set() and [(l, i) for _, l, i in watch.waiting] == [(0, 1)]
+
+
 def test_a_retry_after_in_milliseconds_is_read_first():
     import httpx
 

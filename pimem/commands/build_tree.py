@@ -13,7 +13,7 @@ def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).", metavar="USD", click_type=param(usd, "USD"))] = None,
-    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up.", metavar="N", click_type=param(count, "N", hi=10**6))] = 0,
+    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up; one the server asks to wait more than a minute for (Retry-After) is left to the next run.", metavar="N", click_type=param(count, "N", hi=10**6))] = 0,
     wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S", click_type=param(seconds, "S"))] = None,
     log: Log = None,
     json: Json = False,
