@@ -227,7 +227,7 @@ def _marker(seconds: int) -> str:
 
 
 def _gone(marker: str) -> bool:
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 20  # (generous: a loaded machine starts the watchdog's pkill late)
     while _alive(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not _alive(marker)
