@@ -244,6 +244,51 @@ def test_a_home_or_variable_path_is_copied_exactly_and_no_phrase_holds_part_of_o
     assert {"~/.config/x", "/etc/app/config.yaml", "/home/张三/文档/报告.md"} <= found, found
 
 
+def _part_of(unit, text: str, whole: str) -> bool:
+    """True when ``unit`` holds part of ``whole`` (where ``text`` has it), not all of it."""
+    at = text.index(whole)
+    end = at + len(whole)
+    start, stop = unit.pos, unit.pos + len(unit.text)
+    return start < end and at < stop and not (start <= at and end <= stop)
+
+
+def test_a_file_or_bucket_url_is_one_fact_not_a_path_beside_it():
+    """``file:///home/alice/q3.pdf`` gave its path, ``/home/alice/q3.pdf``, as a fact of its own (with the URL
+    whole as a phrase): a URL of a file or a bucket is one fact, as a web address is."""
+    urls = ["file:///home/alice/reports/q3.pdf", "s3://logs-bucket/2026/10/app.log",
+            "ftp://mirror.example.org/pub/a.tar"]
+    text = f"Open {urls[0]} in the browser; the logs are in {urls[1]} and the tarball at {urls[2]} today."
+    for kind in ("user", "pi"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        assert set(urls) <= {u.text for u in found}, found
+        assert not [u for u in found for url in urls if _part_of(u, text, url)], found
+    line = extractive.leaf("pi", text)
+    assert all(url in line for url in urls) and " /home/alice/reports/q3.pdf" not in line, line
+
+
+def test_a_path_with_spaces_is_whole_when_quoted_or_unambiguous():
+    """A path with a space in a name was cut at it (``~/My``, ``Documents/report 2024.pdf``): quoted, it is whole
+    (longer than a short quote too); unquoted, a name's words after a space that open with a capital or a digit are
+    its own when a slash follows them or the last has an extension; a shell's escaped space is one. Words that may
+    be two arguments (``~/src lib/x.py``, ``a.txt B.txt``) and a sentence after a path stay apart."""
+    quoted = ["/tmp/a b/c.txt", "/Users/alice/Library/Application Support/Code/User/settings.json",
+              "~/My Documents/x y.md"]
+    bare = ["~/My Documents/report 2024.pdf", "/home/bob/Google Drive/Q3 Plan.docx",
+            "~/My\\ Documents/report\\ 2024.pdf"]
+    text = (f'Copy "{quoted[0]}" over \'{quoted[1]}\' and `{quoted[2]}`. The report is at {bare[0]} and the plan at '
+            f"{bare[1]}; then ls {bare[2]} now.")
+    for kind in ("user", "pi"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        assert set(quoted[:2] + bare) <= {u.text for u in found} and f"`{quoted[2]}`" in {u.text for u in found}, found
+        assert not [u for u in found for path in quoted + bare if _part_of(u, text, path)], found
+    for text, apart in (("cp ~/src lib/x.py", {"~/src", "lib/x.py"}),
+                        ("mv ~/Downloads/a.txt B.txt", {"~/Downloads/a.txt"}),
+                        ("It went to /tmp/out Then I left", {"/tmp/out"}),
+                        ("see ~/notes/todo and Ideas.md", {"~/notes/todo"})):
+        found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+        assert apart <= found, found
+
+
 def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():
     def pieces(text: str) -> set[str]:
         return {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
@@ -415,6 +460,59 @@ def test_a_listings_line_numbers_are_no_pieces_and_its_code_is_read_as_code():
     assert {"42", "7"} <= {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": table})}
 
 
+NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "niaj",
+         "olivia", "peggy", "rupert", "sybil", "trent", "victor", "walter", "yolanda"]
+
+
+def test_a_tables_row_numbers_are_no_facts_and_its_rows_are_kept():
+    """A table whose first column counts up one a line numbers its rows (``1 alice 34``, ``| 2 | bob | 17 |``, a
+    data frame's index from 0): the numbers were facts (``1``, ``2``…, short, so they outweighed the rows) and ``1
+    alice 34`` a phrase. They are no pieces; the names and values of the rows are, as a listing's code is. Numbers
+    that count up over two lines of a space (``1 apple``, ``2 pears``) may say how many: they stay."""
+    rows = [(name, 17 + 7 * k % 60) for k, name in enumerate(NAMES)]
+    for first, shape in ((1, "{n} {name} {v}"), (1, "| {n} | {name} | {v} |"), (0, "{n:>3}  {name:>8}  {v}"),
+                         (1, "{n},{name},{v}"), (1, "{n}\t{name}\t{v}")):
+        table = "\n".join(shape.format(n=n, name=name, v=v) for n, (name, v) in enumerate(rows, first))
+        text = "Here are the scores:\n" + table + "\nThat is all."
+        for kind in ("user", "pi"):
+            found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+            counters = {str(n) for n in range(first, first + len(rows))} - {str(v) for _, v in rows}
+            assert not counters & set(found) and not [p for p in found if re.match(r"\|? *\d+[ ,|\t]", p)], found
+            assert {"alice", "bob", "34"} <= {w for p in found for w in re.split(r"[\s,|]+", p)}, found
+        line = extractive.leaf("pi", text)
+        assert not counters & set(pieces(line.split(": ", 1)[1])) and all(n in line for n in NAMES[:8]), line
+    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": "I need:\n1 apple\n2 pears\nthanks"})}
+    assert {"1", "2"} <= found, found
+
+
+GREP = """src/app.py:42:    def run(self):
+src/app.py-43-        self.loop.run_forever()
+--
+./README.md:17:Run the app with make serve
+packages/tui/src/renderer.ts:310:\tthis.ui.addChild(new Border(chalk.yellow));
+"""
+
+
+def test_grep_lines_give_a_file_with_its_line_and_the_line_read_as_code():
+    """``grep -n`` over files (``src/app.py:42:    def run(self):``) gave the file and its line number as two facts
+    (``src/app.py``, ``42``) and its code joined to the number (``README.md:17:Run``, ``42:    def run``); a context
+    line's ``src/app.py-43-`` ran into its code. The file with its line is one fact (``src/app.py:42``, as a reader
+    opens it); the line after it is read as code, as a listing's is."""
+    for kind, text in (("user", "grep gave me:\n" + GREP), ("pi", "Found it:\n" + GREP + "That is the loop."),
+                       ("note", "Process exited with code 0\nOutput:\n" + GREP)):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert {"src/app.py:42", "./README.md:17", "packages/tui/src/renderer.ts:310", "def run", "run_forever",
+                "this.ui.addChild"} <= set(found), found
+        loose = re.compile(r"\d:\w|-\d+-|^(?:42|43|17|310)$|^(?:src/app.py|./README.md)$")
+        assert not [p for p in found if loose.search(p)], found
+        assert kind != "user" or {"def run(self):", "Run the app with make serve"} <= set(found), found
+    line = extractive.leaf("tool", "Output:\n" + GREP)
+    assert "src/app.py:42" in line and "./README.md:17" in line, line
+    text = "The my-file-2-3-x name and 12:30:00 stay"
+    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+    assert "12:30:00" in found, found
+
+
 DIFF = """diff --git a/src/app.py b/src/app.py
 index 83db48f..bf269f4 100644
 --- a/src/app.py
@@ -446,6 +544,32 @@ def test_a_unified_diff_is_read_as_a_diff():
         assert {"src/app.py", "def load_config", "validate_schema", "class Server", "5433"} <= set(found), found
         assert kind == "pi" or {"def load_config(path):", "data = json.load(fh)", "self.port = 5433"} <= set(found), found
         assert "list item" in {w for p in found for w in p.split()} or "list item" in " ".join(found), found
+
+
+COMBINED = """diff --cc src/app.py
+index 1a2b3c4,5d6e7f8..9a0b1c2
+--- a/src/app.py
++++ b/src/app.py
+@@@ -1,4 -1,4 +1,5 @@@ import os
+  import os
+- import sys
+ +import json
+++import yaml
+  PORT = 5433
+  def serve_forever():
+"""
+
+
+def test_a_combined_diff_is_read_as_a_diff():
+    """A merge's combined diff (``git diff`` of a merge) gave ``-1,4``, ``1,4 -1,4``, ``a/src/app.py``, ``+import
+    json`` and the blobs' ``index 1a2b3c4,5d6e7f8..9a0b1c2``: its header (an ``@`` a parent more), its marks (a column
+    a parent) and git's lines are not its text, as a unified diff's are not."""
+    for kind, text in (("user", "the merge did this\n" + COMBINED),
+                       ("pi", "edit(" + orjson.dumps({"patch": COMBINED}).decode() + ")")):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert not [p for p in found if re.search(r"@@|^[-+ ]|\d+,\d+|[ab]/src|1a2b3c4|--cc", p)], found
+        assert {"src/app.py", "PORT", "5433", "serve_forever"} <= set(found), found
+        assert kind == "pi" or {"import json", "import yaml", "PORT = 5433"} <= set(found), found
 
 
 def _minified(seed: int, size: int = 5000) -> str:
@@ -496,7 +620,10 @@ def test_code_indented_with_tabs_in_a_json_string_is_no_minified_line():
 
 _CODE_LINES = st.sampled_from(["     1\timport os", "     2\t", "     3→x = 1", "@@ -1,2 +1,3 @@ def f():", "@@ -7 +7 @@",
                                "+    y = 2", "-    y = 3", " context", "--- a/f.py", "+++ b/f.py", "\\ No newline",
-                               "- a bullet", "Then I ran it", "12\tAlice", "13\tBob", "", "a.b=function(c){return c&&d(e)};" * 9])
+                               "- a bullet", "Then I ran it", "12\tAlice", "13\tBob", "", "a.b=function(c){return c&&d(e)};" * 9,
+                               "@@@ -1,2 -1,2 +1,3 @@@", " +x = 1", "++y", "- z", "diff --cc f.py", "index 1a2b3c4,5d6e7f8..9a0b1c2",
+                               "src/f.py:3:  def g(self):", "src/f.py-4-  pass", "1 alice 34", "2 bob 17", "| 3 | carol |",
+                               "4,dave,8"])
 
 
 @settings(max_examples=200, deadline=None)
@@ -1084,7 +1211,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
         if run and any(run[-1][1] <= b < m.start() for b in breaks):
             out.append(run)
             run = []
-        dotted = re.search(r"(?:^|\s)\.$", text[: m.start()])
+        dotted = re.search(r"(?:^|\s)\.\Z", text[: m.start()])
         if dotted or m.group().lower() in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
             out.append(run)
             run = []

@@ -6,9 +6,12 @@ punctuation; Chinese clauses between its punctuation) scored by how distinctive 
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
 numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. No unit holds half a pair of quotes,
 a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
-(``cat -n``) or a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``), or a bidirectional control (it would
-reorder the line on a terminal); an ellipsis or a dash ends a phrase (a Chinese clause too), a path from ``~`` or
-``$HOME`` is copied with it, and a JSON string's escapes (``\\n``) are no letters of its words. Tool work becomes
+(``cat -n``) or a table's row numbers (``1 alice 34``), a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``; a
+merge's combined diff's too), or a bidirectional control (it would reorder the line on a terminal); an ellipsis or
+a dash ends a phrase (a Chinese clause too), a path from ``~`` or ``$HOME`` is copied with it, and a JSON string's
+escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and line number are one fact
+(``src/app.py:42``), its text read after them; a URL is one (``file://`` too), and so is a path with a space in a
+name when it is quoted, its space escaped, or it reads as one (``~/My Documents/report 2024.pdf``). Tool work becomes
 what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names; a piece taken from tool traffic is at most
 13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
@@ -115,6 +118,9 @@ _WSEG = r"[\w.@+~$-]++"
 _WIN = rf"(?:\\{{1,2}}{_WSEG}(?:[ ]{_WSEG}){{0,3}}(?=\\))*\\{{1,2}}[\w.@+~$-]*[\w@+~$-]"
 _WIN_REL = rf"(?:\\{{1,2}}{_WSEG})*?\\{{1,2}}[\w.@+~$-]*\w\.(?:{_EXTS}|exe|dll|bat|cmd|ps1)(?!\w|\.\w)"
 _URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of brackets in it is its own)
+# and a file's URL (``file:///home/a/q3.pdf``), a bucket's: one fact too, not a path of its own beside it (found with
+# the URLs, ``_blobs``: in the facts' pattern each further scheme cost every text a tenth of its scan)
+_URL_ANY = _URL_TEXT.replace("https?", "(?:https?|file|s?ftp|s3|gs)", 1)
 # (an absolute path ends before a sentence's full stop; a quoted string is one string: its quotes open and close
 # it, with no word (but a Chinese or Japanese one) or quote outside them and no space just inside them, never the
 # code between two strings: ``Text("", 1, (t) => bg("x", t))`` gave ``, 1, (t) => bg(``)
@@ -122,9 +128,23 @@ _URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of bra
 # ``${XDG_CONFIG_HOME}``), not after a word: one name after it makes a path (``~/.bashrc``)
 _HOME = (rf"(?:~(?<![^\W{_CJK}~$]~)(?:[A-Za-z_][\w.-]*)?"
          rf"|\$(?<![^\W{_CJK}~$]\$)(?:\{{[A-Za-z_]\w*\}}|[A-Za-z_]\w*))")
+# a name in such a path (between its slashes): a name with a space or two is one when it is unambiguous: each word
+# after a space opens with a capital or a digit and a slash follows (a folder: ``My Documents/``) or its last word has
+# an extension (a file: ``report 2024.pdf``), and none but that last word holds a dot (``a.txt B.txt`` are two
+# files); or its spaces are escaped (``My\\ Documents``, as a shell reads it)
+_SEG = (r"(?:(?=[\w@+-]++[ ][A-Z0-9])(?:[\w@+-]++(?:[ ][A-Z0-9][\w@+-]*+){1,3}+(?=/)"
+        r"|[\w@+-]++(?:[ ](?=[A-Z0-9])[\w@+-]++){0,2}[ ](?=[A-Z0-9])[\w@+-]*?\.[A-Za-z]\w{0,4}(?![\w.]))"
+        r"|[\w.@+-]+(?:\\[ ][\w.@+-]+)*)")  # (the first two only where a space and a capital or digit follow a word)
+# a quoted path holding a space (``"/tmp/a b/c.txt"``, ``'~/My Documents/x'``): whole, up to a sentence's length, from
+# the home directory or a variable, else with two slashes or more (no ``"/help me"``). (It opens with its quote, not a
+# group: the engine passes over an alternative that opens with a character it is not at, and this one is tried at
+# every position of a text)
+_QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`]..)"""
+                r"""(?=(?:~[\w.-]*|\$\{?\w+\}?)/|\.{0,2}/[^/"'`\n]+/)(?=[^"'`\n]*[ ])"""
+                rf"""[^"'`\n]{{2,{SENTENCE}}}(?<!\s)\1(?!\w)""")
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
-    | (?: {_HOME}/[\w.@+-]+(?:/[\w.@+-]+)* | \.{{0,2}}/[\w.@+-]+(?:/[\w.@+-]+)+ )(?<!\.)
+    | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.)
     WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
     | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
@@ -133,6 +153,7 @@ _FACT_PATTERN = rf"""(?x)
           | (?=\d){_INSIDE}(?: {_EXT} | {_DIGITS} )
           | (?![a-zA-Z0-9]){_INSIDE}{_EXT} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
+    | {_QUOTED_PATH}
     | `[^`\n]{{1,60}}` | "(?<![^\W{_CJK}]")(?<!"")[^"\s][^"\n]{{1,59}}(?<!\s)"(?![^\W{_CJK}])
     """
 _WINDOWS = rf"""| [A-Za-z](?<![\w\\][A-Za-z]):{_WIN}
@@ -335,12 +356,15 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     bidi = not text.isascii() and _BIDI.search(text)
     if bidi:  # (a line break, of the same length, in their place: no piece runs over one)
         text = _BIDI.sub("\n", text)
-    if "\t" in text or "→" in text or "\\t" in text:  # a listing's line numbers (``cat -n``): not its text
-        text = _ungutted(text)
+    if "\t" in text or "→" in text or "\\t" in text or _ROW_START.search(text):
+        text = _ungutted(text)  # a listing's line numbers (``cat -n``), a table's row numbers: not its text
     # (minified code is found before the escapes are read: its own, ``"\x1f"``, would cut its line in pieces)
     code = _minified(text) if len(text) >= CODE_LINE else []
     if "\\" in text and _ESCAPED.search(text):  # a JSON string's escapes: line breaks (``\n`` is not a word's n)
         text = _unescaped(text)
+    grep = []
+    if ":" in text and _GREP_MARK.search(text):  # grep's lines: a file with its line, then the line's text
+        text, grep = _grepped(text)
     if "@@ -" in text:  # a unified diff's hunk headers and line marks: not its code
         text = _undiffed(text)
     out: list[Unit] = []
@@ -390,11 +414,22 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     marks = not text.isascii()  # (a fact or name next to a combining mark is part of a word)
     paths: list[tuple[int, int]] = []
     facts = (_FACT_CJK_WIN if cjk else _FACT_WIN) if "\\" in text else _FACT_CJK if cjk else _FACT
-    for m in facts.finditer(text):
-        if marks and _in_word(text, m.start(), m.end()) or blobs and _inside(blobs, m.start(), m.end()):
-            continue
-        piece = m.group()
-        if len(piece) > SENTENCE and piece.startswith("http"):  # a long URL: up to a path boundary
+    for start, end in grep:
+        paths.append((start, end))
+        add(read[start:end], start, 1.3)
+    others = [(start, end) for start, end in urls if not text.startswith("http", start)] if urls else []
+
+    def found():
+        for start, end in others:  # a URL not the pattern's (``file://``): a fact whole
+            yield start, text[start:end]
+        for m in facts.finditer(text):
+            start, end = m.span()
+            if not (marks and _in_word(text, start, end) or blobs and _inside(blobs, start, end)
+                    or others and _inside(others, start, end)):
+                yield start, m.group()
+
+    for start, piece in found():
+        if len(piece) > SENTENCE and "://" in piece[:8]:  # a long URL: up to a path boundary
             piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
             if piece.count("/") < 3:
                 continue
@@ -403,9 +438,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if cjk and not piece.isascii() and piece[0] not in "`\"" and "://" not in piece:
                 into = _PATH_INTO_CJK.search(piece)  # (Chinese written on after it: not its file's name)
                 piece = piece[: into.start()].rstrip(".") if into else piece
-            start = m.start()
-            paths.append((start + 1, start + len(piece) - 1) if piece[0] in "`\"" else (start, start + len(piece)))
-        add(piece, m.start(), 1.3)
+            paths.append((start + 1, start + len(piece) - 1) if piece[0] in "`\"'" else (start, start + len(piece)))
+        add(piece, start, 1.3)
     skip = urls + blobs + paths
     for m in _NAME.finditer(text):
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())):
@@ -441,7 +475,7 @@ def _astride(spans: list[tuple[int, int]], start: int, end: int) -> bool:
     return any(s < end and start < e and (start > s or end < e) for s, e in spans)
 
 
-_URL = re.compile(_URL_TEXT)
+_URL = re.compile(_URL_ANY)
 _SLASHES = ("/", "\\")  # (a path's, a Windows path's)
 # text written as a JSON string (a tool call's arguments, a quoted log line) or a string in code escapes its
 # quotes and line breaks: ``\"chalk\";\n\tprivate`` read as words gave ``from \``, ``n\tprivate``, ``tthis.x``.
@@ -465,82 +499,128 @@ def _unescaped(text: str) -> str:
     return _ESCAPE.sub(read, text)
 
 
-# a listing's line number (``cat -n``, ``nl``, an editor tool's ``     1→``): digits opening a line (a real one, or
-# one a JSON string escapes, or its first), then a tab or an arrow
-_GUTTER = re.compile(r"(?m)(?:^|(?<=\\n)|(?<=\")) *(\d{1,7})(?:\t|→|\\t)")
+# a listing's line number (``cat -n``, ``nl``, an editor tool's ``     1→``) or a table's row number (``1 alice 34``,
+# ``| 1 | alice |``, ``1,alice,34``, a data frame's index): digits opening a line (a real one, or one a JSON string
+# escapes, or its first), then a tab or an arrow (group 2), a column's bar (3), or a space or a comma (4)
+_GUTTER = re.compile(r"(?m)(?:^|(?<=\\n)|(?<=\")) *(?:\| *)?(\d{1,7})(?:(\t|→|\\t)|( *\|)|( +(?=\S)|,(?!\d)))")
+_ROW_START = re.compile(r"(?:\n|\\n) *\|? *\d{1,7}[\t ,|]")  # (where a numbered line may open: most texts have none)
+ROWS = 3  # lines: a run of row numbers separated by a space or a comma from their row (a tab or a bar: 2)
 
 
-def _blank(text: str, spans: list[tuple[int, int]]) -> str:
-    """``text`` with each of ``spans`` written over by spaces: every other character stays where it was."""
+def _blank(text: str, spans: list[tuple[int, int]], fill: str = " ") -> str:
+    """``text`` with each of ``spans`` written over by spaces (or ``fill``): every other character stays where it
+    was."""
     out, at = [], 0
     for start, end in spans:  # (in order; one may overlap the one before)
         start = max(start, at)
         if end <= start:
             continue
         out.append(text[at:start])
-        out.append(" " * (end - start))
+        out.append(fill * (end - start))
         at = end
     out.append(text[at:])
     return "".join(out)
 
 
 def _ungutted(text: str) -> str:
-    """``text`` without the line numbers of a listing in it (``     1\\timport os``): a number opening a line,
-    then a tab or an arrow, where the line before or after opens with the number next to it. They number the
-    listing, they say nothing of it (each was a fact, ``1\\timport os`` a phrase); the code after them is read as
-    code. A table's first column that happens to hold a number is left alone unless it counts up one a line."""
+    """``text`` without the line numbers of a listing in it (``     1\\timport os``) or the row numbers of a table
+    (``1 alice 34``, ``| 2 | bob | 17 |``): a number opening a line, then a tab or an arrow, a bar, a space or a
+    comma, where it counts up one a line from the one before, the same mark after each, over 2 lines or more
+    (``ROWS`` after a space or a comma: ``1 apple``, ``2 pears`` may say how many). They number the listing or the
+    table, they say nothing of it (each was a fact, ``1\\timport os`` a phrase, and short numbers outweigh the
+    names and values of the rows); what follows them is read as the row's or the code's own text. A table's first
+    column that holds numbers not counting up one a line (ids) is left alone."""
     found = list(_GUTTER.finditer(text))
     if len(found) < 2:
         return text
-    numbers = [int(m.group(1)) for m in found]
-    spans = [m.span() for k, m in enumerate(found)
-             if k and numbers[k - 1] + 1 == numbers[k] or k + 1 < len(found) and numbers[k] + 1 == numbers[k + 1]]
+    spans, run = [], []
+    for m in found + [None]:
+        if run and (m is None or int(m.group(1)) != int(run[-1].group(1)) + 1 or m.lastindex != run[-1].lastindex):
+            if len(run) >= (ROWS if run[0].lastindex == 4 else 2):
+                spans.extend(r.span() for r in run)
+            run = []
+        if m is not None:
+            run.append(m)
     return _blank(text, spans) if spans else text
+
+
+# a line of ``grep -n`` (``rg -n``) over files: the file (a path, or a name with an extension), its line number, then
+# the line (``src/app.py:42:    def run(self):``); a context line (``-C``) has dashes (``src/app.py-41-…``)
+_GREP = re.compile(r"(?m)(?:^|(?<=\\n))((?:\.{0,2}/)?[\w.@+-]+(?:/[\w.@+-]+)*)([:-])(\d{1,7})\2")
+_GREP_MARK = re.compile(r":\d{1,7}:")  # (texts without one hold no grep line)
+_FILE_END = re.compile(r"\.[A-Za-z]\w*$")
+
+
+def _grepped(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """``text`` with the heads of its ``grep -n`` lines written over by line breaks, and where their files with
+    their lines are (``src/app.py:42``: a fact whole, where the path and the number were two and the line's code
+    ran on from the number, ``42:    def run``). A context line's head (``README.md-17-``) goes only when a line of
+    the same file matched (it is a grep's, not a name with dashes): its code stays, its file is said by that line."""
+    found = [m for m in _GREP.finditer(text) if "/" in m.group(1) or _FILE_END.search(m.group(1))]
+    matched = {m.group(1) for m in found if m.group(2) == ":"}
+    spans, facts = [], []
+    for m in found:
+        if m.group(2) == ":":
+            facts.append((m.start(), m.end(3)))
+        elif m.group(1) not in matched:
+            continue
+        spans.append(m.span())
+    return (_blank(text, spans, "\n"), facts) if spans else (text, [])
 
 
 # a unified diff: a hunk's header (its counts: lines of the old file, of the new; then the function it is in, kept),
 # the two file lines before it (``--- a/``, ``+++ b/``), and git's own (``diff --git a/… b/…``, ``index 83db48f..``),
-# each opening a line (or a JSON string)
-_HUNK = re.compile(r"(?m)(?:^|(?<=\"))@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
-_DIFF_FILES = re.compile(r"(?m)(?:^|(?<=\"))(--- (?:a/)?)\S.*\n+(\+\+\+ (?:b/)?)\S.*\n+(?=@@ -)")
+# each opening a line (or a JSON string). A merge's combined diff (``git diff`` of a merge, ``diff --cc``) heads its
+# hunks with one ``@`` more than its parents and one old range a parent (``@@@ -1,3 -1,3 +1,4 @@@``), marks its
+# lines in one column a parent (`` +``, ``- ``, ``++``) and names the blobs of each (``index 1a2b3c4,5d6e7f8..``)
+_HUNK = re.compile(r"(?m)(?:^|(?<=\"))(@@+)((?: -\d+(?:,\d+)?)+) \+\d+(?:,(\d+))? \1(?!@)")
+_RANGE = re.compile(r"-\d+(?:,(\d+))?")
+_DIFF_FILES = re.compile(r"(?m)(?:^|(?<=\"))(--- (?:a/)?)\S.*\n+(\+\+\+ (?:b/)?)\S.*\n+(?=@@+ -)")
 _NO_NEWLINE = re.compile(r"\n+\\")  # (a hunk's last line may be followed by "\ No newline at end of file")
-_GIT_HEAD = re.compile(r"(?m)(?:^|(?<=\"))(diff --git a/)\S+( b/\S+)$|^index [0-9a-f]{7,}\.\.[0-9a-f]{7,}(?: \d{6})?$")
+_GIT_HEAD = re.compile(r"(?m)(?:^|(?<=\"))(?:(diff --git a/)\S+( b/\S+)$|(diff --(?:cc|combined) )\S+$"
+                       r"|index [0-9a-f]{7,}(?:,[0-9a-f]{7,})*\.\.[0-9a-f]{7,}(?: \d{6})?$)")
 
 
 def _undiffed(text: str) -> str:
-    """``text`` with a unified diff's marks written over: each hunk's header up to its function (``@@ -12,7
-    +12,9 @@``: its counts were facts, ``-12,7``), the ``+``, ``-`` opening its lines (as many as its counts say,
-    blank lines not counted: a JSON string's escaped line breaks make them) and a ``\\ No newline`` line, the
-    ``--- a/``, ``+++ b/`` of the file lines before it (the path stays) and git's header lines. What is left is
-    the diff's code and files, read as code."""
+    """``text`` with a diff's marks written over: each hunk's header up to its function (``@@ -12,7 +12,9 @@``: its
+    counts were facts, ``-12,7``), the marks opening its lines (``+``, ``-``; a combined diff's column of them a
+    parent), as many lines as its counts say (blank lines not counted: a JSON string's escaped line breaks make
+    them) and a ``\\ No newline`` line, the ``--- a/``, ``+++ b/`` of the file lines before it (the path stays) and
+    git's header lines (``diff --git a/``, ``diff --cc``: the path stays). What is left is the diff's code and
+    files, read as code."""
     spans = []
     for m in _HUNK.finditer(text):
+        parents = len(m.group(1)) - 1
+        ranges = _RANGE.findall(m.group(2))
+        if len(ranges) != parents:
+            continue
         spans.append(m.span())
-        old, new = int(m.group(1) or 1), int(m.group(2) or 1)
+        old, new = [int(count or 1) for count in ranges], int(m.group(3) or 1)
         at = text.find("\n", m.end())
-        while at >= 0 and (old > 0 or new > 0 or _NO_NEWLINE.match(text, at)):
+        while at >= 0 and (new > 0 or any(n > 0 for n in old) or _NO_NEWLINE.match(text, at)):
             start = at + 1
             at = text.find("\n", start)
-            mark = text[start : start + 1]
-            if mark == "-":
-                old -= 1
-            elif mark == "+":
-                new -= 1
-            elif mark == " ":
-                old, new = old - 1, new - 1
-            elif mark == "\\":  # ("\ No newline at end of file")
+            marks = text[start : start + parents]
+            if marks[:1] == "\\":  # ("\ No newline at end of file")
                 spans.append((start, len(text) if at < 0 else at))
                 continue
-            elif mark not in ("\n", "\r", ""):
+            if marks[:1] in ("\n", "\r", ""):
+                continue
+            if len(marks) < parents or marks.strip(" +-"):
                 break
-            if mark in ("+", "-"):
-                spans.append((start, start + 1))
+            for k, mark in enumerate(marks):  # a parent's line unless it was added for this one
+                if mark != "+":
+                    old[k] -= 1
+            if "-" not in marks:  # a line of the merge's result
+                new -= 1
+            if marks.strip():
+                spans.append((start, start + parents))
     if not spans:
         return text
     for m in _DIFF_FILES.finditer(text):
         spans.extend((m.start(k), m.end(k)) for k in (1, 2))
     for m in _GIT_HEAD.finditer(text):
-        spans.extend([(m.start(1), m.end(1)), m.span(2)] if m.group(1) else [m.span()])
+        spans.extend([(m.start(1), m.end(1)), m.span(2)] if m.group(1) else [m.span(3)] if m.group(3) else [m.span()])
     spans.sort()
     return _blank(text, spans)
 
