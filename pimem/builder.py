@@ -321,8 +321,8 @@ class Builder:
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
         """The compactor's line for ``task`` with the faithfulness guard (``compactor.faith``): a model line
         naming a number, path or identifier its span does not hold is asked for once more, and the second
-        one (the first, when the second call fails) is kept with ``suspect`` listing what it names unfounded.
-        Runs on a pool thread."""
+        one (the first, when the second call fails) is kept with ``suspect`` listing what it names unfounded;
+        such a node's metadata says ``asked_again`` and counts both calls' tokens and cost. Runs on a pool thread."""
         text, meta = self.compactor.build(task, context)
         if self.compactor.offline:
             return text, meta
@@ -342,7 +342,7 @@ class Builder:
             for key in (*PAID, "seconds"):  # both calls are paid for
                 if again.get(key) is not None or meta.get(key) is not None:
                     again[key] = round((again.get(key) or 0) + (meta.get(key) or 0), 8)
-            meta = again
+            meta = {**again, "asked_again": True}  # (what the dry run scales its next estimate by)
             missing = missing if text == first else faith.unfounded(text, inputs, lambda: self._span_texts(task), inherited)
         if missing:
             meta["suspect"] = missing[: faith.MAX_LISTED]
@@ -776,6 +776,17 @@ def _merge_calls(surveyed: "Builder", reply_bytes: int, line_bytes: int) -> tupl
     return calls, given
 
 
+def _asked_again(mem, model: str) -> float:
+    """The share of the nodes ``model`` wrote in this memory that the faithfulness guard asked for again
+    (``asked_again`` in their metadata: a second call, sent the same request); 0 before any."""
+    nodes = asked = 0
+    for node in mem.tree.records(b'"tokens_in"'):
+        if node.get("model") == model:
+            nodes += 1
+            asked += node.get("asked_again") is True
+    return asked / nodes if nodes else 0.0
+
+
 def _task_bytes(line_bytes: int) -> tuple[int, int]:
     """What a leaf's and a merge's request carry besides the system prompt, the view and their input: the
     ``<chat>`` tags, the task's words and its ruler, ``line_bytes`` long (a node's label taken for 6 digits)."""
@@ -795,7 +806,11 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     the system prompt, its task (its words, a ruler of ``line_bytes`` and its input: ``_task_bytes``) and the
     compactor's view of what came before it (``_context_bytes``: the view run over the lines' sizes, as
     ``ContextView`` runs it in a build); each reply is taken for that line, or for what this memory's replies
-    used so far. Tokens are counted as 4 bytes.
+    used so far. Tokens are counted as 4 bytes. A call the faithfulness guard asks for again sends its request
+    twice: the calls are taken to be asked again as often as this model's nodes in this memory were so far
+    (``_asked_again``; none before any), which ``asked_again`` counts. ``bound``: ``calls`` is at most what the
+    build takes (before any line of this memory's model a line not written yet is taken for a full one, so
+    no merge of two is counted free); after, it is an estimate.
     ``cost`` takes no input from the prompt cache (what it reads is billed as input), but counts what is written
     to it where that is billed (Anthropic, 1.25×): the share of input this memory's calls wrote so far, or
     before any call what ``_context_bytes`` works out. With a ``price_cached_in`` set, ``cost_cached`` counts the
@@ -812,6 +827,7 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     reply_bytes = min(longest, _reply_bytes(mem, line_bytes)) if so_far and so_far["calls"] else longest
     merges, merged_bytes = _merge_calls(surveyed, reply_bytes, line_bytes)
     calls = found["leaves"] + merges
+    again = 0.0 if compactor.offline else _asked_again(mem, compactor.label)
     system = len(prompts.SYSTEM.encode())
     context, written = (0, 0) if compactor.offline else _context_bytes(  # (offline: no call is sent)
         surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes, system)
@@ -819,21 +835,22 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     leaf_task, merge_task = _task_bytes(line_bytes)
     sent = (calls * prefix + found["leaves"] * leaf_task + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES)
             + merges * merge_task + merged_bytes)
+    # (per node: one asked again counts both replies, as a node ahead asked again will)
     per_reply = (so_far["tokens_out"] / so_far["calls"] if so_far and so_far["calls"] else reply_bytes // 4)
     if compactor.offline:
         calls, sent = 0, 0
-    tokens_in, tokens_out = sent // 4, round(calls * per_reply)
+    tokens_in, tokens_out = round(sent * (1 + again)) // 4, round(calls * per_reply)
     if so_far and so_far["tokens_in"] and (so_far["tokens_cached"] or so_far["tokens_written"]):
         tokens_cached, tokens_written = (round(tokens_in * so_far[key] / so_far["tokens_in"])
                                          for key in ("tokens_cached", "tokens_written"))
         written_best = tokens_written
     else:  # (Anthropic caches the prefixes a request marks and bills what it writes: at best, nothing)
-        tokens_cached, written_best = calls * prefix // 4, 0
+        tokens_cached, written_best = round(calls * (1 + again)) * prefix // 4, 0
         tokens_written = written // 4 if compactor.provider_name == "anthropic" else 0
     cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out, 0, tokens_written)
     row = {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
-           "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost,
-           "built": found["built"], "nodes": found["nodes"]}
+           "asked_again": round(calls * again), "bound": reply_bytes == line_bytes,
+           "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "built": found["built"], "nodes": found["nodes"]}
     if compactor.price_cached_in is not None and not compactor.offline:
         row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in), written_best)
     return row

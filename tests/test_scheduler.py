@@ -206,6 +206,46 @@ def test_the_dry_run_after_appends_counts_the_merges_that_join_free(run, home, m
     assert 0.85 <= predicted["tokens_in"] / done["tokens_in"] <= 1.15, (predicted, done)
 
 
+def test_the_dry_run_counts_the_calls_the_faithfulness_guard_asks_again(run, home, monkeypatch):
+    """A line naming a port its span does not hold is asked for again: the node's request is sent twice, and
+    its metadata counts both (tokens, cost) and says ``asked_again``. The dry run took every node for one
+    request (0.58x the tokens and dollars of a tester's run on the Codex sample, where most lines came out
+    suspect): once nodes are built, it counts the calls ahead asked again as often as those were, and says
+    "about", not "at most", for a count that takes a line not written yet for the lines written so far."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def reply(body):  # an invented port in every other leaf's line and every other merge's, asked twice alike
+        task = body["messages"][-1]["content"].rsplit("</chat>", 1)[-1]
+        leaf, merge = re.search(r"compress message (\d+) ", task), re.search(r"adjacent lines (\d+)\+(\d+) ", task)
+        invented = int(leaf[1]) % 2 == 0 if leaf else int(merge[1]) // int(merge[2]) % 4 == 0
+        return (("the port was 65123; " if invented else "") + "a summary of the span" + " filler" * 80)[:480]
+
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = reply
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 48)
+        assert "at most" in run("build-tree", "m", "--dry-run").stdout  # (no line written yet: a bound)
+        assert run("build-tree", "m").exit_code == 0
+        lines = stored_lines(mem)
+        asked = sum(node.get("asked_again") is True for node in lines)
+        assert 0 < asked < len(lines) and len(server.requests) == len(lines) + asked
+        assert all(node["suspect"] == ["65123"] for node in lines if node.get("asked_again"))
+        mem.append([{"kind": "user" if k % 2 else "pi", "text": f"short {k}" if k % 3 == 0 else long_text(k)}
+                    for k in range(48, 160)])
+        said = run("build-tree", "m", "--dry-run").stdout
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        sent = len(server.requests)
+        out = run("build-tree", "m", "--json")
+    done = orjson.loads(out.stdout.splitlines()[-1])
+    assert said.startswith(f"m: about {predicted['calls']} calls to openai/m1 ")
+    assert f" and about {predicted['asked_again']} more the faithfulness guard asks again, " in said
+    assert not predicted["bound"] and predicted["asked_again"] > 0
+    assert 0.85 <= (predicted["calls"] + predicted["asked_again"]) / (len(server.requests) - sent) <= 1.15
+    for key in ("tokens_in", "tokens_out", "cost"):
+        assert 0.85 <= predicted[key] / done[key] <= 1.15, (key, predicted, done)
+
+
 def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
     """Calls held back while others were in flight at their worst case start once those cost what they did: a
     build whose real cost fits the cap ends complete, exit 0, not "stopped before spending more"."""

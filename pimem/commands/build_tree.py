@@ -71,9 +71,12 @@ def command(
                 cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
                 if row.get("cost_cached") is not None:
                     cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
-                output.line(f"{row['memory']}: at most {output.count(row['calls'], 'call')} to {row['model']} "
-                            f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')}), "
-                            f"about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
+                again = (f" and about {row['asked_again']:,} more the faithfulness guard asks again"
+                         if row["asked_again"] else "")
+                output.line(f"{row['memory']}: {'at most' if row['bound'] else 'about'} "
+                            f"{output.count(row['calls'], 'call')} to {row['model']} "
+                            f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')})"
+                            f"{again}, about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
                             f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
         _raise_first(refused, mems_named)
         return
