@@ -22,6 +22,7 @@ from .numbers import MAX_SECONDS
 from .nofollow import read_bytes
 
 LINE_BYTES = 512  # a tree node's line, in UTF-8 bytes
+LEAST_LINE_BYTES = 64  # the shortest line a memory may set: a short clause (under it, a summary is "u" or "user: me")
 
 DEFAULTS = {
     "view": {"hi": 128_000, "lo": 64_000},
@@ -129,6 +130,8 @@ def _shaped(own: dict, path: Path) -> dict:
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or not 0 < value[end] <= _LARGEST for end in ("hi", "lo") if end in value)
+        elif key == "line_bytes" and not wrong and value < LEAST_LINE_BYTES:
+            wrong, rule = True, f" (use {LEAST_LINE_BYTES} or more)"
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob_value is not None and _wrong_knob(knob, knob_value):

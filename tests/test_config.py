@@ -41,3 +41,33 @@ def test_pimem_model_still_unsets_what_the_home_s_compactor_sets(run, home):
     assert cfg["model"] == "llama3.2" and cfg["price_in"] is None and cfg["price_out"] is None
     assert cfg["base_url"] != "http://example.com/v1"
     assert orjson.loads((home / "m" / "config.json").read_bytes())["compactor"]["price_in"] is None
+
+
+def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
+    """``line_bytes`` took 1 to 20, and every summary then read ``u`` or ``user: me``: below 64 a config.json is
+    refused as a wrong setting (one line naming it, exit 2, nothing written), from Python too; 64 is taken."""
+    import pytest
+
+    from conftest import snapshot
+    from pimem import Memory
+    from pimem.errors import BadInput
+
+    assert sh("append", "m", "a message long enough to want a summary line of its own, on port 5433").returncode == 0
+    path = home / "m" / "config.json"
+    for value in (1, 20, 63):
+        path.write_bytes(orjson.dumps({"line_bytes": value}))
+        before = snapshot(home)
+        for argv in (["build-tree", "m"], ["view", "m"], ["append", "m", "not logged"]):
+            out = sh(*argv)
+            assert out.returncode == 2, (argv, out.stderr)
+            err = out.stderr.decode()  # (build-tree names the memory first)
+            assert err.startswith("pimem: error: ") and err.count("\n") == 1, err
+            assert err.endswith(f"{path}: line_bytes cannot be {value} (use 64 or more); fix it or remove it\n"), err
+        assert snapshot(home) == before
+    path.write_bytes(b"")
+    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use 64 or more."):
+        Memory.open("m").save_config({"line_bytes": 20})
+    assert path.read_bytes() == b""
+    Memory.open("m").save_config({"line_bytes": 64})
+    assert sh("build-tree", "m").returncode == 0
+    assert all(len(line.split("|", 1)[1].encode()) <= 64 for line in sh("view", "m").stdout.decode().splitlines())
