@@ -405,6 +405,16 @@ class Scheduler:
     def _shutdown(self) -> None:
         """Give calls in flight ``grace`` seconds, keep what they built, write everything, let go."""
         deadline = time.monotonic() + self.grace
+        if self.signal is not None and self._inflight and not self._hurry.is_set():
+            # said at once (with --json too, on stderr): silent for up to 15 s, a person pressed Ctrl-C again,
+            # which gives up on those calls
+            from signal import SIGINT, Signals
+
+            from . import output
+
+            again = "Ctrl-C" if self.signal == SIGINT else Signals(self.signal).name
+            output.info(f"pimem: stopping: waiting up to {self.grace:g} s for {output.count(self._inflight, 'call')} "
+                        f"in flight ({again} again to stop now)")
         while (self._inflight or self._offloaded) and time.monotonic() < deadline and not self._hurry.is_set():
             self._collect(min(0.25, max(0.0, deadline - time.monotonic())))
         # calls given up on are answered and billed all the same: a daily cap counts them at their worst case,

@@ -112,7 +112,9 @@ def test_build_tree_stopped_keeps_what_it_built_and_counts_what_is_left(home, si
     assert proc.returncode == code and out == b""
     left = builder.survey(Memory.open("m"))
     assert 0 < left["built"] and left["pending"] > 0 and asked < 40  # the calls in flight were kept, no new one started
-    assert err.decode().startswith(f"pimem: interrupted: {left['pending']:,} nodes still pending (") and err.count(b"\n") == 1
+    stopping, interrupted = err.decode().splitlines()  # (the calls in flight said at once, then what is left)
+    assert stopping.startswith("pimem: stopping: waiting up to 15 s for ") and stopping.endswith(" again to stop now)")
+    assert interrupted.startswith(f"pimem: interrupted: {left['pending']:,} nodes still pending (")
     assert not (home / "m" / "lock.json").exists()
 
 
@@ -134,7 +136,8 @@ def test_a_second_ctrl_c_stops_build_tree_without_waiting_for_the_calls_in_fligh
         assert proc.poll() is None  # (waiting for the calls in flight)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=8)  # (before any call is answered, let alone the grace runs out)
-    assert proc.returncode == 130 and err.startswith(b"pimem: interrupted: ") and err.count(b"\n") == 1, err
+    assert proc.returncode == 130 and err.startswith(b"pimem: stopping: waiting up to 15 s for 8 calls in flight ("), err
+    assert err.splitlines()[1].startswith(b"pimem: interrupted: ") and err.count(b"\n") == 2, err
     assert builder.survey(Memory.open("m"))["pending"] > 0 and not (home / "m" / "lock.json").exists()
 
 
@@ -202,3 +205,36 @@ def test_sighup_during_a_dry_run_says_so_in_one_line(home, tmp_path):
     proc.send_signal(signal.SIGHUP)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 129 and err == b"pimem: interrupted\n" and out == b"", err
+
+
+@pytest.mark.parametrize("args", [["build-tree"], ["watch", "m", "--json"]])
+def test_the_first_ctrl_c_says_at_once_that_it_waits_for_the_calls_in_flight(home, args):
+    """The first Ctrl-C lets the calls in flight finish (up to 15 s) and said nothing meanwhile, so a person
+    pressed it again and lost those calls: it says so at once, on stderr (with --json too), while they are
+    still held; the calls then answered are kept."""
+    from bench.llm_server import FakeLLM
+    from pimem import builder
+    from test_scheduler import configure, fill
+
+    held = threading.Event()
+    with FakeLLM("openai", latency=lambda n, body: held.wait(60) and 0) as server:  # (each reply held till released)
+        configure(home, server)
+        fill("m", 4, short_every=1000)  # three long messages to summarise (and a short one): three calls at once
+        proc = subprocess.Popen(pimem_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(TEST_LLM_KEY="k"))
+        said = []
+        reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
+        reader.start()
+        try:
+            wait_for(lambda: len(server.requests) >= 3)
+            proc.send_signal(signal.SIGINT)
+            wait_for(lambda: said, seconds=30)
+            assert proc.poll() is None  # (said while the calls are still held)
+        finally:
+            held.set()
+        proc.wait(timeout=60)
+        reader.join(timeout=30)
+        out = proc.stdout.read()
+    assert said[0] == b"pimem: stopping: waiting up to 15 s for 3 calls in flight (Ctrl-C again to stop now)\n", said
+    assert b"stopping" not in out and (args[0] == "watch" or out == b"")
+    assert builder.survey(Memory.open("m"))["pending"] == 0  # (the answers held were kept, the merges free)
