@@ -300,3 +300,25 @@ def test_a_run_the_cap_stops_before_its_one_node_says_it_remains(run, home, monk
                "--price-in", "1", "--price-out", "2").exit_code == 0
     out = run("build-tree", "m", "--max-cost", "0")
     assert out.exit_code == 6 and out.stderr.endswith("; 1 node remains unbuilt\n"), out.stderr
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_replys_control_characters_and_escape_sequences_never_reach_the_tree(api, run, home, monkeypatch):
+    """A model echoing a transcript's colours and bells: the view showed them as spaces, but ``view --json`` kept
+    them, and the faithfulness guard read ``\\x1b[31m`` as the number 31 and asked again. They are cleaned with
+    the fences and labels, before the guard reads the line: one call a node, nothing marked."""
+    from pimem import Memory
+    from test_scheduler import configure, fill, stored_lines
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api) as server:
+        server.reply = lambda body: "Summary: \x1b[31mdeploy failed\x1b[0m\x07 again;\x00 \x1b]0;title\x07see\x7flogs\x9b1m"
+        configure(home, server, api)
+        mem = fill("m", 4, short_every=1000)  # three long messages: three calls
+        out = run("build-tree", "m")
+        asked = len(server.requests)
+    assert out.exit_code == 0, out.stderr
+    lines = stored_lines(Memory.open("m"))
+    assert asked == 3 and {n["text"] for n in lines if n["l"] == 0} == {"deploy failed again; see logs"}
+    assert not any("suspect" in n for n in lines)
+    assert "\\u001b" not in run("view", "m", "--json").stdout and mem.count() == 4

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..config import PROVIDERS, compactor_knob
 from ..errors import BadInput
-from .cut import LINE_BYTES, cut_line
+from .cut import LINE_BYTES, cut_line, strip_controls
 from .providers import CallFailed
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
@@ -294,7 +294,7 @@ class Compactor:
             if self.state is not None:
                 self.state.remember_extra(self.label, REASONING_EXTRA)
             reply = ask(self.max_tokens + REASONING_EXTRA)
-        text = cut_line(reply.text, task.limit)
+        text = cut_line(strip_controls(reply.text), task.limit)
         paid = bill()
         if not text:
             raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})", spent=paid)

@@ -1,8 +1,9 @@
 """Size control by the harness: one line of at most 512 UTF-8 bytes, whatever the model wrote.
 
-Models do not reliably obey "shorter, please" (DESIGN.md §3), so every reply is flattened, stripped of code
-fences and of a leading label, and cut at the last clause or sentence end that fits. Positions are measured
-in bytes, so a line of pure Chinese is cut at its own punctuation, never in the middle of a character.
+Models do not reliably obey "shorter, please" (DESIGN.md §3), so every reply is stripped of control characters
+and terminal escape sequences, flattened, stripped of code fences and of a leading label, and cut at the last
+clause or sentence end that fits. Positions are measured in bytes, so a line of pure Chinese is cut at its own
+punctuation, never in the middle of a character.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ _CLAUSE_ENDS = ((b"; ", 0), ("；".encode(), 0), ("。".encode(), 3), (b". ", 1)
                 ("！".encode(), 3), ("？".encode(), 3), ("…".encode(), 3))
 _COMMAS = ((b", ", 0), ("，".encode(), 0), ("、".encode(), 0))
 _TRAILING = " \t;,:，、；：-—"
+# a terminal's escape sequences (colours, titles, cursor moves: 7-bit and 8-bit), and the control characters,
+# C0 (but the tab and line breaks, which ``flatten`` makes spaces), DEL and C1
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
 def flatten(text: str) -> str:
@@ -31,6 +36,15 @@ def flatten(text: str) -> str:
     if "```" in text:
         text = _FENCE.sub(" ", text)
     return _WHITESPACE.sub(" ", text).strip()
+
+
+def strip_controls(text: str) -> str:
+    """``text`` without terminal escape sequences, each other control character (NUL, BEL, …) a space: a model
+    may echo them from a transcript, and kept in a line they reach ``view --json``'s readers, and the
+    faithfulness guard read ``\\x1b[31m`` as the number 31."""
+    if not _CONTROLS.search(text):  # (ESC is one: a reply without any is as it came)
+        return text
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
 
 
 def strip_label(text: str) -> str:
