@@ -322,3 +322,26 @@ def test_a_replys_control_characters_and_escape_sequences_never_reach_the_tree(a
     assert asked == 3 and {n["text"] for n in lines if n["l"] == 0} == {"deploy failed again; see logs"}
     assert not any("suspect" in n for n in lines)
     assert "\\u001b" not in run("view", "m", "--json").stdout and mem.count() == 4
+
+
+@pytest.mark.parametrize("summary, message", [
+    ("user: edited readme.md", "I changed README.md"),
+    ("user: edited README.md", "cat readme.md"),
+    ("user: fixed src/App.py", "the bug is in src/app.py"),
+    ("user: see /etc/Nginx/sites/default", "cat /etc/nginx/sites/default"),
+    ("user: read ~/Docs/x.txt", "ls /home/ann/docs/x.txt"),
+    ("user: set maxPool", "MAXPOOL=4"),  # (as an identifier always was)
+])
+def test_a_file_name_or_path_in_another_case_is_founded_as_an_identifier_is(summary, message):
+    """The guard looks for invented facts: ``readme.md`` for ``README.md`` names the file the span does (Linux
+    tells them apart, a reader does not), as ``maxPool`` for ``MAXPOOL`` names its identifier. A path or file
+    name was compared with its case (marked suspect, asked again), an identifier without."""
+    from pimem.compactor import faith
+
+    assert faith.unfounded(summary, [message]) == []
+
+
+def test_another_file_or_path_is_still_unfounded_whatever_its_case():
+    from pimem.compactor import faith
+
+    assert faith.unfounded("user: edited NOTES.md and src/B.py", ["I changed README.md and src/a.py"]) == ["NOTES.md", "src/B.py"]

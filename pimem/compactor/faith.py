@@ -9,9 +9,10 @@ A fact is found however the messages write it: a number grouped or not (``1,200`
 bracketed list ``[100,200]`` two numbers), with
 leading or trailing zeros (``05``, ``3.0``), glued to a word or a unit (``v1.2.3``, ``50ms``, ``端口8080``), in
 full-width digits, an ISO date as words (``Oct 8, 2026``); a path with or without ``./``, a trailing slash,
-backslashes or ``~`` for a home directory, or a shorter tail of a longer relative path; an identifier in another
-case; a hex id as a prefix of a longer one (a short commit hash); in a tool call's JSON (``\\nPG_USER``) or
-between an output's colour codes.
+backslashes or ``~`` for a home directory, or a shorter tail of a longer relative path; a path, a file name or an
+identifier in another case (``readme.md`` for ``README.md`` names the file the span does: a slip, not an invented
+fact, though Linux tells the two apart); a hex id as a prefix of a longer one (a short commit hash); in a tool
+call's JSON (``\\nPG_USER``) or between an output's colour codes.
 A merge's facts are looked up in its two child lines first (they come from the span), and only those missing
 there in the span's messages; a fact a child line was itself marked for is no evidence, so a merge repeating it
 is marked too (without asking again, however it writes it: it said what it was given).
@@ -113,9 +114,9 @@ def _pattern(kind: str, fact: str, after: str) -> re.Pattern:
         rest = re.escape(fact[home.end():].rstrip("/")) if home else re.escape(fact.rstrip("/"))
         if home:  # ~/x is /home/me/x
             rest = r"(?:~|\$HOME|\$\{HOME\}|/home/[^/\s]+|/Users/[^/\s]+|/root)" + rest
-        return re.compile(rf"(?<![\w.@+~-]){rest}(?![\w@+-])", re.ASCII)
+        return re.compile(rf"(?<![\w.@+~-]){rest}(?![\w@+-])", re.IGNORECASE | re.ASCII)
     if kind == "file":
-        return re.compile(rf"(?<![\w.-]){re.escape(fact)}(?![\w-])", re.ASCII)
+        return re.compile(rf"(?<![\w.-]){re.escape(fact)}(?![\w-])", re.IGNORECASE | re.ASCII)
     if kind == "hex":  # a short commit hash is a prefix of the long one
         longer = "" if fact[1:2] in "xX" else "[0-9a-f]*"
         return re.compile(rf"(?<![0-9A-Za-z_]){re.escape(fact)}{longer}(?![0-9A-Za-z_])", re.IGNORECASE | re.ASCII)
