@@ -750,3 +750,28 @@ def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
             assert taken == {"event": "watching", "memory": "m"}
             until(lambda: complete("m"))
         assert watcher.returncode == 0
+
+
+def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, sh):
+    """A node build-tree failed (recorded with no retry time: not retried in that run) showed no ``next`` while a
+    watcher started later was retrying it: a builder tries every unbuilt node from its start, so ``status`` says
+    it is being retried, then, once that call failed too, when the watcher tries it next."""
+    import threading
+
+    slow, answer = threading.Event(), threading.Event()
+    with FakeLLM("openai", faults=lambda n, body: "500",
+                 latency=lambda n, body: (answer.wait(60) and 0) if slow.is_set() else 0) as server:
+        configure(home, server, retry_seconds=30)
+        fill("m", 2, short_every=1000)  # one long message: one call
+        assert sh("build-tree", "m", TEST_LLM_KEY="k").returncode == 6
+        assert b", next" not in sh("status", "m").stdout  # (no builder: nothing retries it)
+        slow.set()
+        later = "2026-10-08T09:31:00+08:00"  # (the watcher starts a minute after the run)
+        with watching("m", PIMEM_NOW=later):
+            until(lambda: len(server.requests) == 2)  # (its call, held)
+            status = sh("status", "m", PIMEM_NOW=later).stdout
+            assert b"failing   1+1: " in status and b"(1 try, last 2026-10-08T09:30:00+08:00, being retried)" in status, status
+            answer.set()  # (failed again)
+            until(lambda: orjson.loads((home / "m" / "compactor.json").read_bytes())["failures"]["1+1"]["tries"] == 2)
+            status = sh("status", "m", PIMEM_NOW=later).stdout
+            assert b"(2 tries, last 2026-10-08T09:31:00+08:00, next 2026-10-08T09:31:30+08:00)" in status, status

@@ -79,9 +79,32 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))
+    retrying = builder and not (row["capped"] or row["stopped"])  # (a capped or stopped watcher retries nothing)
     for fail in row["failures"]:
-        # (when the builder that failed it retries it: with none running, nothing does until one starts, so a
-        # time then, past or not, would say what will not happen)
-        retry = f", next {fail['retry']}" if builder and isinstance(fail.get("retry"), str) else ""
+        # (with no builder running, nothing retries it until one starts, so a time then would say what will not
+        # happen)
+        retry = _retry(fail, builder, now) if retrying else ""
         output.line(output.style(f"failing   {output.flatten(fail['node'])}: {output.flatten(fail['error'])} "
                                  f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(fail['at'])}{retry})", "red"))
+
+
+def _retry(fail: dict, builder: dict, now) -> str:
+    """When the running ``builder`` tries the failing node ``fail`` again: ``, next`` its retry time, or
+    ``, being retried`` once that time is past or when the node failed before the builder took the memory (a
+    builder tries every unbuilt node from its start: an earlier run's failure, recorded with no retry time, showed
+    none while a watcher retried it); nothing when this run gave it up (build-tree past --retries)."""
+    import datetime
+
+    def moment(text):
+        try:
+            return datetime.datetime.fromisoformat(text) if isinstance(text, str) else None
+        except ValueError:
+            return None
+
+    at, started, retry = moment(fail.get("at")), moment(builder.get("started")), moment(fail.get("retry"))
+    try:
+        if at is not None and started is not None and at < started or retry is not None and retry <= now:
+            return ", being retried"
+    except TypeError:  # (a hand-edited time without its offset)
+        return ""
+    return f", next {fail['retry']}" if retry is not None else ""
