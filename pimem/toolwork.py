@@ -1,6 +1,6 @@
-"""Tool work in a few words: what a tool call ran (``ran pytest``, ``edited app.py``) and how its result ended
-(``exit 1: ECONNREFUSED``, ``12 passed``), from the call's command or the path its arguments name (for a
-message not imported, its ``meta.file``; an imported one's names the transcript) and the result's exit code,
+"""Tool work in a few words: what a tool call ran (``ran pytest``, ``edited app.py``, ``read …renderer.ts``) and how
+its result ended (``exit 1: ECONNREFUSED``, ``12 passed``), from the call's command or the path its arguments name
+(for a message not imported, its ``meta.file``; an imported one's names the transcript) and the result's exit code,
 test counts and error names. A piece copied from tool traffic is at most ``TOOL_PIECE`` characters, so a line
 shown without tools can say what ran without quoting a tool's output (``privacy`` masks runs of 16).
 
@@ -36,6 +36,7 @@ _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetr
 _SETUP = frozenset("cd pushd export source . set".split())  # commands that only prepare the next one
 _COMMANDS = re.compile(r"&&|\|\||;")  # (a quoted separator splits too: the first command is still the one run)
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
+_READ_TOOLS = re.compile(r"(?:read|view|open)(?:_?file)?", re.I)  # (a tool's whole name: pi's read, Claude Code's Read)
 _PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file", "notebook_path")
 _PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
 _SHELLS = ("bash", "shell", "exec", "Bash", "shell_command", "local_shell")
@@ -94,13 +95,14 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
         edits = _EDIT_TOOLS.search(tool or text[:40])
         # an imported message's meta.file is the transcript it came from, never the file it edited
         path = meta.get("file") if isinstance(meta.get("file"), str) and not meta.get("source") else ""
-        if not path and edits:
+        reads = not edits and _READ_TOOLS.fullmatch(tool or text.split("(", 1)[0])
+        if not path and (edits or reads):
             path = argument_path(text)
         if not path and edits:
             found = _PATH_IN_TEXT.search(text)
             path = found.group() if found else ""
-        if path and edits and short(path):
-            return [("edited " + short(path), False, 1.5)]
+        if path and (edits or reads) and file_name(path):
+            return [(("edited " if edits else "read ") + file_name(path), False, 1.5 if edits else 1.0)]
         if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
             tool = text.split("(", 1)[0]
         if not command and tool in _SHELLS:
@@ -149,14 +151,43 @@ def summary(msg: dict) -> str:
 def short(piece: str) -> str:
     """At most ``TOOL_PIECE`` characters of a tool's text, as a suffix (a path keeps its file name), and none
     before a bidirectional control (it would reorder the line that shows it: ``BIDI``)."""
-    piece = piece.strip()
-    if not piece.isascii():
-        piece = BIDI.split(piece)[-1].strip()
+    piece = short_text(piece)
     if len(piece) <= TOOL_PIECE:
         return piece
     tail = piece[-TOOL_PIECE:]
     cut = tail.find("/")
     return tail[cut + 1 :] if 0 <= cut < len(tail) - 1 else ""
+
+
+def file_name(path: str) -> str:
+    """The file ``path`` names in at most ``TOOL_PIECE`` characters: ``short``'s tail of it when that holds the
+    file's whole name (``src/app.py``), else its name alone if it fits (``tui-render.ts``), else ``…`` and the
+    longest end of its name that fits and opens a word of its stem (after ``-`` or ``_``, at a capital after a small
+    letter: ``…renderer.ts`` of ``tui-renderer.ts``), else the longest start of its name ending a word, and ``…``
+    (``markdown.test…`` of ``markdown.test.ts``: ``…test.ts`` would name any test); ``""`` for no name."""
+    got = short(path)
+    if got:
+        return got
+    name = re.split(r"[/\\]", short_text(path))[-1]
+    if len(name) <= TOOL_PIECE:
+        return name
+    dot = name.find(".", 1)
+    stem = name[:dot] if dot > 0 else name
+    for m in _NAME_WORD.finditer(stem, 1):
+        if len(name) - m.start() <= TOOL_PIECE:
+            return "…" + name[m.start() :]
+    ends = [m.start() for m in _NAME_END.finditer(name, 1, TOOL_PIECE + 1)]
+    return name[: ends[-1] if ends else TOOL_PIECE] + "…"
+
+
+_NAME_WORD = re.compile(r"(?<=[-_])[^-_.]|(?<=[a-z])[A-Z]")  # where a word of a file's stem opens
+_NAME_END = re.compile(r"[-_.]|(?<=[a-z])(?=[A-Z])")  # where a word of a file's name ends
+
+
+def short_text(piece: str) -> str:
+    """``piece`` stripped, without what comes before its last bidirectional control (``short``)."""
+    piece = piece.strip()
+    return BIDI.split(piece)[-1].strip() if not piece.isascii() else piece
 
 
 def program(command: str) -> str:

@@ -24,8 +24,9 @@ def pieces(line: str) -> list[str]:
     """The line cut at the compactor's fixed connectives, with the fixed words of tool work dropped."""
     out = []
     for piece in _CONNECTIVES.split(line):
-        for word in ("ran ", "edited ", "exit "):
+        for word in ("ran ", "edited ", "read ", "exit "):
             piece = piece.removeprefix(word)
+        piece = re.sub(r" ×\d+$", "", piece).strip("…")  # (how many calls said it; a file's name cut)
         if piece:
             out.append(piece)
     return out
@@ -105,7 +106,7 @@ def test_runs_without_spaces_take_linear_time_and_no_slice_of_a_blob_is_a_fact()
     token = "".join(rand.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") for _ in range(400))
     text = f"The session token {token} expired, and the build of src/app.py failed on port 5433 (ECONNREFUSED)."
     found = extractive.units({"i": 0, "kind": "pi", "text": text})
-    assert {"src/app.py", "5433", "ECONNREFUSED"} <= {u.text for u in found}
+    assert {"src/app.py", "port 5433", "ECONNREFUSED"} <= {u.text for u in found}
     at = text.index(token)
     assert not [u.text for u in found if at <= u.pos < at + len(token)]
 
@@ -452,12 +453,12 @@ def test_a_listings_line_numbers_are_no_pieces_and_its_code_is_read_as_code():
                            ("pi", "The call was read(" + orjson.dumps({"out": listing}).decode() + ")")):
             found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
             assert not [p for p in found if re.match(r"\s*\d+(?:\t|→|\\t|\s)|(?:1\d|20)$", p)], found
-            assert {"def load_config", "class ConfigError", "PORT", "5433"} <= set(found), found
+            assert {"def load_config", "class ConfigError", "PORT", "PORT = 5433"} <= set(found), found
             assert kind == "pi" or {"import os", "def load_config(path):", "PORT = 5433"} <= set(found), found
             line = extractive.leaf(kind, text)
             assert not re.search(r"(?:^|, )1[0-9]\b", line.split(": ", 1)[1]), line
     table = "id\tname\n42\tAlice Smith\n7\tBob Jones"
-    assert {"42", "7"} <= {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": table})}
+    assert {"42", "7"} <= {w for u in extractive.units({"i": 0, "kind": "pi", "text": table}) for w in u.text.split()}
 
 
 NAMES = ["alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi", "ivan", "judy", "mallory", "niaj",
@@ -482,7 +483,7 @@ def test_a_tables_row_numbers_are_no_facts_and_its_rows_are_kept():
         line = extractive.leaf("pi", text)
         assert not counters & set(pieces(line.split(": ", 1)[1])) and all(n in line for n in NAMES[:8]), line
     found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": "I need:\n1 apple\n2 pears\nthanks"})}
-    assert {"1", "2"} <= found, found
+    assert {"1 apple", "2 pears"} <= found, found  # (each number with what it counts)
 
 
 GREP = """src/app.py:42:    def run(self):
@@ -541,7 +542,7 @@ def test_a_unified_diff_is_read_as_a_diff():
                        ("pi", "edit(" + orjson.dumps({"patch": DIFF}).decode() + ")")):
         found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
         assert not [p for p in found if re.search(r"@@|^[-+]|\d+,\d+|[ab]/src|No newline|83db48f", p)], found
-        assert {"src/app.py", "def load_config", "validate_schema", "class Server", "5433"} <= set(found), found
+        assert {"src/app.py", "def load_config", "validate_schema", "class Server", "self.port = 5433"} <= set(found), found
         assert kind == "pi" or {"def load_config(path):", "data = json.load(fh)", "self.port = 5433"} <= set(found), found
         assert "list item" in {w for p in found for w in p.split()} or "list item" in " ".join(found), found
 
@@ -568,7 +569,7 @@ def test_a_combined_diff_is_read_as_a_diff():
                        ("pi", "edit(" + orjson.dumps({"patch": COMBINED}).decode() + ")")):
         found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
         assert not [p for p in found if re.search(r"@@|^[-+ ]|\d+,\d+|[ab]/src|1a2b3c4|--cc", p)], found
-        assert {"src/app.py", "PORT", "5433", "serve_forever"} <= set(found), found
+        assert {"src/app.py", "PORT", "PORT = 5433", "serve_forever"} <= set(found), found
         assert kind == "pi" or {"import json", "import yaml", "PORT = 5433"} <= set(found), found
 
 
@@ -795,6 +796,89 @@ def test_a_merge_with_nothing_to_say_names_who_spoke(home):
     assert all(not text.endswith(":") for text in lines.values()), lines
 
 
+def test_a_bare_number_is_a_fact_with_what_it_counts_or_names():
+    """A number alone said nothing (``99``, ``7``, ``225:19``, ``2``): a path's line and column are one fact with the
+    path, and a bare number is read with its nearest words (a name before it, what it counts after it, the
+    characters it is written against in Japanese); one with none is no fact (a sentence of the user's holds it)."""
+    cases = [("see [a.ts](/x/a.ts:99) now", {"/x/a.ts:99"}, {"99"}),
+             ("It broke at src/tui/view.ts:225:19 and src/tui/box.ts:377:25 today.",
+              {"src/tui/view.ts:225:19", "src/tui/box.ts:377:25"}, {"225:19", "377:25", "19", "25 today"}),
+             ("The build hosts run CentOS 7 again.", {"CentOS 7"}, {"7"}),
+             ("I raised pool_size from 3 to 6 yesterday.", {"pool_size from 3 to 6 yesterday"}, {"3", "6"}),
+             ("（2回目）テストを実行しました。（4回目）も失敗", {"2回目", "4回目"}, {"2", "4"}),
+             ("We have 3 kids, and the api listens on port: 8080.", {"3 kids", "port: 8080"}, {"3", "8080"})]
+    for text, kept, gone in cases:
+        found = {u.text: u for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+        assert kept <= set(found) and not gone & set(found), (text, list(found))
+    found = extractive.units({"i": 0, "kind": "pi", "text": "It was 3, then new Spacer(1)."})
+    assert found and not [u.text for u in found if re.search(r"\d", u.text)], found
+    line = extractive.leaf("pi", "Changes:\n1. Removed it\n2. Moved it\n" + LONG)
+    assert not re.search(r"Changes: \d|(?:^|, )\d\b", line.removeprefix("pi: ")), line  # (a list's numbers are none)
+
+
+def test_a_memory_saying_the_same_again_and_again_still_says_what(home):
+    """16 messages or more, each word in more than about a third of them: every word weighed 0 and the line said
+    only who spoke (``6 December 2026: user, pi``); it says what the user asked."""
+    ask, reply = "How do I restart the staging server?", "Run systemctl restart app on the staging box."
+    for n in (15, 16, 80):
+        mem = Memory.at(f"m{n}")
+        mem.append([{"kind": "user" if k % 2 == 0 else "pi", "text": ask if k % 2 == 0 else reply} for k in range(n)])
+        digest = extractive.Digest(Memory.open(f"m{n}"))
+        for l, i in ((1, 0), (3, 0)) + (((6, 0),) if n == 80 else ()):
+            assert f"user: {ask}" in digest.merge(l, i), (n, l, digest.merge(l, i))
+
+
+def test_a_line_says_a_piece_once():
+    """Two messages sharing a piece gave it twice (``restart, staging server, How do I restart the staging
+    server?``): a piece already in a speaker's part of a line, or whole inside one there, is not said again, and
+    a new piece holding one said before takes its place. A piece inside a word is not said by it (``40`` by
+    ``topic40x0``)."""
+    for first, second, line in (
+            ("How do I restart the staging server?", "How do I restart the staging server? It hangs on boot.",
+             "user: How do I restart the staging server?, It hangs on boot."),
+            ("预发数据库迁移到端口5433", "预发数据库迁移到端口5433，这个问题怎么处理？", "user: 预发数据库迁移到端口5433，这个问题怎么处理")):
+        pool = extractive.units({"i": 0, "kind": "user", "text": first}) + extractive.units(
+            {"i": 1, "kind": "user", "text": second})
+        assert extractive.compose(pool) == line
+    unit = extractive.Unit
+    pool = [unit(3.0, 0, 0, "40", "pi", 1, ("40",)), unit(9.0, 1, 0, "topic40x0 plan", "pi", 1, ("topic40x0", "plan"))]
+    assert extractive.compose(pool) == "pi: 40, topic40x0 plan"
+
+
+def test_runs_of_one_program_are_said_once_with_how_many_and_how_the_last_ended(home):
+    """32 runs of pytest read ``ran pytest → exit 1, 0 failed, 2 failed, 3 failed``: one call and a list of counts,
+    no run's own (``1 failed`` of the last was missing). Calls that say the same are one, with how many there
+    were in the span and the last one's results."""
+    mem = Memory.at("m")
+    failed = [3, 2, 0, 1] * 8
+    msgs = []
+    for k, n in enumerate(failed):
+        msgs.append({"kind": "tool", "text": 'bash({"command":"pytest -x tests"})', "meta": {"tool": "bash", "call_id": f"c{k}"}})
+        msgs.append({"kind": "echo", "text": f"==== {n} failed, 12 passed in 1.2s ====",
+                     "meta": {"tool": "bash", "exit_code": 1 if n else 0, "call_id": f"c{k}"}})
+    mem.append(msgs + [{"kind": "tool", "text": 'edit({"path":"pkg/src/tui/tui-renderer.ts","oldText":"a"})',
+                        "meta": {"tool": "edit"}}] * 2)
+    digest = extractive.Digest(Memory.open("m"))
+    assert digest.merge(6, 0).split(": ", 1)[1] == "ran pytest ×32 → exit 1, 1 failed"
+    assert digest.merge(2, 0).split(": ", 1)[1] == "ran pytest ×2 → exit 1, 2 failed"  # (the first two runs)
+    assert digest.merge(1, 2).split(": ", 1)[1] == "ran pytest → exit 0"
+    assert digest.merge(1, 32).split(": ", 1)[1] == "edited …renderer.ts ×2"
+
+
+@pytest.mark.parametrize("name, said", [
+    ("pkg/src/tui/tui-renderer.ts", "…renderer.ts"),  # (its last 13 characters hold no /: it said "ran edit")
+    ("src/tui-render.ts", "tui-render.ts"),  # (a name of 13)
+    ("pkg/src/markdown.test.ts", "markdown.test…"),  # (not "…test.ts": any test)
+    ("pkg/src/wrap-ansi.test.ts", "…ansi.test.ts"),
+    ("src/app.py", "src/app.py"),
+])
+def test_an_edit_or_a_read_names_its_file_in_13_characters(name, said):
+    for tool, verb in (("edit", "edited"), ("read", "read"), ("Read", "read")):
+        msg = {"kind": "tool", "text": f'{tool}({orjson.dumps({"path": name}).decode()})', "meta": {"tool": tool}}
+        assert toolwork.summary(msg) == f"{verb} {said}"
+    assert len(said.strip("…")) <= toolwork.TOOL_PIECE
+
+
 def test_lines_do_not_depend_on_the_hash_seed(tmp_path):
     """Two real processes with different ``PYTHONHASHSEED`` build the same lines from the same log (a third of
     it Chinese, whose clauses share many word pairs: a sum of word weights in a set's order differed)."""
@@ -831,7 +915,7 @@ def test_a_long_running_digest_takes_its_word_statistics_again_once_the_log_has_
     mem.append([{"kind": "user", "text": text(k)} for k in range(4, 64)])
     line = running.leaf(40, "user", text(40))
     assert line == extractive.Digest(Memory.open("m")).leaf(40, "user", text(40))
-    assert line.startswith("user: topic40x0 project"), line
+    assert line.startswith("user: project 40, topic40x0 project"), line
     # a chat of short messages has no leaf to write: its merges take them again as well
     chat = Memory.at("chat")
     chat.append([{"kind": "user", "text": f"hello {k}"} for k in range(4)])

@@ -4,7 +4,9 @@ A line says who spoke and what about. Each message yields **units**, exact subst
 user's ask (the first sentence of a user message), key phrases (runs of words between stop words and
 punctuation; Chinese clauses between its punctuation) scored by how distinctive their words are against the
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
-numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. No unit holds half a pair of quotes,
+numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. A bare number is a fact only with what it
+counts or names, its nearest words in its clause (``CentOS 7``, ``pool_size from 3 to 6``, ``3 kids``, ``2回目``), and a
+path's line and column are one with it (``src/app.ts:225:19``). No unit holds half a pair of quotes,
 a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
 (``cat -n``) or a table's row numbers (``1 alice 34``), a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``; a
 merge's combined diff's too), or a bidirectional control (it would reorder the line on a terminal); an ellipsis or
@@ -14,14 +16,18 @@ escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and lin
 name when it is quoted, its space escaped, or it reads as one (``~/My Documents/report 2024.pdf``). Tool work becomes
 what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names; a piece taken from tool traffic is at most
-13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would).
+13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would). Calls of a span
+that say the same are said once, with how many there were and how the last one ended (``ran pytest ×32 → exit 1,
+1 failed``).
 
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
-nothing again, each further unit of one message counting less), grouped by speaker (the user first, then
+nothing again, each further unit of one message counting less, no piece twice in a speaker's part: one holding a
+piece said before takes its place), grouped by speaker (the user first, then
 the other speakers, then the tool work), in log order within a group, joined by the fixed connectives
 ``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated. A merge's line is
 headed by its span's days, from the messages' dates, as a reader says them (``8, 25 May 2023``; ISO for a
-span in Chinese).
+span in Chinese). A span whose units all weigh nothing (each of its words in more than about a third of the
+memory's messages: one question asked again and again) is said by its first ask, each word weighing alike.
 
 Offline it may read the span's original messages (it runs locally): ``Digest(mem)`` is one memory's
 compactor; a merge draws on the units of its whole span, not on the two child lines: its children's pools
@@ -142,16 +148,19 @@ _SEG = (r"(?:(?=[\w@+-]++[ ][A-Z0-9])(?:[\w@+-]++(?:[ ][A-Z0-9][\w@+-]*+){1,3}+(
 _QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`]..)"""
                 r"""(?=(?:~[\w.-]*|\$\{?\w+\}?)/|\.{0,2}/[^/"'`\n]+/)(?=[^"'`\n]*[ ])"""
                 rf"""[^"'`\n]{{2,{SENTENCE}}}(?<!\s)\1(?!\w)""")
+# a file's line (and column) after it, as a compiler, a linter, a stack trace or a link writes them (``src/app.ts:225:19``,
+# ``[a.ts](/x/a.ts:99)``): one fact with its file, not a number alone (``225:19`` is no time)
+_AT_LINE = r"(?::\d{1,7}(?::\d{1,4})?(?!\w|:\d))?"
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
-    | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.)
-    WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}
+    | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.){_AT_LINE}
+    WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}{_AT_LINE}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
-    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL} | {_EXT} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
-          | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL} | {_EXT} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
+    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
+          | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
                        | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
-          | (?=\d){_INSIDE}(?: {_EXT} | {_DIGITS} )
-          | (?![a-zA-Z0-9]){_INSIDE}{_EXT} )
+          | (?=\d){_INSIDE}(?: {_EXT}{_AT_LINE} | {_DIGITS} )
+          | (?![a-zA-Z0-9]){_INSIDE}{_EXT}{_AT_LINE} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
     | {_QUOTED_PATH}
     | `[^`\n]{{1,60}}` | "(?<![^\W{_CJK}]")(?<!"")[^"\s][^"\n]{{1,59}}(?<!\s)"(?![^\W{_CJK}])
@@ -429,6 +438,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 yield start, m.group()
 
     for start, piece in found():
+        if piece.isdecimal() and piece.isascii():  # a bare number: a fact with what it counts or names, else none
+            at, end = _counted(text, start, start + len(piece))
+            if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
+                at = start  # (a word of a path or a URL is none of its words)
+            if (at, end) != (start, start + len(piece)):
+                add(text[at:end], at, 1.3)
+            continue
         if len(piece) > SENTENCE and "://" in piece[:8]:  # a long URL: up to a path boundary
             piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
             if piece.count("/") < 3:
@@ -458,10 +474,44 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES and not (
                         paths and _astride(paths, start, end)):
                     add(part, start)
+        elif phrase.isdecimal():
+            continue  # (a bare number: its fact, with its words)
         elif text[pos - 1 : pos] not in _SLASHES and text[pos + len(phrase) : pos + len(phrase) + 1] not in _SLASHES \
                 and not (paths and _astride(paths, pos, pos + len(phrase))):
             add(phrase, pos)  # (a path's part: its fact)
     return out
+
+
+# the words a bare number is read with: up to four before it in its clause (it ends at punctuation other than a
+# ``key: value``'s or ``key=value``'s, or a table's cell's: ``alice | 34``, ``alice,34``, a tab), the nearest that is
+# no stop word or number its start; the word right after it; in Chinese, Japanese or Korean the characters it is
+# written against (``2回目``, ``端口5433``)
+_LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_][\w'’+#.-]*(?: +| *[:=|] *|\t+|,)){1,4}\Z")
+_LEAD_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
+_TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)|[{_CJK}]{{1,3}}")
+_CJK_LEAD = re.compile(f"[{_CJK}]{{1,4}}\\Z")
+
+
+def _counted(text: str, start: int, end: int) -> tuple[int, int]:
+    """Where the bare number at ``start:end`` of ``text`` is read with its words (``_LEAD``, ``_TRAIL``):
+    ``CentOS 7``, ``pool_size from 3 to 6``, ``3 people``, ``port 8080``, ``2回目``; ``start:end`` when it has none."""
+    at = start
+    lead = _LEAD.search(text, max(0, start - 80), start)
+    if lead and lead.start() and unicodedata.category(text[lead.start() - 1])[0] == "M":
+        lead = None  # (it would start inside a word: after a combining mark)
+    if lead:
+        for m in reversed(list(_LEAD_WORD.finditer(lead.group()))):
+            word = m.group().lower()
+            if not (word in STOP or word.isdecimal() or len(word) < 2):
+                at = lead.start() + m.start()
+                break
+    elif start and _CJK_RUN.match(text, start - 1):
+        lead = _CJK_LEAD.search(text, max(0, start - 4), start)
+        at = lead.start() if lead else start
+    trail = _TRAIL.match(text, end)
+    if trail and trail.group().strip().lower() not in STOP and not trail.group().strip().isdecimal():
+        end = trail.end()
+    return at, end
 
 
 # a path's last name running from ASCII into Chinese or Japanese: "修改~/.config/x文件", "写到/etc/app/config.yaml里"
@@ -830,17 +880,21 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
 
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
-    groups: set[str] = set()
+    groups: dict[str, list[Unit]] = {}  # by speaker: the pieces each says (tool work aside), none said twice
     used = len(head.encode("utf-8")) + (2 if head else 0)
 
     def take(u: Unit, mine: list[Unit], inside: list[Unit], cost: int) -> None:
         nonlocal used
         used += cost
+        said_by = groups.setdefault(u.who, [])
         for c in inside:
-            mine.remove(c)
+            chosen[c.i].remove(c)
+            taken_bytes[c.i] -= c.size + 2
+            said_by.remove(c)
         mine.append(u)
-        taken_bytes[u.i] = sum(c.size + 2 for c in mine) if inside else taken_bytes.get(u.i, 0) + u.size + 2
-        groups.add(u.who)
+        taken_bytes[u.i] = taken_bytes.get(u.i, 0) + u.size + 2
+        if u.rank < 2:
+            said_by.append(u)
         for w in u.words:  # said now: the other units holding it have one fresh word less (``u`` is done)
             if w not in said:
                 said.add(w)
@@ -880,8 +934,10 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
                 continue
             if g <= 0:
                 break
-            if not any(u.text in c.text for c in mine):  # (said already)
-                inside = [c for c in mine if c.text in u.text]  # said again by the new unit: they go
+            said_by = groups.get(u.who, ()) if u.rank < 2 else ()  # (tool work: "exit 0" of each call)
+            text = u.text
+            if not any(text in c.text and _holds(c.text, text) for c in said_by):  # (said already, here or before)
+                inside = [c for c in said_by if c.text in text and _holds(text, c.text)]  # said again by it: they go
                 cost = u.size + 3 + (_size(u.who) + 2 if u.who not in groups else 0) - sum(c.size + 2 for c in inside)
                 if used + cost <= limit:
                     take(u, mine, inside, cost)
@@ -889,6 +945,23 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
             break
         best = heappop(heap)
     return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
+
+
+def _holds(text: str, piece: str) -> bool:
+    """True when ``piece`` occurs in ``text`` whole: not as part of a word of it (``40`` is no piece of
+    ``topic40x0``; Chinese and Japanese, written without spaces, have no such parts)."""
+    at = text.find(piece)
+    while at >= 0:
+        end = at + len(piece)
+        if not (at and _joins(text[at - 1], piece[0]) or end < len(text) and _joins(piece[-1], text[end])):
+            return True
+        at = text.find(piece, at + 1)
+    return False
+
+
+def _joins(a: str, b: str) -> bool:
+    """True when characters ``a`` and ``b`` side by side are one word (letters, digits, ``_``; not Chinese)."""
+    return (a.isalnum() or a == "_") and (b.isalnum() or b == "_") and not (_CJK_RUN.match(a) or _CJK_RUN.match(b))
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -1026,7 +1099,8 @@ class Digest:
         self.limit = int(mem.config["line_bytes"])  # each line's bytes, at most
         self._stats: Stats | None = None
         self._stats_count = 0  # the log's messages when the statistics were taken
-        self.pools: dict[tuple[int, int], tuple[list[Unit], tuple[str, ...]]] = {}  # (l, i) → (units, days)
+        # (l, i) → its units, days and runs (``_runs``)
+        self.pools: dict[tuple[int, int], tuple[list[Unit], tuple[str, ...], dict]] = {}
         self.leaves: dict[int, tuple[list[Unit], str]] = {}  # recent messages' units and dates (read once)
         self.passed: dict[int, dict] = {}  # messages the forward read passed, their units not made yet
         self._feed = None  # the forward read of the log that serves ``_leaf``
@@ -1054,7 +1128,7 @@ class Digest:
         self._grown(i + 1)
         msg = {"i": i, "kind": kind, "text": text, "meta": meta or {}, "date": date}
         found = units(msg, self.stats)
-        self.pools[(0, i)] = (top(found), _leaf_days(date))
+        self.pools[(0, i)] = (top(found), _leaf_days(date), _runs(found))
         self._keep(i, top(found, LEAF_UNITS), msg.get("date") or "")
         return leaf_line(msg, found, self.limit)
 
@@ -1098,28 +1172,90 @@ class Digest:
 
     def merge(self, l: int, i: int) -> str:
         self._grown((i + 1) << l)
-        pool, days = self._pool(l, i)
-        self.pools[(l, i)] = (pool, days)
+        pool, days, runs = self._pool(l, i)
+        self.pools[(l, i)] = (pool, days, runs)
         head = _dates(days, _chinese(pool))
-        line = compose(pool, head, self.limit)
-        if line == head and (1 << l) <= LABELLED:  # nothing to say of it (results that ended well): who spoke
-            start = i << l
-            labels = dict.fromkeys(_label(m.get("kind", ""), _speaker(m)[0]) for m in self.mem.messages(start, start + (1 << l)))
+        line = compose(_folded(pool, runs) if runs else pool, head, self.limit)
+        if line == head:  # nothing to say of it: every word in it is common in the memory, or results ended well
+            line = self._plainly(l, i, head)
+        return line
+
+    def _plainly(self, l: int, i: int, head: str) -> str:
+        """A line for span ``(l, i)`` when its units weigh nothing (a memory saying the same again and again: each
+        of its words in more than about one message in three): the first message of the user in its first
+        ``LABELLED`` (else the first that is no tool work), each word weighing alike: the first thing asked; else,
+        for a span of at most ``LABELLED`` messages, who spoke in it."""
+        start = i << l
+        msgs = list(self.mem.messages(start, start + min(1 << l, LABELLED)))
+        first = next((m for m in msgs if m.get("kind") == "user"), None) or next(
+            (m for m in msgs if _speaker(m)[1] < 2), None)
+        line = compose(units(first), head, self.limit) if first is not None else head
+        if line == head and (1 << l) <= LABELLED:
+            labels = dict.fromkeys(_label(m.get("kind", ""), _speaker(m)[0]) for m in msgs)
             line = cut_line(f"{head}: {', '.join(labels)}" if head else ", ".join(labels), self.limit)
         return line
 
-    def _pool(self, l: int, i: int) -> tuple[list[Unit], tuple[str, ...]]:
-        """The units of node ``(l, i)``'s span and its days (``_days``): kept since the node was built, else
-        its children's (a message's own units at the bottom)."""
+    def _pool(self, l: int, i: int) -> tuple[list[Unit], tuple[str, ...], dict]:
+        """The units of node ``(l, i)``'s span, its days (``_days``) and its runs (``_runs``): kept since the node
+        was built, else its children's (a message's own units at the bottom)."""
         kept = self.pools.pop((l, i), None)
         if kept is not None:
             return kept
         if l == 0:
             found, date = self._leaf(i)
-            return found, _leaf_days(date)
-        a, first = self._pool(l - 1, 2 * i)
-        b, last = self._pool(l - 1, 2 * i + 1)
-        return top(a + b), _days(first, last)
+            return found, _leaf_days(date), _runs(found)
+        a, first, ran = self._pool(l - 1, 2 * i)
+        b, last, then = self._pool(l - 1, 2 * i + 1)
+        return top(a + b), _days(first, last), _added(ran, then)
+
+
+def _runs(found: list[Unit]) -> dict:
+    """The tool calls of a message's units, as a span's runs: what each says (``ran pytest``, ``edited app.py``) →
+    [how many calls said it, the last one's key (``Unit.call``)]."""
+    return {u.text: [1, u.call] for u in found if u.rank == 2 and not u.result} if found and found[0].rank == 2 else {}
+
+
+def _added(a: dict, b: dict) -> dict:
+    """The runs of two adjacent spans (``_runs``) as one span's: their counts added, the later span's last call."""
+    if not a or not b:
+        return a or b
+    out = dict(a)
+    for text, (n, last) in b.items():
+        got = out.get(text)
+        out[text] = [got[0] + n, last] if got else [n, last]
+    return out
+
+
+def _folded(pool: list[Unit], runs: dict) -> list[Unit]:
+    """``pool`` with the calls that say the same (a program run again and again, a file edited again) as one:
+    ``ran pytest ×32`` (its count from ``runs``: the span's, exact where the pool keeps only its best units), the
+    last call's results after it; the other calls' results go (``3 failed, 0 failed, 2 failed`` said nothing of
+    which run they were). When the pool lost the last call, its latest call that it holds stands for them, without
+    results (they are not how the runs ended)."""
+    standing: dict[str, Unit] = {}  # what the calls say → the call kept for them
+    calls: dict[object, str] = {}  # each such call's key → what it says
+    for u in pool:
+        if u.rank == 2 and not u.result and runs.get(u.text, (1,))[0] > 1:
+            calls[u.call] = u.text
+            got, last = standing.get(u.text), runs[u.text][1]
+            if got is None or u.call == last or got.call != last and u.i > got.i:
+                standing[u.text] = u
+    if not calls:
+        return pool
+    out = []
+    for u in pool:
+        text = calls.get(u.call) if u.rank == 2 else None
+        if text is None:
+            out.append(u)
+            continue
+        kept, (n, last) = standing[text], runs[text]
+        if u.result:
+            if u.call == kept.call == last:
+                out.append(u)
+        elif u is kept:
+            out.append(Unit(u.score, u.i, u.pos, f"{u.text} ×{n}", u.who, u.rank, u.words, False,
+                            u.call if u.call == last else ("runs", text)))
+    return out
 
 
 def _leaf_days(date: str | None) -> tuple[str, ...]:

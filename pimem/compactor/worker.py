@@ -206,13 +206,14 @@ def serve(name: str, path: str, home: str, size: int, block: int, k: int, source
         try:
             for l, i, kind, text, meta, date, ship, given in orjson.loads(source.read(_LEN.unpack(head)[0])):
                 started = time.perf_counter()
-                for c, units, days in given:
-                    digest.pools[(l - 1, c)] = ([Unit(*u[:6], tuple(u[6]), *u[7:]) for u in units], tuple(days))
+                for c, units, days, runs in given:
+                    digest.pools[(l - 1, c)] = ([Unit(*u[:6], tuple(u[6]), *u[7:]) for u in units], tuple(days), runs)
                 line = digest.leaf(i, kind, text, meta, date) if l == 0 else digest.merge(l, i)
                 pool = None
                 if ship:
-                    units, days = digest.pools.pop((l, i))
-                    pool = [[[u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, u.result, u.call] for u in units], days]
+                    units, days, runs = digest.pools.pop((l, i))
+                    pool = [[[u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, u.result, u.call] for u in units], days,
+                            runs]
                 answers.append((line, round(time.perf_counter() - started, 4), pool))
         except Exception as exc:  # the builder builds it again inline, where it raises with its traceback
             answers = f"{type(exc).__name__}: {exc}"
