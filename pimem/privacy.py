@@ -48,7 +48,8 @@ _IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180
                         "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 _ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string escape, as call arguments are logged
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")  # a terminal's colours
+# a terminal's escape sequence (colours, a title, a cursor move; an 8-bit CSI too)
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 _PLAIN = {**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
           **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
           **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')}
@@ -146,7 +147,7 @@ def readings(text: str) -> list[str]:
     forms = [text]
     if "\\" in text and (plain := _unescaped(text)) != text:
         forms.append(plain)
-    return forms + [plain for form in forms if "\x1b" in form and (plain := _ANSI.sub("", form)) != form]
+    return forms + [plain for form in forms if "\x1b" in form and (plain := ANSI.sub("", form)) != form]
 
 
 def _merged(runs: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -15,6 +15,8 @@ import unicodedata
 
 import orjson
 
+from .privacy import ANSI
+
 # characters: the longest piece taken from tool traffic. Privacy masks runs of 16, and a piece sits between
 # connectives whose edge characters (a space, a comma) the tool's text may hold around it too
 TOOL_PIECE = 13
@@ -113,6 +115,8 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
     code = meta.get("exit_code")
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
     flag = meta.get("is_error") if isinstance(meta.get("is_error"), bool) else None  # a harness's error flag
+    if "\x1b" in text or "\x9b" in text:  # (coloured: "\x1b[31m3 failed" is no count, "31mTypeError" no name)
+        text = ANSI.sub("", text)
     # one count (failures first): two side by side would quote the tool's own "1 failed, 12 passed"
     count, error = outcome(scan(text))
     if code == 0 or code is None and flag is False:  # it ended well: error names in its output are what it

@@ -762,9 +762,21 @@ def test_a_result_is_joined_to_its_own_call_even_beside_another(home):
     ({"exit_code": 1, "is_error": True}, "npm error\nCommand exited with code 1", ["exit 1"]),
     ({}, "==== 12 passed, 1 error in 0.2s ====", ["1 error"]),  # nothing says how it ended: its output does
     ({}, "curl: (7) ECONNREFUSED", ["ECONNREFUSED"]),
+    # in colour (a test runner or npm forcing it): its count and error name all the same, not the next count
+    ({"exit_code": 1}, "\x1b[31m3 failed\x1b[0m, 2 passed in 0.4s", ["exit 1", "3 failed"]),
+    ({"exit_code": 1}, "\x1b[1;31mTypeError\x1b[0m: x is not a function", ["exit 1: TypeError"]),
 ])
 def test_how_a_result_ended_comes_from_its_exit_code_and_flag_before_its_output(meta, text, said):
     assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": meta})] == said
+
+
+def test_a_terminals_colours_are_no_letters_of_a_lines_words():
+    """An escape sequence (``\x1b[31m``) ends what it is in: its ``31m`` glued to the word after it was a piece,
+    ``31mError``, and ``0m`` another."""
+    line = extractive.leaf("echo", "\x1b[31mError\x1b[0m: connection refused on port 5433 while starting the server")
+    assert "Error" in line and "5433" in line and "31m" not in line and "0m" not in line, line
+    line = extractive.leaf("pi", "The build printed \x1b[1mwarning\x1b[0m about the \x1b[33mdeprecated\x1b[0m flag")
+    assert "warning" in line and "deprecated" in line and not re.search(r"\d+m\b|\x1b", line), line
 
 
 @pytest.mark.parametrize("command, said", [

@@ -12,6 +12,7 @@ import re
 import unicodedata
 
 from ..config import LINE_BYTES
+from ..privacy import ANSI
 
 _FENCE = re.compile(r"^\s*```[\w+-]*\s*$", re.M)
 _WHITESPACE = re.compile(r"\s+")
@@ -27,7 +28,6 @@ _COMMAS = ((b", ", 0), ("，".encode(), 0), ("、".encode(), 0))
 _TRAILING = " \t;,:，、；：-—"
 # a terminal's escape sequences (colours, titles, cursor moves: 7-bit and 8-bit), and the control characters,
 # C0 (but the tab and line breaks, which ``flatten`` makes spaces), DEL and C1
-_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 _CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
@@ -44,7 +44,7 @@ def strip_controls(text: str) -> str:
     faithfulness guard read ``\\x1b[31m`` as the number 31."""
     if not _CONTROLS.search(text):  # (ESC is one: a reply without any is as it came)
         return text
-    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
+    return _CONTROLS.sub(" ", ANSI.sub("", text))
 
 
 def strip_label(text: str) -> str:

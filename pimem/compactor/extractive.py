@@ -48,6 +48,7 @@ import re
 import unicodedata
 
 from .. import toolwork
+from ..privacy import ANSI
 # (the bidirectional controls: unseen, they reorder how a terminal shows what follows them on a line. No piece
 # holds one: each ends what it is in, a word, a phrase, a fact)
 from ..toolwork import BIDI as _BIDI, SCAN_HEAD, SCAN_TAIL, scan as _scan
@@ -365,6 +366,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     bidi = not text.isascii() and _BIDI.search(text)
     if bidi:  # (a line break, of the same length, in their place: no piece runs over one)
         text = _BIDI.sub("\n", text)
+    if "\x1b" in text or "\x9b" in text:  # a terminal's colours: line breaks too (``31mError`` is no word)
+        text = ANSI.sub(lambda m: "\n" * len(m.group()), text)
     if "\t" in text or "→" in text or "\\t" in text or _ROW_START.search(text):
         text = _ungutted(text)  # a listing's line numbers (``cat -n``), a table's row numbers: not its text
     # (minified code is found before the escapes are read: its own, ``"\x1f"``, would cut its line in pieces)
