@@ -857,6 +857,28 @@ def test_a_line_says_a_piece_once():
     assert extractive.compose(pool) == "pi: 40, topic40x0 plan"
 
 
+def test_a_users_sentence_two_pieces_come_from_is_said_whole():
+    """A merge's line said the user's ask in fragments (``user: need, fix, tui test sources, what's lakcing,
+    htemes, selectlist, editor``) where the leaf below held the sentences: its words' pieces weigh more per byte
+    than the sentence, and once they were said the sentence added nothing. The second piece of one sentence of the
+    user is said by the sentence itself when the line has room for it, in place of the first; a named speaker's
+    (people talking to each other) are said in a few words each, as before."""
+    ask = ("we need to fix the tui test sources. what's lacking is the themes for selectlist, editor, and markdown. "
+           "create default themes shared across all the tests using chalk")
+    assert extractive.leaf("user", ask, 120) == (
+        "user: we need to fix the tui test sources., create default themes shared across all the tests using chalk")
+    said = ("hm, i selected the theme while you were working and got a crash, that should never happen. "
+            "my dude, this exploded when i restarted with -r. invalid themes must NEVER explode")
+    assert extractive.leaf("user", said, 200) == (
+        "user: hm, i selected the theme while you were working and got a crash, that should never happen., "
+        "my dude, this exploded when i restarted with -r., invalid themes must NEVER explode")
+    assert extractive.leaf("user", said, 90) == "user: hm, theme, working, crash, happen, dude, invalid themes must, explode"
+    named = extractive.units({"i": 0, "kind": "user", "text": ask, "meta": {"speaker": "Caroline"}})
+    assert extractive.compose(named, limit=130) == (
+        "Caroline: need, fix, tui test sources, editor, markdown, create default themes shared across all the tests "
+        "using chalk")
+
+
 def test_runs_of_one_program_are_said_once_with_how_many_and_how_the_last_ended(home):
     """32 runs of pytest read ``ran pytest → exit 1, 0 failed, 2 failed, 3 failed``: one call and a list of counts,
     no run's own (``1 failed`` of the last was missing). Calls that say the same are one, with how many there

@@ -22,7 +22,8 @@ that say the same are said once, with how many there were and how the last one e
 
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
 nothing again, each further unit of one message counting less, no piece twice in a speaker's part: one holding a
-piece said before takes its place), grouped by speaker (the user first, then
+piece said before takes its place; a second piece of one sentence the user asked a model brings the sentence whole),
+grouped by speaker (the user first, then
 the other speakers, then the tool work), in log order within a group, joined by the fixed connectives
 ``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated. A merge's line is
 headed by its span's days, from the messages' dates, as a reader says them (``8, 25 May 2023``; ISO for a
@@ -857,10 +858,11 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
 # ---- a line from units -----------------------------------------------------------------------------------
 
 
-def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
+def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: str | None = "user") -> str:
     """The best units of ``pool`` that fit in ``limit`` bytes, rendered as one line: greedy by gain (a unit's
     value per byte, times the share of its words not said yet, times how common those words are in the
-    span, divided by 1 + ``SPREAD`` × the units its message has given), taken lazily from a heap."""
+    span, divided by 1 + ``SPREAD`` × the units its message has given), taken lazily from a heap. A second piece
+    of one sentence of ``asker`` (the unnamed user, asking a model) brings the sentence whole in their place."""
     if not pool:
         return cut_line(head, limit)
     # where each word occurs; each unit's words not yet said, kept up to date as words are said: how many,
@@ -878,6 +880,24 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
     fresh_df = [sum(map(len, map(where.__getitem__, u.words))) for u in pool]
     said: set[str] = set()
     log = math.log
+    # a piece of what the user asked a model inside a longer one of the same message (the sentence it is a
+    # phrase of): once a second piece of it would be said, the longer one is said in their place, the ask whole
+    # rather than its words in fragments. (Named speakers, people talking to each other, say many things a line
+    # names each in a few words.)
+    within: dict[int, Unit] = {}
+    asked: dict[int, list[int]] = {}
+    for n, u in enumerate(pool):
+        if u.rank == 0 and u.who == asker:
+            asked.setdefault(u.i, []).append(n)
+    for ns in asked.values():
+        if len(ns) > 2:
+            ns.sort(key=lambda n: -pool[n].size)
+            for k, n in enumerate(ns):
+                text = pool[n].text
+                c = next((pool[m] for m in ns[:k] if pool[m].size > pool[n].size and text in pool[m].text
+                          and _holds(pool[m].text, text)), None)
+                if c is not None:
+                    within[n] = c
     # units of one message all count less alike as it gives more: no need to re-weigh them for it
     spread = SPREAD if any(u.i != pool[0].i for u in pool) else 0.0
 
@@ -938,6 +958,17 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES) -> str:
             if g <= 0:
                 break
             said_by = groups.get(u.who, ()) if u.rank < 2 else ()  # (tool work: "exit 0" of each call)
+            whole = within.get(n) if mine else None
+            if whole is not None and any(c.text in whole.text and _holds(whole.text, c.text) for c in mine) and not any(
+                    whole.text in c.text and _holds(c.text, whole.text) for c in said_by):
+                inside = [c for c in said_by if c.text in whole.text and _holds(whole.text, c.text)]
+                cost = whole.size + 3 - sum(c.size + 2 for c in inside)
+                if used + cost <= limit:
+                    take(whole, mine, inside, cost)
+                    if not heap:
+                        break
+                    best = heappop(heap)
+                    continue
             text = u.text
             if not any(text in c.text and _holds(c.text, text) for c in said_by):  # (said already, here or before)
                 inside = [c for c in said_by if c.text in text and _holds(text, c.text)]  # said again by it: they go
@@ -1282,7 +1313,7 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
         body = compose(facts, "", limit - len(head.encode("utf-8")) - 2)
         return cut_line(f"{head}; {body}" if work and body else f"{head}: {body}" if body else head, limit)
     body = compose([u.told("", u.rank) for u in found], "",
-                   limit - len(label.encode("utf-8")) - 2)
+                   limit - len(label.encode("utf-8")) - 2, "" if who == "user" else None)
     if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters (and before a
         # bidirectional control, and a blob: base64, minified code is no text to show, the label alone says more)
         text = msg.get("text") or ""
