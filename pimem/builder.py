@@ -9,7 +9,8 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s; what the server asked for with ``Retry-After``, sooner or
   later) and goes back to its queue, for ever, without backoff (``build-tree``: ``retries`` times, and not
-  when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run retries it).
+  when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run retries it); a node an earlier
+  run failed waits for the retry time it recorded, if that is still to come (``Builder._deferred``).
 
 Only the texts of built nodes whose parent is not built yet are kept (the frontier), so memory stays small.
 A builder runs in one of two modes: ``BUILD`` (the scheduler drives it: calls, writes) or ``SURVEY`` (one read
@@ -111,6 +112,7 @@ class Builder:
         self.waiting: list[tuple[float, int, int]] = []  # heap of (due, l, i): failed, waiting to retry
         self.tries: dict[tuple[int, int], int] = {}
         self.gave_up: set[tuple[int, int]] = set()
+        self.deferred: set[tuple[int, int]] = set()  # nodes that waited for a retry time an earlier run recorded
         self.inflight: set[tuple[int, int]] = set()
         self.to_write: list[tuple[int, int, str, dict]] = []
         self.next_leaf = 0  # the next message the leaf feed reads
@@ -284,19 +286,50 @@ class Builder:
             else:
                 heapq.heappush(self.ready_merges, (l, i))
         self.admit()
-        if self.ready_merges:
+        recorded = self.state.failures and not self.compactor.offline  # (an earlier run's may wait: ``_deferred``)
+        while self.ready_merges:
             l, i = heapq.heappop(self.ready_merges)
+            if recorded and self._deferred(l, i):
+                continue
             self.inflight.add((l, i))
             if self.suspects is None and not self.compactor.offline:
                 self.suspects = suspect_marks(self.mem)
             return Task(l, i, left=self._text(l - 1, 2 * i), right=self._text(l - 1, 2 * i + 1), limit=self.line_bytes)
-        if self.ready_leaves:
+        while self.ready_leaves:
             i = self.ready_leaves.popleft()
+            if recorded and self._deferred(0, i):
+                continue
             msg = self.messages[i]
             self.inflight.add((0, i))
             return Task(0, i, kind=msg["kind"], text=msg["text"], meta=msg.get("meta"), date=msg.get("date"),
                         limit=self.line_bytes)
         return None
+
+    def _deferred(self, l: int, i: int) -> bool:
+        """Whether node ``(l, i)``, not tried by this builder yet, waits for the retry time an earlier run recorded
+        (``compactor.json``: what a server asked with ``Retry-After``, or ``retry_seconds``) instead of going now:
+        a new builder called it at once, so a server that asked a run to wait was asked again straight away. It
+        waits until then (``MAX_RETRY_WAIT`` at most, in case the clock moved), held in the compactor's view as a
+        call failing now would be; ``build-tree`` leaves it to the next run, a failed node whose error and retry
+        time stay as recorded, when that is more than ``ONCE_RETRY_WAIT`` away. A time past, or none: it goes."""
+        if (l, i) in self.tries or (l, i) in self.deferred:
+            return False
+        entry = self.state.failures.get(label(l, i))
+        if entry is None or "retry" not in entry:
+            return False
+        wait = (datetime.datetime.fromisoformat(entry["retry"]) - env.now()).total_seconds()
+        if wait <= 0:
+            return False
+        self.deferred.add((l, i))
+        later = self.retries is not None and wait > ONCE_RETRY_WAIT
+        if self.cview is not None:
+            self.cview.sending(l, i)
+            self.cview.failed(l, i, retried=not later and entry["tries"] < STUCK_TRIES)
+        if later:
+            self.gave_up.add((l, i))
+        else:
+            heapq.heappush(self.waiting, (time.monotonic() + min(wait, MAX_RETRY_WAIT), l, i))
+        return True
 
     def spent_today(self) -> tuple[str, float]:
         """Today's local date and what this memory's compactor spent today: the nodes built today (read from

@@ -645,11 +645,57 @@ def test_a_node_waiting_for_its_retry_is_a_call_in_flight_until_it_keeps_failing
         assert (0, 1) in once.cview.failing and once.cview.view.T == 1 + builder.WINDOW and once.waiting == []
 
 
+def test_a_retry_time_an_earlier_run_recorded_is_waited_for_as_a_call_in_flight(home):
+    """A node an earlier run failed, its retry time to come (``compactor.json``): a new builder called it at once.
+    A watcher waits for it (``MAX_RETRY_WAIT`` at most: the clock may have moved), the compactor's view held
+    behind it as behind a retried failure; build-tree waits up to ``ONCE_RETRY_WAIT`` and past that leaves it
+    failed, folded around, its record as it was. A time past, or none, changes nothing."""
+    import time
+
+    with FakeLLM("openai") as server:
+        configure(home, server, retry_seconds=30)
+        fill("m", 40, short_every=1000)  # (message 0 is short: leaf 1 is the first call)
+        path = home / "m" / "compactor.json"
+
+        def first(retry, retries=None, tries=1):
+            path.unlink(missing_ok=True)
+            for _ in range(tries):
+                BuildState(home / "m").failed("1+1", "HTTP 429: slow down", "2026-10-08T09:29:00+08:00", retry)
+            recorded = path.read_bytes()
+            built = builder.Builder(Memory.open("m"), retries=retries)
+            task = built.next_task(time.monotonic())
+            assert path.read_bytes() == recorded
+            waits = [due - time.monotonic() for due, l, i in built.waiting if (l, i) == (0, 1)]
+            return built, (task.l, task.i), waits
+
+        watch, task, waits = first("2026-10-08T09:30:20+08:00")  # (the clock: 09:30:00)
+        assert task == (0, 2) and len(waits) == 1 and 19 < waits[0] <= 20
+        assert watch.cview.failing == set() and watch.cview.view.T == 1  # held back behind it
+        again = watch.next_task(time.monotonic() + 21)  # (then it goes, though this clock stands still)
+        assert (again.l, again.i) == (0, 1) and watch.waiting == []
+        once, task, waits = first("2026-10-08T09:30:20+08:00", retries=0)
+        assert task == (0, 2) and len(waits) == 1 and 19 < waits[0] <= 20 and once.gave_up == set()
+        once, task, waits = first("2026-10-08T09:31:01+08:00", retries=3)
+        assert task == (0, 2) and waits == [] and once.gave_up == {(0, 1)}
+        assert (0, 1) in once.cview.failing and once.cview.view.T > 1  # folded around
+        watch, task, waits = first("2026-10-08T09:31:01+08:00")
+        assert task == (0, 2) and 60 < waits[0] <= 61 and watch.gave_up == set()
+        _, task, waits = first("2027-10-08T09:30:00+08:00")
+        assert task == (0, 2) and builder.MAX_RETRY_WAIT - 1 < waits[0] <= builder.MAX_RETRY_WAIT
+        watch, task, waits = first("2026-10-08T09:30:20+08:00", tries=builder.STUCK_TRIES)
+        assert task == (0, 2) and len(waits) == 1 and (0, 1) in watch.cview.failing  # (failing: folded around)
+        for retry in ("2026-10-08T09:29:59+08:00", None):
+            assert first(retry)[1:] == ((0, 1), [])
+
+
 def test_build_tree_leaves_a_node_the_server_asks_to_wait_minutes_for_to_the_next_run(home, sh):
     """A 429 with ``Retry-After: 300`` to ``build-tree --retries 3``: the run slept 5 minutes before each retry (15
     in all, so a cron run every 10 minutes found the next one's lease held and exited 4). A wait past
     ``ONCE_RETRY_WAIT`` (a minute) leaves the node to the next run: it is a failed node (exit 6), and
-    ``compactor.json`` keeps the time the server allows. A watcher waits as asked (``retries`` None)."""
+    ``compactor.json`` keeps the time the server allows. A watcher waits as asked (``retries`` None).
+    The next run honours that time: started at once (by hand, or cron), it called the node straight away, so the
+    server was asked again at once; now it sends nothing for it and leaves it failing as recorded (exit 6), and
+    a run started within a minute of that time waits for it."""
     import datetime
 
     with FakeLLM("openai", faults=lambda n, body: "429" if n == 0 else None, retry_after="300") as server:
@@ -658,12 +704,16 @@ def test_build_tree_leaves_a_node_the_server_asks_to_wait_minutes_for_to_the_nex
         out = sh("build-tree", "m", "--retries", "3", timeout=60, TEST_LLM_KEY="k")
         assert out.returncode == 6 and b"1 node could not be built" in out.stderr and b"HTTP 429" in out.stderr
         assert len(server.requests) == 4  # (the three others built, the refused one not retried)
-        (failure,) = BuildState(mem.path).failures.values()
+        ((node, failure),) = BuildState(mem.path).failures.items()
         assert failure["tries"] == 1
         asked = datetime.datetime.fromisoformat(failure["retry"]) - datetime.datetime.fromisoformat(failure["at"])
         assert asked == datetime.timedelta(seconds=300)
-        again = sh("build-tree", "m", "--retries", "3", timeout=60, TEST_LLM_KEY="k")
-        assert again.returncode == 0, again.stderr
+        again = sh("build-tree", "m", "--retries", "3", timeout=60, TEST_LLM_KEY="k")  # (at once: same clock)
+        assert again.returncode == 6 and f"1 node could not be built (first m {node}: ".encode() in again.stderr
+        assert len(server.requests) == 4 and BuildState(mem.path).failures == {node: failure}  # (nothing sent)
+        soon = sh("build-tree", "m", timeout=60, TEST_LLM_KEY="k", PIMEM_NOW="2026-10-08T09:34:59+08:00")
+        assert soon.returncode == 0, soon.stderr  # (a second before it: waited for)
+        assert len(server.requests) == 5
     assert_complete(mem)
     watch = builder.Builder(Memory.open("m"))
     watch.failed(0, 1, "HTTP 429: slow down", 300.0)

@@ -775,3 +775,30 @@ def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, 
             until(lambda: orjson.loads((home / "m" / "compactor.json").read_bytes())["failures"]["1+1"]["tries"] == 2)
             status = sh("status", "m", PIMEM_NOW=later).stdout
             assert b"(2 tries, last 2026-10-08T09:31:00+08:00, next 2026-10-08T09:31:30+08:00)" in status, status
+
+
+def test_a_watcher_sends_a_node_an_earlier_run_was_asked_to_wait_for_only_after_that_time(home, sh):
+    """build-tree refused with ``Retry-After: 300`` leaves the node to the next run with that time; a watcher
+    started meanwhile called it at once, asking the server again straight away. It waits for it: it builds what
+    else there is, ``status`` says when it tries the node next, and it sends the node's request once that time
+    has come (a watcher started a second before it)."""
+    from pimem.compactor.state import BuildState
+
+    def message(k):
+        return lambda body: f"compress message {k} " in body["messages"][-1]["content"]
+
+    with FakeLLM("openai", faults=lambda n, body: "429" if n == 0 else None, retry_after="300") as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)  # (message 0 is short: one call, for message 1)
+        assert sh("build-tree", "m", "--retries", "1", TEST_LLM_KEY="k").returncode == 6  # (at 09:30:00)
+        assert BuildState(mem.path).failures["1+1"]["retry"] == "2026-10-08T09:35:00+08:00"
+        mem.append([{"kind": "user", "text": long_text(2)}])
+        with watching("m", PIMEM_NOW="2026-10-08T09:34:30+08:00"):
+            until(lambda: (0, 2) in Memory.open("m").tree.stored_keys(3))  # (message 2's, sent after it looked at 1's)
+            assert [message(1)(body) for body in server.requests] == [True, False]
+            status = sh("status", "m", PIMEM_NOW="2026-10-08T09:34:30+08:00").stdout
+            assert b"(1 try, last 2026-10-08T09:30:00+08:00, next 2026-10-08T09:35:00+08:00)" in status, status
+        with watching("m", PIMEM_NOW="2026-10-08T09:34:59+08:00"):
+            until(lambda: complete("m"))
+        assert [message(1)(body) for body in server.requests] == [True, False, True]
+    assert_built_once(mem)

@@ -89,10 +89,11 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
 
 
 def _retry(fail: dict, builder: dict, now) -> str:
-    """When the running ``builder`` tries the failing node ``fail`` again: ``, next`` its retry time, or
-    ``, being retried`` once that time is past or when the node failed before the builder took the memory (a
-    builder tries every unbuilt node from its start: an earlier run's failure, recorded with no retry time, showed
-    none while a watcher retried it); nothing when this run gave it up (build-tree past --retries)."""
+    """When the running ``builder`` tries the failing node ``fail`` again: ``, next`` its retry time while that is
+    to come (an earlier run's too: a builder waits for it), or ``, being retried`` once it is past or when the
+    node failed before the builder took the memory with none recorded (a builder tries every unbuilt node from
+    its start: an earlier run's failure, recorded with no retry time, showed none while a watcher retried it);
+    nothing when this run gave it up (build-tree past --retries)."""
     import datetime
 
     def moment(text):
@@ -103,8 +104,10 @@ def _retry(fail: dict, builder: dict, now) -> str:
 
     at, started, retry = moment(fail.get("at")), moment(builder.get("started")), moment(fail.get("retry"))
     try:
-        if at is not None and started is not None and at < started or retry is not None and retry <= now:
+        if retry is not None and retry > now:
+            return f", next {fail['retry']}"
+        if retry is not None or at is not None and started is not None and at < started:
             return ", being retried"
     except TypeError:  # (a hand-edited time without its offset)
         return ""
-    return f", next {fail['retry']}" if retry is not None else ""
+    return ""

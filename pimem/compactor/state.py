@@ -86,9 +86,9 @@ class BuildState:
             self.save()
 
     def failed(self, label: str, error: str, at: str, retry: str | None = None) -> None:
-        """The call for node ``label`` failed at ``at`` and may be retried at ``retry`` (by this builder, or by the
-        next run when it leaves a long wait to it; None: not in this run; both RFC 3339); what it was billed, if
-        anything, is in ``paid_unbuilt``."""
+        """The call for node ``label`` failed at ``at`` and may be retried at ``retry``, no sooner (by this builder,
+        or by the next: a builder waits for a retry time still to come; None: not in this run; both RFC 3339);
+        what it was billed, if anything, is in ``paid_unbuilt``."""
         entry = self.failures.get(label) or {"tries": 0}
         self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1, **({"retry": retry} if retry else {})}
         with self._lock:
