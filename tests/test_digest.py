@@ -818,7 +818,10 @@ def test_a_bare_number_is_a_fact_with_what_it_counts_or_names():
              ("The build hosts run CentOS 7 again.", {"CentOS 7"}, {"7"}),
              ("I raised pool_size from 3 to 6 yesterday.", {"pool_size from 3 to 6 yesterday"}, {"3", "6"}),
              ("（2回目）テストを実行しました。（4回目）も失敗", {"2回目", "4回目"}, {"2", "4"}),
-             ("We have 3 kids, and the api listens on port: 8080.", {"3 kids", "port: 8080"}, {"3", "8080"})]
+             ("We have 3 kids, and the api listens on port: 8080.", {"3 kids", "port: 8080"}, {"3", "8080"}),
+             # a line opening with a word and a number names it by both, a stop word too (``note`` is one): a
+             # heading's number was all that told one such message from the next
+             ("note 8: " + "about the staging database " * 30, {"note 8"}, {"8"})]
     for text, kept, gone in cases:
         found = {u.text: u for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
         assert kept <= set(found) and not gone & set(found), (text, list(found))

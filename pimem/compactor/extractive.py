@@ -503,18 +503,23 @@ def _counted(text: str, start: int, end: int) -> tuple[int, int]:
     lead = _LEAD.search(text, max(0, start - 80), start)
     if lead and lead.start() and unicodedata.category(text[lead.start() - 1])[0] == "M":
         lead = None  # (it would start inside a word: after a combining mark)
-    if lead:
-        for m in reversed(list(_LEAD_WORD.finditer(lead.group()))):
-            word = m.group().lower()
-            if not (word in STOP or word.isdecimal() or len(word) < 2):
-                at = lead.start() + m.start()
-                break
-    elif start and _CJK_RUN.match(text, start - 1):
+    words = list(_LEAD_WORD.finditer(lead.group())) if lead else []
+    for m in reversed(words):
+        word = m.group().lower()
+        if not (word in STOP or word.isdecimal() or len(word) < 2):
+            at = lead.start() + m.start()
+            break
+    if not lead and start and _CJK_RUN.match(text, start - 1):
         lead = _CJK_LEAD.search(text, max(0, start - 4), start)
         at = lead.start() if lead else start
     trail = _TRAIL.match(text, end)
     if trail and trail.group().strip().lower() not in STOP and not trail.group().strip().isdecimal():
         end = trail.end()
+    elif at == start and words and len(words[-1].group()) > 1 and not words[-1].group().isdecimal():
+        # only stop words before it, none after: a line that opens with it and the word before it names it by
+        # that word (``note 8: …``, ``Part 2``)
+        opens = lead.start() + words[-1].start()
+        at = opens if text[opens - 1 : opens] in ("", "\n") else start
     return at, end
 
 
