@@ -17,13 +17,18 @@ commit's, measured in the same run):
 
 Calls that take their time apart, as a real provider's do: ``--slow-every 20 --slow 2`` (one request in 20 answers
 after 2 s, the others after ``--latency``), or ``--tail 1.2 --slow 20`` (Pareto-distributed delays, at most 20 s).
-``--hi`` sets the compactor view's budget (``lo`` half of it). ``--fail-every 15 [--fault 429|500]`` refuses one
+``--hi`` sets the compactor view's budget (``lo`` half of it), ``--line-bytes`` the memory's lines (the server
+answers ``--answer-bytes``: at most what ``max_tokens`` holds, 680 bytes). ``--fail-every 15 [--fault 429|500]`` refuses one
 request in 15 (the 429 with ``Retry-After: 1``), and ``build-tree`` then runs with ``--retries 5``.
 
     python bench/model_cost.py [--messages 2000] [--samples GLOB] [--compare /path/to/other/checkout]
 
 ``--samples 'codex*' --messages 0`` (or ``'spotter*'``) measures a small memory alone: there the first calls see
 little history, and the dry run must say so.
+
+``--max-cost USD`` first runs ``build-tree --max-cost USD`` (it stops before spending more), then measures the
+rest as above: the dry run against what the second run recorded (what the memory's nodes say after it, less what
+they said at the stop), its calls and contexts alone. The same messages and the same server for both runs.
 """
 
 from __future__ import annotations
@@ -110,13 +115,15 @@ def latencies(latency: float, slow_every: int, slow: float, tail: float):
 
 
 def measure(checkout: Path, messages: int, latency, answer_bytes: int, pattern: str = "*.jsonl", faults=None,
-            hi: int = HI) -> dict:
+            hi: int = HI, max_cost: float | None = None, line_bytes: int | None = None) -> dict:
     subprocess.run([sys.executable, "-m", "compileall", "-q", "-f", str(checkout / "pimem")], check=True)
     with tempfile.TemporaryDirectory() as tmp, FakeLLM("openai", latency=latency, line_bytes=answer_bytes,
                                                        usage="bytes", faults=faults) as server:
         home = Path(tmp)
-        if hi != HI:
-            (home / "config.json").write_text(json.dumps({"cview": {"hi": hi, "lo": hi // 2}}))
+        config = {**({"cview": {"hi": hi, "lo": hi // 2}} if hi != HI else {}),
+                  **({"line_bytes": line_bytes} if line_bytes else {})}
+        if config:
+            (home / "config.json").write_text(json.dumps(config))
         # a faithful line (no number or name its span does not hold), so the faithfulness guard asks again only
         # where a real model would have made something up; ``summary_for``'s node numbers would fail it every time
         server.reply = lambda body: ("a summary of the span" + " filler" * answer_bytes)[:answer_bytes]
@@ -133,19 +140,28 @@ def measure(checkout: Path, messages: int, latency, answer_bytes: int, pattern: 
                      "--price-in", "1", "--price-out", "5", *(["--price-cached-in", "0.1"] if _has_cached_price(checkout) else []))
         assert done.returncode == 0, done.stderr
         total = int(json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["messages"])
+        before, first = {}, 0
+        if max_cost is not None:  # a first run stopped by its budget: the rest is what is measured
+            done = pimem(checkout, home, "build-tree", "backlog", "--max-cost", str(max_cost),
+                         *(["--retries", "5"] if faults else []))
+            assert done.returncode in (0, 6), done.stderr[-2000:]
+            before = json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)["spent"]
+            first = len(server.requests)
         predicted = json.loads(pimem(checkout, home, "build-tree", "backlog", "--dry-run", "--json").stdout)
         started = time.perf_counter()
         done = pimem(checkout, home, "build-tree", "backlog", "--json", *(["--retries", "5"] if faults else []))
         seconds = time.perf_counter() - started
         assert done.returncode == 0, done.stderr[-2000:]
         status = json.loads(pimem(checkout, home, "status", "backlog", "--json").stdout)
-        recorded = status["spent"]
+        recorded = {key: value - before.get(key, 0) if isinstance(value, (int, float)) else value
+                    for key, value in status["spent"].items()}
         # the same calls priced without the cache (input at $1, output at $5 per million tokens)
         recorded["cost_uncached"] = (recorded["tokens_in"] * 1 + recorded["tokens_out"] * 5) / 1e6
-        contexts = sorted(context_bytes(body) for body in server.requests)
-        lags = sorted(k for k in map(lag, server.requests) if k is not None)
-        sent = sum(len(raw) for raw in server.raw)
-        return {"messages": total, "requests": len(server.requests), "seconds": seconds, "sent": sent,
+        requests = server.requests[first:]
+        contexts = sorted(context_bytes(body) for body in requests)
+        lags = sorted(k for k in map(lag, requests) if k is not None)
+        sent = sum(len(raw) for raw in server.raw[first:])
+        return {"messages": total, "requests": len(requests), "seconds": seconds, "sent": sent, "first": first,
                 "contexts": contexts, "lags": lags, "predicted": predicted, "recorded": recorded,
                 "pending": status["tree"]["pending"], "hi": hi}
 
@@ -157,7 +173,8 @@ def _has_cached_price(checkout: Path) -> bool:
 def report(name: str, row: dict) -> None:
     n, contexts, pred, rec, hi = row["messages"], row["contexts"], row["predicted"], row["recorded"], row["hi"]
     q = statistics.quantiles(contexts, n=10) if len(contexts) > 1 else contexts * 9
-    print(f"{name}: {n:,} messages, {row['requests']:,} requests in {row['seconds']:.1f} s, {row['pending']} nodes left")
+    first = f" after a first run's {row['first']:,} (stopped by --max-cost)" if row["first"] else ""
+    print(f"{name}: {n:,} messages, {row['requests']:,} requests{first} in {row['seconds']:.1f} s, {row['pending']} nodes left")
     print(f"  calls per message      {row['requests'] / n:.3f}")
     print(f"  bytes sent per message {row['sent'] / n:,.0f}")
     print(f"  context bytes          median {statistics.median(contexts):,.0f} ({statistics.median(contexts) / hi:.2f}× hi), "
@@ -191,6 +208,9 @@ def main() -> None:
     parser.add_argument("--hi", type=int, default=HI, help="the compactor view's hi (lo: half)")
     parser.add_argument("--fail-every", type=int, default=0, help="one request in N is refused (--fault)")
     parser.add_argument("--fault", default="429", help="how it is refused: 429 (Retry-After: 1), 500, …")
+    parser.add_argument("--line-bytes", type=int, default=None, help="the memory's line_bytes (answers: --answer-bytes)")
+    parser.add_argument("--max-cost", type=float, default=None,
+                        help="a first build-tree stopped at this many dollars; the rest is measured")
     args = parser.parse_args()
 
     def refused(n: int, body: dict) -> str | None:  # (by the request's number too: its retry may be answered)
@@ -199,7 +219,8 @@ def main() -> None:
     latency = latencies(args.latency, args.slow_every, args.slow, args.tail)
     for checkout in [ROOT, *args.compare]:
         report(str(checkout), measure(checkout.resolve(), args.messages, latency, args.answer_bytes, args.samples,
-                                      faults=refused if args.fail_every else None, hi=args.hi))
+                                      faults=refused if args.fail_every else None, hi=args.hi, max_cost=args.max_cost,
+                                      line_bytes=args.line_bytes))
 
 
 if __name__ == "__main__":

@@ -488,12 +488,9 @@ class ContextView:
                          fetch=lambda l, i: mem.tree.text(l, i), stuck=self._stuck)
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
         self._rendered: tuple[int, list[str], list[int], list[int]] | None = None
-        try:
-            saved = mem.views.current(create=False)
-        except (ValueError, OSError, PimemError):
-            saved = None  # (unreadable: pushed afresh, as for a backlog)
-        if saved is not None and not saved.cview.over() and saved.cview.pending() <= WINDOW:
-            self.view.load(saved.cview.to_json())
+        saved = kept_up(mem)
+        if saved is not None:
+            self.view.load(saved.to_json())
 
     def _resolve(self, l: int, i: int, left: str, right: str) -> str | None:
         """The parent of the pair at ``(l, i)`` if it is built: free, built in this run, or stored."""
@@ -672,6 +669,19 @@ class ContextView:
         return [render_line(l, i, self.shown[(l, i)]) for l, i, _ in rows]
 
 
+def kept_up(mem) -> View | None:
+    """The saved compactor's view a build starts from (``ContextView``), when the compactor kept up: within
+    twice its budget, with no more placeholders than a window of leaves. None: a build pushes the log from its
+    first message."""
+    try:
+        saved = mem.views.current(create=False)
+    except (ValueError, OSError, PimemError):
+        return None  # (unreadable: pushed afresh, as for a backlog)
+    if saved is None or saved.cview.over() or saved.cview.pending() > WINDOW:
+        return None
+    return saved.cview
+
+
 def _held_bytes(text: str | None) -> int:
     return 8 + (len(text.encode()) if text is not None else 0)
 
@@ -714,29 +724,79 @@ def _survey(mem, detail: bool = False) -> tuple[dict, "Builder"]:
 
 
 def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int,
-                   system: int) -> tuple[int, int]:
+                   system: int, kept: View | None = None) -> tuple[int, int]:
     """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
-    shown the compactor's view over the messages before its ``context_end`` (``_shown_views``); and the bytes
-    a cache of marked prefixes (Anthropic's: the ``system`` prompt's bytes and the view) would write over those
-    calls: calls whose views end at the same message are shown the same view, so the first of them writes its
-    prefix and the others read it (a prefix under ``CACHE_LEAST`` tokens is not cached)."""
+    shown the compactor's view over the messages before where the view stands when it is sent (``_view_at``:
+    its ``context_end``, or behind it for a merge with no unbuilt leaf under it), as ``_shown_views`` runs it
+    from the first message; or, when a build starts from the saved view (``kept``: ``kept_up``), that view's
+    lines up to there (``_kept_sizes``: after a ``--max-cost`` stop, say, it holds the whole log folded, and a
+    call is shown its lines before the first unbuilt leaf). And the bytes a cache of marked prefixes
+    (Anthropic's: the ``system`` prompt's bytes and the view) would write over those calls: calls whose views
+    end at the same message are shown the same view, so the first of them writes its prefix and the others
+    read it (a prefix under ``CACHE_LEAST`` tokens is not cached)."""
     if all(marks.find(0) < 0 for marks in surveyed.settled_marks):
         return 0, 0  # (nothing left to build)
     shown = _shown_views(surveyed, hi, lo, line_bytes, reply_bytes)
+    pending = surveyed.window  # (the leaves that take a call, ascending)
+    ends, before = _kept_sizes(kept, surveyed, reply_bytes) if kept is not None else ([], [0])
+    kept_end = kept.T if kept is not None else -1
+    # (saved past ``hi``, it waits for its placeholders and then folds its oldest lines as this build's nodes
+    # come in, rather than grow: its calls are shown about what it holds before its first placeholder)
+    held = pending[0] if kept is not None and kept.total > hi and pending else kept_end
     total = calls = written = 0
     seen = set()
     for l, marks in enumerate(surveyed.settled_marks):
         i = marks.find(0)
         while i >= 0:  # (the unsettled nodes only: a built tree's few are found at C speed)
-            end = context_end(l, i)
-            size = min(shown[end], 2 * hi)
+            at = _view_at(l, i, pending)
+            if at <= kept_end:
+                size = before[bisect.bisect_right(ends, min(at, held))]
+            else:
+                size = shown[at]
+            size = min(size, 2 * hi)
             total += size
             calls += 1
-            if end not in seen and system + size >= 4 * CACHE_LEAST:
-                seen.add(end)
+            if at not in seen and system + size >= 4 * CACHE_LEAST:
+                seen.add(at)
                 written += system + size
             i = marks.find(0, i + 1)
     return total // max(1, calls), written
+
+
+def _view_at(l: int, i: int, pending) -> int:
+    """Where the compactor's view stands (the messages it holds: it holds back every leaf after the first
+    unbuilt one, ``ContextView.push``) when the call for node ``(l, i)`` is sent. The builder's leaf window holds
+    ``WINDOW`` unbuilt leaves (``pending``: all of them, ascending), so a leaf, and a merge with no unbuilt leaf
+    under it (over short messages, or over lines an earlier run built), goes once the feed reads that far, when
+    the first unbuilt leaf is the first of the ``WINDOW`` - 1 before it: a backlog's merges over its last short
+    turns, left by a ``--max-cost`` stop, are all shown the view there, not the view over the messages before
+    each. A merge over an unbuilt leaf goes once that leaf is built, and one with no unbuilt leaf before it
+    once the view has moved on past it: taken at its ``context_end``."""
+    k = bisect.bisect_left(pending, i << l)  # (the unbuilt leaves before it: a leaf's own place)
+    end = context_end(l, i)
+    if k == 0 or (l and k < len(pending) and pending[k] < end):
+        return end
+    return pending[max(0, k - WINDOW + 1)]
+
+
+def _kept_sizes(view: View, surveyed: "Builder", reply_bytes: int) -> tuple[list[int], list[int]]:
+    """The saved view a build starts from as a call is shown its lines: where each ends, and the bytes of the
+    lines before each. Each line on its size alone, as ``_shown_views`` takes it: a leaf's (or a placeholder's
+    once built), a stored line a reply of ``reply_bytes``, a free line its two halves joined. No text is read."""
+    costs, sizes = surveyed.line_costs, surveyed.leaf_sizes
+
+    def shown(l: int, i: int) -> int:
+        if l == 0:
+            return min(sizes[i] or reply_bytes, costs[i] - 8)
+        if (l, i) in surveyed.stored:
+            return reply_bytes
+        return shown(l - 1, 2 * i) + 1 + shown(l - 1, 2 * i + 1)  # (a free line: within a line's bytes)
+
+    ends, before = [], [0]
+    for l, i, _, _ in view.lines:
+        ends.append((i + 1) << l)
+        before.append(before[-1] + shown(l, i) + 8)
+    return ends, before
 
 
 def _shown_views(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply_bytes: int) -> array:
@@ -863,7 +923,7 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     again = 0.0 if compactor.offline else _asked_again(mem, compactor.label)
     system = len(prompts.SYSTEM.encode())
     context, written = (0, 0) if compactor.offline else _context_bytes(  # (offline: no call is sent)
-        surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes, system)
+        surveyed, int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), line_bytes, reply_bytes, system, kept_up(mem))
     prefix = system + context  # the system prompt and <chat>: what a prompt cache can keep
     leaf_task, merge_task = _task_bytes(line_bytes)
     sent = (calls * prefix + found["leaves"] * leaf_task + min(found["leaf_bytes"], found["leaves"] * INPUT_BYTES)

@@ -918,6 +918,34 @@ def test_the_dry_run_of_an_anthropic_build_counts_its_cache_writes(run, home, mo
     assert predicted["cost_cached"] < total["cost"]
 
 
+
+@pytest.mark.parametrize("share", [0.5, 0.8])
+def test_the_dry_run_after_a_max_cost_stop_counts_the_view_the_rest_is_shown(run, home, monkeypatch, share):
+    """A backlog whose short turns come last, stopped by ``--max-cost``: the rest is mostly merges over those
+    turns, sent as soon as the builder reads past them while the compactor's view holds at the first leaf still
+    unbuilt; and a stop that leaves the saved view within twice its budget (the whole log, its old lines
+    folded) has the next build start from it, a call shown its lines before its first placeholder. The dry run
+    took each call for the view over the messages before its node, pushed from the first message: 1.16x and
+    1.57x the input the rest then took here (1.10-1.64x over other stops, up to 4x on bench/model_cost.py's)."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        configure(home, server, price_in=1.0, price_out=2.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "cview": {"hi": 8000, "lo": 4000}}))
+        mem = fill("m", 120)
+        mem.append([{"kind": "user" if k % 2 else "pi", "text": f"step {k}: checked the retry loop again, "
+                     f"nothing new in the logs around port {5400 + k % 90}; tests pass"} for k in range(120, 600)])
+        whole = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m", "--max-cost", f"{whole['cost'] * share:.6f}").exit_code == 6
+        first = builder.spent(Memory.open("m"))
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m").exit_code == 0
+    rest = {key: builder.spent(Memory.open("m"))[key] - first[key] for key in ("calls", "tokens_in")}
+    assert predicted["calls"] == rest["calls"] > 0
+    assert 0.85 <= predicted["tokens_in"] / rest["tokens_in"] <= 1.15, (predicted, rest)
+
 @pytest.mark.parametrize("line_bytes", [256, 2048])
 def test_the_dry_run_of_shorter_or_longer_lines_is_within_15_percent(run, home, monkeypatch, line_bytes):
     """Each task carries a ruler of ``line_bytes`` and a merge its two lines, and a model's line is at most what
