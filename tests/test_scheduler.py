@@ -918,7 +918,6 @@ def test_the_dry_run_of_an_anthropic_build_counts_its_cache_writes(run, home, mo
     assert predicted["cost_cached"] < total["cost"]
 
 
-
 @pytest.mark.parametrize("share", [0.5, 0.8])
 def test_the_dry_run_after_a_max_cost_stop_counts_the_view_the_rest_is_shown(run, home, monkeypatch, share):
     """A backlog whose short turns come last, stopped by ``--max-cost``: the rest is mostly merges over those
