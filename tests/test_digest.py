@@ -770,6 +770,19 @@ def test_how_a_result_ended_comes_from_its_exit_code_and_flag_before_its_output(
     assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": meta})] == said
 
 
+def test_a_harness_tags_are_no_pieces_what_they_hold_is():
+    """Claude Code wraps a slash command and its output in tags (``<command-name>/mcp</command-name>``): their
+    names were the line's pieces (``command-name, command-args``). A tag named in hyphenated words that the text
+    closes is markup; a prose tag (``<b>``) and one left open stay as written."""
+    line = extractive.leaf("user", "<command-name>/mcp</command-name>\n  <command-message>mcp</command-message>\n"
+                                   "  <command-args></command-args>")
+    assert "command" not in line and "mcp" in line, line
+    line = extractive.leaf("user", "<local-command-stdout>Connected to 3 MCP servers</local-command-stdout>")
+    assert line == "user: Connected to 3 MCP servers", line
+    text = "please make the <b>deploy</b> step idempotent and use <my-widget> in the page"
+    assert extractive.leaf("user", text) == f"user: {text}"
+
+
 def test_a_terminals_colours_are_no_letters_of_a_lines_words():
     """An escape sequence (``\x1b[31m``) ends what it is in: its ``31m`` glued to the word after it was a piece,
     ``31mError``, and ``0m`` another."""

@@ -369,6 +369,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         text = _BIDI.sub("\n", text)
     if "\x1b" in text or "\x9b" in text:  # a terminal's colours: line breaks too (``31mError`` is no word)
         text = ANSI.sub(lambda m: "\n" * len(m.group()), text)
+    if "</" in text and _HARNESS_TAG.search(text):  # a harness's tags: its words are inside them
+        text = _unwrapped(text)
     if "\t" in text or "→" in text or "\\t" in text or _ROW_START.search(text):
         text = _ungutted(text)  # a listing's line numbers (``cat -n``), a table's row numbers: not its text
     # (minified code is found before the escapes are read: its own, ``"\x1f"``, would cut its line in pieces)
@@ -494,6 +496,18 @@ _LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_][\w'’+#.-]*(?: +| *[:=|] *|\t+|
 _LEAD_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
 _TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)|[{_CJK}]{{1,3}}")
 _CJK_LEAD = re.compile(f"[{_CJK}]{{1,4}}\\Z")
+
+
+# a tag an agent's harness wraps text in (Claude Code's ``<command-name>/mcp</command-name>``,
+# ``<local-command-stdout>``, ``<system-reminder>``): a name of words joined by hyphens, which no prose tag has
+_HARNESS_TAG = re.compile(r"</?([a-z]+(?:-[a-z]+)+)>")
+
+
+def _unwrapped(text: str) -> str:
+    """``text`` with the harness's tags it closes written over by line breaks: what they hold is read as text,
+    their names are no pieces (``command-name, command-args`` said nothing of a slash command)."""
+    closed = {m.group(1) for m in _HARNESS_TAG.finditer(text) if m.group().startswith("</")}
+    return _HARNESS_TAG.sub(lambda m: "\n" * len(m.group()) if m.group(1) in closed else m.group(), text)
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
