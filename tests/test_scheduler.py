@@ -246,6 +246,17 @@ def test_the_dry_run_counts_the_calls_the_faithfulness_guard_asks_again(run, hom
         assert 0.85 <= predicted[key] / done[key] <= 1.15, (key, predicted, done)
 
 
+def test_the_dry_run_of_a_built_memory_says_no_call_without_about(run, home, monkeypatch):
+    """Nothing left to build is no estimate: the dry run said 'about 0 calls', 'about 0 tokens in'."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        fill("m", 6)
+        assert run("build-tree", "m").exit_code == 0
+        said = run("build-tree", "m", "--dry-run").stdout
+    assert said.startswith("m: 0 calls to openai/m1 (0 leaves, 0 merges), 0 tokens in and 0 out, "), said
+
+
 def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
     """Calls held back while others were in flight at their worst case start once those cost what they did: a
     build whose real cost fits the cap ends complete, exit 0, not "stopped before spending more"."""

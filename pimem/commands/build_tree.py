@@ -73,10 +73,11 @@ def command(
                     cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
                 again = (f" and about {row['asked_again']:,} more the faithfulness guard asks again"
                          if row["asked_again"] else "")
-                output.line(f"{row['memory']}: {'at most' if row['bound'] else 'about'} "
+                near = "" if not row["calls"] else "at most " if row["bound"] else "about "  # (nothing left is no guess)
+                output.line(f"{row['memory']}: {near}"
                             f"{output.count(row['calls'], 'call')} to {row['model']} "
                             f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')})"
-                            f"{again}, about {output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
+                            f"{again}, {near and 'about '}{output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
                             f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
         _raise_first(refused, mems_named)
         return
