@@ -259,8 +259,8 @@ class Builder:
         # when the next one starts): the node is left for the next run, its retry time recorded all the same
         later = self.retries is not None and not gives_up and retry_after is not None and delay > ONCE_RETRY_WAIT
         now = env.now()
-        try:
-            retry = None if gives_up else when.rfc3339(now + datetime.timedelta(seconds=delay))
+        try:  # (a node given up keeps the time the server asked for: the next builder honours it)
+            retry = None if gives_up and retry_after is None else when.rfc3339(now + datetime.timedelta(seconds=delay))
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
         self.state.failed(label(l, i), error, when.rfc3339(now), retry)
