@@ -102,6 +102,22 @@ def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, mon
         assert run("build-tree").exit_code == 0 and server.requests
 
 
+def test_build_tree_json_says_a_memory_left_for_its_unset_key_in_a_refused_event(run, home, monkeypatch):
+    """A reader of the events heard of the others' builds and nothing of the memory left out for its key, as it
+    hears of one left out for its log or its settings."""
+    monkeypatch.delenv("PIMEM_TEST_KEY", raising=False)
+    Memory.at("main").append(long_messages(3))
+    Memory.at("offline").append(long_messages(2))
+    with FakeLLM("openai") as server:
+        run("model", "main", "openai/some-model", "--base-url", server.url, "--key-env", "PIMEM_TEST_KEY")
+        out = run("build-tree", "--json")
+    assert out.exit_code == 6 and server.requests == []
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    assert {"event": "refused", "memory": "main", "error": "$PIMEM_TEST_KEY is not set (the API key of its compactor "
+            "openai/some-model)"} in events
+    assert [e["memory"] for e in events if e["event"] == "done"] == ["offline"]
+
+
 def test_watch_writes_its_log_where_it_is_told(home, tmp_path):
     import signal
     import time

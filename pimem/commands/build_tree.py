@@ -87,7 +87,9 @@ def command(
         cfg = mem.config.get("compactor") or {}
         wrong = compactor.key_problem(cfg)
         if wrong and builders.survey(mem)["pending"]:
-            keyless[mem.name] = f"{mem.name}: {wrong} (the API key of its compactor {compactor.label(cfg)})"
+            why = keyless[mem.name] = f"{wrong} (the API key of its compactor {compactor.label(cfg)})"
+            if json:  # (as a memory left out for its log or its settings is)
+                output.json_line({"event": "refused", "memory": mem.name, "error": why})
         return mem
 
     mems = [mem for mem in mems if reading(mem, key_problem) is not None and mem.name not in keyless]
@@ -124,7 +126,7 @@ def command(
         raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
                    "stalled past its heartbeat); stopped building there, and kept what was written")
     if keyless:
-        raise ProviderError(f"{'; '.join(keyless.values())}; nothing was sent")
+        raise ProviderError(f"{'; '.join(f'{name}: {why}' for name, why in keyless.items())}; nothing was sent")
     if sched.overbilled and max_cost is not None:
         pending = sched.pending()
         raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
