@@ -67,6 +67,8 @@ class Scheduler:
     builders: list[Builder] = field(default_factory=list)
     lost: list[Builder] = field(default_factory=list)  # builders stopped because another process took their lease
     refused: dict = field(default_factory=dict)  # memory name -> the exception it stopped building that memory on
+    # memory name -> its settings files when it was refused on them (``watch``: taken again once they change)
+    on_settings: dict = field(default_factory=dict)
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
     next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
@@ -210,6 +212,12 @@ class Scheduler:
         self._inflight += 1
         return True
 
+    def refusal(self, name: str, error) -> dict:
+        """The ``refused`` event of memory ``name``; ``settings``: refused on its settings, which ``watch`` looks
+        at again once they change (else only its next start takes the memory again)."""
+        settings = {"settings": True} if name in self.on_settings else {}
+        return {"event": "refused", "memory": name, "error": str(error), **settings}
+
     @contextlib.contextmanager
     def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,), tell: bool = True):
         """Work on memory ``name``; a failure the user can act on (its log damaged behind pimem's back, a file
@@ -224,7 +232,7 @@ class Scheduler:
             if error is None or isinstance(error, passing):
                 raise
             if tell:
-                self.emit({"event": "refused", "memory": name, "error": str(error)})
+                self.emit(self.refusal(name, error))
             self.refused[name] = exc
             if builder is not None and builder in self.builders:
                 self.retire(builder)
@@ -525,7 +533,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     watched: dict[str, Lease] = {}
     embedding = semantic.background()
     explicit = Memory.named(names, home)
-    refused_at: dict[str, tuple] = {}  # memory refused on its settings -> those files as they were then
+    refused_at = scheduler.on_settings  # memory refused on its settings -> those files as they were then
 
     @contextlib.contextmanager
     def on_settings(mem):
@@ -642,7 +650,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if explicit and not scheduler.builders and not scheduler.stopped:  # nothing named can be built: the error
             raise next(iter(scheduler.refused.values()))
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
-            scheduler.emit({"event": "refused", "memory": name, "error": str(errors.as_error(exc))})
+            scheduler.emit(scheduler.refusal(name, errors.as_error(exc)))
         if not explicit:
             mems = Memory.all(home)
             for mem in mems:

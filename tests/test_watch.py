@@ -741,7 +741,9 @@ def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
         assert (alone.returncode, alone.stderr.decode()) == (6, f"pimem: error: {said}\n")
         with watching("a", "m", "--json") as watcher:
             events = [orjson.loads(watcher.stdout.readline()) for _ in range(2)]
-            assert events == [{"event": "watching", "memory": "a"}, {"event": "refused", "memory": "m", "error": said}]
+            # (refused on its settings: this watcher takes it again once they change, as it says)
+            assert events == [{"event": "watching", "memory": "a"},
+                              {"event": "refused", "memory": "m", "error": said, "settings": True}]
             assert lease.holder(mem) is None and BuildState(mem.path).failures == {}
             done = subprocess.run(pimem_cmd("model", "m", "openai/m1", "--base-url", server.url, "--key-env", "TEST_LLM_KEY"),
                                   capture_output=True, timeout=60, env=env)

@@ -58,8 +58,9 @@ def command(
                 output.info(f"{event['memory']}: spent ${event['spent']:.4f} of ${event['max_cost_per_day']:g} on "
                             f"{event['day']}; waiting for the next day")
         elif event["event"] == "refused":
-            output.warn(f"stopped building {event['memory']}: {event['error']} (the watcher's next start takes it "
-                        "again, once it is mended)")
+            again = ("this watcher takes it again once its settings change" if event.get("settings")
+                     else "the watcher's next start takes it again, once it is mended")
+            output.warn(f"stopped building {event['memory']}: {event['error']} ({again})")
         elif event["event"] == "switched":
             output.info(f"{event['memory']}: its compactor settings changed; built by {event['model']} from now on")
         elif event["event"] == "imported":
