@@ -313,6 +313,7 @@ class Scheduler:
                 self._inline.add(builder)
                 builder.put_back(task)
             elif isinstance(error, Unusable):  # (no retry can succeed: said once, as a memory left on its settings)
+                builder.state.unsent(task.label)  # (never went out: not billed, not counted by the next builder)
                 if builder in self.builders:
                     with self.refusing(builder.name, builder):
                         raise error

@@ -721,6 +721,30 @@ def test_a_socks_proxy_without_its_package_is_one_line_not_retried_for_ever(home
     assert server.requests == [] and not complete("m")
 
 
+def test_a_call_a_proxy_kept_from_going_out_is_not_left_pending_under_a_daily_cap(home):
+    """Under a daily cap each call is kept pending in compactor.json until its node is written or its failure
+    recorded, and the next builder counts one still there as paid at its worst case. A call no proxy could
+    carry (a scheme httpx does not know) never went out: it was left pending all the same, and the next run
+    of the memory counted it as spent."""
+    from pimem.compactor.state import BuildState
+
+    with FakeLLM("openai") as server:
+        server.url = "http://llm.example.invalid/v1"  # (remote: a server on this machine is never proxied)
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 6)
+        unset = dict.fromkeys(("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"), "")
+        proxy = dict.fromkeys(("ALL_PROXY", "all_proxy"), "socks4://127.0.0.1:1080")
+        with watching("m", "--json", "--max-cost-per-day", "1", **proxy, **unset) as watcher:
+            events = [orjson.loads(watcher.stdout.readline()) for _ in range(2)]
+            assert [e["event"] for e in events] == ["watching", "refused"], events
+            until(lambda: lease.holder(mem) is None)
+        assert BuildState(mem.path).pending == {}
+        again = subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, timeout=60,
+                               env=subprocess_env(TEST_LLM_KEY="k", **proxy, **unset))
+        assert again.returncode == 6 and b"Unknown scheme for proxy URL" in again.stderr, again.stderr
+    assert BuildState(mem.path).unbuilt_cost == {} and server.requests == []
+
+
 def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
     """The API key's variable is unset where the watcher runs: no call can go out until a person sets it there
     (a running process never sees it) or changes the compactor. A memory named alone is refused at once (exit 6,

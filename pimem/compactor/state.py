@@ -18,9 +18,10 @@
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
 - ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
-  day (the sender's) each was sent, until its node is written or its failure recorded: a watcher killed (SIGKILL, a crash)
-  with calls in flight leaves them here, and the next builder of the memory counts them as paid, at their
-  worst case, in ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
+  day (the sender's) each was sent, until its node is written, its failure recorded, or it is found never to
+  have gone out (no proxy could carry it: ``unsent``): a watcher killed (SIGKILL, a crash) with calls in
+  flight leaves them here, and the next builder of the memory counts them as paid, at their worst case, in
+  ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
 
 State, not configuration: deleting the file only costs one relearning call and the failure history.
 """
@@ -108,6 +109,11 @@ class BuildState:
             gone = [self.pending.pop(label, None) for label in labels] if self.pending else []
         if any(call is not None for call in gone):
             self.save()
+
+    def unsent(self, label: str) -> None:
+        """The call for node ``label`` never went out (``Unusable``: no request was made): not billed, so not
+        pending either."""
+        self.settled([label])
 
     def abandoned(self, labels=None) -> None:
         """The pending calls ``labels`` (None: all of them, left by a builder that died) will never be settled:
