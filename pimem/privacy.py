@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 from .config import LINE_BYTES
 from .message import is_tool
-from .tree import leaf_text
+from .tree import ANSI, leaf_text
 
 # a join of n verbatim leaves is n lines of at least "user: x" (8 bytes with its newline): only a line of at
 # least 8n - 1 bytes can be one, so at the default 512 bytes only lines covering at most 64 messages can
@@ -48,8 +48,6 @@ _IGNORABLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180
                         "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
 _ESCAPE = re.compile(r'\\(["\\/bfnrt]|u[0-9a-fA-F]{4})')  # a JSON string escape, as call arguments are logged
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-# a terminal's escape sequence (colours, a title, a cursor move; an 8-bit CSI too)
-ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 _PLAIN = {**dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
           **dict.fromkeys("\u2018\u2019\u201a\u201b\u2032", "'"),
           **dict.fromkeys("\u201c\u201d\u201e\u201f\u2033", '"')}

@@ -42,6 +42,13 @@ _LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces:
 # counted: one space a byte
 _FLAT = {**{c: " " * len(chr(c).encode()) for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)},
          **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}}
+# a terminal's escape sequence (colours, a title, a cursor move; an 8-bit CSI too)
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+# what a view line leaves out: escape sequences (``flat`` makes their ESC a space, and ``[31m`` stayed in the
+# text) and the invisible format characters that are no part of a word: the bidirectional marks, the soft hyphen,
+# the zero-width space, the word joiner and invisible operators, the byte order mark and tags, but a flag's
+_HIDDEN = re.compile(f"{ANSI.pattern}|[\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\ufeff]"
+                     "|(\U0001f3f4[\U000e0020-\U000e007e]{1,8}\U000e007f)|[\U000e0000-\U000e007f]")
 
 
 # ---- arithmetic and labels ---------------------------------------------------------------------------------
@@ -106,9 +113,17 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
     return n.bit_length() - 1, start // n
 
 
+def plain(text: str) -> str:
+    """``text`` without what a view line leaves out (``_HIDDEN``); ``text`` itself when it holds none."""
+    if text.isascii() and "\x1b" not in text:
+        return text
+    out = _HIDDEN.sub(lambda m: m.group(1) or "", text)
+    return text if out == text else out
+
+
 def flat(text: str) -> str:
-    """One physical line, inert on a terminal (``_FLAT``), of as many bytes as ``text``."""
-    return text.translate(_FLAT)
+    """One physical line, inert on a terminal (``_FLAT``), of as many bytes as ``plain(text)``."""
+    return plain(text).translate(_FLAT)
 
 
 _INERT = {c: r for c, r in _FLAT.items() if c not in (9, 10)}

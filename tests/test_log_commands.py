@@ -287,8 +287,8 @@ def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh
 
 def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     """``view``, ``context`` and ``zoom`` show a message's line as one physical line that steers nothing: an
-    escape sequence, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces (one a
-    byte, so the line is the size ``view --stats`` counted), a bidirectional override is U+FFFD; every reader's
+    escape sequence is left out, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces
+    (one a byte, so the line is the size ``view --stats`` counted), a bidirectional override is U+FFFD; every reader's
     ``splitlines`` then counts the lines ``view --stats`` does (before, ``ESC[2J`` cleared the screen and
     U+2028 split a line in two)."""
     text = "clear \x1b[2J bell \x07 csi \x9b nel \x85 ls \u2028 ps \u2029 vt \x0b ff \x0c fs \x1c \u202ereversed"
@@ -297,7 +297,7 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     shown = {"view": run("view", "m").stdout, "context": run("context", "m").stdout, "zoom": run("zoom", "m", "0+2").stdout}
     for name, out in shown.items():
         assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 or c in "\u2028\u2029\u202e" for c in out), (name, out)
-        assert "clear  [2J bell" in out and "\ufffdreversed" in out, (name, out)
+        assert "clear  bell" in out and "\ufffdreversed" in out, (name, out)
     assert shown["view"].splitlines() == shown["view"].split("\n")[:-1] and len(shown["view"].splitlines()) == 2
     assert len(shown["view"].encode()) == orjson.loads(run("view", "m", "--stats", "--json").stdout)["bytes"]
     whole = run("zoom", "m", "0+1").stdout  # the message itself: its newlines kept, its controls inert too
@@ -305,3 +305,24 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
                                                    0xb: " ", 0xc: " ", 0x1c: " ", 0x202e: "\ufffd"}) + "\n"
     first = orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])
     assert first["text"] == "user: " + text  # the JSON gives the text exactly
+
+
+def test_view_lines_leave_out_colour_codes_and_invisible_format_characters(run, sh, home):
+    """A line the model reads holds no terminal escape sequence (its ESC a space left ``[31m`` standing in the
+    text), no bidirectional mark (U+200E, U+200F, U+061C) and no other invisible format character (a zero-width
+    space, a byte order mark, tags outside a flag); ``view --stats`` counts the bytes shown, and the message itself
+    stays as it was logged (``message``, ``zoom ID+1``, ``view --json``'s text)."""
+    text = ("build \x1b[1;31mfailed\x1b[0m in \x1b]0;title\x07ci: see\u200e log\u200f.txt \u061cnow; "
+            "zero\u200bwidth \ufeffbom \U000e0041\U000e0042hidden flag \U0001f3f4\U000e0067\U000e0062\U000e0073"
+            "\U000e0063\U000e0074\U000e007f ok")
+    run("append", "m", text)
+    run("append", "m", "ok")
+    shown = {"view": run("view", "m").stdout, "context": run("context", "m").stdout,
+             "zoom": run("zoom", "m", "0+2").stdout}
+    for name, out in shown.items():
+        assert "build failed in ci: see log.txt now; zerowidth bom hidden flag \U0001f3f4\U000e0067" in out, (name, out)
+        assert not any(c in out for c in "[\u200e\u200f\u061c\u200b\ufeff\U000e0041"), (name, out)
+    assert len(shown["view"].encode()) == orjson.loads(run("view", "m", "--stats", "--json").stdout)["bytes"]
+    assert orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])["text"] == "user: " + text
+    assert sh("message", "m", "0").stdout == (text + "\n").encode()
+    assert "\x1b" not in run("zoom", "m", "0+1").stdout and "[1;31mfailed" in run("zoom", "m", "0+1").stdout
