@@ -45,7 +45,9 @@ def test_pimem_model_still_unsets_what_the_home_s_compactor_sets(run, home):
 
 def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
     """``line_bytes`` took 1 to 20, and every summary then read ``u`` or ``user: me``: below 64 a config.json is
-    refused as a wrong setting (one line naming it, exit 2, nothing written), from Python too; 64 is taken."""
+    refused as a wrong setting (one line naming it and the range it takes, exit 2, nothing written), from Python
+    too; 64 is taken. One past the range or no whole number (1e20 was refused as "cannot be 1e+20", no more
+    said) is refused with the range too."""
     import pytest
 
     from conftest import snapshot
@@ -54,7 +56,8 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
 
     assert sh("append", "m", "a message long enough to want a summary line of its own, on port 5433").returncode == 0
     path = home / "m" / "config.json"
-    for value in (1, 20, 63):
+    for value, said in ((1, 1), (20, 20), (63, 63), (1e20, "1e+20"), (2**63, 2**63), (64.5, 64.5),
+                        (True, "true"), ("512", '"512"')):
         path.write_bytes(orjson.dumps({"line_bytes": value}))
         before = snapshot(home)
         for argv in (["build-tree", "m"], ["view", "m"], ["append", "m", "not logged"]):
@@ -62,10 +65,11 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
             assert out.returncode == 2, (argv, out.stderr)
             err = out.stderr.decode()  # (build-tree names the memory first)
             assert err.startswith("pimem: error: ") and err.count("\n") == 1, err
-            assert err.endswith(f"{path}: line_bytes cannot be {value} (use 64 or more); fix it or remove it\n"), err
+            assert err.endswith(f"{path}: line_bytes cannot be {said} (use a whole number of bytes from 64 to "
+                                "9,223,372,036,854,775,807); fix it or remove it\n"), err
         assert snapshot(home) == before
     path.write_bytes(b"")
-    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use 64 or more."):
+    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use a whole number of bytes from 64 to "):
         Memory.open("m").save_config({"line_bytes": 20})
     assert path.read_bytes() == b""
     Memory.open("m").save_config({"line_bytes": 64})
