@@ -13,6 +13,7 @@ from bench.llm_server import FakeLLM
 from pimem import Memory, memory, scheduler, toolwork
 from pimem.compactor import cut, extractive, faith
 from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
+from pimem.tree import plain
 
 from conftest import pimem_cmd, subprocess_env
 
@@ -288,6 +289,21 @@ def test_a_path_with_spaces_is_whole_when_quoted_or_unambiguous():
                         ("see ~/notes/todo and Ideas.md", {"~/notes/todo"})):
         found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
         assert apart <= found, found
+
+
+def test_a_quoted_path_longer_than_a_piece_is_one_piece_by_its_end():
+    """A quoted path too long for a piece (a macOS screenshot's, from its temporary folder) fell apart into its
+    pieces (``/var/…/Screenshot``, ``2025-11-21``, ``01.27.21.png``): it is one, its end from a name on."""
+    path = ("/var/folders/49/l4171l3n219_xwq30fmyzr8w0000gn/T/TemporaryItems/NSIRD_screencaptureui_tby1cQ/"
+            "Screenshot 2025-11-21 at 01.27.21.png")
+    for quote in "'\"`":
+        text = f"{quote}{path}{quote} any idea why the colors differ in the vs code terminal and ghostty?"
+        for kind in ("user", "pi"):
+            found = extractive.units({"i": 0, "kind": kind, "text": text})
+            inside = [u.text for u in found if _part_of(u, text, path)]
+            assert len(inside) == 1 and path.endswith("/" + inside[0]) and len(inside[0]) <= extractive.SENTENCE, found
+            assert inside[0] == "Screenshot 2025-11-21 at 01.27.21.png", inside
+            assert inside[0] in extractive.leaf(kind, text)
 
 
 def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():
@@ -1440,7 +1456,7 @@ def test_a_summary_quoting_tool_output_in_another_case_width_or_with_invisible_c
                                            (0, 3, "pi: I read it for you. " + "y" * 250, {}),
                                            (2, 0, f"user: what is in the secret file?; echo: {quoted}; pi: read it", {"model": "x"})])
     assert run("view", "main").stdout == f"0+4|user: what is in the secret file?; echo: {TOOL_TEXT}; pi: read it\n"
-    assert quoted in run("view", "main", "--include-tools").stdout
+    assert plain(quoted) in run("view", "main", "--include-tools").stdout  # (a view line shows no invisible characters)
 
 
 _WRITE = "Write(" + orjson.dumps({"file_path": "/app/.env", "content": 'PG_PASSWORD="Zx9-quartz"\nPG_USER=admin\n'}).decode() + ")"

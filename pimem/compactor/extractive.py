@@ -143,13 +143,14 @@ _HOME = (rf"(?:~(?<![^\W{_CJK}~$]~)(?:[A-Za-z_][\w.-]*)?"
 _SEG = (r"(?:(?=[\w@+-]++[ ][A-Z0-9])(?:[\w@+-]++(?:[ ][A-Z0-9][\w@+-]*+){1,3}+(?=/)"
         r"|[\w@+-]++(?:[ ](?=[A-Z0-9])[\w@+-]++){0,2}[ ](?=[A-Z0-9])[\w@+-]*?\.[A-Za-z]\w{0,4}(?![\w.]))"
         r"|[\w.@+-]+(?:\\[ ][\w.@+-]+)*)")  # (the first two only where a space and a capital or digit follow a word)
-# a quoted path holding a space (``"/tmp/a b/c.txt"``, ``'~/My Documents/x'``): whole, up to a sentence's length, from
-# the home directory or a variable, else with two slashes or more (no ``"/help me"``). (It opens with its quote, not a
+# a quoted path holding a space (``"/tmp/a b/c.txt"``, ``'~/My Documents/x'``): whole (one longer than a piece by its end,
+# ``_path_end``), from the home directory or a variable, else with two slashes or more (no ``"/help me"``). (It opens
+# with its quote, not a
 # group: the engine passes over an alternative that opens with a character it is not at, and this one is tried at
 # every position of a text)
 _QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`]..)"""
                 r"""(?=(?:~[\w.-]*|\$\{?\w+\}?)/|\.{0,2}/[^/"'`\n]+/)(?=[^"'`\n]*[ ])"""
-                rf"""[^"'`\n]{{2,{SENTENCE}}}(?<!\s)\1(?!\w)""")
+                rf"""[^"'`\n]{{2,{4 * SENTENCE}}}(?<!\s)\1(?!\w)""")
 # a file's line (and column) after it, as a compiler, a linter, a stack trace or a link writes them (``src/app.ts:225:19``,
 # ``[a.ts](/x/a.ts:99)``): one fact with its file, not a number alone (``225:19`` is no time)
 _AT_LINE = r"(?::\d{1,7}(?::\d{1,4})?(?!\w|:\d))?"
@@ -461,6 +462,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 into = _PATH_INTO_CJK.search(piece)  # (Chinese written on after it: not its file's name)
                 piece = piece[: into.start()].rstrip(".") if into else piece
             paths.append((start + 1, start + len(piece) - 1) if piece[0] in "`\"'" else (start, start + len(piece)))
+            if _size(piece) > SENTENCE and (at := _path_end(piece)):  # too long for a piece: its end
+                start, piece = start + at, piece[at:].rstrip("`\"'")
         add(piece, start, 1.3)
     skip = urls + blobs + paths
     for m in _NAME.finditer(text):
@@ -540,6 +543,23 @@ def _counted(text: str, start: int, end: int) -> tuple[int, int]:
 # a path's last name running from ASCII into Chinese or Japanese: "修改~/.config/x文件", "写到/etc/app/config.yaml里"
 # (a folder's or file's name in those scripts stays whole: "/home/张三/文档")
 _PATH_INTO_CJK = re.compile(rf"(?<=[A-Za-z0-9_.@+-])[{_HAN_KANA}][^/\\]*$")
+
+
+def _path_end(path: str) -> int:
+    """Where the end of a path too long for a piece starts, a closing quote aside: after the first slash (or
+    backslash) from which the rest is half a piece at most (``tools/bash.ts``), else its last name
+    (``Screenshot 2025-11-21 at 01.27.21.png`` of a screenshot's path in a temporary folder); 0 when not even that
+    fits in a piece."""
+    body = path.rstrip("`\"'")
+    last = 0
+    for m in _SEPARATORS.finditer(body):
+        if _size(body[m.end() :]) <= SENTENCE // 2:
+            return m.end()
+        last = m.end()
+    return last if _size(body[last:]) <= SENTENCE else 0
+
+
+_SEPARATORS = re.compile(r"[/\\]+")
 
 
 def _astride(spans: list[tuple[int, int]], start: int, end: int) -> bool:
