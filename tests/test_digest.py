@@ -530,6 +530,23 @@ def test_grep_lines_give_a_file_with_its_line_and_the_line_read_as_code():
     assert "12:30:00" in found, found
 
 
+def test_a_compilers_diagnostic_is_an_error_at_its_file_line_and_column():
+    """``file.py:12:5: error: …`` (a compiler's, a linter's, a type checker's) was read as a ``grep -n`` line: its
+    file with its line a fact, its column glued to the message after it (``5: error: Argument 1 …``). The file
+    with its line and column is one fact, and the error after it is read as text."""
+    text = ('src/app.py:12:5: error: Argument 1 to "run" has incompatible type "str"  [arg-type]\n'
+            "src/db.py:40:1: E302 expected 2 blank lines, found 1\n"
+            "main.c:3:10: fatal error: stdio.hh: No such file or directory\n")
+    for kind in ("user", "pi", "note"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert {"src/app.py:12:5", "src/db.py:40:1", "main.c:3:10"} <= set(found), found
+        assert not [p for p in found if re.match(r"\d+: |(?:src/app.py:12|src/db.py:40|main.c:3)$", p)], found
+        assert kind != "user" or 'src/app.py:12:5: error: Argument 1 to "run" has incompatible type "str"  [arg-type]' \
+            in found, found
+        line = extractive.leaf(kind, text)
+        assert "src/app.py:12:5" in line and not re.search(r"(?:^|, )\d+: ", line), line
+
+
 DIFF = """diff --git a/src/app.py b/src/app.py
 index 83db48f..bf269f4 100644
 --- a/src/app.py

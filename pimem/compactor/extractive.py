@@ -641,6 +641,7 @@ def _ungutted(text: str) -> str:
 # the line (``src/app.py:42:    def run(self):``); a context line (``-C``) has dashes (``src/app.py-41-…``)
 _GREP = re.compile(r"(?m)(?:^|(?<=\\n))((?:\.{0,2}/)?[\w.@+-]+(?:/[\w.@+-]+)*)([:-])(\d{1,7})\2")
 _GREP_MARK = re.compile(r":\d{1,7}:")  # (texts without one hold no grep line)
+_COLUMN = re.compile(r"\d{1,4}:")  # (a diagnostic's column after the line: ``src/app.py:12:5: error: …``)
 _FILE_END = re.compile(r"\.[A-Za-z]\w*$")
 
 
@@ -648,8 +649,11 @@ def _grepped(text: str) -> tuple[str, list[tuple[int, int]]]:
     """``text`` with the heads of its ``grep -n`` lines written over by line breaks, and where their files with
     their lines are (``src/app.py:42``: a fact whole, where the path and the number were two and the line's code
     ran on from the number, ``42:    def run``). A context line's head (``README.md-17-``) goes only when a line of
-    the same file matched (it is a grep's, not a name with dashes): its code stays, its file is said by that line."""
-    found = [m for m in _GREP.finditer(text) if "/" in m.group(1) or _FILE_END.search(m.group(1))]
+    the same file matched (it is a grep's, not a name with dashes): its code stays, its file is said by that line.
+    A line with a column after its line number is a compiler's or a linter's diagnostic (``main.c:3:10: fatal
+    error: …``), not grep's: left as it is, its file with its line and column is a fact as any path's."""
+    found = [m for m in _GREP.finditer(text) if ("/" in m.group(1) or _FILE_END.search(m.group(1)))
+             and not (m.group(2) == ":" and _COLUMN.match(text, m.end()))]
     matched = {m.group(1) for m in found if m.group(2) == ":"}
     spans, facts = [], []
     for m in found:
