@@ -463,10 +463,10 @@ class ContextView:
     The builder pushes every message it reads (its leaf's text, or None while unbuilt: it and the leaves after
     it are held back until it is built, and so are the leaves that come while the view's batch waits for a
     merge in flight; a node whose call failed holds nothing back) and every node a compactor writes;
-    ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept up (its saved
-    compactor view within twice its budget, with no more placeholders than a window of leaves) starts from
-    that view, which is this very view over the whole log, so only new messages are pushed; one with a
-    backlog starts from its first message.
+    ``stored_text(l, i)`` gives nodes written before this run. A memory whose compactor kept up (``kept_up``:
+    its saved compactor view within twice its budget, and little of it from its first unbuilt line on) starts
+    from that view cut there, which is this very view over the log so far, so only the messages after it are
+    pushed; one with a backlog, or stopped far behind its log, starts from its first message.
     Rendered lines are kept until the view changes, so a call costs a bisection, not a render."""
 
     PRUNE_EVERY = 4096  # built texts kept before those the view no longer needs are dropped
@@ -671,15 +671,25 @@ class ContextView:
 
 def kept_up(mem) -> View | None:
     """The saved compactor's view a build starts from (``ContextView``), when the compactor kept up: within
-    twice its budget, with no more placeholders than a window of leaves. None: a build pushes the log from its
-    first message."""
+    twice its budget, and what it holds from its first placeholder on within a batch (``hi`` - ``lo`` bytes).
+    It is cut there, as a build's own view stands at its first unbuilt leaf, and the build pushes the messages
+    after it. None: a build pushes the log from its first message. (A view saved after a ``--max-cost`` stop
+    holds the whole log folded, the leaves left as placeholders far back: a build started from it showed
+    each call the few lines before the first placeholder, 2-4 KB against ``hi`` 32,000, where an unstopped
+    build shows the view over the messages before the call's node.)"""
     try:
         saved = mem.views.current(create=False)
     except (ValueError, OSError, PimemError):
         return None  # (unreadable: pushed afresh, as for a backlog)
-    if saved is None or saved.cview.over() or saved.cview.pending() > WINDOW:
+    if saved is None or saved.cview.over():
         return None
-    return saved.cview
+    view = saved.cview
+    first = next((k for k, line in enumerate(view.lines) if line[2] is None), None)
+    if first is None:
+        return view
+    kept = View(view.hi, view.lo, view.resolve, view.fetch, view.cost)
+    kept.load(view.to_json())
+    return kept if kept.cut(first) <= view.hi - view.lo else None
 
 
 def _held_bytes(text: str | None) -> int:
@@ -728,9 +738,8 @@ def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply
     """The compactor's view the calls of the rest of a build are shown, on average: a call for node (l, i) is
     shown the compactor's view over the messages before where the view stands when it is sent (``_view_at``:
     its ``context_end``, or behind it for a merge with no unbuilt leaf under it), as ``_shown_views`` runs it
-    from the first message; or, when a build starts from the saved view (``kept``: ``kept_up``), that view's
-    lines up to there (``_kept_sizes``: after a ``--max-cost`` stop, say, it holds the whole log folded, and a
-    call is shown its lines before the first unbuilt leaf). And the bytes a cache of marked prefixes
+    from the first message; or, when a build starts from the saved view (``kept``: ``kept_up``, cut at its first
+    unbuilt line), that view's lines up to there (``_kept_sizes``). And the bytes a cache of marked prefixes
     (Anthropic's: the ``system`` prompt's bytes and the view) would write over those calls: calls whose views
     end at the same message are shown the same view, so the first of them writes its prefix and the others
     read it (a prefix under ``CACHE_LEAST`` tokens is not cached)."""
@@ -740,9 +749,6 @@ def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply
     pending = surveyed.window  # (the leaves that take a call, ascending)
     ends, before = _kept_sizes(kept, surveyed, reply_bytes) if kept is not None else ([], [0])
     kept_end = kept.T if kept is not None else -1
-    # (saved past ``hi``, it waits for its placeholders and then folds its oldest lines as this build's nodes
-    # come in, rather than grow: its calls are shown about what it holds before its first placeholder)
-    held = pending[0] if kept is not None and kept.total > hi and pending else kept_end
     total = calls = written = 0
     seen = set()
     for l, marks in enumerate(surveyed.settled_marks):
@@ -750,7 +756,7 @@ def _context_bytes(surveyed: "Builder", hi: int, lo: int, line_bytes: int, reply
         while i >= 0:  # (the unsettled nodes only: a built tree's few are found at C speed)
             at = _view_at(l, i, pending)
             if at <= kept_end:
-                size = before[bisect.bisect_right(ends, min(at, held))]
+                size = before[bisect.bisect_right(ends, at)]
             else:
                 size = shown[at]
             size = min(size, 2 * hi)

@@ -611,6 +611,21 @@ class View:
             self.blocked.setdefault(l, []).append(i)
         self.n_ready = sum(len(lst) for lst in self.ready.values())
 
+    def cut(self, j: int) -> int:
+        """Drop line ``j`` and the lines after it: the view as it stood before their messages came, less the
+        merges they set off. Returns the bytes dropped (their texts are read for it)."""
+        dropped = sum(self.line(k)[3] for k in range(j, len(self.lines)))
+        self.T = self.starts[j] if j < len(self.lines) else self.T
+        del self.lines[j:], self.starts[j:]
+        self.total -= dropped
+        for table in (self.ready, self.blocked):
+            for l, lst in table.items():
+                lst[:] = [i for i in lst if (i + 2) << l <= self.T]
+        self.n_ready = sum(len(lst) for lst in self.ready.values())
+        self.shrinking = self.shrinking and self.total > self.lo
+        self.changes += 1
+        return dropped
+
     def find_start(self, start: int) -> int:
         j = bisect.bisect_left(self.starts, start)
         return j if j < len(self.starts) and self.starts[j] == start else -1

@@ -1104,3 +1104,41 @@ def test_a_socks_proxy_without_its_package_stops_the_memory_in_one_line_not_retr
     events = [orjson.loads(line) for line in out.stdout.splitlines()]
     assert [e["event"] for e in events if e["event"] != "done"] == ["refused"] and server.requests == []
     assert BuildState(mem.path).failures == {}
+
+
+def _node_of(body: dict) -> str:
+    task = body["messages"][-1]["content"].rsplit("</chat>", 1)[-1]
+    return re.search(r"message \d+|lines \S+ and \S+", task)[0]
+
+
+@pytest.mark.parametrize("share", [0.95, 0.99])
+def test_the_rest_after_a_late_max_cost_stop_is_shown_the_view_an_unstopped_build_shows(run, home, monkeypatch, share):
+    """A backlog stopped by ``--max-cost`` near its end leaves a saved compactor's view within twice its budget
+    (the whole log, its old lines folded) and a few placeholders: the next build started from it, and each of
+    its calls was shown the lines before the first placeholder, however far along the log its node lies (a
+    median of a third of what an unstopped build shows the same nodes here; 2-4 KB against hi 32,000 on
+    bench/model_cost.py's). It is now shown about what an unstopped build shows, within the budget."""
+    import statistics
+
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        configure(home, server, price_in=1.0, price_out=2.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "cview": {"hi": 8000, "lo": 4000}}))
+        for name in ("m", "whole"):
+            mem = fill(name, 120)
+            mem.append([{"kind": "user" if k % 2 else "pi", "text": f"step {k}: checked the retry loop again, "
+                         f"nothing new in the logs around port {5400 + k % 90}; tests pass"} for k in range(120, 600)])
+        assert run("build-tree", "whole").exit_code == 0
+        unstopped = {_node_of(body): chat_bytes(body) for body in server.requests}
+        cost = builder.spent(Memory.open("whole"))["cost"]
+        assert run("build-tree", "m", "--max-cost", f"{cost * share:.6f}").exit_code == 6
+        first = len(server.requests)
+        assert run("build-tree", "m").exit_code == 0
+        rest = {_node_of(body): chat_bytes(body) for body in server.requests[first:]}
+    assert len(rest) > 10 and set(rest) <= set(unstopped)
+    assert max(rest.values()) <= 2 * 8000 and statistics.median(rest.values()) <= 8000
+    ratio = statistics.median(rest[node] / unstopped[node] for node in rest)
+    assert ratio >= 0.8, (ratio, sorted(rest.values()))
