@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from . import env, when
 from .compactor import CallFailed, Compactor, Task, worker
+from .compactor import label as compactor_label
 from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import Busy, LeaseLost, PimemError
@@ -90,6 +91,7 @@ class Builder:
             self.state.calls_stopped(None)  # (an overbilled call stopped that builder's calls, not this one's)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
+        self.asked_of = asked_of(self.compactor.cfg)  # (whom a recorded retry time holds back: ``_deferred``)
         workers = cfg["compactor"].get("workers")  # the offline compactor's processes, at most (checked in config)
         self.workers = worker.MOST if workers is None else workers
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
@@ -263,7 +265,7 @@ class Builder:
             retry = None if gives_up and retry_after is None else when.rfc3339(now + datetime.timedelta(seconds=delay))
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
-        self.state.failed(label(l, i), error, when.rfc3339(now), retry)
+        self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of)
         if self.cview is not None:  # (failed in a row as compactor.json counts, across runs, as readers count it)
             in_a_row = self.state.failures[label(l, i)]["tries"]
             self.cview.failed(l, i, retried=not (gives_up or later) and in_a_row < STUCK_TRIES)
@@ -311,11 +313,12 @@ class Builder:
         a new builder called it at once, so a server that asked a run to wait was asked again straight away. It
         waits until then (``MAX_RETRY_WAIT`` at most, in case the clock moved), held in the compactor's view as a
         call failing now would be; ``build-tree`` leaves it to the next run, a failed node whose error and retry
-        time stay as recorded, when that is more than ``ONCE_RETRY_WAIT`` away. A time past, or none: it goes."""
+        time stay as recorded, when that is more than ``ONCE_RETRY_WAIT`` away. A time past, or none, or one
+        recorded for another compactor (the memory's was switched since: ``asked_of``): it goes."""
         if (l, i) in self.tries or (l, i) in self.deferred:
             return False
         entry = self.state.failures.get(label(l, i))
-        if entry is None or "retry" not in entry:
+        if entry is None or "retry" not in entry or entry.get("compactor", self.asked_of) != self.asked_of:
             return False
         wait = (datetime.datetime.fromisoformat(entry["retry"]) - env.now()).total_seconds()
         if wait <= 0:
@@ -667,6 +670,13 @@ class ContextView:
             self.shown.update(((l, i), text) for (l, i, _), text in zip(todo, shown))
         self.shown = {(l, i): self.shown[(l, i)] for l, i, _ in rows}  # (only the lines the view still holds)
         return [render_line(l, i, self.shown[(l, i)]) for l, i, _ in rows]
+
+
+def asked_of(cfg: dict) -> str:
+    """The model and where it is asked (its server's URL, or its command), as a failure records it: a retry
+    time one server asked for holds back the calls to that one only (``Builder._deferred``)."""
+    where = cfg.get("base_url") or cfg.get("command")
+    return f"{compactor_label(cfg)} at {where}" if where else compactor_label(cfg)
 
 
 def kept_up(mem) -> View | None:

@@ -629,6 +629,25 @@ def test_a_running_watcher_takes_a_changed_model_within_seconds(home):
     assert_built_once(mem)
 
 
+def test_a_retry_time_one_server_asked_for_does_not_hold_back_the_compactor_switched_to(home):
+    """The old server answered 429 with ``Retry-After: 300``; ``pimem model`` points the memory at another one
+    while the watcher waits. The new compactor builds at once: the retry times in compactor.json were asked for
+    by the old server (before, the builder that took over waited for them, up to 5 minutes)."""
+    from pimem.compactor.state import BuildState
+
+    with FakeLLM("openai", faults=lambda n, body: "429", retry_after="300") as first, FakeLLM("openai") as second:
+        configure(home, first)
+        mem = fill("m", 4, short_every=1000)
+        with watching("m", "--json") as watcher:
+            until(lambda: len(BuildState(mem.path).failures) == 3)  # (message 0 is short: free)
+            done = subprocess.run(pimem_cmd("model", "m", "openai/m2", "--base-url", second.url, "--key-env", "TEST_LLM_KEY"),
+                                  capture_output=True, timeout=60, env=subprocess_env())
+            assert done.returncode == 0, done.stderr
+            until(lambda: complete("m"))
+            assert len(first.requests) == 3 and {b["model"] for b in second.requests} == {"m2"}
+        assert BuildState(mem.path).failures == {}
+
+
 def test_a_memory_refused_on_a_half_written_config_json_is_taken_again_once_it_is_mended(home):
     """An editor's save caught half-written stops that memory (a ``refused`` event); once the file is whole
     again, the running watcher takes the memory back and builds what comes (before, it was dropped until the

@@ -2,8 +2,9 @@
 
 - ``extra_tokens``: per model label, the extra ``max_tokens`` a reasoning model needed (it answered
   ``length`` with almost no text once; from then on it gets the headroom on the first try);
-- ``failures``: per node label, the last error, when, how many tries failed, and when it is retried (cleared
-  once built);
+- ``failures``: per node label, the last error, when, how many tries failed, when it is retried, and by which
+  compactor (its model and server: a retry time one server asked for does not hold back another); cleared
+  once built;
 - ``unbuilt_cost``: per local day (the builder's that paid them), the dollars paid for calls that built no node
   (a billed empty or unreadable reply, a reasoning model's first request when its second failed), which no node
   records: a daily cap counts them after a restart too (the last 31 days are kept; only a builder reads a day's,
@@ -86,12 +87,13 @@ class BuildState:
             self.extra_tokens[model] = tokens
             self.save()
 
-    def failed(self, label: str, error: str, at: str, retry: str | None = None) -> None:
+    def failed(self, label: str, error: str, at: str, retry: str | None = None, compactor: str | None = None) -> None:
         """The call for node ``label`` failed at ``at`` and may be retried at ``retry``, no sooner (by this builder,
-        or by the next: a builder waits for a retry time still to come; None: not in this run; both RFC 3339);
-        what it was billed, if anything, is in ``paid_unbuilt``."""
+        or by the next of the same ``compactor``: a builder waits for a retry time still to come; None: not in
+        this run; both RFC 3339); what it was billed, if anything, is in ``paid_unbuilt``."""
         entry = self.failures.get(label) or {"tries": 0}
-        self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1, **({"retry": retry} if retry else {})}
+        self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1, **({"retry": retry} if retry else {}),
+                                **({"compactor": compactor} if compactor else {})}
         with self._lock:
             self.pending.pop(label, None)
         self.save()
