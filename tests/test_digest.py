@@ -18,7 +18,7 @@ from pimem.tree import plain
 from conftest import pimem_cmd, subprocess_env
 
 LONG = "We went through the deployment notes again and compared them with what the runbook says. " * 5
-_CONNECTIVES = re.compile(r", |; |: | → |，|；|(?<=[。！？])")
+_CONNECTIVES = re.compile(r", |; |: | → |，|；|(?<=[。！？])|(?<=[.!?]) ")
 
 
 def pieces(line: str) -> list[str]:
@@ -199,7 +199,7 @@ def test_only_chinese_takes_chinese_commas_and_iso_days():
     ko = [unit("데이터베이스 연결이 시간 초과되었습니다.", 0), unit("포트는 5433입니다.", 1)]
     ja = [unit("データベース接続", 0), unit("タイムアウトしました", 1)]
     zh = [unit("数据库连接超时", 0), unit("端口是5433", 1)]
-    assert extractive.compose(ko) == "user: 데이터베이스 연결이 시간 초과되었습니다., 포트는 5433입니다."
+    assert extractive.compose(ko) == "user: 데이터베이스 연결이 시간 초과되었습니다. 포트는 5433입니다."
     assert extractive.compose(ja) == "user: データベース接続, タイムアウトしました"
     assert extractive.compose(zh) == "user: 数据库连接超时，端口是5433"
     assert not extractive._chinese(ko) and not extractive._chinese(ja) and extractive._chinese(zh)
@@ -528,6 +528,20 @@ def test_grep_lines_give_a_file_with_its_line_and_the_line_read_as_code():
     text = "The my-file-2-3-x name and 12:30:00 stay"
     found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
     assert "12:30:00" in found, found
+
+
+def test_a_sentence_joined_to_the_next_piece_keeps_its_own_stop_alone():
+    """A piece ending a sentence was joined by a connective after its own stop (``sources., what is``,
+    ``today?, Also``; ``good.; pi:``): after a full stop, a question or an exclamation mark a space joins it,
+    as Chinese joins after ``。`` with nothing."""
+    text = ("Please check the logs from both sources. what is the status of the deploy on staging today? "
+            "Also look at the retries!")
+    line = extractive.leaf("user", text)
+    assert "sources. what is" in line and "today? Also" in line and not re.search(r"[.!?][,;] ", line), line
+    assert extractive.render([extractive.Unit(1.0, 0, 0, "Please check the logs.", "user", 0, ("logs",)),
+                              extractive.Unit(1.0, 1, 0, "done", "pi", 1, ("done",))]) == "user: Please check the logs. pi: done"
+    assert pieces(line) == ["user", "Please check the logs from both sources.", "what is the status of the deploy on staging today?",
+                            "Also look at the retries!"], pieces(line)
 
 
 def test_a_compilers_diagnostic_is_an_error_at_its_file_line_and_column():
@@ -896,7 +910,7 @@ def test_a_line_says_a_piece_once():
     ``topic40x0``)."""
     for first, second, line in (
             ("How do I restart the staging server?", "How do I restart the staging server? It hangs on boot.",
-             "user: How do I restart the staging server?, It hangs on boot."),
+             "user: How do I restart the staging server? It hangs on boot."),
             ("预发数据库迁移到端口5433", "预发数据库迁移到端口5433，这个问题怎么处理？", "user: 预发数据库迁移到端口5433，这个问题怎么处理")):
         pool = extractive.units({"i": 0, "kind": "user", "text": first}) + extractive.units(
             {"i": 1, "kind": "user", "text": second})
@@ -915,12 +929,12 @@ def test_a_users_sentence_two_pieces_come_from_is_said_whole():
     ask = ("we need to fix the tui test sources. what's lacking is the themes for selectlist, editor, and markdown. "
            "create default themes shared across all the tests using chalk")
     assert extractive.leaf("user", ask, 120) == (
-        "user: we need to fix the tui test sources., create default themes shared across all the tests using chalk")
+        "user: we need to fix the tui test sources. create default themes shared across all the tests using chalk")
     said = ("hm, i selected the theme while you were working and got a crash, that should never happen. "
             "my dude, this exploded when i restarted with -r. invalid themes must NEVER explode")
     assert extractive.leaf("user", said, 200) == (
-        "user: hm, i selected the theme while you were working and got a crash, that should never happen., "
-        "my dude, this exploded when i restarted with -r., invalid themes must NEVER explode")
+        "user: hm, i selected the theme while you were working and got a crash, that should never happen. "
+        "my dude, this exploded when i restarted with -r. invalid themes must NEVER explode")
     assert extractive.leaf("user", said, 90) == "user: hm, theme, working, crash, happen, dude, invalid themes must, explode"
     named = extractive.units({"i": 0, "kind": "user", "text": ask, "meta": {"speaker": "Caroline"}})
     assert extractive.compose(named, limit=130) == (

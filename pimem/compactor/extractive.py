@@ -1082,13 +1082,16 @@ def render(chosen: list[Unit], head: str = "") -> str:
 
 def _join(pieces: list[str], plain: str, cjk: str) -> str:
     """Pieces joined by ``plain``, or by ``cjk`` next to a Chinese character (none after a piece ending a
-    sentence); Japanese and Korean (pieces with kana or Hangul) take ``plain``, as their writers do."""
+    sentence, a space after one ending in ``.``, ``!`` or ``?``: ``sources., what`` doubled its stop); Japanese
+    and Korean (pieces with kana or Hangul) take ``plain``, as their writers do."""
     out = ""
     chinese = None  # (asked once, at the first join beside a character that is not ASCII)
     for piece in pieces:
         if out:
             last = out[-1]
-            if last < "\x80" and piece[0] < "\x80":  # (ASCII on both sides: neither is Chinese)
+            if last in ".!?":
+                out += " "
+            elif last < "\x80" and piece[0] < "\x80":  # (ASCII on both sides: neither is Chinese)
                 out += plain
             elif last in "。！？；":
                 pass
