@@ -797,7 +797,7 @@ def test_a_result_is_joined_to_its_own_call_even_beside_another(home):
     ])
     line = extractive.Digest(mem).merge(3, 0)
     assert "ran pytest → exit 1, 3 failed" in line and "ran ls → exit 0" in line, line
-    assert "ran cat, exit 2" in line, line
+    assert "ran cat, bash → exit 2" in line, line  # (its call said nothing: its tool says whose it is)
 
 
 @pytest.mark.parametrize("meta, text, said", [
@@ -940,6 +940,25 @@ def test_a_users_sentence_two_pieces_come_from_is_said_whole():
     assert extractive.compose(named, limit=130) == (
         "Caroline: need, fix, tui test sources, editor, markdown, create default themes shared across all the tests "
         "using chalk")
+
+
+def test_a_result_without_its_call_says_its_tool_or_goes(home):
+    """A result whose call is not in the span said a bare ``exit 0`` (``ran sed; exit 0``: whose?): it names the
+    tool its message names (``write_stdin → exit 0``); one that names none goes when it says only that it ended
+    well, and says how it failed."""
+    mem, _ = build(home, [
+        {"kind": "echo", "text": "Process exited with code 0", "meta": {"tool": "write_stdin", "exit_code": 0, "call_id": "x"}},
+        {"kind": "echo", "text": "Process exited with code 2", "meta": {"tool": "write_stdin", "exit_code": 2, "call_id": "y"}},
+        {"kind": "user", "text": "is the deploy done?"},
+        {"kind": "echo", "text": "done", "meta": {"exit_code": 0}},
+        {"kind": "pi", "text": "The deploy to staging finished."},
+        {"kind": "echo", "text": "ECONNREFUSED 127.0.0.1:5433", "meta": {"exit_code": 1}},
+        {"kind": "tool", "text": "bash('ls')", "meta": {"tool": "bash", "command": "ls", "call_id": "a"}},
+        {"kind": "pi", "text": "Listing the files next."},
+    ])
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "write_stdin → exit 0, exit 2" in line and "exit 1: ECONNREFUSED" in line, line
+    assert line.count("exit 0") == 1 and "ran ls" in line, line
 
 
 def test_runs_of_one_program_are_said_once_with_how_many_and_how_the_last_ended(home):

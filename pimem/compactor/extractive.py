@@ -15,7 +15,8 @@ escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and lin
 (``src/app.py:42``), its text read after them; a URL is one (``file://`` too), and so is a path with a space in a
 name when it is quoted, its space escaped, or it reads as one (``~/My Documents/report 2024.pdf``). Tool work becomes
 what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's
-command or file and the result's exit code, test counts and error names; a piece taken from tool traffic is at most
+command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
+its tool, ``bash → exit 2``, or goes if it says only ``exit 0``); a piece taken from tool traffic is at most
 13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would). Calls of a span
 that say the same are said once, with how many there were and how the last one ended (``ran pytest ×32 → exit 1,
 1 failed``).
@@ -321,14 +322,16 @@ class Unit:
     user's words weighing ``USER`` times more); ``keep``: its weight for a span's pool (``top``). Units are
     shared by the pools of a span's nodes: never changed once made."""
 
-    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "call", "size", "value", "keep")
+    __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "call", "tool", "size", "value",
+                 "keep")
 
     def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
-                 result: bool = False, call=None):
+                 result: bool = False, call=None, tool: str = ""):
         self.score, self.i, self.pos, self.text, self.who, self.rank = score, i, pos, text, who, rank
         self.words = words
         self.result = result  # a tool result's outcome: joined to its own call with " → "
         self.call = call  # tool work: which call it is or answers (its call id, else the call's message)
+        self.tool = tool  # a result's tool, as its message names it: said when its call is not in the line
         self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
         self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
         # what the line will weigh it at, the user's ``USER`` times when the user talks to a model (an unnamed
@@ -339,7 +342,7 @@ class Unit:
 
     def told(self, who: str, rank: int) -> "Unit":
         """The same piece said by ``who`` in group ``rank``."""
-        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result, self.call)
+        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result, self.call, self.tool)
 
     def __repr__(self) -> str:
         return f"Unit({self.text!r}, i={self.i}, who={self.who!r}, score={self.score:.3f})"
@@ -888,13 +891,16 @@ def _phrases(text: str, cjk: bool = True):
 
 def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     i = msg.get("i", 0)
-    call_id = (msg.get("meta") or {}).get("call_id")
+    meta = msg.get("meta") or {}
+    call_id = meta.get("call_id")
+    tool = toolwork.short(meta["tool"]) if isinstance(meta.get("tool"), str) else ""
     out = []
     for piece, result, weight in toolwork.pieces(msg):
         ws = _wordset(piece)
         # a call and its result share a key: the call's id, else the call's message (the one before a result)
         call = call_id if isinstance(call_id, str) and call_id else i - 1 if result else i
-        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call))
+        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call,
+                        tool if result else ""))
     return out
 
 
@@ -1070,10 +1076,22 @@ def render(chosen: list[Unit], head: str = "") -> str:
             if at is not None:  # a call and how it ended: "ran pytest → exit 1, 1 failed" (parallel calls too)
                 pieces[at] += (", " if u.call in answered else " → ") + u.text
                 answered.add(u.call)
+            elif u.result:  # its call is not in the line: its tool, if its message names it ("bash → exit 0",
+                # the tool's other such results after it), else how it ended if that says anything (a bare
+                # "exit 0" did not)
+                key = ("tool", u.tool) if u.tool else u.call
+                at = calls.get(key)
+                if at is not None:
+                    pieces[at] += ", " + u.text
+                elif u.tool or u.text != "exit 0":
+                    calls[key] = len(pieces)
+                    pieces.append(f"{u.tool} → {u.text}" if u.tool else u.text)
             else:
-                if u.rank == 2 and not u.result:
+                if u.rank == 2:
                     calls[u.call] = len(pieces)
                 pieces.append(u.text)
+        if not pieces:
+            continue
         body = _join(pieces, ", ", "，")
         parts.append(f"{who}: {body}" if who else body)
     line = _join(parts, "; ", "；")
