@@ -46,7 +46,18 @@ def _pid_alive(pid) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` is dead but not yet waited for by its parent (a builder killed by a program that
+    started it and never reaps it: its pid is still there); Linux's ``/proc`` says so, elsewhere never."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read()
+    except OSError:
+        return False
+    return fields[fields.rfind(b")") + 2:][:1] == b"Z"  # (the state follows the name, which may hold anything)
 
 
 def live(record: dict | None) -> bool:
@@ -65,6 +76,16 @@ def holder(mem) -> dict | None:
     """The live lease on ``mem`` (who is building its tree), or None."""
     record = _read(mem)
     return record if live(record) else None
+
+
+def dead(mem) -> dict | None:
+    """The lease on ``mem`` of a builder that died holding it (killed or crashed: one that stops releases it),
+    or None; the next builder takes it over."""
+    record = _read(mem)
+    if live(record) or not record or not all(isinstance(record.get(k), t) for k, t in
+                                             (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
+        return None
+    return {k: record[k] for k in ("pid", "host", "started", "beat")}
 
 
 def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:

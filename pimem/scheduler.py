@@ -145,7 +145,8 @@ class Scheduler:
             if today + inflight + worst > cap:
                 if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
                     self._capped[builder] = day
-                    builder.state.cap_reached(day, _day_end(day))
+                    below = {"max_cost_per_day": cap, "next_call": round(worst, 6)} if worst > cap else None
+                    builder.state.cap_reached(day, _day_end(day), below)
                     self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
                                "max_cost_per_day": cap, "next_call": round(worst, 6)})
                 return False

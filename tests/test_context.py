@@ -151,10 +151,11 @@ def test_a_tool_result_not_summarised_yet_shows_its_marker_and_is_not_waited_for
         assert "(1 waiting for a summary)" in run("view", "main", "--stats").stdout  # (it still is)
 
 
-def test_status_says_when_a_failing_node_is_retried_only_while_a_builder_runs(run, home):
+def test_status_says_when_a_failing_node_is_retried_whether_a_builder_runs_or_not(run, home):
     """A watcher stopped (or killed) leaves its failures in ``compactor.json`` with their retry times: ``status``
-    said ``next`` a time at which nothing would retry them, past or not, and a hand edit's ``retry`` that is no
-    time ("tomorrow") as it was, control characters and all."""
+    said ``next`` a time past, and a hand edit's ``retry`` that is no time ("tomorrow") as it was, control
+    characters and all. A time still to come is said with no builder running too: the next builder waits for
+    it (``Builder._deferred``)."""
     from pimem import lease
 
     run("append", "main", "a long message " * 100)
@@ -164,7 +165,7 @@ def test_status_says_when_a_failing_node_is_retried_only_while_a_builder_runs(ru
                 "retry": "2026-10-08T09:30:05+08:00"},
         "1+1": {"error": "HTTP 500", "at": "2026-10-08T09:30:01+08:00\x1b[2J", "tries": 2, "retry": "tomorrow\x07"}}}))
     alone = run("status", "main").stdout
-    assert "failing   0+1: HTTP 429: slow down (1 try, last 2026-10-08T09:30:00+08:00)\n" in alone
+    assert "failing   0+1: HTTP 429: slow down (1 try, last 2026-10-08T09:30:00+08:00, next 2026-10-08T09:30:05+08:00)\n" in alone
     assert "failing   1+1: HTTP 500 (2 tries, last 2026-10-08T09:30:01+08:00^[[2J)\n" in alone
     with lease.Lease(mem) as watcher:  # (this process builds it, as far as status can tell)
         assert watcher.try_acquire() is None

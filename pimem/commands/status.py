@@ -9,7 +9,8 @@ from ..options import Home, Json, Name
 
 def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     """Show one memory's state: messages, files on disk, and the summary tree: nodes built and pending,
-    the compactor, money spent, the running builder, and failing nodes with their last error.
+    the compactor, money spent, the running builder, and failing nodes with their last error. Times are shown
+    in the local time zone (the JSON's as recorded, RFC 3339, with their offsets).
 
     Examples:
       pimem status main
@@ -27,6 +28,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["compactor"] = compactor.describe(mem.config.get("compactor") or {})
     row["spent"] = builder.spent(mem)
     row["builder"] = lease.holder(mem)
+    row["builder_gone"] = None if row["builder"] else lease.dead(mem)  # (killed or crashed: it never let go)
     state = BuildState(mem.path)
     row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()), 9)  # (billed calls that built nothing)
     failures = state.failures
@@ -35,15 +37,26 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     lifts = state.cap_lifts(now)  # (the daily cap: until the watcher's day ends, whatever the time zone here)
     row["capped"] = state.capped if lifts else None  # (the watcher's local day)
     row["capped_until"] = when.rfc3339(lifts.astimezone(now.tzinfo)) if lifts else None
+    row["capped_below"] = state.capped_below if lifts else None  # (no call fits the cap, whatever the day)
     row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
+    # a capped or stopped watcher retries nothing; with no builder running, the next one waits for a retry time
+    # still to come (``Builder._deferred``)
+    idle = row["builder"] and (row["capped"] or row["stopped"])
+    asker = builder.asked_of(mem.config.get("compactor") or {})
+    for fail in row["failures"]:
+        fail["next"], fail["being_retried"] = (None, False) if idle else _retry(fail, row["builder"], asker, now)
     if json:
         output.json_line(row)
         return
+
+    def local(text):
+        return _local(text, now)
+
     output.line(f"memory    {row['name']}  ({row['path']})")
     output.line(f"messages  {row['messages']:,}  in {output.count(row['log_files'], 'daily file')}, {output.count(row['log_bytes'], 'byte')}")
     if row["messages"]:
-        output.line(f"from      {row['first']}")
-        output.line(f"to        {row['last']}")
+        output.line(f"from      {local(row['first'])}")
+        output.line(f"to        {local(row['last'])}")
     tree = row["tree"]
     waiting = f" ({output.count(tree['leaves'], 'message')} wait{'s' if tree['leaves'] == 1 else ''} for a summary)" if tree["leaves"] else ""
     output.line(f"tree      {tree['built']:,} of {output.count(tree['nodes'], 'node')} built, {tree['pending']:,} pending{waiting}")
@@ -67,47 +80,69 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         marked = len(spent["suspect"])
         output.line(output.style(f"suspect   {output.count(marked, 'summary', 'summaries')} {'names' if marked == 1 else 'name'} "
                                  f"a number, path or identifier their messages do not hold: {shown}", "yellow"))
-    builder = row["builder"]
+    builder, gone = row["builder"], row["builder_gone"]
     if builder:
         ago = max(0.0, time.time() - builder["beat"])
-        output.line(f"builder   pid {builder['pid']} on {builder['host']} since {builder['started']} (heartbeat {ago:.0f} s ago)")
+        output.line(f"builder   pid {builder['pid']} on {builder['host']} since {local(builder['started'])} (heartbeat {ago:.0f} s ago)")
+    elif gone:
+        ago = max(0.0, time.time() - gone["beat"])
+        output.line(output.style(f"builder   none: pid {gone['pid']} on {gone['host']} (since {local(gone['started'])}) is "
+                                 f"gone without letting the memory go, killed or crashed (heartbeat {ago:.0f} s ago); "
+                                 "run 'pimem watch' or 'pimem build-tree'", "yellow"))
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
-    if row["capped"]:
+    if row["capped_below"]:
+        below = row["capped_below"]
+        output.line(output.style(f"capped    a call may cost up to ${below['next_call']:.4f} at its worst case, more than the "
+                                 f"daily spend cap of ${below['max_cost_per_day']:g}: nothing is built until the cap is "
+                                 "raised", "yellow"))
+    elif row["capped"]:
         output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']} (the watcher's day): "
                                  f"nothing more is built until {row['capped_until']}", "yellow"))
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))
-    retrying = builder and not (row["capped"] or row["stopped"])  # (a capped or stopped watcher retries nothing)
     for fail in row["failures"]:
-        # (with no builder running, nothing retries it until one starts, so a time then would say what will not
-        # happen)
-        retry = _retry(fail, builder, now) if retrying else ""
+        retry = f", next {local(fail['next'])}" if fail["next"] else ", being retried" if fail["being_retried"] else ""
         output.line(output.style(f"failing   {output.flatten(fail['node'])}: {output.flatten(fail['error'])} "
-                                 f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(fail['at'])}{retry})", "red"))
+                                 f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(local(fail['at']))}{retry})", "red"))
 
 
-def _retry(fail: dict, builder: dict, now) -> str:
-    """When the running ``builder`` tries the failing node ``fail`` again: ``, next`` its retry time while that is
-    to come (an earlier run's too: a builder waits for it), or ``, being retried`` once it is past or when the
-    node failed before the builder took the memory with none recorded (a builder tries every unbuilt node from
-    its start: an earlier run's failure, recorded with no retry time, showed none while a watcher retried it);
-    nothing when this run gave it up (build-tree past --retries)."""
+def _moment(text):
+    """The date-time ``text`` (RFC 3339, with its offset), else None."""
     import datetime
 
-    def moment(text):
-        try:
-            return datetime.datetime.fromisoformat(text) if isinstance(text, str) else None
-        except ValueError:
-            return None
-
-    at, started, retry = moment(fail.get("at")), moment(builder.get("started")), moment(fail.get("retry"))
     try:
-        if retry is not None and retry > now:
-            return f", next {fail['retry']}"
-        if retry is not None or at is not None and started is not None and at < started:
-            return ", being retried"
-    except TypeError:  # (a hand-edited time without its offset)
-        return ""
-    return ""
+        moment = datetime.datetime.fromisoformat(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+def _local(text, now) -> str:
+    """The date-time ``text`` (RFC 3339) in the time zone of ``now``, the reader's, as ``capped_until`` is shown
+    (a builder's times are in its own: a service's UTC beside the shell's +08:00); else ``text`` as it is."""
+    from .. import when
+
+    moment = _moment(text)
+    if moment is None or moment.utcoffset() == now.utcoffset():
+        return text
+    try:
+        return when.rfc3339(moment.astimezone(now.tzinfo))
+    except (OverflowError, ValueError):  # (at the ends of the range of dates)
+        return text
+
+
+def _retry(fail: dict, builder: dict | None, asker: str, now) -> tuple[str | None, bool]:
+    """When the failing node ``fail`` is tried again: its retry time while that is to come, whether a builder
+    runs (``builder``, else None) or not (the next to start waits for it: ``Builder._deferred``), unless another
+    compactor than the memory's (``asker``: ``builder.asked_of``) was asked it (the memory's was switched since:
+    its builder does not wait for it); else whether
+    the running builder is retrying it: its retry time is past, or the node failed before the builder took the
+    memory with none recorded (a builder tries every unbuilt node from its start). ``(None, False)``: no time to
+    wait for and nothing retrying it (no builder runs, or this run gave it up: build-tree past --retries)."""
+    at, retry = _moment(fail.get("at")), _moment(fail.get("retry"))
+    if retry is not None and retry > now and fail.get("compactor", asker) == asker:
+        return fail["retry"], False
+    started = _moment(builder.get("started")) if builder else None
+    return None, bool(builder) and (retry is not None or at is not None and started is not None and at < started)

@@ -15,6 +15,8 @@
   never its own date with the day: a reader in another time zone (the watcher a service on UTC, the shell
   in Tokyo) is on another date for part of every day; a mark with the day alone (an earlier pimem's) is taken
   for a day of the reader's time zone, as that pimem read it;
+- ``capped_below``: with ``capped``, when the cap is below one call's worst case (no day's spending ever lets
+  that call go: nothing is built until the cap is raised), ``{"max_cost_per_day", "next_call"}`` in dollars;
 - ``overbilled``: why the watcher calls this memory's compactor no more (a call billed past its worst case
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
@@ -63,6 +65,9 @@ class BuildState:
                                                        and 0 <= cost < float("inf"))
         self.capped: str | None = data.get("capped") if isinstance(data.get("capped"), str) else None
         self.capped_until: str | None = data.get("capped_until") if self.capped and _moment(data.get("capped_until")) else None
+        below = data.get("capped_below") if self.capped else None
+        self.capped_below: dict | None = below if isinstance(below, dict) and all(
+            type(below.get(k)) in (int, float) and 0 <= below[k] < float("inf") for k in ("max_cost_per_day", "next_call")) else None
         self.overbilled: str | None = data.get("overbilled") if isinstance(data.get("overbilled"), str) else None
         self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
             call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
@@ -76,6 +81,8 @@ class BuildState:
                 data["capped"] = self.capped
                 if self.capped_until:
                     data["capped_until"] = self.capped_until
+                if self.capped_below:
+                    data["capped_below"] = self.capped_below
             if self.overbilled:
                 data["overbilled"] = self.overbilled
             if self.pending:
@@ -139,13 +146,15 @@ class BuildState:
     def cap_lifted(self) -> None:
         """The daily cap was changed: not capped until it is reached again."""
         if self.capped is not None:
-            self.capped = self.capped_until = None
+            self.capped = self.capped_until = self.capped_below = None
             self.save()
 
-    def cap_reached(self, day: str, until: str | None) -> None:
-        """The daily spend cap was reached on local ``day`` (YYYY-MM-DD), which ends at ``until`` (RFC 3339)."""
-        if (self.capped, self.capped_until) != (day, until):
-            self.capped, self.capped_until = day, until
+    def cap_reached(self, day: str, until: str | None, below: dict | None = None) -> None:
+        """The daily spend cap was reached on local ``day`` (YYYY-MM-DD), which ends at ``until`` (RFC 3339);
+        ``below``: ``{"max_cost_per_day", "next_call"}`` when the call held back costs more than the cap at its
+        worst case, whatever was spent."""
+        if (self.capped, self.capped_until, self.capped_below) != (day, until, below):
+            self.capped, self.capped_until, self.capped_below = day, until, below
             self.save()
 
     def cap_lifts(self, now):

@@ -1,0 +1,132 @@
+"""``status`` as a person reads it: when a failing node is tried next, with a builder running or not; its times in
+the reader's time zone; a daily cap no call fits; a builder killed holding the memory."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import orjson
+
+from bench.llm_server import FakeLLM
+from pimem import lease
+from pimem.compactor.state import BuildState
+from test_scheduler import configure, fill
+from test_watch import complete, start_watch, until, watching
+
+TOKYO = "2026-10-08T09:36:00+08:00"  # (the reader's clock, and the home fixture's zone)
+UTC = "2026-10-08T01:36:00+00:00"  # (the same moment on a service's clock)
+
+
+def status(sh, now=TOKYO):
+    shown = sh("status", "m", PIMEM_NOW=now)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout.decode(), orjson.loads(sh("status", "m", "--json", PIMEM_NOW=now).stdout)
+
+
+def test_a_failed_node_s_retry_time_is_shown_with_no_builder_running_and_every_time_in_the_reader_s_zone(home, sh):
+    """build-tree on a service's clock (UTC) was asked to wait 300 s for a node and left it to the next run:
+    the next builder waits for that time (``Builder._deferred``), so ``status`` says ``next`` it with no builder
+    running too (before, it said nothing until one ran). Its times, the builder's ``since`` and the messages'
+    dates are shown in the reader's zone (+08:00), as ``capped_until`` is (before, each in the zone of whoever
+    wrote it); the JSON keeps them as recorded. A retry time past says nothing without a builder, and ``being
+    retried`` (``being_retried`` in the JSON) while a watcher's call for it is out."""
+    gate = threading.Event()
+    with FakeLLM("openai", faults=lambda n, body: "429" if n == 0 else None, retry_after="300",
+                 latency=lambda n, body: 0 if n == 0 else (gate.wait(60) and 0)) as server:
+        configure(home, server)
+        fill("m", 2, short_every=1000)  # (message 0 is short: one call, for message 1)
+        built = sh("build-tree", "m", "--retries", "1", TEST_LLM_KEY="k", TZ="UTC", PIMEM_NOW="2026-10-08T01:30:00+00:00")
+        assert built.returncode == 6, built.stderr
+        text, row = status(sh, "2026-10-08T09:34:00+08:00")
+        assert "(1 try, last 2026-10-08T09:30:00+08:00, next 2026-10-08T09:35:00+08:00)\n" in text, text
+        assert "from      2026-10-08T09:30:00+08:00\n" in text and "builder   none (run " in text, text
+        failed = row["failures"][0]
+        assert (failed["at"], failed["retry"]) == ("2026-10-08T01:30:00+00:00", "2026-10-08T01:35:00+00:00")
+        assert (failed["next"], failed["being_retried"]) == ("2026-10-08T01:35:00+00:00", False)
+        assert "from      2026-10-08T01:30:00+00:00\n" in status(sh, UTC)[0]  # (a reader on UTC)
+        text, row = status(sh, TOKYO)  # (its time past: the next builder sends it at once)
+        assert "(1 try, last 2026-10-08T09:30:00+08:00)\n" in text, text
+        assert (row["failures"][0]["next"], row["failures"][0]["being_retried"]) == (None, False)
+        with watching("m", TZ="UTC", PIMEM_NOW=UTC):
+            until(lambda: len(server.requests) == 2)  # (its call, held)
+            text, row = status(sh, TOKYO)
+            assert "(1 try, last 2026-10-08T09:30:00+08:00, being retried)\n" in text, text
+            assert f" since {TOKYO} (heartbeat " in text, text
+            assert (row["failures"][0]["next"], row["failures"][0]["being_retried"]) == (None, True)
+            assert row["builder"]["started"] == UTC
+            gate.set()
+            until(lambda: complete("m"))
+        assert status(sh, TOKYO)[1]["failures"] == []
+
+
+def test_a_daily_cap_below_one_call_s_worst_case_is_said_so_not_reached(home, sh):
+    """A cap of $0.0001 when a call may cost $0.0187 at its worst case: no call is ever sent, whatever was spent
+    that day. ``status`` says the cap is below one call's worst case and nothing is built until it is raised, as
+    ``watch`` does (before: "the daily spend cap was reached", as if the next day would build)."""
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 4, short_every=1000)
+        with watching("m", "--json", "--max-cost-per-day", "0.0001") as watcher:
+            event = next(e for e in map(orjson.loads, iter(watcher.stdout.readline, b"")) if e["event"] == "capped")
+            text, row = status(sh, "2026-10-08T09:30:00+08:00")
+            said = (f"capped    a call may cost up to ${event['next_call']:.4f} at its worst case, more than the daily "
+                    "spend cap of $0.0001: nothing is built until the cap is raised\n")
+            assert said in text and "was reached" not in text, text
+            assert row["capped_below"] == {"max_cost_per_day": 0.0001, "next_call": event["next_call"]}
+            assert (row["capped"], row["capped_until"]) == ("2026-10-08", "2026-10-09T00:00:00+08:00")
+        assert server.requests == []
+        with watching("m", "--max-cost-per-day", "1"):  # (raised: the mark goes)
+            until(lambda: complete("m"))
+            text, row = status(sh, "2026-10-08T09:30:00+08:00")
+            assert "\ncapped  " not in text and row["capped_below"] is None and row["capped"] is None, text
+
+
+def test_status_says_a_builder_killed_with_sigkill_is_gone(home, sh):
+    """A watcher killed with SIGKILL mid-call leaves its lease behind: ``status`` says the builder is gone, with
+    its pid (before, while the program that started it had not reaped it yet, status showed it building, and
+    ``lease.holder`` took it for live, so a new builder waited up to 30 s for a dead one)."""
+    gate = threading.Event()
+    with FakeLLM("openai", latency=lambda n, body: gate.wait(60) and 0) as server:
+        configure(home, server)
+        mem = fill("m", 2, short_every=1000)
+        watcher = start_watch("m")
+        try:
+            until(lambda: len(server.requests) == 1)  # (mid-build: its call out)
+            pid = lease.holder(mem)["pid"]
+            assert pid == watcher.pid
+            watcher.send_signal(signal.SIGKILL)
+            until(lambda: open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1][1:2] == b"Z")  # (dead, not reaped)
+            text, row = status(sh)
+            assert row["builder"] is None and lease.holder(mem) is None, text
+            assert (row["builder_gone"]["pid"], row["builder_gone"]["started"]) == (pid, "2026-10-08T09:30:00+08:00")
+            assert (f"builder   none: pid {pid} on " in text and " (since 2026-10-08T09:30:00+08:00) is gone without letting "
+                    "the memory go, killed or crashed (heartbeat " in text), text
+            gate.set()
+            rebuilt = sh("build-tree", "m", "--wait", "0", TEST_LLM_KEY="k")  # (taken over at once)
+            assert rebuilt.returncode == 0, rebuilt.stderr
+        finally:
+            gate.set()
+            watcher.kill()
+            watcher.wait()
+        text, row = status(sh)
+        assert "builder   none (run " in text and row["builder_gone"] is None, text
+        assert BuildState(mem.path).failures == {}
+
+
+def test_a_retry_time_another_compactor_was_asked_is_not_shown_as_next(home, run):
+    """A retry time a server asked for holds back that compactor only (a memory switched to another builds at
+    once): ``status`` says ``next`` it only while the memory's compactor is the one that was asked."""
+    from pimem import Memory, builder
+
+    configure(home)
+    mem = fill("m", 2, short_every=1000)
+    asker = builder.asked_of(mem.config["compactor"])
+    for recorded, shown in ((asker, ", next 2026-10-08T09:35:00+08:00)"), ("openai/m0 at http://127.0.0.1:9/v1", ")"),
+                            (None, ", next 2026-10-08T09:35:00+08:00)")):  # (None: an earlier pimem's, none recorded)
+        failure = {"error": "HTTP 429", "at": "2026-10-08T09:30:00+08:00", "tries": 1, "retry": "2026-10-08T09:35:00+08:00",
+                   **({"compactor": recorded} if recorded else {})}
+        (mem.path / "compactor.json").write_bytes(orjson.dumps({"failures": {"1+1": failure}}))
+        assert f"failing   1+1: HTTP 429 (1 try, last 2026-10-08T09:30:00+08:00{shown}\n" in run("status", "m").stdout, recorded
+        row = orjson.loads(run("status", "m", "--json").stdout)["failures"][0]
+        assert row["next"] == (None if shown == ")" else "2026-10-08T09:35:00+08:00") and row["being_retried"] is False
