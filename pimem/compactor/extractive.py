@@ -465,7 +465,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 into = _PATH_INTO_CJK.search(piece)  # (Chinese written on after it: not its file's name)
                 piece = piece[: into.start()].rstrip(".") if into else piece
             paths.append((start + 1, start + len(piece) - 1) if piece[0] in "`\"'" else (start, start + len(piece)))
-            if _size(piece) > SENTENCE and (at := _path_end(piece)):  # too long for a piece: its end
+            # a quoted one too long for a piece: its end (not an unquoted one: it may be names glued together)
+            if piece[0] in "`\"'" and _size(piece) > SENTENCE and (at := _path_end(piece)):
                 start, piece = start + at, piece[at:].rstrip("`\"'")
         add(piece, start, 1.3)
     skip = urls + blobs + paths
