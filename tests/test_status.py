@@ -83,22 +83,25 @@ def test_a_daily_cap_below_one_call_s_worst_case_is_said_so_not_reached(home, sh
 
 
 def test_status_says_a_builder_killed_with_sigkill_is_gone(home, sh):
-    """A watcher killed with SIGKILL mid-call leaves its lease behind: ``status`` says the builder is gone, with
-    its pid (before, while the program that started it had not reaped it yet, status showed it building, and
-    ``lease.holder`` took it for live, so a new builder waited up to 30 s for a dead one)."""
+    """A capped watcher killed with SIGKILL mid-call leaves its lease behind: ``status`` says the builder is gone,
+    with its pid (before, while the program that started it had not reaped it yet, status showed it building,
+    and ``lease.holder`` took it for live, so a new builder waited up to 30 s for a dead one), and counts the
+    call it cut off as paid at its worst case, as the next builder does (before, only once one had started)."""
     gate = threading.Event()
     with FakeLLM("openai", latency=lambda n, body: gate.wait(60) and 0) as server:
-        configure(home, server)
+        configure(home, server, price_in=1.0, price_out=2.0)
         mem = fill("m", 2, short_every=1000)
-        watcher = start_watch("m")
+        watcher = start_watch("m", "--max-cost-per-day", "1")
         try:
             until(lambda: len(server.requests) == 1)  # (mid-build: its call out)
             pid = lease.holder(mem)["pid"]
             assert pid == watcher.pid
             watcher.send_signal(signal.SIGKILL)
             until(lambda: open(f"/proc/{pid}/stat", "rb").read().rsplit(b")", 1)[1][1:2] == b"Z")  # (dead, not reaped)
+            worst = BuildState(mem.path).pending["1+1"]["cost"]
             text, row = status(sh)
             assert row["builder"] is None and lease.holder(mem) is None, text
+            assert row["spent"]["cost_unbuilt"] == worst and f"spent     ${worst:.4f} more on calls that built nothing" in text
             assert (row["builder_gone"]["pid"], row["builder_gone"]["started"]) == (pid, "2026-10-08T09:30:00+08:00")
             assert (f"builder   none: pid {pid} on " in text and " (since 2026-10-08T09:30:00+08:00) is gone without letting "
                     "the memory go, killed or crashed (heartbeat " in text), text
@@ -111,6 +114,7 @@ def test_status_says_a_builder_killed_with_sigkill_is_gone(home, sh):
             watcher.wait()
         text, row = status(sh)
         assert "builder   none (run " in text and row["builder_gone"] is None, text
+        assert row["spent"]["cost_unbuilt"] == worst and BuildState(mem.path).pending == {}  # (counted once)
         assert BuildState(mem.path).failures == {}
 
 

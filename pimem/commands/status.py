@@ -30,7 +30,10 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["builder"] = lease.holder(mem)
     row["builder_gone"] = None if row["builder"] else lease.dead(mem)  # (killed or crashed: it never let go)
     state = BuildState(mem.path)
-    row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()), 9)  # (billed calls that built nothing)
+    # billed calls that built nothing; with no builder running, a capped watcher's calls cut off by its death too,
+    # at their worst case, as the next builder counts them
+    cut_off = 0.0 if row["builder"] else sum(call["cost"] for call in state.pending.values())
+    row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()) + cut_off, 9)
     failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
     now = env.now()
