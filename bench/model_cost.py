@@ -76,6 +76,20 @@ def synthetic_turns(n: int) -> bytes:
     return b"".join(json.dumps(rec).encode() + b"\n" for rec in lines)
 
 
+WORDS = ("amber", "birch", "cedar", "dune", "ember", "fjord", "grove", "heath", "inlet", "juniper", "knoll", "larch",
+         "marsh", "nettle", "oxbow", "prairie")
+
+
+def reply(body: dict, answer_bytes: int) -> str:
+    """A line of ``answer_bytes`` that differs from one request to the next, in plain lowercase words (no fact the
+    faithfulness guard would look up). Every reply the same made each summary a copy of every long tool message's
+    summary, so a line joining summaries (``line_bytes`` of two or more of them) was shown as tool markers: the
+    runs with 2,048-byte lines were shown a third less than a model's distinct lines would have been."""
+    key = zlib.crc32(json.dumps(body["messages"][-1]).encode())
+    words = " ".join(WORDS[key >> (4 * k) & 15] for k in range(8))
+    return (f"a summary of the span: {words}" + " filler" * answer_bytes)[:answer_bytes]
+
+
 def context_bytes(body: dict) -> int:
     user = body["messages"][-1]["content"]
     text = user if isinstance(user, str) else "".join(b.get("text", "") for b in user)
@@ -126,7 +140,7 @@ def measure(checkout: Path, messages: int, latency, answer_bytes: int, pattern: 
             (home / "config.json").write_text(json.dumps(config))
         # a faithful line (no number or name its span does not hold), so the faithfulness guard asks again only
         # where a real model would have made something up; ``summary_for``'s node numbers would fail it every time
-        server.reply = lambda body: ("a summary of the span" + " filler" * answer_bytes)[:answer_bytes]
+        server.reply = lambda body: reply(body, answer_bytes)
         if SAMPLES is None:
             sys.exit("no samples found: set PIMEM_SAMPLES to ../shared/samples")
         samples = sorted(str(p) for p in SAMPLES.glob(pattern))

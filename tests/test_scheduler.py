@@ -1142,3 +1142,20 @@ def test_the_rest_after_a_late_max_cost_stop_is_shown_the_view_an_unstopped_buil
     assert max(rest.values()) <= 2 * 8000 and statistics.median(rest.values()) <= 8000
     ratio = statistics.median(rest[node] / unstopped[node] for node in rest)
     assert ratio >= 0.8, (ratio, sorted(rest.values()))
+
+
+def test_the_benchmark_servers_lines_differ_and_hold_no_fact():
+    """bench/model_cost.py's server answered every call with the same line: each summary was then a copy of
+    every long tool message's summary, and a line joining summaries (2,048-byte lines) was shown as the tool
+    markers a copy of tool traffic is shown as, so the rest after a ``--max-cost`` stop was shown a third less
+    than the dry run foresaw (1.27-1.31x). Its lines now differ from one request to the next, in words the
+    faithfulness guard does not look up."""
+    from bench.model_cost import reply
+    from pimem.compactor.faith import unfounded
+
+    bodies = [{"messages": [{"role": "user", "content": f"<chat>\n</chat>\n\nCompaction: compress message {n}"}]}
+              for n in range(50)]
+    lines = [reply(body, 480) for body in bodies]
+    assert len(set(lines)) == len(lines) and {len(line.encode()) for line in lines} == {480}
+    assert reply(bodies[0], 480) == lines[0]  # (a request asked again is answered alike)
+    assert all(unfounded(line, ["a summary"]) == [] for line in lines)
