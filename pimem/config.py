@@ -131,7 +131,7 @@ def _shaped(own: dict, path: Path) -> dict:
         if key in ("view", "cview") and not wrong:
             wrong = any(type(value.get(end)) is not int or not 0 < value[end] <= _LARGEST for end in ("hi", "lo") if end in value)
         elif key == "line_bytes":  # (said with its range however it is wrong: 1e20 is past it, not "no number")
-            wrong, rule = wrong or value < LEAST_LINE_BYTES, f" (use a whole number of bytes from {LEAST_LINE_BYTES} to {_LARGEST:,})"
+            wrong, rule = wrong or value < LEAST_LINE_BYTES, f" (use a whole number of bytes, at least {LEAST_LINE_BYTES})"
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob_value is not None and _wrong_knob(knob, knob_value):

@@ -65,11 +65,11 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
             assert out.returncode == 2, (argv, out.stderr)
             err = out.stderr.decode()  # (build-tree names the memory first)
             assert err.startswith("pimem: error: ") and err.count("\n") == 1, err
-            assert err.endswith(f"{path}: line_bytes cannot be {said} (use a whole number of bytes from 64 to "
-                                "9,223,372,036,854,775,807); fix it or remove it\n"), err
+            assert err.endswith(f"{path}: line_bytes cannot be {said} (use a whole number of bytes, at least 64); "
+                                "fix it or remove it\n"), err
         assert snapshot(home) == before
     path.write_bytes(b"")
-    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use a whole number of bytes from 64 to "):
+    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use a whole number of bytes, at least 64."):
         Memory.open("m").save_config({"line_bytes": 20})
     assert path.read_bytes() == b""
     Memory.open("m").save_config({"line_bytes": 64})
