@@ -88,8 +88,9 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
 def stalled(mem, within: float = 0.0) -> str | None:
     """Why the watcher will not write summaries within ``within`` seconds (``compactor.json``): a node failing
     (the others wait behind it) that failed ``STUCK_TRIES`` times in a row or is not retried by then (a 429's
-    short ``Retry-After`` is), the daily spend cap reached (till the watcher's day ends), or a call billed past
-    its worst case (under a daily cap the watcher calls that compactor no more); else None."""
+    short ``Retry-After`` is), the daily spend cap reached (till the watcher's day ends) or below one call's worst
+    case (till it is raised), or a call billed past its worst case (under a daily cap the watcher calls that
+    compactor no more); else None."""
     import datetime
 
     from . import env
@@ -104,6 +105,9 @@ def stalled(mem, within: float = 0.0) -> str | None:
                 datetime.datetime.fromisoformat(retry) - now).total_seconds() > within:
             return f"the compactor is failing (see 'pimem status {mem.name}')"
     lifts = state.cap_lifts(now)  # (the end of the watcher's day, whatever the time zone here)
+    if lifts and state.capped_below:  # (no day's spending lets a call through)
+        return (f"the watcher's daily spend cap (max_cost_per_day) of ${state.capped_below['max_cost_per_day']:g} is "
+                f"below one call's worst case (${state.capped_below['next_call']:.4f}): nothing is built until it is raised")
     if lifts:
         return (f"the watcher reached its daily spend cap (max_cost_per_day): nothing more is built until "
                 f"{when.rfc3339(lifts.astimezone(now.tzinfo))}")
