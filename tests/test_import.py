@@ -454,6 +454,32 @@ def test_reimport_adds_nothing_twice_even_without_state(run, home, tmp_path):
     assert snapshot(home / "t" / "main") == before
 
 
+def test_a_file_named_in_bytes_that_are_not_utf8_is_imported_with_the_others_and_once(sh, home, tmp_path):
+    """A session file whose name is not UTF-8 (a directory named in another encoding) under the directory
+    imported: its path went into meta.file as the system gave it, which the log cannot hold, so the import
+    stopped with exit 2 at that file, every time, and the follower warned every round. Its name is kept
+    with \\xff escapes for such bytes, so it imports with the others, and once."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    odd = os.fsdecode(bytes(folder) + b"/bad\xffname.jsonl")
+    pi_tree(Path(odd))
+    write_jsonl(folder / "good.jsonl", codex_lines())
+    first = sh("import", folder, "-n", "t")
+    assert first.returncode == 0, first.stderr
+    assert b"bad\\xffname.jsonl: 7 imported" in first.stdout
+    files = {m["meta"]["file"] for m in messages()}
+    assert files == {f"{folder}/bad\\xffname.jsonl", f"{folder.resolve()}/good.jsonl"}
+    again = sh("import", folder, "-n", "t")
+    assert again.returncode == 0 and again.stdout.endswith(b"; 14 messages in all\n"), again.stdout
+    assert b"file unchanged since the last import" in again.stdout
+    from pimem.importers.follow import Follower
+
+    warnings: list[str] = []
+    follower = Follower([str(folder)], name="f", on_warning=warnings.append)
+    assert follower.poll() == 14 and warnings == []
+    follower.close()
+
+
 def test_grown_file_adds_only_the_new_lines(run, home, tmp_path):
     lines = codex_lines()
     path = write_jsonl(tmp_path / "rollout.jsonl", lines[:9])

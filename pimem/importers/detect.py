@@ -39,6 +39,17 @@ class Source:
     def sort_key(self):
         return (self.first or _EARLIEST, self.path)
 
+    @property
+    def shown(self) -> str:
+        """The path as the memory keeps it (``meta.file``, the import state) and reports say it: a name
+        holding bytes that are not UTF-8 (a directory named in another encoding) has them as ``\\xff``
+        escapes, since the log holds only UTF-8; a UTF-8 path is as it is."""
+        try:
+            self.path.encode("utf-8")
+        except UnicodeEncodeError:
+            return self.path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return self.path
+
 
 def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
     """The files to import, in the order their histories start. Directories stand for every ``*.jsonl``

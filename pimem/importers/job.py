@@ -161,7 +161,8 @@ class _File:
     def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None):
         self.mem, self.state, self.source = mem, state, source
         self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
-        self.report = FileReport(source.path, source.format)
+        self.file = source.shown  # (open() alone is given the path as the system spells it)
+        self.report = FileReport(self.file, source.format)
         self.cap = int(mem.config.get("max_text_bytes", msgs.DEFAULT_CAP))
         self.stamp = when.rfc3339(env.now())
         self.batch: list[tuple[dict, bytes | None, int | None]] = []  # (message, key, the i an export's line names)
@@ -173,7 +174,7 @@ class _File:
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
-        parser = FORMATS[self.source.format](self.source.path, carry, earlier=self.state.counts_before(self.source.path, self.prior, f, offset))
+        parser = FORMATS[self.source.format](self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset))
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
@@ -209,13 +210,13 @@ class _File:
                 reported = offset
         position = self._position(f, offset, line_no, parser)
         self._flush(position)
-        self.state.keep_counts(self.source.path, position, parser)
+        self.state.keep_counts(self.file, position, parser)
         self.progress(self.source.size)
         return self.report
 
     def _resume(self, f: BinaryIO):
         """Where to start: after the part read by an earlier import if this is still that file, grown."""
-        prior = self.prior = self.state.peek_file(self.source.path)
+        prior = self.prior = self.state.peek_file(self.file)
         f.seek(0)  # (a file handed in may have been read before)
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
             return 0, 0, None
@@ -249,7 +250,7 @@ class _File:
             text = rec.get("text")
             if isinstance(text, str) and "\x00" in text:  # (a tool's binary output, say: kept, its NULs shown)
                 rec = {**rec, "text": text.replace("\x00", NUL_SHOWN)}
-                self.warn(f"{self.source.path}:{line_no}: its NUL characters are logged as {NUL_SHOWN} (U+2400): the log holds no NUL")
+                self.warn(f"{self.file}:{line_no}: its NUL characters are logged as {NUL_SHOWN} (U+2400): the log holds no NUL")
             try:
                 msg = msgs.normalise(rec, self.cap, self.stamp, raw)
             except msgs.OverCap as exc:
@@ -264,7 +265,7 @@ class _File:
 
     def _malformed(self, line_no: int, reason: str) -> None:
         self.report.malformed += 1
-        self.warn(f"{self.source.path}:{line_no}: {reason}; skipped")
+        self.warn(f"{self.file}:{line_no}: {reason}; skipped")
 
     @stopping.held()  # a signal waits for the batch, its position and its hand-over to the indexer
     def _flush(self, position: dict) -> None:
@@ -296,7 +297,7 @@ class _File:
             written, self.mem.log.written = self.mem.log.written, []
             self.report.imported += len(ids)
             total = ids[-1] + 1 if ids else self.state.covered
-            self.state.commit(keys, total, self.source.path, position)
+            self.state.commit(keys, total, self.file, position)
         if ids:
             self.logged(ids[0], fresh, written)
 
