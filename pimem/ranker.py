@@ -20,7 +20,10 @@ the query's terms' postings hold (a ``Source`` may bound it), nothing per messag
 adds a few turns' rows and ``TAIL_POOL`` texts.
 
 Where the postings come from is a ``Source``: ``Corpus`` over documents in memory (memory records, tests,
-the benchmark) or the index's tables (``pimem.rankindex.Postings``); both give the same scores.
+the benchmark) or the index's tables (``pimem.rankindex.Postings``); both give the same scores. Ranked
+together, several memories are one collection: ``Pooled`` gives each memory's source the collection's size
+and term counts (``collection``), so that a rare word scores alike in a big memory and a small one and
+their scores compare.
 
 A semantic extra may fuse its own scores in: ``rank(..., fuse=f)`` calls ``f(candidates)`` with the
 lexical ``[(i, score)]`` best first (the best ``POOL``) and ranks what it returns (the deeper tier then
@@ -126,13 +129,54 @@ class Source(Protocol):
     (``{term: (how many documents hold it, ids of those to score)}``: a source may leave out documents a
     term adds little to), ``lengths(ids)`` (``{i: length}``), ``turns(ids)`` (``{i: (conversation,
     whether it asks)}``, for the ids that exist and may be shown), ``texts(ids)`` (``{i: text}``, the text a
-    message is ranked by; a source without texts may give none)."""
+    message is ranked by; a source without texts may give none), ``counts(terms)`` (``{term: how many
+    documents hold it}``, for ``collection``)."""
 
     def size(self) -> tuple[int, int]: ...
+    def counts(self, wanted: list[str]) -> dict[str, int]: ...
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]: ...
     def lengths(self, ids: list[int]) -> dict[int, int]: ...
     def turns(self, ids: list[int]) -> dict[int, tuple[int, bool]]: ...
     def texts(self, ids: list[int]) -> dict[int, str]: ...
+
+
+def query_words(query: str) -> list[str]:
+    """Every term ``rank`` may read the postings of for ``query`` (its terms and its first-person words)."""
+    return list(dict.fromkeys(terms.query_terms(query) + terms.first_person(query)))
+
+
+def collection(sources: Iterable[Source], query: str) -> tuple[tuple[int, int], dict[str, int]]:
+    """The size of the collection that ``sources`` make together and how many of its documents hold each
+    of ``query``'s terms (for ``Pooled``)."""
+    wanted = query_words(query)
+    docs = length = 0
+    counts = dict.fromkeys(wanted, 0)
+    for source in sources:
+        size = source.size()
+        docs, length = docs + size[0], length + size[1]
+        for term, n in source.counts(wanted).items():
+            counts[term] += n
+    return (docs, length), counts
+
+
+class Pooled:
+    """A ``Source`` ranked as part of a larger collection: ``Pooled(source, size, counts)`` reads its
+    documents from ``source`` and gives BM25 the collection's size and term counts (``collection``)."""
+
+    def __init__(self, source: Source, size: tuple[int, int], counts: dict[str, int]):
+        self.source, self._size, self._counts = source, size, counts
+
+    def size(self) -> tuple[int, int]:
+        return self._size
+
+    def counts(self, wanted: list[str]) -> dict[str, int]:
+        return {term: self._counts.get(term, 0) for term in wanted}
+
+    def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
+        return {term: (self._counts.get(term, df), ids) for term, (df, ids) in self.source.postings(wanted).items()}
+
+    def __getattr__(self, name: str):  # lengths, turns, texts, allows: the memory's own
+        return getattr(self.source, name)
 
 
 def bm25(source: Source, wanted: list[str], k1: float = K1, b: float = B) -> dict[int, float]:
@@ -302,6 +346,9 @@ class Corpus:
 
     def postings(self, wanted: list[str]) -> dict[str, tuple[int, list[int]]]:
         return {term: (len(self.index.get(term, ())), self.index.get(term, [])) for term in wanted}
+
+    def counts(self, wanted: list[str]) -> dict[str, int]:
+        return {term: len(self.index.get(term, ())) for term in wanted}
 
     def lengths(self, ids: list[int]) -> dict[int, int]:
         return {i: self.length[i] for i in ids}

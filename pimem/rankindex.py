@@ -117,6 +117,9 @@ class Postings:
             out[term] = (df[term], ids)
         return out
 
+    def counts(self, wanted: list[str]) -> dict[str, int]:
+        return {term: self._df(term) for term in wanted}
+
     def _df(self, term: str) -> int:
         total = 0
         for schema in self.schemas:

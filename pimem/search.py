@@ -3,7 +3,8 @@
 Semantics: case-insensitive substring matching on each message's text. A query is words and ``"quoted
 phrases"``; every term must occur (``any_term`` for at least one). Hits come newest first. With ``rank``
 the search is ranked retrieval instead: the ranker (``pimem.ranker``) over the index's term tables, any of
-the query's terms, best first. Tool calls and results (``tool``, ``echo``) are searched only when asked for.
+the query's terms, best first; several memories are ranked as one collection (each term weighed by how
+many messages of them all hold it), so their scores compare. Tool calls and results (``tool``, ``echo``) are searched only when asked for.
 
 How: ``index.sqlite`` (see ``pimem.index``) narrows the messages down to candidates that contain the terms'
 trigrams (or, for one- and two-character terms, any trigram starting with them); each candidate's line is
@@ -62,19 +63,19 @@ def search(
     terms = parse(query)
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
     filters = Filters(wanted, since, until, before)
+    memories, pooled = list(memories), None
+    if rank and len(memories) > 1:  # ranked as one collection, so that scores of different memories compare
+        from . import ranker
+
+        query = " ".join(terms)
+        parts = _each(memories, unread, lambda mem, index: ranker.collection([index.ranked(filters)], query))
+        memories = [mem for mem, _ in parts]
+        pooled = (tuple(map(sum, zip(*(size for _, (size, _) in parts)))),
+                  {term: sum(counts[term] for _, (_, counts) in parts) for term in ranker.query_words(query)})
     per_memory: list[list[dict]] = []
-    for mem in memories:
-        try:
-            index = mem.index()
-            question = lambda: list(_memory_hits(mem, index, terms, any_term, rank, filters, limit))  # noqa: E731
-            found = index.answer(question, stderr_progress(mem.name))
-            _add_held(mem, found)
-        except Exception as exc:
-            error = as_error(exc)
-            if unread is None or error is None:
-                raise
-            unread(mem, error)
-            continue
+    for mem, found in _each(memories, unread, lambda mem, index: list(
+            _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled))):
+        _add_held(mem, found)
         per_memory.append([{**hit, "_n": n} for n, hit in enumerate(found)])
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
         hits = sorted((h for found in per_memory for h in found), key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
@@ -86,10 +87,25 @@ def search(
     return hits
 
 
-def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[dict]:
+def _each(memories: list, unread: Callable | None, question: Callable) -> list[tuple]:
+    """``(mem, question(mem, its index))`` for each memory that can be read (see ``search`` on ``unread``)."""
+    out = []
+    for mem in memories:
+        try:
+            index = mem.index()
+            out.append((mem, index.answer(lambda: question(mem, index), stderr_progress(mem.name))))
+        except Exception as exc:
+            error = as_error(exc)
+            if unread is None or error is None:
+                raise
+            unread(mem, error)
+    return out
+
+
+def _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled=None) -> Iterator[dict]:
     folded = [t.lower() for t in terms]
     if rank:
-        for row, msg, score in _ranked(mem, index, " ".join(terms), filters, limit, widen=True):
+        for row, msg, score in _ranked(mem, index, " ".join(terms), filters, limit, widen=True, pooled=pooled):
             yield {**_hit(mem, row, msg, msg["text"].lower(), folded), "score": round(score, 4)}
         return
     for _, row, msg, low in _verified(index, index.candidates(folded, any_term, filters), folded, any_term):
@@ -100,12 +116,15 @@ def _memory_hits(mem, index, terms, any_term, rank, filters, limit) -> Iterator[
 
 
 def _ranked(mem, index, query: str, filters: Filters, limit: int, widen: bool, pool: int | None = None,
-            max_terms: int | None = None, semantic: bool = True) -> Iterator[tuple]:
+            max_terms: int | None = None, semantic: bool = True, pooled: tuple | None = None) -> Iterator[tuple]:
     """``(candidate, message, score)`` of the ranker's best ``limit`` messages the filters allow (the
-    semantic extra fused in when present and ``semantic``; the bounds as ``ranked`` says)."""
+    semantic extra fused in when present and ``semantic``; the bounds as ``ranked`` says; ``pooled``: the
+    size and term counts of the collection the memory is ranked in, ``ranker.Pooled``)."""
     from . import ranker
 
     source = index.ranked(filters, pool)
+    if pooled is not None:
+        source = ranker.Pooled(source, *pooled)
     fuse = _fuser(mem, query, source) if semantic else None
     for i, score in ranker.rank(source, query, limit, widen=widen, fuse=fuse, max_terms=max_terms):
         row = index.row(i)

@@ -471,3 +471,18 @@ def test_a_memory_named_twice_or_by_its_old_name_too_is_searched_and_checked_onc
         assert run(*argv).stdout.count("d #0 ") == 1, argv
     assert run("fsck", "c", "d").stdout == "d: ok (1 message)\n"
     assert run("reindex", "d", "d").stdout.count("d: 1 message indexed") == 1
+
+
+def test_rank_over_several_memories_scores_them_as_one_collection(run, home):
+    # a rare word in a big memory scores high there and a small memory's best match is bounded by its
+    # size: scored each against its own memory, the big memory's weak hits came first
+    Memory.at("big").append([{"kind": "user", "text": f"the build log line {n}"} for n in range(3000)]
+                            + [{"kind": "user", "text": f"it works now {n}"} for n in range(10)])
+    Memory.at("small").append([{"kind": "user", "text": f"xterm note {n}"} for n in range(18)]
+                              + [{"kind": "user", "text": "scrolling back in xterm still does not work"}])
+    query = "why does scrolling not work in xterm?"
+    hits = [orjson.loads(line) for line in run("search", "--rank", query, "--json").stdout.splitlines()]
+    assert (hits[0]["memory"], hits[0]["i"]) == ("small", 18)
+    alone = [orjson.loads(line) for line in run("search", "--rank", query, "big", "--json").stdout.splitlines()]
+    big = [h["i"] for h in hits if h["memory"] == "big"]
+    assert big and [h["i"] for h in alone][:len(big)] == big  # (each memory's own order kept)
