@@ -1117,7 +1117,8 @@ def test_the_rest_after_a_late_max_cost_stop_is_shown_the_view_an_unstopped_buil
     (the whole log, its old lines folded) and a few placeholders: the next build started from it, and each of
     its calls was shown the lines before the first placeholder, however far along the log its node lies (a
     median of a third of what an unstopped build shows the same nodes here; 2-4 KB against hi 32,000 on
-    bench/model_cost.py's). It is now shown about what an unstopped build shows, within the budget."""
+    bench/model_cost.py's). It is now shown about what an unstopped build shows, within the budget, and the dry
+    run at the stop counts that."""
     import statistics
 
     monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
@@ -1135,9 +1136,12 @@ def test_the_rest_after_a_late_max_cost_stop_is_shown_the_view_an_unstopped_buil
         unstopped = {_node_of(body): chat_bytes(body) for body in server.requests}
         cost = builder.spent(Memory.open("whole"))["cost"]
         assert run("build-tree", "m", "--max-cost", f"{cost * share:.6f}").exit_code == 6
-        first = len(server.requests)
+        first, spent = len(server.requests), builder.spent(Memory.open("m"))
+        predicted = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
         assert run("build-tree", "m").exit_code == 0
         rest = {_node_of(body): chat_bytes(body) for body in server.requests[first:]}
+    tokens = builder.spent(Memory.open("m"))["tokens_in"] - spent["tokens_in"]
+    assert 0.85 <= predicted["tokens_in"] / tokens <= 1.15, (predicted, tokens)  # (the dry run counts it so)
     assert len(rest) > 10 and set(rest) <= set(unstopped)
     assert max(rest.values()) <= 2 * 8000 and statistics.median(rest.values()) <= 8000
     ratio = statistics.median(rest[node] / unstopped[node] for node in rest)
@@ -1159,3 +1163,29 @@ def test_the_benchmark_servers_lines_differ_and_hold_no_fact():
     assert len(set(lines)) == len(lines) and {len(line.encode()) for line in lines} == {480}
     assert reply(bodies[0], 480) == lines[0]  # (a request asked again is answered alike)
     assert all(unfounded(line, ["a summary"]) == [] for line in lines)
+
+
+def test_a_build_starts_from_the_saved_view_cut_at_its_first_placeholder(run, home, monkeypatch):
+    """A compactor that kept up, then a few new messages, a long one among them: the saved compactor's view holds
+    the new messages after its placeholder. A build starts from that view cut at the placeholder, as its own
+    view stands at its first unbuilt leaf, and pushes the messages after it again; its call for the long message
+    is shown every line before it."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        fill("m", 60)
+        assert run("build-tree", "m").exit_code == 0
+        Memory.open("m").append([{"kind": "user", "text": "short 60"}, {"kind": "pi", "text": long_text(61)},
+                                 {"kind": "user", "text": "short 62"}, {"kind": "pi", "text": "short 63"}])
+        saved = Memory.open("m").views.current(create=False).cview
+        assert saved.T == 64 and saved.placeholders() == [(0, 61)]
+        kept = builder.kept_up(Memory.open("m"))
+        assert kept.T == 61 and kept.pending() == 0 and [ln[:2] for ln in kept.lines] == [ln[:2] for ln in saved.lines[:len(kept.lines)]]
+        assert kept.total == sum(saved.line(j)[3] for j in range(len(kept.lines)))
+        first = len(server.requests)
+        assert run("build-tree", "m").exit_code == 0
+    leaf = server.requests[first]
+    assert "compress message 61 " in leaf["messages"][-1]["content"]
+    chat = leaf["messages"][-1]["content"].split("<chat>\n", 1)[1].split("</chat>", 1)[0]
+    assert re.search(r"^60\+1\|user: short 60$", chat, re.M)  # (its view ends just before its message)
