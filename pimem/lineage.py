@@ -22,10 +22,12 @@ def _tree_key(message: dict):
     return (meta["source"], meta.get("session")) if isinstance(entry, str) else None
 
 
-def off_lineage(messages: Iterable[dict]) -> set[int]:
-    """The ``i`` of every message on a branch that is not its session's active branch."""
+def off_lineage(messages: Iterable[dict], leaves: dict[tuple, str] | None = None) -> set[int]:
+    """The ``i`` of every message on a branch that is not its session's active branch. A session's leaf is
+    its last message in log order, or the entry ``leaves`` gives for it (by ``(source, session)``: where
+    its file ends, which may be a line that gave no message) when that entry is among its messages."""
     parents: dict[tuple, dict[str, str | None]] = {}
-    leaves: dict[tuple, str] = {}
+    last: dict[tuple, str] = {}
     members: list[tuple[int, tuple, str]] = []
     for msg in messages:
         session = _tree_key(msg)
@@ -33,9 +35,12 @@ def off_lineage(messages: Iterable[dict]) -> set[int]:
             continue
         entry = msg["meta"]["entry"]
         parents.setdefault(session, {})[entry] = msg["meta"]["parent"]
-        leaves[session] = entry  # the last entry in log order is the leaf
+        last[session] = entry  # the last entry in log order is the leaf
         members.append((msg["i"], session, entry))
-    active = {session: _branch(parents[session], leaf) for session, leaf in leaves.items()}
+    for session, leaf in (leaves or {}).items():
+        if session in last and leaf in parents[session]:
+            last[session] = leaf
+    active = {session: _branch(parents[session], leaf) for session, leaf in last.items()}
     return {i for i, session, entry in members if entry not in active[session]}
 
 
@@ -49,18 +54,21 @@ def _branch(parents: dict[str, str | None], leaf: str) -> set[str]:
     return branch
 
 
-def on_lineage(messages: Iterable[dict]) -> list[dict]:
+def on_lineage(messages: Iterable[dict], leaves: dict[tuple, str] | None = None) -> list[dict]:
     """The messages on their session's active branch (and every message outside tree-shaped sessions).
-    Pass whole sessions: the leaf is the last entry given."""
+    Pass whole sessions: the leaf is the last entry given, or as ``leaves`` says (``off_lineage``)."""
     messages = list(messages)
-    off = off_lineage(messages)
+    off = off_lineage(messages, leaves)
     return [m for m in messages if m["i"] not in off]
 
 
 def left_out(mem) -> dict[int, dict]:
     """``recall --scope lineage``: the messages on branches their sessions stepped away from, by ``i``. Only
     a message with a parent link can be one, so only the stored lines holding that key (``"parent":``, as
-    the log writes it) are read (``Log.holding``), and of each only its number, kind and meta are kept."""
+    the log writes it) are read (``Log.holding``), and of each only its number, kind and meta are kept; a
+    session whose file ended on a line that gave no message ends where the import state says."""
+    from .importers.state import ImportState
+
     linked = mem.log.holding([b'"parent":'], keep=lambda m: {"i": m["i"], "kind": m["kind"], "meta": m.get("meta")})
-    off = off_lineage(linked)
+    off = off_lineage(linked, ImportState(mem).leaves())
     return {m["i"]: m for m in linked if m["i"] in off}

@@ -162,6 +162,24 @@ def test_recall_scope_lineage_leaves_out_other_branches(run, tmp_path):
     assert run("recall", "t", "x", "--scope", "sideways").exit_code == 2
 
 
+def test_a_session_ending_on_an_entry_that_gives_no_message_ends_its_branch_there(run, tmp_path):
+    """The user went back to the tool's result (r1) and changed the model: the session's last line is that
+    model change, a child of r1, so the active branch ends at r1, not at its last message (u2, on another
+    branch). The leaf was the last message, whatever came after it."""
+    path = pi_tree(tmp_path / "s.jsonl")
+    write_jsonl(path, [{"type": "model_change", "id": "m9", "parentId": "r1", "timestamp": "2026-03-02T09:01:00.000Z",
+                        "provider": "x", "modelId": "m-3"}])
+    assert run("import", path, "-n", "t").exit_code == 0
+    mutex = run("recall", "t", "mutex", "--scope", "lineage")
+    assert mutex.exit_code == 1, mutex.stdout  # on the branch the user stepped away from
+    refresh = run("recall", "t", "refresh", "--include-tools", "--scope", "lineage", "--json")
+    assert refresh.exit_code == 0 and sorted(r["id"] for r in json.loads(refresh.stdout)["results"]) == [0, 3]
+    # the user comes back to u2's branch: its next entry is the leaf again, read on from where it stopped
+    write_jsonl(path, [{"type": "label", "id": "l1", "parentId": "u2", "timestamp": "2026-03-02T09:02:00.000Z", "targetId": "u2"}])
+    assert run("import", path, "-n", "t").exit_code == 0
+    assert run("recall", "t", "mutex", "--scope", "lineage").exit_code == 0
+
+
 def test_recall_scope_lineage_is_the_slow_way_s_answer_and_reads_only_the_linked_lines(run, tmp_path, monkeypatch):
     from pimem import recall
     from test_recall import recorded_reads, reference

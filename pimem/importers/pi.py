@@ -6,7 +6,9 @@ Only some entries become messages (user, assistant, tool results, bash execution
 compaction and branch summaries); the rest (model and thinking-level changes, labels, session info,
 extension data) are skipped. So that ``recall --scope lineage`` can walk a branch through the log alone,
 a message's ``parent`` is its nearest ancestor that became a message (the ids of skipped entries are
-looked through).
+looked through). A session that ends on a skipped entry (a model change after the user went back to an
+earlier entry) ends its active branch at that entry's nearest ancestor that became a message: the parser's
+saved ``state["leaf"]``, which ``lineage.left_out`` reads from the import state.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class PiParser(Parser):
             base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
             if not parts:
                 bounded_put(self.state.setdefault("skipped", {}), entry, base["parent"])
+            self.state["leaf"] = entry if parts else base["parent"]  # (the last line is the leaf, in the log or not)
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
 
     def _visible(self, parent):

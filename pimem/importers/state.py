@@ -161,6 +161,17 @@ class ImportState:
         entry = files.get(path) if isinstance(files, dict) else None
         return entry if isinstance(entry, dict) else None
 
+    def leaves(self) -> dict[tuple, str]:
+        """Where each tree-shaped session read so far ends, by ``(source, session)``: the last entry of its
+        file that became a message or lies after one (its parser's ``leaf``; read without the lock)."""
+        state = self._read_state() if self.mem.exists() else None
+        out = {}
+        for position in (state["files"] if state is not None else {}).values():
+            carried = position.get("state") if isinstance(position, dict) else None
+            if isinstance(carried, dict) and isinstance(carried.get("leaf"), str) and isinstance(carried.get("session"), str):
+                out[(position.get("format"), carried["session"])] = carried["leaf"]
+        return out
+
     def sync(self) -> None:
         """Bring the key set up to the log's end (caller holds the writer lock)."""
         disk = self._read_state()
