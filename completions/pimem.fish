@@ -101,7 +101,7 @@ complete -c pimem -n __fish_use_subcommand -a hook -d 'Capture an agent\'s sessi
 complete -c pimem -n __fish_use_subcommand -a import -d 'Import pi sessions, Claude Code transcripts, Codex rollouts or NDJSON into memories.'
 complete -c pimem -n __fish_use_subcommand -a list -d 'List memories with their message counts, dates and the last thing the user said.'
 complete -c pimem -n __fish_use_subcommand -a map -d 'Draw a memory\'s panorama: how long it is, how much each turn reads, how fine the view is.'
-complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (read-only).'
+complete -c pimem -n __fish_use_subcommand -a mcp -d 'Serve the memories to an MCP client over stdio (reads, and memory proposals).'
 complete -c pimem -n __fish_use_subcommand -a memories -d 'List, search or read authoritative memories, within an output budget.'
 complete -c pimem -n __fish_use_subcommand -a message -d 'Print one message whole: its text exactly as logged, then a newline (--json for the whole record).'
 complete -c pimem -n __fish_use_subcommand -a model -d 'Show or set the compactor: the model that writes a memory\'s summaries.'

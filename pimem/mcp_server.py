@@ -1,4 +1,5 @@
-"""``pimem mcp``: the read-only API (``pimem.api``) as MCP tools over stdio, on the official SDK.
+"""``pimem mcp``: the API (``pimem.api``: reads, and proposing a provisional memory) as MCP tools over
+stdio, on the official SDK.
 
 Imported only by the ``mcp`` command, so nothing else pays for the SDK (or pydantic) at start-up.
 """
@@ -58,7 +59,9 @@ def build(home: api.Home = None):
                     raise tool_error(f"Error executing tool {name}: {_arguments_refused(exc.__cause__)}") from exc.__cause__
                 raise
 
-    server = Server("pimem", instructions=INSTRUCTIONS, log_level="WARNING")
+    from . import __version__
+
+    server = Server("pimem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     def tool(func):
         """Register ``func``; a pimem error reaches the client as a tool error with its message."""
@@ -151,4 +154,8 @@ def build(home: api.Home = None):
 
 
 def serve(home: api.Home = None) -> None:
+    """Serve over stdio until the client hangs up; a home no command can use (a file) is refused first."""
+    from . import env
+
+    env.home(home)
     build(home).run()

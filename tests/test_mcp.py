@@ -247,3 +247,30 @@ def test_an_api_argument_of_the_wrong_type_is_a_bad_input_naming_it(home, call, 
     with pytest.raises(BadInput) as refused:
         call(api)
     assert str(refused.value).startswith(said) and snapshot(home) == before
+
+
+def test_a_home_that_is_a_file_is_refused_at_start_as_by_every_command(tmp_path):
+    import subprocess
+
+    from conftest import pimem_cmd
+
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    done = subprocess.run(pimem_cmd("mcp"), env=subprocess_env(PIMEM_HOME=home), input="", capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (7, "")
+    assert done.stderr == f"pimem: error: the home {home} is not a directory: set --home or $PIMEM_HOME to one\n"
+
+
+def test_the_server_says_its_version_and_the_help_that_one_tool_writes(run, home):
+    from pimem import __version__
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+        async with mcp.stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                return (await client.initialize()).server_info
+
+    info = anyio.run(session)
+    assert (info.name, info.version) == ("pimem", __version__)
+    assert "(read-only)" not in run("mcp", "--help").stdout

@@ -4,7 +4,7 @@ from ..options import Home
 
 
 def command(home: Home = None) -> None:
-    """Serve the memories to an MCP client over stdio (read-only).
+    """Serve the memories to an MCP client over stdio (reads, and memory proposals).
 
     Tools: list_memories, search, view, zoom, message, since, recall, memory_search (all read-only: they
     never take the writer lock or write to a memory), and memory_propose (writes a provisional memory only,
