@@ -52,6 +52,11 @@ COMMANDS = {
     "hook": "hook",
 }
 
+# the commands that write the store: a reader of their stdout that goes away ends their printing, not their
+# writing (see output.writing); the others stop at their next line
+WRITERS = {"append", "import", "remember", "forget", "compact", "rename", "delete", "demo", "fsck", "reindex",
+           "build-tree", "watch", "hook", "model"}
+
 HELP = """Endless, lossless memory for LLM chats and coding agents.
 
 Every message is kept verbatim in an append-only log; a background model folds it into a tree of one-line
@@ -59,16 +64,18 @@ summaries; each turn the model reads a constant-size view and can zoom, search a
 """
 
 
-def guarded(func):
+def guarded(func, writes: bool = False):
     """The error boundary: every failure leaves as an ``ExitStatus``; a ``PimemError`` becomes
-    ``pimem: error: …`` on stderr and its own status."""
+    ``pimem: error: …`` on stderr and its own status. A command that ``writes`` the store outlives the reader
+    of its stdout."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            with output.writing(writes):
+                return func(*args, **kwargs)
         except PimemError as exc:
-            env.current().stdout.flush()
+            _flush_stdout()
             env.stderr().write(f"pimem: error: {exc}\n")
             raise typer.Exit(ExitStatus(exc.code)) from None
         except BrokenPipeError:
@@ -81,12 +88,19 @@ def guarded(func):
             error = translate(exc)
             if error is None:
                 raise
-            env.current().stdout.flush()
+            _flush_stdout()
             env.stderr().write(f"pimem: error: {error}\n")
             raise typer.Exit(ExitStatus(error.code)) from None
 
     return wrapper
 
+
+def _flush_stdout() -> None:
+    """What was printed before an error, ahead of its line; a reader that went away does not hide the error."""
+    try:
+        env.current().stdout.flush()
+    except BrokenPipeError:
+        output.quiet_stdout()
 
 
 def usage(cmd) -> list[str]:
@@ -156,7 +170,7 @@ def build(only: str | None = None) -> typer.Typer:
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command
-            app.command(name, help=func.__doc__, cls=Command)(guarded(func))
+            app.command(name, help=func.__doc__, cls=Command)(guarded(func, name in WRITERS))
     return app
 
 

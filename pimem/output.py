@@ -3,6 +3,7 @@ on a terminal; data to stdout, everything else to stderr."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -13,17 +14,43 @@ from . import env
 _STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36", "red": "31", "match": "1;31"}
 
 
+_writer = False  # the running command writes the store: see ``writing``
+
+
+@contextlib.contextmanager
+def writing(writes: bool = True):
+    """While a command that writes the store runs, a reader of its stdout that goes away (``pimem append
+    --ndjson < big | head -1``) ends the printing, not the writing: what it prints after goes nowhere, as to a
+    closed stdout, and the command ends as it would have. A read command stops at its next line instead
+    (``BrokenPipeError``, exit 0): it owes the reader nothing more."""
+    global _writer
+    was, _writer = _writer, writes
+    try:
+        yield
+    finally:
+        _writer = was
+
+
+def _write(data: bytes) -> None:
+    try:
+        env.current().stdout.buffer.write(data)
+    except BrokenPipeError:
+        if not _writer:
+            raise
+        quiet_stdout()
+
+
 def json_line(obj) -> None:
     """One JSON object on one line of stdout."""
-    env.current().stdout.buffer.write(orjson.dumps(obj) + b"\n")
+    _write(orjson.dumps(obj) + b"\n")
 
 
 def raw_line(data: bytes) -> None:
-    env.current().stdout.buffer.write(data if data.endswith(b"\n") else data + b"\n")
+    _write(data if data.endswith(b"\n") else data + b"\n")
 
 
 def line(text: str = "") -> None:
-    env.current().stdout.buffer.write(text.encode("utf-8", "surrogateescape") + b"\n")
+    _write(text.encode("utf-8", "surrogateescape") + b"\n")
 
 
 class Lines:
@@ -44,7 +71,12 @@ class Lines:
 
 
 def flush() -> None:
-    env.current().stdout.flush()
+    try:
+        env.current().stdout.flush()
+    except BrokenPipeError:
+        if not _writer:
+            raise
+        quiet_stdout()
 
 
 def log_to(path: str | None, what: str) -> None:

@@ -141,3 +141,18 @@ def test_a_killed_writer_takes_its_reader_with_it(home):
         pytest.fail("the reader outlived its writer")
     proc.stdin.close()
     assert Memory.open("main").count() == 1
+
+
+@pytest.mark.parametrize("flags", [[], ["--json"]])
+def test_a_reader_of_the_numbers_that_goes_away_stops_the_printing_not_the_logging(home, tmp_path, flags):
+    """``pimem append --ndjson < big | head -1``: every message is logged, exit 0, nothing said; what is still
+    printed goes nowhere (as with a closed stdout)."""
+    source = tmp_path / "in.ndjson"
+    source.write_bytes(b"".join(b'{"kind":"user","text":"line %d"}\n' % k for k in range(30_000)))
+    with open(source, "rb") as stdin:  # (their numbers overflow a pipe's buffer)
+        proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson", *flags), env=subprocess_env(),
+                                stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline() in (b"0\n", b'{"i":0}\n')
+    proc.stdout.close()  # the reader goes away
+    assert (proc.wait(timeout=60), proc.stderr.read()) == (0, b"")
+    assert Memory.open("main").count() == 30_000

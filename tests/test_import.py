@@ -692,6 +692,30 @@ def test_without_a_name_each_project_gets_its_own_memory(run, home, tmp_path):
     assert run("import", folder, "--json").stdout.count('"imported":0') == 7  # again: nothing new anywhere
 
 
+def test_a_reader_that_went_away_stops_the_printing_not_the_import(home, tmp_path):
+    """``pimem import … | head -1``: every file of every project is imported, exit 0, nothing said on stderr
+    but the memories' names (the reader has gone before the first line here, which it cannot read)."""
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    pi_tree(folder / "pi.jsonl")
+    write_jsonl(folder / "c1.jsonl", claude_lines("one"))
+    write_jsonl(folder / "rollout.jsonl", codex_lines())
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = subprocess.run(pimem_cmd("import", folder), stdout=writer, stderr=subprocess.PIPE, timeout=60,
+                              env=subprocess_env(PYTHONUNBUFFERED="1"))  # (each line written as printed)
+    finally:
+        os.close(writer)
+    assert proc.returncode == 0, proc.stderr
+    assert [line for line in proc.stderr.decode().splitlines() if not line.startswith("importing into")] == []
+    assert {name: len(messages(name)) for name in ("api", "shop", "tool")} == {"api": 7, "shop": 7, "tool": 7}
+
+
 def test_projects_in_directories_whose_names_keep_nothing_are_still_apart():
     from pimem.importers.detect import Source, default_name
 
