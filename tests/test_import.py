@@ -204,6 +204,25 @@ def test_recall_scope_lineage_is_the_slow_way_s_answer_and_reads_only_the_linked
     assert searched and not set(searched) & off_lineage(messages("t"))
 
 
+def test_a_second_pi_entry_with_the_same_id_keeps_its_text_and_is_said(run, tmp_path):
+    """Two entries of a damaged session share an id: the second one's text was counted 'already present'
+    and lost. It is a message of its own (its entry the id and its line's hash), said with the line it
+    repeats, and once only when the file is imported again; the same line written twice is one message."""
+    path = pi_tree(tmp_path / "s.jsonl")
+    again = {"type": "message", "id": "u2", "parentId": "a1", "timestamp": "2026-03-02T09:01:00.000Z",
+             "message": {"role": "user", "content": "Or a lock file"}}
+    lines = path.read_text().splitlines()
+    write_jsonl(path, [again, lines[-1]])
+    first = run("import", path, "-n", "t")
+    assert first.exit_code == 0
+    assert first.stdout == "t: 8 imported, 1 already present, 0 malformed skipped; 8 messages in all\n"
+    digest = messages()[-1]["meta"]["entry"].removeprefix("u2.")
+    assert first.stderr == f"pimem: warning: {path}:10: entry id 'u2' is line 9's too; logged as entry u2.{digest}\n"
+    assert brief(messages()[-2:]) == [("user", "Try a mutex instead\n[image]"), ("user", "Or a lock file")]
+    (tmp_path / "home" / "t" / "imports.json").unlink()
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 9 already present")
+
+
 def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
     path = write_jsonl(tmp_path / "v1.jsonl", [
         {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},

@@ -246,6 +246,9 @@ class _File:
         except Malformed as exc:
             self._malformed(line_no, str(exc))
             return
+        for note in parser.notes:
+            self.warn(f"{self.file}:{line_no}: {note}")
+        parser.notes.clear()
         for rec in records:
             text = rec.get("text")
             if isinstance(text, str) and "\x00" in text:  # (a tool's binary output, say: kept, its NULs shown)

@@ -37,6 +37,7 @@ class Parser:
         self.state: dict = state if state is not None else {}
         self.earlier = earlier  # the line counts of the part of the file read before (``line_counts``)
         self.counted: dict | None = None  # line digest -> how often it occurred so far (once asked for)
+        self.notes: list[str] = []  # what the driver should say about the line just parsed (and then clears)
 
     @staticmethod
     def sniff(obj: dict) -> bool:

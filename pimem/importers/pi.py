@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, line_digest, record, shell_command
 
 _EXITED = re.compile(r"^Command exited with code (-?\d+)\s*\Z", re.M)  # how pi's bash tool ends a failure
 
@@ -24,6 +24,10 @@ SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
 
 class PiParser(Parser):
     source = "pi"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ids: dict[str, tuple[int, str]] = {}  # id -> (line, hash) of the entries that gave messages in this read
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -62,11 +66,23 @@ class PiParser(Parser):
         if not tree:
             base = {"entry": self.line_entry(raw)}
         else:
-            base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
+            base = {"entry": self._distinct(entry, line_no, raw) if parts else entry, "parent": self._visible(obj.get("parentId"))}
             if not parts:
                 bounded_put(self.state.setdefault("skipped", {}), entry, base["parent"])
-            self.state["leaf"] = entry if parts else base["parent"]  # (the last line is the leaf, in the log or not)
+            self.state["leaf"] = base["entry"] if parts else base["parent"]  # (the last line is the leaf, in the log or not)
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+
+    def _distinct(self, entry: str, line_no: int, raw: bytes) -> str:
+        """``entry``, or for a second line of this read with the same id but other content (a damaged
+        session) the id with its line's hash after it, so its text is a message of its own and stays one
+        when the file is imported again; said, with the line it repeats. The same line written twice is one
+        entry. (An id repeated across two reads of a grown file is not seen: the ids are not kept.)"""
+        digest = line_digest(raw)
+        first = self.ids.setdefault(entry, (line_no, digest))
+        if first[1] == digest:
+            return entry
+        self.notes.append(f"entry id {entry!r} is line {first[0]}'s too; logged as entry {entry}.{digest}")
+        return f"{entry}.{digest}"
 
     def _visible(self, parent):
         """The nearest ancestor that became a message (skipped entries are looked through)."""
