@@ -199,6 +199,14 @@ def find(mem, request: Request) -> Found:
     return _search(mem, request, out)
 
 
+def hidden_matches(mem, request: Request, found: Found) -> int:
+    """How many messages a search or listing that matched nothing would find with tool traffic shown (0 when
+    it was shown, or for a read by ids, which says which ids are hidden)."""
+    if found.total or request.ids or _shows_tools(request):
+        return 0
+    return find(mem, replace(request, include_tools=True, page=1)).total
+
+
 def _number(raw: str) -> int | None:
     ident = raw.strip().lstrip("#")
     return int(ident) if ident.isascii() and ident.isdigit() else None

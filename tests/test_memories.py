@@ -320,3 +320,20 @@ def test_a_library_call_with_a_wrong_type_writes_nothing(run, home, wrong):
         api.memory_propose("main", args.pop("text"), home=home, **args)
     assert snapshot(home) == before
     assert run("remember", "main", "still writable").exit_code == 0  # nothing blocks the log
+
+
+def test_reading_a_memory_hidden_as_tool_derived_says_to_add_include_tools(run, home):
+    Memory.at("main").append([
+        {"kind": "user", "text": "please fix the tests"},
+        {"kind": "tool", "text": "pytest -q", "meta": {"call_id": "c1", "command": "pytest -q"}},
+        {"kind": "echo", "text": "3 passed, 1 failed", "meta": {"call_id": "c1", "command": "pytest -q", "exit_code": 1}},
+        {"kind": "pi", "text": "fixed it"}, {"kind": "user", "text": "thanks"}])
+    run("compact", "main", "--keep", "10")
+    rule = next(r for r in orjson.loads(run("memories", "main", "--include-tools", "--json").stdout)["records"]
+                if r["author"] == "rule")["id"]
+    out = run("memories", "main", "--id", rule)
+    assert (out.exit_code, out.stdout) == (3, "")
+    assert out.stderr == (f"pimem: error: memory '{rule}' in 'main' is derived from tool traffic; "
+                          "add --include-tools to read it\n")
+    assert run("memories", "main", "--id", rule, "--include-tools").exit_code == 0
+    assert run("memories", "main", "--id", "mem_nope").stderr == "pimem: error: no memory 'mem_nope' in 'main'\n"

@@ -343,3 +343,14 @@ def test_a_raw_read_left_with_one_entry_still_names_the_ids_it_left_out(run, hom
         assert [e["i"] for e in out["entries"]] == [0] and out[key] == ids, (args, out)
     alone = run("recall", "main", "--ids", "0", "--raw").stdout  # asked for one, got it: the entry itself
     assert orjson.loads(alone)["text"] == "msg 0"
+
+
+def test_nothing_recalled_says_how_many_tool_messages_match_and_the_option(run, home):
+    log(run, {"kind": "user", "text": "restyle it"},
+        *[{"kind": "tool", "text": f'Edit({{"file_path": "src/theme.ts", "old_string": "{n}", "new_string": "x"}})'}
+          for n in range(3)])
+    out = run("recall", "main", "--file", "theme.ts")
+    assert (out.exit_code, out.stderr) == (1, "pimem: error: nothing recalled: 3 tool calls and results match; "
+                                              "add --include-tools to show them\n")
+    assert run("recall", "main", "restyle", "--file", "theme.ts").stderr == "pimem: error: nothing recalled\n"
+    assert results(run, "--file", "theme.ts", "--include-tools") == [3, 2, 1]

@@ -50,7 +50,12 @@ def command(
     if record_id is not None:
         record = next((r for r in visible if r["id"] == record_id), None)
         if record is None:  # (past the damage, it may be there: the damage is what to say)
-            raise IntegrityError(damaged[0]) if damaged else NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{mem.name}'")
+            if damaged:
+                raise IntegrityError(damaged[0])
+            shown = f"{budget.clip(record_id, 80)!r} in '{mem.name}'"
+            if not include_tools and any(r["id"] == record_id for r in memories.records(mem, session, True)):
+                raise NotFound(f"memory {shown} is derived from tool traffic; add --include-tools to read it")
+            raise NotFound(f"no memory {shown}")
         output.line(memories.read(record, offset, limit, max_chars))
         if damaged:  # (it was read before the damage; say what is left out, as a listing does)
             raise IntegrityError(damaged[0])

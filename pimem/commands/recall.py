@@ -56,4 +56,6 @@ def command(
     found = recall.find(mem, request)
     output.line(recall.render(mem, request, found))
     if not found.records:
-        raise NothingFound("nothing recalled")
+        hidden = recall.hidden_matches(mem, request, found)
+        raise NothingFound(f"nothing recalled: {hidden:,} tool calls and results match; add --include-tools to show them"
+                           if hidden else "nothing recalled")
