@@ -342,3 +342,29 @@ def test_watch_import_says_once_what_stops_an_import_and_goes_on_once_it_is_mend
     assert "Traceback" not in err, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [e["memory"] for e in events if e["event"] == "refused"] == ["api"]
+
+
+def test_a_follower_whose_reader_went_away_keeps_importing_and_blames_no_file(home, tmp_path):
+    """``pimem import --follow DIR | head -1``: the reader of its lines is gone, the sessions it captures are
+    not; it goes on importing each file as it grows, its lines going nowhere, until stopped as ever."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    append(sessions / "a.jsonl", claude_turn("s1", 0))
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        proc = subprocess.Popen(pimem_cmd("import", "--follow", sessions, "--name", "live"), stdout=writer,
+                                stderr=subprocess.PIPE, env=subprocess_env(PYTHONUNBUFFERED="1"))
+    finally:
+        os.close(writer)
+    try:
+        wait_for(lambda: "answer 0" in texts("live"))
+        append(sessions / "b.jsonl", claude_turn("s2", 1))
+        wait_for(lambda: "answer 1" in texts("live"))
+        append(sessions / "a.jsonl", claude_turn("s1", 2))
+        wait_for(lambda: "answer 2" in texts("live"))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err.decode()) == (
+        143, "pimem: interrupted: 6 messages imported while following; the next run reads on from where this one stopped\n")

@@ -36,7 +36,9 @@ def command(
 
     With --follow it keeps reading the files as they grow (a file rotated away is read to its end, a
     truncated one again from the start), and new session files in the directories, printing a line per
-    file read, until SIGINT or SIGTERM (exit 130 or 143); a restart reads on where the last run stopped.
+    file read, until SIGINT or SIGTERM (exit 130 or 143); a restart reads on where the last run stopped. A
+    reader of those lines that goes away (| head -1) ends the lines, not the import: it goes on capturing the
+    sessions until stopped.
 
     Examples:
       pimem import ~/.pi/agent/sessions/--home-dev-shop--/*.jsonl
@@ -55,6 +57,7 @@ def command(
     mems = {memory: Memory.at(memory, home) for memory in groups}
     before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
     read = malformed = 0
+    fresh = []  # the files read from their start
     try:
         with stopping.armed():
             for memory, group in groups.items():
@@ -63,6 +66,7 @@ def command(
                 reports = _import(mems[memory], group, json, timeout)
                 read += sum(r.imported + r.present for r in reports)
                 malformed += sum(r.malformed for r in reports)
+                fresh += [r.file for r in reports if r.from_line == 1 and not r.unchanged]
     except stopping.Interrupted as exc:
         output.info(f"pimem: interrupted: {_logged(mems, before)}")
         raise typer.Exit(exc.code) from None
@@ -77,6 +81,9 @@ def command(
         raise PimemError(f"{error.message}; {said}", error.code) from None
     if malformed and not read:
         raise NothingFound(f"nothing to import: {output.count(malformed, 'malformed line')} skipped and no message read")
+    if not read and len(fresh) == len(sources):  # (a file read before, unchanged or grown by such lines, is no news)
+        what = f"{fresh[0]} holds no message" if len(fresh) == 1 else f"none of the {len(fresh)} files holds a message"
+        raise NothingFound(f"nothing to import: {what} (only lines that carry none, such as progress or snapshots)")
 
 
 def _logged(mems: dict[str, Memory], before: dict[str, int]) -> str:
