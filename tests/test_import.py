@@ -811,6 +811,27 @@ def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
     assert not (home / "t").exists()  # nothing imported: the memory is not created
 
 
+def test_a_transcript_holding_no_message_is_nothing_to_import(run, home, tmp_path):
+    """A Claude Code transcript of progress and snapshot lines only: '0 imported' and exit 0, as if all were
+    well. It says why nothing was imported and exits 1, the store untouched; a file read before that grew
+    by such lines only is no news (exit 0)."""
+    base = {"sessionId": "s", "cwd": "/home/dev/api", "timestamp": "2026-02-10T22:00:00.000Z"}
+    path = write_jsonl(tmp_path / "c.jsonl", [{**base, "type": "progress", "uuid": "p1", "data": {}},
+                                               {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}}])
+    result = run("import", path, "-n", "t")
+    assert result.exit_code == 1
+    assert result.stderr == (f"pimem: error: nothing to import: {path} holds no message (only lines that carry none, "
+                             "such as progress or snapshots)\n")
+    assert not home.exists() or not (home / "t").exists()
+    other = write_jsonl(tmp_path / "d.jsonl", [{**base, "type": "progress", "uuid": "p2", "data": {}}])
+    assert "none of the 2 files holds a message" in run("import", path, other, "-n", "t").stderr
+    write_jsonl(path, claude_lines())
+    assert run("import", path, "-n", "t").exit_code == 0
+    write_jsonl(path, [{**base, "type": "progress", "uuid": "p3", "data": {}}])
+    grown = run("import", path, "-n", "t")
+    assert grown.exit_code == 0 and grown.stdout.startswith("t: 0 imported, 0 already present"), grown.stdout
+
+
 def test_a_nul_in_an_imported_text_keeps_the_message_and_says_so(run, home, tmp_path):
     lines = claude_lines()
     lines[6]["message"]["content"][0]["content"] = [{"type": "text", "text": "Exit code 2\nbinary\u0000output"}]
