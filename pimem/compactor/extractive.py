@@ -12,9 +12,11 @@ a statement's operator at its edge (``const config =``), base64 or hex, minified
 merge's combined diff's too), or a bidirectional control (it would reorder the line on a terminal); an ellipsis or
 a dash ends a phrase (a Chinese clause too), a path from ``~`` or ``$HOME`` is copied with it, and a JSON string's
 escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and line number are one fact
-(``src/app.py:42``), its text read after them; a URL is one (``file://`` too), and so is a path with a space in a
-name when it is quoted, its space escaped, or it reads as one (``~/My Documents/report 2024.pdf``). Tool work becomes
-what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1: ECONNREFUSED``), from the call's
+(``src/app.py:42``), its text read after them (a compiler's ``src/app.py:12:5: error: …`` is a path with its line and
+column, and its error text); a URL is one (``file://`` too), and so is a path with a space in a name when it is
+quoted (one longer than a piece by its end), its space escaped, or it reads as one (``~/My Documents/report
+2024.pdf``). Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
+ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
 its tool, ``bash → exit 2``, or goes if it says only ``exit 0``); a piece taken from tool traffic is at most
 13 characters, so no line shown without tools quotes a tool's output (``privacy`` masks what would). Calls of a span
