@@ -275,7 +275,7 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
 
     from . import recall as recalls
 
-    request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []]), file=file, kind=kind, page=page,
+    request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind, page=page,
                               limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     with Memory.open(name, home) as mem:
         return orjson.loads(recalls.recall(mem, request))
@@ -306,6 +306,8 @@ def memory_propose(name: str, text: str, kind: str | None = None, priority: str 
     (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
     from . import memories
 
+    if supersede is None and not text.strip():  # (what remember says names the CLI's arguments and stdin)
+        raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:
         return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,
                                  propose=True)

@@ -95,7 +95,14 @@ class Reading:
     """The trusted prefix of a chain, and the first problem after it (None when the whole file is sound)."""
 
     events: list[dict] = field(default_factory=list)
-    problem: str | None = None
+    problem: str | None = None  # "memory.jsonl line 3: " and what is wrong there
+    line: int = 0  # the line of the first problem
+    what: str = ""  # what is wrong there
+
+    def stop(self, file: str, line: int, what: str) -> "Reading":
+        """This reading, ended at the first problem: ``what`` is wrong at ``line`` of ``file``."""
+        self.problem, self.line, self.what = f"{file} line {line}: {what}", line, what
+        return self
 
     @property
     def last_hash(self) -> str:
@@ -131,12 +138,10 @@ class Chain:
                 if raw.startswith(b'{"'):
                     continue  # a torn write (an event cut short): tolerated wherever it is
                 # anything else is damage, and an event it was would be forked by the next append
-                reading.problem = f"{self.path.name} line {number}: a damaged line that is not an event"
-                return reading
+                return reading.stop(self.path.name, number, "a damaged line that is not an event")
             problem = self._check(event, expected, prev, written)
             if problem:
-                reading.problem = f"{self.path.name} line {number}: {problem}"
-                return reading
+                return reading.stop(self.path.name, number, problem)
             reading.events.append(event)
             prev, expected = event["hash"], expected + 1
         return reading

@@ -117,8 +117,8 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
             continue
         yield where, raw, obj
     if tail:
-        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({count(len(tail), 'byte')}, no newline): a write cut by a crash",
-                             repair="seal it with a newline (readers already skip it)", action=functools.partial(_seal, path)))
+        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({count(len(tail), 'byte')}, no newline): a write cut by a crash, which readers skip",
+                             repair="seal it with a newline", action=functools.partial(_seal, path)))
 
 
 def _seal(path: Path, mem: Memory) -> None:
@@ -222,9 +222,10 @@ def check_chains(mem: Memory) -> list[Finding]:
             continue
         for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads):
             pass
-        problem = chain.read().problem
-        if problem:
-            found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), chain.path.name, f"{problem}; later events are not trusted and appends are refused"))
+        reading = chain.read()
+        if reading.problem:
+            found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), f"{chain.path.name}:{reading.line}",
+                                 f"{reading.what}; later events are not trusted and appends are refused"))
     return found
 
 

@@ -311,7 +311,9 @@ class Memory:
                 return msg
         for msg in self.log.read(i, i + 1):
             return msg
-        raise NotFound(f"no message {i} in '{self.name}': it has {self.count()} message{'s' if self.count() != 1 else ''} (0…{self.count() - 1})")
+        total = self.count()
+        has = f"{total:,} message{'s' if total != 1 else ''} (0…{total - 1})" if total else "no messages"
+        raise NotFound(f"no message {i} in '{self.name}': it has {has}")
 
     # ---- the derived index (index.sqlite) ----------------------------------------------------------------
 

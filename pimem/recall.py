@@ -538,16 +538,17 @@ def _raw_single(r: dict, request: Request) -> str:
     return envelope(n)
 
 
-def parse_ids(values: Iterable[str]) -> list[str]:
+def parse_ids(values: Iterable[str], what: str = "--ids") -> list[str]:
     """``--ids 3,5 --ids entry:1c9e4b7a`` → ``["3", "5", "entry:1c9e4b7a"]``; ``BadInput`` for an ``--ids``
-    that names none (``""``, ``,,``: read nothing, rather than list instead)."""
+    that names none (``""``, ``,,``: read nothing, rather than list instead). ``what`` names the option (or
+    the API's argument) in the errors."""
     out = []
     for value in values:
         parts = [part for part in value.split(",") if part.strip()]
         if not parts:
-            raise BadInput(f"--ids {value!r} names no message: give numbers or entry ids, comma-separated")
+            raise BadInput(f"{what} {value!r} names no message: give numbers or entry ids, comma-separated")
         for part in parts:  # a number past any message's (2^63 - 1) is a usage error, as everywhere
             if part.strip().isascii() and part.strip().isdigit():
-                numbers.index(part.strip(), "--ids message number")
+                numbers.index(part.strip(), f"{what} message number")
         out += parts
     return out

@@ -59,6 +59,13 @@ def test_a_memory_renamed_while_a_command_goes_over_every_memory_is_passed_over_
     assert capsys.readouterr().err.count("\n") == 1 and unread.code == 5
 
 
+def test_renaming_through_an_old_name_says_which_memory_it_renamed(run, home, two):
+    assert run("rename", "old", "u").stderr == f"renamed 'old' to 'u' ({home / 'u'})\n"
+    out = run("rename", "old", "w")  # (old points to u)
+    assert (out.exit_code, out.stderr) == (0, f"renamed 'u' (the memory 'old' leads to) to 'w' ({home / 'w'})\n")
+    assert (home / "w").is_dir() and Memory.open("old").count() == 2
+
+
 def test_rename_refuses_a_taken_name_and_leaves_everything(run, home, two):
     run("append", "taken", "x")
     before = snapshot(home)
@@ -119,7 +126,8 @@ def test_fsck_repair_seals_a_torn_line_without_losing_a_byte(run, home, two):
     original = path.read_bytes()
     out = run("fsck", "old")
     assert out.exit_code == 5
-    assert "main/2026-10-08.jsonl:3: problem: torn last line (24 bytes" in out.stdout
+    assert out.stdout.splitlines()[0] == ("old: log: main/2026-10-08.jsonl:3: problem: torn last line (24 bytes, no newline): "
+                                          "a write cut by a crash, which readers skip (--repair: seal it with a newline)")
     assert "--repair" in out.stderr
     out = run("fsck", "--repair", "old")
     assert out.exit_code == 0, out.stdout
@@ -196,7 +204,7 @@ def test_fsck_checks_tree_nodes(run, home, two):
         ("tree/2026-10-08.jsonl:2", "node 0+1 built twice (first at tree/2026-10-08.jsonl:1, which readers use)"),
         ("tree/2026-10-08.jsonl:3", "node 2+2 covers messages past the end of the log (2)"),
         ("tree/2026-10-08.jsonl:4", "node 1+1 is 600 bytes, over the 512-byte line"),
-        ("tree/2026-10-08.jsonl:5", "torn last line (16 bytes, no newline): a write cut by a crash"),
+        ("tree/2026-10-08.jsonl:5", "torn last line (16 bytes, no newline): a write cut by a crash, which readers skip"),
     }
     out = run("fsck", "--repair", "old")
     assert "repaired: torn last line" in out.stdout and out.exit_code == 5  # the rest is for a person
@@ -222,7 +230,7 @@ def test_fsck_reports_a_broken_hash_chain_and_leaves_it(run, home, two):
     before = snapshot(home)
     out = run("fsck", "--repair", "old")
     assert out.exit_code == 5
-    assert "old: memory: memory.jsonl: problem: memory.jsonl line 1: seq 1: hash does not match the event's content (it was changed); later events are not trusted" in out.stdout
+    assert "old: memory: memory.jsonl:1: problem: seq 1: hash does not match the event's content (it was changed); later events are not trusted" in out.stdout
     assert snapshot(home) == before
 
 

@@ -180,6 +180,15 @@ def test_message_prints_the_text_exactly(run, day):
     assert out.exit_code == 2 and "use a whole number from 0" in out.stderr
 
 
+def test_a_memory_with_no_messages_says_so(run, home):
+    assert run("remember", "m", "use pnpm").exit_code == 0  # (a memory of memories only: no messages yet)
+    for argv in (["message", "m", "0"], ["date", "m", "0"]):
+        out = run(*argv)
+        assert (out.exit_code, out.stderr) == (3, "pimem: error: no message 0 in 'm': it has no messages\n")
+    Memory.open("m").append([{"kind": "user", "text": "one"}])
+    assert run("message", "m", "1").stderr == "pimem: error: no message 1 in 'm': it has 1 message (0…0)\n"
+
+
 def test_date_and_date_at(run, day):
     assert run("date", "main", "5").stdout == "2026-10-08T08:01:00+08:00\n"
     assert run("date", "main", "--at", "2026-10-07").stdout == "2\n"

@@ -36,6 +36,7 @@ BAD_APPENDS = [
     ("bad date in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "x", "date": "last tuesday"}), ["line 2", "bad date"]),
     ("meta that is not JSON", ["main", "--meta", "{oops", "hello"], None, ["--meta"]),
     ("meta that is not an object", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "meta": [1]}), ["meta"]),
+    ("meta number too large for a double", ["main", "--meta", '{"a":-1e400}', "hello"], None, ["--meta holds a number too large"]),
     ("meta integer beyond 64 bits", ["main", "--meta", '{"id":18446744073709551617}', "hello"], None, ["beyond 64 bits"]),
     ("meta integer just below -2^63 (the nearest float is -2^63)", ["main", "--meta", '{"id":-9223372036854775809}', "hello"], None, ["beyond 64 bits"]),
     ("meta integer just below -2^63 in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"x","meta":{"id":-9223372036854775809}}\n'), ["line 2", "beyond 64 bits"]),

@@ -237,6 +237,10 @@ def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
     (lambda api: api.message("main"), "message: missing a required argument: 'i'"),
     (lambda api: api.memory_propose("main", "a\udcff"), "memory_propose: text is not valid UTF-8"),
     (lambda api: api.list_memories(home=5), "list_memories: home must be str or a path or None, not int"),
+    # (the tools' argument names, not the CLI's options)
+    (lambda api: api.recall("main", ids=["99999999999999999999"]), "bad ids message number '99999999999999999999'"),
+    (lambda api: api.recall("main", ids=[" "]), "ids ' ' names no message"),
+    (lambda api: api.memory_propose("main", " "), "memory_propose: text is blank: give the memory's text"),
 ])
 def test_an_api_argument_of_the_wrong_type_is_a_bad_input_naming_it(home, call, said):
     from pimem import Memory, api

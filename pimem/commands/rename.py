@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from .. import housekeeping, output
+from ..memory import Memory
 from ..options import Home, Timeout
 
 
@@ -24,5 +25,7 @@ def command(
       pimem rename scratch project-x
       pimem since scratch '#0'        # still works: follows the pointer to project-x
     """
+    was = Memory.open(old, home).name  # (an old name leads to the memory it was renamed to)
     mem = housekeeping.rename(old, new, home, timeout)
-    output.info(f"renamed '{old}' to '{mem.name}' ({mem.path})")
+    named = f"'{old}'" if was == old else f"'{was}' (the memory '{old}' leads to)"
+    output.info(f"renamed {named} to '{mem.name}' ({mem.path})")
