@@ -300,28 +300,35 @@ def is_ours(hook) -> bool:
     return isinstance(hook, dict) and "hook claude-code" in str(hook.get("command", "")) and "pimem" in str(hook.get("command", ""))
 
 
-def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> list[str]:
+def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> tuple[list[str], dict[str, list[str]]]:
     """Add a pimem hook for each of ``EVENTS`` that has none to ``settings`` (in place), Claude Code giving it
-    ``timeout`` seconds; the events added. Nothing already there is changed or removed."""
+    ``timeout`` seconds, and make a pimem hook of another command (installed with other options) this one:
+    ``(events added, {old command: events updated})``. Nothing else there is changed or removed."""
     hooks = settings.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise BadInput("its \"hooks\" is not a JSON object; fix it by hand first")
-    added = []
+    added: list[str] = []
+    updated: dict[str, list[str]] = {}
     for event in EVENTS:
         groups = hooks.setdefault(event, [])
         if not isinstance(groups, list):
             raise BadInput(f"its hooks.{event} is not a list; fix it by hand first")
         if any(isinstance(g, dict) and "hooks" in g and not isinstance(g["hooks"], list) for g in groups):
             raise BadInput(f"its hooks.{event} holds a group whose \"hooks\" is not a list; fix it by hand first")
-        if any(is_ours(h) for g in groups if isinstance(g, dict) for h in (g.get("hooks") or [])):
-            continue
-        groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
-        added.append(event)
-    return added
+        ours = [h for g in groups if isinstance(g, dict) for h in (g.get("hooks") or []) if is_ours(h)]
+        if not ours:
+            groups.append({"hooks": [{"type": "command", "command": command, "timeout": timeout}]})
+            added.append(event)
+        elif all(h.get("command") != command for h in ours):
+            for hook in ours:
+                updated.setdefault(str(hook.get("command")), []).append(event)
+                hook["command"], hook["timeout"] = command, timeout
+    return added, updated
 
 
-def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK_TIMEOUT) -> tuple[dict, list[str], Path | None]:
-    """Merge the hooks into the settings file ``path``: ``(settings, events added, backup)``. The file is
+def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK_TIMEOUT) -> tuple[dict, list[str], dict[str, list[str]], Path | None]:
+    """Merge the hooks into the settings file ``path``: ``(settings, events added, {old command: events
+    updated}, backup)`` (``merge``). The file is
     copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept; a link is written through
     to the file it names); a file that is not a JSON object is refused (exit 2) and left alone; ``dry_run``
     writes nothing. Every number stays as written (``1.50``, ``1E2``, ``-0``: see ``Number``)."""
@@ -340,11 +347,11 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
     if not isinstance(settings, dict):
         raise BadInput(f"{path}: not a JSON object; fix it by hand first")
     try:
-        added = merge(settings, command, timeout)
+        added, updated = merge(settings, command, timeout)
     except BadInput as exc:
         raise BadInput(f"{path}: {exc}") from None
     backup = None
-    if added and not dry_run:
+    if (added or updated) and not dry_run:
         path.parent.mkdir(parents=True, exist_ok=True)
         mode = path.stat().st_mode & 0o777 if original is not None else None
         if original is not None:
@@ -356,7 +363,7 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
             if backup is not None:  # (the file is as it was: no backup of it is left either)
                 backup.unlink(missing_ok=True)
             raise
-    return settings, added, backup
+    return settings, added, updated, backup
 
 
 class Number:

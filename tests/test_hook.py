@@ -345,6 +345,32 @@ def test_install_merges_into_the_settings_keeping_everything_and_a_backup(home, 
     assert texts() == ["captured through the installed hook"]
 
 
+def test_install_again_with_other_options_changes_pimem_s_hooks_and_says_so(home, tmp_path):
+    """Installing again with another --name (or --budget, --home, --timeout) said 'already in …; nothing
+    changed' and kept the old command, so the option given had no effect. pimem's hooks take the new
+    command (and Claude Code's timeout with it), the change said, the file backed up; others stay."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]}}))
+    assert install(home_dir=user).returncode == 0
+    old = json.loads(settings.read_text())["hooks"]["Stop"][-1]["hooks"][0]["command"]
+    before = settings.read_bytes()
+    dry = install("--name", "shop", "--timeout", "40", "--dry-run", home_dir=user)
+    assert dry.returncode == 0 and settings.read_bytes() == before
+    new = f"{old} --name shop --timeout 40"
+    assert dry.stderr == (f"would change pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks in "
+                          f"{settings} from {old} to {new}\n")
+    done = install("--name", "shop", "--timeout", "40", home_dir=user)
+    assert done.returncode == 0 and done.stdout.startswith(f"changed pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks in {settings} from {old} to {new} (backup: ")
+    hooks = json.loads(settings.read_text())["hooks"]
+    assert hooks["Stop"][0]["hooks"][0]["command"] == "notify-send done" and len(hooks["Stop"]) == 2
+    assert all([h["command"], h["timeout"]] == [new, 45] for event in hooks.values() for g in event for h in g["hooks"][-1:] if "pimem" in h["command"])
+    assert sum(p.name.endswith(".bak") for p in settings.parent.iterdir()) >= 1
+    again = install("--name", "shop", "--timeout", "40", home_dir=user)
+    assert again.returncode == 0 and again.stdout.endswith("; nothing changed\n")
+
+
 def test_install_into_the_project_and_refusals(home, tmp_path):
     user, work = tmp_path / "user", tmp_path / "work"
     user.mkdir()
@@ -388,8 +414,10 @@ def test_install_refuses_a_bad_name_a_link_loop_and_an_empty_hooks_value_and_kee
 
 def test_merge_leaves_odd_settings_alone():
     settings = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "/opt/pimem hook claude-code --home /x"}]}]}}
-    assert merge(settings, "pimem hook claude-code") == ["SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd"]
-    assert len(settings["hooks"]["Stop"]) == 1  # already there (another path, another home): left as it is
+    added, updated = merge(settings, "pimem hook claude-code")
+    assert added == ["SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd"]
+    assert updated == {"/opt/pimem hook claude-code --home /x": ["Stop"]}  # (installed before with other options)
+    assert settings["hooks"]["Stop"] == [{"hooks": [{"type": "command", "command": "pimem hook claude-code", "timeout": 30}]}]
     from pimem.errors import BadInput
 
     with pytest.raises(BadInput):

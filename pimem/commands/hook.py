@@ -33,7 +33,8 @@ def command(
 
     pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
     SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
-    and writing a backup first.
+    and writing a backup first; run again with other --name, --budget, --home or --timeout, it changes
+    pimem's hooks there to the new command and says so.
 
     Examples:
       pimem hook install claude-code --dry-run
@@ -56,12 +57,16 @@ def command(
         command_line = claude_code.hook_command(home, name, budget if budget != claude_code.BUDGET else None,
                                                 timeout if timeout != claude_code.TIMEOUT else None)
         hook_timeout = max(claude_code.HOOK_TIMEOUT, int(timeout) + 5)  # Claude Code's, above the watchdog's
-        settings, added, backup = claude_code.install(path, command_line, dry_run, hook_timeout)
+        settings, added, updated, backup = claude_code.install(path, command_line, dry_run, hook_timeout)
+        changed = [f"pimem's {', '.join(events)} hooks in {path} from {old} to {command_line}"
+                   for old, events in updated.items()]  # (installed before with other options)
         if dry_run:
             output.line(claude_code.render(settings).decode().rstrip("\n"))
-            output.info(f"would add {', '.join(added)} to {path}" if added else f"{agent} hooks already in {path}")
-        elif added:
-            output.line(f"added pimem's {', '.join(added)} hooks to {path}" + (f" (backup: {backup})" if backup else ""))
+            said = ([f"add {', '.join(added)} to {path}"] if added else []) + [f"change {text}" for text in changed]
+            output.info("would " + "; ".join(said) if said else f"{agent} hooks already in {path}")
+        elif added or changed:
+            said = ([f"added pimem's {', '.join(added)} hooks to {path}"] if added else []) + [f"changed {text}" for text in changed]
+            output.line("; ".join(said) + (f" (backup: {backup})" if backup else ""))
         else:
             output.line(f"pimem's {agent} hooks are already in {path}; nothing changed")
         return
