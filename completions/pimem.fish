@@ -325,7 +325,7 @@ complete -c pimem -n '__fish_seen_subcommand_from search' -s h -l help -d 'Show 
 complete -c pimem -n '__fish_seen_subcommand_from search; and __pimem_slot 2+ --kind -k --since --until --before --limit -n --home' -a '(__pimem_words @names)'
 
 # since
-complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Stop before this date/time or #I.'
+complete -c pimem -n '__fish_seen_subcommand_from since' -l until -x -a '(__pimem_words today yesterday 1h 2h 1d 3d 1w)' -d 'Only messages before #I, or dated before this date/time.'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l kind -s k -x -a '(__pimem_words user pi tool echo work note assistant tool_call tool_result bash custom)' -d 'Only these kinds (repeatable).'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l follow -s f -d 'Keep printing new messages as they are logged, like tail -f.'
 complete -c pimem -n '__fish_seen_subcommand_from since' -l cursor -x -d 'Resume where this consumer stopped, and remember where it stops now.'

@@ -402,7 +402,7 @@ class Memory:
                 raise BadInput(f"{what} must be a datetime with its UTC offset (an aware datetime), not {value!r:.60}")
         low = when.Threshold(moment)
         high = when.Threshold(until) if until is not None else None
-        for entry in self.log.entries(self._start_near(low)):
+        for entry in self.log.entries(self._start_near(low), self.end_before(until) if until is not None else None):
             date = entry[0]["date"]
             if low.reached_by(date) and (high is None or not high.reached_by(date)):
                 yield entry
@@ -412,6 +412,14 @@ class Memory:
         cutoff = low.first_day()
         firsts = [first for first, _, name in self.log.ranges() if name[:10] >= cutoff]
         return min(firsts) if firsts else self.count()
+
+    def end_before(self, until: datetime) -> int:
+        """One past the highest ``i`` in any file that could hold dates before ``until``: every message from
+        there on is dated at or after it. (Below it the dates need not be in ``i`` order: a session imported
+        after a later one.)"""
+        cutoff = when.Threshold(until).reached_day()
+        lasts = [last for _, last, name in self.log.ranges() if name[:10] < cutoff]
+        return max(lasts) + 1 if lasts else 0
 
     # ---- cursors: where a named consumer of ``since`` stopped -------------------------------------------
 

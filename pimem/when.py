@@ -88,6 +88,10 @@ class Threshold:
         """A file day before which no file holds a date at or after the moment."""
         return self._before_until
 
+    def reached_day(self) -> str:
+        """A file day from which on every file holds only dates at or after the moment."""
+        return self._reached_from
+
 
 def normalise(text: str) -> str:
     """A user-supplied message date, checked and written back as RFC 3339 with an offset."""

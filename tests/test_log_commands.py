@@ -3,6 +3,7 @@
 import shlex
 import subprocess
 import time
+from datetime import datetime
 
 import orjson
 import pytest
@@ -88,6 +89,21 @@ def test_since_until_and_kind(run, day):
     assert ids(run("since", "main", "2026-10-06", "--until", "2026-10-08T08:01:00+08:00")) == [0, 1, 2]
     assert ids(run("since", "main", "#0", "--kind", "user")) == [0, 2, 6]
     assert ids(run("since", "main", "#0", "-k", "assistant", "-k", "user")) == [0, 1, 2, 5, 6]
+
+
+def test_since_until_a_date_filters_by_date_when_the_log_is_not_in_date_order(run, day):
+    """An earlier session imported after a later one: its messages, logged after the later ones, are still
+    before --until (the stream was cut at the first message dated after it). A --cursor stops at the first
+    message left out for its date, so the next run gives it (and repeats what came after it)."""
+    Memory.open("main").append([{"kind": "user", "text": t, "date": d} for t, d in [
+        ("older session", "2026-10-01T10:00:00+08:00"), ("its reply", "2026-10-01T10:05:00+08:00")]])
+    assert ids(run("since", "main", "2026-09-30", "--until", "2026-10-02")) == [7, 8]
+    assert ids(run("since", "main", "2026-09-30", "--until", "2026-10-07")) == [0, 1, 7, 8]
+    assert ids(run("since", "main", "#0", "--until", "2026-10-07")) == [0, 1, 7, 8]
+    assert [m["i"] for m in Memory.open("main").since(datetime.fromisoformat("2026-09-30T00:00:00+08:00"),
+                                                       datetime.fromisoformat("2026-10-07T00:00:00+08:00"))] == [0, 1, 7, 8]
+    assert ids(run("since", "main", "#0", "--until", "2026-10-07", "--cursor", "c")) == [0, 1, 7, 8]
+    assert ids(run("since", "main", "#0", "--cursor", "c")) == [2, 5, 6, 7, 8]
 
 
 def test_tool_traffic_is_private_by_default(run, day):

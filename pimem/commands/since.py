@@ -18,7 +18,7 @@ FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 def command(
     name: Name = None,
     start: Annotated[Optional[str], typer.Argument(help="A date or time (2026-10-08, 09:30, 2 hours ago, yesterday 9:30, last monday) or #I.", metavar="WHEN", show_default=False)] = None,
-    until: Annotated[Optional[str], typer.Option("--until", help="Stop before this date/time or #I.", metavar="WHEN")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only messages before #I, or dated before this date/time.", metavar="WHEN")] = None,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).", autocompletion=MESSAGE_KINDS)] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new messages as they are logged, like tail -f.")] = False,
     cursor: Annotated[Optional[str], typer.Option("--cursor", help="Resume where this consumer stopped, and remember where it stops now.", metavar="CONSUMER")] = None,
@@ -58,6 +58,7 @@ def command(
         raise BadInput("give WHEN (a date, a time, or #I) or --cursor CONSUMER")
     stop_i, stop_date = until_bound
     stop = when.Threshold(stop_date) if stop_date is not None else None
+    end = stop_i if stop_date is None else mem.end_before(stop_date)  # no message from here on is before --until
     if since_date is not None:
         # messages logged while we read are picked up by --follow and by the next --cursor run
         position, entries = mem.count(), mem.since_entries(since_date)
@@ -65,17 +66,23 @@ def command(
         position, entries = start_i, mem.entries(start_i)
     out = output.Lines()
     followed = mem.identity()
+    late = None  # the first message left out for its date (--until WHEN): a cursor stops there
     while True:
         for msg, line in entries:
             i = msg["i"]
-            if (stop_i is not None and i >= stop_i) or (stop is not None and stop.reached_by(msg["date"])):
+            if end is not None and i >= end:
                 position = i
                 break
+            if stop is not None and stop.reached_by(msg["date"]):  # (dates need not follow i: read on)
+                late = i if late is None else late
+                continue
             if i >= position:
                 position = i + 1
             if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
                 out.add((output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line)
         out.flush()
+        if late is not None:
+            position = min(position, late)
         if cursor is not None:
             mem.save_cursor(cursor, position)
         if not follow:
