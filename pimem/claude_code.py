@@ -41,6 +41,7 @@ HITS = 6  # earlier messages shown at most
 QUERY_TERMS = 12  # the prompt's first terms searched for
 POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
+NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with pimem import"  # (it has no --format)
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 
 
@@ -83,7 +84,9 @@ def read_payload(stream, deadline: float) -> dict:
     if not isinstance(payload, dict):
         raise BadInput("hook payload: not a JSON object")
     for field in ("hook_event_name", "session_id"):
-        if not isinstance(payload.get(field), str) or not payload[field]:
+        if payload.get(field) is not None and not isinstance(payload[field], str):
+            raise BadInput(f"hook payload: {field} is not a string")
+        if not payload.get(field):
             raise BadInput(f"hook payload: no {field}")
     for field in ("transcript_path", "cwd", "prompt"):
         if payload.get(field) is not None and not isinstance(payload[field], str):
@@ -142,7 +145,7 @@ class Hook:
         main = Path(path).expanduser().resolve()
         found = []
         for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
-            source = self._guard(lambda: inspect_file(file, "claude") if file.is_file() else None)
+            source = self._guard(lambda: inspect_file(file, "claude", NOT_CLAUDE) if file.is_file() else None)
             if source is not None:
                 found.append(source)
         return found

@@ -136,6 +136,8 @@ def test_the_context_stays_within_the_budget(home, tmp_path):
         (b"[1, 2]", "not a JSON object"),
         (b'{"session_id": "s"}', "no hook_event_name"),
         (b'{"hook_event_name": "Stop"}', "no session_id"),
+        (b'{"hook_event_name": "Stop", "session_id": 5}', "session_id is not a string"),
+        (b'{"hook_event_name": ["Stop"], "session_id": "s"}', "hook_event_name is not a string"),
         (b'{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": 3}', "prompt is not a string"),
     ],
 )
@@ -146,6 +148,18 @@ def test_a_malformed_payload_exits_2_with_one_line_and_writes_nothing(home, tmp_
     assert code == 2 and answer is None
     assert err.startswith("pimem: error: hook payload: ") and reason in err and err.count("\n") == 1
     assert snapshot(home) == before
+
+
+def test_a_transcript_of_another_agent_is_said_without_advice_the_hook_cannot_take(home, tmp_path):
+    """A pi session given as the transcript: the warning said 'give --format pi, or leave --format out',
+    options the hook has not."""
+    other = tmp_path / "pi.jsonl"
+    grow(other, {"type": "session", "version": 3, "id": "p1", "timestamp": "2026-01-01T00:00:00Z", "cwd": CWD},
+         {"type": "message", "id": "a1", "parentId": None, "message": {"role": "user", "content": "hi"}})
+    code, answer, err = hook(payload("Stop", "s1", other))
+    assert code == 0 and answer == {"systemMessage": f"pimem: {other}: not a claude file: it looks like pi (the hook reads "
+                                                     "Claude Code transcripts; import other sessions with pimem import)"}, answer
+    assert "--format" not in err
 
 
 def test_an_event_over_the_payload_limit_is_a_warning_not_a_blocked_prompt(home, tmp_path):

@@ -102,9 +102,10 @@ def sessions_under(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-def inspect_file(path: Path, fmt: str) -> Source | None:
+def inspect_file(path: Path, fmt: str, remedy: str | None = None) -> Source | None:
     """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
-    yet; ``BadInput`` when its format cannot be told or it has no line of the format forced."""
+    yet; ``BadInput`` when its format cannot be told or it has no line of the format forced (``remedy``
+    instead of import's advice to give another ``--format``, for a caller that has none)."""
     lines, passed = _head_lines(path)
     objects = list(_objects(lines))
     size = path.stat().st_size
@@ -120,8 +121,9 @@ def inspect_file(path: Path, fmt: str) -> Source | None:
             raise BadInput(f"{path}: cannot tell its format (pi, claude, codex or ndjson); give --format")
         fmt = looks
     elif objects and not any(FORMATS[fmt].sniff(obj) for obj in objects):
-        raise BadInput(f"{path}: not a {fmt} file: " + (f"it looks like {looks} (give --format {looks}, or leave --format out)"
-                                                        if looks else "its lines are of no format pimem knows"))
+        found = f"it looks like {looks}" if looks else "its lines are of no format pimem knows"
+        advice = remedy or (f"give --format {looks}, or leave --format out" if looks else "")
+        raise BadInput(f"{path}: not a {fmt} file: {found}" + (f" ({advice})" if advice else ""))
     first = cwd = None
     for obj in objects:
         found = FORMATS[fmt].describe(obj)
