@@ -484,10 +484,13 @@ class Memory:
         return None
 
     def summary(self) -> dict:
-        """Name, message count, first and last dates, and the last thing the user said."""
+        """Name, message count, first and last dates, and the last thing the user said. The first date is that
+        of the first message of the earliest day file, the last that of the last message of the latest one
+        (not messages 0 and n-1: an older session may be imported after a newer one)."""
         total = self.count()
-        first = next(self.log.read(0, 1), None) if total else None
-        last = next(self.log.read(total - 1, total), None) if total else None
+        days = sorted((name, first, last) for first, last, name in self.log.ranges()) if total else []
+        first = next(self.log.read(days[0][1], days[0][1] + 1), None) if days else None
+        last = next(self.log.read(days[-1][2], days[-1][2] + 1), None) if days else None
         user = self.last_of_kind("user")
         return {
             "name": self.name,

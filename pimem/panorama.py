@@ -51,7 +51,7 @@ class Span:
 class Facts:
     name: str
     messages: int
-    first: str | None  # RFC 3339 date of message 0
+    first: str | None  # RFC 3339 date of the message of the earliest day (as written)
     today: date
     said: int  # bytes of every message
     spans: list[Span] = field(default_factory=list)
@@ -210,7 +210,8 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
     for msg in mem.messages():
-        first_date = first_date or msg["date"]
+        if first_date is None or msg["date"][:10] < first_date[:10]:  # (not message 0: an older session may come later)
+            first_date = msg["date"]
         said += msg["size"]
         days.append(msg["date"][:10])
         kinds.append(msg["kind"])

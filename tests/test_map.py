@@ -130,3 +130,10 @@ def test_folded_view_and_hidden_tool_traffic(run, home):
     ]
     assert "sk-SECRET" not in "\n".join(lines)
     assert "sk-SECRET" in run("map", "main", "--width", 60, "--include-tools").stdout
+
+
+def test_the_title_counts_days_from_the_earliest_message_not_message_0(run, home):
+    # (an older session imported after a newer one: message 0 is not the earliest)
+    run("append", "main", "--date", "2026-10-07T10:00:00+08:00", "the newer session")
+    run("append", "main", "--date", "2026-10-01T10:00:00+08:00", "the older session, imported after it")
+    assert run("map", "main", "--width", 60).stdout.splitlines()[0] == "main · 2 messages since 2026-10-01 · day 8"

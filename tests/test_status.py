@@ -134,3 +134,13 @@ def test_a_retry_time_another_compactor_was_asked_is_not_shown_as_next(home, run
         assert f"failing   1+1: HTTP 429 (1 try, last 2026-10-08T09:30:00+08:00{shown}\n" in run("status", "m").stdout, recorded
         row = orjson.loads(run("status", "m", "--json").stdout)["failures"][0]
         assert row["next"] == (None if shown == ")" else "2026-10-08T09:35:00+08:00") and row["being_retried"] is False
+
+
+def test_from_and_to_are_the_earliest_and_latest_days_not_the_first_and_last_messages(home, sh):
+    # (an older session imported after a newer one: message 0 is not the earliest, the last not the latest)
+    for date, text in (("2026-10-07T10:00:00+08:00", "the newer session"), ("2026-10-01T10:00:00+08:00", "an older one"),
+                       ("2026-10-02T10:00:00+08:00", "its reply")):
+        assert sh("append", "m", "--date", date, text).returncode == 0
+    text, row = status(sh)
+    assert (row["first"], row["last"]) == ("2026-10-01T10:00:00+08:00", "2026-10-07T10:00:00+08:00")
+    assert "from      2026-10-01T10:00:00+08:00\nto        2026-10-07T10:00:00+08:00\n" in text
