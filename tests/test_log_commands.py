@@ -234,6 +234,21 @@ def test_list_and_status(run, home, day):
     assert "in 1 daily file, " in run("status", "other").stdout and "1 of 1 node built" in run("status", "other").stdout
 
 
+def test_list_cuts_the_last_message_to_the_terminal_width_in_columns(run, home, monkeypatch):
+    import unicodedata
+
+    def cells(line: str) -> int:  # (display width, measured apart from the code under test)
+        return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in line)
+
+    monkeypatch.setenv("COLUMNS", "70")
+    Memory.at("wide").append([{"kind": "user", "text": "部署讨论：staging 数据库端口是 5433，用户要求保持原样，不要动生产库。🚀🚀🚀"}])
+    Memory.at("narrow").append([{"kind": "user", "text": "x" * 100}])
+    lines = run("list").stdout.splitlines()
+    widths = {line.split()[0]: cells(line) for line in lines}
+    assert widths["narrow"] == 70 and widths["wide"] in (69, 70)  # (a wide character does not fit in one cell)
+    assert all(line.endswith("…") for line in lines)
+
+
 def test_list_with_no_memories_exits_1(run, home):
     out = run("list")
     assert out.exit_code == 1 and out.stdout == "" and "no memories" in out.stderr

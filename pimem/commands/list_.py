@@ -34,9 +34,6 @@ def command(json: Json = False, home: Home = None) -> None:
         last = (row["last"] or "")[:16].replace("T", " ")
         noun = "message " if row["messages"] == 1 else "messages"
         head = f"{row['name']:<16} {row['messages']:>8,} {noun}  {last:<16}  "
-        said = output.flatten(row["last_user"] or "")
-        room = max(10, width - len(head))
-        if len(said) > room:
-            said = said[: room - 1] + "…"
+        said = output.cut(output.flatten(row["last_user"] or ""), max(10, width - len(head)))
         output.line(output.style(head, "bold") + said)
     unread.check()
