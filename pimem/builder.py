@@ -4,11 +4,14 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
 
 - **leaves** come from one sequential read of the log; short messages and stored leaves are built already,
   the others enter a window of at most ``WINDOW`` (8) unbuilt leaves, so a leaf starts only when fewer than 8
-  unbuilt leaves precede it (``window_size``: 256 while the offline compactor's worker processes build);
+  unbuilt leaves precede it (``window_size``: 256 while the offline compactor's worker processes build); a leaf
+  that failed ``STUCK_TRIES`` times in a row (or was given up) while other calls were answered (its failure its
+  own, not the server's) is set aside: retried still, it holds no place in the window (``Builder.set_aside``);
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
-- a **failed** node waits ``retry_seconds`` (10 s; what the server asked for with ``Retry-After``, sooner or
-  later) and goes back to its queue, for ever, without backoff (``build-tree``: ``retries`` times, and not
+- a **failed** node waits ``retry_seconds`` (10 s), twice that if it fails again, and so on up to ``BACKOFF``
+  times it (a minute), or what the server asked for with ``Retry-After`` (sooner or later), and goes back to
+  its queue, for ever (``build-tree``: ``retries`` times, and not
   when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run retries it); a node an earlier
   run failed waits for the retry time it recorded, if that is still to come (``Builder._deferred``).
 
@@ -49,6 +52,7 @@ HELD_MOST = 1 << 20  # bytes of leaves the compactor's view holds back at most (
 LATE_CALLS = 3 * WINDOW  # calls in since one holding the compactor's view up started: it is late (``ContextView``)
 MAX_RETRY_WAIT = 300.0  # a Retry-After beyond this is not honoured in full
 LEAST_RETRY_WAIT = 1.0  # a Retry-After below this (0: at once) is not honoured in full, nor retry_seconds
+BACKOFF = 6  # a node failing again and again (no Retry-After) waits up to this many times retry_seconds
 ONCE_RETRY_WAIT = 60.0  # build-tree asked by the server to wait longer for a node leaves it to the next run
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
 OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
@@ -103,6 +107,11 @@ class Builder:
         self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
+        self.first_failed: dict[int, int] = {}  # leaf failing in this run -> ``stats.calls`` at its first failure
+        self.stuck: set[int] = set()  # leaves that failed STUCK_TRIES times in a row (or were given up) with no
+        # call answered since they began failing (the server's failure, for all anyone knows)
+        self.set_aside: set[int] = set()  # leaves that kept failing while other calls were answered: they hold no
+        # place in the window (each its own failure: eight of them filled it, and no later leaf was built)
         # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
         # byte per node, 1 once settled (two bytes a message: a million messages' tree in 2 MB)
         self.line_costs: array | None = None
@@ -145,7 +154,7 @@ class Builder:
     def admit(self) -> None:
         """Read the log forward until the window is full (``WINDOW`` unbuilt leaves; a survey's has no limit)
         or the log ends."""
-        while len(self.window) < self.window_size and self.next_leaf < self.count:
+        while len(self.window) - len(self.set_aside) < self.window_size and self.next_leaf < self.count:
             if self._feed is None:
                 self._feed = self.mem.messages(self.next_leaf, self.count)
             msg = next(self._feed, None)
@@ -228,8 +237,13 @@ class Builder:
             self._suspects_built[(l, i)] = meta["suspect"]
         if self.state.failures:
             self.state.succeeded(label(l, i))
+        if self.stuck:  # (a call answered: the server works, those leaves' failures are their own)
+            self.set_aside |= self.stuck
+            self.stuck.clear()
         if l == 0:
             self.window.remove(i)
+            self.set_aside.discard(i)
+            self.first_failed.pop(i, None)
             self.messages.pop(i, None)
         if self.cview is not None:
             self.cview.built(l, i, text)
@@ -254,9 +268,11 @@ class Builder:
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         gives_up = self.retries is not None and tries > self.retries
-        delay = self.retry_seconds
+        # twice as long each time it fails again in this run (a server down, or a request it always refuses, is
+        # not asked again every retry_seconds for ever), up to BACKOFF times retry_seconds
+        delay = self.retry_seconds * min(2 ** min(tries - 1, 8), BACKOFF)
         if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
-            delay = min(max(retry_after, min(delay, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
+            delay = min(max(retry_after, min(self.retry_seconds, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
         # a one-shot build does not sleep minutes for one node (a cron run every 10 minutes would still be waiting
         # when the next one starts): the node is left for the next run, its retry time recorded all the same
         later = self.retries is not None and not gives_up and retry_after is not None and delay > ONCE_RETRY_WAIT
@@ -266,8 +282,12 @@ class Builder:
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
         self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of)
-        if self.cview is not None:  # (failed in a row as compactor.json counts, across runs, as readers count it)
-            in_a_row = self.state.failures[label(l, i)]["tries"]
+        in_a_row = self.state.failures[label(l, i)]["tries"]  # (as compactor.json counts, across runs, as readers count it)
+        if l == 0 and i not in self.set_aside:
+            since = self.first_failed.setdefault(i, self.stats.calls)
+            if in_a_row >= STUCK_TRIES or gives_up or later:
+                (self.set_aside if self.stats.calls > since else self.stuck).add(i)
+        if self.cview is not None:
             self.cview.failed(l, i, retried=not (gives_up or later) and in_a_row < STUCK_TRIES)
         if gives_up or later:
             self.gave_up.add((l, i))

@@ -36,7 +36,8 @@ DEFAULTS = {
 
 COMPACTOR_KNOBS = {
     "timeout": 60.0,  # seconds per call
-    "retry_seconds": 10.0,  # before a failed node is tried again (longer if the server says Retry-After)
+    "retry_seconds": 10.0,  # before a failed node is tried again, doubled each time it fails again up to 6 times
+    # it (``builder.BACKOFF``); what the server asks for instead when it says Retry-After
     "max_tokens": 170,  # ≈512 bytes of English; the harness cuts whatever comes back
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import datetime
 import os
 import signal
 import socket
@@ -647,6 +648,36 @@ def test_a_retry_time_one_server_asked_for_does_not_hold_back_the_compactor_swit
             until(lambda: complete("m"))
             assert len(first.requests) == 3 and {b["model"] for b in second.requests} == {"m2"}
         assert BuildState(mem.path).failures == {}
+
+
+def test_leaves_that_keep_failing_back_off_and_leave_the_window_to_the_others(home):
+    """A server error without ``Retry-After`` on some messages' calls (a 500, a 400 for what they hold): each of
+    those leaves was retried every ``retry_seconds`` for ever, and once eight of them had come (spread through the
+    log, others built between them) they filled the window of unbuilt leaves, so no later message was ever
+    summarised. Now each waits twice as long each time it fails again, up to six times ``retry_seconds``, and
+    one that failed ``STUCK_TRIES`` times while other calls were answered leaves its place in the window."""
+    import re
+
+    from pimem.compactor.state import BuildState
+
+    bad = set(range(3, 30, 3))  # nine leaves, others between them
+
+    def faults(n, body):
+        task = body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1]
+        found = re.search(r"message ([0-9]+)\b", task)
+        return "500" if found and int(found.group(1)) in bad else None
+
+    with FakeLLM("openai", faults=faults) as server:
+        configure(home, server)  # retry_seconds: 0.05
+        mem = fill("m", 40, short_every=1000)
+        with watching("m"):
+            until(lambda: builder.survey(Memory.open("m"))["leaves"] == len(bad))  # every other leaf built
+            until(lambda: min(BuildState(mem.path).failures.get(f"{i}+1", {}).get("tries", 0) for i in bad) >= 5)
+    fails = BuildState(mem.path).failures
+    assert set(fails) == {f"{i}+1" for i in bad}
+    waits = {(datetime.datetime.fromisoformat(f["retry"]) - datetime.datetime.fromisoformat(f["at"])).total_seconds()
+             for f in fails.values()}  # (the clock is frozen: the wait each one was given after its last try)
+    assert waits == {0.3}, waits
 
 
 def test_a_memory_refused_on_a_half_written_config_json_is_taken_again_once_it_is_mended(home):
