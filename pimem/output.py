@@ -70,6 +70,75 @@ class Lines:
         self._out.flush()
 
 
+class Taken:
+    """Lines for a reader at the other end of a pipe, each written once the reader took the one before out of
+    the pipe, for a cursor that must not move past a line the reader never read (``since --cursor … | head
+    -1``: head reads all the pipe holds, uses one line and leaves). A wait per line, so only where a cursor
+    needs it. Once the reader has gone, ``add`` raises ``BrokenPipeError`` and ``untaken`` is the mark of the
+    first line it did not take. What a reader took but did not use (read into a buffer of its own) counts as
+    taken: nothing here can know of it."""
+
+    @classmethod
+    def on_stdout(cls) -> "Taken | None":
+        """A ``Taken`` over stdout when it is a pipe, else None."""
+        import stat
+
+        stdout = env.current().stdout
+        try:
+            fd = stdout.fileno()
+            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+                return None
+        except (OSError, ValueError, AttributeError):  # (in-process test runners have no descriptor)
+            return None
+        stdout.flush()
+        return cls(fd)
+
+    def __init__(self, fd: int):
+        import select
+
+        self._fd = fd
+        self._gone = select.poll()
+        self._gone.register(fd, 0)  # (no event asked for: only POLLERR, which says the reader closed its end)
+        self._last = None  # the mark of the line written last, until the reader took it
+        self.untaken = None
+
+    def add(self, line: bytes, mark) -> None:
+        self.flush()
+        self._last = mark
+        view = memoryview(line)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except BrokenPipeError:
+            self.untaken = mark
+            raise
+
+    def flush(self) -> None:
+        """Wait until the reader took the last line, or raise ``BrokenPipeError`` if it went away first."""
+        looks = 0
+        while self._last is not None and _unread(self._fd):
+            looks += 1  # a reader waiting on the pipe takes a line within microseconds: look again at once, a
+            wait = 0 if looks < 50 else min(0.05 * 2 ** min(looks - 50, 10), 20.0)  # while, then less often (ms)
+            if self._gone.poll(wait) and _unread(self._fd):  # (it may have read the line before it left)
+                self.untaken = self._last
+                raise BrokenPipeError(32, "the reader went away")
+        self._last = None
+
+
+def _unread(fd: int) -> int:
+    """The bytes in the pipe ``fd`` its reader has not read yet (0 where the system cannot say)."""
+    import array
+    import fcntl
+    import termios
+
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except OSError:
+        return 0
+    return count[0]
+
+
 def flush() -> None:
     try:
         env.current().stdout.flush()

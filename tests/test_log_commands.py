@@ -149,6 +149,23 @@ def test_cursor_gives_each_message_exactly_once(run, day, home):
     assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"mailer": 10, "other": 10, "third": 10}
 
 
+def test_a_cursor_read_through_a_pipe_moves_past_the_lines_its_reader_took_only(day, home):
+    """``since --cursor c | head -1``: head read one line and left; the lines after it were written to the pipe
+    (all five fit) but never read, and the next run gives them. A reader that reads all moves it to the end."""
+    def piped(reader: str) -> bytes:
+        out = subprocess.run(f"{shlex.join(pimem_cmd('since', 'main', '#0', '--cursor', 'c'))} | {reader}; exit ${{PIPESTATUS[0]}}",
+                             shell=True, executable="bash", capture_output=True, env=subprocess_env(), timeout=60)
+        assert (out.returncode, out.stderr) == (0, b"")
+        return out.stdout
+
+    assert [orjson.loads(line)["i"] for line in piped("head -1").splitlines()] == [0]
+    assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"c": 1}
+    assert [orjson.loads(line)["i"] for line in piped("head -2").splitlines()] == [1, 2]  # (3 and 4: tools)
+    assert [orjson.loads(line)["i"] for line in piped("cat").splitlines()] == [5, 6]
+    assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"c": 7}
+    assert piped("head -1") == b""
+
+
 def test_consumers_saving_their_cursors_at_once_lose_none_of_each_others(day, home):
     procs = [subprocess.Popen(pimem_cmd("since", "main", "--cursor", f"c{k}"), stdout=subprocess.DEVNULL, env=subprocess_env())
              for k in range(12)]

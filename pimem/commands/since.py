@@ -31,7 +31,9 @@ def command(
 
     Each line is the message exactly as stored. Tool calls and results are left out unless --include-tools
     or --kind names them. With --cursor CONSUMER, a consumer gets each message once across runs: the cursor
-    moves only after its messages were written (a run killed midway repeats them, never skips them).
+    moves only after its messages were written (a run killed midway repeats them, never skips them), and
+    through a pipe only past the lines the reader took: each is written once the reader took the one before,
+    so '| head -1' leaves the rest for the next run (a line a reader took but did not use counts as read).
 
     Examples:
       pimem since 2026-10-08 | jq .text
@@ -64,23 +66,34 @@ def command(
         position, entries = mem.count(), mem.since_entries(since_date)
     else:
         position, entries = start_i, mem.entries(start_i)
-    out = output.Lines()
+    # a cursor read through a pipe moves past the lines the reader took out of it, not those it left there
+    taken = output.Taken.on_stdout() if cursor is not None else None
+    out = taken or output.Lines()
     followed = mem.identity()
     late = None  # the first message left out for its date (--until WHEN): a cursor stops there
     while True:
-        for msg, line in entries:
-            i = msg["i"]
-            if end is not None and i >= end:
-                position = i
-                break
-            if stop is not None and stop.reached_by(msg["date"]):  # (dates need not follow i: read on)
-                late = i if late is None else late
-                continue
-            if i >= position:
-                position = i + 1
-            if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
-                out.add((output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line)
-        out.flush()
+        try:
+            for msg, line in entries:
+                i = msg["i"]
+                if end is not None and i >= end:
+                    position = i
+                    break
+                if stop is not None and stop.reached_by(msg["date"]):  # (dates need not follow i: read on)
+                    late = i if late is None else late
+                    continue
+                if i >= position:
+                    position = i + 1
+                if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
+                    shown = (output.message_line(msg) + "\n").encode("utf-8", "surrogateescape") if text else line
+                    if taken is None:
+                        out.add(shown)
+                    else:
+                        taken.add(shown, i)
+            out.flush()
+        except BrokenPipeError:
+            if taken is not None and taken.untaken is not None:
+                mem.save_cursor(cursor, taken.untaken if late is None else min(taken.untaken, late))
+            raise
         if late is not None:
             position = min(position, late)
         if cursor is not None:
