@@ -115,10 +115,12 @@ class Taken:
 
     def flush(self) -> None:
         """Wait until the reader took the last line, or raise ``BrokenPipeError`` if it went away first."""
+        # a reader waiting on the pipe takes a line within microseconds: look again at once for a while, then
+        # less and less often (up to every 20 ms)
         looks = 0
         while self._last is not None and _unread(self._fd):
-            looks += 1  # a reader waiting on the pipe takes a line within microseconds: look again at once, a
-            wait = 0 if looks < 50 else min(0.05 * 2 ** min(looks - 50, 10), 20.0)  # while, then less often (ms)
+            looks += 1
+            wait = 0 if looks < 50 else min(0.05 * 2 ** min(looks - 50, 10), 20.0)  # milliseconds
             if self._gone.poll(wait) and _unread(self._fd):  # (it may have read the line before it left)
                 self.untaken = self._last
                 raise BrokenPipeError(32, "the reader went away")
