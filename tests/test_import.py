@@ -429,6 +429,13 @@ def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
     assert len(msgs[2]["text"]) < 30_100 and "characters of tool output cut by pimem" in msgs[2]["text"]
 
 
+def test_counts_are_written_with_thousands_separators_as_the_total_is(run, home, tmp_path):
+    """1,200 messages read '1,200 imported', as '1,200 messages in all' already did (it read '1200 imported')."""
+    path = write_jsonl(tmp_path / "big.ndjson", [
+        {"kind": "user", "text": f"note {n}", "date": "2026-01-01T10:00:00+00:00"} for n in range(1200)])
+    assert run("import", path, "-n", "t").stdout == "t: 1,200 imported, 0 already present, 0 malformed skipped; 1,200 messages in all\n"
+
+
 def test_memory_copy_through_ndjson_adds_nothing_twice(run, tmp_path):
     run("import", pi_tree(tmp_path / "s.jsonl"), "-n", "t")
     export = tmp_path / "t.ndjson"

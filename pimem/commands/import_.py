@@ -129,7 +129,7 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
         if json:
             output.json_line({"name": memory, **report.as_dict()})
         else:
-            output.line(f"{memory}: {report.imported} imported from {Path(report.file).name}")
+            output.line(f"{memory}: {report.imported:,} imported from {Path(report.file).name}")
         output.flush()
 
     follower = Follower(paths, home, name, fmt, on_report=show, on_warning=output.warn, timeout=timeout)
@@ -159,7 +159,7 @@ class _Signalled:
 
 
 def _counts(imported: int, present: int, malformed: int) -> str:
-    return f"{imported} imported, {present} already present, {malformed} malformed skipped"
+    return f"{imported:,} imported, {present:,} already present, {malformed:,} malformed skipped"
 
 
 def _whence(report) -> list[str]:

@@ -64,7 +64,7 @@ def command(
         elif event["event"] == "switched":
             output.info(f"{event['memory']}: its compactor settings changed; built by {event['model']} from now on")
         elif event["event"] == "imported":
-            output.info(f"{event['memory']}: {event['messages']} imported from {event['file']}")
+            output.info(f"{event['memory']}: {event['messages']:,} imported from {event['file']}")
         else:
             output.info(f"{event['memory']}: {event['event']}" + (f": {event['error']}" if event.get("error") else ""))
 
