@@ -325,9 +325,9 @@ class Memory:
             self._index = Index(self.path, self.log)
         return self._index
 
-    def leaf_line(self, i: int) -> str | None:
-        """The line a compactor wrote for message ``i`` (a long one's), or None."""
-        return self.tree.stored(0, i)
+    def leaf_line(self, i: int, l: int = 0) -> str | None:
+        """The line a compactor wrote for message ``i`` (a long one's), or for node ``(l, i)``, or None."""
+        return self.tree.stored(l, i)
 
     def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
         """Whether a message in ``[start, stop)`` holds ``text`` (as the tool-text mask compares,

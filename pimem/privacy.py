@@ -6,7 +6,9 @@ and short lines are joined verbatim into their parents. So a reader that shows v
 becomes a marker saying what it ran or how it ended (``tool: ran pytest (details hidden; …)``, ``echo: exit 1:
 ECONNREFUSED (…)``: ``toolwork``, pieces of at most 13 characters), and inside a joined line so does every
 copy of a tool leaf: its text verbatim, or the line a compactor wrote for a long one (what ran and its facts,
-each short: a parent joins that line too).
+each short: a parent joins that line too). The tool leaf's own place in the line is told from the tree, and a
+copy that is another node's whole line too (a model writing the same stock line for two spans) or that is in a
+message other than a tool's is not tool text: it stays.
 A summary may quote tool traffic too (a model summarising ``cat secrets.txt``): every run of at least
 ``RUN`` (16) characters of a line that occurs in the tool calls and results of its span and nowhere else in
 the span is masked (``TOOL_TEXT``), unless it is other messages' words joined by a line's connectives. Texts
@@ -222,16 +224,72 @@ def mask_tool_text(line: str, msgs: list[dict]) -> str:
     return _masked(line, tool_runs(line, tools, [m["text"] for m in msgs if not is_tool(m)]))
 
 
+def _layout(text: str, l: int, i: int, msgs: list[dict],
+            stored: Callable[..., str | None] | None) -> list[tuple[int, int, str]] | None:
+    """The lines joined line ``text`` of node ``(l, i)`` is made of, in order, each with its node ``(l, i)``:
+    verbatim leaves, and the lines a compactor wrote (``stored(i, l)``) where the tree has them (``Tree._text``);
+    None when ``text`` is not so made (a line the tree no longer makes)."""
+    first = i << l
+    size = len(text.encode("utf-8"))
+    verbatim = [leaf_text(m) if m.get("size", 0) <= size else None for m in msgs]  # (a longer one is not in it whole)
+    out: list[tuple[int, int, str]] = []
+    at = 0
+    todo = [(l - 1, 2 * i + 1), (l - 1, 2 * i)]  # (the node's own line is a summary, not a join: its halves)
+    while todo:
+        l, i = todo.pop()
+        start = (i << l) - first
+        leaves = verbatim[start : start + (1 << l)]
+        joined = "\n".join(leaves) if None not in leaves else None
+        if joined is not None and _starts(text, at, joined):
+            out += [(0, first + start + k, leaf) for k, leaf in enumerate(leaves)]
+            at += len(joined) + 1
+            continue
+        line = stored(i, l) if stored is not None else None
+        if line and _starts(text, at, line):
+            out.append((l, i, line))
+            at += len(line) + 1
+        elif l == 0:
+            return None
+        else:
+            todo += [(l - 1, 2 * i + 1), (l - 1, 2 * i)]
+    return out if at == len(text) + 1 else None
+
+
+def _starts(text: str, at: int, line: str) -> bool:
+    """Whether ``text`` holds ``line`` whole at ``at``: the end of ``text`` or a line break after it."""
+    return text.startswith(line, at) and text[at + len(line) : at + len(line) + 1] in ("", "\n")
+
+
+def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], markers: list[str]) -> str:
+    """The joined line of ``layout`` (``_layout``) with its tool leaves' lines as holes for markers (added to
+    ``markers``), and copies of those lines inside its other lines too, unless a copy is not only tool text: the
+    whole line of another node (a model writing one line for two spans), or in a message other than a tool's."""
+    first = msgs[0]["i"]
+    lines = [text for _, _, text in layout]
+    tools = {k for k, (l, i, _) in enumerate(layout) if l == 0 and is_tool(msgs[i - first])}
+    owns: dict[str, str] = {}  # a tool leaf's line: the hole for its copies
+    for k in sorted(tools):
+        owns.setdefault(lines[k], f"{_HOLE}{len(markers)}{_HOLE}")
+        markers.append(marker(msgs[layout[k][1] - first], joined=True))
+        lines[k] = f"{_HOLE}{len(markers) - 1}{_HOLE}"
+    for own, hole in owns.items():
+        if own in lines or any(own in leaf_text(m) for m in msgs if not is_tool(m)):
+            continue
+        lines = [text.replace(own, hole) if k not in tools else text for k, text in enumerate(lines)]
+    return "\n".join(lines)
+
+
 def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
                known: dict[int, dict] | None = None,
                holds: Callable[[str, int, int, bool], bool] | None = None,
-               stored: Callable[[int], str | None] | None = None) -> list[str | None]:
+               stored: Callable[..., str | None] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, copies of
     them in joined lines as markers (verbatim, or the line ``stored(i)`` a compactor wrote for long message
-    ``i``, e.g. ``Tree.stored``'s), runs quoted only from the span's tool traffic masked. Reads the messages
-    under lines covering at most ``MASK_SPAN`` messages (``messages(start, stop)``, e.g. ``Memory.messages``,
-    or ``known``, messages by ``i`` the caller has read already, where it holds them all); a longer line's
-    runs are looked up with ``holds(text, start, stop, tools)`` (``Memory.span_holds``: through the index)."""
+    ``i``; ``stored(i, l)`` is node ``(l, i)``'s: ``Memory.leaf_line``), runs quoted only from the span's tool
+    traffic masked. Reads the messages under lines covering at most ``MASK_SPAN`` messages (``messages(start,
+    stop)``, e.g. ``Memory.messages``, or ``known``, messages by ``i`` the caller has read already, where it
+    holds them all); a longer line's runs are looked up with ``holds(text, start, stop, tools)``
+    (``Memory.span_holds``: through the index)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -260,15 +318,19 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
             else:
                 # each copy of a tool leaf goes, then the mask runs, then the markers go in: a marker's words
                 # ("exit 7: ECONNREFUSED") may be the output's too, and are still the line's to say
-                markers = []
-                for msg in inside:
-                    own = leaf_text(msg)
-                    if own not in text:  # (a joined line holds the leaf, or the line written for a long one)
-                        own = stored(msg["i"]) if stored is not None and "\n" in text else None
-                        if not own or own not in text:
-                            continue
-                    text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
-                    markers.append(marker(msg, joined=True))
+                markers: list[str] = []
+                layout = _layout(text, l, i, msgs, stored) if "\n" in text else None
+                if layout is None:  # (a summary, or a line the tree no longer makes: every copy goes)
+                    for msg in inside:
+                        own = leaf_text(msg)
+                        if own not in text:  # (a joined line holds the leaf, or the line written for a long one)
+                            own = stored(msg["i"]) if stored is not None and "\n" in text else None
+                            if not own or own not in text:
+                                continue
+                        text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
+                        markers.append(marker(msg, joined=True))
+                else:
+                    text = _tool_lines_out(layout, msgs, markers)
                 text = _HOLES.sub(lambda m: markers[int(m.group(1))], mask_tool_text(text, msgs))
         out.append(text)
     return out

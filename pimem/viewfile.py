@@ -508,7 +508,7 @@ class ViewFile:
             from .privacy import hide_tools
 
             hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves,
-                                               holds=self.holds, stored=lambda i: self.tree.stored(0, i, views.T))))
+                                               holds=self.holds, stored=lambda i, l=0: self.tree.stored(l, i, views.T))))
         out, keep = [], {}
         for k, (l, i, text, cost) in enumerate(rows):
             if text is not None:

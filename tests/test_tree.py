@@ -7,6 +7,7 @@ import re
 import orjson
 import pytest
 
+from bench.llm_server import FakeLLM
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
@@ -253,6 +254,33 @@ def test_a_larger_line_bytes_joins_more_messages_and_their_tool_traffic_is_still
     assert any(line.startswith("0+2048|") for line in lines), lines[:2]  # 2,048 messages joined whole in one line
     assert "hunter2" not in "\n".join(lines) and "cat pw.txt" not in "\n".join(lines)
     assert "pw=hunter2" in run("view", "t", "--include-tools").stdout
+
+
+def test_a_line_a_model_wrote_for_a_tool_result_hides_only_that_result_not_the_same_line_written_for_others(home, run, monkeypatch):
+    """A model answers every request with the same stock line, and a larger ``line_bytes`` joins its lines:
+    the copy written for the tool result is a marker; the same line written for the first half (a node)
+    and for a user's message stays, and the result's own text is nowhere."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    stock = "Nothing new happened in this part of the session. " * 11
+    long = " The quick brown fox jumps over the lazy dog." * 60
+    with FakeLLM("openai") as server:
+        server.reply = lambda body: stock
+        mem = Memory.at("t")
+        mem.path.mkdir(parents=True)
+        mem.save_config({"line_bytes": 2048, "view": {"hi": 100, "lo": 50}, "compactor": {
+            "provider": "openai", "model": "fake", "base_url": server.url, "key_env": "TEST_LLM_KEY"}})
+        mem.append([*({"kind": "user", "text": f"read log {k}." + long} for k in range(4)),
+                    {"kind": "tool", "text": "cat /var/log/app.log", "meta": {"command": "cat /var/log/app.log"}},
+                    {"kind": "echo", "text": "swordfish99" + long},
+                    {"kind": "user", "text": "so what now?" + long},
+                    {"kind": "pi", "text": "done"}])
+        assert run("build-tree", "t").exit_code == 0
+    line = stock.strip()
+    assert run("view", "t", "--include-tools").stdout == f"0+8|{line} tool: cat /var/log/app.log {line} {line} pi: done\n"
+    shown = f"0+8|{line} tool: ran cat (hidden) echo: (hidden) {line} pi: done"
+    assert run("view", "t").stdout == shown + "\n"
+    assert shown in run("context", "t").stdout
+    assert run("zoom", "t", "0+8").stdout == f"0+4|{line}\n4+4|tool: ran cat (hidden) echo: (hidden) {line} pi: done\n"
 
 
 def test_the_mask_spares_a_line_that_joins_another_speakers_words_as_a_tool_printed_them(home, run):
