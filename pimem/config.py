@@ -81,9 +81,19 @@ _COMPACTOR_MOST = {"timeout": MAX_SECONDS, "retry_seconds": MAX_SECONDS,  # seco
                    "price_in": MAX_PRICE, "price_out": MAX_PRICE, "price_cached_in": MAX_PRICE}
 _COMPACTOR_RULES = {"provider": f"one of {', '.join(PROVIDERS)}", "base_url": "an http:// or https:// URL naming a host",
                     **dict.fromkeys(("price_in", "price_out", "price_cached_in"),
-                                    f"dollars per million tokens, from 0 to {MAX_PRICE:,.0f}")}  # (said as "use …")
+                                    f"dollars per million tokens, from 0 to {MAX_PRICE:,.0f}"),
+                    "timeout": f"seconds above 0, at most {MAX_SECONDS:,.0f}",
+                    "retry_seconds": f"seconds, from 0 to {MAX_SECONDS:,.0f}",
+                    "max_tokens": "a whole number of tokens above 0",
+                    "workers": "a whole number of worker processes, 0 or more"}  # (said as "use …")
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
 _MOST = {"context_wait": MAX_SECONDS, "max_cost_per_day": 1e9}  # (as --wait and --max-cost-per-day take)
+# what a setting refused takes (said as "use …"; line_bytes's is said with its least)
+_RULES = {"max_text_bytes": "a whole number of bytes above 0",
+          "context_wait": f"seconds, from 0 to {MAX_SECONDS:,.0f}",
+          "max_cost_per_day": f"dollars, from 0 to {_MOST['max_cost_per_day']:,.0f}, or null",
+          **dict.fromkeys(("view", "cview"), "an object of hi and lo, in bytes")}
+_END_RULE = "a whole number of bytes above 0, lo at most hi"  # a view's hi or lo
 _LARGEST = 2**63 - 1  # a number JSON keeps here at most (orjson writes no larger integer, and NaN as null)
 
 
@@ -127,10 +137,13 @@ def _shaped(own: dict, path: Path) -> dict:
     """``own``, the settings of the file ``path``, once each is of its shape; ``BadInput`` naming the first that
     is not."""
     for key, value in own.items():
-        shape, rule = _SHAPES.get(key), ""
+        shape, rule = _SHAPES.get(key), f" (use {_RULES[key]})" if key in _RULES else ""
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
         if key in ("view", "cview") and not wrong:
-            wrong = any(type(value.get(end)) is not int or not 0 < value[end] <= _LARGEST for end in ("hi", "lo") if end in value)
+            for end in ("hi", "lo"):
+                if end in value and (type(value[end]) is not int or not 0 < value[end] <= _LARGEST):
+                    key, value, wrong, rule = f"{key}.{end}", value[end], True, f" (use {_END_RULE})"
+                    break
         elif key == "line_bytes":  # (said with its range however it is wrong: 1e20 is past it, not "no number")
             wrong, rule = wrong or value < LEAST_LINE_BYTES, f" (use a whole number of bytes, at least {LEAST_LINE_BYTES})"
         elif key == "compactor" and not wrong:

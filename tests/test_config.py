@@ -75,3 +75,42 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
     Memory.open("m").save_config({"line_bytes": 64})
     assert sh("build-tree", "m").returncode == 0
     assert all(len(line.split("|", 1)[1].encode()) <= 64 for line in sh("view", "m").stdout.decode().splitlines())
+
+
+def test_a_number_setting_refused_says_what_it_takes(sh, home):
+    """Every number setting refused in a config.json (1e20 said only "cannot be 1e+20") says the range it takes,
+    as line_bytes does: one line, exit 2, nothing written; a view's hi or lo is named as such."""
+    import pytest
+
+    from conftest import snapshot
+    from pimem import Memory
+    from pimem.errors import BadInput
+
+    assert sh("append", "m", "hello").returncode == 0
+    path = home / "m" / "config.json"
+    for setting, said in (
+            ({"max_text_bytes": 1e20}, "max_text_bytes cannot be 1e+20 (use a whole number of bytes above 0)"),
+            ({"max_text_bytes": 0}, "max_text_bytes cannot be 0 (use a whole number of bytes above 0)"),
+            ({"view": {"hi": 1e20}}, "view.hi cannot be 1e+20 (use a whole number of bytes above 0, lo at most hi)"),
+            ({"cview": {"hi": 100, "lo": 0}}, "cview.lo cannot be 0 (use a whole number of bytes above 0, lo at most hi)"),
+            ({"view": 5}, "view cannot be 5 (use an object of hi and lo, in bytes)"),
+            ({"context_wait": 1e20}, "context_wait cannot be 1e+20 (use seconds, from 0 to 31,622,400)"),
+            ({"max_cost_per_day": -1}, "max_cost_per_day cannot be -1 (use dollars, from 0 to 1,000,000,000, or null)"),
+            ({"compactor": {"timeout": 0}}, "compactor.timeout cannot be 0 (use seconds above 0, at most 31,622,400)"),
+            ({"compactor": {"retry_seconds": 1e20}},
+             "compactor.retry_seconds cannot be 1e+20 (use seconds, from 0 to 31,622,400)"),
+            ({"compactor": {"max_tokens": 1e20}}, "compactor.max_tokens cannot be 1e+20 (use a whole number of tokens above 0)"),
+            ({"compactor": {"workers": -1}},
+             "compactor.workers cannot be -1 (use a whole number of worker processes, 0 or more)")):
+        path.write_bytes(orjson.dumps(setting))
+        before = snapshot(home)
+        for argv in (["view", "m"], ["append", "m", "not logged"]):
+            out = sh(*argv)
+            err = out.stderr.decode()
+            assert out.returncode == 2 and err.count("\n") == 1, (argv, err)
+            assert err == f"pimem: error: {path}: {said}; fix it or remove it\n", err
+        assert snapshot(home) == before
+    path.write_bytes(b"")
+    with pytest.raises(BadInput, match=r"max_text_bytes cannot be 1e\+20 \(use a whole number of bytes above 0\)"):
+        Memory.open("m").save_config({"max_text_bytes": 1e20})
+    assert path.read_bytes() == b""
