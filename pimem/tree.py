@@ -47,8 +47,10 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@
 # what a view line leaves out: escape sequences (``flat`` makes their ESC a space, and ``[31m`` stayed in the
 # text) and the invisible format characters that are no part of a word: the bidirectional marks, the soft hyphen,
 # the zero-width space, the word joiner and invisible operators, the byte order mark and tags, but a flag's
-_HIDDEN = re.compile(f"{ANSI.pattern}|[\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\ufeff]"
+_INVISIBLE = "\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\ufeff"
+_HIDDEN = re.compile(f"{ANSI.pattern}|[{_INVISIBLE}]"
                      "|(\U0001f3f4[\U000e0020-\U000e007e]{1,8}\U000e007f)|[\U000e0000-\U000e007f]")
+_HIDING = re.compile(f"[\x1b\x9b{_INVISIBLE}\U000e0000-\U000e007f]")  # (a quick look for any of them)
 
 
 # ---- arithmetic and labels ---------------------------------------------------------------------------------
@@ -115,7 +117,7 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
 
 def plain(text: str) -> str:
     """``text`` without what a view line leaves out (``_HIDDEN``); ``text`` itself when it holds none."""
-    if text.isascii() and "\x1b" not in text:
+    if not ("\x1b" in text if text.isascii() else _HIDING.search(text)):
         return text
     out = _HIDDEN.sub(lambda m: m.group(1) or "", text)
     return text if out == text else out
