@@ -23,6 +23,7 @@ from .nofollow import read_bytes
 
 LINE_BYTES = 512  # a tree node's line, in UTF-8 bytes
 LEAST_LINE_BYTES = 64  # the shortest line a memory may set: a short clause (under it, a summary is "u" or "user: me")
+MOST_LINE_BYTES = 1 << 20  # the longest: a line of a MiB is already no summary
 
 DEFAULTS = {
     "view": {"hi": 128_000, "lo": 64_000},
@@ -87,7 +88,7 @@ _COMPACTOR_RULES = {"provider": f"one of {', '.join(PROVIDERS)}", "base_url": "a
                     "max_tokens": "a whole number of tokens above 0",
                     "workers": "a whole number of worker processes, 0 or more"}  # (said as "use …")
 _COMPACTOR_NONZERO = {"timeout"}  # (a call given no time at all always fails)
-_MOST = {"context_wait": MAX_SECONDS, "max_cost_per_day": 1e9}  # (as --wait and --max-cost-per-day take)
+_MOST = {"context_wait": MAX_SECONDS, "max_cost_per_day": 1e9, "line_bytes": MOST_LINE_BYTES}  # (as --wait and --max-cost-per-day take)
 # what a setting refused takes (said as "use …"; line_bytes's is said with its least)
 _RULES = {"max_text_bytes": "a whole number of bytes above 0",
           "context_wait": f"seconds, from 0 to {MAX_SECONDS:,.0f}",
@@ -145,7 +146,7 @@ def _shaped(own: dict, path: Path) -> dict:
                     key, value, wrong, rule = f"{key}.{end}", value[end], True, f" (use {_END_RULE})"
                     break
         elif key == "line_bytes":  # (said with its range however it is wrong: 1e20 is past it, not "no number")
-            wrong, rule = wrong or value < LEAST_LINE_BYTES, f" (use a whole number of bytes, at least {LEAST_LINE_BYTES})"
+            wrong, rule = wrong or value < LEAST_LINE_BYTES, f" (use a whole number of bytes from {LEAST_LINE_BYTES} to {MOST_LINE_BYTES:,})"
         elif key == "compactor" and not wrong:
             for knob, knob_value in value.items():
                 if knob_value is not None and _wrong_knob(knob, knob_value):

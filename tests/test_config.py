@@ -46,8 +46,8 @@ def test_pimem_model_still_unsets_what_the_home_s_compactor_sets(run, home):
 def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
     """``line_bytes`` took 1 to 20, and every summary then read ``u`` or ``user: me``: below 64 a config.json is
     refused as a wrong setting (one line naming it and the range it takes, exit 2, nothing written), from Python
-    too; 64 is taken. One past the range or no whole number (1e20 was refused as "cannot be 1e+20", no more
-    said) is refused with the range too."""
+    too; 64 is taken, and so is 1 MiB. One past the range (1e12 was taken: a line of a terabyte is no summary)
+    or no whole number (1e20 was refused as "cannot be 1e+20", no more said) is refused with the range too."""
     import pytest
 
     from conftest import snapshot
@@ -56,7 +56,8 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
 
     assert sh("append", "m", "a message long enough to want a summary line of its own, on port 5433").returncode == 0
     path = home / "m" / "config.json"
-    for value, said in ((1, 1), (20, 20), (63, 63), (1e20, "1e+20"), (2**63, 2**63), (64.5, 64.5),
+    for value, said in ((1, 1), (20, 20), (63, 63), (1e20, "1e+20"), (2**63, 2**63), (1e12, "1000000000000.0"),
+                        (2**20 + 1, 2**20 + 1), (64.5, 64.5),
                         (True, "true"), ("512", '"512"')):
         path.write_bytes(orjson.dumps({"line_bytes": value}))
         before = snapshot(home)
@@ -65,13 +66,14 @@ def test_a_line_bytes_below_64_is_refused_in_one_line_and_64_is_taken(sh, home):
             assert out.returncode == 2, (argv, out.stderr)
             err = out.stderr.decode()  # (build-tree names the memory first)
             assert err.startswith("pimem: error: ") and err.count("\n") == 1, err
-            assert err.endswith(f"{path}: line_bytes cannot be {said} (use a whole number of bytes, at least 64); "
-                                "fix it or remove it\n"), err
+            assert err.endswith(f"{path}: line_bytes cannot be {said} (use a whole number of bytes from 64 to "
+                                "1,048,576); fix it or remove it\n"), err
         assert snapshot(home) == before
     path.write_bytes(b"")
-    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use a whole number of bytes, at least 64."):
+    with pytest.raises(BadInput, match="line_bytes cannot be 20 .use a whole number of bytes from 64 to 1,048,576."):
         Memory.open("m").save_config({"line_bytes": 20})
     assert path.read_bytes() == b""
+    Memory.open("m").save_config({"line_bytes": 2**20})
     Memory.open("m").save_config({"line_bytes": 64})
     assert sh("build-tree", "m").returncode == 0
     assert all(len(line.split("|", 1)[1].encode()) <= 64 for line in sh("view", "m").stdout.decode().splitlines())
