@@ -304,6 +304,12 @@ def test_a_quoted_path_longer_than_a_piece_is_one_piece_by_its_end():
             assert len(inside) == 1 and path.endswith("/" + inside[0]) and len(inside[0]) <= extractive.SENTENCE, found
             assert inside[0] == "Screenshot 2025-11-21 at 01.27.21.png", inside
             assert inside[0] in extractive.leaf(kind, text)
+    # after a word and a space too (only the quote opening a message was read so), not a quote inside a word
+    text = f'Look at "{path}" which shows the crash.'
+    for kind in ("user", "pi"):
+        assert "Screenshot 2025-11-21 at 01.27.21.png" in extractive.leaf(kind, text), extractive.leaf(kind, text)
+    text = f"it's{path}' which shows the crash."
+    assert not [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}) if " at " in u.text]
 
 
 def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets():
@@ -559,6 +565,11 @@ def test_a_compilers_diagnostic_is_an_error_at_its_file_line_and_column():
             in found, found
         line = extractive.leaf(kind, text)
         assert "src/app.py:12:5" in line and not re.search(r"(?:^|, )\d+: ", line), line
+    # the error after its file, line and column is read as the text it is: one piece when it fits in one
+    text = "tests/test_x.py:45:1: E302 expected 2 blank lines, found 1"
+    for kind in ("pi", "note", "tool"):
+        line = extractive.leaf(kind, text)
+        assert line.endswith("tests/test_x.py:45:1, E302 expected 2 blank lines, found 1"), line
 
 
 DIFF = """diff --git a/src/app.py b/src/app.py

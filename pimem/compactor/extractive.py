@@ -13,9 +13,9 @@ merge's combined diff's too), or a bidirectional control (it would reorder the l
 a dash ends a phrase (a Chinese clause too), a path from ``~`` or ``$HOME`` is copied with it, and a JSON string's
 escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and line number are one fact
 (``src/app.py:42``), its text read after them (a compiler's ``src/app.py:12:5: error: …`` is a path with its line and
-column, and its error text); a URL is one (``file://`` too), and so is a path with a space in a name when it is
-quoted (one longer than a piece by its end), its space escaped, or it reads as one (``~/My Documents/report
-2024.pdf``). Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
+column, and its error text one piece when it fits); a URL is one (``file://`` too), and so is a path with a space
+in a name when it is quoted (one longer than a piece by its end), its space escaped, or it reads as one (``~/My
+Documents/report 2024.pdf``). Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
 its tool, ``bash → exit 2``, or goes if it says only ``exit 0``); a piece taken from tool traffic is at most
@@ -147,11 +147,10 @@ _SEG = (r"(?:(?=[\w@+-]++[ ][A-Z0-9])(?:[\w@+-]++(?:[ ][A-Z0-9][\w@+-]*+){1,3}+(
         r"|[\w@+-]++(?:[ ](?=[A-Z0-9])[\w@+-]++){0,2}[ ](?=[A-Z0-9])[\w@+-]*?\.[A-Za-z]\w{0,4}(?![\w.]))"
         r"|[\w.@+-]+(?:\\[ ][\w.@+-]+)*)")  # (the first two only where a space and a capital or digit follow a word)
 # a quoted path holding a space (``"/tmp/a b/c.txt"``, ``'~/My Documents/x'``): whole (one longer than a piece by its end,
-# ``_path_end``), from the home directory or a variable, else with two slashes or more (no ``"/help me"``). (It opens
-# with its quote, not a
-# group: the engine passes over an alternative that opens with a character it is not at, and this one is tried at
-# every position of a text)
-_QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`]..)"""
+# ``_path_end``), from the home directory or a variable, else with two slashes or more (no ``"/help me"``); its quote
+# not right after a word or another quote (``it's``). (It opens with its quote, not a group: the engine passes over an
+# alternative that opens with a character it is not at, and this one is tried at every position of a text)
+_QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`].)"""
                 r"""(?=(?:~[\w.-]*|\$\{?\w+\}?)/|\.{0,2}/[^/"'`\n]+/)(?=[^"'`\n]*[ ])"""
                 rf"""[^"'`\n]{{2,{4 * SENTENCE}}}(?<!\s)\1(?!\w)""")
 # a file's line (and column) after it, as a compiler, a linter, a stack trace or a link writes them (``src/app.ts:225:19``,
@@ -383,9 +382,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     code = _minified(text) if len(text) >= CODE_LINE else []
     if "\\" in text and _ESCAPED.search(text):  # a JSON string's escapes: line breaks (``\n`` is not a word's n)
         text = _unescaped(text)
-    grep = []
+    grep = errors = []
     if ":" in text and _GREP_MARK.search(text):  # grep's lines: a file with its line, then the line's text
-        text, grep = _grepped(text)
+        text, grep, errors = _grepped(text)
     if "@@ -" in text:  # a unified diff's hunk headers and line marks: not its code
         text = _undiffed(text)
     out: list[Unit] = []
@@ -438,6 +437,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for start, end in grep:
         paths.append((start, end))
         add(read[start:end], start, 1.3)
+    # a diagnostic's error that fits in a piece is one, as written: none of its words or numbers apart
+    errors = [(start, end) for start, end in errors if _size(text[start:end]) <= SENTENCE]
+    for start, end in errors:
+        add(text[start:end], start)
     others = [(start, end) for start, end in urls if not text.startswith("http", start)] if urls else []
 
     def found():
@@ -454,7 +457,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             at, end = _counted(text, start, start + len(piece))
             if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
                 at = start  # (a word of a path or a URL is none of its words)
-            if (at, end) != (start, start + len(piece)):
+            if (at, end) != (start, start + len(piece)) and not (errors and _inside(errors, at, end)):
                 add(text[at:end], at, 1.3)
             continue
         if len(piece) > SENTENCE and "://" in piece[:8]:  # a long URL: up to a path boundary
@@ -471,7 +474,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if piece[0] in "`\"'" and _size(piece) > SENTENCE and (at := _path_end(piece)):
                 start, piece = start + at, piece[at:].rstrip("`\"'")
         add(piece, start, 1.3)
-    skip = urls + blobs + paths
+    skip = urls + blobs + paths + errors
     for m in _NAME.finditer(text):
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())):
             add(m.group(), m.start(), 1.2)
@@ -480,9 +483,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     if cjk:
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
-            if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90:
+            if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
+                    errors and _inside(errors, m.start(), m.end())):
                 add(piece, m.start() + m.group().find(piece))
     for pos, phrase in _phrases(text, bool(cjk)):
+        if errors and _inside(errors, pos, pos + len(phrase)):
+            continue  # (a diagnostic's error: said whole)
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
             for at, part in _quoted(phrase):
                 start, end = pos + at, pos + at + len(part)
@@ -651,15 +657,26 @@ _COLUMN = re.compile(r"\d{1,4}:")  # (a diagnostic's column after the line: ``sr
 _FILE_END = re.compile(r"\.[A-Za-z]\w*$")
 
 
-def _grepped(text: str) -> tuple[str, list[tuple[int, int]]]:
+def _grepped(text: str) -> tuple[str, list[tuple[int, int]], list[tuple[int, int]]]:
     """``text`` with the heads of its ``grep -n`` lines written over by line breaks, and where their files with
     their lines are (``src/app.py:42``: a fact whole, where the path and the number were two and the line's code
     ran on from the number, ``42:    def run``). A context line's head (``README.md-17-``) goes only when a line of
     the same file matched (it is a grep's, not a name with dashes): its code stays, its file is said by that line.
     A line with a column after its line number is a compiler's or a linter's diagnostic (``main.c:3:10: fatal
-    error: …``), not grep's: left as it is, its file with its line and column is a fact as any path's."""
-    found = [m for m in _GREP.finditer(text) if ("/" in m.group(1) or _FILE_END.search(m.group(1)))
-             and not (m.group(2) == ":" and _COLUMN.match(text, m.end()))]
+    error: …``), not grep's: left as it is, its file with its line and column is a fact as any path's, and where
+    its error's text is (to its line's end) comes third."""
+    found, errors = [], []
+    for m in _GREP.finditer(text):
+        if "/" in m.group(1) or _FILE_END.search(m.group(1)):
+            column = m.group(2) == ":" and _COLUMN.match(text, m.end())
+            if not column:
+                found.append(m)
+                continue
+            start, end = column.end(), text.find("\n", column.end())
+            line = text[start : end if end >= 0 else len(text)]
+            start += len(line) - len(line.lstrip())
+            if line.strip():
+                errors.append((start, start + len(line.strip())))
     matched = {m.group(1) for m in found if m.group(2) == ":"}
     spans, facts = [], []
     for m in found:
@@ -668,7 +685,7 @@ def _grepped(text: str) -> tuple[str, list[tuple[int, int]]]:
         elif m.group(1) not in matched:
             continue
         spans.append(m.span())
-    return (_blank(text, spans, "\n"), facts) if spans else (text, [])
+    return (_blank(text, spans, "\n"), facts, errors) if spans else (text, [], errors)
 
 
 # a unified diff: a hunk's header (its counts: lines of the old file, of the new; then the function it is in, kept),
