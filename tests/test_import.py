@@ -223,6 +223,29 @@ def test_a_second_pi_entry_with_the_same_id_keeps_its_text_and_is_said(run, tmp_
     assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 9 already present")
 
 
+def test_a_pi_id_repeated_in_a_grown_file_keeps_its_text(run, tmp_path):
+    """A pi id repeated by a line added after the file was imported (read on from there: the ids of the
+    lines read before were not known) was counted already present and its text lost. Now the part read
+    before is read again for its ids once a new line's id is held by the memory, so the line gets the
+    entry a fresh import gives it (ID.HASH, said); the same line again adds nothing."""
+    path = pi_tree(tmp_path / "s.jsonl")
+    assert run("import", path, "-n", "t").exit_code == 0
+    again = {"type": "message", "id": "u1", "parentId": "a1", "timestamp": "2026-03-02T09:01:00.000Z",
+             "message": {"role": "user", "content": "fourth"}}
+    same = path.read_text().splitlines()[1]
+    write_jsonl(path, [again, same])
+    grown = run("import", path, "-n", "t")
+    assert grown.exit_code == 0
+    assert grown.stdout.startswith("t: 1 imported, 1 already present, 0 malformed skipped; 8 messages in all")
+    entry = messages()[-1]["meta"]["entry"]
+    assert entry.startswith("u1.") and messages()[-1]["text"] == "fourth"
+    assert grown.stderr == f"pimem: warning: {path}:10: entry id 'u1' is line 2's too; logged as entry {entry}\n"
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 0 already present")
+    (tmp_path / "home" / "t" / "imports.json").unlink()
+    fresh = run("import", path, "-n", "t")
+    assert fresh.stdout.startswith("t: 0 imported, 9 already present") and len(messages()) == 8
+
+
 def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
     path = write_jsonl(tmp_path / "v1.jsonl", [
         {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},

@@ -29,7 +29,7 @@ from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory
 from .detect import FORMATS, Source
-from .parser import Malformed
+from .parser import Malformed, read_lines
 from .state import ImportState, key_of
 
 PROGRESS_STEP = 1024 * 1024
@@ -174,7 +174,9 @@ class _File:
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
-        parser = FORMATS[self.source.format](self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset))
+        parser = FORMATS[self.source.format](
+            self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset),
+            before=(lambda: read_lines(f, offset)) if offset else None, held=lambda rec: self.state.holds(key_of(rec)))
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import shlex
 from datetime import datetime, timezone
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 import orjson
 
@@ -32,10 +32,13 @@ class Parser:
 
     source = ""
 
-    def __init__(self, file: str, state: dict | None = None, earlier: Callable[[], dict] | None = None):
+    def __init__(self, file: str, state: dict | None = None, earlier: Callable[[], dict] | None = None,
+                 before: Callable[[], Iterator[bytes]] | None = None, held: Callable[[dict], bool] | None = None):
         self.file = file
         self.state: dict = state if state is not None else {}
         self.earlier = earlier  # the line counts of the part of the file read before (``line_counts``)
+        self.before = before  # the lines of that part (``read_lines``), for a parser that must look back
+        self.held = held  # does the memory hold a message with this record's key? (a hint, read without the lock)
         self.counted: dict | None = None  # line digest -> how often it occurred so far (once asked for)
         self.notes: list[str] = []  # what the driver should say about the line just parsed (and then clears)
 
@@ -111,10 +114,20 @@ def line_digest(raw: bytes) -> str:
     return hashes.blake2b(raw.strip(), digest_size=6).hexdigest()
 
 
-def line_counts(f: BinaryIO, stop: int, chunk: int = 1024 * 1024) -> dict:
+def line_counts(f: BinaryIO, stop: int) -> dict:
     """How often each line (by ``line_digest``) occurs in the first ``stop`` bytes of open file ``f``
     (which ends a line there): what ``Parser.line_entry`` counted when that part was read."""
     counts: dict = {}
+    for line in read_lines(f, stop):
+        if line.strip():
+            digest = line_digest(line)
+            counts[digest] = counts.get(digest, 0) + 1
+    return counts
+
+
+def read_lines(f: BinaryIO, stop: int, chunk: int = 1024 * 1024) -> Iterator[bytes]:
+    """The lines (without their newlines, blank ones too) of the first ``stop`` bytes of open file ``f``,
+    read without moving its position."""
     at, pending = 0, b""
     while at < stop:
         data = os.pread(f.fileno(), min(chunk, stop - at), at)
@@ -122,14 +135,9 @@ def line_counts(f: BinaryIO, stop: int, chunk: int = 1024 * 1024) -> dict:
             break
         at += len(data)
         *whole, pending = (pending + data).split(b"\n")
-        for line in whole:
-            if line.strip():
-                digest = line_digest(line)
-                counts[digest] = counts.get(digest, 0) + 1
-    if pending.strip():
-        digest = line_digest(pending)
-        counts[digest] = counts.get(digest, 0) + 1
-    return counts
+        yield from whole
+    if pending:
+        yield pending
 
 
 def ms_date(ms: float) -> str:

@@ -27,7 +27,7 @@ class PiParser(Parser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.ids: dict[str, tuple[int, str]] = {}  # id -> (line, hash) of the entries that gave messages in this read
+        self.ids: dict[str, tuple[int, str]] = {}  # id -> (line, hash) of the entries that gave messages (this read's; the part read before too, once looked at)
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -66,23 +66,46 @@ class PiParser(Parser):
         if not tree:
             base = {"entry": self.line_entry(raw)}
         else:
-            base = {"entry": self._distinct(entry, line_no, raw) if parts else entry, "parent": self._visible(obj.get("parentId"))}
+            base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
             if not parts:
                 bounded_put(self.state.setdefault("skipped", {}), entry, base["parent"])
-            self.state["leaf"] = base["entry"] if parts else base["parent"]  # (the last line is the leaf, in the log or not)
-        return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+        records = [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+        if tree and records:
+            distinct = self._distinct(entry, line_no, raw, records)
+            for rec in records:
+                rec["meta"]["entry"] = distinct
+        if tree:
+            self.state["leaf"] = records[0]["meta"]["entry"] if records else base["parent"]  # (the last line is the leaf, in the log or not)
+        return records
 
-    def _distinct(self, entry: str, line_no: int, raw: bytes) -> str:
-        """``entry``, or for a second line of this read with the same id but other content (a damaged
+    def _distinct(self, entry: str, line_no: int, raw: bytes, records: list[dict]) -> str:
+        """``entry``, or for a second line of the file with the same id but other content (a damaged
         session) the id with its line's hash after it, so its text is a message of its own and stays one
         when the file is imported again; said, with the line it repeats. The same line written twice is one
-        entry. (An id repeated across two reads of a grown file is not seen: the ids are not kept.)"""
+        entry. A file read on from an earlier import knows the ids of the part read before only once one of
+        its ids is held by the memory: that part is then read again for them, once."""
+        if entry not in self.ids and self.before is not None and self.held is not None and any(map(self.held, records)):
+            self._read_before()
         digest = line_digest(raw)
         first = self.ids.setdefault(entry, (line_no, digest))
         if first[1] == digest:
             return entry
         self.notes.append(f"entry id {entry!r} is line {first[0]}'s too; logged as entry {entry}.{digest}")
         return f"{entry}.{digest}"
+
+    def _read_before(self) -> None:
+        """The ids of the part of the file read before, as a read from its start finds them."""
+        from .. import decoder
+
+        scout = PiParser(self.file)
+        for n, line in enumerate(self.before(), 1):
+            line = line.removeprefix(decoder.BOM) if n == 1 else line
+            try:
+                scout.parse(n, line, decoder.loads(line))
+            except (decoder.JSONDecodeError, Malformed):
+                pass
+        self.ids = self.ids | scout.ids
+        self.before = None
 
     def _visible(self, parent):
         """The nearest ancestor that became a message (skipped entries are looked through)."""

@@ -122,6 +122,7 @@ class ImportState:
         self._loaded = None  # (covered, count) of the state on disk when we last read it
         self._counts: dict[str, tuple] = {}  # path -> ((offset, anchor), its line counts): ``counts_before``
         self._lent: dict[str, dict] = {}
+        self._peeked = False  # the keys on disk were read by ``holds`` before any ``sync``
 
     def counts_before(self, path: str, prior: dict | None, f, offset: int):
         """What ``Parser.line_entry`` needs when ``path`` is read on from ``offset`` (``prior``, its saved
@@ -160,6 +161,18 @@ class ImportState:
         files = state.get("files") if state is not None else None
         entry = files.get(path) if isinstance(files, dict) else None
         return entry if isinstance(entry, dict) else None
+
+    def holds(self, key: bytes | None) -> bool:
+        """Whether the memory holds a message with ``key``, as far as the state tells before ``sync`` (read
+        without the lock: only a hint)."""
+        if key is None:
+            return False
+        if self._loaded is None and not self._peeked:
+            self._peeked = True
+            state = self._read_state() if self.mem.exists() else None
+            if state is not None and state["version"] == VERSION and self._keys_path.exists():
+                self.keys = KeySet(read_bytes(self._keys_path)[: state["keys"] * KEY_BYTES])
+        return key in self.keys
 
     def leaves(self) -> dict[tuple, str]:
         """Where each tree-shaped session read so far ends, by ``(source, session)``: the last entry of its
