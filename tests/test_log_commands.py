@@ -94,7 +94,7 @@ def test_since_until_and_kind(run, day):
 def test_since_until_a_date_filters_by_date_when_the_log_is_not_in_date_order(run, day):
     """An earlier session imported after a later one: its messages, logged after the later ones, are still
     before --until (the stream was cut at the first message dated after it). A --cursor stops at the first
-    message left out for its date, so the next run gives it (and repeats what came after it)."""
+    message left out for its date, so the next run starts there and gives each message once."""
     Memory.open("main").append([{"kind": "user", "text": t, "date": d} for t, d in [
         ("older session", "2026-10-01T10:00:00+08:00"), ("its reply", "2026-10-01T10:05:00+08:00")]])
     assert ids(run("since", "main", "2026-09-30", "--until", "2026-10-02")) == [7, 8]
@@ -102,8 +102,21 @@ def test_since_until_a_date_filters_by_date_when_the_log_is_not_in_date_order(ru
     assert ids(run("since", "main", "#0", "--until", "2026-10-07")) == [0, 1, 7, 8]
     assert [m["i"] for m in Memory.open("main").since(datetime.fromisoformat("2026-09-30T00:00:00+08:00"),
                                                        datetime.fromisoformat("2026-10-07T00:00:00+08:00"))] == [0, 1, 7, 8]
-    assert ids(run("since", "main", "#0", "--until", "2026-10-07", "--cursor", "c")) == [0, 1, 7, 8]
+    assert ids(run("since", "main", "#0", "--until", "2026-10-07", "--cursor", "c")) == [0, 1]
     assert ids(run("since", "main", "#0", "--cursor", "c")) == [2, 5, 6, 7, 8]
+
+
+def test_since_cursor_until_a_date_hands_each_message_out_once(run, home):
+    """A cursor run with --until a date stops at the first message left out for its date: it printed those
+    after it that were before --until and saved the cursor at that message, so the next run printed them
+    again."""
+    Memory.at("main").append([{"kind": "user", "text": f"m{n}", "date": d} for n, d in enumerate(
+        ["2026-05-01T10:00:00Z", "2026-05-02T10:00:00Z", "2025-01-01T10:00:00Z", "2025-01-02T10:00:00Z", "2026-01-01T10:00:00Z"])])
+    assert ids(run("since", "main", "--cursor", "c2", "--until", "2026-01-01")) == []
+    assert ids(run("since", "main", "--cursor", "c2", "--until", "2026-01-01")) == []
+    assert ids(run("since", "main", "--cursor", "c2")) == [0, 1, 2, 3, 4]
+    assert ids(run("since", "main", "--cursor", "c3", "--until", "2026-05-02")) == [0]
+    assert ids(run("since", "main", "--cursor", "c3")) == [1, 2, 3, 4]
 
 
 def test_tool_traffic_is_private_by_default(run, day):

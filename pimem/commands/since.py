@@ -34,6 +34,8 @@ def command(
     moves only after its messages were written (a run killed midway repeats them, never skips them), and
     through a pipe only past the lines the reader took: each is written once the reader took the one before,
     so '| head -1' leaves the rest for the next run (a line a reader took but did not use counts as read).
+    --until a date filters by date (an earlier session imported later is found), but with --cursor the run
+    stops at the first message dated at or after it, where the next run starts.
 
     Examples:
       pimem since 2026-10-08 | jq .text
@@ -70,7 +72,6 @@ def command(
     taken = output.Taken.on_stdout() if cursor is not None else None
     out = taken or output.Lines()
     followed = mem.identity()
-    late = None  # the first message left out for its date (--until WHEN): a cursor stops there
     while True:
         try:
             for msg, line in entries:
@@ -79,8 +80,10 @@ def command(
                     position = i
                     break
                 if stop is not None and stop.reached_by(msg["date"]):  # (dates need not follow i: read on)
-                    late = i if late is None else late
-                    continue
+                    if cursor is None:
+                        continue
+                    position = i  # a cursor stops at the first message left out: the next run starts there
+                    break
                 if i >= position:
                     position = i + 1
                 if (msg["kind"] in kinds) if kinds else (msg["kind"] not in hidden):
@@ -92,10 +95,8 @@ def command(
             out.flush()
         except BrokenPipeError:
             if taken is not None and taken.untaken is not None:
-                mem.save_cursor(cursor, taken.untaken if late is None else min(taken.untaken, late))
+                mem.save_cursor(cursor, taken.untaken)
             raise
-        if late is not None:
-            position = min(position, late)
         if cursor is not None:
             mem.save_cursor(cursor, position)
         if not follow:
