@@ -200,9 +200,10 @@ def find(mem, request: Request) -> Found:
 
 
 def hidden_matches(mem, request: Request, found: Found) -> int:
-    """How many messages a search or listing that matched nothing would find with tool traffic shown (0 when
-    it was shown, or for a read by ids, which says which ids are hidden)."""
-    if found.total or request.ids or _shows_tools(request):
+    """How many messages a search or listing that matched nothing would find with tool traffic shown, its
+    filters (kind, scope, source class, file) as they are: 0 when it was shown, under a kind filter (a tool's
+    shows them, any other leaves them out), or for a read by ids, which says which ids are hidden."""
+    if found.total or request.ids or request.kind or _shows_tools(request):
         return 0
     return find(mem, replace(request, include_tools=True, page=1)).total
 

@@ -354,3 +354,19 @@ def test_nothing_recalled_says_how_many_tool_messages_match_and_the_option(run, 
                                               "add --include-tools to show them\n")
     assert run("recall", "main", "restyle", "--file", "theme.ts").stderr == "pimem: error: nothing recalled\n"
     assert results(run, "--file", "theme.ts", "--include-tools") == [3, 2, 1]
+
+
+def test_the_tool_traffic_hint_counts_with_the_requests_filters(run, home):
+    """The hint counts what the same request would find with tool traffic shown: none under a kind that is no
+    tool's (``--kind user``), nor past another filter (a source class, a file)."""
+    log(run, {"kind": "user", "text": "check the build"},
+        *[{"kind": "tool", "text": f'Bash({{"command": "tail -5 /tmp/tasks/bae407b.output", "n": {n}}})'}
+          for n in range(2)])
+    hint = "pimem: error: nothing recalled: 2 tool calls and results match; add --include-tools to show them\n"
+    assert run("recall", "main", "bae407b").stderr == hint
+    for args in (["--kind", "user"], ["--kind", "pi"], ["--kind", "note"], ["--source-class", "derived"],
+                 ["--scope", "lineage", "--kind", "user"]):
+        out = run("recall", "main", "bae407b", *args)
+        assert (out.exit_code, out.stderr) == (1, "pimem: error: nothing recalled\n"), (args, out.stderr)
+        assert run("recall", "main", "bae407b", *args, "--include-tools").exit_code == 1, args
+    assert run("recall", "main", "bae407b", "--scope", "lineage").stderr == hint
