@@ -337,3 +337,12 @@ def test_reading_a_memory_hidden_as_tool_derived_says_to_add_include_tools(run, 
                           "add --include-tools to read it\n")
     assert run("memories", "main", "--id", rule, "--include-tools").exit_code == 0
     assert run("memories", "main", "--id", "mem_nope").stderr == "pimem: error: no memory 'mem_nope' in 'main'\n"
+    # a listing or a search matching only such memories says how many and the option, as recall does
+    for args in ([], ["--kind", "derived"], ["pytest"]):
+        n = len(orjson.loads(run("memories", "main", *args, "--include-tools", "--json").stdout)["records"])
+        said = "1 memory derived from tool traffic matches" if n == 1 else f"{n} memories derived from tool traffic match"
+        out = run("memories", "main", *args)
+        assert (out.exit_code, out.stderr) == (1, f"pimem: error: no memories match: {said}; add --include-tools to "
+                                                  "show them\n"), (args, out.stderr)
+    for args in (["--kind", "fact"], ["nothing-like-it"]):
+        assert run("memories", "main", *args).stderr == "pimem: error: no memories match\n", args

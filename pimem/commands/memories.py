@@ -66,5 +66,9 @@ def command(
     output.line(memories.listing(found, offset, limit or 30, max_chars, json))
     if damaged:
         raise IntegrityError(damaged[0])
-    if not found:
-        raise NothingFound("no memories match")
+    if not found:  # (memories derived from tool traffic left out may match: how many, and the option)
+        hidden = 0 if include_tools else len(memories.find(memories.records(mem, session, True), " ".join(words or []),
+                                                           status, kind))
+        raise NothingFound(f"no memories match: {output.count(hidden, 'memory', 'memories')} derived from tool traffic "
+                           f"{'matches' if hidden == 1 else 'match'}; add --include-tools to show them"
+                           if hidden else "no memories match")
