@@ -295,8 +295,9 @@ def hook_command(home: str | None = None, name: str | None = None, budget: int |
     argv0 = Path(sys.argv[0])
     exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -m pimem"
     options = [("--home", home and str(Path(home).expanduser().absolute())), ("--name", name),
-               ("--budget", budget), ("--timeout", timeout and f"{timeout:g}")]
-    return f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options if value)
+               ("--budget", budget), ("--timeout", None if timeout is None else repr(float(timeout)).removesuffix(".0"))]
+    return f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options
+                                               if value not in (None, ""))
 
 
 def is_ours(hook) -> bool:
@@ -331,10 +332,10 @@ def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> tuple[li
 
 def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK_TIMEOUT) -> tuple[dict, list[str], dict[str, list[str]], Path | None]:
     """Merge the hooks into the settings file ``path``: ``(settings, events added, {old command: events
-    updated}, backup)`` (``merge``). The file is
-    copied to ``<name>.<time>.bak`` first and replaced atomically (its mode kept; a link is written through
-    to the file it names); a file that is not a JSON object is refused (exit 2) and left alone; ``dry_run``
-    writes nothing. Every number stays as written (``1.50``, ``1E2``, ``-0``: see ``Number``)."""
+    updated}, backup)`` (``merge``). The file is copied to a new ``<name>.<time>.bak`` first (``_backup``)
+    and replaced atomically (its mode kept; a link is written through to the file it names); a file that is
+    not a JSON object is refused (exit 2) and left alone; ``dry_run`` writes nothing. Every number stays as
+    written (``1.50``, ``1E2``, ``-0``: see ``Number``)."""
     import json
 
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
@@ -358,8 +359,7 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
         path.parent.mkdir(parents=True, exist_ok=True)
         mode = path.stat().st_mode & 0o777 if original is not None else None
         if original is not None:
-            backup = path.with_name(f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}.bak")
-            _write(backup, original, mode)
+            backup = _backup(path, original, mode)
         try:
             _write(path, render(settings), mode)
         except BaseException:
@@ -399,6 +399,36 @@ def render(settings: dict) -> bytes:
     # a lone surrogate ("\ud800" in the file: no character of its own) stays the escape it was read from
     text = re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m[0]):04x}", text)
     return text.encode("utf-8") + b"\n"
+
+
+def _backup(path: Path, data: bytes, mode: int) -> Path:
+    """A new file ``<name>.<time>.bak`` holding ``data`` (``.<time>.1.bak``, ``.2`` … when that name is
+    taken: a second install within the same second keeps the first one's backup)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    n = 0
+    while True:
+        backup = path.with_name(f"{path.name}.{stamp}{f'.{n}' if n else ''}.bak")
+        try:
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        except FileExistsError:
+            n += 1
+            continue
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(backup)) from None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        except BaseException as exc:
+            os.close(fd)
+            backup.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, exc.strerror, str(backup)) from None
+            raise
+        os.close(fd)
+        return backup
 
 
 def _write(path: Path, data: bytes, mode: int | None) -> None:

@@ -534,6 +534,37 @@ def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_opt
     assert sorted(p.name for p in settings.parent.iterdir()) == ["settings.json"]  # no backup, no temporary file
 
 
+def test_install_writes_a_budget_or_timeout_of_zero_and_keeps_every_backup(home, tmp_path, monkeypatch):
+    """--budget 0 (a capture-only hook) and --timeout 0 were dropped from the installed command, which then
+    ran with the defaults; a timeout is written as given (1234567 was 1.23457e+06). Two installs within one
+    second wrote one backup name, the second over the first: the original settings were lost."""
+    from pimem import claude_code
+
+    base = claude_code.hook_command()
+    assert claude_code.hook_command(budget=0, timeout=0) == f"{base} --budget 0 --timeout 0"
+    assert claude_code.hook_command(timeout=1234567) == f"{base} --timeout 1234567"
+    assert claude_code.hook_command(timeout=0.5) == f"{base} --timeout 0.5"
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"model": "opus"}')
+    done = install("--budget", "0", "--timeout", "0", home_dir=user)
+    assert done.returncode == 0, done.stderr
+    ours = json.loads(settings.read_text())["hooks"]["Stop"][0]["hooks"][0]
+    assert ours["command"].endswith(" hook claude-code --budget 0 --timeout 0") and ours["timeout"] == 30
+    ran = subprocess.run(["sh", "-c", ours["command"]], input=payload("UserPromptSubmit", "s1", tmp_path / "none.jsonl", prompt="x"),
+                         capture_output=True, env=subprocess_env())
+    assert ran.returncode == 0, ran.stderr
+    monkeypatch.setattr(claude_code.time, "strftime", lambda fmt, *args: "20261206T090000")
+    settings.write_text('{"model": "opus"}')
+    first = claude_code.install(settings, "pimem hook claude-code")[3]
+    second = claude_code.install(settings, "pimem hook claude-code --name shop")[3]
+    third = claude_code.install(settings, "pimem hook claude-code --name api")[3]
+    assert [first.name, second.name, third.name] == ["settings.json.20261206T090000.bak", "settings.json.20261206T090000.1.bak",
+                                                      "settings.json.20261206T090000.2.bak"]
+    assert first.read_text() == '{"model": "opus"}' and "--name shop" in third.read_text()
+
+
 def test_a_timeout_of_zero_still_reads_the_payload_there(home, tmp_path):
     code, answer, err = hook(payload("Stop", "s1", tmp_path / "none.jsonl"), "--timeout", "0")
     assert code == 0, err
