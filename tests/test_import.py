@@ -547,6 +547,29 @@ def test_a_file_named_in_bytes_that_are_not_utf8_is_imported_with_the_others_and
     follower.close()
 
 
+def test_a_name_not_utf8_and_a_name_spelling_its_escapes_are_two_files(sh, home, tmp_path):
+    """A name holding the bytes ff fe and one spelling them as \\xff\\xfe were both said and kept as
+    sess\\xff\\xfe.jsonl: one import-state entry for two files, each read again from line 1 every run. A
+    name that is not UTF-8, or that spells such an escape, has its backslashes doubled; others stay as
+    they are."""
+    from pimem.importers.detect import Source
+
+    folder = tmp_path / "d"
+    folder.mkdir()
+    raw = Path(os.fsdecode(bytes(folder) + b"/sess\xff\xfe.jsonl"))
+    literal = folder / "sess\\xff\\xfe.jsonl"
+    pi_tree(raw)
+    write_jsonl(literal, codex_lines())
+    shown = lambda path: Source(str(path), "pi", 0, None, None).shown  # noqa: E731
+    assert shown(raw) == f"{folder}/sess\\xff\\xfe.jsonl" and shown(literal) == f"{folder}/sess\\\\xff\\\\xfe.jsonl"
+    assert shown(folder / "a\\b.jsonl") == f"{folder}/a\\b.jsonl" and shown(folder / "a\\x41.jsonl") == f"{folder}/a\\x41.jsonl"
+    first = sh("import", folder, "-n", "t")
+    assert first.returncode == 0, first.stderr
+    again = sh("import", folder, "-n", "t")
+    assert again.returncode == 0 and again.stdout.count(b"file unchanged since the last import") == 2, again.stdout
+    assert len({m["meta"]["file"] for m in messages()}) == 2
+
+
 def test_grown_file_adds_only_the_new_lines(run, home, tmp_path):
     lines = codex_lines()
     path = write_jsonl(tmp_path / "rollout.jsonl", lines[:9])

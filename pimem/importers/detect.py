@@ -43,12 +43,20 @@ class Source:
     def shown(self) -> str:
         """The path as the memory keeps it (``meta.file``, the import state) and reports say it: a name
         holding bytes that are not UTF-8 (a directory named in another encoding) has them as ``\\xff``
-        escapes, since the log holds only UTF-8; a UTF-8 path is as it is."""
+        escapes, since the log holds only UTF-8, and its backslashes doubled; so has a UTF-8 name that spells
+        such an escape itself (``\\xff``: two names never share one form). Any other path is as it is."""
         try:
             self.path.encode("utf-8")
         except UnicodeEncodeError:
-            return self.path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return self.path
+            pass
+        else:
+            if not _SPELLED_ESCAPE.search(self.path):
+                return self.path
+        doubled = self.path.replace("\\", "\\\\")
+        return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+_SPELLED_ESCAPE = re.compile(r"\\x[89a-f][0-9a-f]")  # how ``Source.shown`` writes a byte that is not UTF-8
 
 
 def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
