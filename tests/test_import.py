@@ -859,7 +859,7 @@ def test_bad_input_exits_2_and_writes_nothing(run, home, tmp_path, monkeypatch, 
 def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", codex_lines()[:1] + ["[1, 2]"])
     result = run("import", path, "--format", "codex", "-n", "t")
-    assert result.exit_code == 1 and "1 malformed" in result.stdout and "x.jsonl:2: not a Codex rollout line" in result.stderr
+    assert result.exit_code == 1 and result.stdout == "" and "x.jsonl:2: not a Codex rollout line" in result.stderr
     assert result.stderr.endswith("pimem: error: nothing to import: 1 malformed line skipped and no message read\n")
     assert not (home / "t").exists()  # nothing imported: the memory is not created
 
@@ -872,12 +872,13 @@ def test_a_transcript_holding_no_message_is_nothing_to_import(run, home, tmp_pat
     path = write_jsonl(tmp_path / "c.jsonl", [{**base, "type": "progress", "uuid": "p1", "data": {}},
                                                {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}}])
     result = run("import", path, "-n", "t")
-    assert result.exit_code == 1
+    assert result.exit_code == 1 and result.stdout == ""  # (no summary of a memory never created)
     assert result.stderr == (f"pimem: error: nothing to import: {path} holds no message (only lines that carry none, "
                              "such as progress or snapshots)\n")
     assert not home.exists() or not (home / "t").exists()
     other = write_jsonl(tmp_path / "d.jsonl", [{**base, "type": "progress", "uuid": "p2", "data": {}}])
-    assert "none of the 2 files holds a message" in run("import", path, other, "-n", "t").stderr
+    both = run("import", path, other, "-n", "t", "--json")
+    assert both.exit_code == 1 and both.stdout == "" and "none of the 2 files holds a message" in both.stderr
     write_jsonl(path, claude_lines())
     assert run("import", path, "-n", "t").exit_code == 0
     write_jsonl(path, [{**base, "type": "progress", "uuid": "p3", "data": {}}])

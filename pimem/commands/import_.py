@@ -58,15 +58,20 @@ def command(
     before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
     read = malformed = 0
     fresh = []  # the files read from their start
+    held: list | None = []  # what the groups print, held back until a message is read: nothing to import says only why
     try:
         with stopping.armed():
             for memory, group in groups.items():
                 if name is None:
                     output.info(f"importing into memory '{memory}' (choose another with --name)")
-                reports = _import(mems[memory], group, json, timeout)
+                reports = _import(mems[memory], group, json, timeout, held.append if held is not None else _say)
                 read += sum(r.imported + r.present for r in reports)
                 malformed += sum(r.malformed for r in reports)
                 fresh += [r.file for r in reports if r.from_line == 1 and not r.unchanged]
+                if read and held is not None:  # (from here on, said as it comes)
+                    for said in held:
+                        _say(said)
+                    held = None
     except stopping.Interrupted as exc:
         output.info(f"pimem: interrupted: {_logged(mems, before)}")
         raise typer.Exit(exc.code) from None
@@ -84,6 +89,13 @@ def command(
     if not read and len(fresh) == len(sources):  # (a file read before, unchanged or grown by such lines, is no news)
         what = f"{fresh[0]} holds no message" if len(fresh) == 1 else f"none of the {len(fresh)} files holds a message"
         raise NothingFound(f"nothing to import: {what} (only lines that carry none, such as progress or snapshots)")
+    for said in held or ():
+        _say(said)
+
+
+def _say(said: tuple) -> None:
+    show, value = said
+    show(value)
 
 
 def _logged(mems: dict[str, Memory], before: dict[str, int]) -> str:
@@ -91,7 +103,9 @@ def _logged(mems: dict[str, Memory], before: dict[str, int]) -> str:
     return f"{output.count(logged, 'message')} imported; the same import again reads on from where this one stopped"
 
 
-def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> list:
+def _import(mem: Memory, sources: list, json: bool, timeout: float | None, say) -> list:
+    """Import ``sources`` into ``mem``; what it prints goes through ``say((output.line or output.json_line,
+    value))``."""
     from ..importers import run
 
     with _progress(sum(s.size for s in sources)) as on_progress:
@@ -103,15 +117,15 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None) -> li
     messages = mem.count() if mem.exists() else 0
     if json:
         for report in reports:
-            output.json_line({"name": mem.name, **report.as_dict()})
-        output.json_line({"name": mem.name, "files": len(reports), **total, "messages": messages})
+            say((output.json_line, {"name": mem.name, **report.as_dict()}))
+        say((output.json_line, {"name": mem.name, "files": len(reports), **total, "messages": messages}))
         return reports
     if len(reports) > 1:
         for report in reports:
             how = ", ".join([report.format] + _whence(report))
-            output.line(f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})")
+            say((output.line, f"{Path(report.file).name}: {_counts(report.imported, report.present, report.malformed)} ({how})"))
     note = "".join(f" ({text})" for text in _whence(reports[0])) if len(reports) == 1 else ""
-    output.line(f"{mem.name}: {_counts(**total)}; {output.count(messages, 'message')} in all{note}")
+    say((output.line, f"{mem.name}: {_counts(**total)}; {output.count(messages, 'message')} in all{note}"))
     return reports
 
 
