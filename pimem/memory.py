@@ -10,7 +10,7 @@ import contextlib
 import os
 import re
 import stat
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -484,21 +484,26 @@ class Memory:
         return None
 
     def summary(self) -> dict:
-        """Name, message count, first and last dates, and the last thing the user said. The first date is that
-        of the first message of the earliest day file, the last that of the last message of the latest one
-        (not messages 0 and n-1: an older session may be imported after a newer one)."""
+        """Name, message count, first and last dates, and the last thing the user said. The first date is the
+        earliest in the earliest day file, the last the latest in the latest one (not those of messages 0 and
+        n-1, nor of a day file's first and last lines: an older session, or an earlier message of a day, may be
+        logged after a newer one); those two files are read whole."""
         total = self.count()
-        days = sorted((name, first, last) for first, last, name in self.log.ranges()) if total else []
-        first = next(self.log.read(days[0][1], days[0][1] + 1), None) if days else None
-        last = next(self.log.read(days[-1][2], days[-1][2] + 1), None) if days else None
+        days = sorted(name for _, _, name in self.log.ranges()) if total else []
+        earliest = self._dates(days[0]) if days else []
+        latest = (earliest if days[-1] == days[0] else self._dates(days[-1])) if days else []
         user = self.last_of_kind("user")
         return {
             "name": self.name,
             "messages": total,
-            "first": first["date"] if first else None,
-            "last": last["date"] if last else None,
+            "first": min(earliest, key=_instant) if earliest else None,
+            "last": max(latest, key=_instant) if latest else None,
             "last_user": user["text"] if user else None,
         }
+
+    def _dates(self, name: str) -> list[str]:
+        """The dates of the messages in day file ``name``, as logged."""
+        return [msg["date"] for _, _, msg in self.log.read_offsets(self.log.dir / name) if isinstance(msg.get("date"), str)]
 
     # ---- the tree and the view (pimem.tree, pimem.viewfile; DESIGN.md §2) -----------------------------
 
@@ -619,3 +624,12 @@ class Memory:
 
 def _now_text() -> str:
     return when.rfc3339(env.now())
+
+
+def _instant(date: str) -> datetime:
+    """A logged date as a moment, to compare dates written with other offsets (one that is none sorts first)."""
+    try:
+        moment = datetime.fromisoformat(date)
+    except ValueError:
+        return datetime.min.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo is not None else moment.astimezone()

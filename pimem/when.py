@@ -19,6 +19,20 @@ def rfc3339(moment: datetime) -> str:
     return moment.isoformat(timespec=spec)
 
 
+def in_zone(text: str, zone: datetime) -> str:
+    """The date-time ``text`` (RFC 3339, with its offset) in the time zone of the moment ``zone``, the reader's (a
+    date is shown as the reader's clock tells it, not the writer's): the system's when ``zone`` is in it (with the
+    offset of the date's season), else ``zone``'s offset (a clock given by ``$PIMEM_NOW``); else ``text`` as it is."""
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            return text
+        local = moment.astimezone() if zone.astimezone().utcoffset() == zone.utcoffset() else moment.astimezone(zone.tzinfo)
+        return text if local.utcoffset() == moment.utcoffset() else rfc3339(local)
+    except (OverflowError, ValueError):  # (not a date, or at the ends of the range of dates)
+        return text
+
+
 def day_end(day: str, zone: datetime) -> datetime:
     """When local ``day`` (YYYY-MM-DD) ends, at the next midnight, in the time zone of the moment ``zone``: the
     system's when ``zone`` is in it (an offset that changes that night is followed), else ``zone``'s offset (a

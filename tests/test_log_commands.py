@@ -396,3 +396,20 @@ def test_view_lines_leave_out_colour_codes_and_invisible_format_characters(run, 
     assert orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])["text"] == "user: " + text
     assert sh("message", "m", "0").stdout == (text + "\n").encode()
     assert "\x1b" not in run("zoom", "m", "0+1").stdout and "[1;31mfailed" in run("zoom", "m", "0+1").stdout
+
+
+def test_list_shows_times_in_the_readers_zone_and_status_the_days_earliest_and_latest(run, home):
+    """list showed a memory's last time as its writer wrote it (10:00 in UTC) where status shows the reader's
+    (18:00+08:00); and status's first and last were those of the first and last message of their day files,
+    not the earliest and latest in them (appended 10:00, then 08:00: 'to' said 08:00). The JSON keeps the
+    dates as recorded."""
+    Memory.at("main").append([{"kind": "user", "text": "first", "date": "2026-05-11T10:00:00+00:00"},
+                              {"kind": "user", "text": "late entry", "date": "2026-05-11T08:00:00+00:00"},
+                              {"kind": "pi", "text": "next day", "date": "2026-05-12T09:00:00+00:00"},
+                              {"kind": "pi", "text": "next day, earlier", "date": "2026-05-12T07:00:00+00:00"}])
+    assert "  2026-05-12 17:00  " in run("list").stdout  # (PIMEM_NOW is +08:00)
+    assert rows(run("list", "--json"))[0]["last"] == "2026-05-12T09:00:00+00:00"
+    text = run("status", "main").stdout
+    assert "from      2026-05-11T16:00:00+08:00\n" in text and "to        2026-05-12T17:00:00+08:00\n" in text, text
+    status = rows(run("status", "main", "--json"))[0]
+    assert (status["first"], status["last"]) == ("2026-05-11T08:00:00+00:00", "2026-05-12T09:00:00+00:00")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import shutil
 
-from .. import output
+from .. import env, output, when
 from ..errors import NothingFound
 from ..memory import Memory
 from ..options import Home, Json
@@ -11,7 +11,7 @@ from ..options import Home, Json
 def command(json: Json = False, home: Home = None) -> None:
     """List memories with their message counts, dates and the last thing the user said.
 
-    Exit 1 when there are none. A memory that cannot be read (its log damaged) is one line on stderr, the
+    Dates are in the local time zone (the JSON's as recorded, with their offsets). Exit 1 when there are none. A memory that cannot be read (its log damaged) is one line on stderr, the
     others listed, and the exit its error's (5).
 
     Examples:
@@ -24,6 +24,7 @@ def command(json: Json = False, home: Home = None) -> None:
         unread.check()
         raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
     width = shutil.get_terminal_size((100, 24)).columns
+    now = env.now()
     for mem in mems:
         row = unread.run(mem, mem.summary)
         if row is None:
@@ -31,7 +32,7 @@ def command(json: Json = False, home: Home = None) -> None:
         if json:
             output.json_line(row)
             continue
-        last = (row["last"] or "")[:16].replace("T", " ")
+        last = when.in_zone(row["last"], now)[:16].replace("T", " ") if row["last"] else ""  # (the reader's zone)
         noun = "message " if row["messages"] == 1 else "messages"
         head = f"{row['name']:<16} {row['messages']:>8,} {noun}  {last:<16}  "
         said = output.cut(output.flatten(row["last_user"] or ""), max(10, width - len(head)))

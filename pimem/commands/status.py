@@ -127,13 +127,7 @@ def _local(text, now) -> str:
     (a builder's times are in its own: a service's UTC beside the shell's +08:00); else ``text`` as it is."""
     from .. import when
 
-    moment = _moment(text)
-    if moment is None or moment.utcoffset() == now.utcoffset():
-        return text
-    try:
-        return when.rfc3339(moment.astimezone(now.tzinfo))
-    except (OverflowError, ValueError):  # (at the ends of the range of dates)
-        return text
+    return when.in_zone(text, now) if isinstance(text, str) else text
 
 
 def _retry(fail: dict, builder: dict | None, asker: str, now) -> tuple[str | None, bool]:
