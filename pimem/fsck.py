@@ -85,8 +85,10 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
     wrong = mem.log.stale_ranges()
     if not wrong:
         return []
-    return [Finding(mem.name, "log", "ranges.json", f"records {len(wrong)} day file(s) otherwise than they are "
-                    f"({wrong[0]} first): something else changed them, so every command checks the whole log",
+    one = len(wrong) == 1
+    return [Finding(mem.name, "log", "ranges.json", f"records {count(len(wrong), 'day file')} otherwise than "
+                    f"{f'it is ({wrong[0]})' if one else f'they are ({wrong[0]} first)'}: something else changed "
+                    f"{'it' if one else 'them'}, so every command checks the whole log",
                     repair=None if log_broken else "write it again from the day files",
                     action=None if log_broken else (lambda m: m.log.rewrite_ranges()))]
 

@@ -156,7 +156,7 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert ("main/2026-10-08.jsonl:4", "gap: no message i=1…2 after main/2026-10-08.jsonl:1; readers stop here with exit 5") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: size is 99, the text makes it 7") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: dated 2026-10-08T10:00:00+08:00 but stored in 2026-10-09.jsonl") in problems
-    assert ("ranges.json", "records 2 day file(s) otherwise than they are (2026-10-08.jsonl first): something else "
+    assert ("ranges.json", "records 2 day files otherwise than they are (2026-10-08.jsonl first): something else "
             "changed them, so every command checks the whole log") in problems
     assert all(r["fatal"] and not r["repaired"] for r in rows)
     assert "6 problems found" in out.stderr
@@ -181,7 +181,7 @@ def test_fsck_finds_a_day_file_changed_behind_ranges_json_and_repair_rewrites_it
     assert run("message", "old", "2").stdout == "appended by hand\n"
     out = run("fsck", "old")
     assert out.exit_code == 5
-    assert f"old: log: ranges.json: problem: records 1 day file(s) otherwise than they are ({day.name} first)" in out.stdout
+    assert f"old: log: ranges.json: problem: records 1 day file otherwise than it is ({day.name}): something else changed it" in out.stdout
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("fsck", "old").stdout == "old: ok (3 messages)\n"
     assert run("message", "old", "2").stdout == "appended by hand\n"

@@ -135,11 +135,15 @@ def test_memory_propose_writes_only_a_provisional_memory(home, talk):
     _, results = call_all(home, [
         ("memory_propose", {"name": "main", "text": "staging db port is 5433", "kind": "fact"}),
         ("memory_propose", {"name": "main", "text": "x", "kind": "nonsense"}),
+        ("memory_propose", {"name": "main", "text": " "}),
         ("memory_search", {"name": "main", "status": "all"}),
     ])
-    proposed, refused, listed = (r.get("structuredContent") or r for r in results)
+    proposed, refused, blank, listed = (r.get("structuredContent") or r for r in results)
     assert (proposed["status"], proposed["author"]) == ("provisional", "model")
     assert refused["isError"] and "nonsense" in refused["content"][0]["text"]
+    # (the tool named once: the library's error names its function, as the client names the tool)
+    assert blank["isError"] and blank["content"][0]["text"].count("memory_propose") == 1, blank
+    assert blank["content"][0]["text"].endswith("memory_propose: text is blank: give the memory's text"), blank
     assert sorted((r["status"], r["content"]) for r in listed["records"]) == [
         ("active", "never touch the production database"), ("provisional", "staging db port is 5433")]
     after = snapshot(home)
