@@ -7,13 +7,19 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
   unbuilt leaves precede it (``window_size``: 256 while the offline compactor's worker processes build); a leaf
   that failed ``STUCK_TRIES`` times in a row (or was given up) while other calls were answered (its failure its
   own, not the server's) is set aside: retried still, it holds no place in the window (``Builder.set_aside``);
+  once every leaf of the window failed so with no call answered, one later leaf is sent as a probe, at most one
+  a round of retries (``Builder.probe``): answered, the server works and they are set aside; failed, it is
+  parked (it holds no place, and is not retried until a probe is answered) and the next round probes the
+  leaf after it, so eight leaves that always fail stall the log for a few rounds, and a server that answers
+  nothing is sent the window's 8 calls and one probe a round;
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s), twice that if it fails again, and so on up to ``BACKOFF``
-  times it (a minute), or what the server asked for with ``Retry-After`` (sooner or later), and goes back to
-  its queue, for ever (``build-tree``: ``retries`` times, and not
-  when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run retries it); a node an earlier
-  run failed waits for the retry time it recorded, if that is still to come (``Builder._deferred``).
+  times it (a minute), counting its failures in a row as ``compactor.json`` does, across runs, or what the server
+  asked for with ``Retry-After`` (sooner or later), and goes back to its queue, for ever (``build-tree``:
+  ``retries`` times, and not when the server asks for more than ``ONCE_RETRY_WAIT``, a minute: the next run
+  retries it); a node an earlier run failed (or gave up) waits for the retry time it recorded, if that is still
+  to come (``Builder._deferred``).
 
 Only the texts of built nodes whose parent is not built yet are kept (the frontier), so memory stays small.
 A builder runs in one of two modes: ``BUILD`` (the scheduler drives it: calls, writes) or ``SURVEY`` (one read
@@ -112,6 +118,11 @@ class Builder:
         # call answered since they began failing (the server's failure, for all anyone knows)
         self.set_aside: set[int] = set()  # leaves that kept failing while other calls were answered: they hold no
         # place in the window (each its own failure: eight of them filled it, and no later leaf was built)
+        self.probe: int | None = None  # the leaf sent past a window of stuck leaves, to learn if the server works
+        self.parked: list[int] = []  # probes that failed (and leaves an earlier run failed, passed over for the
+        # probe): no place in the window, not retried until a probe is answered (``_answered``)
+        self.probes = 0  # probes failed in a row in this run
+        self.probe_due: float | None = None  # (monotonic) no probe before this: one a round of retries
         # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
         # byte per node, 1 once settled (two bytes a message: a million messages' tree in 2 MB)
         self.line_costs: array | None = None
@@ -153,8 +164,11 @@ class Builder:
 
     def admit(self) -> None:
         """Read the log forward until the window is full (``WINDOW`` unbuilt leaves; a survey's has no limit)
-        or the log ends."""
-        while len(self.window) - len(self.set_aside) < self.window_size and self.next_leaf < self.count:
+        or the log ends; a window of stuck leaves admits one more, the probe (``probing``)."""
+        while self.next_leaf < self.count:
+            probing = len(self.window) - len(self.set_aside) - len(self.parked) >= self.window_size
+            if probing and not self.probing(time.monotonic()):
+                return
             if self._feed is None:
                 self._feed = self.mem.messages(self.next_leaf, self.count)
             msg = next(self._feed, None)
@@ -181,8 +195,25 @@ class Builder:
                 self._settle(0, i, text)
                 continue
             self.window.append(i)
-            self.ready_leaves.append(i)
             self.messages[i] = msg if self.mode is Mode.BUILD else {"size": msg["size"]}
+            if probing and label(0, i) in self.state.failures:  # (an earlier run's probe that failed, or a leaf
+                self.parked.append(i)  # of its window: the probe is one not known to fail)
+                if self.cview is not None:
+                    self.cview.sending(0, i)
+                    self.cview.failed(0, i)
+                continue
+            if probing:
+                self.probe = i
+            self.ready_leaves.append(i)
+
+    def probing(self, now: float) -> bool:
+        """Whether a probe may be sent now: every leaf holding a place in the window failed ``STUCK_TRIES``
+        times in a row (or was given up) with no call answered since (``stuck``), no probe is out, and the one
+        before it failed a retry's wait ago (``build-tree``: no more than ``retries`` + 1 probes a run)."""
+        held = len(self.window) - len(self.set_aside) - len(self.parked)
+        return (self.probe is None and held >= self.window_size and len(self.stuck) >= held
+                and (self.probe_due is None or self.probe_due <= now)
+                and (self.retries is None or self.probes <= self.retries))
 
     def summarised(self, i: int) -> bool:
         """Whether message ``i`` lies under a node a compactor wrote (one lookup a level)."""
@@ -237,9 +268,8 @@ class Builder:
             self._suspects_built[(l, i)] = meta["suspect"]
         if self.state.failures:
             self.state.succeeded(label(l, i))
-        if self.stuck:  # (a call answered: the server works, those leaves' failures are their own)
-            self.set_aside |= self.stuck
-            self.stuck.clear()
+        if self.stuck or self.parked or self.probe is not None:
+            self._answered()
         if l == 0:
             self.window.remove(i)
             self.set_aside.discard(i)
@@ -248,6 +278,19 @@ class Builder:
         if self.cview is not None:
             self.cview.built(l, i, text)
         self._settle(l, i, text)
+
+    def _answered(self) -> None:
+        """A call was answered: the server works, the stuck leaves' failures are their own. They are set aside,
+        and so are the parked ones, retried now (those ``build-tree`` gave up on: by the next run)."""
+        self.set_aside |= self.stuck
+        self.stuck.clear()
+        for i in self.parked:
+            self.set_aside.add(i)
+            if (0, i) not in self.gave_up:
+                self.ready_leaves.append(i)
+        self.parked.clear()
+        self.probe = self.probe_due = None
+        self.probes = 0
 
     def _paid(self, meta: dict) -> None:
         self.stats.tokens_in += meta.get("tokens_in") or 0
@@ -268,21 +311,34 @@ class Builder:
             self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         gives_up = self.retries is not None and tries > self.retries
-        # twice as long each time it fails again in this run (a server down, or a request it always refuses, is
-        # not asked again every retry_seconds for ever), up to BACKOFF times retry_seconds
-        delay = self.retry_seconds * min(2 ** min(tries - 1, 8), BACKOFF)
+        probe = l == 0 and i == self.probe
+        # twice as long each time it fails again in a row, as compactor.json counts, across runs (a server down,
+        # or a request it always refuses, is not asked again every retry_seconds for ever, nor by each new
+        # builder), up to BACKOFF times retry_seconds; a probe, each time a probe fails again in this run
+        in_a_row = self.probes + 1 if probe else self.state.failures.get(label(l, i), {"tries": 0})["tries"] + 1
+        delay = self.retry_seconds * min(2 ** min(in_a_row - 1, 8), BACKOFF)
         if retry_after is not None:  # (what the server asked for, sooner or later, within bounds)
             delay = min(max(retry_after, min(self.retry_seconds, LEAST_RETRY_WAIT)), MAX_RETRY_WAIT)
         # a one-shot build does not sleep minutes for one node (a cron run every 10 minutes would still be waiting
         # when the next one starts): the node is left for the next run, its retry time recorded all the same
         later = self.retries is not None and not gives_up and retry_after is not None and delay > ONCE_RETRY_WAIT
         now = env.now()
-        try:  # (a node given up keeps the time the server asked for: the next builder honours it)
-            retry = None if gives_up and retry_after is None else when.rfc3339(now + datetime.timedelta(seconds=delay))
+        try:  # (a node given up keeps its retry time: the next builder honours it, as this one would have)
+            retry = when.rfc3339(now + datetime.timedelta(seconds=delay))
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
         self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of)
         in_a_row = self.state.failures[label(l, i)]["tries"]  # (as compactor.json counts, across runs, as readers count it)
+        if probe:  # (parked until a probe is answered; the next one, a leaf after it, a round from now)
+            self.probe = None
+            self.probes += 1
+            self.probe_due = time.monotonic() + delay
+            self.parked.append(i)
+            if self.cview is not None:
+                self.cview.failed(l, i)
+            if gives_up or later:
+                self.gave_up.add((l, i))
+            return
         if l == 0 and i not in self.set_aside:
             since = self.first_failed.setdefault(i, self.stats.calls)
             if in_a_row >= STUCK_TRIES or gives_up or later:
@@ -426,11 +482,19 @@ class Builder:
             reader.close()
 
     def next_due(self) -> float | None:
-        return self.waiting[0][0] if self.waiting else None
+        due = self.waiting[0][0] if self.waiting else None
+        probe = self._probe_due()
+        return probe if due is None or (probe is not None and probe < due) else due
+
+    def _probe_due(self) -> float | None:
+        """When the next probe goes, if one is to go (``probing`` once that time has come)."""
+        if self.probe_due is None or self.next_leaf >= self.count or not self.probing(self.probe_due):
+            return None
+        return self.probe_due
 
     def idle(self) -> bool:
-        """Nothing in flight, nothing ready, nothing waiting for a retry."""
-        return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting)
+        """Nothing in flight, nothing ready, nothing waiting for a retry, no probe to come."""
+        return not (self.inflight or self.ready_leaves or self.ready_merges or self.waiting or self._probe_due() is not None)
 
     def context(self, task: Task) -> str:
         """The compactor's view up to the task's boundary (``ContextView``); empty for offline builds."""

@@ -679,7 +679,40 @@ def test_leaves_build_tree_gave_up_on_leave_the_window_to_the_others(run, home, 
     with FakeLLM("openai", faults=lambda n, body: "500") as down:
         configure(home, down)
         assert run("build-tree", "d").exit_code == 6
-        assert len(down.requests) == builder.WINDOW  # (message 0 is short)
+        assert len(down.requests) == builder.WINDOW + 1  # (message 0 is short; the window's 8 and one probe)
+
+
+def poisoned(name: str, bad: int = 10, n: int = 40) -> Memory:
+    """``n`` long replies, the first ``bad`` of them holding POISON, each followed by a short message."""
+    mem = Memory.at(name)
+    mem.append([row for k in range(n) for row in ({"kind": "pi", "text": long_text(k) + (" POISON" if k < bad else "")},
+                                                  {"kind": "user", "text": f"short {k}"})])
+    return mem
+
+
+def refuses_poison(n, body):
+    return "500" if "POISON" in body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1] else None
+
+
+def test_a_window_of_leaves_that_always_fail_is_passed_once_a_probe_past_it_is_answered(run, home, monkeypatch):
+    """Ten leaves the server always refuses (a 500 for what they hold), the first ten long messages: the window's
+    eight failed with no other call answered, so they kept their places (for all anyone knew the server was
+    down) and every build-tree run sent those eight and nothing else, for good. Once every leaf of the window
+    is stuck, one later leaf is sent as a probe; the failed ones are passed over by the next run's probe, and
+    once one is answered the stuck leaves leave the window and the rest is built. A run sends the window's 8
+    and one probe, no more, while nothing is answered."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=refuses_poison) as server:
+        configure(home, server)
+        mem = poisoned("m")
+        sent = []
+        for _ in range(4):
+            before = len(server.requests)
+            assert run("build-tree", "m").exit_code == 6
+            sent.append(len(server.requests) - before)
+        assert sent[:2] == [builder.WINDOW + 1] * 2, sent  # (the probes: message 16, then 18)
+        assert builder.survey(Memory.open("m"))["leaves"] == 10, sent  # only the poisoned ones wait
+        assert set(BuildState(mem.path).failures) == {f"{2 * k}+1" for k in range(10)}
 
 
 def test_a_retry_time_an_earlier_run_recorded_is_waited_for_as_a_call_in_flight(home):

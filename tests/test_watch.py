@@ -680,6 +680,42 @@ def test_leaves_that_keep_failing_back_off_and_leave_the_window_to_the_others(ho
     assert waits == {0.3}, waits
 
 
+def test_a_window_of_leaves_that_always_fail_is_passed_by_a_watcher_too(home):
+    """Ten leaves the server always refuses, the first ten long messages: the window's eight failed with no
+    other call answered, and a watcher retried them for ever and sent nothing else. Once all eight are stuck a
+    later leaf is sent as a probe (the next one after each that fails, a round apart); one answered, the rest
+    is built."""
+    from test_scheduler import poisoned, refuses_poison
+
+    with FakeLLM("openai", faults=refuses_poison) as server:
+        configure(home, server)  # retry_seconds: 0.05
+        poisoned("m")
+        with watching("m"):
+            until(lambda: builder.survey(Memory.open("m"))["leaves"] == 10, timeout=60)
+
+
+def test_the_backoff_follows_the_failures_in_a_row_across_runs(home, sh):
+    """A plain 500 every time: build-tree recorded no retry time for the node it gave up, and each new builder
+    waited ``retry_seconds`` again after its first failure, however many tries ``compactor.json`` counted. The
+    wait doubles with the failures in a row as compactor.json counts them, across runs (up to six times
+    ``retry_seconds``), and build-tree records it, so cron's runs and a restarted watcher back off alike."""
+    from pimem.compactor.state import BuildState
+
+    def wait(failure) -> float:  # (the clock is frozen: the wait it was given after its last try)
+        return (datetime.datetime.fromisoformat(failure["retry"]) - datetime.datetime.fromisoformat(failure["at"])).total_seconds()
+
+    with FakeLLM("openai", faults=lambda n, body: "500") as server:
+        configure(home, server)  # retry_seconds: 0.05
+        mem = fill("m", 2, short_every=1000)  # (message 0 is short: one leaf)
+        for tries in (1, 2, 3):
+            assert sh("build-tree", "m", TEST_LLM_KEY="k").returncode == 6
+            failure = BuildState(mem.path).failures["1+1"]
+            assert failure["tries"] == tries and wait(failure) == 0.05 * 2 ** (tries - 1), failure
+        with watching("m"):
+            failure = until(lambda: BuildState(mem.path).failures["1+1"]["tries"] > 3 and BuildState(mem.path).failures["1+1"])
+    assert wait(failure) == 0.3, failure  # (not 0.05 again: the fourth failure in a row)
+
+
 def test_a_memory_refused_on_a_half_written_config_json_is_taken_again_once_it_is_mended(home):
     """An editor's save caught half-written stops that memory (a ``refused`` event); once the file is whole
     again, the running watcher takes the memory back and builds what comes (before, it was dropped until the
@@ -830,9 +866,10 @@ def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
 
 
 def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, sh):
-    """A node build-tree failed (recorded with no retry time: not retried in that run) showed no ``next`` while a
-    watcher started later was retrying it: a builder tries every unbuilt node from its start, so ``status`` says
-    it is being retried, then, once that call failed too, when the watcher tries it next."""
+    """A node build-tree failed (not retried in that run; the next builder waits for the retry time it recorded)
+    showed no ``next`` while a watcher started later was retrying it: a builder tries every unbuilt node from its
+    start, so ``status`` says it is being retried, then, once that call failed too, when the watcher tries it
+    next (twice ``retry_seconds`` later: its second failure in a row)."""
     import threading
 
     slow, answer = threading.Event(), threading.Event()
@@ -841,7 +878,7 @@ def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, 
         configure(home, server, retry_seconds=30)
         fill("m", 2, short_every=1000)  # one long message: one call
         assert sh("build-tree", "m", TEST_LLM_KEY="k").returncode == 6
-        assert b", next" not in sh("status", "m").stdout  # (no builder: nothing retries it)
+        assert b"(1 try, last 2026-10-08T09:30:00+08:00, next 2026-10-08T09:30:30+08:00)" in sh("status", "m").stdout
         slow.set()
         later = "2026-10-08T09:31:00+08:00"  # (the watcher starts a minute after the run)
         with watching("m", PIMEM_NOW=later):
@@ -851,7 +888,7 @@ def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, 
             answer.set()  # (failed again)
             until(lambda: orjson.loads((home / "m" / "compactor.json").read_bytes())["failures"]["1+1"]["tries"] == 2)
             status = sh("status", "m", PIMEM_NOW=later).stdout
-            assert b"(2 tries, last 2026-10-08T09:31:00+08:00, next 2026-10-08T09:31:30+08:00)" in status, status
+            assert b"(2 tries, last 2026-10-08T09:31:00+08:00, next 2026-10-08T09:32:00+08:00)" in status, status
 
 
 def test_a_watcher_sends_a_node_an_earlier_run_was_asked_to_wait_for_only_after_that_time(home, sh):
