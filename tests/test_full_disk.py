@@ -123,7 +123,7 @@ def test_an_import_a_full_disk_stops_says_how_many_went_in_and_the_same_import_r
     assert err.endswith(f"; {logged:,} messages imported; the same import again reads on from where this one stopped\n"), err
     disk.resize("64m")
     out = sh("import", str(session), "-n", "m")
-    assert out.returncode == 0 and f"{len(texts) - logged} imported".encode() in out.stdout, out.stderr
+    assert out.returncode == 0 and f"{len(texts) - logged:,} imported".encode() in out.stdout, out.stderr
     assert [m["text"] for m in Memory.open("m").messages()] == texts  # each once
     assert sh("fsck", "m").returncode == 0
 
