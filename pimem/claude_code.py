@@ -163,7 +163,7 @@ class Hook:
         left = max(0.1, self.deadline - time.monotonic())
         reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
         if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
-            self.warnings.append(f"{len(warnings)} transcript line(s) skipped: {warnings[0]}")
+            self.warnings.append(f"{len(warnings)} transcript {'line' if len(warnings) == 1 else 'lines'} skipped: {warnings[0]}")
         if any(r.cut_short for r in reports):
             self.warnings.append("out of time; the next event imports the rest of the transcript")
 

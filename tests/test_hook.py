@@ -232,6 +232,20 @@ def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_pa
     assert hook(payload("Stop", "s1", current)) == (0, None, "") and texts() == ["hello", "hi there"]
 
 
+def test_a_skipped_line_is_counted_in_words(home, tmp_path):
+    """One malformed line is "1 transcript line skipped", two are "2 transcript lines" (it said "line(s)")."""
+    current = tmp_path / "c.jsonl"
+    grow(current, line("s1", "user", "u1", "hello", 1))
+    with open(current, "a") as f:
+        f.write("{not json\n")
+    code, answer, _ = hook(payload("Stop", "s1", current))
+    assert code == 0 and "pimem: 1 transcript line skipped: " in answer["systemMessage"], answer
+    with open(current, "a") as f:
+        f.write("{not json\n[1]\n")
+    code, answer, _ = hook(payload("Stop", "s1", current))
+    assert code == 0 and "pimem: 2 transcript lines skipped: " in answer["systemMessage"], answer
+
+
 def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_prompt(home, tmp_path):
     transcript = tmp_path / "s1.jsonl"
     grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
