@@ -107,6 +107,7 @@ class Builder:
         self.retries = retries  # None: for ever (watch); n: at most n retries per node (build-tree)
         self.lease = lease
         self.max_cost_per_day = max_cost_per_day  # dollars a local day (``watch``); None: no cap
+        self.cap_is_setting = False  # whether that is the memory's max_cost_per_day (``watch``: no flag overrides it)
         self._day: tuple[str, float] | None = None  # (the day, what the compactor's nodes of that day cost)
         self.stats = Stats()
         self.count = mem.count()

@@ -104,10 +104,15 @@ def stalled(mem, within: float = 0.0) -> str | None:
         if retry is None or entry["tries"] >= STUCK_TRIES or (
                 datetime.datetime.fromisoformat(retry) - now).total_seconds() > within:
             return f"the compactor is failing (see 'pimem status {mem.name}')"
-    lifts = state.cap_lifts(now)  # (the end of the watcher's day, whatever the time zone here)
+    # (the end of the watcher's day, whatever the time zone here; a setting raised since: looked at afresh)
+    setting = mem.config.get("max_cost_per_day")
+    lifts = state.cap_lifts(now, setting)
     if lifts and state.capped_below:  # (no day's spending lets a call through)
-        return (f"the watcher's daily spend cap (max_cost_per_day) of ${state.capped_below['max_cost_per_day']:g} is "
-                f"below one call's worst case (${state.capped_below['next_call']:.4f}): nothing is built until it is raised")
+        from .numbers import dollars
+
+        cap = setting if state.capped_setting is not None else state.capped_below["max_cost_per_day"]
+        return (f"the watcher's daily spend cap (max_cost_per_day) of {dollars(cap)} is below one call's worst "
+                f"case (${state.capped_below['next_call']:.4f}): nothing is built until it is raised")
     if lifts:
         return (f"the watcher reached its daily spend cap (max_cost_per_day): nothing more is built until "
                 f"{when.rfc3339(lifts.astimezone(now.tzinfo))}")

@@ -57,6 +57,13 @@ def usd(text: str, what: str | None = "amount in USD") -> float:
     return decimal(text, what, 1e9)
 
 
+def dollars(amount: float) -> str:
+    """``amount`` as it was typed, in plain digits: ``$0.00001``, ``$5``, ``$1000000`` (``:g`` wrote ``$1e-05``)."""
+    from decimal import Decimal
+
+    return f"${Decimal(repr(float(amount))).normalize():f}"
+
+
 def param(parse, metavar: str, **bounds):
     """A click parameter type parsing with ``parse(text, None, **bounds)`` (click names the option)."""
     from typer._click.types import ParamType  # (typer vendors click)

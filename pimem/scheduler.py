@@ -146,7 +146,7 @@ class Scheduler:
                 if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
                     self._capped[builder] = day
                     below = {"max_cost_per_day": cap, "next_call": round(worst, 6)} if worst > cap else None
-                    builder.state.cap_reached(day, _day_end(day), below)
+                    builder.state.cap_reached(day, _day_end(day), below, cap if builder.cap_is_setting else None)
                     self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
                                "max_cost_per_day": cap, "next_call": round(worst, 6)})
                 return False
@@ -584,6 +584,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         except BaseException:
             lease.release()
             raise
+        built.cap_is_setting = max_cost_per_day is None  # (a reader can compare the mark with the setting)
         built.state.cap_lifted()  # (a mark an earlier watcher left is not this one's: set again if it is capped too)
         watched[mem.name] = lease
         scheduler.add(built)

@@ -144,3 +144,54 @@ def test_from_and_to_are_the_earliest_and_latest_days_not_the_first_and_last_mes
     text, row = status(sh)
     assert (row["first"], row["last"]) == ("2026-10-01T10:00:00+08:00", "2026-10-07T10:00:00+08:00")
     assert "from      2026-10-01T10:00:00+08:00\nto        2026-10-07T10:00:00+08:00\n" in text
+
+
+def capped_event(watcher) -> dict:
+    return next(e for e in map(orjson.loads, iter(watcher.stdout.readline, b"")) if e["event"] == "capped")
+
+
+def test_a_cap_raised_in_the_settings_with_no_watcher_running_is_not_said_to_hold(home, sh):
+    """A watcher capped by the memory's ``max_cost_per_day`` stopped, and the setting raised: ``status`` kept
+    saying "nothing is built until the cap is raised" (or "until" the day's end), and ``context`` would not
+    wait, from the last watcher's mark, though the next watcher builds (a cap changed is looked at afresh). The
+    mark is compared with the setting now; a cap given with ``--max-cost-per-day`` is not in the settings, so
+    its mark holds as it was. And a cap of $0.00001 is said so, not "$1e-05"."""
+    from pimem import Memory, context
+
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 40, short_every=1000)
+        mem.save_config({"max_cost_per_day": 0.00001})
+        with watching("m", "--json") as watcher:
+            capped_event(watcher)
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "daily spend cap of $0.00001: nothing is built until the cap is raised" in text, text
+        assert "$0.00001 is below one call's worst case" in context.stalled(Memory.open("m"))
+        mem.save_config({"max_cost_per_day": 0.001})  # (raised, still below one call's worst case)
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "daily spend cap of $0.001: nothing is built" in text and row["capped_below"]["max_cost_per_day"] == 0.001
+        mem.save_config({"max_cost_per_day": 5})
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "\ncapped  " not in text and row["capped"] is row["capped_below"] is None, text
+        assert context.stalled(Memory.open("m")) is None
+
+        mem.save_config({"max_cost_per_day": 0.025})  # (a call's worst case is $0.0187: a few calls, then capped)
+        with watching("m", "--json") as watcher:
+            assert capped_event(watcher)["next_call"] < 0.025
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "capped    the daily spend cap was reached on 2026-10-08" in text and context.stalled(Memory.open("m"))
+        mem.save_config({"max_cost_per_day": None})  # (taken away)
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "\ncapped  " not in text and row["capped"] is None and context.stalled(Memory.open("m")) is None
+
+        with watching("m", "--json", "--max-cost-per-day", "0.00001") as watcher:  # (a flag: not in the settings)
+            capped_event(watcher)
+        text, row = status(sh, "2026-10-08T09:30:00+08:00")
+        assert "daily spend cap of $0.00001: nothing is built until the cap is raised" in text, text
+
+
+def test_dollars_are_written_in_plain_digits():
+    from pimem.numbers import dollars
+
+    assert [dollars(x) for x in (0.00001, 0.0001, 5, 5.0, 0.05, 1e9, 1234.5)] == [
+        "$0.00001", "$0.0001", "$5", "$5", "$0.05", "$1000000000", "$1234.5"]

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..numbers import count, param, seconds, usd
+from ..numbers import count, dollars, param, seconds, usd
 from ..options import Home, Json, Log
 
 
@@ -130,9 +130,9 @@ def command(
     if sched.overbilled and max_cost is not None:
         pending = sched.pending()
         raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
-                            f"--max-cost ${max_cost:g}" + (f"; {_remain(pending)}" if pending else ""))
+                            f"--max-cost {dollars(max_cost)}" + (f"; {_remain(pending)}" if pending else ""))
     if sched.stopped_for_cost:
-        raise ProviderError(f"stopped before spending more than ${max_cost:g} (spent ${sched.spent():.4f}, and the next "
+        raise ProviderError(f"stopped before spending more than {dollars(max_cost)} (spent ${sched.spent():.4f}, and the next "
                             f"call may cost up to ${sched.next_worst:.4f} at its worst case); "
                             f"{_remain(sched.pending())}")
     if failed:

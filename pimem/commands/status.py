@@ -4,6 +4,7 @@ import time
 
 from .. import naming, output
 from ..memory import Memory
+from ..numbers import dollars
 from ..options import Home, Json, Name
 
 
@@ -37,10 +38,15 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     failures = state.failures
     row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
     now = env.now()
-    lifts = state.cap_lifts(now)  # (the daily cap: until the watcher's day ends, whatever the time zone here)
+    # the daily cap: until the watcher's day ends, whatever the time zone here, unless the memory's setting it
+    # reached was raised since (or taken away): the next watcher looks at the day afresh, as a running one does
+    setting = mem.config.get("max_cost_per_day")
+    lifts = state.cap_lifts(now, setting)
     row["capped"] = state.capped if lifts else None  # (the watcher's local day)
     row["capped_until"] = when.rfc3339(lifts.astimezone(now.tzinfo)) if lifts else None
     row["capped_below"] = state.capped_below if lifts else None  # (no call fits the cap, whatever the day)
+    if row["capped_below"] and state.capped_setting is not None:  # (raised since, but not enough)
+        row["capped_below"] = {**row["capped_below"], "max_cost_per_day": setting}
     row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
     # a capped or stopped watcher retries nothing; with no builder running, the next one waits for a retry time
     # still to come (``Builder._deferred``)
@@ -97,7 +103,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["capped_below"]:
         below = row["capped_below"]
         output.line(output.style(f"capped    a call may cost up to ${below['next_call']:.4f} at its worst case, more than the "
-                                 f"daily spend cap of ${below['max_cost_per_day']:g}: nothing is built until the cap is "
+                                 f"daily spend cap of {dollars(below['max_cost_per_day'])}: nothing is built until the cap is "
                                  "raised", "yellow"))
     elif row["capped"]:
         output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']} (the watcher's day): "

@@ -17,6 +17,9 @@
   for a day of the reader's time zone, as that pimem read it;
 - ``capped_below``: with ``capped``, when the cap is below one call's worst case (no day's spending ever lets
   that call go: nothing is built until the cap is raised), ``{"max_cost_per_day", "next_call"}`` in dollars;
+- ``capped_setting``: with ``capped``, the cap reached when it was the memory's ``max_cost_per_day`` setting (not
+  a watcher's ``--max-cost-per-day``): a reader compares it with the setting now, as the next watcher would
+  (``cap_lifts``: a cap raised or taken away since, the next watcher looks at the day afresh);
 - ``overbilled``: why the watcher calls this memory's compactor no more (a call billed past its worst case
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
@@ -68,6 +71,8 @@ class BuildState:
         below = data.get("capped_below") if self.capped else None
         self.capped_below: dict | None = below if isinstance(below, dict) and all(
             type(below.get(k)) in (int, float) and 0 <= below[k] < float("inf") for k in ("max_cost_per_day", "next_call")) else None
+        setting = data.get("capped_setting") if self.capped else None
+        self.capped_setting: float | None = setting if type(setting) in (int, float) and 0 <= setting < float("inf") else None
         self.overbilled: str | None = data.get("overbilled") if isinstance(data.get("overbilled"), str) else None
         self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
             call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
@@ -83,6 +88,8 @@ class BuildState:
                     data["capped_until"] = self.capped_until
                 if self.capped_below:
                     data["capped_below"] = self.capped_below
+                if self.capped_setting is not None:
+                    data["capped_setting"] = self.capped_setting
             if self.overbilled:
                 data["overbilled"] = self.overbilled
             if self.pending:
@@ -146,26 +153,33 @@ class BuildState:
     def cap_lifted(self) -> None:
         """The daily cap was changed: not capped until it is reached again."""
         if self.capped is not None:
-            self.capped = self.capped_until = self.capped_below = None
+            self.capped = self.capped_until = self.capped_below = self.capped_setting = None
             self.save()
 
-    def cap_reached(self, day: str, until: str | None, below: dict | None = None) -> None:
+    def cap_reached(self, day: str, until: str | None, below: dict | None = None, setting: float | None = None) -> None:
         """The daily spend cap was reached on local ``day`` (YYYY-MM-DD), which ends at ``until`` (RFC 3339);
         ``below``: ``{"max_cost_per_day", "next_call"}`` when the call held back costs more than the cap at its
-        worst case, whatever was spent."""
-        if (self.capped, self.capped_until, self.capped_below) != (day, until, below):
-            self.capped, self.capped_until, self.capped_below = day, until, below
+        worst case, whatever was spent; ``setting``: the cap, when it is the memory's ``max_cost_per_day``."""
+        if (self.capped, self.capped_until, self.capped_below, self.capped_setting) != (day, until, below, setting):
+            self.capped, self.capped_until, self.capped_below, self.capped_setting = day, until, below, setting
             self.save()
 
-    def cap_lifts(self, now):
+    def cap_lifts(self, now, setting):
         """When the daily spend cap a watcher reached lifts, if it still holds at ``now`` (an aware datetime),
-        else None; a mark with its day alone (an earlier pimem's) lifts at that day's end in ``now``'s time zone."""
+        else None; a mark with its day alone (an earlier pimem's) lifts at that day's end in ``now``'s time zone.
+        ``setting``: the memory's ``max_cost_per_day`` now; a mark of the setting (``capped_setting``) it has been
+        raised above since (and to one call's worst case, if that was above it), or one taken away, holds no more:
+        the next watcher looks at the day afresh (its calls go, if what was spent that day leaves room for them:
+        else it is marked again)."""
         import datetime
 
         from ..when import day_end
 
         if self.capped is None:
             return None
+        if self.capped_setting is not None and (setting is None or setting > self.capped_setting) and (
+                not self.capped_below or setting is None or setting >= self.capped_below["next_call"]):
+            return None  # (a cap raised but still below one call's worst case: that holds still)
         try:
             until = datetime.datetime.fromisoformat(self.capped_until) if self.capped_until else day_end(self.capped, now)
             return until if now < until else None
