@@ -8,6 +8,9 @@ from ..numbers import dollars
 from ..options import Home, Json, Name
 
 
+FAILING_SHOWN = 10  # failing nodes a line each, the oldest first (a server down for a day fails a probe a round)
+
+
 def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     """Show one memory's state: messages, files on disk, and the summary tree: nodes built and pending,
     the compactor, money spent, the running builder, and failing nodes with their last error. Times are shown
@@ -111,10 +114,14 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))
-    for fail in row["failures"]:
+    for fail in row["failures"][:FAILING_SHOWN]:
         retry = f", next {local(fail['next'])}" if fail["next"] else ", being retried" if fail["being_retried"] else ""
         output.line(output.style(f"failing   {output.flatten(fail['node'])}: {output.flatten(fail['error'])} "
                                  f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(local(fail['at']))}{retry})", "red"))
+    if len(row["failures"]) > FAILING_SHOWN:
+        more = len(row["failures"]) - FAILING_SHOWN
+        output.line(output.style(f"failing   and {more:,} more {'node' if more == 1 else 'nodes'}, failed later "
+                                 f"('pimem status {row['name']} --json' lists them all)", "red"))
 
 
 def _moment(text):
