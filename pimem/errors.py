@@ -51,6 +51,10 @@ class PimemError(Exception):
     code = ExitStatus.USAGE
 
     def __init__(self, message: str, code: ExitStatus | None = None):
+        try:
+            message.encode("utf-8")
+        except UnicodeEncodeError:  # a path under a directory named in another encoding: said as JSON keeps it
+            message = escaped(message)
         super().__init__(message)
         if code is not None:
             self.code = ExitStatus(code)
@@ -89,6 +93,25 @@ class IntegrityError(PimemError):
 
 class ProviderError(PimemError):
     code = ExitStatus.PROVIDER
+
+
+def escaped(path: str) -> str:
+    """``path`` as the memory keeps it (an imported file's ``meta.file``, the import state) and JSON and
+    messages write it: a name holding bytes that are not UTF-8 (a directory named in another encoding) has
+    them as ``\\xff`` escapes, since the log and JSON hold only UTF-8, and its backslashes doubled; so has a
+    UTF-8 name that spells such an escape itself (``\\xff``: two names never share one form). Any other path
+    is as it is."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        import re
+
+        if not re.search(r"\\x[89a-f][0-9a-f]", path):  # how a byte that is not UTF-8 is written here
+            return path
+    doubled = path.replace("\\", "\\\\")
+    return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 NOT_UTF8 = "not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8"

@@ -135,10 +135,17 @@ def _create_file(path: Path) -> None:
         os.close(open_fd(path, os.O_WRONLY | os.O_CREAT, FILE_MODE))
 
 
+def file_uri(path: Path) -> str:
+    """``path`` as a ``file:`` URI (its connection opened with ``uri=True``): its bytes percent-encoded, so
+    SQLite gets them as they are, those that are not UTF-8 too (a home under a directory named in another
+    encoding), which a name given to ATTACH as text cannot carry."""
+    return Path(os.path.abspath(path)).as_uri()
+
+
 def read_only_uri(path: Path) -> str:
     """The URI that opens a database where nothing may be written: without a WAL file to read, SQLite is
     told the file is immutable, so it makes no shared-memory file either."""
-    return f"{path.as_uri()}?mode=ro" + ("" if os.path.exists(f"{path}-wal") else "&immutable=1")
+    return f"{file_uri(path)}?mode=ro" + ("" if os.path.exists(f"{path}-wal") else "&immutable=1")
 
 
 def use_wal(db: sqlite3.Connection, schema: str = "main") -> None:
@@ -234,7 +241,7 @@ class Index:
         if not os.access(self.path.parent, os.W_OK):
             return self._connect_read_only()
         _create_file(self.path)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(file_uri(self.path), uri=True, isolation_level=None, check_same_thread=False)
         _tune(db)
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):  # an index of an older pimem: derived, so build it anew
@@ -244,13 +251,13 @@ class Index:
         if version != SCHEMA_VERSION:
             self._create(db, "main", _SCHEMA)
         _create_file(self.shard_path)
-        db.execute("ATTACH DATABASE ? AS shard", (str(self.shard_path),))
+        db.execute("ATTACH DATABASE ? AS shard", (file_uri(self.shard_path),))
         version = db.execute("PRAGMA shard.user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):  # (only a file left by another pimem could be)
             db.execute("DETACH DATABASE shard")
             _remove_db(self.shard_path)
             _create_file(self.shard_path)
-            db.execute("ATTACH DATABASE ? AS shard", (str(self.shard_path),))
+            db.execute("ATTACH DATABASE ? AS shard", (file_uri(self.shard_path),))
         if version != SCHEMA_VERSION:
             self._create(db, "shard", _SHARD_SCHEMA)
         for schema in SCHEMAS:

@@ -486,3 +486,26 @@ def test_rank_over_several_memories_scores_them_as_one_collection(run, home):
     alone = [orjson.loads(line) for line in run("search", "--rank", query, "big", "--json").stdout.splitlines()]
     big = [h["i"] for h in hits if h["memory"] == "big"]
     assert big and [h["i"] for h in alone][:len(big)] == big  # (each memory's own order kept)
+
+
+def test_a_home_whose_path_is_not_utf8_is_searched_recalled_reindexed_and_reported(sh, tmp_path):
+    """A home under a directory named in another encoding (the byte ff): search, recall, reindex and status
+    --json stopped with exit 2 and 'not valid UTF-8' about arguments that were UTF-8, since the index's second
+    file was attached by a name SQLite could not be given, and JSON refused the path. The index files are at
+    the real bytes' path; the path is written with a \\xff escape in JSON and in messages."""
+    home = os.fsdecode(bytes(tmp_path) + b"/h o\xffme/sub dir %41?#")  # (what a URI would read otherwise)
+    assert sh("append", "m", "hello there", PIMEM_HOME=home).returncode == 0
+    found = sh("search", "hello", "m", "--json", PIMEM_HOME=home)
+    assert found.returncode == 0, found.stderr
+    assert [orjson.loads(l)["i"] for l in found.stdout.splitlines()] == [0]
+    assert sh("search", "hello", PIMEM_HOME=home).returncode == 0
+    recalled = sh("recall", "m", "hello", PIMEM_HOME=home)
+    assert recalled.returncode == 0 and b"hello there" in recalled.stdout, recalled.stderr
+    assert sh("reindex", "m", PIMEM_HOME=home).returncode == 0
+    assert sorted(p.name for p in (tmp_path / os.fsdecode(b"h o\xffme") / "sub dir %41?#" / "m").glob("index*.sqlite")) == ["index-1.sqlite", "index.sqlite"]
+    status = sh("status", "m", "--json", PIMEM_HOME=home)
+    assert status.returncode == 0, status.stderr
+    assert orjson.loads(status.stdout)["path"] == f"{tmp_path}/h o\\xffme/sub dir %41?#/m"
+    missing = sh("search", "hello", "nosuch", PIMEM_HOME=home)
+    assert missing.returncode == 3
+    assert f"no memory named 'nosuch' in {tmp_path}/h o\\xffme/sub dir %41?#".encode() in missing.stderr

@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 
 from .. import naming, output
+from ..errors import escaped
 from ..memory import Memory
 from ..numbers import dollars
 from ..options import Home, Json, Name
@@ -26,7 +27,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     mem = Memory.open(naming.given(name), home)
     row = mem.summary()
     files = mem.log.files()
-    row.update(path=str(mem.path), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))
+    row.update(path=escaped(str(mem.path)), log_files=len(files), log_bytes=sum(p.stat().st_size for p in files))
     found = builder.survey(mem)
     row["tree"] = {k: found[k] for k in ("nodes", "built", "pending", "leaves", "merges_ready")}
     row["compactor"] = compactor.describe(mem.config.get("compactor") or {})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .. import decoder, ingest, when
 from ..hashes import sha256
-from ..errors import BadInput, NothingFound
+from ..errors import BadInput, NothingFound, escaped
 from ..home import NAME_RE, reserved
 from ..message import DEFAULT_CAP
 from .claude import ClaudeParser
@@ -41,22 +41,9 @@ class Source:
 
     @property
     def shown(self) -> str:
-        """The path as the memory keeps it (``meta.file``, the import state) and reports say it: a name
-        holding bytes that are not UTF-8 (a directory named in another encoding) has them as ``\\xff``
-        escapes, since the log holds only UTF-8, and its backslashes doubled; so has a UTF-8 name that spells
-        such an escape itself (``\\xff``: two names never share one form). Any other path is as it is."""
-        try:
-            self.path.encode("utf-8")
-        except UnicodeEncodeError:
-            pass
-        else:
-            if not _SPELLED_ESCAPE.search(self.path):
-                return self.path
-        doubled = self.path.replace("\\", "\\\\")
-        return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
-_SPELLED_ESCAPE = re.compile(r"\\x[89a-f][0-9a-f]")  # how ``Source.shown`` writes a byte that is not UTF-8
+        """The path as the memory keeps it (``meta.file``, the import state) and reports say it: see
+        ``errors.escaped``."""
+        return escaped(self.path)
 
 
 def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
