@@ -147,6 +147,25 @@ def test_since_bad_arguments(run, day):
         assert out.exit_code == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1, (argv, out.stderr)
 
 
+def test_since_with_until_before_its_start_is_refused_and_a_cursor_past_until_is_caught_up(run, day, home):
+    """A start after --until (dates, ages, message numbers) said nothing and exited 0, as if no message were
+    there: one line says so now, exit 2, the store untouched. A cursor already past --until is a consumer
+    caught up (a cron job's later run): nothing, exit 0, the cursor where it was."""
+    before = snapshot(home)
+    for argv in (["2026-10-08", "--until", "2026-10-06"], ["#5", "--until", "#2"], ["1h", "--until", "3h"],
+                 ["#5", "--until", "#2", "--cursor", "c"]):
+        out = run("since", "main", *argv)
+        assert out.exit_code == 2 and out.stdout == "", (argv, out.stdout)
+        assert out.stderr == f"pimem: error: --until {argv[2]} is before the start {argv[0]}\n", argv
+    assert snapshot(home) == before
+    assert ids(run("since", "main", "#2", "--until", "#2")) == []  # (an empty range, not a reversed one)
+    assert ids(run("since", "main", "#0", "--until", "#3", "--cursor", "c")) == [0, 1, 2]
+    for until in ("#2", "2026-10-06"):
+        out = run("since", "main", "--cursor", "c", "--until", until)
+        assert (out.exit_code, out.stdout, out.stderr) == (0, "", "")
+    assert orjson.loads((home / "main" / "cursors.json").read_bytes()) == {"c": 3}
+
+
 def test_cursor_gives_each_message_exactly_once(run, day, home):
     assert ids(run("since", "main", "--cursor", "mailer")) == [0, 1, 2, 5, 6]
     assert ids(run("since", "main", "--cursor", "mailer")) == []

@@ -35,7 +35,8 @@ def command(
     through a pipe only past the lines the reader took: each is written once the reader took the one before,
     so '| head -1' leaves the rest for the next run (a line a reader took but did not use counts as read).
     --until a date filters by date (an earlier session imported later is found), but with --cursor the run
-    stops at the first message dated at or after it, where the next run starts.
+    stops at the first message dated at or after it, where the next run starts; a cursor already past --until
+    gives nothing (exit 0). --until before WHEN is refused (exit 2).
 
     Examples:
       pimem since 2026-10-08 | jq .text
@@ -46,6 +47,8 @@ def command(
     """
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     start_bound, until_bound = _bound(start), _bound(until)  # (a bad WHEN is reported before a missing memory)
+    if any(a is not None and b is not None and b < a for a, b in zip(start_bound, until_bound)):
+        raise BadInput(f"--until {until} is before the start {start}")  # (said: no message could be in between)
     mem = Memory.open(name, home)
     kinds = {kind_of(k) for k in kind or ()}
     hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
