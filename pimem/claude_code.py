@@ -28,8 +28,6 @@ import threading
 import time
 from pathlib import Path
 
-import orjson
-
 from .errors import BadInput, PimemError
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers

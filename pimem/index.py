@@ -50,7 +50,7 @@ from . import env, rankindex, when
 from .errors import Busy, ExitStatus, IntegrityError, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
-from .nofollow import check_database, open_binary, open_fd
+from .nofollow import check_database, open_fd
 
 FILENAME = "index.sqlite"
 SCHEMA_VERSION = 5  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms
