@@ -121,7 +121,7 @@ def test_status_says_a_builder_killed_with_sigkill_is_gone(home, sh):
 def test_a_retry_time_another_compactor_was_asked_is_not_shown_as_next(home, run):
     """A retry time a server asked for holds back that compactor only (a memory switched to another builds at
     once): ``status`` says ``next`` it only while the memory's compactor is the one that was asked."""
-    from pimem import Memory, builder
+    from pimem import builder
 
     configure(home)
     mem = fill("m", 2, short_every=1000)
