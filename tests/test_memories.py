@@ -66,15 +66,20 @@ def test_the_model_and_the_rules_touch_only_their_own_provisional_records():
     assert "x" not in records and records["rules"]["status"] == "provisional" and records["y"]["supersedes"] == "models"
 
 
-def test_a_proposal_cannot_replace_a_rule_derived_memory(run, home):
-    from pimem import api
-
+def _failed_run_compacted(run) -> None:
+    """A memory ``main`` holding a failed test run, compacted: the rules derive a memory from it."""
     Memory.at("main").append([
         {"kind": "user", "text": "please fix the tests"},
         {"kind": "tool", "text": "pytest -q", "meta": {"call_id": "c1", "command": "pytest -q"}},
         {"kind": "echo", "text": "3 passed, 1 failed", "meta": {"call_id": "c1", "command": "pytest -q", "exit_code": 1}},
         {"kind": "pi", "text": "fixed it"}, {"kind": "user", "text": "thanks"}])
     run("compact", "main", "--keep", "10")
+
+
+def test_a_proposal_cannot_replace_a_rule_derived_memory(run, home):
+    from pimem import api
+
+    _failed_run_compacted(run)
     rules = [r for r in orjson.loads(run("memories", "main", "--include-tools", "--json").stdout)["records"] if r["author"] == "rule"]
     assert rules, "compact derives a memory from the failed run"
     before = snapshot(home / "main")
@@ -323,12 +328,7 @@ def test_a_library_call_with_a_wrong_type_writes_nothing(run, home, wrong):
 
 
 def test_reading_a_memory_hidden_as_tool_derived_says_to_add_include_tools(run, home):
-    Memory.at("main").append([
-        {"kind": "user", "text": "please fix the tests"},
-        {"kind": "tool", "text": "pytest -q", "meta": {"call_id": "c1", "command": "pytest -q"}},
-        {"kind": "echo", "text": "3 passed, 1 failed", "meta": {"call_id": "c1", "command": "pytest -q", "exit_code": 1}},
-        {"kind": "pi", "text": "fixed it"}, {"kind": "user", "text": "thanks"}])
-    run("compact", "main", "--keep", "10")
+    _failed_run_compacted(run)
     rule = next(r for r in orjson.loads(run("memories", "main", "--include-tools", "--json").stdout)["records"]
                 if r["author"] == "rule")["id"]
     out = run("memories", "main", "--id", rule)
