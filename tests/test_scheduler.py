@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import heapq
 import re
 import sys
@@ -1003,6 +1004,26 @@ def test_the_dry_run_of_an_anthropic_build_counts_its_cache_writes(run, home, mo
     assert predicted["cost_cached"] < total["cost"]
 
 
+@contextlib.contextmanager
+def _one_call_at_a_time(home, monkeypatch):
+    """A fake server answering 480-byte lines, one call at a time (every call sees what was built before it),
+    the compactor's view 8,000 bytes at most."""
+    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        configure(home, server, price_in=1.0, price_out=2.0)
+        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
+                                                        "cview": {"hi": 8000, "lo": 4000}}))
+        yield server
+
+
+def _short_turns_last(name: str) -> None:
+    """A backlog of 120 long messages, then 480 short turns."""
+    fill(name, 120).append([{"kind": "user" if k % 2 else "pi", "text": f"step {k}: checked the retry loop again, "
+                             f"nothing new in the logs around port {5400 + k % 90}; tests pass"} for k in range(120, 600)])
+
+
 @pytest.mark.parametrize("share", [0.5, 0.8])
 def test_the_dry_run_after_a_max_cost_stop_counts_the_view_the_rest_is_shown(run, home, monkeypatch, share):
     """A backlog whose short turns come last, stopped by ``--max-cost``: the rest is mostly merges over those
@@ -1011,16 +1032,8 @@ def test_the_dry_run_after_a_max_cost_stop_counts_the_view_the_rest_is_shown(run
     folded) has the next build start from it, a call shown its lines before its first placeholder. The dry run
     took each call for the view over the messages before its node, pushed from the first message: 1.16x and
     1.57x the input the rest then took here (1.10-1.64x over other stops, up to 4x on bench/model_cost.py's)."""
-    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
-    monkeypatch.setenv("TEST_LLM_KEY", "k")
-    with FakeLLM("openai", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
-        configure(home, server, price_in=1.0, price_out=2.0)
-        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
-                                                        "cview": {"hi": 8000, "lo": 4000}}))
-        mem = fill("m", 120)
-        mem.append([{"kind": "user" if k % 2 else "pi", "text": f"step {k}: checked the retry loop again, "
-                     f"nothing new in the logs around port {5400 + k % 90}; tests pass"} for k in range(120, 600)])
+    with _one_call_at_a_time(home, monkeypatch):
+        _short_turns_last("m")
         whole = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
         assert run("build-tree", "m", "--max-cost", f"{whole['cost'] * share:.6f}").exit_code == 6
         first = builder.spent(Memory.open("m"))
@@ -1180,17 +1193,9 @@ def test_the_rest_after_a_late_max_cost_stop_is_shown_the_view_an_unstopped_buil
     run at the stop counts that."""
     import statistics
 
-    monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
-    monkeypatch.setenv("TEST_LLM_KEY", "k")
-    with FakeLLM("openai", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
-        configure(home, server, price_in=1.0, price_out=2.0)
-        (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
-                                                        "cview": {"hi": 8000, "lo": 4000}}))
+    with _one_call_at_a_time(home, monkeypatch) as server:
         for name in ("m", "whole"):
-            mem = fill(name, 120)
-            mem.append([{"kind": "user" if k % 2 else "pi", "text": f"step {k}: checked the retry loop again, "
-                         f"nothing new in the logs around port {5400 + k % 90}; tests pass"} for k in range(120, 600)])
+            _short_turns_last(name)
         assert run("build-tree", "whole").exit_code == 0
         unstopped = {_node_of(body): chat_bytes(body) for body in server.requests}
         cost = builder.spent(Memory.open("whole"))["cost"]
