@@ -4,7 +4,8 @@ Semantics: case-insensitive substring matching on each message's text. A query i
 phrases"``; every term must occur (``any_term`` for at least one). Hits come newest first. With ``rank``
 the search is ranked retrieval instead: the ranker (``pimem.ranker``) over the index's term tables, any of
 the query's terms, best first; several memories are ranked as one collection (each term weighed by how
-many messages of them all hold it), so their scores compare. Tool calls and results (``tool``, ``echo``) are searched only when asked for.
+many messages of them all hold it), so their scores compare. Tool calls and results (``tool``, ``echo``) are
+searched only when asked for.
 
 How: ``index.sqlite`` (see ``pimem.index``) narrows the messages down to candidates that contain the terms'
 trigrams (or, for one- and two-character terms, any trigram starting with them); each candidate's line is
