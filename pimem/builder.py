@@ -138,6 +138,7 @@ class Builder:
         self.deferred: set[tuple[int, int]] = set()  # nodes that waited for a retry time an earlier run recorded
         self.inflight: set[tuple[int, int]] = set()
         self.to_write: list[tuple[int, int, str, dict]] = []
+        self.written: deque[list] = deque()  # batches the writer thread wrote, until the scheduler tells of them
         self.next_leaf = 0  # the next message the leaf feed reads
         self.settled = 0  # nodes known built (replayed, free or written) in this run
         self._feed = None
@@ -524,6 +525,10 @@ class Builder:
         self._writing = threading.Thread(target=self._write, args=(batch,), daemon=True)
         self._writing.start()
 
+    def writing(self) -> bool:
+        """Whether a batch is being written now."""
+        return self._writing is not None and self._writing.is_alive()
+
     def _raise_write_error(self) -> None:
         error, self._write_error = self._write_error, None
         if error is not None:
@@ -534,6 +539,7 @@ class Builder:
             if self.lease is not None and not self.lease.owned():
                 raise LeaseLost(f"memory '{self.name}' was taken over by another builder")
             self._writer.write_nodes(batch)
+            self.written.append(batch)
             self.state.settled(label(l, i) for l, i, _, _ in batch)  # (their cost is on them now)
         except Busy:  # a long writer holds the lock: keep the batch for the next flush
             self.to_write[:0] = batch

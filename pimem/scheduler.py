@@ -7,7 +7,8 @@ runs inline: it is faster than a thread hand-off; for a backlog of ``worker.MIN_
 on a machine with a second core, it runs in worker processes (``pimem.compactor.worker``) fed batches
 ahead, so lines are composed on every core while this thread settles them (the lines are the same). Built
 nodes are written in batches (at least every 0.2 s) by each builder's writer thread, under the writer lock,
-after checking that this process still holds the memory's lease. SIGTERM, SIGINT and SIGHUP stop a driver
+after checking that this process still holds the memory's lease; their ``built`` events follow the write, so
+none names a node a crash loses. SIGTERM, SIGINT and SIGHUP stop a driver
 cleanly, from its first lease on (a lease waited for included); ``Scheduler.signal`` says which one did.
 """
 
@@ -30,6 +31,7 @@ from .tree import label
 CONCURRENCY = 8
 GRACE = 15.0
 FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(view))
+WRITTEN_POLL = 0.05  # seconds between looks at a batch being written, whose built events follow it
 
 
 class _Pool:
@@ -190,7 +192,6 @@ class Scheduler:
             progressed = True
             text, meta = builder.compactor.build(task)
             builder.built(task.l, task.i, text, meta)
-            self._emit_built(builder, task, text, meta)
         return progressed
 
     def _call(self, builder: Builder, now: float) -> bool:
@@ -242,6 +243,7 @@ class Scheduler:
 
     def retire(self, builder: Builder) -> None:
         """Build no more with ``builder`` (what it spent still counts: ``retired``)."""
+        self._tell_written(builder)  # (the batches written before it stopped)
         self.builders.remove(builder)
         self.retired.append(builder)
         self.held.discard(builder)
@@ -286,10 +288,15 @@ class Scheduler:
             self._offloaded -= work.close()
             builder.window_size = WINDOW
 
-    def _emit_built(self, builder: Builder, task: Task, text: str, meta: dict) -> None:
-        if self.on_event is not None:
-            self.emit({"event": "built", "memory": builder.name, "node": task.label, "l": task.l, "i": task.i,
-                        "bytes": len(text.encode("utf-8")), **meta})
+    def _tell_written(self, builder: Builder) -> None:
+        """The ``built`` events of the nodes ``builder`` wrote since the last look: told once written, never
+        before, so that no event names a node a crash (SIGKILL) loses."""
+        while builder.written:
+            batch = builder.written.popleft()
+            if self.on_event is not None:
+                for l, i, text, meta in batch:
+                    self.emit({"event": "built", "memory": builder.name, "node": label(l, i), "l": l, "i": i,
+                               "bytes": len(text.encode("utf-8")), **meta})
 
     def _collect(self, timeout: float) -> None:
         """Take finished calls (waiting up to ``timeout`` for the first one)."""
@@ -301,6 +308,7 @@ class Scheduler:
             item = self._results.get(timeout=timeout)
         except queue.Empty:
             return
+        answered: dict[Builder, dict[str, float]] = {}  # builder -> what its calls answered now were billed
         while True:
             builder, task, text, meta, error = item
             if builder.compactor.offline:
@@ -321,7 +329,8 @@ class Scheduler:
             elif builder in self.builders:
                 if error is None:
                     builder.built(task.l, task.i, text, meta)
-                    self._emit_built(builder, task, text, meta)
+                    if builder.state.pending and meta.get("cost") is not None:
+                        answered.setdefault(builder, {})[task.label] = meta["cost"]
                 else:
                     builder.failed(task.l, task.i, str(error), getattr(error, "retry_after", None), getattr(error, "spent", None))
                     self.emit({"event": "failed", "memory": builder.name, "node": task.label, "l": task.l,
@@ -329,7 +338,11 @@ class Scheduler:
             try:
                 item = self._results.get_nowait()
             except queue.Empty:
-                return
+                break
+        # a pending call answered counts at what it was billed, not its worst case, if this process dies before
+        # its node is written (one write of compactor.json for the calls taken together, only under a daily cap)
+        for builder, costs in answered.items():
+            builder.state.answered(costs)
 
     def _check_bill(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
         """A call billed past the worst case it was reserved at (the provider counted more tokens than bytes
@@ -351,6 +364,7 @@ class Scheduler:
         """Hand built nodes to the writers (``due_only``: only where the batch is big or old enough)."""
         now = time.monotonic()
         for builder in list(self.builders):
+            self._tell_written(builder)
             if due_only:
                 if not builder.to_write:
                     builder.last_flush = now
@@ -361,7 +375,9 @@ class Scheduler:
             try:
                 with self.refusing(builder.name, builder):
                     builder.flush(wait)
+                self._tell_written(builder)
             except LeaseLost as exc:
+                self._tell_written(builder)
                 self.emit({"event": "lost", "memory": builder.name, "error": str(exc)})
                 self._drop(builder)
 
@@ -398,6 +414,7 @@ class Scheduler:
                     break
                 dues = [d for d in (b.next_due() for b in self.builders) if d is not None]
                 dues += [b.last_flush + b.flush_seconds for b in self.builders if b.to_write]
+                dues += [now + WRITTEN_POLL for b in self.builders if b.writing()]  # (then its built events)
                 wait = min([self.poll] + [max(0.0, d - now) for d in dues])
                 self._collect(wait)
                 self._flush(due_only=True)

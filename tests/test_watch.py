@@ -916,3 +916,43 @@ def test_a_watcher_sends_a_node_an_earlier_run_was_asked_to_wait_for_only_after_
             until(lambda: complete("m"))
         assert [message(1)(body) for body in server.requests] == [True, False, True]
     assert_built_once(mem)
+
+
+@pytest.mark.parametrize("command", ["watch", "build-tree"])
+def test_a_builder_killed_before_its_answers_are_written_told_none_of_them_and_counts_them_as_billed(home, command):
+    """Nodes are written in batches (at least every 0.2 s), so a builder killed with SIGKILL loses the calls
+    answered since the last write; the next one builds them again. Their ``built`` events go out once the nodes
+    are written, so none names a lost node (before, one went out with the answer, and the node was built and
+    paid for twice while the events said it was built once); under a daily cap, such a call is pending in
+    compactor.json at what it was billed, not at its worst case (before, a restarted watcher counted each at
+    its worst case, ~40 times its cost here, and stayed capped for the day on money never spent). The writer
+    lock held by this test stands for the writes still to come."""
+    with FakeLLM("openai", latency=0.3) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)  # the server says 1,000 tokens in, 100 out: $0.0012
+        mem = fill("m", 60, short_every=1000)
+        capped = ["--max-cost-per-day", "5"] if command == "watch" else []
+        builder_process = subprocess.Popen(pimem_cmd(command, "m", "--json", *capped), stdout=subprocess.PIPE,
+                                           stderr=subprocess.PIPE, env=subprocess_env(TEST_LLM_KEY="k"))
+        try:
+            until(lambda: lease.holder(mem))
+            with mem.lock():  # (nothing can be written now)
+                until(lambda: len(server.requests) >= 20)
+                sent = len(server.requests)  # (a call beyond the 8 in flight goes once one is answered and counted)
+                builder_process.kill()
+                out, err = builder_process.communicate(timeout=30)
+        finally:
+            if builder_process.poll() is None:
+                builder_process.kill()
+                builder_process.communicate(timeout=30)
+        told = {(e["l"], e["i"]) for e in map(orjson.loads, out.splitlines()) if e["event"] == "built"}
+        assert told <= {(n["l"], n["i"]) for n in stored_lines(mem)}, err  # (nothing was written: no event)
+        if command == "build-tree":
+            return
+        pending = orjson.loads((mem.path / "compactor.json").read_bytes())["pending"]
+        billed = [call["cost"] for call in pending.values() if call["cost"] == pytest.approx(0.0012)]
+        assert len(billed) >= sent - 8 and len(pending) - len(billed) <= 8  # (the rest in flight: at their worst case)
+        with watching("m", "--json", "--max-cost-per-day", "5") as again:
+            until(lambda: complete("m"), timeout=60)
+        # the next watcher took them as paid, at what they cost (and built their nodes again)
+        assert unbuilt_cost(mem.path) == pytest.approx(sum(call["cost"] for call in pending.values()))
+        assert_built_once(mem)

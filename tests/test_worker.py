@@ -128,16 +128,19 @@ def test_a_killed_worker_leaves_the_rest_to_the_builder(tmp_path, monkeypatch, e
     monkeypatch.setenv("PIMEM_HOME", str(tmp_path / "home"))
     mem = synthetic(tmp_path / "home", "m", 700)
     events = []
-    run = scheduler.Scheduler()
-    run.add(builder.Builder(mem))
+    run = scheduler.Scheduler(on_event=events.append)
+    building = builder.Builder(mem)
+    run.add(building)
+    settle, settled = building.built, []
 
-    def kill_after_some(event):
-        events.append(event)
-        if len(events) == 40:
-            crew = run._workers[run.builders[0]]
+    def kill_after_some(l, i, text, meta):  # (the built events come once the nodes are written: too late here)
+        settle(l, i, text, meta)
+        settled.append((l, i))
+        if len(settled) == 40:
+            crew = run._workers[building]
             crew._procs[1].kill()
 
-    run.on_event = kill_after_some
+    building.built = kill_after_some
     run.run(once=True)
     built = [e for e in events if e["event"] == "built"]
     assert len(built) == len({(e["l"], e["i"]) for e in built})  # no node built twice

@@ -24,10 +24,11 @@
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
 - ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
-  day (the sender's) each was sent, until its node is written, its failure recorded, or it is found never to
-  have gone out (no proxy could carry it: ``unsent``): a watcher killed (SIGKILL, a crash) with calls in
-  flight leaves them here, and the next builder of the memory counts them as paid, at their worst case, in
-  ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
+  day (the sender's) each was sent, then at what it was billed once answered, until its node is written, its
+  failure recorded, or it is found never to have gone out (no proxy could carry it: ``unsent``): a watcher
+  killed (SIGKILL, a crash) with calls in flight, or answered and not yet written (a builder writes its nodes
+  at least every 0.2 s), leaves them here, and the next builder of the memory counts them as paid, at those
+  costs, in ``unbuilt_cost`` (the provider bills them all the same; nothing else records them).
 
 State, not configuration: deleting the file only costs one relearning call and the failure history.
 """
@@ -118,6 +119,17 @@ class BuildState:
         with self._lock:
             self.pending[label] = {"day": day, "cost": worst}
         self.save()
+
+    def answered(self, costs: dict[str, float]) -> None:
+        """The pending calls of ``costs`` (node label -> dollars) were answered and billed that much: a process
+        dying before their nodes are written leaves them counted at what they cost, not their worst case."""
+        with self._lock:
+            changed = [label for label, cost in costs.items() if label in self.pending
+                       and self.pending[label]["cost"] != cost]
+            for label in changed:
+                self.pending[label] = {**self.pending[label], "cost": costs[label]}
+        if changed:
+            self.save()
 
     def settled(self, labels) -> None:
         """The nodes ``labels`` are written (their cost recorded on them): their calls are pending no more."""
