@@ -97,7 +97,7 @@ class Builder:
         self.line_bytes = int(cfg["line_bytes"])
         self.state = state or BuildState(mem.path)
         if mode is Mode.BUILD and lease is not None:  # (calls a builder before this one sent and died with:
-            self.state.abandoned()  # billed all the same, at their worst case for all anyone knows)
+            self.state.abandoned()  # billed all the same: at what they cost if answered, else at their worst case)
             self.state.calls_stopped(None)  # (an overbilled call stopped that builder's calls, not this one's)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))

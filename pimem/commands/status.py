@@ -36,7 +36,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["builder_gone"] = None if row["builder"] else lease.dead(mem)  # (killed or crashed: it never let go)
     state = BuildState(mem.path)
     # billed calls that built nothing; with no builder running, a capped watcher's calls cut off by its death too,
-    # at their worst case, as the next builder counts them
+    # at what they were billed if answered, else at their worst case, as the next builder counts them
     cut_off = 0.0 if row["builder"] else sum(call["cost"] for call in state.pending.values())
     row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()) + cut_off, 9)
     failures = state.failures
@@ -87,7 +87,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if spent["cost_unbuilt"]:
         output.line(f"{'' if spent['calls'] else 'spent':<10}${spent['cost_unbuilt']:.4f} more on calls that built nothing "
                     "(empty or refused answers; a capped watcher's calls given up at a stop or cut off by its death, at "
-                    "their worst case; over the last 31 days)")
+                    "what they were billed if answered, else at their worst case; over the last 31 days)")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
         marked = len(spent["suspect"])
