@@ -108,11 +108,11 @@ def stalled(mem, within: float = 0.0) -> str | None:
     setting = mem.config.get("max_cost_per_day")
     lifts = state.cap_lifts(now, setting)
     if lifts and state.capped_below:  # (no day's spending lets a call through)
-        from .numbers import dollars
+        from .numbers import dollars, money
 
         cap = setting if state.capped_setting is not None else state.capped_below["max_cost_per_day"]
         return (f"the watcher's daily spend cap (max_cost_per_day) of {dollars(cap)} is below one call's worst "
-                f"case (${state.capped_below['next_call']:.4f}): nothing is built until it is raised")
+                f"case ({money(state.capped_below['next_call'])}): nothing is built until it is raised")
     if lifts:
         return (f"the watcher reached its daily spend cap (max_cost_per_day): nothing more is built until "
                 f"{when.rfc3339(lifts.astimezone(now.tzinfo))}")

@@ -64,6 +64,16 @@ def dollars(amount: float) -> str:
     return f"${Decimal(repr(float(amount))).normalize():f}"
 
 
+def money(amount: float) -> str:
+    """A computed amount of money: ``$0.0179`` (four decimals), or two significant digits in plain digits
+    under a hundredth of a cent (``$0.000011``, where four decimals said ``$0.0000``)."""
+    if amount == 0 or abs(amount) >= 0.0001:
+        return f"${amount:.4f}"
+    from decimal import Decimal
+
+    return f"${Decimal(f'{amount:.2g}'):f}"
+
+
 def param(parse, metavar: str, **bounds):
     """A click parameter type parsing with ``parse(text, None, **bounds)`` (click names the option)."""
     from typer._click.types import ParamType  # (typer vendors click)

@@ -197,18 +197,28 @@ def test_dollars_are_written_in_plain_digits():
         "$0.00001", "$0.0001", "$5", "$5", "$0.05", "$1000000000", "$1234.5"]
 
 
-def test_status_shows_the_ten_oldest_failures_and_counts_the_rest(run, home):
+def test_status_shows_the_ten_failures_first_in_the_log_and_counts_the_rest(run, home):
     """A server down for a day fails a probe a round: status said every one, a line each (1,440 lines). It shows
-    the ten oldest and how many more failed later; ``--json`` keeps them all."""
+    the ten first in the log (those hold the rest back; they were sorted by their last try, so the leaves
+    failing longest went under probes tried once) and how many more; ``--json`` keeps them all."""
     from pimem import Memory
 
     assert run("append", "m", "a long message " * 100).exit_code == 0
-    failures = {f"{n}+1": {"error": "HTTP 503", "at": f"2026-10-08T09:{n:02d}:00+08:00", "tries": 3}
-                for n in range(13)}
+    failures = {f"{n}+1": {"error": "HTTP 503", "at": f"2026-10-08T09:{59 - n:02d}:00+08:00", "tries": 3}
+                for n in reversed(range(13))}
     (Memory.open("m").path / "compactor.json").write_bytes(orjson.dumps({"failures": failures}))
     text = run("status", "m").stdout
     failing = [line for line in text.splitlines() if line.startswith("failing")]
-    assert len(failing) == 11 and failing[0].startswith("failing   0+1: HTTP 503 (3 tries, last 2026-10-08T09:00"), text
+    assert len(failing) == 11 and failing[0].startswith("failing   0+1: HTTP 503 (3 tries, last 2026-10-08T09:59"), text
     assert failing[9].startswith("failing   9+1: ") and failing[10] == (
-        "failing   and 3 more nodes, failed later ('pimem status m --json' lists them all)"), text
+        "failing   and 3 more nodes further along the log ('pimem status m --json' lists them all)"), text
     assert len(orjson.loads(run("status", "m", "--json").stdout)["failures"]) == 13
+
+
+def test_amounts_spent_under_a_hundredth_of_a_cent_keep_two_digits():
+    """What a call costs or may cost is written with four decimals, and under a hundredth of a cent with two
+    significant digits: a cap of $0.000001 said 'a call may cost up to $0.0000, more than the daily cap'."""
+    from pimem.numbers import money
+
+    assert [money(x) for x in (0, 0.0179123, 1.5, 0.0001, 0.000011234, 0.0000004)] == [
+        "$0.0000", "$0.0179", "$1.5000", "$0.0001", "$0.000011", "$0.0000004"]

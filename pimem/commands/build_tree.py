@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..numbers import count, dollars, param, seconds, usd
+from ..numbers import count, dollars, money, param, seconds, usd
 from ..options import Home, Json, Log
 
 
@@ -68,9 +68,9 @@ def command(
             if json:
                 output.json_line(row)
             else:
-                cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about ${row['cost']:.4f}"
+                cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about {money(row['cost'])}"
                 if row.get("cost_cached") is not None:
-                    cost += f" (${row['cost_cached']:.4f} at best with the prompt cache)"
+                    cost += f" ({money(row['cost_cached'])} at best with the prompt cache)"
                 again = (f" and about {row['asked_again']:,} more the faithfulness guard asks again"
                          if row["asked_again"] else "")
                 near = "" if not row["calls"] else "at most " if row["bound"] else "about "  # (nothing left is no guess)
@@ -118,7 +118,7 @@ def command(
     failed = sum(row["gave_up"] for row in rows)
     for builder, row in zip(built, rows):
         if not json:
-            cost = f", ${row['cost']:.4f}" if row["cost"] else ""
+            cost = f", {money(row['cost'])}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
                         f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
     _raise_first({**refused, **sched.refused}, mems_named)
@@ -129,11 +129,11 @@ def command(
         raise ProviderError(f"{'; '.join(f'{name}: {why}' for name, why in keyless.items())}; nothing was sent")
     if sched.overbilled and max_cost is not None:
         pending = sched.pending()
-        raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent ${sched.spent():.4f} against "
+        raise ProviderError(f"stopped: {next(iter(sched.overbilled.values()))}; spent {money(sched.spent())} against "
                             f"--max-cost {dollars(max_cost)}" + (f"; {_remain(pending)}" if pending else ""))
     if sched.stopped_for_cost:
-        raise ProviderError(f"stopped before spending more than {dollars(max_cost)} (spent ${sched.spent():.4f}, and the next "
-                            f"call may cost up to ${sched.next_worst:.4f} at its worst case); "
+        raise ProviderError(f"stopped before spending more than {dollars(max_cost)} (spent {money(sched.spent())}, and the next "
+                            f"call may cost up to {money(sched.next_worst)} at its worst case); "
                             f"{_remain(sched.pending())}")
     if failed:
         builder, node = next((b, node) for b in built for node in sorted(b.gave_up))

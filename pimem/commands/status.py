@@ -5,11 +5,11 @@ import time
 from .. import naming, output
 from ..errors import escaped
 from ..memory import Memory
-from ..numbers import dollars
+from ..numbers import dollars, money
 from ..options import Home, Json, Name
 
 
-FAILING_SHOWN = 10  # failing nodes a line each, the oldest first (a server down for a day fails a probe a round)
+FAILING_SHOWN = 10  # failing nodes a line each, first in the log first (a server down for a day fails a probe a round)
 
 
 def command(name: Name = None, json: Json = False, home: Home = None) -> None:
@@ -40,7 +40,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     cut_off = 0.0 if row["builder"] else sum(call["cost"] for call in state.pending.values())
     row["spent"]["cost_unbuilt"] = round(sum(state.unbuilt_cost.values()) + cut_off, 9)
     failures = state.failures
-    row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=lambda kv: kv[1].get("at", ""))]
+    row["failures"] = [{"node": node, **info} for node, info in sorted(failures.items(), key=_place)]
     now = env.now()
     # the daily cap: until the watcher's day ends, whatever the time zone here, unless the memory's setting it
     # reached was raised since (or taken away): the next watcher looks at the day afresh, as a running one does
@@ -79,13 +79,13 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     spent = row["spent"]
     if spent["calls"]:
         models = ", ".join(f"{model} {n:,}" for model, n in sorted(spent["models"].items()))
-        cost = f", ${spent['cost']:.4f}" if spent["cost"] else ""
+        cost = f", {money(spent['cost'])}" if spent["cost"] else ""
         cached = f" ({spent['tokens_cached'] / spent['tokens_in']:.0%} from the prompt cache)" if spent["tokens_cached"] else ""
         output.line(f"spent     {output.count(spent['calls'], 'summary', 'summaries')} written ({models}), "
                     f"{output.count(spent['tokens_in'], 'token')} in{cached}, "
                     f"{spent['tokens_out']:,} out{cost}")
     if spent["cost_unbuilt"]:
-        output.line(f"{'' if spent['calls'] else 'spent':<10}${spent['cost_unbuilt']:.4f} more on calls that built nothing "
+        output.line(f"{'' if spent['calls'] else 'spent':<10}{money(spent['cost_unbuilt'])} more on calls that built nothing "
                     "(empty or refused answers; a capped watcher's calls given up at a stop or cut off by its death, at "
                     "what they were billed if answered, else at their worst case; over the last 31 days)")
     if spent["suspect"]:
@@ -106,7 +106,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
     if row["capped_below"]:
         below = row["capped_below"]
-        output.line(output.style(f"capped    a call may cost up to ${below['next_call']:.4f} at its worst case, more than the "
+        output.line(output.style(f"capped    a call may cost up to {money(below['next_call'])} at its worst case, more than the "
                                  f"daily spend cap of {dollars(below['max_cost_per_day'])}: nothing is built until the cap is "
                                  "raised", "yellow"))
     elif row["capped"]:
@@ -121,8 +121,15 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                                  f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(local(fail['at']))}{retry})", "red"))
     if len(row["failures"]) > FAILING_SHOWN:
         more = len(row["failures"]) - FAILING_SHOWN
-        output.line(output.style(f"failing   and {more:,} more {'node' if more == 1 else 'nodes'}, failed later "
+        output.line(output.style(f"failing   and {more:,} more {'node' if more == 1 else 'nodes'} further along the log "
                                  f"('pimem status {row['name']} --json' lists them all)", "red"))
+
+
+def _place(item) -> tuple:
+    """Where failing node ``(label, record)`` lies in the log (its first message, then its size): the first
+    hold back the rest (a label that is not ``I+N``, from a hand edit, last)."""
+    start, _, size = item[0].partition("+")
+    return (0, int(start), int(size)) if start.isdigit() and size.isdigit() else (1, 0, 0)
 
 
 def _moment(text):

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import output
-from ..numbers import dollars, param, usd
+from ..numbers import dollars, money, param, usd
 from ..options import Home, Json, Log
 
 
@@ -52,10 +52,10 @@ def command(
             output.info(f"{event['memory']} {event['node']} failed: {output.flatten(event['error'])}")  # (a server's words)
         elif event["event"] == "capped":
             if event["next_call"] > event["max_cost_per_day"]:
-                output.warn(f"{event['memory']}: a call may cost up to ${event['next_call']:.4f} at its worst case, more "
+                output.warn(f"{event['memory']}: a call may cost up to {money(event['next_call'])} at its worst case, more "
                             f"than the daily cap of {dollars(event['max_cost_per_day'])}: nothing is built until it is raised")
             else:
-                output.info(f"{event['memory']}: spent ${event['spent']:.4f} of {dollars(event['max_cost_per_day'])} on "
+                output.info(f"{event['memory']}: spent {money(event['spent'])} of {dollars(event['max_cost_per_day'])} on "
                             f"{event['day']}; waiting for the next day")
         elif event["event"] == "refused":
             again = ("this watcher takes it again once its settings change" if event.get("settings")
