@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import BadInput, PimemError
+from .errors import BadInput, PimemError, escaped
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
 ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
@@ -294,8 +294,14 @@ def hook_command(home: str | None = None, name: str | None = None, budget: int |
     exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -m pimem"
     options = [("--home", home and str(Path(home).expanduser().absolute())), ("--name", name),
                ("--budget", budget), ("--timeout", None if timeout is None else repr(float(timeout)).removesuffix(".0"))]
-    return f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options
-                                               if value not in (None, ""))
+    command = f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options
+                                                  if value not in (None, ""))
+    try:
+        command.encode("utf-8")
+    except UnicodeEncodeError:  # (settings.json holds text: the shell would be given another path)
+        raise BadInput(f"{escaped(command)}: a path in it is not UTF-8, which Claude Code's settings.json cannot "
+                       "hold; give a --home (and a pimem) whose path is UTF-8") from None
+    return command
 
 
 def is_ours(hook) -> bool:

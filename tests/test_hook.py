@@ -420,6 +420,21 @@ def test_install_into_the_project_and_refusals(home, tmp_path):
     assert wrong.returncode == 2 and "unknown agent 'cursor'" in wrong.stderr
 
 
+def test_install_refuses_a_home_whose_path_is_not_utf8(home, tmp_path):
+    """settings.json holds text: a --home under a directory named in another encoding was written with a lone
+    surrogate, and the hook Claude Code ran wrote to another directory (U+FFFD for the byte). Refused in one
+    line, nothing written."""
+    import os
+
+    user = tmp_path / "user"
+    user.mkdir()
+    other = os.fsdecode(os.fsencode(str(tmp_path)) + b"/p\xffm")
+    refused = install("--home", other, home_dir=user)
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "p\\xffm" in refused.stderr and "not UTF-8" in refused.stderr, refused.stderr
+    assert not (user / ".claude").exists()
+
+
 def test_install_refuses_a_bad_name_a_link_loop_and_an_empty_hooks_value_and_keeps_a_lone_surrogate(home, tmp_path):
     user = tmp_path / "user"
     settings = user / ".claude" / "settings.json"
