@@ -187,12 +187,22 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 def info(text: str) -> None:
-    """A message for the person, on stderr."""
-    env.stderr().write(f"{text}\n")
+    """A message for the person, on stderr (a path that is not UTF-8 in it written as errors write it)."""
+    env.stderr().write(f"{_said(text)}\n")
 
 
 def warn(text: str) -> None:
-    env.stderr().write(f"pimem: warning: {text}\n")
+    env.stderr().write(f"pimem: warning: {_said(text)}\n")
+
+
+def _said(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # (a home under a directory named in another encoding: ``\xff``, not ``\udcff``)
+        from .errors import escaped
+
+        return escaped(text)
+    return text
 
 
 def quiet_stdout() -> None:

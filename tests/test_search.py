@@ -509,3 +509,5 @@ def test_a_home_whose_path_is_not_utf8_is_searched_recalled_reindexed_and_report
     missing = sh("search", "hello", "nosuch", PIMEM_HOME=home)
     assert missing.returncode == 3
     assert f"no memory named 'nosuch' in {tmp_path}/h o\\xffme/sub dir %41?#".encode() in missing.stderr
+    renamed = sh("rename", "m", "m2", PIMEM_HOME=home)  # (a message on stderr writes the path as errors do)
+    assert renamed.returncode == 0 and f"({tmp_path}/h o\\xffme/sub dir %41?#/m2)".encode() in renamed.stderr, renamed.stderr
