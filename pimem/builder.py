@@ -9,9 +9,9 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
   own, not the server's) is set aside: retried still, it holds no place in the window (``Builder.set_aside``);
   once every leaf of the window failed so with no call answered, one later leaf is sent as a probe, at most one
   a round of retries (``Builder.probe``): answered, the server works and they are set aside; failed, it is
-  parked (it holds no place, and is not retried until a probe is answered) and the next round probes the
-  leaf after it, so eight leaves that always fail stall the log for a few rounds, and a server that answers
-  nothing is sent the window's 8 calls and one probe a round;
+  parked (it holds no place, and is not retried until a call is answered) and the next round probes the
+  leaf after it (past the log's end, the oldest parked leaf), so eight leaves that always fail stall the log
+  for a few rounds, and a server that answers nothing is sent the window's 8 calls and one probe a round;
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s), twice that if it fails again, and so on up to ``BACKOFF``
@@ -121,7 +121,8 @@ class Builder:
         # place in the window (each its own failure: eight of them filled it, and no later leaf was built)
         self.probe: int | None = None  # the leaf sent past a window of stuck leaves, to learn if the server works
         self.parked: list[int] = []  # probes that failed (and leaves an earlier run failed, passed over for the
-        # probe): no place in the window, not retried until a probe is answered (``_answered``)
+        # probe): no place in the window, not retried until a call is answered (``_answered``); past the log's
+        # end, the probes (``_parked_probe``)
         self.probes = 0  # probes failed in a row in this run
         self.probe_due: float | None = None  # (monotonic) no probe before this: one a round of retries
         # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
@@ -166,7 +167,8 @@ class Builder:
 
     def admit(self) -> None:
         """Read the log forward until the window is full (``WINDOW`` unbuilt leaves; a survey's has no limit)
-        or the log ends; a window of stuck leaves admits one more, the probe (``probing``)."""
+        or the log ends; a window of stuck leaves admits one more, the probe (``probing``), and past the log's
+        end the oldest parked leaf is the probe (parked leaves wait for none to come)."""
         while self.next_leaf < self.count:
             probing = len(self.window) - len(self.set_aside) - len(self.parked) >= self.window_size
             if probing and not self.probing(time.monotonic()):
@@ -207,6 +209,18 @@ class Builder:
             if probing:
                 self.probe = i
             self.ready_leaves.append(i)
+        i = self._parked_probe()
+        if i is not None and self.probing(time.monotonic()):
+            self.parked.remove(i)
+            self.probe = i
+            self.ready_leaves.append(i)
+
+    def _parked_probe(self) -> int | None:
+        """Past the log's end, the parked leaf the next probe is: the oldest (a failed probe is parked last),
+        not one this ``build-tree`` run gave up on."""
+        if self.next_leaf < self.count:
+            return None
+        return next((i for i in self.parked if (0, i) not in self.gave_up), None)
 
     def probing(self, now: float) -> bool:
         """Whether a probe may be sent now: every leaf holding a place in the window failed ``STUCK_TRIES``
@@ -490,7 +504,8 @@ class Builder:
 
     def _probe_due(self) -> float | None:
         """When the next probe goes, if one is to go (``probing`` once that time has come)."""
-        if self.probe_due is None or self.next_leaf >= self.count or not self.probing(self.probe_due):
+        if (self.probe_due is None or (self.next_leaf >= self.count and self._parked_probe() is None)
+                or not self.probing(self.probe_due)):
             return None
         return self.probe_due
 

@@ -716,6 +716,31 @@ def test_a_window_of_leaves_that_always_fail_is_passed_once_a_probe_past_it_is_a
         assert set(BuildState(mem.path).failures) == {f"{2 * k}+1" for k in range(10)}
 
 
+def test_parked_probes_are_probed_again_once_the_log_ends(run, home, monkeypatch):
+    """Every long message poisoned, the log's last leaf the second run's probe: the probes that failed were
+    parked (no place, not retried until a probe was answered), and with no later leaf to probe none was ever
+    sent again, even once the server would answer them, until a new message came. Past the log's end the
+    parked leaves are the probes now, oldest first; one answered, the others are retried in the same run."""
+    refused = {"poison": True}
+
+    def faults(n, body):
+        task = body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1]
+        k = int(re.search(r"message ([0-9]+)\b", task).group(1)) if "POISON" in task else None  # (its index)
+        return "500" if k is not None and (refused["poison"] or k < 2 * builder.WINDOW) else None
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=faults) as server:
+        configure(home, server)
+        mem = poisoned("m", n=10)  # (leaves 0, 2, ... 18: the window's 8, then 16 and 18 as probes)
+        for _ in range(3):
+            assert run("build-tree", "m").exit_code == 6
+        refused["poison"] = False  # (the server refuses the window's 8 only)
+        before = len(server.requests)
+        assert run("build-tree", "m").exit_code == 6
+        assert builder.survey(Memory.open("m"))["leaves"] == builder.WINDOW, len(server.requests) - before
+        assert set(BuildState(mem.path).failures) == {f"{2 * k}+1" for k in range(builder.WINDOW)}
+
+
 def test_a_retry_time_an_earlier_run_recorded_is_waited_for_as_a_call_in_flight(home):
     """A node an earlier run failed, its retry time to come (``compactor.json``): a new builder called it at once.
     A watcher waits for it (``MAX_RETRY_WAIT`` at most: the clock may have moved), the compactor's view held
