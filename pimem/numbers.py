@@ -45,7 +45,7 @@ def decimal(text: str, what: str | None, hi: float) -> float:
     """A finite, non-negative decimal number up to ``hi`` (no nan, inf, exponents or signs)."""
     value = float(text) if _DECIMAL.fullmatch(text) else -1.0
     if not (0 <= value <= hi and math.isfinite(value)):
-        raise _refuse(text, what, f"a number from 0 to {hi:,.0f}")
+        raise _refuse(text, what, f"a number from 0 to {hi:,.0f}, in plain digits (0.0000001, not 1e-7)")
     return value
 
 

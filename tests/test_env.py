@@ -66,11 +66,12 @@ def test_an_empty_or_relative_home_variable_falls_back_to_the_accounts_home(monk
         env.home()
 
 
-@pytest.mark.parametrize("value", ["abc", "inf", "1e400", "-1", "nan", " "])
+@pytest.mark.parametrize("value", ["abc", "inf", "1e400", "-1", "nan", " ", "1e-7"])
 def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(sh, home, value):
     out = sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT=value)
     assert out.returncode == 2
-    assert out.stderr == f"pimem: error: bad $PIMEM_LOCK_TIMEOUT {value!r}: use a number from 0 to 31,622,400\n".encode()
+    assert out.stderr == (f"pimem: error: bad $PIMEM_LOCK_TIMEOUT {value!r}: use a number from 0 to 31,622,400, in plain "
+                          "digits (0.0000001, not 1e-7)\n").encode()
     assert not home.exists()  # no empty memory left behind
     assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
 
