@@ -99,6 +99,7 @@ class Builder:
         if mode is Mode.BUILD and lease is not None:  # (calls a builder before this one sent and died with:
             self.state.abandoned()  # billed all the same: at what they cost if answered, else at their worst case)
             self.state.calls_stopped(None)  # (an overbilled call stopped that builder's calls, not this one's)
+            self.state.unpark_all()  # (that builder's parked leaves: this one has parked none yet)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
         self.asked_of = asked_of(self.compactor.cfg)  # (whom a recorded retry time holds back: ``_deferred``)
@@ -168,7 +169,8 @@ class Builder:
     def admit(self) -> None:
         """Read the log forward until the window is full (``WINDOW`` unbuilt leaves; a survey's has no limit)
         or the log ends; a window of stuck leaves admits one more, the probe (``probing``), and past the log's
-        end the oldest parked leaf is the probe (parked leaves wait for none to come)."""
+        end the oldest parked leaf is the probe (parked leaves wait for none to come); ``compactor.json`` marks
+        the leaves parked (``status`` says they wait for an answered call)."""
         while self.next_leaf < self.count:
             probing = len(self.window) - len(self.set_aside) - len(self.parked) >= self.window_size
             if probing and not self.probing(time.monotonic()):
@@ -202,6 +204,7 @@ class Builder:
             self.messages[i] = msg if self.mode is Mode.BUILD else {"size": msg["size"]}
             if probing and label(0, i) in self.state.failures:  # (an earlier run's probe that failed, or a leaf
                 self.parked.append(i)  # of its window: the probe is one not known to fail)
+                self.state.park([label(0, i)])  # (rare: a write each is cheap enough)
                 if self.cview is not None:
                     self.cview.sending(0, i)
                     self.cview.failed(0, i)
@@ -214,6 +217,7 @@ class Builder:
             self.parked.remove(i)
             self.probe = i
             self.ready_leaves.append(i)
+            self.state.park(released=[label(0, i)])
 
     def _parked_probe(self) -> int | None:
         """Past the log's end, the parked leaf the next probe is: the oldest (a failed probe is parked last),
@@ -300,6 +304,7 @@ class Builder:
         and so are the parked ones, retried now (those ``build-tree`` gave up on: by the next run)."""
         self.set_aside |= self.stuck
         self.stuck.clear()
+        self.state.park(released=[label(0, i) for i in self.parked])
         for i in self.parked:
             self.set_aside.add(i)
             if (0, i) not in self.gave_up:
@@ -343,7 +348,7 @@ class Builder:
             retry = when.rfc3339(now + datetime.timedelta(seconds=delay))
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
-        self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of)
+        self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of, parked=probe)
         in_a_row = self.state.failures[label(l, i)]["tries"]  # (as compactor.json counts, across runs, as readers count it)
         if probe:  # (parked until a probe is answered; the next one, a leaf after it, a round from now)
             self.probe = None

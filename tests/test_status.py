@@ -222,3 +222,37 @@ def test_amounts_spent_under_a_hundredth_of_a_cent_keep_two_digits():
 
     assert [money(x) for x in (0, 0.0179123, 1.5, 0.0001, 0.000011234, 0.0000004)] == [
         "$0.0000", "$0.0179", "$1.5000", "$0.0001", "$0.000011", "$0.0000004"]
+
+
+def test_a_parked_probe_is_said_to_wait_for_an_answered_call_not_to_be_retried(home, sh):
+    """Nine leaves the server refuses, then one it answers: the window's eight are stuck, the ninth, sent as a
+    probe, failed and is parked (no call is answered, so it is not retried), yet ``status`` said it was being
+    retried. It says it waits for an answered call (``"parked": true`` in compactor.json and the JSON) while
+    the next probe is out; once that one is answered the leaf is retried, and says so again."""
+    from test_scheduler import poisoned, refuses_poison
+
+    gate = threading.Event()
+    with FakeLLM("openai", faults=refuses_poison, latency=lambda n, body: (
+            "message 9:" in body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1] and gate.wait(60) and 0)) as server:
+        configure(home, server)
+        mem = poisoned("m", bad=9, n=10)  # (long messages 0, 2, ... 18, the last one answered; 16 is the first probe, 18 the next)
+        with watching("m"):
+            until(lambda: BuildState(mem.path).failures.get("16+1", {}).get("parked"), timeout=60)
+            until(lambda: any("message 9:" in body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1] for body in server.requests), timeout=60)
+            text, row = status(sh)
+            line = next(line for line in text.splitlines() if "16+1: " in line)
+            assert line.endswith("(1 try, last 2026-10-08T09:30:00+08:00, waiting for an answered call)"), text
+            assert text.count("waiting for an answered call") == 1, text  # (the window's eight are retried)
+            probe = next(fail for fail in row["failures"] if fail["node"] == "16+1")
+            assert (probe["parked"], probe["next"], probe["being_retried"]) == (True, None, False), probe
+            assert all("parked" not in fail for fail in row["failures"] if fail["node"] != "16+1"), row
+            tries = probe["tries"]
+            gate.set()  # (the next probe answered: the parked leaf is retried, and fails again)
+            until(lambda: BuildState(mem.path).failures["16+1"]["tries"] > tries, timeout=60)
+            assert "parked" not in BuildState(mem.path).failures["16+1"]
+            text, row = status(sh)
+            assert "waiting for an answered call" not in text and all("parked" not in fail for fail in row["failures"]), text
+        state = BuildState(mem.path)  # (a mark a builder left, killed: with none running, nothing is parked)
+        state.park(["16+1"])
+        text, row = status(sh)
+        assert "waiting for an answered call" not in text and all("parked" not in fail for fail in row["failures"]), text

@@ -58,6 +58,10 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     asker = builder.asked_of(mem.config.get("compactor") or {})
     for fail in row["failures"]:
         fail["next"], fail["being_retried"] = (None, False) if idle else _retry(fail, row["builder"], asker, now)
+        # a leaf the running builder holds back until some call is answered (``Builder.parked``): not retried
+        # meanwhile; a mark no builder running stands behind is dropped (the next one parks its own)
+        if fail.pop("parked", None) is True and row["builder"] and not idle:
+            fail.update(parked=True, next=None, being_retried=False)
     if json:
         output.json_line(row)
         return
@@ -116,7 +120,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))
     for fail in row["failures"][:FAILING_SHOWN]:
-        retry = f", next {local(fail['next'])}" if fail["next"] else ", being retried" if fail["being_retried"] else ""
+        retry = (", waiting for an answered call" if fail.get("parked") else f", next {local(fail['next'])}" if fail["next"]
+                 else ", being retried" if fail["being_retried"] else "")
         output.line(output.style(f"failing   {output.flatten(fail['node'])}: {output.flatten(fail['error'])} "
                                  f"({output.count(fail['tries'], 'try', 'tries')}, last {output.flatten(local(fail['at']))}{retry})", "red"))
     if len(row["failures"]) > FAILING_SHOWN:

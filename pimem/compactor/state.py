@@ -3,8 +3,9 @@
 - ``extra_tokens``: per model label, the extra ``max_tokens`` a reasoning model needed (it answered
   ``length`` with almost no text once; from then on it gets the headroom on the first try);
 - ``failures``: per node label, the last error, when, how many tries failed, when it is retried, and by which
-  compactor (its model and server: a retry time one server asked for does not hold back another); cleared
-  once built;
+  compactor (its model and server: a retry time one server asked for does not hold back another), and
+  ``parked``: true while the running builder holds that leaf back until some call is answered (a failed probe,
+  ``Builder.parked``; a record without it, an earlier pimem's, is not parked); cleared once built;
 - ``unbuilt_cost``: per local day (the builder's that paid them), the dollars paid for calls that built no node
   (a billed empty or unreadable reply, a reasoning model's first request when its second failed), which no node
   records: a daily cap counts them after a restart too (the last 31 days are kept; only a builder reads a day's,
@@ -102,13 +103,15 @@ class BuildState:
             self.extra_tokens[model] = tokens
             self.save()
 
-    def failed(self, label: str, error: str, at: str, retry: str | None = None, compactor: str | None = None) -> None:
+    def failed(self, label: str, error: str, at: str, retry: str | None = None, compactor: str | None = None,
+               parked: bool = False) -> None:
         """The call for node ``label`` failed at ``at`` and may be retried at ``retry``, no sooner (by this builder,
         or by the next of the same ``compactor``: a builder waits for a retry time still to come; None: not in
-        this run; both RFC 3339); what it was billed, if anything, is in ``paid_unbuilt``."""
+        this run; both RFC 3339); what it was billed, if anything, is in ``paid_unbuilt``; ``parked``: held back
+        until some call is answered (``park``)."""
         entry = self.failures.get(label) or {"tries": 0}
         self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1, **({"retry": retry} if retry else {}),
-                                **({"compactor": compactor} if compactor else {})}
+                                **({"compactor": compactor} if compactor else {}), **({"parked": True} if parked else {})}
         with self._lock:
             self.pending.pop(label, None)
         self.save()
@@ -204,6 +207,26 @@ class BuildState:
         if self.overbilled != why:
             self.overbilled = why
             self.save()
+
+    def park(self, parked=(), released=()) -> None:
+        """The failing leaves ``parked`` wait for some call to be answered (the running builder's ``parked``); those
+        ``released`` wait no more (one write for both; labels with no failure recorded are passed over)."""
+        changed = False
+        for labels, on in ((released, False), (parked, True)):
+            for label in labels:
+                entry = self.failures.get(label)
+                if entry is not None and (entry.get("parked") is True) != on:
+                    if on:
+                        entry["parked"] = True
+                    else:
+                        del entry["parked"]
+                    changed = True
+        if changed:
+            self.save()
+
+    def unpark_all(self) -> None:
+        """A builder starts: the leaves an earlier one parked are not parked by this one (not yet)."""
+        self.park(released=[label for label, entry in self.failures.items() if "parked" in entry])
 
     def succeeded(self, label: str) -> None:
         if self.failures.pop(label, None) is not None:
