@@ -51,11 +51,7 @@ class PimemError(Exception):
     code = ExitStatus.USAGE
 
     def __init__(self, message: str, code: ExitStatus | None = None):
-        try:
-            message.encode("utf-8")
-        except UnicodeEncodeError:  # a path under a directory named in another encoding: said as JSON keeps it
-            message = escaped(message)
-        super().__init__(message)
+        super().__init__(readable(message))
         if code is not None:
             self.code = ExitStatus(code)
 
@@ -112,6 +108,17 @@ def escaped(path: str) -> str:
             return path
     doubled = path.replace("\\", "\\\\")
     return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def readable(text: str) -> str:
+    """A message for the person: one holding a path under a directory named in another encoding (bytes that
+    are not UTF-8) with them written as JSON keeps the path (``escaped``: ``\\xff``, not ``\\udcff``); any
+    other as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return escaped(text)
+    return text
 
 
 NOT_UTF8 = "not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8"

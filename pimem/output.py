@@ -10,6 +10,7 @@ import sys
 import orjson
 
 from . import env
+from .errors import readable
 
 _STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36", "red": "31", "match": "1;31"}
 
@@ -188,21 +189,11 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 def info(text: str) -> None:
     """A message for the person, on stderr (a path that is not UTF-8 in it written as errors write it)."""
-    env.stderr().write(f"{_said(text)}\n")
+    env.stderr().write(f"{readable(text)}\n")
 
 
 def warn(text: str) -> None:
-    env.stderr().write(f"pimem: warning: {_said(text)}\n")
-
-
-def _said(text: str) -> str:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # (a home under a directory named in another encoding: ``\xff``, not ``\udcff``)
-        from .errors import escaped
-
-        return escaped(text)
-    return text
+    env.stderr().write(f"pimem: warning: {readable(text)}\n")
 
 
 def quiet_stdout() -> None:
