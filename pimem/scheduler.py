@@ -65,6 +65,9 @@ class Scheduler:
     poll: float = 0.5
     on_event: object = None  # callable(dict) for every built/failed node
     on_progress: object = None  # callable(builders), about ten times a second
+    # callable(builder, {(l, i): seconds}): nodes a builder started waiting for, for a retry time an earlier run
+    # recorded (``Builder._deferred``), told once each
+    on_wait: object = None
     max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
     lost: list[Builder] = field(default_factory=list)  # builders stopped because another process took their lease
@@ -84,6 +87,7 @@ class Scheduler:
     _offloaded: int = 0  # tasks the workers hold
     _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
+    _waits_told: dict = field(default_factory=dict)  # builder -> the nodes of its ``deferred`` told ``on_wait`` of
     _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
     overbilled: dict = field(default_factory=dict)  # builder -> why its calls were billed past their worst case
     held: set = field(default_factory=set)  # builders that start nothing new (to be replaced once their calls are in)
@@ -288,6 +292,20 @@ class Scheduler:
             self._offloaded -= work.close()
             builder.window_size = WINDOW
 
+    def _tell_waits(self) -> None:
+        """Tell ``on_wait`` of the nodes each builder put off since the last look till the retry time an earlier
+        run recorded (those waited for: one left to the next run is not), once each."""
+        for builder in self.builders:
+            told = self._waits_told.setdefault(builder, set())
+            if len(builder.deferred) == len(told):
+                continue
+            new = builder.deferred - told
+            told |= new
+            now = time.monotonic()
+            waits = {(l, i): max(0.0, due - now) for due, l, i in builder.waiting if (l, i) in new}
+            if waits:
+                self.on_wait(builder, waits)
+
     def _tell_written(self, builder: Builder) -> None:
         """The ``built`` events of the nodes ``builder`` wrote since the last look: told once written, never
         before, so that no event names a node a crash (SIGKILL) loses."""
@@ -401,6 +419,8 @@ class Scheduler:
             while not self._stop.is_set():
                 now = time.monotonic()
                 progressed = self._dispatch(now)
+                if self.on_wait is not None:
+                    self._tell_waits()
                 self._beat()
                 if self.on_progress is not None and now - last_progress >= 0.1:
                     last_progress = now
@@ -493,16 +513,17 @@ def _restore_signals(saved: list) -> None:
 
 
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
-               on_progress=None, compactor: Compactor | None = None, keep_going: bool = False) -> Scheduler:
+               on_progress=None, compactor: Compactor | None = None, keep_going: bool = False,
+               on_wait=None) -> Scheduler:
     """Build every buildable node of ``mems`` once (failed nodes retried up to ``retries`` times) and return
     the scheduler (its builders hold the stats). Holds each memory's lease while building; ``Busy`` when a
     live watcher or another build holds one (after ``wait`` seconds). ``compactor`` overrides the memories'
     own (``demo`` builds offline). A memory whose log or files fail (damaged behind pimem's back, a full
     disk) is left, the others built, and its exception raised at the end; ``keep_going``: only recorded in
-    the scheduler's ``refused``."""
+    the scheduler's ``refused``. ``on_wait``: see ``Scheduler.on_wait``."""
     from .lease import Lease
 
-    scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress)
+    scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress, on_wait=on_wait)
     leases = []
     embedding = semantic.background()
     saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import math
+import time
 from typing import Annotated, Optional
 
 import typer
@@ -95,15 +97,35 @@ def command(
     mems = [mem for mem in mems if reading(mem, key_problem) is not None and mem.name not in keyless]
     estimates = [e for e in estimates if e["memory"] in {mem.name for mem in mems}]
     progress = _Progress(mems) if not json and env.stderr_is_tty() else None
+
+    def waiting(builder, waits: dict) -> None:
+        """Say once that the run waits for the retry time an earlier run recorded for failed nodes (up to a
+        minute of silence otherwise); with --json too, as stdout holds only the events."""
+        (l, i) = min(waits, key=lambda node: (node[1] << node[0], -node[0]))  # (the first in the log)
+        node = label(l, i)
+        error = output.flatten(builder.state.failures.get(node, {}).get("error", ""))[:200]
+        most = math.ceil(max(waits.values()))
+        if len(waits) == 1:
+            said = f"waiting {most} s to retry node {node} at the time an earlier run recorded (it failed: {error})"
+        else:
+            said = (f"waiting up to {most} s to retry {len(waits)} nodes at the times an earlier run recorded "
+                    f"(the first, {node}, failed: {error})")
+        (progress.say if progress is not None else output.info)(f"pimem: {builder.name}: {said}")
+
+    started = time.monotonic()
     try:
         sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
                                      retries=retries, wait=wait if wait is not None else 0.0,
-                                     on_progress=progress.update if progress else None, keep_going=True)
+                                     on_progress=progress.update if progress else None, keep_going=True,
+                                     on_wait=waiting)
     finally:
         if progress is not None:
             progress.close()
+    took = round(time.monotonic() - started, 3)
     built = sched.builders + sched.retired
-    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "gave_up": len(b.gave_up),
+    # seconds: how long the run took (waits for retry times included); call_seconds: the calls' time, summed
+    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "seconds": took,
+             "call_seconds": round(b.stats.seconds, 3), "gave_up": len(b.gave_up),
              **({"lost": True} if b in sched.lost else {}), **({"overbilled": True} if b in sched.overbilled else {})}
             for b in built]
     if json:
@@ -180,6 +202,12 @@ class _Progress:
     def update(self, builders) -> None:
         for builder in builders:
             self.bar.update(self.tasks[builder.name], completed=builder.settled)
+
+    def say(self, text: str) -> None:
+        """A line on stderr above the bars."""
+        from ..errors import readable
+
+        self.bar.console.print(readable(text), markup=False, highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         self.bar.stop()
