@@ -195,6 +195,14 @@ def parse_when(text: str) -> datetime:
         raise BadInput(f"bad date {text!r}: {HINT}") from None
 
 
+def refuse_reversed(start, until, start_said: str, until_said: str) -> None:
+    """Refuse (exit 2) a range whose end ``until`` comes before its ``start`` (two moments, or two message
+    numbers; either None: no range): no message can lie between, and an empty answer would read as none there.
+    ``start_said`` names the start as the command took it (``the start 2026-10-08``, ``--since 3d``)."""
+    if start is not None and until is not None and until < start:
+        raise BadInput(f"--until {until_said} is before {start_said}")
+
+
 def message_date(text: str) -> str:
     """A message's date given as an option (``append --date``): RFC 3339 kept as written, anything else in the
     WHEN grammar written as RFC 3339 with the local offset."""

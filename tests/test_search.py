@@ -146,6 +146,21 @@ def test_filters_kind_since_until(run, mem):
     assert ids(run("search", "staging", "--since", "2026-10-02", "--until", "2026-10-05", "--json")) == [4]
 
 
+def test_since_after_until_is_refused_as_since_refuses_it(run, mem, home):
+    """``--since`` after ``--until`` exited 1, as if nothing matched, where ``since`` refuses its start after
+    ``--until``: one line says so now, exit 2, before any memory is read (a missing one too), the store untouched."""
+    before = snapshot(home)
+    for argv in (["--since", "2026-10-05", "--until", "2026-10-02"], ["--since", "1h", "--until", "3h"],
+                 ["main", "--since", "2026-10-05", "--until", "2026-10-02"],
+                 ["nosuch", "--since", "2026-10-05", "--until", "2026-10-02"]):
+        out = run("search", "staging", *argv)
+        assert out.exit_code == 2 and out.stdout == "", (argv, out.stdout)
+        assert out.stderr == f"pimem: error: --until {argv[-1]} is before --since {argv[-3]}\n", argv
+    assert snapshot(home) == before
+    out = run("search", "staging", "--since", "2026-10-04", "--until", "2026-10-04")  # (empty, not reversed)
+    assert out.exit_code == 1 and "no message matches" in out.stderr
+
+
 def test_paging_with_before_and_limit(run, home):
     Memory.at("m").append([{"kind": "user", "text": f"page {n}"} for n in range(7)])
     first = run("search", "page", "--limit", "3", "--json")

@@ -45,6 +45,8 @@ def command(
     from .. import search as searching
 
     naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
+    first, last = when.parse_when(since) if since else None, when.parse_when(until) if until else None
+    when.refuse_reversed(first, last, f"--since {since}", until)
     unread = output.Unread()
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:
@@ -55,8 +57,8 @@ def command(
             rank=rank,
             kinds={kind_of(k) for k in kind} if kind else None,
             include_tools=include_tools,
-            since=when.parse_when(since) if since else None,
-            until=when.parse_when(until) if until else None,
+            since=first,
+            until=last,
             before=before,
             limit=limit,
             unread=unread,

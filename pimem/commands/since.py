@@ -47,8 +47,8 @@ def command(
     """
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     start_bound, until_bound = _bound(start), _bound(until)  # (a bad WHEN is reported before a missing memory)
-    if any(a is not None and b is not None and b < a for a, b in zip(start_bound, until_bound)):
-        raise BadInput(f"--until {until} is before the start {start}")  # (said: no message could be in between)
+    for first, last in zip(start_bound, until_bound):  # (numbers with numbers, moments with moments)
+        when.refuse_reversed(first, last, f"the start {start}", until)
     mem = Memory.open(name, home)
     kinds = {kind_of(k) for k in kind or ()}
     hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
