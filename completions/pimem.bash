@@ -59,7 +59,7 @@ _pimem_words() {
     "fsck 1") echo "@names" ;;
     "hook -n"|"hook --name") echo "@names" ;;
     "hook --home") echo "@dirs" ;;
-    "hook 1") echo "install claude-code" ;;
+    "hook 1") echo "install uninstall claude-code" ;;
     "import -n"|"import --name") echo "@names" ;;
     "import -f"|"import --format") echo "auto pi claude codex ndjson" ;;
     "import --home") echo "@dirs" ;;

@@ -197,12 +197,12 @@ complete -c pimem -n '__fish_seen_subcommand_from fsck; and __pimem_slot 1+ --ti
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l budget -x -d 'Most characters of context to answer with (default 4000).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l timeout -x -d 'Most seconds the hook takes (default 10; a watchdog ends it a second later).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -s n -l name -x -a '(__pimem_words @names)' -d 'Memory to capture into (default: the session\'s project, as import names it).'
-complete -c pimem -n '__fish_seen_subcommand_from hook' -l project -d 'install: into this project\'s .claude/settings.json.'
-complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install: into ~/.claude/settings.json (the default).'
-complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install: print the merged settings, write nothing.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l project -d 'install, uninstall: this project\'s .claude/settings.json.'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l user -d 'install, uninstall: ~/.claude/settings.json (the default).'
+complete -c pimem -n '__fish_seen_subcommand_from hook' -l dry-run -d 'install, uninstall: print the settings as they would be, write nothing.'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -l home -x -a '(__pimem_words @dirs)' -d 'Store directory (default: $PIMEM_HOME, $PI_MEM_HOME, ~/.pi/memory).'
 complete -c pimem -n '__fish_seen_subcommand_from hook' -s h -l help -d 'Show this help and exit.'
-complete -c pimem -n '__fish_seen_subcommand_from hook; and __pimem_slot 1+ --budget --timeout -n --name --home' -a '(__pimem_words install claude-code)'
+complete -c pimem -n '__fish_seen_subcommand_from hook; and __pimem_slot 1+ --budget --timeout -n --name --home' -a '(__pimem_words install uninstall claude-code)'
 
 # import
 complete -c pimem -n '__fish_seen_subcommand_from import' -s n -l name -x -a '(__pimem_words @names)' -d 'Memory to import into (default: one per project, named after its working directory).'

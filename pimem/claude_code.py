@@ -16,7 +16,8 @@ exits 2; once it is read, every failure is a warning (stderr, and ``systemMessag
 shows the user) and the hook exits 0. Time is bounded: imports stop between batches at the deadline (the
 next event reads on), and a watchdog ends the process a second after it.
 
-``install`` merges the hooks block into a Claude Code settings file, keeping everything already there.
+``install`` merges the hooks block into a Claude Code settings file, keeping everything already there;
+``uninstall`` takes pimem's hooks out of it again.
 """
 
 from __future__ import annotations
@@ -340,6 +341,64 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
     and replaced atomically (its mode kept; a link is written through to the file it names); a file that is
     not a JSON object is refused (exit 2) and left alone; ``dry_run`` writes nothing. Every number stays as
     written (``1.50``, ``1E2``, ``-0``: see ``Number``)."""
+    path, original, settings = load(path)
+    try:
+        added, updated = merge(settings, command, timeout)
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}") from None
+    backup = save(path, original, settings) if (added or updated) and not dry_run else None
+    return settings, added, updated, backup
+
+
+def uninstall(path: Path, dry_run: bool = False) -> tuple[dict, list[str], Path | None]:
+    """Take pimem's hooks out of the settings file ``path`` (``unmerge``), written as ``install`` writes it:
+    ``(settings, events removed, backup)``; a file that is not there has none."""
+    if not path.exists() and not path.is_symlink():
+        return {}, [], None
+    path, original, settings = load(path)
+    try:
+        removed = unmerge(settings)
+    except BadInput as exc:
+        raise BadInput(f"{path}: {exc}") from None
+    backup = save(path, original, settings) if removed and not dry_run else None
+    return settings, removed, backup
+
+
+def unmerge(settings: dict) -> list[str]:
+    """Remove from ``settings`` (in place) each hook of ``EVENTS`` that ``merge`` recognises as pimem's, and the
+    group, the event's list and ``hooks`` itself when that leaves them empty: the events it was removed from.
+    Everything else stays as it is."""
+    hooks = settings.get("hooks")
+    if hooks is None:
+        return []
+    if not isinstance(hooks, dict):
+        raise BadInput("its \"hooks\" is not a JSON object; fix it by hand first")
+    removed = []
+    for event in EVENTS:
+        groups = hooks.get(event)
+        if not isinstance(groups, list):
+            continue
+        kept = []
+        for group in groups:
+            if isinstance(group, dict) and isinstance(group.get("hooks"), list) and any(is_ours(h) for h in group["hooks"]):
+                group["hooks"] = [h for h in group["hooks"] if not is_ours(h)]
+                if event not in removed:
+                    removed.append(event)
+                if not group["hooks"]:
+                    continue  # (the group install made, or one that held nothing else)
+            kept.append(group)
+        if event in removed:
+            hooks[event] = kept
+            if not kept:
+                del hooks[event]
+    if removed and not hooks:
+        del settings["hooks"]
+    return removed
+
+
+def load(path: Path) -> tuple[Path, bytes | None, dict]:
+    """A settings file as ``(path, its bytes, settings)``: a link is followed to the file it names, a file that
+    is not there or is blank is ``{}``; one that is not a JSON object is refused (exit 2)."""
     import json
 
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
@@ -354,23 +413,22 @@ def install(path: Path, command: str, dry_run: bool = False, timeout: int = HOOK
         raise BadInput(f"{path}: not JSON ({exc}); fix it by hand first") from None
     if not isinstance(settings, dict):
         raise BadInput(f"{path}: not a JSON object; fix it by hand first")
+    return path, original, settings
+
+
+def save(path: Path, original: bytes | None, settings: dict) -> Path | None:
+    """Write ``settings`` to ``path`` after a backup of its ``original`` bytes (none for a new file): the
+    backup."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if original is not None else None
+    backup = _backup(path, original, mode) if original is not None else None
     try:
-        added, updated = merge(settings, command, timeout)
-    except BadInput as exc:
-        raise BadInput(f"{path}: {exc}") from None
-    backup = None
-    if (added or updated) and not dry_run:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = path.stat().st_mode & 0o777 if original is not None else None
-        if original is not None:
-            backup = _backup(path, original, mode)
-        try:
-            _write(path, render(settings), mode)
-        except BaseException:
-            if backup is not None:  # (the file is as it was: no backup of it is left either)
-                backup.unlink(missing_ok=True)
-            raise
-    return settings, added, updated, backup
+        _write(path, render(settings), mode)
+    except BaseException:
+        if backup is not None:  # (the file is as it was: no backup of it is left either)
+            backup.unlink(missing_ok=True)
+        raise
+    return backup
 
 
 class Number:

@@ -91,7 +91,7 @@ def test_bash_completes_option_values_and_files_only_where_a_file_is_meant(shell
     assert bash_complete(["pimem", "import", "no"], shell_env) == ["notes.jsonl"]
     assert bash_complete(["pimem", "map", "--svg", "no"], shell_env) == ["notes.jsonl"]
     assert bash_complete(["pimem", "--v"], shell_env) == ["--version"]
-    assert bash_complete(["pimem", "hook", ""], shell_env) == ["claude-code", "install"]
+    assert bash_complete(["pimem", "hook", ""], shell_env) == ["claude-code", "install", "uninstall"]
 
 
 @pytest.mark.skipif(not shutil.which("fish"), reason="fish is not installed")

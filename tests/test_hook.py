@@ -597,3 +597,57 @@ def test_install_writes_a_budget_or_timeout_of_zero_and_keeps_every_backup(home,
 def test_a_timeout_of_zero_still_reads_the_payload_there(home, tmp_path):
     code, answer, err = hook(payload("Stop", "s1", tmp_path / "none.jsonl"), "--timeout", "0")
     assert code == 0, err
+
+
+def uninstall(*args, home_dir, cwd=None):
+    return subprocess.run(pimem_cmd("hook", "uninstall", "claude-code", *args), capture_output=True, text=True, timeout=60,
+                          cwd=cwd, env=subprocess_env(HOME=home_dir))
+
+
+def test_uninstall_takes_out_pimem_s_hooks_and_nothing_else(home, tmp_path):
+    """There was no uninstall ('unknown agent'): a user had to find the first backup, later ones holding pimem's
+    hooks. It removes what install wrote (the groups and keys install made, once empty), keeps the rest as
+    install writes it, backs up first, and says so; with nothing there, one line and exit 0."""
+    user, work = tmp_path / "user", tmp_path / "work"
+    work.mkdir()
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    theirs = ('{\n  "model": "opus",\n  "n": 1.50,\n  "hooks": {\n    "Stop": [\n      {\n        "hooks": [\n'
+              '          {\n            "type": "command",\n            "command": "notify-send done"\n          }\n        ]\n'
+              '      }\n    ],\n    "PreToolUse": [\n      {\n        "matcher": "Bash",\n        "hooks": [\n          {\n'
+              '            "type": "command",\n            "command": "guard.sh"\n          }\n        ]\n      }\n    ]\n  }\n}\n')
+    settings.write_text(theirs)
+    os.chmod(settings, 0o640)
+    assert install("--name", "shop", home_dir=user).returncode == 0
+    installed = settings.read_bytes()
+
+    dry = uninstall("--dry-run", home_dir=user)
+    assert dry.returncode == 0 and settings.read_bytes() == installed and dry.stdout == theirs, dry.stderr
+    assert dry.stderr == f"would remove pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks from {settings}\n"
+
+    done = uninstall(home_dir=user)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert settings.read_text() == theirs and settings.stat().st_mode & 0o777 == 0o640
+    backup = done.stdout.split("(backup: ")[1].rstrip(")\n")
+    assert open(backup, "rb").read() == installed
+    assert done.stdout == (f"removed pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks from {settings} "
+                           f"(backup: {backup})\n")
+
+    again = uninstall(home_dir=user)
+    assert (again.returncode, again.stdout, again.stderr) == (0, f"no pimem claude-code hooks in {settings}; nothing changed\n", "")
+    assert settings.read_text() == theirs and sum(p.name.endswith(".bak") for p in settings.parent.iterdir()) == 2
+
+    # the project's file, made by install: emptied back to an object; a pimem hook sharing a group stays out of it alone
+    assert install("--project", home_dir=user, cwd=work).returncode == 0
+    project = work / ".claude" / "settings.json"
+    shared = json.loads(project.read_text())
+    shared["hooks"]["Stop"][0]["hooks"].insert(0, {"type": "command", "command": "say done"})
+    project.write_text(json.dumps(shared))
+    done = uninstall("--project", home_dir=user, cwd=work)
+    assert done.returncode == 0 and done.stdout.startswith(f"removed pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks from {project} (backup: ")
+    assert json.loads(project.read_text()) == {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "say done"}]}]}}
+    nowhere = uninstall("--project", home_dir=user, cwd=tmp_path)
+    assert (nowhere.returncode, nowhere.stdout) == (0, f"no pimem claude-code hooks in {tmp_path / '.claude' / 'settings.json'}; nothing changed\n")
+    assert not (tmp_path / ".claude").exists()
+    broken = uninstall("--project", "--user", home_dir=user)
+    assert broken.returncode == 2 and "not both" in broken.stderr

@@ -13,13 +13,13 @@ AGENTS = ("claude-code",)
 
 
 def command(
-    words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), or install claude-code.", metavar="[install] AGENT", autocompletion=offer("install", *AGENTS))],
+    words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), install claude-code or uninstall claude-code.", metavar="[install|uninstall] AGENT", autocompletion=offer("install", "uninstall", *AGENTS))],
     budget: Annotated[int, typer.Option("--budget", help="Most characters of context to answer with (default 4000).", metavar="CHARS", click_type=param(count, "CHARS"))] = 4_000,
     timeout: Annotated[float, typer.Option("--timeout", help="Most seconds the hook takes (default 10; a watchdog ends it a second later).", metavar="S", click_type=param(seconds, "S"))] = 10.0,
     name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to capture into (default: the session's project, as import names it).")] = None,
-    project: Annotated[bool, typer.Option("--project", help="install: into this project's .claude/settings.json.")] = False,
-    user: Annotated[bool, typer.Option("--user", help="install: into ~/.claude/settings.json (the default).")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="install: print the merged settings, write nothing.")] = False,
+    project: Annotated[bool, typer.Option("--project", help="install, uninstall: this project's .claude/settings.json.")] = False,
+    user: Annotated[bool, typer.Option("--user", help="install, uninstall: ~/.claude/settings.json (the default).")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="install, uninstall: print the settings as they would be, write nothing.")] = False,
     home: Home = None,
 ) -> None:
     """Capture an agent's sessions as they happen, and answer its hooks with context.
@@ -34,20 +34,26 @@ def command(
     pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
     SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
     and writing a backup first; run again with other --name, --budget, --home or --timeout, it changes
-    pimem's hooks there to the new command and says so.
+    pimem's hooks there to the new command and says so. pimem hook uninstall claude-code (--project) takes
+    pimem's hooks out again, and nothing else, after the same backup.
 
     Examples:
       pimem hook install claude-code --dry-run
       pimem hook install claude-code
       pimem hook install claude-code --project
+      pimem hook uninstall claude-code
       echo '{"hook_event_name":"SessionStart","session_id":"s1","cwd":"/home/dev/shop"}' | pimem hook claude-code
     """
     from .. import claude_code
 
-    if words[:1] == ["install"]:
+    if words[:1] in (["install"], ["uninstall"]):
         agent = _agent(words[1:])
         if project and user:
             raise BadInput("give --project or --user, not both")
+    if words[:1] == ["uninstall"]:
+        _uninstall(agent, claude_code.settings_path(project), dry_run)
+        return
+    if words[:1] == ["install"]:
         if name is not None:  # (refused now, not at every event it would then capture nothing)
             from ..home import validate_name
 
@@ -77,7 +83,22 @@ def command(
     raise typer.Exit(code)
 
 
+def _uninstall(agent: str, path, dry_run: bool) -> None:
+    from .. import claude_code
+
+    settings, removed, backup = claude_code.uninstall(path, dry_run)
+    if dry_run:
+        if removed:
+            output.line(claude_code.render(settings).decode().rstrip("\n"))
+        output.info(f"would remove pimem's {', '.join(removed)} hooks from {path}" if removed else f"no pimem {agent} hooks in {path}; nothing to remove")
+    elif removed:
+        output.line(f"removed pimem's {', '.join(removed)} hooks from {path}" + (f" (backup: {backup})" if backup else ""))
+    else:
+        output.line(f"no pimem {agent} hooks in {path}; nothing changed")
+
+
 def _agent(words: list[str]) -> str:
     if len(words) != 1 or words[0] not in AGENTS:
-        raise BadInput(f"unknown agent {' '.join(words)!r}: use 'pimem hook claude-code' or 'pimem hook install claude-code'")
+        raise BadInput(f"unknown agent {' '.join(words)!r}: use 'pimem hook claude-code', 'pimem hook install claude-code' "
+                       "or 'pimem hook uninstall claude-code'")
     return words[0]
