@@ -56,8 +56,9 @@ def search(
 
     ``kinds`` restricts the kinds searched (naming ``tool`` or ``echo`` asks for them); otherwise tool calls
     and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before``.
-    ``unread(mem, error)``, when given, takes a memory that cannot be read (its log damaged) and the others
-    are searched; without it the error is raised.
+    ``unread(mem, error)``, when given, takes a memory that cannot be read (its log damaged, or its
+    ``config.json``, which ``held`` needs: the view is folded by its budgets) and the others are searched;
+    without it the error is raised.
     """
     if limit < 1:
         raise BadInput("--limit must be at least 1")
@@ -74,9 +75,8 @@ def search(
         pooled = (tuple(map(sum, zip(*(size for _, (size, _) in parts)))),
                   {term: sum(counts[term] for _, (_, counts) in parts) for term in ranker.query_words(query)})
     per_memory: list[list[dict]] = []
-    for mem, found in _each(memories, unread, lambda mem, index: list(
-            _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled))):
-        _add_held(mem, found)
+    for mem, found in _each(memories, unread, lambda mem, index: _add_held(mem, list(
+            _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled)))):
         per_memory.append([{**hit, "_n": n} for n, hit in enumerate(found)])
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
         hits = sorted((h for found in per_memory for h in found), key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
@@ -93,6 +93,7 @@ def _each(memories: list, unread: Callable | None, question: Callable) -> list[t
     out = []
     for mem in memories:
         try:
+            mem.config  # (read first, so a memory refused on its settings is left out whether or not it has hits)
             index = mem.index()
             out.append((mem, index.answer(lambda: question(mem, index), stderr_progress(mem.name))))
         except Exception as exc:
@@ -188,15 +189,16 @@ def _hit(mem, candidate: Candidate, msg: dict, low: str, folded: list[str]) -> d
     }
 
 
-def _add_held(mem, hits: list[dict]) -> None:
-    """``held`` and ``label`` on each hit of ``mem``, once the memory has a view."""
+def _add_held(mem, hits: list[dict]) -> list[dict]:
+    """``hits`` of ``mem`` with ``held`` and ``label`` on each, once the memory has a view."""
     if not hits:
-        return
+        return hits
     each = mem.held_each([hit["i"] for hit in hits], {hit["i"]: hit["size"] for hit in hits}, lines=False)
     for hit in hits:
         held = each[hit["i"]]
         if held is not None:
             hit["held"], hit["label"] = held["held"], held["label"]
+    return hits
 
 
 def snippet(text: str, low: str, folded: list[str], width: int = SNIPPET_CHARS) -> str:

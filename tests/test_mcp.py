@@ -282,3 +282,13 @@ def test_the_server_says_its_version_and_the_help_that_one_tool_writes(run, home
     info = anyio.run(session)
     assert (info.name, info.version) == ("pimem", __version__)
     assert "(read-only)" not in run("mcp", "--help").stdout
+
+
+def test_search_names_a_memory_whose_config_cannot_be_read_and_searches_the_others(run, home):
+    assert run("append", "good", "fine apples").exit_code == 0 and run("append", "other", "fine pears").exit_code == 0
+    (home / "good" / "config.json").write_text('{"view":{"hi":"x"}}')
+    _, results = call_all(home, [("search", {"query": "fine"}), ("search", {"query": "fine", "rank": True})])
+    for result in results:
+        found = result["structuredContent"]
+        assert not result["isError"] and [h["memory"] for h in found["hits"]] == ["other"], result
+        assert [u["memory"] for u in found["unread"]] == ["good"] and 'view.hi cannot be "x"' in found["unread"][0]["error"]

@@ -526,3 +526,26 @@ def test_a_home_whose_path_is_not_utf8_is_searched_recalled_reindexed_and_report
     assert f"no memory named 'nosuch' in {tmp_path}/h o\\xffme/sub dir %41?#".encode() in missing.stderr
     renamed = sh("rename", "m", "m2", PIMEM_HOME=home)  # (a message on stderr writes the path as errors do)
     assert renamed.returncode == 0 and f"({tmp_path}/h o\\xffme/sub dir %41?#/m2)".encode() in renamed.stderr, renamed.stderr
+
+
+def test_a_memory_whose_config_cannot_be_read_is_named_and_the_others_searched(sh, home):
+    """One memory's broken config.json failed a search over all of them (exit 2, nothing of the others), and only
+    when a hit landed in it: ``held`` reads the view, folded by its budgets. It is named in one line, whether or
+    not it has hits, and left out; the others are searched (exit 2 at the end, as fsck and build-tree say it)."""
+    from pimem import api
+
+    assert sh("append", "good", "fine apples").returncode == 0 and sh("append", "other", "fine pears").returncode == 0
+    (home / "good" / "config.json").write_text('{"view":{"hi":"x"}}')
+    before = snapshot(home / "good")
+    for argv in (["search", "fine"], ["search", "pears"], ["search", "--rank", "fine"], ["search", "fine", "--json"]):
+        out = sh(*argv)
+        err = out.stderr.decode()
+        assert out.returncode == 2 and err.count("\n") == 1 and err.startswith("pimem: error: good: ") \
+            and 'view.hi cannot be "x"' in err, (argv, err)
+        assert out.stdout.count(b"\n") == 1 and b"fine pears" in out.stdout, (argv, out.stdout)
+    assert sh("search", "nowhere").returncode == 2  # nothing found, yet a memory went unread: the worse says
+    for rank in (False, True):
+        found = api.search("fine", rank=rank, home=home)
+        assert [h["memory"] for h in found["hits"]] == ["other"] and [u["memory"] for u in found["unread"]] == ["good"]
+        assert 'view.hi cannot be "x"' in found["unread"][0]["error"]
+    assert snapshot(home / "good") == before
