@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synth import messages  # noqa: E402
-from pimem import Memory  # noqa: E402
+from pimem.memory import Memory, Prepared  # noqa: E402
 from pimem.tree import byte_size, free_merge, label  # noqa: E402
 
 SINGLE = 2000  # one-message appends measured at each size
@@ -83,14 +83,14 @@ def make_memory(home: Path, name: str, records: list[dict], tree_over: list[dict
     the view update unless ``with_view``)."""
     mem = Memory.at(name, home)
     prepared = mem.prepare(records)
-    mem.append(prepared[:1], prepared=True)
+    mem.append(Prepared(prepared[:1]))
     if tree_over:
         write_tree(mem, tree_over)
         mem.tree.catch_up()
     started = time.perf_counter()
     for k in range(1, len(prepared), 10_000):
         if with_view:
-            mem.append(prepared[k:k + 10_000], prepared=True)
+            mem.append(Prepared(prepared[k:k + 10_000]))
         else:
             log_append(mem, prepared[k:k + 10_000])
     return mem, time.perf_counter() - started

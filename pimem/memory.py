@@ -42,6 +42,11 @@ def collector_resting():
             gc.enable()
 
 
+class Prepared(list):
+    """A batch ``Memory.prepare`` checked and normalised: ``append`` and ``append_stream`` log it as it is,
+    without checking it again (a bulk import's hot path). Any other list is checked first."""
+
+
 class Memory:
     """One named memory under a home directory."""
 
@@ -184,14 +189,15 @@ class Memory:
 
     def prepare(self, records: Iterable[dict], labels: Sequence[str] | None = None) -> list[dict]:
         """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels[n]`` if given)
-        before anything is written. Records without a date get one timestamp for the whole batch."""
+        before anything is written. Records without a date get one timestamp for the whole batch. The batch
+        (a ``Prepared`` list) is logged by ``append`` and ``append_stream`` without being checked again."""
         cap = self.text_cap
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
             raise BadInput(f"the records to log are a list of messages ({{kind, text, …}}), not a {type(records).__name__}")
         records = records if isinstance(records, list) else list(records)
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
-        out: list[dict] = []
+        out = Prepared()
         try:
             for record in records:
                 msg = normalise(record, cap, stamp)
@@ -212,9 +218,10 @@ class Memory:
             raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
         return out
 
-    def append(self, records: Iterable[dict], timeout: float | None = None, prepared: bool = False) -> list[int]:
-        """Log messages durably and return their ``i``. The batch is written whole or not at all."""
-        batch = list(records) if prepared else self.prepare(records)
+    def append(self, records: Iterable[dict], timeout: float | None = None) -> list[int]:
+        """Log messages durably and return their ``i``. The batch is written whole or not at all; it is
+        checked first (``prepare``) unless ``prepare`` made it."""
+        batch = records if type(records) is Prepared else self.prepare(records)
         if not batch:
             return []
         self._make_dirs()
@@ -237,7 +244,8 @@ class Memory:
         return ids
 
     def append_stream(self, batches: Iterable[list[dict]], timeout: float | None = None) -> Iterator[list[int]]:
-        """Log a stream of batches of prepared messages, yielding each batch's ``i`` once it is durable.
+        """Log a stream of batches of messages, yielding each batch's ``i`` once it is durable. A batch
+        ``prepare`` made is logged as it is; any other is checked here first, as ``append`` checks it.
 
         While one batch is being written and fsync'd, the next is pulled from ``batches`` (read and
         validated), so disk time overlaps parsing. Each batch is still written whole or not at all, in order.
@@ -252,6 +260,8 @@ class Memory:
                 while True:
                     try:
                         batch = next(source)
+                        if type(batch) is not Prepared:
+                            batch = self.prepare(batch)
                     except StopIteration:
                         break
                     except BaseException:
@@ -260,7 +270,7 @@ class Memory:
                         raise
                     if pending is not None:
                         yield pending.result()
-                    pending = writer.submit(self.append, batch, timeout, True)
+                    pending = writer.submit(self.append, batch, timeout)
                 if pending is not None:
                     yield pending.result()
 

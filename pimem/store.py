@@ -429,7 +429,15 @@ class Log:
 
     def write_runs(self, runs: list[tuple[str, int]], start: int, lines: Callable[[int, int], bytes]) -> list[int]:
         """``write`` for messages given as day runs ``(day, count)`` in order, where ``lines(first, stop)``
-        gives the stored lines of the batch's messages ``first…stop-1`` (numbered from ``start``)."""
+        gives the stored lines of the batch's messages ``first…stop-1`` (numbered from ``start``). A day that
+        is not ``YYYY-MM-DD`` (a batch changed after it was checked) is refused before anything is written: it
+        names the file."""
+        for day, _ in runs:
+            digits = day[:4] + day[5:7] + day[8:]
+            if not (len(day) == 10 and day[4] == day[7] == "-" and digits.isascii() and digits.isdigit()):
+                from .errors import BadInput
+
+                raise BadInput(f"bad date {day!r}: a message's date starts with its day, YYYY-MM-DD")
         ensure_dir(self.dir)
         fds: dict[str, int] = {}
         created: set[str] = set()

@@ -472,7 +472,7 @@ def test_indexing_a_logged_batch_catches_up_instead_when_the_index_lags(home, me
     mem.append([{"kind": "user", "text": "lagging lighthouse", "date": "2026-10-06T11:00:00+08:00"}])  # not indexed
     mem.log.keep_written = True
     batch = mem.prepare([{"kind": "user", "text": "logged lighthouse", "date": "2026-10-06T12:00:00+08:00"}])
-    (start,) = mem.append(batch, prepared=True)
+    (start,) = mem.append(batch)
     assert index.add_logged(start, batch, mem.log.written) == 2  # both, read from the log
     assert not index.behind()
     hits = [h["i"] for h in searching.search([Memory.open("main")], "lighthouse")]

@@ -27,7 +27,7 @@ import orjson
 from .. import decoder, env, hashes, message as msgs, stopping, when
 from ..errors import BadInput
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
-from ..memory import Memory
+from ..memory import Memory, Prepared
 from .detect import FORMATS, Source
 from .parser import Malformed, read_lines
 from .state import ImportState, key_of
@@ -298,7 +298,7 @@ class _File:
                     keys.append(key)
                 fresh.append(msg)
             self.mem.log.keep_written = True
-            ids = self.mem.append(fresh, self.timeout, prepared=True)
+            ids = self.mem.append(Prepared(fresh), self.timeout)  # (each message normalised as it was read)
             written, self.mem.log.written = self.mem.log.written, []
             self.report.imported += len(ids)
             total = ids[-1] + 1 if ids else self.state.covered
