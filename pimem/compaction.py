@@ -4,11 +4,12 @@ A compaction replaces messages ``[sourceStart, keptStart)`` by a checkpoint and 
 ``keptStart``. ``sourceStart`` is where the previous window kept from (0 for the first), so windows chain.
 
 - **Boundary.** The latest ``keptStart`` that keeps at least ``keep`` bytes of tail (message ``size``s) and at
-  least one message, moved earlier until it is safe: no tool call (``tool`` with ``meta.call_id``) before it
-  whose result (``echo`` with the same ``call_id``, paired first-in-first-out) is at or after it, and no
-  unanswered call before it that may still be running (an unanswered call counts as abandoned once a later
-  user message exists). A result whose call is not in the window is already apart from it and binds nothing.
-  No safe boundary: ``BadInput`` (exit 2), nothing written.
+  least one message, moved earlier until it is safe: not a tool result (``echo`` with ``meta.call_id``: a
+  host refuses a context that starts with one), no call/result pair (``tool`` and ``echo`` with the same
+  ``call_id``, paired first-in-first-out, in either order: a result may be logged before its call) with one
+  before it and the other at or after it, and no unanswered call before it that may still be running (an
+  unanswered call counts as abandoned once a later user message exists). A result whose call is not in the
+  window binds nothing. No safe boundary: ``BadInput`` (exit 2), nothing written.
 - **Checkpoint.** ``{"compactor":"pimem","sourceCount":N,"sourceHash":"<sha256>"}``: counts and a hash,
   never history text, so nothing from the log can speak through it. ``sourceHash`` is SHA-256 of the
   canonical JSON array of the source messages as stored.
@@ -77,8 +78,9 @@ def _call_id(msg: dict):
 
 
 def safe_cuts(messages: list[tuple[int, str, object]], start: int, total: int) -> list[bool]:
-    """``ok[c - start]`` for every cut ``c`` in ``start..total``: True when no call/result pair spans it
-    and no possibly running call lies before it. ``messages``: ``(i, kind, call_id)`` of ``[start, total)``."""
+    """``ok[c - start]`` for every cut ``c`` in ``start..total``: True when message ``c`` is not a tool result,
+    no call/result pair spans it and no possibly running call lies before it. ``messages``: ``(i, kind,
+    call_id)`` of ``[start, total)``."""
     forbid = [0] * (total - start + 2)  # difference array over cut positions
 
     def block(first: int, last: int) -> None:  # cuts first..last are unsafe
@@ -87,6 +89,7 @@ def safe_cuts(messages: list[tuple[int, str, object]], start: int, total: int) -
             forbid[last - start + 1] -= 1
 
     open_calls: dict[object, list[int]] = {}
+    early_results: dict[object, list[int]] = {}  # results logged before any call of their id, for the next one
     last_user = -1
     for i, kind, cid in messages:
         if kind == "user":
@@ -94,9 +97,16 @@ def safe_cuts(messages: list[tuple[int, str, object]], start: int, total: int) -
         if cid is None:
             continue
         if kind == "tool":
-            open_calls.setdefault(cid, []).append(i)
-        elif kind == "echo" and open_calls.get(cid):
-            block(open_calls[cid].pop(0) + 1, i)
+            if early_results.get(cid):
+                block(early_results[cid].pop(0) + 1, i)
+            else:
+                open_calls.setdefault(cid, []).append(i)
+        elif kind == "echo":
+            block(i, i)
+            if open_calls.get(cid):
+                block(open_calls[cid].pop(0) + 1, i)
+            else:
+                early_results.setdefault(cid, []).append(i)
     for calls in open_calls.values():
         for p in calls:
             if last_user < p:  # no user turn since: it may still be running
@@ -143,8 +153,9 @@ def plan(mem, keep: int) -> Plan:
         raise BadInput(f"nothing to compact: keeping {count(keep, 'byte')} of tail (and at least one message) leaves no message before it")
     if cut is None:
         raise BadInput(
-            f"no safe boundary between #{start + 1} and #{proposed}: every cut there would separate a tool call "
-            "from its result (meta.call_id) or drop a call that may still be running; nothing was written"
+            f"no safe boundary between #{start + 1} and #{proposed}: every cut there would start the kept part "
+            "with a tool result, separate a tool call from its result (meta.call_id) or drop a call that may still "
+            "be running; nothing was written"
         )
     digest = hashlib.sha256(b"[")
     proposals = _proposals(mem, start, cut, lambda n, msg: digest.update((b"," if n else b"") + canonical(msg)))

@@ -58,8 +58,22 @@ def test_a_call_still_running_blocks_every_later_cut_until_a_user_turn_closes_it
     assert cuts(abandoned) == [1, 2, 3, 4, 5]
 
 
-def test_results_without_a_call_in_the_window_bind_nothing():
-    assert cuts([("echo", "gone"), ("user", None), ("echo", "gone"), ("pi", None)]) == [1, 2, 3]
+def test_results_without_a_call_in_the_window_bind_nothing_but_never_start_the_kept_part():
+    assert cuts([("echo", "gone"), ("user", None), ("echo", "gone"), ("pi", None)]) == [1, 3]
+
+
+def test_a_result_logged_before_its_call_is_never_separated_from_it():
+    assert cuts([("user", None), ("echo", "x"), ("tool", "x"), ("pi", None)]) == [3]
+    assert cuts([("user", None), ("echo", "x"), ("tool", "x"), ("tool", "x"), ("echo", "x"), ("user", None)]) == [3, 5]
+
+
+def test_the_kept_part_never_starts_with_a_tool_result(run, home):
+    log(run, user(), pi(), result("x"), call("x"), pi())  # the result logged before its call
+    out = orjson.loads(run("compact", "main", "--keep", "30", "--json").stdout)
+    assert (out["proposedKeptStart"], out["keptStart"], out["fellBack"]) == (3, 1, True)
+    log(run, user(), pi(), result("gone"), pi())  # a result whose call is not in the window
+    out = orjson.loads(run("compact", "main", "--keep", "30", "--json").stdout)
+    assert (out["proposedKeptStart"], out["keptStart"]) == (7, 6)
 
 
 def test_messages_without_call_ids_are_free():
