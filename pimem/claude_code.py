@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import BadInput, PimemError, escaped
+from .errors import BadInput, Busy, PimemError, escaped
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
 ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
@@ -42,6 +42,7 @@ POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): 
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
 NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with pimem import"  # (it has no --format)
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
+ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
 
 
 # ---- the payload -------------------------------------------------------------------------------------------
@@ -156,11 +157,19 @@ class Hook:
         return default_name([Source(path="", format="claude", size=0, cwd=cwd)])
 
     def _capture(self, mem) -> None:
+        """Import the transcripts' new lines until the deadline; on ``ANSWERS`` events, which the user waits
+        for (the answer is ready by now), for ``ANSWER_CAPTURE`` at most: the next event reads on from where
+        this one stopped, so a busy memory or a long transcript delays the capture, not the prompt."""
         from .importers import run
 
         warnings: list[str] = []
-        left = max(0.1, self.deadline - time.monotonic())
-        reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=self.deadline)
+        deadline = min(self.deadline, time.monotonic() + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=deadline)
+        except Busy:
+            self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
+            return
         if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
             self.warnings.append(f"{len(warnings)} transcript {'line' if len(warnings) == 1 else 'lines'} skipped: {warnings[0]}")
         if any(r.cut_short for r in reports):

@@ -221,6 +221,31 @@ def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
     assert texts()[-1] == "hello"
 
 
+def test_a_prompt_is_answered_without_waiting_out_a_busy_memory(home, tmp_path):
+    """With write.lock held by another process, UserPromptSubmit waited its whole --timeout for the lock
+    before printing a context that needs none. Capture waits a moment at most on the events the user waits
+    for; the next event imports what it left (the prompt's own line included). (Claude Code gives up on the
+    hook long before subprocess.run's timeout here.)"""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    current = tmp_path / "c.jsonl"
+    grow(current, line("s2", "user", "u2", "which port does staging use", 2))
+    holder = subprocess.Popen(["flock", "-o", str(home / "api" / "write.lock"), "sleep", "600"], start_new_session=True)
+    try:
+        while subprocess.run(["flock", "-n", str(home / "api" / "write.lock"), "true"]).returncode == 0:
+            time.sleep(0.05)  # (until it holds the lock)
+        proc = subprocess.run(pimem_cmd("hook", "claude-code", "--timeout", "300"), capture_output=True, timeout=120,
+                              input=payload("UserPromptSubmit", "s2", current, prompt="staging db port"), env=subprocess_env())
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    answer = json.loads(proc.stdout)
+    assert proc.returncode == 0 and "5433" in answer["hookSpecificOutput"]["additionalContext"]
+    assert answer["systemMessage"] == "pimem: memory 'api' is locked by another writer; the next event imports the transcript's new lines"
+    assert hook(payload("Stop", "s2", current)) == (0, None, "") and texts()[-1] == "which port does staging use"
+
+
 def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_path):
     current = tmp_path / "c.jsonl"
     grow(current, line("s1", "user", "u1", "hello", 1))
