@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import stat
+import threading
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -62,6 +63,10 @@ class Memory:
         self._views = None  # pimem.viewfile.ViewFile, on first use
         self._index = None
         self._flat: dict[tuple, tuple[str, ...]] = {}  # a logged message's texts as the mask compares them
+        # the derived state's caches (tree, views) are changed by readers too (catching up): one thread at a
+        # time, so threads may share this object (a writer takes it under the writer lock; a reader never
+        # waits for that lock while holding it)
+        self._derived = threading.RLock()
 
     # ---- opening -----------------------------------------------------------------------------------------
 
@@ -225,7 +230,7 @@ class Memory:
         if not batch:
             return []
         self._make_dirs()
-        with self.lock(timeout):
+        with self.lock(timeout), self._derived:
             start = self._ready()
             ids = self.log.write(batch, start)
             self._after_append(start, batch)
@@ -237,7 +242,7 @@ class Memory:
         ``(day, count)``, ``lines(start, first, stop)`` the stored lines of its messages ``first…stop-1``
         numbered from ``start``, ``batch`` its messages as the derived state reads them."""
         self._make_dirs()
-        with self.lock(timeout):
+        with self.lock(timeout), self._derived:
             start = self._ready()
             ids = self.log.write_runs(runs, start, lambda first, stop: lines(start, first, stop))
             self._after_append(start, batch)
@@ -378,12 +383,13 @@ class Memory:
 
     def close(self) -> None:
         """Close the database connections, files and mappings held for derived state (reopened on next use)."""
-        if self._index is not None:
-            self._index.close()
-        if self._tree is not None:
-            self._tree.close()
-        if self._views is not None:
-            self._views.close()
+        with self._derived:
+            if self._index is not None:
+                self._index.close()
+            if self._tree is not None:
+                self._tree.close()
+            if self._views is not None:
+                self._views.close()
 
     def __enter__(self) -> "Memory":
         return self
@@ -567,7 +573,7 @@ class Memory:
             checked.append((l, i, text, meta))
         if not checked:
             return
-        with self.lock(timeout):
+        with self.lock(timeout), self._derived:
             views = self.views.current(save=False)
             count = views.T
             tree = self.tree
@@ -592,7 +598,8 @@ class Memory:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
         ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
-        return self.views.lines(compactor, end)
+        with self._derived:
+            return self.views.lines(compactor, end)
 
     def held(self, i: int) -> dict | None:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
@@ -607,7 +614,8 @@ class Memory:
         view caught up once for this object. ``sizes``: the messages' ``size`` where the caller has them
         (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
         sizes = sizes or {}
-        return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
+        with self._derived:
+            return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
 
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →
@@ -626,9 +634,10 @@ class Memory:
                 raise BadInput(f"message {i} is a {what}; add --include-tools (include_tools over MCP) to show it")
             return {"label": trees.label(0, i), "message": msg}
         children = []
-        for k in (2 * i, 2 * i + 1):
-            children.append({"label": trees.label(l - 1, k), "level": l - 1, "index": k,
-                             "text": self.tree.text(l - 1, k, count)})
+        with self._derived:
+            for k in (2 * i, 2 * i + 1):
+                children.append({"label": trees.label(l - 1, k), "level": l - 1, "index": k,
+                                 "text": self.tree.text(l - 1, k, count)})
         return {"label": trees.label(l, i), "children": children}
 
 

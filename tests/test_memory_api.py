@@ -31,3 +31,41 @@ def test_records_not_from_prepare_are_checked_before_anything_is_written(home):
     logged = list(mem.append_stream([[{"kind": "user", "text": "two"}], mem.prepare([{"kind": "pi", "text": "three"}])]))
     assert logged == [[1], [2]]
     assert [(m["kind"], m["text"], m["size"]) for m in mem.messages(1)] == [("user", "two", 9), ("pi", "three", 9)]
+
+
+def test_one_memory_object_may_be_shared_by_threads(home, capfd):
+    """A writer thread appending while another reads the view through the same object: no raw error, and
+    view.json is never saved in a state the log contradicts."""
+    import threading
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "start"}])
+    failures, done = [], threading.Event()
+
+    def write():
+        try:
+            for k in range(150):
+                mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k} " + "x" * 40}])
+        finally:
+            done.set()
+
+    def read():
+        while not done.is_set():
+            try:
+                mem.view_lines()
+                last = mem.count() - 1
+                mem.held(last)
+                mem.message(last)
+            except Exception as exc:  # (any at all is the failure this test is about)
+                failures.append(repr(exc))
+
+    threads = [threading.Thread(target=write), threading.Thread(target=read), threading.Thread(target=read)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and mem.count() == 151
+    assert "unusable" not in capfd.readouterr().err
+    saved = Memory.at("main").view_lines()  # restored from view.json
+    (home / "main" / "view.json").unlink()
+    assert Memory.at("main").view_lines() == saved == mem.view_lines()  # folded again from the log
