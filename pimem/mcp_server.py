@@ -44,6 +44,74 @@ def _arguments_refused(exc) -> str:
         f"{'.'.join(str(part) for part in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
+class _Answering:
+    """The SDK's stream of what the client sent (``mcp.server.stdio``), mending or answering each line the SDK
+    could not read, which it would drop, leaving the client waiting for an answer: a line holding a lone
+    surrogate escape (``"\\ud800"``: valid JSON, as JavaScript writes a string cut inside a surrogate pair)
+    is read with U+FFFD in its place, as pimem reads such JSON everywhere (``pimem.decoder``); any other gets a
+    JSON-RPC error with id null, -32700 for a line that is not JSON, -32600 for JSON that is no message."""
+
+    def __init__(self, stream, write):
+        self.stream, self.write = stream, write
+
+    def __getattr__(self, name):  # (``last_context``, ``aclose``: the stream's own)
+        return getattr(self.stream, name)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        while True:
+            item = await self.stream.__anext__()
+            if not isinstance(item, Exception):
+                return item
+            from mcp.shared.message import SessionMessage
+
+            mended, refusal = _mended(item)
+            if mended is not None:
+                return SessionMessage(mended)
+            if refusal is not None:
+                await self.write.send(SessionMessage(refusal))
+
+    async def receive(self):
+        return await self.__anext__()
+
+    async def __aenter__(self):
+        await self.stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc):
+        return await self.stream.__aexit__(*exc)
+
+
+def _mended(exc: Exception) -> tuple:
+    """``(message, None)`` for a line the SDK refused only for its lone surrogate escapes, ``(None, None)`` for
+    a blank line (no request, so nothing to answer), else ``(None, the JSON-RPC error that answers it)``."""
+    import mcp_types as types
+    import orjson
+    from pydantic import ValidationError
+
+    from . import decoder
+
+    def refused(code: int, message: str):
+        return None, types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message))
+
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if not errors or errors[0]["type"] != "json_invalid":  # (JSON, but no message)
+        return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+    line = errors[0]["input"]
+    if not line.strip():
+        return None, None
+    try:
+        value = decoder.loads(line)
+    except decoder.JSONDecodeError:
+        return refused(types.PARSE_ERROR, f"Parse error: {errors[0]['msg']}")
+    try:
+        return types.jsonrpc_message_adapter.validate_json(orjson.dumps(value), by_name=False), None
+    except ValidationError:
+        return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+
+
 def build(home: api.Home = None):
     """The server with every tool, reading the memories under ``home``."""
     server_class, tool_error, call_result, text_content = _sdk()
@@ -58,6 +126,15 @@ def build(home: api.Home = None):
                 if isinstance(exc.__cause__, ValidationError):
                     raise tool_error(f"Error executing tool {name}: {_arguments_refused(exc.__cause__)}") from exc.__cause__
                 raise
+
+        async def run_stdio_async(self):
+            """As the SDK serves stdio, but answering the lines it cannot read (``_Answering``). (The low-level
+            server is the SDK's private attribute, as its own clients reach it: there is no other way in.)"""
+            from mcp.server.stdio import stdio_server
+
+            async with stdio_server() as (read_stream, write_stream):
+                await self._lowlevel_server.run(_Answering(read_stream, write_stream), write_stream,
+                                                self._lowlevel_server.create_initialization_options())
 
     from . import __version__
 

@@ -292,3 +292,49 @@ def test_search_names_a_memory_whose_config_cannot_be_read_and_searches_the_othe
         found = result["structuredContent"]
         assert not result["isError"] and [h["memory"] for h in found["hits"]] == ["other"], result
         assert [u["memory"] for u in found["unread"]] == ["good"] and 'view.hi cannot be "x"' in found["unread"][0]["error"]
+
+
+def raw_session(home, lines: list[bytes], answers: int) -> list[dict]:
+    """Start `python -m pimem mcp`, initialize it, write ``lines`` as they are, and return the first ``answers``
+    lines it writes back (stdin kept open until then: the SDK drops answers in flight when its stdin ends)."""
+    import select
+    import subprocess
+
+    from conftest import pimem_cmd
+
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home))
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    got = []
+    try:
+        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n' + b"".join(line + b"\n" for line in lines))
+        proc.stdin.flush()
+        while len(got) < answers and select.select([proc.stdout], [], [], 60)[0]:
+            got.append(json.loads(proc.stdout.readline()))
+    finally:
+        proc.stdin.close()
+        proc.wait(60)
+        proc.stdout.close()
+        proc.stderr.close()
+    return got
+
+
+def test_a_lone_surrogate_is_read_as_u_fffd_and_a_line_that_is_no_message_is_answered(run, home):
+    """A request holding a lone surrogate escape (JavaScript's JSON.stringify of a string cut inside a pair) got
+    no answer, nor did a line that is not JSON: the SDK dropped both, and the client waited for ever."""
+    assert run("append", "pi", "hello").exit_code == 0
+    call = b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"%s","arguments":%s}}'
+    answers = raw_session(home, [call % (2, b"memory_propose", b'{"name":"pi","text":"\\ud800 lone"}'), b"garbage line",
+                                 b"", b'{"a":1}', call % (5, b"list_memories", b"{}")], 4)
+    by_id = {a["id"]: a for a in answers if a["id"] is not None}
+    assert sorted(by_id) == [2, 5] and not by_id[2]["result"]["isError"], answers
+    assert by_id[2]["result"]["structuredContent"]["content"] == "\ufffd lone"
+    assert by_id[5]["result"]["structuredContent"]["memories"][0]["name"] == "pi"
+    refused = [(a["error"]["code"], a["error"]["message"]) for a in answers if a["id"] is None]
+    assert refused == [(-32700, "Parse error: Invalid JSON: expected value at line 1 column 1"),
+                       (-32600, "Invalid Request: not a JSON-RPC 2.0 message")]  # (the blank line: nothing to answer)
+    assert run("memories", "pi", "--json").stdout.count("\ufffd lone") == 1
