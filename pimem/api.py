@@ -164,7 +164,7 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
     """Up to ``limit`` messages from message ``start`` (or from the date/time ``when``), and ``next``: the ``i``
     to ask for next (None at the end). At most ``SINCE_CHARS`` characters of text come back: a message's text
     past ``MESSAGE_CHARS`` is cut, with ``chars`` and ``next_offset`` for ``message`` to read on, and the call
-    ends early (``next`` says where) once its texts reach the bound."""
+    ends early, before the message whose text would pass the bound (``next`` names it)."""
     from . import when as whens
 
     _bounded(limit, "limit")
@@ -175,15 +175,17 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
         _bounded(start, "start", MAX_I, 0)
         out, position, held, chars = [], start, _Held(mem, include_tools), 0
         for msg in mem.messages(start):
-            if len(out) == limit or chars >= SINCE_CHARS:
+            if len(out) == limit:
                 break
-            position = msg["i"] + 1
             if msg["kind"] in TOOL_KINDS and not include_tools:
+                position = msg["i"] + 1
                 continue
             text = msg["text"]
             if len(text) > MESSAGE_CHARS:
                 msg = {**msg, "text": text[:MESSAGE_CHARS], "chars": len(text), "next_offset": MESSAGE_CHARS}
-            chars += len(msg["text"])
+            if chars + len(msg["text"]) > SINCE_CHARS:  # (never the first: one message's text is at most MESSAGE_CHARS)
+                break
+            position, chars = msg["i"] + 1, chars + len(msg["text"])
             out.append(held(msg))
         return {"messages": out, "next": position if position < mem.count() else None}
 

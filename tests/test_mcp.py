@@ -338,3 +338,18 @@ def test_a_lone_surrogate_is_read_as_u_fffd_and_a_line_that_is_no_message_is_ans
     assert refused == [(-32700, "Parse error: Invalid JSON: expected value at line 1 column 1"),
                        (-32600, "Invalid Request: not a JSON-RPC 2.0 message")]  # (the blank line: nothing to answer)
     assert run("memories", "pi", "--json").stdout.count("\ufffd lone") == 1
+
+
+def test_since_never_passes_its_bound_and_next_names_the_message_left_for_the_next_call(home):
+    """The bound was checked before a message was added, so a call returned up to 250,000 characters of text
+    (203,140 seen): it ends before the message that would pass 200,000, and ``next`` is that message."""
+    from pimem import Memory, api
+
+    texts = [f"{k} " + "z" * 30_000 for k in range(10)]
+    Memory.at("big").append([{"kind": "tool" if k % 3 == 0 else "user", "text": t} for k, t in enumerate(texts)])
+    _, (result,) = call_all(home, [("since", {"name": "big", "start": 0, "limit": 1000, "include_tools": True})])
+    got = result["structuredContent"]
+    assert sum(len(m["text"]) for m in got["messages"]) <= api.SINCE_CHARS
+    assert [m["i"] for m in got["messages"]] == list(range(6)) and got["next"] == 6  # 6 × 30,002: a 7th would pass it
+    rest = api.since("big", got["next"], limit=1000, include_tools=True)
+    assert [m["text"] for m in got["messages"] + rest["messages"]] == texts and rest["next"] is None  # nothing lost
