@@ -36,12 +36,14 @@ ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude
 BUDGET = 4_000  # characters of context, at most
 TIMEOUT = 10.0  # seconds the hook may take (then one more for the watchdog)
 PAYLOAD_BYTES = 16 * 1024 * 1024
+OPTIONAL = ("transcript_path", "cwd", "prompt")  # the payload's fields read besides the event and session
 HITS = 6  # earlier messages shown at most
 QUERY_TERMS = 12  # the prompt's first terms searched for
 POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
 NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with pimem import"  # (it has no --format)
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
+SETTLE = 0.05  # seconds of quiet after a whole JSON object that end the payload (a stdin left open)
 ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
 
 
@@ -53,15 +55,27 @@ class TooLarge(PimemError):
 
 
 def read_payload(stream, deadline: float) -> dict:
-    """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``; ``BadInput``
-    (exit 2) for anything that is not a hook payload."""
+    """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``, or until a whole
+    object has come and nothing more follows for ``SETTLE`` seconds (a stdin left open); ``BadInput`` (exit 2)
+    for anything that is not a hook payload. Wrong-typed optional fields are left to ``Hook`` (a warning)."""
     import select
+
+    from .decoder import BOM, JSONDecodeError, loads
 
     data = bytearray()
     fd = stream.fileno()
+    tried = 0  # the length a parse was last tried at
     while True:
         left = max(deadline - time.monotonic(), PAYLOAD_WAIT)  # (a payload there is read, whatever --timeout)
-        if not select.select([fd], [], [], left)[0]:
+        whole = len(data) != tried and data.rstrip().endswith(b"}")  # (maybe the whole event, its stdin left open)
+        if not select.select([fd], [], [], min(left, SETTLE) if whole else left)[0]:
+            if whole:
+                tried = len(data)
+                try:
+                    loads(data.removeprefix(BOM))
+                    break
+                except JSONDecodeError:
+                    continue  # (a "}" inside it: read on)
             if data:
                 raise BadInput(f"hook payload: cut off ({len(data):,} bytes came, then nothing until the timeout; "
                                "Claude Code sends the whole event as JSON and closes stdin)")
@@ -75,8 +89,6 @@ def read_payload(stream, deadline: float) -> dict:
                            "the next event imports the session's transcript")
     if not data.strip():
         raise BadInput("hook payload: empty (Claude Code sends the event as JSON on stdin)")
-    from .decoder import BOM, JSONDecodeError, loads
-
     try:
         payload = loads(data.removeprefix(BOM))  # (a prompt cut inside a surrogate pair is valid JSON as Claude Code writes it)
     except JSONDecodeError as exc:
@@ -88,9 +100,6 @@ def read_payload(stream, deadline: float) -> dict:
             raise BadInput(f"hook payload: {field} is not a string")
         if not payload.get(field):
             raise BadInput(f"hook payload: no {field}")
-    for field in ("transcript_path", "cwd", "prompt"):
-        if payload.get(field) is not None and not isinstance(payload[field], str):
-            raise BadInput(f"hook payload: {field} is not a string")
     return payload
 
 
@@ -106,6 +115,10 @@ class Hook:
         self.event = payload["hook_event_name"]
         self.session = payload["session_id"]
         self.warnings: list[str] = []
+        for field in OPTIONAL:  # (one of another type is left out: the rest of the event is done)
+            if payload.get(field) is not None and not isinstance(payload[field], str):
+                self.warnings.append(f"the event's {field} is not a string; left out")
+                self.payload = payload = {k: v for k, v in payload.items() if k != field}
         self.context = ""
         self.sources = self._guard(self._transcripts) or []
         self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)

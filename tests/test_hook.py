@@ -138,7 +138,6 @@ def test_the_context_stays_within_the_budget(home, tmp_path):
         (b'{"hook_event_name": "Stop"}', "no session_id"),
         (b'{"hook_event_name": "Stop", "session_id": 5}', "session_id is not a string"),
         (b'{"hook_event_name": ["Stop"], "session_id": "s"}', "hook_event_name is not a string"),
-        (b'{"hook_event_name": "UserPromptSubmit", "session_id": "s", "prompt": 3}', "prompt is not a string"),
     ],
 )
 def test_a_malformed_payload_exits_2_with_one_line_and_writes_nothing(home, tmp_path, data, reason):
@@ -204,6 +203,32 @@ def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
 def test_a_payload_cut_off_says_so(home):
     proc = hook_on_a_silent_stdin(b'{"hook_event_name":')
     assert proc.returncode == 2 and proc.stderr.count(b"\n") == 1 and b"cut off (19 bytes came" in proc.stderr, proc.stderr
+
+
+def test_a_whole_event_on_a_stdin_left_open_is_taken(home, tmp_path):
+    """A complete event whose stdin was not closed was 'cut off', exit 2: Claude Code erases the prompt."""
+    transcript = tmp_path / "t.jsonl"
+    grow(transcript, line("s1", "user", "u1", "captured from a stdin left open", 1))
+    proc = hook_on_a_silent_stdin(payload("Stop", "s1", transcript))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"") and texts() == ["captured from a stdin left open"]
+    brace = hook_on_a_silent_stdin(b'{"hook_event_name": "Stop", "session_id": "s1", "cwd": "}')  # not whole yet: read on
+    assert brace.returncode == 2 and b"cut off" in brace.stderr
+
+
+def test_a_wrong_typed_optional_field_is_a_warning_and_the_rest_is_done(home, tmp_path):
+    """"transcript_path": 5 (or a prompt or cwd of another type) blocked the prompt with exit 2; the event is a
+    hook event all the same: that field is left out, said, and the rest is done."""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    code, answer, err = hook(json.dumps({"session_id": "s2", "hook_event_name": "UserPromptSubmit", "cwd": CWD,
+                                         "transcript_path": 5, "prompt": "staging db port"}).encode())
+    assert code == 0 and "5433" in answer["hookSpecificOutput"]["additionalContext"], (answer, err)
+    assert answer["systemMessage"] == "pimem: the event's transcript_path is not a string; left out" and err.count("\n") == 1
+    code, answer, _ = hook(json.dumps({"session_id": "s2", "hook_event_name": "UserPromptSubmit", "cwd": CWD, "prompt": 3}).encode())
+    assert (code, answer) == (0, {"systemMessage": "pimem: the event's prompt is not a string; left out"})
+    code, answer, _ = hook(payload("Stop", "s1", earlier, cwd=["/x"]))
+    assert (code, answer) == (0, {"systemMessage": "pimem: the event's cwd is not a string; left out"})
 
 
 def test_a_busy_memory_is_a_warning_not_a_blocked_prompt(home, tmp_path):
