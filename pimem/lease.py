@@ -4,13 +4,16 @@ The record is ``{"pid", "token", "host", "started", "beat"}``; ``beat`` is the h
 seconds, refreshed every ``BEAT`` seconds. A lease is live while its holder is: on this host its pid must
 exist, on any host its beat must be younger than ``STALE`` seconds. A dead holder's lease is taken over.
 Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
-hold it; a holder that finds another token in the file has lost the lease and stops building.
+hold it; a holder that finds another token in the file has lost the lease and stops building. The holder
+keeps the memory's directory open, so that a memory moved behind its back (``mv``, ``rm -rf``) is noticed and
+its lease let go of where it went.
 
 Readers (``view --wait``, ``status``) call ``holder(mem)`` to learn whether a live builder is at work.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import time
@@ -21,7 +24,7 @@ import orjson
 from . import env, when
 from .errors import Busy
 from .home import write_atomic
-from .nofollow import read_bytes
+from .nofollow import NOFOLLOW, read_bytes
 
 FILE = "lock.json"
 BEAT = 2.0  # seconds between heartbeats
@@ -107,6 +110,7 @@ class Lease:
         self.token = uuid.uuid4().hex
         self.held = False
         self._due = 0.0  # when the next heartbeat is (monotonic seconds)
+        self._dir: int | None = None  # the memory's directory, open while held (``moved``)
 
     def _record(self) -> dict:
         return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
@@ -120,6 +124,8 @@ class Lease:
                 return current
             self._started = when.rfc3339(env.now())
             write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
+            self._close()
+            self._dir = os.open(self.mem.path, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW)
         self.held = True
         self._due = time.monotonic() + BEAT
         return None
@@ -148,6 +154,8 @@ class Lease:
             return False
         if not force and time.monotonic() < self._due:
             return True
+        if self.moved():
+            raise self.mem._moved()
         # without waiting: the lock's holder is most often this very builder's writer thread, and the
         # scheduler's thread would stand idle while it syncs
         try:
@@ -165,18 +173,71 @@ class Lease:
 
     def owned(self) -> bool:
         """Whether the file still names this lease (checked before writing what was built)."""
+        if self.held and self.moved():
+            raise self.mem._moved()
         current = _read(self.mem)
         self.held = self.held and bool(current) and current.get("token") == self.token
         return self.held
 
+    def moved(self) -> bool:
+        """Whether the directory this lease was taken in is no longer at the memory's path (renamed or deleted
+        behind pimem's back)."""
+        try:
+            held = os.fstat(self._dir)
+        except (OSError, TypeError):  # (not held, or let go of meanwhile by the scheduler's thread)
+            return False
+        try:
+            here = os.stat(self.mem.path, follow_symlinks=False)
+        except OSError:
+            return True
+        return (here.st_dev, here.st_ino) != (held.st_dev, held.st_ino)
+
     def release(self) -> None:
         if not self.held:
+            self._close()
             return
         self.held = False
-        with self.mem.lock():
-            current = _read(self.mem)
-            if current and current.get("token") == self.token:
-                (self.mem.path / FILE).unlink(missing_ok=True)
+        try:
+            if self.moved():
+                self._let_go_where_moved()
+                return
+            with self.mem.lock():
+                current = _read(self.mem)
+                if current and current.get("token") == self.token:
+                    (self.mem.path / FILE).unlink(missing_ok=True)
+        finally:
+            self._close()
+
+    def _let_go_where_moved(self) -> None:
+        """Remove this lease from the directory the memory was moved to, under its writer lock (given up after
+        ``BEAT`` seconds: the lease is then stale within ``STALE``); nothing to do where it was deleted."""
+        try:
+            fd = os.open("write.lock", os.O_RDWR | NOFOLLOW, dir_fd=self._dir)
+        except OSError:
+            return
+        try:
+            deadline = time.monotonic() + BEAT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        return
+                    time.sleep(RETRY)
+            with os.fdopen(os.open(FILE, os.O_RDONLY | NOFOLLOW, dir_fd=self._dir), "rb") as f:
+                current = orjson.loads(f.read())
+            if isinstance(current, dict) and current.get("token") == self.token:
+                os.unlink(FILE, dir_fd=self._dir)
+        except (OSError, orjson.JSONDecodeError):
+            pass
+        finally:
+            os.close(fd)  # (the lock with it)
+
+    def _close(self) -> None:
+        if self._dir is not None:
+            os.close(self._dir)
+            self._dir = None
 
     def __enter__(self):
         return self

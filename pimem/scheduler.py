@@ -25,7 +25,7 @@ from . import env, errors, semantic
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, key_problem, worker
 from .compactor.providers import Unusable
-from .errors import BadInput, Busy, LeaseLost, ProviderError
+from .errors import BadInput, Busy, LeaseLost, NotFound, ProviderError
 from .tree import label
 
 CONCURRENCY = 8
@@ -74,6 +74,7 @@ class Scheduler:
     refused: dict = field(default_factory=dict)  # memory name -> the exception it stopped building that memory on
     # memory name -> its settings files when it was refused on them (``watch``: taken again once they change)
     on_settings: dict = field(default_factory=dict)
+    gone: set = field(default_factory=set)  # memories refused as moved or deleted (``watch``: taken again once back)
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
     next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
@@ -221,7 +222,7 @@ class Scheduler:
     def refusal(self, name: str, error) -> dict:
         """The ``refused`` event of memory ``name``; ``settings``: refused on its settings, which ``watch`` looks
         at again once they change (else only its next start takes the memory again)."""
-        settings = {"settings": True} if name in self.on_settings else {}
+        settings = {"settings": True} if name in self.on_settings else {"gone": True} if name in self.gone else {}
         return {"event": "refused", "memory": name, "error": str(error), **settings}
 
     @contextlib.contextmanager
@@ -237,6 +238,9 @@ class Scheduler:
             error = as_error(exc)
             if error is None or isinstance(error, passing):
                 raise
+            if builder is not None and builder.lease is not None and builder.lease.moved():  # (``mv``, ``rm -rf``)
+                self.gone.add(name)
+                exc = error = NotFound(f"memory '{name}' was moved or deleted behind pimem's back (from {builder.mem.path})")
             if tell:
                 self.emit(self.refusal(name, error))
             self.refused[name] = exc
@@ -406,10 +410,11 @@ class Scheduler:
 
     def _beat(self) -> None:
         for builder in list(self.builders):
-            if builder.lease is not None and not builder.lease.beat():
-                self.emit({"event": "lost", "memory": builder.name, "error": "lease taken over"})
-                builder.to_write.clear()
-                self._drop(builder)
+            with self.refusing(builder.name, builder):  # (a memory moved behind its back among them)
+                if builder.lease is not None and not builder.lease.beat():
+                    self.emit({"event": "lost", "memory": builder.name, "error": "lease taken over"})
+                    builder.to_write.clear()
+                    self._drop(builder)
 
     def run(self, once: bool = False, between=None) -> None:
         """Build until idle (``once``) or until stopped. ``between()`` is called about every ``poll`` seconds
@@ -670,14 +675,21 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         building = {b.name for b in scheduler.builders}
         # new memories, and ones whose lease another process took (taken back once it lets go); a refused
         # memory is skipped (build-tree NAME says why) until the next start, once a person mended it, but one
-        # refused on its settings (a config.json saved half-written, say) is taken again once they change
+        # refused on its settings (a config.json saved half-written, say) is taken again once they change, and
+        # one moved or deleted behind the watcher's back once a memory is there again
         for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
             if mem.name in refused_at and settings_stamp(mem) != refused_at[mem.name]:
                 scheduler.refused.pop(mem.name, None)
                 del refused_at[mem.name]
                 mem = mem.reopened()  # (its settings read again: a named memory's object kept the refused ones)
+            if mem.name in scheduler.gone and mem.identity() is not None:
+                scheduler.refused.pop(mem.name, None)
+                scheduler.gone.discard(mem.name)
+                mem = mem.reopened()  # (a named memory's object knows the directory that went)
             if mem.name not in building and mem.name not in scheduler.refused:
-                watched.pop(mem.name, None)
+                old = watched.pop(mem.name, None)
+                if old is not None:
+                    old.release()  # (lost or moved: let go of already; its directory closed)
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)
 

@@ -956,3 +956,86 @@ def test_a_builder_killed_before_its_answers_are_written_told_none_of_them_and_c
         # the next watcher took them as paid, at what they cost (and built their nodes again)
         assert unbuilt_cost(mem.path) == pytest.approx(sum(call["cost"] for call in pending.values()))
         assert_built_once(mem)
+
+
+def watcher_holds(mem, watcher) -> bool:
+    found = lease.holder(mem)
+    return bool(found) and found["pid"] == watcher.pid
+
+
+@pytest.mark.parametrize("how", ["mv", "rm"])
+def test_a_memory_moved_or_deleted_behind_a_watchers_back_is_dropped_and_taken_again_once_back(home, tmp_path, how):
+    """``mv`` or ``rm -rf`` of one memory's directory under a watcher of every memory: it said so once (a
+    ``refused`` event, ``"gone": true``) and built the others on, let go of its lease where the memory went,
+    and took the memory again once one was back at its name. It exited 3 and stopped building them all."""
+    configure(home)
+    one, two = fill("one", 3), fill("two", 3)
+    elsewhere = tmp_path / "elsewhere"
+    watcher = start_watch("--json")
+    try:
+        until(lambda: watcher_holds(one, watcher) and watcher_holds(two, watcher))
+        command = ["mv", str(two.path), str(elsewhere)] if how == "mv" else ["rm", "-rf", str(two.path)]
+        subprocess.run(command, check=True)
+        if how == "mv":
+            until(lambda: not (elsewhere / "lock.json").exists())  # let go where it went
+            subprocess.run(["mv", str(elsewhere), str(two.path)], check=True)
+        else:
+            fill("two", 3)  # (a new memory of that name)
+        fill("one", 6)
+        fill("two", 6)
+        until(lambda: complete("one") and complete("two") and watcher_holds(Memory.open("two"), watcher))
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert [e for e in events if e["event"] == "refused"] == [
+        {"event": "refused", "memory": "two", "gone": True,
+         "error": f"memory 'two' was moved or deleted behind pimem's back (from {two.path})"}]
+    assert [e["memory"] for e in events if e["event"] == "watching"].count("two") == 2
+    assert err.decode().splitlines() == [
+        f"pimem: warning: stopped building two: memory 'two' was moved or deleted behind pimem's back (from {two.path}) "
+        "(this watcher takes it again once it is back)"]
+
+
+def test_a_watcher_of_one_memory_moved_away_waits_for_it_and_lets_go_where_it_went(home, sh):
+    """``watch two`` with ``two`` renamed by hand: the watcher lets go of the lease in the moved copy (``status``
+    there no longer says a builder died holding it) and waits, as one with nothing to do; the memory moved
+    back is built again."""
+    configure(home)
+    two = fill("two", 3)
+    moved = home / "two-moved"
+    watcher = start_watch("two")
+    try:
+        until(lambda: watcher_holds(two, watcher))
+        subprocess.run(["mv", str(two.path), str(moved)], check=True)
+        until(lambda: not (moved / "lock.json").exists())
+        status = sh("status", "two-moved")
+        assert status.returncode == 0 and b"gone" not in status.stdout, status.stdout
+        subprocess.run(["mv", str(moved), str(two.path)], check=True)
+        fill("two", 6)
+        until(lambda: complete("two") and watcher_holds(Memory.open("two"), watcher))
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert b"stopped building two" in err
+
+
+def test_a_line_bytes_lowered_under_a_watcher_is_taken_and_the_longer_lines_built_again(home, sh):
+    """``config.json`` given a smaller ``line_bytes`` while a watcher ran: it kept writing lines for the old one
+    (views of 455–476-byte lines, an ``fsck`` of 21 problems). It takes the new one as it takes a new model."""
+    mem = Memory.at("lb")
+    mem.append([{"kind": "user", "text": f"message {k} about the staging database port and pool size settings " * 12}
+                for k in range(40)])
+    mem.save_config({"view": {"hi": 500, "lo": 250}})
+    with watching("lb", "--json"):
+        until(lambda: complete("lb"))
+        Memory.at("lb").save_config({"line_bytes": 256})
+        until(lambda: complete("lb"))  # (the nodes over 256 bytes are built again)
+        mem.append([{"kind": "user", "text": f"message {k} about the replica lag and the backup window " * 12}
+                    for k in range(40, 60)])
+        until(lambda: complete("lb"))
+    out = sh("view", "lb", "--json")
+    assert out.returncode == 0 and all(orjson.loads(line)["bytes"] <= 256 for line in out.stdout.splitlines()), out.stdout
+    assert sh("fsck", "lb").returncode == 0

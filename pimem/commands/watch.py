@@ -24,7 +24,8 @@ def command(
     on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
     are noticed within 2 seconds; failed nodes are retried after 10 seconds (or when the server asks) for ever.
     A memory whose compactor's API key is not set here is left with one line (exit 6 when nothing else named
-    can be built), and taken again once its settings change (pimem model).
+    can be built), and taken again once its settings change (pimem model). A memory moved or deleted behind
+    its back (mv, rm -rf) is left with one line, and taken again once a memory is back at its name.
     On SIGTERM, SIGHUP or SIGINT, calls in flight get 15 seconds to finish and what they built is kept. Events
     go to stderr (--json: NDJSON on stdout). With --import DIR it also follows the agents' session files under
     DIR into one memory per project, as import --follow does, and builds those memories too (when no names are
@@ -59,6 +60,7 @@ def command(
                             f"{event['day']}; waiting for the next day")
         elif event["event"] == "refused":
             again = ("this watcher takes it again once its settings change" if event.get("settings")
+                     else "this watcher takes it again once it is back" if event.get("gone")
                      else "the watcher's next start takes it again, once it is mended")
             output.warn(f"stopped building {event['memory']}: {event['error']} ({again})")
         elif event["event"] == "switched":
