@@ -356,13 +356,19 @@ class Index:
         return {name: (*main.get(name, (None, 0)), shard.get(name, 0)) for name in main.keys() | shard.keys()}
 
     def behind(self) -> list[tuple[Path, int]]:
-        """Log files (with their sizes) holding bytes the index has not read yet, by name."""
+        """Log files (with their sizes) holding bytes the index has not read yet, by name, and those it has
+        read that are gone (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one
+        edited by hand may be any of them, however old."""
         indexed = self._indexed()
+        sizes = self.log.sizes(every=True)
         out = []
-        for name, size in self.log.sizes().items():
+        for name, size in sizes.items():
             _, done, done_shard = indexed.get(name, (0, 0, 0))
             if size != done or size != done_shard:
                 out.append((self.log.dir / name, size))
+        for name, (_, done, done_shard) in indexed.items():
+            if name not in sizes and (done or done_shard):
+                out.append((self.log.dir / name, -1))
         return out
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -456,13 +462,12 @@ class Index:
         indexed = self._indexed()
         for path, size in self.behind():
             fid, done, done_shard = indexed.get(path.name, (None, 0, 0))
-            if size < max(done, done_shard) or not _reads_on(path, min(done, done_shard)):
-                # the log lost bytes the index had read (a power cut after an unsynced write), or what it
-                # read was changed (an edit by hand moved the lines): the index must not hold them, so
-                # start over from the log
-                if size >= max(done, done_shard):
-                    env.stderr().write(f"pimem: warning: {path} was changed before the end the index had read; "
-                                       "rebuilding the index from the log\n")
+            if size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
+                # what the index read was changed (an edit by hand moved the lines, the file was deleted) or
+                # lost (a power cut after an unsynced write): the index must not hold it, so start over
+                what = ("is gone" if size < 0 else "is shorter than the index had read" if size < max(done, done_shard)
+                        else "was changed before the end the index had read")
+                env.stderr().write(f"pimem: warning: {path} {what}; rebuilding the index from the log\n")
                 self.close()
                 remove_files(self.path)
                 return self._catch_up_locked(progress)
@@ -483,6 +488,33 @@ class Index:
             return added + batch.hand_over(writers, progress)
 
         return self._with_writers(work)
+
+    def _reads_on(self, fid: int | None, path: Path, done: int) -> bool:
+        """Whether the index, having read ``path`` up to ``done``, can read on from there: a line ends there and
+        the last message it holds from the file is still where it was read (else the bytes before it were
+        changed since, and the lines moved). Looked at when a file grew, not on every search."""
+        if done == 0:
+            return True
+        last = None
+        if fid is not None:  # (the highest i the file holds is among the last rows: imports append there too)
+            last = self.db.execute("SELECT i, offset, length FROM msgs WHERE file = ? ORDER BY i DESC LIMIT 1",
+                                   (fid,)).fetchone()
+        try:
+            with open(path, "rb") as f:
+                f.seek(done - 1)
+                if f.read(1) != b"\n":
+                    return False
+                if last is None:
+                    return True
+                f.seek(last[1])
+                line = f.read(last[2] + 1)
+        except OSError:
+            return True  # (said by the read that follows)
+        try:
+            msg = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return False
+        return line.endswith(b"\n") and type(msg) is dict and msg.get("i") == last[0]
 
     # ---- lookups -----------------------------------------------------------------------------------------
 
@@ -700,19 +732,6 @@ class TreeNodes:
     def keys(self) -> list[tuple[int, int]]:
         """``(l, i)`` of every stored node."""
         return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()
-
-
-def _reads_on(path: Path, done: int) -> bool:
-    """Whether the index, having read ``path`` up to ``done``, can read on from there: a line ends there (else
-    the bytes before it were changed since, and the lines moved)."""
-    if done == 0:
-        return True
-    try:
-        with open(path, "rb") as f:
-            f.seek(done - 1)
-            return f.read(1) == b"\n"
-    except OSError:
-        return True  # (said by the read that follows)
 
 
 def _rollback(db: sqlite3.Connection) -> None:

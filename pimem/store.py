@@ -352,10 +352,12 @@ class Log:
         info = self._info[name] = _FileInfo(size, first, last, torn, stamp)
         return info
 
-    def sizes(self) -> dict[str, int]:
-        """Each day file's size in bytes: from ranges.json when it can be trusted, else a ``stat`` each."""
+    def sizes(self, every: bool = False) -> dict[str, int]:
+        """Each day file's size in bytes: from ranges.json when it can be trusted, else a ``stat`` each.
+        ``every``: a ``stat`` each all the same, so a file edited behind pimem's back is noticed wherever it
+        is (the index, which has read every file, asks so; a command that reads only recent files need not)."""
         names = self._names()
-        if self._trusted(names):
+        if not every and self._trusted(names):
             return {name: self._info[name].size for name in names}
         folder, baseline = f"{self.dir}/", self._baseline()
         out, changed = {}, []
@@ -364,6 +366,7 @@ class Log:
             out[name] = st.st_size
             if baseline and not (name in baseline and baseline[name].matches(st)):
                 changed.append(name)
+        changed += [name for name in baseline if name not in out]  # (deleted)
         if changed:
             self._changed_behind(changed)
         return out

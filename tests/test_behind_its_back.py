@@ -113,6 +113,30 @@ def test_a_text_edited_by_hand_moves_the_lines_and_the_index_is_rebuilt_not_left
     assert sh("fsck", "--repair", "m").returncode == 0 and sh("fsck", "m").returncode == 0
 
 
+@pytest.mark.parametrize("edit", ["longer", "shorter"])
+def test_an_older_day_file_edited_by_hand_has_the_index_rebuilt_though_the_newest_is_unchanged(sh, log, edit):
+    """ranges.json is trusted on the newest file's word, so the index looks at every file itself."""
+    path = log / f"{DAYS[0]}.jsonl"
+    data = path.read_bytes()
+    edited = data.replace(b"message 1 about", b"REDACTED message 1 about" if edit == "longer" else b"msg 1 about")
+    assert edited != data
+    path.write_bytes(edited)
+    out = sh("search", "staging", "m", "--limit", "20")
+    hits = sorted(int(row.split()[1][1:]) for row in out.stdout.decode().splitlines())
+    assert hits == list(range(9)), (out.stdout, out.stderr)
+    assert b"rebuilding the index" in out.stderr and out.stderr.count(b"\n") == 1
+    assert sh("search", "staging", "m").stderr == b""  # (once)
+
+
+def test_a_day_file_deleted_by_hand_is_out_of_the_index_and_a_gap_it_leaves_is_named(sh, log):
+    (log / f"{DAYS[-1]}.jsonl").unlink()  # the newest: no gap, three messages fewer
+    out = sh("search", "staging", "m", "--limit", "20")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 6 and b"is gone; rebuilding the index" in out.stderr
+    (log / f"{DAYS[0]}.jsonl").unlink()  # the oldest: #0 to #2 missing
+    out = sh("search", "staging", "m")
+    assert out.returncode == 5 and b"gap in the log: i=0 is missing" in out.stderr and out.stderr.count(b"\n") == 1
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_damaged_index_is_rebuilt_by_every_reader_and_fsck_repairs_it_beside_a_damaged_view(sh, log, damage):
     for k in range(4):  # (long ones: the tree has stored nodes, which readers look up in the index)
