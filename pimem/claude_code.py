@@ -331,6 +331,18 @@ def is_ours(hook) -> bool:
     return isinstance(hook, dict) and "hook claude-code" in str(hook.get("command", "")) and "pimem" in str(hook.get("command", ""))
 
 
+def installed_in(path: Path) -> bool:
+    """Whether the settings file ``path`` holds a pimem hook (``is_ours``) for one of ``EVENTS``; a file that
+    is not there or cannot be read holds none."""
+    try:
+        _, _, settings = load(path) if path.exists() else (path, None, {})
+    except (PimemError, OSError):
+        return False
+    hooks = settings.get("hooks")
+    groups = [g for e in EVENTS for g in (hooks.get(e) if isinstance(hooks, dict) and isinstance(hooks.get(e), list) else [])]
+    return any(is_ours(h) for g in groups if isinstance(g, dict) and isinstance(g.get("hooks"), list) for h in g["hooks"])
+
+
 def merge(settings: dict, command: str, timeout: int = HOOK_TIMEOUT) -> tuple[list[str], dict[str, list[str]]]:
     """Add a pimem hook for each of ``EVENTS`` that has none to ``settings`` (in place), Claude Code giving it
     ``timeout`` seconds, and make a pimem hook of another command (installed with other options) this one:

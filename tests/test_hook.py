@@ -701,3 +701,23 @@ def test_uninstall_takes_out_pimem_s_hooks_and_nothing_else(home, tmp_path):
     assert not (tmp_path / ".claude").exists()
     broken = uninstall("--project", "--user", home_dir=user)
     assert broken.returncode == 2 and "not both" in broken.stderr
+
+
+def test_install_in_both_scopes_warns_that_claude_code_runs_both(home, tmp_path):
+    """Installed for the user and then for the project, Claude Code ran both hooks (the context twice a prompt)
+    and nothing said so."""
+    user, work = tmp_path / "user", tmp_path / "work"
+    user.mkdir()
+    work.mkdir()
+    first = install(home_dir=user, cwd=work)
+    assert first.returncode == 0 and first.stderr == ""
+    both = install("--project", home_dir=user, cwd=work)
+    assert both.returncode == 0 and both.stderr == (
+        f"pimem: warning: pimem's hooks are in {user / '.claude' / 'settings.json'} as well: Claude Code runs both, so each "
+        "prompt gets the context twice; remove one with pimem hook uninstall claude-code\n")
+    again = install(home_dir=user, cwd=work)
+    assert again.returncode == 0 and again.stderr.endswith("remove one with pimem hook uninstall claude-code --project\n")
+    assert uninstall("--project", home_dir=user, cwd=work).returncode == 0
+    assert install(home_dir=user, cwd=work).stderr == ""
+    home_itself = install("--project", home_dir=user, cwd=user)  # (the project is the home: one file)
+    assert home_itself.returncode == 0 and home_itself.stderr == ""

@@ -75,6 +75,10 @@ def command(
             output.line("; ".join(said) + (f" (backup: {backup})" if backup else ""))
         else:
             output.line(f"pimem's {agent} hooks are already in {path}; nothing changed")
+        other = claude_code.settings_path(not project)
+        if other.resolve() != path.resolve() and claude_code.installed_in(other):  # (Claude Code would run both)
+            output.warn(f"pimem's hooks are in {other} as well: Claude Code runs both, so each prompt gets the context "
+                        f"twice; remove one with pimem hook uninstall {agent}{'' if project else ' --project'}")
         return
     _agent(words)
     if project or user or dry_run:
