@@ -138,6 +138,7 @@ def check_log(mem: Memory) -> list[Finding]:
         found.append(Finding(mem.name, "log", where, problem, **kw))
 
     for path in mem.log.files():
+        before: tuple[int, str] | None = None  # the last message of the file so far, and where
         for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE):
             if type(obj) is not dict or type(obj.get("i")) is not int:
                 add(where, f"damaged line ({count(len(raw), 'byte')}) is not a message; readers skip it, so anything it held is missing")
@@ -147,6 +148,11 @@ def check_log(mem: Memory) -> list[Finding]:
                 duplicates.setdefault(i, [where_is[i]]).append(where)
             else:
                 where_is[i] = where
+            if before is not None and i < before[0]:
+                add(where, f"out of order: message {i} comes after message {before[0]} ({before[1]}), so readers, "
+                    f"who read a day file in its order, miss i={i} where they expect it and stop with exit 5; put the "
+                    "file's lines back in i order by hand (--repair never rewrites the log)")
+            before = max(before or (i, where), (i, where))
             for problem in _message_problems(obj, path.name[:10]):
                 add(where, f"message {i}: {problem}")
     for i, places in sorted(duplicates.items()):

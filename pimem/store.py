@@ -238,10 +238,12 @@ class Log:
         self._checked = key
 
     def check_whole(self, why: str) -> int:
-        """Read every valid line's ``i``: they must be ``0…T-1``, each once. Returns T; ``IntegrityError``
-        names the first duplicate or gap."""
+        """Read every valid line's ``i``: they must be ``0…T-1``, each once, rising within each file (readers
+        read a file in its order). Returns T; ``IntegrityError`` names the first duplicate, line out of order or
+        gap."""
         seen = bytearray()
         for name in self._names():
+            before = -1
             for _, line in _lines(self.dir / name):
                 # (the number read off the line's head only when it ends as an object does: a torn line
                 # sealed by a writer keeps its head, and is no message)
@@ -257,7 +259,9 @@ class Log:
                     seen.extend(bytes(i + 1 - len(seen)))
                 if seen[i]:
                     raise IntegrityError(f"{self._whose()}{why}: duplicate in the log: i={i} twice (again in main/{name}); {self._fsck()}")
-                seen[i] = 1
+                if i < before:
+                    raise IntegrityError(f"{self._whose()}{why}: lines out of order in the log: i={i} after i={before} in main/{name}; {self._fsck()}")
+                seen[i], before = 1, i
         missing = seen.find(0)
         if missing >= 0:
             raise IntegrityError(f"{self._whose()}{why}: gap in the log: i={missing} is missing; {self._fsck()}")

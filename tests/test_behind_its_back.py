@@ -73,6 +73,30 @@ def test_a_gap_or_duplicate_added_behind_its_back_stops_every_command(sh, log, w
     assert snapshot(log.parent) == before
 
 
+def test_two_lines_swapped_by_hand_are_named_by_fsck_and_stop_every_command(sh, log):
+    """Every i is there once, out of order within the newest day file: readers stop there, so fsck names it
+    (it is not repaired: only a person reorders the log) and append writes nothing."""
+    path = log / f"{DAYS[-1]}.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1], lines[2] = lines[2], lines[1]
+    path.write_bytes(b"".join(lines))
+    before = snapshot(log.parent)
+    out = sh("fsck", "m", "--json")
+    found = [json.loads(row) for row in out.stdout.splitlines()]
+    found = [f for f in found if f["where"].startswith("main/")]  # (ranges.json and the index are named too)
+    assert out.returncode == 5 and [(f["where"], f["fatal"], f["repair"]) for f in found] == [
+        (f"main/{DAYS[-1]}.jsonl:3", True, None)], found
+    assert "message 7 comes after message 8" in found[0]["problem"] and "by hand" in found[0]["problem"]
+    day_files = snapshot(log)
+    assert sh("fsck", "--repair", "m").returncode == 5 and snapshot(log) == day_files
+    before = snapshot(log.parent)
+    for argv in (["append", "m", "must not be logged"], ["view", "m"], ["since", "m", "#0"], ["status", "m"],
+                 ["search", "staging", "m"]):
+        out = sh(*argv)
+        assert out.returncode == 5 and out.stderr.count(b"\n") == 1 and b"fsck" in out.stderr, (argv, out.stderr)
+    assert snapshot(log.parent) == before
+
+
 def test_an_older_day_file_appended_to_is_checked_by_the_writer_and_by_readers_of_it(sh, log):
     """The newest file is unchanged, so ranges.json is trusted; the writer appending to an older day's file
     checks that file (it holds it open) and a reader checks each file it reads."""
