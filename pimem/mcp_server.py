@@ -7,6 +7,7 @@ Imported only by the ``mcp`` command, so nothing else pays for the SDK (or pydan
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any
 
 try:  # (arguments as the API takes them: no "0" for 0, no true for 1)
@@ -112,14 +113,33 @@ def _mended(exc: Exception) -> tuple:
         return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
 
 
+def _unknown(key: str, tool: str, takes: list[str]) -> str:
+    """What to say of an argument ``tool`` does not take: the one it likely meant, else those it takes."""
+    import difflib
+
+    meant = difflib.get_close_matches(key, takes, n=1, cutoff=0.75)
+    return f"{tool} takes no such argument ({f'did you mean {meant[0]}?' if meant else 'it takes ' + (', '.join(takes) or 'none')})"
+
+
 def build(home: api.Home = None):
     """The server with every tool, reading the memories under ``home``."""
     server_class, tool_error, call_result, text_content = _sdk()
     from pydantic import ValidationError
 
+    takes: dict[str, list[str]] = {}  # each tool's arguments
+
     class Server(server_class):
+        async def list_tools(self):
+            """The tools, each schema saying that it takes no other arguments (as a call refuses them)."""
+            return [tool.model_copy(update={"input_schema": {**tool.input_schema, "additionalProperties": False}})
+                    for tool in await super().list_tools()]
+
         async def call_tool(self, name, arguments, context=None):
-            """Arguments the schema refuses come back in one line, not pydantic's report of many."""
+            """Arguments the schema refuses come back in one line, not pydantic's report of many; so does an
+            argument the tool does not take (the SDK ignores it: a misspelt ``names`` searched every memory)."""
+            if name in takes and (unknown := [key for key in arguments or {} if key not in takes[name]]):
+                raise tool_error(f"Error executing tool {name}: bad arguments: " + "; ".join(
+                    f"{key}: {_unknown(key, name, takes[name])}" for key in unknown))
             try:
                 return await super().call_tool(name, arguments, context)
             except tool_error as exc:
@@ -144,6 +164,7 @@ def build(home: api.Home = None):
         """Register ``func``; a pimem error reaches the client as a tool error with its message (without the
         name of the library's function it may open with: the SDK names the tool, 'Error executing tool NAME: ')."""
         named = f"{func.__name__}: "
+        takes[func.__name__] = list(inspect.signature(func).parameters)
 
         @functools.wraps(func)
         def call(*args, **kwargs):

@@ -353,3 +353,31 @@ def test_since_never_passes_its_bound_and_next_names_the_message_left_for_the_ne
     assert [m["i"] for m in got["messages"]] == list(range(6)) and got["next"] == 6  # 6 × 30,002: a 7th would pass it
     rest = api.since("big", got["next"], limit=1000, include_tools=True)
     assert [m["text"] for m in got["messages"] + rest["messages"]] == texts and rest["next"] is None  # nothing lost
+
+
+def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
+    """An argument no tool takes was ignored: a misspelt ``names`` searched every memory, ``limt`` read 100."""
+    before = snapshot(home)
+    _, results = call_all(home, [("search", {"query": "5433", "memory": "nope"}), ("since", {"name": "main", "limt": 5}),
+                                 ("since", {"name": "main", "limt": 5, "includeTools": True}), ("list_memories", {"all": True}),
+                                 ("memory_propose", {"name": "main", "text": "kept?", "pinned": True})])
+    assert snapshot(home) == before  # (nothing proposed)
+    assert [r["isError"] for r in results] == [True] * 5
+    assert [r["content"][0]["text"] for r in results] == [
+        "Error executing tool search: bad arguments: memory: search takes no such argument (it takes query, names, "
+        "rank, any_term, kinds, include_tools, since, before, limit)",
+        "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?)",
+        "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?); "
+        "includeTools: since takes no such argument (did you mean include_tools?)",
+        "Error executing tool list_memories: bad arguments: all: list_memories takes no such argument (it takes none)",
+        "Error executing tool memory_propose: bad arguments: pinned: memory_propose takes no such argument (it takes "
+        "name, text, kind, priority, supersede, session)"]
+
+    async def schemas():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+        async with mcp.stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                await client.initialize()
+                return [t.input_schema for t in (await client.list_tools()).tools]
+
+    assert all(schema["additionalProperties"] is False for schema in anyio.run(schemas))  # (as a client may check first)
