@@ -130,8 +130,8 @@ def _proposal(sizes: list[int], start: int, total: int, keep: int) -> int:
 
 def plan(mem, keep: int) -> Plan:
     """Choose the boundary and build the checkpoint, window and derived memories, writing nothing."""
-    if keep < 0:
-        raise BadInput("--keep must be 0 or more bytes")
+    if type(keep) is not int or keep < 0:
+        raise BadInput(f"--keep must be 0 or more bytes, not {keep!r:.40}")
     windows = window_chain(mem.path).read().events
     parent = windows[-1] if windows else None
     start = parent["keptStart"] if parent else 0

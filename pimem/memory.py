@@ -20,7 +20,7 @@ import orjson
 from . import config as configs, env, home as homes, message as msgs, when
 from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError
 from .lock import Moved, WriterLock
-from .numbers import MAX_I
+from .numbers import MAX_I, MAX_SECONDS
 from .store import Log
 from .nofollow import check_dir, planted
 
@@ -41,6 +41,12 @@ def collector_resting():
     finally:
         if collecting:
             gc.enable()
+
+
+def _wait(timeout) -> None:
+    """``BadInput`` unless ``timeout`` is None or seconds from 0 to a year, as ``--timeout`` takes them."""
+    if timeout is not None and not (type(timeout) in (int, float) and 0 <= timeout <= MAX_SECONDS):
+        raise BadInput(f"timeout is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {timeout!r:.40}")
 
 
 class Prepared(list):
@@ -144,7 +150,12 @@ class Memory:
 
     def save_config(self, changes: dict) -> None:
         """Merge ``changes`` into the memory's ``config.json``; ``BadInput`` (nothing written) when the settings
-        would not read back (``pimem.config.save``)."""
+        would not read back (``pimem.config.save``); ``NotFound`` before the memory's first append (as
+        ``save_cursor``)."""
+        if not isinstance(changes, dict):
+            raise BadInput(f"the settings to save are a dict (as config.json holds them), not a {type(changes).__name__}")
+        if not self.path.is_dir():
+            raise NotFound(f"no memory named '{self.name}' in {self.home}: a memory is made by its first append")
         configs.save(self.path, self.home, changes)
         self._config = None
 
@@ -153,6 +164,7 @@ class Memory:
     @contextlib.contextmanager
     def lock(self, timeout: float | None = None):
         """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
+        _wait(timeout)
         if self._lock is None:
             self._lock = WriterLock(self.path / "write.lock")
         try:
@@ -200,6 +212,8 @@ class Memory:
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
             raise BadInput(f"the records to log are a list of messages ({{kind, text, …}}), not a {type(records).__name__}")
         records = records if isinstance(records, list) else list(records)
+        if labels is not None and not isinstance(labels, (list, tuple)):
+            raise BadInput(f"labels are a list of the records' names, not a {type(labels).__name__}")
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
         out = Prepared()
@@ -226,6 +240,7 @@ class Memory:
     def append(self, records: Iterable[dict], timeout: float | None = None) -> list[int]:
         """Log messages durably and return their ``i``. The batch is written whole or not at all; it is
         checked first (``prepare``) unless ``prepare`` made it."""
+        _wait(timeout)
         batch = records if type(records) is Prepared else self.prepare(records)
         if not batch:
             return []
@@ -241,6 +256,7 @@ class Memory:
         """``append`` for a batch validated and encoded elsewhere (``pimem.bulk``): ``runs`` are its day runs
         ``(day, count)``, ``lines(start, first, stop)`` the stored lines of its messages ``first…stop-1``
         numbered from ``start``, ``batch`` its messages as the derived state reads them."""
+        _wait(timeout)
         self._make_dirs()
         with self.lock(timeout), self._derived:
             start = self._ready()
@@ -258,6 +274,9 @@ class Memory:
         first, then the error propagates."""
         from concurrent.futures import ThreadPoolExecutor
 
+        _wait(timeout)
+        if isinstance(batches, (str, bytes, dict)) or not hasattr(batches, "__iter__"):
+            raise BadInput(f"the batches to log are an iterable of lists of messages, not a {type(batches).__name__}")
         source = iter(batches)
         with collector_resting():
             with ThreadPoolExecutor(1, thread_name_prefix="pimem-append") as writer:
@@ -557,6 +576,9 @@ class Memory:
         nodes from the log). Nothing is written unless every node passes."""
         from . import tree as trees
 
+        _wait(timeout)
+        if not isinstance(nodes, list) or not all(isinstance(node, tuple) and len(node) == 4 for node in nodes):
+            raise BadInput("the nodes to store are a list of (level, index, text, meta) tuples")
         limit = int(self.config["line_bytes"])
         checked = []
         for l, i, text, meta in nodes:
@@ -566,6 +588,8 @@ class Memory:
                 raise BadInput(f"node {trees.label(l, i)}: empty text")
             if trees.byte_size(text) > limit:
                 raise BadInput(f"node {trees.label(l, i)}: {trees.byte_size(text)} bytes, over the {limit}-byte line")
+            if meta is not None and not isinstance(meta, dict):
+                raise BadInput(f"node {trees.label(l, i)}: meta is a dict, not a {type(meta).__name__}")
             meta = dict(meta or {})
             clash = set(meta) & set(trees.NODE_KEYS)
             if clash:
@@ -598,6 +622,8 @@ class Memory:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
         ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
+        if end is not None and not (type(end) is int and 0 <= end <= MAX_I):
+            raise BadInput(f"end is a message number (0 to {MAX_I}) or None, not {end!r:.40}")
         with self._derived:
             return self.views.lines(compactor, end)
 
@@ -613,6 +639,8 @@ class Memory:
         what the view costs: read from ``view.json`` around each message where it is current, else from the
         view caught up once for this object. ``sizes``: the messages' ``size`` where the caller has them
         (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
+        if not isinstance(ids, list) or not all(type(i) is int and 0 <= i <= MAX_I for i in ids):
+            raise BadInput(f"ids are a list of message numbers (0 to {MAX_I}), not {ids!r:.40}")
         sizes = sizes or {}
         with self._derived:
             return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)

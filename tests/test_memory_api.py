@@ -69,3 +69,29 @@ def test_one_memory_object_may_be_shared_by_threads(home, capfd):
     saved = Memory.at("main").view_lines()  # restored from view.json
     (home / "main" / "view.json").unlink()
     assert Memory.at("main").view_lines() == saved == mem.view_lines()  # folded again from the log
+
+
+def test_every_public_method_refuses_a_wrong_value_as_bad_input(home):
+    from pimem import compaction
+    from pimem.errors import NotFound
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "ok"}])
+    before = snapshot(home)
+    one = [{"kind": "user", "text": "x"}]
+    for call in (lambda: mem.append(one, timeout="5"), lambda: mem.append(one, timeout=-1),
+                 lambda: mem.append(one, timeout=float("nan")), lambda: mem.append(one, timeout=True),
+                 lambda: mem.append(one, timeout=400 * 86400), lambda: list(mem.append_stream([one], timeout="5")),
+                 lambda: list(mem.append_stream(5)), lambda: mem.write_node(0, 0, "t", timeout=-1),
+                 lambda: mem.save_config("x"), lambda: mem.save_config(None),
+                 lambda: mem.prepare([{"kind": "robot"}], labels=5), lambda: mem.held("x"),
+                 lambda: mem.held_each("01"), lambda: mem.held(-1), lambda: mem.write_node(0, 0, "t", meta="x"),
+                 lambda: mem.write_nodes("abc"), lambda: mem.write_nodes([(0, 0)]), lambda: mem.view_lines(end="3"),
+                 lambda: mem.view_lines(end=-1), lambda: compaction.compact(mem, "5"),
+                 lambda: mem.lock("x").__enter__()):
+        with pytest.raises(BadInput):
+            call()
+    with pytest.raises(NotFound, match="first append"):  # (settings of a memory not yet made: as save_cursor's)
+        Memory.at("new").save_config({"view": {"hi": 64000, "lo": 32000}})
+    assert snapshot(home) == before
+    assert mem.append(one, timeout=0) == [1] and mem.append(one, timeout=2.5) == [2]
