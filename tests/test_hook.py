@@ -376,9 +376,10 @@ def test_the_hook_writes_through_the_environment_streams(home, tmp_path):
 # ---- install ---------------------------------------------------------------------------------------------
 
 
-def install(*args, home_dir, cwd=None):
+def install(*args, home_dir, cwd=None, **env):
+    """pimem hook install claude-code ARGS with the user's home ``home_dir`` (and no $PIMEM_HOME unless given)."""
     return subprocess.run(pimem_cmd("hook", "install", "claude-code", *args), capture_output=True, text=True, timeout=60, cwd=cwd,
-                          env=subprocess_env(HOME=home_dir))
+                          env=subprocess_env(HOME=home_dir, **{"PIMEM_HOME": "", **env}))
 
 
 def test_install_merges_into_the_settings_keeping_everything_and_a_backup(home, tmp_path):
@@ -721,3 +722,24 @@ def test_install_in_both_scopes_warns_that_claude_code_runs_both(home, tmp_path)
     assert install(home_dir=user, cwd=work).stderr == ""
     home_itself = install("--project", home_dir=user, cwd=user)  # (the project is the home: one file)
     assert home_itself.returncode == 0 and home_itself.stderr == ""
+
+
+def test_install_writes_the_pimem_home_set_then_into_the_hooks_and_says_so(home, tmp_path):
+    """$PIMEM_HOME set at install was neither written nor said: Claude Code started without it captured into
+    ~/.pi/memory."""
+    user = tmp_path / "user"
+    user.mkdir()
+    done = install(home_dir=user, PIMEM_HOME=home)
+    assert done.returncode == 0 and done.stderr == (f"the hooks capture into $PIMEM_HOME as set now, {home}, written into them as "
+                                                    "--home (Claude Code may start without it); give --home to choose another\n")
+    hooks = json.loads((user / ".claude" / "settings.json").read_text())["hooks"]
+    command = hooks["Stop"][0]["hooks"][0]["command"]
+    assert command.endswith(f" hook claude-code --home {home}")
+    transcript = tmp_path / "t.jsonl"
+    grow(transcript, line("s1", "user", "u1", "captured where the install said", 1))
+    bare = {k: v for k, v in subprocess_env().items() if k not in ("PIMEM_HOME", "PI_MEM_HOME")}  # Claude Code's environment
+    ran = subprocess.run(["sh", "-c", command], input=payload("Stop", "s1", transcript), capture_output=True, env={**bare, "HOME": str(user)})
+    assert ran.returncode == 0 and texts() == ["captured where the install said"] and not (user / ".pi").exists()
+    other = tmp_path / "other"
+    chosen = install("--home", other, home_dir=user, PIMEM_HOME=home)
+    assert chosen.returncode == 0 and chosen.stderr == "" and f" to {hooks['Stop'][0]['hooks'][0]['command'].replace(str(home), str(other))} (backup: " in chosen.stdout

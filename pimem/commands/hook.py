@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from typing import Annotated, Optional
 
 import typer
@@ -33,7 +34,7 @@ def command(
 
     pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
     SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
-    and writing a backup first; run again with other --name, --budget, --home or --timeout, it changes
+    and writing a backup first; a $PIMEM_HOME set then goes into the hooks as --home; run again with other --name, --budget, --home or --timeout, it changes
     pimem's hooks there to the new command and says so. pimem hook uninstall claude-code (--project) takes
     pimem's hooks out again, and nothing else, after the same backup.
 
@@ -59,6 +60,10 @@ def command(
 
             validate_name(name)
         path = claude_code.settings_path(project)
+        # (a home set in this shell: Claude Code may start without it, so the hooks would capture elsewhere)
+        variable = next((v for v in ("PIMEM_HOME", "PI_MEM_HOME") if home is None and os.environ.get(v)), None)
+        if variable:
+            home = os.environ[variable]
         # (the hook's own options go into the installed command, when they are not the defaults)
         command_line = claude_code.hook_command(home, name, budget if budget != claude_code.BUDGET else None,
                                                 timeout if timeout != claude_code.TIMEOUT else None)
@@ -75,6 +80,9 @@ def command(
             output.line("; ".join(said) + (f" (backup: {backup})" if backup else ""))
         else:
             output.line(f"pimem's {agent} hooks are already in {path}; nothing changed")
+        if variable:
+            output.info(f"the hooks capture into ${variable} as set now, {home}, written into them as --home "
+                        "(Claude Code may start without it); give --home to choose another")
         other = claude_code.settings_path(not project)
         if other.resolve() != path.resolve() and claude_code.installed_in(other):  # (Claude Code would run both)
             output.warn(f"pimem's hooks are in {other} as well: Claude Code runs both, so each prompt gets the context "
