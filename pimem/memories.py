@@ -392,9 +392,10 @@ def bounded(record: dict, content: str | None = None) -> dict:
     return out
 
 
-def listing(found: list[dict], offset: int, limit: int, max_chars: int, as_json: bool) -> str:
+def listing(found: list[dict], offset: int, limit: int, max_chars: int, as_json: bool, tools_matching: int = 0) -> str:
     """A page of records as text (or one JSON object) of at most ``max_chars`` characters: whole records
-    only, the rest counted and pointed to with ``nextOffset``."""
+    only, the rest counted and pointed to with ``nextOffset``; ``tools_matching``: how many records derived
+    from tool traffic, left out, would match (said as ``toolsMatching`` in JSON)."""
     page = found[offset : offset + limit]
     shortened = []
     for r in page:
@@ -411,6 +412,8 @@ def listing(found: list[dict], offset: int, limit: int, max_chars: int, as_json:
             doc = {"source": "memory-log", "count": len(found), "offset": offset, "records": shortened[:k], "truncated": next_offset is not None}
             if next_offset is not None:
                 doc["nextOffset"] = next_offset
+            if tools_matching:
+                doc["toolsMatching"] = tools_matching
             return budget.dumps(doc)
         head = f"pimem memories ({len(found)})" if k == len(page) else f"pimem memories ({len(found)}; {k} included)"
         text = "\n\n".join([head, *blocks[:k]])

@@ -178,6 +178,7 @@ class Found:
     next_page: int | None = None
     snippets: dict = field(default_factory=dict)
     capped: bool = False  # a search that looked at the ranker's best POOL messages only: more may match
+    tools_matching: int = 0  # nothing selected: how many tool calls and results would be (``_hidden_matches``)
 
 
 def recall(mem, request: Request) -> str:
@@ -194,12 +195,12 @@ def find(mem, request: Request) -> Found:
     out = SCOPES[request.scope](mem)
     if request.ids:
         return _by_ids(request, [r for r in _named(mem, request) if r["id"] not in out], not _shows_tools(request))
-    if not request.query.strip() and not request.file:
-        return _listing(mem, request, out)
-    return _search(mem, request, out)
+    found = _listing(mem, request, out) if not request.query.strip() and not request.file else _search(mem, request, out)
+    found.tools_matching = _hidden_matches(mem, request, found)
+    return found
 
 
-def hidden_matches(mem, request: Request, found: Found) -> int:
+def _hidden_matches(mem, request: Request, found: Found) -> int:
     """How many messages a search or listing that matched nothing would find with tool traffic shown, its
     filters (kind, scope, source class, file) as they are: 0 when it was shown, under a kind filter (a tool's
     shows them, any other leaves them out), or for a read by ids, which says which ids are hidden."""
@@ -475,6 +476,8 @@ def render(mem, request: Request, found: Found) -> str:
         def render_raw(k: int, notes: dict) -> str:
             if request.as_json:
                 doc = {"source": "pimem-recall", "action": found.action, "count": found.total, "entries": [r["message"] for r in found.records[:k]], "truncated": k < len(ids)}
+                if found.tools_matching:
+                    doc["toolsMatching"] = found.tools_matching
                 return budget.dumps(_notes_json(doc, notes))
             head = f"pimem recall ({found.total} result{'s' if found.total != 1 else ''}" + ("" if k == len(ids) else f"; {k} included") + ")"
             parts = [head, *(f"[#{ids[n]}]\n{entries[n]}" for n in range(k))]
@@ -498,6 +501,8 @@ def render(mem, request: Request, found: Found) -> str:
                    "results": [item(n) for n in range(k)], "truncated": k < len(ids)}
             if found.capped:
                 doc["capped"] = True
+            if found.tools_matching:
+                doc["toolsMatching"] = found.tools_matching
             if found.next_page:
                 doc["nextPage"] = found.next_page
             return budget.dumps(_notes_json(doc, notes))

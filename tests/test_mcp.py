@@ -381,3 +381,10 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
                 return [t.input_schema for t in (await client.list_tools()).tools]
 
     assert all(schema["additionalProperties"] is False for schema in anyio.run(schemas))  # (as a client may check first)
+
+
+def test_recall_that_finds_nothing_says_how_many_tool_messages_would_match(home, talk):
+    _, (hidden, shown) = call_all(home, [("recall", {"name": "main", "query": "OPENAI_API_KEY"}),
+                                         ("recall", {"name": "main", "query": "OPENAI_API_KEY", "include_tools": True})])
+    assert (hidden["structuredContent"]["count"], hidden["structuredContent"]["toolsMatching"]) == (0, 1)
+    assert shown["structuredContent"]["count"] == 1 and "toolsMatching" not in shown["structuredContent"]

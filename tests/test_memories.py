@@ -344,5 +344,6 @@ def test_reading_a_memory_hidden_as_tool_derived_says_to_add_include_tools(run, 
         out = run("memories", "main", *args)
         assert (out.exit_code, out.stderr) == (1, f"pimem: error: no memories match: {said}; add --include-tools to "
                                                   "show them\n"), (args, out.stderr)
+        assert orjson.loads(run("memories", "main", *args, "--json").stdout)["toolsMatching"] == n, args  # (JSON too)
     for args in (["--kind", "fact"], ["nothing-like-it"]):
         assert run("memories", "main", *args).stderr == "pimem: error: no memories match\n", args

@@ -354,6 +354,14 @@ def test_nothing_recalled_says_how_many_tool_messages_match_and_the_option(run, 
                                               "add --include-tools to show them\n")
     assert run("recall", "main", "restyle", "--file", "theme.ts").stderr == "pimem: error: nothing recalled\n"
     assert results(run, "--file", "theme.ts", "--include-tools") == [3, 2, 1]
+    # in the JSON too (an agent reads that, not stderr: it said {"count":0,…} alone), and so over MCP
+    for raw in ([], ["--raw"]):
+        out = run("recall", "main", "--file", "theme.ts", "--json", *raw)
+        assert (out.exit_code, orjson.loads(out.stdout)["count"], orjson.loads(out.stdout)["toolsMatching"]) == (1, 0, 3), raw
+    assert "toolsMatching" not in run("recall", "main", "restyle", "--file", "theme.ts", "--json").stdout
+    from pimem import api
+
+    assert api.recall("main", file="theme.ts", home=home)["toolsMatching"] == 3
 
 
 def test_the_tool_traffic_hint_counts_with_the_requests_filters(run, home):

@@ -63,12 +63,13 @@ def command(
     found = memories.find(visible, " ".join(words or []), status, kind)
     if limit is not None and limit > 100:
         raise BadInput("--limit is 1-100 records")
-    output.line(memories.listing(found, offset, limit or 30, max_chars, json))
+    hidden = 0  # (when nothing matches, memories derived from tool traffic left out may: how many, and the option)
+    if not found and not include_tools and not damaged:
+        hidden = len(memories.find(memories.records(mem, session, True), " ".join(words or []), status, kind))
+    output.line(memories.listing(found, offset, limit or 30, max_chars, json, hidden))
     if damaged:
         raise IntegrityError(damaged[0])
-    if not found:  # (memories derived from tool traffic left out may match: how many, and the option)
-        hidden = 0 if include_tools else len(memories.find(memories.records(mem, session, True), " ".join(words or []),
-                                                           status, kind))
+    if not found:
         raise NothingFound(f"no memories match: {output.count(hidden, 'memory', 'memories')} derived from tool traffic "
                            f"{'matches' if hidden == 1 else 'match'}; add --include-tools to show them"
                            if hidden else "no memories match")

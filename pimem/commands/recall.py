@@ -56,6 +56,6 @@ def command(
     found = recall.find(mem, request)
     output.line(recall.render(mem, request, found))
     if not found.records:
-        hidden = recall.hidden_matches(mem, request, found)
+        hidden = found.tools_matching
         raise NothingFound(f"nothing recalled: {hidden:,} tool calls and results match; add --include-tools to show them"
                            if hidden else "nothing recalled")
