@@ -503,10 +503,11 @@ class Log:
         for day, (first, last) in spans.items():
             name = f"{day}.jsonl"
             info = self._info.pop(name, None)
+            if info is None and day not in created:
+                self._file_info(name)  # a file we knew nothing about: its ends read now, so ranges.json names it
+                continue
             if info is not None and info.first is not None:
-                first = info.first
-            elif day not in created:
-                continue  # an older file we know nothing about: read its ends when asked
+                first = info.first  # (else it held no message before, a sealed torn line at most: ours is first)
             st = stamps[day]
             self._info[name] = _FileInfo(st.st_size, first, last, False, _stamp(st))
         self.save_ranges()

@@ -70,6 +70,36 @@ for n in range(200):
 """
 
 
+# a real `pimem append` SIGKILLed once it has written half its line into a day file it created
+KILLED_IN_A_NEW_FILE = """
+import os, signal, sys
+from pimem import store
+real = store.write_all
+def write_all(fd, data, path=None):
+    if os.fspath(path).endswith(sys.argv[1]):
+        real(fd, data[: len(data) // 2], path=path)
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(fd, data, path=path)
+store.write_all = write_all
+from pimem.cli import main
+main(sys.argv[2:])
+"""
+
+
+def test_a_writer_killed_in_a_day_file_it_created_leaves_it_for_the_next_writer_to_record(home, sh):
+    """The next append seals the torn line and writes after it: ranges.json must then name that file (it once
+    left it out while lifting the marker, so fsck found ranges.json wrong)."""
+    assert sh("append", "main", "first").returncode == 0
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_A_NEW_FILE, "2026-10-09.jsonl", "append", "main",
+                             "--date", "2026-10-09T10:00:00+08:00", "killed"], capture_output=True, env=subprocess_env())
+    assert killed.returncode == -signal.SIGKILL and (home / "main" / "ranges.writing").exists()
+    assert sh("append", "main", "--date", "2026-10-09T11:00:00+08:00", "next").stdout == b"1\n"
+    assert not (home / "main" / "ranges.writing").exists()
+    out = sh("fsck", "main")
+    assert out.returncode == 0 and b"ranges.json" not in out.stdout, out.stdout
+    assert sh("since", "main", "#0").stdout.count(b"\n") == 2
+
+
 def test_eight_writers_at_once_get_every_i_exactly_once(home):
     racers = [subprocess.Popen([sys.executable, "-c", RACER, str(k)], stdout=subprocess.PIPE, env=subprocess_env()) for k in range(8)]
     printed = []
