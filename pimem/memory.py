@@ -504,14 +504,15 @@ class Memory:
     # ---- summaries ---------------------------------------------------------------------------------------
 
     def last_of_kind(self, kind: str, before: int | None = None) -> dict | None:
-        """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows."""
+        """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
+        a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over."""
         end = self.count() if before is None else before
         window = 64
         while end > 0:
             start = max(0, end - window)
             found = None
             for msg in self.log.read(start, end):
-                if msg["kind"] == kind:
+                if msg["kind"] == kind and not (msg.get("meta") or {}).get("sidechain"):
                     found = msg
             if found is not None:
                 return found

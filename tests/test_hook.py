@@ -743,3 +743,25 @@ def test_install_writes_the_pimem_home_set_then_into_the_hooks_and_says_so(home,
     other = tmp_path / "other"
     chosen = install("--home", other, home_dir=user, PIMEM_HOME=home)
     assert chosen.returncode == 0 and chosen.stderr == "" and f" to {hooks['Stop'][0]['hooks'][0]['command'].replace(str(home), str(other))} (backup: " in chosen.stdout
+
+
+def test_a_sub_agent_s_prompt_is_not_shown_as_the_user_s_last_words(home, tmp_path):
+    """A sub-agent's prompt (its transcript's first line, a user line) is logged as kind user: list showed it
+    as what the user said last. It is marked sidechain (by isSidechain, or by its file being a sub-agent's) and
+    list passes it over; its kind stays user, so a file imported before is not logged again."""
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, line("s1", "user", "u1", "find every caller of refresh()", 1),
+         line("s1", "assistant", "a1", "I will ask a sub-agent.", 2))
+    agents = tmp_path / "s1" / "subagents"
+    agents.mkdir(parents=True)
+    grow(agents / "agent-a1.jsonl", {**line("s1", "user", "t1", "Search the repo for callers of refresh()", 3), "isSidechain": True, "agentId": "a1"},
+         {**line("s1", "assistant", "t2", "Found 3 callers.", 4), "isSidechain": True, "agentId": "a1"})
+    grow(agents / "agent-b2.jsonl", line("s1", "user", "t3", "List the routes", 5))  # (isSidechain false, as some write it)
+    assert hook(payload("Stop", "s1", transcript)) == (0, None, "")
+    listed = subprocess.run(pimem_cmd("list", "--json"), capture_output=True, text=True, env=subprocess_env())
+    assert listed.returncode == 0 and json.loads(listed.stdout)["last_user"] == "find every caller of refresh()", listed.stdout
+    kinds = {m["text"]: (m["kind"], m["meta"].get("sidechain")) for m in Memory.open("api").messages()}
+    assert kinds["Search the repo for callers of refresh()"] == ("user", True) and kinds["List the routes"] == ("user", True)
+    assert kinds["find every caller of refresh()"] == ("user", None)
+    again = subprocess.run(pimem_cmd("import", tmp_path, "-n", "api", "--json"), capture_output=True, text=True, env=subprocess_env())
+    assert again.returncode in (0, 1) and len(texts()) == 5, (again.stdout, again.stderr)

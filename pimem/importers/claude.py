@@ -6,7 +6,9 @@ hold text, thinking (dropped) and ``tool_use`` blocks, often one block per line;
 ``user`` lines with ``tool_result`` blocks, paired by ``tool_use_id``. Lines the harness injected
 (``isMeta``) and bookkeeping lines (progress, file-history snapshots, queue operations, system notices,
 titles) are skipped; the summary that opens a compacted conversation (``isCompactSummary``) is kept as
-derived ``work``; sub-agent traffic is marked ``sidechain``. A command the user ran in bash mode (``!cmd``:
+derived ``work``; sub-agent traffic (``isSidechain``, or a file in ``subagents/``) is marked ``sidechain``: its
+prompt is kept as ``user`` (the kind is part of what makes a message's import key) and passed over where the
+user's last words are shown (``Memory.last_of_kind``). A command the user ran in bash mode (``!cmd``:
 ``<bash-input>``) and what it printed (``<bash-stdout>``, ``<bash-stderr>``), and a slash command's output
 (``<local-command-stdout>``), come as ``user`` lines but are tool traffic (``tool``, ``echo``), kept as
 written: private like pi's bash executions.
@@ -17,11 +19,14 @@ each other, so its "branch" is not a conversation branch.
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
 
 LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
+_SUBAGENT = re.compile(r"(\A|/)subagents/agent-[^/]*\.jsonl\Z")
 _EXIT = re.compile(r"\AExit code (\d+)")
 _SHELL_INPUT = re.compile(r"\A\s*<bash-input>(.*?)</bash-input>\s*\Z", re.S)
 _SHELL_OUTPUT = re.compile(r"\A\s*(?:<bash-stdout>.*?</bash-stdout>\s*|<bash-stderr>.*?</bash-stderr>\s*|"
@@ -30,6 +35,11 @@ _SHELL_OUTPUT = re.compile(r"\A\s*(?:<bash-stdout>.*?</bash-stdout>\s*|<bash-std
 
 class ClaudeParser(Parser):
     source = "claude"
+
+    @functools.cached_property
+    def subagent(self) -> bool:
+        """A sub-agent's transcript (``subagents/agent-<id>.jsonl``), whatever its lines' ``isSidechain`` say."""
+        return _SUBAGENT.search(self.file.replace(os.sep, "/")) is not None
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -54,7 +64,8 @@ class ClaudeParser(Parser):
             if isinstance(obj.get(field), str) and obj[field]:
                 self.state[key] = obj[field]
         date = self.date(obj.get("timestamp"))
-        base = {"entry": obj.get("uuid") or self.line_entry(raw), "parent": obj.get("parentUuid"), "sidechain": obj.get("isSidechain") is True}
+        base = {"entry": obj.get("uuid") or self.line_entry(raw), "parent": obj.get("parentUuid"),
+                "sidechain": obj.get("isSidechain") is True or self.subagent}
         parts = self._user(obj, message) if kind == "user" else self._assistant(message)
         return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
 
