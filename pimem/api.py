@@ -277,6 +277,11 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
 
     from . import recall as recalls
 
+    _bounded(limit, "limit", 30)  # (checked here to name the arguments, where the request names the options)
+    _bounded(page, "page", MAX_COUNT)
+    for i in ids or []:  # (each names one message or more: "" is no message, not a listing)
+        if type(i) is int and not 0 <= i <= MAX_I or isinstance(i, str) and not any(p.strip() for p in i.split(",")):
+            raise BadInput(f"ids {i!r} names no message: give message numbers (0 to {MAX_I}) or entry ids")
     request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind, page=page,
                               limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     with Memory.open(name, home) as mem:

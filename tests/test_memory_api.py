@@ -95,3 +95,18 @@ def test_every_public_method_refuses_a_wrong_value_as_bad_input(home):
         Memory.at("new").save_config({"view": {"hi": 64000, "lo": 32000}})
     assert snapshot(home) == before
     assert mem.append(one, timeout=0) == [1] and mem.append(one, timeout=2.5) == [2]
+
+
+def test_api_errors_name_the_python_argument_not_the_cli_option(home):
+    from pimem import api
+
+    Memory.at("main").append([{"kind": "user", "text": "staging"}])
+    for kwargs, said in (({"limit": 99}, "limit must be a whole number from 1 to 30"),
+                         ({"limit": 0}, "limit must be a whole number from 1 to 30"),
+                         ({"page": 0}, "page must be a whole number from 1"),
+                         ({"ids": [""]}, "ids '' names no message"),
+                         ({"ids": [-1]}, "ids -1 names no message")):
+        with pytest.raises(BadInput) as refused:
+            api.recall("main", **kwargs)
+        assert said in str(refused.value) and "--" not in str(refused.value) and "comma" not in str(refused.value)
+    assert [r["id"] for r in api.recall("main", ids=[0, "0"])["results"]] == [0]
