@@ -64,19 +64,20 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
     not retried within what is left of the wait (``compactor.json``: the others wait behind it) or the watcher's
     daily spend cap holds (till its day ends): a broken or capped compactor would otherwise cost every turn the
     whole wait. Without ``include_tools`` a tool message's placeholder is not waited for: its marker is shown in its
-    place, summary or not. Without a watcher nothing is waited for, and False at once: what the view waits for
+    place, summary or not. Without a watcher nothing is waited for (nor for one that stopped answering, its
+    heartbeat ``lease.QUIET`` seconds late: frozen with SIGSTOP, say), and False at once: what the view waits for
     is not even looked at (with a big import not summarised yet, its tool messages' markers cost half a second a
     turn)."""
-    from .lease import holder, wait_for_builder
+    from .lease import QUIET, holder, wait_for_builder
 
-    if seconds <= 0 or not (mem.path / "view.json").exists() or holder(mem) is None:
+    if seconds <= 0 or not (mem.path / "view.json").exists() or holder(mem, QUIET) is None:
         return False
 
     def settled(left: float) -> bool:
         waiting = mem.views.waiting(mem.views.current(), include_tools)
         if not waiting:
             return True
-        if holder(mem) is None:  # (the watcher stopped meanwhile; nor is the compactor's package imported)
+        if holder(mem, QUIET) is None:  # (the watcher stopped meanwhile; nor is the compactor's package imported)
             return False
         # (what is left of the wait, not all of it: a node refused again with a Retry-After past the deadline
         # would otherwise be waited for until the deadline, for nothing)

@@ -30,6 +30,8 @@ FILE = "lock.json"
 BEAT = 2.0  # seconds between heartbeats
 RETRY = 0.1  # seconds before a heartbeat that found the writer lock held is tried again
 STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
+QUIET = 3 * BEAT  # seconds: a heartbeat this late (three missed) means the holder is not answering (stopped,
+# say): a reader waits for it no more, though a builder takes its memory over only once it is STALE
 
 
 def _read(mem) -> dict | None:
@@ -63,40 +65,45 @@ def _zombie(pid: int) -> bool:
     return fields[fields.rfind(b")") + 2:][:1] == b"Z"  # (the state follows the name, which may hold anything)
 
 
-def live(record: dict | None) -> bool:
-    """Whether the lease ``record`` belongs to a process that is still building."""
+def live(record: dict | None, stale: float = STALE) -> bool:
+    """Whether the lease ``record`` belongs to a process that is still building (``stale``: the most seconds
+    its heartbeat may be late)."""
     if not record:
         return False
     beat = record.get("beat")
-    if not isinstance(beat, (int, float)) or time.time() - beat > STALE:
+    if not isinstance(beat, (int, float)) or time.time() - beat > stale:
         return False
     if record.get("host") == socket.gethostname():
         return _pid_alive(record.get("pid"))
     return True
 
 
-def holder(mem) -> dict | None:
-    """The live lease on ``mem`` (who is building its tree), or None."""
+def holder(mem, stale: float = STALE) -> dict | None:
+    """The live lease on ``mem`` (who is building its tree), or None; ``stale``: ``QUIET`` for a reader about
+    to wait for it."""
     record = _read(mem)
-    return record if live(record) else None
+    return record if live(record, stale) else None
 
 
 def dead(mem) -> dict | None:
     """The lease on ``mem`` of a builder that died holding it (killed or crashed: one that stops releases it),
-    or None; the next builder takes it over."""
+    or None; the next builder takes it over. ``alive``: its pid is still there on this host (a process stopped
+    with SIGSTOP, say), but its heartbeat is stale all the same."""
     record = _read(mem)
     if live(record) or not record or not all(isinstance(record.get(k), t) for k, t in
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
         return None
-    return {k: record[k] for k in ("pid", "host", "started", "beat")}
+    alive = record["host"] == socket.gethostname() and _pid_alive(record["pid"])
+    return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 
 def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
     """Wait up to ``seconds`` for ``ready(left)`` (``left``: the seconds left of the wait) while a live builder
-    holds ``mem``'s lease (without one nothing would change, so nothing is waited for); True once it is ready."""
+    holds ``mem``'s lease and answers (without one nothing would change, so nothing is waited for; nor for one
+    ``QUIET`` seconds late with its heartbeat); True once it is ready."""
     deadline = time.monotonic() + seconds
     while not ready(deadline - time.monotonic()):
-        if time.monotonic() >= deadline or holder(mem) is None:
+        if time.monotonic() >= deadline or holder(mem, QUIET) is None:
             return False
         time.sleep(poll)
     return True

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 
 import orjson
 
@@ -256,3 +257,27 @@ def test_a_parked_probe_is_said_to_wait_for_an_answered_call_not_to_be_retried(h
         state.park(["16+1"])
         text, row = status(sh)
         assert "waiting for an answered call" not in text and all("parked" not in fail for fail in row["failures"]), text
+
+
+def test_status_says_a_stopped_builder_is_not_answering_not_gone(home, sh):
+    """A watcher frozen with SIGSTOP is alive: ``status`` says it is not answering once its heartbeat is three
+    beats late, and once its lease is stale (the next builder takes the memory over) that it is not answering,
+    not that it was killed or crashed (the pid is there)."""
+    configure(home)
+    mem = fill("m", 2)
+    watcher = start_watch("m")
+    try:
+        until(lambda: complete("m") and (lease.holder(mem) or {}).get("pid") == watcher.pid)
+        watcher.send_signal(signal.SIGSTOP)
+        record = orjson.loads((mem.path / lease.FILE).read_bytes())
+        for late in (lease.QUIET + 2, lease.STALE + 30):  # (its beat as it stands that long after: it cannot beat)
+            (mem.path / lease.FILE).write_bytes(orjson.dumps({**record, "beat": time.time() - late}))
+            text, row = status(sh)
+            who = f"builder   pid {watcher.pid} on " if late < lease.STALE else f"builder   none: pid {watcher.pid} on "
+            assert who in text and "is not answering (stopped?" in text and "killed or crashed" not in text, text
+        assert row["builder"] is None and row["builder_gone"]["alive"] is True
+    finally:
+        watcher.send_signal(signal.SIGCONT)
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=30)
+    assert watcher.returncode == 0

@@ -1039,3 +1039,31 @@ def test_a_line_bytes_lowered_under_a_watcher_is_taken_and_the_longer_lines_buil
     out = sh("view", "lb", "--json")
     assert out.returncode == 0 and all(orjson.loads(line)["bytes"] <= 256 for line in out.stdout.splitlines()), out.stdout
     assert sh("fsck", "lb").returncode == 0
+
+
+def beat_age(mem) -> float:
+    return time.time() - orjson.loads((mem.path / lease.FILE).read_bytes())["beat"]
+
+
+def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
+    """A watcher frozen with SIGSTOP: once its heartbeat is three beats late, ``context`` and ``view --wait``
+    wait for it no more (before, each waited until the lease was 30 s stale, every turn); they return while it
+    is still stopped and its lease not yet stale, so no builder would have taken it over yet."""
+    configure(home)
+    mem = fill("m", 2)
+    watcher = start_watch("m")
+    try:
+        until(lambda: watcher_holds(mem, watcher) and complete("m"))
+        watcher.send_signal(signal.SIGSTOP)
+        mem.append([{"kind": "user", "text": long_text(k)} for k in range(2, 5)])  # (placeholders it cannot build)
+        until(lambda: beat_age(mem) > lease.QUIET)
+        turn = sh("context", "m", "--wait", "600")
+        view = sh("view", "m", "--wait", "600")
+        assert beat_age(mem) < lease.STALE  # (returned before a builder could take the memory over)
+        assert turn.returncode == 0 and b"(not summarized yet" in turn.stdout
+        assert view.returncode == 0 and f"the watcher building 'm' (pid {watcher.pid}) is not answering".encode() in view.stderr, view.stderr
+    finally:
+        watcher.send_signal(signal.SIGCONT)
+        watcher.send_signal(signal.SIGTERM)
+        watcher.communicate(timeout=30)
+    assert watcher.returncode == 0

@@ -59,15 +59,22 @@ def _wait(mem, views, seconds: float, include_tools: bool):
     lease: without one nothing would change), or the compactor starts failing as ``context`` takes it
     (``context.stalled``: a node refused meanwhile with a long ``Retry-After``, or for the third time in a
     row), as ``context`` stops then too: it looked only before the wait, and waited out all of it."""
-    from ..lease import holder, wait_for_builder
+    import time
+
+    from ..lease import QUIET, holder, live, wait_for_builder
 
     def pending(v) -> bool:
         return bool(mem.views.waiting(v, include_tools) or v.view.waiting() and v.view.total > v.view.hi)
 
     if not pending(views):
         return views
-    if holder(mem) is None:
+    found = holder(mem)
+    if found is None:
         output.info(f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}'); not waiting")
+        return views
+    if not live(found, QUIET):
+        output.info(f"the watcher building '{mem.name}' (pid {found['pid']}) is not answering (stopped?: its last "
+                    f"heartbeat was {max(0.0, time.time() - found['beat']):.0f} s ago); not waiting")
         return views
     from ..context import stalled
 
