@@ -316,5 +316,5 @@ def memory_propose(name: str, text: str, kind: str | None = None, priority: str 
     if supersede is None and not text.strip():  # (what remember says names the CLI's arguments and stdin)
         raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:
-        return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,
-                                 propose=True)
+        return memories.remember(mem, text if text or supersede is None else None, kind=kind, priority=priority,
+                                 supersede=supersede, session=session, propose=True)  # ("" keeps the old text)

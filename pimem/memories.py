@@ -234,14 +234,14 @@ def remember(
 
     The user's memories are active (``pin`` makes them pinned); ``propose`` writes a provisional one as the
     model would. ``supersede`` replaces a visible, live record (the new text, or the old one when ``text`` is
-    empty); a proposal may only replace the model's own provisional proposals."""
+    None: a blank text given is refused); a proposal may only replace the model's own provisional proposals."""
     _check_choice(kind, KINDS, "kind")
     _check_choice(priority, PRIORITIES, "priority")
     _check_choice(scope, SCOPES, "scope")
     for name, value in (("text", text), ("session", session), ("supersede", supersede)):
         if value is not None and not isinstance(value, str):  # (the library's callers: the log keeps strings)
             raise BadInput(f"{name} must be a string, not {type(value).__name__}")
-    if supersede is not None and text and not text.strip():
+    if supersede is not None and text is not None and not text.strip():
         raise BadInput("the new text is blank: give the memory's new text, or none to keep its text")
     text = text if text and text.strip() else None
     if text is not None and "\x00" in text:

@@ -140,8 +140,9 @@ def test_command_flow(run, home):
     # the model may edit its own proposal; the user confirms it
     edited = run("remember", "main", "--propose", "--supersede", proposal, "staging listens on 5434").stdout.strip()
     before = snapshot(home)
-    blank = run("remember", "main", "--supersede", edited, "   ")  # blank text given: refused, not the old text kept
-    assert blank.exit_code == 2 and "blank" in blank.stderr and snapshot(home) == before
+    for given in ("   ", ""):  # blank text given: refused, not the old text kept
+        blank = run("remember", "main", "--supersede", edited, given)
+        assert blank.exit_code == 2 and "blank" in blank.stderr and snapshot(home) == before, given
     confirmed = orjson.loads(run("remember", "main", "--supersede", edited, "--json").stdout)
     assert (confirmed["status"], confirmed["content"], confirmed["version"]) == ("active", "staging listens on 5434", 3)
     # superseding a pinned memory keeps it pinned

@@ -41,7 +41,8 @@ def command(
     naming.text_argument(supersede), naming.text_argument(session)
     body = " ".join(text) if text and text != ["-"] else None
     if body is None and not env.stdin_is_tty():
-        body = ingest.read_text(sys.stdin.buffer, memories.TEXT_CAP, "a memory is a statement, not a document")
+        body = ingest.read_text(sys.stdin.buffer, memories.TEXT_CAP, "a memory is a statement, not a document") or None
+        # (nothing on stdin is no text, as on a terminal; an argument "" is a blank text given)
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)
     record = memories.remember(
         mem, body, pin=pin, kind=kind, priority=priority, scope=scope, supersede=supersede, session=session,
