@@ -212,7 +212,7 @@ class Memory:
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
             raise BadInput(f"the records to log are a list of messages ({{kind, text, …}}), not a {type(records).__name__}")
         records = records if isinstance(records, list) else list(records)
-        if labels is not None and not isinstance(labels, (list, tuple)):
+        if labels is not None and (isinstance(labels, (str, bytes, dict)) or not hasattr(labels, "__getitem__")):
             raise BadInput(f"labels are a list of the records' names, not a {type(labels).__name__}")
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
