@@ -209,6 +209,7 @@ class Unread:
 
     def __init__(self):
         self.code = 0
+        self.said: list = []  # (memory, error) of each said
 
     def run(self, mem, work):
         """``work()`` for ``mem``, or None when it failed in a way the command passes over (said here): a
@@ -227,6 +228,7 @@ class Unread:
         if not os.path.isdir(mem.path) and not os.path.islink(mem.path):  # renamed or deleted meanwhile, by
             return  # another command: no longer one of the memories to go over, nothing to say of it
         said = str(exc)
+        self.said.append((mem, exc))
         env.stderr().write(f"pimem: error: {said if said.startswith(mem.name + ':') else f'{mem.name}: {said}'}\n")
         self.code = max(self.code, int(exc.code))
 

@@ -432,3 +432,22 @@ def test_list_shows_times_in_the_readers_zone_and_status_the_days_earliest_and_l
     assert "from      2026-05-11T16:00:00+08:00\n" in text and "to        2026-05-12T17:00:00+08:00\n" in text, text
     status = rows(run("status", "main", "--json"))[0]
     assert (status["first"], status["last"]) == ("2026-05-11T08:00:00+00:00", "2026-05-12T09:00:00+00:00")
+
+
+def test_list_and_fsck_json_say_every_memory_the_damaged_one_as_the_api_does(run, home):
+    from pimem import api
+
+    assert run("append", "a", "hello").exit_code == 0 and run("append", "b", "hi", "there").exit_code == 0
+    out = run("fsck", "--json")
+    assert out.exit_code == 0
+    assert [orjson.loads(line) for line in out.stdout.splitlines()] == [
+        {"memory": "a", "ok": True, "messages": 1}, {"memory": "b", "ok": True, "messages": 1}]
+    (log,) = (home / "b" / "main").glob("*.jsonl")
+    log.write_bytes(log.read_bytes() * 2)  # message 0 twice: every command refuses b (exit 5)
+    out = run("list", "--json")
+    rows = [orjson.loads(line) for line in out.stdout.splitlines()]
+    assert out.exit_code == 5 and out.stderr.count("\n") == 1 and out.stderr.startswith("pimem: error: b: ")
+    assert [row["name"] for row in rows] == ["a", "b"] and list(rows[1]) == ["name", "error"]
+    assert rows == api.list_memories()
+    fsck = [orjson.loads(line) for line in run("fsck", "--json").stdout.splitlines()]
+    assert fsck[0] == {"memory": "a", "ok": True, "messages": 1} and all(row["memory"] == "b" for row in fsck[1:])

@@ -22,8 +22,8 @@ def command(
     The log: torn or damaged lines, gaps and duplicates in i, sizes, kinds and dates. The tree: nodes past
     the log, over a line's bytes, or built twice. view.json: it must restore as saved. memory.jsonl and
     windows.jsonl: seq, prevHash and hash of every event. index.sqlite: SQLite's check, and every row
-    pointing at its message's line. Prints one line per finding and exits 5 while a problem remains, 0 when
-    clean; notes (things readers tolerate, like a sealed torn write) do not count. --repair only adds a
+    pointing at its message's line. Prints one line per finding (a memory with none: NAME: ok, or with --json
+    {"memory", "ok": true, "messages"}) and exits 5 while a problem remains, 0 when clean; notes (things readers tolerate, like a sealed torn write) do not count. --repair only adds a
     newline to seal a torn line, or rebuilds derived state (view.json, index.sqlite) from the logs; a
     damaged line, a gap, a duplicate or a broken chain is explained for a person to decide.
 
@@ -47,9 +47,12 @@ def command(
         left = fsck.problems(findings)
         remaining += len(left)
         repairable += sum(1 for f in left if f.repair)
-        if not json and not findings:
+        if not findings:
             count = mem.count()
-            output.line(f"{mem.name}: ok ({count} message{'' if count == 1 else 's'})")
+            if json:
+                output.json_line({"memory": mem.name, "ok": True, "messages": count})
+            else:
+                output.line(f"{mem.name}: ok ({count} message{'' if count == 1 else 's'})")
     if remaining:
         hint = f"; {repairable} can be fixed with 'pimem fsck --repair'" if repairable and not repair else ""
         raise IntegrityError(f"{remaining} problem{'s' if remaining != 1 else ''} found{hint}")
