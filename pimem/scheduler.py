@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import queue
 import threading
 import time
@@ -517,6 +518,29 @@ def _restore_signals(saved: list) -> None:
         signal.signal(sig, handler)
 
 
+def waiting(builder: Builder, waits: dict) -> dict:
+    """The ``waiting`` event for ``Scheduler.on_wait``'s nodes: the first in the log (its recorded error), how
+    many, and the longest wait in whole seconds."""
+    (l, i) = min(waits, key=lambda node: (node[1] << node[0], -node[0]))  # (the first in the log)
+    node = label(l, i)
+    return {"event": "waiting", "memory": builder.name, "node": node, "l": l, "i": i, "nodes": len(waits),
+            "seconds": math.ceil(max(waits.values())), "error": builder.state.failures.get(node, {}).get("error", "")}
+
+
+def said_waiting(event: dict) -> str:
+    """The line ``build-tree`` and ``watch`` say once for a ``waiting`` event."""
+    from . import output
+
+    error = output.flatten(event["error"])[:200]
+    if event["nodes"] == 1:
+        said = (f"waiting {event['seconds']} s to retry node {event['node']} at the time an earlier run recorded "
+                f"(it failed: {error})")
+    else:
+        said = (f"waiting up to {event['seconds']} s to retry {event['nodes']} nodes at the times an earlier run "
+                f"recorded (the first, {event['node']}, failed: {error})")
+    return f"pimem: {event['memory']}: {said}"
+
+
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
                on_progress=None, compactor: Compactor | None = None, keep_going: bool = False,
                on_wait=None) -> Scheduler:
@@ -575,6 +599,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     from .memory import Memory
 
     scheduler = Scheduler(on_event=on_event, poll=poll)
+    scheduler.on_wait = lambda builder, waits: scheduler.emit(waiting(builder, waits))
     watched: dict[str, Lease] = {}
     embedding = semantic.background()
     explicit = Memory.named(names, home)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import math
 import time
 from typing import Annotated, Optional
 
@@ -101,16 +100,8 @@ def command(
     def waiting(builder, waits: dict) -> None:
         """Say once that the run waits for the retry time an earlier run recorded for failed nodes (up to a
         minute of silence otherwise); with --json too, as stdout holds only the events."""
-        (l, i) = min(waits, key=lambda node: (node[1] << node[0], -node[0]))  # (the first in the log)
-        node = label(l, i)
-        error = output.flatten(builder.state.failures.get(node, {}).get("error", ""))[:200]
-        most = math.ceil(max(waits.values()))
-        if len(waits) == 1:
-            said = f"waiting {most} s to retry node {node} at the time an earlier run recorded (it failed: {error})"
-        else:
-            said = (f"waiting up to {most} s to retry {len(waits)} nodes at the times an earlier run recorded "
-                    f"(the first, {node}, failed: {error})")
-        (progress.say if progress is not None else output.info)(f"pimem: {builder.name}: {said}")
+        said = scheduler.said_waiting(scheduler.waiting(builder, waits))
+        (progress.say if progress is not None else output.info)(said)
 
     started = time.monotonic()
     try:

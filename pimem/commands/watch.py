@@ -63,6 +63,8 @@ def command(
                      else "this watcher takes it again once it is back" if event.get("gone")
                      else "the watcher's next start takes it again, once it is mended")
             output.warn(f"stopped building {event['memory']}: {event['error']} ({again})")
+        elif event["event"] == "waiting":
+            output.info(scheduler.said_waiting(event))
         elif event["event"] == "switched":
             output.info(f"{event['memory']}: its compactor settings changed; built by {event['model']} from now on")
         elif event["event"] == "imported":
@@ -111,5 +113,7 @@ def command(
 
 
 def _for_a_person(event: dict) -> bool:
-    """A memory refused, or a daily cap below one call's worst case: nothing is built until a person acts."""
-    return event["event"] == "refused" or event["event"] == "capped" and event["next_call"] > event["max_cost_per_day"]
+    """A memory refused, or a daily cap below one call's worst case: nothing is built until a person acts; or a
+    wait for a retry time an earlier run recorded (up to 5 minutes of silence otherwise)."""
+    return (event["event"] in ("refused", "waiting")
+            or event["event"] == "capped" and event["next_call"] > event["max_cost_per_day"])
