@@ -26,6 +26,9 @@ from .nofollow import check_dir, planted
 
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
+# what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
+# ``user``, marked ``meta.marker``; known by this text when logged before that mark)
+CLAUDE_MARKERS = frozenset({"[Request interrupted by user]", "[Request interrupted by user for tool use]"})
 
 
 @contextlib.contextmanager
@@ -505,14 +508,15 @@ class Memory:
 
     def last_of_kind(self, kind: str, before: int | None = None) -> dict | None:
         """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
-        a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over."""
+        a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over, as is
+        a harness's marker (``meta.marker``, or the text of one of ``CLAUDE_MARKERS`` from Claude Code)."""
         end = self.count() if before is None else before
         window = 64
         while end > 0:
             start = max(0, end - window)
             found = None
             for msg in self.log.read(start, end):
-                if msg["kind"] == kind and not (msg.get("meta") or {}).get("sidechain"):
+                if msg["kind"] == kind and not _not_said(msg):
                     found = msg
             if found is not None:
                 return found
@@ -681,3 +685,11 @@ def _instant(date: str) -> datetime:
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)
     return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+def _not_said(msg: dict) -> bool:
+    """Whether a message is not the user's words though logged as theirs: a sub-agent's prompt, a harness's
+    marker (``Memory.last_of_kind``)."""
+    meta = msg.get("meta") or {}
+    return bool(meta.get("sidechain") or meta.get("marker")
+                or meta.get("source") == "claude" and msg["text"].strip() in CLAUDE_MARKERS)

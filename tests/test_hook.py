@@ -765,3 +765,42 @@ def test_a_sub_agent_s_prompt_is_not_shown_as_the_user_s_last_words(home, tmp_pa
     assert kinds["find every caller of refresh()"] == ("user", None)
     again = subprocess.run(pimem_cmd("import", tmp_path, "-n", "api", "--json"), capture_output=True, text=True, env=subprocess_env())
     assert again.returncode in (0, 1) and len(texts()) == 5, (again.stdout, again.stderr)
+
+
+def test_claude_code_s_interrupt_markers_are_not_shown_as_the_user_s_last_words(home, tmp_path):
+    """Claude Code writes ``[Request interrupted by user]`` (``… for tool use`` when a tool call was stopped) as a
+    user line when the user stops a turn: list showed it as what the user said last, and context's previous
+    exchange as the user's message. It is logged as written (kind user, its import key unchanged: the file
+    imported again adds nothing), marked ``meta.marker``, and passed over; one logged before that mark is known
+    by its exact text, from Claude Code only (a user may type those words elsewhere)."""
+    from pimem.importers.state import key_of
+
+    def marker(uuid, text, second):
+        return {**line("s1", "user", uuid, "", second), "message": {"role": "user", "content": [{"type": "text", "text": text}]}}
+
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, line("s1", "user", "u1", "rename the deploy script", 1), line("s1", "assistant", "a1", "Renaming it.", 2),
+         marker("u2", "[Request interrupted by user]", 3), marker("u3", "[Request interrupted by user for tool use]", 4))
+    assert hook(payload("Stop", "s1", transcript)) == (0, None, "")
+    logged = [(m["kind"], m["text"], m["meta"].get("marker")) for m in Memory.open("api").messages()]
+    assert logged == [("user", "rename the deploy script", None), ("pi", "Renaming it.", None),
+                      ("user", "[Request interrupted by user]", True), ("user", "[Request interrupted by user for tool use]", True)]
+    stopped = list(Memory.open("api").messages())[2]  # its key is as before the mark: logged then, it is found
+    assert key_of(stopped) == key_of({**stopped, "meta": {k: v for k, v in stopped["meta"].items() if k != "marker"}})
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "s1.jsonl").write_bytes(transcript.read_bytes())  # (read from its start: the keys decide)
+    again = subprocess.run(pimem_cmd("import", tmp_path / "copy", "-n", "api", "--json"), capture_output=True, text=True,
+                           env=subprocess_env())
+    assert again.returncode in (0, 1) and len(texts()) == 4, (again.stdout, again.stderr)
+    Memory.at("old").append([  # (as an import before the mark logged them)
+        {"kind": "user", "text": "tidy the README", "meta": {"source": "claude", "session": "s0", "entry": "o1"}},
+        {"kind": "user", "text": "[Request interrupted by user]", "meta": {"source": "claude", "session": "s0", "entry": "o2"}}])
+    Memory.at("typed").append([{"kind": "user", "text": "[Request interrupted by user]"}])
+    listed = subprocess.run(pimem_cmd("list", "--json"), capture_output=True, text=True, env=subprocess_env())
+    assert listed.returncode == 0, listed.stderr
+    last = {row["name"]: row["last_user"] for row in map(json.loads, listed.stdout.splitlines())}
+    assert last == {"api": "rename the deploy script", "old": "tidy the README", "typed": "[Request interrupted by user]"}
+    context = subprocess.run(pimem_cmd("context", "api"), capture_output=True, text=True, env=subprocess_env())
+    assert context.returncode == 0, context.stderr
+    exchange = context.stdout.split("<previous_exchange>\n")[1].split("</previous_exchange>")[0]
+    assert exchange == "#0 user: rename the deploy script\n#1 pi: Renaming it.\n"

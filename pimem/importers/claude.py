@@ -8,10 +8,11 @@ hold text, thinking (dropped) and ``tool_use`` blocks, often one block per line;
 titles) are skipped; the summary that opens a compacted conversation (``isCompactSummary``) is kept as
 derived ``work``; sub-agent traffic (``isSidechain``, or a file in ``subagents/``) is marked ``sidechain``: its
 prompt is kept as ``user`` (the kind is part of what makes a message's import key) and passed over where the
-user's last words are shown (``Memory.last_of_kind``). A command the user ran in bash mode (``!cmd``:
-``<bash-input>``) and what it printed (``<bash-stdout>``, ``<bash-stderr>``), and a slash command's output
-(``<local-command-stdout>``), come as ``user`` lines but are tool traffic (``tool``, ``echo``), kept as
-written: private like pi's bash executions.
+user's last words are shown (``Memory.last_of_kind``); so is the marker Claude Code writes as a user line when
+the user stops a turn (``[Request interrupted by user]``), kept as ``user`` and marked ``marker``. A command the
+user ran in bash mode (``!cmd``: ``<bash-input>``) and what it printed (``<bash-stdout>``, ``<bash-stderr>``),
+and a slash command's output (``<local-command-stdout>``), come as ``user`` lines but are tool traffic
+(``tool``, ``echo``), kept as written: private like pi's bash executions.
 
 The parent chain is kept as written but not used for lineage: Claude Code hangs parallel tool calls off
 each other, so its "branch" is not a conversation branch.
@@ -23,6 +24,7 @@ import functools
 import os
 import re
 
+from ..memory import CLAUDE_MARKERS
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
 
 LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
@@ -81,7 +83,7 @@ class ClaudeParser(Parser):
         elif _SHELL_OUTPUT.match(text):
             parts.append(("echo", text, {"tool": "Bash"} if "<bash-" in text else {}))
         elif text.strip():
-            parts.append(("user", text, {}))
+            parts.append(("user", text, {"marker": text.strip() in CLAUDE_MARKERS}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":
                 call_id = block.get("tool_use_id")
