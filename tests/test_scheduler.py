@@ -834,7 +834,7 @@ def test_build_tree_without_retries_keeps_the_time_the_server_asks_for(home, sh)
 def test_build_tree_says_when_it_waits_for_a_recorded_retry_time(home, sh):
     """A run started within a minute of a failed node's recorded retry time waits for it, and waited in silence
     (up to a minute), its ``done`` event's seconds the calls' time alone. It says so once on stderr (with --json
-    too: stdout keeps the events), naming the node and its error, and ``seconds`` is how long the run took."""
+    too, and a ``waiting`` event), naming the node and its error, and ``seconds`` is how long the run took."""
     with FakeLLM("openai", faults=lambda n, body: "500" if n == 0 else None) as server:
         configure(home, server, retry_seconds=30)
         mem = fill("m", 6)
@@ -845,7 +845,10 @@ def test_build_tree_says_when_it_waits_for_a_recorded_retry_time(home, sh):
     assert out.returncode == 0, out.stderr
     assert out.stderr.decode().splitlines() == [
         f"pimem: m: waiting 2 s to retry node {node} at the time an earlier run recorded (it failed: {failure['error']})"]
-    (done,) = [e for e in map(orjson.loads, out.stdout.splitlines()) if e["event"] == "done"]
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    (waiting,) = [e for e in events if e["event"] == "waiting"]
+    assert (waiting["node"], waiting["nodes"], waiting["seconds"]) == (node, 1, 2)
+    (done,) = [e for e in events if e["event"] == "done"]
     assert done["calls"] >= 1 and done["seconds"] >= 2 and done["call_seconds"] < done["seconds"]
     assert_complete(mem)
 

@@ -99,9 +99,11 @@ def command(
 
     def waiting(builder, waits: dict) -> None:
         """Say once that the run waits for the retry time an earlier run recorded for failed nodes (up to a
-        minute of silence otherwise); with --json too, as stdout holds only the events."""
-        said = scheduler.said_waiting(scheduler.waiting(builder, waits))
-        (progress.say if progress is not None else output.info)(said)
+        minute of silence otherwise); with --json too (and a ``waiting`` event, as ``watch`` emits)."""
+        event = scheduler.waiting(builder, waits)
+        if json:
+            output.json_line(event)
+        (progress.say if progress is not None else output.info)(scheduler.said_waiting(event))
 
     started = time.monotonic()
     try:
