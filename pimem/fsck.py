@@ -184,20 +184,22 @@ def check_tree(mem: Memory) -> list[Finding]:
                 found.append(Finding(mem.name, "tree", where, f"damaged line ({count(len(raw), 'byte')}) is not a node; readers skip it"))
                 continue
             name, text = label(l, i), node["text"]
-            if (l, i) in seen:
+            if byte_size(text) > line_bytes:  # (built before line_bytes was lowered: no damage, and not read)
+                found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the "
+                                     f"{line_bytes}-byte line: readers pass over it, and it is built again", fatal=False))
+            elif (l, i) in seen:
                 found.append(Finding(mem.name, "tree", where, f"node {name} built twice (first at {seen[l, i]}, which readers use)"))
-            seen.setdefault((l, i), where)
+            else:
+                seen[l, i] = where
             if (i + 1) << l > count:
                 found.append(Finding(mem.name, "tree", where, f"node {name} covers messages past the end of the log ({count})"))
-            if byte_size(text) > line_bytes:
-                found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the {line_bytes}-byte line"))
             if node.get("size") != byte_size(text):
                 found.append(Finding(mem.name, "tree", where, f"node {name}: size is {node.get('size')!r}, the text makes it {byte_size(text)}"))
             wrong = unrecorded(node)
             if wrong:
                 found.append(Finding(mem.name, "tree", where, f"node {name}: its {'; '.join(wrong)} (counted as none)",
                                      fatal=False))
-            if node.get("suspect") and isinstance(node["suspect"], list) and seen[l, i] == where:  # (readers' line)
+            if node.get("suspect") and isinstance(node["suspect"], list) and seen.get((l, i)) == where:  # (readers' line)
                 found.append(Finding(mem.name, "tree", where, f"node {name} is suspect: its summary names "
                                      f"{', '.join(map(str, node['suspect']))}, which its messages do not hold", fatal=False))
     return found

@@ -707,31 +707,40 @@ class TreeNodes:
     def clear(self) -> None:
         self.db.executescript("DELETE FROM tree_nodes; DELETE FROM tree_files;")
 
-    def add(self, nodes: list[tuple[int, int, str, int]], files: dict[str, int]) -> None:
+    def add(self, nodes: list[tuple[int, int, str, int]], files: dict[str, int], most: int) -> None:
         """Nodes ``(l, i, text, size)`` read from the tree files, and how far each file was read, in one
-        transaction (a node already there is kept: each is written once)."""
+        transaction. A node already there is kept (each is written once), unless it is over ``most`` bytes
+        (built before ``line_bytes`` was lowered, and built again since) and the new line is shorter."""
         db = self.db
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.executemany("INSERT OR IGNORE INTO tree_nodes (l, i, text, size) VALUES (?, ?, ?, ?)", nodes)
+            db.executemany("INSERT INTO tree_nodes (l, i, text, size) VALUES (?, ?, ?, ?) ON CONFLICT (l, i) DO UPDATE "
+                           "SET text = excluded.text, size = excluded.size "
+                           "WHERE tree_nodes.size > ? AND excluded.size < tree_nodes.size",
+                           [(*node, most) for node in nodes])
             db.executemany("INSERT OR REPLACE INTO tree_files (name, bytes) VALUES (?, ?)", files.items())
             db.execute("COMMIT")
         except BaseException:
             _rollback(db)
             raise
 
-    def text(self, l: int, i: int) -> str | None:
-        row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ?", (l, i)).fetchone()
+    def text(self, l: int, i: int, most: int) -> str | None:
+        """The text of stored node ``(l, i)``, if it is at most ``most`` bytes (a longer one waits to be built
+        again for a lowered ``line_bytes``)."""
+        row = self.db.execute("SELECT text FROM tree_nodes WHERE l = ? AND i = ? AND size <= ?", (l, i, most)).fetchone()
         return row[0] if row else None
 
-    def among(self, keys: list[tuple[int, int]]) -> set[tuple[int, int]]:
-        """Which of the nodes ``keys`` (``(l, i)``, 64-bit) are stored, in one query."""
+    def among(self, keys: list[tuple[int, int]], most: int) -> set[tuple[int, int]]:
+        """Which of the nodes ``keys`` (``(l, i)``, 64-bit) are stored within ``most`` bytes, in one query."""
         return set(self.db.execute("SELECT l, i FROM tree_nodes WHERE (l, i) IN (SELECT json_extract(value, '$[0]'), "
-                                   "json_extract(value, '$[1]') FROM json_each(?))", (orjson.dumps(keys).decode(),)))
+                                   "json_extract(value, '$[1]') FROM json_each(?)) AND size <= ?",
+                                   (orjson.dumps(keys).decode(), most)))
 
-    def keys(self) -> list[tuple[int, int]]:
-        """``(l, i)`` of every stored node."""
-        return self.db.execute("SELECT l, i FROM tree_nodes").fetchall()
+    def keys(self, most: int) -> list[tuple[int, int]]:
+        """``(l, i)`` of every node stored within ``most`` bytes."""
+        return self.db.execute("SELECT l, i FROM tree_nodes WHERE size <= ?", (most,)).fetchall()
+
+
 
 
 def _rollback(db: sqlite3.Connection) -> None:

@@ -661,13 +661,14 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     last_scan = [0.0]
 
     def switch(builder: Builder) -> None:
-        """A memory whose compactor settings (or daily cap) changed since its builder started (``pimem model``):
-        its builder starts nothing new, and once its calls in flight are in and written, a new one takes over
-        with the new settings, as a restarted watcher would."""
+        """A memory whose compactor settings (or daily cap, or ``line_bytes``) changed since its builder started
+        (``pimem model``): its builder starts nothing new, and once its calls in flight are in and written, a new
+        one takes over with the new settings, as a restarted watcher would."""
         if builder not in scheduler.held:
             with on_settings(builder.mem):
                 cfg = configs.of_memory(builder.mem.path, builder.mem.home)
-            if cfg["compactor"] == builder.compactor.cfg and cap_of(cfg) == builder.max_cost_per_day:
+            if (cfg["compactor"] == builder.compactor.cfg and cap_of(cfg) == builder.max_cost_per_day
+                    and int(cfg["line_bytes"]) == builder.line_bytes):
                 return
             scheduler.held.add(builder)
         if builder.inflight:

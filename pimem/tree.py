@@ -238,20 +238,21 @@ class Tree:
                     new.append(node)
             seen[name] = start + end
         if new or seen != nodes.files():
-            nodes.add([(l, i, text, byte_size(text)) for l, i, text in new], seen)
+            nodes.add([(l, i, text, byte_size(text)) for l, i, text in new], seen, self.line_bytes)
         self._seen = sizes
         return new
 
     def stored(self, l: int, i: int, count: int | None = None) -> str | None:
-        """The text of a node a compactor wrote, or None (also for nodes past the end of the log). The
-        table is caught up on first use; long-lived callers call ``catch_up()`` to see other writers."""
+        """The text of a node a compactor wrote, or None (also for nodes past the end of the log, and for one
+        over ``line_bytes``: built before it was lowered, it is built again). The table is caught up on first
+        use; long-lived callers call ``catch_up()`` to see other writers."""
         if (i + 1) << l > (self.count() if count is None else count):
             return None
         if self._seen is None:
             self.catch_up()
         if not self._seen:
             return None  # no tree files at all: nothing was ever stored
-        return self.nodes.text(l, i)
+        return self.nodes.text(l, i, self.line_bytes)
 
     def stored_among(self, keys: list[tuple[int, int]], count: int) -> set[tuple[int, int]]:
         """Which of the nodes ``keys`` ``(l, i)`` a compactor wrote, of those within a log of ``count``
@@ -261,7 +262,7 @@ class Tree:
             self.catch_up()
         if not self._seen or not within:
             return set()
-        return self.nodes.among(within)
+        return self.nodes.among(within, self.line_bytes)
 
     # ---- any node ------------------------------------------------------------------------------------
 
@@ -328,7 +329,7 @@ class Tree:
         append_durably(self.dir / name, data)
         after = self.file_sizes()
         if in_step and after == {**before, name: before.get(name, 0) + len(data)}:
-            self.nodes.add([(l, i, text, byte_size(text)) for l, i, text, _ in nodes], after)
+            self.nodes.add([(l, i, text, byte_size(text)) for l, i, text, _ in nodes], after, self.line_bytes)
             self._seen = after
         else:
             self.catch_up()
@@ -356,7 +357,7 @@ class Tree:
         self.catch_up()
         if not self._seen:
             return set()
-        return {(l, i) for l, i in self.nodes.keys() if (i + 1) << l <= count}
+        return {(l, i) for l, i in self.nodes.keys(self.line_bytes) if (i + 1) << l <= count}
 
 
 def _parse_node(raw: bytes) -> tuple[int, int, str] | None:

@@ -195,6 +195,33 @@ def test_a_changed_line_bytes_refolds_the_view_instead_of_failing(home, run):
     assert run("view", "lb").stdout == f"0+1|user: {long}\n"
 
 
+def test_a_lowered_line_bytes_rebuilds_the_lines_built_longer_and_fsck_passes(home, sh):
+    """Nodes built under 512-byte lines were shown as they were once ``line_bytes`` was lowered to 256, and
+    ``fsck`` called them damage that ``--repair`` could not clear (exit 5): readers now pass over a node longer
+    than the memory's line, the compactor builds it again, and ``fsck`` notes the longer line (exit 0)."""
+    for k in range(1, 41):
+        assert sh("append", "lb", f"message {k} about the staging database port and pool size settings " * 12).returncode == 0
+    Memory.at("lb").save_config({"view": {"hi": 500, "lo": 250}})
+    assert sh("build-tree", "lb").returncode == 0
+
+    def lines() -> list[dict]:
+        out = sh("view", "lb", "--json")
+        assert out.returncode == 0, out.stderr
+        return [orjson.loads(line) for line in out.stdout.splitlines()]
+
+    assert max(line["bytes"] for line in lines()) > 256  # (the summaries fill much of a 512-byte line)
+    Memory.at("lb").save_config({"line_bytes": 256})
+    before = lines()  # not built again yet: the lines that no longer fit are not shown (their halves are)
+    assert all(line["bytes"] <= 256 for line in before), before
+    assert sh("build-tree", "lb").returncode == 0
+    after = lines()
+    assert all(line["bytes"] <= 256 and "not summarized" not in line["text"] for line in after), after
+    out = sh("fsck", "lb")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert b"over the 256-byte line" in out.stdout and b"built twice" not in out.stdout
+    assert sh("build-tree", "lb", "--json").returncode == 0 and lines() == after  # (nothing left to build)
+
+
 def test_zoom_command(home, run):
     mem = small_memory(8)
     mem.append([{"kind": "echo", "text": "secret output"}])
