@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("500", "429", "hang", "malformed", "empty", "nochoices", "long", "length", "redirect")
+FAULTS = ("500", "400", "413", "422", "429", "hang", "malformed", "empty", "nochoices", "long", "length", "redirect")
 BAD_COUNTS = {"negative": -5, "text": "1000", "fraction": 999.5}  # faults: the reply's input count so
 
 
@@ -134,6 +134,8 @@ class FakeLLM:
             return self.send(handler, 200, b"{}")
         if fault == "500":
             return self.send(handler, 500, b'{"error": "internal"}')
+        if fault in ("400", "413", "422"):  # (what a provider says of a request it refuses: too long, say)
+            return self.send(handler, int(fault), b'{"error": "the request is too long for this model"}')
         if fault == "429":
             return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": self.retry_after})
         if fault == "redirect":

@@ -10,8 +10,13 @@ A ``Builder`` keeps the frontier of the tree in memory and never scans the whole
   once every leaf of the window failed so with no call answered, one later leaf is sent as a probe, at most one
   a round of retries (``Builder.probe``): answered, the server works and they are set aside; failed, it is
   parked (it holds no place, and is not retried until a call is answered) and the next round probes the
-  leaf after it (past the log's end, the oldest parked leaf), so eight leaves that always fail stall the log
-  for a few rounds, and a server that answers nothing is sent the window's 8 calls and one probe a round;
+  leaf after it while fewer than ``FRESH_PROBES`` (4) are parked, else the oldest parked leaf again, a new
+  leaf only once the parked ones' failures add up to twice as many as for the last new one (past the log's
+  end, the oldest parked leaf; ``Builder._fresh``). So a server that answers nothing is sent the window's 8
+  calls and one probe a round, and ``compactor.json`` records a dozen or so failing leaves a day, not one
+  more a round; eight leaves that always fail stall the log for a few rounds, twelve or more for ever more
+  rounds, unless the server refuses them for what they hold (HTTP 400, 413, 422: too long, say), which
+  tells nothing of the server: the probe after such a leaf is a new one, so those are passed one a round;
 - **merges**: when a node is built and its sibling is too, the parent is settled at once (stored, free, or
   queued); queued merges are taken lowest level first, then oldest;
 - a **failed** node waits ``retry_seconds`` (10 s), twice that if it fails again, and so on up to ``BACKOFF``
@@ -51,6 +56,7 @@ from .tree import PAID, context_end, free_leaf, free_merge, label, recorded
 from .view import STUCK_TRIES, View, render_line, waits_on
 
 WINDOW = 8
+FRESH_PROBES = 4  # probes of leaves never tried before any parked leaf is probed again (``Builder._fresh``)
 CACHE_LEAST = 1024  # tokens: a shorter prefix Anthropic does not cache
 MARKER_BYTES = 48  # about what a tool message shows a compactor in its place (``privacy.marker``: its kind, what
 # it ran, "(details hidden; include tools to see it)")
@@ -169,12 +175,14 @@ class Builder:
     def admit(self) -> None:
         """Read the log forward until the window is full (``WINDOW`` unbuilt leaves; a survey's has no limit)
         or the log ends; a window of stuck leaves admits one more, the probe (``probing``), and past the log's
-        end the oldest parked leaf is the probe (parked leaves wait for none to come); ``compactor.json`` marks
-        the leaves parked (``status`` says they wait for an answered call)."""
+        end, or while the probes are to be parked ones (``_fresh``), the oldest parked leaf is; ``compactor.json``
+        marks the leaves parked (``status`` says they wait for an answered call)."""
         while self.next_leaf < self.count:
             probing = len(self.window) - len(self.set_aside) - len(self.parked) >= self.window_size
             if probing and not self.probing(time.monotonic()):
                 return
+            if probing and self._parked_probe() is not None:
+                break
             if self._feed is None:
                 self._feed = self.mem.messages(self.next_leaf, self.count)
             msg = next(self._feed, None)
@@ -220,11 +228,23 @@ class Builder:
             self.state.park(released=[label(0, i)])
 
     def _parked_probe(self) -> int | None:
-        """Past the log's end, the parked leaf the next probe is: the oldest (a failed probe is parked last),
-        not one this ``build-tree`` run gave up on."""
-        if self.next_leaf < self.count:
+        """The parked leaf the next probe is, past the log's end or when it is not to be a new leaf (``_fresh``):
+        the oldest (a failed probe is parked last), not one this ``build-tree`` run gave up on."""
+        if self.next_leaf < self.count and self._fresh():
             return None
         return next((i for i in self.parked if (0, i) not in self.gave_up), None)
+
+    def _fresh(self) -> bool:
+        """Whether the next probe is a leaf never tried (not a parked one again): while fewer than ``FRESH_PROBES``
+        leaves are parked, then once the parked leaves' failures (``compactor.json``'s, across runs) add up to
+        4·2^(n−3) for n parked, twice as many as for the last new one: a server that answers nothing is sent
+        a new leaf ever more rarely, and compactor.json records a few failing leaves, not one more a round. A
+        leaf the server refused for what it holds (``refused``: too long, say) tells nothing of the server: it
+        is not counted, and the probe after it is a new leaf (such leaves in a row are passed one a probe)."""
+        failures = self.state.failures
+        tries = [failures[label(0, i)]["tries"] for i in self.parked
+                 if not failures.get(label(0, i), {"refused": True}).get("refused")]
+        return len(tries) < FRESH_PROBES or sum(tries) >= FRESH_PROBES << (len(tries) - FRESH_PROBES + 1)
 
     def probing(self, now: float) -> bool:
         """Whether a probe may be sent now: every leaf holding a place in the window failed ``STUCK_TRIES``
@@ -322,9 +342,11 @@ class Builder:
             day, spent = self.spent_today()
             self._day = (day, spent + (meta.get("cost") or 0.0))
 
-    def failed(self, l: int, i: int, error: str, retry_after: float | None = None, spent: dict | None = None) -> None:
+    def failed(self, l: int, i: int, error: str, retry_after: float | None = None, spent: dict | None = None,
+               refused: bool = False) -> None:
         """A call for node ``(l, i)`` failed: retried later (or given up past ``retries``); what its answered
-        requests cost (``spent``: an empty reply is billed) counts against ``--max-cost`` and today's cap."""
+        requests cost (``spent``: an empty reply is billed) counts against ``--max-cost`` and today's cap;
+        ``refused``: the server refused it for what it holds (``CallFailed.refused``)."""
         self.inflight.discard((l, i))
         self.stats.failed += 1
         self._paid(spent or {})
@@ -348,7 +370,7 @@ class Builder:
             retry = when.rfc3339(now + datetime.timedelta(seconds=delay))
         except OverflowError:  # (a clock set to the year 9999)
             retry = None
-        self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of, parked=probe)
+        self.state.failed(label(l, i), error, when.rfc3339(now), retry, self.asked_of, parked=probe, refused=refused)
         in_a_row = self.state.failures[label(l, i)]["tries"]  # (as compactor.json counts, across runs, as readers count it)
         if probe:  # (parked until a probe is answered; the next one, a leaf after it, a round from now)
             self.probe = None

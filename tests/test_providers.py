@@ -81,6 +81,22 @@ def test_a_reasoning_models_first_request_counts_when_the_second_fails(tmp_path,
     assert failed.value.spent["cost"] == pytest.approx((1000 + 100 * 5.0) / 1e6)  # the first one, billed
 
 
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_request_the_server_refuses_for_what_it_holds_is_told_from_a_server_that_fails(tmp_path, monkeypatch, api):
+    """A 400, 413 or 422 (too long, say) is the request's own fault, the server works; a 500 or a command's
+    non-zero exit tells nothing of the request (``CallFailed.refused``: probes, ``Builder._fresh``)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    task = Task(0, 3, kind="user", text="x" * 900)
+    for fault, refused in (("400", True), ("413", True), ("422", True), ("500", False), ("429", False)):
+        with FakeLLM(api, faults=[fault]) as server, pytest.raises(CallFailed) as failed:
+            _compactor(server, api, tmp_path).build(task)
+        assert failed.value.refused is refused, (fault, str(failed.value))
+    with pytest.raises(CallFailed) as failed:
+        Compactor({"provider": "command", "command": "cat > /dev/null; echo too long >&2; exit 1"},
+                  BuildState(tmp_path)).build(task)
+    assert failed.value.refused is False and "too long" in str(failed.value)
+
+
 @pytest.mark.parametrize("fault", ["negative", "text", "fraction"])
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_an_input_count_that_is_no_count_is_taken_from_the_bytes_sent(tmp_path, monkeypatch, api, fault):

@@ -741,6 +741,65 @@ def test_parked_probes_are_probed_again_once_the_log_ends(run, home, monkeypatch
         assert set(BuildState(mem.path).failures) == {f"{2 * k}+1" for k in range(builder.WINDOW)}
 
 
+def failing_nodes(mem) -> int:
+    return len(BuildState(mem.path).failures)
+
+
+def test_an_outage_records_a_few_failing_leaves_not_one_more_each_run(run, home, monkeypatch):
+    """A server that answers nothing: each run's probe was a leaf never tried, a new failing node in
+    compactor.json every run (a cron build-tree every 10 minutes: 144 a day). The leaves parked are probed
+    again instead, and a new one only once their failures add up to twice as many as the last time: a few."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "500") as server:
+        configure(home, server)
+        mem = fill("m", 80, short_every=1000)
+        for _ in range(16):
+            assert run("build-tree", "m").exit_code == 6
+            assert len(server.requests) % (builder.WINDOW + 1) == 0  # (the window's 8 and one probe a run)
+    assert failing_nodes(mem) <= builder.WINDOW + 2 * builder.FRESH_PROBES, failing_nodes(mem)
+
+
+def test_a_watcher_in_an_outage_records_a_few_failing_leaves(home, monkeypatch):
+    """A watcher of a server that answers nothing, stopped after 300 failed calls: a new failing leaf was
+    probed every round of retries (a minute, at most): 1,440 a day. Now a few."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "500") as server:
+        configure(home, server)
+        mem = fill("m", 400, short_every=1000)
+        failed = []
+
+        def count(event):
+            if event["event"] == "failed":
+                failed.append(event)
+            if len(failed) >= 300:
+                watcher.stop()
+
+        watcher = scheduler.Scheduler(on_event=count)
+        watcher.add(builder.Builder(Memory.open("m")))
+        watcher.run()
+    assert failing_nodes(mem) <= builder.WINDOW + 2 * builder.FRESH_PROBES, failing_nodes(mem)
+
+
+def refuses_poison_400(n, body):
+    return "400" if "POISON" in body["messages"][-1]["content"].rsplit("Compaction:", 1)[-1] else None
+
+
+def test_leaves_the_server_refuses_as_their_own_fault_are_probed_past_one_a_run(run, home, monkeypatch):
+    """Sixteen leaves in a row refused with a 400 (too long, say: the leaf's own fault, not the server's), the
+    others answered: each probe that fails so lets the next probe be a leaf after it, not a parked one, so
+    the window's eight and the eight after them are passed in nine runs, one probe each, as before."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=refuses_poison_400) as server:
+        configure(home, server)
+        mem = poisoned("m", bad=16)
+        runs = 0
+        while builder.survey(Memory.open("m"))["leaves"] > 16 and runs < 20:
+            run("build-tree", "m")
+            runs += 1
+    assert runs <= 10, runs
+    assert set(BuildState(mem.path).failures) == {f"{2 * k}+1" for k in range(16)}
+
+
 def test_a_retry_time_an_earlier_run_recorded_is_waited_for_as_a_call_in_flight(home):
     """A node an earlier run failed, its retry time to come (``compactor.json``): a new builder called it at once.
     A watcher waits for it (``MAX_RETRY_WAIT`` at most: the clock may have moved), the compactor's view held

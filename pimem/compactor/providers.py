@@ -27,14 +27,21 @@ DEFAULT_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api
 KEY_LEAST = 8  # characters of an API key worth hiding in an error (``_hidden``)
 
 
+REFUSED = (400, 413, 422)  # HTTP statuses of a request refused for what it holds (too long, say): its own fault
+
+
 class CallFailed(ProviderError):
     """One model call failed; ``retry_after`` is the delay the server asked for, if any; ``spent`` what the
-    requests that were answered cost all the same (an empty reply is billed): tokens and ``cost``."""
+    requests that were answered cost all the same (an empty reply is billed): tokens and ``cost``; ``refused``:
+    the server answered that it refuses this request (``REFUSED``), so it works, and the fault is the request's
+    (a command's non-zero exit is no such answer)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, spent: dict | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, spent: dict | None = None,
+                 refused: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.spent = spent or {}
+        self.refused = refused
 
 
 class Unusable(CallFailed):
@@ -197,7 +204,8 @@ class HttpProvider:
                                           "(not followed: set --base-url to where it points)"))
         if response.status_code >= 400:
             detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
-            raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers))
+            raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers),
+                             refused=response.status_code in REFUSED)
         try:
             data = response.json()
         except ValueError:

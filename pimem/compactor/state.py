@@ -5,7 +5,9 @@
 - ``failures``: per node label, the last error, when, how many tries failed, when it is retried, and by which
   compactor (its model and server: a retry time one server asked for does not hold back another), and
   ``parked``: true while the running builder holds that leaf back until some call is answered (a failed probe,
-  ``Builder.parked``; a record without it, an earlier pimem's, is not parked); cleared once built;
+  ``Builder.parked``; a record without it, an earlier pimem's, is not parked), and ``refused``: true when the
+  server refused the last call for what it holds (an HTTP 400, 413 or 422: too long, say; ``Builder._fresh``);
+  cleared once built;
 - ``unbuilt_cost``: per local day (the builder's that paid them), the dollars paid for calls that built no node
   (a billed empty or unreadable reply, a reasoning model's first request when its second failed), which no node
   records: a daily cap counts them after a restart too (the last 31 days are kept; only a builder reads a day's,
@@ -104,14 +106,15 @@ class BuildState:
             self.save()
 
     def failed(self, label: str, error: str, at: str, retry: str | None = None, compactor: str | None = None,
-               parked: bool = False) -> None:
+               parked: bool = False, refused: bool = False) -> None:
         """The call for node ``label`` failed at ``at`` and may be retried at ``retry``, no sooner (by this builder,
         or by the next of the same ``compactor``: a builder waits for a retry time still to come; None: not in
         this run; both RFC 3339); what it was billed, if anything, is in ``paid_unbuilt``; ``parked``: held back
-        until some call is answered (``park``)."""
+        until some call is answered (``park``); ``refused``: the server refused it for what it holds."""
         entry = self.failures.get(label) or {"tries": 0}
         self.failures[label] = {"error": error, "at": at, "tries": entry["tries"] + 1, **({"retry": retry} if retry else {}),
-                                **({"compactor": compactor} if compactor else {}), **({"parked": True} if parked else {})}
+                                **({"compactor": compactor} if compactor else {}), **({"parked": True} if parked else {}),
+                                **({"refused": True} if refused else {})}
         with self._lock:
             self.pending.pop(label, None)
         self.save()
