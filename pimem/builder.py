@@ -67,7 +67,8 @@ LEAST_RETRY_WAIT = 1.0  # a Retry-After below this (0: at once) is not honoured 
 BACKOFF = 6  # a node failing again and again (no Retry-After) waits up to this many times retry_seconds
 ONCE_RETRY_WAIT = 60.0  # build-tree asked by the server to wait longer for a node leaves it to the next run
 FLUSH_SECONDS = 0.2  # at least this often while nodes wait to be written (what a crash can cost)
-OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json
+OFFLINE_FLUSH_SECONDS = 2.0  # offline nodes are cheap to redo, and every write saves the whole view.json (over a
+# backlog: once nothing more is ready to build, what was built is written at once, ``drained``)
 
 
 class Mode(enum.Enum):
@@ -169,6 +170,7 @@ class Builder:
         count = self.mem.count()
         if count > self.count:
             self.count = count
+            self._feed = None  # (it ends at the old count: one left would admit nothing until the next look)
             return True
         return False
 
@@ -535,6 +537,11 @@ class Builder:
                 or not self.probing(self.probe_due)):
             return None
         return self.probe_due
+
+    def drained(self) -> bool:
+        """Nothing in flight, nothing ready and every message read: what was built is all there is to write
+        for now, so it is written at once (a reader waits for it) rather than after ``flush_seconds``."""
+        return not (self.inflight or self.ready_leaves or self.ready_merges) and self.next_leaf >= self.count
 
     def idle(self) -> bool:
         """Nothing in flight, nothing ready, nothing waiting for a retry, no probe to come."""

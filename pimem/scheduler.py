@@ -393,7 +393,8 @@ class Scheduler:
                 if not builder.to_write:
                     builder.last_flush = now
                     continue
-                if now - builder.last_flush < builder.flush_seconds and len(builder.to_write) < FLUSH_EVERY:
+                if (now - builder.last_flush < builder.flush_seconds and len(builder.to_write) < FLUSH_EVERY
+                        and not builder.drained()):
                     continue
                 builder.last_flush = now
             try:

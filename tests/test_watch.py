@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import orjson
@@ -1100,3 +1101,35 @@ def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
         watcher.send_signal(signal.SIGTERM)
         watcher.communicate(timeout=30)
     assert watcher.returncode == 0
+
+
+def test_an_offline_watcher_writes_a_new_messages_summary_at_once_not_at_its_batch_timer(home, sh):
+    """The offline compactor's nodes were written in batches every 2 s, so ``context`` waited up to 3 s on
+    nearly every turn after a long message. Once nothing more is ready to build, what was built is written at
+    once: here the batch timer is an hour, and the summary is there all the same."""
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": "start"}])
+    code = "import sys; from pimem import builder, cli; builder.OFFLINE_FLUSH_SECONDS = 3600; cli.main(sys.argv[1:])"
+    watcher = subprocess.Popen([sys.executable, "-c", code, "watch", "m"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, env=subprocess_env())
+    try:
+        until(lambda: lease.holder(mem))
+        mem.append([{"kind": "pi", "text": "a long reply about the staging database port " * 20}])
+        out = sh("context", "m", "--wait", "20")
+        assert out.returncode == 0 and b"not summarized yet" not in out.stdout, out.stdout
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        watcher.wait(timeout=30)
+
+
+def test_a_builder_admits_messages_appended_since_it_read_the_log_at_its_next_look(home):
+    """A builder that had read the log to its end kept the reader that ended there: after noticing new
+    messages, its next task was none, and the watcher built them a poll (0.5 s) later."""
+    mem = Memory.at("m")
+    mem.append([{"kind": "user", "text": "start"}])
+    built = builder.Builder(Memory.at("m"))
+    assert built.next_task(time.monotonic()) is None
+    mem.append([{"kind": "pi", "text": "a long reply about the staging database port " * 20}])
+    assert built.refresh()
+    task = built.next_task(time.monotonic())
+    assert task is not None and (task.l, task.i) == (0, 1)
