@@ -203,7 +203,7 @@ def test_fsck_checks_tree_nodes(run, home, two):
     assert rows == {
         ("tree/2026-10-08.jsonl:2", "node 0+1 built twice (first at tree/2026-10-08.jsonl:1, which readers use)"),
         ("tree/2026-10-08.jsonl:3", "node 2+2 covers messages past the end of the log (2)"),
-        ("tree/2026-10-08.jsonl:4", "node 1+1 is 600 bytes, over the 512-byte line"),
+        ("tree/2026-10-08.jsonl:4", "node 1+1 is 600 bytes, over the 512-byte line: readers pass over it, and it is built again"),
         ("tree/2026-10-08.jsonl:5", "torn last line (16 bytes, no newline): a write cut by a crash, which readers skip"),
     }
     out = run("fsck", "--repair", "old")
