@@ -45,49 +45,59 @@ def _arguments_refused(exc) -> str:
         f"{'.'.join(str(part) for part in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
-class _Answering:
-    """The SDK's stream of what the client sent (``mcp.server.stdio``), mending or answering each line the SDK
-    could not read, which it would drop, leaving the client waiting for an answer: a line holding a lone
-    surrogate escape (``"\\ud800"``: valid JSON, as JavaScript writes a string cut inside a surrogate pair)
-    is read with U+FFFD in its place, as pimem reads such JSON everywhere (``pimem.decoder``); any other gets a
-    JSON-RPC error with id null, -32700 for a line that is not JSON, -32600 for JSON that is no message."""
+class _Lines:
+    """The client's lines as the SDK's stdio transport reads them, each one it could not read mended or answered
+    here first (it would drop it, leaving the client waiting for an answer, see ``_read``)."""
 
-    def __init__(self, stream, write):
-        self.stream, self.write = stream, write
+    def __init__(self, stdin, ids: dict[str, str]):
+        import anyio
 
-    def __getattr__(self, name):  # (``last_context``, ``aclose``: the stream's own)
-        return getattr(self.stream, name)
+        self.lines, self.ids, self.write = aiter(anyio.wrap_file(stdin)), ids, None  # (write: set once serving)
 
     def __aiter__(self):
         return self
 
     async def __anext__(self):
-        while True:
-            item = await self.stream.__anext__()
-            if not isinstance(item, Exception):
-                return item
-            from mcp.shared.message import SessionMessage
+        from mcp.shared.message import SessionMessage
 
-            mended, refusal = _mended(item)
-            if mended is not None:
-                return SessionMessage(mended)
+        while True:
+            line, refusal = _read(await anext(self.lines), self.ids)
+            if line is not None:
+                return line
             if refusal is not None:
                 await self.write.send(SessionMessage(refusal))
 
-    async def receive(self):
-        return await self.__anext__()
 
-    async def __aenter__(self):
-        await self.stream.__aenter__()
-        return self
+class _Answers:
+    """The SDK's answers written to the client, each to a request ``_read`` gave a stand-in id with the id the
+    request held put back, its escapes as sent."""
 
-    async def __aexit__(self, *exc):
-        return await self.stream.__aexit__(*exc)
+    def __init__(self, stdout, ids: dict[str, str]):
+        import anyio
+
+        self.stdout, self.ids = anyio.wrap_file(stdout), ids
+
+    async def write(self, text: str) -> None:
+        for stand_in in [stand_in for stand_in in self.ids if stand_in in text]:
+            text = text.replace(f'"{stand_in}"', self.ids.pop(stand_in), 1)
+        await self.stdout.write(text)
+
+    async def flush(self) -> None:
+        await self.stdout.flush()
 
 
-def _mended(exc: Exception) -> tuple:
-    """``(message, None)`` for a line the SDK refused only for its lone surrogate escapes, ``(None, None)`` for
-    a blank line (no request, so nothing to answer), else ``(None, the JSON-RPC error that answers it)``."""
+def _read(line: str, ids: dict[str, str]) -> tuple:
+    """``(line, None)`` for a line the SDK reads as it should, ``(None, None)`` for a blank line (no request, so
+    nothing to answer), else ``(None, the JSON-RPC error that answers it)``, with id null: -32700 for a line that
+    is not JSON, -32600 for JSON that is no message or a request whose id is not a string or an integer (the
+    SDK reads that one as a notification, and answers nothing).
+
+    A line holding a lone surrogate escape (``"\\ud800"``: valid JSON, as JavaScript writes a string cut inside
+    a surrogate pair), which the SDK refuses, is read with U+FFFD in its place, as pimem reads such JSON
+    everywhere (``pimem.decoder``); if the request's id holds one, the SDK is given a stand-in id, and ``ids``
+    keeps the id as sent (``_Answers`` puts it back: the client knows its answer by it)."""
+    import uuid
+
     import mcp_types as types
     import orjson
     from pydantic import ValidationError
@@ -97,20 +107,47 @@ def _mended(exc: Exception) -> tuple:
     def refused(code: int, message: str):
         return None, types.JSONRPCError(jsonrpc="2.0", id=None, error=types.ErrorData(code=code, message=message))
 
-    errors = exc.errors() if isinstance(exc, ValidationError) else []
-    if not errors or errors[0]["type"] != "json_invalid":  # (JSON, but no message)
-        return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
-    line = errors[0]["input"]
-    if not line.strip():
-        return None, None
+    value = None
     try:
-        value = decoder.loads(line)
-    except decoder.JSONDecodeError:
-        return refused(types.PARSE_ERROR, f"Parse error: {errors[0]['msg']}")
-    try:
-        return types.jsonrpc_message_adapter.validate_json(orjson.dumps(value), by_name=False), None
-    except ValidationError:
-        return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] != "json_invalid":  # (JSON, but no message)
+            return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+        if not line.strip():
+            return None, None
+        try:
+            value, kept = decoder.loads_keeping(line)
+        except decoder.JSONDecodeError:
+            return refused(types.PARSE_ERROR, f"Parse error: {error['msg']}")
+        if isinstance(value, dict) and "method" in value and isinstance(value.get("id"), str) and kept["id"] != value["id"]:
+            value["id"] = stand_in = f"pimem-{uuid.uuid4().hex}"
+            ids[stand_in] = decoder.canonical(kept["id"]).decode()
+        line = orjson.dumps(value).decode()
+        try:
+            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValidationError:
+            return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
+    if isinstance(message, types.JSONRPCNotification) and "id" in (orjson.loads(line) if value is None else value):
+        return refused(types.INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
+    return line, None
+
+
+def _wire():
+    """The client's end of stdin and stdout, taken from fds 0 and 1, which read ``/dev/null`` and write to stderr
+    from now on, as the SDK's own stdio transport arranges it: nothing else the process runs reads or writes
+    the client's messages."""
+    import fcntl
+    import io
+    import os
+
+    ends = [os.fdopen(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), mode) for fd, mode in ((0, "rb"), (1, "wb"))]
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    return (io.TextIOWrapper(ends[0], encoding="utf-8", errors="replace"),
+            io.TextIOWrapper(ends[1], encoding="utf-8"))
 
 
 def _unknown(key: str, tool: str, takes: list[str]) -> str:
@@ -148,12 +185,17 @@ def build(home: api.Home = None):
                 raise
 
         async def run_stdio_async(self):
-            """As the SDK serves stdio, but answering the lines it cannot read (``_Answering``). (The low-level
-            server is the SDK's private attribute, as its own clients reach it: there is no other way in.)"""
+            """As the SDK serves stdio, but reading and writing the client's lines here (``_Lines``,
+            ``_Answers``): the SDK drops a line it cannot read. (The low-level server is the SDK's private
+            attribute, as its own clients reach it: there is no other way in.)"""
             from mcp.server.stdio import stdio_server
 
-            async with stdio_server() as (read_stream, write_stream):
-                await self._lowlevel_server.run(_Answering(read_stream, write_stream), write_stream,
+            stdin, stdout = _wire()
+            ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
+            lines = _Lines(stdin, ids)
+            async with stdio_server(lines, _Answers(stdout, ids)) as (read_stream, write_stream):
+                lines.write = write_stream
+                await self._lowlevel_server.run(read_stream, write_stream,
                                                 self._lowlevel_server.create_initialization_options())
 
     from . import __version__

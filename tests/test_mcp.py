@@ -388,3 +388,17 @@ def test_recall_that_finds_nothing_says_how_many_tool_messages_would_match(home,
                                          ("recall", {"name": "main", "query": "OPENAI_API_KEY", "include_tools": True})])
     assert (hidden["structuredContent"]["count"], hidden["structuredContent"]["toolsMatching"]) == (0, 1)
     assert shown["structuredContent"]["count"] == 1 and "toolsMatching" not in shown["structuredContent"]
+
+
+def test_a_request_whose_id_is_no_string_or_integer_is_refused_and_a_lone_surrogate_id_comes_back_as_sent(home):
+    """A request whose id was 1.5, true, an object or null was read as a notification and never answered, and one
+    whose id held a lone surrogate escape was answered with U+FFFD in its place: the client waited for ever."""
+    ping = b'{"jsonrpc":"2.0","id":%s,"method":"ping"}'
+    ids = [b"1.5", b"true", b'{"a":1}', b"[2]", b"null", b"1.0"]
+    answers = raw_session(home, [ping % i for i in ids] + [ping % b'"\\ud800 x\\udc00"', b'{"jsonrpc":"2.0","method":"ping"}',
+                                                           ping % b'"\\ud83d\\ude00"', ping % b"9"], len(ids) + 3)
+    refused = answers[:len(ids)]
+    assert all(a == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "Invalid Request: id must be a string or an integer"}} for a in refused), answers
+    # (the escapes as sent: the standard library reads them back as lone surrogates; a pair is a character)
+    assert [(a["id"], a["result"]) for a in answers[len(ids):]] == [("\ud800 x\udc00", {}), ("\U0001f600", {}), (9, {})], answers
