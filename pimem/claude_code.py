@@ -327,8 +327,33 @@ def hook_command(home: str | None = None, name: str | None = None, budget: int |
     return command
 
 
+HOOK_OPTIONS = ("--home", "--name", "--budget", "--timeout")  # as ``hook_command`` writes them, in this order
+
+
 def is_ours(hook) -> bool:
-    return isinstance(hook, dict) and "hook claude-code" in str(hook.get("command", "")) and "pimem" in str(hook.get("command", ""))
+    """Whether ``hook`` is a command hook as ``hook_command`` writes it (this or another pimem, any options; every
+    version wrote that form), and so one ``install`` may change and ``uninstall`` remove. A user's own command
+    naming pimem (``my-wrapper pimem hook claude-code``, ``audit --tag pimem -- hook claude-code``) is not."""
+    import shlex
+
+    command = hook.get("command") if isinstance(hook, dict) else None
+    try:
+        words = shlex.split(command) if isinstance(command, str) else []
+    except ValueError:
+        return False
+    if " ".join(shlex.quote(word) for word in words) != command:  # (as written: each word quoted only if it must be)
+        return False
+    if words[:1] and os.path.isabs(words[0]) and Path(words[0]).name == "pimem":
+        words = words[1:]
+    elif len(words) > 3 and os.path.isabs(words[0]) and words[1:3] == ["-m", "pimem"]:
+        words = words[3:]
+    else:
+        return False
+    if words[:2] != ["hook", "claude-code"] or len(words) % 2:
+        return False
+    flags = words[2::2]
+    return all(flag in HOOK_OPTIONS for flag in flags) and flags == sorted(flags, key=HOOK_OPTIONS.index) \
+        and len(set(flags)) == len(flags) and all(words[3::2])
 
 
 def installed_in(path: Path) -> bool:

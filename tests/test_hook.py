@@ -704,6 +704,32 @@ def test_uninstall_takes_out_pimem_s_hooks_and_nothing_else(home, tmp_path):
     assert broken.returncode == 2 and "not both" in broken.stderr
 
 
+def test_a_user_s_hook_that_only_looks_like_pimem_s_survives_install_and_uninstall(home, tmp_path):
+    """Any command holding "pimem" and "hook claude-code" was taken for pimem's: install rewrote a user's own
+    wrapper or audit hook into pimem's command, and uninstall removed it. Only the command install writes is
+    pimem's (by this pimem or another, with any of its options); the rest is left as it is."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    lookalikes = ["audit-log --tag pimem -- hook claude-code", "my-wrapper /opt/pimem hook claude-code --name shop",
+                  "pimem hook claude-code", "/opt/pimem hook claude-code; notify-send pimem", "/opt/pimem hook claude-code --verbose",
+                  "/opt/pimem hook claude-code --name shop --home /x", "/opt/pimem  hook claude-code"]
+    theirs = {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": c} for c in lookalikes]}],
+                        "UserPromptSubmit": [{"hooks": [{"type": "command", "command": lookalikes[0]}]}]}}
+    earlier = {"type": "command", "command": "/opt/old/bin/pimem hook claude-code --home /x --timeout 1e+06", "timeout": 30}
+    settings.write_text(json.dumps({"hooks": {**theirs["hooks"], "PreCompact": [{"hooks": [earlier]}]}}))
+    done = install(home_dir=user)
+    assert done.returncode == 0, done.stderr
+    assert f"added pimem's SessionStart, UserPromptSubmit, Stop, SessionEnd hooks to {settings}; changed pimem's PreCompact " \
+           f"hooks in {settings} from {earlier['command']} to " in done.stdout, done.stdout  # (an earlier install's: pimem's)
+    hooks = json.loads(settings.read_text())["hooks"]
+    assert hooks["Stop"][0] == theirs["hooks"]["Stop"][0] and hooks["UserPromptSubmit"][0] == theirs["hooks"]["UserPromptSubmit"][0]
+    assert len(hooks["Stop"]) == len(hooks["UserPromptSubmit"]) == 2
+    done = uninstall(home_dir=user)
+    assert done.returncode == 0 and "removed pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks" in done.stdout
+    assert json.loads(settings.read_text()) == theirs
+
+
 def test_install_in_both_scopes_warns_that_claude_code_runs_both(home, tmp_path):
     """Installed for the user and then for the project, Claude Code ran both hooks (the context twice a prompt)
     and nothing said so."""
