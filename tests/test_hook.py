@@ -771,6 +771,21 @@ def test_install_writes_the_pimem_home_set_then_into_the_hooks_and_says_so(home,
     assert chosen.returncode == 0 and chosen.stderr == "" and f" to {hooks['Stop'][0]['hooks'][0]['command'].replace(str(home), str(other))} (backup: " in chosen.stdout
 
 
+def test_install_refuses_a_home_that_is_a_file_writing_nothing(home, tmp_path):
+    """$PIMEM_HOME naming a file went into the hooks as --home, and every event then failed on it."""
+    user = tmp_path / "user"
+    user.mkdir()
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    for args, env, said in [((), {"PIMEM_HOME": str(afile)}, "$PIMEM_HOME"), (("--dry-run",), {"PIMEM_HOME": str(afile)}, "$PIMEM_HOME"),
+                            (("--home", str(afile)), {}, "--home"), (("--home", "~/../afile"), {}, "--home")]:
+        refused = install(*args, home_dir=user, **env)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused
+        assert refused.stderr == f"pimem: error: {said} {afile} is not a directory: the hooks would capture nowhere; " \
+                                 "give --home a directory\n", refused.stderr
+    assert list(user.iterdir()) == [] and afile.read_text() == "not a directory"
+
+
 def test_a_sub_agent_s_prompt_is_not_shown_as_the_user_s_last_words(home, tmp_path):
     """A sub-agent's prompt (its transcript's first line, a user line) is logged as kind user: list showed it
     as what the user said last. It is marked sidechain (by isSidechain, or by its file being a sub-agent's) and

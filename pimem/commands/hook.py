@@ -64,6 +64,10 @@ def command(
         variable = next((v for v in ("PIMEM_HOME", "PI_MEM_HOME") if home is None and os.environ.get(v)), None)
         if variable:
             home = os.environ[variable]
+        given = home and os.path.abspath(os.path.expanduser(home))
+        if given and os.path.exists(given) and not os.path.isdir(given):  # (every event would fail on it)
+            raise BadInput(f"{'$' + variable if variable else '--home'} {given} is not a directory: the hooks would capture "
+                           "nowhere; give --home a directory")
         # (the hook's own options go into the installed command, when they are not the defaults)
         command_line = claude_code.hook_command(home, name, budget if budget != claude_code.BUDGET else None,
                                                 timeout if timeout != claude_code.TIMEOUT else None)
