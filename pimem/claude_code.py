@@ -56,7 +56,7 @@ class TooLarge(PimemError):
 
 def read_payload(stream, deadline: float) -> dict:
     """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``, or until a whole
-    object has come and nothing more follows for ``SETTLE`` seconds (a stdin left open); ``BadInput`` (exit 2)
+    JSON value has come and nothing more follows for ``SETTLE`` seconds (a stdin left open); ``BadInput`` (exit 2)
     for anything that is not a hook payload. Wrong-typed optional fields are left to ``Hook`` (a warning)."""
     import select
 
@@ -67,7 +67,7 @@ def read_payload(stream, deadline: float) -> dict:
     tried = 0  # the length a parse was last tried at
     while True:
         left = max(deadline - time.monotonic(), PAYLOAD_WAIT)  # (a payload there is read, whatever --timeout)
-        whole = len(data) != tried and data.rstrip().endswith(b"}")  # (maybe the whole event, its stdin left open)
+        whole = len(data) != tried and bool(data.strip())  # (maybe the whole event, or a value that is none, its stdin left open)
         if not select.select([fd], [], [], min(left, SETTLE) if whole else left)[0]:
             if whole:
                 tried = len(data)
@@ -75,7 +75,7 @@ def read_payload(stream, deadline: float) -> dict:
                     loads(data.removeprefix(BOM))
                     break
                 except JSONDecodeError:
-                    continue  # (a "}" inside it: read on)
+                    continue  # (a part of it: read on)
             if data:
                 raise BadInput(f"hook payload: cut off ({len(data):,} bytes came, then nothing until the timeout; "
                                "Claude Code sends the whole event as JSON and closes stdin)")

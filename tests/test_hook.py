@@ -215,6 +215,14 @@ def test_a_whole_event_on_a_stdin_left_open_is_taken(home, tmp_path):
     assert brace.returncode == 2 and b"cut off" in brace.stderr
 
 
+@pytest.mark.parametrize("sent", [b"[1]", b'"x"', b"3", b"true", b"null", b' [1, {"a": 2}]\n'])
+def test_a_whole_value_that_is_no_object_on_a_stdin_left_open_is_refused_at_once(home, sent):
+    """Only a whole object was seen to have come (it ends with "}"): any other JSON value on a stdin left open
+    was waited on until the timeout and then said to be cut off."""
+    proc = hook_on_a_silent_stdin(sent)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, b"", b"pimem: error: hook payload: not a JSON object\n")
+
+
 def test_a_wrong_typed_optional_field_is_a_warning_and_the_rest_is_done(home, tmp_path):
     """"transcript_path": 5 (or a prompt or cwd of another type) blocked the prompt with exit 2; the event is a
     hook event all the same: that field is left out, said, and the rest is done."""
