@@ -161,13 +161,16 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
 
 @_checked
 def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE_LIMIT, include_tools: bool = False, home: Home = None) -> dict:
-    """Up to ``limit`` messages from message ``start`` (or from the date/time ``when``), and ``next``: the ``i``
-    to ask for next (None at the end). At most ``SINCE_CHARS`` characters of text come back: a message's text
-    past ``MESSAGE_CHARS`` is cut, with ``chars`` and ``next_offset`` for ``message`` to read on, and the call
-    ends early, before the message whose text would pass the bound (``next`` names it)."""
+    """Up to ``limit`` messages from message ``start`` or from the date/time ``when`` (one or the other, as
+    ``pimem since`` takes ``#I`` or a date), and ``next``: the ``start`` to ask for next (None at the end). At
+    most ``SINCE_CHARS`` characters of text come back: a message's text past ``MESSAGE_CHARS`` is cut, with
+    ``chars`` and ``next_offset`` for ``message`` to read on, and the call ends early, before the message whose
+    text would pass the bound (``next`` names it)."""
     from . import when as whens
 
     _bounded(limit, "limit")
+    if when is not None and start != 0:  # (start was dropped: a caller paging on with both got one page again)
+        raise BadInput(f"since: give start or when, not both (start {start}, when {when!r:.40}): next is a start")
     with Memory.open(name, home) as mem:
         if when is not None:
             first = mem.first_at(whens.parse_when(when))

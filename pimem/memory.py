@@ -52,9 +52,52 @@ def _wait(timeout) -> None:
         raise BadInput(f"timeout is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {timeout!r:.40}")
 
 
-class Prepared(list):
+def _number(value, name: str, what: str = "a message number") -> None:
+    """``BadInput`` naming argument ``name`` unless ``value`` is a whole number from 0 to 2^63−1 (not a bool)."""
+    if type(value) is not int or not 0 <= value <= MAX_I:
+        raise BadInput(f"{name} is {what} (0 to {MAX_I}), not {value!r:.40}")
+
+
+def _flag(value, name: str) -> None:
+    if type(value) is not bool:
+        raise BadInput(f"{name} is True or False, not {value!r:.40}")
+
+
+def _moment(value, name: str) -> None:
+    if not (isinstance(value, datetime) and value.utcoffset() is not None):
+        raise BadInput(f"{name} must be a datetime with its UTC offset (an aware datetime), not {value!r:.60}")
+
+
+def _root(home) -> Path:
+    """The home directory a caller named (``home``), else the environment's."""
+    if home is not None and not isinstance(home, (str, os.PathLike)):
+        raise BadInput(f"home is a directory's path (a str or a Path) or None, not {home!r:.40}")
+    return env.home(home)
+
+
+class _Checked(dict):
+    """A message (or a meta's object) ``prepare`` checked: read-only, as its batch is logged as it was checked."""
+
+    def _refuse(self, *_, **__):
+        raise TypeError("a prepared message cannot be changed: prepare the batch again")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+
+def _frozen(value):
+    """A meta's value that cannot be changed: its objects read-only, its arrays tuples (logged alike)."""
+    if isinstance(value, dict):  # (most metas hold strings alone: nothing below them to copy)
+        return _Checked({key: v if type(v) is str else _frozen(v) for key, v in value.items()})
+    if isinstance(value, list):
+        return tuple(map(_frozen, value))
+    return value
+
+
+class Prepared(tuple):
     """A batch ``Memory.prepare`` checked and normalised: ``append`` and ``append_stream`` log it as it is,
-    without checking it again (a bulk import's hot path). Any other list is checked first."""
+    without checking it again (a bulk import's hot path). Any other batch is checked first. It cannot be
+    changed: a tuple of read-only messages, their metas copied (what the caller changes afterwards is not
+    logged)."""
 
 
 class Memory:
@@ -83,7 +126,9 @@ class Memory:
     def at(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
         """Memory ``name``, whether or not it exists yet; nothing is created until a writer appends. A bad
         ``$PIMEM_LOCK_TIMEOUT`` is refused here, before a writer creates anything."""
-        root = env.home(home)
+        if not isinstance(name, str):  # (None was named '' in the error)
+            raise BadInput(f"name is a memory's name (a str), not {name!r:.40}")
+        root = _root(home)
         path = homes.resolve(root, name)
         env.lock_timeout()
         return cls(path.name, path, root)
@@ -100,6 +145,8 @@ class Memory:
     def named(cls, names: Iterable[str], home: str | os.PathLike | None = None) -> list["Memory"]:
         """The existing memories ``names``, each once (a name given twice, or two names of one memory: an old
         name's rename pointer and the new one); unknown names raise ``NotFound``."""
+        if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
+            raise BadInput(f"names is a list of memories' names, not {names!r:.40}")
         found: dict[Path, Memory] = {}
         for name in names:
             mem = cls.open(name, home)
@@ -125,7 +172,9 @@ class Memory:
     def all(cls, home: str | os.PathLike | None = None, refused=None) -> list["Memory"]:
         """Every memory under the home. One whose ``main/`` is refused (a link) raises, or with ``refused``
         is handed to ``refused(mem, error)`` and left out (a command over many names it and goes on)."""
-        root = env.home(home)
+        if refused is not None and not callable(refused):
+            raise BadInput(f"refused is a function of (memory, error) or None, not {refused!r:.40}")
+        root = _root(home)
         out = []
         for name in homes.names(root):
             mem = cls(name, root / name, root)
@@ -207,10 +256,10 @@ class Memory:
         """Bytes of text above which a message is refused (``max_text_bytes``; tool output is trimmed)."""
         return int(self.config.get("max_text_bytes", msgs.DEFAULT_CAP))
 
-    def prepare(self, records: Iterable[dict], labels: Sequence[str] | None = None) -> list[dict]:
+    def prepare(self, records: Iterable[dict], labels: Sequence[str] | None = None) -> "Prepared":
         """Validate and normalise input records; ``BadInput`` names the bad one (by ``labels[n]`` if given)
         before anything is written. Records without a date get one timestamp for the whole batch. The batch
-        (a ``Prepared`` list) is logged by ``append`` and ``append_stream`` without being checked again."""
+        (a ``Prepared``, which cannot be changed) is logged by ``append`` and ``append_stream`` without being checked again."""
         cap = self.text_cap
         if isinstance(records, (str, bytes, dict)) or not hasattr(records, "__iter__"):
             raise BadInput(f"the records to log are a list of messages ({{kind, text, …}}), not a {type(records).__name__}")
@@ -219,7 +268,7 @@ class Memory:
             raise BadInput(f"labels are a list of the records' names, not a {type(labels).__name__}")
         stamp = when.rfc3339(env.now())
         normalise = msgs.normalise
-        out = Prepared()
+        out = []
         try:
             for record in records:
                 msg = normalise(record, cap, stamp)
@@ -228,7 +277,8 @@ class Memory:
                         orjson.dumps(msg["meta"])
                     except TypeError as exc:
                         raise BadInput(f"meta cannot be stored as JSON: {exc}") from None
-                out.append(msg)
+                    msg["meta"] = _frozen(msg["meta"])
+                out.append(_Checked(msg))
         except BadInput as exc:
             n = len(out)
             try:
@@ -238,7 +288,7 @@ class Memory:
             if label is None and len(records) > 1:
                 label = f"message {n + 1}"
             raise BadInput(f"{label}: {exc}" if label else str(exc)) from None
-        return out
+        return Prepared(out)
 
     def append(self, records: Iterable[dict], timeout: float | None = None) -> list[int]:
         """Log messages durably and return their ``i``. The batch is written whole or not at all; it is
@@ -331,15 +381,16 @@ class Memory:
 
     def entries(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[dict, bytes]]:
         """``(message, stored line)`` pairs in ``i`` order, for readers that copy messages out verbatim."""
-        if type(start) is not int or not 0 <= start <= MAX_I or (stop is not None and type(stop) is not int):
-            raise BadInput(f"messages are read from a message number (0 to {MAX_I}), not {start!r}")
+        _number(start, "start")
+        if stop is not None:
+            _number(stop, "stop")
         return self.log.entries(start, stop)
 
     def message(self, i: int) -> dict:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
         when there is one, else a scan of the log file that holds ``i``."""
         if type(i) is not int:
-            raise BadInput(f"a message number is a whole number, not {i!r}")
+            raise BadInput(f"i is a message number (a whole number), not {i!r:.40}")
         if not 0 <= i <= MAX_I:  # (no message can have it: bad input, exit 2, as the CLI says of it)
             raise BadInput(f"bad message number {i}: use a whole number from 0 to {MAX_I}")
         if self.has_index():
@@ -364,6 +415,8 @@ class Memory:
 
     def leaf_line(self, i: int, l: int = 0) -> str | None:
         """The line a compactor wrote for message ``i`` (a long one's), or for node ``(l, i)``, or None."""
+        _number(i, "i", "a node's index")
+        _number(l, "l", "a node's level")
         return self.tree.stored(l, i)
 
     def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
@@ -435,9 +488,9 @@ class Memory:
 
     def since_entries(self, moment: datetime, until: datetime | None = None) -> Iterator[tuple[dict, bytes]]:
         """``since`` as ``(message, stored line)`` pairs."""
-        for value, what in ((moment, "moment"), (until, "until")):
-            if (value is not None or what == "moment") and not (isinstance(value, datetime) and value.utcoffset() is not None):
-                raise BadInput(f"{what} must be a datetime with its UTC offset (an aware datetime), not {value!r:.60}")
+        _moment(moment, "moment")
+        if until is not None:
+            _moment(until, "until")
         low = when.Threshold(moment)
         high = when.Threshold(until) if until is not None else None
         for entry in self.log.entries(self._start_near(low), self.end_before(until) if until is not None else None):
@@ -455,6 +508,7 @@ class Memory:
         """One past the highest ``i`` in any file that could hold dates before ``until``: every message from
         there on is dated at or after it. (Below it the dates need not be in ``i`` order: a session imported
         after a later one.)"""
+        _moment(until, "until")
         cutoff = when.Threshold(until).reached_day()
         lasts = [last for _, last, name in self.log.ranges() if name[:10] < cutoff]
         return max(lasts) + 1 if lasts else 0
@@ -480,7 +534,7 @@ class Memory:
         so no consumer's cursor is lost to another's save."""
         homes.validate_name(consumer, "consumer")
         if type(next_i) is not int or next_i < 0:
-            raise BadInput(f"a cursor is a message number, not {next_i!r}")
+            raise BadInput(f"next_i is a message number (where the consumer goes on), not {next_i!r:.40}")
         if not self.exists():
             raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')")
         if next_i > (count := self.count()):  # (a consumer cannot have seen what is not logged yet)
@@ -510,6 +564,10 @@ class Memory:
         """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
         a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over, as is
         a harness's marker (``meta.marker``, or the text of one of ``CLAUDE_MARKERS`` from Claude Code)."""
+        if type(kind) is not str:
+            raise BadInput(f"kind is a message's kind (a str such as user), not {kind!r:.40}")
+        if before is not None:
+            _number(before, "before")
         end = self.count() if before is None else before
         window = 64
         while end > 0:
@@ -582,6 +640,7 @@ class Memory:
         from . import tree as trees
 
         _wait(timeout)
+        _flag(check_halves, "check_halves")
         if not isinstance(nodes, list) or not all(isinstance(node, tuple) and len(node) == 4 for node in nodes):
             raise BadInput("the nodes to store are a list of (level, index, text, meta) tuples")
         limit = int(self.config["line_bytes"])
@@ -627,8 +686,9 @@ class Memory:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
         ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
-        if end is not None and not (type(end) is int and 0 <= end <= MAX_I):
-            raise BadInput(f"end is a message number (0 to {MAX_I}) or None, not {end!r:.40}")
+        _flag(compactor, "compactor")
+        if end is not None:
+            _number(end, "end")
         with self._derived:
             return self.views.lines(compactor, end)
 
@@ -636,6 +696,7 @@ class Memory:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
         "label": "id+n", "n": n, "line": rendered line}``; ``pending`` is a leaf not summarised yet (shown as a
         placeholder). None when no view exists yet or ``i`` is not in it."""
+        _number(i, "i")  # (before held_each, which names its own ids)
         return self.held_each([i])[i]
 
     def held_each(self, ids: list[int], sizes: dict[int, int] | None = None,
@@ -646,6 +707,9 @@ class Memory:
         (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i <= MAX_I for i in ids):
             raise BadInput(f"ids are a list of message numbers (0 to {MAX_I}), not {ids!r:.40}")
+        if sizes is not None and not isinstance(sizes, dict):
+            raise BadInput(f"sizes is a dict of the messages' sizes or None, not {sizes!r:.40}")
+        _flag(lines, "lines")
         sizes = sizes or {}
         with self._derived:
             return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
@@ -658,6 +722,7 @@ class Memory:
         from . import tree as trees
         from .message import is_tool
 
+        _flag(include_tools, "include_tools")
         count = self.count()
         l, i = trees.parse_label(node, count)
         if l == 0:

@@ -8,6 +8,7 @@ import pytest
 from conftest import snapshot
 from pimem import Memory
 from pimem.errors import BadInput
+from pimem.memory import Prepared
 
 
 def test_records_not_from_prepare_are_checked_before_anything_is_written(home):
@@ -23,9 +24,10 @@ def test_records_not_from_prepare_are_checked_before_anything_is_written(home):
         with pytest.raises(TypeError):  # (no keyword skips the checks any more)
             mem.append([bad], prepared=True)
     changed = mem.prepare([{"kind": "user", "text": "x"}])
-    changed[0]["date"] = "../../escape"  # (changed after it was checked: the log still names no such file)
-    with pytest.raises(BadInput):
-        mem.append(changed)
+    with pytest.raises(TypeError):  # (a prepared batch cannot be changed after it was checked)
+        changed[0]["date"] = "../../escape"
+    with pytest.raises(BadInput):  # (one made by hand, not checked: the log still names no such file)
+        mem.append(Prepared([{**changed[0], "date": "../../escape"}]))
     assert snapshot(home) == before
     # a raw batch in a stream is logged as append logs it; a prepared one as it is
     logged = list(mem.append_stream([[{"kind": "user", "text": "two"}], mem.prepare([{"kind": "pi", "text": "three"}])]))
@@ -110,3 +112,68 @@ def test_api_errors_name_the_python_argument_not_the_cli_option(home):
             api.recall("main", **kwargs)
         assert said in str(refused.value) and "--" not in str(refused.value) and "comma" not in str(refused.value)
     assert [r["id"] for r in api.recall("main", ids=[0, "0"])["results"]] == [0]
+
+
+def test_a_prepared_batch_cannot_be_changed_after_it_was_checked(home):
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "ok"}])
+    before = snapshot(home)
+    meta = {"tags": ["a"], "source": "s"}
+    batch = mem.prepare([{"kind": "user", "text": "x", "meta": meta}])
+    for change in (lambda: batch.append({"kind": "user", "text": "no date"}),  # (it raised KeyError 'date')
+                   lambda: batch.__setitem__(0, {"kind": "robot", "text": "x"}),
+                   lambda: batch[0].__setitem__("text", 5), lambda: batch[0].__setitem__("kind", "robot"),
+                   lambda: batch[0].update(kind="robot"), lambda: batch[0].pop("date"),
+                   lambda: batch[0]["meta"].__setitem__("tags", {1}), lambda: batch[0]["meta"]["tags"].append({2})):
+        with pytest.raises((TypeError, AttributeError)):
+            change()
+    assert snapshot(home) == before
+    meta["tags"].append({3})  # (the caller's own record, changed afterwards: not what was checked, not logged)
+    meta["source"] = 5
+    assert mem.append(batch) == [1]
+    assert mem.message(1)["meta"] == {"tags": ["a"], "source": "s"} and mem.message(1)["text"] == "x"
+    assert mem.append(mem.prepare([])) == [] and list(mem.append_stream([batch])) == [[2]]
+
+
+def test_memory_arguments_of_the_wrong_type_are_bad_input_naming_them(home):
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "ok"}, {"kind": "tool", "text": "ls"}])
+    before = snapshot(home)
+    for call, named in ((lambda: Memory.at("main", home=5), "home"), (lambda: Memory.all(home=5), "home"),
+                        (lambda: Memory.open(None), "name"), (lambda: Memory.at(b"main"), "name"),
+                        (lambda: Memory.named("main"), "names"), (lambda: Memory.named(None), "names"),
+                        (lambda: Memory.all(refused=5), "refused"),
+                        (lambda: mem.last_of_kind("user", before="x"), "before"),
+                        (lambda: mem.last_of_kind("user", before=-1), "before"),
+                        (lambda: mem.last_of_kind("user", before=True), "before"),
+                        (lambda: mem.last_of_kind(5), "kind"),
+                        (lambda: mem.view_lines("x"), "compactor"), (lambda: mem.view_lines(1), "compactor"),
+                        (lambda: mem.zoom("1+1", include_tools="yes"), "include_tools"),
+                        (lambda: mem.zoom("0+1", include_tools=1), "include_tools"),
+                        (lambda: mem.held("1"), "i"), (lambda: mem.held(True), "i"), (lambda: mem.held(-1), "i"),
+                        (lambda: mem.held_each([0], sizes="x"), "sizes"),
+                        (lambda: mem.held_each([0], lines="x"), "lines"),
+                        (lambda: list(mem.messages(0, -1)), "stop"), (lambda: list(mem.messages(0, "x")), "stop"),
+                        (lambda: list(mem.entries(True)), "start"),
+                        (lambda: mem.leaf_line("x"), "i"), (lambda: mem.leaf_line(0, -1), "l"),
+                        (lambda: mem.end_before("x"), "until"),
+                        (lambda: mem.write_nodes([(0, 0, "t", None)], check_halves="x"), "check_halves"),
+                        (lambda: mem.message("0"), "i"), (lambda: mem.save_cursor("mailer", True), "next_i")):
+        with pytest.raises(BadInput) as refused:
+            call()
+        said = str(refused.value)
+        assert said.startswith(named + " ") and "ids" not in said and "''" not in said, said
+    assert snapshot(home) == before
+    assert mem.held(0)["held"] == "verbatim" and mem.last_of_kind("user", before=1)["i"] == 0
+
+
+def test_api_since_refuses_a_start_and_a_when_together_as_the_cli_takes_one_or_the_other(home):
+    from pimem import api
+
+    Memory.at("main").append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-0{k + 1}T09:00:00+00:00"}
+                              for k in range(3)])
+    with pytest.raises(BadInput, match="start or when"):
+        api.since("main", start=2, when="2026-10-02")  # (start was ignored: the same page again and again)
+    assert [m["i"] for m in api.since("main", when="2026-10-02")["messages"]] == [1, 2]
+    assert [m["i"] for m in api.since("main", start=2)["messages"]] == [2]
+    assert [m["i"] for m in api.since("main", 0, "2026-10-03")["messages"]] == [2]  # (0 is start's default)
