@@ -1103,6 +1103,38 @@ def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
     assert watcher.returncode == 0
 
 
+def test_view_wait_says_the_watcher_stopped_answering_or_went_away_during_the_wait(home):
+    """A watcher frozen with SIGSTOP (or killed) while ``view --wait`` waits for it: the view stopped waiting
+    three beats on, but said its lines still waited "after 600 s". It says why it stopped waiting."""
+    mem = fill("m", 2)
+    watcher = start_watch("m")
+    try:
+        until(lambda: watcher_holds(mem, watcher) and complete("m"))
+        for k, stop in enumerate((signal.SIGSTOP, signal.SIGKILL)):
+            until(lambda: beat_age(mem) < 0.5)  # (a fresh heartbeat: the view starts waiting before it is late)
+            watcher.send_signal(signal.SIGSTOP)
+            mem.append([{"kind": "user", "text": long_text(n)} for n in range(10 * k + 2, 10 * k + 5)])
+            view = subprocess.Popen(pimem_cmd("view", "m", "--wait", "600"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=subprocess_env())
+            if stop == signal.SIGKILL:
+                time.sleep(1)  # (were the view not waiting yet, it would say so all the same, only sooner)
+                watcher.kill()
+                watcher.wait(timeout=30)
+            _, err = view.communicate(timeout=120)
+            assert view.returncode == 0 and b"after 600 s" not in err, err
+            if stop == signal.SIGSTOP:
+                assert f"the watcher building 'm' (pid {watcher.pid}) is not answering".encode() in err, err
+                watcher.send_signal(signal.SIGCONT)
+                until(lambda: complete("m"))
+            else:
+                assert b"no watcher is building 'm'" in err, err
+    finally:
+        if watcher.poll() is None:
+            watcher.send_signal(signal.SIGCONT)
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
+
+
 def test_an_offline_watcher_writes_a_new_messages_summary_at_once_not_at_its_batch_timer(home, sh):
     """The offline compactor's nodes were written in batches every 2 s, so ``context`` waited up to 3 s on
     nearly every turn after a long message. Once nothing more is ready to build, what was built is written at

@@ -56,25 +56,20 @@ def command(
 def _wait(mem, views, seconds: float, include_tools: bool):
     """Poll until the view has no placeholder it shows (a tool message's is shown as its marker without
     ``include_tools``) and no batch held up, or ``seconds`` pass (only while a watcher holds the memory's
-    lease: without one nothing would change), or the compactor starts failing as ``context`` takes it
-    (``context.stalled``: a node refused meanwhile with a long ``Retry-After``, or for the third time in a
-    row), as ``context`` stops then too: it looked only before the wait, and waited out all of it."""
-    import time
-
-    from ..lease import QUIET, holder, live, wait_for_builder
+    lease and answers: without one nothing would change; ``_no_watcher`` says why, before the wait or
+    during it), or the compactor starts failing as ``context`` takes it (``context.stalled``: a node refused
+    meanwhile with a long ``Retry-After``, or for the third time in a row), as ``context`` stops then too: it
+    looked only before the wait, and waited out all of it."""
+    from ..lease import wait_for_builder
 
     def pending(v) -> bool:
         return bool(mem.views.waiting(v, include_tools) or v.view.waiting() and v.view.total > v.view.hi)
 
     if not pending(views):
         return views
-    found = holder(mem)
-    if found is None:
-        output.info(f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}'); not waiting")
-        return views
-    if not live(found, QUIET):
-        output.info(f"the watcher building '{mem.name}' (pid {found['pid']}) is not answering (stopped?: its last "
-                    f"heartbeat was {max(0.0, time.time() - found['beat']):.0f} s ago); not waiting")
+    why = _no_watcher(mem)
+    if why:
+        output.info(f"{why}; not waiting")
         return views
     from ..context import stalled
 
@@ -94,11 +89,31 @@ def _wait(mem, views, seconds: float, include_tools: bool):
         return bool(why)
 
     if not wait_for_builder(mem, seconds, ready):
-        n = len(mem.views.waiting(latest[0], include_tools))
-        output.info(f"{output.count(n, 'line')} still wait{'s' if n == 1 else ''} for a summary after {seconds:g} s")
+        why = _no_watcher(mem)  # (it stopped answering or went away during the wait)
+        if why:
+            output.info(f"{why}; not waiting any longer")
+        else:
+            n = len(mem.views.waiting(latest[0], include_tools))
+            output.info(f"{output.count(n, 'line')} still wait{'s' if n == 1 else ''} for a summary after {seconds:g} s")
     elif gave_up:
         output.info(f"{gave_up[0]}; not waiting any longer")
     return latest[0]
+
+
+def _no_watcher(mem) -> str | None:
+    """Why no watcher will write ``mem``'s summaries (none holds its lease, or the one that does is not
+    answering: its heartbeat ``lease.QUIET`` seconds late), or None."""
+    import time
+
+    from ..lease import QUIET, holder, live
+
+    found = holder(mem)
+    if found is None:
+        return f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}')"
+    if not live(found, QUIET):
+        return (f"the watcher building '{mem.name}' (pid {found['pid']}) is not answering (stopped?: its last "
+                f"heartbeat was {max(0.0, time.time() - found['beat']):.0f} s ago)")
+    return None
 
 
 def _stats(v, messages: int, rows, json: bool, mem) -> None:
