@@ -88,7 +88,9 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
     one = len(wrong) == 1
     return [Finding(mem.name, "log", "ranges.json", f"records {count(len(wrong), 'day file')} otherwise than "
                     f"{f'it is ({wrong[0]})' if one else f'they are ({wrong[0]} first)'}: something else changed "
-                    f"{'it' if one else 'them'}, so every command checks the whole log",
+                    f"{'it' if one else 'them'}, so every command checks the whole log"
+                    + ("; --repair writes it again only once the log's problems above are put right (recorded now, "
+                       "it would vouch for a broken log and commands would stop checking it)" if log_broken else ""),
                     repair=None if log_broken else "write it again from the day files",
                     action=None if log_broken else (lambda m: m.log.rewrite_ranges()))]
 
@@ -277,6 +279,10 @@ def check_index(mem: Memory) -> list[Finding]:
                 return []  # only the tree's tables so far: the search index has not been built
             names = dict(db.execute("SELECT id, name FROM files"))
             rows = db.execute("SELECT i, file, offset, length FROM msgs").fetchall()
+            read = {}  # (an index of an older pimem has no mtimes: rebuilt by the next reader)
+            if db.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA_VERSION:
+                read = {name: (done, (mtime, inode)) for name, done, mtime, inode
+                        in db.execute("SELECT name, done, mtime, inode FROM files")}
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
@@ -293,6 +299,10 @@ def check_index(mem: Memory) -> list[Finding]:
     if wrong:
         i, name, offset = wrong[0]
         return problem(f"{len(wrong)} of {len(rows)} message rows point at the wrong line (message {i} at {name}:{offset})")
+    for path_ in mem.log.files():
+        st, (done, stamp) = os.stat(path_), read.get(path_.name, (0, None))
+        if index.changed_since(done, stamp, st.st_size, (st.st_mtime_ns, st.st_ino)):
+            return problem(f"read main/{path_.name} before it was changed (its size kept): searches miss the change")
     return []
 
 

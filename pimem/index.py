@@ -2,7 +2,8 @@
 
 What it holds (nothing the log does not):
 
-- ``files``: for each log file, how many of its bytes are indexed (the index is caught up from there);
+- ``files``: for each log file, how many of its bytes are indexed (the index is caught up from there), and
+  its mtime and inode when they were read (an edit by hand that kept the file's size changes them);
 - ``msgs``: ``i → (file, byte offset, length, kind, date)``, so ``Memory.message(i)`` and ``zoom`` read one
   line instead of scanning the log;
 - two FTS5 tables with the trigram tokenizer, ``talk`` (user, pi, work, note) and ``tools`` (tool, echo), so
@@ -53,7 +54,7 @@ from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 5  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms
+SCHEMA_VERSION = 6  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6: files' mtime and inode
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -65,7 +66,9 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.tools USING fts5(
     text, tokenize='trigram case_sensitive 1', content='', detail=none, columnsize=0);
 """
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS main.files (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, done INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS main.files (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, done INTEGER NOT NULL,
+    mtime INTEGER NOT NULL DEFAULT 0, inode INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS main.msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
@@ -348,27 +351,32 @@ class Index:
 
     # ---- catching up -------------------------------------------------------------------------------------
 
-    def _indexed(self) -> dict[str, tuple[int, int, int]]:
-        """For each log file either file knows: its id in the main file (None if not there yet), and how many of
-        its bytes the main file and the second file hold (each file may have been deleted on its own)."""
+    def _indexed(self) -> dict[str, tuple[int, int, int, tuple]]:
+        """For each log file either file knows: its id in the main file (None if not there yet), how many of
+        its bytes the main file and the second file hold (each file may have been deleted on its own), and its
+        ``(mtime_ns, inode)`` when the main file read them."""
         shard = dict(self.db.execute("SELECT name, done FROM shard.files"))
-        main = {name: (fid, done) for fid, name, done in self.db.execute("SELECT id, name, done FROM files")}
-        return {name: (*main.get(name, (None, 0)), shard.get(name, 0)) for name in main.keys() | shard.keys()}
+        main = {name: (fid, done, (mtime, inode))
+                for fid, name, done, mtime, inode in self.db.execute("SELECT id, name, done, mtime, inode FROM files")}
+        return {name: (*main.get(name, (None, 0, None))[:2], shard.get(name, 0), main.get(name, (None, 0, None))[2])
+                for name in main.keys() | shard.keys()}
 
-    def behind(self) -> list[tuple[Path, int]]:
-        """Log files (with their sizes) holding bytes the index has not read yet, by name, and those it has
-        read that are gone (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one
-        edited by hand may be any of them, however old."""
+    def behind(self) -> list[tuple[Path, int, tuple]]:
+        """Log files (with their sizes and ``(mtime_ns, inode)``) holding bytes the index has not read yet or
+        changed since it read them all (``changed_since``), by name, and those it has read that are gone
+        (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one edited by hand may
+        be any of them, however old."""
         indexed = self._indexed()
-        sizes = self.log.sizes(every=True)
+        stats = self.log.stats()
         out = []
-        for name, size in sizes.items():
-            _, done, done_shard = indexed.get(name, (0, 0, 0))
-            if size != done or size != done_shard:
-                out.append((self.log.dir / name, size))
-        for name, (_, done, done_shard) in indexed.items():
-            if name not in sizes and (done or done_shard):
-                out.append((self.log.dir / name, -1))
+        for name, st in stats.items():
+            size, stamp = st.st_size, (st.st_mtime_ns, st.st_ino)
+            _, done, done_shard, read = indexed.get(name, (None, 0, 0, None))
+            if size != done or size != done_shard or changed_since(done, read, size, stamp):
+                out.append((self.log.dir / name, size, stamp))
+        for name, (_, done, done_shard, _) in indexed.items():
+            if name not in stats and (done or done_shard):
+                out.append((self.log.dir / name, -1, None))
         return out
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -419,7 +427,7 @@ class Index:
         from .indexer import Batch
 
         indexed = self._indexed()
-        if any(indexed.get(name, (None, 0, 0))[1:] != (offset, offset) for name, offset, _ in written) \
+        if any(indexed.get(name, (None, 0, 0))[1:3] != (offset, offset) for name, offset, _ in written) \
                 or len({name for name, _, _ in written}) != len(written):
             return self._catch_up_locked(None)
         batch = Batch(0)
@@ -436,6 +444,8 @@ class Index:
                                   fid, offset + begin, end - begin)
                 begin, k = end + 1, k + 1
             batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
+            st = os.stat(f"{self.log.dir}/{name}")  # (grown since by another writer: read on from here next time)
+            batch.stamps[name] = (st.st_mtime_ns, st.st_ino) if st.st_size == offset + len(data) else (0, 0)
         if k != len(messages):
             raise ValueError(f"{len(messages)} messages logged in {k} lines")
         return self._with_writers(lambda writers: batch.hand_over(writers, None))
@@ -458,14 +468,17 @@ class Index:
     def _catch_up_locked(self, progress) -> int:
         from .indexer import Batch, complete_lines, last_line_end
 
-        todo = []
+        todo, batch = [], Batch(0)
         indexed = self._indexed()
-        for path, size in self.behind():
-            fid, done, done_shard = indexed.get(path.name, (None, 0, 0))
-            if size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
-                # what the index read was changed (an edit by hand moved the lines, the file was deleted) or
-                # lost (a power cut after an unsynced write): the index must not hold it, so start over
+        for path, size, stamp in self.behind():
+            fid, done, done_shard, read = indexed.get(path.name, (None, 0, 0, None))
+            edited = changed_since(done, read, size, stamp)
+            if edited or size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
+                # what the index read was changed (an edit by hand moved the lines or kept the size, the file
+                # was deleted) or lost (a power cut after an unsynced write): the index must not hold it, so
+                # start over
                 what = ("is gone" if size < 0 else "is shorter than the index had read" if size < max(done, done_shard)
+                        else "was changed since the index read it (its size kept)" if edited
                         else "was changed before the end the index had read")
                 env.stderr().write(f"pimem: warning: {path} {what}; rebuilding the index from the log\n")
                 self.close()
@@ -474,7 +487,8 @@ class Index:
             if fid is None:
                 fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (path.name,)).lastrowid
             todo.append((fid, path, done, done_shard, size))
-        batch = Batch(sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo))
+            batch.stamps[path.name] = stamp
+        batch.total = sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo)
 
         def work(writers) -> int:
             added = 0
@@ -743,6 +757,13 @@ class TreeNodes:
 
 
 
+def changed_since(done: int, read: tuple | None, size: int, stamp: tuple) -> bool:
+    """Whether a log file the index read to its end (``done`` bytes, ``read`` its ``(mtime_ns, inode)`` then)
+    was changed since though its size was kept (an edit by hand: lines swapped, a text masked). pimem's own
+    writes only grow a file (one that failed is cut back with its mtime put back)."""
+    return done > 0 and size == done and read is not None and read != stamp
+
+
 def _rollback(db: sqlite3.Connection) -> None:
     """Undo the transaction a failure interrupted, if SQLite has not already (it does on a full disk, and a
     ROLLBACK then would hide the error that matters behind "no transaction is active")."""
@@ -759,7 +780,7 @@ def connect_writer(path: Path) -> sqlite3.Connection:
 
 
 def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: dict[str, list],
-                reached: dict[str, int], words: rankindex.Pending) -> None:
+                reached: dict[str, int], words: rankindex.Pending, stamps: dict[str, tuple]) -> None:
     """One batch of an ``indexer.Writer`` in one transaction: ``msgs`` rows (main file only), texts by FTS
     table, and how far each log file has been read for this file (``main``: the main file, else the second)."""
     db.execute("BEGIN IMMEDIATE")
@@ -775,8 +796,9 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
                            "json_extract(value, '$[1]') FROM json_each(?)",
                            (orjson.dumps(values).decode(),))
         words.write(db)
-        if main:
-            db.executemany("UPDATE files SET done = ? WHERE name = ?", [(o, n) for n, o in reached.items()])
+        if main:  # (with the file's mtime and inode as it was when read)
+            db.executemany("UPDATE files SET done = ?, mtime = ?, inode = ? WHERE name = ?",
+                           [(o, *stamps.get(n, (0, 0)), n) for n, o in reached.items()])
         else:
             db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
                            "done = excluded.done", list(reached.items()))

@@ -27,6 +27,7 @@ class Batch:
 
     def __init__(self, total: int):
         self.total, self.seen = total, 0
+        self.stamps: dict[str, tuple] = {}  # each log file's (mtime_ns, inode) as it is read
         self.clear()
 
     def clear(self) -> None:
@@ -68,8 +69,8 @@ class Batch:
 
     def hand_over(self, writers: tuple["Writer", "Writer"], progress) -> int:
         """Queue each file's part for its writer and start a new batch; returns the messages handed over."""
-        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0])
-        writers[1].put([], self.texts[1], self.reached[1], self.words[1])
+        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0], self.stamps)
+        writers[1].put([], self.texts[1], self.reached[1], self.words[1], {})
         count = len(self.rows)
         self.clear()
         if progress:
@@ -92,9 +93,10 @@ class Writer:
         self.thread = threading.Thread(target=self._run, name=f"pimem-index-{path.name}", daemon=True)
         self.thread.start()
 
-    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int], words) -> None:
+    def put(self, rows: list[tuple], texts: dict[str, list], reached: dict[str, int], words,
+            stamps: dict[str, tuple]) -> None:
         if self.error is None:
-            self.queue.put((rows, texts, reached, words))
+            self.queue.put((rows, texts, reached, words, stamps))
 
     def close(self) -> BaseException | None:
         self.queue.put(None)

@@ -307,7 +307,8 @@ class Log:
         wrong = []
         for name in names:
             now, then = fresh._file_info(name), recorded.get(name)
-            if then is None or (now.size, now.first, now.last) != (then.size, then.first, then.last):
+            if then is None or (now.size, now.first, now.last) != (then.size, then.first, then.last) \
+                    or (then.stamp is not None and now.stamp != then.stamp):  # (an edit that kept the size)
                 wrong.append(name)
         return wrong
 
@@ -359,20 +360,33 @@ class Log:
     def sizes(self, every: bool = False) -> dict[str, int]:
         """Each day file's size in bytes: from ranges.json when it can be trusted, else a ``stat`` each.
         ``every``: a ``stat`` each all the same, so a file edited behind pimem's back is noticed wherever it
-        is (the index, which has read every file, asks so; a command that reads only recent files need not)."""
+        is (writers and the index, which has read every file, ask so; a command that reads only recent files
+        need not)."""
         names = self._names()
         if not every and self._trusted(names):
             return {name: self._info[name].size for name in names}
+        return {name: st.st_size for name, st in self.stats(names).items()}
+
+    def stats(self, names: list[str] | None = None) -> dict[str, os.stat_result]:
+        """Each day file as a ``stat`` finds it now. One whose size, mtime or inode differs from its row in
+        ranges.json (while that claims to be current) changed behind pimem's back: the whole log is checked
+        (``IntegrityError`` on a gap, duplicate or line out of order), then the file's ends are read afresh,
+        so the next write records it as it is."""
         folder, baseline = f"{self.dir}/", self._baseline()
         out, changed = {}, []
-        for name in names:
-            st = lstat(folder + name)
-            out[name] = st.st_size
+        for name in self._names() if names is None else names:
+            st = out[name] = lstat(folder + name)
             if baseline and not (name in baseline and baseline[name].matches(st)):
                 changed.append(name)
         changed += [name for name in baseline if name not in out]  # (deleted)
         if changed:
             self._changed_behind(changed)
+            if not self._loaded:
+                self._load_ranges()
+            for name in changed:
+                info = self._info.get(name)
+                if info is not None and name in out and not info.matches(out[name]):
+                    del self._info[name]
         return out
 
     def ranges(self) -> list[tuple[int, int, str]]:
@@ -402,7 +416,7 @@ class Log:
         return T. For writers, under the writer lock: nothing else changes the files meanwhile, so each file
         is looked at once."""
         last, sealed = -1, False
-        for name, size in self.sizes().items():
+        for name, size in self.sizes(every=True).items():  # (an older file edited by hand is noticed too)
             info = self._file_info(name, size)
             if info.torn:
                 self.begin_write()
@@ -451,7 +465,7 @@ class Log:
         spans: dict[str, list[int]] = {}  # day -> [first, last] i written there
         stamps: dict[str, os.stat_result] = {}  # each file as this write left it
         made: set[str] = set()  # the files this write created
-        sizes: dict[str, int] = {}  # each file there before, its size then
+        before: dict[str, os.stat_result] = {}  # each file there before, as it was then
         began = False
         try:
             # open every file first, so the new ones' names are made durable with one directory flush; the
@@ -467,7 +481,7 @@ class Log:
                 known, st = self._info.get(f"{day}.jsonl"), os.fstat(fds[day])
                 if known is not None and not known.matches(st):
                     self._changed_behind([f"{day}.jsonl"])
-                sizes[day] = st.st_size
+                before[day] = st
             self.begin_write()
             began = True
             for day in created:
@@ -487,11 +501,16 @@ class Log:
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
         except BaseException:  # all or nothing: no message of a batch that failed stays for a retry to log twice
-            for day, size in sizes.items():
-                cut_back(fds[day], size)
-                info = self._info.get(f"{day}.jsonl")
-                if info is not None and info.size == size:  # as before, but for its times: recorded afresh
-                    info.stamp = _stamp(os.fstat(fds[day]))
+            for day, st in before.items():
+                cut_back(fds[day], st.st_size)
+                try:  # as it was, its mtime too: nothing that records it (ranges.json, the index) takes it for an edit
+                    if os.fstat(fds[day]).st_size == st.st_size:
+                        os.utime(fds[day], ns=(st.st_atime_ns, st.st_mtime_ns))
+                    info = self._info.get(f"{day}.jsonl")
+                    if info is not None and info.size == st.st_size:  # (recorded as it is now all the same)
+                        info.stamp = _stamp(os.fstat(fds[day]))
+                except OSError:
+                    pass
             self._undo_created(made, start == 0)
             if began and self.dir.is_dir():
                 self.save_ranges()  # the files as recorded again, the marker lifted (on a full disk it may stay)

@@ -88,7 +88,11 @@ def test_two_lines_swapped_by_hand_are_named_by_fsck_and_stop_every_command(sh, 
         (f"main/{DAYS[-1]}.jsonl:3", True, None)], found
     assert "message 7 comes after message 8" in found[0]["problem"] and "by hand" in found[0]["problem"]
     day_files = snapshot(log)
-    assert sh("fsck", "--repair", "m").returncode == 5 and snapshot(log) == day_files
+    repaired = sh("fsck", "--repair", "m")
+    assert repaired.returncode == 5 and snapshot(log) == day_files
+    # ranges.json is named with the reason it is left as it is
+    assert f"ranges.json: problem: records 1 day file otherwise than it is ({DAYS[-1]}.jsonl)".encode() in repaired.stdout
+    assert b"--repair writes it again only once the log's problems above are put right" in repaired.stdout, repaired.stdout
     before = snapshot(log.parent)
     for argv in (["append", "m", "must not be logged"], ["view", "m"], ["since", "m", "#0"], ["status", "m"],
                  ["search", "staging", "m"]):
@@ -120,6 +124,52 @@ def test_a_same_size_edit_is_noticed(sh, log):
     out = sh("append", "m", "x")
     assert out.returncode == 5 and b"duplicate in the log: i=7" in out.stderr
     assert snapshot(log.parent) == before
+
+
+@pytest.mark.parametrize("edit", ["duplicate", "swapped"])
+def test_a_same_size_edit_to_an_older_day_file_stops_append(sh, log, edit):
+    """The newest file is unchanged, so ranges.json would be trusted on its word: the writer looks at every day
+    file (a ``stat`` each), and one whose mtime or inode differs from its row is checked with the whole log."""
+    path = log / f"{DAYS[0]}.jsonl"
+    data = path.read_bytes()
+    if edit == "duplicate":
+        edited = data.replace(b'{"i":1,', b'{"i":0,')
+    else:
+        lines = data.splitlines(keepends=True)
+        lines[1], lines[2] = lines[2], lines[1]
+        edited = b"".join(lines)
+    assert len(edited) == len(data) and edited != data
+    path.write_bytes(edited)
+    before = snapshot(log.parent)
+    for argv in (["append", "m", "must not be logged"], ["append", "m", "--ndjson"]):
+        out = sh(*argv, input=b'{"kind":"user","text":"x"}\n')
+        err = out.stderr.decode()
+        assert out.returncode == 5 and err.count("\n") == 1 and f"{DAYS[0]}.jsonl changed behind pimem's back" in err, (argv, err)
+        assert snapshot(log.parent) == before, argv
+
+
+def test_a_same_size_edit_to_an_older_day_file_is_seen_by_the_index_and_named_by_fsck(sh, log):
+    """A text changed at the same length (a secret masked, say): nothing moves, so only the file's mtime and
+    inode tell. The index records them and is rebuilt; fsck names the file; a write records it afresh."""
+    path = log / f"{DAYS[0]}.jsonl"
+    data = path.read_bytes()
+    edited = data.replace(b"message 1 about the staging db", b"message 1 about the XXXXXXX db")
+    assert len(edited) == len(data)
+    path.write_bytes(edited)
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and f"ranges.json: problem: records 1 day file otherwise than it is ({DAYS[0]}.jsonl)".encode() in out.stdout
+    assert f"index.sqlite: problem: read main/{DAYS[0]}.jsonl before it was changed".encode() in out.stdout, out.stdout
+    assert sh("append", "m", "the next turn").stdout == b"9\n"  # a sound log: written, the file recorded afresh
+    out = sh("search", "xxxxxxx", "m")
+    assert out.stdout.decode().startswith("m #1 ") and b"changed since the index read it" in out.stderr, out.stderr
+    assert sh("search", "staging", "m", "--limit", "20").stdout.count(b"\n") == 8
+    assert sh("search", "--rank", "XXXXXXX", "m").stdout.decode().startswith("m #1 ")
+    assert b"#1" in sh("recall", "m", "XXXXXXX").stdout
+    assert sh("fsck", "m").returncode == 0
+    path.write_bytes(data)  # put back: noticed again, fsck --repair records it and rebuilds the index
+    out = sh("fsck", "--repair", "m")
+    assert out.returncode == 0 and out.stdout.count(b"repaired") == 2, out.stdout
+    assert sh("fsck", "m").returncode == 0 and sh("search", "xxxxxxx", "m").returncode == 1
 
 
 def test_a_text_edited_by_hand_moves_the_lines_and_the_index_is_rebuilt_not_left_pointing_wrong(sh, log):

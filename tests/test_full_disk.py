@@ -237,3 +237,19 @@ def test_an_sqlite_disk_error_names_the_index_and_the_likely_cause():
     assert error.code == 7 and str(error) == ("SQLite: disk I/O error in index.sqlite, the memory's derived index "
                                               "(is the disk full? the log is not affected)")
     assert str(translate(sqlite3.OperationalError("no such table: x"))) == "SQLite: no such table: x"
+
+
+def test_an_append_a_full_disk_cut_back_leaves_the_index_as_it_was(sh, disk):
+    """The failed write is cut back and the file's mtime put back: the index, which records each file's mtime
+    to notice an edit by hand that kept its size, is not rebuilt for it."""
+    assert sh("append", "m", "one about the staging db").returncode == 0
+    assert sh("search", "staging", "m").returncode == 0
+    day = next((disk.home / "m" / "main").glob("*.jsonl"))
+    before = day.read_bytes()
+    disk.fill(leave=4096)
+    one_line_exit_7(sh("append", "m", "too long for the disk " * 2000))
+    assert day.read_bytes() == before
+    disk.free()
+    out = sh("search", "staging", "m")
+    assert out.returncode == 0 and out.stderr == b"", out.stderr
+    assert sh("fsck", "m").returncode == 0

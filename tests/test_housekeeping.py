@@ -157,7 +157,9 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert ("main/2026-10-09.jsonl:1", "message 4: size is 99, the text makes it 7") in problems
     assert ("main/2026-10-09.jsonl:1", "message 4: dated 2026-10-08T10:00:00+08:00 but stored in 2026-10-09.jsonl") in problems
     assert ("ranges.json", "records 2 day files otherwise than they are (2026-10-08.jsonl first): something else "
-            "changed them, so every command checks the whole log") in problems
+            "changed them, so every command checks the whole log; --repair writes it again only once the log's "
+            "problems above are put right (recorded now, it would vouch for a broken log and commands would stop "
+            "checking it)") in problems
     assert all(r["fatal"] and not r["repaired"] for r in rows)
     assert "6 problems found" in out.stderr
     assert snapshot(home) == before
