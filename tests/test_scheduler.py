@@ -39,6 +39,20 @@ def fill(name: str, n: int, short_every: int = 3) -> Memory:
     return mem
 
 
+@contextlib.contextmanager
+def failed_first_run(home, sh):
+    """Memory "m", whose first ``build-tree`` run (at 09:30:00) failed one node (the server's first answer, a
+    500; it answers every later call) and recorded its retry 30 s on: ``(mem, node, failure)`` while the
+    server runs."""
+    with FakeLLM("openai", faults=lambda n, body: "500" if n == 0 else None) as server:
+        configure(home, server, retry_seconds=30)
+        mem = fill("m", 6)
+        assert sh("build-tree", "m", timeout=60, TEST_LLM_KEY="k").returncode == 6
+        ((node, failure),) = BuildState(mem.path).failures.items()
+        assert failure["retry"] == "2026-10-08T09:30:30+08:00"
+        yield mem, node, failure
+
+
 def stored_lines(mem) -> list[dict]:
     return [orjson.loads(raw) for path in sorted((mem.path / "tree").glob("*.jsonl")) for raw in path.read_bytes().splitlines()]
 
@@ -894,12 +908,7 @@ def test_build_tree_says_when_it_waits_for_a_recorded_retry_time(home, sh):
     """A run started within a minute of a failed node's recorded retry time waits for it, and waited in silence
     (up to a minute), its ``done`` event's seconds the calls' time alone. It says so once on stderr (with --json
     too, and a ``waiting`` event), naming the node and its error, and ``seconds`` is how long the run took."""
-    with FakeLLM("openai", faults=lambda n, body: "500" if n == 0 else None) as server:
-        configure(home, server, retry_seconds=30)
-        mem = fill("m", 6)
-        assert sh("build-tree", "m", timeout=60, TEST_LLM_KEY="k").returncode == 6
-        ((node, failure),) = BuildState(mem.path).failures.items()
-        assert failure["retry"] == "2026-10-08T09:30:30+08:00"  # (at 09:30:00)
+    with failed_first_run(home, sh) as (mem, node, failure):
         out = sh("build-tree", "m", "--json", timeout=60, TEST_LLM_KEY="k", PIMEM_NOW="2026-10-08T09:30:28+08:00")
     assert out.returncode == 0, out.stderr
     assert out.stderr.decode().splitlines() == [

@@ -19,7 +19,7 @@ import pytest
 from conftest import pimem_cmd, snapshot, subprocess_env
 from bench.llm_server import FakeLLM
 from pimem import Memory, builder, context, lease
-from test_scheduler import configure, fill, long_text, stored_lines
+from test_scheduler import configure, failed_first_run, fill, long_text, stored_lines
 
 
 def start_watch(*args, **env):
@@ -925,15 +925,9 @@ def test_watch_says_when_it_waits_for_a_recorded_retry_time(home, sh):
     """A watcher started before a failed node's recorded retry time waits for it (5 minutes at most), and
     waited in silence. It says so once on stderr (with --json too), in build-tree's words, and emits a
     ``waiting`` event naming the node, its error and the seconds, then builds it."""
-    from pimem.compactor.state import BuildState
     from pimem.tree import label
 
-    with FakeLLM("openai", faults=lambda n, body: "500" if n == 0 else None) as server:
-        configure(home, server, retry_seconds=30)
-        mem = fill("m", 6)
-        assert sh("build-tree", "m", timeout=60, TEST_LLM_KEY="k").returncode == 6
-        ((node, failure),) = BuildState(mem.path).failures.items()
-        assert failure["retry"] == "2026-10-08T09:30:30+08:00"  # (at 09:30:00)
+    with failed_first_run(home, sh) as (mem, node, failure):
         watcher = start_watch("m", "--json", PIMEM_NOW="2026-10-08T09:30:28+08:00")
         try:
             until(lambda: complete("m"))
