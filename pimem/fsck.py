@@ -281,8 +281,8 @@ def check_index(mem: Memory) -> list[Finding]:
             rows = db.execute("SELECT i, file, offset, length FROM msgs").fetchall()
             read = {}  # (an index of an older pimem has no mtimes: rebuilt by the next reader)
             if db.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA_VERSION:
-                read = {name: (done, (mtime, inode)) for name, done, mtime, inode
-                        in db.execute("SELECT name, done, mtime, inode FROM files")}
+                read = {name: (done, stamp) for name, done, *stamp
+                        in db.execute("SELECT name, done, mtime, inode, edits FROM files")}
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
@@ -299,10 +299,11 @@ def check_index(mem: Memory) -> list[Finding]:
     if wrong:
         i, name, offset = wrong[0]
         return problem(f"{len(wrong)} of {len(rows)} message rows point at the wrong line (message {i} at {name}:{offset})")
+    edits = mem.log.edit_counts()
     for path_ in mem.log.files():
-        st, (done, stamp) = os.stat(path_), read.get(path_.name, (0, None))
-        if index.changed_since(done, stamp, st.st_size, (st.st_mtime_ns, st.st_ino)):
-            return problem(f"read main/{path_.name} before it was changed (its size kept): searches miss the change")
+        st, (done, read_then) = os.stat(path_), read.get(path_.name, (0, None))
+        if index.changed_since(done, read_then, st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(path_.name, 0)]):
+            return problem(f"read main/{path_.name} before it was changed: searches miss the change")
     return []
 
 

@@ -3,7 +3,9 @@
 What it holds (nothing the log does not):
 
 - ``files``: for each log file, how many of its bytes are indexed (the index is caught up from there), and
-  its mtime and inode when they were read (an edit by hand that kept the file's size changes them);
+  its mtime and inode when they were read (an edit by hand that kept the file's size changes them) and how
+  many times a writer had found it changed behind pimem's back (``Log.edit_counts``: such an edit followed by
+  a write that grew the file);
 - ``msgs``: ``i → (file, byte offset, length, kind, date)``, so ``Memory.message(i)`` and ``zoom`` read one
   line instead of scanning the log;
 - two FTS5 tables with the trigram tokenizer, ``talk`` (user, pi, work, note) and ``tools`` (tool, echo), so
@@ -54,7 +56,7 @@ from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 6  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6: files' mtime and inode
+SCHEMA_VERSION = 7  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 7: files' mtime, inode, edits
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -68,7 +70,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.tools USING fts5(
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS main.files (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, done INTEGER NOT NULL,
-    mtime INTEGER NOT NULL DEFAULT 0, inode INTEGER NOT NULL DEFAULT 0);
+    mtime INTEGER NOT NULL DEFAULT 0, inode INTEGER NOT NULL DEFAULT 0, edits INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS main.msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
@@ -354,23 +356,23 @@ class Index:
     def _indexed(self) -> dict[str, tuple[int, int, int, tuple]]:
         """For each log file either file knows: its id in the main file (None if not there yet), how many of
         its bytes the main file and the second file hold (each file may have been deleted on its own), and its
-        ``(mtime_ns, inode)`` when the main file read them."""
+        ``(mtime_ns, inode, edits)`` when the main file read them."""
         shard = dict(self.db.execute("SELECT name, done FROM shard.files"))
-        main = {name: (fid, done, (mtime, inode))
-                for fid, name, done, mtime, inode in self.db.execute("SELECT id, name, done, mtime, inode FROM files")}
+        main = {name: (fid, done, stamp) for fid, name, done, *stamp
+                in self.db.execute("SELECT id, name, done, mtime, inode, edits FROM files")}
         return {name: (*main.get(name, (None, 0, None))[:2], shard.get(name, 0), main.get(name, (None, 0, None))[2])
                 for name in main.keys() | shard.keys()}
 
     def behind(self) -> list[tuple[Path, int, tuple]]:
-        """Log files (with their sizes and ``(mtime_ns, inode)``) holding bytes the index has not read yet or
+        """Log files (with their sizes and ``(mtime_ns, inode, edits)``) holding bytes the index has not read yet or
         changed since it read them all (``changed_since``), by name, and those it has read that are gone
         (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one edited by hand may
         be any of them, however old."""
         indexed = self._indexed()
-        stats = self.log.stats()
+        stats, edits = self.log.stats(), self.log.edit_counts()
         out = []
         for name, st in stats.items():
-            size, stamp = st.st_size, (st.st_mtime_ns, st.st_ino)
+            size, stamp = st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)]
             _, done, done_shard, read = indexed.get(name, (None, 0, 0, None))
             if size != done or size != done_shard or changed_since(done, read, size, stamp):
                 out.append((self.log.dir / name, size, stamp))
@@ -445,7 +447,8 @@ class Index:
                 begin, k = end + 1, k + 1
             batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
             st = os.stat(f"{self.log.dir}/{name}")  # (grown since by another writer: read on from here next time)
-            batch.stamps[name] = (st.st_mtime_ns, st.st_ino) if st.st_size == offset + len(data) else (0, 0)
+            batch.stamps[name] = [st.st_mtime_ns if st.st_size == offset + len(data) else 0, st.st_ino,
+                                  self.log.edit_counts().get(name, 0)]
         if k != len(messages):
             raise ValueError(f"{len(messages)} messages logged in {k} lines")
         return self._with_writers(lambda writers: batch.hand_over(writers, None))
@@ -472,13 +475,13 @@ class Index:
         indexed = self._indexed()
         for path, size, stamp in self.behind():
             fid, done, done_shard, read = indexed.get(path.name, (None, 0, 0, None))
-            edited = changed_since(done, read, size, stamp)
+            edited = size >= 0 and changed_since(done, read, size, stamp)
             if edited or size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
                 # what the index read was changed (an edit by hand moved the lines or kept the size, the file
                 # was deleted) or lost (a power cut after an unsynced write): the index must not hold it, so
                 # start over
                 what = ("is gone" if size < 0 else "is shorter than the index had read" if size < max(done, done_shard)
-                        else "was changed since the index read it (its size kept)" if edited
+                        else "was changed since the index read it" if edited
                         else "was changed before the end the index had read")
                 env.stderr().write(f"pimem: warning: {path} {what}; rebuilding the index from the log\n")
                 self.close()
@@ -757,11 +760,15 @@ class TreeNodes:
 
 
 
-def changed_since(done: int, read: tuple | None, size: int, stamp: tuple) -> bool:
-    """Whether a log file the index read to its end (``done`` bytes, ``read`` its ``(mtime_ns, inode)`` then)
-    was changed since though its size was kept (an edit by hand: lines swapped, a text masked). pimem's own
-    writes only grow a file (one that failed is cut back with its mtime put back)."""
-    return done > 0 and size == done and read is not None and read != stamp
+def changed_since(done: int, read: list | None, size: int, stamp: list) -> bool:
+    """Whether a log file the index has read (``done`` bytes, ``read`` its ``[mtime_ns, inode, edits]`` then)
+    was changed since other than by growing (an edit by hand: lines swapped, a text masked): read to its end
+    and now of that size with another mtime or inode, or found changed by a writer since (``edits``: the
+    writer may have grown it since). pimem's own writes only grow a file (one that failed is cut back with
+    its mtime put back)."""
+    if done <= 0 or read is None:
+        return False
+    return read[2] != stamp[2] or (size == done and read[:2] != stamp[:2])
 
 
 def _rollback(db: sqlite3.Connection) -> None:
@@ -797,8 +804,8 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
                            (orjson.dumps(values).decode(),))
         words.write(db)
         if main:  # (with the file's mtime and inode as it was when read)
-            db.executemany("UPDATE files SET done = ?, mtime = ?, inode = ? WHERE name = ?",
-                           [(o, *stamps.get(n, (0, 0)), n) for n, o in reached.items()])
+            db.executemany("UPDATE files SET done = ?, mtime = ?, inode = ?, edits = ? WHERE name = ?",
+                           [(o, *stamps.get(n, (0, 0, 0)), n) for n, o in reached.items()])
         else:
             db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
                            "done = excluded.done", list(reached.items()))

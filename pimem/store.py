@@ -114,12 +114,13 @@ class _FileInfo:
     """What a file's head and tail say: first and last valid ``i`` and whether its last line is torn.
     Valid while the file's size is unchanged (the log only grows). ``stamp`` is its ``(mtime_ns, inode)``
     when known: a file changed behind pimem's back (edited, replaced, restored) differs in it even at the
-    same size."""
+    same size. ``edits``: how many times a writer found it so changed (ranges.json carries the count on)."""
 
-    __slots__ = ("size", "first", "last", "torn", "stamp")
+    __slots__ = ("size", "first", "last", "torn", "stamp", "edits")
 
-    def __init__(self, size: int, first: int | None, last: int | None, torn: bool, stamp: tuple | None = None):
-        self.size, self.first, self.last, self.torn, self.stamp = size, first, last, torn, stamp
+    def __init__(self, size: int, first: int | None, last: int | None, torn: bool, stamp: tuple | None = None,
+                 edits: int = 0):
+        self.size, self.first, self.last, self.torn, self.stamp, self.edits = size, first, last, torn, stamp, edits
 
     def matches(self, st: os.stat_result) -> bool:
         """Whether the file, as ``st`` finds it now, is as this record says."""
@@ -172,6 +173,7 @@ class Log:
         self._unlooked = False  # the files' sizes came from ranges.json: a file read is checked as it is opened
         # with keep_written, the last write as (file name, offset, bytes) per run (an importer indexes from it)
         self.keep_written, self.written = False, []
+        self._edited: set[str] = set()  # the files found changed behind pimem's back since ranges.json was read
 
     def _read_saved(self) -> tuple[dict[str, _FileInfo], bool]:
         """ranges.json's rows and whether it was written complete in this boot (re-read when it changed)."""
@@ -190,11 +192,12 @@ class Log:
             if type(saved) is dict and type(saved.get("files")) is dict:
                 boot, none = saved.get("boot"), type(None)
                 for name, row in saved["files"].items():
-                    if type(row) is list and len(row) in (4, 6):
+                    if type(row) is list and len(row) in (4, 6, 7):
                         size, first, last, torn = row[:4]
-                        stamp = tuple(row[4:]) if len(row) == 6 and all(type(v) is int for v in row[4:]) else None
+                        stamp = tuple(row[4:6]) if len(row) >= 6 and all(type(v) is int for v in row[4:]) else None
+                        edits = row[6] if len(row) == 7 and stamp is not None else 0
                         if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
-                            rows[name] = _FileInfo(size, first, last, torn, stamp)
+                            rows[name] = _FileInfo(size, first, last, torn, stamp, edits)
             self._saved = (stamp, rows, boot is not None and boot == _boot_id())
         return self._saved[1], self._saved[2]
 
@@ -284,15 +287,31 @@ class Log:
     def save_ranges(self) -> None:
         """Record the files' ends for the next process (writers only, under the writer lock), then lift the
         marker. Derived (and never trusted across a reboot), so it is replaced without an fsync."""
-        rows = {name: [i.size, i.first, i.last, i.torn, *(i.stamp or ())] for name, i in self._info.items()}
+        edits = self.edit_counts()
+        saved = {name: _FileInfo(i.size, i.first, i.last, i.torn, i.stamp, edits.get(name, 0) if i.stamp else 0)
+                 for name, i in self._info.items()}
+        rows = {name: [i.size, i.first, i.last, i.torn, *(i.stamp or ()), *((i.edits,) if i.edits else ())]
+                for name, i in saved.items()}
         path = self.dir.parent / RANGES
         try:
             write_atomic(path, orjson.dumps({"boot": _boot_id(), "files": rows}), durable=False)
             os.unlink(self.dir.parent / WRITING)
             st = os.stat(path)
-            self._saved = ((st.st_ino, st.st_mtime_ns, st.st_size), dict(self._info), _boot_id() is not None)
+            self._saved = ((st.st_ino, st.st_mtime_ns, st.st_size), saved, _boot_id() is not None)
+            self._edited.clear()  # (recorded)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
+
+    def edit_counts(self) -> dict[str, int]:
+        """How many times each day file was found changed behind pimem's back at the size it had, as
+        ranges.json counts them (the index, which records the count it read, starts over when it grows: such an
+        edit before a write that grew the file would otherwise go unseen); a file found so here counts once
+        more."""
+        rows, _ = self._read_saved()
+        counts = {name: info.edits for name, info in rows.items() if info.edits}
+        for name in self._edited:
+            counts[name] = counts.get(name, 0) + 1
+        return counts
 
     def stale_ranges(self) -> list[str]:
         """The day files that ranges.json records otherwise than they are while it claims to be current (for
@@ -383,6 +402,8 @@ class Log:
             self._changed_behind(changed)
             if not self._loaded:
                 self._load_ranges()
+            # (one that grew is read on from where the index stopped, which checks its lines did not move)
+            self._edited.update(name for name in changed if name in out and name in baseline and out[name].st_size == baseline[name].size)
             for name in changed:
                 info = self._info.get(name)
                 if info is not None and name in out and not info.matches(out[name]):
@@ -481,6 +502,8 @@ class Log:
                 known, st = self._info.get(f"{day}.jsonl"), os.fstat(fds[day])
                 if known is not None and not known.matches(st):
                     self._changed_behind([f"{day}.jsonl"])
+                    if st.st_size == known.size:
+                        self._edited.add(f"{day}.jsonl")
                 before[day] = st
             self.begin_write()
             began = True

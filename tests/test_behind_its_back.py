@@ -172,6 +172,19 @@ def test_a_same_size_edit_to_an_older_day_file_is_seen_by_the_index_and_named_by
     assert sh("fsck", "m").returncode == 0 and sh("search", "xxxxxxx", "m").returncode == 1
 
 
+def test_a_same_size_edit_to_the_newest_day_file_then_an_append_to_it_is_seen_by_the_index(sh, log):
+    """The append grows the file the index had read: the writer, which found it changed, counts that in
+    ranges.json, and the index, which recorded the count, starts over rather than reading on."""
+    path = log / f"{DAYS[-1]}.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"message 7 about the staging db", b"message 7 about the XXXXXXX db"))
+    assert sh("append", "m", "the next turn").stdout == b"9\n"
+    assert sh("fsck", "m").stdout.count(b"problem") == 1  # the index, not ranges.json: recorded by the write
+    out = sh("search", "xxxxxxx", "m")
+    assert out.stdout.decode().startswith("m #7 ") and b"changed since the index read it" in out.stderr, out.stderr
+    assert sh("append", "m", "another turn").returncode == 0 and sh("search", "staging", "m").stderr == b""
+    assert sh("fsck", "m").returncode == 0
+
+
 def test_a_text_edited_by_hand_moves_the_lines_and_the_index_is_rebuilt_not_left_pointing_wrong(sh, log):
     path = log / f"{DAYS[-1]}.jsonl"
     data = path.read_bytes()
