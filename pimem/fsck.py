@@ -299,6 +299,7 @@ def check_index(mem: Memory) -> list[Finding]:
     if wrong:
         i, name, offset = wrong[0]
         return problem(f"{len(wrong)} of {len(rows)} message rows point at the wrong line (message {i} at {name}:{offset})")
+    mem.log.stats()  # (a file found changed counts as the index counted it)
     edits = mem.log.edit_counts()
     for path_ in mem.log.files():
         st, (done, read_then) = os.stat(path_), read.get(path_.name, (0, None))

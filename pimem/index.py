@@ -56,7 +56,7 @@ from .message import KINDS, TOOL_KINDS
 from .nofollow import check_database, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 7  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 7: files' mtime, inode, edits
+SCHEMA_VERSION = 7  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram

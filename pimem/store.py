@@ -306,7 +306,7 @@ class Log:
         """How many times each day file was found changed behind pimem's back at the size it had, as
         ranges.json counts them (the index, which records the count it read, starts over when it grows: such an
         edit before a write that grew the file would otherwise go unseen); a file found so here counts once
-        more."""
+        more (found by the last ``stats``)."""
         rows, _ = self._read_saved()
         counts = {name: info.edits for name, info in rows.items() if info.edits}
         for name in self._edited:
@@ -398,12 +398,13 @@ class Log:
             if baseline and not (name in baseline and baseline[name].matches(st)):
                 changed.append(name)
         changed += [name for name in baseline if name not in out]  # (deleted)
+        # the edits counted (one that grew is read on from where the index stopped, which checks its lines did
+        # not move): the same in every process until a write records them
+        self._edited = {name for name in changed if name in out and name in baseline and out[name].st_size == baseline[name].size}
         if changed:
             self._changed_behind(changed)
             if not self._loaded:
                 self._load_ranges()
-            # (one that grew is read on from where the index stopped, which checks its lines did not move)
-            self._edited.update(name for name in changed if name in out and name in baseline and out[name].st_size == baseline[name].size)
             for name in changed:
                 info = self._info.get(name)
                 if info is not None and name in out and not info.matches(out[name]):
