@@ -66,8 +66,8 @@ class Scheduler:
     poll: float = 0.5
     on_event: object = None  # callable(dict) for every built/failed node
     on_progress: object = None  # callable(builders), about ten times a second
-    # callable(builder, {(l, i): seconds}): nodes a builder started waiting for, for a retry time an earlier run
-    # recorded (``Builder._deferred``), told once each
+    # callable(dict): the ``waiting`` event of the nodes a builder started waiting for, for a retry time an
+    # earlier run recorded (``Builder._deferred``), told once each
     on_wait: object = None
     max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
@@ -309,7 +309,7 @@ class Scheduler:
             now = time.monotonic()
             waits = {(l, i): max(0.0, due - now) for due, l, i in builder.waiting if (l, i) in new}
             if waits:
-                self.on_wait(builder, waits)
+                self.on_wait(waiting(builder, waits))
 
     def _tell_written(self, builder: Builder) -> None:
         """The ``built`` events of the nodes ``builder`` wrote since the last look: told once written, never
@@ -521,8 +521,8 @@ def _restore_signals(saved: list) -> None:
 
 
 def waiting(builder: Builder, waits: dict) -> dict:
-    """The ``waiting`` event for ``Scheduler.on_wait``'s nodes: the first in the log (its recorded error), how
-    many, and the longest wait in whole seconds."""
+    """The ``waiting`` event ``Scheduler.on_wait`` is told for nodes ``waits`` (node -> seconds): the first in
+    the log (its recorded error), how many, and the longest wait in whole seconds."""
     (l, i) = min(waits, key=lambda node: (node[1] << node[0], -node[0]))  # (the first in the log)
     node = label(l, i)
     return {"event": "waiting", "memory": builder.name, "node": node, "l": l, "i": i, "nodes": len(waits),
@@ -601,7 +601,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     from .memory import Memory
 
     scheduler = Scheduler(on_event=on_event, poll=poll)
-    scheduler.on_wait = lambda builder, waits: scheduler.emit(waiting(builder, waits))
+    scheduler.on_wait = scheduler.emit
     watched: dict[str, Lease] = {}
     embedding = semantic.background()
     explicit = Memory.named(names, home)

@@ -97,10 +97,9 @@ def command(
     estimates = [e for e in estimates if e["memory"] in {mem.name for mem in mems}]
     progress = _Progress(mems) if not json and env.stderr_is_tty() else None
 
-    def waiting(builder, waits: dict) -> None:
+    def waiting(event: dict) -> None:
         """Say once that the run waits for the retry time an earlier run recorded for failed nodes (up to a
-        minute of silence otherwise); with --json too (and a ``waiting`` event, as ``watch`` emits)."""
-        event = scheduler.waiting(builder, waits)
+        minute of silence otherwise); with --json too (and the ``waiting`` event, as ``watch`` emits)."""
         if json:
             output.json_line(event)
         (progress.say if progress is not None else output.info)(scheduler.said_waiting(event))
