@@ -243,9 +243,8 @@ class Builder:
         a new leaf ever more rarely, and compactor.json records a few failing leaves, not one more a round. A
         leaf the server refused for what it holds (``refused``: too long, say) tells nothing of the server: it
         is not counted, and the probe after it is a new leaf (such leaves in a row are passed one a probe)."""
-        failures = self.state.failures
-        tries = [failures[label(0, i)]["tries"] for i in self.parked
-                 if not failures.get(label(0, i), {"refused": True}).get("refused")]
+        entries = (self.state.failures.get(label(0, i)) for i in self.parked)
+        tries = [entry["tries"] for entry in entries if entry and not entry.get("refused")]
         return len(tries) < FRESH_PROBES or sum(tries) >= FRESH_PROBES << (len(tries) - FRESH_PROBES + 1)
 
     def probing(self, now: float) -> bool:
