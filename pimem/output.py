@@ -82,16 +82,10 @@ class Taken:
     @classmethod
     def on_stdout(cls) -> "Taken | None":
         """A ``Taken`` over stdout when it is a pipe, else None."""
-        import stat
-
-        stdout = env.current().stdout
-        try:
-            fd = stdout.fileno()
-            if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-                return None
-        except (OSError, ValueError, AttributeError):  # (in-process test runners have no descriptor)
+        fd = _stdout_pipe()
+        if fd is None:
             return None
-        stdout.flush()
+        env.current().stdout.flush()
         return cls(fd)
 
     def __init__(self, fd: int):
@@ -126,6 +120,35 @@ class Taken:
                 self.untaken = self._last
                 raise BrokenPipeError(32, "the reader went away")
         self._last = None
+
+
+def idle(seconds: float) -> None:
+    """Wait ``seconds`` for more to print (``since --follow``), or raise ``BrokenPipeError`` as soon as the reader
+    at the other end of stdout, a pipe, has gone: as ``tail -f`` does, a follower whose reader left ends then
+    (exit 0), not when it next has a line to write."""
+    import select
+    import time
+
+    fd = _stdout_pipe()
+    if fd is None:
+        time.sleep(seconds)
+        return
+
+    gone = select.poll()
+    gone.register(fd, 0)  # (no event asked for: only POLLERR or POLLHUP, which say the reader closed its end)
+    if gone.poll(seconds * 1000):
+        raise BrokenPipeError(32, "the reader went away")
+
+
+def _stdout_pipe() -> int | None:
+    """The descriptor of stdout when it is a pipe, else None."""
+    import stat
+
+    try:
+        fd = env.current().stdout.fileno()
+        return fd if stat.S_ISFIFO(os.fstat(fd).st_mode) else None
+    except (OSError, ValueError, AttributeError):  # (in-process test runners have no descriptor)
+        return None
 
 
 def _unread(fd: int) -> int:

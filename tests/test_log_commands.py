@@ -1,6 +1,9 @@
 """The log's commands: append, since, message, date, list, status, demo."""
 
+import contextlib
+import os
 import shlex
+import signal
 import subprocess
 import time
 from datetime import datetime
@@ -231,6 +234,24 @@ def test_broken_pipe_exits_quietly(home):
         )
         assert (out.returncode, out.stderr) == (0, b"")
         assert out.stdout.startswith(b'{"i":0,' if not flags else b"#0 ")
+
+
+def test_a_follower_whose_reader_went_away_ends_while_nothing_is_logged(day, home):
+    """``since --follow | head -1`` ends (exit 0, quietly) once head has gone, as ``tail -f`` does, not at the
+    next message logged; with --cursor too (the cursor is past the line head took)."""
+    for extra in ([], ["--cursor", "c"]):
+        proc = subprocess.Popen(f"{shlex.join(pimem_cmd('since', 'main', '#6', '--follow', *extra))} | head -1; "
+                                "exit ${PIPESTATUS[0]}", shell=True, executable="bash", stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=subprocess_env(), start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # (pimem too, had it not ended)
+            proc.wait()
+        assert (proc.returncode, err) == (0, b"")
+        assert orjson.loads(out)["text"] == "thanks"
+    assert Memory.open("main").cursor("c") == 7
 
 
 def test_message_prints_the_text_exactly(run, day):

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-import time
 from typing import Annotated, Optional
 
 import typer
@@ -105,7 +104,7 @@ def command(
         if not follow:
             return
         while (mem := _followed(mem, followed, home)).count() <= position:
-            time.sleep(FOLLOW_POLL)
+            output.idle(FOLLOW_POLL)  # (ends the run once the reader has gone)
         entries = mem.entries(position)
 
 
