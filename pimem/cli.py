@@ -187,6 +187,7 @@ def command_of(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     if None in (sys.stdin, sys.stdout, sys.stderr):
         _closed_streams()
+    sys.stderr = output.Unfailing(sys.stderr)
     args = sys.argv[1:] if argv is None else argv
     if argv is None:
         signal.signal(signal.SIGTERM, _terminate)

@@ -221,9 +221,45 @@ def warn(text: str) -> None:
 
 def quiet_stdout() -> None:
     """The reader went away (``pimem since … | head``): what is still written goes nowhere, quietly."""
+    _to_null(env.current().stdout.fileno())
+
+
+def _to_null(fd: int) -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, env.current().stdout.fileno())
+    os.dup2(devnull, fd)
     os.close(devnull)
+
+
+class Unfailing:
+    """stderr for a command (``cli.main`` puts it in place): a line it cannot take (a reader that went away,
+    ``2>/dev/full``) and every line after go nowhere, quietly. A warning or a notice never stops the work,
+    and an error that cannot be said still ends with its own exit status."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self._quiet()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self._quiet()
+
+    def _quiet(self) -> None:
+        try:
+            _to_null(self._stream.fileno())
+            self._stream.flush()  # (what it still held goes to /dev/null now)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding… as the stream's
+        return getattr(self._stream, name)
 
 
 class Unread:

@@ -168,6 +168,33 @@ def test_a_command_whose_standard_streams_were_closed_does_its_work_without_a_tr
     assert [m["text"] for m in Memory.open("m").messages()] == [f"logged with {fds} closed" for fds in ((1,), (0, 1), (1, 2))]
 
 
+def test_a_stderr_that_cannot_be_written_changes_no_outcome(home, tmp_path):
+    """A notice, a warning or an error that stderr refuses (``2>/dev/full``, a reader gone: ``2>&1 | head -1``)
+    goes nowhere: a writer finishes its work and every command ends with the status it would have had (an
+    import stopped at its second notice with exit 1; ``remember`` stored its memory and exited 1)."""
+    import os
+
+    (tmp_path / "a.ndjson").write_bytes(line(0) + line(1))
+    (tmp_path / "b.ndjson").write_bytes(line(0) + b"not json\n" + line(1))  # (a warning: that line skipped)
+    read_end, gone = os.pipe()
+    os.close(read_end)
+
+    def run(*args, stderr):
+        return subprocess.run(pimem_cmd(*args), env=subprocess_env(), stdout=subprocess.PIPE, stderr=stderr).returncode
+
+    with open("/dev/full", "w") as full:
+        for stderr in (full, gone):
+            assert run("import", tmp_path / "a.ndjson", tmp_path / "b.ndjson", stderr=stderr) == 0
+        assert run("remember", "m", "the db is on 5433", stderr=full) == 0
+        assert run("rename", "m", "m2", stderr=gone) == 0
+        assert run("since", "nonexistent", stderr=full) == 3
+        assert run("since", "nonexistent", stderr=gone) == 3
+        assert run("append", "--ndjson", stderr=full) == 2  # (usage: no input)
+    os.close(gone)
+    assert Memory.open("a").count() == 2 and Memory.open("b").count() == 2
+    assert (home / "m2" / "memory.jsonl").read_text().count("the db is on 5433") == 1
+
+
 @pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])
 def test_a_signal_while_build_tree_and_watch_wait_for_a_lease_stops_them_as_while_they_build(home, sig, code):
     """``--wait`` stands by while a watcher holds the memory: a signal then stops the wait as it stops a build
