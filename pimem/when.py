@@ -195,6 +195,18 @@ def parse_when(text: str) -> datetime:
         raise BadInput(f"bad date {text!r}: {HINT}") from None
 
 
+_SHAPE = re.compile(r"[0-9]+\s*(?:%s)(?:\s+ago)?|[0-9]{1,2}(?::[0-9]{2}){1,2}|[0-9]{1,2}(?::[0-9]{2}){0,2}\s*(?:am|pm)"
+                    r"|.+\s+ago"
+                    % "|".join(sorted(_UNIT_OF, key=len, reverse=True)))
+
+
+def looks_like(text: str) -> bool:
+    """Whether ``text`` has the shape of a WHEN in this grammar, one gone wrong too (``13pm``, ``999999d``,
+    ``yesterday 25:00``, ``10 years ago``): ``parse_when`` then says what is wrong with it."""
+    low = " ".join(text.split()).lower()
+    return bool(_SHAPE.fullmatch(low) or _DAY.fullmatch(low))
+
+
 def refuse_reversed(start, until, start_said: str, until_said: str) -> None:
     """Refuse (exit 2) a range whose end ``until`` comes before its ``start`` (two moments, or two message
     numbers; either None: no range): no message can lie between, and an empty answer would read as none there.

@@ -70,9 +70,14 @@ def test_since_takes_a_lone_when(run, main):
     assert out.exit_code == 2 and "give WHEN" in out.stderr
     out = run("since", "nosuch")  # neither a memory nor a WHEN: the name, unknown
     assert out.exit_code == 3 and "no memory named 'nosuch'" in out.stderr
-    for mistyped, why in (("2026-13-01", "bad date '2026-13-01'"), ("25:99", "bad date '25:99'"), ("#x", "bad message number")):
+    for mistyped, why in (("2026-13-01", "bad date '2026-13-01'"), ("25:99", "bad date '25:99'"), ("#x", "bad message number"),
+                          ("13pm", "bad date '13pm'"), ("999999d", "date '999999d' is out of range"),
+                          ("1000000w", "date '1000000w' is out of range"), ("yesterday 25:00", "bad date 'yesterday 25:00'"),
+                          ("10000 years ago", "bad date '10000 years ago'")):
         out = run("since", mistyped)  # a WHEN gone wrong: said as one, not as a memory no one named
         assert out.exit_code == 2 and why in out.stderr and len(out.stderr.splitlines()) == 1, (mistyped, out.stderr)
+    out = run("since", "3things")  # (a number and a word that is no unit: a name)
+    assert out.exit_code == 3 and "no memory named '3things'" in out.stderr
 
 
 def test_a_bad_when_is_reported_before_a_missing_default_memory(run, home):

@@ -126,7 +126,7 @@ _WHEN_LIKE = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a WHEN, perhaps mistyped (2
 
 
 def _reads_as_when(word: str) -> bool:
-    if _WHEN_LIKE.match(word):  # (its parse says what is wrong with it, not "no memory named …")
+    if _WHEN_LIKE.match(word) or when.looks_like(word):  # (its parse says what is wrong with it, not "no memory named …")
         return True
     try:
         _bound(word)
