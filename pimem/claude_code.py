@@ -167,7 +167,7 @@ class Hook:
         from .importers.detect import Source, default_name
 
         cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
-        return default_name([Source(path="", format="claude", size=0, cwd=cwd)])
+        return default_name([Source(path="", format="claude", size=0, cwd=cwd)], self.home)
 
     def _capture(self, mem) -> None:
         """Import the transcripts' new lines until the deadline; on ``ANSWERS`` events, which the user waits

@@ -102,6 +102,29 @@ def test_a_session_captured_event_by_event_and_answered_from_earlier_ones(home, 
     assert texts("copy") == texts("api")  # the hook logs exactly what import logs
 
 
+def test_a_project_with_a_long_name_keeps_the_memory_an_earlier_pimem_made_and_another_gets_its_own(home, tmp_path):
+    """Earlier versions named a project by the first 64 characters of its name (hooks run every turn, so such
+    memories exist): it goes on into that memory; another project whose name starts alike no longer joins it."""
+    long = "/home/x/customer-portal-frontend-monorepo-experimental-branch-with-new-auth"
+    old = long.rsplit("/", 1)[1][:64]
+    earlier = tmp_path / "earlier.jsonl"
+    grow(earlier, {**line("s1", "user", "o1", "the staging db listens on port 5433", 1), "cwd": long + "-backend"})
+    assert subprocess.run(pimem_cmd("import", earlier, "-n", old), capture_output=True, env=subprocess_env()).returncode == 0
+
+    current = tmp_path / "current.jsonl"
+    grow(current, {**line("s2", "user", "n1", "which port does the staging db listen on?", 10), "cwd": long + "-backend"})
+    code, answer, err = hook(payload("UserPromptSubmit", "s2", current, cwd=long + "-backend", prompt="staging db port"))
+    assert code == 0 and err == "" and "port 5433" in context_of(answer)
+    assert texts(old)[-1] == "which port does the staging db listen on?"
+
+    other = tmp_path / "other.jsonl"
+    grow(other, {**line("s3", "user", "z1", "another project", 20), "cwd": long + "-zeta"})
+    assert hook(payload("Stop", "s3", other, cwd=long + "-zeta")) == (0, None, "")
+    assert len(texts(old)) == 2
+    names = [p.name for p in home.iterdir() if p.name != old]
+    assert len(names) == 1 and len(names[0]) == 64 and texts(names[0]) == ["another project"]
+
+
 def test_a_prompt_with_nothing_relevant_gets_only_the_memories(home, tmp_path):
     earlier = tmp_path / "e.jsonl"
     grow(earlier, line("s1", "user", "u1", "rename the billing module", 1))

@@ -800,6 +800,62 @@ def test_projects_in_directories_whose_names_keep_nothing_are_still_apart():
     assert name("/home/dev/项目") == name("/home/dev/项目")  # the same project, the same memory
 
 
+LONG = "customer-portal-frontend-monorepo-experimental-branch-with-new-auth"  # 68 characters
+
+
+def in_project(cwd: str, session: str = "cs-1") -> list[dict]:
+    return [dict(line, cwd=cwd) if "cwd" in line else line for line in claude_lines(session)]
+
+
+def memory_names(home: Path) -> list[str]:
+    return sorted(p.name for p in home.iterdir() if (p / "main").is_dir())
+
+
+def test_two_projects_whose_long_names_start_alike_are_two_memories(run, home, tmp_path):
+    """A name over 64 characters was cut to its first 64: two such projects went into one memory, and a
+    project of 80 × a into an unrelated memory of 64 × a."""
+    run("append", "a" * 64, "an unrelated memory")
+    for n, cwd in enumerate((f"/home/x/{LONG}-backend", f"/home/x/{LONG}-zeta", "/home/x/" + "a" * 80)):
+        result = run("import", write_jsonl(tmp_path / f"{n}.jsonl", in_project(cwd, f"s{n}")))
+        assert result.exit_code == 0, result.stderr
+    names = memory_names(home)
+    assert len(names) == 4 and all(len(n) <= 64 for n in names), names
+    assert len(messages("a" * 64)) == 1
+    assert sum(bool(re.fullmatch(re.escape(LONG[:55]) + "-[0-9a-f]{8}", n)) for n in names) == 2
+    assert re.fullmatch("a{55}-[0-9a-f]{8}", names[0]) and names[1] == "a" * 64
+
+
+def test_a_name_of_64_characters_is_kept_whole_and_one_of_65_is_cut_with_a_hash():
+    from pimem.importers.detect import Source, default_name
+
+    def name(cwd):
+        return default_name([Source(path="/tmp/s.jsonl", format="claude", size=0, cwd=cwd)])
+
+    assert name("/x/" + "b" * 64) == "b" * 64 and name("/x/" + "b" * 64 + "--") == "b" * 64
+    cut = name("/x/" + "b" * 65)
+    assert re.fullmatch("b{55}-[0-9a-f]{8}", cut) and name("/y/" + "b" * 65) != cut and name("/x/" + "b" * 65) == cut
+    assert re.fullmatch("b{54}-[0-9a-f]{8}", name("/x/" + "b" * 54 + "-" * 10 + "c"))  # (no "--" before the hash)
+    assert re.fullmatch("s{55}-[0-9a-f]{8}", default_name([Source(path="/tmp/" + "s" * 70 + ".jsonl", format="ndjson", size=0)]))
+
+
+def test_a_memory_an_earlier_pimem_named_by_the_first_64_characters_is_used_while_it_holds_the_project(run, home, tmp_path):
+    """Earlier versions named a long project by its first 64 characters: the memory they made keeps the
+    projects it holds (a session read on, a new one of the same project); another project whose name starts
+    alike gets its own."""
+    old = LONG[:64]
+    first = write_jsonl(tmp_path / "1.jsonl", in_project(f"/home/x/{LONG}-backend", "s1"))
+    assert run("import", first, "--name", old).exit_code == 0  # (as the earlier version named it)
+    write_jsonl(first, [dict(in_project(f"/home/x/{LONG}-backend", "s1")[2], uuid="u9", timestamp="2026-02-10T23:00:00.000Z")])
+    second = write_jsonl(tmp_path / "2.jsonl", in_project(f"/home/x/{LONG}-backend", "s2"))
+    other = write_jsonl(tmp_path / "3.jsonl", in_project(f"/home/x/{LONG}-zeta", "s3"))
+    for file in (first, second, other):
+        result = run("import", file)
+        assert result.exit_code == 0, result.stderr
+    assert len(memory_names(home)) == 2
+    assert len(messages(old)) == 7 + 1 + 7
+    assert len(messages(next(n for n in memory_names(home) if n != old))) == 7
+
+
 def test_a_first_line_longer_than_the_peek_is_read_whole_to_tell_the_format(run, tmp_path, monkeypatch):
     """Detection reads a file's head a piece at a time: a first message longer than that piece (a pasted log)
     is not an empty file, and a first line over the line cap is passed over, as the import passes over it."""

@@ -53,7 +53,7 @@ def command(
         _follow(files, name, format, json, timeout, home)
         return
     sources = plan(files, format)
-    groups = {name: sources} if name is not None else by_project(sources)
+    groups = {name: sources} if name is not None else by_project(sources, home)
     mems = {memory: Memory.at(memory, home) for memory in groups}
     before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
     read = malformed = 0

@@ -175,30 +175,70 @@ def _moment(value) -> datetime | None:
         return None
 
 
-def default_name(sources: list[Source]) -> str:
+def default_name(sources: list[Source], home=None) -> str:
     """A memory name for an import without ``--name``: the basename of the first session's working
     directory, else the first file's name, made into a valid memory name. A directory whose name keeps
     nothing (``项目``, ``/``) is named by its path, ``dir-`` and 8 hex digits of its hash: projects in two
-    such directories are two memories, not one."""
+    such directories are two memories, not one. A name over 64 characters keeps its first 55 and ``-`` and
+    8 hex digits of the same hash (of the file's path for a file's name), so two long names that start
+    alike are two memories too; a memory an earlier pimem named by the first 64 alone is used still while
+    it has imported from this directory (``old_memory``)."""
     for s in sources:
         if s.cwd:
-            return _valid(Path(s.cwd).name) or "dir-" + sha256(s.cwd.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+            path = s.cwd.encode("utf-8", "surrogateescape")
+            if len(_plain(Path(s.cwd).name)) > 64 and (old := old_memory(s.cwd, home)):
+                return old
+            return _valid(Path(s.cwd).name, path) or "dir-" + _hash(path)
     for s in sources:
-        if name := _valid(Path(s.path).stem):
+        if name := _valid(Path(s.path).stem, s.path.encode("utf-8", "surrogateescape")):
             return name
     return "imported"
 
 
-def _valid(candidate: str) -> str:
-    """``candidate`` as a memory name (what ``NAME_RE`` allows of it), or "" when nothing of it is left."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).lstrip("._-")[:64].rstrip("._-")
+def old_memory(cwd: str, home=None) -> str:
+    """The name an earlier pimem gave a working directory whose name is over 64 characters (its first 64),
+    if a memory of that name has imported a session from ``cwd`` (its ``imports.json`` says so: a memory
+    that holds only another project's sessions, or none, is not this one's); else ""."""
+    from ..config import read_json
+    from ..errors import PimemError
+    from ..memory import Memory
+
+    try:
+        name = _plain(Path(cwd).name)[:64].rstrip("._-")
+        mem = Memory.at(name, home)
+        state = read_json(mem.path / "imports.json", {}) if mem.exists() else {}
+    except (PimemError, OSError, ValueError):  # (a broken pointer, an unreadable state: not shown to be this one)
+        return ""
+    files = state.get("files") if isinstance(state, dict) else None
+    for position in files.values() if isinstance(files, dict) else ():
+        carried = position.get("state") if isinstance(position, dict) else None
+        if isinstance(carried, dict) and carried.get("cwd") == cwd:
+            return name
+    return ""
+
+
+def _valid(candidate: str, whole: bytes = b"") -> str:
+    """``candidate`` as a memory name (what ``NAME_RE`` allows of it), or "" when nothing of it is left; one
+    over 64 characters is cut to 55 and given ``-`` and 8 hex digits of the hash of ``whole``."""
+    name = _plain(candidate)
+    if len(name) > 64:
+        name = name[:55].rstrip("._-") + "-" + _hash(whole)
     return name if name and NAME_RE.fullmatch(name) and not reserved(name) else ""
 
 
-def by_project(sources: list[Source]) -> dict[str, list[Source]]:
+def _plain(candidate: str) -> str:
+    """``candidate`` with each run of what a memory name cannot hold made ``-``, and none at either end."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", candidate).strip("._-")
+
+
+def _hash(whole: bytes) -> str:
+    return sha256(whole).hexdigest()[:8]
+
+
+def by_project(sources: list[Source], home=None) -> dict[str, list[Source]]:
     """The sources grouped by the memory each goes to without ``--name``: one memory per project (the
     session's working directory, as ``default_name`` names it), in the order the groups' histories start."""
     groups: dict[str, list[Source]] = {}
     for source in sources:
-        groups.setdefault(default_name([source]), []).append(source)
+        groups.setdefault(default_name([source], home), []).append(source)
     return groups

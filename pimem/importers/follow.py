@@ -204,7 +204,7 @@ class Follower:
         del self.pending[path]
         if path not in self.failed:  # (readable again; a failed import is said again only if it changes)
             self.warned.pop(path, None)
-        memory = self.name or default_name([source])
+        memory = self.name or default_name([source], self.home)
         self.files[path] = _File(source, memory, handle, st.st_ino)
         self._opened(path)
 
