@@ -17,7 +17,7 @@ from datetime import date
 
 from rich.cells import cell_len, set_cell_size
 
-from . import env, output
+from . import env, output, when
 from .output import flatten
 
 KIND_LABELS = {"user": "you", "pi": "pi", "tool": "tool", "echo": "result", "work": "work", "note": "note"}
@@ -34,7 +34,7 @@ class Span:
     n: int
     text: str
     bytes: int  # what the line costs the model each turn
-    day: str  # YYYY-MM-DD of its first message
+    day: str  # YYYY-MM-DD of its first message, the reader's day
     kind: str | None = None  # the message's kind, for a line covering one message
     summary: bool = False  # the line is a summary, not the original words
 
@@ -51,7 +51,7 @@ class Span:
 class Facts:
     name: str
     messages: int
-    first: str | None  # RFC 3339 date of the message of the earliest day (as written)
+    first: str | None  # RFC 3339 date of the message of the earliest day, in the reader's time zone
     today: date
     said: int  # bytes of every message
     spans: list[Span] = field(default_factory=list)
@@ -204,16 +204,19 @@ def to_svg(picture: list[Row], width: int, title: str) -> str:
 
 def facts_of(mem, include_tools: bool = False) -> Facts:
     """Read what the picture needs from a memory: one pass over the log (sizes, days, kinds), and its view
-    (tool traffic inside joined lines taken out unless ``include_tools``)."""
+    (tool traffic inside joined lines taken out unless ``include_tools``). Days are the reader's, as ``since``
+    and ``date`` take them: a date recorded in another time zone is moved into the reader's first."""
     from .tree import PLACEHOLDER
 
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
+    now = env.now()
     for msg in mem.messages():
-        if first_date is None or msg["date"][:10] < first_date[:10]:  # (not message 0: an older session may come later)
-            first_date = msg["date"]
+        local = when.in_zone(msg["date"], now)
+        if first_date is None or local[:10] < first_date[:10]:  # (not message 0: an older session may come later)
+            first_date = local
         said += msg["size"]
-        days.append(msg["date"][:10])
+        days.append(local[:10])
         kinds.append(msg["kind"])
         if msg["size"] > line_bytes:
             big.add(msg["i"])
@@ -226,4 +229,4 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         summary = l > 0 or text is None or first in big
         spans.append(Span(first, 1 << l, PLACEHOLDER if text is None else text, cost, days[first],
                           kinds[first] if l == 0 else None, summary))
-    return Facts(mem.name, len(days), first_date, env.now().date(), said, spans)
+    return Facts(mem.name, len(days), first_date, now.date(), said, spans)

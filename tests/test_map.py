@@ -137,3 +137,21 @@ def test_the_title_counts_days_from_the_earliest_message_not_message_0(run, home
     run("append", "main", "--date", "2026-10-07T10:00:00+08:00", "the newer session")
     run("append", "main", "--date", "2026-10-01T10:00:00+08:00", "the older session, imported after it")
     assert run("map", "main", "--width", 60).stdout.splitlines()[0] == "main · 2 messages since 2026-10-01 · day 8"
+
+
+def test_lines_are_grouped_by_the_readers_day_not_the_recorded_one(run, home):
+    """Dates recorded in UTC were grouped by their UTC day: at UTC+14 10:00Z is the next day already."""
+    import os
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    run("append", "main", "--date", "2026-12-05T10:00:00Z", "midnight, the sixth begins")
+    run("append", "main", "--date", "2026-12-06T09:59:59Z", "late on the sixth")
+    run("append", "main", "--date", "2026-12-06T10:00:00Z", "first thing on the seventh")
+    env = subprocess_env(TZ="Pacific/Kiritimati", PIMEM_NOW="2026-12-07T12:00:00+14:00")
+    out = subprocess.run(pimem_cmd("map", "main", "--width", 60), capture_output=True, text=True, env=env, timeout=60).stdout
+    lines = out.splitlines()
+    assert lines[0] == "main · 3 messages since 2026-12-06 · day 2"
+    assert [l.split()[1] for l in lines if l.startswith("──")] == ["2026-12-06", "2026-12-07"]
+    assert lines[-1].endswith("first thing on the seventh") and "late on the sixth" in lines[-3] and "the sixth begins" in lines[-4]
