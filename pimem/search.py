@@ -46,6 +46,7 @@ def search(
     include_tools: bool = False,
     since: datetime | None = None,
     until: datetime | None = None,
+    start: int | None = None,
     before: int | None = None,
     limit: int = DEFAULT_LIMIT,
     unread: Callable | None = None,
@@ -55,7 +56,8 @@ def search(
     message (``pimem zoom`` it); newest first or best first, at most ``limit``.
 
     ``kinds`` restricts the kinds searched (naming ``tool`` or ``echo`` asks for them); otherwise tool calls
-    and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before``.
+    and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before`` (and
+    ``i >= start``).
     ``unread(mem, error)``, when given, takes a memory that cannot be read (its log damaged, or its
     ``config.json``, which ``held`` needs: the view is folded by its budgets) and the others are searched;
     without it the error is raised.
@@ -64,7 +66,7 @@ def search(
         raise BadInput("--limit must be at least 1")
     terms = parse(query)
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
-    filters = Filters(wanted, since, until, before)
+    filters = Filters(wanted, since, until, before, start)
     memories, pooled = list(memories), None
     if rank and len(memories) > 1:  # ranked as one collection, so that scores of different memories compare
         from . import ranker

@@ -1,6 +1,6 @@
 """Dates: RFC 3339 for storage, and the one WHEN grammar every option that takes a time accepts
 (``2026-10-08``, ``09:30``, ``2026-10-08T09:30+08:00``, ``3d``, ``2 hours ago``, ``yesterday 9:30``,
-``last monday``; ``since`` and ``--until`` add ``#42``)."""
+``last monday``; ``since``, ``--until`` and ``search --since`` add ``#42``: ``bound``)."""
 
 from __future__ import annotations
 
@@ -205,6 +205,18 @@ def looks_like(text: str) -> bool:
     ``yesterday 25:00``, ``10 years ago``): ``parse_when`` then says what is wrong with it."""
     low = " ".join(text.split()).lower()
     return bool(_SHAPE.fullmatch(low) or _DAY.fullmatch(low))
+
+
+def bound(value: str | None) -> tuple[int | None, datetime | None]:
+    """A bound as ``since`` and ``--until`` take it: ``#I`` as ``(I, None)``, any other WHEN as ``(None, moment)``
+    (None: ``(None, None)``)."""
+    if value is None:
+        return None, None
+    if value.startswith("#"):
+        from .numbers import index
+
+        return index(value[1:]), None
+    return None, parse_when(value)
 
 
 def refuse_reversed(start, until, start_said: str, until_said: str) -> None:

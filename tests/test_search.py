@@ -146,6 +146,22 @@ def test_filters_kind_since_until(run, mem):
     assert ids(run("search", "staging", "--since", "2026-10-02", "--until", "2026-10-05", "--json")) == [4]
 
 
+def test_since_and_until_take_a_message_number_as_since_does(run, mem):
+    """``--since '#I'`` keeps the messages from #I on, ``--until '#I'`` those before it (each memory's own
+    numbering, as --before), with --rank too; either with a date; '#I' after '#J' is refused (exit 2)."""
+    assert ids(run("search", "staging", "--since", "#4", "--json")) == [5, 4]
+    assert ids(run("search", "staging", "--until", "#4", "--json")) == [0]
+    assert ids(run("search", "staging", "--since", "#1", "--until", "#5", "--json")) == [4]
+    assert ids(run("search", "staging", "--since", "#1", "--until", "2026-10-05", "--json")) == [4]
+    assert ids(run("search", "staging", "--until", "#5", "--before", "1", "--json")) == [0]
+    ranked = ids(run("search", "staging", "--rank", "--since", "#4", "--json"))  # (6 too: a neighbour's context)
+    assert ranked == ids(run("search", "staging", "--rank", "--since", "2026-10-04", "--json")) and 0 not in ranked
+    out = run("search", "staging", "--since", "#5", "--until", "#2")
+    assert (out.exit_code, out.stderr) == (2, "pimem: error: --until #2 is before --since #5\n")
+    out = run("search", "staging", "--since", "#x")
+    assert out.exit_code == 2 and "bad message number" in out.stderr
+
+
 def test_since_after_until_is_refused_as_since_refuses_it(run, mem, home):
     """``--since`` after ``--until`` exited 1, as if nothing matched, where ``since`` refuses its start after
     ``--until``: one line says so now, exit 2, before any memory is read (a missing one too), the store untouched."""

@@ -18,8 +18,8 @@ def command(
     any_term: Annotated[bool, typer.Option("--any", help="Match messages holding any of the words, not all.")] = False,
     rank: Annotated[bool, typer.Option("--rank", help="Ranked retrieval: messages holding any of the words, best first (stems, BM25, neighbour context).")] = False,
     kind: Annotated[Optional[list[str]], typer.Option("--kind", "-k", help="Only these kinds (repeatable).", autocompletion=MESSAGE_KINDS)] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Only messages dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).", metavar="WHEN")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", help="Only messages dated before WHEN.", metavar="WHEN")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", help="Only messages from #I on, or dated at or after WHEN (2026-10-08, 3d, yesterday 9:30, last monday).", metavar="WHEN")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", help="Only messages before #I, or dated before WHEN.", metavar="WHEN")] = None,
     before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I", click_type=param(index, "I"))] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.", click_type=param(count, "N", lo=1))] = 20,
     include_tools: IncludeTools = False,
@@ -45,8 +45,11 @@ def command(
     from .. import search as searching
 
     naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
-    first, last = when.parse_when(since) if since else None, when.parse_when(until) if until else None
-    when.refuse_reversed(first, last, f"--since {since}", until)
+    (start, first), (stop, last) = when.bound(since), when.bound(until)
+    for low, high in ((start, stop), (first, last)):  # (numbers with numbers, moments with moments)
+        when.refuse_reversed(low, high, f"--since {since}", until)
+    if stop is not None:  # (a message number bounds each memory's numbering, as --before does)
+        before = stop if before is None else min(before, stop)
     unread = output.Unread()
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:
@@ -59,6 +62,7 @@ def command(
             include_tools=include_tools,
             since=first,
             until=last,
+            start=start,
             before=before,
             limit=limit,
             unread=unread,

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import naming, numbers, output, when
+from .. import naming, output, when
 from ..errors import BadInput, NotFound, PimemError
 from ..memory import Memory
 from ..message import TOOL_KINDS, kind_of
@@ -45,7 +45,7 @@ def command(
       pimem since main --cursor mailer --follow
     """
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
-    start_bound, until_bound = _bound(start), _bound(until)  # (a bad WHEN is reported before a missing memory)
+    start_bound, until_bound = when.bound(start), when.bound(until)  # (a bad WHEN is reported before a missing memory)
     for first, last in zip(start_bound, until_bound):  # (numbers with numbers, moments with moments)
         when.refuse_reversed(first, last, f"the start {start}", until)
     mem = Memory.open(name, home)
@@ -129,16 +129,8 @@ def _reads_as_when(word: str) -> bool:
     if _WHEN_LIKE.match(word) or when.looks_like(word):  # (its parse says what is wrong with it, not "no memory named …")
         return True
     try:
-        _bound(word)
+        when.bound(word)
     except PimemError:
         return False
     return True
 
-
-def _bound(value: str | None) -> tuple[int | None, object]:
-    """``#I`` as an index, anything else as a moment."""
-    if value is None:
-        return None, None
-    if value.startswith("#"):
-        return numbers.index(value[1:]), None
-    return None, when.parse_when(value)
