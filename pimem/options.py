@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .errors import BadInput
 from .numbers import count, param, seconds
 from .message import ALIASES, KINDS
 
@@ -19,6 +20,24 @@ def offer(*values: str):
 
 
 MESSAGE_KINDS = offer(*KINDS, *ALIASES)
+
+
+def apart(first: tuple[str, object], *others: tuple[str, object], why: str = "") -> None:
+    """Refuse ``first`` given with any of ``others`` (each an option as typed and its value: None, False or
+    empty is not given), one of which would be ignored: exit 2, before any memory is read."""
+    for option, value in others:
+        if _given(first[1]) and _given(value):
+            raise BadInput(f"{first[0]} and {option} do not go together" + (f": {why}" if why else ""))
+
+
+def needs(option: tuple[str, object], wanted: str, present: bool) -> None:
+    """Refuse ``option`` given without ``wanted``, the only case it means something in (``present``)."""
+    if _given(option[1]) and not present:
+        raise BadInput(f"{option[0]} goes only with {wanted}")
+
+
+def _given(value: object) -> bool:
+    return value is not None and value is not False and value != "" and value != [] and value != ()
 
 Home = Annotated[
     Optional[str],

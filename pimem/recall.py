@@ -174,6 +174,7 @@ class Found:
     total: int
     missing: list = field(default_factory=list)
     hidden: list = field(default_factory=list)
+    unlike: list = field(default_factory=list)  # ids naming messages only of the source class not asked for
     beyond: list = field(default_factory=list)  # ids read past the limit: reported as omitted
     next_page: int | None = None
     snippets: dict = field(default_factory=dict)
@@ -194,7 +195,14 @@ def find(mem, request: Request) -> Found:
     holding the entry ids)."""
     out = SCOPES[request.scope](mem)
     if request.ids:
-        return _by_ids(request, [r for r in _named(mem, request) if r["id"] not in out], not _shows_tools(request))
+        named = [r for r in _named(mem, request) if r["id"] not in out]
+        kept = [r for r in named if request.source_class in ("all", r["sourceClass"])]
+        found = _by_ids(request, kept, not _shows_tools(request))
+        if len(kept) < len(named):  # an id naming only messages of the other class is said to be so, not "not found"
+            unlike = set(_by_ids(request, [r for r in named if r not in kept], False).missing)
+            found.unlike = [ident for ident in found.missing if ident not in unlike]
+            found.missing = [ident for ident in found.missing if ident in unlike]
+        return found
     found = _listing(mem, request, out) if not request.query.strip() and not request.file else _search(mem, request, out)
     found.tools_matching = _hidden_matches(mem, request, found)
     return found
@@ -215,7 +223,7 @@ def _number(raw: str) -> int | None:
 
 
 def _named(mem, request: Request) -> list[dict]:
-    """The records ``request.ids`` can name, in the request's source class and in log order: the messages
+    """The records ``request.ids`` can name, of either source class, in log order: the messages
     named by number (those that exist), and for entry ids the messages whose stored line holds one, found
     by a byte search of the log (``Log.holding``) rather than by reading every message. When an entry id
     is not found so (its line written by another hand), every message is read after all."""
@@ -228,8 +236,7 @@ def _named(mem, request: Request) -> list[dict]:
         if {_entry_of(m) for m in found} != entries:
             found = [m for m in mem.messages() if _entry_of(m) in entries]
         messages.update((m["i"], m) for m in found)
-    records = [record(messages[i]) for i in sorted(messages)]
-    return [r for r in records if request.source_class in ("all", r["sourceClass"])]
+    return [record(messages[i]) for i in sorted(messages)]
 
 
 def _entry(raw: str) -> str:
@@ -431,22 +438,24 @@ def _block(item: dict) -> str:
     return f"{head}\n{item['text']}"
 
 
-def _notes_text(notes: dict) -> str:
+def _notes_text(notes: dict, request: Request) -> str:
     out = []
-    for name, label in (("omitted", "omitted ids"), ("hidden", "tool traffic hidden, add --include-tools"), ("missing", "not found")):
+    for name, label in (("omitted", "omitted ids"), ("hidden", "tool traffic hidden, add --include-tools"),
+                        ("unlike", f"not {request.source_class}"), ("missing", "not found")):
         if name in notes:
             shown, rest = notes[name]
             out.append(f"({label}: {budget.dumps(shown)}{f' and {rest} more' if rest else ''})")
     return "\n".join(out)
 
 
-def _notes_json(doc: dict, notes: dict) -> dict:
-    for name in ("omitted", "hidden", "missing"):
+def _notes_json(doc: dict, notes: dict, request: Request) -> dict:
+    for name in ("omitted", "hidden", "unlike", "missing"):
         if name in notes:
             shown, rest = notes[name]
-            doc[f"{name}Ids"] = shown
+            key = f"not{request.source_class.title()}" if name == "unlike" else name
+            doc[f"{key}Ids"] = shown
             if rest:
-                doc[f"{name}IdsNotListed"] = rest
+                doc[f"{key}IdsNotListed"] = rest
     return doc
 
 
@@ -457,6 +466,8 @@ def _lists(found: Found, ids: list) -> Callable[[int], dict]:
             out["omitted"] = ids[k:] + found.beyond
         if found.hidden:
             out["hidden"] = found.hidden
+        if found.unlike:
+            out["unlike"] = found.unlike
         if found.missing:
             out["missing"] = found.missing
         return out
@@ -466,7 +477,7 @@ def _lists(found: Found, ids: list) -> Callable[[int], dict]:
 
 def render(mem, request: Request, found: Found) -> str:
     if request.raw and len(found.records) == 1 and found.action == "read" \
-            and not (found.missing or found.hidden or found.beyond):  # (else those are said as a listing says them)
+            and not (found.missing or found.hidden or found.unlike or found.beyond):  # (else those are said as a listing says them)
         return _raw_single(found.records[0], request)
     ids = [r["id"] for r in found.records]
     more = f"more: --page {found.next_page}" if found.next_page else None
@@ -478,12 +489,12 @@ def render(mem, request: Request, found: Found) -> str:
                 doc = {"source": "pimem-recall", "action": found.action, "count": found.total, "entries": [r["message"] for r in found.records[:k]], "truncated": k < len(ids)}
                 if found.tools_matching:
                     doc["toolsMatching"] = found.tools_matching
-                return budget.dumps(_notes_json(doc, notes))
+                return budget.dumps(_notes_json(doc, notes, request))
             head = f"pimem recall ({found.total} result{'s' if found.total != 1 else ''}" + ("" if k == len(ids) else f"; {k} included") + ")"
             parts = [head, *(f"[#{ids[n]}]\n{entries[n]}" for n in range(k))]
             if k < len(ids):
                 parts.append("(read a long one alone: --ids ID --raw --offset N --raw-limit N)")
-            return "\n\n".join(p for p in [*parts, _notes_text(notes), more or ""] if p)
+            return "\n\n".join(p for p in [*parts, _notes_text(notes, request), more or ""] if p)
 
         out = budget.pack(request.budget, len(ids), render_raw, _lists(found, ids))
         return out if out is not None else _nothing_fits(request, found)
@@ -505,11 +516,11 @@ def render(mem, request: Request, found: Found) -> str:
                 doc["toolsMatching"] = found.tools_matching
             if found.next_page:
                 doc["nextPage"] = found.next_page
-            return budget.dumps(_notes_json(doc, notes))
+            return budget.dumps(_notes_json(doc, notes, request))
         total = f"{found.total}{'+' if found.capped else ''} result{'s' if found.total != 1 else ''}"
         capped = f": the ranker's best {POOL:,} looked at" if found.capped else ""
         head = f"pimem recall ({total}" + capped + ("" if k == len(ids) else f"; {k} included") + ")"
-        return "\n\n".join(p for p in [head, *(_block(item(n)) for n in range(k)), _notes_text(notes), more or ""] if p)
+        return "\n\n".join(p for p in [head, *(_block(item(n)) for n in range(k)), _notes_text(notes, request), more or ""] if p)
 
     out = budget.pack(request.budget, len(ids), render_pretty, _lists(found, ids))
     return out if out is not None else _nothing_fits(request, found)

@@ -135,6 +135,40 @@ def pimem(home, *argv, input: bytes = b""):
     return subprocess.run(pimem_cmd(*argv), input=input, capture_output=True, timeout=120, env=env)
 
 
+# options that cannot go together, or mean something only with another: refused before any memory is read
+# (a memory that does not exist is not looked for), the line naming both
+APART = [
+    (["since", "m", "#0", "--text", "--json"], ["--text", "--json"]),
+    (["since", "m", "#0", "--follow", "--until", "#3"], ["--follow", "--until"]),
+    (["recall", "m", "--offset", "5"], ["--offset", "--raw"]),
+    (["recall", "m", "--raw-limit", "5"], ["--raw-limit", "--raw"]),
+    (["recall", "m", "--ids", "1", "--offset", "5"], ["--offset", "--raw"]),
+    (["recall", "m", "--raw", "--offset", "5"], ["--offset", "--ids"]),
+    (["recall", "m", "staging", "--raw", "--offset", "5"], ["--offset", "--ids"]),
+    (["recall", "m", "--ids", "1,2", "--raw", "--offset", "5"], ["--offset", "one"]),
+    (["recall", "m", "--ids", "1", "--file", "x"], ["--ids", "--file"]),
+    (["recall", "m", "--ids", "1", "staging"], ["--ids", "QUERY"]),
+    (["recall", "m", "--ids", "1", "--kind", "user"], ["--ids", "--kind"]),
+    (["recall", "m", "--ids", "1", "--page", "2"], ["--ids", "--page"]),
+    (["memories", "m", "--id", "mem_x", "--status", "all"], ["--id", "--status"]),
+    (["memories", "m", "--id", "mem_x", "--kind", "fact"], ["--id", "--kind"]),
+    (["memories", "m", "production", "--id", "mem_x"], ["--id", "WORDS"]),
+    (["search", "staging", "m", "--rank", "--any"], ["--rank", "--any"]),
+]
+
+
+@pytest.mark.parametrize("argv,named", APART, ids=[" ".join(a)[:60] for a, _ in APART])
+def test_options_that_do_not_go_together_are_refused_before_anything_is_read(store, argv, named):
+    before = snapshot(store)
+    for args in (argv, [a if a != "m" else "nope" for a in argv]):  # (no such memory: still the usage error)
+        out = pimem(store, *args)
+        err = out.stderr.decode("utf-8", "replace")
+        assert out.returncode == 2 and out.stdout == b"", err
+        assert err.count("\n") == 1 and err.startswith("pimem: error: "), err
+        assert args != argv or all(word in err for word in named), err  # (a lone unknown word may be the query)
+    assert snapshot(store) == before
+
+
 @pytest.mark.parametrize("argv,stdin,code", CORPUS, ids=[" ".join(a)[:60] for a, _, _ in CORPUS])
 def test_every_bad_argument_is_one_line_its_code_and_changes_nothing(store, argv, stdin, code):
     before = snapshot(store)

@@ -212,6 +212,18 @@ def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
     assert "entry=a3f0c2d1" in text
 
 
+def test_ids_of_the_other_source_class_are_said_to_be_so_not_missing(sh, run, home):
+    log(run, *SESSION)  # 1 is the assistant's reply (primary), 5 the compaction summary (derived)
+    out = sh("recall", "main", "--ids", "1", "--source-class", "derived")
+    assert out.returncode == 1 and b"not found" not in out.stdout + out.stderr
+    assert b'(not derived: ["1"])' in out.stdout
+    assert out.stderr == b"pimem: error: nothing recalled: 1 is not derived (drop --source-class to read it)\n"
+    doc = orjson.loads(sh("recall", "main", "--json", "--ids", "1,5,99", "--source-class", "primary").stdout)
+    assert [r["id"] for r in doc["results"]] == [1]
+    assert doc["notPrimaryIds"] == ["5"] and doc["missingIds"] == ["99"]
+    assert orjson.loads(sh("recall", "main", "--json", "--ids", "a3f0c2d1", "--source-class", "derived").stdout)["notDerivedIds"] == ["a3f0c2d1"]
+
+
 def test_entry_ids_are_found_without_reading_every_message(home, monkeypatch):
     """An entry id is found by a byte search of the log: only lines holding it are parsed, every message
     carrying it is read (an entry's text and its tool calls are messages of their own), and a line

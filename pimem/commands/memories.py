@@ -8,7 +8,7 @@ from .. import budget, memories, naming, output
 from ..errors import BadInput, IntegrityError, NothingFound, NotFound
 from ..memory import Memory
 from ..numbers import count, param
-from ..options import Budget, Home, IncludeTools, Json, Name, Session, offer
+from ..options import Budget, Home, IncludeTools, Json, Name, Session, apart, offer
 
 
 def command(
@@ -42,7 +42,9 @@ def command(
       pimem memories main --kind constraint --json | jq '.records[].content'
       pimem memories main --id mem_3f9a0c1d2e4b5a6c --offset 4000
     """
+    apart(("--id", record_id), ("--status", status), ("--kind", kind), why="--id reads that one memory")
     name, words = naming.words(name, words, home)
+    apart(("--id", record_id), ("WORDS", words), why="--id reads that one memory, WORDS rank a listing")
     naming.text_argument(record_id), naming.text_argument(session)
     mem = Memory.open(name, home)
     damaged: list[str] = []

@@ -8,7 +8,7 @@ from .. import budget, naming, output, recall
 from ..errors import NothingFound
 from ..memory import Memory
 from ..numbers import count, param
-from ..options import MESSAGE_KINDS, Budget, Home, IncludeTools, Json, Name, offer
+from ..options import MESSAGE_KINDS, Budget, Home, IncludeTools, Json, Name, apart, needs, offer
 
 
 def command(
@@ -45,9 +45,18 @@ def command(
       pimem recall main --kind user --limit 3
       pimem recall shop "mutex" --scope lineage
     """
+    apart(("--ids", ids), ("--file", file), ("--kind", kind), ("--page", page if page != 1 else None),
+          why="--ids reads those messages; the others choose what a search or a listing shows")
+    for option in (("--offset", offset), ("--raw-limit", raw_limit)):
+        needs(option, "--raw", raw)
+        needs(option, "--ids", bool(ids))
     name, query = naming.words(name, query, home)
+    apart(("--ids", ids), ("QUERY", query), why="--ids reads those messages, a QUERY searches")
+    named = recall.parse_ids(ids or [])
+    for option in (("--offset", offset), ("--raw-limit", raw_limit)):
+        needs(option, "one message: give one id in --ids", len(named) == 1)
     request = recall.Request(
-        query=" ".join(query or []), ids=recall.parse_ids(ids or []), file=file, kind=kind, page=page, limit=limit,
+        query=" ".join(query or []), ids=named, file=file, kind=kind, page=page, limit=limit,
         raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,
         budget=max_chars, as_json=json,
     )
@@ -56,6 +65,10 @@ def command(
     found = recall.find(mem, request)
     output.line(recall.render(mem, request, found))
     if not found.records:
-        hidden = found.tools_matching
+        hidden, unlike = found.tools_matching, found.unlike
+        if unlike:
+            one = len(unlike) == 1
+            raise NothingFound(f"nothing recalled: {budget.clip(', '.join(unlike), 200)} {'is' if one else 'are'} not "
+                               f"{request.source_class} (drop --source-class to read {'it' if one else 'them'})")
         raise NothingFound(f"nothing recalled: {hidden:,} tool calls and results match; add --include-tools to show them"
                            if hidden else "nothing recalled")

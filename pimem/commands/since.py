@@ -9,7 +9,7 @@ from .. import naming, output, when
 from ..errors import BadInput, NotFound, PimemError
 from ..memory import Memory
 from ..message import TOOL_KINDS, kind_of
-from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name
+from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, Name, apart
 
 FOLLOW_POLL = 0.2  # seconds between looks at the log while following
 
@@ -23,7 +23,7 @@ def command(
     cursor: Annotated[Optional[str], typer.Option("--cursor", help="Resume where this consumer stopped, and remember where it stops now.", metavar="CONSUMER")] = None,
     include_tools: IncludeTools = False,
     text: Annotated[bool, typer.Option("--text", help="Print one readable line per message instead of NDJSON.")] = False,
-    json: Json = True,
+    json: Json = False,  # (NDJSON is the default: --json only says so)
     home: Home = None,
 ) -> None:
     """Stream messages from a date, a time or a message number, as NDJSON.
@@ -44,6 +44,8 @@ def command(
       pimem since main 2h --kind user --text
       pimem since main --cursor mailer --follow
     """
+    apart(("--text", text), ("--json", json))
+    apart(("--follow", follow), ("--until", until))
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     start_bound, until_bound = when.bound(start), when.bound(until)  # (a bad WHEN is reported before a missing memory)
     for first, last in zip(start_bound, until_bound):  # (numbers with numbers, moments with moments)
@@ -51,8 +53,6 @@ def command(
     mem = Memory.open(name, home)
     kinds = {kind_of(k) for k in kind or ()}
     hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
-    if follow and until:
-        raise BadInput("--follow and --until do not go together")
     saved = mem.cursor(cursor) if cursor is not None else None
     if saved is not None:
         start_i, since_date = saved, None
