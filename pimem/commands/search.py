@@ -9,7 +9,7 @@ from ..errors import NothingFound
 from ..memory import Memory
 from ..message import kind_of
 from ..numbers import count, index, param
-from ..options import MESSAGE_KINDS, Home, IncludeTools, Json
+from ..options import MESSAGE_KINDS, Home, IncludeTools, Json, apart
 
 
 def command(
@@ -44,6 +44,7 @@ def command(
     from .. import naming
     from .. import search as searching
 
+    apart(("--rank", rank), ("--any", any_term), why="--rank finds messages holding any of the words already")
     naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
     (start, first), (stop, last) = when.bound(since), when.bound(until)
     for low, high in ((start, stop), (first, last)):  # (numbers with numbers, moments with moments)
