@@ -165,7 +165,7 @@ _pimem() {
     reindex) opts="--json --home -h --help"; valued="--home"; last=1 ;;
     remember) opts="--pin --kind --priority --scope --supersede --propose --session --json --timeout --home -h --help"; valued="--kind --priority --scope --supersede --session --timeout --home"; last=2 ;;
     rename) opts="--timeout --home -h --help"; valued="--timeout --home"; last=0 ;;
-    search) opts="--any --rank --kind -k --since --until --before --limit -n --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --home"; last=2 ;;
+    search) opts="--any --rank --kind -k --since --until --before --limit -n --offset --include-tools --json --home -h --help"; valued="--kind -k --since --until --before --limit -n --offset --home"; last=2 ;;
     since) opts="--until --kind -k --follow -f --cursor --include-tools --text --json --home -h --help"; valued="--until --kind -k --cursor --home"; last=0 ;;
     status) opts="--json --home -h --help"; valued="--home"; last=0 ;;
     view) opts="--compactor --wait --stats --include-tools --json --home -h --help"; valued="--wait --home"; last=0 ;;

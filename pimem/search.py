@@ -49,11 +49,13 @@ def search(
     start: int | None = None,
     before: int | None = None,
     limit: int = DEFAULT_LIMIT,
+    offset: int = 0,
     unread: Callable | None = None,
 ) -> list[dict]:
     """Hits ``{memory, i, date, kind, size, snippet}``, plus ``score`` with ``rank``, and once the memory has
     a view ``held`` (verbatim, summarized, pending or inside) with the ``label`` of the view line holding the
-    message (``pimem zoom`` it); newest first or best first, at most ``limit``.
+    message (``pimem zoom`` it); newest first or best first, at most ``limit`` after the first ``offset`` (the
+    next page of ranked hits; --before pages the others).
 
     ``kinds`` restricts the kinds searched (naming ``tool`` or ``echo`` asks for them); otherwise tool calls
     and results are left out unless ``include_tools``. ``before`` pages: only messages with ``i < before`` (and
@@ -64,6 +66,9 @@ def search(
     """
     if limit < 1:
         raise BadInput("--limit must be at least 1")
+    if offset < 0:
+        raise BadInput("--offset must be at least 0")
+    limit += offset  # every hit up to the page's end is found; the page is those after the first offset
     terms = parse(query)
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
     filters = Filters(wanted, since, until, before, start)
@@ -84,7 +89,7 @@ def search(
         hits = sorted((h for found in per_memory for h in found), key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
     else:  # each memory's hits newest logged first (what --before pages by), the memories merged by date
         hits = list(heapq.merge(*per_memory, key=lambda h: -h["_epoch"]))
-    hits = hits[:limit]
+    hits = hits[offset:limit]
     for hit in hits:
         del hit["_epoch"], hit["_n"]
     return hits

@@ -224,6 +224,29 @@ def test_rank_returns_every_match_up_to_the_limit(run, home):
     assert all(a["score"] >= b["score"] for a, b in zip(ranked, ranked[1:]))
 
 
+def test_a_full_page_of_ranked_hits_names_the_next_page_and_the_pages_show_each_hit_once(run, home):
+    """--before pages by message number, not by rank: a full ranked page names --offset, which skips the hits
+    shown (over several memories too: they are ranked as one)."""
+    Memory.at("m").append([{"kind": "user", "text": f"deploy the {'port ' * (n % 7)}number {n}"} for n in range(60)])
+    Memory.at("n").append([{"kind": "user", "text": f"the port of deploy {n}"} for n in range(5)])
+
+    def hits(*argv):
+        out = run("search", "--rank", "deploy port", *argv, "--json")
+        return [(h["memory"], h["i"]) for h in map(orjson.loads, out.stdout.splitlines())], out.stderr
+
+    for names in ([], ["m"]):
+        seen, offset = [], []
+        while True:
+            page, said = hits(*names, "--limit", "7", *offset)
+            seen += page
+            if "for more" not in said:
+                break
+            assert said == f"pimem: 7 hits shown; for more: --offset {len(seen)}\n"
+            offset = ["--offset", str(len(seen))]
+        assert seen == hits(*names, "--limit", "1000")[0] and len(seen) == 60 + 5 * (not names)
+    assert ids(run("search", "port", "m", "--limit", "3", "--offset", "2", "--json")) == ids(run("search", "port", "m", "--limit", "5", "--json"))[2:]
+
+
 def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):
     assert run("search", SECRET).exit_code == 1
     assert run("search", "API_KEY", "main").exit_code == 1

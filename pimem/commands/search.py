@@ -22,6 +22,7 @@ def command(
     until: Annotated[Optional[str], typer.Option("--until", help="Only messages before #I, or dated before WHEN.", metavar="WHEN")] = None,
     before: Annotated[Optional[int], typer.Option("--before", help="Only messages numbered below I (the next page after a hit #I).", metavar="I", click_type=param(index, "I"))] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", help="At most this many hits.", click_type=param(count, "N", lo=1))] = 20,
+    offset: Annotated[int, typer.Option("--offset", help="Skip the first N hits (the next page of --rank).", metavar="N", click_type=param(count, "N"))] = 0,
     include_tools: IncludeTools = False,
     json: Json = False,
     home: Home = None,
@@ -40,6 +41,7 @@ def command(
       pimem search --rank 'when did we move the staging db?'
       pimem search 蓝鲸 --since 3d --json | jq .i
       pimem search port --kind user --before 120 --limit 5
+      pimem search --rank 'theme selector port' --limit 5 --offset 5
     """
     from .. import naming
     from .. import search as searching
@@ -66,6 +68,7 @@ def command(
             start=start,
             before=before,
             limit=limit,
+            offset=offset,
             unread=unread,
         )
     finally:
@@ -84,7 +87,9 @@ def command(
         held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
-    if len(hits) == limit and not rank:
+    if len(hits) == limit and rank:  # (ranked as one collection: the next page of all the memories at once)
+        output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --offset {offset + limit}")
+    elif len(hits) == limit:
         last = {h["memory"]: h["i"] for h in hits}  # each memory's oldest hit shown
         if len(memories) == 1:
             output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")
