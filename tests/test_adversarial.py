@@ -154,6 +154,8 @@ APART = [
     (["memories", "m", "--id", "mem_x", "--kind", "fact"], ["--id", "--kind"]),
     (["memories", "m", "production", "--id", "mem_x"], ["--id", "WORDS"]),
     (["search", "staging", "m", "--rank", "--any"], ["--rank", "--any"]),
+    (["build-tree", "m", "--dry-run", "--retries", "2"], ["--dry-run", "--retries"]),
+    (["build-tree", "m", "--dry-run", "--wait", "1"], ["--dry-run", "--wait"]),
 ]
 
 

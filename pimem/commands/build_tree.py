@@ -7,7 +7,7 @@ import typer
 
 from .. import output
 from ..numbers import count, dollars, money, param, seconds, usd
-from ..options import Home, Json, Log
+from ..options import Home, Json, Log, apart
 
 
 def command(
@@ -40,6 +40,7 @@ def command(
     from ..memory import Memory
     from ..tree import label
 
+    apart(("--dry-run", dry_run), ("--retries", retries or None), ("--wait", wait), why="a dry run builds nothing")
     output.log_to(log, "build-tree")
     mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
     refused = {}  # memory name -> what it was left on before building (its settings, its damaged log)
