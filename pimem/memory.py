@@ -164,6 +164,17 @@ class Memory:
             return None
         return (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
 
+    def pin(self) -> None:
+        """Hold this object to the directory now at its path (if there is one), as its first write does: a
+        later write finds that memory renamed or deleted (``NotFound``, exit 3), and ``moved`` says so, rather
+        than writing to whatever is at the path then."""
+        if self._identity is None:
+            self._identity = self.identity()
+
+    def moved(self) -> bool:
+        """Whether the directory this object wrote in (or was pinned to) is no longer at its path."""
+        return self._identity is not None and self.identity() != self._identity
+
     def reopened(self) -> "Memory":
         """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
         return Memory(self.name, self.path, self.home)

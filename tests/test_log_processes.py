@@ -142,3 +142,74 @@ def test_the_import_guard_would_notice(home, tmp_path):
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", "import loud"], capture_output=True, env={**subprocess_env(), "PYTHONPATH": str(tmp_path)})
     loaded = {m.group(1).split(".")[0] for m in re.finditer(r"^import time:.*\|\s*(\S+)\s*$", out.stderr.decode(), re.M)}
     assert "rich" in loaded
+
+
+# pimem run as the CLI, its import pausing before it opens its second file: it says so on the fifo named by
+# argv[1] and waits until the fifo argv[2] is closed by the test
+PAUSING_IMPORT = r"""
+import sys
+import pimem.importers.job as job
+from pimem.cli import main
+paused, go = sys.argv[1:3]
+opened = []
+
+def pausing(source):
+    opened.append(source)
+    if len(opened) == 2:
+        with open(paused, "w") as f:
+            f.write("paused\n")
+        with open(go) as f:
+            f.read()
+    return open(source.path, "rb")
+
+job._open = pausing
+sys.argv[1:] = sys.argv[3:]
+main()
+"""
+
+
+@pytest.mark.parametrize("how", ["rename", "delete"])
+def test_an_import_whose_memory_is_renamed_or_deleted_stops_as_append_does_and_says_what_went_in(home, tmp_path, how):
+    """Between an import's files the memory goes (another process renames or deletes it): exit 3, the
+    wording of ``append --ndjson``'s and the count of what went in, no memory made again at the old path, and
+    the same import again (renamed: its old name leads there) adds the rest once. It used to be exit 7 on a
+    path that was no longer there (``…/im/index.lock``), with no count."""
+    import os
+
+    import orjson
+
+    def lines(day: str, n: int) -> bytes:
+        return b"".join(orjson.dumps({"kind": "user", "text": f"{day} message {k}", "date": f"2026-10-{day}T09:00:00+08:00"}) + b"\n"
+                        for k in range(n))
+
+    first, second = tmp_path / "first.ndjson", tmp_path / "second.ndjson"
+    first.write_bytes(lines("08", 1200))  # (past INDEX_MIN: the import indexes as it goes, in a second thread)
+    second.write_bytes(lines("09", 10))
+    paused, go = tmp_path / "paused", tmp_path / "go"
+    os.mkfifo(paused)
+    os.mkfifo(go)
+    cli = lambda *args: subprocess.run([sys.executable, "-m", "pimem", *args], env=subprocess_env(), capture_output=True)  # noqa: E731
+    assert cli("append", "im", "seed").returncode == 0
+    importing = subprocess.Popen([sys.executable, "-c", PAUSING_IMPORT, paused, go, "import", first, second, "--name", "im"],
+                                 env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        with open(paused) as f:
+            assert f.read() == "paused\n"
+        assert cli(*(["rename", "im", "im2"] if how == "rename" else ["delete", "im"])).returncode == 0
+    finally:
+        with open(go, "w"):
+            pass
+    out, err = importing.communicate(timeout=120)
+    assert importing.returncode == 3, err
+    assert err.decode() == ("pimem: error: memory 'im' was renamed or deleted while this had it open; nothing more was "
+                            "written: run again; 1,200 messages imported; the same import again reads on from where "
+                            "this one stopped\n")
+    if how == "delete":
+        assert not (home / "im").exists()
+        return
+    assert (home / "im").is_file() and Memory.open("im2").count() == 1201
+    again = cli("import", first, second, "--name", "im")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.decode().endswith("im2: 10 imported, 0 already present, 0 malformed skipped; 1,211 messages in all\n")
+    assert cli("import", first, second, "--name", "im").stdout.decode().startswith("first.ndjson: 0 imported")
+    assert cli("fsck", "im2").returncode == 0

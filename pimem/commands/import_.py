@@ -55,7 +55,8 @@ def command(
     sources = plan(files, format)
     groups = {name: sources} if name is not None else by_project(sources, home)
     mems = {memory: Memory.at(memory, home) for memory in groups}
-    before = {memory: mem.count() if mem.exists() else 0 for memory, mem in mems.items()}
+    logged = [0]  # messages logged so far, counted as each batch is durable (not read back from the log: a
+    # memory renamed or deleted meanwhile is no longer there to count)
     read = malformed = 0
     fresh = []  # the files read from their start
     held: list | None = []  # what the groups print, held back until a message is read: nothing to import says only why
@@ -64,7 +65,7 @@ def command(
             for memory, group in groups.items():
                 if name is None:
                     output.info(f"importing into memory '{memory}' (choose another with --name)")
-                reports = _import(mems[memory], group, json, timeout, held.append if held is not None else _say)
+                reports = _import(mems[memory], group, json, timeout, held.append if held is not None else _say, logged)
                 read += sum(r.imported + r.present for r in reports)
                 malformed += sum(r.malformed for r in reports)
                 fresh += [r.file for r in reports if r.from_line == 1 and not r.unchanged]
@@ -73,17 +74,13 @@ def command(
                         _say(said)
                     held = None
     except stopping.Interrupted as exc:
-        output.info(f"pimem: interrupted: {_logged(mems, before)}")
+        output.info(f"pimem: interrupted: {_logged(logged[0])}")
         raise typer.Exit(exc.code) from None
     except Exception as exc:  # a full disk, a lock held too long: say what went in before it stopped
         error = as_error(exc)
         if error is None:
             raise
-        try:
-            said = _logged(mems, before)
-        except Exception:  # (the memory cannot be read now either: the error alone)
-            raise error from None
-        raise PimemError(f"{error.message}; {said}", error.code) from None
+        raise PimemError(f"{error.message}; {_logged(logged[0])}", error.code) from None
     if malformed and not read:
         raise NothingFound(f"nothing to import: {output.count(malformed, 'malformed line')} skipped and no message read")
     if not read and len(fresh) == len(sources):  # (a file read before, unchanged or grown by such lines, is no news)
@@ -98,18 +95,20 @@ def _say(said: tuple) -> None:
     show(value)
 
 
-def _logged(mems: dict[str, Memory], before: dict[str, int]) -> str:
-    logged = sum((mem.count() if mem.exists() else 0) - before[memory] for memory, mem in mems.items())
-    return f"{output.count(logged, 'message')} imported; the same import again reads on from where this one stopped"
+def _logged(count: int) -> str:
+    return f"{output.count(count, 'message')} imported; the same import again reads on from where this one stopped"
 
 
-def _import(mem: Memory, sources: list, json: bool, timeout: float | None, say) -> list:
-    """Import ``sources`` into ``mem``; what it prints goes through ``say((output.line or output.json_line,
-    value))``."""
+def _import(mem: Memory, sources: list, json: bool, timeout: float | None, say, logged: list[int]) -> list:
+    """Import ``sources`` into ``mem``, adding what it logs to ``logged[0]`` as it goes; what it prints goes
+    through ``say((output.line or output.json_line, value))``."""
     from ..importers import run
 
+    def count(n: int) -> None:
+        logged[0] += n
+
     with _progress(sum(s.size for s in sources)) as on_progress:
-        reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout)
+        reports = run(mem, sources, on_warning=output.warn, on_progress=on_progress, timeout=timeout, on_logged=count)
     for report in reports:
         if report.unfinished:
             output.info(f"{report.file}:{report.unfinished}: last line still being written; left for the next import")

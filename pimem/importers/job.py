@@ -25,7 +25,7 @@ from typing import BinaryIO, Callable
 import orjson
 
 from .. import decoder, env, hashes, message as msgs, stopping, when
-from ..errors import BadInput
+from ..errors import BadInput, as_error
 from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory, Prepared
 from .detect import FORMATS, Source
@@ -68,6 +68,7 @@ def run(
     on_progress: Callable[[str, int, int], None] = lambda task, done, total: None,
     timeout: float | None = None,
     *,
+    on_logged: Callable[[int], None] = lambda count: None,
     state: ImportState | None = None,
     deadline: float | None = None,
     open_file: Callable[[Source], BinaryIO] | None = None,
@@ -75,26 +76,38 @@ def run(
     """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
     ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
     cheaper than one at the first search). ``on_progress(task, done, total)`` reports bytes for the task
-    ``import`` (source files).
+    ``import`` (source files); ``on_logged(count)`` each batch once it is durable. A memory renamed or deleted
+    while it runs stops it with ``NotFound`` (exit 3), what was logged before kept.
 
     For callers that import again and again (a hook, a follower): ``state`` is the memory's ``ImportState``
     to reuse (its keys are read once, then only what others logged since); past ``deadline`` (a
     ``time.monotonic()`` value) each file stops after its current batch, its position recorded, so the next
     import reads on from there; ``open_file(source)`` opens a source instead of its path (a follower hands
     in the file it holds open, so a file rotated away is read to its end)."""
+    mem.pin()
     state = state if state is not None else ImportState(mem)
     indexer = _Indexer(mem)
     reports = []
     done, total = 0, sum(s.size for s in sources)
+
+    def logged(start: int, messages: list[dict], written: list) -> None:
+        on_logged(len(messages))
+        indexer.logged(start, messages, written)
+
     try:
-        for source in sources:
-            step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-            job = _File(mem, state, source, on_warning, step, timeout, indexer.logged, deadline)
-            with (open_file or _open)(source) as f:
-                reports.append(job.run(f))
-            done += source.size
-    finally:
-        indexer.finish()
+        try:
+            for source in sources:
+                step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
+                job = _File(mem, state, source, on_warning, step, timeout, logged, deadline)
+                with (open_file or _open)(source) as f:
+                    reports.append(job.run(f))
+                done += source.size
+        finally:
+            indexer.finish()
+    except Exception as exc:  # the memory renamed or deleted meanwhile: said as such (exit 3), as append says it
+        if as_error(exc) is not None and mem.moved():  # (any other failure is raised as it is)
+            raise mem._moved() from None
+        raise
     on_progress("import", total, total)
     return reports
 
@@ -282,9 +295,7 @@ class _File:
         if not self.mem.exists():
             if not batch:
                 return  # nothing to import: a writer creates a memory only by logging something
-            from ..home import ensure_dir
-
-            ensure_dir(self.mem.path / "main")
+            self.mem._make_dirs()  # (not again where the memory was renamed or deleted from)
         with self.mem.lock(self.timeout):
             self.state.sync()
             held = self._held(batch)
