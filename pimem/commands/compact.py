@@ -7,7 +7,7 @@ import typer
 from .. import compaction, naming, output
 from ..memory import Memory
 from ..numbers import MAX_I, count, param
-from ..options import Home, Json, Name, Timeout
+from ..options import Home, Json, Name, Timeout, apart
 
 
 def command(
@@ -29,6 +29,7 @@ def command(
       pimem compact main --keep 64000
       pimem compact main --keep 64000 --dry-run --json | jq .keptStart
     """
+    apart(("--dry-run", dry_run), ("--timeout", timeout), why="a dry run takes no lock to wait for")
     result = compaction.compact(Memory.open(naming.given(name), home), keep, dry_run=dry_run, timeout=timeout)
     if json:
         output.json_line(result)

@@ -7,7 +7,7 @@ import typer
 from .. import fsck, output
 from ..errors import IntegrityError
 from ..memory import Memory
-from ..options import Home, Json, Timeout
+from ..options import Home, Json, Timeout, needs
 
 
 def command(
@@ -32,6 +32,7 @@ def command(
       pimem fsck --repair main
       pimem fsck --json | jq -r 'select(.fatal) | .where'
     """
+    needs(("--timeout", timeout), "--repair (only a repair takes the writer lock)", repair)
     unread = output.Unread()
     mems = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     remaining = repairable = 0
