@@ -55,6 +55,8 @@ def command(
     sources = plan(files, format)
     groups = {name: sources} if name is not None else by_project(sources, home)
     mems = {memory: Memory.at(memory, home) for memory in groups}
+    for mem in mems.values():  # (renamed or deleted from here on: said as such, as a write finds it)
+        mem.pin()
     logged = [0]  # messages logged so far, counted as each batch is durable (not read back from the log: a
     # memory renamed or deleted meanwhile is no longer there to count)
     read = malformed = 0
