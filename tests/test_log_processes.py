@@ -144,32 +144,42 @@ def test_the_import_guard_would_notice(home, tmp_path):
     assert "rich" in loaded
 
 
-# pimem run as the CLI, its import pausing before it opens its second file: it says so on the fifo named by
-# argv[1] and waits until the fifo argv[2] is closed by the test
+# pimem run as the CLI, its import pausing before it opens its second file (or, with "start", before it
+# reads any): it says so on the fifo named by argv[2] and waits until the fifo argv[3] is closed by the test
 PAUSING_IMPORT = r"""
 import sys
+import pimem.importers
 import pimem.importers.job as job
 from pimem.cli import main
-paused, go = sys.argv[1:3]
+when, paused, go = sys.argv[1:4]
 opened = []
+
+def pause():
+    with open(paused, "w") as f:
+        f.write("paused\n")
+    with open(go) as f:
+        f.read()
 
 def pausing(source):
     opened.append(source)
-    if len(opened) == 2:
-        with open(paused, "w") as f:
-            f.write("paused\n")
-        with open(go) as f:
-            f.read()
+    if len(opened) == 2 and when == "between":
+        pause()
     return open(source.path, "rb")
 
+def run(*args, **kwargs):
+    if when == "start":
+        pause()
+    return job.run(*args, **kwargs)
+
 job._open = pausing
-sys.argv[1:] = sys.argv[3:]
+pimem.importers.run = run
+sys.argv[1:] = sys.argv[4:]
 main()
 """
 
 
-@pytest.mark.parametrize("how", ["rename", "delete"])
-def test_an_import_whose_memory_is_renamed_or_deleted_stops_as_append_does_and_says_what_went_in(home, tmp_path, how):
+@pytest.mark.parametrize("how,when", [("rename", "between"), ("delete", "between"), ("rename", "start")])
+def test_an_import_whose_memory_is_renamed_or_deleted_stops_as_append_does_and_says_what_went_in(home, tmp_path, how, when):
     """Between an import's files the memory goes (another process renames or deletes it): exit 3, the
     wording of ``append --ndjson``'s and the count of what went in, no memory made again at the old path, and
     the same import again (renamed: its old name leads there) adds the rest once. It used to be exit 7 on a
@@ -190,7 +200,7 @@ def test_an_import_whose_memory_is_renamed_or_deleted_stops_as_append_does_and_s
     os.mkfifo(go)
     cli = lambda *args: subprocess.run([sys.executable, "-m", "pimem", *args], env=subprocess_env(), capture_output=True)  # noqa: E731
     assert cli("append", "im", "seed").returncode == 0
-    importing = subprocess.Popen([sys.executable, "-c", PAUSING_IMPORT, paused, go, "import", first, second, "--name", "im"],
+    importing = subprocess.Popen([sys.executable, "-c", PAUSING_IMPORT, when, paused, go, "import", first, second, "--name", "im"],
                                  env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         with open(paused) as f:
@@ -202,14 +212,15 @@ def test_an_import_whose_memory_is_renamed_or_deleted_stops_as_append_does_and_s
     out, err = importing.communicate(timeout=120)
     assert importing.returncode == 3, err
     assert err.decode() == ("pimem: error: memory 'im' was renamed or deleted while this had it open; nothing more was "
-                            "written: run again; 1,200 messages imported; the same import again reads on from where "
-                            "this one stopped\n")
+                            f"written: run again; {'1,200' if when == 'between' else 0} messages imported; the same "
+                            "import again reads on from where this one stopped\n")
     if how == "delete":
         assert not (home / "im").exists()
         return
-    assert (home / "im").is_file() and Memory.open("im2").count() == 1201
+    assert (home / "im").is_file() and Memory.open("im2").count() == (1201 if when == "between" else 1)
     again = cli("import", first, second, "--name", "im")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.decode().endswith("im2: 10 imported, 0 already present, 0 malformed skipped; 1,211 messages in all\n")
+    added = "10 imported" if when == "between" else "1,210 imported"
+    assert again.stdout.decode().endswith(f"im2: {added}, 0 already present, 0 malformed skipped; 1,211 messages in all\n")
     assert cli("import", first, second, "--name", "im").stdout.decode().startswith("first.ndjson: 0 imported")
     assert cli("fsck", "im2").returncode == 0
