@@ -46,12 +46,12 @@ def command(
       pimem recall shop "mutex" --scope lineage
     """
     apart(("--ids", ids), ("--file", file), ("--kind", kind), ("--page", page if page != 1 else None),
-          why="--ids reads those messages; the others choose what a search or a listing shows")
+          why="--ids names the messages to read; --file, --kind and --page narrow a search or a listing")
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):
         needs(option, "--raw", raw)
         needs(option, "--ids", bool(ids))
     name, query = naming.words(name, query, home)
-    apart(("--ids", ids), ("QUERY", query), why="--ids reads those messages, a QUERY searches")
+    apart(("--ids", ids), ("QUERY", query), why="--ids names the messages to read; QUERY searches")
     named = recall.parse_ids(ids or [])
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):
         needs(option, "one message: give one id in --ids", len(named) == 1)
