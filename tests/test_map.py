@@ -141,7 +141,6 @@ def test_the_title_counts_days_from_the_earliest_message_not_message_0(run, home
 
 def test_lines_are_grouped_by_the_readers_day_not_the_recorded_one(run, home):
     """Dates recorded in UTC were grouped by their UTC day: at UTC+14 10:00Z is the next day already."""
-    import os
     import subprocess
 
     from conftest import pimem_cmd, subprocess_env
