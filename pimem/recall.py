@@ -180,6 +180,7 @@ class Found:
     snippets: dict = field(default_factory=dict)
     capped: bool = False  # a search that looked at the ranker's best POOL messages only: more may match
     tools_matching: int = 0  # nothing selected: how many tool calls and results would be (``_hidden_matches``)
+    repeats: list = field(default_factory=list)  # ids matched but not shown: the same kind and text as a result of the page
 
 
 def recall(mem, request: Request) -> str:
@@ -336,7 +337,8 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
 def _search(mem, request: Request, out: dict[int, dict]) -> Found:
     """The ranker's best messages holding a query term (or, with only ``--file``, the messages naming such
     a path, newest first), filtered by the request, re-weighted for path hits and derived records, best first;
-    the same text shown once."""
+    a message of the same kind and the very same text as a better one shown once, the others counted and
+    listed as its repeats (never a message whose text differs in any character)."""
     from . import search as searching
 
     kinds = _kinds(request)
@@ -357,18 +359,21 @@ def _search(mem, request: Request, out: dict[int, dict]) -> Found:
             score *= 0.2
         scored.append((-score, -r["id"], r))
     scored.sort(key=lambda row: row[:2])
-    ranked, seen_text = [], set()
+    ranked, same = [], {}
     for _, _, r in scored:
-        key = " ".join(r["text"][:480].split())[:240]
-        if key not in seen_text:
-            seen_text.add(key)
+        key = (r["kind"], r["text"])
+        if key in same:
+            same[key].append(r["id"])
+        else:
+            same[key] = []
             ranked.append(r)
     start = (request.page - 1) * request.limit
     page = ranked[start : start + request.limit]
     more = start + request.limit < len(ranked)
+    repeats = [i for r in page for i in same[(r["kind"], r["text"])]]
     snippets = {r["id"]: snippet(r["text"], wanted) for r in page} if wanted else {}
-    return Found("search", page, len(ranked), next_page=request.page + 1 if more else None, snippets=snippets,
-                 capped=capped)
+    return Found("search", page, len(scored), next_page=request.page + 1 if more else None, snippets=snippets,
+                 capped=capped, repeats=repeats)
 
 
 def _kinds(request: Request) -> set[str]:
@@ -440,7 +445,8 @@ def _block(item: dict) -> str:
 
 def _notes_text(notes: dict, request: Request) -> str:
     out = []
-    for name, label in (("omitted", "omitted ids"), ("hidden", "tool traffic hidden, add --include-tools"),
+    for name, label in (("omitted", "omitted ids"), ("sameText", "same text as a result shown"),
+                        ("hidden", "tool traffic hidden, add --include-tools"),
                         ("unlike", f"not {request.source_class}"), ("missing", "not found")):
         if name in notes:
             shown, rest = notes[name]
@@ -449,7 +455,7 @@ def _notes_text(notes: dict, request: Request) -> str:
 
 
 def _notes_json(doc: dict, notes: dict, request: Request) -> dict:
-    for name in ("omitted", "hidden", "unlike", "missing"):
+    for name in ("omitted", "sameText", "hidden", "unlike", "missing"):
         if name in notes:
             shown, rest = notes[name]
             key = f"not{request.source_class.title()}" if name == "unlike" else name
@@ -464,6 +470,8 @@ def _lists(found: Found, ids: list) -> Callable[[int], dict]:
         out = {}
         if ids[k:] or found.beyond:
             out["omitted"] = ids[k:] + found.beyond
+        if found.repeats:
+            out["sameText"] = found.repeats
         if found.hidden:
             out["hidden"] = found.hidden
         if found.unlike:

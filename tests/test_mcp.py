@@ -390,6 +390,18 @@ def test_recall_that_finds_nothing_says_how_many_tool_messages_would_match(home,
     assert shown["structuredContent"]["count"] == 1 and "toolsMatching" not in shown["structuredContent"]
 
 
+def test_recall_counts_every_tool_message_that_matches_not_one_per_long_head(home, run):
+    """toolsMatching said 1 of 40 tool results whose first 240 characters were the same."""
+    lines = "".join(json.dumps({"kind": "tool_result", "text": "x" * 300 + f" root password is hunter{n}"}) + "\n"
+                    for n in range(40))
+    assert run("append", "main", "--ndjson", input=lines).exit_code == 0
+    _, (hidden, shown) = call_all(home, [("recall", {"name": "main", "query": "root password"}),
+                                         ("recall", {"name": "main", "query": "root password", "include_tools": True,
+                                                     "limit": 30})])
+    assert (hidden["structuredContent"]["count"], hidden["structuredContent"]["toolsMatching"]) == (0, 40)
+    assert (shown["structuredContent"]["count"], len(shown["structuredContent"]["results"])) == (40, 30)
+
+
 def test_a_request_whose_id_is_no_string_or_integer_is_refused_and_a_lone_surrogate_id_comes_back_as_sent(home):
     """A request whose id was 1.5, true, an object or null was read as a notification and never answered, and one
     whose id held a lone surrogate escape was answered with U+FFFD in its place: the client waited for ever."""

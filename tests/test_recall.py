@@ -376,6 +376,30 @@ def test_nothing_recalled_says_how_many_tool_messages_match_and_the_option(run, 
     assert api.recall("main", file="theme.ts", home=home)["toolsMatching"] == 3
 
 
+def test_messages_that_share_a_long_head_are_all_recalled_and_identical_ones_counted_and_listed(run, home):
+    """A search kept one message per first 240 characters: of two tracebacks ending in different ports one was
+    gone, and of 40 tool results naming the root password 39 were, the count and the hint saying 1."""
+    head = "Traceback (most recent call last): File app/main.py line 12 in run; File app/db.py line 88 in connect; " * 3
+    log(run, {"kind": "user", "text": head + "the staging db listens on 5433"},
+        {"kind": "user", "text": head + "the production db listens on 6543"},
+        *[{"kind": "tool_result", "text": "[cat]\n" + "x" * 300 + f" root password is hunter{n}"} for n in range(40)])
+    doc = orjson.loads(run("recall", "main", "db listens", "--json").stdout)
+    assert (doc["count"], [r["id"] for r in doc["results"]]) == (2, [1, 0])
+    out = run("recall", "main", "root password")
+    assert (out.exit_code, out.stderr) == (1, "pimem: error: nothing recalled: 40 tool calls and results match; "
+                                              "add --include-tools to show them\n")
+    assert orjson.loads(run("recall", "main", "root password", "--json").stdout)["toolsMatching"] == 40
+    doc = orjson.loads(run("recall", "main", "root password", "--include-tools", "--limit", "30", "--json").stdout)
+    assert (doc["count"], len(doc["results"]), doc["nextPage"]) == (40, 30, 2)
+    # the very same text (and kind) is shown once: the others are counted and listed, not lost
+    log(run, *[{"kind": "user", "text": "deploy with make ship"}] * 3, {"kind": "pi", "text": "deploy with make ship"},
+        {"kind": "user", "text": "deploy  with make ship"})
+    doc = orjson.loads(run("recall", "main", "make ship", "--json").stdout)
+    assert (doc["count"], sorted(r["id"] for r in doc["results"]), doc["sameTextIds"]) == (5, [44, 45, 46], [43, 42])
+    text = run("recall", "main", "make ship").stdout
+    assert "(same text as a result shown: [43,42])" in text and text.startswith("pimem recall (5 results)")
+
+
 def test_the_tool_traffic_hint_counts_with_the_requests_filters(run, home):
     """The hint counts what the same request would find with tool traffic shown: none under a kind that is no
     tool's (``--kind user``), nor past another filter (a source class, a file)."""
