@@ -95,6 +95,7 @@ _RULES = {"max_text_bytes": "a whole number of bytes above 0",
           "max_cost_per_day": f"dollars, from 0 to {_MOST['max_cost_per_day']:,.0f}, or null",
           **dict.fromkeys(("view", "cview"), "an object of hi and lo, in bytes")}
 _END_RULE = "a whole number of bytes above 0, lo at most hi"  # a view's hi or lo
+_API_KEY = re.compile(r"(?i)(\w*[_-])?api[_-]?key|key")  # a setting that would hold an API key itself
 _LARGEST = 2**63 - 1  # a number JSON keeps here at most (orjson writes no larger integer, and NaN as null)
 
 
@@ -135,8 +136,9 @@ def settings(path: Path) -> dict:
 
 
 def _shaped(own: dict, path: Path) -> dict:
-    """``own``, the settings of the file ``path``, once each is of its shape; ``BadInput`` naming the first that
-    is not."""
+    """``own``, the settings of the file ``path``, once each is known and of its shape; ``BadInput`` naming the
+    first that is not."""
+    _known(own, path)
     for key, value in own.items():
         shape, rule = _SHAPES.get(key), f" (use {_RULES[key]})" if key in _RULES else ""
         wrong = shape is not None and _wrong(value, shape, _MOST.get(key, float("inf")))
@@ -156,6 +158,32 @@ def _shaped(own: dict, path: Path) -> dict:
         if wrong:
             raise BadInput(f"{path}: {key} cannot be {_said(value)}{rule}; fix it or remove it")
     return own
+
+
+def _known(own: dict, path: Path) -> None:
+    """``BadInput`` naming the first setting of ``own`` (the file ``path``'s) that pimem does not know, with the
+    one likely meant: a misspelled ``max_cost_per_day`` taken silently is no cap at all. An API key is said to
+    come from the environment (its value never repeated)."""
+    for key, value in own.items():
+        within, names = "", _SHAPES
+        if key in ("view", "cview") and isinstance(value, dict):
+            within, names = f"{key}.", ("hi", "lo")
+        elif key == "compactor" and isinstance(value, dict):
+            within, names = "compactor.", _COMPACTOR_SHAPES
+        for name in value if within else [key]:
+            if name in names:
+                continue
+            name = name if isinstance(name, str) else repr(name)  # (a dict from Python may have any key)
+            if _API_KEY.fullmatch(name):
+                raise BadInput(f"{path}: {within}{name}: pimem reads API keys only from the environment, from the "
+                               "variable the compactor's key_env names (pimem model NAME PROVIDER/MODEL --key-env VAR); "
+                               "remove it")
+            import difflib
+
+            likely = difflib.get_close_matches(name, names, n=1)
+            meant = (f"did you mean {within}{likely[0]}?" if likely
+                     else f"the settings are {', '.join(within + n for n in names)}")
+            raise BadInput(f"{path}: {within}{orjson.dumps(name).decode()[1:-1][:80]} is no setting ({meant}); fix it or remove it")
 
 
 def _said(value) -> str:

@@ -116,3 +116,54 @@ def test_a_number_setting_refused_says_what_it_takes(sh, home):
     with pytest.raises(BadInput, match=r"max_text_bytes cannot be 1e\+20 \(use a whole number of bytes above 0\)"):
         Memory.open("m").save_config({"max_text_bytes": 1e20})
     assert path.read_bytes() == b""
+
+
+def test_an_unknown_setting_is_refused_with_the_one_likely_meant_and_never_saved(sh, home):
+    """A misspelled setting was taken silently (``max_cost_per_dya``: a watcher then had no cap at all), from
+    Python too: every command reading the file refuses it as it refuses a wrong value (one line naming the file,
+    the setting and the one likely meant, exit 2, nothing written), ``save_config`` writes nothing, and an API key
+    is said to come from the environment (its value never repeated)."""
+    import pytest
+
+    from conftest import snapshot
+    from pimem import Memory
+    from pimem.errors import BadInput
+
+    assert sh("append", "m", "hello").returncode == 0
+    path = home / "m" / "config.json"
+    for setting, said in (
+            ({"max_cost_per_dya": 0.001}, "max_cost_per_dya is no setting (did you mean max_cost_per_day?)"),
+            ({"compactor": {"provider": "extractive", "timout": 5}},
+             "compactor.timout is no setting (did you mean compactor.timeout?)"),
+            ({"view": {"hi": 2000, "low": 1000}}, "view.low is no setting (did you mean view.lo?)"),
+            ({"zzz": 1}, "zzz is no setting (the settings are view, cview, line_bytes, max_text_bytes, compactor, "
+                         "max_cost_per_day, context_wait)"),
+            ({"api_key": "sk-test-Zx9Yw8Vu7Ts6"}, "api_key: pimem reads API keys only from the environment, from "
+                                                  "the variable the compactor's key_env names (pimem model NAME "
+                                                  "PROVIDER/MODEL --key-env VAR); remove it"),
+            ({"compactor": {"provider": "openai", "model": "m", "api_key": "sk-test-Zx9Yw8Vu7Ts6"}},
+             "compactor.api_key: pimem reads API keys only from the environment, from the variable the compactor's "
+             "key_env names (pimem model NAME PROVIDER/MODEL --key-env VAR); remove it")):
+        end = "" if said.endswith("remove it") else "; fix it or remove it"
+        path.write_bytes(orjson.dumps(setting))
+        before = snapshot(home)
+        for argv in (["status", "m"], ["model", "m"], ["build-tree", "m"], ["fsck", "m"], ["watch", "m"],
+                     ["append", "m", "not logged"]):
+            out = sh(*argv)
+            err = out.stderr.decode()
+            assert out.returncode == 2 and err.count("\n") == 1, (argv, err)
+            assert err.startswith("pimem: error: ") and err.endswith(f"{path}: {said}{end}\n"), (argv, err)
+            assert "sk-test" not in err
+        assert snapshot(home) == before
+        path.write_bytes(b"")
+        with pytest.raises(BadInput, match=said.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+            Memory.open("m").save_config(setting)
+        assert path.read_bytes() == b""
+    home_path = home / "config.json"
+    home_path.write_bytes(orjson.dumps({"context_wiat": 2}))
+    out = sh("status", "m")
+    assert out.returncode == 2 and out.stderr.decode().endswith(
+        f"{home_path}: context_wiat is no setting (did you mean context_wait?); fix it or remove it\n")
+    home_path.unlink()
+    Memory.open("m").save_config({"max_cost_per_dya": None})  # (a None takes a setting away: one misspelled too)
+    assert sh("status", "m").returncode == 0
