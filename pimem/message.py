@@ -75,7 +75,7 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
     text = record.get("text")
     if not isinstance(text, str):
         raise BadInput("missing text: every message needs a text string")
-    if not text or text.isspace():
+    if not text:  # (a text of whitespace alone is what was written, and is logged as it is)
         raise BadInput("empty text: there is nothing to log")
     if "\x00" in text:
         raise BadInput("text contains a NUL byte")

@@ -452,6 +452,30 @@ def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
     assert len(msgs[2]["text"]) < 30_100 and "characters of tool output cut by pimem" in msgs[2]["text"]
 
 
+def test_a_turn_of_whitespace_alone_is_imported_as_written(run, tmp_path):
+    """A user turn of spaces, a tab or U+3000 alone is what was typed: pi, Claude Code and Codex dropped it and
+    NDJSON skipped it as malformed (empty text)."""
+    t = "2026-03-02T09:00:{:02d}.000Z".format
+    write_jsonl(tmp_path / "pi.jsonl", [
+        {"type": "session", "version": 3, "id": "sess-w", "timestamp": t(0), "cwd": "/home/dev/blank"},
+        {"type": "message", "id": "u1", "parentId": None, "timestamp": t(1), "message": {"role": "user", "content": "   "}},
+        {"type": "message", "id": "a1", "parentId": "u1", "timestamp": t(2),
+         "message": {"role": "assistant", "content": [{"type": "text", "text": "you sent blanks"}]}}])
+    write_jsonl(tmp_path / "claude.jsonl", [{**line, "message": {"role": "user", "content": [{"type": "text", "text": "\n\t"}]}}
+                                            if line.get("uuid") == "u1" else line for line in claude_lines("cs-w")])
+    cx = codex_lines()
+    cx[4] = {**cx[4], "payload": {**cx[4]["payload"], "content": [{"type": "input_text", "text": "\u3000"}]}}
+    write_jsonl(tmp_path / "codex.jsonl", cx)
+    write_jsonl(tmp_path / "x.ndjson", [{"kind": "user", "text": "  ", "date": t(3)}, {"kind": "pi", "text": "ok", "date": t(4)}])
+    out = [run("import", tmp_path / f, *name) for f, name in (("pi.jsonl", ()), ("claude.jsonl", ()), ("codex.jsonl", ()),
+                                                              ("x.ndjson", ("-n", "nd")))]
+    assert [(o.exit_code, " 0 malformed skipped" in o.stdout) for o in out] == [(0, True)] * 4, out
+    assert brief(messages("blank")) == [("user", "   "), ("pi", "you sent blanks")]
+    assert brief(messages("api"))[0] == ("user", "\n\t")
+    assert brief(messages("tool"))[0] == ("user", "\u3000")
+    assert brief(messages("nd")) == [("user", "  "), ("pi", "ok")]
+
+
 def test_counts_are_written_with_thousands_separators_as_the_total_is(run, home, tmp_path):
     """1,200 messages read '1,200 imported', as '1,200 messages in all' already did (it read '1200 imported')."""
     path = write_jsonl(tmp_path / "big.ndjson", [

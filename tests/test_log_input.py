@@ -44,7 +44,6 @@ BAD_APPENDS = [
     ("meta nested too deeply", ["main", "--meta", '{"a":' * 300 + "1" + "}" * 300, "hello"], None, ["nested deeper"]),
     ("meta nested too deeply in NDJSON", ["main", "--ndjson"], ndjson(GOOD, b'{"kind":"user","text":"x","meta":' + b'{"a":' * 300 + b"1" + b"}" * 301 + b"\n"), ["line 2", "nested deeper"]),
     ("empty text argument", ["main", ""], None, ["empty text"]),
-    ("blank text argument", ["main", "  \n\t "], None, ["empty text"]),
     ("empty stdin", ["main"], b"", ["empty text"]),
     ("empty text in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "pi", "text": ""}), ["line 2", "empty text"]),
     ("no lines at all with --ndjson", ["main", "--ndjson"], b"\n\n", ["no messages"]),
@@ -71,6 +70,31 @@ def test_bad_append_is_refused_whole_and_changes_nothing(run, home, what, argv, 
         assert word in lines[0]
     assert snapshot(home) == before
     assert [m["text"] for m in Memory.open("main").messages()] == [r["text"] for r in SEEDED]
+
+
+def test_a_message_of_whitespace_alone_is_logged_as_given_and_every_reader_takes_it(run, home):
+    """A text of spaces, tabs, line breaks or U+3000 alone is what was written: it was refused as empty text."""
+    blanks = ["   ", "\n\t", "\u3000", " " * 600, "\n" * 700]  # (the last two over a verbatim leaf's 512 bytes)
+    assert [run("append", "main", text).stdout for text in blanks[:3]] == ["0\n", "1\n", "2\n"]
+    assert run("append", "main", "-k", "pi", input=" \n").stdout == "3\n"
+    out = run("append", "main", "--ndjson", input=ndjson(*({"kind": "user", "text": t} for t in blanks[3:]),
+                                                          {"kind": "pi", "text": "the port is 5433"}))
+    assert (out.exit_code, out.stdout) == (0, "4\n5\n6\n")
+    assert [m["text"] for m in Memory.open("main").messages()] == blanks[:3] + [" \n"] + blanks[3:] + ["the port is 5433"]
+    assert run("append", "main", "").exit_code == 2  # (nothing at all is still nothing to log)
+    view = run("view", "main").stdout.splitlines()
+    assert view[:4] == ["0+1|user:    ", "1+1|user:   ", "2+1|user: \u3000", "3+1|pi:   "], view
+    assert run("zoom", "main", "1+1").stdout == "1+1|user: \n\t\n"  # (a leaf zoomed is the message as written)
+    assert run("build-tree", "main").exit_code == 0  # the offline compactor writes a line for each, none empty
+    tree = [orjson.loads(line) for f in sorted((home / "main" / "tree").iterdir()) for line in f.read_text().splitlines()]
+    assert tree and all(node["text"].strip() for node in tree if node.get("model") == "extractive")
+    assert {(n["l"], n["i"]) for n in tree if n.get("model") == "extractive"} >= {(0, 4), (0, 5)}
+    assert run("fsck", "main").exit_code == 0
+    assert orjson.loads(run("message", "main", "1", "--json").stdout)["text"] == "\n\t"
+    recalled = orjson.loads(run("recall", "main", "--ids", "0,2", "--json").stdout)
+    assert [r["text"] for r in recalled["results"]] == ["   ", "\u3000"]
+    assert [orjson.loads(line)["text"] for line in run("since", "main", "1d").stdout.splitlines()][:2] == ["   ", "\n\t"]
+    assert run("search", "5433", "main").exit_code == 0 and run("context", "main").exit_code == 0
 
 
 def test_bad_input_for_a_new_memory_creates_nothing(run, home):

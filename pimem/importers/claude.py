@@ -82,7 +82,7 @@ class ClaudeParser(Parser):
             parts.append(("tool", text, {"tool": "Bash", "command": shell.group(1)}))
         elif _SHELL_OUTPUT.match(text):
             parts.append(("echo", text, {"tool": "Bash"} if "<bash-" in text else {}))
-        elif text.strip():
+        elif text:  # (whitespace alone is what was typed)
             parts.append(("user", text, {"marker": text.strip() in CLAUDE_MARKERS}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":

@@ -92,8 +92,8 @@ class CodexParser(Parser):
         if kind == "message":
             role = item.get("role")
             if role == "user":
-                text = "\n".join(blocks_text([b], TEXT_TYPES) for b in _content(item) if not _boilerplate(b))
-                return [("user", text, {})] if text.strip() else []
+                said = [blocks_text([b], TEXT_TYPES) for b in _content(item) if not _boilerplate(b)]
+                return [("user", "\n".join(said), {})] if any(said) else []  # (whitespace alone is what was typed)
             if role == "assistant":
                 text = blocks_text(_content(item), TEXT_TYPES)
                 return [("pi", text, {"model": model})] if text.strip() else []

@@ -120,7 +120,7 @@ class PiParser(Parser):
         content = message.get("content")
         if role == "user":
             text = blocks_text(content)
-            return [("user", text, {})] if text.strip() else []
+            return [("user", text, {})] if text else []  # (whitespace alone is what was typed)
         if role == "assistant":
             parts = []
             text = blocks_text(content)
