@@ -91,6 +91,7 @@ class Scheduler:
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
     _waits_told: dict = field(default_factory=dict)  # builder -> the nodes of its ``deferred`` told ``on_wait`` of
     _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
+    capped: dict = field(default_factory=dict)  # memory name -> the ``capped`` event its daily cap was last reached with
     overbilled: dict = field(default_factory=dict)  # builder -> why its calls were billed past their worst case
     held: set = field(default_factory=set)  # builders that start nothing new (to be replaced once their calls are in)
 
@@ -155,10 +156,17 @@ class Scheduler:
                     self._capped[builder] = day
                     below = {"max_cost_per_day": cap, "next_call": round(worst, 6)} if worst > cap else None
                     builder.state.cap_reached(day, _day_end(day), below, cap if builder.cap_is_setting else None)
-                    self.emit({"event": "capped", "memory": builder.name, "day": day, "spent": round(today, 6),
-                               "max_cost_per_day": cap, "next_call": round(worst, 6)})
+                    self.capped[builder.name] = {"event": "capped", "memory": builder.name, "day": day,
+                                                 "spent": round(today, 6), "max_cost_per_day": cap,
+                                                 "next_call": round(worst, 6)}
+                    self.emit(self.capped[builder.name])
                 return False
         return True
+
+    def capped_today(self, builder: Builder) -> bool:
+        """Whether ``builder``'s daily cap held back its calls for the rest of its local day (``build-tree``
+        stops there; ``watch`` waits)."""
+        return builder in self._capped and self._capped[builder] == builder.spent_today()[0]
 
     def _dispatch(self, now: float) -> bool:
         """Start what can start; True when something was built inline (so look again at once)."""
@@ -436,7 +444,7 @@ class Scheduler:
                 if progressed:
                     self._flush(due_only=True)
                     continue
-                if once and not self._inflight and all(b.idle() for b in self.builders):
+                if once and not self._inflight and all(b.idle() or self.capped_today(b) for b in self.builders):
                     break
                 if once and self.stopped_for_cost and not self._inflight:
                     break
@@ -565,7 +573,11 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
                 if lease is None:  # (stopped while waiting for it)
                     break
                 leases.append(lease)
-                scheduler.add(Builder(mem, compactor=compactor, lease=lease, retries=retries))
+                built = Builder(mem, compactor=compactor, lease=lease, retries=retries,
+                                max_cost_per_day=None if compactor is not None else daily_cap(mem))
+                built.cap_is_setting = True
+                built.state.cap_lifted()  # (a mark an earlier builder left: set again if this run is capped too)
+                scheduler.add(built)
                 if embedding:
                     embedding.add(mem)
             if scheduler.stopped:
@@ -579,6 +591,19 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     if scheduler.refused and not keep_going:
         raise next(iter(scheduler.refused.values()))
     return scheduler
+
+
+def daily_cap(mem) -> float | None:
+    """The memory's ``max_cost_per_day`` (None: no cap), which ``build-tree`` keeps as ``watch`` does, on the same
+    day's ledger; ``BadInput`` when it is set for a compactor without prices, which no cap can count."""
+    cap = mem.config.get("max_cost_per_day")
+    if cap is None:
+        return None
+    cfg = mem.config.get("compactor") or {}
+    if (cfg.get("provider") or "extractive") != "extractive" and cfg.get("price_in") is None:  # (both or neither)
+        raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
+                       f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
+    return float(cap)
 
 
 def _close(scheduler: Scheduler, leases) -> None:

@@ -1368,3 +1368,49 @@ def test_a_build_starts_from_the_saved_view_cut_at_its_first_placeholder(run, ho
     assert "compress message 61 " in leaf["messages"][-1]["content"]
     chat = leaf["messages"][-1]["content"].split("<chat>\n", 1)[1].split("</chat>", 1)[0]
     assert re.search(r"^60\+1\|user: short 60$", chat, re.M)  # (its view ends just before its message)
+
+
+def test_build_tree_keeps_the_daily_cap_a_watcher_keeps_and_status_says_so(run, home, monkeypatch):
+    """``max_cost_per_day`` caps build-tree too (a cron run), on the day's ledger a watcher keeps: it stops at
+    the cap with the watcher's ``capped`` event, exit 6, and the next run that day sends nothing; ``--max-cost``
+    still holds per run. Once no cap holds, a run builds it all and ``status`` no longer says capped."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", latency=0.05) as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 30)
+        mem.save_config({"max_cost_per_day": 0.02})  # (a call's worst case is $0.018)
+        out = run("build-tree", "m", "--json")
+        assert out.exit_code == 6, out.stderr
+        events = [orjson.loads(line) for line in out.stdout.splitlines()]
+        (capped,) = [e for e in events if e["event"] == "capped"]
+        assert (capped["day"], capped["max_cost_per_day"]) == ("2026-10-08", 0.02)
+        assert "stopped: m: spent $0.0" in out.stderr and "of the daily cap of $0.02 on 2026-10-08" in out.stderr, out.stderr
+        assert "nodes remain unbuilt" in out.stderr
+        spent = builder.spent(Memory.open("m"), day="2026-10-08")
+        assert 0 < spent["cost"] <= 0.02 and builder.survey(Memory.open("m"))["pending"]
+        calls = len(server.requests)
+        again = run("build-tree", "m")
+        assert again.exit_code == 6 and len(server.requests) == calls  # (the day's ledger: nothing more today)
+        assert "capped    the daily spend cap was reached on 2026-10-08" in run("status", "m").stdout
+        mem.save_config({"max_cost_per_day": 1.0})
+        per_run = run("build-tree", "m", "--max-cost", "0.01")
+        assert per_run.exit_code == 6 and "stopped before spending more than $0.01" in per_run.stderr
+        assert run("build-tree", "m").exit_code == 0
+    assert_complete(Memory.open("m"))
+    status = orjson.loads(run("status", "m", "--json").stdout)
+    assert status["capped"] is None and status["tree"]["pending"] == 0
+
+
+def test_a_mark_a_watcher_left_under_its_flag_is_lifted_by_a_build_tree_that_builds_it_all(run, home, monkeypatch):
+    """A watcher capped by ``--max-cost-per-day`` (no setting) left its mark; build-tree, with no cap of its
+    own, builds everything: ``status`` no longer claims that nothing more is built until tomorrow."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 6)
+        BuildState(mem.path).cap_reached("2026-10-08", "2026-10-08T16:00:00+00:00")
+        assert "capped    the daily" in run("status", "m").stdout
+        assert run("build-tree", "m").exit_code == 0
+    assert_complete(Memory.open("m"))
+    assert "\ncapped  " not in run("status", "m").stdout
+

@@ -150,11 +150,26 @@ def command(
         raise ProviderError(f"stopped before spending more than {dollars(max_cost)} (spent {money(sched.spent())}, and the next "
                             f"call may cost up to {money(sched.next_worst)} at its worst case); "
                             f"{_remain(sched.pending())}")
+    capped = [sched.capped[b.name] for b in built if b.name in sched.capped and sched.capped_today(b)]
+    if capped:  # (the watcher's event and words: the calls wait for the next day, the next run's)
+        raise ProviderError("; ".join(_said_capped(event, builders.survey(Memory.open(event["memory"], home))["pending"])
+                                      for event in capped))
     if failed:
         builder, node = next((b, node) for b in built for node in sorted(b.gave_up))
         error = builder.state.failures.get(label(*node), {}).get("error", "")
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
                             f"{label(*node)}: {error[:200]}); the next run retries them")
+
+
+def _said_capped(event: dict, pending: int) -> str:
+    """Why a memory's build stopped at its daily cap (its ``capped`` event), and the nodes left for a later run."""
+    if event["next_call"] > event["max_cost_per_day"]:
+        return (f"{event['memory']}: a call may cost up to {money(event['next_call'])} at its worst case, more than the "
+                f"daily cap of {dollars(event['max_cost_per_day'])} (max_cost_per_day): nothing is built until it is "
+                f"raised; {_remain(pending)}")
+    return (f"stopped: {event['memory']}: spent {money(event['spent'])} of the daily cap of "
+            f"{dollars(event['max_cost_per_day'])} on {event['day']} (max_cost_per_day; the next call may cost up to "
+            f"{money(event['next_call'])} at its worst case); {_remain(pending)}: a run after that day builds them")
 
 
 def _remain(pending: int) -> str:

@@ -123,7 +123,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                                  f"daily spend cap of {dollars(below['max_cost_per_day'])}: nothing is built until the cap is "
                                  "raised", "yellow"))
     elif row["capped"]:
-        output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']} (the watcher's day): "
+        output.line(output.style(f"capped    the daily spend cap was reached on {row['capped']} (the builder's local day): "
                                  f"nothing more is built until {row['capped_until']}", "yellow"))
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
