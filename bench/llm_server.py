@@ -78,6 +78,7 @@ class FakeLLM:
         self.requests: list[dict] = []
         self.raw: list[bytes] = []
         self.headers: list[dict] = []
+        self.paths: list[str] = []  # each request's path
         self._lock = threading.Lock()
         server = self
 
@@ -99,6 +100,7 @@ class FakeLLM:
                     n = len(server.raw)
                     server.raw.append(raw)
                     server.headers.append(dict(self.headers))
+                    server.paths.append(self.path)
                     try:
                         body = json.loads(raw)
                     except ValueError:

@@ -813,8 +813,11 @@ class ContextView:
 
 def asked_of(cfg: dict) -> str:
     """The model and where it is asked (its server's URL, or its command), as a failure records it: a retry
-    time one server asked for holds back the calls to that one only (``Builder._deferred``)."""
-    where = cfg.get("base_url") or cfg.get("command")
+    time one server asked for holds back the calls to that one only (``Builder._deferred``). A password in
+    the URL is left out (it is recorded in ``compactor.json`` and shown by ``status``)."""
+    from .compactor.providers import without_password
+
+    where = without_password(cfg["base_url"]) if cfg.get("base_url") else cfg.get("command")
     return f"{compactor_label(cfg)} at {where}" if where else compactor_label(cfg)
 
 

@@ -223,6 +223,133 @@ def test_a_cached_price_above_the_input_price_is_within_the_worst_case(tmp_path,
     assert dear.worst_cost(task) == pytest.approx(2 * (sent * 20.0 + out * 5.0) / 1e6)
 
 
+@contextlib.contextmanager
+def _replying(status: int, head: bytes, body, pause: float = 0.0):
+    """A server on 127.0.0.1 whose every reply is ``status`` with ``head`` then each chunk of ``body`` (an
+    iterable of bytes), ``pause`` seconds apart; yields its base URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            chunks = list(body)
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(head) + sum(map(len, chunks))))
+            self.end_headers()
+            try:
+                self.wfile.write(head)
+                for chunk in chunks:
+                    self.wfile.flush()
+                    time.sleep(pause)
+                    self.wfile.write(chunk)
+            except OSError:  # (the client gave up)
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _completion(content: bytes) -> bytes:
+    return (b'{"choices":[{"index":0,"message":{"role":"assistant","content":"' + content
+            + b'"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":100}}')
+
+
+def test_a_reply_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_path, monkeypatch):
+    """``timeout`` bounds the whole call, not each read: a server sending its headers, then a byte every 0.2 s
+    (80 s in all), fails the call as a silent one does, long before it would have finished."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    reply = _completion(b"user: trickled summary.")
+    with _replying(200, b"", [reply[k:k + 1] for k in range(len(reply))], pause=0.2) as url:
+        comp = Compactor({"provider": "openai", "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY",
+                          "timeout": 2}, BuildState(tmp_path))
+        start = time.monotonic()
+        with pytest.raises(CallFailed) as failed:
+            comp.build(Task(0, 3, kind="user", text="x" * 900))
+        took = time.monotonic() - start
+        comp.close()
+    assert str(failed.value) == f"{url}/chat/completions: no answer within 2 s"
+    assert took < 0.2 * len(reply) / 2  # (generous: the trickle alone takes 0.2 s a byte)
+
+
+def test_a_reply_past_its_bound_fails_the_call_unread(tmp_path, monkeypatch):
+    """A completion of 8 MiB (a valid one: 200 MiB took 3.9 GB) is not held whole: the call fails past
+    ``HTTP_REPLY`` bytes, saying so; an error page that long still shows its head."""
+    from pimem.compactor import providers
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    words = [b"word " * 65536] * 25
+    assert providers.HTTP_REPLY < sum(map(len, words)) < 2 * providers.HTTP_REPLY
+    task = Task(0, 3, kind="user", text="x" * 900)
+    with _replying(200, _completion(b"")[:-66], words) as url:
+        comp = Compactor({"provider": "openai", "model": "m", "base_url": url}, BuildState(tmp_path))
+        with pytest.raises(CallFailed) as failed:
+            comp.build(task)
+        comp.close()
+    assert str(failed.value) == (f"{url}/chat/completions: the reply is over 4 MiB (a summary's is a few KB); "
+                                 "the rest was not read")
+    with _replying(502, b"<html>bad gateway ", words) as url:
+        comp = Compactor({"provider": "openai", "model": "m", "base_url": url}, BuildState(tmp_path))
+        with pytest.raises(CallFailed) as failed:
+            comp.build(task)
+        comp.close()
+    assert str(failed.value).startswith(f"{url}/chat/completions: HTTP 502: <html>bad gateway word word")
+
+
+def test_a_password_in_the_base_url_is_never_shown_nor_recorded(run, sh, home, tmp_path, monkeypatch):
+    """``http://user:password@host/v1``: the build's error, ``status``, ``compactor.json`` and the log show
+    the URL without it; a server echoing the ``Basic`` header it became is hidden too."""
+    import orjson
+
+    from pimem import Memory
+    from pimem.compactor import providers
+
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-testkey-abcdefghijklmnop")
+    Memory.at("m").append([{"kind": "user", "text": f"message {k}: " + "words " * 150} for k in range(4)])
+    with FakeLLM("openai", faults=["500"] * 20) as server:
+        url = server.url.replace("http://", "http://bob:UrlPw0rdSecret@")
+        assert run("model", "m", "openai/x", "--base-url", url, "--key-env", "TEST_LLM_KEY").exit_code == 0
+        config = orjson.loads((home / "m" / "config.json").read_bytes())
+        config["compactor"]["retry_seconds"] = 0  # (the second build retries at once)
+        (home / "m" / "config.json").write_bytes(orjson.dumps(config))
+        built = sh("build-tree", "m", "--retries", "0")
+        logged = sh("build-tree", "m", "--retries", "0", "--log", tmp_path / "build.log")
+    stderr, log = built.stderr.decode(), (tmp_path / "build.log").read_text()
+    assert built.returncode == 6 and f"{server.url}/chat/completions: HTTP 500" in stderr
+    assert logged.returncode == 6 and f"{server.url}/chat/completions: HTTP 500" in log
+    status = run("status", "m").stdout
+    assert f"failing   0+1: {server.url}/chat/completions: HTTP 500" in status
+    for shown in (stderr, status, (home / "m" / "compactor.json").read_text(), log):
+        assert "UrlPw0rdSecret" not in shown
+    provider = providers.OpenAI("m", url, key_env="TEST_LLM_KEY")
+    echo = "bad key Basic Ym9iOlVybFB3MHJkU2VjcmV0 for bob:UrlPw0rdSecret at " + url
+    assert provider._hidden(echo) == f"bad key Basic [password] for bob:[password] at {server.url}"
+
+
+def test_an_anthropic_base_url_ending_in_v1_reaches_the_messages_api(tmp_path, monkeypatch):
+    """An OpenAI URL holds /v1 and Anthropic's does not; written either way, an Anthropic one reaches
+    /v1/messages (with it, calls went to /v1/v1/messages)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("anthropic") as server:
+        for url in (server.url, server.url + "/v1", server.url + "/v1/"):
+            server.url = url
+            text, _ = _compactor(server, "anthropic", tmp_path).build(Task(0, 3, kind="user", text="x" * 900))
+            assert text.startswith("user: summary of 3")
+    assert server.paths == ["/v1/messages"] * 3
+
+
 def _alive(marker: str) -> list[int]:
     """Processes whose command line holds ``marker``."""
     found = []

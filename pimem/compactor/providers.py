@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import email.utils
+import json
 import os
 import re
 import subprocess
@@ -131,12 +132,48 @@ def _proxy_for(url: str) -> str | None:
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
-def _without_password(url: str) -> str:
-    """``url`` as an error may show it: without the user and password a proxy URL may carry."""
+def without_password(url: str) -> str:
+    """``url`` as an error may show it: without the user and password a proxy URL or ``--base-url`` may carry."""
     import urllib.parse
 
     parts = urllib.parse.urlsplit(url)
     return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def _hide_password(text: str, url: str) -> str:
+    """``text`` without the password ``url`` carries (``http://user:password@host/v1``): as written, as sent
+    (percent-decoded, and in the ``Basic`` header httpx makes of it, which a server may echo), ``[password]``
+    in its place, and ``url`` itself as ``without_password`` shows it."""
+    import base64
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        user, _, password = userinfo.partition(":")
+        plain = [urllib.parse.unquote(user), urllib.parse.unquote(password)]
+        basic = base64.b64encode(":".join(plain).encode()).decode()
+        text = text.replace(url, without_password(url)).replace(basic, "[password]")
+        for secret in sorted({password, plain[1]}, key=len, reverse=True):
+            if len(secret) >= KEY_LEAST:  # (as for a key: a shorter one would be every such letter of the error)
+                text = text.replace(secret, "[password]")
+    return text
+
+
+HTTP_REPLY = 4 << 20  # bytes of an HTTP reply read, at most (a completion is a few KB): a longer one fails the call
+
+
+def _body(response, deadline: float) -> tuple[bytes, bool]:
+    """The body of ``response`` as it comes, up to ``HTTP_REPLY`` bytes, and whether that is all of it (no more
+    is read: a flood is never held whole). ``TimeoutError`` once ``deadline`` (``time.monotonic``) passes."""
+    content = bytearray()
+    for chunk in response.iter_bytes():
+        if time.monotonic() > deadline:
+            raise TimeoutError
+        content += chunk
+        if len(content) > HTTP_REPLY:
+            return bytes(content[:HTTP_REPLY]), False
+    return bytes(content), True
 
 
 class HttpProvider:
@@ -172,46 +209,54 @@ class HttpProvider:
         for secret in {raw, raw.strip()} - {""}:
             if len(secret.strip()) >= KEY_LEAST:
                 text = text.replace(secret, "[API key]").replace(repr(secret.encode())[2:-1], "[API key]")
-        return text
+        return _hide_password(text, self.base_url)
 
     def post(self, path: str, body: dict, headers: dict) -> dict:
         import httpx
 
         url = self.base_url + path
+        shown = without_password(url)
         if self._client is None:
             proxy = _proxy_for(self.base_url)
-            self._via = f" via proxy {_without_password(proxy)}" if proxy else ""
+            self._via = f" via proxy {without_password(proxy)}" if proxy else ""
             try:  # (a transport of our own: httpx then reads no proxy from the environment itself)
                 transport = httpx.HTTPTransport(proxy=proxy)
             except ImportError:  # a socks proxy without the socksio package
-                raise Unusable(f"{url}{self._via}: a socks proxy needs the socksio package: pip install "
+                raise Unusable(f"{shown}{self._via}: a socks proxy needs the socksio package: pip install "
                                "'httpx[socks]'") from None
             except ValueError as exc:  # (a scheme httpx does not know: socks4://, ftp://)
-                raise Unusable(f"{url}{self._via}: {exc}; use an http://, https:// or socks5:// proxy") from None
+                raise Unusable(f"{shown}{self._via}: {exc}; use an http://, https:// or socks5:// proxy") from None
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
                                         transport=transport)
-        where = url + self._via
+        where = shown + self._via
+        deadline = time.monotonic() + self.timeout  # (the whole call: a reply trickled byte by byte as well)
         try:
-            response = self._client.post(url, content=orjson.dumps(body), headers={**headers, "content-type": "application/json"})
-        except httpx.TimeoutException:
+            with self._client.stream("POST", url, content=orjson.dumps(body),
+                                     headers={**headers, "content-type": "application/json"}) as response:
+                content, whole = _body(response, deadline)
+        except (httpx.TimeoutException, TimeoutError):
             raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
         if 300 <= response.status_code < 400:  # (not followed: the request, key and all, goes where it was set to)
             location = response.headers.get("location")
             target = str(response.url.join(location)) if location else "nowhere (no Location header)"
-            raise CallFailed(self._hidden(f"{where}: HTTP {response.status_code} redirect to {target} "
-                                          "(not followed: set --base-url to where it points)"))
+            raise CallFailed(self._hidden(f"{where}: HTTP {response.status_code} redirect to "
+                                          f"{without_password(target)} (not followed: set --base-url to where it points)"))
+        text = content.decode(response.encoding or "utf-8", "replace")
         if response.status_code >= 400:
-            detail = self._hidden(" ".join(response.text.split())[:300])  # (a server may echo the request)
+            detail = self._hidden(" ".join(text.split())[:300])  # (a server may echo the request)
             raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers),
                              refused=response.status_code in REFUSED)
+        if not whole:
+            raise CallFailed(f"{where}: the reply is over {HTTP_REPLY >> 20} MiB (a summary's is a few KB); "
+                             "the rest was not read")
         try:
-            data = response.json()
+            data = json.loads(content)
         except ValueError:
-            raise CallFailed(f"{url}: the reply is not JSON: {response.text[:120]!r}") from None
+            raise CallFailed(self._hidden(f"{where}: the reply is not JSON: {text[:120]!r}")) from None
         if not isinstance(data, dict):
-            raise CallFailed(f"{url}: the reply is not a JSON object")
+            raise CallFailed(f"{where}: the reply is not a JSON object")
         return data
 
     def close(self) -> None:
@@ -284,7 +329,8 @@ class Anthropic(HttpProvider):
             "max_tokens": max_tokens,
             "temperature": 0.2,
         }
-        data = self.post("/v1/messages", body, headers)
+        # (an OpenAI URL ends in /v1, Anthropic's does not: one written so either way reaches /v1/messages)
+        data = self.post("/messages" if self.base_url.endswith("/v1") else "/v1/messages", body, headers)
         usage = _usage(data)
         read = _count(usage.get("cache_read_input_tokens"))  # input_tokens counts only the uncached rest
         written = _count(usage.get("cache_creation_input_tokens"))
