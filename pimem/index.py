@@ -602,7 +602,7 @@ class Index:
         found = self.db.execute("SELECT i, file, offset, length, kind, epoch FROM msgs WHERE i = ?", (i,)).fetchone()
         return Candidate._make(found) if found is not None else None
 
-    def candidates(self, folded: list[str], any_term: bool, filters: Filters) -> Iterator[Candidate]:
+    def candidates(self, folded: list[str | tuple[str, ...]], any_term: bool, filters: Filters) -> Iterator[Candidate]:
         """The messages that may hold all the terms (``any_term``: one of them), already case-folded, within
         ``filters``, highest ``i`` first: those whose texts hold the terms' trigrams (a term of one or two
         characters: a trigram starting with it), or every message in the filters when the index cannot
@@ -641,10 +641,12 @@ class Index:
         parts = [e for e in exprs if e is not None]
         return " AND ".join(f"({e})" for e in parts) if parts else None
 
-    def _term_expr(self, table: str, term: str):
+    def _term_expr(self, table: str, term: str | tuple[str, ...]):
         """What the index knows about one folded term: a term of three or more characters needs all its
         trigrams (those spanning spaces make phrases selective); a shorter one needs a trigram starting with
-        it."""
+        it; a tuple of terms, one of them (a word composed or decomposed)."""
+        if type(term) is tuple:
+            return self._table_expr(table, list(term), True)
         if len(term) >= 3:
             return " AND ".join(map(_quote, dict.fromkeys(term[k : k + 3] for k in range(len(term) - 2))))
         trigrams = self.terms_with_prefix(table, term, PREFIX_TERMS)

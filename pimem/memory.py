@@ -28,6 +28,7 @@ SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log b
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
 # what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
 # ``user``, marked ``meta.marker``; known by this text when logged before that mark)
+_UNSURE = re.compile(r"[^\w]+|[_σμ]+")  # where ``_index_terms`` splits a word in other scripts than ASCII
 CLAUDE_MARKERS = frozenset({"[Request interrupted by user]", "[Request interrupted by user for tool use]"})
 
 
@@ -44,6 +45,29 @@ def collector_resting():
     finally:
         if collecting:
             gc.enable()
+
+
+def _index_terms(text: str) -> list[str | tuple[str, ...]]:
+    """What the index is asked for a text the tool-text mask folded (``privacy.flat``): the words every message
+    holding it holds as the index reads messages (lowercased, not folded), in any script.
+    Split at what a JSON escape writes apart too (a quote's `"x"` is `\\"x\\"` in a call's arguments); a word with
+    other characters than ASCII is split at its punctuation as well (a Chinese text's full-width `，` folds to
+    `,`) and at `σ` and `μ` (a final `ς`, the micro sign fold to them), and is asked composed or decomposed
+    (`é`, a Hangul syllable: a file name listed on macOS is decomposed). Words of three characters or more
+    when it has any (trigrams the index holds; a shorter word is a scan of its vocabulary)."""
+    import unicodedata
+
+    terms: list[str | tuple[str, ...]] = []
+    for word in dict.fromkeys(re.split(r'[\s"\\/]+', text)):
+        if not word.isascii():
+            for piece in _UNSURE.split(word):
+                if piece:
+                    decomposed = unicodedata.normalize("NFD", piece)
+                    terms.append(piece if decomposed == piece else (piece, decomposed))
+        elif word:
+            terms.append(word)
+    long = [term for term in dict.fromkeys(terms) if len(term if type(term) is str else term[0]) >= 3]
+    return long or list(dict.fromkeys(terms))
 
 
 def _wait(timeout) -> None:
@@ -446,8 +470,7 @@ class Memory:
         kinds = set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
         # (a space at either end counts, as where the mask reads the span: `flat` drops it)
         text = " " * text[:1].isspace() + flat(text) + " " * text[-1:].isspace()
-        # (split at what a JSON escape writes apart too: a quote's `"x"` is `\"x\"` in a call's arguments)
-        words = [word for word in dict.fromkeys(re.split(r'[\s"\\/]+', text)) if word and word.isascii()]
+        words = _index_terms(text)
 
         def question() -> bool:
             found = index.candidates(words, False, Filters(kinds, None, None, stop, start))

@@ -1380,6 +1380,39 @@ def test_the_index_reads_a_calls_json_escapes_and_an_outputs_colours_as_the_mask
     assert shown == tool_runs_masked(line, span)
 
 
+def test_the_index_answers_for_words_in_any_script_over_a_long_span(run, home, monkeypatch):
+    """Over a span of 2,048 messages (checked through the index), a Chinese or Russian line is masked as the
+    mask over a short span masks it: what the user and the model said shows (full-width commas and all), and so
+    do a model's own words no message holds; what only a tool result holds is hidden, in Chinese, in Russian,
+    and in Korean logged decomposed (as macOS lists a file name) and quoted composed. Before, only ASCII words
+    were asked of the index: a Chinese run was hidden wherever it came from."""
+    said = "请保持公开接口不变，蓝鲸副本上周迁移过去了，这个版本的依赖需要锁定"
+    told = "сервер северный ветер переехал на новый адрес вчера вечером"
+    secret = "部署口令是青蛙跳过了七座山峰的桥梁"
+    hidden = "пароль администратора белая сова девять"
+    korean = "비밀번호목록정리본최종판입니다만"
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    chat = "我们又把部署说明和运行手册对了一遍。" * 8
+    msgs = [{"kind": ("pi", "user", "echo")[k % 3], "text": f"第{k}轮：{chat}"} for k in range(4096)]
+    msgs[700] = {"kind": "echo", "text": f"{secret}\n{hidden}\n{unicodedata.normalize('NFD', korean)}.txt"}
+    msgs[900] = {"kind": "user", "text": f"{said}。{chat}"}
+    msgs[901] = {"kind": "pi", "text": f"Понял: {told.upper()}."}
+    mem.append(msgs)
+    own = "模型自己写的总结句子没有任何消息包含它"
+    line = f"user: {said}；{own}；tool: {secret}；pi: {told}；{hidden}；{korean}"
+    span = msgs[:2048]
+    [shown] = hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds)
+    assert shown == tool_runs_masked(line, span)
+    assert said in shown and own in shown and told in shown
+    assert all(text not in shown for text in (secret, hidden, korean)) and shown.count(TOOL_TEXT) == 3, shown
+    nodes = [(l, i, line if (l, i) == (11, 0) else f"summary {l}+{i}", {"model": "x"})
+             for l in range(1, 13) for i in range(4096 >> l)]
+    Memory.open("main", home).write_nodes(nodes)
+    row = next(r for r in run("zoom", "main", "0+4096").stdout.splitlines() if r.startswith("0+2048|"))
+    assert row == f"0+2048|{shown}"
+
+
 def tool_runs_masked(line: str, msgs: list[dict]) -> str:
     for start, end in reversed(tool_runs(line, [m["text"] for m in msgs if m["kind"] in ("tool", "echo")],
                                          [m["text"] for m in msgs if m["kind"] not in ("tool", "echo")])):
