@@ -122,6 +122,14 @@ def stalled(mem, within: float = 0.0) -> str | None:
     return None
 
 
+def prepare(mem) -> None:
+    """Do now what the next turn would pay for (``build-tree`` calls it once a memory is built): catch up the
+    search index, which the tool-text mask asks about the lines over long spans, and save the texts of the
+    view's lines (``lines.json``), so that a turn reads only the lines that are new since."""
+    mem.index().catch_up()
+    view_text(mem)
+
+
 def view_text(mem, include_tools: bool = False) -> str:
     """The view as the model reads it, one ``id+n|text`` line per span."""
     from .view import render_line

@@ -18,6 +18,7 @@ import contextlib
 import itertools
 import math
 import queue
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -588,9 +589,25 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
         _restore_signals(saved)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
             embedding.stop() if scheduler.stopped else embedding.finish()
+    if not scheduler.stopped:
+        for builder in scheduler.builders + scheduler.retired:
+            if builder.name not in scheduler.refused and builder not in scheduler.lost:
+                _prepare(builder.mem)
     if scheduler.refused and not keep_going:
         raise next(iter(scheduler.refused.values()))
     return scheduler
+
+
+def _prepare(mem) -> None:
+    """Leave a built memory ready for its next turn (``context.prepare``: the search index caught up, the view's
+    texts saved), as the build has the time for it and the turn has not; what fails here, the next reader
+    meets and says."""
+    from .context import prepare
+
+    try:
+        prepare(mem)
+    except (OSError, sqlite3.Error, errors.PimemError):
+        pass
 
 
 def daily_cap(mem) -> float | None:

@@ -172,3 +172,23 @@ def test_status_says_when_a_failing_node_is_retried_whether_a_builder_runs_or_no
         held = run("status", "main").stdout
     assert "(1 try, last 2026-10-08T09:30:00+08:00, next 2026-10-08T09:30:05+08:00)\n" in held
     assert "(2 tries, last 2026-10-08T09:30:01+08:00^[[2J)\n" in held  # (no time: not retried, as context takes it)
+
+
+def test_after_a_build_the_first_turn_has_nothing_to_catch_up(run, home):
+    """``build-tree`` leaves what the next turn reads caught up: the search index (the tool-text mask asks it
+    about lines over long spans) and the texts of the view's lines (``lines.json``), so the first turn after a
+    bulk import and a build reads only what is new, as every later one does."""
+    from bench.synth import messages
+    from pimem.tree import label
+
+    data = b"".join(orjson.dumps(msg) + b"\n" for msg in messages(3000, seed=7))
+    assert run("append", "big", "--ndjson", input=data).exit_code == 0
+    assert run("build-tree", "big").exit_code == 0
+    mem = Memory.open("big")
+    assert mem.index().behind() == []
+    saved = orjson.loads((home / "big" / "lines.json").read_bytes())
+    shown = [row for row in mem.views.current().view.rows() if row[2] is not None]
+    assert shown and all(label(l, i) in saved["lines"] for l, i, _, _ in shown)
+    before = (home / "big" / "lines.json").read_bytes()
+    assert run("context", "big", "--wait", "0").exit_code == 0
+    assert (home / "big" / "lines.json").read_bytes() == before  # (nothing was left to work out)
