@@ -121,6 +121,7 @@ class Builder:
         self.count = mem.count()
         self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
+        self.fresh: set[tuple[int, int]] = set()  # of the frontier, the nodes this run wrote or that join one it wrote
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
         self.first_failed: dict[int, int] = {}  # leaf failing in this run -> ``stats.calls`` at its first failure
         self.stuck: set[int] = set()  # leaves that failed STUCK_TRIES times in a row (or were given up) with no
@@ -207,7 +208,6 @@ class Builder:
             if cview is not None:
                 cview.push(text)
             if text is not None:
-                self.stats.free += 1
                 self._settle(0, i, text)
                 continue
             self.window.append(i)
@@ -271,8 +271,11 @@ class Builder:
             text = self.frontier[(l, i)] = self.mem.tree.stored(l, i, self.count)
         return text
 
-    def _settle(self, l: int, i: int, text: str | None) -> None:
-        """Node ``(l, i)`` is built (``text`` None: stored, read when needed); settle its ancestors."""
+    def _settle(self, l: int, i: int, text: str | None, written: bool = False) -> None:
+        """Node ``(l, i)`` is built (``text`` None: stored, read when needed; ``written``: by this run); settle
+        its ancestors. A free one is counted in ``stats.free`` only when it joins a line this run wrote: the
+        others (a short message's leaf, and every join of them) were free before any run, and a run that built
+        nothing said "151 free" again each time."""
         while True:
             self.settled += 1
             if self.settled_marks is not None:
@@ -280,10 +283,14 @@ class Builder:
             sibling = (l, i ^ 1)
             if sibling not in self.frontier:
                 self.frontier[(l, i)] = text
+                if written:
+                    self.fresh.add((l, i))
                 return
+            written = written or sibling in self.fresh
+            self.fresh.discard(sibling)
             parent = (l + 1, i >> 1)
             if parent in self.stored:
-                parent_text = None
+                parent_text, written = None, False  # (an earlier run's)
             else:
                 self.frontier[(l, i)] = text
                 left, right = (self._text(l, i), self._text(*sibling)) if i % 2 == 0 else (self._text(*sibling), self._text(l, i))
@@ -291,7 +298,7 @@ class Builder:
                 if parent_text is None:
                     heapq.heappush(self.ready_merges, parent)
                     return
-                self.stats.free += 1
+                self.stats.free += written
             self.frontier.pop(sibling)
             self.frontier.pop((l, i), None)
             l, i, text = parent[0], parent[1], parent_text
@@ -318,7 +325,7 @@ class Builder:
             self.messages.pop(i, None)
         if self.cview is not None:
             self.cview.built(l, i, text)
-        self._settle(l, i, text)
+        self._settle(l, i, text, written=True)
 
     def _answered(self) -> None:
         """A call was answered: the server works, the stuck leaves' failures are their own. They are set aside,
@@ -1064,9 +1071,10 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     no merge of two is counted free); after, it is an estimate.
     ``cost`` takes no input from the prompt cache (what it reads is billed as input), but counts what is written
     to it where that is billed (Anthropic, 1.25×): the share of input this memory's calls wrote so far, or
-    before any call what ``_context_bytes`` works out. With a ``price_cached_in`` set, ``cost_cached`` counts the
-    cache's reads too: the shares this memory's calls read and wrote so far, or before any call the best case,
-    the system prompt and the whole view of every call read and nothing written (a provider keeps less)."""
+    before any call what ``_context_bytes`` works out. With a ``price_cached_in`` set, ``cost_cached`` is the best
+    case the cache allows, a lower bound under the prices: the system prompt and the whole view of every call read
+    from it and nothing written (a provider keeps less; the share the first calls read, their views still short,
+    is no bound for the rest)."""
     from .compactor import INPUT_BYTES, prompt as prompts
 
     cfg = mem.config
@@ -1092,18 +1100,18 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
         calls, sent = 0, 0
     tokens_in, tokens_out = round(sent * (1 + again)) // 4, round(calls * per_reply)
     if so_far and so_far["tokens_in"] and (so_far["tokens_cached"] or so_far["tokens_written"]):
-        tokens_cached, tokens_written = (round(tokens_in * so_far[key] / so_far["tokens_in"])
-                                         for key in ("tokens_cached", "tokens_written"))
-        written_best = tokens_written
-    else:  # (Anthropic caches the prefixes a request marks and bills what it writes: at best, nothing)
-        tokens_cached, written_best = round(calls * (1 + again)) * prefix // 4, 0
+        tokens_written = round(tokens_in * so_far["tokens_written"] / so_far["tokens_in"])
+    else:  # (Anthropic caches the prefixes a request marks and bills what it writes)
         tokens_written = written // 4 if compactor.provider_name == "anthropic" else 0
+    # at best every call reads its whole stable prefix from the cache and writes nothing: a lower bound, where the
+    # share the first calls read (their views still short) said more than the rest then cost
+    tokens_cached = round(calls * (1 + again)) * prefix // 4
     cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out, 0, tokens_written)
     row = {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
            "asked_again": round(calls * again), "bound": reply_bytes == line_bytes,
            "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "built": found["built"], "nodes": found["nodes"]}
     if compactor.price_cached_in is not None and not compactor.offline:
-        row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in), written_best)
+        row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in), 0)
     return row
 
 

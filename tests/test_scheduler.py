@@ -1414,3 +1414,40 @@ def test_a_mark_a_watcher_left_under_its_flag_is_lifted_by_a_build_tree_that_bui
     assert_complete(Memory.open("m"))
     assert "\ncapped  " not in run("status", "m").stdout
 
+
+def test_the_dry_runs_at_best_with_the_prompt_cache_is_no_more_than_the_rest_then_costs(run, home, monkeypatch):
+    """After a partial build, "at best with the prompt cache" took the cache share of the first calls for the
+    rest (which read more of it as the view grows): it said $0.99 where the rest cost $0.61. It is a lower bound
+    now, every call's system prompt and view taken from the cache, and no more than the rest then costs."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", usage="bytes") as server:
+        configure(home, server, price_in=1.0, price_out=2.0, price_cached_in=0.1)
+        fill("m", 200, short_every=100)
+        assert run("build-tree", "m", "--max-cost", "0.03").exit_code == 6
+        before = builder.spent(Memory.open("m"))
+        assert 0 < before["tokens_cached"] < before["tokens_in"]
+        dry = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+        assert run("build-tree", "m").exit_code == 0
+        after = builder.spent(Memory.open("m"))
+    assert dry["cost_cached"] <= after["cost"] - before["cost"], (dry, before, after)
+    assert dry["cost_cached"] < dry["cost"]
+
+
+def test_free_counts_only_the_nodes_a_run_made_free(run, home, monkeypatch):
+    """``free`` in ``done`` counts the joins that need no call above the lines this run wrote: a run that built
+    nothing said "151 free" again each time (every short message and join of them, free before any run)."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        fill("m", 40, short_every=2)
+
+        def done() -> dict:
+            out = run("build-tree", "m", "--json")
+            assert out.exit_code == 0, out.stderr
+            return next(e for e in map(orjson.loads, out.stdout.splitlines()) if e["event"] == "done")
+
+        first = done()
+        assert first["calls"] and first["free"] < builder.survey(Memory.open("m"))["nodes"] - first["calls"]
+        assert done()["free"] == done()["calls"] == 0
+        again = run("build-tree", "m")
+        assert again.exit_code == 0 and ": 0 written by openai/m1, 0 free" in again.stderr, again.stderr
