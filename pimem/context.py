@@ -67,11 +67,22 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
     place, summary or not. Without a watcher nothing is waited for (nor for one that stopped answering, its
     heartbeat ``lease.QUIET`` seconds late: frozen with SIGSTOP, say), and False at once: what the view waits for
     is not even looked at (with a big import not summarised yet, its tool messages' markers cost half a second a
-    turn)."""
-    from .lease import QUIET, holder, wait_for_builder
+    turn). A memory a watcher of the whole home has not taken yet (new since its last look) is waited for as
+    one it holds, if the view shows placeholders: the watcher takes it at its next look."""
+    import time
 
-    if seconds <= 0 or not (mem.path / "view.json").exists() or holder(mem, QUIET) is None:
+    from .lease import QUIET, holder, wait_for_builder, wait_for_watcher, watcher
+
+    if seconds <= 0 or not (mem.path / "view.json").exists():
         return False
+    deadline = time.monotonic() + seconds
+    if holder(mem, QUIET) is None:
+        if watcher(mem.path.parent) is None:
+            return False
+        if not mem.views.waiting(mem.views.current(), include_tools):
+            return True
+        if not wait_for_watcher(mem, seconds):
+            return False
 
     def settled(left: float) -> bool:
         waiting = mem.views.waiting(mem.views.current(), include_tools)
@@ -83,7 +94,7 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
         # would otherwise be waited for until the deadline, for nothing)
         return stalled(mem, left) is not None
 
-    return wait_for_builder(mem, seconds, settled)
+    return wait_for_builder(mem, deadline - time.monotonic(), settled)
 
 
 def stalled(mem, within: float = 0.0) -> str | None:

@@ -9,6 +9,11 @@ keeps the memory's directory open, so that a memory moved behind its back (``mv`
 its lease let go of where it went.
 
 Readers (``view --wait``, ``status``) call ``holder(mem)`` to learn whether a live builder is at work.
+
+A watcher of the whole home (``watch`` without names) also beats in the home's ``watch.json``, ``{"pid", "host",
+"beat", "scanned", "refused"}``: when its last look for new memories began, and the memories it refused. A
+memory created since is one it will take at its next look (every 2 s), so a reader waits for that too
+(``wait_for_watcher``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from .home import write_atomic
 from .nofollow import NOFOLLOW, read_bytes
 
 FILE = "lock.json"
+WATCHER = "watch.json"  # in the home: the heartbeat of a watcher of all its memories
 BEAT = 2.0  # seconds between heartbeats
 RETRY = 0.1  # seconds before a heartbeat that found the writer lock held is tried again
 STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
@@ -107,6 +113,53 @@ def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
             return False
         time.sleep(poll)
     return True
+
+
+def watcher(home) -> dict | None:
+    """The record of a live watcher of every memory of ``home`` (``watch.json``) that answers (its heartbeat
+    at most ``QUIET`` seconds late), or None."""
+    try:
+        record = orjson.loads(read_bytes(home / WATCHER))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) and live(record, QUIET) else None
+
+
+def wait_for_watcher(mem, seconds: float, poll: float = 0.1) -> bool:
+    """Wait up to ``seconds`` for a live builder to hold ``mem``'s lease: a watcher of the whole home takes a
+    new memory at its next look. True once one holds it; False at once without such a watcher, or once it
+    refused ``mem`` or looked again since this wait began and left it (held by another builder that let go, say)."""
+    since = time.time()
+    deadline = time.monotonic() + seconds
+    while holder(mem, QUIET) is None:
+        record = watcher(mem.path.parent)
+        if record is None or time.monotonic() >= deadline or mem.name in (record.get("refused") or ()) \
+                or not isinstance(record.get("scanned"), (int, float)) or record["scanned"] > since:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def beat_watcher(home, scanned: float, refused) -> None:
+    """Write this process's ``watch.json``: it watches every memory of ``home``; its last look for new ones
+    began at ``scanned`` (Unix seconds) and left out the memories ``refused`` (a home that cannot be written:
+    readers wait only for memories whose lease is held)."""
+    try:
+        write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                   "beat": time.time(), "scanned": scanned,
+                                                   "refused": sorted(refused)}), durable=False)
+    except OSError:
+        pass
+
+
+def end_watcher(home) -> None:
+    """Remove ``watch.json`` if this process wrote it."""
+    try:
+        record = orjson.loads(read_bytes(home / WATCHER))
+        if isinstance(record, dict) and record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
+            os.unlink(home / WATCHER)
+    except (OSError, orjson.JSONDecodeError):
+        pass
 
 
 class Lease:

@@ -638,7 +638,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     for); with no names, held memories are skipped and taken over when their holder dies. Each memory's
     compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day. A memory
     whose compactor's API key is not set here is refused as on its settings (taken again once they change)."""
-    from . import config as configs
+    from . import config as configs, lease
     from .lease import Lease
     from .memory import Memory
 
@@ -738,7 +738,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 switch(builder)
         if time.monotonic() - last_scan[0] < 2.0:
             return
-        last_scan[0] = time.monotonic()
+        last_scan[0], scanned = time.monotonic(), time.time()
         for builder in list(scheduler.builders):
             with scheduler.refusing(builder.name, builder):
                 switch(builder)
@@ -762,6 +762,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                     old.release()  # (lost or moved: let go of already; its directory closed)
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)
+        if not explicit:
+            lease.beat_watcher(env.home(home), scanned, scheduler.refused)
 
     saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)
     try:
@@ -775,6 +777,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
             scheduler.emit(scheduler.refusal(name, errors.as_error(exc)))
         if not explicit:
+            scanned = time.time()
             mems = Memory.all(home)
             for mem in mems:
                 with scheduler.refusing(mem.name):
@@ -782,8 +785,11 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mems and not watched and not wait and not scheduler.refused:
                 raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
             last_scan[0] = time.monotonic()
+            lease.beat_watcher(env.home(home), scanned, scheduler.refused)
         scheduler.run(between=look_for_memories)
     finally:
+        if not explicit:
+            lease.end_watcher(env.home(home))
         _close(scheduler, watched.values())
         _restore_signals(saved)
         if embedding:

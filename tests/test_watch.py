@@ -1159,3 +1159,40 @@ def test_a_builder_admits_messages_appended_since_it_read_the_log_at_its_next_lo
     assert built.refresh()
     task = built.next_task(time.monotonic())
     assert task is not None and (task.l, task.i) == (0, 1)
+
+
+def test_context_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh):
+    """A memory created while ``watch`` runs over the whole home is taken at the watcher's next look (every 2 s);
+    until then no lease is held on it, and ``context`` showed its placeholders without waiting, which the next
+    turns showed summarised: the prompt cache's prefix broke once on every new memory. The watcher's heartbeat
+    in the home (``watch.json``) counts as building it."""
+    with FakeLLM("openai", latency=0.5) as server:
+        configure(home, server)
+        fill("a", 3)
+        with watching() as watcher:
+            until(lambda: lease.holder(Memory.open("a")))
+            fill("b", 1)
+            until(lambda: lease.holder(Memory.open("b")))  # (the watcher just looked: the next look is 2 s on)
+            fill("m", 2, short_every=1000)
+            assert "(not summarized yet" in Memory.open("m").view_lines()[-1]
+            waited = sh("context", "m")
+            assert waited.returncode == 0 and b"(not summarized yet" not in waited.stdout
+            assert b"1+1|user: summary of 1" in waited.stdout
+            assert lease.watcher(home) is not None
+    assert watcher.returncode == 0 and not (home / "watch.json").exists()
+
+
+def test_a_memory_the_watcher_of_the_home_refused_is_not_waited_for(home, sh):
+    """A memory the watcher left out (its compactor's API key is not set where it runs) is named in
+    ``watch.json``, so ``context`` shows its placeholders at once, as with no watcher."""
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        fill("a", 3)
+        mem = fill("nokey", 2, short_every=1000)
+        (home / "nokey" / "config.json").write_bytes(orjson.dumps({"compactor": {
+            "provider": "openai", "model": "m1", "base_url": server.url, "key_env": "PIMEM_TEST_NO_SUCH_KEY"}}))
+        with watching():
+            until(lambda: "nokey" in ((lease.watcher(home) or {}).get("refused") or ()))
+            assert lease.holder(mem) is None and not lease.wait_for_watcher(mem, 30)
+            shown = sh("context", "nokey")
+            assert shown.returncode == 0 and b"1+1|(not summarized yet" in shown.stdout
