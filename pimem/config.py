@@ -31,7 +31,7 @@ DEFAULTS = {
     "line_bytes": LINE_BYTES,
     "max_text_bytes": DEFAULT_CAP,
     "compactor": {"provider": "extractive"},
-    "max_cost_per_day": None,  # dollars a local day a watcher may spend on this memory's compactor
+    "max_cost_per_day": None,  # dollars a local day watch and build-tree may spend on this memory's compactor
     "context_wait": 8.0,  # seconds `context` waits for a running watcher's summaries of the newest messages
 }
 
