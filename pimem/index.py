@@ -232,6 +232,8 @@ class Index:
         self._file_names: dict[int, str] = {}
         self._fds: dict[int, int] = {}  # open log files by file id
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
+        self.rebuilds = 0  # how many times ``guarded`` found the index damaged and started it over
+        self._prefixes: dict | None = None  # ``terms_with_prefix``'s answers, during a run of ``answers``
 
     # ---- connection --------------------------------------------------------------------------------------
 
@@ -332,6 +334,7 @@ class Index:
             self.close()
             with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
                 remove_files(self.path)
+            self.rebuilds += 1
             return work()
 
     def empty(self) -> None:
@@ -390,6 +393,38 @@ class Index:
         """Catch up, then return ``question()``; if the index file turns out damaged, it is rebuilt from the
         log and both run again."""
         return self.guarded(lambda: (self._catch_up(progress), question())[1])
+
+    def answers(self) -> Callable[[Callable], object]:
+        """``answer`` for a run of questions about messages logged already (one command's): the index is caught
+        up before the first, and again only after ``guarded`` rebuilt it; the trigrams a short term starts
+        (``terms_with_prefix``) are read once for the run (the messages it asks about are all indexed)."""
+        caught = [None]
+        prefixes: dict[tuple[str, str, int], list[str] | None] = {}
+
+        def answer(question: Callable):
+            def work():
+                if caught[0] != self.rebuilds:
+                    self._catch_up(None)
+                    caught[0] = self.rebuilds
+                    prefixes.clear()
+                self._prefixes = prefixes
+                try:
+                    return question()
+                finally:
+                    self._prefixes = None
+
+            return self.guarded(work)
+
+        return answer
+
+    def rows_of(self, kinds: set[str], start: int, stop: int, limit: int) -> list[Candidate] | None:
+        """The messages of these kinds in ``[start, stop)`` the index holds, or None when there are more than
+        ``limit``."""
+        codes = ",".join(str(KIND_CODE[k]) for k in sorted(kinds)) or "NULL"
+        sql = (f"SELECT i, file, offset, length, kind, epoch FROM msgs WHERE i >= ? AND i < ? AND kind IN ({codes}) "
+               "ORDER BY i LIMIT ?")
+        rows = list(map(Candidate._make, self.db.execute(sql, (start, stop, limit + 1))))
+        return rows if len(rows) <= limit else None
 
     def _catch_up(self, progress) -> int:
         if not self.behind():
@@ -567,6 +602,13 @@ class Index:
     def terms_with_prefix(self, table: str, prefix: str, limit: int) -> list[str] | None:
         """The index's trigrams in ``table`` that start with ``prefix`` (already case-folded), or None when
         there are more than ``limit``."""
+        if self._prefixes is None:
+            return self._terms_with_prefix(table, prefix, limit)
+        if (table, prefix, limit) not in self._prefixes:
+            self._prefixes[table, prefix, limit] = self._terms_with_prefix(table, prefix, limit)
+        return self._prefixes[table, prefix, limit]
+
+    def _terms_with_prefix(self, table: str, prefix: str, limit: int) -> list[str] | None:
         terms: dict[str, None] = {}
         for schema in SCHEMAS:
             vocab = f"{schema}_{table}_vocab"

@@ -13,7 +13,7 @@ import stat
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -26,6 +26,7 @@ from .nofollow import check_dir, planted
 
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
+SPAN_READ = 1024  # messages of a span (tool messages, or the others) ``span_holds`` reads rather than asking the index
 # what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
 # ``user``, marked ``meta.marker``; known by this text when logged before that mark)
 _UNSURE = re.compile(r"[^\w]+|[_σμ]+")  # where ``_index_terms`` splits a word in other scripts than ASCII
@@ -53,8 +54,7 @@ def _index_terms(text: str) -> list[str | tuple[str, ...]]:
     Split at what a JSON escape writes apart too (a quote's `"x"` is `\\"x\\"` in a call's arguments); a word with
     other characters than ASCII is split at its punctuation as well (a Chinese text's full-width `，` folds to
     `,`) and at `σ` and `μ` (a final `ς`, the micro sign fold to them), and is asked composed or decomposed
-    (`é`, a Hangul syllable: a file name listed on macOS is decomposed). Words of three characters or more
-    when it has any (trigrams the index holds; a shorter word is a scan of its vocabulary)."""
+    (`é`, a Hangul syllable: a file name listed on macOS is decomposed)."""
     import unicodedata
 
     terms: list[str | tuple[str, ...]] = []
@@ -66,8 +66,7 @@ def _index_terms(text: str) -> list[str | tuple[str, ...]]:
                     terms.append(piece if decomposed == piece else (piece, decomposed))
         elif word:
             terms.append(word)
-    long = [term for term in dict.fromkeys(terms) if len(term if type(term) is str else term[0]) >= 3]
-    return long or list(dict.fromkeys(terms))
+    return list(dict.fromkeys(terms))
 
 
 def _wait(timeout) -> None:
@@ -454,41 +453,69 @@ class Memory:
         _number(l, "l", "a node's level")
         return self.tree.stored(l, i)
 
-    def span_holds(self, text: str, start: int, stop: int, tools: bool) -> bool:
-        """Whether a message in ``[start, stop)`` holds ``text`` (as the tool-text mask compares,
-        ``privacy.flat``: case, width and white space aside): among the tool calls and results if ``tools``, else
-        among the other messages.
-        A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without colours).
-        Asks the index (caught up first) for the messages holding each of its ASCII words (the index holds
-        texts lowercased, not folded) and checks them against the log; past ``SPAN_CANDIDATES`` unconfirmed
-        ones it answers ``tools`` (so the tool-text mask errs on the side of hiding)."""
+    def span_holds(self, start: int, stop: int) -> Callable[[str, bool], bool]:
+        """What the tool-text mask asks of a line over messages ``[start, stop)`` it does not read: ``holds(text,
+        tools)``, whether a message in the span holds ``text`` (as the mask compares, ``privacy.flat``: case,
+        width and white space aside): among the tool calls and results if ``tools``, else among the other
+        messages. A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without
+        colours).
+        Asks the index (caught up for the first question) for the messages holding the text's words
+        (``_index_terms``) and checks them against the log; past ``SPAN_CANDIDATES`` unconfirmed ones it
+        reads the span's messages of that side (tool messages, or the others) instead, once, if there are at
+        most ``SPAN_READ`` (as the mask over a short span reads them), else answers ``tools`` (so the
+        tool-text mask errs on the side of hiding). A span with no tool message holds no tool text (the
+        index's kinds say so). An answer is kept for the same question again."""
         from .index import Filters
         from .message import KINDS, TOOL_KINDS
         from .privacy import flat, readings
 
         index = self.index()
-        kinds = set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
-        # (a space at either end counts, as where the mask reads the span: `flat` drops it)
-        text = " " * text[:1].isspace() + flat(text) + " " * text[-1:].isspace()
-        words = _index_terms(text)
+        answer = index.answers()
+        answers: dict[tuple[str, bool], bool] = {}
+        few: dict[bool, str] = {}  # a side's texts folded, once read ("" for tool messages when the span has none)
+        looked: set[tuple[bool, int]] = set()  # (side, at most how many messages) looked for
 
-        def question() -> bool:
-            found = index.candidates(words, False, Filters(kinds, None, None, stop, start))
+        def holds(text: str, tools: bool) -> bool:
+            if (known := answers.get((text, tools))) is None:
+                if tools and (tools, 0) not in looked:  # (are there tool messages at all)
+                    answer(lambda: read(tools, 0))
+                known = answers[text, tools] = answer(lambda: question(text, tools))
+            return known
+
+        def read(tools: bool, most: int) -> str | None:
+            if (tools, most) not in looked:
+                looked.add((tools, most))
+                if (rows := index.rows_of(kinds(tools), start, stop, most)) is not None:
+                    few[tools] = "\0".join(form for row in rows for form in folded(row, tools))
+            return few.get(tools)
+
+        def kinds(tools: bool) -> set[str]:
+            return set(TOOL_KINDS) if tools else set(KINDS) - TOOL_KINDS
+
+        def folded(c, tools: bool) -> tuple[str, ...]:
+            key = (c.file, c.offset, c.length, tools)
+            if (forms := self._flat.get(key)) is None:  # (a view's lines ask of the same messages again and again)
+                msg = index.read_row(c.file, c.offset, c.length)
+                forms = () if msg is None else tuple(map(flat, readings(msg["text"]) if tools else [msg["text"]]))
+                if len(self._flat) >= FLAT_KEPT:
+                    self._flat.clear()
+                self._flat[key] = forms
+            return forms
+
+        def question(text: str, tools: bool) -> bool:
+            # (a space at either end counts, as where the mask reads the span: `flat` drops it)
+            text = " " * text[:1].isspace() + flat(text) + " " * text[-1:].isspace()
+            if (texts := few.get(tools)) is not None:
+                return text in texts
+            found = index.candidates(_index_terms(text), False, Filters(kinds(tools), None, None, stop, start))
             for n, c in enumerate(found):
-                if n == SPAN_CANDIDATES:
-                    return tools
-                key = (c.file, c.offset, c.length, tools)
-                if (forms := self._flat.get(key)) is None:  # (a view's lines ask of the same messages again and again)
-                    msg = index.read_row(c.file, c.offset, c.length)
-                    forms = () if msg is None else tuple(map(flat, readings(msg["text"]) if tools else [msg["text"]]))
-                    if len(self._flat) >= FLAT_KEPT:
-                        self._flat.clear()
-                    self._flat[key] = forms
-                if any(text in form for form in forms):
+                if n == SPAN_CANDIDATES:  # (in doubt: the span's texts of this side, if they are few)
+                    return tools if (texts := read(tools, SPAN_READ)) is None else text in texts
+                if any(text in form for form in folded(c, tools)):
                     return True
             return False
 
-        return index.answer(question)
+        return holds
 
     def close(self) -> None:
         """Close the database connections, files and mappings held for derived state (reopened on next use)."""

@@ -224,6 +224,22 @@ def mask_tool_text(line: str, msgs: list[dict]) -> str:
     return _masked(line, tool_runs(line, tools, [m["text"] for m in msgs if not is_tool(m)]))
 
 
+def mask_span(text: str, start: int, stop: int, messages: Callable[[int, int], Iterator[dict]],
+              holds: Callable[[int, int], Callable[[str, bool], bool]]) -> str:
+    """``text`` with every run it shares only with the tool traffic of messages ``[start, stop)`` masked, as in
+    a summary of that span: the span read (``messages(start, stop)``) when it covers at most ``MASK_SPAN``
+    messages, else asked through ``holds(start, stop)`` (``Memory.span_holds``)."""
+    if stop - start <= MASK_SPAN:
+        return mask_tool_text(text, list(messages(start, stop)))
+    return _asked_masked(text, holds(start, stop))
+
+
+def _asked_masked(text: str, asks: Callable[[str, bool], bool]) -> str:
+    """``text`` masked as ``mask_tool_text`` masks it, the span's texts asked through ``asks(s, tools)``, white
+    space aside too."""
+    return _masked(text, _key_runs(text, lambda keyed: runs_where(keyed, lambda s: asks(s, True), lambda s: asks(s, False))))
+
+
 def _layout(text: str, l: int, i: int, msgs: list[dict],
             stored: Callable[..., str | None] | None) -> list[tuple[int, int, str]] | None:
     """The lines joined line ``text`` of node ``(l, i)`` is made of, in order, each with its node ``(l, i)``:
@@ -281,14 +297,14 @@ def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], marker
 
 def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
                known: dict[int, dict] | None = None,
-               holds: Callable[[str, int, int, bool], bool] | None = None,
+               holds: Callable[[int, int], Callable[[str, bool], bool]] | None = None,
                stored: Callable[..., str | None] | None = None) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, copies of
     them in joined lines as markers (verbatim, or the line ``stored(i)`` a compactor wrote for long message
     ``i``; ``stored(i, l)`` is node ``(l, i)``'s: ``Memory.leaf_line``), runs quoted only from the span's tool
     traffic masked. Reads the messages under lines covering at most ``MASK_SPAN`` messages (``messages(start,
     stop)``, e.g. ``Memory.messages``, or ``known``, messages by ``i`` the caller has read already, where it
-    holds them all); a longer line's runs are looked up with ``holds(text, start, stop, tools)``
+    holds them all); a longer line's runs are looked up with ``holds(start, stop)(text, tools)``
     (``Memory.span_holds``: through the index)."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
@@ -305,9 +321,8 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
         first, end = spans[k]
         # (a line over MASK_SPAN messages is a summary, unless a larger ``line_bytes`` let it join them all)
         if text is None or (1 << l) > MASK_SPAN and (1 << l) * LEAST_LEAF - 1 > len(text.encode("utf-8")):
-            if text is not None and holds is not None:  # (``holds`` is asked white space aside too)
-                text = _masked(text, _key_runs(text, lambda keyed: runs_where(
-                    keyed, lambda s: holds(s, first, end, True), lambda s: holds(s, first, end, False))))
+            if text is not None and holds is not None:
+                text = _asked_masked(text, holds(first, end))
             out.append(text)
             continue
         msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))

@@ -264,7 +264,7 @@ class ViewFile:
     identity then, so a process reads the file once."""
 
     def __init__(self, path: Path, log, tree, lock: Callable, config: Callable[[], dict],
-                 holds: Callable[[str, int, int, bool], bool] | None = None):
+                 holds: Callable[[int, int], Callable[[str, bool], bool]] | None = None):
         self.path = path / "view.json"
         self.texts_path = path / TEXTS
         self.log, self.tree, self.lock, self.config, self.holds = log, tree, lock, config, holds

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from bench.llm_server import FakeLLM
-from pimem import Memory, memory, scheduler, toolwork
+from pimem import Memory, memory, privacy, scheduler, toolwork
 from pimem.compactor import cut, extractive, faith
-from pimem.privacy import TOOL_TEXT, hide_tools, tool_runs
+from pimem.privacy import TOOL_TEXT, flat, hide_tools, readings, runs_where, tool_runs
 from pimem.tree import plain
 
 from conftest import pimem_cmd, subprocess_env
@@ -1411,6 +1411,31 @@ def test_the_index_answers_for_words_in_any_script_over_a_long_span(run, home, m
     Memory.open("main", home).write_nodes(nodes)
     row = next(r for r in run("zoom", "main", "0+4096").stdout.splitlines() if r.startswith("0+2048|"))
     assert row == f"0+2048|{shown}"
+
+
+def test_a_long_span_of_common_words_is_masked_as_reading_it_masks(home):
+    """Over a span of 2,048 messages (checked through the index), a line of the words every message uses is
+    masked exactly as the mask over a short span masks it: once many questions were asked, the span's texts
+    are read (at most ``SPAN_READ`` of a kind) rather than giving up past ``SPAN_CANDIDATES`` candidates (which
+    hid what a message said, or what no message held); and with no tool message in the span, nothing is."""
+    import random
+
+    pick = random.Random(5)
+    words = "the deploy notes again compared with runbook says staging database moved port night cache layer".split()
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    msgs = [{"kind": ("user", "pi", "tool", "echo")[k % 4], "text": " ".join(pick.choices(words, k=40))}
+            for k in range(4096)]
+    msgs[2048:] = [dict(msg, kind="pi") if msg["kind"] in ("tool", "echo") else msg for msg in msgs[2048:]]
+    mem.append(msgs)
+    line = "user: " + "; ".join(" ".join(pick.choices(words, k=5)) for _ in range(6))
+    [shown, untooled] = hide_tools(mem.messages, [(11, 0, line), (11, 1, line)], holds=mem.span_holds)
+    # (as the mask reads a short span, white space aside: the index is not asked for a token wrapped over lines)
+    tools, others = ("\0".join(flat(form) for msg in msgs[:2048] if (msg["kind"] in ("tool", "echo")) == tool
+                                for form in (readings(msg["text"]) if tool else [msg["text"]])) for tool in (True, False))
+    assert shown == privacy._masked(line, privacy._key_runs(line, lambda keyed: runs_where(
+        keyed, tools.__contains__, others.__contains__))) and shown.count(TOOL_TEXT) >= 1
+    assert untooled == line
 
 
 def tool_runs_masked(line: str, msgs: list[dict]) -> str:
