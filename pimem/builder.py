@@ -350,11 +350,23 @@ class Builder:
             day, spent = self.spent_today()
             self._day = (day, spent + (meta.get("cost") or 0.0))
 
+    def said(self, l: int, i: int, error: str) -> str:
+        """A call's ``error`` as pimem records and says it (``compactor.json``, ``status``, ``build-tree``, the
+        watcher's events): a provider's words may quote what it was sent, so its secrets are redacted as the
+        request's were, and what only the tool traffic of node ``(l, i)``'s span holds is masked as in a
+        summary of it (``privacy.mask_span``)."""
+        from .compactor.redact import redact
+        from .privacy import mask_span
+
+        return mask_span(redact(error), i << l, (i + 1) << l, self.mem.messages, self.mem.span_holds)
+
     def failed(self, l: int, i: int, error: str, retry_after: float | None = None, spent: dict | None = None,
-               refused: bool = False) -> None:
+               refused: bool = False) -> str:
         """A call for node ``(l, i)`` failed: retried later (or given up past ``retries``); what its answered
         requests cost (``spent``: an empty reply is billed) counts against ``--max-cost`` and today's cap;
-        ``refused``: the server refused it for what it holds (``CallFailed.refused``)."""
+        ``refused``: the server refused it for what it holds (``CallFailed.refused``). Returns the error as
+        recorded (``said``)."""
+        error = self.said(l, i, error)
         self.inflight.discard((l, i))
         self.stats.failed += 1
         self._paid(spent or {})
@@ -389,7 +401,7 @@ class Builder:
                 self.cview.failed(l, i)
             if gives_up or later:
                 self.gave_up.add((l, i))
-            return
+            return error
         if l == 0 and i not in self.set_aside:
             since = self.first_failed.setdefault(i, self.stats.calls)
             if in_a_row >= STUCK_TRIES or gives_up or later:
@@ -398,8 +410,9 @@ class Builder:
             self.cview.failed(l, i, retried=not (gives_up or later) and in_a_row < STUCK_TRIES)
         if gives_up or later:
             self.gave_up.add((l, i))
-            return
+            return error
         heapq.heappush(self.waiting, (time.monotonic() + delay, l, i))
+        return error
 
     # ---- what to build next ------------------------------------------------------------------------------
 

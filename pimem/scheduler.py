@@ -364,10 +364,10 @@ class Scheduler:
                     if builder.state.pending and meta.get("cost") is not None:
                         answered.setdefault(builder, {})[task.label] = meta["cost"]
                 else:
-                    builder.failed(task.l, task.i, str(error), getattr(error, "retry_after", None), getattr(error, "spent", None),
-                                   getattr(error, "refused", False))
+                    said = builder.failed(task.l, task.i, str(error), getattr(error, "retry_after", None),
+                                          getattr(error, "spent", None), getattr(error, "refused", False))
                     self.emit({"event": "failed", "memory": builder.name, "node": task.label, "l": task.l,
-                                "i": task.i, "error": str(error)})
+                                "i": task.i, "error": said})
             try:
                 item = self._results.get_nowait()
             except queue.Empty:

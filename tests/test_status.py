@@ -281,3 +281,30 @@ def test_status_says_a_stopped_builder_is_not_answering_not_gone(home, sh):
         watcher.send_signal(signal.SIGTERM)
         watcher.communicate(timeout=30)
     assert watcher.returncode == 0
+
+
+def test_a_providers_error_quoting_its_input_is_recorded_and_said_without_the_tool_output_or_secrets(home, sh, tmp_path):
+    """A model command fails saying what it was sent: the line of a tool result it was asked to summarise,
+    and a key. ``build-tree`` (stderr and its JSON ``failed`` event, as a watcher's), ``status`` and
+    ``compactor.json`` say the error with the result's words masked as in a summary of its span, and the key
+    redacted as in a request; the user's words, which are no tool output, stay (before, all was said verbatim)."""
+    failing = tmp_path / "failing.sh"
+    failing.write_text("in=$(cat); echo \"model error (asked by hello there my friend): could not summarise: "
+                       "$(grep -o 'deploy phrase[^\\\\]*' <<<\"$in\" | head -1) (key sk-proj-4f9Ka8Qz2LmXv7Rt1YwB3nHc)\" >&2; exit 1\n")
+    assert sh("append", "m", "hello there my friend").returncode == 0
+    assert sh("model", "m", "command", "--command", f"bash {failing}").returncode == 0
+    output = "deploy phrase: tangerine42owl\n" + "".join(f"line {k} of the output, nothing much\n" for k in range(80))
+    echo = orjson.dumps({"kind": "echo", "text": output, "meta": {"call_id": "a1"}}) + b"\n"
+    assert sh("append", "m", "--ndjson", input=echo).returncode == 0
+    said = []
+    for args in (("build-tree", "m"), ("build-tree", "m", "--json", "--retries", "0")):
+        built = sh(*args, PIMEM_NOW="2026-10-09T09:30:00+08:00")
+        assert built.returncode == 6, built.stderr
+        said.append(built.stderr.decode() + built.stdout.decode())
+    text, row = status(sh, "2026-10-10T09:30:00+08:00")
+    recorded = (home / "m" / "compactor.json").read_text()
+    events = [orjson.loads(line) for line in said[1].splitlines() if line.startswith("{")]
+    assert any(e.get("event") == "failed" for e in events), said[1]
+    for shown in (*said, text, recorded, orjson.dumps(row).decode()):
+        assert "(asked by hello there my friend): could not summarise: [tool output hidden](key [api key" in shown, shown
+        assert "tangerine42owl" not in shown and "sk-proj" not in shown
