@@ -103,7 +103,7 @@ CORPUS = [
     (["append", "m", "-k", "bogus", "x"], None, 2),
     (["append", "m", "--meta", "[1]", "x"], None, 2),
     (["append", "m", "--meta", "{", "x"], None, 2),
-    (["append", "m"], b"   \n", 2),
+    (["append", "m"], b"", 2),  # (white space alone is a message: logged as given)
     (["append", "m"], b"\xff\xfe not utf-8", 2),
     (["append", "m"], b"a\x00b", 2),
     (["append", "m", "--ndjson"], b'{"kind":"user"}\n', 2),

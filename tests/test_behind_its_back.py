@@ -236,10 +236,11 @@ def test_a_damaged_index_is_rebuilt_by_every_reader_and_fsck_repairs_it_beside_a
     assert sh("build-tree", "m").returncode == 0
     index = log.parent / "index.sqlite"
 
-    def spoil():
+    def spoil():  # (lines.json too, which build-tree writes: a reader then looks the stored nodes up)
         for side in ("-wal", "-shm"):
             (log.parent / f"index.sqlite{side}").unlink(missing_ok=True)
         index.write_bytes(b"xx" if damage == "garbage" else index.read_bytes()[:8192])
+        (log.parent / "lines.json").unlink(missing_ok=True)
 
     warned = 0
     for argv in (["status", "m"], ["view", "m"], ["map", "m"], ["context", "m"], ["zoom", "m", "8+1"]):
