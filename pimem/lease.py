@@ -10,10 +10,11 @@ its lease let go of where it went.
 
 Readers (``view --wait``, ``status``) call ``holder(mem)`` to learn whether a live builder is at work.
 
-A watcher of the whole home (``watch`` without names) also beats in the home's ``watch.json``, ``{"pid", "host",
-"beat", "scanned", "refused"}``: when its last look for new memories began, and the memories it refused. A
+A watcher of the whole home (``watch`` without names) also beats in the home's ``watch.json``, ``{"pid", "token",
+"host", "beat", "scanned", "refused"}``: when its last look for new memories began, and the memories it refused. A
 memory created since is one it will take at its next look (every 2 s), so a reader waits for that too
-(``wait_for_watcher``).
+(``wait_for_watcher``). One watcher beats there at a time: a second one leaves a live one's file alone, and
+takes it over once its holder is dead, as a lease.
 """
 
 from __future__ import annotations
@@ -115,14 +116,19 @@ def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
     return True
 
 
-def watcher(home) -> dict | None:
-    """The record of a live watcher of every memory of ``home`` (``watch.json``) that answers (its heartbeat
-    at most ``QUIET`` seconds late), or None."""
+def _watcher_record(home) -> dict | None:
     try:
         record = orjson.loads(read_bytes(home / WATCHER))
     except (OSError, orjson.JSONDecodeError):
         return None
-    return record if isinstance(record, dict) and live(record, QUIET) else None
+    return record if isinstance(record, dict) else None
+
+
+def watcher(home) -> dict | None:
+    """The record of a live watcher of every memory of ``home`` (``watch.json``) that answers (its heartbeat
+    at most ``QUIET`` seconds late), or None: a file left by a watcher that was killed counts as none."""
+    record = _watcher_record(home)
+    return record if live(record, QUIET) else None
 
 
 def wait_for_watcher(mem, seconds: float, poll: float = 0.1) -> bool:
@@ -140,26 +146,33 @@ def wait_for_watcher(mem, seconds: float, poll: float = 0.1) -> bool:
     return True
 
 
-def beat_watcher(home, scanned: float, refused) -> None:
-    """Write this process's ``watch.json``: it watches every memory of ``home``; its last look for new ones
-    began at ``scanned`` (Unix seconds) and left out the memories ``refused`` (a home that cannot be written:
-    readers wait only for memories whose lease is held)."""
+def beat_watcher(home, token: str, scanned: float, refused) -> None:
+    """Write the ``watch.json`` of the watcher ``token`` (its own, drawn at its start) of every memory of
+    ``home``: its last look for new ones began at ``scanned`` (Unix seconds) and left out the memories
+    ``refused`` (a home that cannot be written: readers wait only for memories whose lease is held). Another
+    live watcher's file is left as it is (a second watcher standing by for its memories would otherwise speak
+    for it, and remove its file on stopping); one whose holder is dead or ``STALE`` is taken over, as a lease
+    is. Two watchers that start together may both write: the one overwritten finds the other's file at its
+    next beat and writes no more."""
+    current = _watcher_record(home)
+    if current is not None and current.get("token") != token and live(current):
+        return
     try:
-        write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+        write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "token": token, "host": socket.gethostname(),
                                                    "beat": time.time(), "scanned": scanned,
                                                    "refused": sorted(refused)}), durable=False)
     except OSError:
         pass
 
 
-def end_watcher(home) -> None:
-    """Remove ``watch.json`` if this process wrote it."""
-    try:
-        record = orjson.loads(read_bytes(home / WATCHER))
-        if isinstance(record, dict) and record.get("pid") == os.getpid() and record.get("host") == socket.gethostname():
+def end_watcher(home, token: str) -> None:
+    """Remove ``watch.json`` if the watcher ``token`` wrote it (another's is left to it)."""
+    record = _watcher_record(home)
+    if record is not None and record.get("token") == token:
+        try:
             os.unlink(home / WATCHER)
-    except (OSError, orjson.JSONDecodeError):
-        pass
+        except OSError:
+            pass
 
 
 class Lease:

@@ -21,6 +21,7 @@ import queue
 import sqlite3
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from . import env, errors, semantic
@@ -703,6 +704,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         scheduler.emit({"event": "watching", "memory": mem.name})
 
     last_scan = [0.0]
+    token = uuid.uuid4().hex  # (this watcher's in the home's watch.json)
 
     def switch(builder: Builder) -> None:
         """A memory whose compactor settings (or daily cap, or ``line_bytes``) changed since its builder started
@@ -763,7 +765,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)
         if not explicit:
-            lease.beat_watcher(env.home(home), scanned, scheduler.refused)
+            lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
 
     saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)
     try:
@@ -785,11 +787,11 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mems and not watched and not wait and not scheduler.refused:
                 raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
             last_scan[0] = time.monotonic()
-            lease.beat_watcher(env.home(home), scanned, scheduler.refused)
+            lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
         scheduler.run(between=look_for_memories)
     finally:
         if not explicit:
-            lease.end_watcher(env.home(home))
+            lease.end_watcher(env.home(home), token)
         _close(scheduler, watched.values())
         _restore_signals(saved)
         if embedding:

@@ -1196,3 +1196,42 @@ def test_a_memory_the_watcher_of_the_home_refused_is_not_waited_for(home, sh):
             assert lease.holder(mem) is None and not lease.wait_for_watcher(mem, 30)
             shown = sh("context", "nokey")
             assert shown.returncode == 0 and b"1+1|(not summarized yet" in shown.stdout
+
+
+def test_a_second_watcher_of_the_home_leaves_a_live_ones_watch_json_alone(home, tmp_path):
+    """``watch.json`` is the file of the watcher taking the memories: a second watcher of the home standing by
+    (``--wait``) overwrote it with its own pid at each look, though it held nothing (readers trusted its looks),
+    and removed it on stopping while the first still ran (``context`` then waited for no new memory). It
+    writes there only once the file's watcher is dead; a file a killed watcher left counts as no watcher."""
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        fill("a", 3)
+        first = start_watch()
+        try:
+            until(lambda: lease.holder(Memory.open("a")) and (lease.watcher(home) or {}).get("pid") == first.pid)
+            first.send_signal(signal.SIGSTOP)  # (its file is left as it is: no beat of its own rewrites it)
+            for name in ("nokey1", "nokey2"):
+                fill(name, 2, short_every=1000)
+                (home / name / "config.json").write_bytes(orjson.dumps({"compactor": {
+                    "provider": "openai", "model": "m1", "base_url": server.url, "key_env": "PIMEM_TEST_NO_SUCH_KEY"}}))
+            log = tmp_path / "second.log"
+            with watching("--wait", "--log", str(log)) as second:
+                until(lambda: log.exists() and b"nokey1" in log.read_bytes())  # (refused at its start, then it beat)
+                fill("nokey3", 2, short_every=1000)
+                (home / "nokey3" / "config.json").write_bytes((home / "nokey1" / "config.json").read_bytes())
+                until(lambda: b"nokey3" in log.read_bytes())  # (refused at a later look: it beat again since)
+                assert orjson.loads((home / "watch.json").read_bytes())["pid"] == first.pid
+            assert second.returncode == 0
+            assert orjson.loads((home / "watch.json").read_bytes())["pid"] == first.pid
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+            assert (home / "watch.json").exists() and lease.watcher(home) is None  # (killed: no watcher)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait(timeout=30)
+            first.stdout.close()
+            first.stderr.close()
+        with watching() as third:
+            until(lambda: (lease.watcher(home) or {}).get("pid") == third.pid)  # (the dead one's file taken over)
+    assert third.returncode == 0 and not (home / "watch.json").exists()
