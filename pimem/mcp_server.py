@@ -94,12 +94,14 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
 
     A line holding a lone surrogate escape (``"\\ud800"``: valid JSON, as JavaScript writes a string cut inside
     a surrogate pair), which the SDK refuses, is read with U+FFFD in its place, as pimem reads such JSON
-    everywhere (``pimem.decoder``); if the request's id holds one, the SDK is given a stand-in id, and ``ids``
-    keeps the id as sent (``_Answers`` puts it back: the client knows its answer by it)."""
+    everywhere (``pimem.decoder``); if the request's id holds one, or is an integer beyond 64 bits (which that
+    reads as a float), the SDK is given a stand-in id, and ``ids`` keeps the id as sent (``_Answers`` puts it back: the client knows its answer by it)."""
+    import json
     import uuid
 
     import mcp_types as types
     import orjson
+    import pydantic_core
     from pydantic import ValidationError
 
     from . import decoder
@@ -116,19 +118,28 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
             return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
         if not line.strip():
             return None, None
-        try:
+        try:  # (RecursionError, or orjson's TypeError: nested too deep, as the SDK refuses it without one)
             value, kept = decoder.loads_keeping(line)
-        except decoder.JSONDecodeError:
+            sent = value.get("id") if isinstance(value, dict) and "method" in value else None
+            if isinstance(sent, str):
+                sent = decoder.canonical(kept["id"]).decode() if kept["id"] != sent else None
+            elif isinstance(sent, float):  # (an integer beyond 64 bits is read as a float, as orjson reads it)
+                written = json.loads(line)["id"]
+                sent = str(written) if type(written) is int else None
+            else:
+                sent = None
+            if sent is not None:
+                value["id"] = stand_in = f"pimem-{uuid.uuid4().hex}"
+                ids[stand_in] = sent
+            line = orjson.dumps(value).decode()
+        except (ValueError, TypeError, RecursionError):
             return refused(types.PARSE_ERROR, f"Parse error: {error['msg']}")
-        if isinstance(value, dict) and "method" in value and isinstance(value.get("id"), str) and kept["id"] != value["id"]:
-            value["id"] = stand_in = f"pimem-{uuid.uuid4().hex}"
-            ids[stand_in] = decoder.canonical(kept["id"]).decode()
-        line = orjson.dumps(value).decode()
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValidationError:
             return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
-    if isinstance(message, types.JSONRPCNotification) and "id" in (orjson.loads(line) if value is None else value):
+    # (read as pydantic read it, NaN, Infinity and 1e400 too, which orjson refuses)
+    if isinstance(message, types.JSONRPCNotification) and "id" in (pydantic_core.from_json(line) if value is None else value):
         return refused(types.INVALID_REQUEST, "Invalid Request: id must be a string or an integer")
     return line, None
 

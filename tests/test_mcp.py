@@ -317,9 +317,10 @@ def raw_session(home, lines: list[bytes], answers: int) -> list[dict]:
             got.append(json.loads(proc.stdout.readline()))
     finally:
         proc.stdin.close()
-        proc.wait(60)
+        code = proc.wait(60)
         proc.stdout.close()
         proc.stderr.close()
+    assert code == 0, got  # (the client's stdin ended: the server stops, as it should)
     return got
 
 
@@ -414,3 +415,29 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_and_a_lone_surrog
         "code": -32600, "message": "Invalid Request: id must be a string or an integer"}} for a in refused), answers
     # (the escapes as sent: the standard library reads them back as lone surrogates; a pair is a character)
     assert [(a["id"], a["result"]) for a in answers[len(ids):]] == [("\ud800 x\udc00", {}), ("\U0001f600", {}), (9, {})], answers
+
+
+
+def _refused(code):
+    return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": {
+        -32600: "Invalid Request: id must be a string or an integer",
+        -32700: "Parse error: Invalid JSON: unexpected end of hex escape at line 1 column 62"}[code]}}
+
+
+@pytest.mark.parametrize("line, answer", [
+    (b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1e999}}', None),
+    (b'{"jsonrpc":"2.0","method":"notifications/x","params":{"a":NaN}}', None),
+    (b'{"jsonrpc":"2.0","id":1e400,"method":"tools/list"}', _refused(-32600)),
+    (b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"a":"\\ud800","b":%s}}' % (b"[" * 600 + b"]" * 600), _refused(-32700)),
+    (b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"a":"\\ud800","b":%s}}' % (b"[" * 300 + b"]" * 300), _refused(-32700)),
+    (b'{"jsonrpc":"2.0","id":123456789012345678901234567890,"method":"ping","params":{"x":"\\ud800"}}',
+     {"jsonrpc": "2.0", "id": 123456789012345678901234567890, "result": {}}),
+], ids=["cancelled 1e999", "NaN", "id 1e400", "600 deep", "300 deep", "wide id"])
+def test_a_line_pimem_cannot_read_is_refused_and_the_server_goes_on(home, line, answer):
+    """A notification holding NaN or a number too large for a double (which pydantic reads and orjson does not), a
+    request with such an id, and a request too deeply nested holding a lone surrogate escape each stopped the
+    server: every later request went unanswered. A notification is never answered; a request is refused. A
+    request holding a lone surrogate escape whose id was an integer beyond 64 bits was refused (its id read as a
+    float); it is answered with its id as sent."""
+    answers = raw_session(home, [line, b'{"jsonrpc":"2.0","id":77,"method":"ping"}'], 1 if answer is None else 2)
+    assert answers == [answer, {"jsonrpc": "2.0", "id": 77, "result": {}}][answer is None:], answers
