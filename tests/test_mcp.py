@@ -417,7 +417,6 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_and_a_lone_surrog
     assert [(a["id"], a["result"]) for a in answers[len(ids):]] == [("\ud800 x\udc00", {}), ("\U0001f600", {}), (9, {})], answers
 
 
-
 def _refused(code):
     return {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": {
         -32600: "Invalid Request: id must be a string or an integer",
