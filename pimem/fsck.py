@@ -299,12 +299,12 @@ def check_index(mem: Memory) -> list[Finding]:
     if wrong:
         i, name, offset = wrong[0]
         return problem(f"{len(wrong)} of {len(rows)} message rows point at the wrong line (message {i} at {name}:{offset})")
-    mem.log.stats()  # (a file found changed counts as the index counted it)
+    stats = mem.log.stats()  # (a file found changed counts as the index counted it)
     edits = mem.log.edit_counts()
-    for path_ in mem.log.files():
-        st, (done, read_then) = os.stat(path_), read.get(path_.name, (0, None))
-        if index.changed_since(done, read_then, st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(path_.name, 0)]):
-            return problem(f"read main/{path_.name} before it was changed: searches miss the change")
+    for name, st in stats.items():
+        done, read_then = read.get(name, (0, None))
+        if index.changed_since(done, read_then, st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)]):
+            return problem(f"read main/{name} before it was changed: searches miss the change")
     return []
 
 

@@ -468,7 +468,7 @@ class Index:
                 or len({name for name, _, _ in written}) != len(written):
             return self._catch_up_locked(None)
         batch = Batch(0)
-        k = 0
+        k, edits = 0, self.log.edit_counts()
         for name, offset, data in written:
             fid = indexed.get(name, (None,))[0]
             if fid is None:
@@ -483,7 +483,7 @@ class Index:
             batch.reached[0][name] = batch.reached[1][name] = offset + len(data)
             st = os.stat(f"{self.log.dir}/{name}")  # (grown since by another writer: read on from here next time)
             batch.stamps[name] = [st.st_mtime_ns if st.st_size == offset + len(data) else 0, st.st_ino,
-                                  self.log.edit_counts().get(name, 0)]
+                                  edits.get(name, 0)]
         if k != len(messages):
             raise ValueError(f"{len(messages)} messages logged in {k} lines")
         return self._with_writers(lambda writers: batch.hand_over(writers, None))
