@@ -575,8 +575,10 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
                 if lease is None:  # (stopped while waiting for it)
                     break
                 leases.append(lease)
+                cap = mem.config.get("max_cost_per_day") if compactor is None else None
                 built = Builder(mem, compactor=compactor, lease=lease, retries=retries,
-                                max_cost_per_day=None if compactor is not None else daily_cap(mem))
+                                max_cost_per_day=None if cap is None else float(cap))
+                _cap_counted(built)
                 built.cap_is_setting = True
                 built.state.cap_lifted()  # (a mark an earlier builder left: set again if this run is capped too)
                 scheduler.add(built)
@@ -611,17 +613,12 @@ def _prepare(mem) -> None:
         pass
 
 
-def daily_cap(mem) -> float | None:
-    """The memory's ``max_cost_per_day`` (None: no cap), which ``build-tree`` keeps as ``watch`` does, on the same
-    day's ledger; ``BadInput`` when it is set for a compactor without prices, which no cap can count."""
-    cap = mem.config.get("max_cost_per_day")
-    if cap is None:
-        return None
-    cfg = mem.config.get("compactor") or {}
-    if (cfg.get("provider") or "extractive") != "extractive" and cfg.get("price_in") is None:  # (both or neither)
-        raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
-                       f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
-    return float(cap)
+def _cap_counted(built: Builder) -> None:
+    """``BadInput`` when ``built`` has a daily cap (``build-tree`` and ``watch`` keep it alike, on the same day's
+    ledger) for a compactor without prices, which no cap can count."""
+    if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
+        raise BadInput(f"a daily spending cap needs prices for the compactor of {built.name}: set them with "
+                       f"'pimem model {built.name} PROVIDER/MODEL --price-in USD --price-out USD'")
 
 
 def _close(scheduler: Scheduler, leases) -> None:
@@ -686,9 +683,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         try:
             with on_settings(mem):
                 built = Builder(mem, lease=lease, max_cost_per_day=cap_of(mem.config))
-                if built.max_cost_per_day is not None and not built.compactor.offline and built.compactor.cost(1, 1) is None:
-                    raise BadInput(f"a daily spending cap needs prices for the compactor of {mem.name}: set them with "
-                                   f"'pimem model {mem.name} PROVIDER/MODEL --price-in USD --price-out USD'")
+                _cap_counted(built)
                 wrong = None if built.compactor.offline else key_problem(built.compactor.cfg)
                 if wrong:  # (no call could go out: this process's environment never changes, its settings may)
                     raise ProviderError(f"{wrong} (the API key of the compactor of {mem.name}, {built.compactor.label}):"

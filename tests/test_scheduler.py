@@ -1451,3 +1451,14 @@ def test_free_counts_only_the_nodes_a_run_made_free(run, home, monkeypatch):
         assert done()["free"] == done()["calls"] == 0
         again = run("build-tree", "m")
         assert again.exit_code == 0 and ": 0 written by openai/m1, 0 free" in again.stderr, again.stderr
+
+
+def test_build_tree_refuses_a_daily_cap_on_a_compactor_without_prices(home, sh):
+    """As ``watch`` refuses it: no cap can count what a call of unknown cost spent, so nothing is sent."""
+    with FakeLLM("openai") as server:
+        configure(home, server)  # no prices
+        fill("m", 6, short_every=1000)
+        Memory.open("m").save_config({"max_cost_per_day": 0.5})
+        out = sh("build-tree", "m", TEST_LLM_KEY="x")
+        assert out.returncode == 2 and "needs prices" in out.stderr.decode(), out.stderr
+        assert server.requests == []
