@@ -24,7 +24,8 @@ MESSAGE_KINDS = offer(*KINDS, *ALIASES)
 
 def apart(first: tuple[str, object], *others: tuple[str, object], why: str = "") -> None:
     """Refuse ``first`` given with any of ``others`` (each an option as typed and its value: None, False or
-    empty is not given), one of which would be ignored: exit 2, before any memory is read."""
+    empty is not given; 0 is, so a numeric option defaults to None), one of which would be ignored: exit 2,
+    before any memory is read."""
     for option, value in others:
         if _given(first[1]) and _given(value):
             raise BadInput(f"{first[0]} and {option} do not go together" + (f": {why}" if why else ""))

@@ -156,6 +156,8 @@ APART = [
     (["search", "staging", "m", "--rank", "--any"], ["--rank", "--any"]),
     (["build-tree", "m", "--dry-run", "--retries", "2"], ["--dry-run", "--retries"]),
     (["build-tree", "m", "--dry-run", "--wait", "1"], ["--dry-run", "--wait"]),
+    (["build-tree", "m", "--dry-run", "--retries", "0"], ["--dry-run", "--retries"]),  # (0 is given too)
+    (["build-tree", "m", "--dry-run", "--wait", "0"], ["--dry-run", "--wait"]),
     (["compact", "m", "--keep", "2", "--dry-run", "--timeout", "5"], ["--dry-run", "--timeout"]),
     (["fsck", "m", "--timeout", "5"], ["--timeout", "--repair"]),
 ]

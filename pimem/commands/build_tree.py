@@ -14,7 +14,7 @@ def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to build (default: all).", metavar="NAME…", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print how many calls, tokens and money the rest would take.")] = False,
     max_cost: Annotated[Optional[float], typer.Option("--max-cost", help="Never spend more than this: calls in flight count at their worst case (needs prices: pimem model --price-in/--price-out).", metavar="USD", click_type=param(usd, "USD"))] = None,
-    retries: Annotated[int, typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up; one the server asks to wait more than a minute for (Retry-After) is left to the next run.", metavar="N", click_type=param(count, "N", hi=10**6))] = 0,
+    retries: Annotated[Optional[int], typer.Option("--retries", help="Retry a failed node this many times (after the retry delay) before giving up; one the server asks to wait more than a minute for (Retry-After) is left to the next run.", metavar="N", click_type=param(count, "N", hi=10**6))] = None,
     wait: Annotated[Optional[float], typer.Option("--wait", help="Wait up to S seconds for a running watcher or build to let go (default: exit 4 at once).", metavar="S", click_type=param(seconds, "S"))] = None,
     log: Log = None,
     json: Json = False,
@@ -40,7 +40,7 @@ def command(
     from ..memory import Memory
     from ..tree import label
 
-    apart(("--dry-run", dry_run), ("--retries", retries or None), ("--wait", wait), why="a dry run builds nothing")
+    apart(("--dry-run", dry_run), ("--retries", retries), ("--wait", wait), why="a dry run builds nothing")
     output.log_to(log, "build-tree")
     mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
     refused = {}  # memory name -> what it was left on before building (its settings, its damaged log)
@@ -108,7 +108,7 @@ def command(
     started = time.monotonic()
     try:
         sched = scheduler.build_tree(mems, on_event=output.json_line if json else None, max_cost=max_cost,
-                                     retries=retries, wait=wait if wait is not None else 0.0,
+                                     retries=retries if retries is not None else 0, wait=wait if wait is not None else 0.0,
                                      on_progress=progress.update if progress else None, keep_going=True,
                                      on_wait=waiting)
     finally:
