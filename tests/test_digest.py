@@ -1,6 +1,7 @@
 """The offline compactor's lines (issue 15): who said what, exact facts, only the inputs' own text, tool work
 as what ran and how it ended; the faithfulness guard's marks; tool text masked on every read path."""
 
+import itertools
 import re
 import subprocess
 import unicodedata
@@ -64,6 +65,50 @@ def test_a_leaf_is_short_deterministic_and_made_of_its_input(kind, text):
     flat = re.sub(r"\s+", " ", text)  # (a line is one line: its whitespace runs are single spaces)
     for piece in pieces(line.removeprefix(f"{kind}: ")):
         assert piece.strip() in flat or piece.strip() in kind
+
+
+LINE_WORDS = st.sampled_from(["user", "pi", "user:", "ok", "the", "yes", "👍", "...", "!!!", ";", "-", "—", "，", "。",
+                               "```", "Summary:", "1+2|", "\n", "  ", "deploy", "src/app.py", "v1.2"])
+lines = st.one_of(texts, st.lists(LINE_WORDS, min_size=1, max_size=200).map(" ".join),
+                  st.lists(LINE_WORDS, min_size=1, max_size=300).map("".join))
+
+
+def _visible(text: str) -> bool:
+    return any(ch.isprintable() and not ch.isspace() for ch in text)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(left=lines, right=lines)
+def test_a_merge_is_never_empty_and_fits_its_bytes(left, right):
+    """Two lines of stop words alone (``user``, ``pi``), emoji or punctuation gave nothing to pick, and the merge
+    was an empty line: it says the two lines as they are then, cut to the limit."""
+    line = extractive.merge(left, right)
+    assert len(line.encode()) <= 512 and "\n" not in line, line
+    assert line or not (_visible(left) or _visible(right)), (left, right)
+
+
+def test_a_merge_of_lines_with_nothing_to_pick_says_them():
+    assert extractive.merge("user", "pi") == "user; pi"
+    assert extractive.merge("user: ok", "user: ok") == "user: ok"
+    assert extractive.merge("👍", "   ") == "👍"
+    assert extractive.merge("```", "```") == "```"  # (a fence alone is no code to drop)
+    line = extractive.merge(";" * 600, "-" * 600)  # (a cut strips the separators it ends in: all of them here)
+    assert line == ";" * 512, line
+
+
+_memories = itertools.count()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(msgs=st.lists(st.tuples(st.sampled_from(["user", "pi", "note", "tool", "echo"]), lines.filter(_visible)),
+                     min_size=1, max_size=70))
+def test_a_memorys_lines_are_never_empty_and_fit_their_bytes(home, msgs):
+    mem = Memory.at(f"m{next(_memories)}")
+    mem.append([{"kind": kind, "text": text.replace("\0", " ")} for kind, text in msgs])
+    digest = extractive.Digest(Memory.open(mem.name))
+    said = [digest.leaf(i, kind, text.replace("\0", " ")) for i, (kind, text) in enumerate(msgs)]
+    said += [digest.merge(l, i) for l in range(1, len(msgs).bit_length()) for i in range(len(msgs) >> l)]
+    assert all(line and len(line.encode()) <= 512 for line in said), said
 
 
 def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():

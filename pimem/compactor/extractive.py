@@ -56,7 +56,7 @@ from ..privacy import ANSI
 # (the bidirectional controls: unseen, they reorder how a terminal shows what follows them on a line. No piece
 # holds one: each ends what it is in, a word, a phrase, a fact)
 from ..toolwork import BIDI as _BIDI, SCAN_HEAD, SCAN_TAIL, scan as _scan
-from .cut import LINE_BYTES, boundary, cut_line as _cut_reply, flatten
+from .cut import LINE_BYTES, boundary, cut_line as _cut_reply, flatten, strip_controls
 
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
@@ -1420,4 +1420,16 @@ def merge(left: str, right: str, limit: int = LINE_BYTES) -> str:
     """One line merging two adjacent lines when only they are known (no memory to read the span from)."""
     pool = units({"i": 0, "kind": "note", "text": left}) + units({"i": 1, "kind": "note", "text": right})
     pool = [u.told("", 1) for u in pool]
-    return compose(pool, "", limit)
+    line = compose(pool, "", limit)
+    if not line:  # nothing to pick (stop words alone, emoji, punctuation): the two lines as they are, cut
+        parts = [strip_controls(text) for text in (left, right)]
+        parts = [flatten(text) or " ".join(text.split()) for text in parts]  # (a code fence alone is no code)
+        both = "; ".join(dict.fromkeys(part for part in parts if part))
+        line = cut_line(both, limit) or _opening(both, limit)  # (a cut strips the separators it ends in)
+    return line
+
+
+def _opening(text: str, limit: int) -> str:
+    """The start of one line ``text`` in at most ``limit`` bytes, cut between whole characters."""
+    end = len(text.encode("utf-8")[:limit].decode("utf-8", "ignore"))
+    return text[: boundary(text, end) or end]
