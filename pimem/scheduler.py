@@ -553,6 +553,17 @@ def said_waiting(event: dict) -> str:
     return f"pimem: {event['memory']}: {said}"
 
 
+def said_below_cap(event: dict, setting: bool = False) -> str:
+    """What ``build-tree`` and ``watch`` say for a ``capped`` event whose cap is below one call's worst case
+    (``next_call`` over ``max_cost_per_day``: no day's spending lets a call through); ``setting``: the cap is
+    the memory's ``max_cost_per_day``, named so."""
+    from .numbers import dollars, money
+
+    return (f"{event['memory']}: a call may cost up to {money(event['next_call'])} at its worst case, more than the "
+            f"daily cap of {dollars(event['max_cost_per_day'])}{' (max_cost_per_day)' if setting else ''}: nothing "
+            "is built until it is raised")
+
+
 def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries: int = 0, wait: float | None = 0.0,
                on_progress=None, compactor: Compactor | None = None, keep_going: bool = False,
                on_wait=None) -> Scheduler:

@@ -1401,6 +1401,23 @@ def test_build_tree_keeps_the_daily_cap_a_watcher_keeps_and_status_says_so(run, 
     assert status["capped"] is None and status["tree"]["pending"] == 0
 
 
+def test_build_tree_says_a_daily_cap_below_one_calls_worst_case_as_watch_says_it(run, home, monkeypatch):
+    """A ``max_cost_per_day`` no call fits under stops build-tree at once (exit 6, nothing sent) in the words
+    ``watch`` uses for it, naming the setting and the nodes left, not as a day's spending reached."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 4)
+        mem.save_config({"max_cost_per_day": 0.0001})
+        out = run("build-tree", "m", "--json")
+        assert out.exit_code == 6 and server.requests == [], out.stderr
+    (capped,) = [e for e in map(orjson.loads, out.stdout.splitlines()) if e["event"] == "capped"]
+    pending = builder.survey(Memory.open("m"))["pending"]
+    assert out.stderr == (f"pimem: error: m: a call may cost up to ${capped['next_call']:.4f} at its worst case, more "
+                          f"than the daily cap of $0.0001 (max_cost_per_day): nothing is built until it is raised; "
+                          f"{pending} nodes remain unbuilt\n"), out.stderr
+
+
 def test_a_mark_a_watcher_left_under_its_flag_is_lifted_by_a_build_tree_that_builds_it_all(run, home, monkeypatch):
     """A watcher capped by ``--max-cost-per-day`` (no setting) left its mark; build-tree, with no cap of its
     own, builds everything: ``status`` no longer claims that nothing more is built until tomorrow."""

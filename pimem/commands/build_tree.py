@@ -163,10 +163,10 @@ def command(
 
 def _said_capped(event: dict, pending: int) -> str:
     """Why a memory's build stopped at its daily cap (its ``capped`` event), and the nodes left for a later run."""
-    if event["next_call"] > event["max_cost_per_day"]:
-        return (f"{event['memory']}: a call may cost up to {money(event['next_call'])} at its worst case, more than the "
-                f"daily cap of {dollars(event['max_cost_per_day'])} (max_cost_per_day): nothing is built until it is "
-                f"raised; {_remain(pending)}")
+    from ..scheduler import said_below_cap
+
+    if event["next_call"] > event["max_cost_per_day"]:  # (build-tree's cap is always the setting)
+        return f"{said_below_cap(event, setting=True)}; {_remain(pending)}"
     return (f"stopped: {event['memory']}: spent {money(event['spent'])} of the daily cap of "
             f"{dollars(event['max_cost_per_day'])} on {event['day']} (max_cost_per_day; the next call may cost up to "
             f"{money(event['next_call'])} at its worst case); {_remain(pending)}: a run after that day builds them")

@@ -53,8 +53,7 @@ def command(
             output.info(f"{event['memory']} {event['node']} failed: {output.flatten(event['error'])}")  # (a server's words)
         elif event["event"] == "capped":
             if event["next_call"] > event["max_cost_per_day"]:
-                output.warn(f"{event['memory']}: a call may cost up to {money(event['next_call'])} at its worst case, more "
-                            f"than the daily cap of {dollars(event['max_cost_per_day'])}: nothing is built until it is raised")
+                output.warn(scheduler.said_below_cap(event))
             else:
                 output.info(f"{event['memory']}: spent {money(event['spent'])} of {dollars(event['max_cost_per_day'])} on "
                             f"{event['day']}; waiting for the next day")
