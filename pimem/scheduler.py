@@ -92,8 +92,7 @@ class Scheduler:
     _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
     _reserved: dict = field(default_factory=dict)  # (builder, l, i) -> the worst cost of that call in flight
     _waits_told: dict = field(default_factory=dict)  # builder -> the nodes of its ``deferred`` told ``on_wait`` of
-    _capped: dict = field(default_factory=dict)  # builder -> the day its daily cap was reached
-    capped: dict = field(default_factory=dict)  # memory name -> the ``capped`` event its daily cap was last reached with
+    capped: dict = field(default_factory=dict)  # builder -> the ``capped`` event its daily cap was last reached with
     overbilled: dict = field(default_factory=dict)  # builder -> why its calls were billed past their worst case
     held: set = field(default_factory=set)  # builders that start nothing new (to be replaced once their calls are in)
 
@@ -154,21 +153,21 @@ class Scheduler:
             day, today = builder.spent_today()
             inflight = sum(cost for (b, _, _), cost in self._reserved.items() if b is builder)
             if today + inflight + worst > cap:
-                if not inflight and self._capped.get(builder) != day:  # reached: the calls wait for the next day
-                    self._capped[builder] = day
+                # reached: the calls wait for the next day
+                if not inflight and self.capped.get(builder, {}).get("day") != day:
                     below = {"max_cost_per_day": cap, "next_call": round(worst, 6)} if worst > cap else None
                     builder.state.cap_reached(day, _day_end(day), below, cap if builder.cap_is_setting else None)
-                    self.capped[builder.name] = {"event": "capped", "memory": builder.name, "day": day,
-                                                 "spent": round(today, 6), "max_cost_per_day": cap,
-                                                 "next_call": round(worst, 6)}
-                    self.emit(self.capped[builder.name])
+                    self.capped[builder] = {"event": "capped", "memory": builder.name, "day": day,
+                                            "spent": round(today, 6), "max_cost_per_day": cap,
+                                            "next_call": round(worst, 6)}
+                    self.emit(self.capped[builder])
                 return False
         return True
 
     def capped_today(self, builder: Builder) -> bool:
         """Whether ``builder``'s daily cap held back its calls for the rest of its local day (``build-tree``
         stops there; ``watch`` waits)."""
-        return builder in self._capped and self._capped[builder] == builder.spent_today()[0]
+        return builder in self.capped and self.capped[builder]["day"] == builder.spent_today()[0]
 
     def _dispatch(self, now: float) -> bool:
         """Start what can start; True when something was built inline (so look again at once)."""

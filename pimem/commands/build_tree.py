@@ -150,7 +150,7 @@ def command(
         raise ProviderError(f"stopped before spending more than {dollars(max_cost)} (spent {money(sched.spent())}, and the next "
                             f"call may cost up to {money(sched.next_worst)} at its worst case); "
                             f"{_remain(sched.pending())}")
-    capped = [sched.capped[b.name] for b in built if b.name in sched.capped and sched.capped_today(b)]
+    capped = [sched.capped[b] for b in built if sched.capped_today(b)]
     if capped:  # (the watcher's event and words: the calls wait for the next day, the next run's)
         raise ProviderError("; ".join(_said_capped(event, builders.survey(Memory.open(event["memory"], home))["pending"])
                                       for event in capped))
