@@ -476,6 +476,51 @@ def test_a_turn_of_whitespace_alone_is_imported_as_written(run, tmp_path):
     assert brief(messages("nd")) == [("user", "  "), ("pi", "ok")]
 
 
+def test_assistant_whitespace_before_a_tool_call_is_imported_as_its_own_block(run, home, tmp_path):
+    """A text block of whitespace alone that a model wrote before a tool call (pi and Claude Code keep it as a
+    content block of its own, Codex as an assistant message) was dropped; it is kept as written, in its place,
+    and reading the files again (grown, or from the start without the import state) adds nothing twice."""
+    t = "2026-03-02T09:00:{:02d}.000Z".format
+    pi = [{"type": "session", "version": 3, "id": "sess-p", "timestamp": t(0), "cwd": "/home/dev/pad"},
+          {"type": "message", "id": "u1", "parentId": None, "timestamp": t(1), "message": {"role": "user", "content": "list it"}},
+          {"type": "message", "id": "a1", "parentId": "u1", "timestamp": t(2), "message": {"role": "assistant", "content": [
+              {"type": "thinking", "thinking": "look"}, {"type": "text", "text": "\n\n"},
+              {"type": "toolCall", "id": "c1", "name": "ls", "arguments": {}}]}},
+          {"type": "message", "id": "r1", "parentId": "a1", "timestamp": t(3),
+           "message": {"role": "toolResult", "toolCallId": "c1", "toolName": "ls", "content": "a.py", "isError": False}},
+          {"type": "message", "id": "a2", "parentId": "r1", "timestamp": t(4), "message": {"role": "assistant", "content": [
+              {"type": "thinking", "thinking": "no text"}, {"type": "text", "text": ""},
+              {"type": "toolCall", "id": "c2", "name": "ls", "arguments": {}}]}}]
+    claude = claude_lines("cs-p")
+    claude[5:6] = [{**claude[5], "uuid": "a2w", "message": {**claude[5]["message"], "content": [{"type": "text", "text": "\n\n"}]}},
+                   {**claude[5], "parentUuid": "a2w", "message": {**claude[5]["message"], "content": claude[5]["message"]["content"][1:]}}]
+    codex = codex_lines()
+    codex[7:7] = [{**codex[11], "payload": {**codex[11]["payload"], "content": [{"type": "output_text", "text": " \n"}]}}]
+    files = [(write_jsonl(tmp_path / "pi.jsonl", pi), "pad"), (write_jsonl(tmp_path / "c.jsonl", claude), "api"),
+             (write_jsonl(tmp_path / "x.jsonl", codex), "tool")]
+    for path, name in files:
+        assert run("import", path, "-n", name).exit_code == 0
+    assert brief(messages("pad")) == [("user", "list it"), ("pi", "\n\n"), ("tool", "ls({})"), ("echo", "a.py"), ("tool", "ls({})")]
+    assert brief(messages("api"))[1:3] == [("pi", "\n\n"), ("tool", 'Bash({"command":"make serve"})')]
+    assert brief(messages("tool"))[1:3] == [("pi", " \n"), ("tool", 'exec_command({"cmd": "pytest -q"})')]
+    write_jsonl(files[0][0], [{"type": "message", "id": "a3", "parentId": "a2", "timestamp": t(5), "message": {
+        "role": "assistant", "content": [{"type": "text", "text": "\t"}, {"type": "toolCall", "id": "c3", "name": "ls", "arguments": {}}]}}])
+    grown = run("import", files[0][0], "-n", "pad")
+    assert grown.stdout.startswith("pad: 2 imported, 0 already present"), grown.stdout
+    assert brief(messages("pad"))[5:] == [("pi", "\t"), ("tool", "ls({})")]
+    for path, name in files:
+        positions = json.loads((home / name / "imports.json").read_text())
+        assert str(positions).count(f"'offset': {path.stat().st_size}") == 1, positions
+        before = snapshot(home / name)
+        assert run("import", path, "-n", name).stdout.startswith(f"{name}: 0 imported, 0 already present")
+        assert snapshot(home / name) == before
+        for derived in ("imports.json", "imports.keys"):
+            (home / name / derived).unlink()
+        count = len(messages(name))
+        again = run("import", path, "-n", name)
+        assert again.stdout.startswith(f"{name}: 0 imported, {count} already present"), again.stdout
+
+
 def test_counts_are_written_with_thousands_separators_as_the_total_is(run, home, tmp_path):
     """1,200 messages read '1,200 imported', as '1,200 messages in all' already did (it read '1200 imported')."""
     path = write_jsonl(tmp_path / "big.ndjson", [

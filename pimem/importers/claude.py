@@ -100,7 +100,7 @@ class ClaudeParser(Parser):
         model = message.get("model")
         parts = []
         text = blocks_text(content)
-        if text.strip():
+        if text:  # (whitespace alone, a text block before a tool call, is kept as the model wrote it)
             parts.append(("pi", text, {"model": model}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use"):

@@ -96,7 +96,7 @@ class CodexParser(Parser):
                 return [("user", "\n".join(said), {})] if any(said) else []  # (whitespace alone is what was typed)
             if role == "assistant":
                 text = blocks_text(_content(item), TEXT_TYPES)
-                return [("pi", text, {"model": model})] if text.strip() else []
+                return [("pi", text, {"model": model})] if text else []  # (whitespace alone too, as written)
             return []  # developer and system messages are instructions
         if kind in CALLS:
             call_id = item.get("call_id") or item.get("id")

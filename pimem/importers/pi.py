@@ -125,7 +125,7 @@ class PiParser(Parser):
             parts = []
             text = blocks_text(content)
             model = message.get("model")
-            if text.strip():
+            if text:  # (whitespace alone, a text block before a tool call, is kept as the model wrote it)
                 parts.append(("pi", text, {"model": model}))
             for block in content if isinstance(content, list) else []:
                 if isinstance(block, dict) and block.get("type") == "toolCall":
