@@ -108,13 +108,28 @@ def _wrong(value, shape, most: float = float("inf")) -> bool:
                                                 or (shape is _COUNT and value == 0))
 
 
+def is_url(text: str) -> bool:
+    """Whether ``text`` is an http:// or https:// URL naming a host, as ``--base-url`` takes, that a call can go
+    to: one with a bracket left open (``http://[::1/v1``) or a port that is no number failed every call with
+    a traceback."""
+    import urllib.parse  # (pathlib's own import: no cost)
+
+    if not _URL.fullmatch(text):
+        return False
+    try:
+        urllib.parse.urlsplit(text).port
+    except ValueError:
+        return False
+    return True
+
+
 def _wrong_knob(knob: str, value) -> bool:
     """Whether a compactor setting (not null) is one ``pimem model`` would not write: of the wrong type or out
     of range, an unknown provider, a base URL that is not http(s)."""
     if knob == "provider":
         return value not in PROVIDERS
     if knob == "base_url":
-        return not isinstance(value, str) or not _URL.fullmatch(value)
+        return not (isinstance(value, str) and is_url(value))
     shape = _COMPACTOR_SHAPES.get(knob)
     return shape is not None and (_wrong(value, shape, _COMPACTOR_MOST.get(knob, float("inf")))
                                   or knob in _COMPACTOR_NONZERO and value == 0)
@@ -154,6 +169,10 @@ def _shaped(own: dict, path: Path) -> dict:
                 if knob_value is not None and _wrong_knob(knob, knob_value):
                     rule = f" (use {_COMPACTOR_RULES[knob]})" if knob in _COMPACTOR_RULES else ""
                     key, value, wrong = f"compactor.{knob}", knob_value, True
+                    if knob == "base_url" and isinstance(value, str):  # (never its password, as status shows it)
+                        from .compactor.providers import without_password
+
+                        value = without_password(value)
                     break
         if wrong:
             raise BadInput(f"{path}: {key} cannot be {_said(value)}{rule}; fix it or remove it")

@@ -247,6 +247,38 @@ def test_model_sets_shows_and_defaults_without_storing_keys(run, home, monkeypat
     assert cached.stdout.endswith("  price_in  0.15\n  price_out 0.6\n  price_cached_in 0.075\n")  # as --json shows it
 
 
+def test_model_status_and_errors_show_a_base_url_without_its_password(run, home, monkeypatch):
+    """``pimem model`` and ``status --json`` showed a ``--base-url`` as given, password and all, and so did the
+    error for one that is no URL; config.json keeps it, for the calls to send it. An OpenAI-compatible
+    compactor's key takes the header the user and password would: ``pimem model`` says they are not sent."""
+    url = "http://bob:UrlPw0rdSecret@127.0.0.1:9/v1"
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-testkey-abcdefghijklmnop")
+    run("append", "main", "hello")
+    out = run("model", "main", "openai/x", "--base-url", url, "--key-env", "TEST_LLM_KEY")
+    assert out.stdout == ("main: openai/x\n  base_url  http://127.0.0.1:9/v1 (and a user and password, kept in "
+                          "config.json)\n  key_env   TEST_LLM_KEY\n")
+    assert out.stderr == ("pimem: warning: the user and password in the base URL are not sent: the API key from "
+                          "$TEST_LLM_KEY goes in the Authorization header they would take\n")
+    assert orjson.loads((home / "main" / "config.json").read_bytes())["compactor"]["base_url"] == url
+    assert orjson.loads(run("model", "main", "--json").stdout)["base_url"] == "http://127.0.0.1:9/v1"
+    assert orjson.loads(run("status", "main", "--json").stdout)["compactor"]["base_url"] == "http://127.0.0.1:9/v1"
+    assert run("model", "--default", "ollama/x", "--base-url", url).stdout.startswith(
+        "default: openai/x\n  base_url  http://127.0.0.1:9/v1 (and")  # (no key: they are sent, and no warning)
+    bad = run("model", "main", "openai/x", "--base-url", "http://bob:UrlPw0rdSecret@ho st/v1")
+    assert bad.exit_code == 2 and bad.stderr.endswith("not 'http://ho st/v1'\n")
+    config = orjson.loads((home / "main" / "config.json").read_bytes())
+    config["compactor"]["base_url"] = "http://bob:UrlPw0rdSecret@[::1/v1"  # (no URL a call can go to)
+    (home / "main" / "config.json").write_bytes(orjson.dumps(config))
+    for args in (["status", "main"], ["fsck", "main"], ["model", "main"]):
+        bad = run(*args)
+        assert bad.exit_code == 2 and 'compactor.base_url cannot be "http://[::1/v1"' in bad.stderr, args
+    run("append", "other", "hello")
+    for url in ("http://bob:UrlPw0rdSecret@[::1/v1", "http://host:port/v1"):  # (each call failed on a traceback)
+        bad = run("model", "other", "openai/x", "--base-url", url)
+        assert bad.exit_code == 2 and bad.stderr.startswith("pimem: error: --base-url must be"), url
+        assert "UrlPw0rdSecret" not in bad.stderr
+
+
 @pytest.mark.parametrize("damage", [b"null", b"[]", b'{"extra_tokens": {"openai/m1": "big"}, "failures": {"0+1": "x"}, '
                                                   b'"unbuilt_cost": {"2026-10-08": -1}, "capped": 5}'])
 def test_a_compactor_json_of_another_shape_is_state_lost_not_a_crash(damage, run, home, monkeypatch):

@@ -338,6 +338,24 @@ def test_a_password_in_the_base_url_is_never_shown_nor_recorded(run, sh, home, t
     assert provider._hidden(echo) == f"bad key Basic [password] for bob:[password] at {server.url}"
 
 
+def test_the_api_key_reaches_the_server_past_a_user_and_password_in_the_base_url(tmp_path, monkeypatch):
+    """httpx sends a URL's user and password as ``Authorization: Basic``, which took the place of the OpenAI
+    key's ``Bearer`` one: the key goes, and the user and password only without a key. Anthropic's key has a
+    header of its own: both go."""
+    monkeypatch.setenv("TEST_LLM_KEY", "sk-testkey-abcdefghijklmnop")
+    basic = "Basic Ym9iOlVybFB3MHJkU2VjcmV0"  # bob:UrlPw0rdSecret
+    sent = []
+    for api, key_env in (("openai", "TEST_LLM_KEY"), ("openai", None), ("anthropic", "TEST_LLM_KEY")):
+        with FakeLLM(api) as server:
+            server.url = server.url.replace("http://", "http://bob:UrlPw0rdSecret@")
+            comp = _compactor(server, api, tmp_path, key_env=key_env)
+            assert comp.build(Task(0, 3, kind="user", text="x" * 900))[0].startswith("user: summary of 3")
+            comp.close()
+        headers = {k.lower(): v for k, v in server.headers[-1].items()}
+        sent.append((headers.get("authorization"), headers.get("x-api-key")))
+    assert sent == [("Bearer sk-testkey-abcdefghijklmnop", None), (basic, None), (basic, "sk-testkey-abcdefghijklmnop")]
+
+
 def test_an_anthropic_base_url_ending_in_v1_reaches_the_messages_api(tmp_path, monkeypatch):
     """An OpenAI URL holds /v1 and Anthropic's does not; written either way, an Anthropic one reaches
     /v1/messages (with it, calls went to /v1/v1/messages)."""

@@ -75,13 +75,18 @@ def command(
     if wrong:
         output.info(f"pimem: warning: {wrong} here: {row['model']} cannot summarise until it is set right "
                     "(cron and services need it in their own environment)")
+    unsent = compactor.unsent_password(shown)
+    if unsent:
+        output.info(f"pimem: warning: {unsent}")
     if json:
         output.json_line(row)
         return
     output.line(f"{where}: {row['model']}")
     for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if key in row:
-            output.line(f"  {key:<9} {row[key]}")
+            hidden = key == "base_url" and row[key] != shown[key]
+            kept = " (and a user and password, kept in config.json)" if hidden else ""
+            output.line(f"  {key:<9} {row[key]}{kept}")
 
 
 def _providers() -> list[str]:

@@ -16,14 +16,13 @@ Keys are read from the environment variable named by ``key_env``; they are never
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, field
 
-from ..config import PROVIDERS, compactor_knob
+from ..config import PROVIDERS, compactor_knob, is_url
 from ..errors import BadInput
 from .cut import LINE_BYTES, cut_line, strip_controls
-from .providers import CallFailed
+from .providers import CallFailed, without_password
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
@@ -74,8 +73,9 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
         raise BadInput("--command only goes with the command provider")
     if key_env is not None and not key_env.replace("_", "").isalnum():
         raise BadInput(f"--key-env wants the NAME of an environment variable, not {key_env!r}")
-    if base_url is not None and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", base_url):
-        raise BadInput(f"--base-url must be an http:// or https:// URL naming a host, without spaces, not {base_url!r}")
+    if base_url is not None and not is_url(base_url):
+        raise BadInput("--base-url must be an http:// or https:// URL naming a host, without spaces, not "
+                       f"{without_password(base_url)!r}")
     if model and not model.isprintable():
         raise BadInput(f"the model name {model!r} holds a control character")
     for label, price in (("--price-in", price_in), ("--price-out", price_out), ("--price-cached-in", price_cached_in)):
@@ -111,6 +111,17 @@ def key_problem(cfg: dict) -> str | None:
     return None
 
 
+def unsent_password(cfg: dict) -> str | None:
+    """Why the user and password of this compactor's URL are never sent, when they are not: an OpenAI-compatible
+    API takes its key in the ``Authorization`` header, which they would take too (``HttpProvider.post``: the key
+    wins). Anthropic's key has a header of its own, so both go."""
+    url = cfg.get("base_url")
+    if cfg.get("provider") != "openai" or not cfg.get("key_env") or not url or without_password(url) == url:
+        return None
+    return (f"the user and password in the base URL are not sent: the API key from ${cfg['key_env']} goes in the "
+            "Authorization header they would take")
+
+
 def label(cfg: dict) -> str:
     """``provider/model`` as recorded on every node it builds."""
     provider = cfg.get("provider") or "extractive"
@@ -119,11 +130,12 @@ def label(cfg: dict) -> str:
 
 
 def describe(cfg: dict) -> dict:
-    """The compactor settings worth showing (never a key: only the name of its variable)."""
+    """The compactor settings worth showing (never a key: only the name of its variable; the URL without the
+    user and password it may carry, which config.json keeps to send them)."""
     out = {"model": label(cfg)}
     for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if cfg.get(key) is not None:
-            out[key] = cfg[key]
+            out[key] = without_password(cfg[key]) if key == "base_url" else cfg[key]
     return out
 
 

@@ -132,12 +132,14 @@ def _proxy_for(url: str) -> str | None:
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
-def without_password(url: str) -> str:
-    """``url`` as an error may show it: without the user and password a proxy URL or ``--base-url`` may carry."""
-    import urllib.parse
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|//)?[^/?#]*@")  # a URL's user and password, up to its host
 
-    parts = urllib.parse.urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+def without_password(url: str) -> str:
+    """``url`` as pimem shows or records it: without the user and password a proxy URL or ``--base-url`` may
+    carry (all before the last ``@`` of the part that names the host, as a URL parser reads it; one written
+    without its ``http://`` too). Read as text: a URL no parser takes (``http://[::1/v1``) is shown so too."""
+    return _USERINFO.sub(r"\1", url)
 
 
 def _hide_password(text: str, url: str) -> str:
@@ -147,9 +149,9 @@ def _hide_password(text: str, url: str) -> str:
     import base64
     import urllib.parse
 
-    parts = urllib.parse.urlsplit(url)
-    if "@" in parts.netloc:
-        userinfo = parts.netloc.rpartition("@")[0]
+    found = _USERINFO.match(url)
+    if found:
+        userinfo = found.group()[len(found.group(1) or ""):-1]
         user, _, password = userinfo.partition(":")
         plain = [urllib.parse.unquote(user), urllib.parse.unquote(password)]
         basic = base64.b64encode(":".join(plain).encode()).decode()
@@ -216,6 +218,10 @@ class HttpProvider:
 
         url = self.base_url + path
         shown = without_password(url)
+        if any(name.lower() == "authorization" for name in headers):
+            # (httpx sends a URL's user and password as an Authorization: Basic header, in place of the API key's
+            # Bearer one: the key wins, as curl's -H does over a URL's user and password)
+            url = shown
         if self._client is None:
             proxy = _proxy_for(self.base_url)
             self._via = f" via proxy {without_password(proxy)}" if proxy else ""
