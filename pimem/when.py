@@ -198,13 +198,15 @@ def parse_when(text: str) -> datetime:
 _SHAPE = re.compile(r"[0-9]+\s*(?:%s)(?:\s+ago)?|[0-9]{1,2}(?::[0-9]{2}){1,2}|[0-9]{1,2}(?::[0-9]{2}){0,2}\s*(?:am|pm)"
                     r"|.+\s+ago"
                     % "|".join(sorted(_UNIT_OF, key=len, reverse=True)))
+_START = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a ``#I`` bound, a date or a clock, whatever follows (2026-13-01)
 
 
 def looks_like(text: str) -> bool:
-    """Whether ``text`` has the shape of a WHEN in this grammar, one gone wrong too (``13pm``, ``999999d``,
-    ``yesterday 25:00``, ``10 years ago``): ``parse_when`` then says what is wrong with it."""
+    """Whether ``text`` has the shape of a WHEN in this grammar or of a ``#I`` bound, one gone wrong too
+    (``2026-13-01``, ``25:99``, ``#x``, ``13pm``, ``999999d``, ``yesterday 25:00``, ``10 years ago``): ``bound``
+    then says what is wrong with it."""
     low = " ".join(text.split()).lower()
-    return bool(_SHAPE.fullmatch(low) or _DAY.fullmatch(low))
+    return bool(_START.match(text) or _SHAPE.fullmatch(low) or _DAY.fullmatch(low))
 
 
 def bound(value: str | None) -> tuple[int | None, datetime | None]:

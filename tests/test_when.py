@@ -159,7 +159,7 @@ def test_every_time_option_refuses_the_same_way(run, home, bad):
 
 def test_a_when_gone_wrong_still_looks_like_one():
     """What ``since``'s lone word is taken as when no memory has that name: a WHEN, said as a bad date."""
-    for shape in ("13pm", "999999d", "1000000w", "25:00", "yesterday 25:00", "monday 25:00", "10000 years ago", "1 fortnight ago", "3d"):
+    for shape in ("2026-13-01", "25:99", "#x", "13pm", "999999d", "1000000w", "25:00", "yesterday 25:00", "monday 25:00", "10000 years ago", "1 fortnight ago", "3d"):
         assert when.looks_like(shape), shape
     for name in ("main", "3things", "notes-2026", "ago", "d3"):
         assert not when.looks_like(name), name

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Annotated, Optional
 
 import typer
@@ -122,11 +121,8 @@ def _followed(mem: Memory, identity: tuple, home) -> Memory:
     return moved
 
 
-_WHEN_LIKE = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a WHEN, perhaps mistyped (2026-13-01), not a memory's name
-
-
 def _reads_as_when(word: str) -> bool:
-    if _WHEN_LIKE.match(word) or when.looks_like(word):  # (its parse says what is wrong with it, not "no memory named …")
+    if when.looks_like(word):  # (its parse says what is wrong with it, not "no memory named …")
         return True
     try:
         when.bound(word)
