@@ -68,33 +68,25 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
     heartbeat ``lease.QUIET`` seconds late: frozen with SIGSTOP, say), and False at once: what the view waits for
     is not even looked at (with a big import not summarised yet, its tool messages' markers cost half a second a
     turn). A memory a watcher of the whole home has not taken yet (new since its last look) is waited for as
-    one it holds, if the view shows placeholders: the watcher takes it at its next look."""
+    one it holds (``lease.builder``): the watcher takes it at its next look."""
     import time
 
-    from .lease import QUIET, holder, wait_for_builder, wait_for_watcher, watcher
+    from .lease import QUIET, builder, holder, wait_for_builder
 
-    if seconds <= 0 or not (mem.path / "view.json").exists():
+    if seconds <= 0 or not (mem.path / "view.json").exists() or builder(mem, time.time()) is None:
         return False
-    deadline = time.monotonic() + seconds
-    if holder(mem, QUIET) is None:
-        if watcher(mem.path.parent) is None:
-            return False
-        if not mem.views.waiting(mem.views.current(), include_tools):
-            return True
-        if not wait_for_watcher(mem, seconds):
-            return False
 
     def settled(left: float) -> bool:
         waiting = mem.views.waiting(mem.views.current(), include_tools)
         if not waiting:
             return True
-        if holder(mem, QUIET) is None:  # (the watcher stopped meanwhile; nor is the compactor's package imported)
+        if holder(mem, QUIET) is None:  # (not taken yet, or stopped meanwhile; nor is the compactor's package imported)
             return False
         # (what is left of the wait, not all of it: a node refused again with a Retry-After past the deadline
         # would otherwise be waited for until the deadline, for nothing)
         return stalled(mem, left) is not None
 
-    return wait_for_builder(mem, deadline - time.monotonic(), settled)
+    return wait_for_builder(mem, seconds, settled)
 
 
 def stalled(mem, within: float = 0.0) -> str | None:

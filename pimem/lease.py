@@ -12,9 +12,10 @@ Readers (``view --wait``, ``status``) call ``holder(mem)`` to learn whether a li
 
 A watcher of the whole home (``watch`` without names) also beats in the home's ``watch.json``, ``{"pid", "token",
 "host", "beat", "scanned", "refused"}``: when its last look for new memories began, and the memories it refused. A
-memory created since is one it will take at its next look (every 2 s), so a reader waits for that too
-(``wait_for_watcher``). One watcher beats there at a time: a second one leaves a live one's file alone, and
-takes it over once its holder is dead, as a lease.
+memory created since is one it will take at its next look (every 2 s), so a reader waits for that too: ``builder``
+names the lease's holder or that watcher, and ``wait_for_builder`` (``context`` and ``view --wait``) waits while
+there is one. One watcher beats there at a time: a second one leaves a live one's file alone, and takes it over
+once its holder is dead, as a lease.
 """
 
 from __future__ import annotations
@@ -41,12 +42,20 @@ QUIET = 3 * BEAT  # seconds: a heartbeat this late (three missed) means the hold
 # say): a reader waits for it no more, though a builder takes its memory over only once it is STALE
 
 
-def _read(mem) -> dict | None:
+def _load(path, quiet: type[OSError] = FileNotFoundError) -> dict | None:
+    """The record (a JSON object) in ``path``, or None when it is missing, torn or no object; ``quiet``: the
+    errors reading it that count as no record too (any other is raised)."""
     try:
-        record = orjson.loads(read_bytes(mem.path / FILE))
-    except (FileNotFoundError, orjson.JSONDecodeError):
+        record = orjson.loads(read_bytes(path))
+    except (quiet, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def _read(mem) -> dict | None:
+    """``mem``'s lease record; one that cannot be read (a directory there, say) is an error, raised: not taken
+    for a free lease and written over."""
+    return _load(mem.path / FILE)
 
 
 def _pid_alive(pid) -> bool:
@@ -104,24 +113,10 @@ def dead(mem) -> dict | None:
     return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 
-def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
-    """Wait up to ``seconds`` for ``ready(left)`` (``left``: the seconds left of the wait) while a live builder
-    holds ``mem``'s lease and answers (without one nothing would change, so nothing is waited for; nor for one
-    ``QUIET`` seconds late with its heartbeat); True once it is ready."""
-    deadline = time.monotonic() + seconds
-    while not ready(deadline - time.monotonic()):
-        if time.monotonic() >= deadline or holder(mem, QUIET) is None:
-            return False
-        time.sleep(poll)
-    return True
-
-
 def _watcher_record(home) -> dict | None:
-    try:
-        record = orjson.loads(read_bytes(home / WATCHER))
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
+    """``home``'s ``watch.json``; one that cannot be read counts as none: readers of every memory look at it, and
+    a turn never fails for it (a link there is refused all the same: ``nofollow``)."""
+    return _load(home / WATCHER, OSError)
 
 
 def watcher(home) -> dict | None:
@@ -131,16 +126,34 @@ def watcher(home) -> dict | None:
     return record if live(record, QUIET) else None
 
 
-def wait_for_watcher(mem, seconds: float, poll: float = 0.1) -> bool:
-    """Wait up to ``seconds`` for a live builder to hold ``mem``'s lease: a watcher of the whole home takes a
-    new memory at its next look. True once one holds it; False at once without such a watcher, or once it
-    refused ``mem`` or looked again since this wait began and left it (held by another builder that let go, say)."""
+def builder(mem, since: float, stale: float = QUIET) -> dict | None:
+    """Who builds ``mem``'s tree: the live lease's holder (``holder``), else a live watcher of the whole home
+    (its ``watch.json``, which has ``scanned``) that will take ``mem`` at its next look, or None. That watcher
+    counts unless it refused ``mem`` or began a look after ``since`` (Unix seconds: when a wait began) and left
+    it (held by another builder that let go since, say). ``stale``: as for ``holder``; the default, ``QUIET``,
+    is a reader's, which waits for neither that is not answering."""
+    found = holder(mem, stale)
+    if found is not None:
+        return found
+    record = _watcher_record(mem.path.parent)
+    if not live(record, stale):
+        return None
+    refused, scanned = record.get("refused"), record.get("scanned")
+    if not isinstance(scanned, (int, float)) or isinstance(refused, list) and mem.name in refused:
+        return None
+    if scanned > since:  # (its look took ``mem`` before it wrote this file, unless another held it)
+        return holder(mem, stale)
+    return record
+
+
+def wait_for_builder(mem, seconds: float, ready, poll: float = 0.1) -> bool:
+    """Wait up to ``seconds`` for ``ready(left)`` (``left``: the seconds left of the wait) while ``builder``
+    names one (a live holder of ``mem``'s lease that answers, or a watcher of the home about to take it: without
+    either nothing would change, so nothing is waited for); True once it is ready."""
     since = time.time()
     deadline = time.monotonic() + seconds
-    while holder(mem, QUIET) is None:
-        record = watcher(mem.path.parent)
-        if record is None or time.monotonic() >= deadline or mem.name in (record.get("refused") or ()) \
-                or not isinstance(record.get("scanned"), (int, float)) or record["scanned"] > since:
+    while not ready(deadline - time.monotonic()):
+        if time.monotonic() >= deadline or builder(mem, since) is None:
             return False
         time.sleep(poll)
     return True

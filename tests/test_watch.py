@@ -1193,9 +1193,66 @@ def test_a_memory_the_watcher_of_the_home_refused_is_not_waited_for(home, sh):
             "provider": "openai", "model": "m1", "base_url": server.url, "key_env": "PIMEM_TEST_NO_SUCH_KEY"}}))
         with watching():
             until(lambda: "nokey" in ((lease.watcher(home) or {}).get("refused") or ()))
-            assert lease.holder(mem) is None and not lease.wait_for_watcher(mem, 30)
+            assert lease.holder(mem) is None and lease.builder(mem, time.time()) is None
             shown = sh("context", "nokey")
             assert shown.returncode == 0 and b"1+1|(not summarized yet" in shown.stdout
+            viewed = sh("view", "nokey", "--wait", "600")
+            assert viewed.returncode == 0 and b"1+1|(not summarized yet" in viewed.stdout
+            assert b"the watcher of the home (pid " in viewed.stderr and b"refused 'nokey'" in viewed.stderr, viewed.stderr
+
+
+def test_view_wait_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh):
+    """``view --wait`` on a memory created since the home watcher's last look said no watcher built it and
+    showed its placeholders at once, where ``context`` waited for the watcher's next look: both wait through
+    ``lease.wait_for_builder`` now."""
+    with FakeLLM("openai", latency=0.5) as server:
+        configure(home, server)
+        fill("a", 3)
+        with watching() as watcher:
+            until(lambda: lease.holder(Memory.open("a")))
+            fill("b", 1)
+            until(lambda: lease.holder(Memory.open("b")))  # (the watcher just looked: the next look is 2 s on)
+            fill("m", 2, short_every=1000)
+            assert lease.holder(Memory.open("m")) is None
+            shown = sh("view", "m", "--wait", "30")
+            assert shown.returncode == 0 and b"(not summarized yet" not in shown.stdout, shown.stderr
+            assert b"1+1|user: summary of 1" in shown.stdout and shown.stderr == b""
+    assert watcher.returncode == 0
+
+
+def test_view_wait_says_the_watcher_of_the_home_stopped_answering_or_went_away_before_taking_a_memory(home):
+    """A watcher of the home frozen with SIGSTOP (or killed) before it took a new memory that ``view --wait``
+    waits for: the view says so (not that the lines still wait "after 600 s") and stops waiting."""
+    configure(home)
+    fill("a", 3)
+    watcher = start_watch()
+    try:
+        for k, stop in enumerate((signal.SIGSTOP, signal.SIGKILL)):
+            name = f"m{k}"
+            until(lambda: lease.holder(Memory.open("a")) and lease.watcher(home)  # (a fresh heartbeat: the view
+                  and time.time() - lease.watcher(home)["beat"] < 0.5)  # starts waiting before it is late)
+            watcher.send_signal(signal.SIGSTOP)
+            fill(name, 2, short_every=1000)
+            view = subprocess.Popen(pimem_cmd("view", name, "--wait", "600"), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=subprocess_env())
+            if stop == signal.SIGKILL:
+                time.sleep(1)  # (were the view not waiting yet, it would say so all the same, only sooner)
+                watcher.kill()
+                watcher.wait(timeout=30)
+            out, err = view.communicate(timeout=120)
+            assert view.returncode == 0 and b"after 600 s" not in err and b"(not summarized yet" in out, err
+            if stop == signal.SIGSTOP:
+                assert (f"the watcher of the home (pid {watcher.pid}), which has not taken '{name}' yet, is not "
+                        f"answering").encode() in err, err
+                watcher.send_signal(signal.SIGCONT)
+                until(lambda: lease.holder(Memory.open(name)))
+            else:
+                assert f"no watcher is building '{name}'".encode() in err, err
+    finally:
+        if watcher.poll() is None:
+            watcher.send_signal(signal.SIGCONT)
+            watcher.send_signal(signal.SIGTERM)
+            watcher.communicate(timeout=30)
 
 
 def test_a_second_watcher_of_the_home_leaves_a_live_ones_watch_json_alone(home, tmp_path):

@@ -56,10 +56,12 @@ def command(
 def _wait(mem, views, seconds: float, include_tools: bool):
     """Poll until the view has no placeholder it shows (a tool message's is shown as its marker without
     ``include_tools``) and no batch held up, or ``seconds`` pass (only while a watcher holds the memory's
-    lease and answers: without one nothing would change; ``_no_watcher`` says why, before the wait or
-    during it), or the compactor starts failing as ``context`` takes it (``context.stalled``: a node refused
-    meanwhile with a long ``Retry-After``, or for the third time in a row), as ``context`` stops then too: it
-    looked only before the wait, and waited out all of it."""
+    lease and answers, or a watcher of the whole home is about to take it, as ``context`` waits: without one
+    nothing would change; ``_no_watcher`` says why, before the wait or during it), or the compactor starts failing
+    as ``context`` takes it (``context.stalled``: a node refused meanwhile with a long ``Retry-After``, or for the
+    third time in a row), as ``context`` stops then too: it looked only before the wait, and waited out all of it."""
+    import time
+
     from ..lease import wait_for_builder
 
     def pending(v) -> bool:
@@ -67,7 +69,8 @@ def _wait(mem, views, seconds: float, include_tools: bool):
 
     if not pending(views):
         return views
-    why = _no_watcher(mem)
+    since = time.time()
+    why = _no_watcher(mem, since)
     if why:
         output.info(f"{why}; not waiting")
         return views
@@ -89,7 +92,7 @@ def _wait(mem, views, seconds: float, include_tools: bool):
         return bool(why)
 
     if not wait_for_builder(mem, seconds, ready):
-        why = _no_watcher(mem)  # (it stopped answering or went away during the wait)
+        why = _no_watcher(mem, since)  # (it stopped answering or went away during the wait)
         if why:
             output.info(f"{why}; not waiting any longer")
         else:
@@ -100,19 +103,27 @@ def _wait(mem, views, seconds: float, include_tools: bool):
     return latest[0]
 
 
-def _no_watcher(mem) -> str | None:
-    """Why no watcher will write ``mem``'s summaries (none holds its lease, or the one that does is not
-    answering: its heartbeat ``lease.QUIET`` seconds late), or None."""
+def _no_watcher(mem, since: float) -> str | None:
+    """Why no watcher will write ``mem``'s summaries (``lease.builder``: none holds its lease nor is about to
+    take it, or the one that is is not answering: its heartbeat ``lease.QUIET`` seconds late), or None;
+    ``since``: when the wait began."""
     import time
 
-    from ..lease import QUIET, holder, live
+    from ..lease import QUIET, STALE, builder, live, watcher
 
-    found = holder(mem)
+    found = builder(mem, since, STALE)
     if found is None:
+        home = watcher(mem.path.parent)
+        refused = home.get("refused") if home is not None else None
+        if isinstance(refused, list) and mem.name in refused:
+            return f"the watcher of the home (pid {home.get('pid')}) refused '{mem.name}' (its stderr or --log says why)"
         return f"no watcher is building '{mem.name}' (start one with 'pimem watch {mem.name}')"
     if not live(found, QUIET):
-        return (f"the watcher building '{mem.name}' (pid {found['pid']}) is not answering (stopped?: its last "
-                f"heartbeat was {max(0.0, time.time() - found['beat']):.0f} s ago)")
+        if "scanned" in found:  # (the home's watch.json: a watcher about to take it)
+            who = f"the watcher of the home (pid {found.get('pid')}), which has not taken '{mem.name}' yet,"
+        else:
+            who = f"the watcher building '{mem.name}' (pid {found.get('pid')})"
+        return f"{who} is not answering (stopped?: its last heartbeat was {max(0.0, time.time() - found['beat']):.0f} s ago)"
     return None
 
 
