@@ -624,7 +624,8 @@ class Memory:
     def last_of_kind(self, kind: str, before: int | None = None) -> dict | None:
         """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
         a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over, as is
-        a harness's marker (``meta.marker``, or the text of one of ``CLAUDE_MARKERS`` from Claude Code)."""
+        a harness's marker (``meta.marker``, or the text of one of ``CLAUDE_MARKERS`` from Claude Code) and a
+        message of white space alone (the padding a model writes before a tool call: it says nothing to show)."""
         if type(kind) is not str:
             raise BadInput(f"kind is a message's kind (a str such as user), not {kind!r:.40}")
         if before is not None:
@@ -635,7 +636,7 @@ class Memory:
             start = max(0, end - window)
             found = None
             for msg in self.log.read(start, end):
-                if msg["kind"] == kind and not _not_said(msg):
+                if msg["kind"] == kind and not _not_said(msg) and not msg["text"].isspace():
                     found = msg
             if found is not None:
                 return found

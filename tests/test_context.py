@@ -67,6 +67,21 @@ def test_memories_fit_in_4000_chars_pinned_first(run, home):
     assert "active memory number 0 " in lines[1]
 
 
+def test_the_previous_exchange_passes_over_messages_of_white_space_alone(run, home):
+    """The padding a model writes before a tool call (logged as written since 44a3f2a) and white space
+    appended alone are messages, but the exchange shows the last ones saying something, as list does."""
+    run("append", "main", "where does staging listen?")
+    run("append", "main", "-k", "pi", "on 5433")
+    run("append", "main", "-k", "pi", "\n\n")
+    run("append", "main", "-k", "tool", "bash(ls)")
+    run("append", "main", "-k", "pi", " \t")
+    run("append", "main", input=" \n")
+    exchange = run("context", "main").stdout.split("<previous_exchange>\n")[1].split("</previous_exchange>")[0]
+    assert exchange == "#0 user: where does staging listen?\n#1 pi: on 5433\n"
+    assert orjson.loads(run("list", "--json").stdout)["last_user"] == "where does staging listen?"
+    assert Memory.open("main").count() == 6
+
+
 def test_a_previous_exchange_over_16000_bytes_is_left_to_the_view(run, home):
     run("append", "main", "问" * 3000)  # 9,000 bytes
     run("append", "main", "-k", "pi", "答" * 2000)  # 6,000 bytes
