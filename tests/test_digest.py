@@ -1679,3 +1679,11 @@ def test_a_model_is_never_shown_another_span_s_tool_output_to_quote(run, home, t
     for args in (("view", "main"), ("context", "main")):
         assert "swordfish32" not in run(*args).stdout, args
     assert run("view", "main", "--include-tools").stdout.count("swordfish32") == 1  # (the result itself, asked for)
+
+
+def test_a_contractions_head_is_no_name():
+    """``Don`` of ``Don't`` (``Can't``, ``They're``) is no name a line should carry; a possessive's is."""
+    found = [u.text for u in extractive.units({"i": 0, "kind": "user", "text":
+                                               "Don't worry, Caroline's painting with Melanie. Can’t wait! They're off."})]
+    assert {"Caroline", "Melanie"} <= set(found), found
+    assert not {"Don", "Can", "They"} & set(found), found

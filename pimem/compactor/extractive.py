@@ -190,7 +190,7 @@ def _list_marker(text: str, start: int) -> int:
     return m.end() - start if m and not text[text.rfind("\n", 0, start) + 1 : start].strip() else 0
 
 
-_NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b")
+_NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
 # one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
