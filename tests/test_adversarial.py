@@ -150,6 +150,7 @@ APART = [
     (["recall", "m", "--ids", "1", "staging"], ["--ids", "QUERY"]),
     (["recall", "m", "--ids", "1", "--kind", "user"], ["--ids", "--kind"]),
     (["recall", "m", "--ids", "1", "--page", "2"], ["--ids", "--page"]),
+    (["recall", "m", "--ids", "1", "--page", "1"], ["--ids", "--page"]),  # (1 is given too)
     (["memories", "m", "--id", "mem_x", "--status", "all"], ["--id", "--status"]),
     (["memories", "m", "--id", "mem_x", "--kind", "fact"], ["--id", "--kind"]),
     (["memories", "m", "production", "--id", "mem_x"], ["--id", "WORDS"]),

@@ -17,7 +17,7 @@ def command(
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).", metavar="IDS")] = None,
     file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.", autocompletion=MESSAGE_KINDS)] = None,
-    page: Annotated[int, typer.Option("--page", help="Page of results, from 1.", click_type=param(count, "INTEGER", lo=1))] = 1,
+    page: Annotated[Optional[int], typer.Option("--page", help="Page of results, from 1.", click_type=param(count, "INTEGER", lo=1))] = None,
     limit: Annotated[int, typer.Option("--limit", help="Results per page, 1-30.", click_type=param(count, "INTEGER", lo=1, hi=30))] = 8,
     raw: Annotated[bool, typer.Option("--raw", help="The stored messages as JSON; one long message pages by --offset/--raw-limit.")] = False,
     offset: Annotated[Optional[int], typer.Option("--offset", help="With --raw and one id: first character of its JSON to show.", click_type=param(count, "INTEGER"))] = None,
@@ -45,7 +45,7 @@ def command(
       pimem recall main --kind user --limit 3
       pimem recall shop "mutex" --scope lineage
     """
-    apart(("--ids", ids), ("--file", file), ("--kind", kind), ("--page", page if page != 1 else None),
+    apart(("--ids", ids), ("--file", file), ("--kind", kind), ("--page", page),
           why="--ids names the messages to read; --file, --kind and --page narrow a search or a listing")
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):
         needs(option, "--raw", raw)
@@ -56,7 +56,7 @@ def command(
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):
         needs(option, "one message: give one id in --ids", len(named) == 1)
     request = recall.Request(
-        query=" ".join(query or []), ids=named, file=file, kind=kind, page=page, limit=limit,
+        query=" ".join(query or []), ids=named, file=file, kind=kind, page=page if page is not None else 1, limit=limit,
         raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,
         budget=max_chars, as_json=json,
     )
