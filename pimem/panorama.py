@@ -4,7 +4,8 @@ checking what the model remembers now, and seeing the whole (how long, how fine)
 From the top: a title (messages, since when, day N); two bars at one scale, everything said against what each
 turn reads (lines summarising several messages in grey, one-message lines in green); a two-row timeline across
 the whole history whose height is how fine the view holds each stretch (``16 - 2l`` eighths of a cell for a line
-covering ``2^l`` messages); then the view's lines grouped by day, newest at the bottom.
+covering ``2^l`` messages); then the view's lines grouped by day, newest at the bottom (days in date order, a
+day's lines in log order: an older session imported later still sits above the newer one).
 
 The picture is rows of styled segments measured in terminal cells (East Asian wide characters count two), so
 it never exceeds the width it is given; it renders as plain text, ANSI colour, or SVG.
@@ -161,6 +162,7 @@ def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
     rows: list[Row] = []
     day = None
     shown = [s for s in facts.spans if include_tools or s.n > 1 or s.kind not in ("tool", "echo")]
+    shown.sort(key=lambda s: s.day)  # days in date order, whatever order they were logged in; a day's lines in log order
     ids = max((len(s.label) for s in shown), default=0)
     for span in shown:
         if span.day != day:

@@ -154,3 +154,36 @@ def test_lines_are_grouped_by_the_readers_day_not_the_recorded_one(run, home):
     assert lines[0] == "main · 3 messages since 2026-12-06 · day 2"
     assert [l.split()[1] for l in lines if l.startswith("──")] == ["2026-12-06", "2026-12-07"]
     assert lines[-1].endswith("first thing on the seventh") and "late on the sixth" in lines[-3] and "the sixth begins" in lines[-4]
+
+
+def test_days_in_date_order_whatever_order_they_were_logged_in():
+    """A message's id is its place in the log, not in time: an older day logged later was drawn last, a
+    day logged in two stretches was drawn twice. Days go in date order; a day's lines keep log order."""
+    spans = [
+        Span(0, 1, "today, first", 10, "2026-12-06", kind="user"),
+        Span(1, 1, "an old session", 10, "2026-10-08", kind="user"),
+        Span(2, 1, "today, later", 10, "2026-12-06", kind="pi"),
+        Span(3, 1, "older still", 10, "2026-10-01", kind="user"),
+    ]
+    lines = panorama.to_text(panorama.rows(Facts("main", 4, "2026-10-01T09:00:00+08:00", date(2026, 12, 6), 40, spans), 40)).splitlines()
+    tail = lines[lines.index("") + 4 :]
+    assert tail == [
+        "── 2026-10-01 Thu ──────────────────────",
+        "3+1 you    older still",
+        "── 2026-10-08 Thu ──────────────────────",
+        "1+1 you    an old session",
+        "── 2026-12-06 Sun ──────────────────────",
+        "0+1 you    today, first",
+        "2+1 pi     today, later",
+    ]
+
+
+def test_map_puts_an_appended_older_date_above_today(run, home):
+    run("append", "main", "--date", "2026-12-06T09:00:00+08:00", "this morning")
+    run("append", "main", "--date", "2026-12-06T09:05:00+08:00", "a minute later")
+    run("append", "main", "--date", "2026-10-08T09:30:00+08:00", "hello")
+    lines = run("map", "main", "--width", 60).stdout.splitlines()
+    heads = [l.split()[1] for l in lines if l.startswith("──")]
+    assert heads == ["2026-10-08", "2026-12-06"]
+    body = lines[lines.index(next(l for l in lines if l.startswith("──"))) :]
+    assert [l.split(None, 2)[2] for l in body if not l.startswith("──")] == ["hello", "this morning", "a minute later"]

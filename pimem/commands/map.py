@@ -25,7 +25,8 @@ def command(
     From the top: the title (messages, since when, day N); two bars at one scale, everything said against
     what each turn reads (lines summarising several messages in grey ▒, one-message lines in green █); a
     two-row timeline across the whole history, taller where the view is finer; then the view's lines
-    grouped by day, newest at the bottom. No line is wider than the terminal (or --width). Colour only on
+    grouped by day, newest at the bottom (days in date order even when an older session was logged later;
+    a day's lines in log order). No line is wider than the terminal (or --width). Colour only on
     a terminal.
 
     Examples:
