@@ -7,6 +7,7 @@ import sys
 import threading
 
 import orjson
+import pytest
 
 from pimem import Memory, lease
 
@@ -44,3 +45,16 @@ def test_a_beat_never_waits_for_the_writer_lock_and_lands_once_it_is_free(home, 
     monkeypatch.setattr(lease.time, "time", lambda: first + 10.0)
     assert held.beat(force=True) is True
     assert orjson.loads((mem.path / lease.FILE).read_bytes())["beat"] == first + 10.0
+
+
+def test_an_unreadable_lease_is_an_error_and_an_unreadable_watch_json_no_watcher(home):
+    """The two records are read alike, but not their failures: a memory's ``lock.json`` that cannot be read (a
+    directory there) is raised, not taken for a free lease; the home's ``watch.json``, which readers of every
+    memory look at, counts as no watcher."""
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "hello"}])
+    (mem.path / lease.FILE).mkdir()
+    with pytest.raises(IsADirectoryError):
+        lease.holder(mem)
+    (home / lease.WATCHER).mkdir()
+    assert lease.watcher(home) is None
