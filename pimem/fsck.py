@@ -282,7 +282,7 @@ def check_index(mem: Memory) -> list[Finding]:
             read = {}  # (an index of an older pimem has no mtimes: rebuilt by the next reader)
             if db.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA_VERSION:
                 read = {name: (done, stamp) for name, done, *stamp
-                        in db.execute("SELECT name, done, mtime, inode, edits FROM files")}
+                        in db.execute("SELECT name, done, mtime, inode, edits, crc FROM files")}
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
@@ -303,7 +303,8 @@ def check_index(mem: Memory) -> list[Finding]:
     edits = mem.log.edit_counts()
     for name, st in stats.items():
         done, read_then = read.get(name, (0, None))
-        if index.changed_since(done, read_then, st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)]):
+        if index.changed_since(done, read_then, st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)],
+                               lambda: mem.log.content_crc(name, st)):  # (a file touched or copied back is as read)
             return problem(f"read main/{name} before it was changed: searches miss the change")
     return []
 

@@ -3,9 +3,10 @@
 What it holds (nothing the log does not):
 
 - ``files``: for each log file, how many of its bytes are indexed (the index is caught up from there), and
-  its mtime and inode when they were read (an edit by hand that kept the file's size changes them) and how
+  its mtime and inode when they were read (an edit by hand that kept the file's size changes them), how
   many times a writer had found it changed behind pimem's back (``Log.edit_counts``: such an edit followed by
-  a write that grew the file);
+  a write that grew the file) and the CRC-32 of the bytes read (a file whose mtime or inode alone moved,
+  touched or copied back, is told from one edited);
 - ``msgs``: ``i → (file, byte offset, length, kind, date)``, so ``Memory.message(i)`` and ``zoom`` read one
   line instead of scanning the log;
 - two FTS5 tables with the trigram tokenizer, ``talk`` (user, pi, work, note) and ``tools`` (tool, echo), so
@@ -46,6 +47,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
+from zlib import crc32
 
 import orjson
 
@@ -53,10 +55,10 @@ from . import env, rankindex, when
 from .errors import Busy, ExitStatus, IntegrityError, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
-from .nofollow import check_database, open_fd
+from .nofollow import check_database, lstat, open_fd
 
 FILENAME = "index.sqlite"
-SCHEMA_VERSION = 7  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits
+SCHEMA_VERSION = 8  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits; 8: their CRC-32
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -70,7 +72,7 @@ CREATE VIRTUAL TABLE IF NOT EXISTS {schema}.tools USING fts5(
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS main.files (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, done INTEGER NOT NULL,
-    mtime INTEGER NOT NULL DEFAULT 0, inode INTEGER NOT NULL DEFAULT 0, edits INTEGER NOT NULL DEFAULT 0);
+    mtime INTEGER NOT NULL DEFAULT 0, inode INTEGER NOT NULL DEFAULT 0, edits INTEGER NOT NULL DEFAULT 0, crc INTEGER);
 CREATE TABLE IF NOT EXISTS main.msgs (
     i INTEGER PRIMARY KEY, file INTEGER NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
     kind INTEGER NOT NULL, epoch REAL NOT NULL);
@@ -234,6 +236,7 @@ class Index:
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
         self.rebuilds = 0  # how many times ``guarded`` found the index damaged and started it over
         self._prefixes: dict | None = None  # ``terms_with_prefix``'s answers, during a run of ``answers``
+        self.moved: list[tuple] = []  # files found by ``behind`` whose stamp alone moved: (name, done, then, now)
 
     # ---- connection --------------------------------------------------------------------------------------
 
@@ -359,26 +362,29 @@ class Index:
     def _indexed(self) -> dict[str, tuple[int, int, int, tuple]]:
         """For each log file either file knows: its id in the main file (None if not there yet), how many of
         its bytes the main file and the second file hold (each file may have been deleted on its own), and its
-        ``(mtime_ns, inode, edits)`` when the main file read them."""
+        ``[mtime_ns, inode, edits, crc]`` when the main file read them."""
         shard = dict(self.db.execute("SELECT name, done FROM shard.files"))
         main = {name: (fid, done, stamp) for fid, name, done, *stamp
-                in self.db.execute("SELECT id, name, done, mtime, inode, edits FROM files")}
+                in self.db.execute("SELECT id, name, done, mtime, inode, edits, crc FROM files")}
         return {name: (*main.get(name, (None, 0, None))[:2], shard.get(name, 0), main.get(name, (None, 0, None))[2])
                 for name in main.keys() | shard.keys()}
 
     def behind(self) -> list[tuple[Path, int, tuple]]:
-        """Log files (with their sizes and ``(mtime_ns, inode, edits)``) holding bytes the index has not read yet or
+        """Log files (with their sizes and ``[mtime_ns, inode, edits]``) holding bytes the index has not read yet or
         changed since it read them all (``changed_since``), by name, and those it has read that are gone
         (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one edited by hand may
-        be any of them, however old."""
+        be any of them, however old. One whose mtime or inode alone moved, its bytes those the index read
+        (touched, copied back), is not behind: it goes to ``moved``, for a catch-up to record its new stamp."""
         indexed = self._indexed()
         stats, edits = self.log.stats(), self.log.edit_counts()
-        out = []
+        out, self.moved = [], []
         for name, st in stats.items():
             size, stamp = st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)]
             _, done, done_shard, read = indexed.get(name, (None, 0, 0, None))
-            if size != done or size != done_shard or changed_since(done, read, size, stamp):
+            if size != done or size != done_shard or changed_since(done, read, size, stamp, lambda: self.log.content_crc(name, st)):
                 out.append((self.log.dir / name, size, stamp))
+            elif read is not None and read[:2] != stamp[:2]:
+                self.moved.append((name, done, read[:2], stamp[:2]))
         for name, (_, done, done_shard, _) in indexed.items():
             if name not in stats and (done or done_shard):
                 out.append((self.log.dir / name, -1, None))
@@ -428,10 +434,19 @@ class Index:
 
     def _catch_up(self, progress) -> int:
         if not self.behind():
+            if self.moved and not self.read_only:
+                self._holding_lock(self._record_moved)
             return 0
         if self.read_only:
             raise self._unwritable("has messages its search index lacks")
         return self._holding_lock(lambda: self._catch_up_locked(progress))
+
+    def _record_moved(self) -> int:
+        """Record the new mtime and inode of the files ``behind`` found touched or copied back (unless the
+        index changed meanwhile), so the next reader need not read them again."""
+        self.db.executemany("UPDATE files SET mtime = ?, inode = ? WHERE name = ? AND done = ? AND mtime = ? AND inode = ?",
+                            [(*now, name, done, *then) for name, done, then, now in self.moved])
+        return 0
 
     def add_logged(self, start: int, messages: list[dict], written: list[tuple[str, int, bytes]]) -> int:
         """Index a batch this process has just logged, from the messages themselves instead of reading them
@@ -470,7 +485,7 @@ class Index:
         batch = Batch(0)
         k, edits = 0, self.log.edit_counts()
         for name, offset, data in written:
-            fid = indexed.get(name, (None,))[0]
+            fid, read = indexed.get(name, (None,))[0], indexed.get(name, (None, 0, 0, None))[3]
             if fid is None:
                 fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (name,)).lastrowid
             begin = 0
@@ -484,6 +499,8 @@ class Index:
             st = os.stat(f"{self.log.dir}/{name}")  # (grown since by another writer: read on from here next time)
             batch.stamps[name] = [st.st_mtime_ns if st.st_size == offset + len(data) else 0, st.st_ino,
                                   edits.get(name, 0)]
+            crc = 0 if offset == 0 else read[3] if read is not None else None
+            batch.crcs[name] = crc32(data, crc) if crc is not None else None
         if k != len(messages):
             raise ValueError(f"{len(messages)} messages logged in {k} lines")
         return self._with_writers(lambda writers: batch.hand_over(writers, None))
@@ -508,9 +525,12 @@ class Index:
 
         todo, batch = [], Batch(0)
         indexed = self._indexed()
-        for path, size, stamp in self.behind():
+        behind = self.behind()
+        if self.moved:
+            self._record_moved()
+        for path, size, stamp in behind:
             fid, done, done_shard, read = indexed.get(path.name, (None, 0, 0, None))
-            edited = size >= 0 and changed_since(done, read, size, stamp)
+            edited = size >= 0 and changed_since(done, read, size, stamp, lambda: self.log.content_crc(path.name, lstat(path)))
             if edited or size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
                 # what the index read was changed (an edit by hand moved the lines or kept the size, the file
                 # was deleted) or lost (a power cut after an unsynced write): the index must not hold it, so
@@ -526,13 +546,17 @@ class Index:
                 fid = self.db.execute("INSERT INTO files (name, done) VALUES (?, 0)", (path.name,)).lastrowid
             todo.append((fid, path, done, done_shard, size))
             batch.stamps[path.name] = stamp
+            batch.crcs[path.name] = 0 if done == 0 else read[3] if read is not None else None
         batch.total = sum(size - min(done, done_shard) for _, _, done, done_shard, size in todo)
 
         def work(writers) -> int:
             added = 0
             for fid, path, done, done_shard, size in todo:
                 start, name = min(done, done_shard), path.name
+                crc = batch.crcs[name]
                 for offset, line in complete_lines(path, start, size):
+                    if crc is not None and offset >= done:  # (the CRC-32 of what the main file has read)
+                        batch.crcs[name] = crc = crc32(b"\n", crc32(line, crc))
                     batch.add(fid, name, offset, line, offset >= done, offset >= done_shard)
                     if batch.full():
                         added += batch.hand_over(writers, progress)
@@ -804,15 +828,18 @@ class TreeNodes:
 
 
 
-def changed_since(done: int, read: list | None, size: int, stamp: list) -> bool:
-    """Whether a log file the index has read (``done`` bytes, ``read`` its ``[mtime_ns, inode, edits]`` then)
-    was changed since other than by growing (an edit by hand: lines swapped, a text masked): read to its end
-    and now of that size with another mtime or inode, or found changed by a writer since (``edits``: the
-    writer may have grown it since). pimem's own writes only grow a file (one that failed is cut back with
-    its mtime put back)."""
+def changed_since(done: int, read: list | None, size: int, stamp: list, content: Callable[[], int | None]) -> bool:
+    """Whether a log file the index has read (``done`` bytes, ``read`` its ``[mtime_ns, inode, edits, crc]``
+    then) was changed since other than by growing (an edit by hand: lines swapped, a text masked): read to its
+    end and now of that size with another mtime or inode and other bytes (``content()``: the CRC-32 of its
+    bytes now; a file touched or copied back has the bytes it had), or found changed by a writer since
+    (``edits``: the writer may have grown it since). pimem's own writes only grow a file (one that failed is
+    cut back with its mtime put back)."""
     if done <= 0 or read is None:
         return False
-    return read[2] != stamp[2] or (size == done and read[:2] != stamp[:2])
+    if read[2] != stamp[2]:
+        return True
+    return size == done and read[:2] != stamp[:2] and (read[3] is None or content() != read[3])
 
 
 def _rollback(db: sqlite3.Connection) -> None:
@@ -847,9 +874,9 @@ def write_batch(db: sqlite3.Connection, main: bool, rows: list[tuple], texts: di
                            "json_extract(value, '$[1]') FROM json_each(?)",
                            (orjson.dumps(values).decode(),))
         words.write(db)
-        if main:  # (with the file's mtime and inode as it was when read)
-            db.executemany("UPDATE files SET done = ?, mtime = ?, inode = ?, edits = ? WHERE name = ?",
-                           [(o, *stamps.get(n, (0, 0, 0)), n) for n, o in reached.items()])
+        if main:  # (with the file's mtime and inode as it was when read, and the CRC-32 of what was read)
+            db.executemany("UPDATE files SET done = ?, mtime = ?, inode = ?, edits = ?, crc = ? WHERE name = ?",
+                           [(o, *stamps.get(n, (0, 0, 0, None)), n) for n, o in reached.items()])
         else:
             db.executemany("INSERT INTO files (name, done) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET "
                            "done = excluded.done", list(reached.items()))

@@ -27,7 +27,8 @@ class Batch:
 
     def __init__(self, total: int):
         self.total, self.seen = total, 0
-        self.stamps: dict[str, tuple] = {}  # each log file's (mtime_ns, inode) as it is read
+        self.stamps: dict[str, tuple] = {}  # each log file's [mtime_ns, inode, edits] as it is read
+        self.crcs: dict[str, int | None] = {}  # the CRC-32 of each log file's bytes read for the main file
         self.clear()
 
     def clear(self) -> None:
@@ -69,7 +70,8 @@ class Batch:
 
     def hand_over(self, writers: tuple["Writer", "Writer"], progress) -> int:
         """Queue each file's part for its writer and start a new batch; returns the messages handed over."""
-        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0], self.stamps)
+        stamps = {name: (*stamp, self.crcs.get(name)) for name, stamp in self.stamps.items()}
+        writers[0].put(self.rows, self.texts[0], self.reached[0], self.words[0], stamps)
         writers[1].put([], self.texts[1], self.reached[1], self.words[1], {})
         count = len(self.rows)
         self.clear()

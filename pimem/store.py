@@ -15,6 +15,7 @@ import mmap
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
+from zlib import crc32
 
 import orjson
 
@@ -114,13 +115,16 @@ class _FileInfo:
     """What a file's head and tail say: first and last valid ``i`` and whether its last line is torn.
     Valid while the file's size is unchanged (the log only grows). ``stamp`` is its ``(mtime_ns, inode)``
     when known: a file changed behind pimem's back (edited, replaced, restored) differs in it even at the
-    same size. ``edits``: how many times a writer found it so changed (ranges.json carries the count on)."""
+    same size. ``edits``: how many times a writer found it so changed (ranges.json carries the count on).
+    ``crc``: the CRC-32 of its ``size`` bytes when known (carried on by each write from the bytes written), so
+    a file whose stamp alone moved (touched, copied back) is told from one edited at the same size."""
 
-    __slots__ = ("size", "first", "last", "torn", "stamp", "edits")
+    __slots__ = ("size", "first", "last", "torn", "stamp", "edits", "crc")
 
     def __init__(self, size: int, first: int | None, last: int | None, torn: bool, stamp: tuple | None = None,
-                 edits: int = 0):
+                 edits: int = 0, crc: int | None = None):
         self.size, self.first, self.last, self.torn, self.stamp, self.edits = size, first, last, torn, stamp, edits
+        self.crc = crc
 
     def matches(self, st: os.stat_result) -> bool:
         """Whether the file, as ``st`` finds it now, is as this record says."""
@@ -174,6 +178,8 @@ class Log:
         # with keep_written, the last write as (file name, offset, bytes) per run (an importer indexes from it)
         self.keep_written, self.written = False, []
         self._edited: set[str] = set()  # the files found changed behind pimem's back since ranges.json was read
+        self._crcs: dict[str, tuple] = {}  # file name -> ((size, mtime_ns, inode), CRC-32) as last read whole
+        self._stale: tuple | None = None  # the ranges.json (its stat) found otherwise than the files: not trusted
 
     def _read_saved(self) -> tuple[dict[str, _FileInfo], bool]:
         """ranges.json's rows and whether it was written complete in this boot (re-read when it changed)."""
@@ -192,12 +198,13 @@ class Log:
             if type(saved) is dict and type(saved.get("files")) is dict:
                 boot, none = saved.get("boot"), type(None)
                 for name, row in saved["files"].items():
-                    if type(row) is list and len(row) in (4, 6, 7):
+                    if type(row) is list and len(row) in (4, 6, 7, 8):
                         size, first, last, torn = row[:4]
-                        stamp = tuple(row[4:6]) if len(row) >= 6 and all(type(v) is int for v in row[4:]) else None
-                        edits = row[6] if len(row) == 7 and stamp is not None else 0
+                        seen = tuple(row[4:6]) if len(row) >= 6 and all(type(v) is int for v in row[4:]) else None
+                        edits = row[6] if len(row) >= 7 and seen is not None else 0
+                        crc = row[7] if len(row) == 8 and seen is not None else None
                         if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
-                            rows[name] = _FileInfo(size, first, last, torn, stamp, edits)
+                            rows[name] = _FileInfo(size, first, last, torn, seen, edits, crc)
             self._saved = (stamp, rows, boot is not None and boot == _boot_id())
         return self._saved[1], self._saved[2]
 
@@ -222,13 +229,45 @@ class Log:
         file (where appends go) checked against its row; if so its rows are taken as this process's knowledge
         of the files."""
         rows = self._baseline()
-        if not rows or len(rows) != len(names) or any(name not in rows for name in names):
-            return False
-        if names and not rows[names[-1]].matches(lstat(f"{self.dir}/{names[-1]}")):
+        if not rows or len(rows) != len(names) or any(name not in rows for name in names) or self._saved[0] == self._stale:
+            return False  # (its rows would undo what was learned of the files since)
+        if names and not self._as_recorded(names[-1], rows[names[-1]], lstat(f"{self.dir}/{names[-1]}")):
             return False  # (sizes() looks at every file and checks the log)
         self._info.update(rows)
         self._loaded = self._unlooked = True
         return True
+
+    def _as_recorded(self, name: str, info: _FileInfo, st: os.stat_result) -> bool:
+        """Whether a day file, as ``st`` finds it, is as ``info`` records it: the same size and stamp, or the
+        same size and bytes with only the stamp moved (touched, or copied back from a backup: a new inode),
+        whose new stamp is then taken as recorded (the next write records it). Only a file whose stamp
+        moved is read, once per process."""
+        if info.matches(st):
+            return True
+        if info.crc is None or st.st_size != info.size or self.content_crc(name, st) != info.crc:
+            return False
+        info.stamp = _stamp(st)
+        return True
+
+    def content_crc(self, name: str, st: os.stat_result) -> int | None:
+        """The CRC-32 of a day file's ``st.st_size`` bytes (None if it cannot be read), remembered while
+        its stamp and size are the same."""
+        key = (st.st_size, st.st_mtime_ns, st.st_ino)
+        known = self._crcs.get(name)
+        if known is not None and known[0] == key:
+            return known[1]
+        crc, left = 0, st.st_size
+        try:
+            with open_binary(f"{self.dir}/{name}", 0) as f:
+                while left:
+                    data = f.read(min(left, _READ_BUFFER))
+                    if not data:
+                        return None  # (shortened since)
+                    crc, left = crc32(data, crc), left - len(data)
+        except OSError:
+            return None
+        self._crcs[name] = (key, crc)
+        return crc
 
     def _changed_behind(self, changed: list[str]) -> None:
         """Day files differ from what the last writer recorded with no writer at work: something else wrote
@@ -246,8 +285,13 @@ class Log:
         gap."""
         seen = bytearray()
         for name in self._names():
-            before = -1
+            before, crc, read = -1, 0, 0
+            try:
+                st = lstat(f"{self.dir}/{name}")
+            except OSError:
+                st = None
             for _, line in _lines(self.dir / name):
+                crc, read = crc32(line, crc), read + len(line)  # (so a file whose stamp alone moves is known)
                 # (the number read off the line's head only when it ends as an object does: a torn line
                 # sealed by a writer keeps its head, and is no message)
                 comma = line.find(b",", 5, 32) if line.startswith(b'{"i":') and line.endswith(b"}") else -1
@@ -265,6 +309,8 @@ class Log:
                 if i < before:
                     raise IntegrityError(f"{self._whose()}{why}: lines out of order in the log: i={i} after i={before} in main/{name}; {self._fsck()}")
                 seen[i], before = 1, i
+            if st is not None and read == st.st_size:
+                self._crcs[name] = ((st.st_size, st.st_mtime_ns, st.st_ino), crc)
         missing = seen.find(0)
         if missing >= 0:
             raise IntegrityError(f"{self._whose()}{why}: gap in the log: i={missing} is missing; {self._fsck()}")
@@ -287,10 +333,12 @@ class Log:
     def save_ranges(self) -> None:
         """Record the files' ends for the next process (writers only, under the writer lock), then lift the
         marker. Derived (and never trusted across a reboot), so it is replaced without an fsync."""
-        edits = self.edit_counts()
-        saved = {name: _FileInfo(i.size, i.first, i.last, i.torn, i.stamp, edits.get(name, 0) if i.stamp else 0)
+        edits, crcs = self.edit_counts(), self._crcs
+        saved = {name: _FileInfo(i.size, i.first, i.last, i.torn, i.stamp, edits.get(name, 0) if i.stamp else 0,
+                                 i.crc if i.crc is not None or not crcs else self._crc_read(name, i.size, i.stamp))
                  for name, i in self._info.items()}
-        rows = {name: [i.size, i.first, i.last, i.torn, *(i.stamp or ()), *((i.edits,) if i.edits else ())]
+        rows = {name: [i.size, i.first, i.last, i.torn, *(i.stamp or ()),
+                       *((i.edits, i.crc) if i.stamp and i.crc is not None else (i.edits,) if i.edits else ())]
                 for name, i in saved.items()}
         path = self.dir.parent / RANGES
         try:
@@ -301,6 +349,14 @@ class Log:
             self._edited.clear()  # (recorded)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
+
+    def _crc_read(self, name: str, size: int, stamp: tuple | None) -> int | None:
+        """The CRC-32 found when the file was last read whole (checking the log), if it then had this size
+        and stamp."""
+        known = self._crcs.get(name)
+        if known is None or stamp is None or known[0] != (size, *stamp):
+            return None
+        return known[1]
 
     def edit_counts(self) -> dict[str, int]:
         """How many times each day file was found changed behind pimem's back at the size it had, as
@@ -327,7 +383,8 @@ class Log:
         for name in names:
             now, then = fresh._file_info(name), recorded.get(name)
             if then is None or (now.size, now.first, now.last) != (then.size, then.first, then.last) \
-                    or (then.stamp is not None and now.stamp != then.stamp):  # (an edit that kept the size)
+                    or (then.stamp is not None and now.stamp != then.stamp  # (an edit that kept the size)
+                        and not fresh._as_recorded(name, then, lstat(f"{self.dir}/{name}"))):
                 wrong.append(name)
         return wrong
 
@@ -335,7 +392,10 @@ class Log:
         """Write ranges.json again from the day files themselves (writers only, under the writer lock)."""
         self._info, self._loaded = {}, True
         for name in self._names():
-            self._file_info(name)
+            info = self._file_info(name)
+            st = lstat(f"{self.dir}/{name}")
+            if (st.st_size, _stamp(st)) == (info.size, info.stamp):
+                info.crc = self.content_crc(name, st)
         self.begin_write()
         self.save_ranges()
 
@@ -374,6 +434,8 @@ class Log:
             if last is not None:
                 first = info.first if info is not None and info.first is not None else _first_i(f, size)
         info = self._info[name] = _FileInfo(size, first, last, torn, stamp)
+        if self._crcs:
+            info.crc = self._crc_read(name, size, stamp)
         return info
 
     def sizes(self, every: bool = False) -> dict[str, int]:
@@ -395,19 +457,20 @@ class Log:
         out, changed = {}, []
         for name in self._names() if names is None else names:
             st = out[name] = lstat(folder + name)
-            if baseline and not (name in baseline and baseline[name].matches(st)):
+            if baseline and not (name in baseline and self._as_recorded(name, baseline[name], st)):
                 changed.append(name)
         changed += [name for name in baseline if name not in out]  # (deleted)
         # the edits counted (one that grew is read on from where the index stopped, which checks its lines did
         # not move): the same in every process until a write records them
         self._edited = {name for name in changed if name in out and name in baseline and out[name].st_size == baseline[name].size}
         if changed:
+            self._stale = self._saved[0] if baseline else None
             self._changed_behind(changed)
             if not self._loaded:
                 self._load_ranges()
             for name in changed:
                 info = self._info.get(name)
-                if info is not None and name in out and not info.matches(out[name]):
+                if info is not None and name in out and not self._as_recorded(name, info, out[name]):
                     del self._info[name]
         return out
 
@@ -440,7 +503,8 @@ class Log:
         last, sealed = -1, False
         for name, size in self.sizes(every=True).items():  # (an older file edited by hand is noticed too)
             info = self._file_info(name, size)
-            if info.torn:
+            if info.torn:  # (rare: after a crash, a file read whole is no cost worth sparing)
+                crc = info.crc if info.crc is not None else self.content_crc(name, lstat(f"{self.dir}/{name}"))
                 self.begin_write()
                 sealed = True
                 fd = open_fd(self.dir / name, os.O_WRONLY | os.O_APPEND)
@@ -450,6 +514,8 @@ class Log:
                     os.close(fd)
                 self._info.pop(name, None)
                 info = self._file_info(name)
+                if crc is not None and info.size == size + 1:
+                    info.crc = crc32(b"\n", crc)
             if info.last is not None and info.last > last:
                 last = info.last
         if sealed:
@@ -488,6 +554,7 @@ class Log:
         stamps: dict[str, os.stat_result] = {}  # each file as this write left it
         made: set[str] = set()  # the files this write created
         before: dict[str, os.stat_result] = {}  # each file there before, as it was then
+        crcs: dict[str, int | None] = {}  # each file's CRC-32 as far as it is written, where known
         began = False
         try:
             # open every file first, so the new ones' names are made durable with one directory flush; the
@@ -501,16 +568,19 @@ class Log:
                     created.add(day)
                     continue
                 known, st = self._info.get(f"{day}.jsonl"), os.fstat(fds[day])
-                if known is not None and not known.matches(st):
+                if known is not None and not self._as_recorded(f"{day}.jsonl", known, st):
                     self._changed_behind([f"{day}.jsonl"])
                     if st.st_size == known.size:
                         self._edited.add(f"{day}.jsonl")
                 before[day] = st
+                crcs[day] = known.crc if known is not None and known.size == st.st_size else \
+                    self._crc_read(f"{day}.jsonl", st.st_size, _stamp(st))
             self.begin_write()
             began = True
             for day in created:
                 fds[day] = open_fd(f"{self.dir}/{day}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, FILE_MODE)
                 made.add(day)
+                crcs[day] = 0
             if created:
                 sync_dir(self.dir)
             n, self.written = 0, []
@@ -522,6 +592,8 @@ class Log:
                     self.written.append((f"{day}.jsonl", os.fstat(fds[day]).st_size, data))
                 write_all(fds[day], data, path=f"{self.dir}/{day}.jsonl")
                 stamps[day] = os.fstat(fds[day])
+                if crcs[day] is not None:
+                    crcs[day] = crc32(data, crcs[day])
                 spans.setdefault(day, [start + n, 0])[1] = start + n + count - 1
                 n += count
         except BaseException:  # all or nothing: no message of a batch that failed stays for a retry to log twice
@@ -552,7 +624,7 @@ class Log:
             if info is not None and info.first is not None:
                 first = info.first  # (else it held no message before, a sealed torn line at most: ours is first)
             st = stamps[day]
-            self._info[name] = _FileInfo(st.st_size, first, last, False, _stamp(st))
+            self._info[name] = _FileInfo(st.st_size, first, last, False, _stamp(st), crc=crcs[day])
         self.save_ranges()
         return list(range(start, start + n))
 
@@ -593,7 +665,7 @@ class Log:
 
         def opened(first: int, name: str) -> Iterator[tuple[dict, bytes]]:
             path = self.dir / name
-            if self._unlooked and not self._info[name].matches(lstat(path)):
+            if self._unlooked and not self._as_recorded(name, self._info[name], lstat(path)):
                 self._changed_behind([name])  # the sizes were taken on trust: each file read is looked at
             return _entries(path, _offset_below(path, start) if start > first else 0)
 

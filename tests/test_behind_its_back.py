@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
+import subprocess
+import tempfile
 
 import orjson
 import pytest
@@ -187,6 +190,62 @@ def test_a_same_size_edit_to_the_newest_day_file_then_an_append_to_it_is_seen_by
     out = sh("search", "xxxxxxx", "m")
     assert out.stdout.decode().startswith("m #7 ") and b"changed since the index read it" in out.stderr, out.stderr
     assert sh("append", "m", "another turn").returncode == 0 and sh("search", "staging", "m").stderr == b""
+    assert sh("fsck", "m").returncode == 0
+
+
+def restore(log, how: str) -> None:
+    """Every day file's mtime moved (``touch``), or the whole ``main/`` put back from a copy (``cp -a``: the
+    same bytes and mtimes, new inodes)."""
+    if how == "touch":
+        subprocess.run(["touch", *sorted(log.iterdir())], check=True)
+    else:
+        aside = tempfile.mkdtemp(dir=log.parent)
+        subprocess.run(["cp", "-a", str(log), f"{aside}/copy"], check=True)
+        os.rename(log, f"{aside}/old")  # (kept: its files' inodes are not free for the copy's)
+        subprocess.run(["cp", "-a", f"{aside}/copy", str(log)], check=True)
+
+
+@pytest.mark.parametrize("how", ["touch", "cp -a"])
+def test_day_files_touched_or_copied_back_are_no_edit(sh, log, how):
+    """Only the files' mtimes or inodes moved, their bytes are those recorded: no check of the whole log, no
+    rebuild of the index, fsck finds nothing; the reader records the new stamps in the index, the next write
+    in ranges.json."""
+    stamps = {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in log.iterdir()}
+    restore(log, how)
+    assert all((p.stat().st_mtime_ns, p.stat().st_ino) != stamps[p.name] for p in log.iterdir())
+    assert sh("fsck", "m").stdout == b"m: ok (9 messages)\n"
+    out = sh("search", "staging", "m", "--limit", "20")
+    assert out.returncode == 0 and out.stdout.count(b"\n") == 9 and out.stderr == b"", out.stderr
+    with contextlib.closing(sqlite3.connect(log.parent / "index.sqlite")) as db:
+        read = dict((name, (mtime, inode)) for name, mtime, inode in db.execute("SELECT name, mtime, inode FROM files"))
+    assert read == {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in log.iterdir()}
+    assert sh("append", "m", "the next turn").stdout == b"9\n"
+    files = json.loads((log.parent / "ranges.json").read_bytes())["files"]
+    assert {name: tuple(row[4:6]) for name, row in files.items()} == \
+        {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in log.iterdir()}
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+    assert sh("search", "staging", "m").stderr == b""
+
+
+@pytest.mark.parametrize("how", ["touch", "cp -a"])
+def test_a_same_size_edit_then_touched_or_copied_back_is_still_an_edit(sh, log, how):
+    """The bytes are compared with those recorded, not the stamp alone: an edit is caught however the file
+    got there, and the index compares with the bytes it read (an edit it read, then put back from a copy:
+    as ranges.json records it, not as the index read it)."""
+    path = log / f"{DAYS[0]}.jsonl"
+    data = path.read_bytes()
+    edited = data.replace(b"message 1 about the staging db", b"message 1 about the XXXXXXX db")
+    path.write_bytes(edited)
+    restore(log, how)
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and f"records 1 day file otherwise than it is ({DAYS[0]}.jsonl)".encode() in out.stdout
+    assert f"index.sqlite: problem: read main/{DAYS[0]}.jsonl before it was changed".encode() in out.stdout, out.stdout
+    out = sh("search", "xxxxxxx", "m")
+    assert out.stdout.decode().startswith("m #1 ") and b"changed since the index read it" in out.stderr, out.stderr
+    path.write_bytes(data)  # put back as ranges.json records it, but not as the index read it
+    restore(log, how)
+    out = sh("search", "staging", "m", "--limit", "20")
+    assert out.stdout.count(b"\n") == 9 and b"changed since the index read it" in out.stderr, out.stderr
     assert sh("fsck", "m").returncode == 0
 
 

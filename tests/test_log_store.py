@@ -179,6 +179,32 @@ def test_a_new_process_starts_from_ranges_json_and_checks_it_against_file_sizes(
     assert [m["i"] for m in Memory.open("main").messages()] == list(range(7))
 
 
+def test_ranges_json_carries_each_day_files_crc_on_from_the_bytes_written(home):
+    """Each write carries a day file's CRC-32 on from the bytes it writes, never reading the file back: it is
+    the CRC-32 of the file as it is, through a batch that goes back a day, a torn line sealed, and a file grown
+    behind pimem's back (read whole by the check of the log that this sets off; recorded at its new size, not
+    as the ranges.json that was found wrong says)."""
+    import zlib
+
+    def recorded_right() -> bool:
+        files = orjson.loads((home / "main" / "ranges.json").read_bytes())["files"]
+        return {name: (row[0], row[7]) for name, row in files.items()} == \
+            {p.name: (p.stat().st_size, zlib.crc32(p.read_bytes())) for p in (home / "main" / "main").iterdir()}
+
+    days = ["01", "02", "01", "03"]
+    Memory.at("main").append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-{d}T09:00:00+00:00"}
+                              for k, d in enumerate(days)])
+    assert recorded_right()
+    with open(home / "main" / "main" / "2026-10-03.jsonl", "ab") as f:
+        f.write(b'{"i":4,"kind":"us')  # a torn write
+    Memory.at("main").append([{"kind": "user", "text": "sealed first", "date": "2026-10-03T10:00:00+00:00"}])
+    assert recorded_right()
+    with open(home / "main" / "main" / "2026-10-02.jsonl", "ab") as f:
+        f.write(b'{"i":5,"kind":"user","text":"by hand","size":13,"date":"2026-10-02T11:00:00+00:00"}\n')
+    assert Memory.at("main").append([{"kind": "user", "text": "after it"}]) == [6]
+    assert recorded_right()
+
+
 @pytest.mark.parametrize("behind_its_back", ["other boot", "new file", "marker"])
 def test_ranges_json_stands_for_the_files_only_when_no_write_can_have_happened_since(home, behind_its_back):
     """A reader takes the files' sizes from ranges.json without a stat each only when it was written complete
