@@ -35,8 +35,23 @@ def _sdk():
         from mcp.server.mcpserver.exceptions import ToolError
         from mcp.types import CallToolResult, TextContent
     except ImportError:
-        raise BadInput("pimem mcp needs the MCP SDK 2.x: pip install 'pimem[mcp]'") from None
+        raise BadInput(f"pimem mcp needs the MCP SDK 2.x, pimem's mcp extra: {_install_hint('mcp')}") from None
     return MCPServer, ToolError, CallToolResult, TextContent
+
+
+def _install_hint(extra: str) -> str:
+    """How to add ``extra`` to the Python that runs pimem. pimem is installed from a checkout, not from PyPI
+    (where "pimem" is another project): when this source is the checkout (editable, or run from it) the hint
+    names it; else it says to run pip in the checkout."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "pyproject.toml").is_file():
+        return f"{pip} -e {shlex.quote(f'{checkout}[{extra}]')}"
+    return f"in pimem's checkout, {pip} {shlex.quote(f'.[{extra}]')}"
 
 
 def _arguments_refused(exc) -> str:

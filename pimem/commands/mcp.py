@@ -9,7 +9,7 @@ def command(home: Home = None) -> None:
     Tools: list_memories, search, view, zoom, message, since, recall, memory_search (all read-only: they
     never take the writer lock or write to a memory), and memory_propose (writes a provisional memory only,
     which the user confirms or drops). Every message and hit carries `held`; tool calls and results are
-    returned only when a call sets include_tools. Needs the `mcp` extra: pip install 'pimem[mcp]'.
+    returned only when a call sets include_tools. Needs the `mcp` extra: pip install '.[mcp]' in pimem's checkout.
 
     Examples:
       pimem mcp

@@ -19,7 +19,7 @@ def command(
 
     Never needed for correctness: every command catches the index up from the log, and a deleted or
     damaged index is rebuilt on first use. Use it to rebuild at a time of your choosing. With the semantic
-    extra installed (pimem[semantic]) it also embeds the messages not embedded yet.
+    extra installed (pip install '.[semantic]' in pimem's checkout) it also embeds the messages not embedded yet.
 
     Examples:
       pimem reindex
