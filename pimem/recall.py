@@ -30,7 +30,7 @@ from typing import Callable, Iterable
 
 import orjson
 
-from . import budget, lineage, numbers, terms
+from . import budget, lineage, numbers, terms, toolwork
 from .errors import BadInput
 from .message import TOOL_KINDS
 
@@ -49,7 +49,6 @@ POOL = 1000  # the ranker's best messages a search looks at (then filtered, re-w
 _FILE_KEYS = frozenset({"path", "file", "filePath", "filename", "file_path", "notebook_path", "target_file"})
 _PATCH_FILE = re.compile(r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\*\*\* Move to: (.+?)\s*$", re.M)  # Codex's apply_patch
 _CALL = re.compile(r"^\s*[\w.-]+\((.*)\)\s*$", re.S)
-_EXT = re.compile(r"\.[A-Za-z0-9]{1,8}$")
 
 
 def _none(mem) -> dict[int, dict]:
@@ -82,8 +81,8 @@ def _facets(msg: dict) -> dict:
 
 def files_of(msg: dict) -> list[str]:
     """Paths a message names: ``path``/``file_path``/``filePath``/``filename`` … values in a tool call's JSON
-    arguments, the files a patch adds, updates, deletes or moves to (``*** Update File: …``), and words of a
-    shell command (``meta.command``) that end in an extension."""
+    arguments, the files a patch adds, updates, deletes or moves to (``*** Update File: …``), and the words of a
+    shell command (``meta.command``) that name files (``toolwork.names_file``: not ``mix phx.server``'s task)."""
     meta = msg.get("meta") if isinstance(msg.get("meta"), dict) else {}
     if msg["kind"] != "tool" and not isinstance(meta.get("command"), str):
         return []  # (most messages: nothing to look at)
@@ -94,7 +93,7 @@ def files_of(msg: dict) -> list[str]:
             found.extend(a or b for a, b in _PATCH_FILE.findall(msg["text"]))
     command = meta.get("command")
     if isinstance(command, str):
-        found.extend(w.strip("'\"") for w in command.split() if _EXT.search(w.strip("'\"")))
+        found.extend(w for w in (w.strip("'\"") for w in command.split()) if toolwork.names_file(w))
     return list(dict.fromkeys(p for p in found if p not in (".", "..") and not p.startswith("http") and 0 < len(p) < 1000))
 
 

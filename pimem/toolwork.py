@@ -40,7 +40,11 @@ _COMMANDS = re.compile(r"&&|\|\||;")  # (a quoted separator splits too: the firs
 _EDIT_TOOLS = re.compile(r"edit|write|patch|replace|create|str_replace", re.I)
 _READ_TOOLS = re.compile(r"(?:read|view|open)(?:_?file)?", re.I)  # (a tool's whole name: pi's read, Claude Code's Read)
 _PATH_KEYS = ("path", "file_path", "filePath", "file", "filename", "target_file", "notebook_path")
-_PATH_IN_TEXT = re.compile(r"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:py|js|ts|tsx|go|rs|md|json|toml|yaml|yml|sh|c|h|cpp|java|rb|css|html)\b")
+# the extensions that make a word without a slash a file name (phx.server, db.migrate, app.main: tasks, modules)
+_EXTENSIONS = ("py|pyi|ipynb|js|jsx|mjs|cjs|ts|tsx|vue|svelte|go|rs|c|h|cpp|hpp|java|kt|swift|rb|php|ex|exs|lua|"
+               "sh|zsh|sql|md|rst|txt|log|csv|json|jsonl|toml|yaml|yml|ini|cfg|conf|lock|xml|css|scss|html")
+_PATH_IN_TEXT = re.compile(rf"[\w.~-]*/[\w.@+/-]+\.\w+|\b[\w.-]+\.(?:{_EXTENSIONS})\b")
+_FILE_WORD = re.compile(rf"\S*/[^\s/]*\.[A-Za-z0-9]{{1,8}}|[\w.-]+\.(?:{_EXTENSIONS})")
 _SHELLS = ("bash", "shell", "exec", "Bash", "shell_command", "local_shell")
 _BREAKS = frozenset(" \t\n，。！？；：、,.;:!?")
 # the bidirectional controls (marks, embeddings, overrides, isolates): unseen, they reorder what follows on a line
@@ -145,6 +149,13 @@ def argument_path(text: str) -> str:
     if not isinstance(arguments, dict):
         return ""
     return next((v for k in _PATH_KEYS if isinstance(v := arguments.get(k), str) and v.strip()), "")
+
+
+def names_file(word: str) -> bool:
+    """Whether a word of a shell command names a file: a path ending in an extension (``src/app.py``,
+    ``~/.bashrc``) or a name with one of ``_EXTENSIONS`` (``notes.txt``), not a task or a module
+    (``mix phx.server``, ``rake db.migrate``, ``python -m app.main``)."""
+    return _FILE_WORD.fullmatch(word) is not None
 
 
 def summary(msg: dict) -> str:

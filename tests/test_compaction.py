@@ -202,6 +202,27 @@ def test_rules_derive_files_commands_and_test_counts_only(run, home):
     assert "<memories>" not in run("context", "main").stdout
 
 
+def test_a_commands_file_memories_name_its_files_not_its_tasks_or_modules(run, home):
+    """Every word of a command ending in a dot and letters was a file: mix phx.server, rake db.migrate and
+    python -m app.main gave "file: phx.server" and the like. Paths and names with a file's extension still do."""
+    commands = ["mix phx.server", "rake db.migrate", "python -m app.main", "python -m http.server 8000",
+                "cat notes.txt config/dev.exs ~/.bashrc", "python manage.py migrate"]
+    log(run, *[r for n, c in enumerate(commands) for r in (call(f"c{n}", command=c), result(f"c{n}", command=c, exit_code=0))], user())
+    assert run("compact", "main", "--keep", "0").exit_code == 0
+    contents = [r["content"] for r in memories.records(Memory.open("main"), include_tools=True)]
+    assert sorted(c for c in contents if c.startswith("file: ")) == [
+        "file: config/dev.exs", "file: manage.py", "file: notes.txt", "file: ~/.bashrc"]
+    assert "command: mix phx.server exitCode=0" in contents
+
+
+def test_an_edit_without_a_path_names_a_file_of_the_extensions_a_commands_files_have():
+    """The two share one list of extensions: an edit naming notes.txt or seeds.exs only in its text "ran"."""
+    from pimem import toolwork
+
+    said = [toolwork.summary({"kind": "tool", "text": text, "meta": {}}) for text in ("write(notes.txt)", 'create("seeds.exs")')]
+    assert said == ["edited notes.txt", "edited seeds.exs"]
+
+
 def test_a_compaction_whose_rule_memories_were_not_written_gets_them_on_the_next_run(run, home):
     log(run, user("fix it"), call("c1", 'read({"path": "src/auth.py"})'), result("c1", "def login(): ..."), pi(), user())
     first = orjson.loads(run("compact", "main", "--keep", "0", "--json").stdout)
