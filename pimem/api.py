@@ -160,22 +160,27 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
 
 
 @_checked
-def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE_LIMIT, include_tools: bool = False, home: Home = None) -> dict:
-    """Up to ``limit`` messages from message ``start`` or from the date/time ``when`` (one or the other, as
-    ``pimem since`` takes ``#I`` or a date), and ``next``: the ``start`` to ask for next (None at the end). At
+def since(name: str, start: int | None = None, when: str | None = None, limit: int = SINCE_LIMIT, include_tools: bool = False,
+          home: Home = None) -> dict:
+    """Up to ``limit`` messages from message ``start`` (default 0) or from the date/time ``when`` (one or the
+    other, as ``pimem since`` takes ``#I`` or a date), and ``next``: the ``start`` to ask for next (None at the end). At
     most ``SINCE_CHARS`` characters of text come back: a message's text past ``MESSAGE_CHARS`` is cut, with
     ``chars`` and ``next_offset`` for ``message`` to read on, and the call ends early, before the message whose
     text would pass the bound (``next`` names it)."""
     from . import when as whens
+    from .options import apart  # (the CLI's own check, so that a pair refused there is refused here: one rule)
 
     _bounded(limit, "limit")
-    if when is not None and start != 0:  # (start was dropped: a caller paging on with both got one page again)
-        raise BadInput(f"since: give start or when, not both (start {start}, when {when!r:.40}): next is a start")
+    # (one was dropped: a caller paging on with both got one page again; 0 is a start given too)
+    apart(("start", start), ("when", when), why="next is a start, to page on with alone")
+    if start is not None:
+        _bounded(start, "start", MAX_I, 0)
     with Memory.open(name, home) as mem:
         if when is not None:
             first = mem.first_at(whens.parse_when(when))
             start = mem.count() if first is None else first
-        _bounded(start, "start", MAX_I, 0)
+        elif start is None:
+            start = 0
         out, position, held, chars = [], start, _Held(mem, include_tools), 0
         for msg in mem.messages(start):
             if len(out) == limit:
@@ -196,18 +201,24 @@ def since(name: str, start: int = 0, when: str | None = None, limit: int = SINCE
 @_checked
 def search(query: str, names: list[str] | None = None, rank: bool = False, any_term: bool = False,
            kinds: list[str] | None = None, include_tools: bool = False, since: str | None = None,
-           before: int | None = None, limit: int = 20, home: Home = None) -> dict:
+           until: str | None = None, before: int | None = None, limit: int = 20, offset: int = 0,
+           home: Home = None) -> dict:
     """Where something was said: hits in the original messages of ``names`` (default: every memory), newest
-    first (``rank``: best first), each with ``held`` and the ``label`` of the view line holding it; ``before``
-    pages (only messages numbered below it); ``unread`` names the memories that could not be read (a damaged
-    log), the others searched. Searching may catch up ``index.sqlite``, the derived index, when
-    it lags the log, as every reader does; nothing else is written."""
-    from . import search as searching, when as whens
+    first (``rank``: best first), each with ``held`` and the ``label`` of the view line holding it, as ``pimem
+    search``: ``since`` and ``until`` bound the messages (``#I`` or a date/time), ``before`` pages (only
+    messages numbered below it), ``offset`` skips the first hits (the next page of ranked hits); ``unread``
+    names the memories that could not be read (a damaged log), the others searched. Searching may catch up
+    ``index.sqlite``, the derived index, when it lags the log, as every reader does; nothing else is written."""
+    from . import search as searching
     from .message import kind_of
+    from .options import apart
 
+    apart(("rank", rank), ("any_term", any_term), why="rank finds messages holding any of the words already")
     _bounded(limit, "limit", 200)
+    _bounded(offset, "offset", MAX_COUNT, 0)
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
+    bounds = searching.bounds(since or None, until or None, before, ("since", "until"))
     unread: list[dict] = []
 
     def note(mem, exc) -> None:
@@ -217,8 +228,7 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
-                                since=whens.parse_when(since) if since else None, before=before, limit=limit,
-                                unread=note)
+                                **bounds, limit=limit, offset=offset, unread=note)
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()
@@ -273,20 +283,26 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
 
 @_checked
 def recall(name: str, query: str = "", ids: list[int | str] | None = None, file: str | None = None, kind: str | None = None,
-           page: int = 1, limit: int = 8, include_tools: bool = False, budget: int | None = None, home: Home = None) -> dict:
+           page: int | None = None, limit: int = 8, include_tools: bool = False, budget: int | None = None, home: Home = None) -> dict:
     """pimem's bounded recall (``pimem recall --json``): search, list or read messages, as one JSON document
-    never longer than ``budget`` characters, each result with ``held``."""
+    never longer than ``budget`` characters, each result with ``held``. ``ids`` goes with none of ``query``,
+    ``file``, ``kind`` and ``page`` (default 1), as ``--ids`` with none of theirs."""
     import orjson
 
     from . import recall as recalls
+    from .options import apart
 
+    apart(("ids", ids), ("file", file), ("kind", kind), ("page", page),
+          why="ids names the messages to read; file, kind and page narrow a search or a listing")
+    apart(("ids", ids), ("query", query), why="ids names the messages to read; query searches")
     _bounded(limit, "limit", 30)  # (checked here to name the arguments, where the request names the options)
-    _bounded(page, "page", MAX_COUNT)
+    if page is not None:
+        _bounded(page, "page", MAX_COUNT)
     for i in ids or []:  # (each names one message or more: "" is no message, not a listing)
         if type(i) is int and not 0 <= i <= MAX_I or isinstance(i, str) and not any(p.strip() for p in i.split(",")):
             raise BadInput(f"ids {i!r} names no message: give message numbers (0 to {MAX_I}) or entry ids")
-    request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind, page=page,
-                              limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
+    request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind,
+                              page=page if page is not None else 1, limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     with Memory.open(name, home) as mem:
         return orjson.loads(recalls.recall(mem, request))
 

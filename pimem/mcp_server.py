@@ -258,14 +258,18 @@ def build(home: api.Home = None):
     @tool
     def search(query: StrictStr, names: list[StrictStr] | None = None, rank: StrictBool = False, any_term: StrictBool = False,
                kinds: list[StrictStr] | None = None, include_tools: StrictBool = False, since: StrictStr | None = None,
-               before: StrictInt | None = None, limit: StrictInt = 20) -> dict[str, Any]:
+               until: StrictStr | None = None, before: StrictInt | None = None, limit: StrictInt = 20,
+               offset: StrictInt = 0) -> dict[str, Any]:
         """Where something was said: case-insensitive substring search over the original messages (never the
         summaries) of the memories `names` (default: all), Chinese included. Every word must occur (any_term:
-        at least one); "a quoted phrase" exactly; newest first. With rank, ask a question instead: the
-        messages holding any of its words (stemmed), best first, each with a score. Each hit has the
-        memory, i, date, kind, a snippet, held and the label of the view line holding it. For the next page,
-        pass before = the smallest i seen."""
-        return api.search(query, names, rank, any_term, kinds, include_tools, since, before, limit, home)
+        at least one); "a quoted phrase" exactly; newest first. With rank (not with any_term), ask a question
+        instead: the messages holding any of its words (stemmed), best first, each with a score. `since` and
+        `until` keep messages from / before a message number #I or a date/time (2026-10-08, 3d, yesterday).
+        Each hit has the memory, i, date, kind, a snippet, held and the label of the view line holding it.
+        For the next page: with rank, pass offset = offset + limit; else before = the smallest i seen (one
+        memory at a time)."""
+        return api.search(query, names, rank=rank, any_term=any_term, kinds=kinds, include_tools=include_tools, since=since,
+                          until=until, before=before, limit=limit, offset=offset, home=home)
 
     @tool
     def message(name: StrictStr, i: StrictInt, include_tools: StrictBool = False, offset: StrictInt = 0, max_chars: StrictInt = api.MESSAGE_CHARS) -> dict[str, Any]:
@@ -274,9 +278,11 @@ def build(home: api.Home = None):
         return api.message(name, i, include_tools, offset, max_chars, home)
 
     @tool
-    def since(name: StrictStr, start: StrictInt = 0, when: StrictStr | None = None, limit: StrictInt = api.SINCE_LIMIT, include_tools: StrictBool = False) -> dict[str, Any]:
-        """Up to `limit` messages from message number `start`, or from a date/time `when` (2026-10-08, 09:30,
-        3d, yesterday). `next` is the start for the following call (null at the end)."""
+    def since(name: StrictStr, start: StrictInt | None = None, when: StrictStr | None = None, limit: StrictInt = api.SINCE_LIMIT,
+              include_tools: StrictBool = False) -> dict[str, Any]:
+        """Up to `limit` messages from message number `start` (default 0), or from a date/time `when`
+        (2026-10-08, 09:30, 3d, yesterday), not both. `next` is the start for the following call (null at the
+        end)."""
         return api.since(name, start, when, limit, include_tools, home)
 
     @tool
@@ -295,11 +301,12 @@ def build(home: api.Home = None):
 
     @tool
     def recall(name: StrictStr, query: StrictStr = "", ids: list[StrictInt | StrictStr] | None = None, file: StrictStr | None = None, kind: StrictStr | None = None,
-               page: StrictInt = 1, limit: StrictInt = 8, include_tools: StrictBool = False, budget: StrictInt | None = None) -> dict[str, Any]:
+               page: StrictInt | None = None, limit: StrictInt = 8, include_tools: StrictBool = False, budget: StrictInt | None = None) -> dict[str, Any]:
         """Bounded recall over the messages of memory `name`: search by `query` words (rare words and paths
-        first), list newest first (no query), or read messages by `ids` (numbers or source entry ids). `file`
-        keeps messages naming a path; `kind` one kind. The answer never exceeds `budget` characters (default
-        16,000); `page` continues a search. Each result carries held."""
+        first), list newest first (no query), or read messages by `ids` (numbers or source entry ids; alone,
+        without query, file, kind or page). `file` keeps messages naming a path; `kind` one kind. The answer
+        never exceeds `budget` characters (default 16,000); `page` (from 1) continues a search. Each result
+        carries held."""
         return api.recall(name, query, ids, file, kind, page, limit, include_tools, budget, home)
 
     @tool

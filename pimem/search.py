@@ -95,6 +95,21 @@ def search(
     return hits
 
 
+def bounds(since: str | None, until: str | None, before: int | None, named: tuple[str, str]) -> dict:
+    """``search``'s ``since``, ``until``, ``start`` and ``before`` for a range given as ``since`` and ``until``
+    (each ``#I`` or a WHEN; None: open): an ``until`` of ``#I`` bounds each memory's numbering, as ``before``
+    does; an ``until`` before ``since`` is refused, before any memory is read, the two called as ``named``
+    (``--since``, ``--until`` on the command line)."""
+    from . import when
+
+    (start, first), (stop, last) = when.bound(since), when.bound(until)
+    for low, high in ((start, stop), (first, last)):  # (numbers with numbers, moments with moments)
+        when.refuse_reversed(low, high, f"{named[0]} {since}", f"{named[1]} {until}")
+    if stop is not None:
+        before = stop if before is None else min(before, stop)
+    return {"since": first, "until": last, "start": start, "before": before}
+
+
 def _each(memories: list, unread: Callable | None, question: Callable) -> list[tuple]:
     """``(mem, question(mem, its index))`` for each memory that can be read (see ``search`` on ``unread``)."""
     out = []

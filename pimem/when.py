@@ -224,9 +224,9 @@ def bound(value: str | None) -> tuple[int | None, datetime | None]:
 def refuse_reversed(start, until, start_said: str, until_said: str) -> None:
     """Refuse (exit 2) a range whose end ``until`` comes before its ``start`` (two moments, or two message
     numbers; either None: no range): no message can lie between, and an empty answer would read as none there.
-    ``start_said`` names the start as the command took it (``the start 2026-10-08``, ``--since 3d``)."""
+    ``start_said`` and ``until_said`` name them as the caller took them (``the start 2026-10-08``, ``--until 3d``)."""
     if start is not None and until is not None and until < start:
-        raise BadInput(f"--until {until_said} is before {start_said}")
+        raise BadInput(f"{until_said} is before {start_said}")
 
 
 def message_date(text: str) -> str:

@@ -237,7 +237,7 @@ def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
     (lambda api: api.search(None), "search: query must be str, not NoneType"),
     (lambda api: api.search("5433", names="main"), "search: names must be a list of str or None, not str"),
     (lambda api: api.search("a\udcffb"), "search: query is not valid UTF-8"),
-    (lambda api: api.recall("main", page="1"), "recall: page must be int, not str"),
+    (lambda api: api.recall("main", page="1"), "recall: page must be int or None, not str"),
     (lambda api: api.recall("main", ids=[None]), "recall: ids must be a list of int or str or None, not list"),
     (lambda api: api.message("main", True), "message: i must be int, not bool"),
     (lambda api: api.message("main"), "message: missing a required argument: 'i'"),
@@ -368,7 +368,7 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
     assert [r["isError"] for r in results] == [True] * 5
     assert [r["content"][0]["text"] for r in results] == [
         "Error executing tool search: bad arguments: memory: search takes no such argument (it takes query, names, "
-        "rank, any_term, kinds, include_tools, since, before, limit)",
+        "rank, any_term, kinds, include_tools, since, until, before, limit, offset)",
         "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?)",
         "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?); "
         "includeTools: since takes no such argument (did you mean include_tools?)",
@@ -384,6 +384,38 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
                 return [t.input_schema for t in (await client.list_tools()).tools]
 
     assert all(schema["additionalProperties"] is False for schema in anyio.run(schemas))  # (as a client may check first)
+
+
+def test_arguments_that_do_not_go_together_are_refused_in_one_line_as_the_cli_refuses_them(home, talk):
+    """Each answered with one of them ignored: recall read message 0, search ranked, since read from when."""
+    before = snapshot(home)
+    _, results = call_all(home, [("recall", {"name": "main", "ids": [0], "query": "x"}),
+                                 ("recall", {"name": "main", "ids": [0], "page": 1}),
+                                 ("search", {"query": "5433", "rank": True, "any_term": True}),
+                                 ("since", {"name": "main", "start": 0, "when": "2h"}),
+                                 ("search", {"query": "5433", "since": "#5", "until": "#2"})])
+    assert snapshot(home) == before
+    assert [r["isError"] for r in results] == [True] * 5
+    assert [r["content"][0]["text"] for r in results] == [
+        "Error executing tool recall: ids and query do not go together: ids names the messages to read; query searches",
+        "Error executing tool recall: ids and page do not go together: ids names the messages to read; file, kind "
+        "and page narrow a search or a listing",
+        "Error executing tool search: rank and any_term do not go together: rank finds messages holding any of the "
+        "words already",
+        "Error executing tool since: start and when do not go together: next is a start, to page on with alone",
+        "Error executing tool search: until #2 is before since #5"]
+
+
+def test_a_ranked_search_pages_on_with_offset_and_until_bounds_a_search(home, talk):
+    """The search tool took no offset and no until: a ranked search never went past its first limit."""
+    _, results = call_all(home, [("search", {"query": "filler weather", "rank": True, "limit": 3}),
+                                 ("search", {"query": "filler weather", "rank": True, "limit": 3, "offset": 3}),
+                                 ("search", {"query": "filler weather", "rank": True, "limit": 6}),
+                                 ("search", {"query": "filler", "until": "#3"}),
+                                 ("search", {"query": "filler", "since": "#2", "until": "#5", "offset": 1})])
+    first, second, whole, until, window = ([h["i"] for h in r["structuredContent"]["hits"]] for r in results)
+    assert first + second == whole and len(set(whole)) == 6
+    assert until == [2, 1, 0] and window == [3, 2]
 
 
 def test_recall_that_finds_nothing_says_how_many_tool_messages_would_match(home, talk):

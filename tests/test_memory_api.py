@@ -172,8 +172,70 @@ def test_api_since_refuses_a_start_and_a_when_together_as_the_cli_takes_one_or_t
 
     Memory.at("main").append([{"kind": "user", "text": f"m{k}", "date": f"2026-10-0{k + 1}T09:00:00+00:00"}
                               for k in range(3)])
-    with pytest.raises(BadInput, match="start or when"):
-        api.since("main", start=2, when="2026-10-02")  # (start was ignored: the same page again and again)
+    before = snapshot(home)
+    for start in (2, 0):  # (start was ignored: the same page again and again; 0 is a start given too)
+        with pytest.raises(BadInput, match="^start and when do not go together: next is a start"):
+            api.since("main", start=start, when="2026-10-02")
+    assert snapshot(home) == before
     assert [m["i"] for m in api.since("main", when="2026-10-02")["messages"]] == [1, 2]
     assert [m["i"] for m in api.since("main", start=2)["messages"]] == [2]
-    assert [m["i"] for m in api.since("main", 0, "2026-10-03")["messages"]] == [2]  # (0 is start's default)
+    assert [m["i"] for m in api.since("main")["messages"]] == [0, 1, 2]  # (start 0 by default)
+
+
+# the CLI's options for the API's arguments, as each is named in a line refusing it
+_OPTION = {"ids": "--ids", "query": "QUERY", "file": "--file", "kind": "--kind", "page": "--page", "rank": "--rank",
+           "any_term": "--any", "since": "--since", "until": "--until"}
+
+
+def test_the_api_refuses_what_the_cli_refuses_together_in_the_cli_line_naming_its_arguments(home, run):
+    """recall's ids with query, file, kind or page (1 too), search's rank with any_term, and an until before
+    since were answered with one of them ignored, where the CLI refuses them (exit 2): the API refuses them
+    with the CLI's line, its arguments named for the options, before any memory is read."""
+    import re
+
+    from pimem import api
+
+    Memory.at("main").append([{"kind": "user", "text": f"xterm {k}"} for k in range(3)])
+    before = snapshot(home)
+    for call, argv, said in (
+        (lambda: api.recall("main", "xterm", ids=[0]), ["recall", "main", "xterm", "--ids", "0"],
+         "ids and query do not go together: ids names the messages to read; query searches"),
+        *((lambda option=option, value=value: api.recall("main", ids=[0], **{option: value}),
+           ["recall", "main", "--ids", "0", f"--{option}", str(value)],
+           f"ids and {option} do not go together: ids names the messages to read; file, kind and page narrow a "
+           "search or a listing") for option, value in (("file", "x"), ("kind", "echo"), ("page", 3), ("page", 1))),
+        (lambda: api.search("xterm", rank=True, any_term=True), ["search", "xterm", "--rank", "--any"],
+         "rank and any_term do not go together: rank finds messages holding any of the words already"),
+        (lambda: api.search("xterm", since="#2", until="#1"), ["search", "xterm", "--since", "#2", "--until", "#1"],
+         "until #1 is before since #2"),
+        (lambda: api.search("xterm", since="1h", until="3h"), ["search", "xterm", "--since", "1h", "--until", "3h"],
+         "until 3h is before since 1h"),
+    ):
+        with pytest.raises(BadInput) as refused:
+            call()
+        assert str(refused.value) == said
+        out = run(*argv)
+        named = re.sub(r"\b(" + "|".join(_OPTION) + r")\b", lambda m: _OPTION[m[1]], said)
+        assert (out.exit_code, out.stderr) == (2, f"pimem: error: {named}\n"), argv
+    assert snapshot(home) == before
+
+
+def test_api_search_takes_until_and_offset_as_the_cli_does(home, run):
+    """The API's search had no until and no offset: a ranked search could not go past its first limit."""
+    import json
+
+    from pimem import api
+
+    Memory.at("main").append([{"kind": "user", "text": f"port {'port ' * k}{k}", "date": f"2026-10-0{k + 1}T09:00:00+00:00"}
+                              for k in range(6)])
+    for kwargs, argv in (({"until": "#4"}, ["--until", "#4"]), ({"until": "2026-10-03"}, ["--until", "2026-10-03"]),
+                         ({"since": "#1", "until": "#5", "before": 4}, ["--since", "#1", "--until", "#5", "--before", "4"]),
+                         ({"limit": 2, "offset": 1}, ["--limit", "2", "--offset", "1"]),
+                         ({"rank": True, "limit": 2, "offset": 2}, ["--rank", "--limit", "2", "--offset", "2"])):
+        shown = [json.loads(line)["i"] for line in run("search", "port", "--json", *argv).stdout.splitlines()]
+        assert [h["i"] for h in api.search("port", **kwargs)["hits"]] == shown and shown, kwargs
+    ranked = [h["i"] for h in api.search("port", rank=True)["hits"]]
+    pages = [h["i"] for offset in (0, 2, 4) for h in api.search("port", rank=True, limit=2, offset=offset)["hits"]]
+    assert pages == ranked and len(ranked) == 6
+    with pytest.raises(BadInput, match="^offset must be a whole number from 0"):
+        api.search("port", offset=-1)

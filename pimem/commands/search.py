@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output, when
+from .. import output
 from ..errors import NothingFound
 from ..memory import Memory
 from ..message import kind_of
@@ -48,11 +48,7 @@ def command(
 
     apart(("--rank", rank), ("--any", any_term), why="--rank finds messages holding any of the words already")
     naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
-    (start, first), (stop, last) = when.bound(since), when.bound(until)
-    for low, high in ((start, stop), (first, last)):  # (numbers with numbers, moments with moments)
-        when.refuse_reversed(low, high, f"--since {since}", until)
-    if stop is not None:  # (a message number bounds each memory's numbering, as --before does)
-        before = stop if before is None else min(before, stop)
+    bounds = searching.bounds(since, until, before, ("--since", "--until"))
     unread = output.Unread()
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:
@@ -63,10 +59,7 @@ def command(
             rank=rank,
             kinds={kind_of(k) for k in kind} if kind else None,
             include_tools=include_tools,
-            since=first,
-            until=last,
-            start=start,
-            before=before,
+            **bounds,
             limit=limit,
             offset=offset,
             unread=unread,

@@ -48,7 +48,7 @@ def command(
     name, start = naming.lone(name, start, home, reads_as=_reads_as_when)
     start_bound, until_bound = when.bound(start), when.bound(until)  # (a bad WHEN is reported before a missing memory)
     for first, last in zip(start_bound, until_bound):  # (numbers with numbers, moments with moments)
-        when.refuse_reversed(first, last, f"the start {start}", until)
+        when.refuse_reversed(first, last, f"the start {start}", f"--until {until}")
     mem = Memory.open(name, home)
     kinds = {kind_of(k) for k in kind or ()}
     hidden = frozenset() if include_tools else TOOL_KINDS  # (a kind another hand wrote is shown, not a tool)
