@@ -128,6 +128,16 @@ def _proposal(sizes: list[int], start: int, total: int, keep: int) -> int:
     return proposed
 
 
+def _nothing_to_compact(name: str, keep: int, sizes: list[int]) -> str:
+    """Why a first compaction of messages of ``sizes`` finds no message to put before the tail kept, and
+    which ``--keep`` would find one."""
+    if len(sizes) < 2:
+        held = "no messages" if not sizes else "one message, and the last message is always kept"
+        return f"nothing to compact: {name} holds {held}"
+    return (f"nothing to compact: keeping {count(keep, 'byte')} of tail keeps all {len(sizes):,} messages of {name} "
+            f"({count(sum(sizes), 'byte')}); --keep {sum(sizes[1:]):,} or less leaves the first before it")
+
+
 def plan(mem, keep: int) -> Plan:
     """Choose the boundary and build the checkpoint, window and derived memories, writing nothing."""
     if type(keep) is not int or keep < 0:
@@ -149,8 +159,8 @@ def plan(mem, keep: int) -> Plan:
         before = [int(msg.get("size", 0)) for msg in mem.messages(source, start)] if source < start else []
         return Plan(source, parent["keptStart"], _proposal(before + sizes, source, total, keep),
                     parent.get("isSplitTurn", False), parent["sourceHash"], parent["windowId"], None, existing=parent)
-    if proposed <= start:
-        raise BadInput(f"nothing to compact: keeping {count(keep, 'byte')} of tail (and at least one message) leaves no message before it")
+    if proposed <= start:  # (the first compaction: a later one returned its parent above)
+        raise BadInput(_nothing_to_compact(mem.name, keep, sizes))
     if cut is None:
         raise BadInput(
             f"no safe boundary between #{start + 1} and #{proposed}: every cut there would start the kept part "

@@ -202,6 +202,24 @@ def test_rules_derive_files_commands_and_test_counts_only(run, home):
     assert "<memories>" not in run("context", "main").stdout
 
 
+def test_nothing_to_compact_says_what_the_memory_holds_and_which_keep_would_compact(run, home):
+    """It said only that nothing was left before the tail, not that the whole memory was smaller than --keep."""
+    run("append", "main", "the staging db listens on 5433")
+    out = run("compact", "main", "--keep", "0")
+    assert (out.exit_code, out.stdout) == (2, "")
+    assert out.stderr == "pimem: error: nothing to compact: main holds one message, and the last message is always kept\n"
+    run("append", "main", "-k", "pi", "noted")
+    run("append", "main", "hello")
+    sizes = [m["size"] for m in Memory.open("main").messages()]
+    before = snapshot(home)
+    out = run("compact", "main", "--keep", "2000")
+    assert (out.exit_code, out.stdout) == (2, "") and snapshot(home) == before
+    assert out.stderr == (f"pimem: error: nothing to compact: keeping 2,000 bytes of tail keeps all 3 messages of main "
+                          f"({sum(sizes)} bytes); --keep {sum(sizes[1:])} or less leaves the first before it\n")
+    assert run("compact", "main", "--keep", sum(sizes[1:]) + 1).exit_code == 2
+    assert orjson.loads(run("compact", "main", "--keep", sum(sizes[1:]), "--json").stdout)["keptStart"] == 1
+
+
 def test_a_commands_file_memories_name_its_files_not_its_tasks_or_modules(run, home):
     """Every word of a command ending in a dot and letters was a file: mix phx.server, rake db.migrate and
     python -m app.main gave "file: phx.server" and the like. Paths and names with a file's extension still do."""
