@@ -54,6 +54,13 @@ def _stored(mem):
 
 
 texts = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=700)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 (tab and line breaks too: a line is one line), DEL, C1
+
+
+def _read(text: str) -> str:
+    """The text of a message as a line quotes it: its escape sequences dropped, any other control character and
+    each run of white space a space (a line said as written when it has nothing to pick; a piece ends at one)."""
+    return re.sub(r"\s+", " ", cut.strip_controls(text))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -62,9 +69,8 @@ def test_a_leaf_is_short_deterministic_and_made_of_its_input(kind, text):
     line = extractive.leaf(kind, text)
     assert len(line.encode()) <= 512
     assert extractive.leaf(kind, text) == line
-    flat = re.sub(r"\s+", " ", text)  # (a line is one line: its whitespace runs are single spaces)
     for piece in pieces(line.removeprefix(f"{kind}: ")):
-        assert piece.strip() in flat or piece.strip() in kind
+        assert piece.strip() in _read(text) or piece.strip() in kind
 
 
 LINE_WORDS = st.sampled_from(["user", "pi", "user:", "ok", "the", "yes", "👍", "...", "!!!", ";", "-", "—", "，", "。",
@@ -781,6 +787,45 @@ def test_no_line_holds_a_bidirectional_control():
         for line in lines:
             assert not re.search(f"[{controls}]", line), (hex(ord(c)), line)
         assert "invoice" in lines[0] and "exe.pdf" in lines[0] and "edited fdp.exe" in lines[3], lines
+
+
+CONTROL_WORDS = st.sampled_from(["\x05", "\x00", "\x07", "\x08", "\x1b", "\x1b[31m", "\x1b[0m", "\x1b]0;title\x07",
+                                 "\x9b1m", "\x85", "\x7f", "\r", "\x0b", "\x0c", "\t", "\n", " ", "deploy", "Error", "5433",
+                                 "src/app.py", "ECONNREFUSED", "the", "user", "pi", "👍", ";", "."])
+with_controls = st.one_of(texts, st.lists(CONTROL_WORDS, min_size=1, max_size=120).map("".join),
+                          st.lists(CONTROL_WORDS, min_size=1, max_size=120).map(" ".join))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(["user", "pi", "echo", "tool", "work"]), text=with_controls, other=with_controls,
+       speaker=st.sampled_from([None, "Dana", "\x1b[31mDana\x1b[0m", "Da\x05na"]))
+def test_no_line_holds_a_control_character(kind, text, other, speaker):
+    """A control character from a message (``\\x05``, an escape sequence a tool printed) reached a line, and so
+    the view and ``view --json``: each ends the piece it falls in, as a colour does, and a line said as written
+    (nothing to pick) has each escape sequence dropped and any other control character made a space, as a
+    model's reply has. What a line quotes is still the input's: its text as the compactor reads it."""
+    msg = {"i": 0, "kind": kind, "text": text, "meta": {"speaker": speaker} if speaker else {}}
+    lines = [extractive.leaf(kind, text), extractive.leaf_line(msg, extractive.units(msg)),
+             extractive.leaf("tool", f'bash({{"command": "{text[:40]}"}})')]
+    lines.append(extractive.merge(lines[0], extractive.leaf("user", other)))
+    lines.append(extractive.merge(text, other))
+    for line in lines:
+        assert not _CONTROL.search(line), (text, other, line)
+    for piece in pieces(lines[0].removeprefix(f"{kind}: ")):
+        assert piece.strip() in _read(text) or piece.strip() in kind, (piece, text)
+
+
+def test_a_memorys_lines_hold_no_control_character(home):
+    """A built memory's lines, leaves and merges, and so its view: no control character from its messages (a
+    piece ends at one), its speakers' names or a message said as written."""
+    mem, nodes = build(home, [
+        {"kind": "user", "text": "why did deploy\x05fail on ECONN\x07REFUSED at port 54\x0533? " + LONG},
+        {"kind": "pi", "text": "the port 5433\x05x is closed " + LONG, "meta": {"speaker": "Da\x05na"}},
+        {"kind": "echo", "text": "\x1b[31mError\x07 \x1b]0;x\x07 5433\x05" + LONG, "meta": {"exit_code": 1}},
+        {"kind": "pi", "text": "\x05\x06\x07" * 200}])
+    lines = {(l, i): line for l, i, line, _ in nodes}
+    assert lines and not [line for line in lines.values() if _CONTROL.search(line)], lines
+    assert "deploy" in lines[2, 0] and "port 5433" in lines[2, 0] and lines[0, 3] == "pi", lines
 
 
 def test_a_windows_path_is_one_piece_and_no_phrase_ends_inside_one():

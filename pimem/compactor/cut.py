@@ -28,7 +28,7 @@ _COMMAS = ((b", ", 0), ("，".encode(), 0), ("、".encode(), 0))
 _TRAILING = " \t;,:，、；：-—"
 # a terminal's escape sequences (colours, titles, cursor moves: 7-bit and 8-bit), and the control characters,
 # C0 (but the tab and line breaks, which ``flatten`` makes spaces), DEL and C1
-_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
+CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x9f]")
 
 
 def flatten(text: str) -> str:
@@ -42,9 +42,9 @@ def strip_controls(text: str) -> str:
     """``text`` without terminal escape sequences, each other control character (NUL, BEL, …) a space: a model
     may echo them from a transcript, and kept in a line they reach ``view --json``'s readers, and the
     faithfulness guard read ``\\x1b[31m`` as the number 31."""
-    if not _CONTROLS.search(text):  # (ESC is one: a reply without any is as it came)
+    if not CONTROLS.search(text):  # (ESC is one: a reply without any is as it came)
         return text
-    return _CONTROLS.sub(" ", ANSI.sub("", text))
+    return CONTROLS.sub(" ", ANSI.sub("", text))
 
 
 def strip_label(text: str) -> str:

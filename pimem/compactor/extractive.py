@@ -9,7 +9,9 @@ counts or names, its nearest words in its clause (``CentOS 7``, ``pool_size from
 path's line and column are one with it (``src/app.ts:225:19``). No unit holds half a pair of quotes,
 a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
 (``cat -n``) or a table's row numbers (``1 alice 34``), a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``; a
-merge's combined diff's too), or a bidirectional control (it would reorder the line on a terminal); an ellipsis or
+merge's combined diff's too), a bidirectional control (it would reorder the line on a terminal) or another control
+character (an escape sequence a tool printed, ``\\x05``: no line holds one; a message said as written, having
+nothing to pick, has each escape sequence dropped and any other one made a space, as a model's reply); an ellipsis or
 a dash ends a phrase (a Chinese clause too), a path from ``~`` or ``$HOME`` is copied with it, and a JSON string's
 escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and line number are one fact
 (``src/app.py:42``), its text read after them (a compiler's ``src/app.py:12:5: error: …`` is a path with its line and
@@ -56,7 +58,7 @@ from ..privacy import ANSI
 # (the bidirectional controls: unseen, they reorder how a terminal shows what follows them on a line. No piece
 # holds one: each ends what it is in, a word, a phrase, a fact)
 from ..toolwork import BIDI as _BIDI, SCAN_HEAD, SCAN_TAIL, scan as _scan
-from .cut import LINE_BYTES, boundary, cut_line as _cut_reply, flatten, strip_controls
+from .cut import CONTROLS as _CONTROLS, LINE_BYTES, boundary, cut_line as _cut_reply, flatten, strip_controls
 
 POOL = 96  # units a span keeps for its parent to choose from
 LEAF_UNITS = 16  # units a message offers its spans
@@ -374,6 +376,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         text = _BIDI.sub("\n", text)
     if "\x1b" in text or "\x9b" in text:  # a terminal's colours: line breaks too (``31mError`` is no word)
         text = ANSI.sub(lambda m: "\n" * len(m.group()), text)
+    if _CONTROLS.search(text):  # other control characters (NUL, BEL, a lone ESC): line breaks too, no piece holds one
+        text = _CONTROLS.sub("\n", text)
     if "</" in text and _HARNESS_TAG.search(text):  # a harness's tags: its words are inside them
         text = _unwrapped(text)
     if "\t" in text or "→" in text or "\\t" in text or _ROW_START.search(text):
@@ -1074,8 +1078,9 @@ def _size(text: str) -> int:
 
 def cut_line(text: str, limit: int = LINE_BYTES) -> str:
     """``text`` as one line of at most ``limit`` bytes: as written when it fits (down to a code line's own
-    ``;``), else cut as a model's reply is (``cut.cut_line``)."""
-    line = flatten(text)
+    ``;``), else cut as a model's reply is (``cut.cut_line``); without control characters, as a reply is
+    (``strip_controls``: a speaker's name, a message said as written when it has nothing to pick)."""
+    line = flatten(strip_controls(text))
     return line if len(line.encode("utf-8")) <= limit else _cut_reply(line, limit)
 
 
@@ -1399,10 +1404,11 @@ def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
     body = compose([u.told("", u.rank) for u in found], "",
                    limit - len(label.encode("utf-8")) - 2, "" if who == "user" else None)
     if not body:  # nothing to pick (emoji, punctuation): its opening, cut between whole characters (and before a
-        # bidirectional control, and a blob: base64, minified code is no text to show, the label alone says more)
+        # bidirectional control, and a blob: base64, minified code is no text to show, the label alone says more;
+        # without control characters, as a line is: ``cut_line``)
         text = msg.get("text") or ""
         blobs = _blobs(text)[1]
-        text = _BIDI.split(flatten(text[: min(blobs)[0]] if blobs else text), 1)[0]
+        text = _BIDI.split(flatten(strip_controls(text[: min(blobs)[0]] if blobs else text)), 1)[0]
         body = text[: boundary(text, 200) or 200]
     return cut_line(f"{label}: {body}" if body else label, limit)
 
