@@ -280,9 +280,11 @@ def check_index(mem: Memory) -> list[Finding]:
             names = dict(db.execute("SELECT id, name FROM files"))
             rows = db.execute("SELECT i, file, offset, length FROM msgs").fetchall()
             read = {}  # (an index of an older pimem has no mtimes: rebuilt by the next reader)
-            if db.execute("PRAGMA user_version").fetchone()[0] == index.SCHEMA_VERSION:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version == index.SCHEMA_VERSION or version in index.UPGRADES:  # (upgraded by the next reader: no CRC-32 yet)
+                crc = "crc" if version == index.SCHEMA_VERSION else "NULL"
                 read = {name: (done, stamp) for name, done, *stamp
-                        in db.execute("SELECT name, done, mtime, inode, edits, crc FROM files")}
+                        in db.execute(f"SELECT name, done, mtime, inode, edits, {crc} FROM files")}
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:

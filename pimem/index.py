@@ -59,6 +59,8 @@ from .nofollow import check_database, lstat, open_fd
 
 FILENAME = "index.sqlite"
 SCHEMA_VERSION = 8  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits; 8: their CRC-32
+# older versions brought up to this one in place rather than built anew: a statement for each file (main, shard)
+UPGRADES = {7: ("ALTER TABLE main.files ADD COLUMN crc INTEGER", "")}  # (a NULL crc: not known, see changed_since)
 TABLES = ("talk", "tools")
 KIND_CODE = {kind: n for n, kind in enumerate(KINDS)}
 SENTINEL = "\n\n"  # appended to every indexed text: each character then starts a trigram
@@ -254,6 +256,8 @@ class Index:
         db = sqlite3.connect(file_uri(self.path), uri=True, isolation_level=None, check_same_thread=False)
         _tune(db)
         version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version in UPGRADES:
+            version = self._upgrade(db, "main")
         if version not in (0, SCHEMA_VERSION):  # an index of an older pimem: derived, so build it anew
             db.close()
             remove_files(self.path)
@@ -263,6 +267,8 @@ class Index:
         _create_file(self.shard_path)
         db.execute("ATTACH DATABASE ? AS shard", (file_uri(self.shard_path),))
         version = db.execute("PRAGMA shard.user_version").fetchone()[0]
+        if version in UPGRADES:
+            version = self._upgrade(db, "shard")
         if version not in (0, SCHEMA_VERSION):  # (only a file left by another pimem could be)
             db.execute("DETACH DATABASE shard")
             _remove_db(self.shard_path)
@@ -292,6 +298,26 @@ class Index:
     def _unwritable(self, why: str) -> PimemError:
         return PimemError(f"{self.path.parent}: this memory {why} and its directory cannot be written (read-only): "
                           "search it where it can be written, or run 'pimem reindex' there", ExitStatus.SYSTEM)
+
+    def _upgrade(self, db: sqlite3.Connection, schema: str) -> int:
+        """Bring one of the index's files from a version in ``UPGRADES`` to this one in place, in one
+        transaction under ``index.lock`` (a crash leaves it at either version: the next reader upgrades it or
+        finds it current); returns its version then."""
+        with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                version = db.execute(f"PRAGMA {schema}.user_version").fetchone()[0]
+                if version in UPGRADES:  # (unless another reader did it meanwhile)
+                    statement = UPGRADES[version][SCHEMAS.index(schema)]
+                    if statement:
+                        db.execute(statement)
+                    db.execute(f"PRAGMA {schema}.user_version = {SCHEMA_VERSION}")
+                    version = SCHEMA_VERSION
+                db.execute("COMMIT")
+            except BaseException:
+                _rollback(db)
+                raise
+        return version
 
     @staticmethod
     def _create(db: sqlite3.Connection, schema: str, statements: str) -> None:
@@ -906,11 +932,17 @@ def rebuild(directory: Path, log, progress=None) -> int:
         index.close()
 
 
+_LOCKS: dict = {}  # one WriterLock per index.lock path, so a thread holding it may take it again (an upgrade
+# of the index's files when a catch-up or a rebuild opens them)
+
+
 @contextlib.contextmanager
 def _catch_up_lock(path: Path):
     from .lock import WriterLock
 
-    lock = WriterLock(path)
+    lock = _LOCKS.get(str(path))
+    if lock is None:
+        lock = _LOCKS.setdefault(str(path), WriterLock(path))
     if not lock.acquire(env.lock_timeout()):
         raise Busy(f"{path.with_name(FILENAME)} is being caught up by another process; try again")
     try:
