@@ -292,16 +292,12 @@ class Log:
                 st = None
             for _, line in _lines(self.dir / name):
                 crc, read = crc32(line, crc), read + len(line)  # (so a file whose stamp alone moves is known)
-                # (the number read off the line's head only when it ends as an object does: a torn line
-                # sealed by a writer keeps its head, and is no message)
-                comma = line.find(b",", 5, 32) if line.startswith(b'{"i":') and line.endswith(b"}") else -1
-                if comma > 5 and line[5:comma].isdigit():
-                    i = int(line[5:comma])
-                else:
-                    msg = _parse(line)
-                    if msg is None or msg["i"] < 0:
-                        continue  # a damaged line: readers skip it (fsck reports it)
-                    i = msg["i"]
+                # (every line parsed, as readers parse it: its head alone is no proof, a torn line sealed by a
+                # writer or an edit by hand may keep ``{"i":N,`` and end in ``}`` and be no message)
+                msg = _parse(line)
+                if msg is None or msg["i"] < 0:
+                    continue  # a damaged line: readers skip it (fsck reports it)
+                i = msg["i"]
                 if i >= len(seen):
                     seen.extend(bytes(i + 1 - len(seen)))
                 if seen[i]:

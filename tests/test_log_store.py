@@ -286,3 +286,22 @@ def test_bisection_stops_at_a_line_it_cannot_read_and_reads_from_there(home):
         offset = store._offset_below(path, start)
         head = path.read_bytes()[:offset]
         assert all(orjson.loads(l)["i"] < start for l in head.splitlines() if l.startswith(b"{"))
+
+
+@pytest.mark.parametrize("then", ["nothing", "written again"])
+def test_the_whole_log_check_reads_a_line_ending_in_a_brace_that_is_no_json_as_readers_do(home, then):
+    """A line torn after a ``}`` of its text and sealed keeps its head ``{"i":1,`` and ends as an object
+    does, but is no message: readers skip it, so the check of the whole log finds a gap where it stands alone
+    and no duplicate where the message was written again after it."""
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": t} for t in ("a", "b}c", "d")])
+    path = home / "main" / "main" / "2026-10-08.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    torn = lines[1][: lines[1].index(b"}") + 1] + b"\n"
+    path.write_bytes(lines[0] + torn + (lines[1] if then == "written again" else b"") + lines[2])
+    log = Memory.open("main").log
+    if then == "nothing":
+        with pytest.raises(IntegrityError, match="gap in the log: i=1 is missing"):
+            log.check_whole("test")
+    else:
+        assert log.check_whole("test") == 3
