@@ -284,6 +284,83 @@ def test_a_reply_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_path, m
     assert took < 0.2 * len(reply) / 2  # (generous: the trickle alone takes 0.2 s a byte)
 
 
+@contextlib.contextmanager
+def _stalling(parts: list[tuple[float, bytes]]):
+    """A server on 127.0.0.1 that answers one request with each ``(pause, bytes)`` of ``parts`` in turn, then
+    says nothing more for 60 s; yields its base URL and a list that gets ``True`` once the client hangs up
+    (waited for, up to 10 s, on the way out)."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    hung_up: list[bool] = []
+
+    def serve():
+        conn, _ = listener.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(60)
+            conn.recv(1 << 16)  # (the request: headers and a small body come in one go on 127.0.0.1)
+            try:
+                for pause, data in parts:
+                    time.sleep(pause)
+                    conn.sendall(data)
+                while conn.recv(1 << 16):
+                    pass
+                hung_up.append(True)
+            except ConnectionError:  # (a reset: the client hung up on bytes it had not read)
+                hung_up.append(True)
+            except TimeoutError:  # (60 s passed)
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1", hung_up
+    finally:
+        listener.close()
+        thread.join(10)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_server_falling_silent_mid_reply_fails_the_call_at_its_timeout(tmp_path, monkeypatch, api):
+    """Every read waits only for what is left of the call's ``timeout``: half a reply at 1.9 s, then silence,
+    fails a 2 s call at 2 s (each read given the whole timeout, it failed at 3.9 s), and its connection is
+    closed."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    reply = _completion(b"user: half a summary.")
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(reply)
+    with _stalling([(0, head), (1.9, reply[:len(reply) // 2])]) as (url, hung_up):
+        comp = Compactor({"provider": api, "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY", "timeout": 2},
+                         BuildState(tmp_path))
+        start = time.monotonic()
+        with pytest.raises(CallFailed) as failed:
+            comp.build(Task(0, 3, kind="user", text="x" * 900))
+        took = time.monotonic() - start
+        comp.close()
+    path = "/chat/completions" if api == "openai" else "/messages"
+    assert str(failed.value) == f"{url}{path}: no answer within 2 s"
+    assert took < 3.5  # (a bound, not a speed: the reads alone, each given 2 s, take 3.9 s)
+    assert hung_up == [True]
+
+
+def test_a_status_line_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_path, monkeypatch):
+    """The timeout bounds the wait for the headers too: a status line sent a byte every 0.5 s (each read
+    answered in time, 60 s in all) fails a 2 s call at 2 s, and its connection is closed."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    line = b"HTTP/1.1 200 OK " + b"x" * 104
+    with _stalling([(0.5, line[k:k + 1]) for k in range(len(line))]) as (url, hung_up):
+        comp = Compactor({"provider": "openai", "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY",
+                          "timeout": 2}, BuildState(tmp_path))
+        start = time.monotonic()
+        with pytest.raises(CallFailed) as failed:
+            comp.build(Task(0, 3, kind="user", text="x" * 900))
+        took = time.monotonic() - start
+        comp.close()
+    assert str(failed.value) == f"{url}/chat/completions: no answer within 2 s"
+    assert took < 10  # (a bound, not a speed: the line takes 60 s)
+    assert hung_up == [True]
+
+
 def test_a_reply_past_its_bound_fails_the_call_unread(tmp_path, monkeypatch):
     """A completion of 8 MiB (a valid one: 200 MiB took 3.9 GB) is not held whole: the call fails past
     ``HTTP_REPLY`` bytes, saying so; an error page that long still shows its head."""

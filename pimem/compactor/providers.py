@@ -165,17 +165,78 @@ def _hide_password(text: str, url: str) -> str:
 HTTP_REPLY = 4 << 20  # bytes of an HTTP reply read, at most (a completion is a few KB): a longer one fails the call
 
 
-def _body(response, deadline: float) -> tuple[bytes, bool]:
+def _body(response) -> tuple[bytes, bool]:
     """The body of ``response`` as it comes, up to ``HTTP_REPLY`` bytes, and whether that is all of it (no more
-    is read: a flood is never held whole). ``TimeoutError`` once ``deadline`` (``time.monotonic``) passes."""
+    is read: a flood is never held whole)."""
     content = bytearray()
     for chunk in response.iter_bytes():
-        if time.monotonic() > deadline:
-            raise TimeoutError
         content += chunk
         if len(content) > HTTP_REPLY:
             return bytes(content[:HTTP_REPLY]), False
     return bytes(content), True
+
+
+_CALL = threading.local()  # ``deadline``: when the HTTP call this thread is making must end (``time.monotonic``)
+
+
+def _left(timeout: float | None, late: Exception) -> float | None:
+    """``timeout``, the seconds one socket operation may wait, cut to what this thread's call has left; ``late``
+    (an httpcore timeout) once nothing is."""
+    deadline = getattr(_CALL, "deadline", None)
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late
+    return left if timeout is None else min(timeout, left)
+
+
+class _Bounded:
+    """httpcore's network backend, each connect, TLS handshake, write and read of a call waiting only for what
+    the call has left (``_left``). httpcore gives every read the whole read timeout, so a reply that stopped
+    halfway held a call up to twice its timeout, and headers sent a byte at a time held it for ever. A pooled
+    connection's stream serves one call at a time, the deadline of the thread making it."""
+
+    def __init__(self, backend):
+        self._backend = backend
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        import httpcore
+
+        return _BoundedStream(self._backend.connect_tcp(host, port, _left(timeout, httpcore.ConnectTimeout()),
+                                                        local_address, socket_options))
+
+    def __getattr__(self, name):  # (``sleep``; ``connect_unix_socket``, never asked for)
+        return getattr(self._backend, name)
+
+
+class _BoundedStream:
+    """A connection of ``_Bounded``: each of its operations given no more than its call has left."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def read(self, max_bytes, timeout=None):
+        import httpcore
+
+        return self._stream.read(max_bytes, _left(timeout, httpcore.ReadTimeout()))
+
+    def write(self, buffer, timeout=None):
+        import httpcore
+
+        self._stream.write(buffer, _left(timeout, httpcore.WriteTimeout()))
+
+    def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        import httpcore
+
+        return _BoundedStream(self._stream.start_tls(ssl_context, server_hostname,
+                                                     _left(timeout, httpcore.ConnectTimeout())))
+
+    def close(self):
+        self._stream.close()
+
+    def get_extra_info(self, info):
+        return self._stream.get_extra_info(info)
 
 
 class HttpProvider:
@@ -227,6 +288,8 @@ class HttpProvider:
             self._via = f" via proxy {without_password(proxy)}" if proxy else ""
             try:  # (a transport of our own: httpx then reads no proxy from the environment itself)
                 transport = httpx.HTTPTransport(proxy=proxy)
+                # (httpx takes no network backend: its pool's, bounded; a proxy's pool holds one too)
+                transport._pool._network_backend = _Bounded(transport._pool._network_backend)
             except ImportError:  # a socks proxy without the socksio package
                 raise Unusable(f"{shown}{self._via}: a socks proxy needs the socksio package: pip install "
                                "'httpx[socks]'") from None
@@ -235,15 +298,17 @@ class HttpProvider:
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
                                         transport=transport)
         where = shown + self._via
-        deadline = time.monotonic() + self.timeout  # (the whole call: a reply trickled byte by byte as well)
+        _CALL.deadline = time.monotonic() + self.timeout  # (the whole call, whatever the server does: ``_Bounded``)
         try:
             with self._client.stream("POST", url, content=orjson.dumps(body),
                                      headers={**headers, "content-type": "application/json"}) as response:
-                content, whole = _body(response, deadline)
-        except (httpx.TimeoutException, TimeoutError):
+                content, whole = _body(response)
+        except httpx.TimeoutException:
             raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
+        finally:
+            _CALL.deadline = None
         if 300 <= response.status_code < 400:  # (not followed: the request, key and all, goes where it was set to)
             location = response.headers.get("location")
             target = str(response.url.join(location)) if location else "nowhere (no Location header)"
