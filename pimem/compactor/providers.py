@@ -167,9 +167,12 @@ HTTP_REPLY = 4 << 20  # bytes of an HTTP reply read, at most (a completion is a 
 
 def _body(response) -> tuple[bytes, bool]:
     """The body of ``response`` as it comes, up to ``HTTP_REPLY`` bytes, and whether that is all of it (no more
-    is read: a flood is never held whole)."""
+    is read: a flood is never held whole). ``TimeoutError`` once the call's deadline passes (the check an httpx
+    whose pool ``_Bounded`` cannot wrap still has: a reply trickled byte by byte)."""
     content = bytearray()
     for chunk in response.iter_bytes():
+        if time.monotonic() > _CALL.deadline:
+            raise TimeoutError
         content += chunk
         if len(content) > HTTP_REPLY:
             return bytes(content[:HTTP_REPLY]), False
@@ -289,7 +292,9 @@ class HttpProvider:
             try:  # (a transport of our own: httpx then reads no proxy from the environment itself)
                 transport = httpx.HTTPTransport(proxy=proxy)
                 # (httpx takes no network backend: its pool's, bounded; a proxy's pool holds one too)
-                transport._pool._network_backend = _Bounded(transport._pool._network_backend)
+                pool = getattr(transport, "_pool", None)  # (private: an httpx without it keeps ``_body``'s check)
+                if hasattr(pool, "_network_backend"):
+                    pool._network_backend = _Bounded(pool._network_backend)
             except ImportError:  # a socks proxy without the socksio package
                 raise Unusable(f"{shown}{self._via}: a socks proxy needs the socksio package: pip install "
                                "'httpx[socks]'") from None
@@ -303,7 +308,7 @@ class HttpProvider:
             with self._client.stream("POST", url, content=orjson.dumps(body),
                                      headers={**headers, "content-type": "application/json"}) as response:
                 content, whole = _body(response)
-        except httpx.TimeoutException:
+        except (httpx.TimeoutException, TimeoutError):
             raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
