@@ -161,9 +161,9 @@ def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_dam
 
 
 def previous_exchange(mem, max_bytes: int = EXCHANGE_BYTES) -> str:
-    """The last user message and the last reply, verbatim (but for control characters: ``tree.inert``), oldest
-    first, as ``#i kind: text`` lines; empty when those lines are over ``max_bytes`` together (the view and zoom
-    still hold them)."""
+    """The last user message and the last reply, as a view line shows them but with their newlines and tabs
+    (``tree.inert``), oldest first, as ``#i kind: text`` lines; empty when those lines are over ``max_bytes``
+    together (the view and zoom still hold them)."""
     from .tree import inert
 
     found = [m for m in (mem.last_of_kind("user"), mem.last_of_kind("pi")) if m is not None]

@@ -315,8 +315,11 @@ _FLAT = {**{c: f"^{chr(c + 64)}" for c in range(32)}, 9: " ", 10: " ", 13: " ", 
 
 
 def flatten(text: str) -> str:
-    """One physical line of plain text: newlines and tabs become spaces, other control characters ``^[``."""
-    return text.replace("\r\n", " ").translate(_FLAT)
+    """One physical line of plain text: newlines and tabs become spaces, other control characters ``^[``, and
+    the invisible format characters a view line leaves out (``tree.plain``) are left out."""
+    from .tree import plain
+
+    return plain(text, escapes=True).replace("\r\n", " ").translate(_FLAT)
 
 
 def cut(text: str, cells: int) -> str:

@@ -33,6 +33,7 @@ import orjson
 from . import budget, lineage, numbers, terms, toolwork
 from .errors import BadInput
 from .message import TOOL_KINDS
+from .tree import flat, inert
 
 NAMES = {
     "user": ["user"], "pi": ["pi", "assistant"], "tool": ["tool", "tool_call"], "echo": ["echo", "tool_result"],
@@ -437,9 +438,9 @@ def _block(item: dict) -> str:
         head += f" held={held['held']}" + (f" {held['label']}" if held["n"] > 1 else "")
     if item.get("files"):
         head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
-    if "snippet" in item:
-        return f"{head}\nsnippet: {item['snippet']}"
-    return f"{head}\n{item['text']}"
+    if "snippet" in item:  # (a message's words as the previous exchange shows them: ``tree.inert``)
+        return f"{flat(head)}\nsnippet: {inert(item['snippet'])}"
+    return f"{flat(head)}\n{inert(item['text'])}"
 
 
 def _notes_text(notes: dict, request: Request) -> str:

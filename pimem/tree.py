@@ -48,9 +48,10 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@
 # text) and the invisible format characters that are no part of a word: the bidirectional marks, the soft hyphen,
 # the zero-width space, the word joiner and invisible operators, the byte order mark and tags, but a flag's
 _INVISIBLE = "\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\ufeff"
-_HIDDEN = re.compile(f"{ANSI.pattern}|[{_INVISIBLE}]"
-                     "|(\U0001f3f4[\U000e0020-\U000e007e]{1,8}\U000e007f)|[\U000e0000-\U000e007f]")
+_UNSEEN = f"[{_INVISIBLE}]|(\U0001f3f4[\U000e0020-\U000e007e]{{1,8}}\U000e007f)|[\U000e0000-\U000e007f]"
+_HIDDEN = re.compile(f"{ANSI.pattern}|{_UNSEEN}")
 _HIDING = re.compile(f"[\x1b\x9b{_INVISIBLE}\U000e0000-\U000e007f]")  # (a quick look for any of them)
+_UNSEEN_ONLY = re.compile(_UNSEEN)  # (a line for a person shows an escape sequence, as ``cat -v`` does)
 
 
 # ---- arithmetic and labels ---------------------------------------------------------------------------------
@@ -115,11 +116,12 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
     return n.bit_length() - 1, start // n
 
 
-def plain(text: str) -> str:
-    """``text`` without what a view line leaves out (``_HIDDEN``); ``text`` itself when it holds none."""
-    if not ("\x1b" in text if text.isascii() else _HIDING.search(text)):
+def plain(text: str, escapes: bool = False) -> str:
+    """``text`` without what a view line leaves out (``_HIDDEN``); with ``escapes``, without only the invisible
+    format characters (``output.flatten`` shows the escape sequences). ``text`` itself when it holds none."""
+    if not ("\x1b" in text and not escapes if text.isascii() else _HIDING.search(text)):
         return text
-    out = _HIDDEN.sub(lambda m: m.group(1) or "", text)
+    out = (_UNSEEN_ONLY if escapes else _HIDDEN).sub(lambda m: m.group(1) or "", text)
     return text if out == text else out
 
 
@@ -132,8 +134,8 @@ _INERT = {c: r for c, r in _FLAT.items() if c not in (9, 10)}
 
 
 def inert(text: str) -> str:
-    """``flat`` but for its newlines and tabs: verbatim lines that cannot steer a terminal."""
-    return text.replace("\r\n", "\n").translate(_INERT)
+    """``flat`` but for its newlines and tabs (a CR LF is one newline): lines that cannot steer a terminal."""
+    return plain(text.replace("\r\n", "\n")).translate(_INERT)
 
 
 def leaf_text(msg: dict) -> str:
