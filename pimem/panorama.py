@@ -171,8 +171,20 @@ def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
             rows.append([(head + "─" * max(0, width - cell_len(head)), "cyan")])
         tag = f"{span.n} msgs" if span.n > 1 else KIND_LABELS.get(span.kind or "", span.kind or "")
         style = SUMMARY if span.summary else VERBATIM
-        rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(span.text[: 4 * width]), None)])
+        text = _unlabelled(span) if span.summary and span.n == 1 else span.text
+        rows.append([(span.label.rjust(ids) + " ", "cyan"), (f"{tag:<6} ", style), (flatten(text[: 4 * width]), None)])
     return rows
+
+
+def _unlabelled(span: Span) -> str:
+    """A summarised message's line without the kind it opens with (``pi: Implemented, …``): the kind column says
+    it. A speaker's name after it stays (``user Caroline: …`` shows ``Caroline: …``)."""
+    kind = span.kind or ""
+    if kind and span.text.startswith(kind + ": "):
+        return span.text[len(kind) + 2 :]
+    if kind and span.text.startswith(kind + " ") and ": " in span.text:
+        return span.text[len(kind) + 1 :]
+    return span.text
 
 
 def rows(facts: Facts, width: int, include_tools: bool = False) -> list[Row]:

@@ -187,3 +187,13 @@ def test_map_puts_an_appended_older_date_above_today(run, home):
     assert heads == ["2026-10-08", "2026-12-06"]
     body = lines[lines.index(next(l for l in lines if l.startswith("──"))) :]
     assert [l.split(None, 2)[2] for l in body if not l.startswith("──")] == ["hello", "this morning", "a minute later"]
+
+
+def test_a_summarised_message_says_its_speaker_once():
+    """A long message's line is a summary opening with its kind (``pi: Implemented, …``); the kind column says
+    it already, so the row shows it once (a named speaker stays)."""
+    spans = [Span(0, 1, "pi: Implemented, retry budget", 40, "2026-10-08", kind="pi", summary=True),
+             Span(1, 1, "user Caroline: pottery class, 3 kids", 40, "2026-10-08", kind="user", summary=True)]
+    lines = panorama.to_text(panorama.rows(Facts("m", 2, "2026-10-08T09:00:00+08:00", date(2026, 10, 8), 80,
+                                                 spans), 60)).splitlines()
+    assert lines[-2:] == ["0+1 pi     Implemented, retry budget", "1+1 you    Caroline: pottery class, 3 kids"]
