@@ -255,6 +255,51 @@ def test_only_chinese_takes_chinese_commas_and_iso_days():
     assert extractive.compose(zh) == "user: 数据库连接超时，端口是5433"
     assert not extractive._chinese(ko) and not extractive._chinese(ja) and extractive._chinese(zh)
 
+def test_a_chinese_number_keeps_what_it_counts_and_a_date_is_one_piece():
+    """A number in Chinese lost its counter or unit when a space stood between them (``超时时间是 1500``, its 毫秒
+    gone; ``地点在 12``, its 楼 gone), took a word's half when none did (``6次之``), and a date was cut into its
+    numbers (``日期写 2026年``, ``年3月``, ``月4日``): a number keeps its counter, whole and alone, and a date is one."""
+    found = lambda text: {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+    said = found("还有一个问题：为什么重试 6 次之后还是超时？超时时间是 1500 毫秒吗？测试挂了 4 个。重试6次之后也一样。")
+    assert {"为什么重试 6 次", "超时时间是 1500 毫秒", "测试挂了 4 个", "重试6次"} <= said, said
+    assert not {"为什么重试 6", "超时时间是 1500", "测试挂了 4", "重试6次之"} & said, said
+    said = found("请把修改写进 CHANGELOG.md，日期写 2026年3月4日。会议在 3月5日，地点在 12 楼的会议室，价格 3.5 元。")
+    assert {"2026年3月4日", "3月5日", "地点在 12 楼", "3.5 元"} <= said, said
+    assert not {"日期写 2026年", "年3月", "月4日", "地点在 12", "3.5"} & said, said
+    assert {"2回目"} <= found("（2回目）テストを実行しました。")  # (Japanese too)
+
+
+def test_a_line_in_chinese_takes_chinese_connectives_and_sets_each_speaker_apart():
+    """A line in Chinese joined two pieces ending and starting in ASCII by ``, `` (``端口是 5433, PG_POOL_SIZE
+    现在是多少``), and a speaker's part ending in ``。`` ran into the next speaker's (``回归。pi:``): its ``。`` is the
+    ``；`` that sets them apart."""
+    unit = lambda text, i, who="user", rank=0: extractive.Unit(1.0, i, 0, text, who, rank, (text,))
+    line = extractive.compose([unit("端口是 5433", 0), unit("PG_POOL_SIZE 现在是多少", 1), unit("看看有没有回归。", 2),
+                               unit("src/db/pool.py", 3, "pi", 1), unit("在生产环境是 10", 4, "pi", 1),
+                               unit("v2.0.5", 5, "pi", 1)])
+    assert line == "user: 端口是 5433，PG_POOL_SIZE 现在是多少，看看有没有回归；pi: src/db/pool.py，在生产环境是 10，v2.0.5", line
+    line = extractive.compose([unit("数据库连接超时", 0), unit("port 5433", 1), unit("check src/db/pool.py", 2)])
+    assert line == "user: 数据库连接超时, port 5433, check src/db/pool.py", line  # (a line in English: its own)
+
+
+def test_a_chinese_memory_says_every_span_s_days_in_digits(home):
+    """A memory in Chinese said a span's days in digits only when most of the span's best pieces were Chinese:
+    a span of names and paths said ``1 March 2026`` beside ``2026-03-01`` (one form a memory)."""
+    msgs = []
+    for k in range(24):
+        day = f"2026-03-{1 + k // 8:02d}T09:{k:02d}:00+08:00"
+        text = "src/db/pool.py PG_POOL_SIZE v2.0.5" if k % 4 == 3 else f"今天我们来看第{k}个数据库连接池的问题，端口是 5433。"
+        msgs.append({"kind": "user" if k % 2 == 0 else "pi", "text": text, "date": day})
+    mem = Memory.at("zh", home)
+    mem.append(msgs)
+    digest = extractive.Digest(Memory.open("zh", home))
+    assert digest.merge(0, 3).startswith("2026-03-01: "), digest.merge(0, 3)  # (its one message: names)
+    assert digest.merge(2, 0).startswith("2026-03-01: ") and digest.merge(3, 1).startswith("2026-03-02: ")
+    english = Memory.at("en", home)
+    english.append([{**m, "text": "the pool size is 32, port 5433"} if "今天" in m["text"] else m for m in msgs])
+    assert extractive.Digest(Memory.open("en", home)).merge(0, 3).startswith("1 March 2026: ")
+
+
 def test_a_version_or_number_is_taken_whole_or_not_at_all():
     """A dotted number ends where its run ends: with the small letters a version may carry, and before a
     Chinese character; never one part of it (``1.1`` of ``1.1.1w`` states another version)."""

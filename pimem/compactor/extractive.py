@@ -166,7 +166,7 @@ _FACT_PATTERN = rf"""(?x)
     | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
           | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
                        | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
-          | (?=\d){_INSIDE}(?: {_EXT}{_AT_LINE} | {_DIGITS} )
+          | (?=\d){_INSIDE}(?: {_EXT}{_AT_LINE} | DATE{_DIGITS} )
           | (?![a-zA-Z0-9]){_INSIDE}{_EXT}{_AT_LINE} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
     | {_QUOTED_PATH}
@@ -175,12 +175,16 @@ _FACT_PATTERN = rf"""(?x)
 _WINDOWS = rf"""| [A-Za-z](?<![\w\\][A-Za-z]):{_WIN}
     | (?<![\w.@+~$\\-])(?=[\w.@+~$-]{{1,{SENTENCE}}}\\){_WSEG}{_WIN_REL}
 """
-_FACT = re.compile(_FACT_PATTERN.replace("START", r"\b").replace("WINDOWS", ""))
+# a date written in Chinese or Japanese, one fact: 2026年3月4日, 2026年3月, 3月4日 (not its numbers apart: 年3月, 月4日)
+_CJK_DATE = r"(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号])(?!\d) | "
+_FACT = re.compile(_FACT_PATTERN.replace("START", r"\b").replace("WINDOWS", "").replace("DATE", ""))
 # in text with Chinese a fact may start right after a Chinese character too ("修改max_pool_size参数")
-_FACT_CJK = re.compile(_FACT_PATTERN.replace("START", rf"(?:\b|(?<=[{_CJK}]))").replace("WINDOWS", ""))
+_FACT_CJK = re.compile(_FACT_PATTERN.replace("START", rf"(?:\b|(?<=[{_CJK}]))").replace("WINDOWS", "")
+                       .replace("DATE", _CJK_DATE))
 # and in text with a backslash, a Windows path (the patterns without it are a fifth quicker on the rest)
-_FACT_WIN, _FACT_CJK_WIN = (re.compile(_FACT_PATTERN.replace("START", start).replace("WINDOWS", _WINDOWS))
-                            for start in (r"\b", rf"(?:\b|(?<=[{_CJK}]))"))
+_FACT_WIN, _FACT_CJK_WIN = (re.compile(_FACT_PATTERN.replace("START", start).replace("WINDOWS", _WINDOWS)
+                                       .replace("DATE", date))
+                            for start, date in ((r"\b", ""), (rf"(?:\b|(?<=[{_CJK}]))", _CJK_DATE)))
 # a list item's number ("1. ", "2) " opening a line): it orders the list, it is not a fact of it
 _LIST_MARKER = re.compile(r"\d{1,2}[.)][ \t]")
 
@@ -276,19 +280,24 @@ def _wordset(piece: str) -> tuple[str, ...]:
 class Stats:
     """Document frequencies of words over (a sample of) one memory's log: what makes a word distinctive."""
 
-    def __init__(self, df: dict[str, int] | None = None, docs: int = 0):
+    def __init__(self, df: dict[str, int] | None = None, docs: int = 0, chinese: bool = False):
         self.df = df or {}
         self.docs = docs
+        self.chinese = chinese  # most of its messages that are no tool work are in Chinese: its days said in digits
         self._idf: dict[str, float] = {}  # words already weighed (a bounded number)
 
     @classmethod
     def of(cls, messages) -> "Stats":
         df: collections.Counter[str] = collections.Counter()
-        docs = 0
+        docs = said = chinese = 0
         for msg in messages:
             docs += 1
-            df.update(set(_words(msg["text"][:STATS_CHARS])))
-        return cls(df, docs)
+            text = msg["text"][:STATS_CHARS]
+            df.update(set(_words(text)))
+            if msg.get("kind") not in ("tool", "echo"):
+                said += 1
+                chinese += not text.isascii() and bool(_HAN.search(text)) and not _KANA_HANGUL.search(text)
+        return cls(df, docs, 2 * chinese > said)
 
     def idf(self, word: str) -> float:
         got = self._idf.get(word)
@@ -464,6 +473,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if (at, end) != (start, start + len(piece)) and not (errors and _inside(errors, at, end)):
                 add(text[at:end], at, 1.3)
             continue
+        if cjk and piece[0].isdigit() and piece[-1].isdigit() and (unit := _COUNTER.match(text, start + len(piece))):
+            seen.add(piece)  # (what it counts with it, ``3.5 元``; not the number alone)
+            piece += unit.group()
         if len(piece) > SENTENCE and "://" in piece[:8]:  # a long URL: up to a path boundary
             piece = piece[: max(piece.rfind(c, 0, SENTENCE) for c in "/?#&")]
             if piece.count("/") < 3:
@@ -510,10 +522,16 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 # the words a bare number is read with: up to four before it in its clause (it ends at punctuation other than a
 # ``key: value``'s or ``key=value``'s, or a table's cell's: ``alice | 34``, ``alice,34``, a tab), the nearest that is
 # no stop word or number its start; the word right after it; in Chinese, Japanese or Korean the characters it is
-# written against (``2回目``, ``端口5433``)
+# written against (``2回目``, ``端口5433``); what it counts in those scripts, its counter or unit, spaced or not, whole
+# and alone (``1500 毫秒``, ``6 次``, ``12 楼``: not ``6 次之``)
 _LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_][\w'’+#.-]*(?: +| *[:=|] *|\t+|,)){1,4}\Z")
 _LEAD_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
-_TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)|[{_CJK}]{{1,3}}")
+_COUNTERS = sorted(("毫秒 微秒 纳秒 秒钟 秒 分钟 小时 天 周 个月 月 年 日 次 遍 回目 回 轮 个 位 名 人 条 行 页 章 节 台 件 项 "
+                    "份 张 本 倍 岁 层 楼 元 块钱 块 万元 亿元 美元 万 亿 千 百 米 公里 千米 厘米 毫米 千克 公斤 克 斤 吨 升 毫升 "
+                    "度 核 字节 兆 点 个人 円 時間 分 秒間 日間 週間 ヶ月 か月 年間 件目 個 번 개 명 원").split(), key=len, reverse=True)
+_COUNTER = re.compile(rf" ?(?:{'|'.join(_COUNTERS)})")
+_TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)|{_COUNTER.pattern}"
+                    rf"|[{_CJK}]{{1,3}}")
 _CJK_LEAD = re.compile(f"[{_CJK}]{{1,4}}\\Z")
 
 
@@ -1087,6 +1105,8 @@ def cut_line(text: str, limit: int = LINE_BYTES) -> str:
 def render(chosen: list[Unit], head: str = "") -> str:
     """Units grouped by speaker (the user first, tool work last), in log order inside each group."""
     groups: dict[str, list[Unit]] = {}
+    said = [u for u in chosen if u.rank < 2]  # (a line in Chinese: most of what is said, tool work aside)
+    chinese = _chinese(said) and not any(_KANA_HANGUL.search(u.text) for u in said)
     order = sorted(chosen, key=lambda u: (u.rank, u.i, u.pos))
     for u in order:
         groups.setdefault(u.who, []).append(u)
@@ -1117,31 +1137,23 @@ def render(chosen: list[Unit], head: str = "") -> str:
                 pieces.append(u.text)
         if not pieces:
             continue
-        body = _join(pieces, ", ", "，")
+        body = _join(pieces, "，" if chinese else ", ")
         parts.append(f"{who}: {body}" if who else body)
-    line = _join(parts, "; ", "；")
+    if chinese:  # (a part ending its sentence with 。 ends with the ； that sets the next speaker apart: 。pi: ran together)
+        parts = [part[:-1] if part.endswith("。") and k < len(parts) - 1 else part for k, part in enumerate(parts)]
+    line = _join(parts, "；" if chinese else "; ")
     return f"{head}: {line}" if head and line else head or line
 
 
-def _join(pieces: list[str], plain: str, cjk: str) -> str:
-    """Pieces joined by ``plain``, or by ``cjk`` next to a Chinese character (none after a piece ending a
-    sentence, a space after one ending in ``.``, ``!`` or ``?``: ``sources., what`` doubled its stop); Japanese
-    and Korean (pieces with kana or Hangul) take ``plain``, as their writers do."""
+def _join(pieces: list[str], by: str) -> str:
+    """Pieces joined by ``by`` (in a line in Chinese ``，`` or ``；``, whatever the pieces end in: Japanese and
+    Korean take ``, `` and ``; ``, as their writers do), but after a piece ending a sentence: nothing after
+    ``。``, ``！``, ``？`` or ``；``, a space after ``.``, ``!`` or ``?`` (``sources., what`` doubled its stop)."""
     out = ""
-    chinese = None  # (asked once, at the first join beside a character that is not ASCII)
     for piece in pieces:
         if out:
             last = out[-1]
-            if last in ".!?":
-                out += " "
-            elif last < "\x80" and piece[0] < "\x80":  # (ASCII on both sides: neither is Chinese)
-                out += plain
-            elif last in "。！？；":
-                pass
-            else:
-                if chinese is None:
-                    chinese = not any(_KANA_HANGUL.search(p) for p in pieces)
-                out += cjk if chinese and (_HAN.match(last) or _HAN.match(piece[0])) else plain
+            out += " " if last in ".!?" else "" if last in "。！？；" else by
         out += piece
     return out
 
@@ -1297,7 +1309,7 @@ class Digest:
         self._grown((i + 1) << l)
         pool, days, runs = self._pool(l, i)
         self.pools[(l, i)] = (pool, days, runs)
-        head = _dates(days, _chinese(pool))
+        head = _dates(days, self.stats.chinese)  # (one form for all of a memory's lines)
         line = compose(_folded(pool, runs) if runs else pool, head, self.limit)
         if line == head:  # nothing to say of it: every word in it is common in the memory, or results ended well
             line = self._plainly(l, i, head)
