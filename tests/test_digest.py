@@ -976,6 +976,73 @@ def test_a_harness_tags_are_no_pieces_what_they_hold_is():
     assert extractive.leaf("user", text) == f"user: {text}"
 
 
+def test_a_harness_notes_are_no_pieces_of_the_users():
+    """Claude Code marks a turn the user stopped (``[Request interrupted by user]``) and repeats a slash command's
+    name without its slash (``<command-message>mcp</command-message>``): both were the user's pieces
+    (``start phoenix in background, [Request interrupted by user], mcp``). They go; the command as typed stays."""
+    text = ("<command-name>/mcp</command-name>\n<command-message>mcp</command-message>\n<command-args></command-args>"
+            "\nstart phoenix in background\n[Request interrupted by user]\n")
+    assert extractive.leaf("user", text) == "user: /mcp, start phoenix in background"
+    text = "fix the flaky login test [Request interrupted by user for tool use] and rerun it"
+    assert "Request" not in extractive.leaf("user", text * 6)
+
+
+def test_a_negation_is_said_with_what_it_negates():
+    """Negations are stop words, so a phrase started after one and said the opposite (``the TUI changes were never
+    committed`` gave ``committed``, ``themes no longer crash`` gave ``longer crash``, ``required (not optional)``
+    gave ``required, optional``). A piece right after a negation takes it; a negation is no piece alone."""
+    text = ("The TUI changes were never committed. Invalid themes no longer crash the app. Not everything updates "
+            "correctly. The field is required (not optional). Put it in 4th position, not 5th. No new design tokens "
+            "were needed. We chose Podman, not Docker. 配置里没有max_pool_size参数. ") * 4
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert {"never committed", "no longer crash", "Not everything updates correctly", "not optional", "not 5th",
+            "No new design tokens", "not Docker", "没有max_pool_size"} <= set(found), found
+    assert not {"committed", "longer crash", "everything updates correctly", "optional", "5th", "new design tokens",
+                "Docker", "max_pool_size", "no", "not", "never"} & set(found), found
+    line = extractive.leaf("pi", text)
+    assert "never committed" in pieces(line) and "longer crash" not in pieces(line), line
+
+
+def test_an_error_is_copied_whole():
+    """An error was shredded into words (``psycopg2.OperationalError, connect, server, Connection refused``;
+    ``No space left on device`` gave ``space left, device``; ``Error: Invalid hex color: #000cc`` gave ``000cc``).
+    An exception with its message, ``Error:``, a line (or a quote) opening with ``error[E0382]:``, ``fatal:``,
+    ``panic:``, and the system's error strings are one piece each, as written, up to its line's end (or its quote's, or its sentence's);
+    a long one is cut between words."""
+    errors = ["psycopg2.OperationalError: could not connect to server: Connection refused",
+              "No space left on device", "Error: Invalid hex color: #000cc", "error[E0382]: borrow of moved value",
+              "fatal: not a git repository (or any of the parent directories): .git"]
+    text = (f"The migration failed with {errors[0]}\nthen the copy said: {errors[1]}\nand the theme loader printed "
+            f"{errors[2]}. Also `{errors[3]}` in the build, and\n{errors[4]}\n")
+    for kind in ("user", "pi"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert set(errors) <= set(found), found
+        assert not {"connect", "server", "space left", "device", "000cc", "borrow"} & set(found), found
+        line = extractive.leaf(kind, text)
+        assert all(error in line for error in errors), line
+    # code naming an error is no error (a type's field, a flag)
+    code = "interface Result {\n  error: any;\n  isError: boolean;\n}\nconst r = {isError: true, error: null}\n"
+    assert not extractive._error_statements(code)
+    long = "RuntimeError: " + " ".join(f"worker{k} stopped" for k in range(60))
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": long})]
+    error = next(p for p in found if p.startswith("RuntimeError: "))
+    assert long.startswith(error) and long[len(error)] == " " and len(error) <= extractive.ERROR, error
+
+
+def test_a_numbered_diffs_marks_and_line_numbers_are_no_pieces():
+    """A diff pasted from an agent's view marks and numbers its lines (`` + 11 ### Fixed``): ``11 ### Fixed``,
+    ``+ 12``, ``+ 17`` were pieces. Its marks and numbers go, its lines' text is read; a list counting things
+    (``- 1 cup flour``) stays."""
+    text = ("+ 9 - **Tool Title Colors**: Tool execution boxes now use separate colors\n"
+            " + 10\n + 11 ### Fixed\n + 12\n"
+            " + 13 - **Component Invalidation**: `Text` component now implements invalidate\n"
+            " - 14 old renderer handling\n + 14 - **Width Compliance**: pads all lines to the width\n")
+    line = extractive.leaf("user", text)
+    assert not [p for p in pieces(line) if re.match(r"[+-]? ?\d+\b", p)], line
+    assert "Component Invalidation" in line and "Fixed" in line, line
+    assert extractive.leaf("user", "- 1 cup flour\n- 2 eggs\n") == "user: 1 cup flour, 2 eggs"
+
+
 def test_a_terminals_colours_are_no_letters_of_a_lines_words():
     """An escape sequence (``\x1b[31m``) ends what it is in: its ``31m`` glued to the word after it was a piece,
     ``31mError``, and ``0m`` another."""
@@ -1081,7 +1148,8 @@ def test_a_users_sentence_two_pieces_come_from_is_said_whole():
     assert extractive.leaf("user", said, 200) == (
         "user: hm, i selected the theme while you were working and got a crash, that should never happen. "
         "my dude, this exploded when i restarted with -r. invalid themes must NEVER explode")
-    assert extractive.leaf("user", said, 90) == "user: hm, theme, working, crash, happen, dude, invalid themes must, explode"
+    # (a piece after a negation takes it: not "happen", "explode", which said the opposite)
+    assert extractive.leaf("user", said, 90) == "user: hm, selected, theme, working, crash, dude, exploded, invalid themes must"
     named = extractive.units({"i": 0, "kind": "user", "text": ask, "meta": {"speaker": "Caroline"}})
     assert extractive.compose(named, limit=130) == (
         "Caroline: need, fix, tui test sources, editor, markdown, create default themes shared across all the tests "

@@ -15,9 +15,13 @@ nothing to pick, has each escape sequence dropped and any other one made a space
 a dash ends a phrase (a Chinese clause too), a path from ``~`` or ``$HOME`` is copied with it, and a JSON string's
 escapes (``\\n``) are no letters of its words. A ``grep -n`` line's file and line number are one fact
 (``src/app.py:42``), its text read after them (a compiler's ``src/app.py:12:5: error: …`` is a path with its line and
-column, and its error text one piece when it fits); a URL is one (``file://`` too), and so is a path with a space
+column, and its error text one piece when it fits); so is any error, as written, to its line's end or ``ERROR`` bytes
+cut between words (``psycopg2.OperationalError: could not connect to server: Connection refused``, ``Error: Invalid
+hex color: #000cc``, ``fatal: …``, ``No space left on device``); a URL is one (``file://`` too), and so is a path with a space
 in a name when it is quoted (one longer than a piece by its end), its space escaped, or it reads as one (``~/My
-Documents/report 2024.pdf``). Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
+Documents/report 2024.pdf``). A piece right after a negation takes it (``never committed``, ``not optional``: never
+``committed``, ``optional``); a negation is no piece alone. A harness's notes (``[Request interrupted by user]``, a
+slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
 its tool, ``bash → exit 2``, or goes if it says only ``exit 0``); a piece taken from tool traffic is at most
@@ -196,6 +200,9 @@ def _list_marker(text: str, start: int) -> int:
     return m.end() - start if m and not text[text.rfind("\n", 0, start) + 1 : start].strip() else 0
 
 
+# a negation right before a piece (only spaces between): the piece says the opposite without it ("themes no longer
+# crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
+_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
@@ -389,6 +396,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         text = _CONTROLS.sub("\n", text)
     if "</" in text and _HARNESS_TAG.search(text):  # a harness's tags: its words are inside them
         text = _unwrapped(text)
+    if "[Request interrupted" in text:  # (a harness's note that the user stopped a turn: no words of the user's)
+        text = _HARNESS_NOTE.sub(lambda m: "\n" * len(m.group()), text)
     if "\t" in text or "→" in text or "\\t" in text or _ROW_START.search(text):
         text = _ungutted(text)  # a listing's line numbers (``cat -n``), a table's row numbers: not its text
     # (minified code is found before the escapes are read: its own, ``"\x1f"``, would cut its line in pieces)
@@ -400,11 +409,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         text, grep, errors = _grepped(text)
     if "@@ -" in text:  # a unified diff's hunk headers and line marks: not its code
         text = _undiffed(text)
+    if "+ " in text and ("\n" in text or "\\n" in text):  # a numbered diff's marks and numbers
+        text = _unnumbered(text)
     out: list[Unit] = []
     seen: set[str] = set()
     weight = stats.weight
 
-    def add(piece: str, pos: int, bonus: float = 1.0) -> None:
+    def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE) -> None:
         if piece[:1].isdigit() or piece[:1].isspace():
             lead = len(piece) - len(piece.lstrip())
             marker = _list_marker(text, pos + lead) if piece[lead : lead + 1].isdigit() else 0
@@ -418,6 +429,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         start, end = _bared(piece)
         piece, pos = piece[start:end], pos + start
+        if pos and (negation := _NEGATION.search(text, max(0, pos - 12), pos)):  # "never committed", not "committed"
+            piece, pos = text[negation.start() : pos + len(piece)], negation.start()
         if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
             # statement, taken without its operator
             head, tail = _DANGLING_HEAD.match(piece), _DANGLING_TAIL.search(piece)
@@ -427,7 +440,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 piece, pos = piece[start:end], pos + start
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
             return  # (a name or number over one)
-        if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > SENTENCE:
+        if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > most:
             return
         seen.add(piece)
         ws = _wordset(piece)
@@ -450,10 +463,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for start, end in grep:
         paths.append((start, end))
         add(read[start:end], start, 1.3)
-    # a diagnostic's error that fits in a piece is one, as written: none of its words or numbers apart
+    # a diagnostic's error that fits in a piece is one, as written, and so is any error: none of its words or
+    # numbers apart
     errors = [(start, end) for start, end in errors if _size(text[start:end]) <= SENTENCE]
+    errors += [span for span in _error_statements(text) if not (errors and _inside(errors, *span))]
     for start, end in errors:
-        add(text[start:end], start)
+        add(text[start:end], start, ERROR_WEIGHT, ERROR)
     others = [(start, end) for start, end in urls if not text.startswith("http", start)] if urls else []
 
     def found():
@@ -462,8 +477,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         for m in facts.finditer(text):
             start, end = m.span()
             if not (marks and _in_word(text, start, end) or blobs and _inside(blobs, start, end)
-                    or others and _inside(others, start, end)):
-                yield start, m.group()
+                    or others and _inside(others, start, end)
+                    or errors and "/" not in m.group() and "\\" not in m.group() and _inside(errors, start, end)):
+                yield start, m.group()  # (an error's words are said with it, but for the path it names)
 
     for start, piece in found():
         if piece.isdecimal() and piece.isascii():  # a bare number: a fact with what it counts or names, else none
@@ -540,11 +556,79 @@ _CJK_LEAD = re.compile(f"[{_CJK}]{{1,4}}\\Z")
 _HARNESS_TAG = re.compile(r"</?([a-z]+(?:-[a-z]+)+)>")
 
 
+# its notes that are no one's words: a slash command's name again, without its slash (``<command-message>mcp
+# </command-message>``), and Claude Code's mark of a turn the user stopped (``[Request interrupted by user]``)
+_HARNESS_NOTE = re.compile(r"<command-message>[^<\n]{0,200}</command-message>|\[Request interrupted by user[^\]\n]{0,40}\]")
+
+
 def _unwrapped(text: str) -> str:
     """``text`` with the harness's tags it closes written over by line breaks: what they hold is read as text,
-    their names are no pieces (``command-name, command-args`` said nothing of a slash command)."""
+    their names are no pieces (``command-name, command-args`` said nothing of a slash command); its notes
+    (``_HARNESS_NOTE``) go whole."""
     closed = {m.group(1) for m in _HARNESS_TAG.finditer(text) if m.group().startswith("</")}
+    if "<command-message>" in text:
+        text = _HARNESS_NOTE.sub(lambda m: "\n" * len(m.group()), text)
     return _HARNESS_TAG.sub(lambda m: "\n" * len(m.group()) if m.group(1) in closed else m.group(), text)
+
+
+# an error as a program says it, copied whole (up to its line's end, a quote or bracket it opened in, or ``ERROR``
+# bytes, cut between words): an exception's name and its message (``psycopg2.OperationalError: could not connect
+# to server: Connection refused``), a line a program opens with ``Error:``, ``error[E0382]:``, ``fatal:``,
+# ``panic:``, ``ERROR``, and the system's own error strings (``No space left on device``; after its errno's name:
+# ``ENOENT: no such file or directory, open 'a.json'``); none of its words apart, but for a path
+ERROR = 200  # bytes: the longest error piece
+ERROR_WEIGHT = 1.5  # its weight against a phrase's: an error is what a reader looks for
+_SYSTEM_ERRORS = re.compile(
+    r"(?<![\w-])(?i:no such file or directory|no space left on device|connection refused|connection reset by peer"
+    r"|connection timed out|permission denied|operation not permitted|address already in use|broken pipe"
+    r"|too many open files|read-only file system|network is unreachable|no route to host|disk quota exceeded"
+    r"|device or resource busy|resource temporarily unavailable|cannot allocate memory|directory not empty)\b")
+_SYSTEM_HINTS = ("o such file", "o space left", "onnection re", "onnection timed", "ermission denied", "ot permitted",
+                 "lready in use", "roken pipe", "pen files", "ead-only file", "s unreachable", "o route to host",
+                 "uota exceeded", "esource busy", "emporarily unavailable", "allocate memory", "irectory not empty")
+# (found from the end of the error's name, which a text's scan finds fast, then read back to its start)
+_ERROR_HINTS = ("rror", "xception", "atal", "anic:")
+_ERROR_AT = re.compile(r"(rror|xception|atal|FATAL|anic|ERROR)(?:\[\w+\])?(?::|(?<=ERROR)\b)")
+_ERROR_HEAD = re.compile(r"(?:(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)|(?<![\w-])(?:Error|Exception|Fatal|FATAL|ERROR)"
+                         r"|(?:^|(?<=\n)|(?<=\\n)|(?<=`))(?:error|fatal|panic))\Z")  # (opening its line or a quote: ``error: any``
+# in code is indented)
+_ERRNO_BEFORE = re.compile(r"\bE[A-Z0-9]{2,15}: \Z")
+_SENTENCE_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_CLOSERS = {"`": "`", '"': '"', "'": "'", "(": ")", "[": "]", "“": "”"}
+
+
+def _error_statements(text: str) -> list[tuple[int, int]]:
+    """Where ``text``'s errors are (see ``ERROR``), each up to its line's end, the end of the quote or bracket it
+    opens in or of its sentence, or ``ERROR`` bytes (cut between words), without the full stop."""
+    starts = []
+    if any(hint in text for hint in _ERROR_HINTS):
+        for m in _ERROR_AT.finditer(text):
+            head = _ERROR_HEAD.search(text, max(0, m.start() - SENTENCE), m.end(1))
+            if head:
+                starts.append(head.start())
+    if any(hint in text for hint in _SYSTEM_HINTS):
+        for m in _SYSTEM_ERRORS.finditer(text):  # (with its errno's name before it: ``ENOENT: no such file``)
+            errno = _ERRNO_BEFORE.search(text, max(0, m.start() - 20), m.start())
+            starts.append(errno.start() if errno else m.start())
+    out, last = [], -1
+    for start in sorted(starts):
+        if start < last:  # (inside the one before: "…Error: could not connect to server: Connection refused")
+            continue
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        closer = _CLOSERS.get(text[start - 1 : start]) if start else None
+        if closer and (close := text.find(closer, start, end)) >= 0:
+            end = close
+        if stop := _SENTENCE_STOP.search(text, start, end):
+            end = stop.start()
+        last = end
+        said = text[start:end].rstrip().rstrip(".,;:").rstrip()
+        if _size(said) > ERROR:
+            cut = said.encode("utf-8")[: ERROR + 1].decode("utf-8", "ignore")
+            said = cut[: cut.rfind(" ")].rstrip(" ,;:(") if " " in cut else ""
+        if ":" in said.rstrip(":") or said.startswith("ERROR ") or _SYSTEM_ERRORS.match(said):  # (a message after it)
+            out.append((start, start + len(said)))
+    return out
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
@@ -665,6 +749,26 @@ def _ungutted(text: str) -> str:
         if run and (m is None or int(m.group(1)) != int(run[-1].group(1)) + 1 or m.lastindex != run[-1].lastindex):
             if len(run) >= (ROWS if run[0].lastindex == 4 else 2):
                 spans.extend(r.span() for r in run)
+            run = []
+        if m is not None:
+            run.append(m)
+    return _blank(text, spans) if spans else text
+
+
+# a diff as an agent's tool shows it, each line marked and numbered (`` + 11 ### Fixed``, ``- 12 old``): the marks and
+# numbers say where, not what (``+ 12``, ``11 ### Fixed`` were pieces); the lines' text is read as text
+_DIFF_ROW = re.compile(r"(?m)(?:^|(?<=\\n))[ \t]*([+-])[ \t]+(\d{1,6})(?=[ \t]|$|\\n)")
+
+
+def _unnumbered(text: str) -> str:
+    """``text`` without the marks and numbers of a numbered diff's lines (``_DIFF_ROW``): a run of 2 lines or more
+    each numbered as the one before or one more, one of them added (a ``-`` list of two counts, ``- 1 cup``,
+    ``- 2 eggs``, is no diff)."""
+    spans, run = [], []
+    for m in list(_DIFF_ROW.finditer(text)) + [None]:
+        if run and (m is None or not 0 <= int(m.group(2)) - int(run[-1].group(2)) <= 1):
+            if len(run) >= 2 and any(r.group(1) == "+" for r in run):
+                spans.extend((r.start(1), r.end(2)) for r in run)
             run = []
         if m is not None:
             run.append(m)
