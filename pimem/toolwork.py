@@ -89,15 +89,24 @@ def _in_word(ch: str) -> bool:
 
 
 def pieces(msg: dict) -> list[tuple[str, bool, float]]:
-    """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran or edited, for a
+    """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran or edited (nothing for
+    a call that only polls a command already running, Codex's ``write_stdin``: the command is the work), for a
     result how it ended (``result`` True): ``exit N`` or ``error`` (a harness's error flag without a code) and
     the error's name when it failed; when it ended well its first test count, else ``exit 0`` if its exit code
     says so; when nothing says how it ended, its first count (failures first) and error name."""
+    return work(msg)[0]
+
+
+def work(msg: dict) -> tuple[list[tuple[str, bool, float]], str]:
+    """``pieces`` of ``msg``, and the whole path of the file a call edited or read (``""`` for none): its piece
+    names it in ``TOOL_PIECE`` characters, ``names`` tells several apart."""
     meta = msg.get("meta") or {}
     text = msg.get("text") or ""
     if msg.get("kind") == "tool":
         tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
         command = meta.get("command") if isinstance(meta.get("command"), str) else ""
+        if tool == "write_stdin" and _POLL.search(text):
+            return [], ""
         edits = _EDIT_TOOLS.search(tool or text[:40])
         # an imported message's meta.file is the transcript it came from, never the file it edited
         path = meta.get("file") if isinstance(meta.get("file"), str) and not meta.get("source") else ""
@@ -108,14 +117,17 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
             found = _PATH_IN_TEXT.search(text)
             path = found.group() if found else ""
         if path and (edits or reads) and file_name(path):
-            return [(("edited " if edits else "read ") + file_name(path), False, 1.5 if edits else 1.0)]
+            return [(("edited " if edits else "read ") + file_name(path), False, 1.5 if edits else 1.0)], path
         if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
             tool = text.split("(", 1)[0]
         if not command and tool in _SHELLS:
             found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
             command = found.group(1) if found else ""
+        path = edited_file(command) if command else ""
+        if path and file_name(path):
+            return [("edited " + file_name(path), False, 1.5)], path
         prog = program(command) if command else short(tool) if tool else program(text.split("(", 1)[0].split(":", 1)[0])
-        return [("ran " + prog, False, 1.0)] if prog else []
+        return ([("ran " + prog, False, 1.0)] if prog else []), ""
     code = meta.get("exit_code")
     code = code if isinstance(code, int) and not isinstance(code, bool) else None
     flag = meta.get("is_error") if isinstance(meta.get("is_error"), bool) else None  # a harness's error flag
@@ -126,14 +138,47 @@ def pieces(msg: dict) -> list[tuple[str, bool, float]]:
     if code == 0 or code is None and flag is False:  # it ended well: error names in its output are what it
         # printed (a file, a grep's hits)
         count = count if count and not _FAILING.search(count) else None  # ("400 errors" of a changelog it read)
-        return [(count, True, 1.5)] if count else [("exit 0", True, 1.0)] if code == 0 else []
+        return ([(count, True, 1.5)] if count else [("exit 0", True, 1.0)] if code == 0 else []), ""
     out = []
     if code is not None or flag:
         said = f"exit {code}" if code is not None else "error"
         out.append((said + (f": {error}" if error else ""), True, 2.0))
         error = None
     out.extend((piece, True, 1.5) for piece in (count, error) if piece)
-    return out
+    return out, ""
+
+
+_POLL = re.compile(r"""["']chars["']\s*:\s*["']["']""")  # write_stdin sending nothing: it waits for output
+# the shell's ways to change a file in place or write one: ``sed -i``, ``perl -pi``, ``tee FILE``, and the
+# redirection of a program that only prints (``cat > FILE <<EOF``, ``echo x >> FILE``; ``pytest > log`` ran pytest)
+_IN_PLACE = {"sed": re.compile(r"-[a-zA-Z]*i.*|--in-place.*"), "perl": re.compile(r"-(?![Mm])[a-zA-Z0-9]*i.*")}
+_PRINTERS = frozenset("cat echo printf".split())
+_REDIRECT = re.compile(r"(?<![<>&\d])>>?\s*([^\s;&|<>]+)")
+
+
+def edited_file(command: str) -> str:
+    """The file a shell command edits or writes (``sed -i 's/a/b/' src/db/pool.py`` edits ``src/db/pool.py``):
+    the last file ``sed -i`` or ``perl -pi`` is given, the first ``tee`` writes, the file a printing program's
+    output goes to; ``""`` for none."""
+    for part in re.split(r"&&|\|\|?|;", command.split("\n", 1)[0]):
+        words = part.split()
+        k = 0
+        while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP):
+            k += 1
+        if k == len(words):
+            continue
+        prog, args = words[k].rsplit("/", 1)[-1], [w.strip("'\"") for w in words[k + 1 :]]
+        found = ""
+        if prog in _IN_PLACE and any(_IN_PLACE[prog].fullmatch(w) for w in args if w.startswith("-")):
+            found = next((w for w in reversed(args) if not w.startswith("-") and names_file(w)), "")
+        elif prog == "tee":
+            found = next((w for w in args if not w.startswith("-")), "")
+        elif prog in _PRINTERS and ">" in part:
+            target = _REDIRECT.search(part)
+            found = target.group(1).strip("'\"") if target else ""
+        if found and names_file(found):
+            return found
+    return ""
 
 
 def argument_path(text: str) -> str:
@@ -193,6 +238,58 @@ def file_name(path: str) -> str:
             return "…" + name[m.start() :]
     ends = [m.start() for m in _NAME_END.finditer(name, 1, TOOL_PIECE + 1)]
     return name[: ends[-1] if ends else TOOL_PIECE] + "…"
+
+
+def names(paths: list[str]) -> dict[str, str]:
+    """Names for several files, each in at most ``TOOL_PIECE`` characters (``file_name``'s, where it fits no other
+    of them), no two alike: ``…reasoning…`` and ``…code.plugin…`` of ``codemie-code-reasoning.test.ts`` and
+    ``codemie-code.plugin.ts`` (both ``codemie-code…``): the longest run of whole words of a file's path that fits
+    none of the others, one of its name before one with a directory (``a/index.ts``, ``b/index.ts``); else the
+    longest no other file is named by."""
+    first = {path: file_name(path) for path in paths}
+    out: dict[str, str] = {}
+    for path, name in first.items():
+        others = [other for other in paths if other != path]
+        if any(_fits(name, other) for other in others):
+            ways = sorted((key, got) for got, key in _windows(path).items())
+            name = next((got for _, got in ways if not any(_fits(got, other) for other in others)), None) or next(
+                (got for _, got in ways if got not in out.values() and all(got != first[o] for o in others)), name)
+        out[path] = name
+    return out
+
+
+def _windows(path: str) -> dict[str, tuple]:
+    """The ways to name ``path`` in at most ``TOOL_PIECE`` characters from whole words of its last part (``…`` where
+    a word is left out), each with its order of preference: within its name, the longest, then one ending the path,
+    then the latest."""
+    path = short_text(path)
+    end = len(path)
+    starts = [0] + [m.end() for m in _PATH_WORD.finditer(path, max(1, end - 64))]
+    stops = [m.start() for m in _PATH_WORD.finditer(path, max(1, end - 64))] + [end]
+    out = {}
+    for a in starts:
+        for b in stops:
+            if 0 < b - a <= TOOL_PIECE and path[a].isalnum() and path[b - 1].isalnum():
+                name = ("…" if a and path[a - 1] not in "/\\" else "") + path[a:b] + ("…" if b < end else "")
+                out.setdefault(name, ("/" in path[a:b] or "\\" in path[a:b], a - b, b != end, -a))
+    return out
+
+
+def _fits(name: str, path: str) -> bool:
+    """Whether ``name`` (``file_name``'s, ``names``'s) could name ``path``: its text where its ``…`` allow, else at
+    the end of the path, from the start of a part of it."""
+    core = name.strip("…")
+    if not name.endswith("…"):
+        return path.endswith(core) and (name.startswith("…") or len(path) == len(core) or path[-len(core) - 1] in "/\\")
+    at = path.find(core)
+    while at >= 0:
+        if name.startswith("…") or at == 0 or path[at - 1] in "/\\":
+            return True
+        at = path.find(core, at + 1)
+    return False
+
+
+_PATH_WORD = re.compile(r"[-_./\\]+|(?<=[a-z])(?=[A-Z])")  # between the words of a path
 
 
 _NAME_WORD = re.compile(r"(?<=[-_])[^-_.]|(?<=[a-z])[A-Z]")  # where a word of a file's stem opens

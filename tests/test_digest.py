@@ -1076,7 +1076,7 @@ def test_a_merge_with_nothing_to_say_names_who_spoke(home):
         {"kind": "user", "text": "hello there", "meta": {"speaker": "Q" * 600}},
     ])
     lines = {(l, i): text for l, i, text, _ in nodes}
-    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]+ \d{4}: echo", lines[(1, 1)]), lines[(1, 1)]
+    assert re.fullmatch(r"\d{1,2} [A-Z][a-z]+ \d{4}: bash ×2", lines[(1, 1)]), lines[(1, 1)]  # (the tool its results name)
     assert lines[(0, 4)].startswith("user " + "Q" * 40 + ": Z"), lines[(0, 4)]
     assert all(not text.endswith(":") for text in lines.values()), lines
 
@@ -1845,3 +1845,97 @@ def test_a_contractions_head_is_no_name():
                                                "Don't worry, Caroline's painting with Melanie. Can’t wait! They're off."})]
     assert {"Caroline", "Melanie"} <= set(found), found
     assert not {"Don", "Can", "They"} & set(found), found
+
+
+def test_files_named_alike_are_told_apart_and_counted_apart(home):
+    """Two files whose 13-character names were one (``edited codemie-code… ×2`` for two files) are named apart, by
+    the words that tell them apart, and ``×N`` counts one file's calls."""
+    plugins = "src/agents/plugins/"
+    edits = [plugins + "__tests__/codemie-code-reasoning.test.ts", plugins + "codemie-code.plugin.ts",
+             plugins + "codemie-code.plugin.ts"]
+    reads = [f"src/store/{name}-selector.ts" for name in ("user-list", "order-list", "cart", "session-state")]
+    msgs = [{"kind": "user", "text": "set the compaction threshold to 90%"}]
+    msgs += [{"kind": "tool", "text": f'edit({orjson.dumps({"path": p}).decode()})', "meta": {"tool": "edit"}} for p in edits]
+    msgs += [{"kind": "tool", "text": f'read({orjson.dumps({"path": p}).decode()})', "meta": {"tool": "read"}} for p in reads]
+    mem, _ = build(home, msgs)
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "edited …reasoning…" in line and "edited …code.plugin… ×2" in line, line
+    shown = re.findall(r"read ([^\s,;]+)", line)
+    assert len(shown) == 4 == len(set(shown)) and "×" not in line.split("read ", 1)[1], line
+    assert all(len(name.strip("…")) <= toolwork.TOOL_PIECE for name in shown)
+    for name in shown:  # each names one of the files it read, and fits no other
+        assert sum(name.strip("…") in p for p in reads) == 1, name
+
+
+def test_a_call_and_its_results_are_said_together_or_not_at_all(home):
+    """A result taken without its call said ``exit 1`` of nothing, though the call and its counts were in the span."""
+    talk = [{"kind": "pi" if k % 2 else "user", "text": f"the {w} migration for tenant {k} keeps the ledger {w}2 index"}
+            for k, w in enumerate(["orbit", "quasar", "nebula", "pulsar", "comet", "zenith"])]
+    msgs = [{"kind": "tool", "text": 'bash({"command":"pytest -x tests"})', "meta": {"tool": "bash", "call_id": "t1"}},
+            *talk[:3],
+            {"kind": "echo", "text": "E   ConnectionError\n==== 4 failed, 12 passed in 1.2s ====",
+             "meta": {"tool": "bash", "exit_code": 1, "call_id": "t1"}},
+            *talk[3:]]
+    mem, _ = build(home, msgs)
+    for limit in range(40, 300, 4):
+        digest = extractive.Digest(mem)
+        digest.limit = limit
+        line = digest.merge(3, 0)
+        if "exit 1" in line:
+            assert "ran pytest → exit 1" in line, line
+    assert "ran pytest → exit 1, 4 failed" in extractive.Digest(mem).merge(3, 0)
+
+
+@pytest.mark.parametrize("command, said", [
+    ("sed -i 's/pool_size = 3/pool_size = 6/' src/db/pool.py", "edited db/pool.py"),
+    ("sed -i.bak -e 's/a/b/' conf/app.toml", "edited conf/app.toml"),
+    ("perl -pi -e 's/foo/bar/' lib/Foo.pm", "edited lib/Foo.pm"),
+    ("echo 'PORT=5433' | tee -a config/.env.local", "edited .env.local"),
+    ("cat > notes.md <<'EOF'\nhello; world\nEOF", "edited notes.md"),
+    ("pytest -x > log.txt", "ran pytest"),  # (its output went to a file: what ran is pytest)
+    ("sed -n '1,80p' src/db/pool.py", "ran sed"),
+])
+def test_a_shell_command_that_edits_a_file_says_the_file(command, said):
+    msg = {"kind": "tool", "text": f'bash({orjson.dumps({"command": command}).decode()})',
+           "meta": {"tool": "bash", "command": command}}
+    assert toolwork.summary(msg) == said
+
+
+def test_codex_polls_of_a_running_command_say_the_command_and_how_it_ended(run, home, tmp_path):
+    """Codex starts a long command, then polls its session with ``write_stdin``: the line said ``ran write_stdin ×2``;
+    it says what ran (``npm``) and how the polls saw it end."""
+    t = "2026-05-11T08:27:{:02d}.000Z".format
+    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
+    poll = lambda s, n: [  # noqa: E731
+        item(s, {"type": "function_call", "name": "write_stdin", "call_id": f"p{n}",
+                 "arguments": orjson.dumps({"session_id": 83395, "chars": "", "yield_time_ms": 1000}).decode()}),
+        item(s, {"type": "function_call_output", "call_id": f"p{n}", "output":
+                 "Chunk ID: 1\nProcess exited with code 1\nOutput:\n Tests  4 failed | 12 passed\n 4 failed" if n == 1
+                 else "Chunk ID: 1\nProcess running with session ID 83395\nOutput:\n"})]
+    lines = [
+        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-2", "timestamp": t(0), "cwd": "/repo"}},
+        item(1, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the reasoning tests"}]}),
+        item(2, {"type": "function_call", "name": "exec_command", "call_id": "run1",
+                 "arguments": orjson.dumps({"cmd": "npm test -- --run src/reasoning.test.ts"}).decode()}),
+        item(3, {"type": "function_call_output", "call_id": "run1",
+                 "output": "Chunk ID: 1\nProcess running with session ID 83395\nOutput:\n"}),
+        *poll(4, 0), *poll(5, 1),
+        item(8, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Four tests fail."}]}),
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    assert run("import", path, "--name", "cx").exit_code == 0
+    mem = Memory.open("cx", home)
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "write_stdin" not in line and "ran npm → exit 1, 4 failed" in line, line
+
+
+def test_a_span_of_tool_results_alone_says_which_tools_ran(home):
+    """Four file reads whose calls are in the span before: the line said ``echo`` alone."""
+    mem, _ = build(home, [{"kind": "user", "text": "look at the selectors"}, {"kind": "pi", "text": "Reading them."}]
+                   + [{"kind": "tool", "text": f'read({{"path":"src/s{k}.ts"}})', "meta": {"tool": "read", "call_id": f"r{k}"}}
+                      for k in range(2)]
+                   + [{"kind": "echo", "text": f"export const select{k} = (s) => s.items[{k}];",
+                       "meta": {"tool": "read", "call_id": f"r{k}"}} for k in range(4)])
+    line = extractive.Digest(mem).merge(2, 1)
+    assert line.split(": ", 1)[1] == "read ×4", line

@@ -342,15 +342,16 @@ class Unit:
     shared by the pools of a span's nodes: never changed once made."""
 
     __slots__ = ("score", "i", "pos", "text", "who", "rank", "words", "result", "call", "tool", "size", "value",
-                 "keep")
+                 "keep", "file")
 
     def __init__(self, score: float, i: int, pos: int, text: str, who: str, rank: int, words: tuple[str, ...],
-                 result: bool = False, call=None, tool: str = ""):
+                 result: bool = False, call=None, tool: str = "", file: str = ""):
         self.score, self.i, self.pos, self.text, self.who, self.rank = score, i, pos, text, who, rank
         self.words = words
         self.result = result  # a tool result's outcome: joined to its own call with " → "
         self.call = call  # tool work: which call it is or answers (its call id, else the call's message)
         self.tool = tool  # a result's tool, as its message names it: said when its call is not in the line
+        self.file = file  # the whole path of the file a call edited or read (its text names it in a few characters)
         self.size = len(text) if text.isascii() else len(text.encode("utf-8"))
         self.value = score * (USER if rank == 0 else 1.0) / (self.size + 6)
         # what the line will weigh it at, the user's ``USER`` times when the user talks to a model (an unnamed
@@ -361,7 +362,8 @@ class Unit:
 
     def told(self, who: str, rank: int) -> "Unit":
         """The same piece said by ``who`` in group ``rank``."""
-        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result, self.call, self.tool)
+        return Unit(self.score, self.i, self.pos, self.text, who, rank, self.words, self.result, self.call, self.tool,
+                    self.file)
 
     def __repr__(self) -> str:
         return f"Unit({self.text!r}, i={self.i}, who={self.who!r}, score={self.score:.3f})"
@@ -1040,13 +1042,16 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     meta = msg.get("meta") or {}
     call_id = meta.get("call_id")
     tool = toolwork.short(meta["tool"]) if isinstance(meta.get("tool"), str) else ""
+    polled = meta.get("polls")  # a poll's result: how the command it polls ran (Codex's write_stdin)
+    call_id = polled if isinstance(polled, str) and polled else call_id
     out = []
-    for piece, result, weight in toolwork.pieces(msg):
+    found, path = toolwork.work(msg)
+    for piece, result, weight in found:
         ws = _wordset(piece)
         # a call and its result share a key: the call's id, else the call's message (the one before a result)
         call = call_id if isinstance(call_id, str) and call_id else i - 1 if result else i
         out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call,
-                        tool if result else ""))
+                        tool if result else "", path if not result else ""))
     return out
 
 
@@ -1414,7 +1419,7 @@ class Digest:
         pool, days, runs = self._pool(l, i)
         self.pools[(l, i)] = (pool, days, runs)
         head = _dates(days, self.stats.chinese)  # (one form for all of a memory's lines)
-        line = compose(_folded(pool, runs) if runs else pool, head, self.limit)
+        line = compose(_paired(_folded(_named(pool), runs)) if runs else pool, head, self.limit)
         if line == head:  # nothing to say of it: every word in it is common in the memory, or results ended well
             line = self._plainly(l, i, head)
         return line
@@ -1423,12 +1428,20 @@ class Digest:
         """A line for span ``(l, i)`` when its units weigh nothing (a memory saying the same again and again: each
         of its words in more than about one message in three): the first message of the user in its first
         ``LABELLED`` (else the first that is no tool work), each word weighing alike: the first thing asked; else,
-        for a span of at most ``LABELLED`` messages, who spoke in it."""
+        for tool work alone (results whose calls are elsewhere, each ending well), the tools that ran and how
+        many times (``read ×4``); else, for a span of at most ``LABELLED`` messages, who spoke in it."""
         start = i << l
         msgs = list(self.mem.messages(start, start + min(1 << l, LABELLED)))
         first = next((m for m in msgs if m.get("kind") == "user"), None) or next(
             (m for m in msgs if _speaker(m)[1] < 2), None)
         line = compose(units(first), head, self.limit) if first is not None else head
+        if first is None:
+            tools = collections.Counter(toolwork.short(m["meta"]["tool"]) for m in msgs
+                                        if isinstance((m.get("meta") or {}).get("tool"), str))
+            tools.pop("", None)
+            if tools:
+                said = ", ".join(f"{tool} ×{n}" if n > 1 else tool for tool, n in tools.items())
+                line = cut_line(f"{head}: {said}" if head else said, self.limit)
         if line == head and (1 << l) <= LABELLED:
             labels = dict.fromkeys(_label(m.get("kind", ""), _speaker(m)[0]) for m in msgs)
             line = cut_line(f"{head}: {', '.join(labels)}" if head else ", ".join(labels), self.limit)
@@ -1449,9 +1462,56 @@ class Digest:
 
 
 def _runs(found: list[Unit]) -> dict:
-    """The tool calls of a message's units, as a span's runs: what each says (``ran pytest``, ``edited app.py``) →
-    [how many calls said it, the last one's key (``Unit.call``)]."""
-    return {u.text: [1, u.call] for u in found if u.rank == 2 and not u.result} if found and found[0].rank == 2 else {}
+    """The tool calls of a message's units, as a span's runs: what each did (``ran pytest``, ``edited`` and the
+    file's whole path: ``_did``) → [how many calls did it, the last one's key (``Unit.call``)]."""
+    return {_did(u): [1, u.call] for u in found if u.rank == 2 and not u.result} if found and found[0].rank == 2 else {}
+
+
+def _did(u: Unit) -> str:
+    """What a tool call did: its text, with the whole path of a file it edited or read (two files named alike in
+    a few characters are two files: ``×2`` counts one file's edits)."""
+    return f"{u.text.split(' ', 1)[0]} {u.file}" if u.file else u.text
+
+
+def _named(pool: list[Unit]) -> list[Unit]:
+    """``pool`` with the files its calls edited or read named apart (``toolwork.names``): ``edited …reasoning…``,
+    ``edited …code.plugin…``, not ``edited codemie-code…`` for both."""
+    files = {u.file: u.text.split(" ", 1)[1] for u in pool if u.file}
+    if len(files) < 2:
+        return pool
+    named = toolwork.names(list(files))
+    if all(named[f] == said for f, said in files.items()):
+        return pool
+    out = []
+    for u in pool:
+        if u.file and named[u.file] != files[u.file]:
+            text = f"{u.text.split(' ', 1)[0]} {named[u.file]}"
+            u = Unit(u.score, u.i, u.pos, text, u.who, u.rank, _wordset(text), u.result, u.call, u.tool, u.file)
+        out.append(u)
+    return out
+
+
+def _paired(pool: list[Unit]) -> list[Unit]:
+    """``pool`` with each call whose results it holds joined to them, one piece (``ran pytest → exit 1, 4 failed``):
+    a line takes a call's outcome with the call, or neither (a lone ``exit 1`` said nothing of what failed)."""
+    results: dict[object, list[Unit]] = {}
+    for u in pool:
+        if u.rank == 2 and u.result:
+            results.setdefault(u.call, []).append(u)
+    calls = {u.call for u in pool if u.rank == 2 and not u.result and u.call in results} if results else ()
+    if not calls:
+        return pool
+    out = []
+    for u in pool:
+        if u.rank == 2 and u.call in calls:
+            if u.result:
+                continue
+            got = sorted(results[u.call], key=lambda r: (r.i, r.pos))
+            words = tuple(dict.fromkeys(w for x in (u, *got) for w in x.words))
+            u = Unit(u.score + sum(r.score for r in got), u.i, u.pos, f"{u.text} → {', '.join(r.text for r in got)}",
+                     u.who, u.rank, words, False, u.call, u.tool, u.file)
+        out.append(u)
+    return out
 
 
 def _added(a: dict, b: dict) -> dict:
@@ -1474,11 +1534,12 @@ def _folded(pool: list[Unit], runs: dict) -> list[Unit]:
     standing: dict[str, Unit] = {}  # what the calls say → the call kept for them
     calls: dict[object, str] = {}  # each such call's key → what it says
     for u in pool:
-        if u.rank == 2 and not u.result and runs.get(u.text, (1,))[0] > 1:
-            calls[u.call] = u.text
-            got, last = standing.get(u.text), runs[u.text][1]
+        did = _did(u) if u.rank == 2 and not u.result else None
+        if did is not None and runs.get(did, (1,))[0] > 1:
+            calls[u.call] = did
+            got, last = standing.get(did), runs[did][1]
             if got is None or u.call == last or got.call != last and u.i > got.i:
-                standing[u.text] = u
+                standing[did] = u
     if not calls:
         return pool
     out = []
@@ -1493,7 +1554,7 @@ def _folded(pool: list[Unit], runs: dict) -> list[Unit]:
                 out.append(u)
         elif u is kept:
             out.append(Unit(u.score, u.i, u.pos, f"{u.text} ×{n}", u.who, u.rank, u.words, False,
-                            u.call if u.call == last else ("runs", text)))
+                            u.call if u.call == last else ("runs", text), file=u.file))
     return out
 
 

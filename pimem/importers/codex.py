@@ -4,7 +4,9 @@ Lines are ``{timestamp, type, payload}`` and linear. ``session_meta`` and ``turn
 session id, cwd and model; ``response_item`` lines are the conversation: messages, function calls and
 their outputs (paired by ``call_id``), custom tool calls, shell calls, web searches. Reasoning is never
 imported; ``event_msg`` lines only mirror the conversation for the UI and are skipped, as are developer
-messages and the instruction and environment blocks Codex puts in front of the user's words. Lines carry
+messages and the instruction and environment blocks Codex puts in front of the user's words. A command still
+running when its call returned (``Process running with session ID N``) is polled by ``write_stdin`` calls on
+its session: each poll and its result carry ``meta.polls``, the call id of the command, whose outcome they hold. Lines carry
 no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 
 Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
@@ -18,7 +20,7 @@ import re
 
 import orjson
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
 BOILERPLATE = (
@@ -35,6 +37,7 @@ TEXT_TYPES = ("input_text", "output_text", "text")
 CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
 OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 _EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
+_RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.M)
 
 
 class CodexParser(Parser):
@@ -105,15 +108,36 @@ class CodexParser(Parser):
             else:
                 name, args = item.get("name"), item.get("arguments", item.get("input"))
             self.remember_call(call_id, name)
-            return [("tool", call_text(name, args), {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model})]
+            meta = {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model}
+            polled = self.state.get("sessions", {}).get(_session(args)) if name == "write_stdin" else None
+            if polled and call_id:  # a poll of a command still running: the call that started it
+                meta["polls"] = polled
+                bounded_put(self.state.setdefault("polls", {}), call_id, polled)
+            return [("tool", call_text(name, args), meta)]
         if kind in OUTPUTS:
             call_id = item.get("call_id")
             text, code = _output(item.get("output"))
-            return [("echo", text if text.strip() else NO_OUTPUT, {"call_id": call_id, "tool": self.called(call_id), "exit_code": code})]
+            polled = self.state.get("polls", {}).pop(call_id, None) if call_id else None
+            running = _RUNNING.search(text[:4096])
+            if running and call_id:  # still running: later polls of its session are this command's
+                bounded_put(self.state.setdefault("sessions", {}), running.group(1), polled or call_id)
+            meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": code}
+            if polled:
+                meta["polls"] = polled
+            return [("echo", text if text.strip() else NO_OUTPUT, meta)]
         if kind == "web_search_call":
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
             return [("tool", call_text("web_search", action.get("query") or action), {"tool": "web_search"})]
         return []  # reasoning and items we do not know
+
+
+def _session(arguments) -> str | None:
+    """The session a ``write_stdin`` call writes to (``{"session_id": 48230, …}``), as a string."""
+    try:
+        found = orjson.loads(arguments).get("session_id") if isinstance(arguments, str) else None
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return str(found) if isinstance(found, (int, str)) and not isinstance(found, bool) else None
 
 
 def _legacy_header(obj: dict) -> bool:
