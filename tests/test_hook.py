@@ -304,6 +304,9 @@ def test_a_prompt_is_answered_without_waiting_out_a_busy_memory(home, tmp_path):
 
 def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_path):
     current = tmp_path / "c.jsonl"
+    current.write_text(json.dumps(line("s1", "user", "u1", "hello", 1))[:40])  # its first line, even
+    assert hook(payload("Stop", "s1", current)) == (0, None, "")
+    current.write_text("")
     grow(current, line("s1", "user", "u1", "hello", 1))
     with open(current, "a") as f:
         f.write(json.dumps(line("s1", "assistant", "a1", "hi there", 2))[:40])  # Claude Code is writing it

@@ -409,6 +409,33 @@ def test_codex_pairs_calls_and_skips_boilerplate(run, home, tmp_path):
     assert msgs[0]["date"] == "2026-05-11T08:27:02.000Z"
 
 
+def test_codex_polls_say_the_program_they_poll_across_a_resumed_import(run, tmp_path):
+    """A command still running is polled by ``write_stdin`` on its session: each poll and its result name the
+    program polled (``npm``), also when the polls come in a later import of the grown file, so a line holding a
+    poll without the command's call can say what ran."""
+    t = "2026-05-11T08:27:{:02d}.000Z".format
+    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
+    path = write_jsonl(tmp_path / "rollout.jsonl", [
+        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-3", "timestamp": t(0), "cwd": "/repo"}},
+        item(1, {"type": "function_call", "name": "exec_command", "call_id": "run1",
+                 "arguments": json.dumps({"cmd": "cd /repo && npm test -- --run"})}),
+        item(2, {"type": "function_call_output", "call_id": "run1", "output": "Process running with session ID 7\nOutput:\n"}),
+    ])
+    assert run("import", path, "-n", "t").exit_code == 0
+    write_jsonl(path, [
+        item(3, {"type": "function_call", "name": "write_stdin", "call_id": "p1",
+                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
+        item(4, {"type": "function_call_output", "call_id": "p1", "output": "Process running with session ID 7\nOutput:\n"}),
+        item(5, {"type": "function_call", "name": "write_stdin", "call_id": "p2",
+                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
+        item(6, {"type": "function_call_output", "call_id": "p2", "output": "Process exited with code 1\nOutput:\n1 failed"}),
+    ])
+    assert run("import", path, "-n", "t").exit_code == 0
+    msgs = messages()
+    assert [(m["meta"].get("polls"), m["meta"].get("polls_program")) for m in msgs] == [
+        (None, None), (None, None)] + [("run1", "npm")] * 4
+
+
 def test_codex_legacy_rollout_without_envelope(run, tmp_path):
     path = write_jsonl(tmp_path / "rollout-old.jsonl", [
         {"id": "old-1", "timestamp": "2025-06-01T10:00:00.000Z", "instructions": None, "git": {}},
@@ -979,6 +1006,23 @@ def test_bad_input_exits_2_and_writes_nothing(run, home, tmp_path, monkeypatch, 
     assert result.exit_code == 2
     assert error in result.stderr and result.stderr.startswith("pimem: error: ")
     assert snapshot(home) == before
+
+
+def test_a_file_whose_first_line_is_still_being_written_is_left_for_the_next_import(run, home, tmp_path):
+    """It was refused as "not JSON lines" (exit 2), and the finished sessions beside it with it."""
+    folder = tmp_path / "projects"
+    folder.mkdir()
+    write_jsonl(folder / "old.jsonl", claude_lines())
+    new = folder / "new.jsonl"
+    new.write_text('\n{"type":"user","sessionId":"s2","uuid":"u1","mess')
+    result = run("import", folder, "-n", "t")
+    assert result.exit_code == 0 and result.stdout.startswith("t: 7 imported"), (result.stdout, result.stderr)
+    assert f"{new}:2: last line still being written; left for the next import\n" in result.stderr
+    alone = run("import", new, "-n", "t")
+    assert alone.exit_code == 1 and alone.stdout == ""
+    assert alone.stderr == f"pimem: error: nothing to import: {new}:2: last line still being written; left for the next import\n"
+    (tmp_path / "plain.txt").write_text("hello\nworld")  # (whole lines that are no JSON: refused still)
+    assert "not JSON lines" in run("import", tmp_path / "plain.txt", "-n", "t").stderr
 
 
 def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):

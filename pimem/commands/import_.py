@@ -52,7 +52,7 @@ def command(
     if follow:
         _follow(files, name, format, json, timeout, home)
         return
-    sources = plan(files, format)
+    sources = plan(files, format, on_note=output.info)  # (a file whose only line is still being written)
     groups = {name: sources} if name is not None else by_project(sources, home)
     mems = {memory: Memory.at(memory, home) for memory in groups}
     for mem in mems.values():  # (renamed or deleted from here on: said as such, as a write finds it)

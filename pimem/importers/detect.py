@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from .. import decoder, ingest, when
 from ..hashes import sha256
@@ -24,6 +25,7 @@ FORMATS: dict[str, type[Parser]] = {"pi": PiParser, "codex": CodexParser, "claud
 PEEK_LINES = 64
 PEEK_BYTES = 1024 * 1024
 _EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+UNFINISHED = "last line still being written; left for the next import"  # (as the import says it: ``job``)
 
 
 @dataclass
@@ -46,11 +48,12 @@ class Source:
         return escaped(self.path)
 
 
-def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
+def plan(paths: list[str], fmt: str = "auto", on_note: Callable[[str], None] = lambda text: None) -> list[Source]:
     """The files to import, in the order their histories start. Directories stand for every ``*.jsonl``
     under them. A missing file, a device or pipe, or a file whose format cannot be told, raises ``BadInput``
     before anything is written, and a file or directory that cannot be read its ``OSError`` (exit 7); empty
-    files are left out, and ``NothingFound`` (exit 1) says why when nothing is left."""
+    files are left out, and so are files whose only line is still being written (``on_note`` says so, as
+    the import says it of a last line), and ``NothingFound`` (exit 1) says why when nothing is left."""
     if fmt != "auto" and fmt not in FORMATS:
         raise BadInput(f"unknown format {fmt!r}: use auto, {', '.join(FORMATS)}")
     files: list[Path] = []
@@ -67,18 +70,23 @@ def plan(paths: list[str], fmt: str = "auto") -> list[Source]:
             raise BadInput(f"{given}: not a regular file (a device, pipe or socket); import reads session files")
         else:
             raise BadInput(f"{given}: no such file")
-    sources, seen = [], set()
+    sources, seen, notes = [], set(), []
     for path in files:
         path = path.resolve()
         if str(path) in seen:
             continue
         seen.add(str(path))
-        source = inspect_file(path, fmt)
+        source = inspect_file(path, fmt, on_unfinished=lambda line: notes.append(f"{escaped(str(path))}:{line}: {UNFINISHED}"))
         if source is not None:
             sources.append(source)
     if not sources:
-        what = f"{files[0]} is empty" if len(files) == 1 else f"all {len(files)} session files are empty"
+        if len(files) == 1:
+            what = notes[0] if notes else f"{files[0]} is empty"
+        else:
+            what = f"all {len(files)} session files are empty" + (" or still writing their first line" if notes else "")
         raise NothingFound(f"nothing to import: {what}")
+    for note in notes:
+        on_note(note)
     return sorted(sources, key=Source.sort_key)
 
 
@@ -97,14 +105,19 @@ def sessions_under(directory: Path) -> list[Path]:
     return sorted(found)
 
 
-def inspect_file(path: Path, fmt: str, remedy: str | None = None) -> Source | None:
+def inspect_file(path: Path, fmt: str, remedy: str | None = None,
+                 on_unfinished: Callable[[int], None] = lambda line: None) -> Source | None:
     """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
-    yet; ``BadInput`` when its format cannot be told or it has no line of the format forced (``remedy``
-    instead of import's advice to give another ``--format``, for a caller that has none)."""
-    lines, passed = _head_lines(path)
+    yet or only one still being written (no newline, not JSON yet: ``on_unfinished`` is given its number);
+    ``BadInput`` when its format cannot be told or it has no line of the format forced (``remedy`` instead of
+    import's advice to give another ``--format``, for a caller that has none)."""
+    lines, passed, unfinished = _head_lines(path)
     objects = list(_objects(lines))
     size = path.stat().st_size
     if not objects:
+        if len(lines) == 1 and unfinished:  # (the agent is writing it: the next import reads it)
+            on_unfinished(unfinished)
+            return None
         if lines:
             raise BadInput(f"{path}: not JSON lines; pimem imports pi, claude, codex and ndjson files")
         if passed:
@@ -127,33 +140,38 @@ def inspect_file(path: Path, fmt: str, remedy: str | None = None) -> Source | No
     return Source(str(path), fmt, size, first, cwd)
 
 
-def _head_lines(path: Path) -> tuple[list[bytes], bool]:
-    """The file's first ``PEEK_LINES`` lines that are not blank, read ``PEEK_BYTES`` at a time, and whether a
-    line was passed over: a line longer than that (a long first message) is read whole up to the importers'
-    line cap; one longer still is passed over, as the import passes over it. A last line without its newline
-    is kept (it may be whole); a BOM opening the file is left out, as the import leaves it out."""
+def _head_lines(path: Path) -> tuple[list[bytes], bool, int]:
+    """The file's first ``PEEK_LINES`` lines that are not blank, read ``PEEK_BYTES`` at a time, whether a
+    line was passed over, and the number of the last line kept when it has no newline (else 0): a line
+    longer than that (a long first message) is read whole up to the importers' line cap; one longer still
+    is passed over, as the import passes over it. A last line without its newline is kept (it may be
+    whole); a BOM opening the file is left out, as the import leaves it out."""
     lines: list[bytes] = []
     cap = ingest.line_cap(DEFAULT_CAP)
-    pending, skipping, passed, budget = b"", False, False, PEEK_BYTES + cap
+    pending, skipping, passed, budget, ended, open_end = b"", False, False, PEEK_BYTES + cap, 0, 0
     with open(path, "rb") as f:
         while len(lines) < PEEK_LINES and budget > 0:
             chunk = f.read(PEEK_BYTES)
             if f.tell() == len(chunk):  # the first chunk: a BOM opening the file is no part of its first line
                 chunk = chunk.removeprefix(decoder.BOM)
             if not chunk:
-                lines += [] if skipping else [pending]
+                if not skipping and pending.strip():
+                    lines.append(pending)
+                    open_end = ended + 1
                 break
             if skipping:  # (the rest of a line over the cap)
                 cut = chunk.find(b"\n")
                 if cut < 0:
                     continue
-                chunk, skipping = chunk[cut + 1:], False
+                chunk, skipping, ended = chunk[cut + 1:], False, ended + 1
             budget -= len(chunk)
             *whole, pending = (pending + chunk).split(b"\n")
             lines += whole
+            ended += len(whole)
             if len(pending) > cap:
                 pending, skipping, passed = b"", True, True
-    return [line for line in lines if line.strip()][:PEEK_LINES], passed
+    kept = [line for line in lines if line.strip()]
+    return kept[:PEEK_LINES], passed, open_end if len(kept) <= PEEK_LINES else 0
 
 
 def _objects(lines: list[bytes]):
