@@ -203,6 +203,7 @@ def _list_marker(text: str, start: int) -> int:
 # a negation right before a piece (only spaces between): the piece says the opposite without it ("themes no longer
 # crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
 _NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
+_NEGATION_ENDS = frozenset(" \t不没有别未")  # (what a piece right after a negation follows: most follow none)
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
@@ -431,8 +432,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         start, end = _bared(piece)
         piece, pos = piece[start:end], pos + start
-        if pos and (negation := _NEGATION.search(text, max(0, pos - 12), pos)):  # "never committed", not "committed"
-            piece, pos = text[negation.start() : pos + len(piece)], negation.start()
+        if pos and text[pos - 1] in _NEGATION_ENDS and (negation := _NEGATION.search(text, max(0, pos - 12), pos)):
+            piece, pos = text[negation.start() : pos + len(piece)], negation.start()  # "never committed", not "committed"
         if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
             # statement, taken without its operator
             head, tail = _DANGLING_HEAD.match(piece), _DANGLING_TAIL.search(piece)
