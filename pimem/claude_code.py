@@ -149,13 +149,19 @@ class Hook:
 
     def _transcripts(self) -> list:
         """The session's transcript and its sub-agents' (``<session>/subagents/*.jsonl`` beside it), as
-        import ``Source``s; none while the session has written nothing."""
+        import ``Source``s; none while the session has written nothing. A relative path is the event's
+        ``cwd``'s."""
         from .importers.detect import inspect_file
 
         path = self.payload.get("transcript_path")
-        if not path or not os.path.isfile(os.path.expanduser(path)):
+        if not path:
             return []
-        main = Path(path).expanduser().resolve()
+        path, cwd = os.path.expanduser(path), self.payload.get("cwd")
+        if not os.path.isabs(path) and cwd:  # (relative to the session's directory, not the hook's)
+            path = os.path.join(os.path.expanduser(cwd), path)
+        if not os.path.isfile(path):
+            return []
+        main = Path(path).resolve()
         found = []
         for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
             source = self._guard(lambda: inspect_file(file, "claude", NOT_CLAUDE) if file.is_file() else None)

@@ -316,6 +316,15 @@ def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_pa
     assert hook(payload("Stop", "s1", current)) == (0, None, "") and texts() == ["hello", "hi there"]
 
 
+def test_a_relative_transcript_path_is_the_session_s_directory_s(home, tmp_path):
+    """It was taken as the hook process's: nothing captured, nothing said."""
+    project = tmp_path / "project"
+    project.mkdir()
+    grow(project / "t.jsonl", line("s1", "user", "u1", "hello", 1))
+    data = json.dumps({"session_id": "s1", "transcript_path": "t.jsonl", "cwd": str(project), "hook_event_name": "Stop"}).encode()
+    assert hook(data) == (0, None, "") and texts() == ["hello"]
+
+
 def test_a_skipped_line_is_counted_in_words(home, tmp_path):
     """One malformed line is "1 transcript line skipped", two are "2 transcript lines" (it said "line(s)")."""
     current = tmp_path / "c.jsonl"
