@@ -220,7 +220,7 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
     """Read what the picture needs from a memory: one pass over the log (sizes, days, kinds), and its view
     (tool traffic inside joined lines taken out unless ``include_tools``). Days are the reader's, as ``since``
     and ``date`` take them: a date recorded in another time zone is moved into the reader's first."""
-    from .tree import PLACEHOLDER
+    from .tree import PLACEHOLDER, days_once
 
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
@@ -240,6 +240,8 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         first = i << l
         if l == 0 and text is not None and first not in big:
             text = text.split(": ", 1)[1]  # a verbatim leaf is "kind: text"; the kind is shown as a tag
+        elif l and text is not None:
+            text = days_once(text)  # (a joined line says its days once, as in the view)
         summary = l > 0 or text is None or first in big
         spans.append(Span(first, 1 << l, PLACEHOLDER if text is None else text, cost, days[first],
                           kinds[first] if l == 0 else None, summary))

@@ -125,9 +125,64 @@ def plain(text: str, escapes: bool = False) -> str:
     return text if out == text else out
 
 
+# the days a summary line of the offline compactor opens with, then ": " (``8 May 2023``, ``8, 25 May 2023``,
+# ``30 December 2026, 2 January 2027``, ``8 May..2 July 2023``; in a memory in Chinese ``2023-05-08`` or
+# ``2023-05-08..2023-05-25``); patterns compiled on first use (``re``'s cache), kept off a turn's start-up
+_MONTH = "(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+_DAY = rf"[0-9]{{1,2}}(?: {_MONTH}(?: [0-9]{{1,4}})?)?"
+_LAST_DAY = rf"[0-9]{{1,2}} {_MONTH} [0-9]{{1,4}}"
+_ISO_DAY = "[0-9]{4}-[0-9]{2}-[0-9]{2}"
+_HEADING = rf"(?:(?:{_DAY}, )*{_LAST_DAY}|{_DAY}\.\.{_LAST_DAY}|{_ISO_DAY}(?:\.\.{_ISO_DAY})?): "
+_CHINESE = "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]"
+_KANA_HANGUL = "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af]"
+
+
+def days_once(text: str) -> str:
+    """``text`` with each date heading said once: a free merge joins its children's lines by a newline, and each
+    summary line opens with its span's days (``21 November 2025: ``), so a line joining four spans of one day
+    said the day four times. A part (a line of ``text``) opening with the heading in force (the last one a part
+    opened with) is joined to what precedes it without it, as the compactor joins a line's parts: by ``; ``
+    (after Chinese ``；``, in the place of a ``。`` too), nothing after ``！？；``, a space after ``.!?``. A part
+    opening with other days keeps them: they say where the day changes. ``text`` itself when no heading repeats
+    (the stored text stays as written: the tool-text mask lays its parts out from it)."""
+    if "\n" not in text or ": " not in text:
+        return text
+    parts = text.split("\n")
+    found = re.match(_HEADING, parts[0])
+    day = found and found[0]
+    out, dropped = [parts[0]], False
+    for part in parts[1:]:
+        found = re.match(_HEADING, part)
+        if found is None or found[0] != day:
+            day = found[0] if found else day
+            out.append("\n" + part)
+            continue
+        before = out[-1].rstrip()
+        last = before[-1:] or " "
+        chinese = re.search(_CHINESE, before) and not re.search(_KANA_HANGUL, before)
+        if last == "。" and chinese:  # (a speaker's part ending in 。 ends with the ； before the next)
+            before, joint = before[:-1], "；"
+        elif last in "。！？；":
+            joint = ""
+        elif last in ".!?":
+            joint = " "
+        else:
+            joint = "；" if chinese else "; "
+        out[-1] = before + joint
+        out.append(part[found.end():])
+        dropped = True
+    return "".join(out) if dropped else text
+
+
+def shown_text(text: str) -> str:
+    """What a view line shows of ``text``: ``plain(text)``, each date heading said once (``days_once``);
+    ``text`` itself when that is all of it, so a caller can tell a line whose size changed."""
+    return days_once(plain(text))
+
+
 def flat(text: str) -> str:
-    """One physical line, inert on a terminal (``_FLAT``), of as many bytes as ``plain(text)``."""
-    return plain(text).translate(_FLAT)
+    """One physical line, inert on a terminal (``_FLAT``), of as many bytes as ``shown_text(text)``."""
+    return shown_text(text).translate(_FLAT)
 
 
 _INERT = {c: r for c, r in _FLAT.items() if c not in (9, 10)}

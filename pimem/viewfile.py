@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import orjson
 
-from .tree import LINE_BYTES, byte_size, label, plain
+from .tree import LINE_BYTES, byte_size, label, shown_text
 from .view import (LEVELS, MARK_EVERY, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View,
                    line_bytes_cost, render_line, waits_on)
 from .nofollow import read_bytes
@@ -522,8 +522,9 @@ class ViewFile:
             elif l == 0 and markers.get(i):
                 text = markers[i]
                 cost = line_bytes_cost(l, i, text, None)
-            if text is not None and plain(text) is not text:  # (shown without its colour codes: ``tree.plain``)
-                cost = line_bytes_cost(l, i, plain(text), None)
+            said = text if text is None else shown_text(text)  # (without its colour codes, its days said once)
+            if said is not text:
+                cost = line_bytes_cost(l, i, said, None)
             out.append((l, i, text, cost))
         if (todo or len(self._markers) > known) and save:
             self._save_texts(line_bytes, keep)

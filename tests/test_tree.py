@@ -271,6 +271,64 @@ def test_a_joined_line_of_short_tool_messages_hides_them_briefly_and_says_the_by
     assert stats["bytes"] == sum(r["bytes"] + 1 for r in rows)
 
 
+def test_a_joined_line_says_its_days_once_and_where_the_day_changes(home, run):
+    # short summaries of the offline compactor, each headed by its span's days, joined two by two for free
+    said = "the and of to a " * 10  # (long enough to be summarised; words too common to be said)
+    messages = [{"kind": "pi" if k % 2 else "user", "text": ("done. " if k % 2 else "fix colors.ts now. ") + said,
+                 "date": f"2025-11-{21 if k < 6 else 22}T10:{k:02d}:00Z"} for k in range(16)]
+    Memory.at("t").append(messages[:1])
+    Memory.at("t").save_config({"line_bytes": 128, "view": {"hi": 450, "lo": 300}})
+    Memory.at("t").append(messages[1:])
+    assert run("build-tree", "t").exit_code == 0
+    once = "22 November 2025: user: fix colors.ts now. user: fix colors.ts now."
+    view = run("view", "t").stdout
+    assert f"8+4|{once}\n" in view, view
+    assert run("zoom", "t", "0+8").stdout == (
+        "0+4|21 November 2025: user: fix colors.ts now. user: fix colors.ts now.\n"
+        "4+4|21 November 2025: user: fix colors.ts now. 22 November 2025: user: fix colors.ts now.\n")
+    assert f"8+4|{once}\n" in run("context", "t").stdout
+    assert once in run("map", "t", "--width", "120").stdout
+    rows = [orjson.loads(l) for l in run("view", "t", "--json").stdout.splitlines()]
+    joined = next(r for r in rows if r["label"] == "8+4")
+    assert joined["text"] == "22 November 2025: user: fix colors.ts now.\n22 November 2025: user: fix colors.ts now."
+    for row, line in zip(rows, view.splitlines()):  # every line's bytes are the bytes it shows
+        assert row["bytes"] == len(line.encode()), row
+    stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
+    assert stats["bytes"] == len(view.encode())
+    from pimem import api
+
+    assert f"8+4|{once}" in api.view("t")["lines"] and api.view("t")["bytes"] == len(view.encode())
+    # the tree keeps the children's lines as written
+    assert Memory.at("t").tree.text(2, 2) == joined["text"]
+
+
+def test_a_repeated_heading_is_dropped_and_the_parts_joined_as_the_compactor_joins_pieces():
+    from pimem.tree import days_once, flat
+
+    assert days_once("8 May 2023: ran cat\n8 May 2023: pi: diff") == "8 May 2023: ran cat; pi: diff"
+    assert flat("8 May 2023: ran cat\n8 May 2023: pi: diff\n8 May 2023: ran ls") == "8 May 2023: ran cat; pi: diff; ran ls"
+    assert days_once("8 May 2023: pi: done.\n8 May 2023: user: go") == "8 May 2023: pi: done. user: go"
+    # a line without a heading between: the day in force is still the last one said
+    assert days_once("8 May 2023: pi: a\nuser: hi\n8 May 2023: pi: b") == "8 May 2023: pi: a\nuser: hi; pi: b"
+    # other days are kept: they say where the day changes, and a day said again after them is said again
+    for text in ("8 May 2023: a\n9 May 2023: b", "8, 9 May 2023: a\n9 May 2023: b", "8 May..2 July 2023: a\n2 July 2023: b"):
+        assert days_once(text) == text
+    assert days_once("8 May 2023: a\n9 May 2023: b\n8 May 2023: c") == "8 May 2023: a\n9 May 2023: b\n8 May 2023: c"
+    assert days_once("8 May..2 July 2023: a\n8 May..2 July 2023: b") == "8 May..2 July 2023: a; b"
+    assert days_once("30 December 2026, 2 January 2027: a\n30 December 2026, 2 January 2027: b") == (
+        "30 December 2026, 2 January 2027: a; b")
+    # a memory in Chinese: its days in digits, its parts joined by ；, nothing after a sentence's end
+    assert days_once("2026-03-01: user: 修复登录\n2026-03-01: pi: 已修复") == "2026-03-01: user: 修复登录；pi: 已修复"
+    assert days_once("2026-03-01: user: 修复登录。\n2026-03-01: pi: 好") == "2026-03-01: user: 修复登录；pi: 好"
+    assert days_once("2026-03-01: user: 为什么？\n2026-03-01: pi: 好") == "2026-03-01: user: 为什么？pi: 好"
+    assert days_once("2023-05-08: user: 直してください。\n2023-05-08: pi: はい") == "2023-05-08: user: 直してください。pi: はい"
+    assert days_once("2026-03-01..2026-03-04: user: 修复\n2026-03-01..2026-03-04: pi: 好") == (
+        "2026-03-01..2026-03-04: user: 修复；pi: 好")
+    # what is no heading stays as it is
+    text = "user: one\nMay 2023: two\n2023: three"
+    assert days_once(text) is text
+
+
 def test_a_larger_line_bytes_joins_more_messages_and_their_tool_traffic_is_still_hidden(home, run):
     mem = small_memory(0, config={"line_bytes": 40_000, "view": {"hi": 1000, "lo": 500}})
     rows = [{"kind": "user", "text": f"note {k}"} for k in range(1, 2100)]
