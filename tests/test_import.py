@@ -711,6 +711,28 @@ def test_a_message_over_the_cap_is_logged_once_the_cap_is_raised_and_the_file_im
     assert "unchanged" in run("import", path, "-n", "t").stdout
 
 
+def test_a_line_over_the_cap_still_being_written_is_said_once_it_is_whole(run, tmp_path, monkeypatch):
+    """It was said twice, the first time with the size written so far, and its rest was then a line of its
+    own ("not valid JSON"), every later line's number one too high."""
+    from pimem.importers import job
+
+    monkeypatch.setattr(job, "line_cap", lambda cap: 8192)
+    lines = [json.dumps({"kind": "user", "text": text}) + "\n" for text in ("before", "z" * 20_000, "after")]
+    path = tmp_path / "s.ndjson"
+    path.write_text(lines[0] + lines[1][:12_000])
+    first = run("import", path, "-n", "t", "--format", "ndjson")
+    assert first.exit_code == 0 and first.stdout.startswith("t: 1 imported, 0 already present, 0 malformed")
+    assert first.stderr == f"{path}:2: last line still being written; left for the next import\n"
+    path.write_text("".join(lines))
+    second = run("import", path, "-n", "t", "--format", "ndjson")
+    assert second.stdout == "t: 1 imported, 0 already present, 1 malformed skipped; 2 messages in all (read on from line 2)\n"
+    assert second.stderr == (f"pimem: warning: {path}:2: a line of {len(lines[1]):,} bytes is over the cap of 8,192 for one line "
+                             "(raise max_text_bytes in config.json and import the file again to log it); skipped\n")
+    with open(path, "a") as f:
+        f.write(lines[0][:10] + "\n")
+    assert f"{path}:4: not valid JSON" in run("import", path, "-n", "t", "--format", "ndjson").stderr
+
+
 def test_grown_pi_tree_links_across_imports(run, tmp_path):
     whole = pi_tree(tmp_path / "whole.jsonl").read_text().splitlines(keepends=True)
     path = tmp_path / "s.jsonl"

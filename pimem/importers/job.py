@@ -7,7 +7,7 @@ the same file (same inode) and the 64 KiB before that point are unchanged (it gr
 again from the start and the keys decide what is new. Checking only that window keeps continuing a long
 transcript cheap (a hook or a follower continues it on every change).
 An unfinished last line (no newline, not JSON: the agent is still writing it) is left for the next import;
-it is not a malformed line (``FileReport.unfinished``).
+it is not a malformed line (``FileReport.unfinished``), nor is one over the line cap until it is whole.
 Once an import has logged ``INDEX_MIN`` messages, each logged batch is indexed in a second thread from the
 messages just logged, and the index is complete before ``run`` returns; a smaller import (a hook's or a
 follower's few new lines) leaves the index to the next reader, as ``append`` does.
@@ -197,6 +197,10 @@ class _File:
         for raw in bounded_lines(f, limit):
             line_no += 1
             if type(raw) is int:  # a line over the cap, read past without holding it
+                if os.pread(f.fileno(), 1, offset + raw - 1) != b"\n":  # still being written: said once it is whole
+                    self.report.unfinished = line_no
+                    line_no -= 1
+                    break
                 self.capped = True
                 self._malformed(line_no, f"a line of {raw:,} bytes is over the cap of {limit:,} for one line "
                                          f"({RAISE_CAP})")
