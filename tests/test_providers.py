@@ -464,6 +464,16 @@ def _marker(seconds: int) -> str:
     return f"{seconds}.{uuid.uuid4().int % 10**12:012d}"
 
 
+def _sleeping(marker: str) -> list[int]:
+    """The ``sleep MARKER`` processes."""
+    found = []
+    for pid in _alive(marker):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                found.append(pid)
+    return found
+
+
 def _gone(marker: str) -> bool:
     deadline = time.monotonic() + 20  # (generous: a loaded machine starts the watchdog's pkill late)
     while _alive(marker) and time.monotonic() < deadline:
@@ -585,9 +595,11 @@ def test_calls_in_flight_die_with_a_pimem_killed_by_a_signal_it_cannot_handle(tm
                              env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)})
     try:
         deadline = time.monotonic() + 30
-        while len(_alive(marker)) < 2 and time.monotonic() < deadline:
+        # (both sleeps up, timeout's too: a kill while the command's shell still forks may miss the child it is
+        # making, so the test waits until there is none left to make)
+        while len(_sleeping(marker)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _alive(marker), "the command did not start"
+        assert len(_sleeping(marker)) == 2, "the command did not start"
         pimem.send_signal(signum)
         assert pimem.wait(30) == -signum
         assert _gone(marker), "a command outlived the process that started it"
