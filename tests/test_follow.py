@@ -160,6 +160,27 @@ def test_a_file_still_being_started_is_waited_for_without_a_warning(home, tmp_pa
     follower.close()
 
 
+def test_a_link_pointed_at_another_file_is_a_file_rotated_at_its_path(home, tmp_path):
+    """The follower resolved the link once, when it started, and followed the old file for good."""
+    (tmp_path / "a.ndjson").write_text('{"kind": "user", "text": "one"}\n')
+    (tmp_path / "b.ndjson").write_text('{"kind": "user", "text": "two"}\n')
+    link = tmp_path / "cur.ndjson"
+    link.symlink_to("a.ndjson")
+    follower = Follower([str(link)], name="s", fmt="ndjson")
+    assert follower.poll() == 1
+    (tmp_path / "new").symlink_to("b.ndjson")
+    (tmp_path / "new").replace(link)  # (ln -sfn b.ndjson cur.ndjson)
+    with open(tmp_path / "a.ndjson", "a") as f:
+        f.write('{"kind": "user", "text": "one more"}\n')  # (the old file, read to its end first)
+    assert follower.poll() == 2
+    with open(tmp_path / "b.ndjson", "a") as f:
+        f.write('{"kind": "user", "text": "three"}\n')
+    assert follower.poll() == 1 and texts("s") == ["one", "one more", "two", "three"]
+    follower.close()
+    assert json.loads(Memory.at("s").path.joinpath("imports.json").read_text())["files"].keys() == {
+        str((tmp_path / "a.ndjson").resolve()), str((tmp_path / "b.ndjson").resolve())}  # (as import keeps them)
+
+
 def test_follow_of_a_missing_path_exits_2(sh, tmp_path):
     proc = sh("import", "--follow", tmp_path / "nowhere")
     assert proc.returncode == 2 and proc.stderr.startswith(b"pimem: error: ") and b"no such file or directory" in proc.stderr

@@ -9,8 +9,8 @@ when its modification time changed, so a large tree costs one ``stat`` per direc
 its project's memory (named as ``import`` names it, unless a name was given), nothing twice, where it
 left off. It holds the files it follows open, so that
 
-- a file **rotated** away (renamed, a new file created at its path) is read to its end before the new file
-  at its path is read from its start;
+- a file **rotated** away (renamed, a new file created at its path, a link at its path pointed at another
+  file) is read to its end before the new file at its path is read from its start;
 - a file **truncated** or rewritten is read again from the start (the keys decide what is new), its format
   told afresh (a rewrite may hold another);
 - a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
@@ -80,12 +80,12 @@ class Follower:
         self.on_report, self.on_warning = on_report, on_warning
         self.roots: list[Path] = []
         self.singles: list[Path] = []
-        for given in paths:
+        for given in paths:  # (links kept: one re-pointed is a file rotated at its path, read from the new target)
             path = Path(given).expanduser()
             if path.is_dir():
-                self.roots.append(path.resolve())
+                self.roots.append(Path(os.path.abspath(path)))
             elif path.is_file():
-                self.singles.append(path.resolve())
+                self.singles.append(Path(os.path.abspath(path)))
             else:
                 raise BadInput(f"{given}: no such file or directory")
         self.dirs: dict[Path, int] = {}  # directory -> its mtime when last listed
@@ -189,7 +189,7 @@ class Follower:
             return  # not readable when last looked at, and unchanged since
         self.pending[path] = (st.st_ino, st.st_size, st.st_mtime_ns)
         try:
-            source = inspect_file(Path(path), self.fmt)
+            source = inspect_file(Path(os.path.realpath(path)), self.fmt)  # (the file's own path, as import keeps it)
         except BadInput as exc:
             handle.close()
             if _ends_a_line(path):  # (else its first line is still being written)
