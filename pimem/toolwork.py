@@ -23,8 +23,11 @@ TOOL_PIECE = 13
 SCAN_HEAD, SCAN_TAIL = 6_000, 2_000  # characters of a long message considered (errors come last)
 SEAM = "\n\n"  # between the two: a blank line, which no pattern of the offline compactor matches across
 
-# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``outcome`` checks it)
-_COUNTS = re.compile(r"\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b")
+# (no ``\b`` ahead of the digits, so the engine skips to the next digit at C speed: ``outcome`` checks it). A number
+# of tests is one when a test runner's summary says it: ``51 tests passed``, ``Ran 4 tests in 0.2s``, vitest's ``(16
+# tests | 1 failed``, not npm's ``> app@0.0.51 test`` or ``51 test`` in any text
+_COUNTS = re.compile(r"\d+ (?:(?:passed|failed|errors?|skipped|warnings?)\b|tests? (?=passed|failed|in \d|\|))")
+_COUNT_AFTER = frozenset(" \t\n(|,;[")  # what a count's number follows (not a version's 0.0.51, a name's v2)
 _FAILING = re.compile(r"fail|error")  # a count that says something went wrong
 # POSIX's errno names (not any capital word opening with E: "EXTREMELY" is no error), longest first
 _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY BADF BADMSG BUSY CANCELED CHILD
@@ -89,8 +92,9 @@ def _in_word(ch: str) -> bool:
 
 
 def pieces(msg: dict) -> list[tuple[str, bool, float]]:
-    """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran or edited (nothing for
-    a call that only polls a command already running, Codex's ``write_stdin``: the command is the work), for a
+    """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran, edited or read (nothing
+    for a call that polls a command already running or writes to its input, Codex's ``write_stdin``: the command is
+    the work), for a
     result how it ended (``result`` True): ``exit N`` or ``error`` (a harness's error flag without a code) and
     the error's name when it failed; when it ended well its first test count, else ``exit 0`` if its exit code
     says so; when nothing says how it ended, its first count (failures first) and error name."""
@@ -105,7 +109,7 @@ def work(msg: dict) -> tuple[list[tuple[str, bool, float]], str]:
     if msg.get("kind") == "tool":
         tool = meta.get("tool") if isinstance(meta.get("tool"), str) else ""
         command = meta.get("command") if isinstance(meta.get("command"), str) else ""
-        if tool == "write_stdin" and _POLL.search(text):
+        if tool == "write_stdin" and (meta.get("polls") or _POLL.search(text)):  # (input to it: its work too)
             return [], ""
         edits = _EDIT_TOOLS.search(tool or text[:40])
         # an imported message's meta.file is the transcript it came from, never the file it edited
@@ -126,6 +130,9 @@ def work(msg: dict) -> tuple[list[tuple[str, bool, float]], str]:
         path = edited_file(command) if command else ""
         if path and file_name(path):
             return [("edited " + file_name(path), False, 1.5)], path
+        path = read_file(command) if command else ""
+        if path and file_name(path):
+            return [("read " + file_name(path), False, 1.0)], path
         prog = program(command) if command else short(tool) if tool else program(text.split("(", 1)[0].split(":", 1)[0])
         return ([("ran " + prog, False, 1.0)] if prog else []), ""
     code = meta.get("exit_code")
@@ -178,6 +185,34 @@ def edited_file(command: str) -> str:
             found = target.group(1).strip("'\"") if target else ""
         if found and names_file(found):
             return found
+    return ""
+
+
+_READERS = frozenset("cat nl head tail sed less more bat".split())  # programs that print the files they are given
+
+
+def read_file(command: str) -> str:
+    """The file a shell command only reads (``sed -n '1,80p' src/app.py``, ``cat``, ``nl -ba``, ``head``, ``tail``
+    of a file): the first file named in its first command past set-up, when that command is a reader (a ``sed``
+    without ``-i``), the first of its pipeline (``nl -ba app.py | sed -n '90,108p'`` reads app.py; ``git show x |
+    sed -n 1p`` ran git), and nothing in the command redirects output into a file (``2>/dev/null`` is none);
+    ``""`` for none. A file is a word ``names_file`` takes (``cat Makefile`` ran cat)."""
+    if any(m.group(1).strip("'\"") != "/dev/null" for m in _REDIRECT.finditer(command)):
+        return ""
+    for part in _COMMANDS.split(command.split("\n", 1)[0]):
+        words = part.split("|", 1)[0].split()
+        k = 0
+        while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP):
+            k += 1
+        if k == len(words) or words[k] in _SETUP:
+            continue
+        prog, args = words[k].rsplit("/", 1)[-1], [w.strip("'\"") for w in words[k + 1 :]]
+        options = [w for w in args if w.startswith("-")]
+        if prog not in _READERS or prog in _IN_PLACE and any(_IN_PLACE[prog].fullmatch(w) for w in options):
+            return ""
+        if prog == "sed" and not any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in options):
+            args = [w for w in args if not w.startswith("-")][1:]  # (its first word that is no option is its script)
+        return next((w for w in args if not w.startswith("-") and names_file(w)), "")
     return ""
 
 
@@ -323,16 +358,17 @@ def program(command: str) -> str:
 
 
 def outcome(text: str) -> tuple[str | None, str | None]:
-    """The first test count in ``text`` that says what failed or errored (else its first count), and its
-    first error name of at most ``TOOL_PIECE`` characters."""
+    """The first test count in ``text`` that says what failed or errored (else its first count: ``0 failed`` says
+    none did), and its first error name of at most ``TOOL_PIECE`` characters."""
     first = None
     for m in _COUNTS.finditer(text):
         at = m.start()
-        if at and (text[at - 1].isalnum() or text[at - 1] == "_") or m.end() - at > TOOL_PIECE:
-            continue  # inside a word (not a count), or too long to be one (a card number "passed" validation)
-        if _FAILING.search(m.group()):
-            first = m.group()
+        count = m.group().rstrip()
+        if at and text[at - 1] not in _COUNT_AFTER or len(count) > TOOL_PIECE:
+            continue  # inside a word or a version (not a count), or too long to be one (a card number "passed")
+        if _FAILING.search(count) and not count.startswith("0 "):  # (cargo's "51 passed; 0 failed" failed none)
+            first = count
             break
-        first = first or m.group()
+        first = first or count
     error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
     return first, error

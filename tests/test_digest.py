@@ -943,7 +943,7 @@ def test_a_result_is_joined_to_its_own_call_even_beside_another(home):
     ])
     line = extractive.Digest(mem).merge(3, 0)
     assert "ran pytest → exit 1, 3 failed" in line and "ran ls → exit 0" in line, line
-    assert "ran cat, bash → exit 2" in line, line  # (its call said nothing: its tool says whose it is)
+    assert "read notes.txt, bash → exit 2" in line, line  # (its call said nothing: its tool says whose it is)
 
 
 @pytest.mark.parametrize("meta, text, said", [
@@ -1697,10 +1697,12 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str]]:
 
 
 def plain_outcome(text: str) -> tuple[str | None, str | None]:
-    counts = [m.group() for m in re.finditer(r"\b\d+ (?:passed|failed|errors?|skipped|warnings?|tests?)\b", text)
+    # a number standing alone (not a version's 0.0.51), "N tests" only as a runner's summary says it
+    counts = [m.group() for m in re.finditer(r"(?<![^ \t\n(|,;\[])\d+ (?:(?:passed|failed|errors?|skipped|warnings?)\b"
+                                             r"|tests?(?= (?:passed|failed|in \d|\|)))", text)
               if len(m.group()) <= toolwork.TOOL_PIECE]  # (longer is no count: "4111222233334444 passed")
     errors = [m.group() for m in toolwork._ERROR_NAME.finditer(text) if len(m.group()) <= toolwork.TOOL_PIECE]
-    failed = [c for c in counts if "fail" in c or "error" in c]
+    failed = [c for c in counts if ("fail" in c or "error" in c) and not c.startswith("0 ")]
     return (failed or counts or [None])[0], (errors or [None])[0]
 
 
@@ -1893,7 +1895,15 @@ def test_a_call_and_its_results_are_said_together_or_not_at_all(home):
     ("echo 'PORT=5433' | tee -a config/.env.local", "edited .env.local"),
     ("cat > notes.md <<'EOF'\nhello; world\nEOF", "edited notes.md"),
     ("pytest -x > log.txt", "ran pytest"),  # (its output went to a file: what ran is pytest)
-    ("sed -n '1,80p' src/db/pool.py", "ran sed"),
+    # reads through the shell: the first command of the first pipeline past set-up decides, when it writes no file
+    ("sed -n '1,80p' src/db/pool.py", "read db/pool.py"),
+    ("cd /repo && cat package.json", "read package.json"),
+    ("nl -ba src/agents/plugin.ts | sed -n '90,108p'", "read plugin.ts"),
+    ("head -n 40 app.py && tail -5 log.txt", "read app.py"),
+    ("sed 's/a.py/b.py/' conf/app.toml", "read conf/app.toml"),  # (its script names no file)
+    ("git show HEAD:app.py | sed -n '1,20p'", "ran git"),
+    ("sed -n '1,20p' app.py > part.txt", "ran sed"),
+    ("cat Makefile", "ran cat"),
 ])
 def test_a_shell_command_that_edits_a_file_says_the_file(command, said):
     msg = {"kind": "tool", "text": f'bash({orjson.dumps({"command": command}).decode()})',
@@ -1928,6 +1938,62 @@ def test_codex_polls_of_a_running_command_say_the_command_and_how_it_ended(run, 
     mem = Memory.open("cx", home)
     line = extractive.Digest(mem).merge(3, 0)
     assert "write_stdin" not in line and "ran npm → exit 1, 4 failed" in line, line
+
+
+def test_codex_polls_without_their_command_say_its_program_or_nothing(run, home, tmp_path):
+    """Two commands run in parallel, each polled to its end: a span holding a poll and its result but not the
+    command's call said ``write_stdin → exit 1, 51 test`` (npm's banner ``> app@0.0.51 test`` taken for a count);
+    it says the program polled and how it ended, and a poll that ended well says nothing of its own."""
+    t = "2026-05-11T08:27:{:02d}.000Z".format
+    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
+    call = lambda s, name, n, args: item(s, {"type": "function_call", "name": name, "call_id": n,  # noqa: E731
+                                             "arguments": orjson.dumps(args).decode()})
+    out = lambda s, n, text: item(s, {"type": "function_call_output", "call_id": n, "output": text})  # noqa: E731
+    lines = [
+        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-4", "timestamp": t(0), "cwd": "/repo"}},
+        item(1, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "run the tests"}]}),
+        item(2, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Running both."}]}),
+        call(3, "exec_command", "run1", {"cmd": "npm test -- --run"}),
+        call(4, "exec_command", "run2", {"cmd": "rg -n compaction src"}),
+        out(5, "run1", "Chunk ID: 1\nProcess running with session ID 7\nOutput:\n"),
+        out(6, "run2", "Chunk ID: 2\nProcess running with session ID 8\nOutput:\n"),
+        call(7, "write_stdin", "p1", {"session_id": 7, "chars": ""}),
+        out(8, "p1", "Chunk ID: 3\nProcess exited with code 1\nOutput:\n> app@0.0.51 test\n> vitest --run\n"
+                     " Tests  1 failed | 50 passed (51)\n"),
+        call(9, "write_stdin", "p2", {"session_id": 8, "chars": "\u0003"}),
+        out(10, "p2", "Chunk ID: 4\nProcess exited with code 0\nOutput:\nsrc/a.ts:1:compaction\n"),
+    ]
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    assert run("import", path, "--name", "cx").exit_code == 0
+    mem = Memory.open("cx", home)
+    assert extractive.Digest(mem).merge(1, 3).endswith(": npm → exit 1, 1 failed")  # messages 6 and 7
+    assert "ran npm → exit 1, 1 failed" in extractive.Digest(mem).merge(3, 0)
+    assert extractive.Digest(mem).merge(1, 4).split(": ", 1)[1] == "rg"  # (a span of tool work alone: what ran)
+    for l, i in ((1, 3), (1, 4), (2, 1), (3, 0)):
+        line = extractive.Digest(mem).merge(l, i)
+        assert "write_stdin" not in line and "51 test" not in line and "exit 0" not in line, (l, i, line)
+
+
+@pytest.mark.parametrize("output, said", [
+    ("> @codemieai/code@0.0.51 test\n> vitest --run src/a.test.ts\n", "exit 1"),
+    ("we need 51 test fixtures", "exit 1"),
+    (" Test Files  1 failed (1)\n      Tests  1 failed | 15 skipped (16)\n", "exit 1, 1 failed"),
+    ("Tests:       1 failed, 50 passed, 51 total", "exit 1, 1 failed"),
+    ("=== 4 failed, 12 passed in 1.20s ===", "exit 1, 4 failed"),
+    ("test result: FAILED. 50 passed; 1 failed; 0 ignored", "exit 1, 1 failed"),
+    ("51 tests passed", "exit 1, 51 tests"),
+    ("Ran 51 tests in 0.204s\n\nFAILED (failures=1)", "exit 1, 51 tests"),
+])
+def test_a_test_count_is_a_test_runners_count(output, said):
+    msg = {"kind": "echo", "text": output, "meta": {"tool": "bash", "exit_code": 1}}
+    assert toolwork.summary(msg) == said
+
+
+def test_a_count_of_no_failures_is_not_what_failed():
+    """cargo's summary of a run that ended well: ``51 passed; 0 failed`` said ``exit 0`` (``0 failed`` taken first)."""
+    msg = {"kind": "echo", "text": "test result: ok. 51 passed; 0 failed; 0 ignored", "meta": {"exit_code": 0}}
+    assert toolwork.summary(msg) == "51 passed"
 
 
 def test_a_span_of_tool_results_alone_says_which_tools_ran(home):

@@ -362,10 +362,10 @@ def test_a_line_a_model_wrote_for_a_tool_result_hides_only_that_result_not_the_s
         assert run("build-tree", "t").exit_code == 0
     line = stock.strip()
     assert run("view", "t", "--include-tools").stdout == f"0+8|{line} tool: cat /var/log/app.log {line} {line} pi: done\n"
-    shown = f"0+8|{line} tool: ran cat (hidden) echo: (hidden) {line} pi: done"
+    shown = f"0+8|{line} tool: read log/app.log (hidden) echo: (hidden) {line} pi: done"
     assert run("view", "t").stdout == shown + "\n"
     assert shown in run("context", "t").stdout
-    assert run("zoom", "t", "0+8").stdout == f"0+4|{line}\n4+4|tool: ran cat (hidden) echo: (hidden) {line} pi: done\n"
+    assert run("zoom", "t", "0+8").stdout == f"0+4|{line}\n4+4|tool: read log/app.log (hidden) echo: (hidden) {line} pi: done\n"
 
 
 def test_the_mask_spares_a_line_that_joins_another_speakers_words_as_a_tool_printed_them(home, run):

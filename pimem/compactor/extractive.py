@@ -1044,15 +1044,20 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     call_id = meta.get("call_id")
     tool = toolwork.short(meta["tool"]) if isinstance(meta.get("tool"), str) else ""
     polled = meta.get("polls")  # a poll's result: how the command it polls ran (Codex's write_stdin)
-    call_id = polled if isinstance(polled, str) and polled else call_id
+    polled = polled if isinstance(polled, str) and polled else None
+    if polled:  # (said, when the command's call is not in the line, by its program)
+        call_id, program = polled, meta.get("polls_program")
+        tool = toolwork.short(program) if isinstance(program, str) else ""
     out = []
     found, path = toolwork.work(msg)
     for piece, result, weight in found:
         ws = _wordset(piece)
         # a call and its result share a key: the call's id, else the call's message (the one before a result)
         call = call_id if isinstance(call_id, str) and call_id else i - 1 if result else i
-        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call,
-                        tool if result else "", path if not result else ""))
+        # (a poll's "exit 0" without its command's call says nothing: left out, as a result naming no tool)
+        said = tool if result and not (polled and piece == "exit 0") else ""
+        out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call, said,
+                        path if not result else ""))
     return out
 
 
@@ -1430,15 +1435,24 @@ class Digest:
         of its words in more than about one message in three): the first message of the user in its first
         ``LABELLED`` (else the first that is no tool work), each word weighing alike: the first thing asked; else,
         for tool work alone (results whose calls are elsewhere, each ending well), the tools that ran and how
-        many times (``read ×4``); else, for a span of at most ``LABELLED`` messages, who spoke in it."""
+        many times (``read ×4``; a command's polls are its program, once); else, for a span of at most ``LABELLED``
+        messages, who spoke in it."""
         start = i << l
         msgs = list(self.mem.messages(start, start + min(1 << l, LABELLED)))
         first = next((m for m in msgs if m.get("kind") == "user"), None) or next(
             (m for m in msgs if _speaker(m)[1] < 2), None)
         line = compose(units(first), head, self.limit) if first is not None else head
         if first is None:
-            tools = collections.Counter(toolwork.short(m["meta"]["tool"]) for m in msgs
-                                        if isinstance((m.get("meta") or {}).get("tool"), str))
+            tools: collections.Counter = collections.Counter()
+            polled = set()
+            for m in msgs:
+                meta = m.get("meta") or {}
+                name, command = meta.get("tool"), meta.get("polls")
+                if isinstance(command, str) and command:  # a poll is its command's: its program, once a command
+                    name = None if command in polled else meta.get("polls_program")
+                    polled.add(command)
+                if isinstance(name, str):
+                    tools[toolwork.short(name)] += 1
             tools.pop("", None)
             if tools:
                 said = ", ".join(f"{tool} ×{n}" if n > 1 else tool for tool, n in tools.items())

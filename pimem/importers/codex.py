@@ -6,7 +6,8 @@ their outputs (paired by ``call_id``), custom tool calls, shell calls, web searc
 imported; ``event_msg`` lines only mirror the conversation for the UI and are skipped, as are developer
 messages and the instruction and environment blocks Codex puts in front of the user's words. A command still
 running when its call returned (``Process running with session ID N``) is polled by ``write_stdin`` calls on
-its session: each poll and its result carry ``meta.polls``, the call id of the command, whose outcome they hold. Lines carry
+its session: each poll and its result carry ``meta.polls``, the call id of the command, whose outcome they hold, and
+``meta.polls_program``, the program it runs (``npm``: a line without the command's call says it). Lines carry
 no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 
 Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
@@ -20,6 +21,7 @@ import re
 
 import orjson
 
+from .. import toolwork
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
@@ -110,20 +112,24 @@ class CodexParser(Parser):
             self.remember_call(call_id, name)
             meta = {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model}
             polled = self.state.get("sessions", {}).get(_session(args)) if name == "write_stdin" else None
-            if polled and call_id:  # a poll of a command still running: the call that started it
-                meta["polls"] = polled
+            if polled and call_id:  # a poll of a command still running: the call that started it, and its program
+                meta.update(polls=polled, polls_program=self.state.get("programs", {}).get(polled))
                 bounded_put(self.state.setdefault("polls", {}), call_id, polled)
+            elif meta["command"] and call_id:  # (kept till its output says whether it still runs)
+                bounded_put(self.state.setdefault("programs", {}), call_id, toolwork.program(meta["command"]) or None)
             return [("tool", call_text(name, args), meta)]
         if kind in OUTPUTS:
             call_id = item.get("call_id")
             text, code = _output(item.get("output"))
             polled = self.state.get("polls", {}).pop(call_id, None) if call_id else None
+            programs = self.state.get("programs", {})
             running = _RUNNING.search(text[:4096])
             if running and call_id:  # still running: later polls of its session are this command's
                 bounded_put(self.state.setdefault("sessions", {}), running.group(1), polled or call_id)
+            program = programs.get(polled or call_id) if running else programs.pop(polled or call_id, None)
             meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": code}
             if polled:
-                meta["polls"] = polled
+                meta.update(polls=polled, polls_program=program)
             return [("echo", text if text.strip() else NO_OUTPUT, meta)]
         if kind == "web_search_call":
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
