@@ -803,11 +803,43 @@ def test_the_same_line_twice_is_two_messages_also_across_imports(run, home, tmp_
     assert run("import", path, "-n", "t").stdout == "t: 0 imported, 3 already present, 0 malformed skipped; 6 messages in all\n"
 
 
+def test_a_resumed_claude_code_session_s_copy_of_earlier_entries_is_not_logged_again(run, home, tmp_path):
+    """``claude --resume`` writes a new session file that repeats the earlier entries with their uuids: they
+    were logged again, the session being part of the key; in a memory imported before too."""
+    from pimem import hashes
+    from pimem.importers.state import KEYS, STATE
+
+    ids = {}
+
+    def with_uuids(lines):  # (Claude Code's entry ids are UUIDs)
+        return [{**line, **{field: ids.setdefault(line[field], f"00000000-0000-4000-8000-{len(ids):012d}")
+                            for field in ("uuid", "parentUuid") if line.get(field)}} for line in lines]
+
+    first = write_jsonl(tmp_path / "a.jsonl", with_uuids(claude_lines("s-1")))
+    resumed = write_jsonl(tmp_path / "b.jsonl", with_uuids(claude_lines("s-2") + [
+        {"sessionId": "s-2", "cwd": "/home/dev/api", "type": "user", "uuid": "u3", "parentUuid": "u2",
+         "timestamp": "2026-02-10T23:00:00.000Z", "message": {"role": "user", "content": "and now?"}}]))
+    assert run("import", first, "-n", "t").stdout.startswith("t: 7 imported")
+    again = run("import", resumed, "-n", "t")
+    assert again.stdout == "t: 1 imported, 7 already present, 0 malformed skipped; 8 messages in all\n", again.stdout
+    assert messages()[-1]["meta"]["session"] == "s-2"
+    old = {}  # what the keys were (each with its session), as an earlier pimem wrote them
+    for msg in messages()[:7]:
+        meta = msg["meta"]
+        ident = json.dumps([meta["source"], meta["session"], meta["entry"], msg["kind"], meta.get("call_id")], separators=(",", ":"))
+        old[msg["i"]] = hashes.blake2b(ident.encode(), digest_size=16).digest()
+    state = json.loads((home / "t" / STATE).read_text())
+    (home / "t" / KEYS).write_bytes(b"".join(old.values()))
+    (home / "t" / STATE).write_text(json.dumps({**state, "version": 2, "covered": 7, "keys": 7, "files": {}}))
+    Memory.open("t").append([{"kind": "user", "text": "typed", "date": "2026-02-11T00:00:00Z"}])
+    assert run("import", resumed, "-n", "t").stdout.startswith("t: 0 imported, 8 already present")
+
+
 def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):
     """What pimem wrote before ``imports.json`` had a version: each line's entry its number and hash, keys
     of those, no version. The first import after the upgrade rebuilds the keys once, positions kept."""
     from pimem import hashes
-    from pimem.importers.state import key_of
+    from pimem.importers.state import VERSION, key_of
 
     lines = codex_lines() + [codex_lines()[4]]  # the user's line once more, later: two messages
     path = write_jsonl(tmp_path / "rollout.jsonl", lines)
@@ -832,7 +864,7 @@ def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_t
     write_jsonl(path, lines[:3] + lines[5:])  # a line deleted above the rest: read again from the start
     assert run("import", path, "-n", "old").stdout == "old: 0 imported, 7 already present, 0 malformed skipped; 8 messages in all\n"
     state = json.loads((home / "old" / "imports.json").read_text())
-    assert state["version"] == 2 and state["files"].keys() == files.keys()
+    assert state["version"] == VERSION and state["files"].keys() == files.keys()
     path.unlink()
     write_jsonl(path, lines)  # both user lines back
     assert run("import", path, "-n", "old").stdout.startswith("old: 0 imported, 8 already present")

@@ -2,7 +2,9 @@
 from where it stopped.
 
 Every imported message carries its source ids in ``meta`` (``source``, ``session``, ``entry``, and
-``call_id`` where one entry gave several messages); its *key* is a 16-byte hash of those and its kind. The
+``call_id`` where one entry gave several messages); its *key* is a 16-byte hash of those and its kind (a
+Claude Code entry's whose id is a UUID without its session: the entry's wherever it is written, and a resumed
+session, a new session id, writes the earlier entries again under their uuids). The
 log is the truth; two derived files in the memory directory make the check cheap:
 
 - ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order (a
@@ -40,7 +42,9 @@ KEYS = "imports.keys"
 COUNTS_KEPT = 32  # files whose line counts a long-lived state (a follower's) keeps between reads
 
 
-VERSION = 2  # 2: the keys of lines without ids are their hashes; 1 (no version) keyed them by line number too
+VERSION = 3  # 3: Claude Code's keys without the session; 2: the keys of lines without ids are their hashes; 1 (no
+# version) keyed them by line number too
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # Claude Code's entry ids
 _NUMBERED = re.compile(r"(\d+)-([0-9a-f]{12})")  # a line's entry as version 1 wrote it: its number and hash
 
 
@@ -50,7 +54,9 @@ def key_of(message: dict, entry=None) -> bytes | None:
     meta = message.get("meta")
     if not isinstance(meta, dict) or not meta.get("source") or meta.get("entry") is None:
         return None
-    ident = orjson.dumps([meta["source"], meta.get("session"), entry or meta["entry"], message["kind"], meta.get("call_id")])
+    claude = meta["source"] == "claude" and isinstance(meta["entry"], str) and _UUID.fullmatch(meta["entry"])
+    session = None if claude else meta.get("session")  # (a uuid is one entry in any session)
+    ident = orjson.dumps([meta["source"], session, entry or meta["entry"], message["kind"], meta.get("call_id")])
     return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
