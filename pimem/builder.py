@@ -78,8 +78,8 @@ class Mode(enum.Enum):
 
 @dataclass
 class Stats:
-    calls: int = 0  # nodes a compactor wrote
-    free: int = 0  # nodes built without a call
+    calls: int = 0  # nodes a compactor built that were written (one ``built`` event each)
+    free: int = 0  # nodes built without a call above those (``Builder._settle``)
     failed: int = 0  # failed attempts
     tokens_in: int = 0
     tokens_out: int = 0
@@ -118,12 +118,16 @@ class Builder:
         self.cap_is_setting = False  # whether that is the memory's max_cost_per_day (``watch``: no flag overrides it)
         self._day: tuple[str, float] | None = None  # (the day, what the compactor's nodes of that day cost)
         self.stats = Stats()
+        self.answered = 0  # calls answered with a line in this run, written or not
+        self.unwritten: set[tuple[int, int]] = set()  # lines built in this run not known written yet (``written``)
+        self._freed: dict[tuple[int, int], int] = {}  # of those, line -> the free joins that wait for it
         self.count = mem.count()
         self.stored = mem.tree.stored_keys(self.count)
         self.frontier: dict[tuple[int, int], str | None] = {}  # built, parent not built; None = stored, text not read
-        self.fresh: set[tuple[int, int]] = set()  # of the frontier, the nodes this run wrote or that join one it wrote
+        # of the frontier, the nodes this run wrote or that join one it wrote -> that line
+        self.fresh: dict[tuple[int, int], tuple[int, int]] = {}
         self.window: list[int] = []  # unbuilt leaves admitted, ascending
-        self.first_failed: dict[int, int] = {}  # leaf failing in this run -> ``stats.calls`` at its first failure
+        self.first_failed: dict[int, int] = {}  # leaf failing in this run -> ``answered`` at its first failure
         self.stuck: set[int] = set()  # leaves that failed STUCK_TRIES times in a row (or were given up) with no
         # call answered since they began failing (the server's failure, for all anyone knows)
         self.set_aside: set[int] = set()  # leaves that kept failing while other calls were answered: they hold no
@@ -273,9 +277,10 @@ class Builder:
 
     def _settle(self, l: int, i: int, text: str | None, written: bool = False) -> None:
         """Node ``(l, i)`` is built (``text`` None: stored, read when needed; ``written``: by this run); settle
-        its ancestors. A free one is counted in ``stats.free`` only when it joins a line this run wrote: the
-        others (a short message's leaf, and every join of them) were free before any run, and a run that built
-        nothing said "151 free" again each time."""
+        its ancestors. A free one is counted in ``stats.free`` only when it joins a line this run wrote, once
+        that line is on disk (``written``): the others (a short message's leaf, and every join of them) were free
+        before any run, and a run that built nothing said "151 free" again each time."""
+        line = (l, i) if written else None  # the line this run wrote that the node is or joins
         while True:
             self.settled += 1
             if self.settled_marks is not None:
@@ -283,14 +288,13 @@ class Builder:
             sibling = (l, i ^ 1)
             if sibling not in self.frontier:
                 self.frontier[(l, i)] = text
-                if written:
-                    self.fresh.add((l, i))
+                if line is not None:
+                    self.fresh[(l, i)] = line
                 return
-            written = written or sibling in self.fresh
-            self.fresh.discard(sibling)
+            line = line or self.fresh.pop(sibling, None)  # (of two lines, the later is written last)
             parent = (l + 1, i >> 1)
             if parent in self.stored:
-                parent_text, written = None, False  # (an earlier run's)
+                parent_text, line = None, None  # (an earlier run's)
             else:
                 self.frontier[(l, i)] = text
                 left, right = (self._text(l, i), self._text(*sibling)) if i % 2 == 0 else (self._text(*sibling), self._text(l, i))
@@ -298,7 +302,10 @@ class Builder:
                 if parent_text is None:
                     heapq.heappush(self.ready_merges, parent)
                     return
-                self.stats.free += written
+                if line in self.unwritten:
+                    self._freed[line] = self._freed.get(line, 0) + 1
+                elif line is not None:
+                    self.stats.free += 1
             self.frontier.pop(sibling)
             self.frontier.pop((l, i), None)
             l, i, text = parent[0], parent[1], parent_text
@@ -307,8 +314,9 @@ class Builder:
         """A compactor wrote node ``(l, i)``: queue the write, update the stats, settle its ancestors."""
         self.inflight.discard((l, i))
         self.to_write.append((l, i, text, meta))
+        self.unwritten.add((l, i))
         self.stored.add((l, i))
-        self.stats.calls += 1
+        self.answered += 1
         self._paid(meta)
         self.stats.seconds += meta.get("seconds") or 0.0
         self.tries.pop((l, i), None)
@@ -403,9 +411,9 @@ class Builder:
                 self.gave_up.add((l, i))
             return error
         if l == 0 and i not in self.set_aside:
-            since = self.first_failed.setdefault(i, self.stats.calls)
+            since = self.first_failed.setdefault(i, self.answered)
             if in_a_row >= STUCK_TRIES or gives_up or later:
-                (self.set_aside if self.stats.calls > since else self.stuck).add(i)
+                (self.set_aside if self.answered > since else self.stuck).add(i)
         if self.cview is not None:
             self.cview.failed(l, i, retried=not (gives_up or later) and in_a_row < STUCK_TRIES)
         if gives_up or later:
@@ -596,6 +604,18 @@ class Builder:
     def writing(self) -> bool:
         """Whether a batch is being written now."""
         return self._writing is not None and self._writing.is_alive()
+
+    def next_written(self) -> list | None:
+        """The oldest batch the writer thread wrote that is not told of yet (None: none), counted now in
+        ``stats``: its lines in ``calls``, the free joins that waited for them in ``free``."""
+        if not self.written:
+            return None
+        batch = self.written.popleft()
+        for l, i, _, _ in batch:
+            self.unwritten.discard((l, i))
+            self.stats.free += self._freed.pop((l, i), 0)
+        self.stats.calls += len(batch)
+        return batch
 
     def _raise_write_error(self) -> None:
         error, self._write_error = self._write_error, None

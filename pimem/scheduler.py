@@ -322,9 +322,8 @@ class Scheduler:
 
     def _tell_written(self, builder: Builder) -> None:
         """The ``built`` events of the nodes ``builder`` wrote since the last look: told once written, never
-        before, so that no event names a node a crash (SIGKILL) loses."""
-        while builder.written:
-            batch = builder.written.popleft()
+        before, so that no event names a node a crash (SIGKILL) loses (and counted then: ``Builder.next_written``)."""
+        while (batch := builder.next_written()) is not None:
             if self.on_event is not None:
                 for l, i, text, meta in batch:
                     self.emit({"event": "built", "memory": builder.name, "node": label(l, i), "l": l, "i": i,

@@ -253,3 +253,32 @@ def test_an_append_a_full_disk_cut_back_leaves_the_index_as_it_was(sh, disk):
     out = sh("search", "staging", "m")
     assert out.returncode == 0 and out.stderr == b"", out.stderr
     assert sh("fsck", "m").returncode == 0
+
+
+
+def test_build_tree_on_a_full_disk_counts_only_the_lines_it_wrote(sh, disk):
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda omicron".split()
+    lines = b"".join(orjson.dumps({"kind": "user", "text": f"message {n}: " + " ".join(words[(n + k) % 12] for k in range(60))})
+                     + b"\n" for n in range(300))
+    assert sh("append", "m", "--ndjson", input=lines).returncode == 0
+
+    def on_disk() -> int:
+        return sum(len(p.read_bytes().splitlines()) for p in (disk.home / "m" / "tree").glob("*.jsonl"))
+
+    disk.fill(leave=4096)
+    out = sh("build-tree", "m")
+    err = out.stderr.decode().splitlines()
+    assert out.returncode == 7 and on_disk() == 0, err
+    assert err[0].startswith("m: 0 written by extractive, 0 free; ") and "built but not written (the next run builds them" \
+        " again)" in err[0] and err[1].startswith("pimem: error: m: ") and len(err) == 2, err
+    out = sh("build-tree", "m", "--json")
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    (done,) = [e for e in events if e["event"] == "done"]
+    assert out.returncode == 7 and on_disk() == 0 and not [e for e in events if e["event"] == "built"]
+    assert done["calls"] == done["free"] == done["failed"] == 0 and done["unwritten"] > 0, done
+    disk.free()
+    out = sh("build-tree", "m", "--json")
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    (done,) = [e for e in events if e["event"] == "done"]
+    assert out.returncode == 0 and done["calls"] == len([e for e in events if e["event"] == "built"]) == on_disk() > 0
+    assert done["unwritten"] == 0 and done["free"] > 0

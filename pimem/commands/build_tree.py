@@ -116,8 +116,10 @@ def command(
             progress.close()
     took = round(time.monotonic() - started, 3)
     built = sched.builders + sched.retired
-    # seconds: how long the run took (waits for retry times included); call_seconds: the calls' time, summed
-    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "seconds": took,
+    # calls: lines written (a built event each); unwritten: lines built but not written (a write failed, the
+    # memory was left, its lease taken over), which the next run builds again; seconds: how long the run took
+    # (waits for retry times included); call_seconds: the calls' time, summed
+    rows = [{"event": "done", "memory": b.name, **b.stats.as_dict(), "unwritten": len(b.unwritten), "seconds": took,
              "call_seconds": round(b.stats.seconds, 3), "gave_up": len(b.gave_up),
              **({"lost": True} if b in sched.lost else {}), **({"overbilled": True} if b in sched.overbilled else {})}
             for b in built]
@@ -135,7 +137,9 @@ def command(
         if not json:
             cost = f", {money(row['cost'])}" if row["cost"] else ""
             output.info(f"{builder.name}: {row['calls']} written by {builder.compactor.label}, {row['free']} free"
-                        f"{cost}" + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
+                        f"{cost}" + (f"; {row['unwritten']:,} built but not written (the next run builds them again)"
+                                     if row["unwritten"] else "")
+                        + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
     _raise_first({**refused, **sched.refused}, mems_named)
     if sched.lost:
         raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
