@@ -189,7 +189,11 @@ def main(argv: list[str] | None = None) -> None:
         _closed_streams()
     sys.stderr = output.Unfailing(sys.stderr)
     args = sys.argv[1:] if argv is None else argv
-    if argv is None:
+    if argv is None and command_of(args) == "watch":  # (it exits 0 on a signal, one while it starts too)
+        from . import stopping
+
+        stopping.defer()
+    elif argv is None:
         signal.signal(signal.SIGTERM, _terminate)
         signal.signal(signal.SIGHUP, _hang_up)
     try:

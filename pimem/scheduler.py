@@ -24,7 +24,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from . import env, errors, semantic
+from . import env, errors, semantic, stopping
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, key_problem, worker
 from .compactor.providers import Unusable
@@ -518,6 +518,8 @@ def _install_signals(scheduler: Scheduler) -> list:
     saved = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         saved.append((sig, signal.signal(sig, lambda signum, _: scheduler.stop(signum))))
+    if stopping.deferred() is not None:  # (one that came while ``watch`` started)
+        scheduler.stop(stopping.deferred())
     return saved
 
 
@@ -782,7 +784,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             raise next(iter(scheduler.refused.values()))
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
             scheduler.emit(scheduler.refusal(name, errors.as_error(exc)))
-        if not explicit:
+        if not explicit and not scheduler.stopped:
             scanned = time.time()
             mems = Memory.all(home)
             for mem in mems:

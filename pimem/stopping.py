@@ -33,6 +33,27 @@ def _handle(signum, _frame) -> None:
     raise Interrupted(signum)
 
 
+class _Early:
+    signum: int | None = None  # the first signal ``defer`` noted
+
+
+def _note(signum, _frame) -> None:
+    _Early.signum = _Early.signum or signum
+
+
+def defer() -> None:
+    """SIGINT, SIGTERM and SIGHUP are only noted until a command that takes them itself (``watch``) does so,
+    and stops at once for the first of them (``deferred``): a daemon stopped while it starts exits 0, as it
+    does later (main thread only)."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _note)
+
+
+def deferred() -> int | None:
+    """The first signal ``defer`` noted, if one came."""
+    return _Early.signum
+
+
 @contextlib.contextmanager
 def armed():
     """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` while this lasts (only the main thread can take

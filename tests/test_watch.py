@@ -1292,3 +1292,32 @@ def test_a_second_watcher_of_the_home_leaves_a_live_ones_watch_json_alone(home, 
         with watching() as third:
             until(lambda: (lease.watcher(home) or {}).get("pid") == third.pid)  # (the dead one's file taken over)
     assert third.returncode == 0 and not (home / "watch.json").exists()
+
+
+# a watcher that signals itself as it first imports ``module``: the signal comes at that point of its start
+SIGNAL_AT = """import os, sys
+module, signum = sys.argv.pop(1), int(sys.argv.pop(1))
+def hook(event, args):
+    if event == "import" and args[0] == module:
+        os.kill(os.getpid(), signum)
+sys.addaudithook(hook)
+from pimem.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("module, signum, args", [
+    ("pimem.options", signal.SIGTERM, ()),  # cli.main took SIGTERM, watch's command is being loaded
+    ("pimem.options", signal.SIGINT, ("m",)),
+    ("pimem.options", signal.SIGHUP, ()),
+    ("pimem.scheduler", signal.SIGTERM, ("m",)),  # the command runs, the scheduler is being loaded
+    ("pimem.lease", signal.SIGTERM, ()),  # in scheduler.watch, before it takes the signals itself
+    ("pimem.importers.follow", signal.SIGTERM, ("--import", "sessions")),
+])
+def test_a_signal_while_watch_starts_stops_it_cleanly_with_exit_0(home, tmp_path, module, signum, args):
+    mem = fill("m", 3)
+    (tmp_path / "sessions").mkdir()
+    out = subprocess.run([sys.executable, "-c", SIGNAL_AT, module, str(int(signum)), "watch", *args], cwd=tmp_path,
+                         capture_output=True, timeout=60, env=subprocess_env())
+    assert out.returncode == 0 and b"interrupted" not in out.stderr and b"Traceback" not in out.stderr, out.stderr
+    assert lease.holder(mem) is None
