@@ -298,14 +298,16 @@ def test_search_names_a_memory_whose_config_cannot_be_read_and_searches_the_othe
 
 def raw_session(home, lines: list[bytes], answers: int) -> list[dict]:
     """Start `python -m pimem mcp`, initialize it, write ``lines`` as they are, and return the first ``answers``
-    lines it writes back (stdin kept open until then: the SDK drops answers in flight when its stdin ends)."""
+    lines it writes back (stdin kept open until then: the SDK drops answers in flight when its stdin ends). Its
+    stdout is read unbuffered: select waits on the pipe, and would pass over answers a buffered read had taken
+    from it with an earlier one."""
     import select
     import subprocess
 
     from conftest import pimem_cmd
 
     proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=subprocess_env(PIMEM_HOME=home))
+                            bufsize=0, env=subprocess_env(PIMEM_HOME=home))
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
     got = []
@@ -449,6 +451,16 @@ def test_a_request_whose_id_is_no_string_or_integer_is_refused_and_a_lone_surrog
         "code": -32600, "message": "Invalid Request: id must be a string or an integer"}} for a in refused), answers
     # (the escapes as sent: the standard library reads them back as lone surrogates; a pair is a character)
     assert [(a["id"], a["result"]) for a in answers[len(ids):]] == [("\ud800 x\udc00", {}), ("\U0001f600", {}), (9, {})], answers
+
+
+def test_requests_written_at_once_after_initialized_are_each_answered(home):
+    """A client that writes notifications/initialized and its first requests at once (as Claude Code writes
+    tools/list) gets an answer to each, however many come back in one read."""
+    pings = [b'{"jsonrpc":"2.0","id":%d,"method":"ping"}' % i for i in range(100, 120)]
+    for _ in range(3):
+        answers = raw_session(home, pings + [b'{"jsonrpc":"2.0","id":200,"method":"tools/list"}'], 21)
+        assert sorted(a["id"] for a in answers) == [*range(100, 120), 200], answers
+        assert next(a for a in answers if a["id"] == 200)["result"]["tools"], answers
 
 
 def _refused(code):
