@@ -125,8 +125,7 @@ def work(msg: dict) -> tuple[list[tuple[str, bool, float]], str]:
         if not tool and re.match(r"\w+\(", text):  # "bash('pytest -x')" as some logs write a call
             tool = text.split("(", 1)[0]
         if not command and tool in _SHELLS:
-            found = re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*["']([^"']+)""", text) or re.search(r"\(['\"]([^'\"]+)", text)
-            command = found.group(1) if found else ""
+            command = _command_in(text)
         path = edited_file(command) if command else ""
         if path and file_name(path):
             return [("edited " + file_name(path), False, 1.5)], path
@@ -156,33 +155,110 @@ def work(msg: dict) -> tuple[list[tuple[str, bool, float]], str]:
 
 
 _POLL = re.compile(r"""["']chars["']\s*:\s*["']["']""")  # write_stdin sending nothing: it waits for output
-# the shell's ways to change a file in place or write one: ``sed -i``, ``perl -pi``, ``tee FILE``, and the
-# redirection of a program that only prints (``cat > FILE <<EOF``, ``echo x >> FILE``; ``pytest > log`` ran pytest)
+# the shell's ways to change a file in place or write one: ``sed -i``, ``perl -pi``, ``tee FILE``, sed's ``w FILE``,
+# and the redirection of a program that only prints (``cat > FILE <<EOF``, ``echo x >> FILE``; ``pytest > log`` ran
+# pytest)
 _IN_PLACE = {"sed": re.compile(r"-[a-zA-Z]*i.*|--in-place.*"), "perl": re.compile(r"-(?![Mm])[a-zA-Z0-9]*i.*")}
 _PRINTERS = frozenset("cat echo printf".split())
-_REDIRECT = re.compile(r"(?<![<>&\d])>>?\s*([^\s;&|<>]+)")
+_SEPARATORS = frozenset("; ;; & && || | |& ( )".split())
+_OUTPUTS = frozenset("> >> >| &> &>> >&".split())  # (``>&`` to a number copies a stream: ``2>&1`` writes no file)
+# sed's ``w FILE`` command, or an ``s`` command's ``w`` flag (``s/a/b/gw out.txt``), in its script
+_SED_WRITE = re.compile(r"(?:^|[;{}/!$\d\n]|/[gpiIme\d]*)\s*[wW]\s+(\S.*)")
+
+
+def _commands(command: str) -> list[tuple[str, list[str], str, bool]]:
+    """The simple commands of a shell command, in order, each as ``(program, arguments, file, writes)``: its
+    arguments without its redirections and quotes, the file its output goes to (``""`` for none or
+    ``/dev/null``), and whether it writes any file by redirection (``2> err.txt`` too). It is split at ``;``,
+    ``&&``, ``||``, ``|``, ``&`` and line ends; a heredoc's lines and what follows an unclosed quote are left out,
+    as is what comes before the program (assignments, ``sudo``)."""
+    import shlex  # (only shell commands need it)
+
+    out: list[tuple[str, list[str], str, bool]] = []
+    lines, heredoc = command.split("\n"), ""
+    for line in lines:
+        if heredoc:
+            heredoc = "" if line.strip() == heredoc else heredoc
+            continue
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split, lexer.commenters = True, ""
+        words: list[str] = []
+        try:
+            words.extend(lexer)
+        except ValueError:  # an unclosed quote: the words before it
+            pass
+        words.append(";")
+        args: list[str] = []
+        target, writes, k = "", False, 0
+        while k < len(words):
+            word = words[k]
+            if word in _SEPARATORS:
+                while args and ("=" in args[0] or args[0] in _PROGRAM_SKIP):
+                    args.pop(0)
+                if args:
+                    out.append((args[0].rsplit("/", 1)[-1], args[1:], target, writes))
+                args, target, writes = [], "", False
+            elif word.startswith("<"):  # (its input: ``< in.txt``, a heredoc's ``<<EOF``)
+                if word in ("<<", "<<-") and k + 1 < len(words):
+                    heredoc = words[k + 1].lstrip("-")
+                k += 1
+            elif word in _OUTPUTS:
+                fd = args.pop() if word[0] == ">" and args and args[-1].isdigit() else ""  # ``2>``: a stream's
+                to = words[k + 1] if k + 1 < len(words) and words[k + 1] not in _SEPARATORS else ""
+                k += 1
+                if to and to != "/dev/null" and not (word == ">&" and (to.isdigit() or to == "-")):
+                    writes = True
+                    target = to if fd in ("", "1") else target
+            else:
+                args.append(word)
+            k += 1
+    return out
+
+
+def _sed_script(args: list[str]) -> tuple[list[str], list[str]]:
+    """A ``sed``'s scripts and the other words it is given: the words after ``-e`` (``-ne``), else its first word
+    that is no option."""
+    scripts, rest, k = [], [], 0
+    while k < len(args):
+        word = args[k]
+        if word.startswith("--expression="):
+            scripts.append(word.split("=", 1)[1])
+        elif word.startswith("-") and not word.startswith("--") and word[-1] in "ef" and k + 1 < len(args):
+            k += 1
+            (scripts if word[-1] == "e" else rest).append(args[k])
+        else:
+            rest.append(word)
+        k += 1
+    if not scripts and not any(w.startswith(("-f", "--file")) or w.startswith("-") and w[-1] == "f" for w in args):
+        first = next((i for i, w in enumerate(rest) if not w.startswith("-")), None)
+        if first is not None:
+            scripts.append(rest.pop(first))
+    return scripts, rest
+
+
+def _in_place(prog: str, args: list[str]) -> bool:
+    """Whether a ``sed`` or ``perl`` changes the files it is given (``-i``)."""
+    return prog in _IN_PLACE and any(_IN_PLACE[prog].fullmatch(w) for w in args if w.startswith("-"))
+
+
+def _written(prog: str, args: list[str], target: str) -> str:
+    """The file one simple command edits or writes (``""`` for none): the last file ``sed -i`` or ``perl -pi`` is
+    given, the file sed's ``w`` writes, the first ``tee`` writes, where a printing program's output goes."""
+    if _in_place(prog, args):
+        return next((w for w in reversed(args) if not w.startswith("-") and names_file(w)), "")
+    if prog == "sed":
+        found = next((m for s in _sed_script(args)[0] for m in [_SED_WRITE.search(s)] if m), None)
+        return found.group(1).split("\n", 1)[0].strip() if found else ""
+    if prog == "tee":
+        return next((w for w in args if not w.startswith("-")), "")
+    return target if prog in _PRINTERS else ""
 
 
 def edited_file(command: str) -> str:
     """The file a shell command edits or writes (``sed -i 's/a/b/' src/db/pool.py`` edits ``src/db/pool.py``):
-    the last file ``sed -i`` or ``perl -pi`` is given, the first ``tee`` writes, the file a printing program's
-    output goes to; ``""`` for none."""
-    for part in re.split(r"&&|\|\|?|;", command.split("\n", 1)[0]):
-        words = part.split()
-        k = 0
-        while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP):
-            k += 1
-        if k == len(words):
-            continue
-        prog, args = words[k].rsplit("/", 1)[-1], [w.strip("'\"") for w in words[k + 1 :]]
-        found = ""
-        if prog in _IN_PLACE and any(_IN_PLACE[prog].fullmatch(w) for w in args if w.startswith("-")):
-            found = next((w for w in reversed(args) if not w.startswith("-") and names_file(w)), "")
-        elif prog == "tee":
-            found = next((w for w in args if not w.startswith("-")), "")
-        elif prog in _PRINTERS and ">" in part:
-            target = _REDIRECT.search(part)
-            found = target.group(1).strip("'\"") if target else ""
+    the first that one of its commands writes (``_written``), ``""`` for none."""
+    for prog, args, target, _ in _commands(command):
+        found = _written(prog, args, target)
         if found and names_file(found):
             return found
     return ""
@@ -194,41 +270,49 @@ _READERS = frozenset("cat nl head tail sed less more bat".split())  # programs t
 def read_file(command: str) -> str:
     """The file a shell command only reads (``sed -n '1,80p' src/app.py``, ``cat``, ``nl -ba``, ``head``, ``tail``
     of a file): the first file named in its first command past set-up, when that command is a reader (a ``sed``
-    without ``-i``), the first of its pipeline (``nl -ba app.py | sed -n '90,108p'`` reads app.py; ``git show x |
-    sed -n 1p`` ran git), and nothing in the command redirects output into a file (``2>/dev/null`` is none);
-    ``""`` for none. A file is a word ``names_file`` takes (``cat Makefile`` ran cat)."""
-    if any(m.group(1).strip("'\"") != "/dev/null" for m in _REDIRECT.finditer(command)):
+    that writes nothing), the first of its pipeline (``nl -ba app.py | sed -n '90,108p'`` reads app.py; ``git show
+    x | sed -n 1p`` ran git), and none of its commands writes a file (``> out.txt``, ``2> err.txt``, ``tee``;
+    ``2>/dev/null`` is none); ``""`` for none. A file is a word ``names_file`` takes (``cat Makefile`` ran cat)."""
+    commands = _commands(command)
+    if any(writes or _in_place(prog, args) or _written(prog, args, "") for prog, args, _, writes in commands):
         return ""
-    for part in _COMMANDS.split(command.split("\n", 1)[0]):
-        words = part.split("|", 1)[0].split()
-        k = 0
-        while k < len(words) and ("=" in words[k] or words[k] in _PROGRAM_SKIP):
-            k += 1
-        if k == len(words) or words[k] in _SETUP:
-            continue
-        prog, args = words[k].rsplit("/", 1)[-1], [w.strip("'\"") for w in words[k + 1 :]]
-        options = [w for w in args if w.startswith("-")]
-        if prog not in _READERS or prog in _IN_PLACE and any(_IN_PLACE[prog].fullmatch(w) for w in options):
-            return ""
-        if prog == "sed" and not any(w in ("-e", "-f") or w.startswith(("--expression", "--file")) for w in options):
-            args = [w for w in args if not w.startswith("-")][1:]  # (its first word that is no option is its script)
-        return next((w for w in args if not w.startswith("-") and names_file(w)), "")
-    return ""
+    prog, args = next(((p, a) for p, a, _, _ in commands if p not in _SETUP), ("", []))
+    if prog not in _READERS:
+        return ""
+    if prog == "sed":
+        args = _sed_script(args)[1]
+    return next((w for w in args if not w.startswith("-") and names_file(w)), "")
+
+
+def _arguments(text: str) -> dict:
+    """A call's JSON arguments (``edit({"path": "src/app.py", …})``), or ``{}``."""
+    head, paren, rest = text.partition("(")
+    if not paren or not rest.startswith("{") or not rest.endswith(")") or not re.fullmatch(r"[\w.:-]*", head):
+        return {}
+    try:
+        arguments = orjson.loads(rest[:-1])
+    except orjson.JSONDecodeError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
 
 
 def argument_path(text: str) -> str:
     """The path a call's JSON arguments name (``edit({"path": "src/app.py", …})``, Claude Code's
     ``file_path``), or ``""``."""
-    head, paren, rest = text.partition("(")
-    if not paren or not rest.startswith("{") or not rest.endswith(")") or not re.fullmatch(r"[\w.:-]*", head):
-        return ""
-    try:
-        arguments = orjson.loads(rest[:-1])
-    except orjson.JSONDecodeError:
-        return ""
-    if not isinstance(arguments, dict):
-        return ""
+    arguments = _arguments(text)
     return next((v for k in _PATH_KEYS if isinstance(v := arguments.get(k), str) and v.strip()), "")
+
+
+def _command_in(text: str) -> str:
+    """The command a shell call's text runs: its JSON arguments' ``command`` or ``cmd``, else the first quoted
+    string after one of those keys or after its ``(`` (``bash('pytest -x')``), up to its closing quote."""
+    arguments = _arguments(text)
+    command = arguments.get("command", arguments.get("cmd"))
+    if isinstance(command, str):
+        return command
+    found = (re.search(r"""["'](?:command|cmd)["']?\s*[:=]\s*\[?\s*(["'])((?:\\.|(?!\1).)+)""", text, re.S)
+             or re.search(r"""\(\s*(["'])((?:\\.|(?!\1).)+)""", text, re.S))
+    return found.group(2) if found else ""
 
 
 def names_file(word: str) -> bool:

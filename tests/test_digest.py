@@ -1911,6 +1911,32 @@ def test_a_shell_command_that_edits_a_file_says_the_file(command, said):
     assert toolwork.summary(msg) == said
 
 
+@pytest.mark.parametrize("command, said", [
+    # any output into a file is a write: ``&>``, ``>&``, ``1>``, ``>|`` send a printer's output to it
+    ("cat a.py &> out.txt", "edited out.txt"),
+    ("cat a.py >& out.txt", "edited out.txt"),
+    ("cat a.py 1> out.txt", "edited out.txt"),
+    ("cat a.py >| b.py", "edited b.py"),
+    ("cat a.py 2> err.txt", "ran cat"),  # (it read a.py and wrote err.txt)
+    ("head -5 a.py | grep 'x' > out.txt", "ran head"),
+    ("cat <<'EOF' > a.py\nx = 'y'\nEOF", "edited a.py"),
+    ("sed -n 's/a/b/w out.txt' a.py", "edited out.txt"),  # (sed's w writes: its quoted script is one word)
+    ("sed -n '1p;w x.txt' a.py", "edited x.txt"),
+    # no file written: a stream copied (``2>&1``, ``>&2``) or thrown away
+    ("cat a.py 2>&1 | head", "read a.py"),
+    ("cat a.py >&2", "read a.py"),
+    ("cat a.py > /dev/null 2>&1", "read a.py"),
+    ("sed -n '/w/p' a.py", "read a.py"),
+    ("cat \"a.py\" | grep 'x;y'", "read a.py"),
+])
+def test_a_shell_command_that_writes_a_file_never_says_it_read_one(command, said):
+    """A command whose output or errors go to a file (``&>``, ``1>``, ``2>``, ``>|``, sed's ``w``) said ``read
+    a.py``; a call's text without its meta (up to its first quote) said ``read a.py`` or ``ran cat`` too."""
+    text = f'bash({orjson.dumps({"command": command}).decode()})'
+    assert toolwork.summary({"kind": "tool", "text": text, "meta": {"tool": "bash", "command": command}}) == said
+    assert toolwork.summary({"kind": "tool", "text": text}) == said
+
+
 def test_codex_polls_of_a_running_command_say_the_command_and_how_it_ended(run, home, tmp_path):
     """Codex starts a long command, then polls its session with ``write_stdin``: the line said ``ran write_stdin ×2``;
     it says what ran (``npm``) and how the polls saw it end."""
