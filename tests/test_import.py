@@ -436,6 +436,27 @@ def test_codex_polls_say_the_program_they_poll_across_a_resumed_import(run, tmp_
         (None, None), (None, None)] + [("run1", "npm")] * 4
 
 
+def test_a_codex_poll_after_its_command_exited_still_says_the_program(run, tmp_path):
+    """A poll whose result says the command exited forgot its program: a later poll of the session said none."""
+    t = "2026-05-11T08:27:{:02d}.000Z".format
+    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
+    poll = lambda s, n, output: [  # noqa: E731
+        item(s, {"type": "function_call", "name": "write_stdin", "call_id": n,
+                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
+        item(s + 1, {"type": "function_call_output", "call_id": n, "output": output})]
+    path = write_jsonl(tmp_path / "rollout.jsonl", [
+        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-4", "timestamp": t(0), "cwd": "/repo"}},
+        item(1, {"type": "function_call", "name": "exec_command", "call_id": "run1",
+                 "arguments": json.dumps({"cmd": "sed -n 1,400p big.log"})}),
+        item(2, {"type": "function_call_output", "call_id": "run1", "output": "Process running with session ID 7\nOutput:\n"}),
+        *poll(3, "p1", "Process exited with code 0\nOutput:\nend"),
+        *poll(5, "p2", "Process exited with code 0\nOutput:\n"),
+    ])
+    assert run("import", path, "-n", "t").exit_code == 0
+    assert [(m["meta"].get("polls"), m["meta"].get("polls_program")) for m in messages()] == [
+        (None, None), (None, None)] + [("run1", "sed")] * 4
+
+
 def test_codex_legacy_rollout_without_envelope(run, tmp_path):
     path = write_jsonl(tmp_path / "rollout-old.jsonl", [
         {"id": "old-1", "timestamp": "2025-06-01T10:00:00.000Z", "instructions": None, "git": {}},

@@ -126,10 +126,11 @@ class CodexParser(Parser):
             running = _RUNNING.search(text[:4096])
             if running and call_id:  # still running: later polls of its session are this command's
                 bounded_put(self.state.setdefault("sessions", {}), running.group(1), polled or call_id)
-            program = programs.get(polled or call_id) if running else programs.pop(polled or call_id, None)
+            if not polled and not running:  # (a command's program is kept while its session may be polled)
+                programs.pop(call_id, None)
             meta = {"call_id": call_id, "tool": self.called(call_id), "exit_code": code}
             if polled:
-                meta.update(polls=polled, polls_program=program)
+                meta.update(polls=polled, polls_program=programs.get(polled))
             return [("echo", text if text.strip() else NO_OUTPUT, meta)]
         if kind == "web_search_call":
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
