@@ -141,26 +141,31 @@ def days_once(text: str) -> str:
     """``text`` with each date heading said once: a free merge joins its children's lines by a newline, and each
     summary line opens with its span's days (``21 November 2025: ``), so a line joining four spans of one day
     said the day four times. A part (a line of ``text``) opening with the heading in force (the last one a part
-    opened with) is joined to what precedes it without it, as the compactor joins a line's parts: by ``; ``
-    (after Chinese ``；``, in the place of a ``。`` too), nothing after ``！？；``, a space after ``.!?``. A part
-    opening with other days keeps them: they say where the day changes. ``text`` itself when no heading repeats
+    opened with) is joined to what precedes it without it, when that opened with it too or was joined so (after a
+    part without a heading, a hidden part's, it is said again: joined, it would read as that part's), as the
+    compactor joins a line's parts: by ``; `` (after Chinese ``；``, in the place of a ``。`` before a Chinese
+    part), nothing after ``！？；``, a space after ``.!?``. A part opening with other days keeps them: they say where
+    the day changes. ``text`` itself when no heading repeats
     (the stored text stays as written: the tool-text mask lays its parts out from it)."""
     if "\n" not in text or ": " not in text:
         return text
     parts = text.split("\n")
     found = re.match(_HEADING, parts[0])
     day = found and found[0]
-    out, dropped = [parts[0]], False
+    out, dropped, under = [parts[0]], False, bool(found)
     for part in parts[1:]:
         found = re.match(_HEADING, part)
-        if found is None or found[0] != day:
+        if found is None or found[0] != day or not under:  # (after a part without a heading, it is said again)
             day = found[0] if found else day
             out.append("\n" + part)
+            under = bool(found)
             continue
         before = out[-1].rstrip()
         last = before[-1:] or " "
         chinese = re.search(_CHINESE, before) and not re.search(_KANA_HANGUL, before)
-        if last == "。" and chinese:  # (a speaker's part ending in 。 ends with the ； before the next)
+        rest = part[found.end():]
+        if last == "。" and chinese and re.search(_CHINESE, rest):  # (a speaker's part ending in 。 ends with the
+            # ； before the next Chinese one)
             before, joint = before[:-1], "；"
         elif last in "。！？；":
             joint = ""
@@ -169,7 +174,7 @@ def days_once(text: str) -> str:
         else:
             joint = "；" if chinese else "; "
         out[-1] = before + joint
-        out.append(part[found.end():])
+        out.append(rest)
         dropped = True
     return "".join(out) if dropped else text
 

@@ -308,8 +308,10 @@ def test_a_repeated_heading_is_dropped_and_the_parts_joined_as_the_compactor_joi
     assert days_once("8 May 2023: ran cat\n8 May 2023: pi: diff") == "8 May 2023: ran cat; pi: diff"
     assert flat("8 May 2023: ran cat\n8 May 2023: pi: diff\n8 May 2023: ran ls") == "8 May 2023: ran cat; pi: diff; ran ls"
     assert days_once("8 May 2023: pi: done.\n8 May 2023: user: go") == "8 May 2023: pi: done. user: go"
-    # a line without a heading between: the day in force is still the last one said
-    assert days_once("8 May 2023: pi: a\nuser: hi\n8 May 2023: pi: b") == "8 May 2023: pi: a\nuser: hi; pi: b"
+    # after a part without a heading (a hidden part's): the day is said again (joined, the part would read as its)
+    for text in ("8 May 2023: pi: a\nuser: hi\n8 May 2023: pi: b", "1 March 2026: pi: did A\ntool: ran git (hidden)\n1 March 2026: ran npm"):
+        assert days_once(text) == text
+    assert days_once("8 May 2023: a\nuser: hi\n8 May 2023: b\n8 May 2023: c") == "8 May 2023: a\nuser: hi\n8 May 2023: b; c"
     # other days are kept: they say where the day changes, and a day said again after them is said again
     for text in ("8 May 2023: a\n9 May 2023: b", "8, 9 May 2023: a\n9 May 2023: b", "8 May..2 July 2023: a\n2 July 2023: b"):
         assert days_once(text) == text
@@ -320,6 +322,7 @@ def test_a_repeated_heading_is_dropped_and_the_parts_joined_as_the_compactor_joi
     # a memory in Chinese: its days in digits, its parts joined by ；, nothing after a sentence's end
     assert days_once("2026-03-01: user: 修复登录\n2026-03-01: pi: 已修复") == "2026-03-01: user: 修复登录；pi: 已修复"
     assert days_once("2026-03-01: user: 修复登录。\n2026-03-01: pi: 好") == "2026-03-01: user: 修复登录；pi: 好"
+    assert days_once("2026-03-01: user: 修复登录。\n2026-03-01: ran npm") == "2026-03-01: user: 修复登录。ran npm"  # (。 kept)
     assert days_once("2026-03-01: user: 为什么？\n2026-03-01: pi: 好") == "2026-03-01: user: 为什么？pi: 好"
     assert days_once("2023-05-08: user: 直してください。\n2023-05-08: pi: はい") == "2023-05-08: user: 直してください。pi: はい"
     assert days_once("2026-03-01..2026-03-04: user: 修复\n2026-03-01..2026-03-04: pi: 好") == (
