@@ -269,6 +269,15 @@ def test_a_chinese_number_keeps_what_it_counts_and_a_date_is_one_piece():
     assert {"2回目"} <= found("（2回目）テストを実行しました。")  # (Japanese too)
 
 
+def test_an_ordinal_keeps_its_di():
+    """``第 42 行`` is line 42: after a path (a word apart from it) the number kept its counter and lost its 第
+    (``42 行``, 42 lines)."""
+    found = lambda text: {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
+    said = found("在 src/db/pool.py 第 42 行找到 PG_POOL_SIZE，默认值是 10，端口 5433。")
+    assert "第 42 行" in said and "42 行" not in said, said
+    assert "第42行" in found("在 src/db/pool.py 第42行找到 PG_POOL_SIZE。")
+
+
 def test_a_line_in_chinese_takes_chinese_connectives_and_sets_each_speaker_apart():
     """A line in Chinese joined two pieces ending and starting in ASCII by ``, `` (``端口是 5433, PG_POOL_SIZE
     现在是多少``), and a speaker's part ending in ``。`` ran into the next speaker's (``回归。pi:``): its ``。`` is the
@@ -946,6 +955,42 @@ def test_a_result_is_joined_to_its_own_call_even_beside_another(home):
     assert "read notes.txt, bash → exit 2" in line, line  # (its call said nothing: its tool says whose it is)
 
 
+def test_a_call_id_used_again_pairs_each_result_with_the_latest_call_of_it(home):
+    """Some logs number their calls afresh (``call_0`` each time): a result answers the latest call of its id
+    before it, not every call of that id."""
+    mem, _ = build(home, [
+        {"kind": "user", "text": "run the billing tests"},
+        {"kind": "tool", "text": "bash('pytest -q tests/billing')", "meta": {"tool": "bash", "command": "pytest -q tests/billing", "call_id": "call_0"}},
+        {"kind": "echo", "text": "2 failed, 5 passed in 0.4s", "meta": {"tool": "bash", "exit_code": 1, "call_id": "call_0"}},
+        {"kind": "pi", "text": "Two billing tests fail on rounding."},
+        {"kind": "user", "text": "lint the billing package"},
+        {"kind": "tool", "text": "bash('ruff check billing')", "meta": {"tool": "bash", "command": "ruff check billing", "call_id": "call_0"}},
+        {"kind": "echo", "text": "All checks passed!", "meta": {"tool": "bash", "exit_code": 0, "call_id": "call_0"}},
+        {"kind": "pi", "text": "Lint is clean."},
+    ])
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "ran pytest → exit 1, 2 failed, ran ruff → exit 0" in line, line
+
+
+def test_a_result_without_an_id_after_parallel_calls_joins_neither(home):
+    """Two calls without ids, then their results: which result is whose is not known, so none joins a call (the
+    first followed the second call, not its own)."""
+    mem, _ = build(home, [
+        {"kind": "user", "text": "run the tests and the linter"},
+        {"kind": "tool", "text": "bash('pytest -q')", "meta": {"tool": "bash", "command": "pytest -q"}},
+        {"kind": "tool", "text": "bash('ruff check .')", "meta": {"tool": "bash", "command": "ruff check ."}},
+        {"kind": "echo", "text": "2 failed, 5 passed in 0.4s", "meta": {"tool": "bash", "exit_code": 1}},
+        {"kind": "echo", "text": "All checks passed!", "meta": {"tool": "bash", "exit_code": 0}},
+        {"kind": "tool", "text": "bash('cat notes.txt')", "meta": {"tool": "bash", "command": "cat notes.txt"}},
+        {"kind": "echo", "text": "make: *** [all] Error 2", "meta": {"tool": "bash", "exit_code": 2}},
+        {"kind": "pi", "text": "Two tests fail."},
+    ])
+    line = extractive.Digest(mem).merge(3, 0)
+    assert "ran ruff →" not in line and "ran pytest →" not in line, line
+    assert "bash → exit 1, 2 failed" in line, line
+    assert "read notes.txt → exit 2" in line, line  # (a result right after its only call joins it)
+
+
 @pytest.mark.parametrize("meta, text, said", [
     ({"exit_code": 0}, "grep hits: TimeoutError in src/net.py, ECONNREFUSED in docs", ["exit 0"]),  # what it printed
     ({"exit_code": 0}, "12 passed in 0.3s", ["12 passed"]),
@@ -1027,6 +1072,30 @@ def test_an_error_is_copied_whole():
     found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": long})]
     error = next(p for p in found if p.startswith("RuntimeError: "))
     assert long.startswith(error) and long[len(error)] == " " and len(error) <= extractive.ERROR, error
+
+
+def test_an_error_ends_where_the_speakers_words_resume():
+    """An error said inside a sentence took the speaker's words after it, up to ``ERROR`` bytes (``… src/index.ts
+    and I think we should pin …``; in Chinese ``… Connection refused，你先帮我查一下 …``), and a cut one ended on a
+    stop word (``… and show a``). It ends at a clause a conjunction opens with a pronoun or article, at Chinese
+    punctuation or text, and a cut one on a word that says something."""
+    found = lambda text: [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    said = found("The build failed with Error: Cannot find module 'left-pad' imported from src/index.ts and I think we "
+                 "should pin the version in package.json, then rerun the pipeline before Friday.")
+    assert "Error: Cannot find module 'left-pad' imported from src/index.ts" in said, said
+    said = found("I get ValueError: invalid literal for int() with base 10: 'abc' whenever the form posts an empty age "
+                 "field; the validator in forms/profile.py should catch that.")
+    assert "ValueError: invalid literal for int() with base 10: 'abc'" in said, said
+    said = found("线上出现了报错：psycopg2.OperationalError: could not connect to server: Connection refused，你先帮我查一下 "
+                 "src/db/pool.py 里的配置，端口是 5433。")
+    assert "psycopg2.OperationalError: could not connect to server: Connection refused" in said, said
+    assert "Error: 文件不存在" in found("报错 Error: 文件不存在，怎么办")  # (a message in Chinese is the error's)
+    # a message's own conjunctions go on
+    error = "TypeError: unsupported operand type(s) for +: 'int' and 'str'"
+    assert error in found(f"It printed {error}\n")
+    long = "RuntimeError: " + "w" * 179 + " show a friendly message to the user instead"
+    error = next(p for p in found(long) if p.startswith("RuntimeError: "))
+    assert error.endswith(" show"), error
 
 
 def test_a_numbered_diffs_marks_and_line_numbers_are_no_pieces():

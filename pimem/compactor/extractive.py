@@ -597,6 +597,13 @@ _ERROR_HEAD = re.compile(r"(?:(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exce
 # in code is indented)
 _ERRNO_BEFORE = re.compile(r"\bE[A-Z0-9]{2,15}: \Z")
 _SENTENCE_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+# where the speaker's words resume after an error's message: a clause a conjunction opens with a pronoun or an
+# article after it (`` and I think``, `` whenever the form``; a message's `` and 'str'``, `` but got`` go on), a
+# comma's ``then``, ``so`` or ``but``, Chinese or Japanese punctuation, and their script after the message's text
+_PROSE_AGAIN = re.compile(
+    r"[,;]?\s+(?:and|but|so|then|when|whenever|because|while)\s+(?:I|I'm|I've|I'll|I'd|we|we're|you|they|he|she|it"
+    r"|then|the|this|that|nobody)\b|,\s+(?:then|so|but)\s|[，。；！？]"
+    rf"|(?<=[!-9;-~])\s?(?=[{_HAN_KANA}\uac00-\ud7af])")
 _CLOSERS = {"`": "`", '"': '"', "'": "'", "(": ")", "[": "]", "“": "”"}
 
 
@@ -624,11 +631,15 @@ def _error_statements(text: str) -> list[tuple[int, int]]:
             end = close
         if stop := _SENTENCE_STOP.search(text, start, end):
             end = stop.start()
+        if prose := _PROSE_AGAIN.search(text, start, end):
+            end = prose.start()
         last = end
         said = text[start:end].rstrip().rstrip(".,;:").rstrip()
-        if _size(said) > ERROR:
-            cut = said.encode("utf-8")[: ERROR + 1].decode("utf-8", "ignore")
-            said = cut[: cut.rfind(" ")].rstrip(" ,;:(") if " " in cut else ""
+        if _size(said) > ERROR:  # (cut between words, none of its last a stop word: not ``… and show a``)
+            words = said.encode("utf-8")[: ERROR + 1].decode("utf-8", "ignore").split(" ")[:-1]
+            while words and words[-1].lower().rstrip(",;:(") in STOP:
+                words.pop()
+            said = " ".join(words).rstrip(" ,;:(")
         if ":" in said.rstrip(":") or said.startswith("ERROR ") or _SYSTEM_ERRORS.match(said):  # (a message after it)
             out.append((start, start + len(said)))
     return out
@@ -658,6 +669,13 @@ def _counted(text: str, start: int, end: int) -> tuple[int, int]:
         # that word (``note 8: …``, ``Part 2``)
         opens = lead.start() + words[-1].start()
         at = opens if text[opens - 1 : opens] in ("", "\n") else start
+    # an ordinal's 第 right before it, spaced or not, is its own (``第 42 行``: line 42, not 42 lines), with no word
+    # before it but one written against it
+    first = text.rfind("第", max(0, start - 2), start)
+    if first >= 0 and text[first + 1 : start].strip():
+        first = -1
+    if first >= 0 and (at > first or any(c.isspace() for c in text[at:first])):
+        at = first
     return at, end
 
 
@@ -1052,8 +1070,12 @@ def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
     found, path = toolwork.work(msg)
     for piece, result, weight in found:
         ws = _wordset(piece)
-        # a call and its result share a key: the call's id, else the call's message (the one before a result)
-        call = call_id if isinstance(call_id, str) and call_id else i - 1 if result else i
+        # a call's key: its id and message (an id may be used again), else its message; a result's: the id of the
+        # call it answers, else the message before it (``_answered`` finds which call that is)
+        if isinstance(call_id, str) and call_id:
+            call = call_id if result else (call_id, i)
+        else:
+            call = i - 1 if result else i
         # (a poll's "exit 0" without its command's call says nothing: left out, as a result naming no tool)
         said = tool if result and not (polled and piece == "exit 0") else ""
         out.append(Unit(weight * (1.0 + stats.weight(ws) / 2), i, 0, piece, "", 2, ws, result, call, said,
@@ -1425,7 +1447,7 @@ class Digest:
         pool, days, runs = self._pool(l, i)
         self.pools[(l, i)] = (pool, days, runs)
         head = _dates(days, self.stats.chinese)  # (one form for all of a memory's lines)
-        line = compose(_paired(_folded(_named(pool), runs)) if runs else pool, head, self.limit)
+        line = compose(_paired(_folded(_answered(_named(pool)), runs)) if runs else pool, head, self.limit)
         if line == head:  # nothing to say of it: every word in it is common in the memory, or results ended well
             line = self._plainly(l, i, head)
         return line
@@ -1502,6 +1524,33 @@ def _named(pool: list[Unit]) -> list[Unit]:
         if u.file and named[u.file] != files[u.file]:
             text = f"{u.text.split(' ', 1)[0]} {named[u.file]}"
             u = Unit(u.score, u.i, u.pos, text, u.who, u.rank, _wordset(text), u.result, u.call, u.tool, u.file)
+        out.append(u)
+    return out
+
+
+def _answered(pool: list[Unit]) -> list[Unit]:
+    """``pool`` with each result keyed as the call it answers (``Unit.call``): the latest call of its id before it
+    (an id may be used again: ``call_0`` for each call), else, without an id, the call right before it, but for
+    parallel calls (a call before that one, a result after it: which result is whose is not known); a result whose
+    call the pool does not hold answers none of those it holds."""
+    calls: dict[object, list[int]] = {}  # a call id → the messages of the pool's calls of that id
+    for u in pool:
+        if u.rank == 2 and not u.result:
+            calls.setdefault(u.call[0] if isinstance(u.call, tuple) else None, []).append(u.i)
+    bare = set(calls.get(None, ()))
+    answers = {u.i for u in pool if u.rank == 2 and u.result and isinstance(u.call, int)} if bare else ()
+    out = []
+    for u in pool:
+        if u.rank == 2 and u.result:
+            if isinstance(u.call, str):
+                before = [i for i in calls.get(u.call, ()) if i <= u.i]
+                call = (u.call, max(before)) if before else u.call
+            elif u.call in bare and not (u.call - 1 in bare and u.i + 1 in answers):
+                call = u.call
+            else:
+                call = ("alone", u.i)
+            if call != u.call:
+                u = Unit(u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, True, call, u.tool, u.file)
         out.append(u)
     return out
 
