@@ -1161,11 +1161,13 @@ def test_a_builder_admits_messages_appended_since_it_read_the_log_at_its_next_lo
     assert task is not None and (task.l, task.i) == (0, 1)
 
 
-def test_context_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh):
+@pytest.mark.parametrize("command", [("context", "m"), ("view", "m", "--wait", "30")])
+def test_a_reader_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh, command):
     """A memory created while ``watch`` runs over the whole home is taken at the watcher's next look (every 2 s);
     until then no lease is held on it, and ``context`` showed its placeholders without waiting, which the next
-    turns showed summarised: the prompt cache's prefix broke once on every new memory. The watcher's heartbeat
-    in the home (``watch.json``) counts as building it."""
+    turns showed summarised: the prompt cache's prefix broke once on every new memory. ``view --wait`` said no
+    watcher built it. The watcher's heartbeat in the home (``watch.json``) counts as building it, for both
+    (``lease.wait_for_builder``)."""
     with FakeLLM("openai", latency=0.5) as server:
         configure(home, server)
         fill("a", 3)
@@ -1174,10 +1176,11 @@ def test_context_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh):
             fill("b", 1)
             until(lambda: lease.holder(Memory.open("b")))  # (the watcher just looked: the next look is 2 s on)
             fill("m", 2, short_every=1000)
+            assert lease.holder(Memory.open("m")) is None
             assert "(not summarized yet" in Memory.open("m").view_lines()[-1]
-            waited = sh("context", "m")
-            assert waited.returncode == 0 and b"(not summarized yet" not in waited.stdout
-            assert b"1+1|user: summary of 1" in waited.stdout
+            waited = sh(*command)
+            assert waited.returncode == 0 and b"(not summarized yet" not in waited.stdout, waited.stderr
+            assert b"1+1|user: summary of 1" in waited.stdout and waited.stderr == b""
             assert lease.watcher(home) is not None
     assert watcher.returncode == 0 and not (home / "watch.json").exists()
 
@@ -1199,25 +1202,6 @@ def test_a_memory_the_watcher_of_the_home_refused_is_not_waited_for(home, sh):
             viewed = sh("view", "nokey", "--wait", "600")
             assert viewed.returncode == 0 and b"1+1|(not summarized yet" in viewed.stdout
             assert b"the watcher of the home (pid " in viewed.stderr and b"refused 'nokey'" in viewed.stderr, viewed.stderr
-
-
-def test_view_wait_waits_for_a_watcher_of_the_home_to_take_a_new_memory(home, sh):
-    """``view --wait`` on a memory created since the home watcher's last look said no watcher built it and
-    showed its placeholders at once, where ``context`` waited for the watcher's next look: both wait through
-    ``lease.wait_for_builder`` now."""
-    with FakeLLM("openai", latency=0.5) as server:
-        configure(home, server)
-        fill("a", 3)
-        with watching() as watcher:
-            until(lambda: lease.holder(Memory.open("a")))
-            fill("b", 1)
-            until(lambda: lease.holder(Memory.open("b")))  # (the watcher just looked: the next look is 2 s on)
-            fill("m", 2, short_every=1000)
-            assert lease.holder(Memory.open("m")) is None
-            shown = sh("view", "m", "--wait", "30")
-            assert shown.returncode == 0 and b"(not summarized yet" not in shown.stdout, shown.stderr
-            assert b"1+1|user: summary of 1" in shown.stdout and shown.stderr == b""
-    assert watcher.returncode == 0
 
 
 def test_view_wait_says_the_watcher_of_the_home_stopped_answering_or_went_away_before_taking_a_memory(home):
