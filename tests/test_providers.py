@@ -267,20 +267,26 @@ def _completion(content: bytes) -> bytes:
             + b'"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1000,"completion_tokens":100}}')
 
 
+def _failing_in_2_s(url: str, tmp_path) -> tuple[CallFailed, float]:
+    """The error of an OpenAI-compatible call to ``url`` with a 2 s timeout, and the seconds it took."""
+    comp = Compactor({"provider": "openai", "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY",
+                      "timeout": 2}, BuildState(tmp_path))
+    start = time.monotonic()
+    with pytest.raises(CallFailed) as failed:
+        comp.build(Task(0, 3, kind="user", text="x" * 900))
+    took = time.monotonic() - start
+    comp.close()
+    return failed.value, took
+
+
 def test_a_reply_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_path, monkeypatch):
     """``timeout`` bounds the whole call, not each read: a server sending its headers, then a byte every 0.2 s
     (80 s in all), fails the call as a silent one does, long before it would have finished."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     reply = _completion(b"user: trickled summary.")
     with _replying(200, b"", [reply[k:k + 1] for k in range(len(reply))], pause=0.2) as url:
-        comp = Compactor({"provider": "openai", "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY",
-                          "timeout": 2}, BuildState(tmp_path))
-        start = time.monotonic()
-        with pytest.raises(CallFailed) as failed:
-            comp.build(Task(0, 3, kind="user", text="x" * 900))
-        took = time.monotonic() - start
-        comp.close()
-    assert str(failed.value) == f"{url}/chat/completions: no answer within 2 s"
+        failed, took = _failing_in_2_s(url, tmp_path)
+    assert str(failed) == f"{url}/chat/completions: no answer within 2 s"
     assert took < 0.2 * len(reply) / 2  # (generous: the trickle alone takes 0.2 s a byte)
 
 
@@ -349,14 +355,8 @@ def test_a_status_line_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_p
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     line = b"HTTP/1.1 200 OK " + b"x" * 104
     with _stalling([(0.5, line[k:k + 1]) for k in range(len(line))]) as (url, hung_up):
-        comp = Compactor({"provider": "openai", "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY",
-                          "timeout": 2}, BuildState(tmp_path))
-        start = time.monotonic()
-        with pytest.raises(CallFailed) as failed:
-            comp.build(Task(0, 3, kind="user", text="x" * 900))
-        took = time.monotonic() - start
-        comp.close()
-    assert str(failed.value) == f"{url}/chat/completions: no answer within 2 s"
+        failed, took = _failing_in_2_s(url, tmp_path)
+    assert str(failed) == f"{url}/chat/completions: no answer within 2 s"
     assert took < 10  # (a bound, not a speed: the line takes 60 s)
     assert hung_up == [True]
 
