@@ -1100,6 +1100,23 @@ def test_a_file_whose_first_line_is_still_being_written_is_left_for_the_next_imp
     assert "not JSON lines" in run("import", tmp_path / "plain.txt", "-n", "t").stderr
 
 
+@pytest.mark.parametrize("text", ["hello world", "[1,2,3]", "\ufeff  42"])
+def test_a_lone_line_without_newline_that_cannot_open_an_object_is_not_json_lines(run, home, tmp_path, text):
+    """Only the start of a JSON object (``{`` not yet closed) is a line still being written: any other lone line
+    without its newline is refused, with the files beside it, as before."""
+    good = write_jsonl(tmp_path / "ok.ndjson", [{"kind": "user", "text": "a"}])
+    odd = tmp_path / "odd.jsonl"
+    odd.write_bytes(text.encode())
+    before = snapshot(home)
+    result = run("import", good, odd, "-n", "q")
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr == f"pimem: error: {odd}: not JSON lines; pimem imports pi, claude, codex and ndjson files\n"
+    assert snapshot(home) == before
+    odd.write_bytes(b'\xef\xbb\xbf \t{"kind": "us')  # (a BOM, blanks: being written)
+    result = run("import", odd, "-n", "q")
+    assert result.exit_code == 1 and "last line still being written" in result.stderr, result.stderr
+
+
 def test_forced_format_reports_every_unreadable_line(run, home, tmp_path):
     path = write_jsonl(tmp_path / "x.jsonl", codex_lines()[:1] + ["[1, 2]"])
     result = run("import", path, "--format", "codex", "-n", "t")

@@ -108,14 +108,15 @@ def sessions_under(directory: Path) -> list[Path]:
 def inspect_file(path: Path, fmt: str, remedy: str | None = None,
                  on_unfinished: Callable[[int], None] = lambda line: None) -> Source | None:
     """``path`` as a ``Source`` (its format detected unless ``fmt`` forces one), None when it holds no line
-    yet or only one still being written (no newline, not JSON yet: ``on_unfinished`` is given its number);
+    yet or only one still being written (no newline, the start of a JSON object not whole yet:
+    ``on_unfinished`` is given its number);
     ``BadInput`` when its format cannot be told or it has no line of the format forced (``remedy`` instead of
     import's advice to give another ``--format``, for a caller that has none)."""
     lines, passed, unfinished = _head_lines(path)
     objects = list(_objects(lines))
     size = path.stat().st_size
     if not objects:
-        if len(lines) == 1 and unfinished:  # (the agent is writing it: the next import reads it)
+        if len(lines) == 1 and unfinished and _may_open_object(lines[0]):  # (being written: the next import reads it)
             on_unfinished(unfinished)
             return None
         if lines:
@@ -182,6 +183,11 @@ def _objects(lines: list[bytes]):
             continue
         if isinstance(obj, dict):
             yield obj
+
+
+def _may_open_object(line: bytes) -> bool:
+    """Whether ``line``, not yet parsed whole, could be the start of a JSON object (``hello`` cannot)."""
+    return line.lstrip().removeprefix(decoder.BOM).lstrip().startswith(b"{")
 
 
 def _moment(value) -> datetime | None:
