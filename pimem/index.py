@@ -236,6 +236,7 @@ class Index:
         self._file_names: dict[int, str] = {}
         self._fds: dict[int, int] = {}  # open log files by file id
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
+        self._crc = "crc"  # the column of the CRC-32 of the bytes read ("NULL" in a read-only index of schema 7)
         self.rebuilds = 0  # how many times ``guarded`` found the index damaged and started it over
         self._prefixes: dict | None = None  # ``terms_with_prefix``'s answers, during a run of ``answers``
         self.moved: list[tuple] = []  # files found by ``behind`` whose stamp alone moved: (name, done, then, now)
@@ -290,9 +291,12 @@ class Index:
                 raise self._unwritable("has no search index yet")
         db = sqlite3.connect(read_only_uri(self.path), uri=True, isolation_level=None, check_same_thread=False)
         db.execute("ATTACH DATABASE ? AS shard", (read_only_uri(self.shard_path),))
-        if any(db.execute(f"PRAGMA {schema}.user_version").fetchone()[0] != SCHEMA_VERSION for schema in SCHEMAS):
+        versions = [db.execute(f"PRAGMA {schema}.user_version").fetchone()[0] for schema in SCHEMAS]
+        if any(version != SCHEMA_VERSION and version not in UPGRADES for version in versions):
             db.close()
             raise self._unwritable("has an index of another pimem version")
+        if versions[0] != SCHEMA_VERSION:  # (one that cannot be upgraded here: no CRC-32, not known)
+            self._crc = "NULL"
         return db
 
     def _unwritable(self, why: str) -> PimemError:
@@ -391,7 +395,7 @@ class Index:
         ``[mtime_ns, inode, edits, crc]`` when the main file read them."""
         shard = dict(self.db.execute("SELECT name, done FROM shard.files"))
         main = {name: (fid, done, stamp) for fid, name, done, *stamp
-                in self.db.execute("SELECT id, name, done, mtime, inode, edits, crc FROM files")}
+                in self.db.execute(f"SELECT id, name, done, mtime, inode, edits, {self._crc} FROM files")}
         return {name: (*main.get(name, (None, 0, None))[:2], shard.get(name, 0), main.get(name, (None, 0, None))[2])
                 for name in main.keys() | shard.keys()}
 

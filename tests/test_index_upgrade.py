@@ -101,3 +101,17 @@ def test_a_second_file_left_at_schema_7_is_upgraded_alone(sh, log7):
     assert versions(memory) == (8, 8) and crcs(memory) == {f"{day}.jsonl": None for day in DAYS}
     with contextlib.closing(sqlite3.connect(memory / "index-1.sqlite")) as db:
         assert db.execute("SELECT done FROM files WHERE name = 'kept'").fetchall() == [(0,)]
+
+
+def test_a_read_only_memory_indexed_at_schema_7_is_searched_as_it_is(sh, log7):
+    """A memory whose directory cannot be written keeps its schema-7 index: read as it is, its files' CRC-32
+    not known (it was refused as an index of another pimem version, exit 7)."""
+    from test_behind_its_back import as_a_user, read_only
+
+    memory = log7.parent
+    with read_only(memory):
+        out = as_a_user("search", "staging", "m", "--limit", "20")
+    assert out.returncode == 0 and out.stdout.count(b"\n") == 9 and out.stderr == b"", out.stderr
+    assert versions(memory) == (7, 7)
+    assert sh("search", "staging", "m", "--limit", "20").stdout.count(b"\n") == 9  # writable: upgraded as ever
+    assert versions(memory) == (8, 8)
