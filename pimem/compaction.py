@@ -128,14 +128,20 @@ def _proposal(sizes: list[int], start: int, total: int, keep: int) -> int:
     return proposed
 
 
-def _nothing_to_compact(name: str, keep: int, sizes: list[int]) -> str:
+def _nothing_to_compact(name: str, keep: int, sizes: list[int], ok: list[bool]) -> str:
     """Why a first compaction of messages of ``sizes`` finds no message to put before the tail kept, and
-    which ``--keep`` would find one."""
+    which ``--keep`` would find one: the tail from the first safe cut (``ok``, as ``safe_cuts`` gives it)."""
     if len(sizes) < 2:
         held = "no messages" if not sizes else "one message, and the last message is always kept"
         return f"nothing to compact: {name} holds {held}"
-    return (f"nothing to compact: keeping {count(keep, 'byte')} of tail keeps all {len(sizes):,} messages of {name} "
-            f"({count(sum(sizes), 'byte')}); --keep {sum(sizes[1:]):,} or less leaves the first before it")
+    said = (f"nothing to compact: keeping {count(keep, 'byte')} of tail keeps all {len(sizes):,} messages of {name} "
+            f"({count(sum(sizes), 'byte')}); ")
+    first = next((c for c in range(1, len(sizes)) if ok[c]), None)  # (a later cut keeps less)
+    if first is None:
+        return said + ("no --keep compacts it: every cut would start the kept part with a tool result, separate a tool "
+                       "call from its result (meta.call_id) or drop a call that may still be running")
+    leaves = "the first" if first == 1 else f"the first {first:,} messages"
+    return said + f"--keep {sum(sizes[first:]):,} or less leaves {leaves} before it"
 
 
 def plan(mem, keep: int) -> Plan:
@@ -160,7 +166,7 @@ def plan(mem, keep: int) -> Plan:
         return Plan(source, parent["keptStart"], _proposal(before + sizes, source, total, keep),
                     parent.get("isSplitTurn", False), parent["sourceHash"], parent["windowId"], None, existing=parent)
     if proposed <= start:  # (the first compaction: a later one returned its parent above)
-        raise BadInput(_nothing_to_compact(mem.name, keep, sizes))
+        raise BadInput(_nothing_to_compact(mem.name, keep, sizes, safe_cuts(shape, start, total)))
     if cut is None:
         raise BadInput(
             f"no safe boundary between #{start + 1} and #{proposed}: every cut there would start the kept part "

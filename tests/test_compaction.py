@@ -220,6 +220,24 @@ def test_nothing_to_compact_says_what_the_memory_holds_and_which_keep_would_comp
     assert orjson.loads(run("compact", "main", "--keep", sum(sizes[1:]), "--json").stdout)["keptStart"] == 1
 
 
+def test_nothing_to_compact_names_a_keep_that_finds_a_safe_cut(run, home):
+    """A call and its result opening the memory: the --keep named leaves both before the tail (it named the tail
+    after the first message, a cut between the call and its result, and that --keep found no safe boundary)."""
+    log(run, call("c1"), result("c1"), user("hello there"), pi("hi"))
+    sizes = [m["size"] for m in Memory.open("main").messages()]
+    out = run("compact", "main", "--keep", "100000")
+    assert out.exit_code == 2 and out.stderr.endswith(
+        f"; --keep {sum(sizes[2:])} or less leaves the first 2 messages before it\n"), out.stderr
+    assert run("compact", "main", "--keep", sum(sizes[2:]) + 1).exit_code == 2
+    assert orjson.loads(run("compact", "main", "--keep", sum(sizes[2:]), "--json").stdout)["keptStart"] == 2
+
+
+def test_nothing_to_compact_names_no_keep_when_no_cut_is_safe(run, home):
+    log(run, call("c1"), result("c1"))
+    out = run("compact", "main", "--keep", "100000")
+    assert out.exit_code == 2 and "; no --keep compacts it: every cut would start the kept part with a tool result" in out.stderr
+
+
 def test_a_commands_file_memories_name_its_files_not_its_tasks_or_modules(run, home):
     """Every word of a command ending in a dot and letters was a file: mix phx.server, rake db.migrate and
     python -m app.main gave "file: phx.server" and the like. Paths and names with a file's extension still do."""
