@@ -625,7 +625,8 @@ class Memory:
         """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
         a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over, as is
         a harness's marker (``meta.marker``, or the text of one of ``CLAUDE_MARKERS`` from Claude Code) and a
-        message of white space alone (the padding a model writes before a tool call: it says nothing to show)."""
+        message that shows nothing (white space, the padding a model writes before a tool call; invisible
+        characters or escape sequences alone: ``_blank``)."""
         if type(kind) is not str:
             raise BadInput(f"kind is a message's kind (a str such as user), not {kind!r:.40}")
         if before is not None:
@@ -636,7 +637,7 @@ class Memory:
             start = max(0, end - window)
             found = None
             for msg in self.log.read(start, end):
-                if msg["kind"] == kind and not _not_said(msg) and not msg["text"].isspace():
+                if msg["kind"] == kind and not _not_said(msg) and not _blank(msg["text"]):
                     found = msg
             if found is not None:
                 return found
@@ -812,6 +813,16 @@ def _instant(date: str) -> datetime:
     except ValueError:
         return datetime.min.replace(tzinfo=timezone.utc)
     return moment if moment.tzinfo is not None else moment.astimezone()
+
+
+def _blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: white space, invisible characters (a zero-width space, a BOM) and escape
+    sequences alone, as ``tree.plain`` leaves them out (imported only for a text that may hold them)."""
+    if text.isascii() and "\x1b" not in text:
+        return not text.strip()
+    from .tree import plain
+
+    return not plain(text).strip()
 
 
 def _not_said(msg: dict) -> bool:

@@ -82,6 +82,20 @@ def test_the_previous_exchange_passes_over_messages_of_white_space_alone(run, ho
     assert Memory.open("main").count() == 6
 
 
+def test_the_previous_exchange_passes_over_messages_of_invisible_characters_alone(run, home):
+    """A zero-width space, a lone escape sequence, a BOM: a message that shows nothing once ``tree.plain`` has
+    left them out is passed over as white space is (the exchange showed #2 user: and #3 pi: empty)."""
+    run("append", "main", "where does staging listen?")
+    run("append", "main", "-k", "pi", "on 5433\u200b")
+    lines = [{"kind": "user", "text": "\u200b"}, {"kind": "pi", "text": "\x1b[0m"},
+             {"kind": "pi", "text": " \ufeff\u200b\x1b[31m \x1b[0m\n"}]
+    assert run("append", "main", "--ndjson", input="".join(orjson.dumps(r).decode() + "\n" for r in lines)).exit_code == 0
+    exchange = run("context", "main").stdout.split("<previous_exchange>\n")[1].split("</previous_exchange>")[0]
+    assert exchange == "#0 user: where does staging listen?\n#1 pi: on 5433\n"
+    assert orjson.loads(run("list", "--json").stdout)["last_user"] == "where does staging listen?"
+    assert Memory.open("main").count() == 5
+
+
 def test_a_previous_exchange_over_16000_bytes_is_left_to_the_view(run, home):
     run("append", "main", "问" * 3000)  # 9,000 bytes
     run("append", "main", "-k", "pi", "答" * 2000)  # 6,000 bytes
