@@ -49,9 +49,11 @@ without a memory (tests, a library user) work from the message or the two child 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import functools
 import heapq
+import itertools
 import math
 import operator
 import re
@@ -204,6 +206,16 @@ def _list_marker(text: str, start: int) -> int:
 # crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
 _NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
 _NEGATION_ENDS = frozenset(" \t不没有别未")  # (what a piece right after a negation follows: most follow none)
+_NEGATION_LAST = frozenset("oOtTrR")  # (the last letter of one before its spaces)
+
+
+def _negation(text: str, pos: int) -> re.Match | None:
+    """The negation right before ``pos`` in ``text`` (``_NEGATION``), if any."""
+    if text[pos - 1] in " \t" and text[max(0, pos - 12) : pos].rstrip(" \t")[-1:] not in _NEGATION_LAST:
+        return None  # (most pieces follow a space, few a negation's last letter: no search)
+    return _NEGATION.search(text, max(0, pos - 12), pos)
+
+
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
@@ -412,7 +424,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         text, grep, errors = _grepped(text)
     if "@@ -" in text:  # a unified diff's hunk headers and line marks: not its code
         text = _undiffed(text)
-    if "+ " in text and ("\n" in text or "\\n" in text):  # a numbered diff's marks and numbers
+    if "+ " in text and ("\n" in text or "\\n" in text) and _DIFF_ADDED.search(text):  # a numbered diff's marks and numbers
         text = _unnumbered(text)
     out: list[Unit] = []
     seen: set[str] = set()
@@ -432,7 +444,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         start, end = _bared(piece)
         piece, pos = piece[start:end], pos + start
-        if pos and text[pos - 1] in _NEGATION_ENDS and (negation := _NEGATION.search(text, max(0, pos - 12), pos)):
+        if pos and text[pos - 1] in _NEGATION_ENDS and (negation := _negation(text, pos)):
             piece, pos = text[negation.start() : pos + len(piece)], negation.start()  # "never committed", not "committed"
         if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
             # statement, taken without its operator
@@ -472,6 +484,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     errors += [span for span in _error_statements(text) if not (errors and _inside(errors, *span))]
     for start, end in errors:
         add(text[start:end], start, ERROR_WEIGHT, ERROR)
+    in_error = _overlap(errors) if errors else None  # (a tool's output may hold an error on every other line)
     others = [(start, end) for start, end in urls if not text.startswith("http", start)] if urls else []
 
     def found():
@@ -481,7 +494,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             start, end = m.span()
             if not (marks and _in_word(text, start, end) or blobs and _inside(blobs, start, end)
                     or others and _inside(others, start, end)
-                    or errors and "/" not in m.group() and "\\" not in m.group() and _inside(errors, start, end)):
+                    or in_error and "/" not in m.group() and "\\" not in m.group() and in_error(start, end)):
                 yield start, m.group()  # (an error's words are said with it, but for the path it names)
 
     for start, piece in found():
@@ -489,7 +502,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             at, end = _counted(text, start, start + len(piece))
             if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
                 at = start  # (a word of a path or a URL is none of its words)
-            if (at, end) != (start, start + len(piece)) and not (errors and _inside(errors, at, end)):
+            if (at, end) != (start, start + len(piece)) and not (in_error and in_error(at, end)):
                 add(text[at:end], at, 1.3)
             continue
         if cjk and piece[0].isdigit() and piece[-1].isdigit() and (unit := _COUNTER.match(text, start + len(piece))):
@@ -519,10 +532,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         for m in _CJK_CLAUSE.finditer(text):
             piece = m.group().strip()
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
-                    errors and _inside(errors, m.start(), m.end())):
+                    in_error and in_error(m.start(), m.end())):
                 add(piece, m.start() + m.group().find(piece))
     for pos, phrase in _phrases(text, bool(cjk)):
-        if errors and _inside(errors, pos, pos + len(phrase)):
+        if in_error and in_error(pos, pos + len(phrase)):
             continue  # (a diagnostic's error: said whole)
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
             for at, part in _quoted(phrase):
@@ -595,6 +608,7 @@ _ERROR_AT = re.compile(r"(rror|xception|atal|FATAL|anic|ERROR)(?:\[\w+\])?(?::|(
 _ERROR_HEAD = re.compile(r"(?:(?<![\w.])(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)|(?<![\w-])(?:Error|Exception|Fatal|FATAL|ERROR)"
                          r"|(?:^|(?<=\n)|(?<=\\n)|(?<=`))(?:error|fatal|panic))\Z")  # (opening its line or a quote: ``error: any``
 # in code is indented)
+_RUN_BACK = re.compile(r"[\w.]*")  # (read backwards)
 _ERRNO_BEFORE = re.compile(r"\bE[A-Z0-9]{2,15}: \Z")
 _SENTENCE_STOP = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 # where the speaker's words resume after an error's message: a clause a conjunction opens with a pronoun or an
@@ -613,7 +627,9 @@ def _error_statements(text: str) -> list[tuple[int, int]]:
     starts = []
     if any(hint in text for hint in _ERROR_HINTS):
         for m in _ERROR_AT.finditer(text):
-            head = _ERROR_HEAD.search(text, max(0, m.start() - SENTENCE), m.end(1))
+            end = m.end(1)  # (its head is in the run of word characters and dots before it: searched from the run's start)
+            start = end - _RUN_BACK.match(text[max(0, m.start() - SENTENCE) : end][::-1]).end()
+            head = _ERROR_HEAD.search(text, start, end)
             if head:
                 starts.append(head.start())
     if any(hint in text for hint in _SYSTEM_HINTS):
@@ -778,6 +794,7 @@ def _ungutted(text: str) -> str:
 
 # a diff as an agent's tool shows it, each line marked and numbered (`` + 11 ### Fixed``, ``- 12 old``): the marks and
 # numbers say where, not what (``+ 12``, ``11 ### Fixed`` were pieces); the lines' text is read as text
+_DIFF_ADDED = re.compile(r"\+[ \t]+\d")  # (what one of its rows holds: most texts holding "+ " have none)
 _DIFF_ROW = re.compile(r"(?m)(?:^|(?<=\\n))[ \t]*([+-])[ \t]+(\d{1,6})(?=[ \t]|$|\\n)")
 
 
@@ -951,6 +968,19 @@ _HEX = re.compile(r"[0-9a-f]+|[0-9A-F]+")
 
 def _inside(spans: list[tuple[int, int]], start: int, end: int) -> bool:
     return any(s < end and start < e for s, e in spans)
+
+
+def _overlap(spans: list[tuple[int, int]]):
+    """``_inside(spans, start, end)`` as a function of ``start, end``, its time not growing with the spans: of the
+    spans starting before ``end`` (sorted by their starts), the furthest end is past ``start``."""
+    spans = sorted(spans)
+    starts, ends = [s for s, _ in spans], list(itertools.accumulate((e for _, e in spans), max))
+
+    def inside(start: int, end: int) -> bool:
+        k = bisect.bisect_left(starts, end)
+        return k > 0 and ends[k - 1] > start
+
+    return inside
 
 
 _QUOTES = " \t'\"“”‘’*"
