@@ -193,7 +193,7 @@ def test_a_worker_answers_each_frame_in_order_and_a_raising_one_with_its_error(h
         out = out[4 + size:]
     (leaf, _, no_pool), (merge, _, pool) = replies[0]
     assert "5433" in leaf and no_pool is None
-    assert merge and pool[0] and all(len(unit) == 9 for unit in pool[0])  # the units the parent chooses from
+    assert merge and pool[0] and all(len(unit) == 11 for unit in pool[0])  # the units the parent chooses from
     assert isinstance(replies[1], str) and replies[1]
 
 

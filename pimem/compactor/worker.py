@@ -194,7 +194,7 @@ def serve(name: str, path: str, home: str, size: int, block: int, k: int, source
     """Worker ``k`` of ``size`` (blocks of ``2**block`` messages): answer the frames read from ``source`` on
     ``sink`` until ``source`` ends. A frame whose task raises is answered with the error, a string."""
     from ..memory import Memory
-    from .extractive import Digest, Unit
+    from .extractive import Digest
 
     digest = Digest(Memory(name, Path(path), Path(home)))
     digest.mine = lambda i: (i >> block) % size == k  # its blocks' leaves (a merge above them seldom reads one)
@@ -207,19 +207,28 @@ def serve(name: str, path: str, home: str, size: int, block: int, k: int, source
             for l, i, kind, text, meta, date, ship, given in orjson.loads(source.read(_LEN.unpack(head)[0])):
                 started = time.perf_counter()
                 for c, units, days, runs in given:
-                    digest.pools[(l - 1, c)] = ([Unit(*u[:6], tuple(u[6]), *u[7:]) for u in units], tuple(days), runs)
+                    digest.pools[(l - 1, c)] = ([_unit(u) for u in units], tuple(days), runs)
                 line = digest.leaf(i, kind, text, meta, date) if l == 0 else digest.merge(l, i)
                 pool = None
                 if ship:
                     units, days, runs = digest.pools.pop((l, i))
-                    pool = [[[u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, u.result, u.call] for u in units], days,
-                            runs]
+                    pool = [[[u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, u.result, u.call, u.tool, u.file]
+                             for u in units], days, runs]
                 answers.append((line, round(time.perf_counter() - started, 4), pool))
         except Exception as exc:  # the builder builds it again inline, where it raises with its traceback
             answers = f"{type(exc).__name__}: {exc}"
         frame = orjson.dumps(answers)
         sink.write(_LEN.pack(len(frame)) + frame)
         sink.flush()
+
+
+def _unit(fields: list):
+    """A ``Unit`` as another worker shipped it in JSON: its words and a call's key (an id and a message) tuples
+    again, as they were made (a list is no key, nor equal to the tuple another unit holds)."""
+    from .extractive import Unit
+
+    call = fields[8]
+    return Unit(*fields[:6], tuple(fields[6]), fields[7], tuple(call) if isinstance(call, list) else call, *fields[9:])
 
 
 if __name__ == "__main__":
