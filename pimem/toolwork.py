@@ -94,10 +94,9 @@ def _in_word(ch: str) -> bool:
 def pieces(msg: dict) -> list[tuple[str, bool, float]]:
     """What tool message ``msg`` did, as ``(text, result, weight)``: for a call what it ran, edited or read (nothing
     for a call that polls a command already running or writes to its input, Codex's ``write_stdin``: the command is
-    the work), for a
-    result how it ended (``result`` True): ``exit N`` or ``error`` (a harness's error flag without a code) and
-    the error's name when it failed; when it ended well its first test count, else ``exit 0`` if its exit code
-    says so; when nothing says how it ended, its first count (failures first) and error name."""
+    the work), for a result how it ended (``result`` True): ``exit N`` or ``error`` (a harness's error flag without
+    a code) and the error's name when it failed; when it ended well its first test count, else ``exit 0`` if its
+    exit code says so; when nothing says how it ended, its first count (failures first) and error name."""
     return work(msg)[0]
 
 
