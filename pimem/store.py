@@ -564,13 +564,14 @@ class Log:
                     created.add(day)
                     continue
                 known, st = self._info.get(f"{day}.jsonl"), os.fstat(fds[day])
-                if known is not None and not self._as_recorded(f"{day}.jsonl", known, st):
+                recorded = known is not None and self._as_recorded(f"{day}.jsonl", known, st)
+                if known is not None and not recorded:
                     self._changed_behind([f"{day}.jsonl"])
                     if st.st_size == known.size:
                         self._edited.add(f"{day}.jsonl")
                 before[day] = st
-                crcs[day] = known.crc if known is not None and known.size == st.st_size else \
-                    self._crc_read(f"{day}.jsonl", st.st_size, _stamp(st))
+                # (the CRC recorded goes on only from the bytes it was of: a file edited at its size has others)
+                crcs[day] = known.crc if recorded else self._crc_read(f"{day}.jsonl", st.st_size, _stamp(st))
             self.begin_write()
             began = True
             for day in created:

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import tempfile
+import zlib
 
 import orjson
 import pytest
@@ -225,6 +226,19 @@ def test_day_files_touched_or_copied_back_are_no_edit(sh, log, how):
         {p.name: (p.stat().st_mtime_ns, p.stat().st_ino) for p in log.iterdir()}
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
     assert sh("search", "staging", "m").stderr == b""
+
+
+def test_a_write_after_a_same_size_edit_records_the_crc_of_the_bytes_as_edited(sh, log):
+    """A writer that found a day file edited at its size carried the CRC-32 of its old bytes on: a later
+    ``touch`` of it then counted as an edit (fsck exit 5) though nothing had changed since the write."""
+    path = log / f"{DAYS[-1]}.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"message 8 about the staging db", b"message 8 about the XXXXXXX db"))
+    assert sh("append", "m", "--date", f"{DAYS[-1]}T23:00:00+08:00", "later that day").stdout == b"9\n"
+    row = json.loads((log.parent / "ranges.json").read_bytes())["files"][path.name]
+    assert row[7] == zlib.crc32(path.read_bytes())
+    assert b"changed since the index read it" in sh("search", "xxxxxxx", "m").stderr  # (the index reads it afresh)
+    subprocess.run(["touch", str(path)], check=True)
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
 
 
 @pytest.mark.parametrize("how", ["touch", "cp -a"])
