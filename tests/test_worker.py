@@ -254,3 +254,25 @@ def test_a_killed_build_leaves_no_worker_running(home):
     proc.kill()
     proc.wait()
     assert gone(mem)  # their input ends with the builder
+
+
+def test_a_pool_shipped_between_workers_is_the_pool_made():
+    """A call's key is its id and its message: JSON made the one a span's runs hold a list, unequal to the
+    tuple of its units, so a worker folding another's block dropped the last call's outcome (``ran pytest ×4``
+    where inline said ``ran pytest ×4 → exit 1, 3 failed``)."""
+    import orjson
+
+    from pimem.compactor import extractive
+    from pimem.compactor.worker import _pool
+
+    found = [u for n in range(4) for u in extractive.units({"i": 2 * n, "kind": "tool", "text": 'bash({"command": "pytest"})',
+                                                             "meta": {"tool": "bash", "command": "pytest", "call_id": f"c{n}"}})
+             + extractive.units({"i": 2 * n + 1, "kind": "echo", "text": "3 failed, 2 passed\nexit code 1",
+                                 "meta": {"call_id": f"c{n}", "exit_code": 1}})]
+    runs = extractive._runs([u for u in found if not u.result])
+    shipped = orjson.loads(orjson.dumps([[[u.score, u.i, u.pos, u.text, u.who, u.rank, u.words, u.result, u.call, u.tool,
+                                           u.file] for u in found], [], runs]))
+    units, _, back = _pool(*shipped)
+    assert back == runs and [u.call for u in units] == [u.call for u in found]  # (the keys ``_folded`` compares)
+    said = [u.text for u in extractive._paired(extractive._folded(extractive._answered(found), runs))]
+    assert said == [u.text for u in extractive._paired(extractive._folded(extractive._answered(units), back))], said

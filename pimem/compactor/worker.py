@@ -207,7 +207,7 @@ def serve(name: str, path: str, home: str, size: int, block: int, k: int, source
             for l, i, kind, text, meta, date, ship, given in orjson.loads(source.read(_LEN.unpack(head)[0])):
                 started = time.perf_counter()
                 for c, units, days, runs in given:
-                    digest.pools[(l - 1, c)] = ([_unit(u) for u in units], tuple(days), runs)
+                    digest.pools[(l - 1, c)] = _pool(units, days, runs)
                 line = digest.leaf(i, kind, text, meta, date) if l == 0 else digest.merge(l, i)
                 pool = None
                 if ship:
@@ -222,13 +222,22 @@ def serve(name: str, path: str, home: str, size: int, block: int, k: int, source
         sink.flush()
 
 
+def _pool(units: list, days: list, runs: dict) -> tuple:
+    """A span's pool as another worker shipped it in JSON, as it was made (``Digest.pools``)."""
+    return [_unit(u) for u in units], tuple(days), {did: [n, _key(call)] for did, (n, call) in runs.items()}
+
+
 def _unit(fields: list):
-    """A ``Unit`` as another worker shipped it in JSON: its words and a call's key (an id and a message) tuples
-    again, as they were made (a list is no key, nor equal to the tuple another unit holds)."""
+    """A ``Unit`` as another worker shipped it in JSON: its words and its call's key tuples again, as made."""
     from .extractive import Unit
 
-    call = fields[8]
-    return Unit(*fields[:6], tuple(fields[6]), fields[7], tuple(call) if isinstance(call, list) else call, *fields[9:])
+    return Unit(*fields[:6], tuple(fields[6]), fields[7], _key(fields[8]), *fields[9:])
+
+
+def _key(call):
+    """A call's key as another worker shipped it in JSON: an id and a message a tuple again, as it was made (a
+    list is no key, nor equal to the tuple another unit or a span's runs hold)."""
+    return tuple(call) if isinstance(call, list) else call
 
 
 if __name__ == "__main__":
