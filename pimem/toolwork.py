@@ -157,7 +157,7 @@ _POLL = re.compile(r"""["']chars["']\s*:\s*["']["']""")  # write_stdin sending n
 # the shell's ways to change a file in place or write one: ``sed -i``, ``perl -pi``, ``tee FILE``, sed's ``w FILE``,
 # and the redirection of a program that only prints (``cat > FILE <<EOF``, ``echo x >> FILE``; ``pytest > log`` ran
 # pytest)
-_IN_PLACE = {"sed": re.compile(r"-[a-zA-Z]*i.*|--in-place.*"), "perl": re.compile(r"-(?![Mm])[a-zA-Z0-9]*i.*")}
+_IN_PLACE = {"sed": re.compile(r"-[a-zA-Z]*i.*|--in-place.*"), "perl": re.compile(r"-(?![MmI])[a-zA-Z0-9]*i.*")}
 _PRINTERS = frozenset("cat echo printf".split())
 _SEPARATORS = frozenset("; ;; & && || | |& ( )".split())
 _OUTPUTS = frozenset("> >> >| &> &>> >&".split())  # (``>&`` to a number copies a stream: ``2>&1`` writes no file)

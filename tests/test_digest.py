@@ -1961,6 +1961,7 @@ def test_a_call_and_its_results_are_said_together_or_not_at_all(home):
     ("sed -i 's/pool_size = 3/pool_size = 6/' src/db/pool.py", "edited db/pool.py"),
     ("sed -i.bak -e 's/a/b/' conf/app.toml", "edited conf/app.toml"),
     ("perl -pi -e 's/foo/bar/' lib/Foo.pm", "edited lib/Foo.pm"),
+    ("perl -Ilib t/basic.t", "ran perl"),  # (-I names a library directory: the i in lib edits nothing)
     ("echo 'PORT=5433' | tee -a config/.env.local", "edited .env.local"),
     ("cat > notes.md <<'EOF'\nhello; world\nEOF", "edited notes.md"),
     ("pytest -x > log.txt", "ran pytest"),  # (its output went to a file: what ran is pytest)
