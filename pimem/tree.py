@@ -194,7 +194,8 @@ _INERT = {c: r for c, r in _FLAT.items() if c not in (9, 10)}
 
 
 def inert(text: str) -> str:
-    """``flat`` but for its newlines and tabs (a CR LF is one newline): lines that cannot steer a terminal."""
+    """``text`` under ``flat``'s rule but for its newlines and tabs (a CR LF is one newline), its date headings
+    as written (a message's text, not a joined line): lines that cannot steer a terminal."""
     return plain(text.replace("\r\n", "\n")).translate(_INERT)
 
 

@@ -1476,7 +1476,7 @@ class Digest:
         self._grown((i + 1) << l)
         pool, days, runs = self._pool(l, i)
         self.pools[(l, i)] = (pool, days, runs)
-        head = _dates(days, self.stats.chinese)  # (one form for all of a memory's lines)
+        head = _dates(days, self.stats.chinese)  # (one form for a memory's lines while its statistics stand)
         line = compose(_paired(_folded(_answered(_named(pool)), runs)) if runs else pool, head, self.limit)
         if line == head:  # nothing to say of it: every word in it is common in the memory, or results ended well
             line = self._plainly(l, i, head)
