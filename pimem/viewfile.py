@@ -378,6 +378,8 @@ class ViewFile:
                     views.load(read_bytes(path), count)
                     views.check_tree(self.tree.file_sizes())
                     views.loaded = stamp
+                except FileNotFoundError:  # (gone since its stat: missing, as if never there; the memory may have moved)
+                    views = self.make()
                 except (ValueError, OSError) as exc:
                     from .output import warn
 

@@ -187,3 +187,21 @@ def test_steps_are_not_copied_where_a_merge_would_bring_the_copy_to_its_own_floo
         if c.shrinking or c.total > c.hi:
             c.fit()
     assert state(b) == state(c)
+
+
+def test_a_view_file_gone_between_its_stat_and_its_read_is_missing_not_unusable(tmp_path, monkeypatch, capsys):
+    """A memory moved or deleted while a watcher read its view: view.json was there at its stat and gone at its
+    read, and the watcher warned that it was unusable before it said the memory had gone."""
+    from pimem.memory import Memory
+
+    mem = Memory.at("m", home=tmp_path)
+    mem.append([{"kind": "user", "text": f"message {n}"} for n in range(5)])
+    mem.view_lines()
+    assert (mem.path / "view.json").exists()
+
+    def gone(path, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(viewfile, "read_bytes", gone)
+    fresh = Memory.open("m", home=tmp_path)
+    assert len(fresh.view_lines()) == 5 and "unusable" not in capsys.readouterr().err
