@@ -409,27 +409,38 @@ def test_codex_pairs_calls_and_skips_boilerplate(run, home, tmp_path):
     assert msgs[0]["date"] == "2026-05-11T08:27:02.000Z"
 
 
+def _rollout_time(s: int) -> str:
+    return f"2026-05-11T08:27:{s:02d}.000Z"
+
+
+def _item(s: int, payload: dict) -> dict:
+    """A Codex rollout's response item at second ``s``."""
+    return {"timestamp": _rollout_time(s), "type": "response_item", "payload": payload}
+
+
+def _started(session: str, cmd: str) -> list[dict]:
+    """A rollout whose command ``cmd`` (call ``run1``) still runs in session 7."""
+    return [{"timestamp": _rollout_time(0), "type": "session_meta", "payload": {"id": session, "timestamp": _rollout_time(0),
+                                                                               "cwd": "/repo"}},
+            _item(1, {"type": "function_call", "name": "exec_command", "call_id": "run1", "arguments": json.dumps({"cmd": cmd})}),
+            _item(2, {"type": "function_call_output", "call_id": "run1", "output": "Process running with session ID 7\nOutput:\n"})]
+
+
+def _poll(s: int, call: str, output: str) -> list[dict]:
+    """A ``write_stdin`` poll of session 7 at second ``s`` and its result."""
+    return [_item(s, {"type": "function_call", "name": "write_stdin", "call_id": call,
+                      "arguments": json.dumps({"session_id": 7, "chars": ""})}),
+            _item(s + 1, {"type": "function_call_output", "call_id": call, "output": output})]
+
+
 def test_codex_polls_say_the_program_they_poll_across_a_resumed_import(run, tmp_path):
     """A command still running is polled by ``write_stdin`` on its session: each poll and its result name the
     program polled (``npm``), also when the polls come in a later import of the grown file, so a line holding a
     poll without the command's call can say what ran."""
-    t = "2026-05-11T08:27:{:02d}.000Z".format
-    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
-    path = write_jsonl(tmp_path / "rollout.jsonl", [
-        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-3", "timestamp": t(0), "cwd": "/repo"}},
-        item(1, {"type": "function_call", "name": "exec_command", "call_id": "run1",
-                 "arguments": json.dumps({"cmd": "cd /repo && npm test -- --run"})}),
-        item(2, {"type": "function_call_output", "call_id": "run1", "output": "Process running with session ID 7\nOutput:\n"}),
-    ])
+    path = write_jsonl(tmp_path / "rollout.jsonl", _started("cx-3", "cd /repo && npm test -- --run"))
     assert run("import", path, "-n", "t").exit_code == 0
-    write_jsonl(path, [
-        item(3, {"type": "function_call", "name": "write_stdin", "call_id": "p1",
-                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
-        item(4, {"type": "function_call_output", "call_id": "p1", "output": "Process running with session ID 7\nOutput:\n"}),
-        item(5, {"type": "function_call", "name": "write_stdin", "call_id": "p2",
-                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
-        item(6, {"type": "function_call_output", "call_id": "p2", "output": "Process exited with code 1\nOutput:\n1 failed"}),
-    ])
+    write_jsonl(path, [*_poll(3, "p1", "Process running with session ID 7\nOutput:\n"),
+                       *_poll(5, "p2", "Process exited with code 1\nOutput:\n1 failed")])
     assert run("import", path, "-n", "t").exit_code == 0
     msgs = messages()
     assert [(m["meta"].get("polls"), m["meta"].get("polls_program")) for m in msgs] == [
@@ -438,20 +449,9 @@ def test_codex_polls_say_the_program_they_poll_across_a_resumed_import(run, tmp_
 
 def test_a_codex_poll_after_its_command_exited_still_says_the_program(run, tmp_path):
     """A poll whose result says the command exited forgot its program: a later poll of the session said none."""
-    t = "2026-05-11T08:27:{:02d}.000Z".format
-    item = lambda s, payload: {"timestamp": t(s), "type": "response_item", "payload": payload}  # noqa: E731
-    poll = lambda s, n, output: [  # noqa: E731
-        item(s, {"type": "function_call", "name": "write_stdin", "call_id": n,
-                 "arguments": json.dumps({"session_id": 7, "chars": ""})}),
-        item(s + 1, {"type": "function_call_output", "call_id": n, "output": output})]
-    path = write_jsonl(tmp_path / "rollout.jsonl", [
-        {"timestamp": t(0), "type": "session_meta", "payload": {"id": "cx-4", "timestamp": t(0), "cwd": "/repo"}},
-        item(1, {"type": "function_call", "name": "exec_command", "call_id": "run1",
-                 "arguments": json.dumps({"cmd": "sed -n 1,400p big.log"})}),
-        item(2, {"type": "function_call_output", "call_id": "run1", "output": "Process running with session ID 7\nOutput:\n"}),
-        *poll(3, "p1", "Process exited with code 0\nOutput:\nend"),
-        *poll(5, "p2", "Process exited with code 0\nOutput:\n"),
-    ])
+    path = write_jsonl(tmp_path / "rollout.jsonl", [*_started("cx-4", "sed -n 1,400p big.log"),
+                                                    *_poll(3, "p1", "Process exited with code 0\nOutput:\nend"),
+                                                    *_poll(5, "p2", "Process exited with code 0\nOutput:\n")])
     assert run("import", path, "-n", "t").exit_code == 0
     assert [(m["meta"].get("polls"), m["meta"].get("polls_program")) for m in messages()] == [
         (None, None), (None, None)] + [("run1", "sed")] * 4
