@@ -1091,10 +1091,16 @@ def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
         assert turn.returncode == 0 and b"(not summarized yet" in turn.stdout
         assert view.returncode == 0 and f"the watcher building 'm' (pid {watcher.pid}) is not answering".encode() in view.stderr, view.stderr
     finally:
+        _thawed_and_stopped(watcher)
+    assert watcher.returncode == 0
+
+
+def _thawed_and_stopped(watcher) -> None:
+    """A watcher that may be frozen (``SIGSTOP``) woken and stopped, if it still runs."""
+    if watcher.poll() is None:
         watcher.send_signal(signal.SIGCONT)
         watcher.send_signal(signal.SIGTERM)
         watcher.communicate(timeout=30)
-    assert watcher.returncode == 0
 
 
 def test_view_wait_says_the_watcher_stopped_answering_or_went_away_during_the_wait(home):
@@ -1123,10 +1129,7 @@ def test_view_wait_says_the_watcher_stopped_answering_or_went_away_during_the_wa
             else:
                 assert b"no watcher is building 'm'" in err, err
     finally:
-        if watcher.poll() is None:
-            watcher.send_signal(signal.SIGCONT)
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
+        _thawed_and_stopped(watcher)
 
 
 def test_an_offline_watcher_writes_a_new_messages_summary_at_once_not_at_its_batch_timer(home, sh):
@@ -1233,10 +1236,7 @@ def test_view_wait_says_the_watcher_of_the_home_stopped_answering_or_went_away_b
             else:
                 assert f"no watcher is building '{name}'".encode() in err, err
     finally:
-        if watcher.poll() is None:
-            watcher.send_signal(signal.SIGCONT)
-            watcher.send_signal(signal.SIGTERM)
-            watcher.communicate(timeout=30)
+        _thawed_and_stopped(watcher)
 
 
 def test_a_second_watcher_of_the_home_leaves_a_live_ones_watch_json_alone(home, tmp_path):
