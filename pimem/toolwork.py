@@ -169,13 +169,13 @@ def _commands(command: str) -> list[tuple[str, list[str], str, bool]]:
     """The simple commands of a shell command, in order, each as ``(program, arguments, file, writes)``: its
     arguments without its redirections and quotes, the file its output goes to (``""`` for none or
     ``/dev/null``), and whether it writes any file by redirection (``2> err.txt`` too). It is split at ``;``,
-    ``&&``, ``||``, ``|``, ``&`` and line ends; a heredoc's lines and what follows an unclosed quote are left out,
-    as is what comes before the program (assignments, ``sudo``)."""
+    ``&&``, ``||``, ``|``, ``&``, ``;;``, ``|&``, parentheses and line ends; a heredoc's lines and what follows an
+    unclosed quote are left out, as is what comes before the program (assignments, ``sudo``)."""
     import shlex  # (only shell commands need it)
 
     out: list[tuple[str, list[str], str, bool]] = []
-    lines, heredoc = command.split("\n"), ""
-    for line in lines:
+    heredoc = ""
+    for line in command.split("\n"):
         if heredoc:
             heredoc = "" if line.strip() == heredoc else heredoc
             continue
@@ -198,7 +198,7 @@ def _commands(command: str) -> list[tuple[str, list[str], str, bool]]:
                     out.append((args[0].rsplit("/", 1)[-1], args[1:], target, writes))
                 args, target, writes = [], "", False
             elif word.startswith("<"):  # (its input: ``< in.txt``, a heredoc's ``<<EOF``)
-                if word in ("<<", "<<-") and k + 1 < len(words):
+                if word == "<<" and k + 1 < len(words):  # (``<<-EOF`` comes as ``<<`` and ``-EOF``)
                     heredoc = words[k + 1].lstrip("-")
                 k += 1
             elif word in _OUTPUTS:
