@@ -253,6 +253,7 @@ class Index:
     def _connect(self) -> sqlite3.Connection:
         if not os.access(self.path.parent, os.W_OK):
             return self._connect_read_only()
+        self.read_only, self._crc = False, "crc"  # (a directory read-only when last connected may be writable now)
         _create_file(self.path)
         db = sqlite3.connect(file_uri(self.path), uri=True, isolation_level=None, check_same_thread=False)
         _tune(db)
@@ -295,8 +296,8 @@ class Index:
         if any(version != SCHEMA_VERSION and version not in UPGRADES for version in versions):
             db.close()
             raise self._unwritable("has an index of another pimem version")
-        if versions[0] != SCHEMA_VERSION:  # (one that cannot be upgraded here: no CRC-32, not known)
-            self._crc = "NULL"
+        # (one of schema 7 cannot be upgraded here: no CRC-32, not known)
+        self._crc = "crc" if versions[0] == SCHEMA_VERSION else "NULL"
         return db
 
     def _unwritable(self, why: str) -> PimemError:

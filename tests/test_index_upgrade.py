@@ -115,3 +115,50 @@ def test_a_read_only_memory_indexed_at_schema_7_is_searched_as_it_is(sh, log7):
     assert versions(memory) == (7, 7)
     assert sh("search", "staging", "m", "--limit", "20").stdout.count(b"\n") == 9  # writable: upgraded as ever
     assert versions(memory) == (8, 8)
+
+
+KEPT_OPEN = """
+import sys
+from pimem import Memory
+
+mem = Memory.open("m")
+index = mem.index()
+index.catch_up()
+print(index.count_kinds({"user"}), index.read_only, flush=True)
+mem.close()  # (reopened on next use)
+sys.stdin.readline()  # the memory can be written now, and holds a tenth message
+for step in ("caught up", "touched", "touched again"):
+    index.catch_up()
+    print(step, index.count_kinds({"user"}), index.read_only, flush=True)
+    mem.close()
+    sys.stdin.readline()
+"""
+
+
+def test_an_index_read_only_then_reopened_where_it_can_be_written_is_caught_up_and_upgraded(sh, log7):
+    """A Memory kept by a Python user across its directory turning writable: the index reopened (``close``,
+    then next use) is an index that can be written, caught up and upgraded, its files' CRC-32 then read as
+    recorded (not NULL, as when it was read as it was)."""
+    from test_behind_its_back import _as_a_user, read_only
+
+    from conftest import subprocess_env
+
+    memory = log7.parent
+    with read_only(memory):
+        child = subprocess.Popen(_as_a_user([sys.executable, "-c", KEPT_OPEN]), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env(), cwd="/")
+        assert child.stdout.readline() == b"9 True\n"
+    assert sh("append", "m", "message 9 about the staging db").returncode == 0
+    said = []
+    for then in ((1, 1), (2, 2), None):
+        with contextlib.suppress(BrokenPipeError):  # (a child that failed: said below)
+            child.stdin.write(b"\n")
+            child.stdin.flush()
+        said.append(child.stdout.readline())
+        if then is not None:
+            os.utime(log7 / f"{DAYS[0]}.jsonl", ns=then)
+    out, err = child.communicate(b"\n", timeout=60)
+    assert said == [b"caught up 10 False\n", b"touched 10 False\n", b"touched again 10 False\n"], err
+    assert child.returncode == 0 and versions(memory) == (8, 8)
+    # the bytes the schema-7 index read are not known: read again once, as any reader would; not a second time
+    assert err.decode().count("changed since the index read it") == 1, err
