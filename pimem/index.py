@@ -43,7 +43,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
+import weakref
 from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator, NamedTuple
@@ -937,17 +939,21 @@ def rebuild(directory: Path, log, progress=None) -> int:
         index.close()
 
 
-_LOCKS: dict = {}  # one WriterLock per index.lock path, so a thread holding it may take it again (an upgrade
-# of the index's files when a catch-up or a rebuild opens them)
+# one WriterLock per index.lock path, so a thread holding it may take it again (an upgrade of the index's files
+# when a catch-up or a rebuild opens them); kept while a thread holds it or waits for it, dropped after (a watch
+# over many memories keeps none of those it is done with)
+_LOCKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_LOCKS_MADE = threading.Lock()  # (two threads finding none make one, not one each)
 
 
 @contextlib.contextmanager
 def _catch_up_lock(path: Path):
     from .lock import WriterLock
 
-    lock = _LOCKS.get(str(path))
-    if lock is None:
-        lock = _LOCKS.setdefault(str(path), WriterLock(path))
+    with _LOCKS_MADE:
+        lock = _LOCKS.get(str(path))
+        if lock is None:
+            lock = _LOCKS[str(path)] = WriterLock(path)
     if not lock.acquire(env.lock_timeout()):
         raise Busy(f"{path.with_name(FILENAME)} is being caught up by another process; try again")
     try:
