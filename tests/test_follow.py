@@ -231,6 +231,24 @@ def test_the_real_codex_and_pi_samples_followed_as_they_grow_equal_their_import(
     assert len(followed) == 2 and sorted(map(strip, followed)) == sorted(map(strip, wholes))
 
 
+def test_a_last_line_whose_newline_comes_late_moves_no_later_line_number(home, tmp_path):
+    """A whole last line read before its newline came: the newline was counted as a line of its own and
+    every later warning named the line after the true one."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in claude_turn("s1", 0)))
+    warnings = []
+    follower = Follower([str(path)], name="mine", on_warning=warnings.append)
+    assert follower.poll() == 2
+    with open(path, "a") as f:
+        f.write("\n")
+    assert follower.poll() == 0
+    with open(path, "a") as f:
+        f.write("garbage\n")
+    follower.poll()
+    follower.close()
+    assert warnings == [f"{path}:3: not valid JSON; skipped"]
+
+
 def test_a_line_written_again_later_is_a_message_again_as_the_file_grows(home, tmp_path):
     """Lines without ids are keyed by their bytes and how often the same line came before in the file: the
     follower counts on across its reads as a fresh import counts from the start."""

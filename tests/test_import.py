@@ -754,6 +754,23 @@ def test_a_line_over_the_cap_still_being_written_is_said_once_it_is_whole(run, t
     assert f"{path}:4: not valid JSON" in run("import", path, "-n", "t", "--format", "ndjson").stderr
 
 
+@pytest.mark.parametrize("late", ["\n", "  \n"])
+def test_a_last_line_whose_newline_comes_late_moves_no_later_line_number(run, tmp_path, late):
+    """A whole last line without its newline was read and its position saved after it; its newline, added
+    later, was then counted as a line of its own, so every later warning named the line after the true one."""
+    path = tmp_path / "g.ndjson"
+    path.write_text('{"kind":"user","text":"x1"}\n{"kind":"user","text":"x2"}')
+    assert run("import", path, "-n", "g").stdout.startswith("g: 2 imported")
+    with open(path, "a") as f:
+        f.write(late)
+    assert run("import", path, "-n", "g").stdout == "g: 0 imported, 0 already present, 0 malformed skipped; 2 messages in all (read on from line 2)\n"
+    with open(path, "a") as f:
+        f.write('garbage\n{"kind":"user","text":"x4"}\n')
+    third = run("import", path, "-n", "g")
+    assert third.stderr == f"pimem: warning: {path}:3: not valid JSON; skipped\n"
+    assert third.stdout == "g: 1 imported, 0 already present, 1 malformed skipped; 3 messages in all (read on from line 3)\n"
+
+
 def test_grown_pi_tree_links_across_imports(run, tmp_path):
     whole = pi_tree(tmp_path / "whole.jsonl").read_text().splitlines(keepends=True)
     path = tmp_path / "s.jsonl"

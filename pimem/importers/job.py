@@ -246,7 +246,10 @@ class _File:
         if 0 < offset <= os.fstat(f.fileno()).st_size and prior.get("anchor") == _anchor(f, offset):
             f.seek(offset)
             self.capped = type(capped) is int
-            return offset, int(prior.get("line", 0)), prior.get("state")
+            line = int(prior.get("line", 0))
+            if line and os.pread(f.fileno(), 1, offset - 1) != b"\n":  # (read to a whole last line without its
+                line -= 1  # newline: what the file has since goes on that line, its newline first)
+            return offset, line, prior.get("state")
         return 0, 0, None
 
     def _position(self, f: BinaryIO, offset: int, line_no: int, parser) -> dict:
