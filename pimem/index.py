@@ -57,7 +57,7 @@ from . import env, rankindex, when
 from .errors import Busy, ExitStatus, IntegrityError, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
-from .nofollow import check_database, lstat, open_fd
+from .nofollow import check_database, open_fd
 
 FILENAME = "index.sqlite"
 SCHEMA_VERSION = 8  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits; 8: their CRC-32
@@ -402,25 +402,28 @@ class Index:
         return {name: (*main.get(name, (None, 0, None))[:2], shard.get(name, 0), main.get(name, (None, 0, None))[2])
                 for name in main.keys() | shard.keys()}
 
-    def behind(self) -> list[tuple[Path, int, tuple]]:
-        """Log files (with their sizes and ``[mtime_ns, inode, edits]``) holding bytes the index has not read yet or
-        changed since it read them all (``changed_since``), by name, and those it has read that are gone
-        (size -1). Every file is looked at (a ``stat`` each, not ranges.json's word): one edited by hand may
-        be any of them, however old. One whose mtime or inode alone moved, its bytes those the index read
-        (touched, copied back), is not behind: it goes to ``moved``, for a catch-up to record its new stamp."""
-        indexed = self._indexed()
+    def behind(self, indexed: dict | None = None) -> list[tuple[Path, int, tuple, bool]]:
+        """Log files (with their sizes, ``[mtime_ns, inode, edits]`` and whether what the index read of them
+        was changed since, ``changed_since``) holding bytes the index has not read yet or changed since it read
+        them all, by name, and those it has read that are gone (size -1). Every file is looked at (a ``stat``
+        each, not ranges.json's word): one edited by hand may be any of them, however old. One whose mtime or
+        inode alone moved, its bytes those the index read (touched, copied back), is not behind: it goes to
+        ``moved``, for a catch-up to record its new stamp. ``indexed``: the index's progress, if just read."""
+        indexed = self._indexed() if indexed is None else indexed
         stats, edits = self.log.stats(), self.log.edit_counts()
         out, self.moved = [], []
         for name, st in stats.items():
             size, stamp = st.st_size, [st.st_mtime_ns, st.st_ino, edits.get(name, 0)]
             _, done, done_shard, read = indexed.get(name, (None, 0, 0, None))
-            if size != done or size != done_shard or changed_since(done, read, size, stamp, lambda: self.log.content_crc(name, st)):
-                out.append((self.log.dir / name, size, stamp))
+            # (the file's bytes are read, to compare, only when it is the size the index read)
+            edited = changed_since(done, read, size, stamp, lambda: self.log.content_crc(name, st))
+            if size != done or size != done_shard or edited:
+                out.append((self.log.dir / name, size, stamp, edited))
             elif read is not None and read[:2] != stamp[:2]:
                 self.moved.append((name, done, read[:2], stamp[:2]))
         for name, (_, done, done_shard, _) in indexed.items():
             if name not in stats and (done or done_shard):
-                out.append((self.log.dir / name, -1, None))
+                out.append((self.log.dir / name, -1, None, False))
         return out
 
     def catch_up(self, progress: Callable[[int, int], None] | None = None) -> int:
@@ -558,12 +561,11 @@ class Index:
 
         todo, batch = [], Batch(0)
         indexed = self._indexed()
-        behind = self.behind()
+        behind = self.behind(indexed)
         if self.moved:
             self._record_moved()
-        for path, size, stamp in behind:
+        for path, size, stamp, edited in behind:
             fid, done, done_shard, read = indexed.get(path.name, (None, 0, 0, None))
-            edited = size >= 0 and changed_since(done, read, size, stamp, lambda: self.log.content_crc(path.name, lstat(path)))
             if edited or size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
                 # what the index read was changed (an edit by hand moved the lines or kept the size, the file
                 # was deleted) or lost (a power cut after an unsynced write): the index must not hold it, so

@@ -503,6 +503,23 @@ def test_an_index_of_one_file_from_the_previous_version_is_rebuilt_not_doubled(r
     assert ids(run("search", "staging", "--json")) == [5, 4, 0]
 
 
+def test_a_catch_up_reads_the_index_s_progress_twice_once_to_see_it_is_behind_once_holding_the_lock(mem, monkeypatch):
+    """Efficiency (no behaviour to see): ``behind`` under the lock is handed the progress the catch-up read,
+    and says which files were changed since; neither is read or compared again. An edited file (the same size,
+    other bytes) is still rebuilt."""
+    index, reads = mem.index(), []
+    index.catch_up()
+    read_progress = indexing.Index._indexed
+    monkeypatch.setattr(indexing.Index, "_indexed", lambda self: reads.append(1) or read_progress(self))
+    mem.append([{"kind": "user", "text": "another staging note", "date": "2026-10-08T09:00:00+08:00"}])
+    assert index.catch_up() == 1 and len(reads) == 2
+    day = mem.log.dir / "2026-10-08.jsonl"
+    day.write_bytes(day.read_bytes().replace(b"another", b"ANOTHER"))
+    reads.clear()
+    assert index.catch_up() == len(MESSAGES) + 1 and len(reads) == 3  # (and once more after it started over)
+    assert [h["i"] for h in searching.search([mem], "ANOTHER")] == [len(MESSAGES)]
+
+
 def test_indexing_a_logged_batch_catches_up_instead_when_the_index_lags(home, mem):
     """``Index.add_logged`` indexes a batch from its messages only when the index holds exactly what
     precedes it; here an earlier message was never indexed, so it catches up from the log instead."""
