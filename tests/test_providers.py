@@ -361,6 +361,26 @@ def test_a_status_line_trickled_byte_by_byte_fails_the_call_at_its_timeout(tmp_p
     assert hung_up == [True]
 
 
+def test_a_call_made_during_another_in_the_same_thread_leaves_the_other_its_deadline(monkeypatch):
+    """A call made while another is under way in the same thread (here a Python user's httpx event hook; a
+    provider wrapping another could) gives the outer call its own deadline back when it ends: it cleared it,
+    and the outer call failed reading its reply (a TypeError, no deadline to compare the clock with)."""
+    from pimem.compactor import providers
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        outer, inner = (providers.OpenAI("m", server.url, "TEST_LLM_KEY", timeout=30) for _ in range(2))
+        assert outer.complete("system", "chat ", "task one", 100).text  # (its client made)
+        inner_texts = []
+        outer._client.event_hooks["response"] = [lambda _: inner_texts.append(inner.complete("system", "chat ", "task two", 100).text)]
+        try:
+            assert outer.complete("system", "chat ", "task three", 100).text and len(inner_texts) == 1
+        finally:
+            outer.close()
+            inner.close()
+    assert len(server.requests) == 3
+
+
 def test_a_reply_past_its_bound_fails_the_call_unread(tmp_path, monkeypatch):
     """A completion of 8 MiB (a valid one: 200 MiB took 3.9 GB) is not held whole: the call fails past
     ``HTTP_REPLY`` bytes, saying so; an error page that long still shows its head."""

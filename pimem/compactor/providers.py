@@ -303,6 +303,7 @@ class HttpProvider:
             self._client = httpx.Client(timeout=httpx.Timeout(self.timeout, connect=min(10.0, self.timeout)),
                                         transport=transport)
         where = shown + self._via
+        outer = getattr(_CALL, "deadline", None)  # (a call made during another in this thread gives it back)
         _CALL.deadline = time.monotonic() + self.timeout  # (the whole call, whatever the server does: ``_Bounded``)
         try:
             with self._client.stream("POST", url, content=orjson.dumps(body),
@@ -313,7 +314,7 @@ class HttpProvider:
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
         finally:
-            _CALL.deadline = None
+            _CALL.deadline = outer
         if 300 <= response.status_code < 400:  # (not followed: the request, key and all, goes where it was set to)
             location = response.headers.get("location")
             target = str(response.url.join(location)) if location else "nowhere (no Location header)"
