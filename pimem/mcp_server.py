@@ -6,6 +6,7 @@ Imported only by the ``mcp`` command, so nothing else pays for the SDK (or pydan
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from typing import Any
@@ -159,21 +160,29 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
     return line, None
 
 
-def _wire():
+@contextlib.contextmanager
+def _wired():
     """The client's end of stdin and stdout, taken from fds 0 and 1, which read ``/dev/null`` and write to stderr
-    from now on, as the SDK's own stdio transport arranges it: nothing else the process runs reads or writes
-    the client's messages."""
+    meanwhile, as the SDK's own stdio transport arranges it: nothing else the process runs reads or writes
+    the client's messages. Given back after (a Python user's process may go on once the server ends)."""
     import fcntl
     import io
     import os
+    import sys
 
     ends = [os.fdopen(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), mode) for fd, mode in ((0, "rb"), (1, "wb"))]
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
     os.dup2(2, 1)
-    return (io.TextIOWrapper(ends[0], encoding="utf-8", errors="replace"),
-            io.TextIOWrapper(ends[1], encoding="utf-8"))
+    try:
+        yield (io.TextIOWrapper(ends[0], encoding="utf-8", errors="replace"),
+               io.TextIOWrapper(ends[1], encoding="utf-8"))
+    finally:
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # (printed meanwhile: to stderr, as it was)
+            sys.stdout.flush()
+        for fd, end in enumerate(ends):
+            os.dup2(end.fileno(), fd)
 
 
 def _unknown(key: str, tool: str, takes: list[str]) -> str:
@@ -216,13 +225,13 @@ def build(home: api.Home = None):
             attribute, as its own clients reach it: there is no other way in.)"""
             from mcp.server.stdio import stdio_server
 
-            stdin, stdout = _wire()
-            ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
-            lines = _Lines(stdin, ids)
-            async with stdio_server(lines, _Answers(stdout, ids)) as (read_stream, write_stream):
-                lines.write = write_stream
-                await self._lowlevel_server.run(read_stream, write_stream,
-                                                self._lowlevel_server.create_initialization_options())
+            with _wired() as (stdin, stdout):
+                ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
+                lines = _Lines(stdin, ids)
+                async with stdio_server(lines, _Answers(stdout, ids)) as (read_stream, write_stream):
+                    lines.write = write_stream
+                    await self._lowlevel_server.run(read_stream, write_stream,
+                                                    self._lowlevel_server.create_initialization_options())
 
     from . import __version__
 

@@ -488,6 +488,37 @@ def test_a_line_pimem_cannot_read_is_refused_and_the_server_goes_on(home, line, 
     assert answers == [answer, {"jsonrpc": "2.0", "id": 77, "result": {}}][answer is None:], answers
 
 
+SERVED_IN_PROCESS = """
+import os, sys
+from pimem import mcp_server
+
+def files():
+    return [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (0, 1)]
+
+before = files()
+mcp_server.serve()
+print("the same stdin and stdout after the server:", files() == before, flush=True)
+os.write(1, b"and fd 1 is stdout\\n")
+"""
+
+
+def test_a_server_run_in_a_python_process_gives_it_its_stdin_and_stdout_back_when_it_ends(home):
+    """While it serves, fds 0 and 1 read /dev/null and write to stderr (nothing else the process runs reads or
+    writes the client's messages); a Python user's process that goes on after the server has them back."""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", SERVED_IN_PROCESS], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env(PIMEM_HOME=home), cwd="/")
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    proc.stdin.write(json.dumps(init).encode() + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    out, err = proc.communicate(timeout=60)  # (stdin closed: the client hung up, the server ends)
+    assert proc.returncode == 0, err
+    assert out == b"the same stdin and stdout after the server: True\nand fd 1 is stdout\n", (out, err)
+
+
 def test_without_the_sdk_the_hint_installs_the_extra_from_pimems_checkout_not_from_pypi(tmp_path):
     """"pimem[mcp]" on PyPI is another project: the hint names this checkout, else says to run pip in it."""
     import shutil
