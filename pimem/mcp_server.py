@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 try:  # (arguments as the API takes them: no "0" for 0, no true for 1)
     from pydantic import StrictBool, StrictInt, StrictStr
@@ -111,7 +111,8 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
     A line holding a lone surrogate escape (``"\\ud800"``: valid JSON, as JavaScript writes a string cut inside
     a surrogate pair), which the SDK refuses, is read with U+FFFD in its place, as pimem reads such JSON
     everywhere (``pimem.decoder``); if the request's id holds one, or is an integer beyond 64 bits (which that
-    reads as a float), the SDK is given a stand-in id, and ``ids`` keeps the id as sent (``_Answers`` puts it back: the client knows its answer by it)."""
+    reads as a float), the SDK is given a stand-in id, and ``ids`` keeps the id as sent (``_Answers`` puts it back: the client knows its answer by it).
+    A cancellation naming such an id cancels the request of its stand-in; naming none, it is dropped."""
     import json
     import uuid
 
@@ -134,21 +135,37 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
             return refused(types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message")
         if not line.strip():
             return None, None
-        try:  # (RecursionError, or orjson's TypeError: nested too deep, as the SDK refuses it without one)
+        # (RecursionError, or orjson's TypeError: nested too deep; AttributeError: no lone surrogate (kept is None),
+        # the line refused as nested too deep for the SDK)
+        try:
             value, kept = decoder.loads_keeping(line)
-            sent = value.get("id") if isinstance(value, dict) and "method" in value else None
-            if isinstance(sent, str):
-                sent = decoder.canonical(kept["id"]).decode() if kept["id"] != sent else None
-            elif isinstance(sent, float):  # (an integer beyond 64 bits is read as a float, as orjson reads it)
-                written = json.loads(line)["id"]
-                sent = str(written) if type(written) is int else None
-            else:
-                sent = None
+
+            def as_sent(find: Callable[[dict], Any]) -> str | None:
+                """The id ``find`` reads from the message, as the client wrote it, when it is not as read here
+                (it holds a lone surrogate, or is an integer beyond 64 bits, which is read as a float)."""
+                here = find(value)
+                if isinstance(here, str):
+                    return decoder.canonical(find(kept)).decode() if find(kept) != here else None
+                if isinstance(here, float):
+                    written = find(json.loads(line))
+                    return str(written) if type(written) is int else None
+                return None
+
+            sent = as_sent(lambda message: message.get("id")) if isinstance(value, dict) and "method" in value else None
             if sent is not None:
                 value["id"] = stand_in = f"pimem-{uuid.uuid4().hex}"
                 ids[stand_in] = sent
+            if isinstance(value, dict) and value.get("method") == "notifications/cancelled" and isinstance(value.get("params"), dict):
+                # a request of such an id was given a stand-in: cancelled by it; no other request has that id
+                # (U+FFFD in place of its lone surrogate would name another one)
+                cancelled = as_sent(lambda message: message["params"].get("requestId"))
+                if cancelled is not None:
+                    stand_ins = [stand_in for stand_in, held in ids.items() if held == cancelled]
+                    if not stand_ins:
+                        return None, None
+                    value["params"]["requestId"] = stand_ins[0]
             line = orjson.dumps(value).decode()
-        except (ValueError, TypeError, RecursionError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             return refused(types.PARSE_ERROR, f"Parse error: {error['msg']}")
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)

@@ -519,6 +519,60 @@ def test_a_server_run_in_a_python_process_gives_it_its_stdin_and_stdout_back_whe
     assert out == b"the same stdin and stdout after the server: True\nand fd 1 is stdout\n", (out, err)
 
 
+def test_a_cancellation_naming_an_id_with_a_lone_surrogate_cancels_that_request_and_no_other(run, home):
+    """A request whose id holds a lone surrogate escape is served under a stand-in id; a cancellation naming that
+    id was read with U+FFFD in its place, so it cancelled a request whose id was U+FFFD (left unanswered) and
+    never the one it named. It cancels the one it names, and one naming no request is ignored."""
+    import fcntl
+    import select
+    import subprocess
+
+    from conftest import pimem_cmd
+    from pimem import mcp_server
+
+    ids = {"pimem-1": '"\\ud800"'}
+    cancel = '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"%s","reason":"r"}}'
+    assert json.loads(mcp_server._read(cancel % "\\ud800", ids)[0])["params"]["requestId"] == "pimem-1"
+    assert mcp_server._read(cancel % "\\udc00", ids) == (None, None)
+    assert mcp_server._read(cancel % "x\\ud800", ids) == (None, None)
+    assert json.loads(mcp_server._read(cancel % "\\ufffd", ids)[0])["params"]["requestId"] == "\ufffd"
+
+    assert run("append", "m", "the staging db").exit_code == 0 and run("search", "staging").exit_code == 0
+    assert run("append", "m", "another staging note").exit_code == 0  # (a search now catches up, under index.lock)
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            bufsize=0, env=subprocess_env(PIMEM_HOME=home))
+    lock = os.open(home / "m" / "index.lock", os.O_RDWR)
+
+    def send(*lines):
+        proc.stdin.write(b"".join(line + b"\n" for line in lines))
+        proc.stdin.flush()
+
+    def answer():
+        assert select.select([proc.stdout], [], [], 60)[0], "no answer"
+        return json.loads(proc.stdout.readline())
+
+    try:
+        send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode())
+        assert answer()["id"] == 1
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (the search waits for it)
+        send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}',
+             b'{"jsonrpc":"2.0","id":"\\ufffd","method":"tools/call","params":{"name":"search","arguments":{"query":"staging"}}}',
+             b'{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"\\ud800"}}',
+             b'{"jsonrpc":"2.0","id":7,"method":"ping"}')
+        assert answer() == {"jsonrpc": "2.0", "id": 7, "result": {}}  # (the cancellation was read before it)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        found = answer()
+        assert found["id"] == "\ufffd" and len(found["result"]["structuredContent"]["hits"]) == 2, found
+    finally:
+        os.close(lock)
+        proc.stdin.close()
+        code = proc.wait(60)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0
+
+
 def test_without_the_sdk_the_hint_installs_the_extra_from_pimems_checkout_not_from_pypi(tmp_path):
     """"pimem[mcp]" on PyPI is another project: the hint names this checkout, else says to run pip in it."""
     import shutil
