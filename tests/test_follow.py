@@ -249,6 +249,28 @@ def test_a_last_line_whose_newline_comes_late_moves_no_later_line_number(home, t
     assert warnings == [f"{path}:3: not valid JSON; skipped"]
 
 
+def test_a_resumed_session_followed_logs_only_its_changed_entry(home, tmp_path):
+    """A resumed Claude Code session's copy of the earlier entries adds nothing; an entry of it written
+    again with other text is logged once, under its uuid and its content's hash."""
+    uuid, reply = (f"00000000-0000-4000-8000-00000000000{n}" for n in (1, 2))
+    first = [dict(line, uuid=uuid if line["type"] == "user" else reply) for line in claude_turn("s1", 0)]
+    append(tmp_path / "a.jsonl", first)
+    warnings = []
+    follower = Follower([str(tmp_path)], name="mine", on_warning=warnings.append)
+    assert follower.poll() == 2
+    resumed = [dict(line, sessionId="s2") for line in first]
+    append(tmp_path / "b.jsonl", resumed)
+    assert follower.poll() == 0
+    resumed[0]["message"] = {"role": "user", "content": "question 0, asked again"}
+    append(tmp_path / "b.jsonl", resumed)
+    assert follower.poll() == 1 and follower.poll() == 0
+    follower.close()
+    assert texts("mine") == ["question 0 of s1", "answer 0", "question 0, asked again"]
+    entry = list(Memory.at("mine").messages())[-1]["meta"]["entry"]
+    assert entry.startswith(uuid + ".") and warnings == [
+        f"{tmp_path / 'b.jsonl'}:3: entry id {uuid!r} was imported before with other content; logged as entry {entry}"]
+
+
 def test_a_line_written_again_later_is_a_message_again_as_the_file_grows(home, tmp_path):
     """Lines without ids are keyed by their bytes and how often the same line came before in the file: the
     follower counts on across its reads as a fresh import counts from the start."""

@@ -841,6 +841,13 @@ def test_the_same_line_twice_is_two_messages_also_across_imports(run, home, tmp_
     assert run("import", path, "-n", "t").stdout == "t: 0 imported, 3 already present, 0 malformed skipped; 6 messages in all\n"
 
 
+def claude_uuids(lines, ids: dict) -> list[dict]:
+    """``lines`` with their ``uuid`` and ``parentUuid`` made UUIDs, as Claude Code writes them (the same id
+    the same UUID wherever ``ids`` is shared)."""
+    return [{**line, **{field: ids.setdefault(line[field], f"00000000-0000-4000-8000-{len(ids):012d}")
+                        for field in ("uuid", "parentUuid") if line.get(field)}} for line in lines]
+
+
 def test_a_resumed_claude_code_session_s_copy_of_earlier_entries_is_not_logged_again(run, home, tmp_path):
     """``claude --resume`` writes a new session file that repeats the earlier entries with their uuids: they
     were logged again, the session being part of the key; in a memory imported before too."""
@@ -848,15 +855,10 @@ def test_a_resumed_claude_code_session_s_copy_of_earlier_entries_is_not_logged_a
     from pimem.importers.state import KEYS, STATE
 
     ids = {}
-
-    def with_uuids(lines):  # (Claude Code's entry ids are UUIDs)
-        return [{**line, **{field: ids.setdefault(line[field], f"00000000-0000-4000-8000-{len(ids):012d}")
-                            for field in ("uuid", "parentUuid") if line.get(field)}} for line in lines]
-
-    first = write_jsonl(tmp_path / "a.jsonl", with_uuids(claude_lines("s-1")))
-    resumed = write_jsonl(tmp_path / "b.jsonl", with_uuids(claude_lines("s-2") + [
+    first = write_jsonl(tmp_path / "a.jsonl", claude_uuids(claude_lines("s-1"), ids))
+    resumed = write_jsonl(tmp_path / "b.jsonl", claude_uuids(claude_lines("s-2") + [
         {"sessionId": "s-2", "cwd": "/home/dev/api", "type": "user", "uuid": "u3", "parentUuid": "u2",
-         "timestamp": "2026-02-10T23:00:00.000Z", "message": {"role": "user", "content": "and now?"}}]))
+         "timestamp": "2026-02-10T23:00:00.000Z", "message": {"role": "user", "content": "and now?"}}], ids))
     assert run("import", first, "-n", "t").stdout.startswith("t: 7 imported")
     again = run("import", resumed, "-n", "t")
     assert again.stdout == "t: 1 imported, 7 already present, 0 malformed skipped; 8 messages in all\n", again.stdout
@@ -871,6 +873,73 @@ def test_a_resumed_claude_code_session_s_copy_of_earlier_entries_is_not_logged_a
     (home / "t" / STATE).write_text(json.dumps({**state, "version": 2, "covered": 7, "keys": 7, "files": {}}))
     Memory.open("t").append([{"kind": "user", "text": "typed", "date": "2026-02-11T00:00:00Z"}])
     assert run("import", resumed, "-n", "t").stdout.startswith("t: 0 imported, 8 already present")
+
+
+def test_a_claude_code_uuid_written_again_with_other_content_is_logged_as_an_entry_of_its_own(run, home, tmp_path):
+    """An entry whose uuid the memory held was taken for the message it held, whatever its content: a
+    resumed session's entry written again with other text never reached the log. It is logged with the
+    entry ``UUID.HASH`` (its content's hash), said with its line, as pi's repeated ids are; the same
+    content again, in any session or after the state is rebuilt, adds nothing."""
+    ids = {}
+    first = write_jsonl(tmp_path / "a.jsonl", claude_uuids(claude_lines("s-1"), ids))
+    changed = [dict(line, message={**line["message"], "content": "start the server on port 8080"}) if line.get("uuid") == "u1"
+               else line for line in claude_lines("s-2")]
+    resumed = write_jsonl(tmp_path / "b.jsonl", claude_uuids(changed, ids))
+    again = write_jsonl(tmp_path / "c.jsonl", claude_uuids([dict(line, sessionId="s-3", timestamp="2026-02-11T08:00:00.000Z")
+                                                              if "sessionId" in line else line for line in changed], ids))
+    assert run("import", first, "-n", "t").stdout.startswith("t: 7 imported")
+    result = run("import", resumed, "-n", "t")
+    assert result.stdout == "t: 1 imported, 6 already present, 0 malformed skipped; 8 messages in all\n"
+    entry = messages()[-1]["meta"]["entry"]
+    uuid, _, digest = entry.partition(".")
+    assert uuid == ids["u1"] and re.fullmatch(r"[0-9a-f]{12}", digest)
+    assert result.stderr == f"pimem: warning: {resumed}:3: entry id {uuid!r} was imported before with other content; logged as entry {entry}\n"
+    assert [(m["text"], m["meta"]["session"]) for m in messages() if m["meta"]["entry"].startswith(uuid)] == [
+        ("start the server", "s-1"), ("start the server on port 8080", "s-2")]
+    assert run("import", again, "-n", "t").stdout == "t: 0 imported, 7 already present, 0 malformed skipped; 8 messages in all\n"
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    for path in (resumed, first, again):
+        rerun = run("import", path, "-n", "t")
+        assert rerun.stdout == "t: 0 imported, 7 already present, 0 malformed skipped; 8 messages in all\n" and rerun.stderr == ""
+
+
+def test_a_claude_code_uuid_repeated_with_other_content_in_a_growing_file_is_logged(run, tmp_path):
+    """The same, for a line repeating an earlier line's uuid in the same file: in one import, and in a
+    line added after the file was imported (read on from there); the same line again is one message."""
+    ids = {}
+    lines = claude_uuids(claude_lines("s-1"), ids)
+    one = {**lines[2], "message": {"role": "user", "content": "stop the server"}}
+    path = write_jsonl(tmp_path / "a.jsonl", lines + [one, one])
+    first = run("import", path, "-n", "t")
+    assert first.stdout == "t: 8 imported, 1 already present, 0 malformed skipped; 8 messages in all\n"
+    assert first.stderr.startswith(f"pimem: warning: {path}:13: entry id {ids['u1']!r} was imported before with other content")
+    two = {**lines[5], "message": {**lines[5]["message"], "content": [{"type": "text", "text": "Starting it again."}]}}
+    write_jsonl(path, [two, one])
+    grown = run("import", path, "-n", "t")
+    assert grown.stdout.startswith("t: 1 imported, 1 already present, 0 malformed skipped; 9 messages in all (read on from line 15)")
+    assert grown.stderr.startswith(f"pimem: warning: {path}:15: entry id {ids['a2']!r} was imported before with other content")
+    assert brief(messages()[-2:]) == [("user", "stop the server"), ("pi", "Starting it again.")]
+    assert messages()[-1]["meta"]["entry"].startswith(ids["a2"] + ".")
+
+
+def test_a_memory_imported_before_content_was_kept_with_the_keys_takes_nothing_twice(run, home, tmp_path):
+    """Keys written by the pimem before (version 3: a Claude Code entry's by its uuid alone, nothing of its
+    content) are rebuilt from the log once, so a resumed session's copy of the entries is not taken for
+    entries changed, and a changed one is still found."""
+    from pimem.importers.state import KEYS, STATE, VERSION, key_of
+
+    ids = {}
+    first = write_jsonl(tmp_path / "a.jsonl", claude_uuids(claude_lines("s-1"), ids))
+    resumed = write_jsonl(tmp_path / "b.jsonl", claude_uuids(claude_lines("s-2"), ids))
+    assert run("import", first, "-n", "t").stdout.startswith("t: 7 imported")
+    state = json.loads((home / "t" / STATE).read_text())
+    (home / "t" / KEYS).write_bytes(b"".join(key_of(msg) for msg in messages()))
+    (home / "t" / STATE).write_text(json.dumps({**state, "version": 3, "keys": 7}))
+    assert run("import", resumed, "-n", "t").stdout == "t: 0 imported, 7 already present, 0 malformed skipped; 7 messages in all\n"
+    assert json.loads((home / "t" / STATE).read_text())["version"] == VERSION
+    write_jsonl(resumed, [{**claude_uuids(claude_lines("s-2"), ids)[2], "message": {"role": "user", "content": "stop it"}}])
+    assert run("import", resumed, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
 
 
 def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):

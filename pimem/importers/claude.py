@@ -16,6 +16,10 @@ and a slash command's output (``<local-command-stdout>``), come as ``user`` line
 
 The parent chain is kept as written but not used for lineage: Claude Code hangs parallel tool calls off
 each other, so its "branch" is not a conversation branch.
+
+An entry is keyed by its uuid alone (``claude --resume`` writes the earlier entries again in the new
+session's file); one whose uuid the memory holds with other content is logged under the entry
+``UUID.HASH`` by the import (``state.content_key``), as a pi session's repeated id is.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ follower's few new lines) leaves the index to the next reader, as ``append`` doe
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import threading
@@ -30,7 +31,7 @@ from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory, Prepared
 from .detect import FORMATS, Source
 from .parser import Malformed, read_lines
-from .state import ImportState, key_of
+from .state import ImportState, content_digest, content_key, key_of
 
 PROGRESS_STEP = 1024 * 1024
 INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
@@ -178,7 +179,8 @@ class _File:
         self.report = FileReport(self.file, source.format)
         self.cap = int(mem.config.get("max_text_bytes", msgs.DEFAULT_CAP))
         self.stamp = when.rfc3339(env.now())
-        self.batch: list[tuple[dict, bytes | None, int | None]] = []  # (message, key, the i an export's line names)
+        self.batch: list[tuple[dict, bytes | None, bytes | None, int | None, int]] = []  # (message, key, content
+        # key, the i an export's line names, its line's number)
         self.batch_bytes = 0
         self.prior: dict | None = None
         self.deadline: float | None = deadline
@@ -285,7 +287,7 @@ class _File:
             except BadInput as exc:
                 self._malformed(line_no, str(exc))
                 continue
-            self.batch.append((msg, key_of(msg), rec.get("i") if type(rec.get("i")) is int else None))
+            self.batch.append((msg, key_of(msg), content_key(msg), rec.get("i") if type(rec.get("i")) is int else None, line_no))
             self.batch_bytes += msg["size"]
 
     def _malformed(self, line_no: int, reason: str) -> None:
@@ -305,15 +307,17 @@ class _File:
             self.mem._make_dirs()  # (not again where the memory was renamed or deleted from)
         with self.mem.lock(self.timeout):
             self.state.sync()
+            batch = self._changed(batch)
             held = self._held(batch)
             fresh, keys, seen = [], [], set()
-            for msg, key, at in batch:
+            for msg, key, mark, at, _ in batch:
                 if key is not None and (key in self.state.keys or key in seen) or at in held and held[at] == _same(msg):
                     self.report.present += 1
                     continue
-                if key is not None:
-                    seen.add(key)
-                    keys.append(key)
+                for new in (key, mark):
+                    if new is not None and new not in seen and new not in self.state.keys:
+                        seen.add(new)
+                        keys.append(new)
                 fresh.append(msg)
             self.mem.log.keep_written = True
             ids = self.mem.append(Prepared(fresh), self.timeout)  # (each message normalised as it was read)
@@ -324,10 +328,32 @@ class _File:
         if ids:
             self.logged(ids[0], fresh, written)
 
+    def _changed(self, batch: list) -> list:
+        """The batch with the messages of each line whose Claude Code uuid the memory holds (or an earlier line
+        of the batch gave) with other content (``content_key``) under the entry ``UUID.HASH``, its content's
+        hash, as a pi session's repeated id is, and said; the same content again is that entry again. Caller
+        holds the writer lock."""
+        if all(mark is None for _, _, mark, _, _ in batch):  # (no Claude Code uuid in it)
+            return batch
+        out, given = [], set()
+        held = lambda key: key in given or key in self.state.keys  # noqa: E731
+        for line_no, items in itertools.groupby(batch, key=lambda item: item[4]):
+            items = list(items)
+            if any(mark is not None and held(key) and not held(mark) for _, key, mark, _, _ in items):
+                uuid = items[0][0]["meta"]["entry"].partition(".")[0]  # (an export's line may name a changed entry)
+                entry = f"{uuid}.{content_digest([msg for msg, *_ in items])}"
+                self.warn(f"{self.file}:{line_no}: entry id {uuid!r} was imported before with other content; logged as entry {entry}")
+                for msg, *_ in items:
+                    msg["meta"]["entry"] = entry
+                items = [(msg, key_of(msg), mark, at, n) for msg, _, mark, at, n in items]  # (its content key is its uuid's)
+            given.update(key for _, key, mark, _, _ in items for key in (key, mark) if key is not None)
+            out += items
+        return out
+
     def _held(self, batch: list) -> dict:
         """What the memory holds at the ``i`` of the batch's export lines, as ``_same`` sees it (so a memory's
         own export read back is found there, keyed or not). Caller holds the writer lock."""
-        wanted = {at for _, _, at in batch if at is not None and 0 <= at < self.state.covered}
+        wanted = {at for _, _, _, at, _ in batch if at is not None and 0 <= at < self.state.covered}
         if not wanted:
             return {}
         return {msg["i"]: _same(msg) for msg in self.mem.messages(min(wanted), max(wanted) + 1) if msg["i"] in wanted}

@@ -4,13 +4,15 @@ from where it stopped.
 Every imported message carries its source ids in ``meta`` (``source``, ``session``, ``entry``, and
 ``call_id`` where one entry gave several messages); its *key* is a 16-byte hash of those and its kind (a
 Claude Code entry's whose id is a UUID without its session: the entry's wherever it is written, and a resumed
-session, a new session id, writes the earlier entries again under their uuids). The
-log is the truth; two derived files in the memory directory make the check cheap:
+session, a new session id, writes the earlier entries again under their uuids). Such a message also has a
+*content key*, of its uuid, kind, call id and text, so an entry written again with other content is told
+from a copy: it is logged under the entry ``UUID.HASH`` (``content_digest``), as a pi session's repeated id
+is. The log is the truth; two derived files in the memory directory make the check cheap:
 
 - ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order (a
   message imported by pimem before version 2 of this file, from a line without ids, also has the key that
-  line gives now: ``alias_of``);
-- ``imports.json``: ``{"version": 2, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
+  line gives now: ``alias_of``; a Claude Code message its content key too);
+- ``imports.json``: ``{"version": 4, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
   state}}}``,
   where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
   replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
@@ -42,9 +44,10 @@ KEYS = "imports.keys"
 COUNTS_KEPT = 32  # files whose line counts a long-lived state (a follower's) keeps between reads
 
 
-VERSION = 3  # 3: Claude Code's keys without the session; 2: the keys of lines without ids are their hashes; 1 (no
-# version) keyed them by line number too
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # Claude Code's entry ids
+VERSION = 4  # 4: the content keys of Claude Code's entries; 3: Claude Code's keys without the session; 2: the keys
+# of lines without ids are their hashes; 1 (no version) keyed them by line number too
+_UUID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(\.[0-9a-f]{12})?")  # Claude Code's
+# entry ids, and a changed entry's (its uuid and its content's hash)
 _NUMBERED = re.compile(r"(\d+)-([0-9a-f]{12})")  # a line's entry as version 1 wrote it: its number and hash
 
 
@@ -54,10 +57,35 @@ def key_of(message: dict, entry=None) -> bytes | None:
     meta = message.get("meta")
     if not isinstance(meta, dict) or not meta.get("source") or meta.get("entry") is None:
         return None
-    claude = meta["source"] == "claude" and isinstance(meta["entry"], str) and _UUID.fullmatch(meta["entry"])
-    session = None if claude else meta.get("session")  # (a uuid is one entry in any session)
+    session = None if _uuid(meta) else meta.get("session")  # (a uuid is one entry in any session)
     ident = orjson.dumps([meta["source"], session, entry or meta["entry"], message["kind"], meta.get("call_id")])
     return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
+
+
+def content_key(message: dict) -> bytes | None:
+    """The key of what a Claude Code message says under its uuid (its kind, call id and text; not its
+    session, date or cwd, which a resumed session's copy changes), so an entry written again with other
+    content is told from a copy (None for other messages)."""
+    meta = message.get("meta")
+    uuid = _uuid(meta) if isinstance(meta, dict) else None
+    if uuid is None:
+        return None
+    ident = orjson.dumps(["content", meta["source"], uuid, message["kind"], meta.get("call_id"), message["text"]])
+    return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
+
+
+def content_digest(messages: list[dict]) -> str:
+    """The hash of what one entry's messages say, for the entry ``UUID.HASH`` of a changed one (as long
+    as a line's hash, which a pi session's repeated id gets)."""
+    said = [[m["kind"], m["text"], m["meta"].get("call_id")] for m in messages]
+    return hashes.blake2b(orjson.dumps(said), digest_size=6).hexdigest()
+
+
+def _uuid(meta: dict) -> str | None:
+    """The uuid of a Claude Code message's entry (a changed entry's too), else None."""
+    entry = meta.get("entry")
+    found = _UUID.fullmatch(entry) if meta.get("source") == "claude" and isinstance(entry, str) else None
+    return found.group(1) if found else None
 
 
 def alias_of(message: dict, repeats: dict) -> bytes | None:
@@ -212,7 +240,7 @@ class ImportState:
             self._reset()
         fresh, repeats = bytearray(), {}
         for msg in self.mem.messages(self.covered, total):
-            for key in (key_of(msg), alias_of(msg, repeats)):
+            for key in (key_of(msg), alias_of(msg, repeats), content_key(msg)):
                 if key is not None and key not in self.keys:
                     self.keys.add(key)
                     fresh += key
