@@ -189,8 +189,10 @@ class Hook:
         except Busy:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return
-        if warnings:  # the importer's own (a malformed line): counted, not repeated to the user
-            self.warnings.append(f"{len(warnings)} transcript {'line' if len(warnings) == 1 else 'lines'} skipped: {warnings[0]}")
+        skipped = [text for text in warnings if text.endswith("; skipped")]  # (not an entry logged under ID.HASH, or
+        # NULs logged as ␀: what they say is in the log)
+        if skipped:  # the importer's own (a malformed line): counted, not repeated to the user
+            self.warnings.append(f"{len(skipped)} transcript {'line' if len(skipped) == 1 else 'lines'} skipped: {skipped[0]}")
         if any(r.cut_short for r in reports):
             self.warnings.append("out of time; the next event imports the rest of the transcript")
 

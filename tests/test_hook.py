@@ -316,6 +316,25 @@ def test_a_line_still_being_written_is_no_skipped_line_for_the_user(home, tmp_pa
     assert hook(payload("Stop", "s1", current)) == (0, None, "") and texts() == ["hello", "hi there"]
 
 
+def test_a_resumed_session_s_entry_written_again_with_other_text_is_captured_and_no_skipped_line(home, tmp_path):
+    """A resumed session's copy of an entry adds nothing; one written again with other text is logged
+    (under its uuid and its content's hash) and not said to the user as a skipped line."""
+    uuid = "00000000-0000-4000-8000-000000000001"
+    grow(tmp_path / "s1.jsonl", line("s1", "user", uuid, "hello", 1))
+    assert hook(payload("Stop", "s1", tmp_path / "s1.jsonl")) == (0, None, "")
+    resumed = tmp_path / "s2.jsonl"
+    grow(resumed, line("s2", "user", uuid, "hello", 1))
+    assert hook(payload("Stop", "s2", resumed)) == (0, None, "") and texts() == ["hello"]
+    grow(resumed, line("s2", "user", uuid, "hello, once more", 1))
+    assert hook(payload("Stop", "s2", resumed)) == (0, None, "") and texts() == ["hello", "hello, once more"]
+
+
+def test_a_nul_logged_as_its_sign_is_no_skipped_line(home, tmp_path):
+    """A tool's NUL logged as ␀, the message kept, was said to the user as "1 transcript line skipped"."""
+    grow(tmp_path / "s1.jsonl", line("s1", "user", "u1", "a\x00b", 1))
+    assert hook(payload("Stop", "s1", tmp_path / "s1.jsonl")) == (0, None, "") and texts() == ["a\u2400b"]
+
+
 def test_a_relative_transcript_path_is_the_session_s_directory_s(home, tmp_path):
     """It was taken as the hook process's: nothing captured, nothing said."""
     project = tmp_path / "project"
