@@ -36,7 +36,16 @@ _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY B
     NFILE NOBUFS NODATA NODEV NOENT NOEXEC NOLCK NOLINK NOMEM NOMSG NOPROTOOPT NOSPC NOSR NOSTR NOSYS NOTCONN NOTDIR
     NOTEMPTY NOTRECOVERABLE NOTSOCK NOTSUP NOTTY NXIO OPNOTSUPP OVERFLOW OWNERDEAD PERM PIPE PROTO PROTONOSUPPORT
     PROTOTYPE RANGE ROFS SPIPE SRCH STALE TIME TIMEDOUT TXTBSY WOULDBLOCK XDEV""".split(), key=len, reverse=True)
-_ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)|[Tt]imeout|[Pp]ermission denied|[Nn]ot found)\b")
+# an error's name: an errno name, an exception's, a timeout as a test runner or library says it (mocha's "timeout
+# of 2000ms exceeded", pytest-timeout's "Timeout >5.0s", Go's "i/o timeout"; not a setting's timeout=3), a refusal
+# (``outcome`` takes one only where the output reports it: ``_reported``)
+_ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)"
+                         r"|[Tt]imeout(?= of \d| exceeded| >\d|(?<=i/o timeout))|[Pp]ermission denied|[Nn]ot found)\b")
+_EXCEPTION = ("Error", "Exception")
+_WARNING = re.compile(r"warn|deprecat", re.I)  # a warning's line, before the name: npm WARN, DeprecationWarning:
+_MARKER = re.compile(r"[ \t]*(?:E[ \t]+)?")  # a line's indentation, and pytest's E before an error
+_MODULE = re.compile(r"(?:[A-Za-z_]\w*\.)*")  # the module path before an exception's name (requests.exceptions.)
+_CODE = re.compile(r"\w\(|[{}=;#|]")  # what code holds and an error's words do not: raise KeyError("… not found")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
 _SETUP = frozenset("cd pushd export source . set".split())  # commands that only prepare the next one
 _COMMANDS = re.compile(r"&&|\|\||;")  # (a quoted separator splits too: the first command is still the one run)
@@ -442,7 +451,8 @@ def program(command: str) -> str:
 
 def outcome(text: str) -> tuple[str | None, str | None]:
     """The first test count in ``text`` that says what failed or errored (else its first count: ``0 failed`` says
-    none did), and its first error name of at most ``TOOL_PIECE`` characters."""
+    none did), and its first error name of at most ``TOOL_PIECE`` characters that stands where it reports an error
+    (``_reported``)."""
     first = None
     for m in _COUNTS.finditer(text):
         at = m.start()
@@ -453,5 +463,27 @@ def outcome(text: str) -> tuple[str | None, str | None]:
             first = count
             break
         first = first or count
-    error = next((e for e in map(re.Match.group, _ERROR_NAME.finditer(text)) if len(e) <= TOOL_PIECE), None)
+    error = next((m.group() for m in _ERROR_NAME.finditer(text) if len(m.group()) <= TOOL_PIECE and _reported(text, m)),
+                 None)
     return first, error
+
+
+def _reported(text: str, name: re.Match) -> bool:
+    """Whether error name ``name`` stands where ``text`` reports an error, not in code it quotes, a warning or a
+    quoted value (``Expected: "ECONNREFUSED"``): in a line that says no warning before it, out of quotes, at the
+    start of a part of the line (the line past its indentation and
+    pytest's ``E``, or what follows ``: `` or `` - ``), an exception's name (past its module path) followed by
+    ``:``, white space or the line's end (``E   ValueError: …``, ``FAILED t.py::x - KeyError: …``, not ``raise
+    KeyError(…)``, ``except TimeoutError:``); any other after words without code (``Error: connect ECONNREFUSED``,
+    ``bash: x: command not found``, not ``raise KeyError(f"user {uid} not found")``)."""
+    at = name.start()
+    start = text.rfind("\n", 0, at) + 1
+    if at and text[at - 1] in "'\"`" or _WARNING.search(text, start, at):
+        return False
+    colon, dash = text.rfind(": ", start, at), text.rfind(" - ", start, at)
+    opens = _MARKER.match(text, start).end() if colon < 0 and dash < 0 else colon + 2 if colon > dash else dash + 3
+    before = text[opens:at]
+    if name.group().endswith(_EXCEPTION):
+        return (_MODULE.fullmatch(before.lstrip(" \t")) is not None
+                and (name.end() == len(text) or text[name.end()] in ": \t\r\n"))
+    return _CODE.search(before) is None

@@ -1008,6 +1008,78 @@ def test_how_a_result_ended_comes_from_its_exit_code_and_flag_before_its_output(
     assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": meta})] == said
 
 
+PYTEST_CODE = ('tests/test_pool.py:7: in make_pool\n    return ConnectionPool(dsn, timeout=cfg.get("timeout", 3))\n'
+               "E   ValueError: max_size must be >= min_size\n1 failed, 11 passed in 0.84s")
+
+
+@pytest.mark.parametrize("text, said", [
+    # Python: the exception pytest or a traceback reports, not the code it quotes (a setting's timeout, an except
+    # clause, a string in a raise) or a warning
+    (PYTEST_CODE, ["exit 1: ValueError", "1 failed"]),
+    ("        try:\n            make_pool()\n        except TimeoutError:\n            pass\n>       assert pool.ok\n"
+     "E       AssertionError: assert False\n1 failed in 0.1s", ["exit 1", "1 failed"]),
+    ('>       raise KeyError(f"user {uid} not found")\nE       KeyError: \'user 7 not found\'\n1 failed in 0.1s',
+     ["exit 1: KeyError", "1 failed"]),
+    ('  File "app.py", line 3, in <module>\n    connect(timeout=5)\n    raise TimeoutError("db")\nTimeoutError: db',
+     ["exit 1: TimeoutError"]),
+    ("  /srv/pool.py:3: DeprecationWarning: timeout of 5s exceeded is deprecated\n    warnings.warn(TypeError)\n"
+     "E   assert 1 == 2\n1 failed in 0.1s", ["exit 1", "1 failed"]),
+    ("E   AssertionError: assert 'ECONNREFUSED' == 'ETIMEDOUT'\nE   Failed: DID NOT RAISE <class 'ValueError'>",
+     ["exit 1"]),  # (values it compared, quoted)
+    ("FAILED tests/test_api.py::test_get - requests.exceptions.SSLError: bad handshake", ["exit 1: SSLError"]),
+    ("E   Failed: Timeout >5.0s\n1 failed in 5.2s", ["exit 1: Timeout", "1 failed"]),  # pytest-timeout
+    # Node: a warning's 'timeout' option, a throw's source line, an expectation's values are no error
+    ("  console.warn\n    Deprecation: the 'timeout' option is deprecated\nFAIL src/cart.test.ts\n"
+     "    TypeError: Cannot read properties of undefined (reading 'price')\nTests: 1 failed, 50 passed, 51 total",
+     ["exit 1: TypeError", "1 failed"]),
+    ("/app/server.js:12\n    throw new RangeError('bad');\n    ^\n\nTypeError: bad\n    at Object.<anonymous> (/app/server.js:12:11)",
+     ["exit 1: TypeError"]),
+    ("      if (err.code === 'EPIPE') retry();\n\nError: connect ECONNREFUSED 127.0.0.1:5432\n  code: 'ECONNREFUSED',",
+     ["exit 1: ECONNREFUSED"]),
+    ("Error: listen EADDRINUSE: address already in use :::3000", ["exit 1: EADDRINUSE"]),
+    ("Error: connect ETIMEDOUT 10.0.0.1:443", ["exit 1: ETIMEDOUT"]),
+    ("  1) api fetches:\n     Error: timeout of 2000ms exceeded. Ensure done() is called", ["exit 1: timeout"]),  # mocha
+    ('  ● cart › total\n\n    thrown: "Exceeded timeout of 5000 ms for a test.', ["exit 1: timeout"]),  # jest
+    ('    Expected: "ECONNREFUSED"\n    Received: "ETIMEDOUT"\nTests: 1 failed', ["exit 1", "1 failed"]),
+    # Go: a timeout as the library says it; a compiler's words about a variable named timeout are none
+    ("--- FAIL: TestPool (0.00s)\n    pool_test.go:12: dial tcp 10.0.0.5:5432: i/o timeout\nFAIL", ["exit 1: timeout"]),
+    ('    client_test.go:9: Get "http://x": context deadline exceeded (Client.Timeout exceeded while awaiting headers)',
+     ["exit 1: Timeout"]),
+    ("# app\n./main.go:5:2: undefined: timeout\n./main.go:9:14: cfg.Timeout undefined", ["exit 1"]),
+    ("panic: runtime error: index out of range [5] with length 3\n\ngoroutine 1 [running]:\nmain.main()", ["exit 1"]),
+    # Rust: an unwrapped error's name; a compiler's source lines are none
+    ("thread 'main' panicked at src/main.rs:4:37:\ncalled `Result::unwrap()` on an `Err` value: ParseIntError { kind: "
+     "InvalidDigit }", ["exit 1: ParseIntError"]),
+    ("error[E0425]: cannot find value `timeout` in this scope\n --> src/main.rs:3:13\n  |\n3 |     let t = timeout;\n"
+     "  |             ^^^^^^^ not found in this scope", ["exit 1"]),
+    # shell: the system's words; a command named timeout, a printed file's code, a setting are none
+    ("bash: line 1: pytst: command not found", ["exit 1: not found"]),
+    ("curl: (7) Failed to connect to localhost port 5433: ECONNREFUSED", ["exit 1: ECONNREFUSED"]),
+    ("+ timeout 5 ./run.sh\ntimeout: 30\n", ["exit 1"]),
+    ("try:\n    s.connect(a)\nexcept TimeoutError:  # ECONNREFUSED too\n    pass\ncat: b.py: No such file or directory",
+     ["exit 1"]),
+])
+def test_an_error_name_is_taken_where_the_output_reports_it(text, said):
+    """An error's name came from anywhere in a result, code and warnings too: pytest quoting ``timeout=cfg.get(
+    "timeout", 3)`` before ``E   ValueError: …`` said ``exit 1: timeout``. A name is taken where the output reports
+    an error: an exception's name opening a line or what follows ``: `` (past its module path), an errno name, a
+    refusal or a timeout as a runner says it after words without code; never in a warning's line or in quotes."""
+    assert [piece for piece, _, _ in toolwork.pieces({"kind": "echo", "text": text, "meta": {"exit_code": 1}})] == said
+
+
+def test_a_line_says_the_error_a_test_run_reported(home):
+    mem, _ = build(home, [
+        {"kind": "user", "text": "run the pool tests " + LONG},
+        {"kind": "tool", "text": "bash('pytest -q')", "meta": {"tool": "bash", "command": "pytest -q", "call_id": "a"}},
+        {"kind": "echo", "text": PYTEST_CODE, "meta": {"tool": "bash", "exit_code": 1, "call_id": "a"}},
+        {"kind": "pi", "text": "The pool sizes are swapped in the config. " + LONG},
+    ])
+    line = extractive.Digest(mem).merge(2, 0)
+    assert "ran pytest → exit 1: ValueError, 1 failed" in line and "timeout" not in line, line
+    marker = privacy.marker({"kind": "echo", "text": PYTEST_CODE, "meta": {"exit_code": 1}})  # (a read without tools)
+    assert marker == "echo: exit 1: ValueError, 1 failed (details hidden; include tools to see it)", marker
+
+
 def test_a_harness_tags_are_no_pieces_what_they_hold_is():
     """Claude Code wraps a slash command and its output in tags (``<command-name>/mcp</command-name>``): their
     names were the line's pieces (``command-name, command-args``). A tag named in hyphenated words that the text
@@ -1770,9 +1842,32 @@ def plain_outcome(text: str) -> tuple[str | None, str | None]:
     counts = [m.group() for m in re.finditer(r"(?<![^ \t\n(|,;\[])\d+ (?:(?:passed|failed|errors?|skipped|warnings?)\b"
                                              r"|tests?(?= (?:passed|failed|in \d|\|)))", text)
               if len(m.group()) <= toolwork.TOOL_PIECE]  # (longer is no count: "4111222233334444 passed")
-    errors = [m.group() for m in toolwork._ERROR_NAME.finditer(text) if len(m.group()) <= toolwork.TOOL_PIECE]
     failed = [c for c in counts if ("fail" in c or "error" in c) and not c.startswith("0 ")]
+    errors = [name for line in text.split("\n") for name in reported_names(line)]
     return (failed or counts or [None])[0], (errors or [None])[0]
+
+
+def reported_names(line: str) -> list[str]:
+    """The error names ``line`` reports: not in a warning (a ``warn`` or ``deprecat`` before it) or a quote; in the
+    part of the line after its last ``: `` or `` - `` (else past its indentation and pytest's ``E``), an exception's
+    name opening it past a module path and followed by ``:``, white space or the line's end, any other with no code
+    before it in its part (a call's ``(``, ``{}=;#|``)."""
+    out = []
+    for m in toolwork._ERROR_NAME.finditer(line):
+        name, before = m.group(), line[: m.start()]
+        if len(name) > toolwork.TOOL_PIECE or before[-1:] in ("'", '"', "`") and before:
+            continue
+        if re.search("warn|deprecat", before, re.I):
+            continue
+        head = re.match(r"(.*)(?:: | - )", before)  # (greedy: up to its last)
+        part = before[head.end():] if head else re.sub(r"\A[ \t]*(?:E[ \t]+)?", "", before)
+        if name.endswith(("Error", "Exception")):
+            ok = re.fullmatch(r"(?:[A-Za-z_]\w*\.)*", part.lstrip(" \t")) and line[m.end():m.end() + 1] in ("", ":", " ", "\t", "\r")
+        else:
+            ok = not re.search(r"\w\(|[{}=;#|]", part)
+        if ok:
+            out.append(name)
+    return out
 
 
 PHRASE_CASES = [
@@ -1798,6 +1893,15 @@ def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):
         for cjk in (True, False):
             assert list(extractive._phrases(case, cjk)) == plain_phrases(case, cjk)
         assert toolwork.outcome(case) == plain_outcome(case)
+
+
+@given(st.lists(st.sampled_from(["ValueError", "x.KeyError", "ECONNREFUSED", "EPIPE", "timeout", "Timeout", " of 2",
+                                 " exceeded", " >5", "i/o ", "not found", "E ", "E", "  ", " ", ": ", ":", " - ", "-",
+                                 "\n", "(", "f(", ")", "=", "{", "#", "'", '"', "`", "warn", "Deprecation", "raise ",
+                                 "1 failed", "\t", "\r", "x"]), max_size=30).map("".join))
+@settings(max_examples=500, deadline=None)
+def test_an_outcome_names_an_error_as_its_plain_definition_does(text):
+    assert toolwork.outcome(text) == plain_outcome(text)
 
 
 def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, home):
