@@ -38,13 +38,13 @@ _ERRNO = sorted("""2BIG ACCES ADDRINUSE ADDRNOTAVAIL AFNOSUPPORT AGAIN ALREADY B
     PROTOTYPE RANGE ROFS SPIPE SRCH STALE TIME TIMEDOUT TXTBSY WOULDBLOCK XDEV""".split(), key=len, reverse=True)
 # an error's name: an errno name, an exception's, a timeout as a test runner or library says it (mocha's "timeout
 # of 2000ms exceeded", pytest-timeout's "Timeout >5.0s", Go's "i/o timeout"; not a setting's timeout=3), a refusal
-# (``outcome`` takes one only where the output reports it: ``_reported``)
+# (``_error`` takes one only where the output reports it)
 _ERROR_NAME = re.compile(rf"\b(?:E(?:{'|'.join(_ERRNO)})|[A-Z][A-Za-z]*(?:Error|Exception)"
                          r"|[Tt]imeout(?= of \d| exceeded| >\d|(?<=i/o timeout))|[Pp]ermission denied|[Nn]ot found)\b")
 _EXCEPTION = ("Error", "Exception")
 _WARNING = re.compile(r"warn|deprecat", re.I)  # a warning's line, before the name: npm WARN, DeprecationWarning:
 _MARKER = re.compile(r"[ \t]*(?:E[ \t]+)?")  # a line's indentation, and pytest's E before an error
-_MODULE = re.compile(r"(?:[A-Za-z_]\w*\.)*")  # the module path before an exception's name (requests.exceptions.)
+_MODULE = re.compile(r"[ \t]*(?:[A-Za-z_]\w*\.)*")  # the module path before an exception's name (requests.exceptions.)
 _CODE = re.compile(r"\w\(|[{}=;#|]")  # what code holds and an error's words do not: raise KeyError("… not found")
 _PROGRAM_SKIP = frozenset("sudo env time nice command exec uv uvx npx pnpm poetry bundle".split())
 _SETUP = frozenset("cd pushd export source . set".split())  # commands that only prepare the next one
@@ -451,8 +451,7 @@ def program(command: str) -> str:
 
 def outcome(text: str) -> tuple[str | None, str | None]:
     """The first test count in ``text`` that says what failed or errored (else its first count: ``0 failed`` says
-    none did), and its first error name of at most ``TOOL_PIECE`` characters that stands where it reports an error
-    (``_reported``)."""
+    none did), and the first error name it reports (``_error``)."""
     first = None
     for m in _COUNTS.finditer(text):
         at = m.start()
@@ -463,27 +462,47 @@ def outcome(text: str) -> tuple[str | None, str | None]:
             first = count
             break
         first = first or count
-    error = next((m.group() for m in _ERROR_NAME.finditer(text) if len(m.group()) <= TOOL_PIECE and _reported(text, m)),
-                 None)
-    return first, error
+    return first, _error(text)
 
 
-def _reported(text: str, name: re.Match) -> bool:
-    """Whether error name ``name`` stands where ``text`` reports an error, not in code it quotes, a warning or a
-    quoted value (``Expected: "ECONNREFUSED"``): in a line that says no warning before it, out of quotes, at the
-    start of a part of the line (the line past its indentation and
-    pytest's ``E``, or what follows ``: `` or `` - ``), an exception's name (past its module path) followed by
-    ``:``, white space or the line's end (``E   ValueError: …``, ``FAILED t.py::x - KeyError: …``, not ``raise
-    KeyError(…)``, ``except TimeoutError:``); any other after words without code (``Error: connect ECONNREFUSED``,
-    ``bash: x: command not found``, not ``raise KeyError(f"user {uid} not found")``)."""
-    at = name.start()
-    start = text.rfind("\n", 0, at) + 1
-    if at and text[at - 1] in "'\"`" or _WARNING.search(text, start, at):
-        return False
-    colon, dash = text.rfind(": ", start, at), text.rfind(" - ", start, at)
-    opens = _MARKER.match(text, start).end() if colon < 0 and dash < 0 else colon + 2 if colon > dash else dash + 3
-    before = text[opens:at]
-    if name.group().endswith(_EXCEPTION):
-        return (_MODULE.fullmatch(before.lstrip(" \t")) is not None
-                and (name.end() == len(text) or text[name.end()] in ": \t\r\n"))
-    return _CODE.search(before) is None
+def _error(text: str) -> str | None:
+    """The first error name of at most ``TOOL_PIECE`` characters that ``text`` reports, not one in code it quotes, a
+    warning or a quoted value (``Expected: "ECONNREFUSED"``): in a line that says no warning before it, out of
+    quotes, at the start of a part of the line (the line past its indentation and pytest's ``E``, or what follows
+    ``: `` or `` - ``), an exception's name (past its module path) followed by ``:``, white space or the line's end
+    (``E   ValueError: …``, ``FAILED t.py::x - KeyError: …``, not ``raise KeyError(…)``, ``except TimeoutError:``);
+    any other after words without code (``Error: connect ECONNREFUSED``, ``bash: x: command not found``, not
+    ``raise KeyError(f"user {uid} not found")``). Each name's line and part are read on from the last name's, so a
+    long line of names is read once."""
+    end = seen = opens = scanned = -1  # the line's end, the last name's start, the part's start, code looked for up to
+    warned, code = 0, None  # where the line's first warning ends, where the part's first code does
+    for m in _ERROR_NAME.finditer(text):
+        name, at = m.group(), m.start()
+        if len(name) > TOOL_PIECE or at and text[at - 1] in "'\"`":
+            continue
+        if at > end:  # the first name of its line
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            warning = _WARNING.search(text, start, end)
+            warned = warning.end() if warning else end + 1
+            seen, opens = start, _MARKER.match(text, start).end()
+            scanned = opens
+            code = None
+        if warned <= at:
+            continue
+        colon, dash = text.rfind(": ", seen, at), text.rfind(" - ", seen, at)
+        if colon >= 0 or dash >= 0:  # a later part
+            opens = scanned = colon + 2 if colon > dash else dash + 3
+            code = None
+        seen = at
+        if name.endswith(_EXCEPTION):
+            if _MODULE.match(text, opens, at).end() == at and (m.end() == len(text) or text[m.end()] in ": \t\r\n"):
+                return name
+            continue
+        if code is None:
+            found = _CODE.search(text, scanned, at)
+            code, scanned = (found.end() if found else None), at
+        if code is None:
+            return name
+    return None

@@ -1901,7 +1901,8 @@ def test_the_phrase_scan_and_the_outcome_equal_their_plain_definitions(text):
                                  "1 failed", "\t", "\r", "x"]), max_size=30).map("".join))
 @settings(max_examples=500, deadline=None)
 def test_an_outcome_names_an_error_as_its_plain_definition_does(text):
-    assert toolwork.outcome(text) == plain_outcome(text)
+    for case in [text, " - x.KeyError - ECONNREFUSED", "E  - EPIPE: f( ENOENT", "warn\nx: b(ENOENT\ny: EPIPE"]:
+        assert toolwork.outcome(case) == plain_outcome(case)
 
 
 def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, home):
