@@ -129,7 +129,7 @@ def test_facts_are_copied_exactly_and_code_is_never_re_punctuated():
     signed = ("Overnight the freezer hit -42 degrees and −5 °C outside; the balance is -$1,200.50 and uptime "
               "99.95%. " + LONG + "Release v2.3.1-rc.1 fixes PR #3307 in pkg/net/http_client.go. and src/app.py.")
     found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": signed})]
-    for fact in ("-42", "−5", "-$1,200.50", "99.95%", "v2.3.1-rc.1", "#3307", "pkg/net/http_client.go", "src/app.py"):
+    for fact in ("-42", "−5 °C", "-$1,200.50", "99.95%", "v2.3.1-rc.1", "#3307", "pkg/net/http_client.go", "src/app.py"):
         assert fact in found, (fact, found)
     assert not any(piece.startswith("/net") or piece.endswith(".") for piece in found if "/" in piece), found
     chinese = "日志显示昨晚共有18342次超时，集中在22:00到22:40之间。修改config/pool.yaml中的max_pool_size参数。"
@@ -2206,3 +2206,81 @@ def test_a_span_of_tool_results_alone_says_which_tools_ran(home):
                        "meta": {"tool": "read", "call_id": f"r{k}"}} for k in range(4)])
     line = extractive.Digest(mem).merge(2, 1)
     assert line.split(": ", 1)[1] == "read ×4", line
+
+
+# (a message, and the facts in it that no piece may cut: each is in a piece whole, and no piece holds part of it)
+WHOLE_FACTS = [
+    ("Die Kosten stiegen, ein Anstieg von 46,7%.", ["46,7%"]),
+    ("Le taux d'erreur est passé de 0,3 % à 2,75 % après la mise à jour.", ["0,3 % à 2,75 %"]),
+    ("והחשבונית האחרונה הייתה ₪18,340 (עלייה של 46.7%).", ["₪18,340", "46.7%"]),
+    ("השרת prod-db-2 נפל ב-14:05 בגלל שגיאה.", ["prod-db-2", "14:05"]),
+    ("الخادم prod-db-2 توقف عن العمل.", ["prod-db-2"]),
+    ("Бюджет — 45 000 ₽ в месяц, сейчас тратим 52 300 ₽, то есть на 16,2 % больше.", ["45 000 ₽", "52 300 ₽", "16,2 %"]),
+    ("Температура в стойке −2…+3 °C от нормы.", ["−2…+3 °C"]),
+    ("Ни в коем случае не удаляйте ветку release/2.4 до пятницы", ["release/2.4"]),
+    ("Ticket OPS-4711 aktualisiert, Latin-1 reicht nicht.", ["OPS-4711", "Latin-1"]),
+    ("It crashed at node:events:634:26 when cache.internal:6380 went away.", ["node:events:634:26", "cache.internal:6380"]),
+    ("Das Log liegt unter %APPDATA%\\Acme\\logs\\install-2026-04-02.log jetzt.",
+     ["%APPDATA%\\Acme\\logs\\install-2026-04-02.log"]),
+    ("Das Update ist für den 15. April 2026 geplant, Wartungsfenster 22:00–02:00 Uhr.", ["15. April 2026", "22:00–02:00"]),
+    ("Dann bleibt bis zum 15. April 2026 nur wenig Zeit.", ["15. April 2026"]),
+    ("Faltan entre 3 y 5 días, la reunión es el 12 de mayo.", ["3 y 5", "12 de mayo"]),
+    ("The meeting moved to May 12, 2026 at noon.", ["May 12, 2026"]),
+    ("会議は14時05分11秒に終わりました。", ["14時05分11秒"]),
+    ("Der Preis ist 2.400 € zzgl. MwSt., insgesamt 1.234.567,89 €, etwa 92,9 % davon.",
+     ["2.400 €", "1.234.567,89 €", "92,9 %"]),
+    ("El total es €1.299,00 o US$ 3.781,20 al cambio; faltan 3.482,50 €.", ["€1.299,00", "US$ 3.781,20", "3.482,50 €"]),
+    ("The budget is €250,000 and ¥1,500,000 for Japan, CPU at 70%. Memory at 88.7% (+15,4 %) today.",
+     ["€250,000", "¥1,500,000", "70%", "88.7%", "+15,4 %"]),
+    ("予算は¥1,500,000で、承認済みです。", ["¥1,500,000"]),
+    ("Le montant s'élevait à 18 340 euros le mois dernier.", ["18 340"]),
+]
+
+
+@pytest.mark.parametrize("text, facts", WHOLE_FACTS)
+def test_a_number_or_identifier_is_one_fact_whole_and_no_piece_cuts_it(text, facts):
+    """A decimal comma's number, a grouped one, a range, a date with its month, a number with its currency, unit or
+    sign, words joined to a number by a hyphen, a slash or colons: each was cut (``ein Anstieg von 46``, ``₪18``,
+    ``2 ואת`` of ``prod-db-2``, ``634:26``, ``2.400`` without its ``€``, ``entre 3 y``, ``den 15``, ``時05分``), or
+    said twice in overlapping pieces (``46, 46,7%``). Each is a fact whole, and no piece of its message holds part of
+    it."""
+    for kind in ("pi", "user"):
+        found = extractive.units({"i": 0, "kind": kind, "text": text})
+        for fact in facts:
+            at = text.index(fact)
+            assert any(fact in u.text for u in found), (fact, [u.text for u in found])
+            cut = [u.text for u in found if u.pos < at + len(fact) and at < u.pos + len(u.text)
+                   and not (u.pos <= at and at + len(fact) <= u.pos + len(u.text))]
+            assert not cut, (fact, cut)
+
+
+def test_a_line_says_no_two_pieces_that_overlap_in_their_message():
+    """Two pieces of one message that overlap in its text were both said (``ioredis gives, gives up after 20
+    retries, 20 retries per request``, ``Dann bleibt bis zum, zum 15``): a line says the text they cover once, as
+    written, in their place."""
+    text = "ioredis gives up after 20 retries per request"
+    unit = extractive.Unit
+    pool = [unit(3.0, 0, text.index(piece), piece, "pi", 1, tuple(piece.split()))
+            for piece in ("ioredis gives", "gives up after 20 retries", "20 retries per request")]
+    assert extractive.compose(pool) == f"pi: {text}"
+    assert extractive.compose(pool[:2] + [unit(3.0, 1, 23, "20 retries per request", "pi", 1, ("x",))]) == (
+        "pi: ioredis gives up after 20 retries, 20 retries per request")  # (another message's: said as it is)
+    pad = ("Both crashes are the worker losing Redis at cache.internal:6380 after the failover last night. {} The "
+           "dashboards show the queue depth peaking at 18,000 jobs around 03:20, and draining by 04:05 once the "
+           "replica caught up with the primary. Tomorrow we will review the alert thresholds for the queue depth, the "
+           "replica lag and the disk usage on the storage nodes with the platform team.")
+    for said in (text + " (maxRetriesPerRequest) and the supervisor restarts it within 3 seconds.",
+                 "Dann bleibt bis zum 15. April 2026 nur wenig Zeit.", "Die Kosten stiegen, ein Anstieg von 46,7%.",
+                 "Le montant s'élevait à 18 340 euros le mois dernier."):
+        message = pad.format(said)
+        line = extractive.leaf("pi", message)
+        said = pieces(line.removeprefix("pi: "))
+        for a, b in zip(said, said[1:]):  # (two pieces side by side in the line that overlap in the message)
+            assert not any(a.endswith(b[:k]) and a + b[k:] in message for k in range(1, min(len(a), len(b)))
+                           if b[:k].strip()), (a, b, line)
+
+
+def test_a_users_sentence_holds_a_date_whole():
+    """``den 15. April 2026``: a day's full stop ends no sentence (the ask was ``Das Update ist für den 15.``)."""
+    line = extractive.leaf("user", "Das Update ist für den 15. April 2026 geplant. Bitte prüfe die Migration vorher.")
+    assert "Das Update ist für den 15. April 2026 geplant." in line, line

@@ -6,7 +6,11 @@ punctuation; Chinese clauses between its punctuation) scored by how distinctive 
 whole memory (inverse document frequency over a sample of its log), and facts copied exactly: names,
 numbers, dates, paths (Windows' too), identifiers, errors, quoted strings. A bare number is a fact only with what it
 counts or names, its nearest words in its clause (``CentOS 7``, ``pool_size from 3 to 6``, ``3 kids``, ``2回目``), and a
-path's line and column are one with it (``src/app.ts:225:19``). No unit holds half a pair of quotes,
+path's line and column are one with it (``src/app.ts:225:19``). A number is one fact with its currency or sign, unit,
+digit groups and a range to another (``US$ 3.781,20``, ``2.400 €``, ``52 300 ₽``, ``−2…+3 °C``, ``22:00–02:00``, ``entre 3 y
+5``), a day with its month and year (``15. April 2026``, ``12 de mayo``; ``14時05分11秒``), and words joined to a number by
+hyphens, a slash or colons are one (``prod-db-2``, ``OPS-4711``, ``release/2.4``, ``node:events:634:26``): no piece
+holds part of a fact (one running into it takes it whole). No unit holds half a pair of quotes,
 a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
 (``cat -n``) or a table's row numbers (``1 alice 34``), a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``; a
 merge's combined diff's too), a bidirectional control (it would reorder the line on a terminal) or another control
@@ -31,7 +35,8 @@ that say the same are said once, with how many there were and how the last one e
 
 A line is the best units that fit in 512 bytes (greedy by score per byte, a word already said scoring
 nothing again, each further unit of one message counting less, no piece twice in a speaker's part: one holding a
-piece said before takes its place; a second piece of one sentence the user asked a model brings the sentence whole),
+piece said before takes its place, and two pieces of one message that overlap in its text are one, the text they
+cover (``ioredis gives up after 20 retries``, not ``ioredis gives, gives up after 20 retries``); a second piece of one sentence the user asked a model brings the sentence whole),
 grouped by speaker (the user first, then
 the other speakers, then the tool work), in log order within a group, joined by the fixed connectives
 ``: ``, ``, ``, ``; `` and ``→``. Nothing is reworded, so code is never re-punctuated. A merge's line is
@@ -164,14 +169,21 @@ _QUOTED_PATH = (r"""["'`](?<=(["'`]))(?=[~$./])(?<![\w"'`].)"""
 # a file's line (and column) after it, as a compiler, a linter, a stack trace or a link writes them (``src/app.ts:225:19``,
 # ``[a.ts](/x/a.ts:99)``): one fact with its file, not a number alone (``225:19`` is no time)
 _AT_LINE = r"(?::\d{1,7}(?::\d{1,4})?(?!\w|:\d))?"
+# words joined to a number, one fact and not the number alone (``2`` of them read as a count, ``634:26`` as a
+# time): by hyphens (``prod-db-2``, ``OPS-4711``, ``Latin-1``, ``UTF-8``, ``pkg-1.2.3``, ``db-2.internal:5432``), by a
+# slash (a branch: ``release/2.4``, ``HTTP/1.1``), by colons (``node:events:634:26``, a host's port
+# ``cache.internal:6380``). (Tried only where a hyphen, a slash, a colon or a dot follows the word's first run)
+_JOINED = (rf"(?=[A-Za-z0-9]*+[-/:.])(?:[A-Za-z][A-Za-z0-9]*+(?=[A-Za-z0-9.-]*?-\d)(?:-[A-Za-z0-9]++(?:\.[A-Za-z0-9]++)*+)++"
+           rf"(?::\d{{1,5}})?(?![^\W{_CJK}]|[.:-]\w) | [A-Za-z][A-Za-z0-9_.-]*+/\d(?:[A-Za-z0-9_.-]*[A-Za-z0-9])?(?![\w/]|\.\w)"
+           rf" | (?:[A-Za-z][A-Za-z0-9_.-]*+:)++\d{{1,7}}(?::\d{{1,5}})?(?![\w:]|\.\d))")
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
     | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.){_AT_LINE}
     WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}{_AT_LINE}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
-    | START(?: (?=[a-z0-9]*+{_MORE}|v\d)(?=[a-z]){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} )
-          | (?=[A-Z][a-z0-9]*+{_MORE}){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
-                       | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
+    | START(?: (?=[a-z0-9]*+(?:{_MORE}|:\w)|v\d)(?=[a-z]){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} | {_JOINED} )
+          | (?=[A-Z][a-z0-9]*+(?:{_MORE}|:\w)){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | (?:[A-Z][a-z]++){{2,}}(?:Error|Exception|Warning)?\b | {_SNAKE}
+                       | {_JOINED} | E[A-Z]{{3,}}\b | [A-Z]{{2,}}[0-9]*\b | V{_VERSION} )
           | (?=\d){_INSIDE}(?: {_EXT}{_AT_LINE} | DATE{_DIGITS} )
           | (?![a-zA-Z0-9]){_INSIDE}{_EXT}{_AT_LINE} )
     | \$(?:{_NUMBER}|\d\b) | \#(?<![\w&].)\d+\b
@@ -179,10 +191,11 @@ _FACT_PATTERN = rf"""(?x)
     | `[^`\n]{{1,60}}` | "(?<![^\W{_CJK}]")(?<!"")[^"\s][^"\n]{{1,59}}(?<!\s)"(?![^\W{_CJK}])
     """
 _WINDOWS = rf"""| [A-Za-z](?<![\w\\][A-Za-z]):{_WIN}
-    | (?<![\w.@+~$\\-])(?=[\w.@+~$-]{{1,{SENTENCE}}}\\){_WSEG}{_WIN_REL}
+    | (?<![\w.@+~$%\\-])(?=%?[\w.@+~$-]{{1,{SENTENCE}}}%?\\)(?:%[A-Za-z_]\w*%|{_WSEG}){_WIN_REL}
 """
-# a date written in Chinese or Japanese, one fact: 2026年3月4日, 2026年3月, 3月4日 (not its numbers apart: 年3月, 月4日)
-_CJK_DATE = r"(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号])(?!\d) | "
+# a date or a time written in Chinese or Japanese, one fact: 2026年3月4日, 2026年3月, 3月4日, 14時05分11秒, 14点05分 (not
+# its numbers apart: 年3月, 月4日, 時05分)
+_CJK_DATE = r"(?:\d{4}年\d{1,2}月(?:\d{1,2}[日号])?|\d{1,2}月\d{1,2}[日号]|\d{1,2}[時时点]\d{1,2}分(?:\d{1,2}秒)?)(?!\d) | "
 _FACT = re.compile(_FACT_PATTERN.replace("START", r"\b").replace("WINDOWS", "").replace("DATE", ""))
 # in text with Chinese a fact may start right after a Chinese character too ("修改max_pool_size参数")
 _FACT_CJK = re.compile(_FACT_PATTERN.replace("START", rf"(?:\b|(?<=[{_CJK}]))").replace("WINDOWS", "")
@@ -430,6 +443,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     seen: set[str] = set()
     weight = stats.weight
 
+    widen = None  # (once the facts are found: ``_widener``)
+
     def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE) -> None:
         if piece[:1].isdigit() or piece[:1].isspace():
             lead = len(piece) - len(piece.lstrip())
@@ -453,6 +468,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 start, end = head.end() if head else 0, tail.start() if tail else len(piece)
                 start, end = _bared(piece[start:end], start) if start < end else (0, 0)
                 piece, pos = piece[start:end], pos + start
+        if widen is not None and piece and (wide := widen(pos, pos + len(piece))):  # a fact it cuts: whole in it
+            pos, piece = wide[0], text[wide[0] : wide[1]]  # (``von 46`` of ``von 46,7%``, ``April 2026`` of a date)
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
             return  # (a name or number over one)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > most:
@@ -466,7 +483,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     urls, blobs = _blobs(text, code)
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
-        for n, sentence in enumerate(_SENTENCE_END.split(text.strip())):
+        for n, sentence in enumerate(_sentences(text.strip())):
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
                 at = text.find(sentence, at)
                 if not (blobs and _inside(blobs, at, at + len(sentence))):  # (no sentence holding a blob)
@@ -474,6 +491,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     cjk = not text.isascii() and _CJK_RUN.search(text)
     marks = not text.isascii()  # (a fact or name next to a combining mark is part of a word)
     paths: list[tuple[int, int]] = []
+    facts_at: list[tuple[int, int]] = []  # (where the facts are that no other piece may cut: ``_widener``)
     facts = (_FACT_CJK_WIN if cjk else _FACT_WIN) if "\\" in text else _FACT_CJK if cjk else _FACT
     for start, end in grep:
         paths.append((start, end))
@@ -497,7 +515,22 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                     or in_error and "/" not in m.group() and "\\" not in m.group() and in_error(start, end)):
                 yield start, m.group()  # (an error's words are said with it, but for the path it names)
 
+    numbered = -1  # where the last number made whole ends (``_number``)
     for start, piece in found():
+        if start < numbered:  # (a number of the one before: its date's year, its range's end, a group of its digits)
+            continue
+        if not (piece.isdecimal() or "/" in piece or "\\" in piece):  # (a path's: ``paths``)
+            facts_at.append((start, start + len(piece)))
+        if (piece[0].isdigit() or piece[0] in "-−$") and (piece[-1].isdigit() or piece[-1] == "%") and (
+                whole := _number(text, start, start + len(piece), marks)):
+            at, numbered = whole
+            facts_at.append(whole)
+            if piece.isdecimal():  # (a bare number made whole, said with its words: ``entre 3 y 5 días``)
+                at, end = _counted(text, at, numbered)
+                if not (in_error and in_error(at, end)):
+                    add(text[at:end], at, 1.3)
+                continue
+            start, piece = at, text[at:numbered]
         if piece.isdecimal() and piece.isascii():  # a bare number: a fact with what it counts or names, else none
             at, end = _counted(text, start, start + len(piece))
             if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
@@ -522,6 +555,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if piece[0] in "`\"'" and _size(piece) > SENTENCE and (at := _path_end(piece)):
                 start, piece = start + at, piece[at:].rstrip("`\"'")
         add(piece, start, 1.3)
+    widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
     for m in _NAME.finditer(text):
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())):
@@ -693,6 +727,86 @@ def _counted(text: str, start: int, end: int) -> tuple[int, int]:
     if first >= 0 and (at > first or any(c.isspace() for c in text[at:first])):
         at = first
     return at, end
+
+
+# a number is one fact with its currency or sign before it (``€1.299,00``, ``US$ 3.781,20``, ``₪18,340``, ``+15,4 %``),
+# the groups of its digits (``52 300``, ``1 234 567,89``: spaced in text that is not ASCII, else by a no-break or thin
+# space), its unit or currency after it, spaced or not (``2.400 €``, ``92,9 %``, ``−2…+3 °C``), a range to another
+# number (``22:00–02:00``, ``0,3 % à 2,75 %``, ``entre 3 y 5``), and a day's month and year (``15. April 2026``,
+# ``12 de mayo``, ``May 12, 2026``): none of it cut off, and no number of it a fact of its own
+_CURRENCY = "$¢£¤¥֏؋৲৳฿៛\u20a0-\u20cf"
+_CURRENCIES = frozenset("$¢£¤¥֏؋৲৳฿៛" + "".join(map(chr, range(0x20A0, 0x20D0))))
+_NUMBER_NEXT = frozenset(" \u00a0\u202f\u2009.,%‰°–—…") | _CURRENCIES  # (what follows a number that may say more)
+_NUMBER_BEFORE = re.compile(rf"(?<![^\W{_CJK}]|\$)(?:[A-Z]{{1,3}}(?=\$))?[{_CURRENCY}][ \u00a0\u202f]?\Z"
+                            r"|(?<![\w.,)\]}+−-])\+\Z")
+_GROUPS = re.compile(r"(?:[\u00a0\u202f\u2009]\d{3}(?![\d]))+(?:,\d+(?![\d.,]\d))?")
+_GROUPS_SPACED = re.compile(r"(?:[ \u00a0\u202f\u2009]\d{3}(?![\d]))+(?:,\d+(?![\d.,]\d))?")
+_UNIT = re.compile(rf"[ \u00a0\u202f\u2009]?(?:%|‰|°[CF]?|[{_CURRENCY}])(?![\w%])")
+_RANGE_TO = re.compile(r"[ \u00a0\u202f]?[–—…][ \u00a0\u202f]?|[ \u00a0](?:(to|bis|à|a|al|hasta|até|tot|до|по)"
+                       r"|(and|und|et|y|e|en|и))[ \u00a0](?=[+−-]?\d)")
+_BETWEEN = re.compile(r"(?i:between|zwischen|entre|tra|fra|tussen|между)[ \u00a0]\Z")  # (``and`` makes a range after it)
+_RANGE_END = re.compile(r"[+−-]?\d+(?:[.,:]\d+)*(?![\w])")
+_MONTH_NAMES = (
+    "january february march april june july august september october november december "
+    "januar jänner februar märz juni juli oktober dezember "
+    "janvier février mars avril mai juin juillet août septembre octobre novembre décembre "
+    "enero febrero marzo abril mayo junio julio agosto septiembre setiembre octubre noviembre diciembre "
+    "gennaio febbraio aprile maggio giugno luglio settembre ottobre dicembre "
+    "janeiro fevereiro março maio junho julho setembro outubro dezembro "
+    "januari februari maart mei augustus "
+    "января февраля марта апреля мая июня июля августа сентября октября ноября декабря")
+_MONTH = ("(?:(?i:" + "|".join(sorted(set(_MONTH_NAMES.split()), key=len, reverse=True))
+          + r")\b|May\b|(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec|Mär|Okt|Dez)\b\.?)")  # (``may`` is a verb)
+_DAY_MONTH = re.compile(rf"\.?[ \u00a0](?:de |del |of )?{_MONTH}(?!\w)(?:,?[ \u00a0](?:de |del )?\d{{4}}(?!\d))?")
+_MONTH_DAY = re.compile(rf"(?<!\w){_MONTH}[ \u00a0]\Z")
+_DAY_DOT = re.compile(rf"(?<!\d)\d{{1,2}}\.([ \u00a0]+){_MONTH}")  # (a day's full stop, then its month)
+_YEAR = re.compile(r"(?:st|nd|rd|th)?,?[ \u00a0]\d{4}(?![\d])")
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` cut into sentences (``_SENTENCE_END``), but at a day's full stop (``am 15. April 2026``)."""
+    if "." not in text or not (days := [m.span(1) for m in _DAY_DOT.finditer(text)]):
+        return _SENTENCE_END.split(text)
+    out, last = [], 0
+    for m in _SENTENCE_END.finditer(text):
+        if m.span() not in days:
+            out.append(text[last : m.start()])
+            last = m.end()
+    out.append(text[last:])
+    return out
+
+
+def _number(text: str, start: int, end: int, spaced: bool) -> tuple[int, int] | None:
+    """Where the number at ``start:end`` of ``text`` is whole (``_CURRENCY``'s comment above), or None when it is
+    already; ``spaced``: its digits may be grouped by plain spaces (text that is not ASCII)."""
+    before = text[start - 1 : start]
+    if text[end : end + 1] not in _NUMBER_NEXT and before not in _CURRENCIES and before != "+":
+        return None
+    at, to, first = start, end, start
+    if before in _CURRENCIES or before in " \u00a0\u202f+":
+        if prefix := _NUMBER_BEFORE.search(text, max(0, start - 6), start):
+            at = prefix.start()
+    bare = text[start:end].isdecimal()
+    if bare and end - start <= 2:  # a day of a month
+        date = _DAY_MONTH.match(text, end)
+        if date:
+            return at, date.end()
+        month = _MONTH_DAY.search(text, max(0, start - 12), start)
+        if month:
+            year = _YEAR.match(text, end)
+            return month.start(), year.end() if year else end
+    for _ in range(2):  # (the number, then the one its range runs to)
+        if bare and to - start <= 3 and (groups := (_GROUPS_SPACED if spaced else _GROUPS).match(text, to)):
+            to = groups.end()
+        if unit := _UNIT.match(text, to):
+            to = unit.end()
+        if _ == 1 or not (range_to := _RANGE_TO.match(text, to)) or not (last := _RANGE_END.match(text, range_to.end())):
+            break
+        if range_to.group(2) and not _BETWEEN.search(text, max(0, first - 12), first):
+            break
+        start, to = last.start(), last.end()
+        bare = last.group().isdecimal()
+    return (at, to) if (at, to) != (first, end) else None
 
 
 # a path's last name running from ASCII into Chinese or Japanese: "修改~/.config/x文件", "写到/etc/app/config.yaml里"
@@ -983,6 +1097,30 @@ def _overlap(spans: list[tuple[int, int]]):
     return inside
 
 
+def _widener(spans: list[tuple[int, int]]):
+    """``widen(start, end)``: where a piece at ``start:end`` is with each of ``spans`` (facts) it cuts taken whole into
+    it, or None when it cuts none: no piece holds part of a fact (``ein Anstieg von 46`` of ``46,7%``, ``2 % больше``
+    of ``16,2 %``, ``April 2026 geplant`` of ``15. April 2026``). Its time grows with the log of the spans."""
+    spans.sort()
+    starts, ends = [s for s, _ in spans], list(itertools.accumulate((e for _, e in spans), max))
+
+    def widen(start: int, end: int) -> tuple[int, int] | None:
+        lo, hi = start, end
+        while True:
+            k = bisect.bisect_left(starts, hi)  # (the spans starting before its end; of them, those ending after its start)
+            wide_lo, wide_hi = lo, hi
+            while k > 0 and ends[k - 1] > lo:
+                k -= 1
+                s, e = spans[k]
+                if e > lo:
+                    wide_lo, wide_hi = min(wide_lo, s), max(wide_hi, e)
+            if (wide_lo, wide_hi) == (lo, hi):
+                return (lo, hi) if (lo, hi) != (start, end) else None
+            lo, hi = wide_lo, wide_hi
+
+    return widen
+
+
 _QUOTES = " \t'\"“”‘’*"
 # quotes, bold and quote marks, and a heading's or a bullet's marker before a space ("## ", "- "), at the start
 _OPENING = re.compile(r"[\s'\"“”‘’*>]*(?:[#-]+\s[\s'\"“”‘’*>]*)*")
@@ -1179,7 +1317,7 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
         for w in u.words:  # said now: the other units holding it have one fresh word less (``u`` is done)
             if w not in said:
                 said.add(w)
-                holders = where[w]
+                holders = where.get(w, ())  # (a word a joined piece makes whole is in no unit: ``_joined``)
                 df = len(holders)
                 if df > 1:
                     for m in holders:
@@ -1229,7 +1367,18 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
                     continue
             text = u.text
             if not any(text in c.text and _holds(c.text, text) for c in said_by):  # (said already, here or before)
+                over = _over(u, mine) if mine and u.rank < 2 else None
+                if over:  # pieces of its message it overlaps in the text: one piece over them all, or it is left out
+                    u = _joined(u, over)
+                    text = u.text
+                    if u.size > 2 * SENTENCE:
+                        if not heap:
+                            break
+                        best = heappop(heap)
+                        continue
                 inside = [c for c in said_by if c.text in text and _holds(text, c.text)]  # said again by it: they go
+                if over:
+                    inside += [c for c in over if c not in inside]
                 cost = u.size + 3 + (_size(u.who) + 2 if u.who not in groups else 0) - sum(c.size + 2 for c in inside)
                 if used + cost <= limit:
                     take(u, mine, inside, cost)
@@ -1237,6 +1386,32 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
             break
         best = heappop(heap)
     return cut_line(render([u for units_ in chosen.values() for u in units_], head), limit)
+
+
+def _over(u: Unit, mine: list[Unit]) -> list[Unit]:
+    """The units of ``mine`` (taken from ``u``'s message) that ``u`` overlaps in its message's text, and those they
+    overlap in turn."""
+    lo, hi = u.pos, u.pos + len(u.text)
+    over: list[Unit] = []
+    while True:
+        more = [c for c in mine if c.rank < 2 and c not in over and c.pos < hi and lo < c.pos + len(c.text)]
+        if not more:
+            return over
+        over += more
+        lo, hi = min(lo, *(c.pos for c in more)), max(hi, *(c.pos + len(c.text) for c in more))
+
+
+def _joined(u: Unit, over: list[Unit]) -> Unit:
+    """One unit for ``u`` and the units of its message it overlaps (``_over``): the text they cover together, as
+    written (``ioredis gives`` and ``gives up after 20 retries``: ``ioredis gives up after 20 retries``, never both,
+    which said the words where they meet twice)."""
+    parts = sorted([u, *over], key=lambda c: (c.pos, -len(c.text)))
+    text, end = parts[0].text, parts[0].pos + len(parts[0].text)
+    for c in parts[1:]:
+        if c.pos + len(c.text) > end:
+            text += c.text[end - c.pos :]
+            end = c.pos + len(c.text)
+    return Unit(u.score, u.i, parts[0].pos, text, u.who, u.rank, _wordset(text), u.result, u.call, u.tool, u.file)
 
 
 def _holds(text: str, piece: str) -> bool:
