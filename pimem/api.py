@@ -114,7 +114,8 @@ class _Held:
 
                 l, i = parse_label(held["label"])
                 text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
-                hidden = hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds, stored=self.mem.leaf_line)
+                hidden = hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds, stored=self.mem.leaf_line,
+                                    line_bytes=self.mem.tree.line_bytes)
                 self.lines[held["label"]] = render_line(l, i, hidden[0])
             held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
@@ -273,10 +274,11 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
             if len(msg["text"]) > MESSAGE_CHARS:
                 msg = {**msg, "text": msg["text"][:MESSAGE_CHARS], "chars": len(msg["text"]), "next_offset": MESSAGE_CHARS}
             found["message"] = _Held(mem, include_tools)(msg)
-        elif not include_tools:
+        else:
             halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
             for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds,
-                                                                 stored=mem.leaf_line)):
+                                                                 stored=mem.leaf_line, line_bytes=mem.tree.line_bytes,
+                                                                 hide=not include_tools)):
                 child["text"] = text
     return found
 

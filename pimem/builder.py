@@ -845,7 +845,8 @@ class ContextView:
             rows = [row for row in rows[:unbuilt] if row[2] is not None]
         todo = [row for row in rows if row[:2] not in self.shown]
         if todo:
-            shown = hide_tools(self.mem.messages, todo, holds=self.mem.span_holds, stored=self.mem.leaf_line)
+            shown = hide_tools(self.mem.messages, todo, holds=self.mem.span_holds, stored=self.mem.leaf_line,
+                               line_bytes=self.mem.tree.line_bytes)
             self.shown.update(((l, i), text) for (l, i, _), text in zip(todo, shown))
         self.shown = {(l, i): self.shown[(l, i)] for l, i, _ in rows}  # (only the lines the view still holds)
         return [render_line(l, i, self.shown[(l, i)]) for l, i, _ in rows]

@@ -162,13 +162,15 @@ def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_dam
 
 def previous_exchange(mem, max_bytes: int = EXCHANGE_BYTES) -> str:
     """The last user message and the last reply, as a view line shows them but with their newlines and tabs
-    (``tree.inert``), oldest first, as ``#i kind: text`` lines; empty when those lines are over ``max_bytes``
-    together (the view and zoom still hold them)."""
+    (``tree.inert``), oldest first, as ``#i kind: text`` lines (``user Bob: text`` for a message naming its speaker,
+    as a view line says it: ``message.leaf_label``); empty when those lines are over ``max_bytes`` together (the
+    view and zoom still hold them)."""
+    from .message import leaf_label
     from .tree import inert
 
     found = [m for m in (mem.last_of_kind("user"), mem.last_of_kind("pi")) if m is not None]
     found.sort(key=lambda m: m["i"])
-    text = "\n".join(f"#{m['i']} {m['kind']}: {inert(m['text'])}" for m in found)
+    text = "\n".join(f"#{m['i']} {leaf_label(m)}: {inert(m['text'])}" for m in found)
     return text if len(text.encode()) <= max_bytes else ""
 
 

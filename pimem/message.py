@@ -158,3 +158,35 @@ def day_of(date: str) -> str:
 
 def is_tool(message: dict) -> bool:
     return message["kind"] in TOOL_KINDS
+
+
+SPEAKER = 40  # characters of a speaker's name a line shows
+
+
+def speaker(message: dict) -> tuple[str, int]:
+    """Who said ``message`` as a line says it, and the group its speaker is in: its ``meta.speaker`` (its first
+    ``SPEAKER`` characters, without bidirectional controls, which would reorder the line), else its kind, with
+    0 for the user, 1 for anyone else; ``("", 2)`` for tool work."""
+    meta = message.get("meta") or {}
+    who = meta.get("speaker") if isinstance(meta.get("speaker"), str) and meta.get("speaker").strip() else None
+    who = who[:SPEAKER].strip() if who and len(who) > SPEAKER else who  # (a name, not what the line is for)
+    if who and not who.isascii():
+        from .toolwork import BIDI
+
+        if BIDI.search(who):
+            who = BIDI.sub("", who).strip() or None
+    kind = message.get("kind", "")
+    if kind in TOOL_KINDS:
+        return "", 2
+    return (who or kind), 0 if kind == "user" else 1
+
+
+def said_by(kind: str, who: str) -> str:
+    """What a line says a message of ``kind`` spoken by ``who`` (``speaker``) is: its kind, and its speaker when
+    it names one (``user Bob``)."""
+    return kind if who in ("", kind) else f"{kind} {who}"
+
+
+def leaf_label(message: dict) -> str:
+    """What a line showing ``message`` alone opens with, before ``: ``: ``said_by`` its ``speaker``."""
+    return said_by(message.get("kind", ""), speaker(message)[0])

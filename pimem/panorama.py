@@ -177,14 +177,17 @@ def _lines(facts: Facts, width: int, include_tools: bool) -> list[Row]:
 
 
 def _unlabelled(span: Span) -> str:
-    """A summarised message's line without the kind it opens with (``pi: Implemented, …``): the kind column says
-    it. A speaker's name after it stays (``user Caroline: …`` shows ``Caroline: …``)."""
-    kind = span.kind or ""
-    if kind and span.text.startswith(kind + ": "):
-        return span.text[len(kind) + 2 :]
-    if kind and span.text.startswith(kind + " ") and ": " in span.text:
-        return span.text[len(kind) + 1 :]
-    return span.text
+    return _without_kind(span.text, span.kind or "")
+
+
+def _without_kind(text: str, kind: str) -> str:
+    """A message's line without the kind it opens with (``pi: Implemented, …``): the kind column says it. A
+    speaker's name after it stays (``user Caroline: …`` shows ``Caroline: …``)."""
+    if kind and text.startswith(kind + ": "):
+        return text[len(kind) + 2 :]
+    if kind and text.startswith(kind + " ") and ": " in text:
+        return text[len(kind) + 1 :]
+    return text
 
 
 def rows(facts: Facts, width: int, include_tools: bool = False) -> list[Row]:
@@ -239,7 +242,7 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
     for l, i, text, cost in rows:
         first = i << l
         if l == 0 and text is not None and first not in big:
-            text = text.split(": ", 1)[1]  # a verbatim leaf is "kind: text"; the kind is shown as a tag
+            text = _without_kind(text, kinds[first])  # a verbatim leaf is "kind: text": the kind is shown as a tag
         elif l and text is not None:
             text = days_once(text)  # (a joined line says its days once, as in the view)
         summary = l > 0 or text is None or first in big

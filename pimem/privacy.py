@@ -23,13 +23,14 @@ worked out once: ``lines.json`` keeps it).
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import unicodedata
 from typing import Callable, Iterable, Iterator
 
 from .config import LINE_BYTES
-from .message import is_tool
+from .message import is_tool, leaf_label
 from .tree import ANSI, leaf_text
 
 # a join of n verbatim leaves is n lines of at least "user: x" (8 bytes with its newline): only a line of at
@@ -62,16 +63,21 @@ def _joined_from(window: str, in_others: Callable[[str], bool]) -> bool:
     return len(pieces) > 1 and all(in_others(piece) for piece in pieces if piece)
 
 
-def marker(msg: dict, joined: bool = False) -> str:
+def marker(msg: dict, joined: bool = False, most: int | None = None) -> str:
     """What a line shows of tool message ``msg``: what it ran or how it ended (``toolwork``), the rest hidden;
-    ``joined``: inside a line joining it with its neighbours, as briefly (``tool: ran ls (hidden)``), so a
-    line of many short tool messages does not grow much past its bytes."""
+    ``joined``: inside a line joining it with its neighbours, as briefly (``tool: ran ls (hidden)``). With
+    ``most``, the bytes of the line it stands for, the first of those, ``tool: (hidden)`` and the kind alone
+    that takes no more (a view counts a line by its bytes as logged: ``echo: ok`` shown as ``echo: exit 0
+    (hidden)`` made a view of short tool messages pass its budget as shown)."""
     from . import toolwork  # (its patterns are compiled only for a view that shows tool traffic)
 
-    work = toolwork.summary(msg)
-    if joined:
-        return f"{msg['kind']}: {work} (hidden)" if work else f"{msg['kind']}: (hidden)"
-    return f"{msg['kind']}: {work} (details hidden; include tools to see it)" if work else f"{msg['kind']}: (hidden; include tools to see it)"
+    work, kind = toolwork.summary(msg), msg["kind"]
+    brief = f"{kind}: {work} (hidden)" if work else f"{kind}: (hidden)"
+    forms = [brief] if joined else [f"{kind}: {work} (details hidden; include tools to see it)" if work
+                                    else f"{kind}: (hidden; include tools to see it)", brief]
+    if most is None:
+        return forms[0]
+    return next((form for form in (*forms, f"{kind}: (hidden)") if len(form.encode("utf-8")) <= most), kind)
 
 
 def flat(text: str) -> str:
@@ -276,13 +282,18 @@ def _starts(text: str, at: int, line: str) -> bool:
     return text.startswith(line, at) and text[at + len(line) : at + len(line) + 1] in ("", "\n")
 
 
-def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], markers: list[str]) -> str:
+def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], markers: list[str],
+                    names: dict[int, str], hide: bool = True) -> str:
     """The joined line of ``layout`` (``_layout``) with its tool leaves' lines as holes for markers (added to
     ``markers``), and copies of those lines inside its other lines too, unless a copy is not only tool text: the
-    whole line of another node (a model writing one line for two spans), or in a message other than a tool's."""
+    whole line of another node (a model writing one line for two spans), or in a message other than a tool's
+    (``hide``: else the tool leaves stay); and the kind a verbatim leaf opens with as a hole for its speaker
+    (``_name_hole``). Tool leaves side by side take no more bytes than their lines did: their brief markers
+    where those fit, else one marker for them all (``tool ×16, echo ×16 (hidden)``), else each the marker that
+    fits its own line (``marker``'s ``most``)."""
     first = msgs[0]["i"]
-    lines = [text for _, _, text in layout]
-    tools = {k for k, (l, i, _) in enumerate(layout) if l == 0 and is_tool(msgs[i - first])}
+    lines: list[str | None] = [text for _, _, text in layout]
+    tools = {k for k, (l, i, _) in enumerate(layout) if hide and l == 0 and is_tool(msgs[i - first])}
     owns: dict[str, str] = {}  # a tool leaf's line: the hole for its copies
     for k in sorted(tools):
         owns.setdefault(lines[k], f"{_HOLE}{len(markers)}{_HOLE}")
@@ -292,20 +303,78 @@ def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], marker
         if own in lines or any(own in leaf_text(m) for m in msgs if not is_tool(m)):
             continue
         lines = [text.replace(own, hole) if k not in tools else text for k, text in enumerate(lines)]
-    return "\n".join(lines)
+    for k, (l, i, _) in enumerate(layout):
+        if l == 0 and k not in tools:
+            lines[k] = _name_hole(lines[k], msgs[i - first], markers, names)
+    runs: list[list[int]] = []
+    for k in sorted(tools):
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    for run in runs:
+        holes = [int(lines[k][1:-1]) for k in run]
+        room = sum(len(layout[k][2].encode("utf-8")) + 1 for k in run) - 1
+        if sum(len(markers[n].encode("utf-8")) + 1 for n in holes) - 1 <= room:
+            continue
+        kinds = collections.Counter(msgs[layout[k][1] - first]["kind"] for k in run)
+        many = ", ".join(kind if n == 1 else f"{kind} ×{n}" for kind, n in kinds.items()) + " (hidden)"
+        if len(run) > 1 and len(many.encode("utf-8")) <= room:
+            markers.append(many)
+            lines[run[0]] = f"{_HOLE}{len(markers) - 1}{_HOLE}"
+            for k in run[1:]:
+                lines[k] = None
+            continue
+        for k, n in zip(run, holes):
+            markers[n] = marker(msgs[layout[k][1] - first], joined=True, most=len(layout[k][2].encode("utf-8")))
+    return "\n".join(line for line in lines if line is not None)
+
+
+def _name_hole(line: str, msg: dict, markers: list[str], names: dict[int, str]) -> str:
+    """Verbatim leaf ``line`` of ``msg`` with the kind it opens with as a hole, when ``msg`` names its speaker:
+    the kind in ``markers``, what a line says of a message alone (``message.leaf_label``: ``user Bob``) in
+    ``names``, both under the hole's number (``_filled`` picks one)."""
+    said = leaf_label(msg)
+    kind = msg["kind"]
+    if said == kind or not line.startswith(kind + ": "):
+        return line
+    names[len(markers)] = said
+    markers.append(kind)
+    return f"{_HOLE}{len(markers) - 1}{_HOLE}{line[len(kind):]}"
+
+
+def _filled(text: str, markers: list[str], names: dict[int, str], line_bytes: int) -> str:
+    """``text`` with its holes filled: each with its marker, but a speaker's hole with the speaker's label
+    (``names``) while the line stays within ``line_bytes``, in the order the holes were made (a line that would
+    pass it with every name keeps the kind of the leaves after)."""
+    if not names:
+        return _HOLES.sub(lambda m: markers[int(m.group(1))], text)
+    room = line_bytes - len(_HOLES.sub(lambda m: markers[int(m.group(1))], text).encode("utf-8"))
+    named = set()
+    for n, said in names.items():
+        more = len(said.encode("utf-8")) - len(markers[n].encode("utf-8"))
+        if more > room:
+            break
+        named.add(n)
+        room -= more
+    return _HOLES.sub(lambda m: names[int(m.group(1))] if int(m.group(1)) in named else markers[int(m.group(1))], text)
 
 
 def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[tuple[int, int, str | None]],
                known: dict[int, dict] | None = None,
                holds: Callable[[int, int], Callable[[str, bool], bool]] | None = None,
-               stored: Callable[..., str | None] | None = None) -> list[str | None]:
+               stored: Callable[..., str | None] | None = None, line_bytes: int = LINE_BYTES,
+               hide: bool = True) -> list[str | None]:
     """The texts of view lines ``(l, i, text)`` with tool traffic taken out: tool leaves as markers, copies of
     them in joined lines as markers (verbatim, or the line ``stored(i)`` a compactor wrote for long message
     ``i``; ``stored(i, l)`` is node ``(l, i)``'s: ``Memory.leaf_line``), runs quoted only from the span's tool
     traffic masked. Reads the messages under lines covering at most ``MASK_SPAN`` messages (``messages(start,
     stop)``, e.g. ``Memory.messages``, or ``known``, messages by ``i`` the caller has read already, where it
     holds them all); a longer line's runs are looked up with ``holds(start, stop)(text, tools)``
-    (``Memory.span_holds``: through the index)."""
+    (``Memory.span_holds``: through the index). A verbatim leaf of a message naming its speaker
+    (``meta.speaker``) says it as the compactor's line of one message does (``user Bob: …``, not ``user: …``),
+    while its line stays within ``line_bytes``. ``hide`` False: the tool traffic stays, only the speakers are
+    said."""
     lines = list(lines)
     spans = [(i << l, (i + 1) << l) for l, i, _ in lines]
     small = [k for k, (l, _, text) in enumerate(lines) if text is not None and (1 << l) <= MAX_JOINED]
@@ -321,31 +390,37 @@ def hide_tools(messages: Callable[[int, int], Iterator[dict]], lines: Iterable[t
         first, end = spans[k]
         # (a line over MASK_SPAN messages is a summary, unless a larger ``line_bytes`` let it join them all)
         if text is None or (1 << l) > MASK_SPAN and (1 << l) * LEAST_LEAF - 1 > len(text.encode("utf-8")):
-            if text is not None and holds is not None:
+            if text is not None and holds is not None and hide:
                 text = _asked_masked(text, holds(first, end))
             out.append(text)
             continue
         msgs = [joined[j] for j in range(first, end)] if (1 << l) <= MAX_JOINED else list(messages(first, end))
-        inside = [m for m in msgs if is_tool(m)]
-        if inside:
-            if l == 0:
-                text = marker(inside[0])
+        inside = [m for m in msgs if is_tool(m)] if hide else []
+        named = any("meta" in m and leaf_label(m) != m["kind"] for m in msgs)
+        if not inside and not named:
+            out.append(text)
+            continue
+        markers: list[str] = []
+        names: dict[int, str] = {}
+        if l == 0:
+            text = marker(inside[0], most=len(text.encode("utf-8"))) if inside else _name_hole(text, msgs[0], markers, names) \
+                if text == leaf_text(msgs[0]) else text
+        else:
+            # each copy of a tool leaf goes, then the mask runs, then the markers go in: a marker's words
+            # ("exit 7: ECONNREFUSED") may be the output's too, and are still the line's to say
+            layout = _layout(text, l, i, msgs, stored) if "\n" in text else None
+            if layout is None:  # (a summary, or a line the tree no longer makes: every copy goes)
+                for msg in inside:
+                    own = leaf_text(msg)
+                    if own not in text:  # (a joined line holds the leaf, or the line written for a long one)
+                        own = stored(msg["i"]) if stored is not None and "\n" in text else None
+                        if not own or own not in text:
+                            continue
+                    text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
+                    markers.append(marker(msg, joined=True, most=len(own.encode("utf-8"))))
             else:
-                # each copy of a tool leaf goes, then the mask runs, then the markers go in: a marker's words
-                # ("exit 7: ECONNREFUSED") may be the output's too, and are still the line's to say
-                markers: list[str] = []
-                layout = _layout(text, l, i, msgs, stored) if "\n" in text else None
-                if layout is None:  # (a summary, or a line the tree no longer makes: every copy goes)
-                    for msg in inside:
-                        own = leaf_text(msg)
-                        if own not in text:  # (a joined line holds the leaf, or the line written for a long one)
-                            own = stored(msg["i"]) if stored is not None and "\n" in text else None
-                            if not own or own not in text:
-                                continue
-                        text = text.replace(own, f"{_HOLE}{len(markers)}{_HOLE}")
-                        markers.append(marker(msg, joined=True))
-                else:
-                    text = _tool_lines_out(layout, msgs, markers)
-                text = _HOLES.sub(lambda m: markers[int(m.group(1))], mask_tool_text(text, msgs))
-        out.append(text)
+                text = _tool_lines_out(layout, msgs, markers, names, hide)
+            if inside:
+                text = mask_tool_text(text, msgs)
+        out.append(_filled(text, markers, names, line_bytes))
     return out

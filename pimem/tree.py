@@ -37,17 +37,18 @@ NODE_KEYS = ("l", "i", "text", "size")
 _LABEL = re.compile(r"([0-9]{1,19})\+([0-9]{1,19})")  # ASCII digits, no spaces: ids are typed and compared
 # a view line is one physical line that cannot steer the terminal or the reader: every control character (an
 # ESC from a transcript would recolour or clear the screen) and every line or paragraph separator (U+0085,
-# U+2028, U+2029 end a line for many readers) is white space; a bidirectional embedding, override or isolate,
-# which would reorder what follows, is U+FFFD. Each takes the bytes it replaces, so a line shows what its size
-# counted: one space a byte
-_FLAT = {**{c: " " * len(chr(c).encode()) for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)},
-         **{c: "\ufffd" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))}}
+# U+2028, U+2029 end a line for many readers) is white space, one space a byte, so a line shows what its size
+# counted
+_FLAT = {c: " " * len(chr(c).encode()) for c in (*range(32), 127, *range(0x80, 0xA0), 0x2028, 0x2029)}
 # a terminal's escape sequence (colours, a title, a cursor move; an 8-bit CSI too)
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 # what a view line leaves out: escape sequences (``flat`` makes their ESC a space, and ``[31m`` stayed in the
-# text) and the invisible format characters that are no part of a word: the bidirectional marks, the soft hyphen,
-# the zero-width space, the word joiner and invisible operators, the byte order mark and tags, but a flag's
-_INVISIBLE = "\u00ad\u061c\u180e\u200b\u200e\u200f\u2060-\u2064\u206a-\u206f\ufeff"
+# text), the bidirectional embeddings, overrides and isolates, which reorder what follows them (U+202E shows
+# ``invoice\u202eexe.pdf`` as ``invoicefdp.exe``), and the invisible format characters that are no part of a word:
+# the soft hyphen, the zero-width space, the word joiner and invisible operators, the byte order mark and tags, but
+# a flag's. The direction marks (U+200E, U+200F, U+061C) stay: right-to-left writers put them in to place a number
+# or a mark, and none reorders what follows it as an override does
+_INVISIBLE = "\u00ad\u180e\u200b\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
 _UNSEEN = f"[{_INVISIBLE}]|(\U0001f3f4[\U000e0020-\U000e007e]{{1,8}}\U000e007f)|[\U000e0000-\U000e007f]"
 _HIDDEN = re.compile(f"{ANSI.pattern}|{_UNSEEN}")
 _HIDING = re.compile(f"[\x1b\x9b{_INVISIBLE}\U000e0000-\U000e007f]")  # (a quick look for any of them)

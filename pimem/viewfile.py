@@ -36,10 +36,11 @@ PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 FAILURES_FILE = "compactor.json"  # (``compactor.state``: what is failing, kept across runs)
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 7  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
+TEXTS_VERSION = 8  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
 # what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares
 # other messages' words a line joins, a count is at most 13 characters; 5: the mask folds case, width and
-# normal form; 6: and reads a call's JSON escapes; 7: and leaves a terminal's colour codes out
+# normal form; 6: and reads a call's JSON escapes; 7: and leaves a terminal's colour codes out; 8: a verbatim
+# leaf says its speaker (``[text, without tools, with them]``)
 
 
 class Views:
@@ -505,21 +506,28 @@ class ViewFile:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
         labels = [label(l, i) for l, i, _, _ in rows]
         todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
-        hidden = {}
+        hidden, kept = {}, {}
         if todo:
             from .privacy import hide_tools
 
+            def stored(i: int, l: int = 0) -> str | None:
+                return self.tree.stored(l, i, views.T)
+
             hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves,
-                                               holds=self.holds, stored=lambda i, l=0: self.tree.stored(l, i, views.T))))
+                                               holds=self.holds, stored=stored, line_bytes=line_bytes)))
+            changed = [k for k in todo if hidden[k] != rows[k][2]]  # (else the line names no speaker either)
+            kept = dict(zip(changed, hide_tools(self.log.read, [rows[k][:3] for k in changed], known=views.leaves,
+                                                stored=stored, line_bytes=line_bytes, hide=False)))
         out, keep = [], {}
         for k, (l, i, text, cost) in enumerate(rows):
             if text is not None:
                 entry = cached.get(labels[k])
-                if entry is None:
-                    entry = text if hidden[k] == text else [text, hidden[k]]
+                if entry is None:  # the line as logged; without tools; with them, its speakers said
+                    entry = text if hidden[k] == text else [text, hidden[k]] if kept[k] == text else \
+                        [text, hidden[k], kept[k]]
                 keep[labels[k]] = entry
-                if not include_tools and type(entry) is not str:  # (its cost: the bytes shown)
-                    text = entry[1]
+                if type(entry) is not str and (not include_tools or len(entry) == 3):  # (its cost: the bytes shown)
+                    text = entry[2] if include_tools else entry[1]
                     cost = line_bytes_cost(l, i, text, None)
             elif l == 0 and markers.get(i):
                 text = markers[i]
@@ -651,7 +659,7 @@ class ViewFile:
                 if type(text) is str and key.isascii() and key.isdigit():
                     self._markers.setdefault(int(key), text)
         return {key: entry for key, entry in lines.items() if type(entry) is str or (
-            type(entry) is list and len(entry) == 2 and type(entry[0]) is str and type(entry[1]) is str)}
+            type(entry) is list and len(entry) in (2, 3) and all(type(text) is str for text in entry))}
 
     def _shown_markers(self) -> dict[str, str]:
         """The markers of the placeholders the view still shows (those summarised since are left out)."""

@@ -1449,4 +1449,4 @@ def test_an_imported_edit_is_summarised_by_the_path_its_arguments_name_not_by_th
     assert run("import", write_jsonl(tmp_path / "c.jsonl", lines), "-n", "cc").exit_code == 0
     for name, edited in (("ed", "src/app.py"), ("cc", "src/db.py")):
         shown = run("view", name).stdout
-        assert f"tool: edited {edited} (details hidden" in shown and "ed.ndjson" not in shown and "c.jsonl" not in shown, shown
+        assert f"tool: edited {edited} (" in shown and "ed.ndjson" not in shown and "c.jsonl" not in shown, shown

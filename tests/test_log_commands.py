@@ -398,7 +398,8 @@ def test_lines_for_people_show_control_characters_and_message_keeps_them(run, sh
 def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     """``view``, ``context`` and ``zoom`` show a message's line as one physical line that steers nothing: an
     escape sequence is left out, a bell, a C1 control, a line or paragraph separator and a vertical tab are spaces
-    (one a byte, so the line is the size ``view --stats`` counted), a bidirectional override is U+FFFD; every reader's
+    (one a byte, so the line is the size ``view --stats`` counted), a bidirectional override is left out (it was
+    U+FFFD, which the message did not hold); every reader's
     ``splitlines`` then counts the lines ``view --stats`` does (before, ``ESC[2J`` cleared the screen and
     U+2028 split a line in two)."""
     text = "clear \x1b[2J bell \x07 csi \x9b nel \x85 ls \u2028 ps \u2029 vt \x0b ff \x0c fs \x1c \u202ereversed"
@@ -407,7 +408,7 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     shown = {"view": run("view", "m").stdout, "context": run("context", "m").stdout, "zoom": run("zoom", "m", "0+2").stdout}
     for name, out in shown.items():
         assert not any(ord(c) < 32 and c != "\n" or 127 <= ord(c) < 160 or c in "\u2028\u2029\u202e" for c in out), (name, out)
-        assert "clear  bell" in out and "\ufffdreversed" in out, (name, out)
+        assert "clear  bell" in out and " reversed" in out and "\ufffd" not in out, (name, out)
     assert shown["view"].splitlines() == shown["view"].split("\n")[:-1] and len(shown["view"].splitlines()) == 2
     assert len(shown["view"].encode()) == orjson.loads(run("view", "m", "--stats", "--json").stdout)["bytes"]
     whole = run("zoom", "m", "0+1").stdout  # the message itself: its newlines kept (it has none), else its view line
@@ -418,9 +419,10 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
 
 def test_view_lines_leave_out_colour_codes_and_invisible_format_characters(run, sh, home):
     """A line the model reads holds no terminal escape sequence (its ESC a space left ``[31m`` standing in the
-    text), no bidirectional mark (U+200E, U+200F, U+061C) and no other invisible format character (a zero-width
-    space, a byte order mark, tags outside a flag); ``view --stats`` counts the bytes shown, and the message itself
-    stays as it was logged (``message``, ``zoom ID+1``, ``view --json``'s text)."""
+    text) and no other invisible format character (a zero-width space, a byte order mark, tags outside a flag), but
+    the direction marks right-to-left writers put in (U+200E, U+200F, U+061C) stay; ``view --stats`` counts the
+    bytes shown, and the message itself stays as it was logged (``message``, ``zoom ID+1``, ``view --json``'s
+    text)."""
     text = ("build \x1b[1;31mfailed\x1b[0m in \x1b]0;title\x07ci: see\u200e log\u200f.txt \u061cnow; "
             "zero\u200bwidth \ufeffbom \U000e0041\U000e0042hidden flag \U0001f3f4\U000e0067\U000e0062\U000e0073"
             "\U000e0063\U000e0074\U000e007f ok")
@@ -429,8 +431,8 @@ def test_view_lines_leave_out_colour_codes_and_invisible_format_characters(run, 
     shown = {"view": run("view", "m").stdout, "context": run("context", "m").stdout,
              "zoom": run("zoom", "m", "0+2").stdout}
     for name, out in shown.items():
-        assert "build failed in ci: see log.txt now; zerowidth bom hidden flag \U0001f3f4\U000e0067" in out, (name, out)
-        assert not any(c in out for c in "[\u200e\u200f\u061c\u200b\ufeff\U000e0041"), (name, out)
+        assert "build failed in ci: see\u200e log\u200f.txt \u061cnow; zerowidth bom hidden flag \U0001f3f4\U000e0067" in out, (name, out)
+        assert not any(c in out for c in "[\u200b\ufeff\U000e0041"), (name, out)
     assert len(shown["view"].encode()) == orjson.loads(run("view", "m", "--stats", "--json").stdout)["bytes"]
     assert orjson.loads(run("view", "m", "--json").stdout.split("\n")[0])["text"] == "user: " + text
     assert sh("message", "m", "0").stdout == (text + "\n").encode()
@@ -441,27 +443,27 @@ _SAID = "see\u200e log\ufeff \u200bzw\r\nnext \x1b[31mred\x1b[0m\u202eX\x07"
 
 
 @pytest.mark.parametrize("argv, shown", [
-    (["context", "m"], "#0 user: see log zw\nnext red\ufffdX \n"),  # the previous exchange
-    (["zoom", "m", "0+1"], "0+1|user: see log zw\nnext red\ufffdX \n"),
-    (["recall", "m", "--ids", "0"], "] user 2026-10-08T09:30:00+08:00 held=verbatim\nsee log zw\nnext red\ufffdX \n"),
-    (["recall", "m", "zw"], "\nsnippet: see log zw\nnext red\ufffdX "),
-    (["since", "m", "#0", "--text"], " user: see log zw next ^[[31mred^[[0m\ufffdX^G\n"),
-    (["search", "next"], " user: see log zw next ^[[31mred^[[0m\ufffdX^G"),
-    (["map", "m", "--width", "80"], " you    see log zw next ^[[31mred^[[0m\ufffdX^G"),
-    (["list"], "  see log zw next ^[[31mred^[[0m\ufffdX^G"),
-    (["memories", "m"], "\n  see log zw\n  next ^[[31mred^[[0m\ufffdX^G\n"),
+    (["context", "m"], "#0 user: see\u200e log zw\nnext redX \n"),  # the previous exchange
+    (["zoom", "m", "0+1"], "0+1|user: see\u200e log zw\nnext redX \n"),
+    (["recall", "m", "--ids", "0"], "] user 2026-10-08T09:30:00+08:00 held=verbatim\nsee\u200e log zw\nnext redX \n"),
+    (["recall", "m", "zw"], "\nsnippet: see\u200e log zw\nnext redX "),
+    (["since", "m", "#0", "--text"], " user: see\u200e log zw next ^[[31mred^[[0mX^G\n"),
+    (["search", "next"], " user: see\u200e log zw next ^[[31mred^[[0mX^G"),
+    (["map", "m", "--width", "80"], " you    see\u200e log zw next ^[[31mred^[[0mX^G"),
+    (["list"], "  see\u200e log zw next ^[[31mred^[[0mX^G"),
+    (["memories", "m"], "\n  see\u200e log zw\n  next ^[[31mred^[[0mX^G\n"),
 ])
 def test_every_line_for_a_reader_leaves_out_invisible_format_characters(run, home, argv, shown):
     """A message's words shown as lines for a person or a model (the previous exchange, ``zoom ID+1``, recall's
-    text, ``since --text``, ``search``, ``map``, ``list``, ``memories``) leave out the zero-width space, the
-    byte order mark and the direction marks as a view line does, through one function (``tree.plain``): the
+    text, ``since --text``, ``search``, ``map``, ``list``, ``memories``) leave out the zero-width space and the
+    byte order mark as a view line does, and keep the direction marks, through one function (``tree.plain``): the
     previous exchange and ``zoom ID+1`` kept them, and recall printed the message as logged (a colour code, a CR
     that sends the cursor back, an override that reorders the line). A CR LF is a newline where newlines are
     kept, a space where they are not; a line for a person still shows a colour code as ``cat -v`` does."""
     run("append", "m", _SAID)
     run("remember", "m", _SAID.replace("\r\n", "\n"))
     out = run(*argv).stdout
-    assert not any(c in out for c in "\u200b\u200e\ufeff\u202e\r\x1b\x07"), (argv, out)
+    assert not any(c in out for c in "\u200b\ufeff\u202e\r\x1b\x07"), (argv, out)
     assert shown in out, (argv, out)
 
 
@@ -499,3 +501,21 @@ def test_list_and_fsck_json_say_every_memory_the_damaged_one_as_the_api_does(run
     assert rows == api.list_memories()
     fsck = [orjson.loads(line) for line in run("fsck", "--json").stdout.splitlines()]
     assert fsck[0] == {"memory": "a", "ok": True, "messages": 1} and all(row["memory"] == "b" for row in fsck[1:])
+
+
+def test_a_verbatim_line_keeps_the_direction_marks_and_holds_no_replacement_character(run, sh, home):
+    """README: ``zoom ID+1`` shows the message whole and a verbatim line keeps the marks right-to-left writers use.
+    Both left out U+200F and showed an embedding (U+202B … U+202C) as U+FFFD, a character the message did not
+    hold: the direction marks now stay and an embedding, override or isolate is left out, on every read path."""
+    text = "המחיר\u200f 40$ \u202bשלום ok\u202c \u061cend \u2067iso\u2069"
+    run("append", "m", text)
+    run("append", "m", "ok")
+    from pimem import api
+
+    outs = {"view": run("view", "m").stdout, "zoom": run("zoom", "m", "0+1").stdout, "context": run("context", "m").stdout,
+            "halves": run("zoom", "m", "0+2").stdout, "api": api.view("m")["lines"][0], "search": run("search", "ok").stdout,
+            "since": run("since", "m", "#0", "--text").stdout}
+    for name, out in outs.items():
+        assert "המחיר\u200f 40$ שלום ok \u061cend iso" in out, (name, out)
+        assert not any(c in out for c in "\ufffd\u202b\u202c\u2067\u2069"), (name, out)
+    assert sh("message", "m", "0").stdout == (text + "\n").encode()

@@ -252,7 +252,7 @@ def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
     mem = small_memory(2)
     mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])
     out = run("view", "t").stdout
-    assert "hunter2" not in out and "echo: (hidden; include tools to see it)" in out
+    assert "hunter2" not in out and "3+1|echo: (hidden)\n" in out  # (its line's bytes: the longer marker passed them)
     assert "hunter2" in run("view", "t", "--include-tools").stdout
     assert "hunter2" not in run("zoom", "t", "0+4").stdout + run("zoom", "t", "2+2").stdout
     assert "echo: KEY=hunter2" in run("zoom", "t", "2+2", "--include-tools").stdout
@@ -266,7 +266,7 @@ def test_a_joined_line_of_short_tool_messages_hides_them_briefly_and_says_the_by
     for row in rows:  # every line's bytes are the bytes it shows ("id+n|text")
         assert row["bytes"] == len(f"{row['label']}|{row['text']}".encode()), row
     shown = "".join(r["text"] for r in rows)
-    assert "tool: ran ls (hidden)" in shown and "echo: (hidden)" in shown and "echo: ok" not in shown, shown
+    assert "tool ×3, echo ×3 (hidden)" in shown and "echo: ok" not in shown, shown  # (each marker was longer)
     stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
     assert stats["bytes"] == sum(r["bytes"] + 1 for r in rows)
 
@@ -395,8 +395,8 @@ def test_a_hidden_tool_message_says_what_it_ran_and_how_it_ended(home, run):
     assert lines[-4:] == [
         "2+1|tool: ran psql (details hidden; include tools to see it)",  # what ran, not its arguments
         "3+1|echo: exit 2: ECONNREFUSED (details hidden; include tools to see it)",  # how it ended, not its text
-        "4+1|tool: edited src/app.py (details hidden; include tools to see it)",
-        "5+1|echo: (hidden; include tools to see it)",  # it ended well and says nothing more ("EXTREMELY" is no errno)
+        "4+1|tool: edited src/app.py (hidden)",  # (as briefly as in a joined line: the longer marker passed its bytes)
+        "5+1|echo: (hidden)",  # it ended well and says nothing more ("EXTREMELY" is no errno)
     ], lines
     assert "swordfish32" not in run("view", "t").stdout + run("zoom", "t", "2+2").stdout
 
@@ -545,3 +545,51 @@ def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, 
                    b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):
         cache.write_bytes(damage)
         assert run("view", "t").stdout == expected
+
+
+def test_a_verbatim_line_says_its_speaker_on_every_read_path(home, run):
+    """A group chat's messages shown whole (a leaf, a free join of leaves) said ``user: …`` for every speaker,
+    where the compactor's lines name them: each read path (view, zoom, context's previous exchange, map, the API
+    and MCP's view) says ``user Bob: …`` as the compactor's line of one message does, with tool traffic or
+    without, and a line the name would take past ``line_bytes`` keeps the kind."""
+    from pimem import api
+
+    mem = small_memory(0, config={"view": {"hi": 100, "lo": 50}, "line_bytes": 128})
+    mem.append([{"kind": "user", "text": "I will not sign.", "meta": {"speaker": "Bob"}},
+                {"kind": "user", "text": "Only 3 of the 12 warehouses.", "meta": {"speaker": "Chen"}},
+                {"kind": "tool", "text": "bash: ls /srv/pilot", "meta": {"tool": "bash", "command": "ls /srv/pilot"}},
+                {"kind": "pi", "text": "Noted both."}])
+    joined = "user: hello user Bob: I will not sign. user Chen: Only 3 of the 12 warehouses."
+    assert run("view", "t").stdout == f"0+4|{joined} tool: ran ls (hidden)\n4+1|pi: Noted both.\n"
+    assert run("view", "t", "--include-tools").stdout == f"0+4|{joined} tool: bash: ls /srv/pilot\n4+1|pi: Noted both.\n"
+    assert api.view("t")["lines"] == [f"0+4|{joined} tool: ran ls (hidden)", "4+1|pi: Noted both."]
+    assert run("zoom", "t", "0+4").stdout == f"0+2|user: hello user Bob: I will not sign.\n2+2|user Chen: Only 3 of " \
+                                              "the 12 warehouses. tool: ran ls (hidden)\n"
+    assert [c["text"] for c in api.zoom("t", "0+2")["children"]] == ["user: hello", "user Bob: I will not sign."]
+    assert run("zoom", "t", "1+1").stdout == "1+1|user Bob: I will not sign.\n"
+    assert "#2 user Chen: Only 3 of the 12 warehouses.\n#4 pi: Noted both." in run("context", "t").stdout
+    chat = Memory.at("u")  # (a view with room for a line a message)
+    chat.append([{"kind": "user", "text": "I will not sign.", "meta": {"speaker": "Bob"}},
+                 {"kind": "user", "text": "Only 3 of the 12 warehouses.", "meta": {"speaker": "Chen"}}])
+    chat.save_config({"line_bytes": 128})
+    shown = run("map", "u", "--width", "80").stdout
+    assert " you    Bob: I will not sign.\n" in shown and " you    Chen: Only 3" in shown, shown
+    assert run("view", "u").stdout == "0+1|user Bob: I will not sign.\n1+1|user Chen: Only 3 of the 12 warehouses.\n"
+    fits = "x" * (128 - len("user: "))  # a line of 128 bytes as logged: "user Ada: " would pass them
+    Memory.at("u").append([{"kind": "user", "text": fits, "meta": {"speaker": "Ada"}}])
+    assert run("view", "u").stdout.splitlines()[-1] == f"2+1|user: {fits}"
+
+
+def test_a_view_of_short_tool_messages_stays_within_its_budget_as_shown(home, run):
+    """The view's budget counts its lines' bytes as logged, and a marker is longer than ``tool: ls 0``: a view of
+    short tool messages showed 890 bytes against a budget of 400. Each line now shows no more bytes than it
+    holds (tool messages side by side as one marker), so the view stays within its budget as shown."""
+    mem = small_memory(0, config={"view": {"hi": 400, "lo": 200}})
+    mem.append([m for k in range(20) for m in (
+        {"kind": "tool", "text": f"ls {k}", "meta": {"tool": "bash", "command": f"ls {k}", "call_id": f"c{k}"}},
+        {"kind": "echo", "text": "ok", "meta": {"call_id": f"c{k}", "exit_code": 0}})])
+    assert orjson.loads(run("view", "t", "--stats", "--json").stdout)["bytes"] <= 400
+    held = {row["label"]: row["bytes"] for row in map(orjson.loads, run("view", "t", "--json", "--include-tools").stdout.splitlines())}
+    for row in map(orjson.loads, run("view", "t", "--json").stdout.splitlines()):
+        assert row["bytes"] <= held[row["label"]] and "ls 1" not in row["text"], row
+    assert "0+32|user: hello tool ×16, echo ×15 (hidden)\n" in run("view", "t").stdout

@@ -41,15 +41,15 @@ def command(
         if json:
             output.json_line({"label": found["label"], **msg})
         else:
-            output.line(f"{found['label']}|{msg['kind']}: {inert(msg['text'])}")
-        return
-    children = found["children"]
-    if not include_tools:
-        from ..privacy import hide_tools
+            from ..message import leaf_label
 
-        texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in children],
-                           holds=mem.span_holds, stored=mem.leaf_line)
-        children = [{**c, "text": text} for c, text in zip(children, texts)]
+            output.line(f"{found['label']}|{leaf_label(msg)}: {inert(msg['text'])}")
+        return
+    from ..privacy import hide_tools
+
+    texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in found["children"]],
+                       holds=mem.span_holds, stored=mem.leaf_line, line_bytes=mem.tree.line_bytes, hide=not include_tools)
+    children = [{**c, "text": text} for c, text in zip(found["children"], texts)]
     for child in children:
         if json:
             output.json_line(child)

@@ -65,6 +65,7 @@ import re
 import unicodedata
 
 from .. import toolwork
+from ..message import said_by as _label, speaker as _speaker
 from ..privacy import ANSI
 # (the bidirectional controls: unseen, they reorder how a terminal shows what follows them on a line. No piece
 # holds one: each ends what it is in, a word, a phrase, a fact)
@@ -86,7 +87,6 @@ ASK = 1.0  # weight of the user's first sentence (the ask)
 SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
 DAYS = 4  # days a merge's head names one by one (a span over more says its first and last)
-SPEAKER = 40  # characters of a speaker's name a line shows
 LABELLED = 64  # messages: a merge with nothing to say of a span this short names who spoke in it
 USER = 3.0  # weight of what the user said against the other speakers (the user's asks first)
 CODE_LINE = 256  # characters: a line this long may be minified code (``_minified``)
@@ -393,18 +393,6 @@ class Unit:
 
     def __repr__(self) -> str:
         return f"Unit({self.text!r}, i={self.i}, who={self.who!r}, score={self.score:.3f})"
-
-
-def _speaker(msg: dict) -> tuple[str, int]:
-    meta = msg.get("meta") or {}
-    who = meta.get("speaker") if isinstance(meta.get("speaker"), str) and meta.get("speaker").strip() else None
-    who = who[:SPEAKER].strip() if who and len(who) > SPEAKER else who  # (a name, not what the line is for)
-    if who and not who.isascii() and _BIDI.search(who):  # (its bidirectional controls would reorder the line)
-        who = _BIDI.sub("", who).strip() or None
-    kind = msg.get("kind", "")
-    if kind in ("tool", "echo"):
-        return "", 2
-    return (who or kind), 0 if kind == "user" else 1
 
 
 def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int = SCAN_TAIL) -> list[Unit]:
@@ -1829,11 +1817,6 @@ def _folded(pool: list[Unit], runs: dict) -> list[Unit]:
 
 def _leaf_days(date: str | None) -> tuple[str, ...]:
     return (date[:10],) if isinstance(date, str) and len(date) >= 10 else ()
-
-
-def _label(kind: str, who: str) -> str:
-    """A message's kind, and its speaker (``_speaker``) when it names one."""
-    return kind if who in ("", kind) else f"{kind} {who}"
 
 
 def leaf_line(msg: dict, found: list[Unit], limit: int = LINE_BYTES) -> str:
