@@ -40,6 +40,69 @@ def test_only_the_secret_goes_not_its_line():
     assert out == "mysql -h db.internal -u root -p[password redacted] shop < dump.sql"
 
 
+# shapes once missed or garbled: (text, the secrets in it, what must stay of the text)
+MORE_SHAPES = [
+    ("redis://:S3cretRedisPassw0rd@cache:6379/0", ["S3cretRedisPassw0rd"], "@cache:6379/0"),
+    ("REDIS_URL=rediss://:S3cretRedisPassw0rd@cache:6380", ["S3cretRedisPassw0rd"], "rediss://:"),
+    ("postgres://u:pw@db:5432/app", ["pw@"], "postgres://u:[password redacted]@db:5432/app"),
+    ("mongodb://root:example@mongo:27017/", ["example"], "@mongo:27017/"),
+    ("redis://default:S3cretRedisPassw0rd@cache:6379", ["S3cretRedisPassw0rd"], "@cache:6379"),
+    ("curl https://8f3kP2mX9vQ7rT4wZ1yC6bN0@api.example.com/x", ["8f3kP2mX9vQ7rT4wZ1yC6bN0"], "@api.example.com/x"),
+    ("SENTRY_DSN=https://3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c@o123456.ingest.sentry.io/4504",
+     ["3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c"], "@o123456.ingest.sentry.io/4504"),
+    ("passphrase: CorrectHorseBatteryStaple99", ["CorrectHorseBatteryStaple99"], "passphrase: "),
+    ("DB_PASS=Tr0ub4dor&3xyz", ["Tr0ub4dor&3xyz"], "DB_PASS="),
+    ("export SMTP_PASS=mQ9vX2kLp7Rt", ["mQ9vX2kLp7Rt"], "SMTP_PASS="),
+    ('password = "correct horse battery staple"', ["correct", "horse", "staple"], 'password = "'),
+    ("{'db_password': 'two words here'}", ["two words here", "words"], "db_password"),
+    ("mysql -u root -p Xy7kP2mQ9vRt shop", ["Xy7kP2mQ9vRt"], " shop"),
+    ("docker login -u admin -p dckr9Xk2mP7qRt registry.example.com", ["dckr9Xk2mP7qRt"], "registry.example.com"),
+    ("podman login --password 'hunter2' quay.io", ["hunter2"], "quay.io"),
+    ("sshpass -p 'Zq8mX2vK7pLw' ssh deploy@host", ["Zq8mX2vK7pLw"], "ssh deploy@host"),
+    ("redis-cli -h cache -p 6379 -a Rk9mX2vQ7pLt ping", ["Rk9mX2vQ7pLt"], "-p 6379"),
+    ("ENCRYPTION_KEY=Zq8mX2vK7pLwR4tY", ["Zq8mX2vK7pLwR4tY"], "ENCRYPTION_KEY="),
+    ("SIGNING_KEY: Zq8mX2vK7pLwR4tY", ["Zq8mX2vK7pLwR4tY"], "SIGNING_KEY"),
+    ("session_key: 'Zq8mX2vK7pLwR4tY'", ["Zq8mX2vK7pLwR4tY"], "session_key"),
+    ("STRIPE_WEBHOOK_SIGNING_KEY=whsec_Zq8mX2vK7pLwR4tYa9B3", ["whsec_Zq8mX2vK7pLwR4tYa9B3"], "="),
+    ("MAPS_KEY=Zq8mX2vK7pLwR4tYa9B3cD5e", ["Zq8mX2vK7pLwR4tYa9B3cD5e"], "MAPS_KEY="),
+    ("curl -H 'Cookie: session=Zq8mX2vK7pLwR4tYa9; theme=dark' https://app.example.com", ["Zq8mX2vK7pLwR4tYa9"], "theme=dark"),
+    ("Set-Cookie: sessionid=Zq8mX2vK7pLwR4tYa9; Path=/; HttpOnly", ["Zq8mX2vK7pLwR4tYa9"], "; Path=/; HttpOnly"),
+    ("GET https://api.example.com/v1/x?key=Zq8mX2vK7pLwR4tY&q=1", ["Zq8mX2vK7pLwR4tY"], "&q=1"),
+    ("https://app.example.com/callback?code=4/0AbCdEfGhIjKlMnOp&state=xyz", ["0AbCdEfGhIjKlMnOp"], "&state=xyz"),
+    ("https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Signature=9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"
+     "&X-Goog-Expires=900", ["9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f"], "&X-Goog-Expires=900"),
+    ("doctl auth init -t dop_v1_" + "3f7a9c2e8b1d4f6a" * 4, ["3f7a9c2e8b1d4f6a"], "doctl auth init -t "),
+    ("the store answers to 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 now", ["3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c"], " now"),
+]
+
+# ordinary text beside those shapes: a port, a flag, a query, a cookie, a key's name that holds no secret
+MORE_ORDINARY = [
+    "ssh -p 2222 deploy@10.0.0.5 && redis-cli -h cache -p 6379 ping",
+    "mysql -u root -p shop < dump.sql",
+    "docker login -u admin --password-stdin registry.example.com; gh auth login --token $GITHUB_TOKEN",
+    "https://example.com/search?page=2&sort=created_at&zipcode=94103&key=name&code=200&X-Goog-Expires=900",
+    "https://github.com/acme/app/commit/3f786850e387550fdab836ed7e6dc881de23001b?diff=split",
+    "primary_key: user_id, sort_key: created_at, cache_key: user:42:profile:v2, foreign_key: orders.user_id",
+    "Set-Cookie: theme=dark; Path=/; Max-Age=3600; HttpOnly",
+    "git clone git@github.com:acme/app.git && curl https://deploy@ci.example.com/api",
+    "postgres://localhost:5432/app and http://localhost:8080/v1 and redis://cache:6379/0",
+    "compass: northwest, bypass_cache: enabled, passes: 3, pass: true",
+]
+
+
+@pytest.mark.parametrize("text,secrets,kept", MORE_SHAPES, ids=[s[0][:40] for s in MORE_SHAPES])
+def test_more_shapes_are_redacted_and_the_rest_kept(text, secrets, kept):
+    out = redact(text)
+    assert "redacted]" in out and kept in out, out
+    for secret in secrets:
+        assert secret not in out, out
+
+
+@pytest.mark.parametrize("text", MORE_ORDINARY)
+def test_more_ordinary_text_is_left_alone(text):
+    assert redact(text) == text
+
+
 def everything() -> list[tuple[str, list[str]]]:
     """Texts holding every shape, in long messages (sent as leaf tasks) and short ones (sent as <chat> lines)."""
     out = []

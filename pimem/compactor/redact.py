@@ -2,12 +2,17 @@
 
 Only the outgoing request is redacted; the log keeps every original byte. Three layers, in this order:
 
-1. pimem's own patterns: whole private key blocks, credentials inside URLs, provider key prefixes, webhook
-   URLs, connection-string keys (``AccountKey=``), an AWS secret key beside its key id, and values assigned
-   to secret-looking names (``password=…``, ``"api_key": "…"``, ``Authorization: Bearer …``);
-2. credentials by position, kept only when they look random (entropy and a mix of character classes): the
-   password of ``curl -u user:PASS``, ``mysql -pPASS``, the word after ``password``/``secret``/``token`` in
-   prose;
+1. pimem's own patterns: whole private key blocks, credentials inside URLs (a password, the user's too when
+   empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
+   (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
+   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a quoted
+   value whole, ``Authorization: Bearer …``);
+2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
+   ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
+   and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
+   query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
+   other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
+   in prose;
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one: whatever shape it knows is redacted too.
 
@@ -24,6 +29,15 @@ import re
 # (pattern, placeholder, hints): a pattern runs only when one of its hints occurs in the text (in lower
 # case). Redacting a 30 KB request costs some 20-30 ms of CPU here, about half of it detect-secrets'
 # detectors (``library_redact``): small next to the model call it precedes
+# names whose value is a secret: password, DB_PASS, passphrase, token, api_key, ENCRYPTION_KEY, session_key…
+# (``pass`` alone only as a word of its own: not bypass, compass; the lookahead of first letters fails the other
+# places fast, halving the cost)
+_NAMES = r"""(?=[pstaecmhjlf])(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth
+    |(?<!(?-i:[a-z]))pass(?:phrase|code)?(?![a-z])
+    |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key(?![a-z]))"""
+_NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
+_COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
+
 _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S),
      "[private key redacted]", ("private key",)),
@@ -34,8 +48,16 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # any other webhook URL: its long path segments are the credential
     (re.compile(r"(https?://[^\s/]*webhook[^\s/]*/|https?://\S*?/webhooks?/)(\S+)", re.I), lambda m: m.group(1) + _segments(m.group(2)),
      ("webhook",)),
-    # scheme://user:password@host
-    (re.compile(r"\b([a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s/@]+(@)", re.I), r"\1[password redacted]\2", ("://",)),
+    # scheme://user:password@host (the user may be empty: redis://:password@host)
+    (re.compile(r"\b([a-z][a-z0-9+.-]*://[^\s:/@]*:)[^\s/@]+(@)", re.I), r"\1[password redacted]\2", ("://",)),
+    # a URL's query values named as credentials (?key=, &code=, access_token=, X-Goog-Signature=), when long or
+    # random
+    (re.compile(r"([?&](?:[\w.-]*?(?:key|code|sig|signature|token|secret|password|passwd|pwd|pass|credential|session|"
+                r"sessionid|sid|auth))=)((?!\[)[^&\s#\"'<>]+)", re.I), lambda m: m.group(1) + _if_key(m.group(2)),
+     ("key=", "code=", "sig", "token=", "secret=", "pass", "pwd=", "credential=", "session", "sid=", "auth")),
+    # cookies: each value of a Cookie or Set-Cookie header (or curl --cookie) that is long or random
+    (re.compile(r"((?:\b(?:set-)?cookie\s*:|--cookie(?:\s+|=))\s*[\"']?)([^\n\"']+)", re.I),
+     lambda m: m.group(1) + _COOKIE.sub(lambda c: c.group(1) + _if_key(c.group(2)), m.group(2)), ("cookie",)),
     (re.compile(r"\bsk-ant-[A-Za-z0-9_-]{16,}"), "[anthropic key redacted]", ("sk-ant-",)),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "[api key redacted]", ("sk-",)),
     (re.compile(r"\bSG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}"), "[sendgrid key redacted]", ("sg.",)),
@@ -52,26 +74,44 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "[huggingface token redacted]", ("hf_",)),
     (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "[npm token redacted]", ("npm_",)),
     (re.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), "[pypi token redacted]", ("pypi-",)),
+    (re.compile(r"\bdo[oprs]_v1_[a-f0-9]{64}\b"), "[digitalocean token redacted]", ("_v1_",)),
+    (re.compile(r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b"), "[shopify token redacted]", ("shpat_", "shpca_", "shppa_", "shpss_")),
     (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), "[jwt redacted]", ("eyj",)),
+    # a token standing as a URL's user (https://TOKEN@host, a Sentry DSN's key), when random
+    (re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s:/@\[]{16,})(?=@)", re.I),
+     lambda m: m.group(1) + _if_random(m.group(2), "[token redacted]"), ("://",)),
     (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{12,}", re.I), r"\1 [token redacted]", ("bearer", "basic", "token")),
     # connection strings: Azure storage and service bus keys, shared access signatures
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
-    # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included)
+    # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included, DB_PASS,
+    # passphrase, ENCRYPTION_KEY, session_key); a quoted value whole, spaces and all
     (re.compile(
-        r"""(?ix)
-        ((?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth)[\w.-]*
-         ["']?\s*[:=]\s*["']?)
-        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;]))([^\s"',;]{6,})"""),
-     r"\1[secret redacted]", ("pass", "pwd", "secret", "token", "key", "auth")),
+        rf"""(?ix)
+        ({_NAMES}[\w.-]*["']?\s*[:=]\s*)
+        (?:(["'])(?!\[)[^"'\n]*?\s[^"'\n]*?\2
+         |(["']?)(?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;]))[^\s"',;]{{6,}})"""),
+     lambda m: m.group(1) + (f"{m[2]}[secret redacted]{m[2]}" if m[2] else f"{m[3]}[secret redacted]"), _NAME_HINTS),
+    # any other NAME_KEY = value, when the value is key material (long, random, base64 or hex)
+    (re.compile(r"""(?i)([_-]key["']?\s*[:=]\s*["']?)((?!\[)[^\s"',;]{16,})"""),
+     lambda m: m.group(1) + _if_key(m.group(2), strict=True), ("key",)),
     # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
     (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)([^\s\"'@]{4,})"), r"\1[password redacted]",
      ("-u",)),
     (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)([^\s\"']+)"), r"\1[password redacted]",
      ("mysql", "mariadb")),
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p\s+)([^\s\"'-][^\s\"']*)"),
+     lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("mysql", "mariadb")),
+    # the password flag of a command that takes one (sshpass -p, redis-cli -a, docker login -p), and --password
+    # VALUE (written --password=VALUE it is a name = value)
+    (re.compile(r"""(\b(?:sshpass\b[^\n|;&]*?\s-p|redis-cli\b[^\n|;&]*?\s(?:-a|--pass)|"""
+                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo)\s+login\b[^\n|;&]*?\s-p)\s*"""
+                r"""|(?:^|\s)--(?:password|passwd|pass|secret|token|api-key)\s+)(["']?)(?![$\[-])([^\s"']+)\2"""),
+     r"\1\2[password redacted]\2", ("sshpass", "redis-cli", "login", "--pass", "--secret", "--token", "--api-key")),
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
-    (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)([^\s\"',;]+)"),
+    (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b:?(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
+                r"(?!redacted\])([^\s\"',;]+)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[secret redacted]"), ("pass", "secret", "token", "credential")),
 ]
 
@@ -101,6 +141,18 @@ def looks_random(word: str) -> bool:
 
 def _if_random(word: str, placeholder: str) -> str:
     return placeholder if looks_random(word) else word
+
+
+def _if_key(value: str, strict: bool = False) -> str:
+    """``[secret redacted]`` for key material standing as a value: random (``looks_random``), and with
+    ``strict`` 16 characters or more in a key's alphabet too (letters, digits, ``+/=_%-``: base64, hex);
+    ``value`` as it is otherwise (a word, a path, a number, a cache key like ``user:42:profile``)."""
+    if strict and not (len(value) >= 16 and _KEY_ALPHABET.fullmatch(value)):
+        return value
+    return "[secret redacted]" if looks_random(value) else value
+
+
+_KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_%-]+")
 
 
 def _segments(path: str) -> str:
