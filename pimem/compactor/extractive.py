@@ -229,6 +229,36 @@ def _negation(text: str, pos: int) -> re.Match | None:
     return _NEGATION.search(text, max(0, pos - 12), pos)
 
 
+# the words that negate a clause, in the languages a phrase is read in (Chinese and Japanese are read in clauses,
+# which hold theirs): a phrase in a clause holding one takes it (``_phrases``), whether it comes before the words
+# it negates (``not a bug``, ``не удаляйте``, ``לא עולה``, ``ne répond pas``) or after them (German's ``gehen in
+# Latin-1 gar nicht``). Lowercase, as a token is looked up
+_NEGATORS = frozenset(
+    "not no never nor none neither nobody nothing nowhere cannot "
+    "don't doesn't didn't isn't aren't wasn't weren't won't wouldn't can't couldn't shouldn't mustn't needn't "
+    "hasn't haven't hadn't ain't shan't mightn't "
+    "nicht kein keine keinen keinem keiner keines nie niemals niemand nichts weder "  # German
+    "niet geen nooit niets "  # Dutch
+    "ne pas jamais aucun aucune rien ni "  # French (n'est: its pas)
+    "nunca jamás ningún ninguno ninguna nada nadie tampoco "  # Spanish
+    "non nessuno nessuna niente nulla né não nenhum nenhuma ninguém nem "  # Italian, Portuguese
+    "не ни нет никогда ничего никто нигде нельзя ні ніколи нічого ніхто "  # Russian, Ukrainian
+    "nigdy nic nikt żaden żadna żadne inte ikke ej aldrig aldri ingen "  # Polish, Swedish, Norwegian, Danish
+    "לא ולא שלא אין אינו אינה אינם מעולם "  # Hebrew
+    "لا ولا فلا لم ولم لن ولن ليس ليست لست "  # Arabic
+    "नहीं मत δεν μην όχι değil yok tidak bukan jangan belum không chưa đừng "  # Hindi, Greek, Turkish, Malay, Vietnamese
+    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())  # Korean
+_NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
+# and the words after which a clause says something else, its negation's reach ending there (``not in the parser
+# but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
+# another language (Polish ``ma``, English ``car``, ``men``)
+_TURNS = frozenset(
+    "but because although though whereas unless however aber sondern weil obwohl mais parce puisque pero sino "
+    "porque aunque però perché porém embora но потому хотя однако але хоча lecz ponieważ maar omdat eftersom "
+    "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
+_ROLE = dict.fromkeys(STOP, 0) | dict.fromkeys(_TURNS, 2) | dict.fromkeys(_NEGATORS, 1)  # (a token's, in one look-up)
+
+
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
 # a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
@@ -523,6 +553,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             at, end = _counted(text, start, start + len(piece))
             if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
                 at = start  # (a word of a path or a URL is none of its words)
+            if end > start + len(piece) and _ROLE.get(text[start + len(piece) : end].strip().lower()) == 1:
+                end = start + len(piece)  # (a negation after it negates what follows: ``200 לא``, ``1 nicht``)
+            if at != start or end != start + len(piece):  # (its words, with a negation before them in its clause)
+                at = _negation_before(text, at)
             if (at, end) != (start, start + len(piece)) and not (in_error and in_error(at, end)):
                 add(text[at:end], at, 1.3)
             continue
@@ -545,8 +579,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         add(piece, start, 1.3)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
-    for m in _NAME.finditer(text):
-        if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())):
+    for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``)
+        if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())
+                or _ROLE.get(m.group().lower()) == 1):
             add(m.group(), m.start(), 1.2)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
@@ -556,11 +591,14 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
                     in_error and in_error(m.start(), m.end())):
                 add(piece, m.start() + m.group().find(piece))
-    for pos, phrase in _phrases(text, bool(cjk)):
+    for pos, phrase, negated in _phrases(text, bool(cjk)):
         if in_error and in_error(pos, pos + len(phrase)):
             continue  # (a diagnostic's error: said whole)
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
-            for at, part in _quoted(phrase):
+            parts = _quoted(phrase)
+            if negated and len(parts) > 1:
+                continue  # (each side apart from its negation)
+            for at, part in parts:
                 start, end = pos + at, pos + at + len(part)
                 if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES and not (
                         paths and _astride(paths, start, end)):
@@ -1178,38 +1216,106 @@ def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
 
 
 def _phrases(text: str, cjk: bool = True):
-    """Runs of up to four content words between stop words and punctuation, with their positions: one pass
-    over the text's tokens (a token never spans a break), a run ending at a stop word, a Chinese or Japanese
-    token (a clause, not a word: those are taken as clauses), its fourth word or a break between two tokens."""
+    """Runs of up to four content words between stop words and punctuation, with their positions and whether a
+    negation reaches them: one pass over the text's tokens (a token never spans a break), a run ending at a stop
+    word, a Chinese or Japanese token (a clause, not a word: those are taken as clauses), its fourth word or a
+    break between two tokens. A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break
+    or a turn, ``_TURNS``) each run is said with it (``_negated``); a negation alone is no run."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
     b = 0
     start = end = -1  # the run in hand
     words = 0
+    runs: list[tuple[int, int]] = []  # the clause's runs, said when it ends (a negation may come after them)
+    negations: list[tuple[int, int]] = []  # and its negations
     for m in (_TOKEN if text.isascii() else _marked()[1]).finditer(text):
         s, e = m.span()
         if breaks[b] < s:
             while breaks[b] < s:
                 b += 1
             if start >= 0:  # a break since the run's last word
-                yield start, text[start:end]
+                runs.append((start, end))
                 start = -1
+            if negations:
+                yield from _negated(text, runs, negations)
+                negations = []
+            else:
+                for at, to in runs:
+                    yield at, text[at:to], False
+            runs = []
         token = m.group()
-        dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
-        if dotted or token.lower() in STOP or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
+        role = _ROLE.get(token.lower())
+        if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
-                yield start, text[start:end]
+                runs.append((start, end))
+                start = -1
+            if role == 1:  # (a negation opens a run)
+                negations.append((s, e))
+                start, end, words = s, e, 1
+                continue
+            if negations:  # (a turn ends the negation's reach)
+                yield from _negated(text, runs, negations)
+                negations = []
+            else:
+                for at, to in runs:
+                    yield at, text[at:to], False
+            runs = []
+            continue
+        dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
+        if dotted or role == 0 or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
+            if start >= 0:
+                runs.append((start, end))
                 start = -1
             continue
         if start >= 0 and words == 4:
-            yield start, text[start:end]
+            runs.append((start, end))
             start = -1
         if start < 0:
             start, words = s, 0
         end = e
         words += 1
     if start >= 0:
-        yield start, text[start:end]
+        runs.append((start, end))
+    if negations:
+        yield from _negated(text, runs, negations)
+    else:
+        for at, to in runs:
+            yield at, text[at:to], False
+
+
+def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, int]]):
+    """The ``runs`` of one clause holding ``negations`` (in text order), each said with one: a run opened by one
+    as it is, a run after one from the nearest before it (``not a bug``, ``Don't ever force-push``, ``None of the
+    replicas were promoted``), a run before them all to the clause's end (``The flaky test is not a regression``,
+    ``gehen in Latin-1 gar nicht``). A negation alone is no run, but when it is the clause (``the logs…nothing``).
+    (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
+    longer than a piece is none.)"""
+    alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
+    for start, end in runs:
+        if (start, end) in alone:
+            continue
+        before = [at for at, to in negations if to <= start]
+        if before:
+            start = before[-1]
+        elif not any(at == start for at, _ in negations):
+            end = runs[-1][1]
+        yield start, text[start:end], True
+
+
+def _negation_before(text: str, at: int) -> int:
+    """Where the nearest negation before ``at`` in its clause (up to a break or a turn, ``_phrases``; at most 60
+    characters back) starts, else ``at``: a number's words said with it (``не нужно 3 реплики``, not ``нужно 3
+    реплики``)."""
+    window = text[max(0, at - 60) : at]
+    cut = 0
+    for m in _BREAK.finditer(window):
+        cut = m.end()
+    found = -1
+    for m in (_TOKEN if window.isascii() else _marked()[1]).finditer(window, cut):
+        role = _ROLE.get(m.group().lower())
+        if role:
+            found = m.start() if role == 1 else -1
+    return at - len(window) + found if found >= 0 else at
 
 
 def _tool_units(msg: dict, stats: Stats) -> list[Unit]:
