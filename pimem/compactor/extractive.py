@@ -23,8 +23,11 @@ column, and its error text one piece when it fits); so is any error, as written,
 cut between words (``psycopg2.OperationalError: could not connect to server: Connection refused``, ``Error: Invalid
 hex color: #000cc``, ``fatal: …``, ``No space left on device``); a URL is one (``file://`` too), and so is a path with a space
 in a name when it is quoted (one longer than a piece by its end), its space escaped, or it reads as one (``~/My
-Documents/report 2024.pdf``). A piece right after a negation takes it (``never committed``, ``not optional``: never
-``committed``, ``optional``); a negation is no piece alone. A harness's notes (``[Request interrupted by user]``, a
+Documents/report 2024.pdf``). A piece in a clause holding a negation takes it, right before it (``never committed``,
+``not optional``), a few words before it (``not a bug in the worker``, ``None of the replicas were promoted``) or after
+it (``gehen in Latin-1 gar nicht``), up to the clause's end or a word that turns it (``but``, ``sondern``): never
+``committed``, ``bug`` or ``gehen`` alone (one too long with it is left out); a negation is no piece alone but for a
+clause it is whole (``the logs…nothing``). A harness's notes (``[Request interrupted by user]``, a
 slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
