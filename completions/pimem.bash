@@ -152,7 +152,7 @@ _pimem() {
     delete) opts="--json --timeout --home -h --help"; valued="--timeout --home"; last=0 ;;
     demo) opts="--name --home -h --help"; valued="--name --home"; last=0 ;;
     forget) opts="--session --json --timeout --home -h --help"; valued="--session --timeout --home"; last=0 ;;
-    fsck) opts="--repair --json --timeout --home -h --help"; valued="--timeout --home"; last=1 ;;
+    fsck) opts="--repair --accept-lost --json --timeout --home -h --help"; valued="--timeout --home"; last=1 ;;
     hook) opts="--budget --timeout -n --name --project --user --dry-run --home -h --help"; valued="--budget --timeout -n --name --home"; last=1 ;;
     import) opts="-n --name -f --format --follow --json --timeout --home -h --help"; valued="-n --name -f --format --timeout --home"; last=1 ;;
     list) opts="--json --home -h --help"; valued="--home"; last=0 ;;

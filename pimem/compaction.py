@@ -152,6 +152,9 @@ def plan(mem, keep: int) -> Plan:
     parent = windows[-1] if windows else None
     start = parent["keptStart"] if parent else 0
     total = mem.count()
+    if start > total:  # (a window keeps the log from a message there was: the log lost its end since)
+        raise IntegrityError(f"{mem.name}: messages lost from the end of the log, from #{total} (windows.jsonl keeps "
+                             f"the log from #{start}); see 'pimem fsck {mem.name}'")
     shape, sizes = [], []
     for msg in mem.messages(start):
         shape.append((msg["i"], msg["kind"], _call_id(msg)))

@@ -2,8 +2,9 @@
 
 Each check reads one part of the memory and returns findings. A finding is a problem (``pimem fsck`` exits 5
 while one remains) or a note (something the readers already tolerate, reported so a person knows). Repair
-only ever adds (a newline sealing a torn line) or rebuilds derived state from the sources of truth; a damaged
-line, a gap, a duplicate or a broken hash chain is explained, never rewritten.
+only ever adds (a newline sealing a torn line; asked by name, a note in place of each message lost from the
+log's end) or rebuilds derived state from the sources of truth; a damaged line, a gap, a duplicate or a broken
+hash chain is explained, never rewritten.
 """
 
 from __future__ import annotations
@@ -49,18 +50,19 @@ class Finding:
         return f"{self.memory}: {self.area}: {self.where}: {tag}: {self.problem}{fix}"
 
 
-def check(mem: Memory, repair: bool = False, timeout: float | None = None) -> list[Finding]:
+def check(mem: Memory, repair: bool = False, timeout: float | None = None, accept_lost: bool = False) -> list[Finding]:
     """Every finding for one memory; with ``repair``, the repairable ones are fixed under the writer lock
-    and marked ``repaired``."""
+    and marked ``repaired``. ``accept_lost``: messages lost from the log's end are gone for good, and a note
+    is logged in place of each."""
     mem.log.explaining = True
-    findings = _run_checks(mem)
+    findings = _run_checks(mem, accept_lost)
     actions = list(dict.fromkeys(f.action for f in problems(findings) if f.action))
     if not repair or not actions:
         return findings
     with mem.lock(timeout):
         for action in actions:
             action(mem)
-    after = _run_checks(mem)
+    after = _run_checks(mem, accept_lost)
     remaining = {_key(f) for f in problems(after)}
     for f in problems(findings):
         f.repaired = _key(f) not in remaining
@@ -72,9 +74,62 @@ def _key(f: Finding) -> tuple:
     return f.area, f.where, f.problem
 
 
-def _run_checks(mem: Memory) -> list[Finding]:
-    log = check_log(mem)
-    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + check_tree(mem) + check_view(mem) + check_chains(mem) + check_index(mem)
+def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
+    known: dict[str, int] = {}  # what the other parts of the memory know the log held, as the T each implies
+    log = check_log(mem, known)
+    rest = check_tree(mem) + check_view(mem, known) + check_chains(mem, known) + check_index(mem, known)
+    lost = check_end(mem, known, accept_lost)
+    if lost and lost[0].action is None:
+        for f in rest:  # (a refolded view or a rebuilt index would forget how far the log went)
+            if f.action is not None and getattr(f.action, "func", None) is not _seal:
+                f.action, f.repair = None, None
+                f.problem += "; --repair leaves it until the lost messages are put back or accepted"
+    log += lost
+    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest
+
+
+def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> list[Finding]:
+    """Messages lost from the log's end (a day file deleted or cut short, an older copy put back): ranges.json,
+    or the view, the compaction windows or the index, knows the log went further than it does (a tree node
+    past the end is the tree's problem: its lines are no record of the log's end). A
+    writer would give their numbers to other messages, so writes are refused until the file is put back, or
+    until the loss is accepted (``accept_lost``): a note is then logged in place of each lost message, and
+    every number keeps its one message."""
+    from .store import lost_words
+
+    end = mem.log.past_unsealed(known.pop("main/"), [p.name for p in mem.log.files()])  # (not lost: sealed by --repair)
+    recorded = mem.log.lost_end(end)
+    if recorded is not None:
+        known["ranges.json"] = recorded[1] + 1
+    past = {what: n for what, n in known.items() if n > end}
+    if not past:
+        return []
+    last = max(past.values()) - 1
+    names = recorded[2] if recorded is not None else []
+    one = len(names) <= 1
+    problem = (f"{lost_words(end, last, names)} ({', '.join(sorted(past))} "
+               f"{'knows' if len(past) == 1 else 'know'} the log went to #{last}), so nothing is logged: put "
+               f"{'the file' if one else 'the files'} back and everything is as it was, or, if they are gone for good, "
+               f"'pimem fsck --repair --accept-lost {mem.name}' logs a note in place of each")
+    where = f"main/{names[0]}" if len(names) == 1 else "main/"
+    if not accept_lost:
+        return [Finding(mem.name, "log", where, problem)]
+    return [Finding(mem.name, "log", where, problem, repair=f"log a note in place of each lost message (#{end}…#{last})",
+                    action=functools.partial(_log_lost, end, last, names))]
+
+
+def _log_lost(first: int, last: int, names: list[str], mem: Memory) -> None:
+    """Log a note in place of each message lost from the log's end, so that their numbers stay theirs."""
+    from . import env
+
+    where = f" from {', '.join(names)}" if names else ""
+    today = when.rfc3339(env.now())[:10]
+    batch = mem.prepare([{"kind": "note", "text": f"message #{i} was lost{where}; this note takes its place "
+                          f"(pimem fsck --repair --accept-lost, {today})"} for i in range(first, last + 1)])
+    start = mem.log.seal()
+    if start != first:  # (the log changed since it was checked: checked again by the next fsck)
+        return
+    mem.log.write(list(batch), start)
 
 
 def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
@@ -96,11 +151,13 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
 
 
 def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern,
-           loads: Callable = orjson.loads) -> Iterator[tuple[str, bytes, object]]:
+           loads: Callable = orjson.loads, whole_tail: bool = False) -> Iterator[tuple[str, bytes, object]]:
     """``(where, raw, parsed)`` for each complete line of a JSONL file, each parsed as its readers parse it
     (``loads``; ``decoder.loads``: a byte order mark first is read past, as the chains' reader does). Adds a
     repairable finding for a torn last line, a note for a torn write sealed earlier (it starts like a record of
-    the file: ``torn_write``) and a problem for any other line that is not JSON."""
+    the file: ``torn_write``) and a problem for any other line that is not JSON. ``whole_tail``: the file's
+    readers read a last line that is whole JSON without its newline (the chains' do; the log's and the tree's
+    skip it as torn until it is sealed), so it is yielded too."""
     rel = str(path.relative_to(mem.path))
     data = path.read_bytes()
     if loads is decoder.loads and data.startswith(decoder.BOM):
@@ -121,8 +178,18 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
             continue
         yield where, raw, obj
     if tail:
-        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", f"torn last line ({count(len(tail), 'byte')}, no newline): a write cut by a crash, which readers skip",
+        try:
+            obj, whole = loads(tail), True
+        except orjson.JSONDecodeError:
+            obj, whole = None, False
+        what = (f"last line has no newline ({count(len(tail), 'byte')}), which readers read as it is" if whole and whole_tail
+                else f"last line has no newline ({count(len(tail), 'byte')}): whole, but readers skip it as a torn write until "
+                     "it is sealed (the next write seals it)" if whole
+                else f"torn last line ({count(len(tail), 'byte')}, no newline): a write cut by a crash, which readers skip")
+        found.append(Finding(mem.name, area, f"{rel}:{len(lines) + 1}", what,
                              repair="seal it with a newline", action=functools.partial(_seal, path)))
+        if whole and whole_tail:
+            yield f"{rel}:{len(lines) + 1}", tail, obj
 
 
 def _seal(path: Path, mem: Memory) -> None:
@@ -130,8 +197,9 @@ def _seal(path: Path, mem: Memory) -> None:
     append_durably(path, b"")
 
 
-def check_log(mem: Memory) -> list[Finding]:
-    """The message log: torn and damaged lines, contiguity of ``i``, and each message's schema."""
+def check_log(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]:
+    """The message log: torn and damaged lines, contiguity of ``i``, and each message's schema. ``known``
+    gets the T it holds (``main/``: one more than its highest ``i``)."""
     found: list[Finding] = []
     where_is: dict[int, str] = {}
     duplicates: dict[int, list[str]] = {}
@@ -159,6 +227,8 @@ def check_log(mem: Memory) -> list[Finding]:
                 add(where, f"message {i}: {problem}")
     for i, places in sorted(duplicates.items()):
         add(places[1], f"duplicate i={i}: also at {', '.join(p for p in places if p != places[1])}")
+    if known is not None:
+        known["main/"] = max(where_is, default=-1) + 1
     expected = 0
     for i in sorted(where_is):
         if i > expected:
@@ -207,13 +277,27 @@ def check_tree(mem: Memory) -> list[Finding]:
     return found
 
 
-def check_view(mem: Memory) -> list[Finding]:
-    """view.json: it must restore as is (a refold would change the bytes the model has cached)."""
+def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]:
+    """view.json: it must restore as is (a refold would change the bytes the model has cached). ``known``
+    gets the T it covers."""
     path = mem.path / "view.json"
     if not path.exists():
         return [Finding(mem.name, "view", "view.json", "missing: the next reader folds the view afresh from the log and the tree", fatal=False)] if mem.count() else []
+    if known is not None:
+        from .viewfile import _check
+
+        try:
+            saved = orjson.loads(path.read_bytes())
+            body = {k: saved.get(k) for k in ("T", "view", "cview", "tree")}
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            body = None
+        if body is not None and type(body["T"]) is int and saved.get("check") == _check(body):  # (as pimem saved it)
+            known["view.json"] = body["T"]
     try:
         mem.views.check()
+        views = mem.views.make()  # (as a reader restores it: the tree nodes it saw built must still be there)
+        views.load(path.read_bytes(), mem.count())
+        views.check_tree(mem.tree.file_sizes())
     except (ValueError, OSError) as exc:
         return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="fold the view afresh from the log and the tree", action=_refold)]
     return []
@@ -223,25 +307,28 @@ def _refold(mem: Memory) -> None:
     mem.views.current(save=True)
 
 
-def check_chains(mem: Memory) -> list[Finding]:
+def check_chains(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]:
     """memory.jsonl and windows.jsonl: seq, prevHash and hash of every event (the trusted prefix ends at the
-    first bad one, and appends are refused after it until a person repairs the file)."""
+    first bad one, and appends are refused after it until a person repairs the file). ``known`` gets the T
+    the compaction windows imply (each keeps the log from a message there was)."""
     from .chain import memory_chain, window_chain
 
     found: list[Finding] = []
     for chain in (memory_chain(mem.path), window_chain(mem.path)):
         if not chain.path.exists():
             continue
-        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads):
+        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads, True):
             pass
         reading = chain.read()
+        if known is not None and chain.path.name == "windows.jsonl" and reading.events:
+            known["windows.jsonl"] = max(ev["keptStart"] for ev in reading.events)
         if reading.problem:
             found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), f"{chain.path.name}:{reading.line}",
                                  f"{reading.what}; later events are not trusted and appends are refused"))
     return found
 
 
-def check_index(mem: Memory) -> list[Finding]:
+def check_index(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]:
     """index.sqlite (derived): SQLite's own check, and every message row pointing at the line holding that
     message. Only read, never created; opened as a search opens it, so that the last connection to close
     takes its WAL files away (a read-only connection would leave them behind), or read-only where nothing
@@ -254,8 +341,8 @@ def check_index(mem: Memory) -> list[Finding]:
     if not path.exists() and not path.is_symlink():
         return []
 
-    def problem(text: str) -> list[Finding]:
-        return [Finding(mem.name, "index", index.FILENAME, text, repair="delete it and build it again from the log", action=_reindex)]
+    def problem(text: str, where: str = index.FILENAME) -> list[Finding]:
+        return [Finding(mem.name, "index", where, text, repair="delete it and build it again from the log", action=_reindex)]
 
     for file in (path, second):
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -263,17 +350,23 @@ def check_index(mem: Memory) -> list[Finding]:
                 return problem(f"{file.name}{suffix} is a symbolic link: pimem never follows links inside its home")
     writable = os.access(mem.path, os.W_OK)
     uri = (lambda file: f"{file.as_uri()}?mode=rw") if writable else index.read_only_uri
+    reading = path  # (the file an error is about: the one the user has, never the URI SQLite was given)
     try:
         db = sqlite3.connect(uri(path), uri=True)
         try:
             schemas = ["main"]
+            db.execute("SELECT count(*) FROM main.sqlite_master").fetchone()  # (main read first: an error is its own)
             if second.exists():
+                reading = second
                 db.execute("ATTACH DATABASE ? AS shard", (uri(second),))
                 schemas.append("shard")
             for schema in schemas:
+                reading = path if schema == "main" else second
                 verdict = db.execute(f"PRAGMA {schema}.quick_check").fetchone()[0]
-                if verdict != "ok":
-                    return problem(f"damaged: {verdict}" if schema == "main" else f"{index.SHARD_FILENAME} damaged: {verdict}")
+                if verdict != "ok":  # (SQLite's report runs over lines: one line here)
+                    verdict = "; ".join(part for part in verdict.replace("*** in database main ***", "").splitlines() if part.strip())
+                    return problem(f"damaged: {verdict}", reading.name)
+            reading = path
             tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if not {"files", "msgs"} <= tables:
                 return []  # only the tree's tables so far: the search index has not been built
@@ -290,7 +383,10 @@ def check_index(mem: Memory) -> list[Finding]:
     except sqlite3.DatabaseError as exc:
         if getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_IOERR", "SQLITE_FULL")):
             raise  # the disk, not the file (full, or failing): said as such, exit 7, and nothing to rebuild
-        return problem(f"unreadable: {exc}")
+        said = re.sub(r"file:\S*", reading.name, str(exc)).replace(f"{reading.name}: {reading.name}", reading.name)
+        return problem(f"unreadable: {said}", reading.name)
+    if known is not None and rows:
+        known["index.sqlite"] = max(row[0] for row in rows) + 1
     lines = {}
     for path_ in mem.log.files():
         for offset, length, msg in mem.log.read_offsets(path_):

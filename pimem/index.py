@@ -648,12 +648,15 @@ class Index:
 
     def read_row(self, fid: int, offset: int, length: int) -> dict | None:
         """The message at a byte range of the log file with id ``fid`` (files stay open for the next read; a
-        search reads thousands of candidates)."""
+        search reads thousands of candidates), None unless it is still a whole line, its newline after it."""
         fd = self._fds.get(fid)
         if fd is None:
             fd = self._fds[fid] = open_fd(f"{self.log.dir}/{self._file_name(fid)}", os.O_RDONLY)
+        line = os.pread(fd, length + 1, offset)
+        if line[length:] != b"\n":
+            return None  # (its newline gone since it was indexed: a torn line, which readers skip)
         try:
-            msg = orjson.loads(os.pread(fd, length, offset))
+            msg = orjson.loads(line)
         except orjson.JSONDecodeError:
             return None
         return msg if type(msg) is dict else None

@@ -180,6 +180,7 @@ class Log:
         self._edited: set[str] = set()  # the files found changed behind pimem's back since ranges.json was read
         self._crcs: dict[str, tuple] = {}  # file name -> ((size, mtime_ns, inode), CRC-32) as last read whole
         self._stale: tuple | None = None  # the ranges.json (its stat) found otherwise than the files: not trusted
+        self._saved_end = 0  # T as ranges.json records it
 
     def _read_saved(self) -> tuple[dict[str, _FileInfo], bool]:
         """ranges.json's rows and whether it was written complete in this boot (re-read when it changed)."""
@@ -206,6 +207,7 @@ class Log:
                         if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
                             rows[name] = _FileInfo(size, first, last, torn, seen, edits, crc)
             self._saved = (stamp, rows, boot is not None and boot == _boot_id())
+            self._saved_end = max((info.last + 1 for info in rows.values() if info.last is not None), default=0)
         return self._saved[1], self._saved[2]
 
     def _load_ranges(self) -> None:
@@ -276,8 +278,60 @@ class Log:
         key = tuple(sorted(changed))
         if key == self._checked or self.explaining:
             return
-        self.check_whole(f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed behind pimem's back")
+        rows, _ = self._read_saved()  # (read before the files: a write meanwhile only adds to them)
+        end = self.check_whole(f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed behind pimem's back")
+        self._refuse_lost_end(rows, end, checked=True)
         self._checked = key
+
+    def lost_end(self, end: int, rows: dict[str, _FileInfo] | None = None) -> tuple[int, int, list[str]] | None:
+        """The messages ranges.json (``rows``, read before the files were looked at) records at or past ``end``,
+        the log's T as found now: lost from the log's end (a day file deleted or cut short, an older copy put
+        back), as ``(first, last, day files)``; None when nothing is. Its rows are written only after the
+        lines they count were flushed, so in any boot they never claim more than was logged."""
+        if rows is None:
+            rows, _ = self._read_saved()
+        past = sorted(name for name, info in rows.items() if info.last is not None and info.last >= end)
+        if not past:
+            return None
+        return end, max(rows[name].last for name in past), past
+
+    def past_unsealed(self, end: int, names: list[str]) -> int:
+        """``end``, or past the messages ``end…`` that sit whole on the last line of one of these day files
+        with only its newline missing: readers skip such a line as torn, and the next write seals it, so it
+        is no more lost than the message before it (rare: read only when the log ends early)."""
+        for name in names:
+            tail = b""
+            try:
+                with open_binary(f"{self.dir}/{name}", 0) as f:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(0, size - _PROBE))
+                    data = f.read()
+                    while size > len(data) and b"\n" not in data:  # (a long line: read back to its start)
+                        f.seek(max(0, size - 4 * len(data)))
+                        data = f.read()
+                    tail = data[data.rfind(b"\n") + 1:]
+            except OSError:
+                continue
+            msg = _parse(tail) if tail else None
+            if msg is not None and msg["i"] == end:
+                end += 1
+        return end
+
+    def _refuse_lost_end(self, rows: dict[str, _FileInfo], end: int, checked: bool = False) -> None:
+        """``IntegrityError`` (exit 5) when ranges.json (``rows``, read before the files) records messages past
+        ``end``: a writer would number new messages from where the log now ends, giving their numbers to other
+        messages. Unless ``end`` came from checking the whole log, the log is checked first (a T found from the
+        files' ends is short when lines are out of order, and a gap or line out of order is named as such)."""
+        if not rows or (end >= self._saved_end and self._saved is not None and rows is self._saved[1]):
+            return  # (the common case, without a look at each row)
+        lost = self.lost_end(end, rows)
+        if lost is not None and not checked:
+            lost = self.lost_end(end := self.check_whole("the log ends before ranges.json records it"), rows)
+        if lost is not None:
+            lost = self.lost_end(self.past_unsealed(end, lost[2]), rows)
+        if lost is not None:
+            raise IntegrityError(f"{self._whose()}{lost_words(*lost)}; put {'it' if len(lost[2]) == 1 else 'them'} "
+                                 f"back, or see 'pimem fsck {self.dir.parent.name}'")
 
     def check_whole(self, why: str) -> int:
         """Read every valid line's ``i``: they must be ``0…T-1``, each once, rising within each file (readers
@@ -342,6 +396,7 @@ class Log:
             os.unlink(self.dir.parent / WRITING)
             st = os.stat(path)
             self._saved = ((st.st_ino, st.st_mtime_ns, st.st_size), saved, _boot_id() is not None)
+            self._saved_end = max((info.last + 1 for info in saved.values() if info.last is not None), default=0)
             self._edited.clear()  # (recorded)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
@@ -483,7 +538,15 @@ class Log:
                 out.append((info.first, info.last, name))
         out.sort()
         self._known = (max(r[1] for r in out) + 1 if out else 0, out)
+        if self._known[0] < self._saved_end and not self.explaining:
+            self._check_end(self._known[0])
         return out
+
+    def _check_end(self, end: int) -> None:
+        """A reader found the log ending before ranges.json does (in any boot; in this one, and with no writer
+        at work, ``stats`` has checked already): ``IntegrityError`` names what is lost, once the whole log, read
+        after ranges.json was (a write since then only adds), is found to end there too."""
+        self._refuse_lost_end(self._saved[1], end)
 
     def count(self) -> int:
         """T: one more than the highest ``i`` in the log (0 when empty)."""
@@ -497,7 +560,9 @@ class Log:
         return T. For writers, under the writer lock: nothing else changes the files meanwhile, so each file
         is looked at once."""
         last, sealed = -1, False
-        for name, size in self.sizes(every=True).items():  # (an older file edited by hand is noticed too)
+        sizes = self.sizes(every=True)  # (an older file edited by hand is noticed too)
+        rows, _ = self._read_saved()  # (as read before the files were: any boot's serves, see lost_end)
+        for name, size in sizes.items():
             info = self._file_info(name, size)
             if info.torn:  # (rare: after a crash, a file read whole is no cost worth sparing)
                 crc = info.crc if info.crc is not None else self.content_crc(name, lstat(f"{self.dir}/{name}"))
@@ -514,6 +579,8 @@ class Log:
                     info.crc = crc32(b"\n", crc)
             if info.last is not None and info.last > last:
                 last = info.last
+        if not self.explaining:
+            self._refuse_lost_end(rows, last + 1)  # (never number new messages from where the log now ends)
         if sealed:
             self.save_ranges()
         return last + 1
@@ -763,6 +830,13 @@ def _last_i(f, size: int) -> tuple[int | None, bool]:
             break
         chunk *= 4
     return None, bool(torn)
+
+
+def lost_words(first: int, last: int, names: list[str]) -> str:
+    """``messages lost from the end of the log: #8…#11, 2026-11-03.jsonl``, as every command says it."""
+    span = f"#{first}" if first == last else f"#{first}…#{last}"
+    files = (", " + ", ".join(names[:3]) + (" …" if len(names) > 3 else "")) if names else ""
+    return f"{'a message' if first == last else 'messages'} lost from the end of the log: {span}{files}"
 
 
 def day_runs(dates: Iterable[str]) -> list[tuple[str, int]]:

@@ -157,7 +157,7 @@ class Views:
         if self.view.T != self.cview.T or data.get("T") != self.view.T:
             raise ValueError("the two views cover different messages")
         if self.view.T > count:
-            raise ValueError(f"it covers {self.view.T} messages but the log has {count}")
+            raise Overreaching(self.view.T, count)
         tree = data.get("tree")
         if not isinstance(tree, dict) or not all(type(v) is int for v in tree.values()):
             raise ValueError("tree positions missing")
@@ -171,6 +171,15 @@ class Views:
         for name, size in self.tree_seen.items():
             if sizes.get(name, -1) < size:
                 raise ValueError(f"tree/{name} lost nodes since the view was saved")
+
+
+class Overreaching(ValueError):
+    """view.json covers more messages than the log has: messages were lost from the log's end (a view is
+    saved only once the messages it covers are logged)."""
+
+    def __init__(self, covers: int, count: int):
+        super().__init__(f"it covers {covers} messages but the log has {count}")
+        self.covers = covers
 
 
 def _check(body: dict) -> int:
@@ -376,7 +385,13 @@ class ViewFile:
             views = self.make()
             if stamp is not None:
                 try:
-                    views.load(read_bytes(path), count)
+                    try:
+                        raw = read_bytes(path)
+                        views.load(raw, count)
+                    except Overreaching as exc:
+                        count = self._not_lost(exc.covers, upto)
+                        views = self.make()
+                        views.load(raw, count)
                     views.check_tree(self.tree.file_sizes())
                     views.loaded = stamp
                 except FileNotFoundError:  # (gone since its stat: missing, as if never there; the memory may have moved)
@@ -395,6 +410,22 @@ class ViewFile:
             else:
                 self._write_if_free(views)
         return views
+
+    def _not_lost(self, covers: int, upto: int | None) -> int:
+        """view.json covers ``covers`` messages, more than the log was found to hold: the log's count, counted
+        again after view.json was read (a write since only adds to it), unless messages were lost from its
+        end (``IntegrityError``, exit 5: a view refolded over what is left would forget them, and a writer
+        would give their numbers to other messages; a last message that only lost its newline is not lost,
+        and the view is refolded without it). ``upto``: a writer's count, under the writer lock."""
+        count = self.log.count() if upto is None else upto
+        if covers > count and not self.log.explaining \
+                and covers > self.log.past_unsealed(count, [f.name for f in self.log.files()]):  # (else refolded)
+            from .errors import IntegrityError
+            from .store import lost_words
+
+            name = self.log.dir.parent.name
+            raise IntegrityError(f"{name}: {lost_words(count, covers - 1, [])} (view.json covers them); see 'pimem fsck {name}'")
+        return count
 
     def _catch_up(self, views: Views, upto: int) -> None:
         tree, line_bytes = self.tree, self.line_bytes

@@ -293,13 +293,130 @@ def test_an_older_day_file_edited_by_hand_has_the_index_rebuilt_though_the_newes
     assert sh("search", "staging", "m").stderr == b""  # (once)
 
 
-def test_a_day_file_deleted_by_hand_is_out_of_the_index_and_a_gap_it_leaves_is_named(sh, log):
-    (log / f"{DAYS[-1]}.jsonl").unlink()  # the newest: no gap, three messages fewer
-    out = sh("search", "staging", "m", "--limit", "20")
-    assert out.returncode == 0 and len(out.stdout.splitlines()) == 6 and b"is gone; rebuilding the index" in out.stderr
+def test_a_day_file_deleted_by_hand_leaves_a_gap_that_is_named(sh, log):
     (log / f"{DAYS[0]}.jsonl").unlink()  # the oldest: #0 to #2 missing
     out = sh("search", "staging", "m")
     assert out.returncode == 5 and b"gap in the log: i=0 is missing" in out.stderr and out.stderr.count(b"\n") == 1
+
+
+def lose_end(log, how: str) -> None:
+    """Lose #6…#8, the log's last three messages: their day file deleted, or cut back to an empty file or to
+    its first line (an older copy put back)."""
+    day = log / f"{DAYS[-1]}.jsonl"
+    if how == "deleted":
+        day.unlink()
+    else:
+        day.write_bytes(b"" if how == "emptied" else day.read_bytes().split(b"\n")[0] + b"\n")
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied", "cut short"])
+def test_messages_lost_from_the_log_end_stop_every_command_until_the_file_is_put_back(sh, log, how):
+    """ranges.json recorded #6…#8: a log that now ends before them is an integrity error (exit 5, one line
+    naming them) for readers and writers, never a log whose next message takes #6 again."""
+    kept = (log / f"{DAYS[-1]}.jsonl").read_bytes()
+    lose_end(log, how)
+    lost = b"#7\xe2\x80\xa6#8" if how == "cut short" else b"#6\xe2\x80\xa6#8"
+    before = snapshot(log.parent)
+    for argv in (["list"], ["status", "m"], ["context", "m"], ["search", "staging", "m"], ["append", "m", "new"],
+                 ["since", "m", "#0"]):
+        out = sh(*argv)
+        assert out.returncode == 5 and out.stderr.count(b"\n") == 1, (argv, out.stderr)
+        assert b"lost from the end of the log: " + lost + b", " + DAYS[-1].encode() + b".jsonl" in out.stderr, (argv, out.stderr)
+    assert snapshot(log.parent) == before  # (append logged nothing)
+    for repair in ([], ["--repair"]):
+        out = sh("fsck", *repair, "m")
+        assert out.returncode == 5 and b"lost from the end of the log: " + lost in out.stdout
+        assert b"--repair --accept-lost m" in out.stdout
+    assert snapshot(log.parent) == before  # (nothing repaired: a refolded view would forget how far the log went)
+    (log / f"{DAYS[-1]}.jsonl").write_bytes(kept)  # put back: everything is as it was
+    assert sh("append", "m", "new").stdout == b"9\n"
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+
+
+def test_messages_lost_from_the_log_end_in_another_boot_stop_writers_and_readers(sh, log):
+    lose_end(log, "deleted")
+    ranges = log.parent / "ranges.json"
+    ranges.write_bytes(ranges.read_bytes().replace(b'"boot":"', b'"boot":"another-'))
+    for argv in (["append", "m", "new"], ["status", "m"]):
+        out = sh(*argv)
+        assert out.returncode == 5 and b"lost from the end of the log: #6\xe2\x80\xa6#8" in out.stderr, (argv, out.stderr)
+
+
+def test_messages_lost_for_good_are_accepted_by_name_and_a_note_takes_each_number(sh, log):
+    lose_end(log, "deleted")
+    before = snapshot(log.parent)
+    assert sh("fsck", "--accept-lost", "m").returncode == 2
+    assert sh("fsck", "--repair", "--accept-lost").returncode == 2
+    assert snapshot(log.parent) == before
+    out = sh("fsck", "--repair", "--accept-lost", "m")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    notes = [json.loads(x) for x in sh("since", "m", "#6").stdout.splitlines()]
+    assert [(n["i"], n["kind"]) for n in notes] == [(6, "note"), (7, "note"), (8, "note")]
+    assert notes[0]["text"].startswith(f"message #6 was lost from {DAYS[-1]}.jsonl; ")
+    assert sh("append", "m", "new").stdout == b"9\n"
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+
+
+def test_messages_lost_from_the_end_with_ranges_json_gone_too_are_known_by_the_view_index_and_windows(sh, log):
+    """ranges.json gone too: view.json (which append and context read anyway) still knows the log went to #8,
+    and so do the index and the compaction windows, for fsck and compact."""
+    assert sh("compact", "m", "--keep", "40").returncode == 0
+    kept = json.loads((log.parent / "windows.jsonl").read_bytes().splitlines()[-1])["keptStart"]
+    assert kept > 6
+    lose_end(log, "deleted")
+    (log.parent / "ranges.json").unlink()
+    before = snapshot(log.parent)
+    for argv in (["append", "m", "new"], ["context", "m"], ["view", "m"]):
+        out = sh(*argv)
+        assert out.returncode == 5 and out.stderr == b"pimem: error: m: messages lost from the end of the log: " \
+            b"#6\xe2\x80\xa6#8 (view.json covers them); see 'pimem fsck m'\n", (argv, out.stderr)
+    out = sh("compact", "m", "--keep", "40")
+    assert out.returncode == 5 and f"lost from the end of the log, from #6 (windows.jsonl keeps the log from #{kept})".encode() in out.stderr
+    assert snapshot(log.parent) == before
+    out = sh("fsck", "m")
+    assert out.returncode == 5
+    assert b"m: log: main/: problem: messages lost from the end of the log: #6\xe2\x80\xa6#8 (index.sqlite, view.json, windows.jsonl know the log went to #8)" in out.stdout
+    assert sh("fsck", "--repair", "--accept-lost", "m").returncode == 0
+    assert sh("append", "m", "new").stdout == b"9\n"
+
+
+def test_a_last_line_that_lost_only_its_newline_is_skipped_by_every_reader_until_the_next_write_seals_it(sh, log):
+    """Readers skip a torn last line, a whole message without its newline too (the index, which read it
+    whole, included), so they agree on 8 messages; it is no loss (the next write seals it: #8 again)."""
+    day = log / f"{DAYS[-1]}.jsonl"
+    with open(day, "r+b") as f:
+        f.truncate(os.path.getsize(day) - 1)
+    assert sh("list").stdout.split()[:2] == [b"m", b"8"]
+    for argv in (["message", "m", "8"], ["date", "m", "8"]):
+        out = sh(*argv)
+        assert out.returncode == 3 and b"no message 8" in out.stderr, (argv, out.stderr)
+    assert sh("since", "m", "#0").stdout.count(b"\n") == 8
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and f"m: log: main/{DAYS[-1]}.jsonl:3: problem: last line has no newline (".encode() in out.stdout
+    assert b"whole, but readers skip it as a torn write until it is sealed (the next write seals it)" in out.stdout
+    assert b"lost" not in out.stdout
+    assert sh("append", "m", "next").stdout == b"9\n"
+    assert sh("message", "m", "8").stdout == b"message 8 about the staging db\n"
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+
+
+@pytest.mark.parametrize("how", ["deleted", "a line less"])
+def test_tree_nodes_lost_since_the_view_was_saved_are_found_by_fsck_and_repair_refolds_the_view(sh, log, how):
+    for k in range(4):
+        assert sh("append", "m", f"a long message {k} about the staging db: " + "words " * 150).returncode == 0
+    assert sh("build-tree", "m").returncode == 0 and sh("view", "m").returncode == 0
+    for path in (log.parent / "tree").glob("*.jsonl"):
+        if how == "deleted":
+            path.unlink()
+        else:
+            path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:-1]))
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and b"m: view: view.json: problem: unusable: tree/" in out.stdout
+    assert b"lost nodes since the view was saved (--repair: fold the view afresh from the log and the tree)" in out.stdout
+    assert sh("fsck", "--repair", "m").returncode == 0
+    assert sh("fsck", "m").returncode == 0
+    out = sh("view", "m")
+    assert out.returncode == 0 and out.stderr == b""
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])

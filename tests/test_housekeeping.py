@@ -236,6 +236,21 @@ def test_fsck_reports_a_broken_hash_chain_and_leaves_it(run, home, two):
     assert snapshot(home) == before
 
 
+def test_fsck_says_readers_read_a_memory_event_that_lost_only_its_newline(run, home, two):
+    assert run("remember", "old", "port 5433").exit_code == 0
+    assert run("remember", "old", "never touch prod").exit_code == 0
+    path = home / "old" / "memory.jsonl"
+    path.write_bytes(path.read_bytes()[:-1])
+    size = len(path.read_bytes().splitlines()[-1])
+    assert "never touch prod" in run("memories", "old").stdout  # (read as it is)
+    out = run("fsck", "old")
+    assert out.exit_code == 5
+    assert out.stdout == (f"old: memory: memory.jsonl:2: problem: last line has no newline ({size} bytes), which readers "
+                          "read as it is (--repair: seal it with a newline)\n")
+    assert run("fsck", "--repair", "old").exit_code == 0
+    assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+
+
 def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
     import sqlite3
 
@@ -260,10 +275,28 @@ def test_fsck_checks_the_index_read_only_and_repair_rebuilds_it(run, home, two):
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("search", "noted", "old").stdout.startswith("old #1 ")
     (home / "old" / "index-1.sqlite").write_bytes(b"not a database")  # the second file (odd messages' texts)
-    assert "problem: unreadable: file is not a database" in run("fsck", "old").stdout
+    assert "old: index: index-1.sqlite: problem: unreadable: file is not a database" in run("fsck", "old").stdout
     assert run("fsck", "--repair", "old").exit_code == 0
     assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
     assert run("search", "noted", "old").stdout.startswith("old #1 ")
+
+
+def test_fsck_names_the_index_file_it_could_not_read_in_one_line(sh, home, two):
+    """The file the user has, never the URI SQLite was given; SQLite's report over many lines, in one."""
+    assert sh("search", "5433", "old").returncode == 0
+    index, second = home / "old" / "index.sqlite", home / "old" / "index-1.sqlite"
+    second.unlink()
+    second.mkdir()  # (SQLite cannot open it)
+    out = sh("fsck", "old")
+    assert out.stdout == (b"old: index: index-1.sqlite: problem: unreadable: unable to open database: index-1.sqlite "
+                          b"(--repair: delete it and build it again from the log)\n")
+    second.rmdir()
+    assert sh("fsck", "--repair", "old").returncode == 0
+    data = bytearray(index.read_bytes())
+    data[4096:8192] = b"x" * 4096  # (its second page: SQLite's check reports it over several lines)
+    index.write_bytes(data)
+    out = sh("fsck", "old")
+    assert out.returncode == 5 and out.stdout.startswith(b"old: index: index.sqlite: problem: ") and out.stdout.count(b"\n") == 1, out.stdout
 
 
 # a real `pimem delete` process SIGKILLed just before or just after its move into the trash

@@ -13,31 +13,38 @@ from ..options import Home, Json, Timeout, needs
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to check (default: all).", metavar="NAME…", show_default=False)] = None,
     repair: Annotated[bool, typer.Option("--repair", help="Seal torn lines and rebuild derived state; never deletes anything.")] = False,
+    accept_lost: Annotated[bool, typer.Option("--accept-lost", help="With --repair and a NAME: messages lost from the log's end are gone for good; log a note in place of each.")] = False,
     json: Json = False,
     timeout: Timeout = None,
     home: Home = None,
 ) -> None:
     """Check memories on disk: the log, the tree, the view, the hash chains and the index.
 
-    The log: torn or damaged lines, gaps and duplicates in i, sizes, kinds and dates. The tree: nodes past
+    The log: torn or damaged lines, gaps and duplicates in i, messages lost from its end (ranges.json, the
+    view, the index or the compaction windows knew it went further), sizes, kinds and dates. The tree: nodes past
     the log, over a line's bytes, or built twice. view.json: it must restore as saved. memory.jsonl and
     windows.jsonl: seq, prevHash and hash of every event. index.sqlite: SQLite's check, and every row
     pointing at its message's line. Prints one line per finding (a memory with none: NAME: ok, or with --json
     {"memory", "ok": true, "messages"}) and exits 5 while a problem remains, 0 when clean; notes (things readers tolerate, like a sealed torn write) do not count. --repair only adds a
     newline to seal a torn line, or rebuilds derived state (view.json, index.sqlite) from the logs; a
-    damaged line, a gap, a duplicate or a broken chain is explained for a person to decide.
+    damaged line, a gap, a duplicate or a broken chain is explained for a person to decide. Messages lost from
+    the log's end: put the day file back, or, if they are gone for good, --repair --accept-lost NAME logs a
+    note in place of each, so their numbers are never given to other messages.
 
     Examples:
       pimem fsck main
       pimem fsck --repair main
+      pimem fsck --repair --accept-lost main
       pimem fsck --json | jq -r 'select(.fatal) | .where'
     """
     needs(("--timeout", timeout), "--repair (only a repair takes the writer lock)", repair)
+    needs(("--accept-lost", accept_lost), "--repair", repair)
+    needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))
     unread = output.Unread()
     mems = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     remaining = repairable = 0
     for mem in mems:
-        findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout))
+        findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout, accept_lost=accept_lost))
         if findings is None:  # (a memory it may not read: named, the others checked)
             continue
         for finding in findings:
