@@ -246,7 +246,7 @@ def _print(result: dict | None) -> None:
         output.info(result["systemMessage"])
         env.stderr().flush()
     output.json_line(result)
-    env.current().stdout.flush()
+    output.flush()
 
 
 # ---- the context -------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <
 from typer.core import TyperCommand
 
 from . import env, output
-from .errors import ExitStatus, PimemError, translate
+from .errors import ExitStatus, PimemError, shortened, translate
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -73,7 +73,13 @@ def guarded(func, writes: bool = False):
     def wrapper(*args, **kwargs):
         try:
             with output.writing(writes):
-                return func(*args, **kwargs)
+                try:
+                    result = func(*args, **kwargs)
+                except typer.Exit as exc:  # (a status the command chose)
+                    output.finish(done=exc.exit_code == 0)
+                    raise
+                output.finish()
+                return result
         except PimemError as exc:
             _flush_stdout()
             env.stderr().write(f"pimem: error: {exc}\n")
@@ -96,10 +102,11 @@ def guarded(func, writes: bool = False):
 
 
 def _flush_stdout() -> None:
-    """What was printed before an error, ahead of its line; a reader that went away does not hide the error."""
+    """What was printed before an error, ahead of its line; a reader that went away, or a stdout that refuses
+    it (a full disk), does not hide the error."""
     try:
         env.current().stdout.flush()
-    except BrokenPipeError:
+    except OSError:
         output.quiet_stdout()
 
 
@@ -138,7 +145,7 @@ def _version(given: bool) -> None:
     if given:
         from . import __version__
 
-        sys.stdout.write(f"pimem {__version__}\n")
+        output.line(f"pimem {__version__}")
         raise typer.Exit(0)
 
 
@@ -199,11 +206,16 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app = build(command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
+        output.flush()  # (the version; a command's boundary flushed what it printed)
     except BrokenPipeError:
         output.quiet_stdout()
         code = ExitStatus.OK
+    except OSError as exc:  # stdout refused the help (a command's own failures are said by its boundary)
+        code = _refused(output.StdoutRefused(exc))
+    except output.StdoutRefused as exc:  # the version
+        code = _refused(exc)
     except ClickException as exc:
-        code = _usage_error(exc)
+        code = _usage_error(exc, args)
     except KeyboardInterrupt as exc:  # (before a command began, or after it ended)
         env.stderr().write("pimem: interrupted\n")
         code = _interrupted(exc)
@@ -267,14 +279,22 @@ def _exit_now(status: int) -> None:
     os._exit(status)
 
 
-def _usage_error(exc: ClickException) -> ExitStatus:
-    """Usage errors go through the same boundary as ours: one line, ``pimem: error: …``, exit 2."""
+def _refused(exc: output.StdoutRefused) -> ExitStatus:
+    """stdout refused the help or the version: one line, exit 7, as for a command's output."""
+    output.quiet_stdout()
+    env.stderr().write(f"pimem: error: {exc}\n")
+    return ExitStatus(exc.code)
+
+
+def _usage_error(exc: ClickException, args: list[str]) -> ExitStatus:
+    """Usage errors go through the same boundary as ours: one line, ``pimem: error: …``, exit 2, a long argument
+    it names shortened as ours are (``errors.shortened``)."""
     if isinstance(exc, NoArgsIsHelpError):  # plain `pimem`: the help is the answer
         exc.show()
         return ExitStatus.USAGE
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    message = exc.format_message().rstrip(".")
+    message = shortened(exc.format_message().rstrip("."), tuple(args))
     env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
     return ExitStatus.USAGE
 

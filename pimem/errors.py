@@ -51,7 +51,7 @@ class PimemError(Exception):
     code = ExitStatus.USAGE
 
     def __init__(self, message: str, code: ExitStatus | None = None):
-        super().__init__(readable(message))
+        super().__init__(shortened(readable(message)))
         if code is not None:
             self.code = ExitStatus(code)
 
@@ -119,6 +119,42 @@ def readable(text: str) -> str:
     except UnicodeEncodeError:
         return escaped(text)
     return text
+
+
+QUOTED = 60  # characters an error shows of a long piece of the user's input it quotes
+
+
+def shortened(message: str, given: tuple[str, ...] = ()) -> str:
+    """``message`` with each quoted piece of it longer than ``QUOTED`` characters (the user's input, as errors
+    quote it: a 5,000-character node id) cut to its first ``QUOTED`` and ``…``, its length said after it
+    (``'4+1aaaa…' (5,003 characters)``), and so each long string of ``given`` it holds unquoted (the arguments
+    a usage error names: ``no such option: --bogusaaa… (5,007 characters)``): one line stays readable."""
+    if len(message) <= QUOTED + 2:
+        return message
+    import re
+
+    def cut(match) -> str:
+        quote, inner = match[0][0], match[0][1:-1]
+        if len(inner) <= QUOTED + 4:  # (cutting a few characters would say more than it saves)
+            return match[0]
+        return f"{quote}{inner[:QUOTED]}…{quote} ({_length(match[0]):,} characters)"
+
+    message = re.sub(r"""(?<!\w)(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""", cut, message)
+    for text in given:
+        if len(text) > QUOTED + 4 and text in message:
+            message = message.replace(text, f"{text[:QUOTED]}… ({len(text):,} characters)")
+    return message
+
+
+def _length(quoted: str) -> int:
+    """The length of the text a quoted piece stands for: a Python literal's (``repr`` escapes), else as shown."""
+    import ast
+
+    try:
+        text = ast.literal_eval(quoted)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return len(quoted) - 2
+    return len(text) if isinstance(text, str) else len(quoted) - 2
 
 
 NOT_UTF8 = "not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8"

@@ -4,41 +4,74 @@ on a terminal; data to stdout, everything else to stderr."""
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 
 import orjson
 
 from . import env
-from .errors import readable
+from .errors import ExitStatus, PimemError, readable, shortened
 
 _STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36", "red": "31", "match": "1;31"}
 
 
 _writer = False  # the running command writes the store: see ``writing``
+_lost = None  # why stdout refused what such a command printed (a full disk), once it did
+
+
+class StdoutRefused(PimemError):
+    """stdout refused what a read command printed (``pimem since … >/dev/full``): exit 7, naming stdout."""
+
+    code = ExitStatus.SYSTEM
+
+    def __init__(self, exc: OSError):
+        super().__init__(f"output not written (stdout: {exc.strerror or exc})")
 
 
 @contextlib.contextmanager
 def writing(writes: bool = True):
     """While a command that writes the store runs, a reader of its stdout that goes away (``pimem append
     --ndjson < big | head -1``) ends the printing, not the writing: what it prints after goes nowhere, as to a
-    closed stdout, and the command ends as it would have. A read command stops at its next line instead
-    (``BrokenPipeError``, exit 0): it owes the reader nothing more."""
-    global _writer
-    was, _writer = _writer, writes
+    closed stdout, and the command ends as it would have; so does a stdout that refuses it otherwise (a full
+    disk), which ``finish`` says. A read command stops at its next line instead (``BrokenPipeError``, exit 0):
+    it owes the reader nothing more; or with exit 7 naming stdout when stdout refused it."""
+    global _writer, _lost
+    was, _writer, _lost = _writer, writes, None
     try:
         yield
     finally:
         _writer = was
 
 
+def finish(done: bool = True) -> None:
+    """The end of a command: what it printed still buffered is written out, or refused as above; a command that
+    writes the store whose output stdout refused says so on stderr, and, when it ends well (``done``), that its
+    work was done, so the exit status stays its own (0: a wrapper that retries would do it twice)."""
+    flush()
+    if _writer and _lost is not None:
+        warn(f"output not written (stdout: {_lost})" + ("; the work was done" if done else ""))
+
+
+def _refused(exc: OSError) -> None:
+    """stdout refused a write: see ``writing``."""
+    global _lost
+    if _writer:
+        if not isinstance(exc, BrokenPipeError) and _lost is None:
+            _lost = exc.strerror or str(exc)
+        quiet_stdout()
+        return
+    if isinstance(exc, BrokenPipeError):
+        raise exc
+    quiet_stdout()  # (what is still buffered for it goes nowhere, not into a second error at exit)
+    raise StdoutRefused(exc) from None
+
+
 def _write(data: bytes) -> None:
     try:
         env.current().stdout.buffer.write(data)
-    except BrokenPipeError:
-        if not _writer:
-            raise
-        quiet_stdout()
+    except OSError as exc:
+        _refused(exc)
 
 
 def json_line(obj) -> None:
@@ -62,13 +95,24 @@ class Lines:
         stdout.flush()
         self._out = stdout.buffer
         try:  # a large buffer straight over the descriptor; in-process test runners have none
-            self._out = open(stdout.fileno(), "wb", buffering=size, closefd=False)
+            self._out = io.BufferedWriter(_Stdout(stdout.fileno(), "w", closefd=False), size)
         except (OSError, ValueError, AttributeError):
             pass
         self.add = self._out.write  # add(line): one line, ending in a newline
 
     def flush(self) -> None:
         self._out.flush()
+
+
+class _Stdout(io.FileIO):
+    """stdout's descriptor, whose refusals are told as ``_refused`` tells them."""
+
+    def write(self, data) -> int:
+        try:
+            return super().write(data)
+        except OSError as exc:
+            _refused(exc)
+            return len(data)
 
 
 class Taken:
@@ -168,10 +212,8 @@ def _unread(fd: int) -> int:
 def flush() -> None:
     try:
         env.current().stdout.flush()
-    except BrokenPipeError:
-        if not _writer:
-            raise
-        quiet_stdout()
+    except OSError as exc:
+        _refused(exc)
 
 
 def log_to(path: str | None, what: str) -> None:
@@ -216,7 +258,7 @@ def info(text: str) -> None:
 
 
 def warn(text: str) -> None:
-    env.stderr().write(f"pimem: warning: {readable(text)}\n")
+    env.stderr().write(f"pimem: warning: {shortened(readable(text))}\n")
 
 
 def quiet_stdout() -> None:

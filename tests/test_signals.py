@@ -195,6 +195,39 @@ def test_a_stderr_that_cannot_be_written_changes_no_outcome(home, tmp_path):
     assert (home / "m2" / "memory.jsonl").read_text().count("the db is on 5433") == 1
 
 
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_stdout_that_refuses_the_output_is_said_in_one_line_naming_it(home, tmp_path, buffered):
+    """A full stdout (``>/dev/full``) is not a reader that went away: a writer does its work, says in one line
+    that its output was not written and exits 0 (it exited 7 with the work done, so a wrapper retrying it logged
+    twice; with Python's buffered stdout, 120 and a traceback); a reader, the help and the version exit 7 in
+    one line naming stdout (the help and the version printed a traceback and exited 1)."""
+    env = subprocess_env()
+    env.pop("PYTHONUNBUFFERED", None) if buffered else env.update(PYTHONUNBUFFERED="1")
+    (tmp_path / "in.ndjson").write_bytes(line(0) + line(1))
+    lost = b"pimem: warning: output not written (stdout: No space left on device); the work was done\n"
+    refused = b"pimem: error: output not written (stdout: No space left on device)\n"
+
+    def run(*args, stdin=None):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(pimem_cmd(*args), env=env, stdin=stdin, stdout=full, stderr=subprocess.PIPE)
+        return proc.returncode, proc.stderr
+
+    assert run("append", "m", "first") == (0, lost)
+    with open(tmp_path / "in.ndjson", "rb") as stdin:
+        assert run("append", "m", "--ndjson", stdin=stdin) == (0, lost)
+    code, said = run("remember", "m", "the db is on 5433")
+    assert code == 0 and said.endswith(lost) and said.count(b"\n") == 2  # (after "remembered mem_…")
+    code, said = run("compact", "m", "--keep", "0")
+    assert code == 0 and said.endswith(lost) and said.count(b"\n") == 2  # (after "compacted #0…")
+    assert [m["text"] for m in Memory.open("m").messages()] == ["first", "message 0 about the staging database",
+                                                                "message 1 about the staging database"]
+    assert (home / "m" / "memory.jsonl").read_text().count("the db is on 5433") == 1
+    for args in (["since", "m", "#0"], ["since", "m", "#0", "--text"], ["list"], ["recall", "m"], ["view", "m"],
+                 ["--version"], ["--help"], ["view", "--help"]):
+        assert run(*args) == (7, refused), args
+    assert Memory.open("m").count() == 3
+
+
 @pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])
 def test_a_signal_while_build_tree_and_watch_wait_for_a_lease_stops_them_as_while_they_build(home, sig, code):
     """``--wait`` stands by while a watcher holds the memory: a signal then stops the wait as it stops a build
