@@ -71,6 +71,17 @@ def text_argument(value: str | None) -> str | None:
     return value
 
 
+def joined(words: list[str] | None, refused: str) -> str:
+    """``words`` joined by spaces; ``BadInput`` (exit 2) saying ``refused`` when they were given but hold nothing
+    but white space (``recall c ''``): an empty query is not the listing that no query asks for."""
+    text = " ".join(words or [])
+    if words and not text.strip():
+        from .errors import BadInput
+
+        raise BadInput(refused)
+    return text
+
+
 def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdin: str = "") -> tuple[str, list[str]]:
     """``(NAME, WORDS)`` for ``cmd [NAME] [WORDS…]`` (the parser put the first word in NAME): the first word is
     the NAME when a memory has that name or when more words follow it (so ``pimem append scratch "an idea"``

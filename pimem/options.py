@@ -62,6 +62,13 @@ Budget = Annotated[
     int, typer.Option("--budget", help="Most characters to print (the output is never longer and never cuts JSON).", metavar="CHARS",
                          click_type=param(count, "CHARS", lo=2))
 ]
+def _session(text: str, _name=None) -> str:
+    if not text.strip():  # (as if no session were given, or a session no caller has)
+        raise BadInput(f"{text!r}: give the caller's session id, not an empty one")
+    return text
+
+
 Session = Annotated[
-    Optional[str], typer.Option("--session", help="The caller's session id: session-scoped memories are visible only to it.", metavar="ID")
+    Optional[str], typer.Option("--session", help="The caller's session id: session-scoped memories are visible only to it.", metavar="ID",
+                                click_type=param(_session, "ID"))
 ]

@@ -234,6 +234,41 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(sh, home):
     assert {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k} == before
 
 
+def test_an_empty_argument_is_refused_not_read_as_none_given(sh, home):
+    """An empty session, query, --file or FILE is refused as an empty name, query or cursor is (``remember
+    --session ''`` stored a memory for every session, ``recall c ''`` listed everything, ``import ''`` read the
+    current directory)."""
+    assert sh("append", "main", "hello").returncode == 0 and sh("remember", "main", "port 5433").returncode == 0
+    before = {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k}  # (derived)
+    for argv in (["remember", "main", "--session", "", "x"], ["remember", "main", "--session", " ", "x"],
+                 ["memories", "main", "--session", ""], ["context", "main", "--session", ""],
+                 ["forget", "main", "--session", "", "mem_x"], ["recall", "main", ""], ["recall", "main", " "],
+                 ["recall", "main", "--file", ""], ["memories", "main", ""], ["import", ""], ["import", "--follow", ""]):
+        out = sh(*argv)
+        assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"empty" in out.stderr, (argv, out.stderr)
+    assert {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k} == before
+
+
+def test_an_error_quotes_a_long_input_by_its_head_and_length(sh, home):
+    """A 5,000-character node id, consumer name or option made a 5 KB error line: what an error quotes of the
+    input shows its first 60 characters and its length, in every error (ours and the parser's)."""
+    from pimem.errors import shortened
+
+    assert sh("append", "main", "hello").returncode == 0
+    long = "a" * 5000
+    for argv, said in ((["zoom", "main", "4+1" + long], "malformed node id '4+1" + "a" * 57 + "…' (5,003 characters): expected"),
+                       (["since", "main", "--cursor", long], "invalid consumer name '" + "a" * 60 + "…' (5,000 characters): use"),
+                       (["message", "main", long], "invalid value for 'I': '" + "a" * 60 + "…' (5,000 characters): use"),
+                       (["since", "main", "#0", "--x" + long], "no such option: --x" + "a" * 57 + "… (5,003 characters) (see")):
+        out = sh(*argv)
+        assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and len(out.stderr) < 300, (argv, out.stderr[:200])
+        assert said in out.stderr.decode(), (argv, out.stderr)
+    # an escape counts as the character it stands for; a short quote, an apostrophe and a path are left alone
+    assert shortened("bad date %r: use" % ("\n" * 70)) == "bad date '%s…' (70 characters): use" % ("\\n" * 30)
+    kept = "the caller's session id is not 'abc' here, nor in memories' words: /a/b/" + "c" * 100
+    assert shortened(kept) == kept
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 def test_a_library_meta_holding_nan_or_an_infinity_is_refused_not_stored_as_null(home, value):
     from pimem import Memory

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import env, output, stopping
-from ..errors import NothingFound, PimemError, as_error
+from ..errors import BadInput, NothingFound, PimemError, as_error
 from ..memory import Memory
 from ..options import Home, Json, Timeout, offer
 
@@ -49,6 +49,8 @@ def command(
     """
     from ..importers import by_project, plan
 
+    if "" in files:  # (a path the system reads as the current directory)
+        raise BadInput("an empty FILE names no file: give a session file or a directory")
     if follow:
         _follow(files, name, format, json, timeout, home)
         return

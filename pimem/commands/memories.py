@@ -46,6 +46,7 @@ def command(
     name, words = naming.words(name, words, home)
     apart(("--id", record_id), ("WORDS", words), why="--id reads that one memory, WORDS rank a listing")
     naming.text_argument(record_id), naming.text_argument(session)
+    ranked = naming.joined(words, "empty WORDS: give words to rank by, or none to list every memory")
     mem = Memory.open(name, home)
     damaged: list[str] = []
     visible = memories.records(mem, session, include_tools, on_damage=damaged.append)
@@ -62,12 +63,12 @@ def command(
         if damaged:  # (it was read before the damage; say what is left out, as a listing does)
             raise IntegrityError(damaged[0])
         return
-    found = memories.find(visible, " ".join(words or []), status, kind)
+    found = memories.find(visible, ranked, status, kind)
     if limit is not None and limit > 100:
         raise BadInput("--limit is 1-100 records")
     hidden = 0  # (when nothing matches, memories derived from tool traffic left out may: how many, and the option)
     if not found and not include_tools and not damaged:
-        hidden = len(memories.find(memories.records(mem, session, True), " ".join(words or []), status, kind))
+        hidden = len(memories.find(memories.records(mem, session, True), ranked, status, kind))
     output.line(memories.listing(found, offset, limit or 30, max_chars, json, hidden))
     if damaged:
         raise IntegrityError(damaged[0])

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import budget, naming, output, recall
-from ..errors import NothingFound
+from ..errors import BadInput, NothingFound
 from ..memory import Memory
 from ..numbers import count, param
 from ..options import MESSAGE_KINDS, Budget, Home, IncludeTools, Json, Name, apart, needs, offer
@@ -51,12 +51,14 @@ def command(
         needs(option, "--raw", raw)
         needs(option, "--ids", bool(ids))
     name, query = naming.words(name, query, home)
+    if file == "":  # (every path contains it: not the search --file asks for)
+        raise BadInput("empty --file: give a path or part of one")
     apart(("--ids", ids), ("QUERY", query), why="--ids names the messages to read; QUERY searches")
     named = recall.parse_ids(ids or [])
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):
         needs(option, "one message: give one id in --ids", len(named) == 1)
     request = recall.Request(
-        query=" ".join(query or []), ids=named, file=file, kind=kind, page=page if page is not None else 1, limit=limit,
+        query=naming.joined(query, "empty query: give words to search for, or none to list the newest"), ids=named, file=file, kind=kind, page=page if page is not None else 1, limit=limit,
         raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,
         budget=max_chars, as_json=json,
     )
