@@ -157,6 +157,15 @@ def test_dry_run_and_repeats_write_nothing(run, home):
     assert (again["windowId"], again["checkpoint"], again["written"]) == (real["windowId"], real["checkpoint"], False)
 
 
+def test_a_dry_run_says_what_the_run_would_do(run, home):
+    """Over a span already compacted the dry run says so, as the run does (it said "would compact #0…#2"
+    while its own --json said alreadyCompacted)."""
+    log(run, user(), pi(), user(), pi())
+    said = lambda *dry: run("compact", "main", "--keep", "0", *dry).stderr.split(" #")[0]
+    assert said("--dry-run") == "would compact" and said() == "compacted"
+    assert said("--dry-run") == said() == "already compacted"
+
+
 def test_windows_chain_by_file_and_by_lineage(run, home):
     log(run, user(), pi(), user(), pi())
     run("compact", "main", "--keep", "0")

@@ -35,7 +35,8 @@ def command(
         output.json_line(result)
         return
     output.line(result["checkpoint"])
-    verb = "would compact" if dry_run else "already compacted" if result["alreadyCompacted"] else "compacted"
+    # (a dry run over a span already compacted says so too: the run would write nothing new)
+    verb = "already compacted" if result["alreadyCompacted"] else "would compact" if dry_run else "compacted"
     fell = f" (fell back from #{result['proposedKeptStart']} to keep a tool call with its result)" if result["fellBack"] else ""
     output.info(
         f"{verb} #{result['sourceStart']}…#{result['keptStart'] - 1} ({output.count(result['sourceCount'], 'message')}), keeping from "
