@@ -115,12 +115,18 @@ def normalise(text: str) -> str:
             return text
         except ValueError:
             pass
-    moment = parse_stored(text)  # any other ISO 8601 form Python reads (20261008T093000Z, a space, no offset)
+    moment = _whole_minutes(parse_stored(text), text)  # any other ISO 8601 form Python reads (20261008T093000Z, a space, no offset)
+    micro = moment.microsecond
+    return moment.isoformat(timespec="seconds" if not micro else "milliseconds" if micro % 1000 == 0 else "microseconds")
+
+
+def _whole_minutes(moment: datetime, text: str) -> datetime:
+    """``moment``, unless its UTC offset has seconds (``+05:30:15``, which Python reads): neither RFC 3339 nor ISO
+    8601 writes one, and the log could not store it."""
     offset = moment.utcoffset()
     if offset.seconds % 60 or offset.microseconds:
         raise BadInput(f"bad date {text!r}: a UTC offset is whole minutes, like +05:30 (RFC 3339)")
-    micro = moment.microsecond
-    return moment.isoformat(timespec="seconds" if not micro else "milliseconds" if micro % 1000 == 0 else "microseconds")
+    return moment
 
 
 HINT = ("use a date (2026-10-08), a date and time (2026-10-08T09:30, 2026-10-08 09:30+08:00), a time today "
@@ -188,11 +194,12 @@ def parse_when(text: str) -> datetime:
     except (OverflowError, ValueError):
         raise BadInput(f"date {text!r} is out of range: {HINT}") from None
     try:
-        return parse_stored(raw)
+        moment = parse_stored(raw)
     except OutOfRange:
         raise
     except BadInput:
         raise BadInput(f"bad date {text!r}: {HINT}") from None
+    return _whole_minutes(moment, text)
 
 
 _SHAPE = re.compile(r"[0-9]+\s*(?:%s)(?:\s+ago)?|[0-9]{1,2}(?::[0-9]{2}){1,2}|[0-9]{1,2}(?::[0-9]{2}){0,2}\s*(?:am|pm)"

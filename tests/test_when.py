@@ -157,6 +157,18 @@ def test_every_time_option_refuses_the_same_way(run, home, bad):
     assert not (home / "scratch").exists()
 
 
+@pytest.mark.parametrize("bad", ["2026-10-08T01:30:00+05:30:15", "2026-10-08T01:30:00+05:30:15.5", "2026-10-08 01:30-00:00:01"])
+def test_an_offset_with_seconds_is_refused_by_every_time_option(run, home, bad):
+    """An offset with seconds, which Python reads but neither RFC 3339 nor ISO 8601 writes, is refused wherever
+    a time is taken, as ``append --date`` refused it (``since``, ``date --at`` and ``search --since`` took it)."""
+    Memory.at("m").append([{"kind": "user", "text": "msg"}])
+    for where, call in places(run).items():
+        out = call(bad)
+        assert (out.exit_code, out.stderr) == (2, f"pimem: error: bad date {bad!r}: a UTC offset is whole minutes, like "
+                                                  "+05:30 (RFC 3339)\n"), where
+    assert not (home / "scratch").exists()
+
+
 def test_a_when_gone_wrong_still_looks_like_one():
     """What ``since``'s lone word is taken as when no memory has that name: a WHEN, said as a bad date."""
     for shape in ("2026-13-01", "25:99", "#x", "13pm", "999999d", "1000000w", "25:00", "yesterday 25:00", "monday 25:00", "10000 years ago", "1 fortnight ago", "3d"):
