@@ -19,12 +19,14 @@ only, with no file, log or tree in it.
 from __future__ import annotations
 
 import bisect
-from typing import Callable
+import re
+from typing import Callable, Iterable
 
 from .tree import PLACEHOLDER, byte_size, flat, label
 
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
+_RUNS = re.compile(r"(.)\1*", re.S)  # runs of one character in a shape
 MARK_EVERY = 256  # view.json marks the first message of every this many lines
 
 
@@ -59,6 +61,51 @@ def line_bytes_cost(l: int, i: int, text: str | None, size: int | None) -> int:
 
 def render_line(l: int, i: int, text: str | None) -> str:
     return f"{label(l, i)}|{PLACEHOLDER if text is None else flat(text)}"
+
+
+def tiling(stop: int) -> list[tuple[int, int]]:
+    """The coarsest aligned spans ``(l, i)`` that tile messages ``[0, stop)``, oldest first: one per bit of
+    ``stop``. Every line of a view that ends by ``stop`` lies inside one of them."""
+    out, at = [], 0
+    for l in range(stop.bit_length() - 1, -1, -1):
+        if stop >> l & 1:
+            out.append((l, at >> l))
+            at += 1 << l
+    return out
+
+
+def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, line_bytes: int,
+              line_at: Callable[[int, int], "bool | None"]) -> int:
+    """How many of a view's oldest lines a reader shows by the spans that tile them (``tiling``) when the view
+    is past ``bound`` (a tree behind a bulk arrival of messages: no pair has a parent to merge into). ``lines``
+    gives the view's ``n`` lines newest first as ``(level, placeholder)``, and ``line_at(l, i)`` whether the
+    view has line ``(l, i)`` (True: a placeholder, False: another line, None: no such line). Each line counts as
+    a placeholder's bytes or as the most a line can take (``line_bytes`` of text), and so does each span
+    standing in for the lines held back (a placeholder's, if it is no line of the view), so what is shown
+    stays within ``bound`` without a text read, from the shape alone (as ``view.json`` holds it). The lines held back are a multiple of about half the lines that fit, where one fits:
+    then they stay the same while messages come, and what is shown only grows at its tail meanwhile (a cache
+    prefix), for as many messages; the newest line is always shown."""
+    step = max(1, bound // 2 // (line_bytes + 16))
+    tail, at, fits = 0, T, []  # fits: (j, first message of line j) while lines j… are within bound
+    for j, (l, placeholder) in zip(range(n - 1, -1, -1), lines):
+        at -= 1 << l
+        tail += line_cost(l, at >> l, placeholder, line_bytes)
+        if tail > bound:
+            break
+        fits.append((j, at, tail))
+    chosen = None
+    for j, start, tail in reversed(fits):  # (the most lines first)
+        if tail + sum(line_cost(l, i, line_at(l, i) is not False, line_bytes) for l, i in tiling(start)) <= bound:
+            if j % step == 0:
+                return j
+            chosen = j if chosen is None else chosen
+    return n - 1 if chosen is None else chosen
+
+
+def line_cost(l: int, i: int, placeholder: bool, line_bytes: int) -> int:
+    """A line's bytes as ``line_bytes_cost`` counts them: a placeholder's, else the most ``line_bytes`` allows."""
+    head = len(str(i << l)) + len(str(1 << l)) + 2
+    return head + (len(PLACEHOLDER) if placeholder else line_bytes) + 1
 
 
 class View:
@@ -520,9 +567,11 @@ class View:
             out.append((l, i, text))
         return out
 
-    def fill(self, texts: dict[str, str]) -> None:
-        """Take the texts of lines not loaded yet from ``texts`` (by label) where it has them."""
-        for j, (l, i, text, _) in enumerate(self.lines):
+    def fill(self, texts: dict[str, str], start: int = 0) -> None:
+        """Take the texts of lines not loaded yet (from line ``start`` on) from ``texts`` (by label) where it
+        has them."""
+        for j in range(start, len(self.lines)):
+            l, i, text, _ = self.lines[j]
             if text is UNLOADED:
                 known = texts.get(label(l, i))
                 if known is not None:
@@ -535,14 +584,50 @@ class View:
         l, i, _, cost = self.lines[j]
         return l, i, text, cost
 
-    def rows(self) -> list[tuple[int, int, str | None, int]]:
-        """Every line as ``(l, i, text, cost)`` (see ``line``), texts read back as needed."""
-        self._prefetch(len(self.lines))
-        return [self.line(j) for j in range(len(self.lines))]
+    def rows(self, start: int = 0) -> list[tuple[int, int, str | None, int]]:
+        """Every line from line ``start`` on as ``(l, i, text, cost)`` (see ``line``), texts read back as
+        needed."""
+        self._prefetch(len(self.lines), start)
+        return [self.line(j) for j in range(start, len(self.lines))]
 
-    def _prefetch(self, upto: int) -> None:
+    def held_back(self, bound: int, line_bytes: int) -> int:
+        """How many of the oldest lines a reader shows by ``stand_ins`` (``held_back``): none while the view is
+        within ``bound``."""
+        if self.total <= bound:
+            return 0
+        lines = ((ln[0], ln[2] is None) for ln in reversed(self.lines))
+
+        def line_at(l: int, i: int) -> bool | None:
+            k = self.find(l, i)
+            return None if k < 0 else self.lines[k][2] is None
+
+        return held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
+
+    def stand_ins(self, j: int) -> list[tuple[int, int, str | None, int]]:
+        """What a reader shows for the ``j`` oldest lines (``held_back``), as ``rows`` gives lines: the spans
+        tiling their messages, each the view's own line where it is one, else a placeholder (a span the view
+        has not merged into one line: past twice its budget it merges every pair whose parent is built, so its
+        node is not built yet)."""
+        out = []
+        for l, i in tiling(self.starts[j] if j < len(self.lines) else self.T):
+            k = self.find(l, i)
+            out.append(self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)))
+        return out
+
+    def shown_line(self, m: int, j: int) -> tuple[int, int, bool]:
+        """The line a reader is shown for message ``m`` when the ``j`` oldest lines are held back, as
+        ``(l, i, built)``."""
+        k = self.covering(m)
+        if k >= j:
+            line = self.lines[k]
+            return line[0], line[1], line[2] is not None
+        l, i = next((l, i) for l, i in tiling(self.starts[j]) if m < (i + 1) << l)
+        k = self.find(l, i)
+        return l, i, k >= 0 and self.lines[k][2] is not None
+
+    def _prefetch(self, upto: int, start: int = 0) -> None:
         if self.prefetch is not None:
-            unloaded = [(ln[0], ln[1]) for ln in self.lines[:upto] if ln[2] is UNLOADED]
+            unloaded = [(ln[0], ln[1]) for ln in self.lines[start:upto] if ln[2] is UNLOADED]
             if unloaded:
                 self.prefetch(unloaded)
 
@@ -550,9 +635,9 @@ class View:
         """Placeholder lines (leaves the compactor has not summarised yet)."""
         return len(self.placeholders())
 
-    def placeholders(self) -> list[tuple[int, int]]:
-        """The nodes ``(l, i)`` the placeholder lines stand for."""
-        return [(ln[0], ln[1]) for ln in self.lines if ln[2] is None]
+    def placeholders(self, start: int = 0) -> list[tuple[int, int]]:
+        """The nodes ``(l, i)`` the placeholder lines (from line ``start`` on) stand for."""
+        return [(ln[0], ln[1]) for ln in self.lines[start:] if ln[2] is None]
 
     def waiting(self) -> bool:
         """Whether a batch is held up (by an unbuilt parent) with the view above ``lo``."""
@@ -583,32 +668,48 @@ class View:
                 or not isinstance(blocked, list):
             raise ValueError("lines, bytes, shrinking or blocked missing")
         lines, starts, at = [], [], 0
-        for ch in shape:
+        cost = self.cost
+        for run in _RUNS.finditer(shape):  # (a run of lines of one level at a time: a backlog's view is one run)
+            ch, count = run[1], run.end() - run.start()
             l = 0 if ch == UNBUILT else LEVELS.find(ch)
             if l < 0:
                 raise ValueError(f"bad level {ch!r}")
-            if at & ((1 << l) - 1):
+            if at & ((1 << l) - 1):  # (the run's first line aligned, so are the others)
                 raise ValueError(f"a line of {1 << l} messages cannot start at message {at}")
+            span = range(at, at + (count << l), 1 << l)
             if ch == UNBUILT:
-                lines.append((0, at, None, self.cost(0, at, None, None)))
+                lines += [(0, a, None, cost(0, a, None, None)) for a in span]
             else:
-                lines.append((l, at >> l, UNLOADED, None))
-            starts.append(at)
-            at += 1 << l
+                lines += [(l, a >> l, UNLOADED, None) for a in span]
+            starts += span
+            at += count << l
         marks = data.get("marks")
         if marks is not None and marks != starts[::MARK_EVERY]:  # (a view.json of an older pimem has none)
             raise ValueError("its marks do not match its lines")
         self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking
         self.ready, self.blocked = {}, {}
-        for a, b in zip(lines, lines[1:]):
-            if a[0] == b[0] and a[1] % 2 == 0 and b[1] == a[1] + 1:
-                self.ready.setdefault(a[0], []).append(a[1])
+        pairs: dict[int, list[int]] = {}  # level -> the left line i of each sibling pair, oldest first
+        at = 0
+        for run in _RUNS.finditer(shape.replace(UNBUILT, LEVELS[0])):  # (placeholders pair as leaves)
+            l, count = LEVELS.find(run[1]), run.end() - run.start()
+            first = at >> l
+            if count > 1:
+                pairs.setdefault(l, []).extend(range(first + (first & 1), first + count - 1, 2))
+            at += count << l
+        # (sets, not one removal from a list per pair: a backlog's view waits on every pair)
+        waiting: dict[int, set[int]] = {}
         for start in blocked:
             j = self.find_start(start) if type(start) is int else -1
-            l, i = (self.lines[j][0], self.lines[j][1]) if j >= 0 else (0, -1)
-            if not self._remove(self.ready, l, i):
+            l, i = (lines[j][0], lines[j][1]) if j >= 0 else (0, -1)
+            if i % 2 or j + 1 >= len(lines) or lines[j + 1][0] != l or i in waiting.get(l, ()):
                 raise ValueError(f"blocked pair at {start} is not a pair")
+            waiting.setdefault(l, set()).add(i)
             self.blocked.setdefault(l, []).append(i)
+        for l, lst in pairs.items():
+            held = waiting.get(l)
+            ready = [i for i in lst if i not in held] if held else lst
+            if ready:
+                self.ready[l] = ready
         self.n_ready = sum(len(lst) for lst in self.ready.values())
 
     def cut(self, j: int) -> int:

@@ -26,7 +26,7 @@ import orjson
 
 from .tree import LINE_BYTES, byte_size, label, shown_text
 from .view import (LEVELS, MARK_EVERY, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View,
-                   line_bytes_cost, render_line, waits_on)
+                   held_back, line_bytes_cost, render_line, tiling, waits_on)
 from .nofollow import read_bytes
 
 VERSION = 1
@@ -217,10 +217,13 @@ class SavedShape:
 
     _HEAD = re.compile(rb'\{"version":(\d+),"check":\d+,(?:"line_bytes":(\d+),)?"T":(\d+),"view":\{"lines":"')
     _MARKS = b'","marks":['
+    _BYTES = re.compile(rb',"bytes":(\d+),')
 
-    def __init__(self, data, start: int, end: int, T: int, marks: list[int], tree: dict, line_bytes: int):
+    def __init__(self, data, start: int, end: int, T: int, marks: list[int], tree: dict, line_bytes: int,
+                 total: int = 0):
         self.data, self.start, self.end = data, start, end  # the shape is data[start:end]
         self.T, self.marks, self.tree, self.line_bytes = T, marks, tree, line_bytes
+        self.total = total  # the view's bytes
 
     @classmethod
     def read(cls, path: Path) -> "SavedShape | None":
@@ -239,6 +242,7 @@ class SavedShape:
         if end < 0 or data[end:end + len(cls._MARKS)] != cls._MARKS:
             return None  # (a file of an older pimem has no marks: the caller loads it)
         close = data.find(b"]", end)
+        total = cls._BYTES.match(data, close + 1) if close >= 0 else None
         tree_at = data.rfind(b',"tree":')
         try:
             marks = orjson.loads(data[end + len(cls._MARKS) - 1:close + 1])
@@ -247,9 +251,9 @@ class SavedShape:
             return None
         lines = end - start
         if type(marks) is not list or len(marks) != -(-lines // MARK_EVERY) or (marks and marks[0] != 0) \
-                or type(tree) is not dict:
+                or type(tree) is not dict or total is None:
             return None
-        return cls(data, start, end, int(head[3]), marks, tree, int(head[2] or LINE_BYTES))
+        return cls(data, start, end, int(head[3]), marks, tree, int(head[2] or LINE_BYTES), int(total[1]))
 
     def covering(self, m: int) -> tuple[int, int, bool] | None:
         """The line covering message ``m`` (``0 <= m < T``) as ``(l, i, built)``, or None if the shape there
@@ -264,6 +268,32 @@ class SavedShape:
                 return l, at >> l, ch != UNBUILT
             at += 1 << l
         return None
+
+    def shown_line(self, m: int, bound: int) -> tuple[int, int, bool] | None:
+        """The line a reader is shown for message ``m``, as ``covering`` gives it, once the view's oldest lines
+        are held back (``view.held_back``) if it is past ``bound``."""
+        if self.total > bound:
+            n = self.end - self.start
+            # (the lines that may fit: none counts less than a placeholder's 34 bytes)
+            tail = self.data[max(self.start, self.end - bound // 30 - 2):self.end].decode("ascii", "replace")
+            levels = [0 if ch == UNBUILT else LEVELS.find(ch) for ch in reversed(tail)]
+            if min(levels, default=0) < 0:
+                return None
+
+            def line_at(l: int, i: int) -> bool | None:
+                found = self.covering(i << l)
+                return None if found is None or found[:2] != (l, i) else not found[2]
+
+            j = held_back(zip(levels, (ch == UNBUILT for ch in reversed(tail))), n, self.T, bound, self.line_bytes,
+                          line_at)
+            stop = self.T - sum(1 << l for l in levels[:n - j])  # (the first message of line j)
+            if m < stop:
+                l, i = next((l, i) for l, i in tiling(stop) if m < (i + 1) << l)
+                found = self.covering(i << l)
+                if found is None or found[:2] != (l, i):  # (a span no line is: not built)
+                    return (l, i, False) if found is not None else None
+                return found
+        return self.covering(m)
 
 
 class ViewFile:
@@ -530,9 +560,10 @@ class ViewFile:
         line_bytes = self.line_bytes
         cached = self._load_texts(line_bytes)
         known = len(self._markers)
-        markers = {} if include_tools or compactor else self.tool_placeholders(views)
-        v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()})
-        rows = v.rows()
+        back = 0 if compactor else self.held_back(views)
+        markers = {} if include_tools or compactor else self.tool_placeholders(views, back)
+        v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()}, back)
+        rows = v.stand_ins(back) + v.rows(back) if back else v.rows()
         if compactor:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
         labels = [label(l, i) for l, i, _, _ in rows]
@@ -571,19 +602,26 @@ class ViewFile:
             self._save_texts(line_bytes, keep)
         return out
 
+    def held_back(self, views: Views) -> int:
+        """How many of the view's oldest lines a reader shows by the spans that tile them (``View.held_back``):
+        none unless the view is past twice its budget (a tree behind a bulk arrival of messages)."""
+        return views.view.held_back(2 * views.view.hi, self.line_bytes)
+
     def waiting(self, views: Views, include_tools: bool = False) -> list[tuple[int, int]]:
-        """The placeholders a reader is shown (``placeholders``), but for tool messages' without
-        ``include_tools`` (``tool_placeholders``)."""
-        found = views.view.placeholders()
-        hidden = {} if include_tools or not found else self.tool_placeholders(views)
+        """The placeholders a reader is shown (``placeholders``, but for the lines held back: ``held_back``),
+        but for tool messages' without ``include_tools`` (``tool_placeholders``)."""
+        back = self.held_back(views)
+        found = views.view.placeholders(back)
+        hidden = {} if include_tools or not found else self.tool_placeholders(views, back)
         return [(l, i) for l, i in found if not (l == 0 and i in hidden)]
 
-    def tool_placeholders(self, views: Views) -> dict[int, str]:
+    def tool_placeholders(self, views: Views, back: int = 0) -> dict[int, str]:
         """The view's placeholders that stand for tool messages, by message i, as the marker a reader without
         tools sees in their place (``privacy.marker``): the summary would be shown as that marker all the same,
         so such a reader is neither told to zoom what zoom refuses it nor kept waiting for the summary. Each
-        message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts)."""
-        ids = [i for l, i in views.view.placeholders() if l == 0]
+        message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts). ``back``: the
+        oldest lines held back (``held_back``), whose placeholders are not shown."""
+        ids = [i for l, i in views.view.placeholders(back) if l == 0]
         todo = [i for i in ids if i not in self._markers]
         if todo:
             from .message import is_tool
@@ -627,7 +665,8 @@ class ViewFile:
         if views is None:
             shape = self._saved_shape()
             if shape is not None:
-                found = {i: shape.covering(i) for i in ids if 0 <= i < shape.T}
+                bound = 2 * int(self.config()["view"]["hi"])
+                found = {i: shape.shown_line(i, bound) for i in ids if 0 <= i < shape.T}
             if shape is None or None in found.values():
                 if not self.path.exists():
                     return out  # no view yet: skip counting the log, which the view would do first
@@ -635,12 +674,8 @@ class ViewFile:
                 if views is None:
                     return out
         if views is not None:
-            v = views.view
-            found = {}
-            for i in ids:
-                if 0 <= i < views.T:
-                    line = v.lines[v.covering(i)]
-                    found[i] = line[0], line[1], line[2] is not None
+            v, back = views.view, self.held_back(views)
+            found = {i: v.shown_line(i, back) for i in ids if 0 <= i < views.T}
         leaves: dict[int, dict] = {}
         for i, (l, idx, built) in found.items():
             if l:
@@ -652,7 +687,8 @@ class ViewFile:
             out[i] = {"held": held, "label": label(l, idx), "n": 1 << l}
             if lines:
                 if views is not None:
-                    text = views.view.text(views.view.covering(i))
+                    k = views.view.find(l, idx)
+                    text = views.view.text(k) if k >= 0 else None
                 else:
                     text = self.tree.text(l, idx, None, leaves) if built else None
                 out[i]["line"] = render_line(l, idx, text)

@@ -41,7 +41,8 @@ def command(
         views = _wait(mem, views, wait, include_tools)
     rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
-        _stats(views.cview if compactor else views.view, views.T, rows, json, mem)
+        _stats(views.cview if compactor else views.view, views.T, rows, json, mem,
+               0 if compactor else mem.views.held_back(views))
         return
     from ..tree import label
     from ..view import render_line
@@ -127,7 +128,8 @@ def _no_watcher(mem, since: float) -> str | None:
     return None
 
 
-def _stats(v, messages: int, rows, json: bool, mem) -> None:
+def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
+    """``back``: the view's oldest lines shown by the spans that tile them (``ViewFile.held_back``)."""
     from ..builder import shown_marks, suspect_marks
     from ..tree import label
 
@@ -139,13 +141,20 @@ def _stats(v, messages: int, rows, json: bool, mem) -> None:
         levels[l] = levels.get(l, 0) + 1
     total = sum(cost for *_, cost in rows)
     waiting = set(v.placeholders())  # (a tool message's shows its marker, but waits for its summary all the same)
-    pending = sum((l, i) in waiting for l, i, _, _ in rows)
+    pending = sum((l, i) in waiting or text is None for l, i, text, _ in rows)  # (and the spans held back)
+    shown = v.starts[back] if back else 0  # the first message shown by its own line
+    spans = sum((i + 1) << l <= shown for l, i, _, _ in rows)
     if json:
         output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
-                          "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect})
+                          "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect,
+                          "held_back": {"lines": back, "messages": shown, "spans": spans, "view_bytes": v.total}
+                          if back else None})
         return
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
     output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
+    if back:
+        output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}) shown as {output.count(spans, 'span')}: "
+                    f"the view is {v.total:,} bytes, past twice its budget, until the compactor summarizes them")
     if suspect:
         output.line(f"suspect   {output.count(len(suspect), 'line')} {'names' if len(suspect) == 1 else 'name'} what their "
                     f"messages do not hold: {', '.join(suspect[:10])}")

@@ -1,0 +1,140 @@
+"""A view past twice its budget with nothing built to fold (a bulk arrival of messages the compactor has not
+reached: an import, a watcher's backlog) is shown within twice its budget: its newest lines as they are, and
+before them the coarsest aligned spans that tile the rest, placeholders a model zooms down to the messages.
+``view.json`` stays as it is, ``held`` says what is shown, and once summaries come the view folds as ever."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from pimem import Memory, api, view
+from pimem.view import View, line_bytes_cost
+
+HI = 3_000
+BUDGETS = {"view": {"hi": HI, "lo": HI // 2}, "cview": {"hi": 2_000, "lo": 1_000}}
+
+
+def chat(n: int, start: int = 0) -> list[dict]:
+    return [{"kind": "user" if k % 2 == 0 else "pi", "text": f"m{k} " + "word " * 60} for k in range(start, start + n)]
+
+
+@pytest.fixture
+def big(home):
+    mem = Memory.at("big")
+    mem.append(chat(1))
+    mem.save_config(BUDGETS)
+    mem.append(chat(599, 1))
+    return mem
+
+
+def labels(lines: list[str]) -> list[tuple[int, int]]:
+    """Each line's first message and message count, checked to tile the messages in order."""
+    out, at = [], 0
+    for line in lines:
+        first, n = map(int, line.split("|", 1)[0].split("+"))
+        assert first == at and n & (n - 1) == 0 and first % n == 0, line
+        out.append((first, n))
+        at += n
+    return out
+
+
+def test_every_reader_shows_a_view_past_twice_its_budget_within_it(big, run):
+    mem = Memory.open("big")
+    views = mem.views.current()
+    assert views.view.total > 20 * HI  # (nothing built: a line per message, as appended)
+    saved = (big.path / "view.json").read_bytes()
+    context = run("context", "big").stdout
+    shown = context.split("<chat>\n", 1)[1].split("\n</chat>", 1)[0].split("\n")
+    assert len((("\n".join(shown)) + "\n").encode()) <= 2 * HI
+    assert run("view", "big").stdout.splitlines() == shown
+    assert [orjson.loads(line)["label"] for line in run("view", "big", "--json").stdout.splitlines()] == \
+        [line.split("|")[0] for line in shown]
+    mcp = api.view("big", lines=10_000)
+    assert mcp["lines"] == shown and mcp["bytes"] <= 2 * HI and mcp["messages"] == 600
+    assert Memory.open("big").view_lines() == shown
+    spans = labels(shown)
+    assert sum(n for _, n in spans) == 600 and shown[-1].startswith("599+1|pi: m599 ")
+    first = next(k for k, (_, n) in enumerate(spans) if n == 1)
+    assert first < 8 and all(line.endswith(f"|{view.PLACEHOLDER}") for line in shown[:first])  # (600 = 512+64+16+8)
+    assert (big.path / "view.json").read_bytes() == saved  # what the view is stays as it was
+
+    # every message stays reachable: zoom opens a span down to the messages, and held says what is shown
+    halves = run("zoom", "big", shown[0].split("|")[0]).stdout.splitlines()
+    assert halves == [f"0+{spans[0][1] // 2}|(not summarized yet: zoom it for its two halves)",
+                      f"{spans[0][1] // 2}+{spans[0][1] // 2}|(not summarized yet: zoom it for its two halves)"]
+    assert run("zoom", "big", "3+1").stdout.startswith("3+1|pi: m3 word")
+    held = Memory.open("big").held_each(list(range(600)))
+    loaded = Memory.open("big")
+    loaded.views.current()
+    assert loaded.held_each(list(range(600))) == held  # (from view.json's shape, and from the view loaded)
+    for (first_i, n), line in zip(spans, shown):
+        for i in (first_i, first_i + n - 1):
+            assert held[i]["label"] == f"{first_i}+{n}" and held[i]["line"] == line
+            assert held[i]["held"] == ("inside" if n > 1 else "verbatim")
+
+
+def test_view_stats_says_what_is_held_back(big, run):
+    stats = run("view", "big", "--stats").stdout
+    assert "held back" in stats and "past twice its budget" in stats
+    doc = orjson.loads(run("view", "big", "--stats", "--json").stdout)
+    back = doc["held_back"]
+    assert doc["bytes"] <= 2 * HI and back["messages"] + doc["lines"] - back["spans"] == 600
+    assert back["view_bytes"] > 20 * HI
+    Memory.at("small").append(chat(4))
+    assert orjson.loads(run("view", "small", "--stats", "--json").stdout)["held_back"] is None
+
+
+def test_what_is_shown_only_grows_at_its_tail_between_moves_of_what_is_held_back(big, run):
+    def shown() -> list[str]:
+        return run("view", "big").stdout.splitlines()
+
+    before, moves = shown(), 0
+    for k in range(600, 700):
+        Memory.at("big").append(chat(1, k))
+        after = shown()
+        assert len("".join(line + "\n" for line in after).encode()) <= 2 * HI
+        if after[:len(before)] != before:
+            moves += 1
+        before = after
+    step = 2 * HI // 2 // (512 + 16)  # (lines held back go by about half the lines that fit: 5 here)
+    assert 0 < moves <= 100 // step + 1  # not one more every message
+
+
+def test_once_summaries_come_the_view_folds_as_ever(big, run):
+    assert run("build-tree", "big").exit_code == 0
+    doc = orjson.loads(run("view", "big", "--stats", "--json").stdout)
+    assert doc["held_back"] is None and doc["bytes"] <= HI
+    assert labels(run("view", "big").stdout.splitlines())
+
+
+def test_a_view_within_twice_its_budget_holds_nothing_back():
+    v = View(100, 50, lambda *_: None)
+    for k in range(10):
+        v.push("user: " + "x" * 10)
+    assert v.held_back(v.total, 512) == 0 and v.stand_ins(0) == []
+    assert v.held_back(v.total - 1, 64) > 0
+
+
+@pytest.mark.parametrize("stop", [1, 2, 3, 600, 1 << 20, (1 << 20) + 5])
+def test_the_spans_standing_in_tile_the_messages_held_back(stop):
+    spans = view.tiling(stop)
+    at = 0
+    for l, i in spans:
+        assert i << l == at
+        at += 1 << l
+    assert at == stop and len(spans) == bin(stop).count("1")
+
+
+def test_lines_held_back_are_counted_at_the_most_a_line_can_take():
+    """A placeholder counts its own bytes, any other line the most its text can be: so the bound holds
+    whatever the texts are, and the shape alone (view.json's) decides it."""
+    v = View(1_000, 500, lambda *_: None)
+    for k in range(300):
+        v.push(None if k % 3 == 0 else "user: " + "x" * (k % 400))
+    back = v.held_back(2_000, 512)
+    rows = v.stand_ins(back) + v.rows(back)
+    assert sum(cost for *_, cost in rows) <= 2_000
+    assert back == view.held_back(((ln[0], ln[2] is None) for ln in reversed(v.lines)), len(v.lines), v.T,
+                                  2_000, 512, lambda l, i: None if v.find(l, i) < 0 else v.text(v.find(l, i)) is None)
+    assert all(line_bytes_cost(l, i, text, None) == cost for l, i, text, cost in rows)
