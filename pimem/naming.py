@@ -71,6 +71,16 @@ def text_argument(value: str | None) -> str | None:
     return value
 
 
+def memory_id(value: str | None, what: str) -> str | None:
+    """``value``, a memory's id given as ``what`` (``ID``, ``--supersede``), as ``text_argument`` takes it;
+    ``BadInput`` (exit 2) when it is empty, which names no memory (not one not found, exit 3)."""
+    if value == "":
+        from .errors import BadInput
+
+        raise BadInput(f"empty {what}: give a memory's id (see 'pimem memories')")
+    return text_argument(value)
+
+
 def joined(words: list[str] | None, refused: str) -> str:
     """``words`` joined by spaces; ``BadInput`` (exit 2) saying ``refused`` when they were given but hold nothing
     but white space (``recall c ''``): an empty query is not the listing that no query asks for."""

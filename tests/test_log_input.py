@@ -235,15 +235,16 @@ def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(sh, home):
 
 
 def test_an_empty_argument_is_refused_not_read_as_none_given(sh, home):
-    """An empty session, query, --file or FILE is refused as an empty name, query or cursor is (``remember
-    --session ''`` stored a memory for every session, ``recall c ''`` listed everything, ``import ''`` read the
-    current directory)."""
+    """An empty session, query, --file, FILE or memory id is refused as an empty name, query or cursor is
+    (``remember --session ''`` stored a memory for every session, ``recall c ''`` listed everything, ``import ''``
+    read the current directory, ``forget main ''`` was a memory not found, exit 3)."""
     assert sh("append", "main", "hello").returncode == 0 and sh("remember", "main", "port 5433").returncode == 0
     before = {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k}  # (derived)
     for argv in (["remember", "main", "--session", "", "x"], ["remember", "main", "--session", " ", "x"],
                  ["memories", "main", "--session", ""], ["context", "main", "--session", ""],
                  ["forget", "main", "--session", "", "mem_x"], ["recall", "main", ""], ["recall", "main", " "],
-                 ["recall", "main", "--file", ""], ["memories", "main", ""], ["import", ""], ["import", "--follow", ""]):
+                 ["recall", "main", "--file", ""], ["memories", "main", ""], ["import", ""], ["import", "--follow", ""],
+                 ["forget", "main", ""], ["memories", "main", "--id", ""], ["remember", "main", "--supersede", "", "x"]):
         out = sh(*argv)
         assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"empty" in out.stderr, (argv, out.stderr)
     assert {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k} == before

@@ -25,7 +25,7 @@ def command(
       pimem memories main --status resolved
     """
     name, record_id = naming.lone(name, record_id, home)
-    naming.text_argument(record_id), naming.text_argument(session)
+    naming.memory_id(record_id, "ID"), naming.text_argument(session)
     if record_id is None:
         raise BadInput("give the ID of the memory to forget (see 'pimem memories')")
     record = memories.forget(Memory.open(name, home), record_id, session=session, timeout=timeout)

@@ -45,7 +45,7 @@ def command(
     apart(("--id", record_id), ("--status", status), ("--kind", kind), why="--id reads that one memory")
     name, words = naming.words(name, words, home)
     apart(("--id", record_id), ("WORDS", words), why="--id reads that one memory, WORDS rank a listing")
-    naming.text_argument(record_id), naming.text_argument(session)
+    naming.memory_id(record_id, "--id"), naming.text_argument(session)
     ranked = naming.joined(words, "empty WORDS: give words to rank by, or none to list every memory")
     mem = Memory.open(name, home)
     damaged: list[str] = []

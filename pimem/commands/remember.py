@@ -38,7 +38,7 @@ def command(
       pimem remember main --propose "the staging db listens on 5433"
     """
     name, text = naming.words(name, text, home, reads_stdin="remember")
-    naming.text_argument(supersede), naming.text_argument(session)
+    naming.memory_id(supersede, "--supersede"), naming.text_argument(session)
     body = " ".join(text) if text and text != ["-"] else None
     if body is None and not env.stdin_is_tty():
         body = ingest.read_text(sys.stdin.buffer, memories.TEXT_CAP, "a memory is a statement, not a document") or None
