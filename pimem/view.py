@@ -689,22 +689,29 @@ class View:
         self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking
         self.ready, self.blocked = {}, {}
         pairs: dict[int, list[int]] = {}  # level -> the left line i of each sibling pair, oldest first
+        firsts: dict[int, set[int]] = {}  # level -> the first message of each of those pairs
         at = 0
         for run in _RUNS.finditer(shape.replace(UNBUILT, LEVELS[0])):  # (placeholders pair as leaves)
             l, count = LEVELS.find(run[1]), run.end() - run.start()
             first = at >> l
             if count > 1:
-                pairs.setdefault(l, []).extend(range(first + (first & 1), first + count - 1, 2))
+                lefts = range(first + (first & 1), first + count - 1, 2)
+                pairs.setdefault(l, []).extend(lefts)
+                firsts.setdefault(l, set()).update(range(lefts.start << l, lefts.stop << l, 2 << l))
             at += count << l
-        # (sets, not one removal from a list per pair: a backlog's view waits on every pair)
+        # (sets, not a bisection and a removal from a list per pair: a backlog's view waits on every pair)
         waiting: dict[int, set[int]] = {}
         for start in blocked:
-            j = self.find_start(start) if type(start) is int else -1
-            l, i = (lines[j][0], lines[j][1]) if j >= 0 else (0, -1)
-            if i % 2 or j + 1 >= len(lines) or lines[j + 1][0] != l or i in waiting.get(l, ()):
+            for l, found in firsts.items() if type(start) is int else ():
+                if start in found:
+                    break
+            else:
+                l = -1
+            held = waiting.setdefault(l, set())
+            if l < 0 or start >> l in held:
                 raise ValueError(f"blocked pair at {start} is not a pair")
-            waiting.setdefault(l, set()).add(i)
-            self.blocked.setdefault(l, []).append(i)
+            held.add(start >> l)
+            self.blocked.setdefault(l, []).append(start >> l)
         for l, lst in pairs.items():
             held = waiting.get(l)
             ready = [i for i in lst if i not in held] if held else lst

@@ -138,3 +138,25 @@ def test_lines_held_back_are_counted_at_the_most_a_line_can_take():
     assert back == view.held_back(((ln[0], ln[2] is None) for ln in reversed(v.lines)), len(v.lines), v.T,
                                   2_000, 512, lambda l, i: None if v.find(l, i) < 0 else v.text(v.find(l, i)) is None)
     assert all(line_bytes_cost(l, i, text, None) == cost for l, i, text, cost in rows)
+
+
+def test_a_view_loaded_from_its_json_waits_on_the_same_pairs():
+    """``View.load`` finds the sibling pairs a run of lines at a time: the same pairs, ready or waiting, as
+    the view that was saved, with placeholders, merged lines and pairs waiting for a parent among them."""
+    import random
+
+    rnd = random.Random(5)
+    for _ in range(200):
+        built: set[tuple[int, int]] = set()
+        v = View(rnd.choice([200, 500, 2_000]), 100, lambda l, i, a, b: f"s{l}.{i}" if (l + 1, i // 2) in built else None)
+        for _ in range(rnd.randint(1, 300)):
+            v.push(None if rnd.random() < 0.3 else "user: " + "x" * rnd.randint(1, 300))
+            if rnd.random() < 0.2:
+                built.add((rnd.randint(1, 5), rnd.randint(0, 40)))
+            if v.shrinking or v.total > v.hi:
+                v.fit()
+        w = View(v.hi, v.lo, v.resolve)
+        w.load(v.to_json())
+        assert w.ready == {l: lst for l, lst in v.ready.items() if lst}
+        assert w.blocked == {l: lst for l, lst in v.blocked.items() if lst} and w.n_ready == v.n_ready
+        assert w.starts == v.starts and w.to_json() == v.to_json()
