@@ -160,3 +160,21 @@ def test_a_view_loaded_from_its_json_waits_on_the_same_pairs():
         assert w.ready == {l: lst for l, lst in v.ready.items() if lst}
         assert w.blocked == {l: lst for l, lst in v.blocked.items() if lst} and w.n_ready == v.n_ready
         assert w.starts == v.starts and w.to_json() == v.to_json()
+
+
+def test_held_says_what_is_shown_with_part_of_the_tree_built(big, run):
+    """Summaries of the oldest messages fold them (past twice its budget the view merges every pair whose
+    parent is built), and the rest is still held back: a span standing in is the view's own line where it is
+    one, and held names the line shown for every message."""
+    mem = Memory.open("big")
+    for l in range(1, 10):  # the first 512 messages summarized, level by level
+        mem.write_nodes([(l, i, f"summary {l}.{i}", None) for i in range(512 >> l)])
+    shown = run("view", "big").stdout.splitlines()
+    spans = labels(shown)
+    assert len("".join(line + "\n" for line in shown).encode()) <= 2 * HI
+    assert shown[0] == "0+512|summary 9.0" and spans[1][1] > 1 and shown[1].endswith(view.PLACEHOLDER)
+    assert run("zoom", "big", shown[1].split("|")[0]).stdout.count(view.PLACEHOLDER[:-1]) == 2
+    held = Memory.open("big").held_each(list(range(600)))
+    for (first, n), line in zip(spans, shown):
+        for i in range(first, first + n, max(1, n // 4)):
+            assert (held[i]["label"], held[i]["line"]) == (f"{first}+{n}", line)
