@@ -179,9 +179,12 @@ _AT_LINE = r"(?::\d{1,7}(?::\d{1,4})?(?!\w|:\d))?"
 _JOINED = (rf"(?=[A-Za-z0-9]*+[-/:.])(?:[A-Za-z][A-Za-z0-9]*+(?=[A-Za-z0-9.-]*?-\d)(?:-[A-Za-z0-9]++(?:\.[A-Za-z0-9]++)*+)++"
            rf"(?::\d{{1,5}})?(?![^\W{_CJK}]|[.:-]\w) | [A-Za-z][A-Za-z0-9_.-]*+/\d(?:[A-Za-z0-9_.-]*[A-Za-z0-9])?(?![\w/]|\.\w)"
            rf" | (?:[A-Za-z][A-Za-z0-9_.-]*+:)++\d{{1,7}}(?::\d{{1,5}})?(?![\w:]|\.\d))")
+# an endpoint's query after its path (``/api/v1/orders?status=pending&page=2``): one fact with it (ASCII: it stops at
+# Chinese written after it)
+_QUERY = r"\?[A-Za-z0-9_.%~+-]+=[A-Za-z0-9_.%~+/:-]*(?:&[A-Za-z0-9_.%~+-]+=[A-Za-z0-9_.%~+/:-]*)*(?<![.:])"
 _FACT_PATTERN = rf"""(?x)
     {_URL_TEXT}
-    | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.){_AT_LINE}
+    | (?: {_HOME}/{_SEG}(?:/{_SEG})* | \.{{0,2}}/{_SEG}(?:/{_SEG})+ )(?<!\.)(?:{_QUERY}|{_AT_LINE})
     WINDOWS    | (?<![\w./]){_INSIDE}\.{_REL}{_AT_LINE}
     | [-−](?<![\w.,)\]}}-].)\$?(?=\d)(?:{_DIGITS})
     | START(?: (?=[a-z0-9]*+(?:{_MORE}|:\w)|v\d)(?=[a-z]){_INSIDE}(?: {_REL}{_AT_LINE} | {_EXT}{_AT_LINE} | [a-z]++(?:[A-Z][a-z0-9]*)+\b | {_SNAKE} | v{_VERSION} | {_JOINED} )
@@ -264,19 +267,24 @@ _ROLE = dict.fromkeys(STOP, 0) | dict.fromkeys(_TURNS, 2) | dict.fromkeys(_NEGAT
 
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
-# a clause runs to the next punctuation mark, but not out of a bracket it opened: "退款测试（a、b）暂不处理" is
-# one clause; a bracket left open or closed without its pair (in its sentence) ends one: no clause holds half a pair
+# a clause runs to the next punctuation mark, but not out of a bracket or a quote it opened (「」, 『』, 《》, “”):
+# "退款测试（a、b）暂不处理" is one clause; a bracket or quote left open or closed without its pair (in its sentence)
+# ends one: no clause holds half a pair; nor does an ASCII ``?`` between a path and its query (``/api/v1/orders?page=2``)
 # and, in chat typed without punctuation, at a space between two Chinese or Japanese characters (Korean spaces its
 # words) and at a full stop before a space (Korean ends its sentences so); an ellipsis or a dash ends one as it
 # ends a phrase ("日志……什么也没有", "部署——本周": two clauses each), written ``……``, ``——``, ``―`` or ``...``
 _HAN_KANA_RUN = re.compile(f"[{_HAN_KANA}]+")
-_CJK_CLAUSE = re.compile(rf"(?:（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)|(?<=\d)[:,](?=\d)"
-                         rf"|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])"
-                         rf"|(?<!\.)\.(?![ \t.]|$)|[^，。！？；、：,;:!?\n（）() \t.…—―])+")
-# (and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
+# (the plain characters first: no other alternative starts with one of them)
+_CJK_CLAUSE = re.compile(rf"(?:[^，。！？；、：,;:!?\n（）() \t.…—―「」『』《》“”]|（[^（）。！？\n]{{0,60}}）|\([^()。！？\n]{{0,60}}\)"
+                         rf"|「[^「」。！？\n]{{0,60}}」|『[^『』。！？\n]{{0,60}}』|《[^《》。！？\n]{{0,60}}》|“[^“”。！？\n]{{0,60}}”"
+                         rf"|(?<=\d)[:,](?=\d)|(?<![{_HAN_KANA}])[ \t]|[ \t](?![{_HAN_KANA}])|(?<!\.)\.(?![ \t.]|$)"
+                         rf"|(?<=[A-Za-z0-9_/])\?(?=[A-Za-z0-9_%]))+")
+# (and quote marks of every kind, but an ASCII gershayim inside a Hebrew word: a phrase holds no half of a pair,
+# ``„شركة``; and the sentence and clause marks of other scripts: danda, Arabic comma and question mark, Burmese, Khmer,
 # Armenian and Ethiopic full stops, halfwidth and fullwidth stops); an ellipsis or a dash, spaced or not
 # ("logs…nothing", "deploy—which": two words, not one), but for a range's en dash (1990–1995)
-_BREAK = re.compile(r"[\n!?;()\[\]{}<>\"“”|—―…]|[.,:](?=\s|$)|\.(?=\.\.)|\s[-–]\s|–(?!(?<=\d–)\d)"
+_BREAK = re.compile(r"[\n!?;()\[\]{}<>“”„‟«»‹›「」『』《》|—―…]|[.,:](?=\s|$)|\.(?=\.\.)|\s[-–]\s|–(?!(?<=\d–)\d)"
+                    r'|"(?<![\u05d0-\u05ea]")|"(?![\u05d0-\u05ea])'  # (not a Hebrew abbreviation's gershayim: ``בע"מ``)
                     r"|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
 # (a word holds dots, but no three in a row: "logs...nothing" is two words and an ellipsis)
 _TOKEN = re.compile(r"[^\W_](?:[\w'’+#-]*\.(?!\.\.))*[\w'’+#-]*[^\W_]|[^\W_]")
@@ -453,6 +461,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     code = _minified(text) if len(text) >= CODE_LINE else []
     if "\\" in text and _ESCAPED.search(text):  # a JSON string's escapes: line breaks (``\n`` is not a word's n)
         text = _unescaped(text)
+    if "```" in text or "~~~" in text:  # a code fence's line, its language's name too (``ts`` of "```ts"): no words
+        text = _FENCE.sub(lambda m: "\n" * len(m.group()), text)
     grep = errors = []
     if ":" in text and _GREP_MARK.search(text):  # grep's lines: a file with its line, then the line's text
         text, grep, errors = _grepped(text)
@@ -472,8 +482,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             marker = _list_marker(text, pos + lead) if piece[lead : lead + 1].isdigit() else 0
             if marker:  # "1. " says where in a list, not what
                 piece, pos = piece[lead + marker :], pos + lead + marker
-        if "`" in piece and piece.count("`") % 2:
-            piece, pos = _code_span(text, piece, pos)
+        if "`" in piece:  # a code span it cuts: whole (or left out)
+            if spans:
+                piece, pos = _spanned(text, spans, piece, pos, most)
+            if piece.count("`") % 2:
+                piece, pos = _code_span(text, piece, pos)
         if "**" in piece and _bare(piece).count("**") % 2:  # half of a bold span: the larger side
             cut = piece.rfind("**")
             before, after = piece[:cut], piece[cut + 2 :]
@@ -489,6 +502,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 start, end = head.end() if head else 0, tail.start() if tail else len(piece)
                 start, end = _bared(piece[start:end], start) if start < end else (0, 0)
                 piece, pos = piece[start:end], pos + start
+            if "=" in piece and text.startswith("(", pos + len(piece)) and piece[-1:].isalnum():  # a call's name
+                piece = _called(text, piece, pos, most)  # ("size = int": the call whole, or the name it sets)
+        if piece and (not piece.isascii() or '"' in piece) and _PAIR_MARK.search(piece) and _unpaired(piece):
+            piece, pos = _paired_part(piece, pos)  # half a pair of quotes: the larger side
         if widen is not None and piece and (wide := widen(pos, pos + len(piece))):  # a fact it cuts: whole in it
             pos, piece = wide[0], text[wide[0] : wide[1]]  # (``von 46`` of ``von 46,7%``, ``April 2026`` of a date)
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
@@ -501,6 +518,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if score > 0:
             out.append(Unit(score, i, pos, piece, who, rank, ws))
 
+    spans = [m.span() for m in _CODE_SPAN.finditer(text)] if "`" in text else None
     urls, blobs = _blobs(text, code)
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
@@ -536,8 +554,25 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                     or in_error and "/" not in m.group() and "\\" not in m.group() and in_error(start, end)):
                 yield start, m.group()  # (an error's words are said with it, but for the path it names)
 
+    paired = -1  # where the last key's value ends
     numbered = -1  # where the last number made whole ends (``_number``)
     for start, piece in found():
+        if start < paired:  # (a key's value: said with its key)
+            continue
+        end = start + len(piece)
+        if text[end : end + 1] in _KEY_AFTER and (value := _KEY_VALUE.match(text, end)) and (
+                piece[0] in "\"'" or "_" in piece or "=" in value.group() or _CAMEL.search(piece)):
+            # a key with its value, as written (``"new_pricing": false``, ``max_connections=200``): one piece, no
+            # key without its value nor value without its key (but a path, a fact alone: its key is no piece)
+            seen.add(piece)
+            if "/" in value.group() or "\\" in value.group():
+                paths.append((start, value.start() + len(value.group()) - len(value.group().lstrip("\"' \t:="))))
+                continue
+            start -= text[start - 1 : start] in "\"'" and text[start - 1] == text[end : end + 1]
+            paired = value.end()
+            paths.append((start, paired))
+            add(text[start:paired], start, 1.3)
+            continue
         if start < numbered:  # (a number of the one before: its date's year, its range's end, a group of its digits)
             continue
         if not (piece.isdecimal() or "/" in piece or "\\" in piece):  # (a path's: ``paths``)
@@ -621,6 +656,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 # and alone (``1500 毫秒``, ``6 次``, ``12 楼``: not ``6 次之``)
 _LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_][\w'’+#.-]*(?: +| *[:=|] *|\t+|,)){1,4}\Z")
 _LEAD_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
+# a key's value after it (``"beta_ui": true``, ``rollout_pct=25``, ``"env": "prod"``): a literal, a number or a short
+# string (a word after a colon is prose as often: ``TODO: fix``)
+_KEY_AFTER = frozenset(":= \"'")
+_KEY_VALUE = re.compile(r"""["']?[ \t]?(?::[ \t]*|[ \t]?=[ \t]?)(?:true|false|null|nil|True|False|None"""
+                        r"""|-?\d+(?:[.,:]\d+)*(?:%|[A-Za-z]{1,3})?|"[^"\n]{0,40}"|'[^'\n]{0,40}')(?!\w|[.,:]\d)""")
+_CAMEL = re.compile(r"[a-z][A-Z]")
 _COUNTERS = sorted(("毫秒 微秒 纳秒 秒钟 秒 分钟 小时 天 周 个月 月 年 日 次 遍 回目 回 轮 个 位 名 人 条 行 页 章 节 台 件 项 "
                     "份 张 本 倍 岁 层 楼 元 块钱 块 万元 亿元 美元 万 亿 千 百 米 公里 千米 厘米 毫米 千克 公斤 克 斤 吨 升 毫升 "
                     "度 核 字节 兆 点 个人 円 時間 分 秒間 日間 週間 ヶ月 か月 年間 件目 個 번 개 명 원").split(), key=len, reverse=True)
@@ -628,6 +669,14 @@ _COUNTER = re.compile(rf" ?(?:{'|'.join(_COUNTERS)})")
 _TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)|{_COUNTER.pattern}"
                     rf"|[{_CJK}]{{1,3}}")
 _CJK_LEAD = re.compile(f"[{_CJK}]{{1,4}}\\Z")
+# Japanese and Korean (kana or Hangul near the number) are cut only where their script allows: a word of katakana, a
+# run of kanji or of Hangul is taken whole (of at most 8 characters) or not at all, a run of hiragana (particles and
+# endings: ``で``, ``は``) not at all (a counter is a word: ``3か月``); ``終了コード137で異常`` gave ``了コード137で異常``
+_KATAKANA, _KANJI, _HANGUL = "\u30a1-\u30fa\u30fc-\u30ff", _HAN_RANGES + "\u3005", "\uac00-\ud7af"
+_SCRIPT_LEAD = re.compile("|".join(rf"(?<![{c}])[{c}]{{1,8}}\Z" for c in (_KATAKANA, _KANJI, _HANGUL)))
+_SCRIPT_TRAIL = re.compile(rf"(?: ?| *\| *|\t+|,)[^\W_{_CJK}](?:[\w'’+#-]*[^\W_])?(?!\w|\.\w)"
+                           rf"|{_COUNTER.pattern}|"
+                           + "|".join(rf" ?[{c}]{{1,8}}(?![{c}])" for c in (_KATAKANA, _KANJI, _HANGUL)))
 
 
 # a tag an agent's harness wraps text in (Claude Code's ``<command-name>/mcp</command-name>``,
@@ -737,10 +786,11 @@ def _counted(text: str, start: int, end: int) -> tuple[int, int]:
         if not (word in STOP or word.isdecimal() or len(word) < 2):
             at = lead.start() + m.start()
             break
+    kana = not text.isascii() and _KANA_HANGUL.search(text, max(0, start - 12), end + 12)
     if not lead and start and _CJK_RUN.match(text, start - 1):
-        lead = _CJK_LEAD.search(text, max(0, start - 4), start)
+        lead = (_SCRIPT_LEAD if kana else _CJK_LEAD).search(text, max(0, start - (9 if kana else 4)), start)
         at = lead.start() if lead else start
-    trail = _TRAIL.match(text, end)
+    trail = (_SCRIPT_TRAIL if kana else _TRAIL).match(text, end)
     if trail and trail.group().strip().lower() not in STOP and not trail.group().strip().isdecimal():
         end = trail.end()
     elif at == start and words and len(words[-1].group()) > 1 and not words[-1].group().isdecimal():
@@ -1053,6 +1103,7 @@ def _undiffed(text: str) -> str:
 
 
 _CODE_SPAN = re.compile(r"`[^`\n]{1,60}`")
+_FENCE = re.compile(r"(?m)^[ \t]*(?:`{3,}|~{3,})[^`\n]*$")
 _UNSPACED = re.compile(r"\S{64,}")
 _BASE64 = re.compile(r"[\w+/=.-]{16,}")
 
@@ -1207,6 +1258,82 @@ def _bared(piece: str, at: int = 0) -> tuple[int, int]:
                 start = min([start] + [k for q in quotes if 0 <= (k := piece.find(q)) < start])
                 end = max([end] + [k + 1 for q in quotes if (k := piece.rfind(q)) >= end])
     return at + start, at + end
+
+
+def _spanned(text: str, spans: list[tuple[int, int]], piece: str, pos: int, most: int) -> tuple[str, int]:
+    """``piece`` (at ``pos`` in ``text``) with the code spans it holds one backtick of (``n` reached `len`` of
+    "`n` reached `len(b.items)`") whole when it then fits in ``most`` bytes, else without them; and where it
+    starts."""
+    start, end = pos, pos + len(piece)
+    inner_start, inner_end = start, end
+    for s, e in spans:
+        if s >= end:
+            break
+        if (start <= s < end) != (start <= e - 1 < end):  # one of its backticks
+            if s < start:
+                start, inner_start = s, e
+            else:
+                end, inner_end = e, s
+    if (start, end) == (pos, pos + len(piece)):
+        return piece, pos
+    if _size(text[start:end]) > most:
+        start, end = inner_start, inner_end
+        while start < end and text[start].isspace():
+            start += 1
+        end = max(start, len(text[start:end].rstrip()) + start)
+    return text[start:end], start
+
+
+def _called(text: str, piece: str, pos: int, most: int) -> str:
+    """``piece`` (at ``pos`` in ``text``), a statement ending at a call's name (``size = int`` of ``size =
+    int(os.environ["SIZE"])``), with the call whole when it closes on its line and fits in ``most`` bytes, else
+    the part before its operator (the name it sets)."""
+    depth, at, end = 0, pos + len(piece), min(len(text), pos + 4 * most)
+    while at < end:
+        c = text[at]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                whole = text[pos : at + 1]
+                if _size(whole) <= most:
+                    return whole
+                break
+        elif c == "\n":
+            break
+        at += 1
+    return piece[: _OPERATOR_AT.search(piece).start()].rstrip()
+
+
+_OPERATOR_AT = re.compile(rf"\s*{_OPERATOR}|$")
+# quote marks that pair up (each family's marks counted together: German opens with „ and closes with “, Swedish
+# writes ” for both, Danish »…«), and a Hebrew abbreviation's ASCII gershayim (``בע"מ``: inside a word, no quote)
+_PAIRS = ('"„“”‟〝〞', "«»", "‹›", "「」", "『』", "《》")
+_PAIR_MARK = re.compile("[" + "".join(_PAIRS) + "]")
+_GERSHAYIM = re.compile('(?<=[\u05d0-\u05ea])"(?=[\u05d0-\u05ea])')
+
+
+def _unpaired(piece: str) -> bool:
+    """True when ``piece`` holds half a pair of quotes: an odd number of a family's marks (``_PAIRS``)."""
+    gershayim = len(_GERSHAYIM.findall(piece)) if '"' in piece and not piece.isascii() else 0
+    return any((sum(map(piece.count, family)) - (gershayim if family[0] == '"' else 0)) % 2 for family in _PAIRS)
+
+
+def _paired_part(piece: str, pos: int) -> tuple[str, int]:
+    """``piece`` (at ``pos``) cut at its unpaired quote marks (``_unpaired``), the larger side each time, and where
+    it starts."""
+    while piece and _unpaired(piece):
+        marks = [m.start() for m in _PAIR_MARK.finditer(piece)
+                 if not (piece[m.start()] == '"' and _GERSHAYIM.match(piece, m.start()))]
+        cut = marks[-1] if len(piece) - marks[-1] <= marks[0] else marks[0]
+        before, after = piece[:cut], piece[cut + 1 :]
+        if len(before.strip()) >= len(after.strip()):
+            piece = before.rstrip()
+        else:
+            pos += cut + 1 + len(after) - len(after.lstrip())
+            piece = after.strip()
+    return piece, pos
 
 
 def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
