@@ -121,27 +121,28 @@ def readable(text: str) -> str:
     return text
 
 
-QUOTED = 60  # characters an error shows of a long piece of the user's input it quotes
+LONG, QUOTED = 200, 60  # a piece of the user's input an error quotes is long past LONG characters; it shows QUOTED
 
 
 def shortened(message: str, given: tuple[str, ...] = ()) -> str:
-    """``message`` with each quoted piece of it longer than ``QUOTED`` characters (the user's input, as errors
+    """``message`` with each quoted piece of it longer than ``LONG`` characters (the user's input, as errors
     quote it: a 5,000-character node id) cut to its first ``QUOTED`` and ``…``, its length said after it
     (``'4+1aaaa…' (5,003 characters)``), and so each long string of ``given`` it holds unquoted (the arguments
-    a usage error names: ``no such option: --bogusaaa… (5,007 characters)``): one line stays readable."""
-    if len(message) <= QUOTED + 2:
+    a usage error names: ``no such option: --bogusaaa… (5,007 characters)``): one line stays readable. A
+    shorter piece, a path say, is quoted whole."""
+    if len(message) <= LONG + 2:
         return message
     import re
 
     def cut(match) -> str:
         quote, inner = match[0][0], match[0][1:-1]
-        if len(inner) <= QUOTED + 4:  # (cutting a few characters would say more than it saves)
+        if len(inner) <= LONG:
             return match[0]
         return f"{quote}{inner[:QUOTED]}…{quote} ({_length(match[0]):,} characters)"
 
     message = re.sub(r"""(?<!\w)(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")""", cut, message)
     for text in given:
-        if len(text) > QUOTED + 4 and text in message:
+        if len(text) > LONG and text in message:
             message = message.replace(text, f"{text[:QUOTED]}… ({len(text):,} characters)")
     return message
 

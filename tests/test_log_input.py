@@ -252,7 +252,7 @@ def test_an_empty_argument_is_refused_not_read_as_none_given(sh, home):
 
 def test_an_error_quotes_a_long_input_by_its_head_and_length(sh, home):
     """A 5,000-character node id, consumer name or option made a 5 KB error line: what an error quotes of the
-    input shows its first 60 characters and its length, in every error (ours and the parser's)."""
+    input, past 200 characters, shows its first 60 and its length, in every error (ours and the parser's)."""
     from pimem.errors import shortened
 
     assert sh("append", "main", "hello").returncode == 0
@@ -265,9 +265,9 @@ def test_an_error_quotes_a_long_input_by_its_head_and_length(sh, home):
         assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and len(out.stderr) < 300, (argv, out.stderr[:200])
         assert said in out.stderr.decode(), (argv, out.stderr)
     # an escape counts as the character it stands for; a short quote, an apostrophe and a path are left alone
-    assert shortened("bad date %r: use" % ("\n" * 70)) == "bad date '%s…' (70 characters): use" % ("\\n" * 30)
-    kept = "the caller's session id is not 'abc' here, nor in memories' words: /a/b/" + "c" * 100
-    assert shortened(kept) == kept
+    assert shortened("bad date %r: use" % ("\n" * 201)) == "bad date '%s…' (201 characters): use" % ("\\n" * 30)
+    kept = "the caller's session id is not 'abc' here, nor in memories' words: /a/b/" + "c" * 300
+    assert shortened(kept) == kept and shortened(f"no file {'/a/b' * 50!r}") == f"no file {'/a/b' * 50!r}"
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
