@@ -855,10 +855,12 @@ class ContextView:
 def asked_of(cfg: dict) -> str:
     """The model and where it is asked (its server's URL, or its command), as a failure records it: a retry
     time one server asked for holds back the calls to that one only (``Builder._deferred``). A password in
-    the URL is left out (it is recorded in ``compactor.json`` and shown by ``status``)."""
-    from .compactor.providers import without_password
+    the URL, its query's values and a command's secrets are left out (it is recorded in ``compactor.json`` and
+    shown by ``status``: ``shown_setting``)."""
+    from .compactor import shown_setting
 
-    where = without_password(cfg["base_url"]) if cfg.get("base_url") else cfg.get("command")
+    key = "base_url" if cfg.get("base_url") else "command"
+    where = shown_setting(key, cfg.get(key))
     return f"{compactor_label(cfg)} at {where}" if where else compactor_label(cfg)
 
 

@@ -123,13 +123,30 @@ def is_url(text: str) -> bool:
     return True
 
 
+VAR_NAME_RULE = "letters, digits and _, not starting with a digit"
+
+
+def is_var_name(text: str) -> bool:
+    """Whether ``text`` names an environment variable, as ``key_env`` takes: letters, digits and ``_``, not
+    starting with a digit, and no key pasted in its place (``sk-proj-…`` is refused by its ``-``; one made of
+    name characters, ``ghp_…``, ``sk_live_…``, ``AKIA…``, by its shape: 16 characters or more with a digit, and
+    no ``_`` or both cases of letters, where a variable's name is words in one case joined by ``_``)."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        return False
+    if len(text) >= 16 and any(c.isdigit() for c in text):
+        return "_" in text and (text.upper() == text or text.lower() == text)
+    return True
+
+
 def _wrong_knob(knob: str, value) -> bool:
     """Whether a compactor setting (not null) is one ``pimem model`` would not write: of the wrong type or out
-    of range, an unknown provider, a base URL that is not http(s)."""
+    of range, an unknown provider, a base URL that is not http(s), a ``key_env`` that is no variable's name."""
     if knob == "provider":
         return value not in PROVIDERS
     if knob == "base_url":
         return not (isinstance(value, str) and is_url(value))
+    if knob == "key_env":
+        return not (isinstance(value, str) and is_var_name(value))
     shape = _COMPACTOR_SHAPES.get(knob)
     return shape is not None and (_wrong(value, shape, _COMPACTOR_MOST.get(knob, float("inf")))
                                   or knob in _COMPACTOR_NONZERO and value == 0)
@@ -174,6 +191,9 @@ def _shaped(own: dict, path: Path) -> dict:
 
                         value = without_password(value)
                     break
+        if wrong and key == "compactor.key_env" and isinstance(value, str):  # (a key pasted there: never said)
+            raise BadInput(f"{path}: compactor.key_env must name an environment variable ({VAR_NAME_RULE}), not hold "
+                           "a key or other value (not shown here); fix it or remove it")
         if wrong:
             raise BadInput(f"{path}: {key} cannot be {_said(value)}{rule}; fix it or remove it")
     return own

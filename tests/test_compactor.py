@@ -279,6 +279,56 @@ def test_model_status_and_errors_show_a_base_url_without_its_password(run, home,
         assert "UrlPw0rdSecret" not in bad.stderr
 
 
+def test_a_base_urls_query_values_and_a_commands_key_are_never_shown(run, home, monkeypatch):
+    """A key passed in the base URL's query (``?key=…&code=…``) was shown by ``pimem model`` (and its ``--json``),
+    ``status --json`` and compactor.json's ``compactor``, and so was one in a command provider's command line:
+    each is shown hidden or redacted, as a URL's password is; config.json keeps them, to use them."""
+    url = "http://127.0.0.1:9/v1?key=QkEyAbCdEfGh12&code=AzFnXyZ98765&api-version=2024-02-01"
+    monkeypatch.setenv("MYKEY", "sk-testkey-abcdefghijklmnop")
+    run("append", "main", "hello")
+    out = run("model", "main", "openai/x", "--base-url", url, "--key-env", "MYKEY")
+    shown = "http://127.0.0.1:9/v1?key=[hidden]&code=[hidden]&api-version=[hidden]"
+    assert out.stdout == (f"main: openai/x\n  base_url  {shown} (and the query's values, kept in config.json)\n"
+                          "  key_env   MYKEY\n")
+    assert out.stderr == ""  # (no user and password: nothing unsent to warn of)
+    assert orjson.loads((home / "main" / "config.json").read_bytes())["compactor"]["base_url"] == url
+    assert orjson.loads(run("model", "main", "--json").stdout)["base_url"] == shown
+    assert orjson.loads(run("status", "main", "--json").stdout)["compactor"]["base_url"] == shown
+    for args in (["main", "openai/x", "--base-url", "http://ho st/v1?key=QkEyAbCdEfGh12"],):
+        bad = run("model", *args)
+        assert bad.exit_code == 2 and "QkEyAbCdEfGh12" not in bad.stderr and "key=[hidden]" in bad.stderr
+    key = "sk-proj-Abcdefghijklmnopqrstuvwx0123456789"
+    command = f"OPENAI_API_KEY={key} sh -c 'cat >/dev/null; echo failing >&2; exit 1'"
+    out = run("model", "main", "command", "--command", command)
+    assert key not in out.stdout and "OPENAI_API_KEY=[api key redacted] sh -c" in out.stdout
+    assert "(its secrets redacted, kept in config.json)" in out.stdout
+    assert key not in run("model", "main", "--json").stdout + run("status", "main", "--json").stdout
+    run("append", "main", "word " * 400)  # (long: a node the command is called for)
+    assert run("build-tree", "main").exit_code != 0
+    recorded = (home / "main" / "compactor.json").read_text()
+    assert "OPENAI_API_KEY=[api key redacted] sh -c" in recorded and key not in recorded
+    assert key in (home / "main" / "config.json").read_text()
+
+
+@pytest.mark.parametrize("key", ["sk-proj-Abcdefghijklmnopqrstuvwx0123456789", "ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+                                 "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "AKIAQX4Z7JH2LMN5PQRS"])
+def test_a_key_given_as_key_env_is_refused_and_never_said(key, run, home):
+    """``--key-env sk-proj-…`` was refused with the key echoed; the same in config.json was taken, then printed by
+    ``status``, ``model`` and a warning. Both are refused, the value never said; a variable's name passes."""
+    run("append", "main", "hello")
+    bad = run("model", "main", "openai/x", "--key-env", key)
+    assert bad.exit_code == 2 and bad.stderr.startswith("pimem: error: --key-env wants the NAME") and key not in bad.stderr
+    path = home / "main" / "config.json"
+    path.write_bytes(orjson.dumps({"compactor": {"provider": "openai", "model": "x", "key_env": key}}))
+    for args in (["status", "main"], ["status", "main", "--json"], ["model", "main"], ["build-tree", "main"]):
+        out = run(*args)
+        assert out.exit_code == 2 and "compactor.key_env must name an environment variable" in out.stderr, args
+        assert key not in out.stdout + out.stderr, args
+    path.unlink()
+    for name in ("OPENAI_API_KEY", "AZURE_OPENAI_KEY_2", "my_key", "Key2"):
+        assert run("model", "main", "openai/x", "--key-env", name).exit_code == 0, name
+
+
 @pytest.mark.parametrize("damage", [b"null", b"[]", b'{"extra_tokens": {"openai/m1": "big"}, "failures": {"0+1": "x"}, '
                                                   b'"unbuilt_cost": {"2026-10-08": -1}, "capped": 5}'])
 def test_a_compactor_json_of_another_shape_is_state_lost_not_a_crash(damage, run, home, monkeypatch):

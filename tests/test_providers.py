@@ -140,6 +140,28 @@ def test_a_redirect_is_one_line_naming_where_it_points_and_is_not_followed(tmp_p
     assert len(server.requests) == 2 and elsewhere.requests == []
 
 
+@pytest.mark.parametrize("api,base,path", [
+    ("openai", "/v1?api-version=2024-02-01&key=QkEyAbCdEfGh12", "/v1/chat/completions?api-version=2024-02-01&key=QkEyAbCdEfGh12"),
+    ("openai", "/v1/?key=QkEyAbCdEfGh12", "/v1/chat/completions?key=QkEyAbCdEfGh12"),
+    ("anthropic", "?key=QkEyAbCdEfGh12", "/v1/messages?key=QkEyAbCdEfGh12"),
+    ("anthropic", "/v1?key=QkEyAbCdEfGh12", "/v1/messages?key=QkEyAbCdEfGh12")])
+def test_a_base_urls_query_follows_the_path_and_its_values_are_never_said(tmp_path, monkeypatch, api, base, path):
+    """A base URL with a query (Azure's ``?api-version=``, a key passed as ``?key=``) was sent as
+    ``/v1?key=…/chat/completions``: the path goes before the query. An error shows the query's values hidden."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api, faults=["500", "redirect"]) as server:
+        url = f"http://127.0.0.1:{server.httpd.server_address[1]}{base}"
+        server.location = path  # (the redirect points where the request went, query and all)
+        compactor = Compactor({"provider": api, "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY"}, BuildState(tmp_path))
+        for _ in range(2):
+            with pytest.raises(CallFailed) as failed:
+                compactor.build(Task(0, 3, kind="user", text="x" * 900))
+            assert "QkEyAbCdEfGh12" not in str(failed.value) and "key=[hidden]" in str(failed.value)
+        assert path.partition("?")[0] + "?" in str(failed.value)
+        text, _ = compactor.build(Task(0, 3, kind="user", text="x" * 900))
+    assert text and server.paths == [path] * 3
+
+
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 

@@ -84,9 +84,18 @@ def command(
     output.line(f"{where}: {row['model']}")
     for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if key in row:
-            hidden = key == "base_url" and row[key] != shown[key]
-            kept = " (and a user and password, kept in config.json)" if hidden else ""
-            output.line(f"  {key:<9} {row[key]}{kept}")
+            output.line(f"  {key:<9} {row[key]}{_kept(key, shown[key]) if row[key] != shown[key] else ''}")
+
+
+def _kept(key: str, value: str) -> str:
+    """What a setting shown otherwise than config.json holds it left out (config.json keeps it, to use it)."""
+    from ..compactor.providers import strip_userinfo
+
+    if key != "base_url":
+        return " (its secrets redacted, kept in config.json)"
+    hidden = [what for what, there in (("a user and password", strip_userinfo(value) != value),
+                                       ("the query's values", "=" in value.partition("?")[2])) if there]
+    return f" (and {' and '.join(hidden)}, kept in config.json)" if hidden else ""
 
 
 def _providers() -> list[str]:

@@ -19,10 +19,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from ..config import PROVIDERS, compactor_knob, is_url
+from ..config import PROVIDERS, VAR_NAME_RULE, compactor_knob, is_url, is_var_name
 from ..errors import BadInput
 from .cut import LINE_BYTES, cut_line, strip_controls
-from .providers import CallFailed, without_password
+from .providers import CallFailed, strip_userinfo, without_password
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
@@ -71,8 +71,9 @@ def parse_spec(spec: str, base_url: str | None = None, key_env: str | None = Non
         raise BadInput("the extractive compactor takes no model, URL, key, command or price (it calls nothing)")
     if provider != "command" and command:
         raise BadInput("--command only goes with the command provider")
-    if key_env is not None and not key_env.replace("_", "").isalnum():
-        raise BadInput(f"--key-env wants the NAME of an environment variable, not {key_env!r}")
+    if key_env is not None and not is_var_name(key_env):
+        raise BadInput(f"--key-env wants the NAME of an environment variable ({VAR_NAME_RULE}), not a key or other "
+                       "value (not shown here)")
     if base_url is not None and not is_url(base_url):
         raise BadInput("--base-url must be an http:// or https:// URL naming a host, without spaces, not "
                        f"{without_password(base_url)!r}")
@@ -116,7 +117,7 @@ def unsent_password(cfg: dict) -> str | None:
     API takes its key in the ``Authorization`` header, which they would take too (``HttpProvider.post``: the key
     wins). Anthropic's key has a header of its own, so both go."""
     url = cfg.get("base_url")
-    if cfg.get("provider") != "openai" or not cfg.get("key_env") or not url or without_password(url) == url:
+    if cfg.get("provider") != "openai" or not cfg.get("key_env") or not url or strip_userinfo(url) == url:
         return None
     return (f"the user and password in the base URL are not sent: the API key from ${cfg['key_env']} goes in the "
             "Authorization header they would take")
@@ -131,12 +132,25 @@ def label(cfg: dict) -> str:
 
 def describe(cfg: dict) -> dict:
     """The compactor settings worth showing (never a key: only the name of its variable; the URL without the
-    user and password it may carry, which config.json keeps to send them)."""
+    user and password it may carry and with its query's values hidden, which config.json keeps to send them; a
+    command with its secrets redacted, as a request's are)."""
     out = {"model": label(cfg)}
     for key in ("base_url", "key_env", "command", "price_in", "price_out", "price_cached_in"):
         if cfg.get(key) is not None:
-            out[key] = without_password(cfg[key]) if key == "base_url" else cfg[key]
+            out[key] = shown_setting(key, cfg[key])
     return out
+
+
+def shown_setting(key: str, value):
+    """A compactor setting as pimem shows or records it: ``base_url`` as ``without_password`` shows it, a
+    ``command`` redacted (``OPENAI_API_KEY=sk-… llm …``); any other as it is."""
+    if key == "base_url" and isinstance(value, str):
+        return without_password(value)
+    if key == "command" and isinstance(value, str):
+        from .redact import redact_shown
+
+        return redact_shown(value)
+    return value
 
 
 def offline_meta(label: str, seconds: float) -> dict:

@@ -133,32 +133,69 @@ def _proxy_for(url: str) -> str | None:
 
 
 _USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://|//)?[^/?#]*@")  # a URL's user and password, up to its host
+HIDDEN = "[hidden]"  # a query value of a URL as pimem shows it
+
+
+def strip_userinfo(url: str) -> str:
+    """``url`` without the user and password it may carry (all before the last ``@`` of the part that names the
+    host, as a URL parser reads it; one written without its ``http://`` too)."""
+    return _USERINFO.sub(r"\1", url)
+
+
+def _query_values(url: str) -> list[str]:
+    """The values of ``url``'s query (``?key=K&code=C``: K and C), as written."""
+    query = url.partition("?")[2].partition("#")[0]
+    return [part.partition("=")[2] for part in query.split("&") if part.partition("=")[2]]
 
 
 def without_password(url: str) -> str:
     """``url`` as pimem shows or records it: without the user and password a proxy URL or ``--base-url`` may
-    carry (all before the last ``@`` of the part that names the host, as a URL parser reads it; one written
-    without its ``http://`` too). Read as text: a URL no parser takes (``http://[::1/v1``) is shown so too."""
-    return _USERINFO.sub(r"\1", url)
+    carry (``strip_userinfo``), and each value of its query shown as ``[hidden]`` (a key may be passed there:
+    ``?key=…``). Read as text: a URL no parser takes (``http://[::1/v1``) is shown so too."""
+    url = strip_userinfo(url)
+    head, mark, query = url.partition("?")
+    if not mark:
+        return url
+    query, hash_, fragment = query.partition("#")
+    parts = [name + (f"={HIDDEN}" if value else eq) for name, eq, value in (p.partition("=") for p in query.split("&"))]
+    return f"{head}?{'&'.join(parts)}{hash_}{fragment}"
+
+
+def joined(base_url: str, path: str) -> str:
+    """``path`` (``/chat/completions``) added to the path of ``base_url``, before its query: Azure's
+    ``…/deployments/NAME?api-version=…`` becomes ``…/deployments/NAME/chat/completions?api-version=…``."""
+    head, rest = re.match(r"([^?#]*)(.*)", base_url, re.S).groups()
+    return head.rstrip("/") + path + rest
+
+
+def url_path(url: str) -> str:
+    """The part of ``url`` before its query."""
+    return re.match(r"[^?#]*", url).group()
 
 
 def _hide_password(text: str, url: str) -> str:
-    """``text`` without the password ``url`` carries (``http://user:password@host/v1``): as written, as sent
-    (percent-decoded, and in the ``Basic`` header httpx makes of it, which a server may echo), ``[password]``
-    in its place, and ``url`` itself as ``without_password`` shows it."""
+    """``text`` without the password ``url`` carries (``http://user:password@host/v1``) nor the values of its
+    query: as written, as sent (percent-decoded, and in the ``Basic`` header httpx makes of it, which a server
+    may echo), ``[password]`` and ``[hidden]`` in their places, and ``url`` itself as ``without_password``
+    shows it."""
     import base64
     import urllib.parse
 
+    text = text.replace(url, without_password(url))
     found = _USERINFO.match(url)
     if found:
         userinfo = found.group()[len(found.group(1) or ""):-1]
         user, _, password = userinfo.partition(":")
         plain = [urllib.parse.unquote(user), urllib.parse.unquote(password)]
         basic = base64.b64encode(":".join(plain).encode()).decode()
-        text = text.replace(url, without_password(url)).replace(basic, "[password]")
+        text = text.replace(basic, "[password]")
         for secret in sorted({password, plain[1]}, key=len, reverse=True):
             if len(secret) >= KEY_LEAST:  # (as for a key: a shorter one would be every such letter of the error)
                 text = text.replace(secret, "[password]")
+    values = _query_values(url)
+    for secret in sorted({*values, *map(urllib.parse.unquote_plus, values)}, key=len, reverse=True):
+        if len(secret) >= KEY_LEAST:
+            text = text.replace(secret, HIDDEN)
     return text
 
 
@@ -280,12 +317,12 @@ class HttpProvider:
     def post(self, path: str, body: dict, headers: dict) -> dict:
         import httpx
 
-        url = self.base_url + path
+        url = joined(self.base_url, path)
         shown = without_password(url)
         if any(name.lower() == "authorization" for name in headers):
             # (httpx sends a URL's user and password as an Authorization: Basic header, in place of the API key's
             # Bearer one: the key wins, as curl's -H does over a URL's user and password)
-            url = shown
+            url = strip_userinfo(url)
         if self._client is None:
             proxy = _proxy_for(self.base_url)
             self._via = f" via proxy {without_password(proxy)}" if proxy else ""
@@ -407,7 +444,8 @@ class Anthropic(HttpProvider):
             "temperature": 0.2,
         }
         # (an OpenAI URL ends in /v1, Anthropic's does not: one written so either way reaches /v1/messages)
-        data = self.post("/messages" if self.base_url.endswith("/v1") else "/v1/messages", body, headers)
+        data = self.post("/messages" if url_path(self.base_url).rstrip("/").endswith("/v1") else "/v1/messages", body,
+                         headers)
         usage = _usage(data)
         read = _count(usage.get("cache_read_input_tokens"))  # input_tokens counts only the uncached rest
         written = _count(usage.get("cache_creation_input_tokens"))

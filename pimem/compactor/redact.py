@@ -188,12 +188,28 @@ def library_redact(text: str) -> str:
 def redact(text: str) -> str:
     """``text`` with every secret the patterns or the library recognise replaced by a placeholder naming what
     it was."""
+    return library_redact(_own(text))
+
+
+def redact_shown(text: str) -> str:
+    """``redact`` for a setting pimem shows (a command provider's command line: ``OPENAI_API_KEY=sk-… llm …``):
+    the library's detectors run only when a long word is left that they may know (16 characters of a key's
+    alphabet, letters, digits, ``+=_-``), so ``status`` and ``model`` import it only then."""
+    text = _own(text)
+    return library_redact(text) if _LONG_WORD.search(text) else text
+
+
+def _own(text: str) -> str:
+    """``text`` with every secret pimem's own patterns recognise replaced."""
     lower = text.lower()
     for pattern, placeholder, hints in _PATTERNS:
         if any(hint in lower for hint in hints):
             text = pattern.sub(placeholder, text)
             lower = text.lower()
-    return library_redact(text)
+    return text
+
+
+_LONG_WORD = re.compile(r"[A-Za-z0-9+=_-]{16,}")  # (not a path: no / or .)
 
 
 @functools.lru_cache(maxsize=1 << 14)
