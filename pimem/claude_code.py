@@ -318,11 +318,13 @@ def settings_path(project: bool) -> Path:
 def hook_command(home: str | None = None, name: str | None = None, budget: int | None = None,
                  timeout: float | None = None) -> str:
     """The command Claude Code runs: this pimem by its absolute path (Claude Code's PATH may not find it),
-    with the options given to ``install`` (those left out keep their defaults)."""
+    with the options given to ``install`` (those left out keep their defaults). A pimem started as ``python -m
+    pimem`` is written as ``python -P -m pimem``: Claude Code runs hooks in the project's directory, and ``-m``
+    alone would look there first, running a project's own ``pimem.py`` or ``pimem/`` instead."""
     import shlex
 
     argv0 = Path(sys.argv[0])
-    exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -m pimem"
+    exe = shlex.quote(str(argv0.absolute())) if argv0.name == "pimem" and argv0.is_file() else f"{shlex.quote(sys.executable)} -P -m pimem"
     options = [("--home", home and str(Path(home).expanduser().absolute())), ("--name", name),
                ("--budget", budget), ("--timeout", None if timeout is None else repr(float(timeout)).removesuffix(".0"))]
     command = f"{exe} hook claude-code" + "".join(f" {flag} {shlex.quote(str(value))}" for flag, value in options
@@ -339,8 +341,8 @@ HOOK_OPTIONS = ("--home", "--name", "--budget", "--timeout")  # as ``hook_comman
 
 
 def is_ours(hook) -> bool:
-    """Whether ``hook`` is a command hook as ``hook_command`` writes it (this or another pimem, any options; every
-    version wrote that form), and so one ``install`` may change and ``uninstall`` remove. A user's own command
+    """Whether ``hook`` is a command hook as ``hook_command`` writes it or wrote it before ``-P`` (this or another
+    pimem, any options), and so one ``install`` may change and ``uninstall`` remove. A user's own command
     naming pimem (``my-wrapper pimem hook claude-code``, ``audit --tag pimem -- hook claude-code``) is not."""
     import shlex
 
@@ -353,7 +355,9 @@ def is_ours(hook) -> bool:
         return False
     if words[:1] and os.path.isabs(words[0]) and Path(words[0]).name == "pimem":
         words = words[1:]
-    elif len(words) > 3 and os.path.isabs(words[0]) and words[1:3] == ["-m", "pimem"]:
+    elif len(words) > 4 and os.path.isabs(words[0]) and words[1:4] == ["-P", "-m", "pimem"]:
+        words = words[4:]
+    elif len(words) > 3 and os.path.isabs(words[0]) and words[1:3] == ["-m", "pimem"]:  # (as versions before -P wrote it)
         words = words[3:]
     else:
         return False

@@ -486,6 +486,35 @@ def test_install_merges_into_the_settings_keeping_everything_and_a_backup(home, 
     assert texts() == ["captured through the installed hook"]
 
 
+def test_the_installed_command_runs_this_pimem_not_a_project_s_own(home, tmp_path):
+    """Installed from ``python -m pimem``, the command was ``python -m pimem hook claude-code``: Claude Code runs
+    hooks in the project's directory and ``-m`` looks there first, so a project's own ``pimem.py`` (or
+    ``pimem/``) ran instead, on every event. It is ``python -P -m pimem``; a hook an earlier install wrote
+    without ``-P`` is still pimem's: install changes it, uninstall removes it."""
+    user, project = tmp_path / "user", tmp_path / "project"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    old = f"{sys.executable} -m pimem hook claude-code"  # (as installs before -P wrote it)
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": old, "timeout": 30}]}]}}))
+    done = install(home_dir=user)
+    assert done.returncode == 0 and f"changed pimem's Stop hooks in {settings} from {old} to " in done.stdout, done.stdout
+    command = json.loads(settings.read_text())["hooks"]["Stop"][0]["hooks"][0]["command"]
+    assert command == f"{sys.executable} -P -m pimem hook claude-code"
+    for mine in (project / "pimem.py", project / "pimem" / "__main__.py"):
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        mine.write_text("print('HIJACKED')\n")
+        (mine.parent / "__init__.py").write_text("")  # (a package of the project's: with pimem.py, one it may import)
+        transcript = tmp_path / f"{mine.stem}.jsonl"
+        grow(transcript, line("s9", "user", f"u-{mine.stem}", f"captured from beside {mine.name}", 1))
+        ran = subprocess.run(["sh", "-c", command], input=payload("Stop", "s9", transcript), capture_output=True, cwd=project,
+                             env=subprocess_env())
+        assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"", b"")
+        (project / "pimem.py").unlink(missing_ok=True)
+    assert texts() == ["captured from beside pimem.py", "captured from beside __main__.py"]
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": old}]}]}}))
+    assert uninstall(home_dir=user).returncode == 0 and json.loads(settings.read_text()) == {}
+
+
 def test_install_again_with_other_options_changes_pimem_s_hooks_and_says_so(home, tmp_path):
     """Installing again with another --name (or --budget, --home, --timeout) said 'already in …; nothing
     changed' and kept the old command, so the option given had no effect. pimem's hooks take the new
