@@ -153,8 +153,8 @@ def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
     output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
     if back:
-        output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}) shown as {output.count(spans, 'span')}: "
-                    f"the view is {v.total:,} bytes, past twice its budget, until the compactor summarizes them")
+        output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}), shown as {output.count(spans, 'span')} "
+                    f"not summarized yet: the view is {v.total:,} bytes, past twice its budget, and waits for the compactor")
     if suspect:
         output.line(f"suspect   {output.count(len(suspect), 'line')} {'names' if len(suspect) == 1 else 'name'} what their "
                     f"messages do not hold: {', '.join(suspect[:10])}")
