@@ -10,8 +10,13 @@ path's line and column are one with it (``src/app.ts:225:19``). A number is one 
 digit groups and a range to another (``US$ 3.781,20``, ``2.400 €``, ``52 300 ₽``, ``−2…+3 °C``, ``22:00–02:00``, ``entre 3 y
 5``), a day with its month and year (``15. April 2026``, ``12 de mayo``; ``14時05分11秒``), and words joined to a number by
 hyphens, a slash or colons are one (``prod-db-2``, ``OPS-4711``, ``release/2.4``, ``node:events:634:26``): no piece
-holds part of a fact (one running into it takes it whole). No unit holds half a pair of quotes,
-a statement's operator at its edge (``const config =``), base64 or hex, minified code, a listing's line numbers
+holds part of a fact (one running into it takes it whole); in Japanese or Korean the words written against a
+number are a whole katakana word, kanji or Hangul run (``コード137``, not ``了コード137で異常``), and an endpoint's
+query is one fact with its path (``/api/v1/orders?status=pending&page=2``). No unit holds half a pair of quotes
+(of any kind: ``„“``, ``«»``, ``「」``; a Hebrew abbreviation's ``"``, ``בע"מ``, is none) or of a code span's
+backticks, a code fence's language (``ts`` of a "```ts" line), a key without its value or a value without its key
+(``"beta_ui": true`` is one piece), a statement's operator at its edge (``const config =``) or a call's name without
+its call (``size = int``: ``size = int(os.environ["SIZE"])`` when it fits), base64 or hex, minified code, a listing's line numbers
 (``cat -n``) or a table's row numbers (``1 alice 34``), a diff's marks (``@@ -12,7 +12,9 @@``, a line's ``+``; a
 merge's combined diff's too), a bidirectional control (it would reorder the line on a terminal) or another control
 character (an escape sequence a tool printed, ``\\x05``: no line holds one; a message said as written, having
