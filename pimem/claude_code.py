@@ -9,7 +9,9 @@ sub-agents', in ``<session>/subagents/``) into the project's memory, named as ``
     {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "…"}}
 
 within a character budget: the user's pinned and active memories and, for a prompt, the best ranked
-messages of EARLIER sessions (the current one is in the agent's context already) that pass ``relevant``.
+messages that pass ``relevant`` and are not in the agent's context already: not those its transcript holds
+after its last compaction boundary (``in_context``; a resumed session's copies of an earlier one's lines
+included), so after a compaction the session's own earlier turns are offered too.
 
 The exit codes are Claude Code's: 2 blocks (a prompt is erased), so only a payload that cannot be read
 exits 2; once it is read, every failure is a warning (stderr, and ``systemMessage``, which Claude Code
@@ -45,6 +47,8 @@ NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 SETTLE = 0.05  # seconds of quiet after a whole JSON object that end the payload (a stdin left open)
 ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
+TAIL_BYTES = 16 * 1024 * 1024  # of a transcript's end, the most read for what the agent has in context (no context
+# window holds more)
 
 
 # ---- the payload -------------------------------------------------------------------------------------------
@@ -120,6 +124,7 @@ class Hook:
                 self.warnings.append(f"the event's {field} is not a string; left out")
                 self.payload = payload = {k: v for k, v in payload.items() if k != field}
         self.context = ""
+        self.transcript: Path | None = None  # (the session's own, as ``_transcripts`` finds it)
         self.sources = self._guard(self._transcripts) or []
         self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
 
@@ -132,7 +137,8 @@ class Hook:
             return self.result()
         if self.event in ANSWERS and mem.exists():
             prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
-            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append)) or ""
+            held = (self._guard(lambda: in_context(self.transcript)) or set()) if prompt and self.transcript else set()
+            self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append, held)) or ""
         if self.sources:
             self._guard(lambda: self._capture(mem))
         mem.close()
@@ -161,7 +167,7 @@ class Hook:
             path = os.path.join(os.path.expanduser(cwd), path)
         if not os.path.isfile(path):
             return []
-        main = Path(path).resolve()
+        main = self.transcript = Path(path).resolve()
         found = []
         for file in [main] + sorted((main.with_suffix("") / "subagents").glob("*.jsonl")):
             source = self._guard(lambda: inspect_file(file, "claude", NOT_CLAUDE) if file.is_file() else None)
@@ -252,14 +258,15 @@ def _print(result: dict | None) -> None:
 # ---- the context -------------------------------------------------------------------------------------------
 
 
-def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None) -> str:
-    """The context for the model: the user's memories and, for a prompt, relevant messages of earlier
-    sessions, in at most ``budget`` characters (whole lines only); empty when there is nothing to say. A
-    damaged memory log is said through ``on_damage`` (the hook's warnings, which the user sees)."""
+def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, held: set[str] = frozenset()) -> str:
+    """The context for the model: the user's memories and, for a prompt, relevant messages it does not have in
+    its context (``earlier``; ``held``: the entries it has, ``in_context``), in at most ``budget`` characters
+    (whole lines only); empty when there is nothing to say. A damaged memory log is said through ``on_damage``
+    (the hook's warnings, which the user sees)."""
     from . import budget as budgets, context
 
     head = f"pimem memory '{mem.name}' (this project's earlier sessions; `pimem message {mem.name} I` shows message I whole):"
-    hits = earlier(mem, session, prompt) if prompt else []
+    hits = earlier(mem, session, prompt, held) if prompt else []
     lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
     room = budget - len(head) - 1
     share = room // 2 if lines else room  # the memories leave at least half to relevant hits
@@ -274,11 +281,13 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None) -
     return "\n".join([head] + parts + ([found] if found else [])) if parts or found else ""
 
 
-def earlier(mem, session: str, prompt: str) -> list[dict]:
-    """The best ranked messages for ``prompt`` logged by other sessions than ``session``, relevant ones only,
-    as ``{i, date, kind, snippet, score}``. The ranker gets the prompt as typed (it finds and stems its terms)
-    and reads its first ``QUERY_TERMS`` terms, ``POOL`` postings each, lexically: the hook runs every turn,
-    so it loads no sentence vectors (the semantic extra) and reads no view."""
+def earlier(mem, session: str, prompt: str, held: set[str] = frozenset()) -> list[dict]:
+    """The best ranked messages for ``prompt`` that the agent does not have in its context, relevant ones only,
+    as ``{i, date, kind, snippet, score}``: not those of the entries ``held`` (the lines its transcript holds
+    since its last compaction, whichever session logged them), nor the messages of ``session``'s sub-agents.
+    The ranker gets the prompt as typed (it finds and stems its terms) and reads its first ``QUERY_TERMS``
+    terms, ``POOL`` postings each, lexically: the hook runs every turn, so it loads no sentence vectors (the
+    semantic extra) and reads no view."""
     from . import search, terms
     from .message import KINDS, TOOL_KINDS
 
@@ -287,9 +296,46 @@ def earlier(mem, session: str, prompt: str) -> list[dict]:
         return []
     talk = [k for k in KINDS if k not in TOOL_KINDS]
     found = search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS, semantic=False)
-    others = [(msg, score) for msg, score in found if (msg.get("meta") or {}).get("session") != session]
+    others = [(msg, score) for msg, score in found if not _held(msg.get("meta") or {}, session, held)]
     return [{"i": msg["i"], "date": msg["date"], "kind": msg["kind"], "score": score,
              "snippet": search.snippet(msg["text"], msg["text"].lower(), words)} for msg, score in relevant(others, words)[:HITS]]
+
+
+def _held(meta: dict, session: str, held: set[str]) -> bool:
+    """Whether a logged message is in the agent's context: its entry's uuid (a changed entry's ``UUID.HASH``
+    too) is one of ``held``, or it is a sub-agent's of this session (whose lines the agent has not read, but
+    whose prompt and answer it has)."""
+    entry = meta.get("entry")
+    return isinstance(entry, str) and entry.partition(".")[0] in held or bool(meta.get("sidechain")) and meta.get("session") == session
+
+
+def in_context(path: Path) -> set[str]:
+    """The uuids of the transcript's lines after its last compaction boundary (a ``compact_boundary`` line):
+    what the agent has in its context, an earlier session's lines that a resumed session's transcript holds
+    again included; what came before the boundary it has only as the summary. Only the file's last
+    ``TAIL_BYTES`` are read."""
+    import re
+
+    from .decoder import JSONDecodeError, loads
+
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - TAIL_BYTES))
+        data = f.read(TAIL_BYTES)
+    start = data.find(b"\n") + 1 if size > TAIL_BYTES else 0  # (from its first whole line)
+    end = len(data)
+    while (at := data.rfind(b'"compact_boundary"', start, end)) >= 0:
+        first, last = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        last = len(data) if last < 0 else last
+        try:
+            line = loads(data[first:last])
+        except JSONDecodeError:
+            line = None
+        if isinstance(line, dict) and line.get("type") == "system" and line.get("subtype") == "compact_boundary":
+            start = last
+            break
+        end = first  # (the words in a line of another kind: look further back)
+    return {uuid.decode("ascii", "replace") for uuid in re.compile(rb'"uuid" *: *"([^"\\]*)"').findall(data, start)}
 
 
 def relevant(hits: list[tuple[dict, float]], words: list[str]) -> list[tuple[dict, float]]:

@@ -329,6 +329,63 @@ def test_a_resumed_session_s_entry_written_again_with_other_text_is_captured_and
     assert hook(payload("Stop", "s2", resumed)) == (0, None, "") and texts() == ["hello", "hello, once more"]
 
 
+def uuid_of(k: int) -> str:
+    return f"00000000-0000-4000-8000-{k:012d}"  # (a uuid as Claude Code writes them: an entry in any session)
+
+
+def compaction(session: str, second: int, summary: str) -> list[dict]:
+    """What Claude Code writes when it compacts a conversation: a boundary, then the summary as a user line."""
+    boundary = {"parentUuid": None, "logicalParentUuid": uuid_of(second - 1), "isSidechain": False, "type": "system",
+                "subtype": "compact_boundary", "content": "Conversation compacted", "compactMetadata": {"trigger": "auto", "preTokens": 150000},
+                "sessionId": session, "uuid": uuid_of(900 + second), "timestamp": "2026-10-01T09:59:00.000Z", "cwd": CWD}
+    return [boundary, {**line(session, "user", uuid_of(901 + second), summary, second + 1), "isCompactSummary": True}]
+
+
+def hits_of(answer) -> list[str]:
+    said = context_of(answer) if answer else ""
+    return [row.split(": ", 1)[1] for row in said.partition("<earlier_sessions>\n")[2].partition("\n</earlier_sessions>")[0].splitlines()]
+
+
+def test_after_a_compaction_the_session_s_own_earlier_turns_are_offered(home, tmp_path):
+    """The hook never offered the current session's messages, taking them for the agent's context; after a
+    compaction the agent has only the summary of the turns before it, so a prompt about them found nothing.
+    What the transcript holds after its last compaction boundary is in context; what came before is not."""
+    current = tmp_path / "s1.jsonl"
+    grow(current, *(line("s1", kind, uuid_of(k), f"{kind} {k}: the ibex enclosure needs a {k}-metre fence", k)
+                    for k, kind in enumerate(["user", "assistant"] * 2)))
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", current, prompt="the ibex fence"))
+    assert (code, err) == (0, "") and hits_of(answer) == []  # all in the agent's context
+    grow(current, *compaction("s1", 4, "Summary: we talked about the ibex fence."))
+    assert hook(payload("SessionStart", "s1", current, source="compact")) == (0, None, "")
+    grow(current, line("s1", "user", uuid_of(10), "what did we say about the ibex fence", 10))
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", current, prompt="what did we say about the ibex fence"))
+    assert (code, err) == (0, "")
+    assert sorted(hits_of(answer)) == sorted(f"{kind} {k}: the ibex enclosure needs a {k}-metre fence"
+                                             for k, kind in enumerate(["user", "assistant"] * 2))  # not the summary, not the prompt
+    grow(current, *compaction("s1", 20, "Summary: the ibex fence again."))  # compacted once more: the last boundary counts
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", current, prompt="what did we say about the ibex fence"))
+    assert "what did we say about the ibex fence" in hits_of(answer) and "Summary: the ibex fence again." not in hits_of(answer)
+
+
+def test_a_resumed_session_is_not_offered_the_messages_its_transcript_holds_again(home, tmp_path):
+    """``claude --resume`` writes the earlier session's lines again (same uuids) into the new session's
+    transcript: they are in its context, yet the hook offered them as an earlier session's."""
+    first = tmp_path / "sa.jsonl"
+    words = [f"{kind} {k}: lemur feeding is at {k + 9} o'clock" for k, kind in enumerate(["user", "assistant"] * 2)]
+    said = [line("sa", kind, uuid_of(k), text, k) for k, (kind, text) in enumerate(zip(["user", "assistant"] * 2, words))]
+    grow(first, *said)
+    other = tmp_path / "so.jsonl"
+    grow(other, line("so", "user", uuid_of(50), "the lemur feeding moved to the afternoon", 50))
+    assert hook(payload("Stop", "sa", first)) == (0, None, "") and hook(payload("Stop", "so", other)) == (0, None, "")
+    resumed = tmp_path / "sb.jsonl"
+    grow(resumed, *({**entry, "sessionId": "sb"} for entry in said), line("sb", "user", uuid_of(60), "and the lemur feeding?", 60))
+    code, answer, err = hook(payload("UserPromptSubmit", "sb", resumed, prompt="lemur feeding"))
+    assert (code, err) == (0, "") and hits_of(answer) == ["the lemur feeding moved to the afternoon"]
+    grow(resumed, *compaction("sb", 61, "Summary: lemurs."))  # compacted: the copies are no longer in its context
+    code, answer, err = hook(payload("UserPromptSubmit", "sb", resumed, prompt="lemur feeding"))
+    assert set(words) <= set(hits_of(answer)) and "and the lemur feeding?" in hits_of(answer)
+
+
 def test_a_nul_logged_as_its_sign_is_no_skipped_line(home, tmp_path):
     """A tool's NUL logged as ␀, the message kept, was said to the user as "1 transcript line skipped"."""
     grow(tmp_path / "s1.jsonl", line("s1", "user", "u1", "a\x00b", 1))
