@@ -267,6 +267,9 @@ _TURNS = frozenset(
     "but because although though whereas unless however aber sondern weil obwohl mais parce puisque pero sino "
     "porque aunque però perché porém embora но потому хотя однако але хоча lecz ponieważ maar omdat eftersom "
     "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
+# (those that may follow the words they negate, as a verb's: ``gehen in Latin-1 gar nicht``, ``hazır değil``)
+_AFTER = frozenset("nicht nie niemals nichts niet nooit niets inte ikke ej aldrig aldri değil yok 않다 않아 않아요 않습니다 "
+                   "않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())
 _ROLE = dict.fromkeys(STOP, 0) | dict.fromkeys(_TURNS, 2) | dict.fromkeys(_NEGATORS, 1)  # (a token's, in one look-up)
 
 
@@ -1421,8 +1424,10 @@ def _phrases(text: str, cjk: bool = True):
 def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, int]]):
     """The ``runs`` of one clause holding ``negations`` (in text order), each said with one: a run opened by one
     as it is, a run after one from the nearest before it (``not a bug``, ``Don't ever force-push``, ``None of the
-    replicas were promoted``), a run before them all to the clause's end (``The flaky test is not a regression``,
-    ``gehen in Latin-1 gar nicht``). A negation alone is no run, but when it is the clause (``the logs…nothing``).
+    replicas were promoted``), a run before them all to the clause's end when one that may follow what it negates
+    comes after it (``_AFTER``: ``gehen in Latin-1 gar nicht``), else as it is (``flaky test`` of ``The flaky test is
+    not a regression``: the negation's words come after it). A negation alone is no run, but when it is the clause
+    (``the logs…nothing``).
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
     longer than a piece is none.)"""
     alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
@@ -1432,7 +1437,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
         before = [at for at, to in negations if to <= start]
         if before:
             start = before[-1]
-        elif not any(at == start for at, _ in negations):
+        elif not any(at == start for at, _ in negations) and any(
+                at >= end and text[at:to].lower() in _AFTER for at, to in negations):
             end = runs[-1][1]
         yield start, text[start:end], True
 
