@@ -432,19 +432,31 @@ def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_
     assert snapshot(home) == before
 
 
-def test_out_of_time_is_said_only_when_the_transcript_was_left_unread(home, tmp_path, monkeypatch):
+def test_out_of_time_is_said_only_when_the_transcript_was_left_unread(home, tmp_path):
     from pimem.claude_code import Hook
-    from pimem.importers import job
 
-    monkeypatch.setattr(job, "BATCH_LINES", 3)
     transcript = tmp_path / "s1.jsonl"
-    grow(transcript, *(line("s1", "user", f"u{k}", f"message {k}", k) for k in range(5)))
+    grow(transcript, *(line("s1", "user", f"u{k}", f"message {k}", k) for k in range(3)))
 
-    def past_its_deadline():  # one batch a file, then it stops if there is more
+    def past_its_deadline():  # one line a file, then it stops if there is more
         return Hook(json.loads(payload("Stop", "s1", transcript)), deadline=time.monotonic() - 1).run()
 
-    assert "out of time" in past_its_deadline()["systemMessage"] and len(texts()) == 3
-    assert past_its_deadline() is None and len(texts()) == 5  # the rest read to its end: nothing to warn of
+    for k in (1, 2):
+        assert "out of time" in past_its_deadline()["systemMessage"] and len(texts()) == k
+    assert past_its_deadline() is None and len(texts()) == 3  # the rest read to its end: nothing to warn of
+
+
+def test_a_capture_out_of_time_stops_within_its_batch(home, tmp_path):
+    """The deadline was looked at only between batches of 10,000 lines: a long transcript's first event read
+    and logged a whole batch, seconds past the second the user waits for. Out of time, it stops at the line
+    it is at (one at least), logs what it read, and the next event reads on from there."""
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, *(line("s1", "user", f"u{k}", f"message {k}", k) for k in range(50)))
+    code, answer, err = hook(payload("Stop", "s1", transcript), "--timeout", "0")  # (out of time at once)
+    assert code == 0 and list(answer) == ["systemMessage"] and "out of time" in answer["systemMessage"]
+    assert 1 <= len(texts()) < 50
+    assert hook(payload("Stop", "s1", transcript)) == (0, None, "")
+    assert texts() == [f"message {k}" for k in range(50)]
 
 
 def test_relevance_keeps_hits_holding_enough_of_the_words_and_near_the_best_score():
