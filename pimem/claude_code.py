@@ -15,8 +15,8 @@ included), so after a compaction the session's own earlier turns are offered too
 
 The exit codes are Claude Code's: 2 blocks (a prompt is erased), so only a payload that cannot be read
 exits 2; once it is read, every failure is a warning (stderr, and ``systemMessage``, which Claude Code
-shows the user) and the hook exits 0. Time is bounded: imports stop between batches at the deadline (the
-next event reads on), and a watchdog ends the process a second after it.
+shows the user) and the hook exits 0. Time is bounded: an import reads for a part of the time left and logs
+what it read (the next event reads on), and a watchdog ends the process a second after the deadline.
 
 ``install`` merges the hooks block into a Claude Code settings file, keeping everything already there;
 ``uninstall`` takes pimem's hooks out of it again.
