@@ -1535,6 +1535,8 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
     chosen: dict[int, list[Unit]] = {}  # by message
     taken_bytes: dict[int, int] = {}  # what the units taken from each message cost
     groups: dict[str, list[Unit]] = {}  # by speaker: the pieces each says (tool work aside), none said twice
+    # by message: where the pieces taken from it are in its text, in order (none overlap: ``_joined``)
+    placed: dict[int, list[tuple[int, int]]] = {}
     used = len(head.encode("utf-8")) + (2 if head else 0)
 
     def take(u: Unit, mine: list[Unit], inside: list[Unit], cost: int) -> None:
@@ -1545,10 +1547,13 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
             chosen[c.i].remove(c)
             taken_bytes[c.i] -= c.size + 2
             said_by.remove(c)
+            if c.rank < 2:
+                placed[c.i].remove((c.pos, c.pos + len(c.text)))
         mine.append(u)
         taken_bytes[u.i] = taken_bytes.get(u.i, 0) + u.size + 2
         if u.rank < 2:
             said_by.append(u)
+            bisect.insort(placed.setdefault(u.i, []), (u.pos, u.pos + len(u.text)))
         for w in u.words:  # said now: the other units holding it have one fresh word less (``u`` is done)
             if w not in said:
                 said.add(w)
@@ -1602,7 +1607,12 @@ def compose(pool: list[Unit], head: str = "", limit: int = LINE_BYTES, asker: st
                     continue
             text = u.text
             if not any(text in c.text and _holds(c.text, text) for c in said_by):  # (said already, here or before)
-                over = _over(u, mine) if mine and u.rank < 2 else None
+                over = None
+                if u.rank < 2 and (spots := placed.get(u.i)):  # (one it holds whole is said by it: ``inside``)
+                    end = u.pos + len(text)  # (the last taken piece starting before its end, before its start)
+                    k = bisect.bisect_left(spots, (end,))
+                    if k and spots[k - 1][1] > end or (k := bisect.bisect_left(spots, (u.pos,))) and spots[k - 1][1] > u.pos:
+                        over = _over(u, mine)
                 if over:  # pieces of its message it overlaps in the text: one piece over them all, or it is left out
                     u = _joined(u, over)
                     text = u.text
