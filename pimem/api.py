@@ -105,7 +105,9 @@ class _Held:
         self.lines: dict[str, str] = {}
 
     def __call__(self, msg: dict) -> dict:
-        held = self.mem.held_each([msg["i"]], {msg["i"]: msg["size"]}, lines=self.include_tools)[msg["i"]]
+        # (the line without tools is worked out here, once per call for all the messages it holds)
+        held = self.mem.held_each([msg["i"]], {msg["i"]: msg["size"]}, lines=self.include_tools,
+                                  include_tools=self.include_tools)[msg["i"]]
         if held is not None and not self.include_tools:
             if held["label"] not in self.lines:
                 from .privacy import hide_tools
@@ -265,8 +267,6 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
     """Expand a node ``id+n``: for n=1 the original message (with ``held``; a text past ``MESSAGE_CHARS`` cut
     as ``since`` cuts it, with ``chars`` and ``next_offset`` for ``message`` to read on), else its two halves
     as lines (``text`` null while a half is not summarised yet)."""
-    from .privacy import hide_tools
-
     with Memory.open(name, home) as mem:
         found = mem.zoom(node, include_tools=include_tools)
         if "message" in found:
@@ -274,12 +274,6 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
             if len(msg["text"]) > MESSAGE_CHARS:
                 msg = {**msg, "text": msg["text"][:MESSAGE_CHARS], "chars": len(msg["text"]), "next_offset": MESSAGE_CHARS}
             found["message"] = _Held(mem, include_tools)(msg)
-        else:
-            halves = [(c["level"], c["index"], c["text"]) for c in found["children"]]
-            for child, text in zip(found["children"], hide_tools(mem.messages, halves, holds=mem.span_holds,
-                                                                 stored=mem.leaf_line, line_bytes=mem.tree.line_bytes,
-                                                                 hide=not include_tools)):
-                child["text"] = text
     return found
 
 

@@ -745,43 +745,66 @@ class Memory:
             tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
             self.views.built(views, checked)
 
-    def view_lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
+    def view_lines(self, compactor: bool = False, end: int | None = None, include_tools: bool = False) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
-        ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``)."""
+        ``end`` (exclusive; ``pimem.tree.context_end(l, i)`` gives it for building node ``(l, i)``). Tool calls
+        and results are markers, and tool output a summary quotes is masked, unless ``include_tools``, as
+        ``pimem view`` shows them."""
         _flag(compactor, "compactor")
         if end is not None:
             _number(end, "end")
+        _flag(include_tools, "include_tools")
         with self._derived:
-            return self.views.lines(compactor, end)
+            return self.views.lines(compactor, end, include_tools)
 
-    def held(self, i: int) -> dict | None:
+    def held(self, i: int, include_tools: bool = False) -> dict | None:
         """How the view holds message ``i`` today: ``{"held": "verbatim"|"summarized"|"pending"|"inside",
         "label": "id+n", "n": n, "line": rendered line}``; ``pending`` is a leaf not summarised yet (shown as a
-        placeholder). None when no view exists yet or ``i`` is not in it."""
+        placeholder). None when no view exists yet or ``i`` is not in it. The line's tool traffic is taken out
+        unless ``include_tools``, as ``view_lines`` does."""
         _number(i, "i")  # (before held_each, which names its own ids)
-        return self.held_each([i])[i]
+        return self.held_each([i], include_tools=include_tools)[i]
 
     def held_each(self, ids: list[int], sizes: dict[int, int] | None = None,
-                  lines: bool = True) -> dict[int, dict | None]:
+                  lines: bool = True, include_tools: bool = False) -> dict[int, dict | None]:
         """``held`` for several messages (search and recall report it per hit), costing what they cost, not
         what the view costs: read from ``view.json`` around each message where it is current, else from the
         view caught up once for this object. ``sizes``: the messages' ``size`` where the caller has them
-        (else each is read); ``lines=False`` leaves ``line`` out (no text is read)."""
+        (else each is read); ``lines=False`` leaves ``line`` out (no text is read); each line's tool traffic
+        is taken out unless ``include_tools``."""
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i <= MAX_I for i in ids):
             raise BadInput(f"ids are a list of message numbers (0 to {MAX_I}), not {ids!r:.40}")
         if sizes is not None and not isinstance(sizes, dict):
             raise BadInput(f"sizes is a dict of the messages' sizes or None, not {sizes!r:.40}")
         _flag(lines, "lines")
+        _flag(include_tools, "include_tools")
         sizes = sizes or {}
         with self._derived:
-            return self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
+            found = self.views.held(ids, lambda i: sizes[i] if i in sizes else self.message(i)["size"], lines)
+            if lines and not include_tools:
+                from .privacy import hide_tools
+                from .tree import parse_label
+                from .view import render_line
+
+                shown: dict[str, str] = {}  # (each line worked out once)
+                for held in found.values():
+                    if held is not None and held["label"] not in shown:
+                        l, i = parse_label(held["label"])
+                        text = self.tree.text(l, i) if held["held"] != "pending" else None
+                        hidden = hide_tools(self.messages, [(l, i, text)], holds=self.span_holds,
+                                            stored=self.leaf_line, line_bytes=self.tree.line_bytes)
+                        shown[held["label"]] = render_line(l, i, hidden[0])
+                    if held is not None:
+                        held["line"] = shown[held["label"]]
+            return found
 
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →
         ``{"label", "children": [{"label", "level", "index", "text"|None}, …]}`` (the two halves, any
-        aligned node). Malformed or misaligned ids raise ``BadInput``, ids past the log ``NotFound``; tool
-        calls and results need ``include_tools``."""
+        aligned node, as a reader is shown them: tool traffic taken out unless ``include_tools``, as
+        ``view_lines`` does). Malformed or misaligned ids raise ``BadInput``, ids past the log ``NotFound``;
+        a tool call or result (n=1) needs ``include_tools``."""
         from . import tree as trees
         from .message import is_tool
 
@@ -794,11 +817,14 @@ class Memory:
                 what = "tool call" if msg["kind"] == "tool" else "tool result"
                 raise BadInput(f"message {i} is a {what}; add --include-tools (include_tools over MCP) to show it")
             return {"label": trees.label(0, i), "message": msg}
-        children = []
+        from .privacy import hide_tools
+
         with self._derived:
-            for k in (2 * i, 2 * i + 1):
-                children.append({"label": trees.label(l - 1, k), "level": l - 1, "index": k,
-                                 "text": self.tree.text(l - 1, k, count)})
+            halves = [(l - 1, k, self.tree.text(l - 1, k, count)) for k in (2 * i, 2 * i + 1)]
+            texts = hide_tools(self.messages, halves, holds=self.span_holds, stored=self.leaf_line,
+                               line_bytes=self.tree.line_bytes, hide=not include_tools)
+        children = [{"label": trees.label(hl, k), "level": hl, "index": k, "text": text}
+                    for (hl, k, _), text in zip(halves, texts)]
         return {"label": trees.label(l, i), "children": children}
 
 

