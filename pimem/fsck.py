@@ -22,6 +22,7 @@ from . import decoder, message as msgs, when
 from .errors import PimemError
 from .home import append_durably
 from .memory import Memory
+from .nofollow import check_dir, kind, read_bytes
 from .output import count
 
 # how a line torn by a crash starts, per file: the first key a writer puts down
@@ -159,7 +160,7 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
     readers read a last line that is whole JSON without its newline (the chains' do; the log's and the tree's
     skip it as torn until it is sealed), so it is yielded too."""
     rel = str(path.relative_to(mem.path))
-    data = path.read_bytes()
+    data = read_bytes(path)  # (a link: refused, as every reader refuses it)
     if loads is decoder.loads and data.startswith(decoder.BOM):
         data = data[len(decoder.BOM):]
     lines = data.split(b"\n")
@@ -244,11 +245,11 @@ def check_tree(mem: Memory) -> list[Finding]:
     from .tree import byte_size, label, unrecorded
 
     found: list[Finding] = []
-    count = mem.count()
+    total = mem.count()
     line_bytes = int(mem.config["line_bytes"])
     seen: dict[tuple[int, int], str] = {}
     tree_dir = mem.path / "tree"
-    paths = sorted(tree_dir.glob("*.jsonl")) if tree_dir.is_dir() else []
+    paths = sorted(tree_dir.glob("*.jsonl")) if check_dir(tree_dir) else []  # (a link: refused, never read through)
     for path in paths:
         for where, raw, node in _lines(mem, "tree", path, found, _TORN_NODE):
             l, i = (node.get("l"), node.get("i")) if type(node) is dict else (None, None)
@@ -263,8 +264,8 @@ def check_tree(mem: Memory) -> list[Finding]:
                 found.append(Finding(mem.name, "tree", where, f"node {name} built twice (first at {seen[l, i]}, which readers use)"))
             else:
                 seen[l, i] = where
-            if (i + 1) << l > count:
-                found.append(Finding(mem.name, "tree", where, f"node {name} covers messages past the end of the log ({count})"))
+            if (i + 1) << l > total:
+                found.append(Finding(mem.name, "tree", where, f"node {name} covers messages past the end of the log ({total})"))
             if node.get("size") != byte_size(text):
                 found.append(Finding(mem.name, "tree", where, f"node {name}: size is {node.get('size')!r}, the text makes it {byte_size(text)}"))
             wrong = unrecorded(node)
@@ -315,7 +316,7 @@ def check_chains(mem: Memory, known: dict[str, int] | None = None) -> list[Findi
 
     found: list[Finding] = []
     for chain in (memory_chain(mem.path), window_chain(mem.path)):
-        if not chain.path.exists():
+        if kind(chain.path) is None:  # (a link, even one to nothing, is refused as its readers refuse it)
             continue
         for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads, True):
             pass

@@ -212,6 +212,16 @@ def test_fsck_checks_tree_nodes(run, home, two):
     assert "repaired: torn last line" in out.stdout and out.exit_code == 5  # the rest is for a person
 
 
+def test_fsck_names_a_tree_line_that_is_no_node(run, home, two):
+    """A JSON line that is no node crashed fsck (TypeError: the log's count shadowed the counting helper)."""
+    tree = home / "old" / "tree"
+    tree.mkdir()
+    (tree / "2026-10-08.jsonl").write_bytes(b'{"l":0,"i":0,"text":"a summary","size":9}\n{"x":1}\n')
+    out = run("fsck", "old")
+    assert out.exit_code == 5, out.output
+    assert out.stdout == "old: tree: tree/2026-10-08.jsonl:2: problem: damaged line (7 bytes) is not a node; readers skip it\n"
+
+
 def test_fsck_repair_refolds_an_unusable_view(run, home, two):
     good = run("view", "old").stdout
     (home / "old" / "view.json").write_text('{"version": 1, "view": {"lines": "nonsense"}}')

@@ -72,6 +72,23 @@ def test_a_planted_link_is_refused_and_nothing_outside_is_touched(sh, home, memo
         assert snapshot(outside) == before, argv  # nothing created, grown or changed where the link points
 
 
+def test_fsck_refuses_a_planted_tree_or_chain_link_and_never_reads_through_it(sh, home, memory, outside):
+    """fsck read the files of a tree/ that was a link (where no view.json sent it through the tree's readers)
+    and said ok, and took a memory.jsonl linked to nothing for no file: like every reader, it refuses both."""
+    (outside / "2026-10-08.jsonl").write_bytes(b'{"x":1}\n')
+    (memory / "view.json").unlink()
+    for where, target in (("tree", outside), ("memory.jsonl", outside / "nothing-here")):
+        link = memory / where
+        plant(link, target)
+        out = sh("fsck", "m")
+        err = out.stderr.decode()
+        assert out.returncode == 5 and out.stdout == b"", (where, out)
+        assert err.count("\n") == 1 and str(link) in err and "symbolic link" in err, (where, err)
+        link.unlink()
+        if link.with_name(where + ".moved").exists():
+            link.with_name(where + ".moved").rename(link)
+
+
 def test_a_tree_file_planted_as_a_link_is_never_written_through(sh, home, memory, outside):
     tree_file = next((memory / "tree").glob("*.jsonl"))
     plant(tree_file, outside / "victim.jsonl")
