@@ -19,7 +19,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <
 from typer.core import TyperCommand
 
 from . import env, output
-from .errors import ExitStatus, PimemError, shortened, translate
+from .errors import ExitStatus, PimemError, one_line, shortened, translate
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -294,7 +294,7 @@ def _usage_error(exc: ClickException, args: list[str]) -> ExitStatus:
         return ExitStatus.USAGE
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    message = shortened(exc.format_message().rstrip("."), tuple(args))
+    message = shortened(one_line(exc.format_message().rstrip(".")), tuple(args))
     env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
     return ExitStatus.USAGE
 

@@ -51,7 +51,7 @@ class PimemError(Exception):
     code = ExitStatus.USAGE
 
     def __init__(self, message: str, code: ExitStatus | None = None):
-        super().__init__(shortened(readable(message)))
+        super().__init__(shortened(one_line(readable(message))))
         if code is not None:
             self.code = ExitStatus(code)
 
@@ -119,6 +119,18 @@ def readable(text: str) -> str:
     except UnicodeEncodeError:
         return escaped(text)
     return text
+
+
+# what a line for a person shows of a control character (a message's, or a path's: a home named with a newline
+# or an ESC), as ``cat -v`` shows it, so that it stays one line and steers nothing (an ESC must not recolour the
+# terminal, a BEL ring it): newlines and tabs are spaces, other C0 controls ``^[``, DEL ``^?``, a C1 control �
+SHOWN = {**{c: f"^{chr(c + 64)}" for c in range(32)}, 9: " ", 10: " ", 13: " ", 127: "^?",
+         **{c: "\ufffd" for c in range(0x80, 0xA0)}}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters shown as ``SHOWN`` says (an error's or a warning's line)."""
+    return text.translate(SHOWN) if any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in text) else text
 
 
 LONG, QUOTED = 200, 60  # a piece of the user's input an error quotes is long past LONG characters; it shows QUOTED

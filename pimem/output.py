@@ -11,7 +11,7 @@ import sys
 import orjson
 
 from . import env
-from .errors import ExitStatus, PimemError, readable, shortened
+from .errors import SHOWN, ExitStatus, PimemError, one_line, readable, shortened
 
 _STYLES = {"dim": "2", "bold": "1", "green": "32", "yellow": "33", "cyan": "36", "red": "31", "match": "1;31"}
 
@@ -258,7 +258,7 @@ def info(text: str) -> None:
 
 
 def warn(text: str) -> None:
-    env.stderr().write(f"pimem: warning: {shortened(readable(text))}\n")
+    env.stderr().write(f"pimem: warning: {shortened(one_line(readable(text)))}\n")
 
 
 def quiet_stdout() -> None:
@@ -350,10 +350,9 @@ def style(text: str, name: str) -> str:
 
 
 # for a line a person reads: newlines and tabs are spaces, and the other control characters are shown, not
-# obeyed (an ESC from a transcript must not recolour the terminal, a BEL ring it), as ``cat -v`` shows them;
-# a C1 control as � (the bidirectional embeddings, overrides and isolates are left out before: ``tree.plain``)
-_FLAT = {**{c: f"^{chr(c + 64)}" for c in range(32)}, 9: " ", 10: " ", 13: " ", 127: "^?",
-         **{c: "\ufffd" for c in range(0x80, 0xA0)}}
+# obeyed, as ``cat -v`` shows them (``errors.SHOWN``; the bidirectional embeddings, overrides and isolates are
+# left out before: ``tree.plain``)
+_FLAT = SHOWN
 
 
 def flatten(text: str) -> str:

@@ -417,6 +417,51 @@ def test_view_lines_are_one_line_each_and_inert_on_a_terminal(run, home):
     assert first["text"] == "user: " + text  # the JSON gives the text exactly
 
 
+def test_lines_for_a_person_steer_nothing_on_a_terminal(tmp_path):
+    """On a terminal (a pty: pimem colours its own parts there), ``search``, ``list``, ``since --text``, ``map``,
+    ``memories`` and ``status`` write only their own colour codes: a message's clipboard write (OSC 52), bell
+    and screen clear are shown as ``cat -v`` shows them (``^[]52;…^G``), and so is a home whose path holds a
+    newline and an escape sequence (``status`` printed it raw, and an error naming the home broke its line)."""
+    import os
+    import pty
+    import re
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    home = tmp_path / "ho\n\x1b]52;c;QQ==\x07me"
+    home.mkdir()
+    evil = "look \x1b]52;c;ZWNobyBwd25lZA==\x07 x \x1b[2J"
+
+    def on_a_pty(*args) -> bytes:
+        leader, follower = pty.openpty()
+        with subprocess.Popen(pimem_cmd(*args), stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+                              env=subprocess_env(PIMEM_HOME=home, NO_COLOR="", TERM="xterm")) as proc:
+            os.close(follower)
+            out = b""
+            while True:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # (the pty's other end closed)
+                    break
+                if not chunk:
+                    break
+                out += chunk
+        os.close(leader)
+        return out
+
+    for argv in (["append", "m", evil], ["remember", "m", evil]):
+        assert subprocess.run(pimem_cmd(*argv), capture_output=True, env=subprocess_env(PIMEM_HOME=home)).returncode == 0
+    for argv in (["search", "look", "m"], ["list"], ["since", "m", "#0", "--text"], ["map", "m"], ["memories", "m"],
+                 ["status", "m"], ["since", "nothing-here"]):
+        out = on_a_pty(*argv)
+        assert b"\x07" not in out and b"\x1b]" not in out and b"\x1b[2J" not in out, (argv, out)
+        assert not re.search(rb"\x1b(?!\[[0-9;]*m)", out), (argv, out)  # (only colour codes of its own)
+        assert b"ho\r\n" not in out, (argv, out)  # (the home's newline: a pty writes it as CR LF)
+        if argv[0] != "map":
+            assert b"^[]52;c;" in out, (argv, out)
+
+
 def test_view_lines_leave_out_colour_codes_and_invisible_format_characters(run, sh, home):
     """A line the model reads holds no terminal escape sequence (its ESC a space left ``[31m`` standing in the
     text) and no other invisible format character (a zero-width space, a byte order mark, tags outside a flag), but

@@ -69,7 +69,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     def local(text):
         return _local(text, now)
 
-    output.line(f"memory    {row['name']}  ({row['path']})")
+    output.line(f"memory    {row['name']}  ({output.flatten(row['path'])})")
     output.line(f"messages  {row['messages']:,}  in {output.count(row['log_files'], 'daily file')}, {output.count(row['log_bytes'], 'byte')}")
     if row["messages"]:
         output.line(f"from      {local(row['first'])}")
