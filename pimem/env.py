@@ -37,9 +37,10 @@ class Environment:
     def home(self, explicit: str | os.PathLike | None = None) -> Path:
         """The store home: ``--home``, then this environment's, ``$PIMEM_HOME``, ``$PI_MEM_HOME``,
         ``~/.pi/memory``."""
-        for candidate in (explicit, self._home, os.environ.get("PIMEM_HOME"), os.environ.get("PI_MEM_HOME")):
+        for source, candidate in (("home", explicit), ("home", self._home), ("$PIMEM_HOME", os.environ.get("PIMEM_HOME")),
+                                  ("$PI_MEM_HOME", os.environ.get("PI_MEM_HOME"))):
             if candidate:
-                return _resolved(os.fspath(candidate))
+                return _resolved(os.fspath(candidate), source)
         return _resolved(os.path.join(user_home(), ".pi", "memory"))
 
     def now(self) -> datetime:
@@ -136,11 +137,22 @@ def user_home() -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _resolved(home: str) -> Path:
+def _resolved(home: str, source: str = "home") -> Path:
     """The home with its links resolved, once: the home itself may be a link (the user's), while nothing under
     it is ever followed (``pimem.nofollow``). A home that is there and no directory is refused (exit 7, as the
     system refuses to make anything under it): every command would fail on it, ``list`` saying no memory was
-    there."""
+    there. A relative path from the environment (``source``: ``$PIMEM_HOME``) is refused (exit 2): it is read
+    from every directory a command runs in (a hook's, cron's, an MCP client's), each of which would hold a
+    home of its own; ``--home`` (``home``) is taken from the working directory, as any path on a command line."""
+    if "\x00" in home:  # (no path holds one; the system would raise ValueError)
+        from .errors import BadInput
+
+        raise BadInput(f"{source} is a directory's path, which holds no NUL byte, not {home!r:.60}")
+    if source != "home" and not os.path.isabs(os.path.expanduser(home)):
+        from .errors import BadInput
+
+        raise BadInput(f"{source} is a relative path ({home!r:.60}): set it to an absolute one (it would name another "
+                       "home in each directory a command runs in)")
     path = os.path.realpath(os.path.expanduser(home))
     if os.path.exists(path) and not os.path.isdir(path):
         from .errors import ExitStatus, PimemError

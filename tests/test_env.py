@@ -106,3 +106,35 @@ def test_a_bad_frozen_clock_is_one_line_and_creates_nothing(sh, home, value):
     assert not home.exists()
     assert sh("append", "fresh", "x", PIMEM_NOW="2026-10-08t01:30:00.5z").returncode == 0
     assert json.loads(sh("since", "fresh", "#0").stdout)["date"] == "2026-10-08T01:30:00.500+00:00"
+
+
+@pytest.mark.parametrize("var", ["PIMEM_HOME", "PI_MEM_HOME"])
+def test_a_relative_home_variable_is_refused_and_creates_nothing(tmp_path, var):
+    """A relative $PIMEM_HOME was taken from the working directory: run from / it created /rel, from a project
+    a home inside it, so a hook, cron and a shell each wrote a memory of their own. It is refused (exit 2, one
+    line); ``--home rel``, typed where it is meant, is taken from the working directory as any path argument."""
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    environ = {k: v for k, v in subprocess_env().items() if k not in ("PIMEM_HOME", "PI_MEM_HOME")}
+    for argv in (["append", "m", "hi"], ["list"], ["hook", "install", "claude-code", "--dry-run"]):
+        out = subprocess.run(pimem_cmd(*argv), cwd=tmp_path, capture_output=True,
+                             env={**environ, var: "rel", "HOME": str(tmp_path / "me")})
+        assert out.returncode == 2 and out.stdout == b"", (argv, out)
+        assert out.stderr == (f"pimem: error: ${var} is a relative path ('rel'): set it to an absolute one (it would "
+                              "name another home in each directory a command runs in)\n").encode(), argv
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    out = subprocess.run(pimem_cmd("append", "--home", "rel", "m", "hi"), cwd=tmp_path, capture_output=True, env=environ)
+    assert out.returncode == 0 and (tmp_path / "rel" / "m" / "main").is_dir()
+
+
+def test_a_home_holding_a_nul_byte_is_bad_input_naming_home(tmp_path):
+    """``Memory.at("zz", home="/x\\x00y")`` raised the system's bare ValueError ("embedded null byte")."""
+    from pimem import Memory, api
+    from pimem.errors import BadInput
+
+    for call in (lambda: Memory.at("zz", home="/x\x00y"), lambda: Memory.all(home=tmp_path / "a\x00b"),
+                 lambda: api.list_memories(home="/x\x00y")):
+        with pytest.raises(BadInput, match=r"^home is a directory's path, which holds no NUL byte, not '/"):
+            call()
