@@ -87,6 +87,10 @@ MORE_ORDINARY = [
     "git clone git@github.com:acme/app.git && curl https://deploy@ci.example.com/api",
     "postgres://localhost:5432/app and http://localhost:8080/v1 and redis://cache:6379/0",
     "compass: northwest, bypass_cache: enabled, passes: 3, pass: true",
+    "# First pass: determine the longest option name; Pass :meth:`peek` a default",
+    '"max_tokens": "a whole number of tokens above 0", "author": " Bob "',
+    "token = self.get_token(); tokens_cached = min(tokens_cached, tokens_in); signing_key = self.match_kid(keys, kid)",
+    'public_key: "_EllipticCurvePublicKey", information can be given with the --username and --password options',
 ]
 
 

@@ -5,8 +5,8 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
 1. pimem's own patterns: whole private key blocks, credentials inside URLs (a password, the user's too when
    empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
-   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a quoted
-   value whole, ``Authorization: Bearer …``);
+   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
+   quoted value whole, ``Authorization: Bearer …``);
 2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
@@ -30,10 +30,10 @@ import re
 # case). Redacting a 30 KB request costs some 20-30 ms of CPU here, about half of it detect-secrets'
 # detectors (``library_redact``): small next to the model call it precedes
 # names whose value is a secret: password, DB_PASS, passphrase, token, api_key, ENCRYPTION_KEY, session_key…
-# (``pass`` alone only as a word of its own: not bypass, compass; the lookahead of first letters fails the other
-# places fast, halving the cost)
-_NAMES = r"""(?=[pstaecmhjlf])(?:password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|auth
-    |(?<!(?-i:[a-z]))pass(?:phrase|code)?(?![a-z])
+# (``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor "the first pass: …"; the
+# lookahead of first letters fails the other places fast, halving the cost)
+_NAMES = r"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|pwd|secret|token|api[_-]?key|access[_-]?key
+    |private[_-]?key|auth|(?<=[_.-])pass(?![a-z])|(?-i:PASS)(?![A-Za-z])
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key(?![a-z]))"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
@@ -85,13 +85,18 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
     # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included, DB_PASS,
-    # passphrase, ENCRYPTION_KEY, session_key); a quoted value whole, spaces and all
+    # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
+    # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
+    # an author's: max_tokens: "a number of tokens")
+    (re.compile(r"""(?ix)((?<!(?-i:[a-z]))(?=[ps])(?:password|passwd|passphrase|pass|pwd|secret)["']?\s*[:=]\s*)
+                    (["'])(?!\[)[^"'\n]*?\s[^"'\n]*?\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
-        ({_NAMES}[\w.-]*["']?\s*[:=]\s*)
-        (?:(["'])(?!\[)[^"'\n]*?\s[^"'\n]*?\2
-         |(["']?)(?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;]))[^\s"',;]{{6,}})"""),
-     lambda m: m.group(1) + (f"{m[2]}[secret redacted]{m[2]}" if m[2] else f"{m[3]}[secret redacted]"), _NAME_HINTS),
+        ({_NAMES}[\w.-]*
+         ["']?\s*[:=]\s*["']?)
+        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]))
+        (?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}}"""),
+     r"\1[secret redacted]", _NAME_HINTS),
     # any other NAME_KEY = value, when the value is key material (long, random, base64 or hex)
     (re.compile(r"""(?i)([_-]key["']?\s*[:=]\s*["']?)((?!\[)[^\s"',;]{16,})"""),
      lambda m: m.group(1) + _if_key(m.group(2), strict=True), ("key",)),
@@ -102,12 +107,14 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      ("mysql", "mariadb")),
     (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p\s+)([^\s\"'-][^\s\"']*)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("mysql", "mariadb")),
-    # the password flag of a command that takes one (sshpass -p, redis-cli -a, docker login -p), and --password
-    # VALUE (written --password=VALUE it is a name = value)
+    # the password flag of a command that takes one (sshpass -p, redis-cli -a, docker login -p, its --password),
+    # and --password VALUE of any other when random (written --password=VALUE it is a name = value)
     (re.compile(r"""(\b(?:sshpass\b[^\n|;&]*?\s-p|redis-cli\b[^\n|;&]*?\s(?:-a|--pass)|"""
-                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo)\s+login\b[^\n|;&]*?\s-p)\s*"""
-                r"""|(?:^|\s)--(?:password|passwd|pass|secret|token|api-key)\s+)(["']?)(?![$\[-])([^\s"']+)\2"""),
-     r"\1\2[password redacted]\2", ("sshpass", "redis-cli", "login", "--pass", "--secret", "--token", "--api-key")),
+                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo)\s+login\b[^\n|;&]*?\s(?:-p|--password))"""
+                r"""\s*)(["']?)(?![$\[-])([^\s"']+)\2"""),
+     r"\1\2[password redacted]\2", ("sshpass", "redis-cli", "login")),
+    (re.compile(r"""((?:^|\s)--(?:password|passwd|pass|secret|token|api-key)\s+["']?)(?![$\[-])([^\s"']+)"""),
+     lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("--pass", "--secret", "--token", "--api-key")),
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b:?(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
@@ -145,9 +152,9 @@ def _if_random(word: str, placeholder: str) -> str:
 
 def _if_key(value: str, strict: bool = False) -> str:
     """``[secret redacted]`` for key material standing as a value: random (``looks_random``), and with
-    ``strict`` 16 characters or more in a key's alphabet too (letters, digits, ``+/=_%-``: base64, hex);
-    ``value`` as it is otherwise (a word, a path, a number, a cache key like ``user:42:profile``)."""
-    if strict and not (len(value) >= 16 and _KEY_ALPHABET.fullmatch(value)):
+    ``strict`` 16 characters or more in a key's alphabet too (letters, digits, ``+/=_%-``: base64, hex) with a
+    digit; ``value`` as it is otherwise (a word, a path, a number, a class name, ``user:42:profile``)."""
+    if strict and not (len(value) >= 16 and _KEY_ALPHABET.fullmatch(value) and any(c.isdigit() for c in value)):
         return value
     return "[secret redacted]" if looks_random(value) else value
 
