@@ -1167,6 +1167,26 @@ def test_a_piece_holds_the_negation_of_its_clause(clause, negations, said):
                 assert any(word in words.findall(piece) for word in negations), line
 
 
+def test_a_piece_far_past_its_negation_is_left_out():
+    """A piece after a negation was widened back to it however far past it it came (``not fail on the staging
+    cluster after the long weekend of upgrades to the database schema``): a long piece that cost the line its other
+    words. One starting more than ``NEGATION_REACH`` characters past the negation's end is left out; one nearer is
+    said with it."""
+    clauses = [("The nightly job did not fail on the staging cluster after the long weekend of upgrades to the "
+                "database schema.", "not", "staging cluster", "database schema"),
+               ("El servidor no responde a las peticiones del balanceador tras la larga actualización de la base de "
+                "datos.", "no", "peticiones del balanceador", "datos")]
+    for clause, negation, near, far in clauses:
+        end = clause.index(f" {negation} ") + 1 + len(negation)
+        assert clause.index(near) - end <= extractive.NEGATION_REACH < clause.index(far) - end
+        text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
+        found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+        assert any(piece.startswith(f"{negation} ") and piece.endswith(near) for piece in found), found
+        assert not any(far in piece for piece in found), found
+        line = extractive.leaf("pi", text, 200)
+        assert f"{negation} " in line and far not in line, line
+
+
 def test_a_negation_reaches_to_its_clause_s_turn():
     """A negation reaches no further than its clause: a break, or a word that turns it (``but``, ``sondern``,
     ``because``); what follows is said as it is. A negation that is its clause is said (``the logs…nothing``)."""
@@ -1877,7 +1897,8 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     token, a token after a dot that opens a word (``.github/…``), its fourth word, or a break
     (``extractive._BREAK``) between two of its tokens. A negation (``extractive._NEGATORS``) ends a run and opens
     one; a clause (between two breaks or turns, ``extractive._TURNS``) holding one says each of its runs with one:
-    a run after one from the nearest before it, a run before them all up to the clause's last run's end when one of
+    a run after one from the nearest before it (none when it starts more than ``extractive.NEGATION_REACH``
+    characters past its end), a run before them all up to the clause's last run's end when one of
     ``extractive._AFTER`` comes after it; a negation alone is no run, but when it is its clause's only run."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     clauses = [([], [])]  # each: its runs (the (start, end) of their tokens) and its negations
@@ -1921,9 +1942,11 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             if negations:
                 if (start, end) in negations and len(spans) > 1:
                     continue
-                before = [at for at, _ in negations if at < start]
+                before = [(at, to) for at, to in negations if at < start]
                 if before:
-                    start = before[-1]
+                    if start - before[-1][1] > extractive.NEGATION_REACH:
+                        continue
+                    start = before[-1][0]
                 elif start not in [at for at, _ in negations] and any(
                         at >= end and text[at:to].lower() in extractive._AFTER for at, to in negations):
                     end = spans[-1][1]

@@ -31,8 +31,9 @@ in a name when it is quoted (one longer than a piece by its end), its space esca
 Documents/report 2024.pdf``). A piece in a clause holding a negation takes it, right before it (``never committed``,
 ``not optional``), a few words before it (``not a bug in the worker``, ``None of the replicas were promoted``) or after
 it (``gehen in Latin-1 gar nicht``), up to the clause's end or a word that turns it (``but``, ``sondern``): never
-``committed``, ``bug`` or ``gehen`` alone (one too long with it is left out); a negation is no piece alone but for a
-clause it is whole (``the logs…nothing``). A harness's notes (``[Request interrupted by user]``, a
+``committed``, ``bug`` or ``gehen`` alone (one too long with it, or starting more than ``NEGATION_REACH``
+characters past it, is left out); a negation is no piece alone but for a clause it is whole (``the logs…nothing``).
+A harness's notes (``[Request interrupted by user]``, a
 slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
 command or file and the result's exit code, test counts and error names (a result whose call is not in the line names
@@ -91,6 +92,7 @@ FEW = 16  # messages: fewer give no word statistics (every other word counts the
 IDF_KEPT = 1 << 18  # words whose weight a memory's statistics remember
 COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
+NEGATION_REACH = 24  # characters: a piece starting farther past its negation is left out, not said with it
 ASK = 1.0  # weight of the user's first sentence (the ask)
 SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
@@ -1429,14 +1431,17 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     not a regression``: the negation's words come after it). A negation alone is no run, but when it is the clause
     (``the logs…nothing``).
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
-    longer than a piece is none.)"""
+    longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
+    widened back to it, it would cost the line its other words.)"""
     alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
     for start, end in runs:
         if (start, end) in alone:
             continue
-        before = [at for at, to in negations if to <= start]
+        before = [(at, to) for at, to in negations if to <= start]
         if before:
-            start = before[-1]
+            if start - before[-1][1] > NEGATION_REACH:
+                continue  # (too far past it: with it, a long piece that costs the line its other words)
+            start = before[-1][0]
         elif not any(at == start for at, _ in negations) and any(
                 at >= end and text[at:to].lower() in _AFTER for at, to in negations):
             end = runs[-1][1]
