@@ -23,6 +23,13 @@ def summary_for(body: str) -> str:
     return f"user: summary of {what}; pi: done. Extra words to pad the line a little."
 
 
+def filler(size: int) -> str:
+    """``size`` characters of padding: words that differ and hold no number (the same word over and over is no
+    summary, ``pimem/compactor/junk.py``; a number would be a fact the faithfulness guard looks for)."""
+    words = (chr(97 + k % 26) + chr(97 + k // 26 % 26) + chr(97 + k // 676 % 26) + "o" for k in range(size // 5 + 1))
+    return "".join(" " + word for word in words)[:size]
+
+
 class Server(ThreadingHTTPServer):
     """A thread per connection, and a listen backlog for a client's every connection at once: with the default
     of 5, the 6th to 8th of a build's 8 first connections were dropped and tried again a second later (TCP's
@@ -145,15 +152,15 @@ class FakeLLM:
         if fault == "malformed":
             return self.send(handler, 200, b'{"choices": [ {"message": ')
         prompt = self.text_of(body)
-        text, finish = summary_for(prompt) + " filler" * (self.pad // 7), "stop"
+        text, finish = summary_for(prompt) + filler(self.pad // 7 * 7), "stop"
         if self.line_bytes:
-            text = (text + " filler" * (self.line_bytes // 7 + 1)).encode()[: self.line_bytes].decode("utf-8", "ignore")
+            text = (text + filler(self.line_bytes + 7)).encode()[: self.line_bytes].decode("utf-8", "ignore")
         if self.reply is not None:
             text = self.reply(body)
         if fault == "empty":
             text = ""
         elif fault == "long":
-            text = ("word " * 400 + "; ") * 2  # about 4 KB
+            text = (filler(2000) + "; ") * 2  # about 4 KB
         elif fault == "length" or (self.reasoning and body.get("max_tokens", 0) < 1000):
             text, finish = "", "length"
         tokens_in, tokens_out, cached = 1000, 100, 0

@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.llm_server import FakeLLM  # noqa: E402
+from bench.llm_server import FakeLLM, filler  # noqa: E402
 
 SAMPLES = next((p for p in (Path(os.environ.get("PIMEM_SAMPLES", "")), ROOT.parent / "shared" / "samples",
                              ROOT.parent.parent / "shared" / "samples") if str(p) != "." and p.is_dir()), None)
@@ -87,7 +87,7 @@ def reply(body: dict, answer_bytes: int) -> str:
     runs with 2,048-byte lines were shown a third less than a model's distinct lines would have been."""
     key = zlib.crc32(json.dumps(body["messages"][-1]).encode())
     words = " ".join(WORDS[key >> (4 * k) & 15] for k in range(8))
-    return (f"a summary of the span: {words}" + " filler" * answer_bytes)[:answer_bytes]
+    return (f"a summary of the span: {words}" + filler(answer_bytes))[:answer_bytes]
 
 
 def context_bytes(body: dict) -> int:

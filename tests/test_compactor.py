@@ -3,6 +3,8 @@ local server with injected faults."""
 
 from __future__ import annotations
 
+import sys
+
 import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -388,15 +390,18 @@ def test_a_run_the_cap_stops_before_its_one_node_says_it_remains(run, home, monk
 def test_a_replys_control_characters_and_escape_sequences_never_reach_the_tree(api, run, home, monkeypatch):
     """A model echoing a transcript's colours and bells: the view showed them as spaces, but ``view --json`` kept
     them, and the faithfulness guard read ``\\x1b[31m`` as the number 31 and asked again. They are cleaned with
-    the fences and labels, before the guard reads the line: one call a node, nothing marked."""
+    the fences and labels, before the guard reads the line: one call a node, nothing marked. (The transcript
+    holds them: a control character its input does not hold makes the answer no summary, ``compactor.junk``.)"""
     from pimem import Memory
-    from test_scheduler import configure, fill, stored_lines
+    from test_scheduler import configure, long_text, stored_lines
 
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM(api) as server:
-        server.reply = lambda body: "Summary: \x1b[31mdeploy failed\x1b[0m\x07 again;\x00 \x1b]0;title\x07see\x7flogs\x9b1m"
+        server.reply = lambda body: "Summary: \x1b[31mdeploy failed\x1b[0m\x07 again; \x1b]0;title\x07see\x7flogs\x9b1m"
         configure(home, server, api)
-        mem = fill("m", 4, short_every=1000)  # three long messages: three calls
+        mem = Memory.at("m")  # three long messages: three calls
+        mem.append([{"kind": "user", "text": "short"}]
+                   + [{"kind": "pi", "text": long_text(k) + " \x1b[31mred\x1b[0m\x07 \x7f \x9b1m"} for k in (1, 2, 3)])
         out = run("build-tree", "m")
         asked = len(server.requests)
     assert out.exit_code == 0, out.stderr
@@ -427,3 +432,101 @@ def test_another_file_or_path_is_still_unfounded_whatever_its_case():
     from pimem.compactor import faith
 
     assert faith.unfounded("user: edited NOTES.md and src/B.py", ["I changed README.md and src/a.py"]) == ["NOTES.md", "src/B.py"]
+
+
+# ---- an answer that is no summary ----------------------------------------------------------------------------
+
+SEEDED = "import random, sys; r = random.Random(7); sys.stdout.buffer.write(bytes(r.randrange({}) for _ in range(3000)))"
+
+
+@pytest.mark.parametrize("command, said", [
+    (f"{sys.executable} -c '{SEEDED.format('1, 256')}'", "its answer is not UTF-8 text ("),  # random bytes
+    (f"{sys.executable} -c '{SEEDED.format('1, 128')}'", "its answer holds control character U+0001"),  # random ASCII
+    ("yes 'summary line' | head -c 5000000", "its line is mostly one phrase repeated ('summary line' 39 times)"),
+    ("printf 'user: deploy \\356\\200\\200 done'", "its line holds a private-use character U+E000"),
+    ("printf 'user: deploy \\315\\270 done'", "its line holds an unassigned code point U+0378"),
+])
+def test_an_answer_that_is_no_summary_fails_its_call_and_is_never_a_node(command, said, run, home):
+    """A command printing random bytes, or ``yes`` of a phrase: the line was kept for good (nodes are written
+    once; random bytes marked ``suspect``, the phrase not even that) with 1,811 U+FFFD in one context. Now the
+    call fails as any failed call does: exit 6 with the reason in one line, in ``compactor.json`` and ``status``,
+    nothing written; the node is built once the command answers a summary."""
+    from pimem import Memory
+    from pimem.compactor.state import BuildState
+
+    assert run("append", "m", "long words here about the deploy " * 40).exit_code == 0
+    assert run("model", "m", "command", "--command", command).exit_code == 0
+    out = run("build-tree", "m")
+    reason = f"command returned no summary: {said}"
+    assert out.exit_code == 6 and out.stderr.splitlines()[-1].startswith("pimem: error: 1 node could not be built")
+    assert reason in out.stderr.splitlines()[-1], out.stderr
+    mem = Memory.open("m")
+    assert not list((mem.path / "tree").glob("*.jsonl")) or not any(p.read_bytes() for p in (mem.path / "tree").glob("*.jsonl"))
+    assert BuildState(mem.path).failures["0+1"]["error"].startswith(reason)
+    assert reason in run("status", "m").stdout
+    assert run("model", "m", "command", "--command", "echo 'user: asked about the deploy'").exit_code == 0
+    assert run("build-tree", "m").exit_code == 0
+    assert run("view", "m").stdout == "0+1|user: asked about the deploy\n"
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_server_answering_no_summary_is_retried_and_backed_off_like_any_failure(api, run, home, monkeypatch):
+    """Over HTTP: U+FFFD, a lone surrogate (``\\ud800`` in the JSON), a private-use character, a noncharacter, a
+    phrase over and over. Each answer fails its call, is retried (``--retries``) and the node written once, from
+    the summary that follows; a character cut by the token limit at the end of an answer is dropped, not refused."""
+    from pimem import Memory
+    from test_scheduler import configure, fill, stored_lines
+
+    junk = ["user: \ufffd\ufffd deploy", "user: deploy \ud800 done", "user: \ue000 deploy", "user: deploy \ufdd0",
+            "done. " * 30]
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM(api) as server:
+        server.reply = lambda body: junk[len(server.requests) - 1] if len(server.requests) <= len(junk) else "user: 部署完成\ufffd"
+        configure(home, server, api)
+        fill("m", 2, short_every=1000)  # one long message: one node
+        out = run("build-tree", "m", "--retries", "9", "--json")
+        asked = len(server.requests)
+    assert out.exit_code == 0, out.stderr
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    errors = [e["error"] for e in events if e["event"] == "failed"]
+    assert asked == 6 and len(errors) == 5 and all(f"{api}/m1 returned no summary: " in e for e in errors)
+    assert [e.split(": ", 1)[1] for e in errors] == [
+        "its answer is not UTF-8 text (2 U+FFFD in its line)", "its answer is not UTF-8 text (1 U+FFFD in its line)",
+        "its line holds a private-use character U+E000", "its line holds a noncharacter U+FDD0",
+        "its line is mostly one phrase repeated ('done.' 29 times)"]
+    assert [n["text"] for n in stored_lines(Memory.open("m"))] == ["user: 部署完成"]
+
+
+REAL = [
+    "user: 为什么部署在端口8080上失败了？pi: 检查了nginx配置，发现上游超时；已修复。",
+    "user: デプロイが失敗した理由を教えて；pi: タイムアウトを30秒に変更し、再起動しました。",
+    "user: لماذا فشل النشر على المنفذ 8080؟ pi: تم إصلاح إعدادات الخادم وإعادة التشغيل.",
+    "user: למה הפריסה נכשלה? pi: תיקנתי את קובץ התצורה.",
+    "user: परिनियोजन क्यों विफल हुआ? pi: समय सीमा बढ़ाई गई।",
+    "user: ทำไมการติดตั้งล้มเหลว pi: แก้ไขการตั้งค่าแล้ว",
+    "user: 배포가 왜 실패했나요? pi: 설정을 고쳤습니다.",
+    "user: почему упал деплой? pi: поправил конфиг nginx, перезапустил.",
+    "user: great work 🎉👍🏽 👨‍👩‍👧‍👦 🇯🇵 1️⃣ 🫨 🩷 🪼 🏴󠁧󠁢󠁳󠁣󠁴󠁿; pi: thanks 😀",
+    "tool: `for (int i = 0; i < n; i++) { a[i] = b[i] * 2; }` in src/main.c; echo: ok",
+    "pi: table | a | b | c |; sep ----------; pi: ... ok; user: 哈哈哈哈 好的",
+    "user: ok ok ok; pi: 1000000 rows, ids 0x0000ffff and deadbeef; user: 12:00–13:00",
+    "tool: grep -rn 'TODO' . | wc -l; echo: 42; pi: λx.x ∘ f ≠ g, ∀x ∈ ℝ, ½ ≈ 0.5 ± 0.1 °C ©",
+]
+
+
+@pytest.mark.parametrize("line", REAL)
+def test_a_real_summary_in_any_language_is_never_junk(line):
+    from pimem.compactor import junk
+
+    assert junk.why(cut_line(line), line, []) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.characters(whitelist_categories=("L", "M", "N", "P", "S", "Zs")), max_size=600))
+def test_text_of_any_script_is_refused_for_no_character_and_a_copy_of_its_input_for_nothing(text):
+    from pimem.compactor import junk
+
+    line = cut_line(text)
+    said = junk.why(line, text, [])
+    assert said is None or said.startswith("its line is mostly one phrase repeated")
+    assert junk.why(line, text, ["`" not in text and text or line]) is None

@@ -784,10 +784,15 @@ def test_a_failed_command_says_how_it_ended_in_one_line(tmp_path, command, said)
     assert re.fullmatch(re.escape(f"command {command!r} ") + said, str(failed.value))
 
 
-def test_bytes_of_a_commands_answer_that_are_not_utf8_are_shown_replaced(tmp_path):
+def test_bytes_of_a_commands_answer_that_are_not_utf8_fail_its_call_unless_its_input_holds_u_fffd(tmp_path):
+    """Bytes that are not UTF-8 are read as U+FFFD, never dropped unseen: an answer holding them is no summary
+    (``compactor.junk``), unless the message it summarises holds U+FFFD itself (text decoded so before it was
+    logged), when the line shows them as they came."""
     comp = Compactor({"provider": "command", "command": r"cat > /dev/null; printf 'user: port \377\376 of it \303(end)\n'"},
                      BuildState(tmp_path))
-    assert comp.build(Task(0, 3, kind="user", text="the task's message"))[0] == "user: port \ufffd\ufffd of it \ufffd(end)"
+    with pytest.raises(CallFailed, match=r"^command returned no summary: its answer is not UTF-8 text \(3 U\+FFFD in its line\)$"):
+        comp.build(Task(0, 3, kind="user", text="the task's message"))
+    assert comp.build(Task(0, 3, kind="user", text="port \ufffd of it"))[0] == "user: port \ufffd\ufffd of it \ufffd(end)"
     comp.close()
 
 

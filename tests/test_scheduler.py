@@ -12,7 +12,7 @@ import threading
 import orjson
 import pytest
 
-from bench.llm_server import FakeLLM
+from bench.llm_server import FakeLLM, filler
 from pimem import Memory, builder, scheduler
 from pimem.compactor.state import BuildState
 
@@ -187,7 +187,7 @@ def test_the_dry_run_of_a_small_memory_counts_the_little_history_its_first_calls
     monkeypatch.setattr(scheduler, "CONCURRENCY", 1)
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", usage="bytes") as server:  # (tokens: a quarter of the bytes sent)
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]  # (a full line: no free merges)
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:480]  # (a full line: no free merges)
         configure(home, server, price_in=1.0, price_out=2.0)
         (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
                                                         "cview": {"hi": 32_000, "lo": 16_000}}))
@@ -208,7 +208,7 @@ def test_the_dry_run_after_appends_counts_the_merges_that_join_free(run, home, m
     monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:480]
         configure(home, server, price_in=1.0, price_out=2.0)
         mem = fill("m", 24)
         assert run("build-tree", "m").exit_code == 0
@@ -234,7 +234,7 @@ def test_the_dry_run_counts_the_calls_the_faithfulness_guard_asks_again(run, hom
         task = body["messages"][-1]["content"].rsplit("</chat>", 1)[-1]
         leaf, merge = re.search(r"compress message (\d+) ", task), re.search(r"adjacent lines (\d+)\+(\d+) ", task)
         invented = int(leaf[1]) % 2 == 0 if leaf else int(merge[1]) // int(merge[2]) % 4 == 0
-        return (("the port was 65123; " if invented else "") + "a summary of the span" + " filler" * 80)[:480]
+        return (("the port was 65123; " if invented else "") + "a summary of the span" + filler(560))[:480]
 
     with FakeLLM("openai", usage="bytes") as server:
         server.reply = reply
@@ -330,7 +330,7 @@ def test_a_reply_in_content_parts_is_its_text_and_one_that_is_no_text_fails(run,
 def test_a_command_that_prints_more_than_it_was_asked_for_costs_no_more_than_max_cost(run, home):
     configure(home)
     fill("m", 30)
-    assert run("model", "m", "command", "--command", "cat >/dev/null; python3 -c 'print(\"user: asked; pi: said. \" * 4000)'",
+    assert run("model", "m", "command", "--command", "cat >/dev/null; python3 -c 'print(\" \".join(\"user: asked %d; pi: said.\" % k for k in range(4000)))'",
                "--price-in", "1", "--price-out", "10").exit_code == 0
     out = run("build-tree", "m", "--max-cost", "0.05")
     spent = builder.spent(Memory.open("m"))
@@ -400,10 +400,10 @@ def test_a_merge_repeating_a_suspect_childs_facts_is_marked_too_across_runs(run,
     def reply(body):
         task = body["messages"][1]["content"]
         if "compress message 0 " in task or "compress message 1 " in task:  # (too long for a free merge)
-            return "user: set port 65432 in /etc/fake/thing.conf; pi: " + "agreed " * 60
+            return "user: set port 65432 in /etc/fake/thing.conf; pi: " + filler(420)
         if "compress message" in task:
             n = int(re.search(r"compress message (\d+)", task).group(1))
-            return f"user: the port was {5000 + n}; pi: " + "agreed " * 60
+            return f"user: the port was {5000 + n}; pi: " + filler(420)
         return re.search(r"<input>\d+\+\d+\|(.*)\n", task).group(1).replace("65432", port)  # a merge: its left
         # child's line
 
@@ -439,7 +439,7 @@ def test_the_mark_follows_a_suspect_fact_through_free_lines(run, home, monkeypat
         found = re.search(r"compress message (\d+) ", task)
         if found:
             n = int(found.group(1))
-            return (f"user: port 65432 {n}" if n < 4 else f"user: the port was {5000 + n}") + " ok" * 30
+            return (f"user: port 65432 {n}" if n < 4 else f"user: the port was {5000 + n}") + filler(90)
         return re.search(r"<input>\d+\+\d+\|(.{1,200})", task).group(1)  # a merge: the start of its left line
 
     with FakeLLM("openai") as server:
@@ -592,7 +592,7 @@ def test_a_budget_of_a_few_lines_keeps_the_median_context_within_hi_too(run, hom
 
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", latency=0.01) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:480]
         configure(home, server)
         mem = fill("m", 400, short_every=5)
         mem.save_config({"cview": {"hi": 8000, "lo": 4000}})
@@ -1013,7 +1013,7 @@ def build_refusing_message_10(home, monkeypatch, n: int, cview: dict | None = No
         return "500" if "compress message 10 " in body["messages"][-1]["content"] else None
 
     with FakeLLM("openai", faults=refuse_10, latency=0.01) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:300]
         configure(home, server)
         mem = fill("m", n)
         if cview:
@@ -1102,7 +1102,7 @@ def test_the_dry_run_of_an_anthropic_build_counts_its_cache_writes(run, home, mo
     monkeypatch.setattr(scheduler, "CONCURRENCY", 1)  # (every call sees what was built before it)
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("anthropic", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:512]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:512]
         configure(home, server, api="anthropic", price_in=1.0, price_out=2.0, price_cached_in=1.0)
         (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
                                                         "cview": {"hi": 32_000, "lo": 16_000}}))
@@ -1126,7 +1126,7 @@ def _one_call_at_a_time(home, monkeypatch):
     monkeypatch.setattr(scheduler, "CONCURRENCY", 1)
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:480]
         configure(home, server, price_in=1.0, price_out=2.0)
         (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
                                                         "cview": {"hi": 8000, "lo": 4000}}))
@@ -1168,7 +1168,7 @@ def test_the_dry_run_of_shorter_or_longer_lines_is_within_15_percent(run, home, 
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     answer = min(line_bytes, 4 * 170)  # (a full line, or all that 170 tokens hold)
     with FakeLLM("openai", usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 400)[:answer]
+        server.reply = lambda body: ("a summary of the span" + filler(2800))[:answer]
         configure(home, server, price_in=1.0, price_out=2.0)
         (home / "config.json").write_bytes(orjson.dumps({**orjson.loads((home / "config.json").read_bytes()),
                                                         "line_bytes": line_bytes, "cview": {"hi": 32_000, "lo": 16_000}}))
@@ -1191,7 +1191,7 @@ def test_a_budget_of_eight_lines_keeps_the_median_within_hi_and_the_dry_run_with
 
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", latency=0.02, usage="bytes") as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:480]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:480]
         configure(home, server, price_in=1.0, price_out=2.0)
         for name in ("m", "n"):
             fill(name, 600, short_every=4).save_config({"cview": {"hi": 4000, "lo": 2000}})
@@ -1235,7 +1235,7 @@ def test_a_call_far_slower_than_the_others_does_not_hold_the_view_of_the_calls_a
         return 4.0 if needle in body["messages"][-1]["content"] else 0.01
 
     with FakeLLM("openai", latency=latency) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:300]
         configure(home, server)
         mem = fill("m", 300)
         sched = scheduler.build_tree([Memory.open("m")])
@@ -1255,7 +1255,7 @@ def test_memories_built_together_share_the_calls(home, monkeypatch):
     flight."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", latency=0.01) as server:
-        server.reply = lambda body: ("a summary of the span" + " filler" * 80)[:300]
+        server.reply = lambda body: ("a summary of the span" + filler(560))[:300]
         configure(home, server)
         fill("a", 300)
         Memory.at("b").append([{"kind": "user", "text": f"short {k}" if k % 3 == 0 else "zebra " + long_text(k)}

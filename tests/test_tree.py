@@ -7,7 +7,7 @@ import re
 import orjson
 import pytest
 
-from bench.llm_server import FakeLLM
+from bench.llm_server import FakeLLM, filler
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
@@ -349,7 +349,7 @@ def test_a_line_a_model_wrote_for_a_tool_result_hides_only_that_result_not_the_s
     the copy written for the tool result is a marker; the same line written for the first half (a node)
     and for a user's message stays, and the result's own text is nowhere."""
     monkeypatch.setenv("TEST_LLM_KEY", "k")
-    stock = "Nothing new happened in this part of the session. " * 11
+    stock = "Nothing new happened in this part of the session." + filler(510)
     long = " The quick brown fox jumps over the lazy dog." * 60
     with FakeLLM("openai") as server:
         server.reply = lambda body: stock

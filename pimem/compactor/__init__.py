@@ -276,7 +276,7 @@ class Compactor:
 
     def build(self, task: Task, context: str = "") -> tuple[str, dict]:
         """The node's line (at most ``task.limit`` bytes: 512) and its build metadata; ``CallFailed`` when the call failed or the
-        model wrote nothing usable."""
+        model wrote nothing usable: no text, or an answer that is no summary (``junk``)."""
         started = time.perf_counter()
         if self.offline:
             from . import extractive
@@ -289,11 +289,13 @@ class Compactor:
             else:
                 text = extractive.merge(task.left, task.right, task.limit)
             return text, offline_meta(self.label, round(time.perf_counter() - started, 4))
-        from . import prompt
+        from . import junk, prompt
         from .redact import redact, redact_line
 
         provider = self.provider()
         system = prompt.SYSTEM
+        sources = [task.text] if task.l == 0 else [task.left, task.right]
+        sources.append(context)  # (what the model was given: a line copying it is never refused as junk)
         context = "\n".join(redact_line(line) for line in context.split("\n")) if context else ""
         chat, task_text = prompt.chat(context), redact(task.prompt())
         extra = self.state.extra_tokens.get(self.label, 0) if self.state is not None else 0
@@ -320,10 +322,13 @@ class Compactor:
             if self.state is not None:
                 self.state.remember_extra(self.label, REASONING_EXTRA)
             reply = ask(self.max_tokens + REASONING_EXTRA)
-        text = cut_line(strip_controls(reply.text), task.limit)
+        text = cut_line(strip_controls(junk.text_of(reply.text)), task.limit)
         paid = bill()
         if not text:
             raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})", spent=paid)
+        wrong = junk.why(text, reply.text, sources)
+        if wrong:  # (bytes that were not text, characters no text holds, one phrase over and over: never a node)
+            raise CallFailed(f"{self.label} returned no summary: {wrong}", spent=paid)
         return text, {"model": self.label, **paid, "seconds": round(time.perf_counter() - started, 3)}
 
     def close(self) -> None:
