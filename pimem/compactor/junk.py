@@ -13,7 +13,8 @@ lines, and the ``<chat>`` context), so a line copying it is never refused:
 - a noncharacter, a private-use character, or a code point Unicode had not assigned in the
   version Python's ``unicodedata`` knows, but for the emoji blocks (U+1F000–U+1FAFF, which gain emoji every
   year);
-- a phrase of 1 to 64 characters said at least 4 times in a row that makes up more than half of the line.
+- a phrase of 1 to 64 characters said at least 4 times in a row that makes up more than half of the line (of its
+  first 4,096 characters, when ``line_bytes`` allows more).
 
 Words of any language, emoji and code are none of these.
 """
@@ -28,6 +29,7 @@ from .cut import CONTROLS
 
 PHRASE = 64  # characters: the longest phrase the repetition rule looks for
 TIMES = 4  # a phrase said this many times in a row, or more
+HEAD = 4096  # characters of a line the repetition rule reads (a line is 512 bytes unless line_bytes says more)
 EMOJI = ("\U0001f000", "\U0001faff")  # new emoji are assigned here every year; an older Python calls them unassigned
 _REPEATS = [re.compile(rf"(.{{{n}}})\1{{{TIMES - 1},}}", re.S) for n in range(1, PHRASE + 1)]
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -61,7 +63,7 @@ def why(line: str, reply: str, sources: list[str]) -> str | None:
     if odd:
         kind, chars = next(iter(sorted(odd.items())))
         return f"its line holds {kind} U+{ord(min(chars)):04X}" + _more(sum(map(len, odd.values())))
-    run = _repeated(line)
+    run = _repeated(line[:HEAD])
     if run is not None:
         flat = [" ".join(source.split()) for source in sources]
         phrase, times, stretch = run
