@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from .tree import PLACEHOLDER, byte_size, flat, label
 
@@ -28,6 +28,7 @@ LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # lev
 UNBUILT = "_"  # an unbuilt leaf (a placeholder line)
 _RUNS = re.compile(r"(.)\1*", re.S)  # runs of one character in a shape
 MARK_EVERY = 256  # view.json marks the first message of every this many lines
+S = TypeVar("S")
 
 
 # the text of a built line not read back from the tree yet (Ellipsis: a singleton the garbage collector does
@@ -72,6 +73,15 @@ def tiling(stop: int) -> list[tuple[int, int]]:
             out.append((l, at >> l))
             at += 1 << l
     return out
+
+
+def stand_in(stop: int, at: Callable[[int, int], S]) -> Callable[[int], S]:
+    """For a message before ``stop``, ``at(l, i)`` of the span of ``tiling(stop)`` it lies in: each span's
+    worked out once, a message's span found by bisection (a search asks for thousands of messages)."""
+    spans = tiling(stop)
+    ends = [(i + 1) << l for l, i in spans]
+    found = [at(l, i) for l, i in spans]
+    return lambda m: found[bisect.bisect_right(ends, m)]
 
 
 def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, line_bytes: int,
@@ -617,13 +627,24 @@ class View:
     def shown_line(self, m: int, j: int) -> tuple[int, int, bool]:
         """The line a reader is shown for message ``m`` when the ``j`` oldest lines are held back, as
         ``(l, i, built)``."""
-        k = self.covering(m)
-        if k >= j:
-            line = self.lines[k]
-            return line[0], line[1], line[2] is not None
-        l, i = next((l, i) for l, i in tiling(self.starts[j]) if m < (i + 1) << l)
-        k = self.find(l, i)
-        return l, i, k >= 0 and self.lines[k][2] is not None
+        return self.shown_for(j)(m)
+
+    def shown_for(self, j: int) -> Callable[[int], tuple[int, int, bool]]:
+        """``shown_line`` for many messages, the spans standing in for the ``j`` oldest lines worked out once."""
+        def at(l: int, i: int) -> tuple[int, int, bool]:
+            k = self.find(l, i)
+            return l, i, k >= 0 and self.lines[k][2] is not None
+
+        held = stand_in(self.starts[j] if j < len(self.lines) else self.T, at)
+
+        def shown(m: int) -> tuple[int, int, bool]:
+            k = self.covering(m)
+            if k >= j:
+                line = self.lines[k]
+                return line[0], line[1], line[2] is not None
+            return held(m)
+
+        return shown
 
     def _prefetch(self, upto: int, start: int = 0) -> None:
         if self.prefetch is not None:

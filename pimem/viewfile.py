@@ -26,7 +26,7 @@ import orjson
 
 from .tree import LINE_BYTES, byte_size, label, shown_text
 from .view import (LEVELS, MARK_EVERY, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View,
-                   held_back, line_bytes_cost, render_line, tiling, waits_on)
+                   held_back, line_bytes_cost, render_line, stand_in, waits_on)
 from .nofollow import read_bytes
 
 VERSION = 1
@@ -224,6 +224,7 @@ class SavedShape:
         self.data, self.start, self.end = data, start, end  # the shape is data[start:end]
         self.T, self.marks, self.tree, self.line_bytes = T, marks, tree, line_bytes
         self.total = total  # the view's bytes
+        self._held: dict[int, tuple] = {}  # bound -> what held_back gives
 
     @classmethod
     def read(cls, path: Path) -> "SavedShape | None":
@@ -272,28 +273,39 @@ class SavedShape:
     def shown_line(self, m: int, bound: int) -> tuple[int, int, bool] | None:
         """The line a reader is shown for message ``m``, as ``covering`` gives it, once the view's oldest lines
         are held back (``view.held_back``) if it is past ``bound``."""
-        if self.total > bound:
-            n = self.end - self.start
-            # (the lines that may fit: none counts less than a placeholder's 34 bytes)
-            tail = self.data[max(self.start, self.end - bound // 30 - 2):self.end].decode("ascii", "replace")
-            levels = [0 if ch == UNBUILT else LEVELS.find(ch) for ch in reversed(tail)]
-            if min(levels, default=0) < 0:
-                return None
+        if bound not in self._held:
+            self._held[bound] = self.held_back(bound)
+        stop, stand_in = self._held[bound]
+        return stand_in(m) if m < stop else self.covering(m)
 
-            def line_at(l: int, i: int) -> bool | None:
-                found = self.covering(i << l)
-                return None if found is None or found[:2] != (l, i) else not found[2]
+    def held_back(self, bound: int) -> tuple[int, Callable[[int], tuple[int, int, bool] | None]]:
+        """The first message of the lines a reader is shown as they are (past ``bound``, the oldest are held
+        back: ``view.held_back``), and what it is shown for a message before it (``shown_line``): worked out
+        once per bound, so each of a search's thousands of hits costs a bisection."""
+        if self.total <= bound:
+            return 0, self.covering
+        n = self.end - self.start
+        # (the lines that may fit: none counts less than a placeholder's 34 bytes)
+        tail = self.data[max(self.start, self.end - bound // 30 - 2):self.end].decode("ascii", "replace")
+        levels = [0 if ch == UNBUILT else LEVELS.find(ch) for ch in reversed(tail)]
+        if min(levels, default=0) < 0:
+            return self.T, lambda m: None
 
-            j = held_back(zip(levels, (ch == UNBUILT for ch in reversed(tail))), n, self.T, bound, self.line_bytes,
-                          line_at)
-            stop = self.T - sum(1 << l for l in levels[:n - j])  # (the first message of line j)
-            if m < stop:
-                l, i = next((l, i) for l, i in tiling(stop) if m < (i + 1) << l)
-                found = self.covering(i << l)
-                if found is None or found[:2] != (l, i):  # (a span no line is: not built)
-                    return (l, i, False) if found is not None else None
-                return found
-        return self.covering(m)
+        def line_at(l: int, i: int) -> bool | None:
+            found = self.covering(i << l)
+            return None if found is None or found[:2] != (l, i) else not found[2]
+
+        j = held_back(zip(levels, (ch == UNBUILT for ch in reversed(tail))), n, self.T, bound, self.line_bytes,
+                      line_at)
+        stop = self.T - sum(1 << l for l in levels[:n - j])  # (the first message of line j)
+
+        def at(l: int, i: int) -> tuple[int, int, bool] | None:
+            found = self.covering(i << l)
+            if found is None or found[:2] != (l, i):  # (a span no line is: not built)
+                return (l, i, False) if found is not None else None
+            return found
+
+        return stop, stand_in(stop, at)
 
 
 class ViewFile:
@@ -683,8 +695,8 @@ class ViewFile:
                 if views is None:
                     return out
         if views is not None:
-            v, back = views.view, self.held_back(views)
-            found = {i: v.shown_line(i, back) for i in ids if 0 <= i < views.T}
+            shown = views.view.shown_for(self.held_back(views))
+            found = {i: shown(i) for i in ids if 0 <= i < views.T}
         leaves: dict[int, dict] = {}
         for i, (l, idx, built) in found.items():
             if l:

@@ -155,3 +155,39 @@ def test_held_on_an_unfolded_million_line_view_is_computed_without_loading_it(tm
 def test_a_damaged_view_json_reads_as_no_saved_shape(tmp_path, damage):
     (tmp_path / "view.json").write_bytes(damage)
     assert viewfile.SavedShape.read(tmp_path / "view.json") is None
+
+
+def test_held_for_many_hits_works_out_what_is_held_back_once(home, monkeypatch):
+    """A view past twice its budget shows its oldest lines as spans standing in (``view.held_back``): ``held``
+    for a search's thousands of hits works those spans out once and finds each hit's by bisection, from
+    view.json's shape and from the view loaded (worked out per hit, a search of 4,000 hits took minutes).
+    Asking again, a hit at a time as recall does, works nothing out again while view.json stays the same."""
+    mem = Memory.at("big")
+    mem.append([{"kind": "user", "text": "m0 " + "word " * 60}])
+    mem.save_config({"view": {"hi": 3_000, "lo": 1_500}, "cview": {"hi": 2_000, "lo": 1_000}})
+    mem.append([{"kind": "user", "text": f"m{k} " + "word " * 60} for k in range(1, 600)])  # (nothing built)
+    calls = []
+
+    def counted(*args):
+        calls.append(args[1])
+        return held_back(*args)
+
+    held_back = view.held_back
+    monkeypatch.setattr(view, "held_back", counted)
+    monkeypatch.setattr(viewfile, "held_back", counted)
+    ids = list(range(600))
+
+    def refuse(*_, **__):
+        raise AssertionError("loaded the view")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(viewfile.ViewFile, "current", refuse)
+        reader = Memory.open("big")
+        shaped = reader.held_each(ids, lines=False)
+        assert calls == [600]  # (the view's lines: one per message, nothing built)
+        assert [reader.held_each([i], lines=False)[i] for i in ids] == [shaped[i] for i in ids] and len(calls) == 1
+    assert shaped[0]["held"] == "inside" and shaped[599] == {"held": "verbatim", "label": "599+1", "n": 1}
+    loaded = Memory.open("big")
+    loaded.views.current()
+    calls.clear()
+    assert loaded.held_each(ids, lines=False) == shaped and calls == [600]
