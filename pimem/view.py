@@ -577,10 +577,10 @@ class View:
             out.append((l, i, text))
         return out
 
-    def fill(self, texts: dict[str, str], start: int = 0) -> None:
-        """Take the texts of lines not loaded yet (from line ``start`` on) from ``texts`` (by label) where it
+    def fill(self, texts: dict[str, str], lines: Iterable[int]) -> None:
+        """Take the texts of lines not loaded yet (at positions ``lines``) from ``texts`` (by label) where it
         has them."""
-        for j in range(start, len(self.lines)):
+        for j in lines:
             l, i, text, _ = self.lines[j]
             if text is UNLOADED:
                 known = texts.get(label(l, i))
@@ -618,11 +618,12 @@ class View:
         tiling their messages, each the view's own line where it is one, else a placeholder (a span the view
         has not merged into one line: past twice its budget it merges every pair whose parent is built, so its
         node is not built yet)."""
-        out = []
-        for l, i in tiling(self.starts[j] if j < len(self.lines) else self.T):
-            k = self.find(l, i)
-            out.append(self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)))
-        return out
+        return [self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)) for l, i, k in self.spans(j)]
+
+    def spans(self, j: int) -> list[tuple[int, int, int]]:
+        """The spans ``(l, i)`` tiling the messages of the ``j`` oldest lines, each with the position of the
+        view's line that is that span, or -1."""
+        return [(l, i, self.find(l, i)) for l, i in tiling(self.starts[j] if j < len(self.lines) else self.T)]
 
     def shown_line(self, m: int, j: int) -> tuple[int, int, bool]:
         """The line a reader is shown for message ``m`` when the ``j`` oldest lines are held back, as

@@ -574,7 +574,9 @@ class ViewFile:
         known = len(self._markers)
         back = 0 if compactor else self.held_back(views)
         markers = {} if include_tools or compactor else self.tool_placeholders(views, back)
-        v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()}, back)
+        standing = [k for *_, k in v.spans(back) if k >= 0] if back else []  # (the view's own lines among them)
+        v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()},
+               [*standing, *range(back, len(v.lines))])
         rows = v.stand_ins(back) + v.rows(back) if back else v.rows()
         if compactor:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
@@ -632,8 +634,11 @@ class ViewFile:
         tools sees in their place (``privacy.marker``): the summary would be shown as that marker all the same,
         so such a reader is neither told to zoom what zoom refuses it nor kept waiting for the summary. Each
         message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts). ``back``: the
-        oldest lines held back (``held_back``), whose placeholders are not shown."""
-        ids = [i for l, i in views.view.placeholders(back) if l == 0]
+        oldest lines held back (``held_back``), whose placeholders are not shown but for those standing in."""
+        v = views.view
+        ids = [i for l, i in v.placeholders(back) if l == 0]
+        if back:
+            ids[:0] = [i for l, i, k in v.spans(back) if l == 0 and k >= 0 and v.lines[k][2] is None]
         todo = [i for i in ids if i not in self._markers]
         if todo:
             from .message import is_tool

@@ -178,3 +178,34 @@ def test_held_says_what_is_shown_with_part_of_the_tree_built(big, run):
     for (first, n), line in zip(spans, shown):
         for i in range(first, first + n, max(1, n // 4)):
             assert (held[i]["label"], held[i]["line"]) == (f"{first}+{n}", line)
+
+
+def test_view_stats_says_how_many_spans_standing_in_are_not_summarized(big, run):
+    """A span standing in for lines held back may be a line of the view that is built: it is not said to wait
+    for a summary."""
+    mem = Memory.open("big")
+    for l in range(1, 10):
+        mem.write_nodes([(l, i, f"summary {l}.{i}", None) for i in range(512 >> l)])
+    shown = run("view", "big").stdout.splitlines()
+    doc = orjson.loads(run("view", "big", "--stats", "--json").stdout)
+    spans = doc["held_back"]["spans"]
+    unbuilt = sum(line.endswith(view.PLACEHOLDER) for line in shown[:spans])
+    assert shown[0] == "0+512|summary 9.0" and 0 < unbuilt < spans
+    stats = run("view", "big", "--stats").stdout
+    assert f"shown as {spans} spans, {unbuilt} not summarized yet:" in stats, stats
+
+
+def test_a_tool_message_standing_in_shows_its_marker(home, run):
+    """A span standing in for lines held back that is a tool message's placeholder is shown as its marker, as
+    it is when not held back: a reader without tools is not told to zoom what zoom refuses it."""
+    mem = Memory.at("t")
+    mem.append([{"kind": "user", "text": "hello"}])
+    mem.save_config({"view": {"hi": 300, "lo": 150}})
+    Memory.at("t").append([{"kind": "user", "text": "message 1 " + "w" * 300},
+                           {"kind": "echo", "text": "KEY=hunter2 " + "z" * 700}, {"kind": "user", "text": "x" * 300}])
+    assert orjson.loads(run("view", "t", "--stats", "--json").stdout)["held_back"]["spans"] == 2
+    shown = run("view", "t").stdout.splitlines()
+    assert shown[1] == "2+1|echo: (hidden; include tools to see it)", shown
+    assert run("view", "t", "--include-tools").stdout.splitlines()[1] == f"2+1|{view.PLACEHOLDER}"
+    context = run("context", "t").stdout
+    assert "2+1|echo: (hidden; include tools to see it)" in context and "hunter2" not in context

@@ -144,6 +144,7 @@ def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
     pending = sum((l, i) in waiting or text is None for l, i, text, _ in rows)  # (and the spans held back)
     shown = v.starts[back] if back else 0  # the first message shown by its own line
     spans = sum((i + 1) << l <= shown for l, i, _, _ in rows)
+    unbuilt = sum((i + 1) << l <= shown and text is None for l, i, text, _ in rows)  # (a span may be a line built)
     if json:
         output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
                           "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect,
@@ -153,8 +154,10 @@ def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
     output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
     if back:
-        output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}), shown as {output.count(spans, 'span')} "
-                    f"not summarized yet: the view is {v.total:,} bytes, past twice its budget, and waits for the compactor")
+        some = "" if unbuilt == spans else f", {unbuilt:,}"
+        output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}), shown as {output.count(spans, 'span')}"
+                    f"{some} not summarized yet: the view is {v.total:,} bytes, past twice its budget, and waits for the "
+                    "compactor")
     if suspect:
         output.line(f"suspect   {output.count(len(suspect), 'line')} {'names' if len(suspect) == 1 else 'name'} what their "
                     f"messages do not hold: {', '.join(suspect[:10])}")
