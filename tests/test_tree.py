@@ -142,13 +142,17 @@ def test_a_new_leaf_shows_a_placeholder_until_built(home, run):
     assert mem.held(0)["held"] == "verbatim"
 
 
-def test_restart_gives_a_byte_identical_view(home, sh):
+# within twice its budget, and past it (the oldest lines held back, shown by the spans tiling them)
+@pytest.mark.parametrize("config, summary, back", [({"view": {"hi": 600, "lo": 300}}, "user: 635 x", 0),
+                                                   (SMALL, "user: 607 x", 12)])
+def test_restart_gives_a_byte_identical_view(home, sh, config, summary, back):
     texts = [f"message {k}" if k % 7 else "x" * (600 + k) for k in range(1, 60)]
-    mem = small_memory(texts=texts)
+    mem = small_memory(config=config, texts=texts)
     for k in (7, 14, 21, 28, 35):  # some long messages summarised, the later ones still placeholders
         mem.write_node(0, k, f"user: {600 + k} x")
     first = mem.view_lines()
-    assert "not summarized yet" in "".join(first) and "user: 635 x" in "".join(first)
+    assert "not summarized yet" in "".join(first) and summary in "".join(first)
+    assert mem.views.held_back(mem.views.current()) == back
     raw = (home / "t" / "view.json").read_bytes()
     out = sh("view", "t")
     assert out.returncode == 0 and out.stdout.decode().splitlines() == first
@@ -240,12 +244,13 @@ def test_zoom_command(home, run):
 
 
 def test_view_json_and_stats(home, run):
-    small_memory(40)
+    small_memory(40, config={"view": {"hi": 350, "lo": 150}})  # (692 bytes: within twice the budget)
     rows = [orjson.loads(l) for l in run("view", "t", "--json").stdout.splitlines()]
-    assert [r["label"] for r in rows] == ["0+16", "16+16", "32+8"]
-    assert rows[2] == {"label": "32+8", "level": 3, "index": 4, "bytes": len(rows[2]["text"]) + 5, "text": rows[2]["text"]}
+    assert [r["label"] for r in rows] == ["0+16", "16+16", "32+4", "36+2", "38+2"]
+    assert rows[2] == {"label": "32+4", "level": 2, "index": 8, "bytes": len(rows[2]["text"]) + 5, "text": rows[2]["text"]}
     stats = orjson.loads(run("view", "t", "--stats", "--json").stdout)
-    assert stats["lines"] == 3 and stats["levels"] == {"3": 1, "4": 2} and stats["messages"] == 40
+    assert stats["lines"] == 5 and stats["levels"] == {"1": 2, "2": 1, "4": 2} and stats["messages"] == 40
+    assert stats["bytes"] == sum(r["bytes"] + 1 for r in rows) and stats["held_back"] is None
 
 
 def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
@@ -541,6 +546,7 @@ def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, 
         fresh = Memory.open("t")
         rows = fresh.views.shown(fresh.views.current())
     assert "".join(render_line(l, i, text) + "\n" for l, i, text, _ in rows) == expected
+    assert fresh.views.held_back(fresh.views.current())  # (past twice its budget: its own lines stand in too)
     for damage in (b"{not json", b'{"version": 1, "line_bytes": 999, "lines": {"0+16": "user: forged"}}',
                    b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):
         cache.write_bytes(damage)
