@@ -356,7 +356,7 @@ complete -c pimem -n '__fish_seen_subcommand_from view' -s h -l help -d 'Show th
 complete -c pimem -n '__fish_seen_subcommand_from view; and __pimem_slot 1 --wait --home' -a '(__pimem_words @names)'
 
 # watch
-complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher holds a memory, wait for it instead of exiting 4.'
+complete -c pimem -n '__fish_seen_subcommand_from watch' -l wait -d 'If another watcher or a build-tree holds a memory, wait for it instead of exiting 4.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l max-cost-per-day -x -d 'Spend at most this on each memory\'s compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l import -x -a '(__pimem_words @dirs)' -d 'Also follow the session files under DIR (repeatable), as import --follow does.'
 complete -c pimem -n '__fish_seen_subcommand_from watch' -l log -x -a '(__pimem_words @files)' -d 'Append what would go to stderr to FILE, creating its directory (for cron).'

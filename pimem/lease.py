@@ -1,7 +1,8 @@
 """``lock.json``: the lease of the one process building a memory's tree (``watch`` or ``build-tree``).
 
-The record is ``{"pid", "token", "host", "started", "beat"}``; ``beat`` is the holder's last heartbeat in Unix
-seconds, refreshed every ``BEAT`` seconds. A lease is live while its holder is: on this host its pid must
+The record is ``{"pid", "token", "host", "started", "beat", "command"}``; ``beat`` is the holder's last heartbeat
+in Unix seconds, refreshed every ``BEAT`` seconds; ``command``, ``watch`` or ``build-tree``, is what ``described``
+says (a record an older pimem wrote has none). A lease is live while its holder is: on this host its pid must
 exist, on any host its beat must be younger than ``STALE`` seconds. A dead holder's lease is taken over.
 Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
 hold it; a holder that finds another token in the file has lost the lease and stops building. The holder
@@ -38,6 +39,7 @@ WATCHER = "watch.json"  # in the home: the heartbeat of a watcher of all its mem
 BEAT = 2.0  # seconds between heartbeats
 RETRY = 0.1  # seconds before a heartbeat that found the writer lock held is tried again
 STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
+KINDS = {"watch": "a watcher", "build-tree": "a build-tree"}  # a lease's ``command``, as messages say it
 QUIET = 3 * BEAT  # seconds: a heartbeat this late (three missed) means the holder is not answering (stopped,
 # say): a reader waits for it no more, though a builder takes its memory over only once it is STALE
 
@@ -99,6 +101,15 @@ def holder(mem, stale: float = STALE) -> dict | None:
     to wait for it."""
     record = _read(mem)
     return record if live(record, stale) else None
+
+
+def described(record: dict) -> str:
+    """Who holds the lease ``record``, as a message says it: ``a watcher (pid 12)``, ``a build-tree (pid 12 on
+    other-host)``, or ``pid 12`` when the record does not say which command (an older pimem's)."""
+    host = record.get("host")
+    where = f"pid {record.get('pid')}" + (f" on {host}" if host and host != socket.gethostname() else "")
+    kind = KINDS.get(record.get("command"))
+    return f"{kind} ({where})" if kind else where
 
 
 def dead(mem) -> dict | None:
@@ -189,10 +200,12 @@ def end_watcher(home, token: str) -> None:
 
 
 class Lease:
-    """This process's lease on one memory. ``acquire`` raises ``Busy`` while another live process holds it."""
+    """This process's lease on one memory. ``acquire`` raises ``Busy`` while another live process holds it.
+    ``command``: the one taking it (``watch`` or ``build-tree``), written in the record for others to say."""
 
-    def __init__(self, mem):
+    def __init__(self, mem, command: str = "build-tree"):
         self.mem = mem
+        self.command = command
         self.token = uuid.uuid4().hex
         self.held = False
         self._due = 0.0  # when the next heartbeat is (monotonic seconds)
@@ -200,7 +213,7 @@ class Lease:
 
     def _record(self) -> dict:
         return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
-                "started": self._started, "beat": time.time()}
+                "started": self._started, "beat": time.time(), "command": self.command}
 
     def try_acquire(self) -> dict | None:
         """Take the lease if it is free or its holder is dead; otherwise return the live holder's record."""
@@ -226,8 +239,9 @@ class Lease:
                 return self
             if deadline is not None and time.monotonic() >= deadline:
                 then = f"still after waiting {wait:g} s" if wait else "use --wait to wait for it"
+                kind = KINDS.get(other.get("command"))
                 raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
-                           f"(since {other.get('started')}); {then}")
+                           f"({kind + ', ' if kind else ''}since {other.get('started')}); {then}")
             pause = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             if stop is None:
                 time.sleep(pause)

@@ -582,7 +582,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     try:
         for mem in mems:
             with scheduler.refusing(mem.name):  # (held by a watcher: the others built, then exit 4)
-                lease = Lease(mem).acquire(wait, stop=scheduler._stop)
+                lease = Lease(mem, "build-tree").acquire(wait, stop=scheduler._stop)
                 if lease is None:  # (stopped while waiting for it)
                     break
                 leases.append(lease)
@@ -624,6 +624,22 @@ def _prepare(mem) -> None:
         pass
 
 
+def _held_by(holders: dict) -> str:
+    """Who holds the memories of ``holders`` (name -> lease record): ``a and b by a watcher (pid 12), c by a
+    build-tree (pid 34)``, three names at most each."""
+    from .lease import described
+
+    by: dict[str, list[str]] = {}
+    for name in sorted(holders):
+        by.setdefault(described(holders[name]), []).append(name)
+    said = []
+    for who, names in by.items():
+        if len(names) > 3:
+            names = names[:2] + [f"{len(names) - 2:,} more"]
+        said.append((f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]) + f" by {who}")
+    return ", ".join(said)
+
+
 def _cap_counted(built: Builder) -> None:
     """``BadInput`` when ``built`` has a daily cap (``build-tree`` and ``watch`` keep it alike, on the same day's
     ledger) for a compactor without prices, which no cap can count."""
@@ -641,12 +657,14 @@ def _close(scheduler: Scheduler, leases) -> None:
 
 
 def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: float = 0.5,
-          max_cost_per_day: float | None = None) -> Scheduler:
+          max_cost_per_day: float | None = None, following: bool = False) -> Scheduler:
     """Run the scheduler until SIGTERM/SIGINT over the named memories, or over every memory of the home
     (including ones created later). Named memories held by a live builder raise ``Busy`` (or are waited
-    for); with no names, held memories are skipped and taken over when their holder dies. Each memory's
-    compactor spends at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day. A memory
-    whose compactor's API key is not set here is refused as on its settings (taken again once they change)."""
+    for); with no names, held memories are skipped and taken once their holder lets go or dies, and ``Busy``
+    is raised when every memory is held. ``following``: the caller has work of its own (``--import``), so a
+    held memory, named or not, is never a reason to stop: it is taken once free. Each memory's compactor spends
+    at most ``max_cost_per_day`` (else its config's ``max_cost_per_day``) a local day. A memory whose
+    compactor's API key is not set here is refused as on its settings (taken again once they change)."""
     from . import config as configs, lease
     from .lease import Lease
     from .memory import Memory
@@ -657,6 +675,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     embedding = semantic.background()
     explicit = Memory.named(names, home)
     refused_at = scheduler.on_settings  # memory refused on its settings -> those files as they were then
+    holders: dict[str, dict] = {}  # memory name -> the lease record of the builder that held it at the last try
 
     @contextlib.contextmanager
     def on_settings(mem):
@@ -685,12 +704,14 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     def take(mem, block: bool, lease: Lease | None = None) -> None:
         """Build ``mem`` (``lease``: already held, by the builder this one replaces)."""
         if lease is None:
-            lease = Lease(mem)
+            lease = Lease(mem, "watch")
             if block:
                 if lease.acquire(None if wait else 0.0, stop=scheduler._stop) is None:  # (a signal: stopped)
                     return
-            elif lease.try_acquire() is not None:
+            elif (other := lease.try_acquire()) is not None:
+                holders[mem.name] = other
                 return
+        holders.pop(mem.name, None)
         try:
             with on_settings(mem):
                 built = Builder(mem, lease=lease, max_cost_per_day=cap_of(mem.config))
@@ -779,9 +800,9 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if scheduler.stopped:
                 break
             with scheduler.refusing(mem.name, passing=(Busy,), tell=False):
-                take(mem, block=True)
-        if explicit and not scheduler.builders and not scheduler.stopped:  # nothing named can be built: the error
-            raise next(iter(scheduler.refused.values()))
+                take(mem, block=wait or not following)  # (following: a held one is taken at a look once free)
+        if explicit and not scheduler.builders and not holders and not scheduler.stopped:
+            raise next(iter(scheduler.refused.values()))  # nothing named can be built, now or once let go of
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
             scheduler.emit(scheduler.refusal(name, errors.as_error(exc)))
         if not explicit and not scheduler.stopped:
@@ -790,8 +811,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             for mem in mems:
                 with scheduler.refusing(mem.name):
                     take(mem, block=False)
-            if mems and not watched and not wait and not scheduler.refused:
-                raise Busy("every memory is already being built by another watcher (see lock.json); use --wait to stand by")
+            if mems and not watched and not wait and not following and not scheduler.refused:
+                raise Busy(f"every memory is already being built: {_held_by(holders)}; use --wait to stand by")
             last_scan[0] = time.monotonic()
             lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
         scheduler.run(between=look_for_memories)

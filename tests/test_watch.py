@@ -69,7 +69,8 @@ def test_watch_builds_new_messages_holds_the_lease_and_stops_on_sigterm(home):
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(5, 9)])
         until(lambda: complete("m"), timeout=10)  # noticed within the poll, not at the next start
         record = lease.holder(mem)
-        assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "started", "beat"}
+        assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "started", "beat", "command"}
+        assert record["command"] == "watch"
         second = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=60, env=subprocess_env())
         assert second.returncode == 4 and b"being built by pid" in second.stderr and b"use --wait" in second.stderr
         assert subprocess.run(pimem_cmd("build-tree", "m"), capture_output=True, timeout=60, env=subprocess_env()).returncode == 4
@@ -215,9 +216,62 @@ def test_watch_without_names_covers_every_memory_including_new_ones(home):
         until(lambda: lease.holder(Memory.open("b")), timeout=15)
         until(lambda: complete("a") and complete("b"))
         again = subprocess.run(pimem_cmd("watch"), capture_output=True, timeout=60, env=subprocess_env())
-        assert again.returncode == 4 and b"already being built" in again.stderr
+        assert again.returncode == 4 and again.stderr.decode().count("\n") == 1, again.stderr
+        assert f"every memory is already being built: a and b by a watcher (pid {watcher.pid})" in again.stderr.decode()
     assert watcher.returncode == 0
     assert not (home / "a" / "lock.json").exists() and not (home / "b" / "lock.json").exists()
+
+
+def test_watch_of_a_home_whose_only_memory_a_build_tree_holds_exits_4_naming_it(home):
+    with FakeLLM("openai", latency=0.5) as server:
+        configure(home, server)
+        mem = fill("m", 40, short_every=1000)
+        build = subprocess.Popen(pimem_cmd("build-tree", "m"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 env=subprocess_env(TEST_LLM_KEY="k"))
+        try:
+            until(lambda: lease.holder(mem))
+            again = subprocess.run(pimem_cmd("watch"), capture_output=True, timeout=60, env=subprocess_env())
+            named = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=60, env=subprocess_env())
+        finally:
+            build.send_signal(signal.SIGTERM)
+            build.communicate(timeout=30)
+    assert again.returncode == 4 and again.stderr.decode().count("\n") == 1, again.stderr
+    assert f"every memory is already being built: m by a build-tree (pid {build.pid}); use --wait" in again.stderr.decode()
+    assert named.returncode == 4 and f"by pid {build.pid} on {socket.gethostname()} (a build-tree, since" in named.stderr.decode()
+
+
+@pytest.mark.parametrize("names", [(), ("tool",)], ids=["home", "named"])
+def test_a_watcher_with_imports_keeps_following_while_another_builder_holds_every_memory(home, tmp_path, names):
+    """Its imports are work of its own: it captures what the agent writes later, and builds the memory once
+    the other watcher lets go (before, it imported what was there and exited 4)."""
+    from test_follow import append, codex_rollout, texts
+
+    configure(home)
+    fill("tool", 3)
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    rollout = codex_rollout("cx-1")  # (into memory tool: its cwd is /repo/tool)
+    append(sessions / "rollout-1.jsonl", rollout[:2])
+    with watching() as first:
+        until(lambda: lease.holder(Memory.open("tool")))
+        second = start_watch(*names, "--import", str(sessions), "--json")
+        try:
+            until(lambda: "run the tests" in texts("tool"))
+            time.sleep(1.0)  # (it used to exit 4 here, once its first look had found every memory held)
+            assert second.poll() is None
+            append(sessions / "rollout-1.jsonl", rollout[2:])  # written later: still captured
+            until(lambda: "they pass" in texts("tool"))
+            assert lease.holder(Memory.open("tool"))["pid"] == first.pid
+            first.send_signal(signal.SIGTERM)
+            first.communicate(timeout=30)
+            until(lambda: (lease.holder(Memory.open("tool")) or {}).get("pid") == second.pid)
+            until(lambda: complete("tool"))
+        finally:
+            second.send_signal(signal.SIGTERM)
+            out, err = second.communicate(timeout=30)
+    assert first.returncode == 0 and second.returncode == 0, err
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert {"event": "watching", "memory": "tool"} in events and not any(e["event"] == "refused" for e in events)
 
 
 def test_sigterm_lets_calls_in_flight_finish_and_keeps_them(home):

@@ -11,7 +11,7 @@ from ..options import Home, Json, Log
 
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to watch (default: all, including new ones).", metavar="NAME…", show_default=False)] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="If another watcher holds a memory, wait for it instead of exiting 4.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="If another watcher or a build-tree holds a memory, wait for it instead of exiting 4.")] = False,
     max_cost_per_day: Annotated[Optional[float], typer.Option("--max-cost-per-day", help="Spend at most this on each memory's compactor a local day (calls in flight at their worst case; default: max_cost_per_day in config.json); then wait for the next day.", metavar="USD", click_type=param(usd, "USD"))] = None,
     imports: Annotated[Optional[list[str]], typer.Option("--import", help="Also follow the session files under DIR (repeatable), as import --follow does.", metavar="DIR")] = None,
     log: Log = None,
@@ -29,7 +29,8 @@ def command(
     On SIGTERM, SIGHUP or SIGINT, calls in flight get 15 seconds to finish and what they built is kept. Events
     go to stderr (--json: NDJSON on stdout). With --import DIR it also follows the agents' session files under
     DIR into one memory per project, as import --follow does, and builds those memories too (when no names are
-    given).
+    given); it follows them even while other builders (a watcher, a build-tree) hold every memory, and builds
+    each memory once its holder lets go.
 
     Examples:
       pimem watch
@@ -105,7 +106,8 @@ def command(
     thread = threading.Thread(target=follow, name="pimem-follow", daemon=True)
     thread.start()
     try:
-        scheduler.watch(list(names or []), home, on_event=show, wait=wait, max_cost_per_day=max_cost_per_day)
+        scheduler.watch(list(names or []), home, on_event=show, wait=wait, max_cost_per_day=max_cost_per_day,
+                        following=True)
     finally:
         stop.set()
         thread.join()
