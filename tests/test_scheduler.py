@@ -1479,3 +1479,21 @@ def test_build_tree_refuses_a_daily_cap_on_a_compactor_without_prices(home, sh):
         out = sh("build-tree", "m", TEST_LLM_KEY="x")
         assert out.returncode == 2 and "needs prices" in out.stderr.decode(), out.stderr
         assert server.requests == []
+
+
+def test_max_cost_on_compactors_without_prices_names_the_memory_to_price(home, sh):
+    """The line says the command to run, the memory's name filled in, as the daily cap's line does."""
+    from conftest import snapshot
+
+    with FakeLLM("openai") as server:
+        configure(home, server)  # no prices
+        fill("m", 6, short_every=1000)
+        fill("n", 6, short_every=1000)
+        before = snapshot(home)
+        one = sh("build-tree", "m", "--max-cost", "1", TEST_LLM_KEY="x").stderr.decode()
+        both = sh("build-tree", "--max-cost", "1", TEST_LLM_KEY="x").stderr.decode()
+        assert server.requests == [] and snapshot(home) == before
+    assert one == ("pimem: error: --max-cost needs prices for the compactor of m: set them with "
+                   "'pimem model m PROVIDER/MODEL --price-in USD --price-out USD'\n")
+    assert both.endswith("of m, n: set them with 'pimem model m PROVIDER/MODEL --price-in USD --price-out USD' "
+                         "(and so for n)\n"), both

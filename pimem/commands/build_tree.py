@@ -63,8 +63,9 @@ def command(
     if max_cost is not None:
         unpriced = [e["memory"] for e in estimates if e["cost"] is None and e["calls"]]
         if unpriced:
-            raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: "
-                           "set them with 'pimem model NAME PROVIDER/MODEL --price-in USD --price-out USD'")
+            others = f" (and so for {', '.join(unpriced[1:])})" if unpriced[1:] else ""
+            raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: set them with "
+                           f"'pimem model {unpriced[0]} PROVIDER/MODEL --price-in USD --price-out USD'{others}")
     if dry_run:
         for row in estimates:
             if json:
