@@ -367,6 +367,13 @@ def test_after_a_compaction_the_session_s_own_earlier_turns_are_offered(home, tm
     assert "what did we say about the ibex fence" in hits_of(answer) and "Summary: the ibex fence again." not in hits_of(answer)
 
 
+def test_the_help_says_a_prompt_is_offered_what_is_not_in_the_agent_s_context(sh):
+    """It said "messages of earlier sessions", which the hook no longer keeps to (the test above)."""
+    said = " ".join(sh("hook", "--help").stdout.decode().split())
+    assert "relevant messages that are not in the agent's context (not what its transcript holds after its last " \
+           "compaction boundary)" in said and "earlier sessions" not in said
+
+
 def test_a_resumed_session_is_not_offered_the_messages_its_transcript_holds_again(home, tmp_path):
     """``claude --resume`` writes the earlier session's lines again (same uuids) into the new session's
     transcript: they are in its context, yet the hook offered them as an earlier session's."""
