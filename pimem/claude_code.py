@@ -265,7 +265,7 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     (the hook's warnings, which the user sees)."""
     from . import budget as budgets, context
 
-    head = f"pimem memory '{mem.name}' (this project's earlier sessions; `pimem message {mem.name} I` shows message I whole):"
+    head = f"pimem memory '{mem.name}' (this project's messages not in your context: earlier sessions, and this one's before its compaction; `pimem message {mem.name} I` shows message I whole):"
     hits = earlier(mem, session, prompt, held) if prompt else []
     lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
     room = budget - len(head) - 1
