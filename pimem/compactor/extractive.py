@@ -1376,13 +1376,8 @@ def _phrases(text: str, cjk: bool = True):
             if start >= 0:  # a break since the run's last word
                 runs.append((start, end))
                 start = -1
-            if negations:
-                yield from _negated(text, runs, negations)
-                negations = []
-            else:
-                for at, to in runs:
-                    yield at, text[at:to], False
-            runs = []
+            yield from _clause(text, runs, negations)
+            runs, negations = [], []
         token = m.group()
         role = _ROLE.get(token.lower())
         if role:  # a negation, a turn: the run in hand ends
@@ -1393,13 +1388,8 @@ def _phrases(text: str, cjk: bool = True):
                 negations.append((s, e))
                 start, end, words = s, e, 1
                 continue
-            if negations:  # (a turn ends the negation's reach)
-                yield from _negated(text, runs, negations)
-                negations = []
-            else:
-                for at, to in runs:
-                    yield at, text[at:to], False
-            runs = []
+            yield from _clause(text, runs, negations)  # (a turn ends the negation's reach)
+            runs, negations = [], []
             continue
         dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
         if dotted or role == 0 or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
@@ -1416,6 +1406,11 @@ def _phrases(text: str, cjk: bool = True):
         words += 1
     if start >= 0:
         runs.append((start, end))
+    yield from _clause(text, runs, negations)
+
+
+def _clause(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, int]]):
+    """One clause's runs as ``(start, run, negated)``: with its negations (``_negated``), else as they are."""
     if negations:
         yield from _negated(text, runs, negations)
     else:
