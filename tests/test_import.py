@@ -771,6 +771,18 @@ def test_a_last_line_whose_newline_comes_late_moves_no_later_line_number(run, tm
     assert third.stdout == "g: 1 imported, 0 already present, 1 malformed skipped; 3 messages in all (read on from line 3)\n"
 
 
+def test_a_last_line_without_its_newline_imported_again_unchanged_keeps_its_number(run, tmp_path):
+    """Each import of a file whose last line still lacks its newline read nothing new: it recorded the file's
+    line count one less each time, so the warnings named ever earlier lines once the file grew."""
+    path = tmp_path / "g.ndjson"
+    path.write_text('{"kind":"user","text":"x1"}\n{"kind":"user","text":"x2"}')
+    for _ in range(3):
+        run("import", path, "-n", "g")
+    with open(path, "a") as f:
+        f.write('\ngarbage\n{"kind":"user","text":"x4"}\n')
+    assert run("import", path, "-n", "g").stderr == f"pimem: warning: {path}:3: not valid JSON; skipped\n"
+
+
 def test_grown_pi_tree_links_across_imports(run, tmp_path):
     whole = pi_tree(tmp_path / "whole.jsonl").read_text().splitlines(keepends=True)
     path = tmp_path / "s.jsonl"

@@ -187,6 +187,7 @@ class _File:
         # key, the i an export's line names, its line's number)
         self.batch_bytes = 0
         self.prior: dict | None = None
+        self.resumed: tuple[int, int] | None = None  # (offset, line) read on from, as an earlier import recorded them
         self.deadline: float | None = deadline
         self.capped = False  # a message or line over the cap was skipped: said in the position, so that a
         # later import with a larger cap reads the file again from the start (the keys drop what is logged)
@@ -235,6 +236,8 @@ class _File:
             if offset - reported >= PROGRESS_STEP:
                 self.progress(offset)
                 reported = offset
+        if self.resumed and offset == self.resumed[0]:  # (nothing read past it: its line count as recorded, not the
+            line_no = self.resumed[1]  # one less ``_resume`` counts from when its last line lacked its newline)
         position = self._position(f, offset, line_no, parser)
         self._flush(position)
         self.state.keep_counts(self.file, position, parser)
@@ -255,6 +258,7 @@ class _File:
             f.seek(offset)
             self.capped = type(capped) is int
             line = int(prior.get("line", 0))
+            self.resumed = offset, line
             if line and os.pread(f.fileno(), 1, offset - 1) != b"\n":  # (read to a whole last line without its
                 line -= 1  # newline: what the file has since goes on that line, its newline first)
             return offset, line, prior.get("state")
