@@ -784,6 +784,18 @@ def test_a_failed_command_says_how_it_ended_in_one_line(tmp_path, command, said)
     assert re.fullmatch(re.escape(f"command {command!r} ") + said, str(failed.value))
 
 
+def test_a_failed_commands_error_shows_its_command_line_redacted(tmp_path):
+    """A key written in the command line is not in the error of a call that failed: the command is said as
+    ``pimem model`` and ``status`` show it."""
+    key = "sk-proj-" + "Xq7vR2mK9pL4tW8nB3cF6hJ1"
+    comp = Compactor({"provider": "command", "command": f"OPENAI_API_KEY={key} cat > /dev/null; exit 3"},
+                     BuildState(tmp_path))
+    with pytest.raises(CallFailed) as failed:
+        comp.build(Task(0, 3, kind="user", text="the task's message"))
+    comp.close()
+    assert key not in str(failed.value) and str(failed.value).endswith(" cat > /dev/null; exit 3' exited 3")
+
+
 def test_bytes_of_a_commands_answer_that_are_not_utf8_fail_its_call_unless_its_input_holds_u_fffd(tmp_path):
     """Bytes that are not UTF-8 are read as U+FFFD, never dropped unseen: an answer holding them is no summary
     (``compactor.junk``), unless the message it summarises holds U+FFFD itself (text decoded so before it was

@@ -503,6 +503,12 @@ class Command:
         self._system_files: dict[str, str] = {}  # system prompt -> the file holding it
         self._lock = threading.Lock()  # (calls run at once, each in a thread of the pool: one file a prompt)
 
+    def _shown(self) -> str:
+        """The command as an error says it: redacted, as ``pimem model`` shows it (``OPENAI_API_KEY=sk-… llm``)."""
+        from .redact import redact_shown
+
+        return redact_shown(self.command)
+
     def _system_path(self, system: str) -> str:
         with self._lock:
             if system not in self._system_files:
@@ -541,14 +547,14 @@ class Command:
             proc.stderr.close()
             proc.wait()
         if not answered:
-            raise CallFailed(f"command {self.command!r} gave no answer within {self.timeout:g} s")
+            raise CallFailed(f"command {self._shown()!r} gave no answer within {self.timeout:g} s")
         # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
         text = bytes(head).decode("utf-8", "replace")
         detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
         if proc.returncode != 0:
-            raise CallFailed(f"command {self.command!r} {_ended(proc.returncode)}" + (f": {detail}" if detail else ""))
+            raise CallFailed(f"command {self._shown()!r} {_ended(proc.returncode)}" + (f": {detail}" if detail else ""))
         if not text.strip():  # (its stderr says why, as a failure's does: a pipeline's end, `| head -1`, exits 0)
-            raise CallFailed(f"command {self.command!r} exited 0 with no answer" + (f": {detail}" if detail else ""),
+            raise CallFailed(f"command {self._shown()!r} exited 0 with no answer" + (f": {detail}" if detail else ""),
                              spent={"tokens_in": _estimate_tokens(system + chat + task)})
         # its tokens out, as estimated, count up to the ``max_tokens`` asked for (a model stops there): so a call
         # costs no more than the worst case ``--max-cost`` counted for it, whatever the command printed
