@@ -89,7 +89,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
     # an author's: max_tokens: "a number of tokens")
     (re.compile(r"""(?ix)((?<!(?-i:[a-z]))(?=[ps])(?:password|passwd|passphrase|pass|pwd|secret)["']?\s*[:=]\s*)
-                    (["'])(?!\[)[^"'\n]*?\s[^"'\n]*?\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
+                    (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]*
