@@ -187,7 +187,8 @@ class Log:
         path = self.dir.parent / RANGES
         try:
             st = os.stat(path)
-        except OSError:
+        except OSError:  # (gone: what it said is forgotten too, or a memory renamed away claims a loss)
+            self._saved, self._saved_end = None, 0
             return {}, False
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if self._saved is None or self._saved[0] != stamp:
@@ -562,6 +563,8 @@ class Log:
         last, sealed = -1, False
         sizes = self.sizes(every=True)  # (an older file edited by hand is noticed too)
         rows, _ = self._read_saved()  # (as read before the files were: any boot's serves, see lost_end)
+        for name in self._info.keys() - sizes.keys():  # a day file gone (a loss accepted): recorded no more
+            del self._info[name]
         for name, size in sizes.items():
             info = self._file_info(name, size)
             if info.torn:  # (rare: after a crash, a file read whole is no cost worth sparing)

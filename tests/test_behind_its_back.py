@@ -357,6 +357,17 @@ def test_messages_lost_for_good_are_accepted_by_name_and_a_note_takes_each_numbe
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
 
 
+def test_a_day_file_lost_for_good_is_no_longer_recorded_once_the_loss_is_accepted(sh, log):
+    """ranges.json recorded the deleted file; once notes take its messages' numbers it must not record it
+    again (a file it records that is not there had every later command read the whole log, fsck saying ok)."""
+    for day in DAYS[1:]:  # #3…#8 lost; the notes go to today's file (the tests' today is the last day)
+        (log / f"{day}.jsonl").unlink()
+    assert sh("fsck", "--repair", "--accept-lost", "m").returncode == 0
+    assert sh("append", "m", "new").stdout == b"9\n"
+    recorded = json.loads((log.parent / "ranges.json").read_bytes())["files"]
+    assert sorted(recorded) == sorted(p.name for p in log.iterdir()) and f"{DAYS[1]}.jsonl" not in recorded
+
+
 def test_messages_lost_from_the_end_with_ranges_json_gone_too_are_known_by_the_view_index_and_windows(sh, log):
     """ranges.json gone too: view.json (which append and context read anyway) still knows the log went to #8,
     and so do the index and the compaction windows, for fsck and compact."""

@@ -59,6 +59,16 @@ def test_a_memory_renamed_while_a_command_goes_over_every_memory_is_passed_over_
     assert capsys.readouterr().err.count("\n") == 1 and unread.code == 5
 
 
+def test_a_memory_renamed_while_open_is_not_taken_for_one_that_lost_its_messages(run, home, two):
+    """A Memory read before a rename finds no log at its path after it: not messages lost from the log's end
+    (ranges.json, read before, is gone from that path too)."""
+    with Memory.open("old") as mem:
+        assert mem.count() == 2
+        assert run("rename", "old", "new").exit_code == 0
+        assert mem.count() == 0
+    assert Memory.open("new").count() == 2
+
+
 def test_renaming_through_an_old_name_says_which_memory_it_renamed(run, home, two):
     assert run("rename", "old", "u").stderr == f"renamed 'old' to 'u' ({home / 'u'})\n"
     out = run("rename", "old", "w")  # (old points to u)
