@@ -1414,7 +1414,7 @@ def test_the_key_set_scans_for_a_few_keys_and_builds_a_set_for_many():
     assert found._set is not None and keys[98] in found and straddling not in found  # a set by now, same answers
 
 
-def test_past_its_deadline_an_import_stops_after_a_batch_and_the_next_reads_on(home, tmp_path, monkeypatch):
+def test_past_its_deadline_an_import_stops_after_a_line_and_the_next_reads_on(home, tmp_path, monkeypatch):
     import time
 
     from pimem.importers import job, plan, run
@@ -1422,10 +1422,10 @@ def test_past_its_deadline_an_import_stops_after_a_batch_and_the_next_reads_on(h
     monkeypatch.setattr(job, "BATCH_LINES", 3)
     path = write_jsonl(tmp_path / "n.jsonl", [{"kind": "user", "text": f"m{k}"} for k in range(10)])
     mem = Memory.at("t")
-    first = run(mem, plan([str(path)]), deadline=time.monotonic())  # already past: one batch, then stop
-    assert first[0].imported == 3 and [m["text"] for m in mem.messages()] == ["m0", "m1", "m2"]
+    first = run(mem, plan([str(path)]), deadline=time.monotonic())  # already past: one line read, then stop
+    assert first[0].imported == 1 and [m["text"] for m in mem.messages()] == ["m0"]
     second = run(mem, plan([str(path)]))
-    assert (second[0].from_line, second[0].imported, second[0].present) == (4, 7, 0)
+    assert (second[0].from_line, second[0].imported, second[0].present) == (2, 9, 0)
     assert [m["text"] for m in mem.messages()] == [f"m{k}" for k in range(10)]
 
 
