@@ -1187,6 +1187,15 @@ def test_a_piece_far_past_its_negation_is_left_out():
         assert f"{negation} " in line and far not in line, line
 
 
+def test_a_piece_its_own_negation_opens_is_said_however_far_past_another():
+    """A run opened by a negation is said as it is, even more than ``NEGATION_REACH`` characters past an earlier
+    negation of its clause (``never rolled back`` was left out as too far past ``not``)."""
+    text = "We did not deploy it on the cluster and the staging cluster and never rolled back."
+    assert text.index("never") - text.index("not") - 3 > extractive.NEGATION_REACH
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": f"{text} " * 3})]
+    assert "never rolled back" in found, found
+
+
 def test_a_negation_reaches_to_its_clause_s_turn():
     """A negation reaches no further than its clause: a break, or a word that turns it (``but``, ``sondern``,
     ``because``); what follows is said as it is. A negation that is its clause is said (``the logs…nothing``)."""
@@ -1942,7 +1951,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             if negations:
                 if (start, end) in negations and len(spans) > 1:
                     continue
-                before = [(at, to) for at, to in negations if at < start]
+                before = [] if start in [at for at, _ in negations] else [(at, to) for at, to in negations if at < start]
                 if before:
                     if start - before[-1][1] > extractive.NEGATION_REACH:
                         continue

@@ -1432,12 +1432,13 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     for start, end in runs:
         if (start, end) in alone:
             continue
-        before = [(at, to) for at, to in negations if to <= start]
+        opened = any(at == start for at, _ in negations)  # (a run its own negation opens is said as it is)
+        before = [] if opened else [(at, to) for at, to in negations if to <= start]
         if before:
             if start - before[-1][1] > NEGATION_REACH:
                 continue  # (too far past it: with it, a long piece that costs the line its other words)
             start = before[-1][0]
-        elif not any(at == start for at, _ in negations) and any(
+        elif not opened and any(
                 at >= end and text[at:to].lower() in _AFTER for at, to in negations):
             end = runs[-1][1]
         yield start, text[start:end], True
