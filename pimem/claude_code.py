@@ -137,7 +137,10 @@ class Hook:
             return self.result()
         if self.event in ANSWERS and mem.exists():
             prompt = self.payload.get("prompt") if self.event == "UserPromptSubmit" else None
-            held = (self._guard(lambda: in_context(self.transcript)) or set()) if prompt and self.transcript else set()
+            try:
+                held = in_context(self.transcript) if prompt and self.transcript else None
+            except OSError:  # (gone or unreadable: the next event says so if it matters)
+                held = None
             self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append, held)) or ""
         if self.sources:
             self._guard(lambda: self._capture(mem))
@@ -258,7 +261,7 @@ def _print(result: dict | None) -> None:
 # ---- the context -------------------------------------------------------------------------------------------
 
 
-def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, held: set[str] = frozenset()) -> str:
+def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, held: set[str] | None = None) -> str:
     """The context for the model: the user's memories and, for a prompt, relevant messages it does not have in
     its context (``earlier``; ``held``: the entries it has, ``in_context``), in at most ``budget`` characters
     (whole lines only); empty when there is nothing to say. A damaged memory log is said through ``on_damage``
@@ -281,10 +284,11 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     return "\n".join([head] + parts + ([found] if found else [])) if parts or found else ""
 
 
-def earlier(mem, session: str, prompt: str, held: set[str] = frozenset()) -> list[dict]:
+def earlier(mem, session: str, prompt: str, held: set[str] | None = None) -> list[dict]:
     """The best ranked messages for ``prompt`` that the agent does not have in its context, relevant ones only,
     as ``{i, date, kind, snippet, score}``: not those of the entries ``held`` (the lines its transcript holds
-    since its last compaction, whichever session logged them), nor the messages of ``session``'s sub-agents.
+    since its last compaction, whichever session logged them; with its transcript unread, ``None``: those of
+    ``session``), nor the messages of ``session``'s sub-agents.
     The ranker gets the prompt as typed (it finds and stems its terms) and reads its first ``QUERY_TERMS``
     terms, ``POOL`` postings each, lexically: the hook runs every turn, so it loads no sentence vectors (the
     semantic extra) and reads no view."""
@@ -301,10 +305,12 @@ def earlier(mem, session: str, prompt: str, held: set[str] = frozenset()) -> lis
              "snippet": search.snippet(msg["text"], msg["text"].lower(), words)} for msg, score in relevant(others, words)[:HITS]]
 
 
-def _held(meta: dict, session: str, held: set[str]) -> bool:
+def _held(meta: dict, session: str, held: set[str] | None) -> bool:
     """Whether a logged message is in the agent's context: its entry's uuid (a changed entry's ``UUID.HASH``
     too) is one of ``held``, or it is a sub-agent's of this session (whose lines the agent has not read, but
-    whose prompt and answer it has)."""
+    whose prompt and answer it has); with no ``held`` known (the transcript unread), any of this session's."""
+    if held is None:
+        return meta.get("session") == session
     entry = meta.get("entry")
     return isinstance(entry, str) and entry.partition(".")[0] in held or bool(meta.get("sidechain")) and meta.get("session") == session
 

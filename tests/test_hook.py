@@ -393,6 +393,18 @@ def test_a_resumed_session_is_not_offered_the_messages_its_transcript_holds_agai
     assert set(words) <= set(hits_of(answer)) and "and the lemur feeding?" in hits_of(answer)
 
 
+def test_with_its_transcript_gone_the_session_s_own_messages_are_not_offered(home, tmp_path):
+    """With no transcript to tell what the agent has in its context (deleted, unreadable), the session's own
+    messages are taken as in it, as before the hook read the transcript: it offered them all, and said nothing."""
+    mine, other = tmp_path / "s1.jsonl", tmp_path / "s0.jsonl"
+    grow(other, line("s0", "user", uuid_of(1), "the otter pool closes at noon", 1))
+    grow(mine, line("s1", "user", uuid_of(2), "the otter feeding is at nine", 2))
+    assert hook(payload("Stop", "s0", other)) == (0, None, "") and hook(payload("Stop", "s1", mine)) == (0, None, "")
+    mine.unlink()
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", mine, prompt="otter"))
+    assert (code, err) == (0, "") and hits_of(answer) == ["the otter pool closes at noon"]
+
+
 def test_a_nul_logged_as_its_sign_is_no_skipped_line(home, tmp_path):
     """A tool's NUL logged as ␀, the message kept, was said to the user as "1 transcript line skipped"."""
     grow(tmp_path / "s1.jsonl", line("s1", "user", "u1", "a\x00b", 1))
