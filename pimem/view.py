@@ -625,13 +625,9 @@ class View:
         view's line that is that span, or -1."""
         return [(l, i, self.find(l, i)) for l, i in tiling(self.starts[j] if j < len(self.lines) else self.T)]
 
-    def shown_line(self, m: int, j: int) -> tuple[int, int, bool]:
-        """The line a reader is shown for message ``m`` when the ``j`` oldest lines are held back, as
-        ``(l, i, built)``."""
-        return self.shown_for(j)(m)
-
     def shown_for(self, j: int) -> Callable[[int], tuple[int, int, bool]]:
-        """``shown_line`` for many messages, the spans standing in for the ``j`` oldest lines worked out once."""
+        """The line a reader is shown for a message when the ``j`` oldest lines are held back, as
+        ``(l, i, built)``: for many messages, the spans standing in for those lines worked out once."""
         def at(l: int, i: int) -> tuple[int, int, bool]:
             k = self.find(l, i)
             return l, i, k >= 0 and self.lines[k][2] is not None

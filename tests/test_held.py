@@ -145,8 +145,9 @@ def test_held_on_an_unfolded_million_line_view_is_computed_without_loading_it(tm
     assert got[n] is None
     back = v.held_back(2 * 128_000, line_bytes)  # (past twice its budget: the oldest lines are shown as spans)
     assert 0 < back < len(v.lines)
+    shown = v.shown_for(back)
     for i in ids[:-1]:
-        l, idx, _ = v.shown_line(i, back)
+        l, idx, _ = shown(i)
         assert got[i] == {"held": "inside" if l else "verbatim", "label": f"{idx << l}+{1 << l}", "n": 1 << l}
     assert got[0]["label"] == "0+524288" and got[n - 1]["label"] == f"{n - 1}+1"
 
