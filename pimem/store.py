@@ -111,6 +111,11 @@ def _offset_below(path: Path, start: int) -> int:
     return lo
 
 
+def _end(rows: dict) -> int:
+    """T as the rows of ranges.json record it: one past the last message of any file."""
+    return max((info.last + 1 for info in rows.values() if info.last is not None), default=0)
+
+
 class _FileInfo:
     """What a file's head and tail say: first and last valid ``i`` and whether its last line is torn.
     Valid while the file's size is unchanged (the log only grows). ``stamp`` is its ``(mtime_ns, inode)``
@@ -208,7 +213,7 @@ class Log:
                         if type(size) is int and type(first) in (int, none) and type(last) in (int, none) and type(torn) is bool:
                             rows[name] = _FileInfo(size, first, last, torn, seen, edits, crc)
             self._saved = (stamp, rows, boot is not None and boot == _boot_id())
-            self._saved_end = max((info.last + 1 for info in rows.values() if info.last is not None), default=0)
+            self._saved_end = _end(rows)
         return self._saved[1], self._saved[2]
 
     def _load_ranges(self) -> None:
@@ -397,7 +402,7 @@ class Log:
             os.unlink(self.dir.parent / WRITING)
             st = os.stat(path)
             self._saved = ((st.st_ino, st.st_mtime_ns, st.st_size), saved, _boot_id() is not None)
-            self._saved_end = max((info.last + 1 for info in saved.values() if info.last is not None), default=0)
+            self._saved_end = _end(saved)
             self._edited.clear()  # (recorded)
         except OSError:
             pass  # only a cache: the next process reads the files' ends instead
