@@ -94,6 +94,34 @@ MORE_ORDINARY = [
 ]
 
 
+# a secret-looking name counts only as a whole part of a name (ended by _ - . a digit, a capital or the name's
+# end; auth, pwd and PASS begun by one too): not inside a longer word
+NOT_NAMES = [
+    "author: Margaret Atwood", "coauthor: Margaret", "oauth_provider: keycloak", "tokenizer=bert-base-uncased",
+    "authentication: required", "secretary: Jonathan", "unauthorized: retrying later", "BYPASS=enabled",
+    "COMPASS_HEADING=northwest", "detokenize: enabled", "OLDPWD=/home/alice", "passwordless: enabled",
+    "access_keyboard: qwerty", "Authority: letsencrypt-prod", "secretsmanager: arn:aws:secretsmanager:us-east-1",
+    "tokenisation: word-level", "authenticator: totp-app", "COMPASS: 'north by west'",
+]
+NAMES = [
+    "dbPassword=Hunter22x", "clientSecret: Zq8mX2vK7p", "accessToken=Zq8mX2vK7p", "x-auth-token: Zq8mX2vK7p",
+    "MYSQL_ROOT_PASSWORD=hunter22x", "mytoken=abcdefgh12", "rootpassword: hunter22x", "password2=hunter22x",
+    "AUTH=Zq8mX2vK7p", "basicAuth: admin:hunter22", "db_pwd=hunter22x", "DB_PASS=hunter22x", "SECRETS=abcdefghij",
+    "api_keys: abcdefghij", "SECRET_KEY_BASE=abcdefghij", "dbPassword: 'two words here'",
+]
+
+
+@pytest.mark.parametrize("text", NOT_NAMES)
+def test_a_name_inside_a_longer_word_is_not_a_secret_name(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", NAMES)
+def test_a_secret_name_as_a_part_of_a_name_is_one(text):
+    out = redact(text)
+    assert "[secret redacted]" in out and text.split("=")[-1].split(": ")[-1].strip("'") not in out, out
+
+
 @pytest.mark.parametrize("text,secrets,kept", MORE_SHAPES, ids=[s[0][:40] for s in MORE_SHAPES])
 def test_more_shapes_are_redacted_and_the_rest_kept(text, secrets, kept):
     out = redact(text)

@@ -29,12 +29,17 @@ import re
 # (pattern, placeholder, hints): a pattern runs only when one of its hints occurs in the text (in lower
 # case). Redacting a 30 KB request costs some 20-30 ms of CPU here, about half of it detect-secrets'
 # detectors (``library_redact``): small next to the model call it precedes
-# names whose value is a secret: password, DB_PASS, passphrase, token, api_key, ENCRYPTION_KEY, session_key…
-# (``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor "the first pass: …"; the
-# lookahead of first letters fails the other places fast, halving the cost)
-_NAMES = r"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|pwd|secret|token|api[_-]?key|access[_-]?key
-    |private[_-]?key|auth|(?<=[_.-])pass(?![a-z])|(?-i:PASS)(?![A-Za-z])
-    |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key(?![a-z]))"""
+# names whose value is a secret: password, DB_PASS, passphrase, token, api_key, ENCRYPTION_KEY, session_key…,
+# each a whole part of the name, ended by _ - . a digit, a capital after small letters or the name's end
+# (dbPassword, mytoken, password2, SECRETS; not tokenizer, secretary, passwordless, access_keyboard); the short
+# ones begun by one too (basicAuth, db_pwd; not oauth_provider, author's middle, OLDPWD, BYPASS, COMPASS).
+# ``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor "the first pass: …"; the
+# lookahead of first letters fails the other places fast, halving the cost
+_STARTS = r"(?:(?<![A-Za-z])|(?<=(?-i:[a-z0-9]))(?=(?-i:[A-Z])))"
+_ENDS = r"s?(?:(?<=(?-i:[a-z]))(?!(?-i:[a-z]))|(?<=(?-i:[A-Z]))(?![A-Za-z]))"
+_NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
+    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)
+    |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -88,7 +93,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
     # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
     # an author's: max_tokens: "a number of tokens")
-    (re.compile(r"""(?ix)((?<!(?-i:[a-z]))(?=[ps])(?:password|passwd|passphrase|pass|pwd|secret)["']?\s*[:=]\s*)
+    (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|pass|pwd|secret)["']?\s*[:=]\s*)
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
