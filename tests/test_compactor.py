@@ -497,6 +497,23 @@ def test_a_server_answering_no_summary_is_retried_and_backed_off_like_any_failur
     assert [n["text"] for n in stored_lines(Memory.open("m"))] == ["user: 部署完成"]
 
 
+@pytest.mark.parametrize("brk", ["\n", "\r\n", "\r", "\x0b", "\x0c", "\x85", "\u2028", "\u2029"])
+def test_every_line_break_in_an_answer_is_a_space_not_a_refusal(brk):
+    """A model writing its summary over two lines: each break Unicode makes one (NEL, U+0085, as LF, VT, FF, CR
+    and the line and paragraph separators) is made a space, as any white space is; NEL was refused as a control
+    character, so a model that wrote it failed its call and was asked again. A control character that breaks
+    no line (U+001E, U+0090) is still refused."""
+    from pimem.compactor import junk
+    from pimem.compactor.cut import strip_controls
+
+    reply = f"user: deploy failed on port 8080{brk}pi: restarted nginx"
+    line = cut_line(strip_controls(junk.text_of(reply)))
+    assert line == "user: deploy failed on port 8080 pi: restarted nginx"
+    assert junk.why(line, reply, []) is None
+    for odd in ("\x1e", "\x90"):
+        assert junk.why(line, reply.replace(brk, odd), []) == f"its answer holds control character U+{ord(odd):04X}"
+
+
 REAL = [
     "user: 为什么部署在端口8080上失败了？pi: 检查了nginx配置，发现上游超时；已修复。",
     "user: デプロイが失敗した理由を教えて；pi: タイムアウトを30秒に変更し、再起動しました。",

@@ -8,8 +8,9 @@ lines, and the ``<chat>`` context), so a line copying it is never refused:
 
 - a U+FFFD, which stands for bytes that were not UTF-8, or a lone surrogate (``\\ud800`` in a JSON reply: made a
   U+FFFD); one ending the answer, a character its last bytes cut, is dropped before the line is cut (``text_of``);
-- a control character other than the tab and line breaks, anywhere in the answer (a terminal's escape sequences
-  are no such character: they are dropped from the line, as the other control characters are made spaces);
+- a control character other than the tab and line breaks (LF, VT, FF, CR and NEL, U+0085, made spaces as any
+  white space is), anywhere in the answer (a terminal's escape sequences are no such character: they are dropped
+  from the line, as the other control characters are made spaces);
 - a noncharacter, a private-use character, or a code point Unicode had not assigned in the
   version Python's ``unicodedata`` knows, but for the emoji blocks (U+1F000–U+1FAFF, which gain emoji every
   year);
@@ -25,7 +26,6 @@ import re
 import unicodedata
 
 from ..privacy import ANSI
-from .cut import CONTROLS
 
 PHRASE = 64  # characters: the longest phrase the repetition rule looks for
 TIMES = 4  # a phrase said this many times in a row, or more
@@ -33,6 +33,7 @@ HEAD = 4096  # characters of a line the repetition rule reads (a line is 512 byt
 EMOJI = ("\U0001f000", "\U0001faff")  # new emoji are assigned here every year; an older Python calls them unassigned
 _REPEATS = [re.compile(rf"(.{{{n}}})\1{{{TIMES - 1},}}", re.S) for n in range(1, PHRASE + 1)]
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_REFUSED = re.compile(r"[\x00-\x08\x0e-\x1f\x7f-\x84\x86-\x9f]")  # ``cut.CONTROLS`` but NEL, which breaks a line
 _RARE = re.compile(r"[^\x00-\u036f]")  # what may be one of the rule's characters (the rest is Latin and ASCII)
 
 
@@ -51,8 +52,8 @@ def why(line: str, reply: str, sources: list[str]) -> str | None:
     held = lambda ch: any(ch in source for source in sources)
     if "\ufffd" in line and not held("\ufffd"):
         return f"its answer is not UTF-8 text ({line.count(chr(0xfffd))} U+FFFD in its line)"
-    if CONTROLS.search(reply):
-        odd = sorted({ch for ch in CONTROLS.findall(ANSI.sub("", reply)) if not held(ch)})
+    if _REFUSED.search(reply):
+        odd = sorted({ch for ch in _REFUSED.findall(ANSI.sub("", reply)) if not held(ch)})
         if odd:
             return f"its answer holds control character U+{ord(odd[0]):04X}" + _more(len(odd))
     odd = {}
