@@ -130,12 +130,16 @@ def is_var_name(text: str) -> bool:
     """Whether ``text`` names an environment variable, as ``key_env`` takes: letters, digits and ``_``, not
     starting with a digit, and no key pasted in its place (``sk-proj-…`` is refused by its ``-``; one made of
     name characters, ``ghp_…``, ``sk_live_…``, ``AKIA…``, by its shape: 16 characters or more with a digit, and
-    no ``_`` or both cases of letters, where a variable's name is words in one case joined by ``_``)."""
+    a run of 16 without ``_`` or digits inside words in two places, where a variable's name is words and
+    numbers joined by ``_``, in any case: ``MyCompany_OpenAI_Key2``, ``AZURE_OPENAI_API_KEY_2025``)."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
         return False
     if len(text) >= 16 and any(c.isdigit() for c in text):
-        return "_" in text and (text.upper() == text or text.lower() == text)
+        return max(map(len, text.split("_"))) < 16 and len(_INNER_DIGITS.findall(text)) < 2
     return True
+
+
+_INNER_DIGITS = re.compile(r"(?<=[A-Za-z])[0-9]+(?=[A-Za-z])")  # (GPT4o once is a name; aB3dE6g… a key)
 
 
 def _wrong_knob(knob: str, value) -> bool:

@@ -331,6 +331,31 @@ def test_a_key_given_as_key_env_is_refused_and_never_said(key, run, home):
         assert run("model", "main", "openai/x", "--key-env", name).exit_code == 0, name
 
 
+KEYS = ["sk-proj-Abcdefghijklmnopqrstuvwx0123456789", "ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6",
+        "sk_live_4eC39HqLyjWDarjtT1zdp7dc", "AKIAQX4Z7JH2LMN5PQRS", "AKIAIOSFODNN7EXAMPLE", "hf_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3",
+        "npm_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEF",
+        "Xk9fPq2LmW_vR7tYb3NcJ", "f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c4"]
+NAMES = ["OPENAI_API_KEY", "AZURE_OPENAI_KEY_2", "my_key", "Key2", "MyCompany_OpenAI_Key2", "AZURE_OPENAI_API_KEY_2025",
+         "GPT4o_Mini_Api_Key", "OpenRouter_Api_Key_V2", "AWS_S3_BUCKET_SECRET_1", "Team42_Prod_OpenAI_Key"]
+
+
+@pytest.mark.parametrize("text", NAMES)
+def test_a_variables_name_is_one_whatever_its_case_and_digits(text):
+    """``MyCompany_OpenAI_Key2`` was refused as a pasted key (16 characters or more with a digit were taken for one
+    unless in one case): a name is words and numbers joined by ``_``, whatever their case."""
+    from pimem.config import is_var_name
+
+    assert is_var_name(text)
+
+
+@pytest.mark.parametrize("text", KEYS)
+def test_a_key_is_no_variables_name(text):
+    """A key pasted for a name: a long run with no ``_`` in it, or digits inside words more than once."""
+    from pimem.config import is_var_name
+
+    assert not is_var_name(text)
+
+
 @pytest.mark.parametrize("damage", [b"null", b"[]", b'{"extra_tokens": {"openai/m1": "big"}, "failures": {"0+1": "x"}, '
                                                   b'"unbuilt_cost": {"2026-10-08": -1}, "capped": 5}'])
 def test_a_compactor_json_of_another_shape_is_state_lost_not_a_crash(damage, run, home, monkeypatch):
