@@ -86,7 +86,9 @@ class _Lines:
 
 class _Answers:
     """The SDK's answers written to the client, each to a request ``_read`` gave a stand-in id with the id the
-    request held put back, its escapes as sent."""
+    request held put back, its escapes as sent. Once the client stops reading, what is left to answer goes
+    nowhere and the calls are still served until it hangs up (the SDK's writer would stop the server at the first
+    answer lost, with a traceback once stdin closed)."""
 
     def __init__(self, stdout, ids: dict[str, str]):
         import anyio
@@ -96,10 +98,25 @@ class _Answers:
     async def write(self, text: str) -> None:
         for stand_in in [stand_in for stand_in in self.ids if stand_in in text]:
             text = text.replace(f'"{stand_in}"', self.ids.pop(stand_in), 1)
-        await self.stdout.write(text)
+        try:
+            await self.stdout.write(text)
+        except BrokenPipeError:
+            self._gone()
 
     async def flush(self) -> None:
-        await self.stdout.flush()
+        try:
+            await self.stdout.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        """The client's end of stdout is /dev/null from now on, the buffer's rest included, as a closed stdout is
+        to a command."""
+        import os
+
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self.stdout.wrapped.fileno())
+        os.close(null)
 
 
 def _read(line: str, ids: dict[str, str]) -> tuple:

@@ -592,3 +592,34 @@ def test_without_the_sdk_the_hint_installs_the_extra_from_pimems_checkout_not_fr
         said.append(done.stderr)
     head, pip = "pimem: error: pimem mcp needs the MCP SDK 2.x, pimem's mcp extra:", f"{shlex.quote(sys.executable)} -m pip install"
     assert said == [f"{head} {pip} -e {shlex.quote(f'{ROOT}[mcp]')}\n", f"{head} in pimem's checkout, {pip} '.[mcp]'\n"]
+
+
+def test_a_client_that_stops_reading_is_served_until_it_hangs_up_and_the_server_ends_quietly(home):
+    """A client that closed its end of the server's stdout (or was killed while an answer was being written)
+    stopped the server at the first answer it could not take: no later call was served and, once stdin closed,
+    a traceback of a hundred lines on stderr and exit 1. What is left to answer goes nowhere, the calls are
+    still served, and the server ends with exit 0 when the client hangs up, as a command whose reader went away."""
+    import subprocess
+    import time
+
+    from conftest import pimem_cmd
+    from pimem import Memory
+
+    Memory.at("main", home=home).append([{"kind": "user", "text": "the staging db listens on 5433"}])
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home), cwd="/")
+    proc.stdout.close()  # (the client stops reading, and still writes: the answer to initialize is the first lost)
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    propose = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "memory_propose", "arguments": {"name": "main", "text": "the port is 5433"}}}
+    for message in (init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, propose):
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    memories, deadline = home / "main" / "memory.jsonl", time.monotonic() + 60
+    while not (memories.exists() and b"the port is 5433" in memories.read_bytes()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.stdin.close()  # (the client hangs up)
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
+    assert b"the port is 5433" in memories.read_bytes()
