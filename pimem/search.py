@@ -30,6 +30,8 @@ _TERMS = re.compile(r'"([^"]*)(?:"|$)|(\S+)')
 
 def parse(query: str) -> list[str]:
     """The terms of a query: ``"quoted phrases"`` kept whole, other words split on whitespace."""
+    if "\x00" in query:  # (no message holds one, and SQLite's full-text syntax would end the query there)
+        raise BadInput("query contains a NUL byte")
     terms = [phrase or word for phrase, word in _TERMS.findall(query) if phrase or word]
     if not terms:
         raise BadInput("empty query: give a word or a \"quoted phrase\" to search for")

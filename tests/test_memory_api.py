@@ -280,3 +280,16 @@ def test_every_read_path_of_the_library_hides_tool_text_unless_asked(home):
         assert "Zq8vT3mWp9LxR2nK" in text, text
     with pytest.raises(BadInput, match="^include_tools is True or False, not 'yes'"):
         mem.view_lines(include_tools="yes")
+
+
+def test_a_search_query_holding_a_nul_is_refused_not_taken_for_a_damaged_memory(home, run):
+    """A NUL in a query (from an MCP client or a program: no command line can hold one) reached SQLite's full-text
+    syntax, which ended the query there: every memory came back unread (``SQLite: unterminated string``), as
+    if its log were damaged. It is refused as the text of a message or a memory holding one is."""
+    from pimem import api
+
+    run("append", "main", "the port is 5433")
+    for query in ("port\x00", '"port\x00 is"', "\x00"):
+        with pytest.raises(BadInput, match="^query contains a NUL byte"):
+            api.search(query)
+    assert [hit["i"] for hit in api.search("port")["hits"]] == [0]
