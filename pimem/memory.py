@@ -51,14 +51,15 @@ def collector_resting():
 def _index_terms(text: str) -> list[str | tuple[str, ...]]:
     """What the index is asked for a text the tool-text mask folded (``privacy.flat``): the words every message
     holding it holds as the index reads messages (lowercased, not folded), in any script.
-    Split at what a JSON escape writes apart too (a quote's `"x"` is `\\"x\\"` in a call's arguments); a word with
-    other characters than ASCII is split at its punctuation as well (a Chinese text's full-width `，` folds to
-    `,`) and at `σ` and `μ` (a final `ς`, the micro sign fold to them), and is asked composed or decomposed
-    (`é`, a Hangul syllable: a file name listed on macOS is decomposed)."""
+    Split at what a JSON escape writes apart too (a quote's `"x"` is `\\"x\\"` in a call's arguments), and at
+    the quotes and dashes the fold writes plain (`it's` is `it’s` in gcc's output, `2024-2025` `2024–2025`); a
+    word with other characters than ASCII is split at its punctuation as well (a Chinese text's full-width `，`
+    folds to `,`) and at `σ` and `μ` (a final `ς`, the micro sign fold to them), and is asked composed or
+    decomposed (`é`, a Hangul syllable: a file name listed on macOS is decomposed)."""
     import unicodedata
 
     terms: list[str | tuple[str, ...]] = []
-    for word in dict.fromkeys(re.split(r'[\s"\\/]+', text)):
+    for word in dict.fromkeys(re.split(r'[\s"\\/\'-]+', text)):
         if not word.isascii():
             for piece in _UNSURE.split(word):
                 if piece:

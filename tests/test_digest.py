@@ -1811,6 +1811,29 @@ def test_the_index_reads_a_calls_json_escapes_and_an_outputs_colours_as_the_mask
     assert shown == tool_runs_masked(line, span)
 
 
+def test_the_index_finds_an_outputs_typographic_quotes_and_dashes_as_the_mask_does(home):
+    """Over a span of 2,048 messages (checked through the index), a model line quoting an output that holds
+    typographic quotes and dashes (gcc's ‘name’, a date range 2024–2025), as it was or written plain, in
+    capitals, its white space runs made one, is masked as the mask over a short span masks it: the index was
+    asked for the folded words (``it's``, ``2024-2025``), which the logged text (``it’s``, ``2024–2025``) does
+    not hold, so only the runs between the quotes were hidden, and a run with a quote every few words not at
+    all."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    msgs = [{"kind": "user" if k % 2 else "pi", "text": f"turn {k}: {LONG}"} for k in range(4096)]
+    msgs[300] = {"kind": "echo", "text": "main.c:7: error: ‘vault_pw’ undeclared; did you mean ‘vault_id’?\n"
+                                         "  window 2024–2025 — don’t   ‘ship’ it"}
+    msgs[900] = {"kind": "user", "text": f"please keep the notes short. {LONG}"}
+    mem.append(msgs)
+    span = msgs[:2048]
+    for quoted in ("error: ‘vault_pw’ undeclared; did you mean ‘vault_id’", "window 2024–2025 — don’t ‘ship’ it",
+                   "error: 'vault_pw' undeclared; did you mean 'vault_id'", "window 2024-2025 - don't 'ship' it",
+                   "ERROR: ‘VAULT_PW’ UNDECLARED; DID YOU MEAN ‘VAULT_ID’", "WINDOW 2024–2025 — DON’T ‘SHIP’ IT"):
+        line = f"the build said {quoted}; user: please keep the notes short"
+        [shown] = hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds)
+        assert shown == tool_runs_masked(line, span) == f"the build said{TOOL_TEXT}; user: please keep the notes short"
+
+
 def test_the_index_answers_for_words_in_any_script_over_a_long_span(run, home, monkeypatch):
     """Over a span of 2,048 messages (checked through the index), a Chinese or Russian line is masked as the
     mask over a short span masks it: what the user and the model said shows (full-width commas and all), and so
