@@ -32,14 +32,17 @@ import re
 # names whose value is a secret: password, DB_PASS, passphrase, token, api_key, ENCRYPTION_KEY, session_key…,
 # each a whole part of the name, ended by _ - . a digit, a capital after small letters or the name's end
 # (dbPassword, mytoken, password2, SECRETS; not tokenizer, secretary, passwordless, access_keyboard); the short
-# ones begun by one too (basicAuth, db_pwd; not oauth_provider, author's middle, OLDPWD, BYPASS, COMPASS).
-# ``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor "the first pass: …"; the
-# lookahead of first letters fails the other places fast, halving the cost
+# ones begun by one too (basicAuth, db_pwd; not oauth_provider, author's middle, OLDPWD, BYPASS, COMPASS);
+# not followed by a part saying where or which the secret is, or how it is used (token_url, password_file,
+# SECRET_NAME, auth_method). ``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor
+# "the first pass: …", nor a test's verdict (``--- PASS: TestParse``); the lookahead of first letters fails the
+# other places fast, halving the cost
 _STARTS = r"(?:(?<![A-Za-z])|(?<=(?-i:[a-z0-9]))(?=(?-i:[A-Z])))"
 _ENDS = r"s?(?:(?<=(?-i:[a-z]))(?!(?-i:[a-z]))|(?<=(?-i:[A-Z]))(?![A-Za-z]))"
+_ABOUT = r"(?![_.-]?(?:url|uri|endpoint|file|path|dir|name|type|method|mode|provider|policy)(?![a-z]))"
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
-    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)
-    |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}"""
+    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)(?!:\s)
+    |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
