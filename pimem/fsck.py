@@ -138,12 +138,19 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
     it was written, so what it records must be what the files are (a file changed other than by pimem). It
     is written again only once the log itself is sound: until then every command checks the whole log and
     stops at its gap or duplicate."""
-    wrong = mem.log.stale_ranges()
-    if not wrong:
+    wrong, gone = mem.log.stale_ranges()
+    if not wrong and not gone:
         return []
-    one = len(wrong) == 1
-    return [Finding(mem.name, "log", "ranges.json", f"records {count(len(wrong), 'day file')} otherwise than "
-                    f"{f'it is ({wrong[0]})' if one else f'they are ({wrong[0]} first)'}: something else changed "
+    one = len(wrong) + len(gone) == 1
+    said = []
+    if wrong:
+        said.append(f"{count(len(wrong), 'day file')} otherwise than "
+                    f"{f'it is ({wrong[0]})' if len(wrong) == 1 else f'they are ({wrong[0]} first)'}")
+    if gone:  # (a row for a file not there: every command takes it for a change and checks the whole log)
+        said.append(f"{count(len(gone), 'day file')} that {'is' if len(gone) == 1 else 'are'} gone "
+                    f"({gone[0]}{'' if len(gone) == 1 else ' first'})")
+    did = "changed or deleted" if wrong and gone else "changed" if wrong else "deleted"
+    return [Finding(mem.name, "log", "ranges.json", f"records {' and '.join(said)}: something else {did} "
                     f"{'it' if one else 'them'}, so every command checks the whole log"
                     + ("; --repair writes it again only once the log's problems above are put right (recorded now, "
                        "it would vouch for a broken log and commands would stop checking it)" if log_broken else ""),

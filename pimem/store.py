@@ -426,14 +426,15 @@ class Log:
             counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def stale_ranges(self) -> list[str]:
-        """The day files that ranges.json records otherwise than they are while it claims to be current (for
-        fsck: until a write records them afresh, every command checks the whole log; every file is looked at
-        afresh)."""
+    def stale_ranges(self) -> tuple[list[str], list[str]]:
+        """The day files that ranges.json records otherwise than they are while it claims to be current, and
+        those it records that are gone (for fsck: until a write records them afresh, every command checks the
+        whole log; every file is looked at afresh). A file gone that it records messages past the log's end
+        in is not named: those messages are lost (``lost_end``), and ranges.json is what still knows it."""
         names = self._names()
         recorded = Log(self.dir)._baseline()
-        if not recorded or set(recorded) - set(names):
-            return []
+        if not recorded:
+            return [], []
         fresh = Log(self.dir)
         fresh._loaded = True  # nothing from ranges.json: stat and read each file's ends
         wrong = []
@@ -443,7 +444,10 @@ class Log:
                     or (then.stamp is not None and now.stamp != then.stamp  # (an edit that kept the size)
                         and not fresh._as_recorded(name, then, lstat(f"{self.dir}/{name}"))):
                 wrong.append(name)
-        return wrong
+        end = _end(fresh._info)
+        gone = [name for name, then in recorded.items()
+                if name not in fresh._info and (then.last is None or then.last < end)]
+        return wrong, sorted(gone)
 
     def rewrite_ranges(self) -> None:
         """Write ranges.json again from the day files themselves (writers only, under the writer lock)."""

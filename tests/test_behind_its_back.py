@@ -368,6 +368,44 @@ def test_a_day_file_lost_for_good_is_no_longer_recorded_once_the_loss_is_accepte
     assert sorted(recorded) == sorted(p.name for p in log.iterdir()) and f"{DAYS[1]}.jsonl" not in recorded
 
 
+def test_a_day_file_gone_that_ranges_json_still_records_is_named_by_fsck_and_repair_forgets_it(sh, log):
+    """A day file holding no message (a write torn by a crash, sealed) deleted by hand: ranges.json's row for it
+    had every command check the whole log, fsck saying ok. fsck names it; --repair writes ranges.json again from
+    the day files there are, the log untouched."""
+    (log / "2026-10-09.jsonl").write_bytes(line(9, "torn by a crash")[:-30])
+    assert sh("append", "m", "after the crash").stdout == b"9\n"  # (seals the torn file: recorded, no message)
+    assert "2026-10-09.jsonl" in json.loads((log.parent / "ranges.json").read_bytes())["files"]
+    (log / "2026-10-09.jsonl").unlink()
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and out.stdout == (b"m: log: ranges.json: problem: records 1 day file that is gone "
+        b"(2026-10-09.jsonl): something else deleted it, so every command checks the whole log (--repair: write it "
+        b"again from the day files)\n"), out.stdout
+    day_files = snapshot(log)
+    assert sh("fsck", "--repair", "m").returncode == 0
+    assert snapshot(log) == day_files
+    assert sorted(json.loads((log.parent / "ranges.json").read_bytes())["files"]) == sorted(p.name for p in log.iterdir())
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+    assert sh("append", "m", "next").stdout == b"10\n"
+
+
+def test_a_row_an_older_pimem_kept_for_a_day_file_lost_for_good_is_named_by_fsck_once_the_loss_is_accepted(sh, log):
+    """Before it was lost, the file's messages are the loss fsck names (ranges.json is what knows of them), not
+    a stale row; once notes take their numbers, a row an older pimem kept for it is one."""
+    for day in DAYS[1:]:  # #3…#8 lost; the notes go to today's file (the tests' today is the last day)
+        (log / f"{day}.jsonl").unlink()
+    rows = json.loads((log.parent / "ranges.json").read_bytes())["files"]
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and b"lost from the end of the log" in out.stdout and b"that is gone" not in out.stdout, out.stdout
+    assert sh("fsck", "--repair", "--accept-lost", "m").returncode == 0
+    ranges = json.loads((log.parent / "ranges.json").read_bytes())
+    ranges["files"][f"{DAYS[1]}.jsonl"] = rows[f"{DAYS[1]}.jsonl"]  # (as an older pimem left it)
+    (log.parent / "ranges.json").write_bytes(orjson.dumps(ranges))
+    out = sh("fsck", "m")
+    assert out.returncode == 5 and f"records 1 day file that is gone ({DAYS[1]}.jsonl)".encode() in out.stdout
+    assert sh("fsck", "--repair", "m").returncode == 0 and sh("fsck", "m").stdout == b"m: ok (9 messages)\n"
+    assert sorted(json.loads((log.parent / "ranges.json").read_bytes())["files"]) == sorted(p.name for p in log.iterdir())
+
+
 def test_messages_lost_from_the_end_with_ranges_json_gone_too_are_known_by_the_view_index_and_windows(sh, log):
     """ranges.json gone too: view.json (which append and context read anyway) still knows the log went to #8,
     and so do the index and the compaction windows, for fsck and compact."""
