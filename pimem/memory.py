@@ -458,7 +458,8 @@ class Memory:
         """What the tool-text mask asks of a line over messages ``[start, stop)`` it does not read: ``holds(text,
         tools)``, whether a message in the span holds ``text`` (as the mask compares, ``privacy.flat``: case,
         width and white space aside): among the tool calls and results if ``tools``, else among the other
-        messages. A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without
+        messages; ``holds(text, tools, written)`` asks the index for ``written`` too, the text as the line wrote
+        it, when the fold changed its words. A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without
         colours).
         Asks the index (caught up for the first question) for the messages holding the text's words
         (``_index_terms``) and checks them against the log; past ``SPAN_CANDIDATES`` unconfirmed ones it
@@ -476,11 +477,11 @@ class Memory:
         few: dict[bool, str] = {}  # a side's texts folded, once read ("" for tool messages when the span has none)
         looked: set[tuple[bool, int]] = set()  # (side, at most how many messages) looked for
 
-        def holds(text: str, tools: bool) -> bool:
-            if (known := answers.get((text, tools))) is None:
+        def holds(text: str, tools: bool, written: str | None = None) -> bool:
+            if (known := answers.get((text, tools, written))) is None:
                 if tools and (tools, 0) not in looked:  # (are there tool messages at all)
                     answer(lambda: read(tools, 0))
-                known = answers[text, tools] = answer(lambda: question(text, tools))
+                known = answers[text, tools, written] = answer(lambda: question(text, tools, written))
             return known
 
         def read(tools: bool, most: int) -> str | None:
@@ -503,17 +504,21 @@ class Memory:
                 self._flat[key] = forms
             return forms
 
-        def question(text: str, tools: bool) -> bool:
+        def question(text: str, tools: bool, written: str | None) -> bool:
             # (a space at either end counts, as where the mask reads the span: `flat` drops it)
             text = " " * text[:1].isspace() + flat(text) + " " * text[-1:].isspace()
             if (texts := few.get(tools)) is not None:
                 return text in texts
-            found = index.candidates(_index_terms(text), False, Filters(kinds(tools), None, None, stop, start))
-            for n, c in enumerate(found):
-                if n == SPAN_CANDIDATES:  # (in doubt: the span's texts of this side, if they are few)
-                    return tools if (texts := read(tools, SPAN_READ)) is None else text in texts
-                if any(text in form for form in folded(c, tools)):
-                    return True
+            asked = [terms := _index_terms(text)]
+            if written is not None and (own := _index_terms(" ".join(written.lower().split()))) != terms:
+                asked.append(own)  # (the words as written, when the fold changed them: straße, ２０２４)
+            for terms in asked:
+                found = index.candidates(terms, False, Filters(kinds(tools), None, None, stop, start))
+                for n, c in enumerate(found):
+                    if n == SPAN_CANDIDATES:  # (in doubt: the span's texts of this side, if they are few)
+                        return tools if (texts := read(tools, SPAN_READ)) is None else text in texts
+                    if any(text in form for form in folded(c, tools)):
+                        return True
             return False
 
         return holds

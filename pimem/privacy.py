@@ -240,10 +240,21 @@ def mask_span(text: str, start: int, stop: int, messages: Callable[[int, int], I
     return _asked_masked(text, holds(start, stop))
 
 
-def _asked_masked(text: str, asks: Callable[[str, bool], bool]) -> str:
+def _asked_masked(text: str, asks: Callable[..., bool]) -> str:
     """``text`` masked as ``mask_tool_text`` masks it, the span's texts asked through ``asks(s, tools)``, white
-    space aside too."""
-    return _masked(text, _key_runs(text, lambda keyed: runs_where(keyed, lambda s: asks(s, True), lambda s: asks(s, False))))
+    space aside too; in a line with other characters than ASCII, with the text as written too (``asks(s, tools,
+    written)``: the index holds ``straße`` and ``２０２４`` as the log does, not as the fold writes them)."""
+    if text.isascii():
+        return _masked(text, _key_runs(text, lambda keyed: runs_where(keyed, lambda s: asks(s, True),
+                                                                      lambda s: asks(s, False))))
+    keyed, starts, ends = _keyed(text, True)
+
+    def ask(s: str, tools: bool) -> bool:
+        at = keyed.find(s) if s else -1
+        return asks(s, tools, text[starts[at] : ends[at + len(s) - 1]]) if at >= 0 else asks(s, tools)
+
+    return _masked(text, [(starts[a], ends[b - 1]) for a, b in runs_where(keyed, lambda s: ask(s, True),
+                                                                          lambda s: ask(s, False))])
 
 
 def _layout(text: str, l: int, i: int, msgs: list[dict],

@@ -1834,6 +1834,27 @@ def test_the_index_finds_an_outputs_typographic_quotes_and_dashes_as_the_mask_do
         assert shown == tool_runs_masked(line, span) == f"the build said{TOOL_TEXT}; user: please keep the notes short"
 
 
+def test_the_index_finds_a_verbatim_quote_of_text_the_fold_changes(home):
+    """Over a span of 2,048 messages (checked through the index), a model line copying an output with letters
+    the fold writes otherwise (German ß as ss, full-width digits and letters as ASCII, the ligature ﬁ as fi) is
+    masked as the mask over a short span masks it: the index was asked only for the folded words (``strasse``,
+    ``2024``), which the log (``straße``, ``２０２４``) does not hold, so the quote showed whole."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    msgs = [{"kind": "user" if k % 2 else "pi", "text": f"turn {k}: {LONG}"} for k in range(4096)]
+    german, japanese, ligature = ("Lieferadresse Große Straße 12, Maßnahme läuft", "２０２４年１２月の請求書ＩＤはＩＮＶ０４２です",
+                                  "the ﬁnal ﬁle ﬁgures were ﬂagged oﬀ")
+    msgs[300] = {"kind": "echo", "text": f"{german}\n{japanese}\n{ligature}"}
+    msgs[900] = {"kind": "user", "text": f"please keep the notes short. {LONG}"}
+    mem.append(msgs)
+    span = msgs[:2048]
+    for quoted in (german, japanese, ligature):
+        line = f"the output said {quoted}; user: please keep the notes short"
+        [shown] = hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds)
+        assert shown == tool_runs_masked(line, span) and shown.count(TOOL_TEXT) == 1, shown
+        assert shown.endswith(f"{TOOL_TEXT}; user: please keep the notes short"), shown
+
+
 def test_the_index_answers_for_words_in_any_script_over_a_long_span(run, home, monkeypatch):
     """Over a span of 2,048 messages (checked through the index), a Chinese or Russian line is masked as the
     mask over a short span masks it: what the user and the model said shows (full-width commas and all), and so
