@@ -459,8 +459,8 @@ class Memory:
         tools)``, whether a message in the span holds ``text`` (as the mask compares, ``privacy.flat``: case,
         width and white space aside): among the tool calls and results if ``tools``, else among the other
         messages; ``holds(text, tools, written)`` asks the index for ``written`` too, the text as the line wrote
-        it, when the fold changed its words. A tool text is read as the mask reads it (``privacy.readings``: its JSON escapes, without
-        colours).
+        it, when the fold changed its words. A tool text is read as the mask reads it (``privacy.readings``: its
+        JSON escapes, without colours).
         Asks the index (caught up for the first question) for the messages holding the text's words
         (``_index_terms``) and checks them against the log; past ``SPAN_CANDIDATES`` unconfirmed ones it
         reads the span's messages of that side (tool messages, or the others) instead, once, if there are at
