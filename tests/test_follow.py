@@ -271,6 +271,33 @@ def test_a_resumed_session_followed_logs_only_its_changed_entry(home, tmp_path):
         f"{tmp_path / 'b.jsonl'}:3: entry id {uuid!r} was imported before with other content; logged as entry {entry}"]
 
 
+def test_forks_followed_log_only_their_own_messages(home, tmp_path):
+    """A Codex rollout read a part at a time counts what its turn said before across its reads (a remark said
+    twice in a turn is two messages), so a fork's copy of it is known message for message; a pi fork's copy
+    likewise adds nothing. Each fork's own messages are logged."""
+    from test_import import codex_fork, codex_meta, codex_turn, pi_fork, pi_tree
+
+    parent = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed.", "call_A")]
+    (tmp_path / "live").mkdir()
+    follower = Follower([str(tmp_path / "live")], name="mine")
+    append(tmp_path / "live" / "rollout-P.jsonl", parent[:6])  # (its turn said "Checking." once so far)
+    assert follower.poll() == 2
+    append(tmp_path / "live" / "rollout-P.jsonl", parent[6:])
+    assert follower.poll() == 4
+    append(tmp_path / "live" / "rollout-F.jsonl", codex_fork(parent, "cx-F", len(parent), codex_turn(2, 20, "run the tests", "Fixed.", "call_B")))
+    assert follower.poll() == 6
+    tree = pi_tree(tmp_path / "live" / "a.jsonl")
+    assert follower.poll() == 7
+    own = {"type": "message", "id": "f1", "parentId": "u2", "timestamp": "2026-03-02T10:00:05.000Z",
+           "message": {"role": "user", "content": "Try a mutex instead"}}
+    pi_fork(tree, tmp_path / "live" / "b.jsonl", 9, "sess-2", [own])
+    assert follower.poll() == 1 and follower.poll() == 0
+    follower.close()
+    said = texts("mine")
+    assert said.count("Checking.") == 4 and said.count("run the tests") == 2 and said[-1] == "Try a mutex instead"
+    assert len(said) == 20
+
+
 def test_a_line_written_again_later_is_a_message_again_as_the_file_grows(home, tmp_path):
     """Lines without ids are keyed by their bytes and how often the same line came before in the file: the
     follower counts on across its reads as a fresh import counts from the start."""

@@ -954,6 +954,135 @@ def test_a_memory_imported_before_content_was_kept_with_the_keys_takes_nothing_t
     assert run("import", resumed, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
 
 
+def pi_fork(parent: Path, path: Path, entries: int, session: str, own=(), cwd="/home/dev/shop") -> Path:
+    """A session pi started from ``parent`` (/fork, --fork, a move to another directory): its own header
+    naming the parent's file, the parent's first ``entries`` entries copied as they were (ids, parents, times),
+    then ``own``."""
+    lines = parent.read_text().splitlines()[1 : entries + 1]
+    header = {"type": "session", "version": 3, "id": session, "timestamp": "2026-03-02T10:00:00.000Z", "cwd": cwd,
+              "parentSession": str(parent)}
+    return write_jsonl(path, [header, *lines, *own])
+
+
+def test_a_pi_session_s_copy_of_another_session_s_entries_is_not_logged_again(run, home, tmp_path):
+    """pi's /fork and --fork write a new session file (a new session id) that copies the entries they start
+    from with their ids, parents and times: they were logged again under the new session. A copy adds
+    nothing, in any order of import and after the state is rebuilt; the new session's own messages are
+    logged, one saying what the parent said too among them."""
+    parent = pi_tree(tmp_path / "a.jsonl")
+    own = [{"type": "message", "id": "f1", "parentId": "r1", "timestamp": "2026-03-02T10:00:05.000Z",
+            "message": {"role": "user", "content": "Fix token refresh in src/auth/session.ts"}},
+           {"type": "message", "id": "f2", "parentId": "f1", "timestamp": "2026-03-02T10:00:09.000Z",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "Reading the file."}]}}]
+    fork = pi_fork(parent, tmp_path / "b.jsonl", 3, "sess-2", own)
+    moved = pi_fork(fork, tmp_path / "c.jsonl", 5, "sess-3", cwd="/home/dev/elsewhere")
+    assert run("import", parent, "-n", "t").stdout.startswith("t: 7 imported")
+    assert run("import", fork, "-n", "t").stdout == "t: 2 imported, 4 already present, 0 malformed skipped; 9 messages in all\n"
+    assert [(m["text"], m["meta"]["session"]) for m in messages()[-2:]] == [
+        ("Fix token refresh in src/auth/session.ts", "sess-2"), ("Reading the file.", "sess-2")]
+    assert run("import", moved, "-n", "t").stdout == "t: 0 imported, 6 already present, 0 malformed skipped; 9 messages in all\n"
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    for path in (moved, fork, parent):
+        assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported")
+    assert run("import", moved, "-n", "u").stdout.startswith("u: 6 imported")
+    assert run("import", parent, "-n", "u").stdout.startswith("u: 3 imported, 4 already present")
+    assert run("import", fork, "-n", "u").stdout.startswith("u: 0 imported, 6 already present")
+    assert sorted(brief(messages("u"))) == sorted(brief(messages()))
+
+
+def codex_turn(turn: int, s: int, said: str, answer: str, call: str) -> list[dict]:
+    """One turn of a Codex rollout as Codex writes them now: its start and context naming the turn (a
+    UUID), the user's words, a remark, a command and its output, the same remark again and the answer."""
+    turn_id = f"019e1625-d031-75e3-a85f-f143e43c0d{turn:02d}"
+    return [
+        {"timestamp": _rollout_time(s), "type": "event_msg", "payload": {"type": "task_started", "turn_id": turn_id}},
+        {"timestamp": _rollout_time(s), "type": "turn_context", "payload": {"turn_id": turn_id, "cwd": "/repo/tool", "model": "gpt-x"}},
+        _item(s, {"type": "message", "role": "user", "content": [{"type": "input_text", "text": said}]}),
+        {"timestamp": _rollout_time(s), "type": "event_msg", "payload": {"type": "user_message", "message": said}},
+        _item(s + 1, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]}),
+        _item(s + 1, {"type": "function_call", "name": "exec_command", "arguments": json.dumps({"cmd": "pytest -q"}), "call_id": call}),
+        _item(s + 2, {"type": "function_call_output", "call_id": call, "output": "Process exited with code 0\nOutput:\n3 passed"}),
+        _item(s + 3, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]}),
+        _item(s + 3, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]}),
+        {"timestamp": _rollout_time(s + 3), "type": "event_msg", "payload": {"type": "task_complete", "turn_id": turn_id}},
+    ]
+
+
+def codex_meta(session: str, s: int = 0, **fields) -> dict:
+    return {"timestamp": _rollout_time(s), "type": "session_meta",
+            "payload": {"id": session, "timestamp": _rollout_time(s), "cwd": "/repo/tool", **fields}}
+
+
+def codex_fork(parent: list[dict], session: str, lines: int, own=()) -> list[dict]:
+    """A rollout ``codex fork`` (or going back to an earlier message) writes: its own session_meta naming
+    the parent, then the parent's first ``lines`` lines written again as they were, each stamped with the
+    time of the fork, then its own turns."""
+    stamped = [{**line, "timestamp": _rollout_time(30)} for line in parent[:lines]]
+    return [codex_meta(session, 30, forked_from_id=parent[0]["payload"]["id"]), *stamped, *own]
+
+
+def test_a_codex_fork_s_copy_of_the_parent_rollout_is_not_logged_again(run, home, tmp_path):
+    """A forked rollout holds the parent's lines again, each with the fork's time: they were logged again.
+    A copy adds nothing (a message is known by its turn, what it says, and how often its turn said it before;
+    a call and its output by the call's id), after the state is rebuilt too; what the fork's own turns say
+    is logged, the parent's words said again among them, and a remark said twice in a turn is two messages."""
+    parent = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed; tests pass.", "call_A"),
+              *codex_turn(2, 10, "continue", "All done.", "call_B")]
+    first = write_jsonl(tmp_path / "rollout-P.jsonl", parent)
+    forked = codex_fork(parent, "cx-F", 13, codex_turn(3, 40, "continue", "Fixed; tests pass.", "call_C"))
+    fork = write_jsonl(tmp_path / "rollout-F.jsonl", forked)
+    assert run("import", first, "-n", "t").stdout.startswith("t: 12 imported")
+    assert run("import", fork, "-n", "t").stdout == "t: 6 imported, 6 already present, 0 malformed skipped; 18 messages in all\n"
+    assert brief(messages()[-6:]) == [("user", "continue"), ("pi", "Checking."), ("tool", 'exec_command({"cmd": "pytest -q"})'),
+                                      ("echo", "Process exited with code 0\nOutput:\n3 passed"), ("pi", "Checking."),
+                                      ("pi", "Fixed; tests pass.")]
+    again = write_jsonl(tmp_path / "rollout-G.jsonl", codex_fork(forked, "cx-G", len(forked)))
+    assert run("import", again, "-n", "t").stdout.startswith("t: 0 imported, 12 already present")
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    for path in (again, fork, first):
+        assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported")
+    assert run("import", fork, "-n", "u").stdout.startswith("u: 12 imported")
+    assert run("import", first, "-n", "u").stdout.startswith("u: 6 imported, 6 already present")
+    assert sorted(brief(messages("u"))) == sorted(brief(messages()))
+
+
+def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
+    """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
+    by, so the same words in two of its turns are two messages, as they were."""
+    lines = [codex_meta("cx-old"), *codex_turn(1, 1, "continue", "ok", "c1"), *codex_turn(2, 10, "continue", "ok", "c2")]
+    for line in lines:
+        line["payload"].pop("turn_id", None)
+    lines[11]["payload"]["turn_id"] = "1"
+    path = write_jsonl(tmp_path / "rollout.jsonl", lines)
+    assert run("import", path, "-n", "t").stdout.startswith("t: 12 imported")
+    assert [m["text"] for m in messages()].count("continue") == 2 and not any("turn" in m["meta"] for m in messages())
+
+
+def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_twice(run, home, tmp_path):
+    """Keys written by the pimem before (version 4: no content keys of pi's and Codex's messages) are
+    rebuilt from the log once, so a pi fork imported after the upgrade adds only its own messages. A Codex
+    message logged before has no turn in the log: a fork's copy of its calls and outputs is known by the
+    call's id, what was said is logged once more."""
+    from pimem.importers.state import KEYS, STATE, VERSION, key_of
+
+    parent = pi_tree(tmp_path / "a.jsonl")
+    fork = pi_fork(parent, tmp_path / "b.jsonl", 3, "sess-2")
+    rollout = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed.", "call_A")]
+    before = [{**line, "payload": {k: v for k, v in line["payload"].items() if k != "turn_id"}} for line in rollout]
+    first = write_jsonl(tmp_path / "rollout-P.jsonl", before)  # (logged as the pimem before logged it: no turn)
+    forked = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(rollout, "cx-F", len(rollout)))
+    for path in (parent, first):
+        assert run("import", path, "-n", "t").exit_code == 0
+    state = json.loads((home / "t" / STATE).read_text())
+    (home / "t" / KEYS).write_bytes(b"".join(key_of(msg) for msg in messages()))
+    (home / "t" / STATE).write_text(json.dumps({**state, "version": 4, "keys": len(messages())}))
+    assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 4 already present")
+    assert json.loads((home / "t" / STATE).read_text())["version"] == VERSION
+    assert run("import", forked, "-n", "t").stdout.startswith("t: 4 imported, 2 already present")
+
+
 def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):
     """What pimem wrote before ``imports.json`` had a version: each line's entry its number and hash, keys
     of those, no version. The first import after the upgrade rebuilds the keys once, positions kept."""

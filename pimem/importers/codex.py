@@ -10,6 +10,13 @@ its session: each poll and its result carry ``meta.polls``, the call id of the c
 ``meta.polls_program``, the program it runs (``npm``: a line without the command's call says it). Lines carry
 no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 
+``codex fork`` (and going back to an earlier message) writes a new rollout, a new session id: its own
+``session_meta``, then the parent's lines again, each stamped with the time of the fork (``codex resume`` appends
+to the same file). So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
+UUID the turn's ``task_started`` or ``turn_context`` line names; older rollouts name none) and, for the second and
+later time its turn says the same, ``meta.repeat``: with a call's or an output's call id these make its content key
+(``state.content_key``).
+
 Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
 bare response items and ``{"record_type": "state"}`` lines; they are read the same way, every item dated
 by the header.
@@ -21,7 +28,7 @@ import re
 
 import orjson
 
-from .. import toolwork
+from .. import hashes, toolwork
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
@@ -40,6 +47,7 @@ CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
 OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 _EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.M)
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a turn's id as Codex mints it now
 
 
 class CodexParser(Parser):
@@ -69,6 +77,7 @@ class CodexParser(Parser):
             self.state.update(session=payload.get("id"), cwd=payload.get("cwd") or self.state.get("cwd"))
             return []
         if kind == "turn_context":
+            self._turn(payload.get("turn_id"))
             self.state.update(cwd=payload.get("cwd") or self.state.get("cwd"), model=payload.get("model") or self.state.get("model"))
             return []
         if kind == "compacted":
@@ -77,9 +86,32 @@ class CodexParser(Parser):
         elif kind == "response_item":
             parts = self._item(payload)
         else:
+            if kind == "event_msg" and payload.get("type") == "task_started":
+                self._turn(payload.get("turn_id"))
             return []
-        base = {"entry": self.line_entry(raw)}
-        return [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]
+        base = {"entry": self.line_entry(raw), "turn": self.state.get("turn")}
+        return [record(k, text, date, self.meta(**base, **extra, repeat=self._repeat(k, text, extra)))
+                for k, text, extra in parts]
+
+    def _turn(self, turn_id) -> None:
+        """A turn starts (its task_started or turn_context line): its id, where it is a UUID (Codex's own
+        since early 2026; an older one's may recur), and what it said so far, nothing yet."""
+        turn = turn_id if isinstance(turn_id, str) and _UUID.fullmatch(turn_id) else None
+        if turn != self.state.get("turn"):
+            self.state["turn"] = turn
+            self.state.pop("said", None)
+
+    def _repeat(self, kind: str, text: str, extra: dict) -> int | None:
+        """How often the turn said the same before (its kind and text; None the first time, and for a call
+        or an output, which its call's id tells apart), so that a fork's copy of a turn is known message for
+        message while the same words said twice in a turn stay two messages (``state.content_key``)."""
+        if self.state.get("turn") is None or extra.get("call_id"):
+            return None
+        said = self.state.setdefault("said", {})
+        digest = hashes.blake2b(orjson.dumps([kind, text]), digest_size=6).hexdigest()
+        n = said.get(digest, 0)
+        bounded_put(said, digest, n + 1)
+        return n or None
 
     def _legacy(self, obj: dict) -> dict:
         """An older rollout's line in the current envelope (or unchanged when it is neither)."""

@@ -320,8 +320,9 @@ class _File:
             batch = self._changed(batch)
             held = self._held(batch)
             fresh, keys, seen = [], [], set()
+            known = lambda key: key is not None and (key in self.state.keys or key in seen)  # noqa: E731
             for msg, key, mark, at, _ in batch:
-                if key is not None and (key in self.state.keys or key in seen) or at in held and held[at] == _same(msg):
+                if known(key) or known(mark) or at in held and held[at] == _same(msg):  # (a copy: its content key held)
                     self.report.present += 1
                     continue
                 for new in (key, mark):
@@ -343,13 +344,14 @@ class _File:
         of the batch gave) with other content (``content_key``) under the entry ``UUID.HASH``, its content's
         hash, as a pi session's repeated id is, and said; the same content again is that entry again. Caller
         holds the writer lock."""
-        if all(mark is None for _, _, mark, _, _ in batch):  # (no Claude Code uuid in it)
-            return batch
+        if not any(mark is not None and msg["meta"]["source"] == "claude" for msg, _, mark, _, _ in batch):  # (no Claude
+            return batch  # Code uuid in it)
         out, given = [], set()
         held = lambda key: key in given or key in self.state.keys  # noqa: E731
         for line_no, items in itertools.groupby(batch, key=lambda item: item[4]):
             items = list(items)
-            if any(mark is not None and held(key) and not held(mark) for _, key, mark, _, _ in items):
+            if any(mark is not None and msg["meta"]["source"] == "claude" and held(key) and not held(mark)
+                   for msg, key, mark, _, _ in items):
                 uuid = items[0][0]["meta"]["entry"].partition(".")[0]  # (an export's line may name a changed entry)
                 entry = f"{uuid}.{content_digest([msg for msg, *_ in items])}"
                 self.warn(f"{self.file}:{line_no}: entry id {uuid!r} was imported before with other content; logged as entry {entry}")

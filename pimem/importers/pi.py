@@ -9,6 +9,10 @@ a message's ``parent`` is its nearest ancestor that became a message (the ids of
 looked through). A session that ends on a skipped entry (a model change after the user went back to an
 earlier entry) ends its active branch at that entry's nearest ancestor that became a message: the parser's
 saved ``state["leaf"]``, which ``lineage.left_out`` reads from the import state.
+
+A session started from another (``/fork``, ``--fork``; its header's ``parentSession`` names the other's file)
+is a new file with a new session id that copies the entries it starts from, ids, parents and times kept: a copy
+is known by its entry's id and what it says (``state.content_key``) and adds nothing.
 """
 
 from __future__ import annotations

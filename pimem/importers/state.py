@@ -7,12 +7,16 @@ Claude Code entry's whose id is a UUID without its session: the entry's wherever
 session, a new session id, writes the earlier entries again under their uuids). Such a message also has a
 *content key*, of its uuid, kind, call id and text, so an entry written again with other content is told
 from a copy: it is logged under the entry ``UUID.HASH`` (``content_digest``), as a pi session's repeated id
-is. The log is the truth; two derived files in the memory directory make the check cheap:
+is. pi and Codex copy too, under a new session id (pi's /fork writes the entries it starts from again, ids and
+times kept; ``codex fork`` writes the parent rollout's lines again, each with the fork's time), so their
+messages have a content key that leaves the session and the line out (``content_key``): a message whose
+content key the memory holds is a copy. The log is the truth; two derived files in the memory directory make
+the check cheap:
 
 - ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order (a
   message imported by pimem before version 2 of this file, from a line without ids, also has the key that
-  line gives now: ``alias_of``; a Claude Code message its content key too);
-- ``imports.json``: ``{"version": 4, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
+  line gives now: ``alias_of``; a message with a content key that too);
+- ``imports.json``: ``{"version": 5, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
   state}}}``,
   where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
   replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
@@ -44,11 +48,13 @@ KEYS = "imports.keys"
 COUNTS_KEPT = 32  # files whose line counts a long-lived state (a follower's) keeps between reads
 
 
-VERSION = 4  # 4: the content keys of Claude Code's entries; 3: Claude Code's keys without the session; 2: the keys
-# of lines without ids are their hashes; 1 (no version) keyed them by line number too
+VERSION = 5  # 5: the content keys of pi's and Codex's messages; 4: the content keys of Claude Code's entries; 3: Claude
+# Code's keys without the session; 2: the keys of lines without ids are their hashes; 1 (no version) keyed them by line
+# number too
 _UUID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(\.[0-9a-f]{12})?")  # Claude Code's
 # entry ids, and a changed entry's (its uuid and its content's hash)
 _NUMBERED = re.compile(r"(\d+)-([0-9a-f]{12})")  # a line's entry as version 1 wrote it: its number and hash
+_REPEATED = re.compile(r"(.+)\.[0-9a-f]{12}")  # a pi entry whose id an earlier line of its file gave: ID.HASH
 
 
 def key_of(message: dict, entry=None) -> bytes | None:
@@ -63,15 +69,34 @@ def key_of(message: dict, entry=None) -> bytes | None:
 
 
 def content_key(message: dict) -> bytes | None:
-    """The key of what a Claude Code message says under its uuid (its kind, call id and text; not its
-    session, date or cwd, which a resumed session's copy changes), so an entry written again with other
-    content is told from a copy (None for other messages)."""
+    """The key of what a message says where a copy under another session says it too, without what a copy
+    changes (its session, file, line, cwd; Codex's dates): its kind, call id and text, and
+    - a Claude Code entry's uuid (so an entry written again with other content is told from a copy);
+    - a pi entry's id (a tree-shaped session's; ``ID.HASH``'s id, as the one copy of the two a fork holds
+      may be either);
+    - a Codex call's id alone, or else the turn the message was said in and how often that turn said the
+      same before (``meta.turn``, ``meta.repeat``, which the parser gives where the rollout names its turn
+      by a UUID).
+    None for other messages (a line without ids is its own: a copy of it is logged again)."""
     meta = message.get("meta")
-    uuid = _uuid(meta) if isinstance(meta, dict) else None
-    if uuid is None:
+    if not isinstance(meta, dict):
         return None
-    ident = orjson.dumps(["content", meta["source"], uuid, message["kind"], meta.get("call_id"), message["text"]])
-    return hashes.blake2b(ident, digest_size=KEY_BYTES).digest()
+    source, call = meta.get("source"), meta.get("call_id")
+    if source == "claude":
+        scope = _uuid(meta)
+        if scope is None:
+            return None
+    elif source == "pi" and "parent" in meta and isinstance(meta.get("entry"), str):
+        repeated = _REPEATED.fullmatch(meta["entry"])
+        scope = repeated.group(1) if repeated else meta["entry"]
+    elif source == "codex" and (call or isinstance(meta.get("turn"), str)):
+        scope = None if call else meta["turn"]
+    else:
+        return None
+    said = ["content", source, scope, message["kind"], call, message["text"]]
+    if source == "codex" and not call and meta.get("repeat"):
+        said.append(meta["repeat"])
+    return hashes.blake2b(orjson.dumps(said), digest_size=KEY_BYTES).digest()
 
 
 def content_digest(messages: list[dict]) -> str:
