@@ -130,7 +130,9 @@ def _log_lost(first: int, last: int, names: list[str], mem: Memory) -> None:
     start = mem.log.seal()
     if start != first:  # (the log changed since it was checked: checked again by the next fsck)
         return
-    mem.log.write(list(batch), start)
+    notes = list(batch)
+    mem.log.write(notes, start)
+    mem.views.noted(first, notes)
 
 
 def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
@@ -301,11 +303,17 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
             body = None
         if body is not None and type(body["T"]) is int and saved.get("check") == _check(body):  # (as pimem saved it)
             known["view.json"] = body["T"]
+    from .viewfile import Overreaching
+
     try:
         mem.views.check()
         views = mem.views.make()  # (as a reader restores it: the tree nodes it saw built must still be there)
         views.load(path.read_bytes(), mem.count())
         views.check_tree(mem.tree.file_sizes())
+    except Overreaching as exc:  # (messages lost from the log's end: once notes take their numbers, it restores)
+        return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="keep it as saved once the log "
+                        "holds what it covers again (folded afresh only if it does not restore then)",
+                        action=_restore)]
     except (ValueError, OSError) as exc:
         return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="fold the view afresh from the log and the tree", action=_refold)]
     return []
@@ -313,6 +321,21 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
 
 def _refold(mem: Memory) -> None:
     mem.views.current(save=True)
+
+
+def _restore(mem: Memory) -> None:
+    """The view once lost messages were accepted (``_log_lost`` has put the notes' lines in their place): kept
+    as saved if it restores now, else folded afresh; left as it is while the log is still short of it (the
+    notes not logged: the log changed since it was checked)."""
+    from .viewfile import Overreaching
+
+    try:
+        mem.views.check()
+    except Overreaching:
+        return
+    except (ValueError, OSError):
+        pass
+    _refold(mem)
 
 
 def check_chains(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]:

@@ -559,6 +559,62 @@ class ViewFile:
         if views is not None and views.dirty:
             self._write_if_free(views)
 
+    def noted(self, first: int, notes: Sequence[dict]) -> None:
+        """After notes took the numbers of messages ``first…`` lost from the log's end (``fsck --repair
+        --accept-lost``; the writer lock held): the views as saved drop the lines of the lost messages and take
+        the notes' leaves in their place, as if the notes had come instead, so the lines before stay as they
+        were (the bytes a model has cached) and the budgets count the lines there are. A view with a line
+        holding lost messages and earlier ones too is kept as saved (it cannot be cut there). ``lines.json``
+        forgets what it kept of the lines over the lost messages (their texts were the lost messages')."""
+        self._forget_texts(first)
+        count = first + len(notes)
+        views = self.make()
+        try:
+            views.load(read_bytes(self.path), count)
+            views.check_tree(self.tree.file_sizes())
+        except (ValueError, OSError):
+            return  # (missing or unusable: folded afresh by the next reader, or as fsck says)
+        cuts = [v.find_start(first) for v in views.both()]
+        if min(cuts) < 0:
+            return  # (also a view that ends before the loss: the next reader pushes the notes)
+        for v in views.both():
+            v.rows()  # (every text read while both views still cover the notes)
+        for v, j in zip(views.both(), cuts):
+            v.cut(j)
+            v.total = sum(line[3] for line in v.lines)  # (the lines it dropped counted as they are now)
+            v.shrinking = v.shrinking and v.total > v.lo
+        push_messages(views, notes, self.line_bytes, self._stored_leaf(views))
+        self.write(views)
+        self.loaded = views
+
+    def _forget_texts(self, first: int) -> None:
+        """Take out of ``lines.json`` the texts of lines over messages ``first…`` and their markers."""
+        from .home import write_atomic
+
+        self._markers = {i: text for i, text in self._markers.items() if i < first}
+        try:
+            data = orjson.loads(read_bytes(self.texts_path))
+        except (OSError, orjson.JSONDecodeError):
+            return
+        if type(data) is not dict:
+            return
+
+        def before(key: str) -> bool:
+            start, _, n = key.partition("+")
+            return start.isdigit() and n.isdigit() and int(start) + int(n) <= first
+
+        lines, markers = data.get("lines"), data.get("markers")
+        data["lines"] = {key: entry for key, entry in lines.items() if before(key)} if type(lines) is dict else {}
+        data["markers"] = {key: text for key, text in markers.items() if key.isdigit() and int(key) < first} \
+            if type(markers) is dict else {}
+        try:
+            write_atomic(self.texts_path, orjson.dumps(data), durable=False)
+        except OSError:
+            try:
+                self.texts_path.unlink()  # (derived: read again)
+            except OSError:
+                pass
+
     # ---- reading -------------------------------------------------------------------------------------
 
     def shown(self, views: Views, include_tools: bool = False, compactor: bool = False,

@@ -357,6 +357,36 @@ def test_messages_lost_for_good_are_accepted_by_name_and_a_note_takes_each_numbe
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
 
 
+def test_accepting_messages_lost_from_the_end_keeps_the_view_and_shows_the_notes_in_their_lines(sh, log):
+    """The lost messages were lines of their own, after folded ones: the view is kept as saved (the lines before
+    them, the bytes a model has cached, stay as they were), their lines show the notes (not the lost texts a
+    reader kept in lines.json), and the view's bytes are the notes' lines'."""
+    config = log.parent / "config.json"
+    config.write_bytes(b'{"view": {"hi": 300, "lo": 150}, "cview": {"hi": 300, "lo": 150}}')
+    assert sh("view", "m").returncode == 0  # (folded)
+    config.write_bytes(b'{"view": {"hi": 4000, "lo": 2000}, "cview": {"hi": 4000, "lo": 2000}}')
+    for k in range(3):
+        assert sh("append", "m", f"reply {k}").returncode == 0
+    shown = sh("view", "m").stdout.splitlines()
+    assert shown[-3:] == [b"9+1|user: reply 0", b"10+1|user: reply 1", b"11+1|user: reply 2"]
+    assert not shown[0].startswith(b"0+1|"), shown  # (folded lines before them)
+    saved = json.loads((log.parent / "view.json").read_bytes())
+    day = log / f"{DAYS[-1]}.jsonl"
+    day.write_bytes(b"".join(day.read_bytes().splitlines(keepends=True)[:-2]))  # #10 and #11 lost
+    out = sh("fsck", "--repair", "--accept-lost", "m")
+    assert out.returncode == 0 and b"view.json: repaired" in out.stdout, out.stdout
+    now = json.loads((log.parent / "view.json").read_bytes())
+    assert [now[v]["lines"] for v in ("view", "cview")] == [saved[v]["lines"] for v in ("view", "cview")]
+    after = sh("view", "m").stdout
+    assert after.splitlines()[:-2] == shown[:-2]
+    assert after.splitlines()[-2:] == [b"10+1|note: message #10 was lost from " + day.name.encode() + b"; this note "
+                                       b"takes its place (pimem fsck --repair --accept-lost, 2026-10-08)",
+                                       b"11+1|note: message #11 was lost from " + day.name.encode() + b"; this note "
+                                       b"takes its place (pimem fsck --repair --accept-lost, 2026-10-08)"]
+    assert now["view"]["bytes"] == len(after)
+    assert sh("fsck", "m").stdout == b"m: ok (12 messages)\n"
+
+
 def test_a_day_file_lost_for_good_is_no_longer_recorded_once_the_loss_is_accepted(sh, log):
     """ranges.json recorded the deleted file; once notes take its messages' numbers it must not record it
     again (a file it records that is not there had every later command read the whole log, fsck saying ok)."""
