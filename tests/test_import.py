@@ -266,6 +266,38 @@ def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
 
 # ---- Claude Code -----------------------------------------------------------------------------------------
 
+def test_a_v1_pi_session_pi_gave_ids_adds_nothing_and_neither_does_its_fork(run, home, tmp_path):
+    """pi opening a v1 session (no ids) rewrites its file with an id and a parent id after each entry's fields:
+    read again from the start, every message was logged a second time under its new id. An entry so migrated
+    is the v1 line it was (the same key); what the session says after is logged, the same words as before
+    among them, and a fork of it (its lines copied into another session) adds only its own."""
+    say = lambda s, role, text: {"type": "message", "timestamp": f"2025-11-20T23:33:{s:02d}.000Z",  # noqa: E731
+                                 "message": {"role": role, "content": [{"type": "text", "text": text}]}}
+    v1 = [{"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:00.000Z", "cwd": "/w/legacy"},
+          say(1, "user", "hello"), say(2, "assistant", "hi"), say(3, "user", "hello"), say(3, "user", "hello"),
+          {"type": "thinking_level_change", "timestamp": "2025-11-20T23:33:04.000Z", "thinkingLevel": "high"}]
+    compact = lambda line: json.dumps(line, separators=(",", ":"), ensure_ascii=False)  # noqa: E731  (as pi writes)
+    path = tmp_path / "v1.jsonl"
+    path.write_text("".join(compact(line) + "\n" for line in v1))
+    assert run("import", path, "-n", "t").stdout.startswith("t: 4 imported")
+    ids = [None] + [f"e{n:07d}" for n in range(1, len(v1))]
+    migrated = [{**v1[0], "version": 3}] + [{**line, "id": ids[n], "parentId": ids[n - 1]} for n, line in enumerate(v1) if n]
+    new = {"type": "message", "id": "n1", "parentId": ids[-1], "timestamp": "2026-01-05T10:00:00.000Z",
+           "message": {"role": "user", "content": "hello"}}
+    path.write_text("".join(compact(line) + "\n" for line in migrated + [new]))
+    assert run("import", path, "-n", "t").stdout == "t: 1 imported, 4 already present, 0 malformed skipped; 5 messages in all\n"
+    assert messages()[-1]["meta"]["entry"] == "n1"
+    fork = tmp_path / "fork.jsonl"
+    fork.write_text("".join(compact(line) + "\n" for line in [{**migrated[0], "id": "new", "parentSession": str(path)}, *migrated[1:], new]))
+    assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 5 already present")
+    for derived in ("imports.json", "imports.keys"):
+        (home / "t" / derived).unlink()
+    for again in (fork, path):
+        assert run("import", again, "-n", "t").stdout.startswith("t: 0 imported, 5 already present")
+    assert run("import", fork, "-n", "u").stdout.startswith("u: 5 imported")
+    assert run("import", path, "-n", "u").stdout.startswith("u: 0 imported, 5 already present")
+
+
 def test_pi_keeps_how_a_failed_tool_ended(run, tmp_path):
     """pi flags a failed tool call (``isError``) and its bash tool ends the output with the exit code."""
     t = "2026-03-02T09:00:{:02d}.000Z".format

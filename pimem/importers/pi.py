@@ -10,6 +10,10 @@ looked through). A session that ends on a skipped entry (a model change after th
 earlier entry) ends its active branch at that entry's nearest ancestor that became a message: the parser's
 saved ``state["leaf"]``, which ``lineage.left_out`` reads from the import state.
 
+pi opening a v1 session rewrites its file as v3, each entry given an id and a parent id after its fields: such an
+entry is read as the v1 line it was (those two fields cut off: ``_MIGRATED``), so it keeps the key it had, and
+what the session says after it is a tree whose root is its last v1 entry.
+
 A session started from another (``/fork``, ``--fork``; its header's ``parentSession`` names the other's file)
 is a new file with a new session id that copies the entries it starts from, ids, parents and times kept: a copy
 is known by its entry's id and what it says (``state.content_key``) and adds nothing.
@@ -24,6 +28,8 @@ from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call
 _EXITED = re.compile(r"^Command exited with code (-?\d+)\s*\Z", re.M)  # how pi's bash tool ends a failure
 
 SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
+_MIGRATED = re.compile(rb',"id":"[^"\\]*","parentId":(?:null|"[^"\\]*")\}\s*\Z')  # a v1 entry pi gave ids: they
+# come after its fields, where pi writes no entry of its own with them
 
 
 class PiParser(Parser):
@@ -54,6 +60,8 @@ class PiParser(Parser):
             return []
         entry = obj.get("id")
         tree = isinstance(entry, str) and bool(entry)
+        if tree and (migrated := _MIGRATED.search(raw, max(0, len(raw) - 160))):  # (the v1 line it was: its key)
+            tree, raw = False, raw[: migrated.start()] + b"}"
         message = obj.get("message")
         date = self.date(obj.get("timestamp"), message.get("timestamp") if isinstance(message, dict) else None)
         if kind == "message":

@@ -72,12 +72,12 @@ def content_key(message: dict) -> bytes | None:
     """The key of what a message says where a copy under another session says it too, without what a copy
     changes (its session, file, line, cwd; Codex's dates): its kind, call id and text, and
     - a Claude Code entry's uuid (so an entry written again with other content is told from a copy);
-    - a pi entry's id (a tree-shaped session's; ``ID.HASH``'s id, as the one copy of the two a fork holds
-      may be either);
+    - a pi entry's id (``ID.HASH``'s id, as the one copy of the two a fork holds may be either), a v1 line's
+      hash (the line's own bytes, its time among them: only a copy says it again);
     - a Codex call's id alone, or else the turn the message was said in and how often that turn said the
       same before (``meta.turn``, ``meta.repeat``, which the parser gives where the rollout names its turn
       by a UUID).
-    None for other messages (a line without ids is its own: a copy of it is logged again)."""
+    None for other messages (a line of another format without ids is its own: a copy of it is logged again)."""
     meta = message.get("meta")
     if not isinstance(meta, dict):
         return None
@@ -86,7 +86,7 @@ def content_key(message: dict) -> bytes | None:
         scope = _uuid(meta)
         if scope is None:
             return None
-    elif source == "pi" and "parent" in meta and isinstance(meta.get("entry"), str):
+    elif source == "pi" and isinstance(meta.get("entry"), str):
         repeated = _REPEATED.fullmatch(meta["entry"])
         scope = repeated.group(1) if repeated else meta["entry"]
     elif source == "codex" and (call or isinstance(meta.get("turn"), str)):
