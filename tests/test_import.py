@@ -1056,8 +1056,8 @@ def codex_fork(parent: list[dict], session: str, lines: int, own=()) -> list[dic
 
 def test_a_codex_fork_s_copy_of_the_parent_rollout_is_not_logged_again(run, home, tmp_path):
     """A forked rollout holds the parent's lines again, each with the fork's time: they were logged again.
-    A copy adds nothing (a message is known by its turn, what it says, and how often its turn said it before;
-    a call and its output by the call's id), after the state is rebuilt too; what the fork's own turns say
+    A copy adds nothing (a message is known by its turn, what it says, and how often its turn said it before,
+    a call and its output by their call id), after the state is rebuilt too; what the fork's own turns say
     is logged, the parent's words said again among them, and a remark said twice in a turn is two messages."""
     parent = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed; tests pass.", "call_A"),
               *codex_turn(2, 10, "continue", "All done.", "call_B")]
@@ -1082,7 +1082,8 @@ def test_a_codex_fork_s_copy_of_the_parent_rollout_is_not_logged_again(run, home
 
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
-    by, so the same words in two of its turns are two messages, as they were."""
+    by, so the same words in two of its turns are two messages, as they were, and a call of another session
+    is its own though its id and text are the same (a provider may count its calls)."""
     lines = [codex_meta("cx-old"), *codex_turn(1, 1, "continue", "ok", "c1"), *codex_turn(2, 10, "continue", "ok", "c2")]
     for line in lines:
         line["payload"].pop("turn_id", None)
@@ -1090,13 +1091,14 @@ def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     path = write_jsonl(tmp_path / "rollout.jsonl", lines)
     assert run("import", path, "-n", "t").stdout.startswith("t: 12 imported")
     assert [m["text"] for m in messages()].count("continue") == 2 and not any("turn" in m["meta"] for m in messages())
+    other = write_jsonl(tmp_path / "rollout-2.jsonl", [codex_meta("cx-other", 40), *lines[1:11]])
+    assert run("import", other, "-n", "t").stdout.startswith("t: 6 imported, 0 already present")
 
 
 def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_twice(run, home, tmp_path):
     """Keys written by the pimem before (version 4: no content keys of pi's and Codex's messages) are
     rebuilt from the log once, so a pi fork imported after the upgrade adds only its own messages. A Codex
-    message logged before has no turn in the log: a fork's copy of its calls and outputs is known by the
-    call's id, what was said is logged once more."""
+    message logged before has no turn in the log: a fork's copy of it is logged once more."""
     from pimem.importers.state import KEYS, STATE, VERSION, key_of
 
     parent = pi_tree(tmp_path / "a.jsonl")
@@ -1112,7 +1114,7 @@ def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_t
     (home / "t" / STATE).write_text(json.dumps({**state, "version": 4, "keys": len(messages())}))
     assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 4 already present")
     assert json.loads((home / "t" / STATE).read_text())["version"] == VERSION
-    assert run("import", forked, "-n", "t").stdout.startswith("t: 4 imported, 2 already present")
+    assert run("import", forked, "-n", "t").stdout.startswith("t: 6 imported, 0 already present")
 
 
 def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):

@@ -14,8 +14,8 @@ no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 ``session_meta``, then the parent's lines again, each stamped with the time of the fork (``codex resume`` appends
 to the same file). So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
 UUID the turn's ``task_started`` or ``turn_context`` line names; older rollouts name none) and, for the second and
-later time its turn says the same, ``meta.repeat``: with a call's or an output's call id these make its content key
-(``state.content_key``).
+later time its turn says the same, ``meta.repeat`` (a call and its output are told apart by their call id): these
+make its content key (``state.content_key``).
 
 Older rollouts (before the ``payload`` envelope) open with ``{id, timestamp, instructions}``, then hold
 bare response items and ``{"record_type": "state"}`` lines; they are read the same way, every item dated

@@ -74,9 +74,10 @@ def content_key(message: dict) -> bytes | None:
     - a Claude Code entry's uuid (so an entry written again with other content is told from a copy);
     - a pi entry's id (``ID.HASH``'s id, as the one copy of the two a fork holds may be either), a v1 line's
       hash (the line's own bytes, its time among them: only a copy says it again);
-    - a Codex call's id alone, or else the turn the message was said in and how often that turn said the
-      same before (``meta.turn``, ``meta.repeat``, which the parser gives where the rollout names its turn
-      by a UUID).
+    - the Codex turn the message was said in and, but for a call or an output (its call id tells it apart),
+      how often that turn said the same before (``meta.turn``, ``meta.repeat``, which the parser gives where
+      the rollout names its turn by a UUID: a call id alone may be a provider's count, the same in two
+      sessions).
     None for other messages (a line of another format without ids is its own: a copy of it is logged again)."""
     meta = message.get("meta")
     if not isinstance(meta, dict):
@@ -89,8 +90,8 @@ def content_key(message: dict) -> bytes | None:
     elif source == "pi" and isinstance(meta.get("entry"), str):
         repeated = _REPEATED.fullmatch(meta["entry"])
         scope = repeated.group(1) if repeated else meta["entry"]
-    elif source == "codex" and (call or isinstance(meta.get("turn"), str)):
-        scope = None if call else meta["turn"]
+    elif source == "codex" and isinstance(meta.get("turn"), str):
+        scope = meta["turn"]
     else:
         return None
     said = ["content", source, scope, message["kind"], call, message["text"]]
