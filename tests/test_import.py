@@ -1023,6 +1023,17 @@ def test_a_pi_session_s_copy_of_another_session_s_entries_is_not_logged_again(ru
     assert sorted(brief(messages("u"))) == sorted(brief(messages()))
 
 
+def test_a_pi_id_another_session_gave_the_same_words_at_another_time_is_its_own(run, tmp_path):
+    """pi draws an entry's id from 8 hex digits, so two sessions may share one: the same id and words at
+    another time are no copy, and are logged."""
+    for session, day in (("one", 3), ("two", 4)):
+        path = write_jsonl(tmp_path / f"{session}.jsonl", [
+            {"type": "session", "version": 3, "id": session, "timestamp": f"2026-03-0{day}T09:00:00.000Z", "cwd": "/w"},
+            {"type": "message", "id": "7e21d05f", "parentId": None, "timestamp": f"2026-03-0{day}T09:00:01.000Z",
+             "message": {"role": "user", "content": "yes"}}])
+        assert run("import", path, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
+
+
 def codex_turn(turn: int, s: int, said: str, answer: str, call: str) -> list[dict]:
     """One turn of a Codex rollout as Codex writes them now: its start and context naming the turn (a
     UUID), the user's words, a remark, a command and its output, the same remark again and the answer."""
