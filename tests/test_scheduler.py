@@ -311,6 +311,18 @@ def test_what_calls_that_built_nothing_cost_is_in_status(run, home, monkeypatch,
     assert f"spent     ${billed:.4f} more on calls that built nothing" in run("status", "m").stdout
 
 
+def test_a_reply_with_no_choice_says_so_not_that_the_model_stopped(run, home, monkeypatch):
+    """A reply whose choices list was empty (a server that filtered the answer out) failed its call saying
+    ``returned no text (finish: stop)``, as if the model had answered an empty line; it says there was no choice."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai", faults=lambda n, body: "nochoices") as server:
+        configure(home, server)
+        fill("m", 3)
+        out = run("build-tree", "m")
+    assert out.exit_code == 6 and "returned no text (the reply holds no choice)" in out.stderr, out.stderr
+    assert "finish: stop" not in run("status", "m").stdout
+
+
 def test_a_reply_in_content_parts_is_its_text_and_one_that_is_no_text_fails(run, home, monkeypatch):
     monkeypatch.setenv("TEST_LLM_KEY", "k")
     with FakeLLM("openai", faults=lambda n, body: "parts") as server:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from ..config import PROVIDERS, VAR_NAME_RULE, compactor_knob, is_url, is_var_name
 from ..errors import BadInput
 from .cut import LINE_BYTES, cut_line, strip_controls
-from .providers import CallFailed, strip_userinfo, without_password
+from .providers import NO_CHOICE, CallFailed, strip_userinfo, without_password
 
 __all__ = ["Compactor", "Task", "CallFailed", "parse_spec", "describe", "PROVIDERS", "PRESETS"]
 
@@ -325,7 +325,8 @@ class Compactor:
         text = cut_line(strip_controls(junk.text_of(reply.text)), task.limit)
         paid = bill()
         if not text:
-            raise CallFailed(f"{self.label} returned no text (finish: {reply.finish})", spent=paid)
+            why = "the reply holds no choice" if reply.finish == NO_CHOICE else f"finish: {reply.finish}"
+            raise CallFailed(f"{self.label} returned no text ({why})", spent=paid)
         wrong = junk.why(text, reply.text, sources)
         if wrong:  # (bytes that were not text, characters no text holds, one phrase over and over: never a node)
             raise CallFailed(f"{self.label} returned no summary: {wrong}", spent=paid)

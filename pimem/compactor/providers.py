@@ -52,10 +52,13 @@ class Unusable(CallFailed):
     instead, saying this one line (``Scheduler._collect``)."""
 
 
+NO_CHOICE = "no choice"  # a chat-completions reply's finish when its choices list is empty
+
+
 @dataclass
 class Reply:
     text: str
-    finish: str  # "stop", or "length" when the token limit cut the reply
+    finish: str  # "stop", or "length" when the token limit cut the reply (NO_CHOICE: the reply held none)
     tokens_in: int  # every input token, cached or not
     tokens_out: int
     tokens_cached: int = 0  # of tokens_in, those read from the provider's prompt cache
@@ -409,7 +412,7 @@ class OpenAI(HttpProvider):
                 text = "".join(part["text"] for part in text if part.get("type") == "text")
             if not isinstance(text, str):
                 raise TypeError(text)
-            finish = choice.get("finish_reason") or "stop"
+            finish = choice.get("finish_reason") or ("stop" if choices != [] else NO_CHOICE)
         except (KeyError, IndexError, TypeError, AttributeError):
             raise _unreadable("chat-completions", data, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                               details.get("cached_tokens")) from None
