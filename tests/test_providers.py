@@ -427,6 +427,19 @@ def test_a_reply_past_its_bound_fails_the_call_unread(tmp_path, monkeypatch):
     assert str(failed.value).startswith(f"{url}/chat/completions: HTTP 502: <html>bad gateway word word")
 
 
+def test_a_reply_nested_too_deep_to_read_is_no_json_and_says_where_it_came_from(tmp_path):
+    """A reply of JSON nested deeper than Python reads (a broken proxy, a hostile server) failed the call with
+    ``RecursionError: maximum recursion depth exceeded …``, naming neither the server nor the reply; it fails as
+    any reply that is not JSON does."""
+    task = Task(0, 3, kind="user", text="x" * 900)
+    with _replying(200, b'{"choices": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", []) as url:
+        comp = Compactor({"provider": "openai", "model": "m", "base_url": url}, BuildState(tmp_path))
+        with pytest.raises(CallFailed) as failed:
+            comp.build(task)
+        comp.close()
+    assert str(failed.value).startswith(f"{url}/chat/completions: the reply is not JSON: '{{\"choices\": [[[["), failed.value
+
+
 def test_a_password_in_the_base_url_is_never_shown_nor_recorded(run, sh, home, tmp_path, monkeypatch):
     """``http://user:password@host/v1``: the build's error, ``status``, ``compactor.json`` and the log show
     the URL without it; a server echoing the ``Basic`` header it became is hidden too."""

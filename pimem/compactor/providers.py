@@ -370,7 +370,7 @@ class HttpProvider:
                              "the rest was not read")
         try:
             data = json.loads(content)
-        except ValueError:
+        except (ValueError, RecursionError):  # (RecursionError: nested deeper than Python reads)
             raise CallFailed(self._hidden(f"{where}: the reply is not JSON: {text[:120]!r}")) from None
         if not isinstance(data, dict):
             raise CallFailed(f"{where}: the reply is not a JSON object")
