@@ -25,9 +25,12 @@ def _tree_key(message: dict):
 def off_lineage(messages: Iterable[dict], leaves: dict[tuple, str] | None = None) -> set[int]:
     """The ``i`` of every message on a branch that is not its session's active branch. A session's leaf is
     its last message in log order, or the entry ``leaves`` gives for it (by ``(source, session)``: where
-    its file ends, which may be a line that gave no message) when that entry is among its messages."""
+    its file ends, which may be a line that gave no message) when that entry is among its messages. A branch
+    whose parent is no entry of its own session goes on in the session that holds it: a fork (pi's
+    ``/fork``) copies the entries it starts from, and the importer logs those once, in the first session."""
     parents: dict[tuple, dict[str, str | None]] = {}
     last: dict[tuple, str] = {}
+    holders: dict[tuple, tuple] = {}  # (source, entry) -> the first session holding it
     members: list[tuple[int, tuple, str]] = []
     for msg in messages:
         session = _tree_key(msg)
@@ -36,21 +39,31 @@ def off_lineage(messages: Iterable[dict], leaves: dict[tuple, str] | None = None
         entry = msg["meta"]["entry"]
         parents.setdefault(session, {})[entry] = msg["meta"]["parent"]
         last[session] = entry  # the last entry in log order is the leaf
+        holders.setdefault((session[0], entry), session)
         members.append((msg["i"], session, entry))
     for session, leaf in (leaves or {}).items():
         if session in last and leaf in parents[session]:
             last[session] = leaf
-    active = {session: _branch(parents[session], leaf) for session, leaf in last.items()}
-    return {i for i, session, entry in members if entry not in active[session]}
+    active: set[tuple] = set()
+    for session, leaf in last.items():
+        active |= _branch(parents, holders, session, leaf)
+    return {i for i, session, entry in members if (session, entry) not in active}
 
 
-def _branch(parents: dict[str, str | None], leaf: str) -> set[str]:
-    """The entries from ``leaf`` back to its root (stops at an unknown parent or a loop)."""
+def _branch(parents: dict, holders: dict, session: tuple, leaf: str) -> set[tuple]:
+    """The ``(session, entry)`` pairs from ``leaf`` back to its root, crossing to the session holding a parent
+    its own session lacks (stops at an unknown parent or a loop)."""
     branch = set()
     entry: str | None = leaf
-    while entry is not None and entry not in branch and entry in parents:
-        branch.add(entry)
-        entry = parents[entry]
+    while entry is not None:
+        if entry not in parents[session]:
+            session = holders.get((session[0], entry))
+            if session is None:
+                break
+        if (session, entry) in branch:
+            break
+        branch.add((session, entry))
+        entry = parents[session][entry]
     return branch
 
 

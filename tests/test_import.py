@@ -1636,3 +1636,16 @@ def test_an_imported_edit_is_summarised_by_the_path_its_arguments_name_not_by_th
     for name, edited in (("ed", "src/app.py"), ("cc", "src/db.py")):
         shown = run("view", name).stdout
         assert f"tool: edited {edited} (" in shown and "ed.ndjson" not in shown and "c.jsonl" not in shown, shown
+
+
+def test_a_fork_s_branch_goes_on_through_the_entries_it_copied(run, tmp_path):
+    """The fork's copy of r1 is logged once, in the parent session, where r1 is on a branch the user left; the
+    fork's active branch runs through it, so ``--scope lineage`` finds it (and still not the parent's b1 and c1)."""
+    parent = pi_tree(tmp_path / "a.jsonl")
+    own = [{"type": "message", "id": "f1", "parentId": "r1", "timestamp": "2026-03-02T10:00:05.000Z",
+            "message": {"role": "user", "content": "Carry on from the read"}}]
+    run("import", parent, pi_fork(parent, tmp_path / "b.jsonl", 3, "sess-2", own), "-n", "t")
+    entries = {m["i"]: (m["meta"]["session"], m["meta"]["entry"]) for m in messages()}
+    assert {entries[i] for i in off_lineage(messages())} == {("sess-1", "b1"), ("sess-1", "c1")}
+    found = run("recall", "t", "refresh", "--include-tools", "--scope", "lineage", "--json")
+    assert "export function refresh" in found.stdout
