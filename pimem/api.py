@@ -292,6 +292,8 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
           why="ids names the messages to read; file, kind and page narrow a search or a listing")
     apart(("ids", ids), ("query", query), why="ids names the messages to read; query searches")
     _bounded(limit, "limit", 30)  # (checked here to name the arguments, where the request names the options)
+    if file == "":  # (every path contains it: not the search file asks for, as the CLI's --file '')
+        raise BadInput("empty file: give a path or part of one")
     if page is not None:
         _bounded(page, "page", MAX_COUNT)
     for i in ids or []:  # (each names one message or more: "" is no message, not a listing)

@@ -751,6 +751,8 @@ class Index:
         it; a tuple of terms, one of them (a word composed or decomposed)."""
         if type(term) is tuple:
             return self._table_expr(table, list(term), True)
+        if "\x00" in term:  # (no logged text holds one, and FTS5's syntax would end the expression there)
+            return _NOTHING
         if len(term) >= 3:
             return " AND ".join(map(_quote, dict.fromkeys(term[k : k + 3] for k in range(len(term) - 2))))
         trigrams = self.terms_with_prefix(table, term, PREFIX_TERMS)

@@ -293,3 +293,17 @@ def test_a_search_query_holding_a_nul_is_refused_not_taken_for_a_damaged_memory(
         with pytest.raises(BadInput, match="^query contains a NUL byte"):
             api.search(query)
     assert [hit["i"] for hit in api.search("port")["hits"]] == [0]
+
+
+def test_recall_of_a_file_holding_a_nul_finds_nothing_and_an_empty_file_is_refused_as_the_cli_refuses_it(home, run):
+    """``api.recall(name, file="a\\x00")`` (an MCP client's) raised SQLite's ``OperationalError: unterminated string``,
+    no ``PimemError``: no message names such a path. ``file=""`` listed every message, where ``pimem recall --file
+    ''`` is refused: every path contains it."""
+    from pimem import api
+
+    run("append", "main", "-k", "tool", '{"path": "src/port.py"}')
+    assert api.recall("main", file="port.py", include_tools=True)["count"] == 1
+    for file in ("port\x00", "\x00", "po\x00rt.py"):
+        assert api.recall("main", file=file, include_tools=True)["count"] == 0
+    with pytest.raises(BadInput, match="^empty file: give a path or part of one$"):
+        api.recall("main", file="")
