@@ -797,7 +797,8 @@ class Memory:
                 for held in found.values():
                     if held is not None and held["label"] not in shown:
                         l, i = parse_label(held["label"])
-                        text = self.tree.text(l, i) if held["held"] != "pending" else None
+                        shown_as = render_line(l, i, None)  # (a placeholder: a span standing in may be built all the same)
+                        text = self.tree.text(l, i) if held["held"] != "pending" and held["line"] != shown_as else None
                         hidden = hide_tools(self.messages, [(l, i, text)], holds=self.span_holds,
                                             stored=self.leaf_line, line_bytes=self.tree.line_bytes)
                         shown[held["label"]] = render_line(l, i, hidden[0])

@@ -94,7 +94,10 @@ def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, lin
     standing in for the lines held back (a placeholder's, if it is no line of the view), so what is shown
     stays within ``bound`` without a text read, from the shape alone (as ``view.json`` holds it). The lines held back are a multiple of about half the lines that fit, where one fits:
     then they stay the same while messages come, and what is shown only grows at its tail meanwhile (a cache
-    prefix), for as many messages; the newest line is always shown."""
+    prefix), for as many messages. Returns ``(j, bare)``: ``bare`` where even the newest line with the spans
+    before it, the view's own lines among them, may pass ``bound`` (a budget of a few hundred bytes): the spans
+    standing in are then shown as placeholders, each the view's line or not, before as many of the newest lines
+    as fit with them (none, if even the newest does not)."""
     step = max(1, bound // 2 // (line_bytes + 16))
     tail, at, fits = 0, T, []  # fits: (j, first message of line j) while lines j… are within bound
     for j, (l, placeholder) in zip(range(n - 1, -1, -1), lines):
@@ -107,9 +110,14 @@ def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, lin
     for j, start, tail in reversed(fits):  # (the most lines first)
         if tail + sum(line_cost(l, i, line_at(l, i) is not False, line_bytes) for l, i in tiling(start)) <= bound:
             if j % step == 0:
-                return j
+                return j, False
             chosen = j if chosen is None else chosen
-    return n - 1 if chosen is None else chosen
+    if chosen is not None:
+        return chosen, False
+    for j, start, tail in reversed(fits):
+        if tail + sum(line_cost(l, i, True, line_bytes) for l, i in tiling(start)) <= bound:
+            return j, True
+    return n, True
 
 
 def line_cost(l: int, i: int, placeholder: bool, line_bytes: int) -> int:
@@ -143,6 +151,7 @@ class View:
         self.blocked: dict[int, list[int]] = {}  # level -> pairs whose parent is known to be unbuilt
         self.n_ready = 0  # pairs in ``ready``
         self.changes = 0  # pushes, merges and filled placeholders so far
+        self.held_bare = False  # the spans standing in for the lines last held back are placeholders all (held_back)
 
     # ---- shape -------------------------------------------------------------------------------------------
 
@@ -603,6 +612,7 @@ class View:
     def held_back(self, bound: int, line_bytes: int) -> int:
         """How many of the oldest lines a reader shows by ``stand_ins`` (``held_back``): none while the view is
         within ``bound``."""
+        self.held_bare = False
         if self.total <= bound:
             return 0
         lines = ((ln[0], ln[2] is None) for ln in reversed(self.lines))
@@ -611,7 +621,8 @@ class View:
             k = self.find(l, i)
             return None if k < 0 else self.lines[k][2] is None
 
-        return held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
+        j, self.held_bare = held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
+        return j
 
     def stand_ins(self, j: int) -> list[tuple[int, int, str | None, int]]:
         """What a reader shows for the ``j`` oldest lines (``held_back``), as ``rows`` gives lines: the spans
@@ -622,14 +633,19 @@ class View:
 
     def spans(self, j: int) -> list[tuple[int, int, int]]:
         """The spans ``(l, i)`` tiling the messages of the ``j`` oldest lines, each with the position of the
-        view's line that is that span, or -1."""
-        return [(l, i, self.find(l, i)) for l, i in tiling(self.starts[j] if j < len(self.lines) else self.T)]
+        view's line that is that span, or -1 (always, when every line is held back: ``bare``)."""
+        stop = self.starts[j] if j < len(self.lines) else self.T
+        if j and self.held_bare:
+            return [(l, i, -1) for l, i in tiling(stop)]
+        return [(l, i, self.find(l, i)) for l, i in tiling(stop)]
 
     def shown_for(self, j: int) -> Callable[[int], tuple[int, int, bool]]:
         """The line a reader is shown for a message when the ``j`` oldest lines are held back, as
         ``(l, i, built)``: for many messages, the spans standing in for those lines worked out once."""
+        shown_bare = bool(j) and self.held_bare
+
         def at(l: int, i: int) -> tuple[int, int, bool]:
-            k = self.find(l, i)
+            k = -1 if shown_bare else self.find(l, i)
             return l, i, k >= 0 and self.lines[k][2] is not None
 
         held = stand_in(self.starts[j] if j < len(self.lines) else self.T, at)

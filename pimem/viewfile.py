@@ -295,13 +295,13 @@ class SavedShape:
             found = self.covering(i << l)
             return None if found is None or found[:2] != (l, i) else not found[2]
 
-        j = held_back(zip(levels, (ch == UNBUILT for ch in reversed(tail))), n, self.T, bound, self.line_bytes,
-                      line_at)
+        j, shown_bare = held_back(zip(levels, (ch == UNBUILT for ch in reversed(tail))), n, self.T, bound,
+                                  self.line_bytes, line_at)
         stop = self.T - sum(1 << l for l in levels[:n - j])  # (the first message of line j)
 
         def at(l: int, i: int) -> tuple[int, int, bool] | None:
             found = self.covering(i << l)
-            if found is None or found[:2] != (l, i):  # (a span no line is: not built)
+            if found is None or found[:2] != (l, i) or shown_bare:  # (a span no line is, or shown bare: not built)
                 return (l, i, False) if found is not None else None
             return found
 
@@ -694,7 +694,7 @@ class ViewFile:
         v = views.view
         ids = [i for l, i in v.placeholders(back) if l == 0]
         if back:
-            ids[:0] = [i for l, i, k in v.spans(back) if l == 0 and k >= 0 and v.lines[k][2] is None]
+            ids[:0] = [i for l, i, k in v.spans(back) if l == 0 and (k < 0 or v.lines[k][2] is None)]  # (k < 0: bare)
         todo = [i for i in ids if i not in self._markers]
         if todo:
             from .message import is_tool
@@ -769,7 +769,7 @@ class ViewFile:
             out[i] = {"held": held, "label": label(l, idx), "n": 1 << l}
             if lines:
                 if views is not None:
-                    k = views.view.find(l, idx)
+                    k = views.view.find(l, idx) if built else -1  # (a span shown bare is no line's)
                     text = views.view.text(k) if k >= 0 else None
                 else:
                     text = self.tree.text(l, idx, None, leaves) if built else None

@@ -2082,7 +2082,7 @@ def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, hom
     """A model joins a quoted output's lines with spaces: the mask compares white space aside."""
     mem = Memory.at("main", home)
     mem.path.mkdir(parents=True)
-    mem.save_config({"view": {"hi": 100, "lo": 50}})
+    mem.save_config({"view": {"hi": 300, "lo": 50}})
     output = "DB_USER=admin\nDB_PASS=Hunt3r2!\nDB_HOST=10.9.8.7\nPORT=5433\n" + "\n".join(f"K{k:02d}=v{k:02d}" for k in range(20))
     mem.append([{"kind": "user", "text": "please show me the staging config file " + LONG * 2},
                 {"kind": "tool", "text": "cat config/staging.env", "meta": {"command": "cat config/staging.env"}},
@@ -2118,7 +2118,7 @@ def test_a_summary_quoting_tool_output_in_another_case_width_or_with_invisible_c
     output all the same: the mask compares folded text (NFKC, case folded, invisible characters left out)."""
     mem = Memory.at("main", home)
     mem.path.mkdir(parents=True)
-    mem.save_config({"view": {"hi": 100, "lo": 50}})
+    mem.save_config({"view": {"hi": 300, "lo": 50}})
     mem.append([{"kind": "user", "text": "what is in the SECRET FILE? " + LONG * 2},
                 {"kind": "tool", "text": "cat /root/SECRETFILE32", "meta": {"command": "cat /root/SECRETFILE32"}},
                 {"kind": "echo", "text": OUTPUT},

@@ -250,7 +250,7 @@ def test_every_read_path_of_the_library_hides_tool_text_unless_asked(home):
     secret, long = "DATABASE_URL=postgres://admin:Zq8vT3mWp9LxR2nK@db.internal:5433/prod", "notes " * 60
     mem = Memory.at("main")
     mem.path.mkdir(parents=True)
-    mem.save_config({"view": {"hi": 100, "lo": 50}, "cview": {"hi": 100, "lo": 50}})
+    mem.save_config({"view": {"hi": 150, "lo": 50}, "cview": {"hi": 150, "lo": 50}})
     mem.append([{"kind": "user", "text": "please check the env file " + long},
                 {"kind": "tool", "text": "cat .env", "meta": {"command": "cat .env"}},
                 {"kind": "echo", "text": secret},
