@@ -90,6 +90,12 @@ def _budget(budget: int | None) -> int:
     return DEFAULT if budget is None else _bounded(budget, "budget", MAX_COUNT, 2)
 
 
+def _session(session: str | None) -> None:
+    """An empty session is refused, as the CLI's ``--session ''``: it is no caller's session, nor none given."""
+    if session is not None and not session.strip():
+        raise BadInput(f"session {session!r}: give the caller's session id, not an empty one")
+
+
 def _bounded(value: int, name: str, top: int = MAX_LIMIT, bottom: int = 1) -> int:
     if type(value) is not int or not bottom <= value <= top:
         raise BadInput(f"{name} must be a whole number from {bottom} to {top}")
@@ -316,6 +322,7 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
+    _session(session)
     damaged: list[str] = []
     with Memory.open(name, home) as mem:
         found = memories.find(memories.records(mem, session, on_damage=damaged.append), query, status, kind)
@@ -328,8 +335,10 @@ def memory_propose(name: str, text: str, kind: str | None = None, priority: str 
                    supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
     """Propose a memory as the model would: it is written provisional, and only the user makes it active
     (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
-    from . import memories
+    from . import memories, naming
 
+    naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
+    _session(session)
     if supersede is None and not text.strip():  # (what remember says names the CLI's arguments and stdin)
         raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:

@@ -247,6 +247,10 @@ def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
     (lambda api: api.recall("main", ids=["99999999999999999999"]), "bad ids message number '99999999999999999999'"),
     (lambda api: api.recall("main", ids=[" "]), "ids ' ' names no message"),
     (lambda api: api.memory_propose("main", " "), "memory_propose: text is blank: give the memory's text"),
+    # (empty, as the CLI refuses --supersede '' (exit 2, not 3: no memory not found) and --session '')
+    (lambda api: api.memory_propose("main", "x", supersede=""), "empty supersede: give a memory's id"),
+    (lambda api: api.memory_propose("main", "x", session=" "), "session ' ': give the caller's session id, not an empty one"),
+    (lambda api: api.memory_search("main", session=""), "session '': give the caller's session id, not an empty one"),
 ])
 def test_an_api_argument_of_the_wrong_type_is_a_bad_input_naming_it(home, call, said):
     from pimem import Memory, api
