@@ -1207,6 +1207,31 @@ def test_a_negation_reaches_to_its_clause_s_turn():
     assert not any("lexer" in piece.lower() and {"not", "nicht"} & set(piece.split()) for piece in found), found
 
 
+def test_a_number_with_its_currency_or_unit_ends_there():
+    """``Бюджет 45 000 ₽ в месяц`` gave ``45 000 ₽ в``: a number's word after it was taken after its currency too,
+    a preposition glued on. A number with its currency or unit after it ends at them."""
+    text = ("Итого 45 000 ₽ в месяц на сервера. Der Preis ist 2.400 € zzgl. Versand. Il reste 18 340 € à payer. "
+            "Температура 25 °C в стойке. ") * 2
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert {"Итого 45 000 ₽", "2.400 €", "reste 18 340 €", "Температура 25 °C"} <= set(found), found
+        assert not any(piece.endswith(("₽ в", "€ zzgl", "€ à", "°C в")) for piece in found), found
+
+
+def test_a_url_ends_where_the_url_ends_in_chinese_text():
+    """A URL written against Chinese took it (``见https://example.com/a文档`` gave ``https://example.com/a文档``,
+    ``https://x.y/z。然后部署`` ran over the full stop). A URL takes no Chinese punctuation, and no Chinese or Japanese
+    written on after an ASCII character; a name of its own in those scripts (after a slash) is its own."""
+    text = ("详见https://example.com/a文档，链接：https://x.y/z。然后部署到 https://zh.wikipedia.org/wiki/北京 上的"
+            "配置（https://example.org/q?id=7）就好。") * 2
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        urls = {piece for piece in found if "://" in piece and piece.startswith("http")}
+        assert urls == {"https://example.com/a", "https://x.y/z", "https://zh.wikipedia.org/wiki/北京",
+                        "https://example.org/q?id=7"}, found
+        assert not any(piece.startswith("https://x.y/z。") for piece in found), found  # (a clause ran on from it)
+
+
 def test_an_error_is_copied_whole():
     """An error was shredded into words (``psycopg2.OperationalError, connect, server, Connection refused``;
     ``No space left on device`` gave ``space left, device``; ``Error: Invalid hex color: #000cc`` gave ``000cc``).

@@ -33,6 +33,8 @@ Documents/report 2024.pdf``). A piece in a clause holding a negation takes it, r
 it (``gehen in Latin-1 gar nicht``), up to the clause's end or a word that turns it (``but``, ``sondern``): never
 ``committed``, ``bug`` or ``gehen`` alone (one too long with it, or starting more than ``NEGATION_REACH``
 characters past it, is left out); a negation is no piece alone but for a clause it is whole (``the logs…nothing``).
+A number with its currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no
+Chinese punctuation, nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``).
 A harness's notes (``[Request interrupted by user]``, a
 slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
@@ -151,7 +153,13 @@ _INSIDE = rf"(?<![\w.@+-]{{{SENTENCE}}})(?![\w.@+-]{{{SENTENCE}}})"
 _WSEG = r"[\w.@+~$-]++"
 _WIN = rf"(?:\\{{1,2}}{_WSEG}(?:[ ]{_WSEG}){{0,3}}(?=\\))*\\{{1,2}}[\w.@+~$-]*[\w@+~$-]"
 _WIN_REL = rf"(?:\\{{1,2}}{_WSEG})*?\\{{1,2}}[\w.@+~$-]*\w\.(?:{_EXTS}|exe|dll|bat|cmd|ps1)(?!\w|\.\w)"
-_URL_TEXT = r"""https?://(?:[^\s<>"'`()\]]|\([^\s()<>]*\))+"""  # (a pair of brackets in it is its own)
+# (a pair of brackets in it is its own; it takes no Chinese or Japanese punctuation or curly quote, and no Chinese,
+# Japanese or Korean written on after an ASCII character: ``见https://example.com/a文档``, ``https://x.y/z。``; a name in
+# those scripts after a slash, a dot, ``?``, ``=``, ``&`` or ``#`` is its own: ``https://zh.wikipedia.org/wiki/北京``,
+# ``https://例え.テスト/パス?q=日本語``)
+_URL_NOT = "\u2014\u2018-\u201f\u2026\u3000-\u303f\uff00-\uffef" + _CJK
+_URL_TEXT = (rf"""https?://(?:[^\s<>"'`()\]{_URL_NOT}]|(?<=[/.?=&#])[{_CJK}]+"""
+             rf"""|\([^\s()<>{_URL_NOT}]*\))+""")
 # and a file's URL (``file:///home/a/q3.pdf``), a bucket's: one fact too, not a path of its own beside it (found with
 # the URLs, ``_blobs``: in the facts' pattern each further scheme cost every text a tenth of its scan)
 _URL_ANY = _URL_TEXT.replace("https?", "(?:https?|file|s?ftp|s3|gs)", 1)
@@ -564,6 +572,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                     or in_error and "/" not in m.group() and "\\" not in m.group() and in_error(start, end)):
                 yield start, m.group()  # (an error's words are said with it, but for the path it names)
 
+    units_at: list[int] = []  # where the numbers with a currency or unit end (``_phrases``)
     paired = -1  # where the last key's value ends
     numbered = -1  # where the last number made whole ends (``_number``)
     for start, piece in found():
@@ -591,8 +600,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 whole := _number(text, start, start + len(piece), marks)):
             at, numbered = whole
             facts_at.append(whole)
+            if not text[numbered - 1].isdigit():  # (with its currency or unit: no phrase runs on past them)
+                units_at.append(numbered)
             if piece.isdecimal():  # (a bare number made whole, said with its words: ``entre 3 y 5 días``)
                 at, end = _counted(text, at, numbered)
+                if units_at and units_at[-1] == numbered:  # (its currency or unit says what it counts: ``45 000 ₽``,
+                    end = numbered  # not ``45 000 ₽ в``)
                 if not (in_error and in_error(at, end)):
                     add(text[at:end], at, 1.3)
                 continue
@@ -639,7 +652,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
                     in_error and in_error(m.start(), m.end())):
                 add(piece, m.start() + m.group().find(piece))
-    for pos, phrase, negated in _phrases(text, bool(cjk)):
+    for pos, phrase, negated in _phrases(text, bool(cjk), units_at):
         if in_error and in_error(pos, pos + len(phrase)):
             continue  # (a diagnostic's error: said whole)
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
@@ -1355,14 +1368,16 @@ def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
     return (piece[:cut], pos) if _bare(piece[:cut]) else (piece[cut + 1 :], pos + cut + 1)
 
 
-def _phrases(text: str, cjk: bool = True):
+def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
     """Runs of up to four content words between stop words and punctuation, with their positions and whether a
     negation reaches them: one pass over the text's tokens (a token never spans a break), a run ending at a stop
     word, a Chinese or Japanese token (a clause, not a word: those are taken as clauses), its fourth word or a
-    break between two tokens. A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break
-    or a turn, ``_TURNS``) each run is said with it (``_negated``); a negation alone is no run."""
+    break between two tokens, or the end of a number's currency or unit (``units``: ``45 000 ₽``, not ``45 000 ₽
+    в``). A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break or a turn, ``_TURNS``)
+    each run is said with it (``_negated``); a negation alone is no run."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
+    c = 0  # the next of ``units``
     b = 0
     start = end = -1  # the run in hand
     words = 0
@@ -1397,6 +1412,12 @@ def _phrases(text: str, cjk: bool = True):
                 runs.append((start, end))
                 start = -1
             continue
+        if units and c < len(units) and units[c] <= s:  # (a number's currency or unit before it: the run ends there)
+            while c < len(units) and units[c] <= s:
+                c += 1
+            if start >= 0:
+                runs.append((start, end))
+                start = -1
         if start >= 0 and words == 4:
             runs.append((start, end))
             start = -1
