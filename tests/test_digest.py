@@ -261,8 +261,8 @@ def test_a_chinese_number_keeps_what_it_counts_and_a_date_is_one_piece():
     numbers (``日期写 2026年``, ``年3月``, ``月4日``): a number keeps its counter, whole and alone, and a date is one."""
     found = lambda text: {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
     said = found("还有一个问题：为什么重试 6 次之后还是超时？超时时间是 1500 毫秒吗？测试挂了 4 个。重试6次之后也一样。")
-    assert {"为什么重试 6 次", "超时时间是 1500 毫秒", "测试挂了 4 个", "重试6次"} <= said, said
-    assert not {"为什么重试 6", "超时时间是 1500", "测试挂了 4", "重试6次之"} & said, said
+    assert {"为什么重试 6 次", "超时时间是 1500 毫秒吗", "测试挂了 4 个", "重试6次"} <= said, said  # (a question: 吗)
+    assert not {"为什么重试 6", "超时时间是 1500", "超时时间是 1500 毫秒", "测试挂了 4", "重试6次之"} & said, said
     said = found("请把修改写进 CHANGELOG.md，日期写 2026年3月4日。会议在 3月5日，地点在 12 楼的会议室，价格 3.5 元。")
     assert {"2026年3月4日", "3月5日", "地点在 12 楼", "3.5 元"} <= said, said
     assert not {"日期写 2026年", "年3月", "月4日", "地点在 12", "3.5"} & said, said
@@ -1131,6 +1131,11 @@ NEGATED = [
     ("I said 2 weeks for the integration only, not for the whole rollout.", ["not"], ["rollout"]),
     ("nobody commits to the 2026-11-01 go-live date until legal signs off.", ["nobody"], ["commits", "go-live", "legal"]),
     ("Hebräisch und Arabisch gehen in Latin-1 gar nicht.", ["nicht"], ["gehen"]),
+    ("Мы не платим за эти сервера 45 000 ₽ в месяц.", ["не"], ["платим", "сервера"]),
+    ("Wir haben die Migration gestern Abend nicht ausgeführt.", ["nicht"], ["ausgeführt", "haben"]),
+    ("Wir haben die alte Tabelle im Schema noch nicht gelöscht.", ["nicht"], ["gelöscht", "alte"]),
+    ("We hebben de migratie gisteren niet uitgevoerd.", ["niet"], ["uitgevoerd", "migratie"]),
+    ("Ze hebben de oude tabel nog niet verwijderd.", ["niet"], ["verwijderd", "oude"]),
     ("Wir haben gestern keine Tabelle in der Datenbank gelöscht.", ["keine"], ["gelöscht"]),
     ("Ни в коем случае не удаляйте ветку main до пятницы.", ["не", "Ни"], ["удаляйте", "пятницы"]),
     ("Сервер базы данных не отвечает на запросы после обновления.", ["не"], ["отвечает", "запросы"]),
@@ -1205,6 +1210,77 @@ def test_a_negation_reaches_to_its_clause_s_turn():
     assert {"not an error in the parser", "lexer", "not start", "port", "taken", "Das ist nicht der Parser",
             "der Lexer", "nothing"} <= set(found), found
     assert not any("lexer" in piece.lower() and {"not", "nicht"} & set(piece.split()) for piece in found), found
+
+
+# (a clause, the words that make it a proposal, a question or a condition, words it says that a piece may hold only
+# with one of them)
+MODAL = [
+    ("I suggest we bump the connection timeout to 50 seconds.", ["suggest"], ["bump", "timeout", "50"]),
+    ("Maybe we should drop the legacy users table.", ["Maybe", "should"], ["drop", "legacy"]),
+    ("Should we migrate the billing database on Friday?", ["Should"], ["migrate", "billing"]),
+    ("If the canary passes we roll out everywhere.", ["If"], ["canary", "roll"]),
+    ("Vielleicht sollten wir die Datenbank migrieren.", ["Vielleicht", "sollten"], ["migrieren"]),
+    ("Misschien migreren we de database morgen.", ["Misschien"], ["migreren"]),
+    ("Nous pourrions peut-être migrer la base demain.", ["pourrions", "peut-être"], ["migrer"]),
+    ("Quizás deberíamos migrar la base de datos.", ["Quizás", "deberíamos"], ["migrar"]),
+    ("Forse dovremmo migrare il database domani.", ["Forse", "dovremmo"], ["migrare"]),
+    ("Talvez devêssemos migrar o banco amanhã.", ["Talvez", "devêssemos"], ["migrar"]),
+    ("Предлагаю перенести миграцию базы на пятницу.", ["Предлагаю"], ["перенести", "миграцию"]),
+    ("Może przeniesiemy migrację na piątek.", ["Może"], ["przeniesiemy", "migrację"]),
+    ("Kanske borde vi migrera databasen i morgon.", ["Kanske", "borde"], ["migrera"]),
+    ("אולי נעביר את ההגירה ליום שישי.", ["אולי"], ["נעביר", "ההגירה"]),
+    ("ربما ننقل الترحيل إلى يوم الجمعة.", ["ربما"], ["ننقل", "الترحيل"]),
+    ("Belki veritabanını cuma günü taşırız.", ["Belki"], ["veritabanını", "taşırız"]),
+    ("Mungkin kita pindahkan database besok.", ["Mungkin"], ["pindahkan"]),
+    ("Ίσως μεταφέρουμε τη βάση αύριο.", ["Ίσως"], ["μεταφέρουμε"]),
+    ("아마 내일 데이터베이스를 옮길 것 같아요.", ["아마"], ["데이터베이스를", "옮길"]),
+]
+
+
+@pytest.mark.parametrize("clause, marks, said", MODAL)
+def test_a_piece_holds_the_proposal_question_or_condition_of_its_clause(clause, marks, said):
+    """A proposal read as done: ``I suggest we bump the connection timeout to 50 seconds`` gave ``bump, timeout to
+    50 seconds``. Each piece of a clause holding a word that makes it a proposal, a question or a condition holds
+    one (or the piece is left out), as with a negation; such a word is no piece alone."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
+    words = re.compile(r"[\w'’-]+")
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        for piece in found:
+            if any(word in words.findall(piece) for word in said):
+                assert any(word in words.findall(piece) for word in marks), (piece, found)
+        assert not set(marks) & set(found), found
+        assert any(word in words.findall(piece) for piece in found for word in said[:1]), found
+        line = extractive.leaf(kind, text, 200)
+        for piece in pieces(line):
+            if any(word in words.findall(piece) for word in said):
+                assert any(word in words.findall(piece) for word in marks), line
+
+
+# (Chinese: a clause, the marks of its proposal, question, condition or negation, what a piece holds only with one)
+CJK_MODAL = [
+    ("我建议我们在下一个版本发布之前先把数据库连接池的超时改成50秒然后再观察一下线上的情况", ["建议"], "改成"),
+    ("我建议把超时改成 50 然后观察一下线上的情况再决定下一步要不要继续调整别的参数和配置项", ["建议"], "改成"),
+    ("要不要把 pool_size 改成 6", ["要不要"], "改成"),
+    ("是否需要把重试次数从3次改成5次", ["是否"], "改成"),
+    ("如果明天的构建还是失败就把副本数改成3个", ["如果"], "改成"),
+    ("不要把超时改成50秒", ["不要"], "改成"),
+    ("你能把连接池的超时时间改成50秒吗", ["吗"], "改成"),
+]
+
+
+@pytest.mark.parametrize("clause, marks, said", CJK_MODAL)
+def test_a_piece_of_a_chinese_clause_holds_its_proposal_question_condition_or_negation(clause, marks, said):
+    """A Chinese clause is said whole, but a number is said with the few characters before it: ``我建议…超时改成50秒``
+    and ``不要把超时改成50秒`` gave ``超时改成50秒``, a decision. A piece of a clause holding a proposal's, a question's,
+    a condition's or a negation's mark holds it (before it: ``建议``, ``是否``, ``要不要``, ``如果``, ``不``; after it:
+    ``吗``), or is left out."""
+    text = f"服务昨晚重启了两次，日志里都有记录。{clause}？" * 3
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert all(any(mark in piece for mark in marks) for piece in found if said in piece), found
+        line = extractive.leaf(kind, text)
+        assert all(any(mark in piece for mark in marks) for piece in pieces(line) if said in piece), line
 
 
 def test_a_number_with_its_currency_or_unit_ends_there():

@@ -33,8 +33,12 @@ Documents/report 2024.pdf``). A piece in a clause holding a negation takes it, r
 it (``gehen in Latin-1 gar nicht``), up to the clause's end or a word that turns it (``but``, ``sondern``): never
 ``committed``, ``bug`` or ``gehen`` alone (one too long with it, or starting more than ``NEGATION_REACH``
 characters past it, is left out); a negation is no piece alone but for a clause it is whole (``the logs…nothing``).
-A number with its currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no
-Chinese punctuation, nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``).
+So with a word that makes its clause a proposal, a question or a condition (``suggest``, ``maybe``, ``should``, ``if``,
+``vielleicht``, ``quizás``, ``если``, ``אולי``; in Chinese and Japanese a mark in a clause's characters, ``建议``,
+``是否``, ``要不要``, ``如果``, ``不``, or a particle after its words, ``吗``, ``吧``): ``suggest we bump the timeout``,
+``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done. A number with its
+currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no Chinese punctuation,
+nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``).
 A harness's notes (``[Request interrupted by user]``, a
 slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
@@ -280,7 +284,40 @@ _TURNS = frozenset(
 # (those that may follow the words they negate, as a verb's: ``gehen in Latin-1 gar nicht``, ``hazır değil``)
 _AFTER = frozenset("nicht nie niemals nichts niet nooit niets inte ikke ej aldrig aldri değil yok 않다 않아 않아요 않습니다 "
                    "않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())
-_ROLE = dict.fromkeys(STOP, 0) | dict.fromkeys(_TURNS, 2) | dict.fromkeys(_NEGATORS, 1)  # (a token's, in one look-up)
+# the words that make a clause a proposal, a question or a condition, in the languages of ``_NEGATORS``: a piece of
+# a clause holding one takes it as it would a negation (``suggest we bump the timeout``, not ``bump the timeout``:
+# a proposal said as done). None a common word of another language (``se``, Spanish's pronoun, Italian's and
+# Portuguese's if; ``om``, Swedish's about and if)
+_MODALS = frozenset(
+    "suggest suggests suggested suggesting suggestion propose proposes proposed proposing proposal recommend "
+    "recommends recommended maybe perhaps possibly if whether should could would might shall "
+    "vielleicht eventuell möglicherweise vorschlag vorschlagen schlage empfehle empfehlen sollten sollte "
+    "könnten könnte würde würden wenn falls ob "  # German
+    "misschien wellicht voorstel voorstellen zou zouden indien "  # Dutch
+    "peut-être suggère suggérer proposer devrait devrions devriez pourrait pourrions pourriez si "  # French
+    "quizás quizá sugiero propongo propuesta deberíamos debería podríamos podría "  # Spanish
+    "forse magari suggerisco propongo proposta dovremmo dovrebbe potremmo potrebbe "  # Italian
+    "talvez sugiro proponho proposta deveríamos devêssemos deveria poderíamos poderia "  # Portuguese
+    "возможно может можно наверное предлагаю предлагаем давайте если ли "  # Russian
+    "можливо може пропоную якщо "  # Ukrainian
+    "proponuję sugeruję jeśli jeżeli powinniśmy "  # Polish (może: Russian's too)
+    "kanske kanskje måske föreslår foreslår borde bør ifall hvis "  # Swedish, Norwegian, Danish
+    "אולי מציע מציעה מציעים כדאי אם האם ربما أقترح اقترح إذا لو هل "  # Hebrew, Arabic
+    "शायद अगर यदि ίσως προτείνω αν εάν μήπως belki eğer acaba "  # Hindi, Greek, Turkish
+    "mungkin barangkali sebaiknya jika kalau apakah nếu liệu "  # Malay, Vietnamese
+    "아마 아마도 만약 만일 혹시 제안 제안합니다 어떨까요".split())  # Korean
+_ROLE = (dict.fromkeys(STOP, 0) | dict.fromkeys(_MODALS, 3) | dict.fromkeys(_TURNS, 2)
+         | dict.fromkeys(_NEGATORS, 1))  # (a token's, in one look-up)
+# in Chinese and Japanese, read in clauses, the same marks inside a run of their characters: a negation's (not
+# ``不过``, but; ``不错``, fine; ``特别``, especially; ``未来``, future), a proposal's, a question's or a condition's
+# before the words they qualify (``建议``, ``是否``, ``要不要``, ``如果``; ``もし``), a question's or a suggestion's
+# particle after them (``吗``, ``呢``, ``吧``; ``かもしれない``, ``べき``)
+_CJK_MARK = re.compile("不(?![过错同断少仅但管论])|没|别(?<![特区分类级个识告差性]别)|未(?!来)|无法|建议|提议|是否|要不要|"
+                       "能不能|可不可以|可否|也许|或许|可能|大概|如果|假如|要是|万一|应该|考虑|打算|もし|多分|たぶん|提案")
+_CJK_AFTER = re.compile("[吗呢吧]|かもしれ|べき|ましょうか|でしょうか")
+# (either, in one scan of a text that skips to the first characters of their alternatives)
+_CJK_MARKS = re.compile(f"(?=[不没别未无建提是要能可也或大如假万应考打も多た吗呢吧かべまで])(?:{_CJK_MARK.pattern}|{_CJK_AFTER.pattern})")
+_CJK_LATER = re.compile(rf"[^\s，。！？；、：,;:!?\n]{{0,{NEGATION_REACH}}}?(?:{_CJK_AFTER.pattern})")
 
 
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}(?:\s[A-Z][a-z]{2,})*\b(?!['’](?:t|re|ve|ll|d|m)\b)")  # not ``Don`` of ``Don't``
@@ -606,6 +643,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 at, end = _counted(text, at, numbered)
                 if units_at and units_at[-1] == numbered:  # (its currency or unit says what it counts: ``45 000 ₽``,
                     end = numbered  # not ``45 000 ₽ в``)
+                if at < whole[0]:  # (its words, with a negation or a proposal's word before them in its clause)
+                    at, end = _marked_before(text, at, end, cjk)
                 if not (in_error and in_error(at, end)):
                     add(text[at:end], at, 1.3)
                 continue
@@ -617,7 +656,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if end > start + len(piece) and _ROLE.get(text[start + len(piece) : end].strip().lower()) == 1:
                 end = start + len(piece)  # (a negation after it negates what follows: ``200 לא``, ``1 nicht``)
             if at != start or end != start + len(piece):  # (its words, with a negation before them in its clause)
-                at = _negation_before(text, at)
+                at, end = _marked_before(text, at, end, cjk)
             if (at, end) != (start, start + len(piece)) and not (in_error and in_error(at, end)):
                 add(text[at:end], at, 1.3)
             continue
@@ -640,9 +679,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         add(piece, start, 1.3)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
-    for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``)
+    for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``; nor is ``Maybe``)
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())
-                or _ROLE.get(m.group().lower()) == 1):
+                or _ROLE.get(m.group().lower()) in (1, 3)):
             add(m.group(), m.start(), 1.2)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
@@ -1374,10 +1413,14 @@ def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
     word, a Chinese or Japanese token (a clause, not a word: those are taken as clauses), its fourth word or a
     break between two tokens, or the end of a number's currency or unit (``units``: ``45 000 ₽``, not ``45 000 ₽
     в``). A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break or a turn, ``_TURNS``)
-    each run is said with it (``_negated``); a negation alone is no run."""
+    each run is said with it (``_negated``); a negation alone is no run. So is a word that makes the clause a
+    proposal, a question or a condition (``_MODALS``; in Chinese and Japanese a mark inside a run of their
+    characters, ``_CJK_MARK``, ``_CJK_AFTER``)."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
     c = 0  # the next of ``units``
+    marks = [m.span() for m in _CJK_MARKS.finditer(text)] if cjk else ()  # (``_CJK_MARK``, ``_CJK_AFTER``)
+    k = 0  # the next of them
     b = 0
     start = end = -1  # the run in hand
     words = 0
@@ -1399,7 +1442,7 @@ def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
             if start >= 0:
                 runs.append((start, end))
                 start = -1
-            if role == 1:  # (a negation opens a run)
+            if role != 2:  # (a negation, a proposal's word, opens a run)
                 negations.append((s, e))
                 start, end, words = s, e, 1
                 continue
@@ -1411,6 +1454,11 @@ def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
             if start >= 0:
                 runs.append((start, end))
                 start = -1
+            if marks and k < len(marks) and marks[k][0] < e:  # (the first mark in a clause's characters: ``建议``)
+                if marks[k][0] >= s:
+                    negations.append(marks[k])
+                while k < len(marks) and marks[k][0] < e:
+                    k += 1
             continue
         if units and c < len(units) and units[c] <= s:  # (a number's currency or unit before it: the run ends there)
             while c < len(units) and units[c] <= s:
@@ -1456,19 +1504,29 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
         opened = any(at == start for at, _ in negations)  # (a run its own negation opens is said as it is)
         before = [] if opened else [(at, to) for at, to in negations if to <= start]
         if before:
-            if start - before[-1][1] > NEGATION_REACH:
+            near = [at for at, to in before if start - to <= NEGATION_REACH]
+            if not near:
                 continue  # (too far past it: with it, a long piece that costs the line its other words)
-            start = before[-1][0]
-        elif not opened and any(
-                at >= end and text[at:to].lower() in _AFTER for at, to in negations):
-            end = runs[-1][1]
+            start = near[0]  # (from the first in reach: ``should not drop``, ``Maybe we could``)
+        elif not opened and (after := [to for at, to in negations if at >= end and (
+                text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
+            end = max(runs[-1][1], after[-1])
         yield start, text[start:end], True
 
 
+def _marked_before(text: str, at: int, end: int, cjk) -> tuple[int, int]:
+    """A number's words at ``at:end`` of ``text`` with the negation or the proposal's word before them in their clause
+    (``_negation_before``), and in Chinese or Japanese with a question's particle after them (``改成50秒吗``)."""
+    at = _negation_before(text, at)
+    if cjk and (later := _CJK_LATER.match(text, end)):
+        end = later.end()
+    return at, end
+
+
 def _negation_before(text: str, at: int) -> int:
-    """Where the nearest negation before ``at`` in its clause (up to a break or a turn, ``_phrases``; at most 60
-    characters back) starts, else ``at``: a number's words said with it (``не нужно 3 реплики``, not ``нужно 3
-    реплики``)."""
+    """Where the nearest negation (or word of a proposal, a question or a condition: ``_MODALS``, ``_CJK_MARK``)
+    before ``at`` in its clause (up to a break or a turn, ``_phrases``; at most 60 characters back) starts, else
+    ``at``: a number's words said with it (``не нужно 3 реплики``, not ``нужно 3 реплики``)."""
     window = text[max(0, at - 60) : at]
     cut = 0
     for m in _BREAK.finditer(window):
@@ -1477,7 +1535,9 @@ def _negation_before(text: str, at: int) -> int:
     for m in (_TOKEN if window.isascii() else _marked()[1]).finditer(window, cut):
         role = _ROLE.get(m.group().lower())
         if role:
-            found = m.start() if role == 1 else -1
+            found = m.start() if role != 2 else -1
+        elif not m.group().isascii() and (mark := _CJK_MARK.search(m.group())):  # (``建议把超时改成 50``)
+            found = m.start() + mark.start()
     return at - len(window) + found if found >= 0 else at
 
 
