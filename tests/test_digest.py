@@ -1308,6 +1308,38 @@ def test_a_url_ends_where_the_url_ends_in_chinese_text():
         assert not any(piece.startswith("https://x.y/z。") for piece in found), found  # (a clause ran on from it)
 
 
+# (asks of the user asking a model, each with the verb that says what is asked)
+ASKS = [("Can you fix the login timeout in the auth service?", "fix"),
+        ("Please remove the deprecated payment gateway from checkout.", "remove"),
+        ("Rename the config loader to settings loader in the importer.", "Rename"),
+        ("Migrate the orders table to the new schema before Friday.", "Migrate"),
+        ("Delete the stale feature flags from the admin panel.", "Delete"),
+        ("Translate the onboarding emails into German for the Berlin launch.", "Translate"),
+        ("Check the docker image size on the build server.", "Check"),
+        ("Bump the lodash dependency to the latest minor version.", "Bump"),
+        ("Split the invoice exporter into two background jobs.", "Split"),
+        ("Cache the currency rates in the pricing service.", "Cache"),
+        ("Drop the unused avatar column from the users table.", "Drop"),
+        ("Move the retry logic out of the webhook handler.", "Move"),
+        ("Could you document the release checklist in the wiki?", "document"),
+        ("Throttle the password reset emails per account.", "Throttle")]
+
+
+def test_an_ask_said_at_a_merge_keeps_its_verb():
+    """At a merge with many asks, each was said by its nouns (``login timeout, refund rounding bug, Add, invoices
+    endpoint``): a phrase ran between stop words, so a verb was parted from what it is done to by an article, and
+    the line took the densest phrase of each ask. The ask's first phrase runs on over an article or a determiner
+    (``fix the login timeout``) and is said before its other phrases."""
+    pool = [u for k, (ask, _) in enumerate(ASKS) for u in extractive.units({"i": k, "kind": "user", "text": ask})]
+    assert "fix the login timeout" in {u.text for u in pool}
+    line = extractive.compose(extractive.top(pool), limit=300)
+    said = pieces(line.split(": ", 1)[1])
+    assert len(said) >= 8, line
+    for piece in said:
+        ask, verb = next((ask, verb) for ask, verb in ASKS if piece in ask)
+        assert verb in piece.split(), (piece, line)
+
+
 def test_an_error_is_copied_whole():
     """An error was shredded into words (``psycopg2.OperationalError, connect, server, Connection refused``;
     ``No space left on device`` gave ``space left, device``; ``Error: Invalid hex color: #000cc`` gave ``000cc``).
@@ -1477,8 +1509,9 @@ def test_a_users_sentence_two_pieces_come_from_is_said_whole():
     assert extractive.leaf("user", said, 200) == (
         "user: hm, i selected the theme while you were working and got a crash, that should never happen. "
         "my dude, this exploded when i restarted with -r. invalid themes must NEVER explode")
-    # (a piece after a negation takes it: not "happen", "explode", which said the opposite)
-    assert extractive.leaf("user", said, 90) == "user: hm, selected, theme, working, crash, dude, exploded, invalid themes must"
+    # (a piece after a negation takes it: not "happen", "explode", which said the opposite; the ask's verb, its object)
+    line = extractive.leaf("user", said, 90)
+    assert line == "user: hm, selected the theme, working, crash, dude, invalid themes must"
     named = extractive.units({"i": 0, "kind": "user", "text": ask, "meta": {"speaker": "Caroline"}})
     assert extractive.compose(named, limit=130) == (
         "Caroline: need, fix, tui test sources, editor, markdown, create default themes shared across all the tests "

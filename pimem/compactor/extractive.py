@@ -38,7 +38,9 @@ So with a word that makes its clause a proposal, a question or a condition (``su
 ``是否``, ``要不要``, ``如果``, ``不``, or a particle after its words, ``吗``, ``吧``): ``suggest we bump the timeout``,
 ``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done. A number with its
 currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no Chinese punctuation,
-nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``).
+nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``). The first phrase of the
+ask of the user asking a model runs over an article (``fix the login timeout``) and weighs ``HEAD`` times more: a merge
+says what was asked by its verb and what it is done to, not by its nouns alone (``login timeout``).
 A harness's notes (``[Request interrupted by user]``, a
 slash command's name again in ``<command-message>``) and a numbered diff's marks (``+ 12``) are no pieces. Tool work becomes what ran and how it ended (``ran pytest → 12 passed``, ``edited app.py``, ``exit 1:
 ECONNREFUSED``), from the call's
@@ -100,6 +102,7 @@ COMMON = 1.0  # log of the share of messages past which a word counts for nothin
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
 NEGATION_REACH = 24  # characters: a piece starting farther past its negation is left out, not said with it
 ASK = 1.0  # weight of the user's first sentence (the ask)
+HEAD = 2.0  # weight of the first phrase of words of the ask of the user asking a model (its verb and its object)
 SAID = 1.0  # weight of the user's other sentences
 SPREAD = 1.0  # each further unit of one message counts 1 / (1 + SPREAD × units taken)
 DAYS = 4  # days a merge's head names one by one (a span over more says its first and last)
@@ -306,6 +309,8 @@ _MODALS = frozenset(
     "शायद अगर यदि ίσως προτείνω αν εάν μήπως belki eğer acaba "  # Hindi, Greek, Turkish
     "mungkin barangkali sebaiknya jika kalau apakah nếu liệu "  # Malay, Vietnamese
     "아마 아마도 만약 만일 혹시 제안 제안합니다 어떨까요".split())  # Korean
+# (the stop words a run of the user's ask goes on over: ``_phrases``)
+_DETERMINERS = frozenset("a an the this that these those my our your its their his her some any".split())
 _ROLE = (dict.fromkeys(STOP, 0) | dict.fromkeys(_MODALS, 3) | dict.fromkeys(_TURNS, 2)
          | dict.fromkeys(_NEGATORS, 1))  # (a token's, in one look-up)
 # in Chinese and Japanese, read in clauses, the same marks inside a run of their characters: a negation's (not
@@ -575,9 +580,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
 
     spans = [m.span() for m in _CODE_SPAN.finditer(text)] if "`" in text else None
     urls, blobs = _blobs(text, code)
+    ask = 0  # where the ask of the user asking a model ends (``_phrases``)
     if msg.get("kind") == "user":  # the ask (the user's first sentence) and what the user said of themselves
         at = 0
         for n, sentence in enumerate(_sentences(text.strip())):
+            if n == 0 and sentence and who == "user" and not _CJK_RUN.search(sentence):
+                ask = text.find(sentence) + len(sentence)
             if 0 < len(sentence.encode("utf-8")) <= SENTENCE:
                 at = text.find(sentence, at)
                 if not (blobs and _inside(blobs, at, at + len(sentence))):  # (no sentence holding a blob)
@@ -691,7 +699,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
                     in_error and in_error(m.start(), m.end())):
                 add(piece, m.start() + m.group().find(piece))
-    for pos, phrase, negated in _phrases(text, bool(cjk), units_at):
+    for pos, phrase, negated in _phrases(text, bool(cjk), ask, units_at):
+        if pos < ask and " " in phrase:  # the ask's first phrase of words: what is asked, its verb with what it is
+            bonus, ask = HEAD, 0  # done to (said before its nouns; Chinese clauses hold theirs)
+        else:
+            bonus = 1.0
         if in_error and in_error(pos, pos + len(phrase)):
             continue  # (a diagnostic's error: said whole)
         if "'" in phrase or "’" in phrase or "‘" in phrase:  # (half a pair of quotes in it: the words on each side)
@@ -702,12 +714,12 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 start, end = pos + at, pos + at + len(part)
                 if text[start - 1 : start] not in _SLASHES and text[end : end + 1] not in _SLASHES and not (
                         paths and _astride(paths, start, end)):
-                    add(part, start)
+                    add(part, start, bonus)
         elif phrase.isdecimal():
             continue  # (a bare number: its fact, with its words)
         elif text[pos - 1 : pos] not in _SLASHES and text[pos + len(phrase) : pos + len(phrase) + 1] not in _SLASHES \
                 and not (paths and _astride(paths, pos, pos + len(phrase))):
-            add(phrase, pos)  # (a path's part: its fact)
+            add(phrase, pos, bonus)  # (a path's part: its fact)
     return out
 
 
@@ -1407,7 +1419,7 @@ def _code_span(text: str, piece: str, pos: int) -> tuple[str, int]:
     return (piece[:cut], pos) if _bare(piece[:cut]) else (piece[cut + 1 :], pos + cut + 1)
 
 
-def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
+def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple = ()):
     """Runs of up to four content words between stop words and punctuation, with their positions and whether a
     negation reaches them: one pass over the text's tokens (a token never spans a break), a run ending at a stop
     word, a Chinese or Japanese token (a clause, not a word: those are taken as clauses), its fourth word or a
@@ -1415,7 +1427,10 @@ def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
     в``). A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break or a turn, ``_TURNS``)
     each run is said with it (``_negated``); a negation alone is no run. So is a word that makes the clause a
     proposal, a question or a condition (``_MODALS``; in Chinese and Japanese a mark inside a run of their
-    characters, ``_CJK_MARK``, ``_CJK_AFTER``)."""
+    characters, ``_CJK_MARK``, ``_CJK_AFTER``).
+    In the user's ask (its first ``ask`` characters) a run goes on over an article or a determiner between two of its
+    words: what is asked is done to something (``fix the login timeout``, not ``fix`` and ``login timeout``: at a
+    merge the ask was said by its nouns alone)."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
     c = 0  # the next of ``units``
@@ -1450,6 +1465,8 @@ def _phrases(text: str, cjk: bool = True, units: list[int] | tuple = ()):
             runs, negations = [], []
             continue
         dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
+        if s < ask and start >= 0 and role == 0 and token.lower() in _DETERMINERS:
+            continue  # (the run goes on if a word of it follows)
         if dotted or role == 0 or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
             if start >= 0:
                 runs.append((start, end))
