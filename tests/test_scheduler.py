@@ -904,7 +904,8 @@ def test_build_tree_leaves_a_node_the_server_asks_to_wait_minutes_for_to_the_nex
 def test_build_tree_without_retries_keeps_the_time_the_server_asks_for(home, sh):
     """``build-tree`` with no ``--retries`` (as typed by hand) gives a refused node up at once: the time a 429's
     ``Retry-After: 300`` asked for was not kept, so the next run, started at once, asked the server again straight
-    away. It is kept, and that run sends nothing for the node (exit 6)."""
+    away. It is kept, and that run sends nothing for the node (exit 6), saying so: its line said the error
+    alone, as if the server had been asked again and refused."""
     with FakeLLM("openai", faults=lambda n, body: "429" if n == 0 else None, retry_after="300") as server:
         configure(home, server)
         mem = fill("m", 6)
@@ -912,7 +913,9 @@ def test_build_tree_without_retries_keeps_the_time_the_server_asks_for(home, sh)
         ((node, failure),) = BuildState(mem.path).failures.items()
         assert failure["retry"] == "2026-10-08T09:35:00+08:00", failure  # (at 09:30:00)
         again = sh("build-tree", "m", timeout=60, TEST_LLM_KEY="k")
-        assert again.returncode == 6 and f"(first m {node}: ".encode() in again.stderr
+        assert again.returncode == 6 and (f"1 node could not be built (first m {node}: not sent before "
+                                          f"2026-10-08T09:35:00+08:00, the retry time recorded when it failed: "
+                                          f"{failure['error']})").encode() in again.stderr, again.stderr
         assert len(server.requests) == 4 and BuildState(mem.path).failures == {node: failure}  # (nothing sent)
 
 

@@ -161,9 +161,12 @@ def command(
                                       for event in capped))
     if failed:
         builder, node = next((b, node) for b in built for node in sorted(b.gave_up))
-        error = builder.state.failures.get(label(*node), {}).get("error", "")
+        entry = builder.state.failures.get(label(*node), {})
+        error = entry.get("error", "")[:200]
+        if node in builder.deferred and node not in builder.tries:  # (sent nothing: its old error alone read as new)
+            error = f"not sent before {entry.get('retry')}, the retry time recorded when it failed: {error}"
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
-                            f"{label(*node)}: {error[:200]}); the next run retries them")
+                            f"{label(*node)}: {error}); the next run retries them")
 
 
 def _said_capped(event: dict, pending: int) -> str:
