@@ -1,9 +1,9 @@
-"""The read-only API for consumers outside the agent: other agents, scripts and MCP clients.
+"""The API for consumers outside the agent: other agents, scripts and MCP clients.
 
-Every function takes plain arguments, returns JSON-ready data, never takes the writer lock and never writes
-to a memory, with two exceptions: ``memory_propose`` writes a provisional memory, as the model would, and
-``search`` brings ``index.sqlite`` (derived) up to date when it lags the log, as every reader does. Every
-message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
+Every function takes plain arguments and returns JSON-ready data. The readers never take the writer lock and
+never write to a memory; the writers are ``memory_propose`` (a provisional memory, as the model would write
+it), ``remember``, ``forget`` and ``compact`` (as their commands), and ``search`` brings ``index.sqlite``
+(derived) up to date when it lags the log, as every reader does. Every message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
 ``include_tools``. Outputs are bounded so an MCP client's output limit is never hit by surprise.
 """
 
@@ -22,9 +22,10 @@ Home = str | os.PathLike | None
 SINCE_LIMIT = 100  # messages per since call by default
 MAX_LIMIT = 1000
 MESSAGE_CHARS = 50_000  # characters of one message per call by default
-SINCE_CHARS = 200_000  # characters of text a since call returns at most (then ``next`` goes on)
+SINCE_CHARS = 200_000  # characters of a since reply's JSON at most (then ``next`` goes on)
 LAST_USER_CHARS = 500  # characters of the last thing the user said, in a listing
 VIEW_LINES = 200  # the latest view lines by default
+LIST_LIMIT = 100  # memories per MCP list_memories call by default
 
 
 def _checked(func):
@@ -103,38 +104,49 @@ def _bounded(value: int, name: str, top: int = MAX_LIMIT, bottom: int = 1) -> in
 
 
 class _Held:
-    """``held`` for messages of one memory, with tool traffic taken out of the quoted line unless asked for;
-    each line is worked out once per call."""
+    """``held`` for messages of one memory, its view line (tool traffic taken out unless asked for) worked out
+    once per call and kept in ``lines`` by label."""
 
     def __init__(self, mem: Memory, include_tools: bool):
         self.mem, self.include_tools = mem, include_tools
         self.lines: dict[str, str] = {}
 
-    def __call__(self, msg: dict) -> dict:
-        # (the line without tools is worked out here, once per call for all the messages it holds)
-        held = self.mem.held_each([msg["i"]], {msg["i"]: msg["size"]}, lines=self.include_tools,
-                                  include_tools=self.include_tools)[msg["i"]]
-        if held is not None and not self.include_tools:
+    def __call__(self, msg: dict, inline: bool = True) -> dict:
+        """``msg`` with its ``held``; ``inline``: with the line in it (else the caller gives ``lines`` once)."""
+        i, sizes = msg["i"], {msg["i"]: msg["size"]}
+        held = self.mem.held_each([i], sizes, lines=False)[i]
+        if held is not None:
             if held["label"] not in self.lines:
-                from .privacy import hide_tools
-                from .tree import parse_label
-                from .view import render_line
-
-                l, i = parse_label(held["label"])
-                text = self.mem.tree.text(l, i) if held["held"] != "pending" else None
-                hidden = hide_tools(self.mem.messages, [(l, i, text)], holds=self.mem.span_holds, stored=self.mem.leaf_line,
-                                    line_bytes=self.mem.tree.line_bytes)
-                self.lines[held["label"]] = render_line(l, i, hidden[0])
-            held["line"] = self.lines[held["label"]]
+                self.lines[held["label"]] = self.mem.held_each([i], sizes, include_tools=self.include_tools)[i]["line"]
+            if inline:
+                held["line"] = self.lines[held["label"]]
         return {**msg, "held": held}
 
 
 @_checked
-def list_memories(home: Home = None) -> list[dict]:
-    """Every memory: name, message count, first and last dates, the last thing the user said; for one that
-    cannot be read (its log damaged), its name and the ``error``."""
+def list_memories(home: Home = None, offset: int = 0, limit: int | None = None) -> list[dict]:
+    """Every memory (from ``offset``, at most ``limit`` of them: default all): name, message count, first and
+    last dates, the last thing the user said; for one that cannot be read (its log damaged), its name and the
+    ``error``."""
+    return list_memories_page(home, offset, limit)["memories"]
+
+
+@_checked
+def list_memories_page(home: Home = None, offset: int = 0, limit: int | None = None) -> dict:
+    """``list_memories`` as a page: ``memories``, the ``total`` count and ``next_offset`` (None at the end).
+    Only the memories of the page are read."""
+    _bounded(offset, "offset", MAX_COUNT, 0)
+    if limit is not None:
+        _bounded(limit, "limit", 200)
+    found: list = []  # each memory, or the row of one refused, in the order they are listed
+    mems = Memory.all(home, refused=lambda mem, exc: found.append({"name": mem.name, "error": str(exc)}))
+    found += mems
+    page = found[offset:] if limit is None else found[offset : offset + limit]
     out = []
-    for mem in Memory.all(home, refused=lambda mem, exc: out.append({"name": mem.name, "error": str(exc)})):
+    for mem in page:
+        if isinstance(mem, dict):
+            out.append(mem)
+            continue
         with mem:
             try:
                 row = mem.summary()
@@ -145,7 +157,8 @@ def list_memories(home: Home = None) -> list[dict]:
                 if (error := as_error(exc)) is None:
                     raise
                 out.append({"name": mem.name, "error": str(error)})
-    return out
+    end = offset + len(page)
+    return {"memories": out, "total": len(found), "next_offset": end if end < len(found) else None}
 
 
 @_checked
@@ -172,10 +185,12 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
 def since(name: str, start: int | None = None, when: str | None = None, limit: int = SINCE_LIMIT, include_tools: bool = False,
           home: Home = None) -> dict:
     """Up to ``limit`` messages from message ``start`` (default 0) or from the date/time ``when`` (one or the
-    other, as ``pimem since`` takes ``#I`` or a date), and ``next``: the ``start`` to ask for next (None at the end). At
-    most ``SINCE_CHARS`` characters of text come back: a message's text past ``MESSAGE_CHARS`` is cut, with
-    ``chars`` and ``next_offset`` for ``message`` to read on, and the call ends early, before the message whose
-    text would pass the bound (``next`` names it)."""
+    other, as ``pimem since`` takes ``#I`` or a date), and ``next``: the ``start`` to ask for next (None at the end).
+    Each message's ``held`` names the view line holding it by ``label``, and ``lines`` gives each of those lines
+    once (a line covers many messages). The reply's compact JSON is at most ``SINCE_CHARS`` characters: a
+    message's text past ``MESSAGE_CHARS`` is cut, with ``chars`` and ``next_offset`` for ``message`` to read on
+    (cut shorter when one message alone would pass the bound), and the call ends early, before the message that
+    would pass the bound (``next`` names it)."""
     from . import when as whens
     from .options import apart  # (the CLI's own check, so that a pair refused there is refused here: one rule)
 
@@ -190,21 +205,41 @@ def since(name: str, start: int | None = None, when: str | None = None, limit: i
             start = mem.count() if first is None else first
         elif start is None:
             start = 0
-        out, position, held, chars = [], start, _Held(mem, include_tools), 0
+        out, lines, position, held = [], {}, start, _Held(mem, include_tools)
+        chars = len(budget.dumps({"messages": [], "lines": {}, "next": MAX_I}))  # (the reply around the messages)
         for msg in mem.messages(start):
             if len(out) == limit:
                 break
             if msg["kind"] in TOOL_KINDS and not include_tools:
                 position = msg["i"] + 1
                 continue
-            text = msg["text"]
-            if len(text) > MESSAGE_CHARS:
-                msg = {**msg, "text": text[:MESSAGE_CHARS], "chars": len(text), "next_offset": MESSAGE_CHARS}
-            if chars + len(msg["text"]) > SINCE_CHARS:  # (never the first: one message's text is at most MESSAGE_CHARS)
-                break
-            position, chars = msg["i"] + 1, chars + len(msg["text"])
-            out.append(held(msg))
-        return {"messages": out, "next": position if position < mem.count() else None}
+            if len(msg["text"]) > MESSAGE_CHARS:
+                msg = _cut(msg, MESSAGE_CHARS)
+            msg = held(msg, inline=False)
+            label = (msg["held"] or {}).get("label")
+            line = {label: held.lines[label]} if label is not None and label not in lines else {}
+            cost = len(budget.dumps(msg)) + 1 + (len(budget.dumps(line)) if line else 0)
+            if chars + cost > SINCE_CHARS:
+                if out:
+                    break
+                msg, cost = _fitted(msg, SINCE_CHARS - chars - (len(budget.dumps(line)) if line else 0))
+            position, chars = msg["i"] + 1, chars + cost
+            out.append(msg)
+            lines.update(line)
+        return {"messages": out, "lines": lines, "next": position if position < mem.count() else None}
+
+
+def _cut(msg: dict, n: int) -> dict:
+    """``msg`` with the first ``n`` characters of its text, ``chars`` and ``next_offset`` saying the rest."""
+    return {**msg, "text": msg["text"][:n], "chars": msg.get("chars", len(msg["text"])), "next_offset": n}
+
+
+def _fitted(msg: dict, room: int) -> tuple[dict, int]:
+    """One message whose JSON alone passes ``room``: its text cut to what fits (its JSON costs more than its
+    characters where it is escaped), and its cost."""
+    cost = lambda n: len(budget.dumps(_cut(msg, n))) + 1  # noqa: E731
+    n = max(0, budget.largest(lambda n: cost(n) <= room, len(msg["text"])))
+    return _cut(msg, n), cost(n)
 
 
 @_checked
@@ -278,7 +313,7 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
         if "message" in found:
             msg = found["message"]
             if len(msg["text"]) > MESSAGE_CHARS:
-                msg = {**msg, "text": msg["text"][:MESSAGE_CHARS], "chars": len(msg["text"]), "next_offset": MESSAGE_CHARS}
+                msg = _cut(msg, MESSAGE_CHARS)
             found["message"] = _Held(mem, include_tools)(msg)
     return found
 
@@ -316,18 +351,71 @@ def memory_search(name: str, query: str = "", status: str | None = None, kind: s
                   limit: int = 30, session: str | None = None, budget: int | None = None, home: Home = None) -> dict:
     """The authoritative memories (``pimem memories --json``): live ones (pinned, active, provisional) or
     those of ``status``, ranked by ``query`` when given, within ``budget`` characters."""
+    return memories(name, query, status, kind, offset, limit, session, False, budget, home)
+
+
+@_checked
+def memories(name: str, query: str = "", status: str | None = None, kind: str | None = None, offset: int = 0,
+             limit: int = 30, session: str | None = None, include_tools: bool = False, budget: int | None = None,
+             home: Home = None) -> dict:
+    """``memory_search`` as ``pimem memories --json`` lists them: with ``include_tools``, the memories the
+    compaction rules derived from tool traffic too."""
     import orjson
 
-    from . import memories
+    from . import memories as records
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
     _session(session)
     damaged: list[str] = []
     with Memory.open(name, home) as mem:
-        found = memories.find(memories.records(mem, session, on_damage=damaged.append), query, status, kind)
-    listing = orjson.loads(memories.listing(found, offset, limit, _budget(budget), True))
+        found = records.find(records.records(mem, session, include_tools, on_damage=damaged.append), query, status, kind)
+    listing = orjson.loads(records.listing(found, offset, limit, _budget(budget), True))
     return {**listing, "damaged": damaged[0]} if damaged else listing
+
+
+@_checked
+def remember(name: str, text: str | None = None, pin: bool = False, kind: str | None = None, priority: str | None = None,
+             scope: str | None = None, supersede: str | None = None, session: str | None = None,
+             timeout: int | float | None = None, home: Home = None) -> dict:
+    """Remember ``text`` as the user's word (``pimem remember``): an active memory, pinned with ``pin``;
+    ``supersede`` replaces a live one (with ``text``, or its own text when ``text`` is None). Creates the memory
+    ``name`` if need be (not to supersede), and waits at most ``timeout`` seconds for the writer lock. Returns the
+    record."""
+    from . import memories as records, naming
+
+    naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
+    _session(session)
+    if supersede is None and (text is None or not text.strip()):  # (what remember says names the CLI's arguments)
+        raise BadInput("remember: text is blank: give the memory's text")
+    if scope == "session" and session is None:
+        raise BadInput("remember: scope session needs session: a session memory is visible only to its session")
+    with Memory.open(name, home) if supersede is not None else Memory.at(name, home) as mem:
+        return records.remember(mem, text, pin=pin, kind=kind, priority=priority, scope=scope, supersede=supersede,
+                                session=session, timeout=timeout)
+
+
+@_checked
+def forget(name: str, record_id: str, session: str | None = None, timeout: int | float | None = None, home: Home = None) -> dict:
+    """Forget the memory ``record_id`` (``pimem forget``): it is resolved, and leaves the default listing.
+    Returns the record."""
+    from . import memories as records, naming
+
+    naming.memory_id(record_id, "record_id")
+    _session(session)
+    with Memory.open(name, home) as mem:
+        return records.forget(mem, record_id, session=session, timeout=timeout)
+
+
+@_checked
+def compact(name: str, keep: int, dry_run: bool = False, timeout: int | float | None = None, home: Home = None) -> dict:
+    """Compact memory ``name`` keeping at least ``keep`` bytes of recent messages (``pimem compact --json``):
+    the checkpoint and its details; ``dry_run`` writes nothing."""
+    from . import compaction
+
+    _bounded(keep, "keep", MAX_I, 0)
+    with Memory.open(name, home) as mem:
+        return compaction.compact(mem, keep, dry_run, timeout, option="keep")
 
 
 @_checked

@@ -128,9 +128,10 @@ def _proposal(sizes: list[int], start: int, total: int, keep: int) -> int:
     return proposed
 
 
-def _nothing_to_compact(name: str, keep: int, sizes: list[int], ok: list[bool]) -> str:
+def _nothing_to_compact(name: str, keep: int, sizes: list[int], ok: list[bool], option: str = "--keep") -> str:
     """Why a first compaction of messages of ``sizes`` finds no message to put before the tail kept, and
-    which ``--keep`` would find one: the tail from the first safe cut (``ok``, as ``safe_cuts`` gives it)."""
+    which ``keep`` would find one: the tail from the first safe cut (``ok``, as ``safe_cuts`` gives it);
+    ``option`` names it (the CLI's ``--keep``, the API's ``keep``)."""
     if len(sizes) < 2:
         held = "no messages" if not sizes else "one message, and the last message is always kept"
         return f"nothing to compact: {name} holds {held}"
@@ -138,16 +139,17 @@ def _nothing_to_compact(name: str, keep: int, sizes: list[int], ok: list[bool]) 
             f"({count(sum(sizes), 'byte')}); ")
     first = next((c for c in range(1, len(sizes)) if ok[c]), None)  # (a later cut keeps less)
     if first is None:
-        return said + ("no --keep compacts it: every cut would start the kept part with a tool result, separate a tool "
+        return said + (f"no {option} compacts it: every cut would start the kept part with a tool result, separate a tool "
                        "call from its result (meta.call_id) or drop a call that may still be running")
     leaves = "the first" if first == 1 else f"the first {first:,} messages"
-    return said + f"--keep {sum(sizes[first:]):,} or less leaves {leaves} before it"
+    return said + f"{option} {sum(sizes[first:]):,} or less leaves {leaves} before it"
 
 
-def plan(mem, keep: int) -> Plan:
-    """Choose the boundary and build the checkpoint, window and derived memories, writing nothing."""
+def plan(mem, keep: int, option: str = "--keep") -> Plan:
+    """Choose the boundary and build the checkpoint, window and derived memories, writing nothing; ``option``
+    names ``keep`` in what is refused."""
     if type(keep) is not int or keep < 0:
-        raise BadInput(f"--keep must be 0 or more bytes, not {keep!r:.40}")
+        raise BadInput(f"{option} must be 0 or more bytes, not {keep!r:.40}")
     windows = window_chain(mem.path).read().events
     parent = windows[-1] if windows else None
     start = parent["keptStart"] if parent else 0
@@ -169,7 +171,7 @@ def plan(mem, keep: int) -> Plan:
         return Plan(source, parent["keptStart"], _proposal(before + sizes, source, total, keep),
                     parent.get("isSplitTurn", False), parent["sourceHash"], parent["windowId"], None, existing=parent)
     if proposed <= start:  # (the first compaction: a later one returned its parent above)
-        raise BadInput(_nothing_to_compact(mem.name, keep, sizes, safe_cuts(shape, start, total)))
+        raise BadInput(_nothing_to_compact(mem.name, keep, sizes, safe_cuts(shape, start, total), option))
     if cut is None:
         raise BadInput(
             f"no safe boundary between #{start + 1} and #{proposed}: every cut there would start the kept part "
@@ -221,16 +223,19 @@ def _derivations(msg: dict) -> list[dict]:
     return out
 
 
-def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None) -> dict:
+def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None, option: str = "--keep") -> dict:
     """Compact ``mem`` keeping ``keep`` bytes of tail; returns the checkpoint and its details. With
-    ``dry_run`` nothing is written (and no lock is taken). Idempotent: repeating it writes nothing new."""
+    ``dry_run`` nothing is written (and no lock is taken). Idempotent: repeating it writes nothing new.
+    ``option`` names ``keep`` in what is refused (the API's ``keep``)."""
+    if type(dry_run) is not bool:
+        raise BadInput(f"dry_run is True or False, not {dry_run!r:.40}")
     if dry_run:  # what the run would write, and refuse
-        chosen = plan(mem, keep)
+        chosen = plan(mem, keep, option)
         if chosen.existing is None:
             _refuse_damage(mem, chosen)
         return details(chosen, written=False, derived=[p["id"] for p in _to_derive(mem, chosen)])
     with mem.lock(timeout):
-        chosen = plan(mem, keep)
+        chosen = plan(mem, keep, option)
         if chosen.existing is not None:
             window, proposals = chosen.existing, _to_derive(mem, chosen)
             derived = derive(mem, proposals, window["hash"], when.rfc3339(env.now())) if proposals else []

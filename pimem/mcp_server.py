@@ -294,9 +294,11 @@ def build(home: api.Home = None):
         return call
 
     @tool
-    def list_memories() -> dict[str, Any]:
-        """Every memory: name, message count, first and last dates, and the last thing the user said."""
-        return {"memories": api.list_memories(home)}
+    def list_memories(offset: StrictInt = 0, limit: StrictInt = api.LIST_LIMIT) -> dict[str, Any]:
+        """The memories, `limit` of them from `offset`: name, message count, first and last dates, and the
+        last thing the user said. `total` counts them all; `next_offset` is the offset for the next page (null
+        at the end)."""
+        return api.list_memories_page(home, offset, limit)
 
     @tool
     def search(query: StrictStr, names: list[StrictStr] | None = None, rank: StrictBool = False, any_term: StrictBool = False,
@@ -325,7 +327,8 @@ def build(home: api.Home = None):
               include_tools: StrictBool = False) -> dict[str, Any]:
         """Up to `limit` messages from message number `start` (default 0), or from a date/time `when`
         (2026-10-08, 09:30, 3d, yesterday), not both. `next` is the start for the following call (null at the
-        end)."""
+        end). Each message's held names the view line holding it (label); `lines` gives each such line once, by
+        label."""
         return api.since(name, start, when, limit, include_tools, home)
 
     @tool

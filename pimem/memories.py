@@ -225,6 +225,21 @@ def _check_choice(value, allowed, what: str) -> None:
         raise BadInput(f"unknown {what} {value!r}: use one of {', '.join(allowed)}")
 
 
+def _strings(*given: tuple[str, object]) -> None:
+    """``BadInput`` naming the argument given that is neither None nor a string (the library's callers: the
+    log keeps strings)."""
+    for name, value in given:
+        if value is not None and not isinstance(value, str):
+            raise BadInput(f"{name} must be a string, not {type(value).__name__}")
+
+
+def _flags(*given: tuple[str, object]) -> None:
+    """``BadInput`` naming the argument given that is not True or False (a "yes" would pin)."""
+    for name, value in given:
+        if type(value) is not bool:
+            raise BadInput(f"{name} is True or False, not {value!r:.40}")
+
+
 def remember(
     mem, text: str | None, *, pin: bool = False, kind: str | None = None, priority: str | None = None,
     scope: str | None = None, supersede: str | None = None, session: str | None = None, propose: bool = False,
@@ -238,9 +253,8 @@ def remember(
     _check_choice(kind, KINDS, "kind")
     _check_choice(priority, PRIORITIES, "priority")
     _check_choice(scope, SCOPES, "scope")
-    for name, value in (("text", text), ("session", session), ("supersede", supersede)):
-        if value is not None and not isinstance(value, str):  # (the library's callers: the log keeps strings)
-            raise BadInput(f"{name} must be a string, not {type(value).__name__}")
+    _strings(("text", text), ("session", session), ("supersede", supersede))
+    _flags(("pin", pin), ("propose", propose))
     if supersede is not None and text is not None and not text.strip():
         raise BadInput("the new text is blank: give the memory's new text, or none to keep its text")
     text = text if text and text.strip() else None
@@ -298,6 +312,9 @@ def remember(
 
 def forget(mem, record_id: str, *, session: str | None = None, timeout: float | None = None) -> dict:
     """Resolve a visible, live record (the user's word); it leaves the default listing."""
+    if not isinstance(record_id, str):
+        raise BadInput(f"record_id must be a string, not {type(record_id).__name__}")
+    _strings(("session", session))
     stamp = when.rfc3339(env.now())
 
     def build(events: list[dict]) -> list[dict]:
@@ -324,6 +341,9 @@ def _live_target(projected: dict[str, dict], record_id: str, session: str | None
 
 
 def _write(mem, build, record_id: str, session: str | None, timeout: float | None) -> dict:
+    from .memory import _wait
+
+    _wait(timeout)  # (checked before the memory is created, as the lock checks it)
     homes.ensure_dir(mem.path / "main")  # remember is a writer: it may create the memory
     with mem.lock(timeout):
         memory_chain(mem.path).append(build)

@@ -298,3 +298,23 @@ def test_rules_deduplicate_across_compactions_and_stop_at_fifty(run, home):
     assert second["written"] and second["derived"] == []
     contents = [r["content"] for r in memories.records(Memory.open("main"), include_tools=True)]
     assert len(contents) == len(set(contents)) == 50
+
+
+def test_the_api_compacts_as_the_command_does_and_names_keep(run, home):
+    """compaction's refusals named the CLI's --keep to a Python caller; pimem.api's compact names keep."""
+    import pytest
+
+    from pimem import api
+    from pimem.errors import BadInput
+
+    log(run, user("the staging db listens on 5433"), pi("noted"), user("hello"))
+    sizes = [m["size"] for m in Memory.open("main").messages()]
+    before = snapshot(home)
+    with pytest.raises(BadInput) as refused:
+        api.compact("main", 2000)
+    assert str(refused.value).endswith(f"; keep {sum(sizes[1:])} or less leaves the first before it") and snapshot(home) == before
+    dry = api.compact("main", sum(sizes[1:]), dry_run=True)
+    assert (dry["keptStart"], dry["written"]) == (1, False) and snapshot(home) == before
+    done = api.compact("main", sum(sizes[1:]))
+    assert (done["keptStart"], done["written"]) == (1, True)
+    assert orjson.loads(run("compact", "main", "--keep", sum(sizes[1:]), "--json").stdout) == {**done, "alreadyCompacted": True, "written": False}

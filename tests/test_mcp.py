@@ -83,7 +83,8 @@ def test_tools_are_listed_and_no_read_call_writes(home, talk):
     # the call says what it ran, not what it read (briefly: a joined line of tool calls stays near its bytes)
     line = "8+4|user: the staging db listens on 5433 tool: ran cat (hidden) echo: (hidden) pi: 好的，端口是 5433。"
     assert view["lines"][1] == line
-    assert plain["messages"][0]["held"] == {"held": "inside", "label": "8+4", "n": 4, "line": line}
+    assert plain["messages"][0]["held"] == {"held": "inside", "label": "8+4", "n": 4}  # the line once, by label
+    assert plain["lines"] == {"8+4": line} and reply["held"]["line"] == line  # (one message: its line in held)
     assert last["lines"] == view["lines"][-1:] and last["first"] == view["total_lines"] - 1
     assert [c["label"] for c in halves["children"]] == ["0+2", "2+2"]
     assert halves["children"][0]["text"] == "user: filler message 0 about the weather\nuser: filler message 1 about the weather"
@@ -204,15 +205,16 @@ def test_no_api_call_keeps_a_file_open(run, home):
 
 
 def test_since_and_the_listing_stay_bounded_however_long_the_messages(home):
-    from pimem import Memory, api
+    from pimem import Memory, api, budget
 
     Memory.at("big").append([{"kind": "user", "text": f"{k} " + "x" * 150_000} for k in range(5)])
     got = api.since("big")
     assert [(m["i"], len(m["text"]), m["chars"], m["next_offset"]) for m in got["messages"]] == \
-        [(i, api.MESSAGE_CHARS, 150_002, api.MESSAGE_CHARS) for i in range(4)] and got["next"] == 4  # 4 × 50,000: the bound
+        [(i, api.MESSAGE_CHARS, 150_002, api.MESSAGE_CHARS) for i in range(3)] and got["next"] == 3  # 4 × 50,000 and their JSON would pass it
+    assert len(budget.dumps(got)) <= api.SINCE_CHARS
     rest = api.message("big", 0, offset=got["messages"][0]["next_offset"], max_chars=200_000)
     assert got["messages"][0]["text"] + rest["text"] == Memory.open("big").message(0)["text"]  # read on, nothing lost
-    assert api.since("big", got["next"])["messages"][0]["i"] == 4
+    assert api.since("big", got["next"])["messages"][0]["i"] == 3
     [row] = api.list_memories()
     assert len(row["last_user"]) <= api.LAST_USER_CHARS and row["last_user"].startswith("4 xxx") and "more chars]" in row["last_user"]
 
@@ -230,6 +232,74 @@ def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
     assert (got["text"], got["chars"], got["next_offset"]) == (text[: api.MESSAGE_CHARS], len(text), api.MESSAGE_CHARS)
     assert got["text"] + api.message("big", 0, offset=got["next_offset"], max_chars=200_000)["text"] == text
     assert short["structuredContent"]["message"]["text"] == "short" and "chars" not in short["structuredContent"]["message"]
+
+
+def test_since_gives_each_view_line_once_and_its_reply_stays_within_its_bound(run, home):
+    """Every message carried the view line holding it (up to 512 bytes) in ``held``, the same line again for
+    each message it covers: 100 short messages were 67 KB of JSON, limit=1000 690 KB, past what some clients
+    take. ``held`` names the line by its label, ``lines`` gives each line once, and the whole reply (the
+    tool's text) stays within SINCE_CHARS; ``next`` pages on with nothing lost."""
+    from pimem import Memory, api, budget
+
+    home.mkdir()
+    (home / "config.json").write_text('{"view": {"hi": 4000, "lo": 2000}}')
+    texts = [f"note {k}: build {k} went to staging " + "ok " * 80 for k in range(1500)]
+    Memory.at("main").append([{"kind": "user" if k % 2 else "pi", "text": t} for k, t in enumerate(texts)])
+    assert run("build-tree", "main").exit_code == 0
+    _, results = call_all(home, [("since", {"name": "main"}), ("since", {"name": "main", "limit": 1000}),
+                                 ("view", {"name": "main", "lines": 10_000})])
+    (short, long), view = results[:2], results[2]["structuredContent"]
+    for result in (short, long):
+        got = result["structuredContent"]
+        assert len(result["content"][0]["text"]) <= api.SINCE_CHARS
+        assert all(set(m["held"]) == {"held", "label", "n"} for m in got["messages"])  # no line in held
+        assert {m["held"]["label"] for m in got["messages"]} == set(got["lines"])  # each line once, by label
+        assert set(got["lines"].values()) <= set(view["lines"])
+        assert len(got["lines"]) < 10
+    assert [m["i"] for m in short["structuredContent"]["messages"]] == list(range(100))
+    got = long["structuredContent"]
+    assert 0 < got["next"] < 1000  # (the bound, before the limit)
+    read, start = [m["text"] for m in got["messages"]], got["next"]
+    while start is not None:
+        page = api.since("main", start, limit=1000)
+        assert len(budget.dumps(page)) <= api.SINCE_CHARS
+        read, start = read + [m["text"] for m in page["messages"]], page["next"]
+    assert read == texts
+
+
+def test_since_keeps_its_bound_when_one_message_alone_would_pass_it(home):
+    """A text of 50,000 characters that JSON escapes (control characters: six characters each) was one reply of
+    300,000: it is cut shorter, so the reply fits, and ``message`` reads on from ``next_offset``."""
+    from pimem import Memory, api
+
+    text = "\x01" * 60_000
+    Memory.at("esc").append([{"kind": "user", "text": text}, {"kind": "pi", "text": "after"}])
+    _, (result,) = call_all(home, [("since", {"name": "esc"})])
+    got = result["structuredContent"]
+    assert len(result["content"][0]["text"]) <= api.SINCE_CHARS and got["next"] == 1
+    (msg,) = got["messages"]
+    assert 0 < len(msg["text"]) < api.MESSAGE_CHARS and (msg["chars"], msg["next_offset"]) == (60_000, len(msg["text"]))
+    assert msg["text"] + api.message("esc", 0, offset=msg["next_offset"], max_chars=100_000)["text"] == text
+
+
+def test_list_memories_pages_with_a_total(home):
+    """list_memories gave every memory in one reply (1,500 of them: 935 KB). It gives ``limit`` (default 100)
+    from ``offset``, with the ``total`` and the ``next_offset``; the API's list_memories still gives them all."""
+    from pimem import Memory, api
+
+    names = [f"m{k:03d}" for k in range(105)]
+    for name in names:
+        Memory.at(name).append([{"kind": "user", "text": f"hello from {name}"}])
+    _, results = call_all(home, [("list_memories", {}), ("list_memories", {"offset": 100}),
+                                 ("list_memories", {"offset": 3, "limit": 2}), ("list_memories", {"limit": 0})])
+    first, rest, middle = (r["structuredContent"] for r in results[:3])
+    assert [m["name"] for m in first["memories"]] == names[:100] and (first["total"], first["next_offset"]) == (105, 100)
+    assert [m["name"] for m in rest["memories"]] == names[100:] and (rest["total"], rest["next_offset"]) == (105, None)
+    assert [m["name"] for m in middle["memories"]] == ["m003", "m004"] and middle["next_offset"] == 5
+    assert results[3]["isError"] and results[3]["content"][0]["text"] == \
+        "Error executing tool list_memories: limit must be a whole number from 1 to 200"
+    assert api.list_memories() == first["memories"] + rest["memories"]
+    assert first["memories"][0]["last_user"] == "hello from m000"
 
 
 @pytest.mark.parametrize("call, said", [
@@ -251,6 +321,18 @@ def test_zoom_of_one_long_message_is_bounded_as_since_is(home):
     (lambda api: api.memory_propose("main", "x", supersede=""), "empty supersede: give a memory's id"),
     (lambda api: api.memory_propose("main", "x", session=" "), "session ' ': give the caller's session id, not an empty one"),
     (lambda api: api.memory_search("main", session=""), "session '': give the caller's session id, not an empty one"),
+    # (the writers, checked as the readers are: a "yes" pinned, a number raised a bare TypeError)
+    (lambda api: api.remember("main", "x", pin="yes"), "remember: pin must be bool, not str"),
+    (lambda api: api.remember("main", "x", scope="session"), "remember: scope session needs session"),
+    (lambda api: api.remember("main", ""), "remember: text is blank: give the memory's text"),
+    (lambda api: api.remember("main", "x", timeout=-1), "timeout is seconds from 0"),
+    (lambda api: api.remember("new", "x", timeout="5"), "remember: timeout must be int or float or None, not str"),
+    (lambda api: api.forget("main", 5), "forget: record_id must be str, not int"),
+    (lambda api: api.forget("main", ""), "empty record_id: give a memory's id"),
+    (lambda api: api.memories("main", include_tools="yes"), "memories: include_tools must be bool, not str"),
+    (lambda api: api.compact("main", "5"), "compact: keep must be int, not str"),
+    (lambda api: api.compact("main", -1), "keep must be a whole number from 0"),
+    (lambda api: api.compact("main", 0, dry_run=1), "compact: dry_run must be bool, not int"),
 ])
 def test_an_api_argument_of_the_wrong_type_is_a_bad_input_naming_it(home, call, said):
     from pimem import Memory, api
@@ -378,7 +460,7 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
         "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?)",
         "Error executing tool since: bad arguments: limt: since takes no such argument (did you mean limit?); "
         "includeTools: since takes no such argument (did you mean include_tools?)",
-        "Error executing tool list_memories: bad arguments: all: list_memories takes no such argument (it takes none)",
+        "Error executing tool list_memories: bad arguments: all: list_memories takes no such argument (it takes offset, limit)",
         "Error executing tool memory_propose: bad arguments: pinned: memory_propose takes no such argument (it takes "
         "name, text, kind, priority, supersede, session)"]
 
@@ -627,3 +709,48 @@ def test_a_client_that_stops_reading_is_served_until_it_hangs_up_and_the_server_
     assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == b""
     assert b"the port is 5433" in memories.read_bytes()
+
+
+def test_a_memory_renamed_or_deleted_under_a_running_server_is_read_where_it_went_or_said_gone(run, home):
+    """A long-running `pimem mcp` holds no memory between calls: each opens it by name, so after a `pimem rename`
+    (another process) the old name reads the renamed memory through its pointer, as the new one does, and after a
+    `pimem delete` a call says there is no such memory (one line, never an empty memory)."""
+    import subprocess
+
+    from conftest import pimem_cmd
+
+    for k in range(3):
+        assert run("append", "old", f"note {k} on port 5433").exit_code == 0
+
+    def sh(*args):
+        assert subprocess.run(pimem_cmd(*args), capture_output=True, env=subprocess_env(PIMEM_HOME=home), cwd="/").returncode == 0
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+        async with mcp.stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                await client.initialize()
+
+                async def call(tool, **args):
+                    result = (await client.call_tool(tool, args)).model_dump(by_alias=True, mode="json")
+                    return result["content"][0]["text"] if result["isError"] else result["structuredContent"]
+
+                said = [await call("view", name="old")]
+                sh("rename", "old", "new")
+                for name in ("old", "new"):
+                    said += [await call("view", name=name), await call("message", name=name, i=2),
+                             [m["text"] for m in (await call("since", name=name))["messages"]]]
+                sh("delete", "new")
+                said += [await call(tool, name=name, **args) for tool, args in (("view", {}), ("message", {"i": 2}))
+                         for name in ("old", "new")]
+                return said
+
+    said = anyio.run(session)
+    before, renamed, gone = said[0], said[1:7], said[7:]
+    assert before["lines"] == ["0+1|user: note 0 on port 5433", "1+1|user: note 1 on port 5433",
+                               "2+1|user: note 2 on port 5433"]
+    for view, message, texts in (renamed[:3], renamed[3:]):  # by the old name and by the new, the same memory
+        assert view["lines"] == before["lines"]
+        assert message["text"] == "note 2 on port 5433" and texts == [f"note {k} on port 5433" for k in range(3)]
+    assert gone == [f"Error executing tool {tool}: no memory named '{name}' in {home} (see 'pimem list')"
+                    for tool in ("view", "message") for name in ("old", "new")]

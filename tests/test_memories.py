@@ -348,3 +348,32 @@ def test_reading_a_memory_hidden_as_tool_derived_says_to_add_include_tools(run, 
         assert orjson.loads(run("memories", "main", *args, "--json").stdout)["toolsMatching"] == n, args  # (JSON too)
     for args in (["--kind", "fact"], ["nothing-like-it"]):
         assert run("memories", "main", *args).stderr == "pimem: error: no memories match\n", args
+
+
+@pytest.mark.parametrize("call, said", [
+    (lambda mem: memories.remember(mem, "x", pin="yes"), "pin is True or False, not 'yes'"),  # (it pinned)
+    (lambda mem: memories.remember(mem, "x", propose=1), "propose is True or False, not 1"),
+    (lambda mem: memories.forget(mem, 5), "record_id must be a string, not int"),  # (a bare TypeError)
+    (lambda mem: memories.remember(Memory.at("new"), "x", timeout=-1), "timeout is seconds from 0"),  # (made it first)
+])
+def test_the_library_writers_check_their_arguments(run, home, call, said):
+    assert run("remember", "main", "seed").exit_code == 0
+    before = snapshot(home)
+    with pytest.raises(memories.BadInput) as refused:
+        call(Memory.open("main"))
+    assert str(refused.value).startswith(said) and snapshot(home) == before
+
+
+def test_the_api_remembers_lists_and_forgets_as_the_commands_do(run, home):
+    from pimem import api
+
+    pinned = api.remember("main", "never touch the production database", pin=True, kind="constraint")
+    assert (pinned["status"], pinned["kind"]) == ("pinned", "constraint")  # (the memory made by the first remember)
+    newer = api.remember("main", None, supersede=pinned["id"], priority="high")  # (its text kept)
+    assert (newer["content"], newer["status"], newer["priority"]) == ("never touch the production database", "pinned", "high")
+    listed = orjson.loads(run("memories", "main", "--json").stdout)
+    assert api.memories("main") == listed and [r["id"] for r in listed["records"]] == [newer["id"]]
+    assert api.forget("main", newer["id"])["status"] == "resolved"
+    assert api.memories("main")["count"] == 0 and api.memories("main", status="all")["count"] == 2
+    with pytest.raises(memories.NotFound):
+        api.forget("main", "mem_nope")
