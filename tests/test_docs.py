@@ -99,6 +99,17 @@ def test_help_and_man_page_show_what_the_generator_makes(name):
     assert page[start : start + len(cmd.examples)] == [gen_docs._roff(e) for e in cmd.examples]
 
 
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_help_says_an_options_default_once(name):
+    """An option whose help names its default is not followed by click's own ``[default: …]`` too
+    (``hook --budget``: "(default 4000). [default: 4000]")."""
+    from typer.testing import CliRunner
+
+    shown = CliRunner().invoke(cli.build(name), [name, "--help"], env={"COLUMNS": "100"}).output
+    options = re.split(r"\n(?=  -)", shown.split("Options:", 1)[1])
+    assert not [o for o in options if "(default" in o and "[default:" in o]
+
+
 def test_usage_lines_name_optional_and_repeated_arguments_as_typed():
     _, commands = gen_docs.describe()
     usage = {c.name: c.usage for c in commands}

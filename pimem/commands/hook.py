@@ -15,8 +15,8 @@ AGENTS = ("claude-code",)
 
 def command(
     words: Annotated[list[str], typer.Argument(help="claude-code (run as Claude Code's hook), install claude-code or uninstall claude-code.", metavar="[install|uninstall] AGENT", autocompletion=offer("install", "uninstall", *AGENTS))],
-    budget: Annotated[int, typer.Option("--budget", help="Most characters of context to answer with (default 4000).", metavar="CHARS", click_type=param(count, "CHARS"))] = 4_000,
-    timeout: Annotated[float, typer.Option("--timeout", help="Most seconds the hook takes (default 10; a watchdog ends it a second later).", metavar="S", click_type=param(seconds, "S"))] = 10.0,
+    budget: Annotated[int, typer.Option("--budget", help="Most characters of context to answer with (default 4000).", metavar="CHARS", click_type=param(count, "CHARS"), show_default=False)] = 4_000,
+    timeout: Annotated[float, typer.Option("--timeout", help="Most seconds the hook takes (default 10; a watchdog ends it a second later).", metavar="S", click_type=param(seconds, "S"), show_default=False)] = 10.0,
     name: Annotated[Optional[str], typer.Option("-n", "--name", help="Memory to capture into (default: the session's project, as import names it).")] = None,
     project: Annotated[bool, typer.Option("--project", help="install, uninstall: this project's .claude/settings.json.")] = False,
     user: Annotated[bool, typer.Option("--user", help="install, uninstall: ~/.claude/settings.json (the default).")] = False,
