@@ -7,6 +7,7 @@ A message travels one road: ``Memory.append`` → validation of the whole batch 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import stat
@@ -18,7 +19,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
-from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError
+from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError, as_error
 from .lock import Moved, WriterLock
 from .numbers import MAX_I, MAX_SECONDS
 from .store import Log
@@ -99,6 +100,24 @@ def _root(home) -> Path:
     return env.home(home)
 
 
+def _reading(method):
+    """A public reader of ``Memory``, checked once it has read (``Memory._here``: one stat): a memory renamed or
+    deleted while the object had it open is said as a writer says it, also where the read failed on it."""
+
+    @functools.wraps(method)
+    def read(self, *args, **kwargs):
+        try:
+            out = method(self, *args, **kwargs)
+        except Exception as exc:
+            if as_error(exc) is not None and self.moved():  # (the system's error there, or no message found)
+                raise self._moved() from None
+            raise
+        self._here()
+        return out
+
+    return read
+
+
 class _Checked(dict):
     """A message (or a meta's object) ``prepare`` checked: read-only, as its batch is logged as it was checked."""
 
@@ -163,6 +182,7 @@ class Memory:
         mem = cls.at(name, home)
         if not mem.exists():
             raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
+        mem.pin()
         return mem
 
     @classmethod
@@ -196,11 +216,31 @@ class Memory:
             self._identity = self.identity()
 
     def moved(self) -> bool:
-        """Whether the directory this object wrote in (or was pinned to) is no longer at its path."""
+        """Whether the directory this object read, wrote in (or was pinned to) is no longer at its path."""
         return self._identity is not None and self.identity() != self._identity
 
+    def _here(self) -> None:
+        """After a read: ``NotFound`` (exit 3) when the memory this object had open was renamed or deleted
+        meanwhile, rather than what reading at its path found (no messages, a pointer file's error, another
+        memory that took the name). The first read pins the object, as ``open`` and a first write do."""
+        if self._identity is None:
+            self._identity = self.identity()
+        elif self.identity() != self._identity:
+            raise self._moved()
+
+    def _read_here(self, read: Iterator):
+        """``read`` (a generator over the log), checked as ``_reading`` checks a reader once it ends."""
+        try:
+            yield from read
+        except Exception as exc:
+            if as_error(exc) is not None and self.moved():
+                raise self._moved() from None
+            raise
+        self._here()
+
     def reopened(self) -> "Memory":
-        """This memory as a new object with caches of its own (its tree, views and index), for another thread."""
+        """This memory as a new object with caches of its own (its tree, views and index), for another thread;
+        not pinned (``watch`` takes a memory made again at the path so)."""
         return Memory(self.name, self.path, self.home)
 
     @classmethod
@@ -217,6 +257,7 @@ class Memory:
                 if mem.path.is_symlink():  # (a memory's directory that is a link: named, never followed)
                     raise planted(mem.path)
                 mem.exists()
+                mem.pin()
             except PimemError as exc:
                 if refused is None:
                     raise
@@ -235,6 +276,7 @@ class Memory:
             self._config = configs.of_memory(self.path, self.home)
         return self._config
 
+    @_reading
     def save_config(self, changes: dict) -> None:
         """Merge ``changes`` into the memory's ``config.json``; ``BadInput`` (nothing written) when the settings
         would not read back (``pimem.config.save``); ``NotFound`` before the memory's first append (as
@@ -243,6 +285,7 @@ class Memory:
             raise BadInput(f"the settings to save are a dict (as config.json holds them), not a {type(changes).__name__}")
         if not self.path.is_dir():
             raise NotFound(f"no memory named '{self.name}' in {self.home}: a memory is made by its first append")
+        self._here()  # (not into a memory that took the name since)
         configs.save(self.path, self.home, changes)
         self._config = None
 
@@ -408,6 +451,7 @@ class Memory:
 
     # ---- reading -----------------------------------------------------------------------------------------
 
+    @_reading
     def count(self) -> int:
         return self.log.count()
 
@@ -419,8 +463,10 @@ class Memory:
         _number(start, "start")
         if stop is not None:
             _number(stop, "stop")
-        return self.log.entries(start, stop)
+        self._here()
+        return self._read_here(self.log.entries(start, stop))
 
+    @_reading
     def message(self, i: int) -> dict:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
         when there is one, else a scan of the log file that holds ``i``."""
@@ -542,6 +588,7 @@ class Memory:
     def has_index(self) -> bool:
         return self._index is not None or (self.path / "index.sqlite").exists()
 
+    @_reading
     def first_at(self, moment: datetime) -> int | None:
         """The first ``i`` whose date is at or after ``moment``."""
         for msg, _ in self.since_entries(moment):
@@ -560,7 +607,7 @@ class Memory:
             _moment(until, "until")
         low = when.Threshold(moment)
         high = when.Threshold(until) if until is not None else None
-        for entry in self.log.entries(self._start_near(low), self.end_before(until) if until is not None else None):
+        for entry in self.entries(self._start_near(low), self.end_before(until) if until is not None else None):
             date = entry[0]["date"]
             if low.reached_by(date) and (high is None or not high.reached_by(date)):
                 yield entry
@@ -571,6 +618,7 @@ class Memory:
         firsts = [first for first, _, name in self.log.ranges() if name[:10] >= cutoff]
         return min(firsts) if firsts else self.count()
 
+    @_reading
     def end_before(self, until: datetime) -> int:
         """One past the highest ``i`` in any file that could hold dates before ``until``: every message from
         there on is dated at or after it. (Below it the dates need not be in ``i`` order: a session imported
@@ -582,6 +630,7 @@ class Memory:
 
     # ---- cursors: where a named consumer of ``since`` stopped -------------------------------------------
 
+    @_reading
     def cursor(self, consumer: str) -> int | None:
         """The next ``i`` the consumer has not seen, or None for a new consumer."""
         homes.validate_name(consumer, "consumer")
@@ -595,6 +644,7 @@ class Memory:
                                  "starts at WHEN)")
         return at
 
+    @_reading
     def save_cursor(self, consumer: str, next_i: int) -> None:
         """Record where ``consumer`` stopped. Consumers of one memory may save at once: each read, change and
         replace of ``cursors.json`` holds its own lock (not the writer's: a reader never waits for writers),
@@ -610,6 +660,7 @@ class Memory:
         if not lock.acquire(env.lock_timeout()):
             raise Busy(f"the cursors of memory '{self.name}' are locked by another consumer; try again")
         try:
+            self._here()  # (not into a memory that took the name since)
             cursors = self._cursors()
             cursors[consumer] = next_i
             homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
@@ -627,6 +678,7 @@ class Memory:
 
     # ---- summaries ---------------------------------------------------------------------------------------
 
+    @_reading
     def last_of_kind(self, kind: str, before: int | None = None) -> dict | None:
         """The newest message of ``kind`` before ``before`` (default: the end), looking back in growing windows;
         a sub-agent's (``meta.sidechain``: its prompt is the agent's, not the user's words) is passed over, as is
@@ -650,6 +702,7 @@ class Memory:
             end, window = start, window * 4
         return None
 
+    @_reading
     def summary(self) -> dict:
         """Name, message count, first and last dates, and the last thing the user said. The first date is the
         earliest in the earliest day file, the last the latest in the latest one (not those of messages 0 and
@@ -680,7 +733,7 @@ class Memory:
         if self._tree is None:
             from .tree import Tree
 
-            self._tree = Tree(self.path, self.count, self.messages, int(self.config["line_bytes"]))
+            self._tree = Tree(self.path, self.log.count, self.log.read, int(self.config["line_bytes"]))
         return self._tree
 
     @property
@@ -751,6 +804,7 @@ class Memory:
             tree.append_many([(l, i, text, {"date": date, **meta}) for l, i, text, meta in checked])
             self.views.built(views, checked)
 
+    @_reading
     def view_lines(self, compactor: bool = False, end: int | None = None, include_tools: bool = False) -> list[str]:
         """The rendered view, one ``id+n|text`` line each (placeholders for unbuilt leaves). ``compactor``:
         the compactor's view, cut at its first unbuilt line and (with ``end``) at lines ending after message
@@ -761,6 +815,7 @@ class Memory:
         if end is not None:
             _number(end, "end")
         _flag(include_tools, "include_tools")
+        self._here()  # (lines.json is not written into a memory that took the name since)
         with self._derived:
             return self.views.lines(compactor, end, include_tools)
 
@@ -772,6 +827,7 @@ class Memory:
         _number(i, "i")  # (before held_each, which names its own ids)
         return self.held_each([i], include_tools=include_tools)[i]
 
+    @_reading
     def held_each(self, ids: list[int], sizes: dict[int, int] | None = None,
                   lines: bool = True, include_tools: bool = False) -> dict[int, dict | None]:
         """``held`` for several messages (search and recall report it per hit), costing what they cost, not
@@ -799,13 +855,14 @@ class Memory:
                         l, i = parse_label(held["label"])
                         shown_as = render_line(l, i, None)  # (a placeholder: a span standing in may be built all the same)
                         text = self.tree.text(l, i) if held["held"] != "pending" and held["line"] != shown_as else None
-                        hidden = hide_tools(self.messages, [(l, i, text)], holds=self.span_holds,
+                        hidden = hide_tools(self.log.read, [(l, i, text)], holds=self.span_holds,
                                             stored=self.leaf_line, line_bytes=self.tree.line_bytes)
                         shown[held["label"]] = render_line(l, i, hidden[0])
                     if held is not None:
                         held["line"] = shown[held["label"]]
             return found
 
+    @_reading
     def zoom(self, node: str, include_tools: bool = False) -> dict:
         """Expand a node ``id+n``: n=1 → ``{"label", "message"}`` (the original, whole); n>1 →
         ``{"label", "children": [{"label", "level", "index", "text"|None}, …]}`` (the two halves, any
@@ -828,7 +885,7 @@ class Memory:
 
         with self._derived:
             halves = [(l - 1, k, self.tree.text(l - 1, k, count)) for k in (2 * i, 2 * i + 1)]
-            texts = hide_tools(self.messages, halves, holds=self.span_holds, stored=self.leaf_line,
+            texts = hide_tools(self.log.read, halves, holds=self.span_holds, stored=self.leaf_line,
                                line_bytes=self.tree.line_bytes, hide=not include_tools)
         children = [{"label": trees.label(hl, k), "level": hl, "index": k, "text": text}
                     for (hl, k, _), text in zip(halves, texts)]

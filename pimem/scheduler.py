@@ -721,8 +721,12 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                     raise ProviderError(f"{wrong} (the API key of the compactor of {mem.name}, {built.compactor.label}):"
                                         " set it where the watcher starts, or choose another with "
                                         f"'pimem model {mem.name}'")
-        except BaseException:
+        except BaseException as exc:
+            moved = isinstance(exc, Exception) and lease.moved()
             lease.release()
+            if moved:  # (as it was taken: said as a builder's is, and taken again once back)
+                scheduler.gone.add(mem.name)
+                raise NotFound(f"memory '{mem.name}' was moved or deleted behind pimem's back (from {mem.path})") from None
             raise
         built.cap_is_setting = max_cost_per_day is None  # (a reader can compare the mark with the setting)
         built.state.cap_lifted()  # (a mark an earlier watcher left is not this one's: set again if it is capped too)
@@ -801,8 +805,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 break
             with scheduler.refusing(mem.name, passing=(Busy,), tell=False):
                 take(mem, block=wait or not following)  # (following: a held one is taken at a look once free)
-        if explicit and not scheduler.builders and not holders and not scheduler.stopped:
-            raise next(iter(scheduler.refused.values()))  # nothing named can be built, now or once let go of
+        if explicit and not scheduler.builders and not holders and not scheduler.gone and not scheduler.stopped:
+            raise next(iter(scheduler.refused.values()))  # nothing named can be built, now, once let go of or back
         for name, exc in scheduler.refused.items():  # the others are built: these are said as they go
             scheduler.emit(scheduler.refusal(name, errors.as_error(exc)))
         if not explicit and not scheduler.stopped:

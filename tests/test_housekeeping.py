@@ -4,12 +4,14 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 
 import orjson
 import pytest
 
 from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
+from pimem.errors import NotFound
 
 
 @pytest.fixture
@@ -61,12 +63,70 @@ def test_a_memory_renamed_while_a_command_goes_over_every_memory_is_passed_over_
 
 def test_a_memory_renamed_while_open_is_not_taken_for_one_that_lost_its_messages(run, home, two):
     """A Memory read before a rename finds no log at its path after it: not messages lost from the log's end
-    (ranges.json, read before, is gone from that path too)."""
+    (ranges.json, read before, is gone from that path too), nor an empty memory: it says it was moved."""
     with Memory.open("old") as mem:
         assert mem.count() == 2
         assert run("rename", "old", "new").exit_code == 0
-        assert mem.count() == 0
+        with pytest.raises(NotFound, match="was renamed or deleted while this had it open"):
+            mem.count()
     assert Memory.open("new").count() == 2
+
+
+READERS = {  # every public reader of a Memory, as a caller holding one calls it
+    "count": lambda m: m.count(),
+    "messages": lambda m: list(m.messages()),
+    "entries": lambda m: list(m.entries(1)),
+    "message": lambda m: m.message(0),
+    "since": lambda m: list(m.since(datetime(2000, 1, 1, tzinfo=timezone.utc))),
+    "first_at": lambda m: m.first_at(datetime(2000, 1, 1, tzinfo=timezone.utc)),
+    "end_before": lambda m: m.end_before(datetime(2100, 1, 1, tzinfo=timezone.utc)),
+    "summary": lambda m: m.summary(),
+    "last_of_kind": lambda m: m.last_of_kind("user"),
+    "view_lines": lambda m: m.view_lines(),
+    "held": lambda m: m.held(0),
+    "held_each": lambda m: m.held_each([0, 1], lines=False),
+    "zoom": lambda m: m.zoom("0+2"),
+    "cursor": lambda m: m.cursor("reader"),
+    "save_cursor": lambda m: m.save_cursor("reader", 0),
+    "save_config": lambda m: m.save_config({"line_bytes": 300}),
+}
+
+
+@pytest.mark.parametrize("move", [["rename", "old", "new"], ["delete", "old"], ["delete", "old", "+anew"]])
+@pytest.mark.parametrize("opened", ["open", "all", "at and append"])
+def test_every_reader_of_a_memory_renamed_or_deleted_while_open_says_so_as_a_writer_does(home, sh, move, opened):
+    """A rename or delete by another process while a program holds the memory: each reader raises the writers'
+    NotFound (exit 3), not an empty memory (0 messages), the system's error (the path now a pointer file) or
+    another memory that took the name since; nothing is written where it was."""
+    assert sh("append", "old", "the staging db listens on 5433").returncode == 0
+    mem = {"open": lambda: Memory.open("old"), "all": lambda: Memory.all()[0], "at and append": lambda: Memory.at("old")}[opened]()
+    if opened == "at and append":
+        mem.append([{"kind": "pi", "text": "noted"}])
+    else:
+        assert sh("append", "old", "-k", "pi", "noted").returncode == 0
+    if opened != "all":
+        assert mem.count() == 2 and len(mem.view_lines()) == 2  # (its derived state loaded and kept open)
+    assert sh(*[a for a in move if a != "+anew"]).returncode == 0
+    if "+anew" in move:  # a new memory took the name
+        assert sh("append", "old", "a new memory of that name").returncode == 0
+    before = snapshot(home)
+    for name, read in READERS.items():
+        with pytest.raises(NotFound) as refused:
+            read(mem)
+        assert str(refused.value) == ("memory 'old' was renamed or deleted while this had it open; nothing more was "
+                                      "written: run again"), name
+        assert refused.value.code == 3
+    assert snapshot(home) == before
+    if move[0] == "rename":
+        assert Memory.open("old").count() == 2  # (opened again, through the pointer the old name keeps)
+
+
+def test_a_memory_named_before_it_was_made_is_read_once_another_process_makes_it(home, sh):
+    """Memory.at of a memory not made yet holds no directory: one made afterwards is the one it reads."""
+    mem = Memory.at("later")
+    assert mem.count() == 0 and mem.summary()["messages"] == 0
+    assert sh("append", "later", "first").returncode == 0
+    assert mem.count() == 1 and [m["text"] for m in mem.messages()] == ["first"]
 
 
 def test_renaming_through_an_old_name_says_which_memory_it_renamed(run, home, two):
