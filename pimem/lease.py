@@ -210,6 +210,7 @@ class Lease:
         self.held = False
         self._due = 0.0  # when the next heartbeat is (monotonic seconds)
         self._dir: int | None = None  # the memory's directory, open while held (``moved``)
+        self._gone = False  # the last beat found no lease file
 
     def _record(self) -> dict:
         return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
@@ -261,10 +262,15 @@ class Lease:
         try:
             with self.mem.lock(timeout=0):
                 current = _read(self.mem)
-                if not current or current.get("token") != self.token:
+                if current is None and not self._gone:  # (no taker: one writes its record. ``rm -rf`` of the
+                    self._gone = True  # memory, under way? the next beat, shortly, finds its directory gone)
+                    self._due = time.monotonic() + RETRY
+                    return True
+                self._gone = False
+                if current is not None and current.get("token") != self.token:
                     self.held = False
                     return False
-                write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")
+                write_atomic(self.mem.path / FILE, orjson.dumps(self._record()) + b"\n")  # (again, if deleted)
         except Busy:  # a write holds the writer lock: again shortly
             self._due = time.monotonic() + RETRY
             return True
@@ -275,8 +281,8 @@ class Lease:
         """Whether the file still names this lease (checked before writing what was built)."""
         if self.held and self.moved():
             raise self.mem._moved()
-        current = _read(self.mem)
-        self.held = self.held and bool(current) and current.get("token") == self.token
+        current = _read(self.mem)  # (none: deleted, not taken over; the next beat writes it again)
+        self.held = self.held and (current is None or current.get("token") == self.token)
         return self.held
 
     def moved(self) -> bool:

@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from pimem import Memory, lease
+from pimem.errors import NotFound
 
 from conftest import subprocess_env
 
@@ -58,3 +59,28 @@ def test_an_unreadable_lease_is_an_error_and_an_unreadable_watch_json_no_watcher
         lease.holder(mem)
     (home / lease.WATCHER).mkdir()
     assert lease.watcher(home) is None
+
+
+def test_a_lease_file_deleted_is_not_a_lease_taken_over(home):
+    """``rm -rf`` of a memory deletes its ``lock.json`` before its directory: a watcher's beat between the two
+    said the lease was taken over (a ``lost`` event) where the memory was gone. A taker writes its record, so a
+    file missing is no taker: the next beat, shortly after, finds the directory gone, or writes the record again
+    (the file alone deleted)."""
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "hi"}])
+    held = lease.Lease(mem).acquire()
+    (mem.path / lease.FILE).unlink()
+    assert held.beat(force=True) is True and held.owned()
+    assert held.beat(force=True) is True  # the file alone was deleted: written again
+    assert orjson.loads((mem.path / lease.FILE).read_bytes())["token"] == held.token
+    (mem.path / lease.FILE).unlink()
+    assert held.beat(force=True) is True
+    subprocess.run(["rm", "-rf", str(mem.path)], check=True)
+    with pytest.raises(NotFound, match="renamed or deleted"):
+        held.beat(force=True)
+    other = Memory.at("other")
+    other.append([{"kind": "user", "text": "hi"}])
+    mine = lease.Lease(other).acquire()
+    (other.path / lease.FILE).write_bytes(orjson.dumps({**orjson.loads((other.path / lease.FILE).read_bytes()),
+                                                        "token": "someone else"}))
+    assert mine.beat(force=True) is False and not mine.owned()  # (taken over: as before)
