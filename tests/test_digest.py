@@ -1148,6 +1148,25 @@ NEGATED = [
 ]
 
 
+def said_only_with(clause: str, marks: list[str], said: list[str], whole=None) -> None:
+    """Each piece of ``clause`` (among other sentences) holding a word of ``said`` holds one of ``marks``, in a
+    message's units and in its leaf line; no mark is a piece alone; and ``said[0]`` is said (``whole``: as a
+    word of a piece, not only inside one), not left out."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
+    words = re.compile(r"[\w'’-]+")
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        for piece in found:
+            if any(word in words.findall(piece) for word in said):
+                assert any(word in words.findall(piece) for word in marks), (piece, found)
+        assert not set(marks) & set(found), found
+        assert any(word in (words.findall(piece) if whole else piece) for piece in found for word in said[:1]), found
+        line = extractive.leaf(kind, text, 200)
+        for piece in pieces(line):
+            if any(word in words.findall(piece) for word in said):
+                assert any(word in words.findall(piece) for word in marks), line
+
+
 @pytest.mark.parametrize("clause, negations, said", NEGATED)
 def test_a_piece_holds_the_negation_of_its_clause(clause, negations, said):
     """A negation a few stop words before a piece (``is not a regression`` gave ``regression``; ``Don't ever
@@ -1157,19 +1176,7 @@ def test_a_piece_holds_the_negation_of_its_clause(clause, negations, said):
     ``max_connections=200 לא``: the verb cut off) were dropped: the line said the opposite. Each piece of a clause
     holding a negation holds one (or the piece is left out); a negation is no piece alone. (A name alone, ``API``,
     ``Tabelle``, says nothing of it.)"""
-    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
-    words = re.compile(r"[\w'’-]+")
-    for kind in ("pi", "user"):
-        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
-        for piece in found:
-            if any(word in words.findall(piece) for word in said):
-                assert any(word in words.findall(piece) for word in negations), (piece, found)
-        assert not set(negations) & set(found), found
-        assert any(word in piece for piece in found for word in said[:1]), found  # (said with it, not left out)
-        line = extractive.leaf(kind, text, 200)
-        for piece in pieces(line):
-            if any(word in words.findall(piece) for word in said):
-                assert any(word in words.findall(piece) for word in negations), line
+    said_only_with(clause, negations, said)
 
 
 def test_a_piece_far_past_its_negation_is_left_out():
@@ -1242,19 +1249,7 @@ def test_a_piece_holds_the_proposal_question_or_condition_of_its_clause(clause, 
     """A proposal read as done: ``I suggest we bump the connection timeout to 50 seconds`` gave ``bump, timeout to
     50 seconds``. Each piece of a clause holding a word that makes it a proposal, a question or a condition holds
     one (or the piece is left out), as with a negation; such a word is no piece alone."""
-    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
-    words = re.compile(r"[\w'’-]+")
-    for kind in ("pi", "user"):
-        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
-        for piece in found:
-            if any(word in words.findall(piece) for word in said):
-                assert any(word in words.findall(piece) for word in marks), (piece, found)
-        assert not set(marks) & set(found), found
-        assert any(word in words.findall(piece) for piece in found for word in said[:1]), found
-        line = extractive.leaf(kind, text, 200)
-        for piece in pieces(line):
-            if any(word in words.findall(piece) for word in said):
-                assert any(word in words.findall(piece) for word in marks), line
+    said_only_with(clause, marks, said, whole=True)
 
 
 # (Chinese: a clause, the marks of its proposal, question, condition or negation, what a piece holds only with one)
