@@ -3,8 +3,9 @@
 Every function takes plain arguments and returns JSON-ready data. The readers never take the writer lock and
 never write to a memory; the writers are ``memory_propose`` (a provisional memory, as the model would write
 it), ``remember``, ``forget`` and ``compact`` (as their commands), and ``search`` brings ``index.sqlite``
-(derived) up to date when it lags the log, as every reader does. Every message or hit carries ``held``: how the view holds it today. Tool calls and tool results appear only with
-``include_tools``. Outputs are bounded so an MCP client's output limit is never hit by surprise.
+(derived) up to date when it lags the log, as every reader does. Every message or hit carries ``held``: how
+the view holds it today. Tool calls and tool results appear only with ``include_tools``. Outputs are bounded
+so an MCP client's output limit is never hit by surprise.
 """
 
 from __future__ import annotations
@@ -422,7 +423,7 @@ def compact(name: str, keep: int, dry_run: bool = False, timeout: int | float | 
 def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
                    supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
     """Propose a memory as the model would: it is written provisional, and only the user makes it active
-    (``pimem remember --supersede``) or drops it (``pimem forget``). The one call here that writes."""
+    (``pimem remember --supersede``) or drops it (``pimem forget``)."""
     from . import memories, naming
 
     naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
