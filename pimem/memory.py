@@ -223,10 +223,9 @@ class Memory:
         """After a read: ``NotFound`` (exit 3) when the memory this object had open was renamed or deleted
         meanwhile, rather than what reading at its path found (no messages, a pointer file's error, another
         memory that took the name). The first read pins the object, as ``open`` and a first write do."""
-        if self._identity is None:
-            self._identity = self.identity()
-        elif self.identity() != self._identity:
+        if self.moved():
             raise self._moved()
+        self.pin()
 
     def _read_here(self, read: Iterator):
         """``read`` (a generator over the log), checked as ``_reading`` checks a reader once it ends."""
