@@ -344,14 +344,14 @@ class _File:
         of the batch gave) with other content (``content_key``) under the entry ``UUID.HASH``, its content's
         hash, as a pi session's repeated id is, and said; the same content again is that entry again. Caller
         holds the writer lock."""
-        if not any(mark is not None and msg["meta"]["source"] == "claude" for msg, _, mark, _, _ in batch):  # (no Claude
-            return batch  # Code uuid in it)
+        claude = lambda msg, mark: mark is not None and msg["meta"]["source"] == "claude"  # noqa: E731 (a Claude Code uuid)
+        if not any(claude(msg, mark) for msg, _, mark, _, _ in batch):
+            return batch
         out, given = [], set()
         held = lambda key: key in given or key in self.state.keys  # noqa: E731
         for line_no, items in itertools.groupby(batch, key=lambda item: item[4]):
             items = list(items)
-            if any(mark is not None and msg["meta"]["source"] == "claude" and held(key) and not held(mark)
-                   for msg, key, mark, _, _ in items):
+            if any(claude(msg, mark) and held(key) and not held(mark) for msg, key, mark, _, _ in items):
                 uuid = items[0][0]["meta"]["entry"].partition(".")[0]  # (an export's line may name a changed entry)
                 entry = f"{uuid}.{content_digest([msg for msg, *_ in items])}"
                 self.warn(f"{self.file}:{line_no}: entry id {uuid!r} was imported before with other content; logged as entry {entry}")
