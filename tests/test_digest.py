@@ -1252,6 +1252,17 @@ def test_a_piece_holds_the_proposal_question_or_condition_of_its_clause(clause, 
     said_only_with(clause, marks, said, whole=True)
 
 
+@pytest.mark.parametrize("clause, negations, said", [
+    ("I don't think we should bump the connection timeout to 50 seconds.", ["don't"], ["bump", "timeout", "50"]),
+    ("We never said we could drop the legacy users table.", ["never"], ["drop", "legacy"]),
+])
+def test_a_piece_a_proposal_opens_holds_the_negation_before_it(clause, negations, said):
+    """``I don't think we should bump the connection timeout to 50 seconds`` gave ``should bump the connection
+    timeout`` and ``should bump the timeout to 50 seconds``: a run a proposal's word opens was said as it is, and a
+    number's words from the nearest mark, so the negation before them was dropped and the line said the opposite."""
+    said_only_with(clause, negations, said, whole=True)
+
+
 # (Chinese: a clause, the marks of its proposal, question, condition or negation, what a piece holds only with one)
 CJK_MODAL = [
     ("我建议我们在下一个版本发布之前先把数据库连接池的超时改成50秒然后再观察一下线上的情况", ["建议"], "改成"),

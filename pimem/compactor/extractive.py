@@ -1518,8 +1518,16 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     for start, end in runs:
         if (start, end) in alone:
             continue
-        opened = any(at == start for at, _ in negations)  # (a run its own negation opens is said as it is)
-        before = [] if opened else [(at, to) for at, to in negations if to <= start]
+        opener = next((text[at:to].lower() for at, to in negations if at == start), None)
+        # (a run its own negation opens is said as it is, one a proposal's word opens too but after a negation: a
+        # negation governs what follows it, a proposal's word among it, ``don't think we should bump``, never
+        # ``should bump``)
+        before = [] if opener and _ROLE.get(opener) == 1 else [(at, to) for at, to in negations if to <= start]
+        if any(_ROLE.get(text[at:to].lower()) == 1 for at, to in before):
+            before = [(at, to) for at, to in before if _ROLE.get(text[at:to].lower()) == 1]
+        elif opener:
+            before = []
+        opened = opener is not None and not before
         if before:
             near = [at for at, to in before if start - to <= NEGATION_REACH]
             if not near:
@@ -1549,10 +1557,14 @@ def _negation_before(text: str, at: int) -> int:
     for m in _BREAK.finditer(window):
         cut = m.end()
     found = -1
+    negated = False  # (a negation found: a proposal's word after it is no nearer mark, ``don't think we should``)
     for m in (_TOKEN if window.isascii() else _marked()[1]).finditer(window, cut):
         role = _ROLE.get(m.group().lower())
         if role:
-            found = m.start() if role != 2 else -1
+            if role == 2:
+                found, negated = -1, False
+            elif not (negated and role == 3):
+                found, negated = m.start(), role == 1
         elif not m.group().isascii() and (mark := _CJK_MARK.search(m.group())):  # (``建议把超时改成 50``)
             found = m.start() + mark.start()
     return at - len(window) + found if found >= 0 else at
