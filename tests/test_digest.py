@@ -2701,3 +2701,15 @@ def test_a_key_and_its_value_are_one_piece_or_none():
                 "max_connections: 200", "DEBUG=false", "retryCount = 3", "/var/log/app.log"} <= found, found
         assert not {"new_pricing", "beta_ui", "rollout_pct", "true", "false", "DEBUG", "retryCount", "path",
                     '"path"', "prod"} & found, found
+
+
+def test_a_piece_is_widened_over_facts_no_further_than_it_may_be_long():
+    """``12,50 € 12,50 € …`` (each number took the currency on both sides, so its facts overlap one another): each
+    piece cutting one was widened over the whole chain, one fact a round, and 6 KB of such a row took over a minute.
+    A piece wider than it may be is widened no more (it is left out all the same), and the units are as before."""
+    chain = [(k * 10, k * 10 + 12) for k in range(3000)]
+    lo, hi = extractive._widener(chain)(5, 15, 120)
+    assert lo == 0 and 120 < hi < 150, (lo, hi)
+    text = "Preise: " + "12,50 € " * 40 + "am Freitag."
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert "12,50 €" in found and all(len(piece) <= 120 for piece in found), found

@@ -566,7 +566,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 piece = _called(text, piece, pos, most)  # ("size = int": the call whole, or the name it sets)
         if piece and (not piece.isascii() or '"' in piece) and _PAIR_MARK.search(piece) and _unpaired(piece):
             piece, pos = _paired_part(piece, pos)  # half a pair of quotes: the larger side
-        if widen is not None and piece and (wide := widen(pos, pos + len(piece))):  # a fact it cuts: whole in it
+        if widen is not None and piece and (wide := widen(pos, pos + len(piece), most)):  # a fact it cuts: whole in it
             pos, piece = wide[0], text[wide[0] : wide[1]]  # (``von 46`` of ``von 46,7%``, ``April 2026`` of a date)
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
             return  # (a name or number over one)
@@ -1254,13 +1254,15 @@ def _overlap(spans: list[tuple[int, int]]):
 def _widener(spans: list[tuple[int, int]]):
     """``widen(start, end)``: where a piece at ``start:end`` is with each of ``spans`` (facts) it cuts taken whole into
     it, or None when it cuts none: no piece holds part of a fact (``ein Anstieg von 46`` of ``46,7%``, ``2 % больше``
-    of ``16,2 %``, ``April 2026 geplant`` of ``15. April 2026``). Its time grows with the log of the spans."""
+    of ``16,2 %``, ``April 2026 geplant`` of ``15. April 2026``). Its time grows with the log of the spans: once a
+    piece is wider than ``most`` characters (too long to be one) it is widened no more, as facts that overlap one
+    another may run on over the whole text (``12,50 € 12,50 € …``: each number took the currency on both sides)."""
     spans.sort()
     starts, ends = [s for s, _ in spans], list(itertools.accumulate((e for _, e in spans), max))
 
-    def widen(start: int, end: int) -> tuple[int, int] | None:
+    def widen(start: int, end: int, most: int) -> tuple[int, int] | None:
         lo, hi = start, end
-        while True:
+        while hi - lo <= most:
             k = bisect.bisect_left(starts, hi)  # (the spans starting before its end; of them, those ending after its start)
             wide_lo, wide_hi = lo, hi
             while k > 0 and ends[k - 1] > lo:
@@ -1269,8 +1271,9 @@ def _widener(spans: list[tuple[int, int]]):
                 if e > lo:
                     wide_lo, wide_hi = min(wide_lo, s), max(wide_hi, e)
             if (wide_lo, wide_hi) == (lo, hi):
-                return (lo, hi) if (lo, hi) != (start, end) else None
+                break
             lo, hi = wide_lo, wide_hi
+        return (lo, hi) if (lo, hi) != (start, end) else None
 
     return widen
 
