@@ -205,3 +205,13 @@ def test_no_secret_reaches_the_command_provider(run, home, tmp_path):
     sent = seen.read_text()
     assert {k for k in KINDS if f"{k}: " in sent} == set(KINDS)
     assert_nothing_leaked(sent, secrets, mem)
+
+
+def test_a_long_word_of_secret_names_is_read_once():
+    """``token_token_…`` (100 KB of one word) was read to its end from each name in it, on every model request:
+    25 s of CPU. A name runs at most 64 characters past its secret word, so it takes a moment; a name and its
+    value are still found at the end of such a word, and a long name as before."""
+    assert redact("token_" * 16000 + "x") == "token_" * 16000 + "x"
+    assert redact("x_pass" * 16000 + "=abcdefghij").endswith("x_pass=[secret redacted]")
+    assert redact("MY_VERY_LONG_DATABASE_PASSWORD_FOR_PROD=hunter2hunter2") == \
+        "MY_VERY_LONG_DATABASE_PASSWORD_FOR_PROD=[secret redacted]"

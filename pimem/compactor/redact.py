@@ -100,7 +100,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
-        ({_NAMES}[\w.-]*
+        ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
          ["']?\s*[:=]\s*["']?)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]))
         (?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}}"""),
