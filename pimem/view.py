@@ -624,6 +624,10 @@ class View:
         j, self.held_bare = held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
         return j
 
+    def start(self, j: int) -> int:
+        """The first message of line ``j`` (``T`` past the last line)."""
+        return self.starts[j] if j < len(self.lines) else self.T
+
     def stand_ins(self, j: int) -> list[tuple[int, int, str | None, int]]:
         """What a reader shows for the ``j`` oldest lines (``held_back``), as ``rows`` gives lines: the spans
         tiling their messages, each the view's own line where it is one, else a placeholder (a span the view
@@ -634,10 +638,9 @@ class View:
     def spans(self, j: int) -> list[tuple[int, int, int]]:
         """The spans ``(l, i)`` tiling the messages of the ``j`` oldest lines, each with the position of the
         view's line that is that span, or -1 (always, when every line is held back: ``bare``)."""
-        stop = self.starts[j] if j < len(self.lines) else self.T
         if j and self.held_bare:
-            return [(l, i, -1) for l, i in tiling(stop)]
-        return [(l, i, self.find(l, i)) for l, i in tiling(stop)]
+            return [(l, i, -1) for l, i in tiling(self.start(j))]
+        return [(l, i, self.find(l, i)) for l, i in tiling(self.start(j))]
 
     def shown_for(self, j: int) -> Callable[[int], tuple[int, int, bool]]:
         """The line a reader is shown for a message when the ``j`` oldest lines are held back, as
@@ -648,7 +651,7 @@ class View:
             k = -1 if shown_bare else self.find(l, i)
             return l, i, k >= 0 and self.lines[k][2] is not None
 
-        held = stand_in(self.starts[j] if j < len(self.lines) else self.T, at)
+        held = stand_in(self.start(j), at)
 
         def shown(m: int) -> tuple[int, int, bool]:
             k = self.covering(m)
@@ -757,7 +760,7 @@ class View:
         """Drop line ``j`` and the lines after it: the view as it stood before their messages came, less the
         merges they set off. Returns the bytes dropped (their texts are read for it)."""
         dropped = sum(self.line(k)[3] for k in range(j, len(self.lines)))
-        self.T = self.starts[j] if j < len(self.lines) else self.T
+        self.T = self.start(j)
         del self.lines[j:], self.starts[j:]
         self.total -= dropped
         for table in (self.ready, self.blocked):

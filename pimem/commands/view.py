@@ -142,7 +142,7 @@ def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
     total = sum(cost for *_, cost in rows)
     waiting = set(v.placeholders())  # (a tool message's shows its marker, but waits for its summary all the same)
     pending = sum((l, i) in waiting or text is None for l, i, text, _ in rows)  # (and the spans held back)
-    shown = (v.starts[back] if back < len(v.starts) else v.T) if back else 0  # the first message shown by its own line
+    shown = v.start(back)  # the first message shown by its own line
     spans = sum((i + 1) << l <= shown for l, i, _, _ in rows)
     unbuilt = sum((i + 1) << l <= shown and text is None for l, i, text, _ in rows)  # (a span may be a line built)
     if json:
