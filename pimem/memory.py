@@ -106,12 +106,8 @@ def _reading(method):
 
     @functools.wraps(method)
     def read(self, *args, **kwargs):
-        try:
+        with self._failed_where_moved():
             out = method(self, *args, **kwargs)
-        except Exception as exc:
-            if as_error(exc) is not None and self.moved():  # (the system's error there, or no message found)
-                raise self._moved() from None
-            raise
         self._here()
         return out
 
@@ -227,14 +223,21 @@ class Memory:
             raise self._moved()
         self.pin()
 
-    def _read_here(self, read: Iterator):
-        """``read`` (a generator over the log), checked as ``_reading`` checks a reader once it ends."""
+    @contextlib.contextmanager
+    def _failed_where_moved(self):
+        """A read that failed on a memory renamed or deleted meanwhile (the system's error there, or no message
+        found) says that, as a writer does."""
         try:
-            yield from read
+            yield
         except Exception as exc:
             if as_error(exc) is not None and self.moved():
                 raise self._moved() from None
             raise
+
+    def _read_here(self, read: Iterator):
+        """``read`` (a generator over the log), checked as ``_reading`` checks a reader once it ends."""
+        with self._failed_where_moved():
+            yield from read
         self._here()
 
     def reopened(self) -> "Memory":
