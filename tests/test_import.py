@@ -1091,6 +1091,23 @@ def test_a_codex_fork_s_copy_of_the_parent_rollout_is_not_logged_again(run, home
     assert sorted(brief(messages("u"))) == sorted(brief(messages()))
 
 
+def test_a_codex_fork_s_own_messages_carry_its_session_and_stay_on_the_lineage(run, tmp_path):
+    """A forked rollout names two sessions: its own first, then the parent's in the lines it copies. The fork
+    is the first (as Codex reads it): its own messages were labelled with the parent's session. The
+    copy, imported first, is the fork's too (as a pi fork's is), and ``--scope lineage`` keeps every one."""
+    parent = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed; tests pass.", "call_A")]
+    forked = codex_fork(parent, "cx-F", len(parent), codex_turn(3, 40, "carry on", "Merged.", "call_C"))
+    run("import", write_jsonl(tmp_path / "rollout-P.jsonl", parent), write_jsonl(tmp_path / "rollout-F.jsonl", forked), "-n", "t")
+    assert [(m["text"], m["meta"]["session"]) for m in messages()[6:]] == [
+        ("carry on", "cx-F"), ("Checking.", "cx-F"), ('exec_command({"cmd": "pytest -q"})', "cx-F"),
+        ("Process exited with code 0\nOutput:\n3 passed", "cx-F"), ("Checking.", "cx-F"), ("Merged.", "cx-F")]
+    assert {m["meta"]["session"] for m in messages()[:6]} == {"cx-P"}
+    found = run("recall", "t", "Fixed", "Merged", "--scope", "lineage", "--json").stdout
+    assert "Fixed; tests pass." in found and "Merged." in found
+    run("import", write_jsonl(tmp_path / "rollout-G.jsonl", codex_fork(forked, "cx-G", len(forked))), "-n", "u")
+    assert {m["meta"]["session"] for m in messages("u")} == {"cx-G"}
+
+
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
     by, so the same words in two of its turns are two messages, as they were, and a call of another session

@@ -11,8 +11,9 @@ its session: each poll and its result carry ``meta.polls``, the call id of the c
 no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 
 ``codex fork`` (and going back to an earlier message) writes a new rollout, a new session id: its own
-``session_meta``, then the parent's lines again, each stamped with the time of the fork (``codex resume`` appends
-to the same file). So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
+``session_meta``, then the parent's lines again, its ``session_meta`` among them, each stamped with the time of
+the fork (``codex resume`` appends to the same file). The first ``session_meta`` names the rollout's session, as
+Codex reads it: the fork's own messages are the fork's, and so is a copy imported before its parent. So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
 UUID the turn's ``task_started`` or ``turn_context`` line names; older rollouts name none) and, for the second and
 later time its turn says the same, ``meta.repeat`` (a call and its output are told apart by their call id): these
 make its content key (``state.content_key``).
@@ -73,8 +74,9 @@ class CodexParser(Parser):
             raise Malformed("not a Codex rollout line (no payload)")
         kind, payload = obj.get("type"), obj["payload"]
         date = self.date(obj.get("timestamp"))
-        if kind == "session_meta":
-            self.state.update(session=payload.get("id"), cwd=payload.get("cwd") or self.state.get("cwd"))
+        if kind == "session_meta":  # (the first is the rollout's own; a fork's copy of its parent's names the parent)
+            self.state.setdefault("session", payload.get("id"))
+            self.state["cwd"] = payload.get("cwd") or self.state.get("cwd")
             return []
         if kind == "turn_context":
             self._turn(payload.get("turn_id"))
