@@ -215,3 +215,28 @@ def test_a_long_word_of_secret_names_is_read_once():
     assert redact("x_pass" * 16000 + "=abcdefghij").endswith("x_pass=[secret redacted]")
     assert redact("MY_VERY_LONG_DATABASE_PASSWORD_FOR_PROD=hunter2hunter2") == \
         "MY_VERY_LONG_DATABASE_PASSWORD_FOR_PROD=[secret redacted]"
+
+
+# a test runner's verdict (go test, automake, DejaGnu, TAP harnesses) is told from a password named PASS by
+# what follows the colon: a test's name (Test…, test…), a test file or path, a name followed by its time
+VERDICTS = [
+    "--- PASS: TestParse (0.00s)", "    --- PASS: TestParse/with_token (0.00s)", "--- FAIL: TestToken (0.01s)",
+    "--- PASS: hunter_cases (0.00s)", "PASS: t/basic.sh", "PASS: tests/test_x.py::test_ok", "PASS: foo.test",
+    "PASS: TestPasswordReset", "PASS: test_login_with_bad_password", "PASS: 42, FAIL: 0",
+    "PASS: gcc.dg/pr123.c (test for excess errors)", "PASS\nok  \tgithub.com/acme/app\t0.5s",
+    "PASS: basic_usage (0.02s)", "PASS: testTokenRefresh", "PASS: Test_parse", "=== RUN   TestParse\n--- PASS: TestParse (0.00s)\nPASS",
+]
+PASS_VALUES = ["PASS: hunter2hunter2", "PASS: 'hunter2hunter2'", "PASS=hunter2hunter2", "PASS: Zq8mX2vK7pLw",
+               "export PASS=hunter2hunter2", 'PASS: "hunter2hunter2"',
+               "PASS: Testing123", "PASS: test1234"]
+
+
+@pytest.mark.parametrize("text", VERDICTS)
+def test_a_test_verdict_is_left_alone(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", PASS_VALUES)
+def test_a_password_named_pass_is_redacted(text):
+    out = redact(text)
+    assert text.split()[-1].strip("'\"").split("=")[-1] not in out and "[secret redacted]" in out, out

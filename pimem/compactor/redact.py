@@ -35,13 +35,16 @@ import re
 # ones begun by one too (basicAuth, db_pwd; not oauth_provider, author's middle, OLDPWD, BYPASS, COMPASS);
 # not followed by a part saying where or which the secret is, or how it is used (token_url, password_file,
 # SECRET_NAME, auth_method). ``pass`` alone only after ``_`` or in capitals: DB_PASS, not bypass, compass nor
-# "the first pass: …", nor a test's verdict (``--- PASS: TestParse``); the lookahead of first letters fails the
+# "the first pass: …", nor a test's verdict (``--- PASS: TestParse``, ``_VERDICT``); the lookahead of first letters fails the
 # other places fast, halving the cost
 _STARTS = r"(?:(?<![A-Za-z])|(?<=(?-i:[a-z0-9]))(?=(?-i:[A-Z])))"
 _ENDS = r"s?(?:(?<=(?-i:[a-z]))(?!(?-i:[a-z]))|(?<=(?-i:[A-Z]))(?![A-Za-z]))"
 _ABOUT = r"(?![_.-]?(?:url|uri|endpoint|file|path|dir|name|type|method|mode|provider|policy)(?![a-z]))"
+# a test's verdict, PASS: followed by a test's name (Test…, test…), a test file or path, or a name and its time
+# (go test, automake, DejaGnu), or any --- PASS: (go test's), is not a password named PASS
+_VERDICT = r"(?:(?-i:(?:Test|Example|Benchmark|Fuzz|test)(?![a-z0-9]))|[^\s'\"]*(?:/|\.[a-z]{1,4}(?![\w.]))|\S+[^\S\n]+\(\d+(?:\.\d+)?m?s\))"
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
-    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)(?!:\s)
+    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|(?<!---\s){_STARTS}(?-i:PASS)(?!:[^\S\n]+{_VERDICT})
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
