@@ -1108,6 +1108,24 @@ def test_a_codex_fork_s_own_messages_carry_its_session_and_stay_on_the_lineage(r
     assert {m["meta"]["session"] for m in messages("u")} == {"cx-G"}
 
 
+def test_a_codex_turn_saying_more_than_its_counter_keeps_loses_nothing(run, tmp_path, monkeypatch):
+    """A turn's repeat counter keeps a bounded number of texts: one said again after the counter let it go
+    was counted as said the first time, so its content key was the first time's and it was dropped as a
+    copy. Once the counter is full, the turn's later words are known by their line alone: all logged, and a
+    fork's copy adds nothing up to there (what comes after is logged again, never lost)."""
+    from pimem.importers import codex
+
+    monkeypatch.setattr(codex, "SAID_CAP", 3)
+    said = ["Checking.", "one", "two", "three", "four", "Checking.", "one"]
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3]]
+    lines += [_item(5, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]}) for t in said]
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert run("import", path, "-n", "t").stdout.startswith("t: 8 imported, 0 already present")
+    assert [m["text"] for m in messages()] == ["go", *said]
+    fork = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(lines, "cx-F", 6))
+    assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 3 already present")
+
+
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
     by, so the same words in two of its turns are two messages, as they were, and a call of another session

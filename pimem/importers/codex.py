@@ -48,6 +48,8 @@ CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
 OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 _EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.M)
+SAID_CAP = 10_000  # texts a turn's repeat counter keeps (in memory and in the saved state)
+CROWDED = -1  # a turn's new text once it keeps SAID_CAP
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a turn's id as Codex mints it now
 
 
@@ -91,9 +93,12 @@ class CodexParser(Parser):
             if kind == "event_msg" and payload.get("type") == "task_started":
                 self._turn(payload.get("turn_id"))
             return []
-        base = {"entry": self.line_entry(raw), "turn": self.state.get("turn")}
-        return [record(k, text, date, self.meta(**base, **extra, repeat=self._repeat(k, text, extra)))
-                for k, text, extra in parts]
+        entry, out = self.line_entry(raw), []
+        for k, text, extra in parts:
+            repeat = self._repeat(k, text, extra)
+            turn = None if repeat is CROWDED else self.state.get("turn")
+            out.append(record(k, text, date, self.meta(entry=entry, turn=turn, **extra, repeat=None if turn is None else repeat)))
+        return out
 
     def _turn(self, turn_id) -> None:
         """A turn starts (its task_started or turn_context line): its id, where it is a UUID (Codex's own
@@ -106,14 +111,18 @@ class CodexParser(Parser):
     def _repeat(self, kind: str, text: str, extra: dict) -> int | None:
         """How often the turn said the same before (its kind and text; None the first time, and for a call
         or an output, which its call's id tells apart), so that a fork's copy of a turn is known message for
-        message while the same words said twice in a turn stay two messages (``state.content_key``)."""
+        message while the same words said twice in a turn stay two messages (``state.content_key``). The
+        turn keeps ``SAID_CAP`` texts and counts on: a text new after them is ``CROWDED``, known by its line
+        alone (forgetting one would count it as said the first time, and drop it as a copy of itself)."""
         if self.state.get("turn") is None or extra.get("call_id"):
             return None
         said = self.state.setdefault("said", {})
         digest = hashes.blake2b(orjson.dumps([kind, text]), digest_size=6).hexdigest()
-        n = said.get(digest, 0)
-        bounded_put(said, digest, n + 1)
-        return n or None
+        n = said.get(digest)
+        if n is None and len(said) >= SAID_CAP:
+            return CROWDED
+        said[digest] = (n or 0) + 1
+        return n
 
     def _legacy(self, obj: dict) -> dict:
         """An older rollout's line in the current envelope (or unchanged when it is neither)."""
