@@ -228,7 +228,10 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
     said, days, kinds, big, first_date = 0, [], [], set(), None
     line_bytes = int(mem.config["line_bytes"])
     now = env.now()
+    views = mem.views.current()  # (first: the messages read are then those it holds, whatever is logged meanwhile)
     for msg in mem.messages():
+        if msg["i"] >= views.T:
+            break
         local = when.in_zone(msg["date"], now)
         if first_date is None or local[:10] < first_date[:10]:  # (not message 0: an older session may come later)
             first_date = local
@@ -237,7 +240,7 @@ def facts_of(mem, include_tools: bool = False) -> Facts:
         kinds.append(msg["kind"])
         if msg["size"] > line_bytes:
             big.add(msg["i"])
-    rows = mem.views.shown(mem.views.current(), include_tools) if days else []
+    rows = mem.views.shown(views, include_tools) if days else []
     spans = []
     for l, i, text, cost in rows:
         first = i << l

@@ -197,3 +197,24 @@ def test_a_summarised_message_says_its_speaker_once():
     lines = panorama.to_text(panorama.rows(Facts("m", 2, "2026-10-08T09:00:00+08:00", date(2026, 10, 8), 80,
                                                  spans), 60)).splitlines()
     assert lines[-2:] == ["0+1 pi     Implemented, retry budget", "1+1 you    Caroline: pottery class, 3 kids"]
+
+
+def test_a_message_another_process_logs_while_the_map_reads_waits_for_the_next_map(run, sh, monkeypatch):
+    """map reads the log, then the view: a message logged in between (an agent appending every turn) was in the
+    view but not among the messages read, and map failed with an IndexError."""
+    from pimem import Memory
+
+    run("append", "main", "one")
+    run("append", "main", "two")
+    messages = Memory.messages
+
+    def then_another_process_appends(self, *args, **kwargs):
+        yield from messages(self, *args, **kwargs)
+        assert sh("append", "main", "-k", "pi", "three, logged between the map's two reads").returncode == 0
+
+    monkeypatch.setattr(Memory, "messages", then_another_process_appends)
+    out = run("map", "main", "--width", 60)
+    assert out.exit_code == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith("main · 2 messages")
+    monkeypatch.setattr(Memory, "messages", messages)
+    assert run("map", "main", "--width", 60).stdout.splitlines()[0].startswith("main · 3 messages")
