@@ -240,3 +240,36 @@ def test_a_test_verdict_is_left_alone(text):
 def test_a_password_named_pass_is_redacted(text):
     out = redact(text)
     assert text.split()[-1].strip("'\"").split("=")[-1] not in out and "[secret redacted]" in out, out
+
+
+# a name whose last part says the value is about a secret, not the secret (where, which, how, how long): its
+# value stays; an id of a key or secret stays unless it is key material itself (Vault's AppRole secret_id, a
+# Tencent SecretId AKID…, the id of a token that is the token), and an ARN is never a secret
+ABOUT_A_SECRET = [
+    "apiKeyId: a1b2c3d4e5", "apiKeyId: ak-0123456789", "api_key_id: key_prod_eu", "accessKeyId: ${AWS_ACCESS_KEY_ID}",
+    "secretsManagerArn: arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+    "secretArn: arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+    "SECRET_ARN=arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+    "secret_id: prod/db/creds", "SECRET_ID=prod-db-creds", "--secret-id=prod/db/creds",
+    "password_reset_url: https://example.com/reset", "PASSWORD_RESET_URL=https://example.com/reset",
+    "passwordResetUrl: https://example.com/reset", "token_expiry: 2024-05-01T12:00:00Z", "AUTH_DOMAIN=acme.eu.auth0.com",
+    "TOKEN_ISSUER=https://login.example.com/", "auth_header_name: X-Api-Key", "secret_store_backend: vault-kv",
+    "password: arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+]
+STILL_SECRETS = [
+    "apiKey: Zq8mX2vK7pLwR4tY", "api_key=abcdefghij12", "secretKey: Zq8mX2vK7pLwR4tY", "client_secret: Zq8mX2vK7pLwR4tY",
+    "SECRET_ACCESS_KEY=Zq8mX2vK7pLwR4tYa9B3", "password_reset_token=Zq8mX2vK7pLw", "AUTH_TOKEN=Zq8mX2vK7pLw",
+    "secret_id: 6a174c20-f6de-a53c-74d2-6018fcceff64", "VAULT_SECRET_ID=6a174c20-f6de-a53c-74d2-6018fcceff64",
+    "apiKeyId: AKIDz8krbsJ5yKBZQpn74WFkmLPx3gnPhESA", "tokenId: hvs.CAESIJ3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c",
+]
+
+
+@pytest.mark.parametrize("text", ABOUT_A_SECRET)
+def test_a_name_about_a_secret_keeps_its_value(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", STILL_SECRETS)
+def test_a_secret_beside_such_names_is_redacted(text):
+    out = redact(text)
+    assert "redacted]" in out and text.split("=")[-1].split(": ")[-1] not in out, out

@@ -6,7 +6,8 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
-   quoted value whole, ``Authorization: Bearer …``);
+   quoted value whole, ``Authorization: Bearer …``), unless the name's last part says the value is about a
+   secret (``password_reset_url``, ``secretsManagerArn``, ``apiKeyId`` holding an id that is not key material);
 2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
@@ -105,9 +106,9 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
          ["']?\s*[:=]\s*["']?)
-        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]))
-        (?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}}"""),
-     r"\1[secret redacted]", _NAME_HINTS),
+        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws)
+        ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
+     lambda m: m.group(1) + _named_value(m), _NAME_HINTS),
     # any other NAME_KEY = value, when the value is key material (long, random, base64 or hex)
     (re.compile(r"""(?i)([_-]key["']?\s*[:=]\s*["']?)((?!\[)[^\s"',;]{16,})"""),
      lambda m: m.group(1) + _if_key(m.group(2), strict=True), ("key",)),
@@ -147,9 +148,9 @@ def _entropy(text: str) -> float:
 
 def looks_random(word: str) -> bool:
     """Whether a word standing where a credential stands is one: 8+ characters, three character classes (or
-    two with a digit), and no less than 3 bits of entropy a character. Words, paths and numbers are not."""
+    two with a digit), and no less than 3 bits of entropy a character. Words, paths, numbers and ARNs are not."""
     word = word.rstrip(".")
-    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http")):
+    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http", "arn:aws")):
         return False
     classes = [bool(c.search(word)) for c in _CLASSES]
     if sum(classes) < 2 or (sum(classes) == 2 and not classes[2]) or word.isdigit():
@@ -171,6 +172,30 @@ def _if_key(value: str, strict: bool = False) -> str:
 
 
 _KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_%-]+")
+
+# the last part of a name saying its value is about a secret, not the secret: where it is, which, how it is
+# used, how long it lasts (password_reset_url, secretsManagerArn, token_expiry, AUTH_DOMAIN, secret_store_backend)
+_ABOUT_PARTS = frozenset("""url urls uri endpoint file path dir name type method mode provider policy arn arns ref
+    header prefix env var ttl expiry expires expiration lifetime length count limit size version format scope scopes
+    field label hint algorithm kind store backend manager server host domain audience issuer location region""".split())
+_LAST_PART = re.compile(r"([A-Z]?[a-z0-9]+|[A-Z0-9]+)[^A-Za-z0-9]*$")
+_ARN_ACCOUNT = re.compile(r":\d{12}:$")  # an ARN's account id, before its resource's type
+
+
+def _named_value(m: re.Match) -> str:
+    """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
+    ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
+    secret (``_ABOUT_PARTS``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
+    it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
+    look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
+    name, value = m.group(1), m.group(2)
+    last = _LAST_PART.search(name)
+    part = last.group(1).lower() if last else ""
+    if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()):
+        return value
+    if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
+        return value
+    return "[secret redacted]"
 
 
 def _segments(path: str) -> str:
