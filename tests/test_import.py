@@ -1034,6 +1034,27 @@ def test_a_pi_id_another_session_gave_the_same_words_at_another_time_is_its_own(
         assert run("import", path, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
 
 
+def test_a_pi_entry_without_a_time_is_known_in_a_fork_by_its_parent(run, tmp_path):
+    """An entry that gives no time takes the file's last date for its message: in the parent the date of an
+    entry on a branch the user left, in a fork (which copies the active branch alone) an earlier one, so the
+    copy was logged again. Its content key has its parent for the date the importer gave it; the same words
+    under another parent, or with another id, are their own."""
+    header = {"type": "session", "version": 3, "id": "sess-1", "timestamp": "2026-03-02T09:00:00.000Z", "cwd": "/w"}
+    root = {"type": "message", "id": "1c9e4b7a", "parentId": None, "timestamp": "2026-03-02T09:00:05.000Z",
+            "message": {"role": "user", "content": "Fix token refresh"}}
+    left = {"type": "message", "id": "7e21d05f", "parentId": "1c9e4b7a", "timestamp": "2026-03-02T09:00:09.000Z",
+            "message": {"role": "user", "content": "Try a lock"}}
+    said = {"type": "message", "id": "a3f0c2d1", "parentId": "1c9e4b7a", "message": {"role": "user", "content": "yes"}}
+    again = {"type": "message", "id": "b5e3d4c2", "parentId": "a3f0c2d1", "message": {"role": "user", "content": "yes"}}
+    parent = write_jsonl(tmp_path / "a.jsonl", [header, root, left, said, again])
+    own = [{**said, "parentId": "b5e3d4c2"}, {**again, "id": "c6f4e5d3"}]
+    fork = write_jsonl(tmp_path / "b.jsonl", [{**header, "id": "sess-2", "timestamp": "2026-03-02T10:00:00.000Z",
+                                               "parentSession": str(parent)}, root, said, again, *own])
+    assert run("import", parent, "-n", "t").stdout.startswith("t: 4 imported")
+    assert run("import", fork, "-n", "t").stdout.startswith("t: 2 imported, 3 already present")
+    assert [(m["text"], m["meta"]["session"]) for m in messages()[4:]] == [("yes", "sess-2"), ("yes", "sess-2")]
+
+
 def codex_turn(turn: int, s: int, said: str, answer: str, call: str) -> list[dict]:
     """One turn of a Codex rollout as Codex writes them now: its start and context naming the turn (a
     UUID), the user's words, a remark, a command and its output, the same remark again and the answer."""

@@ -59,16 +59,22 @@ class Parser:
     # ---- shared pieces -----------------------------------------------------------------------------------
 
     def date(self, *candidates) -> str | None:
-        """The first usable date among ``candidates`` (strings as written, epoch milliseconds converted),
-        else the last date seen in this file, so an undated line sorts with its neighbours."""
+        """The first usable date among ``candidates`` (``own_date``), else the last date seen in this file,
+        so an undated line sorts with its neighbours."""
+        own = self.own_date(*candidates)
+        if own is not None:
+            self.state["date"] = own
+        return own or self.state.get("date")
+
+    @staticmethod
+    def own_date(*candidates) -> str | None:
+        """The first usable date among ``candidates`` (strings as written, epoch milliseconds converted)."""
         for value in candidates:
             if isinstance(value, str) and value:
-                self.state["date"] = value
                 return value
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                self.state["date"] = ms_date(value)
-                return self.state["date"]
-        return self.state.get("date")
+                return ms_date(value)
+        return None
 
     def meta(self, **fields) -> dict:
         """The meta every message of this file carries (source, session, cwd, file) plus ``fields``;

@@ -16,7 +16,8 @@ what the session says after it is a tree whose root is its last v1 entry.
 
 A session started from another (``/fork``, ``--fork``; its header's ``parentSession`` names the other's file)
 is a new file with a new session id that copies the entries it starts from, ids, parents and times kept: a copy
-is known by its entry's id and what it says (``state.content_key``) and adds nothing.
+is known by its entry's id and what it says (``state.content_key``) and adds nothing. An entry that gives no time
+is ``meta.undated``: the date its message takes from the file is none of its own, and a copy may not share it.
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ class PiParser(Parser):
         if tree and (migrated := _MIGRATED.search(raw, max(0, len(raw) - 160))):  # (the v1 line it was: its key)
             tree, raw = False, raw[: migrated.start()] + b"}"
         message = obj.get("message")
-        date = self.date(obj.get("timestamp"), message.get("timestamp") if isinstance(message, dict) else None)
+        own = self.own_date(obj.get("timestamp"), message.get("timestamp") if isinstance(message, dict) else None)
+        date = self.date(own)
         if kind == "message":
             if not isinstance(message, dict) or not isinstance(message.get("role"), str):
                 raise Malformed("message entry without a message role")
@@ -78,7 +80,7 @@ class PiParser(Parser):
         if not tree:
             base = {"entry": self.line_entry(raw)}
         else:
-            base = {"entry": entry, "parent": self._visible(obj.get("parentId"))}
+            base = {"entry": entry, "parent": self._visible(obj.get("parentId")), "undated": own is None}
             if not parts:
                 bounded_put(self.state.setdefault("skipped", {}), entry, base["parent"])
         records = [record(k, text, date, self.meta(**base, **extra)) for k, text, extra in parts]

@@ -73,8 +73,10 @@ def content_key(message: dict) -> bytes | None:
     changes (its session, file, line, cwd; Codex's dates): its kind, call id and text, and
     - a Claude Code entry's uuid (so an entry written again with other content is told from a copy);
     - a pi entry's id and date (``ID.HASH``'s id, as the one copy of the two a fork holds may be either; pi
-      draws ids of 8 hex digits, which two sessions may share, and a copy keeps the time), a v1 line's hash
-      (the line's own bytes, its time among them: only a copy says it again);
+      draws ids of 8 hex digits, which two sessions may share, and a copy keeps the time), or for an entry
+      that gives no time (``meta.undated``: its message has the file's last date, which a copy need not
+      share) its parent's id, which a copy keeps too; a v1 line's hash (the line's own bytes, its time among
+      them: only a copy says it again);
     - the Codex turn the message was said in and, but for a call or an output (its call id tells it apart),
       how often that turn said the same before (``meta.turn``, ``meta.repeat``, which the parser gives where
       the rollout names its turn by a UUID: a call id alone may be a provider's count, the same in two
@@ -90,7 +92,8 @@ def content_key(message: dict) -> bytes | None:
             return None
     elif source == "pi" and isinstance(meta.get("entry"), str):  # (and its date: ids of 8 hex digits recur)
         repeated = _REPEATED.fullmatch(meta["entry"])
-        scope = [repeated.group(1) if repeated else meta["entry"], message.get("date")]
+        when = ["parent", meta.get("parent")] if meta.get("undated") else message.get("date")  # (not a date the importer gave)
+        scope = [repeated.group(1) if repeated else meta["entry"], when]
     elif source == "codex" and isinstance(meta.get("turn"), str):
         scope = meta["turn"]
     else:
