@@ -273,3 +273,30 @@ def test_a_name_about_a_secret_keeps_its_value(text):
 def test_a_secret_beside_such_names_is_redacted(text):
     out = redact(text)
     assert "redacted]" in out and text.split("=")[-1].split(": ")[-1] not in out, out
+
+
+# a value that names where the secret comes from (a variable, a setting) or stands in for it (a mask, a
+# placeholder) is not one; a default after the variable, or a value that only begins like one, is
+REFERENCES = [
+    "password: ${DB_PASSWORD}", "DB_PASSWORD=$DB_PASSWORD", 'password: "${DB_PASSWORD}"', "_authToken=${NPM_TOKEN}",
+    "//npm.pkg.github.com/:_authToken=${NPM_TOKEN}", "api_key = settings.API_KEY", "secret = config.secret",
+    "Client(api_key=settings.OPENAI_API_KEY)", "const client = new OpenAI({ apiKey: process.env.OPENAI_API_KEY });",
+    "token: options.authToken,", "password: ********", "secret: <redacted>", "password: <your-password>",
+    "set PASSWORD=%DB_PASSWORD%", "token: ${token_from_vault}",
+]
+NOT_REFERENCES = [
+    "password: ${DB_PASSWORD:-hunter2hunter2}", "password: $ecretPassw0rd", "VAULT_TOKEN=hvs.CAESIJ3f7a9c2e8b1d4f6a9e2c",
+    "password: my.Secret.Pass9", "password: ***hunter2***",
+]
+
+
+@pytest.mark.parametrize("text", REFERENCES)
+def test_a_reference_to_a_secret_is_left_alone(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text", NOT_REFERENCES)
+def test_a_value_only_like_a_reference_is_redacted(text):
+    out = redact(text)
+    assert "redacted]" in out and "hunter2" not in out and "Passw0rd" not in out and "CAESIJ" not in out \
+        and "Pass9" not in out, out

@@ -148,9 +148,10 @@ def _entropy(text: str) -> float:
 
 def looks_random(word: str) -> bool:
     """Whether a word standing where a credential stands is one: 8+ characters, three character classes (or
-    two with a digit), and no less than 3 bits of entropy a character. Words, paths, numbers and ARNs are not."""
+    two with a digit), and no less than 3 bits of entropy a character. Words, paths, numbers, ARNs and references
+    (``_REFERENCE``) are not."""
     word = word.rstrip(".")
-    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http", "arn:aws")):
+    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http", "arn:aws")) or _REFERENCE.fullmatch(word):
         return False
     classes = [bool(c.search(word)) for c in _CLASSES]
     if sum(classes) < 2 or (sum(classes) == 2 and not classes[2]) or word.isdigit():
@@ -180,18 +181,24 @@ _ABOUT_PARTS = frozenset("""url urls uri endpoint file path dir name type method
     field label hint algorithm kind store backend manager server host domain audience issuer location region""".split())
 _LAST_PART = re.compile(r"([A-Z]?[a-z0-9]+|[A-Z0-9]+)[^A-Za-z0-9]*$")
 _ARN_ACCOUNT = re.compile(r":\d{12}:$")  # an ARN's account id, before its resource's type
+# a value naming where the secret comes from, or standing in for it: ${VAR}, $VAR, %VAR%, a setting read
+# (settings.API_KEY, process.env.OPENAI_API_KEY, config.secret, options.authToken: no digit in it), a mask
+# (********), a placeholder (<your-password>); not ${VAR:-default} nor a value that only begins so
+_REFERENCE = re.compile(r"""(?:\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\w*%|\*{4,}|<[A-Za-z _.-]+>
+    |(?:[A-Za-z_]+\.)+(?:[A-Z_]+|[A-Za-z_]*(?i:pass|pwd|secret|token|key|auth|credential)[A-Za-z_]*))[)}\]]*""", re.X)
 
 
 def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
-    secret (``_ABOUT_PARTS``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
+    secret (``_ABOUT_PARTS``), when the value is a reference (``_REFERENCE``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
     it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
     look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
-    if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()):
+    if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) \
+            or _REFERENCE.fullmatch(value):
         return value
     if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
         return value
