@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from typing import Callable, Iterable, TypeVar
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 from .tree import PLACEHOLDER, byte_size, flat, label
 
@@ -84,8 +84,21 @@ def stand_in(stop: int, at: Callable[[int, int], S]) -> Callable[[int], S]:
     return lambda m: found[bisect.bisect_right(ends, m)]
 
 
+class Held(NamedTuple):
+    """What a reader holds back of a view past its bound (``held_back``): its ``lines`` oldest lines, shown by
+    the spans tiling their messages, and whether those spans are shown ``bare`` (placeholders all, each the
+    view's line or not). ``View.spans``, ``stand_ins`` and ``shown_for`` take it as it was worked out for one
+    bound, so what they show cannot come from another bound's."""
+
+    lines: int
+    bare: bool
+
+
+NOTHING_HELD = Held(0, False)
+
+
 def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, line_bytes: int,
-              line_at: Callable[[int, int], "bool | None"]) -> int:
+              line_at: Callable[[int, int], "bool | None"]) -> Held:
     """How many of a view's oldest lines a reader shows by the spans that tile them (``tiling``) when the view
     is past ``bound`` (a tree behind a bulk arrival of messages: no pair has a parent to merge into). ``lines``
     gives the view's ``n`` lines newest first as ``(level, placeholder)``, and ``line_at(l, i)`` whether the
@@ -94,7 +107,7 @@ def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, lin
     standing in for the lines held back (a placeholder's, if it is no line of the view), so what is shown
     stays within ``bound`` without a text read, from the shape alone (as ``view.json`` holds it). The lines held back are a multiple of about half the lines that fit, where one fits:
     then they stay the same while messages come, and what is shown only grows at its tail meanwhile (a cache
-    prefix), for as many messages. Returns ``(j, bare)``: ``bare`` where even the newest line with the spans
+    prefix), for as many messages. Returns ``Held(j, bare)``: ``bare`` where even the newest line with the spans
     before it, the view's own lines among them, may pass ``bound`` (a budget of a few hundred bytes): the spans
     standing in are then shown as placeholders, each the view's line or not, before as many of the newest lines
     as fit with them (none, if even the newest does not)."""
@@ -110,14 +123,14 @@ def held_back(lines: Iterable[tuple[int, bool]], n: int, T: int, bound: int, lin
     for j, start, tail in reversed(fits):  # (the most lines first)
         if tail + sum(line_cost(l, i, line_at(l, i) is not False, line_bytes) for l, i in tiling(start)) <= bound:
             if j % step == 0:
-                return j, False
+                return Held(j, False)
             chosen = j if chosen is None else chosen
     if chosen is not None:
-        return chosen, False
+        return Held(chosen, False)
     for j, start, tail in reversed(fits):
         if tail + sum(line_cost(l, i, True, line_bytes) for l, i in tiling(start)) <= bound:
-            return j, True
-    return n, True
+            return Held(j, True)
+    return Held(n, True)
 
 
 def line_cost(l: int, i: int, placeholder: bool, line_bytes: int) -> int:
@@ -151,7 +164,6 @@ class View:
         self.blocked: dict[int, list[int]] = {}  # level -> pairs whose parent is known to be unbuilt
         self.n_ready = 0  # pairs in ``ready``
         self.changes = 0  # pushes, merges and filled placeholders so far
-        self.held_bare = False  # the spans standing in for the lines last held back are placeholders all (held_back)
 
     # ---- shape -------------------------------------------------------------------------------------------
 
@@ -609,56 +621,56 @@ class View:
         self._prefetch(len(self.lines), start)
         return [self.line(j) for j in range(start, len(self.lines))]
 
-    def held_back(self, bound: int, line_bytes: int) -> int:
-        """How many of the oldest lines a reader shows by ``stand_ins`` (``held_back``): none while the view is
-        within ``bound``."""
-        self.held_bare = False
+    def held_back(self, bound: int, line_bytes: int) -> Held:
+        """What a reader holds back of the oldest lines and shows by ``stand_ins`` (``held_back``): nothing
+        while the view is within ``bound``."""
         if self.total <= bound:
-            return 0
+            return NOTHING_HELD
         lines = ((ln[0], ln[2] is None) for ln in reversed(self.lines))
 
         def line_at(l: int, i: int) -> bool | None:
             k = self.find(l, i)
             return None if k < 0 else self.lines[k][2] is None
 
-        j, self.held_bare = held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
-        return j
+        return held_back(lines, len(self.lines), self.T, bound, line_bytes, line_at)
 
     def start(self, j: int) -> int:
         """The first message of line ``j`` (``T`` past the last line)."""
         return self.starts[j] if j < len(self.lines) else self.T
 
-    def stand_ins(self, j: int) -> list[tuple[int, int, str | None, int]]:
-        """What a reader shows for the ``j`` oldest lines (``held_back``), as ``rows`` gives lines: the spans
+    def stand_ins(self, held: Held) -> list[tuple[int, int, str | None, int]]:
+        """What a reader shows for the lines ``held`` back (``held_back``), as ``rows`` gives lines: the spans
         tiling their messages, each the view's own line where it is one, else a placeholder (a span the view
         has not merged into one line: past twice its budget it merges every pair whose parent is built, so its
         node is not built yet)."""
-        return [self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)) for l, i, k in self.spans(j)]
+        return [self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)) for l, i, k in self.spans(held)]
 
-    def spans(self, j: int) -> list[tuple[int, int, int]]:
-        """The spans ``(l, i)`` tiling the messages of the ``j`` oldest lines, each with the position of the
-        view's line that is that span, or -1 (always, when every line is held back: ``bare``)."""
-        if j and self.held_bare:
-            return [(l, i, -1) for l, i in tiling(self.start(j))]
-        return [(l, i, self.find(l, i)) for l, i in tiling(self.start(j))]
+    def spans(self, held: Held) -> list[tuple[int, int, int]]:
+        """The spans ``(l, i)`` tiling the messages of the lines ``held`` back, each with the position of the
+        view's line that is that span, or -1 (always, when they are shown ``bare``)."""
+        stop = self.start(held.lines)
+        if held.lines and held.bare:
+            return [(l, i, -1) for l, i in tiling(stop)]
+        return [(l, i, self.find(l, i)) for l, i in tiling(stop)]
 
-    def shown_for(self, j: int) -> Callable[[int], tuple[int, int, bool]]:
-        """The line a reader is shown for a message when the ``j`` oldest lines are held back, as
-        ``(l, i, built)``: for many messages, the spans standing in for those lines worked out once."""
-        shown_bare = bool(j) and self.held_bare
+    def shown_for(self, held: Held) -> Callable[[int], tuple[int, int, bool]]:
+        """The line a reader is shown for a message when the lines ``held`` are held back, as ``(l, i,
+        built)``: for many messages, the spans standing in for those lines worked out once."""
+        j = held.lines
+        shown_bare = bool(j) and held.bare
 
         def at(l: int, i: int) -> tuple[int, int, bool]:
             k = -1 if shown_bare else self.find(l, i)
             return l, i, k >= 0 and self.lines[k][2] is not None
 
-        held = stand_in(self.start(j), at)
+        held_at = stand_in(self.start(j), at)
 
         def shown(m: int) -> tuple[int, int, bool]:
             k = self.covering(m)
             if k >= j:
                 line = self.lines[k]
                 return line[0], line[1], line[2] is not None
-            return held(m)
+            return held_at(m)
 
         return shown
 

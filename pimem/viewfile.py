@@ -25,8 +25,8 @@ from typing import Callable, Sequence
 import orjson
 
 from .tree import LINE_BYTES, byte_size, label, shown_text
-from .view import (LEVELS, MARK_EVERY, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Resolver, Trace, View,
-                   held_back, line_bytes_cost, render_line, stand_in, waits_on)
+from .view import (LEVELS, MARK_EVERY, NOTHING_HELD, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Held, Resolver,
+                   Trace, View, held_back, line_bytes_cost, render_line, stand_in, waits_on)
 from .nofollow import read_bytes
 
 VERSION = 1
@@ -628,12 +628,13 @@ class ViewFile:
         line_bytes = self.line_bytes
         cached = self._load_texts(line_bytes)
         known = len(self._markers)
-        back = 0 if compactor else self.held_back(views)
-        markers = {} if include_tools or compactor else self.tool_placeholders(views, back)
-        standing = [k for *_, k in v.spans(back) if k >= 0] if back else []  # (the view's own lines among them)
+        held = NOTHING_HELD if compactor else self.held_back(views)
+        back = held.lines
+        markers = {} if include_tools or compactor else self.tool_placeholders(views, held)
+        standing = [k for *_, k in v.spans(held) if k >= 0] if back else []  # (the view's own lines among them)
         v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()},
                [*standing, *range(back, len(v.lines))])
-        rows = v.stand_ins(back) + v.rows(back) if back else v.rows()
+        rows = v.stand_ins(held) + v.rows(back) if back else v.rows()
         if compactor:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
         labels = [label(l, i) for l, i, _, _ in rows]
@@ -672,29 +673,30 @@ class ViewFile:
             self._save_texts(line_bytes, keep)
         return out
 
-    def held_back(self, views: Views) -> int:
-        """How many of the view's oldest lines a reader shows by the spans that tile them (``View.held_back``):
-        none unless the view is past twice its budget (a tree behind a bulk arrival of messages)."""
+    def held_back(self, views: Views) -> Held:
+        """What a reader holds back of the view's oldest lines and shows by the spans that tile them
+        (``View.held_back``): nothing unless the view is past twice its budget (a tree behind a bulk arrival of
+        messages)."""
         return views.view.held_back(2 * views.view.hi, self.line_bytes)
 
     def waiting(self, views: Views, include_tools: bool = False) -> list[tuple[int, int]]:
         """The placeholders a reader is shown (``placeholders``, but for the lines held back: ``held_back``),
         but for tool messages' without ``include_tools`` (``tool_placeholders``)."""
-        back = self.held_back(views)
-        found = views.view.placeholders(back)
-        hidden = {} if include_tools or not found else self.tool_placeholders(views, back)
+        held = self.held_back(views)
+        found = views.view.placeholders(held.lines)
+        hidden = {} if include_tools or not found else self.tool_placeholders(views, held)
         return [(l, i) for l, i in found if not (l == 0 and i in hidden)]
 
-    def tool_placeholders(self, views: Views, back: int = 0) -> dict[int, str]:
+    def tool_placeholders(self, views: Views, held: Held = NOTHING_HELD) -> dict[int, str]:
         """The view's placeholders that stand for tool messages, by message i, as the marker a reader without
         tools sees in their place (``privacy.marker``): the summary would be shown as that marker all the same,
         so such a reader is neither told to zoom what zoom refuses it nor kept waiting for the summary. Each
-        message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts). ``back``: the
+        message is read once (``lines.json`` keeps the markers, as it keeps the lines' texts). ``held``: the
         oldest lines held back (``held_back``), whose placeholders are not shown but for those standing in."""
         v = views.view
-        ids = [i for l, i in v.placeholders(back) if l == 0]
-        if back:
-            ids[:0] = [i for l, i, k in v.spans(back) if l == 0 and (k < 0 or v.lines[k][2] is None)]  # (k < 0: bare)
+        ids = [i for l, i in v.placeholders(held.lines) if l == 0]
+        if held.lines:
+            ids[:0] = [i for l, i, k in v.spans(held) if l == 0 and (k < 0 or v.lines[k][2] is None)]  # (k < 0: bare)
         todo = [i for i in ids if i not in self._markers]
         if todo:
             from .message import is_tool

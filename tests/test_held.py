@@ -144,7 +144,7 @@ def test_held_on_an_unfolded_million_line_view_is_computed_without_loading_it(tm
     got = held.held(ids, lambda i: sizes[i], lines=False)
     assert got[n] is None
     back = v.held_back(2 * 128_000, line_bytes)  # (past twice its budget: the oldest lines are shown as spans)
-    assert 0 < back < len(v.lines)
+    assert 0 < back.lines < len(v.lines)
     shown = v.shown_for(back)
     for i in ids[:-1]:
         l, idx, _ = shown(i)

@@ -153,7 +153,7 @@ def test_restart_gives_a_byte_identical_view(home, sh, config, summary, back):
         mem.write_node(0, k, f"user: {600 + k} x")
     first = mem.view_lines()
     assert "not summarized yet" in "".join(first) and summary in "".join(first)
-    assert mem.views.held_back(mem.views.current()) == back
+    assert mem.views.held_back(mem.views.current()).lines == back
     raw = (home / "t" / "view.json").read_bytes()
     out = sh("view", "t")
     assert out.returncode == 0 and out.stdout.decode().splitlines() == first
@@ -547,7 +547,7 @@ def test_lines_json_spares_reading_the_log_and_is_ignored_when_wrong(home, run, 
         fresh = Memory.open("t")
         rows = fresh.views.shown(fresh.views.current())
     assert "".join(render_line(l, i, text) + "\n" for l, i, text, _ in rows) == expected
-    assert fresh.views.held_back(fresh.views.current())  # (past twice its budget: its own lines stand in too)
+    assert fresh.views.held_back(fresh.views.current()).lines  # (past twice its budget: its own lines stand in too)
     for damage in (b"{not json", b'{"version": 1, "line_bytes": 999, "lines": {"0+16": "user: forged"}}',
                    b'{"version": 1, "line_bytes": 512, "lines": {"0+16": 7}}'):
         cache.write_bytes(damage)

@@ -112,8 +112,8 @@ def test_a_view_within_twice_its_budget_holds_nothing_back():
     v = View(100, 50, lambda *_: None)
     for k in range(10):
         v.push("user: " + "x" * 10)
-    assert v.held_back(v.total, 512) == 0 and v.stand_ins(0) == []
-    assert v.held_back(v.total - 1, 64) > 0
+    assert v.held_back(v.total, 512) == view.NOTHING_HELD and v.stand_ins(view.NOTHING_HELD) == []
+    assert v.held_back(v.total - 1, 64).lines > 0
 
 
 @pytest.mark.parametrize("stop", [1, 2, 3, 600, 1 << 20, (1 << 20) + 5])
@@ -133,9 +133,9 @@ def test_lines_held_back_are_counted_at_the_most_a_line_can_take():
     for k in range(300):
         v.push(None if k % 3 == 0 else "user: " + "x" * (k % 400))
     back = v.held_back(2_000, 512)
-    rows = v.stand_ins(back) + v.rows(back)
+    rows = v.stand_ins(back) + v.rows(back.lines)
     assert sum(cost for *_, cost in rows) <= 2_000
-    assert (back, False) == view.held_back(((ln[0], ln[2] is None) for ln in reversed(v.lines)), len(v.lines), v.T,
+    assert back == (back.lines, False) == view.held_back(((ln[0], ln[2] is None) for ln in reversed(v.lines)), len(v.lines), v.T,
                                            2_000, 512, lambda l, i: None if v.find(l, i) < 0 else v.text(v.find(l, i)) is None)
     assert all(line_bytes_cost(l, i, text, None) == cost for l, i, text, cost in rows)
 

@@ -42,7 +42,7 @@ def command(
     rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json, mem,
-               0 if compactor else mem.views.held_back(views))
+               0 if compactor else mem.views.held_back(views).lines)
         return
     from ..tree import label
     from ..view import render_line
