@@ -300,3 +300,43 @@ def test_a_value_only_like_a_reference_is_redacted(text):
     out = redact(text)
     assert "redacted]" in out and "hunter2" not in out and "Passw0rd" not in out and "CAESIJ" not in out \
         and "Pass9" not in out, out
+
+
+# shapes found missing in a hunt through realistic session lines: (text, the secret in it, what must stay)
+HUNTED = [
+    ("machine api.heroku.com login alice@example.com password hunter2hunter2", "hunter2hunter2", "login alice@example.com password "),
+    ("machine github.com\n  login alice\n  password hunter2hunter2", "hunter2hunter2", "  login alice\n  password "),
+    ("mysql -uroot -p'hunter2' shop", "hunter2", " shop"),
+    ('mysql -u root -p"Zq8mX2vK7pLw" shop', "Zq8mX2vK7pLw", " shop"),
+    ("az login --service-principal -u http://app -p Zq8mX2vK7pLw~abc --tenant t", "Zq8mX2vK7pLw~abc", "-u http://app -p "),
+    ("aws configure set aws_secret_access_key Kd8sJ2nQ9vXbT4mW7yZ1aP3eR6uC0hF5gL8iN2oS",
+     "Kd8sJ2nQ9vXbT4mW7yZ1aP3eR6uC0hF5gL8iN2oS", "aws configure set aws_secret_access_key "),
+    ("    client-key-data: LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBdGVzdA==",
+     "LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0tLQpNSUlFb3dJQkFBS0NBUUVBdGVzdA==", "    client-key-data: "),
+    ("data:\n  tls.key: LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2UUlCQURBTkJna3Foa2lHOXcwQkFRRUZBQVND",
+     "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JSUV2UUlCQURBTkJna3Foa2lHOXcwQkFRRUZBQVND", "  tls.key: "),
+    ("STRIPE_KEY=sk_test_4eC39HqLyjWDarjtT1zdp7dc", "4eC39HqLyjWDarjtT1zdp7dc", "STRIPE_KEY="),
+    ("stripe listen gave whsec_Zq8mX2vK7pLwR4tYa9B3cD5eF6", "Zq8mX2vK7pLwR4tYa9B3cD5eF6", "stripe listen gave "),
+    ("SLACK_APP=xapp-1-A0123456789-1234567890123-0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef", "SLACK_APP="),
+    ("vault login hvs.CAESIJ3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6cAbCd", "CAESIJ3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6cAbCd", "vault login "),
+]
+# beside them, what stays: a certificate in base64 (public), a port, a flag reading the password from stdin
+HUNTED_ORDINARY = [
+    "    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSURBRENDQWVpZ0F3SUJBZ0lJ",
+    "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSURBRENDQWVpZ0F3SUJBZ0lJ",
+    "mysql --password shop < dump.sql; mysql -p shop",  # (mysql's --password takes a value only after =) "machine api.heroku.com login alice password",
+    "a machine learning password classifier; the default password is admin",
+    "aws configure set region eu-west-1 && aws configure set output json",
+    "pk_test_4eC39HqLyjWDarjtT1zdp7dc is the publishable key",
+]
+
+
+@pytest.mark.parametrize("text,secret,kept", HUNTED, ids=[s[0][:40] for s in HUNTED])
+def test_hunted_shapes_are_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "redacted]" in out, out
+
+
+@pytest.mark.parametrize("text", HUNTED_ORDINARY)
+def test_hunted_ordinary_text_is_left_alone(text):
+    assert redact(text) == text

@@ -23,6 +23,7 @@ a credential stands.
 
 from __future__ import annotations
 
+import base64
 import functools
 import math
 import re
@@ -53,6 +54,9 @@ _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and va
 _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S),
      "[private key redacted]", ("private key",)),
+    # a PEM private key in base64 (a kubeconfig's client-key-data, a Kubernetes secret's tls.key): "-----BEGIN"
+    # encoded, its header read to tell it from a certificate
+    (re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,}={0,2}"), lambda m: _if_private_pem(m.group()), ("ls0tls1crudjti",)),
     (re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]+"), "[slack webhook redacted]",
      ("hooks.slack.com",)),
     (re.compile(r"https://(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]+"), "[discord webhook redacted]",
@@ -80,9 +84,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b|\bgithub_pat_[A-Za-z0-9_]{30,}"), "[github token redacted]",
      ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_")),
     (re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}"), "[gitlab token redacted]", ("glpat-",)),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), "[slack token redacted]", ("xox",)),
+    (re.compile(r"\b(?:xox[abposre]|xapp)-[A-Za-z0-9-]{10,}"), "[slack token redacted]", ("xox", "xapp-")),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), "[google key redacted]", ("aiza",)),
-    (re.compile(r"\b(?:sk|rk|pk)_live_[A-Za-z0-9]{16,}"), "[stripe key redacted]", ("_live_",)),
+    (re.compile(r"\b(?:(?:sk|rk|pk)_live|(?:sk|rk)_test)_[A-Za-z0-9]{16,}"), "[stripe key redacted]", ("_live_", "_test_")),
+    (re.compile(r"\bwhsec_[A-Za-z0-9+/=]{24,}"), "[webhook secret redacted]", ("whsec_",)),
+    (re.compile(r"\bhv[sbr]\.[A-Za-z0-9_-]{24,}"), "[vault token redacted]", ("hvs.", "hvb.", "hvr.")),
     (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), "[huggingface token redacted]", ("hf_",)),
     (re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"), "[npm token redacted]", ("npm_",)),
     (re.compile(r"\bpypi-[A-Za-z0-9_-]{50,}"), "[pypi token redacted]", ("pypi-",)),
@@ -113,18 +119,24 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"""(?i)([_-]key["']?\s*[:=]\s*["']?)((?!\[)[^\s"',;]{16,})"""),
      lambda m: m.group(1) + _if_key(m.group(2), strict=True), ("key",)),
     # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
-    (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)([^\s\"'@]{4,})"), r"\1[password redacted]",
+    (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)(?!//)([^\s\"'@]{4,})"), r"\1[password redacted]",
      ("-u",)),
-    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)([^\s\"']+)"), r"\1[password redacted]",
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)([\"']?)([^\s\"']+)\2"),
+     r"\1\2[password redacted]\2",
      ("mysql", "mariadb")),
     (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p\s+)([^\s\"'-][^\s\"']*)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("mysql", "mariadb")),
     # the password flag of a command that takes one (sshpass -p, redis-cli -a, docker login -p, its --password),
     # and --password VALUE of any other when random (written --password=VALUE it is a name = value)
     (re.compile(r"""(\b(?:sshpass\b[^\n|;&]*?\s-p|redis-cli\b[^\n|;&]*?\s(?:-a|--pass)|"""
-                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo)\s+login\b[^\n|;&]*?\s(?:-p|--password))"""
+                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo|az)\s+login\b[^\n|;&]*?\s(?:-p|--password))"""
                 r"""\s*)(["']?)(?![$\[-])([^\s"']+)\2"""),
      r"\1\2[password redacted]\2", ("sshpass", "redis-cli", "login")),
+    # a .netrc's password (machine HOST login USER password PASS), aws configure set's secret key or token
+    (re.compile(r"(\b(?:machine\s+\S+|default)\s+login\s+\S+\s+(?:account\s+\S+\s+)?password\s+)(?!\[)(\S+)"),
+     r"\1[password redacted]", ("machine", "default")),
+    (re.compile(r"(\baws\s+configure\s+set\s+[\w.]*(?:secret|session_token)[\w.]*\s+)(?!\[)(\S+)"), r"\1[secret redacted]",
+     ("configure",)),
     (re.compile(r"""((?:^|\s)--(?:password|passwd|pass|secret|token|api-key)\s+["']?)(?![$\[-])([^\s"']+)"""),
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("--pass", "--secret", "--token", "--api-key")),
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
@@ -203,6 +215,16 @@ def _named_value(m: re.Match) -> str:
     if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
         return value
     return "[secret redacted]"
+
+
+def _if_private_pem(b64: str) -> str:
+    """``[private key redacted]`` for a PEM private key in base64, ``b64`` as it is otherwise (a certificate)."""
+    head = b64[: len(b64) // 4 * 4][:64]
+    try:
+        pem = base64.b64decode(head)
+    except ValueError:
+        return b64
+    return "[private key redacted]" if b"PRIVATE KEY" in pem.split(b"\n", 1)[0] else b64
 
 
 def _segments(path: str) -> str:
