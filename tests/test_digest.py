@@ -1145,6 +1145,9 @@ NEGATED = [
     ("الخادم لم يتوقف بعد التحديث الأخير للنظام.", ["لم"], ["يتوقف", "التحديث"]),
     ("Le serveur ne répond pas aux requêtes de la passerelle.", ["ne", "pas"], ["répond", "requêtes", "passerelle"]),
     ("El servidor no responde a las peticiones del balanceador.", ["no"], ["responde", "peticiones", "balanceador"]),
+    ("We should not set max_retries=3 on the worker.", ["not"], ["max_retries"]),
+    ("Don't flip new_pricing=false before the launch.", ["Don't"], ["new_pricing"]),
+    ('Please never set "maxRetries": 0 in the config.', ["never"], ["maxRetries"]),
 ]
 
 
@@ -1241,6 +1244,7 @@ MODAL = [
     ("Mungkin kita pindahkan database besok.", ["Mungkin"], ["pindahkan"]),
     ("Ίσως μεταφέρουμε τη βάση αύριο.", ["Ίσως"], ["μεταφέρουμε"]),
     ("아마 내일 데이터베이스를 옮길 것 같아요.", ["아마"], ["데이터베이스를", "옮길"]),
+    ("Maybe set max_retries=3 on the worker.", ["Maybe"], ["max_retries"]),
 ]
 
 
@@ -1248,7 +1252,8 @@ MODAL = [
 def test_a_piece_holds_the_proposal_question_or_condition_of_its_clause(clause, marks, said):
     """A proposal read as done: ``I suggest we bump the connection timeout to 50 seconds`` gave ``bump, timeout to
     50 seconds``. Each piece of a clause holding a word that makes it a proposal, a question or a condition holds
-    one (or the piece is left out), as with a negation; such a word is no piece alone."""
+    one (or the piece is left out), as with a negation; such a word is no piece alone. A key with its value is said
+    with it as a number's words are (``Maybe set max_retries=3`` gave ``max_retries=3``)."""
     said_only_with(clause, marks, said, whole=True)
 
 

@@ -1162,26 +1162,34 @@ def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     assert run("import", other, "-n", "t").stdout.startswith("t: 6 imported, 0 already present")
 
 
-def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_twice(run, home, tmp_path):
+def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_twice(run, home, tmp_path, monkeypatch):
     """Keys written by the pimem before (version 4: no content keys of pi's and Codex's messages) are
     rebuilt from the log once, so a pi fork imported after the upgrade adds only its own messages. A Codex
-    message logged before has no turn in the log: a fork's copy of it is logged once more."""
+    message logged before has no turn in the log: once a fork names its parent's session (the session_meta
+    its copy holds), the parent's rollout is read again for the turns of what the memory holds, so the
+    fork's copy adds nothing either (it was logged once more), and what the fork says itself is logged."""
+    from pimem.importers import codex
     from pimem.importers.state import KEYS, STATE, VERSION, key_of
 
     parent = pi_tree(tmp_path / "a.jsonl")
     fork = pi_fork(parent, tmp_path / "b.jsonl", 3, "sess-2")
     rollout = [codex_meta("cx-P"), *codex_turn(1, 1, "run the tests", "Fixed.", "call_A")]
-    before = [{**line, "payload": {k: v for k, v in line["payload"].items() if k != "turn_id"}} for line in rollout]
-    first = write_jsonl(tmp_path / "rollout-P.jsonl", before)  # (logged as the pimem before logged it: no turn)
-    forked = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(rollout, "cx-F", len(rollout)))
-    for path in (parent, first):
-        assert run("import", path, "-n", "t").exit_code == 0
+    first = write_jsonl(tmp_path / "rollout-P.jsonl", rollout)
+    forked = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(rollout, "cx-F", len(rollout), codex_turn(2, 40, "go on", "Done.", "call_B")))
+    with monkeypatch.context() as patched:
+        patched.setattr(codex, "_UUID", re.compile("(?!)"))  # (logged as the pimem before logged it: no turn)
+        for path in (parent, first):
+            assert run("import", path, "-n", "t").exit_code == 0
+    assert not any("turn" in m["meta"] for m in messages())
     state = json.loads((home / "t" / STATE).read_text())
     (home / "t" / KEYS).write_bytes(b"".join(key_of(msg) for msg in messages()))
     (home / "t" / STATE).write_text(json.dumps({**state, "version": 4, "keys": len(messages())}))
     assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 4 already present")
     assert json.loads((home / "t" / STATE).read_text())["version"] == VERSION
-    assert run("import", forked, "-n", "t").stdout.startswith("t: 6 imported, 0 already present")
+    assert run("import", forked, "-n", "t").stdout.startswith("t: 6 imported, 6 already present")
+    assert [m["text"] for m in messages()[-6:]][::5] == ["go on", "Done."]
+    write_jsonl(first, codex_turn(3, 50, "and then", "Ok.", "call_D"))  # (the parent grown: read on, its turns kept)
+    assert run("import", first, "-n", "t").stdout.startswith("t: 6 imported, 0 already present")
 
 
 def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_twice(run, home, tmp_path):

@@ -635,7 +635,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             start -= text[start - 1 : start] in "\"'" and text[start - 1] == text[end : end + 1]
             paired = value.end()
             paths.append((start, paired))
-            add(text[start:paired], start, 1.3)
+            at = _negation_before(text, start)  # (with a negation or a proposal's word before it in its clause, as a
+            add(text[at:paired], at, 1.3)  # number's words: ``not set max_retries=3``, never ``max_retries=3`` alone)
             continue
         if start < numbered:  # (a number of the one before: its date's year, its range's end, a group of its digits)
             continue

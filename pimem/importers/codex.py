@@ -13,7 +13,9 @@ no ids, so each message's ``entry`` is its line's hash (``Parser.line_entry``).
 ``codex fork`` (and going back to an earlier message) writes a new rollout, a new session id: its own
 ``session_meta``, then the parent's lines again, its ``session_meta`` among them, each stamped with the time of
 the fork (``codex resume`` appends to the same file). The first ``session_meta`` names the rollout's session, as
-Codex reads it: the fork's own messages are the fork's, and so is a copy imported before its parent. So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
+Codex reads it: the fork's own messages are the fork's, and so is a copy imported before its parent. The parent
+a copy names (``parents``) has the turns of what an earlier pimem logged of it, without them, read again from
+its rollout (``state.key_turns``). So that such a copy adds nothing, a message carries the turn it was said in (``meta.turn``, the
 UUID the turn's ``task_started`` or ``turn_context`` line names; older rollouts name none) and, for the second and
 later time its turn says the same, ``meta.repeat`` (a call and its output are told apart by their call id): these
 make its content key (``state.content_key``).
@@ -56,6 +58,10 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 class CodexParser(Parser):
     source = "codex"
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.parents: set[str] = set()  # the sessions whose session_meta a fork's copy holds (``state.key_turns``)
+
     @staticmethod
     def sniff(obj: dict) -> bool:
         if obj.get("type") in LINE_TYPES and isinstance(obj.get("payload"), dict):
@@ -77,7 +83,9 @@ class CodexParser(Parser):
         kind, payload = obj.get("type"), obj["payload"]
         date = self.date(obj.get("timestamp"))
         if kind == "session_meta":  # (the first is the rollout's own; a fork's copy of its parent's names the parent)
-            self.state.setdefault("session", payload.get("id"))
+            session = self.state.setdefault("session", payload.get("id"))
+            if isinstance(payload.get("id"), str) and payload["id"] != session:
+                self.parents.add(payload["id"])
             self.state["cwd"] = payload.get("cwd") or self.state.get("cwd")
             return []
         if kind == "turn_context":

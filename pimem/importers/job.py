@@ -187,6 +187,7 @@ class _File:
         # key, the i an export's line names, its line's number)
         self.batch_bytes = 0
         self.prior: dict | None = None
+        self.parser = None
         self.resumed: tuple[int, int] | None = None  # (offset, line) read on from, as an earlier import recorded them
         self.deadline: float | None = deadline
         self.capped = False  # a message or line over the cap was skipped: said in the position, so that a
@@ -197,6 +198,7 @@ class _File:
         parser = FORMATS[self.source.format](
             self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset),
             before=(lambda: read_lines(f, offset)) if offset else None, held=lambda rec: self.state.holds(key_of(rec)))
+        self.parser = parser
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
@@ -317,6 +319,7 @@ class _File:
             self.mem._make_dirs()  # (not again where the memory was renamed or deleted from)
         with self.mem.lock(self.timeout):
             self.state.sync()
+            self.state.key_turns(getattr(self.parser, "parents", ()))
             batch = self._changed(batch)
             held = self._held(batch)
             fresh, keys, seen = [], [], set()

@@ -26,7 +26,8 @@ Both are read and written only under the writer lock. Messages logged by anyone 
 are caught up from the log; a missing or inconsistent state is rebuilt from the log's meta; a crash
 between the log write and the state write leaves extra key bytes that are cut off on the next write.
 Deleting both files loses nothing; a state of an earlier version has its keys rebuilt from the log once
-(the files' positions are kept).
+(the files' positions are kept). A Codex message logged without its turn (by a pimem before ``meta.turn``)
+has no content key in the log: a fork naming its session gets it from the parent's rollout (``key_turns``).
 """
 
 from __future__ import annotations
@@ -187,6 +188,7 @@ class ImportState:
         self._counts: dict[str, tuple] = {}  # path -> ((offset, anchor), its line counts): ``counts_before``
         self._lent: dict[str, dict] = {}
         self._peeked = False  # the keys on disk were read by ``holds`` before any ``sync``
+        self._turned: set[str] = set()  # Codex sessions ``key_turns`` looked at
 
     def counts_before(self, path: str, prior: dict | None, f, offset: int):
         """What ``Parser.line_entry`` needs when ``path`` is read on from ``offset`` (``prior``, its saved
@@ -277,6 +279,30 @@ class ImportState:
         if fresh or total != self.covered:
             self._write(bytes(fresh), total)
 
+    def key_turns(self, sessions) -> None:
+        """The content keys of the messages of Codex ``sessions`` (a fork's parents) that the memory holds
+        without a turn (logged by a pimem before ``meta.turn``), their turns read again from the rollouts this
+        state names for those sessions, so the fork's copy of them adds nothing. Each session once (caller
+        holds the writer lock, after ``sync``)."""
+        for session in set(sessions) - self._turned:
+            self._turned.add(session)
+            turnless = [m for m in self.mem.log.holding([orjson.dumps(session)]) if _turnless(m, session)]
+            turns: dict = {}
+            for path, position in self.files.items() if turnless else ():
+                carried = position.get("state") if isinstance(position, dict) else None
+                if (position.get("format") == "codex" and isinstance(carried, dict) and carried.get("session") == session
+                        and isinstance(position.get("offset"), int)):
+                    turns.update(_turns_of(path, position["offset"]))
+            fresh = bytearray()
+            for msg in turnless:
+                found = turns.get(key_of(msg))
+                mark = content_key({**msg, "meta": {**msg["meta"], "turn": found[0], "repeat": found[1]}}) if found else None
+                if mark is not None and mark not in self.keys:
+                    self.keys.add(mark)
+                    fresh += mark
+            if fresh:
+                self._write(bytes(fresh), self.covered)
+
     def _read_state(self) -> dict | None:
         try:
             state = read_json(self._state_path, None)
@@ -315,3 +341,35 @@ class ImportState:
         state = {"version": VERSION, "covered": self.covered, "keys": self.count, "files": self.files}
         homes.write_atomic(self._state_path, orjson.dumps(state) + b"\n")
         self._loaded = (self.covered, self.count)
+
+
+def _turnless(msg: dict, session: str) -> bool:
+    meta = msg.get("meta")
+    return isinstance(meta, dict) and meta.get("source") == "codex" and meta.get("session") == session and "turn" not in meta
+
+
+def _turns_of(path: str, stop: int) -> dict:
+    """``key_of`` -> ``(turn, repeat)`` of the messages the first ``stop`` bytes of Codex rollout ``path``
+    give where it names their turn (nothing where it cannot be read)."""
+    from .. import decoder
+    from .codex import CodexParser
+    from .parser import Malformed, read_lines
+
+    parser, out = CodexParser(path), {}
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return out
+    with f:
+        for n, line in enumerate(read_lines(f, stop), 1):
+            line = line.removeprefix(decoder.BOM) if n == 1 else line
+            if not line.strip():
+                continue
+            try:
+                records = parser.parse(n, line, decoder.loads(line))
+            except (decoder.JSONDecodeError, Malformed):
+                continue
+            for rec in records:
+                if rec["meta"].get("turn"):
+                    out[key_of(rec)] = (rec["meta"]["turn"], rec["meta"].get("repeat"))
+    return out
