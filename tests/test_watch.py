@@ -1359,3 +1359,54 @@ def test_a_signal_while_watch_starts_stops_it_cleanly_with_exit_0(home, tmp_path
                          capture_output=True, timeout=60, env=subprocess_env())
     assert out.returncode == 0 and b"interrupted" not in out.stderr and b"Traceback" not in out.stderr, out.stderr
     assert lease.holder(mem) is None
+
+
+MOVED_AS_TAKEN = """
+import os, sys
+from pimem import scheduler
+
+to = sys.argv[1]
+
+class Moving(scheduler.Builder):
+    done = False
+
+    def __init__(self, mem, *args, **kwargs):
+        if not Moving.done:  # the memory renamed by hand after the lease was taken, before its builder reads it
+            Moving.done = True
+            os.rename(mem.path, to)
+        super().__init__(mem, *args, **kwargs)
+
+scheduler.Builder = Moving
+from pimem.cli import main
+sys.argv[1:] = ["watch", "two", "--json"]
+main()
+"""
+
+
+def test_a_memory_moved_just_as_the_watcher_takes_it_is_let_go_of_there_and_taken_again_once_back(home):
+    """``take``: the lease held, the memory renamed before its builder read it (a real rename, between the two
+    steps). The watcher says it went (``refused``, ``"gone": true``), lets go of the lease in the moved copy
+    (``status`` there sees no builder that died holding it), and takes the memory again once it is back."""
+    configure(home)
+    two = fill("two", 3)
+    moved = home / "two-moved"
+    watcher = subprocess.Popen([sys.executable, "-c", MOVED_AS_TAKEN, str(moved)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=subprocess_env(TEST_LLM_KEY="k"))
+    try:
+        until(lambda: moved.exists() and not (moved / "lock.json").exists() and not two.path.exists())
+        assert lease.holder(Memory.open("two-moved")) is None
+        os.rename(moved, two.path)
+        fill("two", 6)
+        until(lambda: complete("two") and watcher_holds(Memory.open("two"), watcher))
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert [e for e in events if e["event"] == "refused"] == [
+        {"event": "refused", "memory": "two", "gone": True,
+         "error": f"memory 'two' was moved or deleted behind pimem's back (from {two.path})"}]
+    assert [e["memory"] for e in events if e["event"] == "watching"] == ["two"]  # (once back, not as it went)
+    assert err.decode().splitlines() == [
+        f"pimem: warning: stopped building two: memory 'two' was moved or deleted behind pimem's back (from {two.path}) "
+        "(this watcher takes it again once it is back)"]
