@@ -121,15 +121,15 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
     (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)(?!//)([^\s\"'@]{4,})"), r"\1[password redacted]",
      ("-u",)),
-    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p)([\"']?)([^\s\"']+)\2"),
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]{0,256}?\s-p)([\"']?)([^\s\"']+)\2"),
      r"\1\2[password redacted]\2",
      ("mysql", "mariadb")),
-    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]*?\s-p\s+)([^\s\"'-][^\s\"']*)"),
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]{0,256}?\s-p\s+)([^\s\"'-][^\s\"']*)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("mysql", "mariadb")),
     # the password flag of a command that takes one (sshpass -p, redis-cli -a, docker login -p, its --password),
     # and --password VALUE of any other when random (written --password=VALUE it is a name = value)
-    (re.compile(r"""(\b(?:sshpass\b[^\n|;&]*?\s-p|redis-cli\b[^\n|;&]*?\s(?:-a|--pass)|"""
-                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo|az)\s+login\b[^\n|;&]*?\s(?:-p|--password))"""
+    (re.compile(r"""(\b(?:sshpass\b[^\n|;&]{0,256}?\s-p|redis-cli\b[^\n|;&]{0,256}?\s(?:-a|--pass)|"""
+                r"""(?:docker|podman|buildah|nerdctl|helm\s+registry|oras|skopeo|az)\s+login\b[^\n|;&]{0,256}?\s(?:-p|--password))"""
                 r"""\s*)(["']?)(?![$\[-])([^\s"']+)\2"""),
      r"\1\2[password redacted]\2", ("sshpass", "redis-cli", "login")),
     # a .netrc's password (machine HOST login USER password PASS), aws configure set's secret key or token
