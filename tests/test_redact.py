@@ -345,8 +345,11 @@ def test_hunted_ordinary_text_is_left_alone(text):
 def test_a_long_line_of_commands_is_read_once():
     """``mysql -p'`` repeated over 100 KB was read to the line's end from each command in it looking for its
     password: 45 s of CPU on a model request. A command's password flag is looked for in its next 256
-    characters; a password after more options than that is still found when it looks random (``-pXk9…``)."""
-    for text in ("mysql -p'" * 11000, "sshpass -x " * 9000, "redis-cli -x " * 7500, "docker login -x " * 6000):
+    characters; a password after more options than that is still found when it looks random (``-pXk9…``). So
+    with URLs: x:// repeated (detect-secrets' npm detector, 7.5 s; now run only beside an _authToken), and a
+    webhook's path looked for in a URL's next 256 characters (https://a/webhooks repeated: 5 s)."""
+    for text in ("mysql -p'" * 11000, "sshpass -x " * 9000, "redis-cli -x " * 7500, "docker login -x " * 6000,
+                 "x://" * 25000, "https://a/webhooks" * 5500):
         assert redact(text) == text
     assert redact("mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'hunter2' shop") == \
         "mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'[password redacted]' shop"
