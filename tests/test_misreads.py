@@ -38,7 +38,6 @@ def test_a_negation_inside_a_condition_keeps_the_condition():
     assert not _only_with(found + line, {"used"}, {"if"}), (found, line)
 
 
-@pytest.mark.xfail(strict=True, reason="`without` is a piece alone and what it negates is said as done")
 def test_without_is_said_with_what_it_negates():
     """``The deploy went out without any tests being run`` gave ``deploy went, without, tests, run``: read as tests
     run. ``clean without the setImmediate() workarounds`` gave ``clean without``, its object gone."""

@@ -245,7 +245,7 @@ def _list_marker(text: str, start: int) -> int:
 
 # a negation right before a piece (only spaces between): the piece says the opposite without it ("themes no longer
 # crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
-_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
+_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|[Ww]ithout|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
 _NEGATION_ENDS = frozenset(" \t不没有别未")  # (what a piece right after a negation follows: most follow none)
 _NEGATION_LAST = frozenset("oOtTrR")  # (the last letter of one before its spaces)
 
@@ -275,7 +275,10 @@ _NEGATORS = frozenset(
     "לא ולא שלא אין אינו אינה אינם מעולם "  # Hebrew
     "لا ولا فلا لم ولم لن ولن ليس ليست لست "  # Arabic
     "नहीं मत δεν μην όχι değil yok tidak bukan jangan belum không chưa đừng "  # Hindi, Greek, Turkish, Malay, Vietnamese
-    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())  # Korean
+    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다 "  # Korean
+    # and without, which negates what follows it as not does (``went out without any tests being run``: not ``tests``,
+    # ``run``)
+    "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan".split())
 _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
