@@ -103,7 +103,7 @@ def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> 
     if recorded is not None:
         known["ranges.json"] = recorded[1] + 1
     past = {what: n for what, n in known.items() if n > end}
-    if not past:
+    if not past or _logged_since(mem, max(past.values())):
         return []
     last = max(past.values()) - 1
     names = recorded[2] if recorded is not None else []
@@ -117,6 +117,15 @@ def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> 
         return [Finding(mem.name, "log", where, problem)]
     return [Finding(mem.name, "log", where, problem, repair=f"log a note in place of each lost message (#{end}…#{last})",
                     action=functools.partial(_log_lost, end, last, names))]
+
+
+def _logged_since(mem: Memory, end: int) -> bool:
+    """Whether the log now holds the messages before ``end``: the others were asked how far it went after it
+    was read, without the writer lock, and a writer may have logged those messages meanwhile (an agent
+    appending every turn). Read only when it looks short."""
+    again: dict[str, int] = {}
+    check_log(mem, again)
+    return mem.log.past_unsealed(again["main/"], [p.name for p in mem.log.files()]) >= end
 
 
 def _log_lost(first: int, last: int, names: list[str], mem: Memory) -> None:

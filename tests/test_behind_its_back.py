@@ -333,6 +333,29 @@ def test_messages_lost_from_the_log_end_stop_every_command_until_the_file_is_put
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
 
 
+def test_messages_another_process_logs_while_fsck_checks_are_not_lost(sh, log, run, monkeypatch):
+    """fsck reads the log, then what ranges.json, the view and the index know of its end: a message an agent
+    logged in between (and the index caught up with) was reported lost from the end, exit 5, with a call to
+    accept the loss."""
+    from pimem import fsck
+
+    tree = fsck.check_tree
+    logged = []
+
+    def after_the_log_is_read(mem):
+        if not logged:
+            logged.append(sh("append", "m", "logged while fsck checks"))
+            assert logged[0].stdout == b"9\n" and sh("search", "while fsck", "m").returncode == 0
+        return tree(mem)
+
+    monkeypatch.setattr(fsck, "check_tree", after_the_log_is_read)
+    out = run("fsck", "m")
+    assert logged and out.exit_code == 0, out.stdout
+    assert "lost" not in out.stdout
+    monkeypatch.setattr(fsck, "check_tree", tree)
+    assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
+
+
 def test_messages_lost_from_the_log_end_in_another_boot_stop_writers_and_readers(sh, log):
     lose_end(log, "deleted")
     ranges = log.parent / "ranges.json"

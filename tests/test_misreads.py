@@ -95,7 +95,6 @@ def test_of_mine_keeps_who_did_it():
         assert not [p for p in found + line if re.match(r"mine\b", p)], (clause, found, line)
 
 
-@pytest.mark.xfail(strict=True, reason="`far from full` is cut into `far, full`: read as full")
 def test_far_from_stays_whole():
     found, line = _said("The disk is far from full, only 20% used.")
     assert not _only_with(found + line, {"full"}, {"from"}), (found, line)
