@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings, strategies as st
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 from bench.synth import messages
-from pimem.tree import free_merge, label
-from pimem.view import View
+from pimem import Memory
+from pimem.tree import byte_size, free_merge, label
+from pimem.view import View, render_line
 
 
 def shape(v):
@@ -146,3 +150,29 @@ def test_realistic_log_rewrites_fewer_than_three_lines_per_message():
     assert 64_000 <= v.total <= 128_000
     assert rewritten / 5000 < 3, rewritten / 5000
     print(f"lines rewritten per message: {rewritten / 5000:.2f} over {batches} batches")
+
+
+@pytest.mark.xfail(strict=True, reason="the view folds by its lines as stored; the speakers' names readers add are "
+                   "not in its budget (measured: 43,224 bytes shown against 2×hi = 16,000 with 40-character names "
+                   "on short messages)")
+@settings(max_examples=10, deadline=None, phases=[Phase.generate], suppress_health_check=[HealthCheck.too_slow])
+@given(names=st.lists(st.text(st.characters(codec="utf-8", categories=["L", "N"]), min_size=1, max_size=40),
+                      min_size=1, max_size=4),
+       sizes=st.lists(st.integers(1, 200), min_size=40, max_size=80),
+       hi=st.integers(600, 1500))
+def test_what_every_reader_shows_stays_within_twice_the_budget_whatever_the_speakers_names(names, sizes, hi):
+    """Whatever the speakers' names (``meta.speaker``: readers say them, ``user Caroline: …``) and the budget,
+    what ``view``, ``context``, ``map`` and MCP show (all through ``ViewFile.shown``, with tool traffic or without)
+    is at most twice ``hi``, the bound the view is designed to."""
+    with tempfile.TemporaryDirectory() as home:
+        mem = Memory.at("t", home)
+        mem.append([{"kind": "note", "text": "start"}])
+        mem.save_config({"view": {"hi": hi, "lo": hi // 2}})
+        for k, size in enumerate(sizes):
+            Memory.at("t", home).append([{"kind": "user" if k % 2 else "pi", "text": "w" * size,
+                                          "meta": {"speaker": names[k % len(names)]}}])
+            mem = Memory.open("t", home)
+            views = mem.views.current()
+            for include_tools in (False, True):
+                shown = mem.views.shown(views, include_tools=include_tools, save=False)
+                assert sum(byte_size(render_line(l, i, text)) + 1 for l, i, text, _ in shown) <= 2 * hi
