@@ -1174,9 +1174,10 @@ def said_only_with(clause: str, marks: list[str], said: list[str], whole=None) -
         assert not set(marks) & set(found), found
         assert any(word in (words.findall(piece) if whole else piece) for piece in found for word in said[:1]), found
         line = extractive.leaf(kind, text, 200)
-        for piece in pieces(line):
+        for piece in pieces(line):  # (or of a unit holding one that the line says whole: ``If it is cold, restart``)
             if any(word in words.findall(piece) for word in said):
-                assert any(word in words.findall(piece) for word in marks), line
+                assert any(word in words.findall(part) for part in [piece] + [unit for unit in found
+                           if piece in unit and unit in line] for word in marks), line
 
 
 @pytest.mark.parametrize("clause, negations, said", NEGATED)
@@ -1254,6 +1255,15 @@ MODAL = [
     ("Ίσως μεταφέρουμε τη βάση αύριο.", ["Ίσως"], ["μεταφέρουμε"]),
     ("아마 내일 데이터베이스를 옮길 것 같아요.", ["아마"], ["데이터베이스를", "옮길"]),
     ("Maybe set max_retries=3 on the worker.", ["Maybe"], ["max_retries"]),
+    ('I suggest "request_timeout": 50 for the gateway.', ["suggest"], ["request_timeout"]),
+    ("Maybe, we should restart the worker.", ["Maybe", "should"], ["restart", "worker"]),
+    ("Perhaps, the worker needs a restart.", ["Perhaps"], ["needs", "restart", "worker"]),
+    ("If the cache is cold, restart the worker.", ["If"], ["restart", "worker"]),
+    ("If the cache is cold, set max_retries=5 on the worker.", ["If"], ["max_retries", "set"]),
+    ("If the cache is cold, bump the pool to 6 workers.", ["If"], ["bump", "pool", "6"]),
+    ("Wenn der Cache kalt ist, starte den Worker neu.", ["Wenn"], ["starte", "neu"]),
+    ("Si le cache est froid, redémarre le worker.", ["Si"], ["redémarre", "worker"]),
+    ("Если кэш холодный, перезапусти воркер.", ["Если"], ["перезапусти", "воркер"]),
 ]
 
 
@@ -1261,8 +1271,10 @@ MODAL = [
 def test_a_piece_holds_the_proposal_question_or_condition_of_its_clause(clause, marks, said):
     """A proposal read as done: ``I suggest we bump the connection timeout to 50 seconds`` gave ``bump, timeout to
     50 seconds``. Each piece of a clause holding a word that makes it a proposal, a question or a condition holds
-    one (or the piece is left out), as with a negation; such a word is no piece alone. A key with its value is said
-    with it as a number's words are (``Maybe set max_retries=3`` gave ``max_retries=3``)."""
+    one (or the piece is left out), as with a negation; such a word is no piece alone. Such a word reaches over a
+    comma to its sentence's end (``If the cache is cold, restart the worker`` gave ``restart, worker``; ``Maybe, we
+    should restart`` gave ``Maybe``), and a key with its value is said with it as a number's words are (``Maybe set
+    max_retries=3`` gave ``max_retries=3``)."""
     said_only_with(clause, marks, said, whole=True)
 
 
@@ -1286,6 +1298,9 @@ CJK_MODAL = [
     ("如果明天的构建还是失败就把副本数改成3个", ["如果"], "改成"),
     ("不要把超时改成50秒", ["不要"], "改成"),
     ("你能把连接池的超时时间改成50秒吗", ["吗"], "改成"),
+    ("如果明天的构建还是失败，就把副本数改成3个", ["如果"], "改成"),
+    ("建议先观察一下，然后把超时改成50秒", ["建议"], "改成"),
+    ("如果缓存是冷的，就重启工作进程", ["如果"], "工作进程"),
 ]
 
 
@@ -1294,13 +1309,16 @@ def test_a_piece_of_a_chinese_clause_holds_its_proposal_question_condition_or_ne
     """A Chinese clause is said whole, but a number is said with the few characters before it: ``我建议…超时改成50秒``
     and ``不要把超时改成50秒`` gave ``超时改成50秒``, a decision. A piece of a clause holding a proposal's, a question's,
     a condition's or a negation's mark holds it (before it: ``建议``, ``是否``, ``要不要``, ``如果``, ``不``; after it:
-    ``吗``), or is left out."""
-    text = f"服务昨晚重启了两次，日志里都有记录。{clause}？" * 3
-    for kind in ("pi", "user"):
-        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
-        assert all(any(mark in piece for mark in marks) for piece in found if said in piece), found
-        line = extractive.leaf(kind, text)
-        assert all(any(mark in piece for mark in marks) for piece in pieces(line) if said in piece), line
+    ``吗``), or is left out; a proposal's or a condition's mark reaches over a comma to its sentence's end
+    (``如果明天的构建还是失败，就把副本数改成3个`` gave ``就把副本数改成3个``)."""
+    for end in ("？", "。"):
+        text = f"服务昨晚重启了两次，日志里都有记录。{clause}{end}" * 3
+        for kind in ("pi", "user"):
+            found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+            assert all(any(mark in piece for mark in marks) for piece in found if said in piece), found
+            line = extractive.leaf(kind, text)
+            assert all(any(mark in part for mark in marks for part in [piece] + [unit for unit in found
+                           if piece in unit and unit in line]) for piece in pieces(line) if said in piece), line
 
 
 def test_a_number_with_its_currency_or_unit_ends_there():

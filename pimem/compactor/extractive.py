@@ -36,7 +36,9 @@ characters past it, is left out); a negation is no piece alone but for a clause 
 So with a word that makes its clause a proposal, a question or a condition (``suggest``, ``maybe``, ``should``, ``if``,
 ``vielleicht``, ``quizás``, ``если``, ``אולי``; in Chinese and Japanese a mark in a clause's characters, ``建议``,
 ``是否``, ``要不要``, ``如果``, ``不``, or a particle after its words, ``吗``, ``吧``): ``suggest we bump the timeout``,
-``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done. A number with its
+``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done; such a word reaches
+over a comma to its sentence's end (``If the cache is cold, restart``, ``如果…失败，就把副本数改成3个``), and a key with its
+value is said with it as a number's words are (``not set max_retries=3``). A number with its
 currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no Chinese punctuation,
 nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``). The first phrase of the
 ask of the user asking a model runs over an article (``fix the login timeout``) and weighs ``HEAD`` times more: a merge
@@ -245,7 +247,7 @@ def _list_marker(text: str, start: int) -> int:
 
 # a negation right before a piece (only spaces between): the piece says the opposite without it ("themes no longer
 # crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
-_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|[Ww]ithout|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
+_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
 _NEGATION_ENDS = frozenset(" \t不没有别未")  # (what a piece right after a negation follows: most follow none)
 _NEGATION_LAST = frozenset("oOtTrR")  # (the last letter of one before its spaces)
 
@@ -275,20 +277,8 @@ _NEGATORS = frozenset(
     "לא ולא שלא אין אינו אינה אינם מעולם "  # Hebrew
     "لا ولا فلا لم ولم لن ولن ليس ليست لست "  # Arabic
     "नहीं मत δεν μην όχι değil yok tidak bukan jangan belum không chưa đừng "  # Hindi, Greek, Turkish, Malay, Vietnamese
-    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다 "  # Korean
-    # and without, which negates what follows it as not does (``went out without any tests being run``: not ``tests``,
-    # ``run``)
-    "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan "
-    # and the words that say a thing cannot be or is not had (``impossible to restore the backup``, ``lack the
-    # permissions to restart``)
-    "impossible imposible impossibile unmöglich невозможно unable lack lacks lacked lacking".split())
+    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())  # Korean
 _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
-# and the negations of more than one word, one negation each (``far from full``: not ``far``, ``full``; ``instead of
-# MySQL``, ``rather than``); found in a text before its tokens are read (``_phrases``)
-_NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "au lieu de", "en vez de", "en lugar de",
-                     "lejos de", "invece di", "em vez de", "statt dass")
-_NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES) + r")(?![\w'’-])")
-_NEGATION_HINTS = ("far ", "nstead ", "ather ", "loin ", "lieu ", "vez ", "lugar ", "lejos ", "nvece ", "statt ")
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
@@ -324,13 +314,15 @@ _MODALS = frozenset(
 # (the stop words a run of the user's ask goes on over: ``_phrases``)
 _DETERMINERS = frozenset("a an the this that these those my our your its their his her some any".split())
 _ROLE = (dict.fromkeys(STOP, 0) | dict.fromkeys(_MODALS, 3) | dict.fromkeys(_TURNS, 2)
-         | dict.fromkeys(_NEGATORS, 1) | dict.fromkeys(_NEGATION_PHRASES, 1))  # (a token's, in one look-up)
+         | dict.fromkeys(_NEGATORS, 1))  # (a token's, in one look-up)
 # in Chinese and Japanese, read in clauses, the same marks inside a run of their characters: a negation's (not
 # ``不过``, but; ``不错``, fine; ``特别``, especially; ``未来``, future), a proposal's, a question's or a condition's
 # before the words they qualify (``建议``, ``是否``, ``要不要``, ``如果``; ``もし``), a question's or a suggestion's
 # particle after them (``吗``, ``呢``, ``吧``; ``かもしれない``, ``べき``)
-_CJK_MARK = re.compile("不(?![过错同断少仅但管论])|没|别(?<![特区分类级个识告差性]别)|未(?!来)|无法|建议|提议|是否|要不要|"
-                       "能不能|可不可以|可否|也许|或许|可能|大概|如果|假如|要是|万一|应该|考虑|打算|もし|多分|たぶん|提案")
+_CJK_NOT = "不(?![过错同断少仅但管论])|没|别(?<![特区分类级个识告差性]别)|未(?!来)|无法"
+_CJK_MODAL = re.compile("建议|提议|是否|要不要|能不能|可不可以|可否|也许|或许|可能|大概|如果|假如|要是|万一|应该|考虑|打算|"
+                        "もし|多分|たぶん|提案")
+_CJK_MARK = re.compile(f"{_CJK_NOT}|{_CJK_MODAL.pattern}")
 _CJK_AFTER = re.compile("[吗呢吧]|かもしれ|べき|ましょうか|でしょうか")
 # (either, in one scan of a text that skips to the first characters of their alternatives)
 _CJK_MARKS = re.compile(f"(?=[不没别未无建提是要能可也或大如假万应考打も多た吗呢吧かべまで])(?:{_CJK_MARK.pattern}|{_CJK_AFTER.pattern})")
@@ -358,6 +350,27 @@ _CJK_CLAUSE = re.compile(rf"(?:[^，。！？；、：,;:!?\n（）() \t.…—�
 _BREAK = re.compile(r"[\n!?;()\[\]{}<>“”„‟«»‹›「」『』《》|—―…]|[.,:](?=\s|$)|\.(?=\.\.)|\s[-–]\s|–(?!(?<=\d–)\d)"
                     r'|"(?<![\u05d0-\u05ea]")|"(?![\u05d0-\u05ea])'  # (not a Hebrew abbreviation's gershayim: ``בע"מ``)
                     r"|[，。！？；：、।॥،؟؛။၊។៕։።፣｡．]")
+# (the breaks that end a sentence: a negation's reach ends at any break, a proposal's or a condition's word's at these,
+# over a comma, a colon, a quote, a bracket or a dash: ``If the cache is cold, restart the worker``, ``Maybe, we…``)
+_SENTENCE_BREAKS = frozenset("\n!?;|<>{}[]。！？；।॥؟؛။។៕։።｡．")
+
+
+def _ends_sentence(text: str, at: int) -> bool:
+    """Whether the break at ``at`` in ``text`` (``_BREAK``) ends its sentence: a full stop (not an ellipsis's), a
+    question or exclamation mark, a semicolon, a line break (``_SENTENCE_BREAKS``)."""
+    c = text[at]
+    if c == ".":
+        return text[at - 1 : at] != "." and text[at + 1 : at + 2] != "."
+    return c in _SENTENCE_BREAKS
+
+
+def _proposes(text: str, at: int, to: int) -> bool:
+    """Whether ``text[at:to]``, a clause's mark (``_phrases``), makes it a proposal, a question or a condition (not a
+    negation, nor a particle after the words it qualifies: ``吗``): its reach runs on to its sentence's end."""
+    role = _ROLE.get(text[at:to].lower())
+    return role == 3 if role else bool(_CJK_MODAL.fullmatch(text, at, to))
+
+
 # (a word holds dots, but no three in a row: "logs...nothing" is two words and an ellipsis)
 _TOKEN = re.compile(r"[^\W_](?:[\w'’+#-]*\.(?!\.\.))*[\w'’+#-]*[^\W_]|[^\W_]")
 
@@ -711,7 +724,14 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece = m.group().strip()
             if _CJK_RUN.search(piece) and len(piece.encode("utf-8")) <= 90 and not (
                     in_error and in_error(m.start(), m.end())):
-                add(piece, m.start() + m.group().find(piece))
+                at = m.start() + m.group().find(piece)
+                if m.start() and not _CJK_MARKS.search(piece) and (before := _negation_before(text, at)) < at:
+                    # a clause after a proposal's or a condition's in its sentence: with it (``如果…失败，就把副本数改成
+                    # 3个``, not ``就把副本数改成3个``), or left out
+                    piece, at = text[before : at + len(piece)], before
+                    if len(piece.encode("utf-8")) > 90:
+                        continue
+                add(piece, at)
     for pos, phrase, negated in _phrases(text, bool(cjk), ask, units_at):
         if pos < ask and " " in phrase:  # the ask's first phrase of words: what is asked, its verb with what it is
             bonus, ask = HEAD, 0  # done to (said before its nouns; Chinese clauses hold theirs)
@@ -1443,7 +1463,8 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     в``). A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break or a turn, ``_TURNS``)
     each run is said with it (``_negated``); a negation alone is no run. So is a word that makes the clause a
     proposal, a question or a condition (``_MODALS``; in Chinese and Japanese a mark inside a run of their
-    characters, ``_CJK_MARK``, ``_CJK_AFTER``).
+    characters, ``_CJK_MARK``, ``_CJK_AFTER``), which reaches on over a comma, a colon, a quote or a dash to its
+    sentence's end (``_ends_sentence``: ``If the cache is cold, restart the worker``).
     In the user's ask (its first ``ask`` characters) a run goes on over an article or a determiner between two of its
     words: what is asked is done to something (``fix the login timeout``, not ``fix`` and ``login timeout``: at a
     merge the ask was said by its nouns alone)."""
@@ -1452,9 +1473,6 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     c = 0  # the next of ``units``
     marks = [m.span() for m in _CJK_MARKS.finditer(text)] if cjk else ()  # (``_CJK_MARK``, ``_CJK_AFTER``)
     k = 0  # the next of them
-    phrased = [m.span() for m in _NEGATION_PHRASE.finditer(text)] if any(
-        hint in text for hint in _NEGATION_HINTS) else ()  # (``_NEGATION_PHRASES``)
-    j = 0  # the next of them
     b = 0
     start = end = -1  # the run in hand
     words = 0
@@ -1463,22 +1481,21 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     for m in (_TOKEN if text.isascii() else _marked()[1]).finditer(text):
         s, e = m.span()
         if breaks[b] < s:
+            within = True  # (all the breaks since the run's last word are within a sentence: a comma, a quote)
             while breaks[b] < s:
+                within = within and not _ends_sentence(text, breaks[b])
                 b += 1
             if start >= 0:  # a break since the run's last word
                 runs.append((start, end))
                 start = -1
-            yield from _clause(text, runs, negations)
-            runs, negations = [], []
+            # a proposal's or a condition's word reaches the clauses after it in its sentence (``If the cache is cold,
+            # restart the worker``: not ``restart`` alone), and alone in its clause is no piece (``Maybe, we…``)
+            carried = [mark for mark in negations if _proposes(text, *mark)] if within and negations else []
+            if not (carried and all(run in carried for run in runs)):
+                yield from _clause(text, runs, negations)
+            runs, negations = [], carried
         token = m.group()
         role = _ROLE.get(token.lower())
-        if phrased and j < len(phrased) and phrased[j][0] <= s:  # (a negation of words: one, ``far from``)
-            while j < len(phrased) and phrased[j][1] <= s:
-                j += 1
-            if j < len(phrased) and phrased[j][0] <= s:
-                if s > phrased[j][0]:
-                    continue
-                role, e = 1, phrased[j][1]
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
@@ -1576,12 +1593,15 @@ def _marked_before(text: str, at: int, end: int, cjk) -> tuple[int, int]:
 
 def _negation_before(text: str, at: int) -> int:
     """Where the nearest negation (or word of a proposal, a question or a condition: ``_MODALS``, ``_CJK_MARK``)
-    before ``at`` in its clause (up to a break or a turn, ``_phrases``; at most 60 characters back) starts, else
-    ``at``: a number's words said with it (``не нужно 3 реплики``, not ``нужно 3 реплики``)."""
+    before ``at`` in its clause (up to a break or a turn, ``_phrases``; a proposal's word in its sentence, over a
+    comma; at most 60 characters back) starts, else ``at``: a number's words said with it (``не нужно 3 реплики``,
+    not ``нужно 3 реплики``)."""
     window = text[max(0, at - 60) : at]
-    cut = 0
+    cut = clause = 0  # (where its sentence starts, where its clause starts: a proposal's word reaches over a comma)
     for m in _BREAK.finditer(window):
-        cut = m.end()
+        clause = m.end()
+        if _ends_sentence(window, m.start()):
+            cut = clause
     found = -1
     negated = False  # (a negation found: a proposal's word after it is no nearer mark, ``don't think we should``)
     for m in (_TOKEN if window.isascii() else _marked()[1]).finditer(window, cut):
@@ -1589,10 +1609,13 @@ def _negation_before(text: str, at: int) -> int:
         if role:
             if role == 2:
                 found, negated = -1, False
-            elif not (negated and role == 3):
+            elif not (negated and role == 3 or role == 1 and m.start() < clause):
                 found, negated = m.start(), role == 1
-        elif not m.group().isascii() and (mark := _CJK_MARK.search(m.group())):  # (``建议把超时改成 50``)
-            found = m.start() + mark.start()
+        elif not m.group().isascii():  # (``建议把超时改成 50``)
+            mark = next((mark for mark in _CJK_MARK.finditer(m.group()) if m.start() >= clause
+                         or _CJK_MODAL.fullmatch(mark.group())), None)
+            if mark:
+                found = m.start() + mark.start()
     return at - len(window) + found if found >= 0 else at
 
 
