@@ -247,7 +247,7 @@ def _list_marker(text: str, start: int) -> int:
 
 # a negation right before a piece (only spaces between): the piece says the opposite without it ("themes no longer
 # crash" is not "longer crash", "not optional" not "optional"), so it takes it; a negation is never a piece alone
-_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
+_NEGATION = re.compile(r"(?<![\w'’-])(?:[Nn]o|NO|[Nn]ot|NOT|[Nn]ever|NEVER|[Nn]or|[Cc]annot|[Ww]ithout|\w+n['’]t)[ \t]+\Z|(?:不|没有?|别|未)\Z")
 _NEGATION_ENDS = frozenset(" \t不没有别未")  # (what a piece right after a negation follows: most follow none)
 _NEGATION_LAST = frozenset("oOtTrR")  # (the last letter of one before its spaces)
 
@@ -277,8 +277,20 @@ _NEGATORS = frozenset(
     "לא ולא שלא אין אינו אינה אינם מעולם "  # Hebrew
     "لا ولا فلا لم ولم لن ولن ليس ليست لست "  # Arabic
     "नहीं मत δεν μην όχι değil yok tidak bukan jangan belum không chưa đừng "  # Hindi, Greek, Turkish, Malay, Vietnamese
-    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())  # Korean
+    "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다 "  # Korean
+    # and without, which negates what follows it as not does (``went out without any tests being run``: not ``tests``,
+    # ``run``)
+    "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan "
+    # and the words that say a thing cannot be or is not had (``impossible to restore the backup``, ``lack the
+    # permissions to restart``)
+    "impossible imposible impossibile unmöglich невозможно unable lack lacks lacked lacking".split())
 _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
+# and the negations of more than one word, one negation each (``far from full``: not ``far``, ``full``; ``instead of
+# MySQL``, ``rather than``); found in a text before its tokens are read (``_phrases``)
+_NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "au lieu de", "en vez de", "en lugar de",
+                     "lejos de", "invece di", "em vez de", "statt dass")
+_NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES) + r")(?![\w'’-])")
+_NEGATION_HINTS = ("far ", "nstead ", "ather ", "loin ", "lieu ", "vez ", "lugar ", "lejos ", "nvece ", "statt ")
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
@@ -314,7 +326,7 @@ _MODALS = frozenset(
 # (the stop words a run of the user's ask goes on over: ``_phrases``)
 _DETERMINERS = frozenset("a an the this that these those my our your its their his her some any".split())
 _ROLE = (dict.fromkeys(STOP, 0) | dict.fromkeys(_MODALS, 3) | dict.fromkeys(_TURNS, 2)
-         | dict.fromkeys(_NEGATORS, 1))  # (a token's, in one look-up)
+         | dict.fromkeys(_NEGATORS, 1) | dict.fromkeys(_NEGATION_PHRASES, 1))  # (a token's, in one look-up)
 # in Chinese and Japanese, read in clauses, the same marks inside a run of their characters: a negation's (not
 # ``不过``, but; ``不错``, fine; ``特别``, especially; ``未来``, future), a proposal's, a question's or a condition's
 # before the words they qualify (``建议``, ``是否``, ``要不要``, ``如果``; ``もし``), a question's or a suggestion's
@@ -1473,6 +1485,9 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     c = 0  # the next of ``units``
     marks = [m.span() for m in _CJK_MARKS.finditer(text)] if cjk else ()  # (``_CJK_MARK``, ``_CJK_AFTER``)
     k = 0  # the next of them
+    phrased = [m.span() for m in _NEGATION_PHRASE.finditer(text)] if any(
+        hint in text for hint in _NEGATION_HINTS) else ()  # (``_NEGATION_PHRASES``)
+    j = 0  # the next of them
     b = 0
     start = end = -1  # the run in hand
     words = 0
@@ -1496,6 +1511,13 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
             runs, negations = [], carried
         token = m.group()
         role = _ROLE.get(token.lower())
+        if phrased and j < len(phrased) and phrased[j][0] <= s:  # (a negation of words: one, ``far from``)
+            while j < len(phrased) and phrased[j][1] <= s:
+                j += 1
+            if j < len(phrased) and phrased[j][0] <= s:
+                if s > phrased[j][0]:
+                    continue
+                role, e = 1, phrased[j][1]
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
@@ -1553,7 +1575,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     replicas were promoted``), a run before them all to the clause's end when one that may follow what it negates
     comes after it (``_AFTER``: ``gehen in Latin-1 gar nicht``), else as it is (``flaky test`` of ``The flaky test is
     not a regression``: the negation's words come after it). A negation alone is no run, but when it is the clause
-    (``the logs…nothing``).
+    (``the logs…nothing``). A run right before a negation is said to the end of the run it opens (``deleted nothing``,
+    ``40 not 50``: not ``deleted`` alone, nor ``40``).
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
     longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
     widened back to it, it would cost the line its other words.)"""
@@ -1579,6 +1602,11 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
         elif not opened and (after := [to for at, to in negations if at >= end and (
                 text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
             end = max(runs[-1][1], after[-1])
+        elif not opened and (object_ := next((at for at, to in negations if at > end), None)) and (
+                not text[end:object_].strip(" \t") and _ROLE.get(text[object_ : object_ + 12].split(" ")[0].lower()) == 1):
+            # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
+            # ``ship nothing``, ``it's 40 not 50``), to the end of the run the negation opens
+            end = next((to for at, to in runs if at == object_), end)
         yield start, text[start:end], True
 
 
