@@ -290,7 +290,8 @@ _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
 _NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "au lieu de", "en vez de", "en lugar de",
                      "lejos de", "invece di", "em vez de", "statt dass")
 _NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES) + r")(?![\w'’-])")
-_NEGATION_HINTS = ("far ", "nstead ", "ather ", "loin ", "lieu ", "vez ", "lugar ", "lejos ", "nvece ", "statt ")
+_NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
+                   "tatt dass")  # (in each, past its first letter, which may be a capital)
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
@@ -1602,11 +1603,13 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
         elif not opened and (after := [to for at, to in negations if at >= end and (
                 text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
             end = max(runs[-1][1], after[-1])
-        elif not opened and (object_ := next((at for at, to in negations if at > end), None)) and (
-                not text[end:object_].strip(" \t") and _ROLE.get(text[object_ : object_ + 12].split(" ")[0].lower()) == 1):
+        elif not opened and (object_ := next(((at, to) for at, to in negations if at > end), None)) and (
+                not text[end : object_[0]].strip(" \t") and _ROLE.get(text[object_[0] : object_[1]].lower()) == 1):
             # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
             # ``ship nothing``, ``it's 40 not 50``), to the end of the run the negation opens
-            end = next((to for at, to in runs if at == object_), end)
+            end = next((to for at, to in runs if at == object_[0]), object_[1])
+            if end == object_[1]:  # (the negation alone: to the next run's end, ``deleted nothing from the archive``)
+                end = next((to for at, to in runs if at >= end and at - end <= NEGATION_REACH), end)
         yield start, text[start:end], True
 
 
