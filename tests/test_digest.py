@@ -1154,6 +1154,9 @@ NEGATED = [
     ("We use Postgres instead of MySQL for the ledger.", ["instead"], ["MySQL"]),
     ("It is impossible to restore the backup from March.", ["impossible"], ["restore", "backup"]),
     ("We lack the permissions to restart the production database.", ["lack"], ["permissions", "restart"]),
+    ("He said he would not migrate the billing database before the audit ends.", ["before"], ["migrate", "billing"]),
+    ("Il ne faut pas migrer la base avant la fin de l'audit.", ["avant"], ["migrer"]),
+    ("Он не будет мигрировать базу до конца аудита.", ["до"], ["мигрировать", "базу"]),
     ("We should not set max_retries=3 on the worker.", ["not"], ["max_retries"]),
     ("Don't flip new_pricing=false before the launch.", ["Don't"], ["new_pricing"]),
     ('Please never set "maxRetries": 0 in the config.', ["never"], ["maxRetries"]),
@@ -2126,7 +2129,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     before it (none when it starts more than ``extractive.NEGATION_REACH`` characters past its end), a run before
     them all up to the clause's last run's end when one of ``extractive._AFTER`` comes after it, a run right before
     one (spaces between) to the end of the run that one opens (of the run after it, when it is alone in its run and
-    that run is in reach); a negation alone is no run, but when it is its clause's only run."""
+    that run is in reach), a run so said with one (or one opens) and ending before a limit in time after the first
+    (``extractive._LIMIT``) up to the clause's last run's end; a negation alone is no run, but when it is its
+    clause's only run."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     clauses = [([], [])]  # each: its runs (the (start, end) of their tokens) and its negations
     run, last = [], 0
@@ -2171,6 +2176,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     for runs, negations in clauses:
         spans = [(r[0][0], r[-1][1]) for r in runs]
         for start, end in spans:
+            run = start, end
             if negations:
                 if (start, end) in negations and len(spans) > 1:
                     continue
@@ -2188,6 +2194,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                     end = next((e for s, e in spans if s == at), to)
                     if end == to:
                         end = next((e for s, e in spans if s >= to and s - to <= extractive.NEGATION_REACH), to)
+                limit = extractive._LIMIT.search(text[: spans[-1][1]], negations[0][1])
+                if limit and end <= limit.start() and ((start, end) != run or start in [at for at, _ in negations]):
+                    end = spans[-1][1]
             out.append((start, text[start:end], bool(negations)))
     return out
 
@@ -2238,7 +2247,8 @@ PHRASE_CASES = [
     "The flaky test is not a regression; Don't ever force-push to main. None of the replicas were promoted but the "
     "worker was, nothing. Hebräisch gehen in Latin-1 gar nicht; Сервер не отвечает на запросы после обновления",
     "The cleanup job deleted nothing from the archive bucket; we ship nothing. The disk is Far from full, it's 40 not 50; "
-    "instead of the 60 we set without any review",
+    "instead of the 60 we set without any review. He would not migrate the database before the audit ends, не трогать "
+    "базу до конца аудита",
 ]
 
 

@@ -299,6 +299,10 @@ _TURNS = frozenset(
     "but because although though whereas unless however aber sondern weil obwohl mais parce puisque pero sino "
     "porque aunque però perché porém embora но потому хотя однако але хоча lecz ponieważ maar omdat eftersom "
     "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
+# the words that limit a negation in time, after it in its clause (``not … before the audit ends``, ``nicht … bis``,
+# ``не … до``): a run said with the negation before one is said to its clause's end (``_negated``)
+_LIMIT = re.compile(r"(?<![\w'’-])(?i:before|until|till|once|bis|bevor|avant|jusqu|antes|hasta|prima|finché|até|до|пока"
+                    r"|voordat|totdat|innan|tills|przed|dopóki)(?![\w-])")
 # (those that may follow the words they negate, as a verb's: ``gehen in Latin-1 gar nicht``, ``hazır değil``)
 _AFTER = frozenset("nicht nie niemals nichts niet nooit niets inte ikke ej aldrig aldri değil yok 않다 않아 않아요 않습니다 "
                    "않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다".split())
@@ -1577,14 +1581,18 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     comes after it (``_AFTER``: ``gehen in Latin-1 gar nicht``), else as it is (``flaky test`` of ``The flaky test is
     not a regression``: the negation's words come after it). A negation alone is no run, but when it is the clause
     (``the logs…nothing``). A run right before a negation is said to the end of the run it opens (``deleted nothing``,
-    ``40 not 50``: not ``deleted`` alone, nor ``40``).
+    ``40 not 50``: not ``deleted`` alone, nor ``40``). A run said with one, ending before a limit in time after it in
+    the clause (``_LIMIT``: ``before``, ``until``, ``bis``, ``до``), runs to the clause's end (``not migrate the billing
+    database before the audit ends``: not ``not migrate the billing database``, never where it said not yet).
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
     longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
     widened back to it, it would cost the line its other words.)"""
     alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
+    limit = _LIMIT.search(text, negations[0][1], runs[-1][1]) if runs else None
     for start, end in runs:
         if (start, end) in alone:
             continue
+        run = start, end
         opener = next((text[at:to].lower() for at, to in negations if at == start), None)
         # (a run its own negation opens is said as it is, one a proposal's word opens too but after a negation: a
         # negation governs what follows it, a proposal's word among it, ``don't think we should bump``, never
@@ -1610,6 +1618,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
             end = next((to for at, to in runs if at == object_[0]), object_[1])
             if end == object_[1]:  # (the negation alone: to the next run's end, ``deleted nothing from the archive``)
                 end = next((to for at, to in runs if at >= end and at - end <= NEGATION_REACH), end)
+        if limit and end <= limit.start() and (opened or (start, end) != run):
+            end = runs[-1][1]  # (said with its negation, before the negation's limit: to the clause's end)
         yield start, text[start:end], True
 
 
