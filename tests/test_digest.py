@@ -180,7 +180,7 @@ def test_a_url_is_whole_or_cut_at_a_path_boundary_and_base64_is_no_piece():
     on_url = [u.text for u in found if u.pos < at + len(url) and at < u.pos + len(u.text)]
     assert on_url and all(url.startswith(piece) and url[len(piece)] in "/?#&" for piece in on_url), on_url
     assert not [u.text for u in found if u.pos < blob_at + len(blob) and blob_at < u.pos + len(u.text)]
-    assert {"https://example.com/a/b?x=1", "red banner says"} <= {u.text for u in found}
+    assert {"https://example.com/a/b?x=1", "red banner says?"} <= {u.text for u in found}
 
 def _word_char(ch: str) -> bool:
     return ch.isalnum() or ch == "_" or unicodedata.category(ch)[0] == "M"
@@ -261,7 +261,7 @@ def test_a_chinese_number_keeps_what_it_counts_and_a_date_is_one_piece():
     numbers (``日期写 2026年``, ``年3月``, ``月4日``): a number keeps its counter, whole and alone, and a date is one."""
     found = lambda text: {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
     said = found("还有一个问题：为什么重试 6 次之后还是超时？超时时间是 1500 毫秒吗？测试挂了 4 个。重试6次之后也一样。")
-    assert {"为什么重试 6 次", "超时时间是 1500 毫秒吗", "测试挂了 4 个", "重试6次"} <= said, said  # (a question: 吗)
+    assert {"为什么重试 6 次之后还是超时？", "超时时间是 1500 毫秒吗？", "测试挂了 4 个", "重试6次"} <= said, said  # (questions)
     assert not {"为什么重试 6", "超时时间是 1500", "超时时间是 1500 毫秒", "测试挂了 4", "重试6次之"} & said, said
     said = found("请把修改写进 CHANGELOG.md，日期写 2026年3月4日。会议在 3月5日，地点在 12 楼的会议室，价格 3.5 元。")
     assert {"2026年3月4日", "3月5日", "地点在 12 楼", "3.5 元"} <= said, said
@@ -422,7 +422,8 @@ def test_other_scripts_sentence_marks_end_a_phrase_and_a_url_keeps_its_brackets(
         return {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
 
     assert {"सर्वर बंद हो गया", "कृपया लॉग देखें"} <= pieces("सर्वर बंद हो गया। कृपया लॉग देखें")
-    assert {"الخادم متوقف", "يرجى التحقق"} <= pieces("الخادم متوقف، يرجى التحقق؟ شكرا")
+    assert {"الخادم متوقف", "يرجى التحقق"} <= pieces("الخادم متوقف، يرجى التحقق. شكرا")
+    assert {"الخادم متوقف، يرجى التحقق؟", "يرجى التحقق؟"} <= pieces("الخادم متوقف، يرجى التحقق؟ شكرا")  # (a question)
     url = "https://en.wikipedia.org/wiki/Python_(programming_language)"
     assert url in pieces(f"read {url} first") and "https://a.b/c" in pieces("a [link](https://a.b/c) here")
 
@@ -1324,6 +1325,48 @@ def test_a_piece_of_a_chinese_clause_holds_its_proposal_question_condition_or_ne
                            if piece in unit and unit in line]) for piece in pieces(line) if said in piece), line
 
 
+# (a question with no word that makes it one, and words it says that a piece may hold only running to its mark)
+QUESTIONS = [
+    ("Is the server down?", ["server", "down"]),
+    ("Did the deploy pass?", ["deploy", "pass"]),
+    ("Has the nightly backup of the billing database finished?", ["billing", "backup", "finished"]),
+    ("Do we set max_retries=3 on the worker?", ["max_retries", "worker"]),
+    ("Is the timeout 50 seconds now?", ["timeout", "50"]),
+    ("Läuft der Server?", ["Läuft"]),  # (a name alone, ``Server``, says nothing of it)
+    ("Est-ce que le serveur répond aux requêtes?", ["serveur", "répond", "requêtes"]),
+    ("Le serveur est-il tombé?", ["serveur", "tombé"]),
+    ("¿El servidor responde a las peticiones?", ["servidor", "responde", "peticiones"]),
+    ("Работает ли сервер?", ["Работает", "сервер"]),
+    ("服务器挂了？", ["服务器挂了"]),
+    ("数据库迁移完成了？", ["迁移完成"]),
+]
+
+
+@pytest.mark.parametrize("clause, said", QUESTIONS)
+def test_a_piece_of_a_question_runs_to_its_question_mark(clause, said):
+    """A question with no word that makes it one was read as said: ``Is the server down?`` gave ``server down``,
+    ``Работает ли сервер?`` gave ``Работает``, ``服务器挂了？`` gave ``服务器挂了``. A piece of a sentence ending in a
+    question mark (``?``, ``？``, ``؟``: in any language) runs to it, or is left out; the question is said."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        line = extractive.leaf(kind, text, 200)
+        for piece in found + pieces(line):
+            if any(word in piece for word in said):
+                assert piece.endswith(("?", "？")), (piece, found, line)
+        assert any(said[0] in piece for piece in found), found
+        assert any(said[0] in piece for piece in pieces(line)), line
+
+
+def test_a_piece_before_a_question_in_its_text_is_said_as_it_is():
+    """A question ends its sentence: the pieces of the sentences before it, and a URL's query, are no part of it."""
+    text = ("Deployed the billing service to prod-db-2. The nightly backup finished at 04:10! "
+            "Check /api/v1/orders?page=2 for the orders list; is the server down? ") * 2
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert {"billing service", "nightly backup finished", "/api/v1/orders?page=2", "orders list",
+            "server down?"} <= set(found), found
+
+
 def test_a_number_with_its_currency_or_unit_ends_there():
     """``Бюджет 45 000 ₽ в месяц`` gave ``45 000 ₽ в``: a number's word after it was taken after its currency too,
     a preposition glued on. A number with its currency or unit after it ends at them."""
@@ -1372,7 +1415,7 @@ def test_an_ask_said_at_a_merge_keeps_its_verb():
     the line took the densest phrase of each ask. The ask's first phrase runs on over an article or a determiner
     (``fix the login timeout``) and is said before its other phrases."""
     pool = [u for k, (ask, _) in enumerate(ASKS) for u in extractive.units({"i": k, "kind": "user", "text": ask})]
-    assert "fix the login timeout" in {u.text for u in pool}
+    assert "fix the login timeout in the auth service?" in {u.text for u in pool}  # (a question: to its mark)
     line = extractive.compose(extractive.top(pool), limit=300)
     said = pieces(line.split(": ", 1)[1])
     assert len(said) >= 8, line
@@ -1526,7 +1569,7 @@ def test_a_line_says_a_piece_once():
     for first, second, line in (
             ("How do I restart the staging server?", "How do I restart the staging server? It hangs on boot.",
              "user: How do I restart the staging server? It hangs on boot."),
-            ("预发数据库迁移到端口5433", "预发数据库迁移到端口5433，这个问题怎么处理？", "user: 预发数据库迁移到端口5433，这个问题怎么处理")):
+            ("预发数据库迁移到端口5433", "预发数据库迁移到端口5433，这个问题怎么处理？", "user: 预发数据库迁移到端口5433，这个问题怎么处理？")):
         pool = extractive.units({"i": 0, "kind": "user", "text": first}) + extractive.units(
             {"i": 1, "kind": "user", "text": second})
         assert extractive.compose(pool) == line
@@ -2197,6 +2240,12 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 limit = extractive._LIMIT.search(text[: spans[-1][1]], negations[0][1])
                 if limit and end <= limit.start() and ((start, end) != run or start in [at for at, _ in negations]):
                     end = spans[-1][1]
+                elif start not in [at for at, _ in negations] and (right := [(at, to) for at, to in negations
+                                                                             if at > end][:1]) and not text[end : right[0][0]].strip(" \t"):
+                    (at, to), = right
+                    end = next((e for s, e in spans if s == at), to)
+                    if end == to:
+                        end = next((e for s, e in spans if s >= to and s - to <= extractive.NEGATION_REACH), to)
             out.append((start, text[start:end], bool(negations)))
     return out
 

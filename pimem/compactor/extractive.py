@@ -103,6 +103,7 @@ IDF_KEPT = 1 << 18  # words whose weight a memory's statistics remember
 COMMON = 1.0  # log of the share of messages past which a word counts for nothing (about 1 in 3)
 SENTENCE = 120  # bytes: the longest unit (a sentence the user said)
 NEGATION_REACH = 24  # characters: a piece starting farther past its negation is left out, not said with it
+QUESTION_REACH = 24  # characters: a piece ending farther before its question's mark is left out, not run to it
 ASK = 1.0  # weight of the user's first sentence (the ask)
 HEAD = 2.0  # weight of the first phrase of words of the ask of the user asking a model (its verb and its object)
 SAID = 1.0  # weight of the user's other sentences
@@ -388,6 +389,14 @@ def _proposes(text: str, at: int, to: int) -> bool:
     return role == 3 if role else bool(_CJK_MODAL.fullmatch(text, at, to))
 
 
+# where a piece's sentence ends: a full stop, an exclamation mark or a semicolon before a space, a line break, their
+# Chinese and Japanese forms, a question mark (in any language; not an ASCII one a URL's query follows, ``?page=2``)
+_STOP = re.compile(r"""[.!;](?=[\s"'”’)\]]|$)|[\n|。！；]|\?(?![A-Za-z0-9_%=&/.:~+-])|[？؟]""")
+_QUESTION_MARKS = frozenset("?？؟")
+_SAID_TO_END = frozenset(".!;?？؟。！；")  # (what a piece said to its sentence's end ends in)
+_QUOTE_OR_BRACKET = re.compile(r"""[`"“”„‟«»‹›「」『』《》()\[\]{}<>‘]|(?<![^\W_])['’]|['’](?![^\W_])""")
+
+
 # (a word holds dots, but no three in a row: "logs...nothing" is two words and an ellipsis)
 _TOKEN = re.compile(r"[^\W_](?:[\w'’+#-]*\.(?!\.\.))*[\w'’+#-]*[^\W_]|[^\W_]")
 
@@ -577,8 +586,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     weight = stats.weight
 
     widen = None  # (once the facts are found: ``_widener``)
+    asks = "?" in text or "？" in text or "؟" in text  # (a question may end a sentence: ``_STOP``)
 
-    def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE) -> None:
+    def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE, named: bool = False) -> None:
         if piece[:1].isdigit() or piece[:1].isspace():
             lead = len(piece) - len(piece.lstrip())
             marker = _list_marker(text, pos + lead) if piece[lead : lead + 1].isdigit() else 0
@@ -610,6 +620,24 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = _paired_part(piece, pos)  # half a pair of quotes: the larger side
         if widen is not None and piece and (wide := widen(pos, pos + len(piece), most)):  # a fact it cuts: whole in it
             pos, piece = wide[0], text[wide[0] : wide[1]]  # (``von 46`` of ``von 46,7%``, ``April 2026`` of a date)
+        if asks and not named and piece and piece[-1] not in _SAID_TO_END and (
+                stop := _STOP.search(text, pos + len(piece))) and stop.group() in _QUESTION_MARKS:
+            # a piece of a question runs to its mark (``server down?``, not ``server down``, said; a fact alone, a
+            # path, a name, a date, an error as printed, says nothing of it: ``named``), or is left out (too far
+            # before it, or a quote or a bracket between them); from
+            # the negation or proposal's word before it in its clause (the words it runs over may be theirs:
+            # ``要不要把 pool_size 改成 6？``, not ``pool_size 改成 6？``)
+            if stop.start() - pos - len(piece) > QUESTION_REACH or _QUOTE_OR_BRACKET.search(text, pos + len(piece),
+                                                                                              stop.start()):
+                return
+            if _BREAK.search(text, pos + len(piece), stop.start()):  # (over a comma: from its clause's start, as
+                # that clause says it, ``预发数据库迁移到端口5433，这个问题怎么处理？``, not ``移到端口5433，…``)
+                clause = text.rfind("\n", 0, pos) + 1
+                for m in _BREAK.finditer(text, max(clause, pos - SENTENCE), pos):
+                    clause = m.end()
+                pos = clause + len(text[clause:pos]) - len(text[clause:pos].lstrip())
+            pos = _negation_before(text, pos)
+            piece = text[pos : stop.end()]
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
             return  # (a name or number over one)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > most:
@@ -639,13 +667,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     facts = (_FACT_CJK_WIN if cjk else _FACT_WIN) if "\\" in text else _FACT_CJK if cjk else _FACT
     for start, end in grep:
         paths.append((start, end))
-        add(read[start:end], start, 1.3)
+        add(read[start:end], start, 1.3, named=True)
     # a diagnostic's error that fits in a piece is one, as written, and so is any error: none of its words or
     # numbers apart
     errors = [(start, end) for start, end in errors if _size(text[start:end]) <= SENTENCE]
     errors += [span for span in _error_statements(text) if not (errors and _inside(errors, *span))]
     for start, end in errors:
-        add(text[start:end], start, ERROR_WEIGHT, ERROR)
+        add(text[start:end], start, ERROR_WEIGHT, ERROR, named=True)
     in_error = _overlap(errors) if errors else None  # (a tool's output may hold an error on every other line)
     others = [(start, end) for start, end in urls if not text.startswith("http", start)] if urls else []
 
@@ -727,13 +755,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             # a quoted one too long for a piece: its end (not an unquoted one: it may be names glued together)
             if piece[0] in "`\"'" and _size(piece) > SENTENCE and (at := _path_end(piece)):
                 start, piece = start + at, piece[at:].rstrip("`\"'")
-        add(piece, start, 1.3)
+        add(piece, start, 1.3, named=True)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
     for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``; nor is ``Maybe``)
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())
                 or _ROLE.get(m.group().lower()) in (1, 3)):
-            add(m.group(), m.start(), 1.2)
+            add(m.group(), m.start(), 1.2, named=True)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
     if cjk:
