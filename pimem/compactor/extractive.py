@@ -300,6 +300,8 @@ _TURNS = frozenset(
     "but because although though whereas unless however aber sondern weil obwohl mais parce puisque pero sino "
     "porque aunque però perché porém embora но потому хотя однако але хоча lecz ponieważ maar omdat eftersom "
     "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
+# the word before a comma a negation follows (``A, not B``: a correction; ``~2.3.1, not ^2.3.1``), whole, its sigils too
+_CORRECTED = re.compile(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""")
 # the words that limit a negation in time, after it in its clause (``not … before the audit ends``, ``nicht … bis``,
 # ``не … до``): a run said with the negation before one is said to its clause's end (``_negated``)
 _LIMIT = re.compile(r"(?<![\w'’-])(?i:before|until|till|once|bis|bevor|avant|jusqu|antes|hasta|prima|finché|até|до|пока"
@@ -1611,12 +1613,19 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     (``the logs…nothing``). A run right before a negation is said to the end of the run it opens (``deleted nothing``,
     ``40 not 50``: not ``deleted`` alone, nor ``40``). A run said with one, ending before a limit in time after it in
     the clause (``_LIMIT``: ``before``, ``until``, ``bis``, ``до``), runs to the clause's end (``not migrate the billing
-    database before the audit ends``: not ``not migrate the billing database``, never where it said not yet).
+    database before the audit ends``: not ``not migrate the billing database``, never where it said not yet). A clause
+    a negation opens right after a comma (a correction, ``A, not B``) is said from the word before the comma
+    (``~2.3.1, not ^2.3.1``, ``lexer, not in the parser``: not ``not ^2.3.1`` alone, the right value lost).
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
     longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
     widened back to it, it would cost the line its other words.)"""
     alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
     limit = _LIMIT.search(text, negations[0][1], runs[-1][1]) if runs else None
+    first = next((mark for mark in negations if runs and mark[0] == runs[0][0]), (-1, -1))  # (the one opening it)
+    lead = first[0]  # (where what it governs is said from: a correction's right value before it)
+    if lead >= 0 and _ROLE.get(text[lead : first[1]].lower()) == 1 and (
+            right := _CORRECTED.search(text, max(0, lead - 48), lead)) and any(c.isalnum() for c in right.group()):
+        lead = right.start()
     for start, end in runs:
         if (start, end) in alone:
             continue
@@ -1648,6 +1657,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                 end = next((to for at, to in runs if at >= end and at - end <= NEGATION_REACH), end)
         if limit and end <= limit.start() and (opened or (start, end) != run):
             end = runs[-1][1]  # (said with its negation, before the negation's limit: to the clause's end)
+        if start == first[0]:
+            start = lead
         yield start, text[start:end], True
 
 
