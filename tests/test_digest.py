@@ -1196,6 +1196,24 @@ def test_a_piece_holds_the_negation_of_its_clause(clause, negations, said):
     said_only_with(clause, negations, said)
 
 
+@pytest.mark.parametrize("clause, said", [
+    ("Moved the config from /etc/app.conf to ~/.config/app.toml yesterday.", ["from /etc/app.conf", "to ~/.config/app.toml"]),
+    ("Changed theme.ts from dimGray to dimGrey.", ["from dimGray", "to dimGrey"]),
+    ("Den Pfad von /srv/alt/data auf /srv/neu/data umgestellt.", ["von /srv/alt/data", "auf /srv/neu/data"]),
+    ("Перенесли конфиг с /etc/app.conf на /etc/app2.conf вчера.", ["с /etc/app.conf", "на /etc/app2.conf"]),
+])
+def test_a_change_says_which_value_is_old_and_which_new(clause, said):
+    """``Changed dimGray from #444444 (very dark gray) to #585858`` gave ``Changed, dimGray, #444444, #585858``: which
+    is the colour now was lost. A fact after ``from`` (``von``, ``с``…) is said with it when its sentence has a ``to``
+    after it, one after ``to`` when a ``from`` comes before it; neither alone (``Send it to /tmp/out.txt``)."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert set(said) <= set(found) and not {piece.split(" ", 1)[1] for piece in said} & set(found), found
+    text = "Send the report to /tmp/out.txt please. Moved from /etc/app.conf. Then to /tmp/x.conf."
+    found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+    assert {"/tmp/out.txt", "/etc/app.conf", "/tmp/x.conf"} <= set(found), found
+
+
 def test_a_piece_far_past_its_negation_is_left_out():
     """A piece after a negation was widened back to it however far past it it came (``not fail on the staging
     cluster after the long weekend of upgrades to the database schema``): a long piece that cost the line its other

@@ -98,7 +98,6 @@ def test_far_from_stays_whole():
     assert not _only_with(found + line, {"full"}, {"from"}), (found, line)
 
 
-@pytest.mark.xfail(strict=True, reason="a change from one value to another loses from/to: which is current is lost")
 def test_a_change_says_which_value_is_new():
     """``Changed dimGray from #444444 (very dark gray) to #585858`` gave ``Changed, dimGray, #444444, #585858``
     (pi-mono 504+4 likewise)."""

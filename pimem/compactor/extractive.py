@@ -757,6 +757,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             # a quoted one too long for a piece: its end (not an unquoted one: it may be names glued together)
             if piece[0] in "`\"'" and _size(piece) > SENTENCE and (at := _path_end(piece)):
                 start, piece = start + at, piece[at:].rstrip("`\"'")
+        if text[start - 1 : start] == " " and (way := _way(text, start, start + len(piece))) < start:
+            seen.add(piece)  # (not said alone: not as a phrase either)
+            start, piece = way, text[way : start + len(piece)]  # (``from #444444``, ``to #585858``)
         add(piece, start, 1.3, named=True)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
@@ -925,6 +928,34 @@ def _error_statements(text: str) -> list[tuple[int, int]]:
         if ":" in said.rstrip(":") or said.startswith("ERROR ") or _SYSTEM_ERRORS.match(said):  # (a message after it)
             out.append((start, start + len(said)))
     return out
+
+
+# a change of one value to another (``from #444444 to #585858``, ``von 3.11 auf 3.12``, ``с 8080 на 9090``): each
+# value is said with its word, which says which is the old one and which the new (``#444444, #585858`` said neither)
+_FROM_TO = {"from": "to", "von": "auf|zu|nach", "de": "à|a", "desde": "hasta|a", "с": "на", "от": "до"}
+_WAY = re.compile(rf"(?<![\w'’-])(?i:({'|'.join(_FROM_TO)})|({'|'.join(sorted(set('|'.join(_FROM_TO.values()).split('|'))))}|→|->))"
+                  r"[ \t]{1,2}\Z")
+_WAYS_FROM = {word: re.compile(rf"(?<![\w'’-])(?i:{to}|→|->)[ \t]") for word, to in _FROM_TO.items()}
+_WAYS_TO = {to: re.compile(rf"(?<![\w'’-])(?i:{'|'.join(w for w, tos in _FROM_TO.items() if to in tos.split('|'))})[ \t]")
+            for to in set("|".join(_FROM_TO.values()).split("|"))}
+
+
+def _way(text: str, start: int, end: int) -> int:
+    """Where the fact at ``start:end`` of ``text`` is said from: its ``from`` or ``to`` before it when its sentence
+    says the change both ways (a ``to`` after a ``from``'s fact, a ``from`` before a ``to``'s), else ``start``."""
+    way = _WAY.search(text, max(0, start - 8), start)
+    if not way:
+        return start
+    if way.group(1):
+        stop = _STOP.search(text, end, end + 100)
+        return way.start() if _WAYS_FROM[way.group(1).lower()].search(text, end, stop.start() if stop else end + 100) \
+            else start
+    if way.group(2) in ("→", "->"):
+        return start  # (an arrow says which is new without its word)
+    back = max(0, way.start() - 100)
+    for stop in _STOP.finditer(text, back, way.start()):
+        back = stop.end()
+    return way.start() if _WAYS_TO[way.group(2).lower()].search(text, back, way.start()) else start
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
