@@ -58,7 +58,6 @@ def test_a_correction_keeps_the_right_value():
             assert any(right in p.split() for p in line), (clause, line)  # (a version's dots are no word's end)
 
 
-@pytest.mark.xfail(strict=True, reason="two facts of one clause share one number: the other number is left out")
 def test_each_thing_keeps_its_own_number():
     """``The API returns 404 for /v2/orders but 200 for /v1/orders`` gave ``API, returns 404, /v2/orders,
     /v1/orders``: read as both returning 404."""

@@ -736,6 +736,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 at = start  # (a word of a path or a URL is none of its words)
             if end > start + len(piece) and _ROLE.get(text[start + len(piece) : end].strip().lower()) == 1:
                 end = start + len(piece)  # (a negation after it negates what follows: ``200 לא``, ``1 nicht``)
+            if (at, end) == (start, start + len(piece)) and (what := _NUMBER_OF.match(text, end)) and (
+                    what.group(1).lower() not in STOP):  # (none of its own: what it is for, ``but 200 for /v1/orders``)
+                end = what.end()
             if at != start or end != start + len(piece):  # (its words, with a negation before them in its clause)
                 at, end = _marked_before(text, at, end, cjk)
             if (at, end) != (start, start + len(piece)) and not (in_error and in_error(at, end)):
@@ -956,6 +959,11 @@ def _way(text: str, start: int, end: int) -> int:
     for stop in _STOP.finditer(text, back, way.start()):
         back = stop.end()
     return way.start() if _WAYS_TO[way.group(2).lower()].search(text, back, way.start()) else start
+
+
+# what a number with no words of its own is of or for, a word or a fact after it (``returns 404 for /v2/orders but
+# 200 for /v1/orders``: ``200 for /v1/orders``, not the second path bare, read as 404 too)
+_NUMBER_OF = re.compile(r"""[ \t](?:for|of|on|in|at|per|with|by)[ \t]([^\s,;:!?()\[\]{}"“”]{1,60}?)(?=[.,;:!?)\]]*(?:\s|$))""")
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
