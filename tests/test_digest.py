@@ -2184,7 +2184,8 @@ _TOKEN = re.compile(rf"[^\W_](?:[\w'’+#\-{_MARKS}]|\.(?!\.\.))*(?:[^\W_]|[{_MA
 def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     """Runs of up to four content tokens, token by token: a run ends at a stop word, a Chinese or Japanese
     token, a token after a dot that opens a word (``.github/…``), its fourth word, or a break
-    (``extractive._BREAK``) between two of its tokens. A negation (``extractive._NEGATORS``; the words of one of
+    (``extractive._BREAK``) between two of its tokens (but ``of`` and a possessive pronoun after it, ``buddy of mine
+    adopted``, go on with a run, the pronoun no word of its four). A negation (``extractive._NEGATORS``; the words of one of
     ``extractive._NEGATION_PHRASES``, ``far from``, together) ends a run and opens one; a clause (between two breaks
     or turns, ``extractive._TURNS``) holding one says each of its runs with one: a run after one from the nearest
     before it (none when it starts more than ``extractive.NEGATION_REACH`` characters past its end), a run before
@@ -2199,6 +2200,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     run, last = [], 0
     phrased = [m.span() for m in re.finditer(r"(?<![\w'’-])(?:" + "|".join(extractive._NEGATION_PHRASES) + r")(?![\w'’-])",
                                              text, re.I)]
+    owner, owned = -1, set()  # (where the pronoun of a run's ``of mine`` starts; those taken)
     for m in _TOKEN.finditer(text):
         runs, negations = clauses[-1]
         phrase = next((span for span in phrased if span[0] <= m.start() < span[1]), None)
@@ -2222,13 +2224,20 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             else:
                 clauses.append(([], []))
             continue
+        if run and (m.start() == owner or m.group() == "of" and re.match(r" (?:mine|yours|his|hers|ours|theirs)\b",
+                                                                       text[m.end() :])):
+            if m.start() == owner:
+                run.append(m.span())
+                owned.add(m.span())
+            owner = m.end() + 1 if m.start() != owner else -1
+            continue
         dotted = re.search(r"(?:^|\s)\.\Z", text[: m.start()])
         if dotted or word in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
             if run:
                 runs.append(run)
             run = []
             continue
-        if len(run) == 4:
+        if len([span for span in run if span not in owned]) == 4:
             runs.append(run)
             run = []
         run.append(m.span())
@@ -2320,7 +2329,7 @@ PHRASE_CASES = [
     "worker was, nothing. Hebräisch gehen in Latin-1 gar nicht; Сервер не отвечает на запросы после обновления",
     "The cleanup job deleted nothing from the archive bucket; we ship nothing. The disk is Far from full, it's 40 not 50; "
     "instead of the 60 we set without any review. He would not migrate the database before the audit ends, не трогать "
-    "базу до конца аудита. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
+    "базу до конца аудита. A buddy of mine adopted last year; that idea of yours, of his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
 ]
 
 

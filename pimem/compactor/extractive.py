@@ -961,6 +961,8 @@ def _way(text: str, start: int, end: int) -> int:
     return way.start() if _WAYS_TO[way.group(2).lower()].search(text, back, way.start()) else start
 
 
+# an owner said by a pronoun after ``of`` (``a buddy of mine adopted``): one run with the words before and after it
+_OF_WHOSE = re.compile(r" (?:mine|yours|his|hers|ours|theirs)\b")
 # what a number with no words of its own is of or for, a word or a fact after it (``returns 404 for /v2/orders but
 # 200 for /v1/orders``: ``200 for /v1/orders``, not the second path bare, read as 404 too)
 _NUMBER_OF = re.compile(r"""[ \t](?:for|of|on|in|at|per|with|by)[ \t]([^\s,;:!?()\[\]{}"“”]{1,60}?)(?=[.,;:!?)\]]*(?:\s|$))""")
@@ -1562,6 +1564,7 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     phrased = [m.span() for m in _NEGATION_PHRASE.finditer(text)] if any(
         hint in text for hint in _NEGATION_HINTS) else ()  # (``_NEGATION_PHRASES``)
     j = 0  # the next of them
+    owner = -1  # (where the pronoun of a run's ``of mine`` starts)
     b = 0
     start = end = -1  # the run in hand
     words = 0
@@ -1606,6 +1609,9 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
         dotted = s and text[s - 1] == "." and (s == 1 or text[s - 2].isspace())  # (.github/…: a fact, whole)
         if s < ask and start >= 0 and role == 0 and token.lower() in _DETERMINERS:
             continue  # (the run goes on if a word of it follows)
+        if start >= 0 and (s == owner or role == 0 and token == "of" and _OF_WHOSE.match(text, e)):
+            owner, end = (e + 1, end) if s != owner else (-1, e)  # (``buddy of mine adopted``: whose it is goes on
+            continue  # with the run, not ``mine adopted``)
         if dotted or role == 0 or (cjk and _HAN_KANA_RUN.search(token)):  # (Korean spaces its words: they run)
             if start >= 0:
                 runs.append((start, end))
