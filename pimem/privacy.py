@@ -314,8 +314,8 @@ def _tool_lines_out(layout: list[tuple[int, int, str]], msgs: list[dict], marker
         if own in lines or any(own in leaf_text(m) for m in msgs if not is_tool(m)):
             continue
         lines = [text.replace(own, hole) if k not in tools else text for k, text in enumerate(lines)]
-    for k, (l, i, _) in enumerate(layout):
-        if l == 0 and k not in tools:
+    for k, (l, i, own) in enumerate(layout):
+        if l == 0 and k not in tools and own == leaf_text(msgs[i - first]):  # (a verbatim leaf, not a summary)
             lines[k] = _name_hole(lines[k], msgs[i - first], markers, names)
     runs: list[list[int]] = []
     for k in sorted(tools):

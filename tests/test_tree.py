@@ -600,3 +600,16 @@ def test_a_view_of_short_tool_messages_stays_within_its_budget_as_shown(home, ru
     for row in map(orjson.loads, run("view", "t", "--json").stdout.splitlines()):
         assert row["bytes"] <= held[row["label"]] and "ls 1" not in row["text"], row
     assert "0+32|user: hello tool ×16, echo ×15 (hidden)\n" in run("view", "t").stdout
+
+
+def test_a_line_a_compactor_wrote_says_no_speaker_inside_a_joined_line(home, run):
+    """Readers say the speaker of a verbatim leaf only: the line a compactor wrote for a long message, opening
+    with its kind (``user: …``), kept that kind alone but inside a joined line, where it was named as if it were
+    the message (``user Bob: signs nothing`` for Bob's 600 bytes)."""
+    mem = small_memory(0, config={"view": {"hi": 100, "lo": 50}, "line_bytes": 128})
+    mem.append([{"kind": "user", "text": "no " * 200, "meta": {"speaker": "Bob"}},
+                {"kind": "user", "text": "Fine.", "meta": {"speaker": "Chen"}}])
+    Memory.at("t").write_nodes([(0, 1, "user: signs nothing", {})])
+    Memory.at("t").append([{"kind": "pi", "text": "ok"}] * 5)
+    assert run("view", "t").stdout == f"0+8|user: hello user: signs nothing user Chen: Fine.{' pi: ok' * 5}\n"
+    assert run("zoom", "t", "1+1").stdout.startswith("1+1|user Bob: no no")  # (the message itself names him)
