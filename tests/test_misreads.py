@@ -104,7 +104,6 @@ def test_a_change_says_which_value_is_new():
         assert any("from #444444" in p or "to #585858" in p for p in line), line
 
 
-@pytest.mark.xfail(strict=True, reason="a piece reaches back over a sentence's end into the one before")
 def test_a_piece_stays_in_its_sentence():
     """``… logged both restarts. It's 40 not 50.`` gave the piece ``restarts. It's 40``; ``Make it 40 instead of
     50`` gave ``restarts. Make it 40 instead of 50``: the last word of one sentence read with the next."""

@@ -734,8 +734,10 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             at, end = _counted(text, start, start + len(piece))
             if at < start and (text[at - 1 : at] in _SLASHES or (urls or blobs) and _inside(urls + blobs, at, start)):
                 at = start  # (a word of a path or a URL is none of its words)
-            if end > start + len(piece) and _ROLE.get(text[start + len(piece) : end].strip().lower()) == 1:
-                end = start + len(piece)  # (a negation after it negates what follows: ``200 לא``, ``1 nicht``)
+            if end > start + len(piece) and (_ROLE.get(text[start + len(piece) : end].strip().lower()) == 1 or (
+                    _NEGATION_PHRASE.match(text, end - len(text[start + len(piece) : end].lstrip())))):
+                end = start + len(piece)  # (a negation after it negates what follows: ``200 לא``, ``1 nicht``,
+                # ``40 instead of 50``)
             if (at, end) == (start, start + len(piece)) and (what := _NUMBER_OF.match(text, end)) and (
                     what.group(1).lower() not in STOP):  # (none of its own: what it is for, ``but 200 for /v1/orders``)
                 end = what.end()
@@ -809,12 +811,13 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     return out
 
 
-# the words a bare number is read with: up to four before it in its clause (it ends at punctuation other than a
+# the words a bare number is read with: up to four before it in its clause (and its sentence: no word ends in its full
+# stop, ``restarts. It's 40`` is two sentences) (it ends at punctuation other than a
 # ``key: value``'s or ``key=value``'s, or a table's cell's: ``alice | 34``, ``alice,34``, a tab), the nearest that is
 # no stop word or number its start; the word right after it; in Chinese, Japanese or Korean the characters it is
 # written against (``2回目``, ``端口5433``); what it counts in those scripts, its counter or unit, spaced or not, whole
 # and alone (``1500 毫秒``, ``6 次``, ``12 楼``: not ``6 次之``)
-_LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_][\w'’+#.-]*(?: +| *[:=|] *|\t+|,)){1,4}\Z")
+_LEAD = re.compile(r"(?<![\w'’+#.-])(?:[^\W_](?:[\w'’+#-]|\.(?=[\w'’+#-]))*(?: +| *[:=|] *|\t+|,)){1,4}\Z")
 _LEAD_WORD = re.compile(r"[^\W_][\w'’+#.-]*")
 # a key's value after it (``"beta_ui": true``, ``rollout_pct=25``, ``"env": "prod"``): a literal, a number or a short
 # string (a word after a colon is prose as often: ``TODO: fix``)
