@@ -1,4 +1,4 @@
-"""Checking a memory on disk, and repairing what can be repaired without deleting anything.
+"""Checking a memory on disk, and repairing what can be repaired, deleting nothing but a killed write's temporary copy.
 
 Each check reads one part of the memory and returns findings. A finding is a problem (``pimem fsck`` exits 5
 while one remains) or a note (something the readers already tolerate, reported so a person knows). Repair
@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -34,7 +35,7 @@ _TORN_EVENT = re.compile(rb'\{"')
 @dataclass
 class Finding:
     memory: str
-    area: str  # log, tree, view, memory, windows, index
+    area: str  # log, tree, view, memory, windows, index, files
     where: str  # file:line, or the file
     problem: str
     fatal: bool = True  # False for a note: readers tolerate it and nothing needs doing
@@ -57,15 +58,15 @@ def check(mem: Memory, repair: bool = False, timeout: float | None = None, accep
     is logged in place of each."""
     mem.log.explaining = True
     findings = _run_checks(mem, accept_lost)
-    actions = list(dict.fromkeys(f.action for f in problems(findings) if f.action))
+    actions = list(dict.fromkeys(f.action for f in problems(findings) + _leftovers(findings) if f.action))
     if not repair or not actions:
         return findings
     with mem.lock(timeout):
         for action in actions:
             action(mem)
     after = _run_checks(mem, accept_lost)
-    remaining = {_key(f) for f in problems(after)}
-    for f in problems(findings):
+    remaining = {_key(f) for f in problems(after) + _leftovers(after)}
+    for f in problems(findings) + _leftovers(findings):
         f.repaired = _key(f) not in remaining
     before = {_key(f) for f in findings}
     return findings + [f for f in after if _key(f) not in before and f.fatal]
@@ -86,7 +87,51 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
                 f.action, f.repair = None, None
                 f.problem += "; --repair leaves it until the lost messages are put back or accepted"
     log += lost
-    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest
+    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_temporaries(mem)
+
+
+# a write's temporary twin (``home.write_atomic``): .NAME.PID.tmp
+_TEMPORARY = re.compile(r"\.(.+)\.(\d+)\.tmp")
+STALE_AFTER = 3600  # seconds: a twin this old whose process is gone was left by a write that was killed
+
+
+def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
+    """Temporary twins left in the memory's directory (or one below it) by a write killed before its rename: a
+    note each, which ``--repair`` removes. One whose process still runs, or younger than an hour (a process on
+    another machine sharing the home may be writing it), is left alone."""
+    from .lease import _pid_alive
+
+    now = time.time() if now is None else now
+    found = []
+    with os.scandir(mem.path) as top:
+        folders = [mem.path] + sorted(Path(e.path) for e in top if e.is_dir(follow_symlinks=False))
+    for folder in folders:
+        with os.scandir(folder) as entries:
+            stale = [(e, m) for e in entries if (m := _TEMPORARY.fullmatch(e.name)) and e.is_file(follow_symlinks=False)]
+        for entry, match in sorted(stale, key=lambda em: em[0].name):
+            try:
+                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER or _pid_alive(int(match[2])):
+                    continue
+            except FileNotFoundError:  # (its write ended after all)
+                continue
+            path = Path(entry.path)
+            found.append(Finding(mem.name, "files", str(path.relative_to(mem.path)),
+                                 f"a temporary copy of {match[1]} left by a write that was killed (process {match[2]} "
+                                 f"is gone); readers never read it", fatal=False, repair="remove it",
+                                 action=functools.partial(_remove, path)))
+    return found
+
+
+def _remove(path: Path, mem: Memory) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _leftovers(findings: list[Finding]) -> list[Finding]:
+    """The notes ``--repair`` acts on all the same: temporary twins to remove."""
+    return [f for f in findings if not f.fatal and f.action is not None and not f.repaired]
 
 
 def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> list[Finding]:

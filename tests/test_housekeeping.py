@@ -1,5 +1,6 @@
 """rename, delete and fsck: moving whole memories and checking them on disk."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -487,3 +488,34 @@ def test_since_follow_follows_a_rename_and_stops_at_a_delete(home, two):
     assert subprocess.run(pimem_cmd("delete", "new"), capture_output=True, env=subprocess_env()).returncode == 0
     out, err = follow.communicate(timeout=30)
     assert follow.returncode == 3 and err == b"pimem: error: memory 'new' was deleted while it was followed\n"
+
+
+def test_fsck_repair_removes_the_temporary_copy_a_killed_write_left_and_nothing_else(run, home, two):
+    # a real process killed inside write_atomic, between writing its temporary copy and renaming it
+    code = ("import os, sys, time\nfrom pathlib import Path\nfrom pimem import home\n"
+            "os.replace = lambda *a: (print('written', flush=True), time.sleep(600))\n"
+            "home.write_atomic(Path(sys.argv[1]), b'{}')\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(home / "old" / "view.json")], env=subprocess_env(),
+                            stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"written\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    left = home / "old" / f".view.json.{proc.pid}.tmp"
+    assert left.exists()
+    live = home / "old" / "main" / f".ranges.json.{os.getpid()}.tmp"  # (its process runs: a write under way)
+    young = home / "old" / f".lines.json.{proc.pid}.tmp"  # (just made: maybe a process on another machine)
+    live.write_bytes(b"{}")
+    young.write_bytes(b"{}")
+    hour_ago = time.time() - 3700
+    for path in (left, live):
+        os.utime(path, (hour_ago, hour_ago))
+    out = run("fsck", "old")
+    assert out.exit_code == 0, out.stdout
+    assert out.stdout == (f"old: files: .view.json.{proc.pid}.tmp: note: a temporary copy of view.json left by a write "
+                          f"that was killed (process {proc.pid} is gone); readers never read it\n")
+    assert left.exists()
+    out = run("fsck", "--repair", "old")
+    assert out.exit_code == 0, out.stdout
+    assert out.stdout.startswith(f"old: files: .view.json.{proc.pid}.tmp: repaired: a temporary copy")
+    assert not left.exists() and live.exists() and young.exists()
+    assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
