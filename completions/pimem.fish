@@ -186,7 +186,7 @@ complete -c pimem -n '__fish_seen_subcommand_from forget' -s h -l help -d 'Show 
 complete -c pimem -n '__fish_seen_subcommand_from forget; and __pimem_slot 1 --session --timeout --home' -a '(__pimem_words @names)'
 
 # fsck
-complete -c pimem -n '__fish_seen_subcommand_from fsck' -l repair -d 'Seal torn lines and rebuild derived state; never deletes anything.'
+complete -c pimem -n '__fish_seen_subcommand_from fsck' -l repair -d 'Seal torn lines and rebuild derived state; deletes nothing but a killed write\'s temporary copy.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l accept-lost -d 'With --repair and a NAME: messages lost from the log\'s end are gone for good; log a note in place of each.'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l json -d 'One JSON object per line (NDJSON).'
 complete -c pimem -n '__fish_seen_subcommand_from fsck' -l timeout -x -d 'Seconds to wait for the writer lock before exit 4 (default 60).'

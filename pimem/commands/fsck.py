@@ -12,7 +12,7 @@ from ..options import Home, Json, Timeout, needs
 
 def command(
     names: Annotated[Optional[list[str]], typer.Argument(help="Memories to check (default: all).", metavar="NAME…", show_default=False)] = None,
-    repair: Annotated[bool, typer.Option("--repair", help="Seal torn lines and rebuild derived state; never deletes anything.")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Seal torn lines and rebuild derived state; deletes nothing but a killed write's temporary copy.")] = False,
     accept_lost: Annotated[bool, typer.Option("--accept-lost", help="With --repair and a NAME: messages lost from the log's end are gone for good; log a note in place of each.")] = False,
     json: Json = False,
     timeout: Timeout = None,
