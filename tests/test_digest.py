@@ -2182,19 +2182,19 @@ _TOKEN = re.compile(rf"[^\W_](?:[\w'’+#\-{_MARKS}]|\.(?!\.\.))*(?:[^\W_]|[{_MA
 
 
 def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
-    """Runs of up to four content tokens, token by token: a run ends at a stop word, a Chinese or Japanese
-    token, a token after a dot that opens a word (``.github/…``), its fourth word, or a break
-    (``extractive._BREAK``) between two of its tokens (but ``of`` and a possessive pronoun after it, ``buddy of mine
-    adopted``, go on with a run, the pronoun no word of its four). A negation (``extractive._NEGATORS``; the words of one of
+    """Runs of up to four content tokens, token by token: a run ends at a stop word, a Chinese or Japanese token, a
+    token after a dot that opens a word (``.github/…``), its fourth word, or a break (``extractive._BREAK``) between
+    two of its tokens (but ``of`` and a possessive pronoun after it, ``buddy of mine adopted``, go on with a run,
+    the pronoun no word of its four). A negation (``extractive._NEGATORS``; the words of one of
     ``extractive._NEGATION_PHRASES``, ``far from``, together) ends a run and opens one; a clause (between two breaks
     or turns, ``extractive._TURNS``) holding one says each of its runs with one: a run after one from the nearest
     before it (none when it starts more than ``extractive.NEGATION_REACH`` characters past its end), a run before
     them all up to the clause's last run's end when one of ``extractive._AFTER`` comes after it, a run right before
-    one (spaces between) to the end of the run that one opens (of the run after it, when it is alone in its run and
-    that run is in reach), a run so said with one (or one opens) and ending before a limit in time after the first
-    (``extractive._LIMIT``) up to the clause's last run's end, one said from the first when that opens the clause
-    right after a comma (``A, not B``) from the word before the comma; a negation alone is no run, but when it is
-    its clause's only run."""
+    one of ``extractive._OBJECTS`` (or a value right before any: ``40 not 50``; spaces between) to the end of the
+    run that one opens (of the run after it, when it is alone in its run and that run is in reach), a run so said
+    with one (or one opens) and ending before a limit in time after the first (``extractive._LIMIT``) up to the
+    clause's last run's end, one said from the first when that opens the clause right after a comma (``A, not B``)
+    from the word before the comma; a negation alone is no run, but when it is its clause's only run."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     clauses = [([], [])]  # each: its runs (the (start, end) of their tokens) and its negations
     run, last = [], 0
@@ -2259,8 +2259,10 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 elif start not in [at for at, _ in negations] and any(
                         at >= end and text[at:to].lower() in extractive._AFTER for at, to in negations):
                     end = spans[-1][1]
-                elif start not in [at for at, _ in negations] and (right := [(at, to) for at, to in negations
-                                                                             if at > end][:1]) and not text[end : right[0][0]].strip(" \t"):
+                elif start not in [at for at, _ in negations] and (
+                        right := [(at, to) for at, to in negations if at > end][:1]) and not text[
+                        end : right[0][0]].strip(" \t") and (
+                        text[right[0][0] : right[0][1]].lower() in extractive._OBJECTS or text[end - 1].isdigit()):
                     (at, to), = right
                     end = next((e for s, e in spans if s == at), to)
                     if end == to:
@@ -2272,12 +2274,6 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 right = re.search(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""", text[:first])
                 if start == first == spans[0][0] and right and re.search(r"[^\W_]", right.group()):
                     start = right.start()
-                elif start not in [at for at, _ in negations] and (right := [(at, to) for at, to in negations
-                                                                             if at > end][:1]) and not text[end : right[0][0]].strip(" \t"):
-                    (at, to), = right
-                    end = next((e for s, e in spans if s == at), to)
-                    if end == to:
-                        end = next((e for s, e in spans if s >= to and s - to <= extractive.NEGATION_REACH), to)
             out.append((start, text[start:end], bool(negations)))
     return out
 
@@ -2329,7 +2325,8 @@ PHRASE_CASES = [
     "worker was, nothing. Hebräisch gehen in Latin-1 gar nicht; Сервер не отвечает на запросы после обновления",
     "The cleanup job deleted nothing from the archive bucket; we ship nothing. The disk is Far from full, it's 40 not 50; "
     "instead of the 60 we set without any review. He would not migrate the database before the audit ends, не трогать "
-    "базу до конца аудита. A buddy of mine adopted last year; that idea of yours, of his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
+    "базу до конца аудита. Deploy לא, Deploy None, 7 לא. A buddy of mine adopted last year; that idea of yours, of "
+    "his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
 ]
 
 

@@ -302,6 +302,12 @@ _TURNS = frozenset(
     "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
 # the word before a comma a negation follows (``A, not B``: a correction; ``~2.3.1, not ^2.3.1``), whole, its sigils too
 _CORRECTED = re.compile(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""")
+# the negations said with the run right before them (``deleted nothing``, ``found none``, ``themes must NEVER
+# explode``, ``n'a pas été effectué``), as any is after a value (``40 not 50``); not ``no``, nor a verb's ``n't``
+# (``yeah no``, ``Caroline can't wait``: said apart, as before, they cost a reader's questions nothing)
+_OBJECTS = frozenset("nothing none nobody nowhere not never nichts niemanden nirgends nie niemals rien personne pas "
+                     "jamais nada nadie nunca niente nulla nessuno ninguém ничего никого нигде не никогда nic nikogo "
+                     "nikt niets niemand inget ingenting ingen".split())
 # the words that limit a negation in time, after it in its clause (``not … before the audit ends``, ``nicht … bis``,
 # ``не … до``): a run said with the negation before one is said to its clause's end (``_negated``)
 _LIMIT = re.compile(r"(?<![\w'’-])(?i:before|until|till|once|bis|bevor|avant|jusqu|antes|hasta|prima|finché|até|до|пока"
@@ -1697,7 +1703,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                 text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
             end = max(runs[-1][1], after[-1])
         elif not opened and (object_ := next(((at, to) for at, to in negations if at > end), None)) and (
-                not text[end : object_[0]].strip(" \t") and _ROLE.get(text[object_[0] : object_[1]].lower()) == 1):
+                not text[end : object_[0]].strip(" \t") and (text[object_[0] : object_[1]].lower() in _OBJECTS
+                                                              or text[end - 1].isdigit() and _ROLE.get(
+                    text[object_[0] : object_[1]].lower()) == 1)):
             # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
             # ``ship nothing``, ``it's 40 not 50``), to the end of the run the negation opens
             end = next((to for at, to in runs if at == object_[0]), object_[1])
