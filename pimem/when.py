@@ -162,13 +162,26 @@ def _clock(text: str) -> time | None:
     return time(hour, minute, second)
 
 
+def _local(day: date, clock: time, current: datetime) -> datetime:
+    """The local time ``clock`` on ``day``, in the time zone of the moment ``current`` (now): the system's when
+    ``current`` is in it, with the offset of that day and time (not now's: ``today`` at 10:00 on the day the clocks
+    went forward began an hour earlier than 00:00 in the offset of 10:00), read as a date-time written without an
+    offset is (a time the clocks go through twice is the first); else ``current``'s offset (``$PIMEM_NOW``)."""
+    naive = datetime.combine(day, clock)
+    try:
+        if current.astimezone().utcoffset() == current.utcoffset():
+            return naive.astimezone()
+    except (OverflowError, ValueError):  # (at the ends of the range of dates local time cannot be asked)
+        pass
+    return naive.replace(tzinfo=current.tzinfo)
+
+
 def parse_when(text: str) -> datetime:
     """A moment the user typed, in the one grammar every option that takes a time shares (``HINT``):
     a date or date-time, a time today, a day word with an optional time, an age, or ``now``."""
     raw = " ".join(text.split())
     low = raw.lower()
     current = env.now()
-    midnight = current.replace(hour=0, minute=0, second=0, microsecond=0)
     try:
         if low == "now":
             return current
@@ -177,7 +190,7 @@ def parse_when(text: str) -> datetime:
             return current - timedelta(**{_UNIT_OF[age[2]]: int(age[1])})
         clock = _clock(low)
         if clock is not None:
-            return datetime.combine(current.date(), clock, current.tzinfo)
+            return _local(current.date(), clock, current)
         day = _DAY.fullmatch(low)
         if day:
             word, at = day[1].split()[-1], day[2]
@@ -190,7 +203,7 @@ def parse_when(text: str) -> datetime:
                 back = (current.weekday() - weekday) % 7 or (7 if day[1].startswith("last") else 0)
             clock = _clock(at) if at is not None else time(0)
             if clock is not None:
-                return datetime.combine((midnight - timedelta(days=back)).date(), clock, current.tzinfo)
+                return _local(current.date() - timedelta(days=back), clock, current)
     except (OverflowError, ValueError):
         raise BadInput(f"date {text!r} is out of range: {HINT}") from None
     try:

@@ -175,3 +175,32 @@ def test_a_when_gone_wrong_still_looks_like_one():
         assert when.looks_like(shape), shape
     for name in ("main", "3things", "notes-2026", "ago", "d3"):
         assert not when.looks_like(name), name
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/zoneinfo/America/New_York"), reason="no time zone database")
+@pytest.mark.parametrize("now,spoken,first", [
+    ("2026-03-08T10:00:00-04:00", "today", 1),  # the day clocks went forward: its midnight was at -05:00
+    ("2026-03-08T10:00:00-04:00", "00:15", 1),
+    ("2026-03-09T10:00:00-04:00", "yesterday", 1),
+    ("2026-03-09T10:00:00-04:00", "sunday", 1),
+    ("2026-11-01T10:00:00-05:00", "today", 3),  # the day clocks went back: its midnight was at -04:00
+    ("2026-11-01T10:00:00-05:00", "today 00:15", 3),
+    ("2026-11-02T10:00:00-05:00", "yesterday", 3),
+])
+def test_a_day_word_or_a_clock_time_is_read_in_the_offset_of_that_day_not_of_now(sh, now, spoken, first):
+    """``today``, ``yesterday``, a weekday and a time of day name a local time of their own day, whose offset
+    is not now's across a change of the clocks: at 10:00 EDT on 8 March, ``today`` began at 00:00 EST, not at
+    23:00 EST the day before (one hour of Saturday read as Sunday's); at 10:00 EST on 1 November it began at
+    00:00 EDT, not at 01:00 EDT (Sunday's first hour left out). Real processes, the zone in ``TZ``; ``$PIMEM_NOW``
+    in that zone stands for the system clock."""
+    dates = ["2026-03-07T23:30:00-05:00", "2026-03-08T00:30:00-05:00",  # Saturday, Sunday 8 March
+             "2026-10-31T23:30:00-04:00", "2026-11-01T00:30:00-04:00"]  # Saturday, Sunday 1 November
+    for date in dates:
+        assert sh("append", "m", "--date", date, f"said {date}").returncode == 0
+    out = sh("date", "m", "--at", spoken, TZ="America/New_York", PIMEM_NOW=now)
+    assert (out.returncode, out.stdout.decode().strip()) == (0, str(first)), (spoken, out.stderr)
+    out = sh("since", "m", spoken, TZ="America/New_York", PIMEM_NOW=now)
+    assert out.stdout.startswith(b'{"i":%d,' % first), (spoken, out.stdout)
+    logged = sh("append", "m", "--date", spoken, "dated", TZ="America/New_York", PIMEM_NOW=now)
+    stored = sh("date", "m", logged.stdout.decode().strip()).stdout.decode().strip()
+    assert stored[19:] == dates[first][19:], (spoken, stored)  # (the offset of that local time on that day)
