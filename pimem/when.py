@@ -55,7 +55,7 @@ def parse_stored(text: str) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
         if moment.tzinfo is None:
             try:
-                moment = moment.astimezone()
+                moment = _localise(moment)
             except (ValueError, OverflowError):  # (year 1 or 9999: local time cannot be asked; today's offset)
                 moment = moment.replace(tzinfo=datetime.now().astimezone().tzinfo)
         moment.astimezone(timezone.utc)  # (year 1 or 9999 in a zone that moves it out of range)
@@ -64,6 +64,18 @@ def parse_stored(text: str) -> datetime:
     except OverflowError:
         raise OutOfRange(f"bad date {text!r}: out of the range of dates (years 1 to 9999, in UTC too)") from None
     return moment
+
+
+def _localise(naive: datetime) -> datetime:
+    """A local date-time written without an offset, in the system's time zone: one the clocks go through twice
+    (put back) is the first; one they skip (put forward) is the time they read as much later, as the first moment
+    of a day is in ``day_end`` (02:30 on a night they go from 02:00 to 03:00 is 03:30; a midnight they skip,
+    01:00), not the hour before the change (Python's reading: a date whose midnight is skipped was then a moment of
+    the day before, its message logged in that day's file)."""
+    first = naive.replace(fold=0).astimezone()
+    if first.replace(tzinfo=None) == naive:
+        return first
+    return naive.replace(fold=1).astimezone()
 
 
 class OutOfRange(BadInput):
@@ -170,7 +182,7 @@ def _local(day: date, clock: time, current: datetime) -> datetime:
     naive = datetime.combine(day, clock)
     try:
         if current.astimezone().utcoffset() == current.utcoffset():
-            return naive.astimezone()
+            return _localise(naive)
     except (OverflowError, ValueError):  # (at the ends of the range of dates local time cannot be asked)
         pass
     return naive.replace(tzinfo=current.tzinfo)

@@ -204,3 +204,27 @@ def test_a_day_word_or_a_clock_time_is_read_in_the_offset_of_that_day_not_of_now
     logged = sh("append", "m", "--date", spoken, "dated", TZ="America/New_York", PIMEM_NOW=now)
     stored = sh("date", "m", logged.stdout.decode().strip()).stdout.decode().strip()
     assert stored[19:] == dates[first][19:], (spoken, stored)  # (the offset of that local time on that day)
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/share/zoneinfo/America/Santiago"), reason="no time zone database")
+@pytest.mark.parametrize("zone,now,given,stored", [
+    ("America/Santiago", "2026-09-06T12:00:00-03:00", "2026-09-06", "2026-09-06T01:00:00-03:00"),  # (00:00 is skipped)
+    ("America/Santiago", "2026-09-06T12:00:00-03:00", "today", "2026-09-06T01:00:00-03:00"),
+    ("America/Santiago", "2026-09-06T12:00:00-03:00", "2026-09-06T00:30", "2026-09-06T01:30:00-03:00"),
+    ("America/New_York", "2026-03-08T12:00:00-04:00", "2026-03-08 02:30", "2026-03-08T03:30:00-04:00"),
+    ("America/New_York", "2026-03-08T12:00:00-04:00", "2:30", "2026-03-08T03:30:00-04:00"),
+    ("America/New_York", "2026-11-01T12:00:00-05:00", "2026-11-01 01:30", "2026-11-01T01:30:00-04:00"),  # (the first)
+])
+def test_a_local_time_the_clocks_skip_is_read_as_the_time_after_the_change(sh, zone, now, given, stored):
+    """A local date or time without an offset that the clocks skip (Santiago puts them forward at 00:00, New York
+    at 02:00) is the moment the clocks read that time plus the gap: 6 September in Santiago began at 01:00, and
+    was read as 23:00 on the 5th, its message logged in the day file of the 5th and ``since 2026-09-06`` taking in
+    the last hour of the 5th; ``02:30`` in New York on 8 March was read as 01:30, before the change. A time the
+    clocks go through twice is the first (as ``day_end`` reads a midnight)."""
+    before = when.rfc3339(datetime.fromisoformat(stored) - timedelta(minutes=30))  # (the 5th, late, in Santiago)
+    assert sh("append", "m", "--date", before, "half an hour before").returncode == 0
+    out = sh("append", "m", "--date", given, "given", TZ=zone, PIMEM_NOW=now)
+    assert out.returncode == 0, out.stderr
+    assert sh("date", "m", "1").stdout.decode().strip() == stored
+    out = sh("date", "m", "--at", given, TZ=zone, PIMEM_NOW=now)
+    assert out.stdout.decode().strip() == "1", (given, out.stdout, out.stderr)
