@@ -14,7 +14,7 @@ import contextlib
 import functools
 import os
 import sys
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, TextIO
 
@@ -54,11 +54,17 @@ class Environment:
             try:  # RFC 3339 only: a date alone, or a time with no offset, would be a guess
                 if not re.fullmatch(r"\d{4}-\d\d-\d\d[Tt ]\d\d:\d\d:\d\d(\.\d+)?([Zz]|[+-]\d\d:\d\d)", frozen):
                     raise ValueError
-                return datetime.fromisoformat(frozen.upper())
+                moment = datetime.fromisoformat(frozen.upper())
+                moment.astimezone(timezone.utc)  # (the log could not store it as a message's date: the year 10000 in UTC)
+                return moment
             except ValueError:
                 from .errors import BadInput
 
                 raise BadInput(f"bad $PIMEM_NOW {frozen!r}: use an RFC 3339 date-time such as 2026-10-08T09:30:00+08:00") from None
+            except OverflowError:
+                from .errors import BadInput
+
+                raise BadInput(f"bad $PIMEM_NOW {frozen!r}: out of the range of dates (years 1 to 9999, in UTC too)") from None
         return datetime.now().astimezone()
 
     @property

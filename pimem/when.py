@@ -188,34 +188,43 @@ def _local(day: date, clock: time, current: datetime) -> datetime:
     return naive.replace(tzinfo=current.tzinfo)
 
 
+def _spoken(low: str, current: datetime) -> datetime | None:
+    """``now``, an age, a time today or a day word with an optional time (``low``, lowercase) as the moment it
+    names at ``current``; None for any other text."""
+    if low == "now":
+        return current
+    age = _AGE.fullmatch(low)
+    if age and age[2] in _UNIT_OF:
+        return current - timedelta(**{_UNIT_OF[age[2]]: int(age[1])})
+    clock = _clock(low)
+    if clock is not None:
+        return _local(current.date(), clock, current)
+    day = _DAY.fullmatch(low)
+    if day:
+        word, at = day[1].split()[-1], day[2]
+        if word == "today":
+            back = 0
+        elif word == "yesterday":
+            back = 1
+        else:
+            weekday = next(n for n, name in enumerate(_WEEKDAYS) if name.startswith(word))
+            back = (current.weekday() - weekday) % 7 or (7 if day[1].startswith("last") else 0)
+        clock = _clock(at) if at is not None else time(0)
+        if clock is not None:
+            return _local(current.date() - timedelta(days=back), clock, current)
+    return None
+
+
 def parse_when(text: str) -> datetime:
     """A moment the user typed, in the one grammar every option that takes a time shares (``HINT``):
     a date or date-time, a time today, a day word with an optional time, an age, or ``now``."""
     raw = " ".join(text.split())
     low = raw.lower()
-    current = env.now()
     try:
-        if low == "now":
-            return current
-        age = _AGE.fullmatch(low)
-        if age and age[2] in _UNIT_OF:
-            return current - timedelta(**{_UNIT_OF[age[2]]: int(age[1])})
-        clock = _clock(low)
-        if clock is not None:
-            return _local(current.date(), clock, current)
-        day = _DAY.fullmatch(low)
-        if day:
-            word, at = day[1].split()[-1], day[2]
-            if word == "today":
-                back = 0
-            elif word == "yesterday":
-                back = 1
-            else:
-                weekday = next(n for n, name in enumerate(_WEEKDAYS) if name.startswith(word))
-                back = (current.weekday() - weekday) % 7 or (7 if day[1].startswith("last") else 0)
-            clock = _clock(at) if at is not None else time(0)
-            if clock is not None:
-                return _local(current.date() - timedelta(days=back), clock, current)
+        moment = _spoken(low, env.now())
+        if moment is not None:
+            moment.astimezone(timezone.utc)  # (00:00 of year 1 at +14:00 is out of range in UTC)
+            return moment
     except (OverflowError, ValueError):
         raise BadInput(f"date {text!r} is out of range: {HINT}") from None
     try:

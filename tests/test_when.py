@@ -107,6 +107,7 @@ def test_a_day_ends_at_the_first_moment_of_the_next_in_the_zone_of_the_moment_gi
 # ---- one WHEN grammar for every option that takes a time --------------------------------------------------
 
 from pimem import Memory, api  # noqa: E402
+from conftest import snapshot  # noqa: E402
 
 # PIMEM_NOW is Thursday 2026-10-08T09:30:00+08:00 (the home fixture)
 SPOKEN = {
@@ -228,3 +229,22 @@ def test_a_local_time_the_clocks_skip_is_read_as_the_time_after_the_change(sh, z
     assert sh("date", "m", "1").stdout.decode().strip() == stored
     out = sh("date", "m", "--at", given, TZ=zone, PIMEM_NOW=now)
     assert out.stdout.decode().strip() == "1", (given, out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("now,argv", [
+    ("9999-12-31T23:59:59-14:00", ["append", "m", "hi"]),  # (in UTC, the year 10000: a date the log refuses)
+    ("0001-01-01T10:00:00+14:00", ["since", "m", "now"]),
+    ("0001-01-01T20:00:00+14:00", ["date", "m", "--at", "today"]),  # (00:00 at +14:00: the year 0 in UTC)
+    ("0001-01-01T20:00:00+14:00", ["since", "m", "12h"]),
+    ("0001-01-01T20:00:00+14:00", ["search", "msg", "m", "--until", "09:00"]),
+])
+def test_a_clock_or_a_when_that_utc_moves_out_of_the_range_of_dates_is_refused_in_one_line(sh, home, now, argv):
+    """``$PIMEM_NOW`` at the ends of the range, or a WHEN read from it, that UTC moves out of years 1-9999 is refused
+    (exit 2, one line), as such a date given outright is: it was a traceback, and ``append`` logged the clock's date
+    as the message's, one ``fsck`` then calls a problem."""
+    assert sh("append", "m", "msg").returncode == 0
+    before = snapshot(home)
+    out = sh(*argv, PIMEM_NOW=now)
+    assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr, out.stderr
+    assert b"range" in out.stderr, out.stderr
+    assert snapshot(home) == before
