@@ -1713,3 +1713,28 @@ def test_a_fork_s_branch_goes_on_through_the_entries_it_copied(run, tmp_path):
     assert {entries[i] for i in off_lineage(messages())} == {("sess-1", "b1"), ("sess-1", "c1")}
     found = run("recall", "t", "refresh", "--include-tools", "--scope", "lineage", "--json")
     assert "export function refresh" in found.stdout
+
+
+def test_a_line_whose_timestamp_cannot_be_stored_is_imported_dated_as_the_line_before(run, tmp_path):
+    """A transcript line whose own time the log cannot store (a leap second, ``23:59:60``; an offset with seconds;
+    text that is no date) still says what the user said: it was skipped as a malformed line, its message lost;
+    now it takes the date of the line before, as a line that gives no time does, with a warning naming the line."""
+    base = {"sessionId": "odd-1", "cwd": "/home/dev/api", "version": "2.1", "isSidechain": False, "userType": "external"}
+    stamps = ["2016-12-31T23:59:59.000Z", "2016-12-31T23:59:60Z", "2017-01-01T05:30:00+05:30:15", "soon",
+              "2017-01-01T00:00:01.000Z"]
+    lines = [{**base, "type": "user", "uuid": f"u{n}", "parentUuid": f"u{n - 1}" if n else None, "timestamp": stamp,
+              "message": {"role": "user", "content": f"said {n}"}} for n, stamp in enumerate(stamps)]
+    path = tmp_path / "odd.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run("import", path, "--name", "t")
+    assert out.exit_code == 0, out.stderr
+    assert [(m["text"], m["date"]) for m in messages()] == [
+        ("said 0", "2016-12-31T23:59:59.000Z"), ("said 1", "2016-12-31T23:59:59.000Z"),
+        ("said 2", "2016-12-31T23:59:59.000Z"), ("said 3", "2016-12-31T23:59:59.000Z"),
+        ("said 4", "2017-01-01T00:00:01.000Z")]
+    for line, stamp in ((2, "2016-12-31T23:59:60Z"), (3, "2017-01-01T05:30:00+05:30:15"), (4, "soon")):
+        assert f"odd.jsonl:{line}: bad date {stamp!r}" in out.stderr and f"odd.jsonl:{line}:" in out.stderr, out.stderr
+    assert "skipped" not in out.stderr and "1 malformed" not in out.stdout, (out.stdout, out.stderr)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(path.read_bytes())
+    assert run("import", copy, "--name", "t").stdout.startswith("t: 0 imported, 5 already present")

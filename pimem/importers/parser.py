@@ -17,7 +17,8 @@ from typing import BinaryIO, Callable, Iterator
 
 import orjson
 
-from .. import hashes
+from .. import hashes, when
+from ..errors import BadInput
 
 PENDING_CAP = 10_000  # tool names of unanswered calls / links of skipped entries kept in the saved state
 NO_OUTPUT = "(no output)"  # an empty tool result still pairs with its call, and the log refuses empty text
@@ -66,14 +67,24 @@ class Parser:
             self.state["date"] = own
         return own or self.state.get("date")
 
-    @staticmethod
-    def own_date(*candidates) -> str | None:
-        """The first usable date among ``candidates`` (strings as written, epoch milliseconds converted)."""
+    def own_date(self, *candidates) -> str | None:
+        """The first usable date among ``candidates`` (strings as written, epoch milliseconds converted). A string
+        the log cannot store (a leap second, ``23:59:60``; an offset with seconds; no date at all) is none, said in
+        a note when no other candidate is usable: the line's message is logged with the date of the line before,
+        as an undated line's is, rather than skipped and lost."""
+        refused = None
         for value in candidates:
             if isinstance(value, str) and value:
+                try:
+                    when.normalise(value)
+                except BadInput as exc:
+                    refused = refused or str(exc)
+                    continue
                 return value
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
                 return ms_date(value)
+        if refused is not None:
+            self.notes.append(f"{refused}; taken as no date: the line before's date stands")
         return None
 
     def meta(self, **fields) -> dict:
