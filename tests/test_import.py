@@ -1738,3 +1738,19 @@ def test_a_line_whose_timestamp_cannot_be_stored_is_imported_dated_as_the_line_b
     copy = tmp_path / "copy.jsonl"
     copy.write_bytes(path.read_bytes())
     assert run("import", copy, "--name", "t").stdout.startswith("t: 0 imported, 5 already present")
+
+
+def test_a_line_whose_epoch_milliseconds_pass_the_year_9999_is_imported_dated_as_the_line_before(run, tmp_path):
+    """A time in epoch milliseconds past the year 9999 (``1e20``) stopped the whole import as if the disk had
+    failed (``Value too large for defined data type``, exit 7, nothing imported): it is no date, as a string the
+    log cannot store is."""
+    base = {"sessionId": "odd-2", "cwd": "/home/dev/api", "version": "2.1", "isSidechain": False, "userType": "external"}
+    stamps = [1767225600000, 1e20, 253402300800000, 1e308]
+    lines = [{**base, "type": "user", "uuid": f"e{n}", "parentUuid": None, "timestamp": stamp,
+              "message": {"role": "user", "content": f"said {n}"}} for n, stamp in enumerate(stamps)]
+    path = tmp_path / "epoch.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = run("import", path, "--name", "t")
+    assert out.exit_code == 0, out.stderr
+    assert [(m["text"], m["date"]) for m in messages()] == [(f"said {n}", "2026-01-01T00:00:00.000Z") for n in range(4)]
+    assert out.stderr.count("epoch milliseconds past the range of dates") == 3, out.stderr

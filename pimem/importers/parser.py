@@ -82,7 +82,10 @@ class Parser:
                     continue
                 return value
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                return ms_date(value)
+                try:
+                    return ms_date(value)
+                except (OverflowError, OSError, ValueError):  # (past the year 9999)
+                    refused = refused or f"bad date {value!r}: epoch milliseconds past the range of dates (years 1 to 9999)"
         if refused is not None:
             self.notes.append(f"{refused}; taken as no date: the line before's date stands")
         return None
