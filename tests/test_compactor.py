@@ -3,6 +3,7 @@ local server with injected faults."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import orjson
@@ -572,3 +573,32 @@ def test_text_of_any_script_is_refused_for_no_character_and_a_copy_of_its_input_
     said = junk.why(line, text, [])
     assert said is None or said.startswith("its line is mostly one phrase repeated")
     assert junk.why(line, text, ["`" not in text and text or line]) is None
+
+
+@pytest.mark.xfail(strict=True, reason="builder._built_on reads a node's date in now's UTC offset, not its own day's "
+                                       "(builder.py, another helper's file now): reported")
+@pytest.mark.skipif(not os.path.exists("/usr/share/zoneinfo/America/New_York"), reason="no time zone database")
+def test_a_days_spend_counts_the_nodes_built_that_local_day_across_a_change_of_the_clocks(home, monkeypatch):
+    """The daily cap's ledger (``spent(day=…)``, what a watcher or build-tree started that day counts) takes the
+    nodes built on the local day: at 10:00 EST on 1 November, a node built at 00:30 EDT that day was read at -05:00
+    as 23:30 on 31 October and left out (the cap passed by the first hour's spend); at 10:00 EDT on 8 March, one
+    built at 23:30 EST on the 7th was read as 00:30 on the 8th and counted."""
+    import time
+
+    from pimem import Memory, builder
+
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        mem = Memory.at("m")
+        mem.append([{"kind": "user", "text": f"message {k} " + "words " * 200} for k in range(4)])
+        for k, built in enumerate(("2026-03-07T23:30:00-05:00", "2026-11-01T00:30:00-04:00")):
+            monkeypatch.setenv("PIMEM_NOW", built)
+            mem.write_nodes([(0, k, f"user: {k}", {"model": "openai/m1", "cost": 0.25})])
+        monkeypatch.setenv("PIMEM_NOW", "2026-03-08T10:00:00-04:00")
+        assert builder.spent(Memory.open("m"), day="2026-03-08")["cost"] == 0
+        monkeypatch.setenv("PIMEM_NOW", "2026-11-01T10:00:00-05:00")
+        assert builder.spent(Memory.open("m"), day="2026-11-01")["cost"] == 0.25
+    finally:
+        monkeypatch.undo()
+        time.tzset()
