@@ -51,7 +51,7 @@ from .compactor import label as compactor_label
 from .compactor.state import BuildState
 from .config import compactor_knob
 from .errors import Busy, LeaseLost, PimemError
-from .message import is_tool
+from .message import is_tool, name_bytes
 from .tree import PAID, context_end, free_leaf, free_merge, label, recorded
 from .view import STUCK_TRIES, View, render_line, waits_on
 
@@ -210,7 +210,7 @@ class Builder:
                 continue
             text = free_leaf(msg, self.line_bytes)
             if cview is not None:
-                cview.push(text)
+                cview.push(text, name_bytes(msg) if text is not None and "meta" in msg else 0)
             if text is not None:
                 self._settle(0, i, text)
                 continue
@@ -666,8 +666,10 @@ class ContextView:
         # line is not shown either); and those whose call is late (``_late``)
         self.sent: dict[tuple[int, int], int] = {}  # node in flight -> ``done`` when its call started
         self.done = 0  # calls in (built or failed)
+        self.named: dict[int, int] = {}  # leaf i -> what its speaker's name adds to it (``View.push``), if any
         self.view = View(int(cfg["cview"]["hi"]), int(cfg["cview"]["lo"]), self._resolve,
-                         fetch=lambda l, i: mem.tree.text(l, i), stuck=self._stuck)
+                         fetch=lambda l, i: mem.tree.text(l, i), stuck=self._stuck,
+                         named=lambda l, i, text: mem.tree.named(l, i, text), line_bytes=self.line_bytes)
         # (view.changes, lines, each one's end, the bytes of the lines before each and of all of them)
         self._rendered: tuple[int, list[str], list[int], list[int]] | None = None
         saved = kept_up(mem)
@@ -689,13 +691,16 @@ class ContextView:
         """The messages pushed so far, those still held back included."""
         return self.view.T + len(self.held)
 
-    def push(self, text: str | None) -> None:
-        """The next message's leaf (None: not built yet). A leaf after an unbuilt one is held back until those
-        before it are built, as a live conversation's would not have arrived yet: a call is shown nothing past
-        its first unbuilt line anyway, and a placeholder in the view would hold its batch up (its most due pair
+    def push(self, text: str | None, named: int = 0) -> None:
+        """The next message's leaf (None: not built yet; ``named``: what its speaker's name adds to it,
+        ``message.name_bytes``, counted as the model's view counts it). A leaf after an unbuilt one is held back
+        until those before it are built, as a live conversation's would not have arrived yet: a call is shown
+        nothing past its first unbuilt line anyway, and a placeholder in the view would hold its batch up (its most due pair
         is then a recent one waiting for a leaf in flight) while the leaves after it are sent the unfolded
         view (a median of 1.5-2x ``hi`` when ``hi`` holds a few dozen lines). So is a leaf that comes while the
         batch waits for a merge (``_waits``)."""
+        if named and text is not None:
+            self.named[self.end] = min(named, self.line_bytes - len(text.encode()))
         if text is None or self.held or self._waits():
             self.held.append(text)
             self.held_bytes += _held_bytes(text)
@@ -703,8 +708,12 @@ class ContextView:
             if self.held_bytes > max(2 * self.view.hi, HELD_MOST):  # (what they wait for is not coming: a
                 self._release(everything=True)  # watcher over its daily cap, say)
             return
-        self.view.push(text)
+        self._push(text)
         self.view.fit()
+
+    def _push(self, text: str | None) -> None:
+        extra = self.named.pop(self.view.T, 0) if self.named else 0
+        self.view.push(text, extra=extra if text is not None and extra > 0 else 0)
 
     def _late(self) -> None:
         """The call holding the view up (the first held-back leaf's, or the merge the batch waits for) is late once
@@ -729,7 +738,7 @@ class ContextView:
             if node[0] == 0:
                 self.held.popleft()
                 self.held_bytes -= _held_bytes(None)
-                self.view.push(None)
+                self._push(None)
             self.view.fit()
             self._release()
 
@@ -762,7 +771,7 @@ class ContextView:
         while self.held and (everything or (self.held[0] is not None and not self._waits())):
             text = self.held.popleft()
             self.held_bytes -= _held_bytes(text)
-            self.view.push(text)
+            self._push(text)
             self.view.fit()
 
     def failed(self, l: int, i: int, retried: bool = False) -> None:
@@ -882,7 +891,7 @@ def kept_up(mem) -> View | None:
     first = next((k for k, line in enumerate(view.lines) if line[2] is None), None)
     if first is None:
         return view
-    kept = View(view.hi, view.lo, view.resolve, view.fetch, view.cost)
+    kept = View(view.hi, view.lo, view.resolve, view.fetch, view.cost, named=view.named, line_bytes=view.line_bytes)
     kept.load(view.to_json())
     return kept if kept.cut(first) <= view.hi - view.lo else None
 

@@ -23,7 +23,7 @@ import orjson
 from . import env, ingest, stopping, when
 from .errors import BadInput
 from .memory import collector_resting
-from .message import normalise
+from .message import name_bytes, normalise
 
 dumps = orjson.dumps
 
@@ -37,10 +37,13 @@ def available() -> bool:
 
 class EncodedBatch(Sequence):
     """A batch as the reader sent it: stored lines without ``i`` (``{"kind":…}`` and a newline each) in one
-    buffer, with each message's size; a message is decoded only when asked for (the view asks rarely)."""
+    buffer, with each message's size and, for those naming their speaker, what the name adds to a line
+    (``names``: ``message.name_bytes`` by position); a message is decoded only when asked for (the view asks
+    rarely)."""
 
-    def __init__(self, data: bytes, ends: list[int], sizes: list[int]):
+    def __init__(self, data: bytes, ends: list[int], sizes: list[int], names: dict[int, int] | None = None):
         self.data, self.ends, self.sizes = data, ends, sizes
+        self.names = names or {}
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -98,7 +101,7 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
                 if meta.get("end"):
                     finished = True
                     return
-                batch = EncodedBatch(data, meta["ends"], meta["sizes"])
+                batch = EncodedBatch(data, meta["ends"], meta["sizes"], dict(meta.get("names") or ()))
                 runs = [(day, count) for day, count in meta["runs"]]
                 with stopping.held():  # a signal stops the stream only after this batch is durable and printed
                     yield mem.append_encoded(runs, batch.lines, batch, timeout)
@@ -165,6 +168,7 @@ class _Encoder:
         self.data = bytearray()
         self.ends: list[int] = []
         self.sizes: list[int] = []
+        self.names: list[list[int]] = []  # [position, bytes] of each message naming its speaker (``name_bytes``)
         self.runs: list[list] = []  # [day, count]
         self.day = None
         self.stamp = None
@@ -183,6 +187,10 @@ class _Encoder:
         self.data += dumps(msg, option=orjson.OPT_APPEND_NEWLINE)
         self.ends.append(len(self.data))
         self.sizes.append(msg["size"])
+        if "meta" in msg:
+            named = name_bytes(msg)
+            if named:
+                self.names.append([len(self.sizes) - 1, named])
         day = msg["date"][:10]
         if day != self.day:
             self.day = day
@@ -192,7 +200,7 @@ class _Encoder:
     def batch(self) -> tuple[bytearray, dict]:
         if self.error is not None:
             raise BadInput(self.error)
-        done = self.data, {"ends": self.ends, "sizes": self.sizes, "runs": self.runs}
+        done = self.data, {"ends": self.ends, "sizes": self.sizes, "runs": self.runs, "names": self.names}
         self._start()
         return done
 

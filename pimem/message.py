@@ -190,3 +190,14 @@ def said_by(kind: str, who: str) -> str:
 def leaf_label(message: dict) -> str:
     """What a line showing ``message`` alone opens with, before ``: ``: ``said_by`` its ``speaker``."""
     return said_by(message.get("kind", ""), speaker(message)[0])
+
+
+def name_bytes(message: dict) -> int:
+    """The bytes a line showing ``message`` alone says more for its speaker (``leaf_label`` less its kind):
+    what readers may add to its verbatim leaf, which the view counts (``View.extras``)."""
+    meta = message.get("meta")
+    if not meta or not isinstance(meta.get("speaker"), str):  # (most messages: no name, nothing more to read)
+        return 0
+    kind = message.get("kind", "")
+    said = leaf_label(message)
+    return 0 if said == kind else len(said.encode("utf-8")) - len(kind.encode("utf-8"))

@@ -363,6 +363,43 @@ class Tree:
             return None
         return free_merge(left, right, self.line_bytes)
 
+    def named(self, l: int, i: int, text: str, count: int | None = None, leaves: dict[int, dict] | None = None) -> int:
+        """The bytes readers may add to node ``(l, i)``'s line ``text`` for the speakers' names
+        (``message.name_bytes``) of the verbatim leaves it is or joins, at most the room left in the line; 0 for
+        a line a compactor wrote. The view counts them in its budgets (``View``), as it counts them one join at
+        a time: a free join's are its children's added, at most its room (and a child's room is never less
+        than its parent's, so that is the sum over its verbatim leaves, at most its room)."""
+        room = self.line_bytes - byte_size(text)
+        if room <= 0:
+            return 0
+        count = self.count() if count is None else count
+        return min(room, self._names(l, i, text, count, {} if leaves is None else leaves))
+
+    def _names(self, l: int, i: int, text: str, count: int, leaves: dict[int, dict]) -> int:
+        """What names add to the verbatim leaves node ``(l, i)``'s line ``text`` joins (``named``), uncapped:
+        only the joins are followed down (a line a compactor wrote is no join: it has no newline, or is not
+        its halves' lines joined), so a summary over many messages reads none of them."""
+        from .message import name_bytes
+
+        if l == 0:
+            msg = self._leaf(i, count, leaves)
+            return name_bytes(msg) if msg["size"] <= self.line_bytes else 0
+        if "\n" not in text:
+            return 0
+        if 1 << l <= FREE_SPAN:
+            first, end = span(l, i)
+            msgs = [self._leaf(k, count, leaves) for k in range(first, end)]
+            names = [name_bytes(m) if m["size"] <= self.line_bytes else 0 for m in msgs]
+            if not any(names):
+                return 0
+            if sum(m["size"] for m in msgs) + len(msgs) - 1 <= self.line_bytes:  # (its leaves all fit: their join)
+                return sum(names)
+        left = self._text(l - 1, 2 * i, count, leaves)
+        right = self._text(l - 1, 2 * i + 1, count, leaves) if left is not None else None
+        if right is None or len(text) != len(left) + len(right) + 1 or text != f"{left}\n{right}":
+            return 0  # (a line a compactor wrote)
+        return self._names(l - 1, 2 * i, left, count, leaves) + self._names(l - 1, 2 * i + 1, right, count, leaves)
+
     def _leaf(self, i: int, count: int, leaves: dict[int, dict]) -> dict:
         """Message ``i`` from ``leaves``, which is filled from the log a chunk at a time."""
         msg = leaves.get(i)

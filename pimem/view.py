@@ -22,6 +22,7 @@ import bisect
 import re
 from typing import Callable, Iterable, NamedTuple, TypeVar
 
+from .config import LINE_BYTES
 from .tree import PLACEHOLDER, byte_size, flat, label
 
 LEVELS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # level of each line in view.json
@@ -41,6 +42,8 @@ Resolver = Callable[[int, int, str, str], "str | None"]
 Fetcher = Callable[[int, int], str]
 # cost(l, i, text, size) -> the line's weight against the budgets; size is the text's bytes when known
 Cost = Callable[[int, int, "str | None", "int | None"], int]
+# named(l, i, text) -> the bytes the speakers' names can add to a built line read back (``tree.Tree.named``)
+Named = Callable[[int, int, str], int]
 
 
 STUCK_TRIES = 3  # a node that failed this many times in a row is taken for one that keeps failing (``stuck``)
@@ -141,13 +144,24 @@ def line_cost(l: int, i: int, placeholder: bool, line_bytes: int) -> int:
 
 class View:
     """One view: lines ``(l, i, text, cost)`` (``text`` None for an unbuilt leaf, ``UNLOADED`` until read,
-    when ``cost`` is None too) and the sawtooth state. Lines are tuples of plain values, so the garbage
-    collector stops tracking them (a view without a compactor can hold a line per message)."""
+    when ``cost`` is None too; a text taken from elsewhere, ``fill``, may leave ``cost`` None until counted)
+    and the sawtooth state. Lines are tuples of plain values, so the garbage collector stops tracking them (a
+    view without a compactor can hold a line per message).
+
+    A line's cost is its rendered bytes plus what readers may add to it for the speakers' names
+    (``message.name_bytes``: ``user Bob: …`` for ``user: …``), so that what they show keeps to the budgets:
+    a verbatim leaf's names, a free join's its children's added, each at most the room left in its line
+    (``line_bytes`` less its text), a line a compactor wrote none. ``extras`` holds that part of each line's
+    cost where it is not 0 (it is empty for a memory whose messages name no speaker); ``named`` works it out
+    for a line read back from the tree."""
 
     def __init__(self, hi: int, lo: int, resolve: Resolver, fetch: Fetcher | None = None,
                  cost: Cost = line_bytes_cost, prefetch: Callable[[list[tuple[int, int]]], None] | None = None,
-                 stuck: Callable[[int, int], bool] | None = None):
+                 stuck: Callable[[int, int], bool] | None = None, named: Named | None = None,
+                 line_bytes: int = LINE_BYTES):
         self.hi, self.lo = hi, lo
+        self.named, self.line_bytes = named, line_bytes
+        self.extras: dict[tuple[int, int], int] = {}  # (l, i) -> the bytes names add to that line's cost, if any
         self.resolve = resolve
         # stuck(l, i): whether the parent of the pair at (l, i) is not coming (a call for it or a child failed):
         # the batch does not wait for it but merges the best pair built, as past twice the budget
@@ -185,12 +199,39 @@ class View:
             line = self.lines[j] = self._loaded(line)
         return line[2]
 
+    def counted(self, j: int) -> tuple:
+        """Line ``j`` with its text and its cost known."""
+        line = self.lines[j]
+        if line[3] is None:
+            line = self.lines[j] = self._loaded(line)
+        return line
+
     def _loaded(self, line: tuple) -> tuple:
-        if line[2] is not UNLOADED:
-            return line
-        l, i = line[0], line[1]
-        text = self.fetch(l, i)
-        return l, i, text, self.cost(l, i, text, None)
+        """``line`` with its text read back and its cost counted, where they were not."""
+        l, i, text, cost = line
+        if text is UNLOADED:
+            text = self.fetch(l, i)
+        if cost is None:
+            cost = self.cost(l, i, text, None)
+            extra = self.named(l, i, text) if self.named is not None and text is not None else 0
+            if extra:
+                self.extras[(l, i)] = extra
+                cost += extra
+        return line if text is line[2] and cost is line[3] else (l, i, text, cost)
+
+    def _joined(self, l: int, i: int, left: str | None, right: str | None, text: str) -> int:
+        """The bytes names add to the parent ``text`` of the pair at ``(l, i)`` (its children's extras are
+        taken out of ``extras``): their sum, at most its room, if it is their free join; else 0."""
+        extras = self.extras
+        extra = extras.pop((l, i), 0) + extras.pop((l, i + 1), 0)
+        if not extra or left is None or right is None or len(text) != len(left) + len(right) + 1 \
+                or text != f"{left}\n{right}":
+            return 0
+        extra = min(extra, self.line_bytes - byte_size(text))
+        if extra > 0:
+            extras[(l + 1, i >> 1)] = extra
+            return extra
+        return 0
 
     def _add_pair(self, l: int, i: int) -> None:
         bisect.insort(self.ready.setdefault(l, []), i)
@@ -236,11 +277,15 @@ class View:
 
     # ---- changes -----------------------------------------------------------------------------------------
 
-    def push(self, text: str | None, size: int | None = None, cost: int | None = None) -> None:
-        """Append the leaf of message T (``text`` None while it is unbuilt; ``cost`` if already known)."""
+    def push(self, text: str | None, size: int | None = None, cost: int | None = None, extra: int = 0) -> None:
+        """Append the leaf of message T (``text`` None while it is unbuilt; ``cost`` if already known, its
+        ``extra`` counted in it; else ``extra``: the bytes its speaker's name adds, ``message.name_bytes``, at
+        most its line's room)."""
         i = self.T
         if cost is None:
-            cost = self.cost(0, i, text, size)
+            cost = self.cost(0, i, text, size) + extra
+        if extra:
+            self.extras[(0, i)] = extra
         self.lines.append((0, i, text, cost))
         self.starts.append(i)
         self.total += cost
@@ -274,7 +319,7 @@ class View:
             return
         saved = (list(self.lines), list(self.starts), {l: list(lst) for l, lst in self.ready.items()},
                  {l: list(lst) for l, lst in self.blocked.items()}, self.total, self.n_ready, self.changes,
-                 self.shrinking)
+                 self.shrinking, dict(self.extras))
         least = self.total  # the lowest total the nodes one by one could reach on the way
         for l, i, text in nodes:
             before = self.total
@@ -284,7 +329,7 @@ class View:
             self.shrinking = True  # (as ``fit`` sets it above ``hi``)
             return
         (self.lines, self.starts, self.ready, self.blocked, self.total, self.n_ready, self.changes,
-         self.shrinking) = saved
+         self.shrinking, self.extras) = saved
         for l, i, text in nodes:
             self.built(l, i, text)
             self.fit()
@@ -313,6 +358,8 @@ class View:
                 if text is not None:
                     self._remove_ready(l, i)
                     cost = self.cost(l + 1, i >> 1, text, None)
+                    if self.extras:
+                        cost += self._joined(l, i, left[2], right[2], text)
                     delta = cost - left[3] - right[3]
                     self.total += delta
                     least += min(0, delta)
@@ -336,8 +383,11 @@ class View:
         self._remove_ready(l, i) or self._remove(self.blocked, l, i)
         p = i // 2
         cost = self.cost(l + 1, p, text, None)
-        self.text(j), self.text(j + 1)  # their costs are known once loaded
-        self.total += cost - self.lines[j][3] - self.lines[j + 1][3]
+        self.text(j), self.text(j + 1)  # (their costs are known once loaded, or counted now)
+        left, right = self.counted(j), self.counted(j + 1)
+        if self.extras:
+            cost += self._joined(l, i, left[2], right[2], text)
+        self.total += cost - left[3] - right[3]
         self.lines[j:j + 2] = [(l + 1, p, text, cost)]
         del self.starts[j + 1]
         self.changes += 1
@@ -352,14 +402,16 @@ class View:
         return max(2 * self.hi, self.lo)
 
     def push_many(self, leaves: list[tuple], leaf_text: Callable[[int], str] | None = None,
-                  free_bytes: int | None = None, trace: "Trace | None" = None) -> None:
+                  free_bytes: int | None = None, trace: "Trace | None" = None,
+                  extras: dict[int, int] | None = None) -> None:
         """``push`` then ``fit`` for each leaf line ``(0, i, text, cost)`` in turn (from ``i == T``; both views
         may hold the same line tuples, which saves memory when they hold a line per message). A free leaf's
         text may be left ``UNLOADED`` (read back from the log when needed): ``leaf_text(k)`` gives that of
         ``leaves[k]`` when a line needs it now. ``free_bytes``: the caller vouches that ``resolve`` builds
         exactly the pairs whose two lines joined by a newline fit in that many bytes (a memory with no stored
         node), so pairs can be decided from the lines' costs, without their texts. ``trace`` records what
-        the other view needs to take the same steps by ``replay``."""
+        the other view needs to take the same steps by ``replay``. ``extras``: by message, the part of a leaf's
+        cost its speaker's name adds (see ``View``), where it is not 0."""
         k, n = 0, len(leaves)
         while k < n:
             if self.n_ready or self.total <= self.flood_line():
@@ -369,14 +421,15 @@ class View:
                 if text is UNLOADED:
                     text = leaf_text(k)
                 k += 1
-                self.push(text, None, cost)
+                self.push(text, None, cost, extras.get(self.T, 0) if extras else 0)
                 if self.shrinking or self.total > self.hi:
                     self.fit()
             else:
-                k = self._push_flooded(leaves, k, leaf_text, free_bytes, trace)
+                k = self._push_flooded(leaves, k, leaf_text, free_bytes, trace, extras)
 
     def _push_flooded(self, leaves: list[tuple], k: int, leaf_text: Callable[[int], str] | None,
-                      free_bytes: int | None, trace: "Trace | None" = None) -> int:
+                      free_bytes: int | None, trace: "Trace | None" = None,
+                      extras: dict[int, int] | None = None) -> int:
         """``push_many`` from ``leaves[k]`` while the view is past ``flood_line`` and every adjacent pair in it
         is known to have an unbuilt parent (``n_ready == 0``: a bulk import with no compactor running).
         ``fit`` would then only try the pair a new leaf makes with its sibling, and each merge that succeeds
@@ -384,7 +437,7 @@ class View:
         the same order and the same pairs blocked. When a merge would bring the view down to ``flood_line``
         the general ``fit`` takes over from that very state, and this returns how far it got. With
         ``free_bytes`` the lines' texts are not needed: merged lines are left ``UNLOADED``."""
-        lines, starts, blocked = self.lines, self.starts, self.blocked
+        lines, starts, blocked, named = self.lines, self.starts, self.blocked, self.extras
         resolve, cost_of = self.resolve, self.cost
         floor = self.flood_line()
         total, T, changes = self.total, self.T, self.changes
@@ -399,6 +452,8 @@ class View:
                     line = (0, line[1], leaf_text(k), line[3])
                 k += 1
                 i = line[1]
+                if extras and i in extras:
+                    named[(0, i)] = extras[i]
                 lines.append(line)
                 starts.append(i)
                 total += line[3]
@@ -427,22 +482,33 @@ class View:
                         parent = None
                     elif free_bytes is not None:
                         if left[3] is None:  # (a line restored from view.json has its cost once read)
-                            self.text(j)
-                            left = lines[j]
+                            left = self.counted(j)
                         if right[3] is None:
-                            self.text(j + 1)
-                            right = lines[j + 1]
-                        # each line's text bytes, from its cost (line_bytes_cost: "id+n|" + text + newline)
+                            right = self.counted(j + 1)
+                        # each line's text bytes, from its cost (line_bytes_cost: "id+n|" + text + newline, and
+                        # what names add, kept apart in ``extras``)
                         head = len(str(i << l))
                         both = left[3] + right[3] - head - len(str((i + 1) << l)) - 2 * len(str(1 << l)) - 6
+                        extra = 0
+                        if named:
+                            extra = named.get((l, i), 0) + named.get((l, i + 1), 0)
+                            both -= extra
                         parent = UNLOADED if both + 1 <= free_bytes else None
                         cost = head + len(str(2 << l)) + both + 4
+                        if extra and parent is not None:
+                            named.pop((l, i), None), named.pop((l, i + 1), None)
+                            extra = min(extra, self.line_bytes - both - 1)
+                            if extra > 0:
+                                named[(l + 1, i >> 1)] = extra
+                                cost += extra
                     else:
                         left_text = self.text(j) if left[2] is UNLOADED else left[2]
                         right_text = self.text(j + 1) if right[2] is UNLOADED else right[2]
                         parent = resolve(l, i, left_text, right_text)
                         if parent is not None:
                             cost = cost_of(l + 1, i >> 1, parent, None)
+                            if named:
+                                cost += self._joined(l, i, left_text, right_text, parent)
                     if parent is None:
                         bisect.insort(blocked.setdefault(l, []), i)
                         added.append((l, i))
@@ -482,6 +548,13 @@ class View:
         if trace.least - trace.total_before + self.total <= self.flood_line():
             return False  # a merge here would have brought this view down to its flood line
         cut = len(self.lines) - looked
+        if self.extras or other.extras:  # (the lines copied are counted alike: what names add to them too)
+            for l, i, _, _ in self.lines[cut:]:
+                self.extras.pop((l, i), None)
+            for l, i, _, _ in other.lines[trace.low:]:
+                extra = other.extras.get((l, i))
+                if extra:
+                    self.extras[(l, i)] = extra
         self.lines[cut:] = other.lines[trace.low:]
         self.starts[cut:] = other.starts[trace.low:]
         self.total += other.total - trace.total_before
@@ -600,26 +673,31 @@ class View:
 
     def fill(self, texts: dict[str, str], lines: Iterable[int]) -> None:
         """Take the texts of lines not loaded yet (at positions ``lines``) from ``texts`` (by label) where it
-        has them."""
+        has them. A line whose cost is not known yet is counted only when a change needs it (``counted``: what
+        names add to it is worked out from the log)."""
+        named = self.named
         for j in lines:
-            l, i, text, _ = self.lines[j]
+            l, i, text, cost = self.lines[j]
             if text is UNLOADED:
                 known = texts.get(label(l, i))
                 if known is not None:
-                    self.lines[j] = (l, i, known, self.cost(l, i, known, None))
+                    if cost is None and named is None:
+                        cost = self.cost(l, i, known, None)
+                    self.lines[j] = (l, i, known, cost)
 
-    def line(self, j: int) -> tuple[int, int, str | None, int]:
+    def line(self, j: int, counted: bool = True) -> tuple[int, int, str | None, int | None]:
         """Line ``j`` as ``(l, i, text, cost)``: text None for a placeholder; cost is the rendered line's
-        bytes plus its newline."""
+        bytes plus its newline and what names may add (``View``); with ``counted`` False, None where it is not
+        known yet (it is not counted for it)."""
         text = self.text(j)
-        l, i, _, cost = self.lines[j]
+        l, i, _, cost = self.counted(j) if counted else self.lines[j]
         return l, i, text, cost
 
-    def rows(self, start: int = 0) -> list[tuple[int, int, str | None, int]]:
+    def rows(self, start: int = 0, counted: bool = True) -> list[tuple[int, int, str | None, int | None]]:
         """Every line from line ``start`` on as ``(l, i, text, cost)`` (see ``line``), texts read back as
         needed."""
         self._prefetch(len(self.lines), start)
-        return [self.line(j) for j in range(start, len(self.lines))]
+        return [self.line(j, counted) for j in range(start, len(self.lines))]
 
     def held_back(self, bound: int, line_bytes: int) -> Held:
         """What a reader holds back of the oldest lines and shows by ``stand_ins`` (``held_back``): nothing
@@ -638,12 +716,13 @@ class View:
         """The first message of line ``j`` (``T`` past the last line)."""
         return self.starts[j] if j < len(self.lines) else self.T
 
-    def stand_ins(self, held: Held) -> list[tuple[int, int, str | None, int]]:
+    def stand_ins(self, held: Held, counted: bool = True) -> list[tuple[int, int, str | None, int | None]]:
         """What a reader shows for the lines ``held`` back (``held_back``), as ``rows`` gives lines: the spans
         tiling their messages, each the view's own line where it is one, else a placeholder (a span the view
         has not merged into one line: past twice its budget it merges every pair whose parent is built, so its
         node is not built yet)."""
-        return [self.line(k) if k >= 0 else (l, i, None, self.cost(l, i, None, None)) for l, i, k in self.spans(held)]
+        return [self.line(k, counted) if k >= 0 else (l, i, None, self.cost(l, i, None, None))
+                for l, i, k in self.spans(held)]
 
     def spans(self, held: Held) -> list[tuple[int, int, int]]:
         """The spans ``(l, i)`` tiling the messages of the lines ``held`` back, each with the position of the
@@ -736,6 +815,7 @@ class View:
         if marks is not None and marks != starts[::MARK_EVERY]:  # (a view.json of an older pimem has none)
             raise ValueError("its marks do not match its lines")
         self.lines, self.starts, self.T, self.total, self.shrinking = lines, starts, at, total, shrinking
+        self.extras = {}  # (counted as the lines are read back)
         self.ready, self.blocked = {}, {}
         pairs: dict[int, list[int]] = {}  # level -> the left line i of each sibling pair, oldest first
         firsts: dict[int, set[int]] = {}  # level -> the first message of each of those pairs
@@ -773,6 +853,9 @@ class View:
         merges they set off. Returns the bytes dropped (their texts are read for it)."""
         dropped = sum(self.line(k)[3] for k in range(j, len(self.lines)))
         self.T = self.start(j)
+        if self.extras:
+            for l, i, _, _ in self.lines[j:]:
+                self.extras.pop((l, i), None)
         del self.lines[j:], self.starts[j:]
         self.total -= dropped
         for table in (self.ready, self.blocked):

@@ -25,11 +25,12 @@ from typing import Callable, Sequence
 import orjson
 
 from .tree import LINE_BYTES, byte_size, label, shown_text
-from .view import (LEVELS, MARK_EVERY, NOTHING_HELD, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Held, Resolver,
-                   Trace, View, held_back, line_bytes_cost, render_line, stand_in, waits_on)
+from .view import (LEVELS, MARK_EVERY, NOTHING_HELD, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Held, Named,
+                   Resolver, Trace, View, held_back, line_bytes_cost, render_line, stand_in, waits_on)
 from .nofollow import read_bytes
 
-VERSION = 1
+VERSION = 2  # 2: its bytes count what readers add for the speakers' names (``View``); a file of version 1 is
+# counted again once as it is read (``ViewFile._count_names``), its lines kept
 PREFETCH_MESSAGES = 1 << 15  # at most this many messages are read at once for the texts of lines
 READ_THROUGH = 256  # messages between two placeholders read through rather than bisected to (``tool_placeholders``)
 PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
@@ -48,9 +49,13 @@ class Views:
 
     def __init__(self, config: dict, resolve: Resolver, fetch: Fetcher | None = None, cost: Cost = line_bytes_cost,
                  prefetch: Callable[[list[tuple[int, int]]], None] | None = None,
-                 stuck: Callable[[int, int], bool] | None = None):
-        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch, stuck)
-        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch, stuck)
+                 stuck: Callable[[int, int], bool] | None = None, named: Named | None = None):
+        line_bytes = int(config.get("line_bytes") or LINE_BYTES)
+        self.view = View(int(config["view"]["hi"]), int(config["view"]["lo"]), resolve, fetch, cost, prefetch, stuck,
+                         named, line_bytes)
+        self.cview = View(int(config["cview"]["hi"]), int(config["cview"]["lo"]), resolve, fetch, cost, prefetch, stuck,
+                          named, line_bytes)
+        self.uncounted = False  # restored from a view.json whose bytes do not count the names (version 1)
         self.tree_seen: dict[str, int] = {}  # tree file -> bytes whose nodes the views know about
         self.unmarked = False  # restored from a view.json without marks (see ``View.to_json``)
         self.tree_reads = 0  # times the views caught up with the tree files
@@ -94,14 +99,16 @@ class Views:
         return self.changes - self.saved_changes >= lines
 
     def push_leaves(self, sizes: Sequence[int], leaf_text: Callable[[int], str], line_bytes: int,
-                    stored_leaf: Callable[[int], str | None] | None = None) -> None:
+                    stored_leaf: Callable[[int], str | None] | None = None, names: dict[int, int] | None = None) -> None:
         """Append the leaves of the next messages, given by their ``size``, fitting after each one (as if they
         had arrived one by one, so the result does not depend on how messages were batched): a message whose
         line fits in ``line_bytes`` is its own leaf, verbatim (``leaf_text(k)``: the line of the ``k``-th); a
         longer one is ``stored_leaf(i)`` (None: unbuilt). Free leaves are pushed ``UNLOADED`` (their text is
         the log's) and their text is asked for only when a line needs it; while no node is stored
-        (``free_join_bytes`` set, no tree seen) pairs are decided by size alone. The two views never look at
-        each other, so each takes a chunk of leaves in turn."""
+        (``free_join_bytes`` set, no tree seen) pairs are decided by size alone. ``names``: by ``k``, what the
+        speaker's name of a message naming one adds to its verbatim leaf (``message.name_bytes``), counted in
+        its cost up to the room left in its line. The two views never look at each other, so each takes a
+        chunk of leaves in turn."""
         T, cost = self.T, self.view.cost
         inline = cost is line_bytes_cost
         free_bytes = self.free_join_bytes if inline and not self.tree_seen else None
@@ -118,6 +125,14 @@ class Views:
                 else:
                     text = None if stored_leaf is None else stored_leaf(i)
                     add((0, i, text, cost(0, i, text, None)))
+            extras = None
+            if names:
+                extras = {}
+                for k, extra in names.items():
+                    if done <= k < done + PUSH_CHUNK and sizes[k] < line_bytes:
+                        extras[T + k] = extra = min(extra, line_bytes - sizes[k])
+                        l, i, text, cost_k = leaves[k - done]
+                        leaves[k - done] = (l, i, text, cost_k + extra)
 
             def chunk_text(k: int, done: int = done) -> str:
                 return leaf_text(done + k)
@@ -125,9 +140,9 @@ class Views:
             trace = None
             if free_bytes is not None:  # the views mostly take the very same steps: the second copies them
                 trace = Trace(self.view)
-            self.view.push_many(leaves, chunk_text, free_bytes, trace)
+            self.view.push_many(leaves, chunk_text, free_bytes, trace, extras)
             if trace is None or not self.cview.replay(self.view, trace):
-                self.cview.push_many(leaves, chunk_text, free_bytes)
+                self.cview.push_many(leaves, chunk_text, free_bytes, extras=extras)
 
     def built(self, nodes: list[tuple[int, int, str]]) -> None:
         for v in self.both():
@@ -143,7 +158,7 @@ class Views:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"not JSON ({exc})") from None
-        if not isinstance(data, dict) or data.get("version") != VERSION:
+        if not isinstance(data, dict) or type(data.get("version")) is not int or data["version"] not in (1, VERSION):
             raise ValueError("unknown format")
         folded = data.get("line_bytes") or LINE_BYTES  # (files from before it was recorded: the default)
         if self.free_join_bytes is not None and folded != self.free_join_bytes:
@@ -164,6 +179,7 @@ class Views:
         self.tree_seen = tree
         self.saved_changes = self.changes
         self.unmarked = "marks" not in data["view"]  # (written by a pimem before the marks: rewrite it)
+        self.uncounted = data["version"] == 1
 
     def check_tree(self, sizes: dict[str, int]) -> None:
         """Every line the view holds as built must still be built. The tree only grows (each node is written
@@ -196,12 +212,17 @@ def push_messages(views: Views, batch: Sequence[dict], line_bytes: int,
     sizes = getattr(batch, "sizes", None)
     if sizes is None:
         sizes = [msg["size"] for msg in batch]
+    names = getattr(batch, "names", None)
+    if names is None:
+        from .message import name_bytes
+
+        names = {k: n for k, msg in enumerate(batch) if "meta" in msg and (n := name_bytes(msg))}
 
     def leaf_text(k: int) -> str:
         msg = batch[k]
         return f"{msg['kind']}: {msg['text']}"
 
-    views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf)
+    views.push_leaves(sizes, leaf_text, line_bytes, stored_leaf, names)
 
 
 class SavedShape:
@@ -399,7 +420,10 @@ class ViewFile:
                 if stop - start <= PREFETCH_MESSAGES and any(k not in leaves for k in (start, stop - 1)):
                     leaves.update((m["i"], m) for m in log.read(start, stop))
 
-        views = Views(self.config(), resolve, fetch, prefetch=prefetch, stuck=self._stuck)
+        def named(l: int, i: int, text: str) -> int:
+            return tree.named(l, i, text, holder[0].T, leaves)
+
+        views = Views(self.config(), resolve, fetch, prefetch=prefetch, stuck=self._stuck, named=named)
         views.leaves = leaves
         views.free_join_bytes = line_bytes
         holder.append(views)
@@ -435,6 +459,8 @@ class ViewFile:
                         views = self.make()
                         views.load(raw, count)
                     views.check_tree(self.tree.file_sizes())
+                    if views.uncounted:
+                        self._count_names(views)
                     views.loaded = stamp
                 except FileNotFoundError:  # (gone since its stat: missing, as if never there; the memory may have moved)
                     views = self.make()
@@ -468,6 +494,26 @@ class ViewFile:
             name = self.log.dir.parent.name
             raise IntegrityError(f"{name}: {lost_words(count, covers - 1, [])} (view.json covers them); see 'pimem fsck {name}'")
         return count
+
+    def _count_names(self, views: Views) -> None:
+        """Count in a view.json of version 1, whose bytes do not, what readers add to its lines for the
+        speakers' names (``View``), as if the view had always counted them: its lines stay as they were (a
+        model's cached prefix), only its bytes grow, by what each line that is or joins verbatim leaves of
+        messages naming their speaker adds (the next change folds it by them). The log is read once, to find
+        those messages; a memory with none reads nothing more."""
+        from .message import name_bytes
+
+        line_bytes = self.line_bytes
+        named = [msg["i"] for msg in self.log.read(0, views.T)
+                 if msg["size"] < line_bytes and "meta" in msg and name_bytes(msg)]
+        for v in views.both():
+            for j in sorted({v.covering(i) for i in named}):
+                l, i, text, cost = v.lines[j]
+                if text is not None and cost is None:
+                    v.counted(j)
+                    v.total += v.extras.get((l, i), 0)
+        views.uncounted = False
+        views.unmarked = True  # (saved again, counted)
 
     def _catch_up(self, views: Views, upto: int) -> None:
         tree, line_bytes = self.tree, self.line_bytes
@@ -577,6 +623,8 @@ class ViewFile:
         cuts = [v.find_start(first) for v in views.both()]
         if min(cuts) < 0:
             return  # (also a view that ends before the loss: the next reader pushes the notes)
+        if views.uncounted:
+            self._count_names(views)
         for v in views.both():
             v.rows()  # (every text read while both views still cover the notes)
         for v, j in zip(views.both(), cuts):
@@ -634,7 +682,8 @@ class ViewFile:
         standing = [k for *_, k in v.spans(held) if k >= 0] if back else []  # (the view's own lines among them)
         v.fill({key: entry if type(entry) is str else entry[0] for key, entry in cached.items()},
                [*standing, *range(back, len(v.lines))])
-        rows = v.stand_ins(held) + v.rows(back) if back else v.rows()
+        # (the costs the view counts are not needed: a line's is worked out from what it shows)
+        rows = v.stand_ins(held, False) + v.rows(back, False) if back else v.rows(counted=False)
         if compactor:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
         labels = [label(l, i) for l, i, _, _ in rows]
@@ -652,23 +701,19 @@ class ViewFile:
             kept = dict(zip(changed, hide_tools(self.log.read, [rows[k][:3] for k in changed], known=views.leaves,
                                                 stored=stored, line_bytes=line_bytes, hide=False)))
         out, keep = [], {}
-        for k, (l, i, text, cost) in enumerate(rows):
+        for k, (l, i, text, _) in enumerate(rows):
             if text is not None:
                 entry = cached.get(labels[k])
                 if entry is None:  # the line as logged; without tools; with them, its speakers said
                     entry = text if hidden[k] == text else [text, hidden[k]] if kept[k] == text else \
                         [text, hidden[k], kept[k]]
                 keep[labels[k]] = entry
-                if type(entry) is not str and (not include_tools or len(entry) == 3):  # (its cost: the bytes shown)
+                if type(entry) is not str and (not include_tools or len(entry) == 3):
                     text = entry[2] if include_tools else entry[1]
-                    cost = line_bytes_cost(l, i, text, None)
             elif l == 0 and markers.get(i):
                 text = markers[i]
-                cost = line_bytes_cost(l, i, text, None)
             said = text if text is None else shown_text(text)  # (without its colour codes, its days said once)
-            if said is not text:
-                cost = line_bytes_cost(l, i, said, None)
-            out.append((l, i, text, cost))
+            out.append((l, i, text, line_bytes_cost(l, i, said, None)))  # (its cost: the bytes shown)
         if (todo or len(self._markers) > known) and save:
             self._save_texts(line_bytes, keep)
         return out

@@ -18,11 +18,14 @@ from conftest import pimem_cmd, snapshot, subprocess_env
 
 
 def stream(n: int, seed: int = 5) -> bytes:
-    """Synthetic agent traffic over several days, some records without a date or with kind aliases."""
+    """Synthetic agent traffic over several days, some records without a date or with kind aliases, some naming
+    their speaker (the view counts what the name adds to a line: the reader sends it)."""
     out = []
     for k, msg in enumerate(messages(n, seed=seed)):
         if k % 7 == 3:
             msg.pop("date")
+        if k % 5 == 2:
+            msg.setdefault("meta", {})["speaker"] = f"Speaker {k % 9}"
         if k % 11 == 5 and msg["kind"] == "pi":
             msg["kind"] = "assistant"
         out.append(orjson.dumps(msg))

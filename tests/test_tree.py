@@ -613,3 +613,52 @@ def test_a_line_a_compactor_wrote_says_no_speaker_inside_a_joined_line(home, run
     Memory.at("t").append([{"kind": "pi", "text": "ok"}] * 5)
     assert run("view", "t").stdout == f"0+8|user: hello user: signs nothing user Chen: Fine.{' pi: ok' * 5}\n"
     assert run("zoom", "t", "1+1").stdout.startswith("1+1|user Bob: no no")  # (the message itself names him)
+
+
+def test_a_view_saved_before_the_names_were_counted_keeps_its_lines_and_counts_them(home, run):
+    """A view.json of version 1 counted its lines as logged; read now, its lines stay as they were (a refold
+    would change the bytes a model has cached) and its bytes grow by what the names add, as a view folded
+    with them counts them; it is saved again so counted."""
+    from pimem import viewfile
+
+    mem = small_memory(0, config={"view": {"hi": 2000, "lo": 1000}, "line_bytes": 128})
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k}", "meta": {"speaker": f"Speaker {k % 3}"}}
+                for k in range(40)])
+    path = home / "t" / "view.json"
+    saved = orjson.loads(path.read_bytes())
+    views = Memory.open("t").views.current()
+    extras = []
+    for v in views.both():
+        v.rows()
+        extras.append(sum(v.extras.values()))
+        assert v.total == sum(cost for *_, cost in v.rows())
+    assert all(extras) and saved["version"] == viewfile.VERSION
+    old = {**saved, "version": 1}
+    for key, extra in zip(("view", "cview"), extras):
+        old[key] = {**saved[key], "bytes": saved[key]["bytes"] - extra}
+    old["check"] = view_check({k: old[k] for k in ("T", "view", "cview", "tree")})
+    path.write_bytes(orjson.dumps(old))
+    shown = run("view", "t").stdout
+    assert run("view", "t").stderr == ""
+    again = orjson.loads(path.read_bytes())
+    assert again == saved  # (its lines as saved, its bytes counted again, version 2)
+    assert shown == run("view", "t").stdout
+
+
+def test_a_restored_view_counts_its_lines_as_the_fold_counted_them(home, run):
+    """A line read back from the tree (a restart) counts what names add to it as the fold did one join at a time
+    (``Tree.named``), so the bytes saved are its lines' bytes: verbatim leaves, joins of them, joins of a
+    compactor's lines (newlines in them too) and of both, folded while nodes are built."""
+    small_memory(0, config={"view": {"hi": 1500, "lo": 750}, "cview": {"hi": 900, "lo": 400}, "line_bytes": 300})
+    assert run("model", "t", "command", "--command", "head -c 30").exit_code == 0
+    joined = set()
+    for part in range(6):
+        Memory.at("t").append([{"kind": "user" if k % 3 else "pi", "text": f"turn {k} " + "w" * (k * 37 % 200),
+                                "meta": {"speaker": f"Speaker {k % 4}"}} for k in range(part * 40, part * 40 + 40)])
+        if part % 2:
+            assert run("build-tree", "t").exit_code == 0
+        views = Memory.open("t").views.current()
+        for v in views.both():
+            assert v.total == sum(cost for *_, cost in v.rows())
+            joined |= {(l, i) for l, i in v.extras if l}
+    assert {l for l, _ in joined} > {1, 2}  # (names counted in joined lines, of a compactor's lines too)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings, strategies as st
 
 from pimem import view, viewfile
+from pimem.message import name_bytes
 from pimem.tree import byte_size, free_merge, label
 from pimem.view import UNLOADED, View
 from pimem.viewfile import Views
@@ -21,11 +22,13 @@ def summary(l: int, i: int) -> str:
 class Log:
     """Messages as the log holds them, and the texts a view reads back (free leaves, joins, summaries)."""
 
-    def __init__(self, sizes: list[int], stored: set[tuple[int, int]]):
+    def __init__(self, sizes: list[int], stored: set[tuple[int, int]], names: int = 0):
         self.messages = []
         for i, size in enumerate(sizes):
             text = "é" * (size // 4) + "x" * (size - 2 * (size // 4))  # some bytes are two-byte characters
             self.messages.append({"kind": "user", "text": text, "size": byte_size(f"user: {text}"), "i": i})
+            if names and (i * 7 + names) % 3:  # (speakers' names of 1 to 60 bytes, some messages naming none)
+                self.messages[-1]["meta"] = {"speaker": "Ñ" * ((i * names) % 20) + "B" * (1 + i % 20)}
         self.stored = stored
 
     def stored_node(self, l: int, i: int) -> str | None:
@@ -61,12 +64,14 @@ def make(log: Log, hi: int, chi: int, stored_any: bool) -> Views:
 def one_at_a_time(log: Log, views: Views) -> None:
     """The reference: each leaf pushed, then each view fitted, as views were always updated."""
     for msg in log.messages:
+        extra = 0
         if msg["size"] <= LINE_BYTES:
             leaf = f"{msg['kind']}: {msg['text']}", msg["size"]
+            extra = min(name_bytes(msg), LINE_BYTES - msg["size"])
         else:
             leaf = (log.stored_leaf(msg["i"]) if views.tree_seen else None), None
         for v in views.both():
-            v.push(*leaf)
+            v.push(*leaf, extra=extra)
             if v.shrinking or v.total > v.hi:
                 v.fit()
 
@@ -76,19 +81,24 @@ def state(v: View) -> tuple:
     assert all(text is not UNLOADED for _, _, text, _ in rows)
     blocked = sorted((l, i) for l, lst in v.blocked.items() for i in lst)
     ready = sorted((l, i) for l, lst in v.ready.items() for i in lst)
-    return rows, v.starts, v.total, v.T, v.shrinking, blocked, ready, v.n_ready, v.changes, v.to_json()
+    assert v.total == sum(cost for *_, cost in rows)
+    assert set(v.extras) <= {(l, i) for l, i, _, _ in rows}
+    return rows, v.starts, v.total, v.T, v.shrinking, blocked, ready, v.n_ready, v.changes, v.to_json(), v.extras
 
 
 sizes = st.lists(st.one_of(st.integers(1, 200), st.integers(200, 700)), min_size=1, max_size=600)
 
 
 @settings(max_examples=400, deadline=None)
-@example(sizes=[142, 358, 1, 1], hi=0, chi=76, chunk=12, with_tree=True, seed=153)  # a merge ends the flood
-@example(sizes=[144, 200, 200, 1], hi=286, chi=300, chunk=1, with_tree=True, seed=1)  # merges end it below lo
-@given(sizes, st.integers(0, 6000), st.integers(0, 3000), st.integers(1, 300), st.booleans(), st.integers(0, 2**32))
-def test_bulk_push_equals_one_at_a_time(sizes, hi, chi, chunk, with_tree, seed):
+@example(sizes=[142, 358, 1, 1], hi=0, chi=76, chunk=12, with_tree=True, seed=153, names=0)  # a merge ends the flood
+@example(sizes=[144, 200, 200, 1], hi=286, chi=300, chunk=1, with_tree=True, seed=1, names=0)  # merges end it below lo
+@example(sizes=[1, 1, 1, 300, 1, 2], hi=100, chi=100, chunk=3, with_tree=False, seed=0, names=1)
+@given(sizes, st.integers(0, 6000), st.integers(0, 3000), st.integers(1, 300), st.booleans(), st.integers(0, 2**32),
+       st.sampled_from([0, 0, 1, 2, 5]))
+def test_bulk_push_equals_one_at_a_time(sizes, hi, chi, chunk, with_tree, seed, names):
+    """(``names``: some messages name their speaker, whose name the lines count: ``View``)"""
     stored = {(l, i) for l in range(8) for i in range(700) if (l * 7 + i * 13 + seed) % 5 == 0} if with_tree else set()
-    log = Log(sizes, stored)
+    log = Log(sizes, stored, names)
     reference = make(log, hi, chi, with_tree)
     one_at_a_time(log, reference)
     bulk = make(log, hi, chi, with_tree)
@@ -134,11 +144,11 @@ small_sizes = st.lists(st.one_of(st.integers(1, 60), st.integers(200, 260), st.i
 
 
 @settings(max_examples=300, deadline=None)
-@given(small_sizes, st.integers(0, 400), st.integers(0, 400), st.integers(1, 200))
-def test_the_second_view_copying_the_first_ones_steps_changes_nothing(sizes, hi, chi, chunk):
+@given(small_sizes, st.integers(0, 400), st.integers(0, 400), st.integers(1, 200), st.sampled_from([0, 1, 3]))
+def test_the_second_view_copying_the_first_ones_steps_changes_nothing(sizes, hi, chi, chunk, names):
     """Small budgets: both views flood at once and mostly share their tail, so the compactor's view copies the
     view's steps (``View.replay``) chunk after chunk, up to where a merge brings it to its own flood line."""
-    log = Log(sizes, set())
+    log = Log(sizes, set(), names)
     reference = make(log, hi, chi, False)
     one_at_a_time(log, reference)
     bulk = make(log, hi, chi, False)
