@@ -1201,8 +1201,9 @@ def spent(mem, day: str | None = None) -> dict:
 
 
 def _built_on(node: dict, day: str) -> bool:
-    """Whether a node's ``date`` (RFC 3339, with its offset) falls on local day ``day``."""
+    """Whether a node's ``date`` (RFC 3339, with its offset) falls on local day ``day`` (in the offset of its own
+    season, as ``when.day_end`` ends the day)."""
     try:
-        return when.parse_stored(node["date"]).astimezone(env.now().tzinfo).date().isoformat() == day
+        return when.local(when.parse_stored(node["date"]), env.now()).date().isoformat() == day
     except (KeyError, TypeError, ValueError, PimemError):
         return False

@@ -27,10 +27,16 @@ def in_zone(text: str, zone: datetime) -> str:
         moment = datetime.fromisoformat(text)
         if moment.tzinfo is None:
             return text
-        local = moment.astimezone() if zone.astimezone().utcoffset() == zone.utcoffset() else moment.astimezone(zone.tzinfo)
-        return text if local.utcoffset() == moment.utcoffset() else rfc3339(local)
+        there = local(moment, zone)
+        return text if there.utcoffset() == moment.utcoffset() else rfc3339(there)
     except (OverflowError, ValueError):  # (not a date, or at the ends of the range of dates)
         return text
+
+
+def local(moment: datetime, zone: datetime) -> datetime:
+    """``moment`` (aware) in the reader's time zone, that of the moment ``zone``: the system's when ``zone`` is in it
+    (with the offset of ``moment``'s season), else ``zone``'s offset (a clock given by ``$PIMEM_NOW``)."""
+    return moment.astimezone() if zone.astimezone().utcoffset() == zone.utcoffset() else moment.astimezone(zone.tzinfo)
 
 
 def day_end(day: str, zone: datetime) -> datetime:

@@ -575,8 +575,6 @@ def test_text_of_any_script_is_refused_for_no_character_and_a_copy_of_its_input_
     assert junk.why(line, text, ["`" not in text and text or line]) is None
 
 
-@pytest.mark.xfail(strict=True, reason="builder._built_on reads a node's date in now's UTC offset, not its own day's "
-                                       "(builder.py, another helper's file now): reported")
 @pytest.mark.skipif(not os.path.exists("/usr/share/zoneinfo/America/New_York"), reason="no time zone database")
 def test_a_days_spend_counts_the_nodes_built_that_local_day_across_a_change_of_the_clocks(home, monkeypatch):
     """The daily cap's ledger (``spent(day=…)``, what a watcher or build-tree started that day counts) takes the
