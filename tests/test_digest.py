@@ -2324,7 +2324,7 @@ PHRASE_CASES = [
     "The flaky test is not a regression; Don't ever force-push to main. None of the replicas were promoted but the "
     "worker was, nothing. Hebräisch gehen in Latin-1 gar nicht; Сервер не отвечает на запросы после обновления",
     "The cleanup job deleted nothing from the archive bucket; we ship nothing. The disk is Far from full, it's 40 not 50; "
-    "instead of the 60 we set without any review. He would not migrate the database before the audit ends, не трогать "
+    "instead of the 60 we set without any review. He will not migrate the database before the audit ends, не трогать "
     "базу до конца аудита. Deploy לא, Deploy None, 7 לא. A buddy of mine adopted last year; that idea of yours, of "
     "his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
 ]

@@ -30,7 +30,6 @@ def _only_with(pieces: list[str], said: set[str], marks: set[str]) -> list[str]:
     return [p for p in pieces if _words(p) & said and not _words(p) & marks]
 
 
-@pytest.mark.xfail(strict=True, reason="a piece a negation opens drops the `if` before it: the condition reads as fact")
 def test_a_negation_inside_a_condition_keeps_the_condition():
     """``remove the chalk import from tui-renderer if it's not used anywhere else`` gave ``remove, chalk import,
     tui-renderer, not used anywhere else`` (pi-mono session, 80+16): the agent's condition became a finding."""
