@@ -65,7 +65,6 @@ def test_each_thing_keeps_its_own_number():
         assert any("200" in p for p in line), line
 
 
-@pytest.mark.xfail(strict=True, reason="`only when` is dropped: a condition reads as always so")
 def test_only_when_keeps_its_condition():
     """``The tests pass only when run with --no-cache`` gave ``tests pass, run, no-cache``."""
     found, line = _said("The tests pass only when run with --no-cache.")

@@ -290,9 +290,13 @@ _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
 # MySQL``, ``rather than``); found in a text before its tokens are read (``_phrases``)
 _NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "au lieu de", "en vez de", "en lugar de",
                      "lejos de", "invece di", "em vez de", "statt dass")
-_NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES) + r")(?![\w'’-])")
+# and the conditions of more than one word, a proposal's word each, said with the run right before them too (``The
+# tests pass only when run with --no-cache``: not ``tests pass``, read as always)
+_ONLY_PHRASES = ("only when", "only if", "only after", "only once", "nur wenn", "seulement si", "solo si", "solo cuando",
+                 "только если", "только когда")
+_NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES + _ONLY_PHRASES) + r")(?![\w'’-])")
 _NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
-                   "tatt dass")  # (in each, past its first letter, which may be a capital)
+                   "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ")  # (past a first letter, a capital)
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
@@ -308,6 +312,7 @@ _CORRECTED = re.compile(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}
 _OBJECTS = frozenset("nothing none nobody nowhere not never nichts niemanden nirgends nie niemals rien personne pas "
                      "jamais nada nadie nunca niente nulla nessuno ninguém ничего никого нигде не никогда nic nikogo "
                      "nikt niets niemand inget ingenting ingen".split())
+_OBJECTS_ONLY = _OBJECTS | frozenset(_ONLY_PHRASES)
 # the words that limit a negation in time, after it in its clause (``not … before the audit ends``, ``nicht … bis``,
 # ``не … до``): a run said with the negation before one is said to its clause's end (``_negated``)
 _LIMIT = re.compile(r"(?<![\w'’-])(?i:before|until|till|once|bis|bevor|avant|jusqu|antes|hasta|prima|finché|até|до|пока"
@@ -340,7 +345,8 @@ _MODALS = frozenset(
 # (the stop words a run of the user's ask goes on over: ``_phrases``)
 _DETERMINERS = frozenset("a an the this that these those my our your its their his her some any".split())
 _ROLE = (dict.fromkeys(STOP, 0) | dict.fromkeys(_MODALS, 3) | dict.fromkeys(_TURNS, 2)
-         | dict.fromkeys(_NEGATORS, 1) | dict.fromkeys(_NEGATION_PHRASES, 1))  # (a token's, in one look-up)
+         | dict.fromkeys(_NEGATORS, 1) | dict.fromkeys(_NEGATION_PHRASES, 1)
+         | dict.fromkeys(_ONLY_PHRASES, 3))  # (a token's, in one look-up)
 # in Chinese and Japanese, read in clauses, the same marks inside a run of their characters: a negation's (not
 # ``不过``, but; ``不错``, fine; ``特别``, especially; ``未来``, future), a proposal's, a question's or a condition's
 # before the words they qualify (``建议``, ``是否``, ``要不要``, ``如果``; ``もし``), a question's or a suggestion's
@@ -1603,7 +1609,7 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
             if j < len(phrased) and phrased[j][0] <= s:
                 if s > phrased[j][0]:
                     continue
-                role, e = 1, phrased[j][1]
+                role, e = _ROLE.get(text[s : phrased[j][1]].lower(), 1), phrased[j][1]
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
@@ -1703,7 +1709,7 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                 text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
             end = max(runs[-1][1], after[-1])
         elif not opened and (object_ := next(((at, to) for at, to in negations if at > end), None)) and (
-                not text[end : object_[0]].strip(" \t") and (text[object_[0] : object_[1]].lower() in _OBJECTS
+                not text[end : object_[0]].strip(" \t") and (text[object_[0] : object_[1]].lower() in _OBJECTS_ONLY
                                                               or text[end - 1].isdigit() and _ROLE.get(
                     text[object_[0] : object_[1]].lower()) == 1)):
             # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
