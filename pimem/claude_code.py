@@ -31,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import BadInput, Busy, PimemError, escaped
+from .errors import BadInput, Busy, PimemError, as_error, escaped
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
 ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
@@ -208,10 +208,11 @@ class Hook:
     def _guard(self, work):
         try:
             return work()
-        except PimemError as exc:
-            self.warnings.append(str(exc))
-        except OSError as exc:
-            self.warnings.append(f"{exc.strerror or exc}{': ' + str(exc.filename) if exc.filename else ''}")
+        except Exception as exc:  # (an OS or SQLite failure as the CLI names it, a full disk under index.sqlite say)
+            error = as_error(exc)
+            if error is None:  # (a bug)
+                raise
+            self.warnings.append(str(error))
         return None
 
 

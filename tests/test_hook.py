@@ -206,6 +206,24 @@ def test_a_damaged_memory_log_is_told_to_the_user_not_only_to_stderr(home, tmp_p
     assert code == 0 and "hash does not match" in answer["systemMessage"] and "left out" in answer["systemMessage"], (answer, err)
 
 
+def test_a_full_disk_under_the_index_is_a_warning_not_a_failed_hook(home, tmp_path):
+    """A prompt whose answer needs the index built while the disk takes no byte more: SQLite's disk I/O error
+    left the hook (exit 7, nothing printed, Claude Code's hook error instead of the context); it is a warning
+    in systemMessage, exit 0, like any other failure after the payload is read."""
+    import resource
+
+    transcript = tmp_path / "t.jsonl"
+    grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    assert hook(payload("Stop", "s1", transcript)) == (0, None, "")  # (logged; no index yet)
+    full = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))  # noqa: E731 (no file grows: EFBIG, as ENOSPC)
+    proc = subprocess.run(pimem_cmd("hook", "claude-code"), input=payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging db port"),
+                          capture_output=True, timeout=60, env=subprocess_env(), preexec_fn=full)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout)
+    assert "disk I/O error" in answer["systemMessage"] and "disk I/O error" in proc.stderr.decode(), answer
+    assert texts() == ["the staging db listens on 5433"]
+
+
 def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
     """The hook given ``sent`` on a stdin that then stays open and silent."""
     read, write = os.pipe()
