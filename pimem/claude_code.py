@@ -153,7 +153,7 @@ class Hook:
         if self.context:
             out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": self.context}
         if self.warnings:
-            out["systemMessage"] = "pimem: " + "; ".join(self.warnings)
+            out["systemMessage"] = "pimem: " + "; ".join(dict.fromkeys(self.warnings))  # (the answer and the capture may meet one failure)
         return out or None
 
     def _transcripts(self) -> list:

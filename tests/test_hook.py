@@ -224,6 +224,21 @@ def test_a_full_disk_under_the_index_is_a_warning_not_a_failed_hook(home, tmp_pa
     assert texts() == ["the staging db listens on 5433"]
 
 
+def test_a_failure_met_twice_in_one_event_is_said_once(home, tmp_path):
+    """A log changed behind pimem's back: the answer and the capture each met it, and the user read the same
+    sentence twice in one systemMessage."""
+    transcript = tmp_path / "t.jsonl"
+    grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", transcript))
+    [log] = (home / "api" / "main").glob("*.jsonl")
+    with open(log, "a") as f:
+        f.write('{"i": 999}\n')
+    grow(transcript, line("s1", "user", "u2", "which port", 2))
+    code, answer, err = hook(payload("UserPromptSubmit", "s1", transcript, prompt="staging db port"))
+    assert code == 0 and "changed behind pimem's back" in answer["systemMessage"], (answer, err)
+    assert answer["systemMessage"].count("changed behind pimem's back") == 1, answer
+
+
 def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
     """The hook given ``sent`` on a stdin that then stays open and silent."""
     read, write = os.pipe()
