@@ -124,6 +124,7 @@ class Hook:
                 self.warnings.append(f"the event's {field} is not a string; left out")
                 self.payload = payload = {k: v for k, v in payload.items() if k != field}
         self.context = ""
+        self.answering = False  # (while the context is made: what the watchdog says when it cuts the event)
         self.transcript: Path | None = None  # (the session's own, as ``_transcripts`` finds it)
         self.sources = self._guard(self._transcripts) or []
         self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
@@ -141,7 +142,9 @@ class Hook:
                 held = in_context(self.transcript) if prompt and self.transcript else None
             except OSError:  # (gone or unreadable: the next event says so if it matters)
                 held = None
+            self.answering = True
             self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append, held)) or ""
+            self.answering = False
         if self.sources:
             self._guard(lambda: self._capture(mem))
         mem.close()
@@ -231,7 +234,8 @@ def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, tim
 
     def give_up() -> None:
         if printed.acquire(blocking=False):
-            hook.warnings.append(f"out of time after {timeout:g} s; the next event imports the rest")
+            hook.warnings.append(f"out of time after {timeout:g} s making the context, so none was given; the next event imports the "
+                                 "transcript's new lines" if hook.answering else f"out of time after {timeout:g} s; the next event imports the rest")
             _print(hook.result())
             os._exit(0)
 

@@ -239,6 +239,28 @@ def test_a_failure_met_twice_in_one_event_is_said_once(home, tmp_path):
     assert answer["systemMessage"].count("changed behind pimem's back") == 1, answer
 
 
+def test_out_of_time_while_the_context_is_made_says_so_not_that_an_import_was_left(home, tmp_path):
+    """The index caught up by another process past the hook's time (a rebuild of a big memory's index): the
+    watchdog said 'the next event imports the rest', though no import was cut and the prompt got no context.
+    It says that the context was not made."""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))  # (logged; the index is made by the first reader)
+    index_lock = home / "api" / "index.lock"
+    holder = subprocess.Popen(["flock", "-o", str(index_lock), "sleep", "600"], start_new_session=True)
+    try:
+        while subprocess.run(["flock", "-n", str(index_lock), "true"]).returncode == 0:
+            time.sleep(0.05)  # (until it holds the lock)
+        code, answer, err = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging db port"),
+                                 "--timeout", "0.5", PIMEM_LOCK_TIMEOUT="600")
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    assert code == 0 and set(answer) == {"systemMessage"}, (answer, err)
+    assert "out of time after 0.5 s making the context" in answer["systemMessage"], answer
+    assert "imports the rest" not in answer["systemMessage"], answer
+
+
 def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
     """The hook given ``sent`` on a stdin that then stays open and silent."""
     read, write = os.pipe()
