@@ -1158,6 +1158,7 @@ NEGATED = [
     ("He said he would not migrate the billing database before the audit ends.", ["before"], ["migrate", "billing"]),
     ("Il ne faut pas migrer la base avant la fin de l'audit.", ["avant"], ["migrer"]),
     ("Он не будет мигрировать базу до конца аудита.", ["до"], ["мигрировать", "базу"]),
+    ("If it's before noon, do not migrate the database until the audit ends.", ["until"], ["migrate", "database"]),
     ("We should not set max_retries=3 on the worker.", ["not"], ["max_retries"]),
     ("Don't flip new_pricing=false before the launch.", ["Don't"], ["new_pricing"]),
     ('Please never set "maxRetries": 0 in the config.', ["never"], ["maxRetries"]),

@@ -1681,7 +1681,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
     widened back to it, it would cost the line its other words.)"""
     alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
-    limit = _LIMIT.search(text, negations[0][1], runs[-1][1]) if runs else None
+    # (after the first negation in the clause: not a condition's word of an earlier clause it carries, ``If it's
+    # before noon, do not migrate … until``)
+    limit = _LIMIT.search(text, max(negations[0][1], runs[0][0]), runs[-1][1]) if runs else None
     first = next((mark for mark in negations if runs and mark[0] == runs[0][0]), (-1, -1))  # (the one opening it)
     lead = first[0]  # (where what it governs is said from: a correction's right value before it)
     if lead >= 0 and _ROLE.get(text[lead : first[1]].lower()) == 1 and (
