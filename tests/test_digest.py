@@ -1215,6 +1215,27 @@ def test_a_change_says_which_value_is_old_and_which_new(clause, said):
     assert {"/tmp/out.txt", "/etc/app.conf", "/tmp/x.conf"} <= set(found), found
 
 
+def test_a_condition_is_carried_to_the_clauses_after_it_with_the_marks_in_reach(monkeypatch):
+    """A proposal's or a condition's word reaches the clauses after it in its sentence, but every one of a sentence
+    was carried to each clause after it (``Maybe, restart the worker, `` repeated: ~1 s a message, each clause read
+    against them all). A clause is read with those in reach of its words (``NEGATION_REACH``), or the last."""
+    read = []
+    clause = extractive._clause
+
+    def counted(text, runs, negations):
+        read.append(len(negations))
+        yield from clause(text, runs, negations)
+
+    monkeypatch.setattr(extractive, "_clause", counted)
+    for text in ("Maybe, restart the worker, " * 300 + "If the cache is cold, restart the worker.",
+                 "如果失败，" * 1600 + "如果缓存是冷的，就重启工作进程。"):
+        read.clear()
+        found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
+        assert max(read) <= 8, max(read)  # (those within NEGATION_REACH characters, and its own)
+        assert not [piece for piece in found if "restart" in piece and "Maybe" not in piece and "If" not in piece]
+        assert not [piece for piece in found if "重启" in piece and "如果" not in piece], found
+
+
 def test_a_piece_far_past_its_negation_is_left_out():
     """A piece after a negation was widened back to it however far past it it came (``not fail on the staging
     cluster after the long weekend of upgrades to the database schema``): a long piece that cost the line its other

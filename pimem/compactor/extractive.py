@@ -1597,8 +1597,10 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
                 runs.append((start, end))
                 start = -1
             # a proposal's or a condition's word reaches the clauses after it in its sentence (``If the cache is cold,
-            # restart the worker``: not ``restart`` alone), and alone in its clause is no piece (``Maybe, we…``)
+            # restart the worker``: not ``restart`` alone), and alone in its clause is no piece (``Maybe, we…``); those
+            # in reach of the clause's words are carried, or the last (a run past them all is left out, ``_negated``)
             carried = [mark for mark in negations if _proposes(text, *mark)] if within and negations else []
+            carried = [mark for mark in carried if s - mark[1] <= NEGATION_REACH] or carried[-1:]
             if not (carried and all(run in carried for run in runs)):
                 yield from _clause(text, runs, negations)
             runs, negations = [], carried
