@@ -1069,15 +1069,22 @@ def test_a_memory_moved_or_deleted_behind_a_watchers_back_is_dropped_and_taken_a
     finally:
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=30)
+    events = said_two_went(watcher, out, err, two.path)
+    assert [e["memory"] for e in events if e["event"] == "watching"].count("two") == 2
+
+
+def said_two_went(watcher, out: bytes, err: bytes, path) -> list[dict]:
+    """The events of a watcher stopped cleanly that said once that memory ``two`` went from ``path`` (its
+    ``refused`` event, ``"gone": true``, and its one warning)."""
     assert watcher.returncode == 0, err
     events = [orjson.loads(line) for line in out.splitlines()]
     assert [e for e in events if e["event"] == "refused"] == [
         {"event": "refused", "memory": "two", "gone": True,
-         "error": f"memory 'two' was moved or deleted behind pimem's back (from {two.path})"}]
-    assert [e["memory"] for e in events if e["event"] == "watching"].count("two") == 2
+         "error": f"memory 'two' was moved or deleted behind pimem's back (from {path})"}]
     assert err.decode().splitlines() == [
-        f"pimem: warning: stopped building two: memory 'two' was moved or deleted behind pimem's back (from {two.path}) "
+        f"pimem: warning: stopped building two: memory 'two' was moved or deleted behind pimem's back (from {path}) "
         "(this watcher takes it again once it is back)"]
+    return events
 
 
 def test_a_watcher_of_one_memory_moved_away_waits_for_it_and_lets_go_where_it_went(home, sh):
@@ -1401,12 +1408,5 @@ def test_a_memory_moved_just_as_the_watcher_takes_it_is_let_go_of_there_and_take
     finally:
         watcher.send_signal(signal.SIGTERM)
         out, err = watcher.communicate(timeout=30)
-    assert watcher.returncode == 0, err
-    events = [orjson.loads(line) for line in out.splitlines()]
-    assert [e for e in events if e["event"] == "refused"] == [
-        {"event": "refused", "memory": "two", "gone": True,
-         "error": f"memory 'two' was moved or deleted behind pimem's back (from {two.path})"}]
+    events = said_two_went(watcher, out, err, two.path)
     assert [e["memory"] for e in events if e["event"] == "watching"] == ["two"]  # (once back, not as it went)
-    assert err.decode().splitlines() == [
-        f"pimem: warning: stopped building two: memory 'two' was moved or deleted behind pimem's back (from {two.path}) "
-        "(this watcher takes it again once it is back)"]
