@@ -98,7 +98,9 @@ STALE_AFTER = 3600  # seconds: a twin this old whose process is gone was left by
 def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
     """Temporary twins left in the memory's directory (or one below it) by a write killed before its rename: a
     note each, which ``--repair`` removes. One whose process still runs, or younger than an hour (a process on
-    another machine sharing the home may be writing it), is left alone."""
+    another machine sharing the home may be writing it), is left alone, and so is one beside which no file of
+    its name is kept (a file of the user's named so: pimem's twins are of files it keeps, once one write of
+    them is done)."""
     from .lease import _pid_alive
 
     now = time.time() if now is None else now
@@ -107,7 +109,8 @@ def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
         folders = [mem.path] + sorted(Path(e.path) for e in top if e.is_dir(follow_symlinks=False))
     for folder in folders:
         with os.scandir(folder) as entries:
-            stale = [(e, m) for e in entries if (m := _TEMPORARY.fullmatch(e.name)) and e.is_file(follow_symlinks=False)]
+            stale = [(e, m) for e in entries if (m := _TEMPORARY.fullmatch(e.name)) and e.is_file(follow_symlinks=False)
+                     and (folder / m[1]).is_file()]
         for entry, match in sorted(stale, key=lambda em: em[0].name):
             try:
                 if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER or _pid_alive(int(match[2])):

@@ -504,10 +504,12 @@ def test_fsck_repair_removes_the_temporary_copy_a_killed_write_left_and_nothing_
     assert left.exists()
     live = home / "old" / "main" / f".ranges.json.{os.getpid()}.tmp"  # (its process runs: a write under way)
     young = home / "old" / f".lines.json.{proc.pid}.tmp"  # (just made: maybe a process on another machine)
+    users = home / "old" / f".notes.txt.{proc.pid}.tmp"  # (named so, but no twin of a file the memory keeps)
     live.write_bytes(b"{}")
     young.write_bytes(b"{}")
+    users.write_bytes(b"mine")
     hour_ago = time.time() - 3700
-    for path in (left, live):
+    for path in (left, live, users):
         os.utime(path, (hour_ago, hour_ago))
     out = run("fsck", "old")
     assert out.exit_code == 0, out.stdout
@@ -517,5 +519,5 @@ def test_fsck_repair_removes_the_temporary_copy_a_killed_write_left_and_nothing_
     out = run("fsck", "--repair", "old")
     assert out.exit_code == 0, out.stdout
     assert out.stdout.startswith(f"old: files: .view.json.{proc.pid}.tmp: repaired: a temporary copy")
-    assert not left.exists() and live.exists() and young.exists()
+    assert not left.exists() and live.exists() and young.exists() and users.read_bytes() == b"mine"
     assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
