@@ -278,7 +278,8 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
     room = budget - len(head) - 1
     share = room // 2 if lines else room  # the memories leave at least half to relevant hits
-    mine = context.memory_block(mem, session, max(0, share - len("<memories>\n\n</memories>\n")), on_damage)
+    mine = context.memory_block(mem, session, max(0, share - len("<memories>\n\n</memories>\n")), on_damage,
+                                more=f"`pimem memories {mem.name}` lists them")  # (Claude Code's model has a shell, not pimem's MCP tools)
     parts = [f"<memories>\n{mine}\n</memories>"] if mine else []
     room -= sum(len(p) + 1 for p in parts)
 

@@ -141,10 +141,10 @@ def view_text(mem, include_tools: bool = False) -> str:
     return "\n".join(render_line(l, i, text) for l, i, text, _ in rows)
 
 
-def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_damage=None) -> str:
+def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_damage=None, more: str = "use memory_search") -> str:
     """The user's pinned, then active memories (creation order, so the block is stable), whole lines while
-    they fit in ``max_chars``; the rest counted with a pointer to the memory search tool (``on_damage``: see
-    ``memories.records``)."""
+    they fit in ``max_chars``; the rest counted with ``more``, a pointer to where the agent finds them (the
+    memory search tool; ``on_damage``: see ``memories.records``)."""
     mine = [r for r in memories.records(mem, session, on_damage=on_damage)
             if r["author"] == "user" and r["status"] in ("pinned", "active")]
     mine.sort(key=lambda r: r["status"] != "pinned")
@@ -155,7 +155,7 @@ def memory_block(mem, session: str | None, max_chars: int = MEMORY_CHARS, on_dam
 
     def render_block(k: int, _notes: dict) -> str:
         rest = len(lines) - k
-        return "\n".join(lines[:k] + ([f"({rest} more: use memory_search)"] if rest else []))
+        return "\n".join(lines[:k] + ([f"({rest} more: {more})"] if rest else []))
 
     return budget.pack(max_chars, len(lines), render_block) or ""
 

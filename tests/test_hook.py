@@ -148,7 +148,7 @@ def test_the_context_stays_within_the_budget(home, tmp_path):
         said = context_of(answer)
         assert code == 0 and len(said) <= budget
         if budget > 300:
-            assert "<memories>" in said and "<earlier_sessions>" in said and "more: use memory_search" in said
+            assert "<memories>" in said and "<earlier_sessions>" in said and "more: `pimem memories api` lists them)" in said
 
 
 @pytest.mark.parametrize(
@@ -259,6 +259,21 @@ def test_out_of_time_while_the_context_is_made_says_so_not_that_an_import_was_le
     assert code == 0 and set(answer) == {"systemMessage"}, (answer, err)
     assert "out of time after 0.5 s making the context" in answer["systemMessage"], answer
     assert "imports the rest" not in answer["systemMessage"], answer
+
+
+def test_memories_left_out_of_the_context_are_pointed_to_by_a_command_claude_code_can_run(home, tmp_path):
+    """Memories past the budget were counted as '(N more: use memory_search)', a tool of pimem's MCP server
+    that Claude Code's model may not have; it is pointed to the command that lists them."""
+    from pimem import memories
+
+    mem = Memory.at("api")
+    mem.append([{"kind": "user", "text": "hi"}])
+    for n in range(8):
+        memories.remember(mem, f"rule {n}: run the widget tests before pushing, and stage on port 54{n}{n}")
+    code, answer, err = hook(payload("SessionStart", "s1", tmp_path / "none.jsonl", source="startup"), "--budget", "600")
+    text = context_of(answer)
+    assert code == 0 and len(text) <= 600 and "more: `pimem memories api` lists them)" in text, text
+    assert "memory_search" not in text
 
 
 def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
