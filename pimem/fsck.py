@@ -101,8 +101,6 @@ def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
     another machine sharing the home may be writing it), is left alone, and so is one beside which no file of
     its name is kept (a file of the user's named so: pimem's twins are of files it keeps, once one write of
     them is done)."""
-    from .lease import _pid_alive
-
     now = time.time() if now is None else now
     found = []
     with os.scandir(mem.path) as top:
@@ -112,24 +110,34 @@ def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
             stale = [(e, m) for e in entries if (m := _TEMPORARY.fullmatch(e.name)) and e.is_file(follow_symlinks=False)
                      and (folder / m[1]).is_file()]
         for entry, match in sorted(stale, key=lambda em: em[0].name):
-            try:
-                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_AFTER or _pid_alive(int(match[2])):
-                    continue
-            except FileNotFoundError:  # (its write ended after all)
-                continue
             path = Path(entry.path)
+            if not _dead_write(path, int(match[2]), now):
+                continue
             found.append(Finding(mem.name, "files", str(path.relative_to(mem.path)),
                                  f"a temporary copy of {match[1]} left by a write that was killed (process {match[2]} "
                                  f"is gone); readers never read it", fatal=False, repair="remove it",
-                                 action=functools.partial(_remove, path)))
+                                 action=functools.partial(_remove, path, int(match[2]))))
     return found
 
 
-def _remove(path: Path, mem: Memory) -> None:
+def _dead_write(path: Path, pid: int, now: float) -> bool:
+    """Whether temporary copy ``path`` of process ``pid`` is a killed write's: an hour old, its process gone."""
+    from .lease import _pid_alive
+
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        return now - path.lstat().st_mtime >= STALE_AFTER and not _pid_alive(pid)
+    except FileNotFoundError:  # (its write ended after all)
+        return False
+
+
+def _remove(path: Path, pid: int, mem: Memory) -> None:
+    """Remove a killed write's temporary copy, looked at again: it was found without the writer lock, and a
+    process given its PID since may be writing it now."""
+    if _dead_write(path, pid, time.time()):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _leftovers(findings: list[Finding]) -> list[Finding]:

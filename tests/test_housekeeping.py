@@ -521,3 +521,23 @@ def test_fsck_repair_removes_the_temporary_copy_a_killed_write_left_and_nothing_
     assert out.stdout.startswith(f"old: files: .view.json.{proc.pid}.tmp: repaired: a temporary copy")
     assert not left.exists() and live.exists() and young.exists() and users.read_bytes() == b"mine"
     assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+
+
+def test_fsck_repair_looks_again_before_it_removes_a_temporary_copy(home, two):
+    # found stale while fsck checked without the writer lock; written again (a process of that PID, reused) by the
+    # time --repair holds the lock and removes it: it is left
+    from pimem import fsck
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    twin = home / "old" / f".view.json.{int(dead.stdout)}.tmp"
+    twin.write_bytes(b"{}")
+    hour_ago = time.time() - 3700
+    os.utime(twin, (hour_ago, hour_ago))
+    with Memory.open("old") as mem:
+        [found] = fsck.check_temporaries(mem)
+        twin.write_bytes(b"{} ")  # (now)
+        found.action(mem)
+        assert twin.read_bytes() == b"{} "
+        os.utime(twin, (hour_ago, hour_ago))
+        found.action(mem)
+    assert not twin.exists()
