@@ -35,6 +35,11 @@ def test_a_negation_inside_a_condition_keeps_the_condition():
     tui-renderer, not used anywhere else`` (pi-mono session, 80+16): the agent's condition became a finding."""
     found, line = _said("Now we can remove the chalk import from tui-renderer if it's not used anywhere else.")
     assert not _only_with(found + line, {"used"}, {"if"}), (found, line)
+    # (a negation of more than one word, a tab after one: ``far from stable`` was said as found)
+    for clause, said in [("We keep the old parser if the new one is far from stable.", {"stable"}),
+                         ("Keep the cache if it's not\tused anywhere.", {"used"})]:
+        found, line = _said(clause)
+        assert not _only_with(found + line, said, {"if"}), (clause, found, line)
 
 
 def test_without_is_said_with_what_it_negates():

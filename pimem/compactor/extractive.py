@@ -1726,8 +1726,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
             end = runs[-1][1]  # (said with its negation, before the negation's limit: to the clause's end)
         if start == first[0]:
             start = lead
-        elif (cond := [at for at, to in negations if to <= start and start - to <= NEGATION_REACH
-                       and _proposes(text, at, to)]) and _ROLE.get(text[start : start + 16].split(" ", 1)[0].lower()) == 1:
+        elif opener and _ROLE.get(opener) == 1 and (cond := [at for at, to in negations if to <= start and start - to
+                                                             <= NEGATION_REACH and _proposes(text, at, to)]):
             start = cond[-1]  # (a negation inside a condition: with it, ``if it's not used anywhere else``, not
             # ``not used anywhere else``, a hypothesis said as found)
         yield start, text[start:end], True
