@@ -42,11 +42,15 @@ import re
 _STARTS = r"(?:(?<![A-Za-z])|(?<=(?-i:[a-z0-9]))(?=(?-i:[A-Z])))"
 _ENDS = r"s?(?:(?<=(?-i:[a-z]))(?!(?-i:[a-z]))|(?<=(?-i:[A-Z]))(?![A-Za-z]))"
 _ABOUT = r"(?![_.-]?(?:url|uri|endpoint|file|path|dir|name|type|method|mode|provider|policy)(?![a-z]))"
-# a test's verdict, PASS: followed by a test's name (Test…, test…), a test file or path, or a name and its time
-# (go test, automake, DejaGnu), or any --- PASS: (go test's), is not a password named PASS
-_VERDICT = r"(?:(?-i:(?:Test|Example|Benchmark|Fuzz|test)(?![a-z0-9]))|[^\s'\"]*(?:/|\.[a-z]{1,4}(?![\w.]))|\S+[^\S\n]+\(\d+(?:\.\d+)?m?s\))"
+# a test's verdict is not a password named PASS: any --- PASS: (go test's), and PASS: followed by a name and its
+# time, a test file (go test, automake, DejaGnu, pytest), or a test's name (Test…, test…) or a path that does not
+# look random (``_named_value``: PASS: kX9/2mQ+zTr, PASS: TestP@ssw0rd! are passwords)
+_VERDICT_NAME = re.compile(r"PASS:[^\S\n]+")
+_VERDICT = re.compile(r"(?:Test|Example|Benchmark|Fuzz|test)(?![a-z0-9])|[^\s'\"]*(?:/|\.[a-z]{1,4}(?![\w.]))")
+_TEST_FILE = re.compile(r"[\w./-]*\.(?:c|cc|cpp|h|sh|t|py|js|ts|go|rs|rb|pl|exp|test)(?:::\w+)?")
+_TIMED = re.compile(r"[^\S\n]+\(\d+(?:\.\d+)?m?s\)")
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
-    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|(?<!---\s){_STARTS}(?-i:PASS)(?!:[^\S\n]+{_VERDICT})
+    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|(?<!---\s){_STARTS}(?-i:PASS)
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
@@ -207,6 +211,10 @@ def _named_value(m: re.Match) -> str:
     it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
     look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
+    if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") and (
+            _TIMED.match(m.string, m.end()) or _TEST_FILE.fullmatch(value)
+            or _VERDICT.match(value) and not looks_random(value)):
+        return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) \
