@@ -4,6 +4,7 @@ with the secrets in every message kind), while ordinary text that looks random i
 
 from __future__ import annotations
 
+import base64
 import sys
 
 import orjson
@@ -333,6 +334,21 @@ HUNTED_ORDINARY = [
     "aws configure set region eu-west-1 && aws configure set output json",
     "pk_test_4eC39HqLyjWDarjtT1zdp7dc is the publishable key",
 ]
+
+
+def test_a_private_key_in_base64_is_redacted_over_all_its_lines():
+    """``base64 key.pem`` wraps at 76 characters, and so does a Secret's ``tls.key: |`` block: only the first line,
+    the header's, was redacted, the key's own lines sent. The key runs on over the lines that are base64 alone."""
+    pem = ("-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIGxV3q0m6b2f9kQ1pZ7sT8rN4wY5uE2aH3jL6cX9vB0d"
+           "Zq8mX2vK7pLwR4tYa9B3cD5eF6\n-----END PRIVATE KEY-----\n")
+    b64 = base64.encodebytes(pem.encode()).decode()
+    assert b64.count("\n") > 2
+    for text, after in ((f"$ base64 key.pem\n{b64}$ ls\n", "\n$ ls\n"),
+                        ("tls.key: |\n  " + b64.replace("\n", "\n  ").rstrip(" ") + "tls.crt: x\n", "\ntls.crt: x\n"),
+                        ("key: " + b64.replace("\n", "\n" + " " * 5)[:-5] + "done: yes", "\ndone: yes")):
+        out = redact(text)
+        assert not [line for line in b64.splitlines() if line in out], out
+        assert "[private key redacted]" in out and out.endswith(after), out
 
 
 @pytest.mark.parametrize("text,secret,kept", HUNTED, ids=[s[0][:40] for s in HUNTED])

@@ -59,8 +59,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY( BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY( BLOCK)?-----|\Z)", re.S),
      "[private key redacted]", ("private key",)),
     # a PEM private key in base64 (a kubeconfig's client-key-data, a Kubernetes secret's tls.key): "-----BEGIN"
-    # encoded, its header read to tell it from a certificate
-    (re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,}={0,2}"), lambda m: _if_private_pem(m.group()), ("ls0tls1crudjti",)),
+    # encoded, its header read to tell it from a certificate; over the lines that are base64 alone when wrapped
+    # (base64 key.pem, a YAML block: 76 characters a line)
+    (re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{8,}(?:\r?\n[ \t]*[A-Za-z0-9+/]{4,}(?=[=\s\"',]|\Z))*={0,2}"),
+     lambda m: _if_private_pem(m.group()), ("ls0tls1crudjti",)),
     (re.compile(r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/-]+"), "[slack webhook redacted]",
      ("hooks.slack.com",)),
     (re.compile(r"https://(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/webhooks/\d+/[A-Za-z0-9_-]+"), "[discord webhook redacted]",
@@ -227,7 +229,7 @@ def _named_value(m: re.Match) -> str:
 
 def _if_private_pem(b64: str) -> str:
     """``[private key redacted]`` for a PEM private key in base64, ``b64`` as it is otherwise (a certificate)."""
-    head = b64[: len(b64) // 4 * 4][:64]
+    head = "".join(b64.split())[:64]
     try:
         pem = base64.b64decode(head)
     except ValueError:
