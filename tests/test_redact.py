@@ -329,7 +329,8 @@ HUNTED = [
 HUNTED_ORDINARY = [
     "    client-certificate-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSURBRENDQWVpZ0F3SUJBZ0lJ",
     "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSURBRENDQWVpZ0F3SUJBZ0lJ",
-    "mysql --password shop < dump.sql; mysql -p shop",  # (mysql's --password takes a value only after =) "machine api.heroku.com login alice password",
+    "mysql --password shop < dump.sql; mysql -p shop",  # (mysql's --password takes a value only after =)
+    "machine api.heroku.com login alice password",
     "a machine learning password classifier; the default password is admin",
     "aws configure set region eu-west-1 && aws configure set output json",
     "pk_test_4eC39HqLyjWDarjtT1zdp7dc is the publishable key",
