@@ -312,6 +312,7 @@ HUNTED = [
     ("machine api.heroku.com login alice@example.com password hunter2hunter2", "hunter2hunter2", "login alice@example.com password "),
     ("machine github.com\n  login alice\n  password hunter2hunter2", "hunter2hunter2", "  login alice\n  password "),
     ("mysql -uroot -p'hunter2' shop", "hunter2", " shop"),
+    ("mysql -uroot -p'hunter2 and more' shop", "hunter2 and more", " shop"),
     ('mysql -u root -p"Zq8mX2vK7pLw" shop', "Zq8mX2vK7pLw", " shop"),
     ("az login --service-principal -u http://app -p Zq8mX2vK7pLw~abc --tenant t", "Zq8mX2vK7pLw~abc", "-u http://app -p "),
     ("aws configure set aws_secret_access_key Kd8sJ2nQ9vXbT4mW7yZ1aP3eR6uC0hF5gL8iN2oS",
@@ -369,8 +370,10 @@ def test_a_long_line_of_commands_is_read_once():
     characters; a password after more options than that is still found when it looks random (``-pXk9…``). So
     with URLs: x:// repeated (detect-secrets' npm detector, 7.5 s; now run only beside an _authToken), and a
     webhook's path looked for in a URL's next 256 characters (https://a/webhooks repeated: 5 s)."""
-    for text in ("mysql -p'" * 11000, "sshpass -x " * 9000, "redis-cli -x " * 7500, "docker login -x " * 6000,
+    for text in ("sshpass -x " * 9000, "redis-cli -x " * 7500, "docker login -x " * 6000,
                  "x://" * 25000, "https://a/webhooks" * 5500):
         assert redact(text) == text
+    text = "mysql -p'" * 11000  # (its last command's password is quoted, ``-p'mysql -p'``)
+    assert redact(text) == text[: -len("mysql -p'")] + "[password redacted]'"
     assert redact("mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'hunter2' shop") == \
         "mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'[password redacted]' shop"

@@ -127,8 +127,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
     (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)(?!//)([^\s\"'@]{4,})"), r"\1[password redacted]",
      ("-u",)),
-    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]{0,256}?\s-p)([\"']?)([^\s\"']+)\2"),
-     r"\1\2[password redacted]\2",
+    (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]{0,256}?\s-p)(?:([\"'])[^\"'\n]+\2(?![^\s;|&)])|[^\s\"']+)"),
+     lambda m: f"{m.group(1)}{m.group(2) or ''}[password redacted]{m.group(2) or ''}",  # (quoted: spaces and all)
      ("mysql", "mariadb")),
     (re.compile(r"(\b(?:mysql|mysqldump|mysqladmin|mariadb|mariadb-dump)\b[^\n|;&]{0,256}?\s-p\s+)([^\s\"'-][^\s\"']*)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("mysql", "mariadb")),
