@@ -38,7 +38,18 @@ So with a word that makes its clause a proposal, a question or a condition (``su
 ``是否``, ``要不要``, ``如果``, ``不``, or a particle after its words, ``吗``, ``吧``): ``suggest we bump the timeout``,
 ``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done; such a word reaches
 over a comma to its sentence's end (``If the cache is cold, restart``, ``如果…失败，就把副本数改成3个``), and a key with its
-value is said with it as a number's words are (``not set max_retries=3``). A number with its
+value is said with it as a number's words are (``not set max_retries=3``). A negation is also ``without``,
+``impossible``, ``lack`` (``ohne``, ``sans``, ``без``…) or one of words (``far from``, ``instead of``, ``rather than``,
+``au lieu de``); ``only when``, ``only if`` (``nur wenn``, ``только если``) are a condition's, said with the run right
+before them too (``tests pass only when run``). A run right before a negation that is its verb's object or a value's
+other is said with it (``deleted nothing from the archive``, ``40 not 50``); one said with a negation and ending
+before a limit in time runs to its clause's end (``not migrate the database before the audit ends``); a negation
+after a comma is said from the word before it, a correction's right value (``~2.3.1, not ^2.3.1``); one inside a
+condition keeps the condition (``if it's not used anywhere else``). A piece of a question runs to its question mark
+(``server down?``; in any language; a fact alone as it is), or is left out. A fact after ``from`` (``von``, ``с``) is
+said with it when a ``to`` follows in its sentence, and one after ``to`` when a ``from`` came before (``from
+#444444``, ``to #585858``); a bare number takes what it is for (``200 for /v1/orders``); ``of mine`` goes on with its
+run (``buddy of mine adopted``). A number with its
 currency or unit ends there (``Итого 45 000 ₽``, not ``45 000 ₽ в``), and a URL where it ends: no Chinese punctuation,
 nor Chinese written on after it (``见https://example.com/a文档``: ``https://example.com/a``). The first phrase of the
 ask of the user asking a model runs over an article (``fix the login timeout``) and weighs ``HEAD`` times more: a merge
