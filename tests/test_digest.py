@@ -1407,6 +1407,34 @@ def test_a_piece_before_a_question_in_its_text_is_said_as_it_is():
             "server down?"} <= set(found), found
 
 
+# (a statement in a clause before a question's: said as it is; a sentence asking from its start, or an alternative
+# the question offers, is the question's)
+BEFORE_A_QUESTION = [
+    ("I restarted the primary database server in Frankfurt last night, is it up now?", ["primary database server"], []),
+    ("My landlord raised the rent to 1450 euros this month, what can I do about it?", ["rent to 1450 euros"], []),
+    ("预发数据库迁移到端口5433，这个问题怎么处理？", ["预发数据库迁移到端口5433"], []),
+    ("Is the primary database server in Frankfurt down, or is it just slow tonight?", [], ["database server"]),
+    ("Did you restart the primary database server in Frankfurt, as I asked this morning?", [], ["database server"]),
+    ("The primary database server in Frankfurt is down, or is it just slow tonight?", [], ["database server"]),
+]
+
+
+@pytest.mark.parametrize("sentence, said, asked", BEFORE_A_QUESTION)
+def test_a_statement_before_a_question_in_its_sentence_is_said_as_it_is(sentence, said, asked):
+    """``I restarted the database server, is it up now?`` lost ``database server``: every piece of a sentence ending
+    in a question mark ran to it, or was left out 24 characters before it. A clause before the question's, after a
+    comma, is a statement; but in a sentence that asks from its start (``Is …, or …?``, ``Did you …, as …?``) or
+    whose question offers an alternative (``…, or is it …?``), each piece is the question's still."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {sentence} " * 3
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        for words in said:
+            assert any(words in piece and not piece.endswith(("?", "？")) for piece in found), (words, found)
+        for piece in found:
+            if any(words in piece for words in asked):
+                assert piece.endswith("?"), (piece, found)
+
+
 def test_a_number_with_its_currency_or_unit_ends_there():
     """``Бюджет 45 000 ₽ в месяц`` gave ``45 000 ₽ в``: a number's word after it was taken after its currency too,
     a preposition glued on. A number with its currency or unit after it ends at them."""

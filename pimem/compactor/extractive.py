@@ -420,6 +420,13 @@ def _proposes(text: str, at: int, to: int) -> bool:
 _STOP = re.compile(r"""[.!;](?=[\s"'”’)\]]|$)|[\n|。！；]|\?(?![A-Za-z0-9_%=&/.:~+-])|[？؟]""")
 _QUESTION_MARKS = frozenset("?？؟")
 _SAID_TO_END = frozenset(".!;?？؟。！；")  # (what a piece said to its sentence's end ends in)
+# (a clause before a question's: a statement, ``I restarted the server, is it up now?``, unless the sentence asks from
+# its start, an auxiliary or a question word first, or its question offers an alternative, ``…, or is it slow?``)
+_CLAUSE_BREAK = re.compile(r"[,:，、：]|\s[-–—]\s|—")
+_ALTERNATIVE = re.compile(r"\s*(?:(?:or|oder|ou|o|или|либо|of|eller|oppure|czy)\b|还是|或者|或是|それとも)", re.I)
+_ASKS_FIRST = re.compile(r"[\W_]*(?:(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|may|might|must|"
+                         r"has|have|had)(?:n['’]t)?|can['’]t|won['’]t|what|which|who|whom|whose|where|when|why|how)\b|"
+                         r"[^¿]*¿", re.I)
 _QUOTE_OR_BRACKET = re.compile(r"""[`"“”„‟«»‹›「」『』《》()\[\]{}<>‘]|(?<![^\W_])['’]|['’](?![^\W_])""")
 
 
@@ -647,7 +654,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if widen is not None and piece and (wide := widen(pos, pos + len(piece), most)):  # a fact it cuts: whole in it
             pos, piece = wide[0], text[wide[0] : wide[1]]  # (``von 46`` of ``von 46,7%``, ``April 2026`` of a date)
         if asks and not named and piece and piece[-1] not in _SAID_TO_END and (
-                stop := _STOP.search(text, pos + len(piece))) and stop.group() in _QUESTION_MARKS:
+                stop := _STOP.search(text, pos + len(piece))) and stop.group() in _QUESTION_MARKS and not _stated(
+                text, pos, pos + len(piece), stop.start()):
             # a piece of a question runs to its mark (``server down?``, not ``server down``, said; a fact alone, a
             # path, a name, a date, an error as printed, says nothing of it: ``named``), or is left out (too far
             # before it, or a quote or a bracket between them); from
@@ -1751,6 +1759,22 @@ def _marked_before(text: str, at: int, end: int, cjk) -> tuple[int, int]:
     if cjk and (later := _CJK_LATER.match(text, end)):
         end = later.end()
     return at, end
+
+
+def _stated(text: str, start: int, end: int, mark: int) -> bool:
+    """Whether the piece ``text[start:end]``, in a sentence ending in a question mark at ``mark``, is in a clause
+    before the question's (a comma, a colon or a dash between them): a statement, said as it is. Not when the
+    sentence asks from its start (``Is …``, ``Did you …``, ``¿…``) or its question offers an alternative (``…, or is
+    it …?``, ``…，还是…？``): the piece is then the question's."""
+    last = None
+    for last in _CLAUSE_BREAK.finditer(text, end, mark):
+        pass
+    if last is None or _ALTERNATIVE.match(text, last.end()):
+        return False
+    sentence = max(0, start - SENTENCE)
+    for stop in _STOP.finditer(text, sentence, start):
+        sentence = stop.end()
+    return not _ASKS_FIRST.match(text[sentence:start])
 
 
 def _negation_before(text: str, at: int) -> int:
