@@ -1386,14 +1386,15 @@ QUESTIONS = [
 def test_a_piece_of_a_question_runs_to_its_question_mark(clause, said):
     """A question with no word that makes it one was read as said: ``Is the server down?`` gave ``server down``,
     ``Работает ли сервер?`` gave ``Работает``, ``服务器挂了？`` gave ``服务器挂了``. A piece of a sentence ending in a
-    question mark (``?``, ``？``, ``؟``: in any language) runs to it, or is left out; the question is said."""
+    question mark (``?``, ``？``, ``؟``: in any language) runs to it, or is said from the question's start, or is
+    left out; the question is said."""
     text = f"The supervisor restarted the process twice overnight and logged both restarts. {clause} " * 3
     for kind in ("pi", "user"):
         found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
         line = extractive.leaf(kind, text, 200)
         for piece in found + pieces(line):
-            if any(word in piece for word in said):
-                assert piece.endswith(("?", "？")), (piece, found, line)
+            if any(word in piece for word in said):  # (or said from the question's start: ``Has the nightly backup``)
+                assert piece.endswith(("?", "？")) or piece.startswith(clause.split()[0]), (piece, found, line)
         assert any(said[0] in piece for piece in found), found
         assert any(said[0] in piece for piece in pieces(line)), line
 
@@ -1432,7 +1433,30 @@ def test_a_statement_before_a_question_in_its_sentence_is_said_as_it_is(sentence
             assert any(words in piece and not piece.endswith(("?", "？")) for piece in found), (words, found)
         for piece in found:
             if any(words in piece for words in asked):
-                assert piece.endswith("?"), (piece, found)
+                assert piece.endswith("?") or piece.startswith(sentence.split()[0]), (piece, found)
+
+
+# (a question asked from its start, whose words far from its mark are said from that start)
+ASKED_FROM_THE_START = [
+    ("Can you recommend some good hiking trails near Lake Tahoe that are dog-friendly for a long weekend in May?",
+     "hiking trails", "Can you"),
+    ("Is the nightly backup of the billing database on the old cluster still running at this hour?", "billing", "Is the"),
+    ("¿Sigue funcionando la copia de seguridad nocturna de la base de datos de facturación?", "copia de seguridad", "¿"),
+]
+
+
+@pytest.mark.parametrize("sentence, words, opener", ASKED_FROM_THE_START)
+def test_a_piece_far_from_its_question_mark_is_said_from_the_question_s_start(sentence, words, opener):
+    """A piece more than 24 characters before its question mark was left out: ``Can you recommend some good hiking
+    trails near Lake Tahoe … in May?`` lost ``hiking trails``. In a sentence that asks from its start (an auxiliary
+    or a question word first, or ``¿``), it is said from there: ``Can you recommend some good hiking trails``."""
+    text = f"The supervisor restarted the process twice overnight and logged both restarts. {sentence} " * 3
+    for kind in ("pi", "user"):
+        found = [u.text for u in extractive.units({"i": 0, "kind": kind, "text": text})]
+        assert any(words in piece for piece in found), found
+        for piece in found:
+            if words in piece:
+                assert piece.startswith(opener) or piece.endswith("?"), (piece, found)
 
 
 def test_a_number_with_its_currency_or_unit_ends_there():

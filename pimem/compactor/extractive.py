@@ -424,9 +424,9 @@ _SAID_TO_END = frozenset(".!;?？؟。！；")  # (what a piece said to its sent
 # its start, an auxiliary or a question word first, or its question offers an alternative, ``…, or is it slow?``)
 _CLAUSE_BREAK = re.compile(r"[,:，、：]|\s[-–—]\s|—")
 _ALTERNATIVE = re.compile(r"\s*(?:(?:or|oder|ou|o|или|либо|of|eller|oppure|czy)\b|还是|或者|或是|それとも)", re.I)
-_ASKS_FIRST = re.compile(r"[\W_]*(?:(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|may|might|must|"
-                         r"has|have|had)(?:n['’]t)?|can['’]t|won['’]t|what|which|who|whom|whose|where|when|why|how)\b|"
-                         r"[^¿]*¿", re.I)
+_ASKS_FIRST = re.compile(r"(?:[\W_]*()(?:(?:is|are|was|were|am|do|does|did|can|could|will|would|should|shall|may|might|"
+                         r"must|has|have|had)(?:n['’]t)?|can['’]t|won['’]t|what|which|who|whom|whose|where|when|why|"
+                         r"how)\b|[^¿]*()¿)", re.I)
 _QUOTE_OR_BRACKET = re.compile(r"""[`"“”„‟«»‹›「」『』《》()\[\]{}<>‘]|(?<![^\W_])['’]|['’](?![^\W_])""")
 
 
@@ -657,21 +657,26 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 stop := _STOP.search(text, pos + len(piece))) and stop.group() in _QUESTION_MARKS and not _stated(
                 text, pos, pos + len(piece), stop.start()):
             # a piece of a question runs to its mark (``server down?``, not ``server down``, said; a fact alone, a
-            # path, a name, a date, an error as printed, says nothing of it: ``named``), or is left out (too far
-            # before it, or a quote or a bracket between them); from
+            # path, a name, a date, an error as printed, says nothing of it: ``named``), or, too far before it or a
+            # quote or a bracket between them, is said from the sentence's start when that asks (``Can you recommend
+            # hiking trails near Lake Tahoe``), else left out; from
             # the negation or proposal's word before it in its clause (the words it runs over may be theirs:
             # ``要不要把 pool_size 改成 6？``, not ``pool_size 改成 6？``)
             if stop.start() - pos - len(piece) > QUESTION_REACH or _QUOTE_OR_BRACKET.search(text, pos + len(piece),
                                                                                               stop.start()):
-                return
-            if _BREAK.search(text, pos + len(piece), stop.start()):  # (over a comma: from its clause's start, as
-                # that clause says it, ``预发数据库迁移到端口5433，这个问题怎么处理？``, not ``移到端口5433，…``)
-                clause = text.rfind("\n", 0, pos) + 1
-                for m in _BREAK.finditer(text, max(clause, pos - SENTENCE), pos):
-                    clause = m.end()
-                pos = clause + len(text[clause:pos]) - len(text[clause:pos].lstrip())
-            pos = _negation_before(text, pos)
-            piece = text[pos : stop.end()]
+                opener = _asking(text, pos)
+                if opener is None or _QUOTE_OR_BRACKET.search(text, opener, pos):
+                    return
+                piece, pos = text[opener : pos + len(piece)], opener
+            else:
+                if _BREAK.search(text, pos + len(piece), stop.start()):  # (over a comma: from its clause's start, as
+                    # that clause says it, ``预发数据库迁移到端口5433，这个问题怎么处理？``, not ``移到端口5433，…``)
+                    clause = text.rfind("\n", 0, pos) + 1
+                    for m in _BREAK.finditer(text, max(clause, pos - SENTENCE), pos):
+                        clause = m.end()
+                    pos = clause + len(text[clause:pos]) - len(text[clause:pos].lstrip())
+                pos = _negation_before(text, pos)
+                piece = text[pos : stop.end()]
         if bidi and "\n" in piece and _BIDI.search(read, pos, pos + len(piece)):
             return  # (a name or number over one)
         if not piece or piece in seen or (len(piece) if piece.isascii() else _size(piece)) > most:
@@ -1769,12 +1774,17 @@ def _stated(text: str, start: int, end: int, mark: int) -> bool:
     last = None
     for last in _CLAUSE_BREAK.finditer(text, end, mark):
         pass
-    if last is None or _ALTERNATIVE.match(text, last.end()):
-        return False
-    sentence = max(0, start - SENTENCE)
-    for stop in _STOP.finditer(text, sentence, start):
+    return last is not None and not _ALTERNATIVE.match(text, last.end()) and _asking(text, start) is None
+
+
+def _asking(text: str, at: int) -> int | None:
+    """Where the sentence holding ``at`` starts asking, when it asks from its start (an auxiliary or a question
+    word first, ``Can you…``, ``Is the…``; or a ``¿``), else None."""
+    sentence = max(0, at - SENTENCE)
+    for stop in _STOP.finditer(text, sentence, at):
         sentence = stop.end()
-    return not _ASKS_FIRST.match(text[sentence:start])
+    opener = _ASKS_FIRST.match(text, sentence, at)
+    return max(opener.end(1), opener.end(2)) if opener else None
 
 
 def _negation_before(text: str, at: int) -> int:
