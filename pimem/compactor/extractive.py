@@ -46,7 +46,9 @@ other is said with it (``deleted nothing from the archive``, ``40 not 50``); one
 before a limit in time runs to its clause's end (``not migrate the database before the audit ends``); a negation
 after a comma is said from the word before it, a correction's right value (``~2.3.1, not ^2.3.1``); one inside a
 condition keeps the condition (``if it's not used anywhere else``). A piece of a question runs to its question mark
-(``server down?``; in any language; a fact alone as it is), or is left out. A fact after ``from`` (``von``, ``с``) is
+(``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
+is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
+question's is a statement, said as it is (``I restarted the server, is it up now?``). A fact after ``from`` (``von``, ``с``) is
 said with it when a ``to`` follows in its sentence, and one after ``to`` when a ``from`` came before (``from
 #444444``, ``to #585858``); a bare number takes what it is for (``200 for /v1/orders``); ``of mine`` goes on with its
 run (``buddy of mine adopted``). A number with its
