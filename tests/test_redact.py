@@ -363,3 +363,44 @@ def test_a_long_line_of_commands_is_read_once():
     assert redact(text) == text[: -len("mysql -p'")] + "[password redacted]'"
     assert redact("mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'hunter2' shop") == \
         "mysql " + "--ssl-mode=REQUIRED " * 5 + "-u root -p'[password redacted]' shop"
+
+
+# a config line's value (YAML, ini, a .env file, properties) unquoted with spaces in it: a passphrase runs to the
+# line's end (a comment after `` #`` aside), or to its closing quote; only its first word was redacted, the rest
+# sent. (text, the secret's words, what must stay)
+PHRASES = [
+    ("passphrase: correct horse battery staple", ["horse battery staple", "correct"], "passphrase: "),
+    ("  password: correct horse battery staple  # rotated in May\n  user: bob", ["horse", "staple"],
+     "  # rotated in May\n  user: bob"),
+    ("[db]\npassword = correct horse battery staple\nhost = db.internal", ["horse", "staple"], "\nhost = db.internal"),
+    ("DB_PASSWORD=correct horse battery staple", ["horse", "staple"], "DB_PASSWORD="),
+    ("- secret: correct horse battery staple\n- name: web", ["horse", "staple"], "\n- name: web"),
+    ("spring.datasource.password: correct horse battery staple", ["horse", "staple"], "spring.datasource.password: "),
+    ('SECRET_KEY="correct horse battery staple"', ["horse", "staple"], 'SECRET_KEY="'),
+    ("export GPG_PASSPHRASE='correct horse battery staple'", ["horse", "staple"], "export GPG_PASSPHRASE='"),
+    ("PASS: correct horse battery staple", ["horse", "staple"], "PASS: "),
+]
+# beside them, what a config line's value is not: a command after an environment variable's value, code, a
+# sentence, a reference with a comment after it, the next key
+PHRASES_BESIDE = [
+    ("DB_PASSWORD=Zq8mX2vK7pLw ./migrate.sh --all", "DB_PASSWORD=[secret redacted] ./migrate.sh --all"),
+    ("DB_PASSWORD=Zq8mX2vK7pLw npm test", "DB_PASSWORD=[secret redacted] npm test"),
+    ("password: ${DB_PASSWORD}  # from the vault", "password: ${DB_PASSWORD}  # from the vault"),
+    ("PASS: gcc.dg/pr123.c (test for excess errors)", "PASS: gcc.dg/pr123.c (test for excess errors)"),
+    ("password = getpass.getpass('Password: ') or default", "password = getpass.getpass('Password: ') or default"),
+    ("password: reset flow now emails the user", "password: reset flow now emails the user"),
+]
+
+
+@pytest.mark.parametrize("text,secrets,kept", PHRASES, ids=[s[0][:40] for s in PHRASES])
+def test_a_config_lines_value_runs_to_the_lines_end(text, secrets, kept):
+    out = redact(text)
+    assert "[secret redacted]" in out and kept in out, out
+    for secret in secrets:
+        assert secret not in out, out
+
+
+@pytest.mark.parametrize("text,want", PHRASES_BESIDE, ids=[s[0][:40] for s in PHRASES_BESIDE])
+def test_what_follows_a_config_value_that_is_not_one_stays(text, want):
+    assert redact(text) == want
+

@@ -112,8 +112,18 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
     # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
     # an author's: max_tokens: "a number of tokens")
-    (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|pass|pwd|secret)["']?\s*[:=]\s*)
-                    (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""), r"\1\2[secret redacted]\2", ("pass", "pwd", "secret")),
+    # (SECRET_KEY="…", DB_PASSWORD_PROD: '…' too: the name's later parts, unless the last says the value is about
+    # a secret, SECRET_NAME: "prod db creds")
+    (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|passcode|pass|pwd|secret){_ENDS[2:]}
+                    (?:[_.-]?[a-z0-9]++){{0,4}}["']?\s*[:=]\s*)
+                    (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""),
+     lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
+     ("pass", "pwd", "secret")),
+    # a config line's value (YAML, ini, a .env file, properties) unquoted, spaces and all: a passphrase runs to the
+    # line's end (``_line_value``)
+    (re.compile(rf"""(?imx)^((?P<key>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
+                    [\w.-]{{0,64}}["']?)(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
+     lambda m: _line_value(m), ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
@@ -206,6 +216,58 @@ _REFERENCE = re.compile(r"""(?:\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\
     |(?:[A-Za-z_]+\.)+(?:[A-Z_]+|[A-Za-z_]*(?i:pass|pwd|secret|token|key|auth|credential)[A-Za-z_]*))[)}\]]*""", re.X)
 
 
+# words a sentence holds and a passphrase hardly does: a config line's value with one is prose
+# (``password: reset flow now emails the user``), or code with an operator or a call in it
+_SENTENCE = frozenset("""a an the of on in to for with from by at as into onto after before when while if then else
+    or and but not no now so than via per is are was were be been will would should can could may might must do does
+    did it its this that these those we you they he she i""".split())
+_CODE = re.compile(r"\w[(\[]|\s=\s|==|!=|&&|\|\||=>|->|[;{]$")
+# what follows an environment variable's value on a command line (DB_PASSWORD=… ./migrate.sh, … npm test): a
+# path, an option, another assignment, a shell operator, or a command run so
+_COMMAND = re.compile(r"[\w.-]*/|-|\w+=|.*[|&;<>`$()]|(?:python3?|node|npm|npx|yarn|pnpm|bun|deno|go|cargo|make|bash|sh|zsh"
+                      r"|uv|uvx|poetry|pytest|pip|docker|kubectl|helm|terraform|ruby|bundle|rails|java|mvn|gradle|"
+                      r"dotnet|php|perl|curl|wget|git|env|exec|sudo|time|psql|mysql|ssh)(?!\S)")
+_PHRASE = re.compile(r"(?i)pass|pwd|secret")  # the secret words of names whose value may be a phrase
+
+
+def _line_value(m: re.Match) -> str:
+    """What is sent of a config line (``NAME: value``, ``NAME = value``, ``NAME=value`` at a line's start) whose
+    value is unquoted and holds spaces: the value, a comment after `` #`` aside, redacted whole when the name's
+    secret may be a phrase (a password, passphrase, secret: ``passphrase: correct horse battery staple``); the
+    line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
+    one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``), code (``_CODE``), a
+    reference (``_REFERENCE``), a test's verdict, or (``NAME=value``) is followed by a command."""
+    value = m.group("value")
+    cut = _COMMENT.search(value)
+    body = value[: cut.start()] if cut else value.rstrip()
+    words = body.split()
+    if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
+            or _about(m.group("key")) or _REFERENCE.fullmatch(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
+            or any(w.strip(".,;:!?").lower() in _SENTENCE for w in words) \
+            or m.group("key").strip() == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
+        return m.group()
+    if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
+        return m.group()
+    return f"{m.group(1)}[secret redacted]{value[len(body):]}"
+
+
+_COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
+_COMMENT = re.compile(r"(?<![ \t])[ \t]+(?:#.*)?$")  # (begun after a space only: a run of spaces is read once)
+
+
+def _about(name: str) -> bool:
+    """Whether the last part of ``name`` (``password_reset_url``, ``secretsManagerArn``) says its value is
+    about a secret, not the secret (``_ABOUT_PARTS``), or is an id's (``secret_id``)."""
+    last = _LAST_PART.search(name)
+    return bool(last) and last.group(1).lower() in _ABOUT_PARTS | {"id", "ids"}
+
+
+def _verdict(value: str, string: str, end: int) -> bool:
+    """Whether ``value`` after ``PASS:``, ending at ``end`` of ``string``, is a test's verdict: a name and its time,
+    a test file, a test's name or a path that does not look random."""
+    return bool(_TIMED.match(string, end) or _TEST_FILE.fullmatch(value) or _VERDICT.match(value) and not looks_random(value))
+
+
 def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
@@ -213,9 +275,8 @@ def _named_value(m: re.Match) -> str:
     it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
     look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
-    if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") and (
-            _TIMED.match(m.string, m.end()) or _TEST_FILE.fullmatch(value)
-            or _VERDICT.match(value) and not looks_random(value)):
+    if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") \
+            and _verdict(value, m.string, m.end()):
         return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
