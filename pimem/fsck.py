@@ -80,7 +80,7 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
     known: dict[str, int] = {}  # what the other parts of the memory know the log held, as the T each implies
     log = check_log(mem, known)
     rest = check_tree(mem) + check_view(mem, known) + check_chains(mem, known) + check_index(mem, known)
-    lost = check_end(mem, known, accept_lost)
+    lost = check_end(mem, known, accept_lost, any(f.fatal and f.action is None for f in log))
     if lost and lost[0].action is None:
         for f in rest:  # (a refolded view or a rebuilt index would forget how far the log went)
             if f.action is not None and getattr(f.action, "func", None) is not _seal:
@@ -145,13 +145,15 @@ def _leftovers(findings: list[Finding]) -> list[Finding]:
     return [f for f in findings if not f.fatal and f.action is not None and not f.repaired]
 
 
-def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> list[Finding]:
+def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False, log_broken: bool = False) -> list[Finding]:
     """Messages lost from the log's end (a day file deleted or cut short, an older copy put back): ranges.json,
     or the view, the compaction windows or the index, knows the log went further than it does (a tree node
     past the end is the tree's problem: its lines are no record of the log's end). A
     writer would give their numbers to other messages, so writes are refused until the file is put back, or
     until the loss is accepted (``accept_lost``): a note is then logged in place of each lost message, and
-    every number keeps its one message."""
+    every number keeps its one message. Not while the log has another problem (``log_broken``: a gap, a
+    duplicate, lines out of order): the notes' write would record ranges.json for the broken log, and the
+    commands that now stop at the gap would go on past it."""
     from .store import lost_words
 
     end = mem.log.past_unsealed(known.pop("main/"), [p.name for p in mem.log.files()])  # (not lost: sealed by --repair)
@@ -171,6 +173,9 @@ def check_end(mem: Memory, known: dict[str, int], accept_lost: bool = False) -> 
     where = f"main/{names[0]}" if len(names) == 1 else "main/"
     if not accept_lost:
         return [Finding(mem.name, "log", where, problem)]
+    if log_broken:
+        return [Finding(mem.name, "log", where, problem + "; --accept-lost logs them only once the log's problems "
+                        "above are put right")]
     return [Finding(mem.name, "log", where, problem, repair=f"log a note in place of each lost message (#{end}…#{last})",
                     action=functools.partial(_log_lost, end, last, names))]
 

@@ -380,6 +380,28 @@ def test_messages_lost_for_good_are_accepted_by_name_and_a_note_takes_each_numbe
     assert sh("fsck", "m").stdout == b"m: ok (10 messages)\n"
 
 
+def test_messages_lost_from_the_end_are_not_accepted_while_the_log_has_a_gap_before_them(sh, log):
+    """#3 deleted too (a gap inside the log) beside #6…#8 lost from its end: accepting the loss logged notes
+    for #6…#8 (then said the gap, exit 5), and that write recorded ranges.json for the log as it was, gap and
+    all, so append and view went on with exit 0 past the gap. The loss is accepted once the gap is put right,
+    and nothing is written before."""
+    middle = log / f"{DAYS[1]}.jsonl"
+    kept = middle.read_bytes()
+    middle.write_bytes(b"".join(kept.splitlines(keepends=True)[1:]))  # #3 gone, #4 and #5 kept
+    lose_end(log, "deleted")
+    before = snapshot(log.parent)
+    out = sh("fsck", "--repair", "--accept-lost", "m")
+    assert out.returncode == 5 and b"gap: no message i=3" in out.stdout, (out.stdout, out.stderr)
+    assert b"--accept-lost logs them only once the log's problems above are put right" in out.stdout
+    assert snapshot(log.parent) == before
+    for argv in (["append", "m", "new"], ["view", "m"]):
+        assert sh(*argv).returncode == 5, argv
+    assert snapshot(log.parent) == before
+    middle.write_bytes(kept)  # the gap put right: the loss at the end is accepted
+    assert sh("fsck", "--repair", "--accept-lost", "m").returncode == 0
+    assert sh("append", "m", "new").stdout == b"9\n"
+
+
 def test_accepting_messages_lost_from_the_end_keeps_the_view_and_shows_the_notes_in_their_lines(sh, log):
     """The lost messages were lines of their own, after folded ones: the view is kept as saved (the lines before
     them, the bytes a model has cached, stay as they were), their lines show the notes (not the lost texts a
