@@ -404,3 +404,22 @@ def test_a_config_lines_value_runs_to_the_lines_end(text, secrets, kept):
 def test_what_follows_a_config_value_that_is_not_one_stays(text, want):
     assert redact(text) == want
 
+
+# a token is one run of characters: ordinary words after ``token:`` are prose (a commit's subject), not a secret;
+# a token-like run there is one
+TOKEN_PROSE = ["token: refresh on 401", "fix(api) token: refresh on 401", "auth: handle expired tokens in the client",
+               "api_key: rotate them monthly", "Token: Refresh it before it expires"]
+TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefghij", "abcdefghij"),
+                ("TOKEN=abcdefghij python run.py", "abcdefghij"), ("auth_token: abcdefghij\nuser: bob", "abcdefghij"),
+                ('token: "abcdefghij" for now', "abcdefghij")]
+
+
+@pytest.mark.parametrize("text", TOKEN_PROSE)
+def test_ordinary_words_after_a_tokens_name_are_prose(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text,secret", TOKEN_VALUES)
+def test_a_token_like_run_after_a_tokens_name_is_redacted(text, secret):
+    out = redact(text)
+    assert secret not in out and "[secret redacted]" in out, out

@@ -268,6 +268,12 @@ def _verdict(value: str, string: str, end: int) -> bool:
     return bool(_TIMED.match(string, end) or _TEST_FILE.fullmatch(value) or _VERDICT.match(value) and not looks_random(value))
 
 
+# a token is one run: an ordinary word after ``token:`` (colon, space, no quote) followed by another word is prose
+_PROSE_NAME = re.compile(r":[^\S\n]+$")
+_PROSE = re.compile(r"[A-Z]?[a-z]+")
+_PROSE_NEXT = re.compile(r"[^\S\n]+(?:[A-Za-z]?[a-z]+|\d+)(?![^\s.,;:!?])")
+
+
 def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
@@ -278,6 +284,9 @@ def _named_value(m: re.Match) -> str:
     if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") \
             and _verdict(value, m.string, m.end()):
         return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
+    if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) \
+            and _PROSE_NEXT.match(m.string, m.end()):
+        return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) \
