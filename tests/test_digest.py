@@ -2344,6 +2344,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 limit = extractive._LIMIT.search(text[: spans[-1][1]], negations[0][1])
                 if limit and end <= limit.start() and ((start, end) != run or start in [at for at, _ in negations]):
                     end = spans[-1][1]
+                right = extractive._RIGHT_VALUE.match(text, end)
+                if end == spans[-1][1] and right and re.search(r"\d", text[start:end]):
+                    end = right.end()
                 first = negations[0][0]
                 right = re.search(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""", text[:first])
                 if start == first == spans[0][0] and right and re.search(r"[^\W_]", right.group()):
@@ -2401,6 +2404,7 @@ PHRASE_CASES = [
     "instead of the 60 we set without any review. He will not migrate the database before the audit ends, не трогать "
     "базу до конца аудита. Deploy לא, Deploy None, 7 לא. A buddy of mine adopted last year; that idea of yours, of "
     "his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
+    "It's not 40, it's 50. not 3 but 4; not v2 rather ^2.3.1! Far from full, it's 40. nicht 40, sondern 50",
 ]
 
 

@@ -120,3 +120,13 @@ def test_a_negation_keeps_its_limit_in_time():
     billing database``: never, where he said not yet."""
     found, line = _said("He said he would not migrate the billing database before the audit ends.")
     assert not _only_with(found + line, {"migrate"}, {"before", "audit", "until"}), (found, line)
+
+
+def test_a_negated_value_keeps_the_value_said_for_it():
+    """``It's not 40, it's 50`` gave ``not 40``: the value meant, a number with only stop words before it, was
+    nowhere (``not 40 but 50`` likewise)."""
+    for clause in ("It's not 40, it's 50.", "It's not 40 but 50.", "The timeout is not 30s, it's 45s."):
+        found, line = _said(clause)
+        wrong, right = ("30s", "45s") if "30s" in clause else ("40", "50")
+        if any(f"not {wrong}" in p for p in line):
+            assert any(right in _words(p) for p in line), (clause, line)

@@ -320,6 +320,13 @@ _TURNS = frozenset(
     "אבל אלא כי למרות لكن ولكن بل لأن fakat çünkü".split())
 # the word before a comma a negation follows (``A, not B``: a correction; ``~2.3.1, not ^2.3.1``), whole, its sigils too
 _CORRECTED = re.compile(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""")
+# the value a negated one is corrected to right after its clause (``It's not 40, it's 50``, ``nicht 40, sondern 50``): a
+# number or a version, with no words of its own to be said by (``50`` alone is no piece), after a comma or a word
+# that says it is the one meant; said with the negation's run, ``not 40, it's 50``, not ``not 40`` alone
+_CORRECTING = (r"it['’]s|it is|it was|that['’]s|that is|but|rather|actually|just|instead|sondern|eher|es ist|es sind"
+               r"|mais|plutôt|c['’]est|sino|pero|es|son|ma|è|mas|é|а|но|это")
+_RIGHT_VALUE = re.compile(rf"(?:,[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{0,3}}|[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{1,3}})"
+                          r"[~^$€£¥₽]?\d[^\s,;:!?()\[\]{}\"“”]{0,30}(?<![.])(?=[.,;:!?)\]]*(?:\s|$))")
 # the negations said with the run right before them (``deleted nothing``, ``found none``, ``themes must NEVER
 # explode``, ``n'a pas été effectué``), as any is after a value (``40 not 50``); not ``no``, nor a verb's ``n't``
 # (``yeah no``, ``Caroline can't wait``: said apart, as before, they cost a reader's questions nothing)
@@ -1750,6 +1757,8 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                 end = next((to for at, to in runs if at >= end and at - end <= NEGATION_REACH), end)
         if limit and end <= limit.start() and (opened or (start, end) != run):
             end = runs[-1][1]  # (said with its negation, before the negation's limit: to the clause's end)
+        if end == runs[-1][1] and (right := _RIGHT_VALUE.match(text, end)) and any(c.isdigit() for c in text[start:end]):
+            end = right.end()  # (the value meant after a negated one: ``not 40, it's 50``)
         if start == first[0]:
             start = lead
         elif opener and _ROLE.get(opener) == 1 and (cond := [at for at, to in negations if to <= start and start - to
