@@ -423,3 +423,27 @@ def test_ordinary_words_after_a_tokens_name_are_prose(text):
 def test_a_token_like_run_after_a_tokens_name_is_redacted(text, secret):
     out = redact(text)
     assert secret not in out and "[secret redacted]" in out, out
+
+
+# a value passing for a reference: a $ word mixing digits into its letters (leetspeak: $UP3RS3CR3T, where an
+# environment variable holds at most one digit run between letters, $K8S_TOKEN), and two dotted words that are
+# no code's (Hunter.Password: a setting is read from an object named in lower case, settings.API_KEY, from a
+# constant, BuildConfig.API_KEY, Secrets.DB_PASSWORD, or through more than one dot, Settings.Default.Password)
+LIKE_REFERENCES = [("password: $UP3RS3CR3T", "UP3RS3CR3T"), ("DB_PASSWORD=$P4SSW0RD", "P4SSW0RD"),
+                   ("password: Hunter.Password", "Hunter.Password"), ("secret: Super.Secret", "Super.Secret"),
+                   ("token: $S3CR3T_T0K3N", "S3CR3T_T0K3N"), ("the password is $ecretPassw0rd", "ecretPassw0rd")]
+STILL_REFERENCES = ["password: $K8S_TOKEN", "password: $AWS_S3_SECRET", "PASSWORD=$P4PASSWD", "token: $OAUTH2_TOKEN",
+                    "password: Settings.Default.Password", "apiKey: BuildConfig.API_KEY", "password: Secrets.DB_PASSWORD",
+                    "password: config.db.password", "api_key: settings.apiKey", "token: ConfigManager.authToken",
+                    "password: env.DB_PASSWORD", "apiKey: params.litellmApiKey"]
+
+
+@pytest.mark.parametrize("text,secret", LIKE_REFERENCES)
+def test_a_value_like_a_reference_is_redacted(text, secret):
+    out = redact(text)
+    assert secret not in out and "[secret redacted]" in out, out
+
+
+@pytest.mark.parametrize("text", STILL_REFERENCES)
+def test_a_reference_stays(text):
+    assert redact(text) == text

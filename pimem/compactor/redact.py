@@ -179,7 +179,7 @@ def looks_random(word: str) -> bool:
     two with a digit), and no less than 3 bits of entropy a character. Words, paths, numbers, ARNs and references
     (``_REFERENCE``) are not."""
     word = word.rstrip(".")
-    if len(word) < 8 or word.startswith(("[", "$", "/", "~", "http", "arn:aws")) or _REFERENCE.fullmatch(word):
+    if len(word) < 8 or word.startswith(("[", "/", "~", "http", "arn:aws")) or _is_reference(word):
         return False
     classes = [bool(c.search(word)) for c in _CLASSES]
     if sum(classes) < 2 or (sum(classes) == 2 and not classes[2]) or word.isdigit():
@@ -214,6 +214,22 @@ _ARN_ACCOUNT = re.compile(r":\d{12}:$")  # an ARN's account id, before its resou
 # (********), a placeholder (<your-password>); not ${VAR:-default} nor a value that only begins so
 _REFERENCE = re.compile(r"""(?:\$\{[A-Za-z_]\w*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_]\w*%|\*{4,}|<[A-Za-z _.-]+>
     |(?:[A-Za-z_]+\.)+(?:[A-Z_]+|[A-Za-z_]*(?i:pass|pwd|secret|token|key|auth|credential)[A-Za-z_]*))[)}\]]*""", re.X)
+# (a $ word mixing digits into its letters more than once is leetspeak, $UP3RS3CR3T, not a variable, $K8S_TOKEN;
+# two capitalised words, Hunter.Password, are a value, not a setting read: that is an object named in lower case,
+# settings.API_KEY, a compound name, BuildConfig.apiKey, a known object, Settings.Password, or a property or a
+# constant, Object.keys, Secrets.DB_PASSWORD, or more than one dot, Settings.Default.Password)
+_LEET = re.compile(r"[A-Za-z][0-9]+[A-Za-z][^.]*?[A-Za-z][0-9]+[A-Za-z]")
+_TWO_WORDS = re.compile(r"(?!(?i:settings|config|configuration|environment|env|secrets|credentials|properties|options"
+                        r"|constants|keys|vars|globals|resources|app|application|context|process)\.)"
+                        r"[A-Z][a-z]+\.[A-Z][a-z]*(?:[A-Z][a-z]*)*[)}\]]*")
+
+
+def _is_reference(word: str) -> bool:
+    """Whether ``word`` names where a secret comes from or stands in for it (``_REFERENCE``), not a value shaped so
+    (``_LEET``, ``_TWO_WORDS``)."""
+    if not _REFERENCE.fullmatch(word):
+        return False
+    return not (_LEET.search(word) if word.startswith("$") else _TWO_WORDS.fullmatch(word))
 
 
 # words a sentence holds and a passphrase hardly does: a config line's value with one is prose
@@ -242,7 +258,7 @@ def _line_value(m: re.Match) -> str:
     body = value[: cut.start()] if cut else value.rstrip()
     words = body.split()
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
-            or _about(m.group("key")) or _REFERENCE.fullmatch(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
+            or _about(m.group("key")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
             or any(w.strip(".,;:!?").lower() in _SENTENCE for w in words) \
             or m.group("key").strip() == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
@@ -290,7 +306,7 @@ def _named_value(m: re.Match) -> str:
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) \
-            or _REFERENCE.fullmatch(value):
+            or _is_reference(value):
         return value
     if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
         return value
