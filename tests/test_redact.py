@@ -227,13 +227,16 @@ VERDICTS = [
     "PASS: gcc.dg/pr123.c (test for excess errors)", "PASS\nok  \tgithub.com/acme/app\t0.5s",
     "PASS: basic_usage (0.02s)", "PASS: testTokenRefresh", "PASS: Test_parse", "=== RUN   TestParse\n--- PASS: TestParse (0.00s)\nPASS",
     "PASS: tests/test_v2_api.py", "PASS: TestHTTP2Server (0.01s)", "PASS: t/basic",
+    "--- PASS: TestX (0.01s)", "--- PASS: TestParse", "--- PASS: t/basic.sh", "--- PASS: hunter2 (0.01s)",
 ]
 PASS_VALUES = ["PASS: hunter2hunter2", "PASS: 'hunter2hunter2'", "PASS=hunter2hunter2", "PASS: Zq8mX2vK7pLw",
                "export PASS=hunter2hunter2", 'PASS: "hunter2hunter2"',
                "PASS: Testing123", "PASS: test1234",
                # (a verdict's shape, but random: a password holding a slash or a dot, or begun by Test)
                "PASS: kX9/2mQ+zTr", "PASS: hunter2.abc", "USER: admin\nPASS: Tr0ub4dor/3", "PASS: TestP@ssw0rd!",
-               "PASS: test_pw_Xk92!", "DB_PASS: TestParse99x"]
+               "PASS: test_pw_Xk92!", "DB_PASS: TestParse99x",
+               # (go test writes a verdict with its time: --- PASS: without one is told as PASS: is)
+               "--- PASS: hunter2", "--- PASS: Zq8mX2vK7pLw", "echo '--- PASS: hunter2hunter2'"]
 
 
 @pytest.mark.parametrize("text", PASS_VALUES)

@@ -42,15 +42,16 @@ import re
 _STARTS = r"(?:(?<![A-Za-z])|(?<=(?-i:[a-z0-9]))(?=(?-i:[A-Z])))"
 _ENDS = r"s?(?:(?<=(?-i:[a-z]))(?!(?-i:[a-z]))|(?<=(?-i:[A-Z]))(?![A-Za-z]))"
 _ABOUT = r"(?![_.-]?(?:url|uri|endpoint|file|path|dir|name|type|method|mode|provider|policy)(?![a-z]))"
-# a test's verdict is not a password named PASS: any --- PASS: (go test's), and PASS: followed by a name and its
-# time, a test file (go test, automake, DejaGnu, pytest), or a test's name (Test…, test…) or a path that does not
-# look random (``_named_value``: PASS: kX9/2mQ+zTr, PASS: TestP@ssw0rd! are passwords)
+# a test's verdict is not a password named PASS: PASS: or --- PASS: followed by a name and its time (go test
+# writes one with each verdict), a test file (go test, automake, DejaGnu, pytest), or a test's name (Test…, test…)
+# or a path that does not look random (``_named_value``: PASS: kX9/2mQ+zTr, PASS: TestP@ssw0rd!, --- PASS: hunter2
+# are passwords)
 _VERDICT_NAME = re.compile(r"PASS:[^\S\n]+")
 _VERDICT = re.compile(r"(?:Test|Example|Benchmark|Fuzz|test)(?![a-z0-9])|[^\s'\"]*(?:/|\.[a-z]{1,4}(?![\w.]))")
 _TEST_FILE = re.compile(r"[\w./-]*\.(?:c|cc|cpp|h|sh|t|py|js|ts|go|rs|rb|pl|exp|test)(?:::\w+)?")
 _TIMED = re.compile(r"[^\S\n]+\(\d+(?:\.\d+)?m?s\)")
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
-    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|(?<!---\s){_STARTS}(?-i:PASS)
+    |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
