@@ -258,12 +258,21 @@ ABOUT_A_SECRET = [
     "passwordResetUrl: https://example.com/reset", "token_expiry: 2024-05-01T12:00:00Z", "AUTH_DOMAIN=acme.eu.auth0.com",
     "TOKEN_ISSUER=https://login.example.com/", "auth_header_name: X-Api-Key", "secret_store_backend: vault-kv",
     "password: arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/db-AbCdEf",
+    # where (a host, a URL, a store), which and how: a name about a secret keeps its value unless that is key
+    # material (below)
+    "AUTH_HOST=auth.example.com", "SECRET_STORE=vault", "AUTH_SERVER=https://keycloak.example.com/realms/acme",
+    "token_prefix: Bearer", "AUTH_HEADER=X-Api-Key", "TOKEN_AUDIENCE=api://default", "PASSWORD_MIN_LENGTH=12",
+    "AUTH_CALLBACK=https://app.example.com/auth/callback", "AUTH_REDIRECT=https://app.example.com/home",
+    "AUTH_STRATEGY=jwt-bearer", "SECRET_ROTATION_SCHEDULE=weekly", "AUTH_REALM=acme-prod",
+    "AUTH_TENANT=contoso.onmicrosoft.com", "AUTH_ENABLED: disabled", "TOKEN_REFRESH_INTERVAL=15min",
 ]
 STILL_SECRETS = [
     "apiKey: Zq8mX2vK7pLwR4tY", "api_key=abcdefghij12", "secretKey: Zq8mX2vK7pLwR4tY", "client_secret: Zq8mX2vK7pLwR4tY",
     "SECRET_ACCESS_KEY=Zq8mX2vK7pLwR4tYa9B3", "password_reset_token=Zq8mX2vK7pLw", "AUTH_TOKEN=Zq8mX2vK7pLw",
     "secret_id: 6a174c20-f6de-a53c-74d2-6018fcceff64", "VAULT_SECRET_ID=6a174c20-f6de-a53c-74d2-6018fcceff64",
     "apiKeyId: AKIDz8krbsJ5yKBZQpn74WFkmLPx3gnPhESA", "tokenId: hvs.CAESIJ3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c",
+    "SECRET_STORE=Zq8mX2vK7pLwR4tYa9B3", "AUTH_HEADER=dXNlcjpodW50ZXIyaHVudGVy", "token_prefix: Zq8mX2vK7pLwR4tYa9B3cD",
+    "AUTH_HOST=Zq8mX2vK7pLwR4tYa9B3",
 ]
 
 

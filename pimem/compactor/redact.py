@@ -204,10 +204,12 @@ def _if_key(value: str, strict: bool = False) -> str:
 _KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_%-]+")
 
 # the last part of a name saying its value is about a secret, not the secret: where it is, which, how it is
-# used, how long it lasts (password_reset_url, secretsManagerArn, token_expiry, AUTH_DOMAIN, secret_store_backend)
+# used, how long it lasts (password_reset_url, secretsManagerArn, token_expiry, AUTH_DOMAIN, secret_store_backend,
+# AUTH_CALLBACK); such a name's value is redacted still when it is key material (``_if_key``: SECRET_STORE=Zq8m…)
 _ABOUT_PARTS = frozenset("""url urls uri endpoint file path dir name type method mode provider policy arn arns ref
     header prefix env var ttl expiry expires expiration lifetime length count limit size version format scope scopes
-    field label hint algorithm kind store backend manager server host domain audience issuer location region""".split())
+    field label hint algorithm kind store backend manager server host domain audience issuer location region
+    callback redirect strategy schedule rotation realm tenant enabled disabled required interval timeout""".split())
 _LAST_PART = re.compile(r"([A-Z]?[a-z0-9]+|[A-Z0-9]+)[^A-Za-z0-9]*$")
 _ARN_ACCOUNT = re.compile(r":\d{12}:$")  # an ARN's account id, before its resource's type
 # a value naming where the secret comes from, or standing in for it: ${VAR}, $VAR, %VAR%, a setting read
@@ -306,8 +308,9 @@ def _named_value(m: re.Match) -> str:
         return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
-    if part in _ABOUT_PARTS or _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) \
-            or _is_reference(value):
+    if part in _ABOUT_PARTS:
+        return _if_key(value, strict=True)
+    if _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) or _is_reference(value):
         return value
     if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
         return value
