@@ -130,3 +130,21 @@ def test_a_negated_value_keeps_the_value_said_for_it():
         wrong, right = ("30s", "45s") if "30s" in clause else ("40", "50")
         if any(f"not {wrong}" in p for p in line):
             assert any(right in _words(p) for p in line), (clause, line)
+
+
+def test_a_comparison_stays_with_its_number():
+    """``If the error rate stays under 0.1% for two hours`` gave ``If the error rate stays, 0.1%``; ``over the 2 GB
+    upload limit`` gave ``2 GB upload limit``; ``We roll out to 5% of traffic first`` gave ``5%, traffic first``: a
+    bound read as the value."""
+    for clause, number, word in [
+            ("If the error rate stays under 0.1% for two hours we go to 50%, otherwise we roll back.", "0.1%", "under"),
+            ("If the error rate stays under 0.1% for two hours we go to 50%, otherwise we roll back.", "50%", "to"),
+            ("The file is 2.5 GB, which is over the 2 GB upload limit.", "2 GB", "over"),
+            ("We roll out to 5% of traffic first.", "5%", "to"),
+            ("Keep the queue at most 200 jobs deep.", "200 jobs", "most"),
+            ("The cache holds up to 512 entries per shard.", "512 entries", "up"),
+            ("Der Fehleranteil bleibt unter 5% der Anfragen.", "5%", "unter"),
+            ("Le fichier pèse moins de 2 Go au total.", "2 Go", "moins")]:
+        found, line = _said(clause)
+        at = re.compile(r"(?<![\w.])" + re.escape(number))
+        assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)

@@ -647,6 +647,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         start, end = _bared(piece)
         piece, pos = piece[start:end], pos + start
+        if pos and (piece[:1].isdigit() or piece[:1] in _CURRENCIES or _NUMBER_SOON.match(piece)) and (
+                bound := _bound_before(text, pos, piece)) < pos:
+            piece, pos = text[bound : pos + len(piece)], bound  # (``under 0.1%``, not ``0.1%``: a bound read as the value)
         if pos and text[pos - 1] in _NEGATION_ENDS and (negation := _negation(text, pos)):
             piece, pos = text[negation.start() : pos + len(piece)], negation.start()  # "never committed", not "committed"
         if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
@@ -1015,6 +1018,37 @@ _OF_WHOSE = re.compile(r" (?:mine|yours|his|hers|ours|theirs)\b")
 # what a number with no words of its own is of or for, a word or a fact after it (``returns 404 for /v2/orders but
 # 200 for /v1/orders``: ``200 for /v1/orders``, not the second path bare, read as 404 too)
 _NUMBER_OF = re.compile(r"""[ \t](?:for|of|on|in|at|per|with|by)[ \t]([^\s,;:!?()\[\]{}"“”]{1,60}?)(?=[.,;:!?)\]]*(?:\s|$))""")
+
+
+# the words and marks that make a number a bound, right before it (an article between: ``over the 2 GB upload limit``):
+# said with it, ``stays under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``unter 5%``, ``moins de 2 Go``, never
+# ``0.1%`` alone, read as the value; ``to`` before a share (``roll out to 5% of traffic``)
+_BOUNDS = ("at least|at most|no more than|no less than|not more than|not less than|more than|less than|fewer than"
+           "|greater than|up to|under|over|above|below|beyond|within|exceeding"
+           "|mindestens|höchstens|mehr als|weniger als|bis zu|unter|über|unterhalb|oberhalb|innerhalb"  # German
+           "|au moins|au plus|plus de|moins de|jusqu['’]à|sous|au-dessus de|en dessous de"  # French
+           "|al menos|como mucho|más de|menos de|hasta|por encima de|por debajo de"  # Spanish
+           "|не более|не менее|более|менее|больше|меньше|свыше|выше|ниже|минимум|максимум|до")  # Russian
+_BOUND = re.compile(rf"(?<![\w'’-])(?i:{_BOUNDS})(?:[ \t]{{1,4}}(?i:the|a|an))?[ \t]{{1,4}}\Z"
+                    r"|(?:(?<=[\w)\]])|(?<=[^\s<>=-][ \t]))(?:[<>]=?|[≤≥])[ \t]?\Z")
+_BOUND_SHARE = re.compile(r"(?<![\w'’-])(?i:to|auf|à|al|на)[ \t]{1,4}\Z")  # (before a share)
+_SHARE = re.compile(r"\d[\d.,]{0,24}[ \t]?%")
+
+
+# (a piece's words before its number that may end its bound: ``de 2 Go`` of ``moins de 2 Go``, ``als 3`` of ``mehr als 3``)
+_NUMBER_SOON = re.compile(r"(?:[^\W\d_]{1,12}[ \t]{1,4}){1,2}(?=\d)")
+
+
+def _bound_before(text: str, pos: int, piece: str) -> int:
+    """Where the number opening ``piece`` at ``pos`` of ``text`` (or right after a word or two of it) is said from:
+    its bound's word or mark right before it (``_BOUND``), else ``pos``."""
+    at = pos + (words.end() if (words := _NUMBER_SOON.match(piece)) else 0)
+    bound = _BOUND.search(text, max(0, at - 24), at)
+    if bound and bound.start() >= pos:
+        return pos  # (a bound the piece holds: said as it is)
+    if bound is None and _SHARE.match(piece):
+        bound = _BOUND_SHARE.search(text, max(0, pos - 8), pos)
+    return bound.start() if bound else pos
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
