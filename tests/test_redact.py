@@ -459,3 +459,27 @@ def test_a_value_like_a_reference_is_redacted(text, secret):
 @pytest.mark.parametrize("text", STILL_REFERENCES)
 def test_a_reference_stays(text):
     assert redact(text) == text
+
+
+def test_a_config_lines_passphrase_never_reaches_the_command_provider(run, home, tmp_path):
+    """A request holds a message's first line after ``<input>user: `` and a view line after ``user: `` (or
+    ``3+1|``): a config line's value runs to the line's end there too, and ``</input>`` after it is the task's."""
+    seen = tmp_path / "prompts.txt"
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import sys\n"
+        f"open({str(seen)!r}, 'a').write(sys.stdin.read() + '\\n----\\n')\n"
+        "print('user: a summary of this part; pi: done with it.')\n")
+    configure(home, {"provider": "command", "command": f"{sys.executable} {script}", "timeout": 20})
+    mem = Memory.at("m")
+    filler = " ".join(f"w{k}" for k in range(150))
+    mem.append([{"kind": "user", "text": "passphrase: correct horse battery staple"},
+                {"kind": "echo", "text": f"password: correct horse battery staple\n{filler}"},
+                {"kind": "pi", "text": f"DB_PASSWORD=purple monkey dishwasher\n{filler}"},
+                {"kind": "user", "text": "token: refresh on 401"}, {"kind": "note", "text": filler}] * 8)
+    out = run("build-tree", "m")
+    assert out.exit_code == 0, out.stderr
+    sent = seen.read_text()
+    for secret in ("horse battery staple", "monkey dishwasher", "correct", "purple"):
+        assert secret not in sent
+    assert "user: passphrase: [secret redacted]</input>" in sent and "token: refresh on 401" in sent

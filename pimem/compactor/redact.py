@@ -6,8 +6,11 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
-   quoted value whole, ``Authorization: Bearer …``), unless the name's last part says the value is about a
-   secret (``password_reset_url``, ``secretsManagerArn``, ``apiKeyId`` holding an id that is not key material);
+   quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end,
+   ``Authorization: Bearer …``), unless the name's last part says the value is about a secret
+   (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``, ``apiKeyId``) and the value is not key
+   material, or the value is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor
+   ``Hunter.Password``), or ordinary words after a token's name (``token: refresh on 401``);
 2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
@@ -121,9 +124,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
     # a config line's value (YAML, ini, a .env file, properties) unquoted, spaces and all: a passphrase runs to the
-    # line's end (``_line_value``)
-    (re.compile(rf"""(?imx)^((?P<key>[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
-                    [\w.-]{{0,64}}["']?)(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
+    # line's end (``_line_value``); a line of a request may open with a task's <input>, a line's number (3+1|) and
+    # its message's kind and speaker (user Bob: )
+    (re.compile(rf"""(?imx)^((?P<key>(?:<input>)?(?:\d+\+\d+\|)?(?:(?-i:user|pi|tool|echo|work|note)(?:[ \t][^\s:|]{{1,40}}){{0,3}}
+                    :[ \t]+)?[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?(?P<name>["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
+                    [\w.-]{{0,64}}["']?))(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
      lambda m: _line_value(m), ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
@@ -257,17 +262,19 @@ def _line_value(m: re.Match) -> str:
     one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``), code (``_CODE``), a
     reference (``_REFERENCE``), a test's verdict, or (``NAME=value``) is followed by a command."""
     value = m.group("value")
+    if (end := value.find("</input>")) >= 0:  # (a task's end)
+        value = value[:end]
     cut = _COMMENT.search(value)
     body = value[: cut.start()] if cut else value.rstrip()
     words = body.split()
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
             or _about(m.group("key")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
             or any(w.strip(".,;:!?").lower() in _SENTENCE for w in words) \
-            or m.group("key").strip() == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
+            or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
     if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
         return m.group()
-    return f"{m.group(1)}[secret redacted]{value[len(body):]}"
+    return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
