@@ -3,7 +3,8 @@
 Claude Code runs a hook command on each event with a JSON object on stdin (``session_id``,
 ``transcript_path``, ``cwd``, ``hook_event_name``, and per event ``source``, ``prompt``, ``trigger``,
 ``stop_hook_active`` …). For every event ``handle`` imports the transcript's new lines (and its
-sub-agents', in ``<session>/subagents/``) into the project's memory, named as ``pimem import`` names it (the session's working directory), nothing twice. On
+sub-agents', in ``<session>/subagents/``) into the project's memory, named and claimed as ``pimem import`` names
+it (the session's working directory: ``pimem.projects``), nothing twice. On
 ``SessionStart`` and ``UserPromptSubmit`` it answers with the context Claude Code adds for the model::
 
     {"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "…"}}
@@ -127,11 +128,16 @@ class Hook:
         self.answering = False  # (while the context is made: what the watchdog says when it cuts the event)
         self.transcript: Path | None = None  # (the session's own, as ``_transcripts`` finds it)
         self.sources = self._guard(self._transcripts) or []
+        self.cwd: str | None = None  # the project's directory, when the memory is the project's (no --name)
+        self.settled = bool(name)  # (whether the memory is known to hold the project: ``pimem.projects``)
         self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
 
     def run(self) -> dict | None:
         from .memory import Memory
 
+        if self.name and not self.settled and self.sources:  # (the project's first capture: the memory is claimed
+            self.name = self._guard(self._claim)  # for it before anything is read from it)
+            self.settled = self.name is not None
         # (a bad --name or --home: a warning)
         mem = self._guard(lambda: Memory.at(self.name, self.home)) if self.name else None
         if mem is None:
@@ -144,6 +150,8 @@ class Hook:
                 held = None
             self.answering = True
             self.context = self._guard(lambda: answer(mem, self.session, prompt, self.budget, self.warnings.append, held)) or ""
+            if self.context and not self.settled and not self._guard(self._still_free):
+                self.context = ""  # (a memory of no project, claimed by another project while this read it)
             self.answering = False
         if self.sources:
             self._guard(lambda: self._capture(mem))
@@ -182,10 +190,31 @@ class Hook:
         return found
 
     def _name(self) -> str:
-        from .importers.detect import Source, default_name
+        """The project's memory, as ``pimem import`` names it, looked for (``projects.memory_for``: one small file
+        read while the project is where it was); ``run`` claims it on the project's first capture."""
+        from .importers.detect import choices
+        from .projects import memory_for
 
-        cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
-        return default_name([Source(path="", format="claude", size=0, cwd=cwd)], self.home)
+        self.cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
+        name, self.settled = memory_for(self.cwd, choices(self.cwd), self.home)
+        return name
+
+    def _claim(self) -> str | None:
+        """The project's memory claimed for it (``projects.claim``), the lock waited for as a capture waits."""
+        from .importers.detect import choices
+        from .projects import claim
+
+        deadline = min(self.deadline, time.monotonic() + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
+        try:
+            return claim(self.cwd, choices(self.cwd), self.home, max(0.0, deadline - time.monotonic()))
+        except Busy:
+            self.warnings.append(f"memory '{self.name}' is locked by another writer; the next event imports the transcript's new lines")
+            return None
+
+    def _still_free(self) -> bool:
+        from .projects import still_free
+
+        return still_free(self.name, self.cwd, self.home)
 
     def _capture(self, mem) -> None:
         """Import the transcripts' new lines until the deadline; on ``ANSWERS`` events, which the user waits

@@ -456,3 +456,38 @@ def test_a_follower_whose_reader_went_away_keeps_importing_and_blames_no_file(ho
         _, err = proc.communicate(timeout=30)
     assert (proc.returncode, err.decode()) == (
         143, "pimem: interrupted: 6 messages imported while following; the next run reads on from where this one stopped\n")
+
+
+def test_a_follower_takes_each_project_to_the_memory_import_and_the_hook_take_it_to(home, tmp_path):
+    """client-a/api holds 'api'; a follower of client-b/api's sessions goes to client-b's own memory, as a later
+    import does, not into 'api'; one that finds that memory locked while it claims it says so once and goes on."""
+    import hashlib
+
+    from pimem.home import ensure_dir
+    from pimem.lock import WriterLock
+
+    a, b = "/home/x/client-a/api", "/home/x/client-b/api"
+    own = "api-" + hashlib.sha256(b.encode()).hexdigest()[:8]
+    append(tmp_path / "a.jsonl", claude_turn("sa", 0, a))
+    assert subprocess.run(pimem_cmd("import", tmp_path / "a.jsonl"), capture_output=True, env=subprocess_env()).returncode == 0
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    append(sessions / "b.jsonl", claude_turn("sb", 0, b))
+    warnings = []
+    lock = WriterLock(ensure_dir(Memory.at(own).path) / "write.lock")
+    assert lock.acquire(0)
+    try:
+        follower = Follower([str(sessions)], on_warning=warnings.append, timeout=0)
+        follower.poll()
+        follower.poll()
+        assert texts(own) == [] and texts("api") == ["question 0 of sa", "answer 0"]
+        assert len(warnings) == 1 and f"memory '{own}' is locked by another writer" in warnings[0], warnings
+    finally:
+        lock.release()
+    follower.poll()
+    follower.close()
+    assert texts(own) == ["question 0 of sb", "answer 0"] and texts("api") == ["question 0 of sa", "answer 0"]
+    later = sessions / "b2.jsonl"
+    append(later, claude_turn("sb2", 1, b))
+    proc = subprocess.run(pimem_cmd("import", later), capture_output=True, env=subprocess_env())
+    assert proc.returncode == 0 and f"importing into memory '{own}'".encode() in proc.stderr, proc.stderr

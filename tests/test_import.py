@@ -1295,7 +1295,7 @@ def test_a_reader_that_went_away_stops_the_printing_not_the_import(home, tmp_pat
     assert {name: len(messages(name)) for name in ("api", "shop", "tool")} == {"api": 7, "shop": 7, "tool": 7}
 
 
-def test_projects_in_directories_whose_names_keep_nothing_are_still_apart():
+def test_projects_in_directories_whose_names_keep_nothing_are_still_apart(home):
     from pimem.importers.detect import Source, default_name
 
     def name(cwd):
@@ -1332,7 +1332,7 @@ def test_two_projects_whose_long_names_start_alike_are_two_memories(run, home, t
     assert re.fullmatch("a{55}-[0-9a-f]{8}", names[0]) and names[1] == "a" * 64
 
 
-def test_a_name_of_64_characters_is_kept_whole_and_one_of_65_is_cut_with_a_hash():
+def test_a_name_of_64_characters_is_kept_whole_and_one_of_65_is_cut_with_a_hash(home):
     from pimem.importers.detect import Source, default_name
 
     def name(cwd):
@@ -1361,6 +1361,126 @@ def test_a_memory_an_earlier_pimem_named_by_the_first_64_characters_is_used_whil
     assert len(memory_names(home)) == 2
     assert len(messages(old)) == 7 + 1 + 7
     assert len(messages(next(n for n in memory_names(home) if n != old))) == 7
+
+
+# ---- two projects of one directory name ----------------------------------------------------------------
+
+CLIENT_A, CLIENT_B = "/home/x/client-a/api", "/home/x/client-b/api"
+
+
+def apart(cwd: str) -> str:
+    """The name a project gets when the memory of its directory's name holds another project's sessions."""
+    import hashlib
+
+    return "api-" + hashlib.sha256(cwd.encode()).hexdigest()[:8]
+
+
+def projects_of(name: str) -> set[str]:
+    return {m["meta"]["cwd"] for m in messages(name)}
+
+
+def test_two_projects_of_one_directory_name_imported_in_one_run_are_two_memories_and_stay_so(run, home, tmp_path):
+    """~/work/client-a/api and ~/work/client-b/api both went into 'api' (and a Claude Code entry of one, its uuid
+    the other's, was taken for a copy): the project whose sessions start first takes 'api', the other 'api-' and
+    8 hex digits of its path's hash; each later import, in either order, keeps them apart."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", in_project(CLIENT_A, "sa"))
+    write_jsonl(folder / "b.jsonl", in_project(CLIENT_B, "sb"))
+    result = run("import", folder, "--json")
+    assert result.exit_code == 0, result.stderr
+    totals = {r["name"]: r["imported"] for r in map(json.loads, result.stdout.splitlines()) if "files" in r}
+    assert totals == {"api": 7, apart(CLIENT_B): 7}
+    assert f"importing into memory '{apart(CLIENT_B)}' ('api' holds another project's sessions; choose another with --name)" in result.stderr
+    later = tmp_path / "later"
+    later.mkdir()
+    write_jsonl(later / "b2.jsonl", in_project(CLIENT_B, "sb2"))  # (b's first now: it keeps its own memory)
+    write_jsonl(later / "z.jsonl", [dict(line, uuid=line["uuid"] + "z") if "uuid" in line else line for line in in_project(CLIENT_A, "sa2")])
+    assert run("import", later).exit_code == 0
+    assert projects_of("api") == {CLIENT_A} and projects_of(apart(CLIENT_B)) == {CLIENT_B}
+    assert {m["meta"]["session"] for m in messages(apart(CLIENT_B))} == {"sb", "sb2"}
+    assert {m["meta"]["session"] for m in messages("api")} == {"sa", "sa2"}
+    assert memory_names(home) == sorted(["api", apart(CLIENT_B)])
+
+
+def test_naming_a_project_s_memory_only_looks(run, home, tmp_path):
+    """``default_name`` is what a reader (the hook's answer) names a memory by: it says where the project's
+    sessions are or would go, and writes nothing."""
+    from pimem.importers.detect import Source, default_name
+
+    def name(cwd):
+        return default_name([Source(path="/tmp/s.jsonl", format="claude", size=0, cwd=cwd)])
+
+    assert name(CLIENT_B) == "api" and not home.exists()
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    before = snapshot(home)
+    assert (name(CLIENT_A), name(CLIENT_B)) == ("api", apart(CLIENT_B))
+    assert snapshot(home) == before
+
+
+def test_a_memory_an_earlier_pimem_named_after_the_directory_keeps_its_project(run, home, tmp_path):
+    """An earlier pimem recorded no projects: what the memory's import state says of the files it imported
+    tells whose it is, and is recorded the first time it is asked; nothing in it is moved or renamed."""
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa")), "--name", "api").exit_code == 0
+    (home / "api" / "projects.json").unlink()  # (as an earlier pimem left it)
+    before = [m["text"] for m in messages("api")]
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb")))
+    assert result.exit_code == 0 and f"importing into memory '{apart(CLIENT_B)}'" in result.stderr, result.stderr
+    assert [m["text"] for m in messages("api")] == before and projects_of(apart(CLIENT_B)) == {CLIENT_B}
+    assert json.loads((home / "api" / "projects.json").read_text()) == {"version": 1, "projects": [CLIENT_A]}
+    write_jsonl(tmp_path / "a.jsonl", [dict(in_project(CLIENT_A, "sa")[2], uuid="u9", timestamp="2026-02-10T23:00:00.000Z")])
+    result = run("import", tmp_path / "a.jsonl")
+    assert result.exit_code == 0 and result.stdout.startswith("api: 1 imported"), (result.stdout, result.stderr)
+
+
+def test_a_memory_that_holds_no_project_goes_to_the_first_project_of_its_name(run, home, tmp_path):
+    """A memory made by hand (append, remember) under a project's name is that project's, as before: the
+    first project of the name to import takes it, and keeps what was in it; the next gets its own."""
+    assert run("append", "api", "the notes of client-b's api").exit_code == 0
+    assert run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb"))).exit_code == 0
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    assert [m["text"] for m in messages("api")][0] == "the notes of client-b's api"
+    assert projects_of(apart(CLIENT_A)) == {CLIENT_A} and {m.get("meta", {}).get("cwd") for m in messages("api")} == {None, CLIENT_B}
+
+
+def test_a_memory_given_a_project_by_name_is_that_project_s(run, home, tmp_path):
+    """``import --name api`` of client-b's sessions makes 'api' client-b's too: client-a, importing later
+    without a name, does not join it."""
+    assert run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb")), "--name", "api").exit_code == 0
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    assert projects_of("api") == {CLIENT_B} and projects_of(apart(CLIENT_A)) == {CLIENT_A}
+
+
+def test_a_project_goes_to_the_same_memory_from_every_process(sh, home, tmp_path):
+    """Each import is a new process: the name is what the memories record, not anything a process keeps."""
+    assert sh("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).returncode == 0
+    for n in range(3):
+        proc = sh("import", write_jsonl(tmp_path / f"b{n}.jsonl", in_project(CLIENT_B, f"sb{n}")))
+        assert proc.returncode == 0 and f"importing into memory '{apart(CLIENT_B)}'".encode() in proc.stderr, proc.stderr
+    assert {m["meta"]["session"] for m in messages(apart(CLIENT_B))} == {"sb0", "sb1", "sb2"}
+    assert projects_of("api") == {CLIENT_A}
+
+
+def test_a_project_whose_memory_of_the_name_was_deleted_keeps_its_own(run, home, tmp_path):
+    """client-b went to api-<hash> while 'api' was client-a's; 'api' deleted, client-b stays where its sessions are."""
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    assert run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb"))).exit_code == 0
+    assert run("delete", "api").exit_code == 0
+    assert run("import", write_jsonl(tmp_path / "b2.jsonl", in_project(CLIENT_B, "sb2"))).exit_code == 0
+    assert {m["meta"]["session"] for m in messages(apart(CLIENT_B))} == {"sb", "sb2"}
+    assert not (home / "api").exists()
+
+
+def test_a_broken_project_list_is_said_in_one_line_and_nothing_is_imported(run, home, tmp_path):
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    (home / "api" / "projects.json").write_text("{not json")
+    before = snapshot(home)
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb")))
+    assert result.exit_code == 5 and result.stderr.startswith(f"pimem: error: broken project list {home / 'api' / 'projects.json'}: ")
+    assert result.stderr.count("\n") == 1 and "remove it to have it made again from the memory's imports" in result.stderr
+    assert snapshot(home) == before
+    (home / "api" / "projects.json").unlink()  # (as it says: made again from what api imported)
+    assert run("import", tmp_path / "b.jsonl").exit_code == 0 and projects_of(apart(CLIENT_B)) == {CLIENT_B}
 
 
 def test_a_first_line_longer_than_the_peek_is_read_whole_to_tell_the_format(run, tmp_path, monkeypatch):

@@ -29,10 +29,11 @@ def command(
 
     The format is detected per file (a file with no line of the --format given is refused, naming the format
     it looks like). Without --name each project (a session's working directory) gets its own memory, named
-    after the directory. A memory's files go in in the order their histories start, each message with its
-    original date and source ids in meta. Thinking is never imported, images become [image]. Re-importing
-    the same or a grown file adds only what is new. A line that cannot be read is reported on stderr with
-    its file and line number and skipped; the rest is imported.
+    after the directory (and its path's hash when a memory of that name holds another project's sessions). A
+    memory's files go in in the order their histories start, each message with its original date and source
+    ids in meta. Thinking is never imported, images become [image]. Re-importing the same or a grown file
+    adds only what is new. A line that cannot be read is reported on stderr with its file and line number and
+    skipped; the rest is imported.
 
     With --follow it keeps reading the files as they grow (a file rotated away is read to its end, a
     truncated one again from the start), and new session files in the directories, printing a line per
@@ -48,6 +49,7 @@ def command(
       pimem import --follow ~/.codex/sessions ~/.pi/agent/sessions
     """
     from ..importers import by_project, plan
+    from ..importers.detect import apart
 
     if "" in files:  # (a path the system reads as the current directory)
         raise BadInput("an empty FILE names no file: give a session file or a directory")
@@ -55,7 +57,7 @@ def command(
         _follow(files, name, format, json, timeout, home)
         return
     sources = plan(files, format, on_note=output.info)  # (a file whose only line is still being written)
-    groups = {name: sources} if name is not None else by_project(sources, home)
+    groups = {name: sources} if name is not None else by_project(sources, home, timeout)
     mems = {memory: Memory.at(memory, home) for memory in groups}
     for mem in mems.values():  # (renamed or deleted from here on: said as such, as a write finds it)
         mem.pin()
@@ -68,7 +70,7 @@ def command(
         with stopping.armed():
             for memory, group in groups.items():
                 if name is None:
-                    output.info(f"importing into memory '{memory}' (choose another with --name)")
+                    output.info(f"importing into memory '{memory}' ({apart(group, memory, home)}choose another with --name)")
                 reports = _import(mems[memory], group, json, timeout, held.append if held is not None else _say, logged)
                 read += sum(r.imported + r.present for r in reports)
                 malformed += sum(r.malformed for r in reports)

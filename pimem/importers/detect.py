@@ -11,7 +11,7 @@ from typing import Callable
 
 from .. import decoder, ingest, when
 from ..hashes import sha256
-from ..errors import BadInput, NothingFound, escaped
+from ..errors import BadInput, NothingFound, PimemError, escaped
 from ..home import NAME_RE, reserved
 from ..message import DEFAULT_CAP
 from .claude import ClaudeParser
@@ -200,45 +200,71 @@ def _moment(value) -> datetime | None:
 
 
 def default_name(sources: list[Source], home=None) -> str:
-    """A memory name for an import without ``--name``: the basename of the first session's working
-    directory, else the first file's name, made into a valid memory name. A directory whose name keeps
-    nothing (``项目``, ``/``) is named by its path, ``dir-`` and 8 hex digits of its hash: projects in two
-    such directories are two memories, not one. A name over 64 characters keeps its first 55 and ``-`` and
-    8 hex digits of the same hash (of the file's path for a file's name), so two long names that start
-    alike are two memories too; a memory an earlier pimem named by the first 64 alone is used still while
-    it has imported from this directory (``old_memory``)."""
+    """A memory name for an import without ``--name``, as a reader looks for it (nothing is written): the
+    memory the first session's working directory goes to (``projects.memory_for`` over its ``choices``), else
+    the first file's name, made into a valid memory name. A writer takes the name with ``claim_name``."""
+    from .. import projects
+
     for s in sources:
         if s.cwd:
-            path = s.cwd.encode("utf-8", "surrogateescape")
-            if len(_plain(Path(s.cwd).name)) > 64 and (old := old_memory(s.cwd, home)):
-                return old
-            return _valid(Path(s.cwd).name, path) or "dir-" + _hash(path)
+            return projects.memory_for(s.cwd, choices(s.cwd), home)[0]
+    return _file_name(sources)
+
+
+def claim_name(sources: list[Source], home=None, timeout: float | None = None) -> str:
+    """``default_name`` for a writer: the project's memory claimed for it (``projects.claim``), so that two
+    projects of one directory name never both take it."""
+    from .. import projects
+
+    for s in sources:
+        if s.cwd:
+            return projects.claim(s.cwd, choices(s.cwd), home, timeout)
+    return _file_name(sources)
+
+
+def choices(cwd: str) -> list[tuple[str, str]]:
+    """The memories project ``cwd``'s sessions may go to, in order, each with when it is taken
+    (``projects.HELD``, ``FREE``, ``OWN``): the basename of the directory, made into a valid memory name, while
+    it holds this project or none (``FREE``), else the same name with ``-`` and 8 hex digits of the hash of the
+    path (cut to 55 characters first, so it fits in 64). A directory whose name keeps nothing (``项目``, ``/``)
+    or only a name the home keeps for its own files is named ``dir-`` and that hash; a name over 64 characters
+    its first 55, ``-`` and the hash, so two long names that start alike are two memories; a memory an earlier
+    pimem named by the first 64 alone is used still while it holds this directory's sessions (``HELD``)."""
+    from ..projects import FREE, HELD, OWN
+
+    path = cwd.encode("utf-8", "surrogateescape")
+    plain = _plain(Path(cwd).name)
+    if len(plain) > 64:
+        old = plain[:64].rstrip("._-")
+        return [(old, HELD)] * (_valid(old) == old) + [(_valid(plain, path), OWN)]
+    name = _valid(plain)
+    if not name:
+        return [("dir-" + _hash(path), OWN)]
+    return [(name, FREE), (name[:55].rstrip("._-") + "-" + _hash(path), OWN)]
+
+
+def apart(sources: list[Source], name: str, home=None) -> str:
+    """Why a project's sessions go to memory ``name`` and not to the one of its directory's name, as a clause
+    for the import to say ("'api' holds another project's sessions; "), or ""."""
+    from .. import projects
+    from ..memory import Memory
+
+    cwd = next((s.cwd for s in sources if s.cwd), None)
+    first, when = choices(cwd)[0] if cwd else (name, None)
+    if when != projects.FREE or first == name:
+        return ""
+    try:
+        others = projects.held(Memory.at(first, home).path)
+    except PimemError:
+        return ""
+    return f"'{first}' holds another project's sessions; " if others != [] else ""
+
+
+def _file_name(sources: list[Source]) -> str:
     for s in sources:
         if name := _valid(Path(s.path).stem, s.path.encode("utf-8", "surrogateescape")):
             return name
     return "imported"
-
-
-def old_memory(cwd: str, home=None) -> str:
-    """The name an earlier pimem gave a working directory whose name is over 64 characters (its first 64),
-    if a memory of that name has imported a session from ``cwd`` (its ``imports.json`` says so: a memory
-    that holds only another project's sessions, or none, is not this one's); else ""."""
-    from ..config import read_json
-    from ..errors import PimemError
-    from ..memory import Memory
-
-    try:
-        name = _plain(Path(cwd).name)[:64].rstrip("._-")
-        mem = Memory.at(name, home)
-        state = read_json(mem.path / "imports.json", {}) if mem.exists() else {}
-    except (PimemError, OSError, ValueError):  # (a broken pointer, an unreadable state: not shown to be this one)
-        return ""
-    files = state.get("files") if isinstance(state, dict) else None
-    for position in files.values() if isinstance(files, dict) else ():
-        carried = position.get("state") if isinstance(position, dict) else None
-        if isinstance(carried, dict) and carried.get("cwd") == cwd:
-            return name
-    return ""
 
 
 def _valid(candidate: str, whole: bytes = b"") -> str:
@@ -259,10 +285,15 @@ def _hash(whole: bytes) -> str:
     return sha256(whole).hexdigest()[:8]
 
 
-def by_project(sources: list[Source], home=None) -> dict[str, list[Source]]:
+def by_project(sources: list[Source], home=None, timeout: float | None = None) -> dict[str, list[Source]]:
     """The sources grouped by the memory each goes to without ``--name``: one memory per project (the
-    session's working directory, as ``default_name`` names it), in the order the groups' histories start."""
+    session's working directory), in the order the groups' histories start, each claimed for its project
+    (``claim_name``) in that order: of two projects of one directory name, the one whose sessions start
+    first takes the name (unless the memory of that name holds the other already)."""
     groups: dict[str, list[Source]] = {}
     for source in sources:
-        groups.setdefault(default_name([source], home), []).append(source)
-    return groups
+        groups.setdefault(source.cwd or _file_name([source]), []).append(source)
+    named: dict[str, list[Source]] = {}
+    for group in groups.values():
+        named.setdefault(claim_name(group, home, timeout), []).extend(group)
+    return {name: sorted(group, key=Source.sort_key) for name, group in named.items()}  # (two projects one memory holds)

@@ -6,7 +6,7 @@
 Every ``POLL`` seconds the follower looks at the directories it was given (a directory is listed again only
 when its modification time changed, so a large tree costs one ``stat`` per directory) and at every
 ``*.jsonl`` file under them, and imports what grew through the import job (``job.run``): each file into
-its project's memory (named as ``import`` names it, unless a name was given), nothing twice, where it
+its project's memory (named and claimed as ``import`` names it, unless a name was given), nothing twice, where it
 left off. It holds the files it follows open, so that
 
 - a file **rotated** away (renamed, a new file created at its path, a link at its path pointed at another
@@ -34,7 +34,7 @@ from typing import BinaryIO, Callable
 
 from ..errors import BadInput, PimemError
 from ..memory import Memory
-from .detect import Source, default_name, inspect_file
+from .detect import Source, claim_name, inspect_file
 from .job import FileReport, run
 from .state import ImportState
 
@@ -201,10 +201,16 @@ class Follower:
         if source is None:  # empty so far
             handle.close()
             return
+        try:
+            memory = self.name or claim_name([source], self.home, self.timeout)
+        except PimemError as exc:  # (a busy lock, a broken project list: said once, tried again next round)
+            handle.close()
+            self.pending[path] = ()
+            self._warn(path, f"{path}: {exc}")
+            return
         del self.pending[path]
         if path not in self.failed:  # (readable again; a failed import is said again only if it changes)
             self.warned.pop(path, None)
-        memory = self.name or default_name([source], self.home)
         self.files[path] = _File(source, memory, handle, st.st_ino)
         self._opened(path)
 

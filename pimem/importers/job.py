@@ -80,7 +80,8 @@ def run(
     """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
     ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
     cheaper than one at the first search). ``on_progress(task, done, total)`` reports bytes for the task
-    ``import`` (source files); ``on_logged(count)`` each batch once it is durable. A memory renamed or deleted
+    ``import`` (source files); ``on_logged(count)`` each batch once it is durable. The memory records the
+    sources' working directories as projects it holds (``projects.record``). A memory renamed or deleted
     while it runs stops it with ``NotFound`` (exit 3), what was logged before kept.
 
     For callers that import again and again (a hook, a follower): ``state`` is the memory's ``ImportState``
@@ -89,7 +90,13 @@ def run(
     what was read logged and its position recorded, so the next import reads on from there;
     ``open_file(source)`` opens a source instead of its path (a follower hands in the file it holds open, so a
     file rotated away is read to its end)."""
+    from .. import projects
+
     mem.pin()
+    cwds = [s.cwd for s in sources if s.cwd]  # (the projects the memory holds from now on: ``projects.record``)
+    existed = mem.exists()
+    if existed:
+        projects.record(mem, cwds, timeout)
     state = state if state is not None else ImportState(mem)
     indexer = _Indexer(mem)
     reports = []
@@ -109,6 +116,8 @@ def run(
                 done += source.size
         finally:
             indexer.finish()
+        if not existed and mem.exists():  # (made by this import)
+            projects.record(mem, cwds, timeout)
     except Exception as exc:  # the memory renamed or deleted meanwhile: said as such (exit 3), as append says it
         if as_error(exc) is not None and mem.moved():  # (any other failure is raised as it is)
             raise mem._moved() from None

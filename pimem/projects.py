@@ -1,0 +1,164 @@
+"""Which projects a memory holds, and which memory a project's sessions go to without ``--name``.
+
+A memory records the working directories whose sessions it was given in ``<memory>/projects.json``,
+``{"version": 1, "projects": ["/home/dev/client-a/api", …]}``, written atomically (and durably) under its
+writer lock, never shrunk. A memory an earlier pimem made has none: what its ``imports.json`` says of the files
+it imported (each one's ``state.cwd``) stands for it until the file is written, the first time the memory is
+claimed or given a project (one whose ``imports.json`` was deleted before then holds no project, as far as
+pimem can tell without reading its whole log). A file of its own, not ``imports.json``: that one is derived
+(deleted freely, rebuilt without the files' positions when inconsistent) and grows with every file imported, a
+memory claimed before its first message has none, and the hook reads this one on every event.
+
+Without ``--name`` a project goes to the first of its ``choices`` (``importers.detect``) that holds it; else to
+the memory of its directory's name while that holds no project's sessions (one made by ``append`` or
+``remember`` under the project's name is that project's, as before), else to its own, named with its path's
+hash. ``memory_for`` only looks (a reader: the hook's answer); ``claim`` decides under the chosen memory's writer
+lock and records the project there before anything is imported, so two projects of one directory name starting
+at once never both take it, and every later event of either finds the same memory again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+
+from . import home as homes
+from .errors import IntegrityError, PimemError
+from .nofollow import read_bytes
+
+FILE = "projects.json"
+VERSION = 1
+HELD, FREE, OWN = "held", "free", "own"  # a choice is taken while it holds the project; also while it holds none; always
+
+
+def held(directory: Path) -> list[str] | None:
+    """The project directories memory ``directory`` holds sessions of: its ``projects.json``, else the working
+    directories its ``imports.json`` names ([] without one: a memory made by hand, or none yet); None when
+    that cannot be read (not shown to hold no project). A ``projects.json`` that cannot be read raises
+    ``IntegrityError``."""
+    path = directory / FILE
+    try:
+        data = orjson.loads(read_bytes(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return _imported(directory)
+    except orjson.JSONDecodeError as exc:
+        raise IntegrityError(f"broken project list {path}: {exc}; remove it to have it made again from the memory's imports") from None
+    projects = data.get("projects") if isinstance(data, dict) else None
+    if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
+        raise IntegrityError(f"broken project list {path}: no list of directories; remove it to have it made again from "
+                             "the memory's imports")
+    return projects
+
+
+def recorded(directory: Path) -> bool:
+    return os.path.lexists(directory / FILE)
+
+
+def _imported(directory: Path) -> list[str] | None:
+    """The working directories ``imports.json`` carries for the files it imported (``state.cwd``)."""
+    try:
+        state = orjson.loads(read_bytes(directory / "imports.json"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    files = state.get("files") if isinstance(state, dict) else None
+    if not isinstance(files, dict):
+        return None
+    found = []
+    for position in files.values():
+        carried = position.get("state") if isinstance(position, dict) else None
+        cwd = carried.get("cwd") if isinstance(carried, dict) else None
+        if isinstance(cwd, str) and cwd:
+            found.append(cwd)
+    return list(dict.fromkeys(found))
+
+
+def record(mem, cwds, timeout: float | None = None) -> None:
+    """Record that memory ``mem`` (it exists) holds sessions of the directories ``cwds``: under its writer
+    lock unless its ``projects.json`` already lists them all."""
+    cwds = [cwd for cwd in dict.fromkeys(cwds) if cwd]
+    if not cwds or (recorded(mem.path) and set(cwds) <= set(held(mem.path) or ())):
+        return
+    with mem.lock(timeout):
+        _add(mem.path, cwds)
+
+
+def _add(directory: Path, cwds: list[str]) -> None:
+    """Under the writer lock: ``cwds`` added to ``directory``'s projects (those ``held`` finds, the first time)."""
+    was = recorded(directory)
+    projects = held(directory) or []
+    missing = [cwd for cwd in cwds if cwd not in projects]
+    if was and not missing:
+        return
+    homes.write_atomic(directory / FILE, orjson.dumps({"version": VERSION, "projects": projects + missing}) + b"\n")
+    if not was:
+        homes.sync_dir(directory)
+
+
+def memory_for(cwd: str, choices: list[tuple[str, str]], home=None) -> tuple[str, bool]:
+    """Where project ``cwd``'s sessions are, or would go: the name of the first of ``choices`` that holds it,
+    else of the first ``FREE`` one that holds no project, else the ``OWN`` one; and whether it holds the
+    project already. Writes nothing (a reader's choice): reads the project lists of the memories it passes, a
+    small file each (an earlier pimem's memory, until its list is written, its ``imports.json``)."""
+    from .memory import Memory
+
+    free = None
+    for name, when in choices:
+        try:
+            projects = held(Memory.at(name, home).path)
+        except PimemError:
+            if when != HELD:
+                raise
+            continue  # (an earlier pimem's name that leads nowhere now, a broken pointer: not shown to hold it)
+        if projects and cwd in projects:
+            return name, True
+        if when == OWN:
+            return free or name, False
+        if when == FREE and projects == [] and free is None:
+            free = name
+    raise ValueError("no OWN choice")  # (the last choice is always one)
+
+
+def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | None = None) -> str:
+    """The memory project ``cwd``'s sessions go to, as ``memory_for`` chooses it, with the project recorded in
+    it: the choice is made again under that memory's writer lock (a memory not there yet gets its directory,
+    its lock and the record, and is made by its first append), so of two projects claiming one name at once
+    the second finds the first's record and goes on to its own. ``Busy`` after ``timeout`` seconds. The list of
+    an earlier pimem's memory it passes is written on the way, from its ``imports.json``."""
+    from .errors import Busy
+    from .memory import Memory
+
+    for name, when in choices[:-1]:  # an earlier pimem's memory of the name, of other projects: their list written
+        try:  # now (when its lock is free), so that a reader of this project reads one small file, not its imports.json
+            mem = Memory.at(name, home)
+            if not recorded(mem.path) and mem.exists() and held(mem.path):
+                with mem.lock(0):
+                    _add(mem.path, [])
+        except Busy:
+            pass  # (written by a later claim; its imports.json says the same meanwhile)
+        except PimemError:
+            if when != HELD:
+                raise
+    while True:
+        name, holds = memory_for(cwd, choices, home)
+        if holds:
+            return name
+        mem = Memory.at(name, home)
+        homes.ensure_dir(mem.path)
+        with mem.lock(timeout):
+            projects = held(mem.path)
+            if dict(choices)[name] == OWN or projects == [] or cwd in (projects or ()):
+                _add(mem.path, [cwd])
+                return name
+        # (taken by another project meanwhile: chosen again, its record read)
+
+
+def still_free(name: str, cwd: str, home=None) -> bool:
+    """Whether memory ``name`` holds no other project than ``cwd`` (after a reader used it unclaimed)."""
+    from .memory import Memory
+
+    projects = held(Memory.at(name, home).path)
+    return projects is not None and set(projects) <= {cwd}
