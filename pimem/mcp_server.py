@@ -61,14 +61,61 @@ def _arguments_refused(exc) -> str:
         f"{'.'.join(str(part) for part in err['loc']) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
+class _Pending:
+    """The requests read and not answered yet, by their id as the SDK knows it (a stand-in's too): when stdin
+    ends, the SDK stops at once and cuts off the calls still running, so the end of the client's lines is held
+    back until each is answered (a client that writes its requests and hangs up, ``printf … | pimem mcp``, gets
+    every answer; a ``memory_propose`` stored is said). A cancelled request is answered by no one."""
+
+    DRAIN = 600  # seconds at most: a request the SDK never answers must not keep the server for ever
+
+    def __init__(self):
+        self.ids: set[str] = set()
+
+    @staticmethod
+    def _message(text: str) -> dict:
+        import json
+
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return {}
+        return message if isinstance(message, dict) else {}
+
+    def read(self, line: str) -> None:
+        import json
+
+        message = self._message(line)
+        if "method" in message and "id" in message:
+            self.ids.add(json.dumps(message["id"]))
+        elif message.get("method") == "notifications/cancelled" and isinstance(message.get("params"), dict):
+            self.ids.discard(json.dumps(message["params"].get("requestId")))
+
+    def answered(self, text: str) -> None:
+        import json
+
+        message = self._message(text)
+        if "id" in message and ("result" in message or "error" in message):
+            self.ids.discard(json.dumps(message["id"]))
+
+    async def drained(self) -> None:
+        import anyio
+
+        with anyio.move_on_after(self.DRAIN):
+            while self.ids:
+                await anyio.sleep(0.02)
+
+
 class _Lines:
     """The client's lines as the SDK's stdio transport reads them, each one it could not read mended or answered
-    here first (it would drop it, leaving the client waiting for an answer, see ``_read``)."""
+    here first (it would drop it, leaving the client waiting for an answer, see ``_read``); their end comes once
+    the requests read are answered (``_Pending``)."""
 
-    def __init__(self, stdin, ids: dict[str, str]):
+    def __init__(self, stdin, ids: dict[str, str], pending: _Pending):
         import anyio
 
         self.lines, self.ids, self.write = aiter(anyio.wrap_file(stdin)), ids, None  # (write: set once serving)
+        self.pending = pending
 
     def __aiter__(self):
         return self
@@ -77,8 +124,14 @@ class _Lines:
         from mcp.shared.message import SessionMessage
 
         while True:
-            line, refusal = _read(await anext(self.lines), self.ids)
+            try:
+                read = await anext(self.lines)
+            except StopAsyncIteration:
+                await self.pending.drained()
+                raise
+            line, refusal = _read(read, self.ids)
             if line is not None:
+                self.pending.read(line)
                 return line
             if refusal is not None:
                 await self.write.send(SessionMessage(refusal))
@@ -90,12 +143,13 @@ class _Answers:
     nowhere and the calls are still served until it hangs up (the SDK's writer would stop the server at the first
     answer lost, with a traceback once stdin closed)."""
 
-    def __init__(self, stdout, ids: dict[str, str]):
+    def __init__(self, stdout, ids: dict[str, str], pending: _Pending):
         import anyio
 
-        self.stdout, self.ids = anyio.wrap_file(stdout), ids
+        self.stdout, self.ids, self.pending, self.unflushed = anyio.wrap_file(stdout), ids, pending, []
 
     async def write(self, text: str) -> None:
+        self.unflushed.append(text)  # (answered once flushed: the server may end as soon as the last one is)
         for stand_in in [stand_in for stand_in in self.ids if stand_in in text]:
             text = text.replace(f'"{stand_in}"', self.ids.pop(stand_in), 1)
         try:
@@ -108,6 +162,9 @@ class _Answers:
             await self.stdout.flush()
         except BrokenPipeError:
             self._gone()
+        for text in self.unflushed:
+            self.pending.answered(text)
+        self.unflushed.clear()
 
     def _gone(self) -> None:
         """The client's end of stdout is /dev/null from now on, the buffer's rest included, as a closed stdout is
@@ -261,8 +318,9 @@ def build(home: api.Home = None):
 
             with _wired() as (stdin, stdout):
                 ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
-                lines = _Lines(stdin, ids)
-                async with stdio_server(lines, _Answers(stdout, ids)) as (read_stream, write_stream):
+                pending = _Pending()
+                lines = _Lines(stdin, ids, pending)
+                async with stdio_server(lines, _Answers(stdout, ids, pending)) as (read_stream, write_stream):
                     lines.write = write_stream
                     await self._lowlevel_server.run(read_stream, write_stream,
                                                     self._lowlevel_server.create_initialization_options())

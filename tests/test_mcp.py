@@ -711,6 +711,32 @@ def test_a_client_that_stops_reading_is_served_until_it_hangs_up_and_the_server_
     assert b"the port is 5433" in memories.read_bytes()
 
 
+def test_calls_a_client_sent_before_it_hung_up_are_answered_before_the_server_ends(home):
+    """A client that writes its requests and closes stdin at once (printf … | pimem mcp, to try it by hand) got
+    the answer to initialize, but a call still running when stdin ended was cut off: no answer to a view, and a
+    memory_propose stored with its answer (the memory's id) never sent. Each request read is answered before the
+    server ends, with exit 0."""
+    import subprocess
+
+    from conftest import pimem_cmd
+    from pimem import Memory
+
+    Memory.at("main", home=home).append([{"kind": "user", "text": "the staging db listens on 5433"}])
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    calls = [{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "view", "arguments": {"name": "main"}}},
+             {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                 "name": "memory_propose", "arguments": {"name": "main", "text": "the port is 5433"}}}]
+    sent = b"".join(json.dumps(m).encode() + b"\n" for m in [init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, *calls])
+    done = subprocess.run(pimem_cmd("mcp"), input=sent, capture_output=True, env=subprocess_env(PIMEM_HOME=home),
+                          cwd="/", timeout=60)
+    assert done.returncode == 0 and done.stderr == b"", done.stderr
+    answers = {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+    assert sorted(answers) == [1, 2, 3], done.stdout
+    assert "0+1|user: the staging db listens on 5433" in answers[2]["result"]["content"][0]["text"]
+    assert "mem_" in answers[3]["result"]["content"][0]["text"]
+
+
 def test_a_memory_renamed_or_deleted_under_a_running_server_is_read_where_it_went_or_said_gone(run, home):
     """A long-running `pimem mcp` holds no memory between calls: each opens it by name, so after a `pimem rename`
     (another process) the old name reads the renamed memory through its pointer, as the new one does, and after a
