@@ -236,10 +236,13 @@ class Scheduler:
         return {"event": "refused", "memory": name, "error": str(error), **settings}
 
     @contextlib.contextmanager
-    def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,), tell: bool = True):
+    def refusing(self, name: str, builder: Builder | None = None, passing: tuple = (LeaseLost,), tell: bool = True,
+                 mem=None):
         """Work on memory ``name``; a failure the user can act on (its log damaged behind pimem's back, a file
         it may not read) stops building that memory, with a ``refused`` event (``tell=False``: the caller says
-        it), and the others go on. The errors of ``passing`` are raised."""
+        it), and the others go on. The errors of ``passing`` are raised. ``mem``: the memory as it was listed,
+        whose rename or delete since (``pimem rename``/``delete`` before its lease was taken, or whatever the
+        failure then was) is said as that, and kept in ``gone``."""
         try:
             yield
         except Exception as exc:
@@ -251,6 +254,9 @@ class Scheduler:
             if builder is not None and builder.lease is not None and builder.lease.moved():  # (``mv``, ``rm -rf``)
                 self.gone.add(name)
                 exc = error = NotFound(f"memory '{name}' was moved or deleted behind pimem's back (from {builder.mem.path})")
+            elif mem is not None and name not in self.gone and (went := went_away(mem)) is not None:  # (else said)
+                self.gone.add(name)
+                exc = error = went
             if tell:
                 self.emit(self.refusal(name, error))
             self.refused[name] = exc
@@ -581,7 +587,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     saved = _install_signals(scheduler)  # (from the first lease on: a signal while one is waited for stops too)
     try:
         for mem in mems:
-            with scheduler.refusing(mem.name):  # (held by a watcher: the others built, then exit 4)
+            with scheduler.refusing(mem.name, mem=mem):  # (held by a watcher: the others built, then exit 4)
                 lease = Lease(mem, "build-tree").acquire(wait, stop=scheduler._stop)
                 if lease is None:  # (stopped while waiting for it)
                     break
@@ -610,6 +616,14 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     if scheduler.refused and not keep_going:
         raise next(iter(scheduler.refused.values()))
     return scheduler
+
+
+def went_away(mem) -> NotFound | None:
+    """Why ``mem`` (as it was listed) is no longer built: renamed or deleted since (by ``pimem rename`` or
+    ``delete`` before its lease was taken, say), else None."""
+    if mem.moved() or mem.identity() is None:
+        return NotFound(f"memory '{mem.name}' was renamed or deleted meanwhile (from {mem.path})")
+    return None
 
 
 def _prepare(mem) -> None:
@@ -793,7 +807,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                 old = watched.pop(mem.name, None)
                 if old is not None:
                     old.release()  # (lost or moved: let go of already; its directory closed)
-                with scheduler.refusing(mem.name):
+                with scheduler.refusing(mem.name, mem=mem):
                     take(mem, block=False)
         if not explicit:
             lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
@@ -803,7 +817,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         for mem in explicit:
             if scheduler.stopped:
                 break
-            with scheduler.refusing(mem.name, passing=(Busy,), tell=False):
+            with scheduler.refusing(mem.name, passing=(Busy,), tell=False, mem=mem):
                 take(mem, block=wait or not following)  # (following: a held one is taken at a look once free)
         if explicit and not scheduler.builders and not holders and not scheduler.gone and not scheduler.stopped:
             raise next(iter(scheduler.refused.values()))  # nothing named can be built, now, once let go of or back
@@ -813,7 +827,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             scanned = time.time()
             mems = Memory.all(home)
             for mem in mems:
-                with scheduler.refusing(mem.name):
+                with scheduler.refusing(mem.name, mem=mem):  # (renamed or deleted since listed: taken once back)
                     take(mem, block=False)
             if mems and not watched and not wait and not following and not scheduler.refused:
                 raise Busy(f"every memory is already being built: {_held_by(holders)}; use --wait to stand by")

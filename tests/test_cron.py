@@ -144,3 +144,41 @@ def test_a_log_that_refuses_writes_is_said_on_the_terminal(home):
     done = subprocess.run(pimem_cmd("build-tree", "--log", "/dev/full"), capture_output=True, env=subprocess_env())
     assert done.returncode == 7 and done.stderr == b"pimem: error: No space left on device: /dev/full\n"
     assert not list(Memory.at("main").tree.records())  # (refused before anything was built)
+
+
+# ``pimem ARGS`` (a real process: the user's own command) run right after the command under test listed the
+# memories of the home, then that command run (``sys.argv[2:]``): the user's rename or delete within a run
+USER_MEANWHILE = """
+import subprocess, sys
+from pimem.cli import main
+from pimem.memory import Memory
+listed = Memory.all
+def then_the_user(*args, **kwargs):
+    mems = listed(*args, **kwargs)
+    subprocess.run([sys.executable, "-m", "pimem", *sys.argv[1].split()], check=True, capture_output=True)
+    return mems
+Memory.all = then_the_user
+main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("user", ["delete b", "rename b b2"])
+def test_build_tree_over_all_memories_leaves_one_the_user_renamed_or_deleted_meanwhile_with_one_line(home, user):
+    """Cron's ``build-tree`` over every memory, with the user's ``pimem delete b`` (or ``rename b b2``) run
+    after it listed them: it built the others and said one line for b, exit 0 (the next run builds b2). It
+    exited 3 (``b: memory 'b' was renamed or deleted while this had it open``), as if a run had failed."""
+    for name in ("a", "b", "c"):
+        Memory.at(name, home).append(long_messages(3))
+    proc = subprocess.run([sys.executable, "-c", USER_MEANWHILE, user, "build-tree"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["a: 3 written by extractive, 1 free", "c: 3 written by extractive, 1 free",
+                    "b: renamed or deleted during this run; not built"], proc.stderr
+    with_json = subprocess.run([sys.executable, "-c", USER_MEANWHILE, "delete c", "build-tree", "--json"],
+                               capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert with_json.returncode == 0, with_json.stderr
+    events = [orjson.loads(line) for line in with_json.stdout.splitlines()]
+    assert [e for e in events if e["event"] == "refused"] == [
+        {"event": "refused", "memory": "c", "gone": True,
+         "error": f"memory 'c' was renamed or deleted meanwhile (from {home / 'c'})"}]
+    assert [e["memory"] for e in events if e["event"] == "done"] == ["a"] + (["b2"] if "b2" in user else [])

@@ -1410,3 +1410,34 @@ def test_a_memory_moved_just_as_the_watcher_takes_it_is_let_go_of_there_and_take
         out, err = watcher.communicate(timeout=30)
     events = said_two_went(watcher, out, err, two.path)
     assert [e["memory"] for e in events if e["event"] == "watching"] == ["two"]  # (once back, not as it went)
+
+
+def test_a_memory_the_user_deleted_as_a_watcher_of_every_memory_listed_it_is_taken_again_once_back(home, tmp_path):
+    """``pimem delete two`` run right after the watcher listed the memories, before it took their leases: it
+    said so once (a ``refused`` event, ``"gone": true``), built ``one``, and took ``two`` again once a memory
+    was back at its name. It said the memory was left until the watcher's next start, and never took it."""
+    from test_cron import USER_MEANWHILE
+
+    configure(home)
+    one, two = fill("one", 3), fill("two", 3)
+    once = tmp_path / "once"  # (the user's delete after the first listing alone)
+    launcher = USER_MEANWHILE.replace("    mems = listed(*args, **kwargs)\n",
+                                      f"    mems = listed(*args, **kwargs)\n    if os.path.exists({str(once)!r}): return mems\n"
+                                      f"    open({str(once)!r}, 'w').close()\n").replace("import subprocess", "import os, subprocess")
+    watcher = subprocess.Popen([sys.executable, "-c", launcher, "delete two", "watch", "--json"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        until(lambda: watcher_holds(one, watcher) and not two.path.exists())
+        fill("two", 6)  # (a new memory of that name)
+        until(lambda: complete("one") and complete("two") and watcher_holds(Memory.open("two"), watcher))
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [orjson.loads(line) for line in out.splitlines()]
+    assert [e for e in events if e["event"] == "refused"] == [
+        {"event": "refused", "memory": "two", "gone": True,
+         "error": f"memory 'two' was renamed or deleted meanwhile (from {two.path})"}]
+    assert err.decode().splitlines() == [
+        f"pimem: warning: stopped building two: memory 'two' was renamed or deleted meanwhile (from {two.path}) "
+        "(this watcher takes it again once it is back)"]

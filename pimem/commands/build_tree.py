@@ -53,9 +53,10 @@ def command(
             error = as_error(exc)
             if error is None:
                 raise
-            refused[mem.name] = exc
+            gone = scheduler.went_away(mem)  # (renamed or deleted since it was listed)
+            refused[mem.name] = exc = error = gone or exc
             if json:
-                output.json_line({"event": "refused", "memory": mem.name, "error": str(error)})
+                output.json_line({"event": "refused", "memory": mem.name, "error": str(error), **({"gone": True} if gone else {})})
             return None
 
     estimates = [row for row in (reading(mem, builders.estimate) for mem in mems) if row is not None] \
@@ -141,7 +142,13 @@ def command(
                         f"{cost}" + (f"; {row['unwritten']:,} built but not written (the next run builds them again)"
                                      if row["unwritten"] else "")
                         + (f"; {row['gave_up']:,} failed (see 'pimem status {builder.name}')" if row["gave_up"] else ""))
-    _raise_first({**refused, **sched.refused}, mems_named)
+    refused.update(sched.refused)
+    if not names:  # (a run over every memory: one the user renamed or deleted meanwhile is no failure)
+        for mem in mems_named:
+            if mem.name in refused and scheduler.went_away(mem) is not None:
+                del refused[mem.name]
+                output.info(f"{mem.name}: renamed or deleted during this run; not built")
+    _raise_first(refused, mems_named)
     if sched.lost:
         raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
                    "stalled past its heartbeat); stopped building there, and kept what was written")
