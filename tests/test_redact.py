@@ -391,6 +391,9 @@ PHRASES = [
     ('SECRET_KEY="correct horse battery staple"', ["horse", "staple"], 'SECRET_KEY="'),
     ("export GPG_PASSPHRASE='correct horse battery staple'", ["horse", "staple"], "export GPG_PASSPHRASE='"),
     ("PASS: correct horse battery staple", ["horse", "staple"], "PASS: "),
+    # (one word a sentence holds is not a sentence: a passphrase may hold it)
+    ("passphrase: the quick brown fox jumps", ["quick brown fox", "jumps"], "passphrase: "),
+    ("secret: correct horse on battery staple", ["horse", "staple"], "secret: "),
 ]
 # beside them, what a config line's value is not: a command after an environment variable's value, code, a
 # sentence, a reference with a comment after it, the next key
@@ -401,6 +404,8 @@ PHRASES_BESIDE = [
     ("PASS: gcc.dg/pr123.c (test for excess errors)", "PASS: gcc.dg/pr123.c (test for excess errors)"),
     ("password = getpass.getpass('Password: ') or default", "password = getpass.getpass('Password: ') or default"),
     ("password: reset flow now emails the user", "password: reset flow now emails the user"),
+    # (a sentence after a password's name: its first word is judged as a lone value, as before, the rest stays)
+    ("- password: stored in the vault, ask ops", "- password: [secret redacted] in the vault, ask ops"),
 ]
 
 
@@ -483,3 +488,21 @@ def test_a_config_lines_passphrase_never_reaches_the_command_provider(run, home,
     for secret in ("horse battery staple", "monkey dishwasher", "correct", "purple"):
         assert secret not in sent
     assert "user: passphrase: [secret redacted]</input>" in sent and "token: refresh on 401" in sent
+
+
+# a YAML mapping named like a secret (auth:, token:, secrets:) took the next line's key for its value, and the
+# secret on that line was sent: a name's value is on its own line
+NESTED = [("auth:\n  username: bob\n  password: hunter2x", "hunter2x", "auth:\n  username: bob\n  password: "),
+          ("token:\n  secret: Zq8mX2vK7pLw", "Zq8mX2vK7pLw", "token:\n  secret: "),
+          ("secret:\n  passphrase: correct horse battery staple", "horse battery", "secret:\n  passphrase: ")]
+
+
+@pytest.mark.parametrize("text,secret,kept", NESTED)
+def test_a_secret_under_a_mapping_named_like_one_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and out.startswith(kept) and "[secret redacted]" in out, out
+
+
+def test_a_mapping_named_like_a_secret_keeps_its_keys():
+    text = "secrets:\n  db_password:\n    file: ./db_password.txt\nauth:\n  type: basic"
+    assert redact(text) == text

@@ -133,12 +133,12 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
-         ["']?\s*[:=]\s*["']?)
+         ["']?[^\S\n]*[:=][^\S\n]*["']?)  # (on its line: auth:'s value is not the next line's password:)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws)
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
      lambda m: m.group(1) + _named_value(m), _NAME_HINTS),
     # any other NAME_KEY = value, when the value is key material (long, random, base64 or hex)
-    (re.compile(r"""(?i)([_-]key["']?\s*[:=]\s*["']?)((?!\[)[^\s"',;]{16,})"""),
+    (re.compile(r"""(?i)([_-]key["']?[^\S\n]*[:=][^\S\n]*["']?)((?!\[)[^\s"',;]{16,})"""),
      lambda m: m.group(1) + _if_key(m.group(2), strict=True), ("key",)),
     # credentials by position: curl -u/--user user:PASS, mysql -pPASS, the words right after "password"
     (re.compile(r"((?:^|\s)(?:-u|--user)(?:\s+|=)[\"']?[^\s:\"'$]+:)(?!//)([^\s\"'@]{4,})"), r"\1[password redacted]",
@@ -240,8 +240,9 @@ def _is_reference(word: str) -> bool:
     return not (_LEET.search(word) if word.startswith("$") else _TWO_WORDS.fullmatch(word))
 
 
-# words a sentence holds and a passphrase hardly does: a config line's value with one is prose
-# (``password: reset flow now emails the user``), or code with an operator or a call in it
+# words a sentence holds and a passphrase hardly does: a config line's value with two of them is prose
+# (``password: reset flow now emails the user``; one may be a passphrase's: the quick brown fox), or code with an
+# operator or a call in it
 _SENTENCE = frozenset("""a an the of on in to for with from by at as into onto after before when while if then else
     or and but not no now so than via per is are was were be been will would should can could may might must do does
     did it its this that these those we you they he she i""".split())
@@ -269,7 +270,7 @@ def _line_value(m: re.Match) -> str:
     words = body.split()
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
             or _about(m.group("key")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
-            or any(w.strip(".,;:!?").lower() in _SENTENCE for w in words) \
+            or sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
     if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
