@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import orjson
 
-from .tree import LINE_BYTES, byte_size, label, shown_text
+from .tree import LINE_BYTES, PLACEHOLDER, byte_size, label, shown_text
 from .view import (LEVELS, MARK_EVERY, NOTHING_HELD, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Held, Named,
                    Resolver, Trace, View, held_back, line_bytes_cost, render_line, stand_in, waits_on)
 from .nofollow import read_bytes
@@ -760,7 +760,8 @@ class ViewFile:
                 found.update((msg["i"], msg) for msg in self.log.read(start, stop))
             for i in todo:
                 msg = found.get(i)
-                self._markers[i] = marker(msg) if msg is not None and is_tool(msg) else ""
+                # (no more bytes than the view counts for a placeholder: its budget holds as shown)
+                self._markers[i] = marker(msg, most=len(PLACEHOLDER)) if msg is not None and is_tool(msg) else ""
         return {i: self._markers[i] for i in ids if self._markers[i]}
 
     def lines(self, compactor: bool = False, end: int | None = None, include_tools: bool = False) -> list[str]:
@@ -852,7 +853,8 @@ class ViewFile:
         markers = data.get("markers")
         if type(markers) is dict:  # (a message never changes: its marker is kept whatever the lines)
             for key, text in markers.items():
-                if type(text) is str and key.isascii() and key.isdigit():
+                # (one longer than a placeholder, an older pimem's, is worked out again)
+                if type(text) is str and key.isascii() and key.isdigit() and len(text.encode()) <= len(PLACEHOLDER):
                     self._markers.setdefault(int(key), text)
         return {key: entry for key, entry in lines.items() if type(entry) is str or (
             type(entry) is list and len(entry) in (2, 3) and all(type(text) is str for text in entry))}

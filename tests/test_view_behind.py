@@ -166,7 +166,7 @@ def test_a_budget_of_a_few_hundred_bytes_is_kept_where_even_the_newest_line_with
     Memory.open("tiny").save_config({"view": {"hi": 200, "lo": 67}})
     shown = run("view", "tiny", "--include-tools").stdout
     assert shown == f"0+2|{view.PLACEHOLDER}\n2+1|{view.PLACEHOLDER}\n"
-    assert run("view", "tiny").stdout.splitlines()[1] == "2+1|echo: (hidden; include tools to see it)"  # (standing in)
+    assert run("view", "tiny").stdout.splitlines()[1] == "2+1|echo: (hidden)"  # (standing in; a placeholder's bytes)
     held = Memory.open("tiny").held_each([2], include_tools=True)
     assert (held[2]["held"], held[2]["line"]) == ("pending", f"2+1|{view.PLACEHOLDER}")
     assert "held back 2 lines (messages 0–2), shown as 2 spans" in run("view", "tiny", "--stats").stdout
@@ -237,7 +237,7 @@ def test_a_tool_message_standing_in_shows_its_marker(home, run):
                            {"kind": "echo", "text": "KEY=hunter2 " + "z" * 700}, {"kind": "user", "text": "x" * 300}])
     assert orjson.loads(run("view", "t", "--stats", "--json").stdout)["held_back"]["spans"] == 1  # (0+2 shown bare)
     shown = run("view", "t").stdout.splitlines()
-    assert shown[1] == "2+1|echo: (hidden; include tools to see it)", shown
+    assert shown[1] == "2+1|echo: (hidden)", shown  # (in no more bytes than the placeholder the view counts)
     assert run("view", "t", "--include-tools").stdout.splitlines()[1] == f"2+1|{view.PLACEHOLDER}"
     context = run("context", "t").stdout
-    assert "2+1|echo: (hidden; include tools to see it)" in context and "hunter2" not in context
+    assert "2+1|echo: (hidden)" in context and "hunter2" not in context

@@ -172,3 +172,35 @@ def test_what_every_reader_shows_stays_within_twice_the_budget_whatever_the_spea
             for include_tools in (False, True):
                 shown = mem.views.shown(views, include_tools=include_tools, save=False)
                 assert sum(byte_size(render_line(l, i, text)) + 1 for l, i, text, _ in shown) <= 2 * hi
+
+
+@settings(max_examples=10, deadline=None, phases=[Phase.generate], suppress_health_check=[HealthCheck.too_slow])
+@given(kinds=st.lists(st.sampled_from(["user", "pi", "tool", "echo"]), min_size=40, max_size=80),
+       programs=st.lists(st.sampled_from(["psql", "pytest", "git", "npm", "kubectl", "x"]), min_size=1, max_size=4),
+       hi=st.integers(600, 1500))
+def test_what_every_reader_shows_of_long_tool_messages_not_summarised_yet_stays_within_the_budget(kinds, programs, hi):
+    """A long tool call or result not summarised yet is shown as its marker (``tool: ran psql (hidden)``) where
+    the view counts a placeholder's bytes (``(not summarized yet: zoom it)``, 29): what ``view``, ``context``,
+    ``map`` and MCP show (``ViewFile.shown``, ``view_lines``) takes no more than the view counts for each line,
+    and at most twice ``hi`` in all. The marker shown was the long one (``tool: ran psql (details hidden; include
+    tools to see it)``, 56 bytes), and a view of such messages showed nearly twice its bound."""
+    from pimem.view import line_bytes_cost
+
+    with tempfile.TemporaryDirectory() as home:
+        mem = Memory.at("t", home)
+        mem.append([{"kind": "note", "text": "start"}])
+        mem.save_config({"view": {"hi": hi, "lo": hi // 2}})
+        for k, kind in enumerate(kinds):
+            text = (f"{programs[k % len(programs)]} --host db.internal --verbose " if kind == "tool" else
+                    f"said {k} ") + "w" * 600  # (past line_bytes: a placeholder until it is summarised)
+            Memory.at("t", home).append([{"kind": kind, "text": text}])
+            mem = Memory.open("t", home)
+            views = mem.views.current()
+            for include_tools in (False, True):
+                shown = mem.views.shown(views, include_tools=include_tools, save=False)
+                costs = [byte_size(render_line(l, i, text)) + 1 for l, i, text, _ in shown]
+                assert all(cost <= line_bytes_cost(l, i, None, None) for cost, (l, i, text, _) in zip(costs, shown)
+                           if l == 0 and text is not None and text.startswith(("tool", "echo"))), shown
+                assert sum(costs) <= 2 * hi
+                lines = mem.view_lines(include_tools=include_tools)
+                assert sum(byte_size(line) + 1 for line in lines) <= 2 * hi
