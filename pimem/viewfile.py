@@ -345,6 +345,9 @@ class ViewFile:
         self._shape: tuple | None = None  # (view.json's identity, its SavedShape) as last read by ``held``
         self._batch: dict[tuple[int, int], str] = {}  # the nodes ``built`` is handing to the views, by (l, i)
         self._markers: dict[int, str] = {}  # placeholders' markers (``tool_placeholders``; "": not a tool message)
+        # (view.json's stamp, the lines of each view counted, whether lines.json keeps them) of a view.json of
+        # version 1 read (``_count_names``)
+        self._counting: tuple | None = None
         self._failing: tuple[tuple, set[str]] | None = None  # (compactor.json's identity, ``failing()`` then)
 
     def close(self) -> None:
@@ -448,7 +451,7 @@ class ViewFile:
         if views is None or stamp is None or views.loaded != stamp:
             if stamp is None and not create:
                 return None
-            views = self.make()
+            views, self._counting = self.make(), None
             if stamp is not None:
                 try:
                     try:
@@ -460,7 +463,7 @@ class ViewFile:
                         views.load(raw, count)
                     views.check_tree(self.tree.file_sizes())
                     if views.uncounted:
-                        self._count_names(views)
+                        self._count_names(views, stamp)
                     views.loaded = stamp
                 except FileNotFoundError:  # (gone since its stat: missing, as if never there; the memory may have moved)
                     views = self.make()
@@ -475,8 +478,8 @@ class ViewFile:
         if save is not False and (views.should_save() or views.unmarked):
             if save:
                 self.write(views)
-            else:
-                self._write_if_free(views)
+            elif not self._write_if_free(views):
+                self._keep_count(views)
         return views
 
     def _not_lost(self, covers: int, upto: int | None) -> int:
@@ -495,25 +498,74 @@ class ViewFile:
             raise IntegrityError(f"{name}: {lost_words(count, covers - 1, [])} (view.json covers them); see 'pimem fsck {name}'")
         return count
 
-    def _count_names(self, views: Views) -> None:
+    def _count_names(self, views: Views, stamp: tuple | None = None) -> None:
         """Count in a view.json of version 1, whose bytes do not, what readers add to its lines for the
         speakers' names (``View``), as if the view had always counted them: its lines stay as they were (a
         model's cached prefix), only its bytes grow, by what each line that is or joins verbatim leaves of
         messages naming their speaker adds (the next change folds it by them). The log is read once, to find
-        those messages; a memory with none reads nothing more."""
-        from .message import name_bytes
+        those messages; a memory with none reads nothing more. ``stamp``: the file's, as read; a reader that
+        could not save the view counted (the writer lock busy) kept which lines it counted in ``lines.json``
+        (``_keep_count``), so that the next reader of that very file counts them without reading the log."""
+        found = self._kept_count(stamp, views)
+        kept = found is not None
+        if found is None:
+            from .message import name_bytes
 
-        line_bytes = self.line_bytes
-        named = [msg["i"] for msg in self.log.read(0, views.T)
-                 if msg["size"] < line_bytes and "meta" in msg and name_bytes(msg)]
-        for v in views.both():
-            for j in sorted({v.covering(i) for i in named}):
+            line_bytes = self.line_bytes
+            named = [msg["i"] for msg in self.log.read(0, views.T)
+                     if msg["size"] < line_bytes and "meta" in msg and name_bytes(msg)]
+            found = [sorted({v.covering(i) for i in named}) for v in views.both()]
+        self._counting = None if stamp is None else (list(stamp), found, kept)
+        for v, lines in zip(views.both(), found):
+            for j in lines:
                 l, i, text, cost = v.lines[j]
                 if text is not None and cost is None:
                     v.counted(j)
                     v.total += v.extras.get((l, i), 0)
         views.uncounted = False
         views.unmarked = True  # (saved again, counted)
+
+    def _kept_count(self, stamp: tuple | None, views: Views) -> list[list[int]] | None:
+        """The lines of each view a reader counted the names of in view.json of ``stamp`` (``_keep_count``),
+        if ``lines.json`` holds them for that file (its inode, time and size: version 1 is never written
+        again), else None."""
+        if stamp is None:
+            return None
+        try:
+            kept = orjson.loads(read_bytes(self.texts_path)).get("counted")
+        except (OSError, orjson.JSONDecodeError, AttributeError):
+            return None
+        if type(kept) is not dict or kept.get("view.json") != list(stamp):
+            return None
+        found = kept.get("lines")
+        if type(found) is not list or len(found) != 2 or not all(
+                type(lines) is list and all(type(j) is int and 0 <= j < len(v.lines) for j in lines)
+                for v, lines in zip(views.both(), found)):
+            return None
+        return found
+
+    def _keep_count(self, views: Views) -> None:
+        """Keep in ``lines.json`` which lines of view.json (of version 1) were counted (``_count_names``), where
+        the view could not be saved counted (a reader finding the writer lock busy): the next reader counts
+        them so, not reading the log again. Derived, as the rest of the file: lost, the next reader counts."""
+        from .home import write_atomic
+
+        counting = self._counting
+        if counting is None or counting[2] or views.loaded is None or counting[0] != list(views.loaded):
+            return  # (nothing counted in this file, or kept already)
+        try:
+            data = orjson.loads(read_bytes(self.texts_path))
+        except (OSError, orjson.JSONDecodeError):
+            data = {}
+        if type(data) is not dict:
+            data = {}
+        stamp, found, _ = counting
+        data["counted"] = {"view.json": stamp, "lines": found}
+        try:
+            write_atomic(self.texts_path, orjson.dumps(data), durable=False)
+            self._counting = (stamp, found, True)
+        except OSError:
+            pass  # a reader without write access: the next one counts again
 
     def _catch_up(self, views: Views, upto: int) -> None:
         tree, line_bytes = self.tree, self.line_bytes
@@ -869,8 +921,11 @@ class ViewFile:
         from .home import write_atomic
 
         try:
+            counted = self._counting  # (kept while view.json is the version 1 file it counted)
+            also = {"counted": {"view.json": counted[0], "lines": counted[1]}} \
+                if counted is not None and counted[2] and self.loaded is not None and self.loaded.loaded == tuple(counted[0]) else {}
             write_atomic(self.texts_path, orjson.dumps({"version": TEXTS_VERSION, "line_bytes": line_bytes,
-                                                        "lines": lines, "markers": self._shown_markers()}),
+                                                        "lines": lines, "markers": self._shown_markers(), **also}),
                          durable=False)
         except OSError:
             pass  # a reader without write access: the next one reads the lines again

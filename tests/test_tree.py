@@ -645,6 +645,56 @@ def test_a_view_saved_before_the_names_were_counted_keeps_its_lines_and_counts_t
     assert shown == run("view", "t").stdout
 
 
+def test_a_view_saved_before_the_names_were_counted_is_counted_once_while_the_writer_lock_is_busy(home, sh, monkeypatch):
+    """A view.json of version 1 read while another process holds the writer lock (a reader never waits for it,
+    so it cannot save the view counted): the next reader counts it from what the first kept (``lines.json``),
+    reading no message, where every reader read the whole log again (2.5 s at 100,000 messages) until a
+    writer saved it. view.json is left as it was (a reader replaces it only under the lock) and the next
+    writer saves it counted."""
+    import subprocess
+    import sys
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem import store, viewfile
+
+    mem = small_memory(600, config={"view": {"hi": 2000, "lo": 1000}, "line_bytes": 128})  # (no names in these)
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": f"message {k}", "meta": {"speaker": f"Speaker {k % 3}"}}
+                for k in range(40)])
+    path = home / "t" / "view.json"
+    saved = orjson.loads(path.read_bytes())
+    assert saved["T"] == 640
+    old = {**saved, "version": 1}
+    views = Memory.open("t").views.current()
+    for key, v in zip(("view", "cview"), views.both()):
+        v.rows()
+        old[key] = {**saved[key], "bytes": saved[key]["bytes"] - sum(v.extras.values())}
+    old["check"] = view_check({k: old[k] for k in ("T", "view", "cview", "tree")})
+    path.write_bytes(orjson.dumps(old))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom pimem import Memory\n"
+                               "with Memory.open('t').lock():\n    print('held', flush=True)\n    sys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=subprocess_env())
+    try:
+        assert holder.stdout.readline() == b"held\n"
+        first = subprocess.run(pimem_cmd("view", "t"), capture_output=True, env=subprocess_env(), timeout=60)
+        assert first.returncode == 0 and first.stderr == b"", first.stderr
+        assert orjson.loads(path.read_bytes()) == old  # (not saved: the lock was busy)
+        reads = []
+        real_read = store.Log.read
+        with monkeypatch.context() as patch:
+            patch.setattr(store.Log, "read", lambda self, *a, **k: reads.append(a) or real_read(self, *a, **k))
+            again = Memory.open("t").views.current()
+        # (the names counted from what the first reader kept: the messages of the lines naming them read, not
+        # the log from its start)
+        assert reads and all(start >= 512 for start, *_ in reads), reads  # (read in chunks of 256)
+        assert [v.total for v in again.both()] == [saved["view"]["bytes"], saved["cview"]["bytes"]]
+        assert sh("view", "t").stdout == first.stdout
+    finally:
+        holder.communicate(b"\n", timeout=30)
+    assert orjson.loads(path.read_bytes()) == old
+    sh("append", "t", "one more")  # (a writer: it saves the view counted)
+    assert orjson.loads(path.read_bytes())["version"] == viewfile.VERSION
+
+
 def test_a_restored_view_counts_its_lines_as_the_fold_counted_them(home, run):
     """A line read back from the tree (a restart) counts what names add to it as the fold did one join at a time
     (``Tree.named``), so the bytes saved are its lines' bytes: verbatim leaves, joins of them, joins of a
