@@ -122,10 +122,10 @@ def check_temporaries(mem: Memory, now: float | None = None) -> list[Finding]:
 
 def _dead_write(path: Path, pid: int, now: float) -> bool:
     """Whether temporary copy ``path`` of process ``pid`` is a killed write's: an hour old, its process gone."""
-    from .lease import _pid_alive
+    from .lease import pid_alive
 
     try:
-        return now - path.lstat().st_mtime >= STALE_AFTER and not _pid_alive(pid)
+        return now - path.lstat().st_mtime >= STALE_AFTER and not pid_alive(pid)
     except FileNotFoundError:  # (its write ended after all)
         return False
 

@@ -60,7 +60,9 @@ def _read(mem) -> dict | None:
     return _load(mem.path / FILE)
 
 
-def _pid_alive(pid) -> bool:
+def pid_alive(pid) -> bool:
+    """Whether ``pid`` (an int) is a running process of this host: one that is dead but not yet reaped (a
+    zombie) is not; one of another user's is (the system refuses the signal, the process is there)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:
@@ -92,7 +94,7 @@ def live(record: dict | None, stale: float = STALE) -> bool:
     if not isinstance(beat, (int, float)) or time.time() - beat > stale:
         return False
     if record.get("host") == socket.gethostname():
-        return _pid_alive(record.get("pid"))
+        return pid_alive(record.get("pid"))
     return True
 
 
@@ -120,7 +122,7 @@ def dead(mem) -> dict | None:
     if live(record) or not record or not all(isinstance(record.get(k), t) for k, t in
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
         return None
-    alive = record["host"] == socket.gethostname() and _pid_alive(record["pid"])
+    alive = record["host"] == socket.gethostname() and pid_alive(record["pid"])
     return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 

@@ -84,3 +84,26 @@ def test_a_lease_file_deleted_is_not_a_lease_taken_over(home):
     (other.path / lease.FILE).write_bytes(orjson.dumps({**orjson.loads((other.path / lease.FILE).read_bytes()),
                                                         "token": "someone else"}))
     assert mine.beat(force=True) is False and not mine.owned()  # (taken over: as before)
+
+
+def test_whether_a_process_is_alive_is_public_and_a_zombie_is_not(tmp_path):
+    """``lease.pid_alive``: fsck asks it whether a temporary copy's writer is gone (it imported ``_pid_alive``, a
+    private name of lease). A running process is alive; one killed and not yet reaped (a zombie) is not, nor
+    once reaped, nor a pid that is no process's number."""
+    import os
+    import signal
+
+    from pimem import fsck
+    from pimem.lease import pid_alive
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert pid_alive(os.getpid()) and pid_alive(child.pid)
+        child.send_signal(signal.SIGKILL)
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # (dead, not reaped: a zombie)
+        assert not pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert not pid_alive(child.pid) and not pid_alive(0) and not pid_alive(None) and not pid_alive("12")
+    assert "_pid_alive" not in open(fsck.__file__).read()
