@@ -148,3 +148,14 @@ def test_a_comparison_stays_with_its_number():
         found, line = _said(clause)
         at = re.compile(r"(?<![\w.])" + re.escape(number))
         assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)
+
+
+def test_a_flag_or_a_version_range_keeps_its_sigil():
+    """``Run the tests with --no-cache`` gave ``no-cache``; ``Pin it to ^1.3.0`` gave ``1.3.0``: a flag read as words,
+    a version range as an exact pin."""
+    for clause, bare, whole in [("Run the tests with --no-cache and -x.", "no-cache", "--no-cache"),
+                                ("Pin the package to ^1.3.0 for now.", "1.3.0", "^1.3.0"),
+                                ("Keep the parser at ~2.3.1 until the audit.", "2.3.1", "~2.3.1"),
+                                ("It needs requests>=2.31 to work.", "2.31", ">=2.31")]:
+        found, line = _said(clause)
+        assert not [p for p in found + line if bare in p and whole not in p], (clause, found, line)

@@ -650,6 +650,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         if pos and (piece[:1].isdigit() or piece[:1] in _CURRENCIES or _NUMBER_SOON.match(piece)) and (
                 bound := _bound_before(text, pos, piece)) < pos:
             piece, pos = text[bound : pos + len(piece)], bound  # (``under 0.1%``, not ``0.1%``: a bound read as the value)
+        if pos and text[pos - 1] in "-~^=" and (sigil := _sigil_before(text, pos, piece)) < pos:
+            piece, pos = text[sigil : pos + len(piece)], sigil  # (``--no-cache``, ``^1.3.0``: a flag, a version's range)
         if pos and text[pos - 1] in _NEGATION_ENDS and (negation := _negation(text, pos)):
             piece, pos = text[negation.start() : pos + len(piece)], negation.start()  # "never committed", not "committed"
         if "=" in piece or "&&" in piece or "||" in piece:  # "const config =", "= loadConfig();": half of a
@@ -1049,6 +1051,24 @@ def _bound_before(text: str, pos: int, piece: str) -> int:
     if bound is None and _SHARE.match(piece):
         bound = _BOUND_SHARE.search(text, max(0, pos - 8), pos)
     return bound.start() if bound else pos
+
+
+# a flag's dashes (``--no-cache``, ``-rf``: not ``no-cache``, read as words) and a version's range or pin (``^1.3.0``,
+# ``~2.3.1``, ``==2.0``, ``~=1.4``: not ``1.3.0``, an exact pin read for a range), written against a piece's start
+_FLAG_BEFORE = re.compile(r"(?<![^\s(\[{`'\"=])--?\Z")
+_SIGIL_BEFORE = re.compile(r"(?:(?<![\w.^~])[~^]|[=!~]=)\Z")
+
+
+def _sigil_before(text: str, pos: int, piece: str) -> int:
+    """Where ``piece`` at ``pos`` of ``text`` is said from with its flag's dashes or its version's sigil
+    (``_FLAG_BEFORE``, ``_SIGIL_BEFORE``), else ``pos``."""
+    if piece[:1].isalpha() and not (piece[:1] in "vV" and piece[1:2].isdigit()):
+        sigil = _FLAG_BEFORE.search(text, max(0, pos - 2), pos)
+    elif piece[:1].isdigit() or piece[:1] in "vV":
+        sigil = _SIGIL_BEFORE.search(text, max(0, pos - 2), pos)
+    else:
+        return pos
+    return sigil.start() if sigil else pos
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
