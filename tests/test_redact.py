@@ -406,6 +406,10 @@ PHRASES_BESIDE = [
     ("password: reset flow now emails the user", "password: reset flow now emails the user"),
     # (a sentence after a password's name: its first word is judged as a lone value, as before, the rest stays)
     ("- password: stored in the vault, ask ops", "- password: [secret redacted] in the vault, ask ops"),
+    ("Password: Enter your password below", "Password: Enter your password below"),
+    ("password-encoder: bcrypt with cost 12", "password-encoder: bcrypt with cost 12"),
+    ("PASSWORD_PATTERN=^[A-Za-z0-9]{12,}$", "PASSWORD_PATTERN=^[A-Za-z0-9]{12,}$"),
+    ("password_strength: very strong", "password_strength: very strong"),
 ]
 
 

@@ -214,7 +214,8 @@ _KEY_ALPHABET = re.compile(r"[A-Za-z0-9+/=_%-]+")
 _ABOUT_PARTS = frozenset("""url urls uri endpoint file path dir name type method mode provider policy arn arns ref
     header prefix env var ttl expiry expires expiration lifetime length count limit size version format scope scopes
     field label hint algorithm kind store backend manager server host domain audience issuer location region
-    callback redirect strategy schedule rotation realm tenant enabled disabled required interval timeout""".split())
+    callback redirect strategy schedule rotation realm tenant enabled disabled required interval timeout encoder
+    encoding hasher hashing strength complexity rules requirements validator validation regex pattern prompt""".split())
 _LAST_PART = re.compile(r"([A-Z]?[a-z0-9]+|[A-Z0-9]+)[^A-Za-z0-9]*$")
 _ARN_ACCOUNT = re.compile(r":\d{12}:$")  # an ARN's account id, before its resource's type
 # a value naming where the secret comes from, or standing in for it: ${VAR}, $VAR, %VAR%, a setting read
@@ -245,7 +246,8 @@ def _is_reference(word: str) -> bool:
 # operator or a call in it
 _SENTENCE = frozenset("""a an the of on in to for with from by at as into onto after before when while if then else
     or and but not no now so than via per is are was were be been will would should can could may might must do does
-    did it its this that these those we you they he she i""".split())
+    did it its this that these those we you they he she i me us them my your our their his her every each all some
+    any about above below under over through without within between""".split())
 _CODE = re.compile(r"\w[(\[]|\s=\s|==|!=|&&|\|\||=>|->|[;{]$")
 # what follows an environment variable's value on a command line (DB_PASSWORD=… ./migrate.sh, … npm test): a
 # path, an option, another assignment, a shell operator, or a command run so
