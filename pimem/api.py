@@ -420,16 +420,18 @@ def compact(name: str, keep: int, dry_run: bool = False, timeout: int | float | 
 
 
 @_checked
-def memory_propose(name: str, text: str, kind: str | None = None, priority: str | None = None,
+def memory_propose(name: str, text: str | None = None, kind: str | None = None, priority: str | None = None,
                    supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
     """Propose a memory as the model would: it is written provisional, and only the user makes it active
-    (``pimem remember --supersede``) or drops it (``pimem forget``)."""
+    (``pimem remember --supersede``) or drops it (``pimem forget``). ``supersede`` replaces one of the model's
+    own proposals (with ``text``, or its own text when ``text`` is None; a blank text is refused, as
+    ``remember``'s)."""
     from . import memories, naming
 
     naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
     _session(session)
-    if supersede is None and not text.strip():  # (what remember says names the CLI's arguments and stdin)
+    if supersede is None and (text is None or not text.strip()):  # (what remember says names the CLI's arguments)
         raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:
-        return memories.remember(mem, text if text or supersede is None else None, kind=kind, priority=priority,
-                                 supersede=supersede, session=session, propose=True)  # ("" keeps the old text)
+        return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,
+                                 propose=True)

@@ -422,11 +422,12 @@ def build(home: api.Home = None):
         return api.memory_search(name, query, status, kind, offset, limit, session, home=home)
 
     @tool
-    def memory_propose(name: StrictStr, text: StrictStr, kind: StrictStr | None = None, priority: StrictStr | None = None,
-                       supersede: StrictStr | None = None, session: StrictStr | None = None) -> dict[str, Any]:
+    def memory_propose(name: StrictStr, text: StrictStr | None = None, kind: StrictStr | None = None,
+                       priority: StrictStr | None = None, supersede: StrictStr | None = None,
+                       session: StrictStr | None = None) -> dict[str, Any]:
         """Propose a memory worth keeping (kind: fact, preference, constraint, decision, working). It is
         stored provisional: only the user makes it active or drops it. `supersede` replaces one of your own
-        earlier proposals."""
+        earlier proposals (without `text`, its text is kept)."""
         return api.memory_propose(name, text, kind, priority, supersede, session, home)
 
     return server

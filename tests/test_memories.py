@@ -377,3 +377,30 @@ def test_the_api_remembers_lists_and_forgets_as_the_commands_do(run, home):
     assert api.memories("main")["count"] == 0 and api.memories("main", status="all")["count"] == 2
     with pytest.raises(memories.NotFound):
         api.forget("main", "mem_nope")
+
+
+def test_superseding_with_a_blank_text_is_refused_and_no_text_keeps_the_old_one_in_every_writer(run, home):
+    """The README: ``remember --supersede ID`` with a blank text, ``""`` included, is refused (no text keeps
+    the old one). So do ``remember --propose``, ``api.remember`` and ``api.memory_propose`` (and the MCP tool
+    through it): ``""`` or white space given with ``supersede`` is refused, nothing written; no text (None, no
+    argument) keeps the old text. ``memory_propose(text="", supersede=ID)`` kept the old text and wrote a new
+    version, where ``"   "`` was refused and no text could not be given."""
+    from pimem import api
+
+    mine = run("remember", "main", "--propose", "staging listens on 5433").stdout.strip()
+    before = snapshot(home)
+    for given in ("", "   "):
+        for refused in (lambda: api.remember("main", given, supersede=mine),
+                        lambda: api.memory_propose("main", given, supersede=mine)):
+            with pytest.raises(memories.BadInput, match="blank"):
+                refused()
+        for args in (["--supersede", mine, given], ["--propose", "--supersede", mine, given]):
+            out = run("remember", "main", *args)
+            assert out.exit_code == 2 and "blank" in out.stderr, (args, out.stderr)
+        assert snapshot(home) == before, given
+    kept = api.memory_propose("main", None, supersede=mine, priority="high")  # (its text kept, its priority raised)
+    assert (kept["content"], kept["priority"], kept["status"]) == ("staging listens on 5433", "high", "provisional")
+    confirmed = api.remember("main", None, supersede=kept["id"])
+    assert (confirmed["content"], confirmed["status"]) == ("staging listens on 5433", "active")
+    with pytest.raises(memories.BadInput, match="memory_propose: text is blank"):
+        api.memory_propose("main", None)  # (no text and nothing to supersede)
