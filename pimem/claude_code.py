@@ -129,7 +129,7 @@ class Hook:
         self.transcript: Path | None = None  # (the session's own, as ``_transcripts`` finds it)
         self.sources = self._guard(self._transcripts) or []
         self.cwd: str | None = None  # the project's directory, when the memory is the project's (no --name)
-        self.settled = bool(name)  # (whether the memory is known to hold the project: ``pimem.projects``)
+        self.settled = bool(name)  # (False: the memory of the directory's name, to be claimed: ``projects.memory_for``)
         self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
 
     def run(self) -> dict | None:
@@ -191,7 +191,7 @@ class Hook:
 
     def _name(self) -> str:
         """The project's memory, as ``pimem import`` names it, looked for (``projects.memory_for``: one small file
-        read while the project is where it was); ``run`` claims it on the project's first capture."""
+        read while the project is where it was); ``run`` claims it, unless settled, on the project's first capture."""
         from .importers.detect import choices
         from .projects import memory_for
 

@@ -12,9 +12,10 @@ memory claimed before its first message has none, and the hook reads this one on
 Without ``--name`` a project goes to the first of its ``choices`` (``importers.detect``) that holds it; else to
 the memory of its directory's name while that holds no project's sessions (one made by ``append`` or
 ``remember`` under the project's name is that project's, as before), else to its own, named with its path's
-hash. ``memory_for`` only looks (a reader: the hook's answer); ``claim`` decides under the chosen memory's writer
-lock and records the project there before anything is imported, so two projects of one directory name starting
-at once never both take it, and every later event of either finds the same memory again.
+hash. ``memory_for`` only looks (a reader: the hook's answer); ``claim`` takes the memory of the directory's name
+under its writer lock and records the project there before anything is imported, so two projects of one
+directory name starting at once never both take it, and every later event of either finds the same memory again
+(a project's own memory is no other project's: the import records the project in it, ``record``).
 """
 
 from __future__ import annotations
@@ -100,13 +101,18 @@ def _add(directory: Path, cwds: list[str]) -> None:
 
 def memory_for(cwd: str, choices: list[tuple[str, str]], home=None) -> tuple[str, bool]:
     """Where project ``cwd``'s sessions are, or would go: the name of the first of ``choices`` that holds it,
-    else of the first ``FREE`` one that holds no project, else the ``OWN`` one; and whether it holds the
-    project already. Writes nothing (a reader's choice): reads the project lists of the memories it passes, a
-    small file each (an earlier pimem's memory, until its list is written, its ``imports.json``)."""
+    else of the first ``FREE`` one that holds no project, else the ``OWN`` one; and whether that is settled
+    (False: a ``FREE`` one, to be claimed before it is written). Writes nothing (a reader's choice). Reads the
+    project lists of the memories it passes, a small file each (an earlier pimem's memory, until its list is
+    written, its ``imports.json``): one while the project is in the memory of its directory's name, or in its
+    own because that one holds another project; the ``OWN`` one is read only after a ``FREE`` one (it may hold
+    the project still, from before that one was deleted)."""
     from .memory import Memory
 
     free = None
     for name, when in choices:
+        if when == OWN and free is None:
+            return name, True  # (its own, by its path's hash: no other project's; ``record`` lists it there)
         try:
             projects = held(Memory.at(name, home).path)
         except PimemError:
@@ -116,18 +122,19 @@ def memory_for(cwd: str, choices: list[tuple[str, str]], home=None) -> tuple[str
         if projects and cwd in projects:
             return name, True
         if when == OWN:
-            return free or name, False
+            return free, False
         if when == FREE and projects == [] and free is None:
             free = name
     raise ValueError("no OWN choice")  # (the last choice is always one)
 
 
 def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | None = None) -> str:
-    """The memory project ``cwd``'s sessions go to, as ``memory_for`` chooses it, with the project recorded in
-    it: the choice is made again under that memory's writer lock (a memory not there yet gets its directory,
-    its lock and the record, and is made by its first append), so of two projects claiming one name at once
-    the second finds the first's record and goes on to its own. ``Busy`` after ``timeout`` seconds. The list of
-    an earlier pimem's memory it passes is written on the way, from its ``imports.json``."""
+    """The memory project ``cwd``'s sessions go to, as ``memory_for`` chooses it, claimed for the project when
+    it is the ``FREE`` one: the choice is made again under that memory's writer lock and the project recorded
+    there (a memory not there yet gets its directory, its lock and the record, and is made by its first
+    append), so of two projects claiming one name at once the second finds the first's record and goes on to
+    its own. ``Busy`` after ``timeout`` seconds. The list of an earlier pimem's memory it passes is written on
+    the way, from its ``imports.json``."""
     from .errors import Busy
     from .memory import Memory
 
@@ -143,14 +150,14 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
             if when != HELD:
                 raise
     while True:
-        name, holds = memory_for(cwd, choices, home)
-        if holds:
+        name, settled = memory_for(cwd, choices, home)
+        if settled:
             return name
         mem = Memory.at(name, home)
         homes.ensure_dir(mem.path)
         with mem.lock(timeout):
             projects = held(mem.path)
-            if dict(choices)[name] == OWN or projects == [] or cwd in (projects or ()):
+            if projects == [] or cwd in (projects or ()):
                 _add(mem.path, [cwd])
                 return name
         # (taken by another project meanwhile: chosen again, its record read)
