@@ -510,3 +510,27 @@ def test_a_secret_under_a_mapping_named_like_one_is_redacted(text, secret, kept)
 def test_a_mapping_named_like_a_secret_keeps_its_keys():
     text = "secrets:\n  db_password:\n    file: ./db_password.txt\nauth:\n  type: basic"
     assert redact(text) == text
+
+
+# a password's or passphrase's value of plain words ending a line of prose is a phrase too; a value with other
+# signs in it there (code, a list, a sentence) is judged by its first word as before
+MID_LINE = [("here is the wifi password: purple monkey dishwasher", "monkey dishwasher", "here is the wifi password: "),
+            ("user: the staging passphrase = correct horse battery staple.", "horse battery", "staging passphrase = "),
+            ("ok, DB password: Purple Monkey Dishwasher!", "Monkey Dishwasher", "ok, DB password: ")]
+MID_LINE_KEPT = [  # (as before: a code's type after ``password:`` is taken for a value, as on its own it may be one)
+    ("def login(user: str, password: str, remember: bool = False) -> bool:",) * 2,
+    ("function f(password: string, salt: string): Hash {", "function f(password: [secret redacted], salt: string): Hash {"),
+    ("the old password: reset flow now emails the user",) * 2,
+    ("call it with password: secret123, then restart", "call it with password: [secret redacted], then restart"),
+    ("x = {password: pw, user: name}",) * 2]
+
+
+@pytest.mark.parametrize("text,secret,kept", MID_LINE)
+def test_a_phrase_ending_a_line_of_prose_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
+
+@pytest.mark.parametrize("text,want", MID_LINE_KEPT)
+def test_code_and_sentences_after_a_password_mid_line_keep_their_words(text, want):
+    assert redact(text) == want

@@ -125,10 +125,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      ("pass", "pwd", "secret")),
     # a config line's value (YAML, ini, a .env file, properties) unquoted, spaces and all: a passphrase runs to the
     # line's end (``_line_value``); a line of a request may open with a task's <input>, a line's number (3+1|) and
-    # its message's kind and speaker (user Bob: )
-    (re.compile(rf"""(?imx)^((?P<key>(?:<input>)?(?:\d+\+\d+\|)?(?:(?-i:user|pi|tool|echo|work|note)(?:[ \t][^\s:|]{{1,40}}){{0,3}}
-                    :[ \t]+)?[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?(?P<name>["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
-                    [\w.-]{{0,64}}["']?))(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
+    # its message's kind and speaker (user Bob: ); after a space inside a line, only plain words end it so
+    (re.compile(rf"""(?imx)((?:^(?:<input>)?(?:\d+\+\d+\|)?(?:(?-i:user|pi|tool|echo|work|note)(?:[ \t][^\s:|]{{1,40}}){{0,3}}
+                    :[ \t]+)?[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?|(?<=[ \t]))(?P<name>["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
+                    [\w.-]{{0,64}}["']?)(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
      lambda m: _line_value(m), ("pass", "pwd", "secret")),
     (re.compile(
         rf"""(?ix)
@@ -258,7 +258,8 @@ _PHRASE = re.compile(r"(?i)pass|pwd|secret")  # the secret words of names whose 
 
 
 def _line_value(m: re.Match) -> str:
-    """What is sent of a config line (``NAME: value``, ``NAME = value``, ``NAME=value`` at a line's start) whose
+    """What is sent of a config line (``NAME: value``, ``NAME = value``, ``NAME=value`` at a line's start, or
+    after a space inside a line when its value is plain words: ``the wifi password: purple monkey dishwasher``) whose
     value is unquoted and holds spaces: the value, a comment after `` #`` aside, redacted whole when the name's
     secret may be a phrase (a password, passphrase, secret: ``passphrase: correct horse battery staple``); the
     line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
@@ -270,8 +271,9 @@ def _line_value(m: re.Match) -> str:
     cut = _COMMENT.search(value)
     body = value[: cut.start()] if cut else value.rstrip()
     words = body.split()
+    inside = m.start() > 0 and m.string[m.start() - 1] != "\n"  # (after a space inside a line)
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
-            or _about(m.group("key")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
+            or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
             or sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
@@ -281,6 +283,7 @@ def _line_value(m: re.Match) -> str:
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
+_PLAIN_WORDS = re.compile(r"[A-Za-z'-]+(?:[ \t]+[A-Za-z'-]+)+[.!]?")  # (a phrase inside a line of prose)
 _COMMENT = re.compile(r"(?<![ \t])[ \t]+(?:#.*)?$")  # (begun after a space only: a run of spaces is read once)
 
 
