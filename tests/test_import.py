@@ -1147,6 +1147,68 @@ def test_a_codex_turn_saying_more_than_its_counter_keeps_loses_nothing(run, tmp_
     assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 3 already present")
 
 
+@pytest.mark.parametrize("saved_by", ["this pimem", "the pimem before"])
+def test_a_long_codex_turn_s_saved_state_stays_small_and_a_read_on_counts_its_repeats(sh, home, tmp_path, saved_by):
+    """A turn's repeat counter was saved whole in ``imports.json`` (a digest and a count for each text it said,
+    up to 10,000: ~170 KB, written again at each flush of ``import --follow``). The state now holds where the
+    turn started and a digest of its counts; a later import (another process) reads the turn's lines again
+    for them, so the words said again after it are counted on, none dropped as a copy, and a fork's copy adds
+    nothing. A state the pimem before saved (its counts whole) is read on as it was."""
+    from pimem import hashes
+    from pimem.importers.state import STATE
+
+    said = [f"remark {k}: the staging database is on port {5000 + k}" for k in range(3000)]
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3]]
+    lines += [_item(5, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]}) for t in said]
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert sh("import", path, "-n", "t").returncode == 0
+    state_file = home / "t" / STATE
+    assert state_file.stat().st_size < 4_000, state_file.stat().st_size  # (it was 51 KB)
+    if saved_by == "the pimem before":  # (its counts whole, as the pimem before saved them)
+        data = json.loads(state_file.read_text())
+        kept = data["files"][str(path)]["state"]
+        for key in [key for key in kept if key.startswith(("said", "turn_"))]:
+            del kept[key]
+        kept["said"] = {hashes.blake2b(json.dumps([kind, t], separators=(",", ":")).encode(), digest_size=6).hexdigest(): 1
+                        for kind, t in [("user", "go"), *(("pi", t) for t in said)]}
+        state_file.write_text(json.dumps(data))
+    again = [said[5], "a new remark", said[5], said[2999]]
+    lines += [_item(6, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]}) for t in again]
+    write_jsonl(path, lines[-4:])
+    out = sh("import", path, "-n", "t")
+    assert out.stdout.startswith(b"t: 4 imported, 0 already present"), out.stdout + out.stderr
+    assert [(m["text"], m["meta"].get("repeat")) for m in messages()[-4:]] == [
+        (said[5], 1), ("a new remark", None), (said[5], 2), (said[2999], 1)]
+    fork = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(lines, "cx-F", len(lines)))
+    assert sh("import", fork, "-n", "t").stdout.startswith(b"t: 0 imported, 3,005 already present")
+
+
+def test_a_codex_turn_read_on_takes_its_counts_from_the_last_read_or_else_loses_nothing(run, sh, home, tmp_path, monkeypatch):
+    """A read on from an earlier one in the same process (``import --follow``'s rounds) takes the turn's counts
+    from it, reading no line again; one whose saved digest of them the turn's lines do not give again (the state
+    edited, say) knows the turn's later texts by their line alone: all logged, none dropped as a copy."""
+    from pimem.importers import codex
+    from pimem.importers.state import STATE
+
+    said = ["one", "two", "three"]
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3]]
+    lines += [_item(5, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]}) for t in said]
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert run("import", path, "-n", "t").exit_code == 0
+    write_jsonl(path, [_item(6, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "two"}]})])
+    with monkeypatch.context() as patch:
+        patch.setattr(codex.CodexParser, "_recount", lambda *_: pytest.fail("read the turn's lines again"))
+        assert run("import", path, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
+    assert messages()[-1]["meta"]["repeat"] == 1
+    data = json.loads((home / "t" / STATE).read_text())
+    data["files"][str(path)]["state"]["said_sum"] = [1, 1]
+    (home / "t" / STATE).write_text(json.dumps(data))
+    write_jsonl(path, [_item(7, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})
+                       for t in ("two", "four", "two")])
+    assert sh("import", path, "-n", "t").stdout.startswith(b"t: 3 imported, 0 already present")  # (another process)
+    assert [(m["text"], "turn" in m["meta"]) for m in messages()[-3:]] == [("two", False), ("four", False), ("two", False)]
+
+
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
     by, so the same words in two of its turns are two messages, as they were, and a call of another session

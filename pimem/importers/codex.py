@@ -31,7 +31,7 @@ import re
 
 import orjson
 
-from .. import hashes, toolwork
+from .. import decoder, hashes, toolwork
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
@@ -50,8 +50,9 @@ CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
 OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
 _EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.M)
-SAID_CAP = 10_000  # texts a turn's repeat counter keeps (in memory and in the saved state)
-CROWDED = -1  # a turn's new text once it keeps SAID_CAP
+SAID_CAP = 10_000  # texts a turn's repeat counter keeps (in memory; the saved state keeps a digest of them)
+CROWDED = -1  # a turn's new text once it keeps SAID_CAP (or once its counts could not be read again)
+SAID_KEPT = 8  # files whose turn's counter a process keeps for its next read of them (``import --follow``)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # a turn's id as Codex mints it now
 
 
@@ -61,6 +62,7 @@ class CodexParser(Parser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.parents: set[str] = set()  # the sessions whose session_meta a fork's copy holds (``state.key_turns``)
+        self._said: _Said | None = None  # the turn's repeat counter (``_counter``), once asked for
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -89,7 +91,7 @@ class CodexParser(Parser):
             self.state["cwd"] = payload.get("cwd") or self.state.get("cwd")
             return []
         if kind == "turn_context":
-            self._turn(payload.get("turn_id"))
+            self._turn(payload.get("turn_id"), line_no)
             self.state.update(cwd=payload.get("cwd") or self.state.get("cwd"), model=payload.get("model") or self.state.get("model"))
             return []
         if kind == "compacted":
@@ -99,7 +101,7 @@ class CodexParser(Parser):
             parts = self._item(payload)
         else:
             if kind == "event_msg" and payload.get("type") == "task_started":
-                self._turn(payload.get("turn_id"))
+                self._turn(payload.get("turn_id"), line_no)
             return []
         entry, out = self.line_entry(raw), []
         for k, text, extra in parts:
@@ -108,13 +110,18 @@ class CodexParser(Parser):
             out.append(record(k, text, date, self.meta(entry=entry, turn=turn, **extra, repeat=None if turn is None else repeat)))
         return out
 
-    def _turn(self, turn_id) -> None:
-        """A turn starts (its task_started or turn_context line): its id, where it is a UUID (Codex's own
-        since early 2026; an older one's may recur), and what it said so far, nothing yet."""
+    def _turn(self, turn_id, line_no: int) -> None:
+        """A turn starts (its task_started or turn_context line ``line_no``): its id, where it is a UUID (Codex's
+        own since early 2026; an older one's may recur), and what it said so far, nothing yet."""
         turn = turn_id if isinstance(turn_id, str) and _UUID.fullmatch(turn_id) else None
         if turn != self.state.get("turn"):
             self.state["turn"] = turn
-            self.state.pop("said", None)
+            for key in ("said", "said_at", "said_sum"):
+                self.state.pop(key, None)
+            self._said = None
+            if turn is not None:
+                self._said = _keep(self.file, _Said(turn, line_no))
+                self.state.update(said_at=line_no, said_sum=self._said.digest())
 
     def _repeat(self, kind: str, text: str, extra: dict) -> int | None:
         """How often the turn said the same before (its kind and text; None the first time, and for a call
@@ -124,13 +131,63 @@ class CodexParser(Parser):
         alone (forgetting one would count it as said the first time, and drop it as a copy of itself)."""
         if self.state.get("turn") is None or extra.get("call_id"):
             return None
-        said = self.state.setdefault("said", {})
-        digest = hashes.blake2b(orjson.dumps([kind, text]), digest_size=6).hexdigest()
-        n = said.get(digest)
-        if n is None and len(said) >= SAID_CAP:
+        said = self._counter()
+        if said is None:
             return CROWDED
-        said[digest] = (n or 0) + 1
+        digest = hashes.blake2b(orjson.dumps([kind, text]), digest_size=6).hexdigest()
+        n = said.table.get(digest)
+        if n is None and len(said.table) >= SAID_CAP:
+            return CROWDED
+        said.add(digest, (n or 0) + 1)
+        self.state["said_sum"] = said.digest()
         return n
+
+    def _counter(self) -> "_Said | None":
+        """The turn's repeat counter. The saved state keeps where the turn started (``said_at``, its line) and a
+        digest of its counts (``said_sum``), not the counts (up to 10,000 of them, written again at each flush
+        of ``import --follow``): a read on from an earlier one takes them from the process's last read of this
+        file, else reads the turn's lines again (``before``). None when they do not give the digest saved (the
+        file read otherwise then, a line over the cap skipped, say): the turn's later texts are ``CROWDED``."""
+        if self._said is not None:
+            return self._said if self._said.turn is not None else None
+        turn, at, saved = self.state.get("turn"), self.state.get("said_at"), self.state.get("said_sum")
+        old = self.state.pop("said", None)
+        if isinstance(old, dict):  # the counts whole, as the pimem before saved them
+            said = _Said(turn, at)
+            for digest, n in old.items():
+                if type(n) is int and 0 < n and isinstance(digest, str):
+                    said.add(digest, n)
+        elif at is None and saved is None:  # (the pimem before: a turn that had counted nothing yet)
+            said = _Said(turn, at)
+        elif (kept := _KEPT.get(self.file)) is not None and (kept.turn, kept.at, kept.digest()) == (turn, at, saved):
+            said = kept
+        else:
+            said = self._recount(turn, at)
+            if said is None or said.digest() != saved:
+                self._said = _Said(None, None)  # (counts that cannot be had again)
+                return None
+        self._said = _keep(self.file, said)
+        self.state.update(said_at=at, said_sum=said.digest())
+        return said
+
+    def _recount(self, turn: str, at) -> "_Said | None":
+        """The counter of ``turn``, which started on line ``at``, read again from the lines read before (as
+        ``state._turns_of`` reads them)."""
+        if self.before is None or type(at) is not int:
+            return None
+        again = CodexParser(self.file)
+        for n, line in enumerate(self.before(), 1):
+            if n < at:
+                continue
+            line = line.removeprefix(decoder.BOM) if n == 1 else line
+            if not line.strip():
+                continue
+            try:
+                again.parse(n, line, decoder.loads(line))
+            except (decoder.JSONDecodeError, Malformed):
+                continue
+        said = again._said
+        return said if said is not None and (said.turn, said.at) == (turn, at) else None
 
     def _legacy(self, obj: dict) -> dict:
         """An older rollout's line in the current envelope (or unchanged when it is neither)."""
@@ -187,6 +244,41 @@ class CodexParser(Parser):
             action = item.get("action") if isinstance(item.get("action"), dict) else {}
             return [("tool", call_text("web_search", action.get("query") or action), {"tool": "web_search"})]
         return []  # reasoning and items we do not know
+
+
+class _Said:
+    """A turn's repeat counter: each text's digest -> how often the turn said it; and ``digest()``, how many
+    times it counted and a sum over what it counted, which a copy counting the same texts has too."""
+
+    __slots__ = ("turn", "at", "table", "n", "h")
+
+    def __init__(self, turn: str | None, at):
+        self.turn, self.at = turn, at  # the turn, and the line it started on
+        self.table: dict[str, int] = {}
+        self.n = self.h = 0
+
+    def add(self, digest: str, n: int) -> None:
+        """``digest``'s text said an ``n``-th time (or, from a saved table, ``n`` times)."""
+        for k in range(self.table.get(digest, 0) + 1, n + 1):
+            mixed = hashes.blake2b(f"{digest}.{k}".encode(), digest_size=8).digest()
+            self.h = (self.h + int.from_bytes(mixed, "big")) & 0xFFFF_FFFF_FFFF_FFFF
+            self.n += 1
+        self.table[digest] = n
+
+    def digest(self) -> list[int]:
+        return [self.n, self.h]
+
+
+_KEPT: dict[str, _Said] = {}  # file -> the counter of its turn as its last read in this process left it
+
+
+def _keep(file: str, said: _Said) -> _Said:
+    """Keep ``said`` for the next read of ``file`` in this process (the last ``SAID_KEPT`` files)."""
+    _KEPT.pop(file, None)
+    _KEPT[file] = said
+    while len(_KEPT) > SAID_KEPT:
+        del _KEPT[next(iter(_KEPT))]
+    return said
 
 
 def _session(arguments) -> str | None:
