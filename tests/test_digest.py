@@ -2405,6 +2405,7 @@ PHRASE_CASES = [
     "базу до конца аудита. Deploy לא, Deploy None, 7 לא. A buddy of mine adopted last year; that idea of yours, of "
     "his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
     "It's not 40, it's 50. not 3 but 4; not v2 rather ^2.3.1! Far from full, it's 40. nicht 40, sondern 50",
+    "Except for the billing service, all passed; apart from db everything außer x. found no errors, said no, yeah no",
 ]
 
 

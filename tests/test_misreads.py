@@ -159,3 +159,11 @@ def test_a_flag_or_a_version_range_keeps_its_sigil():
                                 ("It needs requests>=2.31 to work.", "2.31", ">=2.31")]:
         found, line = _said(clause)
         assert not [p for p in found + line if bare in p and whole not in p], (clause, found, line)
+
+
+def test_except_is_said_with_what_it_leaves_out():
+    """``Except for the billing service, every service was upgraded to Python 3.12`` gave ``Except, billing service,
+    upgraded``: read as the billing service upgraded."""
+    found, line = _said("Except for the billing service, every service was upgraded to Python 3.12.")
+    assert "Except" not in found + line, (found, line)
+    assert not _only_with(found + line, {"billing"}, {"except"}), (found, line)

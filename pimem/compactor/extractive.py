@@ -297,12 +297,15 @@ _NEGATORS = frozenset(
     "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan "
     # and the words that say a thing cannot be or is not had (``impossible to restore the backup``, ``lack the
     # permissions to restart``)
-    "impossible imposible impossibile unmöglich невозможно unable lack lacks lacked lacking".split())
+    "impossible imposible impossibile unmöglich невозможно unable lack lacks lacked lacking "
+    # and except, which leaves out what follows it (``Except for the billing service, every service was upgraded``: not
+    # ``billing service``, ``upgraded``)
+    "except excluding außer ausgenommen sauf excepté excepto salvo tranne eccetto exceto кроме".split())
 _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
 # and the negations of more than one word, one negation each (``far from full``: not ``far``, ``full``; ``instead of
 # MySQL``, ``rather than``); found in a text before its tokens are read (``_phrases``)
 _NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "au lieu de", "en vez de", "en lugar de",
-                     "lejos de", "invece di", "em vez de", "statt dass")
+                     "lejos de", "invece di", "em vez de", "statt dass", "apart from")
 # and the conditions of more than one word, a proposal's word each, said with the run right before them too (``The
 # tests pass only when run with --no-cache``: not ``tests pass``, read as always; not ``only after``, ``only once``: said
 # so, they cost 2 of LoCoMo's tuning questions their zoom path)
@@ -310,7 +313,7 @@ _ONLY_PHRASES = ("only when", "only if", "nur wenn", "seulement si", "solo si", 
                  "только если", "только когда")
 _NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES + _ONLY_PHRASES) + r")(?![\w'’-])")
 _NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
-                   "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ")  # (past a first letter, a capital)
+                   "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ", "part from")  # (past a first letter, a capital)
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
