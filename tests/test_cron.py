@@ -173,7 +173,7 @@ def test_build_tree_over_all_memories_leaves_one_the_user_renamed_or_deleted_mea
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["a: 3 written by extractive, 1 free", "c: 3 written by extractive, 1 free",
-                    "b: renamed or deleted during this run; not built"], proc.stderr
+                    "b: renamed or deleted during this run; left out"], proc.stderr
     with_json = subprocess.run([sys.executable, "-c", USER_MEANWHILE, "delete c", "build-tree", "--json"],
                                capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert with_json.returncode == 0, with_json.stderr

@@ -147,7 +147,7 @@ def command(
         for mem in mems_named:
             if mem.name in refused and scheduler.went_away(mem) is not None:
                 del refused[mem.name]
-                output.info(f"{mem.name}: renamed or deleted during this run; not built")
+                output.info(f"{mem.name}: renamed or deleted during this run; left out")
     _raise_first(refused, mems_named)
     if sched.lost:
         raise Busy(f"{', '.join(b.name for b in sched.lost)}: another builder took over the lease (this run "
