@@ -522,7 +522,8 @@ MID_LINE_KEPT = [  # (as before: a code's type after ``password:`` is taken for 
     ("function f(password: string, salt: string): Hash {", "function f(password: [secret redacted], salt: string): Hash {"),
     ("the old password: reset flow now emails the user",) * 2,
     ("call it with password: secret123, then restart", "call it with password: [secret redacted], then restart"),
-    ("x = {password: pw, user: name}",) * 2]
+    ("x = {password: pw, user: name}",) * 2, ("Note the secret: never commit it",) * 2,
+    ("Password: Please choose a strong password", "Password: [secret redacted] choose a strong password")]
 
 
 @pytest.mark.parametrize("text,secret,kept", MID_LINE)

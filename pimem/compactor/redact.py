@@ -247,7 +247,8 @@ def _is_reference(word: str) -> bool:
 _SENTENCE = frozenset("""a an the of on in to for with from by at as into onto after before when while if then else
     or and but not no now so than via per is are was were be been will would should can could may might must do does
     did it its this that these those we you they he she i me us them my your our their his her every each all some
-    any about above below under over through without within between""".split())
+    any about above below under over through without within between never always also only just still yet here
+    there please""".split())
 _CODE = re.compile(r"\w[(\[]|\s=\s|==|!=|&&|\|\||=>|->|[;{]$")
 # what follows an environment variable's value on a command line (DB_PASSWORD=… ./migrate.sh, … npm test): a
 # path, an option, another assignment, a shell operator, or a command run so
