@@ -2336,7 +2336,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 elif start not in [at for at, _ in negations] and (
                         right := [(at, to) for at, to in negations if at > end][:1]) and not text[
                         end : right[0][0]].strip(" \t") and (
-                        text[right[0][0] : right[0][1]].lower() in extractive._OBJECTS or text[end - 1].isdigit()):
+                        text[right[0][0] : right[0][1]].lower() in extractive._OBJECTS
+                        and (text[right[0][0] : right[0][1]].lower() != "no" or right[0] not in spans)
+                        or text[end - 1].isdigit()):
                     (at, to), = right
                     end = next((e for s, e in spans if s == at), to)
                     if end == to:

@@ -167,3 +167,10 @@ def test_except_is_said_with_what_it_leaves_out():
     found, line = _said("Except for the billing service, every service was upgraded to Python 3.12.")
     assert "Except" not in found + line, (found, line)
     assert not _only_with(found + line, {"billing"}, {"except"}), (found, line)
+
+
+def test_a_verb_keeps_its_no():
+    """``The linter found no errors in the module`` gave ``linter found, no errors in the module``: ``found`` read
+    alone, as found something."""
+    found, line = _said("The linter found no errors in the module.")
+    assert not _only_with(line, {"found"}, {"no"}), line

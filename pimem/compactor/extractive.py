@@ -330,10 +330,11 @@ _CORRECTING = (r"it['’]s|it is|it was|that['’]s|that is|but|rather|actually|
                r"|mais|plutôt|c['’]est|sino|pero|es|son|ma|è|mas|é|а|но|это")
 _RIGHT_VALUE = re.compile(rf"(?:,[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{0,3}}|[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{1,3}})"
                           r"[~^$€£¥₽]?\d[^\s,;:!?()\[\]{}\"“”]{0,30}(?<![.])(?=[.,;:!?)\]]*(?:\s|$))")
-# the negations said with the run right before them (``deleted nothing``, ``found none``, ``themes must NEVER
-# explode``, ``n'a pas été effectué``), as any is after a value (``40 not 50``); not ``no``, nor a verb's ``n't``
-# (``yeah no``, ``Caroline can't wait``: said apart, as before, they cost a reader's questions nothing)
-_OBJECTS = frozenset("nothing none nobody nowhere not never nichts niemanden nirgends nie niemals rien personne pas "
+# the negations said with the run right before them (``deleted nothing``, ``found none``, ``found no errors``, ``themes
+# must NEVER explode``, ``n'a pas été effectué``), as any is after a value (``40 not 50``); not a verb's ``n't``
+# (``Caroline can't wait``: said apart, as before, it costs a reader's questions nothing); ``no`` only when it opens
+# a run (``yeah no``: no object)
+_OBJECTS = frozenset("nothing none nobody nowhere not never no nichts niemanden nirgends nie niemals rien personne pas "
                      "jamais nada nadie nunca niente nulla nessuno ninguém ничего никого нигде не никогда nic nikogo "
                      "nikt niets niemand inget ingenting ingen".split())
 _OBJECTS_ONLY = _OBJECTS | frozenset(_ONLY_PHRASES)
@@ -1804,9 +1805,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                 text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
             end = max(runs[-1][1], after[-1])
         elif not opened and (object_ := next(((at, to) for at, to in negations if at > end), None)) and (
-                not text[end : object_[0]].strip(" \t") and (text[object_[0] : object_[1]].lower() in _OBJECTS_ONLY
-                                                              or text[end - 1].isdigit() and _ROLE.get(
-                    text[object_[0] : object_[1]].lower()) == 1)):
+                not text[end : object_[0]].strip(" \t") and ((word := text[object_[0] : object_[1]].lower()) in _OBJECTS_ONLY
+                                                              and (word != "no" or object_ not in runs)
+                                                              or text[end - 1].isdigit() and _ROLE.get(word) == 1)):
             # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
             # ``ship nothing``, ``it's 40 not 50``), to the end of the run the negation opens
             end = next((to for at, to in runs if at == object_[0]), object_[1])
