@@ -517,9 +517,9 @@ def test_a_mapping_named_like_a_secret_keeps_its_keys():
 MID_LINE = [("here is the wifi password: purple monkey dishwasher", "monkey dishwasher", "here is the wifi password: "),
             ("user: the staging passphrase = correct horse battery staple.", "horse battery", "staging passphrase = "),
             ("ok, DB password: Purple Monkey Dishwasher!", "Monkey Dishwasher", "ok, DB password: ")]
-MID_LINE_KEPT = [  # (as before: a code's type after ``password:`` is taken for a value, as on its own it may be one)
+MID_LINE_KEPT = [
     ("def login(user: str, password: str, remember: bool = False) -> bool:",) * 2,
-    ("function f(password: string, salt: string): Hash {", "function f(password: [secret redacted], salt: string): Hash {"),
+    ("function f(password: string, salt: string): Hash {",) * 2,
     ("the old password: reset flow now emails the user",) * 2,
     ("call it with password: secret123, then restart", "call it with password: [secret redacted], then restart"),
     ("x = {password: pw, user: name}",) * 2, ("Note the secret: never commit it",) * 2,
@@ -535,3 +535,21 @@ def test_a_phrase_ending_a_line_of_prose_is_redacted(text, secret, kept):
 @pytest.mark.parametrize("text,want", MID_LINE_KEPT)
 def test_code_and_sentences_after_a_password_mid_line_keep_their_words(text, want):
     assert redact(text) == want
+
+
+# a type after a secret's name is code (a TypeScript interface, a Python or Rust signature), not a value
+TYPED = ["  password: string;", "  passphrase: string,", "password: Optional[str] = None", "secret: String,",
+         "passphrase: Option<&str>,", "api_key: SecretStr", "token: string | null;", "password?: string;",
+         "    passphrase: Uint8Array,"]
+TYPED_VALUES = [("password: string123", "string123"), ("password: Strings4ever", "Strings4ever")]
+
+
+@pytest.mark.parametrize("text", TYPED)
+def test_a_type_after_a_secrets_name_stays(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text,secret", TYPED_VALUES)
+def test_a_value_only_beginning_like_a_type_is_redacted(text, secret):
+    out = redact(text)
+    assert secret not in out and "[secret redacted]" in out, out

@@ -56,6 +56,8 @@ _TIMED = re.compile(r"[^\S\n]+\(\d+(?:\.\d+)?m?s\)")
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
     |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
+# a type after a name is code (password: string; passphrase: Option<&str>, api_key: SecretStr), not its value
+_TYPE = r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?![\w-])|Option<|Optional\[)"
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -134,7 +136,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
          ["']?[^\S\n]*[:=][^\S\n]*["']?)  # (on its line: auth:'s value is not the next line's password:)
-        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws)
+        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws
+           |(?<![="']){_TYPE})
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
      lambda m: m.group(1) + _named_value(m), _NAME_HINTS),
     # any other NAME_KEY = value, when the value is key material (long, random, base64 or hex)
@@ -164,7 +167,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b:?(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
-                r"(?!redacted\])([^\s\"',;]+)"),
+                rf"(?!redacted\]|{_TYPE})([^\s\"',;]+)"),
      lambda m: m.group(1) + _if_random(m.group(2), "[secret redacted]"), ("pass", "secret", "token", "credential")),
 ]
 
