@@ -6,11 +6,12 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
-   quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end,
-   ``Authorization: Bearer …``), unless the name's last part says the value is about a secret
-   (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``, ``apiKeyId``) and the value is not key
-   material, or the value is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor
-   ``Hunter.Password``), or ordinary words after a token's name (``token: refresh on 401``);
+   quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end, or to
+   the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line,
+   unless the name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``,
+   ``AUTH_HOST``, ``apiKeyId``) and the value is not key material, or the value is a reference
+   (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type
+   (``password: string;``), a sentence, or ordinary words after a token's name (``token: refresh on 401``);
 2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
