@@ -10,6 +10,7 @@ Writers must hold the memory's writer lock (``Memory.lock``); readers take no lo
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import mmap
 import os
@@ -288,6 +289,15 @@ class Log:
         end = self.check_whole(f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed behind pimem's back")
         self._refuse_lost_end(rows, end, checked=True)
         self._checked = key
+        # the texts of the lines last shown (lines.json) may quote what was changed (a secret masked by hand):
+        # read again from the log (where it cannot be removed, this process does not take them, ``edited``)
+        with contextlib.suppress(OSError):
+            os.unlink(self.dir.parent / "lines.json")
+
+    @property
+    def edited(self) -> bool:
+        """Whether this process found the log changed behind pimem's back (a valid change: else it stopped)."""
+        return self._checked is not None
 
     def lost_end(self, end: int, rows: dict[str, _FileInfo] | None = None) -> tuple[int, int, list[str]] | None:
         """The messages ranges.json (``rows``, read before the files were looked at) records at or past ``end``,

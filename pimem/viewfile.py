@@ -893,6 +893,8 @@ class ViewFile:
     # ---- lines.json ----------------------------------------------------------------------------------
 
     def _load_texts(self, line_bytes: int) -> dict:
+        if self.log.edited:  # (the log changed behind pimem's back: a text kept may be one changed since)
+            return {}
         try:
             data = orjson.loads(read_bytes(self.texts_path))
         except (OSError, orjson.JSONDecodeError):
