@@ -2347,7 +2347,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 if limit and end <= limit.start() and ((start, end) != run or start in [at for at, _ in negations]):
                     end = spans[-1][1]
                 right = extractive._RIGHT_VALUE.match(text, end)
-                if end == spans[-1][1] and right and re.search(r"\d", text[start:end]):
+                if end == spans[-1][1] and right and re.search(r"\d", text[max(start, end - 48) : end]):
                     end = right.end()
                 first = negations[0][0]
                 right = re.search(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""", text[:first])

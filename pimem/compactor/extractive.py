@@ -1782,47 +1782,70 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     if lead >= 0 and _ROLE.get(text[lead : first[1]].lower()) == 1 and (
             right := _CORRECTED.search(text, max(0, lead - 48), lead)) and any(c.isalnum() for c in right.group()):
         lead = right.start()
+    # (each run looks its negations up by where they are, not through them all: a clause of thousands of negations,
+    # ``not the x not the x …``, took time growing with their square)
+    words = [text[at:to].lower() for at, to in negations]
+    starts, ends = [at for at, to in negations], [to for at, to in negations]
+    opens: dict[int, str] = {}
+    for at, word in zip(starts, words):
+        opens.setdefault(at, word)
+    negating = [(at, to) for (at, to), word in zip(negations, words) if _ROLE.get(word) == 1]  # (not a proposal's)
+    negating_ends = [to for at, to in negating]
+    following = [to for (at, to), word in zip(negations, words) if word in _AFTER or _CJK_AFTER.fullmatch(text, at, to)]
+    following_at = next((at for (at, to), word in zip(reversed(negations), reversed(words))
+                         if word in _AFTER or _CJK_AFTER.fullmatch(text, at, to)), -1)
+    run_starts, run_ends, said = [at for at, to in runs], dict(runs), set(runs)
+    right = _RIGHT_VALUE.match(text, runs[-1][1]) if runs else None  # (the value meant after the clause's last run)
     for start, end in runs:
         if (start, end) in alone:
             continue
         run = start, end
-        opener = next((text[at:to].lower() for at, to in negations if at == start), None)
+        opener = opens.get(start)
         # (a run its own negation opens is said as it is, one a proposal's word opens too but after a negation: a
         # negation governs what follows it, a proposal's word among it, ``don't think we should bump``, never
         # ``should bump``)
-        before = [] if opener and _ROLE.get(opener) == 1 else [(at, to) for at, to in negations if to <= start]
-        if any(_ROLE.get(text[at:to].lower()) == 1 for at, to in before):
-            before = [(at, to) for at, to in before if _ROLE.get(text[at:to].lower()) == 1]
+        if opener and _ROLE.get(opener) == 1:
+            before = None
+        elif (k := bisect.bisect_right(negating_ends, start)) > 0:
+            before = negating, negating_ends, k
         elif opener:
-            before = []
+            before = None
+        else:
+            k = bisect.bisect_right(ends, start)
+            before = (negations, ends, k) if k else None
         opened = opener is not None and not before
         if before:
-            near = [at for at, to in before if start - to <= NEGATION_REACH]
-            if not near:
+            marks, marks_ends, k = before
+            near = bisect.bisect_left(marks_ends, start - NEGATION_REACH, 0, k)
+            if near == k:
                 continue  # (too far past it: with it, a long piece that costs the line its other words)
-            start = near[0]  # (from the first in reach: ``should not drop``, ``Maybe we could``)
-        elif not opened and (after := [to for at, to in negations if at >= end and (
-                text[at:to].lower() in _AFTER or _CJK_AFTER.fullmatch(text, at, to))]):
-            end = max(runs[-1][1], after[-1])
-        elif not opened and (object_ := next(((at, to) for at, to in negations if at > end), None)) and (
-                not text[end : object_[0]].strip(" \t") and ((word := text[object_[0] : object_[1]].lower()) in _OBJECTS_ONLY
-                                                              and (word != "no" or object_ not in runs)
-                                                              or text[end - 1].isdigit() and _ROLE.get(word) == 1)):
+            start = marks[near][0]  # (from the first in reach: ``should not drop``, ``Maybe we could``)
+        elif not opened and following and following_at >= end:
+            end = max(runs[-1][1], following[-1])
+        elif not opened and (o := bisect.bisect_right(starts, end)) < len(negations) and (
+                not text[end : starts[o]].strip(" \t") and ((word := words[o]) in _OBJECTS_ONLY
+                                                             and (word != "no" or negations[o] not in said)
+                                                             or text[end - 1].isdigit() and _ROLE.get(word) == 1)):
             # a negation right after it is its verb's object or its value's other: said with it (``deleted nothing``,
             # ``ship nothing``, ``it's 40 not 50``), to the end of the run the negation opens
-            end = next((to for at, to in runs if at == object_[0]), object_[1])
-            if end == object_[1]:  # (the negation alone: to the next run's end, ``deleted nothing from the archive``)
-                end = next((to for at, to in runs if at >= end and at - end <= NEGATION_REACH), end)
+            end = run_ends.get(starts[o], ends[o])
+            if end == ends[o]:  # (the negation alone: to the next run's end, ``deleted nothing from the archive``)
+                r = bisect.bisect_left(run_starts, end)
+                if r < len(runs) and run_starts[r] - end <= NEGATION_REACH:
+                    end = runs[r][1]
         if limit and end <= limit.start() and (opened or (start, end) != run):
             end = runs[-1][1]  # (said with its negation, before the negation's limit: to the clause's end)
-        if end == runs[-1][1] and (right := _RIGHT_VALUE.match(text, end)) and any(c.isdigit() for c in text[start:end]):
+        if right and end == runs[-1][1] and any(c.isdigit() for c in text[max(start, end - 48) : end]):
             end = right.end()  # (the value meant after a negated one: ``not 40, it's 50``)
         if start == first[0]:
             start = lead
-        elif opener and _ROLE.get(opener) == 1 and (cond := [at for at, to in negations if to <= start and start - to
-                                                             <= NEGATION_REACH and _proposes(text, at, to)]):
-            start = cond[-1]  # (a negation inside a condition: with it, ``if it's not used anywhere else``, not
-            # ``not used anywhere else``, a hypothesis said as found)
+        elif opener and _ROLE.get(opener) == 1:
+            k = bisect.bisect_right(ends, start) - 1
+            while k >= 0 and start - ends[k] <= NEGATION_REACH:
+                if _proposes(text, *negations[k]):
+                    start = starts[k]  # (a negation inside a condition: with it, ``if it's not used anywhere else``,
+                    break  # not ``not used anywhere else``, a hypothesis said as found)
+                k -= 1
         yield start, text[start:end], True
 
 
