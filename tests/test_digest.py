@@ -2353,6 +2353,11 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 right = re.search(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""", text[:first])
                 if start == first == spans[0][0] and right and re.search(r"[^\W_]", right.group()):
                     start = right.start()
+                whose = re.search(r"(?<![\w'’-])(?i:few|many|most|some|several|others|both|all|half)[ \t]{1,4}\Z",
+                                  text[:start])
+                if whose and whose.start() >= start - 12 and any(
+                        at == start and text[at:to].lower()[-3:] in ("n't", "n’t") for at, to in negations):
+                    start = whose.start()
             out.append((start, text[start:end], bool(negations)))
     return out
 
@@ -2408,6 +2413,7 @@ PHRASE_CASES = [
     "his. Pin it to ~2.3.1, not ^2.3.1; the bug is in the (lexer), not in the parser,  not here",
     "It's not 40, it's 50. not 3 but 4; not v2 rather ^2.3.1! Far from full, it's 40. nicht 40, sondern 50",
     "Except for the billing service, all passed; apart from db everything außer x. found no errors, said no, yeah no",
+    "Some close friends kept supporting, but a few weren't able to handle it; many didn't, half  don’t. all can't",
 ]
 
 

@@ -174,3 +174,13 @@ def test_a_verb_keeps_its_no():
     alone, as found something."""
     found, line = _said("The linter found no errors in the module.")
     assert not _only_with(line, {"found"}, {"no"}), line
+
+
+def test_a_negated_verb_keeps_its_subject_of_few():
+    """``Some close friends kept supporting me, but a few weren't able to handle it`` gave ``close friends kept
+    supporting, weren't able`` at a merge (LoCoMo conv-26, 336+16): the negation read as the friends', ``few`` a piece
+    of its own the merge dropped."""
+    found, line = _said("Some close friends kept supporting me, but a few weren't able to handle it.")
+    assert not _only_with(found, {"weren't"}, {"few"}), found
+    found, line = _said("Most tests passed, but many didn't finish in time.")
+    assert not _only_with(found, {"didn't"}, {"many"}), found

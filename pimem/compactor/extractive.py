@@ -338,6 +338,9 @@ _OBJECTS = frozenset("nothing none nobody nowhere not never no nichts niemanden 
                      "jamais nada nadie nunca niente nulla nessuno ninguém ничего никого нигде не никогда nic nikogo "
                      "nikt niets niemand inget ingenting ingen".split())
 _OBJECTS_ONLY = _OBJECTS | frozenset(_ONLY_PHRASES)
+# a quantity that is a verb's subject right before its ``n't`` (``but a few weren't able``): said with it, never
+# ``weren't able`` alone, read as the clause's subject before (``close friends kept supporting, weren't able``)
+_QUANTIFIED = re.compile(r"(?<![\w'’-])(?i:few|many|most|some|several|others|both|all|half)[ \t]{1,4}\Z")
 # the words that limit a negation in time, after it in its clause (``not … before the audit ends``, ``nicht … bis``,
 # ``не … до``): a run said with the negation before one is said to its clause's end (``_negated``)
 _LIMIT = re.compile(r"(?<![\w'’-])(?i:before|until|till|once|bis|bevor|avant|jusqu|antes|hasta|prima|finché|até|до|пока"
@@ -1846,6 +1849,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
                     start = starts[k]  # (a negation inside a condition: with it, ``if it's not used anywhere else``,
                     break  # not ``not used anywhere else``, a hypothesis said as found)
                 k -= 1
+        if opens.get(start, "")[-3:] in ("n't", "n’t") and (
+                whose := _QUANTIFIED.search(text, max(0, start - 12), start)):
+            start = whose.start()  # (``few weren't able``: not ``weren't able``, read as the clause's subject before)
         yield start, text[start:end], True
 
 
