@@ -184,3 +184,13 @@ def test_a_negated_verb_keeps_its_subject_of_few():
     assert not _only_with(found, {"weren't"}, {"few"}), found
     found, line = _said("Most tests passed, but many didn't finish in time.")
     assert not _only_with(found, {"didn't"}, {"many"}), found
+
+
+def test_a_french_negation_stays_whole_over_its_elision():
+    """``Le déploiement n'a pas été effectué vendredi`` gave ``Le déploiement n'a, pas été effectué vendredi``, ``Il a
+    dit qu'il ne migrerait pas la base`` gave ``dit qu'il, ne migrerait, pas la base``: ``ne … pas`` in two pieces
+    (session 30, e27a03c; whole since: this keeps it so)."""
+    for clause in ("Le déploiement n'a pas été effectué vendredi.", "Il a dit qu'il ne migrerait pas la base avant lundi."):
+        found, line = _said(clause)
+        assert not [p for p in line if re.search(r"(?:\bne|n['’]a)$", p)], (clause, line)
+        assert not [p for p in line if p.startswith("pas ")], (clause, line)
