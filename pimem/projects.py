@@ -135,7 +135,7 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
     append), so of two projects claiming one name at once the second finds the first's record and goes on to
     its own. ``Busy`` after ``timeout`` seconds. The list of an earlier pimem's memory it passes is written on
     the way, from its ``imports.json``."""
-    from .errors import Busy
+    from .errors import Busy, NotFound
     from .memory import Memory
 
     for name, when in choices[:-1]:  # an earlier pimem's memory of the name, of other projects: their list written
@@ -155,12 +155,41 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
             return name
         mem = Memory.at(name, home)
         homes.ensure_dir(mem.path)
-        with mem.lock(timeout):
-            projects = held(mem.path)
-            if projects == [] or cwd in (projects or ()):
-                _add(mem.path, [cwd])
-                return name
-        # (taken by another project meanwhile: chosen again, its record read)
+        try:
+            with mem.lock(timeout):
+                projects = held(mem.path)
+                if projects == [] or cwd in (projects or ()):
+                    _add(mem.path, [cwd])
+                    return name
+        except NotFound:
+            pass  # (its directory removed while this waited: an unused claim released, ``release``)
+        # (taken by another project meanwhile, or released: chosen again, its record read)
+
+
+def release(mem, cwds) -> None:
+    """Undo the claim of memory ``mem`` for projects ``cwds`` when nothing was logged in it (an import of
+    nothing, or one that failed before its first message): its directory, holding only the lock and the project
+    list ``claim`` left, is removed, so a refused import leaves the home as it found it and the name is free for
+    ``rename``. Left as it is while the memory exists, holds anything else or another project, or is locked (a
+    writer is at it); a claimer waiting for the lock meanwhile finds it gone and chooses again."""
+    from .errors import Busy, NotFound
+
+    try:
+        if mem.exists() or mem.identity() is None:  # (made, or never claimed: no lock taken)
+            return
+        with mem.lock(0):
+            if mem.exists() or not set(held(mem.path) or ()) <= set(cwds):
+                return
+            if not set(os.listdir(mem.path)) <= {FILE, "write.lock"}:
+                return
+            for leftover in (FILE, "write.lock"):  # (the lock last: a waiter on it then finds it gone, ``Moved``)
+                try:
+                    os.unlink(mem.path / leftover)
+                except FileNotFoundError:
+                    pass
+            os.rmdir(mem.path)
+    except (Busy, NotFound, IntegrityError, OSError):
+        pass  # (a claim left as it was: harmless, its project's next import uses it)
 
 
 def still_free(name: str, cwd: str, home=None) -> bool:

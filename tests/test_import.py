@@ -1545,6 +1545,45 @@ def test_a_broken_project_list_is_said_in_one_line_and_nothing_is_imported(run, 
     assert run("import", tmp_path / "b.jsonl").exit_code == 0 and projects_of(apart(CLIENT_B)) == {CLIENT_B}
 
 
+@pytest.mark.parametrize("lines", [
+    [line for line in in_project(CLIENT_A, "sa") if line["type"] in ("file-history-snapshot", "progress", "summary")],
+    [{**line, "type": "user", "message": 3} for line in in_project(CLIENT_A, "sa") if line["type"] == "user"],
+], ids=["no message", "malformed only"])
+def test_an_import_of_nothing_leaves_no_memory_behind_and_the_name_free(run, home, tmp_path, lines):
+    """An import refused with nothing to import claimed 'api' for its project and left it, a directory
+    holding only its lock and project list: not listed, not deleted (no memory named 'api'), and in the way
+    of a rename to 'api' ('api' already exists). It leaves the home as it found it."""
+    assert run("append", "notes", "the api's notes").exit_code == 0
+    before = snapshot(home)
+    result = run("import", write_jsonl(tmp_path / "a.jsonl", lines))
+    assert result.exit_code == 1 and "nothing to import" in result.stderr, result.stderr
+    assert snapshot(home) == before
+    assert run("rename", "notes", "api").exit_code == 0
+
+def test_a_project_waiting_to_claim_a_memory_whose_unused_claim_is_released_chooses_again(home):
+    """A claimer waiting on the lock of the memory of its directory's name while an import of nothing removes
+    that memory's claim (``projects.release``) finds the directory gone: it chooses again and takes the name,
+    not exit 3 (renamed or deleted while this waited)."""
+    import threading
+
+    from pimem import projects
+    from pimem.importers.detect import choices
+
+    mem = Memory.at("api")
+    (home / "api").mkdir(parents=True)
+    got = []
+    with mem.lock():
+        claimer = threading.Thread(target=lambda: got.append(projects.claim(CLIENT_B, choices(CLIENT_B), timeout=30)))
+        claimer.start()
+        lock = str(home / "api" / "write.lock")
+        while sum(os.path.realpath(f"/proc/self/fd/{fd}") == lock for fd in os.listdir("/proc/self/fd")) < 2:
+            assert claimer.is_alive()  # (until the claimer holds the lock file open, waiting)
+        os.unlink(home / "api" / "write.lock")  # (as ``release`` removes an unused claim, under the lock)
+        os.rmdir(home / "api")
+    claimer.join(60)
+    assert got == ["api"] and json.loads((home / "api" / "projects.json").read_text())["projects"] == [CLIENT_B]
+
+
 def test_a_first_line_longer_than_the_peek_is_read_whole_to_tell_the_format(run, tmp_path, monkeypatch):
     """Detection reads a file's head a piece at a time: a first message longer than that piece (a pasted log)
     is not an empty file, and a first line over the line cap is passed over, as the import passes over it."""
