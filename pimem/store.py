@@ -179,6 +179,7 @@ class Log:
         self._saved: tuple[tuple, dict[str, _FileInfo], bool] | None = None  # (stamp, rows, trustworthy)
         self._known: tuple[int, list] | None = None  # (T, ranges) as last listed, see ``entries``
         self._checked: tuple | None = None  # the files found changed behind pimem's back, once checked
+        self._texts_stale = False  # such a change, until a writer has recorded it (see ``edited``)
         self.explaining = False  # fsck: it reads a changed log to explain it, never stops at the change
         self._unlooked = False  # the files' sizes came from ranges.json: a file read is checked as it is opened
         # with keep_written, the last write as (file name, offset, bytes) per run (an importer indexes from it)
@@ -288,15 +289,14 @@ class Log:
         rows, _ = self._read_saved()  # (read before the files: a write meanwhile only adds to them)
         end = self.check_whole(f"{', '.join(changed[:3])}{' …' if len(changed) > 3 else ''} changed behind pimem's back")
         self._refuse_lost_end(rows, end, checked=True)
-        self._checked = key
-        # the texts of the lines last shown (lines.json) may quote what was changed (a secret masked by hand):
-        # read again from the log (where it cannot be removed, this process does not take them, ``edited``)
-        with contextlib.suppress(OSError):
-            os.unlink(self.dir.parent / "lines.json")
+        self._checked, self._texts_stale = key, True
 
     @property
     def edited(self) -> bool:
-        """Whether this process found the log changed behind pimem's back (a valid change: else it stopped)."""
+        """Whether this process found the log changed behind pimem's back (a valid change: else it stopped): the
+        texts of the lines last shown (lines.json) may quote what was changed, a secret masked by hand, and are
+        read again from the log. The writer that records the change removes them (``save_ranges``, and fsck's
+        ``rewrite_ranges``); a reader writes nothing for it (the MCP server writes nothing at all)."""
         return self._checked is not None
 
     def lost_end(self, end: int, rows: dict[str, _FileInfo] | None = None) -> tuple[int, int, list[str]] | None:
@@ -415,7 +415,11 @@ class Log:
             self._saved_end = _end(saved)
             self._edited.clear()  # (recorded)
         except OSError:
-            pass  # only a cache: the next process reads the files' ends instead
+            return  # only a cache: the next process reads the files' ends instead
+        if self._texts_stale:  # (the change is recorded: no reader finds it again)
+            with contextlib.suppress(OSError):
+                os.unlink(self.dir.parent / "lines.json")
+            self._texts_stale = False
 
     def _crc_read(self, name: str, size: int, stamp: tuple | None) -> int | None:
         """The CRC-32 found when the file was last read whole (checking the log), if it then had this size
@@ -460,8 +464,9 @@ class Log:
         return wrong, sorted(gone)
 
     def rewrite_ranges(self) -> None:
-        """Write ranges.json again from the day files themselves (writers only, under the writer lock)."""
-        self._info, self._loaded = {}, True
+        """Write ranges.json again from the day files themselves (writers only, under the writer lock): they
+        were changed otherwise (fsck), so the texts of the lines last shown go too (see ``edited``)."""
+        self._info, self._loaded, self._texts_stale = {}, True, True
         for name in self._names():
             info = self._file_info(name)
             st = lstat(f"{self.dir}/{name}")
