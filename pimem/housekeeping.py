@@ -41,9 +41,13 @@ def refuse_if_watched(mem: Memory, doing: str) -> None:
 def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: float | None = None) -> Memory:
     """Move memory ``old`` to ``new``; ``<home>/<old>`` becomes a pointer ``{"renamedTo": new}`` that every
     command follows. ``new`` must be free: renaming back over a pointer that leads to ``old`` is allowed."""
+    from .projects import release
+
     homes.validate_name(new)
     mem = Memory.open(old, home)
     target = mem.home / new
+    if target.is_dir() and not target.is_symlink():  # (a project's claim of the name, nothing logged in it: taken over)
+        release(Memory(new, target, mem.home))
     if target.exists() or target.is_symlink():
         if not (target.is_file() and _leads_to(mem.home, new, mem.path)):
             raise BadInput(f"cannot rename '{old}' to '{new}': '{new}' already exists in {mem.home}")

@@ -166,19 +166,20 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
         # (taken by another project meanwhile, or released: chosen again, its record read)
 
 
-def release(mem, cwds) -> None:
-    """Undo the claim of memory ``mem`` for projects ``cwds`` when nothing was logged in it (an import of
-    nothing, or one that failed before its first message): its directory, holding only the lock and the project
-    list ``claim`` left, is removed, so a refused import leaves the home as it found it and the name is free for
-    ``rename``. Left as it is while the memory exists, holds anything else or another project, or is locked (a
-    writer is at it); a claimer waiting for the lock meanwhile finds it gone and chooses again."""
+def release(mem, cwds=None) -> None:
+    """Undo the claim of memory ``mem`` for projects ``cwds`` (None: any) when nothing was logged in it (an
+    import of nothing, or one that failed before its first message; a rename to its name): its directory,
+    holding only the lock and the project list ``claim`` left, is removed, so a refused import leaves the home
+    as it found it and the name is free for ``rename``. Left as it is while the memory exists, holds anything
+    else or another project, or is locked (a writer is at it); a claimer waiting for the lock meanwhile finds it
+    gone and chooses again."""
     from .errors import Busy, NotFound
 
     try:
         if mem.exists() or mem.identity() is None:  # (made, or never claimed: no lock taken)
             return
         with mem.lock(0):
-            if mem.exists() or not set(held(mem.path) or ()) <= set(cwds):
+            if mem.exists() or cwds is not None and not set(held(mem.path) or ()) <= set(cwds):
                 return
             if not set(os.listdir(mem.path)) <= {FILE, "write.lock"}:
                 return

@@ -1560,6 +1560,26 @@ def test_an_import_of_nothing_leaves_no_memory_behind_and_the_name_free(run, hom
     assert snapshot(home) == before
     assert run("rename", "notes", "api").exit_code == 0
 
+def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
+    """A claim whose project logged nothing (a follower or hook stopped before the first message, a crash
+    after the claim) left 'api' a directory that is no memory: not listed, and rename refused it ('api'
+    already exists). A rename takes the name over it; a directory holding anything more is still refused."""
+    from pimem import projects
+    from pimem.importers.detect import choices
+
+    assert run("append", "notes", "the api's notes").exit_code == 0
+    assert projects.claim(CLIENT_A, choices(CLIENT_A)) == "api"
+    assert [line.split()[0] for line in run("list").stdout.splitlines()] == ["notes"]
+    result = run("rename", "notes", "api")
+    assert result.exit_code == 0, result.stderr
+    assert [m["text"] for m in messages("api")] == ["the api's notes"] and not (home / "api" / "projects.json").exists()
+    assert projects.claim(CLIENT_B, choices(CLIENT_B)) == "api"  # (its notes no project's: the next project's)
+    assert projects.claim("/home/x/web", choices("/home/x/web")) == "web"
+    (home / "web" / "imports.json").write_text("{}")  # (more than a claim: not taken over)
+    result = run("rename", "api", "web")
+    assert result.exit_code == 2 and "'web' already exists" in result.stderr
+
+
 def test_a_project_waiting_to_claim_a_memory_whose_unused_claim_is_released_chooses_again(home):
     """A claimer waiting on the lock of the memory of its directory's name while an import of nothing removes
     that memory's claim (``projects.release``) finds the directory gone: it chooses again and takes the name,
