@@ -35,7 +35,15 @@ def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o600) -> int:
 
 def open_binary(path: str | os.PathLike, buffering: int = -1):
     """A file opened for reading in binary, never through a link."""
-    return os.fdopen(open_fd(path, os.O_RDONLY), "rb", buffering=buffering)
+    fd = open_fd(path, os.O_RDONLY)
+    try:
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except OSError as exc:  # (a directory at the file's name: named by its path, not by the descriptor's number)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 
 def lstat(path: str | os.PathLike) -> os.stat_result:

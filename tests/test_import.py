@@ -1560,6 +1560,17 @@ def test_an_import_of_nothing_leaves_no_memory_behind_and_the_name_free(run, hom
     assert snapshot(home) == before
     assert run("rename", "notes", "api").exit_code == 0
 
+def test_a_project_list_that_cannot_be_read_is_named_in_one_line(run, home, tmp_path):
+    """A directory where projects.json should be was said as 'Is a directory: 3' (a file descriptor's number)."""
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    (home / "api" / "projects.json").unlink()
+    (home / "api" / "projects.json").mkdir()
+    before = snapshot(home)
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb")))
+    assert result.exit_code == 7 and result.stderr == f"pimem: error: Is a directory: {home / 'api' / 'projects.json'}\n"
+    assert snapshot(home) == before
+
+
 def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
     """A claim whose project logged nothing (a follower or hook stopped before the first message, a crash
     after the claim) left 'api' a directory that is no memory: not listed, and rename refused it ('api'
