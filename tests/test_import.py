@@ -1560,6 +1560,21 @@ def test_an_import_of_nothing_leaves_no_memory_behind_and_the_name_free(run, hom
     assert snapshot(home) == before
     assert run("rename", "notes", "api").exit_code == 0
 
+def test_an_import_refused_on_its_second_project_s_list_leaves_no_claim_of_its_first(run, home, tmp_path):
+    """The projects' memories are claimed before anything is imported: one refused (a broken project list) left
+    the claims made before it, directories that are no memory, in a home the refused import was not to change."""
+    assert run("import", write_jsonl(tmp_path / "w.jsonl", in_project("/home/x/web", "sw"))).exit_code == 0
+    (home / "web" / "projects.json").write_text("{not json")
+    folder = tmp_path / "both"
+    folder.mkdir()
+    write_jsonl(folder / "a.jsonl", in_project(CLIENT_A, "sa"))
+    write_jsonl(folder / "w.jsonl", [dict(line, cwd="/home/x/other/web") if "cwd" in line else line for line in in_project("/", "sw2")])
+    before = snapshot(home)
+    result = run("import", folder)
+    assert result.exit_code == 5 and result.stderr.startswith("pimem: error: broken project list"), result.stderr
+    assert snapshot(home) == before
+
+
 def test_a_project_list_that_cannot_be_read_is_named_in_one_line(run, home, tmp_path):
     """A directory where projects.json should be was said as 'Is a directory: 3' (a file descriptor's number)."""
     assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0

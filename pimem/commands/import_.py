@@ -49,8 +49,7 @@ def command(
       pimem import --follow ~/.codex/sessions ~/.pi/agent/sessions
     """
     from ..importers import by_project, plan
-    from ..importers.detect import apart
-    from ..projects import release
+    from ..importers.detect import apart, release
 
     if "" in files:  # (a path the system reads as the current directory)
         raise BadInput("an empty FILE names no file: give a session file or a directory")
@@ -89,8 +88,8 @@ def command(
             raise
         raise PimemError(f"{error.message}; {_logged(logged[0])}", error.code) from None
     finally:
-        for memory, group in groups.items() if name is None else ():  # (a memory claimed for nothing: unclaimed)
-            release(mems[memory], [s.cwd for s in group])
+        if name is None:  # (a memory claimed for nothing: unclaimed)
+            release(groups, home)
     if malformed and not read:
         raise NothingFound(f"nothing to import: {output.count(malformed, 'malformed line')} skipped and no message read")
     if not read and len(fresh) == len(sources):  # (a file read before, unchanged or grown by such lines, is no news)

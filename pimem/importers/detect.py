@@ -260,6 +260,15 @@ def apart(sources: list[Source], name: str, home=None) -> str:
     return f"'{first}' holds another project's sessions; " if others != [] else ""
 
 
+def release(groups: dict[str, list[Source]], home=None) -> None:
+    """The claims ``by_project`` made for ``groups`` undone where nothing was logged (``projects.release``)."""
+    from .. import projects
+    from ..memory import Memory
+
+    for name, group in groups.items():
+        projects.release(Memory.at(name, home), [s.cwd for s in group if s.cwd])
+
+
 def _file_name(sources: list[Source]) -> str:
     for s in sources:
         if name := _valid(Path(s.path).stem, s.path.encode("utf-8", "surrogateescape")):
@@ -294,6 +303,10 @@ def by_project(sources: list[Source], home=None, timeout: float | None = None) -
     for source in sources:
         groups.setdefault(source.cwd or _file_name([source]), []).append(source)
     named: dict[str, list[Source]] = {}
-    for group in groups.values():
-        named.setdefault(claim_name(group, home, timeout), []).extend(group)
+    try:
+        for group in groups.values():
+            named.setdefault(claim_name(group, home, timeout), []).extend(group)
+    except BaseException:  # (one refused, a busy lock or a broken list: the claims made before it undone)
+        release(named, home)
+        raise
     return {name: sorted(group, key=Source.sort_key) for name, group in named.items()}  # (two projects one memory holds)
