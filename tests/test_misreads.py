@@ -194,3 +194,10 @@ def test_a_french_negation_stays_whole_over_its_elision():
         found, line = _said(clause)
         assert not [p for p in line if re.search(r"(?:\bne|n['’]a)$", p)], (clause, line)
         assert not [p for p in line if p.startswith("pas ")], (clause, line)
+
+
+def test_an_interjection_is_no_piece():
+    """``Oops, sorry 'bout the accident! Whoa, that sign looks serious`` gave ``Oops, sorry, bout, accident, Whoa``
+    (LoCoMo conv-26 368+16: ``Oops, bout, Must, guys, goodness``): words that say nothing of the span, in its line."""
+    found, line = _said("Oops, sorry 'bout the accident! Whoa, that sign looks serious. Nope, nah, wow.")
+    assert not {"Oops", "bout", "Whoa", "Nope", "nah", "wow"} & set(found + line), (found, line)

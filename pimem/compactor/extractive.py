@@ -143,6 +143,7 @@ STOP = frozenset(
     "good much lot lots way things thing something anything one also been going get got make made see "
     "though even still always never ever every many us them it's i've i'd you've we're they're can't "
     "user pi echo tool work note assistant "
+    "oops whoa wow yay nope nah hmm ugh haha lol omg gosh geez yikes phew aww bout "  # (interjections: no piece alone)
     "的 了 是 我 你 他 她 它 们 在 和 也 就 都 而 及 与 着 或 一个 没有 我们 你们 这个 那个 然后 需要 可以 一下 什么".split()
 )
 # facts copied exactly: URLs, paths, file names, identifiers (CamelCase, camelCase, snake_case, ECODES,
