@@ -636,7 +636,7 @@ class Memory:
     def cursor(self, consumer: str) -> int | None:
         """The next ``i`` the consumer has not seen, or None for a new consumer."""
         homes.validate_name(consumer, "consumer")
-        at = self._cursors().get(consumer)
+        at = self._cursors(consumer).get(consumer)
         if at is not None and (type(at) is not int or at < 0):
             raise IntegrityError(f"cursors.json: consumer {consumer!r} is at {orjson.dumps(at).decode()[:40]}, not a "
                                  "message number; fix it or remove the entry (the consumer then starts at WHEN)")
@@ -663,19 +663,20 @@ class Memory:
             raise Busy(f"the cursors of memory '{self.name}' are locked by another consumer; try again")
         try:
             self._here()  # (not into a memory that took the name since)
-            cursors = self._cursors()
+            cursors = self._cursors(consumer)
             cursors[consumer] = next_i
             homes.write_atomic(self.path / "cursors.json", orjson.dumps(cursors, option=orjson.OPT_SORT_KEYS) + b"\n")
         finally:
             lock.release()
 
-    def _cursors(self) -> dict:
+    def _cursors(self, consumer: str) -> dict:
         try:
             cursors = configs.read_json(self.path / "cursors.json", {})
         except orjson.JSONDecodeError:
             cursors = None
         if not isinstance(cursors, dict):
-            raise IntegrityError("cursors.json is not a JSON object of consumers; fix it or remove it")
+            raise IntegrityError(f"cursors.json is not a JSON object of consumers, so where consumer {consumer!r} "
+                                 "stopped cannot be read; fix it or remove it (every consumer then starts at WHEN)")
         return cursors
 
     # ---- summaries ---------------------------------------------------------------------------------------

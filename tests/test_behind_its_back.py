@@ -692,6 +692,7 @@ def test_damaged_cursors_and_import_state_are_one_line_or_rebuilt(sh, log, tmp_p
         (log.parent / "cursors.json").write_bytes(cursors)
         out = sh("since", "m", "--cursor", "mailer")
         assert out.returncode == 5 and why in out.stderr and out.stderr.count(b"\n") == 1, out.stderr
+        assert b"consumer 'mailer'" in out.stderr, out.stderr  # (the one this run could not read)
     (log.parent / "cursors.json").write_bytes(b'{"mailer":9}')  # at the end: waits for the next message, as ever
     assert sh("since", "m", "--cursor", "mailer").returncode == 0
     (log.parent / "cursors.json").unlink()
