@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import orjson
 
 from . import decoder, message as msgs, when
-from .errors import PimemError
+from .errors import IntegrityError, PimemError
 from .home import append_durably
 from .memory import Memory
 from .nofollow import check_dir, kind, read_bytes
@@ -87,7 +87,35 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
                 f.action, f.repair = None, None
                 f.problem += "; --repair leaves it until the lost messages are put back or accepted"
     log += lost
-    return log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_temporaries(mem)
+    return (log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_projects(mem)
+            + check_temporaries(mem))
+
+
+def check_projects(mem: Memory) -> list[Finding]:
+    """The list of the projects whose sessions the memory holds (``projects.json``): one that cannot be read
+    stops ``import`` and the hook of every project of the memory's name (exit 5); ``--repair`` makes it again
+    from the memory's imports (a link there is named and left alone)."""
+    from . import projects
+
+    path = mem.path / projects.FILE
+    if os.path.islink(path):
+        return [Finding(mem.name, "files", path.name, "a symbolic link: pimem never follows links inside its home")]
+    try:
+        if os.path.lexists(path):
+            projects.held(mem.path)
+    except IntegrityError:
+        return [Finding(mem.name, "files", path.name, "not a list of the project directories whose sessions the memory "
+                        "holds; import and the hook stop at it (exit 5)", repair="make it again from the memory's imports",
+                        action=_remake_projects)]
+    except OSError as exc:
+        return [Finding(mem.name, "files", path.name, f"cannot be read ({exc.strerror}); import and the hook stop at it")]
+    return []
+
+
+def _remake_projects(mem: Memory) -> None:
+    from . import projects
+
+    projects.remake(mem.path)
 
 
 # a write's temporary twin (``home.write_atomic``): .NAME.PID.tmp

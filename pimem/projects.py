@@ -99,6 +99,16 @@ def _add(directory: Path, cwds: list[str]) -> None:
         homes.sync_dir(directory)
 
 
+def remake(directory: Path) -> None:
+    """Under the writer lock: a ``projects.json`` that cannot be read made again from what the memory's
+    ``imports.json`` says it imported, as removing it does (``fsck --repair``)."""
+    try:
+        os.unlink(directory / FILE)
+    except FileNotFoundError:
+        pass
+    _add(directory, [])
+
+
 def memory_for(cwd: str, choices: list[tuple[str, str]], home=None) -> tuple[str, bool]:
     """Where project ``cwd``'s sessions are, or would go: the name of the first of ``choices`` that holds it,
     else of the first ``FREE`` one that holds no project, else the ``OWN`` one; and whether that is settled

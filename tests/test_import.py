@@ -1560,6 +1560,22 @@ def test_an_import_of_nothing_leaves_no_memory_behind_and_the_name_free(run, hom
     assert snapshot(home) == before
     assert run("rename", "notes", "api").exit_code == 0
 
+def test_fsck_names_a_broken_project_list_and_repair_makes_it_again(run, home, tmp_path):
+    """import and the hook refuse a broken projects.json with exit 5, which says run pimem fsck: fsck said
+    the memory was ok (exit 0). It names the file (exit 5), and --repair makes it again from the imports."""
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))).exit_code == 0
+    (home / "api" / "projects.json").write_text("{not json")
+    result = run("fsck", "api")
+    assert result.exit_code == 5 and result.stdout.startswith("api: files: projects.json: problem: "), result.stdout
+    assert "(--repair: make it again from the memory's imports)" in result.stdout
+    result = run("fsck", "--repair", "api")
+    assert result.exit_code == 0, result.stdout
+    assert json.loads((home / "api" / "projects.json").read_text()) == {"version": 1, "projects": [CLIENT_A]}
+    assert run("fsck", "api").stdout == "api: ok (7 messages)\n"
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_B, "sb")))
+    assert result.exit_code == 0 and projects_of(apart(CLIENT_B)) == {CLIENT_B}
+
+
 def test_an_import_refused_on_its_second_project_s_list_leaves_no_claim_of_its_first(run, home, tmp_path):
     """The projects' memories are claimed before anything is imported: one refused (a broken project list) left
     the claims made before it, directories that are no memory, in a home the refused import was not to change."""
