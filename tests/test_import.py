@@ -1209,6 +1209,48 @@ def test_a_codex_turn_read_on_takes_its_counts_from_the_last_read_or_else_loses_
     assert [(m["text"], "turn" in m["meta"]) for m in messages()[-3:]] == [("two", False), ("four", False), ("two", False)]
 
 
+def _said(s: int, text: str) -> dict:
+    return _item(s, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+
+
+@pytest.mark.parametrize("read_before", ["a line over the cap"])
+def test_a_codex_turn_read_on_again_in_another_process_keeps_its_counts(sh, home, tmp_path, read_before):
+    """A turn read on in another process counts its repeats from its lines read again, checked against the
+    digest saved. A line over the cap for one line, which the import skipped, was counted there (the digest
+    not given again), and a turn whose counts the pimem before saved whole (no line of its start) was not read
+    again at all: the turn's later texts were logged by their line alone, without their turn, so the parent's
+    words a fork imported meanwhile (by their turn and repeats) were logged a second time."""
+    from pimem import config, hashes
+    from pimem.importers.state import STATE
+
+    config.save_home(None, {"max_text_bytes": 2000})
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3], _said(4, "one"), _said(4, "two")]
+    if read_before == "a line over the cap":
+        lines.append(_said(4, "x" * 300_000))
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert sh("import", path, "-n", "t").returncode == 0
+    if read_before == "the pimem before":  # (its counts whole, as the pimem before saved them)
+        data = json.loads((home / "t" / STATE).read_text())
+        kept = data["files"][str(path)]["state"]
+        for key in [key for key in kept if key.startswith("said")]:
+            del kept[key]
+        kept["said"] = {hashes.blake2b(json.dumps([kind, t], separators=(",", ":")).encode(), digest_size=6).hexdigest(): 1
+                        for kind, t in [("user", "go"), ("pi", "one"), ("pi", "two")]}
+        (home / "t" / STATE).write_text(json.dumps(data))
+    more = [_said(5, "one"), _said(5, "three")]
+    lines += more
+    write_jsonl(path, more[:1])
+    assert sh("import", path, "-n", "t").stdout.startswith(b"t: 1 imported, 0 already present")
+    write_jsonl(path, more[1:])
+    fork = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(lines, "cx-F", len(lines)))  # (forked meanwhile)
+    assert sh("import", fork, "-n", "t").stdout.startswith(b"t: 1 imported, 4 already present")
+    out = sh("import", path, "-n", "t")
+    assert out.stdout.startswith(b"t: 0 imported, 1 already present"), out.stdout + out.stderr
+    assert [(m["text"], m["meta"].get("turn"), m["meta"].get("repeat")) for m in messages()[-3:]] == [
+        ("two", messages()[1]["meta"]["turn"], None), ("one", messages()[1]["meta"]["turn"], 1),
+        ("three", messages()[1]["meta"]["turn"], None)]
+
+
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
     by, so the same words in two of its turns are two messages, as they were, and a call of another session

@@ -204,14 +204,15 @@ class _File:
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
+        limit = line_cap(self.cap)
         parser = FORMATS[self.source.format](
             self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset),
-            before=(lambda: read_lines(f, offset)) if offset else None, held=lambda rec: self.state.holds(key_of(rec)))
+            before=(lambda: _as_read(read_lines(f, offset), limit)) if offset else None,
+            held=lambda rec: self.state.holds(key_of(rec)))
         self.parser = parser
         self.report.from_line = line_no + 1
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
-        limit = line_cap(self.cap)
         now = time.monotonic()
         stop = None if self.deadline is None else now + max(0.0, self.deadline - now) * READ_SHARE
         for raw in bounded_lines(f, limit):
@@ -381,6 +382,13 @@ class _File:
         if not wanted:
             return {}
         return {msg["i"]: _same(msg) for msg in self.mem.messages(min(wanted), max(wanted) + 1) if msg["i"] in wanted}
+
+
+def _as_read(lines, limit: int):
+    """``lines`` as the import read them: one over the cap for one line (``bounded_lines``), which it skipped
+    unread, is blank (a Codex turn's repeats counted again would count it, the digest saved not given again)."""
+    for line in lines:
+        yield b"" if len(line) >= limit else line
 
 
 def _same(msg: dict) -> tuple:
