@@ -1213,7 +1213,7 @@ def _said(s: int, text: str) -> dict:
     return _item(s, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
 
 
-@pytest.mark.parametrize("read_before", ["a line over the cap"])
+@pytest.mark.parametrize("read_before", ["a line over the cap", "the pimem before"])
 def test_a_codex_turn_read_on_again_in_another_process_keeps_its_counts(sh, home, tmp_path, read_before):
     """A turn read on in another process counts its repeats from its lines read again, checked against the
     digest saved. A line over the cap for one line, which the import skipped, was counted there (the digest

@@ -167,17 +167,18 @@ class CodexParser(Parser):
                 self._said = _Said(None, None)  # (counts that cannot be had again)
                 return None
         self._said = _keep(self.file, said)
-        self.state.update(said_at=at, said_sum=said.digest())
+        self.state.update(said_at=said.at, said_sum=said.digest())
         return said
 
     def _recount(self, turn: str, at) -> "_Said | None":
         """The counter of ``turn``, which started on line ``at``, read again from the lines read before (as
-        ``state._turns_of`` reads them)."""
-        if self.before is None or type(at) is not int:
+        ``state._turns_of`` reads them); where the state does not say that line (the pimem before saved the
+        counts whole, and this one read on from them), from the file's start to the turn's last start."""
+        if self.before is None or at is not None and type(at) is not int:
             return None
         again = CodexParser(self.file)
         for n, line in enumerate(self.before(), 1):
-            if n < at:
+            if at is not None and n < at:
                 continue
             line = line.removeprefix(decoder.BOM) if n == 1 else line
             if not line.strip():
@@ -187,7 +188,7 @@ class CodexParser(Parser):
             except (decoder.JSONDecodeError, Malformed):
                 continue
         said = again._said
-        return said if said is not None and (said.turn, said.at) == (turn, at) else None
+        return said if said is not None and said.turn == turn and at in (None, said.at) else None
 
     def _legacy(self, obj: dict) -> dict:
         """An older rollout's line in the current envelope (or unchanged when it is neither)."""
