@@ -435,7 +435,8 @@ def build(home: api.Home = None):
 
 def serve(home: api.Home = None) -> None:
     """Serve over stdio until the client hangs up; a home no command can use (a file) is refused first."""
-    from . import env
+    from . import env, viewfile
 
     env.home(home)
+    viewfile.readers_write_nothing()
     build(home).run()

@@ -42,6 +42,14 @@ TEXTS_VERSION = 8  # 2: a long tool message's own line is hidden inside a joined
 # other messages' words a line joins, a count is at most 13 characters; 5: the mask folds case, width and
 # normal form; 6: and reads a call's JSON escapes; 7: and leaves a terminal's colour codes out; 8: a verbatim
 # leaf says its speaker (``[text, without tools, with them]``)
+_readers_save = True  # a reader saves what it caught up or counted (``current``) and the texts it showed
+
+
+def readers_write_nothing() -> None:
+    """In this process a reader leaves ``view.json`` and ``lines.json`` as they are, whatever it catches up or
+    counts (the MCP server, which writes nothing); a writer saves them as ever."""
+    global _readers_save
+    _readers_save = False
 
 
 class Views:
@@ -444,6 +452,8 @@ class ViewFile:
         save only if the writer lock is free right now (readers never wait for it). ``create=False`` returns
         None when no view exists yet.
         """
+        if save is None and not _readers_save:
+            save = False
         path = self.path
         stamp = _stamp(path)
         count = self.log.count() if upto is None else upto  # (a writer passes the count it appended at)
@@ -654,7 +664,7 @@ class ViewFile:
     def flush(self) -> None:
         """Save views left unsaved by the amortised rule, if nobody wrote since (at the end of the process)."""
         views = self.loaded
-        if views is not None and views.dirty:
+        if views is not None and views.dirty and _readers_save:
             self._write_if_free(views)
 
     def noted(self, first: int, notes: Sequence[dict]) -> None:
@@ -766,7 +776,7 @@ class ViewFile:
                 text = markers[i]
             said = text if text is None else shown_text(text)  # (without its colour codes, its days said once)
             out.append((l, i, text, line_bytes_cost(l, i, said, None)))  # (its cost: the bytes shown)
-        if (todo or len(self._markers) > known) and save:
+        if (todo or len(self._markers) > known) and save and _readers_save:
             self._save_texts(line_bytes, keep)
         return out
 

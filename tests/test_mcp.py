@@ -123,6 +123,41 @@ def test_a_tools_text_is_its_compact_json_within_the_budget(run, home, talk):
         assert len(text) <= most and json.loads(text) == result["structuredContent"] and "\n" not in text, len(text)
 
 
+@pytest.mark.parametrize("lock", ["free", "busy"])
+def test_a_view_saved_before_the_names_were_counted_is_read_writing_nothing(home, talk, lock):
+    """A view.json of version 1 (saved before the speakers' names were counted) is counted by a reader, who
+    saves it counted if the writer lock is free, else keeps which lines it counted in lines.json: the MCP
+    server did both (view.json written by view, since, search, recall and zoom; lines.json where another
+    process held the lock), where it writes nothing. It counts the view for itself and leaves the files be."""
+    import subprocess
+
+    import orjson
+
+    from pimem.viewfile import _check as view_check
+
+    path = home / "main" / "view.json"
+    saved = orjson.loads(path.read_bytes())
+    old = {**saved, "version": 1}
+    old["check"] = view_check({k: old[k] for k in ("T", "view", "cview", "tree")})
+    path.write_bytes(orjson.dumps(old))
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom pimem import Memory\n"
+                               "with Memory.open('main').lock():\n    print('held', flush=True)\n    sys.stdin.readline()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=subprocess_env()) if lock == "busy" else None
+    try:
+        assert holder is None or holder.stdout.readline() == b"held\n"
+        before = snapshot(home)
+        _, results = call_all(home, [("view", {"name": "main"}), ("since", {"name": "main", "start": 8}),
+                                     ("search", {"query": "5433"}), ("recall", {"name": "main", "query": "5433"}),
+                                     ("zoom", {"name": "main", "node": "8+1"})])
+        after = snapshot(home)
+    finally:
+        if holder is not None:
+            holder.communicate(b"\n", timeout=30)
+    assert not any(r["isError"] for r in results), results
+    assert "5433" in " ".join(results[0]["structuredContent"]["lines"])
+    assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == set()
+
+
 def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
     run("append", "main", "one more about 5433")  # the index now lags the log
     before = snapshot(home)
