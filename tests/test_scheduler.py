@@ -1019,6 +1019,25 @@ def test_nodes_given_up_name_the_first_ones_error(run, home, monkeypatch):
     assert "HTTP 500" in error[0]
 
 
+def test_nodes_given_up_name_the_first_in_the_log_as_status_lists_them(run, home, monkeypatch):
+    """The error named the lowest level's first node given up (a leaf late in the log before a join of its
+    first messages), where status lists the failing nodes first in the log first: both say the same node."""
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+
+    def refuse(n, body):
+        task = body["messages"][-1]["content"]
+        return "500" if "compress message 37 " in task or "adjacent lines 0+8 and 8+8 " in task else None
+
+    with FakeLLM("openai", faults=refuse) as server:
+        configure(home, server)
+        fill("m", 40)
+        out = run("build-tree", "m", "--retries", "0")
+    failing = [fail["node"] for fail in orjson.loads(run("status", "m", "--json").stdout)["failures"]]
+    assert failing == ["0+16", "37+1"], failing
+    error = [line for line in out.stderr.splitlines() if line.startswith("pimem: error: ")]
+    assert out.exit_code == 6 and "2 nodes could not be built (first m 0+16: " in error[0], out.stderr
+
+
 def build_refusing_message_10(home, monkeypatch, n: int, cview: dict | None = None):
     """``build-tree`` of ``n`` messages against a server that fails message 10's leaf every time: the
     scheduler and the requests it sent."""

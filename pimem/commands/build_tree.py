@@ -167,7 +167,8 @@ def command(
         raise ProviderError("; ".join(_said_capped(event, builders.survey(Memory.open(event["memory"], home))["pending"])
                                       for event in capped))
     if failed:
-        builder, node = next((b, node) for b in built for node in sorted(b.gave_up))
+        # (the first in the log: its first message, then the smaller node, as status lists them)
+        builder, node = next((b, node) for b in built for node in sorted(b.gave_up, key=lambda n: (n[1] << n[0], n[0])))
         entry = builder.state.failures.get(label(*node), {})
         error = entry.get("error", "")[:200]
         if node in builder.deferred and node not in builder.tries:  # (sent nothing: its old error alone read as new)
