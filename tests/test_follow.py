@@ -504,3 +504,26 @@ def test_a_follower_that_finds_the_memory_of_its_project_s_name_locked_says_so_o
     follower.poll()
     follower.close()
     assert texts("api") == ["notes", "question 0 of sb", "answer 0"]
+
+
+def test_a_session_started_in_the_time_stamp_tick_of_the_last_listing_is_followed(home, tmp_path):
+    """A directory is listed again when its mtime changes; a session file made in the same tick of the file
+    system's clock as the listing before it (time stamps of a second on HFS+ and many network file systems, two
+    on FAT, a clock stepped back) leaves the mtime as the listing saw it, and that session was never followed
+    (until something else changed the directory: the next day's first session, say)."""
+    sessions = tmp_path / "sessions"
+    day = sessions / "2026" / "12" / "07"
+    day.mkdir(parents=True)
+    append(day / "rollout-1.jsonl", codex_rollout("cx-1"))
+    proc = start(sessions)
+    try:
+        wait_for(lambda: texts("tool") == ["run the tests", "they pass"])
+        tick = time.time_ns() + 1_000_000_000  # (the tick the listing and the next session share)
+        os.utime(day, ns=(tick, tick))
+        time.sleep(0.75)  # (a few rounds: the follower lists the day's directory as of that tick)
+        append(day / "rollout-2.jsonl", codex_rollout("cx-2", cwd="/repo/web"))
+        os.utime(day, ns=(tick, tick))
+        wait_for(lambda: texts("web") == ["run the tests", "they pass"])
+    finally:
+        code, _, err = stop(proc)
+    assert code == 143 and err.startswith("pimem: interrupted: 4 messages imported"), err

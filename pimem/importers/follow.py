@@ -4,7 +4,8 @@
     >>> follower.run(stop)        # until ``stop`` (a threading.Event) is set
 
 Every ``POLL`` seconds the follower looks at the directories it was given (a directory is listed again only
-when its modification time changed, so a large tree costs one ``stat`` per directory) and at every
+when its modification time changed, so a large tree costs one ``stat`` per directory, and for ``SETTLE``
+seconds after a change, whose time stamp a file made right after the listing may share) and at every
 ``*.jsonl`` file under them, and imports what grew through the import job (``job.run``): each file into
 its project's memory (named and claimed as ``import`` names it, unless a name was given), nothing twice, where it
 left off. It holds the files it follows open, so that
@@ -27,6 +28,7 @@ import errno
 import os
 import stat
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,8 @@ from .state import ImportState
 
 POLL = 0.25  # seconds between looks at the followed files and directories
 OPEN_FILES = 128  # files held open at most (the ones that changed last); others are reopened by path
+SETTLE = 3.0  # seconds: a directory whose mtime is this close to when it was listed is listed again next round (a file
+# system's time stamps tick by up to 2 s, FAT's; a session file made in the listing's tick leaves the mtime as it was)
 
 
 @dataclass
@@ -88,7 +92,7 @@ class Follower:
                 self.singles.append(Path(os.path.abspath(path)))
             else:
                 raise BadInput(f"{given}: no such file or directory")
-        self.dirs: dict[Path, int] = {}  # directory -> its mtime when last listed
+        self.dirs: dict[Path, int | None] = {}  # directory -> its mtime when last listed (None: listed again next round)
         self.children: dict[Path, list[Path]] = {}  # directory -> its subdirectories when last listed
         self.files: dict[str, _File] = {}
         self.pending: dict[str, tuple] = {str(p): () for p in self.singles}  # not readable yet -> (ino, size, mtime) then
@@ -152,6 +156,7 @@ class Follower:
                 self._warn(str(directory), _cannot(str(directory), exc))
             return
         if self.dirs.get(directory) != mtime:
+            listed = time.time_ns()
             try:
                 entries = list(os.scandir(directory))
                 subs = [Path(e.path) for e in entries if e.is_dir(follow_symlinks=False)]
@@ -161,8 +166,8 @@ class Follower:
             except OSError as exc:  # an unreadable directory: said once, listed again every round until it can be
                 self._warn(str(directory), _cannot(str(directory), exc))
                 subs, found = self.children.get(directory, []), []
-            else:
-                self.dirs[directory] = mtime
+            else:  # (an mtime in the listing's tick, or ahead of it, is not trusted yet: listed again next round)
+                self.dirs[directory] = mtime if abs(listed - mtime) >= SETTLE * 1e9 else None
                 self.warned.pop(str(directory), None)
             self.children[directory] = subs
             for path in found:
