@@ -24,10 +24,25 @@ def default() -> str:
     return os.environ.get("PIMEM_MEMORY") or DEFAULT
 
 
+def taken() -> str:
+    """The default memory, taken by a command that names none: a ``$PIMEM_MEMORY`` that is no memory's name is
+    refused saying so (the user typed it there, not on the command line); ``BadInput``, exit 2."""
+    name = default()
+    if name != DEFAULT:
+        from .errors import BadInput
+        from .home import validate_name
+
+        try:
+            validate_name(name)
+        except BadInput as exc:
+            raise BadInput(f"$PIMEM_MEMORY: {exc}") from None
+    return name
+
+
 def given(name: str | None) -> str:
     """The memory a command was given: ``name``, or the default one when none was (an empty name given is
     refused by the memory's name check, not read as the default)."""
-    return default() if name is None else name
+    return taken() if name is None else name
 
 
 def exists(name: str, home: str | None) -> bool:
@@ -49,7 +64,7 @@ def lone(name: str | None, other: str | None, home: str | None,
     """``(NAME, OTHER)`` for ``cmd [NAME] OTHER``: a lone positional is OTHER when no memory has that name
     and it ``reads_as`` one (a WHEN, a message number, a node id …); otherwise it is the NAME."""
     if other is None and name is not None and not exists(name, home) and reads_as(name):
-        return default(), name
+        return taken(), name
     return given(name), other
 
 
@@ -104,10 +119,11 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
         text_argument(word)
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
+    name = taken()
     if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():
-        env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{default()}' "
+        env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{name}' "
                            f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
-    return default(), given
+    return name, given
 
 
 def _unread_file_on_stdin() -> bool:

@@ -62,6 +62,19 @@ def test_pimem_memory_names_the_default(run, home, monkeypatch, main):
     assert Memory.open("main").count() == 3
 
 
+def test_an_invalid_pimem_memory_is_named_as_the_variable_s(run, home, monkeypatch, main):
+    """A ``$PIMEM_MEMORY`` that is no memory's name was refused as if the command had been given it (invalid
+    memory name 'bad name'), a name the user never typed there; the error says where it came from. A command
+    naming its memory is not concerned, and the store is left as it was."""
+    monkeypatch.setenv("PIMEM_MEMORY", "bad name")
+    said = ("pimem: error: $PIMEM_MEMORY: invalid memory name 'bad name': use 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit\n")
+    for argv in (["view"], ["append", "hi there"], ["since", "#0"], ["recall", "5433"], ["zoom", "0+1"]):
+        out = run(*argv)
+        assert (out.exit_code, out.stderr) == (2, said), (argv, out.stderr)
+    assert texts(run("since", "main", "#0")) == ["the staging db listens on 5433", "noted", "deploys on fridays"]
+
+
 def test_since_takes_a_lone_when(run, main):
     assert texts(run("since", "2026-10-08")) == texts(run("since", "main", "2026-10-08"))
     assert texts(run("since", "#1")) == ["noted", "deploys on fridays"]
