@@ -15,7 +15,7 @@ import sys
 from typing import Annotated
 
 import typer
-from typer._click.exceptions import ClickException, NoArgsIsHelpError  # typer <0.29 vendors click
+from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption  # typer <0.29 vendors click
 from typer.core import TyperCommand
 
 from . import env, output
@@ -286,12 +286,21 @@ def _refused(exc: output.StdoutRefused) -> ExitStatus:
     return ExitStatus(exc.code)
 
 
+CLOSE_OPTION = 0.6  # how alike an unknown option and one suggested for it are (difflib's ratio, Click's cutoff)
+
+
 def _usage_error(exc: ClickException, args: list[str]) -> ExitStatus:
     """Usage errors go through the same boundary as ours: one line, ``pimem: error: …``, exit 2, a long argument
     it names shortened as ours are (``errors.shortened``)."""
     if isinstance(exc, NoArgsIsHelpError):  # plain `pimem`: the help is the answer
         exc.show()
         return ExitStatus.USAGE
+    if isinstance(exc, NoSuchOption) and exc.possibilities:  # (close without their dashes: --session is no --json)
+        import difflib
+
+        bare = exc.option_name.lstrip("-")
+        exc.possibilities = [p for p in exc.possibilities
+                             if difflib.SequenceMatcher(None, bare, p.lstrip("-")).ratio() >= CLOSE_OPTION]
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     message = shortened(one_line(exc.format_message().rstrip(".")), tuple(args))

@@ -221,6 +221,21 @@ def test_usage_errors_are_one_line_too(sh, home):
     assert not home.exists()
 
 
+def test_an_unknown_option_is_said_with_a_close_one_only(sh, home):
+    """Click suggests options whose spelling is close counting their dashes: recall --session got (Possible
+    options: --json), since --date (Possible options: --text), options the user did not mean. A suggestion is
+    as close without the dashes; a typo still gets one."""
+    for argv, expected in [
+        (["recall", "--session", "s1"], "no such option: --session (see 'pimem recall --help')"),
+        (["since", "--date", "2h"], "no such option: --date (see 'pimem since --help')"),
+        (["recall", "--limt", "3"], "no such option: --limt (Possible options: --limit, --raw-limit) (see 'pimem recall --help')"),
+        (["recall", "--jsno"], "no such option: --jsno (Possible options: --json) (see 'pimem recall --help')"),
+    ]:
+        out = sh(*argv)
+        assert (out.returncode, out.stderr.decode()) == (2, f"pimem: error: {expected}\n"), argv
+    assert not home.exists()
+
+
 def test_an_argument_that_is_not_utf8_is_one_line_and_changes_nothing(sh, home):
     assert sh("append", "main", "hello").returncode == 0 and sh("append", "other", "hello").returncode == 0
     before = {k: v for k, v in snapshot(home).items() if "index" not in k and "lines.json" not in k}  # (derived)
