@@ -527,3 +527,22 @@ def test_a_session_started_in_the_time_stamp_tick_of_the_last_listing_is_followe
     finally:
         code, _, err = stop(proc)
     assert code == 143 and err.startswith("pimem: interrupted: 4 messages imported"), err
+
+
+def test_a_session_whose_first_lines_name_no_directory_goes_to_its_project_s_memory(home, tmp_path):
+    """A Claude Code session opens with lines of its own bookkeeping that name no working directory
+    (file-history-snapshot, queue-operation, a resumed session's summary): a follower that found the file then
+    took the memory of the file's name, where import of the same file takes the project's ('api')."""
+    sessions = tmp_path / "projects" / "-home-dev-api"
+    sessions.mkdir(parents=True)
+    path = sessions / "0f1e2d3c-0000-4000-8000-000000000001.jsonl"
+    append(path, [{"type": "file-history-snapshot", "messageId": "m0", "isSnapshotUpdate": False,
+                   "snapshot": {"messageId": "m0", "trackedFileBackups": {}, "timestamp": "2026-02-10T22:00:00.000Z"}}])
+    proc = start(tmp_path / "projects")
+    try:
+        time.sleep(1.5)  # (a few rounds: the follower finds the file of one line)
+        append(path, claude_turn("s1", 0))
+        wait_for(lambda: texts("api") == ["question 0 of s1", "answer 0"])
+    finally:
+        code, rows, err = stop(proc)
+    assert code == 143 and [r["name"] for r in rows] == ["api"], (rows, err)

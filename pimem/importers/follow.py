@@ -16,9 +16,10 @@ left off. It holds the files it follows open, so that
   told afresh (a rewrite may hold another);
 - a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
 
-A file that cannot be read yet (empty, a first line still being written, a format it cannot tell) is
-looked at again when it changes; one that cannot be read at all (its mode, a directory now at its path, a
-read that fails) and a directory that cannot be listed are tried again every round. A problem is reported
+A file that cannot be read yet (empty, a first line still being written, a format it cannot tell, lines
+that give no message and name no working directory, so no project's memory yet) is looked at again when it
+changes; one that cannot be read at all (its mode, a directory now at its path, a read that fails) and a
+directory that cannot be listed are tried again every round. A problem is reported
 once per file (or directory) and cause, and the other files are followed on meanwhile.
 """
 
@@ -34,10 +35,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable
 
+from .. import decoder
 from ..errors import BadInput, PimemError
 from ..memory import Memory
-from .detect import Source, claim_name, inspect_file
+from .detect import FORMATS, PEEK_LINES, Source, claim_name, inspect_file
 from .job import FileReport, run
+from .parser import Malformed, read_lines
 from .state import ImportState
 
 POLL = 0.25  # seconds between looks at the followed files and directories
@@ -206,6 +209,9 @@ class Follower:
         if source is None:  # empty so far
             handle.close()
             return
+        if not (self.name or source.cwd or _gives_a_message(path, source)):
+            handle.close()  # (bookkeeping lines so far, Claude Code's file-history-snapshot say, which name no project:
+            return  # the memory is chosen with the first line to log, which names it, as import chooses it)
         try:
             memory = self.name or claim_name([source], self.home, self.timeout)
         except PimemError as exc:  # (a busy lock, a broken project list: said once, tried again next round)
@@ -322,6 +328,22 @@ def _cannot(path: str, exc: OSError) -> str:
     """One line for a file or directory that cannot be read now (the others are followed on)."""
     where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
     return f"{path}: {exc.strerror or exc}{where}; following the others, trying it again"
+
+
+def _gives_a_message(path: str, source: Source) -> bool:
+    """Whether the first lines of ``path`` (up to ``PEEK_LINES``, what ``inspect_file`` looks through for a
+    working directory) give a message to log, or fill that many lines."""
+    parser = FORMATS[source.format](source.shown)
+    with open(path, "rb") as f:
+        for n, line in enumerate(read_lines(f, os.fstat(f.fileno()).st_size), 1):
+            if n > PEEK_LINES:
+                return True
+            try:
+                if parser.parse(n, line.removeprefix(decoder.BOM), decoder.loads(line.removeprefix(decoder.BOM))):
+                    return True
+            except (decoder.JSONDecodeError, Malformed):
+                continue
+    return False
 
 
 def _ends_a_line(path: str) -> bool:
