@@ -63,6 +63,7 @@ class CodexParser(Parser):
         super().__init__(*args, **kwargs)
         self.parents: set[str] = set()  # the sessions whose session_meta a fork's copy holds (``state.key_turns``)
         self._said: _Said | None = None  # the turn's repeat counter (``_counter``), once asked for
+        self._counting = False  # parse only counts the turn's repeats, making no record (``_recount``)
 
     @staticmethod
     def sniff(obj: dict) -> bool:
@@ -83,7 +84,7 @@ class CodexParser(Parser):
         if not isinstance(obj.get("payload"), dict):
             raise Malformed("not a Codex rollout line (no payload)")
         kind, payload = obj.get("type"), obj["payload"]
-        date = self.date(obj.get("timestamp"))
+        date = None if self._counting else self.date(obj.get("timestamp"))
         if kind == "session_meta":  # (the first is the rollout's own; a fork's copy of its parent's names the parent)
             session = self.state.setdefault("session", payload.get("id"))
             if isinstance(payload.get("id"), str) and payload["id"] != session:
@@ -102,6 +103,10 @@ class CodexParser(Parser):
         else:
             if kind == "event_msg" and payload.get("type") == "task_started":
                 self._turn(payload.get("turn_id"), line_no)
+            return []
+        if self._counting:
+            for k, text, extra in parts:
+                self._repeat(k, text, extra)
             return []
         entry, out = self.line_entry(raw), []
         for k, text, extra in parts:
@@ -177,6 +182,7 @@ class CodexParser(Parser):
         if self.before is None or at is not None and type(at) is not int:
             return None
         again = CodexParser(self.file)
+        again._counting = True  # (its records are not wanted: no line's entry, date or meta worked out)
         for n, line in enumerate(self.before(), 1):
             if at is not None and n < at:
                 continue
