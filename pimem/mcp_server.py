@@ -438,5 +438,5 @@ def serve(home: api.Home = None) -> None:
     from . import env, viewfile
 
     env.home(home)
-    viewfile.readers_write_nothing()
-    build(home).run()
+    with viewfile.readers_writing_nothing():
+        build(home).run()

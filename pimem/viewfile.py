@@ -17,6 +17,7 @@ never called back otherwise.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -45,11 +46,17 @@ TEXTS_VERSION = 8  # 2: a long tool message's own line is hidden inside a joined
 _readers_save = True  # a reader saves what it caught up or counted (``current``) and the texts it showed
 
 
-def readers_write_nothing() -> None:
-    """In this process a reader leaves ``view.json`` and ``lines.json`` as they are, whatever it catches up or
-    counts (the MCP server, which writes nothing); a writer saves them as ever."""
+@contextlib.contextmanager
+def readers_writing_nothing():
+    """Meanwhile, in this process, a reader leaves ``view.json`` and ``lines.json`` as they are, whatever it
+    catches up or counts, and takes no writer lock to save them (the MCP server, which writes nothing; it may
+    serve inside another program's process, which has them saved again once it ends); a writer saves them."""
     global _readers_save
-    _readers_save = False
+    was, _readers_save = _readers_save, False
+    try:
+        yield
+    finally:
+        _readers_save = was
 
 
 class Views:

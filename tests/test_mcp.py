@@ -620,6 +620,8 @@ before = files()
 mcp_server.serve()
 print("the same stdin and stdout after the server:", files() == before, flush=True)
 os.write(1, b"and fd 1 is stdout\\n")
+from pimem import viewfile
+print("a reader saves the views again:", viewfile._readers_save, flush=True)
 """
 
 
@@ -637,7 +639,8 @@ def test_a_server_run_in_a_python_process_gives_it_its_stdin_and_stdout_back_whe
     assert json.loads(proc.stdout.readline())["id"] == 1
     out, err = proc.communicate(timeout=60)  # (stdin closed: the client hung up, the server ends)
     assert proc.returncode == 0, err
-    assert out == b"the same stdin and stdout after the server: True\nand fd 1 is stdout\n", (out, err)
+    assert out == (b"the same stdin and stdout after the server: True\nand fd 1 is stdout\n"
+                   b"a reader saves the views again: True\n"), (out, err)
 
 
 def test_a_cancellation_naming_an_id_with_a_lone_surrogate_cancels_that_request_and_no_other(run, home):
