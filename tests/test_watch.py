@@ -1143,7 +1143,7 @@ def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
     watcher = start_watch("m")
     try:
         until(lambda: watcher_holds(mem, watcher) and complete("m"))
-        watcher.send_signal(signal.SIGSTOP)
+        frozen_outside_the_writer_lock(mem, watcher)
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(2, 5)])  # (placeholders it cannot build)
         until(lambda: beat_age(mem) > lease.QUIET)
         turn = sh("context", "m", "--wait", "600")
@@ -1154,6 +1154,21 @@ def test_readers_stop_waiting_for_a_watcher_that_stopped_beating(home, sh):
     finally:
         _thawed_and_stopped(watcher)
     assert watcher.returncode == 0
+
+
+def frozen_outside_the_writer_lock(mem, watcher) -> None:
+    """``watcher`` frozen with SIGSTOP at a moment it does not hold ``mem``'s writer lock (once its nodes are
+    built it may still be writing the last batch's view; frozen there, no append could go in)."""
+    from pimem.errors import Busy
+
+    while True:
+        watcher.send_signal(signal.SIGSTOP)
+        try:
+            with mem.lock(0):
+                return
+        except Busy:
+            watcher.send_signal(signal.SIGCONT)
+            time.sleep(0.05)
 
 
 def _thawed_and_stopped(watcher) -> None:
