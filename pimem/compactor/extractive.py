@@ -638,7 +638,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     widen = None  # (once the facts are found: ``_widener``)
     asks = "?" in text or "？" in text or "؟" in text  # (a question may end a sentence: ``_STOP``)
 
-    def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE, named: bool = False) -> None:
+    def add(piece: str, pos: int, bonus: float = 1.0, most: int = SENTENCE, named: bool = False,
+            counted: bool = False) -> None:
         if piece[:1].isdigit() or piece[:1].isspace():
             lead = len(piece) - len(piece.lstrip())
             marker = _list_marker(text, pos + lead) if piece[lead : lead + 1].isdigit() else 0
@@ -655,7 +656,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             piece, pos = (before, pos) if len(before) >= len(after) else (after, pos + cut + 2)
         start, end = _bared(piece)
         piece, pos = piece[start:end], pos + start
-        if pos and (piece[:1].isdigit() or piece[:1] in _CURRENCIES or _NUMBER_SOON.match(piece)) and (
+        if pos and (counted or piece[:1].isdigit() or piece[:1] in _CURRENCIES) and (
                 bound := _bound_before(text, pos, piece)) < pos:
             piece, pos = text[bound : pos + len(piece)], bound  # (``under 0.1%``, not ``0.1%``: a bound read as the value)
         if pos and text[pos - 1] in "-~^=" and (sigil := _sigil_before(text, pos, piece)) < pos:
@@ -786,7 +787,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
                 if at < whole[0]:  # (its words, with a negation or a proposal's word before them in its clause)
                     at, end = _marked_before(text, at, end, cjk)
                 if not (in_error and in_error(at, end)):
-                    add(text[at:end], at, 1.3)
+                    add(text[at:end], at, 1.3, counted=True)
                 continue
             start, piece = at, text[at:numbered]
         if piece.isdecimal() and piece.isascii():  # a bare number: a fact with what it counts or names, else none
@@ -803,7 +804,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             if at != start or end != start + len(piece):  # (its words, with a negation before them in its clause)
                 at, end = _marked_before(text, at, end, cjk)
             if (at, end) != (start, start + len(piece)) and not (in_error and in_error(at, end)):
-                add(text[at:end], at, 1.3)
+                add(text[at:end], at, 1.3, counted=True)
             continue
         if cjk and piece[0].isdigit() and piece[-1].isdigit() and (unit := _COUNTER.match(text, start + len(piece))):
             seen.add(piece)  # (what it counts with it, ``3.5 元``; not the number alone)
@@ -866,7 +867,7 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
             continue  # (a bare number: its fact, with its words)
         elif text[pos - 1 : pos] not in _SLASHES and text[pos + len(phrase) : pos + len(phrase) + 1] not in _SLASHES \
                 and not (paths and _astride(paths, pos, pos + len(phrase))):
-            add(phrase, pos, bonus)  # (a path's part: its fact)
+            add(phrase, pos, bonus, counted=bool(_NUMBER_SOON.match(phrase)))  # (a path's part: its fact)
     return out
 
 
@@ -1045,14 +1046,20 @@ _BOUND_SHARE = re.compile(r"(?<![\w'’-])(?i:to|auf|à|al|на)[ \t]{1,4}\Z")  
 _SHARE = re.compile(r"\d[\d.,]{0,24}[ \t]?%")
 
 
-# (a piece's words before its number that may end its bound: ``de 2 Go`` of ``moins de 2 Go``, ``als 3`` of ``mehr als 3``)
-_NUMBER_SOON = re.compile(r"(?:[^\W\d_]{1,12}[ \t]{1,4}){1,2}(?=\d)")
+# (a number's words before it that may end its bound: ``de 2 Go`` of ``moins de 2 Go``, ``als 3`` of ``mehr als 3``; looked
+# for in a number's words and phrases only, ``counted``: in every piece it cost a build 4% of its units' time)
+_NUMBER_SOON = re.compile(r"(?:[^\W\d_]{1,12}+[ \t]{1,4}+){1,2}+(?=\d)")  # (possessive: fails at once)
 
 
 def _bound_before(text: str, pos: int, piece: str) -> int:
     """Where the number opening ``piece`` at ``pos`` of ``text`` (or right after a word or two of it) is said from:
     its bound's word or mark right before it (``_BOUND``), else ``pos``."""
-    at = pos + (words.end() if (words := _NUMBER_SOON.match(piece)) else 0)
+    if piece[:1].isdigit() or piece[:1] in _CURRENCIES:
+        at = pos
+    elif words := _NUMBER_SOON.match(piece):
+        at = pos + words.end()
+    else:
+        return pos
     bound = _BOUND.search(text, max(0, at - 24), at)
     if bound and bound.start() >= pos:
         return pos  # (a bound the piece holds: said as it is)
