@@ -541,7 +541,10 @@ def test_code_and_sentences_after_a_password_mid_line_keep_their_words(text, wan
 TYPED = ["  password: string;", "  passphrase: string,", "password: Optional[str] = None", "secret: String,",
          "passphrase: Option<&str>,", "api_key: SecretStr", "token: string | null;", "password?: string;",
          "    passphrase: Uint8Array,"]
-TYPED_VALUES = [("password: string123", "string123"), ("password: Strings4ever", "Strings4ever")]
+TYPED_VALUES = [("password: string123", "string123"), ("password: Strings4ever", "Strings4ever"),
+                # (a type's word then a sign that is not code's: a password, str@wberry99, string!2024)
+                ("password: str@wberry99", "wberry99"), ("DB_PASSWORD: string!2024", "2024"),
+                ("secret: bytes$Z9q", "Z9q"), ("the password is str@wberry99", "wberry99")]
 
 
 @pytest.mark.parametrize("text", TYPED)

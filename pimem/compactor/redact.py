@@ -57,8 +57,10 @@ _TIMED = re.compile(r"[^\S\n]+\(\d+(?:\.\d+)?m?s\)")
 _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|token|api[_-]?key|access[_-]?key
     |private[_-]?key|{_STARTS}(?:auth|pwd)|(?<=[_.-])pass|{_STARTS}(?-i:PASS)
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
-# a type after a name is code (password: string; passphrase: Option<&str>, api_key: SecretStr), not its value
-_TYPE = r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?![\w-])|Option<|Optional\[)"
+# a type after a name is code (password: string; passphrase: Option<&str>, api_key: SecretStr), not its value:
+# its word ends the value or code follows it (string | null, str = None, string[]); a sign code does not put
+# there makes it a value (str@wberry99, string!2024)
+_TYPE = r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?![^\s;,|)\]>=}\[?])|Option<|Optional\[)"
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
