@@ -540,11 +540,14 @@ def test_code_and_sentences_after_a_password_mid_line_keep_their_words(text, wan
 # a type after a secret's name is code (a TypeScript interface, a Python or Rust signature), not a value
 TYPED = ["  password: string;", "  passphrase: string,", "password: Optional[str] = None", "secret: String,",
          "passphrase: Option<&str>,", "api_key: SecretStr", "token: string | null;", "password?: string;",
-         "    passphrase: Uint8Array,"]
+         "    passphrase: Uint8Array,", "  password: string | undefined;", "password: string | undefined",
+         "  secret: string[]", "passphrase: str = None  # from the form"]
 TYPED_VALUES = [("password: string123", "string123"), ("password: Strings4ever", "Strings4ever"),
                 # (a type's word then a sign that is not code's: a password, str@wberry99, string!2024)
                 ("password: str@wberry99", "wberry99"), ("DB_PASSWORD: string!2024", "2024"),
-                ("secret: bytes$Z9q", "Z9q"), ("the password is str@wberry99", "wberry99")]
+                ("secret: bytes$Z9q", "Z9q"), ("the password is str@wberry99", "wberry99"),
+                ("passphrase: string theory rocks", "theory rocks"), ("password: String cheese 4ever", "cheese"),
+                ("password: String#1x", "1x")]
 
 
 @pytest.mark.parametrize("text", TYPED)

@@ -59,8 +59,9 @@ _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|tok
     |(?:encryption|encrypt|signing|session|master|hmac|jwt|cookie|crypto|cipher|fernet|license)[_-]?key){_ENDS}{_ABOUT}"""
 # a type after a name is code (password: string; passphrase: Option<&str>, api_key: SecretStr), not its value:
 # its word ends the value or code follows it (string | null, str = None, string[]); a sign code does not put
-# there makes it a value (str@wberry99, string!2024)
-_TYPE = r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?![^\s;,|)\]>=}\[?])|Option<|Optional\[)"
+# there, or a word, makes it a value (str@wberry99, string!2024, string theory rocks)
+_TYPE = (r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?=[;,|)\]>=}\[?]|[^\S\n]*(?:\r?\n|\Z)|[^\S\n]+[|=/#{])"
+         r"|Option<|Optional\[)")
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -270,7 +271,7 @@ def _line_value(m: re.Match) -> str:
     value is unquoted and holds spaces: the value, a comment after `` #`` aside, redacted whole when the name's
     secret may be a phrase (a password, passphrase, secret: ``passphrase: correct horse battery staple``); the
     line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
-    one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``), code (``_CODE``), a
+    one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``), code (``_CODE``, a type), a
     reference (``_REFERENCE``), a test's verdict, or (``NAME=value``) is followed by a command."""
     value = m.group("value")
     if (end := value.find("</input>")) >= 0:  # (a task's end)
@@ -280,7 +281,7 @@ def _line_value(m: re.Match) -> str:
     words = body.split()
     inside = m.start() > 0 and m.string[m.start() - 1] != "\n"  # (after a space inside a line)
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
-            or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _COUNT.fullmatch(words[0]) \
+            or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _TYPED.match(body) or _COUNT.fullmatch(words[0]) \
             or sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
@@ -290,6 +291,7 @@ def _line_value(m: re.Match) -> str:
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
+_TYPED = re.compile(_TYPE)  # (a type's code: password: string | undefined)
 _PLAIN_WORDS = re.compile(r"[A-Za-z'-]+(?:[ \t]+[A-Za-z'-]+)+[.!]?")  # (a phrase inside a line of prose)
 _COMMENT = re.compile(r"(?<![ \t])[ \t]+(?:#.*)?$")  # (begun after a space only: a run of spaces is read once)
 
