@@ -456,7 +456,10 @@ LIKE_REFERENCES = [("password: $UP3RS3CR3T", "UP3RS3CR3T"), ("DB_PASSWORD=$P4SSW
 STILL_REFERENCES = ["password: $K8S_TOKEN", "password: $AWS_S3_SECRET", "PASSWORD=$P4PASSWD", "token: $OAUTH2_TOKEN",
                     "password: Settings.Default.Password", "apiKey: BuildConfig.API_KEY", "password: Secrets.DB_PASSWORD",
                     "password: config.db.password", "api_key: settings.apiKey", "token: ConfigManager.authToken",
-                    "password: env.DB_PASSWORD", "apiKey: params.litellmApiKey"]
+                    "password: env.DB_PASSWORD", "apiKey: params.litellmApiKey",
+                    # (a PowerShell parameter's variable: the LongMemEval texts' Add-Computer -Credential $domainCreds)
+                    "Add-Computer -DomainName $domainName -Credential $domainCreds -Restart -Force",
+                    "Invoke-Sqlcmd -Username sa -Password $dbPassword", "Connect-Api -Token $accessToken -Secret $clientSecret"]
 
 
 @pytest.mark.parametrize("text,secret", LIKE_REFERENCES)
