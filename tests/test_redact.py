@@ -429,10 +429,15 @@ def test_what_follows_a_config_value_that_is_not_one_stays(text, want):
 # a token is one run of characters: ordinary words after ``token:`` are prose (a commit's subject), not a secret;
 # a token-like run there is one
 TOKEN_PROSE = ["token: refresh on 401", "fix(api) token: refresh on 401", "auth: handle expired tokens in the client",
-               "api_key: rotate them monthly", "Token: Refresh it before it expires"]
+               "api_key: rotate them monthly", "Token: Refresh it before it expires",
+               "auth: internationalization of the login page", "token: strengths and weaknesses"]
 TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefghij", "abcdefghij"),
                 ("TOKEN=abcdefghij python run.py", "abcdefghij"), ("auth_token: abcdefghij\nuser: bob", "abcdefghij"),
-                ('token: "abcdefghij" for now', "abcdefghij")]
+                ('token: "abcdefghij" for now', "abcdefghij"),
+                # (letters no word is made of: a random run of small letters, whatever prose follows it)
+                ("api_key: kqzvxjwpmrtlbnhdfgsy for staging", "kqzvxjwpmrtlbnhdfgsy"),
+                ("token: qwhtzkvbnmprslt then restart", "qwhtzkvbnmprslt"),
+                ("auth: abcdefghijklmnopqrstuvwxyz please", "abcdefghijklmnopqrstuvwxyz")]
 
 
 @pytest.mark.parametrize("text", TOKEN_PROSE)

@@ -320,9 +320,23 @@ def _verdict(value: str, string: str, end: int) -> bool:
 
 
 # a token is one run: an ordinary word after ``token:`` (colon, space, no quote) followed by another word is prose
+# (not a random run of small letters: ``_a_word``)
 _PROSE_NAME = re.compile(r":[^\S\n]+$")
 _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _PROSE_NEXT = re.compile(r"[^\S\n]+(?:[A-Za-z]?[a-z]+|\d+)(?![^\s.,;:!?])")
+_CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
+
+
+def _a_word(letters: str) -> bool:
+    """Whether a run of letters may be a word of prose, not a token of random small letters: 24 letters at most,
+    and from 14 letters on no five consonants in a row (walkthroughs, 12, has them; kqzvxjwpmrtl…) nor from 16 on
+    fewer than a quarter of vowels (internationalization has half)."""
+    n = len(letters)
+    if n > 24:
+        return False
+    if n >= 14 and _CONSONANTS.search(letters):
+        return False
+    return n < 16 or sum(c in "aeiouyAEIOUY" for c in letters) >= n / 4
 
 
 def _named_value(m: re.Match) -> str:
@@ -335,7 +349,7 @@ def _named_value(m: re.Match) -> str:
     if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") \
             and _verdict(value, m.string, m.end()):
         return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
-    if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) \
+    if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) and _a_word(value) \
             and _PROSE_NEXT.match(m.string, m.end()):
         return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
     last = _LAST_PART.search(name)
