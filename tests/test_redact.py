@@ -394,6 +394,10 @@ PHRASES = [
     # (one word a sentence holds is not a sentence: a passphrase may hold it)
     ("passphrase: the quick brown fox jumps", ["quick brown fox", "jumps"], "passphrase: "),
     ("secret: correct horse on battery staple", ["horse", "staple"], "secret: "),
+    # (NAME=value, a .env file's or a shell's, is no sentence's shape: its words are a passphrase's, whichever)
+    ("PASSWORD=to be or not to be", ["be or not"], "PASSWORD="),
+    ("      - MYSQL_ROOT_PASSWORD=it is what it is", ["what it is"], "      - MYSQL_ROOT_PASSWORD="),
+    ("export GPG_PASSPHRASE=now is the time  # gpg", ["is the time"], "  # gpg"),
 ]
 # beside them, what a config line's value is not: a command after an environment variable's value, code, a
 # sentence, a reference with a comment after it, the next key

@@ -281,7 +281,8 @@ def _line_value(m: re.Match) -> str:
     value is unquoted and holds spaces: the value, a comment after `` #`` aside, redacted whole when the name's
     secret may be a phrase (a password, passphrase, secret: ``passphrase: correct horse battery staple``); the
     line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
-    one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``), code (``_CODE``, a type), a
+    one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``; not after ``NAME=`` at a
+    line's start, a .env file's or a shell's: ``PASSWORD=to be or not to be``), code (``_CODE``, a type), a
     reference (``_REFERENCE``), a test's verdict, or (``NAME=value``) is followed by a command."""
     value = m.group("value")
     if (end := value.find("</input>")) >= 0:  # (a task's end)
@@ -292,7 +293,7 @@ def _line_value(m: re.Match) -> str:
     inside = m.start() > 0 and m.string[m.start() - 1] != "\n"  # (after a space inside a line)
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
             or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _TYPED.match(body) or _COUNT.fullmatch(words[0]) \
-            or sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
+            or (inside or m.group("sep") != "=") and sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
     if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
