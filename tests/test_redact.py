@@ -524,6 +524,34 @@ def test_a_mapping_named_like_a_secret_keeps_its_keys():
     assert redact(text) == text
 
 
+# a name's value on the next line, indented under it and no key there: a YAML scalar (plain, or a block after |
+# or >), a JSON value a formatter wrapped
+NEXT_LINE = [("api_key:\n  abcdef1234567890abcdef\nuser: bob", ["abcdef1234567890abcdef"], "\nuser: bob"),
+             ('  "password":\n    "hunter2xyz",\n  "user": "bob"', ["hunter2xyz"], '\n  "user": "bob"'),
+             ("password: |\n  correct horse battery staple\nhost: db", ["horse battery", "correct"], "\nhost: db"),
+             ("  DB_PASSWORD: >-\n    Tr0ub4dor&3xyz\n    and more\n  DB_HOST: db", ["Tr0ub4dor", "and more"],
+              "  DB_HOST: db"),
+             ("secret:\n  Zq8mX2vK7pLwR4tY", ["Zq8mX2vK7pLwR4tY"], "secret:\n  ")]
+NEXT_LINE_KEPT = ["secrets:\n  - name: db\n    file: ./db.txt", "password:\n  # set in the vault\n  min_length: 12",
+                  "password:\n  ${DB_PASSWORD}", "token:\n  {\"type\": \"jwt\"}",
+                  "  password:\n    | string\n    | undefined", "password_file:\n  /run/secrets/db_password.txt",
+                  "secret:\n\n  Keep it in the vault.", "Secret:\n  Keep it in the vault, never in git.",
+                  '"password":\n  "${DB_PASSWORD}",']
+
+
+@pytest.mark.parametrize("text,secrets,kept", NEXT_LINE)
+def test_a_value_on_the_next_line_under_a_secrets_name_is_redacted(text, secrets, kept):
+    out = redact(text)
+    assert "[secret redacted]" in out and kept in out, out
+    for secret in secrets:
+        assert secret not in out, out
+
+
+@pytest.mark.parametrize("text", NEXT_LINE_KEPT)
+def test_what_is_under_a_secrets_name_and_no_value_stays(text):
+    assert redact(text) == text
+
+
 # a password's or passphrase's value of plain words ending a line of prose is a phrase too; a value with other
 # signs in it there (code, a list, a sentence) is judged by its first word as before
 MID_LINE = [("here is the wifi password: purple monkey dishwasher", "monkey dishwasher", "here is the wifi password: "),

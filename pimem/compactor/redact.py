@@ -136,6 +136,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                     :[ \t]+)?[ \t]*(?:-[ \t]+)?(?:export[ \t]+)?|(?<=[ \t]))(?P<name>["']?[\w.-]{{0,64}}?(?P<word>{_NAMES})
                     [\w.-]{{0,64}}["']?)(?P<sep>[ \t]*[:=][ \t]*))(?P<value>[^\n]*)"""),
      lambda m: _line_value(m), ("pass", "pwd", "secret")),
+    # a name ending its line, its value on the lines indented under it and no key there: a YAML scalar, plain or a
+    # block after | or > (``_next_line_value``), a JSON value a formatter wrapped
+    (re.compile(rf"""(?imx)^(?P<head>(?P<indent>[ \t]*(?:-[ \t]+)?)(?P<name>["']?[\w.-]{{0,64}}?{_NAMES}[\w.-]{{0,64}}["']?)
+                    [ \t]*[:=][ \t]*(?P<block>[|>][-+]?[1-9]?)?[ \t]*\r?\n)(?P<value>(?:[ \t]+\S[^\n]*(?:\n|\Z))+)"""),
+     lambda m: _next_line_value(m), _NAME_HINTS),
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
@@ -305,6 +310,42 @@ _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
 _TYPED = re.compile(_TYPE)  # (a type's code: password: string | undefined)
 _PLAIN_WORDS = re.compile(r"[A-Za-z'-]+(?:[ \t]+[A-Za-z'-]+)+[.!]?")  # (a phrase inside a line of prose)
 _COMMENT = re.compile(r"(?<![ \t])[ \t]+(?:#.*)?$")  # (begun after a space only: a run of spaces is read once)
+
+
+# what under a secret's name is no value of it: a key, a list's item, a comment, an object, a list, a type's union
+_NOT_A_VALUE = re.compile(r"""["']?[\w.-]+["']?[ \t]*:(?:[ \t]|$)|-[ \t]|[#{\[|&(<]|//""")
+_QUOTED = re.compile(r"""(["'])[^"'\n]*\1""")
+
+
+def _next_line_value(m: re.Match) -> str:
+    """What is sent of a secret's value on the lines under its name (``password:\\n  hunter2xyz``, ``password: |``
+    and a block): the lines as they are when the first is no deeper than the name, is no value (a key, a list's
+    item, a comment, an object: ``_NOT_A_VALUE``), is code, a type, a reference or a sentence, or the name is
+    about a secret (``_about``) and the value is not key material; else its first line (a block's every line as
+    deep) redacted, its quotes and a comma after it kept."""
+    lines = m.group("value").split("\n")
+    first = lines[0].lstrip(" \t")
+    depth = len(lines[0]) - len(first)
+    word = first.split()[0]
+    if depth <= len(m.group("indent")) or _NOT_A_VALUE.match(first) or _CODE.search(first) \
+            or _TYPED.match(first) or _is_reference(word.strip("\"',")) \
+            or sum(w.strip(".,;:!?").lower() in _SENTENCE for w in first.split()) > 1 \
+            or _about(m.group("name")) and _if_key(word, strict=True) == word:
+        return m.group()
+    out = []
+    for i, line in enumerate(lines):
+        body = line.lstrip(" \t")
+        if i and not (m.group("block") and body and len(line) - len(body) >= depth):
+            out.extend(lines[i:])
+            break
+        if not body:
+            out.append(line)
+            continue
+        quoted = _QUOTED.match(body)
+        rest = body[quoted.end() :] if quoted else ("," if body.endswith(",") else "")
+        quote = quoted.group(1) if quoted else ""
+        out.append(f"{line[: len(line) - len(body)]}{quote}[secret redacted]{quote}{rest}")
+    return m.group("head") + "\n".join(out)
 
 
 def _about(name: str) -> bool:
