@@ -123,9 +123,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
     # an author's: max_tokens: "a number of tokens")
     # (SECRET_KEY="…", DB_PASSWORD_PROD: '…' too: the name's later parts, unless the last says the value is about
-    # a secret, SECRET_NAME: "prod db creds")
+    # a secret, SECRET_NAME: "prod db creds"; a part read to 64 characters: PasswordPassword… over 100 KB, each
+    # read to the text's end, took 5 s)
     (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|passcode|pass|pwd|secret){_ENDS[2:]}
-                    (?:[_.-]?[a-z0-9]++){{0,4}}["']?\s*[:=]\s*)
+                    (?:[_.-]?[a-z0-9]{{1,64}}+){{0,4}}["']?\s*[:=]\s*)
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""),
      lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
