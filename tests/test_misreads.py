@@ -201,3 +201,21 @@ def test_an_interjection_is_no_piece():
     (LoCoMo conv-26 368+16: ``Oops, bout, Must, guys, goodness``): words that say nothing of the span, in its line."""
     found, line = _said("Oops, sorry 'bout the accident! Whoa, that sign looks serious. Nope, nah, wow.")
     assert not {"Oops", "bout", "Whoa", "Nope", "nah", "wow"} & set(found + line), (found, line)
+
+
+def test_an_approximation_stays_with_its_number():
+    """``The error rate is about 5% now`` gave ``5%``; ``Only 20% of requests fail`` gave ``20%``; ``It was only 3 GB
+    after the cleanup`` gave ``3 GB``: a rough or a small amount read as the exact one (as a bound was, 63eedde)."""
+    for clause, number, word in [
+            ("The error rate is about 5% now.", "5%", "about"),
+            ("Only 20% of requests fail.", "20%", "only"),
+            ("It was only 3 GB after the cleanup.", "3 GB", "only"),
+            ("Latency is around 300 ms at peak.", "300 ms", "around"),
+            ("Disk use is almost 90% again.", "90%", "almost"),
+            ("We saw nearly 2 GB of logs.", "2 GB", "nearly"),
+            ("Es bleiben nur 5% frei.", "5%", "nur"),
+            ("Il reste environ 20% du disque.", "20%", "environ"),
+            ("Осталось около 20% диска.", "20%", "около")]:
+        found, line = _said(clause)
+        at = re.compile(r"(?<![\w.])" + re.escape(number))
+        assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)

@@ -1033,13 +1033,19 @@ _NUMBER_OF = re.compile(r"""[ \t](?:for|of|on|in|at|per|with|by)[ \t]([^\s,;:!?(
 
 # the words and marks that make a number a bound, right before it (an article between: ``over the 2 GB upload limit``):
 # said with it, ``stays under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``unter 5%``, ``moins de 2 Go``, never
-# ``0.1%`` alone, read as the value; ``to`` before a share (``roll out to 5% of traffic``)
+# ``0.1%`` alone, read as the value; ``to`` before a share (``roll out to 5% of traffic``); and so are an approximation's
+# and a small amount's (``about 5%``, ``only 20%``, ``nearly 2 GB``: not ``5%``, read as exact, nor ``20%``, as a lot)
 _BOUNDS = ("at least|at most|no more than|no less than|not more than|not less than|more than|less than|fewer than"
            "|greater than|up to|under|over|above|below|beyond|within|exceeding"
+           "|about|around|approximately|approx\\.|roughly|nearly|almost|circa|ca\\.|only|just|barely"
            "|mindestens|höchstens|mehr als|weniger als|bis zu|unter|über|unterhalb|oberhalb|innerhalb"  # German
+           "|etwa|ungefähr|rund|fast|knapp|nur|kaum"
            "|au moins|au plus|plus de|moins de|jusqu['’]à|sous|au-dessus de|en dessous de"  # French
+           "|environ|presque|à peu près|près de|seulement"
            "|al menos|como mucho|más de|menos de|hasta|por encima de|por debajo de"  # Spanish
-           "|не более|не менее|более|менее|больше|меньше|свыше|выше|ниже|минимум|максимум|до")  # Russian
+           "|aproximadamente|alrededor de|casi|cerca de|unos|unas|solo|sólo|apenas"
+           "|не более|не менее|более|менее|больше|меньше|свыше|выше|ниже|минимум|максимум|до"  # Russian
+           "|около|примерно|приблизительно|почти|порядка|только|лишь|всего")
 _BOUND = re.compile(rf"(?<![\w'’-])(?i:{_BOUNDS})(?:[ \t]{{1,4}}(?i:the|a|an))?[ \t]{{1,4}}\Z"
                     r"|(?:(?<=[\w)\]])|(?<=[^\s<>=-][ \t]))(?:[<>]=?|[≤≥])[ \t]?\Z")
 _BOUND_SHARE = re.compile(r"(?<![\w'’-])(?i:to|auf|à|al|на)[ \t]{1,4}\Z")  # (before a share)
