@@ -219,3 +219,17 @@ def test_an_approximation_stays_with_its_number():
         found, line = _said(clause)
         at = re.compile(r"(?<![\w.])" + re.escape(number))
         assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)
+
+
+def test_a_short_flag_stays_with_its_command():
+    """``Then run git commit -a -m wip`` gave ``run git commit, -m wip``; ``Run sed -i on the file`` gave ``Run sed``;
+    ``docker run -it ubuntu`` gave ``docker run``: a flag that is a stop word's letters (a, i, it) was dropped as one, and
+    the command read as run without it."""
+    for clause, command, flag in [("Then run git commit -a -m wip and push.", "git commit", "-a"),
+                                  ("Try ls -a in the folder.", "ls", "-a"),
+                                  ("Run sed -i on the file.", "sed", "-i"),
+                                  ("Use git add -A then.", "git add", "-A"),
+                                  ("Start it with docker run -it ubuntu bash today.", "docker run", "-it")]:
+        found, line = _said(clause)
+        assert [p for p in line if command in p], (clause, found, line)
+        assert not [p for p in found + line if command in p and flag not in p.split()], (clause, found, line)

@@ -1714,6 +1714,9 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
             runs, negations = [], carried
         token = m.group()
         role = _ROLE.get(token.lower())
+        flag = s and text[s - 1] == "-" and len(token) <= 2 and _FLAG_BEFORE.search(text, max(0, s - 2), s)
+        if flag:  # a command's short flag, none of its words (``git commit -a``, ``sed -i``, ``docker run -it``)
+            role = None
         if phrased and j < len(phrased) and phrased[j][0] <= s:  # (a negation of words: one, ``far from``)
             while j < len(phrased) and phrased[j][1] <= s:
                 j += 1
@@ -1760,7 +1763,7 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
         if start < 0:
             start, words = s, 0
         end = e
-        words += 1
+        words += not flag  # (a command's flags count as none of its four words: ``tar -x -v -f backup.tar``)
     if start >= 0:
         runs.append((start, end))
     yield from _clause(text, runs, negations)
