@@ -599,3 +599,12 @@ def test_a_type_after_a_secrets_name_stays(text):
 def test_a_value_only_beginning_like_a_type_is_redacted(text, secret):
     out = redact(text)
     assert secret not in out and "[secret redacted]" in out, out
+
+
+def test_the_librarys_detectors_read_long_runs_of_spaces_cut_and_the_text_keeps_them():
+    key = "Ab3dEf6hIj9lMn2pQr5tUv8xYz1bCd4fGh7jKl0nOp_-"
+    text = f"ibm_cloud_iam_key{' ' * 30}{key}\nnext:{' ' * 40}line\tand\t\t\t\t\t\t\t\t\t\ttabs"
+    out = redact(text)
+    assert key not in out and "redacted]" in out, out
+    assert out.endswith(f"\nnext:{' ' * 40}line\tand\t\t\t\t\t\t\t\t\t\ttabs") and f"key{' ' * 30}[ibm cloud iam key redacted]" in out, out
+
