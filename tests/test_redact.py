@@ -608,3 +608,9 @@ def test_the_librarys_detectors_read_long_runs_of_spaces_cut_and_the_text_keeps_
     assert key not in out and "redacted]" in out, out
     assert out.endswith(f"\nnext:{' ' * 40}line\tand\t\t\t\t\t\t\t\t\t\ttabs") and f"key{' ' * 30}[ibm cloud iam key redacted]" in out, out
 
+
+# a manifest's next key after ``kind: Secret`` is no secret (stringData: was taken for the word after "secret")
+def test_the_key_after_a_kubernetes_secrets_kind_stays():
+    text = "apiVersion: v1\nkind: Secret\nstringData:\n  password: Zq8mX2vK7pLw\n  username: admin"
+    assert redact(text) == "apiVersion: v1\nkind: Secret\nstringData:\n  password: [secret redacted]\n  username: admin"
+

@@ -179,7 +179,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      ("-p",)),
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b:?(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
                 rf"(?!redacted\]|{_TYPE})([^\s\"',;]+)"),
-     lambda m: m.group(1) + (m.group(2) if _parameters_variable(m) else _if_random(m.group(2), "[secret redacted]")),
+     lambda m: m.group(1) + (m.group(2) if _parameters_variable(m) or _next_lines_key(m)
+                             else _if_random(m.group(2), "[secret redacted]")),
      ("pass", "secret", "token", "credential")),
 ]
 
@@ -190,6 +191,11 @@ def _parameters_variable(m: re.Match) -> bool:
     """Whether the word after a secret's name (``m.group(2)``) is a variable passed to a parameter so named, as a
     command's ``--password $VAR`` is (PowerShell: ``-Credential $domainCreds``, ``-Password $dbPassword``)."""
     return m.string[m.start() - 1 : m.start()] == "-" and bool(_VARIABLE.fullmatch(m.group(2)))
+
+
+def _next_lines_key(m: re.Match) -> bool:
+    """Whether the word after a secret's name (``m.group(2)``) is the next line's key (``kind: Secret\\nstringData:``)."""
+    return "\n" in m.group(1) and m.group(2).endswith(":")
 
 
 _CLASSES = (re.compile(r"[a-z]"), re.compile(r"[A-Z]"), re.compile(r"[0-9]"), re.compile(r"[^A-Za-z0-9]"))
