@@ -7,19 +7,22 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
    quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end, or to
-   the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line,
+   the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
+   the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value),
    unless the name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``,
    ``AUTH_HOST``, ``apiKeyId``) and the value is not key material, or the value is a reference
    (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type
-   (``password: string;``), a sentence, or ordinary words after a token's name (``token: refresh on 401``);
+   (``password: string;``, ``string | undefined``; not ``str@wberry99``), a sentence (not after ``NAME=`` at a
+   line's start), or ordinary words after a token's name (``token: refresh on 401``; not a random run of letters);
 2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
    ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
    query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
-   in prose;
+   in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
-   start-up) except the public-IP one: whatever shape it knows is redacted too.
+   start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
+   knows is redacted too.
 
 Ordinary text — commit hashes, UUIDs, base64 images, numbers, paths — is left as it is unless it stands where
 a credential stands.
