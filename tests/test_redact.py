@@ -356,7 +356,24 @@ def test_hunted_shapes_are_redacted(text, secret, kept):
     assert secret not in out and kept in out and "redacted]" in out, out
 
 
-@pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY)
+# a hash's value after => (PHP, Ruby, Perl): it leaked, as a JSON or YAML value does not; an arrow's
+# unquoted right side is code (a JavaScript arrow function, a PHP variable), not a value
+ARROWS = [("$db = ['password' => 'hunter2xyz'];", "hunter2xyz", "$db = ['password' => '"),
+          ('$cfg = ["db_password" => "s3cr3t!"];', "s3cr3t!", '$cfg = ["db_password" => "'),
+          (':password => "hunter2xyz",', "hunter2xyz", ':password => "'),
+          ("'password' => 'correct horse battery'", "horse", "'password' => '"),
+          ('{ "api_key" => "Zq8mX2vK7pLwR4tY" }', "Zq8mX2vK7pLwR4tY", '{ "api_key" => "')]
+ARROWS_ORDINARY = ["tokens.filter(token => token.length > 0)", "$hash = password_hash($password => $algo);",
+                   "users.map(password => password.trim())", "'password_reset_url' => 'https://example.com/reset'"]
+
+
+@pytest.mark.parametrize("text,secret,kept", ARROWS, ids=[s[0][:40] for s in ARROWS])
+def test_a_hashs_value_after_an_arrow_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
+
+@pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY)
 def test_what_holds_no_secret_is_left_alone(text):
     """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
     assert redact(text) == text

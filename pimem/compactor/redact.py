@@ -121,7 +121,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # connection strings: Azure storage and service bus keys, shared access signatures
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
-    # name = value, name: value, "name": "value" for secret-looking names (AWS secret keys included, DB_PASS,
+    # name = value, name: value, "name": "value", 'name' => 'value' for secret-looking names (AWS secret keys included, DB_PASS,
     # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
     # into a placeholder already there; a password's quoted value whole, spaces and all (not a token's or
     # an author's: max_tokens: "a number of tokens")
@@ -129,7 +129,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # a secret, SECRET_NAME: "prod db creds"; a part read to 64 characters: PasswordPassword… over 100 KB, each
     # read to the text's end, took 5 s)
     (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|passcode|pass|pwd|secret){_ENDS[2:]}
-                    (?:[_.-]?[a-z0-9]{{1,64}}+){{0,4}}["']?\s*[:=]\s*)
+                    (?:[_.-]?[a-z0-9]{{1,64}}+){{0,4}}["']?\s*(?:[:=]|=>(?=\s*["']))\s*)
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""),
      lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
@@ -149,7 +149,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
-         ["']?[^\S\n]*[:=][^\S\n]*["']?)  # (on its line: auth:'s value is not the next line's password:)
+         ["']?[^\S\n]*(?:[:=]|=>(?=[^\S\n]*["']))[^\S\n]*["']?)  # (on its line: auth:'s value is not the next
+         # line's password:; a hash's => only before a quote: PHP's, Ruby's 'password' => '…', not token => token.length)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws
            |(?<![="']){_TYPE})
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
