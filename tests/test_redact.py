@@ -372,8 +372,29 @@ def test_a_hashs_value_after_an_arrow_is_redacted(text, secret, kept):
     out = redact(text)
     assert secret not in out and kept in out and "[secret redacted]" in out, out
 
+# XML config: a .NET appSettings entry's value beside its key's name, an element named as a secret (Maven's
+# settings.xml, a .NET user secret); a connection string's Password=…; was caught before
+XML = [('<add key="DbPassword" value="P@ssw0rd!"/>', "P@ssw0rd!", '<add key="DbPassword" value="'),
+       ("  <add key='ApiKey' value='hunter' />", "hunter", "  <add key='ApiKey' value='"),
+       ('<add name="Smtp" key="smtp.password" value="correct horse" />', "horse", 'value="'),
+       ("<server><id>nexus</id><password>hunter</password></server>", "hunter", "<password>[secret redacted]</password></server>"),
+       ("<DbPassword>hunter2</DbPassword>", "hunter2", "<DbPassword>"),
+       ("<client_secret>Zq8mX2vK7pLwR4tY</client_secret>", "Zq8mX2vK7pLwR4tY", "</client_secret>"),
+       ('<connectionStrings><add name="Db" connectionString="Server=db;User Id=sa;Password=hunter;" /></connectionStrings>',
+        "hunter", "User Id=sa;Password=")]
+XML_ORDINARY = ['<add key="PasswordResetUrl" value="https://example.com/reset"/>', '<add key="DbPassword" value=""/>',
+                "<password>$(DB_PASSWORD)</password>", "<password>${env.NEXUS_PASSWORD}</password>",
+                '<add key="Theme" value="dark"/>', "<passwordPolicy>strict</passwordPolicy>", "<password></password>"]
 
-@pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY)
+
+@pytest.mark.parametrize("text,secret,kept", XML, ids=[s[0][:40] for s in XML])
+def test_a_secret_in_xml_config_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
+
+@pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY
+                         + XML_ORDINARY)
 def test_what_holds_no_secret_is_left_alone(text):
     """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
     assert redact(text) == text

@@ -133,6 +133,13 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n])[^"'\n]*\2"""),
      lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
+    # XML config: a .NET appSettings entry's value beside its key (<add key="DbPassword" value="…"/>), an element
+    # named as a secret (Maven's <password>…</password>, <client_secret>), read on its line (``_xml_value``)
+    (re.compile(rf"""(?ix)(<add\b[^<>\n]{{0,256}}?\bkey[ \t]*=[ \t]*(["'])(?P<name>[\w.:-]{{0,64}}?{_NAMES}[\w.:-]{{0,64}})\2
+                    [^<>\n]{{0,256}}?\bvalue[ \t]*=[ \t]*(["']))(?P<value>[^"'<>\n]*)(?=\4)"""),
+     lambda m: m.group(1) + _xml_value(m.group("name"), m.group("value")), ("<add",)),
+    (re.compile(rf"""(?ix)(<(?P<name>[\w.:-]{{0,64}}?{_NAMES}[\w.:-]{{0,64}})>)(?P<value>[^<>\n]+)(?=</(?P=name)>)"""),
+     lambda m: m.group(1) + _xml_value(m.group("name"), m.group("value")), ("</",)),
     # a config line's value (YAML, ini, a .env file, properties) unquoted, spaces and all: a passphrase runs to the
     # line's end (``_line_value``); a line of a request may open with a task's <input>, a line's number (3+1|) and
     # its message's kind and speaker (user Bob: ); after a space inside a line, only plain words end it so
@@ -187,6 +194,19 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                              else _if_random(m.group(2), "[secret redacted]")),
      ("pass", "secret", "token", "credential")),
 ]
+
+# a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
+_PROPERTY = re.compile(r"\$(?:\([\w.:-]+\)|\{[\w.:-]+\})")
+
+
+def _xml_value(name: str, value: str) -> str:
+    """What is sent of an XML value named as a secret: the placeholder, but the value itself when it is blank, a
+    reference (``_REFERENCE``, ``_PROPERTY``), or the name is about a secret (``_about``) and it is not key material."""
+    if not value.strip() or _is_reference(value) or _PROPERTY.fullmatch(value) \
+            or _about(name) and _if_key(value, strict=True) == value:
+        return value
+    return "[secret redacted]"
+
 
 _VARIABLE = re.compile(r"\$[A-Za-z_]\w*")
 
