@@ -392,9 +392,25 @@ def test_a_secret_in_xml_config_is_redacted(text, secret, kept):
     out = redact(text)
     assert secret not in out and kept in out and "[secret redacted]" in out, out
 
+# a Dockerfile's ENV in its space form (ENV NAME value: the value is the rest of the line); ENV NAME=value, ARG
+# NAME=value and export NAME=value were caught before
+DOCKER_ENV = [("ENV DB_PASSWORD correct horse", "horse", "ENV DB_PASSWORD "),
+              ("FROM postgres:16\nENV POSTGRES_PASSWORD hunter2xyz\nEXPOSE 5432", "hunter2xyz", "\nEXPOSE 5432"),
+              ("ENV API_TOKEN Zq8mX2vK7pLwR4tY  ", "Zq8mX2vK7pLwR4tY", "ENV API_TOKEN "),
+              ("ARG DB_PASSWORD=hunter2xyz", "hunter2xyz", "ARG DB_PASSWORD="),
+              ("RUN export DB_PASSWORD=hunter2xyz && ./migrate", "hunter2xyz", "RUN export DB_PASSWORD=")]
+DOCKER_ENV_ORDINARY = ["ENV DB_PASSWORD_FILE /run/secrets/db_password", "ENV DB_PASSWORD $DB_PASSWORD",
+                       "ENV DB_PASSWORD ${DB_PASSWORD}", "ARG DB_PASSWORD\nENV PASSWORD_MIN_LENGTH 12"]
+
+
+@pytest.mark.parametrize("text,secret,kept", DOCKER_ENV, ids=[s[0][:40] for s in DOCKER_ENV])
+def test_a_dockerfiles_env_value_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
 
 @pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY
-                         + XML_ORDINARY)
+                         + XML_ORDINARY + DOCKER_ENV_ORDINARY)
 def test_what_holds_no_secret_is_left_alone(text):
     """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
     assert redact(text) == text

@@ -134,12 +134,17 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group() if _about(m.group(1)) else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
     # XML config: a .NET appSettings entry's value beside its key (<add key="DbPassword" value="…"/>), an element
-    # named as a secret (Maven's <password>…</password>, <client_secret>), read on its line (``_xml_value``)
+    # named as a secret (Maven's <password>…</password>, <client_secret>), read on its line (``_whole_value``)
     (re.compile(rf"""(?ix)(<add\b[^<>\n]{{0,256}}?\bkey[ \t]*=[ \t]*(["'])(?P<name>[\w.:-]{{0,64}}?{_NAMES}[\w.:-]{{0,64}})\2
                     [^<>\n]{{0,256}}?\bvalue[ \t]*=[ \t]*(["']))(?P<value>[^"'<>\n]*)(?=\4)"""),
-     lambda m: m.group(1) + _xml_value(m.group("name"), m.group("value")), ("<add",)),
+     lambda m: m.group(1) + _whole_value(m.group("name"), m.group("value")), ("<add",)),
     (re.compile(rf"""(?ix)(<(?P<name>[\w.:-]{{0,64}}?{_NAMES}[\w.:-]{{0,64}})>)(?P<value>[^<>\n]+)(?=</(?P=name)>)"""),
-     lambda m: m.group(1) + _xml_value(m.group("name"), m.group("value")), ("</",)),
+     lambda m: m.group(1) + _whole_value(m.group("name"), m.group("value")), ("</",)),
+    # a Dockerfile's ENV in its space form, ENV NAME value: the value is the rest of its line
+    (re.compile(rf"""(?imx)(^(?:<input>)?(?:\d+\+\d+\|)?[ \t]*(?-i:ENV)[ \t]+(?P<name>[\w.-]{{0,64}}?{_NAMES}[\w.-]{{0,64}})[ \t]+)
+                    (?P<value>[^\s=][^\n]*)"""),
+     lambda m: m.group(1) + _whole_value(m.group("name"), m.group("value").rstrip()) + m.group("value")[len(m.group("value").rstrip()):],
+     ("env",)),
     # a config line's value (YAML, ini, a .env file, properties) unquoted, spaces and all: a passphrase runs to the
     # line's end (``_line_value``); a line of a request may open with a task's <input>, a line's number (3+1|) and
     # its message's kind and speaker (user Bob: ); after a space inside a line, only plain words end it so
@@ -199,8 +204,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
 _PROPERTY = re.compile(r"\$(?:\([\w.:-]+\)|\{[\w.:-]+\})")
 
 
-def _xml_value(name: str, value: str) -> str:
-    """What is sent of an XML value named as a secret: the placeholder, but the value itself when it is blank, a
+def _whole_value(name: str, value: str) -> str:
+    """What is sent of a value named as a secret in XML or a Dockerfile's ``ENV NAME value``: the placeholder, but the value itself when it is blank, a
     reference (``_REFERENCE``, ``_PROPERTY``), or the name is about a secret (``_about``) and it is not key material."""
     if not value.strip() or _is_reference(value) or _PROPERTY.fullmatch(value) \
             or _about(name) and _if_key(value, strict=True) == value:
