@@ -408,9 +408,30 @@ def test_a_dockerfiles_env_value_is_redacted(text, secret, kept):
     out = redact(text)
     assert secret not in out and kept in out and "[secret redacted]" in out, out
 
+# a chat's password: a word shaped like one (digits in its letters, a symbol) after "password is" or "pass:", a
+# phrase of plain words ending the line after "password is"; not what a sentence about a password says of it
+CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
+        ("wifi pass: hunter22 (guest network)", "hunter22", "wifi pass: "),
+        ("my password is hunter2 btw", "hunter2", "my password is [secret redacted] btw"),
+        ("ok the admin password was s3cr3t! now", "s3cr3t!", "admin password was "),
+        ("password is purple monkey dishwasher", "monkey", "password is "),
+        ("so the password is correct horse battery staple.", "horse", "so the password is ")]
+CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
+                 "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
+                 "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
+                 "the password is too short", "password is case sensitive", "the password is never logged anywhere",
+                 "password is at least 12 characters", "the password is base64 encoded", "password is wrong again today",
+                 "my password is purple", "the password is argon2id hashed", "a second pass: step2 of the plan"]
+
+
+@pytest.mark.parametrize("text,secret,kept", CHAT, ids=[s[0][:40] for s in CHAT])
+def test_a_password_said_in_a_chat_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
 
 @pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY
-                         + XML_ORDINARY + DOCKER_ENV_ORDINARY)
+                         + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY)
 def test_what_holds_no_secret_is_left_alone(text):
     """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
     assert redact(text) == text

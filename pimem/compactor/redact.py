@@ -5,7 +5,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
 1. pimem's own patterns: whole private key blocks, credentials inside URLs (a password, the user's too when
    empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
-   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a password's
+   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's
+   ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>`` and ``<password>…</password>``, a
+   Dockerfile's ``ENV DB_PASSWORD …``, a password's
    quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end, or to
    the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
    the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value),
@@ -19,7 +21,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
    query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
-   in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key);
+   in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
+   name, ``sha256``); after ``password is`` or ``pass:`` a word only shaped like a password too (``hunter2``,
+   ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in vault``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
@@ -193,12 +197,54 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("--pass", "--secret", "--token", "--api-key")),
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
-    (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?)\b:?(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
+    # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
+    (re.compile(r"(?i)(\b(?:password|passwd|passphrase)[ \t]+(?:is|was)[ \t]+)"
+                r"((?-i:[A-Za-z'-]{1,40}(?:[ \t]+[A-Za-z'-]{1,40}){2,11}))(?=[ \t]*[.!]?[ \t]*(?:\r?\n|\Z))"),
+     lambda m: m.group(1) + _prose_phrase(m.group(2)), ("pass",)),
+    (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?|(?-i:[Pp]ass)(?=:))\b:?"
+                r"(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
                 rf"(?!redacted\]|{_TYPE})([^\s\"',;]+)"),
-     lambda m: m.group(1) + (m.group(2) if _parameters_variable(m) or _next_lines_key(m)
-                             else _if_random(m.group(2), "[secret redacted]")),
-     ("pass", "secret", "token", "credential")),
+     lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
 ]
+
+# what a sentence says of a password is no passphrase: its first word one of these, or a word of a sentence
+# (``_SENTENCE``), an adverb or a verb's form (hashed, missing, exactly) in it
+_PROSE_ABOUT = frozenset("""wrong incorrect invalid required optional missing weak strong too very case insensitive
+    sensitive insecure secure expired empty blank same different long short hard easy simple unique fine ok okay good
+    bad new old reset changed""".split())
+_PROSE_FORM = re.compile(r"(?i)[a-z]+(?:ed|ing|ly)")
+# a word that names an algorithm, an encoding or a version, not a password (sha256, base64, argon2id, x509, 2fa)
+_TECH_WORD = re.compile(r"(?i)(?:(?:sha|md|base|argon|pbkdf|aes|rsa|utf|ucs|crc|blake|ed|x|ipv|tls|ssl|oauth|http|v|py"
+                        r"|python|gpt|des|rc|scrypt|bcrypt|hmac|win)[-_]?\d+(?:[a-z]{0,2}|[-_.]\d+)*|2fa|\d+(?:[a-z]{1,8}))"
+                        r"(?:-[a-z]+)*[.,]?")
+# a word shaped like a password: its letters with digits in them or a symbol among them
+_PASSWORD_SHAPE = re.compile(r"(?=.*[A-Za-z])(?:.*[A-Za-z]\d|.*\d[A-Za-z]|.*[!@#%^&*?~+=|])")
+
+
+def _prose_phrase(phrase: str) -> str:
+    """What is sent of plain words ending a line after ``password is``: the placeholder unless a sentence's
+    (``_PROSE_ABOUT`` first, a word of ``_SENTENCE`` or ``_PROSE_FORM`` in it)."""
+    words = [w.lower() for w in phrase.split()]
+    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or _PROSE_FORM.fullmatch(w) for w in words):
+        return phrase
+    return "[secret redacted]"
+
+
+def _prose_word(m: re.Match) -> str:
+    """What is sent of the word after a secret's name in prose (``m.group(2)``): the word itself when it is a
+    parameter's variable, the next line's key, an algorithm's name (``_TECH_WORD``) or a test's verdict; the
+    placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
+    is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path."""
+    word = m.group(2)
+    if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word):
+        return word
+    head = m.group(1).lower().split()
+    if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) \
+            and 6 <= len(bare := word.rstrip(".:")) <= 64 and _PASSWORD_SHAPE.match(bare) \
+            and not bare.startswith(("$", "<", "(", "http")) and "/" not in bare and not _is_reference(bare) \
+            and not (head[0] == "pass:" and _verdict(bare, m.string, m.end())):
+        return "[secret redacted]"
+    return _if_random(word, "[secret redacted]")
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
 _PROPERTY = re.compile(r"\$(?:\([\w.:-]+\)|\{[\w.:-]+\})")
