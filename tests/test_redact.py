@@ -429,9 +429,21 @@ def test_a_password_said_in_a_chat_is_redacted(text, secret, kept):
     out = redact(text)
     assert secret not in out and kept in out and "[secret redacted]" in out, out
 
+# a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same
+SHORT_QUOTED = [('password: "x7Yq!"', "x7Yq!", 'password: "'), ("$db = ['password' => 'abc'];", "abc", "'password' => '"),
+                ('{"db_password": "pw1", "user": "bob"}', "pw1", '"user": "bob"'), ("SECRET='s3!'", "s3!", "SECRET='")]
+SHORT_QUOTED_ORDINARY = ['{"password": "", "user": "bob"}', 'password: "$PW"', 'password_hint: "pet"',
+                         "token_type: 'jwt'"]
+
+
+@pytest.mark.parametrize("text,secret,kept", SHORT_QUOTED, ids=[s[0][:40] for s in SHORT_QUOTED])
+def test_a_passwords_short_quoted_value_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[secret redacted]" in out, out
+
 
 @pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY
-                         + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY)
+                         + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY + SHORT_QUOTED_ORDINARY)
 def test_what_holds_no_secret_is_left_alone(text):
     """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
     assert redact(text) == text
