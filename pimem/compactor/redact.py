@@ -7,8 +7,7 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's
    ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>`` and ``<password>…</password>``, a
-   Dockerfile's ``ENV DB_PASSWORD …``, a password's
-   quoted value whole, a password's, passphrase's or secret's unquoted value to its config line's end, or to
+   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or secret's unquoted value to its config line's end, or to
    the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
    the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value),
    unless the name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``,
