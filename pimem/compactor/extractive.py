@@ -520,6 +520,7 @@ class Stats:
         self.docs = docs
         self.chinese = chinese  # most of its messages that are no tool work are in Chinese: its days said in digits
         self._idf: dict[str, float] = {}  # words already weighed (a bounded number)
+        self._inflected: dict[str, bool] = {}  # and whether they are a verb's forms (``inflected``)
 
     @classmethod
     def of(cls, messages) -> "Stats":
@@ -541,6 +542,36 @@ class Stats:
             if len(self._idf) < IDF_KEPT:
                 self._idf[word] = got
         return got
+
+    def inflected(self, word: str) -> bool:
+        """Whether ``word`` is a verb's form, by the memory's own words: a past form or a third person's of a word it
+        writes (``used`` of ``use``), a third person's of a word it writes with -ed or -ing (``expects`` of
+        ``expected``, ``applies`` of ``applied``; not ``tests`` of ``test`` alone), or a word it also writes with -ed or
+        -ing (``check`` of ``checked``). (Not an -ing form: ``painting``, ``hiking`` are what people do; with too few
+        messages to tell, no word is.)"""
+        if self.docs < FEW or len(word) < 3 or not word.isascii():
+            return False
+        got = self._inflected.get(word)
+        if got is None:
+            got = self._inflect(word.lower())
+            if len(self._inflected) < IDF_KEPT:
+                self._inflected[word] = got
+        return got
+
+    def _inflect(self, w: str) -> bool:
+        df = self.df
+        if w.endswith("ed") and len(w) >= 4 and ((stem := w[:-2]) in df or w[:-1] in df  # (used, checked, mapped,
+                                                  or stem[-1] == stem[-2] and stem[:-1] in df  # applied; not need)
+                                                  or w.endswith("ied") and w[:-3] + "y" in df):
+            return True
+        if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:  # (expects, applies; not a plural)
+            stems = (w[:-3] + "y",) if w.endswith("ies") else (w[:-1], w[:-2]) if w.endswith("es") else (w[:-1],)
+            return any(self._inflect(stem) for stem in stems if len(stem) > 2)
+        if w.endswith("ing"):
+            return False
+        e = w[:-1] if w.endswith("e") else w  # (check: checked; provide: provided; map: mapping)
+        return (w + "ed" in df or e + "ed" in df or e + "ing" in df or w + "ing" in df
+                or w[-1] not in "aeiouwxy" and w + w[-1] + "ing" in df or w[-1] == "y" and w[:-1] + "ied" in df)
 
     def weight(self, words) -> float:
         """The summed weights of ``words``, added in their order (the same float in every process)."""
@@ -850,6 +881,8 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for pos, phrase, negated in _phrases(text, bool(cjk), ask, units_at):
         if pos < ask and " " in phrase:  # the ask's first phrase of words: what is asked, its verb with what it is
             bonus, ask = HEAD, 0  # done to (said before its nouns; Chinese clauses hold theirs)
+        elif phrase.isalpha() and stats.inflected(phrase):  # one word, a form of a verb the memory writes in other
+            continue  # forms too (``used``, ``expects``, ``check``, ``need``): it says nothing of its span alone
         else:
             bonus = 1.0
         if in_error and in_error(pos, pos + len(phrase)):
