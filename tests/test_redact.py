@@ -29,11 +29,6 @@ def test_every_shape_is_redacted(name, text, secrets):
     assert "redacted]" in out
 
 
-@pytest.mark.parametrize("text", ORDINARY)
-def test_ordinary_text_is_left_alone(text):
-    assert redact(text) == text
-
-
 def test_only_the_secret_goes_not_its_line():
     out = redact("curl -u deploy:Pa55w0rdXyZ9 https://ci.example.com/api/build")
     assert out == "curl -u deploy:[password redacted] https://ci.example.com/api/build"
@@ -118,11 +113,6 @@ NAMES = [
 ]
 
 
-@pytest.mark.parametrize("text", NOT_NAMES)
-def test_a_name_holding_no_secret_is_not_taken_for_one(text):
-    assert redact(text) == text
-
-
 @pytest.mark.parametrize("text", NAMES)
 def test_a_secret_name_as_a_part_of_a_name_is_one(text):
     out = redact(text)
@@ -135,11 +125,6 @@ def test_more_shapes_are_redacted_and_the_rest_kept(text, secrets, kept):
     assert "redacted]" in out and kept in out, out
     for secret in secrets:
         assert secret not in out, out
-
-
-@pytest.mark.parametrize("text", MORE_ORDINARY)
-def test_more_ordinary_text_is_left_alone(text):
-    assert redact(text) == text
 
 
 def everything() -> list[tuple[str, list[str]]]:
@@ -442,13 +427,6 @@ def test_a_passwords_short_quoted_value_is_redacted(text, secret, kept):
     assert secret not in out and kept in out and "[secret redacted]" in out, out
 
 
-@pytest.mark.parametrize("text", VERDICTS + ABOUT_A_SECRET + REFERENCES + HUNTED_ORDINARY + ARROWS_ORDINARY
-                         + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY + SHORT_QUOTED_ORDINARY)
-def test_what_holds_no_secret_is_left_alone(text):
-    """A test's verdict, a name about a secret, a reference to one and the hunt's ordinary lines are sent as they are."""
-    assert redact(text) == text
-
-
 def test_a_long_line_of_commands_is_read_once():
     """``mysql -p'`` repeated over 100 KB was read to the line's end from each command in it looking for its
     password: 45 s of CPU on a model request. A command's password flag is looked for in its next 256
@@ -531,11 +509,6 @@ TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefg
                 ("auth: abcdefghijklmnopqrstuvwxyz please", "abcdefghijklmnopqrstuvwxyz")]
 
 
-@pytest.mark.parametrize("text", TOKEN_PROSE)
-def test_ordinary_words_after_a_tokens_name_are_prose(text):
-    assert redact(text) == text
-
-
 @pytest.mark.parametrize("text,secret", TOKEN_VALUES)
 def test_a_token_like_run_after_a_tokens_name_is_redacted(text, secret):
     out = redact(text)
@@ -562,11 +535,6 @@ STILL_REFERENCES = ["password: $K8S_TOKEN", "password: $AWS_S3_SECRET", "PASSWOR
 def test_a_value_like_a_reference_is_redacted(text, secret):
     out = redact(text)
     assert secret not in out and "[secret redacted]" in out, out
-
-
-@pytest.mark.parametrize("text", STILL_REFERENCES)
-def test_a_reference_stays(text):
-    assert redact(text) == text
 
 
 def test_a_config_lines_passphrase_never_reaches_the_command_provider(run, home, tmp_path):
@@ -634,11 +602,6 @@ def test_a_value_on_the_next_line_under_a_secrets_name_is_redacted(text, secrets
         assert secret not in out, out
 
 
-@pytest.mark.parametrize("text", NEXT_LINE_KEPT)
-def test_what_is_under_a_secrets_name_and_no_value_stays(text):
-    assert redact(text) == text
-
-
 # a password's or passphrase's value of plain words ending a line of prose is a phrase too; a value with other
 # signs in it there (code, a list, a sentence) is judged by its first word as before
 MID_LINE = [("here is the wifi password: purple monkey dishwasher", "monkey dishwasher", "here is the wifi password: "),
@@ -677,11 +640,6 @@ TYPED_VALUES = [("password: string123", "string123"), ("password: Strings4ever",
                 ("password: String#1x", "1x")]
 
 
-@pytest.mark.parametrize("text", TYPED)
-def test_a_type_after_a_secrets_name_stays(text):
-    assert redact(text) == text
-
-
 @pytest.mark.parametrize("text,secret", TYPED_VALUES)
 def test_a_value_only_beginning_like_a_type_is_redacted(text, secret):
     out = redact(text)
@@ -701,3 +659,11 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
     text = "apiVersion: v1\nkind: Secret\nstringData:\n  password: Zq8mX2vK7pLw\n  username: admin"
     assert redact(text) == "apiVersion: v1\nkind: Secret\nstringData:\n  password: [secret redacted]\n  username: admin"
 
+
+@pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
+                         + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
+                         + SHORT_QUOTED_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+def test_what_holds_no_secret_is_left_alone(text):
+    """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
+    type, the line under a name that holds no value: each is sent as it is."""
+    assert redact(text) == text
