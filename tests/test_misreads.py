@@ -235,7 +235,6 @@ def test_a_short_flag_stays_with_its_command():
         assert not [p for p in found + line if command in p and flag not in p.split()], (clause, found, line)
 
 
-@pytest.mark.xfail(strict=True)
 def test_a_number_after_a_negated_one_and_a_comma_alone_is_no_correction():
     """``The bug is not in 1.2, 1.3 has it`` gave ``not in 1.2, 1.3``; ``It doesn't work on Node 14, 16 is fine`` gave
     ``doesn't work on Node 14, 16``: the next clause's number, after a comma alone, said as negated too (read as the bug

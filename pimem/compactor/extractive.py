@@ -325,11 +325,12 @@ _TURNS = frozenset(
 # the word before a comma a negation follows (``A, not B``: a correction; ``~2.3.1, not ^2.3.1``), whole, its sigils too
 _CORRECTED = re.compile(r"""(?<!\S)[^\s()\[\]{}<>"“”«»,;]{1,40},[ \t]{1,4}\Z""")
 # the value a negated one is corrected to right after its clause (``It's not 40, it's 50``, ``nicht 40, sondern 50``): a
-# number or a version, with no words of its own to be said by (``50`` alone is no piece), after a comma or a word
-# that says it is the one meant; said with the negation's run, ``not 40, it's 50``, not ``not 40`` alone
+# number or a version, with no words of its own to be said by (``50`` alone is no piece), after a word that says it is
+# the one meant; said with the negation's run, ``not 40, it's 50``, not ``not 40`` alone (after a comma alone, the next
+# clause's number: ``not in 1.2, 1.3 has it``, never ``not in 1.2, 1.3``)
 _CORRECTING = (r"it['’]s|it is|it was|that['’]s|that is|but|rather|actually|just|instead|sondern|eher|es ist|es sind"
                r"|mais|plutôt|c['’]est|sino|pero|es|son|ma|è|mas|é|а|но|это")
-_RIGHT_VALUE = re.compile(rf"(?:,[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{0,3}}|[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{1,3}})"
+_RIGHT_VALUE = re.compile(rf",?[ \t]{{1,4}}(?:(?i:{_CORRECTING})[ \t]{{1,4}}){{1,3}}"
                           r"[~^$€£¥₽]?\d[^\s,;:!?()\[\]{}\"“”]{0,30}(?<![.])(?=[.,;:!?)\]]*(?:\s|$))")
 # the negations said with the run right before them (``deleted nothing``, ``found none``, ``found no errors``, ``themes
 # must NEVER explode``, ``n'a pas été effectué``), as any is after a value (``40 not 50``); not a verb's ``n't``
