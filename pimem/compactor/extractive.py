@@ -882,8 +882,9 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for pos, phrase, negated in _phrases(text, bool(cjk), ask, units_at):
         if pos < ask and " " in phrase:  # the ask's first phrase of words: what is asked, its verb with what it is
             bonus, ask = HEAD, 0  # done to (said before its nouns; Chinese clauses hold theirs)
-        elif phrase.isalpha() and stats.inflected(phrase):  # one word, a form of a verb the memory writes in other
-            continue  # forms too (``used``, ``expects``, ``check``, ``need``): it says nothing of its span alone
+        elif phrase.isalpha() and stats.inflected(phrase) and not _fact_of(text, pos, phrase):  # one word, a form of
+            continue  # a verb the memory writes in other forms too (``used``, ``expects``, ``check``, ``need``): it says
+            # nothing of its span alone (unless it is its clause's fact or a noun: ``_fact_of``)
         else:
             bonus = 1.0
         if in_error and in_error(pos, pos + len(phrase)):
@@ -1124,6 +1125,21 @@ def _sigil_before(text: str, pos: int, piece: str) -> int:
     else:
         return pos
     return sigil.start() if sigil else pos
+
+
+# a verb's form that is its clause's fact (``The PR was merged.``, ``It failed.``, ``Is it used or new?``): a past or a
+# third person's form right before its clause's end or ``or``; and a word a determiner makes a noun (``Clear the cache``,
+# ``We need more tests``, ``Check the build``): said though the memory writes the verb's other forms (``Stats.inflected``)
+_CLAUSE_END = re.compile(r"""['"’”)\]]*(?:[.,;:!?…]|[ \t]*(?:\n|\Z))|[ \t]{1,4}(?i:or)(?![\w'’-])""")
+_DETERMINED = re.compile(r"(?<![\w'’-])(?i:the|a|an|this|that|these|those|my|your|our|their|his|her|its|more|some|any"
+                         r"|each|every|no|all|few|many|several|\d+)[ \t]{1,4}\Z")
+
+
+def _fact_of(text: str, pos: int, word: str) -> bool:
+    """Whether the one ``word`` at ``pos`` of ``text``, a verb's form, is said all the same (``_CLAUSE_END``,
+    ``_DETERMINED``)."""
+    return bool(word.lower().endswith(("ed", "s")) and _CLAUSE_END.match(text, pos + len(word))
+                or _DETERMINED.search(text, max(0, pos - 12), pos))
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
