@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 
 from . import home as homes
-from .errors import IntegrityError, PimemError
+from .errors import Busy, IntegrityError, NotFound, PimemError
 from .nofollow import read_bytes
 
 FILE = "projects.json"
@@ -145,7 +145,6 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
     append), so of two projects claiming one name at once the second finds the first's record and goes on to
     its own. ``Busy`` after ``timeout`` seconds. The list of an earlier pimem's memory it passes is written on
     the way, from its ``imports.json``."""
-    from .errors import Busy, NotFound
     from .memory import Memory
 
     for name, when in choices[:-1]:  # an earlier pimem's memory of the name, of other projects: their list written
@@ -183,8 +182,6 @@ def release(mem, cwds=None) -> None:
     as it found it and the name is free for ``rename``. Left as it is while the memory exists, holds anything
     else or another project, or is locked (a writer is at it); a claimer waiting for the lock meanwhile finds it
     gone and chooses again."""
-    from .errors import Busy, NotFound
-
     try:
         if mem.exists() or mem.identity() is None:  # (made, or never claimed: no lock taken)
             return
