@@ -182,3 +182,17 @@ def test_build_tree_over_all_memories_leaves_one_the_user_renamed_or_deleted_mea
         {"event": "refused", "memory": "c", "gone": True,
          "error": f"memory 'c' was renamed or deleted meanwhile (from {home / 'c'})"}]
     assert [e["memory"] for e in events if e["event"] == "done"] == ["a"] + (["b2"] if "b2" in user else [])
+
+
+def test_build_tree_json_says_a_memory_left_for_a_file_it_cannot_read_as_its_error_line_does(run, home):
+    """A memory left out before building (its ``compactor.json`` a directory: an OS error pimem translates) is
+    said in the ``refused`` event as on stderr, ``Is a directory: PATH``; the event said Python's own
+    ``[Errno 21] Is a directory: 'PATH'`` (ee91bda)."""
+    Memory.at("a").append(long_messages(3))
+    Memory.at("b").append(long_messages(3))
+    (home / "b" / "compactor.json").mkdir()
+    out = run("build-tree", "--dry-run", "--json")
+    said = f"Is a directory: {home / 'b' / 'compactor.json'}"
+    assert out.exit_code == 7 and f"b: {said}" in out.stderr, out.stderr
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    assert {"event": "refused", "memory": "b", "error": said} in events, events

@@ -54,7 +54,7 @@ def command(
             if error is None:
                 raise
             gone = scheduler.went_away(mem)  # (renamed or deleted since it was listed)
-            refused[mem.name] = exc = error = gone or exc
+            refused[mem.name], error = gone or exc, gone or error
             if json:
                 output.json_line({"event": "refused", "memory": mem.name, "error": str(error), **({"gone": True} if gone else {})})
             return None
