@@ -260,7 +260,8 @@ def test_a_verb_form_that_is_the_fact_stays():
     others = ["We merge the PR after review.", "I merged it yesterday.", "Builds fail on Windows.", "It failed twice.",
               "Close the ticket.", "I closed the ticket.", "We use the old laptop.", "I used the new one.",
               "We are testing it.", "Building now.", "We cached it.", "Caching is on.", "Reject it.", "They rejected it.",
-              "We check it.", "I checked it.", "It expected a string."] * 2
+              "We check it.", "I checked it.", "It expected a string.", "It ensured that.", "It happened.",
+              "We needed it."] * 2
     stats = extractive.Stats.of({"text": t} for t in others)
     for clause, word in [("The PR was merged.", "merged"), ("It failed.", "failed"), ("The ticket is closed.", "closed"),
                          ("The change was rejected, sadly.", "rejected"), ("Is it used or new?", "used"),
@@ -268,6 +269,7 @@ def test_a_verb_form_that_is_the_fact_stays():
         text = f"{FILL}{clause} " * 3
         found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)]
         assert [p for p in found if word in _words(p)], (clause, found)
-    text = f"{FILL}The colors are used to set the theme. Then check. The router expects a string. " * 3
+    text = (f"{FILL}The colors are used to set the theme. Then check. The router expects a string. This ensures a "
+            f"fix. Let me check what happens: a run. Those need a theme as the 5th param. " * 3)
     found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)}
-    assert not {"used", "check", "expects"} & found, found
+    assert not {"used", "check", "expects", "ensures", "happens", "need"} & found, found

@@ -1128,10 +1128,13 @@ def _sigil_before(text: str, pos: int, piece: str) -> int:
 
 
 # a verb's form that is its clause's fact (``The PR was merged.``, ``It failed.``, ``Is it used or new?``): a past or a
-# third person's form right before its clause's end or ``or``; and a word a determiner makes a noun (``Clear the cache``,
-# ``We need more tests``, ``Check the build``): said though the memory writes the verb's other forms (``Stats.inflected``)
-_CLAUSE_END = re.compile(r"""['"’”)\]]*(?:[.,;:!?…]|[ \t]*(?:\n|\Z))|[ \t]{1,4}(?i:or)(?![\w'’-])""")
-_DETERMINED = re.compile(r"(?<![\w'’-])(?i:the|a|an|this|that|these|those|my|your|our|their|his|her|its|more|some|any"
+# third person's form right before its clause's end or ``or`` (not a colon's: ``Let me check what happens:``); and a word
+# a determiner makes a noun (``Clear the cache``, ``We need more tests``, ``Check the build``; not this, that, these,
+# those, a subject as often: ``This ensures``, ``a function that applies``, ``those need``; not a version's last number,
+# ``@0.8.0 check``): said though the memory writes the verb's other forms
+# (``Stats.inflected``)
+_CLAUSE_END = re.compile(r"""['"’”)\]]*(?:[.,;!?…]|[ \t]*(?:\n|\Z))|[ \t]{1,4}(?i:or)(?![\w'’-])""")
+_DETERMINED = re.compile(r"(?<![\w.'’-])(?i:the|a|an|my|your|our|their|his|her|its|more|some|any"
                          r"|each|every|no|all|few|many|several|\d+)[ \t]{1,4}\Z")
 
 
