@@ -39,13 +39,22 @@ So with a word that makes its clause a proposal, a question or a condition (``su
 ``建议…超时改成50秒``, never ``bump the timeout`` or ``超时改成50秒`` alone, a proposal said as done; such a word reaches
 over a comma to its sentence's end (``If the cache is cold, restart``, ``如果…失败，就把副本数改成3个``), and a key with its
 value is said with it as a number's words are (``not set max_retries=3``). A negation is also ``without``,
-``impossible``, ``lack`` (``ohne``, ``sans``, ``без``…) or one of words (``far from``, ``instead of``, ``rather than``,
-``au lieu de``); ``only when``, ``only if`` (``nur wenn``, ``только если``) are a condition's, said with the run right
+``impossible``, ``lack``, ``except`` (``ohne``, ``sans``, ``без``, ``außer``, ``кроме``…) or one of words (``far from``,
+``instead of``, ``rather than``, ``apart from``, ``au lieu de``); ``only when``, ``only if`` (``nur wenn``, ``только если``) are a condition's, said with the run right
 before them too (``tests pass only when run``). A run right before a negation that is its verb's object or a value's
-other is said with it (``deleted nothing from the archive``, ``40 not 50``); one said with a negation and ending
+other is said with it (``deleted nothing from the archive``, ``found no errors``, ``40 not 50``), and a negated value
+with the value a word says is meant after it (``not 40, it's 50``, ``nicht 40, sondern 50``; after a comma alone it is
+the next clause's, ``not in 1.2, 1.3 has it``), a negated verb with its subject of quantity (``few weren't able``); one said with a negation and ending
 before a limit in time runs to its clause's end (``not migrate the database before the audit ends``); a negation
 after a comma is said from the word before it, a correction's right value (``~2.3.1, not ^2.3.1``); one inside a
-condition keeps the condition (``if it's not used anywhere else``). A piece of a question runs to its question mark
+condition keeps the condition (``if it's not used anywhere else``). A number is said with its bound's or
+approximation's word or mark right before it (``under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``to 5% of
+traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``), a flag with its dashes
+(``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``) and a version with
+its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``), nor one
+word the memory also writes in another of a verb's forms (``used`` of ``use``, ``expects``, ``check``: alone it says
+nothing of its span) unless it is its clause's fact, a past or third person's form ending it (``The PR was merged.``,
+``It failed.``, ``used or new?``), or a noun after an article or a determiner (``Clear the cache``). A piece of a question runs to its question mark
 (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
 is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
 question's is a statement, said as it is (``I restarted the server, is it up now?``). A fact after ``from`` (``von``, ``с``) is
