@@ -2079,3 +2079,32 @@ def test_a_line_whose_epoch_milliseconds_pass_the_year_9999_is_imported_dated_as
     assert out.exit_code == 0, out.stderr
     assert [(m["text"], m["date"]) for m in messages()] == [(f"said {n}", "2026-01-01T00:00:00.000Z") for n in range(4)]
     assert out.stderr.count("epoch milliseconds past the range of dates") == 3, out.stderr
+
+
+def test_a_read_whose_write_found_the_memory_locked_leaves_the_next_read_as_it_was(home, tmp_path):
+    """A follower's round reads a grown rollout and finds the memory locked when it writes (``Busy``); its next
+    round reads the same lines again from where the state saved says. The importer keeps that state parsed
+    between reads (88c4dfe) and handed its entry to the parser, which counted the lines into it: the next
+    round read them on from a turn that had said them already (``one`` said again logged as its third time,
+    ``two`` as its second)."""
+    import os
+    import time
+
+    from pimem.errors import Busy
+    from pimem.importers import plan
+    from pimem.importers.job import run as import_job
+    from pimem.importers.state import STATE, ImportState
+
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3],
+                                                      _said(4, "one")])
+    mem = Memory.at("t", home)
+    state = ImportState(mem)  # (a follower's, kept between its rounds)
+    import_job(mem, plan([str(path)]), state=state)
+    written = time.time() - 60  # (written a while ago: kept parsed)
+    os.utime(home / "t" / STATE, (written, written))
+    write_jsonl(path, [_said(5, "one"), _said(5, "two")])
+    with Memory.at("t", home).lock():  # (another writer at it)
+        with pytest.raises(Busy):
+            import_job(mem, plan([str(path)]), state=state, timeout=0)
+    import_job(mem, plan([str(path)]), state=state)
+    assert [(m["text"], m["meta"].get("repeat")) for m in messages()[-3:]] == [("one", None), ("one", 1), ("two", None)]

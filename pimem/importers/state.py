@@ -225,11 +225,12 @@ class ImportState:
         return self.mem.path / KEYS
 
     def peek_file(self, path: str) -> dict | None:
-        """Where an earlier import of ``path`` stopped (read without the lock: only a hint, keys decide)."""
+        """Where an earlier import of ``path`` stopped (read without the lock: only a hint, keys decide); a copy,
+        which the caller's parser may change (``_hint`` keeps the state parsed for the next read)."""
         state = self._hint()
         files = state.get("files") if state is not None else None
         entry = files.get(path) if isinstance(files, dict) else None
-        return entry if isinstance(entry, dict) else None
+        return orjson.loads(orjson.dumps(entry)) if isinstance(entry, dict) else None
 
     def holds(self, key: bytes | None) -> bool:
         """Whether the memory holds a message with ``key``, as far as the state tells before ``sync`` (read
