@@ -250,22 +250,26 @@ def test_a_number_after_a_negated_one_and_a_comma_alone_is_no_correction():
     assert any("not in 1.2, but 1.3" in p for p in found), found
 
 
+@pytest.mark.xfail(strict=True)
 def test_a_verb_form_that_is_the_fact_stays():
     """In a memory that writes merge and merged, test and testing (a7d7baf: a verb's form alone is no piece), ``The
     PR was merged`` gave ``PR``, ``It failed`` nothing, ``The ticket is closed`` ``ticket``, ``Is it used or new?``
     ``new?``: the outcome, the fact of the sentence, gone or its other said alone; and ``Clear the cache``, ``We need
-    more tests``, ``Check the build`` lost ``cache``, ``tests``, ``build``, the nouns they are. A past or third person's
-    form ending its clause (or before ``or``) is said, and so is a word after an article or a determiner; ``used to
-    set``, ``Then check``, ``expects a string`` still are not."""
+    more tests``, ``Check the build`` lost ``cache``, ``tests``, ``build``, the nouns they are; ``The PR got approved by
+    Bob`` gave ``PR``, ``Bob``. A past or third person's form ending its clause (or before ``or``) is said, a past form
+    after is, was, has, got… (not before ``to``), and a word after an article or a determiner; ``used to set``, ``Then
+    check``, ``expects a string`` still are not."""
     others = ["We merge the PR after review.", "I merged it yesterday.", "Builds fail on Windows.", "It failed twice.",
               "Close the ticket.", "I closed the ticket.", "We use the old laptop.", "I used the new one.",
               "We are testing it.", "Building now.", "We cached it.", "Caching is on.", "Reject it.", "They rejected it.",
               "We check it.", "I checked it.", "It expected a string.", "It ensured that.", "It happened.",
-              "We needed it."] * 2
+              "We needed it.", "Approve it.", "Bob approved it."] * 2
     stats = extractive.Stats.of({"text": t} for t in others)
     for clause, word in [("The PR was merged.", "merged"), ("It failed.", "failed"), ("The ticket is closed.", "closed"),
                          ("The change was rejected, sadly.", "rejected"), ("Is it used or new?", "used"),
-                         ("Clear the cache.", "cache"), ("We need more tests.", "tests"), ("Check the build.", "build")]:
+                         ("Clear the cache.", "cache"), ("We need more tests.", "tests"), ("Check the build.", "build"),
+                         ("The PR got approved by Bob.", "approved"), ("The PR was merged by Alice today.", "merged"),
+                         ("The ticket was closed as a duplicate.", "closed")]:
         text = f"{FILL}{clause} " * 3
         found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)]
         assert [p for p in found if word in _words(p)], (clause, found)
