@@ -250,7 +250,6 @@ def test_a_number_after_a_negated_one_and_a_comma_alone_is_no_correction():
     assert any("not in 1.2, but 1.3" in p for p in found), found
 
 
-@pytest.mark.xfail(strict=True)
 def test_a_verb_form_that_is_the_fact_stays():
     """In a memory that writes merge and merged, test and testing (a7d7baf: a verb's form alone is no piece), ``The
     PR was merged`` gave ``PR``, ``It failed`` nothing, ``The ticket is closed`` ``ticket``, ``Is it used or new?``

@@ -54,7 +54,8 @@ traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``око
 its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``), nor one
 word the memory also writes in another of a verb's forms (``used`` of ``use``, ``expects``, ``check``: alone it says
 nothing of its span) unless it is its clause's fact, a past or third person's form ending it (``The PR was merged.``,
-``It failed.``, ``used or new?``), or a noun after an article or a determiner (``Clear the cache``). A piece of a question runs to its question mark
+``It failed.``, ``used or new?``) or a past form after be, have or get (``got approved by Bob``), or a noun after an
+article or a determiner (``Clear the cache``). A piece of a question runs to its question mark
 (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
 is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
 question's is a statement, said as it is (``I restarted the server, is it up now?``). A fact after ``from`` (``von``, ``с``) is
@@ -1140,18 +1141,25 @@ def _sigil_before(text: str, pos: int, piece: str) -> int:
 # third person's form right before its clause's end or ``or`` (not a colon's: ``Let me check what happens:``); and a word
 # a determiner makes a noun (``Clear the cache``, ``We need more tests``, ``Check the build``; not this, that, these,
 # those, a subject as often: ``This ensures``, ``a function that applies``, ``those need``; not a version's last number,
-# ``@0.8.0 check``): said though the memory writes the verb's other forms
+# ``@0.8.0 check``); and a past form after be, have or get (``The PR got approved by Bob``, ``was merged by Alice``;
+# not before ``to``: ``colors are used to set``): said though the memory writes the verb's other forms
 # (``Stats.inflected``)
 _CLAUSE_END = re.compile(r"""['"’”)\]]*(?:[.,;!?…]|[ \t]*(?:\n|\Z))|[ \t]{1,4}(?i:or)(?![\w'’-])""")
+_AUXILIARY = re.compile(r"(?<![\w'’-])(?i:is|are|was|were|be|been|being|get|gets|got|gotten|has|have|had)"
+                        r"(?:[ \t]{1,4}(?i:still|already|just|now|also|finally|successfully|automatically))?[ \t]{1,4}\Z")
+_TO = re.compile(r"[ \t]{1,4}(?i:to)(?![\w'’-])")
 _DETERMINED = re.compile(r"(?<![\w.'’-])(?i:the|a|an|my|your|our|their|his|her|its|more|some|any"
                          r"|each|every|no|all|few|many|several|\d+)[ \t]{1,4}\Z")
 
 
 def _fact_of(text: str, pos: int, word: str) -> bool:
     """Whether the one ``word`` at ``pos`` of ``text``, a verb's form, is said all the same (``_CLAUSE_END``,
-    ``_DETERMINED``)."""
-    return bool(word.lower().endswith(("ed", "s")) and _CLAUSE_END.match(text, pos + len(word))
-                or _DETERMINED.search(text, max(0, pos - 12), pos))
+    ``_DETERMINED``, ``_AUXILIARY``)."""
+    end = pos + len(word)
+    return bool(word.lower().endswith(("ed", "s")) and _CLAUSE_END.match(text, end)
+                or _DETERMINED.search(text, max(0, pos - 12), pos)
+                or word.lower().endswith("ed") and _AUXILIARY.search(text, max(0, pos - 28), pos)
+                and not _TO.match(text, end))
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
