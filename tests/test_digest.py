@@ -2268,13 +2268,16 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     run that one opens (of the run after it, when it is alone in its run and that run is in reach), a run so said
     with one (or one opens) and ending before a limit in time after the first (``extractive._LIMIT``) up to the
     clause's last run's end, one said from the first when that opens the clause right after a comma (``A, not B``)
-    from the word before the comma; a negation alone is no run, but when it is its clause's only run."""
+    from the word before the comma; a negation alone is no run, but when it is its clause's only run. A word of one or
+    two letters right after a dash that opens a word is a flag (``git commit -a``): a content token whatever its
+    letters, none of its run's four words."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     clauses = [([], [])]  # each: its runs (the (start, end) of their tokens) and its negations
     run, last = [], 0
     phrased = [m.span() for m in re.finditer(r"(?<![\w'’-])(?:" + "|".join(extractive._NEGATION_PHRASES) + r")(?![\w'’-])",
                                              text, re.I)]
     owner, owned = -1, set()  # (where the pronoun of a run's ``of mine`` starts; those taken)
+    flags = set()  # (a command's short flags: no stop word, negation or turn, none of a run's four words)
     for m in _TOKEN.finditer(text):
         runs, negations = clauses[-1]
         phrase = next((span for span in phrased if span[0] <= m.start() < span[1]), None)
@@ -2288,7 +2291,10 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             runs, negations = clauses[-1]
         last = phrase[1] if phrase else m.end()
         word = m.group().lower()
-        if phrase or word in extractive._NEGATORS or word in extractive._TURNS:
+        flag = len(word) <= 2 and re.search(r"(?<![^\s(\[{`'\"=])--?\Z", text[: m.start()])  # (``git commit -a``)
+        if flag:
+            flags.add(m.span())
+        if phrase or not flag and (word in extractive._NEGATORS or word in extractive._TURNS):
             if run:
                 runs.append(run)
             run = []
@@ -2298,7 +2304,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             else:
                 clauses.append(([], []))
             continue
-        if run and (m.start() == owner or m.group() == "of" and re.match(r" (?:mine|yours|his|hers|ours|theirs)\b",
+        if run and (m.start() == owner or not flag and m.group() == "of" and re.match(r" (?:mine|yours|his|hers|ours|theirs)\b",
                                                                        text[m.end() :])):
             if m.start() == owner:
                 run.append(m.span())
@@ -2306,12 +2312,12 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             owner = m.end() + 1 if m.start() != owner else -1
             continue
         dotted = re.search(r"(?:^|\s)\.\Z", text[: m.start()])
-        if dotted or word in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
+        if dotted or not flag and word in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
             if run:
                 runs.append(run)
             run = []
             continue
-        if len([span for span in run if span not in owned]) == 4:
+        if len([span for span in run if span not in owned and span not in flags]) == 4:
             runs.append(run)
             run = []
         run.append(m.span())
@@ -2414,6 +2420,7 @@ PHRASE_CASES = [
     "It's not 40, it's 50. not 3 but 4; not v2 rather ^2.3.1! Far from full, it's 40. nicht 40, sondern 50",
     "Except for the billing service, all passed; apart from db everything außer x. found no errors, said no, yeah no",
     "Some close friends kept supporting, but a few weren't able to handle it; many didn't, half  don’t. all can't",
+    "-a run git commit -a -m wip; ls -a, (-i), sed -no x, tar -x -v -z -f backup.tar now, -of mine, not -it, e-it --it",
 ]
 
 
