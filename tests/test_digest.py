@@ -2942,21 +2942,3 @@ def test_a_piece_is_widened_over_facts_no_further_than_it_may_be_long():
     text = "Preise: " + "12,50 € " * 40 + "am Freitag."
     found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})]
     assert "12,50 €" in found and all(len(piece) <= 120 for piece in found), found
-
-
-def test_a_verb_alone_is_no_piece_where_the_memory_writes_its_other_forms():
-    """``Looking at this, the thinking border colors are used to set …, which expects a chalk-style function`` gave
-    ``used``, ``expects``, ``check``, ``need``, ``provide``, ``applies`` in the pi-mono session's lines (48+16, 64+16):
-    a verb's form alone says nothing of its span. A phrase of one word that the memory also writes in another of a
-    verb's forms (use, used; check, checked; expect, expects, expected) is no piece; a plural with no such form
-    (tests) is, and so is any word of a memory too small to tell."""
-    others = ["We use the cache here.", "I checked the logs.", "We expect it.", "It expected a string.",
-              "We needed a fix.", "The router holds three tests.", "Provided keys applied."] * 4
-    stats = extractive.Stats.of({"text": t} for t in others)
-    text = ("The border colors are used to set the router. Then check. The router expects a string, "
-            "and we need it. It is about tests. You provide it; it applies them.")
-    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)}
-    assert not {"used", "check", "expects", "need", "provide", "applies"} & found, found
-    assert {"tests", "border colors"} <= found, found
-    bare = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text})}
-    assert {"check", "need", "provide", "applies"} <= bare, bare

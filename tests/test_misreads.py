@@ -251,13 +251,10 @@ def test_a_number_after_a_negated_one_and_a_comma_alone_is_no_correction():
 
 
 def test_a_verb_form_that_is_the_fact_stays():
-    """In a memory that writes merge and merged, test and testing (a7d7baf: a verb's form alone is no piece), ``The
-    PR was merged`` gave ``PR``, ``It failed`` nothing, ``The ticket is closed`` ``ticket``, ``Is it used or new?``
-    ``new?``: the outcome, the fact of the sentence, gone or its other said alone; and ``Clear the cache``, ``We need
-    more tests``, ``Check the build`` lost ``cache``, ``tests``, ``build``, the nouns they are; ``The PR got approved by
-    Bob`` gave ``PR``, ``Bob``. A past or third person's form ending its clause (or before ``or``) is said, a past form
-    after is, was, has, got… (not before ``to``), and a word after an article or a determiner; ``used to set``, ``Then
-    check``, ``expects a string`` still are not."""
+    """In a memory that writes merge and merged, test and testing, a rule that left a verb's form alone out of the
+    pieces (a7d7baf, since taken back: it cost LongMemEval's coverage) said ``The PR was merged`` as ``PR``, ``It
+    failed`` as nothing, ``Is it used or new?`` as ``new?``, and lost the nouns of ``Clear the cache``, ``We need more
+    tests``: the fact of the sentence, the outcome, is said."""
     others = ["We merge the PR after review.", "I merged it yesterday.", "Builds fail on Windows.", "It failed twice.",
               "Close the ticket.", "I closed the ticket.", "We use the old laptop.", "I used the new one.",
               "We are testing it.", "Building now.", "We cached it.", "Caching is on.", "Reject it.", "They rejected it.",
@@ -272,7 +269,3 @@ def test_a_verb_form_that_is_the_fact_stays():
         text = f"{FILL}{clause} " * 3
         found = [u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)]
         assert [p for p in found if word in _words(p)], (clause, found)
-    text = (f"{FILL}The colors are used to set the theme. Then check. The router expects a string. This ensures a "
-            f"fix. Let me check what happens: a run. Those need a theme as the 5th param. " * 3)
-    found = {u.text for u in extractive.units({"i": 0, "kind": "pi", "text": text}, stats)}
-    assert not {"used", "check", "expects", "ensures", "happens", "need"} & found, found

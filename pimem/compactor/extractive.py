@@ -51,12 +51,8 @@ condition keeps the condition (``if it's not used anywhere else``). A number is 
 approximation's word or mark right before it (``under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``to 5% of
 traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``), a flag with its dashes
 (``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``) and a version with
-its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``), nor one
-word the memory also writes in another of a verb's forms (``used`` of ``use``, ``expects``, ``check``: alone it says
-nothing of its span) unless it is its clause's fact, a past or third person's form ending it (``The PR was merged.``,
-``It failed.``, ``used or new?``) or a past form after be, have or get (``got approved by Bob``), or a noun after an
-article or a determiner (``Clear the cache``). A piece of a question runs to its question mark
-(``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
+its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``). A
+piece of a question runs to its question mark (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
 is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
 question's is a statement, said as it is (``I restarted the server, is it up now?``). A fact after ``from`` (``von``, ``с``) is
 said with it when a ``to`` follows in its sentence, and one after ``to`` when a ``from`` came before (``from
@@ -531,7 +527,6 @@ class Stats:
         self.docs = docs
         self.chinese = chinese  # most of its messages that are no tool work are in Chinese: its days said in digits
         self._idf: dict[str, float] = {}  # words already weighed (a bounded number)
-        self._inflected: dict[str, bool] = {}  # and whether they are a verb's forms (``inflected``)
 
     @classmethod
     def of(cls, messages) -> "Stats":
@@ -553,36 +548,6 @@ class Stats:
             if len(self._idf) < IDF_KEPT:
                 self._idf[word] = got
         return got
-
-    def inflected(self, word: str) -> bool:
-        """Whether ``word`` is a verb's form, by the memory's own words: a past form or a third person's of a word it
-        writes (``used`` of ``use``), a third person's of a word it writes with -ed or -ing (``expects`` of
-        ``expected``, ``applies`` of ``applied``; not ``tests`` of ``test`` alone), or a word it also writes with -ed or
-        -ing (``check`` of ``checked``). (Not an -ing form: ``painting``, ``hiking`` are what people do; with too few
-        messages to tell, no word is.)"""
-        if self.docs < FEW or len(word) < 3 or not word.isascii():
-            return False
-        got = self._inflected.get(word)
-        if got is None:
-            got = self._inflect(word.lower())
-            if len(self._inflected) < IDF_KEPT:
-                self._inflected[word] = got
-        return got
-
-    def _inflect(self, w: str) -> bool:
-        df = self.df
-        if w.endswith("ed") and len(w) >= 4 and ((stem := w[:-2]) in df or w[:-1] in df  # (used, checked, mapped,
-                                                  or stem[-1] == stem[-2] and stem[:-1] in df  # applied; not need)
-                                                  or w.endswith("ied") and w[:-3] + "y" in df):
-            return True
-        if w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:  # (expects, applies; not a plural)
-            stems = (w[:-3] + "y",) if w.endswith("ies") else (w[:-1], w[:-2]) if w.endswith("es") else (w[:-1],)
-            return any(self._inflect(stem) for stem in stems if len(stem) > 2)
-        if w.endswith("ing"):
-            return False
-        e = w[:-1] if w.endswith("e") else w  # (check: checked; provide: provided; map: mapping)
-        return (w + "ed" in df or e + "ed" in df or e + "ing" in df or w + "ing" in df
-                or w[-1] not in "aeiouwxy" and w + w[-1] + "ing" in df or w[-1] == "y" and w[:-1] + "ied" in df)
 
     def weight(self, words) -> float:
         """The summed weights of ``words``, added in their order (the same float in every process)."""
@@ -892,9 +857,6 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
     for pos, phrase, negated in _phrases(text, bool(cjk), ask, units_at):
         if pos < ask and " " in phrase:  # the ask's first phrase of words: what is asked, its verb with what it is
             bonus, ask = HEAD, 0  # done to (said before its nouns; Chinese clauses hold theirs)
-        elif phrase.isalpha() and stats.inflected(phrase) and not _fact_of(text, pos, phrase):  # one word, a form of
-            continue  # a verb the memory writes in other forms too (``used``, ``expects``, ``check``, ``need``): it says
-            # nothing of its span alone (unless it is its clause's fact or a noun: ``_fact_of``)
         else:
             bonus = 1.0
         if in_error and in_error(pos, pos + len(phrase)):
@@ -1135,31 +1097,6 @@ def _sigil_before(text: str, pos: int, piece: str) -> int:
     else:
         return pos
     return sigil.start() if sigil else pos
-
-
-# a verb's form that is its clause's fact (``The PR was merged.``, ``It failed.``, ``Is it used or new?``): a past or a
-# third person's form right before its clause's end or ``or`` (not a colon's: ``Let me check what happens:``); and a word
-# a determiner makes a noun (``Clear the cache``, ``We need more tests``, ``Check the build``; not this, that, these,
-# those, a subject as often: ``This ensures``, ``a function that applies``, ``those need``; not a version's last number,
-# ``@0.8.0 check``); and a past form after be, have or get (``The PR got approved by Bob``, ``was merged by Alice``;
-# not before ``to``: ``colors are used to set``): said though the memory writes the verb's other forms
-# (``Stats.inflected``)
-_CLAUSE_END = re.compile(r"""['"’”)\]]*(?:[.,;!?…]|[ \t]*(?:\n|\Z))|[ \t]{1,4}(?i:or)(?![\w'’-])""")
-_AUXILIARY = re.compile(r"(?<![\w'’-])(?i:is|are|was|were|be|been|being|get|gets|got|gotten|has|have|had)"
-                        r"(?:[ \t]{1,4}(?i:still|already|just|now|also|finally|successfully|automatically))?[ \t]{1,4}\Z")
-_TO = re.compile(r"[ \t]{1,4}(?i:to)(?![\w'’-])")
-_DETERMINED = re.compile(r"(?<![\w.'’-])(?i:the|a|an|my|your|our|their|his|her|its|more|some|any"
-                         r"|each|every|no|all|few|many|several|\d+)[ \t]{1,4}\Z")
-
-
-def _fact_of(text: str, pos: int, word: str) -> bool:
-    """Whether the one ``word`` at ``pos`` of ``text``, a verb's form, is said all the same (``_CLAUSE_END``,
-    ``_DETERMINED``, ``_AUXILIARY``)."""
-    end = pos + len(word)
-    return bool(word.lower().endswith(("ed", "s")) and _CLAUSE_END.match(text, end)
-                or _DETERMINED.search(text, max(0, pos - 12), pos)
-                or word.lower().endswith("ed") and _AUXILIARY.search(text, max(0, pos - 28), pos)
-                and not _TO.match(text, end))
 
 
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
