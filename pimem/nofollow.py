@@ -58,7 +58,7 @@ def kind(path: str | os.PathLike) -> str | None:
     """``dir``, ``file`` or None (nothing there) for a name under the home; a link there is ``planted``."""
     try:
         st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):  # (a file where a directory of the path would be: a renamed memory's pointer)
+    except (FileNotFoundError, NotADirectoryError):  # (a file where the path has a directory: a renamed memory's pointer)
         return None
     if stat.S_ISLNK(st.st_mode):
         raise planted(path)
