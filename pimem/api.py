@@ -140,7 +140,7 @@ def list_memories_page(home: Home = None, offset: int = 0, limit: int | None = N
     if limit is not None:
         _bounded(limit, "limit", 200)
     found: list = []  # each memory, or the row of one refused, in the order they are listed
-    mems = Memory.all(home, refused=lambda mem, exc: found.append({"name": mem.name, "error": str(exc)}))
+    mems = Memory.all(home, refused=lambda mem, exc: found.append({"name": mem.name, "error": str(exc)}), claims=True)
     found += mems
     page = found[offset:] if limit is None else found[offset : offset + limit]
     out = []

@@ -15,6 +15,7 @@ NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 TRASH = ".trash"
+CLAIM = "projects.json"  # the project list a claim writes (``pimem.projects``), before anything is logged
 # the home's own files are named like this (config.json, and whatever pimem keeps beside the memories):
 # no memory may take such a name
 RESERVED_SUFFIXES = (".json", ".jsonl", ".lock", ".sqlite", ".tmp")
@@ -116,16 +117,18 @@ def resolve(home: Path, name: str) -> Path:
     return path
 
 
-def names(home: Path) -> list[str]:
+def names(home: Path, claims: bool = False) -> list[str]:
     """Every memory directory under ``home`` (pointers and the trash excluded), sorted: a directory holding
     ``main/`` and the ``write.lock`` every writer leaves (another project's ``main/`` is not a memory). A
     ``main``, or a memory's directory, that is a link is listed, for its readers to refuse by name (a link
-    is nothing pimem made, and is never followed)."""
+    is nothing pimem made, and is never followed). With ``claims``, also the memories claimed for a project
+    with nothing logged yet (``Memory.claimed``)."""
     if not home.is_dir():
         return []
     return sorted(p.name for p in home.iterdir()
                   if p.is_dir() and NAME_RE.fullmatch(p.name) and not reserved(p.name)
-                  and os.path.lexists(p / "main") and os.path.lexists(p / "write.lock"))
+                  and os.path.lexists(p / "write.lock")
+                  and (os.path.lexists(p / "main") or claims and os.path.lexists(p / CLAIM)))
 
 
 _datasync = getattr(os, "fdatasync", os.fsync)  # the data and the size; not the file's times

@@ -92,8 +92,9 @@ def _leads_to(root: Path, name: str, path: Path) -> bool:
 
 def delete(name: str, home: str | os.PathLike | None = None, timeout: float | None = None) -> Path:
     """Move memory ``name`` whole to ``<home>/.trash/<name>-<timestamp>`` and return where it went. Rename
-    pointers that led to it are removed (they would point at nothing)."""
-    mem = Memory.open(name, home)
+    pointers that led to it are removed (they would point at nothing). A memory claimed for a project with
+    nothing logged in it yet (``Memory.claimed``) is moved so too."""
+    mem = Memory.open(name, home, claims=True)
     refuse_if_watched(mem, "delete")
     stamp = env.now().strftime("%Y%m%dT%H%M%S")
     with mem.lock(timeout):

@@ -173,28 +173,37 @@ class Memory:
         return cls(path.name, path, root)
 
     @classmethod
-    def open(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
-        """An existing memory; unknown names raise ``NotFound`` (exit 3) and create nothing."""
+    def open(cls, name: str, home: str | os.PathLike | None = None, claims: bool = False) -> "Memory":
+        """An existing memory (with ``claims``, or one ``claimed`` with nothing logged yet); unknown names raise
+        ``NotFound`` (exit 3) and create nothing."""
         mem = cls.at(name, home)
-        if not mem.exists():
+        if not (mem.exists() or claims and mem.claimed()):
             raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
         mem.pin()
         return mem
 
     @classmethod
-    def named(cls, names: Iterable[str], home: str | os.PathLike | None = None) -> list["Memory"]:
-        """The existing memories ``names``, each once (a name given twice, or two names of one memory: an old
-        name's rename pointer and the new one); unknown names raise ``NotFound``."""
+    def named(cls, names: Iterable[str], home: str | os.PathLike | None = None, claims: bool = False) -> list["Memory"]:
+        """The existing memories ``names`` (with ``claims``, ``claimed`` ones too), each once (a name given
+        twice, or two names of one memory: an old name's rename pointer and the new one); unknown names raise
+        ``NotFound``."""
         if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
             raise BadInput(f"names is a list of memories' names, not {names!r:.40}")
         found: dict[Path, Memory] = {}
         for name in names:
-            mem = cls.open(name, home)
+            mem = cls.open(name, home, claims)
             found.setdefault(mem.path, mem)
         return list(found.values())
 
     def exists(self) -> bool:
         return check_dir(self.path / "main")
+
+    def claimed(self) -> bool:
+        """Whether this is a memory claimed for a project with nothing logged in it yet: its directory holds the
+        lock and the project list (``pimem.projects.claim``), no ``main/``. Listed (0 messages), checked and
+        deleted as a memory; a writer's first append makes it one."""
+        return (not self.exists() and check_dir(self.path) and os.path.lexists(self.path / "write.lock")
+                and os.path.lexists(self.path / homes.CLAIM))
 
     def identity(self) -> tuple[int, int] | None:
         """The directory's device and inode (the same memory after a rename), None when it is not there."""
@@ -246,14 +255,15 @@ class Memory:
         return Memory(self.name, self.path, self.home)
 
     @classmethod
-    def all(cls, home: str | os.PathLike | None = None, refused=None) -> list["Memory"]:
-        """Every memory under the home. One whose ``main/`` is refused (a link) raises, or with ``refused``
-        is handed to ``refused(mem, error)`` and left out (a command over many names it and goes on)."""
+    def all(cls, home: str | os.PathLike | None = None, refused=None, claims: bool = False) -> list["Memory"]:
+        """Every memory under the home (with ``claims``, the ``claimed`` ones too). One whose ``main/`` is
+        refused (a link) raises, or with ``refused`` is handed to ``refused(mem, error)`` and left out (a
+        command over many names it and goes on)."""
         if refused is not None and not callable(refused):
             raise BadInput(f"refused is a function of (memory, error) or None, not {refused!r:.40}")
         root = _root(home)
         out = []
-        for name in homes.names(root):
+        for name in homes.names(root, claims):
             mem = cls(name, root / name, root)
             try:
                 if mem.path.is_symlink():  # (a memory's directory that is a link: named, never followed)

@@ -1646,14 +1646,15 @@ def test_a_project_list_that_cannot_be_read_is_named_in_one_line(run, home, tmp_
 
 def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
     """A claim whose project logged nothing (a follower or hook stopped before the first message, a crash
-    after the claim) left 'api' a directory that is no memory: not listed, and rename refused it ('api'
-    already exists). A rename takes the name over it; a directory holding anything more is still refused."""
+    after the claim) left 'api' a directory that is no memory yet (listed with 0 messages), and rename refused
+    it ('api' already exists). A rename takes the name over it; a directory holding anything more is still
+    refused."""
     from pimem import projects
     from pimem.importers.detect import choices
 
     assert run("append", "notes", "the api's notes").exit_code == 0
     assert projects.claim(CLIENT_A, choices(CLIENT_A)) == "api"
-    assert [line.split()[0] for line in run("list").stdout.splitlines()] == ["notes"]
+    assert [line.split()[:2] for line in run("list").stdout.splitlines()] == [["api", "0"], ["notes", "1"]]
     result = run("rename", "notes", "api")
     assert result.exit_code == 0, result.stderr
     assert [m["text"] for m in messages("api")] == ["the api's notes"] and not (home / "api" / "projects.json").exists()
@@ -1662,6 +1663,34 @@ def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
     (home / "web" / "imports.json").write_text("{}")  # (more than a claim: not taken over)
     result = run("rename", "api", "web")
     assert result.exit_code == 2 and "'web' already exists" in result.stderr
+
+
+def test_a_claim_with_nothing_logged_is_listed_checked_and_deleted(run, home):
+    """A memory claimed for a project (its projects.json written) before anything was logged in it (a hook or
+    follower stopped before the first message) was not listed, and delete said there was no such memory: it
+    is listed with 0 messages (in --json, the shape of any memory's row), fsck finds it ok, delete moves it to
+    the trash; the next claim of the name takes it again."""
+    from pimem import projects
+    from pimem.importers.detect import choices
+
+    assert run("append", "notes", "the notes").exit_code == 0
+    assert projects.claim(CLIENT_A, choices(CLIENT_A)) == "api"
+    result = run("list")
+    assert result.exit_code == 0 and [line.split()[:3] for line in result.stdout.splitlines()] == [
+        ["api", "0", "messages"], ["notes", "1", "message"]]
+    rows = [json.loads(line) for line in run("list", "--json").stdout.splitlines()]
+    assert rows[0] == {"name": "api", "messages": 0, "first": None, "last": None, "last_user": None}
+    assert rows[0].keys() == rows[1].keys()
+    result = run("fsck")
+    assert result.exit_code == 0 and result.stdout == "api: ok (0 messages)\nnotes: ok (1 message)\n", result.stdout
+    assert run("fsck", "api").stdout == "api: ok (0 messages)\n"
+    before = snapshot(home / "api")
+    result = run("delete", "api")
+    assert result.exit_code == 0, result.stderr
+    trash = Path(result.stdout.strip())
+    assert trash.parent == home / ".trash" and snapshot(trash) == before and not (home / "api").exists()
+    assert [line.split()[0] for line in run("list").stdout.splitlines()] == ["notes"]
+    assert projects.claim(CLIENT_B, choices(CLIENT_B)) == "api"
 
 
 def test_a_project_waiting_to_claim_a_memory_whose_unused_claim_is_released_chooses_again(home):

@@ -19,7 +19,7 @@ def command(json: Json = False, home: Home = None) -> None:
       pimem list --json | jq -r .name
     """
     unread = output.Unread()
-    mems = Memory.all(home, refused=unread)
+    mems = Memory.all(home, refused=unread, claims=True)
     if not mems and not unread.said:
         raise NothingFound("no memories yet; start one with 'pimem append NAME TEXT'")
     width = shutil.get_terminal_size((100, 24)).columns
