@@ -2,8 +2,9 @@
 
 The record is ``{"pid", "token", "host", "started", "beat", "command"}``; ``beat`` is the holder's last heartbeat
 in Unix seconds, refreshed every ``BEAT`` seconds; ``command``, ``watch`` or ``build-tree``, is what ``described``
-says (a record an older pimem wrote has none). A lease is live while its holder is: on this host its pid must
-exist, on any host its beat must be younger than ``STALE`` seconds. A dead holder's lease is taken over.
+says (a record an older pimem wrote has none). A lease is live while its holder is: on this host while its pid
+exists (its beat is not looked at: the wall clock may jump), on another host while its beat is younger than ``STALE``
+seconds. A dead holder's lease is taken over; a live one's on this host never is (one stopped with ``SIGSTOP`` too).
 Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
 hold it; a holder that finds another token in the file has lost the lease and stops building. The holder
 keeps the memory's directory open, so that a memory moved behind its back (``mv``, ``rm -rf``) is noticed and
@@ -86,16 +87,18 @@ def _zombie(pid: int) -> bool:
 
 
 def live(record: dict | None, stale: float = STALE) -> bool:
-    """Whether the lease ``record`` belongs to a process that is still building (``stale``: the most seconds
-    its heartbeat may be late)."""
+    """Whether the lease ``record`` belongs to a process that is still building. On this host its pid decides,
+    whatever its heartbeat says (a heartbeat is wall-clock time, which may jump: a clock set forward by more than
+    ``STALE`` would have a second builder take over from one still running), unless ``stale`` is below ``STALE``
+    (``QUIET``: a reader about to wait for it, which waits for no holder whose heartbeat is that late, one
+    stopped with ``SIGSTOP`` say); on another host its heartbeat, at most ``stale`` seconds late."""
     if not record:
         return False
     beat = record.get("beat")
-    if not isinstance(beat, (int, float)) or time.time() - beat > stale:
-        return False
+    fresh = isinstance(beat, (int, float)) and time.time() - beat <= stale
     if record.get("host") == socket.gethostname():
-        return pid_alive(record.get("pid"))
-    return True
+        return pid_alive(record.get("pid")) and (fresh or stale >= STALE)
+    return fresh
 
 
 def holder(mem, stale: float = STALE) -> dict | None:
@@ -116,8 +119,8 @@ def described(record: dict) -> str:
 
 def dead(mem) -> dict | None:
     """The lease on ``mem`` of a builder that died holding it (killed or crashed: one that stops releases it),
-    or None; the next builder takes it over. ``alive``: its pid is still there on this host (a process stopped
-    with SIGSTOP, say), but its heartbeat is stale all the same."""
+    or None; the next builder takes it over. ``alive`` is false: a holder whose pid is still there on this host
+    holds its lease (``live``), whatever its heartbeat says (kept for ``status --json``'s readers)."""
     record = _read(mem)
     if live(record) or not record or not all(isinstance(record.get(k), t) for k, t in
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):

@@ -107,3 +107,41 @@ def test_whether_a_process_is_alive_is_public_and_a_zombie_is_not(tmp_path):
         child.wait()
     assert not pid_alive(child.pid) and not pid_alive(0) and not pid_alive(None) and not pid_alive("12")
     assert "_pid_alive" not in open(fsck.__file__).read()
+
+
+def test_a_live_holder_on_this_host_keeps_its_lease_whatever_the_wall_clock_says(home):
+    """A heartbeat is wall-clock time: a clock set forward by more than ``STALE`` made a second builder take over
+    the lease of one still running (its beat looked 30 s old), and one set back left a dead holder's future beat
+    live. On this host the holder's pid decides: alive (a real process here), its lease is held, its beat a day in
+    the past or the future; dead, it is free at once, its beat fresh. On another host only the beat can tell."""
+    import socket
+    import time
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "hi"}])
+    here = socket.gethostname()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for beat in (time.time() - 86400, time.time() + 86400, time.time()):
+            record = {"pid": child.pid, "token": "other", "host": here, "started": "2026-12-07T00:00:00Z",
+                      "beat": beat, "command": "watch"}
+            (mem.path / lease.FILE).write_bytes(orjson.dumps(record))
+            assert lease.holder(mem)["pid"] == child.pid and lease.dead(mem) is None
+            assert lease.Lease(mem).try_acquire()["token"] == "other"  # (not taken over)
+            lease.beat_watcher(home, "mine", time.time(), [])
+            (home / lease.WATCHER).write_bytes(orjson.dumps({**record, "scanned": beat, "refused": []}))
+            lease.beat_watcher(home, "mine", time.time(), [])
+            assert orjson.loads((home / lease.WATCHER).read_bytes())["token"] == "other"
+    finally:
+        child.kill()
+        child.wait()
+    for beat in (time.time(), time.time() + 86400):  # (dead: taken over, whatever its beat)
+        (mem.path / lease.FILE).write_bytes(orjson.dumps({**record, "beat": beat}))
+        assert lease.holder(mem) is None and lease.dead(mem)["pid"] == child.pid
+        taker = lease.Lease(mem)
+        assert taker.try_acquire() is None
+        taker.release()
+    elsewhere = {**record, "host": here + "-elsewhere"}  # (another host's: its beat alone tells)
+    for beat, held in ((time.time(), True), (time.time() - lease.STALE - 5, False)):
+        (mem.path / lease.FILE).write_bytes(orjson.dumps({**elsewhere, "beat": beat}))
+        assert (lease.holder(mem) is not None) is held
