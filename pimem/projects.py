@@ -16,6 +16,10 @@ hash. ``memory_for`` only looks (a reader: the hook's answer); ``claim`` takes t
 under its writer lock and records the project there before anything is imported, so two projects of one
 directory name starting at once never both take it, and every later event of either finds the same memory again
 (a project's own memory is no other project's: the import records the project in it, ``record``).
+
+A project is its directory with links resolved (``resolved``): ``~/work/api`` a link to ``/srv/api`` is one
+project, recorded as ``/srv/api``. A memory holds a project recorded by either path (``holds``): an earlier
+pimem recorded the path as it was given.
 """
 
 from __future__ import annotations
@@ -53,6 +57,25 @@ def held(directory: Path) -> list[str] | None:
     return projects
 
 
+def resolved(cwd: str) -> str:
+    """Project directory ``cwd`` with its links resolved (``os.path.realpath``), as far as it exists here (a
+    session's directory on another machine, or removed since, is as recorded); a relative or unusable one
+    (a lone surrogate, a NUL) as it is."""
+    if not os.path.isabs(cwd):
+        return cwd
+    try:
+        return os.path.realpath(cwd)
+    except (OSError, ValueError):
+        return cwd
+
+
+def holds(projects, cwd: str) -> bool:
+    """Whether the project list ``projects`` holds project ``cwd``: by its path as given or resolved, or by a
+    path recorded unresolved (an earlier pimem's record of a link) that resolves to it."""
+    key = resolved(cwd)
+    return any(p in (cwd, key) or resolved(p) == key for p in projects)
+
+
 def recorded(directory: Path) -> bool:
     return os.path.lexists(directory / FILE)
 
@@ -81,17 +104,18 @@ def record(mem, cwds, timeout: float | None = None) -> None:
     """Record that memory ``mem`` (it exists) holds sessions of the directories ``cwds``: under its writer
     lock unless its ``projects.json`` already lists them all."""
     cwds = [cwd for cwd in dict.fromkeys(cwds) if cwd]
-    if not cwds or (recorded(mem.path) and set(cwds) <= set(held(mem.path) or ())):
+    if not cwds or (recorded(mem.path) and all(holds(held(mem.path) or (), cwd) for cwd in cwds)):
         return
     with mem.lock(timeout):
         _add(mem.path, cwds)
 
 
 def _add(directory: Path, cwds: list[str]) -> None:
-    """Under the writer lock: ``cwds`` added to ``directory``'s projects (those ``held`` finds, the first time)."""
+    """Under the writer lock: ``cwds`` added to ``directory``'s projects (those ``held`` finds, the first time),
+    resolved."""
     was = recorded(directory)
     projects = held(directory) or []
-    missing = [cwd for cwd in cwds if cwd not in projects]
+    missing = list(dict.fromkeys(resolved(cwd) for cwd in cwds if not holds(projects, cwd)))
     if was and not missing:
         return
     homes.write_atomic(directory / FILE, orjson.dumps({"version": VERSION, "projects": projects + missing}) + b"\n")
@@ -129,7 +153,7 @@ def memory_for(cwd: str, choices: list[tuple[str, str]], home=None) -> tuple[str
             if when != HELD:
                 raise
             continue  # (an earlier pimem's name that leads nowhere now, a broken pointer: not shown to hold it)
-        if projects and cwd in projects:
+        if projects and holds(projects, cwd):
             return name, True
         if when == OWN:
             return free, False
@@ -167,7 +191,7 @@ def claim(cwd: str, choices: list[tuple[str, str]], home=None, timeout: float | 
         try:
             with mem.lock(timeout):
                 projects = held(mem.path)
-                if projects == [] or cwd in (projects or ()):
+                if projects == [] or holds(projects or (), cwd):
                     _add(mem.path, [cwd])
                     return name
         except NotFound:
@@ -186,7 +210,7 @@ def release(mem, cwds=None) -> None:
         if mem.exists() or mem.identity() is None:  # (made, or never claimed: no lock taken)
             return
         with mem.lock(0):
-            if mem.exists() or cwds is not None and not set(held(mem.path) or ()) <= set(cwds):
+            if mem.exists() or cwds is not None and not all(holds(cwds, p) for p in held(mem.path) or ()):
                 return
             if not set(os.listdir(mem.path)) <= {FILE, "write.lock"}:
                 return
@@ -205,4 +229,4 @@ def still_free(name: str, cwd: str, home=None) -> bool:
     from .memory import Memory
 
     projects = held(Memory.at(name, home).path)
-    return projects is not None and set(projects) <= {cwd}
+    return projects is not None and all(holds([cwd], p) for p in projects)

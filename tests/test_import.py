@@ -1507,6 +1507,47 @@ def test_two_projects_of_one_directory_name_imported_in_one_run_are_two_memories
     assert memory_names(home) == sorted(["api", apart(CLIENT_B)])
 
 
+def test_a_project_entered_through_a_link_is_one_project(run, home, tmp_path):
+    """~/work/api a link to /srv/api: the sessions of either path were two projects (two memories, 'api' and
+    'api-<hash>'). A project is its directory with links resolved: one memory, its project list the real path."""
+    real = tmp_path / "srv" / "api"
+    real.mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "api").symlink_to(real)
+    link = str(tmp_path / "work" / "api")
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(link, "sa"))).exit_code == 0
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(str(real), "sb")))
+    assert result.exit_code == 0 and result.stdout.startswith("api: 7 imported"), (result.stdout, result.stderr)
+    assert memory_names(home) == ["api"] and projects_of("api") == {link, str(real)}
+    assert json.loads((home / "api" / "projects.json").read_text()) == {"version": 1, "projects": [str(real)]}
+
+
+@pytest.mark.parametrize("recorded", ["projects.json", "imports.json"])
+def test_a_memory_that_recorded_a_project_by_its_link_keeps_it(run, home, tmp_path, recorded):
+    """A memory an earlier pimem gave a project entered through a link recorded the link's path (in its
+    projects.json, or only in its imports.json): the project's sessions by either path still go to it, also
+    when it is named after the link ('myapi', the real directory 'api'), and its list is not grown."""
+    real = tmp_path / "srv" / "api"
+    real.mkdir(parents=True)
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "myapi").symlink_to(real)
+    link = str(tmp_path / "work" / "myapi")
+    assert run("import", write_jsonl(tmp_path / "a.jsonl", in_project(link, "sa")), "--name", "myapi").exit_code == 0
+    (home / "myapi" / "projects.json").unlink()
+    if recorded == "projects.json":  # (as an earlier pimem recorded it: the path as given)
+        (home / "myapi" / "projects.json").write_text(json.dumps({"version": 1, "projects": [link]}))
+    write_jsonl(tmp_path / "a2.jsonl", in_project(link, "sa2"))
+    result = run("import", tmp_path / "a2.jsonl")
+    assert result.exit_code == 0 and result.stdout.startswith("myapi: 7 imported"), (result.stdout, result.stderr)
+    assert json.loads((home / "myapi" / "projects.json").read_text())["projects"] == [link]
+    assert memory_names(home) == ["myapi"]
+    assert run("import", write_jsonl(tmp_path / "b.jsonl", in_project(str(real), "sb")), "--name", "api").exit_code == 0
+    (home / "api" / "projects.json").write_text(json.dumps({"version": 1, "projects": [link]}))  # (its link's path)
+    result = run("import", write_jsonl(tmp_path / "b2.jsonl", in_project(str(real), "sb2")))
+    assert result.exit_code == 0 and result.stdout.startswith("api: 7 imported"), (result.stdout, result.stderr)
+    assert json.loads((home / "api" / "projects.json").read_text())["projects"] == [link]
+
+
 def test_naming_a_project_s_memory_only_looks(run, home, tmp_path):
     """``default_name`` is what a reader (the hook's answer) names a memory by: it says where the project's
     sessions are or would go, and writes nothing."""

@@ -229,7 +229,21 @@ def choices(cwd: str) -> list[tuple[str, str]]:
     path (cut to 55 characters first, so it fits in 64). A directory whose name keeps nothing (``项目``, ``/``)
     or only a name the home keeps for its own files is named ``dir-`` and that hash; a name over 64 characters
     its first 55, ``-`` and the hash, so two long names that start alike are two memories; a memory an earlier
-    pimem named by the first 64 alone is used still while it holds this directory's sessions (``HELD``)."""
+    pimem named by the first 64 alone is used still while it holds this directory's sessions (``HELD``). The
+    names are the directory's with links resolved (``projects.resolved``); those of the path as given, when it
+    differs, come first while they hold the project (an earlier pimem's memory of the project by its link)."""
+    from ..projects import HELD, resolved
+
+    real = resolved(cwd)
+    found = _choices(real)
+    if real != cwd:
+        taken = {name for name, _ in found}
+        found[:0] = [(name, HELD) for name, _ in _choices(cwd) if name not in taken]
+    return found
+
+
+def _choices(cwd: str) -> list[tuple[str, str]]:
+    """``choices`` of directory ``cwd`` as it is given."""
     from ..projects import FREE, HELD, OWN
 
     path = cwd.encode("utf-8", "surrogateescape")
@@ -250,7 +264,7 @@ def apart(sources: list[Source], name: str, home=None) -> str:
     from ..memory import Memory
 
     cwd = next((s.cwd for s in sources if s.cwd), None)
-    first, when = choices(cwd)[0] if cwd else (name, None)
+    first, when = next((c for c in choices(cwd) if c[1] != projects.HELD), (name, None)) if cwd else (name, None)
     if when != projects.FREE or first == name:
         return ""
     try:
