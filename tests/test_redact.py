@@ -400,6 +400,16 @@ SHORT_QUOTED = [('password: "x7Yq!"', "x7Yq!", 'password: "'), ("$db = ['passwor
 SHORT_QUOTED_ORDINARY = ['{"password": "", "user": "bob"}', 'password: "$PW"', 'password_hint: "pet"',
                          "token_type: 'jwt'"]
 
+# a password's, passphrase's or secret's unquoted value under 6 characters on a config or env line (ini, YAML, a
+# .env file): a secret all the same, whatever its length; not a flag, a null, a number, a type, a reference or code
+SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "abc1", "PASSWORD="),
+                  ("db_pass: xy9", "xy9", "db_pass: "), ("  password: pw1  # rotated\n  user: bob", "pw1", "  # rotated"),
+                  ("[db]\npassword = 1a\nhost = db", "1a", "\nhost = db"), ("export SMTP_PASS=x7!", "x7!", "SMTP_PASS=")]
+SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 1234",
+                           "password: str", "secret: bool", '  "pass": true,', "password: ~", "password = ...",
+                           "password: ${PW}", "password: $PW", "password = pw;", "password: null", "password: f(x)",
+                           "password: wrong", "password_ttl: 3d", "PASS: t1"]
+
 
 
 def test_a_long_line_of_commands_is_read_once():
@@ -637,14 +647,14 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
 
 @pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
                          + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
-                         + SHORT_QUOTED_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
 def test_what_holds_no_secret_is_left_alone(text):
     """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
     type, the line under a name that holds no value: each is sent as it is."""
     assert redact(text) == text
 
 
-REDACTED_IN_PLACE = ARROWS + XML + DOCKER_ENV + CHAT + SHORT_QUOTED
+REDACTED_IN_PLACE = ARROWS + XML + DOCKER_ENV + CHAT + SHORT_QUOTED + SHORT_UNQUOTED
 
 
 @pytest.mark.parametrize("text,secret,kept", REDACTED_IN_PLACE, ids=[s[0][:40] for s in REDACTED_IN_PLACE])

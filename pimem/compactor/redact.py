@@ -7,7 +7,7 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's
    ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>`` and ``<password>…</password>``, a
-   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or secret's unquoted value to its config line's end, or to
+   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or secret's unquoted value to its config line's end (however short: ``password = abc``), or to
    the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
    the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value),
    unless the name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``,
@@ -379,6 +379,8 @@ def _line_value(m: re.Match) -> str:
     body = value[: cut.start()] if cut else value.rstrip()
     words = body.split()
     inside = m.start() > 0 and m.string[m.start() - 1] != "\n"  # (after a space inside a line)
+    if len(words) == 1 and len(body) < 6 and not inside and _short_secret(m, body):
+        return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
             or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _TYPED.match(body) or _COUNT.fullmatch(words[0]) \
             or (inside or m.group("sep") != "=") and sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
@@ -387,6 +389,25 @@ def _line_value(m: re.Match) -> str:
     if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
         return m.group()
     return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
+
+
+# what a config line's short value (``password: true``, ``secret: bool``, ``password: wrong``) is when it is no
+# secret: a flag, a null, a type, a word a sentence says of a password (``_PROSE_ABOUT``)
+_NO_SECRET = frozenset("""true false yes no on off y n t f null none nil undefined nan unset tbd todo str int bool any
+    dict list char byte float""".split())
+
+
+def _short_secret(m: re.Match, word: str) -> bool:
+    """Whether ``word``, the whole value under 6 characters of a config or env line (``password = abc``,
+    ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
+    unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
+    no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``), or the name is
+    ``PASS:``, a test runner's (automake's ``PASS: t1``)."""
+    return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) and word[0] not in "\"'[{(|>&*!%<$`" \
+        and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
+        and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _TYPED.match(word) \
+        and not _is_reference(word) and not _CODE.search(word) \
+        and not (m.group("name") == "PASS" and ":" in m.group("sep"))
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
