@@ -448,12 +448,21 @@ PHRASES = [
     ("PASSWORD=to be or not to be", ["be or not"], "PASSWORD="),
     ("      - MYSQL_ROOT_PASSWORD=it is what it is", ["what it is"], "      - MYSQL_ROOT_PASSWORD="),
     ("export GPG_PASSPHRASE=now is the time  # gpg", ["is the time"], "  # gpg"),
+    # (a word that is also a command's, go, make, time, env, is a passphrase's unless what follows is that command's)
+    ("PASSWORD=correct go fish", ["go fish"], "PASSWORD="), ("PASSWORD=correct time machine", ["time machine"], "="),
+    ("PASSWORD=big make believe", ["make believe"], "PASSWORD="), ("SECRET=why env vars", ["env vars"], "SECRET="),
 ]
 # beside them, what a config line's value is not: a command after an environment variable's value, code, a
 # sentence, a reference with a comment after it, the next key
 PHRASES_BESIDE = [
     ("DB_PASSWORD=Zq8mX2vK7pLw ./migrate.sh --all", "DB_PASSWORD=[secret redacted] ./migrate.sh --all"),
     ("DB_PASSWORD=Zq8mX2vK7pLw npm test", "DB_PASSWORD=[secret redacted] npm test"),
+    ("DB_PASSWORD=Zq8mX2vK7pLw go test ./...", "DB_PASSWORD=[secret redacted] go test ./..."),
+    ("DB_PASSWORD=Zq8mX2vK7pLw make migrate", "DB_PASSWORD=[secret redacted] make migrate"),
+    ("DB_PASSWORD=Zq8mX2vK7pLw make", "DB_PASSWORD=[secret redacted] make"),
+    ("DB_PASSWORD=Zq8mX2vK7pLw time npm test", "DB_PASSWORD=[secret redacted] time npm test"),
+    ("DB_PASSWORD=Zq8mX2vK7pLw env -i node app.js", "DB_PASSWORD=[secret redacted] env -i node app.js"),
+    ("PASSWORD=hunter2 go run main.go", "PASSWORD=[secret redacted] go run main.go"),
     ("password: ${DB_PASSWORD}  # from the vault", "password: ${DB_PASSWORD}  # from the vault"),
     ("PASS: gcc.dg/pr123.c (test for excess errors)", "PASS: gcc.dg/pr123.c (test for excess errors)"),
     ("password = getpass.getpass('Password: ') or default", "password = getpass.getpass('Password: ') or default"),

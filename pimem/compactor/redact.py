@@ -357,9 +357,30 @@ _SENTENCE = frozenset("""a an the of on in to for with from by at as into onto a
 _CODE = re.compile(r"\w[(\[]|\s=\s|==|!=|&&|\|\||=>|->|[;{]$")
 # what follows an environment variable's value on a command line (DB_PASSWORD=… ./migrate.sh, … npm test): a
 # path, an option, another assignment, a shell operator, or a command run so
-_COMMAND = re.compile(r"[\w.-]*/|-|\w+=|.*[|&;<>`$()]|(?:python3?|node|npm|npx|yarn|pnpm|bun|deno|go|cargo|make|bash|sh|zsh"
-                      r"|uv|uvx|poetry|pytest|pip|docker|kubectl|helm|terraform|ruby|bundle|rails|java|mvn|gradle|"
+_COMMAND = re.compile(r"[\w.-]*/|-|\w+=|.*[|&;<>`$()]|(?P<name>python3?|node|npm|npx|yarn|pnpm|bun|deno|go|cargo|make|bash|sh"
+                      r"|zsh|uv|uvx|poetry|pytest|pip|docker|kubectl|helm|terraform|ruby|bundle|rails|java|mvn|gradle|"
                       r"dotnet|php|perl|curl|wget|git|env|exec|sudo|time|psql|mysql|ssh)(?!\S)")
+# a command whose name is a word of a passphrase too (PASSWORD=correct go fish, big make believe, why env vars) is
+# one only when what follows is its: go's subcommand, make's target or nothing, or (time, env, exec, sudo) a command
+_WORD_COMMANDS = {
+    "go": re.compile(r"-|(?:build|run|test|get|install|mod|vet|fmt|generate|clean|list|work|tool|version|env|doc)(?!\S)"),
+    "make": re.compile(r"$|-|[\w.-]*[=/]|(?:all|build|test|tests|check|install|uninstall|clean|lint|run|dev|start|serve|"
+                       r"deploy|release|dist|docs|format|fmt|migrate|setup|up|down|db|seed|bootstrap)(?!\S)"),
+    "time": None, "env": None, "exec": None, "sudo": None}
+
+
+def _runs_command(rest: str) -> bool:
+    """Whether ``rest``, what follows an environment variable's value on its line, runs a command (``_COMMAND``,
+    ``_WORD_COMMANDS``): ``./migrate.sh``, ``npm test``, ``go test ./...``, ``time make`` (three such words read at
+    most: ``time`` repeated over a line is no slow path)."""
+    for _ in range(3):
+        m = _COMMAND.match(rest)
+        if not m or m.group("name") not in _WORD_COMMANDS:
+            return bool(m)
+        rest = rest[m.end() :].lstrip()
+        if (follows := _WORD_COMMANDS[m.group("name")]) is not None:
+            return bool(follows.match(rest))
+    return False
 _PHRASE = re.compile(r"(?i)pass|pwd|secret")  # the secret words of names whose value may be a phrase
 
 
@@ -386,7 +407,7 @@ def _line_value(m: re.Match) -> str:
             or (inside or m.group("sep") != "=") and sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
-    if m.group("sep") == "=" and _COMMAND.match(body[len(words[0]) :].lstrip()):
+    if m.group("sep") == "=" and _runs_command(body[len(words[0]) :].lstrip()):
         return m.group()
     return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
 
