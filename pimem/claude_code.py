@@ -14,8 +14,9 @@ messages that pass ``relevant`` and are not in the agent's context already: not 
 after its last compaction boundary (``in_context``; a resumed session's copies of an earlier one's lines
 included), so after a compaction the session's own earlier turns are offered too.
 
-The exit codes are Claude Code's: 2 blocks (a prompt is erased), so only a payload that cannot be read
-exits 2; once it is read, every failure is a warning (stderr, and ``systemMessage``, which Claude Code
+The exit codes are Claude Code's: 2 blocks (a prompt is erased, a stopping agent told to go on), so no event
+makes the hook exit 2. A payload that cannot be read exits 1, Claude Code's non-blocking error (its one line
+shown to the user); once it is read, every failure is a warning (stderr, and ``systemMessage``, which Claude Code
 shows the user) and the hook exits 0. Time is bounded: an import reads for a part of the time left and logs
 what it read (the next event reads on), and a watchdog ends the process a second after the deadline.
 
@@ -32,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import BadInput, Busy, PimemError, as_error, escaped
+from .errors import BadInput, Busy, ExitStatus, PimemError, as_error, escaped
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
 ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
@@ -61,8 +62,9 @@ class TooLarge(PimemError):
 
 def read_payload(stream, deadline: float) -> dict:
     """The hook's JSON object from ``stream`` (a binary file), read until EOF or ``deadline``, or until a whole
-    JSON value has come and nothing more follows for ``SETTLE`` seconds (a stdin left open); ``BadInput`` (exit 2)
-    for anything that is not a hook payload. Wrong-typed optional fields are left to ``Hook`` (a warning)."""
+    JSON value has come and nothing more follows for ``SETTLE`` seconds (a stdin left open); ``BadInput`` for
+    anything that is not a hook payload (``handle`` exits 1 on it). Wrong-typed optional fields are left to
+    ``Hook`` (a warning)."""
     import select
 
     from .decoder import BOM, JSONDecodeError, loads
@@ -254,10 +256,12 @@ def handle(stream, home=None, name: str | None = None, budget: int = BUDGET, tim
     import) and ends the process."""
     deadline = time.monotonic() + timeout
     try:
-        payload = read_payload(stream, deadline)  # BadInput: exit 2, the one blocking exit
+        payload = read_payload(stream, deadline)
     except TooLarge as exc:
         _print({"systemMessage": f"pimem: {exc}"})
         return 0
+    except BadInput as exc:  # (not 2, bad input's exit elsewhere: Claude Code takes 2 as blocking)
+        raise PimemError(str(exc), ExitStatus.NOTHING_FOUND) from None
     hook = Hook(payload, home, name, budget, deadline)
     printed = threading.Lock()
 

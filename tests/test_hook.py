@@ -157,17 +157,22 @@ def test_the_context_stays_within_the_budget(home, tmp_path):
         (b"", "empty"),
         (b"not json", "not JSON"),
         (b"[1, 2]", "not a JSON object"),
+        (b"[]", "not a JSON object"),
+        (b'"x"', "not a JSON object"),
+        (b"{}", "no hook_event_name"),
         (b'{"session_id": "s"}', "no hook_event_name"),
         (b'{"hook_event_name": "Stop"}', "no session_id"),
         (b'{"hook_event_name": "Stop", "session_id": 5}', "session_id is not a string"),
         (b'{"hook_event_name": ["Stop"], "session_id": "s"}', "hook_event_name is not a string"),
     ],
 )
-def test_a_malformed_payload_exits_2_with_one_line_and_writes_nothing(home, tmp_path, data, reason):
+def test_a_malformed_payload_exits_1_with_one_line_and_writes_nothing(home, tmp_path, data, reason):
+    """A payload that is no hook event exited 2, which Claude Code takes as blocking: a prompt erased, a
+    stopping agent told to go on. It is Claude Code's non-blocking error, 1: its line shown to the user."""
     Memory.at("api").append([{"kind": "user", "text": "hi"}])
     before = snapshot(home)
     code, answer, err = hook(data)
-    assert code == 2 and answer is None
+    assert code == 1 and answer is None
     assert err.startswith("pimem: error: hook payload: ") and reason in err and err.count("\n") == 1
     assert snapshot(home) == before
 
@@ -411,12 +416,12 @@ def hook_on_a_silent_stdin(sent: bytes = b"") -> subprocess.CompletedProcess:
 
 def test_no_payload_at_all_never_blocks_the_agent_for_long(home):
     proc = hook_on_a_silent_stdin()
-    assert proc.returncode == 2 and b"nothing on stdin" in proc.stderr
+    assert proc.returncode == 1 and b"nothing on stdin" in proc.stderr
 
 
 def test_a_payload_cut_off_says_so(home):
     proc = hook_on_a_silent_stdin(b'{"hook_event_name":')
-    assert proc.returncode == 2 and proc.stderr.count(b"\n") == 1 and b"cut off (19 bytes came" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1 and b"cut off (19 bytes came" in proc.stderr, proc.stderr
 
 
 def test_a_whole_event_on_a_stdin_left_open_is_taken(home, tmp_path):
@@ -426,7 +431,7 @@ def test_a_whole_event_on_a_stdin_left_open_is_taken(home, tmp_path):
     proc = hook_on_a_silent_stdin(payload("Stop", "s1", transcript))
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"", b"") and texts() == ["captured from a stdin left open"]
     brace = hook_on_a_silent_stdin(b'{"hook_event_name": "Stop", "session_id": "s1", "cwd": "}')  # not whole yet: read on
-    assert brace.returncode == 2 and b"cut off" in brace.stderr
+    assert brace.returncode == 1 and b"cut off" in brace.stderr
 
 
 @pytest.mark.parametrize("sent", [b"[1]", b'"x"', b"3", b"true", b"null", b' [1, {"a": 2}]\n'])
@@ -434,7 +439,7 @@ def test_a_whole_value_that_is_no_object_on_a_stdin_left_open_is_refused_at_once
     """Only a whole object was seen to have come (it ends with "}"): any other JSON value on a stdin left open
     was waited on until the timeout and then said to be cut off."""
     proc = hook_on_a_silent_stdin(sent)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (2, b"", b"pimem: error: hook payload: not a JSON object\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, b"", b"pimem: error: hook payload: not a JSON object\n")
 
 
 def test_a_wrong_typed_optional_field_is_a_warning_and_the_rest_is_done(home, tmp_path):

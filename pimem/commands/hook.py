@@ -30,8 +30,9 @@ def command(
     import names it), nothing twice. On SessionStart and UserPromptSubmit it prints the context Claude Code adds
     (hookSpecificOutput.additionalContext, at most --budget characters): the user's pinned and active
     memories and, for a prompt, the best ranked relevant messages that are not in the agent's context (not
-    what its transcript holds after its last compaction boundary). Only a payload it cannot read exits 2
-    (which Claude Code treats as blocking); any later failure is a warning and exit 0.
+    what its transcript holds after its last compaction boundary). A payload it cannot read exits 1 (Claude
+    Code's non-blocking error, not 2, which Claude Code treats as blocking); any later failure is a warning and
+    exit 0.
 
     pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
     SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
