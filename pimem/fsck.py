@@ -392,14 +392,14 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
     if not path.exists():
         return [Finding(mem.name, "view", "view.json", "missing: the next reader folds the view afresh from the log and the tree", fatal=False)] if mem.count() else []
     if known is not None:
-        from .viewfile import _check
+        from .viewfile import checksum
 
         try:
             saved = orjson.loads(path.read_bytes())
             body = {k: saved.get(k) for k in ("T", "view", "cview", "tree")}
         except (OSError, orjson.JSONDecodeError, AttributeError):
             body = None
-        if body is not None and type(body["T"]) is int and saved.get("check") == _check(body):  # (as pimem saved it)
+        if body is not None and type(body["T"]) is int and saved.get("check") == checksum(body):  # (as pimem saved it)
             known["view.json"] = body["T"]
     from .viewfile import Overreaching
 

@@ -341,9 +341,9 @@ def _live_target(projected: dict[str, dict], record_id: str, session: str | None
 
 
 def _write(mem, build, record_id: str, session: str | None, timeout: float | None) -> dict:
-    from .memory import _wait
+    from .memory import check_timeout
 
-    _wait(timeout)  # (checked before the memory is created, as the lock checks it)
+    check_timeout(timeout)  # (checked before the memory is created, as the lock checks it)
     homes.ensure_dir(mem.path / "main")  # remember is a writer: it may create the memory
     with mem.lock(timeout):
         memory_chain(mem.path).append(build)

@@ -71,7 +71,7 @@ def _index_terms(text: str) -> list[str | tuple[str, ...]]:
     return list(dict.fromkeys(terms))
 
 
-def _wait(timeout) -> None:
+def check_timeout(timeout) -> None:
     """``BadInput`` unless ``timeout`` is None or seconds from 0 to a year, as ``--timeout`` takes them."""
     if timeout is not None and not (type(timeout) in (int, float) and 0 <= timeout <= MAX_SECONDS):
         raise BadInput(f"timeout is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {timeout!r:.40}")
@@ -306,7 +306,7 @@ class Memory:
     @contextlib.contextmanager
     def lock(self, timeout: float | None = None):
         """The writer lock (reentrant within this object); ``Busy`` (exit 4) after ``timeout`` seconds."""
-        _wait(timeout)
+        check_timeout(timeout)
         if self._lock is None:
             self._lock = WriterLock(self.path / "write.lock")
         try:
@@ -383,7 +383,7 @@ class Memory:
     def append(self, records: Iterable[dict], timeout: float | None = None) -> list[int]:
         """Log messages durably and return their ``i``. The batch is written whole or not at all; it is
         checked first (``prepare``) unless ``prepare`` made it."""
-        _wait(timeout)
+        check_timeout(timeout)
         batch = records if type(records) is Prepared else self.prepare(records)
         if not batch:
             return []
@@ -399,7 +399,7 @@ class Memory:
         """``append`` for a batch validated and encoded elsewhere (``pimem.bulk``): ``runs`` are its day runs
         ``(day, count)``, ``lines(start, first, stop)`` the stored lines of its messages ``first…stop-1``
         numbered from ``start``, ``batch`` its messages as the derived state reads them."""
-        _wait(timeout)
+        check_timeout(timeout)
         self._make_dirs()
         with self.lock(timeout), self._derived:
             start = self._ready()
@@ -417,7 +417,7 @@ class Memory:
         first, then the error propagates."""
         from concurrent.futures import ThreadPoolExecutor
 
-        _wait(timeout)
+        check_timeout(timeout)
         if isinstance(batches, (str, bytes, dict)) or not hasattr(batches, "__iter__"):
             raise BadInput(f"the batches to log are an iterable of lists of messages, not a {type(batches).__name__}")
         source = iter(batches)
@@ -774,7 +774,7 @@ class Memory:
         nodes from the log). Nothing is written unless every node passes."""
         from . import tree as trees
 
-        _wait(timeout)
+        check_timeout(timeout)
         _flag(check_halves, "check_halves")
         if not isinstance(nodes, list) or not all(isinstance(node, tuple) and len(node) == 4 for node in nodes):
             raise BadInput("the nodes to store are a list of (level, index, text, meta) tuples")

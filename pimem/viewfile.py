@@ -165,7 +165,7 @@ class Views:
 
     def to_bytes(self) -> bytes:
         body = {"T": self.T, "view": self.view.to_json(), "cview": self.cview.to_json(), "tree": self.tree_seen}
-        return orjson.dumps({"version": VERSION, "check": _check(body), "line_bytes": self.free_join_bytes, **body}) + b"\n"
+        return orjson.dumps({"version": VERSION, "check": checksum(body), "line_bytes": self.free_join_bytes, **body}) + b"\n"
 
     def load(self, raw: bytes, count: int) -> None:
         """Restore from ``view.json`` bytes; ``ValueError`` says why they cannot be used."""
@@ -180,7 +180,7 @@ class Views:
             # which lines are free (a span that fits its line, shown as it is) depends on it
             raise ValueError(f"it was folded with {folded}-byte lines, and line_bytes is now {self.free_join_bytes}")
         body = {k: data.get(k) for k in ("T", "view", "cview", "tree")}
-        if data.get("check") != _check(body):
+        if data.get("check") != checksum(body):
             raise ValueError("its checksum does not match (damaged or edited)")
         self.view.load(data.get("view"))
         self.cview.load(data.get("cview"))
@@ -213,7 +213,8 @@ class Overreaching(ValueError):
         self.covers = covers
 
 
-def _check(body: dict) -> int:
+def checksum(body: dict) -> int:
+    """The check ``view.json`` saves of its body (``fsck`` compares it too): a CRC-32 of the body's sorted JSON."""
     import zlib
 
     return zlib.crc32(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))

@@ -84,7 +84,7 @@ def test_a_view_json_without_marks_is_loaded_instead(home):
     for key in ("view", "cview"):
         del data[key]["marks"]
     body = {k: data[k] for k in ("T", "view", "cview", "tree")}
-    path.write_bytes(orjson.dumps({"version": 1, "check": viewfile._check(body), **body}) + b"\n")
+    path.write_bytes(orjson.dumps({"version": 1, "check": viewfile.checksum(body), **body}) + b"\n")
     assert viewfile.SavedShape.read(path) is None
     fresh = Memory.open("t")
     assert fresh.held_each(list(range(40))) == loaded_held(str(home), list(range(40)))

@@ -133,7 +133,7 @@ def test_a_view_saved_before_the_names_were_counted_is_read_writing_nothing(home
 
     import orjson
 
-    from pimem.viewfile import _check as view_check
+    from pimem.viewfile import checksum as view_check
 
     path = home / "main" / "view.json"
     saved = orjson.loads(path.read_bytes())

@@ -11,7 +11,7 @@ from bench.llm_server import FakeLLM, filler
 from pimem import Memory
 from pimem.errors import BadInput, NotFound
 from pimem.tree import free_merge, label, parse_label
-from pimem.viewfile import _check as view_check
+from pimem.viewfile import checksum as view_check
 
 from conftest import snapshot
 
