@@ -205,10 +205,8 @@ def default_name(sources: list[Source], home=None) -> str:
     the first file's name, made into a valid memory name. A writer takes the name with ``claim_name``."""
     from .. import projects
 
-    for s in sources:
-        if s.cwd:
-            return projects.memory_for(s.cwd, choices(s.cwd), home)[0]
-    return _file_name(sources)
+    cwd = _first_cwd(sources)
+    return projects.memory_for(cwd, choices(cwd), home)[0] if cwd else _file_name(sources)
 
 
 def claim_name(sources: list[Source], home=None, timeout: float | None = None) -> str:
@@ -216,10 +214,13 @@ def claim_name(sources: list[Source], home=None, timeout: float | None = None) -
     projects of one directory name never both take it."""
     from .. import projects
 
-    for s in sources:
-        if s.cwd:
-            return projects.claim(s.cwd, choices(s.cwd), home, timeout)
-    return _file_name(sources)
+    cwd = _first_cwd(sources)
+    return projects.claim(cwd, choices(cwd), home, timeout) if cwd else _file_name(sources)
+
+
+def _first_cwd(sources: list[Source]) -> str | None:
+    """The project of an import of ``sources``: the first session's working directory that is known."""
+    return next((s.cwd for s in sources if s.cwd), None)
 
 
 def choices(cwd: str) -> list[tuple[str, str]]:
@@ -263,7 +264,7 @@ def apart(sources: list[Source], name: str, home=None) -> str:
     from .. import projects
     from ..memory import Memory
 
-    cwd = next((s.cwd for s in sources if s.cwd), None)
+    cwd = _first_cwd(sources)
     first, when = next((c for c in choices(cwd) if c[1] != projects.HELD), (name, None)) if cwd else (name, None)
     if when != projects.FREE or first == name:
         return ""
