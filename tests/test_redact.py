@@ -314,7 +314,7 @@ HUNTED_ORDINARY = [
     "    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSURBRENDQWVpZ0F3SUJBZ0lJ",
     "mysql --password shop < dump.sql; mysql -p shop",  # (mysql's --password takes a value only after =)
     "machine api.heroku.com login alice password",
-    "a machine learning password classifier; the default password is admin",
+    "a machine learning password classifier; the default password is printed once",
     "aws configure set region eu-west-1 && aws configure set output json",
     "pk_test_4eC39HqLyjWDarjtT1zdp7dc is the publishable key",
 ]
@@ -385,13 +385,22 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my password is hunter2 btw", "hunter2", "my password is [secret redacted] btw"),
         ("ok the admin password was s3cr3t! now", "s3cr3t!", "admin password was "),
         ("password is purple monkey dishwasher", "monkey", "password is "),
-        ("so the password is correct horse battery staple.", "horse", "so the password is ")]
+        ("so the password is correct horse battery staple.", "horse", "so the password is "),
+        # (one plain word ending a sentence after "password is": a password, unless what a sentence says of one)
+        ("my password is sunshine", "sunshine", "my password is "), ("the wifi password is bananas", "bananas", "wifi "),
+        ("my password is purple", "purple", "my password is "), ("Our old password was Dragon. Changed it.", "Dragon",
+                                                                 "old password was [secret redacted]. Changed it.")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
                  "the password is too short", "password is case sensitive", "the password is never logged anywhere",
                  "password is at least 12 characters", "the password is base64 encoded", "password is wrong again today",
-                 "my password is purple", "the password is argon2id hashed", "a second pass: step2 of the plan"]
+                 "the password is argon2id hashed", "a second pass: step2 of the plan", "password is wrong",
+                 "the password is correct", "the password is mandatory.", "password is expired", "password is invalid!",
+                 "the password was changed", "the password is not", "the password is", "the password is ready, log in",
+                 "the wifi password is what?", "password is case-sensitive", "the password is optional", "password is 1234",
+                 # (a sign ending a sentence is no password's symbol: LongMemEval's texts)
+                 "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

@@ -22,7 +22,8 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
    in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
    name, ``sha256``); after ``password is`` or ``pass:`` a word only shaped like a password too (``hunter2``,
-   ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in vault``);
+   ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in vault``),
+   one plain word ending its sentence there too (``my password is sunshine``; not ``required``, ``wrong``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
@@ -234,17 +235,49 @@ def _prose_word(m: re.Match) -> str:
     """What is sent of the word after a secret's name in prose (``m.group(2)``): the word itself when it is a
     parameter's variable, the next line's key, an algorithm's name (``_TECH_WORD``) or a test's verdict; the
     placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
-    is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path."""
+    is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path, or
+    (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine)."""
     word = m.group(2)
     if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word):
         return word
     head = m.group(1).lower().split()
+    if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was"} & set(head) \
+            and _one_word_password(word, m.string, m.end()):
+        return "[secret redacted]" + word[len(word.rstrip(".!?:)")) :]
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) \
-            and 6 <= len(bare := word.rstrip(".:")) <= 64 and _PASSWORD_SHAPE.match(bare) \
+            and 6 <= len(bare := word.rstrip(".:!?")) <= 64 and _PASSWORD_SHAPE.match(bare) \
             and not bare.startswith(("$", "<", "(", "http")) and "/" not in bare and not _is_reference(bare) \
             and not (head[0] == "pass:" and _verdict(bare, m.string, m.end())):
         return "[secret redacted]"
     return _if_random(word, "[secret redacted]")
+
+# what a sentence says of a password in one word, beside ``_PROSE_ABOUT``, ``_SENTENCE`` and a verb's form
+# (``_ONE_WORD_FORM``): the password is correct, mandatory, ready, mine, what?
+_PROSE_ONE_WORD = frozenset("""correct right mandatory necessary needed ready visible hidden unknown known null none nil
+    plaintext plain clear cleartext secret safe unsafe public private random temporary temp permanent default set unset
+    available unavailable present absent active inactive mine yours his hers ours theirs gone lost forgotten broken
+    stolen taken enough great terrible awful better worse best worst safer safest stronger strongest weaker weakest
+    longer shorter harder easier simpler newer older complex obvious predictable guessable memorable common generic
+    standard shared valid identical similar current previous latest original outdated obsolete useless irrelevant
+    below above attached inside elsewhere somewhere nowhere done what which who where why how whatever really even
+    already again back fake real dummy placeholder""".split())
+_ONE_WORD = re.compile(r"[A-Za-z][a-z]{1,39}")
+_ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, expiring, usually; not red, king)
+_SENTENCE_END = re.compile(r"[ \t]*(?:[,;:)\"']|\r?\n|\Z)")
+
+
+def _one_word_password(word: str, string: str, end: int) -> bool:
+    """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
+    plain word (``my password is sunshine``, ``the wifi password is bananas``): it ends its sentence (a sign
+    after it, the line's end) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
+    ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
+    bare = word.rstrip(".!?:)")
+    if not _ONE_WORD.fullmatch(bare) or not (bare != word or _SENTENCE_END.match(string, end)):
+        return False
+    lower = bare.lower()
+    return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
+        and not _ONE_WORD_FORM.fullmatch(lower)
+
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
 _PROPERTY = re.compile(r"\$(?:\([\w.:-]+\)|\{[\w.:-]+\})")
