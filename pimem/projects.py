@@ -35,7 +35,8 @@ from .nofollow import read_bytes
 
 FILE = "projects.json"
 VERSION = 1
-HELD, FREE, OWN = "held", "free", "own"  # a choice is taken while it holds the project; also while it holds none; always
+# when a choice is taken: while it holds the project; also while it holds none; always
+HELD, FREE, OWN = "held", "free", "own"
 
 
 def held(directory: Path) -> list[str] | None:
@@ -49,11 +50,12 @@ def held(directory: Path) -> list[str] | None:
     except (FileNotFoundError, NotADirectoryError):
         return _imported(directory)
     except orjson.JSONDecodeError as exc:
-        raise IntegrityError(f"broken project list {path}: {exc}; remove it to have it made again from the memory's imports") from None
+        raise IntegrityError(f"broken project list {path}: {exc}; remove it to have it made again from the "
+                             "memory's imports") from None
     projects = data.get("projects") if isinstance(data, dict) else None
     if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
-        raise IntegrityError(f"broken project list {path}: no list of directories; remove it to have it made again from "
-                             "the memory's imports")
+        raise IntegrityError(f"broken project list {path}: no list of directories; remove it to have it made "
+                             "again from the memory's imports")
     return projects
 
 
