@@ -2270,7 +2270,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     clause's last run's end, one said from the first when that opens the clause right after a comma (``A, not B``)
     from the word before the comma; a negation alone is no run, but when it is its clause's only run. A word of one or
     two letters right after a dash that opens a word is a flag (``git commit -a``): a content token whatever its
-    letters, none of its run's four words."""
+    letters, none of its run's four words; one opening a run, up to three stop words (no proposal's word) and at most
+    ``extractive.NEGATION_REACH`` characters after the clause's last run, ends that run (``run it with -v``), which
+    takes no word after it but flags."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
     clauses = [([], [])]  # each: its runs (the (start, end) of their tokens) and its negations
     run, last = [], 0
@@ -2278,6 +2280,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                                              text, re.I)]
     owner, owned = -1, set()  # (where the pronoun of a run's ``of mine`` starts; those taken)
     flags = set()  # (a command's short flags: no stop word, negation or turn, none of a run's four words)
+    ended = None  # (a run a flag after its stop words ended: it takes flags only)
     for m in _TOKEN.finditer(text):
         runs, negations = clauses[-1]
         phrase = next((span for span in phrased if span[0] <= m.start() < span[1]), None)
@@ -2317,9 +2320,14 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
                 runs.append(run)
             run = []
             continue
-        if len([span for span in run if span not in owned and span not in flags]) == 4:
+        if len([span for span in run if span not in owned and span not in flags]) == 4 or run and run is ended:
             runs.append(run)
             run = []
+        if flag and not run and runs and flag.start() - runs[-1][-1][1] <= extractive.NEGATION_REACH and re.fullmatch(
+                r"(?:[ \t]+[A-Za-z'’]+){0,3}[ \t]+", text[runs[-1][-1][1] : flag.start()]) and all(
+                w.lower() in extractive.STOP and w.lower() not in extractive._MODALS
+                for w in text[runs[-1][-1][1] : flag.start()].split()):
+            run = ended = runs.pop()  # (``run it with -v``: the run before its stop words, ended by the flag)
         run.append(m.span())
     if run:
         clauses[-1][0].append(run)
@@ -2421,6 +2429,7 @@ PHRASE_CASES = [
     "Except for the billing service, all passed; apart from db everything außer x. found no errors, said no, yeah no",
     "Some close friends kept supporting, but a few weren't able to handle it; many didn't, half  don’t. all can't",
     "-a run git commit -a -m wip; ls -a, (-i), sed -no x, tar -x -v -z -f backup.tar now, -of mine, not -it, e-it --it",
+    "run it with -v; Rerun the suite with -x and -s -q now, it to -v x, a b c -v d; with -v, then -x,y. don't with -v",
 ]
 
 

@@ -231,6 +231,17 @@ def test_a_short_flag_stays_with_its_command():
         assert not [p for p in found + line if command in p and flag not in p.split()], (clause, found, line)
 
 
+def test_a_short_flag_after_stop_words_stays_with_the_verb_before_them():
+    """``Then run it with -v to see more`` gave ``run``: a short flag alone in its run (after ``it with``) weighs
+    nothing (a word of one letter) and was dropped, the command read as run without it (``Pass -q`` was said)."""
+    for clause, flags in [("Then run it with -v to see more.", ["-v"]),
+                          ("Run it with -v.", ["-v"]),
+                          ("Rerun the suite with -x and -s now.", ["-x", "-s"])]:
+        found, line = _said(clause)
+        for flag in flags:
+            assert [p for p in line if flag in p.split() and p.split()[0] != flag], (clause, flag, found, line)
+
+
 def test_a_number_after_a_negated_one_and_a_comma_alone_is_no_correction():
     """``The bug is not in 1.2, 1.3 has it`` gave ``not in 1.2, 1.3``; ``It doesn't work on Node 14, 16 is fine`` gave
     ``doesn't work on Node 14, 16``: the next clause's number, after a comma alone, said as negated too (read as the bug

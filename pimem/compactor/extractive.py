@@ -50,7 +50,8 @@ after a comma is said from the word before it, a correction's right value (``~2.
 condition keeps the condition (``if it's not used anywhere else``). A number is said with its bound's or
 approximation's word or mark right before it (``under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``to 5% of
 traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``), a flag with its dashes
-(``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``) and a version with
+(``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``; after a few stop
+words, with the words before them: ``run it with -v``) and a version with
 its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``). A
 piece of a question runs to its question mark (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
 is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
@@ -1099,6 +1100,16 @@ def _sigil_before(text: str, pos: int, piece: str) -> int:
     return sigil.start() if sigil else pos
 
 
+# (the stop words between a run and a short flag after it: ``run it with -v``)
+_STOP_WORDS_GAP = re.compile(r"(?:[ \t]+[A-Za-z'’]+){0,3}[ \t]+")
+
+
+def _stop_words_only(text: str, at: int, to: int) -> bool:
+    """Whether ``text[at:to]`` holds spaces and at most three stop words between them (``_STOP_WORDS_GAP``)."""
+    gap = _STOP_WORDS_GAP.fullmatch(text, at, to)
+    return bool(gap) and all(_ROLE.get(word.lower()) == 0 for word in text[at:to].split())
+
+
 def _counted(text: str, start: int, end: int) -> tuple[int, int]:
     """Where the bare number at ``start:end`` of ``text`` is read with its words (``_LEAD``, ``_TRAIL``):
     ``CentOS 7``, ``pool_size from 3 to 6``, ``3 people``, ``port 8080``, ``2回目``; ``start:end`` when it has none."""
@@ -1686,7 +1697,8 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     sentence's end (``_ends_sentence``: ``If the cache is cold, restart the worker``).
     In the user's ask (its first ``ask`` characters) a run goes on over an article or a determiner between two of its
     words: what is asked is done to something (``fix the login timeout``, not ``fix`` and ``login timeout``: at a
-    merge the ask was said by its nouns alone)."""
+    merge the ask was said by its nouns alone). A command's short flag that would open a run after up to three stop
+    words ends the clause's run before them (``run it with -v``: alone, a letter, it weighs nothing)."""
     breaks = [m.start() for m in _BREAK.finditer(text)]
     breaks.append(len(text) + 1)
     c = 0  # the next of ``units``
@@ -1769,6 +1781,10 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
             start = -1
         if start < 0:
             start, words = s, 0
+            if flag and runs and flag.start() - runs[-1][1] <= NEGATION_REACH and _stop_words_only(
+                    text, runs[-1][1], flag.start()):
+                start, words = runs.pop()[0], 4  # (a short flag alone weighs nothing: it ends the run before its
+                # stop words, ``run it with -v``, not ``run``, read as run without it)
         end = e
         words += not flag  # (a command's flags count as none of its four words: ``tar -x -v -f backup.tar``)
     if start >= 0:
