@@ -420,6 +420,20 @@ SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false",
                            "password: wrong", "password_ttl: 3d", "PASS: t1"]
 
 
+# a user and a password after auth: (a password's shape: digits in its letters, a symbol), the user kept
+AUTH_PAIRS = [("auth: bob secret123", "secret123", "auth: bob "), ("basic_auth: deploy s3cr3t99", "s3cr3t99", "basic_auth: deploy "),
+              ("  httpAuth = admin Tr0ub4dor&3  # staging", "Tr0ub4dor&3", "  httpAuth = admin "),
+              ("log in with auth: bob secret123\nthen", "secret123", "with auth: bob [password redacted]\nthen")]
+AUTH_PAIRS_ORDINARY = ["auth: fix login", "auth: bump oauth2", "auth: drop sha256", "auth: bump v2.1.0",
+                       "auth: fix issue42 again", "auth_method: basic digest2x", "auth: bob ${AUTH_PASSWORD}",
+                       "author: bob secret123", "oauth: bob secret123"]
+
+
+@pytest.mark.parametrize("text,secret,kept", AUTH_PAIRS)
+def test_a_password_after_its_user_after_auth_is_redacted(text, secret, kept):
+    out = redact(text)
+    assert secret not in out and kept in out and "[password redacted]" in out, out
+
 
 def test_a_long_line_of_commands_is_read_once():
     """``mysql -p'`` repeated over 100 KB was read to the line's end from each command in it looking for its
@@ -665,7 +679,7 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
 
 @pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
                          + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
-                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
 def test_what_holds_no_secret_is_left_alone(text):
     """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
     type, the line under a name that holds no value: each is sent as it is."""

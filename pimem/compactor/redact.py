@@ -15,8 +15,8 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type
    (``password: string;``, ``string | undefined``; not ``str@wberry99``), a sentence (not after ``NAME=`` at a
    line's start), or ordinary words after a token's name (``token: refresh on 401``; not a random run of letters);
-2. credentials by position: the password of ``curl -u user:PASS``, ``mysql -pPASS``, ``sshpass -p``,
-   ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
+2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS``, ``mysql -pPASS``,
+   ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
    and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
    query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
@@ -163,6 +163,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(rf"""(?imx)^(?P<head>(?P<indent>[ \t]*(?:-[ \t]+)?)(?P<name>["']?[\w.-]{{0,64}}?{_NAMES}[\w.-]{{0,64}}["']?)
                     [ \t]*[:=](?:[ \t]*(?P<block>[|>][-+]?[1-9]?))?[ \t]*+\r?\n)(?P<value>(?:[ \t]+\S[^\n]*(?:\n|\Z))+)"""),
      lambda m: _next_line_value(m), _NAME_HINTS),
+    # a user and a password after auth: (auth: bob secret123, basic_auth = deploy s3cr3t99), the password ending its
+    # line or before a comment, shaped like one (``_pair_password``)
+    (re.compile(rf"""(?ix)((?<![\w-])[\w.-]{{0,64}}?{_STARTS}auth{_ENDS}{_ABOUT}["']?[ \t]*[:=][ \t]*
+                    (?!\[)[\w.@+-]{{1,64}}[ \t]+)([^\s"',;]{{6,64}})(?=[ \t]*(?:\r?\n|\Z)|[ \t]+\#)"""),
+     lambda m: m.group(1) + _pair_password(m.group(2)), ("auth",)),
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
@@ -229,6 +234,16 @@ def _prose_phrase(phrase: str) -> str:
     if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or _PROSE_FORM.fullmatch(w) for w in words):
         return phrase
     return "[secret redacted]"
+
+
+def _pair_password(word: str) -> str:
+    """What is sent of the second word after ``auth:`` ending its line (``auth: bob secret123``): the placeholder when
+    it is shaped like a password (``_PASSWORD_SHAPE``) and is no algorithm's or version's name (``_TECH_WORD``:
+    ``auth: bump oauth2``), path or reference."""
+    if _PASSWORD_SHAPE.match(word) and not _TECH_WORD.fullmatch(word) and "/" not in word \
+            and not word.startswith(("$", "<", "(", "http")) and not _is_reference(word):
+        return "[password redacted]"
+    return word
 
 
 def _prose_word(m: re.Match) -> str:
@@ -525,6 +540,7 @@ _PROSE_NAME = re.compile(r":[^\S\n]+$")
 _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _PROSE_NEXT = re.compile(r"[^\S\n]+(?:[A-Za-z]?[a-z]+|\d+)(?![^\s.,;:!?])")
 _CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
+_PAIRED = re.compile(r"[ \t]+\[password redacted\]")
 
 
 def _a_word(letters: str) -> bool:
@@ -549,6 +565,8 @@ def _named_value(m: re.Match) -> str:
     if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") \
             and _verdict(value, m.string, m.end()):
         return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
+    if _PAIRED.match(m.string, m.end()):
+        return value  # (the user of a pair: auth: deploy [password redacted])
     if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) and _a_word(value) \
             and _PROSE_NEXT.match(m.string, m.end()):
         return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
