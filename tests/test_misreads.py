@@ -164,6 +164,22 @@ def test_a_bound_or_an_approximation_stays_with_its_number(clause, number, word)
     assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)
 
 
+COMPARED = [  # (a clause, the share it compares with, the word of the comparison to be said with it)
+    ("Latency is 12%, compared to 5% last week.", "5%", "compared"),
+    ("The error rate is 3% now, relative to 1% in March.", "1%", "relative"),
+    ("Disk use is close to 90% again.", "90%", "close")]
+
+
+@pytest.mark.parametrize("clause,number,word", COMPARED, ids=[w for _, _, w in COMPARED])
+def test_a_share_compared_to_is_no_target(clause, number, word):
+    """``Latency is 12%, compared to 5% last week`` gave ``Latency, 12%, compared, to 5% last week``: ``to`` before a
+    share was read as a bound (``roll out to 5% of traffic``), the share compared with said as a target reached."""
+    found, line = _said(clause)
+    at = re.compile(r"(?<![\w.])" + re.escape(number))
+    assert [p for p in found + line if at.search(p)], (clause, number, found, line)
+    assert not [p for p in found + line if at.search(p) and word not in _words(p)], (clause, number, found, line)
+
+
 def test_a_flag_or_a_version_range_keeps_its_sigil():
     """``Run the tests with --no-cache`` gave ``no-cache``; ``Pin it to ^1.3.0`` gave ``1.3.0``: a flag read as words,
     a version range as an exact pin."""

@@ -49,7 +49,8 @@ before a limit in time runs to its clause's end (``not migrate the database befo
 after a comma is said from the word before it, a correction's right value (``~2.3.1, not ^2.3.1``); one inside a
 condition keeps the condition (``if it's not used anywhere else``). A number is said with its bound's or
 approximation's word or mark right before it (``under 0.1%``, ``at most 200 jobs``, ``p99 < 200 ms``, ``to 5% of
-traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``), a flag with its dashes
+traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``; a comparison's ``to`` with its
+word: ``compared to 5%``, ``close to 90%``), a flag with its dashes
 (``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``; after a few stop
 words, with the words before them: ``run it with -v``) and a version with
 its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``). A
@@ -1057,6 +1058,10 @@ _BOUNDS = ("at least|at most|no more than|no less than|not more than|not less th
 _BOUND = re.compile(rf"(?<![\w'’-])(?i:{_BOUNDS})(?:[ \t]{{1,4}}(?i:the|a|an))?[ \t]{{1,4}}\Z"
                     r"|(?:(?<=[\w)\]])|(?<=[^\s<>=-][ \t]))(?:[<>]=?|[≤≥])[ \t]?\Z")
 _BOUND_SHARE = re.compile(r"(?<![\w'’-])(?i:to|auf|à|al|на)[ \t]{1,4}\Z")  # (before a share)
+# (a comparison's word before that ``to``: said with it, ``compared to 5% last week``, ``close to 90%``, never ``to 5%``,
+# read as a target reached)
+_COMPARED = re.compile(r"(?<![\w'’-])(?i:compared|relative|close|similar|equal|comparé|comparée|par rapport|comparado"
+                       r"|comparada|respecto|frente)[ \t]{1,4}\Z")
 _SHARE = re.compile(r"\d[\d.,]{0,24}[ \t]?%")
 
 
@@ -1079,6 +1084,8 @@ def _bound_before(text: str, pos: int, piece: str) -> int:
         return pos  # (a bound the piece holds: said as it is)
     if bound is None and _SHARE.match(piece):
         bound = _BOUND_SHARE.search(text, max(0, pos - 8), pos)
+        if bound and (compared := _COMPARED.search(text, max(0, bound.start() - 16), bound.start())):
+            bound = compared
     return bound.start() if bound else pos
 
 
