@@ -405,9 +405,12 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same
 SHORT_QUOTED = [('password: "x7Yq!"', "x7Yq!", 'password: "'), ("$db = ['password' => 'abc'];", "abc", "'password' => '"),
-                ('{"db_password": "pw1", "user": "bob"}', "pw1", '"user": "bob"'), ("SECRET='s3!'", "s3!", "SECRET='")]
+                ('{"db_password": "pw1", "user": "bob"}', "pw1", '"user": "bob"'), ("SECRET='s3!'", "s3!", "SECRET='"),
+                ('{"user": "bob", "pass": "abc"}', "abc", '"pass": "')]
+# (a flag, a null: a test's result, {"pass": "yes"}, is no password)
 SHORT_QUOTED_ORDINARY = ['{"password": "", "user": "bob"}', 'password: "$PW"', 'password_hint: "pet"',
-                         "token_type: 'jwt'"]
+                         "token_type: 'jwt'", '{"pass": "yes"}', '{"pass": "no", "fail": "yes"}', '"password": "none",',
+                         "secret: 'false'", '{"passed": 3, "pass": true}', '{"pass": "Y"}', "{'pass': 'TRUE'}"]
 
 # a password's, passphrase's or secret's unquoted value under 6 characters on a config or env line (ini, YAML, a
 # .env file): a secret all the same, whatever its length; not a flag, a null, a number, a type, a reference or code

@@ -128,15 +128,16 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # name = value, name: value, "name": "value", 'name' => 'value' for secret-looking names (AWS secret keys included, DB_PASS,
     # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
     # into a placeholder already there; a password's quoted value whole, spaces and all, and when shorter than 6
-    # characters (password: "abc"; not a token's or an author's: max_tokens: "a number of tokens")
+    # characters (password: "abc"; not a token's or an author's: max_tokens: "a number of tokens"; nor a flag or a
+    # null, ``_NO_SECRET``: a test's result, {"pass": "yes"})
     # (SECRET_KEY="…", DB_PASSWORD_PROD: '…' too: the name's later parts, unless the last says the value is about
     # a secret, SECRET_NAME: "prod db creds"; a part read to 64 characters: PasswordPassword… over 100 KB, each
     # read to the text's end, took 5 s)
     (re.compile(rf"""(?ix)({_STARTS}(?=[ps])(?:password|passwd|passphrase|passcode|pass|pwd|secret){_ENDS[2:]}
                     (?:[_.-]?[a-z0-9]{{1,64}}+){{0,4}}["']?\s*(?:[:=]|=>(?=\s*["']))\s*)
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n]|[^"'\n]{{1,5}}\2)[^"'\n]*\2"""),
-     lambda m: m.group() if _about(m.group(1)) or _is_reference(m.group()[len(m.group(1)) + 1 : -1])
-     else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
+     lambda m: m.group() if _about(m.group(1)) or _is_reference(value := m.group()[len(m.group(1)) + 1 : -1])
+     or value.lower() in _NO_SECRET else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
     # XML config: a .NET appSettings entry's value beside its key (<add key="DbPassword" value="…"/>), an element
     # named as a secret (Maven's <password>…</password>, <client_secret>), read on its line (``_whole_value``)
