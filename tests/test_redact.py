@@ -550,8 +550,23 @@ STILL_REFERENCES = ["password: $K8S_TOKEN", "password: $AWS_S3_SECRET", "PASSWOR
                     "Add-Computer -DomainName $domainName -Credential $domainCreds -Restart -Force",
                     "Invoke-Sqlcmd -Username sa -Password $dbPassword", "Connect-Api -Token $accessToken -Secret $clientSecret"]
 
+# code as a password's value: a call through a class, a module, a crate (String.valueOf(x), System.getenv("X"),
+# std::env::var("X")), a constructor of a name or a string (String(x)); not a password shaped like one's name
+# (Hunter2(abc), a number between parentheses)
+CODE_VALUES = ["password: String.valueOf(x)", 'password = System.getenv("DB_PASSWORD")', "password: Base64.decode(x)",
+               'password: Environment.GetEnvironmentVariable("DB_PASSWORD")', 'password: os.Getenv("DB_PASSWORD")',
+               'password: std::env::var("DB_PASSWORD")', "password: Secret::new(x)", "password: String(x)",
+               'password: ENV.fetch("DB_PASSWORD")', 'password: Deno.env.get("DB_PASSWORD")', "password = new String(pw)",
+               "the password is String.valueOf(chars)",
+               # (what held before)
+               'password: getenv("DB_PASSWORD")', 'password: os.environ["DB_PASSWORD"]', "password: config.password",
+               "password: ${DB_PASSWORD}", "password: $DB_PASSWORD", 'password = os.environ.get("DB_PASSWORD")',
+               'password: ENV["DB_PASSWORD"]', "password = str(x)", "password: $(cat pw.txt)", "password = SecretStr(x)"]
+CALL_LIKE_VALUES = [("password: Hunter2(abc)", "Hunter2"), ("password: Summer(2024)", "Summer(2024)"),
+                    ("password: Tr0ub.4dor(x)", "Tr0ub")]
 
-@pytest.mark.parametrize("text,secret", LIKE_REFERENCES)
+
+@pytest.mark.parametrize("text,secret", LIKE_REFERENCES + CALL_LIKE_VALUES)
 def test_a_value_like_a_reference_is_redacted(text, secret):
     out = redact(text)
     assert secret not in out and "[secret redacted]" in out, out
@@ -682,7 +697,7 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
 
 @pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
                          + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
-                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + CODE_VALUES + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
 def test_what_holds_no_secret_is_left_alone(text):
     """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
     type, the line under a name that holds no value: each is sent as it is."""

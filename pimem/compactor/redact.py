@@ -7,17 +7,19 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
    (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's
    ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>`` and ``<password>…</password>``, a
-   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or secret's unquoted value to its config line's end (however short: ``password = abc``), or to
-   the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
-   the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value),
-   unless the name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``,
-   ``AUTH_HOST``, ``apiKeyId``) and the value is not key material, or the value is a reference
-   (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type
-   (``password: string;``, ``string | undefined``; not ``str@wberry99``), a sentence (not after ``NAME=`` at a
-   line's start), or ordinary words after a token's name (``token: refresh on 401``; not a random run of letters);
+   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or
+   secret's unquoted value to its config line's end (however short: ``password = abc``), or to the end of a line of
+   prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on the line indented under a
+   name ending its line: a YAML block after ``password: |``, a wrapped JSON value), unless the name's last part says
+   the value is about a secret (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``, ``apiKeyId``) and the
+   value is not key material, or the value is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not
+   ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type (``password: string;``, ``string | undefined``; not
+   ``str@wberry99``), code (``String.valueOf(x)``), a flag or a null (``{"pass": "yes"}``), a sentence (not after
+   ``NAME=`` at a line's start), or ordinary words after a token's name (``token: refresh on 401``; not a random run
+   of letters);
 2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS``, ``mysql -pPASS``,
-   ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random (entropy
-   and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
+   ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random
+   (entropy and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
    query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
    in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
@@ -69,6 +71,10 @@ _NAMES = rf"""(?=[pstaecmhjlf])(?:password|passwd|passphrase|passcode|secret|tok
 # there, or a word, makes it a value (str@wberry99, string!2024, string theory rocks)
 _TYPE = (r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?=[;,|)\]>=}\[?]|[^\S\n]*(?:\r?\n|\Z)|[^\S\n]+[|=/#{])"
          r"|Option<|Optional\[)")
+# a call through a class, a module or a crate (String.valueOf(x), System.getenv("X"), std::env::var("X")), or a
+# constructor given a name or a string (String(x)): code, not a value (Hunter2(abc), Summer(2024) are values)
+_CALL = r"""(?:[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+[(\[]|[A-Z][A-Za-z]*\((?:[A-Za-z_][\w.]*|"[^"\n]*"|'[^'\n]*')?\))"""
+_CALLED = re.compile(_CALL)
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -126,8 +132,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
     # name = value, name: value, "name": "value", 'name' => 'value' for secret-looking names (AWS secret keys included, DB_PASS,
-    # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, an index, self.password) nor
-    # into a placeholder already there; a password's quoted value whole, spaces and all, and when shorter than 6
+    # passphrase, ENCRYPTION_KEY, session_key), but not code unquoted (a call, String.valueOf(x), an index,
+    # self.password) nor into a placeholder already there; a password's quoted value whole, spaces and all, and when shorter than 6
     # characters (password: "abc"; not a token's or an author's: max_tokens: "a number of tokens"; nor a flag or a
     # null, ``_NO_SECRET``: a test's result, {"pass": "yes"})
     # (SECRET_KEY="…", DB_PASSWORD_PROD: '…' too: the name's later parts, unless the last says the value is about
@@ -172,9 +178,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(
         rf"""(?ix)
         ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
-         ["']?[^\S\n]*(?:[:=]|=>(?=[^\S\n]*["']))[^\S\n]*["']?)  # (on its line: auth:'s value is not the next
-         # line's password:; a hash's => only before a quote: PHP's, Ruby's 'password' => '…', not token => token.length)
-        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[])|arn:aws
+         ["']?[^\S\n]*(?:(?!::)[:=]|=>(?=[^\S\n]*["']))[^\S\n]*["']?)  # (on its line: auth:'s value is not the next
+         # line's password:; a hash's => only before a quote: PHP's, Ruby's 'password' => '…', not token => token.length;
+         # not a path's ::, Secret::new(x))
+        (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]|{_CALL})|arn:aws
            |(?<![="']){_TYPE})
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
      lambda m: m.group(1) + _named_value(m), _NAME_HINTS),
@@ -249,12 +256,13 @@ def _pair_password(word: str) -> str:
 
 def _prose_word(m: re.Match) -> str:
     """What is sent of the word after a secret's name in prose (``m.group(2)``): the word itself when it is a
-    parameter's variable, the next line's key, an algorithm's name (``_TECH_WORD``) or a test's verdict; the
+    parameter's variable, the next line's key, an algorithm's name (``_TECH_WORD``), a call (``_CALL``:
+    ``System.getenv(``) or a test's verdict; the
     placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
     is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path, or
     (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine)."""
     word = m.group(2)
-    if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word):
+    if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word):
         return word
     head = m.group(1).lower().split()
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was"} & set(head) \
