@@ -2268,7 +2268,8 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     run that one opens (of the run after it, when it is alone in its run and that run is in reach), a run so said
     with one (or one opens) and ending before a limit in time after the first (``extractive._LIMIT``) up to the
     clause's last run's end, one said from the first when that opens the clause right after a comma (``A, not B``)
-    from the word before the comma; a negation alone is no run, but when it is its clause's only run. A word of one or
+    from the word before the comma; a negation alone is no run, but when it is its clause's only run and none that
+    leaves out what follows it (``extractive._LEAVING_OUT``: ``Apart from that,``). A word of one or
     two letters right after a dash that opens a word is a flag (``git commit -a``): a content token whatever its
     letters, none of its run's four words; one opening a run, up to three stop words (no proposal's word) and at most
     ``extractive.NEGATION_REACH`` characters after the clause's last run, ends that run (``run it with -v``), which
@@ -2337,7 +2338,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
         for start, end in spans:
             run = start, end
             if negations:
-                if (start, end) in negations and len(spans) > 1:
+                if (start, end) in negations and (len(spans) > 1 or text[start:end].lower() in extractive._LEAVING_OUT):
                     continue
                 before = [] if start in [at for at, _ in negations] else [(at, to) for at, to in negations if at < start]
                 if before:
@@ -2430,6 +2431,7 @@ PHRASE_CASES = [
     "Some close friends kept supporting, but a few weren't able to handle it; many didn't, half  don’t. all can't",
     "-a run git commit -a -m wip; ls -a, (-i), sed -no x, tar -x -v -z -f backup.tar now, -of mine, not -it, e-it --it",
     "run it with -v; Rerun the suite with -x and -s -q now, it to -v x, a b c -v d; with -v, then -x,y. don't with -v",
+    "Apart from that, the deploy went fine; without it. Far from it, instead of them, except. not that; nothing. Sans",
 ]
 
 

@@ -199,6 +199,21 @@ def test_except_is_said_with_what_it_leaves_out():
     assert not _only_with(found + line, {"billing"}, {"except"}), (found, line)
 
 
+def test_what_leaves_out_a_pronoun_alone_is_no_piece():
+    """``Apart from that, the deploy went fine`` gave ``Apart from, deploy went fine`` (and the unit ``Apart``, a name):
+    a negation that leaves out or stands for what follows it (``apart from``, ``except``, ``without``, ``instead of``),
+    its object a stop word, said alone: words with no content, in the line. What the clause after it says stays."""
+    empty = {"apart", "from", "except", "for", "instead", "of", "without", "rather", "than", "that", "this", "it"}
+    for clause, said in [("Apart from that, the deploy went fine.", "deploy went fine"),
+                         ("Except for that, everything works.", "everything works"),
+                         ("Instead of that, we rolled back.", "rolled back"),
+                         ("Without it, the build fails.", "build fails"),
+                         ("Rather than that, we wait for the vendor.", "vendor")]:
+        found, line = _said(clause)
+        assert not [p for p in found + line if not _words(p) - empty], (clause, found, line)
+        assert [p for p in line if said in p], (clause, found, line)
+
+
 def test_a_verb_keeps_its_no():
     """``The linter found no errors in the module`` gave ``linter found, no errors in the module``: ``found`` read
     alone, as found something."""

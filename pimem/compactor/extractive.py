@@ -32,7 +32,8 @@ Documents/report 2024.pdf``). A piece in a clause holding a negation takes it, r
 ``not optional``), a few words before it (``not a bug in the worker``, ``None of the replicas were promoted``) or after
 it (``gehen in Latin-1 gar nicht``), up to the clause's end or a word that turns it (``but``, ``sondern``): never
 ``committed``, ``bug`` or ``gehen`` alone (one too long with it, or starting more than ``NEGATION_REACH``
-characters past it, is left out); a negation is no piece alone but for a clause it is whole (``the logs…nothing``).
+characters past it, is left out); a negation is no piece alone but for a clause it is whole (``the logs…nothing``;
+not one that leaves out what follows it, ``Apart from that,``, nor a name: ``Apart``).
 So with a word that makes its clause a proposal, a question or a condition (``suggest``, ``maybe``, ``should``, ``if``,
 ``vielleicht``, ``quizás``, ``если``, ``אולי``; in Chinese and Japanese a mark in a clause's characters, ``建议``,
 ``是否``, ``要不要``, ``如果``, ``不``, or a particle after its words, ``吗``, ``吧``): ``suggest we bump the timeout``,
@@ -286,6 +287,8 @@ def _negation(text: str, pos: int) -> re.Match | None:
 # which hold theirs): a phrase in a clause holding one takes it (``_phrases``), whether it comes before the words
 # it negates (``not a bug``, ``не удаляйте``, ``לא עולה``, ``ne répond pas``) or after them (German's ``gehen in
 # Latin-1 gar nicht``). Lowercase, as a token is looked up
+_WITHOUT = "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan"
+_EXCEPT = "except excluding außer ausgenommen sauf excepté excepto salvo tranne eccetto exceto кроме"
 _NEGATORS = frozenset(
     "not no never nor none neither nobody nothing nowhere cannot "
     "don't doesn't didn't isn't aren't wasn't weren't won't wouldn't can't couldn't shouldn't mustn't needn't "
@@ -303,13 +306,13 @@ _NEGATORS = frozenset(
     "안 못 않다 않아 않아요 않습니다 않는다 않았다 않았습니다 없다 없어 없어요 없습니다 없음 아니다 아닙니다 "  # Korean
     # and without, which negates what follows it as not does (``went out without any tests being run``: not ``tests``,
     # ``run``)
-    "without ohne zonder sans sin senza sem без bez utan uten uden בלי بدون बिना χωρίς tanpa olmadan "
+    f"{_WITHOUT} "
     # and the words that say a thing cannot be or is not had (``impossible to restore the backup``, ``lack the
     # permissions to restart``)
     "impossible imposible impossibile unmöglich невозможно unable lack lacks lacked lacking "
     # and except, which leaves out what follows it (``Except for the billing service, every service was upgraded``: not
     # ``billing service``, ``upgraded``)
-    "except excluding außer ausgenommen sauf excepté excepto salvo tranne eccetto exceto кроме".split())
+    f"{_EXCEPT}".split())
 _NEGATORS |= {word.replace("'", "’") for word in _NEGATORS}
 # and the negations of more than one word, one negation each (``far from full``: not ``far``, ``full``; ``instead of
 # MySQL``, ``rather than``); found in a text before its tokens are read (``_phrases``)
@@ -320,6 +323,9 @@ _NEGATION_PHRASES = ("far from", "instead of", "rather than", "loin d'être", "a
 # so, they cost 2 of LoCoMo's tuning questions their zoom path)
 _ONLY_PHRASES = ("only when", "only if", "nur wenn", "seulement si", "solo si", "solo cuando",
                  "только если", "только когда")
+# (those that leave out or stand for what follows them: alone in their clause, their object a stop word, none is a
+# piece, ``Apart from that,``, ``Without it,``: words that say nothing)
+_LEAVING_OUT = frozenset(f"{_WITHOUT} {_EXCEPT}".split()) | frozenset(_NEGATION_PHRASES)
 _NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES + _ONLY_PHRASES) + r")(?![\w'’-])")
 _NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
                    "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ", "part from")  # (past a first letter, a capital)
@@ -837,9 +843,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         add(piece, start, 1.3, named=True)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
-    for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``; nor is ``Maybe``)
+    phrased_name = any(hint in text for hint in _NEGATION_HINTS)  # (``_NEGATION_PHRASES``)
+    for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``, ``Apart`` of ``Apart
+        # from``; nor is ``Maybe``)
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())
-                or _ROLE.get(m.group().lower()) in (1, 3)):
+                or _ROLE.get(m.group().lower()) in (1, 3) or phrased_name and _NEGATION_PHRASE.match(text, m.start())):
             add(m.group(), m.start(), 1.2, named=True)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
@@ -1814,8 +1822,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     replicas were promoted``), a run before them all to the clause's end when one that may follow what it negates
     comes after it (``_AFTER``: ``gehen in Latin-1 gar nicht``), else as it is (``flaky test`` of ``The flaky test is
     not a regression``: the negation's words come after it). A negation alone is no run, but when it is the clause
-    (``the logs…nothing``). A run right before a negation is said to the end of the run it opens (``deleted nothing``,
-    ``40 not 50``: not ``deleted`` alone, nor ``40``). A run said with one, ending before a limit in time after it in
+    (``the logs…nothing``) and does not leave out what follows it (``_LEAVING_OUT``: ``Apart from that``). A run right
+    before a negation is said to the end of the run it opens (``deleted nothing``, ``40 not 50``: not ``deleted``
+    alone, nor ``40``). A run said with one, ending before a limit in time after it in
     the clause (``_LIMIT``: ``before``, ``until``, ``bis``, ``до``), runs to the clause's end (``not migrate the billing
     database before the audit ends``: not ``not migrate the billing database``, never where it said not yet). A clause
     a negation opens right after a comma (a correction, ``A, not B``) is said from the word before the comma
@@ -1823,7 +1832,9 @@ def _negated(text: str, runs: list[tuple[int, int]], negations: list[tuple[int, 
     (A run said without the negation that governs it says the opposite: ``bug``, ``force-push``, ``gehen``; one
     longer than a piece is none, and so is one starting more than ``NEGATION_REACH`` characters past the negation:
     widened back to it, it would cost the line its other words.)"""
-    alone = set(negations) if len(runs) > 1 else ()  # (one that is its clause is said: ``the logs…nothing``)
+    # (one that is its clause is said, ``the logs…nothing``, but one that leaves out what follows it: ``Apart from that``)
+    alone = set(negations) if len(runs) > 1 else {
+        (at, to) for at, to in negations if text[at:to].lower() in _LEAVING_OUT}
     # (after the first negation in the clause: not a condition's word of an earlier clause it carries, ``If it's
     # before noon, do not migrate … until``)
     limit = _LIMIT.search(text, max(negations[0][1], runs[0][0]), runs[-1][1]) if runs else None
