@@ -420,7 +420,8 @@ SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "a
 SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 1234",
                            "password: str", "secret: bool", '  "pass": true,', "password: ~", "password = ...",
                            "password: ${PW}", "password: $PW", "password = pw;", "password: null", "password: f(x)",
-                           "password: wrong", "password_ttl: 3d", "PASS: t1"]
+                           "password: wrong", "password_ttl: 3d", "PASS: t1", '            password = b""',
+                           "        self._pwd = pwd", "    this.secret = s"]
 
 
 # a user and a password after auth: (a password's shape: digits in its letters, a symbol), the user kept
@@ -561,7 +562,9 @@ CODE_VALUES = ["password: String.valueOf(x)", 'password = System.getenv("DB_PASS
                # (what held before)
                'password: getenv("DB_PASSWORD")', 'password: os.environ["DB_PASSWORD"]', "password: config.password",
                "password: ${DB_PASSWORD}", "password: $DB_PASSWORD", 'password = os.environ.get("DB_PASSWORD")',
-               'password: ENV["DB_PASSWORD"]', "password = str(x)", "password: $(cat pw.txt)", "password = SecretStr(x)"]
+               'password: ENV["DB_PASSWORD"]', "password = str(x)", "password: $(cat pw.txt)", "password = SecretStr(x)",
+               # (a name of a :: path is a type's: CloudFormation's, in botocore's data)
+               '    "AWS::SecretsManager::Secret": "c85175a4ebcce361",']
 CALL_LIKE_VALUES = [("password: Hunter2(abc)", "Hunter2"), ("password: Summer(2024)", "Summer(2024)"),
                     ("password: Tr0ub.4dor(x)", "Tr0ub")]
 

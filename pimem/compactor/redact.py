@@ -177,10 +177,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _pair_password(m.group(2)), ("auth",)),
     (re.compile(
         rf"""(?ix)
-        ({_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
+        ((?<!::){_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
          ["']?[^\S\n]*(?:(?!::)[:=]|=>(?=[^\S\n]*["']))[^\S\n]*["']?)  # (on its line: auth:'s value is not the next
          # line's password:; a hash's => only before a quote: PHP's, Ruby's 'password' => '…', not token => token.length;
-         # not a path's ::, Secret::new(x))
+         # not a path's ::, Secret::new(x), AWS::SecretsManager::Secret)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]|{_CALL})|arn:aws
            |(?<![="']){_TYPE})
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
@@ -479,10 +479,11 @@ def _short_secret(m: re.Match, word: str) -> bool:
     """Whether ``word``, the whole value under 6 characters of a config or env line (``password = abc``,
     ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
     unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
-    no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``), or the name is
-    ``PASS:``, a test runner's (automake's ``PASS: t1``)."""
-    return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) and word[0] not in "\"'[{(|>&*!%<$`" \
-        and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
+    no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
+    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``)."""
+    return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) \
+        and not m.group("name").startswith(("self.", "this.", "cls.", "_")) and not any(c in "\"'`" for c in word) \
+        and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
         and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _TYPED.match(word) \
         and not _is_reference(word) and not _CODE.search(word) \
         and not (m.group("name") == "PASS" and ":" in m.group("sep"))
