@@ -651,7 +651,11 @@ MID_LINE_KEPT = [
     ("the old password: reset flow now emails the user",) * 2,
     ("call it with password: secret123, then restart", "call it with password: [secret redacted], then restart"),
     ("x = {password: pw, user: name}",) * 2, ("Note the secret: never commit it",) * 2,
-    ("Password: Please choose a strong password", "Password: [secret redacted] choose a strong password")]
+    ("Password: Please choose a strong password", "Password: [secret redacted] choose a strong password"),
+    # (a comparison is code; a placeholder is never read again as a word: password [secret redacted] redacted])
+    ("password == abc",) * 2, ("password == 'abc'",) * 2, ("password === abc;",) * 2,
+    ("password = =abc", "password = [secret redacted]"),
+    ("password =correct horse battery", "password =[secret redacted]")]
 
 
 @pytest.mark.parametrize("text,secret,kept", MID_LINE)

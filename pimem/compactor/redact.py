@@ -217,7 +217,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _prose_phrase(m.group(2)), ("pass",)),
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?|(?-i:[Pp]ass)(?=:))\b:?"
                 r"(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
-                rf"(?!redacted\]|{_TYPE})([^\s\"',;]+)"),
+                rf"(?!redacted\]|[^\s\"',;]*?\[[\w ]{{1,40}} redacted\]|{_TYPE})([^\s\"',;]+)"),
      lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
 ]
 
@@ -457,6 +457,8 @@ def _line_value(m: re.Match) -> str:
     body = value[: cut.start()] if cut else value.rstrip()
     words = body.split()
     inside = m.start() > 0 and m.string[m.start() - 1] != "\n"  # (after a space inside a line)
+    if (m.group("sep") + value[:1]).strip() in ("==", ":="):
+        return m.group()  # (a comparison or an assignment in code: password == abc, password := pw)
     if len(words) == 1 and len(body) < 6 and not inside and _short_secret(m, body):
         return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
