@@ -2260,7 +2260,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     token after a dot that opens a word (``.github/…``), its fourth word, or a break (``extractive._BREAK``) between
     two of its tokens (but ``of`` and a possessive pronoun after it, ``buddy of mine adopted``, go on with a run,
     the pronoun no word of its four). A negation (``extractive._NEGATORS``; the words of one of
-    ``extractive._NEGATION_PHRASES``, ``far from``, together) ends a run and opens one; a clause (between two breaks
+    ``extractive._NEGATION_PHRASES``, ``far from``, together; ``only`` before a word that is no stop word, after one
+    of ``extractive._ONLY_AFTER`` or, before a word ending in -ed or in -s not -ss, after a word that is no stop word,
+    the word before it starting at most 16 characters before it) ends a run and opens one; a clause (between two breaks
     or turns, ``extractive._TURNS``) holding one says each of its runs with one: a run after one from the nearest
     before it (none when it starts more than ``extractive.NEGATION_REACH`` characters past its end), a run before
     them all up to the clause's last run's end when one of ``extractive._AFTER`` comes after it, a run right before
@@ -2295,14 +2297,20 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             runs, negations = clauses[-1]
         last = phrase[1] if phrase else m.end()
         word = m.group().lower()
+        limits = word == "only" and (verb := re.match(r"[ \t]+([A-Za-z][a-z]+)(?![\w'’-])", text[m.end() :])) and (
+            verb.group(1).lower() not in extractive.STOP) and (
+            before := re.search(r"(?<![\w'’-])([A-Za-z][A-Za-z'’]*)[ \t]+\Z", text[: m.start()])) and (
+            m.start() - before.start() <= 16) and (
+            (said := before.group(1).lower().replace("’", "'")) in extractive._ONLY_AFTER or said not in extractive.STOP
+            and re.search(r"(?:ed|[^s]s)\Z", verb.group(1)))  # (``I only added tests``, ``the job only runs``)
         flag = len(word) <= 2 and re.search(r"(?<![^\s(\[{`'\"=])--?\Z", text[: m.start()])  # (``git commit -a``)
         if flag:
             flags.add(m.span())
-        if phrase or not flag and (word in extractive._NEGATORS or word in extractive._TURNS):
+        if phrase or limits or not flag and (word in extractive._NEGATORS or word in extractive._TURNS):
             if run:
                 runs.append(run)
             run = []
-            if phrase or word in extractive._NEGATORS:
+            if phrase or limits or word in extractive._NEGATORS:
                 negations.append(phrase or m.span())
                 run = [phrase or m.span()]
             else:
@@ -2432,6 +2440,8 @@ PHRASE_CASES = [
     "-a run git commit -a -m wip; ls -a, (-i), sed -no x, tar -x -v -z -f backup.tar now, -of mine, not -it, e-it --it",
     "run it with -v; Rerun the suite with -x and -s -q now, it to -v x, a b c -v d; with -v, then -x,y. don't with -v",
     "Apart from that, the deploy went fine; without it. Far from it, instead of them, except. not that; nothing. Sans",
+    "I only added tests; it only fails on CI, the job only runs at night. We can only test it, the only fix, not only "
+    "does it, only 20%, Only tests, tests only passed, I only just, it’ll only work, x only class, a verylongwordhere only ran",
 ]
 
 

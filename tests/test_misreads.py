@@ -76,6 +76,22 @@ def test_only_when_keeps_its_condition():
     assert not _only_with(found + line, {"pass"}, {"only", "when"}), (found, line)
 
 
+def test_only_before_a_verb_stays_with_what_it_limits():
+    """``I only added tests`` gave ``added tests``; ``It only fails on CI`` gave ``fails, CI``: read as all that was done,
+    as failing everywhere (``only`` a stop word, a bound's before a number alone). Not ``the only fix``: no verb."""
+    for clause, verb, said in [("I only added tests.", "added", {"tests"}),
+                               ("It only fails on CI.", "fails", {"ci"}),
+                               ("The job only runs at night.", "runs", {"night"}),
+                               ("We can only test it on staging.", "test", {"staging"})]:
+        found, line = _said(clause)
+        assert [p for p in line if verb in _words(p)], (clause, found, line)
+        assert not _only_with(found, {verb}, {"only"}), (clause, found)  # (a name alone, ``CI``, as under a negation)
+        assert not _only_with(line, said | {verb}, {"only"}), (clause, line)
+    for clause in ("The only fix is a restart.", "Not only does it fail, it hangs."):
+        found, line = _said(clause)
+        assert not [p for p in found + line if re.match(r"(?i)only\b", p)], (clause, found, line)
+
+
 def test_a_negative_object_stays_with_its_verb():
     """``The cleanup job deleted nothing from the archive bucket`` gave ``cleanup job deleted, nothing from the
     archive bucket``; ``We ship nothing this week`` gave ``ship, nothing this week``."""

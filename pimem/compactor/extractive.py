@@ -42,8 +42,9 @@ over a comma to its sentence's end (``If the cache is cold, restart``, ``如果�
 value is said with it as a number's words are (``not set max_retries=3``). A negation is also ``without``,
 ``impossible``, ``lack``, ``except`` (``ohne``, ``sans``, ``без``, ``außer``, ``кроме``…) or one of words (``far from``,
 ``instead of``, ``rather than``, ``apart from``, ``au lieu de``); ``only when``, ``only if`` (``nur wenn``, ``только если``) are a condition's, said with the run right
-before them too (``tests pass only when run``). A run right before a negation that is its verb's object or a value's
-other is said with it (``deleted nothing from the archive``, ``found no errors``, ``40 not 50``), and a negated value
+before them too (``tests pass only when run``); ``only`` right before a verb limits what its clause says after it as
+a negation does (``I only added tests``, ``it only fails on CI``: not ``added tests``, ``fails, CI``). A run right
+before a negation that is its verb's object or a value's other is said with it (``deleted nothing from the archive``, ``found no errors``, ``40 not 50``), and a negated value
 with the value a word says is meant after it (``not 40, it's 50``, ``nicht 40, sondern 50``; after a comma alone it is
 the next clause's, ``not in 1.2, 1.3 has it``), a negated verb with its subject of quantity (``few weren't able``); one said with a negation and ending
 before a limit in time runs to its clause's end (``not migrate the database before the audit ends``); a negation
@@ -329,6 +330,33 @@ _LEAVING_OUT = frozenset(f"{_WITHOUT} {_EXCEPT}".split()) | frozenset(_NEGATION_
 _NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES + _ONLY_PHRASES) + r")(?![\w'’-])")
 _NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
                    "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ", "part from")  # (past a first letter, a capital)
+# and ``only`` right before a verb, which limits what its clause says after it as a negation reverses it (``I only
+# added tests``, ``it only fails on CI``: not ``added tests``, ``fails, CI``, read as all that was done, as failing
+# everywhere): a verb's, known by the word before it, a subject's pronoun or an auxiliary (``it only``, ``can only``), or
+# a word that is no stop word before a verb's -s or -ed form (``the job only runs``); never before a stop word or a
+# number (``only 20%``: a small amount's, ``_BOUNDS``), nor ``the only fix``, ``not only``
+_ONLY_AFTER = frozenset("i you we they he she it who which that can can't cannot could couldn't will would should must "
+                        "may might shall do does did don't doesn't didn't i'll you'll we'll they'll he'll she'll it'll "
+                        "i've you've we've they've i'd you'd we'd they'd he'd she'd".split())
+_ONLY_VERB = re.compile(r"(?<![\w'’-])(?i:only)[ \t]+([A-Za-z][a-z]+)(?![\w'’-])")
+_WORD_BEFORE = re.compile(r"(?<![\w'’-])([A-Za-z][A-Za-z'’]*)[ \t]+\Z")
+
+
+def _limits(text: str, at: int) -> bool:
+    """Whether ``only`` at ``at`` of ``text`` limits the verb after it (``_ONLY_AFTER``, ``_ONLY_VERB``)."""
+    verb = _ONLY_VERB.match(text, at)
+    if not verb or verb.group(1).lower() in STOP:
+        return False
+    before = _WORD_BEFORE.search(text, max(0, at - 16), at)
+    if not before:
+        return False
+    word = before.group(1).lower().replace("’", "'")
+    if word in _ONLY_AFTER:
+        return True
+    verb = verb.group(1)
+    return word not in STOP and (verb.endswith("ed") or verb.endswith("s") and not verb.endswith("ss"))
+
+
 # and the words after which a clause says something else, its negation's reach ending there (``not in the parser
 # but in the lexer``: the lexer is said; ``didn't start because the port was taken``); none a common word of
 # another language (Polish ``ma``, English ``car``, ``men``)
@@ -1706,7 +1734,8 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
     word, a Chinese or Japanese token (a clause, not a word: those are taken as clauses), its fourth word or a
     break between two tokens, or the end of a number's currency or unit (``units``: ``45 000 ₽``, not ``45 000 ₽
     в``). A negation (``_NEGATORS``) opens a run; in a clause that holds one (up to a break or a turn, ``_TURNS``)
-    each run is said with it (``_negated``); a negation alone is no run. So is a word that makes the clause a
+    each run is said with it (``_negated``), and so with ``only`` before a verb (``_limits``); a negation alone is no
+    run. So is a word that makes the clause a
     proposal, a question or a condition (``_MODALS``; in Chinese and Japanese a mark inside a run of their
     characters, ``_CJK_MARK``, ``_CJK_AFTER``), which reaches on over a comma, a colon, a quote or a dash to its
     sentence's end (``_ends_sentence``: ``If the cache is cold, restart the worker``).
@@ -1758,6 +1787,8 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
                 if s > phrased[j][0]:
                     continue
                 role, e = _ROLE.get(text[s : phrased[j][1]].lower(), 1), phrased[j][1]
+        if role == 0 and len(token) == 4 and token.lower() == "only" and _limits(text, s):
+            role = 1  # (``I only added tests``: a negation's reach, ``_limits``)
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
