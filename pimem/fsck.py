@@ -88,7 +88,7 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
                 f.problem += "; --repair leaves it until the lost messages are put back or accepted"
     log += lost
     return (log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_projects(mem)
-            + check_temporaries(mem))
+            + check_imports(mem) + check_temporaries(mem))
 
 
 def check_projects(mem: Memory) -> list[Finding]:
@@ -116,6 +116,36 @@ def _remake_projects(mem: Memory) -> None:
     from . import projects
 
     projects.remake(mem.path)
+
+
+def check_imports(mem: Memory) -> list[Finding]:
+    """The journal of the import state (``imports.journal``, the changes since ``imports.json``): one that names
+    another ``imports.json`` (a fold killed between its two writes, an older pimem's write of it), or ends in a
+    line a killed write tore, is a note: readers leave it out, or stop before that line, and read the files
+    again from the positions they have, finding what they logged held. ``--repair`` folds it into
+    ``imports.json``. A link there is named and left alone."""
+    from .importers import state
+
+    path = mem.path / state.JOURNAL
+    if os.path.islink(path):
+        return [Finding(mem.name, "files", path.name, "a symbolic link: pimem never follows links inside its home")]
+    try:
+        left = state.journal_left(mem.path)
+    except (OSError, PimemError) as exc:
+        return [Finding(mem.name, "files", path.name, f"cannot be read ({getattr(exc, 'strerror', None) or exc}); "
+                        "import and the hook stop at it")]
+    if left is None:
+        return []
+    problem = ("names another imports.json than the one there (a write of it was killed, or an older pimem wrote it): "
+               "readers leave it out" if left == "another" else "ends in a line a killed write tore: readers stop before it")
+    return [Finding(mem.name, "files", path.name, f"{problem}; the lines of the files it left out are read again and "
+                    "found logged", fatal=False, repair="fold it into imports.json", action=_refold_imports)]
+
+
+def _refold_imports(mem: Memory) -> None:
+    from .importers import state
+
+    state.refold(mem)
 
 
 # a write's temporary twin (``home.write_atomic``): .NAME.PID.tmp

@@ -83,14 +83,17 @@ def recorded(directory: Path) -> bool:
 
 
 def _imported(directory: Path) -> list[str] | None:
-    """The working directories ``imports.json`` carries for the files it imported (``state.cwd``)."""
-    try:
-        state = orjson.loads(read_bytes(directory / "imports.json"))
-    except (FileNotFoundError, NotADirectoryError):
+    """The working directories the memory's import state (``imports.json`` and its journal) carries for the files
+    it imported (``state.cwd``)."""
+    from .importers.state import read_state
+
+    if not os.path.lexists(directory / "imports.json"):
         return []
-    except (OSError, orjson.JSONDecodeError):
+    try:
+        state = read_state(directory)
+    except OSError:
         return None
-    files = state.get("files") if isinstance(state, dict) else None
+    files = state.get("files") if state is not None else None
     if not isinstance(files, dict):
         return None
     found = []

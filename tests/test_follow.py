@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -569,3 +571,158 @@ def test_a_follower_started_over_many_imported_sessions_reads_the_import_state_o
     assert follower.poll() == 0 and len(follower.files) == 40
     follower.close()
     assert len(reads) == 1
+
+
+CRASHING_FOLLOWER = """
+import os, signal, sys
+from pathlib import Path
+
+from pimem.importers import state
+from pimem.importers.follow import Follower
+
+sessions, lines, at, torn = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "torn"
+state.JOURNAL_MIN = 700  # (folded every few lines: the kills fall in folds too)
+calls = 0
+real = {name: getattr(os, name) for name in ("write", "replace", "ftruncate", "unlink")}
+
+def killing(name):
+    def call(*args, **kw):
+        global calls
+        calls += 1
+        if calls == at:  # killed before this write (or halfway through it: ``torn``)
+            if torn and name == "write" and len(args[1]) > 1:
+                real["write"](args[0], bytes(args[1])[: len(args[1]) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real[name](*args, **kw)
+    return call
+
+for name in real:
+    setattr(os, name, killing(name))
+rollout = sessions / "rollout.jsonl"
+follower = Follower([str(sessions)], name="m")
+for k in range(len(rollout.read_text().splitlines()) - 1, lines):
+    with open(rollout, "a") as f:
+        f.write(sys.argv[5 + k] + "\\n")
+    follower.poll()
+follower.poll()  # (lines written by a run killed before it logged them)
+follower.close()
+print(calls)
+"""
+
+
+def test_a_follower_killed_between_any_two_writes_logs_each_line_once(home, tmp_path):
+    """A batch's import state is one line appended to ``imports.journal`` (its whole ``imports.json`` written
+    again every few lines, when the journal has grown past it): a follower killed (SIGKILL) before any one of its
+    writes, or halfway through one, and then started again, has logged each line of the rollout once, none lost,
+    none twice, and the state it leaves reads back as the log's."""
+    from pimem.importers.state import read_state
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    turn = [{"timestamp": "2026-05-11T08:27:00.000Z", "type": "response_item", "payload": {
+        "type": "message", "role": "user" if k % 2 else "assistant",
+        "content": [{"type": "input_text" if k % 2 else "output_text", "text": f"line {k}"}]}} for k in range(6)]
+    meta = {"timestamp": "2026-05-11T08:27:00.000Z", "type": "session_meta",
+            "payload": {"id": "0196b5d2-0000-7000-8000-00000000c0de", "timestamp": "2026-05-11T08:27:00.000Z",
+                        "cwd": "/repo/tool"}}
+    lines = [json.dumps(line) for line in turn]
+
+    def follow(at: int, torn: bool = False) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", CRASHING_FOLLOWER, sessions, str(len(lines)), str(at),
+                               "torn" if torn else "whole", *lines], capture_output=True, env=subprocess_env())
+
+    def fresh() -> None:
+        shutil.rmtree(home / "m", ignore_errors=True)
+        (sessions / "rollout.jsonl").write_text(json.dumps(meta) + "\n")
+
+    fresh()
+    clean = follow(0)
+    assert clean.returncode == 0, clean.stderr
+    writes = int(clean.stdout)
+    expected = [f"line {k}" for k in range(6)]
+    assert texts("m") == expected and writes > 20
+    for at in range(1, writes + 1):
+        for torn in (False, True):
+            fresh()
+            killed = follow(at, torn)
+            assert killed.returncode == -signal.SIGKILL, (at, killed.stderr)
+            again = follow(0)
+            assert again.returncode == 0, (at, torn, again.stderr)
+            assert texts("m") == expected, (at, torn)
+            state = read_state(home / "m")
+            assert state["covered"] == len(expected) and state["keys"] >= len(expected), (at, torn, state)
+
+
+def test_a_followers_line_writes_what_it_changed_not_the_whole_import_state(home, tmp_path, monkeypatch):
+    """Each batch wrote the whole ``imports.json`` again: a year of Codex sessions (3 MB of it) cost 8 ms a line.
+    A batch appends its files' positions to ``imports.journal``, folded into ``imports.json`` once the journal
+    is larger than it: what a line writes does not grow with the state (here 400 KB), and a restart, and a
+    reader, find the positions."""
+    from pimem import home as homes
+    from pimem.importers.state import read_state
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    rollout = sessions / "rollout.jsonl"
+    append(rollout, codex_rollout("cx-big"))
+    follower = Follower([str(sessions)], name="tool")
+    assert follower.poll() == 2
+    follower.close()
+    path = Memory.at("tool").path / "imports.json"
+    state = json.loads(path.read_text())
+    entry = next(iter(state["files"].values()))
+    for n in range(2000):  # (sessions read before, as a year of them leaves)
+        state["files"][f"/home/dev/.codex/sessions/rollout-{n:04d}.jsonl"] = entry
+    state.pop("journal", None)  # (as a pimem before the journal wrote it: folded in at the next line)
+    path.write_text(json.dumps(state))
+    assert path.stat().st_size > 400_000
+    follower = Follower([str(sessions)], name="tool")  # (started again: the state read from the disk)
+    written = []
+    for name in ("write_all", "write_atomic"):
+        real = getattr(homes, name)
+        monkeypatch.setattr(homes, name, lambda where, data, *a, real=real, **kw: (
+            written.append(len(data)) if "imports." in str(kw.get("path", where)) else None, real(where, data, *a, **kw))[1])
+    item = codex_rollout("cx-big")[1]
+    for k in range(40):
+        append(rollout, [{**item, "payload": {**item["payload"], "content": [{"type": "input_text", "text": f"more {k}"}]}}])
+        assert follower.poll() == 1
+    follower.close()  # (its stop folds the journal in: one write of the whole state, as the first line's)
+    assert sum(written) < 2 * path.stat().st_size + 40 * 5_000, written
+    assert len(read_state(path.parent)["files"]) == 2001 and json.loads(path.read_text())["covered"] == 42
+    assert texts("tool")[-1] == "more 39"
+
+
+def test_fsck_notes_a_journal_left_out_or_torn_and_repair_folds_it_in(sh, home, tmp_path):
+    """``imports.journal`` ending in a line a killed write tore, or naming another ``imports.json`` (an older
+    pimem rewrote it, which knows no journal): ``fsck`` notes it (readers leave it out: nothing is wrong), and
+    ``--repair`` folds it into ``imports.json``; importing again logs nothing twice."""
+    from pimem.importers.state import JOURNAL, read_state
+
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    rollout = sessions / "rollout.jsonl"
+    append(rollout, codex_rollout("cx-fsck"))
+    for argv in (["import", rollout, "-n", "m"], ["fsck", "m"]):
+        done = sh(*argv)
+        assert done.returncode == 0, done.stderr
+    assert done.stdout == b"m: ok (2 messages)\n"
+    journal = Memory.at("m").path / JOURNAL
+    item = codex_rollout("cx-fsck")[1]
+    append(rollout, [{**item, "payload": {**item["payload"], "content": [{"type": "input_text", "text": "more"}]}}])
+    assert sh("import", rollout, "-n", "m").returncode == 0
+    whole = journal.read_bytes()
+    assert whole.count(b"\n") == 2  # (its name, then the second import's batch: the first wrote imports.json)
+    state = Memory.at("m").path / "imports.json"
+    for damage, said in ((lambda: journal.write_bytes(whole + whole.splitlines(True)[-1][:40]), "ends in a line a killed write tore"),
+                         (lambda: state.write_text(json.dumps(read_state(Memory.at("m").path))), "names another imports.json")):
+        damage()
+        out = sh("fsck", "m")
+        assert out.returncode == 0 and out.stdout.decode() == (
+            f"m: files: {JOURNAL}: note: {said}" + out.stdout.decode().split(said)[1]), out.stdout
+        assert b"readers" in out.stdout and b"found logged\n" in out.stdout
+        out = sh("fsck", "--repair", "m")
+        assert out.returncode == 0 and out.stdout.startswith(f"m: files: {JOURNAL}: repaired: ".encode()), out.stdout
+        assert sh("fsck", "m").stdout == b"m: ok (3 messages)\n"
+        assert journal.read_bytes().count(b"\n") == 1 and json.loads(state.read_text())["covered"] == 3
+        assert sh("import", rollout, "-n", "m").stdout.startswith(b"m: 0 imported, 0 already present")
+        assert texts("m") == ["run the tests", "they pass", "more"]

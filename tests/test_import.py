@@ -560,6 +560,8 @@ def test_assistant_whitespace_before_a_tool_call_is_imported_as_its_own_block(ru
     """A text block of whitespace alone that a model wrote before a tool call (pi and Claude Code keep it as a
     content block of its own, Codex as an assistant message) was dropped; it is kept as written, in its place,
     and reading the files again (grown, or from the start without the import state) adds nothing twice."""
+    from pimem.importers.state import read_state
+
     t = "2026-03-02T09:00:{:02d}.000Z".format
     pi = [{"type": "session", "version": 3, "id": "sess-p", "timestamp": t(0), "cwd": "/home/dev/pad"},
           {"type": "message", "id": "u1", "parentId": None, "timestamp": t(1), "message": {"role": "user", "content": "list it"}},
@@ -589,7 +591,7 @@ def test_assistant_whitespace_before_a_tool_call_is_imported_as_its_own_block(ru
     assert grown.stdout.startswith("pad: 2 imported, 0 already present"), grown.stdout
     assert brief(messages("pad"))[5:] == [("pi", "\t"), ("tool", "ls({})")]
     for path, name in files:
-        positions = json.loads((home / name / "imports.json").read_text())
+        positions = read_state(home / name)
         assert str(positions).count(f"'offset': {path.stat().st_size}") == 1, positions
         before = snapshot(home / name)
         assert run("import", path, "-n", name).stdout.startswith(f"{name}: 0 imported, 0 already present")
@@ -1188,7 +1190,7 @@ def test_a_codex_turn_read_on_takes_its_counts_from_the_last_read_or_else_loses_
     from it, reading no line again; one whose saved digest of them the turn's lines do not give again (the state
     edited, say) knows the turn's later texts by their line alone: all logged, none dropped as a copy."""
     from pimem.importers import codex
-    from pimem.importers.state import STATE
+    from pimem.importers.state import STATE, read_state
 
     said = ["one", "two", "three"]
     lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3]]
@@ -1200,7 +1202,7 @@ def test_a_codex_turn_read_on_takes_its_counts_from_the_last_read_or_else_loses_
         patch.setattr(codex.CodexParser, "_recount", lambda *_: pytest.fail("read the turn's lines again"))
         assert run("import", path, "-n", "t").stdout.startswith("t: 1 imported, 0 already present")
     assert messages()[-1]["meta"]["repeat"] == 1
-    data = json.loads((home / "t" / STATE).read_text())
+    data = read_state(home / "t")  # (written back without its journal's name: the journal is left out)
     data["files"][str(path)]["state"]["said_sum"] = [1, 1]
     (home / "t" / STATE).write_text(json.dumps(data))
     write_jsonl(path, [_item(7, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": t}]})
@@ -1273,7 +1275,7 @@ def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_t
     its copy holds), the parent's rollout is read again for the turns of what the memory holds, so the
     fork's copy adds nothing either (it was logged once more), and what the fork says itself is logged."""
     from pimem.importers import codex
-    from pimem.importers.state import KEYS, STATE, VERSION, key_of
+    from pimem.importers.state import KEYS, STATE, VERSION, key_of, read_state
 
     parent = pi_tree(tmp_path / "a.jsonl")
     fork = pi_fork(parent, tmp_path / "b.jsonl", 3, "sess-2")
@@ -1285,7 +1287,7 @@ def test_a_memory_imported_before_pi_and_codex_copies_were_known_takes_nothing_t
         for path in (parent, first):
             assert run("import", path, "-n", "t").exit_code == 0
     assert not any("turn" in m["meta"] for m in messages())
-    state = json.loads((home / "t" / STATE).read_text())
+    state = read_state(home / "t")
     (home / "t" / KEYS).write_bytes(b"".join(key_of(msg) for msg in messages()))
     (home / "t" / STATE).write_text(json.dumps({**state, "version": 4, "keys": len(messages())}))
     assert run("import", fork, "-n", "t").stdout.startswith("t: 0 imported, 4 already present")
@@ -1300,7 +1302,7 @@ def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_t
     """What pimem wrote before ``imports.json`` had a version: each line's entry its number and hash, keys
     of those, no version. The first import after the upgrade rebuilds the keys once, positions kept."""
     from pimem import hashes
-    from pimem.importers.state import VERSION, key_of
+    from pimem.importers.state import VERSION, key_of, read_state
 
     lines = codex_lines() + [codex_lines()[4]]  # the user's line once more, later: two messages
     path = write_jsonl(tmp_path / "rollout.jsonl", lines)
@@ -1317,14 +1319,14 @@ def test_a_memory_imported_before_lines_were_keyed_by_their_hash_takes_nothing_t
     Memory.at("old").append(old)
     keys = b"".join(key_of(msg) for msg in messages("old"))
     (home / "old" / "imports.keys").write_bytes(keys)
-    files = json.loads((home / "new" / "imports.json").read_text())["files"]
+    files = read_state(home / "new")["files"]
     (home / "old" / "imports.json").write_text(json.dumps({"covered": 8, "keys": 8, "files": files}))
 
     assert run("import", path, "-n", "old").stdout.endswith("8 messages in all (file unchanged since the last import)\n")
     path.unlink()
     write_jsonl(path, lines[:3] + lines[5:])  # a line deleted above the rest: read again from the start
     assert run("import", path, "-n", "old").stdout == "old: 0 imported, 7 already present, 0 malformed skipped; 8 messages in all\n"
-    state = json.loads((home / "old" / "imports.json").read_text())
+    state = read_state(home / "old")
     assert state["version"] == VERSION and state["files"].keys() == files.keys()
     path.unlink()
     write_jsonl(path, lines)  # both user lines back

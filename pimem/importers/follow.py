@@ -14,7 +14,8 @@ left off. It holds the files it follows open, so that
   file) is read to its end before the new file at its path is read from its start;
 - a file **truncated** or rewritten is read again from the start (the keys decide what is new), its format
   told afresh (a rewrite may hold another);
-- a **restart** reads on from each memory's ``imports.json``, where the last run stopped.
+- a **restart** reads on from each memory's import state (``imports.json`` and its journal, folded into it when
+  the follower stops), where the last run stopped.
 
 A file that cannot be read yet (empty, a first line still being written, a format it cannot tell, lines
 that give no message and name no working directory, so no project's memory yet) is looked at again when it
@@ -145,6 +146,10 @@ class Follower:
                 tracked.handle.close()
                 tracked.handle = None
         for target in self.targets.values():
+            try:  # (a stop folds each memory's import journal into its imports.json, if its lock is free now)
+                target.state.settle()
+            except (PimemError, OSError):
+                pass
             target.mem.close()
 
     # ---- finding files --------------------------------------------------------------------------------

@@ -16,13 +16,22 @@ the check cheap:
 - ``imports.keys``: the keys of the keyed messages in ``[0, covered)``, 16 bytes each, in log order (a
   message imported by pimem before version 2 of this file, from a line without ids, also has the key that
   line gives now: ``alias_of``; a message with a content key that too);
-- ``imports.json``: ``{"version": 5, "covered": T, "keys": n, "files": {path: {offset, line, anchor, format,
-  state}}}``,
+- ``imports.json``: ``{"version": 5, "journal": J, "covered": T, "keys": n, "files": {path: {offset, line, anchor,
+  format, state}}}``,
   where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
   replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
-  (session id, cwd, unanswered calls).
+  (session id, cwd, unanswered calls);
+- ``imports.journal``: what changed since ``imports.json`` was written, so that a batch costs what it changed,
+  not the whole state (a year of Codex sessions: 2,000 files, 3 MB): a line ``{"journal": J}`` naming the
+  ``imports.json`` it follows, then a line ``{"covered": T, "keys": n, "files": {path: position}}`` a batch, the
+  files it read. The state is ``imports.json`` with those lines applied in order, up to the first that is torn
+  (a write killed halfway: cut off by the next). Once the journal is larger than ``imports.json`` (and
+  ``JOURNAL_MIN``), and when a follower stops, it is folded in: ``imports.json`` written whole under a new J,
+  then a journal naming J; a crash between the two leaves a journal naming another J, which is ignored. An
+  older pimem reads ``imports.json`` alone and rewrites it without J: a state behind, whose lines are read
+  again and found held (the keys, caught up from the log), as after a crash.
 
-Both are read and written only under the writer lock. Messages logged by anyone else since ``covered``
+All are written only under the writer lock. Messages logged by anyone else since ``covered``
 are caught up from the log; a missing or inconsistent state is rebuilt from the log's meta; a crash
 between the log write and the state write leaves extra key bytes that are cut off on the next write.
 Deleting both files loses nothing; a state of an earlier version has its keys rebuilt from the log once
@@ -35,6 +44,8 @@ from __future__ import annotations
 import os
 import re
 import time
+import uuid
+from pathlib import Path
 
 import orjson
 
@@ -47,6 +58,8 @@ from .parser import line_counts
 KEY_BYTES = 16
 STATE = "imports.json"
 KEYS = "imports.keys"
+JOURNAL = "imports.journal"
+JOURNAL_MIN = 64 * 1024  # bytes: a journal is folded into imports.json once past this and imports.json's size
 COUNTS_KEPT = 32  # files whose line counts a long-lived state (a follower's) keeps between reads
 SETTLED = 2.0  # seconds: a state file written longer ago than this is parsed again only once its stat changes
 
@@ -191,7 +204,8 @@ class ImportState:
         self._lent: dict[str, dict] = {}
         self._peeked = False  # the keys on disk were read by ``holds`` before any ``sync``
         self._turned: set[str] = set()  # Codex sessions ``key_turns`` looked at
-        self._hinted: tuple | None = None  # (stat of the state file, what it held): ``_hint``
+        self._view: dict | None = None  # the state on disk as last read or written (``_disk``)
+        self._appendable = False  # the state held here is the view's, so a batch may be journaled (``_write``)
 
     def counts_before(self, path: str, prior: dict | None, f, offset: int):
         """What ``Parser.line_entry`` needs when ``path`` is read on from ``offset`` (``prior``, its saved
@@ -224,6 +238,10 @@ class ImportState:
     def _keys_path(self):
         return self.mem.path / KEYS
 
+    @property
+    def _journal_path(self):
+        return self.mem.path / JOURNAL
+
     def peek_file(self, path: str) -> dict | None:
         """Where an earlier import of ``path`` stopped (read without the lock: only a hint, keys decide); a copy,
         which the caller's parser may change (``_hint`` keeps the state parsed for the next read)."""
@@ -239,7 +257,7 @@ class ImportState:
             return False
         if self._loaded is None and not self._peeked:
             self._peeked = True
-            state = self._read_state() if self.mem.exists() else None
+            state = self._disk() if self.mem.exists() else None
             if state is not None and state["version"] == VERSION and self._keys_path.exists():
                 self.keys = KeySet(read_bytes(self._keys_path)[: state["keys"] * KEY_BYTES])
         return key in self.keys
@@ -257,20 +275,20 @@ class ImportState:
 
     def sync(self) -> None:
         """Bring the key set up to the log's end (caller holds the writer lock)."""
-        disk = self._read_state()
+        disk = self._disk()
         if disk is None:
             self._reset()
         elif disk["version"] != VERSION:  # written by an earlier pimem: the keys again from the log, positions kept
             self._reset()
-            self.files = disk["files"]
-        elif (disk["covered"], disk["keys"]) != self._loaded:
+            self.files = dict(disk["files"])
+        elif _mark(disk) != self._loaded:
             data = read_bytes(self._keys_path) if self._keys_path.exists() or self._keys_path.is_symlink() else b""
             if len(data) < disk["keys"] * KEY_BYTES:
                 self._reset()
             else:
                 self.keys = KeySet(data[: disk["keys"] * KEY_BYTES])
                 self.covered, self.count, self.files = disk["covered"], disk["keys"], disk["files"]
-                self._loaded = (self.covered, self.count)
+                self._loaded, self._appendable = _mark(disk), True
         total = self.mem.count()
         if total < self.covered:  # the memory was replaced under us: start over from its log
             self._reset()
@@ -281,7 +299,7 @@ class ImportState:
                     self.keys.add(key)
                     fresh += key
         if fresh or total != self.covered:
-            self._write(bytes(fresh), total)
+            self._write(bytes(fresh), total, {})
 
     def key_turns(self, sessions) -> None:
         """The content keys of the messages of Codex ``sessions`` (a fork's parents) that the memory holds
@@ -305,27 +323,33 @@ class ImportState:
                     self.keys.add(mark)
                     fresh += mark
             if fresh:
-                self._write(bytes(fresh), self.covered)
+                self._write(bytes(fresh), self.covered, {})
 
     def _hint(self) -> dict | None:
-        """The state on disk for the readers without the lock (``peek_file``, ``leaves``), parsed again only once
-        the file changed: a follower checks each file it finds against it (a year of Codex sessions: 2,000
-        files, a state of 3 MB). A file written in the last ``SETTLED`` seconds is parsed every time (a write
-        since may have left its inode, size and time stamps as they were)."""
-        if not self.mem.exists():
-            return None
-        try:
-            st = os.stat(self._state_path)
-        except OSError:
-            return self._read_state()
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        if self._hinted is not None and self._hinted[0] == stamp:
-            return self._hinted[1]
-        state = self._read_state()
-        self._hinted = (stamp, state) if time.time_ns() - st.st_mtime_ns > SETTLED * 1e9 else None
-        return state
+        """The state on disk for the readers without the lock (``peek_file``, ``leaves``)."""
+        return self._disk() if self.mem.exists() else None
+
+    def _disk(self) -> dict | None:
+        """The state on disk (``imports.json`` and its journal's lines), read again only where it changed: a
+        follower checks each file it finds against it. While ``imports.json`` is the one read last (it starts
+        with the same journal's name, drawn anew at each write of it) only the journal's new lines are read; an
+        older pimem's, without one, is parsed again once its stat changes, or every time while it was written in
+        the last ``SETTLED`` seconds (a write since may have left its inode, size and time stamps as they were)."""
+        view = self._view
+        if view is not None and view["journal"] is not None:
+            if _starts(self._state_path, _head(view["journal"])) and self._replay(view):
+                return view
+        elif view is not None and view["settled"] and view["stamp"] == _stamp(self._state_path):
+            return view
+        view = self._read_state()
+        if view is not None and not self._replay(view):
+            view = None
+        self._view = view
+        return view
 
     def _read_state(self) -> dict | None:
+        """``imports.json`` alone, as a view for ``_replay`` to bring forward."""
+        stamp = _stamp(self._state_path)
         try:
             state = read_json(self._state_path, None)
         except orjson.JSONDecodeError:
@@ -335,21 +359,71 @@ class ImportState:
         covered, count, files = state.get("covered"), state.get("keys"), state.get("files", {})
         if type(covered) is not int or type(count) is not int or not isinstance(files, dict) or min(covered, count) < 0:
             return None
-        return {"covered": covered, "keys": count, "files": files, "version": state.get("version", 1)}
+        journal = state.get("journal")
+        return {"covered": covered, "keys": count, "files": files, "version": state.get("version", 1),
+                "journal": journal if isinstance(journal, str) and state.get("version") == VERSION else None,
+                "stamp": stamp, "settled": stamp is not None and time.time_ns() - stamp[2] > SETTLED * 1e9,
+                "base": stamp[1] if stamp else 0, "at": 0, "ino": None, "end": 0}
+
+    def _replay(self, view: dict) -> bool:
+        """Apply to ``view`` the journal's lines past ``view["at"]`` (none unless it names ``view``'s journal);
+        False when the journal is not the one read so far (replaced or cut short: read again from the start)."""
+        if view["journal"] is None:
+            return True
+        try:
+            f = os.fdopen(open_fd(self._journal_path, os.O_RDONLY), "rb")
+        except FileNotFoundError:
+            return view["at"] == 0
+        with f:
+            st = os.fstat(f.fileno())
+            if view["at"] and (st.st_ino != view["ino"] or st.st_size < view["at"]):
+                return False
+            f.seek(view["at"])
+            data = f.read()
+        view["ino"], view["end"] = st.st_ino, view["at"] + len(data)
+        at = view["at"]
+        for raw in data.split(b"\n")[:-1]:  # (the last piece: a line not ended, or nothing)
+            try:
+                entry = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                break
+            if at == 0:
+                if not isinstance(entry, dict) or entry.get("journal") != view["journal"]:
+                    break  # (another imports.json's: a write of this one was cut short before its journal's)
+            elif not _entry(entry):
+                break
+            else:
+                view["covered"], view["keys"] = entry["covered"], entry["keys"]
+                view["files"].update(entry["files"])
+            at += len(raw) + 1
+        view["at"] = at
+        return True
 
     def _reset(self) -> None:
         self.keys, self.covered, self.count, self._loaded = KeySet(), 0, 0, None
-        self.files = {}
+        self.files, self._appendable = {}, False
 
     def commit(self, keys: list[bytes], total: int, file: str | None = None, position: dict | None = None) -> None:
         """Record the keys of a batch just logged (the log now ends at ``total``) and, if given, how far
         ``file`` has been read. Caller holds the writer lock."""
         self.keys.update(keys)
+        changed = {}
         if file is not None and position is not None:
-            self.files[file] = position
-        self._write(b"".join(keys), total)
+            self.files[file] = changed[file] = position
+        self._write(b"".join(keys), total, changed)
 
-    def _write(self, digests: bytes, total: int) -> None:
+    def settle(self, timeout: float | None = 0) -> None:
+        """Fold the journal into ``imports.json`` (a follower stopping: the next reader parses one file), under the
+        writer lock, waiting up to ``timeout`` seconds for it (``Busy`` after that)."""
+        if not self.mem.exists():
+            return
+        with self.mem.lock(timeout):
+            self.sync()
+            view = self._view  # (an older pimem's imports.json, without a journal, is whole as it is)
+            if view is not None and view["journal"] is not None and max(view["end"], view["at"]) > len(_header(view["journal"])):
+                self._fold()
+
+    def _write(self, digests: bytes, total: int, changed: dict) -> None:
         homes.ensure_dir(self.mem.path)
         fd = open_fd(self._keys_path, os.O_RDWR | os.O_CREAT, homes.FILE_MODE)
         try:
@@ -360,9 +434,114 @@ class ImportState:
             os.close(fd)
         self.count += len(digests) // KEY_BYTES
         self.covered = total
-        state = {"version": VERSION, "covered": self.covered, "keys": self.count, "files": self.files}
-        homes.write_atomic(self._state_path, orjson.dumps(state) + b"\n")
-        self._loaded = (self.covered, self.count)
+        view = self._view
+        if (self._appendable and view is not None and view["journal"] is not None and view["at"] > 0
+                and view["files"] is self.files and view["at"] < max(JOURNAL_MIN, view["base"])):
+            line = orjson.dumps({"covered": self.covered, "keys": self.count, "files": changed}) + b"\n"
+            try:
+                fd = open_fd(self._journal_path, os.O_WRONLY)
+            except FileNotFoundError:  # (deleted: written again whole)
+                return self._fold()
+            try:
+                if os.fstat(fd).st_ino == view["ino"]:
+                    os.ftruncate(fd, view["at"])  # (a line a killed write left torn)
+                    os.lseek(fd, view["at"], os.SEEK_SET)
+                    homes.write_all(fd, line, path=self._journal_path)
+                    view["at"] = view["end"] = view["at"] + len(line)
+                    view["covered"], view["keys"] = self.covered, self.count
+                    self._loaded = _mark(view)
+                    return
+            finally:
+                os.close(fd)
+        self._fold()
+
+    def _fold(self) -> None:
+        """Write the state held here whole, as ``imports.json`` under a new journal name, and an empty journal
+        naming it (caller holds the writer lock)."""
+        homes.ensure_dir(self.mem.path)
+        journal = uuid.uuid4().hex
+        data = orjson.dumps({"version": VERSION, "journal": journal, "covered": self.covered, "keys": self.count,
+                             "files": self.files}) + b"\n"
+        homes.write_atomic(self._state_path, data)
+        header = _header(journal)
+        homes.write_atomic(self._journal_path, header)
+        self._view = {"version": VERSION, "journal": journal, "covered": self.covered, "keys": self.count,
+                      "files": self.files, "stamp": None, "settled": False, "base": len(data), "at": len(header),
+                      "ino": os.stat(self._journal_path, follow_symlinks=False).st_ino, "end": len(header)}
+        self._loaded, self._appendable = _mark(self._view), True
+
+
+def journal_left(directory) -> str | None:
+    """What of the memory at ``directory``'s ``imports.journal`` its state leaves out (``fsck``): ``another``, a
+    journal naming another ``imports.json`` than the one there (a fold killed between its two writes, or an older
+    pimem's write of ``imports.json``), ``torn``, a line at its end that a write killed halfway left, or None."""
+    if not os.path.lexists(Path(directory) / JOURNAL):
+        return None
+    view = ImportState(_At(Path(directory)))._disk()
+    if view is None or view["journal"] is None or view["at"] == 0:
+        return "another"
+    return "torn" if view["end"] > view["at"] else None
+
+
+def refold(mem: Memory) -> None:
+    """``mem``'s import state written whole again, its journal folded in (``fsck --repair``; caller holds the
+    writer lock)."""
+    state = ImportState(mem)
+    state.sync()
+    state._fold()
+
+
+def read_state(directory) -> dict | None:
+    """The import state of the memory at ``directory`` as its files hold it (``imports.json`` and its journal):
+    ``{"version", "covered", "keys", "files"}``, or None without one (read without the lock: a reader's)."""
+    view = ImportState(_At(Path(directory)))._disk()
+    return {k: view[k] for k in ("version", "covered", "keys", "files")} if view is not None else None
+
+
+class _At:
+    """A memory's directory where ``ImportState`` needs only its path (``read_state``)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+
+def _header(journal: str) -> bytes:
+    return orjson.dumps({"journal": journal}) + b"\n"
+
+
+def _head(journal: str) -> bytes:
+    """How an ``imports.json`` written with ``journal`` starts (``_fold`` puts these keys first)."""
+    return orjson.dumps({"version": VERSION, "journal": journal})[:-1] + b","
+
+
+def _starts(path, head: bytes) -> bool:
+    try:
+        fd = open_fd(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return os.pread(fd, len(head), 0) == head
+    finally:
+        os.close(fd)
+
+
+def _stamp(path) -> tuple | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _mark(view: dict) -> tuple:
+    """What tells one state on disk from another: its journal, how far it was read, its counts."""
+    return view["journal"], view["at"], view["covered"], view["keys"]
+
+
+def _entry(entry) -> bool:
+    """Whether a journal line is a batch's: its counts and the positions of the files it read."""
+    return (isinstance(entry, dict) and type(entry.get("covered")) is int and type(entry.get("keys")) is int
+            and min(entry["covered"], entry["keys"]) >= 0 and isinstance(entry.get("files"), dict))
 
 
 def _turnless(msg: dict, session: str) -> bool:
