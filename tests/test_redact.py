@@ -388,8 +388,8 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("so the password is correct horse battery staple.", "horse", "so the password is "),
         # (one plain word ending a sentence after "password is": a password, unless what a sentence says of one)
         ("my password is sunshine", "sunshine", "my password is "), ("the wifi password is bananas", "bananas", "wifi "),
-        ("my password is purple", "purple", "my password is "), ("Our old password was Dragon. Changed it.", "Dragon",
-                                                                 "old password was [secret redacted]. Changed it.")]
+        ("my password is purple", "purple", "my password is "),
+        ("Our old password was Dragon. Changed it.", "Dragon", "old password was [secret redacted]. Changed it.")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
@@ -425,7 +425,8 @@ SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false",
 
 
 # a user and a password after auth: (a password's shape: digits in its letters, a symbol), the user kept
-AUTH_PAIRS = [("auth: bob secret123", "secret123", "auth: bob "), ("basic_auth: deploy s3cr3t99", "s3cr3t99", "basic_auth: deploy "),
+AUTH_PAIRS = [("auth: bob secret123", "secret123", "auth: bob "),
+              ("basic_auth: deploy s3cr3t99", "s3cr3t99", "basic_auth: deploy "),
               ("  httpAuth = admin Tr0ub4dor&3  # staging", "Tr0ub4dor&3", "  httpAuth = admin "),
               ("log in with auth: bob secret123\nthen", "secret123", "with auth: bob [password redacted]\nthen")]
 AUTH_PAIRS_ORDINARY = ["auth: fix login", "auth: bump oauth2", "auth: drop sha256", "auth: bump v2.1.0",
@@ -704,10 +705,11 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
 
 @pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
                          + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
-                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + CODE_VALUES + TOKEN_PROSE + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+                         + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + CODE_VALUES + TOKEN_PROSE
+                         + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
 def test_what_holds_no_secret_is_left_alone(text):
     """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
-    type, the line under a name that holds no value: each is sent as it is."""
+    type, a flag, code, the line under a name that holds no value: each is sent as it is."""
     assert redact(text) == text
 
 
@@ -716,7 +718,7 @@ REDACTED_IN_PLACE = ARROWS + XML + DOCKER_ENV + CHAT + SHORT_QUOTED + SHORT_UNQU
 
 @pytest.mark.parametrize("text,secret,kept", REDACTED_IN_PLACE, ids=[s[0][:40] for s in REDACTED_IN_PLACE])
 def test_the_secret_goes_and_what_names_it_stays(text, secret, kept):
-    """A hash's value after =>, XML config, a Dockerfile's ENV, a password said in chat, a short quoted one: the
+    """A hash's value after =>, XML config, a Dockerfile's ENV, a password said in chat, a short one: the
     secret is redacted, its name and the text around it kept."""
     out = redact(text)
     assert secret not in out and kept in out and "[secret redacted]" in out, out
