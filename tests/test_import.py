@@ -1253,6 +1253,29 @@ def test_a_codex_turn_read_on_again_in_another_process_keeps_its_counts(sh, home
         ("three", messages()[1]["meta"]["turn"], None)]
 
 
+def test_a_codex_turn_read_on_after_the_cap_was_lowered_keeps_its_counts(sh, home, tmp_path):
+    """A turn read on in another process counts its repeats from its lines read again, each line as the read
+    that took it saw it: a long text logged under the cap of then, which ``max_text_bytes`` lowered since puts
+    over the cap for one line, was left out of the count (the digest saved not given again), so the turn's later
+    texts were logged by their line alone, without their turn, and a fork's copy of them logged a second time."""
+    from pimem import config
+
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3], _said(4, "one"), _said(4, "x" * 300_000)]
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert sh("import", path, "-n", "t").stdout.startswith(b"t: 3 imported")
+    config.save_home(None, {"max_text_bytes": 2000})
+    more = [_said(5, "one"), _said(5, "three")]
+    lines += more
+    write_jsonl(path, more)
+    assert sh("import", path, "-n", "t").stdout.startswith(b"t: 2 imported, 0 already present")
+    turn = messages()[0]["meta"]["turn"]
+    assert [(m["text"], m["meta"].get("turn"), m["meta"].get("repeat")) for m in messages()[-2:]] == [
+        ("one", turn, 1), ("three", turn, None)]
+    fork = write_jsonl(tmp_path / "rollout-F.jsonl", codex_fork(lines, "cx-F", len(lines)))
+    out = sh("import", fork, "-n", "t")  # (its copy of the long line is over the cap now: said and skipped)
+    assert out.stdout.startswith(b"t: 0 imported, 4 already present, 1 malformed skipped"), out.stdout + out.stderr
+
+
 def test_codex_turns_without_an_id_are_keyed_as_before(run, tmp_path):
     """A rollout of an older Codex names no turn (or not by a UUID): its messages have no turn to be told
     by, so the same words in two of its turns are two messages, as they were, and a call of another session

@@ -36,6 +36,7 @@ from .state import ImportState, content_digest, content_key, key_of
 PROGRESS_STEP = 1024 * 1024
 INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
 RAISE_CAP = "raise max_text_bytes in config.json and import the file again to log it"
+LIMITS_KEPT = 16  # reads with another cap for one line a file's position remembers (the last ones)
 ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be unchanged to read on from it
 NUL_SHOWN = "\u2400"  # ␀: a NUL in an imported text is logged as this, the message kept (the log holds no NUL)
 READ_SHARE = 1 / 5  # of the time left to a deadline, the part a file's reading may take: logging and indexing
@@ -201,13 +202,16 @@ class _File:
         self.deadline: float | None = deadline
         self.capped = False  # a message or line over the cap was skipped: said in the position, so that a
         # later import with a larger cap reads the file again from the start (the keys drop what is logged)
+        self.limits: list = []  # [line, cap for one line] from which each read of the file with another cap began
 
     def run(self, f: BinaryIO) -> FileReport:
         offset, line_no, carry = self._resume(f)
         limit = line_cap(self.cap)
+        limits = _limits(self.prior) if offset else []
+        self.limits = limits if limits and limits[-1][1] == limit else [*limits, [line_no + 1, limit]][-LIMITS_KEPT:]
         parser = FORMATS[self.source.format](
             self.file, carry, earlier=self.state.counts_before(self.file, self.prior, f, offset),
-            before=(lambda: _as_read(read_lines(f, offset), limit)) if offset else None,
+            before=(lambda: _as_read(read_lines(f, offset), limits, limit)) if offset else None,
             held=lambda rec: self.state.holds(key_of(rec)))
         self.parser = parser
         self.report.from_line = line_no + 1
@@ -283,6 +287,7 @@ class _File:
             "line": line_no,
             "anchor": _anchor(f, offset),
             "state": orjson.loads(orjson.dumps(parser.state)),  # a snapshot: the parser goes on changing it
+            "limits": self.limits,
             **({"capped": self.cap} if self.capped else {}),
         }
 
@@ -384,11 +389,28 @@ class _File:
         return {msg["i"]: _same(msg) for msg in self.mem.messages(min(wanted), max(wanted) + 1) if msg["i"] in wanted}
 
 
-def _as_read(lines, limit: int):
-    """``lines`` as the import read them: one over the cap for one line (``bounded_lines``), which it skipped
-    unread, is blank (a Codex turn's repeats counted again would count it, the digest saved not given again)."""
-    for line in lines:
+def _as_read(lines, limits: list, limit: int):
+    """``lines`` as the imports that took them read them: one over the cap for one line of the read that took it
+    (``bounded_lines``), which it skipped unread, is blank (a Codex turn's repeats counted again would count it,
+    the digest saved not given again), and one under it is whole, though ``max_text_bytes`` lowered since puts it
+    over the cap now (left out of the count, the digest saved would not be given again either). ``limits``: where
+    each read with another cap began (``_limits``); ``limit``, today's, for the lines no read recorded."""
+    k = 0
+    for n, line in enumerate(lines, 1):
+        while k < len(limits) and limits[k][0] <= n:
+            limit = limits[k][1]
+            k += 1
         yield b"" if len(line) >= limit else line
+
+
+def _limits(prior: dict | None) -> list:
+    """Where each read of a file with another cap for one line began, as its saved position says: ``[line,
+    cap]`` pairs in order ([] for a position a pimem before them saved)."""
+    found = prior.get("limits") if isinstance(prior, dict) else None
+    if not isinstance(found, list) or not all(isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)
+                                              for pair in found):
+        return []
+    return [pair for k, pair in enumerate(found) if k == 0 or pair[0] > found[k - 1][0]]
 
 
 def _same(msg: dict) -> tuple:

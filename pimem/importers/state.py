@@ -19,8 +19,9 @@ the check cheap:
 - ``imports.json``: ``{"version": 5, "journal": J, "covered": T, "keys": n, "files": {path: {offset, line, anchor,
   format, state}}}``,
   where a file's ``anchor`` is its inode and a hash of the 64 KiB before ``offset`` (so a file that was
-  replaced or rewritten, not grown, is read again from the start) and ``state`` is its parser's carry-over
-  (session id, cwd, unanswered calls);
+  replaced or rewritten, not grown, is read again from the start), ``state`` is its parser's carry-over
+  (session id, cwd, unanswered calls) and ``limits`` the ``[line, cap for one line]`` from which each read
+  with another cap began (a Codex turn counted again skips a line only where the read that took it did);
 - ``imports.journal``: what changed since ``imports.json`` was written, so that a batch costs what it changed,
   not the whole state (a year of Codex sessions: 2,000 files, 3 MB): a line ``{"journal": J}`` naming the
   ``imports.json`` it follows, then a line ``{"covered": T, "keys": n, "files": {path: position}}`` a batch, the
