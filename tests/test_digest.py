@@ -2273,7 +2273,7 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
     from the word before the comma; a negation alone is no run, but when it is its clause's only run and none that
     leaves out what follows it (``extractive._LEAVING_OUT``: ``Apart from that,``). A word of one or
     two letters right after a dash that opens a word is a flag (``git commit -a``): a content token whatever its
-    letters, none of its run's four words; one opening a run, up to three stop words (no proposal's word) and at most
+    letters, none of its run's four words, and so is a word with a capital after a small letter (``WoW``); one opening a run, up to three stop words (no proposal's word) and at most
     ``extractive.NEGATION_REACH`` characters after the clause's last run, ends that run (``run it with -v``), which
     takes no word after it but flags."""
     breaks = [m.start() for m in extractive._BREAK.finditer(text)]
@@ -2324,7 +2324,9 @@ def plain_phrases(text: str, cjk: bool) -> list[tuple[int, str, bool]]:
             owner = m.end() + 1 if m.start() != owner else -1
             continue
         dotted = re.search(r"(?:^|\s)\.\Z", text[: m.start()])
-        if dotted or not flag and word in extractive.STOP or (cjk and extractive._HAN_KANA_RUN.search(m.group())):
+        mixed = re.search(r"[a-z][A-Z]", m.group())  # (a name, no stop word: ``WoW``)
+        if dotted or not flag and not mixed and word in extractive.STOP or (
+                cjk and extractive._HAN_KANA_RUN.search(m.group())):
             if run:
                 runs.append(run)
             run = []
@@ -2442,6 +2444,7 @@ PHRASE_CASES = [
     "Apart from that, the deploy went fine; without it. Far from it, instead of them, except. not that; nothing. Sans",
     "I only added tests; it only fails on CI, the job only runs at night. We can only test it, the only fix, not only "
     "does it, only 20%, Only tests, tests only passed, I only just, it’ll only work, x only class, a verylongwordhere only ran",
+    "I play WoW every weekend, LoL ranked, Wow, WOW, wow; the getUser It's McDonald's, x OnLy y, NoT here, ThE end",
 ]
 
 

@@ -264,6 +264,19 @@ def test_an_interjection_is_no_piece():
     assert not {"Oops", "bout", "Whoa", "Nope", "nah", "wow"} & set(found + line), (found, line)
 
 
+def test_a_word_in_mixed_case_is_a_name_not_an_interjection():
+    """``I play WoW every weekend`` gave ``play, weekend``: ``WoW`` (World of Warcraft) read as the interjection
+    ``wow``, a stop word. A word written with a capital after a small letter is a name (``WoW``, ``LoL``); ``Wow`` and
+    ``WOW`` stay interjections."""
+    for clause, name in [("I play WoW every weekend with my guild.", "WoW"),
+                         ("WoW is my favourite game.", "WoW"),
+                         ("We queued for LoL ranked after dinner.", "LoL")]:
+        found, line = _said(clause)
+        assert [p for p in line if name in p.split()], (clause, found, line)
+    found, line = _said("Wow, that sign looks serious. WOW.")
+    assert not [p for p in found + line if "wow" in _words(p)], (found, line)
+
+
 def test_a_short_flag_stays_with_its_command():
     """``Then run git commit -a -m wip`` gave ``run git commit, -m wip``; ``Run sed -i on the file`` gave ``Run sed``;
     ``docker run -it ubuntu`` gave ``docker run``: a flag that is a stop word's letters (a, i, it) was dropped as one, and

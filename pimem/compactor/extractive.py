@@ -54,9 +54,9 @@ approximation's word or mark right before it (``under 0.1%``, ``at most 200 jobs
 traffic``, ``about 5%``, ``only 20%``, ``unter 5%``, ``moins de 2 Go``, ``около 20%``; a comparison's ``to`` with its
 word: ``compared to 5%``, ``close to 90%``), a flag with its dashes
 (``--no-cache``; a short one with its command, none of its phrase's four words: ``git commit -a``; after a few stop
-words, with the words before them: ``run it with -v``) and a version with
-its range's sign (``^1.3.0``, ``~2.3.1``, ``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``). A
-piece of a question runs to its question mark (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
+words, with the words before them: ``run it with -v``) and a version with its range's sign (``^1.3.0``, ``~2.3.1``,
+``>=2.31``). An interjection is no piece (``oops``, ``wow``, ``nope``; a word in mixed case is a name, no stop word:
+``WoW``). A piece of a question runs to its question mark (``server down?``; in any language; a fact alone as it is), or, far from it in a sentence that asks from its start,
 is said from that start (``Can you recommend some good hiking trails``), or is left out; a clause before the
 question's is a statement, said as it is (``I restarted the server, is it up now?``). A fact after ``from`` (``von``, ``с``) is
 said with it when a ``to`` follows in its sentence, and one after ``to`` when a ``from`` came before (``from
@@ -143,6 +143,7 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 _HAN = re.compile(f"[{_HAN_RANGES}]")
 _KANA_HANGUL = re.compile("[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\uac00-\ud7af]")  # Japanese, Korean
 _WORD = re.compile(r"[^\W_]+")
+_MIXED = re.compile(r"[^\W_]*[a-z][A-Z][^\W_]*")  # (a word in mixed case: ``WoW``, ``getUser``)
 STOP = frozenset(
     "a about after again all also am an and any are as at be because been before being both but by can could "
     "did do does doing done don't for from get got had has have having he her here hers him his how i i'm if "
@@ -529,10 +530,13 @@ def _in_word(text: str, start: int, end: int) -> bool:
 
 
 def _words(text: str) -> list[str]:
-    """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces)."""
-    text = text.lower()
+    """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces). A word in mixed
+    case that would be a stop word keeps its case in ASCII text: a name (``WoW``, not the interjection ``wow``)."""
     if text.isascii():
-        return _WORD.findall(text)
+        if _CAMEL.search(text) and any(m.group().lower() in STOP for m in _MIXED.finditer(text)):
+            return [w if w.lower() in STOP and _CAMEL.search(w) else w.lower() for w in _WORD.findall(text)]
+        return _WORD.findall(text.lower())
+    text = text.lower()
     words = _marked()[0].findall(text)
     if not _CJK_RUN.search(text):
         return words
@@ -1789,6 +1793,8 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
                 role, e = _ROLE.get(text[s : phrased[j][1]].lower(), 1), phrased[j][1]
         if role == 0 and len(token) == 4 and token.lower() == "only" and _limits(text, s):
             role = 1  # (``I only added tests``: a negation's reach, ``_limits``)
+        elif role == 0 and not token.islower() and _CAMEL.search(token):
+            role = None  # (a word in mixed case is a name, no stop word: ``WoW``, not the interjection ``wow``)
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
