@@ -45,7 +45,6 @@ from __future__ import annotations
 import os
 import re
 import time
-import uuid
 from pathlib import Path
 
 import orjson
@@ -460,7 +459,7 @@ class ImportState:
         """Write the state held here whole, as ``imports.json`` under a new journal name, and an empty journal
         naming it (caller holds the writer lock)."""
         homes.ensure_dir(self.mem.path)
-        journal = uuid.uuid4().hex
+        journal = os.urandom(16).hex()
         data = orjson.dumps({"version": VERSION, "journal": journal, "covered": self.covered, "keys": self.count,
                              "files": self.files}) + b"\n"
         homes.write_atomic(self._state_path, data)
