@@ -117,6 +117,13 @@ def resolve(home: Path, name: str) -> Path:
     return path
 
 
+def claimed(path: Path) -> bool:
+    """Whether memory directory ``path`` is claimed for a project with nothing logged in it yet: it holds the
+    lock and the project list (``pimem.projects.claim``), no ``main/`` (``Memory.claimed``)."""
+    return (not os.path.lexists(path / "main") and os.path.lexists(path / "write.lock")
+            and os.path.lexists(path / CLAIM))
+
+
 def names(home: Path, claims: bool = False) -> list[str]:
     """Every memory directory under ``home`` (pointers and the trash excluded), sorted: a directory holding
     ``main/`` and the ``write.lock`` every writer leaves (another project's ``main/`` is not a memory). A

@@ -94,7 +94,7 @@ def delete(name: str, home: str | os.PathLike | None = None, timeout: float | No
     """Move memory ``name`` whole to ``<home>/.trash/<name>-<timestamp>`` and return where it went. Rename
     pointers that led to it are removed (they would point at nothing). A memory claimed for a project with
     nothing logged in it yet (``Memory.claimed``) is moved so too."""
-    mem = Memory.open(name, home, claims=True)
+    mem = Memory.open(name, home)
     refuse_if_watched(mem, "delete")
     stamp = env.now().strftime("%Y%m%dT%H%M%S")
     with mem.lock(timeout):

@@ -238,6 +238,7 @@ class Index:
         self._file_names: dict[int, str] = {}
         self._fds: dict[int, int] = {}  # open log files by file id
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
+        self.in_memory = False  # nothing logged yet: an empty index made in memory (``_connect_empty``)
         self._crc = "crc"  # the column of the CRC-32 of the bytes read ("NULL" in a read-only index of schema 7)
         self.rebuilds = 0  # how many times ``guarded`` found the index damaged and started it over
         self._prefixes: dict | None = None  # ``terms_with_prefix``'s answers, during a run of ``answers``
@@ -249,10 +250,14 @@ class Index:
     def db(self) -> sqlite3.Connection:
         if self._db is None:
             self._db = self._connect()
-            self._files = self._identities()  # what it opened (see _holding_lock)
+            # what it opened (see _holding_lock); nothing when made in memory, so a catch-up connects again
+            self._files = () if self.in_memory else self._identities()
         return self._db
 
     def _connect(self) -> sqlite3.Connection:
+        self.in_memory = not os.path.isdir(self.log.dir)
+        if self.in_memory:
+            return self._connect_empty()
         if not os.access(self.path.parent, os.W_OK):
             return self._connect_read_only()
         self.read_only, self._crc = False, "crc"  # (a directory read-only when last connected may be writable now)
@@ -282,6 +287,17 @@ class Index:
             self._create(db, "shard", _SHARD_SCHEMA)
         for schema in SCHEMAS:
             db.execute(f"PRAGMA {schema}.synchronous = NORMAL")
+        return db
+
+    def _connect_empty(self) -> sqlite3.Connection:
+        """The index of a memory with nothing logged yet (no log directory: one claimed for a project), empty and
+        made in memory, so that reading it writes nothing there; its files are made when there is a log to
+        index (the first catch-up connects again)."""
+        self.read_only, self._crc = False, "crc"
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        db.execute("ATTACH DATABASE ':memory:' AS shard")
+        self._create(db, "main", _SCHEMA)
+        self._create(db, "shard", _SHARD_SCHEMA)
         return db
 
     def _connect_read_only(self) -> sqlite3.Connection:
@@ -930,7 +946,10 @@ def rebuild(directory: Path, log, progress=None) -> int:
     """Build the search index again from the log; returns how many messages it holds. It is emptied in one
     transaction while ``index.lock`` is held, not deleted: readers that have it open go on reading it (a
     file deleted under them would fail their next query); a damaged one is deleted, under the lock too (a
-    reader that opened it notices, once it holds the lock, and opens the new files)."""
+    reader that opened it notices, once it holds the lock, and opens the new files). Nothing is made for a
+    memory with nothing logged yet (no log directory: one claimed for a project)."""
+    if not os.path.isdir(log.dir):
+        return 0
     index = Index(directory, log)
     try:
         with _catch_up_lock(directory / CATCH_UP_LOCK):

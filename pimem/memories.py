@@ -344,9 +344,16 @@ def _write(mem, build, record_id: str, session: str | None, timeout: float | Non
     from .memory import check_timeout
 
     check_timeout(timeout)  # (checked before the memory is created, as the lock checks it)
-    homes.ensure_dir(mem.path / "main")  # remember is a writer: it may create the memory
+    homes.ensure_dir(mem.path)
+
+    def made(events: list[dict]) -> list[dict]:
+        new = build(events)
+        if new:  # remember is a writer: it may create the memory (not one refused: a claim stays a claim)
+            homes.ensure_dir(mem.path / "main")
+        return new
+
     with mem.lock(timeout):
-        memory_chain(mem.path).append(build)
+        memory_chain(mem.path).append(made)
     record = next((r for r in records(mem, session, include_tools=True) if r["id"] == record_id), None)
     if record is None:
         raise IntegrityError(f"memory {record_id} was written but does not read back; run 'pimem fsck'")

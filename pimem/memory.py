@@ -173,25 +173,24 @@ class Memory:
         return cls(path.name, path, root)
 
     @classmethod
-    def open(cls, name: str, home: str | os.PathLike | None = None, claims: bool = False) -> "Memory":
-        """An existing memory (with ``claims``, or one ``claimed`` with nothing logged yet); unknown names raise
-        ``NotFound`` (exit 3) and create nothing."""
+    def open(cls, name: str, home: str | os.PathLike | None = None) -> "Memory":
+        """An existing memory, or one ``claimed`` with nothing logged yet (read as a memory of no messages, writing
+        nothing there); unknown names raise ``NotFound`` (exit 3) and create nothing."""
         mem = cls.at(name, home)
-        if not (mem.exists() or claims and mem.claimed()):
+        if not (mem.exists() or mem.claimed()):
             raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
         mem.pin()
         return mem
 
     @classmethod
-    def named(cls, names: Iterable[str], home: str | os.PathLike | None = None, claims: bool = False) -> list["Memory"]:
-        """The existing memories ``names`` (with ``claims``, ``claimed`` ones too), each once (a name given
-        twice, or two names of one memory: an old name's rename pointer and the new one); unknown names raise
-        ``NotFound``."""
+    def named(cls, names: Iterable[str], home: str | os.PathLike | None = None) -> list["Memory"]:
+        """The existing (or ``claimed``) memories ``names``, each once (a name given twice, or two names of one
+        memory: an old name's rename pointer and the new one); unknown names raise ``NotFound``."""
         if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
             raise BadInput(f"names is a list of memories' names, not {names!r:.40}")
         found: dict[Path, Memory] = {}
         for name in names:
-            mem = cls.open(name, home, claims)
+            mem = cls.open(name, home)
             found.setdefault(mem.path, mem)
         return list(found.values())
 
@@ -200,10 +199,9 @@ class Memory:
 
     def claimed(self) -> bool:
         """Whether this is a memory claimed for a project with nothing logged in it yet: its directory holds the
-        lock and the project list (``pimem.projects.claim``), no ``main/``. Listed (0 messages), checked and
-        deleted as a memory; a writer's first append makes it one."""
-        return (not self.exists() and check_dir(self.path) and os.path.lexists(self.path / "write.lock")
-                and os.path.lexists(self.path / homes.CLAIM))
+        lock and the project list (``pimem.projects.claim``), no ``main/``. Opened as a memory of no messages
+        (``open``); a writer's first append makes it one."""
+        return not self.exists() and check_dir(self.path) and homes.claimed(self.path)
 
     def identity(self) -> tuple[int, int] | None:
         """The directory's device and inode (the same memory after a rename), None when it is not there."""
@@ -660,11 +658,13 @@ class Memory:
     def save_cursor(self, consumer: str, next_i: int) -> None:
         """Record where ``consumer`` stopped. Consumers of one memory may save at once: each read, change and
         replace of ``cursors.json`` holds its own lock (not the writer's: a reader never waits for writers),
-        so no consumer's cursor is lost to another's save."""
+        so no consumer's cursor is lost to another's save. A claimed memory's consumer at #0 saves nothing."""
         homes.validate_name(consumer, "consumer")
         if type(next_i) is not int or next_i < 0:
             raise BadInput(f"next_i is a message number (where the consumer goes on), not {next_i!r:.40}")
         if not self.exists():
+            if next_i == 0 and self.claimed():  # (nothing logged, nothing seen: a claim is read writing nothing)
+                return
             raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')")
         if next_i > (count := self.count()):  # (a consumer cannot have seen what is not logged yet)
             raise BadInput(f"a cursor is at most the log's {count:,} messages, not #{next_i}")

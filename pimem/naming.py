@@ -14,7 +14,7 @@ from typing import Callable
 
 from . import env
 from .errors import PimemError
-from .home import NAME_RE, resolve
+from .home import NAME_RE, claimed, resolve
 
 DEFAULT = "main"
 
@@ -46,15 +46,16 @@ def given(name: str | None) -> str:
 
 
 def exists(name: str, home: str | None) -> bool:
-    """A memory (or a rename pointer to one) has this name, or it is the default memory's name (before the
-    first append creates it: ``pimem append main < reply.txt``); a broken pointer counts, for the command
-    to report."""
+    """A memory (or a rename pointer to one) has this name, one claimed for a project with nothing logged yet
+    too, or it is the default memory's name (before the first append creates it: ``pimem append main <
+    reply.txt``); a broken pointer counts, for the command to report."""
     if name == default():
         return True
     if not NAME_RE.fullmatch(name):
         return False
     try:
-        return (resolve(env.home(home), name) / "main").is_dir()
+        path = resolve(env.home(home), name)
+        return (path / "main").is_dir() or claimed(path)
     except PimemError:
         return True
 

@@ -240,6 +240,8 @@ def catch_up(mem, stop: threading.Event | None = None, progress: Callable[[int],
     next; returns how many were embedded, or None when another process is embedding this memory now.
     ``stop`` ends it after the batch in hand."""
     path = mem.path / DIRECTORY
+    if not os.path.isdir(mem.log.dir):
+        return 0  # (nothing logged yet, a memory claimed for a project: nothing made there for it)
     meta = _read_meta(path)
     if meta.get("next", -1) >= mem.count() and meta.get("model") == model().name and _whole(path, meta):
         return 0  # nothing new (watch asks every half second)

@@ -168,6 +168,31 @@ def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
     assert changed - {"main/index.lock"} == {"main/index.sqlite", "main/index-1.sqlite"}  # (the lock: empty)
 
 
+def test_a_claim_with_nothing_logged_is_read_as_a_memory_of_no_messages_writing_nothing(home):
+    """A memory claimed for a project before its first message (projects.json and the lock, no main/), listed
+    with 0 messages, was 'no memory named' to every other tool: each reads it as it reads a memory with nothing
+    logged (the same directory with an empty main/), and writes nothing there (no index)."""
+    import shutil
+
+    from pimem import projects
+    from pimem.importers.detect import choices
+
+    assert projects.claim("/home/x/client-a/api", choices("/home/x/client-a/api"), home) == "api"
+    shutil.copytree(home / "api", home / "blank")
+    (home / "blank" / "main").mkdir(mode=0o700)
+    calls = lambda name: [  # noqa: E731
+        ("since", {"name": name, "start": 0}), ("since", {"name": name, "when": "2h"}), ("message", {"name": name, "i": 0}),
+        ("view", {"name": name}), ("zoom", {"name": name, "node": "0+1"}), ("recall", {"name": name}),
+        ("recall", {"name": name, "query": "staging db"}), ("memory_search", {"name": name, "query": "db"}),
+        ("search", {"query": "db", "names": [name]})]
+    before = snapshot(home / "api")
+    _, got = call_all(home, calls("api"))
+    assert snapshot(home / "api") == before
+    _, blank = call_all(home, calls("blank"))
+    assert json.dumps(got) == json.dumps(blank).replace("blank", "api")
+    assert [r["isError"] for r in got] == [False, False, True, False, True, False, False, False, False]
+
+
 def test_memory_propose_writes_only_a_provisional_memory(home, talk):
     before = snapshot(home)
     _, results = call_all(home, [

@@ -41,7 +41,7 @@ def command(
     needs(("--accept-lost", accept_lost), "--repair", repair)
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))
     unread = output.Unread()
-    mems = Memory.named(names, home, claims=True) if names else Memory.all(home, refused=unread, claims=True)
+    mems = Memory.named(names, home) if names else Memory.all(home, refused=unread, claims=True)
     remaining = repairable = 0
     for mem in mems:
         findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout, accept_lost=accept_lost))
