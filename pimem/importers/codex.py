@@ -31,7 +31,7 @@ import re
 
 import orjson
 
-from .. import decoder, hashes, toolwork
+from .. import decoder, hashes
 from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
 
 LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
@@ -231,6 +231,8 @@ class CodexParser(Parser):
                 meta.update(polls=polled, polls_program=self.state.get("programs", {}).get(polled))
                 bounded_put(self.state.setdefault("polls", {}), call_id, polled)
             elif meta["command"] and call_id:  # (kept till its output says whether it still runs)
+                from .. import toolwork  # (not at import: it costs ~8 ms, and every hook event imports this module)
+
                 bounded_put(self.state.setdefault("programs", {}), call_id, toolwork.program(meta["command"]) or None)
             return [("tool", call_text(name, args), meta)]
         if kind in OUTPUTS:
