@@ -2,9 +2,11 @@
 
 The record is ``{"pid", "token", "host", "started", "beat", "command"}``; ``beat`` is the holder's last heartbeat
 in Unix seconds, refreshed every ``BEAT`` seconds; ``command``, ``watch`` or ``build-tree``, is what ``described``
-says (a record an older pimem wrote has none). A lease is live while its holder is: on this host while its pid
-exists (its beat is not looked at: the wall clock may jump), on another host while its beat is younger than ``STALE``
-seconds. A dead holder's lease is taken over; a live one's on this host never is (one stopped with ``SIGSTOP`` too).
+says (a record an older pimem wrote has none); ``proc``, where Linux's ``/proc`` tells it, is the holder's process
+as this boot knows it (``process``). A lease is live while its holder is: on this host while its pid exists and is
+still that process (its beat is not looked at: the wall clock may jump; a pid used again, after a reboot say, is
+another process), or, without ``proc`` to tell, while its beat is younger than ``STALE`` seconds, as on another host.
+A dead holder's lease is taken over; a live one's on this host never is (one stopped with ``SIGSTOP`` too).
 Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
 hold it; a holder that finds another token in the file has lost the lease and stops building. The holder
 keeps the memory's directory open, so that a memory moved behind its back (``mv``, ``rm -rf``) is noticed and
@@ -75,29 +77,51 @@ def pid_alive(pid) -> bool:
     return not _zombie(pid)
 
 
-def _zombie(pid: int) -> bool:
-    """Whether process ``pid`` is dead but not yet waited for by its parent (a builder killed by a program that
-    started it and never reaps it: its pid is still there); Linux's ``/proc`` says so, elsewhere never."""
+def _stat(pid: int) -> list[bytes]:
+    """The fields of Linux's ``/proc/PID/stat`` from the third (the state) on, or [] where there is none."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             fields = stat.read()
     except OSError:
-        return False
-    return fields[fields.rfind(b")") + 2:][:1] == b"Z"  # (the state follows the name, which may hold anything)
+        return []
+    return fields[fields.rfind(b")") + 2:].split()  # (the state follows the name, which may hold anything)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether process ``pid`` is dead but not yet waited for by its parent (a builder killed by a program that
+    started it and never reaps it: its pid is still there); Linux's ``/proc`` says so, elsewhere never."""
+    return _stat(pid)[:1] == [b"Z"]
+
+
+def process(pid: int) -> str | None:
+    """Which process ``pid`` is: this boot's id and the process's start time (clock ticks since boot), the same
+    for its whole life and never for another process of any boot; None where Linux's ``/proc`` does not say."""
+    fields = _stat(pid)
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            return f"{boot.read().strip()}:{int(fields[19])}"
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def live(record: dict | None, stale: float = STALE) -> bool:
-    """Whether the lease ``record`` belongs to a process that is still building. On this host its pid decides,
-    whatever its heartbeat says (a heartbeat is wall-clock time, which may jump: a clock set forward by more than
-    ``STALE`` would have a second builder take over from one still running), unless ``stale`` is below ``STALE``
+    """Whether the lease ``record`` belongs to a process that is still building. On this host its process
+    decides (``proc``: its pid, used again by another process after a reboot, is not enough), whatever its
+    heartbeat says (a heartbeat is wall-clock time, which may jump: a clock set forward by more than ``STALE``
+    would have a second builder take over from one still running), unless ``stale`` is below ``STALE``
     (``QUIET``: a reader about to wait for it, which waits for no holder whose heartbeat is that late, one
-    stopped with ``SIGSTOP`` say); on another host its heartbeat, at most ``stale`` seconds late."""
+    stopped with ``SIGSTOP`` say); on another host, or where the record or ``/proc`` cannot tell the process,
+    its pid (on this host) and its heartbeat, at most ``stale`` seconds late."""
     if not record:
         return False
     beat = record.get("beat")
     fresh = isinstance(beat, (int, float)) and time.time() - beat <= stale
     if record.get("host") == socket.gethostname():
-        return pid_alive(record.get("pid")) and (fresh or stale >= STALE)
+        pid, proc = record.get("pid"), record.get("proc")
+        if not pid_alive(pid):
+            return False
+        if isinstance(proc, str) and (now := process(pid)) is not None:
+            return proc == now and (fresh or stale >= STALE)
     return fresh
 
 
@@ -188,7 +212,7 @@ def beat_watcher(home, token: str, scanned: float, refused) -> None:
         return
     try:
         write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "token": token, "host": socket.gethostname(),
-                                                   "beat": time.time(), "scanned": scanned,
+                                                   "proc": process(os.getpid()), "beat": time.time(), "scanned": scanned,
                                                    "refused": sorted(refused)}), durable=False)
     except OSError:
         pass
@@ -218,7 +242,7 @@ class Lease:
         self._gone = False  # the last beat found no lease file
 
     def _record(self) -> dict:
-        return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(),
+        return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(), "proc": process(os.getpid()),
                 "started": self._started, "beat": time.time(), "command": self.command}
 
     def try_acquire(self) -> dict | None:

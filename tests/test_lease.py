@@ -112,8 +112,11 @@ def test_whether_a_process_is_alive_is_public_and_a_zombie_is_not(tmp_path):
 def test_a_live_holder_on_this_host_keeps_its_lease_whatever_the_wall_clock_says(home):
     """A heartbeat is wall-clock time: a clock set forward by more than ``STALE`` made a second builder take over
     the lease of one still running (its beat looked 30 s old), and one set back left a dead holder's future beat
-    live. On this host the holder's pid decides: alive (a real process here), its lease is held, its beat a day in
-    the past or the future; dead, it is free at once, its beat fresh. On another host only the beat can tell."""
+    live. On this host the holder's process decides: alive (a real process here, the one its record names), its
+    lease is held, its beat a day in the past or the future; dead, it is free at once, its beat fresh. A pid used
+    again by another process (after a reboot, the lease file kept) is no holder, whatever its beat. A record that
+    cannot tell the process (an older pimem's, or written where ``/proc`` does not say) and another host's are
+    told by their beat."""
     import socket
     import time
 
@@ -123,8 +126,8 @@ def test_a_live_holder_on_this_host_keeps_its_lease_whatever_the_wall_clock_says
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         for beat in (time.time() - 86400, time.time() + 86400, time.time()):
-            record = {"pid": child.pid, "token": "other", "host": here, "started": "2026-12-07T00:00:00Z",
-                      "beat": beat, "command": "watch"}
+            record = {"pid": child.pid, "token": "other", "host": here, "proc": lease.process(child.pid),
+                      "started": "2026-12-07T00:00:00Z", "beat": beat, "command": "watch"}
             (mem.path / lease.FILE).write_bytes(orjson.dumps(record))
             assert lease.holder(mem)["pid"] == child.pid and lease.dead(mem) is None
             assert lease.Lease(mem).try_acquire()["token"] == "other"  # (not taken over)
@@ -132,6 +135,14 @@ def test_a_live_holder_on_this_host_keeps_its_lease_whatever_the_wall_clock_says
             (home / lease.WATCHER).write_bytes(orjson.dumps({**record, "scanned": beat, "refused": []}))
             lease.beat_watcher(home, "mine", time.time(), [])
             assert orjson.loads((home / lease.WATCHER).read_bytes())["token"] == "other"
+        assert record["proc"] is not None  # (Linux: /proc tells)
+        for beat in (time.time(), time.time() + 86400):  # the pid used again: another process
+            (mem.path / lease.FILE).write_bytes(orjson.dumps({**record, "beat": beat, "proc": "another-boot:12"}))
+            assert lease.holder(mem) is None and lease.dead(mem)["pid"] == child.pid
+        unnamed = {k: v for k, v in record.items() if k != "proc"}  # its beat tells: fresh, held; late, free
+        for beat, held in ((time.time(), True), (time.time() - lease.STALE - 5, False)):
+            (mem.path / lease.FILE).write_bytes(orjson.dumps({**unnamed, "beat": beat}))
+            assert (lease.holder(mem) is not None) is held
     finally:
         child.kill()
         child.wait()
