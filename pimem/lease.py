@@ -143,13 +143,15 @@ def described(record: dict) -> str:
 
 def dead(mem) -> dict | None:
     """The lease on ``mem`` of a builder that died holding it (killed or crashed: one that stops releases it),
-    or None; the next builder takes it over. ``alive`` is false: a holder whose pid is still there on this host
-    holds its lease (``live``), whatever its heartbeat says (kept for ``status --json``'s readers)."""
+    or None; the next builder takes it over. ``alive``: its pid is still there on this host, its heartbeat is stale
+    and its record cannot tell whether the pid is still its process (an older pimem's, or no ``/proc``): stopped
+    with ``SIGSTOP``, say (a holder the record names keeps its lease: ``live``)."""
     record = _read(mem)
     if live(record) or not record or not all(isinstance(record.get(k), t) for k, t in
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
         return None
-    alive = record["host"] == socket.gethostname() and pid_alive(record["pid"])
+    proc, now = record.get("proc"), process(record["pid"])
+    alive = record["host"] == socket.gethostname() and pid_alive(record["pid"]) and (proc is None or proc == now or now is None)
     return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 

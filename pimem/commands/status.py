@@ -105,6 +105,11 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                                      f"is not answering (stopped?; heartbeat {ago:.0f} s ago)", "yellow"))
         else:
             output.line(f"builder   pid {builder['pid']} on {builder['host']} since {local(builder['started'])} (heartbeat {ago:.0f} s ago)")
+    elif gone and gone["alive"]:  # (its pid is there, its heartbeat stale, and its record cannot tell its process)
+        ago = max(0.0, time.time() - gone["beat"])
+        output.line(output.style(f"builder   none: pid {gone['pid']} on {gone['host']} (since {local(gone['started'])}) is "
+                                 f"not answering (stopped?; heartbeat {ago:.0f} s ago); the next 'pimem watch' or "
+                                 "'pimem build-tree' takes the memory over", "yellow"))
     elif gone:
         ago = max(0.0, time.time() - gone["beat"])
         output.line(output.style(f"builder   none: pid {gone['pid']} on {gone['host']} (since {local(gone['started'])}) is "
