@@ -30,10 +30,9 @@ from typing import Callable, Iterable
 
 import orjson
 
-from . import budget, lineage, numbers, terms, toolwork
+from . import budget, lineage, numbers, terms
 from .errors import BadInput
 from .message import TOOL_KINDS
-from .tree import flat, inert
 
 NAMES = {
     "user": ["user"], "pi": ["pi", "assistant"], "tool": ["tool", "tool_call"], "echo": ["echo", "tool_result"],
@@ -94,6 +93,8 @@ def files_of(msg: dict) -> list[str]:
             found.extend(a or b for a, b in _PATCH_FILE.findall(msg["text"]))
     command = meta.get("command")
     if isinstance(command, str):
+        from . import toolwork  # (here: every command's start-up imports recall, through compaction)
+
         found.extend(w for w in (w.strip("'\"") for w in command.split()) if toolwork.names_file(w))
     return list(dict.fromkeys(p for p in found if p not in (".", "..") and not p.startswith("http") and 0 < len(p) < 1000))
 
@@ -438,6 +439,8 @@ def _block(item: dict) -> str:
         head += f" held={held['held']}" + (f" {held['label']}" if held["n"] > 1 else "")
     if item.get("files"):
         head += " files=" + ", ".join(item["files"]) + (f" (+{item['filesOmitted']})" if item.get("filesOmitted") else "")
+    from .tree import flat, inert  # (here, as toolwork above)
+
     if "snippet" in item:  # (a message's words as the previous exchange shows them: ``tree.inert``)
         return f"{flat(head)}\nsnippet: {inert(item['snippet'])}"
     return f"{flat(head)}\n{inert(item['text'])}"

@@ -564,3 +564,19 @@ def test_a_verbatim_line_keeps_the_direction_marks_and_holds_no_replacement_char
         assert "המחיר\u200f 40$ שלום ok \u061cend iso" in out, (name, out)
         assert not any(c in out for c in "\ufffd\u202b\u202c\u2067\u2069"), (name, out)
     assert sh("message", "m", "0").stdout == (text + "\n").encode()
+
+
+def test_start_up_imports_no_summary_search_or_provider_code(home):
+    """Agent wrappers run pimem every turn, and every command registers with the CLI at start-up: what the
+    command modules import at their top is paid by ``--version`` and ``append`` alike. The offline compactor's
+    tool-work reader and redaction (``toolwork``, ``privacy``), the tree, SQLite and the HTTP client are loaded
+    by the commands that use them (recall imported toolwork and the tree at its top: ~5 ms a command)."""
+    import sys
+
+    heavy = ("pimem.toolwork", "pimem.privacy", "pimem.tree", "pimem.compactor", "sqlite3", "httpx")
+    probe = ("import atexit, sys\n"
+             f"atexit.register(lambda: sys.stderr.write(' '.join(m for m in {heavy + ('pimem.cli',)!r} if m in sys.modules)))\n"
+             "from pimem.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", probe, "--version"], capture_output=True, timeout=60, env=subprocess_env())
+    assert proc.returncode == 0 and proc.stdout.startswith(b"pimem ")
+    assert proc.stderr == b"pimem.cli"  # (the probe ran, and listed none of them)
