@@ -389,7 +389,12 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         # (one plain word ending a sentence after "password is": a password, unless what a sentence says of one)
         ("my password is sunshine", "sunshine", "my password is "), ("the wifi password is bananas", "bananas", "wifi "),
         ("my password is purple", "purple", "my password is "),
-        ("Our old password was Dragon. Changed it.", "Dragon", "old password was [secret redacted]. Changed it.")]
+        ("Our old password was Dragon. Changed it.", "Dragon", "old password was [secret redacted]. Changed it."),
+        # (a password quoted or backticked after "password is": its quotes kept, a command in backticks is code)
+        ('my password is "sunshine"', "sunshine", 'my password is "[secret redacted]"'),
+        ("my password is `sunshine`", "sunshine", "my password is `[secret redacted]`"),
+        ("the password was 'letmein' I think", "letmein", "the password was '[secret redacted]' I think"),
+        ("password is 'correct horse', he said", "horse", "password is '[secret redacted]', he said")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
@@ -400,7 +405,9 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password was changed", "the password is not", "the password is", "the password is ready, log in",
                  "the wifi password is what?", "password is case-sensitive", "the password is optional", "password is 1234",
                  # (a sign ending a sentence is no password's symbol: LongMemEval's texts)
-                 "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help"]
+                 "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help",
+                 'the password is ""', 'the password is "$DB_PASSWORD"', "the password is `cat ~/.pw`",
+                 "the password is `pass show db`", "password is 'none'", "the password's 'strength' isn't checked"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

@@ -211,6 +211,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"), ("--pass", "--secret", "--token", "--api-key")),
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
+    # a password quoted or backticked after password is or was: my password is "sunshine", `sunshine`, 'letmein'
+    # (``_quoted_password``)
+    (re.compile(r"""(?i)(\b(?:password|passwd|passphrase|passcode)[ \t]+(?:is|was)[ \t]+)(["'`])(?!\[)([^"'`\n]{1,64})\2(?![\w'])"""),
+     lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass",)),
     # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase)[ \t]+(?:is|was)[ \t]+)"
                 r"((?-i:[A-Za-z'-]{1,40}(?:[ \t]+[A-Za-z'-]{1,40}){2,11}))(?=[ \t]*[.!]?[ \t]*(?:\r?\n|\Z))"),
@@ -241,6 +245,21 @@ def _prose_phrase(phrase: str) -> str:
     words = [w.lower() for w in phrase.split()]
     if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or _PROSE_FORM.fullmatch(w) for w in words):
         return phrase
+    return "[secret redacted]"
+
+
+# a command whose output is the value (``cat ~/.pw``, ``pass show db``): code in backticks or $( ), not the secret
+_SUBSTITUTED = re.compile(r"(?:cat|pass|gpg|op|vault|security|echo|printf|head|tail|openssl|sops|base64|printenv|jq|awk"
+                          r"|sed|tr|aws|gcloud|az|kubectl|bw|lpass|keyring|secret-tool|pwgen|uuidgen|date)[ \t]+\S"
+                          r"|[^ \t]*[/$]")
+
+
+def _quoted_password(quote: str, value: str) -> str:
+    """What is sent of a value quoted or backticked after ``password is`` or ``was``: the placeholder, but the value
+    itself when blank, a reference, a flag or a null (``_NO_SECRET``), or in backticks a command (``_SUBSTITUTED``)."""
+    if not value.strip() or _is_reference(value) or value.lower() in _NO_SECRET \
+            or quote == "`" and _SUBSTITUTED.match(value):
+        return value
     return "[secret redacted]"
 
 
