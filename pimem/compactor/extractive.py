@@ -328,6 +328,7 @@ _ONLY_PHRASES = ("only when", "only if", "nur wenn", "seulement si", "solo si", 
 # (those that leave out or stand for what follows them: alone in their clause, their object a stop word, none is a
 # piece, ``Apart from that,``, ``Without it,``: words that say nothing)
 _LEAVING_OUT = frozenset(f"{_WITHOUT} {_EXCEPT}".split()) | frozenset(_NEGATION_PHRASES)
+_PHRASE_HEADS = frozenset(phrase.split()[0].capitalize() for phrase in _NEGATION_PHRASES + _ONLY_PHRASES)  # (``Apart``)
 _NEGATION_PHRASE = re.compile(r"(?<![\w'’-])(?i:" + "|".join(_NEGATION_PHRASES + _ONLY_PHRASES) + r")(?![\w'’-])")
 _NEGATION_HINTS = ("ar from", "nstead of", "ather than", "oin d", "ieu de", "vez de", "ugar de", "ejos de", "nvece di",
                    "tatt dass", "nly ", "ur wenn", "eulement si", "olo ", "олько ", "part from")  # (past a first letter, a capital)
@@ -341,6 +342,10 @@ _ONLY_AFTER = frozenset("i you we they he she it who which that can can't cannot
                         "i've you've we've they've i'd you'd we'd they'd he'd she'd".split())
 _ONLY_VERB = re.compile(r"(?<![\w'’-])(?i:only)[ \t]+([A-Za-z][a-z]+)(?![\w'’-])")
 _WORD_BEFORE = re.compile(r"(?<![\w'’-])([A-Za-z][A-Za-z'’]*)[ \t]+\Z")
+
+
+# (the stop words as a token is written but in mixed case, and but ``only``: one look-up in ``_phrases``)
+_STOP_CASED = frozenset(form for word in STOP if word != "only" for form in (word, word.capitalize(), word.upper()))
 
 
 def _limits(text: str, at: int) -> bool:
@@ -530,13 +535,10 @@ def _in_word(text: str, start: int, end: int) -> bool:
 
 
 def _words(text: str) -> list[str]:
-    """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces). A word in mixed
-    case that would be a stop word keeps its case in ASCII text: a name (``WoW``, not the interjection ``wow``)."""
-    if text.isascii():
-        if _CAMEL.search(text) and any(m.group().lower() in STOP for m in _MIXED.finditer(text)):
-            return [w if w.lower() in STOP and _CAMEL.search(w) else w.lower() for w in _WORD.findall(text)]
-        return _WORD.findall(text.lower())
+    """Lowercase words of ``text``; runs of CJK characters as overlapping pairs (they have no spaces)."""
     text = text.lower()
+    if text.isascii():
+        return _WORD.findall(text)
     words = _marked()[0].findall(text)
     if not _CJK_RUN.search(text):
         return words
@@ -555,8 +557,13 @@ def _words(text: str) -> list[str]:
 @functools.lru_cache(maxsize=1 << 16)
 def _wordset(piece: str) -> tuple[str, ...]:
     """The distinct words of ``piece`` in text order (an order that does not depend on string hashing, so
-    sums over them are the same in every process)."""
-    return tuple(dict.fromkeys(_words(piece)))
+    sums over them are the same in every process). A word in mixed case that would be a stop word keeps its case
+    (in ASCII): a name, weighed as its word is (``Stats``), not the interjection it spells (``WoW``, not ``wow``)."""
+    words = _words(piece)
+    if not piece.islower() and piece.isascii() and _CAMEL.search(piece) and any(
+            m.group().lower() in STOP for m in _MIXED.finditer(piece)):
+        words = [w if w.lower() in STOP and _CAMEL.search(w) else w.lower() for w in _WORD.findall(piece)]
+    return tuple(dict.fromkeys(words))
 
 
 class Stats:
@@ -603,7 +610,8 @@ class Stats:
         if self.docs < FEW:  # no statistics, or too few to tell a rare word from a common one
             return 1.0
         # words in more than about one message in twenty say little about any one span
-        return max(0.0, math.log((self.docs + 1) / (self.df.get(word, 0) + 0.5)) - COMMON)
+        # (its statistics are counted in lowercase: ``WoW`` as ``wow``, ``_wordset``)
+        return max(0.0, math.log((self.docs + 1) / (self.df.get(word.lower(), 0) + 0.5)) - COMMON)
 
 
 _NO_STATS = Stats()
@@ -875,11 +883,11 @@ def units(msg: dict, stats: Stats = _NO_STATS, head: int = SCAN_HEAD, tail: int 
         add(piece, start, 1.3, named=True)
     widen = _widener(facts_at) if facts_at else None
     skip = urls + blobs + paths + errors
-    phrased_name = any(hint in text for hint in _NEGATION_HINTS)  # (``_NEGATION_PHRASES``)
     for m in _NAME.finditer(text):  # (a negation is no name: ``None``, ``Neither``, ``Nothing``, ``Apart`` of ``Apart
         # from``; nor is ``Maybe``)
         if not (marks and _in_word(text, m.start(), m.end()) or skip and _inside(skip, m.start(), m.end())
-                or _ROLE.get(m.group().lower()) in (1, 3) or phrased_name and _NEGATION_PHRASE.match(text, m.start())):
+                or _ROLE.get(m.group().lower()) in (1, 3)
+                or m.group() in _PHRASE_HEADS and _NEGATION_PHRASE.match(text, m.start())):
             add(m.group(), m.start(), 1.2, named=True)
     for start, end in urls + blobs:  # no clause or phrase runs into a URL or a blob (a line break ends them)
         text = text[:start] + "\n" * (end - start) + text[end:]
@@ -1791,10 +1799,11 @@ def _phrases(text: str, cjk: bool = True, ask: int = 0, units: list[int] | tuple
                 if s > phrased[j][0]:
                     continue
                 role, e = _ROLE.get(text[s : phrased[j][1]].lower(), 1), phrased[j][1]
-        if role == 0 and len(token) == 4 and token.lower() == "only" and _limits(text, s):
-            role = 1  # (``I only added tests``: a negation's reach, ``_limits``)
-        elif role == 0 and not token.islower() and _CAMEL.search(token):
-            role = None  # (a word in mixed case is a name, no stop word: ``WoW``, not the interjection ``wow``)
+        if role == 0 and token not in _STOP_CASED:  # (``only``, or a stop word in mixed case)
+            if token.lower() == "only" and _limits(text, s):
+                role = 1  # (``I only added tests``: a negation's reach, ``_limits``)
+            elif _CAMEL.search(token):
+                role = None  # (a word in mixed case is a name, no stop word: ``WoW``, not the interjection ``wow``)
         if role:  # a negation, a turn: the run in hand ends
             if start >= 0:
                 runs.append((start, end))
