@@ -394,7 +394,11 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ('my password is "sunshine"', "sunshine", 'my password is "[secret redacted]"'),
         ("my password is `sunshine`", "sunshine", "my password is `[secret redacted]`"),
         ("the password was 'letmein' I think", "letmein", "the password was '[secret redacted]' I think"),
-        ("password is 'correct horse', he said", "horse", "password is '[secret redacted]', he said")]
+        ("password is 'correct horse', he said", "horse", "password is '[secret redacted]', he said"),
+        # (a colon after is or was)
+        ("the password is: sunshine", "sunshine", "the password is: "), ("password was: hunter2 now", "hunter2", "was: "),
+        ("the password is: purple monkey dishwasher", "monkey", "the password is: "),
+        ('the password is: "sunshine"', "sunshine", 'the password is: "[secret redacted]"')]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
@@ -407,7 +411,8 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  # (a sign ending a sentence is no password's symbol: LongMemEval's texts)
                  "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help",
                  'the password is ""', 'the password is "$DB_PASSWORD"', "the password is `cat ~/.pw`",
-                 "the password is `pass show db`", "password is 'none'", "the password's 'strength' isn't checked"]
+                 "the password is `pass show db`", "password is 'none'", "the password's 'strength' isn't checked",
+                 "the password is: required", "password is: wrong", "the password is: stored in vault"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

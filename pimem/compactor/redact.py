@@ -213,14 +213,14 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      ("-p",)),
     # a password quoted or backticked after password is or was: my password is "sunshine", `sunshine`, 'letmein'
     # (``_quoted_password``)
-    (re.compile(r"""(?i)(\b(?:password|passwd|passphrase|passcode)[ \t]+(?:is|was)[ \t]+)(["'`])(?!\[)([^"'`\n]{1,64})\2(?![\w'])"""),
+    (re.compile(r"""(?i)(\b(?:password|passwd|passphrase|passcode)[ \t]+(?:is|was):?[ \t]+)(["'`])(?!\[)([^"'`\n]{1,64})\2(?![\w'])"""),
      lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass",)),
     # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
-    (re.compile(r"(?i)(\b(?:password|passwd|passphrase)[ \t]+(?:is|was)[ \t]+)"
+    (re.compile(r"(?i)(\b(?:password|passwd|passphrase)[ \t]+(?:is|was):?[ \t]+)"
                 r"((?-i:[A-Za-z'-]{1,40}(?:[ \t]+[A-Za-z'-]{1,40}){2,11}))(?=[ \t]*[.!]?[ \t]*(?:\r?\n|\Z))"),
      lambda m: m.group(1) + _prose_phrase(m.group(2)), ("pass",)),
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase|secret|token|credentials?|(?-i:[Pp]ass)(?=:))\b:?"
-                r"(?:\s+(?:is|was|=|:|of|for|to|now))*\s+)"
+                r"(?:\s+(?:(?:is|was):?|=|:|of|for|to|now))*\s+)"
                 rf"(?!redacted\]|[^\s\"',;]*?\[[\w ]{{1,40}} redacted\]|{_TYPE})([^\s\"',;]+)"),
      lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
 ]
@@ -284,7 +284,7 @@ def _prose_word(m: re.Match) -> str:
     if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word):
         return word
     head = m.group(1).lower().split()
-    if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was"} & set(head) \
+    if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was", "is:", "was:"} & set(head) \
             and _one_word_password(word, m.string, m.end()):
         return "[secret redacted]" + word[len(word.rstrip(".!?:)")) :]
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) \
