@@ -398,7 +398,12 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         # (a colon after is or was)
         ("the password is: sunshine", "sunshine", "the password is: "), ("password was: hunter2 now", "hunter2", "was: "),
         ("the password is: purple monkey dishwasher", "monkey", "the password is: "),
-        ('the password is: "sunshine"', "sunshine", 'the password is: "[secret redacted]"')]
+        ('the password is: "sunshine"', "sunshine", 'the password is: "[secret redacted]"'),
+        # (one plain word before a new clause: and, but, so… and its subject; btw)
+        ("my password is sunshine and my username is bob", "sunshine", "my password is [secret redacted] and my username is bob"),
+        ("the wifi password is bananas, ask me if it changes", "bananas", "is [secret redacted], ask me if it changes"),
+        ("the password was letmein but I changed it", "letmein", "was [secret redacted] but I changed it"),
+        ("my password is sunshine btw", "sunshine", "my password is [secret redacted] btw")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
@@ -412,7 +417,11 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help",
                  'the password is ""', 'the password is "$DB_PASSWORD"', "the password is `cat ~/.pw`",
                  "the password is `pass show db`", "password is 'none'", "the password's 'strength' isn't checked",
-                 "the password is: required", "password is: wrong", "the password is: stored in vault"]
+                 "the password is: required", "password is: wrong", "the password is: stored in vault",
+                 "the password is required for login", "the password is wrong again", "password is stored in vault",
+                 "the password is strong and unique", "the password is important and you should keep it",
+                 "my password is long and I forget it", "the password is fine but the user is locked",
+                 "the password is important.", "the password is key and the username too"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

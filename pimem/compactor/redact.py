@@ -303,19 +303,26 @@ _PROSE_ONE_WORD = frozenset("""correct right mandatory necessary needed ready vi
     longer shorter harder easier simpler newer older complex obvious predictable guessable memorable common generic
     standard shared valid identical similar current previous latest original outdated obsolete useless irrelevant
     below above attached inside elsewhere somewhere nowhere done what which who where why how whatever really even
-    already again back fake real dummy placeholder""".split())
+    already again back fake real dummy placeholder important key perfect significant crucial critical essential vital
+    personal confidential sensitive tough tricky impossible difficult complicated awesome nice cool fun funny silly
+    stupid dumb cute clever smart something anything nothing everything""".split())
 _ONE_WORD = re.compile(r"[A-Za-z][a-z]{1,39}")
 _ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, expiring, usually; not red, king)
 _SENTENCE_END = re.compile(r"[ \t]*(?:[,;:)\"']|\r?\n|\Z)")
+# a new clause after the word (and its subject: my password is sunshine and my username is bob; not a second word
+# said of it: strong and unique), or a chat's aside (btw)
+_CLAUSE_NEXT = re.compile(r"(?i)[ \t]+(?:(?:and|but|so|or|then|because|if|though|since|while)[ \t]+(?:my|the|i|i'm|you"
+                          r"|your|it|it's|he|she|we|they|his|her|our|their|this|that|there|its)(?![\w'])|(?:btw|fyi|lol)\b)")
 
 
 def _one_word_password(word: str, string: str, end: int) -> bool:
     """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
     plain word (``my password is sunshine``, ``the wifi password is bananas``): it ends its sentence (a sign
-    after it, the line's end) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
+    after it, the line's end) or a new clause follows it (``_CLAUSE_NEXT``: ``and my username is bob``) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
-    if not _ONE_WORD.fullmatch(bare) or not (bare != word or _SENTENCE_END.match(string, end)):
+    if not _ONE_WORD.fullmatch(bare) or not (bare != word or _SENTENCE_END.match(string, end)
+                                             or _CLAUSE_NEXT.match(string, end)):
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
