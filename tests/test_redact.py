@@ -542,14 +542,20 @@ def test_what_follows_a_config_value_that_is_not_one_stays(text, want):
 # a token-like run there is one
 TOKEN_PROSE = ["token: refresh on 401", "fix(api) token: refresh on 401", "auth: handle expired tokens in the client",
                "api_key: rotate them monthly", "Token: Refresh it before it expires",
-               "auth: internationalization of the login page", "token: strengths and weaknesses"]
+               "auth: internationalization of the login page", "token: strengths and weaknesses",
+               # (one word after auth or secrets alone: a mode, GitHub Actions' secrets: inherit, a commit's subject)
+               "auth: release", "auth: update", "auth: basic", "secrets: inherit", "    secrets: inherit\n    with:",
+               "Auth: Refactor", "fix(ci) auth: cleanup", "user.pw", "if user.pw:"]
 TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefghij", "abcdefghij"),
                 ("TOKEN=abcdefghij python run.py", "abcdefghij"), ("auth_token: abcdefghij\nuser: bob", "abcdefghij"),
                 ('token: "abcdefghij" for now', "abcdefghij"),
                 # (letters no word is made of: a random run of small letters, whatever prose follows it)
                 ("api_key: kqzvxjwpmrtlbnhdfgsy for staging", "kqzvxjwpmrtlbnhdfgsy"),
                 ("token: qwhtzkvbnmprslt then restart", "qwhtzkvbnmprslt"),
-                ("auth: abcdefghijklmnopqrstuvwxyz please", "abcdefghijklmnopqrstuvwxyz")]
+                ("auth: abcdefghijklmnopqrstuvwxyz please", "abcdefghijklmnopqrstuvwxyz"),
+                # (a word shaped like a password, a random run, or after a name that is more than auth or secrets)
+                ("auth: s3cr3tpass", "s3cr3tpass"), ("secrets: kqzvxjwpmrtlbnhdfgsy", "kqzvxjwpmrtlbnhdfgsy"),
+                ("auth_token: release", "release"), ("secret: sunshine", "sunshine")]
 
 
 @pytest.mark.parametrize("text,secret", TOKEN_VALUES)

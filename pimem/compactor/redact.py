@@ -579,6 +579,11 @@ _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _PROSE_NEXT = re.compile(r"[^\S\n]+(?:[A-Za-z]?[a-z]+|\d+)(?![^\s.,;:!?])")
 _CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
 _PAIRED = re.compile(r"[ \t]+\[password redacted\]")
+# auth or secrets alone before a colon, a mode's or a collection's name more than a secret's: one word after it
+# ending its line is a mode (auth: basic), GitHub Actions' secrets: inherit or a commit's subject (auth: release)
+_ALONE = re.compile(r"(?i)(?:auth|secrets):[^\S\n]+")
+_NAME_PART = re.compile(r"[\w.-]")
+_LINE_END = re.compile(r"[^\S\n]*(?:#[^\n]*)?(?:\r?\n|\Z)")
 
 
 def _a_word(letters: str) -> bool:
@@ -608,6 +613,9 @@ def _named_value(m: re.Match) -> str:
     if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) and _a_word(value) \
             and _PROSE_NEXT.match(m.string, m.end()):
         return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
+    if _ALONE.fullmatch(name) and not _NAME_PART.match(m.string, max(0, m.start() - 1), m.start()) \
+            and _PROSE.fullmatch(value) and _a_word(value) and _LINE_END.match(m.string, m.end()):
+        return value  # (one word ending the line after auth or secrets alone: a mode, a subject, secrets: inherit)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS:
