@@ -592,9 +592,15 @@ CODE_VALUES = ["password: String.valueOf(x)", 'password = System.getenv("DB_PASS
                "password: ${DB_PASSWORD}", "password: $DB_PASSWORD", 'password = os.environ.get("DB_PASSWORD")',
                'password: ENV["DB_PASSWORD"]', "password = str(x)", "password: $(cat pw.txt)", "password = SecretStr(x)",
                # (a name of a :: path is a type's: CloudFormation's, in botocore's data)
-               '    "AWS::SecretsManager::Secret": "c85175a4ebcce361",']
+               '    "AWS::SecretsManager::Secret": "c85175a4ebcce361",',
+               # (a command substituted, in backticks or $( ): its output is the value, the command is code)
+               "password: `cat pw.txt`", "PASSWORD=`cat ~/.pw`", "export DB_PASSWORD=`pass show db`",
+               "password: $(pass show db)", "DB_PASSWORD=$(security find-generic-password -w)",
+               "the password: `gpg -d pw.gpg`"]
 CALL_LIKE_VALUES = [("password: Hunter2(abc)", "Hunter2"), ("password: Summer(2024)", "Summer(2024)"),
-                    ("password: Tr0ub.4dor(x)", "Tr0ub")]
+                    ("password: Tr0ub.4dor(x)", "Tr0ub"),
+                    # (a word in backticks is no command: markdown's)
+                    ("password: `hunter2x`", "hunter2x"), ("password: `correct horse`", "horse"), ("PASSWORD=`abc`", "abc")]
 
 
 @pytest.mark.parametrize("text,secret", LIKE_REFERENCES + CALL_LIKE_VALUES)

@@ -75,6 +75,10 @@ _TYPE = (r"(?-i:(?:string|String|str|bytes|Buffer|SecretStr|Uint8Array)(?=[;,|)\
 # constructor given a name or a string (String(x)): code, not a value (Hunter2(abc), Summer(2024) are values)
 _CALL = r"""(?:[A-Za-z_]\w*(?:(?:\.|::)[A-Za-z_]\w*)+[(\[]|[A-Z][A-Za-z]*\((?:[A-Za-z_][\w.]*|"[^"\n]*"|'[^'\n]*')?\))"""
 _CALLED = re.compile(_CALL)
+# a command whose output is the value (``cat ~/.pw``, ``pass show db``): code in backticks or $( ), not the secret
+_COMMAND_RUN = (r"(?:cat|pass|gpg|op|vault|security|echo|printf|head|tail|openssl|sops|base64|printenv|jq|awk|sed|tr|aws"
+                r"|gcloud|az|kubectl|bw|lpass|keyring|secret-tool|pwgen|uuidgen|date)[ \t]+[^\s`]|[^\s`]*[/$]")
+_SUBSTITUTED = re.compile(_COMMAND_RUN)
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -182,6 +186,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
          # line's password:; a hash's => only before a quote: PHP's, Ruby's 'password' => '…', not token => token.length;
          # not a path's ::, Secret::new(x), AWS::SecretsManager::Secret)
         (?!\[|(?:bearer|basic|token)\s|\d+(?![^\s"',;])|(?<!["'])(?:(?:self|this)\.|[a-z_][\w.]*[(\[]|{_CALL})|arn:aws
+           |\$\(|`(?:{_COMMAND_RUN})
            |(?<![="']){_TYPE})
         ((?:[^\s"',;\[]|\[(?![\w ]+redacted\])){{6,}})"""),
      lambda m: m.group(1) + _named_value(m), _NAME_HINTS),
@@ -246,12 +251,6 @@ def _prose_phrase(phrase: str) -> str:
     if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or _PROSE_FORM.fullmatch(w) for w in words):
         return phrase
     return "[secret redacted]"
-
-
-# a command whose output is the value (``cat ~/.pw``, ``pass show db``): code in backticks or $( ), not the secret
-_SUBSTITUTED = re.compile(r"(?:cat|pass|gpg|op|vault|security|echo|printf|head|tail|openssl|sops|base64|printenv|jq|awk"
-                          r"|sed|tr|aws|gcloud|az|kubectl|bw|lpass|keyring|secret-tool|pwgen|uuidgen|date)[ \t]+\S"
-                          r"|[^ \t]*[/$]")
 
 
 def _quoted_password(quote: str, value: str) -> str:
@@ -488,6 +487,7 @@ def _line_value(m: re.Match) -> str:
     if len(words) == 1 and len(body) < 6 and not inside and _short_secret(m, body):
         return f"{m.group(1)}[secret redacted]{m.group('value')[len(body):]}"
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
+            or body[0] == "`" and _SUBSTITUTED.match(body, 1) \
             or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _TYPED.match(body) or _COUNT.fullmatch(words[0]) \
             or (inside or m.group("sep") != "=") and sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
@@ -508,7 +508,10 @@ def _short_secret(m: re.Match, word: str) -> bool:
     ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
     unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
     no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
-    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``)."""
+    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``); a word
+    in backticks is read without them (``PASSWORD=`abc```)."""
+    if _BACKTICKED.fullmatch(word):
+        word = word[1:-1]
     return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) \
         and not m.group("name").startswith(("self.", "this.", "cls.", "_")) and not any(c in "\"'`" for c in word) \
         and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
@@ -518,6 +521,7 @@ def _short_secret(m: re.Match, word: str) -> bool:
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
+_BACKTICKED = re.compile(r"`[^`\s/$]+`")  # (a word in backticks: markdown's, no command: PASSWORD=`abc`)
 _TYPED = re.compile(_TYPE)  # (a type's code: password: string | undefined)
 _PLAIN_WORDS = re.compile(r"[A-Za-z'-]+(?:[ \t]+[A-Za-z'-]+)+[.!]?")  # (a phrase inside a line of prose)
 _COMMENT = re.compile(r"(?<![ \t])[ \t]+(?:#.*)?$")  # (begun after a space only: a run of spaces is read once)
