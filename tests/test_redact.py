@@ -449,10 +449,24 @@ SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false",
 AUTH_PAIRS = [("auth: bob secret123", "secret123", "auth: bob "),
               ("basic_auth: deploy s3cr3t99", "s3cr3t99", "basic_auth: deploy "),
               ("  httpAuth = admin Tr0ub4dor&3  # staging", "Tr0ub4dor&3", "  httpAuth = admin "),
-              ("log in with auth: bob secret123\nthen", "secret123", "with auth: bob [password redacted]\nthen")]
+              ("log in with auth: bob secret123\nthen", "secret123", "with auth: bob [password redacted]\nthen"),
+              # (a plain word ending a line that holds only the name and the pair, in config: ini's =, a YAML key
+              # beside others or under a mapping, or its user shaped as one: an address, letters and digits)
+              ("proxy:\n  host: 10.0.0.1\n  auth: bob hunter\n  port: 3128", "hunter", "  auth: bob [password redacted]\n  port: 3128"),
+              ("smtp:\n  auth: alice bananas  # staging", "bananas", "  auth: alice "),
+              ("auth = admin sunshine", "sunshine", "auth = admin "), ("[proxy]\nhttp_auth = bob hunter", "hunter", "auth = bob "),
+              ("auth: bob@example.com hunter", "hunter", "auth: bob@example.com "), ("auth: deploy2 letmein", "letmein", "deploy2 ")]
 AUTH_PAIRS_ORDINARY = ["auth: fix login", "auth: bump oauth2", "auth: drop sha256", "auth: bump v2.1.0",
                        "auth: fix issue42 again", "auth_method: basic digest2x", "auth: bob ${AUTH_PASSWORD}",
-                       "author: bob secret123", "oauth: bob secret123"]
+                       "author: bob secret123", "oauth: bob secret123",
+                       "auth: bump version", "auth: add tests", "Auth: Add tests", "auth: login page", "auth: fix typo",
+                       "auth: session expired", "auth: token refresh", "auth: update docs", "auth: more tests",
+                       "auth: the user", "auth: handle errors", "auth: cleanup code", "  auth: none required",
+                       "3f2a1b9 auth: rotate keys", "fix(auth): bob hunter", "auth: basic realm", "auth: bearer token",
+                       # (a commit's subject: no config around it; nor a changelog's lines of several words)
+                       "auth: session cookies", "auth: session cookies\napi: rate limits\nui: dark mode",
+                       "commit 3f2a1b9\nDate:   Mon Dec 7\n\n    auth: redaction shapes\n", "  auth: view quality",
+                       "proxy:\n  auth: add tests", "auth = fix login"]
 
 
 @pytest.mark.parametrize("text,secret,kept", AUTH_PAIRS)

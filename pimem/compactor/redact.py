@@ -176,9 +176,9 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: _next_line_value(m), _NAME_HINTS),
     # a user and a password after auth: (auth: bob secret123, basic_auth = deploy s3cr3t99), the password ending its
     # line or before a comment, shaped like one (``_pair_password``)
-    (re.compile(rf"""(?ix)((?<![\w-])[\w.-]{{0,64}}?{_STARTS}auth{_ENDS}{_ABOUT}["']?[ \t]*[:=][ \t]*
-                    (?!\[)[\w.@+-]{{1,64}}[ \t]+)([^\s"',;]{{6,64}})(?=[ \t]*(?:\r?\n|\Z)|[ \t]+\#)"""),
-     lambda m: m.group(1) + _pair_password(m.group(2)), ("auth",)),
+    (re.compile(rf"""(?ix)((?<![\w-])[\w.-]{{0,64}}?{_STARTS}auth{_ENDS}{_ABOUT}["']?[ \t]*(?P<sep>[:=])[ \t]*
+                    (?!\[)(?P<user>[\w.@+-]{{1,64}})[ \t]+)(?P<word>[^\s"',;]{{1,64}})(?=[ \t]*(?:\r?\n|\Z)|[ \t]+\#)"""),
+     lambda m: m.group(1) + _pair_password(m), ("auth",)),
     (re.compile(
         rf"""(?ix)
         ((?<!::){_NAMES}[\w.-]{{0,64}}  # (a bound: a long word of names, token_token_…, is read from each of them)
@@ -262,14 +262,68 @@ def _quoted_password(quote: str, value: str) -> str:
     return "[secret redacted]"
 
 
-def _pair_password(word: str) -> str:
+def _pair_password(m: re.Match) -> str:
     """What is sent of the second word after ``auth:`` ending its line (``auth: bob secret123``): the placeholder when
-    it is shaped like a password (``_PASSWORD_SHAPE``) and is no algorithm's or version's name (``_TECH_WORD``:
-    ``auth: bump oauth2``), path or reference."""
-    if _PASSWORD_SHAPE.match(word) and not _TECH_WORD.fullmatch(word) and "/" not in word \
+    it is shaped like a password (``_PASSWORD_SHAPE``), 6 characters or more, and is no algorithm's or version's
+    name (``_TECH_WORD``: ``auth: bump oauth2``), path or reference; or when it is a plain word (``auth: bob
+    hunter``), the line holds only the name and the pair (indented, after a list's ``-``; not a commit's subject
+    in a log: ``3f2a1b9 auth: rotate keys``) and neither word is one of a commit's subject (``_NOT_A_PAIR``: ``auth: add
+    tests``, ``auth: login page``), a sentence's or a verb's form (``auth: session expired``)."""
+    word, user = m.group("word"), m.group("user")
+    if len(word) >= 6 and _PASSWORD_SHAPE.match(word) and not _TECH_WORD.fullmatch(word) and "/" not in word \
             and not word.startswith(("$", "<", "(", "http")) and not _is_reference(word):
         return "[password redacted]"
+    start = m.string.rfind("\n", 0, m.start()) + 1
+    if _PLAIN_PASSWORD.fullmatch(word) and _LINE_HEAD.fullmatch(m.string, start, m.start()) \
+            and (m.group("sep") == "=" or _USER_SHAPE.fullmatch(user) or _in_config(m.string, start)) \
+            and not any(_PROSE_FORM.fullmatch(w) or w in _NOT_A_PAIR or w in _SENTENCE or w in _PROSE_ABOUT
+                        or w in _PROSE_ONE_WORD or w in _NO_SECRET for w in (user.lower(), word.lower())):
+        return "[password redacted]"
     return word
+
+
+_PLAIN_PASSWORD = re.compile(r"[A-Za-z]{3,40}")
+_USER_SHAPE = re.compile(r"[A-Za-z][\w.+-]*@[\w-]+(?:\.[\w-]+)+|[A-Za-z]+\d+")  # (bob@example.com, deploy2)
+# a YAML key with one word or none as its value (host: 10.0.0.1, proxy:), an ini section
+_CONFIG_LINE = re.compile(r"""([ \t]*)(?:-[ \t]+)?(?:["']?[\w.-]{1,64}["']?[ \t]*[:=](?:[ \t]*[^\s#]+)?(?:[ \t]+\#[^\n]*)?|\[[\w. -]{1,64}\])[ \t]*\r?""")
+_INDENT = re.compile(r"[ \t]*")
+
+
+def _in_config(string: str, start: int) -> bool:
+    """Whether the line at ``start`` of ``string`` stands in config: the line before it or after it a key with one
+    word or none as its value as deep (``host: 10.0.0.1``), or the line before it less deep and ending with ``:``
+    (a mapping's name: ``proxy:``) or an ini section (``[proxy]``); a commit's subject stands alone or among
+    lines of several words."""
+    depth = _INDENT.match(string, start).end() - start
+    if start:
+        before = string.rfind("\n", 0, start - 1) + 1
+        if (m := _CONFIG_LINE.fullmatch(string, before, start - 1)) and (len(m.group(1)) == depth or len(m.group(1)) < depth
+                                                                       and string[before:start - 1].rstrip().endswith(":")
+                                                                       or string[before:start - 1].lstrip().startswith("[")):
+            return True
+    end = string.find("\n", start)
+    if end < 0:
+        return False
+    after = string.find("\n", end + 1)
+    m = _CONFIG_LINE.fullmatch(string, end + 1, len(string) if after < 0 else after)
+    return bool(m) and len(m.group(1)) == depth
+_LINE_HEAD = re.compile(r"[ \t]*(?:-[ \t]+)?")  # (a line's indentation, a YAML list's item)
+# the words of a commit's subject (its verbs and what they are done to), modes and what a sentence says: no user nor
+# password of an auth pair
+_NOT_A_PAIR = frozenset("""add adds fix fixes bump bumps drop
+    drops remove removes update updates refactor refactors use uses handle handles move moves rename renames support
+    supports allow allows make makes clean cleanup improve improves change changes revert reverts test tests doc docs
+    document implement implements introduce introduces replace replaces simplify split merge extract enable enables
+    disable disables tidy tweak tweaks polish restore rework rewrite set sets show shows hide hides skip skips log logs
+    raise raises return returns retry validate validates check checks ensure ensures avoid avoids prevent prevents cache
+    store stores load loads read reads write writes parse parses pass passes keep keeps let migrate upgrade downgrade
+    pin unpin deprecate expose exposes export exports import imports wire guard gate release releases prepare init
+    initial wip bugfix hotfix chore feat feature style perf build ci rotate rotates refresh refreshes renew revoke
+    verify verifies sign signs login logout signin signup session sessions token tokens cookie cookies middleware
+    config configs settings flow flows page pages error errors spec specs readme typo typos lint types type schema
+    model models route routes api client server handler handlers provider providers helper helpers module modules
+    service services code more less basic bearer digest ntlm kerberos negotiate oauth jwt apikey mode method scheme
+    realm header headers password passwords user users username secret secrets key keys""".split())
 
 
 def _prose_word(m: re.Match) -> str:
