@@ -1,4 +1,4 @@
-"""The typer app: registers the commands and holds the one error boundary, nothing else.
+"""The typer app: registers the commands and runs them in the one error boundary (``pimem.boundary``), nothing else.
 
 Agent wrappers run pimem every turn, so only the command being run is imported: ``main`` looks at the
 first argument and builds an app holding that one command (every command for ``--help``).
@@ -6,11 +6,8 @@ first argument and builds an app holding that one command (every command for ``-
 
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
-import os
-import signal
 import sys
 from typing import Annotated
 
@@ -18,8 +15,8 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption  # typer <0.29 vendors click
 from typer.core import TyperCommand
 
-from . import env, output
-from .errors import ExitStatus, PimemError, one_line, shortened, translate
+from . import boundary, env, output
+from .errors import ExitStatus, one_line, shortened
 
 # command name -> module in pimem.commands; each module has one function, ``command``
 COMMANDS = {
@@ -62,52 +59,6 @@ HELP = """Endless, lossless memory for LLM chats and coding agents.
 Every message is kept verbatim in an append-only log; a background model folds it into a tree of one-line
 summaries; each turn the model reads a constant-size view and can zoom, search and date back to any original.
 """
-
-
-def guarded(func, writes: bool = False):
-    """The error boundary: every failure leaves as an ``ExitStatus``; a ``PimemError`` becomes
-    ``pimem: error: …`` on stderr and its own status. A command that ``writes`` the store outlives the reader
-    of its stdout."""
-
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        try:
-            with output.writing(writes):
-                try:
-                    result = func(*args, **kwargs)
-                except typer.Exit as exc:  # (a status the command chose)
-                    output.finish(done=exc.exit_code == 0)
-                    raise
-                output.finish()
-                return result
-        except PimemError as exc:
-            _flush_stdout()
-            env.stderr().write(f"pimem: error: {exc}\n")
-            raise typer.Exit(ExitStatus(exc.code)) from None
-        except BrokenPipeError:
-            output.quiet_stdout()
-            raise typer.Exit(ExitStatus.OK) from None
-        except KeyboardInterrupt as exc:  # (SIGTERM too: see main)
-            env.stderr().write("pimem: interrupted\n")
-            raise typer.Exit(_interrupted(exc)) from None
-        except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
-            error = translate(exc)
-            if error is None:
-                raise
-            _flush_stdout()
-            env.stderr().write(f"pimem: error: {error}\n")
-            raise typer.Exit(ExitStatus(error.code)) from None
-
-    return wrapper
-
-
-def _flush_stdout() -> None:
-    """What was printed before an error, ahead of its line; a reader that went away, or a stdout that refuses
-    it (a full disk), does not hide the error."""
-    try:
-        env.current().stdout.flush()
-    except OSError:
-        output.quiet_stdout()
 
 
 def usage(cmd) -> list[str]:
@@ -177,7 +128,7 @@ def build(only: str | None = None) -> typer.Typer:
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command
-            app.command(name, help=func.__doc__, cls=Command)(guarded(func, name in WRITERS))
+            app.command(name, help=func.__doc__, cls=Command)(boundary.guarded(func, name in WRITERS, typer.Exit))
     return app
 
 
@@ -192,98 +143,23 @@ def command_of(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    if None in (sys.stdin, sys.stdout, sys.stderr):
-        _closed_streams()
-    sys.stderr = output.Unfailing(sys.stderr)
+    boundary.begin()
     args = sys.argv[1:] if argv is None else argv
     if argv is None and command_of(args) == "watch":  # (it exits 0 on a signal, one while it starts too)
         from . import stopping
 
         stopping.defer()
     elif argv is None:
-        signal.signal(signal.SIGTERM, _terminate)
-        signal.signal(signal.SIGHUP, _hang_up)
+        boundary.take_signals()
     try:
         app = build(command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
         output.flush()  # (the version; a command's boundary flushed what it printed)
-    except BrokenPipeError:
-        output.quiet_stdout()
-        code = ExitStatus.OK
-    except OSError as exc:  # stdout refused the help (a command's own failures are said by its boundary)
-        code = _refused(output.StdoutRefused(exc))
-    except output.StdoutRefused as exc:  # the version
-        code = _refused(exc)
     except ClickException as exc:
         code = _usage_error(exc, args)
-    except KeyboardInterrupt as exc:  # (before a command began, or after it ended)
-        env.stderr().write("pimem: interrupted\n")
-        code = _interrupted(exc)
-    status = int(code) if isinstance(code, int) else ExitStatus.OK
-    if command_of(args) == "hook":
-        _exit_now(status)
-    sys.exit(status)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM where a command does not take it itself (``watch``, ``build-tree``, ``import`` and ``append
-    --ndjson`` do): the command stops as at Ctrl-C, with one line and exit 143, not silently."""
-
-
-class HungUp(KeyboardInterrupt):
-    """SIGHUP (the terminal closed) where a command does not take it itself: as SIGTERM, exit 129."""
-
-
-def _terminate(_signum, _frame) -> None:
-    raise Terminated
-
-
-def _hang_up(_signum, _frame) -> None:
-    raise HungUp
-
-
-def _interrupted(exc: KeyboardInterrupt) -> ExitStatus:
-    if isinstance(exc, HungUp):
-        return ExitStatus.HANGUP
-    return ExitStatus.TERMINATED if isinstance(exc, Terminated) else ExitStatus.INTERRUPTED
-
-
-def _closed_streams() -> None:
-    """A standard stream the caller closed (``>&-``) is ``/dev/null`` instead: what the command writes there
-    goes nowhere, as to a reader that went away, and no file opened later takes its number."""
-    for fd, name in enumerate(("stdin", "stdout", "stderr")):
-        if getattr(sys, name) is None:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="surrogateescape", closefd=False))
-
-
-def _exit_now(status: int) -> None:
-    """End the process without the interpreter's teardown (freeing every module and object costs Claude Code's
-    hook, which runs every turn, about 15 ms of CPU): what ``atexit`` holds runs first (a view left to save),
-    the streams are flushed. Everything the hook wrote is durable or committed by now; a live thread that is
-    not a daemon gets the ordinary exit instead."""
-    import atexit
-    import threading
-
-    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        sys.exit(status)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status)
-
-
-def _refused(exc: output.StdoutRefused) -> ExitStatus:
-    """stdout refused the help or the version: one line, exit 7, as for a command's output."""
-    output.quiet_stdout()
-    env.stderr().write(f"pimem: error: {exc}\n")
-    return ExitStatus(exc.code)
+    except boundary.ENDINGS as exc:  # (a reader gone, stdout refusing the help, a signal outside the command)
+        code = boundary.ended(exc)
+    boundary.leave(code, now=command_of(args) == "hook")
 
 
 CLOSE_OPTION = 0.6  # how alike an unknown option and one suggested for it are (difflib's ratio, Click's cutoff)

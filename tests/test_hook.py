@@ -1236,3 +1236,82 @@ def test_claude_code_s_interrupt_markers_are_not_shown_as_the_user_s_last_words(
     assert context.returncode == 0, context.stderr
     exchange = context.stdout.split("<previous_exchange>\n")[1].split("</previous_exchange>")[0]
     assert exchange == "#0 user: rename the deploy script\n#1 pi: Renaming it.\n"
+
+
+# ---- the fast path: `python -m pimem hook claude-code` without typer ---------------------------------------
+
+# `python -m pimem` as Claude Code runs it, and the typer app (``pimem.cli.main``, as the `pimem` script runs it);
+# each writes which of typer, click and pimem.cli it imported to $PROBE as it ends
+PROBE = ("import atexit, os, sys\n"
+         "atexit.register(lambda: open(os.environ['PROBE'], 'w').write(' '.join(m for m in ('typer', 'click', 'pimem.cli') if m in sys.modules)))\n")
+FAST = PROBE + "import runpy; runpy.run_module('pimem', run_name='__main__', alter_sys=True)"
+TYPER = PROBE + "sys.argv[0] = 'pimem'; from pimem.cli import main; main()"
+
+
+def probed(program: str, data: bytes, args, tmp_path, **env):
+    probe = tmp_path / "probe"
+    probe.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-c", program, *args], input=data, capture_output=True, timeout=60,
+                          env=subprocess_env(PROBE=probe, **env))
+    return proc, probe.read_text() if probe.exists() else None
+
+
+def test_an_event_imports_neither_typer_nor_click(home, tmp_path):
+    """Claude Code runs the hook on every event: typer and click (~25 ms of a ~65 ms event) parse nothing the
+    hook needs, with its options in any form typer takes."""
+    earlier, current = tmp_path / "e.jsonl", tmp_path / "c.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    grow(current, line("s2", "user", "u2", "hello", 2))
+    assert hook(payload("Stop", "s1", earlier))[0] == 0
+    for args in ((), ("--home", home, "-n", "api", "--budget", "2000", "--timeout", "5"),
+                 (f"--home={home}", "--name=api", "--budget=2000", "--timeout=5.5"), ("--name", "api", "--timeout", "0.5")):
+        for event in ("SessionStart", "UserPromptSubmit", "Stop"):
+            proc, imported = probed(FAST, payload(event, "s2", current, prompt="staging db port"), ["hook", "claude-code", *args], tmp_path)
+            assert proc.returncode == 0 and proc.stderr == b"", (event, args, proc.stderr)
+            assert imported == "", (event, args, imported)
+            if event == "UserPromptSubmit":
+                assert "5433" in context_of(json.loads(proc.stdout))
+
+
+def test_the_fast_path_says_and_exits_exactly_what_the_typer_app_does(tmp_path, monkeypatch):
+    """Every event, payload and option the hook may get, run by `python -m pimem` and by the typer app over two
+    homes given the same events: the same stdout, stderr and exit code; what the fast path does not take
+    (a bad value, an unknown option, --help, install) goes to the typer app, which says what is wrong."""
+    monkeypatch.setenv("PIMEM_NOW", "2026-10-08T09:30:00+08:00")
+    monkeypatch.delenv("PI_MEM_HOME", raising=False)
+    monkeypatch.delenv("PIMEM_MEMORY", raising=False)
+    earlier, current = tmp_path / "e.jsonl", tmp_path / "c.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1), line("s1", "assistant", "a1", "noted: port 5433", 2))
+    grow(current, line("s2", "user", "u2", "which port does staging use", 3))
+    afile = tmp_path / "a-file"
+    afile.write_text("not a home\n")
+    event = lambda name, session="s2", path=current, **extra: payload(name, session, path, **extra)  # noqa: E731
+    cases = [(event("Stop", "s1", earlier), (), True), (event("SessionStart", source="startup"), (), True),
+             (event("UserPromptSubmit", prompt="staging db port"), (), True), (event("PreCompact", trigger="auto"), (), True),
+             (event("Stop", stop_hook_active=False), (), True), (event("SessionEnd", reason="exit"), (), True),
+             (event("UserPromptSubmit", prompt="staging port"), ("--budget", "300", "-n", "api", "--timeout", "5"), True),
+             (event("UserPromptSubmit", prompt="staging port"), ("--budget=120", "--name=api", "--timeout=5.25"), True),
+             (event("SessionStart"), ("--home", "{home}"), True), (event("SessionStart"), ("--home={home}", "--budget", "0"), True),
+             (event("SessionStart"), ("--home", afile), True), (event("Stop"), ("--name", "no/such"), True),
+             (event("Stop"), ("-n", ""), True), (event("Stop"), ("--home=",), True),
+             (b"{", (), True), (b"[]", (), True), (b"", (), True), (b"\xff", (), True), (b'{"hook_event_name": 3}', (), True),
+             (event("Stop"), ("--budget", "x"), False), (event("Stop"), ("--budget=-1",), False), (event("Stop"), ("--timeout", "1e3"), False),
+             (event("Stop"), ("--timeout",), False), (event("Stop"), ("--bogus",), False), (event("Stop"), ("--projec",), False),
+             (event("Stop"), ("--project",), False), (event("Stop"), ("--help",), False), (event("Stop"), ("extra",), False),
+             (event("Stop"), ("-n", "api", "-n", "api"), False), (event("Stop"), ("-napi",), False), (event("Stop"), ("--", "x"), False),
+             (event("Stop"), ("--home", "-x"), False)]
+    answers = []
+    for data, args, taken in cases:
+        said = []
+        for side, program in (("a", FAST), ("b", TYPER)):
+            side_home = tmp_path / side / "home"
+            given = [str(a).replace("{home}", str(side_home)) for a in args]
+            proc, imported = probed(program, data, ["hook", "claude-code", *given], tmp_path, PIMEM_HOME=side_home)
+            mask = lambda b: b.decode().replace(str(side_home), "HOME")  # noqa: E731
+            said.append((proc.returncode, mask(proc.stdout), mask(proc.stderr)))
+            if side == "a":
+                assert imported == ("" if taken else "typer pimem.cli"), (args, imported)
+        assert said[0] == said[1], (data, args)
+        answers.append(said[0])
+    assert "5433" in context_of(json.loads(answers[2][1]))  # (the cases ran: the prompt was answered from s1)
+    assert answers[14][0] == 1 and answers[20][0] == 2 and "--budget" in answers[20][2]  # (bad JSON; a bad value)

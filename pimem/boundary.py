@@ -1,0 +1,170 @@
+"""The one error boundary every command runs in, without typer: the typer app (``pimem.cli``) runs its commands
+in it, and so does ``python -m pimem hook claude-code``, which Claude Code runs every turn and which skips
+typer and click (``pimem.__main__``).
+
+A command's failure leaves as one line on stderr (``pimem: error: …``) and its own exit status; stderr never
+fails a command; a stream the caller closed is ``/dev/null``; SIGTERM and SIGHUP end a command as Ctrl-C does.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+
+from . import env, output
+from .errors import ExitStatus, PimemError, translate
+
+
+class Exit(Exception):
+    """A status a command ends with (what ``typer.Exit`` is to the typer app's commands)."""
+
+    def __init__(self, code: int = 0):
+        super().__init__(code)
+        self.exit_code = code
+
+
+def begin() -> None:
+    """The streams every command starts with: a closed one is ``/dev/null``, stderr is ``output.Unfailing``."""
+    if None in (sys.stdin, sys.stdout, sys.stderr):
+        _closed_streams()
+    sys.stderr = output.Unfailing(sys.stderr)
+
+
+def take_signals() -> None:
+    """SIGTERM and SIGHUP end a command that does not take them itself as Ctrl-C does (``Terminated``,
+    ``HungUp``)."""
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGHUP, _hang_up)
+
+
+def guarded(func, writes: bool = False, exit=Exit):
+    """The error boundary: every failure leaves as ``exit`` (``Exit``, or ``typer.Exit`` in the typer app)
+    carrying an ``ExitStatus``; a ``PimemError`` becomes ``pimem: error: …`` on stderr and its own status. A
+    command that ``writes`` the store outlives the reader of its stdout."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            with output.writing(writes):
+                try:
+                    result = func(*args, **kwargs)
+                except exit as exc:  # (a status the command chose)
+                    output.finish(done=exc.exit_code == 0)
+                    raise
+                output.finish()
+                return result
+        except PimemError as exc:
+            _flush_stdout()
+            env.stderr().write(f"pimem: error: {exc}\n")
+            raise exit(ExitStatus(exc.code)) from None
+        except BrokenPipeError:
+            output.quiet_stdout()
+            raise exit(ExitStatus.OK) from None
+        except KeyboardInterrupt as exc:  # (SIGTERM too: see take_signals)
+            env.stderr().write("pimem: interrupted\n")
+            raise exit(_interrupted(exc)) from None
+        except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
+            error = translate(exc)
+            if error is None:
+                raise
+            _flush_stdout()
+            env.stderr().write(f"pimem: error: {error}\n")
+            raise exit(ExitStatus(error.code)) from None
+
+    return wrapper
+
+
+# what ``ended`` says of a failure outside a command's own boundary (a reader gone, stdout refusing the help or
+# the version, a signal before the command began or after it ended)
+ENDINGS = (OSError, output.StdoutRefused, KeyboardInterrupt)
+
+
+def ended(exc: BaseException) -> ExitStatus:
+    """The status for one of ``ENDINGS``, said in one line (none for a reader that went away)."""
+    if isinstance(exc, BrokenPipeError):
+        output.quiet_stdout()
+        return ExitStatus.OK
+    if isinstance(exc, KeyboardInterrupt):
+        env.stderr().write("pimem: interrupted\n")
+        return _interrupted(exc)
+    return _refused(exc if isinstance(exc, output.StdoutRefused) else output.StdoutRefused(exc))
+
+
+def leave(code, now: bool = False) -> None:
+    """Exit with ``code`` (an int; anything else is 0), ``now`` without the interpreter's teardown."""
+    status = int(code) if isinstance(code, int) else ExitStatus.OK
+    if now:
+        _exit_now(status)
+    sys.exit(status)
+
+
+def _flush_stdout() -> None:
+    """What was printed before an error, ahead of its line; a reader that went away, or a stdout that refuses
+    it (a full disk), does not hide the error."""
+    try:
+        env.current().stdout.flush()
+    except OSError:
+        output.quiet_stdout()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where a command does not take it itself (``watch``, ``build-tree``, ``import`` and ``append
+    --ndjson`` do): the command stops as at Ctrl-C, with one line and exit 143, not silently."""
+
+
+class HungUp(KeyboardInterrupt):
+    """SIGHUP (the terminal closed) where a command does not take it itself: as SIGTERM, exit 129."""
+
+
+def _terminate(_signum, _frame) -> None:
+    raise Terminated
+
+
+def _hang_up(_signum, _frame) -> None:
+    raise HungUp
+
+
+def _interrupted(exc: KeyboardInterrupt) -> ExitStatus:
+    if isinstance(exc, HungUp):
+        return ExitStatus.HANGUP
+    return ExitStatus.TERMINATED if isinstance(exc, Terminated) else ExitStatus.INTERRUPTED
+
+
+def _closed_streams() -> None:
+    """A standard stream the caller closed (``>&-``) is ``/dev/null`` instead: what the command writes there
+    goes nowhere, as to a reader that went away, and no file opened later takes its number."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is None:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", errors="surrogateescape", closefd=False))
+
+
+def _exit_now(status: int) -> None:
+    """End the process without the interpreter's teardown (freeing every module and object costs Claude Code's
+    hook, which runs every turn, about 15 ms of CPU): what ``atexit`` holds runs first (a view left to save),
+    the streams are flushed. Everything the hook wrote is durable or committed by now; a live thread that is
+    not a daemon gets the ordinary exit instead."""
+    import atexit
+    import threading
+
+    if any(t is not threading.main_thread() and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(status)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(status)
+
+
+def _refused(exc: output.StdoutRefused) -> ExitStatus:
+    """stdout refused the help or the version: one line, exit 7, as for a command's output."""
+    output.quiet_stdout()
+    env.stderr().write(f"pimem: error: {exc}\n")
+    return ExitStatus(exc.code)
