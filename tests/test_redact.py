@@ -437,12 +437,24 @@ SHORT_QUOTED_ORDINARY = ['{"password": "", "user": "bob"}', 'password: "$PW"', '
 # .env file): a secret all the same, whatever its length; not a flag, a null, a number, a type, a reference or code
 SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "abc1", "PASSWORD="),
                   ("db_pass: xy9", "xy9", "db_pass: "), ("  password: pw1  # rotated\n  user: bob", "pw1", "  # rotated"),
-                  ("[db]\npassword = 1a\nhost = db", "1a", "\nhost = db"), ("export SMTP_PASS=x7!", "x7!", "SMTP_PASS=")]
+                  ("[db]\npassword = 1a\nhost = db", "1a", "\nhost = db"), ("export SMTP_PASS=x7!", "x7!", "SMTP_PASS="),
+                  # (a value alone is a value: password = pw is ini's as much as Python's, unless the text's code
+                  # names it, ``CODE_NAMES``)
+                  ("password = pw", "pw", "password = "), ("user = admin\npassword = pw\nhost = db", "pw", "\nhost = db"),
+                  ("f = lambda: None\npassword = pw", "pw", "f = lambda: None\n"),
+                  # (prose's for … in, as: no code's names)
+                  ("waiting for bob in the lobby, known as admin\n[db]\npassword = bob", "password = bob", "[db]\npassword = ")]
 SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 1234",
                            "password: str", "secret: bool", '  "pass": true,', "password: ~", "password = ...",
                            "password: ${PW}", "password: $PW", "password = pw;", "password: null", "password: f(x)",
                            "password: wrong", "password_ttl: 3d", "PASS: t1", '            password = b""',
                            "        self._pwd = pwd", "    this.secret = s"]
+# an identifier the text's code names (a parameter, a loop's or a with's variable, an assignment in Python) assigned
+# to a password's name is code, not its value
+CODE_NAMES = ["def connect(user, pw):\n    password = pw\n    return login(user, password)",
+              "for pw in candidates:\n    password = pw", "def f(new_password):\n    password = new_password",
+              "with open(path) as fh:\n    secret = fh", "import os\npw = os.environ['PW']\npassword = pw",
+              "lambda pw: dict(password = pw)"]
 
 
 # a user and a password after auth: (a password's shape: digits in its letters, a symbol), the user kept
@@ -753,7 +765,7 @@ def test_the_key_after_a_kubernetes_secrets_kind_stays():
 @pytest.mark.parametrize("text", ORDINARY + NOT_NAMES + MORE_ORDINARY + VERDICTS + ABOUT_A_SECRET + REFERENCES
                          + HUNTED_ORDINARY + ARROWS_ORDINARY + XML_ORDINARY + DOCKER_ENV_ORDINARY + CHAT_ORDINARY
                          + SHORT_QUOTED_ORDINARY + SHORT_UNQUOTED_ORDINARY + AUTH_PAIRS_ORDINARY + CODE_VALUES + TOKEN_PROSE
-                         + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED)
+                         + STILL_REFERENCES + NEXT_LINE_KEPT + TYPED + CODE_NAMES)
 def test_what_holds_no_secret_is_left_alone(text):
     """Ordinary text, a name about a secret, a reference to one, a test's verdict, prose after a token's name, a
     type, a flag, code, the line under a name that holds no value: each is sent as it is."""

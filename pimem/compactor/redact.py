@@ -571,7 +571,7 @@ def _short_secret(m: re.Match, word: str) -> bool:
         and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
         and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _TYPED.match(word) \
         and not _is_reference(word) and not _CODE.search(word) \
-        and not (m.group("name") == "PASS" and ":" in m.group("sep"))
+        and not (m.group("name") == "PASS" and ":" in m.group("sep")) and not _code_name(word, m.string)
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
@@ -674,6 +674,8 @@ def _named_value(m: re.Match) -> str:
     if _ALONE.fullmatch(name) and not _NAME_PART.match(m.string, max(0, m.start() - 1), m.start()) \
             and _PROSE.fullmatch(value) and _a_word(value) and _LINE_END.match(m.string, m.end()):
         return value  # (one word ending the line after auth or secrets alone: a mode, a subject, secrets: inherit)
+    if not name.rstrip().endswith(("'", '"')) and _code_name(value, m.string):
+        return value  # (a name the text's code gives: def f(user, pw): … password = pw)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS:
@@ -683,6 +685,41 @@ def _named_value(m: re.Match) -> str:
     if part in ("id", "ids") and (len(value) < 16 or not looks_random(value)):
         return value
     return "[secret redacted]"
+
+
+# the names a text's code gives: a function's parameters, a lambda's, a loop's variables, a with's, an except's or an
+# import's (as), each a statement of its line (not prose's: for bob in accounting, known as admin), and in Python (a
+# def, an import in the text) an assignment's target at a line's start
+_CODE_NAMING = re.compile(r"""\bdef[ \t]+\w{1,64}[ \t]*\((?P<params>[^)\n]{0,512})\)|\blambda\b(?P<lambda>[^:\n]{0,256}):
+    |^[ \t]*(?:async[ \t]+)?for[ \t]+(?P<loop>[\w, \t()]{1,128}?)[ \t]+in\b
+    |^[ \t]*(?:async[ \t]+)?(?:with|except|import|from)\b[^\n]{0,256}?\bas[ \t]+(?P<alias>\w{1,64})""", re.X | re.M)
+_PYTHON = re.compile(r"(?m)^[ \t]*(?:def[ \t]+\w+[ \t]*\(|(?:from[ \t]+[\w.]+[ \t]+)?import[ \t]+\w)")
+_ASSIGNED = re.compile(r"(?m)^[ \t]*(\w{1,64})[ \t]*(?::[^=\n]{1,64})?=(?!=)")
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+
+
+@functools.lru_cache(maxsize=8)
+def _code_names(text: str) -> frozenset:
+    """The names ``text``'s code gives (``_CODE_NAMING``; assignments' targets when it holds Python: ``_PYTHON``)."""
+    names = set()
+    if not any(word in text for word in ("def", "lambda", "for", " as ", "import")):
+        return frozenset()
+    for m in _CODE_NAMING.finditer(text):
+        if (params := m.group("params")) is not None:  # (a parameter's name: before its type and its default)
+            names.update(p.split("=")[0].split(":")[0].strip(" \t*") for p in params.split(","))
+        else:
+            names.update(_WORD.findall(m.group("lambda") or m.group("loop") or m.group("alias") or ""))
+    if _PYTHON.search(text):
+        names.update(m.group(1) for m in _ASSIGNED.finditer(text))
+    return frozenset(names)
+
+
+def _code_name(value: str, text: str) -> bool:
+    """Whether ``value`` assigned to a secret's name is an identifier ``text``'s code gives (``_code_names``:
+    ``def connect(user, pw):`` then ``password = pw``), not a value: in a text that holds no code, ``password = pw``
+    is ini's."""
+    return bool(_IDENTIFIER.fullmatch(value)) and value in _code_names(text)
 
 
 def _if_private_pem(b64: str) -> str:
