@@ -1252,7 +1252,7 @@ def probed(program: str, data: bytes, args, tmp_path, **env):
     probe = tmp_path / "probe"
     probe.unlink(missing_ok=True)
     proc = subprocess.run([sys.executable, "-c", program, *args], input=data, capture_output=True, timeout=60,
-                          env=subprocess_env(PROBE=probe, **env))
+                          env=subprocess_env(PROBE=probe, **env), cwd=tmp_path)
     return proc, probe.read_text() if probe.exists() else None
 
 
@@ -1299,7 +1299,7 @@ def test_the_fast_path_says_and_exits_exactly_what_the_typer_app_does(tmp_path, 
              (event("Stop"), ("--timeout",), False), (event("Stop"), ("--bogus",), False), (event("Stop"), ("--projec",), False),
              (event("Stop"), ("--project",), False), (event("Stop"), ("--help",), False), (event("Stop"), ("extra",), False),
              (event("Stop"), ("-n", "api", "-n", "api"), False), (event("Stop"), ("-napi",), False), (event("Stop"), ("--", "x"), False),
-             (event("Stop"), ("--home", "-x"), False)]
+             (event("Stop"), ("--name", "-x"), False)]
     answers = []
     for data, args, taken in cases:
         said = []
