@@ -14,18 +14,24 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    the value is about a secret (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``, ``apiKeyId``) and the
    value is not key material, or the value is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not
    ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type (``password: string;``, ``string | undefined``; not
-   ``str@wberry99``), code (``String.valueOf(x)``), a flag or a null (``{"pass": "yes"}``), a sentence (not after
-   ``NAME=`` at a line's start), or ordinary words after a token's name (``token: refresh on 401``; not a random run
-   of letters);
-2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS``, ``mysql -pPASS``,
+   ``str@wberry99``), code (``String.valueOf(x)``, a command substituted: ``$(pass show db)``, ```cat pw.txt```, a
+   name the text's code gives: ``def f(pw):`` then ``password = pw``; alone that is a value, an ini's as much as
+   Python's), a flag or a null (``{"pass": "yes"}``), a sentence (not after ``NAME=`` at a line's start), or ordinary
+   words after a token's name (``token: refresh on 401``, one word ending the line after ``auth`` or ``secrets``
+   alone: ``auth: release``, ``secrets: inherit``; not a random run of letters);
+2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS`` (a plain word too when the
+   line is config's: ``auth = bob hunter``, beside or under YAML keys; not a commit's subject: ``auth: add tests``),
+   ``mysql -pPASS``,
    ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random
    (entropy and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
    query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
    other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
    in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
-   name, ``sha256``); after ``password is`` or ``pass:`` a word only shaped like a password too (``hunter2``,
-   ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in vault``),
-   one plain word ending its sentence there too (``my password is sunshine``; not ``required``, ``wrong``);
+   name, ``sha256``); after ``password is`` (or ``is:``) or ``pass:`` a word only shaped like a password too
+   (``hunter2``, ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in
+   vault``), one plain word ending its sentence or before a new clause there too (``my password is sunshine and my
+   username is bob``; not ``required``, ``wrong``, ``strong and unique``), a value quoted or backticked there
+   (``my password is "sunshine"``; not a command: ```cat ~/.pw```);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
