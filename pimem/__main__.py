@@ -18,11 +18,11 @@ HOOK_OPTIONS = {"--home": "home", "-n": "name", "--name": "name", "--budget": "b
 def hook_options(args: list[str]) -> dict | None:
     """The options of ``hook claude-code`` in ``args`` as typer would parse them, or None if the typer app
     should parse them (anything but those options, each given once with a value typer would take)."""
+    if args[:1] != ["hook"] or os.environ.get("_PIMEM_COMPLETE"):  # (click's completion variable)
+        return None
     from .errors import BadInput
     from .numbers import count, seconds
 
-    if args[:1] != ["hook"] or os.environ.get("_PIMEM_COMPLETE"):  # (click's completion variable)
-        return None
     words, given, rest = [], {}, args[1:]
     while rest:
         arg = rest.pop(0)
