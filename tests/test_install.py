@@ -60,3 +60,20 @@ def _installed_here() -> str:
     installed (the tests run from a checkout)."""
     probe = "import importlib.metadata as m\ntry: print(m.version('pimem'))\nexcept m.PackageNotFoundError: pass"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd="/").stdout.strip()
+
+
+def test_the_console_script_starts_at_main_so_hooks_skip_typer(wheel, tmp_path):
+    """The installed ``pimem`` is what ``hook install`` writes into Claude Code's settings: it starts at
+    ``pimem.__main__:main``, whose path for the hook's events imports neither typer nor click (``pimem.cli:main``
+    imports typer first, ~15 ms of every event)."""
+    entry = zipfile.ZipFile(wheel).read(next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith("entry_points.txt")))
+    assert "pimem = pimem.__main__:main" in entry.decode().splitlines()
+    script = tmp_path / "pimem"  # as pip writes it
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(ROOT)!r})\nimport atexit\n"
+                      "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('typer', 'click', 'pimem.boundary') if m in sys.modules)))\n"
+                      "from pimem.__main__ import main\nif __name__ == '__main__':\n    sys.exit(main())\n")
+    script.chmod(0o755)
+    event = b'{"hook_event_name": "Stop", "session_id": "s1", "cwd": "/nowhere/api"}'
+    proc = subprocess.run([str(script), "hook", "claude-code", "--home", str(tmp_path / "home")], input=event,
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == b"pimem.boundary", proc.stderr  # (the probe ran, no typer)
