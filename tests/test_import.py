@@ -1710,6 +1710,20 @@ def test_a_project_list_that_cannot_be_read_is_named_in_one_line(run, home, tmp_
     assert snapshot(home) == before
 
 
+def test_an_import_journal_that_cannot_be_read_is_named_in_one_line(run, home, tmp_path):
+    """A directory where imports.journal should be was said as 'Is a directory: 4' (the descriptor's number,
+    which was left open), as imports.json's is said by its path."""
+    first = write_jsonl(tmp_path / "a.jsonl", in_project(CLIENT_A, "sa"))
+    assert run("import", first, "-n", "api").exit_code == 0
+    journal = home / "api" / "imports.journal"
+    journal.unlink()
+    journal.mkdir()
+    before = snapshot(home)
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_A, "sb")), "-n", "api")
+    assert result.exit_code == 7 and result.stderr.startswith(f"pimem: error: Is a directory: {journal};"), result.stderr
+    assert snapshot(home) == before
+
+
 def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
     """A claim whose project logged nothing (a follower or hook stopped before the first message, a crash
     after the claim) left 'api' a directory that is no memory yet (listed with 0 messages), and rename refused
