@@ -52,7 +52,7 @@ import orjson
 from .. import hashes, home as homes
 from ..config import read_json
 from ..memory import Memory
-from ..nofollow import open_fd, read_bytes
+from ..nofollow import open_binary, open_fd, read_bytes
 from .parser import line_counts
 
 KEY_BYTES = 16
@@ -371,7 +371,7 @@ class ImportState:
         if view["journal"] is None:
             return True
         try:
-            f = os.fdopen(open_fd(self._journal_path, os.O_RDONLY), "rb")
+            f = open_binary(self._journal_path)  # (a directory there: named by its path, the descriptor closed)
         except FileNotFoundError:
             return view["at"] == 0
         with f:
