@@ -46,8 +46,9 @@ def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: f
     homes.validate_name(new)
     mem = Memory.open(old, home)
     target = mem.home / new
-    if target.is_dir() and not target.is_symlink():  # (a project's claim of the name, nothing logged in it: taken over)
-        release(Memory(new, target, mem.home))
+    refuse_if_watched(mem, "rename")  # (refused before a claim of the new name is released for it)
+    if target.is_dir() and not target.is_symlink() and target != mem.path:  # (a project's claim of the name,
+        release(Memory(new, target, mem.home))  # nothing logged in it: taken over; not the claim being renamed)
     if target.exists() or target.is_symlink():
         if not (target.is_file() and _leads_to(mem.home, new, mem.path)):
             raise BadInput(f"cannot rename '{old}' to '{new}': '{new}' already exists in {mem.home}")

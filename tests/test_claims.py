@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
 
 import pytest
 
-from conftest import snapshot
+from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory, projects
 from pimem.importers.detect import choices
 
@@ -106,3 +108,29 @@ def test_renaming_a_claim_moves_it_with_its_project(sh, home, claim):
     assert sh("list").stdout.split()[:3] == [b"blank", b"0", b"messages"] and b"web " in sh("list").stdout
     assert projects.claim(CLIENT, choices(CLIENT)) == "api" and Memory.open("api").path == home / "web"
     assert sh("status", "api", "--json").returncode == 0
+
+
+def test_a_rename_refused_leaves_the_claim_at_its_new_name(sh, home, claim):
+    """rename api api released the claim it was asked to rename (the new name's claim, taken over, was its own)
+    and then said 'api' is already named 'api', exit 2, the project's record gone (now: already exists, as of a
+    memory); rename notes api while a
+    watcher held notes released api's claim, then exit 4. A rename refused leaves every claim as it was."""
+    before = snapshot(home)
+    result = sh("rename", "api", "api")
+    assert (result.returncode, result.stderr) == (2, f"pimem: error: cannot rename 'api' to 'api': 'api' already exists in {home}\n".encode())
+    assert snapshot(home) == before and Memory.at("api").claimed()
+    assert sh("append", "notes", "the notes").returncode == 0
+    watcher = subprocess.Popen(pimem_cmd("watch", "notes"), env=subprocess_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (home / "notes" / "lock.json").exists():
+            assert watcher.poll() is None and time.monotonic() < deadline, "pimem watch did not take the lease"
+            time.sleep(0.05)
+        before = snapshot(claim)
+        result = sh("rename", "notes", "api")
+        assert result.returncode == 4 and b"holds it; stop that process first" in result.stderr, result.stderr
+        assert snapshot(claim) == before and Memory.at("api").claimed()
+    finally:
+        watcher.kill()
+        watcher.wait()
