@@ -725,3 +725,25 @@ def test_fsck_notes_a_journal_left_out_or_torn_and_repair_folds_it_in(sh, home, 
         assert journal.read_bytes().count(b"\n") == 1 and json.loads(state.read_text())["covered"] == 3
         assert sh("import", rollout, "-n", "m").stdout.startswith(b"m: 0 imported, 0 already present")
         assert texts("m") == ["run the tests", "they pass", "more"]
+
+
+def test_fsck_names_imports_json_where_it_is_a_link_or_a_directory_not_the_journal(sh, home, tmp_path):
+    """A link or a directory at ``imports.json`` (which import and the hook stop at) was said by ``fsck`` as
+    ``imports.journal: problem: cannot be read (…imports.json is a symbolic link…)``: the file named was the
+    journal, which is fine. It names ``imports.json``, and leaves both alone."""
+    from pimem.importers.state import JOURNAL, STATE
+
+    rollout = tmp_path / "rollout.jsonl"
+    append(rollout, codex_rollout("cx-named"))
+    assert sh("import", rollout, "-n", "m").returncode == 0
+    state = Memory.at("m").path / STATE
+    kept = tmp_path / "kept.json"
+    state.rename(kept)
+    for plant, said in ((lambda: state.symlink_to(kept), "a symbolic link"), (state.mkdir, "Is a directory")):
+        plant()
+        for argv in (["fsck", "m"], ["fsck", "--repair", "m"]):
+            out = sh(*argv)
+            assert out.returncode == 5 and out.stdout.decode().startswith(f"m: files: {STATE}: problem: "), out.stdout
+            assert said in out.stdout.decode() and JOURNAL not in out.stdout.decode(), out.stdout
+        assert os.path.lexists(state) and (state.is_symlink() or state.is_dir())
+        state.unlink() if state.is_symlink() else state.rmdir()
