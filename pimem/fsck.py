@@ -123,17 +123,20 @@ def check_imports(mem: Memory) -> list[Finding]:
     another ``imports.json`` (a fold killed between its two writes, an older pimem's write of it), or ends in a
     line a killed write tore, is a note: readers leave it out, or stop before that line, and read the files
     again from the positions they have, finding what they logged held. ``--repair`` folds it into
-    ``imports.json``. A link there is named and left alone."""
+    ``imports.json``. A link there, or at ``imports.json``, is named and left alone, as is a file that cannot be
+    read (named: ``imports.json`` or the journal)."""
     from .importers import state
 
     path = mem.path / state.JOURNAL
-    if os.path.islink(path):
-        return [Finding(mem.name, "files", path.name, "a symbolic link: pimem never follows links inside its home")]
+    for name in (state.STATE, state.JOURNAL):
+        if os.path.islink(mem.path / name):
+            return [Finding(mem.name, "files", name, "a symbolic link: pimem never follows links inside its home")]
     try:
         left = state.journal_left(mem.path)
     except (OSError, PimemError) as exc:
-        return [Finding(mem.name, "files", path.name, f"cannot be read ({getattr(exc, 'strerror', None) or exc}); "
-                        "import and the hook stop at it")]
+        name = os.path.basename(getattr(exc, "filename", None) or path)
+        return [Finding(mem.name, "files", name if name in (state.STATE, state.JOURNAL) else path.name,
+                        f"cannot be read ({getattr(exc, 'strerror', None) or exc}); import and the hook stop at it")]
     if left is None:
         return []
     problem = ("names another imports.json than the one there (a write of it was killed, or an older pimem wrote it): "
