@@ -177,6 +177,36 @@ def test_a_malformed_payload_exits_1_with_one_line_and_writes_nothing(home, tmp_
     assert snapshot(home) == before
 
 
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (("--budget", "x"), "invalid value for '--budget': 'x'"), (("--timeout=-1",), "invalid value for '--timeout'"),
+        (("--timeout",), "option '--timeout' requires an argument"), (("--bogus",), "no such option: --bogus"),
+        (("--budget", "5", "extra"), "unknown agent 'claude-code extra'"), (("--project",), "are for 'pimem hook install'"),
+    ],
+)
+def test_an_option_the_hook_cannot_take_exits_1_not_2_which_blocks_every_event(home, tmp_path, args, reason):
+    """A hook command in settings.json with an option this pimem cannot take (one a later pimem wrote, a value
+    edited by hand) exited 2 on every event, a usage error's exit: Claude Code erased every prompt and told every
+    stopping agent to go on. It exits 1, Claude Code's non-blocking error, its one line shown to the user; the
+    same options to install are a usage error still (exit 2), and so is an unknown agent to install."""
+    Memory.at("api").append([{"kind": "user", "text": "hi"}])
+    before = snapshot(home)
+    for event in ("UserPromptSubmit", "Stop"):
+        code, answer, err = hook(payload(event, "s1", tmp_path / "none.jsonl", prompt="hi"), *args)
+        assert (code, answer) == (1, None) and err.startswith("pimem: error: ") and reason in err, (event, err)
+        assert err.count("\n") == 1 and snapshot(home) == before
+    for words in (("claude",), ()):  # (no agent Claude Code can run: the same)
+        proc = subprocess.run(pimem_cmd("hook", *words), input=b"{}", capture_output=True, timeout=60, env=subprocess_env())
+        assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1 and proc.stderr.startswith(b"pimem: error: "), proc.stderr
+    if args != ("--project",):
+        proc = subprocess.run(pimem_cmd("hook", "install", "claude-code", "--dry-run", *args), capture_output=True,
+                              timeout=60, env=subprocess_env(HOME=tmp_path))
+        assert proc.returncode == 2 and reason.encode() in proc.stderr, proc.stderr
+    proc = subprocess.run(pimem_cmd("hook", "install", "cursor"), capture_output=True, timeout=60, env=subprocess_env())
+    assert proc.returncode == 2 and b"unknown agent 'cursor'" in proc.stderr
+
+
 def test_a_transcript_of_another_agent_is_said_without_advice_the_hook_cannot_take(home, tmp_path):
     """A pi session given as the transcript: the warning said 'give --format pi, or leave --format out',
     options the hook has not."""
@@ -1314,4 +1344,4 @@ def test_the_fast_path_says_and_exits_exactly_what_the_typer_app_does(tmp_path, 
         assert said[0] == said[1], (data, args)
         answers.append(said[0])
     assert "5433" in context_of(json.loads(answers[2][1]))  # (the cases ran: the prompt was answered from s1)
-    assert answers[14][0] == 1 and answers[20][0] == 2 and "--budget" in answers[20][2]  # (bad JSON; a bad value)
+    assert answers[14][0] == 1 and answers[20][0] == 1 and "--budget" in answers[20][2]  # (bad JSON; a bad value)

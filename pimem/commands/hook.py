@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import env, output
-from ..errors import BadInput
+from ..errors import BadInput, ExitStatus, PimemError
 from ..numbers import count, param, seconds
 from ..options import Home, offer
 
@@ -30,9 +30,9 @@ def command(
     import names it), nothing twice. On SessionStart and UserPromptSubmit it prints the context Claude Code adds
     (hookSpecificOutput.additionalContext, at most --budget characters): the user's pinned and active
     memories and, for a prompt, the best ranked relevant messages that are not in the agent's context (not
-    what its transcript holds after its last compaction boundary). A payload it cannot read exits 1 (Claude
-    Code's non-blocking error, not 2, which Claude Code treats as blocking); any later failure is a warning and
-    exit 0.
+    what its transcript holds after its last compaction boundary). A payload it cannot read, or an option it
+    cannot take, exits 1 (Claude Code's non-blocking error, not 2, which Claude Code treats as blocking); any
+    later failure is a warning and exit 0.
 
     pimem hook install claude-code merges pimem's hooks (SessionStart, UserPromptSubmit, PreCompact, Stop,
     SessionEnd) into ~/.claude/settings.json (--project: ./.claude/settings.json), keeping everything there
@@ -97,9 +97,12 @@ def command(
             output.warn(f"pimem's hooks are in {other} as well: Claude Code runs both, so each prompt gets the context "
                         f"twice; remove one with pimem hook uninstall {agent}{'' if project else ' --project'}")
         return
-    _agent(words)
-    if project or user or dry_run:
-        raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
+    try:
+        _agent(words)
+        if project or user or dry_run:
+            raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
+    except BadInput as exc:  # (not 2, a usage error's exit elsewhere: Claude Code takes 2 as blocking)
+        raise PimemError(str(exc), ExitStatus.NOTHING_FOUND) from None
     code = claude_code.handle(env.current().stdin.buffer, home, name, budget, timeout)
     raise typer.Exit(code)
 
