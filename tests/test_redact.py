@@ -571,6 +571,7 @@ TOKEN_PROSE = ["token: refresh on 401", "fix(api) token: refresh on 401", "auth:
                "auth: internationalization of the login page", "token: strengths and weaknesses",
                # (one word after auth or secrets alone: a mode, GitHub Actions' secrets: inherit, a commit's subject)
                "auth: release", "auth: update", "auth: basic", "secrets: inherit", "    secrets: inherit\n    with:",
+               "secrets: write", "secrets: read", "  secrets: write  # the app's permission\n  issues: read", "Secrets: Tidy",
                "Auth: Refactor", "fix(ci) auth: cleanup", "user.pw", "if user.pw:"]
 TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefghij", "abcdefghij"),
                 ("TOKEN=abcdefghij python run.py", "abcdefghij"), ("auth_token: abcdefghij\nuser: bob", "abcdefghij"),
@@ -581,13 +582,36 @@ TOKEN_VALUES = [("token: Zq8mX2vK7p on staging", "Zq8mX2vK7p"), ("token: abcdefg
                 ("auth: abcdefghijklmnopqrstuvwxyz please", "abcdefghijklmnopqrstuvwxyz"),
                 # (a word shaped like a password, a random run, or after a name that is more than auth or secrets)
                 ("auth: s3cr3tpass", "s3cr3tpass"), ("secrets: kqzvxjwpmrtlbnhdfgsy", "kqzvxjwpmrtlbnhdfgsy"),
-                ("auth_token: release", "release"), ("secret: sunshine", "sunshine")]
+                ("auth_token: release", "release"), ("secret: sunshine", "sunshine"), ("secret: write", "write"),
+                ("SECRETS=write", "write")]
 
 
 @pytest.mark.parametrize("text,secret", TOKEN_VALUES)
 def test_a_token_like_run_after_a_tokens_name_is_redacted(text, secret):
     out = redact(text)
     assert secret not in out and "[secret redacted]" in out, out
+
+
+# a commit's subject or a changelog's line after a token's name: its first word an ordinary word with an
+# apostrophe in it (a possessive, a contraction) is prose, the next word's too (Claude Code's)
+TOKEN_PROSE_WORDS = ["auth: redaction's short config values", "token: Claude Code's slash command said so",
+                     "auth: compactor's retry times with no builder", "auth: shouldn't refresh on 401",
+                     "auth: patterns' docstring wrapped", "auth: redaction\u2019s short config values"]
+# (still a secret: a run that is no word with 's after it, a word shaped like a password, one ending its line)
+TOKEN_VALUES_WORDS = [("token: kqzvxjwpmrtlbnhdfgsy's test run", "kqzvxjwpmrtlbnhdfgsy"),
+                      ("token: s3cr3t99's in the file", "s3cr3t99"), ("auth_token: Zq8mX2vK7p's here", "Zq8mX2vK7p"),
+                      ("api_key: sunshine's", "sunshine"), ("token: 'kqzvxjwpmrtls' for now", "kqzvxjwpmrtls")]
+
+
+@pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
+def test_prose_after_a_tokens_name_keeps_its_words(text):
+    assert redact(text) == text
+
+
+@pytest.mark.parametrize("text,secret", TOKEN_VALUES_WORDS)
+def test_a_token_with_punctuation_after_it_is_redacted_still(text, secret):
+    out = redact(text)
+    assert secret not in out and "redacted]" in out, out
 
 
 # a value passing for a reference: a $ word mixing digits into its letters (leetspeak: $UP3RS3CR3T, where an

@@ -568,7 +568,8 @@ def _short_secret(m: re.Match, word: str) -> bool:
     ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
     unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
     no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
-    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``); a word
+    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``), or
+    it is a plain word after ``secrets:`` alone (``secrets: write``, as ``secrets: inherit``: ``_ALONE``); a word
     in backticks is read without them (``PASSWORD=`abc```)."""
     if _BACKTICKED.fullmatch(word):
         word = word[1:-1]
@@ -577,7 +578,8 @@ def _short_secret(m: re.Match, word: str) -> bool:
         and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
         and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _TYPED.match(word) \
         and not _is_reference(word) and not _CODE.search(word) \
-        and not (m.group("name") == "PASS" and ":" in m.group("sep")) and not _code_name(word, m.string)
+        and not (m.group("name") == "PASS" and ":" in m.group("sep")) and not _code_name(word, m.string) \
+        and not (_ALONE.fullmatch(m.group("name") + m.group("sep")) and _PROSE.fullmatch(word))
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
@@ -637,10 +639,13 @@ def _verdict(value: str, string: str, end: int) -> bool:
 
 
 # a token is one run: an ordinary word after ``token:`` (colon, space, no quote) followed by another word is prose
-# (not a random run of small letters: ``_a_word``)
+# (not a random run of small letters: ``_a_word``), either word with an apostrophe's ending (redaction's, Code's,
+# shouldn't: the value is read to the quote)
 _PROSE_NAME = re.compile(r":[^\S\n]+$")
 _PROSE = re.compile(r"[A-Z]?[a-z]+")
-_PROSE_NEXT = re.compile(r"[^\S\n]+(?:[A-Za-z]?[a-z]+|\d+)(?![^\s.,;:!?])")
+_APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
+_PROSE_TAIL = re.compile(_APOSTROPHE)
+_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:[A-Za-z]?[a-z]+{_APOSTROPHE}|\d+)(?![^\s.,;:!?])")
 _CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
 _PAIRED = re.compile(r"[ \t]+\[password redacted\]")
 # auth or secrets alone before a colon, a mode's or a collection's name more than a secret's: one word after it
@@ -662,6 +667,16 @@ def _a_word(letters: str) -> bool:
     return n < 16 or sum(c in "aeiouyAEIOUY" for c in letters) >= n / 4
 
 
+def _prose_after(value: str, string: str, end: int) -> bool:
+    """Whether ``value``, after a token's name and ending at ``end`` of ``string``, is prose's first word: an
+    ordinary word (``_a_word``), an apostrophe's ending after it (``redaction's``), and another word after that."""
+    if (cut := value.find("\u2019")) >= 0 and _PROSE_TAIL.fullmatch(value, cut):
+        value = value[:cut]
+    else:
+        end = _PROSE_TAIL.match(string, end).end()
+    return bool(_PROSE.fullmatch(value)) and _a_word(value) and bool(_PROSE_NEXT.match(string, end))
+
+
 def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
@@ -674,8 +689,7 @@ def _named_value(m: re.Match) -> str:
         return value  # (a test's verdict: ``PASS: TestParse``, ``PASS: t/basic.sh``)
     if _PAIRED.match(m.string, m.end()):
         return value  # (the user of a pair: auth: deploy [password redacted])
-    if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _PROSE.fullmatch(value) and _a_word(value) \
-            and _PROSE_NEXT.match(m.string, m.end()):
+    if _PROSE_NAME.search(name) and not _PHRASE.search(name) and _prose_after(value, m.string, m.end()):
         return value  # (ordinary words after a token's name: ``token: refresh on 401``, a commit's subject)
     if _ALONE.fullmatch(name) and not _NAME_PART.match(m.string, max(0, m.start() - 1), m.start()) \
             and _PROSE.fullmatch(value) and _a_word(value) and _LINE_END.match(m.string, m.end()):
