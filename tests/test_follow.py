@@ -747,3 +747,38 @@ def test_fsck_names_imports_json_where_it_is_a_link_or_a_directory_not_the_journ
             assert said in out.stdout.decode() and JOURNAL not in out.stdout.decode(), out.stdout
         assert os.path.lexists(state) and (state.is_symlink() or state.is_dir())
         state.unlink() if state.is_symlink() else state.rmdir()
+
+
+def test_a_journal_line_the_disk_had_no_room_for_is_cut_back_not_left_torn(run, home, tmp_path, monkeypatch):
+    """A batch's line that the disk had room for in part only (ENOSPC after some of its bytes) was left in
+    ``imports.journal``, torn: ``fsck`` said a killed write tore it, as a failed write of any other file leaves
+    nothing. It is cut back: the journal is as before, ``fsck`` finds nothing, the same import again logs
+    nothing twice."""
+    import errno
+
+    from pimem import home as homes
+    from pimem.importers.state import JOURNAL
+
+    rollout = tmp_path / "rollout.jsonl"
+    append(rollout, codex_rollout("cx-full"))
+    assert run("import", rollout, "-n", "m").exit_code == 0
+    item = codex_rollout("cx-full")[1]
+    append(rollout, [{**item, "payload": {**item["payload"], "content": [{"type": "input_text", "text": "more"}]}}])
+    journal = Memory.at("m").path / JOURNAL
+    before = journal.read_bytes()
+    real = homes.write_all
+
+    def full(fd, data, durable=True, path=None):
+        if path is not None and Path(path).name == JOURNAL:
+            os.write(fd, bytes(data)[: len(data) // 2])  # (as much as there was room for)
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(fd, data, durable, path)
+
+    monkeypatch.setattr(homes, "write_all", full)
+    result = run("import", rollout, "-n", "m")
+    assert result.exit_code == 7 and "No space left on device" in result.stderr, result.stderr
+    assert journal.read_bytes() == before
+    monkeypatch.setattr(homes, "write_all", real)
+    assert run("fsck", "m").stdout == "m: ok (3 messages)\n"
+    assert run("import", rollout, "-n", "m").stdout.startswith("m: 0 imported, 1 already present")
+    assert texts("m") == ["run the tests", "they pass", "more"]
