@@ -478,7 +478,12 @@ AUTH_PAIRS_ORDINARY = ["auth: fix login", "auth: bump oauth2", "auth: drop sha25
                        # (a commit's subject: no config around it; nor a changelog's lines of several words)
                        "auth: session cookies", "auth: session cookies\napi: rate limits\nui: dark mode",
                        "commit 3f2a1b9\nDate:   Mon Dec 7\n\n    auth: redaction shapes\n", "  auth: view quality",
-                       "proxy:\n  auth: add tests", "auth = fix login"]
+                       "proxy:\n  auth: add tests", "auth = fix login",
+                       # (a method's or a protocol's pair in config: no user and password)
+                       "mongodb:\n  auth: scram sha", "broker:\n  auth: sasl scram", "client:\n  auth: mutual tls",
+                       "mail:\n  auth: oidc github", "sso:\n  auth: google workspace", "[db]\nauth = pam unix",
+                       "registry:\n  auth: htpasswd file", "vpn:\n  auth: radius chap", "db:\n  auth: md5 trust",
+                       "ftp:\n  auth: anonymous allowed", "idp:\n  auth: saml okta", "ldap:\n  auth: simple bind"]
 
 
 @pytest.mark.parametrize("text,secret,kept", AUTH_PAIRS)
@@ -601,6 +606,18 @@ TOKEN_PROSE_WORDS = ["auth: redaction's short config values", "token: Claude Cod
 TOKEN_VALUES_WORDS = [("token: kqzvxjwpmrtlbnhdfgsy's test run", "kqzvxjwpmrtlbnhdfgsy"),
                       ("token: s3cr3t99's in the file", "s3cr3t99"), ("auth_token: Zq8mX2vK7p's here", "Zq8mX2vK7p"),
                       ("api_key: sunshine's", "sunshine"), ("token: 'kqzvxjwpmrtls' for now", "kqzvxjwpmrtls")]
+
+
+# (a word of ordinary parts joined by - or _, a version among them: a command's, a function's, a compound's name;
+# the next word's too: offline build-tree)
+TOKEN_PROSE_WORDS += ["auth: build-tree and watch share one lease", "auth: Bearer-token support", "auth: v2-migration done",
+                      "token: retry_seconds is the cap", "auth: offline build-tree at 100,000 messages",
+                      "api_key: read-only by default", "auth: sign-in-with-apple flow", "token: utf8-safe slicing"]
+TOKEN_VALUES_WORDS += [("token: s3cr3t-99 and more", "s3cr3t-99"), ("token: Zq8mX2vK7p-x on staging", "Zq8mX2vK7p"),
+                       ("auth: kqzvxjwpmrtlbnhdfgsy-abc please", "kqzvxjwpmrtlbnhdfgsy"),
+                       ("token: xkcdqwrt-zzkvbnmp for staging", "xkcdqwrt-zzkvbnmp"),
+                       ("api_key: build-tree", "build-tree"), ("auth: Tr0ub4dor-x and more", "Tr0ub4dor"),
+                       ("token: my_s3cr3t_token then restart", "my_s3cr3t_token")]
 
 
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)

@@ -314,8 +314,8 @@ def _in_config(string: str, start: int) -> bool:
     m = _CONFIG_LINE.fullmatch(string, end + 1, len(string) if after < 0 else after)
     return bool(m) and len(m.group(1)) == depth
 _LINE_HEAD = re.compile(r"[ \t]*(?:-[ \t]+)?")  # (a line's indentation, a YAML list's item)
-# the words of a commit's subject (its verbs and what they are done to), modes and what a sentence says: no user nor
-# password of an auth pair
+# the words of a commit's subject (its verbs and what they are done to), modes, methods and protocols (auth: sasl
+# scram, auth: mutual tls) and what a sentence says: no user nor password of an auth pair
 _NOT_A_PAIR = frozenset("""add adds fix fixes bump bumps drop
     drops remove removes update updates refactor refactors use uses handle handles move moves rename renames support
     supports allow allows make makes clean cleanup improve improves change changes revert reverts test tests doc docs
@@ -329,7 +329,11 @@ _NOT_A_PAIR = frozenset("""add adds fix fixes bump bumps drop
     config configs settings flow flows page pages error errors spec specs readme typo typos lint types type schema
     model models route routes api client server handler handlers provider providers helper helpers module modules
     service services code more less basic bearer digest ntlm kerberos negotiate oauth jwt apikey mode method scheme
-    realm header headers password passwords user users username secret secrets key keys""".split())
+    realm header headers password passwords user users username secret secrets key keys
+    oidc openid saml sso ldap ldaps sasl scram plain cram sha tls mtls ssl cert certs certificate certificates mutual
+    pam radius tacacs chap pap mschap eap psk htpasswd htdigest file files anonymous anon trust peer ident simple bind
+    publickey pubkey hostbased interactive otp totp mfa webauthn passkey passkeys gssapi spnego iam sts okta
+    keycloak cognito google github gitlab azure entra""".split())
 
 
 def _prose_word(m: re.Match) -> str:
