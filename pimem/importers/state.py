@@ -446,7 +446,11 @@ class ImportState:
                 if os.fstat(fd).st_ino == view["ino"]:
                     os.ftruncate(fd, view["at"])  # (a line a killed write left torn)
                     os.lseek(fd, view["at"], os.SEEK_SET)
-                    homes.write_all(fd, line, path=self._journal_path)
+                    try:
+                        homes.write_all(fd, line, path=self._journal_path)
+                    except BaseException:  # (the disk full, say: the part written cut off, as a failed append is)
+                        homes.cut_back(fd, view["at"])
+                        raise
                     view["at"] = view["end"] = view["at"] + len(line)
                     view["covered"], view["keys"] = self.covered, self.count
                     self._loaded = _mark(view)
