@@ -403,7 +403,9 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my password is sunshine and my username is bob", "sunshine", "my password is [secret redacted] and my username is bob"),
         ("the wifi password is bananas, ask me if it changes", "bananas", "is [secret redacted], ask me if it changes"),
         ("the password was letmein but I changed it", "letmein", "was [secret redacted] but I changed it"),
-        ("my password is sunshine btw", "sunshine", "my password is [secret redacted] btw")]
+        ("my password is sunshine btw", "sunshine", "my password is [secret redacted] btw"),
+        # (a quote closing after the word ends it)
+        ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
                  "password is required for login", "the password is hashed using sha256", "password is sha256-hashed",
                  "the password for admin2 is in the vault", "--- PASS: TestParse2 (0.00s)", "second pass: 3 errors left",
@@ -421,7 +423,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is required for login", "the password is wrong again", "password is stored in vault",
                  "the password is strong and unique", "the password is important and you should keep it",
                  "my password is long and I forget it", "the password is fine but the user is locked",
-                 "the password is important.", "the password is key and the username too"]
+                 "the password is important.", "the password is key and the username too",
+                 # (a contraction or a possessive after the word: no sentence's end)
+                 "what the password is doesn't matter", "whatever my password is isn't your business",
+                 "what the password was wasn’t logged", "the password is Bob's birthday"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same
