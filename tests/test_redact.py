@@ -625,6 +625,15 @@ TOKEN_VALUES_WORDS += [("token: s3cr3t-99 and more", "s3cr3t-99"), ("token: Zq8m
                        ("token: my_s3cr3t_token then restart", "my_s3cr3t_token")]
 
 
+# (a word ending in a colon, a comma or a semicolon, a scope's or a list's, before more prose)
+TOKEN_PROSE_WORDS += ["auth: add_cpython: Support 3.12", "auth: scheduler, build-tree, watch, model",
+                      "token: interrupted; tests; README", "auth: release: bump the version",
+                      "token: Compactor, scheduler and watch"]
+TOKEN_VALUES_WORDS += [("token: s3cr3t99, then restart", "s3cr3t99"), ("auth: Zq8mX2vK7p: on staging", "Zq8mX2vK7p"),
+                       ("token: kqzvxjwpmrtlbnhdfgsy; please", "kqzvxjwpmrtlbnhdfgsy"),
+                       ("api_key: sunshine,", "sunshine"), ("token: sunshine:\nuser: bob", "sunshine")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

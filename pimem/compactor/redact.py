@@ -677,11 +677,16 @@ def _a_word(letters: str) -> bool:
 
 def _prose_after(value: str, string: str, end: int) -> bool:
     """Whether ``value``, after a token's name and ending at ``end`` of ``string``, is prose's first word: an
-    ordinary word (``_ordinary_word``), an apostrophe's ending after it (``redaction's``), and another word after that."""
+    ordinary word (``_ordinary_word``), an apostrophe's ending after it (``redaction's``), a colon, a comma or a
+    semicolon (a scope's or a list's: ``add_cpython: Support 3.12``, ``scheduler, build-tree``), and another word
+    after that on its line."""
+    scope = value.endswith(":")  # (read with the value; a comma or a semicolon is not)
+    value = value[:-1] if scope else value
     if (cut := value.find("\u2019")) >= 0 and _PROSE_TAIL.fullmatch(value, cut):
         value = value[:cut]
-    else:
+    elif not scope:
         end = _PROSE_TAIL.match(string, end).end()
+        end += string[end : end + 1] in (",", ";", ":")
     return _ordinary_word(value) and bool(_PROSE_NEXT.match(string, end))
 
 
