@@ -1724,6 +1724,19 @@ def test_an_import_journal_that_cannot_be_read_is_named_in_one_line(run, home, t
     assert snapshot(home) == before
 
 
+def test_a_directory_at_the_import_journal_of_a_memory_never_imported_into_is_refused_first(run, home, tmp_path):
+    """A memory with no import state yet (made by append): a directory at imports.journal was found only by the
+    state's first write, imports.json and imports.keys written and left (or, into an empty memory, the messages
+    logged) before the error. It is refused before anything is written, as where imports.json names a journal."""
+    assert run("append", "api", "by hand").exit_code == 0
+    journal = home / "api" / "imports.journal"
+    journal.mkdir()
+    before = snapshot(home)
+    result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_A, "sb")), "-n", "api")
+    assert result.exit_code == 7 and result.stderr.startswith(f"pimem: error: Is a directory: {journal};"), result.stderr
+    assert snapshot(home) == before
+
+
 def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):
     """A claim whose project logged nothing (a follower or hook stopped before the first message, a crash
     after the claim) left 'api' a directory that is no memory yet (listed with 0 messages), and rename refused

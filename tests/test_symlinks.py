@@ -51,6 +51,7 @@ CASES = [
     ("ranges.writing", "dangling", [["append", "m", "x"]]),
     ("index.sqlite", "dangling", [["search", "staging", "m"]]),
     ("imports.keys", "dangling", [["import", "SESSION", "-n", "m"]]),
+    ("imports.journal", "dangling", [["import", "SESSION", "-n", "m"]]),
     ("view.json", "file", [["view", "m"]]),
     ("main", "dir", [["append", "m", "x"], ["since", "m", "#0"], ["view", "m"]]),
     ("tree", "dir", [["build-tree", "m"], ["view", "m"]]),
