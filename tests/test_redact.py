@@ -459,7 +459,10 @@ SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false",
 CODE_NAMES = ["def connect(user, pw):\n    password = pw\n    return login(user, password)",
               "for pw in candidates:\n    password = pw", "def f(new_password):\n    password = new_password",
               "with open(path) as fh:\n    secret = fh", "import os\npw = os.environ['PW']\npassword = pw",
-              "lambda pw: dict(password = pw)"]
+              "lambda pw: dict(password = pw)",
+              # (a keyword argument closing its call: its parenthesis is no part of the name)
+              "def f(password):\n    g(x=1, password=password)", "def f(api_key):\n    return Client(api_key=api_key)",
+              "def f(pw):\n    connect(host, password=pw))"]
 
 
 # a user and a password after auth: (a password's shape: digits in its letters, a symbol), the user kept

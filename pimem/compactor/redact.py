@@ -765,8 +765,9 @@ def _code_names(text: str) -> frozenset:
 def _code_name(value: str, text: str) -> bool:
     """Whether ``value`` assigned to a secret's name is an identifier ``text``'s code gives (``_code_names``:
     ``def connect(user, pw):`` then ``password = pw``), not a value: in a text that holds no code, ``password = pw``
-    is ini's."""
-    return bool(_IDENTIFIER.fullmatch(value)) and value in _code_names(text)
+    is ini's. A keyword argument closing its call is read without its parentheses (``g(x, password=password)``)."""
+    name = value.rstrip(")")
+    return bool(_IDENTIFIER.fullmatch(name)) and name in _code_names(text)
 
 
 def _if_private_pem(b64: str) -> str:
