@@ -1734,7 +1734,7 @@ def test_a_directory_at_the_import_journal_of_a_memory_never_imported_into_is_re
     before = snapshot(home)
     result = run("import", write_jsonl(tmp_path / "b.jsonl", in_project(CLIENT_A, "sb")), "-n", "api")
     assert result.exit_code == 7 and result.stderr.startswith(f"pimem: error: Is a directory: {journal};"), result.stderr
-    assert snapshot(home) == before
+    assert {k: v for k, v in snapshot(home).items() if k != "api/projects.json"} == before  # (the project's record: its claim)
 
 
 def test_a_claim_left_with_nothing_logged_is_no_obstacle_to_a_rename(run, home):

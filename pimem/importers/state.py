@@ -42,6 +42,7 @@ has no content key in the log: a fork naming its session gets it from the parent
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import time
@@ -52,7 +53,7 @@ import orjson
 from .. import hashes, home as homes
 from ..config import read_json
 from ..memory import Memory
-from ..nofollow import open_binary, open_fd, read_bytes
+from ..nofollow import kind, open_binary, open_fd, read_bytes
 from .parser import line_counts
 
 KEY_BYTES = 16
@@ -274,8 +275,12 @@ class ImportState:
         return out
 
     def sync(self) -> None:
-        """Bring the key set up to the log's end (caller holds the writer lock)."""
+        """Bring the key set up to the log's end (caller holds the writer lock). A link or a directory at the
+        journal is refused here, before anything is written, even where ``imports.json`` names none (which
+        ``_disk`` reads alone): its fold would write over a link, or fail only after writing ``imports.json``."""
         disk = self._disk()
+        if kind(self._journal_path) == "dir":
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(self._journal_path))
         if disk is None:
             self._reset()
         elif disk["version"] != VERSION:  # written by an earlier pimem: the keys again from the log, positions kept
