@@ -637,6 +637,14 @@ TOKEN_VALUES_WORDS += [("token: s3cr3t99, then restart", "s3cr3t99"), ("auth: Zq
                        ("api_key: sunshine,", "sunshine"), ("token: sunshine:\nuser: bob", "sunshine")]
 
 
+# (an acronym's capitals, first or next, and a part of a compound: README, MCP, API-only)
+TOKEN_PROSE_WORDS += ["auth: README wording", "token: README: MCP ids that are no string", "auth: API-only access for now",
+                      "auth: README, MCP and the man pages", "token: NDJSON import keeps order"]
+TOKEN_VALUES_WORDS += [("token: QXZVBNMKPW and more", "QXZVBNMKPW"), ("auth: ABCDEFGHIJKLMNOPQRSTUVWXYZ please", "ABCDEFGHIJ"),
+                       ("token: README", "README"), ("token: S3CR3T99 then restart", "S3CR3T99"),
+                       ("api_key: README\nuser: bob", "README")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

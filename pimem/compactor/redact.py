@@ -646,12 +646,14 @@ def _verdict(value: str, string: str, end: int) -> bool:
 # a token is one run: an ordinary word after ``token:`` (colon, space, no quote) followed by another word is prose
 # (not a random run of small letters: ``_a_word``), either word with an apostrophe's ending (redaction's, Code's,
 # shouldn't: the value is read to the quote) or of ordinary parts joined by - or _ (build-tree, retry_seconds,
-# v2-migration: ``_ordinary_word``)
+# v2-migration: ``_ordinary_word``), an acronym's capitals too (README, MCP, API-only)
 _PROSE_NAME = re.compile(r":[^\S\n]+$")
 _PROSE = re.compile(r"[A-Z]?[a-z]+")
+_ACRONYM = re.compile(r"[A-Z]{2,12}")
 _APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
 _PROSE_TAIL = re.compile(_APOSTROPHE)
-_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:[A-Za-z]?[a-z]+(?:[-_][A-Za-z]?[a-z0-9]+){{0,7}}{_APOSTROPHE}|\d+)(?![^\s.,;:!?])")
+_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_][A-Za-z]?[a-z0-9]+){{0,7}}{_APOSTROPHE}|\d+)"
+                         r"(?![^\s.,;:!?])")
 _PARTS = re.compile(r"[A-Za-z0-9]{1,24}(?:[-_][A-Za-z0-9]{1,24}){1,7}")
 _VOWEL = re.compile(r"(?i)[aeiouy]")
 _CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
@@ -691,16 +693,20 @@ def _prose_after(value: str, string: str, end: int) -> bool:
 
 
 def _ordinary_word(value: str) -> bool:
-    """Whether ``value`` is an ordinary word (``_a_word``) or ordinary parts joined by - or _ (``_PARTS``: build-tree,
-    Bearer-token, retry_seconds): each a word, from 4 letters on with a vowel (not xkcdqwrt-zzkvbnmp), or an
+    """Whether ``value`` is an ordinary word (``_a_word``), an acronym (``_ACRONYM``, from 5 capitals on with a vowel:
+    README, not QXZVBNMKPW) or ordinary parts joined by - or _ (``_PARTS``: build-tree, Bearer-token, retry_seconds,
+    API-only): each a word or an acronym, from 4 letters on with a vowel (not xkcdqwrt-zzkvbnmp), or an
     algorithm's or a version's name beside one (v2-migration, utf8-safe: ``_TECH_WORD``, not a number alone:
     hunter-2, nor a word shaped like a password: s3cr3t-99)."""
     if _PROSE.fullmatch(value):
         return _a_word(value)
+    if _ACRONYM.fullmatch(value):
+        return len(value) < 5 or bool(_VOWEL.search(value))
     if not _PARTS.fullmatch(value):
         return False
     parts = re.split(r"[-_]", value)
-    words = [p for p in parts if _PROSE.fullmatch(p) and _a_word(p) and (len(p) < 4 or _VOWEL.search(p))]
+    words = [p for p in parts if (_PROSE.fullmatch(p) and _a_word(p) or _ACRONYM.fullmatch(p))
+             and (len(p) < 4 or _VOWEL.search(p))]
     return bool(words) and all(p in words or not p[0].isdigit() and _TECH_WORD.fullmatch(p) for p in parts)
 
 
