@@ -645,6 +645,16 @@ TOKEN_VALUES_WORDS += [("token: QXZVBNMKPW and more", "QXZVBNMKPW"), ("auth: ABC
                        ("api_key: README\nuser: bob", "README")]
 
 
+# (a file's, a path's or a module's name of ordinary parts joined by . or /, first or next)
+TOKEN_PROSE_WORDS += ["auth: lock.json and projects.json in the store layout", "token: bench/search.py: both states",
+                      "auth: Memory.save_config checks the settings", "auth: README, bench/README: final figures",
+                      "token: view.py, viewfile.py, index.py"]
+TOKEN_VALUES_WORDS += [("token: eyJhbGciOi.eyJzdWIi.SflKxwRJ and more", "SflKxwRJ"),
+                       ("auth: kqzvxjwpmrtlbnhdfgsy.json then restart", "kqzvxjwpmrtlbnhdfgsy"),
+                       ("token: s3cr3t99/prod then restart", "s3cr3t99"), ("token: lock.json", "lock.json"),
+                       ("token: Zq8mX2vK7p.json then restart", "Zq8mX2vK7p")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

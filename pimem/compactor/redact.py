@@ -646,14 +646,16 @@ def _verdict(value: str, string: str, end: int) -> bool:
 # a token is one run: an ordinary word after ``token:`` (colon, space, no quote) followed by another word is prose
 # (not a random run of small letters: ``_a_word``), either word with an apostrophe's ending (redaction's, Code's,
 # shouldn't: the value is read to the quote) or of ordinary parts joined by - or _ (build-tree, retry_seconds,
-# v2-migration: ``_ordinary_word``), an acronym's capitals too (README, MCP, API-only)
+# v2-migration: ``_ordinary_word``), an acronym's capitals too (README, MCP, API-only), or a file's, a path's or a
+# module's name of such parts joined by . or / (lock.json, bench/search.py, Memory.save_config)
 _PROSE_NAME = re.compile(r":[^\S\n]+$")
 _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _ACRONYM = re.compile(r"[A-Z]{2,12}")
 _APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
 _PROSE_TAIL = re.compile(_APOSTROPHE)
-_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_][A-Za-z]?[a-z0-9]+){{0,7}}{_APOSTROPHE}|\d+)"
-                         r"(?![^\s.,;:!?])")
+_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
+                         rf"{_APOSTROPHE}|\d+)(?![^\s.,;:!?])")
+_NAMED = re.compile(r"[\w-]{1,64}(?:[./][\w-]{1,64}){1,7}")
 _PARTS = re.compile(r"[A-Za-z0-9]{1,24}(?:[-_][A-Za-z0-9]{1,24}){1,7}")
 _VOWEL = re.compile(r"(?i)[aeiouy]")
 _CONSONANTS = re.compile(r"(?i)[^aeiouy]{5}")
@@ -697,11 +699,14 @@ def _ordinary_word(value: str) -> bool:
     README, not QXZVBNMKPW) or ordinary parts joined by - or _ (``_PARTS``: build-tree, Bearer-token, retry_seconds,
     API-only): each a word or an acronym, from 4 letters on with a vowel (not xkcdqwrt-zzkvbnmp), or an
     algorithm's or a version's name beside one (v2-migration, utf8-safe: ``_TECH_WORD``, not a number alone:
-    hunter-2, nor a word shaped like a password: s3cr3t-99)."""
+    hunter-2, nor a word shaped like a password: s3cr3t-99); or such words joined by . or / (``_NAMED``: a file's, a
+    path's or a module's name: lock.json, bench/search.py, Memory.save_config; not a JWT's parts)."""
     if _PROSE.fullmatch(value):
         return _a_word(value)
     if _ACRONYM.fullmatch(value):
         return len(value) < 5 or bool(_VOWEL.search(value))
+    if _NAMED.fullmatch(value):
+        return all(_ordinary_word(name) for name in re.split(r"[./]", value))
     if not _PARTS.fullmatch(value):
         return False
     parts = re.split(r"[-_]", value)
