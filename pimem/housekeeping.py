@@ -46,17 +46,25 @@ def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: f
     homes.validate_name(new)
     mem = Memory.open(old, home)
     target = mem.home / new
-    refuse_if_watched(mem, "rename")  # (refused before a claim of the new name is released for it)
-    if target.is_dir() and not target.is_symlink() and target != mem.path:  # (a project's claim of the name,
-        release(Memory(new, target, mem.home))  # nothing logged in it: taken over; not the claim being renamed)
-    if target.exists() or target.is_symlink():
-        if not (target.is_file() and _leads_to(mem.home, new, mem.path)):
-            raise BadInput(f"cannot rename '{old}' to '{new}': '{new}' already exists in {mem.home}")
+    # a project's claim of the name, nothing logged in it, is taken over (not the claim being renamed): released
+    # once the rename goes ahead, under the lock, so a rename refused leaves it as it was
+    claim = target.is_dir() and not target.is_symlink() and target != mem.path and homes.claimed(target)
+
+    def refuse_taken() -> None:
+        if target.exists() or target.is_symlink():
+            if not (target.is_file() and _leads_to(mem.home, new, mem.path)):
+                raise BadInput(f"cannot rename '{old}' to '{new}': '{new}' already exists in {mem.home}")
+
+    if not claim:
+        refuse_taken()
     if target == mem.path:
         raise BadInput(f"'{old}' is already named '{new}'")
     refuse_if_watched(mem, "rename")
     with mem.lock(timeout):
         refuse_if_watched(mem, "rename")
+        if claim:
+            release(Memory(new, target, mem.home))
+            refuse_taken()
         intent = homes.rename_intent(mem.home, mem.name)
         homes.write_atomic(intent, orjson.dumps({"renamedTo": new}) + b"\n")  # the pointer, before any move
         aside = mem.home / f".{new}.pointer-{os.getpid()}"

@@ -134,3 +134,17 @@ def test_a_rename_refused_leaves_the_claim_at_its_new_name(sh, home, claim):
     finally:
         watcher.kill()
         watcher.wait()
+
+
+def test_a_rename_that_waits_in_vain_for_its_lock_leaves_the_claim_at_its_new_name(sh, home, claim):
+    """rename notes api released api's claim before it waited for notes' writer lock, so one that gave up (exit 4,
+    another writer at notes) left api's project unrecorded. The claim is released under the lock, once the rename
+    goes ahead."""
+    assert sh("append", "notes", "the notes").returncode == 0
+    before = snapshot(claim)
+    with Memory.open("notes").lock():
+        result = sh("rename", "notes", "api", "--timeout", "0")
+    assert result.returncode == 4 and b"locked by another writer" in result.stderr, result.stderr
+    assert snapshot(claim) == before and Memory.at("api").claimed()
+    assert sh("rename", "notes", "api").returncode == 0  # (then taken over, as before)
+    assert [m["text"] for m in Memory.open("api").messages()] == ["the notes"]
