@@ -655,6 +655,12 @@ TOKEN_VALUES_WORDS += [("token: eyJhbGciOi.eyJzdWIi.SflKxwRJ and more", "SflKxwR
                        ("token: Zq8mX2vK7p.json then restart", "Zq8mX2vK7p")]
 
 
+# (the word after token in prose, read for a random run: a capital, a letter and a colon or a dot were taken for one)
+TOKEN_PROSE_WORDS += ["token: Providers: a 3xx from the provider", "token: Memory.append has no prepared keyword",
+                      "token: Anthropic: an input count", "the token for Memory.append is new"]
+TOKEN_VALUES_WORDS += [("token: Zq8mX2vK.p7: on staging", "Zq8mX2vK"), ("the token Xk9.Qm2zL7vR has expired", "Xk9.Qm2zL7vR")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

@@ -342,7 +342,8 @@ def _prose_word(m: re.Match) -> str:
     ``System.getenv(``) or a test's verdict; the
     placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
     is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path, or
-    (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine)."""
+    (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine); else
+    the word itself when it is an ordinary word before more prose (``_prose_after``: token: Providers: a 3xx)."""
     word = m.group(2)
     if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word):
         return word
@@ -355,6 +356,8 @@ def _prose_word(m: re.Match) -> str:
             and not bare.startswith(("$", "<", "(", "http")) and "/" not in bare and not _is_reference(bare) \
             and not (head[0] == "pass:" and _verdict(bare, m.string, m.end())):
         return "[secret redacted]"
+    if _prose_after(word, m.string, m.end()):
+        return word  # (an ordinary word before more prose, no random run: token: Providers: a 3xx, Memory.append has)
     return _if_random(word, "[secret redacted]")
 
 # what a sentence says of a password in one word, beside ``_PROSE_ABOUT``, ``_SENTENCE`` and a verb's form
