@@ -661,6 +661,14 @@ TOKEN_PROSE_WORDS += ["token: Providers: a 3xx from the provider", "token: Memor
 TOKEN_VALUES_WORDS += [("token: Zq8mX2vK.p7: on staging", "Zq8mX2vK"), ("the token Xk9.Qm2zL7vR has expired", "Xk9.Qm2zL7vR")]
 
 
+# (a command's option, first or next, a word in parentheses next: a command's or a flag's subject)
+TOKEN_PROSE_WORDS += ["token: --max-cost-per-day 1e-7 was refused", "auth: --version only on the root app",
+                      "auth: build-tree --dry-run counts the calls", "token: import --follow: a session file",
+                      "auth: providers (openai, anthropic, command)", "token: remember --session '' stored a memory"]
+TOKEN_VALUES_WORDS += [("token: --Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("token: kqzvxjwpmrtlbnhdfgsy --verbose", "kqzvxjwpmrtlbnhdfgsy"),
+                       ("token: s3cr3t99 (for staging)", "s3cr3t99"), ("auth_token: sunshine --verbose\n", "sunshine")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

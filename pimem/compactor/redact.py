@@ -656,8 +656,10 @@ _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _ACRONYM = re.compile(r"[A-Z]{2,12}")
 _APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
 _PROSE_TAIL = re.compile(_APOSTROPHE)
-_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
-                         rf"{_APOSTROPHE}|\d+)(?![^\s.,;:!?])")
+_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:\(?(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
+                         rf"{_APOSTROPHE}|\d+)(?![^\s.,;:!?)])|[^\S\n]+--[a-z][a-z0-9]*(?:-[a-z0-9]+)*[:,]?[^\S\n]+\S")
+# (a command's option first, ``--max-cost-per-day 1e-7 was refused``: what follows on its line is its argument)
+_OPTION_NEXT = re.compile(r"[^\S\n]+\S")
 _NAMED = re.compile(r"[\w-]{1,64}(?:[./][\w-]{1,64}){1,7}")
 _PARTS = re.compile(r"[A-Za-z0-9]{1,24}(?:[-_][A-Za-z0-9]{1,24}){1,7}")
 _VOWEL = re.compile(r"(?i)[aeiouy]")
@@ -686,15 +688,18 @@ def _prose_after(value: str, string: str, end: int) -> bool:
     """Whether ``value``, after a token's name and ending at ``end`` of ``string``, is prose's first word: an
     ordinary word (``_ordinary_word``), an apostrophe's ending after it (``redaction's``), a colon, a comma or a
     semicolon (a scope's or a list's: ``add_cpython: Support 3.12``, ``scheduler, build-tree``), and another word
-    after that on its line."""
+    after that on its line (one in parentheses, or a command's option before more: ``build-tree --dry-run counts``);
+    or a command's option of such a word before anything more on its line (``--version only on the root app``)."""
     scope = value.endswith(":")  # (read with the value; a comma or a semicolon is not)
     value = value[:-1] if scope else value
+    option = value.startswith("--") and value[2:3].islower()
+    value = value[2:] if option else value
     if (cut := value.find("\u2019")) >= 0 and _PROSE_TAIL.fullmatch(value, cut):
         value = value[:cut]
     elif not scope:
         end = _PROSE_TAIL.match(string, end).end()
         end += string[end : end + 1] in (",", ";", ":")
-    return _ordinary_word(value) and bool(_PROSE_NEXT.match(string, end))
+    return _ordinary_word(value) and bool((_OPTION_NEXT if option else _PROSE_NEXT).match(string, end))
 
 
 def _ordinary_word(value: str) -> bool:
