@@ -669,6 +669,13 @@ TOKEN_VALUES_WORDS += [("token: --Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("tok
                        ("token: s3cr3t99 (for staging)", "s3cr3t99"), ("auth_token: sunshine --verbose\n", "sunshine")]
 
 
+# (a private name, its underscores first: a function's or a module's)
+TOKEN_PROSE_WORDS += ["auth: _fresh reads each parked leaf's failure once", "token: _changed names its test once",
+                      "auth: Memory._here: moved() then pin()", "token: __init__ imports nothing heavy"]
+TOKEN_VALUES_WORDS += [("token: _Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("token: _kqzvxjwpmrtlbnhdfgsy please", "kqzvxjwpmrtlbnhdfgsy"),
+                       ("token: _sunshine\nuser: bob", "sunshine")]
+
+
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):
     assert redact(text) == text

@@ -657,7 +657,7 @@ _ACRONYM = re.compile(r"[A-Z]{2,12}")
 _APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
 _PROSE_TAIL = re.compile(_APOSTROPHE)
 _PROSE_NEXT = re.compile(rf"[^\S\n]+(?:\(?(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
-                         rf"{_APOSTROPHE}|\d+)(?![^\s.,;:!?)])|[^\S\n]+--[a-z][a-z0-9]*(?:-[a-z0-9]+)*[:,]?[^\S\n]+\S")
+                         rf"{_APOSTROPHE}(?:\(\))?|\d+)(?![^\s.,;:!?)])|[^\S\n]+--[a-z][a-z0-9]*(?:-[a-z0-9]+)*[:,]?[^\S\n]+\S")
 # (a command's option first, ``--max-cost-per-day 1e-7 was refused``: what follows on its line is its argument)
 _OPTION_NEXT = re.compile(r"[^\S\n]+\S")
 _NAMED = re.compile(r"[\w-]{1,64}(?:[./][\w-]{1,64}){1,7}")
@@ -708,7 +708,11 @@ def _ordinary_word(value: str) -> bool:
     API-only): each a word or an acronym, from 4 letters on with a vowel (not xkcdqwrt-zzkvbnmp), or an
     algorithm's or a version's name beside one (v2-migration, utf8-safe: ``_TECH_WORD``, not a number alone:
     hunter-2, nor a word shaped like a password: s3cr3t-99); or such words joined by . or / (``_NAMED``: a file's, a
-    path's or a module's name: lock.json, bench/search.py, Memory.save_config; not a JWT's parts)."""
+    path's or a module's name: lock.json, bench/search.py, Memory.save_config; not a JWT's parts), each with
+    underscores first or last too (a private name: _fresh, __init__, Memory._here)."""
+    if value.startswith("_") or value.endswith("_"):  # (a private name: _fresh, __init__)
+        core = value.strip("_")
+        return bool(core) and len(value) - len(core) <= 4 and _ordinary_word(core)
     if _PROSE.fullmatch(value):
         return _a_word(value)
     if _ACRONYM.fullmatch(value):
