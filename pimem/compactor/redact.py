@@ -17,8 +17,11 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    ``str@wberry99``), code (``String.valueOf(x)``, a command substituted: ``$(pass show db)``, ```cat pw.txt```, a
    name the text's code gives: ``def f(pw):`` then ``password = pw``; alone that is a value, an ini's as much as
    Python's), a flag or a null (``{"pass": "yes"}``), a sentence (not after ``NAME=`` at a line's start), or ordinary
-   words after a token's name (``token: refresh on 401``, one word ending the line after ``auth`` or ``secrets``
-   alone: ``auth: release``, ``secrets: inherit``; not a random run of letters);
+   words after a token's name (``token: refresh on 401``; a word with an apostrophe, of parts joined by - _ . or /,
+   an acronym, a private name or an option, with a colon or a comma after it, before more words: ``auth:
+   redaction's short values``, ``auth: build-tree and watch``, ``auth: add_cpython: Support 3.12``, ``auth: README
+   wording``, ``token: --dry-run counts``; one word ending the line after ``auth`` or ``secrets`` alone: ``auth:
+   release``, ``secrets: inherit``; not a random run of letters nor a part shaped like a password: ``s3cr3t-99``);
 2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS`` (a plain word too when the
    line is config's: ``auth = bob hunter``, beside or under YAML keys; not a commit's subject: ``auth: add tests``),
    ``mysql -pPASS``,
