@@ -671,7 +671,9 @@ TOKEN_VALUES_WORDS += [("token: --Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("tok
 
 # (a private name, its underscores first: a function's or a module's)
 TOKEN_PROSE_WORDS += ["auth: _fresh reads each parked leaf's failure once", "token: _changed names its test once",
-                      "auth: Memory._here: moved() then pin()", "token: __init__ imports nothing heavy"]
+                      "auth: Memory._here: moved() then pin()", "token: __init__ imports nothing heavy",
+                      "auth: builder: _fresh reads each parked leaf's failure once", "token: import: _changed names its test",
+                      "auth: module: __init__ imports nothing heavy"]
 TOKEN_VALUES_WORDS += [("token: _Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("token: _kqzvxjwpmrtlbnhdfgsy please", "kqzvxjwpmrtlbnhdfgsy"),
                        ("token: _sunshine\nuser: bob", "sunshine")]
 

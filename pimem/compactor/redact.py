@@ -659,9 +659,10 @@ _PROSE = re.compile(r"[A-Z]?[a-z]+")
 _ACRONYM = re.compile(r"[A-Z]{2,12}")
 _APOSTROPHE = r"(?:['\u2019](?:s|t|re|ve|ll|d|m)|(?<=s)['\u2019](?=\s))?"
 _PROSE_TAIL = re.compile(_APOSTROPHE)
-_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:\(?(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
-                         rf"{_APOSTROPHE}(?:\(\))?|\d+)(?![^\s.,;:!?)])|[^\S\n]+--[a-z][a-z0-9]*(?:-[a-z0-9]+)*[:,]?[^\S\n]+\S")
-# (a command's option first, ``--max-cost-per-day 1e-7 was refused``: what follows on its line is its argument)
+_PROSE_NEXT = re.compile(rf"[^\S\n]+(?:[(_]?_?(?:[A-Za-z]?[a-z]+|[A-Z]{{2,12}})(?:[-_./](?:[A-Za-z]?[a-z0-9]+|[A-Z]{{2,12}})){{0,7}}"
+                         rf"{_APOSTROPHE}_{{0,2}}(?:\(\))?|\d+)(?![^\s.,;:!?)])|[^\S\n]+--[a-z][a-z0-9]*(?:-[a-z0-9]+)*[:,]?[^\S\n]+\S")
+# (a command's option first, ``--max-cost-per-day 1e-7 was refused``: what follows on its line is its argument; a
+# private name next, its underscores first or last: ``builder: _fresh reads``)
 _OPTION_NEXT = re.compile(r"[^\S\n]+\S")
 _NAMED = re.compile(r"[\w-]{1,64}(?:[./][\w-]{1,64}){1,7}")
 _PARTS = re.compile(r"[A-Za-z0-9]{1,24}(?:[-_][A-Za-z0-9]{1,24}){1,7}")
