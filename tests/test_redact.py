@@ -677,6 +677,14 @@ TOKEN_PROSE_WORDS += ["auth: _fresh reads each parked leaf's failure once", "tok
 TOKEN_VALUES_WORDS += [("token: _Zq8mX2vK7p then restart", "Zq8mX2vK7p"), ("token: _kqzvxjwpmrtlbnhdfgsy please", "kqzvxjwpmrtlbnhdfgsy"),
                        ("token: _sunshine\nuser: bob", "sunshine")]
 
+# (Bearer, Basic or Token before an ordinary word of 12 letters or more: prose, not a header's credential)
+TOKEN_PROSE_WORDS += ["Token configuration happens at startup", "the token expiration_seconds is short",
+                      "Basic authentication over plain HTTP is refused", "bearer authentication.",
+                      "Token validation.rules moved to the gateway"]
+TOKEN_VALUES_WORDS += [("Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123", "abcdefghijklmnopqrstuvwxyz0123"),
+                       ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+                       ("Token kqzvxjwpmrtlbnhdfgsy", "kqzvxjwpmrtlbnhdfgsy"), ("Bearer eyJhbGciOiJIUzI1NiJ9", "eyJhbGciOiJIUzI1NiJ9")]
+
 
 @pytest.mark.parametrize("text", TOKEN_PROSE_WORDS)
 def test_prose_after_a_tokens_name_keeps_its_words(text):

@@ -140,7 +140,9 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # a token standing as a URL's user (https://TOKEN@host, a Sentry DSN's key), when random
     (re.compile(r"\b([a-z][a-z0-9+.-]*://)([^\s:/@\[]{16,})(?=@)", re.I),
      lambda m: m.group(1) + _if_random(m.group(2), "[token redacted]"), ("://",)),
-    (re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=-]{12,}", re.I), r"\1 [token redacted]", ("bearer", "basic", "token")),
+    # (not an ordinary word of prose: Token configuration happens at startup, the token expiration_seconds)
+    (re.compile(r"\b(Bearer|Basic|Token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I),
+     lambda m: m.group() if _ordinary_word(m.group(3).rstrip(".")) else f"{m.group(1)} [token redacted]", ("bearer", "basic", "token")),
     # connection strings: Azure storage and service bus keys, shared access signatures
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
