@@ -426,7 +426,11 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is important.", "the password is key and the username too",
                  # (a contraction or a possessive after the word: no sentence's end)
                  "what the password is doesn't matter", "whatever my password is isn't your business",
-                 "what the password was wasn’t logged", "the password is Bob's birthday"]
+                 "what the password was wasn’t logged", "the password is Bob's birthday",
+                 # (an adjective of quality or validity, an irregular participle: what a sentence says of a password)
+                 "the password is bogus", "the password is sufficient", "the password is insufficient",
+                 "the password is unicode", "the password is written down somewhere", "the password was gibberish",
+                 "the password is acceptable.", "my password was given to me", "the password is legit"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

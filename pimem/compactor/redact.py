@@ -259,7 +259,7 @@ def _prose_phrase(phrase: str) -> str:
     """What is sent of plain words ending a line after ``password is``: the placeholder unless a sentence's
     (``_PROSE_ABOUT`` first, a word of ``_SENTENCE`` or ``_PROSE_FORM`` in it)."""
     words = [w.lower() for w in phrase.split()]
-    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or _PROSE_FORM.fullmatch(w) for w in words):
+    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or w in _PARTICIPLES or _PROSE_FORM.fullmatch(w) for w in words):
         return phrase
     return "[secret redacted]"
 
@@ -376,9 +376,18 @@ _PROSE_ONE_WORD = frozenset("""correct right mandatory necessary needed ready vi
     below above attached inside elsewhere somewhere nowhere done what which who where why how whatever really even
     already again back fake real dummy placeholder important key perfect significant crucial critical essential vital
     personal confidential sensitive tough tricky impossible difficult complicated awesome nice cool fun funny silly
-    stupid dumb cute clever smart something anything nothing everything""".split())
+    stupid dumb cute clever smart something anything nothing everything
+    bogus legit legitimate illegitimate sufficient insufficient adequate inadequate acceptable unacceptable
+    appropriate inappropriate suitable unsuitable proper improper compliant noncompliant reasonable unreasonable
+    usable unusable reusable solid robust fragile decent poor excellent terrific horrible ridiculous
+    useful pointless meaningless nonsense gibberish garbage junk rubbish trivial unicode ascii numeric
+    alphanumeric lowercase uppercase printable readable unreadable encrypted hashed salted""".split())
 _ONE_WORD = re.compile(r"[A-Za-z][a-z]{1,39}")
 _ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, expiring, usually; not red, king)
+# a verb's irregular participle is a verb's form too (written, given, shown: the password is written down somewhere)
+_PARTICIPLES = frozenset("""written given shown chosen sent kept told said made found got gotten left held put built
+    sold bought spoken drawn driven begun seen worn torn sworn frozen bound hung shut cut lit done known hidden stolen
+    taken forgotten broken mistaken overwritten rewritten undone withheld""".split())
 # (a quote closing: not an apostrophe before a letter, a contraction's or a possessive's: doesn't, Bob's)
 _SENTENCE_END = re.compile(r"[ \t]*(?:[,;:)\"]|'(?![A-Za-z])|\r?\n|\Z)")
 # a new clause after the word (and its subject: my password is sunshine and my username is bob; not a second word
@@ -398,7 +407,7 @@ def _one_word_password(word: str, string: str, end: int) -> bool:
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
-        and not _ONE_WORD_FORM.fullmatch(lower)
+        and lower not in _PARTICIPLES and not _ONE_WORD_FORM.fullmatch(lower)
 
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
