@@ -404,6 +404,12 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("the wifi password is bananas, ask me if it changes", "bananas", "is [secret redacted], ask me if it changes"),
         ("the password was letmein but I changed it", "letmein", "was [secret redacted] but I changed it"),
         ("my password is sunshine btw", "sunshine", "my password is [secret redacted] btw"),
+        # (a time's word, a parenthesis or what it is for after the word: no second word said of it)
+        ("the password is sunshine now", "sunshine", "the password is [secret redacted] now"),
+        ("the password is sunshine for the admin account", "sunshine", "is [secret redacted] for the admin account"),
+        ("the password is: sunshine (lowercase)", "sunshine", "the password is: [secret redacted] (lowercase)"),
+        ("my password was letmein until last week, I changed it", "letmein", "was [secret redacted] until last week"),
+        ("the wifi password is bananas on the guest network", "bananas", "is [secret redacted] on the guest network"),
         # (a quote closing after the word ends it)
         ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
@@ -430,7 +436,15 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  # (an adjective of quality or validity, an irregular participle: what a sentence says of a password)
                  "the password is bogus", "the password is sufficient", "the password is insufficient",
                  "the password is unicode", "the password is written down somewhere", "the password was gibberish",
-                 "the password is acceptable.", "my password was given to me", "the password is legit"]
+                 "the password is acceptable.", "my password was given to me", "the password is legit",
+                 # (a word said of it before what it is for, a time's word or a parenthesis)
+                 "the password is required for the admin account", "the password is valid for the next hour",
+                 "the password is different on each server", "the password is correct now", "the password is wrong (again)",
+                 "the password is reset every month", "the password is usually changed",
+                 # (an adjective's ending before a preposition: what a sentence says of it, LongMemEval's re-said)
+                 "the password is relevant to your matter", "the password was responsible for the cost",
+                 "the password is famous for its cuisine", "the password is attentive to my needs",
+                 "the password was almost too much to bear"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

@@ -395,6 +395,15 @@ _SENTENCE_END = re.compile(r"[ \t]*(?:[,;:)\"]|'(?![A-Za-z])|\r?\n|\Z)")
 _CLAUSE_NEXT = re.compile(r"(?i)[ \t]+(?:(?:and|but|so|or|then|because|if|though|since|while)[ \t]+(?:my|the|i|i'm|you"
                           r"|your|it|it's|he|she|we|they|his|her|our|their|this|that|there|its)(?![\w'])|(?:btw|fyi|lol)\b)")
 
+# a time's word, a parenthesis or a preposition and its determiner after the word: the sentence goes on about the
+# password said (the password is sunshine now, … (lowercase), … for the admin account, … until last week); before a
+# preposition not a word with an adjective's ending (relevant to, responsible for, famous for, equal to)
+_ASIDE_NEXT = re.compile(r"(?i)[ \t]+(?:(?:now|today|tonight|currently|anyway|again)(?![\w'-])|\((?!\)))")
+_PREPOSITION_NEXT = re.compile(r"(?i)[ \t]+(?:for|on|at|in|to|until|till|from|since|with)[ \t]+(?:the|my|your|our|their|his"
+                               r"|her|its|this|that|these|those|all|both|each|every|any|a|an|now|today|tomorrow|tonight"
+                               r"|yesterday|next|last)(?![\w'-])")
+_ADJECTIVE_FORM = re.compile(r"(?i)[a-z]+(?:ive|ant|ent|al|ar|ble|ful|ous|ic|ary|ory|ish|less|ile)")
+
 
 def _one_word_password(word: str, string: str, end: int) -> bool:
     """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
@@ -403,7 +412,8 @@ def _one_word_password(word: str, string: str, end: int) -> bool:
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
     if not _ONE_WORD.fullmatch(bare) or not (bare != word or _SENTENCE_END.match(string, end)
-                                             or _CLAUSE_NEXT.match(string, end)):
+                                             or _CLAUSE_NEXT.match(string, end) or _ASIDE_NEXT.match(string, end)
+                                             or _PREPOSITION_NEXT.match(string, end) and not _ADJECTIVE_FORM.fullmatch(bare)):
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
