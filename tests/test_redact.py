@@ -410,6 +410,10 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("the password is: sunshine (lowercase)", "sunshine", "the password is: [secret redacted] (lowercase)"),
         ("my password was letmein until last week, I changed it", "letmein", "was [secret redacted] until last week"),
         ("the wifi password is bananas on the guest network", "bananas", "is [secret redacted] on the guest network"),
+        # (a sentence in capitals: its word in capitals)
+        ("PASSWORD IS SUNSHINE", "SUNSHINE", "PASSWORD IS [secret redacted]"),
+        ("MY WIFI PASSWORD WAS BANANAS!", "BANANAS", "MY WIFI PASSWORD WAS [secret redacted]!"),
+        ("THE PASSWORD IS SUNSHINE AND THE USER IS BOB", "SUNSHINE", "IS [secret redacted] AND THE USER IS BOB"),
         # (a quote closing after the word ends it)
         ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
@@ -444,7 +448,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  # (an adjective's ending before a preposition: what a sentence says of it, LongMemEval's re-said)
                  "the password is relevant to your matter", "the password was responsible for the cost",
                  "the password is famous for its cuisine", "the password is attentive to my needs",
-                 "the password was almost too much to bear"]
+                 "the password was almost too much to bear",
+                 # (a word in capitals in a sentence that is not: an acronym; what a sentence in capitals says)
+                 "the password is ASCII", "the password is NOT", "PASSWORD IS REQUIRED", "THE PASSWORD IS WRONG",
+                 "PASSWORD IS STORED IN VAULT"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

@@ -354,7 +354,7 @@ def _prose_word(m: re.Match) -> str:
         return word
     head = m.group(1).lower().split()
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was", "is:", "was:"} & set(head) \
-            and _one_word_password(word, m.string, m.end()):
+            and _one_word_password(word, m.string, m.end(), shouted=m.group(1).isupper()):
         return "[secret redacted]" + word[len(word.rstrip(".!?:)")) :]
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) \
             and 6 <= len(bare := word.rstrip(".:!?")) <= 64 and _PASSWORD_SHAPE.match(bare) \
@@ -383,6 +383,7 @@ _PROSE_ONE_WORD = frozenset("""correct right mandatory necessary needed ready vi
     useful pointless meaningless nonsense gibberish garbage junk rubbish trivial unicode ascii numeric
     alphanumeric lowercase uppercase printable readable unreadable encrypted hashed salted""".split())
 _ONE_WORD = re.compile(r"[A-Za-z][a-z]{1,39}")
+_SHOUTED = re.compile(r"[A-Z]{2,40}")  # (a word in capitals after a password's name in capitals: PASSWORD IS SUNSHINE)
 _ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, expiring, usually; not red, king)
 # a verb's irregular participle is a verb's form too (written, given, shown: the password is written down somewhere)
 _PARTICIPLES = frozenset("""written given shown chosen sent kept told said made found got gotten left held put built
@@ -405,15 +406,17 @@ _PREPOSITION_NEXT = re.compile(r"(?i)[ \t]+(?:for|on|at|in|to|until|till|from|si
 _ADJECTIVE_FORM = re.compile(r"(?i)[a-z]+(?:ive|ant|ent|al|ar|ble|ful|ous|ic|ary|ory|ish|less|ile)")
 
 
-def _one_word_password(word: str, string: str, end: int) -> bool:
+def _one_word_password(word: str, string: str, end: int, shouted: bool = False) -> bool:
     """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
-    plain word (``my password is sunshine``, ``the wifi password is bananas``): it ends its sentence (a sign
+    plain word (``my password is sunshine``, ``the wifi password is bananas``; in capitals when ``shouted``, its name
+    and is in capitals too: ``PASSWORD IS SUNSHINE``): it ends its sentence (a sign
     after it, the line's end) or a new clause follows it (``_CLAUSE_NEXT``: ``and my username is bob``) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
-    if not _ONE_WORD.fullmatch(bare) or not (bare != word or _SENTENCE_END.match(string, end)
-                                             or _CLAUSE_NEXT.match(string, end) or _ASIDE_NEXT.match(string, end)
-                                             or _PREPOSITION_NEXT.match(string, end) and not _ADJECTIVE_FORM.fullmatch(bare)):
+    if not (_ONE_WORD.fullmatch(bare) or shouted and _SHOUTED.fullmatch(bare)):
+        return False
+    if not (bare != word or _SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end)
+            or _ASIDE_NEXT.match(string, end) or _PREPOSITION_NEXT.match(string, end) and not _ADJECTIVE_FORM.fullmatch(bare)):
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
