@@ -414,6 +414,13 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("PASSWORD IS SUNSHINE", "SUNSHINE", "PASSWORD IS [secret redacted]"),
         ("MY WIFI PASSWORD WAS BANANAS!", "BANANAS", "MY WIFI PASSWORD WAS [secret redacted]!"),
         ("THE PASSWORD IS SUNSHINE AND THE USER IS BOB", "SUNSHINE", "IS [secret redacted] AND THE USER IS BOB"),
+        # (other names of a password in chat: pw, pass, passcode)
+        ("the pw is sunshine", "sunshine", "the pw is [secret redacted]"), ("wifi pw: sunshine", "sunshine", "wifi pw: "),
+        ("my pass is sunshine", "sunshine", "my pass is [secret redacted]"),
+        ("the passcode is sunshine now", "sunshine", "the passcode is [secret redacted] now"),
+        ("the pw is hunter2 btw", "hunter2", "the pw is [secret redacted] btw"),
+        ("my pass was letmein but I changed it", "letmein", "was [secret redacted] but I changed it"),
+        ("THE PW IS SUNSHINE", "SUNSHINE", "THE PW IS [secret redacted]"),
         # (a quote closing after the word ends it)
         ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
@@ -451,7 +458,12 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password was almost too much to bear",
                  # (a word in capitals in a sentence that is not: an acronym; what a sentence in capitals says)
                  "the password is ASCII", "the password is NOT", "PASSWORD IS REQUIRED", "THE PASSWORD IS WRONG",
-                 "PASSWORD IS STORED IN VAULT"]
+                 "PASSWORD IS STORED IN VAULT",
+                 # (what a sentence says of a pw, a pass, a passcode; a pass that is no password's word)
+                 "the pw is required", "my pass is expired", "the first pass is slow", "the boarding pass is ready",
+                 "if pw is None:", "assert pw is not None", "the passcode is wrong", "wifi pw: see the fridge",
+                 "the bus pass is valid for the next hour", "bypass is enabled", "the compass is broken",
+                 "def login(user, pw: str):", "def f(pw: bytes, n: int):", "pw: bool = False", "pw: int,", "pw: none"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

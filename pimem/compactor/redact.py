@@ -88,6 +88,7 @@ _CALLED = re.compile(_CALL)
 _COMMAND_RUN = (r"(?:cat|pass|gpg|op|vault|security|echo|printf|head|tail|openssl|sops|base64|printenv|jq|awk|sed|tr|aws"
                 r"|gcloud|az|kubectl|bw|lpass|keyring|secret-tool|pwgen|uuidgen|date)[ \t]+[^\s`]|[^\s`]*[/$]")
 _SUBSTITUTED = re.compile(_COMMAND_RUN)
+_WHOSE = "(?:" + "|".join(rf"(?<=\b{w} )" for w in "my your our his her their wifi admin root email account".split()) + ")"
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -239,6 +240,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                 r"(?:\s+(?:(?:is|was):?|=|:|of|for|to|now))*\s+)"
                 rf"(?!redacted\]|[^\s\"',;]*?\[[\w ]{{1,40}} redacted\]|{_TYPE})([^\s\"',;]+)"),
      lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
+    # a password's other names in chat, said with is or was (the pw is sunshine, my pass is sunshine, the passcode is
+    # sunshine) or pw: (wifi pw: sunshine): a word as after password is (``_chat_password``); pass only after a
+    # possessive or a wifi's, an admin's (not the first pass, the boarding pass)
+    (re.compile(rf"(?i)(\b(?:pw|passcode|{_WHOSE}pass)(?:[ \t]+(?:is|was):?|(?<=pw):)[ \t]+)(?!\[)([^\s\"',;]+)"),
+     lambda m: m.group(1) + _chat_password(m), ("pw", "pass")),
 ]
 
 # what a sentence says of a password is no passphrase: its first word one of these, or a word of a sentence
@@ -364,6 +370,22 @@ def _prose_word(m: re.Match) -> str:
     if _prose_after(word, m.string, m.end()):
         return word  # (an ordinary word before more prose, no random run: token: Providers: a 3xx, Memory.append has)
     return _if_random(word, "[secret redacted]")
+
+def _chat_password(m: re.Match) -> str:
+    """What is sent of the word (``m.group(2)``) after a password's other name in chat (``pw``, ``pass``, ``passcode``)
+    and is or was, or ``pw:``: the placeholder when it is a password of one plain word (``_one_word_password``: the pw
+    is sunshine) or shaped like one (``_PASSWORD_SHAPE``: hunter2), as after ``password is``; the word otherwise (the
+    pw is required, if pw is None; a type or a flag after ``pw:``: ``def login(user, pw: str)``)."""
+    word, bare = m.group(2), m.group(2).rstrip(".!?:)")
+    if m.group(1).rstrip().endswith(":") and (bare.lower() in _NO_SECRET or _TYPED.match(m.string, m.start(2))):
+        return word  # (a parameter's type in code: def login(user, pw: str))
+    if _one_word_password(word, m.string, m.end(), shouted=m.group(1).isupper()):
+        return "[secret redacted]" + word[len(bare) :]
+    if 6 <= len(bare) <= 64 and _PASSWORD_SHAPE.match(bare) and not bare.startswith(("$", "<", "(", "http")) \
+            and "/" not in bare and not _is_reference(bare) and not _TECH_WORD.fullmatch(bare):
+        return "[secret redacted]" + word[len(bare) :]
+    return word
+
 
 # what a sentence says of a password in one word, beside ``_PROSE_ABOUT``, ``_SENTENCE`` and a verb's form
 # (``_ONE_WORD_FORM``): the password is correct, mandatory, ready, mine, what?
