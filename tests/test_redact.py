@@ -421,6 +421,12 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("the pw is hunter2 btw", "hunter2", "the pw is [secret redacted] btw"),
         ("my pass was letmein but I changed it", "letmein", "was [secret redacted] but I changed it"),
         ("THE PW IS SUNSHINE", "SUNSHINE", "THE PW IS [secret redacted]"),
+        # (a passcode or a PIN said in chat: a number too)
+        ("the passcode is 4821", "4821", "the passcode is [secret redacted]"),
+        ("my pin is 4821", "4821", "my pin is [secret redacted]"), ("the PIN is 0000", "0000", "the PIN is [secret redacted]"),
+        ("my pin is 4821 btw", "4821", "my pin is [secret redacted] btw"),
+        ("the card PIN was 1234 but I changed it", "1234", "was [secret redacted] but I changed it"),
+        ("the door pin is 482190.", "482190", "the door pin is [secret redacted]."),
         # (a quote closing after the word ends it)
         ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
@@ -463,7 +469,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the pw is required", "my pass is expired", "the first pass is slow", "the boarding pass is ready",
                  "if pw is None:", "assert pw is not None", "the passcode is wrong", "wifi pw: see the fridge",
                  "the bus pass is valid for the next hour", "bypass is enabled", "the compass is broken",
-                 "def login(user, pw: str):", "def f(pw: bytes, n: int):", "pw: bool = False", "pw: int,", "pw: none"]
+                 "def login(user, pw: str):", "def f(pw: bytes, n: int):", "pw: bool = False", "pw: int,", "pw: none",
+                 # (a pin's number that is no PIN: a count, a board's pin; a PIN's word)
+                 "the pin is 4 digits", "GPIO pin is 17", "the pin is 1234 characters long", "my pin is required",
+                 "the pin is high", "the PIN is 4 to 6 digits", "the pin is sunshine", "the passcode is 6 digits"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

@@ -242,9 +242,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
     # a password's other names in chat, said with is or was (the pw is sunshine, my pass is sunshine, the passcode is
     # sunshine) or pw: (wifi pw: sunshine): a word as after password is (``_chat_password``); pass only after a
-    # possessive or a wifi's, an admin's (not the first pass, the boarding pass)
-    (re.compile(rf"(?i)(\b(?:pw|passcode|{_WHOSE}pass)(?:[ \t]+(?:is|was):?|(?<=pw):)[ \t]+)(?!\[)([^\s\"',;]+)"),
-     lambda m: m.group(1) + _chat_password(m), ("pw", "pass")),
+    # possessive or a wifi's, an admin's (not the first pass, the boarding pass); a passcode's or a PIN's number (my
+    # pin is 4821)
+    (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass)(?:[ \t]+(?:is|was):?|(?<=pw):)[ \t]+)(?!\[)([^\s\"',;]+)"),
+     lambda m: m.group(1) + _chat_password(m), ("pw", "pass", "pin")),
 ]
 
 # what a sentence says of a password is no passphrase: its first word one of these, or a word of a sentence
@@ -377,6 +378,11 @@ def _chat_password(m: re.Match) -> str:
     is sunshine) or shaped like one (``_PASSWORD_SHAPE``: hunter2), as after ``password is``; the word otherwise (the
     pw is required, if pw is None; a type or a flag after ``pw:``: ``def login(user, pw: str)``)."""
     word, bare = m.group(2), m.group(2).rstrip(".!?:)")
+    name = m.group(1).split()[0].lower()
+    if name in ("pin", "passcode") and _PIN.fullmatch(bare) and _said_alone(word, bare, m.string, m.end()):
+        return "[secret redacted]" + word[len(bare) :]
+    if name == "pin":
+        return word  # (a PIN is a number: the pin is high, a board's)
     if m.group(1).rstrip().endswith(":") and (bare.lower() in _NO_SECRET or _TYPED.match(m.string, m.start(2))):
         return word  # (a parameter's type in code: def login(user, pw: str))
     if _one_word_password(word, m.string, m.end(), shouted=m.group(1).isupper()):
@@ -427,6 +433,18 @@ _PREPOSITION_NEXT = re.compile(r"(?i)[ \t]+(?:for|on|at|in|to|until|till|from|si
                                r"|yesterday|next|last)(?![\w'-])")
 _ADJECTIVE_FORM = re.compile(r"(?i)[a-z]+(?:ive|ant|ent|al|ar|ble|ful|ous|ic|ary|ory|ish|less|ile)")
 
+_PIN = re.compile(r"\d{4,12}")  # (a PIN's or a passcode's digits: 4821, 0000; not a count: 4 digits, pin 17)
+
+
+def _said_alone(word: str, bare: str, string: str, end: int) -> bool:
+    """Whether ``word`` (``bare`` without the sign after it), ending at ``end`` of ``string``, is said alone: it ends
+    its sentence (a sign after it, the line's end), or a new clause (``_CLAUSE_NEXT``), a time's word or a
+    parenthesis (``_ASIDE_NEXT``), or a preposition and its determiner (``_PREPOSITION_NEXT``; not after an
+    adjective's ending: relevant to) follows it."""
+    return bare != word or bool(_SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end)
+                                or _ASIDE_NEXT.match(string, end)
+                                or _PREPOSITION_NEXT.match(string, end) and not _ADJECTIVE_FORM.fullmatch(bare))
+
 
 def _one_word_password(word: str, string: str, end: int, shouted: bool = False) -> bool:
     """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
@@ -437,8 +455,7 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
     bare = word.rstrip(".!?:)")
     if not (_ONE_WORD.fullmatch(bare) or shouted and _SHOUTED.fullmatch(bare)):
         return False
-    if not (bare != word or _SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end)
-            or _ASIDE_NEXT.match(string, end) or _PREPOSITION_NEXT.match(string, end) and not _ADJECTIVE_FORM.fullmatch(bare)):
+    if not _said_alone(word, bare, string, end):
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
