@@ -32,9 +32,12 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
    name, ``sha256``); after ``password is`` (or ``is:``) or ``pass:`` a word only shaped like a password too
    (``hunter2``, ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in
-   vault``), one plain word ending its sentence or before a new clause there too (``my password is sunshine and my
-   username is bob``; not ``required``, ``wrong``, ``strong and unique``), a value quoted or backticked there
-   (``my password is "sunshine"``; not a command: ```cat ~/.pw```);
+   vault``), one plain word said alone there too: ending its sentence, before a new clause, a time's word, a
+   parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
+   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``; not ``required``, ``wrong``, ``bogus``,
+   ``written down``, ``strong and unique``), a value quoted or backticked there (``my password is "sunshine"``; not
+   a command: ```cat ~/.pw```); so too after a password's other names in chat (``the pw is``, ``wifi pw:``, ``my
+   pass is``, ``the passcode is``), and a number said alone after ``passcode`` or ``pin`` (``my pin is 4821``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
