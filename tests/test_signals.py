@@ -298,3 +298,50 @@ def test_the_first_ctrl_c_says_at_once_that_it_waits_for_the_calls_in_flight(hom
     assert said[0] == b"pimem: stopping: waiting up to 15 s for 3 calls in flight (Ctrl-C again to stop now)\n", said
     assert b"stopping" not in out and (args[0] == "watch" or out == b"")
     assert builder.survey(Memory.open("m"))["pending"] == 0  # (the answers held were kept, the merges free)
+
+
+def caught(pid: int, *signals) -> bool:
+    """Whether process ``pid`` has handlers of its own for ``signals`` (its SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = int(next(l for l in f if l.startswith("SigCgt:")).split()[1], 16)
+    return all(mask >> (s - 1) & 1 for s in signals)
+
+
+@pytest.mark.parametrize("sig,code", SIGNALS)
+def test_claude_codes_hook_stopped_while_it_waits_for_its_event_says_so_as_every_command(home, sig, code):
+    """Claude Code's hook runs without typer (``python -m pimem hook claude-code``: ``pimem.__main__``), in the
+    boundary every command runs in: a signal while it waits for the event on stdin says ``pimem: interrupted``
+    and exits 130, 143 or 129, SIGTERM and SIGHUP too (that path without ``boundary.take_signals`` died silently
+    on them, -15 and -1, and no test said so); nothing is written."""
+    proc = start("hook", "claude-code", "--timeout", "60", stdin=subprocess.PIPE)
+    wait_for(lambda: caught(proc.pid, signal.SIGTERM, signal.SIGHUP))  # (the boundary's handlers: it is in the hook)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (code, b"", b"pimem: interrupted\n")
+    assert not home.exists() or not any(home.iterdir())
+
+
+def test_claude_codes_hook_with_its_standard_streams_closed_or_full_answers_without_a_traceback(home):
+    """The hook's path without typer starts its streams as every command does (``boundary.begin``): a stdout the
+    caller closed is /dev/null (without it: AttributeError on printing the context, exit 1, a traceback), a full
+    one a warning with the work done, a closed stderr nothing lost."""
+    import os
+
+    assert subprocess.run(pimem_cmd("remember", "api", "the staging db listens on 5433"), env=subprocess_env(),
+                          capture_output=True).returncode == 0
+    event = orjson.dumps({"hook_event_name": "SessionStart", "session_id": "s1", "cwd": "/home/dev/api"})
+
+    def run(stdout=subprocess.PIPE, closed=()):
+        return subprocess.run(pimem_cmd("hook", "claude-code", "--name", "api"), input=event, stdout=stdout,
+                              stderr=subprocess.PIPE, env=subprocess_env(),
+                              preexec_fn=(lambda: [os.close(fd) for fd in closed]) if closed else None, timeout=60)
+
+    proc = run()
+    assert proc.returncode == 0 and b"5433" in proc.stdout and proc.stderr == b""  # (the context it prints)
+    for closed in ((1,), (1, 2), (2,)):
+        proc = run(closed=closed)
+        assert proc.returncode == 0 and proc.stderr == b"", (closed, proc.stderr)
+    with open("/dev/full", "wb") as full:
+        proc = run(stdout=full)
+    assert proc.returncode == 0
+    assert proc.stderr == b"pimem: warning: output not written (stdout: No space left on device); the work was done\n"
