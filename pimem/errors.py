@@ -1,9 +1,9 @@
 """Exit statuses (DESIGN.md §4) and the exceptions that carry them.
 
 ``ExitStatus`` is the one exit-code table: the README's table, the man pages and ``--help`` are generated from
-or checked against it. Commands raise the exceptions below; the one boundary in ``pimem.cli`` maps every
-failure (these, usage errors, the system's refusals, a closed pipe, Ctrl-C) to ``pimem: error: …`` on stderr
-and a status of this enum. Library users catch ``PimemError``.
+or checked against it. Commands raise the exceptions below; the one boundary (``pimem.boundary``; usage errors:
+``pimem.cli``) maps every failure (these, usage errors, the system's refusals, a closed pipe, Ctrl-C) to
+``pimem: error: …`` on stderr and a status of this enum. Library users catch ``PimemError``.
 """
 
 from enum import IntEnum

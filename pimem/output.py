@@ -273,7 +273,7 @@ def _to_null(fd: int) -> None:
 
 
 class Unfailing:
-    """stderr for a command (``cli.main`` puts it in place): a line it cannot take (a reader that went away,
+    """stderr for a command (``boundary.begin`` puts it in place): a line it cannot take (a reader that went away,
     ``2>/dev/full``) and every line after go nowhere, quietly. A warning or a notice never stops the work,
     and an error that cannot be said still ends with its own exit status."""
 

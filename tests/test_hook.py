@@ -1270,7 +1270,7 @@ def test_claude_code_s_interrupt_markers_are_not_shown_as_the_user_s_last_words(
 
 # ---- the fast path: `python -m pimem hook claude-code` without typer ---------------------------------------
 
-# `python -m pimem` as Claude Code runs it, and the typer app (``pimem.cli.main``, as the `pimem` script runs it);
+# `python -m pimem` (and the installed `pimem` script) as Claude Code runs it, and the typer app (``pimem.cli.main``);
 # each writes which of typer, click and pimem.cli it imported to $PROBE as it ends
 PROBE = ("import atexit, os, sys\n"
          "atexit.register(lambda: open(os.environ['PROBE'], 'w').write(' '.join(m for m in ('typer', 'click', 'pimem.cli') if m in sys.modules)))\n")
