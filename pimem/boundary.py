@@ -32,11 +32,22 @@ def begin() -> None:
     sys.stderr = output.Unfailing(sys.stderr)
 
 
+# the stopping signals pimem's caller ignored, as they were when it started (``nohup``: SIGHUP, so that closing the
+# terminal leaves the command running; a shell script's background job: SIGINT): no command takes them
+IGNORED = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_IGN)
+
+
+def stoppers(*signals: int) -> tuple:
+    """Those of ``signals`` a command may take to stop on: not one its caller ignored (``IGNORED``)."""
+    return tuple(s for s in signals if s not in IGNORED)
+
+
 def take_signals() -> None:
     """SIGTERM and SIGHUP end a command that does not take them itself as Ctrl-C does (``Terminated``,
-    ``HungUp``)."""
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGHUP, _hang_up)
+    ``HungUp``), unless its caller ignored them (``IGNORED``)."""
+    for sig, handler in ((signal.SIGTERM, _terminate), (signal.SIGHUP, _hang_up)):
+        if sig not in IGNORED:
+            signal.signal(sig, handler)
 
 
 def guarded(func, writes: bool = False, exit=Exit):

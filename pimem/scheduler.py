@@ -521,8 +521,10 @@ def _install_signals(scheduler: Scheduler) -> list:
 
     if threading.current_thread() is not threading.main_thread():
         return []
+    from .boundary import stoppers
+
     saved = []
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in stoppers(signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # (not one the caller ignored: nohup)
         saved.append((sig, signal.signal(sig, lambda signum, _: scheduler.stop(signum))))
     if stopping.deferred() is not None:  # (one that came while ``watch`` started)
         scheduler.stop(stopping.deferred())

@@ -45,7 +45,9 @@ def defer() -> None:
     """SIGINT, SIGTERM and SIGHUP are only noted until a command that takes them itself (``watch``) does so,
     and stops at once for the first of them (``deferred``): a daemon stopped while it starts exits 0, as it
     does later (main thread only)."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    from .boundary import stoppers
+
+    for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (not one the caller ignored: nohup)
         signal.signal(sig, _note)
 
 
@@ -61,7 +63,9 @@ def armed():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    saved = [(sig, signal.signal(sig, _handle)) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+    from .boundary import stoppers
+
+    saved = [(sig, signal.signal(sig, _handle)) for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
     try:
         yield
     finally:

@@ -345,3 +345,41 @@ def test_claude_codes_hook_with_its_standard_streams_closed_or_full_answers_with
         proc = run(stdout=full)
     assert proc.returncode == 0
     assert proc.stderr == b"pimem: warning: output not written (stdout: No space left on device); the work was done\n"
+
+
+def test_a_signal_its_caller_ignored_stays_ignored_as_nohup_means(home, tmp_path):
+    """``nohup pimem import --follow … &`` (the README's recipe) and ``nohup pimem watch &`` start with SIGHUP
+    ignored, so that closing the terminal leaves them running; pimem took SIGHUP anyway and stopped them (exit
+    129: ``pimem: interrupted``; watch exit 0), and every other command with it. A stopping signal its caller
+    ignored (SIGHUP under nohup, SIGINT in a script's background job) stays ignored; the others stop it as before."""
+
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def ignoring(pid: int) -> bool:
+        with open(f"/proc/{pid}/status") as f:
+            mask = int(next(l for l in f if l.startswith("SigIgn:")).split()[1], 16)
+        return bool(mask >> (signal.SIGHUP - 1) & 1)
+
+    session = tmp_path / "notes.ndjson"
+    session.write_bytes(line(0))
+    proc = subprocess.Popen(pimem_cmd("import", "--follow", session, "--name", "f"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env(), preexec_fn=nohup)
+    assert proc.stdout.readline().startswith(b"f: 1 imported")  # (following: its handlers are in place)
+    proc.send_signal(signal.SIGHUP)  # the terminal closed
+    with open(session, "ab") as f:
+        f.write(line(1))
+    assert proc.stdout.readline().startswith(b"f: 1 imported"), proc.stderr.read()  # (still following)
+    assert ignoring(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.startswith(b"pimem: interrupted: 2 messages imported while following"), err
+    for args in (["append", "m", "-"], ["hook", "claude-code", "--timeout", "60"]):  # (the boundary's own handlers)
+        proc = subprocess.Popen(pimem_cmd(*args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(), preexec_fn=nohup)
+        wait_for(lambda: caught(proc.pid, signal.SIGTERM))  # (SIGTERM taken: it is in the command)
+        proc.send_signal(signal.SIGHUP)
+        data = b"logged after the terminal closed" if args[0] == "append" else b"{"
+        out, err = proc.communicate(data, timeout=60)
+        assert proc.returncode == (0 if args[0] == "append" else 1) and b"interrupted" not in err, (args, err)
+    assert [m["text"] for m in Memory.open("m").messages()] == ["logged after the terminal closed"]

@@ -156,7 +156,9 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
 
     follower = Follower(paths, home, name, fmt, on_report=show, on_warning=output.warn, timeout=timeout)
     stop = _Signalled()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    from ..boundary import stoppers
+
+    for sig in stoppers(signal.SIGINT, signal.SIGTERM):  # (not one the caller ignored)
         signal.signal(sig, stop.handler)
     follower.run(stop)
     output.info(f"pimem: interrupted: {output.count(imported, 'message')} imported while following; "
