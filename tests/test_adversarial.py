@@ -66,8 +66,9 @@ CORPUS = [
     (["context", "m", "--wait", "99999999999"], None, 2),
     (["context", "m", "--wait", "٣"], None, 2),
     (["watch", "--max-cost-per-day", "nan"], None, 2),
-    (["hook", "claude-code", "--timeout", "nan"], None, 2),
-    (["hook", "claude-code", "--budget", "-5"], None, 2),
+    # (the hook's own: exit 1, Claude Code's non-blocking error; its 2 would erase the prompt)
+    (["hook", "claude-code", "--timeout", "nan"], None, 1),
+    (["hook", "claude-code", "--budget", "-5"], None, 1),
     (["model", "m", "extractive", "--price-in", "nan"], None, 2),
     (["model", "m", "openai/gpt-4o-mini", "--base-url", "http://"], None, 2),
     (["model", "m", "openai/gpt-4o-mini", "--base-url", "http://exa mple.com/v1"], None, 2),
