@@ -3,7 +3,8 @@ in it, and so does ``python -m pimem hook claude-code``, which Claude Code runs 
 typer and click (``pimem.__main__``).
 
 A command's failure leaves as one line on stderr (``pimem: error: …``) and its own exit status; stderr never
-fails a command; a stream the caller closed is ``/dev/null``; SIGTERM and SIGHUP end a command as Ctrl-C does.
+fails a command; a stream the caller closed is ``/dev/null``; SIGTERM and SIGHUP end a command as Ctrl-C does
+(a signal the caller ignored, as ``nohup`` does SIGHUP, stays ignored).
 """
 
 from __future__ import annotations
