@@ -427,6 +427,10 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my pin is 4821 btw", "4821", "my pin is [secret redacted] btw"),
         ("the card PIN was 1234 but I changed it", "1234", "was [secret redacted] but I changed it"),
         ("the door pin is 482190.", "482190", "the door pin is [secret redacted]."),
+        # (a password's other names in chat, its value quoted or backticked: pw, pass after a possessive)
+        ("the pw is 'sunshine'", "sunshine", "the pw is '[secret redacted]'"),
+        ('my pass is "sunshine" btw', "sunshine", 'my pass is "[secret redacted]" btw'),
+        ("the wifi pw was `letmein`", "letmein", "the wifi pw was `[secret redacted]`"),
         # (a quote closing after the word ends it)
         ("she wrote 'my password is sunshine' on the board", "sunshine", "is [secret redacted]' on the board")]
 CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the first pass: fix the parser",
@@ -472,7 +476,9 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "def login(user, pw: str):", "def f(pw: bytes, n: int):", "pw: bool = False", "pw: int,", "pw: none",
                  # (a pin's number that is no PIN: a count, a board's pin; a PIN's word)
                  "the pin is 4 digits", "GPIO pin is 17", "the pin is 1234 characters long", "my pin is required",
-                 "the pin is high", "the PIN is 4 to 6 digits", "the pin is sunshine", "the passcode is 6 digits"]
+                 "the pin is high", "the PIN is 4 to 6 digits", "the pin is sunshine", "the passcode is 6 digits",
+                 # (a quoted pw or pass that is none: a command, a flag, a pass that is no password's word)
+                 "the pw is `cat ~/.pw`", "the pw is 'none'", "the boarding pass is 'valid'", "the first pass was 'fast'"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

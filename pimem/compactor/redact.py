@@ -232,9 +232,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(r"((?:^|\s)-p)([^\s\"'-][^\s\"']{7,})"), lambda m: m.group(1) + _if_random(m.group(2), "[password redacted]"),
      ("-p",)),
     # a password quoted or backticked after password is or was: my password is "sunshine", `sunshine`, 'letmein'
-    # (``_quoted_password``)
-    (re.compile(r"""(?i)(\b(?:password|passwd|passphrase|passcode)[ \t]+(?:is|was):?[ \t]+)(["'`])(?!\[)([^"'`\n]{1,64})\2(?![\w'])"""),
-     lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass",)),
+    # (``_quoted_password``); after its other names in chat too: the pw is 'sunshine', my pass is "sunshine" (pass
+    # after a possessive or a wifi's, an admin's: not the boarding pass)
+    (re.compile(rf"""(?i)(\b(?:password|passwd|passphrase|passcode|pw|{_WHOSE}pass)[ \t]+(?:is|was):?[ \t]+)(["'`])(?!\[)"""
+                r"""([^"'`\n]{1,64})\2(?![\w'])"""),
+     lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass", "pw")),
     # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
     (re.compile(r"(?i)(\b(?:password|passwd|passphrase)[ \t]+(?:is|was):?[ \t]+)"
                 r"((?-i:[A-Za-z'-]{1,40}(?:[ \t]+[A-Za-z'-]{1,40}){2,11}))(?=[ \t]*[.!]?[ \t]*(?:\r?\n|\Z))"),
