@@ -427,6 +427,10 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my pin is 4821 btw", "4821", "my pin is [secret redacted] btw"),
         ("the card PIN was 1234 but I changed it", "1234", "was [secret redacted] but I changed it"),
         ("the door pin is 482190.", "482190", "the door pin is [secret redacted]."),
+        # (a number of 4 to 12 digits said alone after password is: a PIN's as much as a password)
+        ("the password is 1234", "1234", "the password is [secret redacted]"),
+        ("my wifi password is 12345678.", "12345678", "my wifi password is [secret redacted]."),
+        ("the password was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
         # (a password's other names in chat, its value quoted or backticked: pw, pass after a possessive)
         ("the pw is 'sunshine'", "sunshine", "the pw is '[secret redacted]'"),
         ('my pass is "sunshine" btw', "sunshine", 'my pass is "[secret redacted]" btw'),
@@ -441,7 +445,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is argon2id hashed", "a second pass: step2 of the plan", "password is wrong",
                  "the password is correct", "the password is mandatory.", "password is expired", "password is invalid!",
                  "the password was changed", "the password is not", "the password is", "the password is ready, log in",
-                 "the wifi password is what?", "password is case-sensitive", "the password is optional", "password is 1234",
+                 "the wifi password is what?", "password is case-sensitive", "the password is optional",
+                 # (a number that is no password: a count, a length)
+                 "the password is 8 characters", "the password is 1234 characters long", "password is 12 digits",
+                 "the password is 2 years old", "the password is 16 to 64 characters",
                  # (a sign ending a sentence is no password's symbol: LongMemEval's texts)
                  "could you recommend a good password manager? I use LastPass", "A password manager! Happy to help",
                  'the password is ""', 'the password is "$DB_PASSWORD"', "the password is `cat ~/.pw`",

@@ -359,14 +359,15 @@ def _prose_word(m: re.Match) -> str:
     ``System.getenv(``) or a test's verdict; the
     placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
     is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path, or
-    (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine); else
-    the word itself when it is an ordinary word before more prose (``_prose_after``: token: Providers: a 3xx)."""
+    (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine) or 4
+    to 12 digits said alone (``_PIN``, ``_said_alone``: the password is 1234; not 8 characters); else the word itself when it is an ordinary word before more prose (``_prose_after``: token: Providers: a 3xx)."""
     word = m.group(2)
     if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word):
         return word
     head = m.group(1).lower().split()
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was", "is:", "was:"} & set(head) \
-            and _one_word_password(word, m.string, m.end(), shouted=m.group(1).isupper()):
+            and (_one_word_password(word, m.string, m.end(), shouted=m.group(1).isupper())
+                 or _PIN.fullmatch(bare := word.rstrip(".!?:)")) and _said_alone(word, bare, m.string, m.end())):
         return "[secret redacted]" + word[len(word.rstrip(".!?:)")) :]
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) \
             and 6 <= len(bare := word.rstrip(".:!?")) <= 64 and _PASSWORD_SHAPE.match(bare) \
