@@ -7,7 +7,16 @@
 """
 
 from .errors import PimemError
-from .memory import Memory
 
 __all__ = ["Memory", "PimemError"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    """``Memory``, imported when first asked for: every command imports this package, and ``pimem --version``
+    needs none of the store."""
+    if name == "Memory":
+        from .memory import Memory
+
+        return Memory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -111,7 +111,8 @@ def _root_with_version(
 
 
 def build(only: str | None = None) -> typer.Typer:
-    """The app with every command, or just ``only`` (what ``main`` runs)."""
+    """The app with every command, just ``only`` (what ``main`` runs), or none (``only=""``: ``pimem --version``
+    alone, which would otherwise import every command module and what it imports, for one line)."""
     app = typer.Typer(
         name="pimem",
         help=HELP,
@@ -124,7 +125,7 @@ def build(only: str | None = None) -> typer.Typer:
 
     # the root's own option only when no command runs (`pimem --version`, `pimem --help`): typer reads every
     # parameter's annotations as it builds the app, and agent wrappers run a command every turn
-    app.callback(help=HELP)(_root if only is not None else _root_with_version)
+    app.callback(help=HELP)(_root if only else _root_with_version)
     for name, module in COMMANDS.items():
         if only is None or name == only:
             func = importlib.import_module(f"pimem.commands.{module}").command
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     elif argv is None:
         boundary.take_signals()
     try:
-        app = build(command_of(args))
+        app = build("" if args == ["--version"] else command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
         output.flush()  # (the version; a command's boundary flushed what it printed)
     except ClickException as exc:
