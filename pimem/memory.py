@@ -30,7 +30,8 @@ FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its nex
 SPAN_READ = 1024  # messages of a span (tool messages, or the others) ``span_holds`` reads rather than asking the index
 # what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
 # ``user``, marked ``meta.marker``; known by this text when logged before that mark)
-_UNSURE = re.compile(r"[^\w]+|[_σμ]+")  # where ``_index_terms`` splits a word in other scripts than ASCII
+# where ``_index_terms`` splits a word in other scripts than ASCII (compiled when first asked: re caches it)
+_UNSURE = r"[^\w]+|[_σμ]+"
 CLAUDE_MARKERS = frozenset({"[Request interrupted by user]", "[Request interrupted by user for tool use]"})
 
 
@@ -62,7 +63,7 @@ def _index_terms(text: str) -> list[str | tuple[str, ...]]:
     terms: list[str | tuple[str, ...]] = []
     for word in dict.fromkeys(re.split(r'[\s"\\/\'-]+', text)):
         if not word.isascii():
-            for piece in _UNSURE.split(word):
+            for piece in re.split(_UNSURE, word):
                 if piece:
                     decomposed = unicodedata.normalize("NFD", piece)
                     terms.append(piece if decomposed == piece else (piece, decomposed))

@@ -15,6 +15,7 @@ tree files by byte offset, so no step reads the whole tree. Nodes that end past 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -50,9 +51,16 @@ ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@
 # or a mark, and none reorders what follows it as an override does
 _INVISIBLE = "\u00ad\u180e\u200b\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
 _UNSEEN = f"[{_INVISIBLE}]|(\U0001f3f4[\U000e0020-\U000e007e]{{1,8}}\U000e007f)|[\U000e0000-\U000e007f]"
-_HIDDEN = re.compile(f"{ANSI.pattern}|{_UNSEEN}")
-_HIDING = re.compile(f"[\x1b\x9b{_INVISIBLE}\U000e0000-\U000e007f]")  # (a quick look for any of them)
-_UNSEEN_ONLY = re.compile(_UNSEEN)  # (a line for a person shows an escape sequence, as ``cat -v`` does)
+
+
+@functools.cache
+def _hidden() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    """What ``plain`` looks for: what a view line leaves out, a quick look for any of it (``hiding``), and the
+    invisible format characters alone (a line for a person shows an escape sequence, as ``cat -v`` does).
+    Compiled when a text first holds an ESC or a non-ASCII character (~1 ms a start-up otherwise)."""
+    hidden = re.compile(f"{ANSI.pattern}|{_UNSEEN}")
+    hiding = re.compile(f"[\x1b\x9b{_INVISIBLE}\U000e0000-\U000e007f]")
+    return hidden, hiding, re.compile(_UNSEEN)
 
 
 # ---- arithmetic and labels ---------------------------------------------------------------------------------
@@ -118,11 +126,12 @@ def parse_label(text: str, count: int | None = None) -> tuple[int, int]:
 
 
 def plain(text: str, escapes: bool = False) -> str:
-    """``text`` without what a view line leaves out (``_HIDDEN``); with ``escapes``, without only the invisible
+    """``text`` without what a view line leaves out (``_hidden``); with ``escapes``, without only the invisible
     format characters (``output.flatten`` shows the escape sequences). ``text`` itself when it holds none."""
-    if not ("\x1b" in text and not escapes if text.isascii() else _HIDING.search(text)):
+    if not ("\x1b" in text and not escapes if text.isascii() else _hidden()[1].search(text)):
         return text
-    out = (_UNSEEN_ONLY if escapes else _HIDDEN).sub(lambda m: m.group(1) or "", text)
+    hidden, _, unseen = _hidden()
+    out = (unseen if escapes else hidden).sub(lambda m: m.group(1) or "", text)
     return text if out == text else out
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import date, datetime, time, timedelta, timezone
 
@@ -158,16 +159,22 @@ _UNIT_WORDS = {
     "weeks": ("w", "wk", "wks", "week", "weeks"),
 }
 _UNIT_OF = {word: unit for unit, words in _UNIT_WORDS.items() for word in words}
-_AGE = re.compile(r"([0-9]{1,12})\s*([a-z]+)(?:\s+ago)?")
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_DAY = re.compile(r"(today|yesterday|(?:last\s+)?(?:%s)|(?:last\s+)?(?:%s))(?:\s+(?:at\s+)?(.+))?"
-                  % ("|".join(_WEEKDAYS), "|".join(d[:3] for d in _WEEKDAYS)))
-_CLOCK = re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
+
+
+@functools.cache
+def _spoken_forms() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
+    """An age, a day word with an optional time, a clock: compiled when a WHEN is first read (append, view and
+    most commands read none, and they are ~0.5 ms a start-up)."""
+    age = re.compile(r"([0-9]{1,12})\s*([a-z]+)(?:\s+ago)?")
+    day = re.compile(r"(today|yesterday|(?:last\s+)?(?:%s)|(?:last\s+)?(?:%s))(?:\s+(?:at\s+)?(.+))?"
+                     % ("|".join(_WEEKDAYS), "|".join(d[:3] for d in _WEEKDAYS)))
+    return age, day, re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
 
 
 def _clock(text: str) -> time | None:
     """``09:30``, ``9:30:15``, ``9pm``, ``9:30am`` as a time of day, or None."""
-    m = _CLOCK.fullmatch(text)
+    m = _spoken_forms()[2].fullmatch(text)
     if not m or (m[2] is None and m[4] is None):
         return None
     hour, minute, second = int(m[1]), int(m[2] or 0), int(m[3] or 0)
@@ -199,13 +206,13 @@ def _spoken(low: str, current: datetime) -> datetime | None:
     names at ``current``; None for any other text."""
     if low == "now":
         return current
-    age = _AGE.fullmatch(low)
+    age = _spoken_forms()[0].fullmatch(low)
     if age and age[2] in _UNIT_OF:
         return current - timedelta(**{_UNIT_OF[age[2]]: int(age[1])})
     clock = _clock(low)
     if clock is not None:
         return _local(current.date(), clock, current)
-    day = _DAY.fullmatch(low)
+    day = _spoken_forms()[1].fullmatch(low)
     if day:
         word, at = day[1].split()[-1], day[2]
         if word == "today":
@@ -242,10 +249,14 @@ def parse_when(text: str) -> datetime:
     return _whole_minutes(moment, text)
 
 
-_SHAPE = re.compile(r"[0-9]+\s*(?:%s)(?:\s+ago)?|[0-9]{1,2}(?::[0-9]{2}){1,2}|[0-9]{1,2}(?::[0-9]{2}){0,2}\s*(?:am|pm)"
-                    r"|.+\s+ago"
-                    % "|".join(sorted(_UNIT_OF, key=len, reverse=True)))
-_START = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")  # a ``#I`` bound, a date or a clock, whatever follows (2026-13-01)
+@functools.cache
+def _shapes() -> tuple[re.Pattern, re.Pattern]:
+    """What ``looks_like`` takes for a WHEN: how one starts (a ``#I`` bound, a date or a clock, whatever follows:
+    2026-13-01), and the shape of an age or a clock (compiled when first asked, as ``_spoken_forms``)."""
+    start = re.compile(r"#|\d{4}-\d|\d{1,2}:\d")
+    return start, re.compile(
+        r"[0-9]+\s*(?:%s)(?:\s+ago)?|[0-9]{1,2}(?::[0-9]{2}){1,2}|[0-9]{1,2}(?::[0-9]{2}){0,2}\s*(?:am|pm)"
+        r"|.+\s+ago" % "|".join(sorted(_UNIT_OF, key=len, reverse=True)))
 
 
 def looks_like(text: str) -> bool:
@@ -253,7 +264,8 @@ def looks_like(text: str) -> bool:
     (``2026-13-01``, ``25:99``, ``#x``, ``13pm``, ``999999d``, ``yesterday 25:00``, ``10 years ago``): ``bound``
     then says what is wrong with it."""
     low = " ".join(text.split()).lower()
-    return bool(_START.match(text) or _SHAPE.fullmatch(low) or _DAY.fullmatch(low))
+    start, shape = _shapes()
+    return bool(start.match(text) or shape.fullmatch(low) or _spoken_forms()[1].fullmatch(low))
 
 
 def bound(value: str | None) -> tuple[int | None, datetime | None]:

@@ -583,3 +583,23 @@ def test_start_up_imports_no_summary_search_or_provider_code(home):
     proc = subprocess.run([sys.executable, "-c", probe, "--version"], capture_output=True, timeout=60, env=subprocess_env())
     assert proc.returncode == 0 and proc.stdout.startswith(b"pimem ")
     assert proc.stderr == b"pimem.cli"  # (the probe ran, and listed none of them)
+
+
+def test_append_compiles_no_date_or_escape_patterns_it_does_not_use(home, run):
+    """``pimem append`` of a plain ASCII text reads no WHEN and holds no escape sequence: the patterns of the
+    WHEN grammar (``when._spoken_forms``, ``when._shapes``) and of what a view line leaves out (``tree._hidden``)
+    are compiled when first used (~1.5 ms a start-up); a view still leaves an escape sequence out."""
+    import sys
+
+    probe = ("import atexit, sys\n"
+             "def compiled():\n"
+             "    from pimem import tree, when\n"
+             "    sys.stderr.write(' '.join(f.__name__ for f in (when._spoken_forms, when._shapes, tree._hidden)"
+             " if f.cache_info().currsize))\n"
+             "atexit.register(compiled)\n"
+             "from pimem.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", probe, "append", "probe", "the staging db listens on 5433"],
+                          capture_output=True, timeout=60, env=subprocess_env())
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"0\n", b"")
+    run("append", "probe", "red \x1b[31mwarning\x1b[0m")
+    assert "red warning" in run("view", "probe").stdout
