@@ -431,6 +431,14 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("the password is 1234", "1234", "the password is [secret redacted]"),
         ("my wifi password is 12345678.", "12345678", "my wifi password is [secret redacted]."),
         ("the password was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
+        # (a PIN's or a passcode's number as a config's or a chat's value: 4 to 12 digits)
+        ("pin: 4821", "4821", "pin: "), ("my PIN: 4821", "4821", "my PIN: "), ("PIN=4821", "4821", "PIN="),
+        ('{"pin": "4821", "user": "bob"}', "4821", '"user": "bob"'), ("SIM_PIN=1234\nAPN=internet", "1234", "\nAPN=internet"),
+        ("passcode: 482190", "482190", "passcode: "), ("pinCode: 0000", "0000", "pinCode: "),
+        ("the card's PIN code: 0000.", "0000", "the card's PIN code: [secret redacted]."),
+        ("  pin_number = 4821  # card", "4821", "  # card"),
+        ("PIN=4821 USER=bob", "4821", "PIN=[secret redacted] USER=bob"), ("?pin=4821&x=1", "4821", "?pin=[secret redacted]&x=1"),
+        ("$card = ['pin' => '4821'];", "4821", "'pin' => '[secret redacted]'"),
         # (a password's other names in chat, its value quoted or backticked: pw, pass after a possessive)
         ("the pw is 'sunshine'", "sunshine", "the pw is '[secret redacted]'"),
         ('my pass is "sunshine" btw', "sunshine", 'my pass is "[secret redacted]" btw'),
@@ -484,6 +492,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  # (a pin's number that is no PIN: a count, a board's pin; a PIN's word)
                  "the pin is 4 digits", "GPIO pin is 17", "the pin is 1234 characters long", "my pin is required",
                  "the pin is high", "the PIN is 4 to 6 digits", "the pin is sunshine", "the passcode is 6 digits",
+                 # (a pin's number in code or config that is no PIN: a board's, under 4 digits; apt's Pin-Priority)
+                 "pin: 13", "LED_PIN = 13", "const int buttonPin = 2;", "Pin-Priority: 1001", "pin: GPIO13",
+                 "spin: 4000", "pin_memory: 1024", "pin: 2.0.1", "Pin: release a=stable", "the pin: 4 digits",
+                 "pinned: 2024", "pin: 1234567890123", "pin: 1024px",
                  # (a quoted pw or pass that is none: a command, a flag, a pass that is no password's word)
                  "the pw is `cat ~/.pw`", "the pw is 'none'", "the boarding pass is 'valid'", "the first pass was 'fast'"]
 

@@ -251,6 +251,12 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # pin is 4821)
     (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass)(?:[ \t]+(?:is|was):?|(?<=pw):)[ \t]+)(?!\[)([^\s\"',;]+)"),
      lambda m: m.group(1) + _chat_password(m), ("pw", "pass", "pin")),
+    # a PIN's or a passcode's number as a config's or a chat's value (pin: 4821, my PIN: 4821, SIM_PIN=1234, "pin":
+    # "4821", pinCode: 0000, the PIN code: 0000): 4 to 12 digits said alone (``_pin_value``); not a board's pin,
+    # under 4 digits (LED_PIN = 13), nor apt's Pin-Priority: 1001
+    (re.compile(r"""(?i)((?:(?<![\w.-])(?:[\w.-]{0,32}?[_.-])?|(?<=(?-i:[a-z]))(?=(?-i:P)))(?:pin(?:[ _-]?(?:code|number))?|passcode)"""
+                r"""["']?[ \t]*(?:[:=]|=>)[ \t]*(["']?))(\d{4,12})(?!\d)(\2)"""),
+     lambda m: m.group(1) + _pin_value(m) + m.group(4), ("pin", "passcode")),
 ]
 
 # what a sentence says of a password is no passphrase: its first word one of these, or a word of a sentence
@@ -440,6 +446,20 @@ _PREPOSITION_NEXT = re.compile(r"(?i)[ \t]+(?:for|on|at|in|to|until|till|from|si
 _ADJECTIVE_FORM = re.compile(r"(?i)[a-z]+(?:ive|ant|ent|al|ar|ble|ful|ous|ic|ary|ory|ish|less|ile)")
 
 _PIN = re.compile(r"\d{4,12}")  # (a PIN's or a passcode's digits: 4821, 0000; not a count: 4 digits, pin 17)
+
+
+# (a config's value: before a brace, a comment, a query's next value, another variable: PIN=4821 USER=bob)
+_PIN_END = re.compile(r"[ \t]*(?:[.!?](?![\w.])|[}\]&]|\#)|[ \t]+[A-Za-z_]\w{0,64}=")
+
+
+def _pin_value(m: re.Match) -> str:
+    """What is sent of a PIN's or a passcode's number (``m.group(3)``) as a config's or a chat's value (``pin: 4821``):
+    the placeholder when said alone (``_said_alone``: ending its line or its sentence, before a comma, a brace, a
+    comment, a new clause; ``_PIN_END``), the number otherwise (``pin: 1024px``)."""
+    number = m.group(3)
+    if _PIN_END.match(m.string, m.end()) or _said_alone(number, number, m.string, m.end()):
+        return "[secret redacted]"
+    return number
 
 
 def _said_alone(word: str, bare: str, string: str, end: int) -> bool:
