@@ -439,6 +439,10 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("  pin_number = 4821  # card", "4821", "  # card"),
         ("PIN=4821 USER=bob", "4821", "PIN=[secret redacted] USER=bob"), ("?pin=4821&x=1", "4821", "?pin=[secret redacted]&x=1"),
         ("$card = ['pin' => '4821'];", "4821", "'pin' => '[secret redacted]'"),
+        # (a word in capitals said alone in a sentence that is not: a password, not an acronym)
+        ("the password is SUNSHINE", "SUNSHINE", "the password is [secret redacted]"),
+        ("my wifi password is BANANAS, ask me if it changes", "BANANAS", "is [secret redacted], ask me"),
+        ("the pw is LETMEIN now", "LETMEIN", "the pw is [secret redacted] now"),
         # (a password's other names in chat, its value quoted or backticked: pw, pass after a possessive)
         ("the pw is 'sunshine'", "sunshine", "the pw is '[secret redacted]'"),
         ('my pass is "sunshine" btw', "sunshine", 'my pass is "[secret redacted]" btw'),
@@ -482,7 +486,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is famous for its cuisine", "the password is attentive to my needs",
                  "the password was almost too much to bear",
                  # (a word in capitals in a sentence that is not: an acronym; what a sentence in capitals says)
-                 "the password is ASCII", "the password is NOT", "PASSWORD IS REQUIRED", "THE PASSWORD IS WRONG",
+                 "the password is ASCII", "the password is NOT", "the password is UTF8", "the password is SHA256",
+                 "the password is TBD", "the password is N/A", "the password is NULL", "the password is OK.",
+                 "the password is REQUIRED", "the password is AES encrypted", "the password is MD5",
+                 "the password is ID.", "the password is LDAPS", "the password is JSON", "the password is EBCDIC", "PASSWORD IS REQUIRED", "THE PASSWORD IS WRONG",
                  "PASSWORD IS STORED IN VAULT",
                  # (what a sentence says of a pw, a pass, a passcode; a pass that is no password's word)
                  "the pw is required", "my pass is expired", "the first pass is slow", "the boarding pass is ready",

@@ -423,7 +423,7 @@ _PROSE_ONE_WORD = frozenset("""correct right mandatory necessary needed ready vi
     useful pointless meaningless nonsense gibberish garbage junk rubbish trivial unicode ascii numeric
     alphanumeric lowercase uppercase printable readable unreadable encrypted hashed salted""".split())
 _ONE_WORD = re.compile(r"[A-Za-z][a-z]{1,39}")
-_SHOUTED = re.compile(r"[A-Z]{2,40}")  # (a word in capitals after a password's name in capitals: PASSWORD IS SUNSHINE)
+_SHOUTED = re.compile(r"[A-Z]{2,40}")  # (a word in capitals: PASSWORD IS SUNSHINE, the password is SUNSHINE)
 _ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, expiring, usually; not red, king)
 # a verb's irregular participle is a verb's form too (written, given, shown: the password is written down somewhere)
 _PARTICIPLES = frozenset("""written given shown chosen sent kept told said made found got gotten left held put built
@@ -475,17 +475,33 @@ def _said_alone(word: str, bare: str, string: str, end: int) -> bool:
 def _one_word_password(word: str, string: str, end: int, shouted: bool = False) -> bool:
     """Whether ``word``, after ``password is`` or ``was`` and ending at ``end`` of ``string``, is a password of one
     plain word (``my password is sunshine``, ``the wifi password is bananas``; in capitals when ``shouted``, its name
-    and is in capitals too: ``PASSWORD IS SUNSHINE``): it ends its sentence (a sign
+    and is in capitals too: ``PASSWORD IS SUNSHINE``, or when no acronym of a known kind: ``the password is SUNSHINE``,
+    not ``ASCII``, ``_acronym_password``): it ends its sentence (a sign
     after it, the line's end) or a new clause follows it (``_CLAUSE_NEXT``: ``and my username is bob``) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
-    if not (_ONE_WORD.fullmatch(bare) or shouted and _SHOUTED.fullmatch(bare)):
+    if not (_ONE_WORD.fullmatch(bare) or _SHOUTED.fullmatch(bare) and (shouted or _acronym_password(bare))):
         return False
     if not _said_alone(word, bare, string, end):
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
         and lower not in _PARTICIPLES and not _ONE_WORD_FORM.fullmatch(lower)
+
+
+# an acronym a sentence says of a password in capitals: a character set, an algorithm, a standard, a placeholder
+# (the password is ASCII, MD5, TBD; beside a mode's or a protocol's name, ``_NOT_A_PAIR``: the password is LDAP)
+_ACRONYMS = frozenset("""ascii ansi utf ucs unicode ebcdic latin hex base aes des rsa dsa ecdsa ecc md sha ntlm lm pbkdf
+    bcrypt scrypt argon crc hash pgp gpg pem der pkcs fips nist iso pci pii gdpr hipaa soc otp sms pin id ids tbd tba tbc
+    na todo fixme xxx wip n a x y z""".split())
+
+
+def _acronym_password(word: str) -> bool:
+    """Whether ``word`` in capitals, in a sentence that is not, is a password said in capitals (the password is
+    SUNSHINE, 5 letters or more), not an acronym: of up to 4 letters (AI, URL, JSON, WWII: most of the real texts')
+    nor of a known kind (``_ACRONYMS``, ``_NOT_A_PAIR``: ASCII, UNICODE, LDAPS)."""
+    lower = word.lower()
+    return len(word) >= 5 and lower not in _ACRONYMS and lower not in _NOT_A_PAIR
 
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
