@@ -34,10 +34,13 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``hunter2``, ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in
    vault``), one plain word said alone there too: ending its sentence, before a new clause, a time's word, a
    parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
-   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``; not ``required``, ``wrong``, ``bogus``,
-   ``written down``, ``strong and unique``), a value quoted or backticked there (``my password is "sunshine"``; not
-   a command: ```cat ~/.pw```); so too after a password's other names in chat (``the pw is``, ``wifi pw:``, ``my
-   pass is``, ``the passcode is``), and a number said alone after ``passcode`` or ``pin`` (``my pin is 4821``);
+   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, not an
+   acronym: ``ASCII``, ``JSON``; not ``required``, ``wrong``, ``bogus``, ``written down``, ``strong and unique``), 4
+   to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
+   there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
+   chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``), and a number
+   said alone after ``passcode`` or ``pin`` (``my pin is 4821``), a PIN's or a passcode's as a config's or a chat's
+   value too (``pin: 4821``, ``my PIN: 4821``, ``PIN=4821``; not a board's: ``pin: 13``, ``Pin-Priority: 1001``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
