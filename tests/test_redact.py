@@ -502,7 +502,7 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  # (a pin's number in code or config that is no PIN: a board's, under 4 digits; apt's Pin-Priority)
                  "pin: 13", "LED_PIN = 13", "const int buttonPin = 2;", "Pin-Priority: 1001", "pin: GPIO13",
                  "spin: 4000", "pin_memory: 1024", "pin: 2.0.1", "Pin: release a=stable", "the pin: 4 digits",
-                 "pinned: 2024", "pin: 1234567890123", "pin: 1024px",
+                 "pinned: 2024", "pin: 1234567890123", "pin: 1024px", "pin: 0611:no-name-in-module", "PIN: 1234:5678",
                  # (a quoted pw or pass that is none: a command, a flag, a pass that is no password's word)
                  "the pw is `cat ~/.pw`", "the pw is 'none'", "the boarding pass is 'valid'", "the first pass was 'fast'"]
 

@@ -458,9 +458,11 @@ _PIN_END = re.compile(r"[ \t]*(?:[.!?](?![\w.])|[}\]&]|\#)|[ \t]+[A-Za-z_]\w{0,6
 def _pin_value(m: re.Match) -> str:
     """What is sent of a PIN's or a passcode's number (``m.group(3)``) as a config's or a chat's value (``pin: 4821``):
     the placeholder when said alone (``_said_alone``: ending its line or its sentence, before a comma, a brace, a
-    comment, a new clause; ``_PIN_END``), the number otherwise (``pin: 1024px``)."""
-    number = m.group(3)
-    if _PIN_END.match(m.string, m.end()) or _said_alone(number, number, m.string, m.end()):
+    comment, a new clause; ``_PIN_END``), the number otherwise (``pin: 1024px``, ``pin: 0611:no-name-in-module``)."""
+    number, end = m.group(3), m.end()
+    if m.string[end : end + 1] == ":" and not _LINE_END.match(m.string, end + 1) and m.string[end + 1 : end + 2] not in " \t":
+        return number  # (a colon and more after it: a code's, a time's, a range's: pin: 0611:no-name-in-module)
+    if _PIN_END.match(m.string, end) or _said_alone(number, number, m.string, end):
         return "[secret redacted]"
     return number
 
