@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import time
 import uuid
 
@@ -45,6 +44,14 @@ STALE = 30.0  # seconds: a heartbeat older than this means the holder is dead
 KINDS = {"watch": "a watcher", "build-tree": "a build-tree"}  # a lease's ``command``, as messages say it
 QUIET = 3 * BEAT  # seconds: a heartbeat this late (three missed) means the holder is not answering (stopped,
 # say): a reader waits for it no more, though a builder takes its memory over only once it is STALE
+
+
+def _host() -> str:
+    """This host's name, as a lease records it. ``socket`` (~1.5 ms to import) is imported when a record is
+    first compared: ``context`` and ``view`` look for a builder every turn, and mostly find none."""
+    import socket
+
+    return socket.gethostname()
 
 
 def _load(path, quiet: type[OSError] = FileNotFoundError) -> dict | None:
@@ -116,7 +123,7 @@ def live(record: dict | None, stale: float = STALE) -> bool:
         return False
     beat = record.get("beat")
     fresh = isinstance(beat, (int, float)) and time.time() - beat <= stale
-    if record.get("host") == socket.gethostname():
+    if record.get("host") == _host():
         pid, proc = record.get("pid"), record.get("proc")
         if not pid_alive(pid):
             return False
@@ -136,7 +143,7 @@ def described(record: dict) -> str:
     """Who holds the lease ``record``, as a message says it: ``a watcher (pid 12)``, ``a build-tree (pid 12 on
     other-host)``, or ``pid 12`` when the record does not say which command (an older pimem's)."""
     host = record.get("host")
-    where = f"pid {record.get('pid')}" + (f" on {host}" if host and host != socket.gethostname() else "")
+    where = f"pid {record.get('pid')}" + (f" on {host}" if host and host != _host() else "")
     kind = KINDS.get(record.get("command"))
     return f"{kind} ({where})" if kind else where
 
@@ -151,7 +158,7 @@ def dead(mem) -> dict | None:
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
         return None
     proc, now = record.get("proc"), process(record["pid"])
-    alive = record["host"] == socket.gethostname() and pid_alive(record["pid"]) and (proc is None or proc == now or now is None)
+    alive = record["host"] == _host() and pid_alive(record["pid"]) and (proc is None or proc == now or now is None)
     return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 
@@ -213,7 +220,7 @@ def beat_watcher(home, token: str, scanned: float, refused) -> None:
     if current is not None and current.get("token") != token and live(current):
         return
     try:
-        write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "token": token, "host": socket.gethostname(),
+        write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "token": token, "host": _host(),
                                                    "proc": process(os.getpid()), "beat": time.time(), "scanned": scanned,
                                                    "refused": sorted(refused)}), durable=False)
     except OSError:
@@ -244,7 +251,7 @@ class Lease:
         self._gone = False  # the last beat found no lease file
 
     def _record(self) -> dict:
-        return {"pid": os.getpid(), "token": self.token, "host": socket.gethostname(), "proc": process(os.getpid()),
+        return {"pid": os.getpid(), "token": self.token, "host": _host(), "proc": process(os.getpid()),
                 "started": self._started, "beat": time.time(), "command": self.command}
 
     def try_acquire(self) -> dict | None:

@@ -603,3 +603,18 @@ def test_append_compiles_no_date_or_escape_patterns_it_does_not_use(home, run):
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, b"0\n", b"")
     run("append", "probe", "red \x1b[31mwarning\x1b[0m")
     assert "red warning" in run("view", "probe").stdout
+
+
+@pytest.mark.parametrize("command", ["view", "context"])
+def test_a_turn_with_no_builder_imports_no_socket(home, run, command):
+    """``view`` and ``context`` look for a watcher or build-tree every turn (``lease``); only a lease record they
+    find is compared with this host's name, so ``socket`` (~1.5 ms) is imported only then."""
+    import sys
+
+    run("append", "main", "hello there")
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: sys.stderr.write(str('socket' in sys.modules)))\n"
+             "from pimem.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", probe, command, "main"], capture_output=True, timeout=60,
+                          env=subprocess_env())
+    assert proc.returncode == 0 and b"hello there" in proc.stdout and proc.stderr == b"False"
