@@ -68,7 +68,8 @@ MAX_PRICE = 1e6  # dollars per million tokens, at most (--price-in and the rest 
 # the compactor providers, as pimem.compactor names them (importing it here would load the offline compactor
 # at every start)
 PROVIDERS = ("extractive", "openai", "anthropic", "command")
-_URL = re.compile(r"https?://[^\s/?#]+[^\s]*")  # an http:// or https:// URL naming a host, as --base-url takes
+# (the patterns here are strings: re compiles one when first used, and most commands use none)
+_URL = r"https?://[^\s/?#]+[^\s]*"  # an http:// or https:// URL naming a host, as --base-url takes
 
 # what each setting a person may write must be, for a hand-edited config.json to be refused in one line
 _NUMBER, _COUNT = (int, float), int
@@ -95,7 +96,7 @@ _RULES = {"max_text_bytes": "a whole number of bytes above 0",
           "max_cost_per_day": f"dollars, from 0 to {_MOST['max_cost_per_day']:,.0f}, or null",
           **dict.fromkeys(("view", "cview"), "an object of hi and lo, in bytes")}
 _END_RULE = "a whole number of bytes above 0, lo at most hi"  # a view's hi or lo
-_API_KEY = re.compile(r"(?i)(\w*[_-])?api[_-]?key|key")  # a setting that would hold an API key itself
+_API_KEY = r"(?i)(\w*[_-])?api[_-]?key|key"  # a setting that would hold an API key itself
 _LARGEST = 2**63 - 1  # a number JSON keeps here at most (orjson writes no larger integer, and NaN as null)
 
 
@@ -114,7 +115,7 @@ def is_url(text: str) -> bool:
     a traceback."""
     import urllib.parse  # (pathlib's own import: no cost)
 
-    if not _URL.fullmatch(text):
+    if not re.fullmatch(_URL, text):
         return False
     try:
         urllib.parse.urlsplit(text).port
@@ -135,11 +136,11 @@ def is_var_name(text: str) -> bool:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
         return False
     if len(text) >= 16 and any(c.isdigit() for c in text):
-        return max(map(len, text.split("_"))) < 16 and len(_INNER_DIGITS.findall(text)) < 2
+        return max(map(len, text.split("_"))) < 16 and len(re.findall(_INNER_DIGITS, text)) < 2
     return True
 
 
-_INNER_DIGITS = re.compile(r"(?<=[A-Za-z])[0-9]+(?=[A-Za-z])")  # (GPT4o once is a name; aB3dE6g… a key)
+_INNER_DIGITS = r"(?<=[A-Za-z])[0-9]+(?=[A-Za-z])"  # (GPT4o once is a name; aB3dE6g… a key)
 
 
 def _wrong_knob(knob: str, value) -> bool:
@@ -217,7 +218,7 @@ def _known(own: dict, path: Path) -> None:
             if name in names:
                 continue
             name = name if isinstance(name, str) else repr(name)  # (a dict from Python may have any key)
-            if _API_KEY.fullmatch(name):
+            if re.fullmatch(_API_KEY, name):
                 raise BadInput(f"{path}: {within}{name}: pimem reads API keys only from the environment, from the "
                                "variable the compactor's key_env names (pimem model NAME PROVIDER/MODEL --key-env VAR); "
                                "remove it")
