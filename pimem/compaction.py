@@ -23,13 +23,12 @@ A compaction replaces messages ``[sourceStart, keptStart)`` by a checkpoint and 
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
 
-from . import env, when
+from . import env, hashes, when
 from .chain import canonical, memory_chain, sha256, window_chain
 from .errors import BadInput, IntegrityError
 from .memories import derive, unwritten
@@ -178,7 +177,7 @@ def plan(mem, keep: int, option: str = "--keep") -> Plan:
             "with a tool result, separate a tool call from its result (meta.call_id) or drop a call that may still "
             "be running; nothing was written"
         )
-    digest = hashlib.sha256(b"[")
+    digest = hashes.sha256(b"[")
     proposals = _proposals(mem, start, cut, lambda n, msg: digest.update((b"," if n else b"") + canonical(msg)))
     digest.update(b"]")
     source_hash = digest.hexdigest()

@@ -618,3 +618,18 @@ def test_a_turn_with_no_builder_imports_no_socket(home, run, command):
     proc = subprocess.run([sys.executable, "-c", probe, command, "main"], capture_output=True, timeout=60,
                           env=subprocess_env())
     assert proc.returncode == 0 and b"hello there" in proc.stdout and proc.stderr == b"False"
+
+
+def test_help_imports_no_command_engine(home):
+    """``pimem --help`` registers every command, so each command module's top is paid by it: a command imports
+    its engine when it runs (recall, fsck, compaction, housekeeping: OpenSSL's hashlib and socket with them,
+    ~8 ms), while the help lists every command as before."""
+    import sys
+
+    engines = ("pimem.recall", "pimem.fsck", "pimem.compaction", "pimem.housekeeping", "hashlib", "socket")
+    probe = ("import atexit, sys\n"
+             f"atexit.register(lambda: sys.stderr.write(' '.join(m for m in {engines!r} if m in sys.modules)))\n"
+             "from pimem.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True, timeout=60, env=subprocess_env())
+    assert proc.returncode == 0 and proc.stderr == b""
+    assert all(f"\n  {name} " in proc.stdout.decode() for name in ("recall", "fsck", "compact", "rename", "delete"))

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from .. import compaction, naming, output
+from .. import naming, output
 from ..memory import Memory
 from ..numbers import MAX_I, count, param
 from ..options import Home, Json, Name, Timeout, apart
@@ -29,6 +29,8 @@ def command(
       pimem compact main --keep 64000
       pimem compact main --keep 64000 --dry-run --json | jq .keptStart
     """
+    from .. import compaction  # (here, not at the top: ``pimem --help`` imports every command's module)
+
     apart(("--dry-run", dry_run), ("--timeout", timeout), why="a dry run takes no lock to wait for")
     result = compaction.compact(Memory.open(naming.given(name), home), keep, dry_run=dry_run, timeout=timeout)
     if json:

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from .. import housekeeping, output
+from .. import output
 from ..options import Home, Json, Timeout
 
 
@@ -20,6 +20,8 @@ def command(
       pimem delete scratch
       pimem delete scratch --json | jq -r .trash
     """
+    from .. import housekeeping  # (here, not at the top: ``pimem --help`` imports every command's module)
+
     dest = housekeeping.delete(name, home, timeout)
     if json:
         output.json_line({"name": name, "trash": str(dest)})

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import fsck, output
+from .. import output
 from ..errors import IntegrityError
 from ..memory import Memory
 from ..options import Home, Json, Timeout, needs
@@ -37,6 +37,8 @@ def command(
       pimem fsck --repair --accept-lost main
       pimem fsck --json | jq -r 'select(.fatal) | .where'
     """
+    from .. import fsck  # (here, not at the top: ``pimem --help`` imports every command's module)
+
     needs(("--timeout", timeout), "--repair (only a repair takes the writer lock)", repair)
     needs(("--accept-lost", accept_lost), "--repair", repair)
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))

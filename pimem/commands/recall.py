@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import budget, naming, output, recall
+from .. import budget, naming, output
 from ..errors import BadInput, NothingFound
 from ..memory import Memory
 from ..numbers import count, param
@@ -45,6 +45,8 @@ def command(
       pimem recall main --kind user --limit 3
       pimem recall shop "mutex" --scope lineage
     """
+    from .. import recall  # (here, not at the top: ``pimem --help`` imports every command's module)
+
     apart(("--ids", ids), ("--file", file), ("--kind", kind), ("--page", page),
           why="--ids names the messages to read; --file, --kind and --page narrow a search or a listing")
     for option in (("--offset", offset), ("--raw-limit", raw_limit)):

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from .. import housekeeping, output
+from .. import output
 from ..memory import Memory
 from ..options import Home, Timeout
 
@@ -25,6 +25,8 @@ def command(
       pimem rename scratch project-x
       pimem since scratch '#0'        # still works: follows the pointer to project-x
     """
+    from .. import housekeeping  # (here, not at the top: ``pimem --help`` imports every command's module)
+
     was = Memory.open(old, home).name  # (an old name leads to the memory it was renamed to)
     mem = housekeeping.rename(old, new, home, timeout)
     named = f"'{old}'" if was == old else f"'{was}' (the memory '{old}' leads to)"
