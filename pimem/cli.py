@@ -158,15 +158,11 @@ def main(argv: list[str] | None = None) -> None:
         output.flush()  # (the version; a command's boundary flushed what it printed)
     except ClickException as exc:
         code = _usage_error(exc, args)
-        if code == ExitStatus.USAGE and runs_hook(args):  # (Claude Code takes 2 as blocking: every prompt erased)
-            code = ExitStatus.NOTHING_FOUND
     except boundary.ENDINGS as exc:  # (a reader gone, stdout refusing the help, a signal outside the command)
         code = boundary.ended(exc)
+    if code == ExitStatus.USAGE and runs_hook(args):  # (Claude Code takes 2 as blocking: every prompt erased)
+        code = ExitStatus.NOTHING_FOUND
     boundary.leave(code, now=command_of(args) == "hook")
-
-
-# the hook's options that take a value (``pimem.commands.hook``), for ``runs_hook``
-HOOK_VALUES = ("--budget", "--timeout", "-n", "--name", "--home")
 
 
 def runs_hook(args: list[str]) -> bool:
@@ -174,10 +170,12 @@ def runs_hook(args: list[str]) -> bool:
     Code runs it on every event and takes exit 2 as blocking, so its usage errors exit 1, its non-blocking error."""
     if command_of(args) != "hook":
         return False
+    from .__main__ import HOOK_OPTIONS  # (the hook's options, each taking a value)
+
     rest = args[args.index("hook") + 1:]
     while rest:
         arg = rest.pop(0)
-        if arg in HOOK_VALUES:
+        if arg in HOOK_OPTIONS:
             rest[:1] = []  # (the option's value)
         elif not arg.startswith("-"):
             return arg not in ("install", "uninstall")

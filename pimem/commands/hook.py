@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import env, output
-from ..errors import BadInput, ExitStatus, PimemError
+from ..errors import BadInput
 from ..numbers import count, param, seconds
 from ..options import Home, offer
 
@@ -97,12 +97,9 @@ def command(
             output.warn(f"pimem's hooks are in {other} as well: Claude Code runs both, so each prompt gets the context "
                         f"twice; remove one with pimem hook uninstall {agent}{'' if project else ' --project'}")
         return
-    try:
-        _agent(words)
-        if project or user or dry_run:
-            raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
-    except BadInput as exc:  # (not 2, a usage error's exit elsewhere: Claude Code takes 2 as blocking)
-        raise PimemError(str(exc), ExitStatus.NOTHING_FOUND) from None
+    _agent(words)  # (a usage error exits 1 here, not 2, which Claude Code takes as blocking: cli.runs_hook)
+    if project or user or dry_run:
+        raise BadInput("--project, --user and --dry-run are for 'pimem hook install'")
     code = claude_code.handle(env.current().stdin.buffer, home, name, budget, timeout)
     raise typer.Exit(code)
 
