@@ -28,10 +28,10 @@ from .nofollow import check_dir, planted
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
 SPAN_READ = 1024  # messages of a span (tool messages, or the others) ``span_holds`` reads rather than asking the index
-# what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
-# ``user``, marked ``meta.marker``; known by this text when logged before that mark)
 # where ``_index_terms`` splits a word in other scripts than ASCII (compiled when first asked: re caches it)
 _UNSURE = r"[^\w]+|[_σμ]+"
+# what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
+# ``user``, marked ``meta.marker``; known by this text when logged before that mark)
 CLAUDE_MARKERS = frozenset({"[Request interrupted by user]", "[Request interrupted by user for tool use]"})
 
 
