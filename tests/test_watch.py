@@ -1188,7 +1188,7 @@ def test_view_wait_says_the_watcher_stopped_answering_or_went_away_during_the_wa
         until(lambda: watcher_holds(mem, watcher) and complete("m"))
         for k, stop in enumerate((signal.SIGSTOP, signal.SIGKILL)):
             until(lambda: beat_age(mem) < 0.5)  # (a fresh heartbeat: the view starts waiting before it is late)
-            watcher.send_signal(signal.SIGSTOP)
+            frozen_outside_the_writer_lock(mem, watcher)  # (frozen inside it, a beat's, the append below waits: CI)
             mem.append([{"kind": "user", "text": long_text(n)} for n in range(10 * k + 2, 10 * k + 5)])
             view = subprocess.Popen(pimem_cmd("view", "m", "--wait", "600"), stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, env=subprocess_env())
