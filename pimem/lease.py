@@ -249,9 +249,10 @@ class Lease:
         self._due = 0.0  # when the next heartbeat is (monotonic seconds)
         self._dir: int | None = None  # the memory's directory, open while held (``moved``)
         self._gone = False  # the last beat found no lease file
+        self._proc = process(os.getpid())  # (read once: a beat writes it under the writer lock every BEAT seconds)
 
     def _record(self) -> dict:
-        return {"pid": os.getpid(), "token": self.token, "host": _host(), "proc": process(os.getpid()),
+        return {"pid": os.getpid(), "token": self.token, "host": _host(), "proc": self._proc,
                 "started": self._started, "beat": time.time(), "command": self.command}
 
     def try_acquire(self) -> dict | None:
