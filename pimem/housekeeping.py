@@ -24,17 +24,19 @@ from .errors import BadInput, Busy, PimemError
 from .memory import Memory
 
 
-def refuse_if_watched(mem: Memory, doing: str) -> None:
-    """``Busy`` naming the process while a live watcher (or build-tree) holds the memory's lease."""
+def refuse_if_watched(mem: Memory, doing: str, to: str | None = None) -> None:
+    """``Busy`` naming the process while a live watcher (or build-tree) holds the memory's lease; ``to``: the
+    memory it would be renamed to, whose lease this is (a claim's: a memory of that name would be taken over)."""
     from .lease import holder
 
     lease = holder(mem)
     if lease is not None:
         where = f" on {lease['host']}" if lease.get("host") and lease["host"] != socket.gethostname() else ""
         since = f", since {lease['started']}" if lease.get("started") else ""
+        what = f"'{to}' to '{mem.name}'" if to else f"'{mem.name}'"
         raise Busy(
-            f"cannot {doing} '{mem.name}': a tree builder, pimem watch or build-tree (pid {lease['pid']}{where}{since}), "
-            "holds it; stop that process first"
+            f"cannot {doing} {what}: a tree builder, pimem watch or build-tree (pid {lease['pid']}{where}{since}), "
+            f"holds {f'{mem.name!r}' if to else 'it'}; stop that process first"
         )
 
 
@@ -62,8 +64,10 @@ def rename(old: str, new: str, home: str | os.PathLike | None = None, timeout: f
     refuse_if_watched(mem, "rename")
     with mem.lock(timeout):
         refuse_if_watched(mem, "rename")
-        if claim:
-            release(Memory(new, target, mem.home))
+        if claim:  # (a live builder's lease keeps it: said so, not that the name is taken)
+            taken = Memory(new, target, mem.home)
+            refuse_if_watched(taken, "rename", to=mem.name)
+            release(taken)
             refuse_taken()
         intent = homes.rename_intent(mem.home, mem.name)
         homes.write_atomic(intent, orjson.dumps({"renamedTo": new}) + b"\n")  # the pointer, before any move

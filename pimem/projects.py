@@ -210,16 +210,19 @@ def release(mem, cwds=None) -> None:
     holding only the lock and the project list ``claim`` left, is removed, so a refused import leaves the home
     as it found it and the name is free for ``rename``. Left as it is while the memory exists, holds anything
     else or another project, or is locked (a writer is at it); a claimer waiting for the lock meanwhile finds it
-    gone and chooses again."""
+    gone and chooses again. The lease of a builder that died holding the claim (a watcher killed) goes with it; a
+    live builder's keeps it (leases are taken under the writer lock)."""
+    from . import lease
+
     try:
         if mem.exists() or mem.identity() is None:  # (made, or never claimed: no lock taken)
             return
         with mem.lock(0):
             if mem.exists() or cwds is not None and not all(holds(cwds, p) for p in held(mem.path) or ()):
                 return
-            if not set(os.listdir(mem.path)) <= {FILE, "write.lock"}:
+            if not set(os.listdir(mem.path)) <= {lease.FILE, FILE, "write.lock"} or lease.holder(mem) is not None:
                 return
-            for leftover in (FILE, "write.lock"):  # (the lock last: a waiter on it then finds it gone, ``Moved``)
+            for leftover in (lease.FILE, FILE, "write.lock"):  # (the lock last: a waiter on it then finds it gone, ``Moved``)
                 try:
                     os.unlink(mem.path / leftover)
                 except FileNotFoundError:

@@ -148,3 +148,46 @@ def test_a_rename_that_waits_in_vain_for_its_lock_leaves_the_claim_at_its_new_na
     assert snapshot(claim) == before and Memory.at("api").claimed()
     assert sh("rename", "notes", "api").returncode == 0  # (then taken over, as before)
     assert [m["text"] for m in Memory.open("api").messages()] == ["the notes"]
+
+
+def _watching(home, name):
+    """A real ``pimem watch NAME``, once it holds ``name``'s lease."""
+    watcher = subprocess.Popen(pimem_cmd("watch", name), env=subprocess_env(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (home / name / "lock.json").exists():
+        assert watcher.poll() is None and time.monotonic() < deadline, "pimem watch did not take the lease"
+        time.sleep(0.05)
+    return watcher
+
+
+def test_a_claim_a_killed_watcher_held_is_taken_over_by_a_rename_and_one_a_live_watcher_holds_is_not(sh, home, claim):
+    """A watcher SIGKILLed while it held claim api left its lock.json there, and rename notes api said 'api' already
+    exists (exit 2): the claim held a file more than a claim's. A dead holder's lease is the claim's leftover, taken
+    over with it; a live watcher's keeps the claim, and the rename says who holds it (exit 4), as of its own name."""
+    assert sh("append", "notes", "the notes").returncode == 0
+    watcher = _watching(home, "api")
+    try:
+        before = snapshot(home)
+        result = sh("rename", "notes", "api")
+        assert (result.returncode, result.stderr.decode()) == (4, (
+            "pimem: error: cannot rename 'notes' to 'api': a tree builder, pimem watch or build-tree "
+            f"(pid {watcher.pid}, since 2026-10-08T09:30:00+08:00), holds 'api'; stop that process first\n"))
+        assert snapshot(home) == before and Memory.at("api").claimed()
+    finally:
+        watcher.kill()
+        watcher.wait()
+    assert (claim / "lock.json").exists()
+    result = sh("rename", "notes", "api")
+    assert result.returncode == 0, result.stderr
+    assert [m["text"] for m in Memory.open("api").messages()] == ["the notes"]
+    assert not (home / "api" / "lock.json").exists()
+
+
+def test_a_claim_a_killed_watcher_held_is_released_as_a_claim_is(home, claim):
+    """A claim released (an import of nothing) stayed when a killed watcher's lock.json was in it."""
+    watcher = _watching(home, "api")
+    watcher.kill()
+    watcher.wait()
+    projects.release(Memory.at("api"), [CLIENT])
+    assert not claim.exists()
