@@ -127,3 +127,20 @@ def test_version(run):
     out = run("--version")
     assert out.exit_code == 0 and out.stdout == f"pimem {version}\n"
     assert "--version" in (ROOT / "man" / "pimem.1").read_text().replace("\\-", "-")
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_help_names_each_argument_as_its_usage_line_does(name):
+    """The Arguments section lists each argument under the name its usage line gives it (``TEXT``, not the
+    parameter's own ``text...``: append, remember, memories and recall listed ``text...``, ``words...`` and
+    ``query...`` under a usage line of ``[TEXT…]``, ``[WORDS…]``, ``[QUERY…]``)."""
+    import typer.main
+    from typer.testing import CliRunner
+
+    app = cli.build(name)
+    shown = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "100"}).output
+    rows = shown.split("\nArguments:\n", 1)[1].split("\n\n", 1)[0].splitlines() if "\nArguments:\n" in shown else []
+    listed = [re.split(r"\s{2,}", row.strip())[0].removesuffix("…") for row in rows if not row.startswith("   ")]
+    usage = [piece if piece.startswith("[install") else piece.removeprefix("[").removesuffix("]")
+             for piece in cli.usage(typer.main.get_command(app).commands[name])]
+    assert listed == [piece.removesuffix("…") for piece in usage]

@@ -14,7 +14,7 @@ from ..options import MESSAGE_KINDS, Home, Json, Name, Timeout
 
 def command(
     name: Name = None,
-    text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", show_default=False)] = None,
+    text: Annotated[Optional[list[str]], typer.Argument(help="Message text (default, or -: read stdin).", metavar="TEXT…", show_default=False)] = None,
     kind: Annotated[str, typer.Option("-k", "--kind", help="user, pi, tool, echo, work or note (aliases: assistant, tool_call, tool_result, bash, custom).", autocompletion=MESSAGE_KINDS)] = "user",
     date: Annotated[Optional[str], typer.Option("--date", help="The message's date: RFC 3339, or any WHEN (yesterday 9:30, 2h ago; default: now).", metavar="WHEN")] = None,
     meta: Annotated[Optional[str], typer.Option("--meta", help="A JSON object stored with the message.", metavar="JSON")] = None,

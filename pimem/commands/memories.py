@@ -13,7 +13,7 @@ from ..options import Budget, Home, IncludeTools, Json, Name, Session, apart, of
 
 def command(
     name: Name = None,
-    words: Annotated[Optional[list[str]], typer.Argument(help="Rank by these words (BM25-style).", show_default=False)] = None,
+    words: Annotated[Optional[list[str]], typer.Argument(help="Rank by these words (BM25-style).", metavar="WORDS…", show_default=False)] = None,
     status: Annotated[Optional[str], typer.Option("--status", help="live (default: pinned, active, provisional), pinned, active, provisional, resolved, superseded or all.", autocompletion=offer("live", "all", *memories.STATUSES))] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", help="Only this kind (fact, preference, constraint, decision, working, derived).", autocompletion=offer(*memories.KINDS))] = None,
     record_id: Annotated[Optional[str], typer.Option("--id", help="Read one memory whole, as JSON, paged by --offset/--limit characters.", metavar="ID")] = None,

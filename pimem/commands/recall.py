@@ -13,7 +13,7 @@ from ..options import MESSAGE_KINDS, Budget, Home, IncludeTools, Json, Name, apa
 
 def command(
     name: Name = None,
-    query: Annotated[Optional[list[str]], typer.Argument(help="Words to search for (none: list newest first).", show_default=False)] = None,
+    query: Annotated[Optional[list[str]], typer.Argument(help="Words to search for (none: list newest first).", metavar="QUERY…", show_default=False)] = None,
     ids: Annotated[Optional[list[str]], typer.Option("--ids", help="Read these messages: numbers or source entry ids, comma-separated (entry:ID forces an entry id).", metavar="IDS")] = None,
     file: Annotated[Optional[str], typer.Option("--file", help="Only messages naming a path containing this (case-sensitive).", metavar="PATH")] = None,
     kind: Annotated[Optional[str], typer.Option("--kind", help="user, pi, tool, echo, work, note, or assistant, tool_call, tool_result, bash, custom.", autocompletion=MESSAGE_KINDS)] = None,

@@ -12,7 +12,7 @@ from ..options import Home, Json, Name, Session, Timeout, offer
 
 def command(
     name: Name = None,
-    text: Annotated[Optional[list[str]], typer.Argument(help="What to remember (default: read stdin; - reads stdin too).", show_default=False)] = None,
+    text: Annotated[Optional[list[str]], typer.Argument(help="What to remember (default: read stdin; - reads stdin too).", metavar="TEXT…", show_default=False)] = None,
     pin: Annotated[bool, typer.Option("--pin", help="Pin it: pinned memories come first in every context.")] = False,
     kind: Annotated[Optional[str], typer.Option("--kind", help="fact (default), preference, constraint, decision, working or derived.", autocompletion=offer(*memories.KINDS))] = None,
     priority: Annotated[Optional[str], typer.Option("--priority", help="low, normal (default) or high.", autocompletion=offer(*memories.PRIORITIES))] = None,
