@@ -1998,6 +1998,8 @@ def test_tool_text_is_masked_in_view_zoom_context_and_map(run, home):
         assert out.exit_code == 0, out.stderr
         assert "root password is swordfish32" not in out.stdout and "swordfish32" not in out.stdout
     assert TOOL_TEXT in run("view", "main").stdout
+    # (and its help says so: it said summaries are shown as written)
+    assert TOOL_TEXT in " ".join(run("view", "--help").stdout.split())
     assert SECRET in run("view", "main", "--include-tools").stdout
     assert SECRET in run("context", "main", "--include-tools").stdout
     zoomed = run("zoom", "main", "0+4")

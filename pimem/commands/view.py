@@ -24,8 +24,9 @@ def command(
 
     This is what the model reads each turn. A long message not summarised yet shows a placeholder telling the
     model to zoom it. Tool calls and results quoted verbatim in lines are shown as markers unless
-    --include-tools (summaries are shown as written). --json gives one object per line: label, level, index,
-    bytes (of the line as the model reads it) and text (null for a placeholder).
+    --include-tools, and so is what a summary quotes from its span's tool output: [tool output hidden].
+    --json gives one object per line: label, level, index, bytes (of the line as the model reads it) and text
+    (null for a placeholder).
 
     Examples:
       pimem view main
