@@ -782,3 +782,75 @@ def test_a_journal_line_the_disk_had_no_room_for_is_cut_back_not_left_torn(run, 
     assert run("fsck", "m").stdout == "m: ok (3 messages)\n"
     assert run("import", rollout, "-n", "m").stdout.startswith("m: 0 imported, 1 already present")
     assert texts("m") == ["run the tests", "they pass", "more"]
+
+
+def _keys_full(monkeypatch):
+    """``imports.keys`` written on a full disk (the log has room: its batch is logged first); undone by the
+    function returned."""
+    import errno
+
+    from pimem import home as homes
+    from pimem.importers.state import KEYS
+
+    real = homes.write_all
+
+    def full(fd, data, durable=True, path=None):
+        if path is not None and Path(path).name == KEYS:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(fd, data, durable, path)
+
+    monkeypatch.setattr(homes, "write_all", full)
+    return lambda: monkeypatch.setattr(homes, "write_all", real)
+
+
+def test_an_import_whose_state_could_not_be_saved_says_what_it_logged(run, home, tmp_path, monkeypatch):
+    """A batch logged whose import state (imports.keys, imports.json, its journal) could not be written then
+    said '0 messages imported; the same import again reads on from where this one stopped', the batch in the
+    log. It says what was logged and that the state was not saved (exit 7, the system's refusal); the same import
+    again finds the batch held and logs nothing twice."""
+    rollout = tmp_path / "rollout.jsonl"
+    append(rollout, codex_rollout("cx-state")[:2])
+    assert run("import", rollout, "-n", "m").exit_code == 0
+    append(rollout, codex_rollout("cx-state")[2:] + [{**codex_rollout("cx-state")[1], "payload": {
+        "type": "message", "role": "user", "content": [{"type": "input_text", "text": "and the docs"}]}}])
+    undo = _keys_full(monkeypatch)
+    result = run("import", rollout, "-n", "m")
+    assert (result.exit_code, result.stderr) == (7, (
+        f"pimem: error: the import state could not be saved (No space left on device: {home / 'm' / 'imports.keys'}); "
+        "2 messages imported, kept in the log: the same import again finds them held and adds only the rest\n"))
+    assert texts("m") == ["run the tests", "they pass", "and the docs"]
+    undo()
+    assert run("import", rollout, "-n", "m").stdout.startswith("m: 0 imported, 2 already present")
+    assert texts("m") == ["run the tests", "they pass", "and the docs"]
+    assert run("fsck", "m").stdout == "m: ok (3 messages)\n"
+
+
+def test_a_followers_state_that_could_not_be_saved_is_read_again_not_trusted(home, tmp_path, monkeypatch):
+    """A follower keeps its import state between rounds. A round whose state could not be saved kept the batch's
+    keys in memory, not on disk: its next round saved a state that said the log was covered past them, and an
+    import of the file read again from its start (replaced) logged that batch a second time. The state is read
+    again from disk and the log after such a failure."""
+    import pytest
+
+    from pimem.errors import PimemError
+    from pimem.importers import plan
+    from pimem.importers.job import run as import_job
+    from pimem.importers.state import ImportState
+
+    first, second = tmp_path / "rollout-1.jsonl", tmp_path / "rollout-2.jsonl"
+    append(first, codex_rollout("cx-1"))
+    append(second, codex_rollout("cx-2")[:2])
+    mem = Memory.at("m")
+    state = ImportState(mem)  # (a follower's, kept between its rounds)
+    import_job(mem, plan([str(first)]), state=state)
+    undo = _keys_full(monkeypatch)
+    with pytest.raises(PimemError, match="the import state could not be saved"):
+        import_job(mem, plan([str(second)]), state=state)
+    undo()
+    append(second, codex_rollout("cx-2")[2:])
+    import_job(mem, plan([str(second)]), state=state)
+    copy = tmp_path / "copy"
+    shutil.copyfile(second, copy)
+    os.replace(copy, second)  # (the file written again: read from its start)
+    assert [r.imported for r in import_job(Memory.at("m"), plan([str(second)]))] == [0]
+    assert texts("m") == ["run the tests", "they pass", "run the tests", "they pass"]

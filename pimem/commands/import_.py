@@ -50,6 +50,7 @@ def command(
     """
     from ..importers import by_project, plan
     from ..importers.detect import apart, release
+    from ..importers.state import Unsaved
 
     if "" in files:  # (a path the system reads as the current directory)
         raise BadInput("an empty FILE names no file: give a session file or a directory")
@@ -86,7 +87,7 @@ def command(
         error = as_error(exc)
         if error is None:
             raise
-        raise PimemError(f"{error.message}; {_logged(logged[0])}", error.code) from None
+        raise PimemError(f"{error.message}; {_logged(logged[0], saved=not isinstance(exc, Unsaved))}", error.code) from None
     finally:
         if name is None:  # (a memory claimed for nothing: unclaimed)
             release(groups, home)
@@ -104,7 +105,12 @@ def _say(said: tuple) -> None:
     show(value)
 
 
-def _logged(count: int) -> str:
+def _logged(count: int, saved: bool = True) -> str:
+    """What an import stopped part way logged; ``saved``: whether its import state says so (else the messages of
+    the batch it could not record are found held again, from the log)."""
+    if not saved and count:
+        return (f"{output.count(count, 'message')} imported, kept in the log: the same import again finds "
+                f"{'it' if count == 1 else 'them'} held and adds only the rest")
     return f"{output.count(count, 'message')} imported; the same import again reads on from where this one stopped"
 
 

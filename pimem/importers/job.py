@@ -31,7 +31,7 @@ from ..ingest import BATCH_BYTES, BATCH_LINES, bounded_lines, line_cap
 from ..memory import Memory, Prepared
 from .detect import FORMATS, Source
 from .parser import Malformed, read_lines
-from .state import ImportState, content_digest, content_key, key_of
+from .state import ImportState, Unsaved, content_digest, content_key, key_of
 
 PROGRESS_STEP = 1024 * 1024
 INDEX_MIN = 1_000  # an import of fewer messages leaves the index to the next reader
@@ -353,7 +353,12 @@ class _File:
             written, self.mem.log.written = self.mem.log.written, []
             self.report.imported += len(ids)
             total = ids[-1] + 1 if ids else self.state.covered
-            self.state.commit(keys, total, self.file, position)
+            try:
+                self.state.commit(keys, total, self.file, position)
+            except Unsaved:
+                if ids:  # (in the log all the same: counted and indexed as logged)
+                    self.logged(ids[0], fresh, written)
+                raise
         if ids:
             self.logged(ids[0], fresh, written)
 

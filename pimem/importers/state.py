@@ -52,6 +52,7 @@ import orjson
 
 from .. import hashes, home as homes
 from ..config import read_json
+from ..errors import PimemError, as_error
 from ..memory import Memory
 from ..nofollow import kind, open_binary, open_fd, read_bytes
 from .parser import line_counts
@@ -72,6 +73,12 @@ _UUID = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 # entry ids, and a changed entry's (its uuid and its content's hash)
 _NUMBERED = re.compile(r"(\d+)-([0-9a-f]{12})")  # a line's entry as version 1 wrote it: its number and hash
 _REPEATED = re.compile(r"(.+)\.[0-9a-f]{12}")  # a pi entry whose id an earlier line of its file gave: ID.HASH
+
+
+class Unsaved(PimemError):
+    """A batch is in the log, but the import state that records it could not be written (``commit``): nothing
+    is lost, the next import finds its messages held (from the log) and reads its file again from the last
+    position saved. Its code is the failure's (exit 7: a full disk, a file the user may not write)."""
 
 
 def key_of(message: dict, entry=None) -> bytes | None:
@@ -410,12 +417,22 @@ class ImportState:
 
     def commit(self, keys: list[bytes], total: int, file: str | None = None, position: dict | None = None) -> None:
         """Record the keys of a batch just logged (the log now ends at ``total``) and, if given, how far
-        ``file`` has been read. Caller holds the writer lock."""
-        self.keys.update(keys)
-        changed = {}
-        if file is not None and position is not None:
-            self.files[file] = changed[file] = position
-        self._write(b"".join(keys), total, changed)
+        ``file`` has been read. Caller holds the writer lock. A state that could not be written (a full disk)
+        raises ``Unsaved``, and what is held here is let go of: its next ``sync`` reads the state on disk and
+        catches up from the log (kept, the batch's keys would not be written with the next batch's, whose state
+        would say the log covered)."""
+        try:
+            self.keys.update(keys)
+            changed = {}
+            if file is not None and position is not None:
+                self.files[file] = changed[file] = position
+            self._write(b"".join(keys), total, changed)
+        except BaseException as exc:
+            self._reset()
+            error = as_error(exc)
+            if error is None:
+                raise
+            raise Unsaved(f"the import state could not be saved ({error.message})", error.code) from None
 
     def settle(self, timeout: float | None = 0) -> None:
         """Fold the journal into ``imports.json`` (a follower stopping: the next reader parses one file), under the
