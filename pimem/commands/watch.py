@@ -22,7 +22,8 @@ def command(
 
     One watcher per memory: it holds a lease in the memory's lock.json with a heartbeat, so a second watcher
     on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
-    are noticed within 2 seconds; failed nodes are retried after 10 seconds (or when the server asks) for ever.
+    are noticed within half a second (a memory created later, within 2 seconds); failed nodes are retried after
+    10 seconds (or when the server asks) for ever.
     A memory whose compactor's API key is not set here is left with one line (exit 6 when nothing else named
     can be built), and taken again once its settings change (pimem model). A memory moved or deleted behind
     its back (mv, rm -rf) is left with one line, and taken again once a memory is back at its name.
