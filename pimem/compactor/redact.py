@@ -34,9 +34,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    (``hunter2``, ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in
    vault``), one plain word said alone there too: ending its sentence, before a new clause, a time's word, a
    parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
-   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, not an
-   acronym: ``ASCII``, ``JSON``; not ``required``, ``wrong``, ``bogus``, ``written down``, ``strong and unique``), 4
-   to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
+   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, ``… is
+   CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``, ``written down``,
+   ``strong and unique``), 4 to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
    there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
    chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``), and a number
    said alone after ``passcode`` or ``pin`` (``my pin is 4821``), a PIN's or a passcode's as a config's or a chat's
@@ -485,7 +485,8 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
     after it, the line's end) or a new clause follows it (``_CLAUSE_NEXT``: ``and my username is bob``) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
-    if not (_ONE_WORD.fullmatch(bare) or _SHOUTED.fullmatch(bare) and (shouted or _acronym_password(bare))):
+    if not (_ONE_WORD.fullmatch(bare)
+            or _SHOUTED.fullmatch(bare) and (shouted or _acronym_password(bare, word, string, end))):
         return False
     if not _said_alone(word, bare, string, end):
         return False
@@ -499,14 +500,29 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
 _ACRONYMS = frozenset("""ascii ansi utf ucs unicode ebcdic latin hex base aes des rsa dsa ecdsa ecc md sha ntlm lm pbkdf
     bcrypt scrypt argon crc hash pgp gpg pem der pkcs fips nist iso pci pii gdpr hipaa soc otp sms pin id ids tbd tba tbc
     na todo fixme xxx wip n a x y z""".split())
+# acronyms of 3 or 4 letters with a vowel a sentence may say a password is, or is managed by (the password is AWS,
+# JSON, UUID): a format's, a system's, a directory's, a wireless network's, a null, a placeholder's (WORD, NAME)
+_SHORT_ACRONYMS = frozenset("""url uri urn json yaml toml ini env var vars ide cli gui idp aws wep wpa
+    peap leap uid uuid guid gid pid acl rbac abac ado aad sim esim usb rfid ocr iot faq asap eta eol eof utc oem ios osx
+    unix mac bios uefi ami arn sas sig dev ops prod uat poc none null nil true yes nan cas text word name""".split())
 
 
-def _acronym_password(word: str) -> bool:
-    """Whether ``word`` in capitals, in a sentence that is not, is a password said in capitals (the password is
-    SUNSHINE, 5 letters or more), not an acronym: of up to 4 letters (AI, URL, JSON, WWII: most of the real texts')
-    nor of a known kind (``_ACRONYMS``, ``_NOT_A_PAIR``: ASCII, UNICODE, LDAPS)."""
+def _acronym_password(word: str, said: str, string: str, end: int) -> bool:
+    """Whether ``word`` in capitals (``said`` with the sign after it, ending at ``end`` of ``string``), in a sentence
+    that is not, is a password said in capitals, not an acronym: of 5 letters or more (the password is SUNSHINE) not
+    of a known kind (``_ACRONYMS``, ``_NOT_A_PAIR``: ASCII, UNICODE, LDAPS); of 3 or 4 letters (the password is CATS)
+    neither, nor one of ``_SHORT_ACRONYMS`` (JSON, AWS, UUID), with a vowel (no SSH, TLS, KMS: an acronym of
+    consonants), and ending its sentence (not before a colon: a label's, NOTE:) or before a new clause
+    (``_CLAUSE_NEXT``; not before a word said of it: the password is CATS related); of 2 letters never (AI, ID, OK,
+    AD). Most words in capitals of up to 4 letters are acronyms (API, URL, DIY, LED in the real texts): one said
+    alone after a password's name is taken for the password unless a known one."""
     lower = word.lower()
-    return len(word) >= 5 and lower not in _ACRONYMS and lower not in _NOT_A_PAIR
+    if lower in _ACRONYMS or lower in _NOT_A_PAIR:
+        return False
+    if len(word) >= 5:
+        return True
+    ends = said != word and not said.endswith(":") or _SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end)
+    return len(word) >= 3 and lower not in _SHORT_ACRONYMS and bool(_VOWEL.search(word)) and bool(ends)
 
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
