@@ -146,6 +146,30 @@ def test_follow_grows_rotates_truncates_and_resumes(home, tmp_path):
     ])  # each once
 
 
+def test_sighup_stops_a_follower_between_two_reads_as_sigterm_does(home, tmp_path):
+    """A closed terminal (SIGHUP) stops ``import --follow`` as SIGINT and SIGTERM do: exit 129 with the line
+    counting what it imported (it took only SIGINT and SIGTERM, so SIGHUP ended it wherever it was, saying
+    ``pimem: interrupted`` alone), and the next run reads on from there."""
+    session = tmp_path / "s1.jsonl"
+    append(session, claude_turn("s1", 0))
+    proc = start(session, "--name", "hup")
+    try:
+        wait_for(lambda: "answer 0" in texts("hup"))
+    finally:
+        code, rows, err = stop(proc, signal.SIGHUP)
+    assert (code, err) == (129, "pimem: interrupted: 2 messages imported while following; "
+                                "the next run reads on from where this one stopped\n")
+    assert [r["imported"] for r in rows] == [2]
+    append(session, claude_turn("s1", 1))
+    proc = start(session, "--name", "hup")
+    try:
+        wait_for(lambda: "answer 1" in texts("hup"))
+    finally:
+        code, rows, _ = stop(proc, signal.SIGHUP)
+    assert code == 129 and [r["imported"] for r in rows] == [2]
+    assert texts("hup") == ["question 0 of s1", "answer 0", "question 1 of s1", "answer 1"]
+
+
 def test_a_file_still_being_started_is_waited_for_without_a_warning(home, tmp_path):
     path = tmp_path / "s.jsonl"
     path.write_text('{"kind": "user", "te')  # the first line is still being written

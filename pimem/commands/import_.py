@@ -37,7 +37,7 @@ def command(
 
     With --follow it keeps reading the files as they grow (a file rotated away is read to its end, a
     truncated one again from the start), and new session files in the directories, printing a line per
-    file read, until SIGINT or SIGTERM (exit 130 or 143); a restart reads on where the last run stopped. A
+    file read, until SIGINT, SIGTERM or SIGHUP (exit 130, 143 or 129); a restart reads on where the last run stopped. A
     reader of those lines that goes away (| head -1) ends the lines, not the import: it goes on capturing the
     sessions until stopped.
 
@@ -144,7 +144,8 @@ def _import(mem: Memory, sources: list, json: bool, timeout: float | None, say, 
 
 
 def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: float | None, home) -> None:
-    """``--follow``: import what arrives until SIGINT or SIGTERM, then exit 130 or 143 (as shells expect)."""
+    """``--follow``: import what arrives until SIGINT, SIGTERM or SIGHUP (a closed terminal), then exit 130, 143
+    or 129 (as shells expect)."""
     import signal
 
     from ..importers.follow import Follower
@@ -164,7 +165,7 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
     stop = _Signalled()
     from ..boundary import stoppers
 
-    for sig in stoppers(signal.SIGINT, signal.SIGTERM):  # (not one the caller ignored)
+    for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (not one the caller ignored: nohup)
         signal.signal(sig, stop.handler)
     follower.run(stop)
     output.info(f"pimem: interrupted: {output.count(imported, 'message')} imported while following; "
