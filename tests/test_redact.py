@@ -448,6 +448,15 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my wifi password is LOVE.", "LOVE", "my wifi password is [secret redacted]."),
         ("the password was FISH but I changed it", "FISH", "was [secret redacted] but I changed it"),
         ("the pw is MOON, ask me", "MOON", "the pw is [secret redacted], ask me"),
+        # (a password's name after what it guards, pass: and one word said alone: wifi pass:, door pass:)
+        ("wifi pass: sunshine", "sunshine", "wifi pass: [secret redacted]"),
+        ("the wi-fi pass: bananas.", "bananas", "the wi-fi pass: [secret redacted]."),
+        ("router pass: letmein, user admin", "letmein", "router pass: [secret redacted], user admin"),
+        ("Door pass: 4821", "4821", "Door pass: [secret redacted]"), ("email pass: Sunshine", "Sunshine", "email pass: "),
+        ("WIFI PASS: SUNSHINE", "SUNSHINE", "WIFI PASS: [secret redacted]"),
+        # (a number said alone after pw or pass, as after password is)
+        ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
+        ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
         # (a password's other names in chat, its value quoted or backticked: pw, pass after a possessive)
         ("the pw is 'sunshine'", "sunshine", "the pw is '[secret redacted]'"),
         ('my pass is "sunshine" btw', "sunshine", 'my pass is "[secret redacted]" btw'),
@@ -515,7 +524,12 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "spin: 4000", "pin_memory: 1024", "pin: 2.0.1", "Pin: release a=stable", "the pin: 4 digits",
                  "pinned: 2024", "pin: 1234567890123", "pin: 1024px", "pin: 0611:no-name-in-module", "PIN: 1234:5678",
                  # (a quoted pw or pass that is none: a command, a flag, a pass that is no password's word)
-                 "the pw is `cat ~/.pw`", "the pw is 'none'", "the boarding pass is 'valid'", "the first pass was 'fast'"]
+                 "the pw is `cat ~/.pw`", "the pw is 'none'", "the boarding pass is 'valid'", "the first pass was 'fast'",
+                 # (pass: after no name of what a password guards: a test's verdict, a review's pass, a count)
+                 "pass: 12 tests", "PASS: test_x", "first pass: parser", "second pass: done", "unit pass: 12",
+                 "wifi pass: required", "door pass: see the fridge", "email pass: 3 of 4", "wifi pass: 12 tests",
+                 "the wifi pass: str", "router pass: none", "email pass: Sent", "wifi pw: 8 chars",
+                 "the pw is 8 characters", "my pass is 2 years old", "door pass: 1234567890123"]
 
 
 # a password's quoted value shorter than 6 characters (a fixture's, a default's): it is the password all the same

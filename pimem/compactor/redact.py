@@ -38,8 +38,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``, ``written down``,
    ``strong and unique``), 4 to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
    there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
-   chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``), and a number
-   said alone after ``passcode`` or ``pin`` (``my pin is 4821``), a PIN's or a passcode's as a config's or a chat's
+   chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after
+   what it guards, ``wifi pass:``, ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or
+   ``pin`` (``the pw is 1234``, ``my pin is 4821``), a PIN's or a passcode's as a config's or a chat's
    value too (``pin: 4821``, ``my PIN: 4821``, ``PIN=4821``; not a board's: ``pin: 13``, ``Pin-Priority: 1001``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
@@ -95,6 +96,10 @@ _COMMAND_RUN = (r"(?:cat|pass|gpg|op|vault|security|echo|printf|head|tail|openss
                 r"|gcloud|az|kubectl|bw|lpass|keyring|secret-tool|pwgen|uuidgen|date)[ \t]+[^\s`]|[^\s`]*[/$]")
 _SUBSTITUTED = re.compile(_COMMAND_RUN)
 _WHOSE = "(?:" + "|".join(rf"(?<=\b{w} )" for w in "my your our his her their wifi admin root email account".split()) + ")"
+# what a password guards, named before pass: (wifi pass: sunshine, door pass: 4821); a pass: after anything else is a
+# test's verdict, a count or a step (PASS: test_x, pass: 12 tests, first pass: parser)
+_GUARDED = "(?:" + "|".join(rf"(?<=\b{w} )" for w in """wifi wi-fi wlan router modem door gate alarm email e-mail mail
+    account admin root login vpn ssh ftp sftp smtp imap""".split()) + ")"
 _NAME_HINTS = ("pass", "pwd", "secret", "token", "key", "auth")
 _COOKIE = re.compile(r"([\w.-]+=)((?!\[)[^;,\s]+)")  # one cookie's name= and value
 
@@ -249,10 +254,11 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                 rf"(?!redacted\]|[^\s\"',;]*?\[[\w ]{{1,40}} redacted\]|{_TYPE})([^\s\"',;]+)"),
      lambda m: m.group(1) + _prose_word(m), ("pass", "secret", "token", "credential")),
     # a password's other names in chat, said with is or was (the pw is sunshine, my pass is sunshine, the passcode is
-    # sunshine) or pw: (wifi pw: sunshine): a word as after password is (``_chat_password``); pass only after a
-    # possessive or a wifi's, an admin's (not the first pass, the boarding pass); a passcode's or a PIN's number (my
-    # pin is 4821)
-    (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass)(?:[ \t]+(?:is|was):?|(?<=pw):)[ \t]+)(?!\[)([^\s\"',;]+)"),
+    # sunshine) or pw: (wifi pw: sunshine), pass: after what it guards (wifi pass: sunshine): a word as after password
+    # is (``_chat_password``); pass only after a possessive or a wifi's, an admin's (not the first pass, the boarding
+    # pass); a number said alone (my pin is 4821, the pw is 1234, door pass: 4821)
+    (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass|{_GUARDED}pass(?=:))(?:[ \t]+(?:is|was):?|(?<=pw):|(?<=pass):)[ \t]+)"
+                r"(?!\[)([^\s\"',;]+)"),
      lambda m: m.group(1) + _chat_password(m), ("pw", "pass", "pin")),
     # a PIN's or a passcode's number as a config's or a chat's value (pin: 4821, my PIN: 4821, SIM_PIN=1234, "pin":
     # "4821", pinCode: 0000, the PIN code: 0000): 4 to 12 digits said alone (``_pin_value``); not a board's pin,
@@ -389,12 +395,14 @@ def _prose_word(m: re.Match) -> str:
 
 def _chat_password(m: re.Match) -> str:
     """What is sent of the word (``m.group(2)``) after a password's other name in chat (``pw``, ``pass``, ``passcode``)
-    and is or was, or ``pw:``: the placeholder when it is a password of one plain word (``_one_word_password``: the pw
-    is sunshine) or shaped like one (``_PASSWORD_SHAPE``: hunter2), as after ``password is``; the word otherwise (the
-    pw is required, if pw is None; a type or a flag after ``pw:``: ``def login(user, pw: str)``)."""
+    and is or was, or ``pw:``, ``pass:`` after what it guards (``wifi pass:``): the placeholder when it is a password of
+    one plain word (``_one_word_password``: the pw is sunshine) or shaped like one (``_PASSWORD_SHAPE``: hunter2), as
+    after ``password is``, or 4 to 12 digits said alone (``_PIN``, ``_said_alone``: the pw is 1234, door pass: 4821, my
+    pin is 4821); the word otherwise (the pw is required, if pw is None, the pw is 8 characters; a type or a flag after
+    ``pw:``: ``def login(user, pw: str)``)."""
     word, bare = m.group(2), m.group(2).rstrip(".!?:)")
     name = m.group(1).split()[0].lower()
-    if name in ("pin", "passcode") and _PIN.fullmatch(bare) and _said_alone(word, bare, m.string, m.end()):
+    if _PIN.fullmatch(bare) and _said_alone(word, bare, m.string, m.end()):
         return "[secret redacted]" + word[len(bare) :]
     if name == "pin":
         return word  # (a PIN is a number: the pin is high, a board's)
