@@ -129,10 +129,15 @@ class Hook:
         self.context = ""
         self.answering = False  # (while the context is made: what the watchdog says when it cuts the event)
         self.transcript: Path | None = None  # (the session's own, as ``_transcripts`` finds it)
-        self.sources = self._guard(self._transcripts) or []
+        # (a relative --home, refused as a relative $PIMEM_HOME is: Claude Code runs the hook in the session's
+        # directory, where it would make a home of its own; the event then reads and writes nothing)
+        from . import env
+
+        homed = home is None or self._guard(lambda: env.absolute(os.fspath(home), "--home") or True)
+        self.sources = (self._guard(self._transcripts) or []) if homed else []
         self.cwd: str | None = None  # the project's directory, when the memory is the project's (no --name)
         self.settled = bool(name)  # (False: the memory of the directory's name, to be claimed: ``projects.memory_for``)
-        self.name = name or self._guard(self._name)  # (None: the working directory is gone, say)
+        self.name = (name or self._guard(self._name)) if homed else None  # (None: the working directory is gone, say)
 
     def run(self) -> dict | None:
         from .memory import Memory

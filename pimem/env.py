@@ -142,6 +142,17 @@ def user_home() -> str:
                        "set PIMEM_HOME (or --home)") from None
 
 
+def absolute(home: str, source: str) -> None:
+    """``BadInput`` when ``home``, given by ``source`` (``$PIMEM_HOME``; the hook's ``--home``: it runs in the
+    session's directory, not the user's), is a relative path: read from every directory a command runs in, it
+    would name a home in each."""
+    if not os.path.isabs(os.path.expanduser(home)):
+        from .errors import BadInput
+
+        raise BadInput(f"{source} is a relative path ({home!r:.60}): set it to an absolute one (it would name another "
+                       "home in each directory a command runs in)")
+
+
 @functools.lru_cache(maxsize=64)
 def _resolved(home: str, source: str = "home") -> Path:
     """The home with its links resolved, once: the home itself may be a link (the user's), while nothing under
@@ -154,11 +165,8 @@ def _resolved(home: str, source: str = "home") -> Path:
         from .errors import BadInput
 
         raise BadInput(f"{source} is a directory's path, which holds no NUL byte, not {home!r:.60}")
-    if source != "home" and not os.path.isabs(os.path.expanduser(home)):
-        from .errors import BadInput
-
-        raise BadInput(f"{source} is a relative path ({home!r:.60}): set it to an absolute one (it would name another "
-                       "home in each directory a command runs in)")
+    if source != "home":
+        absolute(home, source)
     path = os.path.realpath(os.path.expanduser(home))
     if os.path.exists(path) and not os.path.isdir(path):
         from .errors import ExitStatus, PimemError

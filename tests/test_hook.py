@@ -677,6 +677,26 @@ def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_
     assert snapshot(home) == before
 
 
+def test_a_relative_home_is_a_warning_as_a_relative_pimem_home_is_not_a_home_in_the_project(home, tmp_path):
+    """A relative --home given to the hook (which Claude Code runs in the session's directory, not the user's) made
+    a home there, one in each project and each directory the session moved to, while a relative $PIMEM_HOME was
+    refused. Both are said alike, a warning (exit 0), and nothing is read or written, there or in the home."""
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    project = tmp_path / "project"
+    project.mkdir()
+    before = snapshot(home)
+    for args, env, source in ((("--home", "memory"), {}, "--home"), ((), {"PIMEM_HOME": "memory"}, "$PIMEM_HOME"),
+                              (("--home", "memory", "-n", "api"), {}, "--home")):
+        for event in ("Stop", "UserPromptSubmit"):
+            proc = subprocess.run(pimem_cmd("hook", "claude-code", *args), cwd=project, capture_output=True, timeout=60,
+                                  env=subprocess_env(**env), input=payload(event, "s1", transcript, prompt="staging port"))
+            said = (f"pimem: {source} is a relative path ('memory'): set it to an absolute one (it would name another home "
+                    "in each directory a command runs in)")
+            assert (proc.returncode, json.loads(proc.stdout), proc.stderr.decode()) == (0, {"systemMessage": said}, said + "\n"), args
+            assert list(project.iterdir()) == [] and snapshot(home) == before, args
+
+
 def test_out_of_time_is_said_only_when_the_transcript_was_left_unread(home, tmp_path):
     from pimem.claude_code import Hook
 

@@ -66,9 +66,7 @@ def command(
         variable = next((v for v in ("PIMEM_HOME", "PI_MEM_HOME") if home is None and os.environ.get(v)), None)
         if variable:
             home = os.environ[variable]
-            if not os.path.isabs(os.path.expanduser(home)):  # (refused as every command refuses it)
-                raise BadInput(f"${variable} is a relative path ({home!r:.60}): set it to an absolute one (it would "
-                               "name another home in each directory a command runs in)")
+            env.absolute(home, f"${variable}")  # (refused as every command refuses it)
         given = home and os.path.abspath(os.path.expanduser(home))
         if given and os.path.exists(given) and not os.path.isdir(given):  # (every event would fail on it)
             raise BadInput(f"{'$' + variable if variable else '--home'} {given} is not a directory: the hooks would capture "
