@@ -131,8 +131,10 @@ def command(
     if sched.signal is not None:  # stopped: the calls in flight were kept, nothing new was started
         # (a memory whose lease was still waited for counts too)
         pending = sum(builders.survey(mem)["pending"] for mem in mems if mem.name not in sched.refused)
-        output.info(f"pimem: interrupted: {output.count(pending, 'node')} still pending "
-                    f"({sum(row['calls'] for row in rows):,} written in this run; the next run builds the rest)")
+        written = sum(row["calls"] for row in rows)
+        output.info(f"pimem: interrupted: {output.count(pending, 'node')} still pending ({written:,} written in this "
+                    "run; the next run builds the rest)" if pending else
+                    f"pimem: interrupted: no node pending ({written:,} written in this run)")
         raise typer.Exit(128 + sched.signal)
     failed = sum(row["gave_up"] for row in rows)
     for builder, row in zip(built, rows):
