@@ -127,6 +127,19 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     return name, given
 
 
+def searched_in(name: str, rest: list[str], home: str | None, command: str) -> None:
+    """For a command that searches (``recall``, ``memories``), after ``words``: a first word of several that
+    names no memory is refused (``NotFound``, exit 3) saying how to search them all in the default memory,
+    quoted as one argument (``Memory.open`` would say only that no memory has that name)."""
+    if rest and NAME_RE.fullmatch(name) and not exists(name, home):
+        import shlex
+
+        from .errors import NotFound
+
+        raise NotFound(f"no memory named '{name}' in {env.home(home)} (see 'pimem list'); to search several "
+                       f"words in '{taken()}', quote them: pimem {command} {shlex.quote(' '.join([name, *rest]))}")
+
+
 def _unread_file_on_stdin() -> bool:
     try:
         fd = env.current().stdin.fileno()

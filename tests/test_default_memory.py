@@ -139,6 +139,20 @@ def test_words_after_an_optional_name(run, main):
     assert run("memories").exit_code == 1
 
 
+def test_several_words_naming_no_memory_say_how_to_search_them_in_the_default(run, main, home):
+    """``recall staging db`` takes staging for the NAME (so a typo is reported, not searched for): the error
+    says how to search the words in the default memory (it said only that no memory has that name)."""
+    for cmd in ("recall", "memories"):
+        out = run(cmd, "staging", "db")
+        assert (out.exit_code, out.stdout) == (3, ""), out.stderr
+        assert out.stderr == (f"pimem: error: no memory named 'staging' in {home} (see 'pimem list'); to search "
+                              f"several words in 'main', quote them: pimem {cmd} 'staging db'\n")
+    out = run("recall", "mian", "it's", "here")  # (quoted for the shell as typed)
+    assert out.exit_code == 3 and out.stderr.endswith("""pimem recall 'mian it'"'"'s here'\n"""), out.stderr
+    assert run("recall", "a b", "c").exit_code == 2  # (no memory's name at all: an invalid name, as before)
+    assert run("recall", "mian", "staging", "--ids", "1").exit_code == 2  # (options apart: refused first, as before)
+
+
 def test_model_takes_a_lone_provider(run, main):
     assert run("model").stdout == "main: extractive\n"
     assert run("model", "ollama/llama3.2").exit_code == 0

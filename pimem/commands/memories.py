@@ -47,6 +47,7 @@ def command(
     apart(("--id", record_id), ("WORDS", words), why="--id reads that one memory, WORDS rank a listing")
     naming.memory_id(record_id, "--id"), naming.text_argument(session)
     ranked = naming.joined(words, "empty WORDS: give words to rank by, or none to list every memory")
+    naming.searched_in(name, words, home, "memories")
     mem = Memory.open(name, home)
     damaged: list[str] = []
     visible = memories.records(mem, session, include_tools, on_damage=damaged.append)

@@ -64,6 +64,7 @@ def command(
         raw=raw, offset=offset, raw_limit=raw_limit, source_class=source_class, scope=scope, include_tools=include_tools,
         budget=max_chars, as_json=json,
     )
+    naming.searched_in(name, query or [], home, "recall")
     mem = Memory.open(name, home)
     request.check()
     found = recall.find(mem, request)
