@@ -6,10 +6,16 @@ about 25 ms of an event's ~65. So exactly that command, with only its own option
 runs here in the same boundary as every command (``pimem.boundary``), with no typer. Anything else (install,
 uninstall, --help, another option, a value typer would refuse, a shell completion) goes to the typer app,
 which says what is wrong as it always has.
+
+From ``main``'s first line, a signal (Ctrl-C, SIGTERM, SIGHUP) is noted while pimem imports its modules, and taken
+as the command's boundary begins (``stopping.defer``, ``boundary.take_signals``): one line and 130, 143 or 129,
+as later, never a traceback from the middle of an import or a silent death.
 """
 
 import os
 import sys
+
+from .errors import ExitStatus
 
 # the hook's options (pimem.commands.hook) -> its keyword in claude_code.handle
 HOOK_OPTIONS = {"--home": "home", "-n": "name", "--name": "name", "--budget": "budget", "--timeout": "timeout"}
@@ -64,8 +70,8 @@ def hook(options: dict) -> None:
     from . import boundary, output
 
     boundary.begin()
-    boundary.take_signals()
     try:
+        boundary.take_signals()  # (a signal that came as pimem started is raised here)
         try:
             boundary.guarded(_hook, writes=True)(**options)
             code = 0
@@ -77,7 +83,22 @@ def hook(options: dict) -> None:
     boundary.leave(code, now=True)
 
 
+def _interrupted() -> None:
+    """Ctrl-C before the signals were noted: as the boundary ends a command it stops (``boundary.ended``)."""
+    try:
+        os.write(2, b"pimem: interrupted\n")
+    except OSError:  # (a stderr closed or full changes nothing)
+        pass
+    os._exit(ExitStatus.INTERRUPTED)
+
+
 def main() -> None:
+    try:
+        from . import stopping
+
+        stopping.defer()  # a signal is noted from here on, and taken as the command's boundary begins
+    except KeyboardInterrupt:  # (Ctrl-C before that, from Python's own handler: nothing has begun)
+        _interrupted()
     options = hook_options(sys.argv[1:])
     if options is not None:
         hook(options)

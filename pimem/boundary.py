@@ -34,7 +34,8 @@ def begin() -> None:
 
 
 # the stopping signals pimem's caller ignored, as they were when it started (``nohup``: SIGHUP, so that closing the
-# terminal leaves the command running; a shell script's background job: SIGINT): no command takes them
+# terminal leaves the command running; a shell script's background job: SIGINT): no command takes them (when
+# ``pimem.__main__`` noted the others first, ``stopping.defer``, they are the ones still ignored)
 IGNORED = frozenset(s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if signal.getsignal(s) == signal.SIG_IGN)
 
 
@@ -44,11 +45,18 @@ def stoppers(*signals: int) -> tuple:
 
 
 def take_signals() -> None:
-    """SIGTERM and SIGHUP end a command that does not take them itself as Ctrl-C does (``Terminated``,
-    ``HungUp``), unless its caller ignored them (``IGNORED``)."""
-    for sig, handler in ((signal.SIGTERM, _terminate), (signal.SIGHUP, _hang_up)):
-        if sig not in IGNORED:
-            signal.signal(sig, handler)
+    """SIGINT, SIGTERM and SIGHUP end a command that does not take them itself (``KeyboardInterrupt``,
+    ``Terminated``, ``HungUp``: one line, exit 130, 143 or 129), unless its caller ignored them (``IGNORED``).
+    The first one ends it: another, while it ends, changes nothing (no second line, no traceback, no cleanup cut
+    short). The first that came while pimem started (noted since ``pimem.__main__``'s first line:
+    ``stopping.defer``) is taken now, as the command's boundary begins: nothing has been written yet."""
+    from . import stopping
+
+    for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
+    early = stopping.take_deferred()
+    if early is not None:
+        _stop(early, None)
 
 
 def guarded(func, writes: bool = False, exit=Exit):
@@ -75,8 +83,7 @@ def guarded(func, writes: bool = False, exit=Exit):
             output.quiet_stdout()
             raise exit(ExitStatus.OK) from None
         except KeyboardInterrupt as exc:  # (SIGTERM too: see take_signals)
-            env.stderr().write("pimem: interrupted\n")
-            raise exit(_interrupted(exc)) from None
+            raise exit(_interrupted_line(exc)) from None
         except Exception as exc:  # the disk is full, a directory is not ours, SQLite refused: say so, no traceback
             error = translate(exc)
             if error is None:
@@ -99,8 +106,7 @@ def ended(exc: BaseException) -> ExitStatus:
         output.quiet_stdout()
         return ExitStatus.OK
     if isinstance(exc, KeyboardInterrupt):
-        env.stderr().write("pimem: interrupted\n")
-        return _interrupted(exc)
+        return _interrupted_line(exc)
     return _refused(exc if isinstance(exc, output.StdoutRefused) else output.StdoutRefused(exc))
 
 
@@ -130,12 +136,32 @@ class HungUp(KeyboardInterrupt):
     """SIGHUP (the terminal closed) where a command does not take it itself: as SIGTERM, exit 129."""
 
 
-def _terminate(_signum, _frame) -> None:
-    raise Terminated
+# what a stopping signal raises where a command does not take it itself (``take_signals``)
+_RAISES = {signal.SIGINT: KeyboardInterrupt, signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}
 
 
-def _hang_up(_signum, _frame) -> None:
-    raise HungUp
+class _Stop:
+    untold: KeyboardInterrupt | None = None  # what ``_stop`` raised, until its line is said
+
+
+def _stop(signum, _frame) -> None:
+    for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (the command ends: see take_signals)
+        signal.signal(sig, signal.SIG_IGN)
+    _Stop.untold = _RAISES[signum]()
+    raise _Stop.untold
+
+
+def untold() -> KeyboardInterrupt | None:
+    """The signal that stopped the command, if its line was not said: typer turns one it meets outside the
+    command (parsing the arguments, printing the help) into a silent exit 130, SIGTERM's and SIGHUP's too."""
+    return _Stop.untold
+
+
+def _interrupted_line(exc: KeyboardInterrupt) -> ExitStatus:
+    """``pimem: interrupted`` on stderr; the status for ``exc``."""
+    env.stderr().write("pimem: interrupted\n")
+    _Stop.untold = None
+    return _interrupted(exc)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> ExitStatus:

@@ -146,15 +146,17 @@ def command_of(args: list[str]) -> str | None:
 def main(argv: list[str] | None = None) -> None:
     boundary.begin()
     args = sys.argv[1:] if argv is None else argv
-    if argv is None and command_of(args) == "watch":  # (it exits 0 on a signal, one while it starts too)
-        from . import stopping
-
-        stopping.defer()
-    elif argv is None:
-        boundary.take_signals()
     try:
+        if argv is None and command_of(args) == "watch":  # (it exits 0 on a signal, one while it starts too)
+            from . import stopping
+
+            stopping.defer()
+        elif argv is None:
+            boundary.take_signals()  # (a signal that came as pimem started is raised here)
         app = build("" if args == ["--version"] else command_of(args))
         code = app(args=args, prog_name="pimem", standalone_mode=False)
+        if boundary.untold() is not None:  # (typer made a signal while it parsed a silent exit 130)
+            raise boundary.untold()
         output.flush()  # (the version; a command's boundary flushed what it printed)
     except ClickException as exc:
         code = _usage_error(exc, args)

@@ -42,18 +42,25 @@ def _note(signum, _frame) -> None:
 
 
 def defer() -> None:
-    """SIGINT, SIGTERM and SIGHUP are only noted until a command that takes them itself (``watch``) does so,
-    and stops at once for the first of them (``deferred``): a daemon stopped while it starts exits 0, as it
-    does later (main thread only)."""
-    from .boundary import stoppers
-
-    for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (not one the caller ignored: nohup)
-        signal.signal(sig, _note)
+    """SIGINT, SIGTERM and SIGHUP are only noted (``deferred``) until the command takes them, so that none stops
+    pimem in the middle of an import (with Python's traceback, or silently): from the first line of
+    ``pimem.__main__`` to the command's boundary (``boundary.take_signals``), which takes the first of them as it
+    begins, or to ``watch``'s scheduler, which stops at once for it: a daemon stopped while it starts exits 0, as
+    it does later (main thread only). One the caller ignored (nohup) stays ignored."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) != signal.SIG_IGN:  # (boundary.IGNORED, which may not be imported yet)
+            signal.signal(sig, _note)
 
 
 def deferred() -> int | None:
     """The first signal ``defer`` noted, if one came."""
     return _Early.signum
+
+
+def take_deferred() -> int | None:
+    """The first signal ``defer`` noted, if one came, now taken (forgotten)."""
+    signum, _Early.signum = _Early.signum, None
+    return signum
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@ and exit 130, 143 or 129 (never 0)."""
 
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -383,3 +384,93 @@ def test_a_signal_its_caller_ignored_stays_ignored_as_nohup_means(home, tmp_path
         out, err = proc.communicate(data, timeout=60)
         assert proc.returncode == (0 if args[0] == "append" else 1) and b"interrupted" not in err, (args, err)
     assert [m["text"] for m in Memory.open("m").messages()] == ["logged after the terminal closed"]
+
+
+# pimem as its installed script runs it (``from pimem.__main__ import main``), sending itself ``signum`` as an
+# ``import`` statement first loads ``module`` (its audit event): the signal comes at that point of its start
+SIGNAL_AT = """import os, sys
+module, signum = sys.argv.pop(1), int(sys.argv.pop(1))
+def hook(event, args):
+    if event == "import" and args[0] == module:
+        os.kill(os.getpid(), signum)
+sys.addaudithook(hook)
+from pimem.__main__ import main
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("module, sig, code", [
+    ("pimem.stopping", signal.SIGINT, 130),  # main's first import, before it notes the signals
+    ("pimem.cli", signal.SIGINT, 130),  # noted from here on
+    ("pimem.cli", signal.SIGTERM, 143),
+    ("pimem.cli", signal.SIGHUP, 129),
+    ("typer.main", signal.SIGINT, 130),
+    ("pimem.boundary", signal.SIGTERM, 143),
+    ("pimem.options", signal.SIGINT, 130),  # the command's module is being loaded, past take_signals
+    ("typer._click.decorators", signal.SIGTERM, 143),  # typer parses the arguments (it made it a silent 130)
+])
+@pytest.mark.parametrize("args", [["append", "m", "-"], ["--version"], ["--help"]])
+def test_a_signal_while_pimem_starts_stops_it_as_later_in_one_line(home, module, sig, code, args):
+    """Ctrl-C while pimem imported its modules (the first ~30 ms of a command) printed Python's traceback and
+    SIGTERM or SIGHUP ended it silently, until the boundary took them as the command began. From the first line
+    of ``pimem.__main__`` they are noted, and the first is taken as the command's boundary begins: one line, exit
+    130, 143 or 129, nothing written, nothing printed."""
+    if module in ("pimem.options", "typer._click.decorators") and args == ["--version"]:
+        pytest.skip("--version loads no command")
+    out = subprocess.run([sys.executable, "-c", SIGNAL_AT, module, str(int(sig)), *args], stdin=subprocess.DEVNULL,
+                         capture_output=True, timeout=60, env=subprocess_env())
+    assert (out.returncode, out.stdout, out.stderr) == (code, b"", b"pimem: interrupted\n")
+    assert not home.exists() or not any(home.iterdir())
+
+
+@pytest.mark.parametrize("module, sig", [("pimem.cli", signal.SIGTERM), ("typer.main", signal.SIGINT),
+                                         ("pimem.numbers", signal.SIGHUP)])
+def test_a_signal_while_claude_codes_hook_or_watch_starts_ends_them_as_later(home, module, sig):
+    """The hook's path without typer, noting the signal as its options are read, exits as every command
+    (``pimem: interrupted``, 128 + the signal); ``watch`` stopped as it starts exits 0 and says nothing, as later."""
+    args = ["hook", "claude-code", "--timeout", "60"] if module == "pimem.numbers" else ["watch"]
+    out = subprocess.run([sys.executable, "-c", SIGNAL_AT, module, str(int(sig)), *args], stdin=subprocess.DEVNULL,
+                         capture_output=True, timeout=60, env=subprocess_env())
+    if args[0] == "hook":
+        assert (out.returncode, out.stdout, out.stderr) == (128 + sig, b"", b"pimem: interrupted\n")
+    else:
+        assert out.returncode == 0 and b"interrupted" not in out.stderr and b"Traceback" not in out.stderr, out.stderr
+
+
+# the installed script's two lines, with a byte written to ``fd`` between them: pimem's package is imported, main runs
+READY_THEN_MAIN = """import os, sys
+from pimem.__main__ import main
+fd = int(sys.argv.pop(1)); os.write(fd, b"."); os.close(fd)
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signals_again_and_again_from_pimems_first_line_on_never_show_a_traceback(home, sig, code):
+    """Real signals from outside, as an impatient user or a supervisor sends them: each run of ``append m -``
+    (waiting on stdin) gets the signal every 3 ms, starting a little later in each run, from the moment
+    ``pimem.__main__`` runs (the interpreter's own start, out of pimem's reach, is left out) until it ends. Every
+    run says ``pimem: interrupted`` once and exits 128 + the signal: none prints a traceback or a second line,
+    none logs anything. (SIGTERM while ``main`` imports ``signal`` to note it, its first ~0.6 ms, still ends
+    it by the default action, silently, before anything began: -15 and no line.)"""
+    import os
+
+    for run in range(24):
+        ready, told = os.pipe()
+        proc = subprocess.Popen([sys.executable, "-c", READY_THEN_MAIN, str(told), "append", "m", "-"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(), pass_fds=(told,))
+        os.close(told)
+        assert os.read(ready, 1) == b"."
+        os.close(ready)
+        time.sleep(run * 0.004)  # (0 to ~90 ms into pimem: its imports, the boundary, the command waiting)
+        while proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                break
+            time.sleep(0.003)
+        out, err = proc.communicate(timeout=60)
+        said = (proc.returncode, out, err) == (code, b"", b"pimem: interrupted\n")
+        assert said or (sig == signal.SIGTERM and (proc.returncode, out, err) == (-sig, b"", b"")), (run, proc.returncode, err)
+    assert not home.exists() or not any(home.iterdir())
