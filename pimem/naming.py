@@ -140,6 +140,21 @@ def searched_in(name: str, rest: list[str], home: str | None, command: str) -> N
                        f"words in '{taken()}', quote them: pimem {command} {shlex.quote(' '.join([name, *rest]))}")
 
 
+def searched_for(query: str, names: list[str], home: str | None) -> None:
+    """For ``search QUERY [NAME…]``: a NAME that names no memory is refused (``NotFound``, exit 3) saying how to
+    search it as a word of the query, quoted with it (``search staging db``: ``Memory.named`` would say only that
+    no memory is named db)."""
+    for k, name in enumerate(names):
+        if NAME_RE.fullmatch(name) and not exists(name, home):
+            import shlex
+
+            from .errors import NotFound
+
+            again = " ".join([shlex.quote(" ".join([query, *names[: k + 1]])), *map(shlex.quote, names[k + 1 :])])
+            raise NotFound(f"no memory named '{name}' in {env.home(home)} (see 'pimem list'); to search for several "
+                           f"words, quote them: pimem search {again}")
+
+
 def _unread_file_on_stdin() -> bool:
     try:
         fd = env.current().stdin.fileno()

@@ -58,6 +58,18 @@ def test_human_lines_name_memory_number_date_and_kind(run, mem):
     assert out.stdout == "main #0 2026-10-01T09:00:00+08:00 user: the staging db listens on 5433\n"
 
 
+def test_a_second_word_naming_no_memory_says_how_to_search_both(run, mem, home):
+    """``search staging db`` takes db for a memory to search (so a typo is reported): the error says how to
+    search both words (it said only that no memory has that name)."""
+    out = run("search", "staging", "db")
+    assert (out.exit_code, out.stdout) == (3, "")
+    assert out.stderr == (f"pimem: error: no memory named 'db' in {home} (see 'pimem list'); to search for "
+                          "several words, quote them: pimem search 'staging db'\n")
+    out = run("search", "staging", "db", "main")  # (the memories after it stay memories)
+    assert out.exit_code == 3 and out.stderr.endswith("quote them: pimem search 'staging db' main\n"), out.stderr
+    assert run("search", "staging", "main", "--json").exit_code == 0
+
+
 def test_hits_say_how_the_view_holds_them(run, home):
     mem = Memory.at("m")
     mem.append([{"kind": "user", "text": "line 0 about the lighthouse"}])

@@ -50,6 +50,7 @@ def command(
     naming.text_argument(query)  # (said once, before any memory is read: not once per memory, naming it)
     bounds = searching.bounds(since, until, before, ("--since", "--until"))
     unread = output.Unread()
+    naming.searched_for(query, names or [], home)
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
     try:
         hits = searching.search(
