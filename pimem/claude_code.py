@@ -570,9 +570,12 @@ def load(path: Path) -> tuple[Path, bytes | None, dict]:
 
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
         try:
-            path = path.resolve()
-        except RuntimeError:  # (a loop of links)
-            raise BadInput(f"{path}: a loop of symbolic links; fix it by hand first") from None
+            resolved = path.resolve()
+        except RuntimeError:  # (a loop of links, before Python 3.13)
+            resolved = path
+        if resolved.is_symlink():  # (a loop of links: Python 3.13 resolves one to a link of it)
+            raise BadInput(f"{path}: a loop of symbolic links; fix it by hand first")
+        path = resolved
     original = path.read_bytes() if path.exists() else None
     try:
         settings = json.loads(original, parse_float=Number, parse_int=Number, parse_constant=Number) if original and original.strip() else {}

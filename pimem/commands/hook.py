@@ -91,7 +91,7 @@ def command(
             output.info(f"the hooks capture into ${variable} as set now, {home}, written into them as --home "
                         "(Claude Code may start without it); give --home to choose another")
         other = claude_code.settings_path(not project)
-        if other.resolve() != path.resolve() and claude_code.installed_in(other):  # (Claude Code would run both)
+        if os.path.realpath(other) != os.path.realpath(path) and claude_code.installed_in(other):  # (Claude Code would run both)
             output.warn(f"pimem's hooks are in {other} as well: Claude Code runs both, so each prompt gets the context "
                         f"twice; remove one with pimem hook uninstall {agent}{'' if project else ' --project'}")
         return
