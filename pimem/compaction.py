@@ -140,8 +140,7 @@ def _nothing_to_compact(name: str, keep: int, sizes: list[int], ok: list[bool], 
     if first is None:
         return said + (f"no {option} compacts it: every cut would start the kept part with a tool result, separate a tool "
                        "call from its result (meta.call_id) or drop a call that may still be running")
-    leaves = "the first" if first == 1 else f"the first {first:,} messages"
-    return said + f"{option} {sum(sizes[first:]):,} or less leaves {leaves} before it"
+    return said + f"{option} {sum(sizes[first:]):,} or less compacts the first {count(first, 'message') if first > 1 else 'message'}"
 
 
 def plan(mem, keep: int, option: str = "--keep") -> Plan:

@@ -224,7 +224,7 @@ def test_nothing_to_compact_says_what_the_memory_holds_and_which_keep_would_comp
     out = run("compact", "main", "--keep", "2000")
     assert (out.exit_code, out.stdout) == (2, "") and snapshot(home) == before
     assert out.stderr == (f"pimem: error: nothing to compact: keeping 2,000 bytes of tail keeps all 3 messages of main "
-                          f"({sum(sizes)} bytes); --keep {sum(sizes[1:])} or less leaves the first before it\n")
+                          f"({sum(sizes)} bytes); --keep {sum(sizes[1:])} or less compacts the first message\n")  # (it said "leaves the first before it")
     assert run("compact", "main", "--keep", sum(sizes[1:]) + 1).exit_code == 2
     assert orjson.loads(run("compact", "main", "--keep", sum(sizes[1:]), "--json").stdout)["keptStart"] == 1
 
@@ -236,7 +236,7 @@ def test_nothing_to_compact_names_a_keep_that_finds_a_safe_cut(run, home):
     sizes = [m["size"] for m in Memory.open("main").messages()]
     out = run("compact", "main", "--keep", "100000")
     assert out.exit_code == 2 and out.stderr.endswith(
-        f"; --keep {sum(sizes[2:])} or less leaves the first 2 messages before it\n"), out.stderr
+        f"; --keep {sum(sizes[2:])} or less compacts the first 2 messages\n"), out.stderr
     assert run("compact", "main", "--keep", sum(sizes[2:]) + 1).exit_code == 2
     assert orjson.loads(run("compact", "main", "--keep", sum(sizes[2:]), "--json").stdout)["keptStart"] == 2
 
@@ -312,7 +312,7 @@ def test_the_api_compacts_as_the_command_does_and_names_keep(run, home):
     before = snapshot(home)
     with pytest.raises(BadInput) as refused:
         api.compact("main", 2000)
-    assert str(refused.value).endswith(f"; keep {sum(sizes[1:])} or less leaves the first before it") and snapshot(home) == before
+    assert str(refused.value).endswith(f"; keep {sum(sizes[1:])} or less compacts the first message") and snapshot(home) == before
     dry = api.compact("main", sum(sizes[1:]), dry_run=True)
     assert (dry["keptStart"], dry["written"]) == (1, False) and snapshot(home) == before
     done = api.compact("main", sum(sizes[1:]))
