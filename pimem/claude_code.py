@@ -49,6 +49,9 @@ NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 SETTLE = 0.05  # seconds of quiet after a whole JSON object that end the payload (a stdin left open)
 ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
+LAG_BYTES = 8 * 1024 * 1024  # of the log the search index may lack for a prompt's answer to catch it up (~0.5 s);
+# more (a deleted or damaged index, a big backlog imported), and a process of its own does it, the prompt answered
+# without earlier messages meanwhile: the hook's time is the user's
 TAIL_BYTES = 16 * 1024 * 1024  # of a transcript's end, the most read for what the agent has in context (no context
 # window holds more)
 
@@ -228,15 +231,21 @@ class Hook:
         for (the answer is ready by now), for ``ANSWER_CAPTURE`` at most: the next event reads on from where
         this one stopped, so a busy memory or a long transcript delays the capture, not the prompt."""
         from .importers import run
+        from .importers.job import INDEX_MIN
+        from .index import catch_up_in_background
 
         warnings: list[str] = []
         deadline = min(self.deadline, time.monotonic() + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
         left = max(0.1, deadline - time.monotonic())
-        try:
-            reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=deadline)
+        try:  # (the index left to a process of its own: indexing a backlog here would take the event's time)
+            reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=deadline, index=False)
         except Busy:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return
+        if sum(r.imported for r in reports) >= INDEX_MIN:  # (a backlog: indexed now, not at the next prompt)
+            index = mem.index()
+            if index.lag() > LAG_BYTES and not index.being_caught_up():
+                catch_up_in_background(mem.path)
         skipped = [text for text in warnings if text.endswith("; skipped")]  # (not an entry logged under ID.HASH, or
         # NULs logged as ␀: what they say is in the log)
         if skipped:  # the importer's own (a malformed line): counted, not repeated to the user
@@ -312,7 +321,7 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     from . import budget as budgets, context
 
     head = f"pimem memory '{mem.name}' (this project's messages not in your context: earlier sessions, and this one's before its compaction; `pimem message {mem.name} I` shows message I whole):"
-    hits = earlier(mem, session, prompt, held) if prompt else []
+    hits = earlier(mem, session, prompt, held, on_damage) if prompt else []
     lines = [f"- #{h['i']} {h['date'][:16]} {h['kind']}: {h['snippet']}" for h in hits]
     room = budget - len(head) - 1
     share = room // 2 if lines else room  # the memories leave at least half to relevant hits
@@ -328,22 +337,39 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     return "\n".join([head] + parts + ([found] if found else [])) if parts or found else ""
 
 
-def earlier(mem, session: str, prompt: str, held: set[str] | None = None) -> list[dict]:
+def earlier(mem, session: str, prompt: str, held: set[str] | None = None, on_note=None) -> list[dict]:
     """The best ranked messages for ``prompt`` that the agent does not have in its context, relevant ones only,
     as ``{i, date, kind, snippet, score}``: not those of the entries ``held`` (the lines its transcript holds
     since its last compaction, whichever session logged them; with its transcript unread, ``None``: those of
     ``session``), nor the messages of ``session``'s sub-agents.
     The ranker gets the prompt as typed (it finds and stems its terms) and reads its first ``QUERY_TERMS``
     terms, ``POOL`` postings each, lexically: the hook runs every turn, so it loads no sentence vectors (the
-    semantic extra) and reads no view."""
+    semantic extra) and reads no view. An index that lacks over ``LAG_BYTES`` of the log is caught up by a
+    process of its own (``index.catch_up_in_background``), unless one does it already: none found then, and
+    ``on_note`` says why; one that lacks less is caught up here, unless another process does it (then read as it
+    is)."""
     from . import search, terms
+    from .index import catch_up_in_background
     from .message import KINDS, TOOL_KINDS
 
     words = terms.query_terms(prompt)[:QUERY_TERMS]  # what the ranker reads, for the threshold
     if not words:
         return []
+    index = mem.index()
+    lag = index.lag()
+    busy = lag > 0 and index.being_caught_up()  # (its lock not waited for: by a rebuild, for many seconds)
     talk = [k for k in KINDS if k not in TOOL_KINDS]
-    found = search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS, semantic=False)
+    rebuilds = index.rebuilds
+    found = [] if lag > LAG_BYTES else search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS,
+                                                      semantic=False, catch_up=not busy, rebuild=False)
+    if lag > LAG_BYTES or index.rebuilds != rebuilds:  # (far behind, or found damaged and deleted: built anew)
+        if not busy:
+            catch_up_in_background(mem.path)
+        if on_note is not None:
+            lacks = f"lacks {lag / (1 << 20):,.0f} MiB of its log" if index.rebuilds == rebuilds else "was damaged"
+            on_note(f"the search index of memory '{mem.name}' {lacks}; a process of its own is catching it up, so this "
+                    "prompt gets no earlier messages (the next prompts do once it is done)")
+        return []
     others = [(msg, score) for msg, score in found if not _held(msg.get("meta") or {}, session, held)]
     return [{"i": msg["i"], "date": msg["date"], "kind": msg["kind"], "score": score,
              "snippet": search.snippet(msg["text"], msg["text"].lower(), words)} for msg, score in relevant(others, words)[:HITS]]

@@ -373,8 +373,9 @@ class Index:
             self._db.close()
             self._db = None
 
-    def guarded(self, work: Callable):
-        """Run ``work()``; a damaged index file is deleted, rebuilt from the log, and ``work`` run again."""
+    def guarded(self, work: Callable, again: Callable | None = None):
+        """Run ``work()``; a damaged index file is deleted, rebuilt from the log, and ``work`` run again (or
+        ``again()``: what a reader that may not wait for the rebuild gives instead; ``rebuilds`` counts it)."""
         try:
             return work()
         except sqlite3.DatabaseError as exc:
@@ -387,7 +388,7 @@ class Index:
             with _catch_up_lock(self.path.with_name(CATCH_UP_LOCK)):
                 remove_files(self.path)
             self.rebuilds += 1
-            return work()
+            return (again or work)()
 
     def empty(self) -> None:
         """Take every message out of the search index (both files, one transaction); the tree's tables stay."""
@@ -447,10 +448,42 @@ class Index:
         Cheap when nothing is new (the log files' sizes, from ranges.json when it can be trusted)."""
         return self.guarded(lambda: self._catch_up(progress))
 
-    def answer(self, question: Callable, progress: Callable[[int, int], None] | None = None):
+    def lag(self) -> int:
+        """How many bytes of the log a catch-up would read now: those the index lacks, or the whole log when it
+        must start over (a file edited, shortened or gone since it was read); a damaged index is deleted first
+        (``guarded``). For a reader that may not wait for a long catch-up (the Claude Code hook)."""
+        return self.guarded(self._lag)
+
+    def _lag(self) -> int:
+        indexed = self._indexed()
+        lag = 0
+        for path, size, _, edited in self.behind(indexed):
+            fid, done, done_shard, _ = indexed.get(path.name, (None, 0, 0, None))
+            if edited or size < max(done, done_shard) or not self._reads_on(fid, path, min(done, done_shard)):
+                return sum(st.st_size for st in self.log.stats().values())  # (``_catch_up_locked`` starts over)
+            lag += size - min(done, done_shard)
+        return lag
+
+    def being_caught_up(self) -> bool:
+        """Whether another process holds ``index.lock`` now (a catch-up, a rebuild), asked without waiting."""
+        import fcntl
+
+        try:
+            fd = open_fd(self.path.with_name(CATCH_UP_LOCK), os.O_RDWR | os.O_CREAT, FILE_MODE)
+        except OSError:  # (a read-only memory: nobody catches it up)
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # (which releases the lock, if it was taken)
+        return False
+
+    def answer(self, question: Callable, progress: Callable[[int, int], None] | None = None, again: Callable | None = None):
         """Catch up, then return ``question()``; if the index file turns out damaged, it is rebuilt from the
-        log and both run again."""
-        return self.guarded(lambda: (self._catch_up(progress), question())[1])
+        log and both run again (``again``: see ``guarded``)."""
+        return self.guarded(lambda: (self._catch_up(progress), question())[1], again)
 
     def answers(self) -> Callable[[Callable], object]:
         """``answer`` for a run of questions about messages logged already (one command's): the index is caught
@@ -961,6 +994,39 @@ def rebuild(directory: Path, log, progress=None) -> int:
                 index.close()
                 remove_files(directory / FILENAME)
         return index.catch_up(progress)
+    finally:
+        index.close()
+
+
+_DETACHED = "import sys; from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1])"
+
+
+def catch_up_in_background(directory: Path) -> None:
+    """Start a process that catches up the index of the memory at ``directory`` and exits, for a reader that
+    cannot wait for it (the Claude Code hook, whose output Claude Code waits for): in a session of its own and
+    with no standard stream of the caller's, so that neither waits for it; this pimem, whatever the caller's
+    path. A kill leaves the index at its last committed batch, as any catch-up does (the next reader goes on)."""
+    import subprocess
+    import sys
+
+    package_parent = str(Path(__file__).resolve().parent.parent)
+    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+    subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory)], stdin=subprocess.DEVNULL,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/", env=child_env)
+
+
+def catch_up_detached(directory: str) -> None:
+    """The process ``catch_up_in_background`` starts: catch-ups at a low priority (the user's agent runs beside
+    them) until one finds nothing new (a hook logs on meanwhile, and finds this one at work, so starts no other);
+    another process catching up already is waited for, as any reader waits."""
+    from .store import Log
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    index = Index(Path(directory), Log(Path(directory) / "main"))
+    try:
+        while index.catch_up():
+            pass
     finally:
         index.close()
 

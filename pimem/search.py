@@ -160,15 +160,18 @@ def _ranked(mem, index, query: str, filters: Filters, limit: int, widen: bool, p
 
 
 def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True, *, pool: int | None = None,
-           max_terms: int | None = None, semantic: bool = True) -> list[tuple[dict, float]]:
+           max_terms: int | None = None, semantic: bool = True, catch_up: bool = True,
+           rebuild: bool = True) -> list[tuple[dict, float]]:
     """The ranker's best ``limit`` messages of ``mem`` among ``kinds``, as ``(message, score)`` best first
     (``widen``: neighbours of matches may rank without holding a term). For other ranked reads (recall, the
     Claude Code hook). A reader that must stay cheap bounds the work: ``pool`` (postings read per term),
     ``max_terms`` (the query's first terms only), ``semantic=False`` (no sentence vectors, nothing of the
-    semantic extra imported)."""
+    semantic extra imported), ``catch_up=False`` (the index as it is, another process catching it up),
+    ``rebuild=False`` (a damaged index deleted and nothing found, not rebuilt here: ``Index.rebuilds`` counts it)."""
     index, filters = mem.index(), Filters(set(kinds), None, None, None)
     question = lambda: list(_ranked(mem, index, query, filters, limit, widen, pool, max_terms, semantic))  # noqa: E731
-    found = index.answer(question, stderr_progress(mem.name))
+    again = None if rebuild else list
+    found = index.answer(question, stderr_progress(mem.name), again) if catch_up else index.guarded(question, again)
     return [(msg, score) for _, msg, score in found]
 
 

@@ -274,18 +274,46 @@ def test_a_failure_met_twice_in_one_event_is_said_once(home, tmp_path):
     assert answer["systemMessage"].count("changed behind pimem's back") == 1, answer
 
 
-def test_out_of_time_while_the_context_is_made_says_so_not_that_an_import_was_left(home, tmp_path):
-    """The index caught up by another process past the hook's time (a rebuild of a big memory's index): the
-    watchdog said 'the next event imports the rest', though no import was cut and the prompt got no context.
-    It says that the context was not made."""
+def held_lock(path):
+    """A process holding the lock file ``path`` (``flock``), once it holds it; killed by the caller."""
+    holder = subprocess.Popen(["flock", "-o", str(path), "sleep", "600"], start_new_session=True)
+    while subprocess.run(["flock", "-n", str(path), "true"]).returncode == 0:
+        time.sleep(0.05)  # (until it holds the lock)
+    return holder
+
+
+def test_a_prompt_while_another_process_catches_the_index_up_is_answered_from_it_as_it_is(home, tmp_path):
+    """The index caught up by another process (a rebuild of a big memory's index holds index.lock for long): the
+    prompt waited for the lock past the hook's time and got no context. It reads the index as it is."""
     earlier = tmp_path / "e.jsonl"
     grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
     hook(payload("Stop", "s1", earlier))  # (logged; the index is made by the first reader)
-    index_lock = home / "api" / "index.lock"
-    holder = subprocess.Popen(["flock", "-o", str(index_lock), "sleep", "600"], start_new_session=True)
+    subprocess.run(pimem_cmd("search", "staging", "api"), capture_output=True, env=subprocess_env(), check=True)
+    grow(earlier, line("s1", "user", "u2", "the staging cache listens on 6380", 2))
+    hook(payload("Stop", "s1", earlier))  # (logged, not indexed)
+    holder = held_lock(home / "api" / "index.lock")
     try:
-        while subprocess.run(["flock", "-n", str(index_lock), "true"]).returncode == 0:
-            time.sleep(0.05)  # (until it holds the lock)
+        code, answer, err = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging port"),
+                                 "--timeout", "5", PIMEM_LOCK_TIMEOUT="600")
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    assert (code, err) == (0, ""), err
+    said = context_of(answer)
+    assert "5433" in said and "6380" not in said  # (the line logged since is for the next prompt)
+
+
+def test_out_of_time_while_the_context_is_made_says_so_not_that_an_import_was_left(home, tmp_path):
+    """The context not made in time (a damaged index is deleted under index.lock, which another process holds
+    here): the watchdog said 'the next event imports the rest', though no import was cut and the prompt got no
+    context. It says that the context was not made."""
+    earlier = tmp_path / "e.jsonl"
+    grow(earlier, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", earlier))
+    subprocess.run(pimem_cmd("search", "staging", "api"), capture_output=True, env=subprocess_env(), check=True)
+    (home / "api" / "index.sqlite").write_bytes(b"not a database" * 1000)
+    holder = held_lock(home / "api" / "index.lock")
+    try:
         code, answer, err = hook(payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="staging db port"),
                                  "--timeout", "0.5", PIMEM_LOCK_TIMEOUT="600")
     finally:
@@ -1365,3 +1393,123 @@ def test_the_fast_path_says_and_exits_exactly_what_the_typer_app_does(tmp_path, 
         answers.append(said[0])
     assert "5433" in context_of(json.loads(answers[2][1]))  # (the cases ran: the prompt was answered from s1)
     assert answers[14][0] == 1 and answers[20][0] == 1 and "--budget" in answers[20][2]  # (bad JSON; a bad value)
+
+
+def catching_up(memory) -> list[int]:
+    """The processes a hook started to catch up the index of the memory at ``memory`` (``index.catch_up_in_background``)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read()
+        except OSError:
+            continue
+        if b"catch_up_detached" in command and os.fsencode(memory) in command.split(b"\0"):
+            found.append(int(pid))
+    return found
+
+
+def indexed(memory) -> int:
+    """How many messages the index of the memory at ``memory`` holds, read as another reader would (0: no index yet)."""
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{memory / 'index.sqlite'}?mode=ro", uri=True)
+        try:
+            return db.execute("SELECT count(*) FROM msgs").fetchone()[0]
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
+
+
+def sound(memory) -> bool:
+    import sqlite3
+
+    for name in ("index.sqlite", "index-1.sqlite"):
+        db = sqlite3.connect(f"file:{memory / name}?mode=ro", uri=True)
+        try:
+            if db.execute("PRAGMA integrity_check").fetchall() != [("ok",)]:
+                return False
+        finally:
+            db.close()
+    return True
+
+
+def gone(pids, bound=300) -> None:
+    started = time.monotonic()
+    while any(os.path.exists(f"/proc/{pid}/cmdline") and open(f"/proc/{pid}/cmdline", "rb").read() for pid in pids):
+        assert time.monotonic() - started < bound, "the catch-up never ended"
+        time.sleep(0.1)
+
+
+def test_a_prompt_after_the_index_is_lost_is_answered_at_once_and_the_index_rebuilt_by_a_process_of_its_own(home, tmp_path):
+    """A memory of 100,000 messages (18 MB) whose index was deleted: the prompt's hook rebuilt it before answering
+    (11 s for a memory of 150 MB, past its 10 s, so the watchdog gave no context at all). It answers with the
+    user's memories at once, says once why earlier messages are missing, and leaves the rebuild to a process of
+    its own; that process killed with SIGKILL halfway leaves an index every reader reads and goes on from."""
+    feed = tmp_path / "feed.ndjson"
+    with open(feed, "w") as f:
+        for i in range(100_000):
+            text = "the staging db listens on port 5433" if i == 500 else f"filler line {i} about nothing much at all, kept short"
+            f.write(json.dumps({"kind": "user" if i % 2 == 0 else "pi", "text": text}) + "\n")
+    subprocess.run(pimem_cmd("append", "big", "--ndjson"), stdin=open(feed, "rb"), capture_output=True, env=subprocess_env(), check=True)
+    subprocess.run(pimem_cmd("remember", "big", "--pin", "never deploy on fridays"), capture_output=True, env=subprocess_env(), check=True)
+    memory = home / "big"
+    for name in ("index.sqlite", "index-1.sqlite"):  # (none made yet: as if deleted)
+        assert not (memory / name).exists()
+    ask = payload("UserPromptSubmit", "s2", tmp_path / "none.jsonl", prompt="which port does the staging db listen on?")
+
+    code, answer, err = hook(ask, "--name", "big")
+    assert code == 0, err
+    assert "never deploy on fridays" in context_of({"hookSpecificOutput": answer["hookSpecificOutput"]})
+    assert "earlier_sessions" not in answer["hookSpecificOutput"]["additionalContext"]
+    note = ("pimem: the search index of memory 'big' lacks 13 MiB of its log; a process of its own is catching it up, so this "
+            "prompt gets no earlier messages (the next prompts do once it is done)")
+    assert answer["systemMessage"] == note and err == note + "\n", (answer, err)
+    pids = catching_up(memory)
+    assert len(pids) == 1
+    while indexed(memory) == 0:  # (its first batch committed)
+        time.sleep(0.01)
+    os.kill(pids[0], 9)
+    gone(pids)
+    assert 0 < indexed(memory) < 100_000 and sound(memory)  # killed halfway: what it committed, whole
+
+    code, answer, err = hook(ask, "--name", "big")  # (still far behind: another process takes it on from there)
+    assert code == 0 and "earlier_sessions" not in answer["hookSpecificOutput"]["additionalContext"], (answer, err)
+    assert "lacks" in answer["systemMessage"]
+    pids = catching_up(memory)
+    gone(pids)
+    assert indexed(memory) == 100_000 and sound(memory)
+    code, answer, err = hook(ask, "--name", "big")
+    assert (code, err) == (0, "") and "#500 " in answer["hookSpecificOutput"]["additionalContext"], (answer, err)
+    found = subprocess.run(pimem_cmd("search", "port 5433", "big", "--json"), capture_output=True, env=subprocess_env())
+    assert [json.loads(row)["i"] for row in found.stdout.splitlines()] == [500]
+    assert catching_up(memory) == []
+
+
+def test_a_session_end_with_a_big_backlog_captures_it_and_leaves_the_index_to_a_process_of_its_own(home, tmp_path):
+    """SessionEnd with 1,500 lines (9 MB) to import: the hook indexed them as well, waiting for index.lock while
+    another process caught the index up, past its time ('out of time'). It logs them, leaves the index to a
+    process of its own (none while another holds the lock), and says nothing."""
+    transcript = tmp_path / "t.jsonl"
+    words = " ".join(f"word{k}" for k in range(900))
+    grow(transcript, *[line("s1", "user" if k % 2 == 0 else "assistant", f"u{k}", f"{k} {words}", k % 500) for k in range(1_500)])
+    grow(transcript, line("s1", "user", "last", "the staging db listens on port 5433", 2))
+    (home / "api").mkdir(parents=True)
+    holder = held_lock(home / "api" / "index.lock")
+    try:
+        code, answer, err = hook(payload("SessionEnd", "s1", transcript, reason="exit"), "--timeout", "30",
+                                 PIMEM_LOCK_TIMEOUT="600")
+        assert catching_up(home / "api") == []  # (another process holds the lock: it catches up, not a second one)
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    assert (code, answer, err) == (0, None, "")
+    assert len(texts()) == 1_501 and indexed(home / "api") == 0
+    transcript.write_text("")
+    transcript2 = tmp_path / "t2.jsonl"
+    grow(transcript2, *[line("s3", "user", f"v{k}", f"{k} {words}", k % 500) for k in range(1_500)])
+    assert hook(payload("SessionEnd", "s3", transcript2, reason="exit")) == (0, None, "")
+    gone(catching_up(home / "api"))
+    assert indexed(home / "api") == 3_001 and sound(home / "api")

@@ -77,6 +77,7 @@ def run(
     state: ImportState | None = None,
     deadline: float | None = None,
     open_file: Callable[[Source], BinaryIO] | None = None,
+    index: bool = True,
 ) -> list[FileReport]:
     """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
     ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
@@ -90,7 +91,8 @@ def run(
     ``time.monotonic()`` value) each file is read for ``READ_SHARE`` of the time left (one line at least),
     what was read logged and its position recorded, so the next import reads on from there;
     ``open_file(source)`` opens a source instead of its path (a follower hands in the file it holds open, so a
-    file rotated away is read to its end)."""
+    file rotated away is read to its end); ``index=False`` leaves the search index to its next reader however
+    much is logged (a hook, whose time is bounded, starts its catch-up in a process of its own)."""
     from .. import projects
 
     mem.pin()
@@ -99,7 +101,7 @@ def run(
     if existed:
         projects.record(mem, cwds, timeout)
     state = state if state is not None else ImportState(mem)
-    indexer = _Indexer(mem)
+    indexer = _Indexer(mem, INDEX_MIN if index else None)
     reports = []
     done, total = 0, sum(s.size for s in sources)
 
@@ -137,8 +139,9 @@ class _Indexer:
     more at the end. SQLite builds the trigrams without holding the GIL, so indexing one batch overlaps
     parsing the next instead of following it."""
 
-    def __init__(self, mem: Memory):
+    def __init__(self, mem: Memory, least: int | None = INDEX_MIN):
         self.mem = mem
+        self.least = least  # messages logged before the thread starts (None: never)
         self._queue: queue.Queue = queue.Queue(maxsize=1)  # (a batch waiting to be indexed holds its text)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -149,7 +152,7 @@ class _Indexer:
         import, a hook's or a follower's few new lines, leaves the index to the next reader, as ``append``
         does, rather than open it for them)."""
         self.count += len(messages)
-        if self._thread is None and self.count < INDEX_MIN:
+        if self._thread is None and (self.least is None or self.count < self.least):
             return
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="pimem-index", daemon=True)
