@@ -551,8 +551,18 @@ SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "a
                   ("password = pw", "pw", "password = "), ("user = admin\npassword = pw\nhost = db", "pw", "\nhost = db"),
                   ("f = lambda: None\npassword = pw", "pw", "f = lambda: None\n"),
                   # (prose's for … in, as: no code's names)
-                  ("waiting for bob in the lobby, known as admin\n[db]\npassword = bob", "password = bob", "[db]\npassword = ")]
-SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 1234",
+                  ("waiting for bob in the lobby, known as admin\n[db]\npassword = bob", "password = bob", "[db]\npassword = "),
+                  # (4 to 12 digits alone as a password's value: a PIN's shape)
+                  ("password: 1234", "1234", "password: "), ("db:\n  password: 123456\n  host: db", "123456", "\n  host: db"),
+                  ("DB_PASSWORD=0000", "0000", "DB_PASSWORD="), ("SMTP_PASS: 4821", "4821", "SMTP_PASS: "),
+                  ("gcloud x --password=123456 --username=bob", "123456", "--password=[secret redacted] --username=bob"), ("  password = 4821  # door", "4821", "  # door"),
+                  ('{"user": "bob", "password": 12345678, "port": 5432}', "12345678", '"port": 5432')]
+SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 8",
+                           # (a number that is a count, a length or a setting: under 4 digits, a unit after it, a
+                           # name's other part, pass's test counts, a secret's)
+                           "password: 8 characters", "password_min_length: 1234", "PASSWORD_MAX_AGE: 9000",
+                           "passwords: 1234", "PASS: 1234", "secret: 1234", "password_attempts: 1000",
+                           '"password_history": 2400,', "password: 1234567890123",
                            "password: str", "secret: bool", '  "pass": true,', "password: ~", "password = ...",
                            "password: ${PW}", "password: $PW", "password = pw;", "password: null", "password: f(x)",
                            "password: wrong", "password_ttl: 3d", "PASS: t1", '            password = b""',

@@ -40,8 +40,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
    chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after
    what it guards, ``wifi pass:``, ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or
-   ``pin`` (``the pw is 1234``, ``my pin is 4821``), a PIN's or a passcode's as a config's or a chat's
-   value too (``pin: 4821``, ``my PIN: 4821``, ``PIN=4821``; not a board's: ``pin: 13``, ``Pin-Priority: 1001``);
+   ``pin`` (``the pw is 1234``, ``my pin is 4821``), a PIN's, a passcode's or a password's as a config's or a
+   chat's value too (``pin: 4821``, ``my PIN: 4821``, ``PIN=4821``, ``password: 1234``; not a board's: ``pin: 13``,
+   ``Pin-Priority: 1001``; nor a count: ``password: 8``, ``passwords: 1234``, ``PASS: 1234``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
@@ -260,12 +261,15 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass|{_GUARDED}pass(?=:))(?:[ \t]+(?:is|was):?|(?<=pw):|(?<=pass):)[ \t]+)"
                 r"(?!\[)([^\s\"',;]+)"),
      lambda m: m.group(1) + _chat_password(m), ("pw", "pass", "pin")),
-    # a PIN's or a passcode's number as a config's or a chat's value (pin: 4821, my PIN: 4821, SIM_PIN=1234, "pin":
-    # "4821", pinCode: 0000, the PIN code: 0000): 4 to 12 digits said alone (``_pin_value``); not a board's pin,
-    # under 4 digits (LED_PIN = 13), nor apt's Pin-Priority: 1001
-    (re.compile(r"""(?i)((?:(?<![\w.-])(?:[\w.-]{0,32}?[_.-])?|(?<=(?-i:[a-z]))(?=(?-i:P)))(?:pin(?:[ _-]?(?:code|number))?|passcode)"""
+    # a PIN's, a passcode's or a password's number as a config's or a chat's value (pin: 4821, my PIN: 4821, SIM_PIN=1234,
+    # "pin": "4821", pinCode: 0000, the PIN code: 0000, password: 1234, DB_PASS=0000, "password": 12345678): 4 to
+    # 12 digits said alone (``_pin_value``); not a board's pin, under 4 digits (LED_PIN = 13), nor apt's Pin-Priority:
+    # 1001, nor a count, a length or a setting (password: 8, password: 1234 characters, password_min_length: 1234,
+    # passwords: 1234, PASS: 1234: a test's count)
+    (re.compile(r"""(?i)((?:(?<![\w.-])(?:[\w.-]{0,32}?[_.-])?|(?<=(?-i:[a-z]))(?=(?-i:P)))"""
+                r"""(?:pin(?:[ _-]?(?:code|number))?|passcode|password|passwd|passphrase|pwd|(?<=[_.-])pass)"""
                 r"""["']?[ \t]*(?:[:=]|=>)[ \t]*(["']?))(\d{4,12})(?!\d)(\2)"""),
-     lambda m: m.group(1) + _pin_value(m) + m.group(4), ("pin", "passcode")),
+     lambda m: m.group(1) + _pin_value(m) + m.group(4), ("pin", "pass", "pwd")),
 ]
 
 # what a sentence says of a password is no passphrase: its first word one of these, or a word of a sentence
@@ -459,14 +463,16 @@ _ADJECTIVE_FORM = re.compile(r"(?i)[a-z]+(?:ive|ant|ent|al|ar|ble|ful|ous|ic|ary
 _PIN = re.compile(r"\d{4,12}")  # (a PIN's or a passcode's digits: 4821, 0000; not a count: 4 digits, pin 17)
 
 
-# (a config's value: before a brace, a comment, a query's next value, another variable: PIN=4821 USER=bob)
-_PIN_END = re.compile(r"[ \t]*(?:[.!?](?![\w.])|[}\]&]|\#)|[ \t]+[A-Za-z_]\w{0,64}=")
+# (a config's value: before a brace, a comment, a query's next value, another variable or a command's next option:
+# PIN=4821 USER=bob, --password=123456 --username=bob)
+_PIN_END = re.compile(r"[ \t]*(?:[.!?](?![\w.])|[}\]&]|\#)|[ \t]+(?:--?[A-Za-z][\w-]{0,64}|[A-Za-z_]\w{0,64})=")
 
 
 def _pin_value(m: re.Match) -> str:
-    """What is sent of a PIN's or a passcode's number (``m.group(3)``) as a config's or a chat's value (``pin: 4821``):
-    the placeholder when said alone (``_said_alone``: ending its line or its sentence, before a comma, a brace, a
-    comment, a new clause; ``_PIN_END``), the number otherwise (``pin: 1024px``, ``pin: 0611:no-name-in-module``)."""
+    """What is sent of a PIN's, a passcode's or a password's number (``m.group(3)``) as a config's or a chat's value
+    (``pin: 4821``, ``password: 1234``): the placeholder when said alone (``_said_alone``: ending its line or its
+    sentence, before a comma, a brace, a comment, a new clause, a command's next option; ``_PIN_END``), the number
+    otherwise (``pin: 1024px``, ``pin: 0611:no-name-in-module``, ``password: 1234 characters``)."""
     number, end = m.group(3), m.end()
     if m.string[end : end + 1] == ":" and not _LINE_END.match(m.string, end + 1) and m.string[end + 1 : end + 2] not in " \t":
         return number  # (a colon and more after it: a code's, a time's, a range's: pin: 0611:no-name-in-module)
