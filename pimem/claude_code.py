@@ -232,7 +232,6 @@ class Hook:
         this one stopped, so a busy memory or a long transcript delays the capture, not the prompt."""
         from .importers import run
         from .importers.job import INDEX_MIN
-        from .index import catch_up_in_background
 
         warnings: list[str] = []
         deadline = min(self.deadline, time.monotonic() + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
@@ -243,6 +242,8 @@ class Hook:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return
         if sum(r.imported for r in reports) >= INDEX_MIN:  # (a backlog: indexed now, not at the next prompt)
+            from .index import catch_up_in_background
+
             index = mem.index()
             if index.lag() > LAG_BYTES and not index.being_caught_up():
                 catch_up_in_background(mem.path)

@@ -1022,11 +1022,12 @@ def test_a_prompt_is_answered_without_the_semantic_extra_or_openssl(home, tmp_pa
 def test_an_event_imports_no_summary_code(home, tmp_path):
     """Every event of every turn pays for what the hook imports: reading a transcript needs none of the
     offline compactor's tool-work reader (``pimem.toolwork``, ~8 ms with what it loads: the Codex importer,
-    which the hook's importer lookup loads, reads a command's program only when it meets one)."""
+    which the hook's importer lookup loads, reads a command's program only when it meets one), nor the search
+    index (``pimem.index`` and sqlite3, ~12 ms: looked at after a capture of a backlog only)."""
     session = tmp_path / "s.jsonl"
     grow(session, line("s1", "user", "u1", "run the tests", 1))
     probe = ("import atexit, sys\n"
-             "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('pimem.toolwork', 'pimem.cli')"
+             "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('pimem.toolwork', 'pimem.index', 'pimem.cli')"
              " if m in sys.modules)))\nfrom pimem.cli import main; main(sys.argv[1:])")
     for event in ("SessionStart", "Stop"):
         proc = subprocess.run([sys.executable, "-c", probe, "hook", "claude-code"], capture_output=True, timeout=60,
