@@ -16,8 +16,10 @@ from datetime import datetime
 from typing import Iterable
 
 from . import budget, env, home as homes, terms, when
-from .chain import memory_chain, sha256
 from .errors import BadInput, IntegrityError, NotFound
+
+# (memory.jsonl's hash chain, ``pimem.chain``, is imported where the log is read or written: ``pimem --help``
+# imports this module for the commands' choices, KINDS and the like)
 
 KINDS = ("fact", "preference", "constraint", "decision", "working", "derived")
 SCOPES = ("project", "user", "session")
@@ -141,6 +143,8 @@ def records(mem, session: str | None = None, include_tools: bool = False, on_dam
     """The records ``session`` can see (the trusted prefix of the log), in creation order. Rule-derived
     records quote tool calls and results (paths, commands), so like tool traffic they need ``include_tools``.
     A damaged log is read up to the damage, and ``on_damage(text)`` says what is left out (default: a warning)."""
+    from .chain import memory_chain
+
     reading = memory_chain(mem.path).read()
     if reading.problem:
         text = f"{mem.name}: {reading.problem}; it and the memories after it are left out until a person repairs it ('pimem fsck')"
@@ -250,6 +254,8 @@ def remember(
     The user's memories are active (``pin`` makes them pinned); ``propose`` writes a provisional one as the
     model would. ``supersede`` replaces a visible, live record (the new text, or the old one when ``text`` is
     None: a blank text given is refused); a proposal may only replace the model's own provisional proposals."""
+    from .chain import sha256
+
     _check_choice(kind, KINDS, "kind")
     _check_choice(priority, PRIORITIES, "priority")
     _check_choice(scope, SCOPES, "scope")
@@ -341,6 +347,7 @@ def _live_target(projected: dict[str, dict], record_id: str, session: str | None
 
 
 def _write(mem, build, record_id: str, session: str | None, timeout: float | None) -> dict:
+    from .chain import memory_chain
     from .memory import check_timeout
 
     check_timeout(timeout)  # (checked before the memory is created, as the lock checks it)
@@ -376,6 +383,8 @@ def unwritten(events: list[dict], proposals: list[dict]) -> list[dict]:
 def derive(mem, proposals: list[dict], source_hash: str, stamp: str) -> list[str]:
     """Write rule-derived provisional records (compaction), skipping ids and contents already present.
     ``proposals``: ``{"id", "content", "provenance", "sourceEntryIds"}``. Caller holds the writer lock."""
+    from .chain import memory_chain
+
     written: list[str] = []
 
     def build(events: list[dict]) -> list[dict]:

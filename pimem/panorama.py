@@ -16,8 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import date
 
-from rich.cells import cell_len, set_cell_size
-
 from . import env, output, when
 from .output import flatten
 
@@ -60,6 +58,21 @@ class Facts:
 
 Segment = tuple[str, str | None]  # text, style
 Row = list[Segment]
+
+
+def cell_len(text: str) -> int:
+    """The terminal cells ``text`` takes (rich's measure, imported when a picture is drawn: ``pimem --help``
+    imports this module for ``map``'s narrowest width alone)."""
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def set_cell_size(text: str, cells: int) -> str:
+    """``text`` cut or padded to ``cells`` terminal cells (rich's)."""
+    from rich.cells import set_cell_size
+
+    return set_cell_size(text, cells)
 
 
 def human_bytes(n: int) -> str:

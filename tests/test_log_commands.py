@@ -585,6 +585,21 @@ def test_start_up_imports_no_summary_search_or_provider_code(home):
     assert proc.stderr == b"pimem.cli"  # (the probe ran, and listed none of them)
 
 
+def test_help_imports_neither_rich_nor_the_memory_logs_chain(home):
+    """``pimem --help`` registers every command, and so imports what their modules import at their top:
+    ``map``'s narrowest width loaded rich (its cell measure, ~1.2 ms) and the memories' choices the hash chain of
+    ``memory.jsonl`` (~1.7 ms). They are imported where a picture is drawn or the log is read or written."""
+    import sys
+
+    probe = ("import atexit, sys\n"
+             "atexit.register(lambda: sys.stderr.write(' '.join(m for m in ('pimem.commands.map', 'pimem.commands.remember',"
+             " 'rich', 'pimem.chain') if m in sys.modules)))\n"
+             "from pimem.cli import main; main(sys.argv[1:])")
+    proc = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True, timeout=60, env=subprocess_env())
+    assert proc.returncode == 0 and b"remember" in proc.stdout
+    assert proc.stderr == b"pimem.commands.map pimem.commands.remember"  # (the probe ran: the commands were loaded)
+
+
 def test_append_compiles_no_date_or_escape_patterns_it_does_not_use(home, run):
     """``pimem append`` of a plain ASCII text reads no WHEN and holds no escape sequence: the patterns of the
     WHEN grammar (``when._spoken_forms``, ``when._shapes``) and of what a view line leaves out (``tree._hidden``)
