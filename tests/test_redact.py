@@ -454,6 +454,8 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("router pass: letmein, user admin", "letmein", "router pass: [secret redacted], user admin"),
         ("Door pass: 4821", "4821", "Door pass: [secret redacted]"), ("email pass: Sunshine", "Sunshine", "email pass: "),
         ("WIFI PASS: SUNSHINE", "SUNSHINE", "WIFI PASS: [secret redacted]"),
+        # (words joined by -, capitalised: a passphrase, not what a sentence says of it as SSO-managed)
+        ("the password is Purple-Monkey-Done", "Monkey", "the password is [secret redacted]"),
         # (a number said alone after pw or pass, as after password is)
         ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
         ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
@@ -504,11 +506,12 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is TBD", "the password is N/A", "the password is NULL", "the password is OK.",
                  "the password is REQUIRED", "the password is AES encrypted", "the password is MD5",
                  "the password is ID.", "the password is LDAPS", "the password is JSON", "the password is EBCDIC", "PASSWORD IS REQUIRED", "THE PASSWORD IS WRONG",
-                 "the password is NOT required", "the password is SSO.", "the password is AWS",
-                 "the password is YAML", "the password is LDAP", "the password is OTP.",
-                 "the password is CATS related", "the password is NONE", "the password is AI",
-                 "the password is TRUE", "the password is ALL", "the password is EASY",
+                 "the password is NOT required", "the password is SSO-managed", "the password is SSO.", "the password is AWS",
+                 "the password is YAML", "the password is API-only", "the password is LDAP", "the password is OTP.",
+                 "the password is CATS related", "the password is URL-safe", "the password is NONE", "the password is AI",
+                 "the password is TRUE", "the password is ALL", "the password is EASY", "the password is IAM-managed",
                  "the password is KMS encrypted", "the password is UTF-8", "the password is PII, treat it so",
+                 "the password is vault-backed.", "the token is Okta-managed", "the secret is KMS-encrypted", "the password is UTF8-safe",
                  "the password is WORD.", "the password is NOTE: see below", "the password is UUID.", "the password is SSH.",
                  "PASSWORD IS STORED IN VAULT",
                  # (what a sentence says of a pw, a pass, a passcode; a pass that is no password's word)
@@ -555,7 +558,8 @@ SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "a
                   # (4 to 12 digits alone as a password's value: a PIN's shape)
                   ("password: 1234", "1234", "password: "), ("db:\n  password: 123456\n  host: db", "123456", "\n  host: db"),
                   ("DB_PASSWORD=0000", "0000", "DB_PASSWORD="), ("SMTP_PASS: 4821", "4821", "SMTP_PASS: "),
-                  ("gcloud x --password=123456 --username=bob", "123456", "--password=[secret redacted] --username=bob"), ("  password = 4821  # door", "4821", "  # door"),
+                  ("gcloud x --password=123456 --username=bob", "123456", "--password=[secret redacted] --username=bob"),
+                  ("  password = 4821  # door", "4821", "  # door"),
                   ('{"user": "bob", "password": 12345678, "port": 5432}', "12345678", '"port": 5432')]
 SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 8",
                            # (a number that is a count, a length or a setting: under 4 digits, a unit after it, a

@@ -395,7 +395,24 @@ def _prose_word(m: re.Match) -> str:
         return "[secret redacted]"
     if _prose_after(word, m.string, m.end()):
         return word  # (an ordinary word before more prose, no random run: token: Providers: a 3xx, Memory.append has)
+    if _compound_said(word.rstrip(".,:!?)")):
+        return word  # (what a sentence says of it: the password is SSO-managed, API-only)
     return _if_random(word, "[secret redacted]")
+
+
+# the last parts of a compound a sentence says of a secret beside a verb's form (SSO-managed, API-only, URL-safe)
+_COMPOUND_ENDS = frozenset("only safe free sensitive insensitive specific compatible friendly aware wide ready".split())
+
+
+def _compound_said(word: str) -> bool:
+    """Whether ``word`` is a compound a sentence says of a secret (the password is SSO-managed, API-only, URL-safe,
+    KMS-encrypted, Google-managed): ordinary parts joined by - (``_ordinary_word``: no part shaped like a password),
+    the last in small letters (not a passphrase's capitalised word: Purple-Monkey-Done) and a verb's form
+    (``_ONE_WORD_FORM``), a participle or one of ``_COMPOUND_ENDS``; its capitals read it as random."""
+    if "-" not in word or not _ordinary_word(word):
+        return False
+    last = word.rsplit("-", 1)[1]
+    return last.islower() and (bool(_ONE_WORD_FORM.fullmatch(last)) or last in _PARTICIPLES or last in _COMPOUND_ENDS)
 
 def _chat_password(m: re.Match) -> str:
     """What is sent of the word (``m.group(2)``) after a password's other name in chat (``pw``, ``pass``, ``passcode``)
