@@ -456,6 +456,8 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("WIFI PASS: SUNSHINE", "SUNSHINE", "WIFI PASS: [secret redacted]"),
         # (words joined by -, capitalised: a passphrase, not what a sentence says of it as SSO-managed)
         ("the password is Purple-Monkey-Done", "Monkey", "the password is [secret redacted]"),
+        # (a phrase's words: a participle that is a verb's present too is its word, not a sentence's)
+        ("the password is split pea soup", "pea", "the password is [secret redacted]"),
         # (a number said alone after pw or pass, as after password is)
         ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
         ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
@@ -493,6 +495,8 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is bogus", "the password is sufficient", "the password is insufficient",
                  "the password is unicode", "the password is written down somewhere", "the password was gibberish",
                  "the password is acceptable.", "my password was given to me", "the password is legit",
+                 "the password was read.", "only a word shaped like a password was read). A plain word",
+                 "the password was heard", "the password was caught, not sent",
                  # (a word said of it before what it is for, a time's word or a parenthesis)
                  "the password is required for the admin account", "the password is valid for the next hour",
                  "the password is different on each server", "the password is correct now", "the password is wrong (again)",

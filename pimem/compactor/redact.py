@@ -36,7 +36,7 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
    now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, ``… is
    CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``, ``written down``,
-   ``strong and unique``), 4 to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
+   ``read``, ``strong and unique``, ``SSO-managed``), 4 to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
    there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
    chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after
    what it guards, ``wifi pass:``, ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or
@@ -461,6 +461,11 @@ _ONE_WORD_FORM = re.compile(r"(?i)[a-z]{2,}(?:ed|ing)|[a-z]{3,}ly")  # (stored, 
 _PARTICIPLES = frozenset("""written given shown chosen sent kept told said made found got gotten left held put built
     sold bought spoken drawn driven begun seen worn torn sworn frozen bound hung shut cut lit done known hidden stolen
     taken forgotten broken mistaken overwritten rewritten undone withheld""".split())
+# participles read as such only said alone (the password was read, heard, caught): each is a verb's present or a
+# passphrase's word too (split pea soup)
+_PARTICIPLES_ALONE = _PARTICIPLES | frozenset("""read misread reread heard overheard caught taught thought brought
+    sought felt meant dealt run hit let cast spread split quit upset stuck struck understood shaken bitten eaten fallen
+    grown thrown blown won shot led fed met paid laid lent spent""".split())
 # (a quote closing: not an apostrophe before a letter, a contraction's or a possessive's: doesn't, Bob's)
 _SENTENCE_END = re.compile(r"[ \t]*(?:[,;:)\"]|'(?![A-Za-z])|\r?\n|\Z)")
 # a new clause after the word (and its subject: my password is sunshine and my username is bob; not a second word
@@ -523,7 +528,7 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
         return False
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
-        and lower not in _PARTICIPLES and not _ONE_WORD_FORM.fullmatch(lower)
+        and lower not in _PARTICIPLES_ALONE and not _ONE_WORD_FORM.fullmatch(lower)
 
 
 # an acronym a sentence says of a password in capitals: a character set, an algorithm, a standard, a placeholder
