@@ -132,6 +132,27 @@ def live(record: dict | None, stale: float = STALE) -> bool:
     return fresh
 
 
+def quiet(record: dict) -> float | None:
+    """How many seconds late the heartbeat of ``record``, a live holder's, is once it is not answering (three
+    beats missed, ``QUIET``: frozen with SIGSTOP, say), else None."""
+    if live(record, QUIET):
+        return None
+    beat = record.get("beat")
+    return max(0.0, time.time() - beat) if isinstance(beat, (int, float)) else 0.0
+
+
+def not_answering(late: float) -> str:
+    """A holder ``late`` seconds late (``quiet``), as a message says it."""
+    return f"which is not answering (stopped?: its last heartbeat was {late:.0f} s ago)"
+
+
+def resume(record: dict) -> str:
+    """What to do about the holder ``record`` that is not answering, as a message says it."""
+    host = record.get("host")
+    there = f" on {host}" if host and host != _host() else ""
+    return f"resume it (fg, or kill -CONT {record.get('pid')}{there}) or stop it"
+
+
 def holder(mem, stale: float = STALE) -> dict | None:
     """The live lease on ``mem`` (who is building its tree), or None; ``stale``: ``QUIET`` for a reader about
     to wait for it."""
@@ -269,19 +290,29 @@ class Lease:
         self._due = time.monotonic() + BEAT
         return None
 
-    def acquire(self, wait: float | None = 0.0, poll: float = 0.5, stop=None) -> "Lease | None":
+    def acquire(self, wait: float | None = 0.0, poll: float = 0.5, stop=None, on_wait=None) -> "Lease | None":
         """Take the lease, waiting up to ``wait`` seconds (None: for ever) for a live holder to go away; None
-        once ``stop`` (a ``threading.Event``: a signal's) is set while waiting."""
+        once ``stop`` (a ``threading.Event``: a signal's) is set while waiting. ``on_wait(record)``: told of the
+        holder as the wait begins, and again when another holds it or it stops or starts answering (``quiet``:
+        frozen with SIGSTOP, a holder on this host keeps its lease for as long as it is stopped)."""
         deadline = None if wait is None else time.monotonic() + wait
+        told = None
         while True:
             other = self.try_acquire()
             if other is None:
                 return self
+            late = quiet(other)
             if deadline is not None and time.monotonic() >= deadline:
                 then = f"still after waiting {wait:g} s" if wait else "use --wait to wait for it"
+                if late is not None and not wait:
+                    then = f"{resume(other)}, or use --wait to stand by until it lets go"
                 kind = KINDS.get(other.get("command"))
                 raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
-                           f"({kind + ', ' if kind else ''}since {other.get('started')}); {then}")
+                           f"({kind + ', ' if kind else ''}since {other.get('started')})"
+                           f"{'' if late is None else ', ' + not_answering(late)}; {then}")
+            if on_wait is not None and told != (other.get("token"), late is None):
+                told = (other.get("token"), late is None)
+                on_wait(other)
             pause = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             if stop is None:
                 time.sleep(pause)

@@ -561,6 +561,34 @@ def said_waiting(event: dict) -> str:
     return f"pimem: {event['memory']}: {said}"
 
 
+def held(name: str, record: dict) -> dict:
+    """The ``held`` event ``watch --wait`` emits as it stands by for the live builder of ``record``, the lease of
+    memory ``name``, and again when another holds it or it stops or starts answering (``lease.quiet``: one
+    frozen with SIGSTOP keeps its lease for as long as it is stopped); ``heartbeat``: how late its heartbeat is,
+    in whole seconds, while it is not answering."""
+    from .lease import quiet
+
+    late = quiet(record)
+    return {"event": "held", "memory": name, "pid": record.get("pid"), "host": record.get("host"),
+            "command": record.get("command"), "started": record.get("started"), "answering": late is None,
+            "heartbeat": None if late is None else round(late)}
+
+
+def said_held(event: dict) -> str:
+    """The line ``watch`` says for a ``held`` event."""
+    import socket
+
+    from .lease import KINDS, not_answering, resume
+
+    there = f" on {event['host']}" if event["host"] and event["host"] != socket.gethostname() else ""
+    since = f", since {event['started']}" if event["started"] else ""
+    who = f"{KINDS.get(event['command'], 'a builder')} (pid {event['pid']}{there}{since})"
+    if event["answering"]:
+        return f"{event['memory']}: held by {who}; standing by until it lets go"
+    return (f"{event['memory']}: held by {who}, {not_answering(event['heartbeat'])}; standing by until it lets go: "
+            f"{resume(event)}")
+
+
 def said_below_cap(event: dict, setting: bool = False) -> str:
     """What ``build-tree`` and ``watch`` say for a ``capped`` event whose cap is below one call's worst case
     (``next_call`` over ``max_cost_per_day``: no day's spending lets a call through); ``setting``: the cap is
@@ -722,7 +750,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if lease is None:
             lease = Lease(mem, "watch")
             if block:
-                if lease.acquire(None if wait else 0.0, stop=scheduler._stop) is None:  # (a signal: stopped)
+                told = lambda other: scheduler.emit(held(mem.name, other))  # noqa: E731 (standing by: said)
+                if lease.acquire(None if wait else 0.0, stop=scheduler._stop, on_wait=told) is None:  # (a signal: stopped)
                     return
             elif (other := lease.try_acquire()) is not None:
                 holders[mem.name] = other
@@ -833,6 +862,9 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                     take(mem, block=False)
             if mems and not watched and not wait and not following and not scheduler.refused:
                 raise Busy(f"every memory is already being built: {_held_by(holders)}; use --wait to stand by")
+            if wait:  # (standing by for them: said, as for a named one)
+                for name, record in holders.items():
+                    scheduler.emit(held(name, record))
             last_scan[0] = time.monotonic()
             lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
         scheduler.run(between=look_for_memories)

@@ -104,6 +104,71 @@ def test_a_waiting_watcher_takes_over_when_the_first_stops(home):
     assert second.returncode == 0 and not lease.holder(mem)
 
 
+def test_a_watcher_standing_by_says_for_whom_and_that_a_stopped_one_is_not_answering(home, tmp_path, sh):
+    """A second watch --wait (another terminal) stood by in silence, for ever when the first was frozen with Ctrl-Z
+    (SIGSTOP, its lease live), and watch without --wait told to use --wait. Standing by, it says once whom it
+    waits for and, when that one stops answering (its heartbeat three beats late), that it is stopped and how to
+    go on; without --wait, exit 4 says so."""
+    configure(home)
+    mem = fill("m", 3)
+    first = start_watch("m")
+    said = tmp_path / "second.err"
+    second = None
+    try:
+        until(lambda: watcher_holds(mem, first))
+        started = lease.holder(mem)["started"]
+        with open(said, "wb") as err:
+            second = subprocess.Popen(pimem_cmd("watch", "m", "--wait"), stdout=subprocess.DEVNULL, stderr=err,
+                                      env=subprocess_env(TEST_LLM_KEY="k"))
+        held = f"m: held by a watcher (pid {first.pid}, since {started}); standing by until it lets go\n"
+        until(lambda: said.read_text() == held)
+        frozen_outside_the_writer_lock(mem, first)
+        until(lambda: beat_age(mem) > lease.QUIET)
+        quiet = (f"m: held by a watcher (pid {first.pid}, since {started}), which is not answering (stopped?: its "
+                 f"last heartbeat was ")
+        until(lambda: said.read_text().startswith(held + quiet))
+        assert said.read_text().endswith(f" s ago); standing by until it lets go: resume it (fg, or kill -CONT {first.pid}) "
+                                         "or stop it\n") and said.read_text().count("\n") == 2
+        alone = sh("watch", "m", TEST_LLM_KEY="k")
+        assert alone.returncode == 4 and alone.stderr.decode().startswith(
+            f"pimem: error: memory 'm' is being built by pid {first.pid} on {socket.gethostname()} (a watcher, since {started}), "
+            f"which is not answering (stopped?: its last heartbeat was "), alone.stderr
+        assert alone.stderr.decode().endswith(f" s ago); resume it (fg, or kill -CONT {first.pid}) or stop it, or use --wait "
+                                              "to stand by until it lets go\n"), alone.stderr
+        _thawed_and_stopped(first)
+        until(lambda: watcher_holds(mem, second))
+        until(lambda: "m: watching\n" in said.read_text())
+    finally:
+        _thawed_and_stopped(first)
+        if second is not None:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=30)
+    assert second.returncode == 0
+
+
+def test_a_watcher_of_the_home_standing_by_says_for_whom(home, tmp_path):
+    """watch --wait over the whole home, every memory held by another watcher, stood by in silence: it says whom it
+    stands by for (with --json, a held event too)."""
+    configure(home)
+    mem = fill("m", 3)
+    out, err = tmp_path / "second.out", tmp_path / "second.err"
+    with watching("m") as first:
+        until(lambda: watcher_holds(mem, first))
+        started = lease.holder(mem)["started"]
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            second = subprocess.Popen(pimem_cmd("watch", "--wait", "--json"), stdout=stdout, stderr=stderr,
+                                      env=subprocess_env(TEST_LLM_KEY="k"))
+        try:
+            until(lambda: err.read_bytes().endswith(b"\n"))
+            assert err.read_text() == f"m: held by a watcher (pid {first.pid}, since {started}); standing by until it lets go\n"
+            assert orjson.loads(out.read_bytes()) == {"event": "held", "memory": "m", "pid": first.pid, "host": socket.gethostname(),
+                                                      "command": "watch", "started": started, "answering": True, "heartbeat": None}
+        finally:
+            second.send_signal(signal.SIGTERM)
+            second.wait(timeout=30)
+    assert second.returncode == 0
+
+
 def test_sigkill_mid_build_loses_and_duplicates_nothing(home):
     with FakeLLM("openai", latency=0.15) as server:
         configure(home, server)

@@ -66,6 +66,8 @@ def command(
             output.warn(f"stopped building {event['memory']}: {event['error']} ({again})")
         elif event["event"] == "waiting":
             output.info(scheduler.said_waiting(event))
+        elif event["event"] == "held":
+            output.info(scheduler.said_held(event))
         elif event["event"] == "switched":
             output.info(f"{event['memory']}: its compactor settings changed; built by {event['model']} from now on")
         elif event["event"] == "imported":
@@ -116,6 +118,7 @@ def command(
 
 def _for_a_person(event: dict) -> bool:
     """A memory refused, or a daily cap below one call's worst case: nothing is built until a person acts; or a
-    wait for a retry time an earlier run recorded (up to 5 minutes of silence otherwise)."""
-    return (event["event"] in ("refused", "waiting")
+    wait for a retry time an earlier run recorded (up to 5 minutes of silence otherwise), or for another builder
+    to let go (for ever, of one stopped with Ctrl-Z)."""
+    return (event["event"] in ("refused", "waiting", "held")
             or event["event"] == "capped" and event["next_call"] > event["max_cost_per_day"])
