@@ -452,7 +452,8 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("wifi pass: sunshine", "sunshine", "wifi pass: [secret redacted]"),
         ("the wi-fi pass: bananas.", "bananas", "the wi-fi pass: [secret redacted]."),
         ("router pass: letmein, user admin", "letmein", "router pass: [secret redacted], user admin"),
-        ("Door pass: 4821", "4821", "Door pass: [secret redacted]"), ("email pass: Sunshine", "Sunshine", "email pass: "),
+        ("Door pass: 4821", "4821", "Door pass: [secret redacted]"),
+        ("email pass: Sunshine", "Sunshine", "email pass: "),
         ("WIFI PASS: SUNSHINE", "SUNSHINE", "WIFI PASS: [secret redacted]"),
         # (words joined by -, capitalised: a passphrase, not what a sentence says of it as SSO-managed)
         ("the password is Purple-Monkey-Done", "Monkey", "the password is [secret redacted]"),
@@ -515,8 +516,10 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is CATS related", "the password is URL-safe", "the password is NONE", "the password is AI",
                  "the password is TRUE", "the password is ALL", "the password is EASY", "the password is IAM-managed",
                  "the password is KMS encrypted", "the password is UTF-8", "the password is PII, treat it so",
-                 "the password is vault-backed.", "the token is Okta-managed", "the secret is KMS-encrypted", "the password is UTF8-safe",
-                 "the password is WORD.", "the password is NOTE: see below", "the password is UUID.", "the password is SSH.",
+                 "the password is vault-backed.", "the token is Okta-managed", "the secret is KMS-encrypted",
+                 "the password is UTF8-safe",
+                 "the password is WORD.", "the password is NOTE: see below", "the password is UUID.",
+                 "the password is SSH.",
                  "PASSWORD IS STORED IN VAULT",
                  # (what a sentence says of a pw, a pass, a passcode; a pass that is no password's word)
                  "the pw is required", "my pass is expired", "the first pass is slow", "the boarding pass is ready",
@@ -562,7 +565,8 @@ SHORT_UNQUOTED = [("password = abc", "abc", "password = "), ("PASSWORD=abc1", "a
                   # (4 to 12 digits alone as a password's value: a PIN's shape)
                   ("password: 1234", "1234", "password: "), ("db:\n  password: 123456\n  host: db", "123456", "\n  host: db"),
                   ("DB_PASSWORD=0000", "0000", "DB_PASSWORD="), ("SMTP_PASS: 4821", "4821", "SMTP_PASS: "),
-                  ("gcloud x --password=123456 --username=bob", "123456", "--password=[secret redacted] --username=bob"),
+                  ("gcloud x --password=123456 --username=bob", "123456",
+                   "--password=[secret redacted] --username=bob"),
                   ("  password = 4821  # door", "4821", "  # door"),
                   ('{"user": "bob", "password": 12345678, "port": 5432}', "12345678", '"port": 5432')]
 SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false", "PASS: 3", "password: 8",

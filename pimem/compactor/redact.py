@@ -36,8 +36,9 @@ Only the outgoing request is redacted; the log keeps every original byte. Three 
    parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
    now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, ``… is
    CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``, ``written down``,
-   ``read``, ``strong and unique``, ``SSO-managed``), 4 to 12 digits said alone there (``the password is 1234``; not ``8 characters``), a value quoted or backticked
-   there (``my password is "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in
+   ``read``, ``strong and unique``, ``SSO-managed``), 4 to 12 digits said alone there (``the password is 1234``;
+   not ``8 characters``), a value quoted or backticked there (``my password is "sunshine"``; not a command:
+   ```cat ~/.pw```); so too after a password's other names in
    chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after
    what it guards, ``wifi pass:``, ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or
    ``pin`` (``the pw is 1234``, ``my pin is 4821``), a PIN's, a passcode's or a password's as a config's or a
@@ -258,14 +259,14 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # sunshine) or pw: (wifi pw: sunshine), pass: after what it guards (wifi pass: sunshine): a word as after password
     # is (``_chat_password``); pass only after a possessive or a wifi's, an admin's (not the first pass, the boarding
     # pass); a number said alone (my pin is 4821, the pw is 1234, door pass: 4821)
-    (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass|{_GUARDED}pass(?=:))(?:[ \t]+(?:is|was):?|(?<=pw):|(?<=pass):)[ \t]+)"
-                r"(?!\[)([^\s\"',;]+)"),
+    (re.compile(rf"(?i)(\b(?:pw|passcode|pin|{_WHOSE}pass|{_GUARDED}pass(?=:))"
+                r"(?:[ \t]+(?:is|was):?|(?<=pw):|(?<=pass):)[ \t]+)(?!\[)([^\s\"',;]+)"),
      lambda m: m.group(1) + _chat_password(m), ("pw", "pass", "pin")),
-    # a PIN's, a passcode's or a password's number as a config's or a chat's value (pin: 4821, my PIN: 4821, SIM_PIN=1234,
-    # "pin": "4821", pinCode: 0000, the PIN code: 0000, password: 1234, DB_PASS=0000, "password": 12345678): 4 to
-    # 12 digits said alone (``_pin_value``); not a board's pin, under 4 digits (LED_PIN = 13), nor apt's Pin-Priority:
-    # 1001, nor a count, a length or a setting (password: 8, password: 1234 characters, password_min_length: 1234,
-    # passwords: 1234, PASS: 1234: a test's count)
+    # a PIN's, a passcode's or a password's number as a config's or a chat's value (pin: 4821, my PIN: 4821,
+    # SIM_PIN=1234, "pin": "4821", pinCode: 0000, the PIN code: 0000, password: 1234, DB_PASS=0000, "password":
+    # 12345678): 4 to 12 digits said alone (``_pin_value``); not a board's pin, under 4 digits (LED_PIN = 13), nor
+    # apt's Pin-Priority: 1001, nor a count, a length or a setting (password: 8, password: 1234 characters,
+    # password_min_length: 1234, passwords: 1234, PASS: 1234: a test's count)
     (re.compile(r"""(?i)((?:(?<![\w.-])(?:[\w.-]{0,32}?[_.-])?|(?<=(?-i:[a-z]))(?=(?-i:P)))"""
                 r"""(?:pin(?:[ _-]?(?:code|number))?|passcode|password|passwd|passphrase|pwd|(?<=[_.-])pass)"""
                 r"""["']?[ \t]*(?:[:=]|=>)[ \t]*(["']?))(\d{4,12})(?!\d)(\2)"""),
@@ -557,8 +558,11 @@ def _acronym_password(word: str, said: str, string: str, end: int) -> bool:
         return False
     if len(word) >= 5:
         return True
-    ends = said != word and not said.endswith(":") or _SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end)
-    return len(word) >= 3 and lower not in _SHORT_ACRONYMS and bool(_VOWEL.search(word)) and bool(ends)
+    if len(word) < 3 or lower in _SHORT_ACRONYMS or not _VOWEL.search(word):
+        return False
+    if said != word and not said.endswith(":"):
+        return True  # (a sign after it: CATS. CATS!)
+    return bool(_SENTENCE_END.match(string, end) or _CLAUSE_NEXT.match(string, end))
 
 
 # a build's or a config's property standing for the value: MSBuild's $(DB_PASSWORD), Maven's ${env.NEXUS_PASSWORD}
