@@ -8,8 +8,6 @@ import io
 import os
 import sys
 
-import orjson
-
 from . import env
 from .errors import SHOWN, ExitStatus, PimemError, one_line, readable, shortened
 
@@ -76,6 +74,8 @@ def _write(data: bytes) -> None:
 
 def json_line(obj) -> None:
     """One JSON object on one line of stdout."""
+    import orjson  # (here: every command loads this module, and pimem --version and --help need no JSON)
+
     _write(orjson.dumps(obj) + b"\n")
 
 
