@@ -27,16 +27,18 @@ from .memory import Memory
 def refuse_if_watched(mem: Memory, doing: str, to: str | None = None) -> None:
     """``Busy`` naming the process while a live watcher (or build-tree) holds the memory's lease; ``to``: the
     memory it would be renamed to, whose lease this is (a claim's: a memory of that name would be taken over)."""
-    from .lease import holder
+    from .lease import holder, not_answering, quiet, resume
 
     lease = holder(mem)
     if lease is not None:
         where = f" on {lease['host']}" if lease.get("host") and lease["host"] != socket.gethostname() else ""
         since = f", since {lease['started']}" if lease.get("started") else ""
         what = f"'{to}' to '{mem.name}'" if to else f"'{mem.name}'"
+        late = quiet(lease)  # (frozen with Ctrl-Z: a SIGTERM waits, pending, until it is resumed)
         raise Busy(
             f"cannot {doing} {what}: a tree builder, pimem watch or build-tree (pid {lease['pid']}{where}{since}), "
-            f"holds {f'{mem.name!r}' if to else 'it'}; stop that process first"
+            f"{'' if late is None else not_answering(late) + ', '}holds {f'{mem.name!r}' if to else 'it'}; "
+            + ("stop that process first" if late is None else f"{resume(lease)} and stop it first")
         )
 
 

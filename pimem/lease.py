@@ -150,7 +150,7 @@ def resume(record: dict) -> str:
     """What to do about the holder ``record`` that is not answering, as a message says it."""
     host = record.get("host")
     there = f" on {host}" if host and host != _host() else ""
-    return f"resume it (fg, or kill -CONT {record.get('pid')}{there}) or stop it"
+    return f"resume it (fg, or kill -CONT {record.get('pid')}{there})"
 
 
 def holder(mem, stale: float = STALE) -> dict | None:
@@ -305,7 +305,7 @@ class Lease:
             if deadline is not None and time.monotonic() >= deadline:
                 then = f"still after waiting {wait:g} s" if wait else "use --wait to wait for it"
                 if late is not None and not wait:
-                    then = f"{resume(other)}, or use --wait to stand by until it lets go"
+                    then = f"{resume(other)} or stop it, or use --wait to stand by until it lets go"
                 kind = KINDS.get(other.get("command"))
                 raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
                            f"({kind + ', ' if kind else ''}since {other.get('started')})"

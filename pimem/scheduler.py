@@ -586,7 +586,7 @@ def said_held(event: dict) -> str:
     if event["answering"]:
         return f"{event['memory']}: held by {who}; standing by until it lets go"
     return (f"{event['memory']}: held by {who}, {not_answering(event['heartbeat'])}; standing by until it lets go: "
-            f"{resume(event)}")
+            f"{resume(event)} or stop it")
 
 
 def said_below_cap(event: dict, setting: bool = False) -> str:

@@ -167,6 +167,25 @@ def test_rename_and_delete_refuse_while_a_watcher_holds_the_memory(run, home, wa
     assert run("delete", "old").exit_code == 0  # a dead watcher's lease holds nothing
 
 
+def test_rename_and_delete_refused_by_a_stopped_watcher_say_it_must_be_resumed_to_stop(run, home, watcher):
+    """A watcher frozen with Ctrl-Z keeps its lease: rename and delete said to stop that process first, and a
+    SIGTERM waits, pending, until it is resumed. They say it is not answering and to resume it."""
+    from pimem import lease
+
+    watcher.send_signal(signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while lease.quiet(orjson.loads((home / "old" / "lock.json").read_bytes())) is None:
+        assert time.monotonic() < deadline, "the heartbeat did not go quiet"
+        time.sleep(0.1)
+    for args, doing in ((("rename", "old", "new"), "rename"), (("delete", "old"), "delete")):
+        out = run(*args)
+        assert out.exit_code == 4 and out.stderr.startswith(
+            f"pimem: error: cannot {doing} 'old': a tree builder, pimem watch or build-tree (pid {watcher.pid}, since "), out.stderr
+        assert "which is not answering (stopped?: its last heartbeat was " in out.stderr, out.stderr
+        assert out.stderr.endswith(f" s ago), holds it; resume it (fg, or kill -CONT {watcher.pid}) and stop it first\n"), out.stderr
+    assert Memory.open("old").count() == 2
+
+
 def test_delete_moves_to_trash_and_drops_pointers(run, home, two):
     run("rename", "old", "kept")
     out = run("delete", "kept")
