@@ -1211,6 +1211,32 @@ def test_a_codex_turn_read_on_takes_its_counts_from_the_last_read_or_else_loses_
     assert [(m["text"], "turn" in m["meta"]) for m in messages()[-3:]] == [("two", False), ("four", False), ("two", False)]
 
 
+def test_a_codex_turn_read_on_in_another_process_makes_no_text_of_its_calls_read_before(run, home, tmp_path, monkeypatch):
+    """A turn read on in another process counts its repeats from its lines read again; it made the text of every
+    call and output among them too (a command's program read, an output's exit code), though a call's and an
+    output's repeats are not counted (their call's id tells them apart): a recount did twice the work it needs.
+    It makes the texts of the new lines alone, and counts on as before."""
+    from pimem.importers import codex
+
+    def call(k: int) -> list[dict]:
+        return [_item(5, {"type": "function_call", "name": "exec_command", "arguments": json.dumps({"cmd": f"pytest -q -k t{k}"}),
+                          "call_id": f"call_{k}"}),
+                _item(5, {"type": "function_call_output", "call_id": f"call_{k}", "output": f"Process exited with code 0\nOutput:\n{k} passed"})]
+
+    lines = [codex_meta("cx-P"), *codex_turn(1, 1, "go", "done", "call_A")[:3], _said(4, "checking")]
+    lines += [line for k in range(40) for line in call(k)]
+    path = write_jsonl(tmp_path / "rollout-P.jsonl", lines)
+    assert run("import", path, "-n", "t").exit_code == 0
+    write_jsonl(path, [*call(40), _said(6, "checking")])
+    made = []
+    monkeypatch.setattr(codex, "call_text", lambda name, args, made_by=codex.call_text: made.append(args) or made_by(name, args))
+    monkeypatch.setattr(codex, "_output", lambda output, made_by=codex._output: made.append(output) or made_by(output))
+    monkeypatch.setattr(codex, "_KEPT", {})  # (another process: the turn's counts read again from its lines)
+    assert run("import", path, "-n", "t").stdout.startswith("t: 3 imported, 0 already present")
+    assert made == [json.dumps({"cmd": "pytest -q -k t40"}), "Process exited with code 0\nOutput:\n40 passed"]
+    assert [(m["text"], m["meta"].get("repeat")) for m in messages()[-1:]] == [("checking", 1)]
+
+
 def _said(s: int, text: str) -> dict:
     return _item(s, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
 

@@ -99,6 +99,8 @@ class CodexParser(Parser):
             text = payload.get("message")
             parts = [("work", text, {"derived": True})] if isinstance(text, str) and text.strip() else []
         elif kind == "response_item":
+            if self._counting and _told_apart(payload):  # (its repeats are not counted: nothing of it is needed)
+                return []
             parts = self._item(payload)
         else:
             if kind == "event_msg" and payload.get("type") == "task_started":
@@ -288,6 +290,13 @@ def _keep(file: str, said: _Said) -> _Said:
     while len(_KEPT) > SAID_KEPT:
         del _KEPT[next(iter(_KEPT))]
     return said
+
+
+def _told_apart(item: dict) -> bool:
+    """Whether ``item`` is a call or an output its call's id tells apart (as ``_item`` names it), whose
+    repeats ``_repeat`` does not count: a recount (``_recount``) need not make its text."""
+    kind = item.get("type")
+    return kind in CALLS and bool(item.get("call_id") or item.get("id")) or kind in OUTPUTS and bool(item.get("call_id"))
 
 
 def _session(arguments) -> str | None:
