@@ -922,6 +922,9 @@ def test_install_into_the_project_and_refusals(home, tmp_path):
     assert both.returncode == 2 and "not both" in both.stderr
     wrong = subprocess.run(pimem_cmd("hook", "install", "cursor"), capture_output=True, text=True, env=subprocess_env())
     assert wrong.returncode == 2 and "unknown agent 'cursor'" in wrong.stderr
+    for verb in ("install", "uninstall"):  # (no agent: it said unknown agent '')
+        none = subprocess.run(pimem_cmd("hook", verb), capture_output=True, text=True, env=subprocess_env())
+        assert (none.returncode, none.stderr) == (2, f"pimem: error: give the agent: pimem hook {verb} claude-code\n")
 
 
 def test_install_refuses_a_home_whose_path_is_not_utf8(home, tmp_path):

@@ -50,7 +50,7 @@ def command(
     from .. import claude_code
 
     if words[:1] in (["install"], ["uninstall"]):
-        agent = _agent(words[1:])
+        agent = _agent(words[1:], words[0])
         if project and user:
             raise BadInput("give --project or --user, not both")
     if words[:1] == ["uninstall"]:
@@ -116,7 +116,9 @@ def _uninstall(agent: str, path, dry_run: bool) -> None:
         output.line(f"no pimem {agent} hooks in {path}; nothing changed")
 
 
-def _agent(words: list[str]) -> str:
+def _agent(words: list[str], verb: str = "") -> str:
+    if not words:
+        raise BadInput(f"give the agent: pimem hook {verb + ' ' if verb else ''}{' or '.join(AGENTS)}")
     if len(words) != 1 or words[0] not in AGENTS:
         raise BadInput(f"unknown agent {' '.join(words)!r}: use 'pimem hook claude-code', 'pimem hook install claude-code' "
                        "or 'pimem hook uninstall claude-code'")
