@@ -151,9 +151,9 @@ def main(argv: list[str] | None = None) -> None:
             from . import stopping
 
             stopping.defer()
-        elif argv is None:
-            boundary.take_signals()  # (a signal that came as pimem started is raised here)
         app = build("" if args == ["--version"] else command_of(args))
+        if argv is None and command_of(args) != "watch":  # (the modules loaded: a signal that came meanwhile is raised here)
+            boundary.take_signals()
         code = app(args=args, prog_name="pimem", standalone_mode=False)
         if boundary.untold() is not None:  # (typer made a signal while it parsed a silent exit 130)
             raise boundary.untold()

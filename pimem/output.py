@@ -8,6 +8,8 @@ import io
 import os
 import sys
 
+import orjson  # (as pimem starts, while a signal is only noted: orjson stopped as it loads crashes Python, SIGSEGV)
+
 from . import env
 from .errors import SHOWN, ExitStatus, PimemError, one_line, readable, shortened
 
@@ -74,8 +76,6 @@ def _write(data: bytes) -> None:
 
 def json_line(obj) -> None:
     """One JSON object on one line of stdout."""
-    import orjson  # (here: every command loads this module, and pimem --version and --help need no JSON)
-
     _write(orjson.dumps(obj) + b"\n")
 
 

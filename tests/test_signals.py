@@ -406,7 +406,9 @@ sys.exit(main())
     ("pimem.cli", signal.SIGHUP, 129),
     ("typer.main", signal.SIGINT, 130),
     ("pimem.boundary", signal.SIGTERM, 143),
-    ("pimem.options", signal.SIGINT, 130),  # the command's module is being loaded, past take_signals
+    ("pimem.options", signal.SIGINT, 130),  # the command's module is being loaded
+    ("json", signal.SIGINT, 130),  # orjson is loading (it imports json): stopped there, it crashed Python (-11)
+    ("json", signal.SIGTERM, 143),
     ("typer._click.decorators", signal.SIGTERM, 143),  # typer parses the arguments (it made it a silent 130)
 ])
 @pytest.mark.parametrize("args", [["append", "m", "-"], ["--version"], ["--help"]])
