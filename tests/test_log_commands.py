@@ -576,7 +576,7 @@ def test_start_up_imports_no_summary_search_or_provider_code(home):
     import sys
 
     heavy = ("pimem.toolwork", "pimem.privacy", "pimem.tree", "pimem.compactor", "sqlite3", "httpx",
-             "pimem.commands", "pimem.memory", "pimem.store", "orjson")  # (orjson: output imported it for NDJSON)
+             "pimem.commands", "pimem.memory", "pimem.store")
     probe = ("import atexit, sys\n"
              f"atexit.register(lambda: sys.stderr.write(' '.join(m for m in {heavy + ('pimem.cli',)!r} if m in sys.modules)))\n"
              "from pimem.cli import main; main(sys.argv[1:])")
