@@ -459,6 +459,9 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("the password is Purple-Monkey-Done", "Monkey", "the password is [secret redacted]"),
         # (a phrase's words: a participle that is a verb's present too is its word, not a sentence's)
         ("the password is split pea soup", "pea", "the password is [secret redacted]"),
+        # (a word of a phrase ending in -ed, -ing or -ly that is no verb's form: red, bed, king)
+        ("the password is red hot chili", "hot", "the password is [secret redacted]"),
+        ("my password is king bed sunrise.", "bed", "my password is [secret redacted]."),
         # (a number said alone after pw or pass, as after password is)
         ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
         ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),

@@ -290,9 +290,10 @@ _PASSWORD_SHAPE = re.compile(r"(?=.*[A-Za-z])(?:.*[A-Za-z]\d|.*\d[A-Za-z]|.*[!@#
 
 def _prose_phrase(phrase: str) -> str:
     """What is sent of plain words ending a line after ``password is``: the placeholder unless a sentence's
-    (``_PROSE_ABOUT`` first, a word of ``_SENTENCE`` or ``_PROSE_FORM`` in it)."""
+    (``_PROSE_ABOUT`` first, a word of ``_SENTENCE``, a participle or a verb's form in it: ``_ONE_WORD_FORM``, stored,
+    expiring, usually; not red, bed, king: a passphrase's, the password is red hot chili)."""
     words = [w.lower() for w in phrase.split()]
-    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or w in _PARTICIPLES or _PROSE_FORM.fullmatch(w) for w in words):
+    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or w in _PARTICIPLES or _ONE_WORD_FORM.fullmatch(w) for w in words):
         return phrase
     return "[secret redacted]"
 
