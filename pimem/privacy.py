@@ -218,8 +218,16 @@ def runs_where(line: str, in_tools: Callable[[str], bool], in_others: Callable[[
 
 
 def _masked(line: str, runs: list[tuple[int, int]]) -> str:
+    """``line`` with each run replaced by ``TOOL_TEXT``, but for the white space at its ends: a run found with
+    the output's own spaces around it (``printed drwxr-xr-x vault ok``) keeps those that separated it from the
+    line's words (``printed [tool output hidden] ok``), and a joined line its line breaks."""
     for start, end in reversed(runs):
-        line = line[:start] + TOOL_TEXT + line[end:]
+        while start < end and line[start].isspace():
+            start += 1
+        while end > start and line[end - 1].isspace():
+            end -= 1
+        if start < end:
+            line = line[:start] + TOOL_TEXT + line[end:]
     return line
 
 

@@ -2143,7 +2143,7 @@ def test_the_index_finds_an_outputs_typographic_quotes_and_dashes_as_the_mask_do
                    "ERROR: ‘VAULT_PW’ UNDECLARED; DID YOU MEAN ‘VAULT_ID’", "WINDOW 2024–2025 — DON’T ‘SHIP’ IT"):
         line = f"the build said {quoted}; user: please keep the notes short"
         [shown] = hide_tools(mem.messages, [(11, 0, line)], holds=mem.span_holds)
-        assert shown == tool_runs_masked(line, span) == f"the build said{TOOL_TEXT}; user: please keep the notes short"
+        assert shown == tool_runs_masked(line, span) == f"the build said {TOOL_TEXT}; user: please keep the notes short"
 
 
 def test_the_index_finds_a_verbatim_quote_of_text_the_fold_changes(home):
@@ -2226,10 +2226,8 @@ def test_a_long_span_of_common_words_is_masked_as_reading_it_masks(home):
 
 
 def tool_runs_masked(line: str, msgs: list[dict]) -> str:
-    for start, end in reversed(tool_runs(line, [m["text"] for m in msgs if m["kind"] in ("tool", "echo")],
-                                         [m["text"] for m in msgs if m["kind"] not in ("tool", "echo")])):
-        line = line[:start] + TOOL_TEXT + line[end:]
-    return line
+    return privacy._masked(line, tool_runs(line, [m["text"] for m in msgs if m["kind"] in ("tool", "echo")],
+                                           [m["text"] for m in msgs if m["kind"] not in ("tool", "echo")]))
 
 
 def test_a_users_facts_reach_the_top_of_a_span_of_long_model_replies(home):
@@ -2492,6 +2490,40 @@ def test_a_summary_quoting_tool_output_across_its_line_breaks_is_masked(run, hom
         assert "admin" not in out and "K07=v07" not in out and "PORT=5433" not in out, (args, out)
     assert f"0+4|user: staging config; echo: {TOOL_TEXT}; pi: done" in run("view", "main").stdout
     assert quoted in run("view", "main", "--include-tools").stdout
+
+
+_LISTING = [{"i": 0, "kind": "user", "text": "list the folder"}, {"i": 1, "kind": "tool", "text": "ls -la"},
+            {"i": 2, "kind": "echo", "text": "total 1\ndrwxr-xr-x vault-secrets-2026\ntotal 1"},
+            {"i": 3, "kind": "pi", "text": "done"}]
+
+
+@pytest.mark.parametrize("before,after", [(" ", " "), ("  ", "\t"), ("\n", "\n")])
+def test_the_mask_keeps_the_white_space_around_the_run_it_hides(before, after):
+    """The mask hides the run quoted from the output, not the white space that separated it from the line's
+    own words: ``ls printed [tool output hidden] ok``, the line breaks of a joined line kept. Before, a run
+    found with the output's own spaces around it took them too (``ls printed[tool output hidden]ok``)."""
+    line = f"user: list the folder; pi: ls printed{before}drwxr-xr-x vault-secrets-2026{after}ok"
+    [shown] = hide_tools(lambda a, b: iter(_LISTING[a:b]), [(2, 0, line)])
+    assert shown == f"user: list the folder; pi: ls printed{before}{TOOL_TEXT}{after}ok"
+
+
+def test_a_masked_lines_bytes_are_the_bytes_shown_in_view_json_and_stats(run, home):
+    """A line with a masked run (its spaces kept) counts the bytes it shows: ``view --json``'s ``bytes`` is
+    its rendered line's (``id+n|text``), and ``view --stats`` sums what ``view`` prints."""
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.save_config({"view": {"hi": 300, "lo": 50}})
+    mem.append([{"kind": "user", "text": "list the folder " + LONG * 2}, _LISTING[1], _LISTING[2],
+                {"kind": "pi", "text": "done " + LONG * 2}])
+    Memory.open("main", home).write_nodes([(0, 0, "user: list the folder " + "x" * 250, {}),
+                                           (0, 3, "pi: done " + "y" * 250, {}),
+                                           (2, 0, "user: list the folder; pi: ls printed drwxr-xr-x vault-secrets-2026 ok",
+                                            {"model": "x"})])
+    assert run("view", "main").stdout == f"0+4|user: list the folder; pi: ls printed {TOOL_TEXT} ok\n"
+    rows = [orjson.loads(row) for row in run("view", "main", "--json").stdout.splitlines()]
+    assert [row["bytes"] for row in rows] == [len(f"{row['label']}|{row['text']}".encode()) for row in rows]
+    [stats] = [orjson.loads(row) for row in run("view", "main", "--stats", "--json").stdout.splitlines()]
+    assert stats["bytes"] == sum(row["bytes"] + 1 for row in rows) == len(run("view", "main").stdout.encode())
 
 
 def _full_width(text: str) -> str:

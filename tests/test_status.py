@@ -312,5 +312,5 @@ def test_a_providers_error_quoting_its_input_is_recorded_and_said_without_the_to
     events = [orjson.loads(line) for line in said[1].splitlines() if line.startswith("{")]
     assert any(e.get("event") == "failed" for e in events), said[1]
     for shown in (*said, text, recorded, orjson.dumps(row).decode()):
-        assert "(asked by hello there my friend): could not summarise: [tool output hidden](key [api key" in shown, shown
+        assert "(asked by hello there my friend): could not summarise: [tool output hidden] (key [api key" in shown, shown
         assert "tangerine42owl" not in shown and "sk-proj" not in shown
