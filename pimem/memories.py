@@ -295,7 +295,7 @@ def remember(
             out = [{**base, "type": "create", "recordId": new, "payload": payload}]
             target_pinned = False
         else:
-            target = _live_target(project(events), supersede, session)
+            target = _live_target(project(events), supersede, session, mem.name)
             if propose and (target["author"] != "model" or target["status"] != "provisional"):
                 raise BadInput(f"a proposal may only replace the model's own provisional proposals; {supersede} is {target['author']}'s and {target['status']}")
             content = text or target["content"]
@@ -324,7 +324,7 @@ def forget(mem, record_id: str, *, session: str | None = None, timeout: float | 
     stamp = when.rfc3339(env.now())
 
     def build(events: list[dict]) -> list[dict]:
-        _live_target(project(events), record_id, session)
+        _live_target(project(events), record_id, session, mem.name)
         event = {"ts": stamp, "type": "resolve", "recordId": record_id, "author": "user", "payload": {"reason": "user:forget"}}
         if session:
             event["sessionId"] = session
@@ -336,10 +336,10 @@ def forget(mem, record_id: str, *, session: str | None = None, timeout: float | 
     return record
 
 
-def _live_target(projected: dict[str, dict], record_id: str, session: str | None) -> dict:
+def _live_target(projected: dict[str, dict], record_id: str, session: str | None, name: str) -> dict:
     target = projected.get(record_id)
     if target is None or not visible(target, session):
-        raise NotFound(f"no memory {budget.clip(record_id, 80)!r} here (see 'pimem memories')")
+        raise NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{name}' (see 'pimem memories {name}')")
     if target["status"] in TERMINAL:
         by = f" by {target['supersededBy']}" if target.get("supersededBy") else ""
         raise BadInput(f"memory {record_id} is already {target['status']}{by}")

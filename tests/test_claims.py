@@ -86,7 +86,7 @@ def test_a_write_refused_or_of_derived_state_leaves_a_claim_a_claim(sh, home, cl
     before = snapshot(claim)
     for argv in (["forget", "api", "mem_0000"], ["remember", "api", "--supersede", "mem_0000", "new text"]):
         result = sh(*argv)
-        assert (result.returncode, result.stderr) == (3, b"pimem: error: no memory 'mem_0000' here (see 'pimem memories')\n")
+        assert (result.returncode, result.stderr) == (3, b"pimem: error: no memory 'mem_0000' in 'api' (see 'pimem memories api')\n")
         assert snapshot(claim) == before, argv
     for extra in ({}, {"PIMEM_EMBEDDER": "tests.embedder_stub:load"}):  # (and the semantic extra's vectors)
         row = json.loads(sh("reindex", "api", "--json", **extra).stdout)

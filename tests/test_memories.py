@@ -172,6 +172,18 @@ def test_bad_input_writes_nothing_and_creates_nothing(run, home):
     assert not (home / "nope").exists()
 
 
+def test_forget_and_supersede_of_an_unknown_id_name_the_memory_they_looked_in(run, home):
+    """``forget demo bogus`` and ``remember demo --supersede bogus`` say which memory has no such record, as
+    ``memories demo --id bogus`` does (before: "no memory 'bogus' here"); exit 3, nothing written."""
+    run("remember", "demo", "use pnpm")
+    before = snapshot(home)
+    for args in (["forget", "demo", "bogus"], ["remember", "demo", "--supersede", "bogus", "x"]):
+        out = run(*args)
+        assert (out.exit_code, out.stderr) == (3, "pimem: error: no memory 'bogus' in 'demo' (see 'pimem memories demo')\n")
+    assert run("memories", "demo", "--id", "bogus").stderr == "pimem: error: no memory 'bogus' in 'demo'\n"
+    assert snapshot(home) == before
+
+
 def test_remember_creates_the_memory_and_reads_stdin(run, home):
     assert run("remember", "fresh", "-", input="from stdin\n").exit_code == 0
     assert Memory.open("fresh").count() == 0
