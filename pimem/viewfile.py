@@ -38,11 +38,11 @@ PUSH_CHUNK = 4096  # leaves pushed into one view before the other takes them
 FAILURES_FILE = "compactor.json"  # (``compactor.state``: what is failing, kept across runs)
 AMORTISE_LINES = 8192  # past this many lines (both views) and twice the budget, saves are amortised
 TEXTS = "lines.json"  # derived: the texts of the lines last shown, by label (deleting it loses nothing)
-TEXTS_VERSION = 8  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
+TEXTS_VERSION = 9  # 2: a long tool message's own line is hidden inside a joined line too; 3: a marker says
 # what the tool ran or how it ended (``privacy.marker``); 4: briefly inside a joined line, the mask spares
 # other messages' words a line joins, a count is at most 13 characters; 5: the mask folds case, width and
 # normal form; 6: and reads a call's JSON escapes; 7: and leaves a terminal's colour codes out; 8: a verbatim
-# leaf says its speaker (``[text, without tools, with them]``)
+# leaf says its speaker (``[text, without tools, with them]``); 9: the mask keeps the white space at its run's ends
 _readers_save = True  # a reader saves what it caught up or counted (``current``) and the texts it showed
 
 

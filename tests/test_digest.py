@@ -2524,6 +2524,13 @@ def test_a_masked_lines_bytes_are_the_bytes_shown_in_view_json_and_stats(run, ho
     assert [row["bytes"] for row in rows] == [len(f"{row['label']}|{row['text']}".encode()) for row in rows]
     [stats] = [orjson.loads(row) for row in run("view", "main", "--stats", "--json").stdout.splitlines()]
     assert stats["bytes"] == sum(row["bytes"] + 1 for row in rows) == len(run("view", "main").stdout.encode())
+    # the texts an older pimem kept in lines.json (the white space taken) are worked out again
+    saved = orjson.loads((home / "main" / "lines.json").read_bytes())
+    line, masked = saved["lines"]["0+4"]
+    assert masked == f"user: list the folder; pi: ls printed {TOOL_TEXT} ok"
+    saved["lines"]["0+4"] = [line, masked.replace(f" {TOOL_TEXT} ", TOOL_TEXT)]
+    (home / "main" / "lines.json").write_bytes(orjson.dumps({**saved, "version": 8}))
+    assert run("view", "main").stdout == f"0+4|user: list the folder; pi: ls printed {TOOL_TEXT} ok\n"
 
 
 def _full_width(text: str) -> str:
