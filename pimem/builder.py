@@ -1119,7 +1119,8 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     before any call what ``_context_bytes`` works out. With a ``price_cached_in`` set, ``cost_cached`` is the best
     case the cache allows, a lower bound under the prices: the system prompt and the whole view of every call read
     from it and nothing written (a provider keeps less; the share the first calls read, their views still short,
-    is no bound for the rest)."""
+    is no bound for the rest). ``pending``: the nodes the build makes (the leaves, and every merge, written or
+    joined free); ``offline``: the compactor sends no call (``calls`` 0, ``cost`` 0)."""
     from .compactor import INPUT_BYTES, prompt as prompts
 
     cfg = mem.config
@@ -1154,7 +1155,8 @@ def estimate(mem, compactor: Compactor | None = None) -> dict:
     cost = 0.0 if compactor.offline else compactor.cost(tokens_in, tokens_out, 0, tokens_written)
     row = {"memory": mem.name, "model": compactor.label, "calls": calls, "leaves": found["leaves"], "merges": merges,
            "asked_again": round(calls * again), "bound": reply_bytes == line_bytes,
-           "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "built": found["built"], "nodes": found["nodes"]}
+           "tokens_in": tokens_in, "tokens_out": tokens_out, "cost": cost, "built": found["built"], "nodes": found["nodes"],
+           "pending": found["pending"], "offline": compactor.offline}
     if compactor.price_cached_in is not None and not compactor.offline:
         row["cost_cached"] = compactor.cost(tokens_in, tokens_out, min(tokens_cached, tokens_in), 0)
     return row

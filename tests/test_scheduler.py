@@ -272,6 +272,30 @@ def test_the_dry_run_of_a_built_memory_says_no_call_without_about(run, home, mon
     assert said.startswith("m: 0 calls to openai/m1 (0 leaves, 0 merges), 0 tokens in and 0 out, "), said
 
 
+@pytest.mark.parametrize("long", [True, False])
+def test_the_dry_run_of_the_offline_compactor_says_the_nodes_the_build_writes(run, home, long):
+    """With the offline compactor the dry run said '0 calls to extractive (0 leaves, 30 merges)' of a build
+    that then wrote 18 nodes: it says how many nodes the build makes (no calls, no cost), the summaries of long
+    messages among them, and its ``--json`` row their number (``pending``), which the build's written and free
+    nodes then make; a built memory, none."""
+    configure(home)
+    if long:
+        fill("m", 40)
+    else:  # (every message a line of its own, no summary of one: merges alone)
+        Memory.at("m").append([{"kind": "user", "text": f"message {k} " + "word " * 30} for k in range(40)])
+    row = orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)
+    pending, leaves = row["pending"], row["leaves"]
+    assert pending > 0 and row["nodes"] - row["built"] == pending and (leaves > 0) == long
+    summaries = f"{leaves} long message{'s' if leaves != 1 else ''} to summarise; " if leaves else ""
+    said = (f"m: {pending} nodes to build offline with extractive, no calls and no cost ({summaries}{pending - leaves} "
+            f"merges, each written or joined free); {row['built']} of {row['nodes']} nodes built\n")
+    assert run("build-tree", "m", "--dry-run").stdout == said
+    done = orjson.loads(run("build-tree", "m", "--json").stdout.splitlines()[-1])
+    assert done["calls"] + done["free"] == pending, done
+    nodes = row["nodes"]
+    assert run("build-tree", "m", "--dry-run").stdout == f"m: 0 nodes to build offline with extractive; {nodes} of {nodes} nodes built\n"
+
+
 def test_a_cap_the_worst_cases_in_flight_reach_but_the_build_does_not_lets_it_finish(run, home, monkeypatch):
     """Calls held back while others were in flight at their worst case start once those cost what they did: a
     build whose real cost fits the cap ends complete, exit 0, not "stopped before spending more"."""

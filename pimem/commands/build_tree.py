@@ -71,6 +71,12 @@ def command(
         for row in estimates:
             if json:
                 output.json_line(row)
+            elif row["offline"]:  # (no call, no token, no cost: the nodes the build makes, as it says them after)
+                long = f"{output.count(row['leaves'], 'long message')} to summarise; " if row["leaves"] else ""
+                what = (f", no calls and no cost ({long}{output.count(row['pending'] - row['leaves'], 'merge')}, each "
+                        "written or joined free)") if row["pending"] else ""
+                output.line(f"{row['memory']}: {output.count(row['pending'], 'node')} to build offline with "
+                            f"{row['model']}{what}; {row['built']:,} of {output.count(row['nodes'], 'node')} built")
             else:
                 cost = "unknown cost (no prices set: pimem model --price-in/--price-out)" if row["cost"] is None else f"about {money(row['cost'])}"
                 if row.get("cost_cached") is not None:
