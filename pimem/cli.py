@@ -64,14 +64,15 @@ summaries; each turn the model reads a constant-size view and can zoom, search a
 def usage(cmd) -> list[str]:
     """The arguments of a command as its usage line shows them: ``NAME``, ``[NAME]``, ``FILE…``. An argument the
     parser sees as optional only because a default NAME may come before it (``zoom [NAME] ID+N``) is named in
-    the command function's ``needs``."""
+    the command function's ``needs``; one whose metavar spells out its words (``[install|uninstall] AGENT``: a
+    space in it) is shown so, not as repeated."""
     needs = getattr(cmd.callback, "needs", ())
     pieces = []
     for param in cmd.params:
         if param.param_type_name != "argument":
             continue
         shown = (param.metavar or param.name.upper()).removesuffix("...").removesuffix("…")
-        if param.nargs == -1:
+        if param.nargs == -1 and " " not in shown:
             shown += "…"
         pieces.append(shown if param.required or param.name in needs or shown.startswith("[") else f"[{shown}]")
     return pieces

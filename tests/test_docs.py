@@ -118,6 +118,8 @@ def test_usage_lines_name_optional_and_repeated_arguments_as_typed():
     assert usage["import"] == "[OPTIONS] FILE…"
     assert usage["search"] == "[OPTIONS] QUERY [NAME…]"
     assert usage["delete"] == "[OPTIONS] NAME"
+    # (one agent, after install or uninstall or alone: not AGENT…, which read as several)
+    assert usage["hook"] == "[OPTIONS] [install|uninstall] AGENT"
 
 
 def test_version(run):
