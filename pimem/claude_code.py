@@ -49,9 +49,6 @@ NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 SETTLE = 0.05  # seconds of quiet after a whole JSON object that end the payload (a stdin left open)
 ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
-LAG_BYTES = 8 * 1024 * 1024  # of the log the search index may lack for a prompt's answer to catch it up (~0.5 s);
-# more (a deleted or damaged index, a big backlog imported), and a process of its own does it, the prompt answered
-# without earlier messages meanwhile: the hook's time is the user's
 TAIL_BYTES = 16 * 1024 * 1024  # of a transcript's end, the most read for what the agent has in context (no context
 # window holds more)
 
@@ -242,11 +239,11 @@ class Hook:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return
         if sum(r.imported for r in reports) >= INDEX_MIN:  # (a backlog: indexed now, not at the next prompt)
-            from .index import catch_up_in_background
+            from .index import Look
 
-            index = mem.index()
-            if index.lag() > LAG_BYTES and not index.being_caught_up():
-                catch_up_in_background(mem.path)
+            look = Look(mem.index(), mem.name)
+            if look.far:
+                look.hand_over("")  # (nothing said: a capture answers nothing)
         skipped = [text for text in warnings if text.endswith("; skipped")]  # (not an entry logged under ID.HASH, or
         # NULs logged as ␀: what they say is in the log)
         if skipped:  # the importer's own (a malformed line): counted, not repeated to the user
@@ -345,31 +342,24 @@ def earlier(mem, session: str, prompt: str, held: set[str] | None = None, on_not
     ``session``), nor the messages of ``session``'s sub-agents.
     The ranker gets the prompt as typed (it finds and stems its terms) and reads its first ``QUERY_TERMS``
     terms, ``POOL`` postings each, lexically: the hook runs every turn, so it loads no sentence vectors (the
-    semantic extra) and reads no view. An index that lacks over ``LAG_BYTES`` of the log is caught up by a
-    process of its own (``index.catch_up_in_background``), unless one does it already: none found then, and
-    ``on_note`` says why; one that lacks less is caught up here, unless another process does it (then read as it
-    is)."""
+    semantic extra) and reads no view. An index that lacks over ``index.LAG_BYTES`` of the log is caught up by a
+    process of its own (``index.Look``), unless one does it already: none found then, and ``on_note`` says why;
+    one that lacks less is caught up here, unless another process does it (then read as it is)."""
     from . import search, terms
-    from .index import catch_up_in_background
+    from .index import Look
     from .message import KINDS, TOOL_KINDS
 
     words = terms.query_terms(prompt)[:QUERY_TERMS]  # what the ranker reads, for the threshold
     if not words:
         return []
-    index = mem.index()
-    lag = index.lag()
-    busy = lag > 0 and index.being_caught_up()  # (its lock not waited for: by a rebuild, for many seconds)
+    look = Look(mem.index(), mem.name)
     talk = [k for k in KINDS if k not in TOOL_KINDS]
-    rebuilds = index.rebuilds
-    found = [] if lag > LAG_BYTES else search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS,
-                                                      semantic=False, catch_up=not busy, rebuild=False)
-    if lag > LAG_BYTES or index.rebuilds != rebuilds:  # (far behind, or found damaged and deleted: built anew)
-        if not busy:
-            catch_up_in_background(mem.path)
+    found = [] if look.far else search.ranked(mem, prompt, talk, HITS * 4, widen=False, pool=POOL, max_terms=QUERY_TERMS,
+                                              semantic=False, catch_up=not look.busy, rebuild=False)
+    if look.left():  # (far behind, or found damaged and deleted: built anew)
+        note = look.hand_over("this prompt gets no earlier messages (the next prompts do once it is done)")
         if on_note is not None:
-            lacks = f"lacks {lag / (1 << 20):,.0f} MiB of its log" if index.rebuilds == rebuilds else "was damaged"
-            on_note(f"the search index of memory '{mem.name}' {lacks}; a process of its own is catching it up, so this "
-                    "prompt gets no earlier messages (the next prompts do once it is done)")
+            on_note(note)
         return []
     others = [(msg, score) for msg, score in found if not _held(msg.get("meta") or {}, session, held)]
     return [{"i": msg["i"], "date": msg["date"], "kind": msg["kind"], "score": score,

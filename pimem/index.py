@@ -485,10 +485,11 @@ class Index:
         log and both run again (``again``: see ``guarded``)."""
         return self.guarded(lambda: (self._catch_up(progress), question())[1], again)
 
-    def answers(self) -> Callable[[Callable], object]:
+    def answers(self, again: Callable | None = None) -> Callable[[Callable], object]:
         """``answer`` for a run of questions about messages logged already (one command's): the index is caught
-        up before the first, and again only after ``guarded`` rebuilt it; the trigrams a short term starts
-        (``terms_with_prefix``) are read once for the run (the messages it asks about are all indexed)."""
+        up before the first, and again only after ``guarded`` rebuilt it (``again``: see ``guarded``); the
+        trigrams a short term starts (``terms_with_prefix``) are read once for the run (the messages it asks
+        about are all indexed)."""
         caught = [None]
         prefixes: dict[tuple[str, str, int], list[str] | None] = {}
 
@@ -504,7 +505,7 @@ class Index:
                 finally:
                     self._prefixes = None
 
-            return self.guarded(work)
+            return self.guarded(work, again)
 
         return answer
 
@@ -996,6 +997,39 @@ def rebuild(directory: Path, log, progress=None) -> int:
         return index.catch_up(progress)
     finally:
         index.close()
+
+
+LAG_BYTES = 8 * 1024 * 1024  # of the log the search index may lack for a reader that may not wait (a prompt's hook,
+# a turn's context) to catch it up itself (~0.5 s); more (a deleted or damaged index, a big backlog imported), and a
+# process of its own does it, the reader answering without it meanwhile: a turn's time is the user's
+
+
+class Look:
+    """How far an index is behind the log, for a reader that may not wait for a long catch-up (the Claude Code
+    hook, ``pimem context``): ``lag`` (``Index.lag``: a damaged index deleted first), ``busy`` (another process
+    holds ``index.lock``, a catch-up or a rebuild: not waited for, it may take many seconds), ``far`` (over
+    ``LAG_BYTES``: left to a process of its own, ``hand_over``)."""
+
+    def __init__(self, index: Index, name: str):
+        self.index, self.name = index, name
+        self.lag = index.lag()
+        self.busy = self.lag > 0 and index.being_caught_up()
+        self.far = self.lag > LAG_BYTES
+        self._rebuilds = index.rebuilds
+
+    def left(self) -> bool:
+        """Whether the index is left to a process of its own: far behind, or found damaged since (and deleted,
+        not rebuilt: ``guarded``'s ``again``)."""
+        return self.far or self.index.rebuilds != self._rebuilds
+
+    def hand_over(self, meanwhile: str) -> str:
+        """Start the catch-up in a process of its own (``catch_up_in_background``), unless another process is at
+        it already, and return the note that says why the reader went without the index: what it does
+        ``meanwhile``."""
+        if not self.busy:
+            catch_up_in_background(self.index.path.parent)
+        lacks = f"lacks {self.lag / (1 << 20):,.0f} MiB of its log" if self.index.rebuilds == self._rebuilds else "was damaged"
+        return f"the search index of memory '{self.name}' {lacks}; a process of its own is catching it up, so {meanwhile}"
 
 
 _DETACHED = "import sys; from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1])"
