@@ -16,6 +16,7 @@ Render the context before logging the new user message (the view must not alread
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 import orjson
 
@@ -28,25 +29,36 @@ EXCHANGE_BYTES = 16_000
 
 
 def context(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None,
-            include_tools: bool = False) -> str:
+            include_tools: bool = False, on_note: Callable[[str], None] | None = None) -> str:
     """The whole per-turn context as text."""
-    return render(parts(mem, session, cwd, wait, include_tools))
+    return render(parts(mem, session, cwd, wait, include_tools, on_note))
 
 
 def parts(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None,
-          include_tools: bool = False) -> dict:
+          include_tools: bool = False, on_note: Callable[[str], None] | None = None) -> dict:
     """The context's parts, each a string (empty when there is nothing to say). While a watcher is building
     the memory, the view's placeholders (long messages not summarised yet: the newest) are first waited for,
     up to ``wait`` seconds (default: ``context_wait`` in config.json, 8). Tool traffic in the view only with
-    ``include_tools`` (see ``privacy``)."""
+    ``include_tools`` (see ``privacy``). A turn does not wait for a long catch-up of the search index, which
+    the tool-text mask asks about lines over long spans (``Memory.span_holds``): ``on_note`` (default: a line
+    on stderr) is told why such lines are hidden meanwhile."""
     wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait, include_tools)
     now = env.now()
+    hurried, mem.hurried = mem.hurried, on_note or _warn
+    try:
+        view = view_text(mem, include_tools)
+    finally:
+        mem.hurried = hurried
     return {
-        "view": view_text(mem, include_tools),
+        "view": view,
         "memories": memory_block(mem, session),
         "previous_exchange": previous_exchange(mem),
         "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {flatten(cwd or os.getcwd())}",
     }
+
+
+def _warn(note: str) -> None:
+    env.stderr().write(f"pimem: {note}\n")
 
 
 def render(p: dict) -> str:

@@ -28,6 +28,8 @@ from .nofollow import check_dir, planted
 SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log before it gives up
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
 SPAN_READ = 1024  # messages of a span (tool messages, or the others) ``span_holds`` reads rather than asking the index
+# what a hurried reader's mask does without the index (``span_holds``)
+MASK_MEANWHILE = "lines over long spans are shown as [tool output hidden] until it is done"
 # where ``_index_terms`` splits a word in other scripts than ASCII (compiled when first asked: re caches it)
 _UNSURE = r"[^\w]+|[_σμ]+"
 # what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
@@ -155,6 +157,11 @@ class Memory:
         self._views = None  # pimem.viewfile.ViewFile, on first use
         self._index = None
         self._flat: dict[tuple, tuple[str, ...]] = {}  # a logged message's texts as the mask compares them
+        # a reader that may not wait for a long catch-up of the index (a turn's context): what takes the note saying
+        # why the tool-text mask did not ask it (``span_holds``); None: the index is caught up whatever it takes
+        self.hurried: Callable[[str], None] | None = None
+        self._look = None  # (hurried: the index as first looked at, ``index.Look``)
+        self._unasked = False  # (hurried: the index is not asked any more)
         # the derived state's caches (tree, views) are changed by readers too (catching up): one thread at a
         # time, so threads may share this object (a writer takes it under the writer lock; a reader never
         # waits for that lock while holding it)
@@ -523,23 +530,42 @@ class Memory:
         reads the span's messages of that side (tool messages, or the others) instead, once, if there are at
         most ``SPAN_READ`` (as the mask over a short span reads them), else answers ``tools`` (so the
         tool-text mask errs on the side of hiding). A span with no tool message holds no tool text (the
-        index's kinds say so). An answer is kept for the same question again."""
+        index's kinds say so). An answer is kept for the same question again.
+        A ``hurried`` reader's mask does not ask an index that lacks over ``index.LAG_BYTES`` of the log, nor one
+        another process is catching up, nor one found damaged or that cannot be caught up here (read-only): each
+        question is answered ``tools``, so a line is hidden whole (``holds.guessed``, not to be kept as the line's
+        text), ``hurried`` is told why once, and a process of its own catches the index up (``index.Look``)."""
         from .index import Filters
         from .message import KINDS, TOOL_KINDS
         from .privacy import flat, readings
 
         index = self.index()
-        answer = index.answers()
+        unasked = object()  # (what a question gives when the index is not asked)
+        answer = index.answers((lambda: unasked) if self.hurried is not None else None)
         answers: dict[tuple[str, bool], bool] = {}
         few: dict[bool, str] = {}  # a side's texts folded, once read ("" for tool messages when the span has none)
         looked: set[tuple[bool, int]] = set()  # (side, at most how many messages) looked for
 
         def holds(text: str, tools: bool, written: str | None = None) -> bool:
+            if self.hurried is not None and not self._index_askable():
+                holds.guessed = True
+                return tools
             if (known := answers.get((text, tools, written))) is None:
-                if tools and (tools, 0) not in looked:  # (are there tool messages at all)
-                    answer(lambda: read(tools, 0))
-                known = answers[text, tools, written] = answer(lambda: question(text, tools, written))
+                try:
+                    if tools and (tools, 0) not in looked and answer(lambda: read(tools, 0)) is unasked:
+                        return holds(text, tools, written)  # (found damaged and deleted, not rebuilt here)
+                    known = answer(lambda: question(text, tools, written))
+                except PimemError as exc:  # (a read-only memory whose index lags, a lock held past its timeout)
+                    if self.hurried is None:
+                        raise
+                    self._leave_index(f"{exc}; {MASK_MEANWHILE}")
+                    return holds(text, tools, written)
+                if known is unasked:
+                    return holds(text, tools, written)
+                answers[text, tools, written] = known
             return known
+
+        holds.guessed = False
 
         def read(tools: bool, most: int) -> str | None:
             if (tools, most) not in looked:
@@ -579,6 +605,30 @@ class Memory:
             return False
 
         return holds
+
+    def _index_askable(self) -> bool:
+        """For a ``hurried`` reader: whether the tool-text mask may ask the index (``span_holds``), looked at
+        (``index.Look``) before the first question."""
+        from .index import Look
+
+        if self._look is None and not self._unasked:
+            try:
+                look = self._look = Look(self.index(), self.name)
+            except PimemError as exc:  # (a read-only memory with no index)
+                self._leave_index(f"{exc}; {MASK_MEANWHILE}")
+                return False
+            if look.far:
+                self._leave_index(look.hand_over(MASK_MEANWHILE))
+            elif look.busy:
+                self._leave_index(f"the search index of memory '{self.name}' is being caught up by another process, so "
+                                  f"{MASK_MEANWHILE}")
+        elif not self._unasked and self._look.left():  # (found damaged by a question: deleted, not rebuilt)
+            self._leave_index(self._look.hand_over(MASK_MEANWHILE))
+        return not self._unasked
+
+    def _leave_index(self, why: str) -> None:
+        self._unasked = True
+        self.hurried(why)
 
     def close(self) -> None:
         """Close the database connections, files and mappings held for derived state (reopened on next use)."""

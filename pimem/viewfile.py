@@ -758,15 +758,24 @@ class ViewFile:
             rows = rows[: next((k for k, row in enumerate(rows) if row[2] is None), len(rows))]
         labels = [label(l, i) for l, i, _, _ in rows]
         todo = [k for k, row in enumerate(rows) if row[2] is not None and labels[k] not in cached]
-        hidden, kept = {}, {}
+        hidden, kept, guessed = {}, {}, set()
         if todo:
             from .privacy import hide_tools
 
             def stored(i: int, l: int = 0) -> str | None:
                 return self.tree.stored(l, i, views.T)
 
+            asked: list[tuple[int, Callable]] = []  # (a line over a long span, what its mask asked)
+
+            def holds(start: int, stop: int) -> Callable:
+                asked.append((start, self.holds(start, stop)))
+                return asked[-1][1]
+
             hidden = dict(zip(todo, hide_tools(self.log.read, [rows[k][:3] for k in todo], known=views.leaves,
-                                               holds=self.holds, stored=stored, line_bytes=line_bytes)))
+                                               holds=holds if self.holds is not None else None, stored=stored,
+                                               line_bytes=line_bytes)))
+            # (a line its mask hid whole, the index not asked (``Memory.span_holds``): shown so this time only)
+            guessed = {start for start, answers in asked if getattr(answers, "guessed", False)}
             changed = [k for k in todo if hidden[k] != rows[k][2]]  # (else the line names no speaker either)
             kept = dict(zip(changed, hide_tools(self.log.read, [rows[k][:3] for k in changed], known=views.leaves,
                                                 stored=stored, line_bytes=line_bytes, hide=False)))
@@ -777,7 +786,8 @@ class ViewFile:
                 if entry is None:  # the line as logged; without tools; with them, its speakers said
                     entry = text if hidden[k] == text else [text, hidden[k]] if kept[k] == text else \
                         [text, hidden[k], kept[k]]
-                keep[labels[k]] = entry
+                if i << l not in guessed:
+                    keep[labels[k]] = entry
                 if type(entry) is not str and (not include_tools or len(entry) == 3):
                     text = entry[2] if include_tools else entry[1]
             elif l == 0 and markers.get(i):

@@ -1,5 +1,6 @@
 """The per-turn context: its parts, its budgets, and the prefix stability a prompt cache depends on."""
 
+import os
 import re
 
 import orjson
@@ -221,3 +222,77 @@ def test_after_a_build_the_first_turn_has_nothing_to_catch_up(run, home):
     before = (home / "big" / "lines.json").read_bytes()
     assert run("context", "big", "--wait", "0").exit_code == 0
     assert (home / "big" / "lines.json").read_bytes() == before  # (nothing was left to work out)
+
+
+SECRET = "SECRETFILE32 contents: root password is swordfish32"
+SAID = "the staging database moved to port 5433 last night"
+
+
+def long_lined_memory(home) -> Memory:
+    """4,096 messages (11 MiB of log, over ``index.LAG_BYTES``), every node built, a view small enough to show
+    the first 2,048 messages as one line, which quotes a tool result and what the user said: its mask asks the
+    index about it (``privacy.MASK_SPAN``)."""
+    home.mkdir()
+    (home / "config.json").write_bytes(orjson.dumps({"view": {"hi": 3000, "lo": 1500}}))
+    pad = "We went through the deployment notes again and compared them with what the runbook says. " * 30
+    msgs = [{"kind": "user" if k % 2 else "pi", "text": f"turn {k}: {pad}"} for k in range(4096)]
+    msgs[700] = {"kind": "echo", "text": f"{SECRET} and {SAID}. {pad}"}
+    msgs[900] = {"kind": "user", "text": f"remember: {SAID}. {pad}"}
+    mem = Memory.at("main", home)
+    mem.path.mkdir()
+    mem.append(msgs)
+    line = f"user: ports; the file says {SECRET}; user: {SAID}"
+    Memory.open("main", home).write_nodes([(l, i, line if (l, i) == (11, 0) else f"summary {l}+{i}", {"model": "x"})
+                                           for l in range(13) for i in range(4096 >> l)])
+    for name in ("index.sqlite", "index-1.sqlite", "lines.json"):  # (the index lost; no line shown yet)
+        for path in mem.path.glob(name + "*"):
+            path.unlink()
+    return mem
+
+
+def test_a_turn_after_the_index_is_lost_hides_its_long_lines_and_leaves_the_catch_up_to_a_process_of_its_own(sh, home):
+    """The index of a memory whose log is over 8 MiB was lost: context caught it up before answering (11 s at
+    100,000 messages), as the tool-text mask asks it about lines over long spans. It answers at once with such
+    a line hidden whole (never its tool output), says once why, and leaves the catch-up to a process of its
+    own; the next turn after it shows the line masked as ever."""
+    from test_hook import catching_up, gone
+
+    mem = long_lined_memory(home)
+    turn = sh("context", "main", "--cwd", "/w")
+    assert turn.returncode == 0, turn.stderr
+    chat = view_of(turn.stdout.decode()).splitlines()
+    assert chat[0] == "0+2048|[tool output hidden]" and "swordfish32" not in turn.stdout.decode()
+    assert turn.stderr.decode() == (
+        "pimem: the search index of memory 'main' lacks 11 MiB of its log; a process of its own is catching it up, "
+        "so lines over long spans are shown as [tool output hidden] until it is done\n")
+    assert "0+2048" not in orjson.loads((mem.path / "lines.json").read_bytes())["lines"]  # (shown so this time only)
+    pids = catching_up(mem.path)
+    assert len(pids) == 1
+    gone(pids)
+    turn = sh("context", "main", "--cwd", "/w")
+    assert (turn.returncode, turn.stderr) == (0, b"")
+    assert view_of(turn.stdout.decode()).splitlines()[0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
+    assert catching_up(mem.path) == []
+
+
+def test_a_turn_while_another_process_catches_the_index_up_does_not_wait_for_it(sh, home):
+    """Another process holds index.lock (a rebuild, for many seconds) while the index lags the log: context
+    waited for the lock (up to PIMEM_LOCK_TIMEOUT) before it showed anything. It hides the lines over long spans
+    whole, says why, and starts no other catch-up."""
+    from test_hook import catching_up, held_lock
+
+    mem = long_lined_memory(home)
+    with Memory.open("main", home) as caught:
+        caught.index().catch_up()
+        caught.append([{"kind": "user", "text": "one more thing"}])  # (the index lags by a line)
+    holder = held_lock(mem.path / "index.lock")
+    try:
+        turn = sh("context", "main", PIMEM_LOCK_TIMEOUT="600")
+        assert catching_up(mem.path) == []
+    finally:
+        os.killpg(holder.pid, 9)
+        holder.wait()
+    assert turn.returncode == 0, turn.stderr
+    assert view_of(turn.stdout.decode()).splitlines()[0] == "0+2048|[tool output hidden]"
+    assert turn.stderr.decode() == ("pimem: the search index of memory 'main' is being caught up by another process, so "
+                                    "lines over long spans are shown as [tool output hidden] until it is done\n")
