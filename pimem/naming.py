@@ -127,6 +127,17 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     return name, given
 
 
+def say_none(home: str | os.PathLike | None, nothing: str) -> None:
+    """For a command over every memory (``fsck``, ``build-tree``, ``reindex`` naming none) on a home that holds
+    none: one line on stderr naming the home, and whether it exists (a typo in ``$PIMEM_HOME`` shows); the
+    command exits 0 (cron runs build-tree on a home nothing was logged in yet), where ``list`` finds nothing (1)."""
+    from . import output
+
+    root = env.home(home)
+    missing = "" if root.is_dir() else " (no such directory)"
+    output.info(f"pimem: no memories in {root}{missing}; nothing to {nothing}")
+
+
 def searched_in(name: str, rest: list[str], home: str | None, command: str) -> None:
     """For a command that searches (``recall``, ``memories``), after ``words``: a first word of several that
     names no memory is refused (``NotFound``, exit 3) saying how to search them all in the default memory,

@@ -263,6 +263,23 @@ def test_fsck_all_memories_and_unknown_names(run, home, two):
     assert not (home / "nope").exists()
 
 
+@pytest.mark.parametrize("made", [True, False])
+def test_fsck_build_tree_and_reindex_of_every_memory_say_a_home_without_any(sh, home, made):
+    """On a home that holds no memory (one not made yet, a typo in $PIMEM_HOME) fsck, build-tree and reindex
+    printed nothing at all and exited 0: they say so in one line on stderr naming the home, exit 0 still (cron
+    runs build-tree before anything was logged), print nothing on stdout (--json too) and make nothing."""
+    if made:
+        home.mkdir()
+    before = snapshot(home)
+    missing = "" if made else " (no such directory)"
+    for command, nothing in (("fsck", "check"), ("build-tree", "build"), ("reindex", "index")):
+        for json in ((), ("--json",)):
+            out = sh(command, *json)
+            said = f"pimem: no memories in {home}{missing}; nothing to {nothing}\n"
+            assert (out.returncode, out.stdout, out.stderr.decode()) == (0, b"", said), (command, json)
+    assert snapshot(home) == before and home.exists() == made
+
+
 def test_fsck_finds_a_day_file_changed_behind_ranges_json_and_repair_rewrites_it(run, home, two):
     """Readers trust ranges.json when no pimem write can have happened since, after checking the newest day
     file against it: a line appended by something else is seen (the log checked whole first); fsck says

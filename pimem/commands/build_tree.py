@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..numbers import count, dollars, money, param, seconds, usd
 from ..options import Home, Json, Log, apart
 
@@ -43,6 +43,8 @@ def command(
     apart(("--dry-run", dry_run), ("--retries", retries), ("--wait", wait), why="a dry run builds nothing")
     output.log_to(log, "build-tree")
     mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
+    if not mems:
+        naming.say_none(home, "build")
     refused = {}  # memory name -> what it was left on before building (its settings, its damaged log)
 
     def reading(mem, read):

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..errors import IntegrityError
 from ..memory import Memory
 from ..options import Home, Json, Timeout, needs
@@ -44,6 +44,8 @@ def command(
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))
     unread = output.Unread()
     mems = Memory.named(names, home) if names else Memory.all(home, refused=unread, claims=True)
+    if not mems and not unread.said:
+        naming.say_none(home, "check")
     remaining = repairable = 0
     for mem in mems:
         findings = unread.run(mem, lambda: fsck.check(mem, repair=repair, timeout=timeout, accept_lost=accept_lost))

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import output
+from .. import naming, output
 from ..memory import Memory
 from ..options import Home, Json
 
@@ -31,6 +31,8 @@ def command(
 
     unread = output.Unread()
     memories = Memory.named(names, home) if names else Memory.all(home, refused=unread)
+    if not memories and not unread.said:
+        naming.say_none(home, "index")
     for mem in memories:
         started = time.perf_counter()
         count = unread.run(mem, lambda: rebuild(mem.path, mem.log, stderr_progress(mem.name)))
