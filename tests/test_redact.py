@@ -462,6 +462,11 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         # (a word of a phrase ending in -ed, -ing or -ly that is no verb's form: red, bed, king)
         ("the password is red hot chili", "hot", "the password is [secret redacted]"),
         ("my password is king bed sunrise.", "bed", "my password is [secret redacted]."),
+        # (a phrase of short words said as a command: 3 or 4, a sentence's in it only an object's pronoun or no after
+        # its first word, which is none of a description's, and a verb's particle after that pronoun)
+        ("my password is let me in", "let me in", "my password is [secret redacted]"),
+        ("the password is trust no one.", "trust no one", "the password is [secret redacted]."),
+        ("the wifi password is take me home", "take me home", "wifi password is [secret redacted]"),
         # (a number said alone after pw or pass, as after password is)
         ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
         ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
@@ -509,6 +514,19 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is relevant to your matter", "the password was responsible for the cost",
                  "the password is famous for its cuisine", "the password is attentive to my needs",
                  "the password was almost too much to bear",
+                 # (a sentence's words after password is: no passphrase of short words when its first word is a
+                 # sentence's or a description's, or one of its words is a determiner, a verb's or what it is for)
+                 "the password is in the doc", "the password is part of it", "the password is up to you",
+                 "the password is close to me", "the password is due to us", "the password is next to it",
+                 "the password is similar to mine", "the password is something only you know",
+                 "the password is yours and mine", "the password is the same as before", "the password is not in it",
+                 "the password is there in it", "the password is like me", "the password is separate from it",
+                 "the password is one you can remember", "the password is whatever you like",
+                 "the password is admin by default", "the password is different for us", "the password is safe with me",
+                 "the password is shared with them", "the password is unique to me", "password is on it",
+                 "the password is smooth and creamy", "the password is low in calories", "the password is well worth it",
+                 "the password is gentle on surfaces", "the password is taught in English",
+                 "the password is someone you trust", "the password is what it says", "the password is word you chose",
                  # (a word in capitals in a sentence that is not: an acronym; what a sentence in capitals says)
                  "the password is ASCII", "the password is NOT", "the password is UTF8", "the password is SHA256",
                  "the password is TBD", "the password is N/A", "the password is NULL", "the password is OK.",

@@ -290,12 +290,47 @@ _PASSWORD_SHAPE = re.compile(r"(?=.*[A-Za-z])(?:.*[A-Za-z]\d|.*\d[A-Za-z]|.*[!@#
 
 def _prose_phrase(phrase: str) -> str:
     """What is sent of plain words ending a line after ``password is``: the placeholder unless a sentence's
-    (``_PROSE_ABOUT`` first, a word of ``_SENTENCE``, a participle or a verb's form in it: ``_ONE_WORD_FORM``, stored,
-    expiring, usually; not red, bed, king: a passphrase's, the password is red hot chili)."""
+    (``_PROSE_ABOUT`` first, a participle or a verb's form in it: ``_ONE_WORD_FORM``, stored, expiring, usually; not
+    red, bed, king: a passphrase's, the password is red hot chili; or a word of ``_SENTENCE``, unless a passphrase of
+    short words: ``_short_words``, let me in)."""
     words = [w.lower() for w in phrase.split()]
-    if words[0] in _PROSE_ABOUT or any(w in _SENTENCE or w in _PARTICIPLES or _ONE_WORD_FORM.fullmatch(w) for w in words):
+    if words[0] in _PROSE_ABOUT or any(w in _PARTICIPLES or _ONE_WORD_FORM.fullmatch(w) for w in words) \
+            or any(w in _SENTENCE for w in words) and not _short_words(words):
         return phrase
     return "[secret redacted]"
+
+
+# a passphrase of short words is said as a command (let me in, trust no one, take me home): the sentence's words in it
+# are an object's pronoun (or no) after its first word and a verb's particle after that pronoun (not you nor it, a
+# clause's subject too: one you choose, what it says)
+_PHRASE_PRONOUNS = frozenset("me us them no".split())
+_PHRASE_PARTICLES = frozenset("in on over".split())
+# a first word that describes what follows it (the password is up to you, part of it, close to me, like me)
+_DESCRIBING = frozenset("up down out off like near close due subject home part half free open next prior separate apart"
+                        .split())
+_SMALL_WORD = re.compile(r"[a-z]{1,40}")
+
+
+def _short_words(words: list[str]) -> bool:
+    """Whether ``words`` (in small letters), ending a line after ``password is`` and holding a word of ``_SENTENCE``,
+    are a passphrase of short words said as a command (my password is let me in, trust no one): 3 or 4 plain words,
+    the first none of a sentence's nor a description's (``_SENTENCE``, ``_PROSE_ONE_WORD``, ``_DESCRIBING``, an
+    adjective's ending: in the doc, part of it, close to me, similar to mine), the sentence's words in it only an
+    object's pronoun or no after the first (``_PHRASE_PRONOUNS``) and a verb's particle after that pronoun
+    (``_PHRASE_PARTICLES``; not a determiner, a verb, a conjunction nor a preposition after a description: the same
+    as before, one you can remember, smooth and creamy, low in calories, well worth it), none what a sentence says of
+    a password (yours and mine)."""
+    first = words[0]
+    if not (3 <= len(words) <= 4 and all(_SMALL_WORD.fullmatch(w) for w in words) and first not in _SENTENCE
+            and first not in _PROSE_ONE_WORD and first not in _DESCRIBING and not _ADJECTIVE_FORM.fullmatch(first)):
+        return False
+    for i, word in enumerate(words[1:], 1):
+        if word in _PROSE_ABOUT or word in _PROSE_ONE_WORD:
+            return False
+        if word in _SENTENCE and not (i == 1 and word in _PHRASE_PRONOUNS
+                                      or i == 2 and word in _PHRASE_PARTICLES and words[1] in _PHRASE_PRONOUNS):
+            return False
+    return True
 
 
 def _quoted_password(quote: str, value: str) -> str:
