@@ -467,6 +467,10 @@ CHAT = [("the db pass: Tr0ub4dor&3", "Tr0ub4dor&3", "the db pass: "),
         ("my password is let me in", "let me in", "my password is [secret redacted]"),
         ("the password is trust no one.", "trust no one", "the password is [secret redacted]."),
         ("the wifi password is take me home", "take me home", "wifi password is [secret redacted]"),
+        # (3 plain words or more joined by - said alone: a passphrase's shape, not a compound a sentence says of it)
+        ("the password is correct-horse-battery-staple", "horse", "the password is [secret redacted]"),
+        ("my pw is purple-monkey-dishwasher.", "monkey", "my pw is [secret redacted]."),
+        ("the password was red-fish-blue-fish but I changed it", "blue", "was [secret redacted] but I changed it"),
         # (a number said alone after pw or pass, as after password is)
         ("the pw is 1234", "1234", "the pw is [secret redacted]"), ("wifi pw: 12345678.", "12345678", "wifi pw: "),
         ("my pass was 0000 but I changed it", "0000", "was [secret redacted] but I changed it"),
@@ -527,6 +531,14 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is smooth and creamy", "the password is low in calories", "the password is well worth it",
                  "the password is gentle on surfaces", "the password is taught in English",
                  "the password is someone you trust", "the password is what it says", "the password is word you chose",
+                 # (words joined by - that a sentence says of a password: two, a sentence's word among them, the last a
+                 # verb's form, a participle or a description)
+                 "the password is auto-generated", "the password is well-known", "the password is hard-coded",
+                 "the password is state-of-the-art", "the password is up-to-date", "the password is easy-to-guess",
+                 "the password is one-size-fits-all", "the password is first-come-first-served",
+                 "the password is ten-characters-long", "the password is non-human-readable",
+                 "the password is correct-horse-battery-staple-shaped", "the password is one-time",
+                 "the password is well-thought-out",
                  # (a word in capitals in a sentence that is not: an acronym; what a sentence in capitals says)
                  "the password is ASCII", "the password is NOT", "the password is UTF8", "the password is SHA256",
                  "the password is TBD", "the password is N/A", "the password is NULL", "the password is OK.",

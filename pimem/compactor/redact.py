@@ -559,6 +559,8 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
     after it, the line's end) or a new clause follows it (``_CLAUSE_NEXT``: ``and my username is bob``) and is no word of what a sentence says of a password (``_PROSE_ABOUT``,
     ``_PROSE_ONE_WORD``, ``_SENTENCE``, a verb's form: ``required``, ``wrong``, ``stored``, ``correct``)."""
     bare = word.rstrip(".!?:)")
+    if _HYPHENED.fullmatch(bare):
+        return _said_alone(word, bare, string, end) and _hyphened_password(bare)
     if not (_ONE_WORD.fullmatch(bare)
             or _SHOUTED.fullmatch(bare) and (shouted or _acronym_password(bare, word, string, end))):
         return False
@@ -567,6 +569,26 @@ def _one_word_password(word: str, string: str, end: int, shouted: bool = False) 
     lower = bare.lower()
     return lower not in _PROSE_ABOUT and lower not in _PROSE_ONE_WORD and lower not in _SENTENCE \
         and lower not in _PARTICIPLES_ALONE and not _ONE_WORD_FORM.fullmatch(lower)
+
+
+_HYPHENED = re.compile(r"[A-Za-z][a-z]{0,39}(?:-[A-Za-z][a-z]{0,39}){2,11}")  # (correct-horse-battery-staple)
+
+
+def _hyphened_password(word: str) -> bool:
+    """Whether ``word``, 3 plain words or more joined by - (``_HYPHENED``) said alone after a password's name, is a
+    passphrase (the password is correct-horse-battery-staple): none of its parts a sentence's or a description's
+    (``_SENTENCE``, ``_DESCRIBING``: state-of-the-art, up-to-date, one-size-fits-all, well-thought-out), and its last no verb's form, participle or description
+    (``_compound_said``, ``_PROSE_ABOUT``, ``_PROSE_ONE_WORD``, an adjective's ending after 3 letters or more:
+    first-come-first-served, ten-characters-long, non-human-readable; not fish). Two such parts are a compound a
+    sentence says (one-time, well-known)."""
+    parts = word.lower().split("-")
+    last = parts[-1]
+    return not any(part in _SENTENCE or part in _DESCRIBING for part in parts) and not _compound_said(word) \
+        and not (len(last) >= 7 and last.endswith(_ADJECTIVE_ENDS)) and last not in _PROSE_ABOUT \
+        and last not in _PROSE_ONE_WORD
+
+
+_ADJECTIVE_ENDS = ("able", "ible", "ive", "ous", "ful", "less")
 
 
 # an acronym a sentence says of a password in capitals: a character set, an algorithm, a standard, a placeholder
