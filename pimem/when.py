@@ -79,10 +79,10 @@ def _localise(naive: datetime) -> datetime:
     of a day is in ``day_end`` (02:30 on a night they go from 02:00 to 03:00 is 03:30; a midnight they skip,
     01:00), not the hour before the change (Python's reading: a date whose midnight is skipped was then a moment of
     the day before, its message logged in that day's file)."""
-    first = naive.replace(fold=0).astimezone()
-    if first.replace(tzinfo=None) == naive:
-        return first
-    return naive.replace(fold=1).astimezone()
+    readings = [naive.replace(fold=fold).astimezone() for fold in (0, 1)]  # (which fold reads a skipped time as
+    # which moment changed in Python 3.13: neither is relied on)
+    held = [moment for moment in readings if moment.replace(tzinfo=None) == naive]
+    return min(held) if held else max(readings)
 
 
 class OutOfRange(BadInput):
