@@ -15,7 +15,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError, NoSuchOption  # typer <0.29 vendors click
 from typer.core import TyperCommand
 
-from . import boundary, env, output
+from . import boundary, env, output, stopping
 from .errors import ExitStatus, one_line, shortened
 
 # command name -> module in pimem.commands; each module has one function, ``command``
@@ -148,13 +148,11 @@ def main(argv: list[str] | None = None) -> None:
     boundary.begin()
     args = sys.argv[1:] if argv is None else argv
     try:
-        if argv is None and command_of(args) == "watch":  # (it exits 0 on a signal, one while it starts too)
-            from . import stopping
-
+        if argv is None:  # (a signal is noted while the command's modules load, as from pimem.__main__'s first line)
             stopping.defer()
         app = build("" if args == ["--version"] else command_of(args))
-        if argv is None and command_of(args) != "watch":  # (the modules loaded: a signal that came meanwhile is raised here)
-            boundary.take_signals()
+        if argv is None and command_of(args) != "watch":  # (watch stops for one itself, with exit 0)
+            boundary.take_signals()  # (and raises one that came meanwhile)
         code = app(args=args, prog_name="pimem", standalone_mode=False)
         if boundary.untold() is not None:  # (typer made a signal while it parsed a silent exit 130)
             raise boundary.untold()

@@ -439,6 +439,15 @@ def test_a_signal_while_claude_codes_hook_or_watch_starts_ends_them_as_later(hom
         assert out.returncode == 0 and b"interrupted" not in out.stderr and b"Traceback" not in out.stderr, out.stderr
 
 
+def test_a_signal_while_the_cli_loads_a_command_is_noted_without_pimem_main_too(home):
+    """``pimem.cli.main`` called itself (a wrapper's ``from pimem.cli import main``) notes the signals while the
+    command's modules load, as ``pimem.__main__`` does: SIGTERM there says so in one line, not a silent death."""
+    launcher = SIGNAL_AT.replace("from pimem.__main__ import main", "from pimem.cli import main")
+    out = subprocess.run([sys.executable, "-c", launcher, "pimem.options", str(int(signal.SIGTERM)), "append", "m", "-"],
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=subprocess_env())
+    assert (out.returncode, out.stdout, out.stderr) == (143, b"", b"pimem: interrupted\n")
+
+
 # the installed script's two lines, with a byte written to ``fd`` between them: pimem's package is imported, main runs
 READY_THEN_MAIN = """import os, sys
 from pimem.__main__ import main
