@@ -253,7 +253,9 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     search``: ``since`` and ``until`` bound the messages (``#I`` or a date/time), ``before`` pages (only
     messages numbered below it), ``offset`` skips the first hits (the next page of ranked hits); ``unread``
     names the memories that could not be read (a damaged log), the others searched. Searching may catch up
-    ``index.sqlite``, the derived index, when it lags the log, as every reader does; nothing else is written."""
+    ``index.sqlite``, the derived index, when it lags the log, as every reader does; nothing else is written.
+    A long catch-up is not waited for (a client times a call out): an index that lacks over ``index.LAG_BYTES``
+    of the log, or that another process is catching up, is searched as it is, and ``notes`` says so."""
     from . import search as searching
     from .message import kind_of
     from .options import apart
@@ -269,18 +271,19 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     def note(mem, exc) -> None:
         unread.append({"memory": mem.name, "error": str(exc)})
 
+    notes: list[str] = []
     mems = Memory.named(names, home) if names else Memory.all(home, refused=note)
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
-                                **bounds, limit=limit, offset=offset, unread=note)
+                                **bounds, limit=limit, offset=offset, unread=note, on_note=notes.append, hurry=True)
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()
     for hit in hits:  # held in the shape since and message give it
         label = hit.pop("label", None)
         hit["held"] = {"held": hit["held"], "label": label, "n": int(label.split("+")[1])} if label else None
-    return {"hits": hits, **({"unread": unread} if unread else {})}
+    return {"hits": hits, **({"unread": unread} if unread else {}), **({"notes": notes} if notes else {})}
 
 
 @_checked

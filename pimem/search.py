@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 from .errors import BadInput, as_error
-from .index import Candidate, Filters, stderr_progress
+from .index import Candidate, Filters, Look, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
@@ -53,6 +53,8 @@ def search(
     limit: int = DEFAULT_LIMIT,
     offset: int = 0,
     unread: Callable | None = None,
+    on_note: Callable[[str], None] | None = None,
+    hurry: bool = False,
 ) -> list[dict]:
     """Hits ``{memory, i, date, kind, size, snippet}``, plus ``score`` with ``rank``, and once the memory has
     a view ``held`` (verbatim, summarized, pending or inside) with the ``label`` of the view line holding the
@@ -65,6 +67,11 @@ def search(
     ``unread(mem, error)``, when given, takes a memory that cannot be read (its log damaged, or its
     ``config.json``, which ``held`` needs: the view is folded by its budgets) and the others are searched;
     without it the error is raised.
+    Each memory's index is caught up first; ``on_note`` is told once when that is long (it lacks over
+    ``index.LAG_BYTES`` of the log, or another process is catching it up: its lock waited for). ``hurry`` (a
+    reader with a client's timeout: the MCP server) never waits for a long catch-up: such an index is searched
+    as it is, a process of its own catches it up (``index.Look``), and ``on_note`` says that the messages it
+    lacks were not searched.
     """
     if limit < 1:
         raise BadInput("--limit must be at least 1")
@@ -75,17 +82,18 @@ def search(
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
     filters = Filters(wanted, since, until, before, start)
     memories, pooled = list(memories), None
+    ask = _Asking(hurry, on_note)
     if rank and len(memories) > 1:  # ranked as one collection, so that scores of different memories compare
         from . import ranker
 
         query = " ".join(terms)
-        parts = _each(memories, unread, lambda mem, index: ranker.collection([index.ranked(filters)], query))
+        parts = _each(memories, unread, lambda mem, index: ranker.collection([index.ranked(filters)], query), ask)
         memories = [mem for mem, _ in parts]
         pooled = (tuple(map(sum, zip(*(size for _, (size, _) in parts)))),
                   {term: sum(counts[term] for _, (_, counts) in parts) for term in ranker.query_words(query)})
     per_memory: list[list[dict]] = []
     for mem, found in _each(memories, unread, lambda mem, index: _add_held(mem, list(
-            _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled)))):
+            _memory_hits(mem, index, terms, any_term, rank, filters, limit, pooled))), ask):
         per_memory.append([{**hit, "_n": n} for n, hit in enumerate(found)])
     if rank:  # (equal scores: in the ranker's order within a memory, then newest first)
         hits = sorted((h for found in per_memory for h in found), key=lambda h: (-h["score"], h["_n"], -h["_epoch"]))
@@ -112,14 +120,55 @@ def bounds(since: str | None, until: str | None, before: int | None, named: tupl
     return {"since": first, "until": last, "start": start, "before": before}
 
 
-def _each(memories: list, unread: Callable | None, question: Callable) -> list[tuple]:
-    """``(mem, question(mem, its index))`` for each memory that can be read (see ``search`` on ``unread``)."""
+SEARCH_MEANWHILE = "this search did not read the messages it lacks (ask again once it is done)"
+
+
+class _Asking:
+    """How ``search`` asks a memory's index (see ``search`` on ``on_note`` and ``hurry``), each index looked at
+    once (``index.Look``) for all the questions of one search."""
+
+    def __init__(self, hurry: bool, on_note: Callable[[str], None] | None):
+        self.hurry, self.on_note = hurry, on_note
+        self.looks: dict[int, Look] = {}
+        self.said: set[str] = set()
+
+    def __call__(self, mem, index, question: Callable):
+        if not self.hurry and self.on_note is None:
+            return index.answer(question, stderr_progress(mem.name))
+        if (look := self.looks.get(id(mem))) is None:
+            look = self.looks[id(mem)] = Look(index, mem.name)
+            if not self.hurry and (look.far or look.busy):
+                self._say(f"the search index of memory '{mem.name}' "
+                          + (f"lacks {look.lag / (1 << 20):,.0f} MiB of its log; catching it up first" if look.far
+                             else "is being caught up by another process; waiting for it"))
+        if not self.hurry:
+            return index.answer(question, stderr_progress(mem.name))
+        if look.far or look.busy:  # (as it is: a damaged one is deleted and asked again empty, not rebuilt)
+            found = index.guarded(question)
+        else:
+            found = index.answer(question, None, question)
+        if look.left():
+            self._say(look.hand_over(SEARCH_MEANWHILE))
+        elif look.busy:
+            self._say(f"the search index of memory '{mem.name}' is being caught up by another process, so {SEARCH_MEANWHILE}")
+        return found
+
+    def _say(self, note: str) -> None:
+        if note not in self.said and self.on_note is not None:
+            self.said.add(note)
+            self.on_note(note)
+
+
+def _each(memories: list, unread: Callable | None, question: Callable, ask: Callable | None = None) -> list[tuple]:
+    """``(mem, question(mem, its index))`` for each memory that can be read (see ``search`` on ``unread``), asked
+    through ``ask`` (``_Asking``)."""
+    ask = ask or _Asking(False, None)
     out = []
     for mem in memories:
         try:
             mem.config  # (read first, so a memory refused on its settings is left out whether or not it has hits)
             index = mem.index()
-            out.append((mem, index.answer(lambda: question(mem, index), stderr_progress(mem.name))))
+            out.append((mem, ask(mem, index, lambda: question(mem, index))))
         except Exception as exc:
             error = as_error(exc)
             if unread is None or error is None:

@@ -843,3 +843,24 @@ def test_a_memory_renamed_or_deleted_under_a_running_server_is_read_where_it_wen
         assert message["text"] == "note 2 on port 5433" and texts == [f"note {k} on port 5433" for k in range(3)]
     assert gone == [f"Error executing tool {tool}: no memory named '{name}' in {home} (see 'pimem list')"
                     for tool in ("view", "message") for name in ("old", "new")]
+
+
+def test_a_search_after_the_index_is_lost_answers_at_once_and_says_the_index_is_being_caught_up(home):
+    """A big memory's index lost: the search tool caught it up before answering, for longer than a client waits
+    for a call (a rebuild at 100,000 messages: over a minute under load), the server answering nothing else
+    meanwhile. It searches the index as it is, says in ``notes`` that the messages it lacks were not searched,
+    and leaves the catch-up to a process of its own; once that is done, the same call finds the message."""
+    from test_hook import catching_up, gone
+    from test_search import lost_index_memory
+
+    mem = lost_index_memory(home)
+    _, [result] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]})])
+    assert not result["isError"], result
+    assert result["structuredContent"] == {"hits": [], "notes": [
+        "the search index of memory 'main' lacks 10 MiB of its log; a process of its own is catching it up, so this "
+        "search did not read the messages it lacks (ask again once it is done)"]}
+    pids = catching_up(mem.path)
+    assert len(pids) == 1
+    gone(pids)
+    _, [result] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]})])
+    assert [hit["i"] for hit in result["structuredContent"]["hits"]] == [500] and "notes" not in result["structuredContent"]

@@ -617,3 +617,28 @@ def test_a_memory_whose_config_cannot_be_read_is_named_and_the_others_searched(s
         assert [h["memory"] for h in found["hits"]] == ["other"] and [u["memory"] for u in found["unread"]] == ["good"]
         assert 'view.hi cannot be "x"' in found["unread"][0]["error"]
     assert snapshot(home / "good") == before
+
+
+def lost_index_memory(home) -> Memory:
+    """4,000 messages (10 MiB of log, over ``index.LAG_BYTES``), one of them the staging port, with no index."""
+    pad = "We went through the deployment notes again and compared them with what the runbook says. " * 28
+    mem = Memory.at("main", home)
+    mem.path.mkdir(parents=True)
+    mem.append([{"kind": "user" if k % 2 else "pi", "text": "the staging db listens on port 5433" if k == 500 else f"turn {k}: {pad}"}
+                for k in range(4000)])
+    for path in mem.path.glob("index*.sqlite*"):
+        path.unlink()
+    return mem
+
+
+def test_a_search_of_a_lost_index_says_it_catches_it_up_first(home):
+    """A search after the index of a big memory was lost waits for the catch-up (the user asked), in silence but
+    for a terminal's percentage (none when stderr is a pipe, an agent's shell): it says once what it waits for."""
+    lost_index_memory(home)
+    env = subprocess_env(PIMEM_HOME=home)
+    found = subprocess.run(pimem_cmd("search", "port 5433", "main", "--json"), capture_output=True, env=env, timeout=300)
+    assert found.returncode == 0, found.stderr
+    assert [orjson.loads(row)["i"] for row in found.stdout.splitlines()] == [500]
+    assert found.stderr == b"pimem: the search index of memory 'main' lacks 10 MiB of its log; catching it up first\n"
+    found = subprocess.run(pimem_cmd("search", "port 5433", "main"), capture_output=True, env=env, timeout=60)
+    assert (found.returncode, found.stderr) == (0, b"")
