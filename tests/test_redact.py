@@ -250,6 +250,14 @@ ABOUT_A_SECRET = [
     "AUTH_CALLBACK=https://app.example.com/auth/callback", "AUTH_REDIRECT=https://app.example.com/home",
     "AUTH_STRATEGY=jwt-bearer", "SECRET_ROTATION_SCHEDULE=weekly", "AUTH_REALM=acme-prod",
     "AUTH_TENANT=contoso.onmicrosoft.com", "AUTH_ENABLED: disabled", "TOKEN_REFRESH_INTERVAL=15min",
+    # when: a time's last part, last or next before it (AWS IAM's PasswordLastUsed, its credential report's
+    # password_last_changed, access_key_1_last_used_date), or a date and its time as the value
+    '"PasswordLastUsed": "2016-09-08T21:47:36Z"', "password_last_changed: 2016-09-08T21:47:36+00:00",
+    "access_key_1_last_used_date: 2016-09-08T21:47:36+00:00", "TokenLastUsed=2016-09-08T21:47:36Z",
+    "secretLastRotated: 2020-01-01T00:00:00.000Z", "password_changed_at: 2016-09-08T21:47:36Z",
+    "token_created_at: 2016-09-08 21:47", "PASSWORD_LAST_SET=2023-01-05", '"password_updated": "2016-09-08 21:47:36"',
+    "password: 2016-09-08T21:47:36Z", "token_issued: 2024-05-01 12:00:00+02:00", "secret_expires_on: 2025-12-31",
+    "the password is 2016-09-08 21:47:36", "token 2016-09-08T21:47:36Z expired", "password: 2016-09-08 21:47:36",
 ]
 STILL_SECRETS = [
     "apiKey: Zq8mX2vK7pLwR4tY", "api_key=abcdefghij12", "secretKey: Zq8mX2vK7pLwR4tY", "client_secret: Zq8mX2vK7pLwR4tY",
@@ -258,6 +266,9 @@ STILL_SECRETS = [
     "apiKeyId: AKIDz8krbsJ5yKBZQpn74WFkmLPx3gnPhESA", "tokenId: hvs.CAESIJ3f7a9c2e8b1d4f6a9e2c7b5d8a1f3e6c",
     "SECRET_STORE=Zq8mX2vK7pLwR4tYa9B3", "AUTH_HEADER=dXNlcjpodW50ZXIyaHVudGVy", "token_prefix: Zq8mX2vK7pLwR4tYa9B3cD",
     "AUTH_HOST=Zq8mX2vK7pLwR4tYa9B3",
+    # (key material under a name about when; a password that was used; a date alone, a birthday's)
+    "PasswordLastUsed: Zq8mX2vK7pLwR4tYa9B3", "password_used: hunter2x", "password: 2016-09-08",
+    "password: 2016-09-08T21:47:36Zx9",
 ]
 
 

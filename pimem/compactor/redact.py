@@ -156,7 +156,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _if_random(m.group(2), "[token redacted]"), ("://",)),
     # (not an ordinary word of prose: Token configuration happens at startup, the token expiration_seconds)
     (re.compile(r"\b(Bearer|Basic|Token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I),
-     lambda m: m.group() if _ordinary_word(m.group(3).rstrip(".")) else f"{m.group(1)} [token redacted]", ("bearer", "basic", "token")),
+     lambda m: m.group() if _ordinary_word(m.group(3).rstrip(".")) or _stamped(m, 3) else f"{m.group(1)} [token redacted]",
+     ("bearer", "basic", "token")),
     # connection strings: Azure storage and service bus keys, shared access signatures
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
      ("accountkey", "sharedaccesskey", "sharedsecretvalue", "sig=")),
@@ -172,6 +173,7 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
                     (?:[_.-]?[a-z0-9]{{1,64}}+){{0,4}}["']?\s*(?:[:=]|=>(?=\s*["']))\s*)
                     (["'])(?!\[)(?=[^"'\n]*?[^\S\n]|[^"'\n]{{1,5}}\2)[^"'\n]*\2"""),
      lambda m: m.group() if _about(m.group(1)) or _is_reference(value := m.group()[len(m.group(1)) + 1 : -1])
+     or _TIMESTAMP.fullmatch(value)
      or value.lower() in _NO_SECRET else f"{m.group(1)}{m.group(2)}[secret redacted]{m.group(2)}",
      ("pass", "pwd", "secret")),
     # XML config: a .NET appSettings entry's value beside its key (<add key="DbPassword" value="…"/>), an element
@@ -419,7 +421,8 @@ def _prose_word(m: re.Match) -> str:
     (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine) or 4
     to 12 digits said alone (``_PIN``, ``_said_alone``: the password is 1234; not 8 characters); else the word itself when it is an ordinary word before more prose (``_prose_after``: token: Providers: a 3xx)."""
     word = m.group(2)
-    if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word):
+    if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word) \
+            or _stamped(m, 2):
         return word
     head = m.group(1).lower().split()
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was", "is:", "was:"} & set(head) \
@@ -770,7 +773,7 @@ def _line_value(m: re.Match) -> str:
     line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
     one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``; not after ``NAME=`` at a
     line's start, a .env file's or a shell's: ``PASSWORD=to be or not to be``), code (``_CODE``, a type), a
-    reference (``_REFERENCE``), a test's verdict, or (``NAME=value``) is followed by a command."""
+    reference (``_REFERENCE``), a date and its time (``_TIMESTAMP``), a test's verdict, or (``NAME=value``) is followed by a command."""
     value = m.group("value")
     if (end := value.find("</input>")) >= 0:  # (a task's end)
         value = value[:end]
@@ -785,6 +788,7 @@ def _line_value(m: re.Match) -> str:
     if len(words) < 2 or not _PHRASE.search(m.group("word")) or body[0] in "\"'[{(|>&*!%<$" \
             or body[0] == "`" and _SUBSTITUTED.match(body, 1) \
             or inside and not _PLAIN_WORDS.fullmatch(body) or _about(m.group("name")) or _is_reference(words[0]) or _CODE.search(body) or _TYPED.match(body) or _COUNT.fullmatch(words[0]) \
+            or _TIMESTAMP.fullmatch(body) \
             or (inside or m.group("sep") != "=") and sum(w.strip(".,;:!?").lower() in _SENTENCE for w in words) > 1 \
             or m.group("name") == "PASS" and _verdict(words[0], m.string, m.start("value") + len(words[0])):
         return m.group()
@@ -863,9 +867,41 @@ def _next_line_value(m: re.Match) -> str:
 
 def _about(name: str) -> bool:
     """Whether the last part of ``name`` (``password_reset_url``, ``secretsManagerArn``) says its value is
-    about a secret, not the secret (``_ABOUT_PARTS``), or is an id's (``secret_id``)."""
+    about a secret, not the secret (``_ABOUT_PARTS``), or when (``_about_when``: ``PasswordLastUsed``), or is an
+    id's (``secret_id``)."""
     last = _LAST_PART.search(name)
-    return bool(last) and last.group(1).lower() in _ABOUT_PARTS | {"id", "ids"}
+    return bool(last) and last.group(1).lower() in _ABOUT_PARTS | {"id", "ids"} or _about_when(name)
+
+
+# a name's last part saying when (password_changed_at, secret_expires_on, access_key_1_last_used_date), and the
+# events a name says were the last or are the next after last or next (PasswordLastUsed, password_last_changed,
+# PASSWORD_LAST_SET, TokenNextRefresh): not a password that was used (password_used, password_last_value)
+_WHEN_PARTS = frozenset("at on date time timestamp datetime when since until".split())
+_EVENTS = frozenset("set reset use used change login logon refresh rotation update access run".split())
+_NAME_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z0-9]+(?![a-z])")
+
+
+def _about_when(name: str) -> bool:
+    """Whether ``name`` says when of a secret, not the secret: its last part a time's (``_WHEN_PARTS``), or last,
+    next or first before an event's (a participle in -ed or ``_EVENTS``: AWS IAM's ``PasswordLastUsed``, its
+    credential report's ``password_last_changed``)."""
+    words = _NAME_WORD.findall(name[-160:])
+    if not words:
+        return False
+    last = words[-1].lower()
+    return last in _WHEN_PARTS or len(words) >= 2 and words[-2].lower() in ("last", "next", "first") \
+        and (last.endswith("ed") or last in _EVENTS)
+
+
+# a date and its time (ISO 8601's, a log's): a value no secret is shaped as (2016-09-08T21:47:36Z, 2016-09-08 21:47)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?(?![\w.:+-])")
+
+
+def _stamped(m: re.Match, group: int) -> bool:
+    """Whether ``m``'s ``group`` begins a date and its time that runs to its end or past it (``_TIMESTAMP``: a
+    value read to a space, 2016-09-08 of 2016-09-08 21:47:36)."""
+    stamp = _TIMESTAMP.match(m.string, m.start(group))
+    return bool(stamp) and stamp.end() >= m.end(group)
 
 
 def _verdict(value: str, string: str, end: int) -> bool:
@@ -959,7 +995,8 @@ def _ordinary_word(value: str) -> bool:
 def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
-    secret (``_ABOUT_PARTS``), when the value is a reference (``_REFERENCE``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
+    secret (``_ABOUT_PARTS``, ``_about_when``) and it is not key material, when the value is a reference
+    (``_REFERENCE``) or a date and its time (``_TIMESTAMP``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
     it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
     look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
@@ -975,9 +1012,11 @@ def _named_value(m: re.Match) -> str:
         return value  # (one word ending the line after auth or secrets alone: a mode, a subject, secrets: inherit)
     if not name.rstrip().endswith(("'", '"')) and _code_name(value, m.string):
         return value  # (a name the text's code gives: def f(user, pw): … password = pw)
+    if _stamped(m, 2):
+        return value  # (a date and its time: "password_updated": "2016-09-08T21:47:36Z")
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
-    if part in _ABOUT_PARTS:
+    if part in _ABOUT_PARTS or _about_when(name):
         return _if_key(value, strict=True)
     if _ARN_ACCOUNT.search(m.string, max(0, m.start() - 14), m.start()) or _is_reference(value):
         return value
