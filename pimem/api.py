@@ -104,6 +104,18 @@ def _bounded(value: int, name: str, top: int = MAX_LIMIT, bottom: int = 1) -> in
     return value
 
 
+def _hurried(name: str, home: Home, notes: list[str]) -> Memory:
+    """Memory ``name`` for a call a client times out: its tool-text mask does not wait for a long catch-up of
+    the search index (``Memory.hurried``); ``notes`` takes why lines are hidden meanwhile."""
+    mem = Memory.open(name, home)
+    mem.hurried = notes.append
+    return mem
+
+
+def _noted(out: dict, notes: list[str]) -> dict:
+    return {**out, "notes": notes} if notes else out
+
+
 class _Held:
     """``held`` for messages of one memory, its view line (tool traffic taken out unless asked for) worked out
     once per call and kept in ``lines`` by label."""
@@ -168,7 +180,8 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
     remains."""
     _bounded(i, "i", MAX_I, 0)
     _bounded(max_chars, "max_chars", 1_000_000)
-    with Memory.open(name, home) as mem:
+    notes: list[str] = []
+    with _hurried(name, home, notes) as mem:
         msg = mem.message(i)
         if msg["kind"] in TOOL_KINDS and not include_tools:
             raise BadInput(f"message {i} is a {'tool call' if msg['kind'] == 'tool' else 'tool result'}; "
@@ -179,7 +192,7 @@ def message(name: str, i: int, include_tools: bool = False, offset: int = 0, max
         out = _Held(mem, include_tools)({**msg, "text": text[offset : offset + max_chars]})
     if offset or offset + max_chars < len(text):
         out.update(offset=offset, chars=len(text), next_offset=offset + max_chars if offset + max_chars < len(text) else None)
-    return out
+    return _noted(out, notes)
 
 
 @_checked
@@ -200,7 +213,8 @@ def since(name: str, start: int | None = None, when: str | None = None, limit: i
     apart(("start", start), ("when", when), why="next is a start, to page on with alone")
     if start is not None:
         _bounded(start, "start", MAX_I, 0)
-    with Memory.open(name, home) as mem:
+    notes: list[str] = []
+    with _hurried(name, home, notes) as mem:
         if when is not None:
             first = mem.first_at(whens.parse_when(when))
             start = mem.count() if first is None else first
@@ -227,7 +241,7 @@ def since(name: str, start: int | None = None, when: str | None = None, limit: i
             position, chars = msg["i"] + 1, chars + cost
             out.append(msg)
             lines.update(line)
-        return {"messages": out, "lines": lines, "next": position if position < mem.count() else None}
+        return _noted({"messages": out, "lines": lines, "next": position if position < mem.count() else None}, notes)
 
 
 def _cut(msg: dict, n: int) -> dict:
@@ -290,21 +304,24 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
 def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: Home = None) -> dict:
     """The latest ``lines`` lines of the view the model reads each turn (``id+n|text``), with the view's
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
-    replaced by a marker unless ``include_tools``."""
+    replaced by a marker unless ``include_tools``. ``message``, ``since``, ``view`` and ``zoom`` do not wait for
+    a long catch-up of the search index, which the tool-text mask asks about lines over long spans: such a line
+    is hidden whole meanwhile, and ``notes`` says why (``Memory.hurried``)."""
     from .view import render_line
 
     _bounded(lines, "lines", 10_000)
-    with Memory.open(name, home) as mem:
+    notes: list[str] = []
+    with _hurried(name, home, notes) as mem:
         v = mem.views.current(create=False)
         rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)
-    return {
+    return _noted({
         "lines": [render_line(l, i, text) for l, i, text, _ in rows[first:]],
         "first": first,
         "total_lines": len(rows),
         "bytes": sum(cost for *_, cost in rows),
         "messages": v.T if v is not None else 0,
-    }
+    }, notes)
 
 
 @_checked
@@ -312,14 +329,15 @@ def zoom(name: str, node: str, include_tools: bool = False, home: Home = None) -
     """Expand a node ``id+n``: for n=1 the original message (with ``held``; a text past ``MESSAGE_CHARS`` cut
     as ``since`` cuts it, with ``chars`` and ``next_offset`` for ``message`` to read on), else its two halves
     as lines (``text`` null while a half is not summarised yet)."""
-    with Memory.open(name, home) as mem:
+    notes: list[str] = []
+    with _hurried(name, home, notes) as mem:
         found = mem.zoom(node, include_tools=include_tools)
         if "message" in found:
             msg = found["message"]
             if len(msg["text"]) > MESSAGE_CHARS:
                 msg = _cut(msg, MESSAGE_CHARS)
             found["message"] = _Held(mem, include_tools)(msg)
-    return found
+    return _noted(found, notes)
 
 
 @_checked

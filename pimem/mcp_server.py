@@ -394,7 +394,8 @@ def build(home: api.Home = None):
     def view(name: StrictStr, lines: StrictInt = api.VIEW_LINES, include_tools: StrictBool = False) -> dict[str, Any]:
         """The view the model of memory `name` reads each turn: one line per span, `id+n|text` (n messages
         from message id; old spans coarse, new ones fine). Only the latest `lines` lines are returned;
-        `first` and `total_lines` say where they sit."""
+        `first` and `total_lines` say where they sit. `notes`, when there, says why some lines are hidden whole
+        for now."""
         return api.view(name, lines, include_tools, home)
 
     @tool

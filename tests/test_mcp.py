@@ -864,3 +864,23 @@ def test_a_search_after_the_index_is_lost_answers_at_once_and_says_the_index_is_
     gone(pids)
     _, [result] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]})])
     assert [hit["i"] for hit in result["structuredContent"]["hits"]] == [500] and "notes" not in result["structuredContent"]
+
+
+def test_the_view_after_the_index_is_lost_hides_its_long_lines_at_once_and_says_why(home):
+    """A big memory's index lost: the view tool caught it up before answering (its mask asks the index about
+    lines over long spans). It answers at once with such a line hidden whole, never its tool output, says why in
+    ``notes``, and leaves the catch-up to a process of its own; then the line is masked as ever."""
+    from test_context import SAID, long_lined_memory
+    from test_hook import catching_up, gone
+
+    mem = long_lined_memory(home)
+    _, [view, zoomed] = call_all(home, [("view", {"name": "main"}), ("zoom", {"name": "main", "node": "0+4096"})])
+    note = ("the search index of memory 'main' lacks 11 MiB of its log; a process of its own is catching it up, so lines "
+            "over long spans are shown as [tool output hidden] until it is done")
+    assert view["structuredContent"]["lines"][0] == "0+2048|[tool output hidden]" and view["structuredContent"]["notes"] == [note]
+    assert zoomed["structuredContent"]["children"][0]["text"] == "[tool output hidden]" and zoomed["structuredContent"]["notes"] == [note]
+    assert "swordfish32" not in json.dumps([view, zoomed])
+    gone(catching_up(mem.path))
+    _, [view] = call_all(home, [("view", {"name": "main"})])
+    assert view["structuredContent"]["lines"][0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
+    assert "notes" not in view["structuredContent"]
