@@ -269,6 +269,8 @@ STILL_SECRETS = [
     # (key material under a name about when; a password that was used; a date alone, a birthday's)
     "PasswordLastUsed: Zq8mX2vK7pLwR4tYa9B3", "password_used: hunter2x", "password: 2016-09-08",
     "password: 2016-09-08T21:47:36Zx9",
+    # (letters after a number that are no unit's)
+    "password: 1234abcd", "password: 12ab", "password: 1234msx", "token: 1234kbz9",
 ]
 
 
@@ -619,6 +621,10 @@ SHORT_UNQUOTED_ORDINARY = ["password: true", "password = None", "secret: false",
                            "password: 8 characters", "password_min_length: 1234", "PASSWORD_MAX_AGE: 9000",
                            "passwords: 1234", "PASS: 1234", "secret: 1234", "password_attempts: 1000",
                            '"password_history": 2400,', "password: 1234567890123",
+                           # (a number with its unit: a time's, a size's, a share's)
+                           "password: 1234ms", "password: 12ms", "password: 1.5s", "password: 4KB", "secret: 30s",
+                           '"password": "1234ms"', "token: 1234ms", "password: 100%", "password: 2.5min",
+                           "password: 50mm", "secret: 2.4GHz", "password: 20th", "password: 1.25x",
                            "password: str", "secret: bool", '  "pass": true,', "password: ~", "password = ...",
                            "password: ${PW}", "password: $PW", "password = pw;", "password: null", "password: f(x)",
                            "password: wrong", "password_ttl: 3d", "PASS: t1", '            password = b""',

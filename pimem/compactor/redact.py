@@ -415,14 +415,15 @@ _NOT_A_PAIR = frozenset("""add adds fix fixes bump bumps drop
 def _prose_word(m: re.Match) -> str:
     """What is sent of the word after a secret's name in prose (``m.group(2)``): the word itself when it is a
     parameter's variable, the next line's key, an algorithm's name (``_TECH_WORD``), a call (``_CALL``:
-    ``System.getenv(``) or a test's verdict; the
+    ``System.getenv(``), a date and its time (``_TIMESTAMP``), a number with its unit (``_MEASURE``: 2.5min) or a
+    test's verdict; the
     placeholder when it looks random, or (after ``password is``, ``pass:``: no ``for``, ``of``, ``to`` between)
     is shaped like a password (``_PASSWORD_SHAPE``: hunter2, s3cr3t!), 6 characters or more and no path, or
     (after ``password is`` or ``was``) is a plain word ending its sentence (``_one_word_password``: sunshine) or 4
     to 12 digits said alone (``_PIN``, ``_said_alone``: the password is 1234; not 8 characters); else the word itself when it is an ordinary word before more prose (``_prose_after``: token: Providers: a 3xx)."""
     word = m.group(2)
     if _parameters_variable(m) or _next_lines_key(m) or _TECH_WORD.fullmatch(word) or _CALLED.match(word) \
-            or _stamped(m, 2):
+            or _stamped(m, 2) or _MEASURE.fullmatch(word):
         return word
     head = m.group(1).lower().split()
     if head[0].startswith("pass") and not {"of", "for", "to"} & set(head) and {"is", "was", "is:", "was:"} & set(head) \
@@ -807,7 +808,7 @@ def _short_secret(m: re.Match, word: str) -> bool:
     """Whether ``word``, the whole value under 6 characters of a config or env line (``password = abc``,
     ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
     unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
-    no letter or digit: ``~``, ``...``), a number, a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
+    no letter or digit: ``~``, ``...``), a number (with its unit too: ``_MEASURE``, ``12ms``), a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
     name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``), or
     it is a plain word after ``secrets:`` alone (``secrets: write``, as ``secrets: inherit``: ``_ALONE``); a word
     in backticks is read without them (``PASSWORD=`abc```)."""
@@ -816,13 +817,18 @@ def _short_secret(m: re.Match, word: str) -> bool:
     return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) \
         and not m.group("name").startswith(("self.", "this.", "cls.", "_")) and not any(c in "\"'`" for c in word) \
         and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
-        and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _TYPED.match(word) \
+        and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _MEASURE.fullmatch(word) \
+        and not _TYPED.match(word) \
         and not _is_reference(word) and not _CODE.search(word) \
         and not (m.group("name") == "PASS" and ":" in m.group("sep")) and not _code_name(word, m.string) \
         and not (_ALONE.fullmatch(m.group("name") + m.group("sep")) and _PROSE.fullmatch(word))
 
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
+# a number and its unit, a time's, a size's, a length's, a weight's, a rate's or a share's, or an ordinal (password:
+# 1234ms, a step's time; 4KB, 1.5s, 100%, 50mm, 2.4GHz, 20th): no secret
+_MEASURE = re.compile(r"\d+(?:\.\d+)?(?:[nuµm]?s|secs?|mins?|m|h|hrs?|d|[kKMGT]i?B|px|%|[cmk]m|k?g|mg|lbs?|oz|[kMG]?Hz"
+                      r"|[kM]?W|x|fps|rpm|(?<=1)st|(?<=2)nd|(?<=3)rd|th)[,;.]?")
 _BACKTICKED = re.compile(r"`[^`\s/$]+`")  # (a word in backticks: markdown's, no command: PASSWORD=`abc`)
 _TYPED = re.compile(_TYPE)  # (a type's code: password: string | undefined)
 _PLAIN_WORDS = re.compile(r"[A-Za-z'-]+(?:[ \t]+[A-Za-z'-]+)+[.!]?")  # (a phrase inside a line of prose)
@@ -996,7 +1002,7 @@ def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
     secret (``_ABOUT_PARTS``, ``_about_when``) and it is not key material, when the value is a reference
-    (``_REFERENCE``) or a date and its time (``_TIMESTAMP``), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
+    (``_REFERENCE``), a date and its time (``_TIMESTAMP``) or a number with its unit (``_MEASURE``: 1234ms), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
     it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
     look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
@@ -1012,8 +1018,8 @@ def _named_value(m: re.Match) -> str:
         return value  # (one word ending the line after auth or secrets alone: a mode, a subject, secrets: inherit)
     if not name.rstrip().endswith(("'", '"')) and _code_name(value, m.string):
         return value  # (a name the text's code gives: def f(user, pw): … password = pw)
-    if _stamped(m, 2):
-        return value  # (a date and its time: "password_updated": "2016-09-08T21:47:36Z")
+    if _stamped(m, 2) or _MEASURE.fullmatch(value):
+        return value  # (a date and its time: "password_updated": "2016-09-08T21:47:36Z"; a number's unit: 1234ms)
     last = _LAST_PART.search(name)
     part = last.group(1).lower() if last else ""
     if part in _ABOUT_PARTS or _about_when(name):
