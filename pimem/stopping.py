@@ -35,6 +35,7 @@ def _handle(signum, _frame) -> None:
 
 class _Early:
     signum: int | None = None  # the first signal ``defer`` noted
+    noting = False  # since ``defer``, until ``take_deferred``
 
 
 def _note(signum, _frame) -> None:
@@ -46,10 +47,14 @@ def defer() -> None:
     pimem in the middle of an import (with Python's traceback, or silently): from the first line of
     ``pimem.__main__`` to the command's boundary (``boundary.take_signals``), which takes the first of them as it
     begins, or to ``watch``'s scheduler, which stops at once for it: a daemon stopped while it starts exits 0, as
-    it does later (main thread only). One the caller ignored (nohup) stays ignored."""
+    it does later (main thread only). One the caller ignored (nohup) stays ignored; noting already, it does
+    nothing (``pimem.cli.main`` calls it too, for a caller of its own)."""
+    if _Early.noting:
+        return
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) != signal.SIG_IGN:  # (boundary.IGNORED, which may not be imported yet)
             signal.signal(sig, _note)
+    _Early.noting = True
 
 
 def deferred() -> int | None:
@@ -58,8 +63,8 @@ def deferred() -> int | None:
 
 
 def take_deferred() -> int | None:
-    """The first signal ``defer`` noted, if one came, now taken (forgotten)."""
-    signum, _Early.signum = _Early.signum, None
+    """The first signal ``defer`` noted, if one came, now taken (forgotten): the command takes the signals."""
+    signum, _Early.signum, _Early.noting = _Early.signum, None, False
     return signum
 
 
