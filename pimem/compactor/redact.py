@@ -245,8 +245,10 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      ("-p",)),
     # a password quoted or backticked after password is or was: my password is "sunshine", `sunshine`, 'letmein'
     # (``_quoted_password``); after its other names in chat too: the pw is 'sunshine', my pass is "sunshine" (pass
-    # after a possessive or a wifi's, an admin's: not the boarding pass)
-    (re.compile(rf"""(?i)(\b(?:password|passwd|passphrase|passcode|pw|{_WHOSE}pass)[ \t]+(?:is|was):?[ \t]+)(["'`])(?!\[)"""
+    # after a possessive or a wifi's, an admin's: not the boarding pass; its possessives looked behind only before
+    # pass, the pattern tried only at a p: a word's every start tried them, "a." over 100 KB 32 ms, now 2)
+    (re.compile(rf"""(?i)(\b(?=p)(?:password|passwd|passphrase|passcode|pw|(?=pass){_WHOSE}pass)[ \t]+(?:is|was):?[ \t]+)"""
+                r"""(["'`])(?!\[)"""
                 r"""([^"'`\n]{1,64})\2(?![\w'])"""),
      lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass", "pw")),
     # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
