@@ -1028,36 +1028,52 @@ class Look:
         ``meanwhile``."""
         if not self.busy:
             catch_up_in_background(self.index.path.parent)
+            self.busy = True  # (that process is at it now: one is enough)
         lacks = f"lacks {self.lag / (1 << 20):,.0f} MiB of its log" if self.index.rebuilds == self._rebuilds else "was damaged"
         return f"the search index of memory '{self.name}' {lacks}; a process of its own is catching it up, so {meanwhile}"
 
 
-_DETACHED = "import sys; from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1])"
+_DETACHED = "import sys; from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1], int(sys.argv[2]))"
 
 
 def catch_up_in_background(directory: Path) -> None:
     """Start a process that catches up the index of the memory at ``directory`` and exits, for a reader that
     cannot wait for it (the Claude Code hook, whose output Claude Code waits for): in a session of its own and
     with no standard stream of the caller's, so that neither waits for it; this pimem, whatever the caller's
-    path. A kill leaves the index at its last committed batch, as any catch-up does (the next reader goes on)."""
+    path. A kill leaves the index at its last committed batch, as any catch-up does (the next reader goes on).
+    It is handed ``index.lock``, taken here, so that a reader asking ``Index.being_caught_up`` while it starts
+    (a fifth of a second) finds it at work and starts no other; none is started while another process holds it."""
+    import fcntl
     import subprocess
     import sys
 
-    package_parent = str(Path(__file__).resolve().parent.parent)
-    child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
-    subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory)], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/", env=child_env)
+    fd = open_fd(directory / CATCH_UP_LOCK, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        package_parent = str(Path(__file__).resolve().parent.parent)
+        child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
+        subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory), str(fd)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
+                         env=child_env, pass_fds=(fd,))
+    finally:
+        os.close(fd)  # (the lock stays with the process's copy of it)
 
 
-def catch_up_detached(directory: str) -> None:
+def catch_up_detached(directory: str, held: int | None = None) -> None:
     """The process ``catch_up_in_background`` starts: catch-ups at a low priority (the user's agent runs beside
     them) until one finds nothing new (a hook logs on meanwhile, and finds this one at work, so starts no other);
-    another process catching up already is waited for, as any reader waits."""
+    another process catching up already is waited for, as any reader waits. ``held``: the descriptor of the
+    ``index.lock`` it was handed, let go as its own catch-up takes the lock."""
     from .store import Log
 
     with contextlib.suppress(OSError):
         os.nice(10)
     index = Index(Path(directory), Log(Path(directory) / "main"))
+    if held is not None:
+        os.close(held)
     try:
         while index.catch_up():
             pass
