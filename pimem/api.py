@@ -108,7 +108,7 @@ def _hurried(name: str, home: Home, notes: list[str]) -> Memory:
     """Memory ``name`` for a call a client times out: its tool-text mask does not wait for a long catch-up of
     the search index (``Memory.hurried``); ``notes`` takes why lines are hidden meanwhile."""
     mem = Memory.open(name, home)
-    mem.hurried = notes.append
+    mem.hurried = lambda note: note in notes or notes.append(note)
     return mem
 
 
@@ -287,10 +287,12 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
 
     notes: list[str] = []
     mems = Memory.named(names, home) if names else Memory.all(home, refused=note)
+    for mem in mems:
+        mem.hurried = lambda text: text in notes or notes.append(text)
     try:
         hits = searching.search(mems, query, any_term=any_term, rank=rank,
                                 kinds={kind_of(k) for k in kinds} if kinds else None, include_tools=include_tools,
-                                **bounds, limit=limit, offset=offset, unread=note, on_note=notes.append, hurry=True)
+                                **bounds, limit=limit, offset=offset, unread=note)
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()
@@ -364,8 +366,19 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
             raise BadInput(f"ids {i!r} names no message: give message numbers (0 to {MAX_I}) or entry ids")
     request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind,
                               page=page if page is not None else 1, limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
-    with Memory.open(name, home) as mem:
-        return orjson.loads(recalls.recall(mem, request))
+    from dataclasses import replace
+
+    from .budget import dumps
+
+    notes: list[str] = []
+    with _hurried(name, home, notes) as mem:
+        found = orjson.loads(recalls.recall(mem, request))
+        if not notes:
+            return found
+        more = len(dumps(_noted(found, notes))) - len(dumps(found))  # (within the budget with them, if it holds them)
+        if request.budget - more < len(dumps(found)):
+            found = orjson.loads(recalls.recall(mem, replace(request, budget=max(2, request.budget - more))))
+        return _noted(found, notes) if len(dumps(_noted(found, notes))) <= request.budget else found
 
 
 @_checked

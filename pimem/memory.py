@@ -606,24 +606,28 @@ class Memory:
 
         return holds
 
-    def _index_askable(self) -> bool:
-        """For a ``hurried`` reader: whether the tool-text mask may ask the index (``span_holds``), looked at
-        (``index.Look``) before the first question."""
+    def index_look(self):
+        """How far the index is behind the log (``index.Look``), looked at once, for a ``hurried`` reader."""
         from .index import Look
 
-        if self._look is None and not self._unasked:
+        if self._look is None:
+            self._look = Look(self.index(), self.name)
+        return self._look
+
+    def _index_askable(self) -> bool:
+        """For a ``hurried`` reader: whether the tool-text mask may ask the index (``span_holds``), looked at
+        (``index_look``) before the first question, and again after each (one found damaged is deleted)."""
+        if not self._unasked:
             try:
-                look = self._look = Look(self.index(), self.name)
+                look = self.index_look()
             except PimemError as exc:  # (a read-only memory with no index)
                 self._leave_index(f"{exc}; {MASK_MEANWHILE}")
                 return False
-            if look.far:
+            if look.left():
                 self._leave_index(look.hand_over(MASK_MEANWHILE))
             elif look.busy:
                 self._leave_index(f"the search index of memory '{self.name}' is being caught up by another process, so "
                                   f"{MASK_MEANWHILE}")
-        elif not self._unasked and self._look.left():  # (found damaged by a question: deleted, not rebuilt)
-            self._leave_index(self._look.hand_over(MASK_MEANWHILE))
         return not self._unasked
 
     def _leave_index(self, why: str) -> None:

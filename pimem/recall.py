@@ -289,7 +289,9 @@ _COMMAND_KEY, _DERIVED = b'"command":', b'"derived":'
 def _total(mem, request: Request, hide: bool) -> int:
     """How many messages a listing on kinds alone lists, or on ``primary`` ones: the index counts them by
     kind, less the derived ones among them for ``primary``."""
-    by_kinds = mem.index().answer(lambda: mem.index().count_kinds(_kinds(request)))
+    from .search import asked
+
+    by_kinds = asked(mem, lambda: mem.index().count_kinds(_kinds(request)))
     if request.source_class == "all":
         return by_kinds
     either = replace(request, source_class="all")

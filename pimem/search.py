@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Callable, Iterable, Iterator
 
 from .errors import BadInput, as_error
-from .index import Candidate, Filters, Look, stderr_progress
+from .index import Candidate, Filters, stderr_progress
 from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
@@ -54,7 +54,6 @@ def search(
     offset: int = 0,
     unread: Callable | None = None,
     on_note: Callable[[str], None] | None = None,
-    hurry: bool = False,
 ) -> list[dict]:
     """Hits ``{memory, i, date, kind, size, snippet}``, plus ``score`` with ``rank``, and once the memory has
     a view ``held`` (verbatim, summarized, pending or inside) with the ``label`` of the view line holding the
@@ -68,10 +67,8 @@ def search(
     ``config.json``, which ``held`` needs: the view is folded by its budgets) and the others are searched;
     without it the error is raised.
     Each memory's index is caught up first; ``on_note`` is told once when that is long (it lacks over
-    ``index.LAG_BYTES`` of the log, or another process is catching it up: its lock waited for). ``hurry`` (a
-    reader with a client's timeout: the MCP server) never waits for a long catch-up: such an index is searched
-    as it is, a process of its own catches it up (``index.Look``), and ``on_note`` says that the messages it
-    lacks were not searched.
+    ``index.LAG_BYTES`` of the log, or another process is catching it up: its lock waited for); a ``hurried``
+    memory's is not caught up at length (see ``asked``).
     """
     if limit < 1:
         raise BadInput("--limit must be at least 1")
@@ -82,7 +79,7 @@ def search(
     wanted = set(kinds) if kinds else set(KINDS if include_tools else (k for k in KINDS if k not in TOOL_KINDS))
     filters = Filters(wanted, since, until, before, start)
     memories, pooled = list(memories), None
-    ask = _Asking(hurry, on_note)
+    ask = _Asking(on_note)
     if rank and len(memories) > 1:  # ranked as one collection, so that scores of different memories compare
         from . import ranker
 
@@ -123,52 +120,53 @@ def bounds(since: str | None, until: str | None, before: int | None, named: tupl
 SEARCH_MEANWHILE = "this search did not read the messages it lacks (ask again once it is done)"
 
 
+def asked(mem, question: Callable, progress: Callable[[int, int], None] | None = None):
+    """``question()`` of ``mem``'s index, caught up first (``progress``: see ``Index.answer``), as every reader
+    asks it. A ``hurried`` memory's (``Memory.hurried``: a reader a client times out, the MCP server) is not
+    caught up at length: one that lacks over ``index.LAG_BYTES`` of the log, or that another process is
+    catching up, or found damaged, is asked as it is (deleted if damaged, not rebuilt here), a process of its
+    own catches it up (``index.Look``), and ``mem.hurried`` is told that the messages it lacks were not read."""
+    index = mem.index()
+    if mem.hurried is None:
+        return index.answer(question, progress)
+    look = mem.index_look()
+    found = index.guarded(question) if look.far or look.busy else index.answer(question, None, question)
+    if look.left():
+        mem.hurried(look.hand_over(SEARCH_MEANWHILE))
+    elif look.busy:
+        mem.hurried(f"the search index of memory '{mem.name}' is being caught up by another process, so {SEARCH_MEANWHILE}")
+    return found
+
+
 class _Asking:
-    """How ``search`` asks a memory's index (see ``search`` on ``on_note`` and ``hurry``), each index looked at
-    once (``index.Look``) for all the questions of one search."""
+    """How ``search`` asks a memory's index (``asked``), each looked at once (``index.Look``) when the user is
+    to be told of a long catch-up (see ``search`` on ``on_note``)."""
 
-    def __init__(self, hurry: bool, on_note: Callable[[str], None] | None):
-        self.hurry, self.on_note = hurry, on_note
-        self.looks: dict[int, Look] = {}
-        self.said: set[str] = set()
+    def __init__(self, on_note: Callable[[str], None] | None):
+        self.on_note = on_note
+        self.looked: set[int] = set()
 
-    def __call__(self, mem, index, question: Callable):
-        if not self.hurry and self.on_note is None:
-            return index.answer(question, stderr_progress(mem.name))
-        if (look := self.looks.get(id(mem))) is None:
-            look = self.looks[id(mem)] = Look(index, mem.name)
-            if not self.hurry and (look.far or look.busy):
-                self._say(f"the search index of memory '{mem.name}' "
-                          + (f"lacks {look.lag / (1 << 20):,.0f} MiB of its log; catching it up first" if look.far
-                             else "is being caught up by another process; waiting for it"))
-        if not self.hurry:
-            return index.answer(question, stderr_progress(mem.name))
-        if look.far or look.busy:  # (as it is: a damaged one is deleted and asked again empty, not rebuilt)
-            found = index.guarded(question)
-        else:
-            found = index.answer(question, None, question)
-        if look.left():
-            self._say(look.hand_over(SEARCH_MEANWHILE))
-        elif look.busy:
-            self._say(f"the search index of memory '{mem.name}' is being caught up by another process, so {SEARCH_MEANWHILE}")
-        return found
-
-    def _say(self, note: str) -> None:
-        if note not in self.said and self.on_note is not None:
-            self.said.add(note)
-            self.on_note(note)
+    def __call__(self, mem, question: Callable):
+        if self.on_note is not None and mem.hurried is None and id(mem) not in self.looked:
+            self.looked.add(id(mem))
+            look = mem.index_look()
+            if look.far or look.busy:
+                self.on_note(f"the search index of memory '{mem.name}' " + (
+                    f"lacks {look.lag / (1 << 20):,.0f} MiB of its log; catching it up first" if look.far
+                    else "is being caught up by another process; waiting for it"))
+        return asked(mem, question, stderr_progress(mem.name))
 
 
 def _each(memories: list, unread: Callable | None, question: Callable, ask: Callable | None = None) -> list[tuple]:
     """``(mem, question(mem, its index))`` for each memory that can be read (see ``search`` on ``unread``), asked
     through ``ask`` (``_Asking``)."""
-    ask = ask or _Asking(False, None)
+    ask = ask or _Asking(None)
     out = []
     for mem in memories:
         try:
             mem.config  # (read first, so a memory refused on its settings is left out whether or not it has hits)
             index = mem.index()
-            out.append((mem, ask(mem, index, lambda: question(mem, index))))
+            out.append((mem, ask(mem, lambda: question(mem, index))))
         except Exception as exc:
             error = as_error(exc)
             if unread is None or error is None:
@@ -220,7 +218,10 @@ def ranked(mem, query: str, kinds: Iterable[str], limit: int, widen: bool = True
     index, filters = mem.index(), Filters(set(kinds), None, None, None)
     question = lambda: list(_ranked(mem, index, query, filters, limit, widen, pool, max_terms, semantic))  # noqa: E731
     again = None if rebuild else list
-    found = index.answer(question, stderr_progress(mem.name), again) if catch_up else index.guarded(question, again)
+    if catch_up and rebuild:
+        found = asked(mem, question, stderr_progress(mem.name))
+    else:
+        found = index.answer(question, stderr_progress(mem.name), again) if catch_up else index.guarded(question, again)
     return [(msg, score) for _, msg, score in found]
 
 
@@ -228,7 +229,7 @@ def containing(mem, text: str, kinds: Iterable[str]) -> list[dict]:
     """The messages of ``mem`` among ``kinds`` whose text holds ``text`` (case aside), newest first."""
     index, filters, folded = mem.index(), Filters(set(kinds), None, None, None), [text.lower()]
     question = lambda: [msg for _, _, msg, _ in _verified(index, index.candidates(folded, False, filters), folded, False)]  # noqa: E731
-    return index.answer(question, stderr_progress(mem.name))
+    return asked(mem, question, stderr_progress(mem.name))
 
 
 def _fuser(mem, query: str, source):

@@ -854,16 +854,22 @@ def test_a_search_after_the_index_is_lost_answers_at_once_and_says_the_index_is_
     from test_search import lost_index_memory
 
     mem = lost_index_memory(home)
-    _, [result] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]})])
+    _, [result, recalled, small] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]}),
+                                                   ("recall", {"name": "main", "query": "staging port 5433"}),
+                                                   ("recall", {"name": "main", "query": "staging port 5433", "budget": 300})])
     assert not result["isError"], result
-    assert result["structuredContent"] == {"hits": [], "notes": [
-        "the search index of memory 'main' lacks 10 MiB of its log; a process of its own is catching it up, so this "
-        "search did not read the messages it lacks (ask again once it is done)"]}
+    note = ("the search index of memory 'main' lacks 10 MiB of its log; a process of its own is catching it up, so this "
+            "search did not read the messages it lacks (ask again once it is done)")
+    assert result["structuredContent"] == {"hits": [], "notes": [note]}
+    assert recalled["structuredContent"]["notes"] == [note] and "5433" not in json.dumps(recalled["structuredContent"]["results"])
+    assert len(json.dumps(small["structuredContent"], separators=(",", ":"), ensure_ascii=False)) <= 300, small
     pids = catching_up(mem.path)
     assert len(pids) == 1
     gone(pids)
-    _, [result] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]})])
+    _, [result, recalled] = call_all(home, [("search", {"query": "port 5433", "names": ["main"]}),
+                                            ("recall", {"name": "main", "query": "staging port 5433"})])
     assert [hit["i"] for hit in result["structuredContent"]["hits"]] == [500] and "notes" not in result["structuredContent"]
+    assert "5433" in json.dumps(recalled["structuredContent"]["results"]) and "notes" not in recalled["structuredContent"]
 
 
 def test_the_view_after_the_index_is_lost_hides_its_long_lines_at_once_and_says_why(home):
