@@ -541,8 +541,9 @@ CHAT_ORDINARY = ["the password is stored in vault", "password is required", "the
                  "the password is one you can remember", "the password is whatever you like",
                  "the password is admin by default", "the password is different for us", "the password is safe with me",
                  "the password is shared with them", "the password is unique to me", "password is on it",
-                 "the password is smooth and creamy", "the password is low in calories", "the password is well worth it",
-                 "the password is gentle on surfaces", "the password is taught in English",
+                 "the password is smooth and creamy", "the password is low in calories",
+                 "the password is well worth it", "the password is gentle on surfaces",
+                 "the password is taught in English",
                  "the password is someone you trust", "the password is what it says", "the password is word you chose",
                  # (words joined by - that a sentence says of a password: two, a sentence's word among them, the last a
                  # verb's form, a participle or a description)

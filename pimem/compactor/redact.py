@@ -2,54 +2,55 @@
 
 Only the outgoing request is redacted; the log keeps every original byte. Three layers, in this order:
 
-1. pimem's own patterns: whole private key blocks, credentials inside URLs (a password, the user's too when
-   empty, ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys
-   (``AccountKey=``), an AWS secret key beside its key id, and values assigned to secret-looking names
-   (``password=…``, ``DB_PASS=…``, ``passphrase: …``, ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's
-   ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>`` and ``<password>…</password>``, a
-   Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short, a password's, passphrase's or
-   secret's unquoted value to its config line's end (however short: ``password = abc``), or to the end of a line of
-   prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on the line indented under a
-   name ending its line: a YAML block after ``password: |``, a wrapped JSON value), unless the name's last part says
-   the value is about a secret (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``, ``apiKeyId``) and the
-   value is not key material, or the value is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not
-   ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type (``password: string;``, ``string | undefined``; not
-   ``str@wberry99``), code (``String.valueOf(x)``, a command substituted: ``$(pass show db)``, ```cat pw.txt```, a
-   name the text's code gives: ``def f(pw):`` then ``password = pw``; alone that is a value, an ini's as much as
-   Python's), a flag or a null (``{"pass": "yes"}``), a sentence (not after ``NAME=`` at a line's start), or ordinary
-   words after a token's name (``token: refresh on 401``; a word with an apostrophe, of parts joined by - _ . or /,
-   an acronym, a private name or an option, with a colon or a comma after it, before more words: ``auth:
-   redaction's short values``, ``auth: build-tree and watch``, ``auth: add_cpython: Support 3.12``, ``auth: README
-   wording``, ``token: --dry-run counts``; one word ending the line after ``auth`` or ``secrets`` alone: ``auth:
-   release``, ``secrets: inherit``; not a random run of letters nor a part shaped like a password: ``s3cr3t-99``);
-2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS`` (a plain word too when the
-   line is config's: ``auth = bob hunter``, beside or under YAML keys; not a commit's subject: ``auth: add tests``),
-   ``mysql -pPASS``,
-   ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look random
-   (entropy and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
-   query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any
-   other ``*_KEY=`` holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token``
-   in prose (not a ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's
-   name, ``sha256``); after ``password is`` (or ``is:``) or ``pass:`` a word only shaped like a password too
-   (``hunter2``, ``s3cr3t!``), and plain words ending the line after ``password is`` unless a sentence's (``stored in
-   vault``), one plain word said alone there too: ending its sentence, before a new clause, a time's word, a
-   parenthesis or what it is for (``my password is sunshine and my username is bob``, ``the password is sunshine
-   now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password is SUNSHINE``, ``… is
-   CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``, ``written down``,
-   ``read``, ``strong and unique``, ``SSO-managed``), 4 to 12 digits said alone there (``the password is 1234``;
-   not ``8 characters``), a value quoted or backticked there (``my password is "sunshine"``; not a command:
-   ```cat ~/.pw```); so too after a password's other names in
-   chat (``the pw is``, ``the pw is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after
-   what it guards, ``wifi pass:``, ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or
-   ``pin`` (``the pw is 1234``, ``my pin is 4821``), a PIN's, a passcode's or a password's as a config's or a
-   chat's value too (``pin: 4821``, ``my PIN: 4821``, ``PIN=4821``, ``password: 1234``; not a board's: ``pin: 13``,
-   ``Pin-Priority: 1001``; nor a count: ``password: 8``, ``passwords: 1234``, ``PASS: 1234``);
+1. pimem's own patterns: whole private key blocks, credentials inside URLs (a password, the user's too when empty,
+   ``redis://:PASS@host``), provider key prefixes, webhook URLs, connection-string keys (``AccountKey=``), an AWS secret
+   key beside its key id, and values assigned to secret-looking names (``password=…``, ``DB_PASS=…``, ``passphrase: …``,
+   ``ENCRYPTION_KEY=…``, ``"api_key": "…"``, a hash's ``'password' => '…'``, XML's ``<add key="DbPassword" value="…"/>``
+   and ``<password>…</password>``, a Dockerfile's ``ENV DB_PASSWORD …``, a password's quoted value whole, however short,
+   a password's, passphrase's or secret's unquoted value to its config line's end (however short: ``password = abc``),
+   or to the end of a line of prose when it is plain words, ``Authorization: Bearer …``), each on its own line (or on
+   the line indented under a name ending its line: a YAML block after ``password: |``, a wrapped JSON value), unless the
+   name's last part says the value is about a secret (``password_reset_url``, ``secretsManagerArn``, ``AUTH_HOST``,
+   ``apiKeyId``; or when: ``PasswordLastUsed``, ``password_changed_at``) and the value is not key material, or the value
+   is a reference (``${DB_PASSWORD}``, ``settings.API_KEY``; not ``$UP3RS3CR3T`` nor ``Hunter.Password``), a type
+   (``password: string;``, ``string | undefined``; not ``str@wberry99``), code (``String.valueOf(x)``, a command
+   substituted: ``$(pass show db)``, ```cat pw.txt```, a name the text's code gives: ``def f(pw):`` then ``password =
+   pw``; alone that is a value, an ini's as much as Python's), a flag or a null (``{"pass": "yes"}``), a sentence (not
+   after ``NAME=`` at a line's start), or ordinary words after a token's name (``token: refresh on 401``; a word with an
+   apostrophe, of parts joined by - _ . or /, an acronym, a private name or an option, with a colon or a comma after it,
+   before more words: ``auth: redaction's short values``, ``auth: build-tree and watch``, ``auth: add_cpython: Support
+   3.12``, ``auth: README wording``, ``token: --dry-run counts``; one word ending the line after ``auth`` or ``secrets``
+   alone: ``auth: release``, ``secrets: inherit``; not a random run of letters nor a part shaped like a password:
+   ``s3cr3t-99``);
+2. credentials by position: the password of ``curl -u user:PASS``, ``auth: USER PASS`` (a plain word too when the line
+   is config's: ``auth = bob hunter``, beside or under YAML keys; not a commit's subject: ``auth: add tests``), ``mysql
+   -pPASS``, ``sshpass -p``, ``redis-cli -a``, ``docker login -p``, ``--password PASS``; and, kept only when they look
+   random (entropy and a mix of character classes), a token as a URL's user (``https://TOKEN@host``, a Sentry DSN), URL
+   query values named as credentials (``?key=``, ``?code=``, ``X-Goog-Signature=``), cookie values, any other ``*_KEY=``
+   holding key material, ``mysql -p PASS``, the word after ``password``/``secret``/``token`` in prose (not a
+   ``$variable`` after a ``-Password`` parameter, nor the next line's key, nor an algorithm's name, ``sha256``); after
+   ``password is`` (or ``is:``) or ``pass:`` a word only shaped like a password too (``hunter2``, ``s3cr3t!``), and
+   plain words ending the line after ``password is`` unless a sentence's (``stored in vault``; ``red hot chili`` is
+   none, nor a command of short words: ``let me in``), one plain word said alone there too: ending its sentence, before
+   a new clause, a time's word, a parenthesis or what it is for (``my password is sunshine and my username is bob``,
+   ``the password is sunshine now``, ``… for the admin account``; in capitals: ``PASSWORD IS SUNSHINE``, ``the password
+   is SUNSHINE``, ``… is CATS.``, not an acronym: ``ASCII``, ``JSON``, ``SSO``; not ``required``, ``wrong``, ``bogus``,
+   ``written down``, ``read``, ``strong and unique``, ``SSO-managed``), 3 plain words or more joined by - said alone
+   there (``correct-horse-battery-staple``; not ``auto-generated``, ``state-of-the-art``), 4 to 12 digits said alone
+   there (``the password is 1234``; not ``8 characters``), a value quoted or backticked there (``my password is
+   "sunshine"``; not a command: ```cat ~/.pw```); so too after a password's other names in chat (``the pw is``, ``the pw
+   is 'sunshine'``, ``wifi pw:``, ``my pass is``, ``the passcode is``; ``pass:`` after what it guards, ``wifi pass:``,
+   ``door pass:``, not ``pass: 12 tests``), and a number said alone after them or ``pin`` (``the pw is 1234``, ``my pin
+   is 4821``), a PIN's, a passcode's or a password's as a config's or a chat's value too (``pin: 4821``, ``my PIN:
+   4821``, ``PIN=4821``, ``password: 1234``; not a board's: ``pin: 13``, ``Pin-Priority: 1001``; nor a count:
+   ``password: 8``, ``passwords: 1234``, ``PASS: 1234``);
 3. every regex detector of ``detect-secrets`` (a maintained library; imported on the first redaction, never at
    start-up) except the public-IP one, reading the text with its runs of spaces cut to 8: whatever shape it
    knows is redacted too.
 
 Ordinary text — commit hashes, UUIDs, base64 images, numbers, paths — is left as it is unless it stands where
-a credential stands.
+a credential stands; a number with its unit (``password: 1234ms``) and a date with its time
+(``2016-09-08T21:47:36Z``) are left even there.
 """
 
 from __future__ import annotations
@@ -156,7 +157,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
      lambda m: m.group(1) + _if_random(m.group(2), "[token redacted]"), ("://",)),
     # (not an ordinary word of prose: Token configuration happens at startup, the token expiration_seconds)
     (re.compile(r"\b(Bearer|Basic|Token)(\s+)([A-Za-z0-9._~+/=-]{12,})", re.I),
-     lambda m: m.group() if _ordinary_word(m.group(3).rstrip(".")) or _stamped(m, 3) else f"{m.group(1)} [token redacted]",
+     lambda m: m.group() if _ordinary_word(m.group(3).rstrip(".")) or _stamped(m, 3)
+     else f"{m.group(1)} [token redacted]",
      ("bearer", "basic", "token")),
     # connection strings: Azure storage and service bus keys, shared access signatures
     (re.compile(r"\b(AccountKey|SharedAccessKey|SharedSecretValue|sig)=([^;\s\"'&]{16,})", re.I), r"\1=[secret redacted]",
@@ -247,8 +249,8 @@ _PATTERNS: list[tuple[re.Pattern, str, tuple[str, ...]]] = [
     # (``_quoted_password``); after its other names in chat too: the pw is 'sunshine', my pass is "sunshine" (pass
     # after a possessive or a wifi's, an admin's: not the boarding pass; its possessives looked behind only before
     # pass, the pattern tried only at a p: a word's every start tried them, "a." over 100 KB 32 ms, now 2)
-    (re.compile(rf"""(?i)(\b(?=p)(?:password|passwd|passphrase|passcode|pw|(?=pass){_WHOSE}pass)[ \t]+(?:is|was):?[ \t]+)"""
-                r"""(["'`])(?!\[)"""
+    (re.compile(rf"""(?i)(\b(?=p)(?:password|passwd|passphrase|passcode|pw|(?=pass){_WHOSE}pass)"""
+                r"""[ \t]+(?:is|was):?[ \t]+)(["'`])(?!\[)"""
                 r"""([^"'`\n]{1,64})\2(?![\w'])"""),
      lambda m: m.group(1) + m.group(2) + _quoted_password(m.group(2), m.group(3)) + m.group(2), ("pass", "pw")),
     # a password's phrase ending a line of prose: password is purple monkey dishwasher (``_prose_phrase``)
@@ -583,10 +585,10 @@ _HYPHENED = re.compile(r"[A-Za-z][a-z]{0,39}(?:-[A-Za-z][a-z]{0,39}){2,11}")  # 
 def _hyphened_password(word: str) -> bool:
     """Whether ``word``, 3 plain words or more joined by - (``_HYPHENED``) said alone after a password's name, is a
     passphrase (the password is correct-horse-battery-staple): none of its parts a sentence's or a description's
-    (``_SENTENCE``, ``_DESCRIBING``: state-of-the-art, up-to-date, one-size-fits-all, well-thought-out), and its last no verb's form, participle or description
-    (``_compound_said``, ``_PROSE_ABOUT``, ``_PROSE_ONE_WORD``, an adjective's ending after 3 letters or more:
-    first-come-first-served, ten-characters-long, non-human-readable; not fish). Two such parts are a compound a
-    sentence says (one-time, well-known)."""
+    (``_SENTENCE``, ``_DESCRIBING``: state-of-the-art, up-to-date, one-size-fits-all, well-thought-out), and its last
+    no verb's form, participle or description (``_compound_said``, ``_PROSE_ABOUT``, ``_PROSE_ONE_WORD``, an
+    adjective's ending after 3 letters or more: first-come-first-served, ten-characters-long, non-human-readable; not
+    fish). Two such parts are a compound a sentence says (one-time, well-known)."""
     parts = word.lower().split("-")
     last = parts[-1]
     return not any(part in _SENTENCE or part in _DESCRIBING for part in parts) and not _compound_said(word) \
@@ -776,7 +778,8 @@ def _line_value(m: re.Match) -> str:
     line as it is (its first word left to the other patterns) when the name is a token's or a key's (a token is
     one run), is about a secret (``_about``), when the value is a sentence (``_SENTENCE``; not after ``NAME=`` at a
     line's start, a .env file's or a shell's: ``PASSWORD=to be or not to be``), code (``_CODE``, a type), a
-    reference (``_REFERENCE``), a date and its time (``_TIMESTAMP``), a test's verdict, or (``NAME=value``) is followed by a command."""
+    reference (``_REFERENCE``), a date and its time (``_TIMESTAMP``), a test's verdict, or (``NAME=value``) is
+    followed by a command."""
     value = m.group("value")
     if (end := value.find("</input>")) >= 0:  # (a task's end)
         value = value[:end]
@@ -810,17 +813,17 @@ def _short_secret(m: re.Match, word: str) -> bool:
     """Whether ``word``, the whole value under 6 characters of a config or env line (``password = abc``,
     ``PASSWORD=abc1``, ``db_pass: xy9``), is a secret: it is when named as a password's, passphrase's or secret's,
     unless the name is about a secret (``_about``) or the value is no secret's (``_NO_SECRET``, ``_PROSE_ABOUT``,
-    no letter or digit: ``~``, ``...``), a number (with its unit too: ``_MEASURE``, ``12ms``), a type, a reference or code (``pw;``, ``f(x)``, ``b""``), or the
-    name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a test runner's (automake's ``PASS: t1``), or
-    it is a plain word after ``secrets:`` alone (``secrets: write``, as ``secrets: inherit``: ``_ALONE``); a word
-    in backticks is read without them (``PASSWORD=`abc```)."""
+    no letter or digit: ``~``, ``...``), a number (with its unit too: ``_MEASURE``, ``12ms``), a type, a reference
+    or code (``pw;``, ``f(x)``, ``b""``), or the name is code's (``self.pwd = pwd``, ``_secret = s``) or ``PASS:``, a
+    test runner's (automake's ``PASS: t1``), or it is a plain word after ``secrets:`` alone (``secrets: write``, as
+    ``secrets: inherit``: ``_ALONE``); a word in backticks is read without them (``PASSWORD=`abc```)."""
     if _BACKTICKED.fullmatch(word):
         word = word[1:-1]
     return bool(_PHRASE.search(m.group("word"))) and not _about(m.group("name")) \
         and not m.group("name").startswith(("self.", "this.", "cls.", "_")) and not any(c in "\"'`" for c in word) \
         and word[0] not in "[{(|>&*!%<$" and word[-1] not in ",;)]}" and any(c.isalnum() for c in word) \
-        and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) and not _MEASURE.fullmatch(word) \
-        and not _TYPED.match(word) \
+        and word.lower() not in _NO_SECRET | _PROSE_ABOUT and not _COUNT.fullmatch(word) \
+        and not _MEASURE.fullmatch(word) and not _TYPED.match(word) \
         and not _is_reference(word) and not _CODE.search(word) \
         and not (m.group("name") == "PASS" and ":" in m.group("sep")) and not _code_name(word, m.string) \
         and not (_ALONE.fullmatch(m.group("name") + m.group("sep")) and _PROSE.fullmatch(word))
@@ -902,7 +905,8 @@ def _about_when(name: str) -> bool:
 
 
 # a date and its time (ISO 8601's, a log's): a value no secret is shaped as (2016-09-08T21:47:36Z, 2016-09-08 21:47)
-_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?(?![\w.:+-])")
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d{1,9})?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?"
+                        r"(?![\w.:+-])")
 
 
 def _stamped(m: re.Match, group: int) -> bool:
@@ -1004,9 +1008,10 @@ def _named_value(m: re.Match) -> str:
     """What is sent of a value (``m.group(2)``) assigned to a secret-looking name (``m.group(1)``, its ``=``,
     ``:`` and quotes too): the placeholder, but the value itself when the name's last part says it is about a
     secret (``_ABOUT_PARTS``, ``_about_when``) and it is not key material, when the value is a reference
-    (``_REFERENCE``), a date and its time (``_TIMESTAMP``) or a number with its unit (``_MEASURE``: 1234ms), when the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when
-    it is an id (``apiKeyId``, ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that
-    look random (Vault's AppRole secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
+    (``_REFERENCE``), a date and its time (``_TIMESTAMP``) or a number with its unit (``_MEASURE``: 1234ms), when
+    the name is a part of an ARN (``…:123456789012:secret:prod/db``), and when it is an id (``apiKeyId``,
+    ``secret_id``, ``tokenId``) that is not key material, 16 characters or more that look random (Vault's AppRole
+    secret_id and a Tencent SecretId ``AKID…`` are credentials)."""
     name, value = m.group(1), m.group(2)
     if _VERDICT_NAME.fullmatch(name) and m.string[m.start() - 1 : m.start()] not in ("_", ".", "-") \
             and _verdict(value, m.string, m.end()):
