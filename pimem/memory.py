@@ -29,7 +29,8 @@ SPAN_CANDIDATES = 64  # index candidates ``span_holds`` checks against the log b
 FLAT_KEPT = 4096  # messages whose folded texts ``span_holds`` keeps for its next questions
 SPAN_READ = 1024  # messages of a span (tool messages, or the others) ``span_holds`` reads rather than asking the index
 # what a hurried reader's mask does without the index (``span_holds``)
-MASK_MEANWHILE = "lines over long spans are shown as [tool output hidden] until it is done"
+MASK_UNASKED = "lines over long spans are shown as [tool output hidden]"
+MASK_MEANWHILE = f"{MASK_UNASKED} until it is done"
 # where ``_index_terms`` splits a word in other scripts than ASCII (compiled when first asked: re caches it)
 _UNSURE = r"[^\w]+|[_σμ]+"
 # what Claude Code writes as a user line when the user stops a turn: its words, not the user's (imported as
@@ -558,7 +559,7 @@ class Memory:
                 except PimemError as exc:  # (a read-only memory whose index lags, a lock held past its timeout)
                     if self.hurried is None:
                         raise
-                    self._leave_index(f"{exc}; {MASK_MEANWHILE}")
+                    self._leave_index(f"{exc}; {MASK_UNASKED}")
                     return holds(text, tools, written)
                 if known is unasked:
                     return holds(text, tools, written)
@@ -621,7 +622,7 @@ class Memory:
             try:
                 look = self.index_look()
             except PimemError as exc:  # (a read-only memory with no index)
-                self._leave_index(f"{exc}; {MASK_MEANWHILE}")
+                self._leave_index(f"{exc}; {MASK_UNASKED}")
                 return False
             if look.left():
                 self._leave_index(look.hand_over(MASK_MEANWHILE))

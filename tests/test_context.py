@@ -296,3 +296,20 @@ def test_a_turn_while_another_process_catches_the_index_up_does_not_wait_for_it(
     assert view_of(turn.stdout.decode()).splitlines()[0] == "0+2048|[tool output hidden]"
     assert turn.stderr.decode() == ("pimem: the search index of memory 'main' is being caught up by another process, so "
                                     "lines over long spans are shown as [tool output hidden] until it is done\n")
+
+
+def test_a_read_only_memory_without_an_index_gets_its_context_with_its_long_lines_hidden(home, monkeypatch, capsys):
+    """A memory whose directory cannot be written (a backup, another account's) and has no index: context
+    failed (the mask could not catch the index up: 'this memory has no search index yet …'). It answers, the
+    lines over long spans hidden whole, and says why."""
+    import pimem.index
+
+    mem = long_lined_memory(home)
+    access = os.access
+    monkeypatch.setattr(pimem.index.os, "access", lambda path, mode, *a, **k: False if mode == os.W_OK and str(path) == str(mem.path)
+                        else access(path, mode, *a, **k))  # (as root, every directory can be written)
+    said = context.context(Memory.open("main", home), cwd="/w")
+    assert view_of(said).splitlines()[0] == "0+2048|[tool output hidden]"
+    assert capsys.readouterr().err == (
+        f"pimem: {mem.path}: this memory has no search index yet and its directory cannot be written (read-only): search "
+        "it where it can be written, or run 'pimem reindex' there; lines over long spans are shown as [tool output hidden]\n")
