@@ -478,6 +478,22 @@ fcntl.flock(fd, fcntl.LOCK_UN)
 """
 
 
+def holds_open(pid: int, file: os.stat_result) -> bool:
+    """Whether process ``pid`` has ``file`` open (the writer lock's file it then waits to lock)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (file.st_dev, file.st_ino):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("after", ["renamed", "recreate"])
 def test_a_writer_queued_behind_the_lock_of_a_memory_moved_meanwhile_writes_nothing(home, two, after):
     holder = subprocess.Popen([sys.executable, "-c", HOLD_THEN_MOVE, str(home), after], stdin=subprocess.PIPE,
@@ -485,7 +501,11 @@ def test_a_writer_queued_behind_the_lock_of_a_memory_moved_meanwhile_writes_noth
     assert holder.stdout.readline() == b"locked\n"
     queued = {argv[0]: subprocess.Popen(pimem_cmd(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env())
               for argv in (["append", "old", "written after the move"], ["rename", "old", "other"], ["delete", "old"])}
-    time.sleep(1.0)  # each waits for the lock
+    lock = os.stat(home / "old" / "write.lock")
+    deadline = time.monotonic() + 60
+    while not all(holds_open(proc.pid, lock) for proc in queued.values()):  # (each waits for the lock: a second's
+        assert time.monotonic() < deadline and all(proc.poll() is None for proc in queued.values())  # sleep was
+        time.sleep(0.02)  # not always enough under load, and one started after the move wrote into the new memory)
     moved = snapshot(home / "old")
     holder.communicate(b"go\n", timeout=30)
     for command, proc in queued.items():
