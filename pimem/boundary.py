@@ -151,6 +151,12 @@ def _stop(signum, _frame) -> None:
     raise _Stop.untold
 
 
+def stop(signum: int) -> None:
+    """End the command for ``signum`` as ``take_signals``'s handler does, for one that took it itself and stopped
+    (``pimem mcp``: ``mcp_server.serve``)."""
+    _stop(signum, None)
+
+
 def untold() -> KeyboardInterrupt | None:
     """The signal that stopped the command, if its line was not said: typer turns one it meets outside the
     command (parsing the arguments, printing the help) into a silent exit 130, SIGTERM's and SIGHUP's too."""

@@ -109,12 +109,10 @@ class _Pending:
 class _Lines:
     """The client's lines as the SDK's stdio transport reads them, each one it could not read mended or answered
     here first (it would drop it, leaving the client waiting for an answer, see ``_read``); their end comes once
-    the requests read are answered (``_Pending``)."""
+    the requests read are answered (``_Pending``). Each is read in a daemon thread of its own (``_readline``)."""
 
     def __init__(self, stdin, ids: dict[str, str], pending: _Pending):
-        import anyio
-
-        self.lines, self.ids, self.write = aiter(anyio.wrap_file(stdin)), ids, None  # (write: set once serving)
+        self.stdin, self.ids, self.write = stdin, ids, None  # (write: set once serving)
         self.pending = pending
 
     def __aiter__(self):
@@ -124,17 +122,46 @@ class _Lines:
         from mcp.shared.message import SessionMessage
 
         while True:
-            try:
-                read = await anext(self.lines)
-            except StopAsyncIteration:
+            read = await self._readline()
+            if not read:
                 await self.pending.drained()
-                raise
+                raise StopAsyncIteration
             line, refusal = _read(read, self.ids)
             if line is not None:
                 self.pending.read(line)
                 return line
             if refusal is not None:
                 await self.write.send(SessionMessage(refusal))
+
+    async def _readline(self) -> str:
+        """The client's next line ('' once stdin ends), read in a daemon thread: in one the interpreter waits for
+        as it exits (anyio's, ``anyio.wrap_file``), a server a signal stopped said so and then ran on, blocked in
+        that read, until the client closed stdin (a second signal ignored). The server reads nothing it was not
+        asked for: a thread per line."""
+        import asyncio
+        import threading
+
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def settle(line: str | None, exc: BaseException | None) -> None:
+            if done.done():  # (a read the stopping server no longer waits for)
+                return
+            if exc is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(line)
+
+        def read() -> None:
+            try:
+                line, exc = self.stdin.readline(), None
+            except Exception as error:  # (handed to the server's task, as the read's own failure)
+                line, exc = None, error
+            with contextlib.suppress(RuntimeError):  # (the server's loop closed meanwhile: nobody to tell)
+                loop.call_soon_threadsafe(settle, line, exc)
+
+        threading.Thread(target=read, name="pimem-mcp-stdin", daemon=True).start()
+        return await done
 
 
 class _Answers:
@@ -314,9 +341,10 @@ def build(home: api.Home = None):
             """As the SDK serves stdio, but reading and writing the client's lines here (``_Lines``,
             ``_Answers``): the SDK drops a line it cannot read. (The low-level server is the SDK's private
             attribute, as its own clients reach it: there is no other way in.)"""
+            import anyio
             from mcp.server.stdio import stdio_server
 
-            with _wired() as (stdin, stdout):
+            with _wired() as (stdin, stdout), anyio.CancelScope() as scope, _signals_stop(self, scope):
                 ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
                 pending = _Pending()
                 lines = _Lines(stdin, ids, pending)
@@ -324,6 +352,9 @@ def build(home: api.Home = None):
                     lines.write = write_stream
                     await self._lowlevel_server.run(read_stream, write_stream,
                                                     self._lowlevel_server.create_initialization_options())
+
+        stop_on_signals = False  # (``serve``'s ``signals``)
+        stopped_by: int | None = None  # the signal that stopped it (``_signals_stop``)
 
     from . import __version__
 
@@ -435,10 +466,51 @@ def build(home: api.Home = None):
     return server
 
 
-def serve(home: api.Home = None) -> None:
-    """Serve over stdio until the client hangs up; a home no command can use (a file) is refused first."""
+def serve(home: api.Home = None, signals: bool = False) -> None:
+    """Serve over stdio until the client hangs up; a home no command can use (a file) is refused first.
+    ``signals`` (``pimem mcp``): SIGINT, SIGTERM and SIGHUP stop it too, and then end the command as the boundary
+    ends one (one line, 130, 143 or 129); without, a Python program's own handlers are left as they are."""
     from . import env, viewfile
 
     env.home(home)
+    server = build(home)
+    server.stop_on_signals = signals
     with viewfile.readers_writing_nothing():
-        build(home).run()
+        server.run()
+    if server.stopped_by is not None:
+        from . import boundary
+
+        boundary.stop(server.stopped_by)
+
+
+@contextlib.contextmanager
+def _signals_stop(server, scope):
+    """While ``server`` serves with ``stop_on_signals``, SIGINT, SIGTERM and SIGHUP (not one its caller ignored)
+    cancel ``scope``, the first noted in ``server.stopped_by``, with which ``serve`` ends the command once the
+    server has stopped (the boundary's handler raised it wherever the event loop was, in the SDK's code too, which
+    logged it). The handlers as they were after."""
+    import asyncio
+    import signal
+    import threading
+
+    from .boundary import stoppers
+
+    if not server.stop_on_signals or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    saved = [(sig, signal.getsignal(sig)) for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+
+    def stop(signum: int) -> None:
+        if server.stopped_by is None:
+            server.stopped_by = signum
+        scope.cancel()
+
+    for sig, _ in saved:
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        yield
+    finally:
+        for sig, handler in saved:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, handler)

@@ -890,3 +890,36 @@ def test_the_view_after_the_index_is_lost_hides_its_long_lines_at_once_and_says_
     _, [view] = call_all(home, [("view", {"name": "main"})])
     assert view["structuredContent"]["lines"][0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
     assert "notes" not in view["structuredContent"]
+
+
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+def test_the_server_stops_on_a_signal_while_its_client_keeps_stdin_open(home, signame, code):
+    """SIGTERM (a client stopping its server), Ctrl-C or SIGHUP said 'pimem: interrupted' and left the server
+    running until the client closed stdin: the thread reading it, blocked in its read, kept the interpreter from
+    exiting, and a second signal was ignored. It exits at once with 143, 130 or 129."""
+    import signal
+    import subprocess
+
+    from conftest import pimem_cmd
+
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home))
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1  # (serving, reading the next line)
+        proc.send_signal(getattr(signal, signame))
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server did not stop on {signame} while its stdin was open")
+        assert proc.returncode == code
+        assert proc.stderr.read() == b"pimem: interrupted\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()

@@ -17,4 +17,4 @@ def command(home: Home = None) -> None:
     """
     from .. import mcp_server
 
-    mcp_server.serve(home)
+    mcp_server.serve(home, signals=True)
