@@ -1025,11 +1025,16 @@ class Look:
     def hand_over(self, meanwhile: str) -> str:
         """Start the catch-up in a process of its own (``catch_up_in_background``), unless another process is at
         it already, and return the note that says why the reader went without the index: what it does
-        ``meanwhile``."""
+        ``meanwhile``. A read-only memory's is left as it is: a process of its own could not write it either (it
+        would die at once, and the next reader start another), so the note says so, without what ``meanwhile``
+        says of the wait (its parenthesis, 'until it is done')."""
+        lacks = f"lacks {self.lag / (1 << 20):,.0f} MiB of its log" if self.index.rebuilds == self._rebuilds else "was damaged"
+        if self.index.read_only:
+            return (f"the search index of memory '{self.name}' {lacks} and its directory cannot be written (read-only), so "
+                    f"{meanwhile.partition(' (')[0].removesuffix(' until it is done')}; run 'pimem reindex' where it can be written")
         if not self.busy:
             catch_up_in_background(self.index.path.parent)
             self.busy = True  # (that process is at it now: one is enough)
-        lacks = f"lacks {self.lag / (1 << 20):,.0f} MiB of its log" if self.index.rebuilds == self._rebuilds else "was damaged"
         return f"the search index of memory '{self.name}' {lacks}; a process of its own is catching it up, so {meanwhile}"
 
 

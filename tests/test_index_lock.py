@@ -46,3 +46,29 @@ def test_the_lock_is_taken_again_by_its_holder_and_waited_for_by_other_threads(h
     with index._catch_up_lock(path):  # let go, it is taken again
         assert str(path) in index._LOCKS
     assert str(path) not in index._LOCKS
+
+
+def test_a_read_only_memory_far_behind_is_not_handed_to_a_process_that_cannot_write_it(home, monkeypatch):
+    """A memory whose directory cannot be written (a backup, another account's) with an index far behind its log:
+    each prompt, turn or MCP call started a process to catch it up, which died at once (it cannot write it
+    either), and said that one was catching it up ('… once it is done'). None is started, and the note says why."""
+    import os
+
+    mem = Memory.at("m", home)
+    mem.append([{"kind": "user", "text": "note 0"}])
+    with mem:
+        mem.index().catch_up()
+    mem.append([{"kind": "user", "text": f"note {n} " + "word " * 2000} for n in range(1, 1001)])  # (9.5 MiB)
+    access = os.access
+    monkeypatch.setattr(index.os, "access", lambda path, mode, *a, **k: False if mode == os.W_OK and str(path) == str(mem.path)
+                        else access(path, mode, *a, **k))  # (as root, every directory can be written)
+    started = []
+    monkeypatch.setattr(index, "catch_up_in_background", started.append)
+    with Memory.open("m", home) as read:
+        look = index.Look(read.index(), "m")
+        assert look.far and read.index().read_only
+        note = look.hand_over("this search did not read the messages it lacks (ask again once it is done)")
+    assert started == []
+    assert note == ("the search index of memory 'm' lacks 10 MiB of its log and its directory cannot be written "
+                    "(read-only), so this search did not read the messages it lacks; run 'pimem reindex' where it can "
+                    "be written")
