@@ -1060,9 +1060,12 @@ def catch_up_in_background(directory: Path) -> None:
             return
         package_parent = str(Path(__file__).resolve().parent.parent)
         child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
-        subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory), str(fd)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, cwd="/",
-                         env=child_env, pass_fds=(fd,))
+        started = subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory), str(fd)],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True, cwd="/", env=child_env, pass_fds=(fd,))
+        # waited for as it ends, so that a long-lived caller (the MCP server) keeps no zombie of it; a daemon thread,
+        # so that a short one (the hook) exits without waiting for it
+        threading.Thread(target=started.wait, name="pimem-catch-up-reaper", daemon=True).start()
     finally:
         os.close(fd)  # (the lock stays with the process's copy of it)
 

@@ -72,3 +72,34 @@ def test_a_read_only_memory_far_behind_is_not_handed_to_a_process_that_cannot_wr
     assert note == ("the search index of memory 'm' lacks 10 MiB of its log and its directory cannot be written "
                     "(read-only), so this search did not read the messages it lacks; run 'pimem reindex' where it can "
                     "be written")
+
+
+def test_a_catch_up_started_in_a_process_of_its_own_is_reaped_when_it_ends(home):
+    """A long-lived process that starts catch-ups (the MCP server) kept each one, once ended, as a zombie until it
+    started the next: nothing waited for it. It is waited for as it ends."""
+    import os
+    import time
+
+    mem = Memory.at("m", home)
+    mem.append([{"kind": "user", "text": f"note {n}"} for n in range(10)])
+    index.catch_up_in_background(mem.path)
+    started = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            started += f.read().split()
+    started = [pid for pid in started if b"catch_up_detached" in open(f"/proc/{pid}/cmdline", "rb").read()]
+    assert len(started) == 1
+
+    def state() -> str | None:
+        try:
+            with open(f"/proc/{started[0]}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return None  # (ended and waited for)
+
+    waited = time.monotonic()
+    while state() is not None and time.monotonic() - waited < 60:
+        time.sleep(0.05)
+    assert state() is None, "the ended catch-up is left a zombie"
+    with Memory.open("m", home) as read:
+        assert read.index().lag() == 0
