@@ -1074,19 +1074,26 @@ def catch_up_detached(directory: str, held: int | None = None) -> None:
     """The process ``catch_up_in_background`` starts: catch-ups at a low priority (the user's agent runs beside
     them) until one finds nothing new (a hook logs on meanwhile, and finds this one at work, so starts no other);
     another process catching up already is waited for, as any reader waits. ``held``: the descriptor of the
-    ``index.lock`` it was handed, let go as its own catch-up takes the lock."""
+    ``index.lock`` it was handed, held on to until it is done (let go before its own catch-up took the lock, as
+    it connected to the index, readers asking then started one more process each)."""
+    from .lock import WriterLock
     from .store import Log
 
     with contextlib.suppress(OSError):
         os.nice(10)
     index = Index(Path(directory), Log(Path(directory) / "main"))
-    if held is not None:
-        os.close(held)
+    lock = None
+    if held is not None:  # (the lock ``_catch_up_lock`` finds and takes again, as its holder)
+        with _LOCKS_MADE:
+            lock = _LOCKS[str(index.path.with_name(CATCH_UP_LOCK))] = WriterLock(index.path.with_name(CATCH_UP_LOCK))
+        lock.adopt(held)
     try:
         while index.catch_up():
             pass
     finally:
         index.close()
+        if lock is not None:
+            lock.release()
 
 
 # one WriterLock per index.lock path, so a thread holding it may take it again (an upgrade of the index's files

@@ -70,6 +70,12 @@ class WriterLock:
         self._fd, self._depth = fd, 1
         return True
 
+    def adopt(self, fd: int) -> None:
+        """Hold the lock through ``fd``, a descriptor of this file that holds it already (handed over by the process
+        that started this one), as ``acquire`` would: nobody else can take it in between."""
+        self._threads.acquire()
+        self._fd, self._depth = fd, 1
+
     def release(self) -> None:
         self._depth -= 1
         if not self._depth:

@@ -103,3 +103,51 @@ def test_a_catch_up_started_in_a_process_of_its_own_is_reaped_when_it_ends(home)
     assert state() is None, "the ended catch-up is left a zombie"
     with Memory.open("m", home) as read:
         assert read.index().lag() == 0
+
+
+def test_readers_asking_while_a_catch_up_process_starts_start_no_other(home):
+    """The process ``catch_up_in_background`` starts was handed ``index.lock`` and let it go before its own
+    catch-up took it again (as it connected to the index: tens of milliseconds), so readers asking then (MCP
+    calls, a prompt and a turn's context) each started one more (3 in the first 0.12 s of asking every 2 ms).
+    While the first lives, none is started."""
+    import os
+    import signal
+    import time
+
+    mem = Memory.at("m", home)
+    mem.append([{"kind": "user", "text": f"note {n} " + "word " * 60} for n in range(40_000)])  # (12 MiB)
+
+    def children() -> list[str]:
+        found = []
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                found += f.read().split()
+        return found
+
+    def alive(pid: str) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    before = set(children())
+    started: list[str] = []
+    try:
+        asked = time.monotonic()
+        while time.monotonic() - asked < 1.0:
+            index.catch_up_in_background(mem.path)
+            started += [pid for pid in children() if pid not in before and pid not in started]
+            if started and not alive(started[0]):
+                break  # (done already: another may be started now)
+            time.sleep(0.002)
+        assert len(started) == 1, started
+    finally:
+        for pid in started:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in started:
+            while alive(pid):
+                time.sleep(0.01)
