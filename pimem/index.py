@@ -1038,7 +1038,10 @@ class Look:
         return f"the search index of memory '{self.name}' {lacks}; a process of its own is catching it up, so {meanwhile}"
 
 
-_DETACHED = "import sys; from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1], int(sys.argv[2]))"
+# (the caller's pimem: its directory first on the path unless the path holds it already, as site-packages: put
+# before the standard library, a module there named as one of its own would shadow it)
+_DETACHED = ("import os, sys; os.path.realpath(sys.argv[3]) in map(os.path.realpath, sys.path) or sys.path.insert(0, sys.argv[3]); "
+             "from pimem.index import catch_up_detached; catch_up_detached(sys.argv[1], int(sys.argv[2]))")
 
 
 def catch_up_in_background(directory: Path) -> None:
@@ -1059,10 +1062,9 @@ def catch_up_in_background(directory: Path) -> None:
         except BlockingIOError:
             return
         package_parent = str(Path(__file__).resolve().parent.parent)
-        child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_parent, os.environ.get("PYTHONPATH")]))}
-        started = subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory), str(fd)],
+        started = subprocess.Popen([sys.executable, "-P", "-c", _DETACHED, os.fsencode(directory), str(fd), package_parent],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   start_new_session=True, cwd="/", env=child_env, pass_fds=(fd,))
+                                   start_new_session=True, cwd="/", pass_fds=(fd,))
         # waited for as it ends, so that a long-lived caller (the MCP server) keeps no zombie of it; a daemon thread,
         # so that a short one (the hook) exits without waiting for it
         threading.Thread(target=started.wait, name="pimem-catch-up-reaper", daemon=True).start()

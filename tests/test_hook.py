@@ -1517,3 +1517,38 @@ def test_a_session_end_with_a_big_backlog_captures_it_and_leaves_the_index_to_a_
     assert hook(payload("SessionEnd", "s3", transcript2, reason="exit")) == (0, None, "")
     gone(catching_up(home / "api"))
     assert indexed(home / "api") == 3_001 and sound(home / "api")
+
+
+def test_the_catch_up_process_finds_the_standard_library_before_what_sits_beside_an_installed_pimem(home, tmp_path):
+    """The process ``index.catch_up_in_background`` starts had pimem's directory put first on its path
+    (PYTHONPATH). For a pimem installed in site-packages every package there then came before the standard
+    library, so one named as a standard module (enum34's ``enum``) made it die at start: the index never caught
+    up, while each prompt said a process was catching it up. Here a pimem in a venv's site-packages beside an
+    ``fcntl.py``: the index is caught up."""
+    import shutil
+    import sysconfig
+    from pathlib import Path
+
+    import pimem
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    shutil.copytree(Path(pimem.__file__).parent, site / "pimem", ignore=shutil.ignore_patterns("__pycache__"))
+    (site / "fcntl.py").write_text("raise ImportError('a module beside pimem named as a standard one')\n")
+    (site / "deps.pth").write_text("\n".join(sorted({sysconfig.get_paths()[k] for k in ("purelib", "platlib")})) + "\n")
+    subprocess.run(pimem_cmd("append", "m", "the staging db listens on port 5433"), capture_output=True, env=subprocess_env(), check=True)
+    memory = home / "m"
+    assert indexed(memory) == 0
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    started = subprocess.run([python, "-c", "import sys; from pathlib import Path; import pimem.index as x; "
+                              "assert x.__file__.startswith(sys.argv[2]); x.catch_up_in_background(Path(sys.argv[1]))",
+                              str(memory), str(site)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    started = time.monotonic()
+    while indexed(memory) == 0:
+        assert time.monotonic() - started < 60, "the catch-up process never caught the index up"
+        time.sleep(0.05)
+    gone(catching_up(memory))
