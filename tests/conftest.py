@@ -74,3 +74,18 @@ def snapshot(path: Path) -> dict[str, str]:
         else:
             out[str(p.relative_to(path)) + "/"] = oct(p.stat().st_mode)
     return out
+
+
+# pimem as its installed script runs it (``from pimem.__main__ import main``), sending itself ``signum`` as an
+# ``import`` statement first loads ``module`` (its audit event): the signal comes at that point of its start
+SIGNAL_AT = """import os, sys
+module, signum = sys.argv.pop(1), int(sys.argv.pop(1))
+def hook(event, args):
+    if event == "import" and args[0] == module:
+        os.kill(os.getpid(), signum)
+sys.addaudithook(hook)
+from pimem.__main__ import main
+sys.exit(main())
+"""
+# the same through ``pimem.cli.main``, as a Python program calling pimem does
+CLI_SIGNAL_AT = SIGNAL_AT.replace("from pimem.__main__ import main", "from pimem.cli import main")

@@ -11,7 +11,7 @@ import time
 import orjson
 import pytest
 
-from conftest import pimem_cmd, subprocess_env
+from conftest import CLI_SIGNAL_AT, SIGNAL_AT, pimem_cmd, subprocess_env
 from pimem import Memory
 
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]  # (SIGHUP: its terminal closed)
@@ -388,17 +388,6 @@ def test_a_signal_its_caller_ignored_stays_ignored_as_nohup_means(home, tmp_path
     assert [m["text"] for m in Memory.open("m").messages()] == ["logged after the terminal closed"]
 
 
-# pimem as its installed script runs it (``from pimem.__main__ import main``), sending itself ``signum`` as an
-# ``import`` statement first loads ``module`` (its audit event): the signal comes at that point of its start
-SIGNAL_AT = """import os, sys
-module, signum = sys.argv.pop(1), int(sys.argv.pop(1))
-def hook(event, args):
-    if event == "import" and args[0] == module:
-        os.kill(os.getpid(), signum)
-sys.addaudithook(hook)
-from pimem.__main__ import main
-sys.exit(main())
-"""
 
 
 @pytest.mark.parametrize("module, sig, code", [
@@ -444,7 +433,7 @@ def test_a_signal_while_claude_codes_hook_or_watch_starts_ends_them_as_later(hom
 def test_a_signal_while_the_cli_loads_a_command_is_noted_without_pimem_main_too(home):
     """``pimem.cli.main`` called itself (a wrapper's ``from pimem.cli import main``) notes the signals while the
     command's modules load, as ``pimem.__main__`` does: SIGTERM there says so in one line, not a silent death."""
-    launcher = SIGNAL_AT.replace("from pimem.__main__ import main", "from pimem.cli import main")
+    launcher = CLI_SIGNAL_AT
     out = subprocess.run([sys.executable, "-c", launcher, "pimem.options", str(int(signal.SIGTERM)), "append", "m", "-"],
                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=subprocess_env())
     assert (out.returncode, out.stdout, out.stderr) == (143, b"", b"pimem: interrupted\n")

@@ -16,7 +16,7 @@ import time
 import orjson
 import pytest
 
-from conftest import pimem_cmd, snapshot, subprocess_env
+from conftest import CLI_SIGNAL_AT, pimem_cmd, snapshot, subprocess_env
 from bench.llm_server import FakeLLM
 from pimem import Memory, builder, context, lease
 from test_scheduler import configure, failed_first_run, fill, long_text, stored_lines
@@ -1419,18 +1419,6 @@ def test_a_second_watcher_of_the_home_leaves_a_live_ones_watch_json_alone(home, 
     assert third.returncode == 0 and not (home / "watch.json").exists()
 
 
-# a watcher that signals itself as it first imports ``module``: the signal comes at that point of its start
-SIGNAL_AT = """import os, sys
-module, signum = sys.argv.pop(1), int(sys.argv.pop(1))
-def hook(event, args):
-    if event == "import" and args[0] == module:
-        os.kill(os.getpid(), signum)
-sys.addaudithook(hook)
-from pimem.cli import main
-main()
-"""
-
-
 @pytest.mark.parametrize("module, signum, args", [
     ("pimem.options", signal.SIGTERM, ()),  # cli.main took SIGTERM, watch's command is being loaded
     ("pimem.options", signal.SIGINT, ("m",)),
@@ -1442,7 +1430,7 @@ main()
 def test_a_signal_while_watch_starts_stops_it_cleanly_with_exit_0(home, tmp_path, module, signum, args):
     mem = fill("m", 3)
     (tmp_path / "sessions").mkdir()
-    out = subprocess.run([sys.executable, "-c", SIGNAL_AT, module, str(int(signum)), "watch", *args], cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-c", CLI_SIGNAL_AT, module, str(int(signum)), "watch", *args], cwd=tmp_path,
                          capture_output=True, timeout=60, env=subprocess_env())
     assert out.returncode == 0 and b"interrupted" not in out.stderr and b"Traceback" not in out.stderr, out.stderr
     assert lease.holder(mem) is None
