@@ -1022,6 +1022,15 @@ class Look:
         not rebuilt: ``guarded``'s ``again``)."""
         return self.far or self.index.rebuilds != self._rebuilds
 
+    def waited(self) -> str | None:
+        """The note for a reader that waits for the catch-up (a command the user typed: search, recall, view):
+        what it waits for when that is long (far behind, or another process at it), else None."""
+        if self.far:
+            return f"the search index of memory '{self.name}' lacks {self.lag / (1 << 20):,.0f} MiB of its log; catching it up first"
+        if self.busy:
+            return f"the search index of memory '{self.name}' is being caught up by another process; waiting for it"
+        return None
+
     def hand_over(self, meanwhile: str) -> str:
         """Start the catch-up in a process of its own (``catch_up_in_background``), unless another process is at
         it already, and return the note that says why the reader went without the index: what it does

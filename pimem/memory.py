@@ -163,6 +163,10 @@ class Memory:
         self.hurried: Callable[[str], None] | None = None
         self._look = None  # (hurried: the index as first looked at, ``index.Look``)
         self._unasked = False  # (hurried: the index is not asked any more)
+        # told once what a reader that waits for the index's catch-up waits for, when that is long (a command the
+        # user typed: a line on stderr; ``waits_for_index``)
+        self.patient: Callable[[str], None] | None = None
+        self._told = False
         # the derived state's caches (tree, views) are changed by readers too (catching up): one thread at a
         # time, so threads may share this object (a writer takes it under the writer lock; a reader never
         # waits for that lock while holding it)
@@ -552,6 +556,8 @@ class Memory:
                 holds.guessed = True
                 return tools
             if (known := answers.get((text, tools, written))) is None:
+                if self.hurried is None:
+                    self.waits_for_index()
                 try:
                     if tools and (tools, 0) not in looked and answer(lambda: read(tools, 0)) is unasked:
                         return holds(text, tools, written)  # (found damaged and deleted, not rebuilt here)
@@ -614,6 +620,22 @@ class Memory:
         if self._look is None:
             self._look = Look(self.index(), self.name)
         return self._look
+
+    def waits_for_index(self) -> None:
+        """Before the index is caught up for a reader that waits for it (not ``hurried``): ``patient``, when set,
+        is told once what it waits for if that is long (``index.Look.waited``: over ``index.LAG_BYTES`` of the
+        log, or another process at it)."""
+        from .index import Look
+
+        if self.patient is None or self._told:
+            return
+        self._told = True
+        try:
+            note = Look(self.index(), self.name).waited()
+        except PimemError:  # (a read-only memory with no index: the question says so)
+            return
+        if note is not None:
+            self.patient(note)
 
     def _index_askable(self) -> bool:
         """For a ``hurried`` reader: whether the tool-text mask may ask the index (``span_holds``), looked at

@@ -257,6 +257,12 @@ def info(text: str) -> None:
     env.stderr().write(f"{readable(text)}\n")
 
 
+def note(text: str) -> None:
+    """``pimem: TEXT`` on stderr: what a command the user typed is at, as a long catch-up of the search index it
+    waits for (``Memory.patient``)."""
+    info(f"pimem: {text}")
+
+
 def warn(text: str) -> None:
     env.stderr().write(f"pimem: warning: {shortened(one_line(readable(text)))}\n")
 

@@ -128,6 +128,7 @@ def asked(mem, question: Callable, progress: Callable[[int, int], None] | None =
     own catches it up (``index.Look``), and ``mem.hurried`` is told that the messages it lacks were not read."""
     index = mem.index()
     if mem.hurried is None:
+        mem.waits_for_index()
         return index.answer(question, progress)
     look = mem.index_look()
     found = index.guarded(question) if look.far or look.busy else index.answer(question, None, question)
@@ -139,21 +140,15 @@ def asked(mem, question: Callable, progress: Callable[[int, int], None] | None =
 
 
 class _Asking:
-    """How ``search`` asks a memory's index (``asked``), each looked at once (``index.Look``) when the user is
-    to be told of a long catch-up (see ``search`` on ``on_note``)."""
+    """How ``search`` asks a memory's index (``asked``), ``on_note`` told of a long catch-up as the memory's
+    ``patient`` (``Memory.waits_for_index``) unless it has one."""
 
     def __init__(self, on_note: Callable[[str], None] | None):
         self.on_note = on_note
-        self.looked: set[int] = set()
 
     def __call__(self, mem, question: Callable):
-        if self.on_note is not None and mem.hurried is None and id(mem) not in self.looked:
-            self.looked.add(id(mem))
-            look = mem.index_look()
-            if look.far or look.busy:
-                self.on_note(f"the search index of memory '{mem.name}' " + (
-                    f"lacks {look.lag / (1 << 20):,.0f} MiB of its log; catching it up first" if look.far
-                    else "is being caught up by another process; waiting for it"))
+        if self.on_note is not None and mem.patient is None:
+            mem.patient = self.on_note
         return asked(mem, question, stderr_progress(mem.name))
 
 

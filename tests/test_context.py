@@ -313,3 +313,20 @@ def test_a_read_only_memory_without_an_index_gets_its_context_with_its_long_line
     assert capsys.readouterr().err == (
         f"pimem: {mem.path}: this memory has no search index yet and its directory cannot be written (read-only): search "
         "it where it can be written, or run 'pimem reindex' there; lines over long spans are shown as [tool output hidden]\n")
+
+
+def test_a_view_or_zoom_after_the_index_is_lost_says_it_catches_it_up_first(sh, home):
+    """view and zoom, typed by a user, wait for the catch-up the tool-text mask needs (lines over long spans),
+    and said nothing when stderr was a pipe: each says the line search says, once, and shows the line masked."""
+    long_lined_memory(home)
+    said = b"pimem: the search index of memory 'main' lacks 11 MiB of its log; catching it up first\n"
+    shown = sh("view", "main", timeout=300)
+    assert (shown.returncode, shown.stderr) == (0, said)
+    assert f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}" in shown.stdout.decode()
+    assert (sh("view", "main").stderr, sh("zoom", "main", "0+2048").stderr) == (b"", b"")
+    for path in (home / "main").glob("index*.sqlite*"):
+        path.unlink()
+    (home / "main" / "lines.json").unlink()
+    zoomed = sh("zoom", "main", "0+4096", timeout=300)
+    assert (zoomed.returncode, zoomed.stderr) == (0, said), zoomed.stderr
+    assert "swordfish32" not in zoomed.stdout.decode()

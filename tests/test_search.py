@@ -642,3 +642,16 @@ def test_a_search_of_a_lost_index_says_it_catches_it_up_first(home):
     assert found.stderr == b"pimem: the search index of memory 'main' lacks 10 MiB of its log; catching it up first\n"
     found = subprocess.run(pimem_cmd("search", "port 5433", "main"), capture_output=True, env=env, timeout=60)
     assert (found.returncode, found.stderr) == (0, b"")
+
+
+def test_a_recall_of_a_lost_index_says_it_catches_it_up_first(home):
+    """recall, typed by a user, waits for the catch-up of a lost index as search does, and said nothing when
+    stderr was a pipe (an agent's shell): it says the line search says, once."""
+    lost_index_memory(home)
+    env = subprocess_env(PIMEM_HOME=home)
+    found = subprocess.run(pimem_cmd("recall", "main", "port 5433", "--limit", "1"), capture_output=True, env=env, timeout=300)
+    assert found.returncode == 0, found.stderr
+    assert b"5433" in found.stdout
+    assert found.stderr == b"pimem: the search index of memory 'main' lacks 10 MiB of its log; catching it up first\n"
+    found = subprocess.run(pimem_cmd("recall", "main", "port 5433", "--limit", "1"), capture_output=True, env=env, timeout=60)
+    assert (found.returncode, found.stderr) == (0, b"")

@@ -66,6 +66,7 @@ def command(
     )
     naming.searched_in(name, query or [], home, "recall")
     mem = Memory.open(name, home)
+    mem.patient = output.note  # (a long catch-up of the search index: waited for, said first)
     request.check()
     found = recall.find(mem, request)
     output.line(recall.render(mem, request, found))

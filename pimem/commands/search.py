@@ -64,7 +64,7 @@ def command(
             limit=limit,
             offset=offset,
             unread=unread,
-            on_note=lambda note: output.info(f"pimem: {note}"),  # (a long catch-up: waited for, said first)
+            on_note=output.note,  # (a long catch-up: waited for, said first)
         )
     finally:
         for mem in memories:

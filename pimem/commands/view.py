@@ -37,6 +37,7 @@ def command(
     if wait is not None and wait < 0:
         raise BadInput("--wait takes a number of seconds ≥ 0")
     mem = Memory.open(naming.given(name), home)
+    mem.patient = output.note  # (a long catch-up of the search index: waited for, said first)
     views = mem.views.current()
     if wait:
         views = _wait(mem, views, wait, include_tools)

@@ -35,6 +35,7 @@ def command(
     if node is None:
         raise BadInput("give a node ID+N to zoom (a label from 'pimem view')")
     mem = Memory.open(name, home)
+    mem.patient = output.note  # (a long catch-up of the search index: waited for, said first)
     found = mem.zoom(node, include_tools=include_tools)
     if "message" in found:
         msg = found["message"]
