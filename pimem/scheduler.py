@@ -69,7 +69,8 @@ class Scheduler:
     on_event: object = None  # callable(dict) for every built/failed node
     on_progress: object = None  # callable(builders), about ten times a second
     # callable(dict): the ``waiting`` event of the nodes a builder started waiting for, for a retry time an
-    # earlier run recorded (``Builder._deferred``), told once each
+    # earlier run recorded (``Builder._deferred``), told once each; ``build_tree``'s ``held`` too, as it stands
+    # by for another builder's lease (``held``)
     on_wait: object = None
     max_cost: float | None = None  # for the whole run, calls in flight counted at their worst case
     builders: list[Builder] = field(default_factory=list)
@@ -562,7 +563,7 @@ def said_waiting(event: dict) -> str:
 
 
 def held(name: str, record: dict) -> dict:
-    """The ``held`` event ``watch --wait`` emits as it stands by for the live builder of ``record``, the lease of
+    """The ``held`` event ``watch --wait`` (and ``build-tree --wait``) emits as it stands by for the live builder of ``record``, the lease of
     memory ``name``, and again when another holds it or it stops or starts answering (``lease.quiet``: one
     frozen with SIGSTOP keeps its lease for as long as it is stopped); ``heartbeat``: how late its heartbeat is,
     in whole seconds, while it is not answering."""
@@ -575,7 +576,7 @@ def held(name: str, record: dict) -> dict:
 
 
 def said_held(event: dict) -> str:
-    """The line ``watch`` says for a ``held`` event."""
+    """The line ``watch`` and ``build-tree`` say for a ``held`` event."""
     import socket
 
     from .lease import KINDS, not_answering, resume
@@ -608,7 +609,9 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     live watcher or another build holds one (after ``wait`` seconds). ``compactor`` overrides the memories'
     own (``demo`` builds offline). A memory whose log or files fail (damaged behind pimem's back, a full
     disk) is left, the others built, and its exception raised at the end; ``keep_going``: only recorded in
-    the scheduler's ``refused``. ``on_wait``: see ``Scheduler.on_wait``."""
+    the scheduler's ``refused``. ``on_wait``: see ``Scheduler.on_wait``; told too of the ``held`` event (as
+    ``watch --wait`` emits it) as the run stands by for another builder's lease, and again when another holds
+    it or it stops or starts answering."""
     from .lease import Lease
 
     scheduler = Scheduler(on_event=on_event, max_cost=max_cost, on_progress=on_progress, on_wait=on_wait)
@@ -618,7 +621,8 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
     try:
         for mem in mems:
             with scheduler.refusing(mem.name, mem=mem):  # (held by a watcher: the others built, then exit 4)
-                lease = Lease(mem, "build-tree").acquire(wait, stop=scheduler._stop)
+                told = None if on_wait is None else lambda other, name=mem.name: on_wait(held(name, other))
+                lease = Lease(mem, "build-tree").acquire(wait, stop=scheduler._stop, on_wait=told)
                 if lease is None:  # (stopped while waiting for it)
                     break
                 leases.append(lease)

@@ -169,6 +169,25 @@ def test_a_watcher_of_the_home_standing_by_says_for_whom(home, tmp_path):
     assert second.returncode == 0
 
 
+def test_a_build_standing_by_says_for_whom(home):
+    """build-tree --wait S stood by in silence while a watcher held the memory, up to S seconds: it says once
+    whom it stands by for, in watch --wait's words (with --json, the held event too), then exits 4 as before."""
+    configure(home)
+    mem = fill("m", 3)
+    with watching("m") as first:
+        until(lambda: watcher_holds(mem, first))
+        started = lease.holder(mem)["started"]
+        waited = subprocess.run(pimem_cmd("build-tree", "m", "--wait", "1", "--json"), capture_output=True, timeout=60,
+                                env=subprocess_env())
+    assert waited.returncode == 4, waited.stderr
+    said = waited.stderr.decode().splitlines()
+    assert said[0] == f"m: held by a watcher (pid {first.pid}, since {started}); standing by until it lets go", said
+    assert len(said) == 2 and "still after waiting 1 s" in said[1], said
+    assert orjson.loads(waited.stdout.splitlines()[0]) == {
+        "event": "held", "memory": "m", "pid": first.pid, "host": socket.gethostname(), "command": "watch",
+        "started": started, "answering": True, "heartbeat": None}
+
+
 def test_sigkill_mid_build_loses_and_duplicates_nothing(home):
     with FakeLLM("openai", latency=0.15) as server:
         configure(home, server)

@@ -110,10 +110,12 @@ def command(
 
     def waiting(event: dict) -> None:
         """Say once that the run waits for the retry time an earlier run recorded for failed nodes (up to a
-        minute of silence otherwise); with --json too (and the ``waiting`` event, as ``watch`` emits)."""
+        minute of silence otherwise), or stands by for another builder to let go (--wait: up to S seconds of
+        silence otherwise); with --json too (and the ``waiting`` or ``held`` event, as ``watch`` emits)."""
         if json:
             output.json_line(event)
-        (progress.say if progress is not None else output.info)(scheduler.said_waiting(event))
+        said = scheduler.said_held(event) if event["event"] == "held" else scheduler.said_waiting(event)
+        (progress.say if progress is not None else output.info)(said)
 
     started = time.monotonic()
     try:
