@@ -114,6 +114,14 @@ class _Lines:
     def __init__(self, stdin, ids: dict[str, str], pending: _Pending):
         self.stdin, self.ids, self.write = stdin, ids, None  # (write: set once serving)
         self.pending = pending
+        self.reading, self.ended = None, False  # (the read waited for; ``end``)
+
+    def end(self) -> None:
+        """No more lines are read, as if stdin had ended (a signal stopping the server): those read are answered
+        first."""
+        self.ended = True
+        if self.reading is not None and not self.reading.done():
+            self.reading.set_result("")
 
     def __aiter__(self):
         return self
@@ -141,8 +149,10 @@ class _Lines:
         import asyncio
         import threading
 
+        if self.ended:
+            return ""
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done = self.reading = loop.create_future()
 
         def settle(line: str | None, exc: BaseException | None) -> None:
             if done.done():  # (a read the stopping server no longer waits for)
@@ -344,14 +354,15 @@ def build(home: api.Home = None):
             import anyio
             from mcp.server.stdio import stdio_server
 
-            with _wired() as (stdin, stdout), anyio.CancelScope() as scope, _signals_stop(self, scope):
+            with _wired() as (stdin, stdout), anyio.CancelScope() as scope:
                 ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
                 pending = _Pending()
                 lines = _Lines(stdin, ids, pending)
-                async with stdio_server(lines, _Answers(stdout, ids, pending)) as (read_stream, write_stream):
-                    lines.write = write_stream
-                    await self._lowlevel_server.run(read_stream, write_stream,
-                                                    self._lowlevel_server.create_initialization_options())
+                with _signals_stop(self, lines, scope):
+                    async with stdio_server(lines, _Answers(stdout, ids, pending)) as (read_stream, write_stream):
+                        lines.write = write_stream
+                        await self._lowlevel_server.run(read_stream, write_stream,
+                                                        self._lowlevel_server.create_initialization_options())
 
         stop_on_signals = False  # (``serve``'s ``signals``)
         stopped_by: int | None = None  # the signal that stopped it (``_signals_stop``)
@@ -484,11 +495,12 @@ def serve(home: api.Home = None, signals: bool = False) -> None:
 
 
 @contextlib.contextmanager
-def _signals_stop(server, scope):
+def _signals_stop(server, lines, scope):
     """While ``server`` serves with ``stop_on_signals``, SIGINT, SIGTERM and SIGHUP (not one its caller ignored)
-    cancel ``scope``, the first noted in ``server.stopped_by``, with which ``serve`` ends the command once the
-    server has stopped (the boundary's handler raised it wherever the event loop was, in the SDK's code too, which
-    logged it). The handlers as they were after."""
+    stop it: the first, noted in ``server.stopped_by``, ends the client's ``lines`` as stdin's end does (the
+    requests read are answered first: a call in flight was cut off, a memory_propose stored never said), a second
+    cancels ``scope``; ``serve`` then ends the command with the first (the boundary's handler raised it wherever
+    the event loop was, in the SDK's code too, which logged it). The handlers as they were after."""
     import asyncio
     import signal
     import threading
@@ -504,7 +516,9 @@ def _signals_stop(server, scope):
     def stop(signum: int) -> None:
         if server.stopped_by is None:
             server.stopped_by = signum
-        scope.cancel()
+            lines.end()
+        else:
+            scope.cancel()
 
     for sig, _ in saved:
         loop.add_signal_handler(sig, stop, sig)

@@ -923,3 +923,55 @@ def test_the_server_stops_on_a_signal_while_its_client_keeps_stdin_open(home, si
             proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
+
+
+SERVED_WITH_A_GATED_SEARCH = """
+import sys, time
+from pathlib import Path
+from pimem import api
+
+searched, gate = api.search, Path(sys.argv[1])
+
+def gated(*args, **kwargs):
+    sys.stderr.write("searching\\n")
+    sys.stderr.flush()
+    while not gate.exists():
+        time.sleep(0.01)
+    return searched(*args, **kwargs)
+
+api.search = gated
+sys.argv = ["pimem", "mcp"]
+from pimem.__main__ import main
+main()
+"""
+
+
+def test_a_request_in_flight_when_sigterm_arrives_is_answered_before_the_server_exits(home, tmp_path):
+    """A client stopping its server (SIGTERM) as a call ran: the call ran to its end, its answer was dropped (a
+    memory_propose stored never said) and the server exited 143. The first signal ends the client's lines as
+    stdin's end does (the requests read are answered), then the server exits 143."""
+    import signal
+    import subprocess
+
+    gate = tmp_path / "gate"
+    proc = subprocess.Popen([sys.executable, "-c", SERVED_WITH_A_GATED_SEARCH, str(gate)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env(PIMEM_HOME=home))
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "x"}}}
+        proc.stdin.write(b"".join(json.dumps(message).encode() + b"\n" for message in (
+            init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call)))
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        assert proc.stderr.readline() == b"searching\n"  # (the call is in flight)
+        proc.send_signal(signal.SIGTERM)
+        gate.touch()
+        out, err = proc.communicate(timeout=60)  # (stdin still open: the signal ends the server)
+        assert [json.loads(line)["id"] for line in out.splitlines()] == [2], (out, err)
+        assert "hits" in json.loads(out)["result"]["structuredContent"]
+        assert proc.returncode == 143 and err == b"pimem: interrupted\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
