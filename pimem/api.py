@@ -308,12 +308,13 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     totals; ``first`` is the position of the first line returned. Tool calls and results in the lines are
     replaced by a marker unless ``include_tools``. ``message``, ``since``, ``view`` and ``zoom`` do not wait for
     a long catch-up of the search index, which the tool-text mask asks about lines over long spans: such a line
-    is hidden whole meanwhile, and ``notes`` says why (``Memory.hurried``)."""
+    is hidden whole meanwhile, and ``notes`` says why (``Memory.hurried``; not with ``include_tools``, which
+    shows no line hidden)."""
     from .view import render_line
 
     _bounded(lines, "lines", 10_000)
     notes: list[str] = []
-    with _hurried(name, home, notes) as mem:
+    with _hurried(name, home, [] if include_tools else notes) as mem:
         v = mem.views.current(create=False)
         rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)

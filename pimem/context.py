@@ -41,10 +41,11 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
     up to ``wait`` seconds (default: ``context_wait`` in config.json, 8). Tool traffic in the view only with
     ``include_tools`` (see ``privacy``). A turn does not wait for a long catch-up of the search index, which
     the tool-text mask asks about lines over long spans (``Memory.span_holds``): ``on_note`` (default: a line
-    on stderr) is told why such lines are hidden meanwhile."""
+    on stderr) is told why such lines are hidden meanwhile (with ``include_tools`` none is: nothing is said)."""
     wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait, include_tools)
     now = env.now()
-    hurried, mem.hurried = mem.hurried, on_note or _warn
+    # (with tools, the lines masked are worked out only to be kept in lines.json: none is shown hidden)
+    hurried, mem.hurried = mem.hurried, _unsaid if include_tools else on_note or _warn
     try:
         view = view_text(mem, include_tools)
     finally:
@@ -59,6 +60,10 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
 
 def _warn(note: str) -> None:
     env.stderr().write(f"pimem: {note}\n")
+
+
+def _unsaid(_note: str) -> None:
+    pass
 
 
 def render(p: dict) -> str:

@@ -330,3 +330,13 @@ def test_a_view_or_zoom_after_the_index_is_lost_says_it_catches_it_up_first(sh, 
     zoomed = sh("zoom", "main", "0+4096", timeout=300)
     assert (zoomed.returncode, zoomed.stderr) == (0, said), zoomed.stderr
     assert "swordfish32" not in zoomed.stdout.decode()
+
+
+def test_a_turn_with_tools_after_the_index_is_lost_shows_its_long_lines_and_says_nothing_of_them_hidden(sh, home):
+    """--include-tools after a big memory's index was lost: the line over a long span was shown whole with its
+    tool output, as asked, while stderr said such lines were shown as [tool output hidden]. It says nothing."""
+    long_lined_memory(home)
+    turn = sh("context", "main", "--cwd", "/w", "--include-tools")
+    assert turn.returncode == 0, turn.stderr
+    assert view_of(turn.stdout.decode()).splitlines()[0] == f"0+2048|user: ports; the file says {SECRET}; user: {SAID}"
+    assert turn.stderr == b""
