@@ -892,6 +892,17 @@ def test_the_view_after_the_index_is_lost_hides_its_long_lines_at_once_and_says_
     assert "notes" not in view["structuredContent"]
 
 
+def test_the_view_with_tools_after_the_index_is_lost_says_nothing_of_lines_hidden(home):
+    """include_tools after a big memory's index was lost: the line over a long span was shown whole with its tool
+    output, as asked, while ``notes`` said such lines were shown as [tool output hidden]. It says nothing."""
+    from test_context import SAID, SECRET, long_lined_memory
+
+    long_lined_memory(home)
+    _, [view] = call_all(home, [("view", {"name": "main", "include_tools": True})])
+    assert view["structuredContent"]["lines"][0] == f"0+2048|user: ports; the file says {SECRET}; user: {SAID}"
+    assert "notes" not in view["structuredContent"]
+
+
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
 def test_the_server_stops_on_a_signal_while_its_client_keeps_stdin_open(home, signame, code):
     """SIGTERM (a client stopping its server), Ctrl-C or SIGHUP said 'pimem: interrupted' and left the server
