@@ -45,11 +45,8 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
     wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait, include_tools)
     now = env.now()
     # (with tools, the lines masked are worked out only to be kept in lines.json: none is shown hidden)
-    hurried, mem.hurried = mem.hurried, _unsaid if include_tools else on_note or _warn
-    try:
+    with mem.hurrying(_unsaid if include_tools else on_note or _warn):
         view = view_text(mem, include_tools)
-    finally:
-        mem.hurried = hurried
     return {
         "view": view,
         "memories": memory_block(mem, session),

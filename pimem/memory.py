@@ -613,6 +613,17 @@ class Memory:
 
         return holds
 
+    @contextlib.contextmanager
+    def hurrying(self, note: Callable[[str], None] | None):
+        """Within it the reader is ``hurried`` with ``note`` (None: not hurried), the index looked at afresh: a
+        program that keeps a memory open asks each turn how far it is behind, not once for all turns."""
+        saved = self.hurried, self._look, self._unasked
+        self.hurried, self._look, self._unasked = note, None, False
+        try:
+            yield self
+        finally:
+            self.hurried, self._look, self._unasked = saved
+
     def index_look(self):
         """How far the index is behind the log (``index.Look``), looked at once, for a ``hurried`` reader."""
         from .index import Look

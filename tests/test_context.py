@@ -340,3 +340,24 @@ def test_a_turn_with_tools_after_the_index_is_lost_shows_its_long_lines_and_says
     assert turn.returncode == 0, turn.stderr
     assert view_of(turn.stdout.decode()).splitlines()[0] == f"0+2048|user: ports; the file says {SECRET}; user: {SAID}"
     assert turn.stderr == b""
+
+
+def test_a_program_asking_one_memory_for_its_context_each_turn_shows_the_long_lines_again_once_the_index_is_back(home):
+    """A Python program that keeps one Memory open and asks ``context.parts`` each turn: once a turn had found
+    the index far behind, every later turn on that Memory hid the lines over long spans whole, the index caught
+    up or not (what it had looked at was kept). Each turn looks afresh."""
+    from pimem import context
+
+    mem = long_lined_memory(home)
+    notes: list[str] = []
+    with Memory.open("main", home) as kept:
+        first = context.parts(kept, on_note=notes.append)["view"].splitlines()
+        assert first[0] == "0+2048|[tool output hidden]" and len(notes) == 1
+        with Memory.open("main", home) as other:
+            while other.index().catch_up():
+                pass
+        later = context.parts(kept, on_note=notes.append)["view"].splitlines()
+        assert later[0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}" and len(notes) == 1
+    from test_hook import catching_up, gone
+
+    gone(catching_up(mem.path))
