@@ -243,7 +243,8 @@ def test_a_signal_while_build_tree_and_watch_wait_for_a_lease_stops_them_as_whil
         wait_for(lambda: lease.holder(Memory.open("m")) is not None)
         said = b"pimem: interrupted: no node pending (0 written in this run)\n"  # (not "0 nodes …; the next run builds the rest")
         held = re.compile(rb"m: held by a watcher \(pid %d, since [^)]+\); standing by until it lets go\n" % holder.pid)
-        for args, status, said in ((["build-tree", "m", "--wait", "60"], code, re.escape(said)), (["watch", "m", "--wait"], 0, held.pattern)):
+        for args, status, said in ((["build-tree", "m", "--wait", "60"], code, held.pattern + re.escape(said)),
+                                   (["watch", "m", "--wait"], 0, held.pattern)):
             proc = start(*args)
             time.sleep(1.5)  # (waiting for the watcher to let go)
             proc.send_signal(sig)
