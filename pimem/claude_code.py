@@ -49,6 +49,12 @@ NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with
 PAYLOAD_WAIT = 1.0  # seconds the payload is waited for at least, even past the hook's own --timeout
 SETTLE = 0.05  # seconds of quiet after a whole JSON object that end the payload (a stdin left open)
 ANSWER_CAPTURE = 1.0  # seconds capture may take, lock wait included, on the events the user waits for
+CAPTURE_SHARE = 3 / 4  # of the time left, the part a transcript's reading may take on the events no one waits for (the
+# importers' 1/5 leaves the rest for indexing what was read, which a capture leaves to a process of its own) ...
+CAPTURE_SPAN = 2 / 3  # ... within this part of the time left for reading at all: however many transcripts are read
+# one after the other, the last third is left for logging the last batch read, saving the position and starting
+# the index's catch-up, on a loaded machine too (a SessionEnd of 10 s reads its first transcript for about 5 s, its
+# transcript and three sub-agents' with a backlog each end at 7.3 s, 8.3 with the span at 3/4, 10.4 with none)
 TAIL_BYTES = 16 * 1024 * 1024  # of a transcript's end, the most read for what the agent has in context (no context
 # window holds more)
 
@@ -228,13 +234,16 @@ class Hook:
         for (the answer is ready by now), for ``ANSWER_CAPTURE`` at most: the next event reads on from where
         this one stopped, so a busy memory or a long transcript delays the capture, not the prompt."""
         from .importers import run
-        from .importers.job import INDEX_MIN
+        from .importers.job import INDEX_MIN, READ_SHARE
 
         warnings: list[str] = []
-        deadline = min(self.deadline, time.monotonic() + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
-        left = max(0.1, deadline - time.monotonic())
+        now = time.monotonic()
+        deadline = min(self.deadline, now + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
+        left = max(0.1, deadline - now)
+        share, reading = (READ_SHARE, deadline) if self.event in ANSWERS else (CAPTURE_SHARE, now + max(0.0, deadline - now) * CAPTURE_SPAN)
         try:  # (the index left to a process of its own: indexing a backlog here would take the event's time)
-            reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=deadline, index=False)
+            reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=reading, index=False,
+                          read_share=share)
         except Busy:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return

@@ -15,6 +15,7 @@ from conftest import pimem_cmd, snapshot, subprocess_env
 from pimem import Memory
 from pimem import terms
 from pimem.claude_code import merge, relevant
+from pimem.importers.job import READ_SHARE
 
 CWD = "/home/dev/api"
 
@@ -1552,3 +1553,33 @@ def test_the_catch_up_process_finds_the_standard_library_before_what_sits_beside
         assert time.monotonic() - started < 60, "the catch-up process never caught the index up"
         time.sleep(0.05)
     gone(catching_up(memory))
+
+
+def test_a_session_end_with_a_backlog_reads_for_more_of_its_time_than_an_importer_leaves_it(home, tmp_path):
+    """A capture no longer indexes what it logged (a process of its own does), yet a SessionEnd read a transcript for
+    the importers' fifth of its time (the rest was for indexing): 2.5 s of its 10 with a backlog of 150 MB, so a
+    backlog took many events to log. It reads for three quarters of two thirds of its time, half of it: 2.5 times
+    as many lines as the same hook with the importers' share, on a clock of the reader's own that ticks 0.2 ms a
+    line (so that the count is the share's, not the machine's load); on the real clock, within its time (no 'out of
+    time after' from the watchdog), exit 0."""
+    transcript = tmp_path / "t.jsonl"
+    words = " ".join(f"word{k}" for k in range(40))
+    grow(transcript, *[line("s1", "user" if k % 2 == 0 else "assistant", f"u{k}", f"{k} {words}", k % 500) for k in range(60_000)])
+    end = payload("SessionEnd", "s1", transcript, reason="exit")
+    cut = "pimem: out of time; the next event imports the rest of the transcript"  # (read cut short, not by the watchdog)
+    ticking = ("import itertools, time, types, pimem.importers.job as j; start, ticks = time.monotonic(), itertools.count(); "
+               "j.time = types.SimpleNamespace(monotonic=lambda: start + next(ticks) * 0.0002); ")
+    logged = {}
+    for name, patch in (("importers", ticking + f"import pimem.claude_code as c; c.CAPTURE_SHARE, c.CAPTURE_SPAN = {READ_SHARE!r}, 1.0; "),
+                        ("hook", ticking), ("real", "")):
+        proc = subprocess.run([sys.executable, "-c", f"import runpy, sys; {patch}sys.argv = ['pimem', 'hook', 'claude-code', "
+                               f"'--name', '{name}']; runpy.run_module('pimem', run_name='__main__')"],
+                              input=end, capture_output=True, timeout=60, env=subprocess_env())
+        said = (json.loads(proc.stdout) if proc.stdout else None, proc.stderr.decode())
+        assert proc.returncode == 0 and said in ((None, ""), ({"systemMessage": cut}, cut + "\n")), said
+        if name != "real":
+            assert said[1] == cut + "\n"
+        logged[name] = len(texts(name))
+        for pid in catching_up(home / name):  # (its index: not this test's matter)
+            os.kill(pid, 9)
+    assert 0 < logged["real"] and 9_000 < logged["importers"] < 11_000 and 2 * logged["importers"] < logged["hook"] < 27_000, logged

@@ -41,7 +41,7 @@ ANCHOR_BYTES = 64 * 1024  # the bytes before a saved position that must be uncha
 NUL_SHOWN = "\u2400"  # ␀: a NUL in an imported text is logged as this, the message kept (the log holds no NUL)
 READ_SHARE = 1 / 5  # of the time left to a deadline, the part a file's reading may take: logging and indexing
 # what was read take up to four times as long (Claude Code's lines: 0.2 s of reading, then 0.2 of logging and 0.5
-# of indexing)
+# of indexing); a caller that leaves the index to its next reader may give a larger ``read_share``
 
 
 @dataclass
@@ -78,6 +78,7 @@ def run(
     deadline: float | None = None,
     open_file: Callable[[Source], BinaryIO] | None = None,
     index: bool = True,
+    read_share: float = READ_SHARE,
 ) -> list[FileReport]:
     """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
     ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
@@ -88,11 +89,12 @@ def run(
 
     For callers that import again and again (a hook, a follower): ``state`` is the memory's ``ImportState``
     to reuse (its keys are read once, then only what others logged since); with a ``deadline`` (a
-    ``time.monotonic()`` value) each file is read for ``READ_SHARE`` of the time left (one line at least),
+    ``time.monotonic()`` value) each file is read for ``read_share`` of the time left (one line at least),
     what was read logged and its position recorded, so the next import reads on from there;
     ``open_file(source)`` opens a source instead of its path (a follower hands in the file it holds open, so a
     file rotated away is read to its end); ``index=False`` leaves the search index to its next reader however
-    much is logged (a hook, whose time is bounded, starts its catch-up in a process of its own)."""
+    much is logged (a hook, whose time is bounded, starts its catch-up in a process of its own), so a larger
+    ``read_share`` fits in the same time."""
     from .. import projects
 
     mem.pin()
@@ -113,7 +115,7 @@ def run(
         try:
             for source in sources:
                 step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-                job = _File(mem, state, source, on_warning, step, timeout, logged, deadline)
+                job = _File(mem, state, source, on_warning, step, timeout, logged, deadline, read_share)
                 with (open_file or _open)(source) as f:
                     reports.append(job.run(f))
                 done += source.size
@@ -189,7 +191,7 @@ class _Indexer:
 class _File:
     """One source file's import: read, parse, check, and log in batches."""
 
-    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None):
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None, read_share=READ_SHARE):
         self.mem, self.state, self.source = mem, state, source
         self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
         self.file = source.shown  # (open() alone is given the path as the system spells it)
@@ -203,6 +205,7 @@ class _File:
         self.parser = None
         self.resumed: tuple[int, int] | None = None  # (offset, line) read on from, as an earlier import recorded them
         self.deadline: float | None = deadline
+        self.read_share = read_share
         self.capped = False  # a message or line over the cap was skipped: said in the position, so that a
         # later import with a larger cap reads the file again from the start (the keys drop what is logged)
         self.limits: list = []  # [line, cap for one line] from which each read of the file with another cap began
@@ -221,7 +224,7 @@ class _File:
         self.report.unchanged = offset == self.source.size and offset > 0
         reported = offset
         now = time.monotonic()
-        stop = None if self.deadline is None else now + max(0.0, self.deadline - now) * READ_SHARE
+        stop = None if self.deadline is None else now + max(0.0, self.deadline - now) * self.read_share
         for raw in bounded_lines(f, limit):
             line_no += 1
             if type(raw) is int:  # a line over the cap, read past without holding it
