@@ -481,10 +481,11 @@ def serve(home: api.Home = None, signals: bool = False) -> None:
     """Serve over stdio until the client hangs up; a home no command can use (a file) is refused first.
     ``signals`` (``pimem mcp``): SIGINT, SIGTERM and SIGHUP stop it too, and then end the command as the boundary
     ends one (one line, 130, 143 or 129); without, a Python program's own handlers are left as they are."""
-    from . import env, viewfile
+    from . import env, stopping, viewfile
 
     env.home(home)
-    server = build(home)
+    with stopping.deferring() if signals else contextlib.nullcontext():  # (the SDK loads: see stopping.deferring)
+        server = build(home)
     server.stop_on_signals = signals
     with viewfile.readers_writing_nothing():
         server.run()

@@ -69,6 +69,29 @@ def take_deferred() -> int | None:
 
 
 @contextlib.contextmanager
+def deferring():
+    """SIGINT, SIGTERM and SIGHUP only noted while code loads that a signal must not stop midway, the first then
+    taken by the handler the command had (as ``defer`` does while pimem starts): ``pimem mcp`` loading the MCP SDK
+    after the boundary took the signals, where pydantic's Rust core turned one while it built a model into its
+    own error (a traceback). One the caller ignored stays ignored (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from .boundary import stoppers
+
+    came: list[int] = []
+    saved = [(sig, signal.signal(sig, lambda signum, _frame: came.append(signum)))
+             for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)]
+    try:
+        yield
+    finally:
+        for sig, handler in saved:
+            signal.signal(sig, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
+@contextlib.contextmanager
 def armed():
     """SIGINT, SIGTERM and SIGHUP raise ``Interrupted`` while this lasts (only the main thread can take
     signals)."""

@@ -440,6 +440,29 @@ def test_a_signal_while_the_cli_loads_a_command_is_noted_without_pimem_main_too(
     assert (out.returncode, out.stdout, out.stderr) == (143, b"", b"pimem: interrupted\n")
 
 
+# SIGNAL_AT, saying on stderr as pimem exits which of the MCP SDK's modules pimem mcp loads were loaded whole
+SIGNAL_AT_SAYING_LOADED = SIGNAL_AT.replace("sys.exit(main())", """import atexit
+atexit.register(lambda: sys.stderr.write(" ".join(m for m in ("pimem.mcp_server", "mcp.server.mcpserver") if m in sys.modules) + "\\n"))
+sys.exit(main())""")
+
+
+@pytest.mark.parametrize("module, sig, loaded", [
+    ("pydantic_core", signal.SIGINT, b"pimem.mcp_server"),  # pimem.mcp_server imports pydantic
+    ("pydantic_core", signal.SIGTERM, b"pimem.mcp_server"),
+    ("mcp.types", signal.SIGINT, b"pimem.mcp_server mcp.server.mcpserver"),  # the server is being built
+    ("mcp.types", signal.SIGTERM, b"pimem.mcp_server mcp.server.mcpserver"),
+])
+def test_a_signal_while_pimem_mcp_loads_the_sdk_is_taken_once_it_is_loaded(home, module, sig, loaded):
+    """pimem mcp loads the MCP SDK (and pydantic, whose core is Rust) once the boundary took the signals: one there
+    stopped it midway, and a signal while pydantic's Rust core built a model became its own error (a SchemaError
+    traceback, exit 1), or exit -2 after the line. It is noted while the SDK loads and the server is built, and
+    taken once what it loads is loaded: one line, 130 or 143."""
+    out = subprocess.run([sys.executable, "-c", SIGNAL_AT_SAYING_LOADED, module, str(int(sig)), "mcp"],
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=subprocess_env())
+    assert (out.returncode, out.stdout, out.stderr) == (
+        128 + sig, b"", b"pimem: interrupted\n" + loaded + b"\n")
+
+
 # the installed script's two lines, with a byte written to ``fd`` between them: pimem's package is imported, main runs
 READY_THEN_MAIN = """import os, sys
 from pimem.__main__ import main

@@ -15,6 +15,8 @@ def command(home: Home = None) -> None:
       pimem mcp
       pimem mcp --home ~/.pi/memory
     """
-    from .. import mcp_server
+    from .. import stopping
 
+    with stopping.deferring():  # (pydantic, whose core is Rust: see stopping.deferring)
+        from .. import mcp_server
     mcp_server.serve(home, signals=True)
