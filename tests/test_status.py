@@ -3,11 +3,15 @@ the reader's time zone; a daily cap no call fits; a builder killed holding the m
 
 from __future__ import annotations
 
+import shutil
 import signal
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import orjson
+import pytest
 
 from bench.llm_server import FakeLLM
 from pimem import lease
@@ -289,12 +293,21 @@ def test_status_says_a_stopped_builder_is_not_answering_not_gone(home, sh):
     assert watcher.returncode == 0
 
 
-def test_a_providers_error_quoting_its_input_is_recorded_and_said_without_the_tool_output_or_secrets(home, sh, tmp_path):
+@pytest.fixture
+def short_dir():
+    """A directory whose path is as long every run (``/tmp/pmXXXXXXXX``): an error is said cut to its first bytes,
+    a command's path among them, and ``tmp_path``'s ``pytest-N`` grows a digit now and then."""
+    path = Path(tempfile.mkdtemp(prefix="pm", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_providers_error_quoting_its_input_is_recorded_and_said_without_the_tool_output_or_secrets(home, sh, short_dir):
     """A model command fails saying what it was sent: the line of a tool result it was asked to summarise,
     and a key. ``build-tree`` (stderr and its JSON ``failed`` event, as a watcher's), ``status`` and
     ``compactor.json`` say the error with the result's words masked as in a summary of its span, and the key
     redacted as in a request; the user's words, which are no tool output, stay (before, all was said verbatim)."""
-    failing = tmp_path / "failing.sh"
+    failing = short_dir / "failing.sh"
     failing.write_text("in=$(cat); echo \"model error (asked by hello there my friend): could not summarise: "
                        "$(grep -o 'deploy phrase[^\\\\]*' <<<\"$in\" | head -1) (key sk-proj-4f9Ka8Qz2LmXv7Rt1YwB3nHc)\" >&2; exit 1\n")
     assert sh("append", "m", "hello there my friend").returncode == 0
