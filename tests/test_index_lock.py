@@ -109,13 +109,22 @@ def test_readers_asking_while_a_catch_up_process_starts_start_no_other(home):
     """The process ``catch_up_in_background`` starts was handed ``index.lock`` and let it go before its own
     catch-up took it again (as it connected to the index: tens of milliseconds), so readers asking then (MCP
     calls, a prompt and a turn's context) each started one more (3 in the first 0.12 s of asking every 2 ms).
-    While the first lives, none is started."""
+    While the first lives, none is started. The first is kept alive through the asking by holding the index's
+    files' write locks (its catch-up waits for them, holding ``index.lock``): one that ended as it was asked
+    (a fast machine indexes these 12 MiB within the second) let a second start, rightly, and failed the test."""
     import os
     import signal
+    import sqlite3
     import time
 
     mem = Memory.at("m", home)
+    mem.append([{"kind": "user", "text": "first"}])
+    mem.index().catch_up()  # (the index's files, to hold)
+    mem.close()
     mem.append([{"kind": "user", "text": f"note {n} " + "word " * 60} for n in range(40_000)])  # (12 MiB)
+    holding = [sqlite3.connect(mem.path / name, isolation_level=None) for name in (index.FILENAME, index.SHARD_FILENAME)]
+    for db in holding:
+        db.execute("BEGIN IMMEDIATE")
 
     def children() -> list[str]:
         found = []
@@ -138,11 +147,12 @@ def test_readers_asking_while_a_catch_up_process_starts_start_no_other(home):
         while time.monotonic() - asked < 1.0:
             index.catch_up_in_background(mem.path)
             started += [pid for pid in children() if pid not in before and pid not in started]
-            if started and not alive(started[0]):
-                break  # (done already: another may be started now)
             time.sleep(0.002)
         assert len(started) == 1, started
+        assert alive(started[0])  # (still waiting for the index's files: the asking was all while it lived)
     finally:
+        for db in holding:
+            db.close()
         for pid in started:
             try:
                 os.kill(int(pid), signal.SIGKILL)
