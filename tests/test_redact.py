@@ -271,6 +271,8 @@ STILL_SECRETS = [
     "password: 2016-09-08T21:47:36Zx9",
     # (letters after a number that are no unit's)
     "password: 1234abcd", "password: 12ab", "password: 1234msx", "token: 1234kbz9",
+    # (a number with a leading zero, or a decade, before what reads as a unit)
+    "password: 00338d", "password: 0042s", "password: 1960s", "secret: 2010s",
 ]
 
 

@@ -831,8 +831,9 @@ def _short_secret(m: re.Match, word: str) -> bool:
 
 _COUNT = re.compile(r"\d+[,;.]?")  # (PASS: 42, FAIL: 0)
 # a number and its unit, a time's, a size's, a length's, a weight's, a rate's or a share's, or an ordinal (password:
-# 1234ms, a step's time; 4KB, 1.5s, 100%, 50mm, 2.4GHz, 20th): no secret
-_MEASURE = re.compile(r"\d+(?:\.\d+)?(?:[nuµm]?s|secs?|mins?|m|h|hrs?|d|[kKMGT]i?B|px|%|[cmk]m|k?g|mg|lbs?|oz|[kMG]?Hz"
+# 1234ms, a step's time; 4KB, 1.5s, 100%, 50mm, 2.4GHz, 20th): no secret; a number with a leading zero (00338d) or a
+# decade (1960s) is none
+_MEASURE = re.compile(r"(?!0\d|1[89]\d0s|20\d0s)\d+(?:\.\d+)?(?:[nuµm]?s|secs?|mins?|m|h|hrs?|d|[kKMGT]i?B|px|%|[cmk]m|k?g|mg|lbs?|oz|[kMG]?Hz"
                       r"|[kM]?W|x|fps|rpm|(?<=1)st|(?<=2)nd|(?<=3)rd|th)[,;.]?")
 _BACKTICKED = re.compile(r"`[^`\s/$]+`")  # (a word in backticks: markdown's, no command: PASSWORD=`abc`)
 _TYPED = re.compile(_TYPE)  # (a type's code: password: string | undefined)
