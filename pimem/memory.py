@@ -118,6 +118,16 @@ def _reading(method):
     return read
 
 
+class _Hurry:
+    """A hurried reader's state (``Memory.hurried``): what takes its note, the index as first looked at
+    (``index.Look``), and whether the index is not asked any more."""
+
+    __slots__ = ("note", "look", "unasked")
+
+    def __init__(self, note: Callable[[str], None] | None):
+        self.note, self.look, self.unasked = note, None, False
+
+
 class _Checked(dict):
     """A message (or a meta's object) ``prepare`` checked: read-only, as its batch is logged as it was checked."""
 
@@ -160,9 +170,8 @@ class Memory:
         self._flat: dict[tuple, tuple[str, ...]] = {}  # a logged message's texts as the mask compares them
         # a reader that may not wait for a long catch-up of the index (a turn's context): what takes the note saying
         # why the tool-text mask did not ask it (``span_holds``); None: the index is caught up whatever it takes
-        self.hurried: Callable[[str], None] | None = None
-        self._look = None  # (hurried: the index as first looked at, ``index.Look``)
-        self._unasked = False  # (hurried: the index is not asked any more)
+        self._hurry = _Hurry(None)  # (``hurried``, as every thread sees it but one ``hurrying``)
+        self._hurrying = threading.local()  # (a thread's own within ``hurrying``: ``state``)
         # told once what a reader that waits for the index's catch-up waits for, when that is long (a command the
         # user typed: a line on stderr; ``waits_for_index``)
         self.patient: Callable[[str], None] | None = None
@@ -613,24 +622,37 @@ class Memory:
 
         return holds
 
+    def _hurried_state(self) -> "_Hurry":
+        return getattr(self._hurrying, "state", None) or self._hurry
+
+    @property
+    def hurried(self) -> Callable[[str], None] | None:
+        return self._hurried_state().note
+
+    @hurried.setter
+    def hurried(self, note: Callable[[str], None] | None) -> None:
+        self._hurry = _Hurry(note)
+
     @contextlib.contextmanager
     def hurrying(self, note: Callable[[str], None] | None):
         """Within it the reader is ``hurried`` with ``note`` (None: not hurried), the index looked at afresh: a
-        program that keeps a memory open asks each turn how far it is behind, not once for all turns."""
-        saved = self.hurried, self._look, self._unasked
-        self.hurried, self._look, self._unasked = note, None, False
+        program that keeps a memory open asks each turn how far it is behind, not once for all turns. In this
+        thread only: another sharing the memory meanwhile is as it was."""
+        saved = getattr(self._hurrying, "state", None)
+        self._hurrying.state = _Hurry(note)
         try:
             yield self
         finally:
-            self.hurried, self._look, self._unasked = saved
+            self._hurrying.state = saved
 
     def index_look(self):
         """How far the index is behind the log (``index.Look``), looked at once, for a ``hurried`` reader."""
         from .index import Look
 
-        if self._look is None:
-            self._look = Look(self.index(), self.name)
-        return self._look
+        state = self._hurried_state()
+        if state.look is None:
+            state.look = Look(self.index(), self.name)
+        return state.look
 
     def waits_for_index(self) -> None:
         """Before the index is caught up for a reader that waits for it (not ``hurried``): ``patient``, when set,
@@ -651,7 +673,8 @@ class Memory:
     def _index_askable(self) -> bool:
         """For a ``hurried`` reader: whether the tool-text mask may ask the index (``span_holds``), looked at
         (``index_look``) before the first question, and again after each (one found damaged is deleted)."""
-        if not self._unasked:
+        state = self._hurried_state()
+        if not state.unasked:
             try:
                 look = self.index_look()
             except PimemError as exc:  # (a read-only memory with no index)
@@ -662,11 +685,12 @@ class Memory:
             elif look.busy:
                 self._leave_index(f"the search index of memory '{self.name}' is being caught up by another process, so "
                                   f"{MASK_MEANWHILE}")
-        return not self._unasked
+        return not state.unasked
 
     def _leave_index(self, why: str) -> None:
-        self._unasked = True
-        self.hurried(why)
+        state = self._hurried_state()
+        state.unasked = True
+        state.note(why)
 
     def close(self) -> None:
         """Close the database connections, files and mappings held for derived state (reopened on next use)."""

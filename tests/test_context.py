@@ -361,3 +361,36 @@ def test_a_program_asking_one_memory_for_its_context_each_turn_shows_the_long_li
     from test_hook import catching_up, gone
 
     gone(catching_up(mem.path))
+
+
+def test_a_thread_sharing_the_memory_while_another_takes_its_turn_is_not_hurried_by_it(home):
+    """One ``Memory`` may be shared by threads. ``context.parts`` made the whole object hurried while it ran,
+    so another thread reading the view meanwhile found the index 'far behind' for it too: its long line hidden
+    whole and its note told to the other thread's turn. Hurrying is the turn's thread's own."""
+    import threading
+
+    from pimem import context
+
+    long_lined_memory(home)
+    turn_notes: list[str] = []
+    in_turn, reader_done = threading.Event(), threading.Event()
+    read: list = []
+
+    def on_note(note: str) -> None:  # (the turn, hurried, holds here while the other thread reads)
+        turn_notes.append(note)
+        in_turn.set()
+        reader_done.wait(300)
+
+    with Memory.open("main", home) as shared:
+        turn = threading.Thread(target=lambda: read.append(("turn", context.parts(shared, on_note=on_note)["view"])))
+        turn.start()
+        try:
+            assert in_turn.wait(60)
+            assert shared.hurried is None
+            read.append(("reader", context.view_text(shared)))
+        finally:
+            reader_done.set()
+            turn.join(300)
+    shown = dict(read)
+    assert shown["reader"].splitlines()[0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
+    assert shown["turn"].splitlines()[0] == "0+2048|[tool output hidden]" and len(turn_notes) == 1
