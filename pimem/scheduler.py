@@ -724,6 +724,17 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
     explicit = Memory.named(names, home)
     refused_at = scheduler.on_settings  # memory refused on its settings -> those files as they were then
     holders: dict[str, dict] = {}  # memory name -> the lease record of the builder that held it at the last try
+    told_held: dict[str, tuple] = {}  # memory name -> whom it was held by and whether that one answered, as said
+
+    def tell_held() -> None:
+        """Standing by (``wait``) for memories a scan found held: whom each is held by, said once, and again
+        when another holds it or it stops or starts answering (as ``Lease.acquire`` tells of a named one)."""
+        for name in told_held.keys() - holders.keys():
+            del told_held[name]
+        for name, record in holders.items():
+            if told_held.get(name) != (whom := (record.get("token"), lease.quiet(record) is None)):
+                told_held[name] = whom
+                scheduler.emit(held(name, record))
 
     @contextlib.contextmanager
     def on_settings(mem):
@@ -844,6 +855,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
                     old.release()  # (lost or moved: let go of already; its directory closed)
                 with scheduler.refusing(mem.name, mem=mem):
                     take(mem, block=False)
+        if wait:
+            tell_held()
         if not explicit:
             lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
 
@@ -867,8 +880,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             if mems and not watched and not wait and not following and not scheduler.refused:
                 raise Busy(f"every memory is already being built: {_held_by(holders)}; use --wait to stand by")
             if wait:  # (standing by for them: said, as for a named one)
-                for name, record in holders.items():
-                    scheduler.emit(held(name, record))
+                tell_held()
             last_scan[0] = time.monotonic()
             lease.beat_watcher(env.home(home), token, scanned, scheduler.refused)
         scheduler.run(between=look_for_memories)

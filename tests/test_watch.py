@@ -169,6 +169,42 @@ def test_a_watcher_of_the_home_standing_by_says_for_whom(home, tmp_path):
     assert second.returncode == 0
 
 
+def test_a_watcher_of_the_home_standing_by_says_for_whom_a_memory_found_later_is_held(home, tmp_path):
+    """watch --wait over the whole home said whom it stood by for only for the memories held as it started: one
+    made later and held by another builder, or a holder that then stopped answering, went unsaid. Each is said
+    as for a named memory, once, and again as its holder stops answering."""
+    configure(home)
+    fill("m", 3)
+    err = tmp_path / "second.err"
+    with open(err, "wb") as stderr:
+        second = subprocess.Popen(pimem_cmd("watch", "--wait"), stdout=subprocess.DEVNULL, stderr=stderr,
+                                  env=subprocess_env(TEST_LLM_KEY="k"))
+    holder = None
+    try:
+        until(lambda: "m: watching\n" in err.read_text())
+        second.send_signal(signal.SIGSTOP)  # (n is made and held before the watcher's next look: no race for it)
+        try:
+            n = fill("n", 3)
+            holder = lease.Lease(n, "watch")
+            assert holder.try_acquire() is None
+        finally:
+            second.send_signal(signal.SIGCONT)
+        started = lease.holder(n)["started"]
+        held = f"n: held by a watcher (pid {os.getpid()}, since {started}); standing by until it lets go\n"
+        until(lambda: held in err.read_text())
+        quiet = f"n: held by a watcher (pid {os.getpid()}, since {started}), which is not answering (stopped?: "
+        until(lambda: quiet in err.read_text())  # (this test beats for it no more than a frozen watcher would)
+        assert err.read_text().count("n: held by") == 2
+        holder.release()
+        until(lambda: "n: watching\n" in err.read_text())
+    finally:
+        if holder is not None:
+            holder.release()
+        second.send_signal(signal.SIGTERM)
+        second.wait(timeout=30)
+    assert second.returncode == 0
+
+
 def test_a_build_standing_by_says_for_whom(home):
     """build-tree --wait S stood by in silence while a watcher held the memory, up to S seconds: it says once
     whom it stands by for, in watch --wait's words (with --json, the held event too), then exits 4 as before."""
