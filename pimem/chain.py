@@ -9,8 +9,9 @@ A line holding a lone surrogate escape (``JSON.stringify`` writes one for a stri
 pair) reads with U+FFFD in its place, and its hash is checked over the escape as written
 (``pimem.decoder``); the file is never rewritten.
 
-Reading trusts the longest valid prefix: unparsable lines (a torn write) are skipped wherever they are, and the
-first parsable event that is malformed, out of sequence, or whose hashes do not match ends the trusted part.
+Reading trusts the longest valid prefix: a torn write (an event cut short, ``cut_short``) is skipped wherever it
+is, and the first other line that is not JSON (an event damaged inside it) or parsable event that is malformed,
+out of sequence, or whose hashes do not match ends the trusted part.
 Such an event blocks every later append (``IntegrityError``, exit 5) and the file is left as it is: a person
 must look at it, because silently truncating would destroy whatever came after. A torn last line is sealed
 with a newline before the next event is written, so a crash mid-write never blocks anything.
@@ -20,6 +21,7 @@ Appends are made by callers holding the memory's writer lock (a kernel lock, rel
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -90,6 +92,33 @@ def _window_shape(ev: dict) -> str | None:
     return None
 
 
+def cut_short(raw: bytes) -> bool:
+    """Whether ``raw``, a line that is not JSON, is an event a crash cut short: the start of a JSON object,
+    each of its bytes where JSON may have one, ending before the object does. An event damaged inside it (an
+    edit, a flipped byte) breaks before its end: skipping it as torn would hide what it held without a word
+    and let the next append write its seq again, forking the chain."""
+    if not raw.startswith(b"{"):
+        return False
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as e:  # (a character cut by the crash is the end of the write)
+        if e.reason != "unexpected end of data" or e.end != len(raw):
+            return False
+        text = raw[:e.start].decode()
+    import json  # (here: only a line that is not JSON gets this far)
+
+    text = text.rstrip()
+    try:
+        json.JSONDecoder().raw_decode(text)
+    except json.JSONDecodeError as e:
+        rest = text[e.pos:]
+        return (e.pos >= len(text) or e.msg.startswith("Unterminated string")  # (a string or an escape cut)
+                or (e.msg.startswith("Invalid \\uXXXX") and re.fullmatch(r"u[0-9a-fA-F]{0,4}", rest) is not None)
+                or (e.msg == "Expecting value" and any(w.startswith(rest) for w in ("true", "false", "null", "-")))
+                or (e.msg.startswith("Expecting ','") and re.fullmatch(r"\.|[eE][+-]?", rest) is not None))  # (1., 1e)
+    return False  # (whole JSON that orjson refuses, or more after it)
+
+
 @dataclass
 class Reading:
     """The trusted prefix of a chain, and the first problem after it (None when the whole file is sound)."""
@@ -135,10 +164,12 @@ class Chain:
             try:
                 event, written = decoder.loads_keeping(raw)
             except decoder.JSONDecodeError:
-                if raw.startswith(b'{"'):
+                if cut_short(raw):
                     continue  # a torn write (an event cut short): tolerated wherever it is
                 # anything else is damage, and an event it was would be forked by the next append
-                return reading.stop(self.path.name, number, "a damaged line that is not an event")
+                return reading.stop(self.path.name, number, "a damaged event: its JSON is broken inside it, not cut "
+                                    "short as a crash leaves a write" if raw.startswith(b"{")
+                                    else "a damaged line that is not an event")
             problem = self._check(event, expected, prev, written)
             if problem:
                 return reading.stop(self.path.name, number, problem)

@@ -29,7 +29,6 @@ from .output import count
 # how a line torn by a crash starts, per file: the first key a writer puts down
 _TORN_MESSAGE = re.compile(rb'\{"i":\d+[,}]')
 _TORN_NODE = re.compile(rb'\{"l":\d+')
-_TORN_EVENT = re.compile(rb'\{"')
 
 
 @dataclass
@@ -291,12 +290,12 @@ def check_ranges(mem: Memory, log_broken: bool = False) -> list[Finding]:
                     action=None if log_broken else (lambda m: m.log.rewrite_ranges()))]
 
 
-def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: re.Pattern,
+def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write: Callable[[bytes], object],
            loads: Callable = orjson.loads, whole_tail: bool = False) -> Iterator[tuple[str, bytes, object]]:
     """``(where, raw, parsed)`` for each complete line of a JSONL file, each parsed as its readers parse it
     (``loads``; ``decoder.loads``: a byte order mark first is read past, as the chains' reader does). Adds a
     repairable finding for a torn last line, a note for a torn write sealed earlier (it starts like a record of
-    the file: ``torn_write``) and a problem for any other line that is not JSON. ``whole_tail``: the file's
+    the file: ``torn_write`` says so) and a problem for any other line that is not JSON. ``whole_tail``: the file's
     readers read a last line that is whole JSON without its newline (the chains' do; the log's and the tree's
     skip it as torn until it is sealed), so it is yielded too."""
     rel = str(path.relative_to(mem.path))
@@ -312,7 +311,7 @@ def _lines(mem: Memory, area: str, path: Path, found: list[Finding], torn_write:
         try:
             obj = loads(raw)
         except orjson.JSONDecodeError:
-            if torn_write.match(raw):
+            if torn_write(raw):
                 found.append(Finding(mem.name, area, where, f"a write torn by a crash and later sealed ({count(len(raw), 'byte')}); skipped on read", fatal=False))
             else:
                 found.append(Finding(mem.name, area, where, f"damaged line ({count(len(raw), 'byte')}) is not JSON; readers skip it, so anything it held is missing"))
@@ -350,7 +349,7 @@ def check_log(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]
 
     for path in mem.log.files():
         before: tuple[int, str] | None = None  # the last message of the file so far, and where
-        for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE):
+        for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE.match):
             if type(obj) is not dict or type(obj.get("i")) is not int:
                 add(where, f"damaged line ({count(len(raw), 'byte')}) is not a message; readers skip it, so anything it held is missing")
                 continue
@@ -391,7 +390,7 @@ def check_tree(mem: Memory) -> list[Finding]:
     tree_dir = mem.path / "tree"
     paths = sorted(tree_dir.glob("*.jsonl")) if check_dir(tree_dir) else []  # (a link: refused, never read through)
     for path in paths:
-        for where, raw, node in _lines(mem, "tree", path, found, _TORN_NODE):
+        for where, raw, node in _lines(mem, "tree", path, found, _TORN_NODE.match):
             l, i = (node.get("l"), node.get("i")) if type(node) is dict else (None, None)
             if type(l) is not int or type(i) is not int or l < 0 or i < 0 or type(node.get("text")) is not str:
                 found.append(Finding(mem.name, "tree", where, f"damaged line ({count(len(raw), 'byte')}) is not a node; readers skip it"))
@@ -473,19 +472,21 @@ def check_chains(mem: Memory, known: dict[str, int] | None = None) -> list[Findi
     """memory.jsonl and windows.jsonl: seq, prevHash and hash of every event (the trusted prefix ends at the
     first bad one, and appends are refused after it until a person repairs the file). ``known`` gets the T
     the compaction windows imply (each keeps the log from a message there was)."""
-    from .chain import memory_chain, window_chain
+    from .chain import cut_short, memory_chain, window_chain
 
     found: list[Finding] = []
     for chain in (memory_chain(mem.path), window_chain(mem.path)):
         if kind(chain.path) is None:  # (a link, even one to nothing, is refused as its readers refuse it)
             continue
-        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, _TORN_EVENT, decoder.loads, True):
+        for _ in _lines(mem, chain.path.name.removesuffix(".jsonl"), chain.path, found, cut_short, decoder.loads, True):
             pass
         reading = chain.read()
         if known is not None and chain.path.name == "windows.jsonl" and reading.events:
             known["windows.jsonl"] = max(ev["keptStart"] for ev in reading.events)
         if reading.problem:
-            found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), f"{chain.path.name}:{reading.line}",
+            where = f"{chain.path.name}:{reading.line}"  # (a damaged line the chain stops at: said once, as that)
+            found[:] = [f for f in found if not (f.where == where and f.fatal and f.action is None)]
+            found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), where,
                                  f"{reading.what}; later events are not trusted and appends are refused"))
     return found
 

@@ -118,6 +118,51 @@ def test_torn_last_line_is_tolerated_then_sealed(run, home):
     assert reading.problem is None and [e["seq"] for e in reading.events] == [1, 2, 3, 4]
 
 
+@pytest.mark.parametrize("last", [True, False])
+def test_an_event_damaged_inside_is_damage_not_a_torn_write(run, home, last):
+    """An event whole on its line whose JSON an edit (or a flipped byte) broke inside it is not a write a crash
+    cut short: it was skipped as one, so the last memory vanished without a word (exit 0, fsck a note) and the
+    next remember wrote its seq again, forking the chain past repair; in the middle it was blamed on the next
+    line (\"an event was skipped\")."""
+    _three_events(run)
+    path = home / "main" / "memory.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    n = 2 if last else 1  # (0-based: the third event, or the second)
+    lines[n] = lines[n].replace(b'"content":"', b'"content":', 1)  # an opening quote deleted by hand
+    path.write_bytes(b"\n".join(lines))
+    reading = memory_chain(home / "main").read()
+    assert [e["seq"] for e in reading.events] == list(range(1, n + 1))
+    assert reading.line == n + 1 and "damaged" in reading.what
+    before = snapshot(home)
+    out = run("remember", "main", "four")
+    assert out.exit_code == 5 and f"memory.jsonl line {n + 1}: " in out.stderr
+    assert snapshot(home) == before
+    listed = run("memories", "main")
+    assert listed.exit_code == 5 and f"memory.jsonl line {n + 1}: a damaged event" in listed.stderr
+    checked = run("fsck", "main")
+    assert checked.exit_code == 5 and checked.stdout.splitlines() == [
+        f"main: memory: memory.jsonl:{n + 1}: problem: a damaged event: its JSON is broken inside it, not cut short as a "
+        "crash leaves a write; later events are not trusted and appends are refused"]  # (said once, as what it is)
+
+
+@pytest.mark.parametrize("cut", [b'{', b'{"author":"us', b'{"author":"user","hash":"ab', b'{"a":"caf\xc3',
+                                 b'{"a":"x\\', b'{"a":"\\u00e', b'{"a":tr', b'{"a":nul', b'{"a":-', b'{"a":[1,',
+                                 b'{"payload":{"x":1}', b'{"seq":3,'])
+def test_every_event_a_crash_cut_short_is_a_torn_write(run, home, cut):
+    """A write cut anywhere (inside a string, an escape, a character, a literal; after a nested object) is
+    skipped as torn, sealed, and the next event follows it."""
+    _three_events(run)
+    path = home / "main" / "memory.jsonl"
+    with open(path, "ab") as f:
+        f.write(cut)
+    assert memory_chain(home / "main").read().problem is None
+    assert run("remember", "main", "four").exit_code == 0
+    reading = memory_chain(home / "main").read()
+    assert reading.problem is None and [e["seq"] for e in reading.events] == [1, 2, 3, 4]
+    out = run("fsck", "main")
+    assert out.exit_code == 0 and "note: a write torn by a crash and later sealed" in out.stdout
+
+
 def test_window_chain_break_refuses_compaction(run, home):
     lines = "\n".join(orjson.dumps({"kind": k, "text": f"{k} {n}"}).decode() for n in range(6) for k in ("user", "pi"))
     run("append", "main", "--ndjson", input=lines + "\n")
