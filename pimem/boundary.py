@@ -144,17 +144,18 @@ class _Stop:
     untold: KeyboardInterrupt | None = None  # what ``_stop`` raised, until its line is said
 
 
-def _stop(signum, _frame) -> None:
+def _stop(signum, _frame, why: str = "") -> None:
     for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (the command ends: see take_signals)
         signal.signal(sig, signal.SIG_IGN)
-    _Stop.untold = _RAISES[signum]()
+    _Stop.untold = _RAISES[signum](*[why] if why else [])
     raise _Stop.untold
 
 
-def stop(signum: int) -> None:
+def stop(signum: int, why: str = "") -> None:
     """End the command for ``signum`` as ``take_signals``'s handler does, for one that took it itself and stopped
-    (``pimem mcp``: ``mcp_server.serve``)."""
-    _stop(signum, None)
+    (``pimem mcp``: ``mcp_server.serve``); ``why``, when given, follows ``pimem: interrupted`` on its line (what
+    stopping left undone)."""
+    _stop(signum, None, why)
 
 
 def untold() -> KeyboardInterrupt | None:
@@ -165,7 +166,7 @@ def untold() -> KeyboardInterrupt | None:
 
 def _interrupted_line(exc: KeyboardInterrupt) -> ExitStatus:
     """``pimem: interrupted`` on stderr; the status for ``exc``."""
-    env.stderr().write("pimem: interrupted\n")
+    env.stderr().write(f"pimem: interrupted{f'; {exc}' if str(exc) else ''}\n")
     _Stop.untold = None
     return _interrupted(exc)
 

@@ -68,6 +68,10 @@ class _Pending:
     every answer; a ``memory_propose`` stored is said). A cancelled request is answered by no one."""
 
     DRAIN = 600  # seconds at most: a request the SDK never answers must not keep the server for ever
+    # seconds a stopping signal leaves them (then the server ends, saying how many were lost): a process manager
+    # stopping the server expects it gone at once, the SDK's client SIGKILLs it two seconds after SIGTERM; a call
+    # reads for well under a second, so only a client that stopped reading its answers loses them
+    STOPPING = 1.5
 
     def __init__(self):
         self.ids: set[str] = set()
@@ -178,25 +182,24 @@ class _Answers:
     """The SDK's answers written to the client, each to a request ``_read`` gave a stand-in id with the id the
     request held put back, its escapes as sent. Once the client stops reading, what is left to answer goes
     nowhere and the calls are still served until it hangs up (the SDK's writer would stop the server at the first
-    answer lost, with a traceback once stdin closed)."""
+    answer lost, with a traceback once stdin closed). Each answer is written in a daemon thread of its own
+    (``_sent``): a client that keeps its end of stdout open and reads no more blocks that write for ever, and
+    the server, stopped by a signal, must still end."""
 
     def __init__(self, stdout, ids: dict[str, str], pending: _Pending):
-        import anyio
-
-        self.stdout, self.ids, self.pending, self.unflushed = anyio.wrap_file(stdout), ids, pending, []
+        self.fd, self.ids, self.pending, self.unflushed, self.unsent = stdout.fileno(), ids, pending, [], []
 
     async def write(self, text: str) -> None:
         self.unflushed.append(text)  # (answered once flushed: the server may end as soon as the last one is)
         for stand_in in [stand_in for stand_in in self.ids if stand_in in text]:
             text = text.replace(f'"{stand_in}"', self.ids.pop(stand_in), 1)
-        try:
-            await self.stdout.write(text)
-        except BrokenPipeError:
-            self._gone()
+        self.unsent.append(text.encode("utf-8", "replace"))
 
     async def flush(self) -> None:
+        data = b"".join(self.unsent)
+        self.unsent.clear()
         try:
-            await self.stdout.flush()
+            await _sent(self.fd, data)
         except BrokenPipeError:
             self._gone()
         for text in self.unflushed:
@@ -204,13 +207,45 @@ class _Answers:
         self.unflushed.clear()
 
     def _gone(self) -> None:
-        """The client's end of stdout is /dev/null from now on, the buffer's rest included, as a closed stdout is
-        to a command."""
+        """The client's end of stdout is /dev/null from now on, as a closed stdout is to a command."""
         import os
 
         null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, self.stdout.wrapped.fileno())
+        os.dup2(null, self.fd)
         os.close(null)
+
+
+async def _sent(fd: int, data: bytes) -> None:
+    """``data`` written whole to ``fd``, in a daemon thread: a task waiting on it can be cancelled, and the
+    process can end, while the write waits for a reader that never comes."""
+    import asyncio
+    import os
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(exc: BaseException | None) -> None:
+        if done.done():  # (cancelled meanwhile: the stopping server waits no more)
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(None)
+
+    def write() -> None:
+        exc = None
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as error:
+            exc = error
+        with contextlib.suppress(RuntimeError):  # (the server's loop closed meanwhile: nobody to tell)
+            loop.call_soon_threadsafe(settle, exc)
+
+    threading.Thread(target=write, name="pimem-mcp-stdout", daemon=True).start()
+    await done
 
 
 def _read(line: str, ids: dict[str, str]) -> tuple:
@@ -304,8 +339,7 @@ def _wired():
     os.close(null)
     os.dup2(2, 1)
     try:
-        yield (io.TextIOWrapper(ends[0], encoding="utf-8", errors="replace"),
-               io.TextIOWrapper(ends[1], encoding="utf-8"))
+        yield io.TextIOWrapper(ends[0], encoding="utf-8", errors="replace"), ends[1]
     finally:
         with contextlib.suppress(AttributeError, OSError, ValueError):  # (printed meanwhile: to stderr, as it was)
             sys.stdout.flush()
@@ -363,9 +397,11 @@ def build(home: api.Home = None):
                         lines.write = write_stream
                         await self._lowlevel_server.run(read_stream, write_stream,
                                                         self._lowlevel_server.create_initialization_options())
+            self.undelivered = len(pending.ids)
 
         stop_on_signals = False  # (``serve``'s ``signals``)
         stopped_by: int | None = None  # the signal that stopped it (``_signals_stop``)
+        undelivered = 0  # the requests read and not answered when it ended
 
     from . import __version__
 
@@ -492,15 +528,18 @@ def serve(home: api.Home = None, signals: bool = False) -> None:
     if server.stopped_by is not None:
         from . import boundary
 
-        boundary.stop(server.stopped_by)
+        lost = server.undelivered
+        boundary.stop(server.stopped_by, f"{lost} answer{'s were' if lost != 1 else ' was'} not delivered: the client did "
+                                         "not read them" if lost else "")
 
 
 @contextlib.contextmanager
 def _signals_stop(server, lines, scope):
     """While ``server`` serves with ``stop_on_signals``, SIGINT, SIGTERM and SIGHUP (not one its caller ignored)
     stop it: the first, noted in ``server.stopped_by``, ends the client's ``lines`` as stdin's end does (the
-    requests read are answered first: a call in flight was cut off, a memory_propose stored never said), a second
-    cancels ``scope``; ``serve`` then ends the command with the first (the boundary's handler raised it wherever
+    requests read are answered first: a call in flight was cut off, a memory_propose stored never said) and
+    cancels ``scope`` ``_Pending.STOPPING`` seconds later (answers the client does not read are lost), a second
+    cancels it at once; ``serve`` then ends the command with the first (the boundary's handler raised it wherever
     the event loop was, in the SDK's code too, which logged it). The handlers as they were after."""
     import asyncio
     import signal
@@ -518,6 +557,7 @@ def _signals_stop(server, lines, scope):
         if server.stopped_by is None:
             server.stopped_by = signum
             lines.end()
+            loop.call_later(lines.pending.STOPPING, scope.cancel)  # (answers a client no longer reads: lost)
         else:
             scope.cancel()
 

@@ -983,3 +983,54 @@ def test_a_request_in_flight_when_sigterm_arrives_is_answered_before_the_server_
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("hung_up", [False, True], ids=["stdin-open", "stdin-closed-first"])
+def test_a_signal_ends_the_server_soon_when_its_client_no_longer_reads_and_says_how_many_answers_were_lost(home, hung_up):
+    """After SIGTERM the server answers the requests it read; a client that kept its end of stdout open and no
+    longer read it (the pipe full) kept the server writing for up to ten minutes (a process manager's stop, or the
+    SDK's client, which closes stdin, then sends SIGTERM and SIGKILL two seconds apart, waited on it or killed it).
+    It now gives the answers a moment (``_Pending.STOPPING``), then exits 143, saying how many were lost."""
+    import fcntl
+    import signal
+    import subprocess
+    import termios
+    import time
+
+    from conftest import pimem_cmd
+    from pimem import Memory
+
+    Memory.at("main", home=home).append([{"kind": "user", "text": "x" * 200_000}])
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home), cwd="/")
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        calls = [{"jsonrpc": "2.0", "id": k, "method": "tools/call", "params": {
+            "name": "message", "arguments": {"name": "main", "i": 0, "max_chars": 100_000}}} for k in (2, 3, 4)]
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in [
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}, *calls]))
+        proc.stdin.flush()
+        if hung_up:
+            proc.stdin.close()
+        # (the client reads no more: wait until the pipe is full, the server blocked writing the first answer)
+        size, deadline = fcntl.fcntl(proc.stdout.fileno(), 1032), time.monotonic() + 60  # (F_GETPIPE_SZ)
+        while int.from_bytes(fcntl.ioctl(proc.stdout.fileno(), termios.FIONREAD, b"\0" * 4), "little") < size:
+            assert time.monotonic() < deadline and proc.poll() is None, "the server never filled its stdout"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the server kept writing to a client that did not read, after SIGTERM")
+        assert proc.returncode == 143
+        assert proc.stderr.read() == b"pimem: interrupted; 3 answers were not delivered: the client did not read them\n"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
