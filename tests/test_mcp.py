@@ -1034,3 +1034,21 @@ def test_a_signal_ends_the_server_soon_when_its_client_no_longer_reads_and_says_
             proc.wait()
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             stream.close()
+
+
+def test_a_relative_home_is_refused_as_the_hook_refuses_it_not_read_in_the_clients_directory(tmp_path):
+    """``pimem mcp --home memory`` served a home under whatever directory the MCP client started it in (a new
+    empty one in each project), as a relative $PIMEM_HOME was refused. It is refused alike, before the SDK
+    loads: exit 2, one line, nothing made there."""
+    import subprocess
+
+    from conftest import pimem_cmd
+
+    project = tmp_path / "project"
+    project.mkdir()
+    done = subprocess.run(pimem_cmd("mcp", "--home", "memory"), cwd=project, env=subprocess_env(), input="",
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ("pimem: error: --home is a relative path ('memory'): set it to an absolute one (it would name "
+                           "another home in each directory a command runs in)\n")
+    assert list(project.iterdir()) == []

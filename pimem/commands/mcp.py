@@ -15,8 +15,12 @@ def command(home: Home = None) -> None:
       pimem mcp
       pimem mcp --home ~/.pi/memory
     """
-    from .. import stopping
+    import os
 
+    from .. import env, stopping
+
+    if home is not None:  # (an MCP client starts it in a project's directory: a home in each, as for the hook)
+        env.absolute(os.fspath(home), "--home")
     with stopping.deferring():  # (pydantic, whose core is Rust: see stopping.deferring)
         from .. import mcp_server
     mcp_server.serve(home, signals=True)
