@@ -422,7 +422,7 @@ def remember(name: str, text: str | None = None, pin: bool = False, kind: str | 
 
     naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
     _session(session)
-    if supersede is None and (text is None or not text.strip()):  # (what remember says names the CLI's arguments)
+    if supersede is None and (text is None or records.says_nothing(text)):  # (what remember says names the CLI's arguments)
         raise BadInput("remember: text is blank: give the memory's text")
     if scope == "session" and session is None:
         raise BadInput("remember: scope session needs session: a session memory is visible only to its session")
@@ -465,7 +465,7 @@ def memory_propose(name: str, text: str | None = None, kind: str | None = None, 
 
     naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
     _session(session)
-    if supersede is None and (text is None or not text.strip()):  # (what remember says names the CLI's arguments)
+    if supersede is None and (text is None or memories.says_nothing(text)):  # (what remember says names the CLI's arguments)
         raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:
         return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,

@@ -34,6 +34,16 @@ META_CLIP = 512
 MAX_SOURCE_IDS = 64
 
 
+def says_nothing(text: str) -> bool:
+    """Whether a memory's ``text`` says nothing: white space, invisible characters (a zero-width space, a BOM)
+    or escape sequences alone, all a context leaves out (``tree.plain``). Such a text is refused as a blank one."""
+    if text.isascii() and "\x1b" not in text:
+        return not text.strip()
+    from .tree import plain  # (only for a text that may hold them)
+
+    return not plain(text).strip()
+
+
 # ---- the projector (pure) ---------------------------------------------------------------------------------
 
 
@@ -261,9 +271,9 @@ def remember(
     _check_choice(scope, SCOPES, "scope")
     _strings(("text", text), ("session", session), ("supersede", supersede))
     _flags(("pin", pin), ("propose", propose))
-    if supersede is not None and text is not None and not text.strip():
+    if supersede is not None and text is not None and says_nothing(text):
         raise BadInput("the new text is blank: give the memory's new text, or none to keep its text")
-    text = text if text and text.strip() else None
+    text = None if text is None or says_nothing(text) else text
     if text is not None and "\x00" in text:
         raise BadInput("text contains a NUL byte")
     if text is not None and len(text.encode("utf-8", "surrogatepass")) > TEXT_CAP:

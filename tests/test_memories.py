@@ -416,3 +416,27 @@ def test_superseding_with_a_blank_text_is_refused_and_no_text_keeps_the_old_one_
     assert (confirmed["content"], confirmed["status"]) == ("staging listens on 5433", "active")
     with pytest.raises(memories.BadInput, match="memory_propose: text is blank"):
         api.memory_propose("main", None)  # (no text and nothing to supersede)
+
+
+@pytest.mark.parametrize("text", ["\u200b", "\ufeff \u200b", "\x1b[31m\x1b[0m", " \u3000\u2060 "])
+def test_a_text_that_shows_nothing_is_refused_as_a_blank_one_by_every_writer(run, home, text):
+    """White space alone was refused (no text), but a zero-width space, a BOM or escape sequences alone were
+    remembered: a memory showing nothing (``- [mem_…] fact:`` in every context), and a supersede with such a
+    text replaced a memory's words with nothing. Whatever shows nothing is refused as white space is."""
+    from pimem import api
+
+    kept = run("remember", "main", "use pnpm").stdout.strip()
+    before = snapshot(home)
+    out = run("remember", "main", text)
+    assert out.exit_code == 2 and "no text" in out.stderr, out.stderr
+    out = run("remember", "main", input=text)
+    assert out.exit_code == 2 and "no text" in out.stderr, out.stderr
+    out = run("remember", "main", "--supersede", kept, text)
+    assert out.exit_code == 2 and "blank" in out.stderr, out.stderr
+    for refused, said in ((lambda: api.remember("main", text), "remember: text is blank"),
+                          (lambda: api.memory_propose("main", text), "memory_propose: text is blank"),
+                          (lambda: api.memory_propose("main", text, supersede=kept), "blank")):
+        with pytest.raises(memories.BadInput, match=said):
+            refused()
+    assert snapshot(home) == before
+    assert run("remember", "main", f"{text}tabs{text}").exit_code == 0  # (around words: kept as given)
