@@ -171,10 +171,11 @@ def plan(mem, keep: int, option: str = "--keep") -> Plan:
     if proposed <= start:  # (the first compaction: a later one returned its parent above)
         raise BadInput(_nothing_to_compact(mem.name, keep, sizes, safe_cuts(shape, start, total), option))
     if cut is None:
+        where = (f"at #{proposed}: a cut there" if proposed == start + 1
+                 else f"between #{start + 1} and #{proposed}: every cut there")
         raise BadInput(
-            f"no safe boundary between #{start + 1} and #{proposed}: every cut there would start the kept part "
-            "with a tool result, separate a tool call from its result (meta.call_id) or drop a call that may still "
-            "be running; nothing was written"
+            f"no safe boundary {where} would start the kept part with a tool result, separate a tool call from its "
+            "result (meta.call_id) or drop a call that may still be running; nothing was written"
         )
     digest = hashes.sha256(b"[")
     proposals = _proposals(mem, start, cut, lambda n, msg: digest.update((b"," if n else b"") + canonical(msg)))

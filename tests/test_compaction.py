@@ -132,6 +132,16 @@ def test_refuses_when_no_safe_boundary_exists(run, home):
     assert run("compact", "nope", "--keep", "0").exit_code == 3
 
 
+def test_no_safe_boundary_at_the_one_cut_there_is_says_that_cut(run, home):
+    """With one candidate cut, the refusal said ``no safe boundary between #1 and #1``."""
+    log(run, user("u" * 100), result("x", "early result"), call("x"), pi("p" * 100))
+    out = run("compact", "main", "--keep", "130")
+    assert out.exit_code == 2 and out.stderr.startswith("pimem: error: no safe boundary at #1: a cut there would start "
+                                                         "the kept part with a tool result"), out.stderr
+    out = run("compact", "main", "--keep", "110")
+    assert out.exit_code == 2 and out.stderr.startswith("pimem: error: no safe boundary between #1 and #2: every cut there"), out.stderr
+
+
 def test_a_damaged_memory_log_refuses_the_compaction_before_anything_is_written(run, home):
     log(run, call("c1", 'read({"path": "a.py"})'), result("c1"), user(), pi())
     run("remember", "main", "one")
