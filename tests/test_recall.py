@@ -414,3 +414,18 @@ def test_the_tool_traffic_hint_counts_with_the_requests_filters(run, home):
         assert (out.exit_code, out.stderr) == (1, "pimem: error: nothing recalled\n"), (args, out.stderr)
         assert run("recall", "main", "bae407b", *args, "--include-tools").exit_code == 1, args
     assert run("recall", "main", "bae407b", "--scope", "lineage").stderr == hint
+
+
+def test_a_page_past_the_last_says_so_not_that_nothing_matched(run, home):
+    """``--page 99`` over two results said ``nothing recalled`` under ``pimem recall (2 results)``: the page is
+    past the last one, which is what to say (exit 1 still: the page holds nothing)."""
+    log(run, {"kind": "user", "text": "staging listens on 5433"}, {"kind": "pi", "text": "staging noted"})
+    for args in ([], ["staging"]):
+        out = run("recall", "main", *args, "--page", "99")
+        assert out.exit_code == 1 and out.stdout.startswith("pimem recall (2 results)")
+        assert out.stderr == "pimem: error: nothing recalled on page 99: the 2 results end on page 1\n", out.stderr
+    out = run("recall", "main", "--page", "3", "--limit", "1")
+    assert out.stderr == "pimem: error: nothing recalled on page 3: the 2 results end on page 2\n", out.stderr
+    assert run("recall", "main", "--page", "2", "--limit", "1").exit_code == 0
+    out = run("recall", "main", "5433", "--page", "2")
+    assert out.stderr == "pimem: error: nothing recalled on page 2: the one result is on page 1\n", out.stderr

@@ -72,6 +72,10 @@ def command(
     output.line(recall.render(mem, request, found))
     if not found.records:
         hidden, unlike = found.tools_matching, found.unlike
+        if found.total and request.page > 1:  # (they matched: the page is past them)
+            said = ("the one result is on" if found.total == 1
+                    else f"the {found.total:,}{'+' if found.capped else ''} results end on")
+            raise NothingFound(f"nothing recalled on page {request.page:,}: {said} page {-(-found.total // request.limit):,}")
         if unlike:
             one = len(unlike) == 1
             raise NothingFound(f"nothing recalled: {budget.clip(', '.join(unlike), 200)} {'is' if one else 'are'} not "
