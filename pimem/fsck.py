@@ -484,8 +484,8 @@ def check_chains(mem: Memory, known: dict[str, int] | None = None) -> list[Findi
         if known is not None and chain.path.name == "windows.jsonl" and reading.events:
             known["windows.jsonl"] = max(ev["keptStart"] for ev in reading.events)
         if reading.problem:
-            where = f"{chain.path.name}:{reading.line}"  # (a damaged line the chain stops at: said once, as that)
-            found[:] = [f for f in found if not (f.where == where and f.fatal and f.action is None)]
+            where = f"{chain.path.name}:{reading.line}"  # (the line the chain stops at: said once, as what it is,
+            found[:] = [f for f in found if not (f.where == where and f.fatal)]  # not as a line torn or unsealed)
             found.append(Finding(mem.name, chain.path.name.removesuffix(".jsonl"), where,
                                  f"{reading.what}; later events are not trusted and appends are refused"))
     return found
