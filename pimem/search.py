@@ -277,13 +277,24 @@ def snippet(text: str, low: str, folded: list[str], width: int = SNIPPET_CHARS) 
     """About ``width`` characters of ``text`` on one line, around the earliest match."""
     positions = [p for p in (low.find(t) for t in folded) if p >= 0]
     at = min(positions) if positions else 0
-    if len(low) != len(text):  # lower() changed lengths (rare letters): positions are approximate
-        at = min(at, len(text))
+    if len(low) != len(text):  # lower() made letters longer (İ is i and a dot): the match's place in the text
+        at = _place_in(text, at)
     start = max(0, at - width // 3)
     end = min(len(text), start + width)
     start = max(0, min(start, end - width))
     out = " ".join(text[start:end].split())
     return ("…" if start > 0 else "") + out + ("…" if end < len(text) else "")
+
+
+def _place_in(text: str, at: int) -> int:
+    """The place in ``text`` of the character at ``at`` in ``text.lower()`` (each character lowercases alone to
+    as many characters as in the whole: the one rule that looks around, a final sigma, keeps the length)."""
+    reached = 0
+    for n, ch in enumerate(text):
+        reached += len(ch.lower())
+        if reached > at:
+            return n
+    return len(text)
 
 
 def highlight(snippet_text: str, terms: list[str], paint) -> str:

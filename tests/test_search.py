@@ -91,6 +91,18 @@ def test_snippets_center_on_the_match_and_terminals_highlight_it(run, home):
     assert searching.highlight("Go to 蓝鲸, go", ["go", "蓝鲸"], lambda s: f"[{s}]") == "[Go] to [蓝鲸], [go]"
 
 
+def test_a_snippet_holds_its_match_after_letters_that_lowercase_longer(run, home):
+    """``İ`` (a Turkish capital: ``İSTANBUL``) lowercases to two characters, so the match's place in the
+    lowercased text is past its place in the text; the snippet was cut around that later place and showed
+    no match at all once enough of them came before it."""
+    text = "İSTANBUL İZMİR İĞDIR " * 40 + "the staging server moved " + "x " * 200
+    Memory.at("m").append([{"kind": "user", "text": text}])
+    snippet = orjson.loads(run("search", "staging", "--json").stdout)["snippet"]
+    assert "the staging server moved" in snippet and snippet.startswith("…") and snippet.endswith("…")
+    assert len(snippet) <= searching.SNIPPET_CHARS + 2
+    assert searching.snippet("İİİ needle", "İİİ needle".lower(), ["needle"], width=6) == "…İ need…"
+
+
 def test_chinese_and_mixed_queries(run, mem):
     assert ids(run("search", "蓝鲸副本", "--json")) == [1]
     assert ids(run("search", "go 程序", "--json")) == [1]  # two terms: both must occur
