@@ -23,6 +23,7 @@ KIND_LABELS = {"user": "you", "pi": "pi", "tool": "tool", "echo": "result", "wor
 SUMMARY, VERBATIM = "dim", "green"  # styles of lines summarising several messages / holding one
 BLOCKS = " ▁▂▃▄▅▆▇█"
 MIN_WIDTH = 20
+MAX_WIDTH = 100_000  # (the widest --width taken: a picture is built whole, so a width is bounded)
 
 
 @dataclass

@@ -104,6 +104,17 @@ def test_map_refuses_unknown_memories_and_tiny_widths(run, home, chat):
     assert run("map", "main", "--width", 5).exit_code == 2
 
 
+def test_a_terminal_width_from_columns_is_held_to_the_widest_width_taken(run, chat, monkeypatch):
+    """``$COLUMNS`` past what ``--width`` takes (100,000) was drawn at that width: ``COLUMNS=100000000`` built
+    lines of 100 million cells, until the system killed the process."""
+    monkeypatch.setenv("COLUMNS", str(panorama.MAX_WIDTH + 50_000))
+    out = run("map", "main")
+    assert out.exit_code == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(cells(l) for l in lines) == panorama.MAX_WIDTH == 100_000
+    assert out.stdout == run("map", "main", "--width", panorama.MAX_WIDTH).stdout
+
+
 def test_colour_on_a_terminal(run, chat, monkeypatch):
     from pimem import env
 
