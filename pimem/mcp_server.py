@@ -68,9 +68,9 @@ class _Pending:
     every answer; a ``memory_propose`` stored is said). A cancelled request is answered by no one."""
 
     DRAIN = 600  # seconds at most: a request the SDK never answers must not keep the server for ever
-    # seconds a stopping signal leaves them (then the server ends, saying how many were lost): a process manager
-    # stopping the server expects it gone at once, the SDK's client SIGKILLs it two seconds after SIGTERM; a call
-    # reads for well under a second, so only a client that stopped reading its answers loses them
+    # seconds, once a stopping signal came, an answer may wait for the client to take it (then the server ends,
+    # saying how many were lost): a process manager stopping the server expects it gone at once, and the SDK's
+    # client SIGKILLs it two seconds after SIGTERM; a client that reads takes an answer well within it
     STOPPING = 1.5
 
     def __init__(self):
@@ -188,6 +188,7 @@ class _Answers:
 
     def __init__(self, stdout, ids: dict[str, str], pending: _Pending):
         self.fd, self.ids, self.pending, self.unflushed, self.unsent = stdout.fileno(), ids, pending, [], []
+        self.blocked: float | None = None  # since when an answer is being written (the client has not taken it)
 
     async def write(self, text: str) -> None:
         self.unflushed.append(text)  # (answered once flushed: the server may end as soon as the last one is)
@@ -198,10 +199,14 @@ class _Answers:
     async def flush(self) -> None:
         data = b"".join(self.unsent)
         self.unsent.clear()
+        import anyio
+
+        self.blocked = anyio.current_time()
         try:
             await _sent(self.fd, data)
         except BrokenPipeError:
             self._gone()
+        self.blocked = None
         for text in self.unflushed:
             self.pending.answered(text)
         self.unflushed.clear()
@@ -392,16 +397,18 @@ def build(home: api.Home = None):
                 ids: dict[str, str] = {}  # a stand-in request id: the id as the client wrote it
                 pending = _Pending()
                 lines = _Lines(stdin, ids, pending)
-                with _signals_stop(self, lines, scope):
-                    async with stdio_server(lines, _Answers(stdout, ids, pending)) as (read_stream, write_stream):
+                answers = _Answers(stdout, ids, pending)
+                with _signals_stop(self, lines, answers, scope):
+                    async with stdio_server(lines, answers) as (read_stream, write_stream):
                         lines.write = write_stream
                         await self._lowlevel_server.run(read_stream, write_stream,
                                                         self._lowlevel_server.create_initialization_options())
-            self.undelivered = len(pending.ids)
+            self.undelivered, self.unread = len(pending.ids), answers.blocked is not None
 
         stop_on_signals = False  # (``serve``'s ``signals``)
         stopped_by: int | None = None  # the signal that stopped it (``_signals_stop``)
         undelivered = 0  # the requests read and not answered when it ended
+        unread = False  # whether it ended writing an answer the client did not take
 
     from . import __version__
 
@@ -529,17 +536,17 @@ def serve(home: api.Home = None, signals: bool = False) -> None:
         from . import boundary
 
         lost = server.undelivered
-        boundary.stop(server.stopped_by, f"{lost} answer{'s were' if lost != 1 else ' was'} not delivered: the client did "
-                                         "not read them" if lost else "")
+        why = "the client did not read them" if server.unread else f"the server stopped before {'they were' if lost != 1 else 'it was'} ready"
+        boundary.stop(server.stopped_by, f"{lost} answer{'s were' if lost != 1 else ' was'} not delivered: {why}" if lost else "")
 
 
 @contextlib.contextmanager
-def _signals_stop(server, lines, scope):
+def _signals_stop(server, lines, answers, scope):
     """While ``server`` serves with ``stop_on_signals``, SIGINT, SIGTERM and SIGHUP (not one its caller ignored)
     stop it: the first, noted in ``server.stopped_by``, ends the client's ``lines`` as stdin's end does (the
     requests read are answered first: a call in flight was cut off, a memory_propose stored never said) and
-    cancels ``scope`` ``_Pending.STOPPING`` seconds later (answers the client does not read are lost), a second
-    cancels it at once; ``serve`` then ends the command with the first (the boundary's handler raised it wherever
+    cancels ``scope`` once an answer has waited ``_Pending.STOPPING`` seconds for the client (``unread``: answers
+    it does not read are lost), a second cancels it at once; ``serve`` then ends the command with the first (the boundary's handler raised it wherever
     the event loop was, in the SDK's code too, which logged it). The handlers as they were after."""
     import asyncio
     import signal
@@ -557,9 +564,17 @@ def _signals_stop(server, lines, scope):
         if server.stopped_by is None:
             server.stopped_by = signum
             lines.end()
-            loop.call_later(lines.pending.STOPPING, scope.cancel)  # (answers a client no longer reads: lost)
+            unread(loop.time())
         else:
             scope.cancel()
+
+    def unread(signalled: float) -> None:
+        """``scope`` cancelled once an answer has waited ``STOPPING`` seconds since the signal for the client to
+        take it: one that no longer reads (its end of stdout open, the pipe full) would keep the server for ever."""
+        if answers.blocked is not None and loop.time() - max(answers.blocked, signalled) >= lines.pending.STOPPING:
+            scope.cancel()
+        else:
+            loop.call_later(0.05, unread, signalled)
 
     for sig, _ in saved:
         loop.add_signal_handler(sig, stop, sig)

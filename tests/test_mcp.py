@@ -948,22 +948,29 @@ def gated(*args, **kwargs):
     return searched(*args, **kwargs)
 
 api.search = gated
+if len(sys.argv) > 2:  # (how long an answer may wait for the client once a signal came)
+    from pimem import mcp_server
+    mcp_server._Pending.STOPPING = float(sys.argv[2])
 sys.argv = ["pimem", "mcp"]
 from pimem.__main__ import main
 main()
 """
 
 
-def test_a_request_in_flight_when_sigterm_arrives_is_answered_before_the_server_exits(home, tmp_path):
+@pytest.mark.parametrize("stopping", [None, "0.05"], ids=["at-once", "a-call-outlasting-the-wait-for-a-client"])
+def test_a_request_in_flight_when_sigterm_arrives_is_answered_before_the_server_exits(home, tmp_path, stopping):
     """A client stopping its server (SIGTERM) as a call ran: the call ran to its end, its answer was dropped (a
     memory_propose stored never said) and the server exited 143. The first signal ends the client's lines as
-    stdin's end does (the requests read are answered), then the server exits 143."""
+    stdin's end does (the requests read are answered), then the server exits 143. The time an answer may wait
+    for a client that does not read it (``_Pending.STOPPING``) does not cut a call that runs longer."""
     import signal
     import subprocess
+    import time
 
     gate = tmp_path / "gate"
-    proc = subprocess.Popen([sys.executable, "-c", SERVED_WITH_A_GATED_SEARCH, str(gate)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=subprocess_env(PIMEM_HOME=home))
+    proc = subprocess.Popen([sys.executable, "-c", SERVED_WITH_A_GATED_SEARCH, str(gate), *[stopping] * bool(stopping)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home))
     try:
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
@@ -974,6 +981,8 @@ def test_a_request_in_flight_when_sigterm_arrives_is_answered_before_the_server_
         assert json.loads(proc.stdout.readline())["id"] == 1
         assert proc.stderr.readline() == b"searching\n"  # (the call is in flight)
         proc.send_signal(signal.SIGTERM)
+        if stopping:
+            time.sleep(20 * float(stopping))  # (the call outlasts the wait)
         gate.touch()
         out, err = proc.communicate(timeout=60)  # (stdin still open: the signal ends the server)
         assert [json.loads(line)["id"] for line in out.splitlines()] == [2], (out, err)
