@@ -433,7 +433,7 @@ def build(home: api.Home = None):
                     raise
                 raise tool_error(str(error)) from None
 
-        server.tool()(call)
+        server.tool(description=inspect.cleandoc(func.__doc__ or ""))(call)
         return call
 
     @tool

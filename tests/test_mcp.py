@@ -534,6 +534,21 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
     assert all(schema["additionalProperties"] is False for schema in anyio.run(schemas))  # (as a client may check first)
 
 
+def test_a_tools_description_is_its_help_without_the_indent_of_the_source(home):
+    """Each line of a tool's description after the first came with the 8 spaces its docstring is indented by in
+    the source (some 200 characters of the tool list every client reads, and a ragged text where one shows it)."""
+    from pimem import mcp_server
+
+    tools = anyio.run(mcp_server.build(home).list_tools)
+    assert len(tools) == 9
+    for tool in tools:
+        assert tool.description == tool.description.strip() and "\n " not in tool.description, tool.description
+    assert [t.description for t in tools if t.name == "list_memories"] == [
+        "The memories, `limit` of them from `offset`: name, message count, first and last dates, and the\n"
+        "last thing the user said. `total` counts them all; `next_offset` is the offset for the next page (null\n"
+        "at the end)."]
+
+
 def test_arguments_that_do_not_go_together_are_refused_in_one_line_as_the_cli_refuses_them(home, talk):
     """Each answered with one of them ignored: recall read message 0, search ranked, since read from when."""
     before = snapshot(home)
