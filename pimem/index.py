@@ -684,6 +684,8 @@ class Index:
         or no index file); never a message other than ``i``."""
         try:
             row = self.db.execute("SELECT file, offset, length FROM msgs WHERE i = ?", (i,)).fetchone()
+            if row is not None:  # (its file looked at as the log's readers look at each file they read)
+                self.log.look_at(self._file_name(row[0]))
             msg = self.read_row(*row) if row is not None else None
         except (sqlite3.DatabaseError, OSError):
             return None

@@ -506,7 +506,8 @@ class Memory:
             raise BadInput(f"i is a message number (a whole number), not {i!r:.40}")
         if not 0 <= i <= MAX_I:  # (no message can have it: bad input, exit 2, as the CLI says of it)
             raise BadInput(f"bad message number {i}: use a whole number from 0 to {MAX_I}")
-        if self.has_index():
+        if self.has_index():  # (the log looked at first as every reader looks at it: a change behind pimem's back
+            self.log.count()  # or messages lost from its end stop the read, exit 5, as they stop the index's)
             msg = self.index().message(i)
             if msg is not None:
                 return msg

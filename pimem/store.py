@@ -738,6 +738,13 @@ class Log:
 
     # ---- reading -----------------------------------------------------------------------------------------
 
+    def look_at(self, name: str) -> None:
+        """Check a day file about to be read, as listed (``ranges``): when the sizes were taken on trust from
+        ranges.json, each file read is looked at, and one changed behind pimem's back checks the whole log."""
+        info = self._info.get(name)
+        if self._unlooked and info is not None and not self._as_recorded(name, info, lstat(f"{self.dir}/{name}")):
+            self._changed_behind([name])
+
     def read(self, start: int = 0, stop: int | None = None) -> Iterator[dict]:
         """Messages ``start <= i < stop`` in ``i`` order; an ``IntegrityError`` on a gap or duplicate."""
         for msg, _ in self.entries(start, stop):
@@ -756,8 +763,7 @@ class Log:
 
         def opened(first: int, name: str) -> Iterator[tuple[dict, bytes]]:
             path = self.dir / name
-            if self._unlooked and not self._as_recorded(name, self._info[name], lstat(path)):
-                self._changed_behind([name])  # the sizes were taken on trust: each file read is looked at
+            self.look_at(name)
             return _entries(path, _offset_below(path, start) if start > first else 0)
 
         for group in _groups(ranges):

@@ -70,7 +70,8 @@ def test_a_gap_or_duplicate_added_behind_its_back_stops_every_command(sh, log, w
     err = out.stderr.decode()
     assert out.returncode == 5 and err.count("\n") == 1 and f"{what} in the log" in err and "changed behind" in err
     assert snapshot(log.parent) == before  # nothing written, not even the marker
-    for argv in (["since", "m", "#0"], ["search", "staging", "m"], ["view", "m"], ["status", "m"], ["append", "m", "--ndjson"]):
+    for argv in (["since", "m", "#0"], ["search", "staging", "m"], ["view", "m"], ["status", "m"], ["append", "m", "--ndjson"],
+                 ["message", "m", "0"], ["date", "m", "0"], ["zoom", "m", "0+1"]):  # (#0, as it was: looked up through the index)
         out = sh(*argv, input=b'{"kind":"user","text":"x"}\n')
         assert out.returncode == 5 and out.stderr.count(b"\n") == 1, (argv, out.stderr)
         assert snapshot(log.parent) == before, argv
@@ -113,8 +114,9 @@ def test_an_older_day_file_appended_to_is_checked_by_the_writer_and_by_readers_o
     out = sh("append", "m", "--date", f"{DAYS[0]}T11:00:00+08:00", "late news")
     assert out.returncode == 5 and b"duplicate in the log" in out.stderr
     assert snapshot(log.parent) == before
-    out = sh("since", "m", "#0")
-    assert out.returncode == 5 and out.stderr.count(b"\n") == 1
+    for argv in (["since", "m", "#0"], ["message", "m", "1"], ["date", "m", "1"]):  # (#1 read through the index, in that file)
+        out = sh(*argv)
+        assert out.returncode == 5 and out.stderr.count(b"\n") == 1 and b"duplicate in the log" in out.stderr, (argv, out.stderr)
 
 
 def test_a_same_size_edit_is_noticed(sh, log):
@@ -352,7 +354,7 @@ def test_messages_lost_from_the_log_end_stop_every_command_until_the_file_is_put
     lost = b"#7\xe2\x80\xa6#8" if how == "cut short" else b"#6\xe2\x80\xa6#8"
     before = snapshot(log.parent)
     for argv in (["list"], ["status", "m"], ["context", "m"], ["search", "staging", "m"], ["append", "m", "new"],
-                 ["since", "m", "#0"]):
+                 ["since", "m", "#0"], ["message", "m", "0"], ["date", "m", "0"]):
         out = sh(*argv)
         assert out.returncode == 5 and out.stderr.count(b"\n") == 1, (argv, out.stderr)
         assert b"lost from the end of the log: " + lost + b", " + DAYS[-1].encode() + b".jsonl" in out.stderr, (argv, out.stderr)
