@@ -609,7 +609,7 @@ def load(path: Path) -> tuple[Path, bytes | None, dict]:
         raise BadInput(f"{path}: not JSON ({exc}); fix it by hand first") from None
     if not isinstance(settings, dict):
         raise BadInput(f"{path}: not a JSON object; fix it by hand first")
-    return path, original, settings
+    return path, original, Settings.read(settings, original)
 
 
 def save(path: Path, original: bytes | None, settings: dict) -> Path | None:
@@ -637,9 +637,169 @@ class Number:
         self.text = text
 
 
+class Settings(dict):
+    """A settings file's object that knows the text it was read from, so ``render`` writes that text again
+    wherever nothing was changed (a user's indent, one-line groups, escapes, a missing last newline)."""
+
+    text: str = ""
+    spans: "_Span | None" = None
+
+    @classmethod
+    def read(cls, settings: dict, original: bytes | None) -> "Settings":
+        import json
+
+        made = cls(settings)
+        try:
+            encoding = json.detect_encoding(original) if original else None
+            if encoding in ("utf-8", "utf-8-sig"):
+                made.text = original.decode("utf-8")  # (a BOM kept, as the character it is; bytes that are no UTF-8: afresh)
+                start = len(made.text) - len(made.text.lstrip("\ufeff \t\n\r"))
+                made.spans = _Span.parse(made.text, start)
+                made.spans.bind(settings)
+        except (ValueError, IndexError, RecursionError):  # (whatever it cannot follow is written afresh)
+            made.spans = None
+        return made
+
+
+class _Span:
+    """Where a value of a settings file's text is (``start``, ``end``), the value ``json`` read there (``value``)
+    and, for an object, its members ``(key, key's start, key's end, value's span)``, for an array its values'."""
+
+    __slots__ = ("start", "end", "items", "value")
+
+    def __init__(self, start: int, end: int = 0, items: list | None = None):
+        self.start, self.end, self.items, self.value = start, end, items, None
+
+    @classmethod
+    def parse(cls, text: str, i: int) -> "_Span":
+        import re
+        from json.decoder import scanstring
+
+        space = re.compile(r"[ \t\n\r]*")
+        scalar = re.compile(r'"|-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?|true|false|null|NaN|-?Infinity')
+
+        def value(i: int) -> "_Span":
+            if text[i] in "{[":
+                close, items = "}" if text[i] == "{" else "]", []
+                j = space.match(text, i + 1).end()
+                while text[j] != close:
+                    if close == "}":
+                        key, end = scanstring(text, j + 1)
+                        member = value(space.match(text, space.match(text, end).end() + 1).end())
+                        items.append((key, j, end, member))
+                    else:
+                        member = value(j)
+                        items.append(member)
+                    j = space.match(text, member.end).end()
+                    if text[j] == ",":
+                        j = space.match(text, j + 1).end()
+                return cls(i, j + 1, items)
+            match = scalar.match(text, i)
+            if not match:
+                raise ValueError(f"no JSON value at {i}")
+            return cls(i, scanstring(text, i + 1)[1] if match[0] == '"' else match.end())
+
+        return value(i)
+
+    def bind(self, value) -> None:
+        """Note the value json read at each span (a repeated key's last, as json takes it)."""
+        self.value = value
+        if isinstance(value, dict):
+            for key, member in {key: member for key, _, _, member in self.items}.items():
+                member.bind(value[key])
+        elif isinstance(value, list):
+            for member, item in zip(self.items, value, strict=True):
+                member.bind(item)
+
+
+def _edited(settings: Settings) -> str:
+    """``settings`` written into the text it was read from: every value unchanged as it was written there; a
+    member or item added after the container's last, in its indent and layout (one line when it was on one
+    line); one taken out with the separator before it (after it for the first)."""
+    text, unit = settings.text, "  "
+    import re
+
+    found = re.search(r"\n([ \t]+)\S", text)
+    if found:
+        unit = found[1]
+
+    def indent(at: int) -> str:
+        line = text[text.rfind("\n", 0, at) + 1 :]
+        return line[: len(line) - len(line.lstrip(" \t"))]
+
+    def same(old, new) -> bool:
+        if isinstance(old, Number) or isinstance(new, Number):
+            return isinstance(old, Number) and isinstance(new, Number) and old.text == new.text
+        return type(old) is type(new) and old == new
+
+    def fresh(value, base: str, flat: bool) -> str:
+        return _dumps(value, None if flat else unit).replace("\n", "\n" + base)
+
+    def edit(span: _Span, new) -> str:
+        old = span.value
+        if span.items is None or not (isinstance(new, dict) and isinstance(old, dict) or isinstance(new, list) and isinstance(old, list)):
+            return text[span.start : span.end] if span.items is None and same(old, new) else fresh(new, indent(span.start), False)
+        bounds = [(item[1], item[3].end) if isinstance(old, dict) else (item.start, item.end) for item in span.items]
+        if isinstance(old, dict):
+            last = {key: n for n, (key, *_) in enumerate(span.items)}
+            kept = [(n, text[start : member.start] + edit(member, new[key])) if last[key] == n else (n, text[start : member.end])
+                    for n, (key, start, _, member) in enumerate(span.items) if key in new or last[key] != n]
+            colon = text[span.items[0][2] : span.items[0][3].start] if span.items else ": "
+            added = [key for key in new if key not in last]
+        else:
+            kept, added, n = [], [], 0
+            for item in new:  # (an item is the one it was read as, or equal to one read as a number, a string …)
+                match = next((m for m in range(n, len(span.items)) if span.items[m].value is item
+                              or span.items[m].items is None and same(span.items[m].value, item)), None)
+                if match is None or added:  # (one after an added one is written after it, afresh)
+                    added.append(item)
+                else:
+                    kept.append((match, edit(span.items[match], item)))
+                    n = match + 1
+        if bounds:
+            lead, trail = text[span.start + 1 : bounds[0][0]], text[bounds[-1][1] : span.end - 1]
+            between = text[bounds[0][1] : bounds[1][0]] if len(bounds) > 1 else ("," + lead if "\n" in lead else ", ")
+        else:
+            flat = "\n" not in text.strip() and span is not settings.spans  # (a file of "{}" alone: indented, as ever)
+            lead = trail = "" if flat else "\n" + indent(span.start)
+            lead = lead if flat else lead + unit
+            between = ", " if flat else "," + lead
+        base, flat = between[between.rfind("\n") + 1 :] if "\n" in between else indent(span.start), "\n" not in between
+        pieces = [(n, piece) for n, piece in kept]
+        for item in added:
+            value = new[item] if isinstance(old, dict) else item
+            pieces.append((None, (_dumps(item, None) + colon if isinstance(old, dict) else "") + fresh(value, base, flat)))
+        if not pieces:  # (one that was empty as it was, or is emptied)
+            return text[span.start : span.end] if not bounds else text[span.start] + text[span.end - 1]
+        out = [text[span.start], lead, pieces[0][1]]
+        for (before, _), (n, piece) in zip(pieces, pieces[1:]):
+            out += [text[bounds[before][1] : bounds[n][0]] if before is not None and n == before + 1 else between, piece]
+        return "".join(out + [trail, text[span.end - 1]])
+
+    spans = settings.spans
+    return text[: spans.start] + edit(spans, settings) + text[spans.end :]
+
+
 def render(settings: dict) -> bytes:
-    """``settings`` as indented JSON, each ``Number`` written as it was read: json gives it a placeholder
-    string (one a settings file cannot hold: a fresh random tag), replaced by the number's text after."""
+    """``settings`` as JSON: as the text it was read from where nothing changed (``Settings``, ``_edited``),
+    else indented afresh, each ``Number`` written as it was read."""
+    import json
+
+    if isinstance(settings, Settings) and settings.spans is not None:
+        try:
+            data = _edited(settings).encode("utf-8")
+            fresh = _dumps(settings, "  ")
+            if json.loads(data) == json.loads(fresh):  # (what it says is what the object holds)
+                return data
+        except (ValueError, IndexError, RecursionError, UnicodeError):
+            pass
+    return _dumps(settings, "  ").encode("utf-8") + b"\n"
+
+
+def _dumps(settings, indent: str | None) -> str:
+    """``settings`` as JSON (``indent``; None: on one line), each ``Number`` written as it was read: json gives
+    it a placeholder string (one a settings file cannot hold: a fresh random tag), replaced by the number's text
+    after."""
     import json
     import re
     import secrets
@@ -652,11 +812,11 @@ def render(settings: dict) -> bytes:
         numbers.append(value.text)
         return f"{tag}{len(numbers) - 1}{tag}"
 
-    text = json.dumps(settings, indent=2, ensure_ascii=False, default=placeholder)
+    text = json.dumps(settings, indent=indent, ensure_ascii=False, default=placeholder,
+                      separators=None if indent else (", ", ": "))
     text = re.sub(f'"{tag}(\\d+){tag}"', lambda m: numbers[int(m[1])], text)
     # a lone surrogate ("\ud800" in the file: no character of its own) stays the escape it was read from
-    text = re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m[0]):04x}", text)
-    return text.encode("utf-8") + b"\n"
+    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m[0]):04x}", text)
 
 
 def _backup(path: Path, data: bytes, mode: int) -> Path:

@@ -1078,7 +1078,7 @@ def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_opt
     written = (dotfiles / "settings.json").read_text()
     assert '"x": 123456789012345678901234567890' in written  # as written, not a float
     assert json.loads(written)["y"] == [1.5, 100.0, 0, float("inf")]  # (1e400 as written: not Infinity, which
-    assert "1.50,\n    1E2,\n    -0,\n    1e400\n" in written         # JavaScript's JSON.parse refuses)
+    assert '"y": [1.50, 1E2, -0, 1e400]' in written                    # JavaScript's JSON.parse refuses)
     ours = json.loads(written)["hooks"]["Stop"][0]["hooks"][0]
     assert ours["command"].endswith(" hook claude-code --name shop --budget 100 --timeout 40") and ours["timeout"] == 45
     settings.unlink()
@@ -1583,3 +1583,34 @@ def test_a_session_end_with_a_backlog_reads_for_more_of_its_time_than_an_importe
         for pid in catching_up(home / name):  # (its index: not this test's matter)
             os.kill(pid, 9)
     assert 0 < logged["real"] and 9_000 < logged["importers"] < 11_000 and 2 * logged["importers"] < logged["hook"] < 27_000, logged
+
+
+def test_install_and_uninstall_keep_the_user_s_text_byte_for_byte_where_they_change_nothing(home, tmp_path):
+    """install wrote the whole file again as json.dumps(indent=2) does: a user's 4-space indent, one-line
+    groups, escapes ("\\u00e9", "\\/") and a missing last newline were all rewritten, so a settings file kept in
+    dotfiles showed a diff of every line. Now only what pimem adds or takes out changes, written in the file's
+    own indent; install then uninstall gives back the very bytes."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    theirs = ('\ufeff{\n    "model": "opus",\n    "env": {"A": "\\u00e9\\/x", "N": 1.50},\n    "hooks": {\n'
+              '        "Stop": [{"matcher": "", "hooks": [{"type": "command", "command": "notify-send done"}]}],\n'
+              '        "PreToolUse" : [ ]\n    },\n\t"permissions": {"allow": ["Bash(ls:*)"]}\n}')
+    settings.write_bytes(theirs.encode())
+    done = install("--name", "shop", home_dir=user)
+    assert done.returncode == 0, done.stderr
+    merged = settings.read_text(encoding="utf-8-sig")
+    for kept in ('{\n    "model": "opus",\n    "env": {"A": "\\u00e9\\/x", "N": 1.50},\n    "hooks": {\n',
+                 '        "Stop": [{"matcher": "", "hooks": [{"type": "command", "command": "notify-send done"}]}, {"hooks": [',
+                 '        "PreToolUse" : [ ],\n        "SessionStart": [\n            {\n                "hooks": [\n',
+                 '\n    },\n\t"permissions": {"allow": ["Bash(ls:*)"]}\n}'):
+        assert kept in merged, merged
+    hooks = json.loads(merged)["hooks"]
+    assert [list(hooks), len(hooks["Stop"])] == [["Stop", "PreToolUse", "SessionStart", "UserPromptSubmit", "PreCompact", "SessionEnd"], 2]
+    assert all(h[-1]["hooks"][0]["command"].endswith("hook claude-code --name shop") for h in (hooks["Stop"], hooks["SessionEnd"]))
+    dry = install("--name", "other", "--dry-run", home_dir=user)
+    assert dry.returncode == 0 and dry.stdout == "\ufeff" + merged.replace("--name shop", "--name other") + "\n", dry.stdout
+
+    done = uninstall(home_dir=user)
+    assert done.returncode == 0, done.stderr
+    assert settings.read_bytes() == theirs.encode()
