@@ -220,7 +220,7 @@ def test_a_full_page_over_several_memories_names_each_memorys_next_page(run, hom
     assert ids(run("search", "zebra", "b", "--limit", "3", "--before", "1", "--json")) == [0]
     assert ids(run("search", "zebra", "a", "--limit", "4", "--json")) == [3, 2, 1, 0]
     both = run("search", "zebra", "--limit", "5", "--json")
-    assert "b --before 0, a --before 3" in both.stderr and "other memories" not in both.stderr
+    assert both.stderr.endswith("one memory at a time: a --before 3\n") and "other memories" not in both.stderr  # (b has none below #0)
 
 
 def test_paging_shows_every_hit_once_when_dates_are_not_in_log_order(run, home):
@@ -269,6 +269,26 @@ def test_a_full_page_of_ranked_hits_names_the_next_page_and_the_pages_show_each_
             offset = ["--offset", str(len(seen))]
         assert seen == hits(*names, "--limit", "1000")[0] and len(seen) == 60 + 5 * (not names)
     assert ids(run("search", "port", "m", "--limit", "3", "--offset", "2", "--json")) == ids(run("search", "port", "m", "--limit", "5", "--json"))[2:]
+
+
+def test_a_page_names_the_next_one_only_when_hits_are_left_for_it(run, mem):
+    """A page holding the last hits named a next page all the same when it was full (``for more: --before 0``),
+    which finds nothing (exit 1)."""
+    for argv in (["staging", "main"], ["staging"], ["--rank", "staging", "main"], ["--rank", "staging"]):
+        every = run("search", *argv, "--limit", "1000").stdout.splitlines()
+        out = run("search", *argv, "--limit", str(len(every)))
+        assert (out.exit_code, out.stdout.splitlines(), out.stderr) == (0, every, ""), argv
+        out = run("search", *argv, "--limit", str(len(every) - 1))
+        assert out.stdout.splitlines() == every[:-1] and "shown; for more: " in out.stderr, (argv, out.stderr)
+    assert run("search", "staging", "main", "--limit", "2").stderr == "pimem: 2 hits shown; for more: --before 4\n"
+    out = run("search", "staging", "main", "--limit", "2", "--before", "4")
+    assert (out.stdout, out.stderr) == ("main #0 2026-10-01T09:00:00+08:00 user: the staging db listens on 5433\n", "")
+    Memory.at("older").append([{"kind": "user", "text": f"staging {n}", "date": f"2026-09-0{n + 1}T00:00:00Z"} for n in range(4)])
+    out = run("search", "staging", "--limit", "5")  # main's three (its #0 the last), then two of older's four
+    assert out.stderr == "pimem: 5 hits shown; for more, one memory at a time: older --before 2\n"
+    Memory.at("newer").append([{"kind": "user", "text": "staging", "date": "2026-11-01T00:00:00Z"}])
+    assert run("search", "staging", "main", "newer", "older", "--limit", "4").stderr == (
+        "pimem: 4 hits shown; for more, one memory at a time: the other memories alone\n")
 
 
 def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):

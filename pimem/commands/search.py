@@ -61,7 +61,7 @@ def command(
             kinds={kind_of(k) for k in kind} if kind else None,
             include_tools=include_tools,
             **bounds,
-            limit=limit,
+            limit=limit + 1,  # (one past the page: whether a next page has anything to show)
             offset=offset,
             unread=unread,
             on_note=output.note,  # (a long catch-up: waited for, said first)
@@ -72,6 +72,7 @@ def command(
     if not hits:
         unread.check()
         raise NothingFound(f"no message matches {query!r}")
+    more, hits = len(hits) > limit, hits[:limit]
     terms = searching.parse(query)
     for hit in hits:
         if json:
@@ -82,14 +83,14 @@ def command(
         held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
-    if len(hits) == limit and rank:  # (ranked as one collection: the next page of all the memories at once)
+    if more and rank:  # (ranked as one collection: the next page of all the memories at once)
         output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --offset {offset + limit}")
-    elif len(hits) == limit:
+    elif more:
         last = {h["memory"]: h["i"] for h in hits}  # each memory's oldest hit shown
         if len(memories) == 1:
             output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --before {hits[-1]['i']}")
         else:  # --before pages one memory's numbering: the next page of several is one memory at a time
-            pages = ", ".join(f"{name} --before {i}" for name, i in last.items())
-            others = " (and the other memories alone)" if len(last) < len(memories) else ""
+            pages = ", ".join(f"{name} --before {i}" for name, i in last.items() if i)  # (none below a #0)
+            others = "" if len(last) == len(memories) else " (and the other memories alone)" if pages else "the other memories alone"
             output.info(f"pimem: {output.count(limit, 'hit')} shown; for more, one memory at a time: {pages}{others}")
     unread.check()
