@@ -617,6 +617,9 @@ def save(path: Path, original: bytes | None, settings: dict) -> Path | None:
     backup."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if original is not None else None
+    if mode is not None and not mode & 0o200:  # (the rename needs only the directory's permission, root's none)
+        raise PimemError(f"{path} is read-only (mode {mode:o}): pimem leaves it as it is; make it writable (chmod u+w) "
+                         "and run this again", ExitStatus.SYSTEM)
     backup = _backup(path, original, mode) if original is not None else None
     try:
         _write(path, render(settings), mode)

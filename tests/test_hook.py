@@ -1614,3 +1614,26 @@ def test_install_and_uninstall_keep_the_user_s_text_byte_for_byte_where_they_cha
     done = uninstall(home_dir=user)
     assert done.returncode == 0, done.stderr
     assert settings.read_bytes() == theirs.encode()
+
+
+def test_install_and_uninstall_leave_a_read_only_settings_file_alone(home, tmp_path):
+    """A settings file the user made read-only (chmod 444: kept from Claude Code's own edits, or managed by a
+    tool) was replaced all the same, the rename needing only its directory's permission. It is refused now
+    (exit 7, one line saying how to go on), nothing written, no backup; --dry-run still shows the result."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"model": "opus"}\n')
+    os.chmod(settings, 0o444)
+    refused = install(home_dir=user)
+    assert (refused.returncode, refused.stdout) == (7, ""), refused
+    assert refused.stderr == f"pimem: error: {settings} is read-only (mode 444): pimem leaves it as it is; make it " \
+                             "writable (chmod u+w) and run this again\n", refused.stderr
+    assert sorted(p.name for p in settings.parent.iterdir()) == ["settings.json"] and settings.read_text() == '{"model": "opus"}\n'
+    dry = install("--dry-run", home_dir=user)
+    assert dry.returncode == 0 and json.loads(dry.stdout)["model"] == "opus"
+    os.chmod(settings, 0o644)
+    assert install(home_dir=user).returncode == 0
+    os.chmod(settings, 0o400)
+    refused = uninstall(home_dir=user)
+    assert refused.returncode == 7 and "read-only (mode 400)" in refused.stderr and "hook claude-code" in settings.read_text()
