@@ -536,8 +536,10 @@ def serve(home: api.Home = None, signals: bool = False) -> None:
         from . import boundary
 
         lost = server.undelivered
-        why = "the client did not read them" if server.unread else f"the server stopped before {'they were' if lost != 1 else 'it was'} ready"
-        boundary.stop(server.stopped_by, f"{lost} answer{'s were' if lost != 1 else ' was'} not delivered: {why}" if lost else "")
+        one = lost == 1
+        why = f"the client did not read {'it' if one else 'them'}" if server.unread else \
+            f"the server stopped before {'it was' if one else 'they were'} ready"
+        boundary.stop(server.stopped_by, f"{lost} answer{' was' if one else 's were'} not delivered: {why}" if lost else "")
 
 
 @contextlib.contextmanager
