@@ -601,7 +601,11 @@ def load(path: Path) -> tuple[Path, bytes | None, dict]:
             resolved = path
         if resolved.is_symlink():  # (a loop of links: Python 3.13 resolves one to a link of it)
             raise BadInput(f"{path}: a loop of symbolic links; fix it by hand first")
+        if not resolved.parent.is_dir():  # (a dotfiles checkout moved away: its directory is not made anew)
+            raise BadInput(f"{path}: a link to {resolved}, whose directory is not there; fix the link first")
         path = resolved
+    if path.exists() and not path.is_file():  # (a pipe would be waited on for ever)
+        raise BadInput(f"{path}: not a regular file; fix it by hand first")
     original = path.read_bytes() if path.exists() else None
     try:
         settings = json.loads(original, parse_float=Number, parse_int=Number, parse_constant=Number) if original and original.strip() else {}

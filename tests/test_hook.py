@@ -1637,3 +1637,28 @@ def test_install_and_uninstall_leave_a_read_only_settings_file_alone(home, tmp_p
     os.chmod(settings, 0o400)
     refused = uninstall(home_dir=user)
     assert refused.returncode == 7 and "read-only (mode 400)" in refused.stderr and "hook claude-code" in settings.read_text()
+
+
+def test_install_refuses_a_settings_path_that_is_no_file_and_a_link_into_no_directory(home, tmp_path):
+    """A pipe at ~/.claude/settings.json made install wait on it for ever (and so the check of the other scope's
+    file: uninstall too); a link whose file's directory is gone (a dotfiles checkout moved away) had that
+    directory made, wherever it named, and the hooks written there. Both are refused now (exit 2, one line),
+    nothing written; a link to a file not made yet, in a directory that is there, still gets it."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    os.mkfifo(settings)
+    for run in (install, uninstall):
+        refused = run(home_dir=user)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused
+        assert refused.stderr == f"pimem: error: {settings}: not a regular file; fix it by hand first\n", refused.stderr
+    settings.unlink()
+    gone = tmp_path / "moved" / "dotfiles" / "settings.json"
+    settings.symlink_to(gone)
+    refused = install(home_dir=user)
+    assert (refused.returncode, refused.stdout) == (2, ""), refused
+    assert refused.stderr == f"pimem: error: {settings}: a link to {gone}, whose directory is not there; fix the link first\n"
+    assert not (tmp_path / "moved").exists() and sorted(p.name for p in settings.parent.iterdir()) == ["settings.json"]
+    (tmp_path / "moved" / "dotfiles").mkdir(parents=True)
+    done = install(home_dir=user)
+    assert done.returncode == 0 and settings.is_symlink() and "hook claude-code" in gone.read_text(), done.stderr
