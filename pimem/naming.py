@@ -48,13 +48,15 @@ def given(name: str | None) -> str:
 def exists(name: str, home: str | None) -> bool:
     """A memory (or a rename pointer to one) has this name, one claimed for a project with nothing logged yet
     too, or it is the default memory's name (before the first append creates it: ``pimem append main <
-    reply.txt``); a broken pointer counts, for the command to report."""
+    reply.txt``); a broken pointer counts, for the command to report; a home that cannot be one (a relative
+    ``$PIMEM_HOME``, a file) is refused here, as the command would refuse it."""
     if name == default():
         return True
     if not NAME_RE.fullmatch(name):
         return False
+    where = env.home(home)  # (a home that cannot be one is said as it is: it cannot say whether the name is taken)
     try:
-        path = resolve(env.home(home), name)
+        path = resolve(where, name)
         return (path / "main").is_dir() or claimed(path)
     except PimemError:
         return True

@@ -76,16 +76,26 @@ def test_a_bad_lock_timeout_in_the_environment_is_one_line_and_creates_nothing(s
     assert sh("append", "fresh", "x", PIMEM_LOCK_TIMEOUT="0.5").returncode == 0  # (as --timeout takes it)
 
 
-@pytest.mark.parametrize("args", [["list"], ["append", "notes", "hi"], ["view", "notes"], ["build-tree"], ["status"]])
+@pytest.mark.parametrize("args", [["list"], ["append", "notes", "hi"], ["view", "notes"], ["build-tree"], ["status"],
+                                  ["date", "5"], ["zoom", "5"], ["since", "3d"]])
 def test_a_home_that_is_a_file_is_one_line_and_the_file_is_kept(sh, tmp_path, args):
     """$PIMEM_HOME naming a file (a typo, a path mixed up): ``list`` said there were no memories yet (exit 1),
-    ``build-tree`` built nothing and exited 0, the others said 'Not a directory: FILE/notes'."""
+    ``build-tree`` built nothing and exited 0, the others said 'Not a directory: FILE/notes'; ``date 5`` took
+    its lone 5 for a memory's name (the home could not say there was none) and asked for a message number."""
     home = tmp_path / "memory"
     home.write_bytes(b"not a home\n")
     out = sh(*args, PIMEM_HOME=home)
     assert out.returncode == 7 and out.stdout == b""
     assert out.stderr == f"pimem: error: the home {home} is not a directory: set --home or $PIMEM_HOME to one\n".encode()
     assert home.read_bytes() == b"not a home\n"
+
+
+def test_a_relative_home_is_refused_before_a_lone_word_is_taken_for_a_memorys_name(sh):
+    """``date 5`` under a relative $PIMEM_HOME said 'give either a message number I or --at WHEN' (exit 2 all
+    the same, for the wrong reason): the home's error is the one line."""
+    for args in (["date", "5"], ["zoom", "5"], ["since", "3d"]):
+        out = sh(*args, PIMEM_HOME="relative/home")
+        assert out.returncode == 2 and out.stderr.startswith(b"pimem: error: $PIMEM_HOME is a relative path"), (args, out.stderr)
 
 
 def test_an_amount_with_all_a_floats_decimals_is_taken():
