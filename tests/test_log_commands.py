@@ -285,6 +285,9 @@ def test_date_and_date_at(run, day):
     assert run("date", "main", "9").exit_code == 3
     assert run("date", "main").exit_code == 2
     assert run("date", "main", "1", "--at", "today").exit_code == 2
+    # a node's dates: its label as the view writes it (to join with view --json), whatever zeros it was typed with
+    assert rows(run("date", "main", "04+02", "--json")) == [
+        {"label": "4+2", "first": "2026-10-08T08:00:06+08:00", "last": "2026-10-08T08:01:00+08:00"}]
 
 
 def test_list_and_status(run, home, day):

@@ -38,12 +38,13 @@ def command(
             raise NothingFound(f"no message in '{mem.name}' at or after {at}")
         msg = mem.message(found)
     elif "+" in i:
-        from ..tree import parse_label, span
+        from ..tree import label, parse_label, span
 
-        first, end = span(*parse_label(i, mem.count()))
+        node = parse_label(i, mem.count())
+        first, end = span(*node)
         dates = [mem.message(first)["date"], mem.message(end - 1)["date"]]
-        if json:
-            output.json_line({"label": i.strip(), "first": dates[0], "last": dates[1]})
+        if json:  # (the label as the view writes it, as zoom gives it: 04+02 is 4+2)
+            output.json_line({"label": label(*node), "first": dates[0], "last": dates[1]})
         else:
             output.line(" ".join(dates))
         return
