@@ -332,13 +332,16 @@ def _read(line: str, ids: dict[str, str]) -> tuple:
 def _wired():
     """The client's end of stdin and stdout, taken from fds 0 and 1, which read ``/dev/null`` and write to stderr
     meanwhile, as the SDK's own stdio transport arranges it: nothing else the process runs reads or writes
-    the client's messages. Given back after (a Python user's process may go on once the server ends)."""
+    the client's messages. Given back after (a Python user's process may go on once the server ends). Both are
+    read and written blocking meanwhile: a client may hand over pipes set non-blocking, of which a read finding
+    nothing yet would be taken for the client's hang-up, and a write the pipe cannot take whole would fail."""
     import fcntl
     import io
     import os
     import sys
 
     ends = [os.fdopen(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3), mode) for fd, mode in ((0, "rb"), (1, "wb"))]
+    blocking = [_blocking(end.fileno(), True) for end in ends]
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -349,7 +352,21 @@ def _wired():
         with contextlib.suppress(AttributeError, OSError, ValueError):  # (printed meanwhile: to stderr, as it was)
             sys.stdout.flush()
         for fd, end in enumerate(ends):
+            _blocking(end.fileno(), blocking[fd])
             os.dup2(end.fileno(), fd)
+
+
+def _blocking(fd: int, blocking: bool | None) -> bool | None:
+    """Set ``fd`` blocking or not (``None``: as it is); what it was (``None``: unknown, as for a closed one)."""
+    import os
+
+    try:
+        was = os.get_blocking(fd)
+        if blocking is not None and blocking != was:
+            os.set_blocking(fd, blocking)
+    except OSError:
+        return None
+    return was
 
 
 def _unknown(key: str, tool: str, takes: list[str]) -> str:

@@ -1,9 +1,11 @@
 """`pimem mcp` as a real subprocess, driven by the MCP SDK's own stdio client."""
 
+import contextlib
 import json
 import os
 import shlex
 import sys
+from unittest import mock
 
 import anyio
 import pytest
@@ -1076,3 +1078,55 @@ def test_a_relative_home_is_refused_as_the_hook_refuses_it_not_read_in_the_clien
     assert done.stderr == ("pimem: error: --home is a relative path ('memory'): set it to an absolute one (it would name "
                            "another home in each directory a command runs in)\n")
     assert list(project.iterdir()) == []
+
+
+def test_a_client_whose_pipes_do_not_block_is_served_as_any_other(home):
+    """A client may hand the server pipes set non-blocking (O_NONBLOCK, as some runtimes leave theirs): with such
+    a stdin the server read no line and ended at once, exit 0, as if the client had hung up; with such a stdout
+    it died with a traceback (BlockingIOError, exit 1) at the first answer the pipe could not take whole, the
+    client holding half of it. The server reads and writes them as blocking pipes, and gives their mode back."""
+    import fcntl
+    import subprocess
+    import termios
+    import time
+
+    from conftest import pimem_cmd
+    from pimem import Memory
+
+    Memory.at("main", home=home).append([{"kind": "user", "text": "x" * 200_000}])
+    stdin, to_server = os.pipe()
+    from_server, stdout = os.pipe()
+    for fd in (stdin, stdout):
+        os.set_blocking(fd, False)
+    proc = subprocess.Popen(pimem_cmd("mcp"), stdin=stdin, stdout=stdout, stderr=subprocess.PIPE,
+                            env=subprocess_env(PIMEM_HOME=home), cwd="/")
+    os.close(stdin)
+    os.close(stdout)
+    sent, answers = os.fdopen(to_server, "wb"), os.fdopen(from_server, "rb")
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {  # (an answer past the pipe's 64 KiB)
+            "name": "message", "arguments": {"name": "main", "i": 0, "max_chars": 100_000}}}
+        with contextlib.suppress(BrokenPipeError):  # (a server gone already)
+            sent.write(b"".join(json.dumps(m).encode() + b"\n" for m in (init, {"jsonrpc": "2.0", "method": "notifications/initialized"}, call)))
+            sent.flush()
+        assert json.loads(answers.readline() or "null") == {"jsonrpc": "2.0", "id": 1, "result": mock.ANY}
+        size, deadline = fcntl.fcntl(from_server, 1032), time.monotonic() + 60  # (F_GETPIPE_SZ: the pipe full)
+        while proc.poll() is None and int.from_bytes(fcntl.ioctl(from_server, termios.FIONREAD, b"\0" * 4), "little") < size:
+            assert time.monotonic() < deadline, "the server never filled its stdout"
+            time.sleep(0.05)
+        answer = json.loads(answers.readline())
+        assert answer["id"] == 2 and len(answer["result"]["structuredContent"]["text"]) == 100_000
+        sent.write(b'{"jsonrpc": "2.0", "id": 3, "method": "ping"}\n')  # (still read, though nothing came for a while)
+        sent.flush()
+        assert json.loads(answers.readline() or "null") == {"jsonrpc": "2.0", "id": 3, "result": {}}
+        sent.close()
+        assert proc.wait(60) == 0 and proc.stderr.read() == b""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (sent, answers, proc.stderr):
+            with contextlib.suppress(BrokenPipeError):
+                stream.close()
