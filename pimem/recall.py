@@ -194,7 +194,15 @@ def recall(mem, request: Request) -> str:
 def find(mem, request: Request) -> Found:
     """What a (checked) request selects, never a message its scope leaves out: a search through the index, a
     listing (the log read backwards only as far as its page) or a read by ids (those messages, or the lines
-    holding the entry ids)."""
+    holding the entry ids). A memory renamed or deleted meanwhile is said so (``NotFound``), as by every reader
+    of a Memory: a search, which reads the index and not the log, found nothing in it or the system's error."""
+    with mem._failed_where_moved():
+        found = _find(mem, request)
+    mem._here()
+    return found
+
+
+def _find(mem, request: Request) -> Found:
     out = SCOPES[request.scope](mem)
     if request.ids:
         named = [r for r in _named(mem, request) if r["id"] not in out]

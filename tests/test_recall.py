@@ -429,3 +429,26 @@ def test_a_page_past_the_last_says_so_not_that_nothing_matched(run, home):
     assert run("recall", "main", "--page", "2", "--limit", "1").exit_code == 0
     out = run("recall", "main", "5433", "--page", "2")
     assert out.stderr == "pimem: error: nothing recalled on page 2: the one result is on page 1\n", out.stderr
+
+
+@pytest.mark.parametrize("move", [["rename", "main", "new"], ["delete", "main"]])
+@pytest.mark.parametrize("request_", [recall.Request(query="mutex"), recall.Request(file="src/auth"), recall.Request(),
+                                      recall.Request(ids=["0"]), recall.Request(ids=["a3f0c2d1"])],
+                         ids=["search", "file", "listing", "ids", "entry-id"])
+def test_recall_of_a_memory_renamed_or_deleted_while_open_says_so_as_every_reader_does(run, home, sh, move, request_):
+    """Another process renaming or deleting the memory while a recall had it open (an MCP call in flight): a
+    search found nothing in it (count 0, as if nothing matched), or failed with the system's error on a file gone
+    (No such file or directory, SQLite's disk I/O error: is the disk full?). It says what every reader of a Memory
+    says then (NotFound, exit 3), and writes nothing."""
+    from conftest import snapshot
+    from pimem.errors import NotFound
+
+    log(run, *SESSION)
+    mem = Memory.open("main")
+    assert recall.find(mem, recall.Request(query="mutex")).records  # (its index open, caught up)
+    assert sh(*move).returncode == 0
+    before = snapshot(home)
+    with pytest.raises(NotFound) as refused:
+        recall.find(mem, request_)
+    assert str(refused.value) == "memory 'main' was renamed or deleted while this had it open; nothing more was written: run again"
+    assert snapshot(home) == before
