@@ -507,6 +507,66 @@ def test_codex_legacy_rollout_without_envelope(run, tmp_path):
 
 # ---- NDJSON, malformed lines, the echo rules ------------------------------------------------------------
 
+@pytest.mark.parametrize("odd", [[], {"a": 1}], ids=["list", "object"])
+def test_a_line_whose_type_is_a_list_or_an_object_is_a_line_like_any_other(run, home, tmp_path, odd):
+    """A line's "type" (or a Codex item's) that was a list or an object ended the import in a traceback
+    (unhashable type: 'list'), whichever format the file was: telling the format looked it up in a set, and so
+    did reading a Codex item. Such a line carries no message (or is said skipped); the rest is imported."""
+    claude = write_jsonl(tmp_path / "claude.jsonl", [
+        {"type": odd, "sessionId": "s1"},
+        {"type": "user", "uuid": "u1", "sessionId": "s1", "cwd": "/w", "timestamp": "2026-01-01T10:00:00Z",
+         "message": {"role": "user", "content": "hello from claude"}}])
+    codex = write_jsonl(tmp_path / "codex.jsonl", [
+        {"type": odd, "payload": {}},
+        {"timestamp": "2026-01-01T10:00:00Z", "type": "session_meta", "payload": {"id": "c1", "cwd": "/w"}},
+        {"timestamp": "2026-01-01T10:00:01Z", "type": "response_item", "payload": {"type": odd, "call_id": "x"}},
+        {"timestamp": "2026-01-01T10:00:02Z", "type": "response_item",
+         "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello from codex"}]}}])
+    for path, name, text in ((claude, "c", "hello from claude"), (codex, "x", "hello from codex")):
+        result = run("import", path, "-n", name)
+        assert result.exit_code == 0 and result.exception is None or isinstance(result.exception, SystemExit), result.exception
+        assert [m["text"] for m in messages(name)] == [text], result.output
+    result = run("import", codex, "-n", "forced", "--format", "claude")
+    assert result.exit_code == 2 and "looks like codex" in result.stderr, result.output
+
+
+@pytest.mark.parametrize("odd", [["c1"], {"id": "c1"}, 7], ids=["list", "object", "number"])
+def test_a_tool_call_id_that_is_no_string_is_taken_as_none(run, home, tmp_path, odd):
+    """A tool call's id that was a list or an object ended the import in a traceback (unhashable type), and one
+    that was a number when the import state was saved (Dict key must be str), after its batch was logged. Such
+    an id is no id: the call and its output are imported, unpaired, and so is the rest of the file."""
+    t = "2026-01-01T10:00:{:02d}Z".format
+    files = {
+        "claude": [{"type": "assistant", "uuid": "a1", "sessionId": "s1", "cwd": "/w", "timestamp": t(1), "message": {
+                        "role": "assistant", "content": [{"type": "tool_use", "id": odd, "name": "Bash", "input": {"command": "ls"}}]}},
+                   {"type": "user", "uuid": "u2", "sessionId": "s1", "cwd": "/w", "timestamp": t(2), "message": {
+                        "role": "user", "content": [{"type": "tool_result", "tool_use_id": odd, "content": "a.txt"}]}},
+                   {"type": "user", "uuid": "u3", "sessionId": "s1", "cwd": "/w", "timestamp": t(3),
+                    "message": {"role": "user", "content": "and the rest"}}],
+        "codex": [{"timestamp": t(0), "type": "session_meta", "payload": {"id": "c1", "cwd": "/w"}},
+                  {"timestamp": t(1), "type": "response_item", "payload": {"type": "function_call", "name": "shell",
+                                                                           "arguments": '{"command": ["ls"]}', "call_id": odd}},
+                  {"timestamp": t(2), "type": "response_item", "payload": {"type": "function_call_output", "call_id": odd,
+                                                                           "output": "Process running with session ID 5"}},
+                  {"timestamp": t(3), "type": "response_item", "payload": {"type": "message", "role": "user",
+                                                                           "content": [{"type": "input_text", "text": "and the rest"}]}}],
+        "pi": [{"type": "session", "version": 3, "id": "p1", "timestamp": t(0), "cwd": "/w"},
+               {"type": "message", "id": "a1", "parentId": None, "timestamp": t(1), "message": {
+                   "role": "assistant", "content": [{"type": "toolCall", "id": odd, "name": "bash", "arguments": {"command": "ls"}}]}},
+               {"type": "message", "id": "r1", "parentId": "a1", "timestamp": t(2), "message": {
+                   "role": "toolResult", "toolCallId": odd, "toolName": "bash", "content": [{"type": "text", "text": "a.txt"}]}},
+               {"type": "message", "id": "u3", "parentId": "r1", "timestamp": t(3), "message": {"role": "user", "content": "and the rest"}}],
+    }
+    for fmt, lines in files.items():
+        result = run("import", write_jsonl(tmp_path / f"{fmt}.jsonl", lines), "-n", fmt)
+        assert result.exit_code == 0 and "skipped" not in result.stderr, (fmt, result.exception, result.output)
+        msgs = messages(fmt)
+        assert [m["kind"] for m in msgs] == ["tool", "echo", "user"] and msgs[-1]["text"] == "and the rest", (fmt, msgs)
+        assert all("call_id" not in m["meta"] for m in msgs), (fmt, msgs)
+        again = run("import", tmp_path / f"{fmt}.jsonl", "-n", fmt)
+        assert again.exit_code == 0 and "0 imported, 0 already present" in again.stdout, (fmt, again.output)
+
+
 def test_ndjson_keeps_meta_and_reports_bad_lines(run, home, tmp_path):
     path = write_jsonl(tmp_path / "export.ndjson", [
         {"kind": "user", "text": "one", "date": "2026-01-01T10:00:00+01:00"},

@@ -29,9 +29,10 @@ import os
 import re
 
 from ..memory import CLAUDE_MARKERS
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, call_text, ident, record, shell_command
 
-LINE_TYPES = {"user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation"}
+LINE_TYPES = ("user", "assistant", "summary", "system", "progress", "file-history-snapshot", "queue-operation")  # (a tuple: a
+# line's "type" may be a list or an object, which a set cannot be asked about)
 _SUBAGENT = re.compile(r"(\A|/)subagents/agent-[^/]*\.jsonl\Z")
 _EXIT = re.compile(r"\AExit code (\d+)")
 _SHELL_INPUT = re.compile(r"\A\s*<bash-input>(.*?)</bash-input>\s*\Z", re.S)
@@ -90,7 +91,7 @@ class ClaudeParser(Parser):
             parts.append(("user", text, {"marker": text.strip() in CLAUDE_MARKERS}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") == "tool_result":
-                call_id = block.get("tool_use_id")
+                call_id = ident(block.get("tool_use_id"))
                 output = blocks_text(block.get("content"))
                 code = _EXIT.match(output) if block.get("is_error") else None
                 failed = block.get("is_error")
@@ -108,7 +109,7 @@ class ClaudeParser(Parser):
             parts.append(("pi", text, {"model": model}))
         for block in content if isinstance(content, list) else []:
             if isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use"):
-                call_id, name, args = block.get("id"), block.get("name"), block.get("input")
+                call_id, name, args = ident(block.get("id")), block.get("name"), block.get("input")
                 self.remember_call(call_id, name)
                 parts.append(("tool", call_text(name, args), {"call_id": call_id, "tool": name, "command": shell_command(args), "model": model}))
         return parts

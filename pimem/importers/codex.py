@@ -32,9 +32,10 @@ import re
 import orjson
 
 from .. import decoder, hashes
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, ident, record, shell_command
 
-LINE_TYPES = {"session_meta", "turn_context", "response_item", "event_msg", "compacted"}
+LINE_TYPES = ("session_meta", "turn_context", "response_item", "event_msg", "compacted")  # (tuples: a line's "type"
+# may be a list or an object, which a set cannot be asked about)
 BOILERPLATE = (
     "<environment_context>",
     "<user_instructions>",
@@ -46,8 +47,8 @@ BOILERPLATE = (
     "# AGENTS.md instructions",
 )
 TEXT_TYPES = ("input_text", "output_text", "text")
-CALLS = {"function_call", "custom_tool_call", "local_shell_call"}
-OUTPUTS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+CALLS = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUTS = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 _EXITED = re.compile(r"^Process exited with code (-?\d+)$", re.M)
 _RUNNING = re.compile(r"^Process running with session ID (\d+)$", re.M)
 SAID_CAP = 10_000  # texts a turn's repeat counter keeps (in memory; the saved state keeps a digest of them)
@@ -221,7 +222,7 @@ class CodexParser(Parser):
                 return [("pi", text, {"model": model})] if text else []  # (whitespace alone too, as written)
             return []  # developer and system messages are instructions
         if kind in CALLS:
-            call_id = item.get("call_id") or item.get("id")
+            call_id = ident(item.get("call_id")) or ident(item.get("id"))
             if kind == "local_shell_call":
                 name, args = "shell", (item.get("action") or {})
             else:
@@ -238,7 +239,7 @@ class CodexParser(Parser):
                 bounded_put(self.state.setdefault("programs", {}), call_id, toolwork.program(meta["command"]) or None)
             return [("tool", call_text(name, args), meta)]
         if kind in OUTPUTS:
-            call_id = item.get("call_id")
+            call_id = ident(item.get("call_id"))
             text, code = _output(item.get("output"))
             polled = self.state.get("polls", {}).pop(call_id, None) if call_id else None
             programs = self.state.get("programs", {})
@@ -296,7 +297,7 @@ def _told_apart(item: dict) -> bool:
     """Whether ``item`` is a call or an output its call's id tells apart (as ``_item`` names it), whose
     repeats ``_repeat`` does not count: a recount (``_recount``) need not make its text."""
     kind = item.get("type")
-    return kind in CALLS and bool(item.get("call_id") or item.get("id")) or kind in OUTPUTS and bool(item.get("call_id"))
+    return kind in CALLS and bool(ident(item.get("call_id")) or ident(item.get("id"))) or kind in OUTPUTS and bool(ident(item.get("call_id")))
 
 
 def _session(arguments) -> str | None:

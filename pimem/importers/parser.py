@@ -117,11 +117,17 @@ class Parser:
 
     def remember_call(self, call_id, name) -> None:
         """Note a tool call's name so its result (which often lacks it) can be labelled."""
-        if call_id and name:
+        if ident(call_id) and name:
             bounded_put(self.state.setdefault("calls", {}), call_id, name)
 
     def called(self, call_id) -> str | None:
-        return self.state.get("calls", {}).pop(call_id, None) if call_id else None
+        return self.state.get("calls", {}).pop(call_id, None) if ident(call_id) else None
+
+
+def ident(value) -> str | None:
+    """A tool call's id as a line gives it: a string, or none (a list, an object or a number is no id: it could
+    key no table, nor the import state saved as JSON)."""
+    return value if isinstance(value, str) and value else None
 
 
 def bounded_put(table: dict, key, value, cap: int = PENDING_CAP) -> None:

@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import re
 
-from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, line_digest, record, shell_command
+from .parser import NO_OUTPUT, Malformed, Parser, blocks_text, bounded_put, call_text, ident, line_digest, record, shell_command
 
 _EXITED = re.compile(r"^Command exited with code (-?\d+)\s*\Z", re.M)  # how pi's bash tool ends a failure
 
-SUMMARY_ROLES = {"compactionSummary", "branchSummary"}
+SUMMARY_ROLES = ("compactionSummary", "branchSummary")  # (a tuple: a role may be a list or an object)
 _MIGRATED = re.compile(rb',"id":"[^"\\]*","parentId":(?:null|"[^"\\]*")\}\s*\Z')  # a v1 entry pi gave ids: they
 # come after its fields, where pi writes no entry of its own with them
 
@@ -145,14 +145,14 @@ class PiParser(Parser):
                 if isinstance(block, dict) and block.get("type") == "toolCall":
                     name, args = block.get("name"), block.get("arguments")
                     parts.append(
-                        ("tool", call_text(name, args), {"call_id": block.get("id"), "tool": name, "command": shell_command(args), "model": model})
+                        ("tool", call_text(name, args), {"call_id": ident(block.get("id")), "tool": name, "command": shell_command(args), "model": model})
                     )
             return parts
         if role == "toolResult":
             text = blocks_text(content)
             failed = message.get("isError")
             code = _EXITED.search(text[-200:]) if failed is True else None
-            meta = {"call_id": message.get("toolCallId"), "tool": message.get("toolName"),
+            meta = {"call_id": ident(message.get("toolCallId")), "tool": message.get("toolName"),
                     "exit_code": int(code.group(1)) if code else None,
                     "is_error": failed if isinstance(failed, bool) else None}
             return [("echo", text if text.strip() else NO_OUTPUT, meta)]
