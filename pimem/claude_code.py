@@ -724,6 +724,7 @@ def _edited(settings: Settings) -> str:
     member or item added after the container's last, in its indent and layout (one line when it was on one
     line); one taken out with the separator before it (after it for the first)."""
     text, unit = settings.text, "  "
+    newline = "\r\n" if "\r\n" in text else "\n"  # (a file of Windows line ends gets its new lines so ended)
     import re
 
     found = re.search(r"\n([ \t]+)\S", text)
@@ -740,7 +741,7 @@ def _edited(settings: Settings) -> str:
         return type(old) is type(new) and old == new
 
     def fresh(value, base: str, flat: bool) -> str:
-        return _dumps(value, None if flat else unit).replace("\n", "\n" + base)
+        return _dumps(value, None if flat else unit).replace("\n", newline + base)
 
     def edit(span: _Span, new) -> str:
         old = span.value
@@ -768,7 +769,7 @@ def _edited(settings: Settings) -> str:
             between = text[bounds[0][1] : bounds[1][0]] if len(bounds) > 1 else ("," + lead if "\n" in lead else ", ")
         else:
             flat = "\n" not in text.strip() and span is not settings.spans  # (a file of "{}" alone: indented, as ever)
-            lead = trail = "" if flat else "\n" + indent(span.start)
+            lead = trail = "" if flat else newline + indent(span.start)
             lead = lead if flat else lead + unit
             between = ", " if flat else "," + lead
         base, flat = between[between.rfind("\n") + 1 :] if "\n" in between else indent(span.start), "\n" not in between

@@ -1662,3 +1662,17 @@ def test_install_refuses_a_settings_path_that_is_no_file_and_a_link_into_no_dire
     (tmp_path / "moved" / "dotfiles").mkdir(parents=True)
     done = install(home_dir=user)
     assert done.returncode == 0 and settings.is_symlink() and "hook claude-code" in gone.read_text(), done.stderr
+
+
+def test_install_writes_a_crlf_settings_file_s_lines_with_crlf(home, tmp_path):
+    """A settings file with Windows line ends (CRLF, as an editor on Windows or WSL writes it) got pimem's
+    hooks with bare LF line ends, a file of mixed ends. Its lines added end as the file's do."""
+    user = tmp_path / "user"
+    settings = user / ".claude" / "settings.json"
+    settings.parent.mkdir(parents=True)
+    theirs = b'{\r\n  "model": "opus",\r\n  "hooks": {}\r\n}\r\n'
+    settings.write_bytes(theirs)
+    assert install(home_dir=user).returncode == 0
+    written = settings.read_bytes()
+    assert written.count(b"\n") == written.count(b"\r\n") > 20 and b'  "hooks": {\r\n    "SessionStart": [\r\n      {\r\n' in written
+    assert uninstall(home_dir=user).returncode == 0 and settings.read_bytes() == b'{\r\n  "model": "opus"\r\n}\r\n'
