@@ -26,8 +26,13 @@ class Exit(Exception):
         self.exit_code = code
 
 
-def begin() -> None:
-    """The streams every command starts with: a closed one is ``/dev/null``, stderr is ``output.Unfailing``."""
+ARGS: list[str] = []  # the command's arguments (``begin``), for what its error line adds (``when.unquoted``)
+
+
+def begin(args: list[str] | None = None) -> None:
+    """The streams every command starts with: a closed one is ``/dev/null``, stderr is ``output.Unfailing``;
+    ``args``: the command's arguments."""
+    ARGS[:] = args or []
     if None in (sys.stdin, sys.stdout, sys.stderr):
         _closed_streams()
     sys.stderr = output.Unfailing(sys.stderr)
@@ -77,7 +82,7 @@ def guarded(func, writes: bool = False, exit=Exit):
                 return result
         except PimemError as exc:
             _flush_stdout()
-            env.stderr().write(f"pimem: error: {exc}\n")
+            env.stderr().write(f"pimem: error: {exc}{_unquoted(str(exc))}\n")
             raise exit(ExitStatus(exc.code)) from None
         except BrokenPipeError:
             output.quiet_stdout()
@@ -93,6 +98,15 @@ def guarded(func, writes: bool = False, exit=Exit):
             raise exit(ExitStatus(error.code)) from None
 
     return wrapper
+
+
+def _unquoted(said: str) -> str:
+    """What an error line adds for a date of several words given unquoted (``when.unquoted``)."""
+    if not ARGS:
+        return ""
+    from .when import unquoted
+
+    return unquoted(ARGS, said)
 
 
 # what ``ended`` says of a failure outside a command's own boundary (a reader gone, stdout refusing the help or

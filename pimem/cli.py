@@ -145,8 +145,8 @@ def command_of(args: list[str]) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    boundary.begin()
     args = sys.argv[1:] if argv is None else argv
+    boundary.begin(args)
     try:
         if argv is None:  # (a signal is noted while the command's modules load, as from pimem.__main__'s first line)
             stopping.defer()
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
         code = boundary.ended(exc)
     if code == ExitStatus.USAGE and runs_hook(args):  # (Claude Code takes 2 as blocking: every prompt erased)
         code = ExitStatus.NOTHING_FOUND
+    boundary.ARGS.clear()  # (a program or a test calling main again, or a command without it, starts afresh)
     boundary.leave(code, now=command_of(args) == "hook")
 
 
@@ -201,7 +202,9 @@ def _usage_error(exc: ClickException, args: list[str]) -> ExitStatus:
     ctx = getattr(exc, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     message = shortened(one_line(exc.format_message().rstrip(".")), tuple(args))
-    env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{hint}\n")
+    from .when import unquoted
+
+    env.stderr().write(f"pimem: error: {message[:1].lower() + message[1:]}{unquoted(args, message)}{hint}\n")
     return ExitStatus.USAGE
 
 

@@ -268,6 +268,28 @@ def looks_like(text: str) -> bool:
     return bool(start.match(text) or shape.fullmatch(low) or _spoken_forms()[1].fullmatch(low))
 
 
+def unquoted(args, said: str) -> str:
+    """What an error ``said`` of a command given ``args`` adds when a date of several words was given unquoted,
+    one argument a word (``since 2 hours ago``: a memory named '2', an extra argument 'ago'): how to quote it
+    (``; to give a date of several words, quote it: '2 hours ago'``); "" when no run of 2–4 words ``said`` names
+    (one quoted, or the extra ones in parentheses) is a WHEN."""
+    words = [str(arg) for arg in args]
+    for start in range(len(words)):
+        for end in range(min(len(words), start + 4), start + 1, -1):
+            run = words[start:end]
+            if any(not word.strip() or word.startswith("-") or " " in word for word in run):
+                continue
+            if not any(f"'{word}'" in said for word in run) \
+                    and not any(f"({' '.join(run[n:])})" in said for n in range(1, len(run))):
+                continue
+            try:
+                parse_when(" ".join(run))
+            except BadInput:
+                continue
+            return f"; to give a date of several words, quote it: '{' '.join(run)}'"
+    return ""
+
+
 def bound(value: str | None) -> tuple[int | None, datetime | None]:
     """A bound as ``since`` and ``--until`` take it: ``#I`` as ``(I, None)``, any other WHEN as ``(None, moment)``
     (None: ``(None, None)``)."""

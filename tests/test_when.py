@@ -248,3 +248,28 @@ def test_a_clock_or_a_when_that_utc_moves_out_of_the_range_of_dates_is_refused_i
     assert out.returncode == 2 and out.stderr.count(b"\n") == 1 and b"Traceback" not in out.stderr, out.stderr
     assert b"range" in out.stderr, out.stderr
     assert snapshot(home) == before
+
+
+@pytest.mark.parametrize("args, said, quoted", [
+    (["since", "2", "hours", "ago"], "got unexpected extra argument(s) (ago)", "2 hours ago"),
+    (["since", "yesterday", "9:30"], "no memory named 'yesterday'", "yesterday 9:30"),
+    (["since", "main", "2026-10-08", "09:30"], "got unexpected extra argument(s) (09:30)", "2026-10-08 09:30"),
+    (["search", "staging", "main", "--since", "3", "days", "ago"], "bad date '3'", "3 days ago"),
+    (["date", "main", "--at", "last", "monday", "9:30"], "got unexpected extra argument(s) (9:30)", "last monday 9:30"),
+])
+def test_a_date_of_several_words_given_unquoted_is_said_how_to_quote(home, sh, args, said, quoted):
+    """``pimem since 2 hours ago`` said 'got unexpected extra argument(s) (ago)', ``since yesterday 9:30`` 'no
+    memory named yesterday', ``search --since 3 days ago`` 'bad date 3': nothing said the date was to be quoted."""
+    Memory.at("main").append([{"kind": "user", "text": "the staging db listens on 5433"}])
+    out = sh(*args)
+    err = out.stderr.decode()
+    assert out.returncode in (2, 3) and out.stdout == b"" and said in err, err
+    assert f"; to give a date of several words, quote it: '{quoted}'" in err and err.count("\n") == 1, err
+
+
+def test_an_error_naming_no_date_of_several_words_adds_nothing(home, sh):
+    Memory.at("main").append([{"kind": "user", "text": "hi"}])
+    for args in (["since", "nosuch"], ["since", "main", "'3 days ago'", "extra"], ["since", "main", "soon", "ago", "x"],
+                 ["search", "hi", "main", "--since", "3 days ago", "extra"]):
+        err = sh(*args).stderr.decode()
+        assert err.startswith("pimem: error: ") and "quote it" not in err, (args, err)
