@@ -246,6 +246,26 @@ def test_a_pi_id_repeated_in_a_grown_file_keeps_its_text(run, tmp_path):
     assert fresh.stdout.startswith("t: 0 imported, 9 already present") and len(messages()) == 8
 
 
+def test_a_pi_entry_edited_after_its_import_keeps_its_new_text(run, tmp_path):
+    """A pi session file edited in place (an entry's text changed, the file written again) was read again from
+    its start and the changed entry counted already present, its id held: the new text never reached the log,
+    and nothing said so. It is logged as entry ID.HASH and said, as a Claude Code entry imported before with
+    other content is; the same file again adds nothing, nor does a copy of the edited line."""
+    path = pi_tree(tmp_path / "s.jsonl")
+    assert run("import", path, "-n", "t").exit_code == 0
+    path.write_text(path.read_text().replace("Try a mutex instead", "Try a semaphore instead"))
+    edited = run("import", path, "-n", "t")
+    assert edited.exit_code == 0 and edited.stdout.startswith("t: 1 imported, 6 already present"), edited.output
+    last = messages()[-1]
+    assert last["text"] == "Try a semaphore instead\n[image]" and last["meta"]["entry"].startswith("u2.")
+    assert edited.stderr == (f"pimem: warning: {path}:9: entry id 'u2' was imported before with other content; "
+                             f"logged as entry {last['meta']['entry']}\n")
+    assert [m["text"] for m in messages()].count("Try a mutex instead\n[image]") == 1
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 0 already present")
+    (tmp_path / "home" / "t" / "imports.json").unlink()
+    assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 7 already present") and len(messages()) == 8
+
+
 def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):
     path = write_jsonl(tmp_path / "v1.jsonl", [
         {"type": "session", "id": "old", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w/legacy"},

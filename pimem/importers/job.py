@@ -369,11 +369,13 @@ class _File:
             self.logged(ids[0], fresh, written)
 
     def _changed(self, batch: list) -> list:
-        """The batch with the messages of each line whose Claude Code uuid the memory holds (or an earlier line
-        of the batch gave) with other content (``content_key``) under the entry ``UUID.HASH``, its content's
-        hash, as a pi session's repeated id is, and said; the same content again is that entry again. Caller
-        holds the writer lock."""
-        claude = lambda msg, mark: mark is not None and msg["meta"]["source"] == "claude"  # noqa: E731 (a Claude Code uuid)
+        """The batch with the messages of each line whose Claude Code uuid or pi entry id the memory holds (or an
+        earlier line of the batch gave) with other content (``content_key``) under the entry ``UUID.HASH``, its
+        content's hash, as a pi session's repeated id in one file is, and said; the same content again is that
+        entry again. (A pi file edited after its import is read again from its start: its changed entry's id
+        is held.) Caller holds the writer lock."""
+        claude = lambda msg, mark: mark is not None and msg["meta"]["source"] in ("claude", "pi")  # noqa: E731 (an id
+        # that names one entry: a uuid, a pi entry's id; a pi v1 line's hash changes with the line)
         if not any(claude(msg, mark) for msg, _, mark, _, _ in batch):
             return batch
         out, given = [], set()
