@@ -46,14 +46,21 @@ EXIT_CODES = {int(status): status.meaning for status in ExitStatus}
 
 
 class PimemError(Exception):
-    """A failure the user can act on; ``code`` is the process exit status (an ``ExitStatus``)."""
+    """A failure the user can act on; ``code`` is the process exit status (an ``ExitStatus``). ``tools`` is the
+    message as an MCP client's model reads it, where its advice differs (``(see list_memories)``, the tool to
+    call, where the CLI says ``(see 'pimem list')``); ``for_tools`` gives it (the message, where not given)."""
 
     code = ExitStatus.USAGE
 
-    def __init__(self, message: str, code: ExitStatus | None = None):
+    def __init__(self, message: str, code: ExitStatus | None = None, *, tools: str | None = None):
         super().__init__(shortened(one_line(readable(message))))
         if code is not None:
             self.code = ExitStatus(code)
+        self._tools = None if tools is None else shortened(one_line(readable(tools)))
+
+    @property
+    def for_tools(self) -> str:
+        return str(self) if self._tools is None else self._tools
 
     @property
     def message(self) -> str:

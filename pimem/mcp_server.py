@@ -432,8 +432,9 @@ def build(home: api.Home = None):
     server = Server("pimem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
 
     def tool(func):
-        """Register ``func``; a pimem error reaches the client as a tool error with its message (without the
-        name of the library's function it may open with: the SDK names the tool, 'Error executing tool NAME: ')."""
+        """Register ``func``; a pimem error reaches the client as a tool error with its message as tools read it
+        (its advice names a tool, not a command: ``PimemError.for_tools``), without the name of the library's
+        function it may open with: the SDK names the tool, 'Error executing tool NAME: '."""
         named = f"{func.__name__}: "
         takes[func.__name__] = list(inspect.signature(func).parameters)
 
@@ -443,7 +444,7 @@ def build(home: api.Home = None):
                 result = func(*args, **kwargs)
                 return call_result(content=[text_content(type="text", text=budget.dumps(result))], structured_content=result)
             except PimemError as exc:
-                raise tool_error(str(exc).removeprefix(named)) from None
+                raise tool_error(exc.for_tools.removeprefix(named)) from None
             except Exception as exc:  # an OS or SQLite failure: the reason the CLI would print, not a bare failure
                 error = translate(exc)
                 if error is None:

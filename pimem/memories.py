@@ -349,7 +349,8 @@ def forget(mem, record_id: str, *, session: str | None = None, timeout: float | 
 def _live_target(projected: dict[str, dict], record_id: str, session: str | None, name: str) -> dict:
     target = projected.get(record_id)
     if target is None or not visible(target, session):
-        raise NotFound(f"no memory {budget.clip(record_id, 80)!r} in '{name}' (see 'pimem memories {name}')")
+        missing = f"no memory {budget.clip(record_id, 80)!r} in '{name}'"
+        raise NotFound(f"{missing} (see 'pimem memories {name}')", tools=f"{missing} (see memory_search)")
     if target["status"] in TERMINAL:
         by = f" by {target['supersededBy']}" if target.get("supersededBy") else ""
         raise BadInput(f"memory {record_id} is already {target['status']}{by}")

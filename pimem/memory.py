@@ -200,7 +200,8 @@ class Memory:
         nothing there); unknown names raise ``NotFound`` (exit 3) and create nothing."""
         mem = cls.at(name, home)
         if not (mem.exists() or mem.claimed()):
-            raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')")
+            raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')",
+                           tools=f"no memory named '{name}' in {mem.home} (see list_memories)")
         mem.pin()
         return mem
 
@@ -779,7 +780,8 @@ class Memory:
         if not self.exists():
             if next_i == 0 and self.claimed():  # (nothing logged, nothing seen: a claim is read writing nothing)
                 return
-            raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')")
+            raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')",
+                           tools=f"no memory named '{self.name}' in {self.home} (see list_memories)")
         if next_i > (count := self.count()):  # (a consumer cannot have seen what is not logged yet)
             raise BadInput(f"a cursor is at most the log's {count:,} messages, not #{next_i}")
         lock = WriterLock(self.path / "cursors.lock")

@@ -95,7 +95,8 @@ def memory_id(value: str | None, what: str) -> str | None:
     if value == "":
         from .errors import BadInput
 
-        raise BadInput(f"empty {what}: give a memory's id (see 'pimem memories')")
+        raise BadInput(f"empty {what}: give a memory's id (see 'pimem memories')",
+                       tools=f"empty {what}: give a memory's id (see memory_search)")
     return text_argument(value)
 
 

@@ -855,8 +855,23 @@ def test_a_memory_renamed_or_deleted_under_a_running_server_is_read_where_it_wen
     for view, message, texts in (renamed[:3], renamed[3:]):  # by the old name and by the new, the same memory
         assert view["lines"] == before["lines"]
         assert message["text"] == "note 2 on port 5433" and texts == [f"note {k} on port 5433" for k in range(3)]
-    assert gone == [f"Error executing tool {tool}: no memory named '{name}' in {home} (see 'pimem list')"
+    # (the advice names the tool to call, not the shell command: the CLI says "(see 'pimem list')")
+    assert gone == [f"Error executing tool {tool}: no memory named '{name}' in {home} (see list_memories)"
                     for tool in ("view", "message") for name in ("old", "new")]
+
+
+def test_an_error_advises_the_tool_to_call_not_the_shell_command(run, home, talk):
+    _, results = call_all(home, [("search", {"query": "5433", "names": ["nope"]}),
+                                 ("memory_propose", {"name": "main", "supersede": "mem_bogus"}),
+                                 ("memory_propose", {"name": "main", "text": "x", "supersede": ""})])
+    assert [r["content"][0]["text"] for r in results] == [
+        f"Error executing tool search: no memory named 'nope' in {home} (see list_memories)",
+        "Error executing tool memory_propose: no memory 'mem_bogus' in 'main' (see memory_search)",
+        "Error executing tool memory_propose: empty supersede: give a memory's id (see memory_search)"]
+    # the CLI's words are the CLI's
+    assert run("view", "nope").stderr == f"pimem: error: no memory named 'nope' in {home} (see 'pimem list')\n"
+    assert run("remember", "main", "x", "--supersede", "").stderr == \
+        "pimem: error: empty --supersede: give a memory's id (see 'pimem memories')\n"
 
 
 def test_a_search_after_the_index_is_lost_answers_at_once_and_says_the_index_is_being_caught_up(home):
