@@ -279,7 +279,7 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     _bounded(offset, "offset", MAX_COUNT, 0)
     if before is not None:
         _bounded(before, "before", MAX_I, 0)
-    bounds = searching.bounds(since or None, until or None, before, ("since", "until"))
+    bounds = searching.bounds(since, until, before, ("since", "until"))  # ("" is a bad date, as --since '')
     unread: list[dict] = []
 
     def note(mem, exc) -> None:

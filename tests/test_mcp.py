@@ -382,6 +382,10 @@ def test_list_memories_pages_with_a_total(home):
     # (empty, as the CLI refuses --supersede '' (exit 2, not 3: no memory not found) and --session '')
     (lambda api: api.memory_propose("main", "x", supersede=""), "empty supersede: give a memory's id"),
     (lambda api: api.memory_propose("main", "x", session=" "), "session ' ': give the caller's session id, not an empty one"),
+    # (an empty date is refused, as the CLI's --since '' and since's when '': no date is None, not "")
+    (lambda api: api.search("5433", since=""), "bad date '': use a date (2026-10-08)"),
+    (lambda api: api.search("5433", until=""), "bad date '': use a date (2026-10-08)"),
+    (lambda api: api.since("main", when=""), "bad date '': use a date (2026-10-08)"),
     (lambda api: api.memory_search("main", session=""), "session '': give the caller's session id, not an empty one"),
     # (the writers, checked as the readers are: a "yes" pinned, a number raised a bare TypeError)
     (lambda api: api.remember("main", "x", pin="yes"), "remember: pin must be bool, not str"),
