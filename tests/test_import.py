@@ -246,7 +246,7 @@ def test_a_pi_id_repeated_in_a_grown_file_keeps_its_text(run, tmp_path):
     assert fresh.stdout.startswith("t: 0 imported, 9 already present") and len(messages()) == 8
 
 
-def test_a_pi_entry_edited_after_its_import_keeps_its_new_text(run, tmp_path):
+def test_a_pi_entry_edited_after_its_import_keeps_its_new_text(run, tmp_path, monkeypatch):
     """A pi session file edited in place (an entry's text changed, the file written again) was read again from
     its start and the changed entry counted already present, its id held: the new text never reached the log,
     and nothing said so. It is logged as entry ID.HASH and said, as a Claude Code entry imported before with
@@ -264,6 +264,15 @@ def test_a_pi_entry_edited_after_its_import_keeps_its_new_text(run, tmp_path):
     assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 0 already present")
     (tmp_path / "home" / "t" / "imports.json").unlink()
     assert run("import", path, "-n", "t").stdout.startswith("t: 0 imported, 7 already present") and len(messages()) == 8
+    # a line of NDJSON naming a pi entry, with no date (the import's own, another each time), is no edit of it
+    export = write_jsonl(tmp_path / "x.ndjson", [{"kind": "user", "text": "hand-made", "meta": {"source": "pi", "entry": "e9"}}])
+    monkeypatch.setenv("PIMEM_NOW", "2026-05-01T10:00:00Z")
+    assert run("import", export, "-n", "t", "--format", "ndjson").stdout.startswith("t: 1 imported")
+    monkeypatch.setenv("PIMEM_NOW", "2026-05-01T11:00:00Z")
+    for name in ("imports.json", "imports.keys", "imports.journal"):  # (rebuilt from the log)
+        (tmp_path / "home" / "t" / name).unlink(missing_ok=True)
+    again = run("import", export, "-n", "t", "--format", "ndjson")
+    assert again.stdout.startswith("t: 0 imported, 1 already present") and again.stderr == "", again.output
 
 
 def test_pi_v1_is_linear_with_line_hashes_as_keys(run, tmp_path):

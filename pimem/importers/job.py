@@ -374,8 +374,9 @@ class _File:
         content's hash, as a pi session's repeated id in one file is, and said; the same content again is that
         entry again. (A pi file edited after its import is read again from its start: its changed entry's id
         is held.) Caller holds the writer lock."""
-        claude = lambda msg, mark: mark is not None and msg["meta"]["source"] in ("claude", "pi")  # noqa: E731 (an id
-        # that names one entry: a uuid, a pi entry's id; a pi v1 line's hash changes with the line)
+        pi = self.source.format == "pi"  # (a pi session's own line: an export's may lack the date its content key holds)
+        claude = lambda msg, mark: mark is not None and (msg["meta"]["source"] == "claude" or pi and msg["meta"]["source"] == "pi")  # noqa: E731
+        # (an id that names one entry: a uuid, a pi entry's id; a pi v1 line's hash changes with the line)
         if not any(claude(msg, mark) for msg, _, mark, _, _ in batch):
             return batch
         out, given = [], set()
