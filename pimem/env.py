@@ -153,26 +153,39 @@ def absolute(home: str, source: str) -> None:
                        "home in each directory a command runs in)")
 
 
-@functools.lru_cache(maxsize=64)
 def _resolved(home: str, source: str = "home") -> Path:
-    """The home with its links resolved, once: the home itself may be a link (the user's), while nothing under
-    it is ever followed (``pimem.nofollow``). A home that is there and no directory is refused (exit 7, as the
-    system refuses to make anything under it): every command would fail on it, ``list`` saying no memory was
-    there. A relative path from the environment (``source``: ``$PIMEM_HOME``) is refused (exit 2): it is read
-    from every directory a command runs in (a hook's, cron's, an MCP client's), each of which would hold a
-    home of its own; ``--home`` (``home``) is taken from the working directory, as any path on a command line."""
+    """The home with its links resolved, once (``_real``). A home that is there and no directory is refused
+    (exit 7, as the system refuses to make anything under it): every command would fail on it, ``list`` saying
+    no memory was there. That is asked each time: a long-lived process (``pimem mcp``) whose home was replaced
+    by a file listed no memories."""
+    import stat
+
+    path = _real(home, source)
+    try:
+        is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+    except (OSError, ValueError):  # (not there: a home nothing was logged in yet)
+        is_dir = True
+    if not is_dir:
+        from .errors import ExitStatus, PimemError
+
+        raise PimemError(f"the home {path} is not a directory: set --home or $PIMEM_HOME to one", ExitStatus.SYSTEM)
+    return path
+
+
+@functools.lru_cache(maxsize=64)
+def _real(home: str, source: str) -> Path:
+    """``home`` with its links resolved: the home itself may be a link (the user's), while nothing under it is
+    ever followed (``pimem.nofollow``). A relative path from the environment (``source``: ``$PIMEM_HOME``) is
+    refused (exit 2): it is read from every directory a command runs in (a hook's, cron's, an MCP client's),
+    each of which would hold a home of its own; ``--home`` (``home``) is taken from the working directory, as
+    any path on a command line."""
     if "\x00" in home:  # (no path holds one; the system would raise ValueError)
         from .errors import BadInput
 
         raise BadInput(f"{source} is a directory's path, which holds no NUL byte, not {home!r:.60}")
     if source != "home":
         absolute(home, source)
-    path = os.path.realpath(os.path.expanduser(home))
-    if os.path.exists(path) and not os.path.isdir(path):
-        from .errors import ExitStatus, PimemError
-
-        raise PimemError(f"the home {path} is not a directory: set --home or $PIMEM_HOME to one", ExitStatus.SYSTEM)
-    return Path(path)
+    return Path(os.path.realpath(os.path.expanduser(home)))
 
 
 def now() -> datetime:

@@ -427,9 +427,19 @@ def build(home: api.Home = None):
         undelivered = 0  # the requests read and not answered when it ended
         unread = False  # whether it ended writing an answer the client did not take
 
-    from . import __version__
+    from . import __version__, env
 
     server = Server("pimem", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING")
+    root = env.home(home)
+    seen = [root.is_dir()]  # whether the home was there, when the server started or since
+
+    def home_there() -> None:
+        """A home that was there and is gone (deleted or moved) is said, not read as one nothing was logged in
+        (list_memories answered an empty list, search no hits); made again, it is read again."""
+        if root.is_dir():
+            seen[0] = True
+        elif seen[0] and not root.exists():
+            raise tool_error(f"the home {root} is gone: it was deleted or moved after the server started")
 
     def tool(func):
         """Register ``func``; a pimem error reaches the client as a tool error with its message as tools read it
@@ -440,6 +450,7 @@ def build(home: api.Home = None):
 
         @functools.wraps(func)
         def call(*args, **kwargs):
+            home_there()
             try:  # (its text the compact JSON budgets are measured on, not the SDK's indented dump of it)
                 result = func(*args, **kwargs)
                 return call_result(content=[text_content(type="text", text=budget.dumps(result))], structured_content=result)

@@ -878,6 +878,43 @@ def test_an_error_advises_the_tool_to_call_not_the_shell_command(run, home, talk
         "pimem: error: empty --supersede: give a memory's id (see 'pimem memories')\n"
 
 
+def test_a_home_deleted_or_replaced_by_a_file_under_a_running_server_is_said_not_listed_empty(run, home):
+    """A home that goes while `pimem mcp` runs: list_memories answered an empty list (and search no hits), as if
+    nothing had ever been logged. Deleted, each call says the home is gone; a file, that it is not a directory,
+    as every command says of such a home."""
+    import shutil
+
+    assert run("append", "main", "the staging db listens on 5433").exit_code == 0
+
+    async def session():
+        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+        async with mcp.stdio_client(params) as (read, write):
+            async with mcp.ClientSession(read, write) as client:
+                await client.initialize()
+
+                async def call(tool, **args):
+                    result = (await client.call_tool(tool, args)).model_dump(by_alias=True, mode="json")
+                    return result["content"][0]["text"] if result["isError"] else result["structuredContent"]
+
+                said = [await call("list_memories")]
+                shutil.rmtree(home)
+                said += [await call("list_memories"), await call("search", query="5433")]
+                home.write_text("not a directory")
+                said += [await call("list_memories"), await call("search", query="5433")]
+                home.unlink()
+                assert run("append", "main", "back again").exit_code == 0  # (made again: read again)
+                said += [[m["name"] for m in (await call("list_memories"))["memories"]]]
+                return said
+
+    said = anyio.run(session)
+    assert [m["name"] for m in said[0]["memories"]] == ["main"]
+    gone = f"the home {home} is gone: it was deleted or moved after the server started"
+    assert said[1:3] == [f"Error executing tool {tool}: {gone}" for tool in ("list_memories", "search")]
+    file = f"the home {home} is not a directory: set --home or $PIMEM_HOME to one"
+    assert said[3:5] == [f"Error executing tool {tool}: {file}" for tool in ("list_memories", "search")]
+    assert said[5] == ["main"]
+
+
 def test_a_search_after_the_index_is_lost_answers_at_once_and_says_the_index_is_being_caught_up(home):
     """A big memory's index lost: the search tool caught it up before answering, for longer than a client waits
     for a call (a rebuild at 100,000 messages: over a minute under load), the server answering nothing else
