@@ -160,6 +160,9 @@ _UNIT_WORDS = {
 }
 _UNIT_OF = {word: unit for unit, words in _UNIT_WORDS.items() for word in words}
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# each day's name, its first three letters and its other common abbreviations, as the day's number (monday 0)
+_DAY_OF = {**{name: n for n, name in enumerate(_WEEKDAYS)}, **{name[:3]: n for n, name in enumerate(_WEEKDAYS)},
+           "tues": 1, "weds": 2, "thur": 3, "thurs": 3}
 
 
 @functools.cache
@@ -167,8 +170,8 @@ def _spoken_forms() -> tuple[re.Pattern, re.Pattern, re.Pattern]:
     """An age, a day word with an optional time, a clock: compiled when a WHEN is first read (append, view and
     most commands read none, and they are ~0.5 ms a start-up)."""
     age = re.compile(r"([0-9]{1,12})\s*([a-z]+)(?:\s+ago)?")
-    day = re.compile(r"(today|yesterday|(?:last\s+)?(?:%s)|(?:last\s+)?(?:%s))(?:\s+(?:at\s+)?(.+))?"
-                     % ("|".join(_WEEKDAYS), "|".join(d[:3] for d in _WEEKDAYS)))
+    day = re.compile(r"(today|yesterday|(?:last\s+)?(?:%s))(?:\s+(?:at\s+)?(.+))?"
+                     % "|".join(_DAY_OF))
     return age, day, re.compile(r"([0-9]{1,2})(?::([0-9]{2}))?(?::([0-9]{2}))?\s*(am|pm)?")
 
 
@@ -220,7 +223,7 @@ def _spoken(low: str, current: datetime) -> datetime | None:
         elif word == "yesterday":
             back = 1
         else:
-            weekday = next(n for n, name in enumerate(_WEEKDAYS) if name.startswith(word))
+            weekday = _DAY_OF[word]
             back = (current.weekday() - weekday) % 7 or (7 if day[1].startswith("last") else 0)
         clock = _clock(at) if at is not None else time(0)
         if clock is not None:

@@ -123,6 +123,21 @@ SPOKEN = {
 }
 
 
+# (the common abbreviations of day names, as the full names and the three-letter ones; "weds" is no prefix)
+DAY_WORDS = {"tue": "2026-10-06", "tues": "2026-10-06", "Tuesday": "2026-10-06", "wed": "2026-10-07",
+             "weds": "2026-10-07", "thu": "2026-10-08", "thur": "2026-10-08", "thurs": "2026-10-08",
+             "last thurs": "2026-10-01", "Weds 9pm": "2026-10-07T21:00"}
+
+
+@pytest.mark.parametrize("word", sorted(DAY_WORDS))
+def test_a_day_name_is_read_whole_or_abbreviated(run, home, word):
+    moment = when.parse_when(word)
+    assert moment.isoformat().startswith(DAY_WORDS[word]) and moment.tzinfo is not None
+    assert run("append", "main", "msg").exit_code == 0
+    out = run("since", word)  # (read as a WHEN, not a memory's name: the default memory's messages since then)
+    assert out.exit_code == 0 and "no memory named" not in out.stderr, out.stderr
+
+
 def places(run):
     """Every option that takes a time, as (argv for WHEN) -> what a run says."""
     return {
