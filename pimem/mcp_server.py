@@ -483,9 +483,9 @@ def build(home: api.Home = None):
         instead: the messages holding any of its words (stemmed), best first, each with a score. `since` and
         `until` keep messages from / before a message number #I or a date/time (2026-10-08, 3d, yesterday).
         Each hit has the memory, i, date, kind, a snippet, held and the label of the view line holding it.
-        For the next page: with rank, pass offset = offset + limit; else before = the smallest i seen (one
-        memory at a time). `notes`, when there, says a memory's search index is being caught up: the messages
-        it lacks were not searched (ask again in a minute)."""
+        For the next page: pass offset = offset + limit; or, without rank, before = the smallest i seen with
+        offset 0 (one memory at a time). `notes`, when there, says a memory's search index is being caught up:
+        the messages it lacks were not searched (ask again in a minute)."""
         return api.search(query, names, rank=rank, any_term=any_term, kinds=kinds, include_tools=include_tools, since=since,
                           until=until, before=before, limit=limit, offset=offset, home=home)
 

@@ -291,6 +291,18 @@ def test_a_page_names_the_next_one_only_when_hits_are_left_for_it(run, mem):
         "pimem: 4 hits shown; for more, one memory at a time: the other memories alone\n")
 
 
+def test_a_page_of_an_offset_names_the_next_offset_not_a_before_that_would_skip_hits(run, mem):
+    """A search (not ranked) paged with --offset named --before as its next page: given with the --offset still
+    there, that skipped the offset's hits below it. Its next page is --offset on, over several memories too."""
+    Memory.at("older").append([{"kind": "user", "text": f"staging {n}", "date": f"2026-09-0{n + 1}T00:00:00Z"} for n in range(4)])
+    for names in (["main"], []):
+        every = run("search", "staging", *names, "--limit", "1000").stdout.splitlines()
+        assert len(every) >= 3, every
+        out = run("search", "staging", *names, "--limit", "1", "--offset", "1")
+        assert (out.stdout.splitlines(), out.stderr) == (every[1:2], "pimem: 1 hit shown; for more: --offset 2\n")
+        assert run("search", "staging", *names, "--limit", "1", "--offset", "2").stdout.splitlines() == every[2:3]
+
+
 def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):
     assert run("search", SECRET).exit_code == 1
     assert run("search", "API_KEY", "main").exit_code == 1

@@ -83,7 +83,9 @@ def command(
         held = output.style(shown, "dim") if "held" in hit and shown else ""
         head = output.style(f"{hit['memory']} #{hit['i']}", "cyan")
         output.line(f"{head} {output.style(hit['date'], 'dim')} {output.style(hit['kind'] + ':', 'bold')} {held}{text}")
-    if more and rank:  # (ranked as one collection: the next page of all the memories at once)
+    # (ranked as one collection: the next page of all the memories at once; so is one paged by --offset, which
+    # --before would not continue: given with the --offset, the offset's first hits below it were skipped)
+    if more and (rank or offset):
         output.info(f"pimem: {output.count(limit, 'hit')} shown; for more: --offset {offset + limit}")
     elif more:
         last = {h["memory"]: h["i"] for h in hits}  # each memory's oldest hit shown
