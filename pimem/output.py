@@ -371,9 +371,10 @@ def flatten(text: str) -> str:
 
 def cut(text: str, cells: int) -> str:
     """``text`` within ``cells`` terminal columns, cut with ``…`` where it does not fit: East Asian wide
-    characters and most emoji take two columns, combining marks none."""
+    characters and most emoji take two columns, combining marks none. A control character's marker (``^G``,
+    ``flatten``) is cut before, not inside (a ``^`` alone; so is a caret the text held before such a letter)."""
     if text.isascii():
-        return text if len(text) <= cells else text[: cells - 1] + "…"
+        return text if len(text) <= cells else _before_marker(text, cells - 1) + "…"
     import unicodedata
 
     widths = [0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text]
@@ -383,7 +384,17 @@ def cut(text: str, cells: int) -> str:
     while used + widths[end] <= cells - 1:
         used += widths[end]
         end += 1
-    return text[:end] + "…"
+    return _before_marker(text, end) + "…"
+
+
+_MARKED = frozenset(shown[1] for shown in SHOWN.values() if len(shown) == 2)  # the letters after a ^ (G, [, ?)
+
+
+def _before_marker(text: str, end: int) -> str:
+    """``text[:end]``, without a last ``^`` that opens a marker ``text[end]`` ends."""
+    if end and text[end - 1] == "^" and text[end] in _MARKED:
+        end -= 1
+    return text[:end]
 
 
 def message_line(msg: dict, memory: str | None = None, width: int | None = None) -> str:

@@ -322,6 +322,19 @@ def test_list_cuts_the_last_message_to_the_terminal_width_in_columns(run, home, 
     assert all(line.endswith("…") for line in lines)
 
 
+def test_list_cuts_the_last_message_before_a_control_characters_marker_not_inside_it(run, home, monkeypatch):
+    """A control character is shown as a two-character marker (``^G``, ``^[``); cut to the terminal's width, the
+    line could keep its ``^`` alone (``xxxx^…``): it is cut before the marker."""
+    monkeypatch.setenv("COLUMNS", "70")  # (16 columns left for the text, after the name, count and date)
+    Memory.at("bell").append([{"kind": "user", "text": "x" * 14 + "\x07yyyy"}])
+    Memory.at("escape").append([{"kind": "user", "text": "好" * 7 + "\x1b[31mred"}])
+    Memory.at("whole").append([{"kind": "user", "text": "x" * 12 + "\x07yy"}])  # (it fits: the marker shown)
+    Memory.at("caret").append([{"kind": "user", "text": "x" * 12 + "a^2 b"}])  # (a caret the user wrote, cut after)
+    said = {line.split()[0]: line.rsplit("  ", 1)[1] for line in run("list").stdout.splitlines()}
+    assert said == {"bell": "x" * 14 + "…", "escape": "好" * 7 + "…", "whole": "x" * 12 + "^Gyy",
+                    "caret": "x" * 12 + "a^2…"}
+
+
 def test_list_with_no_memories_exits_1(run, home):
     out = run("list")
     assert out.exit_code == 1 and out.stdout == "" and "no memories" in out.stderr
