@@ -138,6 +138,9 @@ class Builder:
         # end, the probes (``_parked_probe``)
         self.probes = 0  # probes failed in a row in this run
         self.probe_due: float | None = None  # (monotonic) no probe before this: one a round of retries
+        # build-tree: the server asked to wait more than ONCE_RETRY_WAIT for the last probe, so the run sends no
+        # more (it sat idle until the next was due, 5 minutes, as it would not for a node)
+        self.probes_over = False
         # what a survey for an estimate records (``_survey``): each message's bytes in a view, and per level a
         # byte per node, 1 once settled (two bytes a message: a million messages' tree in 2 MB)
         self.line_costs: array | None = None
@@ -258,7 +261,7 @@ class Builder:
         held = len(self.window) - len(self.set_aside) - len(self.parked)
         return (self.probe is None and held >= self.window_size and len(self.stuck) >= held
                 and (self.probe_due is None or self.probe_due <= now)
-                and (self.retries is None or self.probes <= self.retries))
+                and (self.retries is None or (self.probes <= self.retries and not self.probes_over)))
 
     def summarised(self, i: int) -> bool:
         """Whether message ``i`` lies under a node a compactor wrote (one lookup a level)."""
@@ -348,6 +351,7 @@ class Builder:
         self.parked.clear()
         self.probe = self.probe_due = None
         self.probes = 0
+        self.probes_over = False
 
     def _paid(self, meta: dict) -> None:
         self.stats.tokens_in += meta.get("tokens_in") or 0
@@ -409,6 +413,7 @@ class Builder:
                 self.cview.failed(l, i)
             if gives_up or later:
                 self.gave_up.add((l, i))
+            self.probes_over = self.probes_over or later
             return error
         if l == 0 and i not in self.set_aside:
             since = self.first_failed.setdefault(i, self.answered)

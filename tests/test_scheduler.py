@@ -925,6 +925,20 @@ def test_build_tree_leaves_a_node_the_server_asks_to_wait_minutes_for_to_the_nex
     assert watch.gave_up == set() and [(l, i) for _, l, i in watch.waiting] == [(0, 1)]
 
 
+def test_build_tree_sends_no_probe_the_server_asks_to_wait_minutes_for(home, sh):
+    """Every call refused with a 429's ``Retry-After: 300`` to ``build-tree --retries 1``, over more unbuilt leaves
+    than the window holds: each node was left to the next run, but the probe after the window (one later
+    message) failed so too, and the run then sat idle until the next probe was due, 5 minutes, before it
+    sent it and exited (a cron run every 10 minutes still waiting, or found holding the lease). A probe the
+    server asks to wait more than ``ONCE_RETRY_WAIT`` for is the last of the run: it exits 6 at once."""
+    with FakeLLM("openai", faults=lambda n, body: "429", retry_after="300") as server:
+        configure(home, server)
+        fill("m", 40)
+        out = sh("build-tree", "m", "--retries", "1", timeout=45, TEST_LLM_KEY="k")
+    assert out.returncode == 6 and b"nodes could not be built" in out.stderr and b"HTTP 429" in out.stderr, out.stderr
+    assert len(server.requests) == builder.WINDOW + 1  # (the window's leaves, then one probe)
+
+
 def test_build_tree_without_retries_keeps_the_time_the_server_asks_for(home, sh):
     """``build-tree`` with no ``--retries`` (as typed by hand) gives a refused node up at once: the time a 429's
     ``Retry-After: 300`` asked for was not kept, so the next run, started at once, asked the server again straight
