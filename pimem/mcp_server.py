@@ -221,12 +221,21 @@ class _Answers:
 
 
 async def _sent(fd: int, data: bytes) -> None:
-    """``data`` written whole to ``fd``, in a daemon thread: a task waiting on it can be cancelled, and the
-    process can end, while the write waits for a reader that never comes."""
+    """``data`` written whole to ``fd``: at once while the pipe has room (``PIPE_BUF`` bytes a write, which
+    never waits when ``poll`` finds it writable), the rest in a daemon thread, so that a task waiting on it
+    can be cancelled, and the process can end, while the write waits for a reader that never comes."""
     import asyncio
     import os
+    import select
     import threading
 
+    view, room = memoryview(data), select.poll()
+    room.register(fd, select.POLLOUT)
+    while view and room.poll(0):  # (a thread an answer: 15-25% slower over 500 calls)
+        view = view[os.write(fd, view[:select.PIPE_BUF]):]
+    if not view:
+        return
+    data = bytes(view)
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
