@@ -869,3 +869,46 @@ def test_a_providers_control_characters_are_shown_not_obeyed(run, home):
     assert run("build-tree", "m", "--retries", "0").exit_code == 6
     status = run("status", "m").stdout
     assert "^[[31mred^G boom" in status and "\x1b" not in status and "\x07" not in status
+
+
+@pytest.mark.parametrize("api, status, whole, cut", [("openai", 200, True, 0), ("anthropic", 200, True, 0),
+                                                     ("openai", 401, True, 300), ("openai", 200, False, 120)])
+def test_a_reply_of_an_unknown_shape_that_quotes_the_api_key_does_not_show_it(tmp_path, monkeypatch, api, status,
+                                                                               whole, cut):
+    """A 200 reply that is JSON but no completion (a gateway's ``{"error": "bad key K"}``) failed the call with
+    the reply quoted as it came: the API key it echoed was shown in the error, ``build-tree``'s line,
+    ``status`` and ``compactor.json`` (a key no redaction pattern knows, a local server's, say), where an
+    HTTP error's body has it hidden. And an HTTP error's body (cut at 300 characters) or a reply that is not
+    JSON (at 120) was cut before the key was looked for: one across the cut had its first characters shown."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["content-length"]))
+            key = (self.headers.get("authorization") or self.headers.get("x-api-key") or "").split()[-1]
+            data = json.dumps({"error": f"bad key {key}", "usage": {"prompt_tokens": 3}}).encode()
+            if status != 200 or not whole:  # the key across the error's cut: a prefix of it stayed
+                data = ("y" * (cut - 8) + key).encode()
+            self.send_response(status)
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    monkeypatch.setenv("TEST_LLM_KEY", "localkey4711abcd")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}" + ("/v1" if api == "openai" else "")
+        comp = Compactor({"provider": api, "model": "m", "base_url": url, "key_env": "TEST_LLM_KEY"}, BuildState(tmp_path))
+        with pytest.raises(CallFailed) as failed:
+            comp.build(Task(0, 0, kind="user", text="x" * 900))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "localkey" not in str(failed.value), failed.value
+    assert cut or "bad key [API key]" in str(failed.value), failed.value

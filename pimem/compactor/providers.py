@@ -69,11 +69,13 @@ class Reply:
         self.tokens_written = min(self.tokens_written, self.tokens_in - self.tokens_cached)
 
 
-def _unreadable(what: str, data, tokens_in, tokens_out, tokens_cached=0, tokens_written=0) -> CallFailed:
-    """A reply in a shape we cannot read: the call failed, but its usage (when it says one) was billed."""
+def _unreadable(hidden, what: str, data, tokens_in, tokens_out, tokens_cached=0, tokens_written=0) -> CallFailed:
+    """A reply in a shape we cannot read: the call failed, but its usage (when it says one) was billed. The
+    reply is quoted through ``hidden`` (``HttpProvider._hidden``), before it is cut: a gateway's ``{"error":
+    "bad key K"}`` echoes the key."""
     spent = {"tokens_in": _count(tokens_in), "tokens_out": _count(tokens_out), "tokens_cached": _count(tokens_cached),
              "tokens_written": _count(tokens_written)}
-    return CallFailed(f"unexpected {what} reply: {str(data)[:200]}", spent=spent)
+    return CallFailed(f"unexpected {what} reply: {hidden(str(data))[:200]}", spent=spent)
 
 
 def _usage(data) -> dict:
@@ -362,7 +364,7 @@ class HttpProvider:
                                           f"{without_password(target)} (not followed: set --base-url to where it points)"))
         text = content.decode(response.encoding or "utf-8", "replace")
         if response.status_code >= 400:
-            detail = self._hidden(" ".join(text.split())[:300])  # (a server may echo the request)
+            detail = self._hidden(" ".join(text.split()))[:300]  # (a server may echo the request; hidden, then cut)
             raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers),
                              refused=response.status_code in REFUSED)
         if not whole:
@@ -371,7 +373,7 @@ class HttpProvider:
         try:
             data = json.loads(content)
         except (ValueError, RecursionError):  # (RecursionError: nested deeper than Python reads)
-            raise CallFailed(self._hidden(f"{where}: the reply is not JSON: {text[:120]!r}")) from None
+            raise CallFailed(f"{where}: the reply is not JSON: {self._hidden(text)[:120]!r}") from None
         if not isinstance(data, dict):
             raise CallFailed(f"{where}: the reply is not a JSON object")
         return data
@@ -414,7 +416,7 @@ class OpenAI(HttpProvider):
                 raise TypeError(text)
             finish = choice.get("finish_reason") or ("stop" if choices != [] else NO_CHOICE)
         except (KeyError, IndexError, TypeError, AttributeError):
-            raise _unreadable("chat-completions", data, usage.get("prompt_tokens"), usage.get("completion_tokens"),
+            raise _unreadable(self._hidden, "chat-completions", data, usage.get("prompt_tokens"), usage.get("completion_tokens"),
                               details.get("cached_tokens")) from None
         return Reply(
             text,
@@ -456,7 +458,7 @@ class Anthropic(HttpProvider):
         try:
             text = "".join(block.get("text", "") for block in data["content"] if block.get("type") == "text")
         except (KeyError, TypeError, AttributeError):
-            raise _unreadable("messages", data, _count(fresh) + read + written, usage.get("output_tokens"), read, written) from None
+            raise _unreadable(self._hidden, "messages", data, _count(fresh) + read + written, usage.get("output_tokens"), read, written) from None
         stop = data.get("stop_reason") or "end_turn"
         return Reply(
             text,
