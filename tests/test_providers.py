@@ -809,6 +809,21 @@ def test_a_failed_commands_error_shows_its_command_line_redacted(tmp_path):
     assert key not in str(failed.value) and str(failed.value).endswith(" cat > /dev/null; exit 3' exited 3")
 
 
+@pytest.mark.parametrize("end", ["exit 1", "exit 0"])
+def test_a_failed_commands_stderr_that_echoes_a_secret_of_its_command_line_does_not_show_it(tmp_path, end):
+    """The command line's secret was hidden in the error, but the command's stderr quoted in it was not: a tool
+    that echoes its key (``invalid key K``) had it shown in build-tree's line, ``status`` and
+    ``compactor.json`` (a key of no pattern pimem knows: a local server's). What is hidden in the command line
+    is hidden in its stderr too, as an HTTP provider's key is in its server's words."""
+    key = "Zx9kQ2mLp4Rt7vWb"
+    command = f'MY_API_KEY={key} sh -c "echo invalid key \\$MY_API_KEY for the call >&2; {end}"'
+    comp = Compactor({"provider": "command", "command": command}, BuildState(tmp_path))
+    with pytest.raises(CallFailed) as failed:
+        comp.build(Task(0, 3, kind="user", text="the task's message"))
+    comp.close()
+    assert key not in str(failed.value) and str(failed.value).endswith(": invalid key [hidden] for the call"), failed.value
+
+
 def test_bytes_of_a_commands_answer_that_are_not_utf8_fail_its_call_unless_its_input_holds_u_fffd(tmp_path):
     """Bytes that are not UTF-8 are read as U+FFFD, never dropped unseen: an answer holding them is no summary
     (``compactor.junk``), unless the message it summarises holds U+FFFD itself (text decoded so before it was

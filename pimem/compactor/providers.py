@@ -514,6 +514,16 @@ class Command:
 
         return redact_shown(self.command)
 
+    def _hidden(self, text: str) -> str:
+        """``text`` (the command's stderr, quoted in an error) without the secrets its command line carries: each
+        word of it (between spaces, quotes and ``=:@,;``) of ``KEY_LEAST`` characters or more that ``_shown``
+        hides, replaced by ``[hidden]`` (a tool that echoes its key: ``invalid key K``)."""
+        shown = self._shown()
+        words = {word for word in re.split(r"[\s'\"=:@,;]+", self.command) if len(word) >= KEY_LEAST and word not in shown}
+        for word in sorted(words, key=len, reverse=True):
+            text = text.replace(word, HIDDEN)
+        return text
+
     def _system_path(self, system: str) -> str:
         with self._lock:
             if system not in self._system_files:
@@ -555,7 +565,7 @@ class Command:
             raise CallFailed(f"command {self._shown()!r} gave no answer within {self.timeout:g} s")
         # (bytes that are not UTF-8 are shown as U+FFFD, as imports show them, not dropped unseen)
         text = bytes(head).decode("utf-8", "replace")
-        detail = " ".join(bytes(tail).decode("utf-8", "replace").split())[-300:]
+        detail = self._hidden(" ".join(bytes(tail).decode("utf-8", "replace").split()))[-300:]
         if proc.returncode != 0:
             raise CallFailed(f"command {self._shown()!r} {_ended(proc.returncode)}" + (f": {detail}" if detail else ""))
         if not text.strip():  # (its stderr says why, as a failure's does: a pipeline's end, `| head -1`, exits 0)
