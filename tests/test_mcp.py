@@ -1,6 +1,7 @@
 """`pimem mcp` as a real subprocess, driven by the MCP SDK's own stdio client."""
 
 import contextlib
+import functools
 import json
 import os
 import shlex
@@ -17,21 +18,33 @@ mcp = pytest.importorskip("mcp")
 SECRET = "sk-test-0000SECRET"
 
 
+@contextlib.asynccontextmanager
+async def client_of(home):
+    """A real `python -m pimem mcp` over the SDK's client, initialized: ``(client, info)``, ``info`` the server's."""
+    params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+    async with mcp.stdio_client(params) as (read, write):
+        async with mcp.ClientSession(read, write) as client:
+            yield client, (await client.initialize()).server_info
+
+
+async def called(client, tool, **args):
+    """A tool call's structured result, or its error's text."""
+    result = (await client.call_tool(tool, args)).model_dump(by_alias=True, mode="json")
+    return result["content"][0]["text"] if result["isError"] else result["structuredContent"]
+
+
 def call_all(home, calls):
     """Start `python -m pimem mcp`, list its tools, make each ``(tool, arguments)`` call, and return the
     tool names and each result as a dict (isError, structuredContent, content)."""
 
     async def session():
-        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
-        async with mcp.stdio_client(params) as (read, write):
-            async with mcp.ClientSession(read, write) as client:
-                await client.initialize()
-                tools = [t.name for t in (await client.list_tools()).tools]
-                results = []
-                for name, args in calls:
-                    result = await client.call_tool(name, args)
-                    results.append(result.model_dump(by_alias=True, mode="json"))
-                return tools, results
+        async with client_of(home) as (client, _):
+            tools = [t.name for t in (await client.list_tools()).tools]
+            results = []
+            for name, args in calls:
+                result = await client.call_tool(name, args)
+                results.append(result.model_dump(by_alias=True, mode="json"))
+            return tools, results
 
     return anyio.run(session)
 
@@ -428,10 +441,8 @@ def test_the_server_says_its_version_and_the_help_that_one_tool_writes(run, home
     from pimem import __version__
 
     async def session():
-        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
-        async with mcp.stdio_client(params) as (read, write):
-            async with mcp.ClientSession(read, write) as client:
-                return (await client.initialize()).server_info
+        async with client_of(home) as (_, info):
+            return info
 
     info = anyio.run(session)
     assert (info.name, info.version) == ("pimem", __version__)
@@ -531,11 +542,8 @@ def test_an_argument_a_tool_does_not_take_is_refused_in_one_line(home, talk):
         "name, text, kind, priority, supersede, session)"]
 
     async def schemas():
-        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
-        async with mcp.stdio_client(params) as (read, write):
-            async with mcp.ClientSession(read, write) as client:
-                await client.initialize()
-                return [t.input_schema for t in (await client.list_tools()).tools]
+        async with client_of(home) as (client, _):
+            return [t.input_schema for t in (await client.list_tools()).tools]
 
     assert all(schema["additionalProperties"] is False for schema in anyio.run(schemas))  # (as a client may check first)
 
@@ -833,24 +841,17 @@ def test_a_memory_renamed_or_deleted_under_a_running_server_is_read_where_it_wen
         assert subprocess.run(pimem_cmd(*args), capture_output=True, env=subprocess_env(PIMEM_HOME=home), cwd="/").returncode == 0
 
     async def session():
-        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
-        async with mcp.stdio_client(params) as (read, write):
-            async with mcp.ClientSession(read, write) as client:
-                await client.initialize()
-
-                async def call(tool, **args):
-                    result = (await client.call_tool(tool, args)).model_dump(by_alias=True, mode="json")
-                    return result["content"][0]["text"] if result["isError"] else result["structuredContent"]
-
-                said = [await call("view", name="old")]
-                sh("rename", "old", "new")
-                for name in ("old", "new"):
-                    said += [await call("view", name=name), await call("message", name=name, i=2),
-                             [m["text"] for m in (await call("since", name=name))["messages"]]]
-                sh("delete", "new")
-                said += [await call(tool, name=name, **args) for tool, args in (("view", {}), ("message", {"i": 2}))
-                         for name in ("old", "new")]
-                return said
+        async with client_of(home) as (client, _):
+            call = functools.partial(called, client)
+            said = [await call("view", name="old")]
+            sh("rename", "old", "new")
+            for name in ("old", "new"):
+                said += [await call("view", name=name), await call("message", name=name, i=2),
+                         [m["text"] for m in (await call("since", name=name))["messages"]]]
+            sh("delete", "new")
+            said += [await call(tool, name=name, **args) for tool, args in (("view", {}), ("message", {"i": 2}))
+                     for name in ("old", "new")]
+            return said
 
     said = anyio.run(session)
     before, renamed, gone = said[0], said[1:7], said[7:]
@@ -887,24 +888,17 @@ def test_a_home_deleted_or_replaced_by_a_file_under_a_running_server_is_said_not
     assert run("append", "main", "the staging db listens on 5433").exit_code == 0
 
     async def session():
-        params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
-        async with mcp.stdio_client(params) as (read, write):
-            async with mcp.ClientSession(read, write) as client:
-                await client.initialize()
-
-                async def call(tool, **args):
-                    result = (await client.call_tool(tool, args)).model_dump(by_alias=True, mode="json")
-                    return result["content"][0]["text"] if result["isError"] else result["structuredContent"]
-
-                said = [await call("list_memories")]
-                shutil.rmtree(home)
-                said += [await call("list_memories"), await call("search", query="5433")]
-                home.write_text("not a directory")
-                said += [await call("list_memories"), await call("search", query="5433")]
-                home.unlink()
-                assert run("append", "main", "back again").exit_code == 0  # (made again: read again)
-                said += [[m["name"] for m in (await call("list_memories"))["memories"]]]
-                return said
+        async with client_of(home) as (client, _):
+            call = functools.partial(called, client)
+            said = [await call("list_memories")]
+            shutil.rmtree(home)
+            said += [await call("list_memories"), await call("search", query="5433")]
+            home.write_text("not a directory")
+            said += [await call("list_memories"), await call("search", query="5433")]
+            home.unlink()
+            assert run("append", "main", "back again").exit_code == 0  # (made again: read again)
+            said += [[m["name"] for m in (await call("list_memories"))["memories"]]]
+            return said
 
     said = anyio.run(session)
     assert [m["name"] for m in said[0]["memories"]] == ["main"]
@@ -973,6 +967,15 @@ def test_the_view_with_tools_after_the_index_is_lost_says_nothing_of_lines_hidde
     assert "notes" not in view["structuredContent"]
 
 
+def done_with(proc) -> None:
+    """A server process killed if it still runs, and its pipes closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        stream.close()
+
+
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
 def test_the_server_stops_on_a_signal_while_its_client_keeps_stdin_open(home, signame, code):
     """SIGTERM (a client stopping its server), Ctrl-C or SIGHUP said 'pimem: interrupted' and left the server
@@ -999,11 +1002,7 @@ def test_the_server_stops_on_a_signal_while_its_client_keeps_stdin_open(home, si
         assert proc.returncode == code
         assert proc.stderr.read() == b"pimem: interrupted\n"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
+        done_with(proc)
 
 
 SERVED_WITH_A_GATED_SEARCH = """
@@ -1111,11 +1110,7 @@ def test_a_signal_ends_the_server_soon_when_its_client_no_longer_reads_and_says_
         assert proc.returncode == 143
         assert proc.stderr.read() == b"pimem: interrupted; 1 answer was not delivered: the client did not read it\n"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            stream.close()
+        done_with(proc)
 
 
 def test_a_relative_home_is_refused_as_the_hook_refuses_it_not_read_in_the_clients_directory(tmp_path):
