@@ -224,17 +224,21 @@ def log_to(path: str | None, what: str) -> None:
     import os
     from pathlib import Path
 
+    from .errors import PimemError, translate
     from .home import FILE_MODE, ensure_dir
     from .when import rfc3339
 
     file = Path(path).expanduser()
-    ensure_dir(file.parent)
-    fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
+    fd = None
     try:  # the first line written before stderr goes there: a log that refuses it is said where stderr is now
+        ensure_dir(file.parent)
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, FILE_MODE)
         os.write(fd, f"{rfc3339(env.now())} pimem {what}\n".encode())
     except OSError as exc:
-        os.close(fd)
-        raise OSError(exc.errno, exc.strerror, str(file)) from None
+        if fd is not None:
+            os.close(fd)
+        error = translate(exc)
+        raise PimemError(f"--log {file}: {error}", error.code) from None
     sys.stderr.flush()
     try:
         real = sys.stderr.fileno() == 2

@@ -142,8 +142,13 @@ def test_a_log_that_refuses_writes_is_said_on_the_terminal(home):
 
     Memory.at("main").append(long_messages(2))
     done = subprocess.run(pimem_cmd("build-tree", "--log", "/dev/full"), capture_output=True, env=subprocess_env())
-    assert done.returncode == 7 and done.stderr == b"pimem: error: No space left on device: /dev/full\n"
+    assert done.returncode == 7 and done.stderr == b"pimem: error: --log /dev/full: No space left on device\n"
     assert not list(Memory.at("main").tree.records())  # (refused before anything was built)
+    # (a log whose directory cannot be made is named as the --log file too: it said only "No such file or
+    # directory: /proc/nope", which names no option)
+    done = subprocess.run(pimem_cmd("watch", "--log", "/proc/nope/x.log"), capture_output=True, env=subprocess_env())
+    assert done.returncode == 7 and done.stderr == (b"pimem: error: --log /proc/nope/x.log: No such file or directory: "
+                                                    b"/proc/nope\n")
 
 
 # ``pimem ARGS`` (a real process: the user's own command) run right after the command under test listed the

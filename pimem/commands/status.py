@@ -90,7 +90,7 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
                     f"{spent['tokens_out']:,} out{cost}")
     if spent["cost_unbuilt"]:
         output.line(f"{'' if spent['calls'] else 'spent':<10}{money(spent['cost_unbuilt'])} more on calls that built nothing "
-                    "(empty or refused answers; a capped watcher's calls given up at a stop or cut off by its death, at "
+                    "(empty or refused answers; a capped run's calls given up at a stop or cut off by its death, at "
                     "what they were billed if answered, else at their worst case; over the last 31 days)")
     if spent["suspect"]:
         shown = ", ".join(spent["suspect"][:10]) + (" …" if len(spent["suspect"]) > 10 else "")
