@@ -84,6 +84,12 @@ def test_an_unset_key_variable_is_named_at_once_and_never_retried(run, home, mon
         out = run("model", "main", "openai/some-model", "--base-url", server.url, "--key-env", "PIMEM_TEST_KEY")
         assert out.exit_code == 0 and "$PIMEM_TEST_KEY is not set" in out.stderr
         assert "$PIMEM_TEST_KEY is not set" in run("model", "main").stderr  # shown again: a warning, every time
+        out = run("build-tree", "--dry-run")  # (it estimated the calls as if they could go out)
+        assert out.exit_code == 0 and out.stdout.splitlines()[0].endswith(
+            " built; but $PIMEM_TEST_KEY is not set here: the run would send nothing"), out.stdout
+        assert "not set" not in out.stdout.splitlines()[1]  # (the offline memory: no key)
+        dry = [orjson.loads(line) for line in run("build-tree", "--dry-run", "--json").stdout.splitlines()]
+        assert [row.get("key_problem") for row in dry] == ["$PIMEM_TEST_KEY is not set", None]
         out = run("build-tree", "--retries", "3")
         assert out.exit_code == 6
         assert out.stderr.splitlines()[-1] == ("pimem: error: main: $PIMEM_TEST_KEY is not set (the API key of its "

@@ -70,7 +70,11 @@ def command(
             raise BadInput(f"--max-cost needs prices for the compactor of {', '.join(unpriced)}: set them with "
                            f"'pimem model {unpriced[0]} PROVIDER/MODEL --price-in USD --price-out USD'{others}")
     if dry_run:
+        configs = {mem.name: mem.config.get("compactor") or {} for mem in mems if mem.name not in refused}
         for row in estimates:
+            wrong = None if row["offline"] or not row["calls"] else compactor.key_problem(configs[row["memory"]])
+            if wrong:  # (the run would refuse it at once: said now, not after the estimate is trusted)
+                row["key_problem"] = wrong
             if json:
                 output.json_line(row)
             elif row["offline"]:  # (no call, no token, no cost: the nodes the build makes, as it says them after)
@@ -90,7 +94,8 @@ def command(
                             f"{output.count(row['calls'], 'call')} to {row['model']} "
                             f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')})"
                             f"{again}, {near and 'about '}{output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
-                            f"{row['built']:,} of {output.count(row['nodes'], 'node')} built")
+                            f"{row['built']:,} of {output.count(row['nodes'], 'node')} built"
+                            + (f"; but {wrong} here: the run would send nothing" if wrong else ""))
         _raise_first(refused, mems_named)
         return
     keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
