@@ -51,8 +51,18 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
         "view": view,
         "memories": memory_block(mem, session),
         "previous_exchange": previous_exchange(mem),
-        "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {flatten(cwd or os.getcwd())}",
+        "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {flatten(cwd or here())}",
     }
+
+
+def here() -> str:
+    """The working directory; one removed under the caller (a worktree deleted) is the path its shell still
+    has ($PWD), marked so, rather than failing the turn."""
+    try:
+        return os.getcwd()
+    except OSError:
+        pwd = os.environ.get("PWD", "")
+        return f"{pwd} (removed)" if os.path.isabs(pwd) else "(removed)"
 
 
 def _warn(note: str) -> None:

@@ -394,3 +394,18 @@ def test_a_thread_sharing_the_memory_while_another_takes_its_turn_is_not_hurried
     shown = dict(read)
     assert shown["reader"].splitlines()[0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
     assert shown["turn"].splitlines()[0] == "0+2048|[tool output hidden]" and len(turn_notes) == 1
+
+
+def test_context_from_a_removed_working_directory_says_the_shells_path(run, home, tmp_path):
+    # a wrapper in a git worktree just removed: the turn goes on, naming the directory the shell still has
+    import subprocess
+
+    from conftest import ROOT, pimem_cmd, subprocess_env
+
+    run("append", "main", "hello")
+    gone = tmp_path / "worktree"
+    gone.mkdir()
+    proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), *pimem_cmd("context", "main")],
+                          capture_output=True, env=subprocess_env(PYTHONPATH=ROOT))  # no empty entry: it is the cwd
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode().endswith(f" · cwd: {gone} (removed)</turn>\n") and proc.stderr == b""
