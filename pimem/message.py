@@ -146,9 +146,30 @@ def _check_meta(value: Any, depth: int) -> bool:
         if not _INT_LOW <= value < _INT_END:
             raise BadInput(_WIDE)
         return False
-    if kind is float and value - value != 0:  # NaN or an infinity (a library caller's): JSON has neither
-        raise BadInput(f"meta holds {value}, which JSON cannot hold")
-    return kind is float and value.is_integer() and not _INT_LOW < value < _INT_END
+    if kind is float:
+        if value - value != 0:  # NaN or an infinity (a library caller's): JSON has neither
+            raise BadInput(f"meta holds {value}, which JSON cannot hold")
+        return value.is_integer() and not _INT_LOW < value < _INT_END
+    if kind is bool or value is None:
+        return False
+    return _check_other(value, depth)
+
+
+def _check_other(value: Any, depth: int) -> bool:
+    """``_check_meta`` for what a library caller hands in besides JSON's own types: a tuple (a prepared batch's
+    arrays), a subclass of dict, list, str or int are looked at as JSON writes them (an array, an object, a
+    string, a number); anything else (a datetime, a UUID, a dataclass, a set) JSON has no type for, and the
+    encoder would store it as a string or an object that reads back as something else: refused."""
+    if isinstance(value, dict):
+        return _check_meta(dict(value), depth)
+    if isinstance(value, (list, tuple)):
+        return _check_meta(list(value), depth)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _check_meta(int(value), depth)
+    if isinstance(value, (str, bool)):
+        return False
+    raise BadInput(f"meta holds a {type(value).__name__}, which JSON has no type for; write it as a string, a "
+                   "number, an array or an object")
 
 
 def day_of(date: str) -> str:

@@ -293,3 +293,40 @@ def test_a_library_meta_holding_nan_or_an_infinity_is_refused_not_stored_as_null
     with pytest.raises(BadInput, match="JSON cannot hold"):
         Memory.at("lib").append([{"kind": "user", "text": "x", "meta": {"a": [value]}}])
     assert not Memory.at("lib").exists()
+
+
+def test_a_library_meta_is_checked_in_tuples_and_subclasses_and_refuses_what_json_has_no_type_for(home):
+    """A tuple (a prepared batch's arrays are tuples) and a dict or list subclass are looked inside as JSON's
+    arrays and objects are: a NaN there is refused, not stored as null, and so is a nesting past 250 levels
+    (it could not be logged again from the log's own lines); a value JSON has no type for (a datetime, a UUID,
+    a dataclass) is refused, not stored as the string or object the encoder would make of it."""
+    import collections
+    import dataclasses
+    import datetime
+    import uuid
+
+    from pimem.message import META_DEPTH
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    deep: object = "x"
+    for _ in range(META_DEPTH + 1):
+        deep = (deep,)
+    mem = Memory.at("lib")
+    refused = {"JSON cannot hold": [{"a": (float("nan"),)}, collections.OrderedDict(a=float("inf")),
+                                    {"a": {"b": type("L", (list,), {})([float("nan")])}}],
+               "nested deeper than 250": [{"a": deep}],
+               "JSON has no type for": [{"a": datetime.datetime(2026, 1, 1)}, {"a": uuid.UUID(int=1)},
+                                        {"a": Point(1)}, {"a": datetime.date(2026, 1, 1)}, {"a": [{1, 2}]}]}
+    for said, metas in refused.items():
+        for meta in metas:
+            with pytest.raises(BadInput, match=said):
+                mem.append([{"kind": "user", "text": "x", "meta": meta}])
+    assert not mem.exists()
+    # what JSON writes as it was given is kept: a tuple as an array, a subclass of dict, list, str or int
+    kept = mem.append([{"kind": "user", "text": "x", "meta": collections.OrderedDict(a=(1, "b"), c=type("S", (str,), {})("s"))}])
+    assert Memory.open("lib").message(kept[0])["meta"] == {"a": [1, "b"], "c": "s"}
+    again = mem.prepare(list(mem.prepare([{"kind": "user", "text": "y", "meta": {"a": [[1], {"b": [2]}]}}])))
+    assert again[0]["meta"] == {"a": ((1,), {"b": (2,)})}
