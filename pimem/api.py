@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from . import budget
-from .errors import BadInput, as_error
+from .errors import BadInput, as_error, shown
 from .memory import Memory
 from .message import TOOL_KINDS
 from .numbers import MAX_COUNT, MAX_I
@@ -364,7 +364,7 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
         _bounded(page, "page", MAX_COUNT)
     for i in ids or []:  # (each names one message or more: "" is no message, not a listing)
         if type(i) is int and not 0 <= i <= MAX_I or isinstance(i, str) and not any(p.strip() for p in i.split(",")):
-            raise BadInput(f"ids {i!r} names no message: give message numbers (0 to {MAX_I}) or entry ids")
+            raise BadInput(f"ids {shown(i)} names no message: give message numbers (0 to {MAX_I}) or entry ids")
     request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind,
                               page=page if page is not None else 1, limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     from dataclasses import replace

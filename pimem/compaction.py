@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from . import env, hashes, when
 from .chain import canonical, memory_chain, sha256, window_chain
-from .errors import BadInput, IntegrityError
+from .errors import BadInput, IntegrityError, shown
 from .memories import derive, unwritten
 from .recall import files_of
 from .output import count
@@ -147,7 +147,7 @@ def plan(mem, keep: int, option: str = "--keep") -> Plan:
     """Choose the boundary and build the checkpoint, window and derived memories, writing nothing; ``option``
     names ``keep`` in what is refused."""
     if type(keep) is not int or keep < 0:
-        raise BadInput(f"{option} must be 0 or more bytes, not {keep!r:.40}")
+        raise BadInput(f"{option} must be 0 or more bytes, not {shown(keep):.40}")
     windows = window_chain(mem.path).read().events
     parent = windows[-1] if windows else None
     start = parent["keptStart"] if parent else 0
@@ -227,7 +227,7 @@ def compact(mem, keep: int, dry_run: bool = False, timeout: float | None = None,
     ``dry_run`` nothing is written (and no lock is taken). Idempotent: repeating it writes nothing new.
     ``option`` names ``keep`` in what is refused (the API's ``keep``)."""
     if type(dry_run) is not bool:
-        raise BadInput(f"dry_run is True or False, not {dry_run!r:.40}")
+        raise BadInput(f"dry_run is True or False, not {shown(dry_run):.40}")
     if dry_run:  # what the run would write, and refuse
         chosen = plan(mem, keep, option)
         if chosen.existing is None:

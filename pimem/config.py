@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from . import env, home as homes
-from .errors import BadInput
+from .errors import BadInput, shown
 from .message import DEFAULT_CAP
 from .numbers import MAX_SECONDS
 from .nofollow import read_bytes
@@ -235,7 +235,7 @@ def _said(value) -> str:
     try:
         return orjson.dumps(value).decode()[:80] if value == value else "NaN"
     except TypeError:
-        return repr(value)[:80]
+        return shown(value)[:80]
 
 
 def of_home(home: str | os.PathLike | None = None) -> dict:

@@ -177,6 +177,23 @@ def _length(quoted: str) -> int:
     return len(text) if isinstance(text, str) else len(quoted) - 2
 
 
+def shown(value) -> str:
+    """``repr(value)`` for an error's line, which quotes what the caller gave: an integer past the 4,300 digits
+    Python writes in decimal (a ``ValueError`` there) is said by its number of digits, and a container holding
+    one by its type, so the error says what was wrong rather than failing to say it."""
+    try:
+        return repr(value)
+    except ValueError:
+        if type(value) is int or isinstance(value, int) and not isinstance(value, bool):
+            import math
+
+            size = abs(value)
+            digits = int(math.log10(size)) + 1  # (a float's log: put right below where it is off by one)
+            digits += (10**digits <= size) - (10 ** (digits - 1) > size)
+            return f"an integer of {digits:,} digits"
+        return f"a {type(value).__name__} too long to write out"
+
+
 NOT_UTF8 = "not valid UTF-8: an argument (or a file's name) holds bytes UTF-8 cannot; give it as UTF-8"
 
 

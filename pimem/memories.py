@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Iterable
 
 from . import budget, env, home as homes, terms, when
-from .errors import BadInput, IntegrityError, NotFound
+from .errors import BadInput, IntegrityError, NotFound, shown
 
 # (memory.jsonl's hash chain, ``pimem.chain``, is imported where the log is read or written: ``pimem --help``
 # imports this module for the commands' choices, KINDS and the like)
@@ -251,7 +251,7 @@ def _flags(*given: tuple[str, object]) -> None:
     """``BadInput`` naming the argument given that is not True or False (a "yes" would pin)."""
     for name, value in given:
         if type(value) is not bool:
-            raise BadInput(f"{name} is True or False, not {value!r:.40}")
+            raise BadInput(f"{name} is True or False, not {shown(value):.40}")
 
 
 def remember(

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
-from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError, as_error
+from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError, as_error, shown
 from .lock import Moved, WriterLock
 from .numbers import MAX_I, MAX_SECONDS
 from .store import Log
@@ -78,29 +78,29 @@ def _index_terms(text: str) -> list[str | tuple[str, ...]]:
 def check_timeout(timeout) -> None:
     """``BadInput`` unless ``timeout`` is None or seconds from 0 to a year, as ``--timeout`` takes them."""
     if timeout is not None and not (type(timeout) in (int, float) and 0 <= timeout <= MAX_SECONDS):
-        raise BadInput(f"timeout is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {timeout!r:.40}")
+        raise BadInput(f"timeout is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {shown(timeout):.40}")
 
 
 def _number(value, name: str, what: str = "a message number") -> None:
     """``BadInput`` naming argument ``name`` unless ``value`` is a whole number from 0 to 2^63−1 (not a bool)."""
     if type(value) is not int or not 0 <= value <= MAX_I:
-        raise BadInput(f"{name} is {what} (0 to {MAX_I}), not {value!r:.40}")
+        raise BadInput(f"{name} is {what} (0 to {MAX_I}), not {shown(value):.40}")
 
 
 def _flag(value, name: str) -> None:
     if type(value) is not bool:
-        raise BadInput(f"{name} is True or False, not {value!r:.40}")
+        raise BadInput(f"{name} is True or False, not {shown(value):.40}")
 
 
 def _moment(value, name: str) -> None:
     if not (isinstance(value, datetime) and value.utcoffset() is not None):
-        raise BadInput(f"{name} must be a datetime with its UTC offset (an aware datetime), not {value!r:.60}")
+        raise BadInput(f"{name} must be a datetime with its UTC offset (an aware datetime), not {shown(value):.60}")
 
 
 def _root(home) -> Path:
     """The home directory a caller named (``home``), else the environment's."""
     if home is not None and not isinstance(home, (str, os.PathLike)):
-        raise BadInput(f"home is a directory's path (a str or a Path) or None, not {home!r:.40}")
+        raise BadInput(f"home is a directory's path (a str or a Path) or None, not {shown(home):.40}")
     return env.home(home)
 
 
@@ -188,7 +188,7 @@ class Memory:
         """Memory ``name``, whether or not it exists yet; nothing is created until a writer appends. A bad
         ``$PIMEM_LOCK_TIMEOUT`` is refused here, before a writer creates anything."""
         if not isinstance(name, str):  # (None was named '' in the error)
-            raise BadInput(f"name is a memory's name (a str), not {name!r:.40}")
+            raise BadInput(f"name is a memory's name (a str), not {shown(name):.40}")
         root = _root(home)
         path = homes.resolve(root, name)
         env.lock_timeout()
@@ -210,7 +210,7 @@ class Memory:
         """The existing (or ``claimed``) memories ``names``, each once (a name given twice, or two names of one
         memory: an old name's rename pointer and the new one); unknown names raise ``NotFound``."""
         if isinstance(names, (str, bytes)) or not hasattr(names, "__iter__"):
-            raise BadInput(f"names is a list of memories' names, not {names!r:.40}")
+            raise BadInput(f"names is a list of memories' names, not {shown(names):.40}")
         found: dict[Path, Memory] = {}
         for name in names:
             mem = cls.open(name, home)
@@ -281,7 +281,7 @@ class Memory:
         refused (a link) raises, or with ``refused`` is handed to ``refused(mem, error)`` and left out (a
         command over many names it and goes on)."""
         if refused is not None and not callable(refused):
-            raise BadInput(f"refused is a function of (memory, error) or None, not {refused!r:.40}")
+            raise BadInput(f"refused is a function of (memory, error) or None, not {shown(refused):.40}")
         root = _root(home)
         out = []
         for name in homes.names(root, claims):
@@ -504,9 +504,9 @@ class Memory:
         """Message ``i`` whole; ``NotFound`` (exit 3) when it does not exist. One read through the index
         when there is one, else a scan of the log file that holds ``i``."""
         if type(i) is not int:
-            raise BadInput(f"i is a message number (a whole number), not {i!r:.40}")
+            raise BadInput(f"i is a message number (a whole number), not {shown(i):.40}")
         if not 0 <= i <= MAX_I:  # (no message can have it: bad input, exit 2, as the CLI says of it)
-            raise BadInput(f"bad message number {i}: use a whole number from 0 to {MAX_I}")
+            raise BadInput(f"bad message number {shown(i)}: use a whole number from 0 to {MAX_I}")
         if self.has_index():  # (the log looked at first as every reader looks at it: a change behind pimem's back
             self.log.count()  # or messages lost from its end stop the read, exit 5, as they stop the index's)
             msg = self.index().message(i)
@@ -776,14 +776,14 @@ class Memory:
         so no consumer's cursor is lost to another's save. A claimed memory's consumer at #0 saves nothing."""
         homes.validate_name(consumer, "consumer")
         if type(next_i) is not int or next_i < 0:
-            raise BadInput(f"next_i is a message number (where the consumer goes on), not {next_i!r:.40}")
+            raise BadInput(f"next_i is a message number (where the consumer goes on), not {shown(next_i):.40}")
         if not self.exists():
             if next_i == 0 and self.claimed():  # (nothing logged, nothing seen: a claim is read writing nothing)
                 return
             raise NotFound(f"no memory named '{self.name}' in {self.home} (see 'pimem list')",
                            tools=f"no memory named '{self.name}' in {self.home} (see list_memories)")
         if next_i > (count := self.count()):  # (a consumer cannot have seen what is not logged yet)
-            raise BadInput(f"a cursor is at most the log's {count:,} messages, not #{next_i}")
+            raise BadInput(f"a cursor is at most the log's {count:,} messages, not #{shown(next_i)}")
         lock = WriterLock(self.path / "cursors.lock")
         if not lock.acquire(env.lock_timeout()):
             raise Busy(f"the cursors of memory '{self.name}' are locked by another consumer; try again")
@@ -815,7 +815,7 @@ class Memory:
         message that shows nothing (white space, the padding a model writes before a tool call; invisible
         characters or escape sequences alone: ``_blank``)."""
         if type(kind) is not str:
-            raise BadInput(f"kind is a message's kind (a str such as user), not {kind!r:.40}")
+            raise BadInput(f"kind is a message's kind (a str such as user), not {shown(kind):.40}")
         if before is not None:
             _number(before, "before")
         end = self.count() if before is None else before
@@ -965,9 +965,9 @@ class Memory:
         (else each is read); ``lines=False`` leaves ``line`` out (no text is read); each line's tool traffic
         is taken out unless ``include_tools``."""
         if not isinstance(ids, list) or not all(type(i) is int and 0 <= i <= MAX_I for i in ids):
-            raise BadInput(f"ids are a list of message numbers (0 to {MAX_I}), not {ids!r:.40}")
+            raise BadInput(f"ids are a list of message numbers (0 to {MAX_I}), not {shown(ids):.40}")
         if sizes is not None and not isinstance(sizes, dict):
-            raise BadInput(f"sizes is a dict of the messages' sizes or None, not {sizes!r:.40}")
+            raise BadInput(f"sizes is a dict of the messages' sizes or None, not {shown(sizes):.40}")
         _flag(lines, "lines")
         _flag(include_tools, "include_tools")
         sizes = sizes or {}
@@ -978,17 +978,17 @@ class Memory:
                 from .tree import parse_label
                 from .view import render_line
 
-                shown: dict[str, str] = {}  # (each line worked out once)
+                rendered: dict[str, str] = {}  # (each line worked out once)
                 for held in found.values():
-                    if held is not None and held["label"] not in shown:
+                    if held is not None and held["label"] not in rendered:
                         l, i = parse_label(held["label"])
                         shown_as = render_line(l, i, None)  # (a placeholder: a span standing in may be built all the same)
                         text = self.tree.text(l, i) if held["held"] != "pending" and held["line"] != shown_as else None
                         hidden = hide_tools(self.log.read, [(l, i, text)], holds=self.span_holds,
                                             stored=self.leaf_line, line_bytes=self.tree.line_bytes)
-                        shown[held["label"]] = render_line(l, i, hidden[0])
+                        rendered[held["label"]] = render_line(l, i, hidden[0])
                     if held is not None:
-                        held["line"] = shown[held["label"]]
+                        held["line"] = rendered[held["label"]]
             return found
 
     @_reading

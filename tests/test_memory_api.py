@@ -307,3 +307,32 @@ def test_recall_of_a_file_holding_a_nul_finds_nothing_and_an_empty_file_is_refus
         assert api.recall("main", file=file, include_tools=True)["count"] == 0
     with pytest.raises(BadInput, match="^empty file: give a path or part of one$"):
         api.recall("main", file="")
+
+
+def test_an_integer_too_long_to_write_in_decimal_is_bad_input_naming_its_size(home):
+    """Python refuses to write an integer past 4,300 digits in decimal (ValueError); an error quoting such a
+    value (a message number, a timeout, a cursor, a setting) said that instead of what was wrong. Each is a
+    BadInput naming the argument and the value's size, and nothing is written."""
+    from pimem import api
+    from pimem.errors import shown
+
+    huge = 10**5000
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "x"}])
+    before = snapshot(home)
+    calls = {"start": lambda: mem.messages(huge), "stop": lambda: mem.messages(0, huge), "i": lambda: mem.message(huge),
+             "held": lambda: mem.held(huge), "ids": lambda: mem.held_each([huge]), "end": lambda: mem.view_lines(True, huge),
+             "before": lambda: mem.last_of_kind("user", huge), "cursor": lambda: mem.save_cursor("c", huge),
+             "l": lambda: mem.leaf_line(huge), "timeout": lambda: mem.append([{"kind": "user", "text": "y"}], huge),
+             "max_cost_per_day": lambda: mem.save_config({"max_cost_per_day": huge}),
+             "hi": lambda: mem.save_config({"view": {"hi": huge}}),
+             "remember timeout": lambda: api.remember("main", "y", timeout=huge),
+             "recall ids": lambda: api.recall("main", ids=[huge])}
+    for what, call in calls.items():
+        with pytest.raises(BadInput) as caught:
+            call()
+        said = str(caught.value)  # (a list holding one: said as such)
+        assert ("5,001 digits" in said or "a list too long to write out" in said) and len(said) < 300, (what, said)
+    assert snapshot(home) == before
+    assert shown(huge) == "an integer of 5,001 digits" and shown(-(10**5000)) == "an integer of 5,001 digits"
+    assert shown([huge]) == "a list too long to write out" and shown(12) == "12" and shown("x") == "'x'"
