@@ -897,8 +897,11 @@ class Memory:
         limit = int(self.config["line_bytes"])
         checked = []
         for l, i, text, meta in nodes:
-            if type(l) is not int or type(i) is not int or l < 0 or i < 0:
-                raise BadInput(f"bad node ({l!r}, {i!r}): level and index are integers ≥ 0")
+            # (a node covers 2^l messages from i·2^l, which its label writes out: a level past 63 covers more
+            # messages than a log can hold, and 2^(2^33) alone is a gigabyte)
+            if type(l) is not int or type(i) is not int or not 0 <= l <= 63 or not 0 <= i <= MAX_I:
+                raise BadInput(f"bad node ({shown(l):.40}, {shown(i):.40}): the level is an integer from 0 to 63, "
+                               f"the index one from 0 to {MAX_I}")
             if not isinstance(text, str) or not text.strip():
                 raise BadInput(f"node {trees.label(l, i)}: empty text")
             if trees.byte_size(text) > limit:

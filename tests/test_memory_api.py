@@ -309,6 +309,23 @@ def test_recall_of_a_file_holding_a_nul_finds_nothing_and_an_empty_file_is_refus
         api.recall("main", file="")
 
 
+def test_write_node_refuses_a_level_or_index_past_the_log_s_reach_as_bad_input(home):
+    """A node's level is 0…63 and its index a message number: a level of 2**70 was an OverflowError (and 2**33
+    had the label's arithmetic build a gigabyte integer), an index of 10**5000 a ValueError; each is BadInput
+    naming the node's numbers, and nothing is written."""
+    from pimem.errors import BadInput
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"m{k}"} for k in range(4)])
+    for l, i in [(2**70, 0), (64, 0), (10**5000, 0), (0, 10**5000), (1, 2**63)]:
+        with pytest.raises(BadInput, match=r"^bad node \(") as caught:
+            mem.write_node(l, i, "a summary")
+        assert len(str(caught.value)) < 300
+        with pytest.raises(BadInput, match=r"^bad node \("):
+            mem.write_nodes([(l, i, "", None)])
+    assert mem.tree.stored_among([(1, 0)], 4) == set() and mem.count() == 4
+
+
 def test_an_integer_too_long_to_write_in_decimal_is_bad_input_naming_its_size(home):
     """Python refuses to write an integer past 4,300 digits in decimal (ValueError); an error quoting such a
     value (a message number, a timeout, a cursor, a setting) said that instead of what was wrong. Each is a
