@@ -42,6 +42,7 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
     ``include_tools`` (see ``privacy``). A turn does not wait for a long catch-up of the search index, which
     the tool-text mask asks about lines over long spans (``Memory.span_holds``): ``on_note`` (default: a line
     on stderr) is told why such lines are hidden meanwhile (with ``include_tools`` none is: nothing is said)."""
+    cwd = _checked(mem, session, cwd, wait, include_tools, on_note)
     wait_for_summaries(mem, float(mem.config["context_wait"]) if wait is None else wait, include_tools)
     now = env.now()
     # (with tools, the lines masked are worked out only to be kept in lines.json: none is shown hidden)
@@ -53,6 +54,31 @@ def parts(mem, session: str | None = None, cwd: str | None = None, wait: float |
         "previous_exchange": previous_exchange(mem),
         "turn": f"now: {when.rfc3339(now)} ({now:%A}) · cwd: {flatten(cwd or here())}",
     }
+
+
+def _checked(mem, session, cwd, wait, include_tools, on_note) -> str | None:
+    """``BadInput`` naming the argument of ``parts`` that is of the wrong type or range, as the CLI refuses
+    its options (``--session ''``, a ``--wait`` that is not seconds); the working directory as a str."""
+    from .errors import BadInput, shown
+    from .memory import Memory
+    from .naming import is_utf8
+    from .numbers import MAX_SECONDS
+
+    if not isinstance(mem, Memory):
+        raise BadInput(f"mem is a Memory (pimem.Memory.open(name)), not {shown(mem):.40}")
+    if session is not None and not (isinstance(session, str) and session.strip() and is_utf8(session)):
+        raise BadInput(f"session is the caller's session id (a str, not empty, UTF-8) or None, not {shown(session):.40}")
+    if cwd is not None:
+        cwd = os.fspath(cwd) if isinstance(cwd, os.PathLike) else cwd
+        if not isinstance(cwd, str):
+            raise BadInput(f"cwd is a directory's path (a str or a Path) or None, not {shown(cwd):.40}")
+    if wait is not None and not (type(wait) in (int, float) and 0 <= wait <= MAX_SECONDS):
+        raise BadInput(f"wait is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {shown(wait):.40}")
+    if type(include_tools) is not bool:
+        raise BadInput(f"include_tools is True or False, not {shown(include_tools):.40}")
+    if on_note is not None and not callable(on_note):
+        raise BadInput(f"on_note is a function taking the note (a str), or None, not {shown(on_note):.40}")
+    return cwd
 
 
 def here() -> str:

@@ -353,3 +353,29 @@ def test_an_integer_too_long_to_write_in_decimal_is_bad_input_naming_its_size(ho
     assert snapshot(home) == before
     assert shown(huge) == "an integer of 5,001 digits" and shown(-(10**5000)) == "an integer of 5,001 digits"
     assert shown([huge]) == "a list too long to write out" and shown(12) == "12" and shown("x") == "'x'"
+
+
+def test_context_parts_refuses_arguments_of_the_wrong_type_or_range_as_bad_input(home):
+    """``pimem.context.parts`` (and ``context``) checked nothing: a memory's name for ``mem`` was an
+    AttributeError, a ``wait`` of "8" a TypeError, a cwd of 5 an AttributeError, and an empty ``session`` (which
+    ``--session ''`` refuses) or a ``session`` of 5 was taken as none. Each is a BadInput naming the argument."""
+    from pimem import context
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "hi"}, {"kind": "pi", "text": "hello"}])
+    before = snapshot(home)
+    bad = {"mem": dict(mem="main"), "wait": dict(wait="8"), "wait ": dict(wait=float("nan")), "wait  ": dict(wait=-1),
+           "wait   ": dict(wait=True), "cwd": dict(cwd=5), "cwd ": dict(cwd=b"/tmp"), "session": dict(session=""),
+           "session ": dict(session="  "), "session  ": dict(session=5), "session   ": dict(session="\ud800"),
+           "include_tools": dict(include_tools="yes"), "on_note": dict(on_note=5)}
+    for name, given in bad.items():
+        for call in (context.parts, context.context):
+            args = {"mem": mem, "wait": 0, **given}
+            with pytest.raises(BadInput, match=rf"^{name.strip()} ") as caught:
+                call(args.pop("mem"), **args)
+            assert len(str(caught.value)) < 200
+    assert snapshot(home) == before
+    from pathlib import Path
+
+    got = context.parts(mem, session="s1", cwd=Path("/tmp"), wait=0.0, include_tools=False, on_note=print)
+    assert got["view"] == "0+1|user: hi\n1+1|pi: hello" and "cwd: /tmp" in got["turn"]
