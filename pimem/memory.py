@@ -509,7 +509,8 @@ class Memory:
             raise BadInput(f"bad message number {shown(i)}: use a whole number from 0 to {MAX_I}")
         if self.has_index():  # (the log looked at first as every reader looks at it: a change behind pimem's back
             self.log.count()  # or messages lost from its end stop the read, exit 5, as they stop the index's)
-            msg = self.index().message(i)
+            with self._derived:  # (not while another thread closes the connection: the interpreter would crash)
+                msg = self.index().message(i)
             if msg is not None:
                 return msg
         for msg in self.log.read(i, i + 1):
@@ -532,7 +533,8 @@ class Memory:
         """The line a compactor wrote for message ``i`` (a long one's), or for node ``(l, i)``, or None."""
         _number(i, "i", "a node's index")
         _number(l, "l", "a node's level")
-        return self.tree.stored(l, i)
+        with self._derived:
+            return self.tree.stored(l, i)
 
     def span_holds(self, start: int, stop: int) -> Callable[[str, bool], bool]:
         """What the tool-text mask asks of a line over messages ``[start, stop)`` it does not read: ``holds(text,
@@ -695,7 +697,9 @@ class Memory:
         state.note(why)
 
     def close(self) -> None:
-        """Close the database connections, files and mappings held for derived state (reopened on next use)."""
+        """Close the database connections, files and mappings held for derived state (reopened on next use). It
+        waits for another thread's reader or writer of them (``_derived``), whose connection it would close
+        under a query in flight."""
         with self._derived:
             if self._index is not None:
                 self._index.close()
