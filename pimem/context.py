@@ -187,7 +187,8 @@ def view_text(mem, include_tools: bool = False) -> str:
     """The view as the model reads it, one ``id+n|text`` line per span."""
     from .view import render_line
 
-    rows = mem.views.shown(mem.views.current(), include_tools=include_tools)
+    with mem._derived:  # (the view's caches one thread at a time, as Memory.view_lines: another may append meanwhile)
+        rows = mem.views.shown(mem.views.current(), include_tools=include_tools)
     return "\n".join(render_line(l, i, text) for l, i, text, _ in rows)
 
 

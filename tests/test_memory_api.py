@@ -420,3 +420,37 @@ def test_a_memory_closed_by_one_thread_while_others_read_it_crashes_nothing(home
                              timeout=300, env=subprocess_env())
         assert (out.returncode, out.stdout) == (0, b"ok\n"), out.stderr[-2000:]
 
+
+def test_context_parts_on_a_memory_another_thread_appends_to_reads_a_whole_view(home):
+    """``context.parts`` read the view of a ``Memory`` shared with a thread appending to it without taking its
+    derived state in turn: it saw the log grow under the view it was catching up, and failed with a false
+    IntegrityError ("a message lost from the end of the log") or a KeyError. It reads as ``view_lines`` does."""
+    import threading
+
+    from pimem import context
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"seed {k}"} for k in range(50)])
+    failed: list[str] = []
+
+    def turns():
+        try:
+            for _ in range(60):
+                context.parts(mem, wait=0, cwd="/tmp")
+        except Exception as exc:
+            failed.append(repr(exc))
+
+    def appends():
+        try:
+            for j in range(120):
+                mem.append([{"kind": "user", "text": f"w {j}"}, {"kind": "pi", "text": f"r {j}"}])
+        except Exception as exc:
+            failed.append(repr(exc))
+
+    threads = [threading.Thread(target=turns) for _ in range(2)] + [threading.Thread(target=appends)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failed == []
+    assert context.parts(mem, wait=0)["view"] == "\n".join(Memory.open("main").view_lines())
