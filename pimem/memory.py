@@ -95,6 +95,10 @@ def _flag(value, name: str) -> None:
 def _moment(value, name: str) -> None:
     if not (isinstance(value, datetime) and value.utcoffset() is not None):
         raise BadInput(f"{name} must be a datetime with its UTC offset (an aware datetime), not {shown(value):.60}")
+    try:
+        value.astimezone(timezone.utc)  # (datetime.max at -14:00 is past year 9999 there: dates are compared in UTC)
+    except OverflowError:
+        raise BadInput(f"{name} {value.isoformat()} is out of the range of dates (years 1 to 9999, in UTC too)") from None
 
 
 def _root(home) -> Path:

@@ -454,3 +454,22 @@ def test_context_parts_on_a_memory_another_thread_appends_to_reads_a_whole_view(
         t.join()
     assert failed == []
     assert context.parts(mem, wait=0)["view"] == "\n".join(Memory.open("main").view_lines())
+
+
+def test_a_moment_that_utc_moves_out_of_years_1_to_9999_is_bad_input_naming_the_argument(home):
+    """``first_at``, ``since`` and ``end_before`` took an aware datetime whose offset moves it out of the range of
+    dates in UTC (``datetime.max`` at −14:00) and failed with OverflowError from inside; it is a BadInput naming
+    the argument, as the CLI refuses such a date."""
+    from datetime import datetime, timedelta, timezone
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "x", "date": "2026-01-01T00:00:00Z"}])
+    late = datetime.max.replace(tzinfo=timezone(timedelta(hours=-14)))
+    early = datetime.min.replace(tzinfo=timezone(timedelta(hours=14)))
+    ok = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    for name, call in [("moment", lambda: mem.first_at(late)), ("moment", lambda: mem.first_at(early)),
+                       ("moment", lambda: list(mem.since(early))), ("until", lambda: list(mem.since(ok, late))),
+                       ("until", lambda: mem.end_before(early)), ("until", lambda: list(mem.since_entries(ok, late)))]:
+        with pytest.raises(BadInput, match=rf"^{name} .* is out of the range of dates \(years 1 to 9999, in UTC too\)"):
+            call()
+    assert mem.first_at(datetime.min.replace(tzinfo=timezone.utc)) == 0 and mem.first_at(datetime.max.replace(tzinfo=timezone.utc)) is None
