@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -421,6 +422,8 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
     """view.json: it must restore as is (a refold would change the bytes the model has cached). ``known``
     gets the T it covers."""
     path = mem.path / "view.json"
+    if what := _not_a_file(path):
+        return [_leave(mem, "view", path, what, "the view is folded afresh from the log")]
     if not path.exists():
         return [Finding(mem.name, "view", "view.json", "missing: the next reader folds the view afresh from the log and the tree", fatal=False)] if mem.count() else []
     if known is not None:
@@ -501,6 +504,9 @@ def check_index(mem: Memory, known: dict[str, int] | None = None) -> list[Findin
     from . import index
 
     path, second = mem.path / index.FILENAME, mem.path / index.SHARD_FILENAME
+    for file in (path, second):
+        if what := _not_a_file(file):
+            return [_leave(mem, "index", file, what, "the index is built again from the log")]
     if not path.exists() and not path.is_symlink():
         return []
 
@@ -568,6 +574,24 @@ def check_index(mem: Memory, known: dict[str, int] | None = None) -> list[Findin
                                lambda: mem.log.content_crc(name, st)):  # (a file touched or copied back is as read)
             return problem(f"read main/{name} before it was changed: searches miss the change")
     return []
+
+
+def _not_a_file(path: Path) -> str | None:
+    """What stands where pimem keeps a derived file, when it is no file (a link is said elsewhere)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return None
+    return {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
+
+
+def _leave(mem: Memory, area: str, path: Path, what: str, rebuilt: str) -> Finding:
+    """A directory (or a pipe, a socket) where a derived file goes: not the file --repair would delete and build
+    again (what it holds is someone's; a pipe would hang whoever reads it), so named and left; once it is
+    removed, readers make the file."""
+    return Finding(mem.name, area, path.name, f"{what}, not a file: pimem leaves it (remove it: {rebuilt})")
 
 
 def _reindex(mem: Memory) -> None:

@@ -403,10 +403,10 @@ def test_fsck_names_the_index_file_it_could_not_read_in_one_line(sh, home, two):
     assert sh("search", "5433", "old").returncode == 0
     index, second = home / "old" / "index.sqlite", home / "old" / "index-1.sqlite"
     second.unlink()
-    second.mkdir()  # (SQLite cannot open it)
+    second.mkdir()  # (SQLite cannot open it; nor would --repair delete it: it is named and left)
     out = sh("fsck", "old")
-    assert out.stdout == (b"old: index: index-1.sqlite: problem: unreadable: unable to open database: index-1.sqlite "
-                          b"(--repair: delete it and build it again from the log)\n")
+    assert out.stdout == (b"old: index: index-1.sqlite: problem: a directory, not a file: pimem leaves it "
+                          b"(remove it: the index is built again from the log)\n")
     second.rmdir()
     assert sh("fsck", "--repair", "old").returncode == 0
     data = bytearray(index.read_bytes())
@@ -414,6 +414,39 @@ def test_fsck_names_the_index_file_it_could_not_read_in_one_line(sh, home, two):
     index.write_bytes(data)
     out = sh("fsck", "old")
     assert out.returncode == 5 and out.stdout.startswith(b"old: index: index.sqlite: problem: ") and out.stdout.count(b"\n") == 1, out.stdout
+
+
+def test_fsck_names_a_directory_where_the_view_or_the_index_goes_and_repair_leaves_it(run, home, two):
+    """A directory is not the derived file pimem would delete and build again: named, no repair promised, and
+    --repair neither fails on it nor touches it."""
+    assert run("search", "5433", "old").exit_code == 0  # builds index.sqlite and index-1.sqlite
+    assert run("view", "old").exit_code == 0
+    log = log_file(home).read_bytes()
+    for name, rebuilt in (("view.json", "the view is folded afresh from the log"),
+                          ("index.sqlite", "the index is built again from the log"),
+                          ("index-1.sqlite", "the index is built again from the log")):
+        path = home / "old" / name
+        path.unlink()
+        path.mkdir()
+        (path / "kept").write_text("the user's")
+        line = f"old: {'view' if name == 'view.json' else 'index'}: {name}: problem: a directory, not a file: pimem leaves it (remove it: {rebuilt})\n"
+        before = snapshot(home)
+        for args in (("fsck", "old"), ("fsck", "--repair", "old")):
+            out = run(*args)
+            assert (out.exit_code, out.stdout) == (5, line), (args, out.stdout, out.stderr)
+            assert out.stderr == "pimem: error: 1 problem found\n"
+        assert {k: v for k, v in snapshot(home).items() if not k.endswith("-wal")} == {k: v for k, v in before.items() if not k.endswith("-wal")}
+        (path / "kept").unlink()
+        path.rmdir()
+        assert run("fsck", "--repair", "old").exit_code == 0, name
+        assert run("view", "old").exit_code == 0
+        assert run("fsck", "old").stdout == "old: ok (2 messages)\n"
+    os.mkfifo(home / "old" / "view.json.pipe")
+    os.replace(home / "old" / "view.json.pipe", home / "old" / "view.json")  # (read, a pipe would hang fsck)
+    out = run("fsck", "--repair", "old")
+    assert (out.exit_code, out.stdout) == (5, "old: view: view.json: problem: a named pipe, not a file: pimem leaves it "
+                                              "(remove it: the view is folded afresh from the log)\n")
+    assert log_file(home).read_bytes() == log
 
 
 # a real `pimem delete` process SIGKILLed just before or just after its move into the trash
