@@ -254,6 +254,22 @@ def test_view_json_and_stats(home, run):
     assert stats["bytes"] == sum(r["bytes"] + 1 for r in rows) and stats["held_back"] is None
 
 
+def test_compactor_view_stats_say_the_messages_after_its_cut(home, run):
+    # the compactor's view stops at its first unbuilt line: the messages after it are in no line, and wait
+    mem = Memory.at("t")
+    mem.append([{"kind": "user", "text": "short one"}, {"kind": "user", "text": "word " * 200},
+                {"kind": "user", "text": "short two"}])
+    out = run("view", "t", "--compactor", "--stats")
+    assert out.stdout.splitlines()[1] == ("lines     1  for 1 of 3 messages (it stops at its first unbuilt line: "
+                                          "2 messages after it wait for a summary)"), out.stdout
+    stats = orjson.loads(run("view", "t", "--compactor", "--stats", "--json").stdout)
+    assert (stats["lines"], stats["messages"], stats["cut"]) == (1, 3, 2)
+    assert "cut" not in orjson.loads(run("view", "t", "--stats", "--json").stdout)  # (the view tiles them all)
+    assert run("build-tree", "t").exit_code == 0
+    assert run("view", "t", "--compactor", "--stats").stdout.splitlines()[1] == "lines     3  for 3 messages (0 waiting for a summary)"
+    assert orjson.loads(run("view", "t", "--compactor", "--stats", "--json").stdout)["cut"] == 0
+
+
 def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
     mem = small_memory(2)
     mem.append([{"kind": "tool", "text": "cat .env"}, {"kind": "echo", "text": "KEY=hunter2"}])

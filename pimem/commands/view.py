@@ -44,7 +44,7 @@ def command(
     rows = mem.views.shown(views, include_tools=include_tools, compactor=compactor)
     if stats:
         _stats(views.cview if compactor else views.view, views.T, rows, json, mem,
-               0 if compactor else mem.views.held_back(views).lines)
+               0 if compactor else mem.views.held_back(views).lines, compactor)
         return
     from ..tree import label
     from ..view import render_line
@@ -130,8 +130,10 @@ def _no_watcher(mem, since: float) -> str | None:
     return None
 
 
-def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
-    """``back``: the view's oldest lines shown by the spans that tile them (``ViewFile.held_back``)."""
+def _stats(v, messages: int, rows, json: bool, mem, back: int = 0, compactor: bool = False) -> None:
+    """``back``: the view's oldest lines shown by the spans that tile them (``ViewFile.held_back``).
+    ``compactor``: the compactor's view, which stops at its first unbuilt line: the messages after it (``cut``)
+    are in no line, and wait for their summaries."""
     from ..builder import shown_marks, suspect_marks
     from ..tree import label
 
@@ -147,14 +149,19 @@ def _stats(v, messages: int, rows, json: bool, mem, back: int = 0) -> None:
     shown = v.start(back)  # the first message shown by its own line
     spans = sum((i + 1) << l <= shown for l, i, _, _ in rows)
     unbuilt = sum((i + 1) << l <= shown and text is None for l, i, text, _ in rows)  # (a span may be a line built)
+    cut = messages - max(((i + 1) << l for l, i, _, _ in rows), default=0)
     if json:
         output.json_line({"bytes": total, "lines": len(rows), "messages": messages, "pending": pending,
                           "levels": {str(l): levels[l] for l in sorted(levels)}, "suspect": suspect,
                           "held_back": {"lines": back, "messages": shown, "spans": spans, "view_bytes": v.total}
-                          if back else None})
+                          if back else None} | ({"cut": cut} if compactor else {}))
         return
     output.line(f"bytes     {total:,}  (budget {v.lo:,}–{v.hi:,})")
-    output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
+    if compactor and cut:
+        output.line(f"lines     {len(rows):,}  for {messages - cut:,} of {output.count(messages, 'message')} (it stops at its "
+                    f"first unbuilt line: {output.count(cut, 'message')} after it {'waits' if cut == 1 else 'wait'} for a summary)")
+    else:
+        output.line(f"lines     {len(rows):,}  for {output.count(messages, 'message')} ({pending:,} waiting for a summary)")
     if back:
         some = "" if unbuilt == spans else f", {unbuilt:,}"
         output.line(f"held back {output.count(back, 'line')} (messages 0–{shown - 1:,}), shown as {output.count(spans, 'span')}"
