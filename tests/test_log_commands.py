@@ -362,6 +362,29 @@ def test_demo_logs_the_sample_once(run, home):
     assert orjson.loads(run("status", "part", "--json").stdout)["tree"]["pending"] == 0
 
 
+def test_demo_runs_twice_while_a_watcher_of_the_home_builds_it(run, home):
+    """`pimem watch` (every memory of the home) builds the demo too: the demo does not fail for it (the watcher's
+    lease is not taken from it), it waits for what the watcher builds and prints the view."""
+    assert run("append", "main", "hello").exit_code == 0
+    watcher = subprocess.Popen(pimem_cmd("watch"), env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        first = run("demo")
+        assert first.exit_code == 0, first.stderr
+        deadline = time.monotonic() + 60
+        while not ((home / "demo" / "lock.json").exists()
+                   and orjson.loads((home / "demo" / "lock.json").read_bytes()).get("pid") == watcher.pid):
+            assert watcher.poll() is None and time.monotonic() < deadline, "the watcher did not take the demo"
+            time.sleep(0.05)
+        log = snapshot(home / "demo" / "main")
+        again = run("demo")
+        assert again.exit_code == 0, again.stderr
+        assert again.stdout == run("view", "demo").stdout and "--wait" not in again.stderr
+        assert snapshot(home / "demo" / "main") == log
+    finally:
+        watcher.terminate()
+        watcher.wait(60)
+
+
 def test_reads_never_take_the_writer_lock(sh, day, home):
     """A reader answers while a writer holds the lock; a writer waits and then gives up with exit 4."""
     from filelock import FileLock

@@ -7,12 +7,13 @@ import orjson
 import typer
 
 from .. import output
-from ..errors import BadInput
+from ..errors import BadInput, Busy
 from ..home import ensure_dir
 from ..memory import Memory
 from ..options import Home
 
 
+WAIT = 8.0  # seconds the demo gives a watcher building it to write the summaries the view waits for
 DEMO_BUDGETS = {"view": {"hi": 2000, "lo": 1000}, "cview": {"hi": 1200, "lo": 600}}
 
 
@@ -60,10 +61,17 @@ def command(
     views = mem.views.current(create=False)
     # (the tree unbuilt, or its view waiting for it: built; else the store is left untouched)
     if views is None or any(v.pending() or v.waiting() for v in views.both()) or survey(mem)["pending"]:
-        sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
-        stats = sched.builders[0].stats
-        if stats.calls:
-            output.info(f"built the tree: {output.count(stats.calls, 'node')} summarised offline, {stats.free:,} free")
+        try:
+            sched = scheduler.build_tree([mem], compactor=Compactor({"provider": "extractive"}))
+        except Busy:  # a watcher builds it (`pimem watch` of the whole home, say): its summaries waited for
+            from ..context import wait_for_summaries
+
+            output.info(f"another pimem (a watch or a build-tree) is building '{mem.name}': the view as it stands")
+            wait_for_summaries(mem, WAIT, include_tools=True)
+        else:
+            stats = sched.builders[0].stats
+            if stats.calls:
+                output.info(f"built the tree: {output.count(stats.calls, 'node')} summarised offline, {stats.free:,} free")
     for line in mem.view_lines():
         output.line(line)
     output.info(f"next: pimem zoom {mem.name} 0+16 · pimem search 5433 {mem.name} · pimem status {mem.name}")
