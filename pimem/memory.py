@@ -896,7 +896,7 @@ class Memory:
         scheduler does). Checked as ``write_node`` does, except that unless ``check_halves`` the caller
         vouches that each merge's halves are built and that the node is not free (those checks derive free
         nodes from the log). Nothing is written unless every node passes."""
-        from . import tree as trees
+        from . import naming, tree as trees
 
         check_timeout(timeout)
         _flag(check_halves, "check_halves")
@@ -912,10 +912,16 @@ class Memory:
                                f"the index one from 0 to {MAX_I}")
             if not isinstance(text, str) or not text.strip():
                 raise BadInput(f"node {trees.label(l, i)}: empty text")
+            if not naming.is_utf8(text):
+                raise BadInput(f"node {trees.label(l, i)}: text is not valid UTF-8 (it holds a lone surrogate)")
             if trees.byte_size(text) > limit:
                 raise BadInput(f"node {trees.label(l, i)}: {trees.byte_size(text)} bytes, over the {limit}-byte line")
             if meta is not None and not isinstance(meta, dict):
                 raise BadInput(f"node {trees.label(l, i)}: meta is a dict, not a {type(meta).__name__}")
+            try:
+                msgs.check_meta(meta or {})  # (what the tree file could not store as given, refused before the lock)
+            except BadInput as exc:
+                raise BadInput(f"node {trees.label(l, i)}: {exc}") from None
             meta = dict(meta or {})
             clash = set(meta) & set(trees.NODE_KEYS)
             if clash:

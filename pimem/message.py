@@ -122,6 +122,18 @@ def check_numbers(record: Any, source: bytes | str) -> None:
         _check_source(source)
 
 
+def check_meta(meta: dict) -> None:
+    """``BadInput`` unless ``meta``, a library caller's object (a node's, say), can be stored as JSON as given:
+    as a message's meta is checked (``_check_meta``), its keys strings and its text UTF-8."""
+    import orjson
+
+    _check_meta(meta, 0)
+    try:
+        orjson.dumps(meta)
+    except TypeError as exc:  # (a key that is no string, a lone surrogate)
+        raise BadInput(f"meta cannot be stored as JSON: {exc}") from None
+
+
 def _check_source(source: bytes | str) -> None:
     from .decoder import holds_wide_integer
 

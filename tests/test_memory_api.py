@@ -473,3 +473,25 @@ def test_a_moment_that_utc_moves_out_of_years_1_to_9999_is_bad_input_naming_the_
         with pytest.raises(BadInput, match=rf"^{name} .* is out of the range of dates \(years 1 to 9999, in UTC too\)"):
             call()
     assert mem.first_at(datetime.min.replace(tzinfo=timezone.utc)) == 0 and mem.first_at(datetime.max.replace(tzinfo=timezone.utc)) is None
+
+
+def test_write_node_refuses_a_text_or_meta_json_cannot_store_as_bad_input_and_writes_nothing(home):
+    """A node's text holding a lone surrogate was a UnicodeEncodeError from inside, and a meta JSON cannot
+    store (a set, a key that is no string, an integer past 64 bits) a TypeError; a NaN was stored as null
+    and a datetime as the encoder's string. Each is a BadInput naming the node, checked as a message's meta is,
+    and nothing is written."""
+    import datetime
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "x " * 2000} for _ in range(4)])
+    before = snapshot(home)
+    for text, meta in [("\ud800 summary", None), ("ok", {"a": {1, 2}}), ("ok", {1: "a"}), ("ok", {"a": 2**70}),
+                       ("ok", {"a": "\ud800"}), ("ok", {"\ud800": 1}), ("ok", {"a": float("nan")}),
+                       ("ok", {"a": datetime.datetime(2026, 1, 1)})]:
+        with pytest.raises(BadInput, match=r"^node 0\+1: "):
+            mem.write_node(0, 0, text, meta)
+        with pytest.raises(BadInput, match=r"^node 0\+1: "):
+            mem.write_nodes([(0, 0, text, meta)])
+    assert snapshot(home) == before
+    mem.write_node(0, 0, "the summary", {"model": "m", "n": [1, 2]})
+    assert mem.leaf_line(0) == "the summary"
