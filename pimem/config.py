@@ -275,6 +275,7 @@ def save_home(home: str | os.PathLike | None, changes: dict) -> None:
     back to the default: ``_changed``)."""
     directory = env.home(home)
     path = directory / "config.json"
+    _storable(changes, path)
     own = _shaped(_changed(settings(path), changes), path)
     _checked(merged(DEFAULTS, own), path)
     _write(homes.ensure_dir(directory), own)
@@ -292,9 +293,19 @@ def save(directory: Path, home: Path, changes: dict) -> None:
     its shape or the memory's settings would not agree with each other or with the home's, as every command would
     read them."""
     path = directory / "config.json"
+    _storable(changes, path)
     own = _shaped(_changed(settings(path), changes), path)
     _checked(merged(of_home(home), own), env.home(home) / "config.json", path)
     _write(directory, own)
+
+
+def _storable(changes: dict, path: Path) -> None:
+    """``BadInput`` when a library caller's ``changes`` cannot be written as JSON (a lone surrogate; objects
+    nested past the encoder's 254 levels, which merging them would recurse through), before they are merged."""
+    try:
+        orjson.dumps(changes)
+    except TypeError as exc:
+        raise BadInput(f"{path}: the settings given cannot be stored as JSON ({exc}); nothing was written") from None
 
 
 def _changed(own: dict, changes: dict, within: str = "") -> dict:

@@ -495,3 +495,27 @@ def test_write_node_refuses_a_text_or_meta_json_cannot_store_as_bad_input_and_wr
     assert snapshot(home) == before
     mem.write_node(0, 0, "the summary", {"model": "m", "n": [1, 2]})
     assert mem.leaf_line(0) == "the summary"
+
+
+def test_save_config_refuses_settings_json_cannot_store_as_bad_input_and_keeps_the_file(home):
+    """``save_config`` (and the home's ``config.save_home``) given a setting holding a lone surrogate failed with
+    a TypeError from inside, and settings nested 2,000 deep with a RecursionError; each is a BadInput naming
+    config.json, and the file is as it was."""
+    from pimem import config
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "x"}])
+    mem.save_config({"view": {"hi": 64000, "lo": 32000}})
+    deep: dict = {}
+    inner = deep
+    for _ in range(2000):
+        inner["view"] = {}
+        inner = inner["view"]
+    before = snapshot(home)
+    for changes in [{"\ud800": 1}, {"compactor": {"model": "\ud800"}}, deep]:
+        with pytest.raises(BadInput, match=r"config\.json: .*cannot be stored as JSON"):
+            mem.save_config(changes)
+        with pytest.raises(BadInput, match=r"config\.json: .*cannot be stored as JSON"):
+            config.save_home(None, changes)
+    assert snapshot(home) == before
+    assert Memory.open("main").config["view"] == {"hi": 64000, "lo": 32000}
