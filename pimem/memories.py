@@ -236,15 +236,19 @@ def new_id() -> str:
 
 def _check_choice(value, allowed, what: str) -> None:
     if value is not None and value not in allowed:
-        raise BadInput(f"unknown {what} {value!r}: use one of {', '.join(allowed)}")
+        raise BadInput(f"unknown {what} {shown(value)}: use one of {', '.join(allowed)}")
 
 
 def _strings(*given: tuple[str, object]) -> None:
     """``BadInput`` naming the argument given that is neither None nor a string (the library's callers: the
     log keeps strings)."""
+    from .naming import is_utf8
+
     for name, value in given:
         if value is not None and not isinstance(value, str):
             raise BadInput(f"{name} must be a string, not {type(value).__name__}")
+        if value is not None and not is_utf8(value):  # (memory.jsonl holds UTF-8: a write would fail midway)
+            raise BadInput(f"{name} is not valid UTF-8 (it holds a lone surrogate)")
 
 
 def _flags(*given: tuple[str, object]) -> None:

@@ -519,3 +519,23 @@ def test_save_config_refuses_settings_json_cannot_store_as_bad_input_and_keeps_t
             config.save_home(None, changes)
     assert snapshot(home) == before
     assert Memory.open("main").config["view"] == {"hi": 64000, "lo": 32000}
+
+
+def test_memories_remember_called_directly_refuses_text_that_is_not_utf8_or_a_huge_choice_as_bad_input(home):
+    """``pimem.memories.remember`` called directly took a text (or a session, a supersede) holding a lone
+    surrogate and failed with UnicodeEncodeError from inside, and a kind of 10**5000 with ValueError writing
+    the error; each is a BadInput naming the argument, and memory.jsonl is not touched."""
+    from pimem import memories
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "x"}])
+    memories.remember(mem, "port 5433")
+    before = snapshot(home)
+    for name, call in [("text", lambda: memories.remember(mem, "a\ud800b")),
+                       ("session", lambda: memories.remember(mem, "ok", session="s\ud800")),
+                       ("supersede", lambda: memories.remember(mem, "ok", supersede="mem_\ud800")),
+                       ("kind", lambda: memories.remember(mem, "ok", kind=10**5000))]:
+        with pytest.raises(BadInput, match=rf"\b{name}\b") as caught:
+            call()
+        assert len(str(caught.value)) < 200
+    assert snapshot(home) == before
