@@ -28,7 +28,7 @@ from .nofollow import check_dir, kind, read_bytes
 from .output import count
 
 # how a line torn by a crash starts, per file: the first key a writer puts down
-_TORN_MESSAGE = re.compile(rb'\{"i":\d+[,}]')
+_TORN_MESSAGE = re.compile(rb'\{"i":(\d+)[,}]')
 _TORN_NODE = re.compile(rb'\{"l":\d+')
 
 
@@ -348,9 +348,17 @@ def check_log(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]
     def add(where: str, problem: str, **kw) -> None:
         found.append(Finding(mem.name, "log", where, problem, **kw))
 
+    torn: dict[int, tuple[int, int]] = {}  # a sealed torn write's finding: the i it starts as, and its bytes
+
+    def torn_write(raw: bytes):
+        start = _TORN_MESSAGE.match(raw)
+        if start:
+            torn[len(found)] = int(start.group(1)), len(raw)  # (the note _lines appends next)
+        return start
+
     for path in mem.log.files():
         before: tuple[int, str] | None = None  # the last message of the file so far, and where
-        for where, raw, obj in _lines(mem, "log", path, found, _TORN_MESSAGE.match):
+        for where, raw, obj in _lines(mem, "log", path, found, torn_write):
             if type(obj) is not dict or type(obj.get("i")) is not int:
                 add(where, f"damaged line ({count(len(raw), 'byte')}) is not a message; readers skip it, so anything it held is missing")
                 continue
@@ -368,6 +376,12 @@ def check_log(mem: Memory, known: dict[str, int] | None = None) -> list[Finding]
                 add(where, f"message {i}: {problem}")
     for i, places in sorted(duplicates.items()):
         add(places[1], f"duplicate i={i}: also at {', '.join(p for p in places if p != places[1])}")
+    for at, (i, size) in torn.items():
+        # a torn write is sealed, and its i written again after it; one the log lacks, with later messages
+        # logged, is that message's line damaged: its bytes are the gap's
+        if i not in where_is and i < max(where_is, default=-1):
+            found[at] = Finding(mem.name, "log", found[at].where, f"damaged line ({count(size, 'byte')}) is not JSON: "
+                                f"it starts as message {i}, which the log lacks (the gap below): put its bytes right by hand")
     if known is not None:
         known["main/"] = max(where_is, default=-1) + 1
     expected = 0

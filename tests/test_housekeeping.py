@@ -255,6 +255,28 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert snapshot(home) == before
 
 
+def test_fsck_names_a_damaged_message_inside_the_log_as_damage_not_a_sealed_torn_write(run, home, two):
+    """A torn write sealed at the log's end is followed by the same i written again; a line starting as message 1
+    with a byte changed inside, followed by message 2, is that message damaged: the gap's bytes are there."""
+    assert run("append", "old", "third").exit_code == 0
+    path = log_file(home)
+    lines = path.read_bytes().splitlines(keepends=True)
+    damaged = lines[1].replace(b'"kind"', b'"ki\x00d"', 1)
+    path.write_bytes(lines[0] + damaged + lines[2])
+    before = snapshot(home)
+    out = run("fsck", "--repair", "old")
+    assert out.exit_code == 5
+    assert out.stdout.splitlines()[0] == (
+        f"old: log: main/2026-10-08.jsonl:2: problem: damaged line ({len(damaged) - 1} bytes) is not JSON: it starts as "
+        "message 1, which the log lacks (the gap below): put its bytes right by hand"), out.stdout
+    assert "old: log: main/2026-10-08.jsonl:3: problem: gap: no message i=1 after main/2026-10-08.jsonl:1" in out.stdout
+    assert "torn" not in out.stdout
+    assert {k: v for k, v in snapshot(home).items() if k.startswith("old/main/")} == \
+        {k: v for k, v in before.items() if k.startswith("old/main/")}
+    path.write_bytes(lines[0] + lines[1][:30] + b"\n" + lines[1] + lines[2])  # a torn write sealed, then written again
+    assert "main/2026-10-08.jsonl:2: note: a write torn by a crash and later sealed (30 bytes)" in run("fsck", "old").stdout
+
+
 def test_fsck_all_memories_and_unknown_names(run, home, two):
     run("append", "other", "y")
     out = run("fsck")
