@@ -83,12 +83,13 @@ def _checked(mem, session, cwd, wait, include_tools, on_note) -> str | None:
 
 def here() -> str:
     """The working directory; one removed under the caller (a worktree deleted) is the path its shell still
-    has ($PWD), marked so, rather than failing the turn."""
+    has ($PWD, unless that is there still: then it names another directory, a parent's), marked so, rather
+    than failing the turn."""
     try:
         return os.getcwd()
     except OSError:
         pwd = os.environ.get("PWD", "")
-        return f"{pwd} (removed)" if os.path.isabs(pwd) else "(removed)"
+        return f"{pwd} (removed)" if os.path.isabs(pwd) and not os.path.lexists(pwd) else "(removed)"
 
 
 def _warn(note: str) -> None:

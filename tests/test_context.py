@@ -409,3 +409,7 @@ def test_context_from_a_removed_working_directory_says_the_shells_path(run, home
                           capture_output=True, env=subprocess_env(PYTHONPATH=ROOT))  # no empty entry: it is the cwd
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.decode().endswith(f" · cwd: {gone} (removed)</turn>\n") and proc.stderr == b""
+    gone.mkdir()  # started with a $PWD that is another directory (a parent's, say): not named as the one removed
+    proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && PWD="$0" exec "$@"', str(tmp_path), str(gone),
+                           *pimem_cmd("context", "main")], capture_output=True, env=subprocess_env(PYTHONPATH=ROOT))
+    assert proc.returncode == 0 and proc.stdout.decode().endswith(" · cwd: (removed)</turn>\n"), proc
