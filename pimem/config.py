@@ -299,13 +299,22 @@ def save(directory: Path, home: Path, changes: dict) -> None:
     _write(directory, own)
 
 
-def _storable(changes: dict, path: Path) -> None:
-    """``BadInput`` when a library caller's ``changes`` cannot be written as JSON (a lone surrogate; objects
-    nested past the encoder's 254 levels, which merging them would recurse through), before they are merged."""
-    try:
-        orjson.dumps(changes)
-    except TypeError as exc:
-        raise BadInput(f"{path}: the settings given cannot be stored as JSON ({exc}); nothing was written") from None
+def _storable(changes, path: Path, depth: int = 0) -> None:
+    """``BadInput`` when a library caller's ``changes`` hold text that is not UTF-8 (a lone surrogate: JSON cannot
+    write it) or objects nested past any setting's depth (merging them would recurse through them), before they
+    are merged; every other value is checked where its setting is (``_shaped``, which names it)."""
+    from .naming import is_utf8
+
+    if depth > 8:  # (a setting is two or three levels deep)
+        raise BadInput(f"{path}: the settings given are nested over 8 levels deep, which no setting is; nothing "
+                       "was written")
+    for key, value in changes.items() if isinstance(changes, dict) else enumerate(changes):
+        for text in (key, value):
+            if isinstance(text, str) and not is_utf8(text):
+                raise BadInput(f"{path}: the settings given hold text that is not valid UTF-8 (a lone surrogate), "
+                               "which JSON cannot store; nothing was written")
+        if isinstance(value, (dict, list, tuple)):
+            _storable(value, path, depth + 1)
 
 
 def _changed(own: dict, changes: dict, within: str = "") -> dict:

@@ -513,9 +513,9 @@ def test_save_config_refuses_settings_json_cannot_store_as_bad_input_and_keeps_t
         inner = inner["view"]
     before = snapshot(home)
     for changes in [{"\ud800": 1}, {"compactor": {"model": "\ud800"}}, deep]:
-        with pytest.raises(BadInput, match=r"config\.json: .*cannot be stored as JSON"):
+        with pytest.raises(BadInput, match=r"config\.json: the settings given (hold text that is not valid UTF-8|are nested over 8)"):
             mem.save_config(changes)
-        with pytest.raises(BadInput, match=r"config\.json: .*cannot be stored as JSON"):
+        with pytest.raises(BadInput, match=r"config\.json: the settings given (hold text that is not valid UTF-8|are nested over 8)"):
             config.save_home(None, changes)
     assert snapshot(home) == before
     assert Memory.open("main").config["view"] == {"hi": 64000, "lo": 32000}
