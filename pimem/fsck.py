@@ -608,6 +608,33 @@ def _leave(mem: Memory, area: str, path: Path, what: str, rebuilt: str) -> Findi
     return Finding(mem.name, area, path.name, f"{what}, not a file: pimem leaves it (remove it: {rebuilt})")
 
 
+def check_pointers(root: Path) -> list[Finding]:
+    """The rename pointers of the home (a file ``<home>/<old>`` holding ``{"renamedTo": "<new>"}``): one that
+    cannot be read stops every command given its name (exit 5), so it is named; only read, and left for a
+    person (what it should point at is theirs to say)."""
+    from .home import NAME_RE, reserved, validate_name
+
+    found = []
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for entry in entries:
+        if not NAME_RE.fullmatch(entry.name) or reserved(entry.name) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            validate_name(orjson.loads(read_bytes(Path(entry.path)))["renamedTo"])
+            continue
+        except (orjson.JSONDecodeError, KeyError, TypeError, PimemError) as exc:
+            why = "no renamedTo in it" if isinstance(exc, (KeyError, TypeError)) else str(exc)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+        found.append(Finding(entry.name, "pointer", entry.name, f"a rename pointer that cannot be read ({why}): commands "
+                             f"given the name '{entry.name}' stop at it (exit 5); pimem leaves it: remove it, or write "
+                             '{"renamedTo": "NAME"} in it'))
+    return found
+
+
 def _reindex(mem: Memory) -> None:
     from . import index
 

@@ -277,6 +277,27 @@ def test_fsck_names_a_damaged_message_inside_the_log_as_damage_not_a_sealed_torn
     assert "main/2026-10-08.jsonl:2: note: a write torn by a crash and later sealed (30 bytes)" in run("fsck", "old").stdout
 
 
+def test_fsck_of_every_memory_names_a_broken_rename_pointer(run, home, two):
+    """A command given the old name exits 5 ('run pimem fsck'): fsck of the home names the pointer, and leaves it."""
+    assert run("rename", "old", "new").exit_code == 0
+    (home / "old").write_bytes(b"x\n")  # (overwritten by hand)
+    out = run("zoom", "old", "0+1")
+    assert out.exit_code == 5 and "broken rename pointer" in out.stderr
+    before = snapshot(home)
+    for args in (("fsck",), ("fsck", "--repair")):
+        out = run(*args)
+        assert out.exit_code == 5, out.stdout
+        assert out.stdout.splitlines() == [
+            "new: ok (2 messages)",
+            "old: pointer: old: problem: a rename pointer that cannot be read (unexpected character, expected a JSON value: "
+            "line 1 column 1 (char 0)): commands given the name 'old' stop at it (exit 5); pimem leaves it: remove it, "
+            "or write {\"renamedTo\": \"NAME\"} in it"]
+        assert out.stderr == "pimem: error: 1 problem found\n"
+    assert snapshot(home) == before
+    (home / "old").unlink()
+    assert run("fsck").exit_code == 0
+
+
 def test_fsck_all_memories_and_unknown_names(run, home, two):
     run("append", "other", "y")
     out = run("fsck")

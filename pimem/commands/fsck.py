@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .. import naming, output
+from .. import env, naming, output
 from ..errors import IntegrityError
 from ..memory import Memory
 from ..options import Home, Json, Timeout, needs
@@ -65,6 +65,10 @@ def command(
                 output.json_line({"memory": mem.name, "ok": True, "messages": count})
             else:
                 output.line(f"{mem.name}: ok ({count} message{'' if count == 1 else 's'})")
+    if not names:  # (a name given that is a broken pointer stops at it: exit 5, said)
+        for finding in fsck.check_pointers(env.home(home)):
+            output.json_line(finding.to_json()) if json else output.line(str(finding))
+            remaining += 1
     if remaining:
         hint = f"; {repairable} can be fixed with 'pimem fsck --repair'" if repairable and not repair else ""
         raise IntegrityError(f"{remaining} problem{'s' if remaining != 1 else ''} found{hint}")
