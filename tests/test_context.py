@@ -413,3 +413,13 @@ def test_context_from_a_removed_working_directory_says_the_shells_path(run, home
     proc = subprocess.run(["sh", "-c", 'cd "$1" && rmdir "$1" && shift && PWD="$0" exec "$@"', str(tmp_path), str(gone),
                            *pimem_cmd("context", "main")], capture_output=True, env=subprocess_env(PYTHONPATH=ROOT))
     assert proc.returncode == 0 and proc.stdout.decode().endswith(" · cwd: (removed)</turn>\n"), proc
+
+
+def test_context_refuses_an_empty_cwd_rather_than_read_it_as_none_given(run, sh, home):
+    # `--cwd "$DIR"` with DIR unset: the model is not told the process's directory as if it were the agent's
+    run("append", "main", "hello")
+    for cwd in ("", " "):
+        out = sh("context", "main", "--cwd", cwd)
+        assert out.returncode == 2 and out.stdout == b"", cwd
+        assert out.stderr.decode() == (f"pimem: error: invalid value for '--cwd': {cwd!r}: give the working directory to "
+                                       "report, not an empty one (see 'pimem context --help')\n"), out.stderr

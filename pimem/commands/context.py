@@ -6,14 +6,21 @@ import typer
 
 from .. import context as contexts, naming, output
 from ..memory import Memory
+from ..errors import BadInput
 from ..numbers import param, seconds
 from ..options import Home, IncludeTools, Json, Name, Session
+
+
+def _cwd(text: str, _name=None) -> str:
+    if not text.strip():  # (`--cwd "$DIR"` with DIR unset: not the process's directory, as if none were given)
+        raise BadInput(f"{text!r}: give the working directory to report, not an empty one")
+    return text
 
 
 def command(
     name: Name = None,
     system: Annotated[bool, typer.Option("--system", help="Print the system prompt and the tool schemas as one JSON object; the same bytes every time.")] = False,
-    cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR")] = None,
+    cwd: Annotated[Optional[str], typer.Option("--cwd", help="Working directory to report (default: the current one).", metavar="DIR", click_type=param(_cwd, "DIR"))] = None,
     wait: Annotated[Optional[float], typer.Option("--wait", help="While a watcher is running, wait up to S seconds for the summaries of the newest messages (default: context_wait in config.json, 8; 0: never).", metavar="S", click_type=param(seconds, "S"))] = None,
     session: Session = None,
     include_tools: IncludeTools = False,
