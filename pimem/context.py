@@ -128,7 +128,8 @@ def wait_for_summaries(mem, seconds: float, include_tools: bool = False) -> bool
         return False
 
     def settled(left: float) -> bool:
-        waiting = mem.views.waiting(mem.views.current(), include_tools)
+        with mem._derived:  # (one thread at a time: another may append to a Memory it shares meanwhile)
+            waiting = mem.views.waiting(mem.views.current(), include_tools)
         if not waiting:
             return True
         if holder(mem, QUIET) is None:  # (not taken yet, or stopped meanwhile; nor is the compactor's package imported)

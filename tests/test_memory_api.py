@@ -539,3 +539,40 @@ def test_memories_remember_called_directly_refuses_text_that_is_not_utf8_or_a_hu
             call()
         assert len(str(caught.value)) < 200
     assert snapshot(home) == before
+
+
+def test_context_parts_waiting_for_a_watcher_while_another_thread_appends_reads_a_whole_view(home):
+    """While a watcher holds the memory, ``context.parts`` polls the view for placeholders to wait for; it did so
+    without taking the shared ``Memory``'s derived state in turn, and a thread appending meanwhile made it fail
+    with a false IntegrityError ("a message lost from the end of the log")."""
+    import threading
+
+    from pimem import context, lease
+
+    failed: list[str] = []
+
+    def turns():
+        try:
+            for _ in range(15):
+                context.parts(mem, wait=0.2, cwd="/tmp")
+        except Exception as exc:
+            failed.append(repr(exc))
+
+    def appends():
+        try:
+            for j in range(300):
+                mem.append([{"kind": "user", "text": f"w {j} " + "long " * 600}])
+        except Exception as exc:
+            failed.append(repr(exc))
+
+    for n in range(4):  # (the race was lost in about one run of two)
+        mem = Memory.at(f"m{n}")
+        mem.append([{"kind": "user", "text": "long message " * 300} for _ in range(3)])
+        with lease.Lease(mem) as watcher:  # (this process holds the memory as a watcher would: the turn waits)
+            assert watcher.try_acquire() is None
+            threads = [threading.Thread(target=turns) for _ in range(2)] + [threading.Thread(target=appends)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        assert failed == []
