@@ -70,8 +70,8 @@ def _checked(mem, session, cwd, wait, include_tools, on_note) -> str | None:
         raise BadInput(f"session is the caller's session id (a str, not empty, UTF-8) or None, not {shown(session):.40}")
     if cwd is not None:
         cwd = os.fspath(cwd) if isinstance(cwd, os.PathLike) else cwd
-        if not isinstance(cwd, str):
-            raise BadInput(f"cwd is a directory's path (a str or a Path) or None, not {shown(cwd):.40}")
+        if not (isinstance(cwd, str) and cwd.strip()):  # ("" is no directory: not the process's own, as --cwd '')
+            raise BadInput(f"cwd is a directory's path (a str or a Path, not empty) or None, not {shown(cwd):.40}")
     if wait is not None and not (type(wait) in (int, float) and 0 <= wait <= MAX_SECONDS):
         raise BadInput(f"wait is seconds from 0 to {MAX_SECONDS:,.0f} (a year), or None, not {shown(wait):.40}")
     if type(include_tools) is not bool:

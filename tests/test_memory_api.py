@@ -365,7 +365,7 @@ def test_context_parts_refuses_arguments_of_the_wrong_type_or_range_as_bad_input
     mem.append([{"kind": "user", "text": "hi"}, {"kind": "pi", "text": "hello"}])
     before = snapshot(home)
     bad = {"mem": dict(mem="main"), "wait": dict(wait="8"), "wait ": dict(wait=float("nan")), "wait  ": dict(wait=-1),
-           "wait   ": dict(wait=True), "cwd": dict(cwd=5), "cwd ": dict(cwd=b"/tmp"), "session": dict(session=""),
+           "wait   ": dict(wait=True), "cwd": dict(cwd=5), "cwd ": dict(cwd=b"/tmp"), "cwd  ": dict(cwd=""), "cwd   ": dict(cwd=" "), "session": dict(session=""),
            "session ": dict(session="  "), "session  ": dict(session=5), "session   ": dict(session="\ud800"),
            "include_tools": dict(include_tools="yes"), "on_note": dict(on_note=5)}
     for name, given in bad.items():
