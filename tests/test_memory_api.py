@@ -421,38 +421,39 @@ def test_a_memory_closed_by_one_thread_while_others_read_it_crashes_nothing(home
         assert (out.returncode, out.stdout) == (0, b"ok\n"), out.stderr[-2000:]
 
 
-def test_context_parts_on_a_memory_another_thread_appends_to_reads_a_whole_view(home):
-    """``context.parts`` read the view of a ``Memory`` shared with a thread appending to it without taking its
-    derived state in turn: it saw the log grow under the view it was catching up, and failed with a false
-    IntegrityError ("a message lost from the end of the log") or a KeyError. It reads as ``view_lines`` does."""
+def turns_beside_appends(turn, turns: int, append, appends: int) -> list[str]:
+    """Two threads taking ``turns`` turns each beside one making ``appends`` appends (``append(j)``), on one
+    shared ``Memory``: what any of them raised."""
     import threading
 
-    from pimem import context
-
-    mem = Memory.at("main")
-    mem.append([{"kind": "user", "text": f"seed {k}"} for k in range(50)])
     failed: list[str] = []
 
-    def turns():
+    def repeat(call, times: int):
         try:
-            for _ in range(60):
-                context.parts(mem, wait=0, cwd="/tmp")
+            for j in range(times):
+                call(j)
         except Exception as exc:
             failed.append(repr(exc))
 
-    def appends():
-        try:
-            for j in range(120):
-                mem.append([{"kind": "user", "text": f"w {j}"}, {"kind": "pi", "text": f"r {j}"}])
-        except Exception as exc:
-            failed.append(repr(exc))
-
-    threads = [threading.Thread(target=turns) for _ in range(2)] + [threading.Thread(target=appends)]
+    threads = [threading.Thread(target=repeat, args=(lambda _: turn(), turns)) for _ in range(2)]
+    threads.append(threading.Thread(target=repeat, args=(append, appends)))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert failed == []
+    return failed
+
+
+def test_context_parts_on_a_memory_another_thread_appends_to_reads_a_whole_view(home):
+    """``context.parts`` read the view of a ``Memory`` shared with a thread appending to it without taking its
+    derived state in turn: it saw the log grow under the view it was catching up, and failed with a false
+    IntegrityError ("a message lost from the end of the log") or a KeyError. It reads as ``view_lines`` does."""
+    from pimem import context
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": f"seed {k}"} for k in range(50)])
+    assert turns_beside_appends(lambda: context.parts(mem, wait=0, cwd="/tmp"), 60, lambda j: mem.append(
+        [{"kind": "user", "text": f"w {j}"}, {"kind": "pi", "text": f"r {j}"}]), 120) == []
     assert context.parts(mem, wait=0)["view"] == "\n".join(Memory.open("main").view_lines())
 
 
@@ -545,34 +546,13 @@ def test_context_parts_waiting_for_a_watcher_while_another_thread_appends_reads_
     """While a watcher holds the memory, ``context.parts`` polls the view for placeholders to wait for; it did so
     without taking the shared ``Memory``'s derived state in turn, and a thread appending meanwhile made it fail
     with a false IntegrityError ("a message lost from the end of the log")."""
-    import threading
-
     from pimem import context, lease
-
-    failed: list[str] = []
-
-    def turns():
-        try:
-            for _ in range(15):
-                context.parts(mem, wait=0.2, cwd="/tmp")
-        except Exception as exc:
-            failed.append(repr(exc))
-
-    def appends():
-        try:
-            for j in range(300):
-                mem.append([{"kind": "user", "text": f"w {j} " + "long " * 600}])
-        except Exception as exc:
-            failed.append(repr(exc))
 
     for n in range(4):  # (the race was lost in about one run of two)
         mem = Memory.at(f"m{n}")
         mem.append([{"kind": "user", "text": "long message " * 300} for _ in range(3)])
         with lease.Lease(mem) as watcher:  # (this process holds the memory as a watcher would: the turn waits)
             assert watcher.try_acquire() is None
-            threads = [threading.Thread(target=turns) for _ in range(2)] + [threading.Thread(target=appends)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+            failed = turns_beside_appends(lambda: context.parts(mem, wait=0.2, cwd="/tmp"), 15, lambda j: mem.append(
+                [{"kind": "user", "text": f"w {j} " + "long " * 600}]), 300)
         assert failed == []
