@@ -150,39 +150,17 @@ class _Lines:
         as it exits (anyio's, ``anyio.wrap_file``), a server a signal stopped said so and then ran on, blocked in
         that read, until the client closed stdin (a second signal ignored). The server reads nothing it was not
         asked for: a thread per line."""
-        import asyncio
-        import threading
-
         if self.ended:
             return ""
-        loop = asyncio.get_running_loop()
-        done = self.reading = loop.create_future()
-
-        def settle(line: str | None, exc: BaseException | None) -> None:
-            if done.done():  # (a read the stopping server no longer waits for)
-                return
-            if exc is not None:
-                done.set_exception(exc)
-            else:
-                done.set_result(line)
-
-        def read() -> None:
-            try:
-                line, exc = self.stdin.readline(), None
-            except Exception as error:  # (handed to the server's task, as the read's own failure)
-                line, exc = None, error
-            with contextlib.suppress(RuntimeError):  # (the server's loop closed meanwhile: nobody to tell)
-                loop.call_soon_threadsafe(settle, line, exc)
-
-        threading.Thread(target=read, name="pimem-mcp-stdin", daemon=True).start()
-        return await done
+        self.reading = _in_thread(self.stdin.readline, "pimem-mcp-stdin")
+        return await self.reading
 
 
 class _Answers:
     """The SDK's answers written to the client, each to a request ``_read`` gave a stand-in id with the id the
     request held put back, its escapes as sent. Once the client stops reading, what is left to answer goes
     nowhere and the calls are still served until it hangs up (the SDK's writer would stop the server at the first
-    answer lost, with a traceback once stdin closed). Each answer is written in a daemon thread of its own
+    answer lost, with a traceback once stdin closed). What the pipe has no room for is written in a daemon thread
     (``_sent``): a client that keeps its end of stdout open and reads no more blocks that write for ever, and
     the server, stopped by a signal, must still end."""
 
@@ -220,46 +198,53 @@ class _Answers:
         os.close(null)
 
 
-async def _sent(fd: int, data: bytes) -> None:
-    """``data`` written whole to ``fd``: at once while the pipe has room (``PIPE_BUF`` bytes a write, which
-    never waits when ``poll`` finds it writable), the rest in a daemon thread, so that a task waiting on it
-    can be cancelled, and the process can end, while the write waits for a reader that never comes."""
+def _in_thread(work: Callable[[], Any], name: str):
+    """A future of ``work()``, run in a daemon thread: a task waiting on it can be cancelled, and the process can
+    end, while the work waits for a client that never comes (a line it never sends, an answer it never reads)."""
     import asyncio
-    import os
-    import select
     import threading
 
-    view, room = memoryview(data), select.poll()
-    room.register(fd, select.POLLOUT)
-    while view and room.poll(0):  # (a thread an answer: 15-25% slower over 500 calls)
-        view = view[os.write(fd, view[:select.PIPE_BUF]):]
-    if not view:
-        return
-    data = bytes(view)
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
-    def settle(exc: BaseException | None) -> None:
+    def settle(result, exc: BaseException | None) -> None:
         if done.done():  # (cancelled meanwhile: the stopping server waits no more)
             return
         if exc is not None:
             done.set_exception(exc)
         else:
-            done.set_result(None)
+            done.set_result(result)
 
-    def write() -> None:
-        exc = None
+    def run() -> None:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        except OSError as error:
-            exc = error
+            result, exc = work(), None
+        except Exception as error:  # (handed to the waiting task, as the work's own failure)
+            result, exc = None, error
         with contextlib.suppress(RuntimeError):  # (the server's loop closed meanwhile: nobody to tell)
-            loop.call_soon_threadsafe(settle, exc)
+            loop.call_soon_threadsafe(settle, result, exc)
 
-    threading.Thread(target=write, name="pimem-mcp-stdout", daemon=True).start()
-    await done
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return done
+
+
+async def _sent(fd: int, data: bytes) -> None:
+    """``data`` written whole to ``fd``: at once while the pipe has room (``PIPE_BUF`` bytes a write, which
+    never waits when ``poll`` finds it writable), the rest in a daemon thread (``_in_thread``)."""
+    import os
+    import select
+
+    view, room = memoryview(data), select.poll()
+    room.register(fd, select.POLLOUT)
+    while view and room.poll(0):  # (a thread an answer: 15-25% slower over 500 calls)
+        view = view[os.write(fd, view[:select.PIPE_BUF]):]
+
+    def rest() -> None:
+        left = view
+        while left:
+            left = left[os.write(fd, left):]
+
+    if view:
+        await _in_thread(rest, "pimem-mcp-stdout")
 
 
 def _read(line: str, ids: dict[str, str]) -> tuple:
