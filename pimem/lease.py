@@ -292,7 +292,7 @@ class Lease:
 
     def acquire(self, wait: float | None = 0.0, poll: float = 0.5, stop=None, on_wait=None) -> "Lease | None":
         """Take the lease, waiting up to ``wait`` seconds (None: for ever) for a live holder to go away; None
-        once ``stop`` (a ``threading.Event``: a signal's) is set while waiting. ``on_wait(record)``: told of the
+        once ``stop`` (a ``stopping.Flag``: a signal's) is set while waiting. ``on_wait(record)``: told of the
         holder as the wait begins, and again when another holds it or it stops or starts answering (``quiet``:
         frozen with SIGSTOP, a holder on this host keeps its lease for as long as it is stopped)."""
         deadline = None if wait is None else time.monotonic() + wait

@@ -83,8 +83,8 @@ class Scheduler:
     stopped_for_cost: bool = False
     next_worst: float = 0.0  # the worst case of the call ``max_cost`` last held back
     signal: int | None = None  # the signal (SIGTERM, SIGINT, SIGHUP) that stopped the run, if one did
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _hurry: threading.Event = field(default_factory=threading.Event)  # a second signal: no more grace
+    _stop: stopping.Flag = field(default_factory=stopping.Flag)  # (set by the signal handlers: not an Event)
+    _hurry: stopping.Flag = field(default_factory=stopping.Flag)  # a second signal: no more grace
     _pool: _Pool | None = None
     _inflight: int = 0  # model calls in flight
     _results: queue.Queue = field(default_factory=queue.Queue)  # the pool's and the workers' finished tasks

@@ -21,6 +21,29 @@ class Interrupted(Exception):
         self.code = 128 + signum
 
 
+class Flag:
+    """A ``threading.Event`` that a signal handler may set. An Event's lock is not reentrant, and the main thread
+    holds it inside the event's own ``wait`` (just before and just after the timed wait): a handler that sets the
+    event there waits for itself, for ever (``watch`` hung on a SIGTERM sent as it woke from SIGSTOP). Here the
+    lock is reentrant, and a handler's ``set`` is seen by the ``wait`` it interrupted."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._cond = threading.Condition(threading.RLock())
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with self._cond:
+            self._set = True
+            self._cond.notify_all()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(self.is_set, timeout)
+
+
 class _State:
     holding = 0  # how many held() are open
     pending: int | None = None  # the first signal that arrived while one was

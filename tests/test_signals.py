@@ -509,3 +509,30 @@ def test_signals_again_and_again_from_pimems_first_line_on_never_show_a_tracebac
         said = (proc.returncode, out, err) == (code, b"", b"pimem: interrupted\n")
         assert said or (sig == signal.SIGTERM and (proc.returncode, out, err) == (-sig, b"", b"")), (run, proc.returncode, err)
     assert not home.exists() or not any(home.iterdir())
+
+
+STOPPING_AS_IT_WAITS = """
+import signal
+from pimem.scheduler import Scheduler, _install_signals
+
+scheduler = Scheduler()
+_install_signals(scheduler)
+with scheduler._stop._cond:  # (where the main thread is inside the flag's own wait, before and after the timed wait)
+    signal.raise_signal(signal.SIGTERM)
+print(scheduler.stopped, scheduler.signal)
+"""
+
+
+def test_a_signal_taken_while_the_scheduler_is_inside_its_own_wait_stops_it():
+    """A watcher that went idle waits on its stop flag; SIGTERM as it wakes from that wait (at once after SIGCONT,
+    in CI) ran the handler while the main thread held the flag's lock, and the handler's ``set`` waited on it for
+    ever: the watcher hung. The handler's ``set`` goes through, and so does one during the timed wait."""
+    out = subprocess.run([sys.executable, "-c", STOPPING_AS_IT_WAITS], capture_output=True, timeout=60,
+                         env=subprocess_env())
+    assert out.returncode == 0 and out.stdout == f"True {int(signal.SIGTERM)}\n".encode(), out
+    during = STOPPING_AS_IT_WAITS.split("with ")[0] + (
+        "import os, threading\n"
+        "threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "print(scheduler._stop.wait(120), scheduler.signal)\n")
+    out = subprocess.run([sys.executable, "-c", during], capture_output=True, timeout=60, env=subprocess_env())
+    assert out.returncode == 0 and out.stdout == f"True {int(signal.SIGINT)}\n".encode(), out
