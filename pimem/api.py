@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from . import budget
-from .errors import BadInput, as_error, shown
+from .errors import BadInput, as_error, library, shown
 from .memory import Memory
 from .message import TOOL_KINDS
 from .numbers import MAX_COUNT, MAX_I
@@ -32,7 +32,8 @@ LIST_LIMIT = 100  # memories per MCP list_memories call by default
 def _checked(func):
     """``func`` refusing an argument of the wrong type with ``BadInput`` naming it (``message: i must be int,
     not str``) before anything is read, as it refuses one out of bounds: a caller's mistake is a
-    ``PimemError`` like any other, never a ``TypeError`` from deep inside. Text must be UTF-8."""
+    ``PimemError`` like any other, never a ``TypeError`` from deep inside. Text must be UTF-8. What the system
+    refuses (a file where a directory should be) is a ``PimemError`` too (``errors.library``)."""
     import functools
     import inspect
     import typing
@@ -53,8 +54,9 @@ def _checked(func):
             for text in value if isinstance(value, list) else [value]:
                 if isinstance(text, str) and not naming.is_utf8(text):
                     raise BadInput(f"{func.__name__}: {name} is not valid UTF-8 (it holds a lone surrogate)")
-        return func(*args, **kwargs)
+        return run(*args, **kwargs)
 
+    run = library(func)  # (what the system refused: a PimemError too)
     return call
 
 

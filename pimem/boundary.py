@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from . import env, output
+from . import env, errors, output
 from .errors import ExitStatus, PimemError, translate
 
 
@@ -72,7 +72,7 @@ def guarded(func, writes: bool = False, exit=Exit):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
-            with output.writing(writes):
+            with output.writing(writes), errors.command():  # (the system's refusals reach it as they are: below)
                 try:
                     result = func(*args, **kwargs)
                 except exit as exc:  # (a status the command chose)

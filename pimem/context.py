@@ -21,6 +21,7 @@ from typing import Callable
 import orjson
 
 from . import budget, env, memories, when
+from .errors import library
 from .output import flatten
 
 MEMORY_CHARS = 4_000
@@ -34,6 +35,7 @@ def context(mem, session: str | None = None, cwd: str | None = None, wait: float
     return render(parts(mem, session, cwd, wait, include_tools, on_note))
 
 
+@library  # (what the system refuses: a PimemError, as every failure of the library)
 def parts(mem, session: str | None = None, cwd: str | None = None, wait: float | None = None,
           include_tools: bool = False, on_note: Callable[[str], None] | None = None) -> dict:
     """The context's parts, each a string (empty when there is nothing to say). While a watcher is building

@@ -98,6 +98,129 @@ class ProviderError(PimemError):
     code = ExitStatus.PROVIDER
 
 
+class SystemRefused(PimemError, OSError):
+    """What the system refused the library (a file where a directory should be, a link loop, a path too long, a
+    full disk): a ``PimemError`` (exit 7) whose message is the line the CLI prints (``Not a directory:
+    /x/config.json``), and the ``OSError`` it stands for, of its very type (``refused`` makes a
+    ``NotADirectoryError`` one for a ``NotADirectoryError``), its ``errno``, ``strerror`` and ``filename`` kept:
+    a caller's ``except OSError`` (or ``except FileNotFoundError``) takes it as before."""
+
+    code = ExitStatus.SYSTEM
+
+    def __str__(self) -> str:  # (the line, not OSError's ``[Errno 20] …``)
+        return str(self.args[0])
+
+    def __reduce__(self):  # (OSError's own would hand its numbers to __init__)
+        kind = next(k for k in type(self).__mro__ if issubclass(k, OSError) and not issubclass(k, SystemRefused))
+        return _made, (kind, str(self), self.errno, self.strerror, self.filename, self.filename2)
+
+
+def refused(exc: OSError) -> SystemRefused:
+    """``exc`` as a ``SystemRefused`` of its type, saying what ``translate`` says of it."""
+    if isinstance(exc, SystemRefused):
+        return exc
+    return _made(type(exc), _said(exc), exc.errno, exc.strerror, exc.filename, exc.filename2)
+
+
+def _made(kind: type, message: str, number, strerror, filename, filename2) -> SystemRefused:
+    """A ``SystemRefused`` that is a ``kind`` too (one class for each kind, found by pickle at its qualname), or
+    a plain one where ``kind`` cannot be a base or takes other arguments."""
+    made = SystemRefused if kind is OSError else getattr(SystemRefused, kind.__name__, None)
+    if made is None or kind not in made.__mro__:
+        try:
+            made = type(kind.__name__, (SystemRefused, kind), {"__module__": __name__,
+                                                                 "__qualname__": f"SystemRefused.{kind.__name__}"})
+        except TypeError:
+            made = SystemRefused
+        else:
+            setattr(SystemRefused, kind.__name__, made)
+    try:
+        out = made(message)
+    except TypeError:  # (a kind whose own __init__ takes other arguments)
+        out = SystemRefused(message)
+    out.errno, out.strerror, out.filename, out.filename2 = number, strerror, filename, filename2
+    return out
+
+
+def _said(exc: OSError) -> str:
+    """What the CLI says of an OS failure: its reason and the file it names."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+# the commands running in pimem's own error boundary (``boundary.guarded``), which says what the system refused
+# itself: inside one, the library's public functions let an ``OSError`` through as it is (``library``)
+_COMMANDS: list[int] = []
+
+
+class command:
+    """The span of one command in pimem's boundary (``boundary.guarded``): see ``library``."""
+
+    def __enter__(self) -> None:
+        _COMMANDS.append(1)
+
+    def __exit__(self, *exc) -> None:
+        _COMMANDS.pop()
+
+
+def _for_caller(exc: OSError) -> OSError:
+    """What a public function of the library raises for ``exc``: a ``SystemRefused``, or inside a command
+    ``exc`` itself."""
+    return exc if _COMMANDS else refused(exc)
+
+
+def library(func):
+    """``func``, a public function of the library (``Memory``'s methods, ``pimem.api``), raising what the system
+    refused as the ``SystemRefused`` it stands for: every failure a library caller meets is a ``PimemError``, as
+    the README says. Inside a command (``command``), whose boundary says it, the ``OSError`` goes on as it is,
+    so that no command's handling of one changes."""
+    import functools
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except OSError as exc:
+            error = _for_caller(exc)
+            if error is exc:
+                raise
+            raise error from exc
+
+    return call
+
+
+def library_items(items):
+    """The items of ``items`` (a reader's generator), what the system refused while they are read raised as
+    ``library`` raises it."""
+    try:
+        yield from items
+    except OSError as exc:
+        error = _for_caller(exc)
+        if error is exc:
+            raise
+        raise error from exc
+
+
+class library_context:
+    """``context`` (a context manager: the writer lock), what the system refused as it is entered or left raised
+    as ``library`` raises it; what the block raises goes on as it is."""
+
+    def __init__(self, context):
+        self.context = context
+
+    def __enter__(self):
+        return library(self.context.__enter__)()
+
+    def __exit__(self, kind, exc, tb):
+        try:
+            return self.context.__exit__(kind, exc, tb)
+        except OSError as failed:
+            error = _for_caller(failed)
+            if error is failed or failed is exc:
+                raise
+            raise error from failed
+
+
 def escaped(path: str) -> str:
     """``path`` as the memory keeps it (an imported file's ``meta.file``, the import state) and JSON and
     messages write it: a name holding bytes that are not UTF-8 (a directory named in another encoding) has
@@ -203,8 +326,7 @@ def translate(exc: BaseException) -> PimemError | None:
     2), or None for anything else. The CLI's
     boundary and the MCP server both use it, so a client reads the same reason a shell user does."""
     if isinstance(exc, OSError):
-        where = f": {exc.filename}" if exc.filename else ""
-        return PimemError(f"{exc.strerror or exc}{where}", ExitStatus.SYSTEM)
+        return PimemError(_said(exc), ExitStatus.SYSTEM)
     if isinstance(exc, UnicodeEncodeError) or (isinstance(exc, TypeError) and "surrogates not allowed" in str(exc)):
         return BadInput(NOT_UTF8)
     if type(exc).__module__ == "sqlite3":  # (sqlite3 is never imported just to ask)

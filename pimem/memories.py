@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Iterable
 
 from . import budget, env, home as homes, terms, when
-from .errors import BadInput, IntegrityError, NotFound, shown
+from .errors import BadInput, IntegrityError, NotFound, library, shown
 
 # (memory.jsonl's hash chain, ``pimem.chain``, is imported where the log is read or written: ``pimem --help``
 # imports this module for the commands' choices, KINDS and the like)
@@ -258,6 +258,7 @@ def _flags(*given: tuple[str, object]) -> None:
             raise BadInput(f"{name} is True or False, not {shown(value):.40}")
 
 
+@library  # (what the system refuses: a PimemError, as every failure of the library)
 def remember(
     mem, text: str | None, *, pin: bool = False, kind: str | None = None, priority: str | None = None,
     scope: str | None = None, supersede: str | None = None, session: str | None = None, propose: bool = False,
@@ -330,6 +331,7 @@ def remember(
     return record
 
 
+@library
 def forget(mem, record_id: str, *, session: str | None = None, timeout: float | None = None) -> dict:
     """Resolve a visible, live record (the user's word); it leaves the default listing."""
     if not isinstance(record_id, str):

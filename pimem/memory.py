@@ -19,7 +19,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
-from .errors import BadInput, Busy, IntegrityError, NotFound, PimemError, as_error, shown
+from .errors import (BadInput, Busy, IntegrityError, NotFound, PimemError, as_error, library, library_context,
+                     library_items, shown)
 from .lock import Moved, WriterLock
 from .numbers import MAX_I, MAX_SECONDS
 from .store import Log
@@ -1036,6 +1037,51 @@ class Memory:
         children = [{"label": trees.label(hl, k), "level": hl, "index": k, "text": text}
                     for (hl, k, _), text in zip(halves, texts)]
         return {"label": trees.label(l, i), "children": children}
+
+
+# Memory's readers that hand back a generator (what the system refuses while it is read comes then), and its
+# context managers (what it refuses as one is entered)
+_ITERATING = {"messages", "entries", "since", "since_entries", "append_stream"}
+_ENTERING = {"lock", "hurrying"}
+
+
+def _refusals_said(cls: type) -> None:
+    """Each public method and property of ``cls`` (``Memory``) raising what the system refused (a file where a
+    directory should be, a link loop, a full disk) as a ``SystemRefused``, a ``PimemError`` as every failure of
+    the library is (``errors.library``); a command's boundary says the ``OSError`` itself."""
+    for name, member in list(vars(cls).items()):
+        if name.startswith("_"):
+            continue
+        if isinstance(member, property):
+            setattr(cls, name, property(library(member.fget), member.fset, member.fdel, member.__doc__))
+        elif isinstance(member, classmethod):
+            setattr(cls, name, classmethod(library(member.__func__)))
+        elif callable(member):
+            setattr(cls, name, _iterating(member) if name in _ITERATING else _entering(member) if name in _ENTERING
+                    else library(member))
+
+
+def _iterating(method):
+    begin = library(method)
+
+    @functools.wraps(method)
+    def read(*args, **kwargs):
+        return library_items(begin(*args, **kwargs))
+
+    return read
+
+
+def _entering(method):
+    make = library(method)
+
+    @functools.wraps(method)
+    def enter(*args, **kwargs):
+        return library_context(make(*args, **kwargs))
+
+    return enter
+
+
+_refusals_said(Memory)
 
 
 def _now_text() -> str:

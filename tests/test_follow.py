@@ -878,3 +878,18 @@ def test_a_followers_state_that_could_not_be_saved_is_read_again_not_trusted(hom
     os.replace(copy, second)  # (the file written again: read from its start)
     assert [r.imported for r in import_job(Memory.at("m"), plan([str(second)]))] == [0]
     assert texts("m") == ["run the tests", "they pass", "run the tests", "they pass"]
+
+
+def test_a_follower_in_a_program_says_a_memory_the_system_refuses_as_watch_does(home, tmp_path):
+    """``Follower`` used from Python (no command's boundary: the library raises what the system refuses as a
+    ``PimemError`` that is an ``OSError`` too) says a memory the system refuses as watch says it (not as a
+    refused batch), and tries it again next round."""
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in claude_turn("s1", 0)) + "\n")
+    (tmp_path / "file").write_text("x")
+    warnings = []
+    follower = Follower([str(path)], home=str(tmp_path / "file" / "home"), name="mine", on_warning=warnings.append)
+    assert follower.poll() == 0
+    follower.close()
+    assert warnings == [f"{path}: Not a directory: {tmp_path / 'file' / 'home' / 'config.json'}; following the others, "
+                        "trying it again"]

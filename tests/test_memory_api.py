@@ -556,3 +556,114 @@ def test_context_parts_waiting_for_a_watcher_while_another_thread_appends_reads_
             failed = turns_beside_appends(lambda: context.parts(mem, wait=0.2, cwd="/tmp"), 15, lambda j: mem.append(
                 [{"kind": "user", "text": f"w {j} " + "long " * 600}]), 300)
         assert failed == []
+
+
+def _library_calls(moment):
+    """Every public reader and writer of ``Memory`` and ``pimem.api`` (and ``context.parts``, ``memories``'
+    ``remember`` and ``forget``, which the README names), each as a call on (home, name)."""
+    from pimem import api, context, memories
+
+    def at(home, name):
+        return Memory.at(name, home=home)
+
+    return {
+        "at": at, "open": lambda h, n: Memory.open(n, home=h), "named": lambda h, n: Memory.named([n], home=h),
+        "all": lambda h, n: Memory.all(home=h), "exists": lambda h, n: at(h, n).exists(),
+        "config": lambda h, n: at(h, n).config, "text_cap": lambda h, n: at(h, n).text_cap,
+        "save_config": lambda h, n: at(h, n).save_config({"view": {"hi": 64000, "lo": 32000}}),
+        "lock": lambda h, n: at(h, n).lock().__enter__(),
+        "append": lambda h, n: at(h, n).append([{"kind": "user", "text": "x"}]),
+        "append_stream": lambda h, n: list(at(h, n).append_stream([[{"kind": "user", "text": "x"}]])),
+        "count": lambda h, n: at(h, n).count(), "messages": lambda h, n: list(at(h, n).messages(0)),
+        "entries": lambda h, n: list(at(h, n).entries(0)), "message": lambda h, n: at(h, n).message(0),
+        "first_at": lambda h, n: at(h, n).first_at(moment), "since": lambda h, n: list(at(h, n).since(moment)),
+        "end_before": lambda h, n: at(h, n).end_before(moment), "cursor": lambda h, n: at(h, n).cursor("c"),
+        "save_cursor": lambda h, n: at(h, n).save_cursor("c", 0),
+        "last_of_kind": lambda h, n: at(h, n).last_of_kind("user"), "summary": lambda h, n: at(h, n).summary(),
+        "view_lines": lambda h, n: at(h, n).view_lines(), "held": lambda h, n: at(h, n).held(0),
+        "held_each": lambda h, n: at(h, n).held_each([0]), "zoom": lambda h, n: at(h, n).zoom("0"),
+        "leaf_line": lambda h, n: at(h, n).leaf_line(0), "write_node": lambda h, n: at(h, n).write_node(1, 0, "s"),
+        "api.list_memories": lambda h, n: api.list_memories(home=h), "api.message": lambda h, n: api.message(n, 0, home=h),
+        "api.since": lambda h, n: api.since(n, home=h), "api.search": lambda h, n: api.search("x", names=[n], home=h),
+        "api.view": lambda h, n: api.view(n, home=h), "api.zoom": lambda h, n: api.zoom(n, "0", home=h),
+        "api.recall": lambda h, n: api.recall(n, "x", home=h), "api.memories": lambda h, n: api.memories(n, home=h),
+        "api.remember": lambda h, n: api.remember(n, "a fact", home=h), "api.forget": lambda h, n: api.forget(n, "r1", home=h),
+        "api.compact": lambda h, n: api.compact(n, 1, home=h),
+        "api.memory_propose": lambda h, n: api.memory_propose(n, "a fact", session="s", home=h),
+        "context.parts": lambda h, n: context.parts(at(h, n), wait=0),
+        "memories.remember": lambda h, n: memories.remember(at(h, n), "a fact"),
+        "memories.forget": lambda h, n: memories.forget(at(h, n), "r1"),
+    }
+
+
+@pytest.mark.parametrize("case", ["under a file", "a link loop", "a name too long", "a path too long"])
+def test_what_the_system_refuses_reaches_a_library_caller_as_a_pimem_error(tmp_path, monkeypatch, case):
+    """A home the system cannot use (a file where a directory should be: ENOTDIR, a loop of links: ELOOP, a
+    name past 255 bytes or a path past 4,096: ENAMETOOLONG) failed ``Memory.at(…).append`` and most readers with a
+    bare ``OSError``; each is a ``PimemError`` (exit 7) in the CLI's line naming the path, and still the
+    ``OSError`` it was, of its type, its errno and file kept (a caller's ``except OSError`` takes it as before)."""
+    import datetime
+    import errno
+
+    from pimem.errors import ExitStatus, PimemError
+
+    monkeypatch.setenv("PIMEM_HOME", str(tmp_path / "unused"))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    home, number = {
+        "under a file": (tmp_path / "file" / "sub", errno.ENOTDIR),
+        "a link loop": (tmp_path / "loop1", errno.ELOOP),
+        "a name too long": (tmp_path / ("a" * 300), errno.ENAMETOOLONG),
+        "a path too long": (tmp_path.joinpath(*["b" * 200] * 25), errno.ENAMETOOLONG),
+    }[case]
+    moment = datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)
+    refused = {}
+    for call, func in _library_calls(moment).items():
+        try:
+            func(str(home), "m")
+        except PimemError as exc:
+            if isinstance(exc, OSError):  # (not every call reaches the disk: a home with no memory lists none)
+                assert exc.code == ExitStatus.SYSTEM and exc.errno == number, (call, exc)
+                assert str(exc) == f"{exc.strerror}: {exc.filename}", (call, exc)
+                assert exc.filename.startswith(str(home)) or str(home).startswith(exc.filename), (call, exc)  # (or the file in the way)
+                assert isinstance(exc, type(OSError(number, ""))), (call, type(exc))  # (NotADirectoryError …)
+                refused[call] = exc
+        except Exception as exc:  # noqa: BLE001 (the failure this test is about)
+            pytest.fail(f"{call}: {type(exc).__name__} {exc}")
+    assert {"append", "append_stream", "api.remember", "view_lines", "config"} <= set(refused)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(refused["append"]))  # (to another process: as it was)
+    assert (type(again), str(again), again.errno, again.filename) == (
+        type(refused["append"]), str(refused["append"]), number, refused["append"].filename)
+
+
+@pytest.mark.parametrize("file", ["memory.jsonl", "the day's log", "view.json", "cursors.json", "config.json"])
+def test_a_directory_at_a_memorys_file_reaches_a_library_caller_as_a_pimem_error(home, file, capfd):
+    """A directory where a memory keeps a file (EISDIR): what read it raised a bare ``IsADirectoryError``
+    (``context.parts`` and ``memories.remember`` over a ``memory.jsonl`` that is one); each is a ``PimemError``
+    (exit 7) naming it, an ``IsADirectoryError`` still."""
+    import datetime
+
+    from pimem.errors import ExitStatus, PimemError
+
+    mem = Memory.at("m", home=home)
+    mem.append([{"kind": "user", "text": "hello"}])
+    mem.close()
+    path = next((home / "m" / "main").glob("*.jsonl")) if file == "the day's log" else home / "m" / file
+    if path.exists():
+        path.unlink()
+    path.mkdir()
+    refused = {}
+    for call, func in _library_calls(datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)).items():
+        try:
+            func(str(home), "m")
+        except PimemError as exc:
+            if isinstance(exc, OSError):
+                assert exc.code == ExitStatus.SYSTEM and isinstance(exc, IsADirectoryError), (call, exc)
+                assert str(exc) == f"Is a directory: {path}", (call, exc)
+                refused[call] = exc
+        except Exception as exc:  # noqa: BLE001 (the failure this test is about)
+            pytest.fail(f"{call}: {type(exc).__name__} {exc}")
+    assert refused  # (each is read by some call)

@@ -279,13 +279,13 @@ class Follower:
         try:
             reports = run(target.mem, [tracked.source], on_warning=self.on_warning, timeout=self.timeout,
                           state=target.state, open_file=opener)
+        except OSError:  # a read or write that failed (the library's ``SystemRefused`` too): ``poll`` says so, and
+            self._forget(path, tracked)  # it is tried again next round
+            raise
         except PimemError as exc:  # a busy lock, a refused batch: say so and try again next round
             self._warn(path, f"{tracked.memory}: {exc}" if not str(exc).startswith(f"{tracked.memory}: ") else str(exc))
             self._forget(path, tracked)
             return 0
-        except OSError:  # a read or write that failed: ``poll`` says so, and it is tried again next round
-            self._forget(path, tracked)
-            raise
         self.warned.pop(path, None)
         self.failed.discard(path)
         report = reports[0]
