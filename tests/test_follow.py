@@ -893,3 +893,154 @@ def test_a_follower_in_a_program_says_a_memory_the_system_refuses_as_watch_does(
     follower.close()
     assert warnings == [f"{path}: Not a directory: {tmp_path / 'file' / 'home' / 'config.json'}; following the others, "
                         "trying it again"]
+
+
+def pimem_run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(pimem_cmd(*args), capture_output=True, env=subprocess_env(), timeout=60)
+
+
+def test_a_memory_renamed_while_followed_is_followed_into_its_new_name(home, tmp_path):
+    """``pimem rename`` of a memory a follower feeds: the follower says so once and goes on into the new name (its
+    import state moved with it: nothing logged twice, nothing left out), its reports name it, and a new session
+    of the project goes there too; a follower started again reads on from where this one stopped."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    first = sessions / "s1.jsonl"
+    append(first, claude_turn("s1", 0))
+    proc = start(sessions)
+    try:
+        wait_for(lambda: texts("api") == ["question 0 of s1", "answer 0"])
+        renamed = pimem_run("rename", "api", "work")
+        assert renamed.returncode == 0, renamed.stderr
+        append(first, claude_turn("s1", 1))
+        append(sessions / "s2.jsonl", claude_turn("s2", 2))  # (a new session of the project, after the rename)
+        wait_for(lambda: "answer 1" in texts("work") and "answer 2" in texts("work"))
+    finally:
+        code, reports, err = stop(proc)
+    assert code == 143
+    assert sorted(texts("work")) == sorted(["question 0 of s1", "answer 0", "question 1 of s1", "answer 1",
+                                            "question 2 of s2", "answer 2"])
+    assert err.count("memory 'api' was renamed to 'work'; following on into 'work'") == 1, err
+    assert "nothing more was written" not in err, err
+    assert [r["name"] for r in reports][1:] == ["work"] * (len(reports) - 1), reports
+    assert not (home / "api").is_dir()  # (the pointer only: nothing made again at the old name)
+    append(first, claude_turn("s1", 3))
+    proc = start(sessions)
+    try:
+        wait_for(lambda: "answer 3" in texts("work"))
+    finally:
+        code, reports, err = stop(proc)
+    assert len(texts("work")) == 8 and [r["from_line"] for r in reports] == [5], (reports, err)
+
+
+def test_a_memory_deleted_while_followed_is_not_made_again_from_its_files(home, tmp_path):
+    """``pimem delete`` of a memory a follower feeds: one line says so, and neither the file it was fed from (grown
+    since) nor a new session of its project makes it again in this run; other memories are followed on. A
+    follower started again imports the files afresh, as ``import`` would."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    first = sessions / "s1.jsonl"
+    append(first, claude_turn("s1", 0))
+    proc = start(sessions)
+    try:
+        wait_for(lambda: texts("api") == ["question 0 of s1", "answer 0"])
+        deleted = pimem_run("delete", "api")
+        assert deleted.returncode == 0, deleted.stderr
+        append(first, claude_turn("s1", 1))
+        append(sessions / "s2.jsonl", claude_turn("s2", 2))
+        append(sessions / "z.jsonl", claude_turn("z1", 0, cwd="/home/dev/other"))  # (written last, and read last in
+        wait_for(lambda: "answer 0" in texts("other"))  # its round: once it is in, the others were read)
+    finally:
+        code, reports, err = stop(proc)
+    assert code == 143
+    assert not (home / "api").exists(), sorted(os.listdir(home))  # (not even claimed again for the project)
+    assert err.count("memory 'api' was deleted while followed") == 1, err
+    assert "nothing more was written" not in err, err
+    assert {r["name"] for r in reports} == {"api", "other"}, reports
+    proc = start(sessions)
+    try:
+        wait_for(lambda: len(texts("api")) == 6)
+    finally:
+        stop(proc)
+
+
+def test_a_memory_renamed_or_deleted_during_a_followers_read_is_followed_or_left_at_once(home, tmp_path, monkeypatch):
+    """A move that lands while a read is under way (after the round's look for moves) is noticed at the read's
+    first write: a rename is followed and the read done again there at once, a delete leaves the file; never the
+    'run again' of a one-off import, never a memory made again at the deleted name."""
+    from pimem import housekeeping
+    from pimem.importers import follow
+
+    path = tmp_path / "s.jsonl"
+    append(path, claude_turn("s1", 0))
+    warnings, reports = [], []
+    follower = Follower([str(path)], on_report=lambda memory, report: reports.append(memory), on_warning=warnings.append)
+    assert follower.poll() == 2
+    real, moves = follow.run, []
+
+    def moved_first(*args, **kwargs):  # (the move lands as the read starts, after the round looked)
+        if moves:
+            moves.pop(0)()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(follow, "run", moved_first)
+    moves.append(lambda: housekeeping.rename("api", "work"))
+    append(path, claude_turn("s1", 1))
+    assert follower.poll() == 2
+    assert texts("work") == ["question 0 of s1", "answer 0", "question 1 of s1", "answer 1"] and reports == ["api", "work"]
+    assert warnings == ["memory 'api' was renamed to 'work'; following on into 'work'"]
+    moves.append(lambda: housekeeping.delete("work"))
+    append(path, claude_turn("s1", 2))
+    assert follower.poll() == 0
+    append(path, claude_turn("s1", 3))
+    assert follower.poll() == 0
+    follower.close()
+    assert os.listdir(home) == [".trash"]  # (the pointer that led to it went with it)
+    assert warnings[1:] == ["memory 'work' was deleted while followed; nothing more is imported into it until this "
+                            "follower is started again (which imports its files afresh)"]
+
+
+def test_watch_import_follows_a_rename_of_a_memory_it_feeds_but_does_not_build(home, tmp_path):
+    """``watch NAME --import DIR`` builds NAME only: the project memories its follower feeds hold no lease of it, so
+    ``rename`` goes ahead, and the follower goes on into the new name, as ``import --follow`` does. (Without NAME
+    the watcher builds them too, and its lease has ``rename`` and ``delete`` refused, exit 4, until it stops.)"""
+    sessions = tmp_path / "projects"
+    sessions.mkdir()
+    assert pimem_run("append", "keep", "a note").returncode == 0
+    append(sessions / "w1.jsonl", claude_turn("w1", 0))
+    watcher = subprocess.Popen(pimem_cmd("watch", "keep", "--import", sessions, "--json"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, env=subprocess_env())
+    try:
+        wait_for(lambda: len(texts("api")) == 2)
+        renamed = pimem_run("rename", "api", "work")
+        assert renamed.returncode == 0, renamed.stderr
+        append(sessions / "w1.jsonl", claude_turn("w1", 1))
+        wait_for(lambda: len(texts("work")) == 4)
+    finally:
+        watcher.send_signal(signal.SIGTERM)
+        out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [e["memory"] for e in events if e["event"] == "imported"] == ["api", "work"], events
+    assert err.decode().count("memory 'api' was renamed to 'work'; following on into 'work'") == 1, err
+
+
+def test_a_projects_claim_let_go_of_while_followed_is_chosen_again_not_taken_for_a_delete(home, tmp_path):
+    """A session that names its project before any message (a Codex rollout's first line) has the follower claim
+    the project's memory, nothing logged in it; a rename over that claim takes the name (the claim let go of).
+    That is no memory deleted: the session's memory is chosen again when it gives messages, as import chooses it."""
+    from pimem import housekeeping
+
+    path = tmp_path / "rollout.jsonl"
+    meta, *messages = codex_rollout("cx-1")
+    append(path, [meta])
+    warnings = []
+    follower = Follower([str(path)], on_warning=warnings.append)
+    assert follower.poll() == 0 and Memory.at("tool").claimed()
+    Memory.at("other").append([{"kind": "note", "text": "kept"}])
+    housekeeping.rename("other", "tool")
+    append(path, messages)
+    follower.poll()
+    follower.poll()
+    follower.close()
+    assert texts("tool") == ["kept", "run the tests", "they pass"] and warnings == [], warnings

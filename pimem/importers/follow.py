@@ -17,6 +17,16 @@ left off. It holds the files it follows open, so that
 - a **restart** reads on from each memory's import state (``imports.json`` and its journal, folded into it when
   the follower stops), where the last run stopped.
 
+A memory it feeds that is **renamed** (``pimem rename``) is followed into its new name, found through the pointer
+its old name keeps; its import state moved with it, so nothing is logged twice or left out. One **deleted**
+(``pimem delete``, or moved away or removed by hand) is fed no more for the rest of the run, from the files it was
+fed from or new ones of its project: it is not made again behind the user's back from what they deleted (a
+follower started again imports those files afresh, as ``import`` would). Each is said once. (A project's memory
+the follower only claimed, nothing logged in it, that another lets go of is no delete: it is chosen again.)
+Neither is refused while a follower runs (both are while a watcher holds the memory's lease): a follower holds
+no lease, and writes each batch under the writer lock, which both take, so no write is cut in half by the move;
+it looks for a move at each round, and one during a read is noticed at the read's next write.
+
 A file that cannot be read yet (empty, a first line still being written, a format it cannot tell, lines
 that give no message and name no working directory, so no project's memory yet) is looked at again when it
 changes; one that cannot be read at all (its mode, a directory now at its path, a read that fails) and a
@@ -37,9 +47,9 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from .. import decoder
-from ..errors import BadInput, PimemError
+from ..errors import BadInput, NotFound, PimemError
 from ..memory import Memory
-from .detect import FORMATS, PEEK_LINES, Source, claim_name, inspect_file
+from .detect import FORMATS, PEEK_LINES, Source, claim_name, default_name, inspect_file
 from .job import FileReport, run
 from .parser import Malformed, read_lines
 from .state import ImportState
@@ -65,6 +75,7 @@ class _File:
 class _Target:
     mem: Memory
     state: ImportState = field(init=False)
+    held: bool = False  # the memory held messages (not a project's claim alone, which another may let go of)
 
     def __post_init__(self):
         self.state = ImportState(self.mem)
@@ -103,6 +114,8 @@ class Follower:
         self.warned: dict[str, str] = {}
         self.failed: set[str] = set()  # files whose last import failed (``_forget``)
         self.targets: dict[str, _Target] = {}
+        self.deleted: set[str] = set()  # memories deleted while fed: fed no more (``_moved``)
+        self.left: set[str] = set()  # the files that fed them: followed no more
         self.open_order: OrderedDict[str, None] = OrderedDict()
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -119,6 +132,9 @@ class Follower:
 
     def poll(self, stop: threading.Event | None = None) -> int:
         """One round: find new files, import what changed. Returns the number of messages logged."""
+        for memory, target in list(self.targets.items()):
+            if target.mem.moved():  # renamed or deleted since the last round
+                self._moved(memory, target)
         for root in self.roots:
             self._scan(root)
         logged = 0
@@ -179,13 +195,16 @@ class Follower:
                 self.warned.pop(str(directory), None)
             self.children[directory] = subs
             for path in found:
-                if path not in self.files:
+                if path not in self.files and path not in self.left:
                     self.pending.setdefault(path, ())
         for sub in self.children.get(directory, ()):
             self._scan(sub)
 
     def _discover(self, path: str) -> None:
         """Start following ``path`` once its format (and so its memory) can be told."""
+        if path in self.left:  # (it fed a memory since deleted)
+            del self.pending[path]
+            return
         try:
             mode = os.stat(path).st_mode
             if not stat.S_ISREG(mode):  # (a directory now at its path, say; a pipe would block the open)
@@ -218,6 +237,10 @@ class Follower:
             handle.close()  # (bookkeeping lines so far, Claude Code's file-history-snapshot say, which name no project:
             return  # the memory is chosen with the first line to log, which names it, as import chooses it)
         try:
+            if self.deleted and (self.name or default_name([source], self.home)) in self.deleted:
+                handle.close()  # (a session of a project whose memory was deleted: not claimed again)
+                self._leave(path)
+                return
             memory = self.name or claim_name([source], self.home, self.timeout)
         except PimemError as exc:  # (a busy lock, a broken project list: said once, tried again next round)
             handle.close()
@@ -276,6 +299,7 @@ class Follower:
         tracked.source.size = os.fstat(handle.fileno()).st_size
         target = self._target(tracked.memory)
         opener = lambda source: os.fdopen(os.dup(handle.fileno()), "rb")  # noqa: E731  (run closes its copy)
+        target.held = target.held or target.mem.exists()
         try:
             reports = run(target.mem, [tracked.source], on_warning=self.on_warning, timeout=self.timeout,
                           state=target.state, open_file=opener)
@@ -283,6 +307,10 @@ class Follower:
             self._forget(path, tracked)  # it is tried again next round
             raise
         except PimemError as exc:  # a busy lock, a refused batch: say so and try again next round
+            if target.mem.moved() and self.targets.get(tracked.memory) is target:  # (renamed or deleted meanwhile)
+                self._moved(tracked.memory, target)
+                if self.targets.get(tracked.memory) is not target:  # (fed on under its new name, or left)
+                    return self._read(path, tracked, handle) if self.files.get(path) is tracked else 0
             self._warn(path, f"{tracked.memory}: {exc}" if not str(exc).startswith(f"{tracked.memory}: ") else str(exc))
             self._forget(path, tracked)
             return 0
@@ -290,7 +318,8 @@ class Follower:
         self.failed.discard(path)
         report = reports[0]
         if report.imported:
-            self.on_report(tracked.memory, report)
+            target.held = True
+            self.on_report(target.mem.name, report)
         return report.imported
 
     def _forget(self, path: str, tracked: _File) -> None:
@@ -306,6 +335,55 @@ class Follower:
         self.open_order.pop(path, None)
         self.pending[path] = ()
         self.failed.add(path)
+
+    def _moved(self, memory: str, target: _Target) -> None:
+        """The memory ``target`` (fed the files that go to ``memory``) is no longer at its path: renamed, it is
+        fed on under its new name (its import state moved with it, read afresh there); deleted (or moved by hand:
+        no pointer leads to it), its files are followed no more and it is not made again. Said once."""
+        old = target.mem.name
+        try:
+            found = Memory.open(old, self.home)  # (through the pointer a rename leaves)
+        except NotFound:
+            found = None
+        except PimemError as exc:  # (a pointer that cannot be read, say: looked at again next round)
+            self._warn(old, f"memory '{old}' was moved: {exc}")
+            return
+        del self.targets[memory]
+        target.mem.close()
+        if found is not None and found.identity() == target.mem._identity:
+            found.close()
+            for tracked in self.files.values():
+                if tracked.memory in (memory, old):
+                    tracked.memory = found.name
+            if self.name in (memory, old):
+                self.name = found.name
+            self.on_warning(f"memory '{old}' was renamed to '{found.name}'; following on into '{found.name}'")
+            return
+        if found is not None:
+            found.close()
+        if not target.held:  # a claim with nothing logged, let go of (an import of the project that logged nothing,
+            for path, tracked in list(self.files.items()):  # a rename over it): its files' memory chosen again
+                if tracked.memory in (memory, old):
+                    self._forget(path, tracked)
+                    self.failed.discard(path)
+            return
+        self.deleted.update((memory, old))
+        for path, tracked in list(self.files.items()):
+            if tracked.memory in (memory, old):
+                self._leave(path)
+        self.on_warning(f"memory '{old}' was deleted while followed; nothing more is imported into it until this "
+                        "follower is started again (which imports its files afresh)")
+
+    def _leave(self, path: str) -> None:
+        """Follow ``path`` no more (it fed a memory since deleted)."""
+        tracked = self.files.pop(path, None)
+        if tracked is not None and tracked.handle is not None:
+            tracked.handle.close()
+        self.open_order.pop(path, None)
+        self.pending.pop(path, None)
+        self.warned.pop(path, None)
+        self.failed.discard(path)
+        self.left.add(path)
 
     def _target(self, memory: str) -> _Target:
         if memory not in self.targets:
