@@ -440,3 +440,16 @@ def test_a_text_that_shows_nothing_is_refused_as_a_blank_one_by_every_writer(run
             refused()
     assert snapshot(home) == before
     assert run("remember", "main", f"{text}tabs{text}").exit_code == 0  # (around words: kept as given)
+
+
+def test_a_listing_paged_past_its_end_exits_1_saying_how_many_there_are(run, home):
+    """``--offset`` past the last record printed the header alone and exited 0, where every other page of
+    nothing (a search's, a recall's) exits 1: a pager's loop went on for ever."""
+    run("remember", "main", "the staging db is on port 5433")
+    run("remember", "main", "deploys happen on tuesdays")
+    assert run("memories", "main", "--offset", "1").exit_code == 0
+    for args in ([], ["--json"], ["staging"]):
+        past = run("memories", "main", *args, "--offset", "2")
+        count = 1 if args == ["staging"] else 2
+        assert past.exit_code == 1, past
+        assert past.stderr == f"pimem: error: no more memories past --offset 2: {count} {'memory matches' if count == 1 else 'memories match'}\n"

@@ -301,6 +301,8 @@ def test_a_page_of_an_offset_names_the_next_offset_not_a_before_that_would_skip_
         out = run("search", "staging", *names, "--limit", "1", "--offset", "1")
         assert (out.stdout.splitlines(), out.stderr) == (every[1:2], "pimem: 1 hit shown; for more: --offset 2\n")
         assert run("search", "staging", *names, "--limit", "1", "--offset", "2").stdout.splitlines() == every[2:3]
+        past = run("search", "staging", *names, "--offset", str(len(every)))  # (not "no message matches": some did)
+        assert (past.exit_code, past.stdout, past.stderr) == (1, "", f"pimem: error: no message matches 'staging' past --offset {len(every)}\n")
 
 
 def test_privacy_no_read_path_shows_tool_traffic_unless_asked(run, mem):

@@ -77,3 +77,6 @@ def command(
         raise NothingFound(f"no memories match: {output.count(hidden, 'memory', 'memories')} derived from tool traffic "
                            f"{'matches' if hidden == 1 else 'match'}; add --include-tools to show them"
                            if hidden else "no memories match")
+    if offset >= len(found):  # (a pager's loop ends here, as at a search's last page)
+        raise NothingFound(f"no more memories past --offset {offset}: {output.count(len(found), 'memory', 'memories')} "
+                           f"{'matches' if len(found) == 1 else 'match'}")

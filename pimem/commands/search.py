@@ -71,7 +71,7 @@ def command(
             mem.close()
     if not hits:
         unread.check()
-        raise NothingFound(f"no message matches {query!r}")
+        raise NothingFound(f"no message matches {query!r}" + (f" past --offset {offset}" if offset else ""))
     more, hits = len(hits) > limit, hits[:limit]
     terms = searching.parse(query)
     for hit in hits:
