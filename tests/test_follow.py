@@ -956,6 +956,8 @@ def test_a_memory_deleted_while_followed_is_not_made_again_from_its_files(home, 
     assert not (home / "api").exists(), sorted(os.listdir(home))  # (not even claimed again for the project)
     assert err.count("memory 'api' was deleted while followed") == 1, err
     assert "nothing more was written" not in err, err
+    assert err.endswith("pimem: interrupted: 4 messages imported while following; the next run reads on from where this "
+                        "one stopped (the files that fed 'api', deleted meanwhile, from their start)\n"), err
     assert {r["name"] for r in reports} == {"api", "other"}, reports
     proc = start(sessions)
     try:

@@ -115,6 +115,7 @@ class Follower:
         self.failed: set[str] = set()  # files whose last import failed (``_forget``)
         self.targets: dict[str, _Target] = {}
         self.deleted: set[str] = set()  # memories deleted while fed: fed no more (``_moved``)
+        self.deleted_names: list[str] = []  # the same, as said (their names when deleted), in order
         self.left: set[str] = set()  # the files that fed them: followed no more
         self.open_order: OrderedDict[str, None] = OrderedDict()
 
@@ -368,6 +369,7 @@ class Follower:
                     self.failed.discard(path)
             return
         self.deleted.update((memory, old))
+        self.deleted_names.append(old)
         for path, tracked in list(self.files.items()):
             if tracked.memory in (memory, old):
                 self._leave(path)
