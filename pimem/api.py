@@ -353,7 +353,7 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
     ``file``, ``kind`` and ``page`` (default 1), as ``--ids`` with none of theirs."""
     import orjson
 
-    from . import recall as recalls
+    from . import naming, recall as recalls
     from .options import apart
 
     apart(("ids", ids), ("file", file), ("kind", kind), ("page", page),
@@ -367,6 +367,7 @@ def recall(name: str, query: str = "", ids: list[int | str] | None = None, file:
     for i in ids or []:  # (each names one message or more: "" is no message, not a listing)
         if type(i) is int and not 0 <= i <= MAX_I or isinstance(i, str) and not any(p.strip() for p in i.split(",")):
             raise BadInput(f"ids {shown(i)} names no message: give message numbers (0 to {MAX_I}) or entry ids")
+    query = naming.joined([query] if query else None, "empty query: give words to search for, or none to list the newest")
     request = recalls.Request(query=query, ids=recalls.parse_ids([str(i) for i in ids or []], "ids"), file=file, kind=kind,
                               page=page if page is not None else 1, limit=limit, include_tools=include_tools, budget=_budget(budget), as_json=True)
     from dataclasses import replace
@@ -400,11 +401,12 @@ def memories(name: str, query: str = "", status: str | None = None, kind: str | 
     compaction rules derived from tool traffic too."""
     import orjson
 
-    from . import memories as records
+    from . import memories as records, naming
 
     _bounded(limit, "limit", 100)
     _bounded(offset, "offset", MAX_I, 0)
     _session(session)
+    query = naming.joined([query] if query else None, "empty query: give words to rank by, or none to list every memory")
     damaged: list[str] = []
     with Memory.open(name, home) as mem:
         found = records.find(records.records(mem, session, include_tools, on_damage=damaged.append), query, status, kind)

@@ -400,6 +400,10 @@ def test_list_memories_pages_with_a_total(home):
     (lambda api: api.search("5433", until=""), "bad date '': use a date (2026-10-08)"),
     (lambda api: api.since("main", when=""), "bad date '': use a date (2026-10-08)"),
     (lambda api: api.memory_search("main", session=""), "session '': give the caller's session id, not an empty one"),
+    # (a query of white space only, as the CLI's recall ' ' and memories main ' ': not the listing no query asks for)
+    (lambda api: api.recall("main", " "), "empty query: give words to search for, or none to list the newest"),
+    (lambda api: api.memory_search("main", "\t "), "empty query: give words to rank by, or none to list every memory"),
+    (lambda api: api.memories("main", " "), "empty query: give words to rank by, or none to list every memory"),
     # (the writers, checked as the readers are: a "yes" pinned, a number raised a bare TypeError)
     (lambda api: api.remember("main", "x", pin="yes"), "remember: pin must be bool, not str"),
     (lambda api: api.remember("main", "x", scope="session"), "remember: scope session needs session"),
