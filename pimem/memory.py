@@ -275,10 +275,14 @@ class Memory:
             yield from read
         self._here()
 
-    def reopened(self) -> "Memory":
-        """This memory as a new object with caches of its own (its tree, views and index), for another thread;
-        not pinned (``watch`` takes a memory made again at the path so)."""
-        return Memory(self.name, self.path, self.home)
+    def reopened(self, pinned: bool = False) -> "Memory":
+        """This memory as a new object with caches of its own (its tree, views and index, its settings read
+        again), for another thread; not pinned (``watch`` takes a memory made again at the path so), unless
+        ``pinned``: held to the directory this one was (a move since is noticed, as if this one had stayed open)."""
+        mem = Memory(self.name, self.path, self.home)
+        if pinned:
+            mem._identity = self._identity
+        return mem
 
     @classmethod
     def all(cls, home: str | os.PathLike | None = None, refused=None, claims: bool = False) -> list["Memory"]:

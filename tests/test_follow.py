@@ -1046,3 +1046,24 @@ def test_a_projects_claim_let_go_of_while_followed_is_chosen_again_not_taken_for
     follower.poll()
     follower.close()
     assert texts("tool") == ["kept", "run the tests", "they pass"] and warnings == [], warnings
+
+
+def test_a_memory_deleted_after_a_followers_read_of_it_failed_is_not_made_again(home, tmp_path):
+    """A read that failed (the memory locked past the timeout, say) has the file found again next round, its
+    memory opened afresh; deleted in between, it is still the memory the file fed, not a new one to make."""
+    from pimem import housekeeping
+
+    path = tmp_path / "s.jsonl"
+    append(path, claude_turn("s1", 0))
+    warnings = []
+    follower = Follower([str(path)], on_warning=warnings.append, timeout=0.05)
+    assert follower.poll() == 2
+    append(path, claude_turn("s1", 1))
+    other = Memory.at("api")
+    with other.lock():
+        assert follower.poll() == 0 and "locked by another writer" in warnings[-1]
+    housekeeping.delete("api")
+    append(path, claude_turn("s1", 2))
+    assert follower.poll() == 0
+    follower.close()
+    assert os.listdir(home) == [".trash"] and warnings[-1].startswith("memory 'api' was deleted while followed"), warnings

@@ -117,6 +117,7 @@ class Follower:
         self.deleted: set[str] = set()  # memories deleted while fed: fed no more (``_moved``)
         self.deleted_names: list[str] = []  # the same, as said (their names when deleted), in order
         self.left: set[str] = set()  # the files that fed them: followed no more
+        self.dropped: dict[str, Memory] = {}  # memories a failed read let go of (``_forget``), until opened again
         self.open_order: OrderedDict[str, None] = OrderedDict()
 
     # ---- the loop -------------------------------------------------------------------------------------
@@ -133,6 +134,9 @@ class Follower:
 
     def poll(self, stop: threading.Event | None = None) -> int:
         """One round: find new files, import what changed. Returns the number of messages logged."""
+        for memory, mem in list(self.dropped.items()):  # (let go of after a failed read: looked at as if held still)
+            if memory not in self.targets and mem.moved():
+                self.targets[memory] = _Target(self.dropped.pop(memory).reopened(pinned=True), held=True)
         for memory, target in list(self.targets.items()):
             if target.mem.moved():  # renamed or deleted since the last round
                 self._moved(memory, target)
@@ -330,6 +334,8 @@ class Follower:
         target = self.targets.pop(tracked.memory, None)
         if target is not None:
             target.mem.close()
+            if target.held:  # (opened afresh, it is still the memory it fed: one deleted since is not made again)
+                self.dropped[tracked.memory] = target.mem
         if tracked.handle is not None:
             tracked.handle.close()
         self.files.pop(path, None)
@@ -389,7 +395,11 @@ class Follower:
 
     def _target(self, memory: str) -> _Target:
         if memory not in self.targets:
-            self.targets[memory] = _Target(Memory.at(memory, self.home))
+            dropped = self.dropped.pop(memory, None)
+            if dropped is None:
+                self.targets[memory] = _Target(Memory.at(memory, self.home))
+            else:
+                self.targets[memory] = _Target(dropped.reopened(pinned=True), held=True)
         return self.targets[memory]
 
     def _opened(self, path: str) -> None:
