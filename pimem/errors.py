@@ -111,35 +111,69 @@ class SystemRefused(PimemError, OSError):
         return str(self.args[0])
 
     def __reduce__(self):  # (OSError's own would hand its numbers to __init__)
-        kind = next(k for k in type(self).__mro__ if issubclass(k, OSError) and not issubclass(k, SystemRefused))
-        return _made, (kind, str(self), self.errno, self.strerror, self.filename, self.filename2)
+        return _refused_again, (_kind(self), str(self), self.errno, self.strerror, self.filename, self.filename2)
+
+
+class SQLiteFailed(PimemError):
+    """What SQLite refused the library in a memory's index (a disk I/O error, a full disk; a database locked
+    past its timeout, one damaged): a ``PimemError`` in the line the CLI prints (``translate``: exit 7, 4 or 5),
+    and the ``sqlite3`` error it stands for, of its type, its ``sqlite_errorcode`` and ``sqlite_errorname`` kept."""
+
+    code = ExitStatus.SYSTEM
+
+    def __reduce__(self):
+        return _failed_again, (_kind(self), str(self), self.code, getattr(self, "sqlite_errorcode", None),
+                               getattr(self, "sqlite_errorname", None))
 
 
 def refused(exc: OSError) -> SystemRefused:
     """``exc`` as a ``SystemRefused`` of its type, saying what ``translate`` says of it."""
     if isinstance(exc, SystemRefused):
         return exc
-    return _made(type(exc), _said(exc), exc.errno, exc.strerror, exc.filename, exc.filename2)
+    return _refused_again(type(exc), _said(exc), exc.errno, exc.strerror, exc.filename, exc.filename2)
 
 
-def _made(kind: type, message: str, number, strerror, filename, filename2) -> SystemRefused:
-    """A ``SystemRefused`` that is a ``kind`` too (one class for each kind, found by pickle at its qualname), or
-    a plain one where ``kind`` cannot be a base or takes other arguments."""
-    made = SystemRefused if kind is OSError else getattr(SystemRefused, kind.__name__, None)
-    if made is None or kind not in made.__mro__:
-        try:
-            made = type(kind.__name__, (SystemRefused, kind), {"__module__": __name__,
-                                                                 "__qualname__": f"SystemRefused.{kind.__name__}"})
-        except TypeError:
-            made = SystemRefused
-        else:
-            setattr(SystemRefused, kind.__name__, made)
-    try:
-        out = made(message)
-    except TypeError:  # (a kind whose own __init__ takes other arguments)
-        out = SystemRefused(message)
+def _refused_again(kind: type, message: str, number, strerror, filename, filename2) -> SystemRefused:
+    out = _made(SystemRefused, kind, message)
     out.errno, out.strerror, out.filename, out.filename2 = number, strerror, filename, filename2
     return out
+
+
+def _sqlite_failed(exc: Exception) -> SQLiteFailed:
+    """``exc``, a ``sqlite3`` error, as an ``SQLiteFailed`` of its type, saying what ``translate`` says of it."""
+    said = translate(exc)
+    return _failed_again(type(exc), str(said), said.code, getattr(exc, "sqlite_errorcode", None),
+                         getattr(exc, "sqlite_errorname", None))
+
+
+def _failed_again(kind: type, message: str, code, number, name) -> SQLiteFailed:
+    out = _made(SQLiteFailed, kind, message, code)
+    out.sqlite_errorcode, out.sqlite_errorname = number, name
+    return out
+
+
+def _made(base: type, kind: type, *args) -> PimemError:
+    """A ``base`` (``SystemRefused``, ``SQLiteFailed``) made of ``args`` that is a ``kind`` too (one class for
+    each kind, found by pickle at its qualname), or a plain one where ``kind`` cannot be a base or takes other
+    arguments."""
+    made = base if kind in base.__mro__ else getattr(base, kind.__name__, None)
+    if made is None or kind not in made.__mro__:
+        try:
+            made = type(kind.__name__, (base, kind),
+                        {"__module__": __name__, "__qualname__": f"{base.__name__}.{kind.__name__}"})
+        except TypeError:
+            made = base
+        else:
+            setattr(base, kind.__name__, made)
+    try:
+        return made(*args)
+    except TypeError:  # (a kind whose own __init__ takes other arguments)
+        return base(*args)
+
+
+def _kind(exc: PimemError) -> type:
+    """The error of the system or of SQLite a ``SystemRefused`` or an ``SQLiteFailed`` stands for."""
+    return next(k for k in type(exc).__mro__[1:] if not issubclass(k, PimemError))
 
 
 def _said(exc: OSError) -> str:
@@ -149,7 +183,7 @@ def _said(exc: OSError) -> str:
 
 
 # the commands running in pimem's own error boundary (``boundary.guarded``), which says what the system refused
-# itself: inside one, the library's public functions let an ``OSError`` through as it is (``library``)
+# itself: inside one, the library's public functions let an ``OSError`` (or SQLite's error) through as it is
 _COMMANDS: list[int] = []
 
 
@@ -163,24 +197,28 @@ class command:
         _COMMANDS.pop()
 
 
-def _for_caller(exc: OSError) -> OSError:
-    """What a public function of the library raises for ``exc``: a ``SystemRefused``, or inside a command
-    ``exc`` itself."""
-    return exc if _COMMANDS else refused(exc)
+def _for_caller(exc: Exception) -> Exception:
+    """What a public function of the library raises for ``exc``: an ``OSError`` as a ``SystemRefused``, a
+    ``sqlite3`` error as an ``SQLiteFailed``; anything else, and anything inside a command, as it is."""
+    if _COMMANDS or isinstance(exc, PimemError):
+        return exc
+    if isinstance(exc, OSError):
+        return refused(exc)
+    return _sqlite_failed(exc) if type(exc).__module__ == "sqlite3" else exc
 
 
 def library(func):
     """``func``, a public function of the library (``Memory``'s methods, ``pimem.api``), raising what the system
-    refused as the ``SystemRefused`` it stands for: every failure a library caller meets is a ``PimemError``, as
-    the README says. Inside a command (``command``), whose boundary says it, the ``OSError`` goes on as it is,
-    so that no command's handling of one changes."""
+    or SQLite refused as the ``SystemRefused`` or ``SQLiteFailed`` it stands for: every failure a library caller
+    meets is a ``PimemError``, as the README says. Inside a command (``command``), whose boundary says it, the
+    error goes on as it is, so that no command's handling of one changes."""
     import functools
 
     @functools.wraps(func)
     def call(*args, **kwargs):
         try:
             return func(*args, **kwargs)
-        except OSError as exc:
+        except Exception as exc:
             error = _for_caller(exc)
             if error is exc:
                 raise
@@ -194,7 +232,7 @@ def library_items(items):
     ``library`` raises it."""
     try:
         yield from items
-    except OSError as exc:
+    except Exception as exc:
         error = _for_caller(exc)
         if error is exc:
             raise
@@ -214,7 +252,7 @@ class library_context:
     def __exit__(self, kind, exc, tb):
         try:
             return self.context.__exit__(kind, exc, tb)
-        except OSError as failed:
+        except Exception as failed:
             error = _for_caller(failed)
             if error is failed or failed is exc:
                 raise

@@ -584,9 +584,9 @@ def _library_calls(moment):
         "held_each": lambda h, n: at(h, n).held_each([0]), "zoom": lambda h, n: at(h, n).zoom("0"),
         "leaf_line": lambda h, n: at(h, n).leaf_line(0), "write_node": lambda h, n: at(h, n).write_node(1, 0, "s"),
         "api.list_memories": lambda h, n: api.list_memories(home=h), "api.message": lambda h, n: api.message(n, 0, home=h),
-        "api.since": lambda h, n: api.since(n, home=h), "api.search": lambda h, n: api.search("x", names=[n], home=h),
+        "api.since": lambda h, n: api.since(n, home=h), "api.search": lambda h, n: api.search("hello", names=[n], home=h),
         "api.view": lambda h, n: api.view(n, home=h), "api.zoom": lambda h, n: api.zoom(n, "0", home=h),
-        "api.recall": lambda h, n: api.recall(n, "x", home=h), "api.memories": lambda h, n: api.memories(n, home=h),
+        "api.recall": lambda h, n: api.recall(n, "hello", home=h), "api.memories": lambda h, n: api.memories(n, home=h),
         "api.remember": lambda h, n: api.remember(n, "a fact", home=h), "api.forget": lambda h, n: api.forget(n, "r1", home=h),
         "api.compact": lambda h, n: api.compact(n, 1, home=h),
         "api.memory_propose": lambda h, n: api.memory_propose(n, "a fact", session="s", home=h),
@@ -667,3 +667,32 @@ def test_a_directory_at_a_memorys_file_reaches_a_library_caller_as_a_pimem_error
         except Exception as exc:  # noqa: BLE001 (the failure this test is about)
             pytest.fail(f"{call}: {type(exc).__name__} {exc}")
     assert refused  # (each is read by some call)
+
+
+def test_what_sqlite_refuses_reaches_a_library_caller_as_a_pimem_error(home, capfd):
+    """The index's files where SQLite cannot use them (directories at index.sqlite's -wal and -shm: 'disk I/O
+    error'): ``api.recall`` raised a bare ``sqlite3.OperationalError``; it is a ``PimemError`` (exit 7) in the
+    CLI's line, and still the ``sqlite3`` error of its type."""
+    import datetime
+    import sqlite3
+
+    from pimem.errors import ExitStatus, PimemError
+
+    mem = Memory.at("m", home=home)
+    mem.append([{"kind": "user", "text": "hello"}])
+    mem.close()
+    for name in ("index.sqlite-wal", "index.sqlite-shm"):
+        (home / "m" / name).unlink(missing_ok=True)
+        (home / "m" / name).mkdir()
+    refused = {}
+    for call, func in _library_calls(datetime.datetime(2020, 1, 1, tzinfo=datetime.timezone.utc)).items():
+        try:
+            func(str(home), "m")
+        except PimemError as exc:
+            if isinstance(exc, sqlite3.Error):
+                assert exc.code == ExitStatus.SYSTEM and isinstance(exc, sqlite3.OperationalError), (call, exc)
+                assert str(exc).startswith("SQLite: disk I/O error in index.sqlite, the memory's derived index"), (call, exc)
+                refused[call] = exc
+        except Exception as exc:  # noqa: BLE001 (the failure this test is about)
+            pytest.fail(f"{call}: {type(exc).__name__} {exc}")
+    assert "api.recall" in refused
