@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 
 from . import env, home as homes
-from .errors import BadInput, shown
+from .errors import BadInput, library, shown
 from .message import DEFAULT_CAP
 from .numbers import MAX_SECONDS
 from .nofollow import read_bytes
@@ -270,6 +270,7 @@ def _checked(cfg: dict, *paths: Path) -> dict:
     return cfg
 
 
+@library  # (what the system refuses: a PimemError, as every failure of the library)
 def save_home(home: str | os.PathLike | None, changes: dict) -> None:
     """Merge ``changes`` into ``<home>/config.json`` (creating the home if needed; a None removes its setting,
     back to the default: ``_changed``)."""

@@ -560,8 +560,9 @@ def test_context_parts_waiting_for_a_watcher_while_another_thread_appends_reads_
 
 def _library_calls(moment):
     """Every public reader and writer of ``Memory`` and ``pimem.api`` (and ``context.parts``, ``memories``'
-    ``remember`` and ``forget``, which the README names), each as a call on (home, name)."""
-    from pimem import api, context, memories
+    ``remember`` and ``forget``, the home's settings saved, which the README names), each as a call on (home,
+    name)."""
+    from pimem import api, config, context, memories
 
     def at(home, name):
         return Memory.at(name, home=home)
@@ -593,6 +594,7 @@ def _library_calls(moment):
         "context.parts": lambda h, n: context.parts(at(h, n), wait=0),
         "memories.remember": lambda h, n: memories.remember(at(h, n), "a fact"),
         "memories.forget": lambda h, n: memories.forget(at(h, n), "r1"),
+        "config.save_home": lambda h, n: config.save_home(h, {"view": {"hi": 64000, "lo": 32000}}),
     }
 
 
@@ -639,7 +641,8 @@ def test_what_the_system_refuses_reaches_a_library_caller_as_a_pimem_error(tmp_p
         type(refused["append"]), str(refused["append"]), number, refused["append"].filename)
 
 
-@pytest.mark.parametrize("file", ["memory.jsonl", "the day's log", "view.json", "cursors.json", "config.json"])
+@pytest.mark.parametrize("file", ["memory.jsonl", "the day's log", "view.json", "cursors.json", "config.json",
+                                  "../config.json"])
 def test_a_directory_at_a_memorys_file_reaches_a_library_caller_as_a_pimem_error(home, file, capfd):
     """A directory where a memory keeps a file (EISDIR): what read it raised a bare ``IsADirectoryError``
     (``context.parts`` and ``memories.remember`` over a ``memory.jsonl`` that is one); each is a ``PimemError``
@@ -651,7 +654,7 @@ def test_a_directory_at_a_memorys_file_reaches_a_library_caller_as_a_pimem_error
     mem = Memory.at("m", home=home)
     mem.append([{"kind": "user", "text": "hello"}])
     mem.close()
-    path = next((home / "m" / "main").glob("*.jsonl")) if file == "the day's log" else home / "m" / file
+    path = next((home / "m" / "main").glob("*.jsonl")) if file == "the day's log" else (home / "m" / file).resolve()
     if path.exists():
         path.unlink()
     path.mkdir()
