@@ -36,7 +36,9 @@ class Environment:
 
     def home(self, explicit: str | os.PathLike | None = None) -> Path:
         """The store home: ``--home``, then this environment's, ``$PIMEM_HOME``, ``$PI_MEM_HOME``,
-        ``~/.pi/memory``."""
+        ``~/.pi/memory``. An empty ``explicit`` is refused (``given``)."""
+        if explicit is not None:
+            given(os.fspath(explicit))
         for source, candidate in (("home", explicit), ("home", self._home), ("$PIMEM_HOME", os.environ.get("PIMEM_HOME")),
                                   ("$PI_MEM_HOME", os.environ.get("PI_MEM_HOME"))):
             if candidate:
@@ -142,10 +144,19 @@ def user_home() -> str:
                        "set PIMEM_HOME (or --home)") from None
 
 
+def given(home: str) -> None:
+    """``BadInput`` when the home given is empty (``--home ''``, ``home=""``): it is not one not given."""
+    if not home:
+        from .errors import BadInput
+
+        raise BadInput("empty home: give the store's directory, or none for $PIMEM_HOME or ~/.pi/memory")
+
+
 def absolute(home: str, source: str) -> None:
     """``BadInput`` when ``home``, given by ``source`` (``$PIMEM_HOME``; the hook's ``--home``: it runs in the
     session's directory, not the user's), is a relative path: read from every directory a command runs in, it
     would name a home in each."""
+    given(home)
     if not os.path.isabs(os.path.expanduser(home)):
         from .errors import BadInput
 

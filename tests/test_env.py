@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import re
 import json
 from datetime import datetime, timezone
 
@@ -148,3 +149,23 @@ def test_a_home_holding_a_nul_byte_is_bad_input_naming_home(tmp_path):
                  lambda: api.list_memories(home="/x\x00y")):
         with pytest.raises(BadInput, match=r"^home is a directory's path, which holds no NUL byte, not '/"):
             call()
+
+
+def test_a_home_given_empty_is_refused_not_read_as_none_given(tmp_path):
+    """``--home ''`` (a script's unset variable, ``--home "$DIR"``) and ``home=""`` used ``$PIMEM_HOME``, or
+    ``~/.pi/memory``: the memory written where the caller did not say. Refused as every empty argument is."""
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+    from pimem import Memory, api
+    from pimem.errors import BadInput
+
+    said = "empty home: give the store's directory, or none for $PIMEM_HOME or ~/.pi/memory"
+    environ = {**subprocess_env(), "PIMEM_HOME": str(tmp_path / "default")}
+    for argv in (["append", "--home", "", "m", "hi"], ["list", "--home="], ["mcp", "--home", ""]):
+        out = subprocess.run(pimem_cmd(*argv), cwd=tmp_path, capture_output=True, env=environ, input=b"")
+        assert (out.returncode, out.stdout, out.stderr) == (2, b"", f"pimem: error: {said}\n".encode()), argv
+    for call in (lambda: Memory.at("m", home=""), lambda: api.list_memories(home=""), lambda: api.remember("m", "x", home="")):
+        with pytest.raises(BadInput, match=f"^{re.escape(said)}$"):
+            call()
+    assert list(tmp_path.iterdir()) == []
