@@ -444,7 +444,7 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
         from .viewfile import checksum
 
         try:
-            saved = orjson.loads(path.read_bytes())
+            saved = orjson.loads(read_bytes(path))
             body = {k: saved.get(k) for k in ("T", "view", "cview", "tree")}
         except (OSError, orjson.JSONDecodeError, AttributeError):
             body = None
@@ -455,7 +455,7 @@ def check_view(mem: Memory, known: dict[str, int] | None = None) -> list[Finding
     try:
         mem.views.check()
         views = mem.views.make()  # (as a reader restores it: the tree nodes it saw built must still be there)
-        views.load(path.read_bytes(), mem.count())
+        views.load(read_bytes(path), mem.count())
         views.check_tree(mem.tree.file_sizes())
     except Overreaching as exc:  # (messages lost from the log's end: once notes take their numbers, it restores)
         return [Finding(mem.name, "view", "view.json", f"unusable: {exc}", repair="keep it as saved once the log "
@@ -620,7 +620,8 @@ def check_pointers(root: Path) -> list[Finding]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     for entry in entries:
-        if not NAME_RE.fullmatch(entry.name) or reserved(entry.name) or not entry.is_file(follow_symlinks=False):
+        if not NAME_RE.fullmatch(entry.name) or reserved(entry.name) or entry.is_dir(follow_symlinks=False) \
+                or entry.is_symlink():  # (a pipe there is a pointer to every command given its name)
             continue
         try:
             validate_name(orjson.loads(read_bytes(Path(entry.path)))["renamedTo"])

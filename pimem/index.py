@@ -57,7 +57,7 @@ from . import env, rankindex, when
 from .errors import Busy, ExitStatus, IntegrityError, PimemError
 from .home import FILE_MODE
 from .message import KINDS, TOOL_KINDS
-from .nofollow import check_database, open_fd
+from .nofollow import check_database, open_binary, open_fd
 
 FILENAME = "index.sqlite"
 SCHEMA_VERSION = 8  # 3: odd-numbered messages' texts in the second file; 4: the ranker's tables; 5: first-person terms; 6, 7: files' mtime, inode, edits; 8: their CRC-32
@@ -661,7 +661,7 @@ class Index:
             last = self.db.execute("SELECT i, offset, length FROM msgs WHERE file = ? ORDER BY i DESC LIMIT 1",
                                    (fid,)).fetchone()
         try:
-            with open(path, "rb") as f:
+            with open_binary(path) as f:
                 f.seek(done - 1)
                 if f.read(1) != b"\n":
                     return False

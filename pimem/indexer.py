@@ -15,6 +15,7 @@ import orjson
 from . import rankindex, when
 from .errors import IntegrityError
 from .index import KIND_CODE, SENTINEL, TABLES, connect_writer, table_of, write_batch
+from .nofollow import open_binary
 
 BATCH_MESSAGES = 20_000  # messages per committed catch-up transaction
 BATCH_BYTES = 32 * 1024 * 1024  # (two writers each hold a batch and one queued: memory stays near 100 MB)
@@ -128,7 +129,7 @@ class Writer:
 
 def complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """``(offset, line without newline)`` for each newline-terminated line between ``start`` and ``end``."""
-    with open(path, "rb", buffering=0) as f:
+    with open_binary(path, 0) as f:
         f.seek(start)
         position = start
         rest = b""
@@ -149,7 +150,7 @@ def complete_lines(path: Path, start: int, end: int) -> Iterator[tuple[int, byte
 def last_line_end(path: Path, start: int, end: int) -> int:
     """The byte just after the last newline in ``[start, end)`` (``start`` when there is none): the index
     stops there and reads a torn last line again once it is complete or sealed."""
-    with open(path, "rb", buffering=0) as f:
+    with open_binary(path, 0) as f:
         low = start
         while end > low:
             span = min(end - low, 64 * 1024)

@@ -401,7 +401,7 @@ class Lease:
                     if time.monotonic() >= deadline:
                         return
                     time.sleep(RETRY)
-            with os.fdopen(os.open(FILE, os.O_RDONLY | NOFOLLOW, dir_fd=self._dir), "rb") as f:
+            with os.fdopen(os.open(FILE, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW, dir_fd=self._dir), "rb") as f:  # (a pipe: read as empty)
                 current = orjson.loads(f.read())
             if isinstance(current, dict) and current.get("token") == self.token:
                 os.unlink(FILE, dir_fd=self._dir)

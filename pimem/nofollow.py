@@ -5,6 +5,10 @@ Everything under the home is opened with ``O_NOFOLLOW`` and every directory pime
 ``index.sqlite``, ``imports.keys`` … (or as a memory's directory, its ``main/`` or ``tree/``) is refused with
 exit 5 and one line naming it, and nothing is read, created or written where it points. The home itself may
 be a link (a user's choice): ``env.home`` resolves it once.
+
+Nor does it open anything but a regular file there: a named pipe at ``view.json`` or a day file would block
+whoever opened it for ever (an agent's wrapper runs ``pimem view`` every turn), so every file is opened without
+blocking and refused, as a directory is, in one line naming it (exit 7) unless it is a regular file.
 """
 
 from __future__ import annotations
@@ -23,14 +27,42 @@ def planted(path: str | os.PathLike) -> IntegrityError:
     return IntegrityError(f"{path} is a symbolic link: pimem never follows links inside its home; remove it")
 
 
+def not_a_file(path: str | os.PathLike, mode: int) -> OSError:
+    """What stands at ``path`` (its ``st_mode``) where pimem keeps a regular file, as the system says a directory
+    there: ``Is a directory: PATH``, ``Is a named pipe, not a file: PATH`` (exit 7)."""
+    if stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    what = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return OSError(errno.EINVAL, f"Is {what}, not a file", os.fspath(path))
+
+
 def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o600) -> int:
-    """``os.open`` that refuses a symbolic link as the last component (``planted``, exit 5)."""
+    """``os.open`` that refuses a symbolic link as the last component (``planted``, exit 5), and anything but a
+    regular file (``not_a_file``, exit 7): opened without blocking, so a named pipe is found by the ``fstat`` of
+    its descriptor instead of waiting for ever for a writer (or a reader) that never comes; a regular file's
+    descriptor is given back blocking, as asked."""
     try:
-        return os.open(path, flags | NOFOLLOW, mode)
+        fd = os.open(path, flags | NOFOLLOW | os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
             raise planted(path) from None
+        if exc.errno == errno.ENXIO:  # (opened for writing only: a named pipe nobody reads, or a socket)
+            try:
+                st_mode = os.lstat(path).st_mode
+            except OSError:
+                raise exc from None
+            raise not_a_file(path, st_mode) from None
         raise
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise not_a_file(path, st_mode)
+        if not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def open_binary(path: str | os.PathLike, buffering: int = -1):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -28,7 +29,7 @@ from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .numbers import MAX_I
 from .home import append_durably, ensure_dir
-from .nofollow import check_dir, open_binary, planted, read_bytes
+from .nofollow import check_dir, not_a_file, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 FREE_SPAN = 64  # a node over this many messages is looked up before its leaves are joined (it is seldom free)
@@ -280,7 +281,10 @@ class Tree:
             if entry.name.endswith(".jsonl") and not entry.name.startswith("."):
                 if entry.is_symlink():  # (known from the listing: no extra system call)
                     raise planted(entry.path)
-                out[entry.name] = entry.stat(follow_symlinks=False).st_size
+                st = entry.stat(follow_symlinks=False)
+                if not stat.S_ISREG(st.st_mode):  # (a pipe's size, 0, would say its nodes were lost)
+                    raise not_a_file(entry.path, st.st_mode)
+                out[entry.name] = st.st_size
         return out
 
     def catch_up(self) -> list[tuple[int, int, str]]:

@@ -28,7 +28,7 @@ import orjson
 from .tree import LINE_BYTES, PLACEHOLDER, byte_size, label, shown_text
 from .view import (LEVELS, MARK_EVERY, NOTHING_HELD, STUCK_TRIES, UNBUILT, UNLOADED, Cost, Fetcher, Held, Named,
                    Resolver, Trace, View, held_back, line_bytes_cost, render_line, stand_in, waits_on)
-from .nofollow import read_bytes
+from .nofollow import open_binary, read_bytes
 
 VERSION = 2  # 2: its bytes count what readers add for the speakers' names (``View``); a file of version 1 is
 # counted again once as it is read (``ViewFile._count_names``), its lines kept
@@ -268,7 +268,7 @@ class SavedShape:
         import mmap
 
         try:
-            with open(path, "rb") as f:
+            with open_binary(path, 0) as f:  # (a named pipe there is refused, not waited on for ever)
                 data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):  # (an empty file cannot be mapped)
             return None
@@ -471,6 +471,7 @@ class ViewFile:
                 return None
             views, self._counting = self.make(), None
             if stamp is not None:
+                sizes = self.tree.file_sizes()  # (a tree file that cannot be read is said as itself, not as the view)
                 try:
                     try:
                         raw = read_bytes(path)
@@ -479,7 +480,7 @@ class ViewFile:
                         count = self._not_lost(exc.covers, upto)
                         views = self.make()
                         views.load(raw, count)
-                    views.check_tree(self.tree.file_sizes())
+                    views.check_tree(sizes)
                     if views.uncounted:
                         self._count_names(views, stamp)
                     views.loaded = stamp
@@ -488,7 +489,7 @@ class ViewFile:
                 except (ValueError, OSError) as exc:
                     from .output import warn
 
-                    warn(f"{path} is unusable ({exc}); refolding the view from the log")
+                    warn(f"{path} is unusable ({getattr(exc, 'strerror', None) or exc}); refolding the view from the log")
                     views = self.make()
                     views.loaded = stamp  # the file this refold replaces
             self.loaded = views
