@@ -11,7 +11,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("500", "400", "413", "422", "429", "hang", "malformed", "empty", "nochoices", "long", "length", "redirect")
+FAULTS = ("500", "400", "413", "422", "429", "401", "403", "403-region", "403-flagged", "403-other", "hang", "malformed",
+          "empty", "nochoices", "long", "length", "redirect")
 BAD_COUNTS = {"negative": -5, "text": "1000", "fraction": 999.5}  # faults: the reply's input count so
 
 
@@ -145,6 +146,21 @@ class FakeLLM:
             return self.send(handler, 500, b'{"error": "internal"}')
         if fault in ("400", "413", "422"):  # (what a provider says of a request it refuses: too long, say)
             return self.send(handler, int(fault), b'{"error": "the request is too long for this model"}')
+        if fault == "401":  # (the key it was sent, echoed as a gateway does: every error must hide it)
+            key = handler.headers.get("x-api-key") or handler.headers.get("authorization", "").removeprefix("Bearer ")
+            return self.send(handler, 401, self.error("authentication_error", "invalid_api_key",
+                                                      f"Incorrect API key provided: {key}"))
+        if fault == "403":  # (Anthropic's words for a key that may not use the model)
+            return self.send(handler, 403, self.error("permission_error", "permission_denied", "Your API key does "
+                                                      "not have permission to use the specified resource."))
+        if fault == "403-region":  # (OpenAI's)
+            return self.send(handler, 403, self.error("request_forbidden", "unsupported_country_region_territory",
+                                                      "Country, region, or territory not supported"))
+        if fault == "403-flagged":  # (OpenRouter's moderation: this request's content, not the key)
+            return self.send(handler, 403, b'{"error": {"code": 403, "message": "m1 requires moderation on OpenRouter. '
+                                           b'Your input was flagged for \\"harassment\\". No credits were charged."}}')
+        if fault == "403-other":  # (a 403 whose words name neither)
+            return self.send(handler, 403, b'{"error": "try again later"}')
         if fault == "429":
             return self.send(handler, 429, b'{"error": "slow down"}', {"Retry-After": self.retry_after})
         if fault == "redirect":
@@ -214,6 +230,12 @@ class FakeLLM:
         if fault in BAD_COUNTS:  # an input count that is no count
             reply["usage"]["prompt_tokens" if self.api == "openai" else "input_tokens"] = BAD_COUNTS[fault]
         self.send(handler, 200, json.dumps(reply).encode())
+
+    def error(self, kind: str, code: str, message: str) -> bytes:
+        """An error reply's body in this API's shape."""
+        if self.api == "openai":
+            return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}}).encode()
+        return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
     @staticmethod
     def send(handler, status: int, data: bytes, headers: dict | None = None) -> None:

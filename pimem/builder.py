@@ -106,6 +106,7 @@ class Builder:
         if mode is Mode.BUILD and lease is not None:  # (calls a builder before this one sent and died with:
             self.state.abandoned()  # billed all the same: at what they cost if answered, else at their worst case)
             self.state.calls_stopped(None)  # (an overbilled call stopped that builder's calls, not this one's)
+            self.state.key_refusal(None)  # (the key refused that builder's calls: this one tries it again)
             self.state.unpark_all()  # (that builder's parked leaves: this one has parked none yet)
         self.compactor = (compactor or Compactor(cfg["compactor"], self.state)).for_memory(mem)
         self.retry_seconds = float(compactor_knob(cfg["compactor"], "retry_seconds"))
@@ -372,6 +373,14 @@ class Builder:
 
         return mask_span(redact(error), i << l, (i + 1) << l, self.mem.messages, self.mem.span_holds)
 
+    def billed(self, spent: dict | None) -> None:
+        """What the requests of a call that built nothing were billed all the same (``spent``: an empty reply is)
+        counts against ``--max-cost`` and today's cap, and is kept in compactor.json (no node records it) for the
+        daily cap across restarts."""
+        self._paid(spent or {})
+        if (spent or {}).get("cost"):
+            self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
+
     def failed(self, l: int, i: int, error: str, retry_after: float | None = None, spent: dict | None = None,
                refused: bool = False) -> str:
         """A call for node ``(l, i)`` failed: retried later (or given up past ``retries``); what its answered
@@ -381,9 +390,7 @@ class Builder:
         error = self.said(l, i, error)
         self.inflight.discard((l, i))
         self.stats.failed += 1
-        self._paid(spent or {})
-        if (spent or {}).get("cost"):  # no node records it: kept for the daily cap across restarts
-            self.state.paid_unbuilt(env.now().date().isoformat(), spent["cost"])
+        self.billed(spent)
         tries = self.tries[(l, i)] = self.tries.get((l, i), 0) + 1
         gives_up = self.retries is not None and tries > self.retries
         probe = l == 0 and i == self.probe

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from . import env, errors, semantic, stopping
 from .builder import WINDOW, Builder
 from .compactor import CallFailed, Compactor, Task, key_problem, worker
-from .compactor.providers import Unusable
+from .compactor.providers import KeyRefused, Unusable
 from .errors import BadInput, Busy, LeaseLost, NotFound, ProviderError
 from .tree import label
 
@@ -78,6 +78,9 @@ class Scheduler:
     refused: dict = field(default_factory=dict)  # memory name -> the exception it stopped building that memory on
     # memory name -> its settings files when it was refused on them (``watch``: taken again once they change)
     on_settings: dict = field(default_factory=dict)
+    # callable(mem) -> its settings files as they are (``watch``'s): a memory whose key the server refused is
+    # refused on its settings, noted in ``on_settings``; None (``build_tree``): the next run tries again
+    settings_of: object = None
     gone: set = field(default_factory=set)  # memories refused as moved or deleted (``watch``: taken again once back)
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
@@ -360,8 +363,11 @@ class Scheduler:
                 self._inline.add(builder)
                 builder.put_back(task)
             elif isinstance(error, Unusable):  # (no retry can succeed: said once, as a memory left on its settings)
-                builder.state.unsent(task.label)  # (never went out: not billed, not counted by the next builder)
+                builder.state.unsent(task.label)  # (never went out, or was refused its key: not billed, nor counted)
+                builder.billed(error.spent)  # (a request before it that was: a reasoning model's first)
                 if builder in self.builders:
+                    if isinstance(error, KeyRefused):
+                        error = self._key_refused(builder, task, error)
                     with self.refusing(builder.name, builder):
                         raise error
             elif builder in self.builders:
@@ -382,6 +388,31 @@ class Scheduler:
         # its node is written (one write of compactor.json for the calls taken together, only under a daily cap)
         for builder, costs in answered.items():
             builder.state.answered(costs)
+
+    def _key_refused(self, builder: Builder, task: Task, error: KeyRefused) -> ProviderError:
+        """The error ``builder``'s memory is left with when the server refused its compactor's API key (or its
+        access) for ``task``: which variable holds the key and what to do, recorded in compactor.json for
+        ``status`` to say; under ``watch`` (``settings_of``) refused on its settings, taken again once they
+        change (its environment never does: a key set anew reaches only a watcher started again)."""
+        from . import when
+
+        name, var = builder.name, builder.compactor.cfg.get("key_env")
+        here = " where the watcher starts" if self.settings_of is not None else ""
+        whose = f"(the compactor of {name}, {builder.compactor.label})"
+        if not var:
+            why, mend = (f"the server asks for an API key, and the compactor of {name} ({builder.compactor.label}) "
+                         "sends none (--key-env)", "give it one")
+        elif error.status == 401:
+            why, mend = f"the server refused the API key in ${var} {whose}", f"set the right key{here}"
+        else:
+            why, mend = (f"the server refused access with the API key in ${var} {whose}",
+                         f"mend its access (its permissions, the model, the region) or set another key{here}")
+        said = (f"{why}: {builder.said(task.l, task.i, str(error))}; nothing more is sent with it: {mend}, or choose "
+                f"another compactor with 'pimem model {name}'")
+        builder.state.key_refusal(said, when.rfc3339(env.now()), builder.asked_of)
+        if self.settings_of is not None:
+            self.on_settings[name] = self.settings_of(builder.mem)
+        return ProviderError(said)
 
     def _check_bill(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
         """A call billed past the worst case it was reserved at (the provider counted more tokens than bytes
@@ -755,6 +786,8 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
             except OSError:
                 stamps.append(None)
         return tuple(stamps)
+
+    scheduler.settings_of = settings_stamp  # (a memory whose key the server refused: taken again once they change)
 
     def cap_of(cfg: dict) -> float | None:
         cap = max_cost_per_day if max_cost_per_day is not None else cfg.get("max_cost_per_day")

@@ -1365,6 +1365,121 @@ def test_a_socks_proxy_without_its_package_stops_the_memory_in_one_line_not_retr
     assert BuildState(mem.path).failures == {}
 
 
+KEY = "sk-test-0123456789abcdefXYZ"  # (long enough to be a secret: every error hides it)
+REFUSED_KEY = {"401": "the server refused the API key in $TEST_LLM_KEY",
+               "403": "the server refused access with the API key in $TEST_LLM_KEY",
+               "403-region": "the server refused access with the API key in $TEST_LLM_KEY"}
+
+
+@pytest.mark.parametrize("api, fault", [("openai", "401"), ("anthropic", "401"), ("anthropic", "403"),
+                                        ("openai", "403-region")])
+def test_a_refused_api_key_stops_the_memory_in_one_line_not_retried_node_after_node(run, home, monkeypatch, api, fault):
+    """A server refusing the API key (HTTP 401; a 403 saying the key may not do this: its permissions, the model,
+    the region) refuses every call alike until a person mends the key or the compactor: build-tree sent every
+    node again and again (36 requests for 20 messages with --retries 3) and recorded each as failing. It stops
+    calling that compactor at once: one line naming the variable (never the key), exit 6, no failure recorded,
+    nothing counted as spent, and the other memories are built; ``status`` and compactor.json say why."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    with FakeLLM(api) as good, FakeLLM(api, faults=lambda n, body: fault) as server:
+        configure(home, good, api=api, price_in=1.0, price_out=2.0)
+        fill("a", 6)
+        mem = fill("m", 20)
+        mem.save_config({"compactor": {"base_url": server.url}, "max_cost_per_day": 1.0})
+        out = run("build-tree", "--retries", "50", "--json")
+        sent = len(server.requests)
+        assert run("build-tree", "m").exit_code == 6 and len(server.requests) <= sent + 8  # (the next run: one try)
+    assert out.exit_code == 6 and out.stderr.count("\n") == 1, out.stderr
+    said = f"{REFUSED_KEY[fault]} (the compactor of m, {api}/m1"
+    assert out.stderr.startswith(f"pimem: error: m: {said}"), out.stderr
+    assert f"HTTP {fault[:3]}: " in out.stderr and KEY not in out.stderr and KEY not in out.stdout
+    assert "nothing more is sent with it" in out.stderr and "'pimem model m'" in out.stderr
+    assert ("[API key]" in out.stderr) is (fault == "401")  # (the key the server echoed, hidden)
+    assert 1 <= sent <= 8  # (the calls in flight when the first was refused: none sent after it)
+    events = [orjson.loads(line) for line in out.stdout.splitlines()]
+    (refused,) = [e for e in events if e["event"] == "refused"]
+    assert refused["memory"] == "m" and refused["error"].startswith(said) and "settings" not in refused
+    assert not [e for e in events if e["event"] == "failed"]
+    assert_complete(Memory.open("a"))
+    state = BuildState(mem.path)
+    assert state.failures == {} and state.pending == {} and state.unbuilt_cost == {}
+    assert builder.spent(Memory.open("m"))["cost"] == 0
+    assert orjson.loads((mem.path / "compactor.json").read_bytes())["key_refused"]["error"].startswith(said)
+    status = orjson.loads(run("status", "m", "--json").stdout)
+    assert status["key_refused"]["error"].startswith(said) and status["key_refused"]["at"] == "2026-10-08T09:30:00+08:00"
+    assert status["failures"] == [] and status["spent"]["cost_unbuilt"] == 0
+    shown = run("status", "m").stdout
+    assert f"stopped   {said}" in shown and "(at 2026-10-08T09:30:00+08:00)" in shown, shown
+    # once the key is mended, the next run builds it, and status no longer says it was refused
+    with FakeLLM(api) as mended:
+        mem.save_config({"compactor": {"base_url": mended.url}})
+        assert run("build-tree", "m").exit_code == 0
+    assert_complete(Memory.open("m"))
+    assert orjson.loads(run("status", "m", "--json").stdout)["key_refused"] is None
+    assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
+
+
+def test_a_server_asking_for_a_key_the_compactor_does_not_send_says_so(run, home, monkeypatch):
+    """A local server behind a key (vLLM's --api-key) and a compactor set up without one: the 401 says that no
+    key is sent, not that one was refused."""
+    with FakeLLM("openai", faults=lambda n, body: "401") as server:
+        configure(home, server)
+        mem = fill("m", 6)
+        mem.save_config({"compactor": {"key_env": None}})
+        out = run("build-tree", "m")
+        assert len(server.requests) <= 8
+    assert out.exit_code == 6 and out.stderr.count("\n") == 2, out.stderr  # (its done line, then the error)
+    assert ("pimem: error: m: the server asks for an API key, and the compactor of m (openai/m1) sends none "
+            "(--key-env): ") in out.stderr, out.stderr
+
+
+def test_a_call_refused_for_its_key_after_a_billed_request_counts_that_request(run, home, monkeypatch):
+    """A reasoning model's call is two requests when the first spent its budget thinking; the first is billed
+    even when the second is refused for its key: it counts as spent on a call that built nothing."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    with FakeLLM("openai", faults=lambda n, body: "length" if n == 0 else "401") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 2, short_every=1000)  # (one long message: one call)
+        out = run("build-tree", "m")
+        assert len(server.requests) == 2
+    assert out.exit_code == 6 and "the server refused the API key in $TEST_LLM_KEY" in out.stderr, out.stderr
+    assert BuildState(mem.path).unbuilt_cost == {"2026-10-08": pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)}
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_403_for_what_a_request_holds_is_a_refused_node_not_a_refused_key(run, home, monkeypatch, api):
+    """A 403 that says moderation flagged the input (OpenRouter's: that message's content) is no refused key: that
+    node is refused for what it holds, as a 400 is (``"refused": true``: not the server's failure), and the
+    others are built."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    flagged = lambda n, body: "403-flagged" if "w5x1 " in orjson.dumps(body).decode() else None  # noqa: E731
+    with FakeLLM(api, faults=flagged) as server:
+        configure(home, server, api=api)
+        mem = fill("m", 12)
+        out = run("build-tree", "m", "--retries", "1")
+    assert out.exit_code == 6 and "m 5+1: " in out.stderr and "flagged" in out.stderr, out.stderr
+    state = BuildState(mem.path)
+    assert list(state.failures) == ["5+1"] and state.failures["5+1"]["refused"] is True
+    assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
+    assert builder.survey(Memory.open("m"))["pending"] == 4  # (that leaf, and the merges above it)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_403_unexplained_a_429_and_a_500_are_retried_as_ever(run, home, monkeypatch, api):
+    """A 403 whose words name neither the key nor its access is not taken for a refused key: it is retried, as
+    a 500 is; and so are a 429 and a 500."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    faults = {1: "403-other", 2: "429", 3: "500"}
+    with FakeLLM(api, faults=lambda n, body: faults.get(n), retry_after="0") as server:
+        configure(home, server, api=api)
+        mem = fill("m", 12)
+        out = run("build-tree", "m", "--retries", "2", "--json")
+    assert out.exit_code == 0, out.stderr
+    assert_complete(mem)
+    failed = [e for e in map(orjson.loads, out.stdout.splitlines()) if e["event"] == "failed"]
+    assert sorted(e["error"].split(": HTTP ", 1)[1][:3] for e in failed) == ["403", "429", "500"], failed
+    assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
+
+
 def _node_of(body: dict) -> str:
     task = body["messages"][-1]["content"].rsplit("</chat>", 1)[-1]
     return re.search(r"message \d+|lines \S+ and \S+", task)[0]

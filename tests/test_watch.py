@@ -1042,6 +1042,58 @@ def test_a_compactor_without_its_api_key_is_one_line_not_retried_for_ever(home):
         assert watcher.returncode == 0
 
 
+@pytest.mark.parametrize("api, fault", [("openai", "401"), ("anthropic", "401"), ("anthropic", "403")])
+def test_a_refused_api_key_is_refused_on_its_settings_not_retried_for_ever(home, api, fault):
+    """A server refusing the API key (HTTP 401, or a 403 saying the key may not do this) refuses every call alike:
+    the watcher retried each node for ever (114 requests in 4 s), as if the server were down. It stops building
+    that memory with one line naming the variable (a ``refused`` event with ``"settings": true``), records
+    nothing as failing or spent, builds the others on, ``status`` says why, and it takes the memory again once
+    its settings change (``pimem model``)."""
+    from pimem.compactor.state import BuildState
+
+    key = "sk-test-0123456789abcdefXYZ"
+    with FakeLLM(api) as good, FakeLLM(api, faults=lambda n, body: fault) as server:
+        configure(home, good, api=api, key_env="LONG_LLM_KEY", price_in=1.0, price_out=2.0)
+        fill("a", 6)
+        mem = fill("m", 20)
+        mem.save_config({"compactor": {"base_url": server.url}, "max_cost_per_day": 1.0})
+        watcher = start_watch("a", "m", "--json", LONG_LLM_KEY=key)
+        try:
+            events = [orjson.loads(watcher.stdout.readline())]
+            while events[-1]["event"] != "refused" and len(events) < 100:  # (a, built; m, refused: not failed for ever)
+                events.append(orjson.loads(watcher.stdout.readline()))
+            assert events[-1]["event"] == "refused", events[-3:]
+            until(lambda: lease.holder(mem) is None)  # (refused: its lease let go)
+            time.sleep(0.5)  # (a retry would have come by now: retry_seconds is 0.05)
+            assert 1 <= len(server.requests) <= 8  # (the calls in flight when the first was refused, no more)
+            refused = events[-1]
+            said = ("the server refused " + ("the API key" if fault == "401" else "access with the API key")
+                    + f" in $LONG_LLM_KEY (the compactor of m, {api}/m1): ")
+            assert refused["memory"] == "m" and refused["error"].startswith(said) and refused["settings"] is True
+            assert key not in refused["error"] and "where the watcher starts" in refused["error"], refused
+            assert not [e for e in events if e["event"] == "failed"]
+            state = BuildState(mem.path)
+            assert state.failures == {} and state.pending == {} and state.unbuilt_cost == {}
+            status = orjson.loads(subprocess.run(pimem_cmd("status", "m", "--json"), capture_output=True, timeout=60,
+                                                 env=subprocess_env()).stdout)
+            assert status["key_refused"]["error"] == refused["error"] and status["spent"]["cost"] == 0
+            until(lambda: complete("a"))
+            done = subprocess.run(pimem_cmd("model", "m", f"{api}/m1", "--base-url", good.url, "--key-env", "LONG_LLM_KEY",
+                                            "--price-in", "1", "--price-out", "2"),
+                                  capture_output=True, timeout=60, env=subprocess_env())
+            assert done.returncode == 0, done.stderr
+            taken = next(e for e in map(orjson.loads, iter(watcher.stdout.readline, b"")) if e["memory"] == "m")
+            assert taken == {"event": "watching", "memory": "m"}
+            until(lambda: complete("m"))
+            assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
+        finally:
+            watcher.send_signal(signal.SIGTERM)
+            out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert f"stopped building m: {said}".encode() in err and b"(this watcher takes it again once its settings change)" in err
+    assert key.encode() not in err + out
+
+
 def test_status_says_a_watcher_retries_a_node_an_earlier_run_left_failing(home, sh):
     """A node build-tree failed (not retried in that run; the next builder waits for the retry time it recorded)
     showed no ``next`` while a watcher started later was retrying it: a builder tries every unbuilt node from its

@@ -52,10 +52,12 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["capped_below"] and state.capped_setting is not None:  # (raised since, but not enough)
         row["capped_below"] = {**row["capped_below"], "max_cost_per_day": setting}
     row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
+    asker = builder.asked_of(mem.config.get("compactor") or {})
+    refused = state.key_refused  # (the server refused the key of the memory's compactor: no builder calls it now)
+    row["key_refused"] = {"error": refused["error"], "at": refused["at"]} if refused and refused["compactor"] == asker else None
     # a capped or stopped watcher retries nothing; with no builder running, the next one waits for a retry time
     # still to come (``Builder._deferred``)
     idle = row["builder"] and (row["capped"] or row["stopped"])
-    asker = builder.asked_of(mem.config.get("compactor") or {})
     for fail in row["failures"]:
         fail["next"], fail["being_retried"] = (None, False) if idle else _retry(fail, row["builder"], asker, now)
         # a leaf the running builder holds back until some call is answered (``Builder.parked``): not retried
@@ -128,6 +130,9 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     if row["stopped"]:
         output.line(output.style(f"stopped   {output.flatten(row['stopped'])}; the watcher calls the compactor no "
                                  "more until it is started again", "red"))
+    if row["key_refused"]:
+        output.line(output.style(f"stopped   {output.flatten(row['key_refused']['error'])} (at "
+                                 f"{output.flatten(local(row['key_refused']['at']))})", "red"))
     for fail in row["failures"][:FAILING_SHOWN]:
         retry = (", waiting for an answered call" if fail.get("parked") else f", next {local(fail['next'])}" if fail["next"]
                  else ", being retried" if fail["being_retried"] else "")

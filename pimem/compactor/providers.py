@@ -2,7 +2,8 @@
 any shell command that reads a prompt on stdin and prints the line.
 
 Every failure (HTTP status, timeout, malformed JSON, a command's non-zero exit) becomes ``CallFailed``; the
-scheduler retries it later, but for ``Unusable`` (no retry can succeed until a person mends the setup). httpx is
+scheduler retries it later, but for ``Unusable`` (no retry can succeed until a person mends the setup: a refused
+API key, ``KeyRefused``, among them). httpx is
 imported only when a remote provider is first used.
 """
 
@@ -29,6 +30,15 @@ KEY_LEAST = 8  # characters of an API key worth hiding in an error (``_hidden``)
 
 
 REFUSED = (400, 413, 422)  # HTTP statuses of a request refused for what it holds (too long, say): its own fault
+# the words of an HTTP 403 that refuses the key or its account, not the request: Anthropic's permission_error
+# ("does not have permission", its region's "Request not allowed"), OpenAI's unsupported_country_region_territory
+# and "not allowed to sample from this model", "does not have access to model", a gateway's {"message": "Forbidden"}
+_ACCESS = re.compile(r"api[ _-]?key|permission|authori[sz]|authenticat|credential|access|not allowed|forbidden|"
+                     r"country|region|territor", re.I)
+# the words of an HTTP 403 that refuses what the request holds: OpenRouter's moderation ("Your input was flagged")
+_FLAGGED = re.compile(r"flagged|moderation", re.I)
+_BLOCKED = re.compile(r"blocked", re.I)  # a firewall's page (Cloudflare's "you have been blocked"): for a word of the
+# request, or for this machine's address, no telling which: retried as any failure is
 
 
 class CallFailed(ProviderError):
@@ -50,6 +60,26 @@ class Unusable(CallFailed):
     without the package that speaks socks, a proxy of a scheme httpx does not know): retried, every call failed
     the same way, for ever under ``watch``, as if the server were down. The scheduler stops building that memory
     instead, saying this one line (``Scheduler._collect``)."""
+
+
+class KeyRefused(Unusable):
+    """The server refused the API key (HTTP 401), or what it may do (an HTTP 403 saying so: its permissions, the
+    model, the region): every call of this compactor is refused alike until a person mends the key or its access,
+    or chooses another compactor. ``status``: 401 or 403. Such a call is not billed. The scheduler stops building
+    that memory, as for ``Unusable``, saying which variable holds the key (``Scheduler._key_refused``)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+def refuses_key(status: int, text: str) -> bool:
+    """Whether an HTTP ``status`` with body ``text`` refuses the key or its account rather than this request: a 401
+    always; a 403 when its words name the key or its access and not the request's content (``_ACCESS``,
+    ``_FLAGGED``, ``_BLOCKED``). Another 403 is no proof: a firewall refuses a word of the request so."""
+    if status == 401:
+        return True
+    return status == 403 and bool(_ACCESS.search(text)) and not _FLAGGED.search(text) and not _BLOCKED.search(text)
 
 
 NO_CHOICE = "no choice"  # a chat-completions reply's finish when its choices list is empty
@@ -365,8 +395,11 @@ class HttpProvider:
         text = content.decode(response.encoding or "utf-8", "replace")
         if response.status_code >= 400:
             detail = self._hidden(" ".join(text.split()))[:300]  # (a server may echo the request; hidden, then cut)
+            if refuses_key(response.status_code, text):
+                raise KeyRefused(f"{where}: HTTP {response.status_code}: {detail}", response.status_code)
+            flagged = response.status_code == 403 and bool(_FLAGGED.search(text))
             raise CallFailed(f"{where}: HTTP {response.status_code}: {detail}", _retry_after(response.headers),
-                             refused=response.status_code in REFUSED)
+                             refused=response.status_code in REFUSED or flagged)
         if not whole:
             raise CallFailed(f"{where}: the reply is over {HTTP_REPLY >> 20} MiB (a summary's is a few KB); "
                              "the rest was not read")

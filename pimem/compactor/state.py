@@ -26,6 +26,10 @@
 - ``overbilled``: why the watcher calls this memory's compactor no more (a call billed past its worst case
   under a daily cap: no cap holds with such bills), until a builder takes the memory again; meanwhile
   ``context`` does not wait for it and ``status`` says so;
+- ``key_refused``: ``{"error", "at", "compactor"}`` when the server refused the compactor's API key (HTTP 401,
+  or a 403 saying the key may not do this: ``providers.KeyRefused``) and the builder stopped calling it there,
+  its error the line it was left with (which variable, what to do); ``status`` says it while the memory's
+  compactor is that one, until a builder takes the memory again (and tries the key anew);
 - ``pending``: per node label, the calls of a capped watcher in flight, at their worst case and with the local
   day (the sender's) each was sent, then at what it was billed once answered, until its node is written, its
   failure recorded, or it is found never to have gone out (no proxy could carry it: ``unsent``): a watcher
@@ -78,6 +82,9 @@ class BuildState:
         setting = data.get("capped_setting") if self.capped else None
         self.capped_setting: float | None = setting if type(setting) in (int, float) and 0 <= setting < float("inf") else None
         self.overbilled: str | None = data.get("overbilled") if isinstance(data.get("overbilled"), str) else None
+        refused = data.get("key_refused")
+        self.key_refused: dict | None = refused if isinstance(refused, dict) and all(
+            isinstance(refused.get(k), str) for k in ("error", "at", "compactor")) else None
         self.pending: dict[str, dict] = _entries(data, "pending", lambda call: isinstance(call, dict) and isinstance(
             call.get("day"), str) and type(call.get("cost")) in (int, float) and 0 <= call["cost"] < float("inf"))
 
@@ -96,6 +103,8 @@ class BuildState:
                     data["capped_setting"] = self.capped_setting
             if self.overbilled:
                 data["overbilled"] = self.overbilled
+            if self.key_refused:
+                data["key_refused"] = self.key_refused
             if self.pending:
                 data["pending"] = self.pending
             write_atomic(self.path, orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
@@ -209,6 +218,14 @@ class BuildState:
         took the memory again (None: its predecessor's stop is not its own)."""
         if self.overbilled != why:
             self.overbilled = why
+            self.save()
+
+    def key_refusal(self, error: str | None, at: str | None = None, compactor: str | None = None) -> None:
+        """The server refused the API key of ``compactor`` (its ``asked_of``) at ``at`` (RFC 3339), and the builder
+        calls it no more (``error``: the line it said); None: a builder took the memory again."""
+        refused = None if error is None else {"error": error, "at": at, "compactor": compactor}
+        if self.key_refused != refused:
+            self.key_refused = refused
             self.save()
 
     def park(self, parked=(), released=()) -> None:
