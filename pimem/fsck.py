@@ -35,7 +35,7 @@ _TORN_NODE = re.compile(rb'\{"l":\d+')
 @dataclass
 class Finding:
     memory: str
-    area: str  # log, tree, view, memory, windows, index, files
+    area: str  # log, tree, view, memory, windows, index, settings, files, pointer
     where: str  # file:line, or the file
     problem: str
     fatal: bool = True  # False for a note: readers tolerate it and nothing needs doing
@@ -77,6 +77,9 @@ def _key(f: Finding) -> tuple:
 
 
 def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
+    kept = check_kept(mem)
+    if any(f.area in _READ_BY_CHECKS for f in kept):  # (the checks below would stop at it, as every reader does)
+        return kept
     known: dict[str, int] = {}  # what the other parts of the memory know the log held, as the T each implies
     log = check_log(mem, known)
     rest = check_tree(mem) + check_view(mem, known) + check_chains(mem, known) + check_index(mem, known)
@@ -87,8 +90,64 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
                 f.action, f.repair = None, None
                 f.problem += "; --repair leaves it until the lost messages are put back or accepted"
     log += lost
-    return (log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_projects(mem)
+    return (kept + log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_projects(mem)
             + check_imports(mem) + check_temporaries(mem))
+
+
+# the files a memory keeps that its commands open, by where (a day file and a tree file stand for every one):
+# the area fsck says it in, who stops at something else there (exit 7, one line naming it), and what to do
+_KEPT = {
+    "main/": ("log", "every command reading the log stops at it", "move it out of main/, and put the day file back if you have it"),
+    "tree/": ("tree", "every reader of the view stops at it", "remove it: its summaries are built again"),
+    "config.json": ("settings", "the commands reading its settings (view, context, search, append …) stop at it",
+                    "move it away: the memory then has the default settings"),
+    "memory.jsonl": ("memory", "remember, memories, context and compact stop at it", "move it away, and put the file back if you have it"),
+    "windows.jsonl": ("windows", "compact stops at it", "move it away, and put the file back if you have it"),
+    "lock.json": ("files", "status, context and the builders stop at it", "remove it: a builder writes its lease again"),
+    "compactor.json": ("files", "status and the builders stop at it", "remove it: the builders note the compactor's failures again"),
+    "cursors.json": ("files", "since --cursor stops at it", "move it away: each consumer's cursor then starts afresh"),
+    "cursors.lock": ("files", "since --cursor stops at it", "remove it"),
+    "write.lock": ("files", "every write stops at it", "remove it"),
+    "index.lock": ("index", "search and recall stop at it", "remove it"),
+}
+_READ_BY_CHECKS = {"log", "tree", "settings", "memory", "windows"}  # (by the areas said: the checks read those files)
+
+
+def check_kept(mem: Memory) -> list[Finding]:
+    """A directory, a named pipe, a socket or a device where the memory keeps a file its commands open (a day
+    file, a tree file, ``config.json``, ``memory.jsonl`` … and the home's ``config.json``, which every memory's
+    settings read): each command stops at it in one line naming it (exit 7); fsck names it as a problem, with
+    what to do, and leaves it (a directory there holds what is someone's). The checks that would read one of
+    those files are not run until it is moved away."""
+    found = check_home(mem.path.parent, mem.name)
+    for where, (area, stops, remedy) in _KEPT.items():
+        if where.endswith("/"):
+            folder = mem.path / where
+            try:
+                with os.scandir(folder) as entries:
+                    odd = sorted(e.name for e in entries if e.name.endswith(".jsonl") and not e.name.startswith(".")
+                                 and not e.is_file(follow_symlinks=False) and not e.is_symlink())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            paths = [folder / name for name in odd]
+        else:
+            paths = [mem.path / where]
+        for path in paths:
+            if what := _not_a_file(path):
+                found.append(Finding(mem.name, area, str(path.relative_to(mem.path)),
+                                     f"{what}, not a file: {stops} (exit 7); pimem leaves it ({remedy})"))
+    return found
+
+
+def check_home(root: Path, name: str | None = None) -> list[Finding]:
+    """The home's ``config.json`` (the settings every memory starts from), when it is no file: said for memory
+    ``name``, else for the home (its path in place of a memory's name)."""
+    path = root / "config.json"
+    if what := _not_a_file(path):
+        return [Finding(str(root) if name is None else name, "settings", "config.json" if name is None else str(path),
+                        f"{what}, not a file: the commands reading settings (view, context, search, append …) stop "
+                        "at it (exit 7); pimem leaves it (move it away: every memory then has the default settings and its own)")]
+    return []
 
 
 def check_projects(mem: Memory) -> list[Finding]:

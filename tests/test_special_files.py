@@ -166,3 +166,62 @@ def test_a_pipe_as_a_rename_pointer_is_said_not_waited_on(home, memory):
     assert out.returncode == 5 and out.stdout.decode().splitlines()[-1].startswith(
         "old: pointer: old: problem: a rename pointer that cannot be read (Is a named pipe, not a file): ")
 
+
+# (where, relative to the memory; the line fsck says it in, past "m: ", with WHAT for what stands there)
+FSCK = [
+    (f"main/{DAYS[0]}.jsonl", f"log: main/{DAYS[0]}.jsonl: problem: WHAT, not a file: every command reading the log stops "
+                              "at it (exit 7); pimem leaves it (move it out of main/, and put the day file back if you have it)"),
+    ("memory.jsonl", "memory: memory.jsonl: problem: WHAT, not a file: remember, memories, context and compact stop at it "
+                     "(exit 7); pimem leaves it (move it away, and put the file back if you have it)"),
+    ("windows.jsonl", "windows: windows.jsonl: problem: WHAT, not a file: compact stops at it (exit 7); pimem leaves it "
+                      "(move it away, and put the file back if you have it)"),
+    ("config.json", "settings: config.json: problem: WHAT, not a file: the commands reading its settings (view, context, "
+                    "search, append …) stop at it (exit 7); pimem leaves it (move it away: the memory then has the default settings)"),
+    (TREE, f"tree: {TREE}: problem: WHAT, not a file: every reader of the view stops at it (exit 7); pimem leaves it (remove "
+           "it: its summaries are built again)"),
+    ("lock.json", "files: lock.json: problem: WHAT, not a file: status, context and the builders stop at it (exit 7); pimem "
+                  "leaves it (remove it: a builder writes its lease again)"),
+    ("compactor.json", "files: compactor.json: problem: WHAT, not a file: status and the builders stop at it (exit 7); "
+                       "pimem leaves it (remove it: the builders note the compactor's failures again)"),
+    ("cursors.json", "files: cursors.json: problem: WHAT, not a file: since --cursor stops at it (exit 7); pimem leaves it "
+                     "(move it away: each consumer's cursor then starts afresh)"),
+]
+
+
+@pytest.mark.parametrize("by", ["pipe", "dir"])
+@pytest.mark.parametrize("where,said", FSCK, ids=[w for w, _ in FSCK])
+def test_fsck_names_what_stands_where_a_file_is_kept_and_leaves_it(home, memory, where, said, by):
+    """fsck stopped at a directory where a day file, memory.jsonl, windows.jsonl or config.json is kept (exit 7,
+    'Is a directory', the memory not checked), and said nothing of one at lock.json or compactor.json, where
+    context and status stop; with a pipe there it waited for ever. It is a problem, named with what to do, and
+    left (by --repair too); once the file is back, the memory is ok."""
+    path = where_in(memory, where)
+    kept = path.read_bytes() if path.exists() else None  # (lock.json, compactor.json: none while no builder runs or fails)
+    replace(path, by)
+    line = "m: " + said.replace("WHAT", "a named pipe" if by == "pipe" else "a directory").replace(TREE, f"tree/{path.name}") + "\n"
+    before = snapshot(memory / "main")
+    for args in (["fsck", "m"], ["fsck"], ["fsck", "--repair", "m"]):
+        out = pimem(*args)
+        assert (out.returncode, out.stdout.decode(), out.stderr.decode()) == (5, line, "pimem: error: 1 problem found\n"), args
+    assert snapshot(memory / "main") == before  # (nothing --repair could do: left as it was)
+    assert path.is_fifo() if by == "pipe" else (path / "kept").read_text() == "the user's"
+    (path.unlink() if by == "pipe" else (path / "kept").unlink() or path.rmdir())
+    if kept is not None:
+        path.write_bytes(kept)
+    out = pimem("fsck", "m")
+    assert (out.returncode, out.stdout.decode()) == (0, "m: ok (13 messages)\n")
+
+
+@pytest.mark.parametrize("by", ["pipe", "dir"])
+def test_fsck_names_what_stands_where_the_homes_settings_are_kept_once(home, memory, run, by):
+    """The home's config.json is read for every memory's settings: fsck said 'Is a directory' for the first memory
+    and exit 7; it names it once, for the home, and checks no memory (each would stop at it)."""
+    assert run("append", "other", "x").exit_code == 0
+    replace(home / "config.json", by)
+    what = "a named pipe" if by == "pipe" else "a directory"
+    for args in (["fsck"], ["fsck", "m"]):
+        out = pimem(*args)
+        assert (out.returncode, out.stdout.decode()) == (5, f"{home}: settings: config.json: problem: {what}, not a file: "
+                                                            "the commands reading settings (view, context, search, append …) "
+                                                            "stop at it (exit 7); pimem leaves it (move it away: every memory "
+                                                            "then has the default settings and its own)\n"), args

@@ -43,6 +43,11 @@ def command(
     needs(("--accept-lost", accept_lost), "--repair", repair)
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))
     unread = output.Unread()
+    settings = fsck.check_home(env.home(home))
+    if settings:  # (every memory's settings start from it: each would stop at it, and say it again)
+        for finding in settings:
+            output.json_line(finding.to_json()) if json else output.line(str(finding))
+        raise IntegrityError("1 problem found")
     mems = Memory.named(names, home) if names else Memory.all(home, refused=unread, claims=True)
     if not mems and not unread.said:
         naming.say_none(home, "check")
