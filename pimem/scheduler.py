@@ -37,18 +37,29 @@ FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(
 WRITTEN_POLL = 0.05  # seconds between looks at a batch being written, whose built events follow it
 
 
-class _Pool:
-    """``CONCURRENCY`` daemon threads running compactor calls; results come back on one queue."""
+class NotSent(CallFailed):
+    """A call its builder stopped before a thread of the pool took it (its memory left: a refused key, a lease
+    lost): never sent."""
 
-    def __init__(self, size: int, results: queue.Queue):
+
+class _Pool:
+    """``CONCURRENCY`` daemon threads running compactor calls; results come back on one queue. A call whose
+    builder is in ``left`` when a thread takes it is not sent (``NotSent``)."""
+
+    def __init__(self, size: int, results: queue.Queue, left: set):
         self.tasks: queue.Queue = queue.Queue()
         self.results = results
+        self.left = left
         for _ in range(size):
             threading.Thread(target=self._work, daemon=True).start()
 
     def _work(self) -> None:
         while True:
             builder, task, context = self.tasks.get()
+            if builder in self.left:  # (its memory was left while the call waited for a thread: a server refusing
+                # the key was sent the calls still queued all the same)
+                self.results.put((builder, task, None, None, NotSent("not sent: the memory was left")))
+                continue
             try:
                 text, meta = builder.build(task, context)
                 self.results.put((builder, task, text, meta, None))
@@ -91,6 +102,7 @@ class Scheduler:
     _pool: _Pool | None = None
     _inflight: int = 0  # model calls in flight
     _results: queue.Queue = field(default_factory=queue.Queue)  # the pool's and the workers' finished tasks
+    _left: set = field(default_factory=set)  # the builders retired, whose calls still queued are not sent
     _workers: dict = field(default_factory=dict)  # builder -> its offline compactor's worker processes
     _offloaded: int = 0  # tasks the workers hold
     _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
@@ -224,7 +236,7 @@ class Scheduler:
             builder.put_back(task)
             return False
         if self._pool is None:
-            self._pool = _Pool(self.concurrency, self._results)
+            self._pool = _Pool(self.concurrency, self._results, self._left)
         if worst and builder.max_cost_per_day is not None:  # a daily cap outlives this process: the call is kept
             # pending in compactor.json (a write a call, so only under a cap) till its node is written or it fails
             builder.state.sending(task.label, env.now().date().isoformat(), worst)
@@ -274,6 +286,7 @@ class Scheduler:
         self._tell_written(builder)  # (the batches written before it stopped)
         self.builders.remove(builder)
         self.retired.append(builder)
+        self._left.add(builder)
         self.held.discard(builder)
         self._end_worker(builder)
 
@@ -358,7 +371,10 @@ class Scheduler:
                 self._inflight -= 1
                 self._check_bill(builder, task, meta if error is None else getattr(error, "spent", None),
                                  self._reserved.pop((builder, task.l, task.i), None))
-            if isinstance(error, worker.WorkerGone):
+            if isinstance(error, NotSent):
+                if builder not in self.lost:  # (a lost memory's compactor.json is its new holder's)
+                    builder.state.unsent(task.label)
+            elif isinstance(error, worker.WorkerGone):
                 self._end_worker(builder)
                 self._inline.add(builder)
                 builder.put_back(task)

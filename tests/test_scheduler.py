@@ -1418,6 +1418,45 @@ def test_a_refused_api_key_stops_the_memory_in_one_line_not_retried_node_after_n
     assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
 
 
+def test_calls_still_queued_when_their_memory_is_left_are_not_sent(run, home, monkeypatch):
+    """The pool's threads slow to start (a loaded machine): the first call was refused its key and the memory
+    left while the other 7 still waited for a thread, and each was sent all the same when one took it. A call
+    whose memory was left by then is not sent."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    first, left = threading.Lock(), threading.Event()
+    work, retire = scheduler._Pool._work, scheduler.Scheduler.retire
+
+    class Told:  # (the first thread, its call answered, takes the next one once the answer was read)
+        def __init__(self, results):
+            self.results = results
+
+        def put(self, item):
+            self.results.put(item)
+            left.wait(30)
+
+    def late(pool):  # (one thread starts at once, the others once the memory was left)
+        if first.acquire(blocking=False):
+            pool.results = Told(pool.results)
+        else:
+            left.wait(30)
+        work(pool)
+
+    def retired(sched, builder):
+        retire(sched, builder)
+        left.set()
+
+    monkeypatch.setattr(scheduler._Pool, "_work", late)
+    monkeypatch.setattr(scheduler.Scheduler, "retire", retired)
+    with FakeLLM("openai", faults=lambda n, body: "401") as server:
+        configure(home, server, price_in=1.0, price_out=2.0)
+        mem = fill("m", 20)
+        mem.save_config({"max_cost_per_day": 1.0})
+        out = run("build-tree", "m")
+        assert len(server.requests) == 1
+    assert out.exit_code == 6 and "the server refused the API key" in out.stderr, out.stderr
+    assert BuildState(mem.path).pending == {} and BuildState(mem.path).unbuilt_cost == {}
+
+
 def test_a_server_asking_for_a_key_the_compactor_does_not_send_says_so(run, home, monkeypatch):
     """A local server behind a key (vLLM's --api-key) and a compactor set up without one: the 401 says that no
     key is sent, not that one was refused."""
