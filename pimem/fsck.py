@@ -578,8 +578,9 @@ def check_index(mem: Memory, known: dict[str, int] | None = None) -> list[Findin
 
     path, second = mem.path / index.FILENAME, mem.path / index.SHARD_FILENAME
     for file in (path, second):
-        if what := _not_a_file(file):
-            return [_leave(mem, "index", file, what, "the index is built again from the log")]
+        for suffix in ("", "-wal", "-shm"):  # (SQLite's own files beside each: search stops at one that is no file)
+            if what := _not_a_file(file.with_name(file.name + suffix)):
+                return [_leave(mem, "index", file.with_name(file.name + suffix), what, "the index is built again from the log")]
     if not path.exists() and not path.is_symlink():
         return []
 

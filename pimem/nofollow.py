@@ -114,7 +114,17 @@ def read_bytes(path: Path) -> bytes:
 
 
 def check_database(path: str | os.PathLike) -> None:
-    """Before SQLite opens ``path`` (it follows links itself): the database, its WAL and shared-memory files
-    must not be links."""
+    """Before SQLite opens ``path`` (it follows links itself, and says a named pipe or a directory there is a
+    disk I/O error, or that it cannot open the database, naming no file): the database, its WAL and
+    shared-memory files must be regular files where they are, not links (``planted``) nor anything else
+    (``not_a_file``). One ``lstat`` each, as looking for links alone took."""
     for suffix in ("", "-wal", "-shm", "-journal"):
-        check_free(f"{os.fspath(path)}{suffix}")
+        name = f"{os.fspath(path)}{suffix}"
+        try:
+            mode = os.lstat(name).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            raise planted(name)
+        if not stat.S_ISREG(mode):
+            raise not_a_file(name, mode)

@@ -78,6 +78,10 @@ STOPPING = [
     ("m/cursors.json", [["since", "m", "#0", "--cursor", "c"]]),
     ("m/write.lock", [["append", "m", "x"], ["remember", "m", "y"]]),
     ("m/" + TREE, [["view", "m"], ["context", "m"], ["status", "m"]]),
+    # (SQLite said 'disk I/O error … is the disk full?' of a pipe, 'unable to open database file' of a directory)
+    ("m/index.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"], ["status", "m"]]),
+    ("m/index-1.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"]]),
+    ("m/index.sqlite-wal", [["search", "staging", "m"]]),
 ]
 # commands over several memories say which memory they were reading
 OVER_MEMORIES = {"build-tree", "search", "list"}
@@ -185,6 +189,10 @@ FSCK = [
                        "pimem leaves it (remove it: the builders note the compactor's failures again)"),
     ("cursors.json", "files: cursors.json: problem: WHAT, not a file: since --cursor stops at it (exit 7); pimem leaves it "
                      "(move it away: each consumer's cursor then starts afresh)"),
+    ("index.sqlite-shm", "index: index.sqlite-shm: problem: WHAT, not a file: pimem leaves it (remove it: the index is "
+                         "built again from the log)"),
+    ("index-1.sqlite-wal", "index: index-1.sqlite-wal: problem: WHAT, not a file: pimem leaves it (remove it: the index is "
+                           "built again from the log)"),
 ]
 
 
