@@ -11,7 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FAULTS = ("500", "400", "413", "422", "429", "401", "403", "403-region", "403-flagged", "403-other", "hang", "malformed",
+FAULTS = ("500", "400", "413", "422", "429", "401", "403", "403-region", "403-flagged", "403-other", "400-key", "hang", "malformed",
           "empty", "nochoices", "long", "length", "redirect")
 BAD_COUNTS = {"negative": -5, "text": "1000", "fraction": 999.5}  # faults: the reply's input count so
 
@@ -159,6 +159,11 @@ class FakeLLM:
         if fault == "403-flagged":  # (OpenRouter's moderation: this request's content, not the key)
             return self.send(handler, 403, b'{"error": {"code": 403, "message": "m1 requires moderation on OpenRouter. '
                                            b'Your input was flagged for \\"harassment\\". No credits were charged."}}')
+        if fault == "400-key":  # (Google's, at its OpenAI-compatible endpoint, for a key that is not valid)
+            return self.send(handler, 400, json.dumps([{"error": {
+                "code": 400, "message": "API key not valid. Please pass a valid API key.", "status": "INVALID_ARGUMENT",
+                "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID",
+                             "domain": "googleapis.com"}]}}]).encode())
         if fault == "403-other":  # (a 403 whose words name neither)
             return self.send(handler, 403, b'{"error": "try again later"}')
         if fault == "429":

@@ -418,11 +418,11 @@ class Scheduler:
         if not var:
             why, mend = (f"the server asks for an API key, and the compactor of {name} ({builder.compactor.label}) "
                          "sends none (--key-env)", "give it one")
-        elif error.status == 401:
-            why, mend = f"the server refused the API key in ${var} {whose}", f"set the right key{here}"
-        else:
+        elif error.status == 403:
             why, mend = (f"the server refused access with the API key in ${var} {whose}",
                          f"mend its access (its permissions, the model, the region) or set another key{here}")
+        else:
+            why, mend = f"the server refused the API key in ${var} {whose}", f"set the right key{here}"
         said = (f"{why}: {builder.said(task.l, task.i, str(error))}; nothing more is sent with it: {mend}, or choose "
                 f"another compactor with 'pimem model {name}'")
         builder.state.key_refusal(said, when.rfc3339(env.now()), builder.asked_of)

@@ -1367,15 +1367,16 @@ def test_a_socks_proxy_without_its_package_stops_the_memory_in_one_line_not_retr
 
 KEY = "sk-test-0123456789abcdefXYZ"  # (long enough to be a secret: every error hides it)
 REFUSED_KEY = {"401": "the server refused the API key in $TEST_LLM_KEY",
+               "400-key": "the server refused the API key in $TEST_LLM_KEY",
                "403": "the server refused access with the API key in $TEST_LLM_KEY",
                "403-region": "the server refused access with the API key in $TEST_LLM_KEY"}
 
 
 @pytest.mark.parametrize("api, fault", [("openai", "401"), ("anthropic", "401"), ("anthropic", "403"),
-                                        ("openai", "403-region")])
+                                        ("openai", "403-region"), ("openai", "400-key")])
 def test_a_refused_api_key_stops_the_memory_in_one_line_not_retried_node_after_node(run, home, monkeypatch, api, fault):
     """A server refusing the API key (HTTP 401; a 403 saying the key may not do this: its permissions, the model,
-    the region) refuses every call alike until a person mends the key or the compactor: build-tree sent every
+    the region; Google's 400 API_KEY_INVALID, which was taken for a request refused for what it holds) refuses every call alike until a person mends the key or the compactor: build-tree sent every
     node again and again (36 requests for 20 messages with --retries 3) and recorded each as failing. It stops
     calling that compactor at once: one line naming the variable (never the key), exit 6, no failure recorded,
     nothing counted as spent, and the other memories are built; ``status`` and compactor.json say why."""

@@ -63,9 +63,10 @@ class Unusable(CallFailed):
 
 
 class KeyRefused(Unusable):
-    """The server refused the API key (HTTP 401), or what it may do (an HTTP 403 saying so: its permissions, the
-    model, the region): every call of this compactor is refused alike until a person mends the key or its access,
-    or chooses another compactor. ``status``: 401 or 403. Such a call is not billed. The scheduler stops building
+    """The server refused the API key (HTTP 401; Google's HTTP 400 ``API_KEY_INVALID``), or what it may do (an
+    HTTP 403 saying so: its permissions, the model, the region): every call of this compactor is refused alike
+    until a person mends the key or its access, or chooses another compactor. ``status``: the HTTP status. Such a
+    call is not billed. The scheduler stops building
     that memory, as for ``Unusable``, saying which variable holds the key (``Scheduler._key_refused``)."""
 
     def __init__(self, message: str, status: int):
@@ -75,9 +76,10 @@ class KeyRefused(Unusable):
 
 def refuses_key(status: int, text: str) -> bool:
     """Whether an HTTP ``status`` with body ``text`` refuses the key or its account rather than this request: a 401
-    always; a 403 when its words name the key or its access and not the request's content (``_ACCESS``,
+    always; a 400 giving Google's reason ``API_KEY_INVALID`` (its OpenAI-compatible endpoint says a wrong key so,
+    not with a 401); a 403 when its words name the key or its access and not the request's content (``_ACCESS``,
     ``_FLAGGED``, ``_BLOCKED``). Another 403 is no proof: a firewall refuses a word of the request so."""
-    if status == 401:
+    if status == 401 or status == 400 and "API_KEY_INVALID" in text:
         return True
     return status == 403 and bool(_ACCESS.search(text)) and not _FLAGGED.search(text) and not _BLOCKED.search(text)
 
