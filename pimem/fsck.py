@@ -120,6 +120,9 @@ def check_kept(mem: Memory) -> list[Finding]:
     what to do, and leaves it (a directory there holds what is someone's). The checks that would read one of
     those files are not run until it is moved away."""
     found = check_home(mem.path.parent, mem.name)
+    if what := _not_a_dir(mem.path / "tree"):
+        found.append(Finding(mem.name, "tree", "tree", f"{what}, not a directory: every reader of the view stops at it "
+                             "(exit 7); pimem leaves it (remove it: the summaries are built again)"))
     for where, (area, stops, remedy) in _KEPT.items():
         if where.endswith("/"):
             folder = mem.path / where
@@ -659,6 +662,17 @@ def _not_a_file(path: Path) -> str | None:
     if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
         return None
     return {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}.get(stat.S_IFMT(mode), "a device")
+
+
+def _not_a_dir(path: Path) -> str | None:
+    """What stands where pimem keeps a directory, when it is none (a link is said elsewhere)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return "a file" if stat.S_ISREG(mode) else _not_a_file(path)
 
 
 def _leave(mem: Memory, area: str, path: Path, what: str, rebuilt: str) -> Finding:

@@ -15,6 +15,7 @@ tree files by byte offset, so no step reads the whole tree. Nodes that end past 
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -29,7 +30,7 @@ from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .numbers import MAX_I
 from .home import append_durably, ensure_dir
-from .nofollow import check_dir, not_a_file, open_binary, planted, read_bytes
+from .nofollow import check_dir, kind, not_a_file, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 FREE_SPAN = 64  # a node over this many messages is looked up before its leaves are joined (it is seldom free)
@@ -274,7 +275,9 @@ class Tree:
 
     def file_sizes(self) -> dict[str, int]:
         """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
-        if not check_dir(self.dir):
+        if (there := kind(self.dir)) != "dir":
+            if there == "file":  # (a pipe or a file where the directory goes: not taken for no tree)
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.dir))
             return {}
         out = {}
         for entry in os.scandir(self.dir):

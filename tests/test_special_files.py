@@ -233,3 +233,24 @@ def test_fsck_names_what_stands_where_the_homes_settings_are_kept_once(home, mem
                                                             "the commands reading settings (view, context, search, append …) "
                                                             "stop at it (exit 7); pimem leaves it (move it away: every memory "
                                                             "then has the default settings and its own)\n"), args
+
+
+@pytest.mark.parametrize("by", ["pipe", "file"])
+def test_something_else_where_the_tree_directory_is_kept_is_named(home, memory, by):
+    """A pipe or a file at tree/ was taken for no tree: readers warned that its files lost nodes and folded the
+    view afresh without its summaries, while build-tree stopped at it ('Not a directory') and fsck said ok. Every
+    reader stops at it as build-tree does, and fsck names it."""
+    tree = memory / "tree"
+    for file in tree.iterdir():
+        file.unlink()
+    tree.rmdir()
+    os.mkfifo(tree) if by == "pipe" else tree.write_text("the user's")
+    for argv in (["view", "m"], ["context", "m"], ["build-tree", "m"]):
+        out = pimem(*argv)
+        prefix = "m: " if argv[0] in OVER_MEMORIES else ""
+        assert (out.returncode, out.stderr.decode().splitlines()[-1]) == (7, f"pimem: error: {prefix}Not a directory: {tree}"), argv
+    out = pimem("fsck", "m")
+    what = "a named pipe" if by == "pipe" else "a file"
+    assert (out.returncode, out.stdout.decode()) == (5, f"m: tree: tree: problem: {what}, not a directory: every reader of "
+                                                        "the view stops at it (exit 7); pimem leaves it (remove it: the "
+                                                        "summaries are built again)\n")
