@@ -24,7 +24,8 @@ def command(
 
     Short messages and short joins need no model; the rest go to the memory's compactor (pimem model), 8
     calls at a time. Exit 0 when the tree is complete, 6 when some nodes failed (their errors are in
-    'pimem status'; the next run retries them), 4 when a watcher is building the memory (the others are built
+    'pimem status'; the next run retries them) or the server refused a memory's API key (that memory is left
+    at once, with one line), 4 when a watcher is building the memory (the others are built
     first) or took its lease over mid-run (this run stalled past the heartbeat). A progress bar is
     shown on a terminal; --json prints one event per built or failed node and a summary per memory.
 

@@ -24,8 +24,9 @@ def command(
     on the same memory exits 4 (or waits with --wait), and a watcher that died is taken over. New messages
     are noticed within half a second (a memory created later, within 2 seconds); failed nodes are retried after
     10 seconds (or when the server asks) for ever.
-    A memory whose compactor's API key is not set here is left with one line (exit 6 when nothing else named
-    can be built), and taken again once its settings change (pimem model). A memory moved or deleted behind
+    A memory whose compactor's API key is not set here (exit 6 when nothing else named can be built), or is
+    refused by the server (HTTP 401), is left with one line, and taken again once its settings change (pimem
+    model). A memory moved or deleted behind
     its back (mv, rm -rf) is left with one line, and taken again once a memory is back at its name.
     On SIGTERM, SIGHUP or SIGINT, calls in flight get 15 seconds to finish and what they built is kept. Events
     go to stderr (--json: NDJSON on stdout). With --import DIR it also follows the agents' session files under
