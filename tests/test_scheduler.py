@@ -1520,6 +1520,55 @@ def test_a_403_unexplained_a_429_and_a_500_are_retried_as_ever(run, home, monkey
     assert "key_refused" not in orjson.loads((mem.path / "compactor.json").read_bytes())
 
 
+@contextlib.contextmanager
+def _proxy_asking_for_credentials():
+    """A proxy on 127.0.0.1 that answers every request (a CONNECT too) 407 Proxy Authentication Required: its
+    URL and the requests it was sent, while the block runs."""
+    import socketserver
+
+    asked = []
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            head = b""
+            while not head.endswith(b"\r\n\r\n") and (line := self.rfile.readline()):
+                head += line
+            asked.append(head.split(b" ", 1)[0])
+            self.wfile.write(b"HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\n"
+                             b"Content-Length: 0\r\nConnection: close\r\n\r\n")
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as server:
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}", asked
+        finally:
+            server.shutdown()
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_proxy_asking_for_credentials_stops_the_memory_in_one_line_not_retried(run, home, monkeypatch, scheme):
+    """A proxy answering 407 (it wants a user and password its URL does not give, or refuses them) refuses every
+    call alike until its URL in the environment is mended, which a running process never sees: each node was
+    sent again and again (a ProxyError for an https:// URL, an HTTP 407 for an http:// one). build-tree leaves
+    the memory at once with one line saying so (exit 6), recording no failure."""
+    monkeypatch.setenv("TEST_LLM_KEY", KEY)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with _proxy_asking_for_credentials() as (proxy, asked), FakeLLM("openai") as server:
+        monkeypatch.setenv(f"{scheme.upper()}_PROXY", proxy)
+        server.url = f"{scheme}://llm.example.invalid/v1"  # (remote: a server on this machine is never proxied)
+        configure(home, server)
+        mem = fill("m", 20)
+        out = run("build-tree", "m", "--retries", "50")
+    assert out.exit_code == 6, out.stderr
+    assert (f"pimem: error: m: {scheme}://llm.example.invalid/v1/chat/completions via proxy {proxy}: "
+            f"{'407 Proxy Authentication Required' if scheme == 'https' else 'HTTP 407'}: the proxy asks for a user and "
+            "password it was not given, or refused them: give them in its URL (http://user:password@host:port)\n") in out.stderr
+    assert 1 <= len(asked) <= 8 and set(asked) == {b"CONNECT" if scheme == "https" else b"POST"}, asked
+    assert BuildState(mem.path).failures == {}
+
+
 def _node_of(body: dict) -> str:
     task = body["messages"][-1]["content"].rsplit("</chat>", 1)[-1]
     return re.search(r"message \d+|lines \S+ and \S+", task)[0]

@@ -236,6 +236,12 @@ def _hide_password(text: str, url: str) -> str:
     return text
 
 
+# a proxy answering 407 refuses every call alike until its URL in the environment (which a running process never
+# sees change) gives the user and password it takes: no retry can succeed (``Unusable``)
+PROXY_CREDENTIALS = ("the proxy asks for a user and password it was not given, or refused them: give them in its URL "
+                     "(http://user:password@host:port)")
+
+
 HTTP_REPLY = 4 << 20  # bytes of an HTTP reply read, at most (a completion is a few KB): a longer one fails the call
 
 
@@ -385,6 +391,10 @@ class HttpProvider:
                 content, whole = _body(response)
         except (httpx.TimeoutException, TimeoutError):
             raise CallFailed(f"{where}: no answer within {self.timeout:g} s") from None
+        except httpx.ProxyError as exc:  # (an https:// URL's tunnel the proxy would not open: "407 Proxy …")
+            if str(exc).startswith("407"):
+                raise Unusable(self._hidden(f"{where}: {exc}: {PROXY_CREDENTIALS}")) from None
+            raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
         except httpx.HTTPError as exc:
             raise CallFailed(self._hidden(f"{where}: {type(exc).__name__}: {exc}")) from None
         finally:
@@ -395,6 +405,8 @@ class HttpProvider:
             raise CallFailed(self._hidden(f"{where}: HTTP {response.status_code} redirect to "
                                           f"{without_password(target)} (not followed: set --base-url to where it points)"))
         text = content.decode(response.encoding or "utf-8", "replace")
+        if response.status_code == 407 and self._via:  # (an http:// URL's request, refused by the proxy)
+            raise Unusable(f"{where}: HTTP 407: {PROXY_CREDENTIALS}")
         if response.status_code >= 400:
             detail = self._hidden(" ".join(text.split()))[:300]  # (a server may echo the request; hidden, then cut)
             if refuses_key(response.status_code, text):
