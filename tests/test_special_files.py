@@ -77,7 +77,7 @@ STOPPING = [
     ("m/compactor.json", [["status", "m"], ["build-tree", "m"]]),
     ("m/cursors.json", [["since", "m", "#0", "--cursor", "c"]]),
     ("m/write.lock", [["append", "m", "x"], ["remember", "m", "y"]]),
-    ("m/" + TREE, [["view", "m"], ["context", "m"], ["status", "m"]]),
+    ("m/" + TREE, [["view", "m"], ["context", "m"], ["status", "m"], ["append", "m", "x"]]),
     # (SQLite said 'disk I/O error … is the disk full?' of a pipe, 'unable to open database file' of a directory)
     ("m/index.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"], ["status", "m"]]),
     ("m/index-1.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"]]),
@@ -245,10 +245,12 @@ def test_something_else_where_the_tree_directory_is_kept_is_named(home, memory, 
         file.unlink()
     tree.rmdir()
     os.mkfifo(tree) if by == "pipe" else tree.write_text("the user's")
-    for argv in (["view", "m"], ["context", "m"], ["build-tree", "m"]):
+    before = snapshot(memory / "main")
+    for argv in (["view", "m"], ["context", "m"], ["build-tree", "m"], ["append", "m", "x"]):
         out = pimem(*argv)
         prefix = "m: " if argv[0] in OVER_MEMORIES else ""
         assert (out.returncode, out.stderr.decode().splitlines()[-1]) == (7, f"pimem: error: {prefix}Not a directory: {tree}"), argv
+    assert snapshot(memory / "main") == before  # (append refused before it logged anything)
     out = pimem("fsck", "m")
     what = "a named pipe" if by == "pipe" else "a file"
     assert (out.returncode, out.stdout.decode()) == (5, f"m: tree: tree: problem: {what}, not a directory: every reader of "
