@@ -1410,6 +1410,10 @@ def test_a_refused_api_key_stops_the_memory_in_one_line_not_retried_node_after_n
     assert status["failures"] == [] and status["spent"]["cost_unbuilt"] == 0
     shown = run("status", "m").stdout
     assert f"stopped   {said}" in shown and "(at 2026-10-08T09:30:00+08:00)" in shown, shown
+    dry = run("build-tree", "m", "--dry-run")  # (the next run may be refused its key as well: said)
+    assert dry.exit_code == 0 and "; but the server refused its API key at 2026-10-08T09:30:00+08:00 (see 'pimem " \
+        "status m')\n" in dry.stdout, dry.stdout
+    assert orjson.loads(run("build-tree", "m", "--dry-run", "--json").stdout)["key_refused"] == "2026-10-08T09:30:00+08:00"
     # once the key is mended, the next run builds it, and status no longer says it was refused
     with FakeLLM(api) as mended:
         mem.save_config({"compactor": {"base_url": mended.url}})

@@ -72,10 +72,13 @@ def command(
                            f"'pimem model {unpriced[0]} PROVIDER/MODEL --price-in USD --price-out USD'{others}")
     if dry_run:
         configs = {mem.name: mem.config.get("compactor") or {} for mem in mems if mem.name not in refused}
+        paths = {mem.name: mem.path for mem in mems}
         for row in estimates:
             wrong = None if row["offline"] or not row["calls"] else compactor.key_problem(configs[row["memory"]])
             if wrong:  # (the run would refuse it at once: said now, not after the estimate is trusted)
                 row["key_problem"] = wrong
+            elif not row["offline"] and row["calls"] and (at := _key_refused(paths[row["memory"]], configs[row["memory"]])):
+                row["key_refused"] = at  # (the last run's: this one may be refused its key as well)
             if json:
                 output.json_line(row)
             elif row["offline"]:  # (no call, no token, no cost: the nodes the build makes, as it says them after)
@@ -96,7 +99,9 @@ def command(
                             f"({output.count(row['leaves'], 'leaf', 'leaves')}, {output.count(row['merges'], 'merge')})"
                             f"{again}, {near and 'about '}{output.count(row['tokens_in'], 'token')} in and {row['tokens_out']:,} out, {cost}; "
                             f"{row['built']:,} of {output.count(row['nodes'], 'node')} built"
-                            + (f"; but {wrong} here: the run would send nothing" if wrong else ""))
+                            + (f"; but {wrong} here: the run would send nothing" if wrong else "")
+                            + (f"; but the server refused its API key at {row['key_refused']} (see 'pimem status "
+                               f"{row['memory']}')" if row.get("key_refused") else ""))
         _raise_first(refused, mems_named)
         return
     keyless = {}  # memories whose compactor cannot be called here: refused at once, never retried
@@ -193,6 +198,16 @@ def command(
             error = f"not sent before {entry.get('retry')}, the retry time recorded when it failed: {error}"
         raise ProviderError(f"{failed} node{'s' if failed != 1 else ''} could not be built (first {builder.name} "
                             f"{label(*node)}: {error}); the next run retries them")
+
+
+def _key_refused(path, cfg: dict) -> str | None:
+    """When the server last refused the API key of the compactor ``cfg`` of the memory at ``path``, if it did and
+    no builder has tried it since (compactor.json's ``key_refused``)."""
+    from ..builder import asked_of
+    from ..compactor.state import BuildState
+
+    refused = BuildState(path).key_refused
+    return refused["at"] if refused and refused["compactor"] == asked_of(cfg) else None
 
 
 def _said_capped(event: dict, pending: int) -> str:
