@@ -114,10 +114,11 @@ def read_bytes(path: Path) -> bytes:
 
 
 def check_database(path: str | os.PathLike) -> None:
-    """Before SQLite opens ``path`` (it follows links itself, and says a named pipe or a directory there is a
-    disk I/O error, or that it cannot open the database, naming no file): the database, its WAL and
-    shared-memory files must be regular files where they are, not links (``planted``) nor anything else
-    (``not_a_file``). One ``lstat`` each, as looking for links alone took."""
+    """Before SQLite opens ``path`` (it follows links itself): the database, its WAL and shared-memory files
+    must not be links (``planted``); nor may the database be anything but a regular file (``not_a_file``): SQLite
+    said a named pipe there was a disk I/O error ('is the disk full?'), a directory that it could not open the
+    database, naming no file. One ``lstat`` each, as looking for links alone took. (A directory at its WAL or
+    shared-memory file is left to SQLite's 'disk I/O error'.)"""
     for suffix in ("", "-wal", "-shm", "-journal"):
         name = f"{os.fspath(path)}{suffix}"
         try:
@@ -126,5 +127,5 @@ def check_database(path: str | os.PathLike) -> None:
             continue
         if stat.S_ISLNK(mode):
             raise planted(name)
-        if not stat.S_ISREG(mode):
+        if not suffix and not stat.S_ISREG(mode):
             raise not_a_file(name, mode)

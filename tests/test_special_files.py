@@ -81,7 +81,6 @@ STOPPING = [
     # (SQLite said 'disk I/O error … is the disk full?' of a pipe, 'unable to open database file' of a directory)
     ("m/index.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"], ["status", "m"]]),
     ("m/index-1.sqlite", [["search", "staging", "m"], ["recall", "m", "staging"]]),
-    ("m/index.sqlite-wal", [["search", "staging", "m"]]),
 ]
 # commands over several memories say which memory they were reading
 OVER_MEMORIES = {"build-tree", "search", "list"}
@@ -256,3 +255,4 @@ def test_something_else_where_the_tree_directory_is_kept_is_named(home, memory, 
     assert (out.returncode, out.stdout.decode()) == (5, f"m: tree: tree: problem: {what}, not a directory: every reader of "
                                                         "the view stops at it (exit 7); pimem leaves it (remove it: the "
                                                         "summaries are built again)\n")
+
