@@ -120,6 +120,9 @@ def check_kept(mem: Memory) -> list[Finding]:
     what to do, and leaves it (a directory there holds what is someone's). The checks that would read one of
     those files are not run until it is moved away."""
     found = check_home(mem.path.parent, mem.name)
+    if what := _not_a_dir(mem.path / "main"):
+        found.append(Finding(mem.name, "log", "main", f"{what}, not a directory: every command reading the log stops at "
+                             "it (exit 7); pimem leaves it (move it away, and put the log's directory back if you have it)"))
     if what := _not_a_dir(mem.path / "tree"):
         found.append(Finding(mem.name, "tree", "tree", f"{what}, not a directory: every reader of the view stops at it "
                              "(exit 7); pimem leaves it (remove it: the summaries are built again)"))

@@ -205,6 +205,7 @@ class Memory:
         nothing there); unknown names raise ``NotFound`` (exit 3) and create nothing."""
         mem = cls.at(name, home)
         if not (mem.exists() or mem.claimed()):
+            mem.log.files()  # (a pipe or a file where its log's directory goes is said as itself)
             raise NotFound(f"no memory named '{name}' in {mem.home} (see 'pimem list')",
                            tools=f"no memory named '{name}' in {mem.home} (see list_memories)")
         mem.pin()

@@ -256,3 +256,25 @@ def test_something_else_where_the_tree_directory_is_kept_is_named(home, memory, 
                                                         "the view stops at it (exit 7); pimem leaves it (remove it: the "
                                                         "summaries are built again)\n")
 
+
+@pytest.mark.parametrize("by", ["pipe", "file"])
+def test_something_else_where_the_log_directory_is_kept_is_named(home, memory, by):
+    """A pipe or a file at main/, the log's directory: a command given the memory said there was no memory of
+    that name (exit 3), list and search said every message was lost from the end of the log (exit 5), and fsck
+    offered to log a note in place of each. Every command says what stands there (exit 7), fsck names it."""
+    main = memory / "main"
+    for file in main.iterdir():
+        file.unlink()
+    main.rmdir()
+    os.mkfifo(main) if by == "pipe" else main.write_text("the user's")
+    for argv in (["view", "m"], ["since", "m", "#0"], ["status", "m"], ["append", "m", "x"], ["list"], ["search", "staging"]):
+        out = pimem(*argv)
+        prefix = "m: " if argv[0] in OVER_MEMORIES else ""
+        assert (out.returncode, out.stderr.decode()) == (7, f"pimem: error: {prefix}Not a directory: {main}\n"), argv
+    what = "a named pipe" if by == "pipe" else "a file"
+    for argv in (["fsck", "m"], ["fsck"]):
+        out = pimem(*argv)
+        assert (out.returncode, out.stdout.decode()) == (5, f"m: log: main: problem: {what}, not a directory: every command "
+                                                            "reading the log stops at it (exit 7); pimem leaves it (move it "
+                                                            "away, and put the log's directory back if you have it)\n"), argv
+    assert main.is_fifo() if by == "pipe" else main.read_text() == "the user's"

@@ -48,7 +48,7 @@ def command(
         for finding in settings:
             output.json_line(finding.to_json()) if json else output.line(str(finding))
         raise IntegrityError("1 problem found")
-    mems = Memory.named(names, home) if names else Memory.all(home, refused=unread, claims=True)
+    mems = _given(names, home) if names else Memory.all(home, refused=unread, claims=True)
     if not mems and not unread.said:
         naming.say_none(home, "check")
     remaining = repairable = 0
@@ -78,3 +78,16 @@ def command(
         hint = f"; {repairable} can be fixed with 'pimem fsck --repair'" if repairable and not repair else ""
         raise IntegrityError(f"{remaining} problem{'s' if remaining != 1 else ''} found{hint}")
     unread.check()
+
+
+def _given(names: list[str], home) -> list[Memory]:
+    """The memories ``names``, each once, as ``Memory.named`` opens them; but one whose log's directory is a pipe
+    or a file, which every other command stops at (exit 7), is checked: fsck names it."""
+    found: dict = {}
+    for name in names:
+        try:
+            mem = Memory.open(name, home)
+        except NotADirectoryError:
+            mem = Memory.at(name, home)
+        found.setdefault(mem.path, mem)
+    return list(found.values())
