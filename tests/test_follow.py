@@ -899,10 +899,9 @@ def pimem_run(*args) -> subprocess.CompletedProcess:
     return subprocess.run(pimem_cmd(*args), capture_output=True, env=subprocess_env(), timeout=60)
 
 
-def test_a_memory_renamed_while_followed_is_followed_into_its_new_name(home, tmp_path):
-    """``pimem rename`` of a memory a follower feeds: the follower says so once and goes on into the new name (its
-    import state moved with it: nothing logged twice, nothing left out), its reports name it, and a new session
-    of the project goes there too; a follower started again reads on from where this one stopped."""
+def following_api(tmp_path):
+    """A follower of ``tmp_path/sessions`` once it has imported the first turn of its one session into memory
+    ``api``: the directory, that session's file and the process."""
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     first = sessions / "s1.jsonl"
@@ -910,6 +909,18 @@ def test_a_memory_renamed_while_followed_is_followed_into_its_new_name(home, tmp
     proc = start(sessions)
     try:
         wait_for(lambda: texts("api") == ["question 0 of s1", "answer 0"])
+    except BaseException:
+        stop(proc)
+        raise
+    return sessions, first, proc
+
+
+def test_a_memory_renamed_while_followed_is_followed_into_its_new_name(home, tmp_path):
+    """``pimem rename`` of a memory a follower feeds: the follower says so once and goes on into the new name (its
+    import state moved with it: nothing logged twice, nothing left out), its reports name it, and a new session
+    of the project goes there too; a follower started again reads on from where this one stopped."""
+    sessions, first, proc = following_api(tmp_path)
+    try:
         renamed = pimem_run("rename", "api", "work")
         assert renamed.returncode == 0, renamed.stderr
         append(first, claude_turn("s1", 1))
@@ -937,13 +948,8 @@ def test_a_memory_deleted_while_followed_is_not_made_again_from_its_files(home, 
     """``pimem delete`` of a memory a follower feeds: one line says so, and neither the file it was fed from (grown
     since) nor a new session of its project makes it again in this run; other memories are followed on. A
     follower started again imports the files afresh, as ``import`` would."""
-    sessions = tmp_path / "sessions"
-    sessions.mkdir()
-    first = sessions / "s1.jsonl"
-    append(first, claude_turn("s1", 0))
-    proc = start(sessions)
+    sessions, first, proc = following_api(tmp_path)
     try:
-        wait_for(lambda: texts("api") == ["question 0 of s1", "answer 0"])
         deleted = pimem_run("delete", "api")
         assert deleted.returncode == 0, deleted.stderr
         append(first, claude_turn("s1", 1))
