@@ -1453,6 +1453,13 @@ def test_a_memory_the_watcher_of_the_home_refused_is_not_waited_for(home, sh):
             viewed = sh("view", "nokey", "--wait", "600")
             assert viewed.returncode == 0 and b"1+1|(not summarized yet" in viewed.stdout
             assert b"the watcher of the home (pid " in viewed.stderr and b"refused 'nokey'" in viewed.stderr, viewed.stderr
+            # (status said "builder none (run 'pimem watch' …)" beside the very watcher that left it)
+            pid = lease.watcher(home)["pid"]
+            status = sh("status", "nokey")
+            assert status.returncode == 0 and f"builder   none: the watcher of the home (pid {pid} on ".encode() in status.stdout
+            assert b"refused it (its output says why, and so does 'pimem build-tree nokey')" in status.stdout, status.stdout
+            assert orjson.loads(sh("status", "nokey", "--json").stdout)["watcher_refused"]["pid"] == pid
+            assert orjson.loads(sh("status", "a", "--json").stdout)["watcher_refused"] is None
 
 
 def test_view_wait_says_the_watcher_of_the_home_stopped_answering_or_went_away_before_taking_a_memory(home):

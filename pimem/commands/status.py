@@ -34,6 +34,10 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
     row["spent"] = builder.spent(mem)
     row["builder"] = lease.holder(mem)
     row["builder_gone"] = None if row["builder"] else lease.dead(mem)  # (killed or crashed: it never let go)
+    # a watcher of every memory running that left this one (its log, damaged, say, or its settings): said, not "none"
+    watching = None if row["builder"] else lease.watcher(mem.home)
+    refused_by = watching if watching and mem.name in (watching.get("refused") or []) else None
+    row["watcher_refused"] = {"pid": refused_by["pid"], "host": refused_by["host"]} if refused_by else None
     state = BuildState(mem.path)
     # billed calls that built nothing; with no builder running, a capped watcher's calls cut off by its death too,
     # at what they were billed if answered, else at their worst case, as the next builder counts them
@@ -117,6 +121,10 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         output.line(output.style(f"builder   none: pid {gone['pid']} on {gone['host']} (since {local(gone['started'])}) is "
                                  f"gone without letting the memory go, killed or crashed (heartbeat {ago:.0f} s ago); "
                                  "run 'pimem watch' or 'pimem build-tree'", "yellow"))
+    elif row["watcher_refused"]:
+        by = row["watcher_refused"]
+        output.line(output.style(f"builder   none: the watcher of the home (pid {by['pid']} on {by['host']}) refused "
+                                 f"it (its output says why, and so does 'pimem build-tree {mem.name}')", "yellow"))
     else:
         output.line("builder   none (run 'pimem watch' or 'pimem build-tree')")
     if row["capped_below"]:
