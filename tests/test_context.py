@@ -373,24 +373,25 @@ def test_a_thread_sharing_the_memory_while_another_takes_its_turn_is_not_hurried
 
     long_lined_memory(home)
     turn_notes: list[str] = []
-    in_turn, reader_done = threading.Event(), threading.Event()
+    in_turn, looked = threading.Event(), threading.Event()
     read: list = []
 
-    def on_note(note: str) -> None:  # (the turn, hurried, holds here while the other thread reads)
+    def on_note(note: str) -> None:  # (the turn, hurried, holds here while the other thread looks)
         turn_notes.append(note)
         in_turn.set()
-        reader_done.wait(300)
+        looked.wait(60)
 
     with Memory.open("main", home) as shared:
         turn = threading.Thread(target=lambda: read.append(("turn", context.parts(shared, on_note=on_note)["view"])))
         turn.start()
         try:
             assert in_turn.wait(60)
-            assert shared.hurried is None
-            read.append(("reader", context.view_text(shared)))
+            assert shared.hurried is None  # (while the turn is hurried)
         finally:
-            reader_done.set()
-            turn.join(300)
+            looked.set()
+        # (the view's read waits for the turn's, which holds the view's caches: it is not hurried for all that)
+        read.append(("reader", context.view_text(shared)))
+        turn.join(300)
     shown = dict(read)
     assert shown["reader"].splitlines()[0] == f"0+2048|user: ports; the file says [tool output hidden]; user: {SAID}"
     assert shown["turn"].splitlines()[0] == "0+2048|[tool output hidden]" and len(turn_notes) == 1
