@@ -44,29 +44,40 @@ class NotSent(CallFailed):
 
 class _Pool:
     """``CONCURRENCY`` daemon threads running compactor calls; results come back on one queue. A call whose
-    builder is in ``left`` when a thread takes it is not sent (``NotSent``)."""
+    builder is in ``left`` when a thread takes it is not sent (``NotSent``). ``close`` ends the threads once
+    their calls are done: a process that builds again and again (the library's ``build_tree``) kept eight a run,
+    each holding the last memory it called for, with its files and databases open."""
 
     def __init__(self, size: int, results: queue.Queue, left: set):
         self.tasks: queue.Queue = queue.Queue()
         self.results = results
         self.left = left
+        self.size = size
         for _ in range(size):
             threading.Thread(target=self._work, daemon=True).start()
 
     def _work(self) -> None:
-        while True:
-            builder, task, context = self.tasks.get()
-            if builder in self.left:  # (its memory was left while the call waited for a thread: a server refusing
-                # the key was sent the calls still queued all the same)
-                self.results.put((builder, task, None, None, NotSent("not sent: the memory was left")))
-                continue
-            try:
-                text, meta = builder.build(task, context)
-                self.results.put((builder, task, text, meta, None))
-            except CallFailed as exc:
-                self.results.put((builder, task, None, None, exc))
-            except Exception as exc:  # a bug or an unexpected provider reply must not kill the worker
-                self.results.put((builder, task, None, None, CallFailed(f"{type(exc).__name__}: {exc}")))
+        while (item := self.tasks.get()) is not None:
+            self._run(*item)
+            del item  # (not held while the next is waited for)
+
+    def _run(self, builder, task, context) -> None:
+        if builder in self.left:  # (its memory was left while the call waited for a thread: a server refusing
+            # the key was sent the calls still queued all the same)
+            self.results.put((builder, task, None, None, NotSent("not sent: the memory was left")))
+            return
+        try:
+            text, meta = builder.build(task, context)
+            self.results.put((builder, task, text, meta, None))
+        except CallFailed as exc:
+            self.results.put((builder, task, None, None, exc))
+        except Exception as exc:  # a bug or an unexpected provider reply must not kill the worker
+            self.results.put((builder, task, None, None, CallFailed(f"{type(exc).__name__}: {exc}")))
+
+    def close(self) -> None:
+        """Each thread ends after the calls queued (one abandoned at shutdown, once it returns)."""
+        for _ in range(self.size):
+            self.tasks.put(None)
 
 
 @dataclass
@@ -543,6 +554,9 @@ class Scheduler:
             builder.state.abandoned(labels)
         for builder in list(self._workers):
             self._end_worker(builder)
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
         self._flush(wait=True)
 
 

@@ -1777,3 +1777,33 @@ def test_max_cost_on_compactors_without_prices_names_the_memory_to_price(home, s
                    "'pimem model m PROVIDER/MODEL --price-in USD --price-out USD'\n")
     assert both.endswith("of m, n: set them with 'pimem model m PROVIDER/MODEL --price-in USD --price-out USD' "
                          "(and so for n)\n"), both
+
+
+
+def test_a_process_building_again_and_again_keeps_no_thread_or_file_of_its_builds(home, monkeypatch):
+    """Each model build (the library's ``build_tree``, a long-lived application's) left its eight pool threads
+    running, each holding the last memory it called for with its log and databases open: a test run reached
+    select()'s 1,024 descriptors. The threads end with the build, and nothing of the memory stays open."""
+    import gc
+    import os
+    import time
+
+    def pool() -> list:
+        return [t for t in threading.enumerate() if t.name.endswith("(_work)")]
+
+    monkeypatch.setenv("TEST_LLM_KEY", "k")
+    with FakeLLM("openai") as server:
+        configure(home, server)
+        for k in range(3):
+            fill("m", 6 * (k + 1))
+            with Memory.open("m") as mem:
+                sched = scheduler.build_tree([mem])
+            assert sum(b.stats.calls for b in sched.builders) > 0
+            del sched, mem
+            deadline = time.monotonic() + 60  # (the pool's threads end once the build is over)
+            while pool() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert pool() == []
+    gc.collect()
+    held = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}")]
+    assert [path for path in held if path.startswith(str(home))] == []
