@@ -463,12 +463,21 @@ def test_search_names_a_memory_whose_config_cannot_be_read_and_searches_the_othe
         assert [u["memory"] for u in found["unread"]] == ["good"] and 'view.hi cannot be "x"' in found["unread"][0]["error"]
 
 
+def readable(stream, seconds: float) -> bool:
+    """Whether ``stream`` has something to read within ``seconds`` (poll: select() refuses a descriptor number
+    past 1,023, which a long test run's may be)."""
+    import select
+
+    poller = select.poll()
+    poller.register(stream, select.POLLIN)
+    return bool(poller.poll(seconds * 1000))
+
+
 def raw_session(home, lines: list[bytes], answers: int) -> list[dict]:
     """Start `python -m pimem mcp`, initialize it, write ``lines`` as they are, and return the first ``answers``
     lines it writes back (stdin kept open until then: the SDK drops answers in flight when its stdin ends). Its
-    stdout is read unbuffered: select waits on the pipe, and would pass over answers a buffered read had taken
+    stdout is read unbuffered: poll waits on the pipe, and would pass over answers a buffered read had taken
     from it with an earlier one."""
-    import select
     import subprocess
 
     from conftest import pimem_cmd
@@ -484,7 +493,7 @@ def raw_session(home, lines: list[bytes], answers: int) -> list[dict]:
         assert json.loads(proc.stdout.readline())["id"] == 1
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n' + b"".join(line + b"\n" for line in lines))
         proc.stdin.flush()
-        while len(got) < answers and select.select([proc.stdout], [], [], 60)[0]:
+        while len(got) < answers and readable(proc.stdout, 60):
             got.append(json.loads(proc.stdout.readline()))
     finally:
         proc.stdin.close()
@@ -705,7 +714,6 @@ def test_a_cancellation_naming_an_id_with_a_lone_surrogate_cancels_that_request_
     """A request whose id holds a lone surrogate escape is served under a stand-in id; a cancellation naming that
     id was read with U+FFFD in its place, so it cancelled a request whose id was U+FFFD (left unanswered) and
     never the one it named. It cancels the one it names, and one naming no request is ignored."""
-    import select
     import subprocess
 
     from pimem import mcp_server
@@ -729,7 +737,7 @@ def test_a_cancellation_naming_an_id_with_a_lone_surrogate_cancels_that_request_
         proc.stdin.flush()
 
     def answer():
-        assert select.select([proc.stdout], [], [], 60)[0], "no answer"
+        assert readable(proc.stdout, 60), "no answer"
         return json.loads(proc.stdout.readline())
 
     try:
