@@ -48,7 +48,7 @@ class _Pool:
     their calls are done: a process that builds again and again (the library's ``build_tree``) kept eight a run,
     each holding the last memory it called for, with its files and databases open."""
 
-    def __init__(self, size: int, results: queue.Queue, left: set):
+    def __init__(self, size: int, results: queue.Queue, left: list):
         self.tasks: queue.Queue = queue.Queue()
         self.results = results
         self.left = left
@@ -113,7 +113,6 @@ class Scheduler:
     _pool: _Pool | None = None
     _inflight: int = 0  # model calls in flight
     _results: queue.Queue = field(default_factory=queue.Queue)  # the pool's and the workers' finished tasks
-    _left: set = field(default_factory=set)  # the builders retired, whose calls still queued are not sent
     _workers: dict = field(default_factory=dict)  # builder -> its offline compactor's worker processes
     _offloaded: int = 0  # tasks the workers hold
     _inline: set = field(default_factory=set)  # builders whose worker failed: built inline from then on
@@ -247,7 +246,7 @@ class Scheduler:
             builder.put_back(task)
             return False
         if self._pool is None:
-            self._pool = _Pool(self.concurrency, self._results, self._left)
+            self._pool = _Pool(self.concurrency, self._results, self.retired)  # (their calls queued: not sent)
         if worst and builder.max_cost_per_day is not None:  # a daily cap outlives this process: the call is kept
             # pending in compactor.json (a write a call, so only under a cap) till its node is written or it fails
             builder.state.sending(task.label, env.now().date().isoformat(), worst)
@@ -297,7 +296,6 @@ class Scheduler:
         self._tell_written(builder)  # (the batches written before it stopped)
         self.builders.remove(builder)
         self.retired.append(builder)
-        self._left.add(builder)
         self.held.discard(builder)
         self._end_worker(builder)
 
