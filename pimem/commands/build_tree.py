@@ -206,8 +206,8 @@ def _key_refused(path, cfg: dict) -> str | None:
     from ..builder import asked_of
     from ..compactor.state import BuildState
 
-    refused = BuildState(path).key_refused
-    return refused["at"] if refused and refused["compactor"] == asked_of(cfg) else None
+    refused = BuildState(path).refused_key(asked_of(cfg))
+    return refused["at"] if refused else None
 
 
 def _said_capped(event: dict, pending: int) -> str:

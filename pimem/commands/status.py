@@ -57,8 +57,8 @@ def command(name: Name = None, json: Json = False, home: Home = None) -> None:
         row["capped_below"] = {**row["capped_below"], "max_cost_per_day": setting}
     row["stopped"] = state.overbilled if row["builder"] else None  # (an overbilled call: until the watcher restarts)
     asker = builder.asked_of(mem.config.get("compactor") or {})
-    refused = state.key_refused  # (the server refused the key of the memory's compactor: no builder calls it now)
-    row["key_refused"] = {"error": refused["error"], "at": refused["at"]} if refused and refused["compactor"] == asker else None
+    refused = state.refused_key(asker)  # (the server refused the key of the memory's compactor: no builder calls it now)
+    row["key_refused"] = {"error": refused["error"], "at": refused["at"]} if refused else None
     # a capped or stopped watcher retries nothing; with no builder running, the next one waits for a retry time
     # still to come (``Builder._deferred``)
     idle = row["builder"] and (row["capped"] or row["stopped"])

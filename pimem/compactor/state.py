@@ -220,6 +220,12 @@ class BuildState:
             self.overbilled = why
             self.save()
 
+    def refused_key(self, compactor: str) -> dict | None:
+        """``key_refused`` when it is the refusal of ``compactor``'s key (its ``asked_of``): one of another compactor
+        (the memory's changed since) says nothing of this one."""
+        refused = self.key_refused
+        return refused if refused and refused["compactor"] == compactor else None
+
     def key_refusal(self, error: str | None, at: str | None = None, compactor: str | None = None) -> None:
         """The server refused the API key of ``compactor`` (its ``asked_of``) at ``at`` (RFC 3339), and the builder
         calls it no more (``error``: the line it said); None: a builder took the memory again."""
