@@ -36,6 +36,12 @@ def not_a_file(path: str | os.PathLike, mode: int) -> OSError:
     return OSError(errno.EINVAL, f"Is {what}, not a file", os.fspath(path))
 
 
+def not_a_dir(path: str | os.PathLike) -> NotADirectoryError:
+    """A pipe or a file where pimem keeps a directory (``main/``, ``tree/``), as the system says it:
+    ``Not a directory: PATH`` (exit 7), not taken for no directory there."""
+    return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), os.fspath(path))
+
+
 def open_fd(path: str | os.PathLike, flags: int, mode: int = 0o600) -> int:
     """``os.open`` that refuses a symbolic link as the last component (``planted``, exit 5), and anything but a
     regular file (``not_a_file``, exit 7): opened without blocking, so a named pipe is found by the ``fstat`` of

@@ -11,7 +11,6 @@ Writers must hold the memory's writer lock (``Memory.lock``); readers take no lo
 from __future__ import annotations
 
 import contextlib
-import errno
 import heapq
 import mmap
 import os
@@ -23,7 +22,7 @@ import orjson
 
 from .errors import IntegrityError
 from .home import FILE_MODE, cut_back, ensure_dir, sync_dir, write_all, write_atomic
-from .nofollow import kind, lstat, open_binary, open_fd, read_bytes
+from .nofollow import kind, lstat, not_a_dir, open_binary, open_fd, read_bytes
 
 _PROBE = 8 * 1024  # first read when looking for a file's first or last line; grows 4x while lines are longer
 _READ_BUFFER = 1024 * 1024  # for streaming whole files
@@ -487,7 +486,7 @@ class Log:
             listed = os.listdir(self.dir)
         except (FileNotFoundError, NotADirectoryError):
             if kind(self.dir) == "file":  # (a pipe or a file where the log's directory goes: no log that lost its files)
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.dir)) from None
+                raise not_a_dir(self.dir) from None
             return []  # (none yet, or a renamed memory's pointer where its directory was)
         return sorted(n for n in listed if n.endswith(".jsonl") and not n.startswith("."))
 

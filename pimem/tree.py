@@ -15,7 +15,6 @@ tree files by byte offset, so no step reads the whole tree. Nodes that end past 
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import re
@@ -30,7 +29,7 @@ from .config import LINE_BYTES
 from .errors import BadInput, NotFound
 from .numbers import MAX_I
 from .home import append_durably, ensure_dir
-from .nofollow import check_dir, kind, not_a_file, open_binary, planted, read_bytes
+from .nofollow import check_dir, kind, not_a_dir, not_a_file, open_binary, planted, read_bytes
 
 LEAF_CHUNK = 256  # messages read at once when a node's text needs its leaves
 FREE_SPAN = 64  # a node over this many messages is looked up before its leaves are joined (it is seldom free)
@@ -277,7 +276,7 @@ class Tree:
         """Bytes in each tree file now (a directory listing and a stat per build day; no reading)."""
         if (there := kind(self.dir)) != "dir":
             if there == "file":  # (a pipe or a file where the directory goes: not taken for no tree)
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(self.dir))
+                raise not_a_dir(self.dir)
             return {}
         out = {}
         for entry in os.scandir(self.dir):
