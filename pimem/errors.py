@@ -207,6 +207,14 @@ def _for_caller(exc: Exception) -> Exception:
     return _sqlite_failed(exc) if type(exc).__module__ == "sqlite3" else exc
 
 
+def _reraise(exc: Exception) -> None:
+    """In the ``except`` that caught ``exc``: raise it as a library caller meets it (``_for_caller``)."""
+    error = _for_caller(exc)
+    if error is exc:
+        raise  # (as it is, with its traceback)
+    raise error from exc
+
+
 def library(func):
     """``func``, a public function of the library (``Memory``'s methods, ``pimem.api``), raising what the system
     or SQLite refused as the ``SystemRefused`` or ``SQLiteFailed`` it stands for: every failure a library caller
@@ -219,10 +227,7 @@ def library(func):
         try:
             return func(*args, **kwargs)
         except Exception as exc:
-            error = _for_caller(exc)
-            if error is exc:
-                raise
-            raise error from exc
+            _reraise(exc)
 
     return call
 
@@ -233,10 +238,7 @@ def library_items(items):
     try:
         yield from items
     except Exception as exc:
-        error = _for_caller(exc)
-        if error is exc:
-            raise
-        raise error from exc
+        _reraise(exc)
 
 
 class library_context:
@@ -253,10 +255,9 @@ class library_context:
         try:
             return self.context.__exit__(kind, exc, tb)
         except Exception as failed:
-            error = _for_caller(failed)
-            if error is failed or failed is exc:
+            if failed is exc:  # (the block's own)
                 raise
-            raise error from failed
+            _reraise(failed)
 
 
 def escaped(path: str) -> str:
