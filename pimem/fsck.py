@@ -20,8 +20,8 @@ from typing import Callable, Iterator
 
 import orjson
 
-from . import decoder, message as msgs, when
-from .errors import IntegrityError, PimemError
+from . import config, decoder, message as msgs, when
+from .errors import BadInput, IntegrityError, PimemError
 from .home import append_durably
 from .memory import Memory
 from .nofollow import check_dir, kind, read_bytes
@@ -117,8 +117,8 @@ def check_kept(mem: Memory) -> list[Finding]:
     """A directory, a named pipe, a socket or a device where the memory keeps a file its commands open (a day
     file, a tree file, ``config.json``, ``memory.jsonl`` … and the home's ``config.json``, which every memory's
     settings read): each command stops at it in one line naming it (exit 7); fsck names it as a problem, with
-    what to do, and leaves it (a directory there holds what is someone's). The checks that would read one of
-    those files are not run until it is moved away."""
+    what to do, and leaves it (a directory there holds what is someone's). So are settings every command refuses
+    (exit 2: ``_unsettled``). The checks that would read one of those files are not run until it is mended."""
     found = check_home(mem.path.parent, mem.name)
     if what := _not_a_dir(mem.path / "main"):
         found.append(Finding(mem.name, "log", "main", f"{what}, not a directory: every command reading the log stops at "
@@ -142,6 +142,8 @@ def check_kept(mem: Memory) -> list[Finding]:
             if what := _not_a_file(path):
                 found.append(Finding(mem.name, area, str(path.relative_to(mem.path)),
                                      f"{what}, not a file: {stops} (exit 7); pimem leaves it ({remedy})"))
+    if not any(f.area == "settings" for f in found) and (said := _unsettled(lambda: config.of_memory(mem.path, mem.path.parent))):
+        found.append(Finding(mem.name, "settings", "config.json", said))
     return found
 
 
@@ -149,11 +151,26 @@ def check_home(root: Path, name: str | None = None) -> list[Finding]:
     """The home's ``config.json`` (the settings every memory starts from), when it is no file: said for memory
     ``name``, else for the home (its path in place of a memory's name)."""
     path = root / "config.json"
+    who, where = (str(root), "config.json") if name is None else (name, str(path))
     if what := _not_a_file(path):
-        return [Finding(str(root) if name is None else name, "settings", "config.json" if name is None else str(path),
+        return [Finding(who, "settings", where,
                         f"{what}, not a file: the commands reading settings (view, context, search, append …) stop "
                         "at it (exit 7); pimem leaves it (move it away: every memory then has the default settings and its own)")]
+    if said := _unsettled(lambda: config.of_home(root)):
+        return [Finding(who, "settings", where, said)]
     return []
+
+
+def _unsettled(read: Callable[[], dict]) -> str | None:
+    """What is wrong with the settings ``read()`` reads (a ``config.json`` that is not JSON, a setting of the
+    wrong shape, settings that do not agree), as every command reading them says it (exit 2) but for the
+    file's path, which the finding names; None when they are fine."""
+    try:
+        read()
+    except BadInput as exc:
+        said, _, remedy = str(exc).split(": ", 1)[1].rpartition("; ")  # (PATH: what; fix it or remove it)
+        return f"{said}: the commands reading its settings (view, context, search, append …) stop at it (exit 2); pimem leaves it ({remedy})"
+    return None
 
 
 def check_projects(mem: Memory) -> list[Finding]:

@@ -7,6 +7,7 @@ import contextlib
 import io
 import os
 import sys
+from collections.abc import Callable
 
 import orjson  # (as pimem starts, while a signal is only noted: orjson stopped as it loads crashes Python, SIGSEGV)
 
@@ -318,9 +319,10 @@ class Unread:
     """The memories a command over many could not read (one damaged, say): each said in one line as it is
     met, the others done; ``check()`` at the end exits with the worst status."""
 
-    def __init__(self):
+    def __init__(self, also: Callable | None = None):
         self.code = 0
         self.said: list = []  # (memory, error) of each said
+        self.also = also  # called with (memory, error) after each is said (a command's --json record of it)
 
     def run(self, mem, work):
         """``work()`` for ``mem``, or None when it failed in a way the command passes over (said here): a
@@ -342,6 +344,8 @@ class Unread:
         self.said.append((mem, exc))
         env.stderr().write(f"pimem: error: {said if said.startswith(mem.name + ':') else f'{mem.name}: {said}'}\n")
         self.code = max(self.code, int(exc.code))
+        if self.also:
+            self.also(mem, exc)
 
     def check(self) -> None:
         if self.code:

@@ -147,13 +147,20 @@ def test_an_unknown_setting_is_refused_with_the_one_likely_meant_and_never_saved
         end = "" if said.endswith("remove it") else "; fix it or remove it"
         path.write_bytes(orjson.dumps(setting))
         before = snapshot(home)
-        for argv in (["status", "m"], ["model", "m"], ["build-tree", "m"], ["fsck", "m"], ["watch", "m"],
+        for argv in (["status", "m"], ["model", "m"], ["build-tree", "m"], ["watch", "m"],
                      ["append", "m", "not logged"]):
             out = sh(*argv)
             err = out.stderr.decode()
             assert out.returncode == 2 and err.count("\n") == 1, (argv, err)
             assert err.startswith("pimem: error: ") and err.endswith(f"{path}: {said}{end}\n"), (argv, err)
             assert "sk-test" not in err
+        out = sh("fsck", "m")  # (fsck names it as a finding, with what every other command does at it)
+        remedy = (end or "; remove it")[2:]
+        body = said.removesuffix("; remove it")
+        assert (out.returncode, out.stdout.decode()) == (5, f"m: settings: config.json: problem: {body}: the commands reading "
+                                                            "its settings (view, context, search, append …) stop at it "
+                                                            f"(exit 2); pimem leaves it ({remedy})\n")
+        assert "sk-test" not in out.stdout.decode() + out.stderr.decode()
         assert snapshot(home) == before
         path.write_bytes(b"")
         with pytest.raises(BadInput, match=said.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
@@ -167,3 +174,48 @@ def test_an_unknown_setting_is_refused_with_the_one_likely_meant_and_never_saved
     home_path.unlink()
     Memory.open("m").save_config({"max_cost_per_dya": None})  # (a None takes a setting away: one misspelled too)
     assert sh("status", "m").returncode == 0
+
+
+def test_fsck_names_settings_every_command_refuses_as_a_finding_and_checks_the_other_memories(sh, home):
+    """fsck stopped at a memory's ``config.json`` that was not JSON, or whose settings did not agree (exit 2, the
+    other memories' findings and ``--json`` records never said, as if fsck had not run); one in the home stopped it
+    at the first memory. Each is a finding (exit 5): the memory's said for it, the other memories checked; the
+    home's once, for the home; nothing written."""
+    from conftest import snapshot
+
+    assert sh("append", "a", "hello").returncode == 0 and sh("append", "b", "hi").returncode == 0
+    said = ": the commands reading its settings (view, context, search, append …) stop at it (exit 2); pimem leaves it (fix it or remove it)"
+    for written, problem in ((b"{bad", "not valid JSON (unexpected character, expected a string key: line 1 column 2 (char 1))"),
+                             (b"[1]", "not a JSON object"),
+                             (b'{"view": {"hi": 2000, "lo": 3000}}', "view lo 3000 is above its hi 2000 (the default lo is 64000)")):
+        (home / "a" / "config.json").write_bytes(written)
+        before = snapshot(home)
+        for argv in (["fsck"], ["fsck", "--repair"]):
+            out = sh(*argv)
+            assert (out.returncode, out.stdout.decode()) == (5, f"a: settings: config.json: problem: {problem}{said}\nb: ok (1 message)\n"), argv
+            assert out.stderr.decode() == "pimem: error: 1 problem found\n"
+        out = sh("fsck", "--json")
+        records = [orjson.loads(line) for line in out.stdout.splitlines()]
+        assert records == [{"memory": "a", "area": "settings", "where": "config.json", "problem": problem + said,
+                            "fatal": True, "repair": None, "repaired": False}, {"memory": "b", "ok": True, "messages": 1}]
+        assert snapshot(home) == before
+    (home / "a" / "config.json").unlink()
+    (home / "config.json").write_bytes(b'{"view": {"lo": "x"}}')
+    out = sh("fsck")
+    assert (out.returncode, out.stdout.decode()) == (5, f"{home}: settings: config.json: problem: view.lo cannot be \"x\" (use "
+                                                        f"a whole number of bytes above 0, lo at most hi){said}\n")
+    (home / "config.json").unlink()
+    assert sh("fsck").returncode == 0
+
+
+def test_fsck_json_says_a_memory_it_cannot_read_as_a_record(sh, home):
+    """A memory fsck could not read at all (a link in the home, say) was said only on stderr: ``fsck --json | jq``
+    saw the other memories and nothing of it. It is a record too, a problem, with the exit code it gives."""
+    assert sh("append", "a", "hello").returncode == 0
+    (home / "c").symlink_to(home / "a")
+    out = sh("fsck", "--json")
+    records = [orjson.loads(line) for line in out.stdout.splitlines()]
+    said = f"{home / 'c'} is a symbolic link: pimem never follows links inside its home; remove it"
+    assert records == [{"memory": "c", "area": "files", "where": None, "problem": said, "fatal": True, "repair": None,
+                        "repaired": False, "exit": 5}, {"memory": "a", "ok": True, "messages": 1}]
+    assert out.returncode == 5 and out.stderr.decode() == f"pimem: error: c: {said}\n"

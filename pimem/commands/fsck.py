@@ -24,7 +24,7 @@ def command(
     view, the index or the compaction windows knew it went further), sizes, kinds and dates. The tree: nodes past
     the log, over a line's bytes, or built twice. view.json: it must restore as saved. memory.jsonl and
     windows.jsonl: seq, prevHash and hash of every event. index.sqlite: SQLite's check, and every row
-    pointing at its message's line. Prints one line per finding (a memory with none: NAME: ok, or with --json
+    pointing at its message's line. config.json (the memory's and the home's): settings every command accepts. Prints one line per finding (a memory with none: NAME: ok, or with --json
     {"memory", "ok": true, "messages"}) and exits 5 while a problem remains, 0 when clean; notes (things readers tolerate, like a sealed torn write) do not count. --repair only adds a
     newline to seal a torn line, or rebuilds derived state (view.json, index.sqlite) from the logs; a
     damaged line, a gap, a duplicate or a broken chain is explained for a person to decide. Messages lost from
@@ -42,7 +42,7 @@ def command(
     needs(("--timeout", timeout), "--repair (only a repair takes the writer lock)", repair)
     needs(("--accept-lost", accept_lost), "--repair", repair)
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))
-    unread = output.Unread()
+    unread = output.Unread(_unread_json if json else None)
     settings = fsck.check_home(env.home(home))
     if settings:  # (every memory's settings start from it: each would stop at it, and say it again)
         for finding in settings:
@@ -91,3 +91,10 @@ def _given(names: list[str], home) -> list[Memory]:
             mem = Memory.at(name, home)
         found.setdefault(mem.path, mem)
     return list(found.values())
+
+
+def _unread_json(mem, exc) -> None:
+    """A memory fsck could not read at all, as a record of --json (a problem: the line on stderr says it too)."""
+    said = str(exc)
+    output.json_line({"memory": mem.name, "area": "files", "where": None, "problem": said.removeprefix(f"{mem.name}: "),
+                      "fatal": True, "repair": None, "repaired": False, "exit": int(exc.code)})
