@@ -720,12 +720,13 @@ def check_pointers(root: Path) -> list[Finding]:
         try:
             validate_name(orjson.loads(read_bytes(Path(entry.path)))["renamedTo"])
             continue
-        except (orjson.JSONDecodeError, KeyError, TypeError, PimemError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, PimemError, OSError) as exc:
             why = "no renamedTo in it" if isinstance(exc, (KeyError, TypeError)) else str(exc)
-        except OSError as exc:
-            why = exc.strerror or str(exc)
+            if isinstance(exc, OSError) and not isinstance(exc, PimemError):
+                why = exc.strerror or why
+            code = 7 if isinstance(exc, OSError) else 5  # (what the system refuses, a pipe there say: as commands say it)
         found.append(Finding(entry.name, "pointer", entry.name, f"a rename pointer that cannot be read ({why}): commands "
-                             f"given the name '{entry.name}' stop at it (exit 5); pimem leaves it: remove it, or write "
+                             f"given the name '{entry.name}' stop at it (exit {code}); pimem leaves it: remove it, or write "
                              '{"renamedTo": "NAME"} in it'))
     return found
 

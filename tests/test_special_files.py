@@ -166,8 +166,9 @@ def test_a_pipe_as_a_rename_pointer_is_said_not_waited_on(home, memory):
     out = pimem("view", "old")
     assert (out.returncode, out.stderr.decode()) == (7, f"pimem: error: Is a named pipe, not a file: {home / 'old'}\n")
     out = pimem("fsck")
-    assert out.returncode == 5 and out.stdout.decode().splitlines()[-1].startswith(
-        "old: pointer: old: problem: a rename pointer that cannot be read (Is a named pipe, not a file): ")
+    assert out.returncode == 5 and out.stdout.decode().splitlines()[-1] == (
+        "old: pointer: old: problem: a rename pointer that cannot be read (Is a named pipe, not a file): commands given "
+        "the name 'old' stop at it (exit 7); pimem leaves it: remove it, or write {\"renamedTo\": \"NAME\"} in it")
 
 
 # (where, relative to the memory; the line fsck says it in, past "m: ", with WHAT for what stands there)
