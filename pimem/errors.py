@@ -197,6 +197,12 @@ class command:
         _COMMANDS.pop()
 
 
+def said_as(option: str, argument: str) -> str:
+    """How a message names a setting of the call: its command's ``option`` (``--timeout``) inside a command, the
+    library's ``argument`` (``timeout=``) in a Python caller's."""
+    return option if _COMMANDS else argument
+
+
 def _for_caller(exc: Exception) -> Exception:
     """What a public function of the library raises for ``exc``: an ``OSError`` as a ``SystemRefused``, a
     ``sqlite3`` error as an ``SQLiteFailed``; anything else, and anything inside a command, as it is."""

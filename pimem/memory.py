@@ -20,7 +20,7 @@ import orjson
 
 from . import config as configs, env, home as homes, message as msgs, when
 from .errors import (BadInput, Busy, IntegrityError, NotFound, PimemError, as_error, library, library_context,
-                     library_items, shown)
+                     library_items, said_as, shown)
 from .lock import Moved, WriterLock
 from .numbers import MAX_I, MAX_SECONDS
 from .store import Log
@@ -347,7 +347,8 @@ class Memory:
                 raise  # (not a move: the system's own error)
             raise self._moved() from None
         if not acquired:
-            raise Busy(f"memory '{self.name}' is locked by another writer; try again or raise --timeout")
+            locked = f"memory '{self.name}' is locked by another writer; try again"
+            raise Busy(f"{locked} or raise {said_as('--timeout', 'timeout=')}", tools=f"{locked} in a moment")
         identity = self.identity()  # the directory this object first wrote in, not one made since at its path
         if self._identity is None:
             self._identity = identity

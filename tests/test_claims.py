@@ -144,7 +144,7 @@ def test_a_rename_that_waits_in_vain_for_its_lock_leaves_the_claim_at_its_new_na
     before = snapshot(claim)
     with Memory.open("notes").lock():
         result = sh("rename", "notes", "api", "--timeout", "0")
-    assert result.returncode == 4 and b"locked by another writer" in result.stderr, result.stderr
+    assert result.returncode == 4 and result.stderr.endswith(b"locked by another writer; try again or raise --timeout\n"), result.stderr
     assert snapshot(claim) == before and Memory.at("api").claimed()
     assert sh("rename", "notes", "api").returncode == 0  # (then taken over, as before)
     assert [m["text"] for m in Memory.open("api").messages()] == ["the notes"]

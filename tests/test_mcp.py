@@ -19,9 +19,10 @@ SECRET = "sk-test-0000SECRET"
 
 
 @contextlib.asynccontextmanager
-async def client_of(home):
-    """A real `python -m pimem mcp` over the SDK's client, initialized: ``(client, info)``, ``info`` the server's."""
-    params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home))
+async def client_of(home, **env):
+    """A real `python -m pimem mcp` over the SDK's client, initialized: ``(client, info)``, ``info`` the server's;
+    ``env``, more of its environment."""
+    params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "pimem", "mcp"], env=subprocess_env(PIMEM_HOME=home, **env))
     async with mcp.stdio_client(params) as (read, write):
         async with mcp.ClientSession(read, write) as client:
             yield client, (await client.initialize()).server_info
@@ -226,6 +227,26 @@ def test_memory_propose_writes_only_a_provisional_memory(home, talk):
         ("active", "never touch the production database"), ("provisional", "staging db port is 5433")]
     after = snapshot(home)
     assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == {"main/memory.jsonl"}
+
+
+def test_a_memory_locked_by_another_writer_is_said_without_an_option_a_tool_does_not_take(home, talk):
+    """A proposal while another process held the writer lock told the model to 'raise --timeout', an option no
+    tool takes; a Python caller was told the same of its ``timeout=`` argument. Each is told what it can do."""
+    from pimem import Memory, api
+    from pimem.errors import Busy
+
+    async def propose():
+        async with client_of(home, PIMEM_LOCK_TIMEOUT="0.2") as (client, _):
+            return await called(client, "memory_propose", name="main", text="staging db port is 5433")
+
+    before = snapshot(home)
+    with Memory.open("main").lock():
+        said = anyio.run(propose)
+        with pytest.raises(Busy) as caught:
+            api.remember("main", "staging db port is 5433", timeout=0)
+    assert said.endswith("memory 'main' is locked by another writer; try again in a moment"), said
+    assert str(caught.value) == "memory 'main' is locked by another writer; try again or raise timeout="
+    assert snapshot(home) == before
 
 
 def test_tool_traffic_only_with_include_tools(home, talk):
