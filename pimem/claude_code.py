@@ -235,15 +235,19 @@ class Hook:
         this one stopped, so a busy memory or a long transcript delays the capture, not the prompt."""
         from .importers import run
         from .importers.job import INDEX_MIN, READ_SHARE
+        from .importers.state import ImportState, deleted_positions
 
         warnings: list[str] = []
         now = time.monotonic()
         deadline = min(self.deadline, now + ANSWER_CAPTURE) if self.event in ANSWERS else self.deadline
         left = max(0.1, deadline - now)
         share, reading = (READ_SHARE, deadline) if self.event in ANSWERS else (CAPTURE_SHARE, now + max(0.0, deadline - now) * CAPTURE_SPAN)
+        state = ImportState(mem)  # (a transcript a deleted memory held: read on from where it stood, so what the
+        unheld = [s.shown for s in self.sources if state.peek_file(s.shown) is None]  # user deleted stays deleted)
+        since = deleted_positions(mem.home, unheld) if unheld else None
         try:  # (the index left to a process of its own: indexing a backlog here would take the event's time)
             reports = run(mem, self.sources, on_warning=warnings.append, timeout=left, deadline=reading, index=False,
-                          read_share=share)
+                          read_share=share, state=state, since=since)
         except Busy:
             self.warnings.append(f"memory '{mem.name}' is locked by another writer; the next event imports the transcript's new lines")
             return

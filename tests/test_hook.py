@@ -126,6 +126,37 @@ def test_a_project_with_a_long_name_keeps_the_memory_an_earlier_pimem_made_and_a
     assert len(names) == 1 and len(names[0]) == 64 and texts(names[0]) == ["another project"]
 
 
+def test_after_its_memory_is_deleted_a_session_is_captured_from_where_the_deleted_memory_stood(home, tmp_path):
+    """The next event after ``pimem delete`` imported the whole transcript again into a new memory: what the user
+    had deleted (a secret said in the session, say) came back. It reads on from where the deleted memory stood
+    while that is in the trash (its sub-agents' files too); another session, and an import by hand, are whole."""
+    current = tmp_path / "current.jsonl"
+    agents = tmp_path / "current" / "subagents"
+    agents.mkdir(parents=True)
+    grow(current, line("s1", "user", "u1", "the staging password is hunter2", 1),
+         line("s1", "assistant", "a1", "Noted.", 2))
+    grow(agents / "agent-1.jsonl", {**line("s1", "user", "g1", "sub-agent: look up hunter2", 3), "isSidechain": True})
+    assert hook(payload("Stop", "s1", current, stop_hook_active=False))[:2] == (0, None)
+    assert texts() == ["the staging password is hunter2", "Noted.", "sub-agent: look up hunter2"]
+    sh = lambda *args: subprocess.run(pimem_cmd(*args), capture_output=True, env=subprocess_env())  # noqa: E731
+    assert sh("delete", "api").returncode == 0
+
+    assert hook(payload("Stop", "s1", current, stop_hook_active=False)) == (0, None, "")  # (nothing new: nothing
+    assert texts() == []  # logged, the project's memory only claimed)
+    grow(current, line("s1", "user", "u2", "now deploy the api", 10))
+    grow(agents / "agent-1.jsonl", {**line("s1", "assistant", "g2", "sub-agent: deployed", 11), "isSidechain": True})
+    assert hook(payload("Stop", "s1", current, stop_hook_active=False)) == (0, None, "")
+    assert texts() == ["now deploy the api", "sub-agent: deployed"]
+
+    other = tmp_path / "other.jsonl"  # (another session of the project: whole)
+    grow(other, line("s2", "user", "v1", "what about the cache?", 20))
+    assert hook(payload("Stop", "s2", other, stop_hook_active=False))[:2] == (0, None)
+    assert texts()[-1] == "what about the cache?"
+    assert sh("delete", "api").returncode == 0
+    assert sh("import", str(current), "--name", "api").returncode == 0  # (by hand: the whole file, as asked)
+    assert texts() == ["the staging password is hunter2", "Noted.", "now deploy the api"]
+
+
 def test_a_prompt_with_nothing_relevant_gets_only_the_memories(home, tmp_path):
     earlier = tmp_path / "e.jsonl"
     grow(earlier, line("s1", "user", "u1", "rename the billing module", 1))

@@ -2345,3 +2345,33 @@ def test_a_read_whose_write_found_the_memory_locked_leaves_the_next_read_as_it_w
             import_job(mem, plan([str(path)]), state=state, timeout=0)
     import_job(mem, plan([str(path)]), state=state)
     assert [(m["text"], m["meta"].get("repeat")) for m in messages()[-3:]] == [("one", None), ("one", 1), ("two", None)]
+
+
+def test_a_deleted_memory_s_import_positions_are_read_from_the_trash_newest_first(run, home, tmp_path):
+    """``deleted_positions`` (the hook reads a transcript a deleted memory held on from there): the memory deleted
+    last that imported the file answers; a link or a damaged state in the trash is passed over, not followed."""
+    from pimem.importers.state import deleted_positions, read_state
+
+    session = tmp_path / "s.ndjson"
+    session.write_text(json.dumps({"kind": "user", "text": "one", "date": "2026-10-01T09:00:00+00:00"}) + "\n")
+    assert run("import", session, "-n", "a").exit_code == 0 and run("delete", "a").exit_code == 0
+    with session.open("a") as f:
+        f.write(json.dumps({"kind": "pi", "text": "two", "date": "2026-10-01T09:01:00+00:00"}) + "\n")
+    assert run("import", session, "-n", "b").exit_code == 0 and run("delete", "b").exit_code == 0
+    trash = home / ".trash"
+    newest = max(trash.iterdir(), key=lambda p: p.name.split("-", 1)[1] + p.name[0])
+    assert newest.name.startswith("b-")
+    found = deleted_positions(home, [str(session), str(tmp_path / "never.ndjson")])
+    assert list(found) == [str(session)] and found[str(session)]["offset"] == session.stat().st_size
+
+    (trash / "c-29991231T000000").mkdir()  # (newer, damaged: passed over)
+    (trash / "c-29991231T000000" / "imports.json").write_text("{" + json.dumps(str(session)))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = read_state(newest)
+    other["files"][str(session)]["offset"] = 1
+    (elsewhere / "imports.json").write_text(json.dumps(other))
+    assert read_state(elsewhere)["files"][str(session)]["offset"] == 1
+    (trash / "d-29991231T000001").symlink_to(elsewhere)  # (a link: never followed)
+    assert deleted_positions(home, [str(session)]) == found
+    assert deleted_positions(tmp_path / "no-home", [str(session)]) == {}

@@ -79,6 +79,7 @@ def run(
     open_file: Callable[[Source], BinaryIO] | None = None,
     index: bool = True,
     read_share: float = READ_SHARE,
+    since: dict[str, dict] | None = None,
 ) -> list[FileReport]:
     """Import ``sources`` (as returned by ``plan``) into ``mem`` in their order; an import of at least
     ``INDEX_MIN`` messages also brings the search index up to date (one catch-up after a bulk import is
@@ -94,7 +95,9 @@ def run(
     ``open_file(source)`` opens a source instead of its path (a follower hands in the file it holds open, so a
     file rotated away is read to its end); ``index=False`` leaves the search index to its next reader however
     much is logged (a hook, whose time is bounded, starts its catch-up in a process of its own), so a larger
-    ``read_share`` fits in the same time."""
+    ``read_share`` fits in the same time. ``since``: where to read a file the memory has imported nothing of on
+    from (``{path: position}``, as ``imports.json`` records it: a deleted memory's, ``deleted_positions``), if
+    it is still that file, grown."""
     from .. import projects
 
     mem.pin()
@@ -115,7 +118,7 @@ def run(
         try:
             for source in sources:
                 step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
-                job = _File(mem, state, source, on_warning, step, timeout, logged, deadline, read_share)
+                job = _File(mem, state, source, on_warning, step, timeout, logged, deadline, read_share, since)
                 with (open_file or _open)(source) as f:
                     reports.append(job.run(f))
                 done += source.size
@@ -191,8 +194,9 @@ class _Indexer:
 class _File:
     """One source file's import: read, parse, check, and log in batches."""
 
-    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None, read_share=READ_SHARE):
-        self.mem, self.state, self.source = mem, state, source
+    def __init__(self, mem, state, source, on_warning, on_progress, timeout, on_logged, deadline=None, read_share=READ_SHARE,
+                 since: dict[str, dict] | None = None):
+        self.mem, self.state, self.source, self.since = mem, state, source, since or {}
         self.warn, self.progress, self.timeout, self.logged = on_warning, on_progress, timeout, on_logged
         self.file = source.shown  # (open() alone is given the path as the system spells it)
         self.report = FileReport(self.file, source.format)
@@ -267,8 +271,9 @@ class _File:
         return self.report
 
     def _resume(self, f: BinaryIO):
-        """Where to start: after the part read by an earlier import if this is still that file, grown."""
-        prior = self.prior = self.state.peek_file(self.file)
+        """Where to start: after the part read by an earlier import (or the one ``since`` names, where the memory
+        has imported nothing of it) if this is still that file, grown."""
+        prior = self.prior = self.state.peek_file(self.file) or self.since.get(self.file)
         f.seek(0)  # (a file handed in may have been read before)
         if not prior or prior.get("format") != self.source.format or not isinstance(prior.get("offset"), int):
             return 0, 0, None

@@ -524,6 +524,38 @@ def read_state(directory) -> dict | None:
     return {k: view[k] for k in ("version", "covered", "keys", "files")} if view is not None else None
 
 
+_TRASHED = re.compile(r".+-(\d{8}T\d{6})(?:-(\d+))?")  # a deleted memory's directory in the trash: NAME-STAMP[-N]
+
+
+def deleted_positions(home: Path, paths: list[str]) -> dict[str, dict]:
+    """Where the import of each of ``paths`` stood in the memory deleted last that imported it (``pimem delete``:
+    the memories in ``<home>/.trash``): ``{path: position}`` for those found. A hint read without a lock, from
+    directories that are no memory any more; one that cannot be read is passed over."""
+    try:
+        entries = [e for e in os.scandir(Path(home) / homes.TRASH) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return {}
+    dated = sorted(((m.group(1), int(m.group(2) or 1)), e.path) for e in entries if (m := _TRASHED.fullmatch(e.name)))
+    found: dict[str, dict] = {}
+    wanted = {path: orjson.dumps(path) for path in paths}
+    for _, directory in reversed(dated):  # (the newest first)
+        try:
+            raw = b"".join(read_bytes(Path(directory) / name) for name in (STATE, JOURNAL)
+                           if kind(Path(directory) / name) == "file")
+            if not any(said in raw for path, said in wanted.items() if path not in found):
+                continue  # (the common case, read cheaply: not a memory that imported any of them)
+            state = read_state(directory)
+        except (OSError, PimemError):
+            continue
+        files = state.get("files") if state is not None else None
+        for path in wanted:
+            if path not in found and isinstance(files, dict) and isinstance(files.get(path), dict):
+                found[path] = files[path]
+        if len(found) == len(wanted):
+            break
+    return found
+
+
 class _At:
     """A memory's directory where ``ImportState`` needs only its path (``read_state``)."""
 
