@@ -6,6 +6,9 @@ or checked against it. Commands raise the exceptions below; the one boundary (``
 ``pimem: error: …`` on stderr and a status of this enum. Library users catch ``PimemError``.
 """
 
+import errno
+import os
+import stat
 from enum import IntEnum
 
 
@@ -177,9 +180,27 @@ def _kind(exc: PimemError) -> type:
 
 
 def _said(exc: OSError) -> str:
-    """What the CLI says of an OS failure: its reason and the file it names."""
+    """What the CLI says of an OS failure: its reason and the file it names (and, where that is a path through
+    something that is no directory, what is in the way: ``_in_the_way``)."""
     where = f": {exc.filename}" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
+    return f"{exc.strerror or exc}{where}{in_the_way(exc)}"
+
+
+def in_the_way(exc: OSError) -> str:
+    """For an ``ENOTDIR`` naming a path through something that is no directory, what stands where one of its
+    directories goes (`` (/etc/passwd is a file)`` for ``/etc/passwd/x/config.json``); else "" (the path named is
+    then itself what is in the way)."""
+    if exc.errno != errno.ENOTDIR or not isinstance(exc.filename, str):
+        return ""
+    parent = os.path.dirname(exc.filename)
+    while parent != os.path.dirname(parent):
+        try:
+            mode = os.lstat(parent).st_mode
+        except OSError:
+            parent = os.path.dirname(parent)
+            continue
+        return "" if stat.S_ISDIR(mode) else f" ({parent} is {'a file' if stat.S_ISREG(mode) else 'no directory'})"
+    return ""
 
 
 # the commands running in pimem's own error boundary (``boundary.guarded``), which says what the system refused

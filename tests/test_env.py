@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import io
-import re
 import json
+import os
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -89,6 +90,25 @@ def test_a_home_that_is_a_file_is_one_line_and_the_file_is_kept(sh, tmp_path, ar
     assert out.returncode == 7 and out.stdout == b""
     assert out.stderr == f"pimem: error: the home {home} is not a directory: set --home or $PIMEM_HOME to one\n".encode()
     assert home.read_bytes() == b"not a home\n"
+
+
+def test_a_path_through_a_file_names_the_file_in_the_way(sh, tmp_path):
+    """'Not a directory: FILE/sub/config.json' named the path asked for, which does not exist, not the file that
+    stands where a directory goes: it is named too, from the CLI and the library alike; a path that is itself the
+    file in the way (a file where main/ goes) is said as before."""
+    from pimem import Memory
+    from pimem.errors import SystemRefused
+
+    (tmp_path / "file").write_text("x")
+    out = sh("append", "notes", "hi", PIMEM_HOME=tmp_path / "file" / "sub")
+    assert (out.returncode, out.stderr.decode()) == (7, f"pimem: error: Not a directory: {tmp_path / 'file' / 'sub' / 'config.json'} "
+                                                        f"({tmp_path / 'file'} is a file)\n")
+    with pytest.raises(SystemRefused, match=r"\(.*/file is a file\)$"):
+        Memory.at("m", home=tmp_path / "file" / "a" / "b").append("hi")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(NotADirectoryError, match=r"\(.*/pipe is no directory\)$"):
+        Memory.at("m", home=tmp_path / "pipe" / "a").append("hi")
+    assert (tmp_path / "file").read_text() == "x"
 
 
 def test_a_relative_home_is_refused_before_a_lone_word_is_taken_for_a_memorys_name(sh):

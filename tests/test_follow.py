@@ -891,8 +891,8 @@ def test_a_follower_in_a_program_says_a_memory_the_system_refuses_as_watch_does(
     follower = Follower([str(path)], home=str(tmp_path / "file" / "home"), name="mine", on_warning=warnings.append)
     assert follower.poll() == 0
     follower.close()
-    assert warnings == [f"{path}: Not a directory: {tmp_path / 'file' / 'home' / 'config.json'}; following the others, "
-                        "trying it again"]
+    assert warnings == [f"{path}: Not a directory: {tmp_path / 'file' / 'home' / 'config.json'} ({tmp_path / 'file'} is a "
+                        "file); following the others, trying it again"]
 
 
 def pimem_run(*args) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 from .. import decoder
-from ..errors import BadInput, NotFound, PimemError
+from ..errors import BadInput, NotFound, PimemError, in_the_way
 from ..memory import Memory
 from .detect import FORMATS, PEEK_LINES, Source, claim_name, default_name, inspect_file
 from .job import FileReport, run
@@ -422,7 +422,7 @@ class Follower:
 def _cannot(path: str, exc: OSError) -> str:
     """One line for a file or directory that cannot be read now (the others are followed on)."""
     where = f": {exc.filename}" if exc.filename and str(exc.filename) != path else ""
-    return f"{path}: {exc.strerror or exc}{where}; following the others, trying it again"
+    return f"{path}: {exc.strerror or exc}{where}{in_the_way(exc)}; following the others, trying it again"
 
 
 def _gives_a_message(path: str, source: Source) -> bool:
