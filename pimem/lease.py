@@ -5,7 +5,8 @@ in Unix seconds, refreshed every ``BEAT`` seconds; ``command``, ``watch`` or ``b
 says (a record an older pimem wrote has none); ``proc``, where Linux's ``/proc`` tells it, is the holder's process
 as this boot knows it (``process``). A lease is live while its holder is: on this host while its pid exists and is
 still that process (its beat is not looked at: the wall clock may jump; a pid used again, after a reboot say, is
-another process), or, without ``proc`` to tell, while its beat is younger than ``STALE`` seconds, as on another host.
+another process), or, without ``proc`` to tell, while its beat is younger than ``STALE`` seconds, as on another host
+and in another pid namespace (``pidns``: a container sharing the home under the same host name).
 A dead holder's lease is taken over; a live one's on this host never is (one stopped with ``SIGSTOP`` too).
 Taking, beating and releasing happen under the memory's writer lock, so two processes never both think they
 hold it; a holder that finds another token in the file has lost the lease and stops building. The holder
@@ -100,6 +101,27 @@ def _zombie(pid: int) -> bool:
     return _stat(pid)[:1] == [b"Z"]
 
 
+_NAMESPACE: list = []  # this process's pid namespace, once read (``pid_namespace``)
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace as Linux names it (``pid:[4026531836]``), or None where ``/proc`` does not
+    say: a lease records it, so that a holder in another namespace (a container sharing the home, under the same
+    host name) is not taken for dead because its pid means nothing here, nor for another process that has it."""
+    if not _NAMESPACE:
+        try:
+            _NAMESPACE.append(os.readlink("/proc/self/ns/pid"))
+        except OSError:
+            _NAMESPACE.append(None)
+    return _NAMESPACE[0]
+
+
+def _here(record: dict) -> bool:
+    """Whether the holder of ``record`` is a process this one can look at: on this host, in this pid namespace
+    (a record an older pimem wrote, which does not say, is taken to be)."""
+    return record.get("host") == _host() and record.get("pidns") in (None, pid_namespace())
+
+
 def process(pid: int) -> str | None:
     """Which process ``pid`` is: this boot's id and the process's start time (clock ticks since boot), the same
     for its whole life and never for another process of any boot; None where Linux's ``/proc`` does not say."""
@@ -123,7 +145,7 @@ def live(record: dict | None, stale: float = STALE) -> bool:
         return False
     beat = record.get("beat")
     fresh = isinstance(beat, (int, float)) and time.time() - beat <= stale
-    if record.get("host") == _host():
+    if _here(record):
         pid, proc = record.get("pid"), record.get("proc")
         if not pid_alive(pid):
             return False
@@ -164,7 +186,8 @@ def described(record: dict) -> str:
     """Who holds the lease ``record``, as a message says it: ``a watcher (pid 12)``, ``a build-tree (pid 12 on
     other-host)``, or ``pid 12`` when the record does not say which command (an older pimem's)."""
     host = record.get("host")
-    where = f"pid {record.get('pid')}" + (f" on {host}" if host and host != _host() else "")
+    where = f"pid {record.get('pid')}" + (f" on {host}" if host and host != _host() else
+                                          "" if _here(record) else " in another pid namespace")
     kind = KINDS.get(record.get("command"))
     return f"{kind} ({where})" if kind else where
 
@@ -179,7 +202,7 @@ def dead(mem) -> dict | None:
                                              (("pid", int), ("host", str), ("started", str), ("beat", (int, float)))):
         return None
     proc, now = record.get("proc"), process(record["pid"])
-    alive = record["host"] == _host() and pid_alive(record["pid"]) and (proc is None or proc == now or now is None)
+    alive = _here(record) and pid_alive(record["pid"]) and (proc is None or proc == now or now is None)
     return {**{k: record[k] for k in ("pid", "host", "started", "beat")}, "alive": alive}
 
 
@@ -242,7 +265,8 @@ def beat_watcher(home, token: str, scanned: float, refused) -> None:
         return
     try:
         write_atomic(home / WATCHER, orjson.dumps({"pid": os.getpid(), "token": token, "host": _host(),
-                                                   "proc": process(os.getpid()), "beat": time.time(), "scanned": scanned,
+                                                   "proc": process(os.getpid()), "pidns": pid_namespace(),
+                                                   "beat": time.time(), "scanned": scanned,
                                                    "refused": sorted(refused)}), durable=False)
     except OSError:
         pass
@@ -273,7 +297,7 @@ class Lease:
         self._proc = process(os.getpid())  # (read once: a beat writes it under the writer lock every BEAT seconds)
 
     def _record(self) -> dict:
-        return {"pid": os.getpid(), "token": self.token, "host": _host(), "proc": self._proc,
+        return {"pid": os.getpid(), "token": self.token, "host": _host(), "proc": self._proc, "pidns": pid_namespace(),
                 "started": self._started, "beat": time.time(), "command": self.command}
 
     def try_acquire(self) -> dict | None:
@@ -307,7 +331,8 @@ class Lease:
                 if late is not None and not wait:
                     then = f"{resume(other)} or stop it, or use --wait to stand by until it lets go"
                 kind = KINDS.get(other.get("command"))
-                raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')} "
+                apart = " in another pid namespace" if other.get("host") == _host() and not _here(other) else ""
+                raise Busy(f"memory '{self.mem.name}' is being built by pid {other.get('pid')} on {other.get('host')}{apart} "
                            f"({kind + ', ' if kind else ''}since {other.get('started')})"
                            f"{'' if late is None else ', ' + not_answering(late)}; {then}")
             if on_wait is not None and told != (other.get("token"), late is None):

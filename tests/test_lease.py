@@ -156,3 +156,32 @@ def test_a_live_holder_on_this_host_keeps_its_lease_whatever_the_wall_clock_says
     for beat, held in ((time.time(), True), (time.time() - lease.STALE - 5, False)):
         (mem.path / lease.FILE).write_bytes(orjson.dumps({**elsewhere, "beat": beat}))
         assert (lease.holder(mem) is not None) is held
+
+
+def test_a_holder_in_another_pid_namespace_is_told_by_its_beat_not_taken_for_dead(home):
+    """A builder in a container sharing the home under the same host name (another pid namespace) was taken for
+    dead, its pid meaning nothing here, and a second builder took its lease over while it went on building (or
+    taken for whatever process has its pid here). Its record names its namespace: its beat tells, as another
+    host's does; the record of this namespace, or of an older pimem that does not say, is told by its process."""
+    import socket
+    import time
+
+    mem = Memory.at("main")
+    mem.append([{"kind": "user", "text": "hi"}])
+    assert lease.pid_namespace().startswith("pid:[")  # (Linux: /proc tells)
+    record = {"pid": 1, "token": "other", "host": socket.gethostname(), "proc": "another-boot:12", "pidns": "pid:[1]",
+              "started": "2026-12-07T00:00:00Z", "beat": time.time(), "command": "watch"}
+    (mem.path / lease.FILE).write_bytes(orjson.dumps(record))
+    assert lease.holder(mem)["pid"] == 1 and lease.dead(mem) is None
+    assert lease.described(record) == "a watcher (pid 1 in another pid namespace)"
+    built = subprocess.run([sys.executable, "-m", "pimem", "build-tree", "main"], capture_output=True, env=subprocess_env())
+    assert built.returncode == 4 and f"by pid 1 on {socket.gethostname()} in another pid namespace (a watcher, since" in built.stderr.decode()
+    assert orjson.loads((mem.path / lease.FILE).read_bytes())["token"] == "other"  # (left to it)
+    (mem.path / lease.FILE).write_bytes(orjson.dumps({**record, "beat": time.time() - lease.STALE - 5}))
+    assert lease.holder(mem) is None and lease.dead(mem)["alive"] is False  # (its beat stopped: dead, taken over)
+    built = subprocess.run([sys.executable, "-m", "pimem", "build-tree", "main"], capture_output=True, env=subprocess_env())
+    assert built.returncode == 0, built.stderr
+    for pidns in (lease.pid_namespace(), None):  # (this namespace's, or an older pimem's: pid 1 is not its process)
+        said = {**record, "pidns": pidns} if pidns else {k: v for k, v in record.items() if k != "pidns"}
+        (mem.path / lease.FILE).write_bytes(orjson.dumps(said))
+        assert lease.holder(mem) is None

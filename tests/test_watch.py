@@ -69,7 +69,7 @@ def test_watch_builds_new_messages_holds_the_lease_and_stops_on_sigterm(home):
         mem.append([{"kind": "user", "text": long_text(k)} for k in range(5, 9)])
         until(lambda: complete("m"), timeout=10)  # noticed within the poll, not at the next start
         record = lease.holder(mem)
-        assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "proc", "started", "beat", "command"}
+        assert record["pid"] == watcher.pid and set(record) == {"pid", "token", "host", "proc", "pidns", "started", "beat", "command"}
         assert record["command"] == "watch"
         second = subprocess.run(pimem_cmd("watch", "m"), capture_output=True, timeout=60, env=subprocess_env())
         assert second.returncode == 4 and b"being built by pid" in second.stderr and b"use --wait" in second.stderr
