@@ -947,7 +947,9 @@ def test_a_memory_renamed_while_followed_is_followed_into_its_new_name(home, tmp
 def test_a_memory_deleted_while_followed_is_not_made_again_from_its_files(home, tmp_path):
     """``pimem delete`` of a memory a follower feeds: one line says so, and neither the file it was fed from (grown
     since) nor a new session of its project makes it again in this run; other memories are followed on. A
-    follower started again imports the files afresh, as ``import`` would."""
+    follower started again reads them on from where the deleted memory stood (it imported them whole, bringing
+    back what was deleted): the new lines and the new session only; with the memory taken out of the trash
+    for good, whole."""
     sessions, first, proc = following_api(tmp_path)
     try:
         deleted = pimem_run("delete", "api")
@@ -963,8 +965,17 @@ def test_a_memory_deleted_while_followed_is_not_made_again_from_its_files(home, 
     assert err.count("memory 'api' was deleted while followed") == 1, err
     assert "nothing more was written" not in err, err
     assert err.endswith("pimem: interrupted: 4 messages imported while following; the next run reads on from where this "
-                        "one stopped (the files that fed 'api', deleted meanwhile, from their start)\n"), err
+                        "one stopped\n"), err
     assert {r["name"] for r in reports} == {"api", "other"}, reports
+    proc = start(sessions)
+    try:
+        wait_for(lambda: len(texts("api")) == 4)
+        time.sleep(1.5)  # (a round or two more: nothing else comes)
+    finally:
+        stop(proc)
+    assert sorted(texts("api")) == sorted(["question 1 of s1", "answer 1", "question 2 of s2", "answer 2"])
+    assert pimem_run("delete", "api").returncode == 0
+    shutil.rmtree(home / ".trash")  # (emptied: nothing says the files were deleted any more)
     proc = start(sessions)
     try:
         wait_for(lambda: len(texts("api")) == 6)
@@ -1005,7 +1016,7 @@ def test_a_memory_renamed_or_deleted_during_a_followers_read_is_followed_or_left
     follower.close()
     assert os.listdir(home) == [".trash"]  # (the pointer that led to it went with it)
     assert warnings[1:] == ["memory 'work' was deleted while followed; nothing more is imported into it until this "
-                            "follower is started again (which imports its files afresh)"]
+                            "follower is started again (which reads its files on from where it stood)"]
 
 
 def test_watch_import_follows_a_rename_of_a_memory_it_feeds_but_does_not_build(home, tmp_path):

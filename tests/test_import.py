@@ -2350,7 +2350,7 @@ def test_a_read_whose_write_found_the_memory_locked_leaves_the_next_read_as_it_w
 def test_a_deleted_memory_s_import_positions_are_read_from_the_trash_newest_first(run, home, tmp_path):
     """``deleted_positions`` (the hook reads a transcript a deleted memory held on from there): the memory deleted
     last that imported the file answers; a link or a damaged state in the trash is passed over, not followed."""
-    from pimem.importers.state import deleted_positions, read_state
+    from pimem.importers.state import deleted_positions, read_state, trash_stamp
 
     session = tmp_path / "s.ndjson"
     session.write_text(json.dumps({"kind": "user", "text": "one", "date": "2026-10-01T09:00:00+00:00"}) + "\n")
@@ -2363,15 +2363,20 @@ def test_a_deleted_memory_s_import_positions_are_read_from_the_trash_newest_firs
     assert newest.name.startswith("b-")
     found = deleted_positions(home, [str(session), str(tmp_path / "never.ndjson")])
     assert list(found) == [str(session)] and found[str(session)]["offset"] == session.stat().st_size
+    assert deleted_positions(home) == found  # (every file any of them imported: a follower's, read once a run)
+    stamp = trash_stamp(home)
+    assert run("import", session, "-n", "c").exit_code == 0 and run("delete", "c").exit_code == 0
+    assert trash_stamp(home) != stamp and trash_stamp(tmp_path / "no-home") is None  # (read again after a delete)
 
-    (trash / "c-29991231T000000").mkdir()  # (newer, damaged: passed over)
-    (trash / "c-29991231T000000" / "imports.json").write_text("{" + json.dumps(str(session)))
+    found = deleted_positions(home, [str(session)])  # (c's, the same file whole)
+    (trash / "x-29991231T000000").mkdir()  # (newer, damaged: passed over)
+    (trash / "x-29991231T000000" / "imports.json").write_text("{" + json.dumps(str(session)))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     other = read_state(newest)
     other["files"][str(session)]["offset"] = 1
     (elsewhere / "imports.json").write_text(json.dumps(other))
     assert read_state(elsewhere)["files"][str(session)]["offset"] == 1
-    (trash / "d-29991231T000001").symlink_to(elsewhere)  # (a link: never followed)
+    (trash / "y-29991231T000001").symlink_to(elsewhere)  # (a link: never followed)
     assert deleted_positions(home, [str(session)]) == found
     assert deleted_positions(tmp_path / "no-home", [str(session)]) == {}

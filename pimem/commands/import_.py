@@ -168,10 +168,8 @@ def _follow(paths: list[str], name: str | None, fmt: str, json: bool, timeout: f
     for sig in stoppers(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # (not one the caller ignored: nohup)
         signal.signal(sig, stop.handler)
     follower.run(stop)
-    gone = ", ".join(f"'{name}'" for name in follower.deleted_names)  # (their import state went with them)
     output.info(f"pimem: interrupted: {output.count(imported, 'message')} imported while following; "
-                "the next run reads on from where this one stopped"
-                + (f" (the files that fed {gone}, deleted meanwhile, from their start)" if gone else ""))
+                "the next run reads on from where this one stopped")
     raise typer.Exit(128 + stop.signum)
 
 

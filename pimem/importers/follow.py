@@ -21,7 +21,8 @@ A memory it feeds that is **renamed** (``pimem rename``) is followed into its ne
 its old name keeps; its import state moved with it, so nothing is logged twice or left out. One **deleted**
 (``pimem delete``, or moved away or removed by hand) is fed no more for the rest of the run, from the files it was
 fed from or new ones of its project: it is not made again behind the user's back from what they deleted (a
-follower started again imports those files afresh, as ``import`` would). Each is said once. (A project's memory
+follower started again reads those files on from where the deleted memory stood, while it is in the trash:
+``deleted_positions``). Each is said once. (A project's memory
 the follower only claimed, nothing logged in it, that another lets go of is no delete: it is chosen again.)
 Neither is refused while a follower runs (both are while a watcher holds the memory's lease): a follower holds
 no lease, and writes each batch under the writer lock, which both take, so no write is cut in half by the move;
@@ -52,7 +53,7 @@ from ..memory import Memory
 from .detect import FORMATS, PEEK_LINES, Source, claim_name, default_name, inspect_file
 from .job import FileReport, run
 from .parser import Malformed, read_lines
-from .state import ImportState
+from .state import ImportState, deleted_positions, trash_stamp
 
 POLL = 0.25  # seconds between looks at the followed files and directories
 OPEN_FILES = 128  # files held open at most (the ones that changed last); others are reopened by path
@@ -115,10 +116,10 @@ class Follower:
         self.failed: set[str] = set()  # files whose last import failed (``_forget``)
         self.targets: dict[str, _Target] = {}
         self.deleted: set[str] = set()  # memories deleted while fed: fed no more (``_moved``)
-        self.deleted_names: list[str] = []  # the same, as said (their names when deleted), in order
         self.left: set[str] = set()  # the files that fed them: followed no more
         self.dropped: dict[str, Memory] = {}  # memories a failed read let go of (``_forget``), until opened again
         self.open_order: OrderedDict[str, None] = OrderedDict()
+        self.trash: tuple = (None, {})  # (``trash_stamp``, ``deleted_positions`` of every file) when last read
 
     # ---- the loop -------------------------------------------------------------------------------------
 
@@ -307,7 +308,7 @@ class Follower:
         target.held = target.held or target.mem.exists()
         try:
             reports = run(target.mem, [tracked.source], on_warning=self.on_warning, timeout=self.timeout,
-                          state=target.state, open_file=opener)
+                          state=target.state, open_file=opener, since=self._deleted(target, tracked.source.shown))
         except OSError:  # a read or write that failed (the library's ``SystemRefused`` too): ``poll`` says so, and
             self._forget(path, tracked)  # it is tried again next round
             raise
@@ -326,6 +327,20 @@ class Follower:
             target.held = True
             self.on_report(target.mem.name, report)
         return report.imported
+
+    def _deleted(self, target: _Target, path: str) -> dict | None:
+        """For a file ``target``'s memory has imported nothing of: where the import of the memory deleted last that
+        held it stood (``deleted_positions``; the trash read once, and again when a delete changes it), so a
+        follower started again does not bring back what was deleted; else None."""
+        if target.state.peek_file(path) is not None:
+            return None
+        stamp = trash_stamp(target.mem.home)
+        if stamp is None:
+            return None
+        if stamp != self.trash[0]:
+            self.trash = (stamp, deleted_positions(target.mem.home))
+        position = self.trash[1].get(path)
+        return {path: position} if position is not None else None
 
     def _forget(self, path: str, tracked: _File) -> None:
         """After a failed read: the file is found again next round, with its memory and import state read
@@ -375,12 +390,11 @@ class Follower:
                     self.failed.discard(path)
             return
         self.deleted.update((memory, old))
-        self.deleted_names.append(old)
         for path, tracked in list(self.files.items()):
             if tracked.memory in (memory, old):
                 self._leave(path)
         self.on_warning(f"memory '{old}' was deleted while followed; nothing more is imported into it until this "
-                        "follower is started again (which imports its files afresh)")
+                        "follower is started again (which reads its files on from where it stood)")
 
     def _leave(self, path: str) -> None:
         """Follow ``path`` no more (it fed a memory since deleted)."""

@@ -527,33 +527,44 @@ def read_state(directory) -> dict | None:
 _TRASHED = re.compile(r".+-(\d{8}T\d{6})(?:-(\d+))?")  # a deleted memory's directory in the trash: NAME-STAMP[-N]
 
 
-def deleted_positions(home: Path, paths: list[str]) -> dict[str, dict]:
-    """Where the import of each of ``paths`` stood in the memory deleted last that imported it (``pimem delete``:
-    the memories in ``<home>/.trash``): ``{path: position}`` for those found. A hint read without a lock, from
-    directories that are no memory any more; one that cannot be read is passed over."""
+def deleted_positions(home: Path, paths: list[str] | None = None) -> dict[str, dict]:
+    """Where the import of each of ``paths`` (None: of every file) stood in the memory deleted last that imported
+    it (``pimem delete``: the memories in ``<home>/.trash``): ``{path: position}`` for those found. A hint read
+    without a lock, from directories that are no memory any more; one that cannot be read is passed over."""
     try:
         entries = [e for e in os.scandir(Path(home) / homes.TRASH) if e.is_dir(follow_symlinks=False)]
     except OSError:
         return {}
     dated = sorted(((m.group(1), int(m.group(2) or 1)), e.path) for e in entries if (m := _TRASHED.fullmatch(e.name)))
     found: dict[str, dict] = {}
-    wanted = {path: orjson.dumps(path) for path in paths}
+    wanted = None if paths is None else {path: orjson.dumps(path) for path in paths}
     for _, directory in reversed(dated):  # (the newest first)
         try:
-            raw = b"".join(read_bytes(Path(directory) / name) for name in (STATE, JOURNAL)
-                           if kind(Path(directory) / name) == "file")
-            if not any(said in raw for path, said in wanted.items() if path not in found):
-                continue  # (the common case, read cheaply: not a memory that imported any of them)
+            if wanted is not None:  # (the common case, read cheaply: not a memory that imported any of them)
+                raw = b"".join(read_bytes(Path(directory) / name) for name in (STATE, JOURNAL)
+                               if kind(Path(directory) / name) == "file")
+                if not any(said in raw for path, said in wanted.items() if path not in found):
+                    continue
             state = read_state(directory)
         except (OSError, PimemError):
             continue
         files = state.get("files") if state is not None else None
-        for path in wanted:
-            if path not in found and isinstance(files, dict) and isinstance(files.get(path), dict):
-                found[path] = files[path]
-        if len(found) == len(wanted):
+        for path, position in (files.items() if isinstance(files, dict) else ()):
+            if isinstance(position, dict) and (wanted is None or path in wanted):
+                found.setdefault(path, position)
+        if wanted is not None and len(found) == len(wanted):
             break
     return found
+
+
+def trash_stamp(home: Path) -> tuple | None:
+    """What changes when a memory is deleted into ``<home>/.trash`` or taken out of it (a follower's
+    ``deleted_positions`` of every file is read again then), or None while there is none."""
+    try:
+        st = os.stat(Path(home) / homes.TRASH, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 class _At:
