@@ -181,7 +181,7 @@ def _kind(exc: PimemError) -> type:
 
 def _said(exc: OSError) -> str:
     """What the CLI says of an OS failure: its reason and the file it names (and, where that is a path through
-    something that is no directory, what is in the way: ``_in_the_way``)."""
+    something that is no directory, what is in the way: ``in_the_way``)."""
     where = f": {exc.filename}" if exc.filename else ""
     return f"{exc.strerror or exc}{where}{in_the_way(exc)}"
 

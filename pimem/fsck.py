@@ -168,7 +168,8 @@ def _unsettled(read: Callable[[], dict]) -> str | None:
     try:
         read()
     except BadInput as exc:
-        said, _, remedy = str(exc).split(": ", 1)[1].rpartition("; ")  # (PATH: what; fix it or remove it)
+        text = str(exc).partition(": ")[2] or str(exc)  # (PATH: what; fix it or remove it)
+        said, _, remedy = text.rpartition("; ") if "; " in text else (text, "", "fix it or remove it")
         return f"{said}: the commands reading its settings (view, context, search, append …) stop at it (exit 2); pimem leaves it ({remedy})"
     return None
 
