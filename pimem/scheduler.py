@@ -35,6 +35,7 @@ CONCURRENCY = 8
 GRACE = 15.0
 FLUSH_EVERY = 4096  # nodes written per batch at most (saving view.json costs O(view))
 WRITTEN_POLL = 0.05  # seconds between looks at a batch being written, whose built events follow it
+KEY_AGAIN = 90  # times ``retry_seconds`` (15 minutes by default): when ``watch`` tries a refused API key again
 
 
 class NotSent(CallFailed):
@@ -103,6 +104,7 @@ class Scheduler:
     # callable(mem) -> its settings files as they are (``watch``'s): a memory whose key the server refused is
     # refused on its settings, noted in ``on_settings``; None (``build_tree``): the next run tries again
     settings_of: object = None
+    key_again: dict = field(default_factory=dict)  # memory name -> when (monotonic) ``watch`` tries its refused key again
     gone: set = field(default_factory=set)  # memories refused as moved or deleted (``watch``: taken again once back)
     retired: list[Builder] = field(default_factory=list)  # the builders of both (what they spent still counts)
     stopped_for_cost: bool = False
@@ -418,11 +420,13 @@ class Scheduler:
         """The error ``builder``'s memory is left with when the server refused its compactor's API key (or its
         access) for ``task``: which variable holds the key and what to do, recorded in compactor.json for
         ``status`` to say; under ``watch`` (``settings_of``) refused on its settings, taken again once they
-        change (its environment never does: a key set anew reaches only a watcher started again)."""
+        change (its environment never does: a key set anew reaches only a watcher started again), or after
+        ``KEY_AGAIN`` times ``retry_seconds``, when its calls try the key again (an outage refuses good keys too)."""
         from . import when
 
         name, var = builder.name, builder.compactor.cfg.get("key_env")
-        here = " where the watcher starts" if self.settings_of is not None else ""
+        watching = self.settings_of is not None
+        here = " where the watcher starts" if watching else ""
         whose = f"(the compactor of {name}, {builder.compactor.label})"
         if not var:
             why, mend = (f"the server asks for an API key, and the compactor of {name} ({builder.compactor.label}) "
@@ -432,11 +436,14 @@ class Scheduler:
                          f"mend its access (its permissions, the model, the region) or set another key{here}")
         else:
             why, mend = f"the server refused the API key in ${var} {whose}", f"set the right key{here}"
-        said = (f"{why}: {builder.said(task.l, task.i, str(error))}; nothing more is sent with it: {mend}, or choose "
+        again = KEY_AGAIN * builder.retry_seconds
+        said = (f"{why}: {builder.said(task.l, task.i, str(error))}; nothing more is sent with it"
+                f"{f' for {_duration(again)} (then it is tried again)' if watching else ''}: {mend}, or choose "
                 f"another compactor with 'pimem model {name}'")
         builder.state.key_refusal(said, when.rfc3339(env.now()), builder.asked_of)
-        if self.settings_of is not None:
+        if watching:
             self.on_settings[name] = self.settings_of(builder.mem)
+            self.key_again[name] = time.monotonic() + again
         return ProviderError(said)
 
     def _check_bill(self, builder: Builder, task: Task, paid: dict | None, worst: float | None) -> None:
@@ -605,6 +612,11 @@ def waiting(builder: Builder, waits: dict) -> dict:
     node = label(l, i)
     return {"event": "waiting", "memory": builder.name, "node": node, "l": l, "i": i, "nodes": len(waits),
             "seconds": math.ceil(max(waits.values())), "error": builder.state.failures.get(node, {}).get("error", "")}
+
+
+def _duration(seconds: float) -> str:
+    """``15 min``, ``4.5 s``: a wait as a line says it."""
+    return f"{round(seconds / 60, 1):g} min" if seconds >= 60 else f"{round(seconds, 1):g} s"
 
 
 def said_waiting(event: dict) -> str:
@@ -899,11 +911,15 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         building = {b.name for b in scheduler.builders}
         # new memories, and ones whose lease another process took (taken back once it lets go); a refused
         # memory is skipped (build-tree NAME says why) until the next start, once a person mended it, but one
-        # refused on its settings (a config.json saved half-written, say) is taken again once they change, and
+        # refused on its settings (a config.json saved half-written, say) is taken again once they change (one whose
+        # key the server refused also after a while: ``key_again``), and
         # one moved or deleted behind the watcher's back once a memory is there again
         for mem in explicit or Memory.all(home, refused=lambda mem, exc: None):
-            if mem.name in refused_at and settings_stamp(mem) != refused_at[mem.name]:
+            again = scheduler.key_again.get(mem.name)  # (a refused key: tried again after a while)
+            if mem.name in refused_at and (settings_stamp(mem) != refused_at[mem.name]
+                                           or again is not None and time.monotonic() >= again):
                 scheduler.refused.pop(mem.name, None)
+                scheduler.key_again.pop(mem.name, None)
                 del refused_at[mem.name]
                 mem = mem.reopened()  # (its settings read again: a named memory's object kept the refused ones)
             if mem.name in scheduler.gone and mem.identity() is not None:

@@ -1071,7 +1071,20 @@ def test_a_refused_api_key_is_refused_on_its_settings_not_retried_for_ever(home,
                     + f" in $LONG_LLM_KEY (the compactor of m, {api}/m1): ")
             assert refused["memory"] == "m" and refused["error"].startswith(said) and refused["settings"] is True
             assert key not in refused["error"] and "where the watcher starts" in refused["error"], refused
+            assert "; nothing more is sent with it for 4.5 s (then it is tried again): " in refused["error"]
             assert not [e for e in events if e["event"] == "failed"]
+            # after 90 × retry_seconds its calls try the key again (a server's outage refuses good keys too): the
+            # calls in flight at once, refused as before, and the memory left again
+            sent = len(server.requests)
+            until(lambda: len(server.requests) > sent)
+            again = [orjson.loads(watcher.stdout.readline())]
+            while again[-1]["event"] != "refused" and len(again) < 100:
+                again.append(orjson.loads(watcher.stdout.readline()))
+            assert {"event": "watching", "memory": "m"} in again and again[-1]["memory"] == "m", again
+            assert again[-1]["error"].startswith(said) and again[-1]["settings"] is True, again
+            until(lambda: lease.holder(mem) is None and BuildState(mem.path).pending == {})  # (its calls in flight in)
+            assert len(server.requests) <= sent + 8
+            refused = again[-1]
             state = BuildState(mem.path)
             assert state.failures == {} and state.pending == {} and state.unbuilt_cost == {}
             status = orjson.loads(subprocess.run(pimem_cmd("status", "m", "--json"), capture_output=True, timeout=60,
