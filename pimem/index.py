@@ -236,7 +236,8 @@ class Index:
         self._db: sqlite3.Connection | None = None
         self._files: tuple = ()  # the index files the connection opened (``_identities``)
         self._file_names: dict[int, str] = {}
-        self._fds: dict[int, int] = {}  # open log files by file id
+        self._fds: dict[int, int] = {}  # open log files by file id (closed with the index, or once it is collected:
+        weakref.finalize(self, _close_all, self._fds)  # a command run in a caller's process may not close it)
         self.read_only = False  # the memory's directory cannot be written: the index is read as it is
         self.in_memory = False  # nothing logged yet: an empty index made in memory (``_connect_empty``)
         self._crc = "crc"  # the column of the CRC-32 of the bytes read ("NULL" in a read-only index of schema 7)
@@ -366,9 +367,7 @@ class Index:
             raise
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        _close_all(self._fds)
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -1146,3 +1145,10 @@ def stderr_progress(label: str) -> Callable[[int, int], None] | None:
             stderr.flush()
 
     return report
+
+
+def _close_all(fds: dict[int, int]) -> None:
+    """Close the log files an index holds open (``read_row``)."""
+    for fd in fds.values():
+        os.close(fd)
+    fds.clear()

@@ -687,3 +687,29 @@ def test_help_imports_no_command_engine(home):
     proc = subprocess.run([sys.executable, "-c", probe, "--help"], capture_output=True, timeout=60, env=subprocess_env())
     assert proc.returncode == 0 and proc.stderr == b""
     assert all(f"\n  {name} " in proc.stdout.decode() for name in ("recall", "fsck", "compact", "rename", "delete"))
+
+
+def test_commands_run_in_a_callers_process_leave_no_log_file_open(run, home):
+    """A command run in the caller's process (an agent wrapper calling pimem's CLI in-process every turn, or the
+    tests' runner) left the day files its memory's index read open for good: raw descriptors, which the garbage
+    collector never closed (one more a ``recall``, a ``zoom``). They are closed once the index is collected."""
+    import gc
+    import os
+
+    assert run("append", "m", "hello world").exit_code == 0 and run("remember", "m", "the db is on 5433").exit_code == 0
+
+    def held() -> list[str]:
+        gc.collect()
+        out = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                pass
+        return sorted(path for path in out if path.startswith(str(home)))
+
+    for args in (["recall", "m", "hello"], ["zoom", "m", "0+1"], ["search", "hello"], ["view", "m"], ["context", "m"]):
+        before = held()
+        for _ in range(3):
+            assert run(*args).exit_code == 0, args
+        assert held() == before, args
