@@ -26,7 +26,7 @@ def command(
     10 seconds (or when the server asks) for ever.
     A memory whose compactor's API key is not set here (exit 6 when nothing else named can be built), or is
     refused by the server (HTTP 401), is left with one line, and taken again once its settings change (pimem
-    model). A memory moved or deleted behind
+    model); one refused is also tried again after 15 minutes (90 × retry_seconds). A memory moved or deleted behind
     its back (mv, rm -rf) is left with one line, and taken again once a memory is back at its name.
     On SIGTERM, SIGHUP or SIGINT, calls in flight get 15 seconds to finish and what they built is kept. Events
     go to stderr (--json: NDJSON on stdout). With --import DIR it also follows the agents' session files under
