@@ -26,6 +26,7 @@ once its holder is dead, as a lease.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import time
 import uuid
@@ -101,19 +102,15 @@ def _zombie(pid: int) -> bool:
     return _stat(pid)[:1] == [b"Z"]
 
 
-_NAMESPACE: list = []  # this process's pid namespace, once read (``pid_namespace``)
-
-
+@functools.cache
 def pid_namespace() -> str | None:
     """This process's pid namespace as Linux names it (``pid:[4026531836]``), or None where ``/proc`` does not
     say: a lease records it, so that a holder in another namespace (a container sharing the home, under the same
     host name) is not taken for dead because its pid means nothing here, nor for another process that has it."""
-    if not _NAMESPACE:
-        try:
-            _NAMESPACE.append(os.readlink("/proc/self/ns/pid"))
-        except OSError:
-            _NAMESPACE.append(None)
-    return _NAMESPACE[0]
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def _here(record: dict) -> bool:
