@@ -215,6 +215,8 @@ def since(name: str, start: int | None = None, when: str | None = None, limit: i
     apart(("start", start), ("when", when), why="next is a start, to page on with alone")
     if start is not None:
         _bounded(start, "start", MAX_I, 0)
+    if isinstance(when, str) and when.strip().startswith("#"):  # (pimem since's WHEN and search's since take #I)
+        raise BadInput(f"when is a date or time; a message number ({when.strip()}) goes in start")
     notes: list[str] = []
     with _hurried(name, home, notes) as mem:
         if when is not None:
@@ -298,6 +300,11 @@ def search(query: str, names: list[str] | None = None, rank: bool = False, any_t
     finally:  # (the index keeps the log files it read open: a long-lived server must not collect them)
         for mem in mems:
             mem.close()
+    if rank and not hits:
+        from .ranker import query_words
+
+        if not query_words(query):
+            notes.append("the query holds no word rank ranks (stop words and symbols are not): search for it without rank")
     for hit in hits:  # held in the shape since and message give it
         label = hit.pop("label", None)
         hit["held"] = {"held": hit["held"], "label": label, "n": int(label.split("+")[1])} if label else None
@@ -317,15 +324,15 @@ def view(name: str, lines: int = VIEW_LINES, include_tools: bool = False, home: 
     _bounded(lines, "lines", 10_000)
     notes: list[str] = []
     with _hurried(name, home, [] if include_tools else notes) as mem:
-        v = mem.views.current(create=False)
-        rows = mem.views.shown(v, include_tools, save=False) if v is not None else []  # (the MCP server writes nothing)
+        v = mem.views.current()
+        rows = mem.views.shown(v, include_tools, save=False)  # (the MCP server writes nothing)
     first = max(0, len(rows) - lines)
     return _noted({
         "lines": [render_line(l, i, text) for l, i, text, _ in rows[first:]],
         "first": first,
         "total_lines": len(rows),
         "bytes": sum(cost for *_, cost in rows),
-        "messages": v.T if v is not None else 0,
+        "messages": v.T,
     }, notes)
 
 
@@ -460,11 +467,12 @@ def compact(name: str, keep: int, dry_run: bool = False, timeout: int | float | 
 
 @_checked
 def memory_propose(name: str, text: str | None = None, kind: str | None = None, priority: str | None = None,
-                   supersede: str | None = None, session: str | None = None, home: Home = None) -> dict:
+                   supersede: str | None = None, session: str | None = None, timeout: int | float | None = None,
+                   home: Home = None) -> dict:
     """Propose a memory as the model would: it is written provisional, and only the user makes it active
     (``pimem remember --supersede``) or drops it (``pimem forget``). ``supersede`` replaces one of the model's
     own proposals (with ``text``, or its own text when ``text`` is None; a blank text is refused, as
-    ``remember``'s)."""
+    ``remember``'s). Waits at most ``timeout`` seconds for the writer lock."""
     from . import memories, naming
 
     naming.memory_id(supersede, "supersede")  # ("" names no memory: refused, not one not found)
@@ -473,4 +481,4 @@ def memory_propose(name: str, text: str | None = None, kind: str | None = None, 
         raise BadInput("memory_propose: text is blank: give the memory's text")
     with Memory.open(name, home) as mem:
         return memories.remember(mem, text, kind=kind, priority=priority, supersede=supersede, session=session,
-                                 propose=True)
+                                 propose=True, timeout=timeout)

@@ -21,7 +21,7 @@ from typing import BinaryIO, Iterator, Sequence
 import orjson
 
 from . import env, ingest, stopping, when
-from .errors import BadInput
+from .errors import BadInput, ExitStatus, PimemError, refused
 from .memory import collector_resting
 from .message import name_bytes, normalise
 
@@ -92,11 +92,14 @@ def append_ndjson(mem, stream: BinaryIO, timeout: float | None = None) -> Iterat
             while True:
                 frame = _receive(pipe)
                 if frame is None:
-                    raise RuntimeError("the NDJSON reader stopped without a word (see its error above)")
+                    raise PimemError(f"the process reading stdin (pid {pid}) ended without a word (killed?); the rest "
+                                     "of stdin was not logged", ExitStatus.SYSTEM)
                 data, meta = frame
                 if "error" in meta:
                     if meta.get("bad"):
                         raise BadInput(meta["error"])
+                    if meta.get("errno") is not None:
+                        raise refused(OSError(meta["errno"], meta["strerror"], "stdin"))
                     raise RuntimeError(f"the NDJSON reader failed: {meta['error']}")
                 if meta.get("end"):
                     finished = True
@@ -146,6 +149,9 @@ def _read(mem, stream: BinaryIO, out: int) -> int:
             return 0
         except (BrokenPipeError, KeyboardInterrupt):
             return 1  # the writer has gone: nothing to tell
+        except OSError as exc:  # (stdin unreadable: a terminal gone, say) the writer says it as the system's refusal
+            _send(out, b"", {"error": str(exc), "errno": exc.errno, "strerror": exc.strerror})
+            return 1
         except Exception as exc:  # the writer reports it
             _send(out, b"", {"error": f"{type(exc).__name__}: {exc}"})
             return 1

@@ -19,6 +19,7 @@ except ImportError:  # (no SDK: ``_sdk`` says so)
 from . import api, budget
 from .errors import BadInput, PimemError, translate
 
+PROPOSE_TIMEOUT = 10.0  # seconds memory_propose waits for the writer lock at most (a client waits for a call ~60 s)
 INSTRUCTIONS = """pimem keeps every message of long-running chats and agent sessions verbatim, by memory name.
 Use list_memories to see the memories, search to find where something was said (original messages, newest
 first), since and message to read originals, view for the one-line-per-span view the agent reads each turn,
@@ -538,7 +539,9 @@ def build(home: api.Home = None):
         """Propose a memory worth keeping (kind: fact, preference, constraint, decision, working). It is
         stored provisional: only the user makes it active or drops it. `supersede` replaces one of your own
         earlier proposals (without `text`, its text is kept)."""
-        return api.memory_propose(name, text, kind, priority, supersede, session, home)
+        # (a client gives up on a call after a while, often 60 s: the writer lock is waited for a few seconds)
+        timeout = min(env.current().lock_timeout, PROPOSE_TIMEOUT)
+        return api.memory_propose(name, text, kind, priority, supersede, session, timeout, home)
 
     return server
 

@@ -1032,7 +1032,8 @@ class Memory:
             msg = self.message(i)
             if is_tool(msg) and not include_tools:
                 what = "tool call" if msg["kind"] == "tool" else "tool result"
-                raise BadInput(f"message {i} is a {what}; add --include-tools (include_tools over MCP) to show it")
+                raise BadInput(f"message {i} is a {what}; add {said_as('--include-tools', 'include_tools=True')} to show it",
+                               tools=f"message {i} is a {what}; ask again with include_tools to show it")
             return {"label": trees.label(0, i), "message": msg}
         from .privacy import hide_tools
 
@@ -1040,6 +1041,12 @@ class Memory:
             halves = [(l - 1, k, self.tree.text(l - 1, k, count)) for k in (2 * i, 2 * i + 1)]
             texts = hide_tools(self.log.read, halves, holds=self.span_holds, stored=self.leaf_line,
                                line_bytes=self.tree.line_bytes, hide=not include_tools)
+        if not include_tools:  # (a long tool message not summarised yet: its marker, as the view shows it)
+            from .privacy import marker
+
+            for n, (hl, k, _) in enumerate(halves):
+                if texts[n] is None and hl == 0 and is_tool(msg := self.message(k)):
+                    texts[n] = marker(msg, most=len(trees.PLACEHOLDER))
         children = [{"label": trees.label(hl, k), "level": hl, "index": k, "text": text}
                     for (hl, k, _), text in zip(halves, texts)]
         return {"label": trees.label(l, i), "children": children}

@@ -116,8 +116,8 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     the NAME when a memory has that name or when more words follow it (so ``pimem append scratch "an idea"``
     creates ``scratch`` as it always did, and a mistyped name is reported, not searched for). A command that
     ``reads_stdin`` (its name) without text notes on stderr when a lone word that could name a new memory is
-    taken as the text while stdin is a file with something left to read (``pimem append notes < notes.txt``;
-    a pipe cannot be told from an agent wrapper's, so it gets no note)."""
+    taken as the text while stdin holds something to read (``pimem append notes < notes.txt``, ``echo hi | pimem
+    append notes``: ``_unread_file_on_stdin``)."""
     given = ([name] if name is not None else []) + list(rest or [])
     for word in given:  # (words are text: one not UTF-8 is a usage error, not a search that finds nothing)
         text_argument(word)
@@ -170,9 +170,17 @@ def searched_for(query: str, names: list[str], home: str | None) -> None:
 
 
 def _unread_file_on_stdin() -> bool:
+    """Whether stdin is a file with something left to read, or a pipe or socket with bytes already waiting in it
+    (``echo hi | pimem append notes``; an agent wrapper's pipe with nothing written in it gets no note)."""
     try:
         fd = env.current().stdin.fileno()
         info = os.fstat(fd)
+        if stat.S_ISFIFO(info.st_mode) or stat.S_ISSOCK(info.st_mode):
+            import fcntl
+            import struct
+            import termios
+
+            return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0] > 0
         return stat.S_ISREG(info.st_mode) and info.st_size > os.lseek(fd, 0, os.SEEK_CUR)
-    except (AttributeError, ValueError, OSError):  # no descriptor (an in-process runner), or not seekable
+    except (AttributeError, ValueError, OSError, ImportError):  # no descriptor (an in-process runner), not seekable, no FIONREAD
         return False

@@ -333,7 +333,7 @@ def _by_ids(request: Request, records: list[dict], hide: bool) -> Found:
         ident = raw_id.strip()
         number = _number(ident)
         found = ([by_i[number]] if number in by_i else []) if number is not None else by_entry.get(_entry(ident), [])
-        if not found:
+        if not found and ident not in missing:  # (each said once, however often it was asked for)
             missing.append(ident)
         for rec in found:
             if hide and rec["kind"] in TOOL_KINDS:
@@ -537,6 +537,8 @@ def render(mem, request: Request, found: Found) -> str:
                 doc["toolsMatching"] = found.tools_matching
             if found.next_page:
                 doc["nextPage"] = found.next_page
+            elif found.total and not ids and request.page > 1:  # (past the page they end on: which that is)
+                doc["lastPage"] = last_page(found, request)
             return budget.dumps(_notes_json(doc, notes, request))
         total = f"{found.total}{'+' if found.capped else ''} result{'s' if found.total != 1 else ''}"
         capped = f": the ranker's best {POOL:,} looked at" if found.capped else ""
@@ -545,6 +547,10 @@ def render(mem, request: Request, found: Found) -> str:
 
     out = budget.pack(request.budget, len(ids), render_pretty, _lists(found, ids))
     return out if out is not None else _nothing_fits(request, found)
+
+
+def last_page(found: Found, request: Request) -> int:
+    return -(-found.total // request.limit)
 
 
 def _nothing_fits(request: Request, found: Found) -> str:

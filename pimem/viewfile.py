@@ -656,7 +656,8 @@ class ViewFile:
 
     def _write_if_free(self, views: Views) -> bool:
         """Save if the writer lock is free right now and nobody wrote since we read (readers never wait); a
-        memory that cannot be written is read as it is, its views made in memory."""
+        memory that cannot be written is read as it is, its views made in memory, as is one whose ``view.json``
+        cannot be saved (a directory in its place, a full disk): a reader does without the derived file."""
         from .errors import Busy
 
         if not os.access(self.path.parent, os.W_OK):
@@ -666,7 +667,7 @@ class ViewFile:
                 if _stamp(self.path) == views.loaded and self.log.count() == views.T:
                     self.write(views)
                     return True
-        except Busy:
+        except (Busy, OSError):
             pass
         return False
 
@@ -879,11 +880,7 @@ class ViewFile:
                 bound = 2 * int(self.config()["view"]["hi"])
                 found = {i: shape.shown_line(i, bound) for i in ids if 0 <= i < shape.T}
             if shape is None or None in found.values():
-                if not self.path.exists():
-                    return out  # no view yet: skip counting the log, which the view would do first
-                views = self.current(create=False)
-                if views is None:
-                    return out
+                views = self.current()
         if views is not None:
             shown = views.view.shown_for(self.held_back(views))
             found = {i: shown(i) for i in ids if 0 <= i < views.T}

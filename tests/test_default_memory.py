@@ -1,6 +1,7 @@
 """Every command's NAME is optional: $PIMEM_MEMORY, else main; a lone positional is taken as what it reads as
 (a WHEN, a number, a node id, text, a query) unless a memory has that name."""
 
+import os
 import subprocess
 
 import orjson
@@ -41,9 +42,15 @@ def test_append_one_word_is_a_name_only_when_a_memory_has_it(run, home, tmp_path
     assert out.returncode == 0 and out.stderr == (
         "pimem: no memory is named 'scratch': taking it as the text for 'main' "
         "(to fill a new memory from stdin: pimem append scratch -)\n")
+    read, write = os.pipe()  # echo … | pimem append scratch: bytes waiting in a pipe, said so too
+    os.write(write, b"piped for scratch\n")
+    os.close(write)
+    with open(read, "rb") as stdin:
+        out = subprocess.run(pimem_cmd("append", "scratch"), stdin=stdin, capture_output=True, text=True, env=subprocess_env())
+    assert out.returncode == 0 and out.stderr.startswith("pimem: no memory is named 'scratch': taking it as the text")
     assert run("append", "scratch", "-", input="now in scratch\n").exit_code == 0  # `-` reads stdin
     assert [m["text"] for m in Memory.open("notes").messages(0)] == ["first note", "from stdin\n"]
-    assert [m["text"] for m in Memory.open("main").messages(0)] == ["scratch", "scratch"]
+    assert [m["text"] for m in Memory.open("main").messages(0)] == ["scratch", "scratch", "scratch"]
     assert [m["text"] for m in Memory.open("scratch").messages(0)] == ["now in scratch\n"]
 
 

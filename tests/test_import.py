@@ -2302,6 +2302,27 @@ def test_a_line_whose_timestamp_cannot_be_stored_is_imported_dated_as_the_line_b
     assert run("import", copy, "--name", "t").stdout.startswith("t: 0 imported, 5 already present")
 
 
+def test_an_ndjson_line_whose_date_cannot_be_stored_is_imported_dated_as_the_line_before(run, tmp_path):
+    """The ndjson importer skipped such a line as malformed (``5 malformed skipped``: the texts were lost), where the
+    transcripts' importers keep it dated as the line before: it does too, epoch milliseconds read as they read them,
+    a line with no date (or null) still logged at the time of import, as ``append --ndjson`` logs it."""
+    dates = ["2026-01-01T00:00:00Z", "garbage", "2026-06-30T23:59:60Z", "2026-01-01T00:00:00+05:30:15", 1767225700000,
+             True, None]
+    path = tmp_path / "mine.ndjson"
+    path.write_text("".join(json.dumps({"kind": "user", "text": f"said {n}", "date": date}) + "\n"
+                            for n, date in enumerate(dates)))
+    out = run("import", path, "--name", "t")
+    assert out.exit_code == 0 and out.stdout.startswith("t: 7 imported, 0 already present, 0 malformed"), out.stdout
+    got = [(m["text"], m["date"]) for m in messages()]
+    assert got[:6] == [
+        ("said 0", "2026-01-01T00:00:00Z"), ("said 1", "2026-01-01T00:00:00Z"), ("said 2", "2026-01-01T00:00:00Z"),
+        ("said 3", "2026-01-01T00:00:00Z"), ("said 4", "2026-01-01T00:01:40.000Z"), ("said 5", "2026-01-01T00:01:40.000Z")]
+    assert got[6][0] == "said 6" and got[6][1].startswith("2026-10-08")  # (now: the tests' clock)
+    for line, said in ((2, "'garbage'"), (3, "'2026-06-30T23:59:60Z'"), (4, "'2026-01-01T00:00:00+05:30:15'"), (6, "true")):
+        assert f"mine.ndjson:{line}: bad date {said}" in out.stderr, out.stderr
+    assert out.stderr.count("the line before's date stands") == 4 and "skipped" not in out.stderr
+
+
 def test_a_line_whose_epoch_milliseconds_pass_the_year_9999_is_imported_dated_as_the_line_before(run, tmp_path):
     """A time in epoch milliseconds past the year 9999 (``1e20``) stopped the whole import as if the disk had
     failed (``Value too large for defined data type``, exit 7, nothing imported): it is no date, as a string the

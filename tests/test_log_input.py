@@ -209,6 +209,62 @@ def test_a_stream_logs_good_batches_and_refuses_the_bad_one_whole(sh, home, monk
     assert out.stdout.decode().split() == [str(i) for i in range(ingest.BATCH_LINES)]
 
 
+def test_one_message_logged_before_a_bad_batch_is_said_in_the_singular(run, home, monkeypatch):
+    from pimem import ingest
+
+    monkeypatch.setattr(ingest, "BATCH_LINES", 1)
+    out = run("append", "main", "--ndjson", input=b'{"kind": "user", "text": "m0"}\n{"kind": "user"\n')
+    assert (out.exit_code, out.stderr) == (2, "pimem: error: line 2: not valid JSON (that batch was refused; the 1 "
+                                              "message before it was logged)\n")
+
+
+def _reader_of(pid: int) -> int:
+    """The pid of the process ``append --ndjson`` (pid) forked to read its stdin."""
+    import time
+
+    for _ in range(200):
+        children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    pytest.fail("append --ndjson forked no reader")
+
+
+def test_a_stream_whose_reader_is_killed_or_whose_terminal_is_gone_ends_in_one_line_exit_7(home):
+    """The reader ``append --ndjson`` forks for stdin, killed, or failing to read a terminal that went away (a
+    ``nohup`` run): a traceback of a ``RuntimeError``, exit 1 (nothing found). One line now, exit 7; what was
+    logged before was printed and stays."""
+    import signal
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    line = b'{"kind": "user", "text": "t1"}\n'
+    proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env())
+    proc.stdin.write(line)
+    proc.stdin.flush()  # (kept open: the reader waits for more)
+    assert proc.stdout.readline() == b"0\n"
+    reader = _reader_of(proc.pid)
+    os.kill(reader, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode()) == (7, f"pimem: error: the process reading stdin (pid {reader}) ended without "
+                                                  "a word (killed?); the rest of stdin was not logged\n")
+    assert out == b"" and Memory.open("main").count() == 1
+
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen(pimem_cmd("append", "main", "--ndjson"), stdin=terminal, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=subprocess_env(),
+                            preexec_fn=lambda: (os.setsid(), signal.signal(signal.SIGHUP, signal.SIG_IGN)))
+    os.close(terminal)
+    os.write(controller, line)
+    assert proc.stdout.readline() == b"1\n"
+    os.close(controller)  # the terminal goes away: reading it is an I/O error
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.decode()) == (7, "pimem: error: Input/output error: stdin\n")
+    assert Memory.open("main").count() == 2
+
+
 def test_usage_errors_are_one_line_too(sh, home):
     for argv, expected in [
         (["append", "-x", "hi"], "pimem: error: no such option: -x (see 'pimem append --help')\n"),

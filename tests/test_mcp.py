@@ -174,6 +174,23 @@ def test_a_view_saved_before_the_names_were_counted_is_read_writing_nothing(home
     assert {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)} == set()
 
 
+def test_a_memory_without_view_json_is_shown_folded_from_its_log_writing_nothing(home, talk):
+    """view.json is derived (deleting it loses nothing): the CLI folds the view afresh where it is missing, and the
+    MCP tools showed an empty view (no line, 0 messages) and every hit's ``held`` as null. They fold it in memory
+    too, and still write nothing."""
+    shown = call_all(home, [("view", {"name": "main"}), ("search", {"query": "5433"})])[1]
+    (home / "main" / "view.json").unlink()
+    before = snapshot(home)
+    _, results = call_all(home, [("view", {"name": "main"}), ("search", {"query": "5433"}),
+                                 ("message", {"name": "main", "i": 8})])
+    assert snapshot(home) == before
+    assert results[0]["structuredContent"] == shown[0]["structuredContent"]
+    assert results[0]["structuredContent"]["messages"] == 12
+    assert results[1]["structuredContent"]["hits"] == shown[1]["structuredContent"]["hits"]
+    assert all(hit["held"] for hit in results[1]["structuredContent"]["hits"])
+    assert results[2]["structuredContent"]["held"]["label"] in {line.split("|")[0] for line in shown[0]["structuredContent"]["lines"]}
+
+
 def test_a_lagging_index_is_the_only_thing_a_read_may_write(run, home, talk):
     run("append", "main", "one more about 5433")  # the index now lags the log
     before = snapshot(home)
@@ -249,6 +266,22 @@ def test_a_memory_locked_by_another_writer_is_said_without_an_option_a_tool_does
     assert snapshot(home) == before
 
 
+def test_a_proposal_waits_for_the_writer_lock_a_few_seconds_not_as_long_as_a_client_waits_for_it(home, talk):
+    """memory_propose waited the writer lock's 60 s, as long as a client often waits for a call: the model got
+    a timeout of its own, not the line saying to try again. It waits ``PROPOSE_TIMEOUT`` at most."""
+    from pimem import Memory
+    from pimem.mcp_server import PROPOSE_TIMEOUT
+
+    async def propose():
+        async with client_of(home, PIMEM_LOCK_TIMEOUT="60") as (client, _):
+            with anyio.fail_after(PROPOSE_TIMEOUT + 20):  # (the client's patience, here, shorter than the lock's 60 s)
+                return await called(client, "memory_propose", name="main", text="staging db port is 5433")
+
+    with Memory.open("main").lock():
+        said = anyio.run(propose)
+    assert said.endswith("memory 'main' is locked by another writer; try again in a moment"), said
+
+
 def test_tool_traffic_only_with_include_tools(home, talk):
     _, results = call_all(home, [
         ("since", {"name": "main"}),
@@ -265,7 +298,8 @@ def test_tool_traffic_only_with_include_tools(home, talk):
     assert searched["structuredContent"]["hits"] == [] and len(tool_hits["structuredContent"]["hits"]) == 2
     for result in (plain, refused, view, halves, leaf, searched):
         assert SECRET not in str(result)
-    assert leaf["isError"] and "include-tools" in leaf["content"][0]["text"]
+    said = "message 9 is a tool call; ask again with include_tools to show it"  # (not the CLI's --include-tools)
+    assert leaf["isError"] and leaf["content"][0]["text"].endswith(said)
     assert SECRET in tooled_view["structuredContent"]["lines"][1]
     assert refused["isError"] and "include_tools" in refused["content"][0]["text"]
     assert shown["structuredContent"]["text"] == f"OPENAI_API_KEY={SECRET}"
@@ -604,9 +638,10 @@ def test_arguments_that_do_not_go_together_are_refused_in_one_line_as_the_cli_re
                                  ("recall", {"name": "main", "ids": [0], "page": 1}),
                                  ("search", {"query": "5433", "rank": True, "any_term": True}),
                                  ("since", {"name": "main", "start": 0, "when": "2h"}),
-                                 ("search", {"query": "5433", "since": "#5", "until": "#2"})])
+                                 ("search", {"query": "5433", "since": "#5", "until": "#2"}),
+                                 ("since", {"name": "main", "when": "#2"})])
     assert snapshot(home) == before
-    assert [r["isError"] for r in results] == [True] * 5
+    assert [r["isError"] for r in results] == [True] * 6
     assert [r["content"][0]["text"] for r in results] == [
         "Error executing tool recall: ids and query do not go together: ids names the messages to read; query searches",
         "Error executing tool recall: ids and page do not go together: ids names the messages to read; file, kind "
@@ -614,7 +649,8 @@ def test_arguments_that_do_not_go_together_are_refused_in_one_line_as_the_cli_re
         "Error executing tool search: rank and any_term do not go together: rank finds messages holding any of the "
         "words already",
         "Error executing tool since: start and when do not go together: next is a start, to page on with alone",
-        "Error executing tool search: until #2 is before since #5"]
+        "Error executing tool search: until #2 is before since #5",
+        "Error executing tool since: when is a date or time; a message number (#2) goes in start"]
 
 
 def test_a_ranked_search_pages_on_with_offset_and_until_bounds_a_search(home, talk):

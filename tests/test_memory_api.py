@@ -671,7 +671,8 @@ def test_a_directory_at_a_memorys_file_reaches_a_library_caller_as_a_pimem_error
                 refused[call] = exc
         except Exception as exc:  # noqa: BLE001 (the failure this test is about)
             pytest.fail(f"{call}: {type(exc).__name__} {exc}")
-    assert refused  # (each is read by some call)
+    # (each is read by some call; view.json is derived: readers and writers do without it, a warning said)
+    assert (refused == {}) if file == "view.json" else refused
 
 
 def test_what_sqlite_refuses_reaches_a_library_caller_as_a_pimem_error(home, capfd):

@@ -202,8 +202,8 @@ def test_a_listing_on_a_meta_field_reads_only_the_lines_holding_it(home, monkeyp
 
 def test_ids_read_in_log_order_and_name_what_is_missing(run, home):
     log(run, *SESSION)
-    doc = orjson.loads(run("recall", "main", "--json", "--ids", "6,a3f0c2d1", "--ids", "99,entry:nope,0").stdout)
-    assert [r["id"] for r in doc["results"]] == [0, 1, 6]
+    doc = orjson.loads(run("recall", "main", "--json", "--ids", "6,a3f0c2d1,99", "--ids", "99,entry:nope,0,6").stdout)
+    assert [r["id"] for r in doc["results"]] == [0, 1, 6]  # (each once, as each missing one is named once)
     assert doc["missingIds"] == ["99", "entry:nope"]
     limited = orjson.loads(run("recall", "main", "--json", "--include-tools", "--ids", "0,1,2,3,4,5", "--limit", "4").stdout)
     assert [r["id"] for r in limited["results"]] == [0, 1, 2, 3] and limited["omittedIds"] == [4, 5]
@@ -365,6 +365,9 @@ def test_nothing_recalled_says_how_many_tool_messages_match_and_the_option(run, 
     assert (out.exit_code, out.stderr) == (1, "pimem: error: nothing recalled: 3 tool calls and results match; "
                                               "add --include-tools to show them\n")
     assert run("recall", "main", "restyle", "--file", "theme.ts").stderr == "pimem: error: nothing recalled\n"
+    run("append", "one", "-k", "tool", 'Edit({"file_path": "src/colors.ts", "old_string": "a", "new_string": "b"})')
+    assert run("recall", "one", "--file", "colors.ts").stderr == (
+        "pimem: error: nothing recalled: 1 tool call or result matches; add --include-tools to show it\n")
     assert results(run, "--file", "theme.ts", "--include-tools") == [3, 2, 1]
     # in the JSON too (an agent reads that, not stderr: it said {"count":0,…} alone), and so over MCP
     for raw in ([], ["--raw"]):
@@ -429,6 +432,12 @@ def test_a_page_past_the_last_says_so_not_that_nothing_matched(run, home):
     assert run("recall", "main", "--page", "2", "--limit", "1").exit_code == 0
     out = run("recall", "main", "5433", "--page", "2")
     assert out.stderr == "pimem: error: nothing recalled on page 2: the one result is on page 1\n", out.stderr
+    # an agent reads the JSON (and an MCP client the tool's answer): it holds the last page too
+    doc = orjson.loads(run("recall", "main", "--page", "3", "--limit", "1", "--json").stdout)
+    assert (doc["count"], doc["results"], doc["lastPage"]) == (2, [], 2)
+    from pimem import api
+
+    assert api.recall("main", "staging", page=99)["lastPage"] == 1 and "lastPage" not in api.recall("main", page=1)
 
 
 @pytest.mark.parametrize("move", [["rename", "main", "new"], ["delete", "main"]])

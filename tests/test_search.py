@@ -201,6 +201,22 @@ def test_since_after_until_is_refused_as_since_refuses_it(run, mem, home):
     assert out.exit_code == 1 and "no message matches" in out.stderr
 
 
+def test_nothing_found_says_what_narrowed_the_search_and_a_ranked_query_of_no_word_says_why(run, mem, home):
+    """``--before 0`` and a ranked query of stop words or symbols said only "no message matches", where messages
+    hold them: the line says the bound, or that --rank ranks words and how to search for these."""
+    from pimem import api
+
+    rankless = ": it holds no word --rank ranks (stop words and symbols are not); search for it without --rank"
+    for argv, why in ((["staging", "--before", "0"], " before #0"), (["the", "--rank"], rankless),
+                      (["!!!", "--rank"], rankless), (["zzzq", "--rank"], "")):
+        out = run("search", *argv)
+        assert (out.exit_code, out.stderr) == (1, f"pimem: error: no message matches {argv[0]!r}{why}\n"), argv
+    assert run("search", "the").exit_code == 0  # (found without --rank)
+    assert api.search("the", rank=True)["notes"] == ["the query holds no word rank ranks (stop words and symbols are "
+                                                     "not): search for it without rank"]
+    assert "notes" not in api.search("zzzq", rank=True)
+
+
 def test_paging_with_before_and_limit(run, home):
     Memory.at("m").append([{"kind": "user", "text": f"page {n}"} for n in range(7)])
     first = run("search", "page", "--limit", "3", "--json")

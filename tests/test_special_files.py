@@ -126,6 +126,22 @@ def test_a_pipe_at_the_view_is_passed_over_as_an_unusable_view_by_every_reader(h
                                                            "(remove it: the view is folded afresh from the log)\n")
 
 
+def test_a_directory_at_the_view_is_read_past_and_left_by_every_reader(home, memory):
+    """A directory where view.json goes: the readers said it was unusable, refolded the view, then stopped with
+    exit 7 trying to save the view over it (`pimem view`, `search` printing no hit). A reader does without the
+    derived file it cannot save, as it does in a memory it cannot write; the directory and what it holds stay."""
+    path = memory / "view.json"
+    shown = pimem("view", "m").stdout
+    replace(path, "dir")
+    warning = f"pimem: warning: {path} is unusable (Is a directory); refolding the view from the log\n"
+    for argv in (["view", "m"], ["context", "m"], ["search", "staging", "m"], ["recall", "m", "staging"], ["map", "m"]):
+        out = pimem(*argv)
+        assert (out.returncode, out.stderr.decode()) == (0, warning) and out.stdout, (argv, out.stderr)
+        if argv[0] == "view":
+            assert out.stdout == shown
+    assert (path / "kept").read_text() == "the user's"
+
+
 DERIVED = [("lines.json", [["view", "m"], ["context", "m"], ["map", "m"], ["build-tree", "m"]]),
            ("ranges.json", [["view", "m"], ["since", "m", "#0"], ["status", "m"], ["list"], ["append", "m", "x"]]),
            ("ranges.writing", [["append", "m", "x"]])]

@@ -278,6 +278,21 @@ def test_view_and_zoom_hide_tool_traffic_unless_asked(home, run):
     assert "hunter2" in run("view", "t", "--include-tools").stdout
     assert "hunter2" not in run("zoom", "t", "0+4").stdout + run("zoom", "t", "2+2").stdout
     assert "echo: KEY=hunter2" in run("zoom", "t", "2+2", "--include-tools").stdout
+    out = run("zoom", "t", "3+1")
+    assert (out.exit_code, out.stderr) == (2, "pimem: error: message 3 is a tool result; add --include-tools to show it\n")
+    with pytest.raises(BadInput, match=r"^message 2 is a tool call; add include_tools=True to show it$"):
+        mem.zoom("2+1")
+
+
+def test_zoom_shows_a_long_tool_message_not_summarised_yet_as_the_view_does_not_as_a_placeholder_it_refuses(home, run):
+    """A half that is a long tool message not summarised yet said `(not summarized yet: zoom it)`, and zooming it
+    was refused without --include-tools: it shows the marker the view shows for it (`--json`'s text too)."""
+    run("append", "z", "run it")
+    run("append", "z", "-k", "tool", "-", input="x" * 600)
+    assert run("view", "z").stdout == "0+1|user: run it\n1+1|tool: (hidden)\n"
+    assert run("zoom", "z", "0+2").stdout == "0+1|user: run it\n1+1|tool: (hidden)\n"
+    assert orjson.loads(run("zoom", "z", "0+2", "--json").stdout.splitlines()[1])["text"] == "tool: (hidden)"
+    assert run("zoom", "z", "0+2", "--include-tools").stdout.endswith("1+1|(not summarized yet: zoom it)\n")
 
 
 def test_a_joined_line_of_short_tool_messages_hides_them_briefly_and_says_the_bytes_it_shows(home, run):

@@ -85,7 +85,7 @@ def _append_stream(name: str, json: bool, timeout: float | None, home: str | Non
         raise typer.Exit(exc.code) from None
     except BadInput as exc:
         if logged:
-            raise BadInput(f"{exc} (that batch was refused; the {output.count(logged, 'message')} before it were logged)") from None
+            raise BadInput(f"{exc} (that batch was refused; the {output.count(logged, 'message')} before it {'was' if logged == 1 else 'were'} logged)") from None
         raise
     if not logged:
         raise BadInput("no messages on stdin")

@@ -75,10 +75,10 @@ def command(
         if found.total and request.page > 1:  # (they matched: the page is past them)
             said = ("the one result is on" if found.total == 1
                     else f"the {found.total:,}{'+' if found.capped else ''} results end on")
-            raise NothingFound(f"nothing recalled on page {request.page:,}: {said} page {-(-found.total // request.limit):,}")
+            raise NothingFound(f"nothing recalled on page {request.page:,}: {said} page {recall.last_page(found, request):,}")
         if unlike:
             one = len(unlike) == 1
             raise NothingFound(f"nothing recalled: {budget.clip(', '.join(unlike), 200)} {'is' if one else 'are'} not "
                                f"{request.source_class} (drop --source-class to read {'it' if one else 'them'})")
-        raise NothingFound(f"nothing recalled: {hidden:,} tool calls and results match; add --include-tools to show them"
-                           if hidden else "nothing recalled")
+        raise NothingFound(f"nothing recalled: {output.count(hidden, 'tool call or result matches', 'tool calls and results match')}; "
+                           f"add --include-tools to show {'it' if hidden == 1 else 'them'}" if hidden else "nothing recalled")

@@ -71,7 +71,13 @@ def command(
             mem.close()
     if not hits:
         unread.check()
-        raise NothingFound(f"no message matches {query!r}" + (f" past --offset {offset}" if offset else ""))
+        why = f" past --offset {offset}" if offset else f" before #{before}" if before is not None else ""
+        if rank:
+            from ..ranker import query_words
+
+            if not query_words(query):
+                why += ": it holds no word --rank ranks (stop words and symbols are not); search for it without --rank"
+        raise NothingFound(f"no message matches {query!r}{why}")
     more, hits = len(hits) > limit, hits[:limit]
     terms = searching.parse(query)
     for hit in hits:
@@ -96,3 +102,4 @@ def command(
             others = "" if len(last) == len(memories) else " (and the other memories alone)" if pages else "the other memories alone"
             output.info(f"pimem: {output.count(limit, 'hit')} shown; for more, one memory at a time: {pages}{others}")
     unread.check()
+

@@ -10,6 +10,8 @@ export read back into it: its appended messages have no source ids to key them b
 
 from __future__ import annotations
 
+import orjson
+
 from .parser import Malformed, Parser, line_digest
 
 
@@ -32,6 +34,16 @@ class NdjsonParser(Parser):
         if not isinstance(meta, dict):
             raise Malformed("meta must be a JSON object")
         out = {key: obj[key] for key in obj if key not in ("meta", "i", "size")}  # the message check names any extra field
+        if out.get("date") is not None:  # (a date the log cannot store: the line before's, as every importer does)
+            date = out["date"]
+            if isinstance(date, bool) or not isinstance(date, (str, int, float)):
+                self.notes.append(f"bad date {orjson.dumps(date).decode()[:40]}: not a date; taken as no date: the line "
+                                  "before's date stands")
+            dated = self.date(date)
+            if dated is None:
+                del out["date"]  # (no line before it dated: logged now, as a line with no date is)
+            else:
+                out["date"] = dated
         if type(obj.get("i")) is int:
             out["i"] = obj["i"]  # (the import looks there for the message itself: ``job``)
         out["meta"] = {"source": self.source, **meta}
