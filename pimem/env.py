@@ -176,10 +176,13 @@ def _resolved(home: str, source: str = "home") -> Path:
         is_dir = stat.S_ISDIR(os.stat(path).st_mode)
     except (OSError, ValueError):  # (not there: a home nothing was logged in yet)
         is_dir = True
-    if not is_dir:
-        from .errors import ExitStatus, PimemError
+    if not is_dir:  # (a SystemRefused: the library's caller may catch NotADirectoryError, as deeper down)
+        import errno
 
-        raise PimemError(f"the home {path} is not a directory: set --home or $PIMEM_HOME to one", ExitStatus.SYSTEM)
+        from .errors import refused
+
+        raise refused(NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)),
+                      f"the home {path} is not a directory: set --home or $PIMEM_HOME to one")
     return path
 
 

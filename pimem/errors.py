@@ -129,11 +129,11 @@ class SQLiteFailed(PimemError):
                                getattr(self, "sqlite_errorname", None))
 
 
-def refused(exc: OSError) -> SystemRefused:
-    """``exc`` as a ``SystemRefused`` of its type, saying what ``translate`` says of it."""
+def refused(exc: OSError, said: str | None = None) -> SystemRefused:
+    """``exc`` as a ``SystemRefused`` of its type, saying what ``translate`` says of it (or ``said``)."""
     if isinstance(exc, SystemRefused):
         return exc
-    return _refused_again(type(exc), _said(exc), exc.errno, exc.strerror, exc.filename, exc.filename2)
+    return _refused_again(type(exc), said or _said(exc), exc.errno, exc.strerror, exc.filename, exc.filename2)
 
 
 def _refused_again(kind: type, message: str, number, strerror, filename, filename2) -> SystemRefused:

@@ -56,6 +56,15 @@ def trim_echo(text: str) -> str:
     return f"{text[:half]}{_CUT_OPEN}{cut}{_CUT_CLOSE}{text[-half:]}"
 
 
+def _json_type(value: Any) -> str:
+    """What a value is, in JSON's words (``a number``), or a Python caller's type (``bytes``)."""
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)
+
+
 def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = None, source: bytes | None = None) -> dict:
     """Validate one input record ``{kind, text, date?, meta?}`` and return the stored message without ``i``.
     ``source`` is the JSON text the record was decoded from, if it was (see ``check_numbers``).
@@ -70,11 +79,13 @@ def normalise(record: Any, cap: int = DEFAULT_CAP, default_date: str | None = No
     kind = record.get("kind")
     if type(kind) is not str or kind not in _KIND_SET:
         if not isinstance(kind, str):
-            raise BadInput("missing kind: every message needs a kind such as user or pi")
+            raise BadInput("missing kind: every message needs a kind such as user or pi" if kind is None else
+                           f"kind must be a string such as user or pi, not {_json_type(kind)}")
         kind = kind_of(kind)
     text = record.get("text")
     if not isinstance(text, str):
-        raise BadInput("missing text: every message needs a text string")
+        raise BadInput("missing text: every message needs a text string" if text is None else
+                       f"text must be a string, not {_json_type(text)}")
     if not text:  # (a text of whitespace alone is what was written, and is logged as it is)
         raise BadInput("empty text: there is nothing to log")
     if "\x00" in text:

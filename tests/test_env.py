@@ -92,6 +92,20 @@ def test_a_home_that_is_a_file_is_one_line_and_the_file_is_kept(sh, tmp_path, ar
     assert home.read_bytes() == b"not a home\n"
 
 
+def test_a_home_that_is_a_file_reaches_a_library_caller_as_the_oserror_it_is(tmp_path):
+    """It raised a bare ``PimemError``, which a caller's ``except OSError`` missed, where a path through a file
+    deeper down is a ``SystemRefused`` that is a ``NotADirectoryError``: the same here, its line kept."""
+    from pimem import Memory
+    from pimem.errors import SystemRefused
+
+    home = tmp_path / "memory"
+    home.write_bytes(b"not a home\n")
+    with pytest.raises(NotADirectoryError) as caught:
+        Memory.at("m", home=home).append([{"kind": "user", "text": "x"}])
+    assert isinstance(caught.value, SystemRefused) and (caught.value.errno, caught.value.code) == (20, 7)
+    assert str(caught.value) == f"the home {home} is not a directory: set --home or $PIMEM_HOME to one"
+
+
 def test_a_path_through_a_file_names_the_file_in_the_way(sh, tmp_path):
     """'Not a directory: FILE/sub/config.json' named the path asked for, which does not exist, not the file that
     stands where a directory goes: it is named too, from the CLI and the library alike; a path that is itself the

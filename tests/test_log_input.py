@@ -29,8 +29,8 @@ BAD_APPENDS = [
     ("unknown kind", ["main", "-k", "robot", "beep"], None, ["unknown kind 'robot'"]),
     ("unknown kind in NDJSON", ["main", "--ndjson"], ndjson(GOOD, GOOD, {"kind": "robot", "text": "x"}), ["line 3", "unknown kind 'robot'"]),
     ("missing kind in NDJSON", ["main", "--ndjson"], ndjson({"text": "x"}), ["line 1", "missing kind"]),
-    ("kind that is not a string", ["main", "--ndjson"], ndjson(GOOD, {"kind": ["user"], "text": "x"}), ["line 2", "missing kind"]),
-    ("text that is not a string", ["main", "--ndjson"], ndjson({"kind": "user", "text": 42}), ["line 1", "missing text"]),
+    ("kind that is not a string", ["main", "--ndjson"], ndjson(GOOD, {"kind": ["user"], "text": "x"}), ["line 2", "kind must be a string such as user or pi, not a list"]),
+    ("text that is not a string", ["main", "--ndjson"], ndjson({"kind": "user", "text": 42}), ["line 1", "text must be a string, not a number"]),
     ("unknown field in NDJSON", ["main", "--ndjson"], ndjson({"kind": "user", "text": "x", "colour": "red"}), ["unknown field 'colour'"]),
     ("bad date", ["main", "--date", "2026-13-40T25:00:00+08:00", "hello"], None, ["bad date"]),
     ("bad date in NDJSON", ["main", "--ndjson"], ndjson(GOOD, {"kind": "user", "text": "x", "date": "last tuesday"}), ["line 2", "bad date"]),
@@ -263,6 +263,36 @@ def test_a_stream_whose_reader_is_killed_or_whose_terminal_is_gone_ends_in_one_l
     out, err = proc.communicate(timeout=60)
     assert (proc.returncode, err.decode()) == (7, "pimem: error: Input/output error: stdin\n")
     assert Memory.open("main").count() == 2
+
+
+@pytest.mark.parametrize("command", ["append", "remember"])
+def test_a_dash_reads_the_text_typed_on_a_terminal_up_to_ctrl_d(home, command):
+    """`pimem append m -` on a terminal was refused at once (`no text: …`), the text never read: `-` reads stdin,
+    as the README says, a terminal too; with no text and no `-` a terminal is refused, saying `-`."""
+    import subprocess
+
+    from conftest import pimem_cmd, subprocess_env
+
+    def typed(*argv, keys: bytes):
+        controller, terminal = os.openpty()
+        proc = subprocess.Popen(pimem_cmd(*argv), stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=subprocess_env(), preexec_fn=os.setsid)
+        os.close(terminal)
+        os.write(controller, keys)
+        out, err = proc.communicate(timeout=60)
+        os.close(controller)
+        return proc.returncode, out.decode(), err.decode()
+
+    code, out, err = typed(command, "m", "-", keys=b"the db is on 5433\n\x04")
+    assert code == 0 and (err == "" if command == "append" else err.startswith("remembered")), err
+    if command == "append":
+        assert [m["text"] for m in Memory.open("m").messages()] == ["the db is on 5433\n"]
+        assert typed("append", "m", keys=b"") == (2, "", "pimem: error: no text: give it as arguments, pipe it on stdin, "
+                                                         "or give - to type it (Ctrl-D ends it)\n")
+    else:
+        from pimem import memories
+
+        assert [r["content"] for r in memories.records(Memory.open("m"))] == ["the db is on 5433\n"]  # (as given)
 
 
 def test_usage_errors_are_one_line_too(sh, home):

@@ -44,13 +44,12 @@ def command(
         _append_stream(naming.given(name), json, timeout, home)
         return
     name, text = naming.words(name, text, home, reads_stdin="append")
-    if text == ["-"]:
-        text = None
+    dash = text == ["-"]  # (stdin read even from a terminal, up to Ctrl-D)
     mem = Memory.at(name, home)
-    if text:
+    if text and not dash:
         body = " ".join(text)
-    elif env.stdin_is_tty():
-        raise BadInput("no text: give it as arguments or pipe it on stdin")
+    elif env.stdin_is_tty() and not dash:
+        raise BadInput("no text: give it as arguments, pipe it on stdin, or give - to type it (Ctrl-D ends it)")
     else:  # tool output is trimmed, not refused: it may be longer, up to an input line's cap
         body = ingest.read_text(sys.stdin.buffer, ingest.line_cap(mem.text_cap) if kind_of(kind) == "echo" else mem.text_cap)
     record: dict = {"kind": kind, "text": body}

@@ -40,7 +40,7 @@ def command(
     name, text = naming.words(name, text, home, reads_stdin="remember")
     naming.memory_id(supersede, "--supersede"), naming.text_argument(session)
     body = " ".join(text) if text and text != ["-"] else None
-    if body is None and not env.stdin_is_tty():
+    if body is None and (not env.stdin_is_tty() or text == ["-"]):  # (- reads a terminal too, up to Ctrl-D)
         body = ingest.read_text(sys.stdin.buffer, memories.TEXT_CAP, "a memory is a statement, not a document") or None
         # (nothing on stdin is no text, as on a terminal; an argument "" is a blank text given)
     mem = Memory.open(name, home) if supersede else Memory.at(name, home)
