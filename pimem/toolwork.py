@@ -326,8 +326,9 @@ def _command_in(text: str) -> str:
 def names_file(word: str) -> bool:
     """Whether a word of a shell command names a file: a path ending in an extension (``src/app.py``,
     ``~/.bashrc``) or a name with one of ``_EXTENSIONS`` (``notes.txt``), not a task or a module
-    (``mix phx.server``, ``rake db.migrate``, ``python -m app.main``)."""
-    return _FILE_WORD.fullmatch(word) is not None
+    (``mix phx.server``, ``rake db.migrate``, ``python -m app.main``), nor a pattern of files (``rg --glob
+    '!**/*.map'``, ``ls src/*.ts``)."""
+    return _FILE_WORD.fullmatch(word) is not None and not (word.startswith("!") or any(c in word for c in "*?["))
 
 
 def summary(msg: dict) -> str:

@@ -259,9 +259,11 @@ def test_nothing_to_compact_names_no_keep_when_no_cut_is_safe(run, home):
 
 def test_a_commands_file_memories_name_its_files_not_its_tasks_or_modules(run, home):
     """Every word of a command ending in a dot and letters was a file: mix phx.server, rake db.migrate and
-    python -m app.main gave "file: phx.server" and the like. Paths and names with a file's extension still do."""
+    python -m app.main gave "file: phx.server" and the like, rg's --glob '!**/*.map' "file: !**/*.map". Paths and
+    names with a file's extension still do."""
     commands = ["mix phx.server", "rake db.migrate", "python -m app.main", "python -m http.server 8000",
-                "cat notes.txt config/dev.exs ~/.bashrc", "python manage.py migrate"]
+                "cat notes.txt config/dev.exs ~/.bashrc", "python manage.py migrate",
+                "rg --glob '!**/*.map' -n port src", "ls src/*.ts lib/[ab].py"]  # (patterns of files are no file)
     log(run, *[r for n, c in enumerate(commands) for r in (call(f"c{n}", command=c), result(f"c{n}", command=c, exit_code=0))], user())
     assert run("compact", "main", "--keep", "0").exit_code == 0
     contents = [r["content"] for r in memories.records(Memory.open("main"), include_tools=True)]

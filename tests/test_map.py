@@ -94,9 +94,14 @@ def test_map_writes_the_same_picture_as_svg(run, chat, tmp_path):
 def test_an_svg_that_cannot_be_written_ends_the_map_before_it_prints(run, chat, tmp_path):
     out = run("map", "main", "--svg", tmp_path / "no-such-dir" / "main.svg")
     assert out.exit_code == 7 and out.stdout == "" and len(out.stderr.splitlines()) == 1, out.stderr
-    for directory in ("", str(tmp_path)):  # (an empty name is the working directory): a usage error
-        out = run("map", "main", "--svg", directory)
-        assert out.exit_code == 2 and "is a directory" in out.stderr and out.stdout == "", out.stderr
+    for directory, said in (("", "not an empty name"), (str(tmp_path), f"and {str(tmp_path)!r} is a directory")):
+        out = run("map", "main", "--svg", directory)  # (typer made '' the working directory, '.': said as that)
+        assert (out.exit_code, out.stdout, out.stderr) == (2, "", f"pimem: error: --svg wants a file to write, {said}\n")
+
+
+def test_an_svg_the_disk_refuses_is_named_in_the_line(run, chat):
+    out = run("map", "main", "--svg", "/dev/full")  # (the write's own error named no file: 'No space left on device')
+    assert (out.exit_code, out.stdout, out.stderr) == (7, "", "pimem: error: No space left on device: /dev/full\n")
 
 
 def test_map_refuses_unknown_memories_and_tiny_widths(run, home, chat):
