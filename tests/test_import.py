@@ -2302,6 +2302,38 @@ def test_a_line_whose_timestamp_cannot_be_stored_is_imported_dated_as_the_line_b
     assert run("import", copy, "--name", "t").stdout.startswith("t: 0 imported, 5 already present")
 
 
+def test_a_file_removed_after_the_directory_was_listed_is_passed_over_and_the_others_imported(home, tmp_path):
+    """A session file removed while a directory's import ran (an agent cleaning up its old sessions) stopped the
+    whole import, exit 7 (`No such file or directory`): it is passed over with a warning, the others imported."""
+    from pimem.importers import run as import_run
+    from pimem.importers.detect import plan
+
+    for n in range(3):
+        (tmp_path / f"s{n}.jsonl").write_text(json.dumps({"kind": "user", "text": f"from file {n}"}) + "\n")
+    sources = plan([str(tmp_path)])
+    (tmp_path / "s1.jsonl").unlink()
+    warned: list[str] = []
+    reports = import_run(Memory.at("t"), sources, on_warning=warned.append)
+    assert [m["text"] for m in messages()] == ["from file 0", "from file 2"] and len(reports) == 2
+    assert warned == [f"{tmp_path / 's1.jsonl'}: removed since it was listed; skipped"]
+
+
+def test_a_line_holding_bytes_that_are_not_utf8_is_imported_with_u_fffd_not_skipped(run, tmp_path):
+    """One byte of Latin-1 in a text (`café` written by another program) skipped its line as "not valid JSON", the
+    message lost. The line is read with U+FFFD for each such byte, said in a warning; a line that is no JSON
+    either way is still skipped, and a copy of the file adds nothing twice."""
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(b'{"kind": "user", "text": "ok"}\n{"kind": "user", "text": "caf\xe9 au lait"}\n{"kind": "user", "text": "x\xff\n')
+    out = run("import", path, "--name", "t")
+    assert out.exit_code == 0 and out.stdout.startswith("t: 2 imported, 0 already present, 1 malformed skipped"), out.stdout
+    assert [m["text"] for m in messages()] == ["ok", "caf\ufffd au lait"]
+    assert out.stderr == (f"pimem: warning: {path}:2: not valid UTF-8 (byte 29); each byte that is not logged as U+FFFD\n"
+                          f"pimem: warning: {path}:3: not valid JSON; skipped\n")
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(path.read_bytes())
+    assert run("import", copy, "--name", "t").stdout.startswith("t: 0 imported, 2 already present")
+
+
 def test_an_ndjson_line_whose_date_cannot_be_stored_is_imported_dated_as_the_line_before(run, tmp_path):
     """The ndjson importer skipped such a line as malformed (``5 malformed skipped``: the texts were lost), where the
     transcripts' importers keep it dated as the line before: it does too, epoch milliseconds read as they read them,

@@ -119,8 +119,15 @@ def run(
             for source in sources:
                 step = lambda n, base=done: on_progress("import", base + n, total)  # noqa: E731
                 job = _File(mem, state, source, on_warning, step, timeout, logged, deadline, read_share, since)
-                with (open_file or _open)(source) as f:
-                    reports.append(job.run(f))
+                try:
+                    f = (open_file or _open)(source)
+                except FileNotFoundError:  # (removed since it was listed: nothing left to read of it; the others are)
+                    if open_file is not None:
+                        raise
+                    on_warning(f"{source.shown}: removed since it was listed; skipped")
+                else:
+                    with f:
+                        reports.append(job.run(f))
                 done += source.size
         finally:
             indexer.finish()
@@ -250,7 +257,11 @@ class _File:
                         self.report.unfinished = line_no  # (being written: no malformed line, nothing skipped)
                         line_no -= 1
                         break
-                    self._malformed(line_no, "not valid JSON")
+                    obj = self._not_utf8(line_no, line)
+                    if obj is None:
+                        self._malformed(line_no, "not valid JSON")
+                    else:
+                        self._take(parser, line_no, line, obj)
                 else:
                     self._take(parser, line_no, line, obj)
             offset += len(raw)
@@ -327,6 +338,22 @@ class _File:
                 continue
             self.batch.append((msg, key_of(msg), content_key(msg), rec.get("i") if type(rec.get("i")) is int else None, line_no))
             self.batch_bytes += msg["size"]
+
+    def _not_utf8(self, line_no: int, line: bytes):
+        """A JSON line holding bytes that are not UTF-8 (a text written in Latin-1, say): its object with each
+        such byte read as U+FFFD, said in a warning, rather than the line skipped and its message lost; None for
+        a line that is no JSON either way."""
+        try:
+            line.decode("utf-8")
+            return None  # (UTF-8: not JSON for another reason)
+        except UnicodeDecodeError as exc:
+            start = exc.start
+        try:
+            obj = decoder.loads(line.decode("utf-8", "replace"))
+        except decoder.JSONDecodeError:
+            return None
+        self.warn(f"{self.file}:{line_no}: not valid UTF-8 (byte {start}); each byte that is not logged as U+FFFD")
+        return obj
 
     def _malformed(self, line_no: int, reason: str) -> None:
         self.report.malformed += 1
