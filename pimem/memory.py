@@ -357,8 +357,25 @@ class Memory:
             raise self._moved()
         try:
             yield self
+        except BaseException:
+            self.unmake()
+            raise
         finally:
             self._lock.release()
+
+    def unmake(self) -> None:
+        """After a failed write, under the lock: a directory that holds nothing but ``write.lock`` (a first write
+        the disk refused, its day files and ``main/`` removed) is removed too, so it leaves no memory-to-be in the
+        way of a name (``rename`` refused it as taken); the lock file last, so a writer waiting on it finds it gone
+        (``Moved``). This object may write again, making it afresh."""
+        try:
+            if os.listdir(self.path) != ["write.lock"]:
+                return
+            os.unlink(self.path / "write.lock")
+            os.rmdir(self.path)
+        except OSError:
+            return
+        self._identity = None
 
     def _make_dirs(self) -> None:
         """The memory's directories, made for a first write; not again where this object's memory was moved

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 from importlib import resources
 from typing import Annotated
 
@@ -7,7 +8,7 @@ import orjson
 import typer
 
 from .. import output
-from ..errors import BadInput, Busy
+from ..errors import BadInput, Busy, PimemError
 from ..home import ensure_dir
 from ..memory import Memory
 from ..options import Home
@@ -50,6 +51,8 @@ def command(
         except BaseException:
             if made_config and not mem.exists():  # a failed first write leaves no memory, nor its budgets
                 config.unlink(missing_ok=True)
+                with contextlib.suppress(PimemError, OSError), mem.lock(0):
+                    mem.unmake()  # (nor the directory they were in)
             raise
         output.info(f"logged {len(sample) - have} sample messages into '{mem.name}' ({mem.path})")
     else:
