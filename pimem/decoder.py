@@ -24,6 +24,16 @@ _INT_LOW, _INT_END = -(2**63), 2**64  # the integers orjson reads as integers: -
 _lone = None  # the pattern of one surrogate code point, compiled when first needed
 
 
+def refusal(exc: Exception) -> str:
+    """Why a JSON text was refused, in a few words: orjson's reason where it names one a person can act on."""
+    said = str(exc).lower()
+    if "byte order mark" in said:
+        return "a byte order mark (BOM) opens it"
+    if "infinity" in said:
+        return "it holds a number too large for a double (past 1.8e308)"
+    return "not valid UTF-8" if "utf-8" in said else "not valid JSON"
+
+
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """``data`` decoded as orjson decodes it, lone surrogates replaced by U+FFFD; ``JSONDecodeError`` for
     anything else orjson refuses."""

@@ -180,8 +180,7 @@ def read_batches(stream: BinaryIO, take: Callable[[dict, int, bytes], None], bat
             try:
                 record = loads(raw)
             except error as exc:
-                reason = "not valid UTF-8" if "utf-8" in str(exc).lower() else "not valid JSON"
-                raise BadInput(f"line {line_no}: {reason}") from None
+                raise BadInput(f"line {line_no}: {decoder.refusal(exc)}") from None
             if type(record) is not dict:
                 raise BadInput(f"line {line_no}: expected a JSON object with kind and text")
             take(record, line_no, raw)

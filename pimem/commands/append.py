@@ -58,9 +58,8 @@ def command(
     if meta is not None:
         try:
             record["meta"] = decoder.loads(meta)
-        except decoder.JSONDecodeError as exc:  # (orjson says a number past a double's range is infinity)
-            raise BadInput("--meta holds a number too large for a double (past 1.8e308)" if "infinity" in str(exc)
-                           else "--meta is not valid JSON") from None
+        except decoder.JSONDecodeError as exc:
+            raise BadInput(f"--meta: {decoder.refusal(exc)}") from None
         check_numbers(record, meta)
     _print_ids(mem.append([record], timeout), json)
 
