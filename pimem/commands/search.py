@@ -102,4 +102,3 @@ def command(
             others = "" if len(last) == len(memories) else " (and the other memories alone)" if pages else "the other memories alone"
             output.info(f"pimem: {output.count(limit, 'hit')} shown; for more, one memory at a time: {pages}{others}")
     unread.check()
-
