@@ -149,7 +149,7 @@ def test_append_ndjson_ignores_a_bom_opening_the_stream_only(sh, home):
     assert out.returncode == 0 and out.stdout == b"0\n1\n", out.stderr
     assert texts("main") == ["first", "second"]
     out = sh("append", "main", "--ndjson", input=js({"kind": "user", "text": "x"}) + BOM + js({"kind": "user", "text": "y"}))
-    assert out.returncode == 2 and out.stderr.startswith(b"pimem: error: line 2: not valid")  # (inside a stream it is no BOM)
+    assert (out.returncode, out.stderr) == (2, b"pimem: error: line 2: a byte order mark (BOM) opens it\n")  # (inside a stream it is refused)
     for argv in (["append", "main", "-"], ["remember", "main", "-"]):  # plain text from an editor's file
         assert sh(*argv, input=BOM + "tabs, not spaces".encode()).returncode == 0, argv
     assert texts("main")[-1] == "tabs, not spaces"
