@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from .errors import BadInput, Busy, ExitStatus, PimemError, as_error, escaped
+from .errors import BadInput, Busy, ExitStatus, NotFound, PimemError, as_error, escaped
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PreCompact", "Stop", "SessionEnd")  # the ones install registers
 ANSWERS = ("SessionStart", "UserPromptSubmit")  # the events whose output Claude Code adds to the context
@@ -43,6 +43,8 @@ PAYLOAD_BYTES = 16 * 1024 * 1024
 OPTIONAL = ("transcript_path", "cwd", "prompt")  # the payload's fields read besides the event and session
 HITS = 6  # earlier messages shown at most
 QUERY_TERMS = 12  # the prompt's first terms searched for
+WARNINGS = 3  # warnings an event's message says at most (500 sub-agent files that are no transcripts: 58 KB)
+QUERY_CHARS = 16_384  # the head of a prompt its terms are taken from (its first QUERY_TERMS lie well within)
 POOL = 200  # postings the ranked search reads per term (search --rank: 2,000): the hook runs every turn
 HOOK_TIMEOUT = 30  # seconds Claude Code gives the hook (its "timeout" in the settings), above ours
 NOT_CLAUDE = "the hook reads Claude Code transcripts; import other sessions with pimem import"  # (it has no --format)
@@ -176,8 +178,10 @@ class Hook:
         out: dict = {}
         if self.context:
             out["hookSpecificOutput"] = {"hookEventName": self.event, "additionalContext": self.context}
-        if self.warnings:
-            out["systemMessage"] = "pimem: " + "; ".join(dict.fromkeys(self.warnings))  # (the answer and the capture may meet one failure)
+        if self.warnings:  # (the answer and the capture may meet one failure: said once; many, the first few)
+            said = list(dict.fromkeys(self.warnings))
+            more = f"; and {len(said) - WARNINGS:,} more" if len(said) > WARNINGS else ""
+            out["systemMessage"] = "pimem: " + "; ".join(said[:WARNINGS]) + more
         return out or None
 
     def _transcripts(self) -> list:
@@ -208,7 +212,7 @@ class Hook:
         from .importers.detect import choices
         from .projects import memory_for
 
-        self.cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or os.getcwd()
+        self.cwd = next((s.cwd for s in self.sources if s.cwd), None) or self.payload.get("cwd") or _own_cwd()
         name, self.settled = memory_for(self.cwd, choices(self.cwd), self.home)
         return name
 
@@ -348,6 +352,16 @@ def answer(mem, session: str, prompt: str | None, budget: int, on_damage=None, h
     return "\n".join([head] + parts + ([found] if found else [])) if parts or found else ""
 
 
+def _own_cwd() -> str:
+    """The hook's working directory, the project when the event and its transcript name none; one removed is
+    said as such (the system's line, `No such file or directory`, named nothing)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        raise NotFound("the event names no working directory and the hook's own was removed: nothing to capture "
+                       "it into") from None
+
+
 def earlier(mem, session: str, prompt: str, held: set[str] | None = None, on_note=None) -> list[dict]:
     """The best ranked messages for ``prompt`` that the agent does not have in its context, relevant ones only,
     as ``{i, date, kind, snippet, score}``: not those of the entries ``held`` (the lines its transcript holds
@@ -362,6 +376,7 @@ def earlier(mem, session: str, prompt: str, held: set[str] | None = None, on_not
     from .index import Look
     from .message import KINDS, TOOL_KINDS
 
+    prompt = prompt[:QUERY_CHARS]  # (its first terms are all the ranker reads: a pasted 13 MB log is not stemmed whole)
     words = terms.query_terms(prompt)[:QUERY_TERMS]  # what the ranker reads, for the threshold
     if not words:
         return []
@@ -598,6 +613,11 @@ def load(path: Path) -> tuple[Path, bytes | None, dict]:
     is not there or is blank is ``{}``; one that is not a JSON object is refused (exit 2)."""
     import json
 
+    folder = path.parent  # (.claude: a file there, or a link to nothing, was said as `File exists`, exit 7)
+    if folder.is_symlink() and not folder.exists():
+        raise BadInput(f"{folder}: a link to {os.readlink(folder)}, which is not there; fix the link first")
+    if folder.exists() and not folder.is_dir():
+        raise BadInput(f"{folder} is not a directory, where {path.name} goes; fix it by hand first")
     if path.is_symlink():  # (a dotfiles checkout, say: the link stays, its file gets the hooks)
         try:
             resolved = path.resolve()

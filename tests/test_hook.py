@@ -737,6 +737,21 @@ def test_an_odd_sub_agent_file_or_a_bad_name_or_home_is_a_warning_not_a_blocked_
     assert snapshot(home) == before
 
 
+def test_an_event_with_many_warnings_says_the_first_few_and_counts_the_others(home, tmp_path):
+    """500 sub-agent files that are no transcripts gave a 58 KB systemMessage (and stderr line), one clause each,
+    on every event: the agent's screen filled with it. The first three are said, then how many more."""
+    transcript = tmp_path / "s1.jsonl"
+    grow(transcript, line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    agents = tmp_path / "s1" / "subagents"
+    agents.mkdir(parents=True)
+    for n in range(40):
+        (agents / f"agent-{n:02d}.jsonl").write_text("hello\n")
+    code, answer, err = hook(payload("Stop", "s1", transcript))
+    said = answer["systemMessage"]
+    assert code == 0 and said.endswith("; and 37 more") and said.count("agent-") == 3 and err == said + "\n"
+    assert texts() == ["the staging db listens on 5433"]
+
+
 def test_a_relative_home_is_a_warning_as_a_relative_pimem_home_is_not_a_home_in_the_project(home, tmp_path):
     """A relative --home given to the hook (which Claude Code runs in the session's directory, not the user's) made
     a home there, one in each project and each directory the session moved to, while a relative $PIMEM_HOME was
@@ -804,6 +819,22 @@ def test_a_prompt_finds_what_an_earlier_session_said_in_other_forms_of_its_words
         assert code == 0 and said in context_of(answer), prompt
 
 
+def test_a_long_pasted_prompt_is_searched_by_its_head_and_not_stemmed_whole(home, tmp_path, monkeypatch):
+    """A 13 MB log pasted as a prompt cost seconds a prompt (every word stemmed, then tokenized again, for the
+    first 12 terms), and a bigger one ran past the hook's time, so no context: only its head is read."""
+    from pimem import claude_code
+
+    grow(tmp_path / "e.jsonl", line("s1", "user", "u1", "the staging db listens on 5433", 1))
+    hook(payload("Stop", "s1", tmp_path / "e.jsonl"))
+    read: list[int] = []
+    stem = terms.query_terms
+    monkeypatch.setattr(terms, "query_terms", lambda text: read.append(len(text)) or stem(text))
+    prompt = "which port does the staging db listen on? " + "ERROR timeout in worker 7\n" * 500_000
+    found = claude_code.earlier(Memory.open("api"), "s2", prompt)
+    assert [hit["snippet"] for hit in found][:1] == ["the staging db listens on 5433"]
+    assert read and max(read) <= claude_code.QUERY_CHARS
+
+
 def test_the_hook_writes_through_the_environment_streams(home, tmp_path):
     import io
 
@@ -836,6 +867,29 @@ def install(*args, home_dir, cwd=None, **env):
     """pimem hook install claude-code ARGS with the user's home ``home_dir`` (and no $PIMEM_HOME unless given)."""
     return subprocess.run(pimem_cmd("hook", "install", "claude-code", *args), capture_output=True, text=True, timeout=60, cwd=cwd,
                           env=subprocess_env(HOME=home_dir, **{"PIMEM_HOME": "", **env}))
+
+
+def test_install_refuses_an_empty_home_and_a_claude_folder_that_is_no_directory(tmp_path):
+    """`--home ''` was taken as none given and the environment's home passed over too: the hooks captured into
+    ~/.pi/memory. A `.claude` that is a file, or a link to nothing, stopped with `File exists: …/.claude`,
+    exit 7, where `--dry-run` said it would add the hooks. Each is refused in one line, exit 2, nothing written."""
+    user = tmp_path / "user"
+    user.mkdir()
+    out = install("--home", "", home_dir=user, PIMEM_HOME=str(tmp_path / "store"))
+    assert (out.returncode, out.stderr) == (2, "pimem: error: empty home: give the store's directory, or none for "
+                                               "$PIMEM_HOME or ~/.pi/memory\n")
+    folder = user / ".claude"
+    folder.write_text("a file of the user's")
+    for args in ([], ["--dry-run"]):
+        out = install(*args, home_dir=user)
+        assert (out.returncode, out.stderr) == (2, f"pimem: error: {folder} is not a directory, where settings.json "
+                                                   "goes; fix it by hand first\n"), args
+    folder.unlink()
+    folder.symlink_to(tmp_path / "gone")
+    out = install(home_dir=user)
+    assert (out.returncode, out.stderr) == (2, f"pimem: error: {folder}: a link to {tmp_path / 'gone'}, which is not "
+                                               "there; fix the link first\n")
+    assert sorted(p.name for p in user.iterdir()) == [".claude"] and not (tmp_path / "gone").exists()
 
 
 def test_install_merges_into_the_settings_keeping_everything_and_a_backup(home, tmp_path):
@@ -1092,8 +1146,9 @@ def test_a_working_directory_gone_is_a_warning_not_a_blocked_prompt(home, tmp_pa
     # (PYTHONPATH without an empty entry: Python itself cannot start with one in a deleted directory)
     proc = subprocess.run(["sh", "-c", f"cd '{gone}' && rmdir '{gone}' && exec {command}"], input=data,
                           capture_output=True, timeout=60, env=subprocess_env(PYTHONPATH=ROOT))
-    assert proc.returncode == 0, proc.stderr
-    assert "No such file or directory" in json.loads(proc.stdout)["systemMessage"]
+    assert proc.returncode == 0, proc.stderr  # (the system's `No such file or directory` named nothing)
+    assert json.loads(proc.stdout)["systemMessage"] == ("pimem: the event names no working directory and the hook's own "
+                                                        "was removed: nothing to capture it into")
 
 
 def test_install_keeps_big_numbers_writes_through_a_link_and_takes_the_hooks_options(home, tmp_path):

@@ -57,6 +57,8 @@ def command(
         _uninstall(agent, claude_code.settings_path(project), dry_run)
         return
     if words[:1] == ["install"]:
+        if home is not None:  # (--home '' is refused, as every command refuses it: not the environment's home)
+            env.given(home)
         if name is not None:  # (refused now, not at every event it would then capture nothing)
             from ..home import validate_name
 
