@@ -45,6 +45,14 @@ def writing(writes: bool = True):
         _writer = was
 
 
+def read_only() -> None:
+    """For a command that writes the store only with some options (``fsck --repair``, ``model PROVIDER/MODEL``,
+    ``build-tree`` without ``--dry-run``), run without them: it is a read command (see ``writing``), its output
+    all it does, so a stdout that refuses it is its failure (exit 7), not a warning."""
+    global _writer
+    _writer = False
+
+
 def finish(done: bool = True) -> None:
     """The end of a command: what it printed still buffered is written out, or refused as above; a command that
     writes the store whose output stdout refused says so on stderr, and, when it ends well (``done``), that its

@@ -225,8 +225,12 @@ def test_a_stdout_that_refuses_the_output_is_said_in_one_line_naming_it(home, tm
                                                                 "message 1 about the staging database"]
     assert (home / "m" / "memory.jsonl").read_text().count("the db is on 5433") == 1
     for args in (["since", "m", "#0"], ["since", "m", "#0", "--text"], ["list"], ["recall", "m"], ["view", "m"],
-                 ["--version"], ["--help"], ["view", "--help"]):
+                 ["--version"], ["--help"], ["view", "--help"],
+                 # (commands that write only with an option are readers without it: a cron's `fsck > report` on a
+                 # full disk exited 0, `the work was done`, its report empty)
+                 ["fsck"], ["fsck", "m", "--json"], ["model", "m"], ["build-tree", "m", "--dry-run"]):
         assert run(*args) == (7, refused), args
+    assert run("fsck", "--repair") == (0, lost)
     assert Memory.open("m").count() == 3
 
 

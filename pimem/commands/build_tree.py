@@ -42,6 +42,8 @@ def command(
     from ..tree import label
 
     apart(("--dry-run", dry_run), ("--retries", retries), ("--wait", wait), why="a dry run builds nothing")
+    if dry_run:
+        output.read_only()
     output.log_to(log, "build-tree")
     mems = mems_named = Memory.named(names, home) if names else Memory.all(home)
     if not mems:

@@ -39,6 +39,8 @@ def command(
     """
     from .. import fsck  # (here, not at the top: ``pimem --help`` imports every command's module)
 
+    if not repair:
+        output.read_only()
     needs(("--timeout", timeout), "--repair (only a repair takes the writer lock)", repair)
     needs(("--accept-lost", accept_lost), "--repair", repair)
     needs(("--accept-lost", accept_lost), "a NAME (the memory whose loss is accepted)", bool(names))

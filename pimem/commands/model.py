@@ -57,7 +57,9 @@ def command(
     options = (base_url, key_env, command_, price_in, price_out, price_cached_in)
     if spec is None and any(v is not None for v in options):
         raise BadInput("--base-url, --key-env, --command and prices go with a PROVIDER/MODEL to set")
-    if spec is not None:
+    if spec is None:
+        output.read_only()
+    else:
         cfg = compactor.parse_spec(spec, base_url, key_env, command_, price_in, price_out, price_cached_in)
     if default:
         if spec is not None:
