@@ -90,8 +90,14 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
                 f.action, f.repair = None, None
                 f.problem += "; --repair leaves it until the lost messages are put back or accepted"
     log += lost
-    return (kept + log + check_ranges(mem, any(f.fatal and f.action is None for f in log)) + rest + check_projects(mem)
-            + check_imports(mem) + check_temporaries(mem))
+    broken = any(f.fatal and f.action is None for f in log)  # (a message numbered twice, a gap: put right by hand)
+    if broken:
+        for f in rest:  # (rebuilt from such a log, the index or the view would stop at it half way, as readers do)
+            if f.area in ("index", "view") and f.action is not None and "--repair leaves it" not in f.problem:
+                f.action, f.repair = None, None
+                f.problem += "; --repair builds it again once the log's problems above are put right"
+    return (kept + log + check_ranges(mem, broken) + rest + check_projects(mem) + check_imports(mem)
+            + check_temporaries(mem))
 
 
 # the files a memory keeps that its commands open, by where (a day file and a tree file stand for every one):

@@ -255,6 +255,25 @@ def test_fsck_explains_gaps_duplicates_and_damage_and_repair_changes_nothing(run
     assert snapshot(home) == before
 
 
+def test_fsck_repair_leaves_the_index_of_a_log_holding_a_number_twice_and_says_why(run, home):
+    """A line copied in a day file: `fsck` offered to rebuild the index; `fsck --repair` rewrote it, stopped at
+    the duplicate with `the log holds a message number twice; run 'pimem fsck'` and printed no finding. The
+    index is left (its rebuild waits for the log put right), and the findings are printed as a check prints them."""
+    for n in range(6):
+        assert run("append", "m", f"message {n} about the staging db").exit_code == 0
+    assert run("search", "staging", "m").exit_code == 0  # (the index made)
+    path = next((home / "m" / "main").glob("*.jsonl"))
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3] + [lines[2]] + lines[3:]))
+    checked = run("fsck", "m")
+    before = snapshot(home)
+    repaired = run("fsck", "--repair", "m")
+    assert (checked.exit_code, repaired.exit_code) == (5, 5) and repaired.stdout == checked.stdout
+    assert "; --repair builds it again once the log's problems above are put right" in checked.stdout
+    assert checked.stderr == repaired.stderr == "pimem: error: 3 problems found\n"
+    assert snapshot(home) == before
+
+
 def test_fsck_names_a_damaged_message_inside_the_log_as_damage_not_a_sealed_torn_write(run, home, two):
     """A torn write sealed at the log's end is followed by the same i written again; a line starting as message 1
     with a byte changed inside, followed by message 2, is that message damaged: the gap's bytes are there."""
