@@ -491,6 +491,7 @@ def check_tree(mem: Memory) -> list[Finding]:
     total = mem.count()
     line_bytes = int(mem.config["line_bytes"])
     seen: dict[tuple[int, int], str] = {}
+    sizes: dict[tuple[int, int], int] = {}  # the bytes of the line readers use, by node
     tree_dir = mem.path / "tree"
     paths = sorted(tree_dir.glob("*.jsonl")) if check_dir(tree_dir) else []  # (a link: refused, never read through)
     for path in paths:
@@ -504,9 +505,14 @@ def check_tree(mem: Memory) -> list[Finding]:
                 found.append(Finding(mem.name, "tree", where, f"node {name} is {byte_size(text)} bytes, over the "
                                      f"{line_bytes}-byte line: readers pass over it, and it is built again", fatal=False))
             elif (l, i) in seen:
-                found.append(Finding(mem.name, "tree", where, f"node {name} built twice (first at {seen[l, i]}, which readers use)"))
+                first = f"first at {seen[l, i]}, which readers use"
+                if sizes[l, i] > byte_size(text):  # (built again under a lowered line_bytes, since raised: no damage)
+                    found.append(Finding(mem.name, "tree", where, f"node {name} built again shorter, as a lowered line_bytes "
+                                         f"has it built ({first})", fatal=False))
+                else:
+                    found.append(Finding(mem.name, "tree", where, f"node {name} built twice ({first})"))
             else:
-                seen[l, i] = where
+                seen[l, i], sizes[l, i] = where, byte_size(text)
             if (i + 1) << l > total:
                 found.append(Finding(mem.name, "tree", where, f"node {name} covers messages past the end of the log ({total})"))
             if node.get("size") != byte_size(text):
