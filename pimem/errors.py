@@ -218,10 +218,15 @@ class command:
         _COMMANDS.pop()
 
 
+def in_command() -> bool:
+    """Whether a command runs in pimem's boundary (not a Python caller's process)."""
+    return bool(_COMMANDS)
+
+
 def said_as(option: str, argument: str) -> str:
     """How a message names a setting of the call: its command's ``option`` (``--timeout``) inside a command, the
     library's ``argument`` (``timeout=``) in a Python caller's."""
-    return option if _COMMANDS else argument
+    return option if in_command() else argument
 
 
 def _for_caller(exc: Exception) -> Exception:

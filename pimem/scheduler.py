@@ -598,11 +598,16 @@ def _install_signals(scheduler: Scheduler) -> list:
     return saved
 
 
-def _restore_signals(saved: list) -> None:
+def _restore_signals(saved: list, scheduler: Scheduler) -> None:
+    """The handlers ``_install_signals`` replaced, again; in a command a signal stopped, none: it ends, and
+    another signal while it does changes nothing (it killed ``watch`` outright, no line, status -15)."""
     import signal
 
+    from .errors import in_command
+
+    ending = scheduler.signal is not None and in_command()
     for sig, handler in saved:
-        signal.signal(sig, handler)
+        signal.signal(sig, signal.SIG_IGN if ending else handler)
 
 
 def waiting(builder: Builder, waits: dict) -> dict:
@@ -711,7 +716,7 @@ def build_tree(mems: list, on_event=None, max_cost: float | None = None, retries
         scheduler.run(once=True)
     finally:
         _close(scheduler, leases)
-        _restore_signals(saved)
+        _restore_signals(saved, scheduler)
         if embedding:  # the vectors too, unless stopped by a signal (what was embedded is kept)
             embedding.stop() if scheduler.stopped else embedding.finish()
     if not scheduler.stopped:
@@ -965,7 +970,7 @@ def watch(names: list[str], home=None, on_event=None, wait: bool = False, poll: 
         if not explicit:
             lease.end_watcher(env.home(home), token)
         _close(scheduler, watched.values())
-        _restore_signals(saved)
+        _restore_signals(saved, scheduler)
         if embedding:
             embedding.stop()
     return scheduler

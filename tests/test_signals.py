@@ -234,6 +234,22 @@ def test_a_stdout_that_refuses_the_output_is_said_in_one_line_naming_it(home, tm
     assert Memory.open("m").count() == 3
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signals_while_watch_ends_change_nothing(home, sig):
+    """A second signal while `watch` ended after the first (its handlers put back as they were before it ran: the
+    system's) killed it outright: no line, status -15. Signals sent until it is gone change nothing: exit 0."""
+    assert subprocess.run(pimem_cmd("append", "m", "first"), env=subprocess_env(), capture_output=True).returncode == 0
+    proc = subprocess.Popen(pimem_cmd("watch"), env=subprocess_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        assert proc.stderr.readline() == b"m: watching\n"
+        while proc.poll() is None:
+            proc.send_signal(sig)
+            time.sleep(0.003)
+    finally:
+        proc.kill()
+    assert proc.wait(timeout=60) == 0, proc.stderr.read()
+
+
 @pytest.mark.parametrize("sig,code", [*SIGNALS, (signal.SIGHUP, 129)])
 def test_a_signal_while_build_tree_and_watch_wait_for_a_lease_stops_them_as_while_they_build(home, sig, code):
     """``--wait`` stands by while a watcher holds the memory: a signal then stops the wait as it stops a build
