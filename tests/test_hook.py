@@ -1232,6 +1232,11 @@ def test_uninstall_takes_out_pimem_s_hooks_and_nothing_else(home, tmp_path):
     assert install("--name", "shop", home_dir=user).returncode == 0
     installed = settings.read_bytes()
 
+    for args in (["--name", "shop"], ["--budget", "5", "--home", str(home)]):  # (ignored, as if they chose the hooks)
+        out = uninstall(*args, home_dir=user)
+        assert (out.returncode, settings.read_bytes()) == (2, installed) and out.stderr.startswith(
+            f"pimem: error: {', '.join(a for a in args if a.startswith('--'))}: 'pimem hook uninstall' takes pimem's hooks "
+            "out whatever their options"), out.stderr
     dry = uninstall("--dry-run", home_dir=user)
     assert dry.returncode == 0 and settings.read_bytes() == installed and dry.stdout == theirs, dry.stderr
     assert dry.stderr == f"would remove pimem's SessionStart, UserPromptSubmit, PreCompact, Stop, SessionEnd hooks from {settings}\n"

@@ -53,7 +53,13 @@ def command(
         agent = _agent(words[1:], words[0])
         if project and user:
             raise BadInput("give --project or --user, not both")
-    if words[:1] == ["uninstall"]:
+    if words[:1] == ["uninstall"]:  # (pimem's hooks go whatever their options: one given means nothing here)
+        given = [option for option, value, default in (("--name", name, None), ("--budget", budget, claude_code.BUDGET),
+                                                       ("--timeout", timeout, claude_code.TIMEOUT), ("--home", home, None))
+                 if value != default]
+        if given:
+            raise BadInput(f"{', '.join(given)}: 'pimem hook uninstall' takes pimem's hooks out whatever their options "
+                           "(it takes --project or --user, and --dry-run)")
         _uninstall(agent, claude_code.settings_path(project), dry_run)
         return
     if words[:1] == ["install"]:
