@@ -163,6 +163,11 @@ class Request:
             raise BadInput("--offset must be 0 or more and --raw-limit 1 or more")
         if self.budget < 2:
             raise BadInput("--budget must be at least 2")
+        if self.query:
+            from .search import MAX_TERMS
+
+            if len(words := self.query.split()) > MAX_TERMS:  # (a document pasted as a query, as search refuses it)
+                raise BadInput(f"a query of {len(words):,} words: give at most {MAX_TERMS:,}")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from .message import KINDS, TOOL_KINDS
 
 DEFAULT_LIMIT = 20
 SNIPPET_CHARS = 160
+MAX_TERMS = 1_000  # terms a query may hold
 _TERMS = re.compile(r'"([^"]*)(?:"|$)|(\S+)')
 
 
@@ -35,6 +36,8 @@ def parse(query: str) -> list[str]:
     terms = [phrase or word for phrase, word in _TERMS.findall(query) if phrase or word]
     if not terms:
         raise BadInput("empty query: give a word or a \"quoted phrase\" to search for")
+    if len(terms) > MAX_TERMS:  # (a document pasted as a query: 100,000 words kept an MCP server busy for 30 s)
+        raise BadInput(f"a query of {len(terms):,} terms: give at most {MAX_TERMS:,} (a \"quoted phrase\" is one)")
     return terms
 
 

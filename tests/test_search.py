@@ -217,6 +217,24 @@ def test_nothing_found_says_what_narrowed_the_search_and_a_ranked_query_of_no_wo
     assert "notes" not in api.search("zzzq", rank=True)
 
 
+def test_a_query_of_a_pasted_document_is_refused_in_one_line_before_anything_is_read(run, mem, home):
+    """A 100,000-word query (a model pasting a document into the search tool) kept an MCP server busy for 30 s,
+    answering nothing else. Over 1,000 terms (a quoted phrase is one) is refused, exit 2, for search, --rank and
+    recall alike; 1,000 are searched."""
+    from pimem import api
+    from pimem.errors import BadInput
+    from pimem.search import MAX_TERMS
+
+    many = " ".join(f"w{n}" for n in range(MAX_TERMS + 1))
+    for argv in (["search", many, "--any"], ["search", many, "--rank"], ["recall", "main", many]):
+        out = run(*argv)
+        assert out.exit_code == 2 and out.stderr.startswith(f"pimem: error: a query of {MAX_TERMS + 1:,} "), argv
+    with pytest.raises(BadInput, match=r"^a query of 1,001 terms: give at most 1,000"):
+        api.search(many)
+    assert run("search", " ".join(["staging", *(f"w{n}" for n in range(MAX_TERMS - 1))]), "--any").exit_code == 0
+    assert run("search", f'"{many}"').exit_code == 1  # (one phrase: searched, found nowhere)
+
+
 def test_paging_with_before_and_limit(run, home):
     Memory.at("m").append([{"kind": "user", "text": f"page {n}"} for n in range(7)])
     first = run("search", "page", "--limit", "3", "--json")
