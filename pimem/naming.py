@@ -117,14 +117,14 @@ def words(name: str | None, rest: list[str] | None, home: str | None, reads_stdi
     creates ``scratch`` as it always did, and a mistyped name is reported, not searched for). A command that
     ``reads_stdin`` (its name) without text notes on stderr when a lone word that could name a new memory is
     taken as the text while stdin holds something to read (``pimem append notes < notes.txt``, ``echo hi | pimem
-    append notes``: ``_unread_file_on_stdin``)."""
+    append notes``: ``_unread_on_stdin``)."""
     given = ([name] if name is not None else []) + list(rest or [])
     for word in given:  # (words are text: one not UTF-8 is a usage error, not a search that finds nothing)
         text_argument(word)
     if given and (len(given) > 1 or exists(given[0], home)):
         return given[0], given[1:]
     name = taken()
-    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_file_on_stdin():
+    if reads_stdin and len(given) == 1 and NAME_RE.fullmatch(given[0]) and _unread_on_stdin():
         env.stderr().write(f"pimem: no memory is named '{given[0]}': taking it as the text for '{name}' "
                            f"(to fill a new memory from stdin: pimem {reads_stdin} {given[0]} -)\n")
     return name, given
@@ -169,7 +169,7 @@ def searched_for(query: str, names: list[str], home: str | None) -> None:
                            f"words, quote them: pimem search {again}")
 
 
-def _unread_file_on_stdin() -> bool:
+def _unread_on_stdin() -> bool:
     """Whether stdin is a file with something left to read, or a pipe or socket with bytes already waiting in it
     (``echo hi | pimem append notes``; an agent wrapper's pipe with nothing written in it gets no note)."""
     try:
