@@ -84,20 +84,23 @@ def _run_checks(mem: Memory, accept_lost: bool = False) -> list[Finding]:
     log = check_log(mem, known)
     rest = check_tree(mem) + check_view(mem, known) + check_chains(mem, known) + check_index(mem, known)
     lost = check_end(mem, known, accept_lost, any(f.fatal and f.action is None for f in log))
-    if lost and lost[0].action is None:
-        for f in rest:  # (a refolded view or a rebuilt index would forget how far the log went)
-            if f.action is not None and getattr(f.action, "func", None) is not _seal:
-                f.action, f.repair = None, None
-                f.problem += "; --repair leaves it until the lost messages are put back or accepted"
+    if lost and lost[0].action is None:  # (a refolded view or a rebuilt index would forget how far the log went)
+        _left(rest, lambda f: getattr(f.action, "func", None) is not _seal,
+              "--repair leaves it until the lost messages are put back or accepted")
     log += lost
     broken = any(f.fatal and f.action is None for f in log)  # (a message numbered twice, a gap: put right by hand)
-    if broken:
-        for f in rest:  # (rebuilt from such a log, the index or the view would stop at it half way, as readers do)
-            if f.area in ("index", "view") and f.action is not None and "--repair leaves it" not in f.problem:
-                f.action, f.repair = None, None
-                f.problem += "; --repair builds it again once the log's problems above are put right"
+    if broken:  # (rebuilt from such a log, the index or the view would stop at it half way, as readers do)
+        _left(rest, lambda f: f.area in ("index", "view"), "--repair builds it again once the log's problems above are put right")
     return (kept + log + check_ranges(mem, broken) + rest + check_projects(mem) + check_imports(mem)
             + check_temporaries(mem))
+
+
+def _left(findings: list[Finding], which: Callable[[Finding], bool], why: str) -> None:
+    """The repairs of ``which`` findings left undone while the log cannot be trusted, each saying ``why``."""
+    for f in findings:
+        if f.action is not None and which(f):
+            f.action, f.repair = None, None
+            f.problem += f"; {why}"
 
 
 # the files a memory keeps that its commands open, by where (a day file and a tree file stand for every one):
